@@ -1,0 +1,1 @@
+//! The experiment framework and experiments.

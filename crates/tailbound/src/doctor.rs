@@ -1,0 +1,1 @@
+//! `tailbound doctor`: file system and writeback facts with advice.

@@ -1,0 +1,19 @@
+//! tailbound: fast, bounded-latency, crash-safe writes on Linux, in user space, on an unmodified kernel.
+//!
+//! Modules by concept:
+//! - [`record`]: the real-time recorder for periodic data (preallocated files, data-only flushing).
+//! - [`bench`]: the experiment framework (periodic timer, latency histograms, background loads, reports)
+//!   and the experiments themselves.
+//! - [`doctor`]: inspects a directory's file system and the kernel's writeback settings.
+//! - [`units`]: parsing and printing of byte sizes and durations (`16KiB`, `5ms`).
+//!
+//! All `unsafe` code and raw system calls live in the private `sys` module; the rest of the crate
+//! calls its safe wrappers.
+#![deny(unsafe_code)]
+
+pub mod bench;
+pub mod doctor;
+pub mod record;
+#[allow(unsafe_code)]
+pub mod sys;
+pub mod units;

@@ -1,0 +1,1 @@
+//! The real-time recorder (seed 000). Filled in by the recorder work.
