@@ -1,3 +1,50 @@
-fn main() {
-    println!("tailbound");
+//! The `tailbound` command-line tool: one binary, one subcommand per capability.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd_doctor;
+mod cmd_record;
+
+/// What a subcommand returns: any error is printed as `tailbound: error: ...` and exits with 1.
+pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+#[derive(Parser)]
+#[command(
+    name = "tailbound",
+    version,
+    about = "Fast, bounded-latency, crash-safe writes on Linux, in user space",
+    long_about = "tailbound makes writes on Linux fast, bounded in latency and crash-safe, in user space, \
+on an unmodified kernel.\n\n\
+Start with `tailbound demo` for a one-minute tour, `tailbound doctor DIR` to see what a directory's \
+file system and the kernel's writeback settings mean for latency, and `tailbound record --help` to \
+record periodic data with bounded write() latency."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Record periodic data with bounded write() latency, or verify a recording.
+    Record(cmd_record::RecordArgs),
+    /// Inspect a directory's file system and the kernel's writeback settings, with advice.
+    Doctor(cmd_doctor::DoctorArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(args) => cmd_record::run(args),
+        Command::Doctor(args) => cmd_doctor::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("tailbound: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }
