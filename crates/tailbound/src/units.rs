@@ -33,7 +33,8 @@ pub fn parse_bytes(input: &str) -> Result<u64, ParseError> {
         input: input.to_string(),
         reason,
     };
-    let (value, unit) = split_number(input).ok_or_else(|| err("expected a number such as 16KiB"))?;
+    let (value, unit) =
+        split_number(input).ok_or_else(|| err("expected a number such as 16KiB"))?;
     let multiplier: u64 = match unit {
         "" | "B" | "b" => 1,
         "K" | "k" | "KiB" | "kiB" => 1 << 10,

@@ -1,1 +1,22 @@
-//! The experiment framework and experiments.
+//! The experiment framework every `tailbound bench` experiment is built on, and the experiments.
+//!
+//! - [`timer`]: an absolute-time periodic schedule (`clock_nanosleep(TIMER_ABSTIME)`, no drift).
+//! - [`periodic`]: runs an operation once per period and times each call.
+//! - [`stats`]: HDR latency histograms and their summaries (min … p99.99, max, deadline misses).
+//! - [`sets`]: repeated sets, keeping the worst, as the papers report.
+//! - [`load`]: background loads on their own threads (truncation, allocation, readers, writers).
+//! - [`report`], [`plot`], [`progress`]: Markdown tables, JSON, SVG box plots, progress bars.
+//! - [`experiments`]: the experiments themselves.
+//!
+//! The framework measures; it never decides whether a figure is good. Experiments compare against
+//! a baseline measured in the same run.
+
+pub mod experiments;
+pub mod load;
+pub mod periodic;
+pub mod plot;
+pub mod progress;
+pub mod report;
+pub mod sets;
+pub mod stats;
+pub mod timer;

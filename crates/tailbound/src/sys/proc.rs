@@ -63,6 +63,8 @@ mod tests {
 
     #[test]
     fn pinning_to_cpu_zero_works_in_a_thread() {
-        std::thread::spawn(|| pin_to_cpu(0).unwrap()).join().unwrap();
+        std::thread::spawn(|| pin_to_cpu(0).unwrap())
+            .join()
+            .unwrap();
     }
 }

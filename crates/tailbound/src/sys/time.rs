@@ -9,8 +9,11 @@ pub struct MonoNanos(pub u64);
 
 impl MonoNanos {
     /// Adds a duration, saturating at the end of time.
-    pub fn add(self, d: Duration) -> MonoNanos {
-        MonoNanos(self.0.saturating_add(d.as_nanos().min(u64::MAX as u128) as u64))
+    pub fn plus(self, d: Duration) -> MonoNanos {
+        MonoNanos(
+            self.0
+                .saturating_add(d.as_nanos().min(u64::MAX as u128) as u64),
+        )
     }
 
     /// Time from `earlier` to `self`, zero if `earlier` is later.
@@ -63,7 +66,7 @@ mod tests {
     #[test]
     fn monotonic_clock_does_not_go_back_and_sleep_reaches_deadline() {
         let start = monotonic_now();
-        let deadline = start.add(Duration::from_millis(2));
+        let deadline = start.plus(Duration::from_millis(2));
         sleep_until(deadline).unwrap();
         assert!(monotonic_now() >= deadline);
         // A deadline in the past returns at once without error.
