@@ -1,1 +1,102 @@
-//! The real-time recorder (seed 000). Filled in by the recorder work.
+//! The real-time recorder (seed 000): periodic records written with bounded `write()` latency.
+//!
+//! `Recorder::create(path, options)` prepares everything a recording needs — the file's blocks
+//! (appended, `fallocate`d, zero-filled or recycled from a pool), a background flush thread, the
+//! decoupled ring, the flusher settings — so that `write` only frames, copies and writes.
+//! `finish` cuts the unused tail (or writes a trailer in recycle mode) and `fsync`s. `verify`
+//! reads a framed recording back and reports its valid prefix, as after a crash.
+//!
+//! This module owns the recording's file and the threads it starts. It changes system settings only
+//! through [`FlusherGuard`], which restores them.
+
+mod fileops;
+mod flusher;
+pub mod frame;
+mod options;
+mod recorder;
+mod recycle;
+mod ring;
+mod verify;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+pub use fileops::FileOp;
+pub use flusher::FlusherGuard;
+pub use options::{
+    Allocation, DecoupledOptions, FlushMode, Flusher, Framing, Overflow, RecorderOptions,
+    FLUSH_EVERY_BYTES_MIN, RECORD_BYTES_MAX,
+};
+pub use recorder::Recorder;
+pub use recycle::RecyclePool;
+pub use verify::{verify, StopReason, VerifyReport};
+
+/// What went wrong with a recording. Messages name the file and the operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    #[error("{op} {path}: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("recorder options: {0}")]
+    Options(String),
+    #[error("{path}: not a tailbound recording: {reason}")]
+    NotARecording { path: PathBuf, reason: String },
+    #[error("recycle pool {dir}: {why}")]
+    PoolEmpty { dir: PathBuf, why: String },
+    #[error("{what}: needs root")]
+    NeedsRoot { what: String },
+    #[error("{what}: {source}")]
+    Hygiene {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the recorder's background thread stopped unexpectedly")]
+    Closed,
+}
+
+/// What a recording has done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordCounters {
+    /// Records written to the file.
+    pub frames: u64,
+    pub payload_bytes: u64,
+    /// Records the decoupled ring's `drop` policy discarded.
+    pub dropped: u64,
+    /// Records the decoupled ring's `overwrite` policy discarded.
+    pub overwritten: u64,
+    /// Writes that waited for room in the decoupled ring (`block` policy).
+    pub blocked: u64,
+    /// Completed background flushes.
+    pub flushes: u64,
+}
+
+/// What `finish` reports.
+#[derive(Debug, Clone)]
+pub struct RecordSummary {
+    pub counters: RecordCounters,
+    /// The file's final length.
+    pub file_bytes: u64,
+    /// Each `write()` system call's latency in ns, with `measure_writes`.
+    pub writer_latency: Option<hdrhistogram::Histogram<u64>>,
+}
+
+/// Maps an `io::Error` to a [`RecordError::Io`] naming the path and the operation.
+pub(crate) fn io_err<'a>(
+    path: &'a Path,
+    op: &'static str,
+) -> impl FnOnce(std::io::Error) -> RecordError + 'a {
+    move |source| RecordError::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
+}

@@ -1,0 +1,135 @@
+//! The file operations a recorder performs, in one place, so tests can see every one of them.
+//!
+//! [`RecFile`] wraps the recording's `File`. When a log is attached (tests only), each operation is
+//! appended to it; otherwise the cost is one branch.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::record::RecordError;
+use crate::sys::file::{fadvise, fallocate, sync_file_range, Advice, Allocate, SyncRange};
+
+/// One operation on the recording's file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileOp {
+    Write,
+    Fallocate,
+    Ftruncate,
+    Fdatasync,
+    Fsync,
+    SyncFileRange,
+    Fadvise,
+    /// Marks where recording (the first `write` call of the producer) began.
+    RecordingStarted,
+    /// Marks where `finish` began.
+    FinishStarted,
+}
+
+/// Where a test collects the operations.
+pub type OpLog = Arc<Mutex<Vec<FileOp>>>;
+
+/// The recording's file, with its path for error messages.
+#[derive(Debug)]
+pub struct RecFile {
+    file: File,
+    path: PathBuf,
+    log: Option<OpLog>,
+}
+
+impl RecFile {
+    pub fn new(file: File, path: &Path, log: Option<OpLog>) -> RecFile {
+        RecFile {
+            file,
+            path: path.to_path_buf(),
+            log,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn note(&self, op: FileOp) {
+        if let Some(log) = &self.log {
+            if let Ok(mut log) = log.lock() {
+                log.push(op);
+            }
+        }
+    }
+
+    fn err(&self, op: &'static str) -> impl FnOnce(io::Error) -> RecordError + '_ {
+        move |source| RecordError::Io {
+            path: self.path.clone(),
+            op,
+            source,
+        }
+    }
+
+    pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), RecordError> {
+        self.note(FileOp::Write);
+        self.file
+            .write_all_at(buf, offset)
+            .map_err(self.err("writing"))
+    }
+
+    pub fn fallocate(&self, offset: u64, len: u64) -> Result<(), RecordError> {
+        self.note(FileOp::Fallocate);
+        fallocate(&self.file, offset, len, Allocate::Grow).map_err(self.err("allocating"))
+    }
+
+    pub fn set_len(&self, len: u64) -> Result<(), RecordError> {
+        self.note(FileOp::Ftruncate);
+        self.file.set_len(len).map_err(self.err("truncating"))
+    }
+
+    pub fn sync_data(&self) -> Result<(), RecordError> {
+        self.note(FileOp::Fdatasync);
+        self.file
+            .sync_data()
+            .map_err(self.err("flushing (fdatasync)"))
+    }
+
+    pub fn sync_all(&self) -> Result<(), RecordError> {
+        self.note(FileOp::Fsync);
+        self.file.sync_all().map_err(self.err("flushing (fsync)"))
+    }
+
+    pub fn sync_range(&self, offset: u64, len: u64, how: SyncRange) -> Result<(), RecordError> {
+        self.note(FileOp::SyncFileRange);
+        sync_file_range(&self.file, offset, len, how)
+            .map_err(self.err("flushing (sync_file_range)"))
+    }
+
+    pub fn drop_cache(&self, offset: u64, len: u64) -> Result<(), RecordError> {
+        self.note(FileOp::Fadvise);
+        fadvise(&self.file, offset, len, Advice::DontNeed)
+            .map_err(self.err("dropping cached pages of"))
+    }
+
+    pub fn len(&self) -> Result<u64, RecordError> {
+        Ok(self
+            .file
+            .metadata()
+            .map_err(self.err("reading the size of"))?
+            .len())
+    }
+
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.file.read_exact_at(buf, offset)
+    }
+
+    /// Writes `len` zero bytes from `offset` in 1 MiB writes (zero-fill and pool preparation).
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), RecordError> {
+        let chunk = vec![0u8; (1 << 20).min(len.max(1)) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (chunk.len() as u64).min(len - done) as usize;
+            self.write_all_at(&chunk[..n], offset + done)?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+}

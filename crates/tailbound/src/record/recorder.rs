@@ -1,0 +1,352 @@
+//! `Recorder`: create → write → finish, in direct or decoupled mode.
+
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::record::fileops::{FileOp, OpLog, RecFile};
+use crate::record::flusher::FlusherGuard;
+use crate::record::frame::{FileHeader, FILE_FLAG_RECYCLED, FILE_HEADER_BYTES};
+use crate::record::options::{Allocation, Flusher, Framing, RecorderOptions};
+use crate::record::recycle::RecyclePool;
+use crate::record::ring::{Pushed, Ring};
+use crate::record::writer::{Shared, Writer, WriterSetup};
+use crate::record::{io_err, RecordCounters, RecordError, RecordSummary};
+use crate::sys::proc::{lock_all_memory, pin_to_cpu, set_fifo_priority};
+
+enum Mode {
+    Direct(Box<Writer>),
+    Decoupled {
+        ring: Arc<Ring>,
+        thread: Option<JoinHandle<Result<Writer, RecordError>>>,
+        shared: Arc<Shared>,
+    },
+    /// After `finish` took the writer.
+    Finished,
+}
+
+/// A recording in progress. See the module documentation of [`crate::record`].
+pub struct Recorder {
+    path: PathBuf,
+    options: RecorderOptions,
+    mode: Mode,
+    started: bool,
+    file: Arc<RecFile>,
+    _flusher: Option<FlusherGuard>,
+}
+
+fn apply_hygiene(options: &RecorderOptions) -> Result<(), RecordError> {
+    if let Some(p) = options.rt_priority {
+        set_fifo_priority(p).map_err(|source| RecordError::Hygiene {
+            what: format!("SCHED_FIFO priority {p} (needs root or CAP_SYS_NICE)"),
+            source,
+        })?;
+    }
+    if let Some(cpu) = options.cpu {
+        pin_to_cpu(cpu).map_err(|source| RecordError::Hygiene {
+            what: format!("pinning to CPU {cpu}"),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Opens and prepares the file per the allocation; returns it, the epoch, the reserved size and
+/// the file header flags.
+fn prepare_file(
+    path: &Path,
+    options: &RecorderOptions,
+    log: Option<OpLog>,
+) -> Result<(RecFile, u64, Option<u64>, u32), RecordError> {
+    let open = |create_new_len: bool| {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true);
+        if create_new_len {
+            o.create(true).truncate(true);
+        }
+        o.open(path).map_err(io_err(path, "creating"))
+    };
+    match options.allocation {
+        Allocation::Append => Ok((RecFile::new(open(true)?, path, log), 1, None, 0)),
+        Allocation::Fallocate => {
+            let f = RecFile::new(open(true)?, path, log);
+            f.fallocate(0, options.expected_bytes)?;
+            Ok((f, 1, Some(options.expected_bytes), 0))
+        }
+        Allocation::ZeroFill => {
+            let f = RecFile::new(open(true)?, path, log);
+            f.write_zeroes(0, options.expected_bytes)?;
+            f.sync_data()?;
+            // The zeros are on the device: keep them out of the page cache.
+            f.drop_cache(0, options.expected_bytes)?;
+            Ok((f, 1, Some(options.expected_bytes), 0))
+        }
+        Allocation::Recycle => {
+            let dir = options
+                .recycle_pool
+                .as_deref()
+                .ok_or_else(|| RecordError::Options("allocation=recycle needs pool=DIR".into()))?;
+            if path.exists() {
+                return Err(RecordError::Io {
+                    path: path.to_path_buf(),
+                    op: "recycling into",
+                    source: std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+                });
+            }
+            RecyclePool::open(dir)?.take(path)?;
+            let f = RecFile::new(open(false)?, path, log);
+            let mut head = [0u8; FILE_HEADER_BYTES];
+            let epoch = match f.read_exact_at(&mut head, 0) {
+                Ok(()) => FileHeader::decode(&head).map_or(1, |h| h.epoch + 1),
+                Err(_) => 1,
+            };
+            let len = f.len()?;
+            Ok((f, epoch, Some(len), FILE_FLAG_RECYCLED))
+        }
+    }
+}
+
+impl Recorder {
+    /// Creates the recording at `path` and prepares everything the recording needs (allocation,
+    /// threads, ring, flusher settings), so `write` does as little as possible.
+    pub fn create(
+        path: impl AsRef<Path>,
+        options: RecorderOptions,
+    ) -> Result<Recorder, RecordError> {
+        Recorder::create_logged(path.as_ref(), options, None)
+    }
+
+    pub(crate) fn create_logged(
+        path: &Path,
+        options: RecorderOptions,
+        log: Option<OpLog>,
+    ) -> Result<Recorder, RecordError> {
+        options.validate()?;
+        let flusher = match options.flusher {
+            Flusher::Off => Some(FlusherGuard::disable()?),
+            Flusher::On => None,
+        };
+        if options.mlockall {
+            lock_all_memory().map_err(|source| RecordError::Hygiene {
+                what: "locking memory (mlockall; needs CAP_IPC_LOCK or a large RLIMIT_MEMLOCK)"
+                    .into(),
+                source,
+            })?;
+        }
+        let (file, epoch, reserved, flags) = prepare_file(path, &options, log)?;
+        let file = Arc::new(file);
+        let start_offset = match options.framing {
+            Framing::Framed => {
+                let created_unix_ns = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+                let header = FileHeader {
+                    flags,
+                    epoch,
+                    created_unix_ns,
+                };
+                file.write_all_at(&header.encode(), 0)?;
+                FILE_HEADER_BYTES as u64
+            }
+            Framing::Raw => 0,
+        };
+        let writer = Writer::start(WriterSetup {
+            file: file.clone(),
+            framing: options.framing,
+            epoch,
+            start_offset,
+            flush: options.flush,
+            flush_every: options.flush_every_bytes,
+            reserved,
+            measure_writes: options.measure_writes,
+        })?;
+        let mode = match options.decoupled {
+            None => {
+                apply_hygiene(&options)?;
+                Mode::Direct(Box::new(writer))
+            }
+            Some(d) => {
+                let ring = Arc::new(Ring::new(d.ring_bytes as usize, d.overflow));
+                let shared = writer.shared().clone();
+                let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+                let thread_ring = ring.clone();
+                let thread_options = options.clone();
+                let thread = std::thread::Builder::new()
+                    .name("tailbound-writer".into())
+                    .spawn(move || {
+                        let mut writer = writer;
+                        let hygiene = apply_hygiene(&thread_options);
+                        let ok = hygiene.is_ok();
+                        let _ = ready_tx.send(hygiene);
+                        if !ok {
+                            return Err(RecordError::Closed);
+                        }
+                        let mut record = Vec::with_capacity(64 << 10);
+                        while thread_ring.pop(&mut record) {
+                            if let Err(e) = writer.write_record(&record) {
+                                thread_ring.close();
+                                return Err(e);
+                            }
+                        }
+                        Ok(writer)
+                    })
+                    .map_err(io_err(path, "starting the writer thread for"))?;
+                match ready_rx.recv() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        let _ = thread.join();
+                        return Err(e);
+                    }
+                    Err(_) => return Err(RecordError::Closed),
+                }
+                Mode::Decoupled {
+                    ring,
+                    thread: Some(thread),
+                    shared,
+                }
+            }
+        };
+        Ok(Recorder {
+            path: path.to_path_buf(),
+            options,
+            mode,
+            started: false,
+            file,
+            _flusher: flusher,
+        })
+    }
+
+    /// The recording's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The options it records with.
+    pub fn options(&self) -> &RecorderOptions {
+        &self.options
+    }
+
+    /// Records one record (one frame when framed). In decoupled mode this copies into the ring and
+    /// returns; a record the overflow policy discards is counted, not an error.
+    pub fn write(&mut self, record: &[u8]) -> Result<(), RecordError> {
+        if !self.started {
+            self.started = true;
+            self.file.note(FileOp::RecordingStarted);
+        }
+        match &mut self.mode {
+            Mode::Finished => Err(RecordError::Closed),
+            Mode::Direct(w) => w.write_record(record),
+            Mode::Decoupled { ring, shared, .. } => {
+                if record.len() > ring.capacity() {
+                    return Err(RecordError::Options(format!(
+                        "a record of {} bytes does not fit the {}-byte ring",
+                        record.len(),
+                        ring.capacity()
+                    )));
+                }
+                if let Some(e) = shared.take_error() {
+                    return Err(e);
+                }
+                match ring.push(record) {
+                    Pushed::Queued | Pushed::Dropped => Ok(()),
+                    Pushed::Closed => Err(RecordError::Closed),
+                }
+            }
+        }
+    }
+
+    /// Bytes known to be on the device: the end of the last completed data flush.
+    pub fn durable_bytes(&self) -> u64 {
+        match &self.mode {
+            Mode::Finished => 0,
+            Mode::Direct(w) => w.shared().durable_bytes.load(Ordering::Acquire),
+            Mode::Decoupled { shared, .. } => shared.durable_bytes.load(Ordering::Acquire),
+        }
+    }
+
+    /// What the recording has done so far. In decoupled mode `frames` and `payload_bytes` are
+    /// known only at `finish`, and read 0 before it.
+    pub fn counters(&self) -> RecordCounters {
+        match &self.mode {
+            Mode::Finished => RecordCounters::default(),
+            Mode::Direct(w) => RecordCounters {
+                frames: w.frames(),
+                payload_bytes: w.payload_bytes(),
+                dropped: 0,
+                overwritten: 0,
+                blocked: 0,
+                flushes: w.shared().flushes.load(Ordering::Acquire),
+            },
+            Mode::Decoupled { ring, shared, .. } => {
+                let c = ring.counters();
+                RecordCounters {
+                    frames: 0,
+                    payload_bytes: 0,
+                    dropped: c.dropped,
+                    overwritten: c.overwritten,
+                    blocked: c.blocked,
+                    flushes: shared.flushes.load(Ordering::Acquire),
+                }
+            }
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn stall_writer(&self, stalled: bool) {
+        if let Mode::Decoupled { ring, .. } = &self.mode {
+            ring.set_stalled(stalled);
+        }
+    }
+
+    /// Ends the recording: drains the ring, stops the threads, writes the trailer (recycle) or cuts
+    /// the unused tail (fallocate, zero-fill), and `fsync`s.
+    pub fn finish(mut self) -> Result<RecordSummary, RecordError> {
+        let trailer = self.options.allocation == Allocation::Recycle;
+        let truncate = matches!(
+            self.options.allocation,
+            Allocation::Fallocate | Allocation::ZeroFill
+        );
+        let mut counters = self.counters();
+        let mode = std::mem::replace(&mut self.mode, Mode::Finished);
+        let mut writer = match mode {
+            Mode::Finished => return Err(RecordError::Closed),
+            Mode::Direct(w) => *w,
+            Mode::Decoupled {
+                ring, mut thread, ..
+            } => {
+                ring.close();
+                let c = ring.counters();
+                counters.dropped = c.dropped;
+                counters.overwritten = c.overwritten;
+                counters.blocked = c.blocked;
+                match thread.take().map(JoinHandle::join) {
+                    Some(Ok(result)) => result?,
+                    _ => return Err(RecordError::Closed),
+                }
+            }
+        };
+        let (file_bytes, latency) = writer.finish(trailer, truncate)?;
+        counters.frames = writer.frames();
+        counters.payload_bytes = writer.payload_bytes();
+        counters.flushes = writer.shared().flushes.load(Ordering::Acquire);
+        Ok(RecordSummary {
+            counters,
+            file_bytes,
+            writer_latency: latency,
+        })
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Mode::Decoupled { ring, thread, .. } = &mut self.mode {
+            ring.close();
+            if let Some(t) = thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The decoupled mode's ring: the producer copies records in, the writer thread copies them out
+//! and makes the `write()` calls.
+//!
+//! The ring is one preallocated, pre-faulted buffer. Its lock is held only for a copy, never across
+//! I/O. When full, the overflow policy decides: wait, drop the new record, or discard the oldest
+//! records not yet taken by the writer. Sequence numbers are given by the writer, so discarded
+//! records leave no gap in the file.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use crate::record::options::Overflow;
+
+/// Counters of what the overflow policy did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RingCounters {
+    pub blocked: u64,
+    pub dropped: u64,
+    pub overwritten: u64,
+}
+
+struct State {
+    buf: Vec<u8>,
+    head: usize,
+    used: usize,
+    records: VecDeque<usize>,
+    closed: bool,
+    writer_waiting: bool,
+    producer_waiting: bool,
+    /// Test hook: the writer takes nothing while set.
+    stalled: bool,
+    counters: RingCounters,
+}
+
+/// A bounded byte ring of whole records.
+pub struct Ring {
+    state: Mutex<State>,
+    not_empty: Condvar,
+    not_full: Condvar,
+    overflow: Overflow,
+}
+
+/// What a `push` did with the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    Queued,
+    Dropped,
+    Closed,
+}
+
+impl Ring {
+    /// A ring of `capacity` bytes, every page touched now so the producer never faults.
+    pub fn new(capacity: usize, overflow: Overflow) -> Ring {
+        let mut buf = vec![0u8; capacity];
+        buf.fill(0xa5);
+        std::hint::black_box(&mut buf);
+        buf.fill(0);
+        Ring {
+            state: Mutex::new(State {
+                buf,
+                head: 0,
+                used: 0,
+                records: VecDeque::with_capacity(1024),
+                closed: false,
+                writer_waiting: false,
+                producer_waiting: false,
+                stalled: false,
+                counters: RingCounters::default(),
+            }),
+            not_empty: Condvar::new(),
+            not_full: Condvar::new(),
+            overflow,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.lock().buf.len()
+    }
+
+    pub fn counters(&self) -> RingCounters {
+        self.lock().counters
+    }
+
+    /// Copies `record` in, applying the overflow policy when there is no room.
+    /// The caller checks `record.len() <= capacity` first.
+    pub fn push(&self, record: &[u8]) -> Pushed {
+        let mut s = self.lock();
+        let cap = s.buf.len();
+        debug_assert!(record.len() <= cap);
+        let mut counted_block = false;
+        while cap - s.used < record.len() {
+            if s.closed {
+                return Pushed::Closed;
+            }
+            match self.overflow {
+                Overflow::Block => {
+                    if !counted_block {
+                        s.counters.blocked += 1;
+                        counted_block = true;
+                    }
+                    s.producer_waiting = true;
+                    s = self.not_full.wait(s).unwrap_or_else(|p| p.into_inner());
+                }
+                Overflow::Drop => {
+                    s.counters.dropped += 1;
+                    return Pushed::Dropped;
+                }
+                Overflow::Overwrite => {
+                    let Some(oldest) = s.records.pop_front() else {
+                        break;
+                    };
+                    s.head = (s.head + oldest) % cap;
+                    s.used -= oldest;
+                    s.counters.overwritten += 1;
+                }
+            }
+        }
+        if s.closed {
+            return Pushed::Closed;
+        }
+        let tail = (s.head + s.used) % cap;
+        let first = record.len().min(cap - tail);
+        s.buf[tail..tail + first].copy_from_slice(&record[..first]);
+        s.buf[..record.len() - first].copy_from_slice(&record[first..]);
+        s.used += record.len();
+        s.records.push_back(record.len());
+        if s.writer_waiting {
+            s.writer_waiting = false;
+            self.not_empty.notify_one();
+        }
+        Pushed::Queued
+    }
+
+    /// Takes the oldest record into `out`; waits while the ring is empty. Returns false once the
+    /// ring is closed and drained.
+    pub fn pop(&self, out: &mut Vec<u8>) -> bool {
+        let mut s = self.lock();
+        loop {
+            if !s.stalled {
+                if let Some(len) = s.records.pop_front() {
+                    let cap = s.buf.len();
+                    let head = s.head;
+                    let first = len.min(cap - head);
+                    out.clear();
+                    out.extend_from_slice(&s.buf[head..head + first]);
+                    out.extend_from_slice(&s.buf[..len - first]);
+                    s.head = (head + len) % cap;
+                    s.used -= len;
+                    if s.producer_waiting {
+                        s.producer_waiting = false;
+                        self.not_full.notify_one();
+                    }
+                    return true;
+                }
+                if s.closed {
+                    return false;
+                }
+            }
+            s.writer_waiting = true;
+            s = self.not_empty.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// No more records: the writer drains what is queued and stops; a blocked producer returns.
+    pub fn close(&self) {
+        let mut s = self.lock();
+        s.closed = true;
+        s.stalled = false;
+        self.not_empty.notify_all();
+        self.not_full.notify_all();
+    }
+
+    /// Test hook: holds the writer back (or lets it go).
+    #[cfg(test)]
+    pub fn set_stalled(&self, stalled: bool) {
+        let mut s = self.lock();
+        s.stalled = stalled;
+        self.not_empty.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_come_out_whole_and_in_order_across_the_wrap() {
+        let ring = Ring::new(100, Overflow::Drop);
+        let mut out = Vec::new();
+        for i in 0..50u8 {
+            let rec = vec![i; 7 + (i as usize % 5)];
+            assert_eq!(ring.push(&rec), Pushed::Queued);
+            assert!(ring.pop(&mut out));
+            assert_eq!(out, rec);
+        }
+        assert_eq!(ring.counters(), RingCounters::default());
+    }
+
+    #[test]
+    fn drop_and_overwrite_count_what_they_discard() {
+        let ring = Ring::new(30, Overflow::Drop);
+        ring.set_stalled(true);
+        for i in 0..5u8 {
+            ring.push(&[i; 10]);
+        }
+        assert_eq!(ring.counters().dropped, 2);
+        ring.close();
+        let mut out = Vec::new();
+        let mut got = Vec::new();
+        while ring.pop(&mut out) {
+            got.push(out[0]);
+        }
+        assert_eq!(got, vec![0, 1, 2], "the newest records were dropped");
+
+        let ring = Ring::new(30, Overflow::Overwrite);
+        ring.set_stalled(true);
+        for i in 0..5u8 {
+            ring.push(&[i; 10]);
+        }
+        assert_eq!(ring.counters().overwritten, 2);
+        ring.close();
+        let mut got = Vec::new();
+        while ring.pop(&mut out) {
+            got.push(out[0]);
+        }
+        assert_eq!(got, vec![2, 3, 4], "the oldest records were overwritten");
+    }
+
+    #[test]
+    fn block_waits_for_the_writer_and_loses_nothing() {
+        let ring = std::sync::Arc::new(Ring::new(64, Overflow::Block));
+        let reader = {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                let mut got = Vec::new();
+                while ring.pop(&mut out) {
+                    got.push(out.clone());
+                }
+                got
+            })
+        };
+        let sent: Vec<Vec<u8>> = (0..200u32).map(|i| i.to_le_bytes().repeat(4)).collect();
+        for rec in &sent {
+            assert_eq!(ring.push(rec), Pushed::Queued);
+        }
+        ring.close();
+        assert_eq!(reader.join().unwrap(), sent);
+    }
+}

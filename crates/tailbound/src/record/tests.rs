@@ -1,0 +1,400 @@
+//! Recorder behaviour across every mode: what is written, what `verify` finds, what the file
+//! operations were. Nothing here depends on timing.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use proptest::prelude::*;
+
+use super::fileops::{FileOp, OpLog};
+use super::*;
+
+fn record(i: u64, len: usize) -> Vec<u8> {
+    let mut r = vec![(i % 251) as u8; len];
+    r[..8].copy_from_slice(&i.to_le_bytes());
+    r
+}
+
+fn small(allocation: Allocation, flush: FlushMode, framing: Framing) -> RecorderOptions {
+    RecorderOptions {
+        allocation,
+        flush,
+        framing,
+        flush_every_bytes: 16 << 10,
+        expected_bytes: 1 << 20,
+        ..RecorderOptions::default()
+    }
+}
+
+fn record_n(path: &Path, options: RecorderOptions, n: u64, len: usize) -> RecordSummary {
+    let mut r = Recorder::create(path, options).unwrap();
+    for i in 0..n {
+        r.write(&record(i, len)).unwrap();
+    }
+    r.finish().unwrap()
+}
+
+#[test]
+fn every_mode_records_every_frame_and_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    RecyclePool::prepare(&pool, 1, 1 << 20).unwrap();
+    for &allocation in Allocation::ALL {
+        for &flush in FlushMode::ALL {
+            for &framing in Framing::ALL {
+                if allocation == Allocation::Recycle && framing == Framing::Raw {
+                    continue; // rejected by validate(), tested below
+                }
+                let path = dir
+                    .path()
+                    .join(format!("{allocation}-{flush}-{framing}.tbr"));
+                let mut options = small(allocation, flush, framing);
+                options.recycle_pool = Some(pool.clone());
+                let n = 150;
+                let summary = record_n(&path, options, n, 1000);
+                let what = format!("{allocation}/{flush}/{framing}");
+                assert_eq!(summary.counters.frames, n, "{what}");
+                assert_eq!(summary.counters.payload_bytes, n * 1000, "{what}");
+                let len = std::fs::metadata(&path).unwrap().len();
+                assert_eq!(
+                    summary.file_bytes,
+                    if allocation == Allocation::Recycle {
+                        summary.file_bytes
+                    } else {
+                        len
+                    },
+                    "{what}"
+                );
+                match framing {
+                    Framing::Raw => {
+                        assert_eq!(len, n * 1000, "{what}");
+                        let bytes = std::fs::read(&path).unwrap();
+                        assert_eq!(&bytes[..1000], &record(0, 1000)[..]);
+                        assert_eq!(&bytes[149_000..], &record(149, 1000)[..]);
+                    }
+                    Framing::Framed => {
+                        let v = verify(&path).unwrap();
+                        assert_eq!(v.frames, n, "{what}: {v:?}");
+                        assert_eq!(v.last_sequence, Some(n - 1), "{what}");
+                        assert_eq!(v.payload_bytes, n * 1000, "{what}");
+                        if allocation == Allocation::Recycle {
+                            assert!(v.finished && v.stop == StopReason::Trailer, "{what}: {v:?}");
+                            assert_eq!(v.valid_bytes, summary.file_bytes, "{what}");
+                        } else {
+                            assert_eq!(v.valid_bytes, len, "{what}: {v:?}");
+                            assert_eq!(v.stop, StopReason::EndOfFile, "{what}");
+                        }
+                    }
+                }
+                if allocation == Allocation::Recycle {
+                    RecyclePool::open(&pool).unwrap().give_back(&path).unwrap();
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_torn_or_zeroed_tail_verifies_to_the_valid_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.tbr");
+    record_n(
+        &path,
+        small(Allocation::Append, FlushMode::None, Framing::Framed),
+        20,
+        500,
+    );
+    let whole = verify(&path).unwrap();
+    let frame: u64 = 32 + 500;
+    // Cut inside frame 12.
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(64 + 12 * frame + 100).unwrap();
+    let v = verify(&path).unwrap();
+    assert_eq!(
+        (v.frames, v.last_sequence, v.stop),
+        (12, Some(11), StopReason::Truncated)
+    );
+    assert_eq!(v.valid_bytes, 64 + 12 * frame);
+    // Zeroes after frame 12, as in preallocated space.
+    f.set_len(64 + 12 * frame).unwrap();
+    f.set_len(whole.bytes).unwrap();
+    let v = verify(&path).unwrap();
+    assert_eq!((v.frames, v.stop), (12, StopReason::Zeroes));
+    // A flipped bit in frame 5's payload.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(64 + 5 * frame + 40) as usize] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let v = verify(&path).unwrap();
+    assert_eq!((v.frames, v.stop), (5, StopReason::BadCrc));
+}
+
+#[test]
+fn a_recycled_file_never_shows_the_previous_laps_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("pool");
+    let pool = RecyclePool::prepare(&pool_dir, 1, 1 << 20).unwrap();
+    assert_eq!(pool.ready(), 1);
+    let path = dir.path().join("lap.tbr");
+    let mut options = small(
+        Allocation::Recycle,
+        FlushMode::SyncFileRange,
+        Framing::Framed,
+    );
+    options.recycle_pool = Some(pool_dir.clone());
+    record_n(&path, options.clone(), 100, 1000);
+    assert_eq!(verify(&path).unwrap().epoch, Some(1));
+    pool.give_back(&path).unwrap();
+    assert_eq!(pool.ready(), 1);
+
+    // Lap 2, finished: 30 frames and the trailer.
+    record_n(&path, options.clone(), 30, 1000);
+    let v = verify(&path).unwrap();
+    assert_eq!((v.frames, v.epoch, v.finished), (30, Some(2), true));
+    pool.give_back(&path).unwrap();
+
+    // Lap 3, cut off before finish: lap 2's trailer and lap 1's frames lie beyond.
+    let mut r = Recorder::create(&path, options).unwrap();
+    for i in 0..10 {
+        r.write(&record(i, 1000)).unwrap();
+    }
+    drop(r);
+    let v = verify(&path).unwrap();
+    assert_eq!((v.frames, v.epoch, v.finished), (10, Some(3), false));
+    assert_eq!(v.stop, StopReason::StaleEpoch);
+}
+
+#[test]
+fn an_empty_or_missing_pool_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = small(Allocation::Recycle, FlushMode::None, Framing::Framed);
+    options.recycle_pool = Some(dir.path().join("nope"));
+    let e = Recorder::create(dir.path().join("a.tbr"), options.clone())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("prepare-pool"), "{e}");
+    RecyclePool::prepare(dir.path().join("empty"), 0, 4096).unwrap();
+    options.recycle_pool = Some(dir.path().join("empty"));
+    let e = Recorder::create(dir.path().join("a.tbr"), options)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no ready file"), "{e}");
+}
+
+fn logged(path: &Path, options: RecorderOptions, n: u64) -> Vec<FileOp> {
+    let log: OpLog = Arc::new(Mutex::new(Vec::new()));
+    let mut r = Recorder::create_logged(path, options, Some(log.clone())).unwrap();
+    for i in 0..n {
+        r.write(&record(i, 4096)).unwrap();
+    }
+    r.finish().unwrap();
+    let ops = log.lock().unwrap().clone();
+    ops
+}
+
+fn during(ops: &[FileOp]) -> &[FileOp] {
+    let start = ops
+        .iter()
+        .position(|o| *o == FileOp::RecordingStarted)
+        .unwrap();
+    let end = ops
+        .iter()
+        .position(|o| *o == FileOp::FinishStarted)
+        .unwrap();
+    &ops[start..end]
+}
+
+#[test]
+fn recycle_mode_never_allocates_or_truncates() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    RecyclePool::prepare(&pool, 1, 4 << 20).unwrap();
+    let mut options = small(Allocation::Recycle, FlushMode::Pipelined, Framing::Framed);
+    options.recycle_pool = Some(pool);
+    let ops = logged(&dir.path().join("r.tbr"), options, 300);
+    assert!(!ops.contains(&FileOp::Fallocate), "{ops:?}");
+    assert!(!ops.contains(&FileOp::Ftruncate), "{ops:?}");
+    assert!(during(&ops).contains(&FileOp::SyncFileRange));
+    assert_eq!(ops.last(), Some(&FileOp::Fsync));
+}
+
+#[test]
+fn each_mode_issues_the_calls_it_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    let ops = logged(
+        &p("a"),
+        small(Allocation::Append, FlushMode::Fdatasync, Framing::Raw),
+        50,
+    );
+    assert!(during(&ops).contains(&FileOp::Fdatasync));
+    assert!(!ops.contains(&FileOp::Fallocate) && !ops.contains(&FileOp::Ftruncate));
+
+    let ops = logged(
+        &p("f"),
+        small(
+            Allocation::Fallocate,
+            FlushMode::SyncFileRange,
+            Framing::Raw,
+        ),
+        50,
+    );
+    let start = ops
+        .iter()
+        .position(|o| *o == FileOp::RecordingStarted)
+        .unwrap();
+    assert!(
+        ops[..start].contains(&FileOp::Fallocate),
+        "preallocated before recording"
+    );
+    assert!(!during(&ops).contains(&FileOp::Fallocate), "{ops:?}");
+    assert!(
+        !during(&ops).contains(&FileOp::Fdatasync),
+        "data-only flushing"
+    );
+    assert!(during(&ops).contains(&FileOp::SyncFileRange));
+    let finish = ops
+        .iter()
+        .position(|o| *o == FileOp::FinishStarted)
+        .unwrap();
+    assert!(
+        ops[finish..].contains(&FileOp::Ftruncate),
+        "unused tail cut at the end"
+    );
+
+    let ops = logged(
+        &p("z"),
+        small(Allocation::ZeroFill, FlushMode::Pipelined, Framing::Framed),
+        50,
+    );
+    assert!(
+        !ops.contains(&FileOp::Fallocate),
+        "zero-fill writes, never allocates"
+    );
+    assert!(
+        during(&ops).contains(&FileOp::Fadvise),
+        "pipelined drops flushed windows"
+    );
+
+    let ops = logged(
+        &p("n"),
+        small(Allocation::Append, FlushMode::None, Framing::Framed),
+        50,
+    );
+    assert!(!during(&ops)
+        .iter()
+        .any(|o| matches!(o, FileOp::Fdatasync | FileOp::SyncFileRange)));
+}
+
+#[test]
+fn outgrowing_the_preallocation_extends_ahead_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("grow.tbr");
+    let mut options = small(
+        Allocation::ZeroFill,
+        FlushMode::SyncFileRange,
+        Framing::Framed,
+    );
+    options.expected_bytes = 64 << 10;
+    let summary = record_n(&path, options, 400, 4096);
+    assert_eq!(summary.counters.frames, 400);
+    let v = verify(&path).unwrap();
+    assert_eq!(
+        (v.frames, v.valid_bytes),
+        (400, std::fs::metadata(&path).unwrap().len())
+    );
+}
+
+#[test]
+fn decoupled_block_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.tbr");
+    let mut options = small(Allocation::ZeroFill, FlushMode::Pipelined, Framing::Framed);
+    options.decoupled = Some(DecoupledOptions {
+        ring_bytes: 64 << 10,
+        overflow: Overflow::Block,
+    });
+    options.measure_writes = true;
+    let summary = record_n(&path, options, 500, 3000);
+    assert_eq!(summary.counters.frames, 500);
+    assert_eq!(summary.counters.dropped + summary.counters.overwritten, 0);
+    assert_eq!(summary.writer_latency.as_ref().map(|h| h.len()), Some(500));
+    let v = verify(&path).unwrap();
+    assert_eq!((v.frames, v.last_sequence), (500, Some(499)));
+    let bytes = std::fs::read(&path).unwrap();
+    // Record 499's payload is the last frame's.
+    let last = &bytes[bytes.len() - 3000..];
+    assert_eq!(last, &record(499, 3000)[..]);
+}
+
+#[test]
+fn decoupled_drop_and_overwrite_count_and_leave_no_gap() {
+    for overflow in [Overflow::Drop, Overflow::Overwrite] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.tbr");
+        let mut options = small(Allocation::Append, FlushMode::None, Framing::Framed);
+        options.decoupled = Some(DecoupledOptions {
+            ring_bytes: 64 << 10,
+            overflow,
+        });
+        let mut r = Recorder::create(&path, options).unwrap();
+        r.stall_writer(true);
+        for i in 0..40 {
+            r.write(&record(i, 4096)).unwrap(); // the ring holds 16
+        }
+        let c = r.counters();
+        assert_eq!(c.dropped + c.overwritten, 24, "{overflow}: {c:?}");
+        let summary = r.finish().unwrap();
+        assert_eq!(summary.counters.frames, 16, "{overflow}");
+        let v = verify(&path).unwrap();
+        assert_eq!((v.frames, v.last_sequence), (16, Some(15)), "{overflow}");
+        let bytes = std::fs::read(&path).unwrap();
+        let first_payload = &bytes[64 + 32..64 + 32 + 8];
+        let expected_first: u64 = if overflow == Overflow::Drop { 0 } else { 24 };
+        assert_eq!(first_payload, &expected_first.to_le_bytes(), "{overflow}");
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = verify(dir.path().join("missing")).unwrap_err();
+    assert!(e.to_string().contains("missing"), "{e}");
+    let raw = dir.path().join("raw");
+    std::fs::write(
+        &raw,
+        b"just some bytes that are long enough to hold a header, and more of them",
+    )
+    .unwrap();
+    let e = verify(&raw).unwrap_err();
+    assert!(matches!(e, RecordError::NotARecording { .. }), "{e}");
+    let e = Recorder::create(dir.path().join("no/such/dir/x"), RecorderOptions::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no/such/dir"), "{e}");
+    let mut options = small(Allocation::Append, FlushMode::None, Framing::Framed);
+    options.decoupled = Some(DecoupledOptions {
+        ring_bytes: 64 << 10,
+        overflow: Overflow::Block,
+    });
+    let mut r = Recorder::create(dir.path().join("big"), options).unwrap();
+    assert!(r.write(&vec![0u8; 65 << 10]).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn verify_never_panics_on_arbitrary_bytes(tail in proptest::collection::vec(any::<u8>(), 0..4000),
+                                               with_header in any::<bool>()) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x");
+        let mut bytes = Vec::new();
+        if with_header {
+            bytes.extend_from_slice(&frame::FileHeader { flags: 0, epoch: 1, created_unix_ns: 0 }.encode());
+        }
+        bytes.extend_from_slice(&tail);
+        std::fs::write(&path, &bytes).unwrap();
+        if let Ok(v) = verify(&path) {
+            prop_assert!(v.valid_bytes <= v.bytes);
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! The part of a recorder that makes the `write()` calls: framing, positions, flush windows and
+//! growth. It runs on the producer's thread (direct mode) or on the writer thread (decoupled).
+//!
+//! Flushing and growth run on a background thread fed by a channel, so `write()` only copies,
+//! writes and, once per window, sends a message.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use hdrhistogram::Histogram;
+
+use crate::record::fileops::RecFile;
+use crate::record::frame::{
+    encode_frame_header, trailer_payload, FRAME_FLAG_TRAILER, FRAME_HEADER_BYTES,
+};
+use crate::record::options::{FlushMode, Framing, RECORD_BYTES_MAX};
+use crate::record::RecordError;
+use crate::sys::file::SyncRange;
+use crate::sys::time::monotonic_now;
+
+/// Work for the background thread.
+enum Job {
+    /// Flush the completed window `[start, end)`.
+    Flush { start: u64, end: u64 },
+    /// Reserve `[from, from + len)` ahead of the writer.
+    Grow { from: u64, len: u64 },
+}
+
+/// State shared with the background thread.
+#[derive(Default)]
+pub struct Shared {
+    pub flushes: AtomicU64,
+    /// Bytes known durable on the device (end of the last completed data flush).
+    pub durable_bytes: AtomicU64,
+    failed: AtomicBool,
+    error: Mutex<Option<RecordError>>,
+}
+
+impl Shared {
+    fn fail(&self, e: RecordError) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+
+    /// The first background error, if any (taken once).
+    pub fn take_error(&self) -> Option<RecordError> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// Background flushing and growth.
+struct Background {
+    jobs: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn run_background(
+    file: Arc<RecFile>,
+    mode: FlushMode,
+    shared: Arc<Shared>,
+    jobs: std::sync::mpsc::Receiver<Job>,
+) {
+    let mut previous: Option<(u64, u64)> = None;
+    for job in jobs {
+        let result = match job {
+            Job::Grow { from, len } => file.fallocate(from, len),
+            Job::Flush { start, end } => {
+                let len = end - start;
+                let r = match mode {
+                    FlushMode::Fdatasync => file.sync_data().map(|_| Some(end)),
+                    FlushMode::SyncFileRange => file
+                        .sync_range(start, len, SyncRange::WriteAndWait)
+                        .map(|_| Some(end)),
+                    FlushMode::Pipelined => (|| {
+                        file.sync_range(start, len, SyncRange::StartWrite)?;
+                        let done = match previous {
+                            Some((ps, pe)) => {
+                                file.sync_range(ps, pe - ps, SyncRange::WaitAfter)?;
+                                file.drop_cache(ps, pe - ps)?;
+                                Some(pe)
+                            }
+                            None => None,
+                        };
+                        previous = Some((start, end));
+                        Ok(done)
+                    })(),
+                    FlushMode::None => Ok(None),
+                };
+                r.map(|durable| {
+                    if let Some(end) = durable {
+                        shared.durable_bytes.fetch_max(end, Ordering::AcqRel);
+                        shared.flushes.fetch_add(1, Ordering::AcqRel);
+                    }
+                })
+            }
+        };
+        if let Err(e) = result {
+            shared.fail(e);
+        }
+    }
+}
+
+/// Writes frames (or raw bytes) at increasing offsets and schedules flushes and growth.
+pub struct Writer {
+    file: Arc<RecFile>,
+    framing: Framing,
+    epoch: u64,
+    sequence: u64,
+    offset: u64,
+    window_start: u64,
+    flush_every: u64,
+    /// Bytes reserved so far; `None` when the file just grows (append).
+    reserved: Option<u64>,
+    grow_by: u64,
+    frame: Vec<u8>,
+    payload_bytes: u64,
+    latency: Option<Histogram<u64>>,
+    shared: Arc<Shared>,
+    background: Background,
+}
+
+/// How a [`Writer`] starts.
+pub struct WriterSetup {
+    pub file: Arc<RecFile>,
+    pub framing: Framing,
+    pub epoch: u64,
+    pub start_offset: u64,
+    pub flush: FlushMode,
+    pub flush_every: u64,
+    pub reserved: Option<u64>,
+    pub measure_writes: bool,
+}
+
+impl Writer {
+    pub fn start(setup: WriterSetup) -> Result<Writer, RecordError> {
+        let shared = Arc::new(Shared::default());
+        let (tx, rx) = channel();
+        let file = setup.file.clone();
+        let thread_shared = shared.clone();
+        let mode = setup.flush;
+        let thread = std::thread::Builder::new()
+            .name("tailbound-flush".into())
+            .spawn(move || run_background(file, mode, thread_shared, rx))
+            .map_err(|source| RecordError::Io {
+                path: setup.file.path().to_path_buf(),
+                op: "starting the flush thread for",
+                source,
+            })?;
+        let latency = if setup.measure_writes {
+            Some(
+                Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
+                    .expect("constant histogram bounds are valid"),
+            )
+        } else {
+            None
+        };
+        Ok(Writer {
+            file: setup.file,
+            framing: setup.framing,
+            epoch: setup.epoch,
+            sequence: 0,
+            offset: setup.start_offset,
+            window_start: 0,
+            flush_every: setup.flush_every,
+            reserved: setup.reserved,
+            grow_by: setup.reserved.unwrap_or(0).max(16 << 20),
+            frame: Vec::with_capacity(FRAME_HEADER_BYTES + (64 << 10)),
+            payload_bytes: 0,
+            latency,
+            shared,
+            background: Background {
+                jobs: Some(tx),
+                thread: Some(thread),
+            },
+        })
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub fn frames(&self) -> u64 {
+        self.sequence
+    }
+
+    pub fn payload_bytes(&self) -> u64 {
+        self.payload_bytes
+    }
+
+    fn send(&self, job: Job) -> Result<(), RecordError> {
+        match &self.background.jobs {
+            Some(tx) if tx.send(job).is_ok() => Ok(()),
+            _ => Err(RecordError::Closed),
+        }
+    }
+
+    fn write_bytes(&mut self, bytes_from_frame: bool, raw: &[u8]) -> Result<(), RecordError> {
+        let buf: &[u8] = if bytes_from_frame { &self.frame } else { raw };
+        let len = buf.len() as u64;
+        match self.latency.as_mut() {
+            Some(h) => {
+                let t0 = monotonic_now();
+                self.file.write_all_at(buf, self.offset)?;
+                h.saturating_record(monotonic_now().since(t0).as_nanos().max(1) as u64);
+            }
+            None => self.file.write_all_at(buf, self.offset)?,
+        }
+        self.offset += len;
+        Ok(())
+    }
+
+    /// Writes one record and, when a window is complete, hands it to the background thread.
+    pub fn write_record(&mut self, record: &[u8]) -> Result<(), RecordError> {
+        if let Some(e) = self.shared.take_error() {
+            return Err(e);
+        }
+        if record.len() as u64 > RECORD_BYTES_MAX {
+            return Err(RecordError::Options(format!(
+                "a record of {} bytes is larger than the 64 MiB maximum",
+                record.len()
+            )));
+        }
+        match self.framing {
+            Framing::Framed => {
+                let mut header = [0u8; FRAME_HEADER_BYTES];
+                encode_frame_header(&mut header, self.sequence, self.epoch, 0, record);
+                self.frame.clear();
+                self.frame.extend_from_slice(&header);
+                self.frame.extend_from_slice(record);
+                self.write_bytes(true, &[])?;
+            }
+            Framing::Raw => self.write_bytes(false, record)?,
+        }
+        self.sequence += 1;
+        self.payload_bytes += record.len() as u64;
+        if self.offset - self.window_start >= self.flush_every {
+            self.send(Job::Flush {
+                start: self.window_start,
+                end: self.offset,
+            })?;
+            self.window_start = self.offset;
+        }
+        if let Some(reserved) = self.reserved {
+            // One window ahead of the end: rare, and never on the producer's thread.
+            if self.offset + self.flush_every > reserved {
+                self.send(Job::Grow {
+                    from: reserved,
+                    len: self.grow_by,
+                })?;
+                self.reserved = Some(reserved + self.grow_by);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the background thread and returns its first error, if any.
+    fn stop_background(&mut self) -> Result<(), RecordError> {
+        drop(self.background.jobs.take());
+        if let Some(t) = self.background.thread.take() {
+            if t.join().is_err() {
+                return Err(RecordError::Closed);
+            }
+        }
+        match self.shared.take_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the recording: waits for the background thread, writes the trailer (`trailer`) or cuts
+    /// the file to its length (`truncate`), and makes everything durable with `fsync`.
+    pub fn finish(
+        &mut self,
+        trailer: bool,
+        truncate: bool,
+    ) -> Result<(u64, Option<Histogram<u64>>), RecordError> {
+        self.stop_background()?;
+        // Everything before this mark was the recording, background flushes included.
+        self.file
+            .note(crate::record::fileops::FileOp::FinishStarted);
+        if trailer {
+            let payload = trailer_payload(self.sequence, self.payload_bytes);
+            let mut header = [0u8; FRAME_HEADER_BYTES];
+            encode_frame_header(
+                &mut header,
+                self.sequence,
+                self.epoch,
+                FRAME_FLAG_TRAILER,
+                &payload,
+            );
+            self.frame.clear();
+            self.frame.extend_from_slice(&header);
+            self.frame.extend_from_slice(&payload);
+            self.write_bytes(true, &[])?;
+        }
+        if truncate {
+            self.file.set_len(self.offset)?;
+        }
+        self.file.sync_all()?;
+        self.shared
+            .durable_bytes
+            .fetch_max(self.offset, Ordering::AcqRel);
+        Ok((self.offset, self.latency.take()))
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.stop_background();
+    }
+}
