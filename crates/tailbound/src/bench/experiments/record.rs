@@ -1,0 +1,826 @@
+//! `tailbound bench record`: the paper's Table 1 (seed 000) and tailbound's recorder modes, side by
+//! side, under background loads, in one run on this machine.
+//!
+//! Each case records `writes` records of `record_bytes` every `period` with one recorder design under
+//! one background load, `sets` times, and keeps the set with the largest maximum (as the paper does).
+//! The latency measured is the call the application makes: `Recorder::write` (for the decoupled
+//! mode also the writer thread's `write()` system calls, as a separate row).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::bench::load::{Load, LoadConfig, LoadKind};
+use crate::bench::periodic::{run_periodic, PeriodicConfig};
+use crate::bench::progress::Progress;
+use crate::bench::report::{fmt_us, Table};
+use crate::bench::stats::{BoxStats, LatencyHistogram, LatencySummary};
+use crate::record::{
+    Allocation, DecoupledOptions, FlushMode, Flusher, FlusherGuard, Framing, Overflow, Recorder,
+    RecorderOptions, RecyclePool,
+};
+
+/// Bytes a framed record adds on top of its payload, rounded up generously for preallocation.
+const FRAME_OVERHEAD_BYTES_MAX: u64 = 64;
+/// Ring size of the decoupled mode: 256 records of 16 KiB, over a second of data at 5 ms.
+const DECOUPLED_RING_BYTES: u64 = 4 << 20;
+
+/// One recorder design: the options a case records with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Design {
+    /// Short name of the design, e.g. `append/fdatasync/flusher-on`.
+    pub label: String,
+    pub allocation: Allocation,
+    pub flush: FlushMode,
+    pub flusher: Flusher,
+    pub framing: Framing,
+    pub decoupled: bool,
+}
+
+impl Design {
+    fn new(allocation: Allocation, flush: FlushMode, flusher: Flusher, framing: Framing) -> Design {
+        let flusher_label = match flusher {
+            Flusher::On => "flusher-on",
+            Flusher::Off => "flusher-off",
+        };
+        Design {
+            label: format!("{allocation}/{flush}/{flusher_label}"),
+            allocation,
+            flush,
+            flusher,
+            framing,
+            decoupled: false,
+        }
+    }
+
+    fn decoupled(mut self) -> Design {
+        self.decoupled = true;
+        self.label.push_str("/decoupled");
+        self
+    }
+
+    /// The paper's conventional design (NONE): append, `fdatasync`, kernel flusher on.
+    pub fn conventional() -> Design {
+        Design::new(
+            Allocation::Append,
+            FlushMode::Fdatasync,
+            Flusher::On,
+            Framing::Raw,
+        )
+    }
+
+    /// tailbound's default recorder mode: zero-filled file, pipelined flushing, framed records,
+    /// kernel flusher left alone (no root needed).
+    pub fn tailbound_default() -> Design {
+        let d = RecorderOptions::default();
+        Design::new(d.allocation, d.flush, d.flusher, d.framing)
+    }
+
+    /// True when the design changes kernel sysctls and so needs root.
+    pub fn needs_root(&self) -> bool {
+        self.flusher == Flusher::Off
+    }
+}
+
+/// One case: a name, a design and a load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordCase {
+    /// The paper's column name (NONE, ALL, ALL-BGTRUNC, …) or tailbound's own name.
+    pub name: String,
+    pub design: Design,
+    pub load: LoadKind,
+}
+
+impl RecordCase {
+    fn new(name: &str, design: Design, load: LoadKind) -> RecordCase {
+        RecordCase {
+            name: name.to_string(),
+            design,
+            load,
+        }
+    }
+
+    /// `NAME@load`, unique within the catalogue.
+    pub fn id(&self) -> String {
+        format!("{}@{}", self.name, self.load)
+    }
+
+    /// Whether a `--cases` selector picks this case: `NAME` (every load) or `NAME@load`.
+    pub fn matches(&self, selector: &str) -> bool {
+        selector.eq_ignore_ascii_case(&self.name) || selector.eq_ignore_ascii_case(&self.id())
+    }
+}
+
+/// Name of tailbound's default mode in the tables.
+pub const TAILBOUND: &str = "tailbound";
+/// Name of the decoupled mode in the tables.
+pub const TAILBOUND_DECOUPLED: &str = "tailbound-decoupled";
+
+fn paper_cases() -> Vec<RecordCase> {
+    use Allocation::{Append, Fallocate};
+    use FlushMode::{Fdatasync, SyncFileRange};
+    use Flusher::{Off, On};
+    let raw = Framing::Raw;
+    let all = Design::new(Fallocate, SyncFileRange, Off, raw);
+    let wpre_sall_foff = Design::new(Fallocate, Fdatasync, Off, raw);
+    let wpre_sdata_fon = Design::new(Fallocate, SyncFileRange, On, raw);
+    vec![
+        RecordCase::new("NONE", Design::conventional(), LoadKind::None),
+        RecordCase::new("ALL", all.clone(), LoadKind::None),
+        RecordCase::new("ALL-BGTRUNC", all.clone(), LoadKind::BgTrunc),
+        RecordCase::new("ALL-BGALL", all, LoadKind::BgAll),
+        RecordCase::new(
+            "WAPPEND-SDATA-FOFF",
+            Design::new(Append, SyncFileRange, Off, raw),
+            LoadKind::None,
+        ),
+        RecordCase::new(
+            "WAPPEND-SALL-FOFF",
+            Design::new(Append, Fdatasync, Off, raw),
+            LoadKind::None,
+        ),
+        RecordCase::new("WPRE-SALL-FOFF", wpre_sall_foff.clone(), LoadKind::None),
+        RecordCase::new(
+            "WPRE-SALL-FOFF-BGTRUNC",
+            wpre_sall_foff.clone(),
+            LoadKind::BgTrunc,
+        ),
+        RecordCase::new("WPRE-SALL-FOFF-BGALL", wpre_sall_foff, LoadKind::BgAll),
+        RecordCase::new("WPRE-SDATA-FON", wpre_sdata_fon.clone(), LoadKind::None),
+        RecordCase::new(
+            "WPRE-SDATA-FON-BGTRUNC",
+            wpre_sdata_fon.clone(),
+            LoadKind::BgTrunc,
+        ),
+        RecordCase::new("WPRE-SDATA-FON-BGALL", wpre_sdata_fon, LoadKind::BgAll),
+    ]
+}
+
+fn tailbound_designs() -> Vec<(&'static str, Design)> {
+    use FlushMode::{Pipelined, SyncFileRange};
+    vec![
+        (TAILBOUND, Design::tailbound_default()),
+        (
+            "tailbound-zero-fill",
+            Design::new(
+                Allocation::ZeroFill,
+                SyncFileRange,
+                Flusher::On,
+                Framing::Framed,
+            ),
+        ),
+        (
+            "tailbound-recycle",
+            Design::new(Allocation::Recycle, Pipelined, Flusher::On, Framing::Framed),
+        ),
+        (TAILBOUND_DECOUPLED, Design::tailbound_default().decoupled()),
+    ]
+}
+
+/// Every case of the full experiment: the paper's 12 columns, then NONE and tailbound's modes under
+/// each load.
+pub fn catalogue() -> Vec<RecordCase> {
+    let mut cases = paper_cases();
+    for load in LoadKind::ALL {
+        if load != LoadKind::None {
+            cases.push(RecordCase::new("NONE", Design::conventional(), load));
+        }
+        for (name, design) in tailbound_designs() {
+            cases.push(RecordCase::new(name, design, load));
+        }
+    }
+    cases
+}
+
+/// The `--quick` subset: NONE, ALL, tailbound's default and decoupled modes, under no load and under
+/// the buffered writer.
+pub fn quick_cases() -> Vec<RecordCase> {
+    let all = Design::new(
+        Allocation::Fallocate,
+        FlushMode::SyncFileRange,
+        Flusher::Off,
+        Framing::Raw,
+    );
+    let mut cases = Vec::new();
+    for load in [LoadKind::None, LoadKind::BufferedWriter] {
+        cases.push(RecordCase::new("NONE", Design::conventional(), load));
+        cases.push(RecordCase::new("ALL", all.clone(), load));
+        cases.push(RecordCase::new(
+            TAILBOUND,
+            Design::tailbound_default(),
+            load,
+        ));
+        cases.push(RecordCase::new(
+            TAILBOUND_DECOUPLED,
+            Design::tailbound_default().decoupled(),
+            load,
+        ));
+    }
+    cases
+}
+
+/// Picks cases from the catalogue by `--cases` selectors; an unknown selector is an error naming it.
+pub fn select_cases(selectors: &[String]) -> Result<Vec<RecordCase>, RecordBenchError> {
+    let catalogue = catalogue();
+    let mut picked: Vec<RecordCase> = Vec::new();
+    for selector in selectors {
+        let matching: Vec<&RecordCase> = catalogue.iter().filter(|c| c.matches(selector)).collect();
+        if matching.is_empty() {
+            return Err(RecordBenchError::UnknownCase(selector.clone()));
+        }
+        for case in matching {
+            if !picked.contains(case) {
+                picked.push(case.clone());
+            }
+        }
+    }
+    Ok(picked)
+}
+
+/// Why the experiment could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordBenchError {
+    #[error("unknown case {0:?} (see `tailbound bench record --list`)")]
+    UnknownCase(String),
+    #[error("case {case}: {message}")]
+    Case { case: String, message: String },
+}
+
+/// The experiment's parameters.
+#[derive(Debug, Clone)]
+pub struct RecordBench {
+    /// Directory the recordings and loads use.
+    pub dir: PathBuf,
+    pub period: Duration,
+    pub record_bytes: u64,
+    /// Writes per set.
+    pub writes: u64,
+    pub sets: u32,
+    pub flush_every_bytes: u64,
+    pub cases: Vec<RecordCase>,
+    pub load: LoadConfig,
+    /// Draw progress bars (on a terminal only).
+    pub progress: bool,
+}
+
+impl RecordBench {
+    /// The paper's parameters: 16 KiB every 5 ms, flush every 2 MiB, 5 sets of 10,000 writes.
+    pub fn paper(dir: PathBuf) -> RecordBench {
+        RecordBench {
+            dir,
+            period: Duration::from_millis(5),
+            record_bytes: 16 << 10,
+            writes: 10_000,
+            sets: 5,
+            flush_every_bytes: 2 << 20,
+            cases: catalogue(),
+            load: LoadConfig::default(),
+            progress: true,
+        }
+    }
+
+    /// `--quick`: the quick subset, 1 set of 2,000 writes, smaller load files.
+    pub fn quick(dir: PathBuf) -> RecordBench {
+        RecordBench {
+            writes: 2_000,
+            sets: 1,
+            cases: quick_cases(),
+            load: LoadConfig::quick(),
+            ..RecordBench::paper(dir)
+        }
+    }
+
+    fn expected_bytes(&self) -> u64 {
+        self.writes * (self.record_bytes + FRAME_OVERHEAD_BYTES_MAX) + (1 << 20)
+    }
+
+    fn options(&self, design: &Design, pool: &Path) -> RecorderOptions {
+        RecorderOptions {
+            allocation: design.allocation,
+            flush: design.flush,
+            flush_every_bytes: self.flush_every_bytes,
+            flusher: design.flusher,
+            framing: design.framing,
+            expected_bytes: self.expected_bytes(),
+            recycle_pool: (design.allocation == Allocation::Recycle).then(|| pool.to_path_buf()),
+            decoupled: design.decoupled.then_some(DecoupledOptions {
+                ring_bytes: DECOUPLED_RING_BYTES,
+                overflow: Overflow::Block,
+            }),
+            measure_writes: design.decoupled,
+            ..RecorderOptions::default()
+        }
+    }
+}
+
+/// What one case measured (the worst of its sets), as one row of the table and the JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    pub name: String,
+    pub design: String,
+    pub load: String,
+    pub sets: u32,
+    pub writes: u64,
+    pub min_us: f64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub p9999_us: f64,
+    pub max_us: f64,
+    pub deadline_misses: u64,
+    /// Records the recorder discarded (decoupled mode with a drop policy; 0 otherwise).
+    pub dropped: u64,
+    /// Why the case did not run, when it did not (e.g. it needs root). Its figures are then 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    #[serde(skip)]
+    pub box_stats: Option<BoxStats>,
+}
+
+impl CaseResult {
+    fn measured(
+        case: &RecordCase,
+        design: &str,
+        bench: &RecordBench,
+        summary: &LatencySummary,
+        box_stats: BoxStats,
+        dropped: u64,
+    ) -> CaseResult {
+        CaseResult {
+            name: case.name.clone(),
+            design: design.to_string(),
+            load: case.load.to_string(),
+            sets: bench.sets,
+            writes: bench.writes,
+            min_us: summary.min_us,
+            mean_us: summary.mean_us,
+            p50_us: summary.p50_us,
+            p99_us: summary.p99_us,
+            p999_us: summary.p999_us,
+            p9999_us: summary.p9999_us,
+            max_us: summary.max_us,
+            deadline_misses: summary.deadline_misses,
+            dropped,
+            skipped: None,
+            box_stats: Some(box_stats),
+        }
+    }
+
+    fn skipped(case: &RecordCase, bench: &RecordBench, why: String) -> CaseResult {
+        CaseResult {
+            name: case.name.clone(),
+            design: case.design.label.clone(),
+            load: case.load.to_string(),
+            sets: bench.sets,
+            writes: bench.writes,
+            min_us: 0.0,
+            mean_us: 0.0,
+            p50_us: 0.0,
+            p99_us: 0.0,
+            p999_us: 0.0,
+            p9999_us: 0.0,
+            max_us: 0.0,
+            deadline_misses: 0,
+            dropped: 0,
+            skipped: Some(why),
+            box_stats: None,
+        }
+    }
+
+    /// `NAME@load` (with `/producer` for the decoupled producer row).
+    pub fn label(&self) -> String {
+        if self.design == PRODUCER_DESIGN {
+            format!("{}/producer@{}", self.name, self.load)
+        } else {
+            format!("{}@{}", self.name, self.load)
+        }
+    }
+}
+
+/// The `design` of the extra decoupled-mode row holding the producer's call latency.
+pub const PRODUCER_DESIGN: &str = "decoupled-producer";
+
+/// One set's measurement of one case.
+struct SetOutcome {
+    /// The application's call latency (the producer's, in decoupled mode).
+    calls: LatencyHistogram,
+    call_misses: u64,
+    /// The writer thread's `write()` latency in decoupled mode.
+    writer: Option<LatencyHistogram>,
+    dropped: u64,
+}
+
+impl RecordBench {
+    fn run_set(
+        &self,
+        case: &RecordCase,
+        set: u32,
+        progress: Option<Progress>,
+    ) -> Result<SetOutcome, String> {
+        let case_dir = self
+            .dir
+            .join(format!("case-{}", case.id().replace('@', "-")));
+        std::fs::create_dir_all(&case_dir)
+            .map_err(|e| format!("creating {}: {e}", case_dir.display()))?;
+        let pool_dir = case_dir.join("recycle-pool");
+        if case.design.allocation == Allocation::Recycle && set == 0 {
+            // Prepared ahead of the recording, as a deployment would: no allocation beside it.
+            RecyclePool::prepare(&pool_dir, 1, self.expected_bytes()).map_err(|e| e.to_string())?;
+        }
+        let output = case_dir.join("recording.tbr");
+        let options = self.options(&case.design, &pool_dir);
+        let load = Load::start(case.load, &case_dir, &self.load).map_err(|e| e.to_string())?;
+        let mut recorder = Recorder::create(&output, options).map_err(|e| e.to_string())?;
+        let mut payload = vec![0u8; self.record_bytes as usize];
+        let config = PeriodicConfig {
+            period: self.period,
+            count: self.writes,
+            progress,
+        };
+        let run = run_periodic(&config, |i| {
+            payload[..8].copy_from_slice(&i.to_le_bytes());
+            recorder
+                .write(&payload)
+                .map_err(|e| std::io::Error::other(e.to_string()))
+        });
+        let run = match run {
+            Ok(run) => run,
+            Err(err) => {
+                drop(recorder);
+                drop(load.stop());
+                return Err(err.to_string());
+            }
+        };
+        let summary = recorder.finish().map_err(|e| e.to_string())?;
+        load.stop().map_err(|e| e.to_string())?;
+        if case.design.allocation == Allocation::Recycle {
+            RecyclePool::open(&pool_dir)
+                .and_then(|pool| pool.give_back(&output))
+                .map_err(|e| e.to_string())?;
+        } else {
+            std::fs::remove_file(&output)
+                .map_err(|e| format!("removing {}: {e}", output.display()))?;
+        }
+        let writer = summary.writer_latency.map(LatencyHistogram::from_histogram);
+        Ok(SetOutcome {
+            calls: run.latency,
+            call_misses: run.deadline_misses,
+            writer,
+            dropped: summary.counters.dropped + summary.counters.overwritten,
+        })
+    }
+
+    fn run_case(&self, case: &RecordCase) -> Result<Vec<CaseResult>, String> {
+        let _flusher_off = if case.design.flusher == Flusher::Off {
+            Some(FlusherGuard::disable().map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        let mut worst: Option<SetOutcome> = None;
+        for set in 0..self.sets {
+            let label = format!("{} set {}/{}", case.id(), set + 1, self.sets);
+            let progress = self.progress.then(|| Progress::new(self.writes, &label));
+            let outcome = self.run_set(case, set, progress.clone())?;
+            if let Some(p) = progress {
+                p.finish();
+            }
+            let is_worse = worst
+                .as_ref()
+                .is_none_or(|w| outcome.calls.max() > w.calls.max());
+            if is_worse {
+                worst = Some(outcome);
+            }
+        }
+        let case_dir = self
+            .dir
+            .join(format!("case-{}", case.id().replace('@', "-")));
+        // Best effort: the case's own files are gone already; this removes its empty directory.
+        let _ = std::fs::remove_dir_all(&case_dir);
+        let Some(worst) = worst else {
+            return Ok(Vec::new());
+        };
+        let mut rows = Vec::new();
+        match &worst.writer {
+            Some(writer) => {
+                // Decoupled: the writer thread's write() calls, and the producer's calls.
+                let period_ns = self.period.as_nanos() as u64;
+                let writer_misses = writer.inner().count_between(period_ns + 1, u64::MAX);
+                rows.push(CaseResult::measured(
+                    case,
+                    &case.design.label,
+                    self,
+                    &writer.summary(writer_misses),
+                    writer.box_stats(),
+                    worst.dropped,
+                ));
+                rows.push(CaseResult::measured(
+                    case,
+                    PRODUCER_DESIGN,
+                    self,
+                    &worst.calls.summary(worst.call_misses),
+                    worst.calls.box_stats(),
+                    worst.dropped,
+                ));
+            }
+            None => rows.push(CaseResult::measured(
+                case,
+                &case.design.label,
+                self,
+                &worst.calls.summary(worst.call_misses),
+                worst.calls.box_stats(),
+                worst.dropped,
+            )),
+        }
+        Ok(rows)
+    }
+
+    /// Runs every case in order, calling `on_case` with each case's rows as they are measured.
+    /// Cases that need root are reported as skipped (with the reason) when not root.
+    pub fn run(
+        &self,
+        mut on_case: impl FnMut(&[CaseResult]),
+    ) -> Result<RecordReport, RecordBenchError> {
+        let root = crate::sys::proc::is_root();
+        let mut results = Vec::new();
+        for case in &self.cases {
+            let rows = if case.design.needs_root() && !root {
+                vec![CaseResult::skipped(
+                    case,
+                    self,
+                    "needs root (the kernel flusher is turned off through vm.dirty_* sysctls)"
+                        .to_string(),
+                )]
+            } else {
+                self.run_case(case)
+                    .map_err(|message| RecordBenchError::Case {
+                        case: case.id(),
+                        message,
+                    })?
+            };
+            on_case(&rows);
+            results.extend(rows);
+        }
+        let targets = check_targets(&results);
+        Ok(RecordReport {
+            experiment: "record",
+            period_us: self.period.as_micros() as u64,
+            record_bytes: self.record_bytes,
+            cases: results,
+            targets,
+        })
+    }
+}
+
+/// One of the targets, checked against this run's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetCheck {
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+/// The experiment's result: what `--json` writes.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordReport {
+    pub experiment: &'static str,
+    pub period_us: u64,
+    pub record_bytes: u64,
+    pub cases: Vec<CaseResult>,
+    pub targets: Vec<TargetCheck>,
+}
+
+fn find<'a>(
+    results: &'a [CaseResult],
+    name: &str,
+    design_is_producer: bool,
+    load: &str,
+) -> Option<&'a CaseResult> {
+    results.iter().find(|r| {
+        r.name == name
+            && r.load == load
+            && r.skipped.is_none()
+            && (r.design == PRODUCER_DESIGN) == design_is_producer
+    })
+}
+
+/// Checks the targets that the cases in `results` allow checking.
+pub fn check_targets(results: &[CaseResult]) -> Vec<TargetCheck> {
+    let mut checks = Vec::new();
+    if let Some(r) = find(results, TAILBOUND, false, "none") {
+        checks.push(TargetCheck {
+            target: "tailbound: max write() <= 1 ms with no load".into(),
+            measured: format!("{} us", fmt_us(r.max_us)),
+            met: r.max_us <= 1000.0,
+        });
+    }
+    let tb_rows: Vec<&CaseResult> = results
+        .iter()
+        .filter(|r| r.name == TAILBOUND && r.skipped.is_none())
+        .collect();
+    if !tb_rows.is_empty() {
+        let misses: u64 = tb_rows.iter().map(|r| r.deadline_misses).sum();
+        let loads: Vec<&str> = tb_rows.iter().map(|r| r.load.as_str()).collect();
+        checks.push(TargetCheck {
+            target: format!("tailbound: zero deadline misses under {}", loads.join(", ")),
+            measured: format!("{misses} misses"),
+            met: misses == 0,
+        });
+    }
+    if let (Some(none), Some(tb)) = (
+        find(results, "NONE", false, "buffered-writer"),
+        find(results, TAILBOUND, false, "buffered-writer"),
+    ) {
+        let ratio = none.max_us / tb.max_us.max(0.001);
+        checks.push(TargetCheck {
+            target: "buffered-writer load: conventional max / tailbound max >= 3".into(),
+            measured: format!(
+                "{} us / {} us = {ratio:.1}x",
+                fmt_us(none.max_us),
+                fmt_us(tb.max_us)
+            ),
+            met: ratio >= 3.0,
+        });
+    }
+    let producers: Vec<&CaseResult> = results
+        .iter()
+        .filter(|r| r.design == PRODUCER_DESIGN && r.skipped.is_none())
+        .collect();
+    if !producers.is_empty() {
+        let max = producers.iter().map(|r| r.max_us).fold(0.0, f64::max);
+        let dropped: u64 = producers.iter().map(|r| r.dropped).sum();
+        checks.push(TargetCheck {
+            target: "decoupled: producer call <= 100 us max under every load, no drops".into(),
+            measured: format!("{} us max, {dropped} dropped", fmt_us(max)),
+            met: max <= 100.0 && dropped == 0,
+        });
+    }
+    checks
+}
+
+impl RecordReport {
+    /// The results as the paper's table (one row per case, figures in µs), then the targets.
+    pub fn to_markdown(&self) -> String {
+        let mut table = Table::new(vec![
+            "case".into(),
+            "load".into(),
+            "design".into(),
+            "min".into(),
+            "mean".into(),
+            "p99".into(),
+            "p99.9".into(),
+            "max".into(),
+            "misses".into(),
+        ]);
+        for r in &self.cases {
+            let name = if r.design == PRODUCER_DESIGN {
+                format!("{} (producer)", r.name)
+            } else {
+                r.name.clone()
+            };
+            match &r.skipped {
+                Some(why) => table.push(vec![
+                    name,
+                    r.load.clone(),
+                    r.design.clone(),
+                    format!("skipped: {why}"),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                ]),
+                None => table.push(vec![
+                    name,
+                    r.load.clone(),
+                    r.design.clone(),
+                    fmt_us(r.min_us),
+                    fmt_us(r.mean_us),
+                    fmt_us(r.p99_us),
+                    fmt_us(r.p999_us),
+                    fmt_us(r.max_us),
+                    r.deadline_misses.to_string(),
+                ]),
+            }
+        }
+        let mut out = format!(
+            "write() latency in µs, {} B every {} µs (worst set of each case)\n\n{}",
+            self.record_bytes,
+            self.period_us,
+            table.to_markdown()
+        );
+        if !self.targets.is_empty() {
+            out.push_str("\nTargets\n\n");
+            let mut targets = Table::new(vec!["target".into(), "measured".into(), "met".into()]);
+            for t in &self.targets {
+                targets.push(vec![
+                    t.target.clone(),
+                    t.measured.clone(),
+                    if t.met { "yes" } else { "NO" }.into(),
+                ]);
+            }
+            out.push_str(&targets.to_markdown());
+        }
+        out
+    }
+
+    /// Box-plot series (one per measured row) for the SVG.
+    pub fn box_series(&self) -> Vec<(String, BoxStats)> {
+        self.cases
+            .iter()
+            .filter_map(|r| r.box_stats.map(|b| (r.label(), b)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogue_has_the_papers_columns_and_every_load() {
+        let cases = catalogue();
+        let names: Vec<String> = paper_cases().iter().map(|c| c.name.clone()).collect();
+        assert_eq!(names.len(), 12);
+        assert_eq!(names[0], "NONE");
+        assert_eq!(names[11], "WPRE-SDATA-FON-BGALL");
+        for load in LoadKind::ALL {
+            assert!(cases.iter().any(|c| c.name == "NONE" && c.load == load));
+            assert!(cases
+                .iter()
+                .any(|c| c.name == TAILBOUND_DECOUPLED && c.load == load));
+        }
+        let mut ids: Vec<String> = cases.iter().map(RecordCase::id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), cases.len(), "case ids are unique");
+    }
+
+    #[test]
+    fn paper_designs_match_the_paper() {
+        let all = paper_cases().into_iter().find(|c| c.name == "ALL").unwrap();
+        assert_eq!(all.design.allocation, Allocation::Fallocate);
+        assert_eq!(all.design.flush, FlushMode::SyncFileRange);
+        assert_eq!(all.design.flusher, Flusher::Off);
+        let none = &paper_cases()[0];
+        assert_eq!(none.design, Design::conventional());
+        assert!(!none.design.needs_root());
+        assert!(all.design.needs_root());
+    }
+
+    #[test]
+    fn selectors_pick_by_name_or_id_and_reject_unknown() {
+        let by_name = select_cases(&["tailbound".into()]).unwrap();
+        assert_eq!(by_name.len(), LoadKind::ALL.len());
+        let by_id = select_cases(&["NONE@buffered-writer".into(), "ALL".into()]).unwrap();
+        assert_eq!(by_id.len(), 2);
+        assert!(matches!(
+            select_cases(&["NOPE".into()]),
+            Err(RecordBenchError::UnknownCase(_))
+        ));
+    }
+
+    fn row(name: &str, design: &str, load: &str, max_us: f64, misses: u64) -> CaseResult {
+        CaseResult {
+            name: name.into(),
+            design: design.into(),
+            load: load.into(),
+            sets: 1,
+            writes: 10,
+            min_us: 1.0,
+            mean_us: 2.0,
+            p50_us: 2.0,
+            p99_us: 3.0,
+            p999_us: 3.0,
+            p9999_us: 3.0,
+            max_us,
+            deadline_misses: misses,
+            dropped: 0,
+            skipped: None,
+            box_stats: None,
+        }
+    }
+
+    #[test]
+    fn targets_are_computed_from_the_rows() {
+        let rows = vec![
+            row("NONE", "c", "buffered-writer", 9000.0, 3),
+            row(TAILBOUND, "t", "none", 400.0, 0),
+            row(TAILBOUND, "t", "buffered-writer", 1500.0, 0),
+            row(TAILBOUND_DECOUPLED, PRODUCER_DESIGN, "none", 40.0, 0),
+        ];
+        let checks = check_targets(&rows);
+        assert_eq!(checks.len(), 4);
+        assert!(checks.iter().all(|c| c.met), "{checks:?}");
+        let rows = vec![
+            row("NONE", "c", "buffered-writer", 2000.0, 0),
+            row(TAILBOUND, "t", "none", 1400.0, 1),
+            row(TAILBOUND, "t", "buffered-writer", 1500.0, 0),
+        ];
+        let checks = check_targets(&rows);
+        assert_eq!(checks.len(), 3);
+        assert!(checks.iter().all(|c| !c.met), "{checks:?}");
+    }
+}
