@@ -109,6 +109,29 @@ impl RecFile {
             .map_err(self.err("dropping cached pages of"))
     }
 
+    /// Starts reading `[offset, offset + len)` into the page cache, so writes that cover part of a
+    /// page there never wait for a read.
+    pub fn prefetch(&self, offset: u64, len: u64) -> Result<(), RecordError> {
+        self.note(FileOp::Fadvise);
+        fadvise(&self.file, offset, len, Advice::WillNeed).map_err(self.err("prefetching"))
+    }
+
+    /// Reads `[offset, offset + len)` into the page cache and waits for it (at create time).
+    pub fn warm(&self, offset: u64, len: u64) -> Result<(), RecordError> {
+        let mut buf = vec![0u8; (1 << 20).min(len.max(1)) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (buf.len() as u64).min(len - done) as usize;
+            match self.file.read_at(&mut buf[..n], offset + done) {
+                Ok(0) => break,
+                Ok(got) => done += got as u64,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.err("reading ahead in")(e)),
+            }
+        }
+        Ok(())
+    }
+
     pub fn len(&self) -> Result<u64, RecordError> {
         Ok(self
             .file

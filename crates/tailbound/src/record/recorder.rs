@@ -80,8 +80,6 @@ fn prepare_file(
             let f = RecFile::new(open(true)?, path, log);
             f.write_zeroes(0, options.expected_bytes)?;
             f.sync_data()?;
-            // The zeros are on the device: keep them out of the page cache.
-            f.drop_cache(0, options.expected_bytes)?;
             Ok((f, 1, Some(options.expected_bytes), 0))
         }
         Allocation::Recycle => {
@@ -162,6 +160,10 @@ impl Recorder {
             flush_every: options.flush_every_bytes,
             reserved,
             measure_writes: options.measure_writes,
+            prefetch: matches!(
+                options.allocation,
+                Allocation::ZeroFill | Allocation::Recycle
+            ),
         })?;
         let mode = match options.decoupled {
             None => {

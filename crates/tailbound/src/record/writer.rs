@@ -20,6 +20,9 @@ use crate::record::RecordError;
 use crate::sys::file::SyncRange;
 use crate::sys::time::monotonic_now;
 
+/// How many flush windows ahead of the writer are kept in the page cache (written files only).
+const PREFETCH_WINDOWS: u64 = 4;
+
 /// Work for the background thread.
 enum Job {
     /// Flush the completed window `[start, end)`.
@@ -65,11 +68,19 @@ struct Background {
 fn run_background(
     file: Arc<RecFile>,
     mode: FlushMode,
+    prefetch: bool,
     shared: Arc<Shared>,
     jobs: std::sync::mpsc::Receiver<Job>,
 ) {
     let mut previous: Option<(u64, u64)> = None;
     for job in jobs {
+        if let (true, Job::Flush { start, end }) = (prefetch, &job) {
+            // Keep the pages the writer reaches next in the cache: a write that covers part of an
+            // uncached page of a written file would otherwise wait for a read.
+            if let Err(e) = file.prefetch(*end, PREFETCH_WINDOWS * (end - start)) {
+                shared.fail(e);
+            }
+        }
         let result = match job {
             Job::Grow { from, len } => file.fallocate(from, len),
             Job::Flush { start, end } => {
@@ -137,6 +148,8 @@ pub struct WriterSetup {
     pub flush_every: u64,
     pub reserved: Option<u64>,
     pub measure_writes: bool,
+    /// The file's blocks hold data already (zero-fill, recycle): read ahead of the writer.
+    pub prefetch: bool,
 }
 
 impl Writer {
@@ -146,9 +159,15 @@ impl Writer {
         let file = setup.file.clone();
         let thread_shared = shared.clone();
         let mode = setup.flush;
+        let prefetch = setup.prefetch;
+        if prefetch {
+            setup
+                .file
+                .warm(setup.start_offset, PREFETCH_WINDOWS * setup.flush_every)?;
+        }
         let thread = std::thread::Builder::new()
             .name("tailbound-flush".into())
-            .spawn(move || run_background(file, mode, thread_shared, rx))
+            .spawn(move || run_background(file, mode, prefetch, thread_shared, rx))
             .map_err(|source| RecordError::Io {
                 path: setup.file.path().to_path_buf(),
                 op: "starting the flush thread for",

@@ -75,6 +75,8 @@ pub enum Advice {
     DontNeed,
     /// `POSIX_FADV_SEQUENTIAL`.
     Sequential,
+    /// `POSIX_FADV_WILLNEED`: start reading the range into the page cache.
+    WillNeed,
 }
 
 /// `posix_fadvise(2)`.
@@ -82,6 +84,7 @@ pub fn fadvise(file: &File, offset: u64, len: u64, advice: Advice) -> io::Result
     let advice = match advice {
         Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
         Advice::Sequential => libc::POSIX_FADV_SEQUENTIAL,
+        Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
     };
     // SAFETY: plain syscall on a descriptor owned by `file`; no pointers are passed.
     let ret = unsafe {
@@ -160,5 +163,6 @@ mod tests {
         sync_file_range(&file, 0, 1 << 20, SyncRange::WriteAndWait).unwrap();
         fadvise(&file, 0, 1 << 20, Advice::DontNeed).unwrap();
         fadvise(&file, 0, 0, Advice::Sequential).unwrap();
+        fadvise(&file, 0, 1 << 20, Advice::WillNeed).unwrap();
     }
 }

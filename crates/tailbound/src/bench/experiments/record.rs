@@ -54,7 +54,8 @@ impl Design {
         }
     }
 
-    fn decoupled(mut self) -> Design {
+    /// The same design behind a decoupled ring and writer thread.
+    pub fn decoupled(mut self) -> Design {
         self.decoupled = true;
         self.label.push_str("/decoupled");
         self
