@@ -28,11 +28,20 @@ pub struct PeriodicResult {
     pub elapsed: Duration,
 }
 
+/// Whether a periodic run goes on after a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// End the run after this call (e.g. the input ended).
+    Stop,
+}
+
 /// Calls `op(i)` for `i` in `0..cfg.count`, each at its release time, and times each call.
-/// An error from `op` ends the run and is returned with the call's index.
+/// An error from `op` ends the run and is returned with the call's index; [`Flow::Stop`] ends it
+/// early without error.
 pub fn run_periodic(
     cfg: &PeriodicConfig,
-    mut op: impl FnMut(u64) -> io::Result<()>,
+    mut op: impl FnMut(u64) -> io::Result<Flow>,
 ) -> io::Result<PeriodicResult> {
     let mut latency = LatencyHistogram::new();
     let mut deadline_misses = 0;
@@ -43,7 +52,7 @@ pub fn run_periodic(
     while calls < cfg.count {
         let tick = timer.wait()?;
         let begin = monotonic_now();
-        op(calls).map_err(|e| io::Error::new(e.kind(), format!("call {calls}: {e}")))?;
+        let flow = op(calls).map_err(|e| io::Error::new(e.kind(), format!("call {calls}: {e}")))?;
         let end = monotonic_now();
         latency.record(end.since(begin));
         if end.0 > tick.release.0.saturating_add(period_ns) {
@@ -55,6 +64,9 @@ pub fn run_periodic(
         deadline_misses += skipped;
         if let Some(progress) = &cfg.progress {
             progress.inc(1);
+        }
+        if flow == Flow::Stop {
+            break;
         }
     }
     Ok(PeriodicResult {
@@ -78,7 +90,7 @@ mod tests {
         };
         let result = run_periodic(&cfg, |i| {
             seen.push(i);
-            Ok(())
+            Ok(Flow::Continue)
         })
         .unwrap();
         assert_eq!(seen, (0..25).collect::<Vec<_>>());
@@ -100,7 +112,7 @@ mod tests {
             if overrun.contains(&i) {
                 std::thread::sleep(period * 3);
             }
-            Ok(())
+            Ok(Flow::Continue)
         })
         .unwrap();
         assert!(result.deadline_misses >= overrun.len() as u64);
@@ -118,11 +130,25 @@ mod tests {
             if i == 4 {
                 Err(io::Error::other("disk full"))
             } else {
-                Ok(())
+                Ok(Flow::Continue)
             }
         })
         .unwrap_err();
         assert!(err.to_string().contains("call 4"), "{err}");
         assert!(err.to_string().contains("disk full"), "{err}");
+    }
+
+    #[test]
+    fn stop_ends_the_run_after_that_call() {
+        let cfg = PeriodicConfig {
+            period: Duration::from_micros(100),
+            count: 1000,
+            progress: None,
+        };
+        let r = run_periodic(&cfg, |i| {
+            Ok(if i == 6 { Flow::Stop } else { Flow::Continue })
+        })
+        .unwrap();
+        assert_eq!(r.latency.count(), 7);
     }
 }

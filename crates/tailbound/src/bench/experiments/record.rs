@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::bench::load::{Load, LoadConfig, LoadKind};
-use crate::bench::periodic::{run_periodic, PeriodicConfig};
+use crate::bench::periodic::{run_periodic, Flow, PeriodicConfig};
 use crate::bench::progress::Progress;
 use crate::bench::report::{fmt_us, Table};
 use crate::bench::stats::{BoxStats, LatencyHistogram, LatencySummary};
@@ -445,6 +445,7 @@ impl RecordBench {
             payload[..8].copy_from_slice(&i.to_le_bytes());
             recorder
                 .write(&payload)
+                .map(|()| Flow::Continue)
                 .map_err(|e| std::io::Error::other(e.to_string()))
         });
         let run = match run {
