@@ -30,7 +30,7 @@ pub use options::{
     Allocation, DecoupledOptions, FlushMode, Flusher, Framing, Overflow, RecorderOptions,
     FLUSH_EVERY_BYTES_MIN, RECORD_BYTES_MAX,
 };
-pub use recorder::Recorder;
+pub use recorder::{DurableWatch, Recorder};
 pub use recycle::RecyclePool;
 pub use verify::{verify, StopReason, VerifyReport};
 

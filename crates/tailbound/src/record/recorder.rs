@@ -17,6 +17,19 @@ use crate::record::writer::{Shared, Writer, WriterSetup};
 use crate::record::{io_err, RecordCounters, RecordError, RecordSummary};
 use crate::sys::proc::{lock_all_memory, pin_to_cpu, set_fifo_priority};
 
+/// See [`Recorder::durable_watch`].
+#[derive(Clone)]
+pub struct DurableWatch {
+    shared: Arc<Shared>,
+}
+
+impl DurableWatch {
+    /// Bytes known to be on the device.
+    pub fn bytes(&self) -> u64 {
+        self.shared.durable_bytes.load(Ordering::Acquire)
+    }
+}
+
 enum Mode {
     Direct(Box<Writer>),
     Decoupled {
@@ -267,6 +280,17 @@ impl Recorder {
             Mode::Direct(w) => w.shared().durable_bytes.load(Ordering::Acquire),
             Mode::Decoupled { shared, .. } => shared.durable_bytes.load(Ordering::Acquire),
         }
+    }
+
+    /// A handle another thread can poll for [`Recorder::durable_bytes`] without touching the
+    /// recorder.
+    pub fn durable_watch(&self) -> DurableWatch {
+        let shared = match &self.mode {
+            Mode::Direct(w) => w.shared().clone(),
+            Mode::Decoupled { shared, .. } => shared.clone(),
+            Mode::Finished => Arc::new(Shared::default()),
+        };
+        DurableWatch { shared }
     }
 
     /// What the recording has done so far. In decoupled mode `frames` and `payload_bytes` are

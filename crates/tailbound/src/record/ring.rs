@@ -2,12 +2,18 @@
 //! and makes the `write()` calls.
 //!
 //! The ring is one preallocated, pre-faulted buffer. Its lock is held only for a copy, never across
-//! I/O. When full, the overflow policy decides: wait, drop the new record, or discard the oldest
+//! I/O. The producer does not wake the writer for each record (a wake-up would let the writer
+//! preempt the producer on a busy CPU): the writer drains the ring every [`WRITER_POLL`], and is
+//! woken early only when the ring is half full. When full, the overflow policy decides: wait, drop the new record, or discard the oldest
 //! records not yet taken by the writer. Sequence numbers are given by the writer, so discarded
 //! records leave no gap in the file.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How often an idle writer looks at the ring.
+pub const WRITER_POLL: Duration = Duration::from_millis(1);
 
 use crate::record::options::Overflow;
 
@@ -128,7 +134,7 @@ impl Ring {
         s.buf[..record.len() - first].copy_from_slice(&record[first..]);
         s.used += record.len();
         s.records.push_back(record.len());
-        if s.writer_waiting {
+        if s.writer_waiting && s.used * 2 >= cap {
             s.writer_waiting = false;
             self.not_empty.notify_one();
         }
@@ -161,7 +167,12 @@ impl Ring {
                 }
             }
             s.writer_waiting = true;
-            s = self.not_empty.wait(s).unwrap_or_else(|p| p.into_inner());
+            s = self
+                .not_empty
+                .wait_timeout(s, WRITER_POLL)
+                .map(|(s, _)| s)
+                .unwrap_or_else(|p| p.into_inner().0);
+            s.writer_waiting = false;
         }
     }
 
