@@ -1,0 +1,177 @@
+//! `tailbound bench`: each paper's experiment, run side by side against the kernel's conventional
+//! path on this machine, printed as a Markdown table, with `--json` and `--svg` outputs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use tailbound::bench::experiments::loopfs::LoopFs;
+use tailbound::bench::experiments::record::{self, RecordBench};
+use tailbound::bench::plot::latency_boxplot_svg;
+use tailbound::bench::report::write_json;
+use tailbound::units::{parse_bytes, parse_duration};
+
+use crate::CliResult;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    experiment: Experiment,
+}
+
+#[derive(Subcommand)]
+enum Experiment {
+    /// Real-time recording (seed 000, Table 1): write() latency of 16 KiB every 5 ms for the paper's
+    /// designs and tailbound's recorder modes, under background loads.
+    ///
+    /// Each case records `--writes` records per set, `--sets` times, and reports the worst set (the
+    /// one with the largest maximum), like the paper. The full run (5 sets x 10,000 writes x 42 cases)
+    /// takes about three hours; `--quick` takes about two minutes. Cases that turn the kernel flusher
+    /// off need root and are reported as skipped otherwise.
+    Record(RecordArgs),
+}
+
+#[derive(Args)]
+struct RecordArgs {
+    /// The representative subset (NONE, ALL, tailbound, tailbound-decoupled; no load and the
+    /// buffered writer), 1 set of 2,000 writes.
+    #[arg(long)]
+    quick: bool,
+    /// Sets per case (the worst set is reported). Default: 5, or 1 with --quick.
+    #[arg(long)]
+    sets: Option<u32>,
+    /// Writes per set. Default: 10000, or 2000 with --quick.
+    #[arg(long)]
+    writes: Option<u64>,
+    /// Period between writes.
+    #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+    period: Duration,
+    /// Bytes per write.
+    #[arg(long, default_value = "16KiB", value_parser = parse_bytes)]
+    size: u64,
+    /// Flush window of the recorder's background flush thread.
+    #[arg(long, default_value = "2MiB", value_parser = parse_bytes)]
+    flush_every: u64,
+    /// Comma-separated cases to run: a name (every load it runs under: NONE, ALL, tailbound, …) or
+    /// NAME@load (e.g. NONE@buffered-writer). See --list.
+    #[arg(long, value_delimiter = ',')]
+    cases: Vec<String>,
+    /// List every case and exit.
+    #[arg(long)]
+    list: bool,
+    /// Directory to record in (default: a new temporary directory, removed afterwards).
+    #[arg(long, conflicts_with = "loop_ext4")]
+    dir: Option<PathBuf>,
+    /// Record on a fresh loop-mounted ext4 (noatime,lazytime) like the paper's setup (root only).
+    #[arg(long)]
+    loop_ext4: bool,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a box plot of the latencies (log scale) as SVG to this file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+}
+
+pub fn run(args: BenchArgs) -> CliResult {
+    match args.experiment {
+        Experiment::Record(args) => run_record(args),
+    }
+}
+
+fn run_record(args: RecordArgs) -> CliResult {
+    if args.list {
+        for case in record::catalogue() {
+            println!("{:<32} {}", case.id(), case.design.label);
+        }
+        return Ok(());
+    }
+    let scratch;
+    let loop_fs;
+    let dir = if args.loop_ext4 {
+        loop_fs = LoopFs::create_ext4(&std::env::temp_dir(), 4 << 30)?;
+        eprintln!(
+            "recording on ext4 (noatime,lazytime) on {} at {}",
+            loop_fs.device().unwrap_or("a loop device"),
+            loop_fs.mount_point().display()
+        );
+        loop_fs.mount_point().to_path_buf()
+    } else if let Some(dir) = args.dir {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        dir
+    } else {
+        scratch = tempfile::Builder::new()
+            .prefix("tailbound-bench-")
+            .tempdir()
+            .map_err(|e| format!("creating a temporary directory: {e}"))?;
+        scratch.path().to_path_buf()
+    };
+    let mut bench = if args.quick {
+        RecordBench::quick(dir)
+    } else {
+        RecordBench::paper(dir)
+    };
+    bench.period = args.period;
+    bench.record_bytes = args.size;
+    bench.flush_every_bytes = args.flush_every;
+    if let Some(sets) = args.sets {
+        if sets == 0 {
+            return Err("--sets must be at least 1".into());
+        }
+        bench.sets = sets;
+    }
+    if let Some(writes) = args.writes {
+        if writes == 0 {
+            return Err("--writes must be at least 1".into());
+        }
+        bench.writes = writes;
+    }
+    if args.size < 8 {
+        return Err("--size must be at least 8 bytes".into());
+    }
+    if !args.cases.is_empty() {
+        bench.cases = record::select_cases(&args.cases)?;
+    }
+    eprintln!(
+        "bench record: {} cases x {} sets x {} writes of {} B every {:?} in {}",
+        bench.cases.len(),
+        bench.sets,
+        bench.writes,
+        bench.record_bytes,
+        bench.period,
+        bench.dir.display()
+    );
+    let report = bench.run(|rows| {
+        for r in rows {
+            match &r.skipped {
+                Some(why) => eprintln!("  {}: skipped: {why}", r.label()),
+                None => eprintln!(
+                    "  {}: max {:.0} us, p99.9 {:.0} us, {} deadline misses",
+                    r.label(),
+                    r.max_us,
+                    r.p999_us,
+                    r.deadline_misses
+                ),
+            }
+        }
+    })?;
+    println!("{}", report.to_markdown());
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.svg {
+        let title = format!(
+            "write() latency, {} B every {} us",
+            report.record_bytes, report.period_us
+        );
+        latency_boxplot_svg(
+            path,
+            &title,
+            &report.box_series(),
+            Some(report.period_us as f64),
+        )?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
