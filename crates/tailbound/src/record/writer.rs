@@ -20,6 +20,10 @@ use crate::record::RecordError;
 use crate::sys::file::SyncRange;
 use crate::sys::time::monotonic_now;
 
+/// Flush windows end on multiples of this (the page size on every Linux platform tailbound runs on
+/// is 4 KiB; a larger page only makes the boundary page shared, never corrupts).
+const PAGE_BYTES: u64 = 4096;
+
 /// How many flush windows ahead of the writer are kept in the page cache (written files only).
 const PREFETCH_WINDOWS: u64 = 4;
 
@@ -261,11 +265,16 @@ impl Writer {
         self.sequence += 1;
         self.payload_bytes += record.len() as u64;
         if self.offset - self.window_start >= self.flush_every {
-            self.send(Job::Flush {
-                start: self.window_start,
-                end: self.offset,
-            })?;
-            self.window_start = self.offset;
+            // Windows end on a page boundary: the page the next record starts in is never under
+            // writeback or being dropped while the producer writes into it.
+            let end = self.offset / PAGE_BYTES * PAGE_BYTES;
+            if end > self.window_start {
+                self.send(Job::Flush {
+                    start: self.window_start,
+                    end,
+                })?;
+                self.window_start = end;
+            }
         }
         if let Some(reserved) = self.reserved {
             // One window ahead of the end: rare, and never on the producer's thread.
