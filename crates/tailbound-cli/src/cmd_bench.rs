@@ -25,9 +25,10 @@ enum Experiment {
     /// designs and tailbound's recorder modes, under background loads.
     ///
     /// Each case records `--writes` records per set, `--sets` times, and reports the worst set (the
-    /// one with the largest maximum), like the paper. The full run (5 sets x 10,000 writes x 42 cases)
-    /// takes about three hours; `--quick` takes about two minutes. Cases that turn the kernel flusher
-    /// off need root and are reported as skipped otherwise.
+    /// one with the largest maximum), like the paper. The full run (5 sets x 10,000 writes x 47 cases)
+    /// takes about three and a half hours; `--quick` takes about two minutes. Cases that turn the kernel flusher
+    /// off need root and are reported as skipped otherwise. FLOOR is the same loop with no I/O: the
+    /// machine's own noise.
     Record(RecordArgs),
 }
 
@@ -65,6 +66,10 @@ struct RecordArgs {
     /// Record on a fresh loop-mounted ext4 (noatime,lazytime) like the paper's setup (root only).
     #[arg(long)]
     loop_ext4: bool,
+    /// Run the periodic (measuring) thread of every case in SCHED_FIFO at this priority (1-99,
+    /// root), so deadline misses come from I/O rather than from waiting for a CPU.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=99))]
+    rt_priority: Option<u8>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -114,6 +119,7 @@ fn run_record(args: RecordArgs) -> CliResult {
     bench.period = args.period;
     bench.record_bytes = args.size;
     bench.flush_every_bytes = args.flush_every;
+    bench.rt_priority = args.rt_priority;
     if let Some(sets) = args.sets {
         if sets == 0 {
             return Err("--sets must be at least 1".into());

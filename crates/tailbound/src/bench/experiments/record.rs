@@ -281,6 +281,9 @@ pub struct RecordBench {
     pub load: LoadConfig,
     /// Draw progress bars (on a terminal only).
     pub progress: bool,
+    /// Run every case's periodic thread in SCHED_FIFO at this priority (root), so deadline misses
+    /// come from I/O and not from waiting for a CPU. Applies to every case alike.
+    pub rt_priority: Option<u8>,
 }
 
 impl RecordBench {
@@ -296,6 +299,7 @@ impl RecordBench {
             cases: catalogue(),
             load: LoadConfig::default(),
             progress: true,
+            rt_priority: None,
         }
     }
 
@@ -435,6 +439,26 @@ struct SetOutcome {
 }
 
 impl RecordBench {
+    /// Runs the periodic loop on a thread of its own, in SCHED_FIFO when `rt_priority` is set.
+    fn periodic(
+        &self,
+        config: &PeriodicConfig,
+        op: impl FnMut(u64) -> std::io::Result<Flow> + Send,
+    ) -> std::io::Result<crate::bench::periodic::PeriodicResult> {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                if let Some(p) = self.rt_priority {
+                    crate::sys::proc::set_fifo_priority(p).map_err(|e| {
+                        std::io::Error::new(e.kind(), format!("SCHED_FIFO priority {p}: {e}"))
+                    })?;
+                }
+                run_periodic(config, op)
+            })
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the periodic thread panicked")))
+        })
+    }
+
     fn run_set(
         &self,
         case: &RecordCase,
@@ -462,7 +486,7 @@ impl RecordBench {
         };
         if case.design.noise_floor {
             let mut sink = vec![0u8; payload.len()];
-            let run = run_periodic(&config, |i| {
+            let run = self.periodic(&config, |i| {
                 payload[..8].copy_from_slice(&i.to_le_bytes());
                 sink.copy_from_slice(&payload);
                 std::hint::black_box(&mut sink);
@@ -479,7 +503,7 @@ impl RecordBench {
             });
         }
         let mut recorder = Recorder::create(&output, options).map_err(|e| e.to_string())?;
-        let run = run_periodic(&config, |i| {
+        let run = self.periodic(&config, |i| {
             payload[..8].copy_from_slice(&i.to_le_bytes());
             recorder
                 .write(&payload)
