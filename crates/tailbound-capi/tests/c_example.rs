@@ -28,6 +28,17 @@ fn the_c_example_records_and_verifies() {
         assert!(header.contains(symbol), "tailbound.h lacks {symbol}");
     }
     let lib_dir = profile_dir();
+    // `cargo test` builds no cdylib for its tests: build the library the way a C user would.
+    let mut build = Command::new(env!("CARGO"));
+    build.args(["build", "--quiet", "-p", "tailbound-capi", "--lib"]);
+    if lib_dir.file_name().is_some_and(|p| p == "release") {
+        build.arg("--release");
+    }
+    if let Some(target) = lib_dir.parent() {
+        build.env("CARGO_TARGET_DIR", target);
+    }
+    let built = build.status().expect("running cargo build");
+    assert!(built.success(), "cargo build -p tailbound-capi failed");
     assert!(
         lib_dir.join("libtailbound.so").exists(),
         "cdylib built in {}",
