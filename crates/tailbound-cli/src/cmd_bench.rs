@@ -154,9 +154,9 @@ fn run_record(args: RecordArgs) -> CliResult {
                 None => eprintln!(
                     "  {}: max {:.0} us, p99.9 {:.0} us, {} deadline misses",
                     r.label(),
-                    r.max_us,
-                    r.p999_us,
-                    r.deadline_misses
+                    r.latency.max_us,
+                    r.latency.p999_us,
+                    r.latency.deadline_misses
                 ),
             }
         }

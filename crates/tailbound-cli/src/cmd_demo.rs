@@ -72,9 +72,9 @@ pub fn run(args: DemoArgs) -> CliResult {
             println!(
                 "   {:<40} max {:>8.0} µs   p99.9 {:>8.0} µs   misses {}",
                 r.label(),
-                r.max_us,
-                r.p999_us,
-                r.deadline_misses
+                r.latency.max_us,
+                r.latency.p999_us,
+                r.latency.deadline_misses
             );
         }
         let _ = std::io::stdout().flush();

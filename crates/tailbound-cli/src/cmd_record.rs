@@ -13,8 +13,8 @@ use tailbound::bench::progress::Progress;
 use tailbound::bench::report::write_json;
 use tailbound::bench::stats::LatencySummary;
 use tailbound::record::{
-    verify, Allocation, DecoupledOptions, FlushMode, Flusher, Framing, Overflow, RecordCounters,
-    Recorder, RecorderOptions, RecyclePool,
+    read_full, verify, Allocation, DecoupledOptions, FlushMode, Flusher, Framing, Overflow,
+    RecordCounters, Recorder, RecorderOptions, RecyclePool,
 };
 use tailbound::units::{parse_bytes, parse_duration, Bytes};
 
@@ -285,7 +285,7 @@ fn run_record(args: RunArgs) -> CliResult {
     let result = run_periodic(&config, |i| {
         let len = match input.as_mut() {
             Some(r) => {
-                let n = read_up_to(r, &mut record)?;
+                let n = read_full(r.as_mut(), &mut record)?;
                 if n == 0 {
                     return Ok(Flow::Stop);
                 }
@@ -357,19 +357,6 @@ fn run_record(args: RunArgs) -> CliResult {
         )?;
     }
     Ok(())
-}
-
-fn read_up_to(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match r.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
 }
 
 /// A deterministic record: its index, then a pattern derived from it.

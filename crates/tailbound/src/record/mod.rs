@@ -32,7 +32,7 @@ pub use options::{
 };
 pub use recorder::{DurableWatch, Recorder};
 pub use recycle::RecyclePool;
-pub use verify::{verify, StopReason, VerifyReport};
+pub use verify::{read_full, verify, StopReason, VerifyReport};
 
 /// What went wrong with a recording. Messages name the file and the operation.
 #[derive(Debug, thiserror::Error)]

@@ -56,7 +56,8 @@ pub struct VerifyReport {
     pub stop: StopReason,
 }
 
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+/// Reads until `buf` is full or the input ends; returns how many bytes were read.
+pub fn read_full(r: &mut (impl Read + ?Sized), buf: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match r.read(&mut buf[filled..]) {

@@ -335,6 +335,13 @@ impl RecordBench {
                 overflow: Overflow::Block,
             }),
             measure_writes: design.decoupled,
+            // The writer thread shares the ring's lock with the producer: it runs at the same
+            // real-time priority, so no ordinary thread can preempt it while it holds the lock.
+            rt_priority: if design.decoupled {
+                self.rt_priority
+            } else {
+                None
+            },
             ..RecorderOptions::default()
         }
     }
@@ -348,14 +355,10 @@ pub struct CaseResult {
     pub load: String,
     pub sets: u32,
     pub writes: u64,
-    pub min_us: f64,
-    pub mean_us: f64,
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    pub p9999_us: f64,
-    pub max_us: f64,
-    pub deadline_misses: u64,
+    /// The worst set's latency: `count`, `min_us` … `max_us`, `deadline_misses`, flattened into
+    /// the JSON row.
+    #[serde(flatten)]
+    pub latency: LatencySummary,
     /// Records the recorder discarded (decoupled mode with a drop policy; 0 otherwise).
     pub dropped: u64,
     /// Why the case did not run, when it did not (e.g. it needs root). Its figures are then 0.
@@ -380,14 +383,7 @@ impl CaseResult {
             load: case.load.to_string(),
             sets: bench.sets,
             writes: bench.writes,
-            min_us: summary.min_us,
-            mean_us: summary.mean_us,
-            p50_us: summary.p50_us,
-            p99_us: summary.p99_us,
-            p999_us: summary.p999_us,
-            p9999_us: summary.p9999_us,
-            max_us: summary.max_us,
-            deadline_misses: summary.deadline_misses,
+            latency: *summary,
             dropped,
             skipped: None,
             box_stats: Some(box_stats),
@@ -401,14 +397,7 @@ impl CaseResult {
             load: case.load.to_string(),
             sets: bench.sets,
             writes: bench.writes,
-            min_us: 0.0,
-            mean_us: 0.0,
-            p50_us: 0.0,
-            p99_us: 0.0,
-            p999_us: 0.0,
-            p9999_us: 0.0,
-            max_us: 0.0,
-            deadline_misses: 0,
+            latency: LatencyHistogram::new().summary(0),
             dropped: 0,
             skipped: Some(why),
             box_stats: None,
@@ -676,14 +665,14 @@ pub fn check_targets(results: &[CaseResult]) -> Vec<TargetCheck> {
     // The machine's own noise under a load, when the run measured it.
     let floor = |load: &str| {
         find(results, FLOOR, false, load).map_or(String::new(), |f| {
-            format!(" (noise floor max {} us)", fmt_us(f.max_us))
+            format!(" (noise floor max {} us)", fmt_us(f.latency.max_us))
         })
     };
     if let Some(r) = find(results, TAILBOUND, false, "none") {
         checks.push(TargetCheck {
             target: "tailbound: max write() <= 1 ms with no load".into(),
-            measured: format!("{} us{}", fmt_us(r.max_us), floor("none")),
-            met: r.max_us <= 1000.0,
+            measured: format!("{} us{}", fmt_us(r.latency.max_us), floor("none")),
+            met: r.latency.max_us <= 1000.0,
         });
     }
     let tb_rows: Vec<&CaseResult> = results
@@ -691,7 +680,7 @@ pub fn check_targets(results: &[CaseResult]) -> Vec<TargetCheck> {
         .filter(|r| r.name == TAILBOUND && r.skipped.is_none())
         .collect();
     if !tb_rows.is_empty() {
-        let misses: u64 = tb_rows.iter().map(|r| r.deadline_misses).sum();
+        let misses: u64 = tb_rows.iter().map(|r| r.latency.deadline_misses).sum();
         let loads: Vec<&str> = tb_rows.iter().map(|r| r.load.as_str()).collect();
         checks.push(TargetCheck {
             target: format!("tailbound: zero deadline misses under {}", loads.join(", ")),
@@ -703,13 +692,13 @@ pub fn check_targets(results: &[CaseResult]) -> Vec<TargetCheck> {
         find(results, "NONE", false, "buffered-writer"),
         find(results, TAILBOUND, false, "buffered-writer"),
     ) {
-        let ratio = none.max_us / tb.max_us.max(0.001);
+        let ratio = none.latency.max_us / tb.latency.max_us.max(0.001);
         checks.push(TargetCheck {
             target: "buffered-writer load: conventional max / tailbound max >= 3".into(),
             measured: format!(
                 "{} us / {} us = {ratio:.1}x",
-                fmt_us(none.max_us),
-                fmt_us(tb.max_us)
+                fmt_us(none.latency.max_us),
+                fmt_us(tb.latency.max_us)
             ),
             met: ratio >= 3.0,
         });
@@ -722,9 +711,9 @@ pub fn check_targets(results: &[CaseResult]) -> Vec<TargetCheck> {
         let worst = producers
             .iter()
             .copied()
-            .max_by(|a, b| a.max_us.total_cmp(&b.max_us))
+            .max_by(|a, b| a.latency.max_us.total_cmp(&b.latency.max_us))
             .expect("not empty");
-        let max = worst.max_us;
+        let max = worst.latency.max_us;
         let dropped: u64 = producers.iter().map(|r| r.dropped).sum();
         checks.push(TargetCheck {
             target: "decoupled: producer call <= 100 us max under every load, no drops".into(),
@@ -776,12 +765,12 @@ impl RecordReport {
                     name,
                     r.load.clone(),
                     r.design.clone(),
-                    fmt_us(r.min_us),
-                    fmt_us(r.mean_us),
-                    fmt_us(r.p99_us),
-                    fmt_us(r.p999_us),
-                    fmt_us(r.max_us),
-                    r.deadline_misses.to_string(),
+                    fmt_us(r.latency.min_us),
+                    fmt_us(r.latency.mean_us),
+                    fmt_us(r.latency.p99_us),
+                    fmt_us(r.latency.p999_us),
+                    fmt_us(r.latency.max_us),
+                    r.latency.deadline_misses.to_string(),
                 ]),
             }
         }
@@ -870,14 +859,17 @@ mod tests {
             load: load.into(),
             sets: 1,
             writes: 10,
-            min_us: 1.0,
-            mean_us: 2.0,
-            p50_us: 2.0,
-            p99_us: 3.0,
-            p999_us: 3.0,
-            p9999_us: 3.0,
-            max_us,
-            deadline_misses: misses,
+            latency: LatencySummary {
+                count: 10,
+                min_us: 1.0,
+                mean_us: 2.0,
+                p50_us: 2.0,
+                p99_us: 3.0,
+                p999_us: 3.0,
+                p9999_us: 3.0,
+                max_us,
+                deadline_misses: misses,
+            },
             dropped: 0,
             skipped: None,
             box_stats: None,
