@@ -335,10 +335,11 @@ impl RecordBench {
                 overflow: Overflow::Block,
             }),
             measure_writes: design.decoupled,
-            // The writer thread shares the ring's lock with the producer: it runs at the same
-            // real-time priority, so no ordinary thread can preempt it while it holds the lock.
+            // The writer thread shares the ring's lock with the producer: it runs one real-time
+            // priority below it, so no ordinary thread can preempt it while it holds the lock, and
+            // the producer still preempts it.
             rt_priority: if design.decoupled {
-                self.rt_priority
+                self.rt_priority.map(|p| p.saturating_sub(1).max(1))
             } else {
                 None
             },
