@@ -61,6 +61,8 @@ pub enum RecordError {
     },
     #[error("the recorder's background thread stopped unexpectedly")]
     Closed,
+    #[error("an earlier background flush failed, so the recording is not durable: {0}")]
+    BackgroundFailed(String),
 }
 
 /// What a recording has done.

@@ -43,23 +43,36 @@ pub struct Shared {
     pub durable_bytes: AtomicU64,
     failed: AtomicBool,
     error: Mutex<Option<RecordError>>,
+    /// The first error's message, kept after the error itself was returned once.
+    message: Mutex<String>,
 }
 
 impl Shared {
     fn fail(&self, e: RecordError) {
         let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
+        if !self.failed.load(Ordering::Acquire) {
+            *self.message.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
             *slot = Some(e);
         }
         self.failed.store(true, Ordering::Release);
     }
 
-    /// The first background error, if any (taken once).
+    /// The first background error, if any. Sticky: the error itself comes back once, then every
+    /// later call reports it again as [`RecordError::BackgroundFailed`], so `finish` cannot succeed
+    /// after a flush failed.
     pub fn take_error(&self) -> Option<RecordError> {
         if !self.failed.load(Ordering::Acquire) {
             return None;
         }
-        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+        let first = self.error.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Some(first.unwrap_or_else(|| {
+            RecordError::BackgroundFailed(
+                self.message
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone(),
+            )
+        }))
     }
 }
 
@@ -343,5 +356,24 @@ impl Writer {
 impl Drop for Writer {
     fn drop(&mut self) {
         let _ = self.stop_background();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_background_error_is_reported_first_as_itself_then_again_and_again() {
+        let shared = Shared::default();
+        assert!(shared.take_error().is_none());
+        shared.fail(RecordError::Options("disk on fire".into()));
+        shared.fail(RecordError::Options("a later one".into()));
+        let first = shared.take_error().unwrap();
+        assert!(matches!(first, RecordError::Options(ref m) if m == "disk on fire"));
+        for _ in 0..2 {
+            let again = shared.take_error().unwrap().to_string();
+            assert!(again.contains("disk on fire"), "{again}");
+        }
     }
 }
