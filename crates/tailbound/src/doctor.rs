@@ -617,6 +617,9 @@ bogus line without separator
 
     #[test]
     fn a_disk_directory_is_diagnosed_and_its_probe_starts_writeback() {
+        let _serial = crate::VM_SYSCTL_TEST_LOCK
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let d = diagnose(dir.path(), &DoctorOptions { probe: true }).unwrap();
         let vm = read_writeback(Path::new("/proc/sys/vm"));

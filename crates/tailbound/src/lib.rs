@@ -17,3 +17,7 @@ pub mod record;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod units;
+
+/// Serialises the unit tests that write or compare the `vm.dirty_*` sysctls, which are global.
+#[cfg(test)]
+pub(crate) static VM_SYSCTL_TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());

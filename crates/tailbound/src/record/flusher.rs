@@ -132,6 +132,9 @@ mod tests {
 
     #[test]
     fn guard_turns_the_flusher_off_and_restores_it() {
+        let _serial = crate::VM_SYSCTL_TEST_LOCK
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if !crate::sys::proc::is_root() {
             assert!(
                 std::env::var_os("CI").is_none(),
