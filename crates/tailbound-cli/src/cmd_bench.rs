@@ -91,6 +91,19 @@ fn run_record(args: RecordArgs) -> CliResult {
         }
         return Ok(());
     }
+    // Checked before anything is created on the machine.
+    if args.sets == Some(0) {
+        return Err("--sets must be at least 1".into());
+    }
+    if args.writes == Some(0) {
+        return Err("--writes must be at least 1".into());
+    }
+    if args.size < 8 {
+        return Err("--size must be at least 8 bytes".into());
+    }
+    if args.period.is_zero() {
+        return Err("--period must be more than zero".into());
+    }
     let scratch;
     let loop_fs;
     let dir = if args.loop_ext4 {
@@ -121,19 +134,10 @@ fn run_record(args: RecordArgs) -> CliResult {
     bench.flush_every_bytes = args.flush_every;
     bench.rt_priority = args.rt_priority;
     if let Some(sets) = args.sets {
-        if sets == 0 {
-            return Err("--sets must be at least 1".into());
-        }
         bench.sets = sets;
     }
     if let Some(writes) = args.writes {
-        if writes == 0 {
-            return Err("--writes must be at least 1".into());
-        }
         bench.writes = writes;
-    }
-    if args.size < 8 {
-        return Err("--size must be at least 8 bytes".into());
     }
     if !args.cases.is_empty() {
         bench.cases = record::select_cases(&args.cases)?;
