@@ -109,6 +109,11 @@ struct RunArgs {
     /// oldest unwritten records).
     #[arg(long, default_value = "block", requires = "decoupled")]
     overflow: Overflow,
+    /// Store records with write() calls instead of through a shared mapping of the preallocated
+    /// file (the mapping keeps page faults and timestamp updates, which ext4 journals, out of the
+    /// recording's path; append always uses write()).
+    #[arg(long)]
+    syscall_writes: bool,
     /// Lock the process in memory (mlockall).
     #[arg(long)]
     mlockall: bool,
@@ -204,6 +209,9 @@ fn describe(o: &RecorderOptions) -> String {
         o.flusher,
         o.framing
     );
+    if o.mapped && o.allocation != Allocation::Append {
+        s.push_str(" mapped");
+    }
     if let Some(d) = &o.decoupled {
         s.push_str(&format!(
             " decoupled={} overflow={}",
@@ -240,6 +248,7 @@ fn run_record(args: RunArgs) -> CliResult {
         rt_priority: args.rt_priority,
         cpu: args.cpu,
         measure_writes: false,
+        mapped: !args.syscall_writes,
     };
     options.validate()?;
     let mut input: Option<Box<dyn Read>> = match args.input.as_deref() {

@@ -132,6 +132,11 @@ impl RecFile {
         Ok(())
     }
 
+    /// A shared writable mapping of the file's first `len` bytes.
+    pub fn map_shared(&self, len: usize) -> io::Result<crate::sys::mmap::SharedMapping> {
+        crate::sys::mmap::SharedMapping::new(&self.file, len)
+    }
+
     pub fn len(&self) -> Result<u64, RecordError> {
         Ok(self
             .file

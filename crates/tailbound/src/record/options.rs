@@ -142,6 +142,12 @@ pub struct RecorderOptions {
     pub cpu: Option<usize>,
     /// Record each `write()` system call's latency in the summary's histogram.
     pub measure_writes: bool,
+    /// Store records through a shared mapping of the preallocated file instead of `write()` calls
+    /// (fallocate, zero-fill and recycle; append always uses `write()`). The background thread
+    /// faults the pages ahead in writable (`MADV_POPULATE_WRITE`), so a store never takes a page
+    /// fault and never updates the file's timestamps — on ext4 every timestamp update is a
+    /// journalled inode change that can wait behind a commit for tens of milliseconds.
+    pub mapped: bool,
 }
 
 impl Default for RecorderOptions {
@@ -161,6 +167,7 @@ impl Default for RecorderOptions {
             rt_priority: None,
             cpu: None,
             measure_writes: false,
+            mapped: true,
         }
     }
 }
@@ -172,6 +179,7 @@ impl RecorderOptions {
             allocation: Allocation::Append,
             flush: FlushMode::Fdatasync,
             framing: Framing::Raw,
+            mapped: false,
             ..RecorderOptions::default()
         }
     }
@@ -183,6 +191,7 @@ impl RecorderOptions {
             flush: FlushMode::SyncFileRange,
             flusher: Flusher::Off,
             framing: Framing::Raw,
+            mapped: false,
             ..RecorderOptions::default()
         }
     }
@@ -243,7 +252,7 @@ impl FromStr for RecorderOptions {
 
     /// Parses `key=value,key=value`: `allocation`, `flush`, `flush-every`, `flusher`, `framing`,
     /// `expected-size`, `pool`, `decoupled` (ring size), `overflow`, `mlockall`, `rt-priority`,
-    /// `cpu`, `measure-writes`. Unnamed keys keep their defaults; an empty string is the default.
+    /// `cpu`, `measure-writes`, `mapped`. Unnamed keys keep their defaults; an empty string is the default.
     fn from_str(spec: &str) -> Result<Self, Self::Err> {
         let mut o = RecorderOptions::default();
         let mut overflow = None;
@@ -271,6 +280,7 @@ impl FromStr for RecorderOptions {
                 "rt-priority" => o.rt_priority = Some(parse_num(key, value)?),
                 "cpu" => o.cpu = Some(parse_num(key, value)?),
                 "measure-writes" => o.measure_writes = parse_bool(key, value)?,
+                "mapped" => o.mapped = parse_bool(key, value)?,
                 _ => return Err(RecordError::Options(format!("unknown option {key:?}"))),
             }
         }
@@ -312,7 +322,7 @@ mod tests {
     fn spec_strings_set_every_option() {
         let o: RecorderOptions = "allocation=fallocate, flush=sync-file-range,flush-every=512KiB,\
             flusher=off,framing=raw,expected-size=10MiB,decoupled=4MiB,overflow=drop,mlockall=true,\
-            rt-priority=50,cpu=1,measure-writes=yes"
+            rt-priority=50,cpu=1,measure-writes=yes,mapped=false"
             .parse()
             .unwrap();
         assert_eq!(o.allocation, Allocation::Fallocate);
@@ -328,7 +338,7 @@ mod tests {
                 overflow: Overflow::Drop
             })
         );
-        assert!(o.mlockall && o.measure_writes);
+        assert!(o.mlockall && o.measure_writes && !o.mapped);
         assert_eq!((o.rt_priority, o.cpu), (Some(50), Some(1)));
         assert_eq!(
             "".parse::<RecorderOptions>().unwrap(),

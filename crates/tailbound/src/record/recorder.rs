@@ -177,6 +177,7 @@ impl Recorder {
                 options.allocation,
                 Allocation::ZeroFill | Allocation::Recycle
             ),
+            mapped: options.mapped && options.allocation != Allocation::Append,
         })?;
         let mode = match options.decoupled {
             None => {

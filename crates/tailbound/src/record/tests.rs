@@ -36,6 +36,11 @@ fn record_n(path: &Path, options: RecorderOptions, n: u64, len: usize) -> Record
 
 #[test]
 fn every_mode_records_every_frame_and_verifies() {
+    every_mode(true);
+    every_mode(false);
+}
+
+fn every_mode(mapped: bool) {
     let dir = tempfile::tempdir().unwrap();
     let pool = dir.path().join("pool");
     RecyclePool::prepare(&pool, 1, 1 << 20).unwrap();
@@ -47,12 +52,13 @@ fn every_mode_records_every_frame_and_verifies() {
                 }
                 let path = dir
                     .path()
-                    .join(format!("{allocation}-{flush}-{framing}.tbr"));
+                    .join(format!("{allocation}-{flush}-{framing}-{mapped}.tbr"));
                 let mut options = small(allocation, flush, framing);
                 options.recycle_pool = Some(pool.clone());
+                options.mapped = mapped;
                 let n = 150;
                 let summary = record_n(&path, options, n, 1000);
-                let what = format!("{allocation}/{flush}/{framing}");
+                let what = format!("{allocation}/{flush}/{framing}/mapped={mapped}");
                 assert_eq!(summary.counters.frames, n, "{what}");
                 assert_eq!(summary.counters.payload_bytes, n * 1000, "{what}");
                 let len = std::fs::metadata(&path).unwrap().len();
@@ -397,4 +403,37 @@ proptest! {
             prop_assert!(v.valid_bytes <= v.bytes);
         }
     }
+}
+
+#[test]
+fn mapped_mode_makes_no_write_calls_while_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    for allocation in [Allocation::ZeroFill, Allocation::Fallocate] {
+        let path = dir.path().join(format!("{allocation}.tbr"));
+        let ops = logged(
+            &path,
+            small(allocation, FlushMode::Pipelined, Framing::Framed),
+            100,
+        );
+        assert!(
+            !during(&ops).contains(&FileOp::Write),
+            "{allocation}: {ops:?}"
+        );
+        assert!(
+            during(&ops).contains(&FileOp::SyncFileRange),
+            "{allocation}"
+        );
+        let v = verify(&path).unwrap();
+        assert_eq!((v.frames, v.last_sequence), (100, Some(99)), "{allocation}");
+        assert_eq!(v.valid_bytes, std::fs::metadata(&path).unwrap().len());
+    }
+    // The syscall path, for comparison, writes every record.
+    let path = dir.path().join("syscall.tbr");
+    let mut options = small(Allocation::ZeroFill, FlushMode::Pipelined, Framing::Framed);
+    options.mapped = false;
+    let ops = logged(&path, options, 100);
+    assert_eq!(
+        during(&ops).iter().filter(|o| **o == FileOp::Write).count(),
+        100
+    );
 }

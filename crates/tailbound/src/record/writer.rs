@@ -18,6 +18,7 @@ use crate::record::frame::{
 use crate::record::options::{FlushMode, Framing, RECORD_BYTES_MAX};
 use crate::record::RecordError;
 use crate::sys::file::SyncRange;
+use crate::sys::mmap::SharedMapping;
 use crate::sys::time::monotonic_now;
 
 /// Flush windows end on multiples of this (the page size on every Linux platform tailbound runs on
@@ -86,15 +87,29 @@ fn run_background(
     file: Arc<RecFile>,
     mode: FlushMode,
     prefetch: bool,
+    mapping: Option<Arc<SharedMapping>>,
     shared: Arc<Shared>,
     jobs: std::sync::mpsc::Receiver<Job>,
 ) {
     let mut previous: Option<(u64, u64)> = None;
     for job in jobs {
-        if let (true, Job::Flush { start, end }) = (prefetch, &job) {
-            // Keep the pages the writer reaches next in the cache: a write that covers part of an
-            // uncached page of a written file would otherwise wait for a read.
-            if let Err(e) = file.prefetch(*end, PREFETCH_WINDOWS * (end - start)) {
+        if let Job::Flush { start, end } = &job {
+            let ahead = PREFETCH_WINDOWS * (end - start);
+            let r = match &mapping {
+                // Fault the next windows in writable here, off the producer's path.
+                Some(m) => m
+                    .populate_write(*end as usize, ahead as usize)
+                    .map_err(|source| RecordError::Io {
+                        path: file.path().to_path_buf(),
+                        op: "mapping ahead in",
+                        source,
+                    }),
+                // Keep the pages the writer reaches next in the cache: a write that covers part
+                // of an uncached page of a written file would otherwise wait for a read.
+                None if prefetch => file.prefetch(*end, ahead),
+                None => Ok(()),
+            };
+            if let Err(e) = r {
                 shared.fail(e);
             }
         }
@@ -112,6 +127,16 @@ fn run_background(
                         let done = match previous {
                             Some((ps, pe)) => {
                                 file.sync_range(ps, pe - ps, SyncRange::WaitAfter)?;
+                                if let Some(m) = &mapping {
+                                    // Mapped pages cannot leave the cache: unmap them first.
+                                    m.discard(ps as usize, (pe - ps) as usize).map_err(
+                                        |source| RecordError::Io {
+                                            path: file.path().to_path_buf(),
+                                            op: "unmapping flushed pages of",
+                                            source,
+                                        },
+                                    )?;
+                                }
                                 file.drop_cache(ps, pe - ps)?;
                                 Some(pe)
                             }
@@ -151,6 +176,7 @@ pub struct Writer {
     frame: Vec<u8>,
     payload_bytes: u64,
     latency: Option<Histogram<u64>>,
+    mapping: Option<Arc<SharedMapping>>,
     shared: Arc<Shared>,
     background: Background,
 }
@@ -167,6 +193,8 @@ pub struct WriterSetup {
     pub measure_writes: bool,
     /// The file's blocks hold data already (zero-fill, recycle): read ahead of the writer.
     pub prefetch: bool,
+    /// Store through a shared mapping of `[0, reserved)` instead of `write()`.
+    pub mapped: bool,
 }
 
 impl Writer {
@@ -177,14 +205,32 @@ impl Writer {
         let thread_shared = shared.clone();
         let mode = setup.flush;
         let prefetch = setup.prefetch;
-        if prefetch {
-            setup
-                .file
-                .warm(setup.start_offset, PREFETCH_WINDOWS * setup.flush_every)?;
-        }
+        let first_windows = PREFETCH_WINDOWS * setup.flush_every;
+        let mapping = match (setup.mapped, setup.reserved) {
+            (true, Some(reserved)) if reserved > 0 => {
+                let io = |op: &'static str| {
+                    let path = setup.file.path().to_path_buf();
+                    move |source| RecordError::Io { path, op, source }
+                };
+                let m = setup
+                    .file
+                    .map_shared(reserved as usize)
+                    .map_err(io("mapping"))?;
+                m.populate_write(setup.start_offset as usize, first_windows as usize)
+                    .map_err(io("mapping ahead in"))?;
+                Some(Arc::new(m))
+            }
+            _ => {
+                if prefetch {
+                    setup.file.warm(setup.start_offset, first_windows)?;
+                }
+                None
+            }
+        };
+        let thread_mapping = mapping.clone();
         let thread = std::thread::Builder::new()
             .name("tailbound-flush".into())
-            .spawn(move || run_background(file, mode, prefetch, thread_shared, rx))
+            .spawn(move || run_background(file, mode, prefetch, thread_mapping, thread_shared, rx))
             .map_err(|source| RecordError::Io {
                 path: setup.file.path().to_path_buf(),
                 op: "starting the flush thread for",
@@ -211,6 +257,7 @@ impl Writer {
             frame: Vec::with_capacity(FRAME_HEADER_BYTES + (64 << 10)),
             payload_bytes: 0,
             latency,
+            mapping,
             shared,
             background: Background {
                 jobs: Some(tx),
@@ -241,13 +288,23 @@ impl Writer {
     fn write_bytes(&mut self, bytes_from_frame: bool, raw: &[u8]) -> Result<(), RecordError> {
         let buf: &[u8] = if bytes_from_frame { &self.frame } else { raw };
         let len = buf.len() as u64;
-        match self.latency.as_mut() {
-            Some(h) => {
-                let t0 = monotonic_now();
-                self.file.write_all_at(buf, self.offset)?;
-                h.saturating_record(monotonic_now().since(t0).as_nanos().max(1) as u64);
-            }
+        let t0 = self.latency.is_some().then(monotonic_now);
+        let in_mapping = self
+            .mapping
+            .as_ref()
+            .filter(|m| self.offset + len <= m.len() as u64);
+        match in_mapping {
+            Some(m) => m
+                .write_at(self.offset as usize, buf)
+                .map_err(|source| RecordError::Io {
+                    path: self.file.path().to_path_buf(),
+                    op: "storing into the mapping of",
+                    source,
+                })?,
             None => self.file.write_all_at(buf, self.offset)?,
+        }
+        if let (Some(h), Some(t0)) = (self.latency.as_mut(), t0) {
+            h.saturating_record(monotonic_now().since(t0).as_nanos().max(1) as u64);
         }
         self.offset += len;
         Ok(())

@@ -2,10 +2,12 @@
 //! a `// SAFETY:` line on each `unsafe` block; the rest of the crate is `#![deny(unsafe_code)]`.
 //!
 //! Submodules by area: `time` (clocks and absolute sleeps), `file` (allocation, flushing, advice),
-//! `proc` (memory locking, scheduling, affinity), `fs` (file system facts for `doctor`).
+//! `proc` (memory locking, scheduling, affinity), `fs` (file system facts for `doctor`), `mmap`
+//! (shared file mappings for the recorder).
 
 pub mod file;
 pub mod fs;
+pub mod mmap;
 pub mod proc;
 pub mod time;
 

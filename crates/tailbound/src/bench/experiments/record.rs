@@ -36,6 +36,8 @@ pub struct Design {
     pub flusher: Flusher,
     pub framing: Framing,
     pub decoupled: bool,
+    /// Records are stored through a mapping of the preallocated file instead of `write()`.
+    pub mapped: bool,
     /// No I/O at all: the record is copied into memory. Measures the machine's own scheduling
     /// noise, the floor no design can go below.
     pub noise_floor: bool,
@@ -54,8 +56,16 @@ impl Design {
             flusher,
             framing,
             decoupled: false,
+            mapped: false,
             noise_floor: false,
         }
+    }
+
+    /// The same design storing through a mapping of the file (tailbound's modes).
+    pub fn mapped(mut self) -> Design {
+        self.mapped = true;
+        self.label.push_str("/mapped");
+        self
     }
 
     /// The noise floor: the same periodic loop copying each record into memory, with no I/O.
@@ -88,7 +98,12 @@ impl Design {
     /// kernel flusher left alone (no root needed).
     pub fn tailbound_default() -> Design {
         let d = RecorderOptions::default();
-        Design::new(d.allocation, d.flush, d.flusher, d.framing)
+        let design = Design::new(d.allocation, d.flush, d.flusher, d.framing);
+        if d.mapped {
+            design.mapped()
+        } else {
+            design
+        }
     }
 
     /// True when the design changes kernel sysctls and so needs root.
@@ -184,11 +199,12 @@ fn tailbound_designs() -> Vec<(&'static str, Design)> {
                 SyncFileRange,
                 Flusher::On,
                 Framing::Framed,
-            ),
+            )
+            .mapped(),
         ),
         (
             "tailbound-recycle",
-            Design::new(Allocation::Recycle, Pipelined, Flusher::On, Framing::Framed),
+            Design::new(Allocation::Recycle, Pipelined, Flusher::On, Framing::Framed).mapped(),
         ),
         (TAILBOUND_DECOUPLED, Design::tailbound_default().decoupled()),
     ]
@@ -335,6 +351,7 @@ impl RecordBench {
                 overflow: Overflow::Block,
             }),
             measure_writes: design.decoupled,
+            mapped: design.mapped,
             // The writer thread shares the ring's lock with the producer: it runs one real-time
             // priority below it, so no ordinary thread can preempt it while it holds the lock, and
             // the producer still preempts it.
