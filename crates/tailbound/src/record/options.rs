@@ -142,11 +142,12 @@ pub struct RecorderOptions {
     pub cpu: Option<usize>,
     /// Record each `write()` system call's latency in the summary's histogram.
     pub measure_writes: bool,
-    /// Store records through a shared mapping of the preallocated file instead of `write()` calls
-    /// (fallocate, zero-fill and recycle; append always uses `write()`). The background thread
-    /// faults the pages ahead in writable (`MADV_POPULATE_WRITE`), so a store never takes a page
-    /// fault and never updates the file's timestamps — on ext4 every timestamp update is a
-    /// journalled inode change that can wait behind a commit for tens of milliseconds.
+    /// Experimental, off by default: store records through a shared mapping of the preallocated
+    /// file instead of `write()` calls (fallocate, zero-fill and recycle; append always uses
+    /// `write()`). The background thread faults the pages ahead in writable
+    /// (`MADV_POPULATE_WRITE`), to keep page faults and timestamp updates — on ext4 a journalled
+    /// inode change that can wait behind a commit for tens of milliseconds — out of the recording's
+    /// path. Not yet shown to be better: see README.
     pub mapped: bool,
 }
 
@@ -167,7 +168,7 @@ impl Default for RecorderOptions {
             rt_priority: None,
             cpu: None,
             measure_writes: false,
-            mapped: true,
+            mapped: false,
         }
     }
 }
@@ -179,7 +180,6 @@ impl RecorderOptions {
             allocation: Allocation::Append,
             flush: FlushMode::Fdatasync,
             framing: Framing::Raw,
-            mapped: false,
             ..RecorderOptions::default()
         }
     }
@@ -191,7 +191,6 @@ impl RecorderOptions {
             flush: FlushMode::SyncFileRange,
             flusher: Flusher::Off,
             framing: Framing::Raw,
-            mapped: false,
             ..RecorderOptions::default()
         }
     }
@@ -322,7 +321,7 @@ mod tests {
     fn spec_strings_set_every_option() {
         let o: RecorderOptions = "allocation=fallocate, flush=sync-file-range,flush-every=512KiB,\
             flusher=off,framing=raw,expected-size=10MiB,decoupled=4MiB,overflow=drop,mlockall=true,\
-            rt-priority=50,cpu=1,measure-writes=yes,mapped=false"
+            rt-priority=50,cpu=1,measure-writes=yes,mapped=true"
             .parse()
             .unwrap();
         assert_eq!(o.allocation, Allocation::Fallocate);
@@ -338,7 +337,7 @@ mod tests {
                 overflow: Overflow::Drop
             })
         );
-        assert!(o.mlockall && o.measure_writes && !o.mapped);
+        assert!(o.mlockall && o.measure_writes && o.mapped);
         assert_eq!((o.rt_priority, o.cpu), (Some(50), Some(1)));
         assert_eq!(
             "".parse::<RecorderOptions>().unwrap(),

@@ -410,11 +410,9 @@ fn mapped_mode_makes_no_write_calls_while_recording() {
     let dir = tempfile::tempdir().unwrap();
     for allocation in [Allocation::ZeroFill, Allocation::Fallocate] {
         let path = dir.path().join(format!("{allocation}.tbr"));
-        let ops = logged(
-            &path,
-            small(allocation, FlushMode::Pipelined, Framing::Framed),
-            100,
-        );
+        let mut options = small(allocation, FlushMode::Pipelined, Framing::Framed);
+        options.mapped = true;
+        let ops = logged(&path, options, 100);
         assert!(
             !during(&ops).contains(&FileOp::Write),
             "{allocation}: {ops:?}"
@@ -429,9 +427,11 @@ fn mapped_mode_makes_no_write_calls_while_recording() {
     }
     // The syscall path, for comparison, writes every record.
     let path = dir.path().join("syscall.tbr");
-    let mut options = small(Allocation::ZeroFill, FlushMode::Pipelined, Framing::Framed);
-    options.mapped = false;
-    let ops = logged(&path, options, 100);
+    let ops = logged(
+        &path,
+        small(Allocation::ZeroFill, FlushMode::Pipelined, Framing::Framed),
+        100,
+    );
     assert_eq!(
         during(&ops).iter().filter(|o| **o == FileOp::Write).count(),
         100

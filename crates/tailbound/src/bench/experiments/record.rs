@@ -199,12 +199,11 @@ fn tailbound_designs() -> Vec<(&'static str, Design)> {
                 SyncFileRange,
                 Flusher::On,
                 Framing::Framed,
-            )
-            .mapped(),
+            ),
         ),
         (
             "tailbound-recycle",
-            Design::new(Allocation::Recycle, Pipelined, Flusher::On, Framing::Framed).mapped(),
+            Design::new(Allocation::Recycle, Pipelined, Flusher::On, Framing::Framed),
         ),
         (TAILBOUND_DECOUPLED, Design::tailbound_default().decoupled()),
     ]
