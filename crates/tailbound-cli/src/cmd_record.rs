@@ -109,11 +109,11 @@ struct RunArgs {
     /// oldest unwritten records).
     #[arg(long, default_value = "block", requires = "decoupled")]
     overflow: Overflow,
-    /// Experimental: store records through a shared mapping of the preallocated file instead of
-    /// write() calls, to keep page faults and timestamp updates (which ext4 journals) out of the
-    /// recording's path. Not with --allocation append.
+    /// Store records with write() calls instead of through a shared mapping of the preallocated
+    /// file (the mapping, the default, keeps page faults and timestamp updates, which ext4
+    /// journals, out of the recording's path; append always uses write()).
     #[arg(long)]
-    mapped: bool,
+    syscall_writes: bool,
     /// Lock the process in memory (mlockall).
     #[arg(long)]
     mlockall: bool,
@@ -248,7 +248,7 @@ fn run_record(args: RunArgs) -> CliResult {
         rt_priority: args.rt_priority,
         cpu: args.cpu,
         measure_writes: false,
-        mapped: args.mapped,
+        mapped: !args.syscall_writes,
     };
     options.validate()?;
     let mut input: Option<Box<dyn Read>> = match args.input.as_deref() {

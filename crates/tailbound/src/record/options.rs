@@ -142,12 +142,11 @@ pub struct RecorderOptions {
     pub cpu: Option<usize>,
     /// Record each `write()` system call's latency in the summary's histogram.
     pub measure_writes: bool,
-    /// Experimental, off by default: store records through a shared mapping of the preallocated
-    /// file instead of `write()` calls (fallocate, zero-fill and recycle; append always uses
-    /// `write()`). The background thread faults the pages ahead in writable
-    /// (`MADV_POPULATE_WRITE`), to keep page faults and timestamp updates — on ext4 a journalled
-    /// inode change that can wait behind a commit for tens of milliseconds — out of the recording's
-    /// path. Not yet shown to be better: see README.
+    /// Store records through a shared mapping of the preallocated file instead of `write()` calls
+    /// (fallocate, zero-fill and recycle; append always uses `write()`; default on). The
+    /// background thread faults the pages ahead in writable (`MADV_POPULATE_WRITE`), so a store
+    /// takes no page fault and updates no timestamp — on ext4 a journalled inode change that can
+    /// wait behind a commit for tens of milliseconds.
     pub mapped: bool,
 }
 
@@ -168,7 +167,7 @@ impl Default for RecorderOptions {
             rt_priority: None,
             cpu: None,
             measure_writes: false,
-            mapped: false,
+            mapped: true,
         }
     }
 }
@@ -180,6 +179,7 @@ impl RecorderOptions {
             allocation: Allocation::Append,
             flush: FlushMode::Fdatasync,
             framing: Framing::Raw,
+            mapped: false,
             ..RecorderOptions::default()
         }
     }
@@ -191,6 +191,7 @@ impl RecorderOptions {
             flush: FlushMode::SyncFileRange,
             flusher: Flusher::Off,
             framing: Framing::Raw,
+            mapped: false,
             ..RecorderOptions::default()
         }
     }
@@ -321,7 +322,7 @@ mod tests {
     fn spec_strings_set_every_option() {
         let o: RecorderOptions = "allocation=fallocate, flush=sync-file-range,flush-every=512KiB,\
             flusher=off,framing=raw,expected-size=10MiB,decoupled=4MiB,overflow=drop,mlockall=true,\
-            rt-priority=50,cpu=1,measure-writes=yes,mapped=true"
+            rt-priority=50,cpu=1,measure-writes=yes,mapped=false"
             .parse()
             .unwrap();
         assert_eq!(o.allocation, Allocation::Fallocate);
@@ -337,7 +338,7 @@ mod tests {
                 overflow: Overflow::Drop
             })
         );
-        assert!(o.mlockall && o.measure_writes && o.mapped);
+        assert!(o.mlockall && o.measure_writes && !o.mapped);
         assert_eq!((o.rt_priority, o.cpu), (Some(50), Some(1)));
         assert_eq!(
             "".parse::<RecorderOptions>().unwrap(),

@@ -427,11 +427,9 @@ fn mapped_mode_makes_no_write_calls_while_recording() {
     }
     // The syscall path, for comparison, writes every record.
     let path = dir.path().join("syscall.tbr");
-    let ops = logged(
-        &path,
-        small(Allocation::ZeroFill, FlushMode::Pipelined, Framing::Framed),
-        100,
-    );
+    let mut options = small(Allocation::ZeroFill, FlushMode::Pipelined, Framing::Framed);
+    options.mapped = false;
+    let ops = logged(&path, options, 100);
     assert_eq!(
         during(&ops).iter().filter(|o| **o == FileOp::Write).count(),
         100

@@ -21,9 +21,17 @@ use crate::sys::file::SyncRange;
 use crate::sys::mmap::SharedMapping;
 use crate::sys::time::monotonic_now;
 
-/// Flush windows end on multiples of this (the page size on every Linux platform tailbound runs on
-/// is 4 KiB; a larger page only makes the boundary page shared, never corrupts).
+/// Smallest flush-window alignment: the page size on every Linux platform tailbound runs on.
 const PAGE_BYTES: u64 = 4096;
+/// Largest page-cache folio to keep whole: a PMD-sized folio on x86-64.
+const FOLIO_BYTES_MAX: u64 = 2 << 20;
+
+/// Where flush windows end: the largest power of two no larger than the window, between a page and
+/// the largest folio.
+fn window_alignment(flush_every: u64) -> u64 {
+    let pow2 = 1u64 << (63 - flush_every.max(1).leading_zeros());
+    pow2.clamp(PAGE_BYTES, FOLIO_BYTES_MAX)
+}
 
 /// How many flush windows ahead of the writer are kept in the page cache (written files only).
 const PREFETCH_WINDOWS: u64 = 4;
@@ -335,9 +343,12 @@ impl Writer {
         self.sequence += 1;
         self.payload_bytes += record.len() as u64;
         if self.offset - self.window_start >= self.flush_every {
-            // Windows end on a page boundary: the page the next record starts in is never under
-            // writeback or being dropped while the producer writes into it.
-            let end = self.offset / PAGE_BYTES * PAGE_BYTES;
+            // Windows end on a folio boundary: the folio the next record goes into is never under
+            // writeback (which write-protects and locks whole folios) or being dropped while the
+            // producer writes into it. The page cache uses naturally aligned folios of up to
+            // 2 MiB, so an end aligned to min(2 MiB, flush window) splits none of them.
+            let align = window_alignment(self.flush_every);
+            let end = self.offset / align * align;
             if end > self.window_start {
                 self.send(Job::Flush {
                     start: self.window_start,
@@ -419,6 +430,16 @@ impl Drop for Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_align_to_whole_folios() {
+        assert_eq!(window_alignment(2 << 20), 2 << 20);
+        assert_eq!(window_alignment(3 << 20), 2 << 20);
+        assert_eq!(window_alignment(64 << 10), 64 << 10);
+        assert_eq!(window_alignment(100_000), 65_536);
+        assert_eq!(window_alignment(4096), 4096);
+        assert_eq!(window_alignment(1), 4096);
+    }
 
     #[test]
     fn a_background_error_is_reported_first_as_itself_then_again_and_again() {

@@ -199,11 +199,12 @@ fn tailbound_designs() -> Vec<(&'static str, Design)> {
                 SyncFileRange,
                 Flusher::On,
                 Framing::Framed,
-            ),
+            )
+            .mapped(),
         ),
         (
             "tailbound-recycle",
-            Design::new(Allocation::Recycle, Pipelined, Flusher::On, Framing::Framed),
+            Design::new(Allocation::Recycle, Pipelined, Flusher::On, Framing::Framed).mapped(),
         ),
         (TAILBOUND_DECOUPLED, Design::tailbound_default().decoupled()),
     ]
