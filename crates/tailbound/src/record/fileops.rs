@@ -22,6 +22,8 @@ pub enum FileOp {
     Fsync,
     SyncFileRange,
     Fadvise,
+    /// `fsync` of the recording's directory (at create).
+    SyncDir,
     /// Marks where recording (the first `write` call of the producer) began.
     RecordingStarted,
     /// Marks where `finish` began.

@@ -299,9 +299,61 @@ impl FromStr for RecorderOptions {
     }
 }
 
+/// A byte count the way `parse_bytes` reads it back exactly: the largest binary unit that divides
+/// it, else plain bytes.
+fn format_size(bytes: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+impl fmt::Display for RecorderOptions {
+    /// The `key=value,...` spec that [`FromStr`] reads back to the same options (a pool path
+    /// containing a comma cannot be spelled this way).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "allocation={},flush={},flush-every={},flusher={},framing={},expected-size={}",
+            self.allocation,
+            self.flush,
+            format_size(self.flush_every_bytes),
+            self.flusher,
+            self.framing,
+            format_size(self.expected_bytes),
+        )?;
+        if let Some(pool) = &self.recycle_pool {
+            write!(f, ",pool={}", pool.display())?;
+        }
+        if let Some(d) = &self.decoupled {
+            write!(
+                f,
+                ",decoupled={},overflow={}",
+                format_size(d.ring_bytes),
+                d.overflow
+            )?;
+        }
+        write!(f, ",mlockall={}", self.mlockall)?;
+        if let Some(p) = self.rt_priority {
+            write!(f, ",rt-priority={p}")?;
+        }
+        if let Some(cpu) = self.cpu {
+            write!(f, ",cpu={cpu}")?;
+        }
+        write!(
+            f,
+            ",measure-writes={},mapped={}",
+            self.measure_writes, self.mapped
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn names_round_trip() {
@@ -363,6 +415,98 @@ mod tests {
             let err = spec.parse::<RecorderOptions>().unwrap_err().to_string();
             assert!(err.contains(needle), "{spec}: {err}");
         }
+    }
+
+    #[test]
+    fn sizes_print_in_the_largest_exact_unit() {
+        assert_eq!(format_size(2 << 20), "2MiB");
+        assert_eq!(format_size(16 << 10), "16KiB");
+        assert_eq!(format_size(1536), "1536");
+        assert_eq!(format_size(0), "0");
+        assert_eq!(format_size(3 << 30), "3GiB");
+    }
+
+    fn any_options() -> impl Strategy<Value = RecorderOptions> {
+        let enums = (
+            prop::sample::select(Allocation::ALL),
+            prop::sample::select(FlushMode::ALL),
+            prop::sample::select(Flusher::ALL),
+            prop::sample::select(Framing::ALL),
+        );
+        let decoupled = prop::option::of(
+            (64u64 << 10..1 << 30, prop::sample::select(Overflow::ALL)).prop_map(
+                |(ring_bytes, overflow)| DecoupledOptions {
+                    ring_bytes,
+                    overflow,
+                },
+            ),
+        );
+        let hygiene = (
+            any::<bool>(),
+            prop::option::of(1u8..=99),
+            prop::option::of(0usize..1024),
+            any::<bool>(),
+            any::<bool>(),
+        );
+        (
+            enums,
+            FLUSH_EVERY_BYTES_MIN..1 << 40,
+            0u64..1 << 40,
+            decoupled,
+            hygiene,
+        )
+            .prop_map(
+                |(
+                    (allocation, flush, flusher, framing),
+                    flush_every_bytes,
+                    expected_bytes,
+                    decoupled,
+                    (mlockall, rt_priority, cpu, measure_writes, mapped),
+                )| {
+                    let recycle = allocation == Allocation::Recycle;
+                    RecorderOptions {
+                        allocation,
+                        flush,
+                        flush_every_bytes,
+                        flusher,
+                        // Recycle needs framed records and a pool; validate() says so.
+                        framing: if recycle { Framing::Framed } else { framing },
+                        expected_bytes,
+                        recycle_pool: recycle.then(|| PathBuf::from("/var/tmp/pool=1 a")),
+                        decoupled,
+                        mlockall,
+                        rt_priority,
+                        cpu,
+                        measure_writes,
+                        mapped,
+                    }
+                },
+            )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_valid_options_round_trip_through_their_spec(o in any_options()) {
+            let spec = o.to_string();
+            let back: RecorderOptions = spec.parse().map_err(|e| {
+                proptest::test_runner::TestCaseError::fail(format!("{spec}: {e}"))
+            })?;
+            proptest::prop_assert_eq!(back, o, "{}", spec);
+        }
+    }
+
+    #[test]
+    fn presets_round_trip_through_their_spec() {
+        for o in [
+            RecorderOptions::default(),
+            RecorderOptions::conventional(),
+            RecorderOptions::paper(),
+        ] {
+            assert_eq!(o.to_string().parse::<RecorderOptions>().unwrap(), o);
+        }
+        assert!(RecorderOptions::default()
+            .to_string()
+            .starts_with("allocation=zero-fill,flush=pipelined,flush-every=2MiB,"));
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::record::fileops::{FileOp, OpLog, RecFile};
 use crate::record::flusher::FlusherGuard;
-use crate::record::frame::{FileHeader, FILE_FLAG_RECYCLED, FILE_HEADER_BYTES};
+use crate::record::frame::{
+    decode_frame_header, FileHeader, FILE_FLAG_RECYCLED, FILE_HEADER_BYTES, FRAME_HEADER_BYTES,
+};
 use crate::record::options::{Allocation, Flusher, Framing, RecorderOptions};
 use crate::record::recycle::RecyclePool;
 use crate::record::ring::{Pushed, Ring};
@@ -109,15 +111,37 @@ fn prepare_file(
             }
             RecyclePool::open(dir)?.take(path)?;
             let f = RecFile::new(open(false)?, path, log);
-            let mut head = [0u8; FILE_HEADER_BYTES];
-            let epoch = match f.read_exact_at(&mut head, 0) {
-                Ok(()) => FileHeader::decode(&head).map_or(1, |h| h.epoch + 1),
-                Err(_) => 1,
-            };
+            let epoch = next_epoch(&f);
             let len = f.len()?;
             Ok((f, epoch, Some(len), FILE_FLAG_RECYCLED))
         }
     }
+}
+
+/// The epoch for the next lap of a recycled file: one more than the newest epoch its header or
+/// first frame shows, so a torn header from a crash during the last lap's create can never make
+/// this lap reuse an epoch whose frames are still in the file. A fresh pool file (zeros) gets 1.
+fn next_epoch(file: &RecFile) -> u64 {
+    let mut head = [0u8; FILE_HEADER_BYTES + FRAME_HEADER_BYTES];
+    if file.read_exact_at(&mut head, 0).is_err() {
+        return 1;
+    }
+    let header = FileHeader::decode(&head[..FILE_HEADER_BYTES]).map_or(0, |h| h.epoch);
+    let first_frame = decode_frame_header(&head[FILE_HEADER_BYTES..]).map_or(0, |h| h.epoch);
+    header.max(first_frame).saturating_add(1)
+}
+
+/// Makes the recording's directory entry durable, so a crash during the recording finds the file
+/// under its name (a recycled file otherwise may still be in the pool after a power cut).
+fn sync_parent_dir(file: &RecFile, path: &Path) -> Result<(), RecordError> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    file.note(FileOp::SyncDir);
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(parent, "flushing the directory entry (fsync) of"))
 }
 
 impl Recorder {
@@ -160,10 +184,16 @@ impl Recorder {
                     created_unix_ns,
                 };
                 file.write_all_at(&header.encode(), 0)?;
+                if options.allocation == Allocation::Recycle {
+                    // The new epoch must be on the device before any frame of this lap: with the
+                    // old header, the old lap's frames would read as valid after a crash.
+                    file.sync_data()?;
+                }
                 FILE_HEADER_BYTES as u64
             }
             Framing::Raw => 0,
         };
+        sync_parent_dir(&file, path)?;
         let writer = Writer::start(WriterSetup {
             file: file.clone(),
             framing: options.framing,
@@ -203,8 +233,10 @@ impl Recorder {
                         let mut record = Vec::with_capacity(64 << 10);
                         while thread_ring.pop(&mut record) {
                             if let Err(e) = writer.write_record(&record) {
+                                // Kept where the producer's next write() and finish() find it.
+                                writer.shared().fail(e);
                                 thread_ring.close();
-                                return Err(e);
+                                return Err(RecordError::Closed);
                             }
                         }
                         Ok(writer)
@@ -268,7 +300,8 @@ impl Recorder {
                 }
                 match ring.push(record) {
                     Pushed::Queued | Pushed::Dropped => Ok(()),
-                    Pushed::Closed => Err(RecordError::Closed),
+                    // The writer thread stopped on an error it kept in `shared`.
+                    Pushed::Closed => Err(shared.take_error().unwrap_or(RecordError::Closed)),
                 }
             }
         }
@@ -294,28 +327,25 @@ impl Recorder {
         DurableWatch { shared }
     }
 
-    /// What the recording has done so far. In decoupled mode `frames` and `payload_bytes` are
-    /// known only at `finish`, and read 0 before it.
+    /// What the recording has done so far. In decoupled mode `frames` and `payload_bytes` count
+    /// the records the writer thread has written, not those still in the ring.
     pub fn counters(&self) -> RecordCounters {
+        let from_shared = |shared: &Shared| RecordCounters {
+            frames: shared.frames.load(Ordering::Relaxed),
+            payload_bytes: shared.payload_bytes.load(Ordering::Relaxed),
+            flushes: shared.flushes.load(Ordering::Acquire),
+            ..RecordCounters::default()
+        };
         match &self.mode {
             Mode::Finished => RecordCounters::default(),
-            Mode::Direct(w) => RecordCounters {
-                frames: w.frames(),
-                payload_bytes: w.payload_bytes(),
-                dropped: 0,
-                overwritten: 0,
-                blocked: 0,
-                flushes: w.shared().flushes.load(Ordering::Acquire),
-            },
+            Mode::Direct(w) => from_shared(w.shared()),
             Mode::Decoupled { ring, shared, .. } => {
                 let c = ring.counters();
                 RecordCounters {
-                    frames: 0,
-                    payload_bytes: 0,
                     dropped: c.dropped,
                     overwritten: c.overwritten,
                     blocked: c.blocked,
-                    flushes: shared.flushes.load(Ordering::Acquire),
+                    ..from_shared(shared)
                 }
             }
         }
@@ -342,7 +372,9 @@ impl Recorder {
             Mode::Finished => return Err(RecordError::Closed),
             Mode::Direct(w) => *w,
             Mode::Decoupled {
-                ring, mut thread, ..
+                ring,
+                mut thread,
+                shared,
             } => {
                 ring.close();
                 let c = ring.counters();
@@ -350,7 +382,9 @@ impl Recorder {
                 counters.overwritten = c.overwritten;
                 counters.blocked = c.blocked;
                 match thread.take().map(JoinHandle::join) {
-                    Some(Ok(result)) => result?,
+                    Some(Ok(Ok(writer))) => writer,
+                    // The writer thread's own error, kept in `shared`, says more than `Closed`.
+                    Some(Ok(Err(e))) => return Err(shared.take_error().unwrap_or(e)),
                     _ => return Err(RecordError::Closed),
                 }
             }

@@ -41,6 +41,8 @@ struct State {
 /// A bounded byte ring of whole records.
 pub struct Ring {
     state: Mutex<State>,
+    /// The buffer's length, fixed at creation: read without the lock.
+    capacity: usize,
     not_empty: Condvar,
     not_full: Condvar,
     overflow: Overflow,
@@ -73,6 +75,7 @@ impl Ring {
                 stalled: false,
                 counters: RingCounters::default(),
             }),
+            capacity,
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
             overflow,
@@ -84,7 +87,7 @@ impl Ring {
     }
 
     pub fn capacity(&self) -> usize {
-        self.lock().buf.len()
+        self.capacity
     }
 
     pub fn counters(&self) -> RingCounters {

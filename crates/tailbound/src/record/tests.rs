@@ -435,3 +435,137 @@ fn mapped_mode_makes_no_write_calls_while_recording() {
         100
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// A frame that is intact but carries another epoch ends the valid prefix, wherever it sits.
+    #[test]
+    fn a_stale_epoch_frame_ends_the_valid_prefix(frames in 1u64..20, stale_at in any::<prop::sample::Index>(),
+                                                  other_epoch in any::<u64>(), len in 0usize..300) {
+        let epoch = 5;
+        prop_assume!(other_epoch != epoch);
+        let stale_at = stale_at.index(frames as usize) as u64;
+        let mut bytes = frame::FileHeader { flags: frame::FILE_FLAG_RECYCLED, epoch, created_unix_ns: 0 }
+            .encode()
+            .to_vec();
+        for seq in 0..frames {
+            let e = if seq == stale_at { other_epoch } else { epoch };
+            frame::encode_frame(&mut bytes, seq, e, 0, &vec![seq as u8; len]);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x");
+        std::fs::write(&path, &bytes).unwrap();
+        let v = verify(&path).unwrap();
+        prop_assert_eq!(v.stop, StopReason::StaleEpoch);
+        prop_assert_eq!(v.frames, stale_at);
+        prop_assert_eq!(v.last_sequence, stale_at.checked_sub(1));
+        prop_assert_eq!(v.valid_bytes, 64 + stale_at * (32 + len as u64));
+    }
+}
+
+#[test]
+fn decoupled_counters_are_live_and_every_mode_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    RecyclePool::prepare(&pool, 1, 1 << 20).unwrap();
+    for &allocation in Allocation::ALL {
+        for &flush in FlushMode::ALL {
+            let path = dir.path().join(format!("{allocation}-{flush}.tbr"));
+            let mut options = small(allocation, flush, Framing::Framed);
+            options.recycle_pool = Some(pool.clone());
+            options.decoupled = Some(DecoupledOptions {
+                ring_bytes: 64 << 10,
+                overflow: Overflow::Block,
+            });
+            let what = format!("decoupled {allocation}/{flush}");
+            let mut r = Recorder::create(&path, options).unwrap();
+            for i in 0..100 {
+                r.write(&record(i, 1000)).unwrap();
+            }
+            // The writer thread publishes what it has written; none of it can exceed what was sent.
+            let live = r.counters();
+            assert!(
+                live.frames <= 100 && live.payload_bytes == live.frames * 1000,
+                "{what}"
+            );
+            let summary = r.finish().unwrap();
+            assert_eq!(summary.counters.frames, 100, "{what}");
+            assert_eq!(
+                summary.counters.blocked + summary.counters.dropped,
+                summary.counters.blocked
+            );
+            let v = verify(&path).unwrap();
+            assert_eq!((v.frames, v.last_sequence), (100, Some(99)), "{what}");
+            assert_eq!(v.valid_bytes, summary.file_bytes, "{what}");
+            if allocation == Allocation::Recycle {
+                RecyclePool::open(&pool).unwrap().give_back(&path).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_decoupled_writers_error_reaches_the_producer_and_finish() {
+    // /dev/full fails every write with ENOSPC: the writer thread's first write() fails.
+    let full = Path::new("/dev/full");
+    if !full.exists() {
+        eprintln!("skipping: no /dev/full");
+        return;
+    }
+    let mut options = small(Allocation::Append, FlushMode::None, Framing::Raw);
+    options.decoupled = Some(DecoupledOptions {
+        ring_bytes: 64 << 10,
+        overflow: Overflow::Block,
+    });
+    let mut r = Recorder::create(full, options).unwrap();
+    // The ring holds 16 records; with the writer stopped, a later write must fail, not block.
+    let mut failed = None;
+    for i in 0..1000 {
+        if let Err(e) = r.write(&record(i, 4096)) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let e = failed.expect("a write fails once the writer thread has stopped");
+    assert!(e.to_string().contains("/dev/full"), "{e}");
+    assert!(!matches!(e, RecordError::Closed), "{e}");
+    let e = r.finish().unwrap_err();
+    assert!(
+        matches!(e, RecordError::BackgroundFailed(ref m) if m.contains("/dev/full")),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_recycled_file_with_a_torn_header_still_gets_a_new_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool_dir = dir.path().join("pool");
+    let pool = RecyclePool::prepare(&pool_dir, 1, 1 << 20).unwrap();
+    let path = dir.path().join("lap.tbr");
+    let mut options = small(Allocation::Recycle, FlushMode::None, Framing::Framed);
+    options.recycle_pool = Some(pool_dir);
+    record_n(&path, options.clone(), 50, 1000);
+    pool.give_back(&path).unwrap();
+    // Wreck the header's epoch field, as a torn header write would.
+    let ready = std::fs::read_dir(pool.dir())
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&ready).unwrap();
+    bytes[20] ^= 0xff;
+    std::fs::write(&ready, &bytes).unwrap();
+    // Lap 2 cut off after 10 frames: lap 1's frames 10.. follow with sequence numbers that fit.
+    let mut r = Recorder::create(&path, options).unwrap();
+    for i in 0..10 {
+        r.write(&record(i, 1000)).unwrap();
+    }
+    drop(r);
+    let v = verify(&path).unwrap();
+    // The first frame said epoch 1, so this lap is 2: never 1 again.
+    assert_eq!(
+        (v.frames, v.epoch, v.stop),
+        (10, Some(2), StopReason::StaleEpoch)
+    );
+}

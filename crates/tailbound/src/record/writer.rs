@@ -48,6 +48,10 @@ enum Job {
 #[derive(Default)]
 pub struct Shared {
     pub flushes: AtomicU64,
+    /// Records written so far and their payload bytes, published by the writer after each record
+    /// so `counters()` reads them from any thread.
+    pub frames: AtomicU64,
+    pub payload_bytes: AtomicU64,
     /// Bytes known durable on the device (end of the last completed data flush).
     pub durable_bytes: AtomicU64,
     failed: AtomicBool,
@@ -57,7 +61,8 @@ pub struct Shared {
 }
 
 impl Shared {
-    fn fail(&self, e: RecordError) {
+    /// Keeps `e` unless an earlier error is kept already: the first failure is the one reported.
+    pub fn fail(&self, e: RecordError) {
         let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
         if !self.failed.load(Ordering::Acquire) {
             *self.message.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
@@ -342,6 +347,11 @@ impl Writer {
         }
         self.sequence += 1;
         self.payload_bytes += record.len() as u64;
+        // Plain stores: only this thread writes them.
+        self.shared.frames.store(self.sequence, Ordering::Relaxed);
+        self.shared
+            .payload_bytes
+            .store(self.payload_bytes, Ordering::Relaxed);
         if self.offset - self.window_start >= self.flush_every {
             // Windows end on a folio boundary: the folio the next record goes into is never under
             // writeback (which write-protects and locks whole folios) or being dropped while the
