@@ -85,7 +85,8 @@ pub struct RecordCounters {
 #[derive(Debug, Clone)]
 pub struct RecordSummary {
     pub counters: RecordCounters,
-    /// The file's final length.
+    /// The recorded length: the end of the last frame (or of the trailer, in recycle mode). The
+    /// file is cut to it, except in recycle mode, where it keeps its pool size.
     pub file_bytes: u64,
     /// Each `write()` system call's latency in ns, with `measure_writes`.
     pub writer_latency: Option<hdrhistogram::Histogram<u64>>,

@@ -129,7 +129,9 @@ pub struct RecorderOptions {
     pub flusher: Flusher,
     pub framing: Framing,
     /// Bytes to preallocate (payload plus framing) for `fallocate` and `zero-fill`; a recording that
-    /// outgrows it is extended ahead of need by the background thread. Default 100 MiB.
+    /// outgrows it (or its recycled file) is extended ahead of need by the background thread, with
+    /// one `fallocate` of the starting size (at least 16 MiB) per extension: a metadata change beside the
+    /// recording and unwritten extents (see docs/FORMAT.md). Default 100 MiB.
     pub expected_bytes: u64,
     /// The pool directory for `recycle`.
     pub recycle_pool: Option<PathBuf>,
