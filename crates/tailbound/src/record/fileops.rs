@@ -20,8 +20,18 @@ pub enum FileOp {
     Ftruncate,
     Fdatasync,
     Fsync,
-    SyncFileRange,
-    Fadvise,
+    /// `sync_file_range` of `[offset, offset + len)`.
+    SyncFileRange {
+        how: SyncRange,
+        offset: u64,
+        len: u64,
+    },
+    /// `posix_fadvise` of `[offset, offset + len)`.
+    Fadvise {
+        advice: Advice,
+        offset: u64,
+        len: u64,
+    },
     /// `fsync` of the recording's directory (at create).
     SyncDir,
     /// Marks where recording (the first `write` call of the producer) began.
@@ -100,13 +110,17 @@ impl RecFile {
     }
 
     pub fn sync_range(&self, offset: u64, len: u64, how: SyncRange) -> Result<(), RecordError> {
-        self.note(FileOp::SyncFileRange);
+        self.note(FileOp::SyncFileRange { how, offset, len });
         sync_file_range(&self.file, offset, len, how)
             .map_err(self.err("flushing (sync_file_range)"))
     }
 
     pub fn drop_cache(&self, offset: u64, len: u64) -> Result<(), RecordError> {
-        self.note(FileOp::Fadvise);
+        self.note(FileOp::Fadvise {
+            advice: Advice::DontNeed,
+            offset,
+            len,
+        });
         fadvise(&self.file, offset, len, Advice::DontNeed)
             .map_err(self.err("dropping cached pages of"))
     }
@@ -114,7 +128,11 @@ impl RecFile {
     /// Starts reading `[offset, offset + len)` into the page cache, so writes that cover part of a
     /// page there never wait for a read.
     pub fn prefetch(&self, offset: u64, len: u64) -> Result<(), RecordError> {
-        self.note(FileOp::Fadvise);
+        self.note(FileOp::Fadvise {
+            advice: Advice::WillNeed,
+            offset,
+            len,
+        });
         fadvise(&self.file, offset, len, Advice::WillNeed).map_err(self.err("prefetching"))
     }
 

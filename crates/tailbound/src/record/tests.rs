@@ -8,6 +8,7 @@ use proptest::prelude::*;
 
 use super::fileops::{FileOp, OpLog};
 use super::*;
+use crate::sys::file::{Advice, SyncRange};
 
 fn record(i: u64, len: usize) -> Vec<u8> {
     let mut r = vec![(i % 251) as u8; len];
@@ -207,6 +208,92 @@ fn during(ops: &[FileOp]) -> &[FileOp] {
     &ops[start..end]
 }
 
+fn is_sync_range(op: &FileOp) -> bool {
+    matches!(op, FileOp::SyncFileRange { .. })
+}
+
+/// The `sync_file_range` calls of one kind, as `(position in the log, start, end)`.
+fn sync_ranges(ops: &[FileOp], kind: SyncRange) -> Vec<(usize, u64, u64)> {
+    ops.iter()
+        .enumerate()
+        .filter_map(|(i, o)| match *o {
+            FileOp::SyncFileRange { how, offset, len } if how == kind => {
+                Some((i, offset, offset + len))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn pipelined_flushing_waits_one_window_behind_and_never_touches_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    for mapped in [false, true] {
+        let mut options = small(Allocation::ZeroFill, FlushMode::Pipelined, Framing::Framed);
+        options.mapped = mapped;
+        let ops = logged(&dir.path().join(format!("p-{mapped}")), options, 100);
+        let ops = during(&ops);
+        let started = sync_ranges(ops, SyncRange::StartWrite);
+        let waited = sync_ranges(ops, SyncRange::WaitAfter);
+        assert!(sync_ranges(ops, SyncRange::WriteAndWait).is_empty());
+        // 100 records of 4 KiB + 32 in 16 KiB windows: about 25 windows.
+        assert!(started.len() >= 20, "{started:?}");
+        // Windows tile the file from its start.
+        assert_eq!(started[0].1, 0);
+        for w in started.windows(2) {
+            assert_eq!(w[0].2, w[1].1, "windows are contiguous");
+        }
+        // Window N is waited for only after window N+1 was started, never the newest one.
+        assert_eq!(waited.len(), started.len() - 1);
+        for (k, &(at, start, end)) in waited.iter().enumerate() {
+            assert_eq!((start, end), (started[k].1, started[k].2));
+            assert!(
+                at > started[k + 1].0,
+                "window {k} waited before the next one started"
+            );
+            // And only then dropped from the cache.
+            let dropped = ops[at..].iter().position(|o| {
+                *o == FileOp::Fadvise {
+                    advice: Advice::DontNeed,
+                    offset: start,
+                    len: end - start,
+                }
+            });
+            assert!(
+                dropped.is_some(),
+                "window {k} was not dropped after its wait"
+            );
+        }
+        let last = started.last().unwrap();
+        assert!(
+            !ops.iter().any(|o| matches!(
+                *o,
+                FileOp::Fadvise { advice: Advice::DontNeed, offset, .. } if offset == last.1
+            )),
+            "the newest window is never dropped"
+        );
+    }
+}
+
+#[test]
+fn sync_file_range_mode_writes_and_waits_each_window_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = small(
+        Allocation::ZeroFill,
+        FlushMode::SyncFileRange,
+        Framing::Framed,
+    );
+    let ops = logged(&dir.path().join("s"), options, 100);
+    let ops = during(&ops);
+    let flushed = sync_ranges(ops, SyncRange::WriteAndWait);
+    assert!(sync_ranges(ops, SyncRange::StartWrite).is_empty());
+    assert!(!ops.contains(&FileOp::Fdatasync));
+    assert_eq!(flushed[0].1, 0);
+    for w in flushed.windows(2) {
+        assert_eq!(w[0].2, w[1].1, "each byte is flushed once, in order");
+    }
+}
+
 #[test]
 fn recycle_mode_never_allocates_or_truncates() {
     let dir = tempfile::tempdir().unwrap();
@@ -217,7 +304,7 @@ fn recycle_mode_never_allocates_or_truncates() {
     let ops = logged(&dir.path().join("r.tbr"), options, 300);
     assert!(!ops.contains(&FileOp::Fallocate), "{ops:?}");
     assert!(!ops.contains(&FileOp::Ftruncate), "{ops:?}");
-    assert!(during(&ops).contains(&FileOp::SyncFileRange));
+    assert!(during(&ops).iter().any(is_sync_range));
     assert_eq!(ops.last(), Some(&FileOp::Fsync));
 }
 
@@ -255,7 +342,7 @@ fn each_mode_issues_the_calls_it_claims() {
         !during(&ops).contains(&FileOp::Fdatasync),
         "data-only flushing"
     );
-    assert!(during(&ops).contains(&FileOp::SyncFileRange));
+    assert!(during(&ops).iter().any(is_sync_range));
     let finish = ops
         .iter()
         .position(|o| *o == FileOp::FinishStarted)
@@ -275,7 +362,13 @@ fn each_mode_issues_the_calls_it_claims() {
         "zero-fill writes, never allocates"
     );
     assert!(
-        during(&ops).contains(&FileOp::Fadvise),
+        during(&ops).iter().any(|o| matches!(
+            o,
+            FileOp::Fadvise {
+                advice: Advice::DontNeed,
+                ..
+            }
+        )),
         "pipelined drops flushed windows"
     );
 
@@ -286,7 +379,7 @@ fn each_mode_issues_the_calls_it_claims() {
     );
     assert!(!during(&ops)
         .iter()
-        .any(|o| matches!(o, FileOp::Fdatasync | FileOp::SyncFileRange)));
+        .any(|o| matches!(o, FileOp::Fdatasync) || is_sync_range(o)));
 }
 
 #[test]
@@ -415,10 +508,7 @@ fn mapped_mode_makes_no_write_calls_while_recording() {
             !during(&ops).contains(&FileOp::Write),
             "{allocation}: {ops:?}"
         );
-        assert!(
-            during(&ops).contains(&FileOp::SyncFileRange),
-            "{allocation}"
-        );
+        assert!(during(&ops).iter().any(is_sync_range), "{allocation}");
         let v = verify(&path).unwrap();
         assert_eq!((v.frames, v.last_sequence), (100, Some(99)), "{allocation}");
         assert_eq!(v.valid_bytes, std::fs::metadata(&path).unwrap().len());
