@@ -9,7 +9,7 @@
 //! | 0 | 8 | magic `TBRECORD` |
 //! | 8 | 4 | format version, 1 |
 //! | 12 | 4 | flags: bit 0 = the file came from a recycle pool |
-//! | 16 | 8 | epoch: 1 for a new file, one more on every lap of a recycled file |
+//! | 16 | 8 | epoch: 1 for a new file; a recycled file's next lap takes one more than the newest epoch in its old header or first frame |
 //! | 24 | 8 | creation time, ns since the Unix epoch |
 //! | 32 | 28 | reserved, zero |
 //! | 60 | 4 | CRC32C of bytes 0..60 |

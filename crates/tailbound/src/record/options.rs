@@ -52,6 +52,8 @@ named_enum! {
         /// Plain appends: the file system allocates beside every write (the conventional design).
         Append = "append",
         /// `fallocate` the expected size up front (the paper); the unused tail is cut at the end.
+        /// Mode 0 (the file's size grows to the expected size at once), not `KEEP_SIZE`: with
+        /// `KEEP_SIZE` every append would still change the inode's size, a journalled update.
         Fallocate = "fallocate",
         /// Write the expected size with zeros before recording, so writeback never converts
         /// unwritten extents and flushed data is readable after power loss.
