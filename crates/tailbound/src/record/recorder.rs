@@ -234,7 +234,7 @@ impl Recorder {
                         while thread_ring.pop(&mut record) {
                             if let Err(e) = writer.write_record(&record) {
                                 // Kept where the producer's next write() and finish() find it.
-                                writer.shared().fail(e);
+                                writer.shared().keep_for_producer(e);
                                 thread_ring.close();
                                 return Err(RecordError::Closed);
                             }

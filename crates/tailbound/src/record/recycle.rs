@@ -75,6 +75,10 @@ impl RecyclePool {
             f.sync_data()?;
             ready.push(path);
         }
+        // The new names survive a power cut, so the pool holds what `ready` said.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(dir, "flushing (fsync) the pool directory"))?;
         Ok(pool)
     }
 

@@ -71,6 +71,20 @@ impl Shared {
         self.failed.store(true, Ordering::Release);
     }
 
+    /// Keeps an error the writer thread hit, for the producer: like [`Shared::fail`], and if the
+    /// first error was already taken (by the writer thread itself, which is how it learned of it),
+    /// puts `e` back so the producer still receives an error naming the file and the operation.
+    pub fn keep_for_producer(&self, e: RecordError) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.failed.load(Ordering::Acquire) {
+            *self.message.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
+            self.failed.store(true, Ordering::Release);
+        }
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    }
+
     /// The first background error, if any. Sticky: the error itself comes back once, then every
     /// later call reports it again as [`RecordError::BackgroundFailed`], so `finish` cannot succeed
     /// after a flush failed.
@@ -449,6 +463,22 @@ mod tests {
         assert_eq!(window_alignment(100_000), 65_536);
         assert_eq!(window_alignment(4096), 4096);
         assert_eq!(window_alignment(1), 4096);
+    }
+
+    #[test]
+    fn an_error_the_writer_thread_took_is_handed_on_to_the_producer() {
+        let shared = Shared::default();
+        shared.fail(RecordError::Options("flush failed".into()));
+        // The decoupled writer thread learns of it first...
+        let taken = shared.take_error().unwrap();
+        shared.keep_for_producer(taken);
+        // ...and the producer still gets the error itself, then the sticky copy.
+        let first = shared.take_error().unwrap();
+        assert!(matches!(first, RecordError::Options(ref m) if m == "flush failed"));
+        let again = shared.take_error().unwrap();
+        assert!(
+            matches!(again, RecordError::BackgroundFailed(ref m) if m.contains("flush failed"))
+        );
     }
 
     #[test]
