@@ -4,9 +4,10 @@
 //! The ring is one preallocated, pre-faulted buffer. Its lock is held only for a copy, never across
 //! I/O. The producer does not wake the writer for each record (a wake-up would let the writer
 //! preempt the producer on a busy CPU): the writer drains the ring every [`WRITER_POLL`], and is
-//! woken early only when the ring is half full. When full, the overflow policy decides: wait, drop the new record, or discard the oldest
-//! records not yet taken by the writer. Sequence numbers are given by the writer, so discarded
-//! records leave no gap in the file.
+//! woken early only when the ring is half full. When full — of bytes, or of records (the queue of
+//! record lengths is sized once, one entry per [`RING_BYTES_PER_RECORD_MIN`] bytes) — the overflow
+//! policy decides: wait, drop the new record, or discard the oldest records not yet taken by the
+//! writer. Sequence numbers are given by the writer, so discarded records leave no gap in the file.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -14,6 +15,12 @@ use std::time::Duration;
 
 /// How often an idle writer looks at the ring.
 pub const WRITER_POLL: Duration = Duration::from_millis(1);
+/// The ring's record queue holds one entry per this many bytes of ring: records smaller than this
+/// on average fill the queue before the bytes, and the overflow policy applies as when full.
+pub const RING_BYTES_PER_RECORD_MIN: usize = 64;
+/// Bounds of the record queue's length, whatever the ring's size.
+pub const RING_RECORDS_MIN: usize = 64;
+pub const RING_RECORDS_MAX: usize = 1 << 20;
 
 use crate::record::options::Overflow;
 
@@ -29,6 +36,7 @@ struct State {
     buf: Vec<u8>,
     head: usize,
     used: usize,
+    /// Lengths of the queued records, oldest first; never longer than `Ring::records_max`.
     records: VecDeque<usize>,
     closed: bool,
     writer_waiting: bool,
@@ -43,6 +51,9 @@ pub struct Ring {
     state: Mutex<State>,
     /// The buffer's length, fixed at creation: read without the lock.
     capacity: usize,
+    /// Most records queued at once, so the queue never grows (allocates) on the producer's path,
+    /// even for empty records.
+    records_max: usize,
     not_empty: Condvar,
     not_full: Condvar,
     overflow: Overflow,
@@ -63,12 +74,19 @@ impl Ring {
         buf.fill(0xa5);
         std::hint::black_box(&mut buf);
         buf.fill(0);
+        let records_max =
+            (capacity / RING_BYTES_PER_RECORD_MIN).clamp(RING_RECORDS_MIN, RING_RECORDS_MAX);
+        let mut records = VecDeque::with_capacity(records_max);
+        // Touch the queue's pages too.
+        records.resize(records_max, 0);
+        std::hint::black_box(&mut records);
+        records.clear();
         Ring {
             state: Mutex::new(State {
                 buf,
                 head: 0,
                 used: 0,
-                records: VecDeque::with_capacity(1024),
+                records,
                 closed: false,
                 writer_waiting: false,
                 producer_waiting: false,
@@ -76,6 +94,7 @@ impl Ring {
                 counters: RingCounters::default(),
             }),
             capacity,
+            records_max,
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
             overflow,
@@ -101,7 +120,7 @@ impl Ring {
         let cap = s.buf.len();
         debug_assert!(record.len() <= cap);
         let mut counted_block = false;
-        while cap - s.used < record.len() {
+        while cap - s.used < record.len() || s.records.len() == self.records_max {
             if s.closed {
                 return Pushed::Closed;
             }
@@ -242,6 +261,26 @@ mod tests {
             got.push(out[0]);
         }
         assert_eq!(got, vec![2, 3, 4], "the oldest records were overwritten");
+    }
+
+    #[test]
+    fn empty_records_are_bounded_by_the_record_queue() {
+        let ring = Ring::new(1024, Overflow::Drop);
+        ring.set_stalled(true);
+        for _ in 0..RING_RECORDS_MIN + 10 {
+            ring.push(&[]);
+        }
+        assert_eq!(ring.counters().dropped, 10);
+        let ring = Ring::new(1024, Overflow::Overwrite);
+        ring.set_stalled(true);
+        for i in 0..RING_RECORDS_MIN as u8 + 10 {
+            ring.push(&[i]);
+        }
+        assert_eq!(ring.counters().overwritten, 10);
+        ring.close();
+        let mut out = Vec::new();
+        assert!(ring.pop(&mut out));
+        assert_eq!(out, vec![10], "the ten oldest were overwritten");
     }
 
     #[test]
