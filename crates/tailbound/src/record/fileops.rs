@@ -1,7 +1,8 @@
 //! The file operations a recorder performs, in one place, so tests can see every one of them.
 //!
-//! [`RecFile`] wraps the recording's `File`. When a log is attached (tests only), each operation is
-//! appended to it; otherwise the cost is one branch.
+//! [`RecFile`] wraps the recording's `File`. When a [`Probe`] is attached (tests only), each
+//! operation is appended to its log, and a failpoint can make chosen operations fail; otherwise the
+//! cost is one branch.
 
 use std::fs::File;
 use std::io;
@@ -43,20 +44,44 @@ pub enum FileOp {
 /// Where a test collects the operations.
 pub type OpLog = Arc<Mutex<Vec<FileOp>>>;
 
+/// Which operations fail while armed: a test can arm it after `create`.
+pub type Failpoint = Arc<Mutex<Option<fn(&FileOp) -> bool>>>;
+
+/// What a test attaches to a recording's file.
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    pub log: OpLog,
+    pub fail: Failpoint,
+}
+
+#[cfg(test)]
+impl Probe {
+    pub fn ops(&self) -> Vec<FileOp> {
+        self.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// From now on, operations for which `which` is true fail (after being logged).
+    pub fn arm(&self, which: fn(&FileOp) -> bool) {
+        if let Ok(mut f) = self.fail.lock() {
+            *f = Some(which);
+        }
+    }
+}
+
 /// The recording's file, with its path for error messages.
 #[derive(Debug)]
 pub struct RecFile {
     file: File,
     path: PathBuf,
-    log: Option<OpLog>,
+    probe: Option<Probe>,
 }
 
 impl RecFile {
-    pub fn new(file: File, path: &Path, log: Option<OpLog>) -> RecFile {
+    pub fn new(file: File, path: &Path, probe: Option<Probe>) -> RecFile {
         RecFile {
             file,
             path: path.to_path_buf(),
-            log,
+            probe,
         }
     }
 
@@ -64,11 +89,18 @@ impl RecFile {
         &self.path
     }
 
-    pub fn note(&self, op: FileOp) {
-        if let Some(log) = &self.log {
-            if let Ok(mut log) = log.lock() {
-                log.push(op);
-            }
+    /// Logs `op`; fails it if the probe's failpoint is armed for it.
+    pub fn note(&self, op: FileOp) -> io::Result<()> {
+        let Some(probe) = &self.probe else {
+            return Ok(());
+        };
+        if let Ok(mut log) = probe.log.lock() {
+            log.push(op);
+        }
+        let armed = probe.fail.lock().ok().and_then(|f| *f);
+        match armed {
+            Some(which) if which(&op) => Err(io::Error::other("failpoint")),
+            _ => Ok(()),
         }
     }
 
@@ -81,37 +113,38 @@ impl RecFile {
     }
 
     pub fn write_all_at(&self, buf: &[u8], offset: u64) -> Result<(), RecordError> {
-        self.note(FileOp::Write);
-        self.file
-            .write_all_at(buf, offset)
+        self.note(FileOp::Write)
+            .and_then(|()| self.file.write_all_at(buf, offset))
             .map_err(self.err("writing"))
     }
 
     pub fn fallocate(&self, offset: u64, len: u64) -> Result<(), RecordError> {
-        self.note(FileOp::Fallocate);
-        fallocate(&self.file, offset, len, Allocate::Grow).map_err(self.err("allocating"))
+        self.note(FileOp::Fallocate)
+            .and_then(|()| fallocate(&self.file, offset, len, Allocate::Grow))
+            .map_err(self.err("allocating"))
     }
 
     pub fn set_len(&self, len: u64) -> Result<(), RecordError> {
-        self.note(FileOp::Ftruncate);
-        self.file.set_len(len).map_err(self.err("truncating"))
+        self.note(FileOp::Ftruncate)
+            .and_then(|()| self.file.set_len(len))
+            .map_err(self.err("truncating"))
     }
 
     pub fn sync_data(&self) -> Result<(), RecordError> {
-        self.note(FileOp::Fdatasync);
-        self.file
-            .sync_data()
+        self.note(FileOp::Fdatasync)
+            .and_then(|()| self.file.sync_data())
             .map_err(self.err("flushing (fdatasync)"))
     }
 
     pub fn sync_all(&self) -> Result<(), RecordError> {
-        self.note(FileOp::Fsync);
-        self.file.sync_all().map_err(self.err("flushing (fsync)"))
+        self.note(FileOp::Fsync)
+            .and_then(|()| self.file.sync_all())
+            .map_err(self.err("flushing (fsync)"))
     }
 
     pub fn sync_range(&self, offset: u64, len: u64, how: SyncRange) -> Result<(), RecordError> {
-        self.note(FileOp::SyncFileRange { how, offset, len });
-        sync_file_range(&self.file, offset, len, how)
+        self.note(FileOp::SyncFileRange { how, offset, len })
+            .and_then(|()| sync_file_range(&self.file, offset, len, how))
             .map_err(self.err("flushing (sync_file_range)"))
     }
 
@@ -120,9 +153,9 @@ impl RecFile {
             advice: Advice::DontNeed,
             offset,
             len,
-        });
-        fadvise(&self.file, offset, len, Advice::DontNeed)
-            .map_err(self.err("dropping cached pages of"))
+        })
+        .and_then(|()| fadvise(&self.file, offset, len, Advice::DontNeed))
+        .map_err(self.err("dropping cached pages of"))
     }
 
     /// Starts reading `[offset, offset + len)` into the page cache, so writes that cover part of a
@@ -132,8 +165,9 @@ impl RecFile {
             advice: Advice::WillNeed,
             offset,
             len,
-        });
-        fadvise(&self.file, offset, len, Advice::WillNeed).map_err(self.err("prefetching"))
+        })
+        .and_then(|()| fadvise(&self.file, offset, len, Advice::WillNeed))
+        .map_err(self.err("prefetching"))
     }
 
     /// Reads `[offset, offset + len)` into the page cache and waits for it (at create time).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::record::fileops::{FileOp, OpLog, RecFile};
+use crate::record::fileops::{FileOp, Probe, RecFile};
 use crate::record::flusher::FlusherGuard;
 use crate::record::frame::{
     decode_frame_header, FileHeader, FILE_FLAG_RECYCLED, FILE_HEADER_BYTES, FRAME_HEADER_BYTES,
@@ -74,7 +74,7 @@ fn apply_hygiene(options: &RecorderOptions) -> Result<(), RecordError> {
 fn prepare_file(
     path: &Path,
     options: &RecorderOptions,
-    log: Option<OpLog>,
+    probe: Option<Probe>,
 ) -> Result<(RecFile, u64, Option<u64>, u32), RecordError> {
     let open = |create_new_len: bool| {
         let mut o = OpenOptions::new();
@@ -85,14 +85,14 @@ fn prepare_file(
         o.open(path).map_err(io_err(path, "creating"))
     };
     match options.allocation {
-        Allocation::Append => Ok((RecFile::new(open(true)?, path, log), 1, None, 0)),
+        Allocation::Append => Ok((RecFile::new(open(true)?, path, probe), 1, None, 0)),
         Allocation::Fallocate => {
-            let f = RecFile::new(open(true)?, path, log);
+            let f = RecFile::new(open(true)?, path, probe);
             f.fallocate(0, options.expected_bytes)?;
             Ok((f, 1, Some(options.expected_bytes), 0))
         }
         Allocation::ZeroFill => {
-            let f = RecFile::new(open(true)?, path, log);
+            let f = RecFile::new(open(true)?, path, probe);
             f.write_zeroes(0, options.expected_bytes)?;
             f.sync_data()?;
             Ok((f, 1, Some(options.expected_bytes), 0))
@@ -110,7 +110,7 @@ fn prepare_file(
                 });
             }
             RecyclePool::open(dir)?.take(path)?;
-            let f = RecFile::new(open(false)?, path, log);
+            let f = RecFile::new(open(false)?, path, probe);
             let epoch = next_epoch(&f);
             let len = f.len()?;
             Ok((f, epoch, Some(len), FILE_FLAG_RECYCLED))
@@ -138,8 +138,8 @@ fn sync_parent_dir(file: &RecFile, path: &Path) -> Result<(), RecordError> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    file.note(FileOp::SyncDir);
-    std::fs::File::open(parent)
+    file.note(FileOp::SyncDir)
+        .and_then(|()| std::fs::File::open(parent))
         .and_then(|d| d.sync_all())
         .map_err(io_err(parent, "flushing the directory entry (fsync) of"))
 }
@@ -151,13 +151,14 @@ impl Recorder {
         path: impl AsRef<Path>,
         options: RecorderOptions,
     ) -> Result<Recorder, RecordError> {
-        Recorder::create_logged(path.as_ref(), options, None)
+        Recorder::create_probed(path.as_ref(), options, None)
     }
 
-    pub(crate) fn create_logged(
+    /// `create`, with a test's probe on the file operations.
+    pub(crate) fn create_probed(
         path: &Path,
         options: RecorderOptions,
-        log: Option<OpLog>,
+        probe: Option<Probe>,
     ) -> Result<Recorder, RecordError> {
         options.validate()?;
         let flusher = match options.flusher {
@@ -171,7 +172,7 @@ impl Recorder {
                 source,
             })?;
         }
-        let (file, epoch, reserved, flags) = prepare_file(path, &options, log)?;
+        let (file, epoch, reserved, flags) = prepare_file(path, &options, probe)?;
         let file = Arc::new(file);
         let start_offset = match options.framing {
             Framing::Framed => {
@@ -282,7 +283,8 @@ impl Recorder {
     pub fn write(&mut self, record: &[u8]) -> Result<(), RecordError> {
         if !self.started {
             self.started = true;
-            self.file.note(FileOp::RecordingStarted);
+            // A marker in a test's log, never failed.
+            let _ = self.file.note(FileOp::RecordingStarted);
         }
         match &mut self.mode {
             Mode::Finished => Err(RecordError::Closed),

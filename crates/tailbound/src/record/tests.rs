@@ -2,11 +2,10 @@
 //! operations were. Nothing here depends on timing.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 
-use super::fileops::{FileOp, OpLog};
+use super::fileops::{FileOp, Probe};
 use super::*;
 use crate::sys::file::{Advice, SyncRange};
 
@@ -186,14 +185,13 @@ fn an_empty_or_missing_pool_is_a_clear_error() {
 }
 
 fn logged(path: &Path, options: RecorderOptions, n: u64) -> Vec<FileOp> {
-    let log: OpLog = Arc::new(Mutex::new(Vec::new()));
-    let mut r = Recorder::create_logged(path, options, Some(log.clone())).unwrap();
+    let probe = Probe::default();
+    let mut r = Recorder::create_probed(path, options, Some(probe.clone())).unwrap();
     for i in 0..n {
         r.write(&record(i, 4096)).unwrap();
     }
     r.finish().unwrap();
-    let ops = log.lock().unwrap().clone();
-    ops
+    probe.ops()
 }
 
 fn during(ops: &[FileOp]) -> &[FileOp] {
@@ -656,4 +654,69 @@ fn a_recycled_file_with_a_torn_header_still_gets_a_new_epoch() {
         (v.frames, v.epoch, v.stop),
         (10, Some(2), StopReason::StaleEpoch)
     );
+}
+
+#[test]
+fn a_failed_extension_never_fails_the_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    for allocation in [Allocation::ZeroFill, Allocation::Fallocate] {
+        let path = dir.path().join(format!("{allocation}.tbr"));
+        let mut options = small(allocation, FlushMode::SyncFileRange, Framing::Framed);
+        options.expected_bytes = 64 << 10;
+        let probe = Probe::default();
+        let mut r = Recorder::create_probed(&path, options, Some(probe.clone())).unwrap();
+        probe.arm(|op| *op == FileOp::Fallocate);
+        for i in 0..100 {
+            r.write(&record(i, 4096)).unwrap();
+        }
+        let summary = r.finish().unwrap();
+        assert!(
+            during(&probe.ops()).contains(&FileOp::Fallocate),
+            "{allocation}"
+        );
+        let v = verify(&path).unwrap();
+        assert_eq!(
+            (v.frames, v.valid_bytes),
+            (100, summary.file_bytes),
+            "{allocation}"
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), summary.file_bytes);
+    }
+}
+
+#[test]
+fn a_failed_flush_is_never_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    for decoupled in [false, true] {
+        let path = dir.path().join(format!("f-{decoupled}.tbr"));
+        let mut options = small(
+            Allocation::ZeroFill,
+            FlushMode::SyncFileRange,
+            Framing::Framed,
+        );
+        if decoupled {
+            options.decoupled = Some(DecoupledOptions {
+                ring_bytes: 64 << 10,
+                overflow: Overflow::Block,
+            });
+        }
+        let probe = Probe::default();
+        let mut r = Recorder::create_probed(&path, options, Some(probe.clone())).unwrap();
+        probe.arm(|op| matches!(op, FileOp::SyncFileRange { .. }));
+        // Whether a write sees it first depends on the threads; once one does, all later ones do.
+        let mut first = None;
+        for i in 0..200 {
+            match (r.write(&record(i, 4096)), &first) {
+                (Err(e), None) => first = Some(e.to_string()),
+                (Ok(()), Some(e)) => panic!("a write succeeded after {e}"),
+                _ => {}
+            }
+        }
+        if let Some(e) = &first {
+            assert!(e.contains("sync_file_range") && e.contains("f-"), "{e}");
+        }
+        // finish waits for the threads: it always reports the failure.
+        let e = r.finish().unwrap_err().to_string();
+        assert!(e.contains("sync_file_range"), "decoupled={decoupled}: {e}");
+    }
 }

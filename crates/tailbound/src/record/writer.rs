@@ -141,7 +141,13 @@ fn run_background(
             }
         }
         let result = match job {
-            Job::Grow { from, len } => file.fallocate(from, len),
+            // Growth only saves the writes the work of allocating: if it fails (no space for the
+            // whole extension, no fallocate on this file system), writes past the end still
+            // extend the file, and a real lack of space fails the write itself.
+            Job::Grow { from, len } => {
+                let _ = file.fallocate(from, len);
+                Ok(())
+            }
             Job::Flush { start, end } => {
                 let len = end - start;
                 let r = match mode {
@@ -417,7 +423,8 @@ impl Writer {
     ) -> Result<(u64, Option<Histogram<u64>>), RecordError> {
         self.stop_background()?;
         // Everything before this mark was the recording, background flushes included.
-        self.file
+        let _ = self
+            .file
             .note(crate::record::fileops::FileOp::FinishStarted);
         if trailer {
             let payload = trailer_payload(self.sequence, self.payload_bytes);
