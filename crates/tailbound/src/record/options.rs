@@ -140,9 +140,10 @@ pub struct RecorderOptions {
     pub decoupled: Option<DecoupledOptions>,
     /// Lock the whole process in memory (`mlockall`).
     pub mlockall: bool,
-    /// SCHED_FIFO priority for the thread that makes the `write()` calls.
+    /// SCHED_FIFO priority for the thread that makes the `write()` calls: the writer thread when
+    /// decoupled, else the thread calling `create` (which keeps it after `finish`).
     pub rt_priority: Option<u8>,
-    /// CPU for the thread that makes the `write()` calls.
+    /// CPU for the thread that makes the `write()` calls (as for `rt_priority`).
     pub cpu: Option<usize>,
     /// Record each `write()` system call's latency in the summary's histogram.
     pub measure_writes: bool,

@@ -720,3 +720,67 @@ fn a_failed_flush_is_never_lost() {
         assert!(e.contains("sync_file_range"), "decoupled={decoupled}: {e}");
     }
 }
+
+/// The C ABI and the CLI hand recorders and pools to other threads.
+#[test]
+fn recorders_pools_and_reports_can_move_between_threads() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<Recorder>();
+    send::<RecyclePool>();
+    sync::<RecyclePool>();
+    send::<RecordSummary>();
+    send::<VerifyReport>();
+    send::<RecordError>();
+    sync::<RecordError>();
+    send::<FlusherGuard>();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// A crash leaves a recording cut short or with zeros from some point on: `verify` finds
+    /// exactly the frames that lie wholly before that point.
+    #[test]
+    fn a_cut_or_zeroed_tail_keeps_exactly_the_whole_frames(
+        lens in proptest::collection::vec(0usize..600, 1..30),
+        cut in any::<prop::sample::Index>(),
+        zeroed in any::<bool>(),
+    ) {
+        let mut bytes = frame::FileHeader { flags: 0, epoch: 1, created_unix_ns: 0 }.encode().to_vec();
+        let mut ends = Vec::new();
+        for (seq, len) in lens.iter().enumerate() {
+            frame::encode_frame(&mut bytes, seq as u64, 1, 0, &vec![0xee; *len]);
+            ends.push(bytes.len() as u64);
+        }
+        let cut = 64 + cut.index(bytes.len() - 64 + 1) as u64;
+        if zeroed {
+            bytes[cut as usize..].fill(0);
+        } else {
+            bytes.truncate(cut as usize);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x");
+        std::fs::write(&path, &bytes).unwrap();
+        let v = verify(&path).unwrap();
+        let whole = ends.iter().filter(|&&e| e <= cut).count() as u64;
+        prop_assert_eq!(v.frames, whole);
+        prop_assert_eq!(v.last_sequence, whole.checked_sub(1));
+        prop_assert_eq!(v.valid_bytes, if whole == 0 { 64 } else { ends[whole as usize - 1] });
+        let at_boundary = v.valid_bytes == bytes.len() as u64;
+        match (at_boundary, zeroed) {
+            (true, _) => prop_assert_eq!(v.stop, StopReason::EndOfFile),
+            (false, false) => prop_assert_eq!(v.stop, StopReason::Truncated),
+            // Zeros from the frame's start read as such; zeros inside a frame break its magic,
+            // length or CRC.
+            (false, true) => prop_assert!(
+                matches!(
+                    v.stop,
+                    StopReason::Zeroes | StopReason::BadMagic | StopReason::BadLength
+                        | StopReason::BadCrc | StopReason::Truncated
+                ),
+                "{:?}",
+                v.stop
+            ),
+        }
+    }
+}
