@@ -151,7 +151,8 @@ pub struct RecorderOptions {
     /// (fallocate, zero-fill and recycle; append always uses `write()`; default on). The
     /// background thread faults the pages ahead in writable (`MADV_POPULATE_WRITE`), so a store
     /// takes no page fault and updates no timestamp — on ext4 a journalled inode change that can
-    /// wait behind a commit for tens of milliseconds.
+    /// wait behind a commit for tens of milliseconds. Where the file cannot be mapped or faulted
+    /// in ahead (Linux before 5.14, some file systems), the recorder makes `write()` calls instead.
     pub mapped: bool,
 }
 

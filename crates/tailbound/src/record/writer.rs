@@ -240,26 +240,22 @@ impl Writer {
         let prefetch = setup.prefetch;
         let first_windows = PREFETCH_WINDOWS * setup.flush_every;
         let mapping = match (setup.mapped, setup.reserved) {
-            (true, Some(reserved)) if reserved > 0 => {
-                let io = |op: &'static str| {
-                    let path = setup.file.path().to_path_buf();
-                    move |source| RecordError::Io { path, op, source }
-                };
-                let m = setup
-                    .file
-                    .map_shared(reserved as usize)
-                    .map_err(io("mapping"))?;
-                m.populate_write(setup.start_offset as usize, first_windows as usize)
-                    .map_err(io("mapping ahead in"))?;
-                Some(Arc::new(m))
-            }
-            _ => {
-                if prefetch {
-                    setup.file.warm(setup.start_offset, first_windows)?;
-                }
-                None
-            }
+            // The mapping is an optimisation: where the file cannot be mapped or faulted in ahead
+            // (no MADV_POPULATE_WRITE before Linux 5.14; file systems without shared writable
+            // mappings), the recording makes write() calls instead of failing.
+            (true, Some(reserved)) if reserved > 0 => setup
+                .file
+                .map_shared(reserved as usize)
+                .and_then(|m| {
+                    m.populate_write(setup.start_offset as usize, first_windows as usize)?;
+                    Ok(Arc::new(m))
+                })
+                .ok(),
+            _ => None,
         };
+        if mapping.is_none() && prefetch {
+            setup.file.warm(setup.start_offset, first_windows)?;
+        }
         let thread_mapping = mapping.clone();
         let thread = std::thread::Builder::new()
             .name("tailbound-flush".into())
