@@ -73,7 +73,10 @@ impl LatencyHistogram {
 
     /// Adds every value of `other`.
     pub fn merge(&mut self, other: &LatencyHistogram) {
-        // Both histograms come from this type's bounds or a caller's; clamp instead of failing.
+        if self.hist.add(&other.hist).is_ok() {
+            return;
+        }
+        // `other` came from `from_histogram` with wider bounds: clamp its values instead of failing.
         for v in other.hist.iter_recorded() {
             let value = v.value_iterated_to().clamp(1, LATENCY_NS_MAX);
             let _ = self.hist.record_n(value, v.count_at_value());
@@ -192,5 +195,41 @@ mod tests {
         assert_eq!(a.count(), 3);
         assert_eq!(a.count_above(5_000_000), 2);
         assert!(a.max() >= LATENCY_NS_MAX - LATENCY_NS_MAX / 500);
+    }
+
+    #[test]
+    fn merging_halves_equals_recording_everything_in_one() {
+        let (mut all, mut odd, mut even) = (
+            LatencyHistogram::new(),
+            LatencyHistogram::new(),
+            LatencyHistogram::new(),
+        );
+        for ns in (1..5000u64).map(|k| k * 997) {
+            all.record_ns(ns);
+            if ns % 2 == 1 {
+                odd.record_ns(ns)
+            } else {
+                even.record_ns(ns)
+            }
+        }
+        odd.merge(&even);
+        assert_eq!(odd.summary(0), all.summary(0));
+        assert_eq!(odd.box_stats(), all.box_stats());
+    }
+
+    #[test]
+    fn a_histogram_with_wider_bounds_merges_clamped() {
+        let mut wide = Histogram::<u64>::new_with_bounds(1, u64::MAX / 4, 3).unwrap();
+        wide.record(5_000).unwrap();
+        wide.record(LATENCY_NS_MAX * 10).unwrap();
+        let wide = LatencyHistogram::from_histogram(wide);
+        let mut h = LatencyHistogram::new();
+        h.merge(&wide);
+        assert_eq!(h.count(), 2);
+        assert!(h.max() <= LATENCY_NS_MAX + LATENCY_NS_MAX / 500);
+        // Zero and huge records saturate rather than fail or vanish.
+        h.record_ns(0);
+        h.record_ns(u64::MAX);
+        assert_eq!(h.count(), 4);
     }
 }
