@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use crate::bench::report::fmt_us;
 use crate::bench::stats::BoxStats;
 
 /// Why a plot could not be drawn.
@@ -14,12 +16,22 @@ pub struct PlotError {
     pub message: String,
 }
 
-const BOX_WIDTH_PX: u32 = 46;
-const LABEL_AREA_PX: u32 = 190;
+/// Horizontal room per box; 30 series make a 1,500 px wide figure.
+const BOX_PITCH_PX: u32 = 46;
+const PLOT_HEIGHT_PX: u32 = 480;
+const LABEL_FONT_PX: u32 = 14;
+/// Labels longer than this are cut (with `…`) so the label area stays a sensible height.
+const LABEL_CHARS_MAX: usize = 64;
+/// Rough width of one label character at `LABEL_FONT_PX`, to size the label area.
+const LABEL_CHAR_PX: u32 = 7;
+/// Half the width of a box, in x units (one unit per series).
+const BOX_HALF: f64 = 0.3;
 
 /// A box plot of latency distributions on a log scale in µs, like the paper's Fig. 4: one box per
-/// series (q1–q3, median line), whiskers from min to max, a cross at p99. `deadline_us` draws a
-/// dashed horizontal line (e.g. the period).
+/// series (q1–q3, a median line), whiskers from min to max, a red cross at p99, each box
+/// labelled below the axis (rotated; labels over 64 characters are cut). `deadline_us` draws a
+/// dashed red horizontal line there (e.g. the period). Values at or below zero (an empty
+/// histogram) are drawn at the bottom of the axis. Creates the parent directories of `path`.
 pub fn latency_boxplot_svg(
     path: &Path,
     title: &str,
@@ -34,110 +46,136 @@ pub fn latency_boxplot_svg(
         return Err(err("nothing to plot".into()));
     }
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| err(e.to_string()))?;
+        std::fs::create_dir_all(parent).map_err(|e| err(format!("creating {parent:?}: {e}")))?;
     }
-    let lo = series
-        .iter()
-        .map(|(_, b)| b.min_us)
-        .fold(f64::INFINITY, f64::min)
-        .max(0.1);
-    let hi = series
-        .iter()
-        .map(|(_, b)| b.max_us)
-        .chain(deadline_us)
-        .fold(1.0, f64::max);
-    let y_range = (lo / 2.0)..(hi * 2.0);
-    let width = (120 + BOX_WIDTH_PX * series.len() as u32).max(640);
-    let root = SVGBackend::new(path, (width, 640)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
-    let n = series.len() as i32;
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    let values = || {
+        series
+            .iter()
+            .flat_map(|(_, b)| [b.min_us, b.max_us])
+            .chain(deadline_us)
+            .filter(|&v| positive(v))
+    };
+    let lo = values().fold(f64::INFINITY, f64::min);
+    let hi = values().fold(0.0, f64::max);
+    let (lo, hi) = if lo.is_finite() {
+        (lo, hi)
+    } else {
+        (1.0, 10.0)
+    };
+    let y_min = lo / 2.0;
+    let y_max = hi * 2.0;
+    // Anything not drawable on a log axis sits at its bottom.
+    let y = |v: f64| {
+        if positive(v) {
+            v.clamp(y_min, y_max)
+        } else {
+            y_min
+        }
+    };
+
+    let labels: Vec<String> = series.iter().map(|(l, _)| cut_label(l)).collect();
+    let label_chars = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u32;
+    let label_area_px = 24 + LABEL_CHAR_PX * label_chars;
+    let n = series.len();
+    let width = (140 + BOX_PITCH_PX * n as u32).max(640);
+    let height = PLOT_HEIGHT_PX + label_area_px;
+
+    let root = SVGBackend::new(path, (width, height)).into_drawing_area();
+    let draw = |e: Result<(), DrawingAreaErrorKind<_>>| e.map_err(|e| err(e.to_string()));
+    draw(root.fill(&WHITE))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(12)
-        .x_label_area_size(LABEL_AREA_PX)
-        .y_label_area_size(70)
-        .build_cartesian_2d(-1..n, y_range.log_scale())
+        .x_label_area_size(label_area_px)
+        .y_label_area_size(80)
+        .build_cartesian_2d(-0.5..(n as f64 - 0.5), (y_min..y_max).log_scale())
         .map_err(|e| err(e.to_string()))?;
-    let labels: Vec<String> = series.iter().map(|(l, _)| l.clone()).collect();
+    let y_label = |v: &f64| fmt_us(*v);
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(series.len() + 2)
-        .x_label_formatter(&|i| {
-            usize::try_from(*i)
-                .ok()
-                .and_then(|i| labels.get(i).cloned())
-                .unwrap_or_default()
-        })
-        .x_label_style(
-            ("sans-serif", 12)
-                .into_font()
-                .transform(FontTransform::Rotate90),
-        )
+        .x_labels(0)
+        .y_label_formatter(&y_label)
         .y_desc("latency (µs, log scale)")
         .draw()
         .map_err(|e| err(e.to_string()))?;
-    let half = 0.3;
+
     for (i, (_, b)) in series.iter().enumerate() {
-        let x = i as i32;
+        let x = i as f64;
+        let (x0, x1) = (x - BOX_HALF, x + BOX_HALF);
+        let (c0, c1) = (x - BOX_HALF / 2.0, x + BOX_HALF / 2.0);
         let color = Palette99::pick(i).to_rgba();
-        // Plotters' integer x axis: draw in a float sub-coordinate around each box's index.
-        let area = chart.plotting_area();
-        let to_px = |xf: f64, y: f64| {
-            let left = area.map_coordinate(&(x, y));
-            let right = area.map_coordinate(&(x + 1, y));
-            let px = left.0 as f64 + (right.0 - left.0) as f64 * xf;
-            (px.round() as i32, left.1)
-        };
-        let root_area = chart.plotting_area().strip_coord_spec();
-        let (bx0, by_q3) = to_px(-half, b.q3_us);
-        let (bx1, by_q1) = to_px(half, b.q1_us);
-        let (cx, by_max) = to_px(0.0, b.max_us);
-        let (_, by_min) = to_px(0.0, b.min_us);
-        let (_, by_med) = to_px(0.0, b.median_us);
-        let (_, by_p99) = to_px(0.0, b.p99_us);
-        let draw = |e: Result<(), DrawingAreaErrorKind<_>>| e.map_err(|e| err(e.to_string()));
-        draw(root_area.draw(&PathElement::new(vec![(cx, by_max), (cx, by_q3)], BLACK)))?;
-        draw(root_area.draw(&PathElement::new(vec![(cx, by_q1), (cx, by_min)], BLACK)))?;
-        draw(root_area.draw(&PathElement::new(
-            vec![(bx0 + 6, by_max), (bx1 - 6, by_max)],
-            BLACK,
-        )))?;
-        draw(root_area.draw(&PathElement::new(
-            vec![(bx0 + 6, by_min), (bx1 - 6, by_min)],
-            BLACK,
-        )))?;
-        draw(root_area.draw(&Rectangle::new(
-            [(bx0, by_q3), (bx1, by_q1)],
-            color.mix(0.5).filled(),
-        )))?;
-        draw(root_area.draw(&Rectangle::new([(bx0, by_q3), (bx1, by_q1)], BLACK)))?;
-        draw(root_area.draw(&PathElement::new(
-            vec![(bx0, by_med), (bx1, by_med)],
-            BLACK.stroke_width(2),
-        )))?;
-        draw(root_area.draw(&Cross::new((cx, by_p99), 4, RED)))?;
+        let elements: Vec<DynElement<'static, SVGBackend, (f64, f64)>> = vec![
+            // Whiskers and their caps.
+            PathElement::new(vec![(x, y(b.max_us)), (x, y(b.q3_us))], BLACK).into_dyn(),
+            PathElement::new(vec![(x, y(b.q1_us)), (x, y(b.min_us))], BLACK).into_dyn(),
+            PathElement::new(vec![(c0, y(b.max_us)), (c1, y(b.max_us))], BLACK).into_dyn(),
+            PathElement::new(vec![(c0, y(b.min_us)), (c1, y(b.min_us))], BLACK).into_dyn(),
+            // The box and its median.
+            Rectangle::new(
+                [(x0, y(b.q3_us)), (x1, y(b.q1_us))],
+                color.mix(0.5).filled(),
+            )
+            .into_dyn(),
+            Rectangle::new([(x0, y(b.q3_us)), (x1, y(b.q1_us))], BLACK).into_dyn(),
+            PathElement::new(
+                vec![(x0, y(b.median_us)), (x1, y(b.median_us))],
+                BLACK.stroke_width(2),
+            )
+            .into_dyn(),
+            Cross::new((x, y(b.p99_us)), 4, RED.stroke_width(2)).into_dyn(),
+        ];
+        chart
+            .draw_series(elements)
+            .map_err(|e| err(e.to_string()))?;
     }
-    if let Some(d) = deadline_us {
+
+    // Labels hang below the axis, rotated to read top to bottom, starting at their box.
+    let label_style = ("sans-serif", LABEL_FONT_PX)
+        .into_font()
+        .transform(FontTransform::Rotate90)
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Left, VPos::Center));
+    for (i, label) in labels.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(i as f64, y_min));
+        draw(root.draw(&Text::new(label.clone(), (px, py + 8), label_style.clone())))?;
+    }
+
+    if let Some(d) = deadline_us.filter(|&d| positive(d)) {
+        let d = y(d);
         chart
             .draw_series(DashedLineSeries::new(
-                vec![(-1, d), (n, d)],
+                vec![(-0.5, d), (n as f64 - 0.5, d)],
                 6,
                 4,
                 RED.stroke_width(1),
             ))
-            .map_err(|e| err(e.to_string()))?
-            .label(format!("deadline {d:.0} µs"))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED));
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
             .map_err(|e| err(e.to_string()))?;
+        let (px, py) = chart.backend_coord(&(-0.5, d));
+        let note = format!("deadline {} µs", fmt_us(d));
+        let style = ("sans-serif", LABEL_FONT_PX).into_font().color(&RED);
+        draw(root.draw(&Text::new(note, (px + 4, py - 14), style)))?;
     }
+    let key = "box: q1–q3, line: median, whiskers: min–max, ×: p99";
+    let (kx, ky) = chart.backend_coord(&(n as f64 - 0.5, y_max));
+    let key_style = ("sans-serif", LABEL_FONT_PX)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Right, VPos::Top));
+    draw(root.draw(&Text::new(key, (kx - 4, ky + 4), key_style)))?;
     root.present().map_err(|e| err(e.to_string()))?;
     Ok(())
+}
+
+/// `label`, cut to [`LABEL_CHARS_MAX`] characters with a trailing `…` when longer.
+fn cut_label(label: &str) -> String {
+    if label.chars().count() <= LABEL_CHARS_MAX {
+        return label.to_string();
+    }
+    let mut cut: String = label.chars().take(LABEL_CHARS_MAX - 1).collect();
+    cut.push('…');
+    cut
 }
 
 #[cfg(test)]
@@ -166,10 +204,53 @@ mod tests {
         latency_boxplot_svg(&path, "write() latency", &series, Some(5000.0)).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
+        assert!(svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("write() latency"));
         assert!(svg.contains("NONE@none"));
         assert!(svg.contains("tailbound@buffered-writer"));
-        assert!(svg.contains("deadline 5000"));
+        assert!(svg.contains("deadline 5,000 µs"));
         assert!(svg.contains("<rect"));
+    }
+
+    #[test]
+    fn thirty_long_labels_all_appear_and_widen_the_figure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("thirty.svg");
+        let series: Vec<_> = (0..30)
+            .map(|i| {
+                let label = format!("tailbound-decoupled-recycle@buffered-writer #{i}");
+                (label, stats(1.0 + f64::from(i)))
+            })
+            .collect();
+        latency_boxplot_svg(&path, "write() latency", &series, None).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        for (label, _) in &series {
+            assert!(svg.contains(&format!("\n{label}\n")), "{label}");
+        }
+        assert!(svg.contains(r#"width="1520""#), "{}", &svg[..200]);
+        assert!(!svg.contains("deadline"));
+    }
+
+    #[test]
+    fn empty_and_odd_values_still_draw_and_long_labels_are_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("odd.svg");
+        let zero = BoxStats {
+            min_us: 0.0,
+            q1_us: 0.0,
+            median_us: 0.0,
+            q3_us: 0.0,
+            p99_us: f64::NAN,
+            max_us: 0.0,
+        };
+        let long = "x".repeat(100);
+        let series = vec![("empty".to_string(), zero), (long.clone(), zero)];
+        latency_boxplot_svg(&path, "t", &series, Some(0.0)).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("empty"));
+        assert!(!svg.contains(&long));
+        assert!(svg.contains(&format!("{}…", "x".repeat(LABEL_CHARS_MAX - 1))));
+        assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
     }
 
     #[test]
