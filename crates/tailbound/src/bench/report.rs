@@ -1,7 +1,7 @@
 //! Experiment output: aligned Markdown tables, JSON files, and figures formatted like the papers'.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -11,37 +11,68 @@ use serde::Serialize;
 pub enum ReportError {
     #[error("writing {path}: {source}")]
     Write {
-        path: String,
+        path: PathBuf,
         #[source]
         source: io::Error,
     },
     #[error("encoding JSON for {path}: {source}")]
     Json {
-        path: String,
+        path: PathBuf,
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// How a column's cells line up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Align {
+    #[default]
+    Left,
+    /// For numbers, so their digits line up (`---:` in Markdown).
+    Right,
 }
 
 /// A table of strings rendered as GitHub Markdown with aligned columns.
 #[derive(Debug, Clone, Default)]
 pub struct Table {
     headers: Vec<String>,
+    aligns: Vec<Align>,
     rows: Vec<Vec<String>>,
 }
 
+/// Markdown's narrowest delimiter cell (`---`).
+const COLUMN_WIDTH_MIN: usize = 3;
+
 impl Table {
+    /// A table with these column headers, every column left-aligned.
     pub fn new(headers: Vec<String>) -> Table {
         Table {
+            aligns: vec![Align::Left; headers.len()],
             headers,
             rows: Vec::new(),
         }
+    }
+
+    /// Sets how `column` lines up; a column that does not exist is ignored.
+    pub fn set_align(&mut self, column: usize, align: Align) -> &mut Table {
+        if let Some(a) = self.aligns.get_mut(column) {
+            *a = align;
+        }
+        self
     }
 
     /// Adds a row; missing cells are empty, extra cells are dropped.
     pub fn push(&mut self, mut row: Vec<String>) {
         row.resize(self.headers.len(), String::new());
         self.rows.push(row);
+    }
+
+    pub fn headers(&self) -> &[String] {
+        &self.headers
+    }
+
+    pub fn rows(&self) -> &[Vec<String>] {
+        &self.rows
     }
 
     pub fn len(&self) -> usize {
@@ -52,68 +83,92 @@ impl Table {
         self.rows.is_empty()
     }
 
+    /// The table as GitHub Markdown, every column padded to its widest cell so the text lines
+    /// up too. `|` in a cell is escaped and a line break becomes a space.
     pub fn to_markdown(&self) -> String {
-        let cell = |s: &str| s.replace('|', "\\|");
-        let mut widths: Vec<usize> = self
-            .headers
+        let cell = |s: &str| s.replace('|', "\\|").replace(['\r', '\n'], " ");
+        let headers: Vec<String> = self.headers.iter().map(|h| cell(h)).collect();
+        let rows: Vec<Vec<String>> = self
+            .rows
             .iter()
-            .map(|h| cell(h).chars().count())
+            .map(|r| r.iter().map(|c| cell(c)).collect())
             .collect();
-        for row in &self.rows {
-            for (w, c) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell(c).chars().count()).max(3);
+        let mut widths: Vec<usize> = vec![COLUMN_WIDTH_MIN; headers.len()];
+        for line in std::iter::once(&headers).chain(&rows) {
+            for (w, c) in widths.iter_mut().zip(line) {
+                *w = (*w).max(c.chars().count());
             }
         }
         let line = |cells: &[String]| {
             let padded: Vec<String> = cells
                 .iter()
                 .zip(&widths)
-                .map(|(c, &w)| {
-                    let c = cell(c);
-                    let pad = w.saturating_sub(c.chars().count());
-                    format!("{c}{}", " ".repeat(pad))
+                .zip(&self.aligns)
+                .map(|((c, &w), align)| {
+                    let pad = " ".repeat(w.saturating_sub(c.chars().count()));
+                    match align {
+                        Align::Left => format!("{c}{pad}"),
+                        Align::Right => format!("{pad}{c}"),
+                    }
                 })
                 .collect();
             format!("| {} |\n", padded.join(" | "))
         };
-        let mut out = line(&self.headers);
-        let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-        out.push_str(&format!("|-{}-|\n", rule.join("-|-")));
-        for row in &self.rows {
+        let mut out = line(&headers);
+        let rule: Vec<String> = widths
+            .iter()
+            .zip(&self.aligns)
+            .map(|(&w, align)| match align {
+                Align::Left => "-".repeat(w + 2),
+                Align::Right => format!("{}:", "-".repeat(w + 1)),
+            })
+            .collect();
+        out.push_str(&format!("|{}|\n", rule.join("|")));
+        for row in &rows {
             out.push_str(&line(row));
         }
         out
     }
 }
 
-/// Writes `value` as pretty JSON to `path`, creating its parent directories.
+/// Writes `value` as pretty JSON to `path`, creating its parent directories. The file is
+/// written beside `path` and renamed over it, so a reader never sees half a report.
 pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), ReportError> {
-    let name = path.display().to_string();
+    let write_err = |source| ReportError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
     let text = serde_json::to_string_pretty(value).map_err(|source| ReportError::Json {
-        path: name.clone(),
+        path: path.to_path_buf(),
         source,
     })?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| ReportError::Write {
-            path: name.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(parent).map_err(write_err)?;
     }
-    std::fs::write(path, text + "\n").map_err(|source| ReportError::Write { path: name, source })
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let written =
+        std::fs::write(&partial, text + "\n").and_then(|()| std::fs::rename(&partial, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    written.map_err(write_err)
 }
 
-/// Microseconds as the papers print them: whole numbers with thousands separators (`4,454`), one
-/// decimal below 10 µs.
+/// Microseconds as the papers print them: whole numbers with thousands separators (`4,454`),
+/// one decimal below 10 µs (`3.2`), `-` for a value that is not a number.
 pub fn fmt_us(us: f64) -> String {
     if !us.is_finite() {
         return "-".to_string();
     }
-    if us < 10.0 {
-        return format!("{us:.1}");
+    let sign = if us < 0.0 { "-" } else { "" };
+    let magnitude = us.abs();
+    if magnitude < 10.0 {
+        return format!("{sign}{magnitude:.1}");
     }
-    let whole = us.round() as u64;
-    let digits = whole.to_string();
-    let mut out = String::new();
+    let digits = (magnitude.round() as u64).to_string();
+    let mut out = sign.to_string();
     for (i, ch) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i) % 3 == 0 {
             out.push(',');
@@ -132,16 +187,47 @@ mod tests {
         let mut t = Table::new(vec!["case".into(), "max".into()]);
         t.push(vec!["NONE".into(), "4,454".into()]);
         t.push(vec!["a|b".into()]);
+        t.push(vec!["two\nlines".into(), "1".into(), "dropped".into()]);
         let md = t.to_markdown();
         let lines: Vec<&str> = md.lines().collect();
-        assert_eq!(lines.len(), 4);
-        assert_eq!(lines[0], "| case | max   |");
-        assert_eq!(lines[1], "|------|-------|");
-        assert_eq!(lines[2], "| NONE | 4,454 |");
-        assert_eq!(lines[3], "| a\\|b |       |");
-        assert!(lines
-            .iter()
-            .all(|l| l.chars().count() == lines[0].chars().count()));
+        assert_eq!(
+            lines,
+            [
+                "| case      | max   |",
+                "|-----------|-------|",
+                "| NONE      | 4,454 |",
+                "| a\\|b      |       |",
+                "| two lines | 1     |",
+            ]
+        );
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.rows()[1], ["a|b", ""]);
+    }
+
+    #[test]
+    fn right_aligned_columns_line_up_their_digits() {
+        let mut t = Table::new(vec!["case".into(), "max (µs)".into(), "n".into()]);
+        t.set_align(1, Align::Right).set_align(9, Align::Right);
+        t.push(vec!["NONE".into(), "4,454".into(), "x".into()]);
+        t.push(vec!["tailbound".into(), "309".into(), "y".into()]);
+        let md = t.to_markdown();
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "| case      | max (µs) | n   |",
+                "|-----------|---------:|-----|",
+                "| NONE      |    4,454 | x   |",
+                "| tailbound |      309 | y   |",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_table_without_rows_still_renders() {
+        let t = Table::new(vec!["a".into()]);
+        assert!(t.is_empty());
+        assert_eq!(t.to_markdown(), "| a   |\n|-----|\n");
     }
 
     #[test]
@@ -149,9 +235,13 @@ mod tests {
         assert_eq!(fmt_us(4454.2), "4,454");
         assert_eq!(fmt_us(121_756.0), "121,756");
         assert_eq!(fmt_us(309.0), "309");
+        assert_eq!(fmt_us(999.6), "1,000");
         assert_eq!(fmt_us(1_000_000.0), "1,000,000");
         assert_eq!(fmt_us(3.25), "3.2");
+        assert_eq!(fmt_us(0.0), "0.0");
+        assert_eq!(fmt_us(-4454.0), "-4,454");
         assert_eq!(fmt_us(f64::NAN), "-");
+        assert_eq!(fmt_us(f64::INFINITY), "-");
     }
 
     #[test]
@@ -163,6 +253,26 @@ mod tests {
         let back: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(back, value);
+        // A summary survives the trip exactly.
+        let summary = crate::bench::stats::LatencySummary {
+            count: 3,
+            min_us: 1.5,
+            mean_us: 2.0,
+            p50_us: 2.0,
+            p99_us: 2.5,
+            p999_us: 2.5,
+            p9999_us: 2.5,
+            max_us: 2.5,
+            deadline_misses: 1,
+        };
+        write_json(&path, &summary).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let back: crate::bench::stats::LatencySummary = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, summary);
+        assert_eq!(
+            std::fs::read_dir(path.parent().unwrap()).unwrap().count(),
+            1
+        );
         let err = write_json(Path::new("/proc/version/x.json"), &value).unwrap_err();
         assert!(err.to_string().contains("/proc/version/x.json"), "{err}");
     }
