@@ -71,15 +71,29 @@ impl PeriodicTimer {
     }
 
     /// Skips releases that are already past, so a caller that overran several periods resumes on
-    /// the schedule; returns how many were skipped.
+    /// the schedule: the next [`wait`](Self::wait) returns the latest release that is due (or the
+    /// next one to come). Returns how many were skipped. A zero period never skips.
     pub fn skip_missed(&mut self) -> u64 {
+        let period_ns = self.period.as_nanos();
         let now = monotonic_now();
-        let mut skipped = 0;
-        while self.release_of(self.next + 1) <= now {
-            self.next += 1;
-            skipped += 1;
+        if period_ns == 0 || now < self.start {
+            return 0;
         }
+        // The latest release at or before now.
+        let due = u64::try_from(u128::from(now.0 - self.start.0) / period_ns).unwrap_or(u64::MAX);
+        let skipped = due.saturating_sub(self.next);
+        self.next += skipped;
         skipped
+    }
+
+    /// The index the next [`wait`](Self::wait) will return.
+    pub fn next_index(&self) -> u64 {
+        self.next
+    }
+
+    /// Release 0.
+    pub fn start(&self) -> MonoNanos {
+        self.start
     }
 }
 
@@ -101,6 +115,31 @@ mod tests {
     }
 
     #[test]
+    fn a_release_already_past_returns_at_once_one_per_call() {
+        let start = MonoNanos(monotonic_now().0.saturating_sub(1_000_000_000));
+        let mut timer = PeriodicTimer::starting_at(start, Duration::from_millis(100));
+        for k in 0..3u64 {
+            let tick = timer.wait().unwrap();
+            assert_eq!(tick.index, k);
+            assert_eq!(
+                tick.release,
+                start.plus(Duration::from_millis(100) * k as u32)
+            );
+            assert!(tick.late >= Duration::from_millis(1000 - 100 * k));
+        }
+        assert_eq!(timer.next_index(), 3);
+        assert_eq!(timer.start(), start);
+    }
+
+    #[test]
+    fn a_zero_period_never_skips() {
+        let mut timer = PeriodicTimer::new(Duration::ZERO);
+        timer.wait().unwrap();
+        assert_eq!(timer.skip_missed(), 0);
+        assert_eq!(timer.wait().unwrap().index, 1);
+    }
+
+    #[test]
     fn a_long_overrun_is_skipped_not_burst() {
         let mut timer = PeriodicTimer::new(Duration::from_millis(1));
         timer.wait().unwrap();
@@ -109,5 +148,7 @@ mod tests {
         assert!(skipped >= 8, "skipped {skipped}");
         let tick = timer.wait().unwrap();
         assert_eq!(tick.index, 1 + skipped);
+        // It resumes on the original grid.
+        assert_eq!(tick.release, timer.release_of(tick.index));
     }
 }
