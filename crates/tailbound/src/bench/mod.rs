@@ -1,7 +1,7 @@
 //! The experiment framework every `tailbound bench` experiment is built on, and the experiments.
 //!
 //! - [`timer`]: an absolute-time periodic schedule (`clock_nanosleep(TIMER_ABSTIME)`, no drift).
-//! - [`periodic`]: runs an operation once per period and times each call.
+//! - [`periodic`]: runs an operation once per period, times each call, counts deadline misses.
 //! - [`stats`]: HDR latency histograms and their summaries (min … p99.99, max, deadline misses).
 //! - [`sets`]: repeated sets, keeping the worst, as the papers report.
 //! - [`load`]: background loads on their own threads (truncation, allocation, readers, writers).
@@ -9,7 +9,8 @@
 //! - [`experiments`]: the experiments themselves.
 //!
 //! The framework measures; it never decides whether a figure is good. Experiments compare against
-//! a baseline measured in the same run.
+//! a baseline measured in the same run. It reaches the kernel only through `crate::sys` and
+//! knows nothing of `record` or any other engine: experiments bring the operation to time.
 
 pub mod experiments;
 pub mod load;
