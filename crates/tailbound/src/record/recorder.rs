@@ -330,7 +330,9 @@ impl Recorder {
     }
 
     /// What the recording has done so far. In decoupled mode `frames` and `payload_bytes` count
-    /// the records the writer thread has written, not those still in the ring.
+    /// the records the writer thread has written, not those still in the ring. While the recording
+    /// runs, each counter is read on its own, so `payload_bytes` may already include a record that
+    /// `frames` does not yet count (or the reverse); `finish()` returns exact totals.
     pub fn counters(&self) -> RecordCounters {
         let from_shared = |shared: &Shared| RecordCounters {
             frames: shared.frames.load(Ordering::Relaxed),

@@ -569,10 +569,13 @@ fn decoupled_counters_are_live_and_every_mode_verifies() {
                 r.write(&record(i, 1000)).unwrap();
             }
             // The writer thread publishes what it has written; none of it can exceed what was sent.
+            // The two counters are published one after the other, so a live read is not a
+            // consistent pair: each is checked on its own.
             let live = r.counters();
+            assert!(live.frames <= 100, "{what}: {live:?}");
             assert!(
-                live.frames <= 100 && live.payload_bytes == live.frames * 1000,
-                "{what}"
+                live.payload_bytes <= 100 * 1000 && live.payload_bytes % 1000 == 0,
+                "{what}: {live:?}"
             );
             let summary = r.finish().unwrap();
             assert_eq!(summary.counters.frames, 100, "{what}");
