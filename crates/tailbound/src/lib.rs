@@ -4,6 +4,7 @@
 //! - [`record`]: the real-time recorder for periodic data (preallocated files, data-only flushing).
 //! - [`bench`]: the experiment framework (periodic timer, latency histograms, background loads, reports)
 //!   and the experiments themselves.
+//! - [`tbfs`]: the log-structured file tree engine; [`dev`]: the storage backends it runs on.
 //! - [`doctor`]: inspects a directory's file system and the kernel's writeback settings.
 //! - [`units`]: parsing and printing of byte sizes and durations (`16KiB`, `5ms`).
 //!
@@ -12,10 +13,12 @@
 #![deny(unsafe_code)]
 
 pub mod bench;
+pub mod dev;
 pub mod doctor;
 pub mod record;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod tbfs;
 pub mod units;
 
 /// Serialises the unit tests that write or compare the `vm.dirty_*` sysctls, which are global.

@@ -1,0 +1,1 @@
+//! Memory-pool backend (skeleton: the helper implementing `dev` fills this in).

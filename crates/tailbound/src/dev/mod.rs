@@ -1,0 +1,75 @@
+//! Storage backends for the tbfs engine: one [`Device`] trait and three implementations.
+//!
+//! - [`memory::MemoryPool`]: a shared mapping of a file (in `/dev/shm`, or on a DAX file system with
+//!   `MAP_SYNC` where available); `flush` is a no-op, an `msync`, or nothing beyond the mapping's own
+//!   persistence.
+//! - [`file::FileDevice`]: a regular file or block device opened with `O_DIRECT`, written through
+//!   io_uring with a synchronous `pwrite` fallback; `flush` is `fdatasync`.
+//! - [`sim::SimDevice`]: a simulated device for tests, whose writes stay volatile until a flush and
+//!   which can crash (applying, dropping or tearing each unflushed write) and inject faults.
+//!
+//! This module owns moving bytes to and from storage and persistence points; it knows nothing of the
+//! on-storage format. All offsets and lengths are multiples of [`BLOCK_SIZE`].
+
+use std::fmt;
+use std::io;
+
+pub mod file;
+pub mod memory;
+pub mod sim;
+
+/// The unit of every read and write the engine issues, in bytes.
+pub const BLOCK_SIZE: u64 = 4096;
+
+/// The granularity at which a write can be torn by a crash, in bytes.
+pub const SECTOR_SIZE: u64 = 512;
+
+/// A place the engine keeps a pool: a byte array of fixed length with explicit persistence points.
+///
+/// Contract: `read_at` returns the latest bytes written (flushed or not); `write_at` returns when the
+/// device holds the data (possibly in a volatile cache that a power loss may lose); after `flush`
+/// returns, every write that completed before the call is durable. Offsets and lengths are multiples
+/// of [`BLOCK_SIZE`]; buffers may have any alignment.
+pub trait Device: Send + Sync + fmt::Debug {
+    /// What kind of backend this is, for messages: `memory`, `file`, `sim`.
+    fn kind(&self) -> &'static str;
+    /// The usable size in bytes, a multiple of [`BLOCK_SIZE`].
+    fn len(&self) -> u64;
+    /// Reads `buf.len()` bytes at `offset`.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+    /// Writes `buf` at `offset`; returns once the device holds it (not necessarily durably).
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+    /// Makes every completed write durable (device cache flush, `fdatasync`, `msync`, or nothing).
+    fn flush(&self) -> io::Result<()>;
+    /// Writes `buf` at `offset` and then flushes. Backends that can issue both at once (io_uring
+    /// linked requests) override this.
+    fn write_and_flush(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.write_at(offset, buf)?;
+        self.flush()
+    }
+}
+
+/// Checks the alignment contract of [`Device`] for one request; backends call this first.
+pub fn check_request(dev: &dyn Device, offset: u64, len: usize) -> io::Result<()> {
+    let len = len as u64;
+    if offset % BLOCK_SIZE != 0 || len % BLOCK_SIZE != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} device: request at {offset}+{len} is not {BLOCK_SIZE}-byte aligned",
+                dev.kind()
+            ),
+        ));
+    }
+    if offset.checked_add(len).is_none_or(|end| end > dev.len()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} device: request at {offset}+{len} is past its end ({})",
+                dev.kind(),
+                dev.len()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,1 @@
+//! On-storage format (skeleton).

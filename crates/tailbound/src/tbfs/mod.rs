@@ -1,0 +1,297 @@
+//! tbfs: a log-structured, checkpointed, CRC-protected file tree kept in a pool on a [`Device`].
+//!
+//! - [`format`]: the on-storage format (superblocks, logs, checkpoints), byte for byte.
+//! - [`engine`]: the file tree: namespace, inodes, block maps, the log writer and checkpoints.
+//! - [`recovery`]: opening a pool: newest superblock, its checkpoint, roll-forward over logs.
+//!
+//! This module owns the pool's contents. It must not touch the device except through [`Device`].
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use crate::dev::Device;
+
+pub mod engine;
+pub mod format;
+pub mod recovery;
+
+pub use engine::{File, Fs};
+
+/// When a synchronous write (fsync, fdatasync, O_SYNC, O_DSYNC) writes a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ordering {
+    /// Every synchronous write writes a checkpoint.
+    Strict,
+    /// A synchronous write that changes no metadata writes a data-only log, recovered by
+    /// roll-forward; any metadata change forces a checkpoint.
+    #[default]
+    Relaxed,
+}
+
+/// When the device's volatile cache is flushed. In every policy a log's write completes before the
+/// next log is issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Barrier {
+    /// After every log: nothing acknowledged is ever lost.
+    EveryLog,
+    /// After every log that ends a checkpoint, and before a superblock write.
+    #[default]
+    EveryCheckpoint,
+    /// Only around superblock refreshes (every `superblock_every_bytes` or `superblock_every`).
+    Superblock,
+}
+
+/// What recovery does with corruption it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Refuse a pool with an invalid log before the end of the log chain.
+    Strict,
+    /// Stop roll-forward at the first log that does not verify and keep everything before it.
+    #[default]
+    TolerateTail,
+}
+
+/// How a pool is made and run. Recorded in the superblock by [`Fs::format`]; `open` uses the
+/// recorded values unless told otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub ordering: Ordering,
+    pub barrier: Barrier,
+    /// Segment size in bytes (a multiple of the block size; default 8 MiB, smaller for small pools).
+    pub segment_bytes: u64,
+    /// Refresh the superblock after at most this many bytes of logs (bounds roll-forward).
+    pub superblock_every_bytes: u64,
+    /// ... or after this long.
+    pub superblock_every: Duration,
+    /// Write a checkpoint in the background this often when anything is dirty (`None`: never).
+    pub checkpoint_every: Option<Duration>,
+    /// Buffered (not yet logged) file data above this many bytes is written out.
+    pub dirty_bytes_max: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ordering: Ordering::Relaxed,
+            barrier: Barrier::EveryCheckpoint,
+            segment_bytes: 8 << 20,
+            superblock_every_bytes: 64 << 20,
+            superblock_every: Duration::from_secs(5),
+            checkpoint_every: Some(Duration::from_secs(5)),
+            dirty_bytes_max: 32 << 20,
+        }
+    }
+}
+
+/// Options for opening an existing pool.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    pub recovery: RecoveryMode,
+    /// Run with this ordering/barrier instead of the recorded ones.
+    pub ordering: Option<Ordering>,
+    pub barrier: Option<Barrier>,
+    /// Open without writing anything (no recovery checkpoint; every write fails).
+    pub read_only: bool,
+}
+
+/// What recovery found and did when a pool was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Which superblock copy (0 or 1) was used.
+    pub superblock: u8,
+    /// The checkpoint the superblock named, and the newest one found by roll-forward.
+    pub superblock_checkpoint: u64,
+    pub checkpoint: u64,
+    /// Logs replayed after the superblock's checkpoint, and the bytes they spanned.
+    pub logs_rolled_forward: u64,
+    pub bytes_rolled_forward: u64,
+    /// Why roll-forward stopped (`end of log chain`, `CRC mismatch at block N`, ...).
+    pub stop_reason: String,
+    /// Orphaned inodes (unlinked while open) reclaimed.
+    pub orphans_reclaimed: u64,
+    pub elapsed: Duration,
+}
+
+/// Whether a path names a file or a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+}
+
+/// What `stat` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub nlink: u32,
+    pub size: u64,
+    /// Blocks of [`crate::dev::BLOCK_SIZE`] mapped to storage or buffered.
+    pub blocks: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+/// One directory entry from `readdir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub ino: u64,
+    pub kind: FileKind,
+}
+
+/// What `statvfs` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatVfs {
+    pub block_size: u64,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files: u64,
+    pub name_max: u64,
+}
+
+/// How writes to an open file are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    #[default]
+    None,
+    /// O_DSYNC: every write is followed by `fdatasync`.
+    Data,
+    /// O_SYNC: every write is followed by `fsync`.
+    Full,
+}
+
+/// How to open a file, like `open(2)` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    pub create: bool,
+    pub exclusive: bool,
+    pub truncate: bool,
+    pub append: bool,
+    pub sync: SyncMode,
+    /// Permission bits for a created file.
+    pub mode: u32,
+}
+
+impl OpenFlags {
+    pub fn read_only() -> OpenFlags {
+        OpenFlags {
+            read: true,
+            ..OpenFlags::default()
+        }
+    }
+    /// Read-write, created if missing (mode 0644).
+    pub fn create() -> OpenFlags {
+        OpenFlags {
+            read: true,
+            write: true,
+            create: true,
+            mode: 0o644,
+            ..OpenFlags::default()
+        }
+    }
+    /// From `open(2)` flags and mode.
+    pub fn from_libc(flags: i32, mode: u32) -> OpenFlags {
+        let acc = flags & libc::O_ACCMODE;
+        OpenFlags {
+            read: acc == libc::O_RDONLY || acc == libc::O_RDWR,
+            write: acc == libc::O_WRONLY || acc == libc::O_RDWR,
+            create: flags & libc::O_CREAT != 0,
+            exclusive: flags & libc::O_EXCL != 0,
+            truncate: flags & libc::O_TRUNC != 0,
+            append: flags & libc::O_APPEND != 0,
+            sync: if flags & libc::O_SYNC == libc::O_SYNC {
+                SyncMode::Full
+            } else if flags & libc::O_DSYNC != 0 {
+                SyncMode::Data
+            } else {
+                SyncMode::None
+            },
+            mode: mode & 0o7777,
+        }
+    }
+}
+
+/// Everything that can go wrong in tbfs. Messages name the path or pool and the operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("{0}: no such file or directory")]
+    NotFound(String),
+    #[error("{0}: file exists")]
+    Exists(String),
+    #[error("{0}: not a directory")]
+    NotDir(String),
+    #[error("{0}: is a directory")]
+    IsDir(String),
+    #[error("{0}: directory not empty")]
+    NotEmpty(String),
+    #[error("{0}: file name too long")]
+    NameTooLong(String),
+    #[error("{0}: invalid argument")]
+    Invalid(String),
+    #[error("{0}: bad file handle for this operation")]
+    BadHandle(String),
+    #[error("{0}: read-only pool")]
+    ReadOnly(String),
+    #[error("pool is full: {0}")]
+    NoSpace(String),
+    #[error("corrupt pool: {0}")]
+    Corrupt(String),
+    #[error("pool is unusable after an earlier I/O error: {0}")]
+    Poisoned(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// The `errno` a POSIX call would return for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NotFound(_) => libc::ENOENT,
+            Error::Exists(_) => libc::EEXIST,
+            Error::NotDir(_) => libc::ENOTDIR,
+            Error::IsDir(_) => libc::EISDIR,
+            Error::NotEmpty(_) => libc::ENOTEMPTY,
+            Error::NameTooLong(_) => libc::ENAMETOOLONG,
+            Error::Invalid(_) => libc::EINVAL,
+            Error::BadHandle(_) => libc::EBADF,
+            Error::ReadOnly(_) => libc::EROFS,
+            Error::NoSpace(_) => libc::ENOSPC,
+            Error::Corrupt(_) => libc::EUCLEAN,
+            Error::Poisoned(_) => libc::EIO,
+            Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+
+    pub(crate) fn io(what: impl fmt::Display, source: io::Error) -> Error {
+        Error::Io {
+            what: what.to_string(),
+            source,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+// Keep the trait object type in the public signatures of this module easy to name.
+pub type DeviceRef = std::sync::Arc<dyn Device>;
+
+/// What the engine has written since the pool was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FsCounters {
+    pub logs: u64,
+    pub data_only_logs: u64,
+    pub checkpoints: u64,
+    pub superblock_writes: u64,
+    pub device_flushes: u64,
+    pub bytes_written: u64,
+}
