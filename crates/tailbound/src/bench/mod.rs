@@ -5,7 +5,9 @@
 //! - [`stats`]: HDR latency histograms and their summaries (min … p99.99, max, deadline misses).
 //! - [`sets`]: repeated sets, keeping the worst, as the papers report.
 //! - [`load`]: background loads on their own threads (truncation, allocation, readers, writers).
-//! - [`report`], [`plot`], [`progress`]: Markdown tables, JSON, SVG box plots, progress bars.
+//! - [`report`], [`plot`], [`progress`]: Markdown tables, JSON, SVG box plots and bar charts,
+//!   progress bars, and the check of an issue's targets.
+//! - [`rng`]: a seeded random number generator, so one seed replays one run.
 //! - [`experiments`]: the experiments themselves.
 //!
 //! The framework measures; it never decides whether a figure is good. Experiments compare against
@@ -18,6 +20,7 @@ pub mod periodic;
 pub mod plot;
 pub mod progress;
 pub mod report;
+pub mod rng;
 pub mod sets;
 pub mod stats;
 pub mod timer;

@@ -1,4 +1,4 @@
-//! SVG plots of experiment results (plotters, SVG backend).
+//! SVG plots of experiment results (plotters, SVG backend): latency box plots and grouped bars.
 
 use std::path::Path;
 
@@ -168,6 +168,99 @@ pub fn latency_boxplot_svg(
     Ok(())
 }
 
+/// Horizontal room per bar of a grouped bar chart.
+const BAR_PITCH_PX: u32 = 18;
+/// Share of a group's width its bars fill; the rest separates groups.
+const BAR_GROUP_FILL: f64 = 0.85;
+
+/// A grouped bar chart on a linear axis from zero, like the paper's Fig. 6–7: one group per entry of
+/// `groups` (labelled below the axis), and in each group one bar per series, coloured by series and
+/// named in a key. `series[j].1[i]` is series `j`'s value in group `i`; a missing, negative or
+/// non-finite value draws no bar. Creates the parent directories of `path`.
+pub fn grouped_bar_svg(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    groups: &[String],
+    series: &[(String, Vec<f64>)],
+) -> Result<(), PlotError> {
+    let err = |message: String| PlotError {
+        path: path.display().to_string(),
+        message,
+    };
+    if groups.is_empty() || series.is_empty() {
+        return Err(err("nothing to plot".into()));
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| err(format!("creating {parent:?}: {e}")))?;
+    }
+    let drawable = |v: f64| v.is_finite() && v > 0.0;
+    let hi = series
+        .iter()
+        .flat_map(|(_, values)| values.iter().copied())
+        .filter(|&v| drawable(v))
+        .fold(0.0, f64::max);
+    let y_max = if hi > 0.0 { hi * 1.15 } else { 1.0 };
+    let n_groups = groups.len();
+    let n_series = series.len();
+    let width = (160 + BAR_PITCH_PX * (n_groups * (n_series + 1)) as u32).max(720);
+    let labels: Vec<String> = groups.iter().map(|g| cut_label(g)).collect();
+    let root = SVGBackend::new(path, (width, PLOT_HEIGHT_PX + 60)).into_drawing_area();
+    let draw = |e: Result<(), DrawingAreaErrorKind<_>>| e.map_err(|e| err(e.to_string()));
+    draw(root.fill(&WHITE))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(-0.5..(n_groups as f64 - 0.5), 0.0..y_max)
+        .map_err(|e| err(e.to_string()))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    let bar_width = BAR_GROUP_FILL / n_series as f64;
+    for (j, (name, values)) in series.iter().enumerate() {
+        let color = Palette99::pick(j).to_rgba();
+        let bars: Vec<Rectangle<(f64, f64)>> = values
+            .iter()
+            .take(n_groups)
+            .enumerate()
+            .filter(|(_, v)| drawable(**v))
+            .map(|(i, &v)| {
+                let x0 = i as f64 - BAR_GROUP_FILL / 2.0 + j as f64 * bar_width;
+                Rectangle::new([(x0, 0.0), (x0 + bar_width, v.min(y_max))], color.filled())
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(|e| err(e.to_string()))?
+            .label(name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", LABEL_FONT_PX))
+        .draw()
+        .map_err(|e| err(e.to_string()))?;
+    let label_style = ("sans-serif", LABEL_FONT_PX)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    for (i, label) in labels.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(i as f64, 0.0));
+        draw(root.draw(&Text::new(label.clone(), (px, py + 8), label_style.clone())))?;
+    }
+    root.present().map_err(|e| err(e.to_string()))?;
+    Ok(())
+}
+
 /// `label`, cut to [`LABEL_CHARS_MAX`] characters with a trailing `…` when longer.
 fn cut_label(label: &str) -> String {
     if label.chars().count() <= LABEL_CHARS_MAX {
@@ -251,6 +344,33 @@ mod tests {
         assert!(!svg.contains(&long));
         assert!(svg.contains(&format!("{}…", "x".repeat(LABEL_CHARS_MAX - 1))));
         assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+    }
+
+    #[test]
+    fn grouped_bars_draw_every_group_and_key_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plots/bars.svg");
+        let groups: Vec<String> = vec!["write 4 KiB".into(), "rewrite 4 KiB".into()];
+        let series = vec![
+            ("ext4".to_string(), vec![12.0, 10.0]),
+            ("tbfs relaxed".to_string(), vec![30.0, f64::NAN]),
+            ("tbfs strict".to_string(), vec![-1.0]),
+        ];
+        grouped_bar_svg(&path, "O_SYNC throughput", "MB/s", &groups, &series).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        for text in [
+            "O_SYNC throughput",
+            "write 4 KiB",
+            "rewrite 4 KiB",
+            "ext4",
+            "tbfs strict",
+        ] {
+            assert!(svg.contains(text), "missing {text}");
+        }
+        assert!(!svg.contains("NaN") && !svg.contains("inf"));
+        let e = grouped_bar_svg(&path, "t", "y", &[], &series).unwrap_err();
+        assert!(e.to_string().contains("nothing to plot"));
     }
 
     #[test]

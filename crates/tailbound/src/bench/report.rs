@@ -156,6 +156,27 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<(), ReportError
     written.map_err(write_err)
 }
 
+/// One of an issue's targets, checked against a run's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TargetCheck {
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+/// The targets as a Markdown table (`target | measured | met`), `NO` standing out where missed.
+pub fn targets_markdown(targets: &[TargetCheck]) -> String {
+    let mut table = Table::new(vec!["target".into(), "measured".into(), "met".into()]);
+    for t in targets {
+        table.push(vec![
+            t.target.clone(),
+            t.measured.clone(),
+            if t.met { "yes" } else { "NO" }.into(),
+        ]);
+    }
+    table.to_markdown()
+}
+
 /// Microseconds as the papers print them: whole numbers with thousands separators (`4,454`),
 /// one decimal below 10 µs (`3.2`), `-` for a value that is not a number.
 pub fn fmt_us(us: f64) -> String {

@@ -14,7 +14,8 @@ use serde::Serialize;
 use crate::bench::load::{Load, LoadConfig, LoadKind};
 use crate::bench::periodic::{run_periodic, Flow, PeriodicConfig};
 use crate::bench::progress::Progress;
-use crate::bench::report::{fmt_us, Table};
+pub use crate::bench::report::TargetCheck;
+use crate::bench::report::{fmt_us, targets_markdown, Table};
 use crate::bench::stats::{BoxStats, LatencyHistogram, LatencySummary};
 use crate::record::{
     Allocation, DecoupledOptions, FlushMode, Flusher, FlusherGuard, Framing, Overflow, Recorder,
@@ -645,14 +646,6 @@ impl RecordBench {
     }
 }
 
-/// One of the targets, checked against this run's figures.
-#[derive(Debug, Clone, Serialize)]
-pub struct TargetCheck {
-    pub target: String,
-    pub measured: String,
-    pub met: bool,
-}
-
 /// The experiment's result: what `--json` writes.
 #[derive(Debug, Clone, Serialize)]
 pub struct RecordReport {
@@ -800,15 +793,7 @@ impl RecordReport {
         );
         if !self.targets.is_empty() {
             out.push_str("\nTargets\n\n");
-            let mut targets = Table::new(vec!["target".into(), "measured".into(), "met".into()]);
-            for t in &self.targets {
-                targets.push(vec![
-                    t.target.clone(),
-                    t.measured.clone(),
-                    if t.met { "yes" } else { "NO" }.into(),
-                ]);
-            }
-            out.push_str(&targets.to_markdown());
+            out.push_str(&targets_markdown(&self.targets));
         }
         out
     }
