@@ -9,4 +9,5 @@
 pub mod loopfs;
 pub mod pool;
 pub mod record;
+pub mod recovery;
 pub mod sync_write;
