@@ -1,5 +1,6 @@
-//! `tailbound bench record` and `tailbound demo` end to end, on small sizes. These check that the
-//! experiment runs, reports and cleans up; they never judge the latencies it measures.
+//! `tailbound bench record`, `sync-write`, `recovery` and `tailbound demo` end to end, on small
+//! sizes. These check that each experiment runs, reports and cleans up; they never judge the
+//! latencies, throughputs or recovery times it measures.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -194,13 +195,7 @@ fn loop_ext4_runs_flusher_off_cases_and_restores_the_machine() {
         "as root nothing is skipped: {report:#}"
     );
     assert_eq!(dirty_sysctls(), before, "flusher sysctls restored");
-    let loops = Command::new("losetup").arg("-a").output().unwrap();
-    assert!(
-        !String::from_utf8_lossy(&loops.stdout).contains("tailbound-loop-"),
-        "loop device detached"
-    );
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    assert!(!mounts.contains("tailbound-loop-"), "unmounted");
+    loop_devices_and_mounts_are_gone();
 }
 
 #[test]
@@ -212,4 +207,252 @@ fn demo_runs_end_to_end_on_a_short_stream() {
     assert!(text.contains("tailbound@none"), "{text}");
     assert!(text.contains("targets met"), "{text}");
     assert!(text.contains("whole frames"), "{text}");
+}
+
+fn loop_devices_and_mounts_are_gone() {
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&loops.stdout).contains("tailbound-loop-"),
+        "loop device detached"
+    );
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains("tailbound-loop-"), "unmounted");
+}
+
+fn positive_finite(case: &serde_json::Value, key: &str) -> f64 {
+    let v = case[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {case}"));
+    assert!(v.is_finite() && v > 0.0, "{key} = {v} in {case}");
+    v
+}
+
+#[test]
+fn sync_write_list_names_every_configuration() {
+    let out = tailbound(&["bench", "sync-write", "--list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for id in [
+        "ext4",
+        "tbfs-strict-every-checkpoint",
+        "tbfs-strict-superblock",
+        "tbfs-relaxed-every-checkpoint",
+        "tbfs-relaxed-superblock",
+        "tbfs-relaxed-every-log",
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(id)),
+            "missing {id} in:\n{text}"
+        );
+    }
+    assert_eq!(text.lines().count(), 6);
+}
+
+/// Checks one sync-write report: the keys and values, and every figure positive.
+fn check_sync_write_report(report: &serde_json::Value, rows: usize) {
+    assert_eq!(report["experiment"], "sync-write");
+    let cases = report["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), rows, "{report:#}");
+    for case in cases {
+        for key in [
+            "fs",
+            "ordering",
+            "barrier",
+            "pattern",
+            "buffer_kib",
+            "mb_per_s",
+        ] {
+            assert!(case.get(key).is_some(), "missing {key} in {case}");
+        }
+        let fs = case["fs"].as_str().unwrap();
+        assert!(["tbfs", "ext4"].contains(&fs), "{case}");
+        let ordering = case["ordering"].as_str().unwrap();
+        if fs == "ext4" {
+            assert_eq!(ordering, "n/a", "{case}");
+        } else {
+            assert!(["strict", "relaxed"].contains(&ordering), "{case}");
+        }
+        let barrier = case["barrier"].as_str().unwrap();
+        assert!(
+            ["every-log", "every-checkpoint", "superblock"].contains(&barrier),
+            "{case}"
+        );
+        let pattern = case["pattern"].as_str().unwrap();
+        assert!(
+            ["write", "rewrite", "random-rewrite"].contains(&pattern),
+            "{case}"
+        );
+        assert!(
+            [4, 64].contains(&case["buffer_kib"].as_u64().unwrap()),
+            "{case}"
+        );
+        positive_finite(case, "mb_per_s");
+    }
+    assert!(report["targets"].as_array().is_some());
+}
+
+#[test]
+fn sync_write_quick_writes_table_json_and_svg_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let json = dir.path().join("out/sync-write.json");
+    let svg = dir.path().join("out/sync-write.svg");
+    let out = tailbound(&[
+        "bench",
+        "sync-write",
+        "--quick",
+        "--size",
+        "1MiB",
+        "--dir",
+        work.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(table.contains("| fs "), "{table}");
+    assert!(table.contains("Ratios of MB/s"), "{table}");
+    assert!(table.contains("relaxed/strict every-checkpoint"), "{table}");
+    assert!(table.contains("Targets"), "{table}");
+
+    let report = read_json(&json);
+    // 6 configurations x 2 buffer sizes x 3 patterns.
+    check_sync_write_report(&report, 36);
+    let cases = report["cases"].as_array().unwrap();
+    for fs in ["tbfs", "ext4"] {
+        assert!(cases.iter().any(|c| c["fs"] == fs), "no {fs} rows");
+    }
+    assert!(cases
+        .iter()
+        .any(|c| c["ordering"] == "relaxed" && c["barrier"] == "every-log"));
+    assert_eq!(report["targets"].as_array().unwrap().len(), 5, "{report:#}");
+
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg_text.contains("<svg"));
+    assert!(svg_text.contains("random-rewrite 64 KiB"));
+    assert!(svg_text.contains("tbfs relaxed superblock"));
+
+    // The pool file and the ext4 file are removed; the directory itself is the user's.
+    let left: Vec<_> = std::fs::read_dir(&work).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn sync_write_refuses_bad_cases_and_sizes_before_creating_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("never");
+    let w = work.to_str().unwrap();
+    let out = tailbound(&["bench", "sync-write", "--cases", "zfs", "--dir", w]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("zfs"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "sync-write", "--buffers", "6000", "--dir", w]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("6000"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "sync-write", "--size", "100KiB", "--dir", w]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("whole number"), "{}", stderr(&out));
+    assert!(!work.exists(), "nothing is created for a refused run");
+}
+
+#[test]
+fn sync_write_loop_ext4_puts_both_on_one_loop_mount_and_restores_the_machine() {
+    if !require_root("sync_write_loop_ext4_puts_both_on_one_loop_mount_and_restores_the_machine") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("sync-write.json");
+    let out = tailbound(&[
+        "bench",
+        "sync-write",
+        "--quick",
+        "--loop-ext4",
+        "--size",
+        "1MiB",
+        "--buffers",
+        "4KiB",
+        "--cases",
+        "ext4,tbfs-relaxed-superblock",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("/dev/loop"), "{}", stderr(&out));
+    let report = read_json(&json);
+    check_sync_write_report(&report, 6);
+    loop_devices_and_mounts_are_gone();
+}
+
+#[test]
+fn recovery_quick_reports_every_kind_and_barrier_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let json = dir.path().join("out/recovery.json");
+    let out = tailbound(&[
+        "bench",
+        "recovery",
+        "--quick",
+        "--written-mb",
+        "8",
+        "--dir",
+        work.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(table.contains("| kind "), "{table}");
+    assert!(table.contains("Targets"), "{table}");
+    let report = read_json(&json);
+    assert_eq!(report["experiment"], "recovery");
+    let cases = report["cases"].as_array().unwrap();
+    // 2 kinds x 2 barriers.
+    assert_eq!(cases.len(), 4, "{report:#}");
+    for case in cases {
+        for key in ["kind", "barrier", "trials", "mean_ms", "max_ms", "pool_mb"] {
+            assert!(case.get(key).is_some(), "missing {key} in {case}");
+        }
+        assert!(
+            ["sim", "kill"].contains(&case["kind"].as_str().unwrap()),
+            "{case}"
+        );
+        assert!(
+            ["superblock", "every-checkpoint"].contains(&case["barrier"].as_str().unwrap()),
+            "{case}"
+        );
+        assert_eq!(case["trials"], 2, "{case}");
+        let mean = positive_finite(case, "mean_ms");
+        let max = positive_finite(case, "max_ms");
+        assert!(mean <= max * (1.0 + 1e-9), "{case}");
+        assert!(case["pool_mb"].as_u64().unwrap() > 8, "{case}");
+    }
+    for kind in ["sim", "kill"] {
+        assert!(
+            cases
+                .iter()
+                .any(|c| c["kind"] == kind && c["barrier"] == "superblock"),
+            "no {kind} superblock row"
+        );
+    }
+    // One target per kind, for the superblock policy.
+    assert_eq!(report["targets"].as_array().unwrap().len(), 2, "{report:#}");
+    let left: Vec<_> = std::fs::read_dir(&work).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn recovery_refuses_unknown_policies_kinds_and_zero_trials() {
+    let out = tailbound(&["bench", "recovery", "--barriers", "sometimes"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("sometimes"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "recovery", "--kinds", "meteor"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("meteor"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "recovery", "--trials", "0"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--trials"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "recovery", "--written-mb", "64", "--pool-mb", "32"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cannot hold"), "{}", stderr(&out));
 }
