@@ -321,9 +321,7 @@ impl SyncWriteBench {
             }
         }
         drop(pool_dev);
-        files
-            .remove()
-            .map_err(|message| SyncWriteError::Invalid(message))?;
+        files.remove().map_err(SyncWriteError::Invalid)?;
         let ratios = ratios(&rows);
         let targets = check_targets(&rows, &ratios);
         Ok(SyncWriteReport {
@@ -461,7 +459,6 @@ impl SyncWriteBench {
                 elapsed,
                 tbfs: Some(TbfsCounts::between(&before, &after)),
             });
-            drop(file);
         }
         fs.close().map_err(|e| format!("closing the pool: {e}"))?;
         Ok(measured)
