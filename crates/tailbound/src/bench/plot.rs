@@ -172,6 +172,7 @@ pub fn latency_boxplot_svg(
 const BAR_PITCH_PX: u32 = 18;
 /// Share of a group's width its bars fill; the rest separates groups.
 const BAR_GROUP_FILL: f64 = 0.85;
+const VALUE_FONT_PX: u32 = 10;
 
 /// A grouped bar chart on a linear axis from zero, like the paper's Fig. 6–7: one group per entry of
 /// `groups` (labelled below the axis), and in each group one bar per series, coloured by series and
@@ -200,7 +201,8 @@ pub fn grouped_bar_svg(
         .flat_map(|(_, values)| values.iter().copied())
         .filter(|&v| drawable(v))
         .fold(0.0, f64::max);
-    let y_max = if hi > 0.0 { hi * 1.15 } else { 1.0 };
+    // Head room for the key and the values written above the bars.
+    let y_max = if hi > 0.0 { hi * 1.3 } else { 1.0 };
     let n_groups = groups.len();
     let n_series = series.len();
     let width = (160 + BAR_PITCH_PX * (n_groups * (n_series + 1)) as u32).max(720);
@@ -240,6 +242,21 @@ pub fn grouped_bar_svg(
             .map_err(|e| err(e.to_string()))?
             .label(name.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        // Each bar's value above it, reading upwards, so short bars stay readable.
+        let value_style = ("sans-serif", VALUE_FONT_PX)
+            .into_font()
+            .transform(FontTransform::Rotate270)
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        for (i, &v) in values.iter().take(n_groups).enumerate() {
+            if !drawable(v) {
+                continue;
+            }
+            let x = i as f64 - BAR_GROUP_FILL / 2.0 + (j as f64 + 0.5) * bar_width;
+            let (px, py) = chart.backend_coord(&(x, v.min(y_max)));
+            let text = format!("{v:.1}");
+            draw(root.draw(&Text::new(text, (px, py - 4), value_style.clone())))?;
+        }
     }
     chart
         .configure_series_labels()
