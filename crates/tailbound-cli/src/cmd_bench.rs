@@ -132,6 +132,9 @@ struct SyncWriteArgs {
     /// Seed of the random-rewrite order and the data written.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
+    /// The tbfs pool file's size. Default: large enough for every case without a cleaner.
+    #[arg(long, value_parser = parse_bytes)]
+    pool_size: Option<u64>,
     /// Directory for the ext4 file and the tbfs pool file (default: a new temporary directory
     /// under /var/tmp, removed afterwards). Both files are removed when the run ends.
     #[arg(long, conflicts_with = "loop_ext4")]
@@ -282,6 +285,7 @@ fn run_sync_write(args: SyncWriteArgs) -> CliResult {
     }
     bench.buffers = args.buffers;
     bench.seed = args.seed;
+    bench.pool_bytes_override = args.pool_size;
     if !args.cases.is_empty() {
         bench.configs = sync_write::select_configs(&args.cases)?;
     }

@@ -3,26 +3,29 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
-use crate::tbfs::DeviceRef;
+use crate::dev::file::FileDevice;
 
 /// Creates a pool file of `len_bytes` at `path` (zero-filled once) on the file backend.
-pub fn create_file_pool(path: &Path, len_bytes: u64) -> io::Result<DeviceRef> {
-    let _ = (path, len_bytes);
-    Err(not_yet(path))
+pub fn create_file_pool(path: &Path, len_bytes: u64) -> io::Result<Arc<FileDevice>> {
+    FileDevice::create(path, len_bytes).map(Arc::new)
 }
 
 /// Opens an existing pool file on the file backend.
-pub fn open_file_pool(path: &Path) -> io::Result<DeviceRef> {
-    Err(not_yet(path))
+pub fn open_file_pool(path: &Path) -> io::Result<Arc<FileDevice>> {
+    FileDevice::open(path).map(Arc::new)
 }
 
-fn not_yet(path: &Path) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::Unsupported,
-        format!(
-            "pool {}: the file backend (dev::file::FileDevice) is not built into this tailbound yet",
-            path.display()
-        ),
+/// How the backend does its I/O, for reports: `O_DIRECT` or buffered, io_uring or `pwrite`.
+pub fn describe(dev: &FileDevice) -> String {
+    format!(
+        "{}, {}",
+        if dev.direct() { "O_DIRECT" } else { "buffered" },
+        if dev.uses_io_uring() {
+            "io_uring"
+        } else {
+            "pwrite"
+        }
     )
 }

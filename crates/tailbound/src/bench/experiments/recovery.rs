@@ -211,7 +211,8 @@ impl ChildSpec {
     /// Formats the pool and runs the workload, printing `acked BYTES` after every write and `done`
     /// at the end on `out`, then blocks until `wait_until` returns (the parent kills it first).
     pub fn run(&self, out: &mut impl Write, wait_until: impl FnOnce()) -> Result<(), String> {
-        let dev = pool::open_file_pool(&self.pool).map_err(|e| format!("opening the pool: {e}"))?;
+        let dev: DeviceRef =
+            pool::open_file_pool(&self.pool).map_err(|e| format!("opening the pool: {e}"))?;
         let fs = Fs::format(dev, &self.workload.config())
             .map_err(|e| format!("formatting {}: {e}", self.pool.display()))?;
         let mut report_err = None;
@@ -483,7 +484,7 @@ impl RecoveryBench {
                 String::from_utf8_lossy(&output.stderr).trim()
             ));
         }
-        let dev =
+        let dev: DeviceRef =
             pool::open_file_pool(pool_path).map_err(|e| format!("reopening the pool: {e}"))?;
         time_open(dev, acked)
     }
