@@ -43,7 +43,7 @@ enum Experiment {
     /// in a seeded random order. MB/s (MB = 2^20 bytes) is bytes over the time of the writes only.
     /// The tbfs pool file and the ext4 file sit in one directory, so on one disk; with --loop-ext4
     /// both sit on a fresh loop-mounted ext4 (root). The full run (128 MiB, 6 configurations x 2
-    /// buffers) takes from minutes to over an hour depending on the disk's flush latency; --quick
+    /// buffers) took 2 to 4 minutes on a VM disk and takes longer where flushes are slow; --quick
     /// writes 8 MiB. Ratios (relaxed/strict, tbfs relaxed/ext4) and the targets follow
     /// the table.
     SyncWrite(SyncWriteArgs),
@@ -57,8 +57,8 @@ enum Experiment {
     /// `kill` runs the workload in a child `tailbound` process on the file backend and kills it
     /// with SIGKILL at a random point. The workload writes 32 MiB files with O_SYNC, then rewrites
     /// each in place, 64 KiB per write; the crash falls in the second half of the bytes written.
-    /// The full run (1 GB, 5 trials x 2 kinds x 2 barriers) writes 20 GB; --quick writes 64 MiB
-    /// per trial.
+    /// The full run (1 GB, 5 trials x 2 kinds x 2 barriers) writes 20 GB, about 2 minutes on a VM
+    /// disk; --quick writes 64 MiB per trial.
     Recovery(RecoveryArgs),
 }
 

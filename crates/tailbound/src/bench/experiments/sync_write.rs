@@ -330,7 +330,7 @@ impl SyncWriteBench {
         drop(pool_dev);
         files.remove().map_err(SyncWriteError::Invalid)?;
         let ratios = ratios(&rows);
-        let targets = check_targets(&rows, &ratios);
+        let targets = check_targets(&ratios);
         Ok(SyncWriteReport {
             experiment: "sync-write",
             file_mib: self.file_bytes >> 20,
@@ -681,8 +681,7 @@ pub fn ratios(rows: &[SyncWriteRow]) -> Vec<Ratio> {
 /// The targets, for the ratios this run measured: relaxed ≥ 2× strict on 4 KiB rewrite and
 /// random rewrite (per barrier), and tbfs relaxed at least as fast as ext4 on every pattern and
 /// buffer size (per barrier).
-pub fn check_targets(rows: &[SyncWriteRow], ratios: &[Ratio]) -> Vec<TargetCheck> {
-    let _ = rows;
+pub fn check_targets(ratios: &[Ratio]) -> Vec<TargetCheck> {
     let mut checks = Vec::new();
     for barrier in [Barrier::EveryCheckpoint, Barrier::Superblock] {
         let what = format!("relaxed/strict {}", barrier_name(barrier));
@@ -968,11 +967,11 @@ mod tests {
         // relaxed/strict and relaxed/ext4 for each of three patterns at one buffer size.
         assert_eq!(r.len(), 6, "{r:?}");
         assert!(r.iter().all(|r| (r.ratio - 2.5).abs() < 1e-9));
-        let checks = check_targets(&rows, &r);
+        let checks = check_targets(&r);
         assert_eq!(checks.len(), 2, "{checks:?}");
         assert!(checks.iter().all(|c| c.met), "{checks:?}");
         rows[2].mb_per_s = 5.0; // relaxed write slower than ext4
-        let checks = check_targets(&rows, &ratios(&rows));
+        let checks = check_targets(&ratios(&rows));
         assert!(checks[0].met && !checks[1].met, "{checks:?}");
         assert!(
             checks[1].measured.contains("0.50x (write 4 KiB)"),
