@@ -1192,10 +1192,9 @@ fn run_one(
         fs,
         Model::new(Tree::new(), Vec::new()),
         &config,
-        rng.clone(),
+        Rng::new(rng.next_u64()),
     );
     h.note(format!("{config:?}"));
-    rng = Rng::new(rng.next_u64());
     let ops = rng.range(RUN_OPS_MIN, RUN_OPS_MAX);
     let cut_at = if rng.chance(1, 2) {
         Some(rng.below(ops))
