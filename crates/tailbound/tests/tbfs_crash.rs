@@ -21,6 +21,7 @@
 //! Replay one failing run with `TBFS_CRASH_SEED=<seed> cargo test -p tailbound --test tbfs_crash
 //! <test> -- --exact`; scale the number of crash states per test with `TBFS_CRASH_STATES=<n>`.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::SeekFrom;
 use std::panic::{self, AssertUnwindSafe};
@@ -35,12 +36,14 @@ use tailbound::tbfs::{
 };
 
 const BLOCK: usize = BLOCK_SIZE as usize;
-const DEVICE_BYTES: u64 = 16 << 20;
+const DEVICE_BYTES: u64 = 8 << 20;
 const SEGMENT_BYTES: u64 = 256 << 10;
 const SUPERBLOCK_EVERY_BYTES: u64 = 512 << 10;
 /// Files never grow past this, so live data stays far below the device size.
-const FILE_BYTES_MAX: u64 = 384 << 10;
+const FILE_BYTES_MAX: u64 = 256 << 10;
 const WRITE_BYTES_MAX: u64 = 64 << 10;
+/// A file bigger than this (in any test here) is a garbage size: refuse to allocate it.
+const READ_BYTES_MAX: u64 = 2 * DEVICE_BYTES;
 const FILES_MAX: usize = 10;
 const DIRS_MAX: usize = 5;
 const HANDLES_MAX: usize = 6;
@@ -384,6 +387,11 @@ fn snapshot(fs: &Fs) -> Result<Snapshot, String> {
 
 /// Reads a file of `size` bytes whole, and checks nothing reads past its end.
 fn read_all(f: &File, size: u64) -> Result<Vec<u8>, String> {
+    if size > READ_BYTES_MAX {
+        return Err(format!(
+            "size {size} is larger than any file the workloads write"
+        ));
+    }
     let mut data = vec![0u8; size as usize];
     let mut done = 0;
     while done < data.len() {
@@ -463,7 +471,14 @@ fn content_ok(versions: &[Rc<Vec<u8>>], data: &[u8]) -> Result<(), String> {
         let hi = (lo + BLOCK).min(data.len());
         let got = &data[lo..hi];
         let from_some_version = versions.iter().any(|v| {
-            v.len() > lo && (lo..hi).all(|i| v.get(i).copied().unwrap_or(0) == got[i - lo])
+            if v.len() >= hi {
+                v[lo..hi] == *got
+            } else {
+                // The block is this version's last: its bytes, then zeros.
+                v.len() > lo
+                    && v[lo..] == got[..v.len() - lo]
+                    && got[v.len() - lo..].iter().all(|&b| b == 0)
+            }
         });
         if !from_some_version {
             let newest = versions.last().expect("at least one version");
@@ -587,6 +602,11 @@ fn same_snapshot(what: &str, want: &Snapshot, got: &Snapshot) -> Result<(), Stri
 // ---------------------------------------------------------------------------------------------
 // The workload.
 
+thread_local! {
+    /// What the current run did, shown when it fails (also after a panic in the engine).
+    static OP_LOG: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
 struct Handle {
     file: File,
     id: FileId,
@@ -616,7 +636,8 @@ struct Harness {
     /// check nothing, only keep issuing calls.
     blind: bool,
     rng: Rng,
-    log: Vec<String>,
+    /// Put before every line this harness logs.
+    log_prefix: &'static str,
 }
 
 /// What a step does to the model whether or not the engine acknowledged it (a failed operation
@@ -630,12 +651,12 @@ impl Harness {
             file_syncs_durable: config.barrier == Barrier::EveryLog,
             blind: false,
             rng,
-            log: Vec::new(),
+            log_prefix: "",
         }
     }
 
     fn note(&mut self, line: String) {
-        self.log.push(line);
+        OP_LOG.with(|log| log.borrow_mut().push(format!("{}{line}", self.log_prefix)));
     }
 
     fn ack_file(&mut self, id: FileId) {
@@ -928,6 +949,9 @@ impl Harness {
                 })
                 .cloned()
                 .collect();
+            if same_kind.is_empty() {
+                return None;
+            }
             self.rng.pick(&same_kind).clone()
         } else {
             self.free_name(from_is_dir)?
@@ -1119,7 +1143,7 @@ fn check_crash(
     let recovered = snapshot(&fs).map_err(|e| format!("reading the recovered pool: {e}"))?;
     check_recovered(model, mark, &recovered)?;
     if !rng.chance(1, DEEP_CHECK_EVERY) {
-        return Ok(());
+        return close(fs, "the recovered pool");
     }
     totals.deep += 1;
     // (e) A crash right after recovery, and a clean reopen, show the same tree.
@@ -1132,6 +1156,10 @@ fn check_crash(
             "(e) crash right after recovery",
             &recovered,
             &snapshot(&again)?,
+        )?;
+        close(
+            again,
+            "the pool recovered after a crash right after recovery",
         )?;
     }
     let fs = open(&dev, "(e) reopening the recovered pool")?;
@@ -1147,29 +1175,34 @@ fn check_crash(
         config,
         Rng::new(rng.next_u64()),
     );
+    h.log_prefix = "  [on the recovered pool] ";
     for _ in 0..AFTER_RECOVERY_OPS {
         if let Err(e) = h.step() {
-            return Err(format!(
-                "(d) operation on the recovered pool failed: {e:?}; after recovery: {}",
-                h.log.join(" | ")
-            ));
+            return Err(format!("(d) operation on the recovered pool failed: {e:?}"));
         }
     }
     h.fs.sync()
         .map_err(|e| format!("(d) Fs::sync on the recovered pool: {e}"))?;
     h.model.sync_all();
     let image = dev.crash_image(rng.next_u64());
-    drop(h.handles);
+    let Harness {
+        fs, handles, model, ..
+    } = h;
+    drop(handles);
+    close(fs, "(d) the recovered pool after more operations")?;
     let dev = Arc::new(SimDevice::from_image(image));
     let fs = open(&dev, "(d) recovering after ops on the recovered pool")?;
     same_snapshot(
-        &format!(
-            "(d) synced state after ops on the recovered pool [{}]",
-            h.log.join(" | ")
-        ),
-        &h.model.expected(),
+        "(d) synced state after ops on the recovered pool",
+        &model.expected(),
         &snapshot(&fs)?,
-    )
+    )?;
+    close(fs, "(d) the pool recovered after more operations")
+}
+
+/// Closes a pool (rather than dropping it) so nothing it started outlives the check.
+fn close(fs: Fs, what: &str) -> Result<(), String> {
+    fs.close().map_err(|e| format!("closing {what}: {e}"))
 }
 
 /// One workload from `seed`: crash states between operations, then a final crash either between
@@ -1179,14 +1212,13 @@ fn run_one(
     barrier: Barrier,
     seed: u64,
     totals: &mut Totals,
-) -> Result<(), (String, Vec<String>)> {
+) -> Result<(), String> {
     let mut rng = Rng::new(seed);
     let config = config_for(ordering, barrier, &mut rng);
     let dev = Arc::new(SimDevice::new(DEVICE_BYTES));
-    let fail = |msg: String, log: &[String]| Err((msg, log.to_vec()));
     let fs = match Fs::format(dev.clone(), &config) {
         Ok(fs) => fs,
-        Err(e) => return fail(format!("Fs::format: {e}"), &[]),
+        Err(e) => return Err(format!("Fs::format: {e}")),
     };
     let mut h = Harness::new(
         fs,
@@ -1218,24 +1250,18 @@ fn run_one(
             let mark = h.model.mark();
             let image = dev.crash_image(crash_seed);
             if let Err(e) = check_crash(image, &h.model, &mark, &config, &mut rng, totals) {
-                return fail(
-                    format!("crash between ops (image {crash_seed:#x}): {e}"),
-                    &h.log,
-                );
+                return Err(format!("crash between ops (image {crash_seed:#x}): {e}"));
             }
         }
         match h.step() {
             Ok(()) => {}
-            Err(StepError::Mismatch(m)) if !h.blind => return fail(m, &h.log),
+            Err(StepError::Mismatch(m)) if !h.blind => return Err(m),
             Err(StepError::Engine(e)) if !power_cut => {
-                return fail(format!("operation failed on a healthy device: {e}"), &h.log)
+                return Err(format!("operation failed on a healthy device: {e}"))
             }
             Err(StepError::Engine(e)) if frozen.is_none() => {
                 if !matches!(e, Error::Io { .. } | Error::Poisoned(_)) {
-                    return fail(
-                        format!("power cut surfaced as a non-I/O error: {e}"),
-                        &h.log,
-                    );
+                    return Err(format!("power cut surfaced as a non-I/O error: {e}"));
                 }
                 h.note(format!("  -> failed: {e}"));
                 frozen = Some(h.model.mark());
@@ -1269,8 +1295,12 @@ fn run_one(
         totals.mid_op += 1;
     }
     if let Err(e) = check_crash(image, &h.model, &mark, &config, &mut rng, totals) {
-        return fail(format!("final crash (image {crash_seed:#x}): {e}"), &h.log);
+        return Err(format!("final crash (image {crash_seed:#x}): {e}"));
     }
+    // The device is past its crash; closing may fail (power cut) and changes nothing checked.
+    let Harness { fs, handles, .. } = h;
+    drop(handles);
+    let _ = fs.close();
     Ok(())
 }
 
@@ -1294,22 +1324,24 @@ fn crash_test(test: &str, ordering: Ordering, barrier: Barrier, salt: u64) {
     let mut seeds = Rng::new(salt);
     loop {
         let seed = replay.unwrap_or_else(|| seeds.next_u64());
+        OP_LOG.with(|log| log.borrow_mut().clear());
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
             run_one(ordering, barrier, seed, &mut totals)
         }));
         let failure = match outcome {
             Ok(Ok(())) => None,
-            Ok(Err((msg, log))) => Some((msg, log)),
+            Ok(Err(msg)) => Some(msg),
             Err(p) => {
                 let msg = p
                     .downcast_ref::<String>()
                     .cloned()
                     .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                     .unwrap_or_else(|| "(non-string panic)".to_string());
-                Some((format!("panic: {msg}"), Vec::new()))
+                Some(format!("panic: {msg}"))
             }
         };
-        if let Some((msg, log)) = failure {
+        if let Some(msg) = failure {
+            let log = OP_LOG.with(|log| log.take());
             let skipped = log.len().saturating_sub(LOG_TAIL_LINES);
             let tail: Vec<String> = log[skipped..]
                 .iter()
