@@ -30,6 +30,7 @@ pub const SECTOR_SIZE: u64 = 512;
 /// device holds the data (possibly in a volatile cache that a power loss may lose); after `flush`
 /// returns, every write that completed before the call is durable. Offsets and lengths are multiples
 /// of [`BLOCK_SIZE`]; buffers may have any alignment.
+#[allow(clippy::len_without_is_empty)] // a device is never empty
 pub trait Device: Send + Sync + fmt::Debug {
     /// What kind of backend this is, for messages: `memory`, `file`, `sim`.
     fn kind(&self) -> &'static str;

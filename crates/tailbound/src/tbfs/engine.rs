@@ -1,128 +1,1179 @@
-//! The file tree (skeleton).
-use std::io::SeekFrom;
+//! The file tree: namespace, inodes, buffered file data, and the public [`Fs`] / [`File`] API.
+//!
+//! Locking: one `meta` mutex guards the namespace, the inode table, the log writer and segment
+//! usage; each inode has its own mutex for its attributes, block map and buffered data. Order:
+//! `meta` before an inode; the write path takes only the inode (and the small `dirty` set), so data
+//! copies into buffers happen outside any global lock. Storage is written only by `commit`.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::SeekFrom;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::format::{
+    self, Block, InodeRecord, BLOCK, BLOCK_U64, NAME_MAX, S_IFDIR, S_IFMT, S_IFREG,
+};
+use super::map::BlockMap;
 use super::*;
+
+/// The root directory's inode number.
+pub(crate) const ROOT_INO: u64 = 1;
+/// Largest file, so a block map always fits in memory (16 Mi blocks).
+pub const FILE_BYTES_MAX: u64 = 64 << 30;
+
+/// A buffered block not yet in a log.
+#[derive(Debug)]
+pub(crate) struct DirtyBlock {
+    pub gen: u64,
+    pub data: Box<Block>,
+}
+
+/// An inode's state in memory.
+#[derive(Debug)]
+pub(crate) struct InodeState {
+    pub kind: FileKind,
+    pub mode: u32,
+    pub nlink: u32,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub map: BlockMap,
+    pub dirty: BTreeMap<u64, DirtyBlock>,
+    pub next_gen: u64,
+    /// Size or mtime changed since they were last logged.
+    pub attr_dirty: bool,
+    /// Open handles.
+    pub open: u32,
+    /// Freed: every later operation on a handle to it fails.
+    pub freed: bool,
+}
+
+impl InodeState {
+    pub fn new(kind: FileKind, mode: u32, now: i64) -> InodeState {
+        InodeState {
+            kind,
+            mode,
+            nlink: if kind == FileKind::Dir { 2 } else { 1 },
+            size: 0,
+            mtime_ns: now,
+            ctime_ns: now,
+            map: BlockMap::default(),
+            dirty: BTreeMap::new(),
+            next_gen: 1,
+            attr_dirty: true,
+            open: 0,
+            freed: false,
+        }
+    }
+
+    pub fn record(&self, ino: u64) -> InodeRecord {
+        let type_bits = if self.kind == FileKind::Dir {
+            S_IFDIR
+        } else {
+            S_IFREG
+        };
+        InodeRecord {
+            ino,
+            mode: type_bits | (self.mode & 0o7777),
+            nlink: self.nlink,
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+            root: self.map.root,
+            height: self.map.height,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct InodeCell {
+    pub ino: u64,
+    pub st: Mutex<InodeState>,
+}
+
+impl InodeCell {
+    pub fn lock(&self) -> MutexGuard<'_, InodeState> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A directory's entries: name → (inode, is a directory).
+pub(crate) type DirEntries = BTreeMap<String, (u64, bool)>;
+
+/// Per-segment usage, for choosing where the next logs go.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SegUsage {
+    /// Blocks the in-memory state references in each segment.
+    pub live: Vec<u32>,
+    /// Sequence number current when `live` last reached zero.
+    pub dead_at: Vec<u64>,
+    /// Highest log sequence written into each segment.
+    pub last_seq: Vec<u64>,
+}
+
+/// The log writer's position and the log being built.
+#[derive(Debug, Default)]
+pub(crate) struct Writer {
+    pub pos: u64,
+    pub cur_seg: u64,
+    pub next_seg: u64,
+    /// Sequence of the next log.
+    pub seq: u64,
+    pub prev_crc: u32,
+    pub log: Option<LogBuild>,
+    /// A log was written after the last device flush.
+    pub unflushed: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct LogBuild {
+    pub start: u64,
+    pub flags: u16,
+    pub descriptors: Vec<format::Descriptor>,
+    /// Summary block followed by the payload.
+    pub buf: Vec<u8>,
+}
+
+/// Everything guarded by the `meta` lock.
+#[derive(Debug, Default)]
+pub(crate) struct Meta {
+    pub inodes: HashMap<u64, Arc<InodeCell>>,
+    pub dirs: HashMap<u64, DirEntries>,
+    pub dirs_dirty: BTreeSet<u64>,
+    /// Inodes whose record, data or map must go into the next checkpoint.
+    pub pending: BTreeSet<u64>,
+    /// Slots of freed inodes whose inode page must be rewritten.
+    pub freed_slots: BTreeSet<u64>,
+    pub free_inos: BTreeSet<u64>,
+    pub next_ino: u64,
+    /// The inode file: the map of its pages.
+    pub ifile: BlockMap,
+    pub ifile_pages: u64,
+    /// A namespace or size change not yet in a checkpoint: the next sync must write one.
+    pub ns_dirty: bool,
+    pub writer: Writer,
+    pub seg: SegUsage,
+    pub checkpoint: u64,
+    pub checkpoint_root: u64,
+    pub checkpoint_seq: u64,
+    /// The writer's sequence right after the last checkpoint (and any pad log after it): while it
+    /// is unchanged, that checkpoint is the newest state on storage.
+    pub checkpoint_next_seq: u64,
+    /// Superblock state.
+    pub sb_generation: u64,
+    pub sb_checkpoint_seq: u64,
+    pub sb_bytes_since: u64,
+    pub sb_written_at: Option<Instant>,
+    pub checkpoint_at: Option<Instant>,
+    pub created_ns: i64,
+    /// A superblock refresh is running (its checkpoint may use the space reserve).
+    pub in_refresh: bool,
+}
+
+/// Shared by every clone of an [`Fs`] and every [`File`].
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub dev: DeviceRef,
+    pub config: Config,
+    pub pool_id: [u8; 16],
+    pub segment_blocks: u64,
+    pub segment_count: u64,
+    pub read_only: bool,
+    pub meta: Mutex<Meta>,
+    /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
+    pub dirty: Mutex<BTreeSet<u64>>,
+    pub dirty_bytes: AtomicU64,
+    pub poisoned: Mutex<Option<String>>,
+    pub closed: AtomicBool,
+    pub counters: Mutex<FsCounters>,
+    pub report: Mutex<RecoveryReport>,
+    pub background: Mutex<Option<JoinHandle<()>>>,
+    pub stop: (Mutex<bool>, Condvar),
+}
+
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl Inner {
+    pub fn lock_meta(&self) -> MutexGuard<'_, Meta> {
+        self.meta.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn check_usable(&self) -> Result<()> {
+        if let Some(why) = self
+            .poisoned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        if self.closed.load(AtomicOrdering::Acquire) {
+            return Err(Error::Invalid("pool is closed".into()));
+        }
+        Ok(())
+    }
+
+    pub fn check_writable(&self) -> Result<()> {
+        self.check_usable()?;
+        if self.read_only {
+            return Err(Error::ReadOnly(format!("{} pool", self.dev.kind())));
+        }
+        Ok(())
+    }
+
+    /// Marks the pool unusable after a failed write: what is on storage no longer matches memory.
+    pub fn poison(&self, err: &Error) {
+        let mut p = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
+        if p.is_none() {
+            *p = Some(err.to_string());
+        }
+    }
+
+    pub fn count(&self, f: impl FnOnce(&mut FsCounters)) {
+        f(&mut self.counters.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    fn mark_dirty(&self, ino: u64) {
+        self.dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ino);
+    }
+
+    /// Reads file block `block` of an inode into `out` (buffered data first, then storage).
+    fn read_block(&self, ino: u64, st: &InodeState, block: u64, out: &mut [u8]) -> Result<()> {
+        if let Some(d) = st.dirty.get(&block) {
+            out.copy_from_slice(&d.data[..]);
+            return Ok(());
+        }
+        let addr = st.map.get(block);
+        if addr == 0 {
+            out.fill(0);
+            return Ok(());
+        }
+        self.dev
+            .read_at(addr * BLOCK_U64, out)
+            .map_err(|e| Error::io(format!("inode {ino}: reading block {block} at {addr}"), e))
+    }
+
+    pub fn pread(&self, cell: &InodeCell, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let st = cell.lock();
+        if st.freed {
+            return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+        }
+        if offset >= st.size {
+            return Ok(0);
+        }
+        let len = (buf.len() as u64).min(st.size - offset) as usize;
+        let mut done = 0usize;
+        let mut scratch = [0u8; BLOCK];
+        while done < len {
+            let pos = offset + done as u64;
+            let block = pos / BLOCK_U64;
+            let within = (pos % BLOCK_U64) as usize;
+            let n = (BLOCK - within).min(len - done);
+            // Whole blocks that are contiguous on storage and not buffered are read in one request.
+            if within == 0 && n == BLOCK && !st.dirty.contains_key(&block) && st.map.get(block) != 0
+            {
+                let first = st.map.get(block);
+                let mut run = 1u64;
+                while (done + (run as usize + 1) * BLOCK) <= len
+                    && !st.dirty.contains_key(&(block + run))
+                    && st.map.get(block + run) == first + run
+                    && run < 256
+                {
+                    run += 1;
+                }
+                let bytes = run as usize * BLOCK;
+                self.dev
+                    .read_at(first * BLOCK_U64, &mut buf[done..done + bytes])
+                    .map_err(|e| {
+                        Error::io(
+                            format!("inode {}: reading {run} blocks at {first}", cell.ino),
+                            e,
+                        )
+                    })?;
+                done += bytes;
+                continue;
+            }
+            self.read_block(cell.ino, &st, block, &mut scratch)?;
+            buf[done..done + n].copy_from_slice(&scratch[within..within + n]);
+            done += n;
+        }
+        Ok(len)
+    }
+
+    pub fn pwrite(&self, cell: &InodeCell, buf: &[u8], offset: u64) -> Result<usize> {
+        self.check_writable()?;
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= FILE_BYTES_MAX)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "inode {}: write past the largest file ({FILE_BYTES_MAX} bytes)",
+                    cell.ino
+                ))
+            })?;
+        {
+            let mut st = cell.lock();
+            if st.freed {
+                return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+            }
+            let mut done = 0usize;
+            while done < buf.len() {
+                let pos = offset + done as u64;
+                let block = pos / BLOCK_U64;
+                let within = (pos % BLOCK_U64) as usize;
+                let n = (BLOCK - within).min(buf.len() - done);
+                let gen = st.next_gen;
+                st.next_gen += 1;
+                if let Some(d) = st.dirty.get_mut(&block) {
+                    d.gen = gen;
+                    d.data[within..within + n].copy_from_slice(&buf[done..done + n]);
+                } else {
+                    let mut data = Box::new([0u8; BLOCK]);
+                    if n < BLOCK && block * BLOCK_U64 < st.size {
+                        self.read_block(cell.ino, &st, block, &mut data[..])?;
+                    }
+                    data[within..within + n].copy_from_slice(&buf[done..done + n]);
+                    st.dirty.insert(block, DirtyBlock { gen, data });
+                    // Counted under the inode lock, so a commit dropping it subtracts after.
+                    self.dirty_bytes
+                        .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+                }
+                done += n;
+            }
+            if end > st.size {
+                st.size = end;
+            }
+            st.mtime_ns = now_ns();
+            st.ctime_ns = st.mtime_ns;
+            st.attr_dirty = true;
+            self.mark_dirty(cell.ino);
+        }
+        let total = self.dirty_bytes.load(AtomicOrdering::Acquire);
+        if total > self.config.dirty_bytes_max {
+            let mut m = self.lock_meta();
+            if self.dirty_bytes.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
+                self.commit_checkpoint(&mut m)?;
+                self.maybe_refresh(&mut m)?;
+            }
+        }
+        Ok(buf.len())
+    }
+
+    /// Makes one file durable: a checkpoint, or in relaxed ordering a data-only log when no
+    /// metadata changed.
+    pub fn sync_file(&self, cell: &InodeCell) -> Result<()> {
+        self.check_writable()?;
+        let mut m = self.lock_meta();
+        self.check_usable()?;
+        if self.config.ordering == Ordering::Strict || m.ns_dirty {
+            self.commit_checkpoint(&mut m)?;
+        } else {
+            self.commit_data_log(&mut m, cell)?;
+        }
+        self.maybe_refresh(&mut m)
+    }
+
+    pub fn sync_all(&self) -> Result<()> {
+        self.check_writable()?;
+        let mut m = self.lock_meta();
+        self.check_usable()?;
+        self.refresh_superblock(&mut m)
+    }
+
+    /// Resolves a path to its inode; `/` and empty components are ignored.
+    pub fn lookup(&self, m: &Meta, path: &str) -> Result<u64> {
+        let mut ino = ROOT_INO;
+        for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
+            let Some(entries) = m.dirs.get(&ino) else {
+                return Err(Error::NotDir(path.to_string()));
+            };
+            if part == ".." {
+                return Err(Error::Invalid(format!("{path}: `..` is not supported")));
+            }
+            match entries.get(part) {
+                Some(&(child, _)) => ino = child,
+                None => return Err(Error::NotFound(path.to_string())),
+            }
+        }
+        Ok(ino)
+    }
+
+    /// Splits a path into its parent directory's inode and the last name.
+    pub fn parent_of<'p>(&self, m: &Meta, path: &'p str) -> Result<(u64, &'p str)> {
+        let trimmed = path.trim_end_matches('/');
+        let (dir, name) = match trimmed.rfind('/') {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => ("", trimmed),
+        };
+        if name.is_empty() || name == "." || name == ".." {
+            return Err(Error::Invalid(format!(
+                "{path}: not a name that can be created or removed"
+            )));
+        }
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong(path.to_string()));
+        }
+        let parent = self.lookup(m, dir)?;
+        if !m.dirs.contains_key(&parent) {
+            return Err(Error::NotDir(path.to_string()));
+        }
+        Ok((parent, name))
+    }
+
+    pub fn cell(&self, m: &Meta, ino: u64) -> Result<Arc<InodeCell>> {
+        m.inodes
+            .get(&ino)
+            .cloned()
+            .ok_or_else(|| Error::Corrupt(format!("directory entry names missing inode {ino}")))
+    }
+
+    fn alloc_ino(&self, m: &mut Meta) -> u64 {
+        if let Some(ino) = m.free_inos.pop_first() {
+            return ino;
+        }
+        let ino = m.next_ino;
+        m.next_ino += 1;
+        ino
+    }
+
+    /// Adds a new inode to the tree under `parent`.
+    pub fn create_inode(
+        &self,
+        m: &mut Meta,
+        parent: u64,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+    ) -> Arc<InodeCell> {
+        let ino = self.alloc_ino(m);
+        let cell = Arc::new(InodeCell {
+            ino,
+            st: Mutex::new(InodeState::new(kind, mode, now_ns())),
+        });
+        m.inodes.insert(ino, cell.clone());
+        if kind == FileKind::Dir {
+            m.dirs.insert(ino, DirEntries::new());
+            m.dirs_dirty.insert(ino);
+            if let Some(p) = m.inodes.get(&parent) {
+                p.lock().nlink += 1;
+            }
+        }
+        m.dirs
+            .get_mut(&parent)
+            .expect("parent checked")
+            .insert(name.to_string(), (ino, kind == FileKind::Dir));
+        self.touch_dir(m, parent);
+        m.pending.insert(ino);
+        m.ns_dirty = true;
+        cell
+    }
+
+    pub fn touch_dir(&self, m: &mut Meta, dir: u64) {
+        m.dirs_dirty.insert(dir);
+        m.pending.insert(dir);
+        if let Some(c) = m.inodes.get(&dir) {
+            let mut st = c.lock();
+            st.mtime_ns = now_ns();
+            st.ctime_ns = st.mtime_ns;
+        }
+        m.ns_dirty = true;
+    }
+
+    /// Drops one link to `ino`; frees it if nothing holds it open.
+    pub fn drop_link(&self, m: &mut Meta, ino: u64) -> Result<()> {
+        let cell = self.cell(m, ino)?;
+        let free = {
+            let mut st = cell.lock();
+            st.nlink = if st.kind == FileKind::Dir {
+                0
+            } else {
+                st.nlink.saturating_sub(1)
+            };
+            st.ctime_ns = now_ns();
+            st.nlink == 0 && st.open == 0
+        };
+        m.pending.insert(ino);
+        m.ns_dirty = true;
+        if free {
+            self.free_inode(m, &cell);
+        }
+        Ok(())
+    }
+
+    /// Releases an inode's blocks and number.
+    pub fn free_inode(&self, m: &mut Meta, cell: &InodeCell) {
+        let mut st = cell.lock();
+        if st.freed {
+            return;
+        }
+        st.freed = true;
+        let seq = m.writer.seq;
+        for &a in st.map.blocks.iter().filter(|&&a| a != 0) {
+            m.seg_dec(a, seq, self.segment_blocks);
+        }
+        for a in st.map.node_addrs().collect::<Vec<_>>() {
+            m.seg_dec(a, seq, self.segment_blocks);
+        }
+        let released = st.dirty.len() as u64 * BLOCK_U64;
+        st.dirty.clear();
+        drop(st);
+        self.dirty_bytes.fetch_sub(released, AtomicOrdering::AcqRel);
+        m.inodes.remove(&cell.ino);
+        m.dirs.remove(&cell.ino);
+        m.dirs_dirty.remove(&cell.ino);
+        m.pending.remove(&cell.ino);
+        m.freed_slots.insert(cell.ino);
+        m.free_inos.insert(cell.ino);
+        m.ns_dirty = true;
+    }
+
+    pub fn set_len(&self, cell: &InodeCell, len: u64) -> Result<()> {
+        self.check_writable()?;
+        if len > FILE_BYTES_MAX {
+            return Err(Error::Invalid(format!(
+                "inode {}: size {len} past the largest file",
+                cell.ino
+            )));
+        }
+        let mut m = self.lock_meta();
+        let mut st = cell.lock();
+        if st.freed {
+            return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+        }
+        if st.kind == FileKind::Dir {
+            return Err(Error::IsDir(format!("inode {}", cell.ino)));
+        }
+        if len < st.size {
+            let keep = len.div_ceil(BLOCK_U64);
+            let seq = m.writer.seq;
+            for a in st.map.truncate(keep) {
+                m.seg_dec(a, seq, self.segment_blocks);
+            }
+            let dropped: Vec<u64> = st.dirty.range(keep..).map(|(&b, _)| b).collect();
+            for b in &dropped {
+                st.dirty.remove(b);
+            }
+            self.dirty_bytes
+                .fetch_sub(dropped.len() as u64 * BLOCK_U64, AtomicOrdering::AcqRel);
+            // The kept tail block must read as zeros past the new size if the file grows again.
+            let within = (len % BLOCK_U64) as usize;
+            if within != 0 {
+                let block = len / BLOCK_U64;
+                let mut data = Box::new([0u8; BLOCK]);
+                self.read_block(cell.ino, &st, block, &mut data[..])?;
+                data[within..].fill(0);
+                let gen = st.next_gen;
+                st.next_gen += 1;
+                if st.dirty.insert(block, DirtyBlock { gen, data }).is_none() {
+                    self.dirty_bytes
+                        .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+                }
+            }
+        }
+        st.size = len;
+        st.mtime_ns = now_ns();
+        st.ctime_ns = st.mtime_ns;
+        st.attr_dirty = true;
+        drop(st);
+        m.pending.insert(cell.ino);
+        m.ns_dirty = true;
+        Ok(())
+    }
+
+    pub fn stat_cell(&self, cell: &InodeCell) -> Result<Stat> {
+        let st = cell.lock();
+        if st.freed {
+            return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+        }
+        let extra = st.dirty.keys().filter(|&&b| st.map.get(b) == 0).count() as u64;
+        Ok(Stat {
+            ino: cell.ino,
+            kind: st.kind,
+            mode: st.mode & 0o7777,
+            nlink: st.nlink,
+            size: st.size,
+            blocks: st.map.mapped_blocks() + extra,
+            mtime_ns: st.mtime_ns,
+            ctime_ns: st.ctime_ns,
+        })
+    }
+
+    /// A handle closed: free the inode if it was the last one to an unlinked file.
+    pub fn release(&self, cell: &InodeCell) {
+        let mut m = self.lock_meta();
+        let free = {
+            let mut st = cell.lock();
+            st.open = st.open.saturating_sub(1);
+            st.open == 0 && st.nlink == 0 && !st.freed
+        };
+        if free && !self.read_only {
+            self.free_inode(&mut m, cell);
+        }
+    }
+}
+
+impl Meta {
+    pub fn seg_of(block: u64, segment_blocks: u64) -> usize {
+        ((block - format::FIRST_SEGMENT_BLOCK) / segment_blocks) as usize
+    }
+
+    pub fn seg_inc(&mut self, block: u64, segment_blocks: u64) {
+        let s = Self::seg_of(block, segment_blocks);
+        self.seg.live[s] += 1;
+    }
+
+    pub fn seg_dec(&mut self, block: u64, seq: u64, segment_blocks: u64) {
+        let s = Self::seg_of(block, segment_blocks);
+        debug_assert!(
+            self.seg.live[s] > 0,
+            "segment {s} live count underflow at block {block}"
+        );
+        self.seg.live[s] = self.seg.live[s].saturating_sub(1);
+        if self.seg.live[s] == 0 {
+            self.seg.dead_at[s] = seq;
+        }
+    }
+}
 
 /// An open pool. Cheap to clone; all clones share one file tree. Thread-safe.
 #[derive(Clone, Debug)]
-pub struct Fs {}
+pub struct Fs {
+    pub(crate) inner: Arc<Inner>,
+}
 
 /// An open file. Dropping it closes it.
 #[derive(Debug)]
-pub struct File {}
+pub struct File {
+    inner: Arc<Inner>,
+    cell: Arc<InodeCell>,
+    flags: OpenFlags,
+    pos: u64,
+}
 
 impl Fs {
     /// Makes a new, empty pool on `dev` (destroying what was there) and opens it.
     pub fn format(dev: DeviceRef, config: &Config) -> Result<Fs> {
-        let _ = (dev, config);
-        todo!()
+        let inner = super::recovery::format(dev, config)?;
+        Ok(Fs::start(inner))
     }
-    /// Opens an existing pool, recovering it.
+
+    /// Opens an existing pool, recovering it: newest valid superblock, its checkpoint,
+    /// roll-forward over the logs after it, and a fresh checkpoint.
     pub fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Fs> {
-        let _ = (dev, options);
-        todo!()
+        let inner = super::recovery::open(dev, options)?;
+        Ok(Fs::start(inner))
     }
+
+    fn start(inner: Arc<Inner>) -> Fs {
+        if !inner.read_only {
+            let period = [
+                inner.config.checkpoint_every,
+                Some(inner.config.superblock_every),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(Duration::from_secs(5))
+            .max(Duration::from_millis(10));
+            let weak = Arc::downgrade(&inner);
+            let handle = std::thread::Builder::new()
+                .name("tbfs-checkpoint".into())
+                .spawn(move || background(weak, period))
+                .ok();
+            *inner.background.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+        }
+        Fs { inner }
+    }
+
     pub fn recovery_report(&self) -> RecoveryReport {
-        todo!()
+        self.inner
+            .report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
+
     /// The configuration in effect.
     pub fn config(&self) -> Config {
-        todo!()
+        self.inner.config.clone()
     }
+
     pub fn counters(&self) -> FsCounters {
-        todo!()
+        *self
+            .inner
+            .counters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
+
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<File> {
-        let _ = (path, flags);
-        todo!()
+        let inner = &self.inner;
+        inner.check_usable()?;
+        if (flags.write || flags.create || flags.truncate) && inner.read_only {
+            return Err(Error::ReadOnly(path.to_string()));
+        }
+        let mut m = inner.lock_meta();
+        let cell = match inner.lookup(&m, path) {
+            Ok(ino) => {
+                if flags.create && flags.exclusive {
+                    return Err(Error::Exists(path.to_string()));
+                }
+                inner.cell(&m, ino)?
+            }
+            Err(Error::NotFound(_)) if flags.create => {
+                let (parent, name) = inner.parent_of(&m, path)?;
+                inner.create_inode(&mut m, parent, name, FileKind::File, flags.mode)
+            }
+            Err(e) => return Err(e),
+        };
+        if cell.lock().kind == FileKind::Dir && (flags.write || flags.truncate) {
+            return Err(Error::IsDir(path.to_string()));
+        }
+        cell.lock().open += 1;
+        drop(m);
+        let file = File {
+            inner: inner.clone(),
+            cell,
+            flags,
+            pos: 0,
+        };
+        if flags.truncate && flags.write && file.cell.lock().size > 0 {
+            inner.set_len(&file.cell, 0)?;
+        }
+        Ok(file)
     }
+
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
-        let _ = (path, mode);
-        todo!()
+        self.inner.check_writable()?;
+        let mut m = self.inner.lock_meta();
+        let (parent, name) = self.inner.parent_of(&m, path)?;
+        if m.dirs[&parent].contains_key(name) {
+            return Err(Error::Exists(path.to_string()));
+        }
+        self.inner
+            .create_inode(&mut m, parent, name, FileKind::Dir, mode);
+        Ok(())
     }
+
     pub fn rmdir(&self, path: &str) -> Result<()> {
-        let _ = path;
-        todo!()
+        self.inner.check_writable()?;
+        let mut m = self.inner.lock_meta();
+        let (parent, name) = self.inner.parent_of(&m, path)?;
+        let Some(&(ino, is_dir)) = m.dirs[&parent].get(name) else {
+            return Err(Error::NotFound(path.to_string()));
+        };
+        if !is_dir {
+            return Err(Error::NotDir(path.to_string()));
+        }
+        if !m.dirs[&ino].is_empty() {
+            return Err(Error::NotEmpty(path.to_string()));
+        }
+        m.dirs.get_mut(&parent).expect("parent").remove(name);
+        if let Some(p) = m.inodes.get(&parent) {
+            let mut st = p.lock();
+            st.nlink = st.nlink.saturating_sub(1);
+        }
+        self.inner.touch_dir(&mut m, parent);
+        self.inner.drop_link(&mut m, ino)
     }
+
     /// Removes the name now; the inode is freed when the last open handle closes.
     pub fn unlink(&self, path: &str) -> Result<()> {
-        let _ = path;
-        todo!()
+        self.inner.check_writable()?;
+        let mut m = self.inner.lock_meta();
+        let (parent, name) = self.inner.parent_of(&m, path)?;
+        let Some(&(ino, is_dir)) = m.dirs[&parent].get(name) else {
+            return Err(Error::NotFound(path.to_string()));
+        };
+        if is_dir {
+            return Err(Error::IsDir(path.to_string()));
+        }
+        m.dirs.get_mut(&parent).expect("parent").remove(name);
+        self.inner.touch_dir(&mut m, parent);
+        self.inner.drop_link(&mut m, ino)
     }
+
     /// Atomically renames, replacing an existing file (or empty directory) at `to`.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
-        let _ = (from, to);
-        todo!()
+        let inner = &self.inner;
+        inner.check_writable()?;
+        let mut m = inner.lock_meta();
+        let (src_parent, src_name) = inner.parent_of(&m, from)?;
+        let (dst_parent, dst_name) = inner.parent_of(&m, to)?;
+        let Some(&(ino, is_dir)) = m.dirs[&src_parent].get(src_name) else {
+            return Err(Error::NotFound(from.to_string()));
+        };
+        if src_parent == dst_parent && src_name == dst_name {
+            return Ok(());
+        }
+        if is_dir {
+            // A directory cannot move under itself.
+            let mut probe = dst_parent;
+            let parents = parent_links(&m);
+            loop {
+                if probe == ino {
+                    return Err(Error::Invalid(format!(
+                        "{from} -> {to}: a directory cannot move into itself"
+                    )));
+                }
+                match parents.get(&probe) {
+                    Some(&p) if probe != ROOT_INO => probe = p,
+                    _ => break,
+                }
+            }
+        }
+        let replaced = m.dirs[&dst_parent].get(dst_name).copied();
+        if let Some((old, old_is_dir)) = replaced {
+            if old == ino {
+                return Ok(());
+            }
+            match (is_dir, old_is_dir) {
+                (false, true) => return Err(Error::IsDir(to.to_string())),
+                (true, false) => return Err(Error::NotDir(to.to_string())),
+                (true, true) if !m.dirs[&old].is_empty() => {
+                    return Err(Error::NotEmpty(to.to_string()))
+                }
+                _ => {}
+            }
+        }
+        m.dirs
+            .get_mut(&src_parent)
+            .expect("parent")
+            .remove(src_name);
+        m.dirs
+            .get_mut(&dst_parent)
+            .expect("parent")
+            .insert(dst_name.to_string(), (ino, is_dir));
+        if is_dir && src_parent != dst_parent {
+            if let Some(p) = m.inodes.get(&src_parent) {
+                let mut st = p.lock();
+                st.nlink = st.nlink.saturating_sub(1);
+            }
+            if let Some(p) = m.inodes.get(&dst_parent) {
+                p.lock().nlink += 1;
+            }
+        }
+        inner.touch_dir(&mut m, src_parent);
+        inner.touch_dir(&mut m, dst_parent);
+        m.pending.insert(ino);
+        if let Some((old, old_is_dir)) = replaced {
+            if old_is_dir {
+                if let Some(p) = m.inodes.get(&dst_parent) {
+                    let mut st = p.lock();
+                    st.nlink = st.nlink.saturating_sub(1);
+                }
+            }
+            inner.drop_link(&mut m, old)?;
+        }
+        Ok(())
     }
+
     pub fn stat(&self, path: &str) -> Result<Stat> {
-        let _ = path;
-        todo!()
+        self.inner.check_usable()?;
+        let m = self.inner.lock_meta();
+        let ino = self.inner.lookup(&m, path)?;
+        let cell = self.inner.cell(&m, ino)?;
+        drop(m);
+        self.inner.stat_cell(&cell)
     }
+
     pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
-        let _ = (path, len);
-        todo!()
+        self.inner.check_writable()?;
+        let cell = {
+            let m = self.inner.lock_meta();
+            let ino = self.inner.lookup(&m, path)?;
+            self.inner.cell(&m, ino)?
+        };
+        self.inner.set_len(&cell, len)
     }
+
     /// Entries of a directory, sorted by name, without `.` and `..`.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
-        let _ = path;
-        todo!()
+        self.inner.check_usable()?;
+        let m = self.inner.lock_meta();
+        let ino = self.inner.lookup(&m, path)?;
+        let Some(entries) = m.dirs.get(&ino) else {
+            return Err(Error::NotDir(path.to_string()));
+        };
+        Ok(entries
+            .iter()
+            .map(|(name, &(ino, is_dir))| DirEntry {
+                name: name.clone(),
+                ino,
+                kind: if is_dir {
+                    FileKind::Dir
+                } else {
+                    FileKind::File
+                },
+            })
+            .collect())
     }
+
     pub fn statvfs(&self) -> Result<StatVfs> {
-        todo!()
+        self.inner.check_usable()?;
+        let m = self.inner.lock_meta();
+        let seg_blocks = self.inner.segment_blocks;
+        let total = seg_blocks * self.inner.segment_count;
+        let live: u64 = m.seg.live.iter().map(|&l| l as u64).sum();
+        Ok(StatVfs {
+            block_size: BLOCK_U64,
+            blocks: total,
+            blocks_free: total.saturating_sub(
+                live + self.inner.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64,
+            ),
+            files: m.inodes.len() as u64,
+            name_max: NAME_MAX as u64,
+        })
     }
+
     /// Writes all buffered data and a checkpoint, and makes them durable (like `syncfs`).
     pub fn sync(&self) -> Result<()> {
-        todo!()
+        self.inner.sync_all()
     }
+
     /// Syncs, stops background work and releases the device. Later calls on clones fail.
     pub fn close(self) -> Result<()> {
-        todo!()
+        let result = if self.inner.read_only {
+            self.inner.check_usable()
+        } else {
+            self.inner.sync_all()
+        };
+        self.inner.closed.store(true, AtomicOrdering::Release);
+        stop_background(&self.inner);
+        result
+    }
+}
+
+/// Child → parent links of every directory.
+fn parent_links(m: &Meta) -> HashMap<u64, u64> {
+    let mut parents = HashMap::new();
+    for (&dir, entries) in &m.dirs {
+        for &(child, is_dir) in entries.values() {
+            if is_dir {
+                parents.insert(child, dir);
+            }
+        }
+    }
+    parents
+}
+
+fn stop_background(inner: &Inner) {
+    {
+        let (lock, cv) = &inner.stop;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+    }
+    let handle = inner
+        .background
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(h) = handle {
+        if h.thread().id() != std::thread::current().id() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Writes checkpoints and refreshes the superblock on the configured schedule.
+fn background(weak: Weak<Inner>, period: Duration) {
+    loop {
+        {
+            let Some(inner) = weak.upgrade() else { return };
+            let (lock, cv) = &inner.stop;
+            let stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let (stopped, _) = cv
+                .wait_timeout_while(stopped, period, |s| !*s)
+                .unwrap_or_else(|p| p.into_inner());
+            if *stopped {
+                return;
+            }
+        }
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.check_writable().is_err() {
+            return;
+        }
+        let mut m = inner.lock_meta();
+        let due_checkpoint = inner
+            .config
+            .checkpoint_every
+            .is_some_and(|every| m.checkpoint_at.is_none_or(|t| t.elapsed() >= every));
+        let dirty = !m.pending.is_empty()
+            || m.ns_dirty
+            || !inner
+                .dirty
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty();
+        let result = if due_checkpoint && dirty {
+            inner
+                .commit_checkpoint(&mut m)
+                .and_then(|()| inner.maybe_refresh(&mut m))
+        } else {
+            inner.maybe_refresh(&mut m)
+        };
+        if let Err(e) = result {
+            inner.poison(&e);
+            return;
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A pool dropped without `close` still writes what it buffered, like a process exiting
+        // after its last write; errors have nowhere to go.
+        if !self.read_only
+            && !self.closed.load(AtomicOrdering::Acquire)
+            && self.check_usable().is_ok()
+        {
+            let _ = self.sync_all();
+        }
     }
 }
 
 impl File {
     pub fn ino(&self) -> u64 {
-        todo!()
+        self.cell.ino
     }
+
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
-        let _ = buf;
-        todo!()
+        let n = self.pread(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
     }
+
     pub fn write(&mut self, buf: &[u8]) -> Result<usize> {
-        let _ = buf;
-        todo!()
+        if self.flags.append {
+            self.pos = self.cell.lock().size;
+        }
+        let n = self.pwrite(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
     }
+
     pub fn pread(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let _ = (buf, offset);
-        todo!()
+        self.inner.check_usable()?;
+        if !self.flags.read {
+            return Err(Error::BadHandle(format!(
+                "inode {}: not open for reading",
+                self.cell.ino
+            )));
+        }
+        if self.cell.lock().kind == FileKind::Dir {
+            return Err(Error::IsDir(format!("inode {}", self.cell.ino)));
+        }
+        self.inner.pread(&self.cell, buf, offset)
     }
+
     pub fn pwrite(&self, buf: &[u8], offset: u64) -> Result<usize> {
-        let _ = (buf, offset);
-        todo!()
+        if !self.flags.write {
+            return Err(Error::BadHandle(format!(
+                "inode {}: not open for writing",
+                self.cell.ino
+            )));
+        }
+        let n = self.inner.pwrite(&self.cell, buf, offset)?;
+        match self.flags.sync {
+            SyncMode::None => {}
+            SyncMode::Data | SyncMode::Full => self.inner.sync_file(&self.cell)?,
+        }
+        Ok(n)
     }
+
     pub fn seek(&mut self, pos: SeekFrom) -> Result<u64> {
-        let _ = pos;
-        todo!()
+        let size = self.cell.lock().size;
+        let target = match pos {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => size.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        let target = target.ok_or_else(|| {
+            Error::Invalid(format!("inode {}: seek before the start", self.cell.ino))
+        })?;
+        self.pos = target;
+        Ok(target)
     }
+
     /// Makes the file's data and metadata durable.
     pub fn fsync(&self) -> Result<()> {
-        todo!()
+        self.inner.sync_file(&self.cell)
     }
+
     /// Makes the file's data (and the size needed to read it) durable.
     pub fn fdatasync(&self) -> Result<()> {
-        todo!()
+        self.inner.sync_file(&self.cell)
     }
+
     pub fn set_len(&self, len: u64) -> Result<()> {
-        let _ = len;
-        todo!()
+        if !self.flags.write {
+            return Err(Error::BadHandle(format!(
+                "inode {}: not open for writing",
+                self.cell.ino
+            )));
+        }
+        self.inner.set_len(&self.cell, len)
     }
+
     /// Reserves space so writes in `offset..offset+len` do not fail for lack of it, and extends
-    /// the size like `fallocate(mode 0)`.
+    /// the size like `fallocate(mode 0)`. tbfs writes every block to a new place, so the
+    /// reservation is a check that the pool has the room now.
     pub fn allocate(&self, offset: u64, len: u64) -> Result<()> {
-        let _ = (offset, len);
-        todo!()
+        if !self.flags.write {
+            return Err(Error::BadHandle(format!(
+                "inode {}: not open for writing",
+                self.cell.ino
+            )));
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= FILE_BYTES_MAX && len > 0)
+            .ok_or_else(|| {
+                Error::Invalid(format!("inode {}: allocate {offset}+{len}", self.cell.ino))
+            })?;
+        let free = {
+            let m = self.inner.lock_meta();
+            self.inner.free_blocks(&m)
+        };
+        if len.div_ceil(BLOCK_U64) > free {
+            return Err(Error::NoSpace(format!(
+                "allocate of {len} bytes: {} bytes free",
+                free * BLOCK_U64
+            )));
+        }
+        if end > self.cell.lock().size {
+            self.inner.set_len(&self.cell, end)?;
+        }
+        Ok(())
     }
+
     pub fn stat(&self) -> Result<Stat> {
-        todo!()
+        self.inner.check_usable()?;
+        self.inner.stat_cell(&self.cell)
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        self.inner.release(&self.cell);
+    }
+}
+
+/// Whether a stored mode is a directory.
+pub(crate) fn mode_kind(mode: u32) -> FileKind {
+    if mode & S_IFMT == S_IFDIR {
+        FileKind::Dir
+    } else {
+        FileKind::File
     }
 }

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use crate::dev::Device;
 
+mod commit;
 pub mod engine;
 pub mod format;
+mod map;
 pub mod recovery;
 
 pub use engine::{File, Fs};
@@ -295,3 +297,6 @@ pub struct FsCounters {
     pub device_flushes: u64,
     pub bytes_written: u64,
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,717 @@
-//! Recovery (skeleton).
+//! Making and opening pools. Opening is recovery: the newest valid superblock, the checkpoint it
+//! names, a scan of the log chain after it (sequence, previous-summary CRC, summary and payload
+//! CRCs), the newest complete checkpoint in that chain, roll-forward of the data-only logs after
+//! it, and a fresh checkpoint and superblock. Every byte read is checked before it is trusted.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::engine::{
+    mode_kind, now_ns, DirEntries, Inner, InodeCell, InodeState, Meta, SegUsage, Writer, ROOT_INO,
+};
+use super::format::{
+    self, decode_dir_block, decode_node, height_for, CheckpointRoot, DescKind, InodeRecord,
+    Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_CHECKPOINT, FLAG_DATA_ONLY, FLAG_END,
+    INODES_PER_PAGE, INODE_BYTES,
+};
+use super::map::BlockMap;
+use super::*;
+
+/// Smallest pool: superblocks and a handful of segments.
+const SEGMENTS_MIN: u64 = 4;
+
+fn pool_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        if f.read_exact(&mut id).is_ok() {
+            return id;
+        }
+    }
+    let t = now_ns() as u128 ^ ((std::process::id() as u128) << 64);
+    id.copy_from_slice(&t.to_le_bytes());
+    id
+}
+
+fn new_inner(
+    dev: DeviceRef,
+    config: Config,
+    pool_id: [u8; 16],
+    segment_blocks: u64,
+    segment_count: u64,
+    read_only: bool,
+    meta: Meta,
+) -> Inner {
+    Inner {
+        dev,
+        config,
+        pool_id,
+        segment_blocks,
+        segment_count,
+        read_only,
+        meta: Mutex::new(meta),
+        dirty: Mutex::new(BTreeSet::new()),
+        dirty_bytes: AtomicU64::new(0),
+        poisoned: Mutex::new(None),
+        closed: AtomicBool::new(false),
+        counters: Mutex::new(FsCounters::default()),
+        report: Mutex::new(RecoveryReport::default()),
+        background: Mutex::new(None),
+        stop: (Mutex::new(false), Condvar::new()),
+    }
+}
+
+/// Lays a new pool on `dev`: both superblocks, an empty root directory and its checkpoint.
+pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
+    let blocks = dev.len() / BLOCK_U64;
+    let segment_blocks = config.segment_bytes / BLOCK_U64;
+    if config.segment_bytes % BLOCK_U64 != 0 || segment_blocks < format::SEGMENT_BLOCKS_MIN {
+        return Err(Error::Invalid(format!(
+            "segment size {} (a multiple of {BLOCK} bytes, at least {} bytes)",
+            config.segment_bytes,
+            format::SEGMENT_BLOCKS_MIN * BLOCK_U64
+        )));
+    }
+    let segment_count = blocks.saturating_sub(format::FIRST_SEGMENT_BLOCK) / segment_blocks;
+    if segment_count < SEGMENTS_MIN {
+        return Err(Error::NoSpace(format!(
+            "a {} device of {} bytes holds {segment_count} segments of {} bytes; tbfs needs at least {SEGMENTS_MIN}",
+            dev.kind(),
+            dev.len(),
+            config.segment_bytes
+        )));
+    }
+    let now = now_ns();
+    let mut meta = Meta {
+        next_ino: ROOT_INO + 1,
+        seg: SegUsage {
+            live: vec![0; segment_count as usize],
+            dead_at: vec![0; segment_count as usize],
+            last_seq: vec![0; segment_count as usize],
+        },
+        writer: Writer {
+            pos: format::FIRST_SEGMENT_BLOCK,
+            cur_seg: 0,
+            next_seg: 1,
+            seq: 1,
+            prev_crc: 0,
+            log: None,
+            unflushed: false,
+        },
+        created_ns: now,
+        ..Meta::default()
+    };
+    let root = Arc::new(InodeCell {
+        ino: ROOT_INO,
+        st: Mutex::new(InodeState::new(FileKind::Dir, 0o755, now)),
+    });
+    meta.inodes.insert(ROOT_INO, root);
+    meta.dirs.insert(ROOT_INO, DirEntries::new());
+    meta.dirs_dirty.insert(ROOT_INO);
+    meta.pending.insert(ROOT_INO);
+    meta.ns_dirty = true;
+    let inner = Arc::new(new_inner(
+        dev,
+        config.clone(),
+        pool_id(),
+        segment_blocks,
+        segment_count,
+        false,
+        meta,
+    ));
+    {
+        let mut m = inner.lock_meta();
+        m.in_refresh = true;
+        inner.commit_checkpoint(&mut m)?;
+        // Both copies valid from the start, so a torn first refresh still leaves one.
+        inner.write_superblock(&mut m)?;
+        inner.write_superblock(&mut m)?;
+        m.in_refresh = false;
+    }
+    Ok(inner)
+}
+
+/// One log found by the scan.
+struct ScannedLog {
+    start: u64,
+    summary: Summary,
+}
+
+fn read_block(
+    dev: &DeviceRef,
+    block: u64,
+    what: &dyn Fn() -> String,
+) -> Result<Box<format::Block>> {
+    let mut b = Box::new([0u8; BLOCK]);
+    dev.read_at(block * BLOCK_U64, &mut b[..])
+        .map_err(|e| Error::io(what(), e))?;
+    Ok(b)
+}
+
+fn corrupt(sb_where: &str, what: impl std::fmt::Display) -> Error {
+    Error::Corrupt(format!("{sb_where}: {what}"))
+}
+
+/// Reads a block map of `height` from `root`, checking every node.
+fn load_map(
+    dev: &DeviceRef,
+    sb: &Superblock,
+    root: u64,
+    height: u8,
+    what: &str,
+) -> Result<BlockMap> {
+    let mut map = BlockMap {
+        root,
+        height,
+        ..BlockMap::default()
+    };
+    if root == 0 {
+        return Ok(map);
+    }
+    if !sb.contains(root) {
+        return Err(corrupt(what, format!("map root {root} outside the pool")));
+    }
+    if height == 0 {
+        map.blocks = vec![root];
+        return Ok(map);
+    }
+    let limit = (super::engine::FILE_BYTES_MAX / BLOCK_U64) as usize;
+    let mut levels: Vec<Vec<u64>> = vec![vec![root]];
+    for level in (1..=height).rev() {
+        let nodes = levels.last().expect("one level").clone();
+        let mut children = Vec::with_capacity(nodes.len() * FANOUT);
+        for (i, &addr) in nodes.iter().enumerate() {
+            if addr == 0 {
+                children.extend(std::iter::repeat_n(0, FANOUT));
+                continue;
+            }
+            if !sb.contains(addr) {
+                return Err(corrupt(
+                    what,
+                    format!("level-{level} node {i} at {addr} outside the pool"),
+                ));
+            }
+            let b = read_block(dev, addr, &|| {
+                format!("{what}: reading level-{level} node {i} at block {addr}")
+            })?;
+            let c = decode_node(&b[..], level).map_err(|e| {
+                corrupt(what, format!("level-{level} node {i} at block {addr}: {e}"))
+            })?;
+            children.extend(c);
+            let cap = limit.div_ceil(FANOUT.pow(level as u32 - 1));
+            if children.len() > cap + FANOUT {
+                return Err(corrupt(what, "block map larger than the largest file"));
+            }
+        }
+        while children.last() == Some(&0) {
+            children.pop();
+        }
+        if let Some(&bad) = children.iter().find(|&&a| a != 0 && !sb.contains(a)) {
+            return Err(corrupt(
+                what,
+                format!("level-{level} entry points outside the pool ({bad})"),
+            ));
+        }
+        levels.push(children);
+    }
+    map.blocks = levels.pop().expect("data level");
+    levels.reverse();
+    // `levels[0]` is now level 1 ... `levels[h-1]` the root.
+    map.nodes = levels;
+    if map.height != height_for(map.blocks.len() as u64) {
+        map.all_dirty = true;
+    }
+    Ok(map)
+}
+
+/// Opens and recovers a pool.
+pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> {
+    let started = Instant::now();
+    let dev_bytes = dev.len();
+    let mut report = RecoveryReport::default();
+
+    // 1. The newest valid superblock.
+    let mut candidates = Vec::new();
+    let mut problems = Vec::new();
+    for copy in 0..format::SUPERBLOCKS {
+        let b = read_block(&dev, copy, &|| {
+            format!("{} device: reading superblock {copy}", dev.kind())
+        })?;
+        match Superblock::decode(&b[..], dev_bytes) {
+            Ok(sb) => candidates.push((copy as u8, sb)),
+            Err(e) => problems.push(format!("superblock {copy}: {e}")),
+        }
+    }
+    let Some((copy, sb)) = candidates.into_iter().max_by_key(|(_, sb)| sb.generation) else {
+        return Err(Error::Corrupt(format!(
+            "{} device: no valid superblock ({})",
+            dev.kind(),
+            problems.join("; ")
+        )));
+    };
+    report.superblock = copy;
+    report.superblock_checkpoint = sb.checkpoint;
+
+    let mut config = Config {
+        ordering: if sb.ordering == 0 {
+            Ordering::Strict
+        } else {
+            Ordering::Relaxed
+        },
+        barrier: match sb.barrier {
+            0 => Barrier::EveryLog,
+            1 => Barrier::EveryCheckpoint,
+            _ => Barrier::Superblock,
+        },
+        segment_bytes: sb.segment_blocks * BLOCK_U64,
+        superblock_every_bytes: sb.superblock_every_bytes,
+        superblock_every: Duration::from_millis(sb.superblock_every_ms),
+        checkpoint_every: (sb.checkpoint_every_ms > 0)
+            .then(|| Duration::from_millis(sb.checkpoint_every_ms)),
+        dirty_bytes_max: sb.dirty_bytes_max,
+    };
+    if let Some(o) = options.ordering {
+        config.ordering = o;
+    }
+    if let Some(b) = options.barrier {
+        config.barrier = b;
+    }
+
+    // 2. The log chain after the superblock's checkpoint.
+    let seg_start = |s: u64| format::FIRST_SEGMENT_BLOCK + s * sb.segment_blocks;
+    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
+    let mut logs: Vec<ScannedLog> = Vec::new();
+    let mut pos = sb.next.block;
+    let mut seq = sb.next.sequence;
+    let mut prev = sb.next.prev_crc;
+    let mut segment_next = sb.next.segment_next;
+    let total_blocks = sb.segment_blocks * sb.segment_count;
+    let mut scanned_blocks = 0u64;
+    let stop_reason;
+    loop {
+        if scanned_blocks > total_blocks {
+            stop_reason = "log chain longer than the pool".to_string();
+            break;
+        }
+        let seg_end = seg_start(seg_of(pos)) + sb.segment_blocks;
+        let b = read_block(&dev, pos, &|| {
+            format!("{} device: reading log summary at block {pos}", dev.kind())
+        })?;
+        let (summary, crc) = match Summary::decode(&b[..]) {
+            Ok(x) => x,
+            Err(e) => {
+                stop_reason = format!("end of log chain at block {pos}: {e}");
+                break;
+            }
+        };
+        if summary.pool_id != sb.pool_id || summary.sequence != seq || summary.prev_crc != prev {
+            stop_reason = format!(
+                "end of log chain at block {pos}: a log of another pool, sequence or chain"
+            );
+            break;
+        }
+        let end = pos + 1 + summary.payload_blocks as u64;
+        if end > seg_end || summary.segment_next >= sb.segment_count {
+            stop_reason = format!("log {seq} at block {pos} runs past its segment");
+            break;
+        }
+        let mut payload = vec![0u8; summary.payload_blocks as usize * BLOCK];
+        dev.read_at((pos + 1) * BLOCK_U64, &mut payload)
+            .map_err(|e| {
+                Error::io(
+                    format!(
+                        "{} device: reading log {seq} payload at block {}",
+                        dev.kind(),
+                        pos + 1
+                    ),
+                    e,
+                )
+            })?;
+        if format::crc_blocks(&payload) != summary.payload_crc {
+            // A torn tail, or damage with valid logs after it?
+            let behind = end < seg_end && {
+                let next = read_block(&dev, end, &|| format!("reading block {end}"))?;
+                Summary::decode(&next[..]).is_ok_and(|(s, _)| {
+                    s.sequence == seq + 1 && s.prev_crc == crc && s.pool_id == sb.pool_id
+                })
+            };
+            if behind && options.recovery == RecoveryMode::Strict {
+                return Err(Error::Corrupt(format!(
+                    "log {seq} at block {pos}: payload CRC mismatch with valid logs after it (open with tolerate-tail to keep what precedes it)"
+                )));
+            }
+            stop_reason = format!(
+                "log {seq} at block {pos}: payload CRC mismatch{}",
+                if behind {
+                    " (valid logs after it were dropped)"
+                } else {
+                    " (torn tail)"
+                }
+            );
+            break;
+        }
+        scanned_blocks += end - pos;
+        segment_next = summary.segment_next;
+        logs.push(ScannedLog {
+            start: pos,
+            summary,
+        });
+        seq += 1;
+        prev = crc;
+        pos = end;
+        if pos == seg_end {
+            pos = seg_start(segment_next);
+        }
+    }
+    report.stop_reason = stop_reason;
+
+    // 3. The newest complete checkpoint: the superblock's, or one found in the chain.
+    let mut base_root = sb.checkpoint_root;
+    let mut base_seq = sb.checkpoint_sequence;
+    let mut base_index = 0usize;
+    for (i, log) in logs.iter().enumerate() {
+        let f = log.summary.flags;
+        if f & FLAG_CHECKPOINT != 0 && f & FLAG_END != 0 {
+            base_root = log.start + log.summary.payload_blocks as u64;
+            base_seq = log.summary.sequence;
+            base_index = i + 1;
+        }
+    }
+    let what_root = format!("checkpoint root at block {base_root}");
+    let rb = read_block(&dev, base_root, &|| {
+        format!("{} device: reading {what_root}", dev.kind())
+    })?;
+    let root = CheckpointRoot::decode(&rb[..]).map_err(|e| corrupt(&what_root, e))?;
+    report.checkpoint = root.number;
+
+    // 4. Inodes, maps and directories of that checkpoint.
+    let ifile = load_map(&dev, &sb, root.ifile_root, root.ifile_height, "inode file")?;
+    let mut records: BTreeMap<u64, InodeRecord> = BTreeMap::new();
+    for (p, &addr) in ifile.blocks.iter().enumerate() {
+        if addr == 0 {
+            continue;
+        }
+        let page = read_block(&dev, addr, &|| {
+            format!(
+                "{} device: reading inode page {p} at block {addr}",
+                dev.kind()
+            )
+        })?;
+        for slot in 0..INODES_PER_PAGE {
+            let ino = (p * INODES_PER_PAGE + slot) as u64;
+            let bytes = &page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES];
+            let rec = InodeRecord::decode(bytes)
+                .map_err(|e| corrupt(&format!("inode {ino} (page {p}, block {addr})"), e))?;
+            if let Some(r) = rec {
+                if r.ino != ino || ino >= root.next_ino {
+                    return Err(corrupt(
+                        &format!("inode page {p} at block {addr}"),
+                        format!("slot {slot} holds inode {}", r.ino),
+                    ));
+                }
+                records.insert(ino, r);
+            }
+        }
+    }
+    let mut cells: HashMap<u64, Arc<InodeCell>> = HashMap::new();
+    let mut dirs: HashMap<u64, DirEntries> = HashMap::new();
+    for (&ino, r) in &records {
+        let what = format!("inode {ino}");
+        let map = load_map(&dev, &sb, r.root, r.height, &what)?;
+        let kind = mode_kind(r.mode);
+        if kind == FileKind::Dir {
+            let mut entries = Vec::new();
+            for (i, &a) in map.blocks.iter().enumerate() {
+                if a == 0 {
+                    continue;
+                }
+                let b = read_block(&dev, a, &|| {
+                    format!("{what}: reading directory block {i} at {a}")
+                })?;
+                decode_dir_block(&b[..], &mut entries)
+                    .map_err(|e| corrupt(&format!("{what}, directory block {i} at {a}"), e))?;
+            }
+            let mut d = DirEntries::new();
+            for e in entries {
+                if d.insert(e.name.clone(), (e.ino, e.is_dir)).is_some() {
+                    return Err(corrupt(
+                        &what,
+                        format!("directory names {:?} twice", e.name),
+                    ));
+                }
+            }
+            dirs.insert(ino, d);
+        }
+        let st = InodeState {
+            kind,
+            mode: r.mode & 0o7777,
+            nlink: r.nlink,
+            size: r.size,
+            mtime_ns: r.mtime_ns,
+            ctime_ns: r.ctime_ns,
+            map,
+            dirty: BTreeMap::new(),
+            next_gen: 1,
+            attr_dirty: false,
+            open: 0,
+            freed: false,
+        };
+        cells.insert(
+            ino,
+            Arc::new(InodeCell {
+                ino,
+                st: Mutex::new(st),
+            }),
+        );
+    }
+    if !dirs.contains_key(&ROOT_INO) {
+        return Err(corrupt(&what_root, "no root directory"));
+    }
+
+    // The namespace must be a tree over existing inodes; link counts follow from it.
+    let mut reached: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    for (&dir, entries) in &dirs {
+        for (name, &(child, is_dir)) in entries {
+            let Some(cell) = cells.get(&child) else {
+                return Err(corrupt(
+                    &format!("directory {dir}"),
+                    format!("{name:?} names missing inode {child}"),
+                ));
+            };
+            if (cell.lock().kind == FileKind::Dir) != is_dir {
+                return Err(corrupt(
+                    &format!("directory {dir}"),
+                    format!("{name:?} has the wrong type"),
+                ));
+            }
+            *reached.entry(child).or_default() += 1;
+            if is_dir {
+                *subdirs.entry(dir).or_default() += 1;
+            }
+        }
+    }
+    if reached.contains_key(&ROOT_INO)
+        || dirs
+            .keys()
+            .any(|d| *d != ROOT_INO && reached.get(d) != Some(&1))
+    {
+        return Err(corrupt(&what_root, "directory tree is not a tree"));
+    }
+    // Every directory must be reachable from the root (no detached cycles).
+    let mut seen = BTreeSet::from([ROOT_INO]);
+    let mut stack = vec![ROOT_INO];
+    while let Some(d) = stack.pop() {
+        for &(child, is_dir) in dirs[&d].values() {
+            if is_dir && seen.insert(child) {
+                stack.push(child);
+            }
+        }
+    }
+    if seen.len() != dirs.len() {
+        return Err(corrupt(&what_root, "directories unreachable from the root"));
+    }
+
+    // 5. Roll forward the data-only logs after that checkpoint.
+    let applied = &logs[base_index..];
+    report.logs_rolled_forward = applied.len() as u64;
+    report.bytes_rolled_forward = applied
+        .iter()
+        .map(|l| (1 + l.summary.payload_blocks as u64) * BLOCK_U64)
+        .sum();
+    let file_blocks_max = super::engine::FILE_BYTES_MAX / BLOCK_U64;
+    for log in applied {
+        if log.summary.flags & FLAG_DATA_ONLY == 0 {
+            continue;
+        }
+        let mut addr = log.start + 1;
+        for d in &log.summary.descriptors {
+            let cell = cells.get(&d.ino);
+            match d.kind {
+                DescKind::Data => {
+                    if let Some(cell) = cell {
+                        let mut st = cell.lock();
+                        if st.kind == FileKind::File
+                            && d.offset + d.blocks as u64 <= file_blocks_max
+                        {
+                            for i in 0..d.blocks as u64 {
+                                st.map.set(d.offset + i, addr + i);
+                            }
+                        }
+                    }
+                    addr += d.blocks as u64;
+                }
+                DescKind::Attr => {
+                    if let Some(cell) = cell {
+                        let mut st = cell.lock();
+                        if st.kind == FileKind::File && d.offset <= super::engine::FILE_BYTES_MAX {
+                            st.size = d.offset;
+                            st.mtime_ns = d.extra;
+                            // Blocks wholly past the logged size were dropped before this log.
+                            let keep = st.size.div_ceil(BLOCK_U64);
+                            st.map.truncate(keep);
+                        }
+                    }
+                }
+                _ => addr += d.blocks as u64,
+            }
+        }
+    }
+
+    // 6. Memory state: segment usage from everything the tree references.
+    let segment_count = sb.segment_count as usize;
+    let mut seg = SegUsage {
+        live: vec![0; segment_count],
+        dead_at: vec![0; segment_count],
+        last_seq: vec![0; segment_count],
+    };
+    let mut pending = BTreeSet::new();
+    {
+        let mut live = |a: u64| seg.live[seg_of(a) as usize] += 1;
+        for (&ino, cell) in &cells {
+            let st = cell.lock();
+            st.map
+                .blocks
+                .iter()
+                .filter(|&&a| a != 0)
+                .for_each(|&a| live(a));
+            st.map.node_addrs().for_each(&mut live);
+            if st.map.is_dirty() {
+                pending.insert(ino);
+            }
+        }
+        ifile
+            .blocks
+            .iter()
+            .filter(|&&a| a != 0)
+            .for_each(|&a| live(a));
+        ifile.node_addrs().for_each(&mut live);
+        live(base_root);
+    }
+    for log in &logs {
+        let s = seg_of(log.start) as usize;
+        seg.last_seq[s] = seg.last_seq[s].max(log.summary.sequence);
+    }
+    let cur_seg = seg_of(pos);
+    let next_seg = if logs.last().is_some_and(|l| seg_of(l.start) == cur_seg)
+        || (logs.is_empty() && pos == sb.next.block)
+    {
+        segment_next
+    } else {
+        // The chain just entered this segment; its successor is chosen below.
+        u64::MAX
+    };
+
+    let mut next_ino = root.next_ino.max(ROOT_INO + 1);
+    let mut free_inos: BTreeSet<u64> = (ROOT_INO + 1..next_ino)
+        .filter(|i| !cells.contains_key(i))
+        .collect();
+    let _ = &mut next_ino;
+    let mut nlinks = Vec::new();
+    for (&ino, cell) in &cells {
+        let st = cell.lock();
+        let n = if st.kind == FileKind::Dir {
+            2 + subdirs.get(&ino).copied().unwrap_or(0)
+        } else {
+            reached.get(&ino).copied().unwrap_or(0)
+        };
+        let n = if ino != ROOT_INO && !reached.contains_key(&ino) {
+            0
+        } else {
+            n
+        };
+        if n != st.nlink {
+            nlinks.push((ino, n));
+        }
+    }
+    for &(ino, n) in &nlinks {
+        cells[&ino].lock().nlink = n;
+        pending.insert(ino);
+    }
+    let meta = Meta {
+        inodes: cells,
+        dirs,
+        pending,
+        free_inos: std::mem::take(&mut free_inos),
+        next_ino,
+        ifile,
+        ifile_pages: root.ifile_pages,
+        writer: Writer {
+            pos,
+            cur_seg,
+            next_seg,
+            seq,
+            prev_crc: prev,
+            log: None,
+            unflushed: true,
+        },
+        seg,
+        checkpoint: root.number,
+        checkpoint_root: base_root,
+        checkpoint_seq: base_seq,
+        sb_generation: sb.generation,
+        sb_checkpoint_seq: sb.checkpoint_sequence,
+        created_ns: sb.created_ns,
+        ..Meta::default()
+    };
+    let inner = Arc::new(new_inner(
+        dev,
+        config,
+        sb.pool_id,
+        sb.segment_blocks,
+        sb.segment_count,
+        options.read_only,
+        meta,
+    ));
+
+    // 7. Orphans (unlinked while open when the pool went down) are freed; then a fresh
+    // checkpoint and superblock make the recovered state the new base.
+    {
+        let mut m = inner.lock_meta();
+        let orphans: Vec<Arc<InodeCell>> = m
+            .inodes
+            .values()
+            .filter(|c| c.ino != ROOT_INO && c.lock().nlink == 0)
+            .cloned()
+            .collect();
+        report.orphans_reclaimed = orphans.len() as u64;
+        if !options.read_only {
+            // Everything before the tail is settled once the recovery superblock is durable.
+            m.sb_checkpoint_seq = 0;
+            for o in &orphans {
+                inner.free_inode(&mut m, o);
+            }
+            if m.writer.next_seg == u64::MAX {
+                m.writer.next_seg = m.writer.cur_seg;
+                let pick = (1..=sb.segment_count)
+                    .map(|i| (cur_seg + i) % sb.segment_count)
+                    .find(|&s| {
+                        s != cur_seg
+                            && m.seg.live[s as usize] == 0
+                            && !logs.iter().any(|l| seg_of(l.start) == s)
+                    });
+                match pick {
+                    Some(s) => m.writer.next_seg = s,
+                    None => {
+                        return Err(Error::NoSpace(
+                            "recovery: no free segment to continue the log".into(),
+                        ))
+                    }
+                }
+            }
+            m.in_refresh = true;
+            // Segments with nothing live may be overwritten only after this superblock; the
+            // recovery checkpoint goes where the chain ended.
+            let result = inner
+                .commit_checkpoint(&mut m)
+                .and_then(|()| inner.write_superblock(&mut m));
+            m.in_refresh = false;
+            result?;
+        }
+    }
+    report.elapsed = started.elapsed();
+    *inner.report.lock().unwrap_or_else(|p| p.into_inner()) = report;
+    Ok(inner)
+}

@@ -1,0 +1,651 @@
+//! The commit path: the log writer (segments, summaries, barriers), data-only logs, checkpoints
+//! and superblock refreshes. The only code that writes to the device after a pool is made.
+//!
+//! Invariants: logs tile each segment back to back (a one-block remainder gets a pad log), each
+//! log's write completes before the next is issued, and a segment is reused only when nothing in
+//! memory references it and a durable superblock names a checkpoint written after it died.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::time::Instant;
+
+use super::engine::{now_ns, Inner, InodeCell, LogBuild, Meta};
+use super::format::{
+    self, encode_node, height_for, CheckpointRoot, DescKind, Descriptor, InodeRecord, Summary,
+    Superblock, BLOCK, BLOCK_U64, DESCRIPTORS_MAX, FANOUT, FLAG_BEGIN, FLAG_CHECKPOINT,
+    FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
+};
+use super::map::BlockMap;
+use super::{Barrier, Error, Result};
+
+/// Most payload blocks in one log (bounds the write buffer).
+const LOG_BLOCKS_MAX: usize = 1024;
+/// Descriptors kept free in every log for the attribute records a data-only log ends with.
+const DESCRIPTORS_RESERVED: usize = 2;
+
+impl Inner {
+    fn seg_start(&self, seg: u64) -> u64 {
+        format::FIRST_SEGMENT_BLOCK + seg * self.segment_blocks
+    }
+
+    fn segment_free(&self, m: &Meta, s: usize) -> bool {
+        let w = &m.writer;
+        s as u64 != w.cur_seg
+            && s as u64 != w.next_seg
+            && m.seg.live[s] == 0
+            && m.seg.dead_at[s] <= m.sb_checkpoint_seq
+            && m.seg.last_seq[s] <= m.sb_checkpoint_seq
+    }
+
+    /// Blocks the writer can still fill without reusing anything not yet reclaimable.
+    pub(crate) fn free_blocks(&self, m: &Meta) -> u64 {
+        let here = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos;
+        let free_segs = (0..self.segment_count as usize)
+            .filter(|&s| self.segment_free(m, s))
+            .count() as u64;
+        here + (free_segs + 1) * self.segment_blocks
+    }
+
+    /// Segments that would be free after the next durable superblock.
+    fn pending_free_segments(&self, m: &Meta) -> usize {
+        (0..self.segment_count as usize)
+            .filter(|&s| {
+                s as u64 != m.writer.cur_seg
+                    && s as u64 != m.writer.next_seg
+                    && m.seg.live[s] == 0
+                    && !self.segment_free(m, s)
+            })
+            .count()
+    }
+
+    /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
+    /// that helps. Fails with `NoSpace` before anything is written.
+    fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
+        // Summaries, pads at segment ends, and room for the checkpoint a refresh needs.
+        let need = blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2;
+        let reserve = if m.in_refresh {
+            0
+        } else {
+            2 * self.segment_blocks
+        };
+        if self.free_blocks(m) >= need + reserve {
+            return Ok(());
+        }
+        if !m.in_refresh && self.pending_free_segments(m) > 0 {
+            m.in_refresh = true;
+            let r = self.refresh_superblock(m);
+            m.in_refresh = false;
+            r?;
+            if self.free_blocks(m) >= need + reserve {
+                return Ok(());
+            }
+        }
+        let live: u64 = m.seg.live.iter().map(|&l| l as u64).sum();
+        Err(Error::NoSpace(format!(
+            "{} bytes to write, {} bytes free; live data holds {} of {} bytes",
+            need * BLOCK_U64,
+            self.free_blocks(m).saturating_sub(reserve) * BLOCK_U64,
+            live * BLOCK_U64,
+            self.segment_blocks * self.segment_count * BLOCK_U64
+        )))
+    }
+
+    fn pick_free_segment(&self, m: &Meta) -> Option<u64> {
+        let n = self.segment_count;
+        (1..=n)
+            .map(|i| (m.writer.next_seg + i) % n)
+            .find(|&s| self.segment_free(m, s as usize))
+    }
+
+    fn advance_segment(&self, m: &mut Meta) -> Result<()> {
+        let next = self
+            .pick_free_segment(m)
+            .ok_or_else(|| Error::NoSpace("no free segment for the next log".into()))?;
+        m.writer.cur_seg = m.writer.next_seg;
+        m.writer.next_seg = next;
+        m.writer.pos = self.seg_start(m.writer.cur_seg);
+        Ok(())
+    }
+
+    fn log_open(&self, m: &mut Meta, flags: u16) -> Result<()> {
+        debug_assert!(m.writer.log.is_none());
+        let mut buf = Vec::with_capacity(BLOCK * 9);
+        buf.resize(BLOCK, 0);
+        m.writer.log = Some(LogBuild {
+            start: m.writer.pos,
+            flags,
+            descriptors: Vec::new(),
+            buf,
+        });
+        Ok(())
+    }
+
+    /// Appends one block to the open log (closing it and opening a continuation when it is full)
+    /// and returns the address the block will have.
+    pub(crate) fn log_add(
+        &self,
+        m: &mut Meta,
+        kind: DescKind,
+        ino: u64,
+        level: u8,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u64> {
+        debug_assert_eq!(data.len(), BLOCK);
+        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
+        let log = m.writer.log.as_ref().expect("log open");
+        let blocks = log.buf.len() / BLOCK - 1;
+        let merges = log.descriptors.last().is_some_and(|d| {
+            d.kind == kind
+                && d.ino == ino
+                && d.level == level
+                && d.offset + d.blocks as u64 == offset
+        });
+        let room = log.start + 1 + (blocks as u64) < seg_end
+            && blocks < LOG_BLOCKS_MAX
+            && (merges || log.descriptors.len() < DESCRIPTORS_MAX - DESCRIPTORS_RESERVED);
+        if !room {
+            let flags = log.flags & !FLAG_BEGIN;
+            self.log_close(m, 0)?;
+            self.log_open(m, flags)?;
+            return self.log_add(m, kind, ino, level, offset, data);
+        }
+        let log = m.writer.log.as_mut().expect("log open");
+        let addr = log.start + 1 + blocks as u64;
+        log.buf.extend_from_slice(data);
+        if merges {
+            log.descriptors.last_mut().expect("merges").blocks += 1;
+        } else {
+            log.descriptors.push(Descriptor {
+                kind,
+                level,
+                blocks: 1,
+                ino,
+                offset,
+                extra: 0,
+            });
+        }
+        Ok(addr)
+    }
+
+    fn log_add_attr(&self, m: &mut Meta, ino: u64, size: u64, mtime_ns: i64) {
+        let log = m.writer.log.as_mut().expect("log open");
+        log.descriptors.push(Descriptor {
+            kind: DescKind::Attr,
+            level: 0,
+            blocks: 0,
+            ino,
+            offset: size,
+            extra: mtime_ns,
+        });
+    }
+
+    /// Seals the open log, writes it (flushing as the barrier policy says) and moves on.
+    fn log_close(&self, m: &mut Meta, end_flags: u16) -> Result<()> {
+        let mut log = m.writer.log.take().expect("log open");
+        let flags = log.flags | end_flags;
+        let payload_blocks = (log.buf.len() / BLOCK - 1) as u32;
+        let summary = Summary {
+            flags,
+            payload_blocks,
+            pool_id: self.pool_id,
+            sequence: m.writer.seq,
+            checkpoint: m.checkpoint + u64::from(flags & FLAG_CHECKPOINT != 0),
+            segment_next: m.writer.next_seg,
+            prev_crc: m.writer.prev_crc,
+            payload_crc: format::crc_blocks(&log.buf[BLOCK..]),
+            time_ns: now_ns(),
+            descriptors: log.descriptors,
+        };
+        let crc = summary.encode_into(&mut log.buf[..BLOCK]);
+        let flush = match self.config.barrier {
+            Barrier::EveryLog => true,
+            Barrier::EveryCheckpoint => flags & FLAG_CHECKPOINT != 0,
+            Barrier::Superblock => false,
+        };
+        let offset = log.start * BLOCK_U64;
+        let written = if flush {
+            self.dev.write_and_flush(offset, &log.buf)
+        } else {
+            self.dev.write_at(offset, &log.buf)
+        };
+        if let Err(e) = written {
+            let err = Error::io(
+                format!(
+                    "{} device: writing log {} at block {}",
+                    self.dev.kind(),
+                    m.writer.seq,
+                    log.start
+                ),
+                e,
+            );
+            self.poison(&err);
+            return Err(err);
+        }
+        let seg = m.writer.cur_seg as usize;
+        m.seg.last_seq[seg] = m.writer.seq;
+        m.writer.seq += 1;
+        m.writer.prev_crc = crc;
+        m.writer.pos = log.start + 1 + payload_blocks as u64;
+        m.writer.unflushed = !flush;
+        m.sb_bytes_since += log.buf.len() as u64;
+        self.count(|c| {
+            c.logs += 1;
+            c.bytes_written += log.buf.len() as u64;
+            c.device_flushes += u64::from(flush);
+            c.data_only_logs += u64::from(flags & FLAG_DATA_ONLY != 0 && flags & FLAG_END != 0);
+        });
+        // Keep at least two blocks ahead (a summary and a payload block); a lone last block
+        // becomes a pad log so logs keep tiling the segment.
+        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
+        if seg_end - m.writer.pos == 1 {
+            self.log_open(m, FLAG_PAD)?;
+            self.log_close(m, 0)?;
+        } else if m.writer.pos == seg_end {
+            self.advance_segment(m)?;
+        }
+        Ok(())
+    }
+
+    /// Writes one file's buffered data as a data-only log (relaxed ordering), recovered by
+    /// roll-forward. The block map nodes follow at the next checkpoint.
+    pub(crate) fn commit_data_log(&self, m: &mut Meta, cell: &InodeCell) -> Result<()> {
+        let count = {
+            let st = cell.lock();
+            if st.freed || (st.dirty.is_empty() && !st.attr_dirty) {
+                return Ok(());
+            }
+            st.dirty.len() as u64
+        };
+        self.ensure_space(m, count + 1)?;
+        let mut st = cell.lock();
+        if st.freed || (st.dirty.is_empty() && !st.attr_dirty) {
+            // The superblock refresh `ensure_space` ran took everything already.
+            return Ok(());
+        }
+        self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY)?;
+        let mut written = Vec::with_capacity(st.dirty.len());
+        let blocks: Vec<u64> = st.dirty.keys().copied().collect();
+        let seq = m.writer.seq;
+        for block in blocks {
+            let d = &st.dirty[&block];
+            let gen = d.gen;
+            let addr = self.log_add(m, DescKind::Data, cell.ino, 0, block, &d.data[..])?;
+            let old = st.map.set(block, addr);
+            m.seg_inc(addr, self.segment_blocks);
+            if old != 0 {
+                m.seg_dec(old, seq, self.segment_blocks);
+            }
+            written.push((block, gen));
+        }
+        self.log_add_attr(m, cell.ino, st.size, st.mtime_ns);
+        st.attr_dirty = false;
+        self.log_close(m, FLAG_END)?;
+        self.drop_written(&mut st, &written);
+        drop(st);
+        m.pending.insert(cell.ino);
+        Ok(())
+    }
+
+    fn drop_written(&self, st: &mut super::engine::InodeState, written: &[(u64, u64)]) {
+        let mut released = 0;
+        for &(block, gen) in written {
+            if st.dirty.get(&block).is_some_and(|d| d.gen == gen) {
+                st.dirty.remove(&block);
+                released += BLOCK_U64;
+            }
+        }
+        self.dirty_bytes.fetch_sub(released, AtomicOrdering::AcqRel);
+    }
+
+    /// Writes every buffered block, every changed directory, block map and inode, and a new
+    /// checkpoint root, as one or more logs ending in a checkpoint log.
+    pub(crate) fn commit_checkpoint(&self, m: &mut Meta) -> Result<()> {
+        let taken: BTreeSet<u64> =
+            std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut work: BTreeSet<u64> = taken;
+        work.extend(m.pending.iter().copied());
+        work.extend(m.dirs_dirty.iter().copied());
+        work.retain(|ino| m.inodes.contains_key(ino));
+
+        // An upper bound on what this checkpoint writes, checked before anything changes.
+        let mut estimate = 2 + m.freed_slots.len() as u64;
+        let mut dir_blocks: HashMap<u64, Vec<Box<format::Block>>> = HashMap::new();
+        for &ino in &work {
+            if m.dirs_dirty.contains(&ino) {
+                if let Some(entries) = m.dirs.get(&ino) {
+                    let records: Vec<format::DirRecord> = entries
+                        .iter()
+                        .map(|(name, &(child, is_dir))| format::DirRecord {
+                            ino: child,
+                            is_dir,
+                            name: name.clone(),
+                        })
+                        .collect();
+                    let blocks = format::encode_dir(&records);
+                    estimate += blocks.len() as u64;
+                    dir_blocks.insert(ino, blocks);
+                }
+            }
+            let st = m.inodes[&ino].lock();
+            let leaves =
+                (st.map.blocks.len() as u64 + st.dirty.len() as u64).div_ceil(FANOUT as u64);
+            estimate += st.dirty.len() as u64
+                + (leaves + 1)
+                    * (height_for(st.map.blocks.len() as u64 + st.dirty.len() as u64) as u64 + 1)
+                + 2;
+        }
+        estimate += (work.len() as u64 + 1) * 2 + m.ifile.blocks.len() as u64 / FANOUT as u64 + 4;
+        self.ensure_space(m, estimate)?;
+        // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
+        work.retain(|ino| m.inodes.contains_key(ino));
+
+        self.log_open(m, FLAG_BEGIN)?;
+        let seq = m.writer.seq;
+        let mut records: HashMap<u64, InodeRecord> = HashMap::new();
+        let mut written: Vec<(u64, Vec<(u64, u64)>)> = Vec::new();
+        for &ino in &work {
+            let cell = m.inodes[&ino].clone();
+            let mut st = cell.lock();
+            let mut done = Vec::with_capacity(st.dirty.len());
+            let blocks: Vec<u64> = st.dirty.keys().copied().collect();
+            for block in blocks {
+                let d = &st.dirty[&block];
+                let gen = d.gen;
+                let addr = self.log_add(m, DescKind::Data, ino, 0, block, &d.data[..])?;
+                let old = st.map.set(block, addr);
+                m.seg_inc(addr, self.segment_blocks);
+                if old != 0 {
+                    m.seg_dec(old, seq, self.segment_blocks);
+                }
+                done.push((block, gen));
+            }
+            if let Some(blocks) = dir_blocks.remove(&ino) {
+                for (i, b) in blocks.iter().enumerate() {
+                    let addr = self.log_add(m, DescKind::Data, ino, 0, i as u64, &b[..])?;
+                    let old = st.map.set(i as u64, addr);
+                    m.seg_inc(addr, self.segment_blocks);
+                    if old != 0 {
+                        m.seg_dec(old, seq, self.segment_blocks);
+                    }
+                }
+                for old in st.map.truncate(blocks.len() as u64) {
+                    m.seg_dec(old, seq, self.segment_blocks);
+                }
+                st.size = blocks.len() as u64 * BLOCK_U64;
+            }
+            let mut map = std::mem::take(&mut st.map);
+            let result = self.write_map(m, DescKind::MapNode, ino, &mut map);
+            st.map = map;
+            result?;
+            st.attr_dirty = false;
+            records.insert(ino, st.record(ino));
+            written.push((ino, done));
+        }
+
+        // Inode pages: every page holding a changed or freed inode.
+        let mut pages: BTreeSet<u64> = records
+            .keys()
+            .map(|&ino| ino / INODES_PER_PAGE as u64)
+            .collect();
+        pages.extend(
+            m.freed_slots
+                .iter()
+                .map(|&ino| ino / INODES_PER_PAGE as u64),
+        );
+        let mut page = [0u8; BLOCK];
+        for &p in &pages {
+            for slot in 0..INODES_PER_PAGE {
+                let ino = p * INODES_PER_PAGE as u64 + slot as u64;
+                let bytes = &mut page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES];
+                let record = match records.get(&ino) {
+                    Some(r) => Some(*r),
+                    None => m.inodes.get(&ino).map(|c| c.lock().record(ino)),
+                };
+                record.unwrap_or_default().encode_into(bytes);
+            }
+            let addr = self.log_add(m, DescKind::InodePage, 0, 0, p, &page)?;
+            let old = m.ifile.set(p, addr);
+            m.seg_inc(addr, self.segment_blocks);
+            if old != 0 {
+                m.seg_dec(old, seq, self.segment_blocks);
+            }
+        }
+        m.ifile_pages = m
+            .ifile_pages
+            .max(m.ifile.blocks.len() as u64)
+            .max(m.next_ino.div_ceil(INODES_PER_PAGE as u64));
+        let mut ifile = std::mem::take(&mut m.ifile);
+        let result = self.write_map(m, DescKind::InodeMapNode, 0, &mut ifile);
+        m.ifile = ifile;
+        result?;
+
+        let number = m.checkpoint + 1;
+        let root = CheckpointRoot {
+            number,
+            sequence: m.writer.seq,
+            time_ns: now_ns(),
+            ifile_root: m.ifile.root,
+            ifile_height: m.ifile.height,
+            ifile_pages: m.ifile_pages,
+            next_ino: m.next_ino,
+            inodes: m.inodes.len() as u64,
+        };
+        // The root names the sequence of the log it ends; a continuation log may still open
+        // before it, so it is fixed up after the add below if the log rolled over.
+        let mut root_block = root.encode();
+        let before = m.writer.seq;
+        let addr = self.log_add(m, DescKind::Root, 0, 0, 0, &root_block[..])?;
+        if m.writer.seq != before {
+            let fixed = CheckpointRoot {
+                sequence: m.writer.seq,
+                ..root
+            };
+            root_block = fixed.encode();
+            let log = m.writer.log.as_mut().expect("log open");
+            let at = log.buf.len() - BLOCK;
+            log.buf[at..].copy_from_slice(&root_block[..]);
+        }
+        let root_seq = m.writer.seq;
+        self.log_close(m, FLAG_END | FLAG_CHECKPOINT)?;
+        m.seg_inc(addr, self.segment_blocks);
+        if m.checkpoint_root != 0 {
+            m.seg_dec(m.checkpoint_root, seq, self.segment_blocks);
+        }
+        m.checkpoint = number;
+        m.checkpoint_root = addr;
+        m.checkpoint_seq = root_seq;
+        m.checkpoint_next_seq = m.writer.seq;
+        m.checkpoint_at = Some(Instant::now());
+        m.freed_slots.clear();
+        m.dirs_dirty.clear();
+        m.pending.clear();
+        m.ns_dirty = false;
+        for (ino, done) in written {
+            if let Some(cell) = m.inodes.get(&ino) {
+                self.drop_written(&mut cell.lock(), &done);
+            }
+        }
+        self.count(|c| c.checkpoints += 1);
+        Ok(())
+    }
+
+    /// Writes the changed nodes of a block map bottom-up and updates its root.
+    fn write_map(&self, m: &mut Meta, kind: DescKind, ino: u64, map: &mut BlockMap) -> Result<()> {
+        if !map.is_dirty() {
+            return Ok(());
+        }
+        let seq = m.writer.seq;
+        let n = map.blocks.len();
+        let h = height_for(n as u64);
+        let all = map.all_dirty || h != map.height;
+        if all {
+            for a in map.node_addrs().collect::<Vec<_>>() {
+                m.seg_dec(a, seq, self.segment_blocks);
+            }
+            map.nodes.clear();
+        }
+        if h == 0 {
+            map.nodes.clear();
+            map.root = map.blocks.first().copied().unwrap_or(0);
+            map.height = 0;
+            map.dirty_leaves.clear();
+            map.all_dirty = false;
+            return Ok(());
+        }
+        let mut dirty: BTreeSet<usize> = if all {
+            (0..n.div_ceil(FANOUT)).collect()
+        } else {
+            std::mem::take(&mut map.dirty_leaves)
+        };
+        let mut levels: Vec<Vec<u64>> = Vec::with_capacity(h as usize);
+        let mut width = n;
+        for level in 1..=h {
+            let count = width.div_ceil(FANOUT);
+            let mut addrs = if all {
+                Vec::new()
+            } else {
+                map.nodes
+                    .get(level as usize - 1)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            addrs.resize(count, 0);
+            let mut parents = BTreeSet::new();
+            for &i in dirty.iter().filter(|&&i| i < count) {
+                let children: &[u64] = if level == 1 {
+                    &map.blocks
+                } else {
+                    &levels[level as usize - 2]
+                };
+                let end = ((i + 1) * FANOUT).min(children.len());
+                let node = encode_node(level, &children[i * FANOUT..end]);
+                let addr = self.log_add(m, kind, ino, level, i as u64, &node[..])?;
+                m.seg_inc(addr, self.segment_blocks);
+                if addrs[i] != 0 {
+                    m.seg_dec(addrs[i], seq, self.segment_blocks);
+                }
+                addrs[i] = addr;
+                parents.insert(i / FANOUT);
+            }
+            levels.push(addrs);
+            dirty = parents;
+            width = count;
+        }
+        debug_assert_eq!(
+            levels.last().map(Vec::len),
+            Some(1),
+            "the top level is one node"
+        );
+        map.root = levels[h as usize - 1][0];
+        map.nodes = levels;
+        map.height = h;
+        map.dirty_leaves.clear();
+        map.all_dirty = false;
+        Ok(())
+    }
+
+    /// Refreshes the superblock if enough bytes or time went by since the last one.
+    pub(crate) fn maybe_refresh(&self, m: &mut Meta) -> Result<()> {
+        let by_bytes = m.sb_bytes_since >= self.config.superblock_every_bytes;
+        let by_time = m.sb_bytes_since > 0
+            && m.sb_written_at
+                .is_none_or(|t| t.elapsed() >= self.config.superblock_every);
+        if by_bytes || by_time {
+            self.refresh_superblock(m)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a checkpoint if anything happened since the last one, then a superblock naming it,
+    /// with device flushes before and after: afterwards everything written so far is durable.
+    pub(crate) fn refresh_superblock(&self, m: &mut Meta) -> Result<()> {
+        let dirty = !self
+            .dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+            || !m.pending.is_empty()
+            || m.ns_dirty
+            || !m.freed_slots.is_empty();
+        if dirty || m.writer.seq != m.checkpoint_next_seq {
+            self.commit_checkpoint(m)?;
+        }
+        self.write_superblock(m)
+    }
+
+    pub(crate) fn write_superblock(&self, m: &mut Meta) -> Result<()> {
+        if m.writer.unflushed {
+            self.dev
+                .flush()
+                .map_err(|e| {
+                    Error::io(
+                        format!("{} device: flush before superblock", self.dev.kind()),
+                        e,
+                    )
+                })
+                .inspect_err(|e| self.poison(e))?;
+            m.writer.unflushed = false;
+            self.count(|c| c.device_flushes += 1);
+        }
+        let generation = m.sb_generation + 1;
+        let sb = Superblock {
+            pool_id: self.pool_id,
+            generation,
+            pool_bytes: (format::FIRST_SEGMENT_BLOCK + self.segment_blocks * self.segment_count)
+                * BLOCK_U64,
+            segment_blocks: self.segment_blocks,
+            segment_count: self.segment_count,
+            ordering: match self.config.ordering {
+                super::Ordering::Strict => 0,
+                super::Ordering::Relaxed => 1,
+            },
+            barrier: match self.config.barrier {
+                Barrier::EveryLog => 0,
+                Barrier::EveryCheckpoint => 1,
+                Barrier::Superblock => 2,
+            },
+            superblock_every_bytes: self.config.superblock_every_bytes,
+            superblock_every_ms: self.config.superblock_every.as_millis() as u64,
+            checkpoint_every_ms: self
+                .config
+                .checkpoint_every
+                .map_or(0, |d| d.as_millis().max(1) as u64),
+            dirty_bytes_max: self.config.dirty_bytes_max,
+            checkpoint: m.checkpoint,
+            checkpoint_root: m.checkpoint_root,
+            checkpoint_sequence: m.checkpoint_seq,
+            next: format::LogPosition {
+                block: m.writer.pos,
+                sequence: m.writer.seq,
+                prev_crc: m.writer.prev_crc,
+                segment_next: m.writer.next_seg,
+            },
+            created_ns: m.created_ns,
+            written_ns: now_ns(),
+        };
+        debug_assert_eq!(
+            m.writer.seq, m.checkpoint_next_seq,
+            "a superblock names the newest checkpoint"
+        );
+        let copy = generation % 2;
+        self.dev
+            .write_and_flush(copy * BLOCK_U64, &sb.encode()[..])
+            .map_err(|e| {
+                Error::io(
+                    format!("{} device: writing superblock {copy}", self.dev.kind()),
+                    e,
+                )
+            })
+            .inspect_err(|e| self.poison(e))?;
+        m.sb_generation = generation;
+        m.sb_checkpoint_seq = m.checkpoint_seq;
+        m.sb_bytes_since = 0;
+        m.sb_written_at = Some(Instant::now());
+        self.count(|c| {
+            c.superblock_writes += 1;
+            c.device_flushes += 1;
+        });
+        Ok(())
+    }
+}

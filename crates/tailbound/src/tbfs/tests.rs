@@ -1,0 +1,403 @@
+//! Engine unit tests on a plain in-memory device (the crash harness lives in `tests/tbfs_crash.rs`).
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::*;
+use crate::dev::Device;
+
+/// Bytes in memory; every write is durable at once.
+#[derive(Debug)]
+struct Ram(Mutex<Vec<u8>>);
+
+impl Ram {
+    fn new(len: usize) -> Arc<Ram> {
+        Arc::new(Ram(Mutex::new(vec![0; len])))
+    }
+    fn image(&self) -> Vec<u8> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Device for Ram {
+    fn kind(&self) -> &'static str {
+        "ram"
+    }
+    fn len(&self) -> u64 {
+        self.0.lock().unwrap().len() as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        crate::dev::check_request(self, offset, buf.len())?;
+        let v = self.0.lock().unwrap();
+        buf.copy_from_slice(&v[offset as usize..offset as usize + buf.len()]);
+        Ok(())
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        crate::dev::check_request(self, offset, buf.len())?;
+        let mut v = self.0.lock().unwrap();
+        v[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
+        Ok(())
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
+    Config {
+        ordering,
+        barrier,
+        segment_bytes: 64 << 10,
+        superblock_every_bytes: 256 << 10,
+        superblock_every: Duration::from_secs(3600),
+        checkpoint_every: None,
+        dirty_bytes_max: 1 << 20,
+    }
+}
+
+fn reopen(dev: &Arc<Ram>) -> Fs {
+    let copy: Arc<dyn Device> = Arc::new(Ram(Mutex::new(dev.image())));
+    Fs::open(copy, &OpenOptions::default()).unwrap()
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u64).wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8)
+        .collect()
+}
+
+fn read_all(fs: &Fs, path: &str) -> Vec<u8> {
+    let f = fs.open_file(path, OpenFlags::read_only()).unwrap();
+    let size = f.stat().unwrap().size as usize;
+    let mut buf = vec![0u8; size];
+    assert_eq!(f.pread(&mut buf, 0).unwrap(), size);
+    buf
+}
+
+#[test]
+fn a_new_pool_has_an_empty_root_and_reopens() {
+    let dev = Ram::new(4 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    assert!(fs.readdir("/").unwrap().is_empty());
+    assert_eq!(fs.stat("/").unwrap().kind, FileKind::Dir);
+    fs.close().unwrap();
+    let fs = reopen(&dev);
+    assert!(fs.readdir("/").unwrap().is_empty());
+    assert_eq!(fs.recovery_report().logs_rolled_forward, 0);
+}
+
+#[test]
+fn files_and_directories_survive_close_and_reopen() {
+    let dev = Ram::new(8 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    fs.mkdir("/a", 0o755).unwrap();
+    fs.mkdir("/a/b", 0o700).unwrap();
+    let mut f = fs.open_file("/a/b/data", OpenFlags::create()).unwrap();
+    let big = pattern(1, 3 * 1024 * 1024 + 123);
+    f.write(&big).unwrap();
+    drop(f);
+    fs.open_file("/top", OpenFlags::create())
+        .unwrap()
+        .write(b"hello")
+        .unwrap();
+    fs.close().unwrap();
+
+    let fs = reopen(&dev);
+    assert_eq!(read_all(&fs, "/a/b/data"), big);
+    assert_eq!(read_all(&fs, "/top"), b"hello");
+    let names: Vec<String> = fs
+        .readdir("/")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["a", "top"]);
+    assert_eq!(fs.stat("/a").unwrap().nlink, 3);
+    assert_eq!(fs.stat("/a/b").unwrap().mode, 0o700);
+}
+
+#[test]
+fn relaxed_fsync_writes_a_data_only_log_that_roll_forward_recovers() {
+    for barrier in [
+        Barrier::EveryLog,
+        Barrier::EveryCheckpoint,
+        Barrier::Superblock,
+    ] {
+        let dev = Ram::new(8 << 20);
+        let fs = Fs::format(dev.clone(), &small_config(Ordering::Relaxed, barrier)).unwrap();
+        let f = fs.open_file("/f", OpenFlags::create()).unwrap();
+        f.pwrite(&pattern(2, 8192), 0).unwrap();
+        f.fsync().unwrap(); // creation is metadata: a checkpoint
+        let before = fs.counters();
+        f.pwrite(&pattern(3, 4096), 4096).unwrap();
+        f.pwrite(&pattern(4, 100), 8192).unwrap(); // grows the file: carried by the log
+        f.fsync().unwrap();
+        let after = fs.counters();
+        assert_eq!(after.checkpoints, before.checkpoints, "{barrier:?}");
+        assert_eq!(
+            after.data_only_logs,
+            before.data_only_logs + 1,
+            "{barrier:?}"
+        );
+        // The pool is copied as it stands: no close, so only logs make it.
+        let fs2 = reopen(&dev);
+        let mut want = pattern(2, 8192);
+        want[4096..].copy_from_slice(&pattern(3, 4096));
+        want.extend(pattern(4, 100));
+        assert_eq!(read_all(&fs2, "/f"), want, "{barrier:?}");
+        assert!(fs2.recovery_report().logs_rolled_forward >= 1);
+    }
+}
+
+#[test]
+fn strict_fsync_writes_a_checkpoint_every_time() {
+    let dev = Ram::new(8 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Strict, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    let f = fs.open_file("/f", OpenFlags::create()).unwrap();
+    f.pwrite(b"x", 0).unwrap();
+    f.fsync().unwrap();
+    let before = fs.counters();
+    for i in 0..5 {
+        f.pwrite(&pattern(i, 4096), 0).unwrap();
+        f.fsync().unwrap();
+    }
+    let after = fs.counters();
+    assert_eq!(after.checkpoints - before.checkpoints, 5);
+    assert_eq!(after.data_only_logs, before.data_only_logs);
+    assert_eq!(read_all(&reopen(&dev), "/f"), pattern(4, 4096));
+}
+
+#[test]
+fn unlinked_open_files_live_until_closed_and_orphans_are_reclaimed() {
+    let dev = Ram::new(8 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    let mut f = fs.open_file("/gone", OpenFlags::create()).unwrap();
+    f.write(&pattern(5, 10000)).unwrap();
+    fs.unlink("/gone").unwrap();
+    assert!(matches!(fs.stat("/gone"), Err(Error::NotFound(_))));
+    let mut back = vec![0u8; 10000];
+    assert_eq!(f.pread(&mut back, 0).unwrap(), 10000);
+    assert_eq!(back, pattern(5, 10000));
+    f.fsync().unwrap();
+    // The pool goes down with the file still open: the next open reclaims it.
+    let fs2 = reopen(&dev);
+    assert_eq!(fs2.recovery_report().orphans_reclaimed, 1);
+    assert_eq!(fs2.statvfs().unwrap().files, 1);
+    drop(f);
+    assert_eq!(fs.statvfs().unwrap().files, 1);
+}
+
+#[test]
+fn rename_replaces_atomically_and_refuses_bad_moves() {
+    let dev = Ram::new(8 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    fs.open_file("/a", OpenFlags::create())
+        .unwrap()
+        .write(b"new")
+        .unwrap();
+    fs.open_file("/b", OpenFlags::create())
+        .unwrap()
+        .write(b"old")
+        .unwrap();
+    fs.mkdir("/d", 0o755).unwrap();
+    fs.mkdir("/d/e", 0o755).unwrap();
+    fs.rename("/a", "/b").unwrap();
+    assert!(matches!(fs.rename("/d", "/d/e/f"), Err(Error::Invalid(_))));
+    assert!(matches!(fs.rename("/b", "/d"), Err(Error::IsDir(_))));
+    assert!(matches!(fs.rmdir("/d"), Err(Error::NotEmpty(_))));
+    fs.rename("/d/e", "/e").unwrap();
+    fs.rmdir("/d").unwrap();
+    fs.sync().unwrap();
+    let fs2 = reopen(&dev);
+    assert_eq!(read_all(&fs2, "/b"), b"new");
+    let names: Vec<String> = fs2
+        .readdir("/")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["b", "e"]);
+    assert_eq!(fs2.stat("/").unwrap().nlink, 3);
+}
+
+#[test]
+fn truncate_zeroes_the_tail_and_sparse_files_read_zeros() {
+    let dev = Ram::new(8 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    let f = fs.open_file("/s", OpenFlags::create()).unwrap();
+    f.pwrite(&[7u8; 10000], 0).unwrap();
+    f.fsync().unwrap();
+    f.set_len(5000).unwrap();
+    f.set_len(9000).unwrap();
+    f.pwrite(b"end", 100_000).unwrap();
+    fs.sync().unwrap();
+    let got = read_all(&reopen(&dev), "/s");
+    assert_eq!(got.len(), 100_003);
+    assert!(got[..5000].iter().all(|&b| b == 7));
+    assert!(got[5000..100_000].iter().all(|&b| b == 0));
+    assert_eq!(&got[100_000..], b"end");
+}
+
+#[test]
+fn space_is_reused_after_overwrites_and_a_full_pool_says_so() {
+    let dev = Ram::new(4 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    let f = fs.open_file("/f", OpenFlags::create()).unwrap();
+    // Rewrite 1 MiB twenty times over in a 4 MiB pool: dead segments must come back.
+    for round in 0..20u64 {
+        for i in 0..16u64 {
+            f.pwrite(&pattern(round * 100 + i, 64 << 10), i * (64 << 10))
+                .unwrap();
+        }
+        f.fsync().unwrap();
+    }
+    let mut want = Vec::new();
+    for i in 0..16u64 {
+        want.extend(pattern(19 * 100 + i, 64 << 10));
+    }
+    assert_eq!(read_all(&fs, "/f"), want);
+    // Now fill it: a clean ENOSPC, and the pool still opens with what was synced.
+    let g = fs.open_file("/g", OpenFlags::create()).unwrap();
+    let mut err = None;
+    for i in 0..200u64 {
+        if let Err(e) = g
+            .pwrite(&pattern(i, 64 << 10), i * (64 << 10))
+            .and_then(|_| g.fsync())
+        {
+            err = Some(e);
+            break;
+        }
+    }
+    assert!(matches!(err, Some(Error::NoSpace(_))), "{err:?}");
+    drop(g);
+    let fs2 = reopen(&dev);
+    assert_eq!(read_all(&fs2, "/f"), want);
+}
+
+#[test]
+fn many_files_in_one_directory_and_many_threads() {
+    let dev = Ram::new(32 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let fs = fs.clone();
+            std::thread::spawn(move || {
+                for i in 0..150u64 {
+                    let mut f = fs
+                        .open_file(&format!("/t{t}-{i:04}"), OpenFlags::create())
+                        .unwrap();
+                    f.write(&pattern(t * 1000 + i, (i as usize % 7) * 1500 + 1))
+                        .unwrap();
+                    if i % 10 == 0 {
+                        f.fsync().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    fs.close().unwrap();
+    let fs = reopen(&dev);
+    assert_eq!(fs.readdir("/").unwrap().len(), 600);
+    for t in 0..4u64 {
+        for i in (0..150u64).step_by(17) {
+            assert_eq!(
+                read_all(&fs, &format!("/t{t}-{i:04}")),
+                pattern(t * 1000 + i, (i as usize % 7) * 1500 + 1)
+            );
+        }
+    }
+}
+
+#[test]
+fn damaged_superblocks_fall_back_or_fail_clearly() {
+    let dev = Ram::new(4 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    fs.open_file("/x", OpenFlags::create())
+        .unwrap()
+        .write(b"kept")
+        .unwrap();
+    fs.close().unwrap();
+    let mut image = dev.image();
+    let newest = (0..2).max_by_key(|&c| {
+        format::Superblock::decode(&image[c * 4096..(c + 1) * 4096], u64::MAX)
+            .map(|s| s.generation)
+            .unwrap_or(0)
+    });
+    let newest = newest.unwrap();
+    image[newest * 4096 + 100] ^= 0xff;
+    let one: Arc<dyn Device> = Arc::new(Ram(Mutex::new(image.clone())));
+    let fs = Fs::open(one, &OpenOptions::default()).unwrap();
+    assert_eq!(fs.recovery_report().superblock as usize, 1 - newest);
+    // The older copy names an older checkpoint; roll-forward brings the tree up to date.
+    assert_eq!(read_all(&fs, "/x"), b"kept");
+    image[(1 - newest) * 4096 + 8] ^= 0xff;
+    let none: Arc<dyn Device> = Arc::new(Ram(Mutex::new(image)));
+    let err = Fs::open(none, &OpenOptions::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("superblock 0") && err.to_string().contains("superblock 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_paths_and_handles_give_posix_errors() {
+    let dev = Ram::new(4 << 20);
+    let fs = Fs::format(dev, &small_config(Ordering::Relaxed, Barrier::EveryLog)).unwrap();
+    assert_eq!(fs.stat("/nope").unwrap_err().errno(), libc::ENOENT);
+    fs.open_file("/f", OpenFlags::create()).unwrap();
+    assert_eq!(fs.mkdir("/f/x", 0o755).unwrap_err().errno(), libc::ENOTDIR);
+    assert_eq!(
+        fs.mkdir(&format!("/{}", "n".repeat(300)), 0o755)
+            .unwrap_err()
+            .errno(),
+        libc::ENAMETOOLONG
+    );
+    let excl = OpenFlags {
+        exclusive: true,
+        ..OpenFlags::create()
+    };
+    assert_eq!(fs.open_file("/f", excl).unwrap_err().errno(), libc::EEXIST);
+    let ro = fs.open_file("/f", OpenFlags::read_only()).unwrap();
+    assert_eq!(ro.pwrite(b"x", 0).unwrap_err().errno(), libc::EBADF);
+    assert_eq!(fs.unlink("/").unwrap_err().errno(), libc::EINVAL);
+}
