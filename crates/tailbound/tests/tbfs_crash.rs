@@ -54,6 +54,11 @@ const DIR_NAMES: [&str; 3] = ["d0", "d1", "d2"];
 /// Operations of one workload before its final crash.
 const RUN_OPS_MIN: u64 = 24;
 const RUN_OPS_MAX: u64 = 72;
+/// One workload in this many is long enough to write the device over several times, so segments
+/// are reused and superblocks refreshed many times before its crashes.
+const LONG_RUN_EVERY: u64 = 4;
+const LONG_RUN_OPS_MIN: u64 = 1200;
+const LONG_RUN_OPS_MAX: u64 = 2400;
 /// Crash images checked between operations in one workload, on average.
 const RUN_BETWEEN_STATES: u64 = 6;
 /// Writes let through after `cut_power_after` is armed, at most.
@@ -564,6 +569,23 @@ fn check_recovered(model: &Model, mark: &Mark, snap: &Snapshot) -> Result<(), St
         }
     }
     Ok(())
+}
+
+/// Whether a recovered pool shows exactly the newest state the model had at `mark`.
+fn is_newest(model: &Model, mark: &Mark, snap: &Snapshot) -> bool {
+    let newest = &model.trees[mark.trees - 1];
+    tree_matches(newest, snap)
+        && newest
+            .iter()
+            .all(|(path, node)| match (node, snap.get(path)) {
+                (Node::File { id, .. }, Some(Entry::File { data, .. })) => {
+                    **model.files[*id].versions[..mark.files[*id].0]
+                        .last()
+                        .expect("a version")
+                        == *data
+                }
+                _ => true,
+            })
 }
 
 fn diff_snapshots(want: &Snapshot, got: &Snapshot) -> String {
@@ -1126,6 +1148,10 @@ struct Totals {
     mid_op: u64,
     deep: u64,
     ops: u64,
+    /// Crash states that came back older than the newest state (some unsynced work lost).
+    behind: u64,
+    /// Bytes the engine wrote to the device over all workloads.
+    bytes_written: u64,
 }
 
 /// Recovers a crash image and checks it against the model; sometimes also checks (d) and (e).
@@ -1142,6 +1168,9 @@ fn check_crash(
     let fs = open(&dev, "recovering the crash image")?;
     let recovered = snapshot(&fs).map_err(|e| format!("reading the recovered pool: {e}"))?;
     check_recovered(model, mark, &recovered)?;
+    if !is_newest(model, mark, &recovered) {
+        totals.behind += 1;
+    }
     if !rng.chance(1, DEEP_CHECK_EVERY) {
         return close(fs, "the recovered pool");
     }
@@ -1227,7 +1256,11 @@ fn run_one(
         Rng::new(rng.next_u64()),
     );
     h.note(format!("{config:?}"));
-    let ops = rng.range(RUN_OPS_MIN, RUN_OPS_MAX);
+    let ops = if rng.chance(1, LONG_RUN_EVERY) {
+        rng.range(LONG_RUN_OPS_MIN, LONG_RUN_OPS_MAX)
+    } else {
+        rng.range(RUN_OPS_MIN, RUN_OPS_MAX)
+    };
     let cut_at = if rng.chance(1, 2) {
         Some(rng.below(ops))
     } else {
@@ -1300,6 +1333,7 @@ fn run_one(
     // The device is past its crash; closing may fail (power cut) and changes nothing checked.
     let Harness { fs, handles, .. } = h;
     drop(handles);
+    totals.bytes_written += fs.counters().bytes_written;
     let _ = fs.close();
     Ok(())
 }
@@ -1361,12 +1395,15 @@ fn crash_test(test: &str, ordering: Ordering, barrier: Barrier, salt: u64) {
         }
     }
     println!(
-        "{test}: {} crash states ({} deep, {} after a power cut) over {} runs, {} ops, {:.1} s",
+        "{test}: {} crash states ({} deep, {} after a power cut, {} lost unsynced work) over {} \
+         runs, {} ops, {} MiB written, {:.1} s",
         totals.states,
         totals.deep,
         totals.mid_op,
+        totals.behind,
         totals.runs,
         totals.ops,
+        totals.bytes_written >> 20,
         started.elapsed().as_secs_f64()
     );
 }
@@ -1485,8 +1522,9 @@ fn failing_writes_return_errors_and_keep_what_was_acknowledged() {
             // Versions of /logs/b from here on, and the last one acknowledged durable.
             let mut versions = vec![Rc::new(data.clone())];
             let mut durable = 0;
+            // The device counts writes since it was made.
             dev.set_faults(SimFaults {
-                fail_writes_after: Some(fail_after),
+                fail_writes_after: Some(dev.stats().writes + fail_after),
                 ..SimFaults::default()
             });
             // Keep going until something fails; every call must return, none may panic.
@@ -1560,8 +1598,9 @@ fn failing_reads_return_errors() {
     let synced = populate(&fs);
     fs.close().expect("close");
     for fail_after in [0u64, 1, 2, 4, 8, 16] {
+        // The device counts reads since it was made.
         dev.set_faults(SimFaults {
-            fail_reads_after: Some(fail_after),
+            fail_reads_after: Some(dev.stats().reads + fail_after),
             ..SimFaults::default()
         });
         // Opening may fail or not; reading may fail or not; nothing panics.
