@@ -67,6 +67,10 @@ const CUT_WRITES_MAX: u64 = 24;
 const AFTER_FAILURE_OPS: u64 = 6;
 /// Operations run on a recovered pool before its own sync and crash (check d).
 const AFTER_RECOVERY_OPS: u64 = 10;
+/// One crash state in this many also crashes during its first recovery.
+const CRASH_IN_RECOVERY_EVERY: u64 = 4;
+/// Writes recovery gets through before that crash, at most.
+const CRASH_IN_RECOVERY_WRITES_MAX: u64 = 6;
 /// One crash state in this many also gets the checks on the recovered pool (d, e).
 const DEEP_CHECK_EVERY: u64 = 3;
 /// Crash states per test when `TBFS_CRASH_STATES` is not set.
@@ -1147,6 +1151,7 @@ struct Totals {
     states: u64,
     mid_op: u64,
     deep: u64,
+    in_recovery: u64,
     ops: u64,
     /// Crash states that came back older than the newest state (some unsynced work lost).
     behind: u64,
@@ -1164,6 +1169,25 @@ fn check_crash(
     totals: &mut Totals,
 ) -> Result<(), String> {
     totals.states += 1;
+    if rng.chance(1, CRASH_IN_RECOVERY_EVERY) {
+        // The power goes out again while recovery writes its checkpoint; the next recovery
+        // must show a state just as valid.
+        totals.in_recovery += 1;
+        let first = SimDevice::from_image(image.clone());
+        let writes = rng.below(CRASH_IN_RECOVERY_WRITES_MAX + 1);
+        first.cut_power_after(writes);
+        let first = Arc::new(first);
+        if let Ok(fs) = Fs::open(first.clone(), &OpenOptions::default()) {
+            let _ = fs.close();
+        }
+        let seed = rng.next_u64();
+        let dev = Arc::new(SimDevice::from_image(first.crash_image(seed)));
+        let what = format!("recovering a crash {writes} writes into recovery (image {seed:#x})");
+        let fs = open(&dev, &what)?;
+        let recovered = snapshot(&fs).map_err(|e| format!("{what}: {e}"))?;
+        check_recovered(model, mark, &recovered).map_err(|e| format!("{what}: {e}"))?;
+        close(fs, &what)?;
+    }
     let dev = Arc::new(SimDevice::from_image(image));
     let fs = open(&dev, "recovering the crash image")?;
     let recovered = snapshot(&fs).map_err(|e| format!("reading the recovered pool: {e}"))?;
@@ -1395,10 +1419,11 @@ fn crash_test(test: &str, ordering: Ordering, barrier: Barrier, salt: u64) {
         }
     }
     println!(
-        "{test}: {} crash states ({} deep, {} after a power cut, {} lost unsynced work) over {} \
-         runs, {} ops, {} MiB written, {:.1} s",
+        "{test}: {} crash states ({} deep, {} crashed again in recovery, {} after a power cut, \
+         {} lost unsynced work) over {} runs, {} ops, {} MiB written, {:.1} s",
         totals.states,
         totals.deep,
+        totals.in_recovery,
         totals.mid_op,
         totals.behind,
         totals.runs,
