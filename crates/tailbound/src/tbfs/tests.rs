@@ -401,3 +401,21 @@ fn bad_paths_and_handles_give_posix_errors() {
     assert_eq!(ro.pwrite(b"x", 0).unwrap_err().errno(), libc::EBADF);
     assert_eq!(fs.unlink("/").unwrap_err().errno(), libc::EINVAL);
 }
+
+#[test]
+fn dropping_the_last_handle_releases_the_pool_at_once_and_keeps_its_data() {
+    let dev = Ram::new(4 << 20);
+    let config = Config {
+        checkpoint_every: Some(Duration::from_secs(3600)),
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(dev.clone(), &config).unwrap();
+    fs.open_file("/kept", OpenFlags::create())
+        .unwrap()
+        .write(b"buffered")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    drop(fs);
+    assert_eq!(Arc::strong_count(&dev), 1, "no thread still holds the pool");
+    assert_eq!(read_all(&reopen(&dev), "/kept"), b"buffered");
+}
