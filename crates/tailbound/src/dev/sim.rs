@@ -54,10 +54,7 @@ pub struct SimDevice {
 }
 
 fn eio(what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::Other,
-        format!("sim device: {what} (injected EIO)"),
-    )
+    io::Error::other(format!("sim device: {what} (injected EIO)"))
 }
 
 impl SimDevice {

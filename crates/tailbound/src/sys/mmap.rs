@@ -46,8 +46,81 @@ impl SharedMapping {
         })
     }
 
+    /// A private anonymous mapping of `len` zeroed bytes (memory that lives as long as the process).
+    pub fn anonymous(len: usize) -> io::Result<SharedMapping> {
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
+        }
+        // SAFETY: a fresh anonymous mapping chosen by the kernel; the result is checked.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMapping {
+            addr: addr.cast(),
+            len,
+        })
+    }
+
+    /// Maps `len` bytes of `file` with `MAP_SHARED_VALIDATE | MAP_SYNC` (a DAX file system: stores
+    /// reach persistent memory without page-cache writeback). Fails where DAX is not available.
+    pub fn new_sync(file: &File, len: usize) -> io::Result<SharedMapping> {
+        const MAP_SHARED_VALIDATE: libc::c_int = 0x03;
+        const MAP_SYNC: libc::c_int = 0x80000;
+        if len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
+        }
+        // SAFETY: as in `new`; the kernel validates the flags and refuses them off DAX.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                MAP_SHARED_VALIDATE | MAP_SYNC,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMapping {
+            addr: addr.cast(),
+            len,
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Copies `[offset, offset + out.len())` of the mapping into `out`.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> io::Result<()> {
+        self.check(offset, out.len())?;
+        // SAFETY: the range was checked to lie inside the mapping; `out` is a distinct Rust slice.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.addr.add(offset), out.as_mut_ptr(), out.len());
+        }
+        Ok(())
+    }
+
+    /// `msync(MS_SYNC)` of the pages covering `[offset, offset + len)`: they reach the file.
+    pub fn sync(&self, offset: usize, len: usize) -> io::Result<()> {
+        let Some((addr, len)) = self.page_range(offset, len) else {
+            return Ok(());
+        };
+        // SAFETY: a page-aligned range inside our mapping; msync does not change contents.
+        super::cvt(unsafe { libc::msync(addr, len, libc::MS_SYNC) })?;
+        Ok(())
     }
 
     pub fn is_empty(&self) -> bool {

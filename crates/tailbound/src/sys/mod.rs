@@ -3,13 +3,15 @@
 //!
 //! Submodules by area: `time` (clocks and absolute sleeps), `file` (allocation, flushing, advice),
 //! `proc` (memory locking, scheduling, affinity), `fs` (file system facts for `doctor`), `mmap`
-//! (shared file mappings for the recorder).
+//! (shared file mappings for the recorder and memory pools), `uring` (io_uring for the file backend),
+//! `blockdev_bytes` (the size of a block device).
 
 pub mod file;
 pub mod fs;
 pub mod mmap;
 pub mod proc;
 pub mod time;
+pub mod uring;
 
 use std::io;
 
@@ -20,4 +22,14 @@ pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     } else {
         Ok(ret)
     }
+}
+
+/// The size in bytes of a block device (`BLKGETSIZE64`).
+pub fn blockdev_bytes(file: &std::fs::File) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+    let mut bytes: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which points at a live local.
+    cvt(unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut bytes as *mut u64) })?;
+    Ok(bytes)
 }

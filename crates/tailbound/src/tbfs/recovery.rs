@@ -59,7 +59,7 @@ fn new_inner(
         counters: Mutex::new(FsCounters::default()),
         report: Mutex::new(RecoveryReport::default()),
         background: Mutex::new(None),
-        stop: (Mutex::new(false), Condvar::new()),
+        stop: Arc::new((Mutex::new(false), Condvar::new())),
     }
 }
 
