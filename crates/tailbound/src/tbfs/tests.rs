@@ -514,3 +514,52 @@ fn opening_an_image_cut_short_or_zeroed_never_panics() {
         exercise(img);
     }
 }
+
+#[test]
+fn strict_recovery_refuses_damage_before_the_tail_and_tolerate_tail_keeps_the_prefix() {
+    let dev = Ram::new(4 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    let f = fs.open_file("/f", OpenFlags::create()).unwrap();
+    f.pwrite(&pattern(1, 4096), 0).unwrap();
+    f.fsync().unwrap(); // a checkpoint (the create)
+    let mut data_log_payloads = Vec::new();
+    for i in 0..3u64 {
+        f.pwrite(&pattern(10 + i, 4096), 0).unwrap();
+        f.fsync().unwrap(); // data-only logs
+        data_log_payloads.push(pattern(10 + i, 4096));
+    }
+    let mut image = dev.image();
+    // Damage the second data-only log's payload: valid logs follow it.
+    let at = image
+        .windows(4096)
+        .step_by(4096)
+        .position(|b| b == &data_log_payloads[1][..])
+        .expect("the second log's payload is on storage");
+    image[at * 4096 + 10] ^= 0xff;
+    let strict = OpenOptions {
+        recovery: RecoveryMode::Strict,
+        ..OpenOptions::default()
+    };
+    let d1: Arc<dyn Device> = Arc::new(Ram(Mutex::new(image.clone())));
+    let err = Fs::open(d1, &strict).unwrap_err();
+    assert!(
+        matches!(err, Error::Corrupt(_)) && err.to_string().contains("valid logs after it"),
+        "{err}"
+    );
+    let d2: Arc<dyn Device> = Arc::new(Ram(Mutex::new(image)));
+    let fs2 = Fs::open(d2, &OpenOptions::default()).unwrap();
+    assert_eq!(
+        read_all(&fs2, "/f"),
+        data_log_payloads[0],
+        "the prefix before the damage is kept"
+    );
+    assert!(
+        fs2.recovery_report().stop_reason.contains("dropped"),
+        "{:?}",
+        fs2.recovery_report()
+    );
+}
