@@ -49,6 +49,15 @@ impl MemoryPool {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: open: {e}", path.display())))?;
         file.set_len(len)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: resize: {e}", path.display())))?;
+        // Reserve the space now: a full /dev/shm then fails here, not with SIGBUS on a later store.
+        crate::sys::file::fallocate(&file, 0, len, crate::sys::file::Allocate::KeepSize).map_err(
+            |e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("{}: reserving {len} bytes: {e}", path.display()),
+                )
+            },
+        )?;
         MemoryPool::map(&file, path, len)
     }
 

@@ -190,7 +190,8 @@ pub(crate) struct Inner {
     pub counters: Mutex<FsCounters>,
     pub report: Mutex<RecoveryReport>,
     pub background: Mutex<Option<JoinHandle<()>>>,
-    pub stop: (Mutex<bool>, Condvar),
+    /// Set to stop the background thread; shared with it so it waits without holding `Inner`.
+    pub stop: Arc<(Mutex<bool>, Condvar)>,
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -686,9 +687,10 @@ impl Fs {
             .unwrap_or(Duration::from_secs(5))
             .max(Duration::from_millis(10));
             let weak = Arc::downgrade(&inner);
+            let stop = inner.stop.clone();
             let handle = std::thread::Builder::new()
                 .name("tbfs-checkpoint".into())
-                .spawn(move || background(weak, period))
+                .spawn(move || background(weak, stop, period))
                 .ok();
             *inner.background.lock().unwrap_or_else(|p| p.into_inner()) = handle;
         }
@@ -969,7 +971,7 @@ fn parent_links(m: &Meta) -> HashMap<u64, u64> {
 
 fn stop_background(inner: &Inner) {
     {
-        let (lock, cv) = &inner.stop;
+        let (lock, cv) = &*inner.stop;
         *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
         cv.notify_all();
     }
@@ -985,12 +987,12 @@ fn stop_background(inner: &Inner) {
     }
 }
 
-/// Writes checkpoints and refreshes the superblock on the configured schedule.
-fn background(weak: Weak<Inner>, period: Duration) {
+/// Writes checkpoints and refreshes the superblock on the configured schedule. Holds the pool only
+/// while it works, so dropping the last handle drops the pool at once.
+fn background(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, period: Duration) {
     loop {
         {
-            let Some(inner) = weak.upgrade() else { return };
-            let (lock, cv) = &inner.stop;
+            let (lock, cv) = &*stop;
             let stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
             let (stopped, _) = cv
                 .wait_timeout_while(stopped, period, |s| !*s)

@@ -59,7 +59,7 @@ fn new_inner(
         counters: Mutex::new(FsCounters::default()),
         report: Mutex::new(RecoveryReport::default()),
         background: Mutex::new(None),
-        stop: (Mutex::new(false), Condvar::new()),
+        stop: Arc::new((Mutex::new(false), Condvar::new())),
     }
 }
 
@@ -131,6 +131,36 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
         m.in_refresh = false;
     }
     Ok(inner)
+}
+
+/// Blocks read ahead in large requests, so scanning many small logs costs few device reads.
+#[derive(Default)]
+struct Window {
+    start: u64,
+    buf: Vec<u8>,
+}
+
+/// Blocks a scan reads ahead at once (within the current segment).
+const SCAN_WINDOW_BLOCKS: u64 = 256;
+
+impl Window {
+    /// Blocks `[block, block + count)`, all inside the segment ending at `seg_end`.
+    fn get(&mut self, dev: &DeviceRef, block: u64, count: u64, seg_end: u64) -> Result<&[u8]> {
+        let have = self.buf.len() as u64 / BLOCK_U64;
+        if block < self.start || block + count > self.start + have {
+            let n = SCAN_WINDOW_BLOCKS.max(count).min(seg_end - block);
+            self.buf.resize((n * BLOCK_U64) as usize, 0);
+            self.start = block;
+            dev.read_at(block * BLOCK_U64, &mut self.buf).map_err(|e| {
+                Error::io(
+                    format!("{} device: reading logs at block {block}", dev.kind()),
+                    e,
+                )
+            })?;
+        }
+        let from = ((block - self.start) * BLOCK_U64) as usize;
+        Ok(&self.buf[from..from + (count * BLOCK_U64) as usize])
+    }
 }
 
 /// One log found by the scan.
@@ -289,6 +319,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     let mut segment_next = sb.next.segment_next;
     let total_blocks = sb.segment_blocks * sb.segment_count;
     let mut scanned_blocks = 0u64;
+    let mut window = Window::default();
     let stop_reason;
     loop {
         if scanned_blocks > total_blocks {
@@ -296,10 +327,8 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             break;
         }
         let seg_end = seg_start(seg_of(pos)) + sb.segment_blocks;
-        let b = read_block(&dev, pos, &|| {
-            format!("{} device: reading log summary at block {pos}", dev.kind())
-        })?;
-        let (summary, crc) = match Summary::decode(&b[..]) {
+        let b = window.get(&dev, pos, 1, seg_end)?;
+        let (summary, crc) = match Summary::decode(b) {
             Ok(x) => x,
             Err(e) => {
                 stop_reason = format!("end of log chain at block {pos}: {e}");
@@ -317,23 +346,12 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             stop_reason = format!("log {seq} at block {pos} runs past its segment");
             break;
         }
-        let mut payload = vec![0u8; summary.payload_blocks as usize * BLOCK];
-        dev.read_at((pos + 1) * BLOCK_U64, &mut payload)
-            .map_err(|e| {
-                Error::io(
-                    format!(
-                        "{} device: reading log {seq} payload at block {}",
-                        dev.kind(),
-                        pos + 1
-                    ),
-                    e,
-                )
-            })?;
-        if format::crc_blocks(&payload) != summary.payload_crc {
+        let payload = window.get(&dev, pos + 1, summary.payload_blocks as u64, seg_end)?;
+        if format::crc_blocks(payload) != summary.payload_crc {
             // A torn tail, or damage with valid logs after it?
             let behind = end < seg_end && {
-                let next = read_block(&dev, end, &|| format!("reading block {end}"))?;
-                Summary::decode(&next[..]).is_ok_and(|(s, _)| {
+                let next = window.get(&dev, end, 1, seg_end)?;
+                Summary::decode(next).is_ok_and(|(s, _)| {
                     s.sequence == seq + 1 && s.prev_crc == crc && s.pool_id == sb.pool_id
                 })
             };
