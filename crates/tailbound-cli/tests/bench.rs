@@ -208,9 +208,15 @@ fn demo_runs_end_to_end_on_a_short_stream() {
     assert!(text.contains("targets met"), "{text}");
     assert!(text.contains("whole frames"), "{text}");
     // The tbfs parts: both file systems measured, and every acknowledged write recovered.
-    assert!(text.contains("relaxed/strict every-checkpoint (rewrite, 4 KiB)"), "{text}");
+    assert!(
+        text.contains("relaxed/strict every-checkpoint (rewrite, 4 KiB)"),
+        "{text}"
+    );
     assert!(text.contains("/ext4 (write, 4 KiB)"), "{text}");
-    assert!(text.contains("50 of 50 acknowledged writes read back exactly"), "{text}");
+    assert!(
+        text.contains("50 of 50 acknowledged writes read back exactly"),
+        "{text}"
+    );
 }
 
 fn loop_devices_and_mounts_are_gone() {

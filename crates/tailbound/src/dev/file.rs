@@ -96,6 +96,8 @@ impl FileDevice {
             ));
         }
         let (file, direct) = open_file(path, true, options.direct)?;
+        // Locked before anything changes: never resize or zero a pool another process uses.
+        super::lock_pool(&file, path)?;
         let old = file.metadata().map_err(|e| ctx(path, "stat", e))?.len();
         if old > len {
             file.set_len(len).map_err(|e| ctx(path, "truncate", e))?;
@@ -148,6 +150,7 @@ impl FileDevice {
         direct: bool,
         options: FileOptions,
     ) -> io::Result<FileDevice> {
+        super::lock_pool(&file, path)?;
         let ring = if options.io_uring {
             Ring::new().ok().map(Mutex::new)
         } else {
@@ -364,6 +367,26 @@ mod tests {
         if fs.magic != TMPFS_MAGIC {
             assert!(dev.direct(), "O_DIRECT on file system {:#x}", fs.magic);
         }
+    }
+
+    #[test]
+    fn a_pool_file_has_one_opener_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pool");
+        let first = FileDevice::create(&path, 1 << 20).unwrap();
+        let err = FileDevice::open(&path).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        assert!(
+            err.to_string().contains("in use by another process"),
+            "{err}"
+        );
+        assert!(
+            FileDevice::create(&path, 2 << 20).is_err(),
+            "a second create must not resize it"
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
+        drop(first);
+        FileDevice::open(&path).unwrap();
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub enum Persistence {
 /// A pool kept in mapped memory.
 #[derive(Debug)]
 pub struct MemoryPool {
+    /// Holds the pool lock while the pool is open (none for anonymous memory).
+    _file: Option<std::fs::File>,
     map: SharedMapping,
     len: u64,
     persistence: Persistence,
@@ -47,6 +49,7 @@ impl MemoryPool {
             .truncate(false)
             .open(path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: open: {e}", path.display())))?;
+        super::lock_pool(&file, path)?;
         file.set_len(len)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: resize: {e}", path.display())))?;
         // Reserve the space now: a full /dev/shm then fails here, not with SIGBUS on a later store.
@@ -80,6 +83,7 @@ impl MemoryPool {
                 format!("{}: an empty pool", path.display()),
             ));
         }
+        super::lock_pool(file, path)?;
         let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: mmap: {e}", path.display()));
         let tmpfs = path
             .parent()
@@ -107,6 +111,7 @@ impl MemoryPool {
             }
         };
         Ok(MemoryPool {
+            _file: Some(file.try_clone()?),
             map,
             len,
             persistence,
@@ -117,6 +122,7 @@ impl MemoryPool {
     pub fn anonymous(len: u64) -> io::Result<MemoryPool> {
         let len = len / BLOCK_SIZE * BLOCK_SIZE;
         Ok(MemoryPool {
+            _file: None,
             map: SharedMapping::anonymous(len as usize)?,
             len,
             persistence: Persistence::Process,
@@ -173,6 +179,11 @@ mod tests {
         pool.read_at(8192, &mut back).unwrap();
         assert_eq!(back, [5u8; 4096]);
         assert!(pool.write_at(1 << 20, &back).is_err());
+        let err = MemoryPool::open(&path).unwrap_err();
+        assert!(
+            err.to_string().contains("in use by another process"),
+            "{err}"
+        );
     }
 
     #[test]
