@@ -78,16 +78,16 @@ pub fn check_request(dev: &dyn Device, offset: u64, len: usize) -> io::Result<()
 /// Takes the pool's exclusive lock (`flock`), held as long as `file` stays open: a pool belongs to
 /// one process at a time, and a second opener gets a clear error instead of a corrupted pool.
 pub fn lock_pool(file: &std::fs::File, path: &std::path::Path) -> io::Result<()> {
-    match file.try_lock() {
-        Ok(()) => Ok(()),
-        Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+    match crate::sys::file::try_lock_exclusive(file) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(io::Error::new(
             io::ErrorKind::WouldBlock,
             format!(
                 "{}: pool is in use by another process (it holds the pool lock)",
                 path.display()
             ),
         )),
-        Err(std::fs::TryLockError::Error(e)) => Err(io::Error::new(
+        Err(e) => Err(io::Error::new(
             e.kind(),
             format!("{}: taking the pool lock: {e}", path.display()),
         )),

@@ -102,6 +102,22 @@ pub fn fadvise(file: &File, offset: u64, len: u64, advice: Advice) -> io::Result
     Ok(())
 }
 
+/// Takes an exclusive `flock` on `file` without waiting: `Ok(false)` if another open file
+/// description holds it. Released when every descriptor of this open file is closed.
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    // SAFETY: flock on a descriptor we own; it only changes lock state.
+    let ret = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if ret == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
 /// The `open(2)` flag for direct I/O, for `OpenOptionsExt::custom_flags`.
 pub const O_DIRECT: i32 = libc::O_DIRECT;
 
