@@ -622,11 +622,10 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         u64::MAX
     };
 
-    let mut next_ino = root.next_ino.max(ROOT_INO + 1);
-    let mut free_inos: BTreeSet<u64> = (ROOT_INO + 1..next_ino)
+    let next_ino = root.next_ino.max(ROOT_INO + 1);
+    let free_inos: BTreeSet<u64> = (ROOT_INO + 1..next_ino)
         .filter(|i| !cells.contains_key(i))
         .collect();
-    let _ = &mut next_ino;
     let mut nlinks = Vec::new();
     for (&ino, cell) in &cells {
         let st = cell.lock();
@@ -652,7 +651,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         inodes: cells,
         dirs,
         pending,
-        free_inos: std::mem::take(&mut free_inos),
+        free_inos,
         next_ino,
         ifile,
         ifile_pages: root.ifile_pages,
