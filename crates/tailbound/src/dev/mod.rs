@@ -75,10 +75,21 @@ pub fn check_request(dev: &dyn Device, offset: u64, len: usize) -> io::Result<()
     Ok(())
 }
 
+/// How long opening a pool waits for its lock before saying another process has it.
+pub const POOL_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Takes the pool's exclusive lock (`flock`), held as long as `file` stays open: a pool belongs to
 /// one process at a time, and a second opener gets a clear error instead of a corrupted pool.
 pub fn lock_pool(file: &std::fs::File, path: &std::path::Path) -> io::Result<()> {
-    match crate::sys::file::try_lock_exclusive(file) {
+    // A killed owner's lock can outlive it briefly: the kernel tears its io_uring down after the
+    // process is gone, and the ring holds the file until then. So wait a little before refusing.
+    let deadline = std::time::Instant::now() + POOL_LOCK_WAIT;
+    let mut held = crate::sys::file::try_lock_exclusive(file);
+    while matches!(held, Ok(false)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        held = crate::sys::file::try_lock_exclusive(file);
+    }
+    match held {
         Ok(true) => Ok(()),
         Ok(false) => Err(io::Error::new(
             io::ErrorKind::WouldBlock,
