@@ -1,11 +1,8 @@
 //! The decoupled mode's ring: the producer copies records in, the writer thread copies them out
 //! and makes the `write()` calls.
 //!
-//! The ring is one preallocated, pre-faulted buffer. For the block and drop policies it is a
-//! wait-free single-producer single-consumer ring: the producer and the writer share only atomics,
-//! so a writer preempted mid-copy never holds the producer up. For overwrite (the producer discards
-//! the oldest records, so both sides change the same state) it sits behind one mutex, held only for
-//! a copy, never across I/O. The producer does not wake the writer for each record (a wake-up would let the writer
+//! The ring is one preallocated, pre-faulted buffer. Its lock is held only for a copy, never across
+//! I/O. The producer does not wake the writer for each record (a wake-up would let the writer
 //! preempt the producer on a busy CPU): the writer drains the ring every [`WRITER_POLL`], and is
 //! woken early only when the ring is half full. When full — of bytes, or of records (the queue of
 //! record lengths is sized once, one entry per [`RING_BYTES_PER_RECORD_MIN`] bytes) — the overflow
@@ -13,7 +10,6 @@
 //! writer. Sequence numbers are given by the writer, so discarded records leave no gap in the file.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -50,9 +46,8 @@ struct State {
     counters: RingCounters,
 }
 
-/// The ring behind one mutex, for the overwrite policy (the producer discards the oldest records,
-/// so both sides change the same state).
-struct LockedRing {
+/// A bounded byte ring of whole records.
+pub struct Ring {
     state: Mutex<State>,
     /// The buffer's length, fixed at creation: read without the lock.
     capacity: usize,
@@ -72,8 +67,9 @@ pub enum Pushed {
     Closed,
 }
 
-impl LockedRing {
-    fn new(capacity: usize, overflow: Overflow) -> LockedRing {
+impl Ring {
+    /// A ring of `capacity` bytes, every page touched now so the producer never faults.
+    pub fn new(capacity: usize, overflow: Overflow) -> Ring {
         let mut buf = vec![0u8; capacity];
         buf.fill(0xa5);
         std::hint::black_box(&mut buf);
@@ -85,7 +81,7 @@ impl LockedRing {
         records.resize(records_max, 0);
         std::hint::black_box(&mut records);
         records.clear();
-        LockedRing {
+        Ring {
             state: Mutex::new(State {
                 buf,
                 head: 0,
@@ -220,278 +216,6 @@ impl LockedRing {
     }
 }
 
-/// Bytes of the length header in front of each record in the wait-free ring.
-const HEADER_BYTES: usize = 4;
-
-/// The wait-free ring, for the block and drop policies: a single-producer single-consumer byte
-/// ring (`rtrb`) of length-prefixed records. The producer's half and the writer's half are each
-/// behind a mutex only their own thread takes, so the producer never waits for a writer that was
-/// preempted mid-copy; the two sides share only atomics. Sleeping (an idle writer, a producer
-/// blocked on a full ring) uses a separate mutex and condvars, off the fast path.
-struct SpscRing {
-    tx: Mutex<rtrb::Producer<u8>>,
-    rx: Mutex<rtrb::Consumer<u8>>,
-    capacity: usize,
-    records_max: usize,
-    overflow: Overflow,
-    used_bytes: AtomicUsize,
-    used_records: AtomicUsize,
-    closed: AtomicBool,
-    stalled: AtomicBool,
-    writer_waiting: AtomicBool,
-    producer_waiting: AtomicBool,
-    blocked: AtomicU64,
-    dropped: AtomicU64,
-    sleep: Mutex<()>,
-    not_empty: Condvar,
-    not_full: Condvar,
-}
-
-/// Copies `sources`, in order, into `dest`'s slices, in order (a ring chunk that may wrap).
-fn copy_split(dest: &mut [&mut [u8]; 2], sources: &[&[u8]]) {
-    let (mut d, mut at) = (0usize, 0usize);
-    for src in sources {
-        let mut src: &[u8] = src;
-        while !src.is_empty() {
-            let room = dest[d].len() - at;
-            if room == 0 {
-                d += 1;
-                at = 0;
-                continue;
-            }
-            let n = room.min(src.len());
-            dest[d][at..at + n].copy_from_slice(&src[..n]);
-            at += n;
-            src = &src[n..];
-        }
-    }
-}
-
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl SpscRing {
-    fn new(capacity: usize, overflow: Overflow) -> SpscRing {
-        let records_max =
-            (capacity / RING_BYTES_PER_RECORD_MIN).clamp(RING_RECORDS_MIN, RING_RECORDS_MAX);
-        let size = capacity + HEADER_BYTES * records_max;
-        let (mut tx, mut rx) = rtrb::RingBuffer::<u8>::new(size);
-        // One full lap now touches every page, so the producer never faults later.
-        if let Ok(mut chunk) = tx.write_chunk(size) {
-            let (a, b) = chunk.as_mut_slices();
-            a.fill(0xa5);
-            b.fill(0xa5);
-            chunk.commit_all();
-        }
-        if let Ok(chunk) = rx.read_chunk(size) {
-            chunk.commit_all();
-        }
-        SpscRing {
-            tx: Mutex::new(tx),
-            rx: Mutex::new(rx),
-            capacity,
-            records_max,
-            overflow,
-            used_bytes: AtomicUsize::new(0),
-            used_records: AtomicUsize::new(0),
-            closed: AtomicBool::new(false),
-            stalled: AtomicBool::new(false),
-            writer_waiting: AtomicBool::new(false),
-            producer_waiting: AtomicBool::new(false),
-            blocked: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            sleep: Mutex::new(()),
-            not_empty: Condvar::new(),
-            not_full: Condvar::new(),
-        }
-    }
-
-    fn has_room(&self, len: usize) -> bool {
-        self.used_bytes.load(Ordering::Acquire) + len <= self.capacity
-            && self.used_records.load(Ordering::Acquire) < self.records_max
-    }
-
-    fn push(&self, record: &[u8]) -> Pushed {
-        let mut counted_block = false;
-        loop {
-            if self.closed.load(Ordering::Acquire) {
-                return Pushed::Closed;
-            }
-            if self.has_room(record.len()) {
-                break;
-            }
-            match self.overflow {
-                Overflow::Drop | Overflow::Overwrite => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                    return Pushed::Dropped;
-                }
-                Overflow::Block => {
-                    if !counted_block {
-                        self.blocked.fetch_add(1, Ordering::Relaxed);
-                        counted_block = true;
-                    }
-                    self.producer_waiting.store(true, Ordering::Release);
-                    let guard = locked(&self.sleep);
-                    if !self.has_room(record.len()) && !self.closed.load(Ordering::Acquire) {
-                        let _ = self.not_full.wait_timeout(guard, WRITER_POLL);
-                    }
-                }
-            }
-        }
-        {
-            let mut tx = locked(&self.tx);
-            let n = HEADER_BYTES + record.len();
-            // Room was checked against the counters, which never exceed the ring's size.
-            let Ok(mut chunk) = tx.write_chunk(n) else {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                return Pushed::Dropped;
-            };
-            let header = (record.len() as u32).to_le_bytes();
-            let (a, b) = chunk.as_mut_slices();
-            copy_split(&mut [a, b], &[&header, record]);
-            chunk.commit_all();
-        }
-        self.used_bytes.fetch_add(record.len(), Ordering::AcqRel);
-        self.used_records.fetch_add(1, Ordering::AcqRel);
-        if self.writer_waiting.load(Ordering::Acquire)
-            && self.used_bytes.load(Ordering::Acquire) * 2 >= self.capacity
-        {
-            let _guard = locked(&self.sleep);
-            self.not_empty.notify_one();
-        }
-        Pushed::Queued
-    }
-
-    fn pop(&self, out: &mut Vec<u8>) -> bool {
-        loop {
-            if !self.stalled.load(Ordering::Acquire)
-                && self.used_records.load(Ordering::Acquire) > 0
-            {
-                let mut rx = locked(&self.rx);
-                let mut header = [0u8; HEADER_BYTES];
-                if let Ok(chunk) = rx.read_chunk(HEADER_BYTES) {
-                    let (a, b) = chunk.as_slices();
-                    header[..a.len()].copy_from_slice(a);
-                    header[a.len()..].copy_from_slice(b);
-                    chunk.commit_all();
-                }
-                let len = u32::from_le_bytes(header) as usize;
-                out.clear();
-                if let Ok(chunk) = rx.read_chunk(len) {
-                    let (a, b) = chunk.as_slices();
-                    out.extend_from_slice(a);
-                    out.extend_from_slice(b);
-                    chunk.commit_all();
-                }
-                drop(rx);
-                self.used_bytes.fetch_sub(len, Ordering::AcqRel);
-                self.used_records.fetch_sub(1, Ordering::AcqRel);
-                if self.producer_waiting.swap(false, Ordering::AcqRel) {
-                    let _guard = locked(&self.sleep);
-                    self.not_full.notify_one();
-                }
-                return true;
-            }
-            if self.closed.load(Ordering::Acquire) && self.used_records.load(Ordering::Acquire) == 0
-            {
-                return false;
-            }
-            self.writer_waiting.store(true, Ordering::Release);
-            let guard = locked(&self.sleep);
-            let _ = self.not_empty.wait_timeout(guard, WRITER_POLL);
-            self.writer_waiting.store(false, Ordering::Release);
-        }
-    }
-
-    fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-        self.stalled.store(false, Ordering::Release);
-        let _guard = locked(&self.sleep);
-        self.not_empty.notify_all();
-        self.not_full.notify_all();
-    }
-}
-
-/// A bounded byte ring of whole records: wait-free for the block and drop policies, behind one
-/// mutex for overwrite.
-pub struct Ring {
-    kind: RingKind,
-}
-
-enum RingKind {
-    Spsc(SpscRing),
-    Locked(LockedRing),
-}
-
-impl Ring {
-    /// A ring of `capacity` bytes of records, every page touched now so the producer never faults.
-    pub fn new(capacity: usize, overflow: Overflow) -> Ring {
-        let kind = match overflow {
-            Overflow::Overwrite => RingKind::Locked(LockedRing::new(capacity, overflow)),
-            Overflow::Block | Overflow::Drop => RingKind::Spsc(SpscRing::new(capacity, overflow)),
-        };
-        Ring { kind }
-    }
-
-    pub fn capacity(&self) -> usize {
-        match &self.kind {
-            RingKind::Spsc(r) => r.capacity,
-            RingKind::Locked(r) => r.capacity(),
-        }
-    }
-
-    pub fn counters(&self) -> RingCounters {
-        match &self.kind {
-            RingKind::Spsc(r) => RingCounters {
-                blocked: r.blocked.load(Ordering::Relaxed),
-                dropped: r.dropped.load(Ordering::Relaxed),
-                overwritten: 0,
-            },
-            RingKind::Locked(r) => r.counters(),
-        }
-    }
-
-    /// Copies `record` in, applying the overflow policy when there is no room.
-    /// The caller checks `record.len() <= capacity` first.
-    pub fn push(&self, record: &[u8]) -> Pushed {
-        match &self.kind {
-            RingKind::Spsc(r) => r.push(record),
-            RingKind::Locked(r) => r.push(record),
-        }
-    }
-
-    /// Takes the oldest record into `out`; waits while the ring is empty. Returns false once the
-    /// ring is closed and drained.
-    pub fn pop(&self, out: &mut Vec<u8>) -> bool {
-        match &self.kind {
-            RingKind::Spsc(r) => r.pop(out),
-            RingKind::Locked(r) => r.pop(out),
-        }
-    }
-
-    /// No more records: the writer drains what is queued and stops; a blocked producer returns.
-    pub fn close(&self) {
-        match &self.kind {
-            RingKind::Spsc(r) => r.close(),
-            RingKind::Locked(r) => r.close(),
-        }
-    }
-
-    /// Test hook: holds the writer back (or lets it go).
-    #[cfg(test)]
-    pub fn set_stalled(&self, stalled: bool) {
-        match &self.kind {
-            RingKind::Spsc(r) => {
-                r.stalled.store(stalled, Ordering::Release);
-                let _guard = locked(&r.sleep);
-                r.not_empty.notify_all();
-            }
-            RingKind::Locked(r) => r.set_stalled(stalled),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -579,39 +303,5 @@ mod tests {
         }
         ring.close();
         assert_eq!(reader.join().unwrap(), sent);
-    }
-
-    #[test]
-    fn concurrent_records_of_every_size_arrive_whole_and_in_order_across_many_wraps() {
-        for overflow in [Overflow::Block, Overflow::Drop] {
-            let ring = std::sync::Arc::new(Ring::new(1000, overflow));
-            let reader = {
-                let ring = ring.clone();
-                std::thread::spawn(move || {
-                    let mut out = Vec::new();
-                    let mut got = Vec::new();
-                    while ring.pop(&mut out) {
-                        got.push(out.clone());
-                    }
-                    got
-                })
-            };
-            let sent: Vec<Vec<u8>> = (0..5000u32)
-                .map(|i| vec![(i % 251) as u8; (i as usize * 7) % 300])
-                .collect();
-            let mut queued = Vec::new();
-            for rec in &sent {
-                match ring.push(rec) {
-                    Pushed::Queued => queued.push(rec.clone()),
-                    Pushed::Dropped => assert_eq!(overflow, Overflow::Drop),
-                    Pushed::Closed => panic!("closed early"),
-                }
-            }
-            ring.close();
-            let got = reader.join().unwrap();
-            assert_eq!(got, queued, "{overflow:?}");
-            let c = ring.counters();
-            assert_eq!(c.dropped as usize, sent.len() - queued.len());
-        }
     }
 }
