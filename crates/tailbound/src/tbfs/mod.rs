@@ -1,8 +1,11 @@
 //! tbfs: a log-structured, checkpointed, CRC-protected file tree kept in a pool on a [`Device`].
 //!
 //! - [`format`]: the on-storage format (superblocks, logs, checkpoints), byte for byte.
-//! - [`engine`]: the file tree: namespace, inodes, block maps, the log writer and checkpoints.
-//! - [`recovery`]: opening a pool: newest superblock, its checkpoint, roll-forward over logs.
+//! - [`engine`]: the file tree: namespace, inodes, buffered data, and the `Fs`/`File` API.
+//! - `commit`: the only writer of the device: logs, data-only logs, checkpoints, superblocks,
+//!   segment reuse.
+//! - [`recovery`]: making a pool, and opening one: newest superblock, its checkpoint, roll-forward.
+//! - `map`: a file's block map in memory.
 //!
 //! This module owns the pool's contents. It must not touch the device except through [`Device`].
 
