@@ -2,7 +2,7 @@
 //!
 //! Modules by concept:
 //! - [`record`]: the real-time recorder for periodic data (preallocated files, data-only flushing).
-//! - [`bench`]: the experiment framework (periodic timer, latency histograms, background loads, reports)
+//! - [`bench`](mod@bench): the experiment framework (periodic timer, latency histograms, background loads, reports)
 //!   and the experiments themselves.
 //! - [`tbfs`]: the log-structured file tree engine; [`dev`]: the storage backends it runs on.
 //! - [`doctor`]: inspects a directory's file system and the kernel's writeback settings.

@@ -1,6 +1,6 @@
 //! tbfs: a log-structured, checkpointed, CRC-protected file tree kept in a pool on a [`Device`].
 //!
-//! - [`format`]: the on-storage format (superblocks, logs, checkpoints), byte for byte.
+//! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for byte.
 //! - [`engine`]: the file tree: namespace, inodes, buffered data, and the `Fs`/`File` API.
 //! - `commit`: the only writer of the device: logs, data-only logs, checkpoints, superblocks,
 //!   segment reuse.
