@@ -49,29 +49,29 @@ pub struct FileDevice {
     bounce: Mutex<Vec<AlignedBuf>>,
 }
 
-impl std::fmt::Debug for AlignedBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "AlignedBuf({})", self.as_slice().len())
-    }
-}
-
 fn ctx(path: &Path, what: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {what}: {e}", path.display()))
 }
 
+/// Opens the pool file (with `O_DIRECT` where allowed) and takes the pool lock before anything
+/// looks at or changes it. Returns the file and whether it is direct.
 fn open_file(path: &Path, create: bool, direct: bool) -> io::Result<(File, bool)> {
     let mut o = OpenOptions::new();
     o.read(true).write(true).create(create);
+    let mut opened = None;
     if direct {
         match o.clone().custom_flags(O_DIRECT).open(path) {
-            Ok(f) => return Ok((f, true)),
+            Ok(f) => opened = Some((f, true)),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
             Err(e) => return Err(ctx(path, "open", e)),
         }
     }
-    o.open(path)
-        .map(|f| (f, false))
-        .map_err(|e| ctx(path, "open", e))
+    let (file, direct) = match opened {
+        Some(x) => x,
+        None => (o.open(path).map_err(|e| ctx(path, "open", e))?, false),
+    };
+    super::lock_pool(&file, path)?;
+    Ok((file, direct))
 }
 
 impl FileDevice {
@@ -96,8 +96,6 @@ impl FileDevice {
             ));
         }
         let (file, direct) = open_file(path, true, options.direct)?;
-        // Locked before anything changes: never resize or zero a pool another process uses.
-        super::lock_pool(&file, path)?;
         let old = file.metadata().map_err(|e| ctx(path, "stat", e))?.len();
         if old > len {
             file.set_len(len).map_err(|e| ctx(path, "truncate", e))?;
@@ -150,7 +148,6 @@ impl FileDevice {
         direct: bool,
         options: FileOptions,
     ) -> io::Result<FileDevice> {
-        super::lock_pool(&file, path)?;
         let ring = if options.io_uring {
             Ring::new().ok().map(Mutex::new)
         } else {

@@ -61,7 +61,7 @@ impl MemoryPool {
                 )
             },
         )?;
-        MemoryPool::map(&file, path, len)
+        MemoryPool::map(file, path, len)
     }
 
     /// Maps an existing file; the pool is its size rounded down to whole blocks.
@@ -72,18 +72,19 @@ impl MemoryPool {
             .write(true)
             .open(path)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: open: {e}", path.display())))?;
+        super::lock_pool(&file, path)?;
         let len = file.metadata()?.len() / BLOCK_SIZE * BLOCK_SIZE;
-        MemoryPool::map(&file, path, len)
+        MemoryPool::map(file, path, len)
     }
 
-    fn map(file: &std::fs::File, path: &Path, len: u64) -> io::Result<MemoryPool> {
+    /// Maps `file`, whose pool lock the caller holds; the pool keeps the file (and the lock).
+    fn map(file: std::fs::File, path: &Path, len: u64) -> io::Result<MemoryPool> {
         if len == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{}: an empty pool", path.display()),
             ));
         }
-        super::lock_pool(file, path)?;
         let ctx = |e: io::Error| io::Error::new(e.kind(), format!("{}: mmap: {e}", path.display()));
         let tmpfs = path
             .parent()
@@ -98,20 +99,20 @@ impl MemoryPool {
             .is_some_and(|s| s.magic == TMPFS_MAGIC);
         let (map, persistence) = if tmpfs {
             (
-                SharedMapping::new(file, len as usize).map_err(ctx)?,
+                SharedMapping::new(&file, len as usize).map_err(ctx)?,
                 Persistence::Tmpfs,
             )
         } else {
-            match SharedMapping::new_sync(file, len as usize) {
+            match SharedMapping::new_sync(&file, len as usize) {
                 Ok(m) => (m, Persistence::MapSync),
                 Err(_) => (
-                    SharedMapping::new(file, len as usize).map_err(ctx)?,
+                    SharedMapping::new(&file, len as usize).map_err(ctx)?,
                     Persistence::Msync,
                 ),
             }
         };
         Ok(MemoryPool {
-            _file: Some(file.try_clone()?),
+            _file: Some(file),
             map,
             len,
             persistence,

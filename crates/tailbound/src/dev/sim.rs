@@ -112,6 +112,12 @@ impl SimDevice {
         SimDevice::from_image(self.crash_image(seed))
     }
 
+    /// The latest bytes, flushed or not: what a crash of the process alone (not of the device)
+    /// leaves.
+    pub fn image(&self) -> Vec<u8> {
+        self.lock().current.clone()
+    }
+
     /// Only what flushes made durable.
     pub fn durable_image(&self) -> Vec<u8> {
         self.lock().durable.clone()

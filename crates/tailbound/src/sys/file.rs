@@ -129,6 +129,12 @@ pub struct AlignedBuf {
     len: usize,
 }
 
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
 impl AlignedBuf {
     /// A zeroed buffer of `len` bytes aligned to `align` (a power of two).
     pub fn zeroed(len: usize, align: usize) -> AlignedBuf {

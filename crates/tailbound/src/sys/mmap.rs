@@ -22,53 +22,12 @@ unsafe impl Sync for SharedMapping {}
 impl SharedMapping {
     /// Maps `len` bytes of `file` (which must be at least that long) shared and writable.
     pub fn new(file: &File, len: usize) -> io::Result<SharedMapping> {
-        if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
-        }
-        // SAFETY: a fresh mapping chosen by the kernel (null hint) of a descriptor we own; the
-        // result is checked against MAP_FAILED.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SharedMapping {
-            addr: addr.cast(),
-            len,
-        })
+        SharedMapping::map(len, libc::MAP_SHARED, file.as_raw_fd())
     }
 
     /// A private anonymous mapping of `len` zeroed bytes (memory that lives as long as the process).
     pub fn anonymous(len: usize) -> io::Result<SharedMapping> {
-        if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
-        }
-        // SAFETY: a fresh anonymous mapping chosen by the kernel; the result is checked.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SharedMapping {
-            addr: addr.cast(),
-            len,
-        })
+        SharedMapping::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1)
     }
 
     /// Maps `len` bytes of `file` with `MAP_SHARED_VALIDATE | MAP_SYNC` (a DAX file system: stores
@@ -76,17 +35,24 @@ impl SharedMapping {
     pub fn new_sync(file: &File, len: usize) -> io::Result<SharedMapping> {
         const MAP_SHARED_VALIDATE: libc::c_int = 0x03;
         const MAP_SYNC: libc::c_int = 0x80000;
+        SharedMapping::map(len, MAP_SHARED_VALIDATE | MAP_SYNC, file.as_raw_fd())
+    }
+
+    /// A fresh readable, writable mapping of `len` bytes with `flags` (of `fd`, or -1).
+    fn map(len: usize, flags: libc::c_int, fd: libc::c_int) -> io::Result<SharedMapping> {
         if len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
         }
-        // SAFETY: as in `new`; the kernel validates the flags and refuses them off DAX.
+        // SAFETY: a fresh mapping chosen by the kernel (null hint) of a descriptor the caller owns
+        // (or anonymous memory); the kernel validates the flags and the result is checked against
+        // MAP_FAILED.
         let addr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                MAP_SHARED_VALIDATE | MAP_SYNC,
-                file.as_raw_fd(),
+                flags,
+                fd,
                 0,
             )
         };

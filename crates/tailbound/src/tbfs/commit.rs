@@ -39,11 +39,23 @@ impl Inner {
 
     /// Blocks the writer can still fill without reusing anything not yet reclaimable.
     pub(crate) fn free_blocks(&self, m: &Meta) -> u64 {
-        let here = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos;
-        let free_segs = (0..self.segment_count as usize)
-            .filter(|&s| self.segment_free(m, s))
-            .count() as u64;
-        here + (free_segs + 1) * self.segment_blocks
+        self.free_blocks_up_to(m, u64::MAX)
+    }
+
+    /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
+    /// check on every sync does not walk the whole segment table.
+    fn free_blocks_up_to(&self, m: &Meta, enough: u64) -> u64 {
+        let mut free = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos
+            + self.segment_blocks;
+        for s in 0..self.segment_count as usize {
+            if free >= enough {
+                break;
+            }
+            if self.segment_free(m, s) {
+                free += self.segment_blocks;
+            }
+        }
+        free
     }
 
     /// Segments that would be free after the next durable superblock.
@@ -68,7 +80,7 @@ impl Inner {
         } else {
             2 * self.segment_blocks
         };
-        if self.free_blocks(m) >= need + reserve {
+        if self.free_blocks_up_to(m, need + reserve) >= need + reserve {
             return Ok(());
         }
         if !m.in_refresh && self.pending_free_segments(m) > 0 {
@@ -76,7 +88,7 @@ impl Inner {
             let r = self.refresh_superblock(m);
             m.in_refresh = false;
             r?;
-            if self.free_blocks(m) >= need + reserve {
+            if self.free_blocks_up_to(m, need + reserve) >= need + reserve {
                 return Ok(());
             }
         }
@@ -107,7 +119,7 @@ impl Inner {
         Ok(())
     }
 
-    fn log_open(&self, m: &mut Meta, flags: u16) -> Result<()> {
+    fn log_open(&self, m: &mut Meta, flags: u16) {
         debug_assert!(m.writer.log.is_none());
         let mut buf = Vec::with_capacity(BLOCK * 9);
         buf.resize(BLOCK, 0);
@@ -117,7 +129,6 @@ impl Inner {
             descriptors: Vec::new(),
             buf,
         });
-        Ok(())
     }
 
     /// Appends one block to the open log (closing it and opening a continuation when it is full)
@@ -147,7 +158,7 @@ impl Inner {
         if !room {
             let flags = log.flags & !FLAG_BEGIN;
             self.log_close(m, 0)?;
-            self.log_open(m, flags)?;
+            self.log_open(m, flags);
             return self.log_add(m, kind, ino, level, offset, data);
         }
         let log = m.writer.log.as_mut().expect("log open");
@@ -239,7 +250,7 @@ impl Inner {
         // becomes a pad log so logs keep tiling the segment.
         let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
         if seg_end - m.writer.pos == 1 {
-            self.log_open(m, FLAG_PAD)?;
+            self.log_open(m, FLAG_PAD);
             self.log_close(m, 0)?;
         } else if m.writer.pos == seg_end {
             self.advance_segment(m)?;
@@ -263,7 +274,7 @@ impl Inner {
             // The superblock refresh `ensure_space` ran took everything already.
             return Ok(());
         }
-        self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY)?;
+        self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
         let mut written = Vec::with_capacity(st.dirty.len());
         let blocks: Vec<u64> = st.dirty.keys().copied().collect();
         let seq = m.writer.seq;
@@ -340,7 +351,7 @@ impl Inner {
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
         work.retain(|ino| m.inodes.contains_key(ino));
 
-        self.log_open(m, FLAG_BEGIN)?;
+        self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq;
         let mut records: HashMap<u64, InodeRecord> = HashMap::new();
         let mut written: Vec<(u64, Vec<(u64, u64)>)> = Vec::new();
@@ -596,15 +607,8 @@ impl Inner {
                 * BLOCK_U64,
             segment_blocks: self.segment_blocks,
             segment_count: self.segment_count,
-            ordering: match self.config.ordering {
-                super::Ordering::Strict => 0,
-                super::Ordering::Relaxed => 1,
-            },
-            barrier: match self.config.barrier {
-                Barrier::EveryLog => 0,
-                Barrier::EveryCheckpoint => 1,
-                Barrier::Superblock => 2,
-            },
+            ordering: self.config.ordering as u8,
+            barrier: self.config.barrier as u8,
             superblock_every_bytes: self.config.superblock_every_bytes,
             superblock_every_ms: self.config.superblock_every.as_millis() as u64,
             checkpoint_every_ms: self

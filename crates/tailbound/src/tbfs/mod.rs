@@ -27,11 +27,22 @@ pub use engine::{File, Fs};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Ordering {
     /// Every synchronous write writes a checkpoint.
-    Strict,
+    Strict = 0,
     /// A synchronous write that changes no metadata writes a data-only log, recovered by
     /// roll-forward; any metadata change forces a checkpoint.
     #[default]
-    Relaxed,
+    Relaxed = 1,
+}
+
+impl Ordering {
+    /// From its superblock code (`as u8` is the other way); the superblock decoder bounds it.
+    pub(crate) fn from_code(code: u8) -> Ordering {
+        if code == Ordering::Strict as u8 {
+            Ordering::Strict
+        } else {
+            Ordering::Relaxed
+        }
+    }
 }
 
 /// When the device's volatile cache is flushed. In every policy a log's write completes before the
@@ -39,12 +50,23 @@ pub enum Ordering {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Barrier {
     /// After every log: nothing acknowledged is ever lost.
-    EveryLog,
+    EveryLog = 0,
     /// After every log that ends a checkpoint, and before a superblock write.
     #[default]
-    EveryCheckpoint,
+    EveryCheckpoint = 1,
     /// Only around superblock refreshes (every `superblock_every_bytes` or `superblock_every`).
-    Superblock,
+    Superblock = 2,
+}
+
+impl Barrier {
+    /// From its superblock code (`as u8` is the other way); the superblock decoder bounds it.
+    pub(crate) fn from_code(code: u8) -> Barrier {
+        match code {
+            0 => Barrier::EveryLog,
+            1 => Barrier::EveryCheckpoint,
+            _ => Barrier::Superblock,
+        }
+    }
 }
 
 /// What recovery does with corruption it finds.

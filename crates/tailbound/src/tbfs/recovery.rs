@@ -285,16 +285,8 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     report.superblock_checkpoint = sb.checkpoint;
 
     let mut config = Config {
-        ordering: if sb.ordering == 0 {
-            Ordering::Strict
-        } else {
-            Ordering::Relaxed
-        },
-        barrier: match sb.barrier {
-            0 => Barrier::EveryLog,
-            1 => Barrier::EveryCheckpoint,
-            _ => Barrier::Superblock,
-        },
+        ordering: Ordering::from_code(sb.ordering),
+        barrier: Barrier::from_code(sb.barrier),
         segment_bytes: sb.segment_blocks * BLOCK_U64,
         superblock_every_bytes: sb.superblock_every_bytes,
         superblock_every: Duration::from_millis(sb.superblock_every_ms),

@@ -1,48 +1,11 @@
 //! Engine unit tests on a plain in-memory device (the crash harness lives in `tests/tbfs_crash.rs`).
 
-use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::dev::sim::SimDevice;
 use crate::dev::Device;
-
-/// Bytes in memory; every write is durable at once.
-#[derive(Debug)]
-struct Ram(Mutex<Vec<u8>>);
-
-impl Ram {
-    fn new(len: usize) -> Arc<Ram> {
-        Arc::new(Ram(Mutex::new(vec![0; len])))
-    }
-    fn image(&self) -> Vec<u8> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-impl Device for Ram {
-    fn kind(&self) -> &'static str {
-        "ram"
-    }
-    fn len(&self) -> u64 {
-        self.0.lock().unwrap().len() as u64
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        crate::dev::check_request(self, offset, buf.len())?;
-        let v = self.0.lock().unwrap();
-        buf.copy_from_slice(&v[offset as usize..offset as usize + buf.len()]);
-        Ok(())
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        crate::dev::check_request(self, offset, buf.len())?;
-        let mut v = self.0.lock().unwrap();
-        v[offset as usize..offset as usize + buf.len()].copy_from_slice(buf);
-        Ok(())
-    }
-    fn flush(&self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
     Config {
@@ -56,8 +19,18 @@ fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
     }
 }
 
-fn reopen(dev: &Arc<Ram>) -> Fs {
-    let copy: Arc<dyn Device> = Arc::new(Ram(Mutex::new(dev.image())));
+/// A device of `len` bytes; the tests copy its latest bytes, as a process crash leaves them.
+fn device(len: u64) -> Arc<SimDevice> {
+    Arc::new(SimDevice::new(len))
+}
+
+/// A device holding `image`.
+fn from_image(image: Vec<u8>) -> Arc<dyn Device> {
+    Arc::new(SimDevice::from_image(image))
+}
+
+fn reopen(dev: &SimDevice) -> Fs {
+    let copy = from_image(dev.image());
     Fs::open(copy, &OpenOptions::default()).unwrap()
 }
 
@@ -77,7 +50,7 @@ fn read_all(fs: &Fs, path: &str) -> Vec<u8> {
 
 #[test]
 fn a_new_pool_has_an_empty_root_and_reopens() {
-    let dev = Ram::new(4 << 20);
+    let dev = device(4 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryLog),
@@ -93,7 +66,7 @@ fn a_new_pool_has_an_empty_root_and_reopens() {
 
 #[test]
 fn files_and_directories_survive_close_and_reopen() {
-    let dev = Ram::new(8 << 20);
+    let dev = device(8 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
@@ -132,7 +105,7 @@ fn relaxed_fsync_writes_a_data_only_log_that_roll_forward_recovers() {
         Barrier::EveryCheckpoint,
         Barrier::Superblock,
     ] {
-        let dev = Ram::new(8 << 20);
+        let dev = device(8 << 20);
         let fs = Fs::format(dev.clone(), &small_config(Ordering::Relaxed, barrier)).unwrap();
         let f = fs.open_file("/f", OpenFlags::create()).unwrap();
         f.pwrite(&pattern(2, 8192), 0).unwrap();
@@ -160,7 +133,7 @@ fn relaxed_fsync_writes_a_data_only_log_that_roll_forward_recovers() {
 
 #[test]
 fn strict_fsync_writes_a_checkpoint_every_time() {
-    let dev = Ram::new(8 << 20);
+    let dev = device(8 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Strict, Barrier::EveryCheckpoint),
@@ -182,7 +155,7 @@ fn strict_fsync_writes_a_checkpoint_every_time() {
 
 #[test]
 fn unlinked_open_files_live_until_closed_and_orphans_are_reclaimed() {
-    let dev = Ram::new(8 << 20);
+    let dev = device(8 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryLog),
@@ -206,7 +179,7 @@ fn unlinked_open_files_live_until_closed_and_orphans_are_reclaimed() {
 
 #[test]
 fn rename_replaces_atomically_and_refuses_bad_moves() {
-    let dev = Ram::new(8 << 20);
+    let dev = device(8 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryLog),
@@ -243,7 +216,7 @@ fn rename_replaces_atomically_and_refuses_bad_moves() {
 
 #[test]
 fn truncate_zeroes_the_tail_and_sparse_files_read_zeros() {
-    let dev = Ram::new(8 << 20);
+    let dev = device(8 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryLog),
@@ -265,7 +238,7 @@ fn truncate_zeroes_the_tail_and_sparse_files_read_zeros() {
 
 #[test]
 fn space_is_reused_after_overwrites_and_a_full_pool_says_so() {
-    let dev = Ram::new(4 << 20);
+    let dev = device(4 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
@@ -305,7 +278,7 @@ fn space_is_reused_after_overwrites_and_a_full_pool_says_so() {
 
 #[test]
 fn many_files_in_one_directory_and_many_threads() {
-    let dev = Ram::new(32 << 20);
+    let dev = device(32 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
@@ -346,7 +319,7 @@ fn many_files_in_one_directory_and_many_threads() {
 
 #[test]
 fn damaged_superblocks_fall_back_or_fail_clearly() {
-    let dev = Ram::new(4 << 20);
+    let dev = device(4 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryLog),
@@ -365,13 +338,13 @@ fn damaged_superblocks_fall_back_or_fail_clearly() {
     });
     let newest = newest.unwrap();
     image[newest * 4096 + 100] ^= 0xff;
-    let one: Arc<dyn Device> = Arc::new(Ram(Mutex::new(image.clone())));
+    let one = from_image(image.clone());
     let fs = Fs::open(one, &OpenOptions::default()).unwrap();
     assert_eq!(fs.recovery_report().superblock as usize, 1 - newest);
     // The older copy names an older checkpoint; roll-forward brings the tree up to date.
     assert_eq!(read_all(&fs, "/x"), b"kept");
     image[(1 - newest) * 4096 + 8] ^= 0xff;
-    let none: Arc<dyn Device> = Arc::new(Ram(Mutex::new(image)));
+    let none = from_image(image);
     let err = Fs::open(none, &OpenOptions::default()).unwrap_err();
     assert!(
         err.to_string().contains("superblock 0") && err.to_string().contains("superblock 1"),
@@ -381,7 +354,7 @@ fn damaged_superblocks_fall_back_or_fail_clearly() {
 
 #[test]
 fn bad_paths_and_handles_give_posix_errors() {
-    let dev = Ram::new(4 << 20);
+    let dev = device(4 << 20);
     let fs = Fs::format(dev, &small_config(Ordering::Relaxed, Barrier::EveryLog)).unwrap();
     assert_eq!(fs.stat("/nope").unwrap_err().errno(), libc::ENOENT);
     fs.open_file("/f", OpenFlags::create()).unwrap();
@@ -404,7 +377,7 @@ fn bad_paths_and_handles_give_posix_errors() {
 
 #[test]
 fn dropping_the_last_handle_releases_the_pool_at_once_and_keeps_its_data() {
-    let dev = Ram::new(4 << 20);
+    let dev = device(4 << 20);
     let config = Config {
         checkpoint_every: Some(Duration::from_secs(3600)),
         ..small_config(Ordering::Relaxed, Barrier::EveryLog)
@@ -422,7 +395,7 @@ fn dropping_the_last_handle_releases_the_pool_at_once_and_keeps_its_data() {
 
 /// A small pool with a few files, directories and data-only logs, as an image.
 fn sample_image() -> Vec<u8> {
-    let dev = Ram::new(2 << 20);
+    let dev = device(2 << 20);
     let config = Config {
         segment_bytes: 32 << 10,
         ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
@@ -450,7 +423,7 @@ fn sample_image() -> Vec<u8> {
 
 /// Opens an image and uses whatever it holds; must return errors, never panic.
 fn exercise(image: Vec<u8>) {
-    let dev: Arc<dyn Device> = Arc::new(Ram(Mutex::new(image)));
+    let dev = from_image(image);
     let Ok(fs) = Fs::open(dev, &OpenOptions::default()) else {
         return;
     };
@@ -517,7 +490,7 @@ fn opening_an_image_cut_short_or_zeroed_never_panics() {
 
 #[test]
 fn strict_recovery_refuses_damage_before_the_tail_and_tolerate_tail_keeps_the_prefix() {
-    let dev = Ram::new(4 << 20);
+    let dev = device(4 << 20);
     let fs = Fs::format(
         dev.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryLog),
@@ -544,13 +517,13 @@ fn strict_recovery_refuses_damage_before_the_tail_and_tolerate_tail_keeps_the_pr
         recovery: RecoveryMode::Strict,
         ..OpenOptions::default()
     };
-    let d1: Arc<dyn Device> = Arc::new(Ram(Mutex::new(image.clone())));
+    let d1 = from_image(image.clone());
     let err = Fs::open(d1, &strict).unwrap_err();
     assert!(
         matches!(err, Error::Corrupt(_)) && err.to_string().contains("valid logs after it"),
         "{err}"
     );
-    let d2: Arc<dyn Device> = Arc::new(Ram(Mutex::new(image)));
+    let d2 = from_image(image);
     let fs2 = Fs::open(d2, &OpenOptions::default()).unwrap();
     assert_eq!(
         read_all(&fs2, "/f"),
