@@ -3,7 +3,8 @@
 //! Records the same periodic stream with the conventional design and with tailbound's recorder,
 //! side by side, with and without a competing buffered writer, prints the comparison, then shows
 //! what `record verify` finds in a recording cut off mid-write; then runs O_SYNC writes through tbfs
-//! and ext4 side by side, and recovers a tbfs pool whose power was cut mid-write.
+//! and ext4 side by side, recovers a tbfs pool whose power was cut mid-write, and lets fsck find and
+//! repair a flipped bit in it.
 
 use std::io::Write;
 use std::path::Path;
@@ -15,7 +16,9 @@ use tailbound::bench::experiments::record::{
 use tailbound::bench::experiments::sync_write::{FsConfig, SyncWriteBench};
 use tailbound::bench::load::{LoadConfig, LoadKind};
 use tailbound::dev::sim::SimDevice;
+use tailbound::dev::Device;
 use tailbound::record::{verify, Recorder, RecorderOptions};
+use tailbound::tbfs::fsck;
 use tailbound::tbfs::{Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering, SyncMode};
 
 use crate::CliResult;
@@ -107,7 +110,7 @@ pub fn run(args: DemoArgs) -> CliResult {
     println!("   strict writes a checkpoint per write; relaxed a data-only log, recovered by roll-forward.");
     sync_write_tour(dir)?;
     println!(
-        "\n4. A tbfs pool on the simulated device, with the power cut in the middle of a write."
+        "\n4. A tbfs pool on the simulated device, with the power cut in the middle of a write; then fsck."
     );
     tbfs_crash_tour()?;
     println!("\nNext: `tailbound doctor DIR` explains a directory's settings; `tailbound record --help`;");
@@ -183,7 +186,7 @@ fn tbfs_crash_tour() -> CliResult {
     println!(
         "   {acknowledged} O_SYNC writes acknowledged, then the power went out ({failed} later writes failed);"
     );
-    let fs = Fs::open(crashed, &OpenOptions::default())?;
+    let fs = Fs::open(crashed.clone(), &OpenOptions::default())?;
     let report = fs.recovery_report();
     let file = fs.open_file("/log", OpenFlags::read_only())?;
     let size = file.stat()?.size;
@@ -203,6 +206,37 @@ fn tbfs_crash_tour() -> CliResult {
     println!("   /log is {size} bytes; {intact} of {acknowledged} acknowledged writes read back exactly.");
     if intact != acknowledged {
         return Err(format!("tbfs lost {} acknowledged writes", acknowledged - intact).into());
+    }
+    drop(file);
+    fs.close()?;
+
+    // One flipped bit in the file's data on storage: fsck finds it through its log's CRC.
+    let mut image = crashed.image();
+    let Some(block) = image
+        .chunks_exact(4096)
+        .position(|b| b == record(20).as_slice())
+    else {
+        return Err("record 20 is not on the simulated device".into());
+    };
+    image[block * 4096 + 100] ^= 0x08;
+    let damaged: Arc<dyn Device> = Arc::new(SimDevice::from_image(image));
+    let report = fsck::check(&*damaged)?;
+    println!("   flipped one bit of record 20 on storage; `tailbound fs fsck` says:");
+    for f in report.damage() {
+        println!("     {f}");
+    }
+    let repaired = fsck::repair(damaged)?;
+    println!(
+        "   --repair rewrites the block as read, in place, and reports: {}; afterwards the pool is {}.",
+        repaired.lost.join("; "),
+        if repaired.after.verdict == fsck::Verdict::Clean {
+            "clean"
+        } else {
+            "still damaged"
+        }
+    );
+    if repaired.after.verdict != fsck::Verdict::Clean {
+        return Err("fsck --repair left damage behind".into());
     }
     Ok(())
 }

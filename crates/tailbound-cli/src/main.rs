@@ -5,12 +5,28 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
+mod cmd_calibrate;
 mod cmd_demo;
 mod cmd_doctor;
+mod cmd_fs;
 mod cmd_record;
+mod cmd_run;
 
-/// What a subcommand returns: any error is printed as `tailbound: error: ...` and exits with 1.
+/// What a subcommand returns: any error is printed as `tailbound: error: ...` and exits with 1,
+/// except [`ExitStatus`], which exits with its code and prints nothing more.
 pub type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// An exit status a subcommand chose, having printed what it has to say (`fs fsck` uses 1, 2, 8).
+#[derive(Debug)]
+pub struct ExitStatus(pub u8);
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit status {}", self.0)
+    }
+}
+
+impl std::error::Error for ExitStatus {}
 
 #[derive(Parser)]
 #[command(
@@ -40,19 +56,35 @@ enum Command {
     /// Run a paper's experiment side by side against the kernel's conventional path on this
     /// machine: a Markdown table on stdout, optionally JSON and an SVG plot.
     Bench(cmd_bench::BenchArgs),
+    /// Run an unmodified program with a directory served from a tbfs pool in its own process
+    /// (LD_PRELOAD shim).
+    Run(cmd_run::RunArgs),
+    /// Make, fill, list, check and repair tbfs pools: mkfs, ls, cat, put, get, mkdir, rm, mv,
+    /// stat, df, fsck, info.
+    Fs(cmd_fs::FsArgs),
+    /// Measure a device's service time against request size and store the cost profile the I/O
+    /// scheduler uses (per-I/O and per-byte costs, the split size max_io).
+    Calibrate(cmd_calibrate::CalibrateArgs),
 }
 
 fn main() -> ExitCode {
+    tailbound::sys::proc::default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => cmd_demo::run(args),
         Command::Record(args) => cmd_record::run(args),
         Command::Bench(args) => cmd_bench::run(args),
         Command::Doctor(args) => cmd_doctor::run(args),
+        Command::Run(args) => cmd_run::run(args),
+        Command::Fs(args) => cmd_fs::run(args),
+        Command::Calibrate(args) => cmd_calibrate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
+            if let Some(status) = err.downcast_ref::<ExitStatus>() {
+                return ExitCode::from(status.0);
+            }
             eprintln!("tailbound: error: {err}");
             ExitCode::FAILURE
         }

@@ -167,6 +167,7 @@ fn dirty_sysctls() -> Vec<String> {
 
 #[test]
 fn loop_ext4_runs_flusher_off_cases_and_restores_the_machine() {
+    let _loops = loop_guard();
     if !require_root("loop_ext4_runs_flusher_off_cases_and_restores_the_machine") {
         return;
     }
@@ -217,6 +218,14 @@ fn demo_runs_end_to_end_on_a_short_stream() {
         text.contains("50 of 50 acknowledged writes read back exactly"),
         "{text}"
     );
+}
+
+/// Held by every test that makes loop devices, so one test's check that its loop devices are gone
+/// does not see another's that are still in use.
+static LOOP_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn loop_guard() -> std::sync::MutexGuard<'static, ()> {
+    LOOP_TESTS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn loop_devices_and_mounts_are_gone() {
@@ -368,6 +377,7 @@ fn sync_write_refuses_bad_cases_and_sizes_before_creating_anything() {
 
 #[test]
 fn sync_write_loop_ext4_puts_both_on_one_loop_mount_and_restores_the_machine() {
+    let _loops = loop_guard();
     if !require_root("sync_write_loop_ext4_puts_both_on_one_loop_mount_and_restores_the_machine") {
         return;
     }
@@ -465,4 +475,117 @@ fn recovery_refuses_unknown_policies_kinds_and_zero_trials() {
     let out = tailbound(&["bench", "recovery", "--written-mb", "64", "--pool-mb", "32"]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("cannot hold"), "{}", stderr(&out));
+}
+
+fn fileserver_leftovers() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n.starts_with("tailbound-fileserver") || n.starts_with("tailbound-loop-")
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() {
+    let root = is_root();
+    if !root {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the fileserver test needs root under CI for xfs-ram and ext4-ram"
+        );
+        eprintln!(
+            "fileserver test: not root, so xfs-ram and ext4-ram must be reported unavailable"
+        );
+    }
+    let _loops = loop_guard();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("fs.json");
+    let svg = dir.path().join("fs.svg");
+    let out = tailbound(&[
+        "bench",
+        "fileserver",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = read_json(&json);
+    assert_eq!(report["experiment"], "fileserver");
+    let cases = report["cases"].as_array().unwrap();
+    let unavailable = report["unavailable"].as_array().unwrap();
+    let mut systems: Vec<&str> = Vec::new();
+    for c in cases {
+        for key in [
+            "system",
+            "workload",
+            "threads",
+            "mean_file_kib",
+            "ops_per_s",
+            "mb_per_s",
+            "user_cpu_pct",
+            "sys_cpu_pct",
+        ] {
+            assert!(c.get(key).is_some(), "{key} missing in {c}");
+        }
+        assert_eq!(c["workload"], "fileserver");
+        assert_eq!(c["threads"], 20);
+        assert_eq!(c["mean_file_kib"], 128);
+        positive_finite(c, "ops_per_s");
+        positive_finite(c, "mb_per_s");
+        let user = c["user_cpu_pct"].as_f64().unwrap();
+        let sys = c["sys_cpu_pct"].as_f64().unwrap();
+        assert!(user >= 0.0 && sys >= 0.0 && user + sys > 0.0, "{c}");
+        systems.push(c["system"].as_str().unwrap());
+    }
+    for u in unavailable {
+        assert!(!u["reason"].as_str().unwrap().is_empty());
+        systems.push(u["system"].as_str().unwrap());
+    }
+    systems.sort_unstable();
+    assert_eq!(
+        systems,
+        ["ext4-ram", "tbfs-native", "tbfs-shim", "tmpfs", "xfs-ram"],
+        "every system is measured or reported unavailable"
+    );
+    let measured = |s: &str| cases.iter().any(|c| c["system"] == s);
+    assert!(measured("tmpfs") && measured("tbfs-native"));
+    assert_eq!(measured("xfs-ram"), root);
+    assert_eq!(measured("ext4-ram"), root);
+    // The targets are always checked and printed.
+    assert_eq!(report["targets"].as_array().unwrap().len(), 3);
+    let text = stdout(&out);
+    assert!(text.contains("| target"), "{text}");
+    assert!(text.contains("createfile1"));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    assert!(
+        fileserver_leftovers().is_empty(),
+        "{:?}",
+        fileserver_leftovers()
+    );
+    if root {
+        loop_devices_and_mounts_are_gone();
+    }
+}
+
+#[test]
+fn fileserver_refuses_unknown_systems_and_workloads_and_zero_threads() {
+    for (args, what) in [
+        (&["--systems", "zfs"][..], "unknown system"),
+        (&["--workload", "mail"][..], "unknown workload"),
+        (&["--threads", "0"][..], "--threads"),
+        (&["--repeats", "0"][..], "--repeats"),
+    ] {
+        let mut all = vec!["bench", "fileserver", "--quick"];
+        all.extend_from_slice(args);
+        let out = tailbound(&all);
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains(what), "{what}: {}", stderr(&out));
+    }
 }

@@ -4,6 +4,7 @@
 //! - [`record`]: the real-time recorder for periodic data (preallocated files, data-only flushing).
 //! - [`bench`](mod@bench): the experiment framework (periodic timer, latency histograms, background loads, reports)
 //!   and the experiments themselves.
+//! - [`sched`]: the user-space I/O scheduler (priority classes, weighted fairness, request splitting).
 //! - [`tbfs`]: the log-structured file tree engine; [`dev`]: the storage backends it runs on.
 //! - [`doctor`]: inspects a directory's file system and the kernel's writeback settings.
 //! - [`units`]: parsing and printing of byte sizes and durations (`16KiB`, `5ms`).
@@ -16,6 +17,7 @@ pub mod bench;
 pub mod dev;
 pub mod doctor;
 pub mod record;
+pub mod sched;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod tbfs;

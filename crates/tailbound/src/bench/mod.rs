@@ -8,6 +8,8 @@
 //! - [`report`], [`plot`], [`progress`]: Markdown tables, JSON, SVG box plots and bar charts,
 //!   progress bars, and the check of an issue's targets.
 //! - [`rng`]: a seeded random number generator, so one seed replays one run.
+//! - [`workload`]: filebench-like workload generators (fileserver, varmail, webserver) over a small
+//!   file-system interface with POSIX and native tbfs implementations.
 //! - [`experiments`]: the experiments themselves.
 //!
 //! The framework measures; it never decides whether a figure is good. Experiments compare against
@@ -24,3 +26,4 @@ pub mod rng;
 pub mod sets;
 pub mod stats;
 pub mod timer;
+pub mod workload;

@@ -42,6 +42,16 @@ impl Progress {
         self.bar.inc(n);
     }
 
+    /// Changes the number of steps, for work whose size is learned as it goes.
+    pub fn set_length(&self, len: u64) {
+        self.bar.set_length(len);
+    }
+
+    /// Moves to step `pos`.
+    pub fn set_position(&self, pos: u64) {
+        self.bar.set_position(pos);
+    }
+
     pub fn set_message(&self, message: impl Into<String>) {
         self.bar.set_message(message.into());
     }

@@ -2,12 +2,13 @@
 //! a `// SAFETY:` line on each `unsafe` block; the rest of the crate is `#![deny(unsafe_code)]`.
 //!
 //! Submodules by area: `time` (clocks and absolute sleeps), `file` (allocation, flushing, advice),
-//! `proc` (memory locking, scheduling, affinity), `fs` (file system facts for `doctor`), `mmap`
+//! `proc` (memory locking, scheduling, affinity), `ioprio` (kernel I/O priorities), `fs` (file system facts for `doctor`), `mmap`
 //! (shared file mappings for the recorder and memory pools), `uring` (io_uring for the file backend),
 //! `blockdev_bytes` (the size of a block device).
 
 pub mod file;
 pub mod fs;
+pub mod ioprio;
 pub mod mmap;
 pub mod proc;
 pub mod time;

@@ -52,9 +52,68 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// CPU time the whole process (every thread) has used so far, in user and in kernel mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    pub user: std::time::Duration,
+    pub system: std::time::Duration,
+}
+
+/// `getrusage(RUSAGE_SELF)`: the process's user and system CPU time.
+pub fn process_cpu_times() -> io::Result<CpuTimes> {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a live, writable rusage.
+    cvt(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) })?;
+    let time = |t: libc::timeval| {
+        std::time::Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32) * 1000)
+    };
+    Ok(CpuTimes {
+        user: time(usage.ru_utime),
+        system: time(usage.ru_stime),
+    })
+}
+
+/// How many CPUs this process may run on (its affinity mask), at least 1.
+pub fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The process's effective user and group ids (owners of the files it creates).
+pub fn effective_ids() -> (u32, u32) {
+    // SAFETY: no arguments; these calls cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+/// Restores the default action of `SIGPIPE`, which the Rust runtime ignores, so a command whose
+/// output goes into a closed pipe (`tailbound fs cat POOL FILE | head`) ends quietly, as shell
+/// tools do, instead of failing on its next write.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_times_grow_with_work() {
+        let before = process_cpu_times().unwrap();
+        // Spin until the kernel has accounted some of it (its accounting is tick-grained).
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut x = 0u64;
+        let mut after = before;
+        while after == before && std::time::Instant::now() < give_up {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            after = process_cpu_times().unwrap();
+        }
+        assert!(after.user + after.system > before.user + before.system);
+        assert!(after.user >= before.user && after.system >= before.system);
+        assert!(online_cpus() >= 1);
+    }
 
     #[test]
     fn pinning_to_an_absurd_cpu_is_an_error() {

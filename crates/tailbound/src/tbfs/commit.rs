@@ -20,6 +20,10 @@ use super::{Barrier, Error, Result};
 
 /// Most payload blocks in one log (bounds the write buffer).
 const LOG_BLOCKS_MAX: usize = 1024;
+/// Writers start cleaning when less than 1/this of the pool (beyond what they need) is free.
+const LOW_WATER_DIVISOR: u64 = 10;
+/// Smallest space reserve, in blocks, whatever the segment size.
+const RESERVE_BLOCKS_MIN: u64 = 64;
 /// Descriptors kept free in every log for the attribute records a data-only log ends with.
 const DESCRIPTORS_RESERVED: usize = 2;
 
@@ -28,11 +32,12 @@ impl Inner {
         format::FIRST_SEGMENT_BLOCK + seg * self.segment_blocks
     }
 
-    fn segment_free(&self, m: &Meta, s: usize) -> bool {
+    pub(crate) fn segment_free(&self, m: &Meta, s: usize) -> bool {
         let w = &m.writer;
         s as u64 != w.cur_seg
             && s as u64 != w.next_seg
             && m.seg.live[s] == 0
+            && m.seg.pinned[s] == 0
             && m.seg.dead_at[s] <= m.sb_checkpoint_seq
             && m.seg.last_seq[s] <= m.sb_checkpoint_seq
     }
@@ -44,7 +49,7 @@ impl Inner {
 
     /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
     /// check on every sync does not walk the whole segment table.
-    fn free_blocks_up_to(&self, m: &Meta, enough: u64) -> u64 {
+    pub(crate) fn free_blocks_up_to(&self, m: &Meta, enough: u64) -> u64 {
         let mut free = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos
             + self.segment_blocks;
         for s in 0..self.segment_count as usize {
@@ -59,12 +64,13 @@ impl Inner {
     }
 
     /// Segments that would be free after the next durable superblock.
-    fn pending_free_segments(&self, m: &Meta) -> usize {
+    pub(crate) fn pending_free_segments(&self, m: &Meta) -> usize {
         (0..self.segment_count as usize)
             .filter(|&s| {
                 s as u64 != m.writer.cur_seg
                     && s as u64 != m.writer.next_seg
                     && m.seg.live[s] == 0
+                    && m.seg.pinned[s] == 0
                     && !self.segment_free(m, s)
             })
             .count()
@@ -75,30 +81,49 @@ impl Inner {
     fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
         // Summaries, pads at segment ends, and room for the checkpoint a refresh needs.
         let need = blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2;
+        // Room kept for the checkpoints that make dead segments reusable (and for recovery's).
         let reserve = if m.in_refresh {
             0
         } else {
-            2 * self.segment_blocks
+            (2 * self.segment_blocks).max(RESERVE_BLOCKS_MIN)
         };
+        // Below the low-water mark the writer cleans (and waits for it) while there is still
+        // room for the cleaner to work in.
+        let low_water = if m.in_refresh {
+            0
+        } else {
+            (2 * self.segment_blocks)
+                .max(RESERVE_BLOCKS_MIN)
+                .max(self.segment_blocks * self.segment_count / LOW_WATER_DIVISOR)
+        };
+        let want = need + reserve + low_water;
+        if self.free_blocks_up_to(m, want) >= want {
+            return Ok(());
+        }
+        if !m.in_refresh && !m.in_clean {
+            // Writers wait for the cleaner rather than fail.
+            self.clean(m, want, true)?;
+        }
         if self.free_blocks_up_to(m, need + reserve) >= need + reserve {
             return Ok(());
         }
-        if !m.in_refresh && self.pending_free_segments(m) > 0 {
-            m.in_refresh = true;
-            let r = self.refresh_superblock(m);
-            m.in_refresh = false;
-            r?;
-            if self.free_blocks_up_to(m, need + reserve) >= need + reserve {
-                return Ok(());
-            }
-        }
-        let live: u64 = m.seg.live.iter().map(|&l| l as u64).sum();
+        let space = self.space_report(m);
+        let snapshots = m.life.list.values().filter(|k| k.snapshot).count();
+        let holds = m.life.holds.len();
         Err(Error::NoSpace(format!(
-            "{} bytes to write, {} bytes free; live data holds {} of {} bytes",
+            "{} bytes to write, {} bytes free after cleaning; live data holds {} and {} snapshot(s){} pin {} of {} bytes{}",
             need * BLOCK_U64,
             self.free_blocks(m).saturating_sub(reserve) * BLOCK_U64,
-            live * BLOCK_U64,
-            self.segment_blocks * self.segment_count * BLOCK_U64
+            space.live,
+            snapshots,
+            if holds > 0 { format!(" and {holds} open view(s)") } else { String::new() },
+            space.pinned_by_snapshots,
+            space.size,
+            if space.pinned_by_snapshots > space.size / 10 {
+                " (drop snapshots to make room)"
+            } else {
+                " (the live data fills the pool)"
+            }
         )))
     }
 
@@ -116,6 +141,12 @@ impl Inner {
         m.writer.cur_seg = m.writer.next_seg;
         m.writer.next_seg = next;
         m.writer.pos = self.seg_start(m.writer.cur_seg);
+        let seg = m.writer.cur_seg as usize;
+        m.life.seg_born[seg] = m.checkpoint + 1;
+        m.life.since_ckpt.push((seg, m.writer.pos));
+        m.life
+            .usage_dirty
+            .insert(seg as u64 / format::table_entries_per_page(format::TABLE_USAGE) as u64);
         Ok(())
     }
 
@@ -196,6 +227,7 @@ impl Inner {
         let mut log = m.writer.log.take().expect("log open");
         let flags = log.flags | end_flags;
         let payload_blocks = (log.buf.len() / BLOCK - 1) as u32;
+        let summary_time = now_ns();
         let summary = Summary {
             flags,
             payload_blocks,
@@ -205,7 +237,7 @@ impl Inner {
             segment_next: m.writer.next_seg,
             prev_crc: m.writer.prev_crc,
             payload_crc: format::crc_blocks(&log.buf[BLOCK..]),
-            time_ns: now_ns(),
+            time_ns: summary_time,
             descriptors: log.descriptors,
         };
         let crc = summary.encode_into(&mut log.buf[..BLOCK]);
@@ -235,6 +267,10 @@ impl Inner {
         }
         let seg = m.writer.cur_seg as usize;
         m.seg.last_seq[seg] = m.writer.seq;
+        m.life.seg_written[seg] = summary_time;
+        m.life
+            .usage_dirty
+            .insert(seg as u64 / format::table_entries_per_page(format::TABLE_USAGE) as u64);
         m.writer.seq += 1;
         m.writer.prev_crc = crc;
         m.writer.pos = log.start + 1 + payload_blocks as u64;
@@ -339,14 +375,42 @@ impl Inner {
                 }
             }
             let st = m.inodes[&ino].lock();
-            let leaves =
-                (st.map.blocks.len() as u64 + st.dirty.len() as u64).div_ceil(FANOUT as u64);
-            estimate += st.dirty.len() as u64
-                + (leaves + 1)
-                    * (height_for(st.map.blocks.len() as u64 + st.dirty.len() as u64) as u64 + 1)
-                + 2;
+            // Map nodes: the whole tree if its shape changes, else the paths above the leaves
+            // whose children change.
+            let dir_len = dir_blocks.get(&ino).map_or(0, |b| b.len());
+            let n = st
+                .map
+                .blocks
+                .len()
+                .max(st.dirty.keys().next_back().map_or(0, |&b| b as usize + 1))
+                .max(dir_len) as u64;
+            let h = height_for(n) as u64;
+            let mut total = 0u64;
+            let mut width = n;
+            for _ in 0..h {
+                width = width.div_ceil(FANOUT as u64);
+                total += width;
+            }
+            let nodes = if st.map.all_dirty || h != st.map.height as u64 || dir_len > 0 {
+                total
+            } else {
+                let mut leaves: BTreeSet<u64> =
+                    st.map.dirty_leaves.iter().map(|&l| l as u64).collect();
+                leaves.extend(st.dirty.keys().map(|&b| b / FANOUT as u64));
+                (leaves.len() as u64 * h).min(total)
+            };
+            estimate += st.dirty.len() as u64 + nodes + 1;
         }
-        estimate += (work.len() as u64 + 1) * 2 + m.ifile.blocks.len() as u64 / FANOUT as u64 + 4;
+        let mut pages: BTreeSet<u64> = work
+            .iter()
+            .chain(m.freed_slots.iter())
+            .map(|&ino| ino / INODES_PER_PAGE as u64)
+            .collect();
+        pages.extend(m.pages_dirty.iter().copied());
+        estimate += pages.len() as u64
+            + (height_for(m.ifile.blocks.len() as u64 + 1) as u64 + 1) * pages.len().max(1) as u64
+            + 4;
+        estimate += m.table_estimate();
         self.ensure_space(m, estimate)?;
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
         work.retain(|ino| m.inodes.contains_key(ino));
@@ -404,6 +468,7 @@ impl Inner {
                 .iter()
                 .map(|&ino| ino / INODES_PER_PAGE as u64),
         );
+        pages.extend(std::mem::take(&mut m.pages_dirty));
         let mut page = [0u8; BLOCK];
         for &p in &pages {
             for slot in 0..INODES_PER_PAGE {
@@ -432,15 +497,31 @@ impl Inner {
         result?;
 
         let number = m.checkpoint + 1;
+        // Retention: release what the protection period no longer covers, then drop the old
+        // root from the live tree (pinned if its checkpoint stays retained) before the pinned
+        // table is written.
+        let released = m.prune(seq, self.segment_blocks, true);
+        if m.life.pressure {
+            self.count(|c| c.protection_released += released);
+        }
+        let prev_root = m.checkpoint_root;
+        if prev_root != 0 {
+            m.seg_dec(prev_root, seq, self.segment_blocks);
+        }
+        let tables = self.write_tables(m)?;
+        let time_ns = now_ns();
         let root = CheckpointRoot {
             number,
             sequence: m.writer.seq,
-            time_ns: now_ns(),
+            time_ns,
             ifile_root: m.ifile.root,
             ifile_height: m.ifile.height,
             ifile_pages: m.ifile_pages,
             next_ino: m.next_ino,
             inodes: m.inodes.len() as u64,
+            prev_root,
+            oldest_protected: m.life.oldest_protected(time_ns, number),
+            tables,
         };
         // The root names the sequence of the log it ends; a continuation log may still open
         // before it, so it is fixed up after the add below if the log rolled over.
@@ -460,9 +541,19 @@ impl Inner {
         let root_seq = m.writer.seq;
         self.log_close(m, FLAG_END | FLAG_CHECKPOINT)?;
         m.seg_inc(addr, self.segment_blocks);
-        if m.checkpoint_root != 0 {
-            m.seg_dec(m.checkpoint_root, seq, self.segment_blocks);
-        }
+        m.life.list.insert(
+            number,
+            super::lifecycle::Kept {
+                time_ns,
+                root: addr,
+                snapshot: false,
+                name: None,
+            },
+        );
+        m.life.since_ckpt = vec![(
+            Meta::seg_of(m.writer.pos, self.segment_blocks),
+            m.writer.pos,
+        )];
         m.checkpoint = number;
         m.checkpoint_root = addr;
         m.checkpoint_seq = root_seq;
@@ -482,17 +573,32 @@ impl Inner {
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.
-    fn write_map(&self, m: &mut Meta, kind: DescKind, ino: u64, map: &mut BlockMap) -> Result<()> {
+    pub(crate) fn write_map(
+        &self,
+        m: &mut Meta,
+        kind: DescKind,
+        ino: u64,
+        map: &mut BlockMap,
+    ) -> Result<()> {
         if !map.is_dirty() {
             return Ok(());
         }
         let seq = m.writer.seq;
+        let sb = self.segment_blocks;
+        // Only the newest checkpoint's tables are read, so their old nodes pin nothing.
+        let dec = |m: &mut Meta, a: u64| {
+            if kind == DescKind::TableNode {
+                m.seg_dec_unpinned(a, seq, sb)
+            } else {
+                m.seg_dec(a, seq, sb)
+            }
+        };
         let n = map.blocks.len();
         let h = height_for(n as u64);
         let all = map.all_dirty || h != map.height;
         if all {
             for a in map.node_addrs().collect::<Vec<_>>() {
-                m.seg_dec(a, seq, self.segment_blocks);
+                dec(m, a);
             }
             map.nodes.clear();
         }
@@ -534,7 +640,7 @@ impl Inner {
                 let addr = self.log_add(m, kind, ino, level, i as u64, &node[..])?;
                 m.seg_inc(addr, self.segment_blocks);
                 if addrs[i] != 0 {
-                    m.seg_dec(addrs[i], seq, self.segment_blocks);
+                    dec(m, addrs[i]);
                 }
                 addrs[i] = addr;
                 parents.insert(i / FANOUT);
@@ -578,7 +684,8 @@ impl Inner {
             .is_empty()
             || !m.pending.is_empty()
             || m.ns_dirty
-            || !m.freed_slots.is_empty();
+            || !m.freed_slots.is_empty()
+            || m.life.snap_dirty;
         if dirty || m.writer.seq != m.checkpoint_next_seq {
             self.commit_checkpoint(m)?;
         }
@@ -627,6 +734,9 @@ impl Inner {
             },
             created_ns: m.created_ns,
             written_ns: now_ns(),
+            protection_ms: m.life.protection.as_millis().min(u64::MAX as u128) as u64,
+            background_gc: self.config.background_gc,
+            gc_free_percent: self.config.gc_free_percent.min(90) as u8,
         };
         debug_assert_eq!(
             m.writer.seq, m.checkpoint_next_seq,

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::format::{
-    self, Block, InodeRecord, BLOCK, BLOCK_U64, NAME_MAX, S_IFDIR, S_IFMT, S_IFREG,
+    self, Block, InodeRecord, BLOCK, BLOCK_U64, NAME_MAX, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
 };
 use super::map::BlockMap;
 use super::*;
@@ -39,6 +39,9 @@ pub(crate) struct InodeState {
     pub size: u64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    pub atime_ns: i64,
+    pub uid: u32,
+    pub gid: u32,
     pub map: BlockMap,
     pub dirty: BTreeMap<u64, DirtyBlock>,
     pub next_gen: u64,
@@ -51,7 +54,7 @@ pub(crate) struct InodeState {
 }
 
 impl InodeState {
-    pub fn new(kind: FileKind, mode: u32, now: i64) -> InodeState {
+    pub fn new(kind: FileKind, mode: u32, now: i64, owner: (u32, u32)) -> InodeState {
         InodeState {
             kind,
             mode,
@@ -59,6 +62,9 @@ impl InodeState {
             size: 0,
             mtime_ns: now,
             ctime_ns: now,
+            atime_ns: now,
+            uid: owner.0,
+            gid: owner.1,
             map: BlockMap::default(),
             dirty: BTreeMap::new(),
             next_gen: 1,
@@ -69,10 +75,10 @@ impl InodeState {
     }
 
     pub fn record(&self, ino: u64) -> InodeRecord {
-        let type_bits = if self.kind == FileKind::Dir {
-            S_IFDIR
-        } else {
-            S_IFREG
+        let type_bits = match self.kind {
+            FileKind::Dir => S_IFDIR,
+            FileKind::File => S_IFREG,
+            FileKind::Symlink => S_IFLNK,
         };
         InodeRecord {
             ino,
@@ -83,6 +89,9 @@ impl InodeState {
             ctime_ns: self.ctime_ns,
             root: self.map.root,
             height: self.map.height,
+            uid: self.uid,
+            gid: self.gid,
+            atime_ns: self.atime_ns,
         }
     }
 }
@@ -111,6 +120,9 @@ pub(crate) struct SegUsage {
     pub dead_at: Vec<u64>,
     /// Highest log sequence written into each segment.
     pub last_seq: Vec<u64>,
+    /// Blocks in each segment that the live tree no longer references but a retained checkpoint
+    /// does (see `lifecycle`).
+    pub pinned: Vec<u32>,
 }
 
 /// The log writer's position and the log being built.
@@ -170,6 +182,12 @@ pub(crate) struct Meta {
     pub created_ns: i64,
     /// A superblock refresh is running (its checkpoint may use the space reserve).
     pub in_refresh: bool,
+    /// Inode pages the cleaner moves: rewritten at the next checkpoint.
+    pub pages_dirty: BTreeSet<u64>,
+    /// Retention, snapshots, pinned blocks and the checkpoint's tables.
+    pub life: super::lifecycle::Life,
+    /// The cleaner is running (no nested cleaning from `ensure_space`).
+    pub in_clean: bool,
 }
 
 /// Shared by every clone of an [`Fs`] and every [`File`].
@@ -192,6 +210,35 @@ pub(crate) struct Inner {
     pub background: Mutex<Option<JoinHandle<()>>>,
     /// Set to stop the background thread; shared with it so it waits without holding `Inner`.
     pub stop: Arc<(Mutex<bool>, Condvar)>,
+    /// Priorities lent to whoever holds `meta` (and so does the commit) by threads waiting for it.
+    pub inherit: Arc<crate::sched::inherit::Inheritance>,
+    /// Advisory locks of the process on this pool's files.
+    pub locks: super::locks::LockTable,
+    /// Where the pool is mounted in the process's paths (absolute symbolic links under it
+    /// resolve inside the pool).
+    pub mount_point: Mutex<Option<String>>,
+    /// [`AtimePolicy`] as its code.
+    pub atime: std::sync::atomic::AtomicU8,
+}
+
+/// `meta` locked by the calling thread, which meanwhile inherits the priority of any thread that
+/// waits for it: a commit an RT thread waits on runs at RT, in `sched` and in the kernel.
+pub(crate) struct MetaGuard<'a> {
+    guard: MutexGuard<'a, Meta>,
+    _hold: crate::sched::inherit::Hold,
+}
+
+impl std::ops::Deref for MetaGuard<'_> {
+    type Target = Meta;
+    fn deref(&self) -> &Meta {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for MetaGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Meta {
+        &mut self.guard
+    }
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -202,8 +249,21 @@ pub(crate) fn now_ns() -> i64 {
 }
 
 impl Inner {
-    pub fn lock_meta(&self) -> MutexGuard<'_, Meta> {
-        self.meta.lock().unwrap_or_else(|p| p.into_inner())
+    /// Locks the metadata (and with it the commit path). A thread that has to wait lends its
+    /// I/O priority to the holder until it gets the lock.
+    pub fn lock_meta(&self) -> MetaGuard<'_> {
+        let guard = match self.meta.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let _lend = self.inherit.lend(crate::sched::inherit::own_prio());
+                self.meta.lock().unwrap_or_else(|p| p.into_inner())
+            }
+        };
+        MetaGuard {
+            guard,
+            _hold: self.inherit.hold(),
+        }
     }
 
     pub fn check_usable(&self) -> Result<()> {
@@ -265,9 +325,27 @@ impl Inner {
     }
 
     pub fn pread(&self, cell: &InodeCell, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let st = cell.lock();
+        self.pread_with(cell, buf, offset, true)
+    }
+
+    /// Reads without touching the access time (a checkpoint's files are read-only).
+    pub fn pread_at_rest(&self, cell: &InodeCell, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.pread_with(cell, buf, offset, false)
+    }
+
+    fn pread_with(
+        &self,
+        cell: &InodeCell,
+        buf: &mut [u8],
+        offset: u64,
+        touch: bool,
+    ) -> Result<usize> {
+        let mut st = cell.lock();
         if st.freed {
             return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+        }
+        if touch {
+            self.touch_atime(cell.ino, &mut st);
         }
         if offset >= st.size {
             return Ok(0);
@@ -312,21 +390,34 @@ impl Inner {
     }
 
     pub fn pwrite(&self, cell: &InodeCell, buf: &[u8], offset: u64) -> Result<usize> {
+        self.write_at(cell, buf, Some(offset)).map(|(_, n)| n)
+    }
+
+    /// Writes `buf` at the end of the file, read under the inode lock so concurrent appends
+    /// never overlap; returns the offset after the write.
+    pub fn append(&self, cell: &InodeCell, buf: &[u8]) -> Result<u64> {
+        self.write_at(cell, buf, None).map(|(end, _)| end)
+    }
+
+    /// Writes at `offset`, or at the end of the file for `None`; returns the end and the count.
+    fn write_at(&self, cell: &InodeCell, buf: &[u8], offset: Option<u64>) -> Result<(u64, usize)> {
         self.check_writable()?;
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= FILE_BYTES_MAX)
-            .ok_or_else(|| {
-                Error::Invalid(format!(
-                    "inode {}: write past the largest file ({FILE_BYTES_MAX} bytes)",
-                    cell.ino
-                ))
-            })?;
+        let end;
         {
             let mut st = cell.lock();
             if st.freed {
                 return Err(Error::BadHandle(format!("inode {}", cell.ino)));
             }
+            let offset = offset.unwrap_or(st.size);
+            end = offset
+                .checked_add(buf.len() as u64)
+                .filter(|&e| e <= FILE_BYTES_MAX)
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "inode {}: write past the largest file ({FILE_BYTES_MAX} bytes)",
+                        cell.ino
+                    ))
+                })?;
             let mut done = 0usize;
             while done < buf.len() {
                 let pos = offset + done as u64;
@@ -367,7 +458,59 @@ impl Inner {
                 self.maybe_refresh(&mut m)?;
             }
         }
-        Ok(buf.len())
+        Ok((end, buf.len()))
+    }
+
+    /// Updates the access time of a file being read, per the pool's [`AtimePolicy`]. The new
+    /// time is written with the file's next checkpoint.
+    fn touch_atime(&self, ino: u64, st: &mut InodeState) {
+        const DAY_NS: i64 = 24 * 3600 * 1_000_000_000;
+        let policy = self.atime.load(AtomicOrdering::Relaxed);
+        if policy == AtimePolicy::Never as u8 || self.read_only {
+            return;
+        }
+        let now = now_ns();
+        let due = policy == AtimePolicy::Strict as u8
+            || st.atime_ns <= st.mtime_ns
+            || st.atime_ns <= st.ctime_ns
+            || now - st.atime_ns >= DAY_NS;
+        if due {
+            st.atime_ns = now;
+            st.attr_dirty = true;
+            self.mark_dirty(ino);
+        }
+    }
+
+    /// Changes attributes (chmod, chown, utimens); the change time becomes now.
+    pub fn set_attr(&self, cell: &InodeCell, attr: &SetAttr) -> Result<()> {
+        self.check_writable()?;
+        let mut m = self.lock_meta();
+        {
+            let mut st = cell.lock();
+            if st.freed {
+                return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+            }
+            if let Some(mode) = attr.mode {
+                st.mode = mode & 0o7777;
+            }
+            if let Some(uid) = attr.uid {
+                st.uid = uid;
+            }
+            if let Some(gid) = attr.gid {
+                st.gid = gid;
+            }
+            if let Some(t) = attr.atime_ns {
+                st.atime_ns = t;
+            }
+            if let Some(t) = attr.mtime_ns {
+                st.mtime_ns = t;
+            }
+            st.ctime_ns = now_ns();
+            st.attr_dirty = true;
+        }
+        m.pending.insert(cell.ino);
+        m.ns_dirty = true;
+        Ok(())
     }
 
     /// Makes one file durable: a checkpoint, or in relaxed ordering a data-only log when no
@@ -391,22 +534,104 @@ impl Inner {
         self.refresh_superblock(&mut m)
     }
 
-    /// Resolves a path to its inode; `/` and empty components are ignored.
+    /// Resolves a path to its inode, following symbolic links; `/`, empty components and `.`
+    /// are ignored, `..` goes to the parent.
     pub fn lookup(&self, m: &Meta, path: &str) -> Result<u64> {
-        let mut ino = ROOT_INO;
-        for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
-            let Some(entries) = m.dirs.get(&ino) else {
+        self.resolve(m, path, true)
+    }
+
+    /// Resolves a path, following symbolic links in every component but the last unless
+    /// `follow_last`. A relative link target is resolved from the link's directory; an absolute
+    /// one from the pool's root, after removing the mount point set with
+    /// [`Fs::set_mount_point`] (a target outside it is not found). At most 40 links are followed.
+    pub fn resolve(&self, m: &Meta, path: &str, follow_last: bool) -> Result<u64> {
+        const LINKS_MAX: u32 = 40;
+        let mut todo: Vec<String> = path
+            .split('/')
+            .rev()
+            .filter(|p| !p.is_empty() && *p != ".")
+            .map(str::to_string)
+            .collect();
+        let mut cur = ROOT_INO;
+        let mut trail: Vec<u64> = Vec::new();
+        let mut links = 0;
+        while let Some(part) = todo.pop() {
+            if part == "." {
+                continue;
+            }
+            let Some(entries) = m.dirs.get(&cur) else {
                 return Err(Error::NotDir(path.to_string()));
             };
             if part == ".." {
-                return Err(Error::Invalid(format!("{path}: `..` is not supported")));
+                cur = trail.pop().unwrap_or(ROOT_INO);
+                continue;
             }
-            match entries.get(part) {
-                Some(&(child, _)) => ino = child,
-                None => return Err(Error::NotFound(path.to_string())),
+            let Some(&(child, is_dir)) = entries.get(&part) else {
+                return Err(Error::NotFound(path.to_string()));
+            };
+            let last = todo.is_empty();
+            if !is_dir && (follow_last || !last) {
+                let cell = self.cell(m, child)?;
+                if cell.lock().kind == FileKind::Symlink {
+                    links += 1;
+                    if links > LINKS_MAX {
+                        return Err(Error::Loop(path.to_string()));
+                    }
+                    let target = self.link_target(&cell)?;
+                    let rest = if let Some(abs) = target.strip_prefix('/') {
+                        cur = ROOT_INO;
+                        trail.clear();
+                        let mount = self.mount_point.lock().unwrap_or_else(|p| p.into_inner());
+                        match mount.as_deref() {
+                            None => abs.to_string(),
+                            Some(mp) => match target.strip_prefix(mp) {
+                                Some(r) if r.is_empty() || r.starts_with('/') => r.to_string(),
+                                _ => {
+                                    return Err(Error::NotFound(format!(
+                                        "{path} (its link to {target} leaves the pool)"
+                                    )))
+                                }
+                            },
+                        }
+                    } else {
+                        target
+                    };
+                    todo.extend(
+                        rest.split('/')
+                            .rev()
+                            .filter(|p| !p.is_empty() && *p != ".")
+                            .map(str::to_string),
+                    );
+                    continue;
+                }
             }
+            trail.push(cur);
+            cur = child;
         }
-        Ok(ino)
+        Ok(cur)
+    }
+
+    /// A symbolic link's target.
+    pub fn link_target(&self, cell: &InodeCell) -> Result<String> {
+        let size = {
+            let st = cell.lock();
+            if st.kind != FileKind::Symlink {
+                return Err(Error::Invalid(format!(
+                    "inode {}: not a symbolic link",
+                    cell.ino
+                )));
+            }
+            st.size
+        };
+        let mut buf = vec![0u8; size as usize];
+        let n = self.pread(cell, &mut buf, 0)?;
+        buf.truncate(n);
+        String::from_utf8(buf).map_err(|_| {
+            Error::Corrupt(format!(
+                "inode {}: symbolic link target is not UTF-8",
+                cell.ino
+            ))
+        })
     }
 
     /// Splits a path into its parent directory's inode and the last name.
@@ -459,7 +684,12 @@ impl Inner {
         let ino = self.alloc_ino(m);
         let cell = Arc::new(InodeCell {
             ino,
-            st: Mutex::new(InodeState::new(kind, mode, now_ns())),
+            st: Mutex::new(InodeState::new(
+                kind,
+                mode,
+                now_ns(),
+                crate::sys::proc::effective_ids(),
+            )),
         });
         m.inodes.insert(ino, cell.clone());
         if kind == FileKind::Dir {
@@ -606,6 +836,9 @@ impl Inner {
             blocks: st.map.mapped_blocks() + extra,
             mtime_ns: st.mtime_ns,
             ctime_ns: st.ctime_ns,
+            atime_ns: st.atime_ns,
+            uid: st.uid,
+            gid: st.gid,
         })
     }
 
@@ -633,14 +866,22 @@ impl Meta {
         self.seg.live[s] += 1;
     }
 
+    /// The live tree drops `block`. A retained checkpoint that references it keeps it pinned.
     pub fn seg_dec(&mut self, block: u64, seq: u64, segment_blocks: u64) {
+        self.seg_dec_unpinned(block, seq, segment_blocks);
+        self.pin_if_retained(block, segment_blocks);
+    }
+
+    /// The live tree drops `block`, which no retained checkpoint needs (a table block: only the
+    /// newest checkpoint's tables are ever read).
+    pub fn seg_dec_unpinned(&mut self, block: u64, seq: u64, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
         debug_assert!(
             self.seg.live[s] > 0,
             "segment {s} live count underflow at block {block}"
         );
         self.seg.live[s] = self.seg.live[s].saturating_sub(1);
-        if self.seg.live[s] == 0 {
+        if self.seg.live[s] == 0 && self.seg.pinned[s] == 0 {
             self.seg.dead_at[s] = seq;
         }
     }
@@ -685,6 +926,12 @@ impl Fs {
             .flatten()
             .min()
             .unwrap_or(Duration::from_secs(5))
+            .min(if inner.config.background_gc {
+                // The cleaner looks at the free space this often.
+                Duration::from_millis(100)
+            } else {
+                Duration::MAX
+            })
             .max(Duration::from_millis(10));
             let weak = Arc::downgrade(&inner);
             let stop = inner.stop.clone();
@@ -703,6 +950,12 @@ impl Fs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The advisory lock table every handle to this pool shares (POSIX, OFD and `flock` locks,
+    /// see [`locks`](super::locks)).
+    pub fn locks(&self) -> &super::locks::LockTable {
+        &self.inner.locks
     }
 
     /// The configuration in effect.
@@ -889,6 +1142,121 @@ impl Fs {
         self.inner.stat_cell(&cell)
     }
 
+    /// Changes a file's or directory's attributes (chmod, chown, utimens), following a
+    /// symbolic link.
+    pub fn set_attr(&self, path: &str, attr: &SetAttr) -> Result<()> {
+        self.set_attr_at(path, attr, true)
+    }
+
+    /// Like [`Fs::set_attr`], but changes a symbolic link itself (lchown, `AT_SYMLINK_NOFOLLOW`).
+    pub fn lset_attr(&self, path: &str, attr: &SetAttr) -> Result<()> {
+        self.set_attr_at(path, attr, false)
+    }
+
+    fn set_attr_at(&self, path: &str, attr: &SetAttr, follow: bool) -> Result<()> {
+        self.inner.check_writable()?;
+        let cell = {
+            let m = self.inner.lock_meta();
+            let ino = self.inner.resolve(&m, path, follow)?;
+            self.inner.cell(&m, ino)?
+        };
+        self.inner.set_attr(&cell, attr)
+    }
+
+    /// When reads update access times, from now on in this process (default: relatime).
+    pub fn set_atime_policy(&self, policy: AtimePolicy) {
+        self.inner
+            .atime
+            .store(policy as u8, AtomicOrdering::Relaxed);
+    }
+
+    /// Like [`Fs::stat`], but a symbolic link is described itself, not followed.
+    pub fn lstat(&self, path: &str) -> Result<Stat> {
+        self.inner.check_usable()?;
+        let m = self.inner.lock_meta();
+        let ino = self.inner.resolve(&m, path, false)?;
+        let cell = self.inner.cell(&m, ino)?;
+        drop(m);
+        self.inner.stat_cell(&cell)
+    }
+
+    /// Makes a symbolic link at `path` to `target` (stored as given).
+    pub fn symlink(&self, target: &str, path: &str) -> Result<()> {
+        self.inner.check_writable()?;
+        if target.is_empty() || target.len() > 4095 {
+            return Err(Error::Invalid(format!(
+                "{path}: link target of {} bytes",
+                target.len()
+            )));
+        }
+        let mut m = self.inner.lock_meta();
+        let (parent, name) = self.inner.parent_of(&m, path)?;
+        if m.dirs[&parent].contains_key(name) {
+            return Err(Error::Exists(path.to_string()));
+        }
+        let cell = self
+            .inner
+            .create_inode(&mut m, parent, name, FileKind::Symlink, 0o777);
+        drop(m);
+        self.inner.pwrite(&cell, target.as_bytes(), 0)?;
+        Ok(())
+    }
+
+    /// The target of the symbolic link at `path`.
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        self.inner.check_usable()?;
+        let m = self.inner.lock_meta();
+        let ino = self.inner.resolve(&m, path, false)?;
+        let cell = self.inner.cell(&m, ino)?;
+        drop(m);
+        if cell.lock().kind != FileKind::Symlink {
+            return Err(Error::Invalid(format!("{path}: not a symbolic link")));
+        }
+        self.inner.link_target(&cell)
+    }
+
+    /// Makes `new` another name of the file at `existing` (a hard link; not for directories).
+    pub fn link(&self, existing: &str, new: &str) -> Result<()> {
+        self.inner.check_writable()?;
+        let mut m = self.inner.lock_meta();
+        let ino = self.inner.resolve(&m, existing, false)?;
+        let cell = self.inner.cell(&m, ino)?;
+        if cell.lock().kind == FileKind::Dir {
+            return Err(Error::NotPermitted(format!(
+                "{existing}: a hard link to a directory"
+            )));
+        }
+        let (parent, name) = self.inner.parent_of(&m, new)?;
+        if m.dirs[&parent].contains_key(name) {
+            return Err(Error::Exists(new.to_string()));
+        }
+        m.dirs
+            .get_mut(&parent)
+            .expect("parent checked")
+            .insert(name.to_string(), (ino, false));
+        {
+            let mut st = cell.lock();
+            st.nlink += 1;
+            st.ctime_ns = now_ns();
+        }
+        self.inner.touch_dir(&mut m, parent);
+        m.pending.insert(ino);
+        m.ns_dirty = true;
+        Ok(())
+    }
+
+    /// Where this pool is mounted in the process's paths, for absolute symbolic link targets:
+    /// `/mnt/fast/x` then resolves to `/x` in the pool. `None` (the default): absolute targets
+    /// start at the pool's root.
+    pub fn set_mount_point(&self, mount: Option<&str>) {
+        *self
+            .inner
+            .mount_point
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) =
+            mount.map(|s| s.trim_end_matches('/').to_string());
+    }
+
     pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
         self.inner.check_writable()?;
         let cell = {
@@ -907,18 +1275,11 @@ impl Fs {
         let Some(entries) = m.dirs.get(&ino) else {
             return Err(Error::NotDir(path.to_string()));
         };
-        Ok(entries
-            .iter()
-            .map(|(name, &(ino, is_dir))| DirEntry {
-                name: name.clone(),
-                ino,
-                kind: if is_dir {
-                    FileKind::Dir
-                } else {
-                    FileKind::File
-                },
-            })
-            .collect())
+        Ok(dir_entries(entries, |ino| {
+            m.inodes
+                .get(&ino)
+                .is_some_and(|c| c.lock().kind == FileKind::Symlink)
+        }))
     }
 
     pub fn statvfs(&self) -> Result<StatVfs> {
@@ -956,6 +1317,26 @@ impl Fs {
     }
 }
 
+/// A directory's entries as `readdir` returns them.
+/// A directory's entries; `is_symlink` tells symbolic links from files (entries store only
+/// whether a name is a directory).
+pub(crate) fn dir_entries(entries: &DirEntries, is_symlink: impl Fn(u64) -> bool) -> Vec<DirEntry> {
+    entries
+        .iter()
+        .map(|(name, &(ino, is_dir))| DirEntry {
+            name: name.clone(),
+            ino,
+            kind: if is_dir {
+                FileKind::Dir
+            } else if is_symlink(ino) {
+                FileKind::Symlink
+            } else {
+                FileKind::File
+            },
+        })
+        .collect()
+}
+
 /// Child → parent links of every directory.
 fn parent_links(m: &Meta) -> HashMap<u64, u64> {
     let mut parents = HashMap::new();
@@ -990,6 +1371,13 @@ fn stop_background(inner: &Inner) {
 /// Writes checkpoints and refreshes the superblock on the configured schedule. Holds the pool only
 /// while it works, so dropping the last handle drops the pool at once.
 fn background(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, period: Duration) {
+    // Background checkpoints and cleaning are idle-class I/O (in the kernel, and in `sched` through the
+    // thread's ioprio); a thread that waits for one lends it its own priority (`lock_meta`).
+    let _ = crate::sched::Prio {
+        class: crate::sched::Class::Idle,
+        level: crate::sched::LEVEL_MAX,
+    }
+    .apply_to_current_thread();
     loop {
         {
             let (lock, cv) = &*stop;
@@ -1023,6 +1411,18 @@ fn background(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, period: Dura
                 .and_then(|()| inner.maybe_refresh(&mut m))
         } else {
             inner.maybe_refresh(&mut m)
+        };
+        let result = result.and_then(|()| {
+            if inner.config.background_gc {
+                inner.background_clean(&mut m)
+            } else {
+                Ok(())
+            }
+        });
+        // Cleaning that finds no room is not an error for the background; writers see it.
+        let result = match result {
+            Err(Error::NoSpace(_)) => Ok(()),
+            other => other,
         };
         if let Err(e) = result {
             inner.poison(&e);
@@ -1091,6 +1491,23 @@ impl File {
             SyncMode::Data | SyncMode::Full => self.inner.sync_file(&self.cell)?,
         }
         Ok(n)
+    }
+
+    /// Writes `buf` at the end of the file (whatever its size is now, also while other handles
+    /// append) and returns the offset after it, like a `write` on an `O_APPEND` descriptor.
+    pub fn append(&self, buf: &[u8]) -> Result<u64> {
+        if !self.flags.write {
+            return Err(Error::BadHandle(format!(
+                "inode {}: not open for writing",
+                self.cell.ino
+            )));
+        }
+        let end = self.inner.append(&self.cell, buf)?;
+        match self.flags.sync {
+            SyncMode::None => {}
+            SyncMode::Data | SyncMode::Full => self.inner.sync_file(&self.cell)?,
+        }
+        Ok(end)
     }
 
     pub fn seek(&mut self, pos: SeekFrom) -> Result<u64> {
@@ -1163,6 +1580,11 @@ impl File {
         self.inner.check_usable()?;
         self.inner.stat_cell(&self.cell)
     }
+
+    /// Changes the open file's attributes (fchmod, fchown, futimens), whatever it was opened for.
+    pub fn set_attr(&self, attr: &SetAttr) -> Result<()> {
+        self.inner.set_attr(&self.cell, attr)
+    }
 }
 
 impl Drop for File {
@@ -1173,9 +1595,9 @@ impl Drop for File {
 
 /// Whether a stored mode is a directory.
 pub(crate) fn mode_kind(mode: u32) -> FileKind {
-    if mode & S_IFMT == S_IFDIR {
-        FileKind::Dir
-    } else {
-        FileKind::File
+    match mode & S_IFMT {
+        S_IFDIR => FileKind::Dir,
+        S_IFLNK => FileKind::Symlink,
+        _ => FileKind::File,
     }
 }

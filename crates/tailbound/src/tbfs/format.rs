@@ -36,7 +36,10 @@
 //! | 160 | 8 | segment after the one holding the next log |
 //! | 168 | 8 | created (ns since the epoch) |
 //! | 176 | 8 | written (ns since the epoch) |
-//! | 184 | 3908 | zero |
+//! | 184 | 8 | protection period of plain checkpoints in ms |
+//! | 192 | 1 | background cleaner: 1 on, 0 off |
+//! | 193 | 1 | free space the background cleaner aims for, percent |
+//! | 194 | 3898 | zero |
 //! | 4092 | 4 | CRC32C of bytes 0..4092 |
 //!
 //! Log: one summary block, then `payload_blocks` blocks in descriptor order.
@@ -60,7 +63,7 @@
 //! | 88 | 32 × n | descriptors |
 //!
 //! Descriptor (32 bytes): kind u8 (1 data, 2 map node, 3 inode page, 4 inode-file map node,
-//! 5 checkpoint root, 6 attributes), level u8, zero u16, block count u32, inode u64, then for data
+//! 5 checkpoint root, 6 attributes, 7 table page, 8 table map node), level u8, zero u16, block count u32, inode u64, then for data
 //! and nodes the first file block (or node index) u64 and a zero u64; for attributes the size u64
 //! and mtime i64 (no payload).
 //!
@@ -77,8 +80,20 @@
 //! CRC32C of the bytes before them.
 //!
 //! Checkpoint root (4 KiB): magic `TBFSCKPT`, number u64, sequence u64, time i64, inode-file root
-//! u64, inode-file height u8 + 7 zero, inode-file pages u64, next inode u64, inode count u64,
-//! zero to 4092, CRC32C of bytes 0..4092.
+//! u64, inode-file height u8 + 7 zero, inode-file pages u64, next inode u64, inode count u64, then
+//! at 72 the previous checkpoint's root block u64 (0: none), at 80 the oldest plain checkpoint
+//! still kept for the protection period u64, and the three tables as (map root u64, then map
+//! height u8 and 7 zero) at 88 (segment usage), 104 (pinned blocks) and 120 (snapshots); zero to
+//! 4092, CRC32C of bytes 0..4092.
+//!
+//! Table page (4 KiB): CRC32C u32 of bytes 4..4096, table id u8 (1 usage, 2 pinned, 3 snapshots),
+//! zero 3 bytes, entry count u32, zero 4 bytes, then entries from byte 16:
+//! - usage (16 bytes, 255 a page, page `p` holds segments `255p ..`): the checkpoint number that
+//!   was next when the writer entered the segment u64, time of its newest log i64 (ns);
+//! - pinned (24 bytes, 170 a page, page `s * pages_per_segment + j` holds segment `s`'s): block
+//!   u64, the first checkpoint that can reference it u64, the last one that does u64;
+//! - snapshots (96 bytes, 42 a page, packed in number order): number u64, root block u64,
+//!   time i64, name length u8 + 7 zero, name (UTF-8, at most 64 bytes) zero-padded to 64.
 
 use std::fmt;
 
@@ -185,6 +200,10 @@ pub struct Superblock {
     pub next: LogPosition,
     pub created_ns: i64,
     pub written_ns: i64,
+    /// How long plain checkpoints are kept, in ms.
+    pub protection_ms: u64,
+    pub background_gc: bool,
+    pub gc_free_percent: u8,
 }
 
 impl Superblock {
@@ -214,6 +233,9 @@ impl Superblock {
         put_u64(&mut b[..], 160, self.next.segment_next);
         put_u64(&mut b[..], 168, self.created_ns as u64);
         put_u64(&mut b[..], 176, self.written_ns as u64);
+        put_u64(&mut b[..], 184, self.protection_ms);
+        b[192] = u8::from(self.background_gc);
+        b[193] = self.gc_free_percent;
         let c = crc(&b[..BLOCK - 4]);
         put_u32(&mut b[..], BLOCK - 4, c);
         b
@@ -262,6 +284,9 @@ impl Superblock {
             },
             created_ns: get_u64(b, 168) as i64,
             written_ns: get_u64(b, 176) as i64,
+            protection_ms: get_u64(b, 184),
+            background_gc: b[192] == 1,
+            gc_free_percent: b[193].min(90),
         };
         if sb.pool_bytes > device_bytes {
             return invalid(format!(
@@ -311,6 +336,10 @@ pub enum DescKind {
     InodeMapNode = 4,
     Root = 5,
     Attr = 6,
+    /// A page of one of the checkpoint's tables (`ino` is the table id, `offset` the page).
+    TablePage = 7,
+    /// A map node of one of the checkpoint's tables (`ino` is the table id).
+    TableNode = 8,
 }
 
 impl DescKind {
@@ -322,6 +351,8 @@ impl DescKind {
             4 => DescKind::InodeMapNode,
             5 => DescKind::Root,
             6 => DescKind::Attr,
+            7 => DescKind::TablePage,
+            8 => DescKind::TableNode,
             _ => return None,
         })
     }
@@ -516,11 +547,15 @@ pub struct InodeRecord {
     pub ctime_ns: i64,
     pub root: u64,
     pub height: u8,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime_ns: i64,
 }
 
 pub const S_IFMT: u32 = 0o170000;
 pub const S_IFREG: u32 = 0o100000;
 pub const S_IFDIR: u32 = 0o040000;
+pub const S_IFLNK: u32 = 0o120000;
 
 impl InodeRecord {
     pub fn encode_into(&self, b: &mut [u8]) {
@@ -536,6 +571,9 @@ impl InodeRecord {
         put_u64(b, 32, self.ctime_ns as u64);
         put_u64(b, 40, self.root);
         b[48] = self.height;
+        put_u32(b, 52, self.uid);
+        put_u32(b, 56, self.gid);
+        put_u64(b, 64, self.atime_ns as u64);
         let c = crc(&b[..INODE_BYTES - 4]);
         put_u32(b, INODE_BYTES - 4, c);
     }
@@ -557,9 +595,15 @@ impl InodeRecord {
             ctime_ns: get_u64(b, 32) as i64,
             root: get_u64(b, 40),
             height: b[48],
+            uid: get_u32(b, 52),
+            gid: get_u32(b, 56),
+            atime_ns: get_u64(b, 64) as i64,
         };
         let kind = r.mode & S_IFMT;
-        if r.ino == 0 || (kind != S_IFREG && kind != S_IFDIR) || r.height > HEIGHT_MAX {
+        if r.ino == 0
+            || (kind != S_IFREG && kind != S_IFDIR && kind != S_IFLNK)
+            || r.height > HEIGHT_MAX
+        {
             return invalid(format!("inode record {} malformed", r.ino));
         }
         Ok(Some(r))
@@ -658,6 +702,196 @@ pub struct CheckpointRoot {
     pub ifile_pages: u64,
     pub next_ino: u64,
     pub inodes: u64,
+    /// Root block of the checkpoint before this one (0: none).
+    pub prev_root: u64,
+    /// The oldest plain checkpoint kept for the protection period; the chain of `prev_root`s is
+    /// followed down to it.
+    pub oldest_protected: u64,
+    /// The tables: segment usage, pinned blocks, snapshots.
+    pub tables: [TableRef; TABLES],
+}
+
+/// Where one table's map is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableRef {
+    pub root: u64,
+    pub height: u8,
+}
+
+/// Number of tables a checkpoint carries.
+pub const TABLES: usize = 3;
+/// Table ids (index + 1).
+pub const TABLE_USAGE: u8 = 1;
+pub const TABLE_PINNED: u8 = 2;
+pub const TABLE_SNAPSHOTS: u8 = 3;
+const TABLE_HEADER: usize = 16;
+pub const USAGE_ENTRY: usize = 16;
+pub const PINNED_ENTRY: usize = 24;
+pub const SNAPSHOT_ENTRY: usize = 96;
+/// Longest snapshot name in bytes.
+pub const SNAPSHOT_NAME_MAX: usize = 64;
+
+/// Entries a page of table `id` holds.
+pub fn table_entries_per_page(id: u8) -> usize {
+    let size = match id {
+        TABLE_USAGE => USAGE_ENTRY,
+        TABLE_PINNED => PINNED_ENTRY,
+        _ => SNAPSHOT_ENTRY,
+    };
+    (BLOCK - TABLE_HEADER) / size
+}
+
+/// One segment's entry in the usage table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UsageEntry {
+    /// The checkpoint number that was next when the writer entered the segment: no block in it
+    /// belongs to an earlier checkpoint.
+    pub born: u64,
+    /// Time of the newest log written into it (ns since the epoch).
+    pub written_ns: i64,
+}
+
+/// A block no longer in the live tree but referenced by a retained checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PinnedEntry {
+    pub block: u64,
+    /// The checkpoints that can reference it: `born ..= died`.
+    pub born: u64,
+    pub died: u64,
+}
+
+/// A snapshot: a checkpoint kept until it is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotEntry {
+    pub number: u64,
+    pub root: u64,
+    pub time_ns: i64,
+    pub name: Option<String>,
+}
+
+fn table_page(id: u8, count: usize) -> Box<Block> {
+    let mut b = Box::new([0u8; BLOCK]);
+    b[4] = id;
+    put_u32(&mut b[..], 8, count as u32);
+    b
+}
+
+fn seal_table(b: &mut Block) {
+    let c = crc(&b[4..]);
+    put_u32(&mut b[..], 0, c);
+}
+
+/// Checks a table page's CRC, id and count; returns the entry count.
+fn open_table(b: &[u8], id: u8) -> Result<usize, Invalid> {
+    if b.len() != BLOCK || get_u32(b, 0) != crc(&b[4..BLOCK]) {
+        return invalid("table page CRC mismatch");
+    }
+    if b[4] != id {
+        return invalid(format!("table page of table {}, expected {id}", b[4]));
+    }
+    let count = get_u32(b, 8) as usize;
+    if count > table_entries_per_page(id) {
+        return invalid(format!("table page claims {count} entries"));
+    }
+    Ok(count)
+}
+
+pub fn encode_usage_page(entries: &[UsageEntry]) -> Box<Block> {
+    let mut b = table_page(TABLE_USAGE, entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        let at = TABLE_HEADER + i * USAGE_ENTRY;
+        put_u64(&mut b[..], at, e.born);
+        put_u64(&mut b[..], at + 8, e.written_ns as u64);
+    }
+    seal_table(&mut b);
+    b
+}
+
+pub fn decode_usage_page(b: &[u8]) -> Result<Vec<UsageEntry>, Invalid> {
+    let count = open_table(b, TABLE_USAGE)?;
+    Ok((0..count)
+        .map(|i| {
+            let at = TABLE_HEADER + i * USAGE_ENTRY;
+            UsageEntry {
+                born: get_u64(b, at),
+                written_ns: get_u64(b, at + 8) as i64,
+            }
+        })
+        .collect())
+}
+
+pub fn encode_pinned_page(entries: &[PinnedEntry]) -> Box<Block> {
+    let mut b = table_page(TABLE_PINNED, entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        let at = TABLE_HEADER + i * PINNED_ENTRY;
+        put_u64(&mut b[..], at, e.block);
+        put_u64(&mut b[..], at + 8, e.born);
+        put_u64(&mut b[..], at + 16, e.died);
+    }
+    seal_table(&mut b);
+    b
+}
+
+pub fn decode_pinned_page(b: &[u8]) -> Result<Vec<PinnedEntry>, Invalid> {
+    let count = open_table(b, TABLE_PINNED)?;
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = TABLE_HEADER + i * PINNED_ENTRY;
+        let e = PinnedEntry {
+            block: get_u64(b, at),
+            born: get_u64(b, at + 8),
+            died: get_u64(b, at + 16),
+        };
+        if e.born > e.died {
+            return invalid(format!("pinned entry {i}: born after it died"));
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+pub fn encode_snapshot_page(entries: &[SnapshotEntry]) -> Box<Block> {
+    let mut b = table_page(TABLE_SNAPSHOTS, entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        let at = TABLE_HEADER + i * SNAPSHOT_ENTRY;
+        put_u64(&mut b[..], at, e.number);
+        put_u64(&mut b[..], at + 8, e.root);
+        put_u64(&mut b[..], at + 16, e.time_ns as u64);
+        if let Some(name) = &e.name {
+            let n = name.len().min(SNAPSHOT_NAME_MAX);
+            b[at + 24] = n as u8;
+            b[at + 32..at + 32 + n].copy_from_slice(&name.as_bytes()[..n]);
+        }
+    }
+    seal_table(&mut b);
+    b
+}
+
+pub fn decode_snapshot_page(b: &[u8]) -> Result<Vec<SnapshotEntry>, Invalid> {
+    let count = open_table(b, TABLE_SNAPSHOTS)?;
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = TABLE_HEADER + i * SNAPSHOT_ENTRY;
+        let n = b[at + 24] as usize;
+        if n > SNAPSHOT_NAME_MAX {
+            return invalid(format!("snapshot entry {i}: name of {n} bytes"));
+        }
+        let name = if n == 0 {
+            None
+        } else {
+            match std::str::from_utf8(&b[at + 32..at + 32 + n]) {
+                Ok(s) => Some(s.to_string()),
+                Err(_) => return invalid(format!("snapshot entry {i}: name is not UTF-8")),
+            }
+        };
+        out.push(SnapshotEntry {
+            number: get_u64(b, at),
+            root: get_u64(b, at + 8),
+            time_ns: get_u64(b, at + 16) as i64,
+            name,
+        });
+    }
+    Ok(out)
 }
 
 impl CheckpointRoot {
@@ -672,6 +906,12 @@ impl CheckpointRoot {
         put_u64(&mut b[..], 48, self.ifile_pages);
         put_u64(&mut b[..], 56, self.next_ino);
         put_u64(&mut b[..], 64, self.inodes);
+        put_u64(&mut b[..], 72, self.prev_root);
+        put_u64(&mut b[..], 80, self.oldest_protected);
+        for (i, t) in self.tables.iter().enumerate() {
+            put_u64(&mut b[..], 88 + i * 16, t.root);
+            b[96 + i * 16] = t.height;
+        }
         let c = crc(&b[..BLOCK - 4]);
         put_u32(&mut b[..], BLOCK - 4, c);
         b
@@ -693,7 +933,16 @@ impl CheckpointRoot {
             ifile_pages: get_u64(b, 48),
             next_ino: get_u64(b, 56),
             inodes: get_u64(b, 64),
+            prev_root: get_u64(b, 72),
+            oldest_protected: get_u64(b, 80),
+            tables: std::array::from_fn(|i| TableRef {
+                root: get_u64(b, 88 + i * 16),
+                height: b[96 + i * 16],
+            }),
         };
+        if r.tables.iter().any(|t| t.height > HEIGHT_MAX) {
+            return invalid("checkpoint root: table map too high");
+        }
         if r.ifile_height > HEIGHT_MAX || r.ifile_height != height_for(r.ifile_pages) {
             return invalid("checkpoint root: inode-file height does not fit its size");
         }
@@ -733,6 +982,9 @@ mod tests {
             },
             created_ns: 1,
             written_ns: 2,
+            protection_ms: 3_600_000,
+            background_gc: true,
+            gc_free_percent: 20,
         }
     }
 
@@ -812,6 +1064,9 @@ mod tests {
             ctime_ns: 2,
             root: 77,
             height: 1,
+            uid: 1000,
+            gid: 100,
+            atime_ns: 3,
         };
         let mut b = [0u8; INODE_BYTES];
         r.encode_into(&mut b);
@@ -842,8 +1097,65 @@ mod tests {
             ifile_pages: 1,
             next_ino: 3,
             inodes: 2,
+            prev_root: 49,
+            oldest_protected: 2,
+            tables: [
+                TableRef {
+                    root: 60,
+                    height: 0,
+                },
+                TableRef {
+                    root: 61,
+                    height: 1,
+                },
+                TableRef { root: 0, height: 0 },
+            ],
         };
         assert_eq!(CheckpointRoot::decode(&root.encode()[..]).unwrap(), root);
+
+        let usage = vec![
+            UsageEntry {
+                born: 3,
+                written_ns: 99,
+            },
+            UsageEntry {
+                born: 7,
+                written_ns: -1,
+            },
+        ];
+        let page = encode_usage_page(&usage);
+        assert_eq!(decode_usage_page(&page[..]).unwrap(), usage);
+        assert!(
+            decode_pinned_page(&page[..]).is_err(),
+            "a page of another table"
+        );
+        let pinned: Vec<PinnedEntry> = (0..table_entries_per_page(TABLE_PINNED) as u64)
+            .map(|i| PinnedEntry {
+                block: 100 + i,
+                born: i,
+                died: i + 2,
+            })
+            .collect();
+        let page = encode_pinned_page(&pinned);
+        assert_eq!(decode_pinned_page(&page[..]).unwrap(), pinned);
+        let snaps = vec![
+            SnapshotEntry {
+                number: 4,
+                root: 9,
+                time_ns: 5,
+                name: Some("before-upgrade".into()),
+            },
+            SnapshotEntry {
+                number: 8,
+                root: 19,
+                time_ns: 6,
+                name: None,
+            },
+        ];
+        let mut page = encode_snapshot_page(&snaps);
+        assert_eq!(decode_snapshot_page(&page[..]).unwrap(), snaps);
+        page[100] ^= 1;
+        assert!(decode_snapshot_page(&page[..]).is_err());
     }
 
     #[test]
@@ -866,6 +1178,9 @@ mod tests {
             let mut out = Vec::new();
             let _ = decode_dir_block(&bytes, &mut out);
             let _ = CheckpointRoot::decode(&bytes);
+            let _ = decode_usage_page(&bytes);
+            let _ = decode_pinned_page(&bytes);
+            let _ = decode_snapshot_page(&bytes);
         }
 
         #[test]
@@ -888,6 +1203,9 @@ mod tests {
                     let _ = Superblock::decode(v, u64::MAX);
                     let _ = Summary::decode(v);
                     let _ = CheckpointRoot::decode(v);
+                    let _ = decode_usage_page(v);
+                    let _ = decode_pinned_page(v);
+                    let _ = decode_snapshot_page(v);
                     let mut out = Vec::new();
                     let _ = decode_dir_block(v, &mut out);
                 }

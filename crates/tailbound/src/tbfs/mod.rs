@@ -4,6 +4,7 @@
 //! - [`engine`]: the file tree: namespace, inodes, buffered data, and the `Fs`/`File` API.
 //! - `commit`: the only writer of the device: logs, data-only logs, checkpoints, superblocks,
 //!   segment reuse.
+//! - [`fsck`]: checking a pool without changing it, and repairing a damaged one.
 //! - [`recovery`]: making a pool, and opening one: newest superblock, its checkpoint, roll-forward.
 //! - `map`: a file's block map in memory.
 //!
@@ -15,13 +16,18 @@ use std::time::Duration;
 
 use crate::dev::Device;
 
+mod cleaner;
 mod commit;
 pub mod engine;
 pub mod format;
+pub mod fsck;
+pub mod lifecycle;
+pub mod locks;
 mod map;
 pub mod recovery;
 
 pub use engine::{File, Fs};
+pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
 
 /// When a synchronous write (fsync, fdatasync, O_SYNC, O_DSYNC) writes a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -95,6 +101,15 @@ pub struct Config {
     pub checkpoint_every: Option<Duration>,
     /// Buffered (not yet logged) file data above this many bytes is written out.
     pub dirty_bytes_max: u64,
+    /// Plain checkpoints are kept (readable with [`Fs::at`], their blocks never reused) this
+    /// long; snapshots until dropped. When writers would otherwise find the pool full, the oldest
+    /// plain checkpoints are released early; snapshots never are.
+    pub protection_period: Duration,
+    /// Run the cleaner in a background thread, keeping at least `gc_free_percent` of the pool
+    /// free when it can.
+    pub background_gc: bool,
+    /// Free space (percent of the pool, at most 90) the background cleaner aims for.
+    pub gc_free_percent: u32,
 }
 
 impl Default for Config {
@@ -107,6 +122,9 @@ impl Default for Config {
             superblock_every: Duration::from_secs(5),
             checkpoint_every: Some(Duration::from_secs(5)),
             dirty_bytes_max: 32 << 20,
+            protection_period: Duration::from_secs(3600),
+            background_gc: true,
+            gc_free_percent: 20,
         }
     }
 }
@@ -120,6 +138,8 @@ pub struct OpenOptions {
     pub barrier: Option<Barrier>,
     /// Open without writing anything (no recovery checkpoint; every write fails).
     pub read_only: bool,
+    /// Run the background cleaner or not, instead of what the pool recorded.
+    pub background_gc: Option<bool>,
 }
 
 /// What recovery found and did when a pool was opened.
@@ -137,6 +157,8 @@ pub struct RecoveryReport {
     pub stop_reason: String,
     /// Orphaned inodes (unlinked while open) reclaimed.
     pub orphans_reclaimed: u64,
+    /// Retained checkpoints (snapshots and protected plain checkpoints) found.
+    pub checkpoints_retained: u64,
     pub elapsed: Duration,
 }
 
@@ -145,6 +167,8 @@ pub struct RecoveryReport {
 pub enum FileKind {
     File,
     Dir,
+    /// A symbolic link; its target is its data.
+    Symlink,
 }
 
 /// What `stat` returns.
@@ -159,6 +183,34 @@ pub struct Stat {
     pub blocks: u64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    pub atime_ns: i64,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Attribute changes for [`Fs::set_attr`] / [`File::set_attr`] (chmod, chown, utimens); `None`
+/// leaves an attribute as it is. Any change sets the change time to now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (the low 12 bits are used).
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime_ns: Option<i64>,
+    pub mtime_ns: Option<i64>,
+}
+
+/// When reads update a file's access time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimePolicy {
+    /// Never (like `noatime`).
+    Never = 0,
+    /// When the access time is not after the modification or change time, or is a day old (like
+    /// Linux's default `relatime`).
+    #[default]
+    Relatime = 1,
+    /// On every read (like `strictatime`).
+    Strict = 2,
 }
 
 /// One directory entry from `readdir`.
@@ -259,6 +311,10 @@ pub enum Error {
     NotEmpty(String),
     #[error("{0}: file name too long")]
     NameTooLong(String),
+    #[error("{0}: too many levels of symbolic links")]
+    Loop(String),
+    #[error("{0}: operation not permitted")]
+    NotPermitted(String),
     #[error("{0}: invalid argument")]
     Invalid(String),
     #[error("{0}: bad file handle for this operation")]
@@ -295,6 +351,8 @@ impl Error {
             Error::NoSpace(_) => libc::ENOSPC,
             Error::Corrupt(_) => libc::EUCLEAN,
             Error::Poisoned(_) => libc::EIO,
+            Error::Loop(_) => libc::ELOOP,
+            Error::NotPermitted(_) => libc::EPERM,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -321,6 +379,11 @@ pub struct FsCounters {
     pub superblock_writes: u64,
     pub device_flushes: u64,
     pub bytes_written: u64,
+    /// Segments the cleaner emptied, and the live blocks it copied forward to do so.
+    pub segments_cleaned: u64,
+    pub blocks_copied: u64,
+    /// Plain checkpoints released before their protection period ended because the pool was full.
+    pub protection_released: u64,
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use super::format::{
     Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_CHECKPOINT, FLAG_DATA_ONLY, FLAG_END,
     INODES_PER_PAGE, INODE_BYTES,
 };
+use super::lifecycle::{Kept, Life};
 use super::map::BlockMap;
 use super::*;
 
@@ -60,6 +61,10 @@ fn new_inner(
         report: Mutex::new(RecoveryReport::default()),
         background: Mutex::new(None),
         stop: Arc::new((Mutex::new(false), Condvar::new())),
+        inherit: crate::sched::inherit::Inheritance::new(),
+        locks: super::locks::LockTable::new(),
+        mount_point: Mutex::new(None),
+        atime: std::sync::atomic::AtomicU8::new(AtimePolicy::Relatime as u8),
     }
 }
 
@@ -90,7 +95,13 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
             live: vec![0; segment_count as usize],
             dead_at: vec![0; segment_count as usize],
             last_seq: vec![0; segment_count as usize],
+            pinned: vec![0; segment_count as usize],
         },
+        life: Life::new(
+            segment_count as usize,
+            segment_blocks,
+            config.protection_period,
+        ),
         writer: Writer {
             pos: format::FIRST_SEGMENT_BLOCK,
             cur_seg: 0,
@@ -105,8 +116,15 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
     };
     let root = Arc::new(InodeCell {
         ino: ROOT_INO,
-        st: Mutex::new(InodeState::new(FileKind::Dir, 0o755, now)),
+        st: Mutex::new(InodeState::new(
+            FileKind::Dir,
+            0o755,
+            now,
+            crate::sys::proc::effective_ids(),
+        )),
     });
+    meta.life.since_ckpt = vec![(0, format::FIRST_SEGMENT_BLOCK)];
+    meta.life.seg_born[0] = 1;
     meta.inodes.insert(ROOT_INO, root);
     meta.dirs.insert(ROOT_INO, DirEntries::new());
     meta.dirs_dirty.insert(ROOT_INO);
@@ -184,10 +202,35 @@ fn corrupt(sb_where: &str, what: impl std::fmt::Display) -> Error {
     Error::Corrupt(format!("{sb_where}: {what}"))
 }
 
+/// The segment area of a pool, for checking addresses read from storage.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geometry {
+    pub segment_blocks: u64,
+    pub segment_count: u64,
+}
+
+impl Geometry {
+    pub fn contains(&self, block: u64) -> bool {
+        block >= format::FIRST_SEGMENT_BLOCK
+            && block < format::FIRST_SEGMENT_BLOCK + self.segment_blocks * self.segment_count
+    }
+}
+
+/// A checkpoint's file tree, loaded and checked.
+pub(crate) struct Tree {
+    pub root: CheckpointRoot,
+    pub ifile: BlockMap,
+    pub cells: HashMap<u64, Arc<InodeCell>>,
+    pub dirs: HashMap<u64, DirEntries>,
+    /// Links to each inode and subdirectories of each directory, from the namespace.
+    pub reached: HashMap<u64, u32>,
+    pub subdirs: HashMap<u64, u32>,
+}
+
 /// Reads a block map of `height` from `root`, checking every node.
-fn load_map(
+pub(crate) fn load_map(
     dev: &DeviceRef,
-    sb: &Superblock,
+    sb: &Geometry,
     root: u64,
     height: u8,
     what: &str,
@@ -256,6 +299,262 @@ fn load_map(
     Ok(map)
 }
 
+/// Loads the file tree of the checkpoint whose root is at `base_root`: inode file, inodes, block
+/// maps and directories, checking every CRC, address and the shape of the namespace.
+pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Result<Tree> {
+    let what_root = format!("checkpoint root at block {base_root}");
+    let rb = read_block(dev, base_root, &|| {
+        format!("{} device: reading {what_root}", dev.kind())
+    })?;
+    let root = CheckpointRoot::decode(&rb[..]).map_err(|e| corrupt(&what_root, e))?;
+
+    let ifile = load_map(dev, geo, root.ifile_root, root.ifile_height, "inode file")?;
+    let mut records: BTreeMap<u64, InodeRecord> = BTreeMap::new();
+    for (p, &addr) in ifile.blocks.iter().enumerate() {
+        if addr == 0 {
+            continue;
+        }
+        let page = read_block(dev, addr, &|| {
+            format!(
+                "{} device: reading inode page {p} at block {addr}",
+                dev.kind()
+            )
+        })?;
+        for slot in 0..INODES_PER_PAGE {
+            let ino = (p * INODES_PER_PAGE + slot) as u64;
+            let bytes = &page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES];
+            let rec = InodeRecord::decode(bytes)
+                .map_err(|e| corrupt(&format!("inode {ino} (page {p}, block {addr})"), e))?;
+            if let Some(r) = rec {
+                if r.ino != ino || ino >= root.next_ino {
+                    return Err(corrupt(
+                        &format!("inode page {p} at block {addr}"),
+                        format!("slot {slot} holds inode {}", r.ino),
+                    ));
+                }
+                records.insert(ino, r);
+            }
+        }
+    }
+    let mut cells: HashMap<u64, Arc<InodeCell>> = HashMap::new();
+    let mut dirs: HashMap<u64, DirEntries> = HashMap::new();
+    for (&ino, r) in &records {
+        let what = format!("inode {ino}");
+        let map = load_map(dev, geo, r.root, r.height, &what)?;
+        let kind = mode_kind(r.mode);
+        if kind == FileKind::Dir {
+            let mut entries = Vec::new();
+            for (i, &a) in map.blocks.iter().enumerate() {
+                if a == 0 {
+                    continue;
+                }
+                let b = read_block(dev, a, &|| {
+                    format!("{what}: reading directory block {i} at {a}")
+                })?;
+                decode_dir_block(&b[..], &mut entries)
+                    .map_err(|e| corrupt(&format!("{what}, directory block {i} at {a}"), e))?;
+            }
+            let mut d = DirEntries::new();
+            for e in entries {
+                if d.insert(e.name.clone(), (e.ino, e.is_dir)).is_some() {
+                    return Err(corrupt(
+                        &what,
+                        format!("directory names {:?} twice", e.name),
+                    ));
+                }
+            }
+            dirs.insert(ino, d);
+        }
+        let st = InodeState {
+            kind,
+            mode: r.mode & 0o7777,
+            nlink: r.nlink,
+            size: r.size,
+            mtime_ns: r.mtime_ns,
+            ctime_ns: r.ctime_ns,
+            atime_ns: r.atime_ns,
+            uid: r.uid,
+            gid: r.gid,
+            map,
+            dirty: BTreeMap::new(),
+            next_gen: 1,
+            attr_dirty: false,
+            open: 0,
+            freed: false,
+        };
+        cells.insert(
+            ino,
+            Arc::new(InodeCell {
+                ino,
+                st: Mutex::new(st),
+            }),
+        );
+    }
+    if !dirs.contains_key(&ROOT_INO) {
+        return Err(corrupt(&what_root, "no root directory"));
+    }
+
+    // The namespace must be a tree over existing inodes; link counts follow from it.
+    let mut reached: HashMap<u64, u32> = HashMap::new();
+    let mut subdirs: HashMap<u64, u32> = HashMap::new();
+    for (&dir, entries) in &dirs {
+        for (name, &(child, is_dir)) in entries {
+            let Some(cell) = cells.get(&child) else {
+                return Err(corrupt(
+                    &format!("directory {dir}"),
+                    format!("{name:?} names missing inode {child}"),
+                ));
+            };
+            if (cell.lock().kind == FileKind::Dir) != is_dir {
+                return Err(corrupt(
+                    &format!("directory {dir}"),
+                    format!("{name:?} has the wrong type"),
+                ));
+            }
+            *reached.entry(child).or_default() += 1;
+            if is_dir {
+                *subdirs.entry(dir).or_default() += 1;
+            }
+        }
+    }
+    if reached.contains_key(&ROOT_INO)
+        || dirs
+            .keys()
+            .any(|d| *d != ROOT_INO && reached.get(d) != Some(&1))
+    {
+        return Err(corrupt(&what_root, "directory tree is not a tree"));
+    }
+    // Every directory must be reachable from the root (no detached cycles).
+    let mut seen = BTreeSet::from([ROOT_INO]);
+    let mut stack = vec![ROOT_INO];
+    while let Some(d) = stack.pop() {
+        for &(child, is_dir) in dirs[&d].values() {
+            if is_dir && seen.insert(child) {
+                stack.push(child);
+            }
+        }
+    }
+    if seen.len() != dirs.len() {
+        return Err(corrupt(&what_root, "directories unreachable from the root"));
+    }
+
+    Ok(Tree {
+        root,
+        ifile,
+        cells,
+        dirs,
+        reached,
+        subdirs,
+    })
+}
+
+fn segment_count_of(sb: &Superblock) -> usize {
+    sb.segment_count as usize
+}
+
+/// Reads every page of a table map (`None` for a table the checkpoint does not have).
+fn load_tables(
+    dev: &DeviceRef,
+    geo: &Geometry,
+    root: &CheckpointRoot,
+) -> Result<[BlockMap; format::TABLES]> {
+    let mut out: [BlockMap; format::TABLES] = Default::default();
+    for (i, t) in root.tables.iter().enumerate() {
+        out[i] = load_map(
+            dev,
+            geo,
+            t.root,
+            t.height,
+            &format!("table {} of checkpoint {}", i + 1, root.number),
+        )?;
+    }
+    Ok(out)
+}
+
+fn table_pages<'a>(
+    dev: &'a DeviceRef,
+    map: &'a BlockMap,
+    id: u8,
+) -> impl Iterator<Item = Result<(u64, Box<format::Block>)>> + 'a {
+    map.blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, &a)| a != 0)
+        .map(move |(i, &a)| {
+            read_block(dev, a, &|| {
+                format!(
+                    "{} device: reading page {i} of table {id} at block {a}",
+                    dev.kind()
+                )
+            })
+            .map(|b| (i as u64, b))
+        })
+}
+
+fn read_snapshots(dev: &DeviceRef, map: &BlockMap) -> Result<Option<Vec<format::SnapshotEntry>>> {
+    if map.blocks.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::new();
+    for page in table_pages(dev, map, format::TABLE_SNAPSHOTS) {
+        let (i, b) = page?;
+        out.extend(
+            format::decode_snapshot_page(&b[..])
+                .map_err(|e| corrupt(&format!("snapshot table page {i}"), e))?,
+        );
+    }
+    Ok(Some(out))
+}
+
+fn read_usage(dev: &DeviceRef, map: &BlockMap, segments: u64) -> Result<Vec<format::UsageEntry>> {
+    let per = format::table_entries_per_page(format::TABLE_USAGE) as u64;
+    let mut out = vec![format::UsageEntry::default(); segments as usize];
+    for page in table_pages(dev, map, format::TABLE_USAGE) {
+        let (i, b) = page?;
+        let entries = format::decode_usage_page(&b[..])
+            .map_err(|e| corrupt(&format!("usage table page {i}"), e))?;
+        for (j, e) in entries.into_iter().enumerate() {
+            let s = i * per + j as u64;
+            if s >= segments {
+                return Err(corrupt(
+                    &format!("usage table page {i}"),
+                    "entries past the last segment",
+                ));
+            }
+            out[s as usize] = e;
+        }
+    }
+    Ok(out)
+}
+
+fn read_pinned(
+    dev: &DeviceRef,
+    map: &BlockMap,
+    geo: &Geometry,
+) -> Result<Vec<format::PinnedEntry>> {
+    let pps = geo
+        .segment_blocks
+        .div_ceil(format::table_entries_per_page(format::TABLE_PINNED) as u64);
+    let mut out = Vec::new();
+    for page in table_pages(dev, map, format::TABLE_PINNED) {
+        let (i, b) = page?;
+        let entries = format::decode_pinned_page(&b[..])
+            .map_err(|e| corrupt(&format!("pinned table page {i}"), e))?;
+        let s = i / pps;
+        let start = format::FIRST_SEGMENT_BLOCK + s * geo.segment_blocks;
+        for e in entries {
+            if e.block < start || e.block >= start + geo.segment_blocks || !geo.contains(e.block) {
+                return Err(corrupt(
+                    &format!("pinned table page {i}"),
+                    format!("block {} is not in segment {s}", e.block),
+                ));
+            }
+            out.push(e);
+        }
+    }
+    Ok(out)
+}
+
 /// Opens and recovers a pool.
 pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> {
     let started = Instant::now();
@@ -285,6 +584,9 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     report.superblock_checkpoint = sb.checkpoint;
 
     let mut config = Config {
+        protection_period: Duration::from_millis(sb.protection_ms),
+        background_gc: options.background_gc.unwrap_or(sb.background_gc),
+        gc_free_percent: sb.gc_free_percent as u32,
         ordering: Ordering::from_code(sb.ordering),
         barrier: Barrier::from_code(sb.barrier),
         segment_bytes: sb.segment_blocks * BLOCK_U64,
@@ -389,140 +691,19 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             base_index = i + 1;
         }
     }
-    let what_root = format!("checkpoint root at block {base_root}");
-    let rb = read_block(&dev, base_root, &|| {
-        format!("{} device: reading {what_root}", dev.kind())
-    })?;
-    let root = CheckpointRoot::decode(&rb[..]).map_err(|e| corrupt(&what_root, e))?;
+    let geo = Geometry {
+        segment_blocks: sb.segment_blocks,
+        segment_count: sb.segment_count,
+    };
+    let Tree {
+        root,
+        ifile,
+        cells,
+        dirs,
+        reached,
+        subdirs,
+    } = load_tree(&dev, &geo, base_root)?;
     report.checkpoint = root.number;
-
-    // 4. Inodes, maps and directories of that checkpoint.
-    let ifile = load_map(&dev, &sb, root.ifile_root, root.ifile_height, "inode file")?;
-    let mut records: BTreeMap<u64, InodeRecord> = BTreeMap::new();
-    for (p, &addr) in ifile.blocks.iter().enumerate() {
-        if addr == 0 {
-            continue;
-        }
-        let page = read_block(&dev, addr, &|| {
-            format!(
-                "{} device: reading inode page {p} at block {addr}",
-                dev.kind()
-            )
-        })?;
-        for slot in 0..INODES_PER_PAGE {
-            let ino = (p * INODES_PER_PAGE + slot) as u64;
-            let bytes = &page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES];
-            let rec = InodeRecord::decode(bytes)
-                .map_err(|e| corrupt(&format!("inode {ino} (page {p}, block {addr})"), e))?;
-            if let Some(r) = rec {
-                if r.ino != ino || ino >= root.next_ino {
-                    return Err(corrupt(
-                        &format!("inode page {p} at block {addr}"),
-                        format!("slot {slot} holds inode {}", r.ino),
-                    ));
-                }
-                records.insert(ino, r);
-            }
-        }
-    }
-    let mut cells: HashMap<u64, Arc<InodeCell>> = HashMap::new();
-    let mut dirs: HashMap<u64, DirEntries> = HashMap::new();
-    for (&ino, r) in &records {
-        let what = format!("inode {ino}");
-        let map = load_map(&dev, &sb, r.root, r.height, &what)?;
-        let kind = mode_kind(r.mode);
-        if kind == FileKind::Dir {
-            let mut entries = Vec::new();
-            for (i, &a) in map.blocks.iter().enumerate() {
-                if a == 0 {
-                    continue;
-                }
-                let b = read_block(&dev, a, &|| {
-                    format!("{what}: reading directory block {i} at {a}")
-                })?;
-                decode_dir_block(&b[..], &mut entries)
-                    .map_err(|e| corrupt(&format!("{what}, directory block {i} at {a}"), e))?;
-            }
-            let mut d = DirEntries::new();
-            for e in entries {
-                if d.insert(e.name.clone(), (e.ino, e.is_dir)).is_some() {
-                    return Err(corrupt(
-                        &what,
-                        format!("directory names {:?} twice", e.name),
-                    ));
-                }
-            }
-            dirs.insert(ino, d);
-        }
-        let st = InodeState {
-            kind,
-            mode: r.mode & 0o7777,
-            nlink: r.nlink,
-            size: r.size,
-            mtime_ns: r.mtime_ns,
-            ctime_ns: r.ctime_ns,
-            map,
-            dirty: BTreeMap::new(),
-            next_gen: 1,
-            attr_dirty: false,
-            open: 0,
-            freed: false,
-        };
-        cells.insert(
-            ino,
-            Arc::new(InodeCell {
-                ino,
-                st: Mutex::new(st),
-            }),
-        );
-    }
-    if !dirs.contains_key(&ROOT_INO) {
-        return Err(corrupt(&what_root, "no root directory"));
-    }
-
-    // The namespace must be a tree over existing inodes; link counts follow from it.
-    let mut reached: HashMap<u64, u32> = HashMap::new();
-    let mut subdirs: HashMap<u64, u32> = HashMap::new();
-    for (&dir, entries) in &dirs {
-        for (name, &(child, is_dir)) in entries {
-            let Some(cell) = cells.get(&child) else {
-                return Err(corrupt(
-                    &format!("directory {dir}"),
-                    format!("{name:?} names missing inode {child}"),
-                ));
-            };
-            if (cell.lock().kind == FileKind::Dir) != is_dir {
-                return Err(corrupt(
-                    &format!("directory {dir}"),
-                    format!("{name:?} has the wrong type"),
-                ));
-            }
-            *reached.entry(child).or_default() += 1;
-            if is_dir {
-                *subdirs.entry(dir).or_default() += 1;
-            }
-        }
-    }
-    if reached.contains_key(&ROOT_INO)
-        || dirs
-            .keys()
-            .any(|d| *d != ROOT_INO && reached.get(d) != Some(&1))
-    {
-        return Err(corrupt(&what_root, "directory tree is not a tree"));
-    }
-    // Every directory must be reachable from the root (no detached cycles).
-    let mut seen = BTreeSet::from([ROOT_INO]);
-    let mut stack = vec![ROOT_INO];
-    while let Some(d) = stack.pop() {
-        for &(child, is_dir) in dirs[&d].values() {
-            if is_dir && seen.insert(child) {
-                stack.push(child);
-            }
-        }
-    }
-    if seen.len() != dirs.len() {
-        return Err(corrupt(&what_root, "directories unreachable from the root"));
-    }
 
     // 5. Roll forward the data-only logs after that checkpoint.
     let applied = &logs[base_index..];
@@ -532,6 +713,8 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         .map(|l| (1 + l.summary.payload_blocks as u64) * BLOCK_U64)
         .sum();
     let file_blocks_max = super::engine::FILE_BYTES_MAX / BLOCK_U64;
+    // Blocks of the base checkpoint that roll-forward replaced: pinned if it stays retained.
+    let mut replaced: Vec<u64> = Vec::new();
     for log in applied {
         if log.summary.flags & FLAG_DATA_ONLY == 0 {
             continue;
@@ -547,7 +730,10 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
                             && d.offset + d.blocks as u64 <= file_blocks_max
                         {
                             for i in 0..d.blocks as u64 {
-                                st.map.set(d.offset + i, addr + i);
+                                let old = st.map.set(d.offset + i, addr + i);
+                                if old != 0 {
+                                    replaced.push(old);
+                                }
                             }
                         }
                     }
@@ -561,7 +747,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
                             st.mtime_ns = d.extra;
                             // Blocks wholly past the logged size were dropped before this log.
                             let keep = st.size.div_ceil(BLOCK_U64);
-                            st.map.truncate(keep);
+                            replaced.extend(st.map.truncate(keep));
                         }
                     }
                 }
@@ -570,12 +756,84 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         }
     }
 
-    // 6. Memory state: segment usage from everything the tree references.
+    // 6. The checkpoint's tables: snapshots, segment ages, pinned blocks; and the plain
+    // checkpoints kept for the protection period, down the chain of roots.
+    let tables = load_tables(&dev, &geo, &root)?;
+    let mut life = Life::new(
+        segment_count_of(&sb),
+        sb.segment_blocks,
+        config.protection_period,
+    );
+    let mut kept: BTreeMap<u64, Kept> = BTreeMap::new();
+    if let Some(snaps) = read_snapshots(&dev, &tables[2])? {
+        for e in snaps {
+            if e.number > root.number || !geo.contains(e.root) {
+                return Err(corrupt(
+                    &format!("snapshot table of checkpoint {}", root.number),
+                    format!("snapshot {} is out of range", e.number),
+                ));
+            }
+            kept.insert(
+                e.number,
+                Kept {
+                    time_ns: e.time_ns,
+                    root: e.root,
+                    snapshot: true,
+                    name: e.name,
+                },
+            );
+        }
+    }
+    kept.entry(root.number).or_insert(Kept {
+        time_ns: root.time_ns,
+        root: base_root,
+        snapshot: false,
+        name: None,
+    });
+    {
+        let mut prev = root.prev_root;
+        let mut number = root.number;
+        while number > root.oldest_protected.max(1) && prev != 0 && geo.contains(prev) {
+            number -= 1;
+            let b = read_block(&dev, prev, &|| {
+                format!(
+                    "{} device: reading checkpoint root {number} at block {prev}",
+                    dev.kind()
+                )
+            })?;
+            let r = CheckpointRoot::decode(&b[..])
+                .map_err(|e| corrupt(&format!("checkpoint root {number} at block {prev}"), e))?;
+            if r.number != number {
+                return Err(corrupt(
+                    &format!("checkpoint root at block {prev}"),
+                    format!("holds checkpoint {}, expected {number}", r.number),
+                ));
+            }
+            kept.entry(number).or_insert(Kept {
+                time_ns: r.time_ns,
+                root: prev,
+                snapshot: false,
+                name: None,
+            });
+            prev = r.prev_root;
+        }
+    }
+    report.checkpoints_retained = kept.len() as u64;
+    life.list = kept;
+    let usage = read_usage(&dev, &tables[0], sb.segment_count)?;
+    for (s, u) in usage.into_iter().enumerate() {
+        life.seg_born[s] = u.born.min(root.number);
+        life.seg_written[s] = u.written_ns;
+    }
+    let pinned_entries = read_pinned(&dev, &tables[1], &geo)?;
+
+    // 7. Memory state: segment usage from everything the tree references.
     let segment_count = sb.segment_count as usize;
     let mut seg = SegUsage {
         live: vec![0; segment_count],
         dead_at: vec![0; segment_count],
         last_seq: vec![0; segment_count],
+        pinned: vec![0; segment_count],
     };
     let mut pending = BTreeSet::new();
     {
@@ -599,10 +857,22 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             .for_each(|&a| live(a));
         ifile.node_addrs().for_each(&mut live);
         live(base_root);
+        for t in &tables {
+            t.blocks.iter().filter(|&&a| a != 0).for_each(|&a| live(a));
+            t.node_addrs().for_each(&mut live);
+        }
     }
     for log in &logs {
         let s = seg_of(log.start) as usize;
         seg.last_seq[s] = seg.last_seq[s].max(log.summary.sequence);
+        life.seg_written[s] = life.seg_written[s].max(log.summary.time_ns);
+    }
+    // Logs after the base checkpoint hold blocks no retained checkpoint references.
+    for log in applied {
+        let s = seg_of(log.start) as usize;
+        if !life.since_ckpt.iter().any(|&(seg, _)| seg == s) {
+            life.since_ckpt.push((s, log.start));
+        }
     }
     let cur_seg = seg_of(pos);
     let next_seg = if logs.last().is_some_and(|l| seg_of(l.start) == cur_seg)
@@ -639,7 +909,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         cells[&ino].lock().nlink = n;
         pending.insert(ino);
     }
-    let meta = Meta {
+    let mut meta = Meta {
         inodes: cells,
         dirs,
         pending,
@@ -663,8 +933,44 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         sb_generation: sb.generation,
         sb_checkpoint_seq: sb.checkpoint_sequence,
         created_ns: sb.created_ns,
+        life,
         ..Meta::default()
     };
+    // Pinned blocks: the stored ones still some retained checkpoint's, and what roll-forward
+    // replaced.
+    let mut usage_mismatch = false;
+    for e in pinned_entries {
+        let s = seg_of(e.block) as usize;
+        if let Some(anchor) = meta.life.anchor(e.born, e.died) {
+            if meta.life.pinned.contains_key(&e.block) {
+                return Err(corrupt(
+                    "pinned table",
+                    format!("block {} listed twice", e.block),
+                ));
+            }
+            meta.pin(
+                e.block,
+                super::lifecycle::Pin {
+                    born: e.born,
+                    died: e.died,
+                    anchor,
+                },
+                sb.segment_blocks,
+            );
+        } else {
+            meta.life.pinned_dirty.insert(s);
+            usage_mismatch = true;
+        }
+    }
+    meta.checkpoint = root.number;
+    for b in replaced {
+        if !meta.life.pinned.contains_key(&b) {
+            meta.pin_if_retained(b, sb.segment_blocks);
+        }
+    }
+    let _ = usage_mismatch;
+    meta.life.tables = tables;
+    meta.life.usage_dirty.clear();
     let inner = Arc::new(new_inner(
         dev,
         config,

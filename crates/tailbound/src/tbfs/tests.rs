@@ -16,6 +16,9 @@ fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
         superblock_every: Duration::from_secs(3600),
         checkpoint_every: None,
         dirty_bytes_max: 1 << 20,
+        protection_period: Duration::ZERO,
+        background_gc: false,
+        gc_free_percent: 20,
     }
 }
 
@@ -444,6 +447,7 @@ fn exercise(image: Vec<u8>) {
                         let _ = f.fsync();
                     }
                 }
+                FileKind::Symlink => {}
             }
         }
     }
@@ -535,4 +539,398 @@ fn strict_recovery_refuses_damage_before_the_tail_and_tolerate_tail_keeps_the_pr
         "{:?}",
         fs2.recovery_report()
     );
+}
+
+#[test]
+fn symbolic_links_hard_links_and_attributes_work_and_survive_a_reopen() {
+    let dev = device(4 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    fs.mkdir("/d", 0o755).unwrap();
+    let mut f = fs.open_file("/d/file", OpenFlags::create()).unwrap();
+    f.write(b"data").unwrap();
+    drop(f);
+    fs.symlink("file", "/d/rel").unwrap();
+    fs.symlink("/d", "/abs").unwrap();
+    fs.symlink("loop2", "/loop1").unwrap();
+    fs.symlink("loop1", "/loop2").unwrap();
+    fs.link("/d/file", "/hard").unwrap();
+    assert_eq!(read_all(&fs, "/d/rel"), b"data");
+    assert_eq!(read_all(&fs, "/abs/rel"), b"data");
+    assert_eq!(read_all(&fs, "/abs/../d/./file"), b"data");
+    assert_eq!(read_all(&fs, "/hard"), b"data");
+    assert_eq!(fs.stat("/hard").unwrap().nlink, 2);
+    assert_eq!(fs.lstat("/d/rel").unwrap().kind, FileKind::Symlink);
+    assert_eq!(fs.stat("/d/rel").unwrap().kind, FileKind::File);
+    assert_eq!(fs.readlink("/abs").unwrap(), "/d");
+    assert_eq!(fs.readlink("/d/file").unwrap_err().errno(), libc::EINVAL);
+    assert_eq!(fs.stat("/loop1").unwrap_err().errno(), libc::ELOOP);
+    assert_eq!(fs.link("/d", "/d2").unwrap_err().errno(), libc::EPERM);
+    let kinds: Vec<(String, FileKind)> = fs
+        .readdir("/d")
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("file".to_string(), FileKind::File),
+            ("rel".to_string(), FileKind::Symlink)
+        ]
+    );
+    // With a mount point, absolute targets under it resolve inside the pool; others do not.
+    fs.symlink("/mnt/fast/d/file", "/via-mount").unwrap();
+    fs.symlink("/etc/hostname", "/outside").unwrap();
+    fs.set_mount_point(Some("/mnt/fast"));
+    assert_eq!(read_all(&fs, "/via-mount"), b"data");
+    assert_eq!(fs.stat("/outside").unwrap_err().errno(), libc::ENOENT);
+    fs.set_mount_point(None);
+
+    fs.set_attr(
+        "/d/file",
+        &SetAttr {
+            mode: Some(0o640),
+            uid: Some(1234),
+            gid: Some(99),
+            atime_ns: Some(1_000_000_007),
+            mtime_ns: Some(2_000_000_009),
+        },
+    )
+    .unwrap();
+    fs.lset_attr(
+        "/d/rel",
+        &SetAttr {
+            mtime_ns: Some(5),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    fs.unlink("/d/file").unwrap();
+    assert_eq!(fs.stat("/hard").unwrap().nlink, 1);
+    assert_eq!(fs.stat("/d/rel").unwrap_err().errno(), libc::ENOENT);
+    fs.sync().unwrap();
+
+    let back = reopen(&dev);
+    let st = back.stat("/hard").unwrap();
+    assert_eq!(
+        (st.mode, st.uid, st.gid, st.atime_ns, st.mtime_ns, st.nlink),
+        (0o640, 1234, 99, 1_000_000_007, 2_000_000_009, 1)
+    );
+    assert!(st.ctime_ns > st.mtime_ns);
+    assert_eq!(read_all(&back, "/hard"), b"data");
+    assert_eq!(back.readlink("/d/rel").unwrap(), "file");
+    assert_eq!(back.lstat("/d/rel").unwrap().mtime_ns, 5);
+    assert_eq!(back.readlink("/loop2").unwrap(), "loop1");
+}
+
+#[test]
+fn reads_update_the_access_time_per_the_policy() {
+    let dev = device(4 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    let mut f = fs.open_file("/f", OpenFlags::create()).unwrap();
+    f.write(b"x").unwrap();
+    let old = 1_000;
+    let set = |t| {
+        fs.set_attr(
+            "/f",
+            &SetAttr {
+                atime_ns: Some(t),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap()
+    };
+    fs.set_atime_policy(AtimePolicy::Never);
+    set(old);
+    f.pread(&mut [0u8; 1], 0).unwrap();
+    assert_eq!(fs.stat("/f").unwrap().atime_ns, old);
+    fs.set_atime_policy(AtimePolicy::Relatime);
+    f.pread(&mut [0u8; 1], 0).unwrap();
+    let first = fs.stat("/f").unwrap().atime_ns;
+    assert!(
+        first > old,
+        "relatime updates an access time older than the change time"
+    );
+    // Now newer than mtime and ctime and not a day old: relatime leaves it.
+    f.pread(&mut [0u8; 1], 0).unwrap();
+    assert_eq!(fs.stat("/f").unwrap().atime_ns, first);
+    fs.set_atime_policy(AtimePolicy::Strict);
+    f.pread(&mut [0u8; 1], 0).unwrap();
+    assert!(fs.stat("/f").unwrap().atime_ns >= first);
+    drop(f);
+    fs.sync().unwrap();
+    assert!(reopen(&dev).stat("/f").unwrap().atime_ns >= first);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Retention, snapshots, views and the cleaner.
+
+fn life_config(protection: Duration) -> Config {
+    Config {
+        protection_period: protection,
+        ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+    }
+}
+
+fn write_file(fs: &Fs, path: &str, data: &[u8]) {
+    let f = fs.open_file(path, OpenFlags::create()).unwrap();
+    f.set_len(0).unwrap();
+    f.pwrite(data, 0).unwrap();
+    f.fsync().unwrap();
+}
+
+#[test]
+fn a_snapshot_keeps_old_contents_readable_across_overwrites_reopen_and_crash() {
+    let dev = device(8 << 20);
+    let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();
+    fs.mkdir("/d", 0o755).unwrap();
+    let old = pattern(1, 300 << 10);
+    write_file(&fs, "/d/f", &old);
+    let snap = fs.snapshot(Some("before")).unwrap();
+    // Overwrite, delete and rewrite many times: without the snapshot these blocks would be reused.
+    for round in 0..30u64 {
+        write_file(&fs, "/d/f", &pattern(100 + round, 300 << 10));
+        write_file(&fs, "/g", &pattern(200 + round, 200 << 10));
+        fs.unlink("/g").unwrap();
+        fs.sync().unwrap();
+    }
+    let newest = pattern(129, 300 << 10);
+    let list = fs.checkpoints().unwrap();
+    let s = list
+        .iter()
+        .find(|c| c.number == snap)
+        .expect("snapshot listed");
+    assert!(s.snapshot);
+    assert_eq!(s.name.as_deref(), Some("before"));
+    assert!(
+        s.pinned_bytes >= 300 << 10,
+        "the snapshot alone pins its old file data: {s:?}"
+    );
+    // Protection period zero: only the snapshot and the newest checkpoint are retained.
+    assert_eq!(list.len(), 2, "{list:?}");
+    let view = fs.at(snap).unwrap();
+    assert_eq!(view.read_file("/d/f").unwrap(), old);
+    assert!(matches!(view.stat("/g"), Err(Error::NotFound(_))));
+    assert_eq!(view.readdir("/").unwrap().len(), 1);
+    drop(view);
+    assert_eq!(read_all(&fs, "/d/f"), newest);
+    let space = fs.space().unwrap();
+    assert!(space.pinned_by_snapshots >= 300 << 10, "{space:?}");
+    assert_eq!(
+        space.live + space.pinned_by_snapshots + space.reclaimable + space.free,
+        space.size
+    );
+
+    // A crash (the latest bytes, no close) and a clean reopen both keep the snapshot.
+    let crashed = reopen(&dev);
+    let list = crashed.checkpoints().unwrap();
+    assert!(
+        list.iter().any(|c| c.number == snap && c.snapshot),
+        "{list:?}"
+    );
+    assert_eq!(crashed.at(snap).unwrap().read_file("/d/f").unwrap(), old);
+    assert_eq!(read_all(&crashed, "/d/f"), newest);
+    drop(crashed);
+    fs.close().unwrap();
+    let dev = Arc::new(SimDevice::from_image(dev.image()));
+    let fs = Fs::open(dev.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(fs.at(snap).unwrap().read_file("/d/f").unwrap(), old);
+
+    // Dropping it gives its blocks back.
+    let before = fs.space().unwrap();
+    fs.set_snapshot(snap, false).unwrap();
+    assert!(fs.checkpoints().unwrap().iter().all(|c| c.number != snap));
+    assert!(matches!(fs.at(snap), Err(Error::NotFound(_))));
+    let after = fs.space().unwrap();
+    assert!(
+        after.pinned_by_snapshots < before.pinned_by_snapshots,
+        "{before:?} -> {after:?}"
+    );
+    let gc = fs.gc(0.5).unwrap();
+    assert!(gc.free_fraction_after >= 0.5, "{gc:?}");
+    let fs2 = reopen(&dev);
+    let list = fs2.checkpoints().unwrap();
+    assert!(
+        list.iter().all(|c| !c.snapshot),
+        "{list:?} (dropped {snap})"
+    );
+    assert_eq!(read_all(&fs2, "/d/f"), newest);
+}
+
+#[test]
+fn plain_checkpoints_are_kept_for_the_protection_period_and_released_after() {
+    let dev = device(8 << 20);
+    let fs = Fs::format(dev.clone(), &life_config(Duration::from_secs(3600))).unwrap();
+    let mut versions = Vec::new();
+    for round in 0..5u64 {
+        let data = pattern(round, 40 << 10);
+        write_file(&fs, "/f", &data);
+        fs.sync().unwrap();
+        versions.push(data);
+    }
+    let list = fs.checkpoints().unwrap();
+    assert!(list.len() >= 5, "{list:?}");
+    assert!(list.iter().all(|c| !c.snapshot));
+    // Every retained checkpoint reads as some version of the file, oldest to newest, and each
+    // version written and synced is among them.
+    let mut seen = Vec::new();
+    for c in &list {
+        let view = fs.at(c.number).unwrap();
+        if let Ok(data) = view.read_file("/f") {
+            let v = versions.iter().position(|v| *v == data);
+            assert!(
+                v.is_some() || data.is_empty(),
+                "checkpoint {} holds garbage",
+                c.number
+            );
+            if let Some(v) = v {
+                seen.push(v);
+            }
+        }
+    }
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    for v in 0..versions.len() {
+        assert!(
+            seen.contains(&v),
+            "version {v} not in any checkpoint: {seen:?}"
+        );
+    }
+    // They survive a crash, found along the chain of roots.
+    let crashed = reopen(&dev);
+    let listed: Vec<u64> = crashed
+        .checkpoints()
+        .unwrap()
+        .iter()
+        .map(|c| c.number)
+        .collect();
+    for c in &list {
+        assert!(listed.contains(&c.number), "{} lost: {listed:?}", c.number);
+    }
+    drop(crashed);
+    // Shortening the protection period releases them at the next checkpoint.
+    fs.set_protection_period(Duration::ZERO);
+    write_file(&fs, "/f", &pattern(9, 4096));
+    fs.sync().unwrap();
+    let list = fs.checkpoints().unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    let fs2 = reopen(&dev);
+    assert_eq!(fs2.checkpoints().unwrap().len(), 1);
+    assert_eq!(fs2.protection_period(), Duration::ZERO);
+}
+
+#[test]
+fn an_open_view_keeps_its_checkpoint_until_dropped() {
+    let dev = device(8 << 20);
+    let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();
+    let old = pattern(5, 200 << 10);
+    write_file(&fs, "/f", &old);
+    fs.sync().unwrap();
+    let n = fs.checkpoints().unwrap().last().unwrap().number;
+    let view = fs.at(n).unwrap();
+    for round in 0..40u64 {
+        write_file(&fs, "/f", &pattern(50 + round, 200 << 10));
+        fs.sync().unwrap();
+        fs.gc(0.9).unwrap();
+    }
+    assert_eq!(view.read_file("/f").unwrap(), old);
+    let mut f = view.open_file("/f").unwrap();
+    let mut head = [0u8; 10];
+    f.read(&mut head).unwrap();
+    assert_eq!(&head[..], &old[..10]);
+    drop(view);
+    fs.sync().unwrap();
+    assert!(fs.checkpoints().unwrap().iter().all(|c| c.number != n));
+}
+
+#[test]
+fn the_cleaner_empties_partly_live_segments_and_everything_reads_back() {
+    let dev = device(8 << 20);
+    let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();
+    // Many small files, then delete every other one: segments end up half live.
+    let mut kept = Vec::new();
+    for i in 0..120u64 {
+        let data = pattern(i, 20 << 10);
+        write_file(&fs, &format!("/f{i}"), &data);
+        if i % 2 == 0 {
+            kept.push((format!("/f{i}"), data));
+        }
+    }
+    for i in (1..120u64).step_by(2) {
+        fs.unlink(&format!("/f{i}")).unwrap();
+    }
+    fs.sync().unwrap();
+    let before = fs.space().unwrap();
+    let report = fs.gc(0.9).unwrap();
+    let after = fs.space().unwrap();
+    assert!(report.segments_cleaned > 0, "{report:?}");
+    assert!(report.blocks_copied > 0, "{report:?}");
+    assert!(after.free > before.free, "{before:?} -> {after:?}");
+    assert!(fs.counters().segments_cleaned >= report.segments_cleaned);
+    {
+        let m = fs.inner.lock_meta();
+        assert_eq!(
+            fs.inner.recount_live(&m),
+            m.seg.live,
+            "the usage table kept up"
+        );
+    }
+    for (path, data) in &kept {
+        assert_eq!(&read_all(&fs, path), data, "{path}");
+    }
+    let crashed = reopen(&dev);
+    for (path, data) in &kept {
+        assert_eq!(&read_all(&crashed, path), data, "{path} after a crash");
+    }
+}
+
+#[test]
+fn gc_refuses_a_target_outside_zero_to_one_and_snapshot_names_are_checked() {
+    let fs = Fs::format(device(4 << 20), &life_config(Duration::ZERO)).unwrap();
+    assert!(matches!(fs.gc(1.5), Err(Error::Invalid(_))));
+    assert!(matches!(fs.snapshot(Some("")), Err(Error::Invalid(_))));
+    assert!(matches!(
+        fs.snapshot(Some(&"x".repeat(65))),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        fs.set_snapshot(999, true),
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(fs.at(999), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn a_long_protection_period_gives_way_when_writers_need_the_space() {
+    let dev = device(4 << 20);
+    let config = Config {
+        ordering: Ordering::Strict,
+        ..life_config(Duration::from_secs(3600))
+    };
+    let fs = Fs::format(dev.clone(), &config).unwrap();
+    let mut flags = OpenFlags::create();
+    flags.sync = SyncMode::Full;
+    let f = fs.open_file("/f", flags).unwrap();
+    let mut model = vec![0u8; 256 << 10];
+    f.pwrite(&model, 0).unwrap();
+    // Every 4 KiB O_SYNC write is a checkpoint, all protected for an hour: the pool (4 MiB) is
+    // written over many times, so protection must yield rather than the writer fail.
+    for i in 0..3000u64 {
+        let at = (i * 7919 % 64) * 4096;
+        let data = pattern(i, 4096);
+        f.pwrite(&data, at)
+            .unwrap_or_else(|e| panic!("write {i}: {e}"));
+        model[at as usize..at as usize + 4096].copy_from_slice(&data);
+    }
+    assert!(fs.counters().protection_released > 0);
+    assert_eq!(read_all(&fs, "/f"), model);
+    drop(f);
+    assert_eq!(read_all(&reopen(&dev), "/f"), model);
 }

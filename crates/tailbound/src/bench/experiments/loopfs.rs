@@ -1,7 +1,8 @@
-//! A throw-away ext4 file system on a loop device, mounted `noatime,lazytime` like the paper's setup.
+//! A throw-away ext4 or XFS file system on a loop device, mounted `noatime,lazytime` like the
+//! papers' setups; with its image in `/dev/shm` it is a kernel file system on DRAM.
 //!
 //! Owns the image file, the loop device and the mount, and undoes all three on drop, in reverse
-//! order. Needs root and the `losetup`, `mkfs.ext4`, `mount` and `umount` programs.
+//! order. Needs root and the `losetup`, `mkfs.ext4` (or `mkfs.xfs`), `mount` and `umount` programs.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -23,7 +24,30 @@ pub enum LoopFsError {
     Command { command: String, stderr: String },
 }
 
-/// An ext4 image on a loop device, mounted at [`LoopFs::mount_point`] until dropped.
+/// Which file system a loop device gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopKind {
+    Ext4,
+    Xfs,
+}
+
+impl LoopKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LoopKind::Ext4 => "ext4",
+            LoopKind::Xfs => "xfs",
+        }
+    }
+
+    fn mkfs(self) -> (&'static str, &'static [&'static str]) {
+        match self {
+            LoopKind::Ext4 => ("mkfs.ext4", &["-q", "-F"]),
+            LoopKind::Xfs => ("mkfs.xfs", &["-q", "-f"]),
+        }
+    }
+}
+
+/// An ext4 or XFS image on a loop device, mounted at [`LoopFs::mount_point`] until dropped.
 #[derive(Debug)]
 pub struct LoopFs {
     scratch: Option<tempfile::TempDir>,
@@ -33,7 +57,7 @@ pub struct LoopFs {
     mounted: bool,
 }
 
-fn run(program: &str, args: &[&str]) -> Result<String, LoopFsError> {
+pub(crate) fn run(program: &str, args: &[&str]) -> Result<String, LoopFsError> {
     let command = format!("{program} {}", args.join(" "));
     let output = Command::new(program)
         .args(args)
@@ -56,6 +80,11 @@ impl LoopFs {
     /// with direct I/O (so the backing file's page cache does not double-buffer), formats it ext4
     /// and mounts it with `noatime,lazytime`.
     pub fn create_ext4(parent: &Path, size_bytes: u64) -> Result<LoopFs, LoopFsError> {
+        LoopFs::create(LoopKind::Ext4, parent, size_bytes)
+    }
+
+    /// Like [`LoopFs::create_ext4`], for either file system.
+    pub fn create(kind: LoopKind, parent: &Path, size_bytes: u64) -> Result<LoopFs, LoopFsError> {
         if !crate::sys::proc::is_root() {
             return Err(LoopFsError::NotRoot);
         }
@@ -66,7 +95,7 @@ impl LoopFs {
                 what: format!("creating a scratch directory in {}", parent.display()),
                 source,
             })?;
-        let image = scratch.path().join("ext4.img");
+        let image = scratch.path().join(format!("{}.img", kind.name()));
         let mount_point = scratch.path().join("mnt");
         std::fs::create_dir(&mount_point).map_err(|source| LoopFsError::Io {
             what: format!("creating {}", mount_point.display()),
@@ -94,13 +123,16 @@ impl LoopFs {
             &["--find", "--show", "--direct-io=on", image.as_str()],
         )?;
         fs.device = Some(device.clone());
-        run("mkfs.ext4", &["-q", "-F", device.as_str()])?;
+        let (mkfs, mkfs_args) = kind.mkfs();
+        let mut args = mkfs_args.to_vec();
+        args.push(device.as_str());
+        run(mkfs, &args)?;
         let mount_point = fs.mount_point.display().to_string();
         run(
             "mount",
             &[
                 "-t",
-                "ext4",
+                kind.name(),
                 "-o",
                 "noatime,lazytime",
                 device.as_str(),

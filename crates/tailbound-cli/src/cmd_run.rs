@@ -1,0 +1,193 @@
+//! `tailbound run --mount DIR=POOL -- PROGRAM ARGS...`: runs an unmodified program with its files
+//! under DIR kept in a tbfs pool, through the LD_PRELOAD shim (`libtailbound_preload.so`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use tailbound::dev::file::FileDevice;
+use tailbound::dev::memory::MemoryPool;
+use tailbound::dev::Device;
+use tailbound::tbfs::{Config, Fs};
+
+use crate::CliResult;
+
+/// Run a program with a directory served from a tbfs pool in its own process.
+///
+/// Every file call the program makes under DIR (open, read, write, stat, readdir, rename, mmap,
+/// fopen, ...) is served from the pool by `libtailbound_preload.so`, without system calls;
+/// everything else goes to the kernel as usual. DIR need not exist on the kernel file system. The
+/// pool is created (and formatted) when it does not exist, and can be mounted again by a later
+/// run. One process uses a pool at a time: a forked child sees the mount refuse every call with
+/// EACCES, and a second process opening the same pool gets a clear error.
+///
+/// Examples:
+///
+///   tailbound run --mount /mnt/fast=/dev/shm/app.pool -- python3 app.py
+///
+///   tailbound run --mount /data=/dev/shm/a.pool --report -- tar -xf src.tar -C /data
+///
+/// The program's exit status is passed through (128+N when a signal N ended it).
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// DIR=POOL: serve DIR (absolute) from the pool file POOL. Repeat for several mounts.
+    #[arg(long = "mount", value_name = "DIR=POOL", required = true)]
+    mounts: Vec<String>,
+    /// Size of a pool created because it did not exist (K, M, G suffixes).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    pool_size: u64,
+    /// Storage backend: `memory` maps the pool file (use /dev/shm for DRAM); `file` writes it
+    /// with O_DIRECT through io_uring (a file on a disk, or a block device).
+    #[arg(long, default_value = "memory", value_parser = ["memory", "file"])]
+    backend: String,
+    /// Print how many calls of each kind were served from tbfs and passed to the kernel.
+    #[arg(long)]
+    report: bool,
+    /// Abort the program on a call the shim does not support on a library file, instead of
+    /// failing that call with an errno.
+    #[arg(long)]
+    strict: bool,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]...")]
+    command: Vec<String>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n >= 1 << 20)
+        .ok_or_else(|| format!("`{s}` is not a size of at least 1M (like 512M or 2G)"))
+}
+
+/// Finds `libtailbound_preload.so`: `$TAILBOUND_PRELOAD`, else next to this binary (also in its
+/// `deps/` and `../lib/`).
+pub fn find_preload() -> Result<PathBuf, String> {
+    const NAME: &str = "libtailbound_preload.so";
+    if let Some(p) = std::env::var_os("TAILBOUND_PRELOAD") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "TAILBOUND_PRELOAD={} does not name a file",
+                p.display()
+            ))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let candidates = [
+        dir.join(NAME),
+        dir.join("deps").join(NAME),
+        dir.join("../lib").join(NAME),
+        dir.join("..").join(NAME),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            format!(
+                "{NAME} not found next to {} (looked in {}); build it with \
+             `cargo build -p tailbound-preload` or set TAILBOUND_PRELOAD to its path",
+                exe.display(),
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+/// Creates and formats a pool at `path` unless a file is already there.
+pub fn ensure_pool(path: &Path, size: u64, backend: &str) -> Result<bool, String> {
+    if path.exists() {
+        return Ok(false);
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.is_dir() {
+            return Err(format!(
+                "{}: the pool's directory {} does not exist",
+                path.display(),
+                parent.display()
+            ));
+        }
+    }
+    let dev: Arc<dyn Device> = match backend {
+        "file" => {
+            Arc::new(FileDevice::create(path, size).map_err(|e| format!("creating the pool: {e}"))?)
+        }
+        _ => {
+            Arc::new(MemoryPool::create(path, size).map_err(|e| format!("creating the pool: {e}"))?)
+        }
+    };
+    let fs = Fs::format(dev, &Config::default())
+        .map_err(|e| format!("{}: formatting the pool: {e}", path.display()))?;
+    fs.close()
+        .map_err(|e| format!("{}: closing the new pool: {e}", path.display()))?;
+    Ok(true)
+}
+
+pub fn run(args: RunArgs) -> CliResult {
+    let mut spec = Vec::new();
+    for m in &args.mounts {
+        let Some((dir, pool)) = m.split_once('=') else {
+            return Err(format!("--mount {m}: expected DIR=POOL").into());
+        };
+        if !dir.starts_with('/') || dir.trim_end_matches('/').is_empty() {
+            return Err(format!("--mount {m}: DIR must be an absolute path other than /").into());
+        }
+        if dir.contains(':') || pool.contains(':') {
+            return Err(format!("--mount {m}: paths cannot contain `:`").into());
+        }
+        let pool = std::path::absolute(pool)
+            .map_err(|e| format!("--mount {m}: making {pool} absolute: {e}"))?;
+        if ensure_pool(&pool, args.pool_size, &args.backend)? {
+            eprintln!(
+                "tailbound: created a {} MiB {} pool at {}",
+                args.pool_size >> 20,
+                args.backend,
+                pool.display()
+            );
+        }
+        spec.push(format!("{dir}={}", pool.display()));
+    }
+    let preload = find_preload()?;
+    let mut ld_preload = preload.display().to_string();
+    if let Ok(old) = std::env::var("LD_PRELOAD") {
+        if !old.is_empty() {
+            ld_preload = format!("{ld_preload}:{old}");
+        }
+    }
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .env("LD_PRELOAD", ld_preload)
+        .env("TAILBOUND_MOUNT", spec.join(":"))
+        .env("TAILBOUND_BACKEND", &args.backend);
+    if args.report {
+        cmd.env("TAILBOUND_REPORT", "1");
+    }
+    if args.strict {
+        cmd.env("TAILBOUND_STRICT", "1");
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("starting {}: {e}", args.command[0]))?;
+    let code = match status.code() {
+        Some(c) => c,
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            128 + status.signal().unwrap_or(0)
+        }
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,501 @@
+//! `tailbound run`: unmodified programs (cp, tar, find, du, sort, gzip, python3) run under the
+//! LD_PRELOAD shim against a tbfs mount, and the same programs on a kernel directory, must print the
+//! same and leave the same files. The mount directory does not exist on the kernel file system, so
+//! nothing can reach the kernel by accident and still pass.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+fn tailbound() -> &'static str {
+    env!("CARGO_BIN_EXE_tailbound")
+}
+
+/// A pool in /dev/shm and a mount directory that exists nowhere on the kernel file system.
+struct Mount {
+    _pool_dir: tempfile::TempDir,
+    pool: PathBuf,
+    dir: String,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+impl Mount {
+    fn new() -> Mount {
+        let pool_dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+        let pool = pool_dir.path().join("test.pool");
+        let dir = format!(
+            "/tailbound-run-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        assert!(!Path::new(&dir).exists());
+        Mount {
+            _pool_dir: pool_dir,
+            pool,
+            dir,
+        }
+    }
+
+    /// Runs a program under the shim with this mount.
+    fn run(&self, program: &str, args: &[&str]) -> Output {
+        let out = Command::new(tailbound())
+            .args(["run", "--pool-size", "64M", "--mount"])
+            .arg(format!("{}={}", self.dir, self.pool.display()))
+            .arg("--")
+            .arg(program)
+            .args(args)
+            .output()
+            .expect("running tailbound run");
+        assert!(
+            !Path::new(&self.dir).exists(),
+            "{program} created {} on the kernel file system",
+            self.dir
+        );
+        out
+    }
+}
+
+fn kernel(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e} (is it installed? .ci/run installs it)"))
+}
+
+fn ok(what: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Lists a tree: relative path, type, permission bits, size and a digest of the content. Run with
+/// python3 (itself under the shim for the tbfs side).
+const DUMP: &str = r#"
+import hashlib, os, stat, sys
+root = sys.argv[1]
+for d, dirs, files in os.walk(root):
+    for name in sorted(dirs + files):
+        p = os.path.join(d, name)
+        st = os.lstat(p)
+        kind = "d" if stat.S_ISDIR(st.st_mode) else "l" if stat.S_ISLNK(st.st_mode) else "f"
+        digest = ""
+        if kind == "f":
+            with open(p, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest() + " links=" + str(st.st_nlink)
+        if kind == "l":
+            digest = "-> " + os.readlink(p) + (" (resolves)" if os.path.exists(p) else " (dangling)")
+        mode = oct(st.st_mode & 0o7777) if kind != "l" else "-"
+        print(os.path.relpath(p, root), kind, mode, st.st_size if kind == "f" else "-", digest)
+"#;
+
+fn dump_kernel(dir: &Path) -> Vec<String> {
+    let out = ok(
+        "dump",
+        &kernel("python3", &["-c", DUMP, dir.to_str().unwrap()]),
+    );
+    sorted(&out)
+}
+
+fn dump_mount(m: &Mount, dir: &str) -> Vec<String> {
+    let out = ok("dump under the shim", &m.run("python3", &["-c", DUMP, dir]));
+    sorted(&out)
+}
+
+fn sorted(s: &str) -> Vec<String> {
+    let mut v: Vec<String> = s.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+/// A source tree on the kernel file system: nested directories, empty and large files, odd modes.
+fn source_tree() -> tempfile::TempDir {
+    let src = tempfile::tempdir().unwrap();
+    let p = src.path();
+    std::fs::create_dir_all(p.join("a/b/c")).unwrap();
+    std::fs::create_dir_all(p.join("empty-dir")).unwrap();
+    std::fs::write(p.join("a/small.txt"), "hello tailbound\n").unwrap();
+    std::fs::write(p.join("a/b/empty"), "").unwrap();
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(p.join("a/b/c/big.bin"), &big).unwrap();
+    let lines: String = (0..20_000u32)
+        .map(|i| format!("{}\n", (i * 7919) % 20_000))
+        .collect();
+    std::fs::write(p.join("numbers.txt"), lines).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        p.join("a/small.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("small.txt", p.join("a/link-to-small")).unwrap();
+    std::os::unix::fs::symlink("a/b", p.join("dir-link")).unwrap();
+    std::os::unix::fs::symlink("../nowhere", p.join("a/dangling")).unwrap();
+    std::fs::hard_link(p.join("numbers.txt"), p.join("a/hard-numbers")).unwrap();
+    std::fs::set_permissions(p.join("a/b"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    src
+}
+
+#[test]
+fn cp_find_and_du_see_the_same_tree_as_on_a_kernel_directory() {
+    let src = source_tree();
+    let s = src.path().to_str().unwrap();
+    let k = tempfile::tempdir().unwrap();
+    let kdst = k.path().join("copy");
+    let m = Mount::new();
+    let mdst = format!("{}/copy", m.dir);
+
+    ok(
+        "cp -r (kernel)",
+        &kernel("cp", &["-r", s, kdst.to_str().unwrap()]),
+    );
+    ok("cp -r (tbfs)", &m.run("cp", &["-r", s, &mdst]));
+    let want = dump_kernel(&kdst);
+    assert_eq!(want.len(), 12, "{want:?}");
+    assert_eq!(dump_mount(&m, &mdst), want);
+
+    // find: the same entries, types and sizes (readdir order differs between file systems).
+    let fmt = "%P %y %m %s\n";
+    let kf = ok(
+        "find (kernel)",
+        &kernel(
+            "find",
+            &[kdst.to_str().unwrap(), "-type", "f", "-printf", fmt],
+        ),
+    );
+    let mf = ok(
+        "find (tbfs)",
+        &m.run("find", &[&mdst, "-type", "f", "-printf", fmt]),
+    );
+    assert_eq!(sorted(&mf), sorted(&kf));
+    let kd = ok(
+        "find dirs (kernel)",
+        &kernel(
+            "find",
+            &[kdst.to_str().unwrap(), "-type", "d", "-printf", "%P %m\n"],
+        ),
+    );
+    let md = ok(
+        "find dirs (tbfs)",
+        &m.run("find", &[&mdst, "-type", "d", "-printf", "%P %m\n"]),
+    );
+    assert_eq!(sorted(&md), sorted(&kd));
+    let kn = ok(
+        "find -name (kernel)",
+        &kernel(
+            "find",
+            &[kdst.to_str().unwrap(), "-name", "*.bin", "-printf", "%P\n"],
+        ),
+    );
+    let mn = ok(
+        "find -name (tbfs)",
+        &m.run("find", &[&mdst, "-name", "*.bin", "-printf", "%P\n"]),
+    );
+    assert_eq!(mn, kn);
+    assert_eq!(mn, "a/b/c/big.bin\n");
+
+    // du: inode counts per directory are the same on any file system; so are file sizes.
+    let strip_k = |s: &str| s.replace(kdst.to_str().unwrap(), "ROOT");
+    let strip_m = |s: &str| s.replace(&mdst, "ROOT");
+    let ki = ok(
+        "du --inodes (kernel)",
+        &kernel("du", &["--inodes", "-a", kdst.to_str().unwrap()]),
+    );
+    let mi = ok(
+        "du --inodes (tbfs)",
+        &m.run("du", &["--inodes", "-a", &mdst]),
+    );
+    assert_eq!(sorted(&strip_m(&mi)), sorted(&strip_k(&ki)));
+    let kb = ok(
+        "du -ab (kernel)",
+        &kernel(
+            "du",
+            &[
+                "-ab",
+                kdst.join("a/b/c/big.bin").to_str().unwrap(),
+                kdst.join("numbers.txt").to_str().unwrap(),
+            ],
+        ),
+    );
+    let mb = ok(
+        "du -ab (tbfs)",
+        &m.run(
+            "du",
+            &[
+                "-ab",
+                &format!("{mdst}/a/b/c/big.bin"),
+                &format!("{mdst}/numbers.txt"),
+            ],
+        ),
+    );
+    assert_eq!(strip_m(&mb), strip_k(&kb));
+    // Block usage: the 3 MB file takes at least its size in blocks.
+    let mk = ok(
+        "du -k (tbfs)",
+        &m.run("du", &["-k", &format!("{mdst}/a/b/c/big.bin")]),
+    );
+    let kib: u64 = mk.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(
+        kib >= 3_000_000 / 1024,
+        "du -k says {kib} KiB for a 3 MB file"
+    );
+}
+
+#[test]
+fn tar_creates_and_extracts_in_the_pool_like_on_a_kernel_directory() {
+    let src = source_tree();
+    let s = src.path().to_str().unwrap();
+    let k = tempfile::tempdir().unwrap();
+    let m = Mount::new();
+    let ktar = k.path().join("a.tar");
+    let mtar = format!("{}/a.tar", m.dir);
+    // --mtime and --owner make the archives comparable byte for byte.
+    let fixed = [
+        "--mtime=2020-01-01 00:00:00",
+        "--owner=0",
+        "--group=0",
+        "--numeric-owner",
+        "--sort=name",
+    ];
+    let mut kargs = vec!["-cf", ktar.to_str().unwrap(), "-C", s];
+    kargs.extend(fixed);
+    kargs.push(".");
+    let mut margs = vec!["-cf", mtar.as_str(), "-C", s];
+    margs.extend(fixed);
+    margs.push(".");
+    ok("tar -c (kernel)", &kernel("tar", &kargs));
+    ok("tar -c (tbfs)", &m.run("tar", &margs));
+    let kl = ok(
+        "tar -t (kernel)",
+        &kernel("tar", &["-tvf", ktar.to_str().unwrap()]),
+    );
+    let ml = ok("tar -t (tbfs)", &m.run("tar", &["-tvf", &mtar]));
+    assert_eq!(ml, kl);
+    let dump_py =
+        "import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())";
+    let kh = ok(
+        "hash (kernel)",
+        &kernel("python3", &["-c", dump_py, ktar.to_str().unwrap()]),
+    );
+    let mh = ok("hash (tbfs)", &m.run("python3", &["-c", dump_py, &mtar]));
+    assert_eq!(mh, kh, "the archives differ");
+
+    // Extract the archive made in the pool into the pool, and the kernel's on the kernel.
+    let kx = k.path().join("x");
+    std::fs::create_dir(&kx).unwrap();
+    ok(
+        "tar -x (kernel)",
+        &kernel(
+            "tar",
+            &["-xf", ktar.to_str().unwrap(), "-C", kx.to_str().unwrap()],
+        ),
+    );
+    let mx = format!("{}/x", m.dir);
+    ok("mkdir (tbfs)", &m.run("mkdir", &[&mx]));
+    ok("tar -x (tbfs)", &m.run("tar", &["-xf", &mtar, "-C", &mx]));
+    assert_eq!(dump_mount(&m, &mx), dump_kernel(&kx));
+    // tar restored the archive's modification time through utimensat.
+    let mt = ok(
+        "stat (tbfs)",
+        &m.run("stat", &["-c", "%Y", &format!("{mx}/a/small.txt")]),
+    );
+    assert_eq!(mt.trim(), "1577836800");
+}
+
+#[test]
+fn sort_and_gzip_write_the_same_bytes_as_on_a_kernel_directory() {
+    let src = source_tree();
+    let input = src.path().join("numbers.txt");
+    let k = tempfile::tempdir().unwrap();
+    let m = Mount::new();
+    ok(
+        "cp (tbfs)",
+        &m.run(
+            "cp",
+            &[input.to_str().unwrap(), &format!("{}/numbers.txt", m.dir)],
+        ),
+    );
+
+    // sort -o: the output file is opened, moved to standard output and written with stdio.
+    let kout = k.path().join("sorted");
+    ok(
+        "sort (kernel)",
+        &kernel(
+            "sort",
+            &["-n", input.to_str().unwrap(), "-o", kout.to_str().unwrap()],
+        ),
+    );
+    let mout = format!("{}/sorted", m.dir);
+    ok(
+        "sort (tbfs)",
+        &m.run(
+            "sort",
+            &["-n", &format!("{}/numbers.txt", m.dir), "-o", &mout],
+        ),
+    );
+    // sort reading from the pool and writing to standard output.
+    let printed = ok(
+        "sort to stdout (tbfs)",
+        &m.run("sort", &["-rn", &format!("{}/numbers.txt", m.dir)]),
+    );
+    let kprinted = ok(
+        "sort to stdout (kernel)",
+        &kernel("sort", &["-rn", input.to_str().unwrap()]),
+    );
+    assert_eq!(printed, kprinted);
+
+    // gzip -n (no name or time in the header) compresses to the same bytes; -d restores them.
+    std::fs::copy(&kout, k.path().join("z")).unwrap();
+    ok(
+        "gzip (kernel)",
+        &kernel("gzip", &["-n", "-k", k.path().join("z").to_str().unwrap()]),
+    );
+    ok("cp (tbfs)", &m.run("cp", &[&mout, &format!("{}/z", m.dir)]));
+    ok(
+        "gzip (tbfs)",
+        &m.run("gzip", &["-n", "-k", &format!("{}/z", m.dir)]),
+    );
+    ok(
+        "gzip -d (tbfs)",
+        &m.run("gzip", &["-d", "-c", &format!("{}/z.gz", m.dir)]),
+    );
+    let got = dump_mount(&m, &m.dir);
+    let want = dump_kernel(k.path());
+    let pick = |v: &[String], name: &str| {
+        v.iter()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .cloned()
+    };
+    for name in ["sorted", "z", "z.gz"] {
+        assert!(
+            pick(&want, name).is_some(),
+            "{name} missing on the kernel side"
+        );
+        assert_eq!(pick(&got, name), pick(&want, name), "{name}");
+    }
+    let back = ok(
+        "gzip -dc (tbfs)",
+        &m.run("gzip", &["-d", "-c", &format!("{}/z.gz", m.dir)]),
+    );
+    assert_eq!(back.as_bytes(), std::fs::read(&kout).unwrap());
+}
+
+/// File I/O, os.walk, shutil.copytree, tempfile, chdir/getcwd, stdio, and sqlite3 with a rollback
+/// journal and in WAL mode (mmap of the -shm file, fcntl locks).
+const PY: &str = r#"
+import os, shutil, sqlite3, sys, tempfile
+R = sys.argv[1]
+os.makedirs(R + "/a/b", exist_ok=True)
+with open(R + "/a/b/f.txt", "w") as f:
+    for i in range(5000):
+        f.write(f"line {i}\n")
+with open(R + "/a/b/f.txt", "a") as f:
+    f.write("appended\n")
+with open(R + "/a/b/f.txt", "r+b") as f:
+    f.seek(5)
+    f.write(b"X")
+    f.seek(0, 2)
+    print("size", f.tell())
+print(open(R + "/a/b/f.txt").read().splitlines()[-2:])
+shutil.copytree(R + "/a", R + "/copy")
+for root, dirs, files in os.walk(R):
+    dirs.sort()
+    print(os.path.relpath(root, R), sorted(dirs), sorted(f for f in files if not f.startswith("tmp")))
+with tempfile.NamedTemporaryFile(dir=R, delete=False, suffix=".tmp") as t:
+    t.write(b"x" * 12345)
+print("temp", os.path.getsize(t.name), os.path.dirname(t.name) == R)
+os.rename(t.name, R + "/renamed")
+os.chdir(R + "/a")
+print("cwd", os.path.relpath(os.getcwd(), R), os.listdir("."), os.path.exists("b/f.txt"))
+os.chdir("/")
+fd = os.open(R + "/gone", os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b"still readable")
+os.unlink(R + "/gone")
+os.lseek(fd, 0, 0)
+print("unlinked", os.read(fd, 100), os.path.exists(R + "/gone"))
+os.close(fd)
+for mode in ["DELETE", "WAL"]:
+    db = sqlite3.connect(R + f"/db-{mode}.sqlite")
+    print(mode, db.execute(f"PRAGMA journal_mode={mode}").fetchone()[0])
+    db.execute("create table t(x integer, s text)")
+    db.executemany("insert into t values(?, ?)", [(i, "v" * (i % 50)) for i in range(3000)])
+    db.commit()
+    db.execute("delete from t where x % 2 = 0")
+    db.rollback()
+    db.execute("update t set s = 'w' where x < 10")
+    db.commit()
+    print(mode, db.execute("select count(*), sum(x), sum(length(s)) from t").fetchone())
+    db.close()
+    db = sqlite3.connect(R + f"/db-{mode}.sqlite")
+    print(mode, "reopened", db.execute("select count(*) from t").fetchone())
+    print(mode, "integrity", db.execute("pragma integrity_check").fetchone()[0])
+    db.close()
+print(sorted(os.listdir(R)))
+"#;
+
+#[test]
+fn python_file_io_walk_copytree_tempfile_and_sqlite_match_a_kernel_directory() {
+    let k = tempfile::tempdir().unwrap();
+    let m = Mount::new();
+    let kout = ok(
+        "python3 (kernel)",
+        &kernel("python3", &["-c", PY, k.path().to_str().unwrap()]),
+    );
+    let mout = ok("python3 (tbfs)", &m.run("python3", &["-c", PY, &m.dir]));
+    assert!(
+        kout.contains("WAL wal") && kout.contains("integrity ok"),
+        "{kout}"
+    );
+    assert_eq!(mout, kout);
+    // The databases, read back by a second run (a new process opening the pool again).
+    let want = dump_kernel(k.path());
+    let got = dump_mount(&m, &m.dir);
+    let files = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .filter(|l| !l.starts_with("db-"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(files(&got), files(&want));
+    let check = "import sqlite3,sys; d=sqlite3.connect(sys.argv[1]); print(d.execute('select count(*), sum(x) from t').fetchone())";
+    for db in ["db-DELETE.sqlite", "db-WAL.sqlite"] {
+        let kc = ok(
+            "sqlite (kernel)",
+            &kernel(
+                "python3",
+                &["-c", check, k.path().join(db).to_str().unwrap()],
+            ),
+        );
+        let mc = ok(
+            "sqlite (tbfs)",
+            &m.run("python3", &["-c", check, &format!("{}/{db}", m.dir)]),
+        );
+        assert_eq!(mc, kc);
+        assert_eq!(mc, "(3000, 4498500)\n");
+    }
+}
+
+#[test]
+fn the_exit_status_is_passed_through_and_a_missing_pool_is_created() {
+    let m = Mount::new();
+    assert!(!m.pool.exists());
+    let out = m.run("sh", &["-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    assert!(m.pool.exists(), "the pool was not created");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("created a 64 MiB memory pool"), "{err}");
+    // A second process cannot use a pool another holds: a forked child sees EACCES.
+    let out = m.run(
+        "python3",
+        &["-c", &format!(
+            "import os\nopen('{d}/f','w').write('x')\npid=os.fork()\nif pid==0:\n  try:\n    open('{d}/f')\n    os._exit(1)\n  except PermissionError:\n    os._exit(0)\n_,st=os.waitpid(pid,0)\nprint(os.waitstatus_to_exitcode(st), open('{d}/f').read())",
+            d = m.dir
+        )],
+    );
+    assert_eq!(ok("fork", &out), "0 x\n");
+}

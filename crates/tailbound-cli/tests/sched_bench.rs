@@ -1,0 +1,297 @@
+//! `tailbound bench fairness` and `tailbound bench priority` end to end with `--quick`. These check
+//! that each experiment runs, writes the issue's JSON schema with consistent figures, and leaves
+//! no loop device, mount, cgroup or scheduler change behind; they never judge the shares or
+//! latencies it measures. Both need root (loop devices, cgroups, I/O schedulers).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// The root tests change loop devices and schedulers; one at a time keeps their checks exact.
+static MACHINE: Mutex<()> = Mutex::new(());
+
+fn tailbound(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tailbound"))
+        .args(args)
+        .output()
+        .expect("running the tailbound binary")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).expect("reading the JSON report");
+    serde_json::from_str(&text).expect("the JSON report parses")
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Root-only tests run as root; under CI they must not be skipped.
+fn require_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} needs root and CI must run it as root"
+    );
+    eprintln!("skipping {test}: needs root");
+    false
+}
+
+fn keys(v: &serde_json::Value) -> BTreeSet<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+/// Nothing the run made under `scratch` is left: no file, no loop device over it, no mount in
+/// it, no cgroup of ours, and every loop device's scheduler is what it was.
+fn machine_is_clean(scratch: &Path, schedulers_before: &[(String, String)]) {
+    let left: Vec<_> = std::fs::read_dir(scratch).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "left behind in the scratch directory: {left:?}"
+    );
+    let out = Command::new("losetup")
+        .args(["--list", "--noheadings", "-O", "NAME,BACK-FILE"])
+        .output()
+        .unwrap();
+    let attached = String::from_utf8_lossy(&out.stdout);
+    let scratch_text = scratch.display().to_string();
+    assert!(
+        !attached.contains(&scratch_text),
+        "a loop device is still attached: {attached}"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!mounts.contains(&scratch_text), "still mounted: {mounts}");
+    let cgroups: Vec<String> = std::fs::read_dir("/sys/fs/cgroup/blkio")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("tailbound-fairness-"))
+        .collect();
+    assert!(cgroups.is_empty(), "cgroups left: {cgroups:?}");
+    for (path, before) in schedulers_before {
+        if let Ok(now) = std::fs::read_to_string(path) {
+            assert_eq!(&now, before, "{path} changed");
+        }
+    }
+}
+
+fn loop_schedulers() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("loop") {
+            let path = format!("/sys/block/{name}/queue/scheduler");
+            if let Ok(s) = std::fs::read_to_string(&path) {
+                out.push((path, s));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
+    if !require_root("fairness_quick_writes_the_issues_schema_and_restores_the_machine") {
+        return;
+    }
+    let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let json = dir.path().join("fairness.json");
+    let svg = dir.path().join("fairness.svg");
+    let before = loop_schedulers();
+    let out = tailbound(&[
+        "bench",
+        "fairness",
+        "--quick",
+        "--dir",
+        scratch.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("| bfq "), "{table}");
+    assert!(table.contains("Targets"), "{table}");
+
+    let report = read_json(&json);
+    assert_eq!(report["experiment"], "fairness");
+    let cases = report["cases"].as_array().unwrap();
+    // --quick: 2:1 at 1 and 10 MiB, read and write, under bfq and none.
+    assert_eq!(cases.len(), 8, "{report:#}");
+    let schema: BTreeSet<String> = [
+        "system",
+        "weights",
+        "op",
+        "block_mb",
+        "shares_mb_per_s",
+        "ratio_error",
+        "total_mb_per_s",
+    ]
+    .map(String::from)
+    .into();
+    let mut seen = BTreeSet::new();
+    for case in cases {
+        assert_eq!(keys(case), schema, "{case}");
+        let system = case["system"].as_str().unwrap();
+        let op = case["op"].as_str().unwrap();
+        let block = case["block_mb"].as_u64().unwrap();
+        assert!(["bfq", "none"].contains(&system), "{case}");
+        assert!(["read", "write"].contains(&op), "{case}");
+        assert!([1, 10].contains(&block), "{case}");
+        seen.insert((system.to_string(), op.to_string(), block));
+        assert_eq!(case["weights"], serde_json::json!([2, 1]));
+        let shares: Vec<f64> = case["shares_mb_per_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_f64().unwrap())
+            .collect();
+        assert_eq!(shares.len(), 2, "{case}");
+        assert!(
+            shares.iter().all(|&s| s > 0.0),
+            "every tenant moved data: {case}"
+        );
+        let total = case["total_mb_per_s"].as_f64().unwrap();
+        assert!(
+            (total - shares.iter().sum::<f64>()).abs() < 1e-6 * total,
+            "{case}"
+        );
+        // ratio_error is what the shares say it is.
+        let a = shares[0] / total;
+        let expected =
+            ((a - 2.0 / 3.0).abs() / (2.0 / 3.0)).max(((1.0 - a) - 1.0 / 3.0).abs() / (1.0 / 3.0));
+        let ratio_error = case["ratio_error"].as_f64().unwrap();
+        assert!((ratio_error - expected).abs() < 1e-9, "{case}");
+    }
+    assert_eq!(seen.len(), 8, "every case once: {seen:?}");
+    assert!(report["targets"].as_array().is_some_and(|t| !t.is_empty()));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    machine_is_clean(&scratch, &before);
+}
+
+#[test]
+fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
+    if !require_root("priority_quick_writes_the_issues_schema_and_restores_the_machine") {
+        return;
+    }
+    let _machine = MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let json = dir.path().join("priority.json");
+    let svg = dir.path().join("priority.svg");
+    let before = loop_schedulers();
+    let out = tailbound(&[
+        "bench",
+        "priority",
+        "--quick",
+        "--dir",
+        scratch.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = read_json(&json);
+    assert_eq!(report["experiment"], "priority");
+    let cases = report["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 8, "4 schedulers x 2 rates: {report:#}");
+    let mut seen = BTreeSet::new();
+    for case in cases {
+        let k = keys(case);
+        for key in [
+            "system",
+            "scheduler",
+            "writes",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "p9999_us",
+            "p999999_us",
+            "max_us",
+            "background_mb_per_s",
+        ] {
+            assert!(k.contains(key), "missing {key} in {case}");
+        }
+        assert_eq!(case["system"], "kernel");
+        assert_eq!(case["writes"], 200);
+        let scheduler = case["scheduler"].as_str().unwrap().to_string();
+        let rate = case["rate"].as_str().unwrap().to_string();
+        assert!(["111/s", "flat-out"].contains(&rate.as_str()), "{case}");
+        seen.insert((scheduler, rate));
+        let figures: Vec<f64> = [
+            "min_us",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "p9999_us",
+            "p999999_us",
+            "max_us",
+        ]
+        .iter()
+        .map(|k| case[*k].as_f64().unwrap())
+        .collect();
+        assert!(figures[0] > 0.0, "{case}");
+        assert!(
+            figures.windows(2).all(|w| w[0] <= w[1]),
+            "percentiles in order: {case}"
+        );
+        assert!(
+            case["background_mb_per_s"].as_f64().unwrap() > 0.0,
+            "{case}"
+        );
+        assert!(
+            case["background_alone_mb_per_s"].as_f64().unwrap() > 0.0,
+            "{case}"
+        );
+    }
+    let schedulers: BTreeSet<&str> = seen.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        schedulers,
+        ["bfq", "kyber", "mq-deadline", "none"]
+            .into_iter()
+            .collect()
+    );
+    assert_eq!(seen.len(), 8);
+    assert_eq!(report["targets"].as_array().unwrap().len(), 3);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    machine_is_clean(&scratch, &before);
+}
+
+#[test]
+fn bad_arguments_are_clear_errors_before_anything_is_made() {
+    let out = tailbound(&["bench", "fairness", "--systems", "cfq"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cfq"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "fairness", "--weights", "2:x"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("2:x"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "fairness", "--weights", "20:1"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("weights"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "priority", "--schedulers", "cfq"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cfq"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "priority", "--rates", "often"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("often"), "{}", stderr(&out));
+    let out = tailbound(&["bench", "priority", "--writes", "0"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--writes"), "{}", stderr(&out));
+}

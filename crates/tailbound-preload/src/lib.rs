@@ -1,0 +1,20 @@
+//! `libtailbound_preload.so`: an `LD_PRELOAD` library that serves unmodified programs' file calls
+//! under mount prefixes from tbfs pools, in the program's own process.
+//!
+//! ```text
+//! TAILBOUND_MOUNT=/mnt/fast=/dev/shm/app.pool LD_PRELOAD=libtailbound_preload.so PROGRAM
+//! ```
+//! (`tailbound run --mount /mnt/fast=/dev/shm/app.pool -- PROGRAM` sets this up.)
+//!
+//! - [`vfs`]: mounts, path resolution, the library descriptor table and every operation (safe).
+//! - [`hooks`]: the interposed C symbols (raw pointers in, errno out).
+//! - [`real`]: libc's own functions, found with `dlsym(RTLD_NEXT)`.
+//!
+//! Environment: `TAILBOUND_MOUNT=DIR=POOL[:DIR=POOL...]`, `TAILBOUND_BACKEND=memory|file`,
+//! `TAILBOUND_REPORT=1` (per-call counts at exit), `TAILBOUND_STRICT=1` (abort on an
+//! unsupported call on a library file instead of failing it).
+
+pub mod hooks;
+#[allow(non_snake_case)]
+pub mod real;
+pub mod vfs;

@@ -1,0 +1,476 @@
+//! The real libc functions behind every interposed symbol, found with `dlsym(RTLD_NEXT, name)` on
+//! first use, and a few safe wrappers the rest of the shim uses for its own kernel calls.
+//!
+//! A symbol this libc does not have (an older glibc without `statx` or `close_range`) makes the
+//! call fail with `ENOSYS` instead of crashing.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::{c_char, c_int, c_long, c_uint, c_void, mode_t, off_t, size_t, ssize_t};
+
+/// Looks a symbol up in the libraries after this one; 0 if there is none.
+fn lookup(slot: &AtomicUsize, name: &'static [u8]) -> usize {
+    let p = slot.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: `name` is a NUL-terminated literal; dlsym with RTLD_NEXT only reads it.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) } as usize;
+    slot.store(p, Ordering::Relaxed);
+    p
+}
+
+/// The failure value of a C return type.
+pub trait Fail {
+    fn fail() -> Self;
+}
+macro_rules! fail_as_minus_one {
+    ($($t:ty),*) => { $(impl Fail for $t { fn fail() -> $t { -1 as _ } })* };
+}
+fail_as_minus_one!(i32, i64, isize, u32);
+impl Fail for () {
+    fn fail() {}
+}
+
+fn missing<R: Fail>() -> R {
+    crate::hooks::set_errno(libc::ENOSYS);
+    R::fail()
+}
+
+macro_rules! real {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => { $(
+        /// The libc function of the same name.
+        ///
+        /// # Safety
+        /// The same contract as the libc function.
+        pub unsafe fn $name($($arg: $ty),*) -> $ret {
+            static SLOT: AtomicUsize = AtomicUsize::new(0);
+            let p = lookup(&SLOT, concat!(stringify!($name), "\0").as_bytes());
+            if p == 0 {
+                return missing();
+            }
+            // SAFETY: `p` is libc's own definition of this symbol, whose C prototype is the one
+            // written here.
+            let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
+            // SAFETY: the caller keeps the libc function's contract.
+            unsafe { f($($arg),*) }
+        }
+    )* };
+}
+
+/// Pointer results report a missing symbol as NULL.
+macro_rules! real_ptr {
+    ($( fn $name:ident ( $($arg:ident : $ty:ty),* ) -> $ret:ty ; )*) => { $(
+        /// The libc function of the same name.
+        ///
+        /// # Safety
+        /// The same contract as the libc function.
+        pub unsafe fn $name($($arg: $ty),*) -> $ret {
+            static SLOT: AtomicUsize = AtomicUsize::new(0);
+            let p = lookup(&SLOT, concat!(stringify!($name), "\0").as_bytes());
+            if p == 0 {
+                crate::hooks::set_errno(libc::ENOSYS);
+                return std::ptr::null_mut();
+            }
+            // SAFETY: as in `real!`.
+            let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
+            // SAFETY: the caller keeps the libc function's contract.
+            unsafe { f($($arg),*) }
+        }
+    )* };
+}
+
+pub type Stat = libc::stat64;
+
+real! {
+    fn close(fd: c_int) -> c_int;
+    fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t;
+    fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t;
+    fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t;
+    fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t;
+    fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t;
+    fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t;
+    fn preadv64(fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t) -> ssize_t;
+    fn pwritev64(fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t) -> ssize_t;
+    fn preadv64v2(fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t, fl: c_int) -> ssize_t;
+    fn pwritev64v2(fd: c_int, iov: *const libc::iovec, n: c_int, off: off_t, fl: c_int) -> ssize_t;
+    fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t;
+    fn fstat64(fd: c_int, st: *mut Stat) -> c_int;
+    fn stat64(path: *const c_char, st: *mut Stat) -> c_int;
+    fn lstat64(path: *const c_char, st: *mut Stat) -> c_int;
+    fn fstatat64(dirfd: c_int, path: *const c_char, st: *mut Stat, flags: c_int) -> c_int;
+    fn __fxstat64(ver: c_int, fd: c_int, st: *mut Stat) -> c_int;
+    fn __xstat64(ver: c_int, path: *const c_char, st: *mut Stat) -> c_int;
+    fn __lxstat64(ver: c_int, path: *const c_char, st: *mut Stat) -> c_int;
+    fn __fxstatat64(ver: c_int, dirfd: c_int, path: *const c_char, st: *mut Stat, fl: c_int) -> c_int;
+    fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, st: *mut libc::statx) -> c_int;
+    fn access(path: *const c_char, mode: c_int) -> c_int;
+    fn faccessat(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int;
+    fn euidaccess(path: *const c_char, mode: c_int) -> c_int;
+    fn mkdir(path: *const c_char, mode: mode_t) -> c_int;
+    fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int;
+    fn rmdir(path: *const c_char) -> c_int;
+    fn unlink(path: *const c_char) -> c_int;
+    fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int;
+    fn remove(path: *const c_char) -> c_int;
+    fn rename(a: *const c_char, b: *const c_char) -> c_int;
+    fn renameat(da: c_int, a: *const c_char, db: c_int, b: *const c_char) -> c_int;
+    fn renameat2(da: c_int, a: *const c_char, db: c_int, b: *const c_char, fl: c_uint) -> c_int;
+    fn closedir(d: *mut libc::DIR) -> c_int;
+    fn dirfd(d: *mut libc::DIR) -> c_int;
+    fn rewinddir(d: *mut libc::DIR) -> ();
+    fn seekdir(d: *mut libc::DIR, loc: c_long) -> ();
+    fn telldir(d: *mut libc::DIR) -> c_long;
+    fn readdir_r(d: *mut libc::DIR, e: *mut libc::dirent, r: *mut *mut libc::dirent) -> c_int;
+    fn readdir64_r(d: *mut libc::DIR, e: *mut libc::dirent64, r: *mut *mut libc::dirent64) -> c_int;
+    fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t;
+    fn scandir64(
+        p: *const c_char,
+        list: *mut *mut *mut libc::dirent64,
+        filter: crate::hooks::DirFilter,
+        compar: crate::hooks::DirCompare
+    ) -> c_int;
+    fn fsync(fd: c_int) -> c_int;
+    fn fdatasync(fd: c_int) -> c_int;
+    fn syncfs(fd: c_int) -> c_int;
+    fn sync_file_range(fd: c_int, off: off_t, n: off_t, fl: c_uint) -> c_int;
+    fn ftruncate64(fd: c_int, len: off_t) -> c_int;
+    fn truncate64(path: *const c_char, len: off_t) -> c_int;
+    fn dup(fd: c_int) -> c_int;
+    fn dup2(a: c_int, b: c_int) -> c_int;
+    fn dup3(a: c_int, b: c_int, fl: c_int) -> c_int;
+    fn chdir(path: *const c_char) -> c_int;
+    fn fchdir(fd: c_int) -> c_int;
+    fn utimensat(dirfd: c_int, path: *const c_char, t: *const libc::timespec, fl: c_int) -> c_int;
+    fn futimens(fd: c_int, t: *const libc::timespec) -> c_int;
+    fn utimes(path: *const c_char, t: *const libc::timeval) -> c_int;
+    fn lutimes(path: *const c_char, t: *const libc::timeval) -> c_int;
+    fn futimes(fd: c_int, t: *const libc::timeval) -> c_int;
+    fn futimesat(dirfd: c_int, path: *const c_char, t: *const libc::timeval) -> c_int;
+    fn utime(path: *const c_char, t: *const libc::utimbuf) -> c_int;
+    fn chmod(path: *const c_char, mode: mode_t) -> c_int;
+    fn fchmod(fd: c_int, mode: mode_t) -> c_int;
+    fn fchmodat(dirfd: c_int, path: *const c_char, mode: mode_t, fl: c_int) -> c_int;
+    fn chown(path: *const c_char, u: libc::uid_t, g: libc::gid_t) -> c_int;
+    fn lchown(path: *const c_char, u: libc::uid_t, g: libc::gid_t) -> c_int;
+    fn fchown(fd: c_int, u: libc::uid_t, g: libc::gid_t) -> c_int;
+    fn fchownat(dirfd: c_int, path: *const c_char, u: libc::uid_t, g: libc::gid_t, fl: c_int) -> c_int;
+    fn symlink(target: *const c_char, path: *const c_char) -> c_int;
+    fn symlinkat(target: *const c_char, dirfd: c_int, path: *const c_char) -> c_int;
+    fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t;
+    fn readlinkat(dirfd: c_int, path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t;
+    fn link(a: *const c_char, b: *const c_char) -> c_int;
+    fn linkat(da: c_int, a: *const c_char, db: c_int, b: *const c_char, fl: c_int) -> c_int;
+    fn statfs64(path: *const c_char, st: *mut libc::statfs64) -> c_int;
+    fn fstatfs64(fd: c_int, st: *mut libc::statfs64) -> c_int;
+    fn statvfs64(path: *const c_char, st: *mut libc::statvfs64) -> c_int;
+    fn fstatvfs64(fd: c_int, st: *mut libc::statvfs64) -> c_int;
+    fn flock(fd: c_int, op: c_int) -> c_int;
+    fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int;
+    fn munmap(addr: *mut c_void, len: size_t) -> c_int;
+    fn msync(addr: *mut c_void, len: size_t, fl: c_int) -> c_int;
+    fn sendfile64(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t;
+    fn copy_file_range(a: c_int, ao: *mut off_t, b: c_int, bo: *mut off_t, n: size_t, fl: c_uint) -> ssize_t;
+    fn splice(a: c_int, ao: *mut off_t, b: c_int, bo: *mut off_t, n: size_t, fl: c_uint) -> ssize_t;
+    fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int;
+    fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int;
+    fn posix_fadvise64(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int;
+    fn isatty(fd: c_int) -> c_int;
+    fn close_range(first: c_uint, last: c_uint, fl: c_int) -> c_int;
+    fn umask(mask: mode_t) -> mode_t;
+    fn mkstemp(t: *mut c_char) -> c_int;
+    fn mkostemp(t: *mut c_char, fl: c_int) -> c_int;
+    fn mkstemps(t: *mut c_char, n: c_int) -> c_int;
+    fn mkostemps(t: *mut c_char, n: c_int, fl: c_int) -> c_int;
+    fn getxattr(p: *const c_char, n: *const c_char, v: *mut c_void, s: size_t) -> ssize_t;
+    fn lgetxattr(p: *const c_char, n: *const c_char, v: *mut c_void, s: size_t) -> ssize_t;
+    fn fgetxattr(fd: c_int, n: *const c_char, v: *mut c_void, s: size_t) -> ssize_t;
+    fn setxattr(p: *const c_char, n: *const c_char, v: *const c_void, s: size_t, f: c_int) -> c_int;
+    fn lsetxattr(p: *const c_char, n: *const c_char, v: *const c_void, s: size_t, f: c_int) -> c_int;
+    fn fsetxattr(fd: c_int, n: *const c_char, v: *const c_void, s: size_t, f: c_int) -> c_int;
+    fn listxattr(p: *const c_char, l: *mut c_char, s: size_t) -> ssize_t;
+    fn llistxattr(p: *const c_char, l: *mut c_char, s: size_t) -> ssize_t;
+    fn flistxattr(fd: c_int, l: *mut c_char, s: size_t) -> ssize_t;
+    fn removexattr(p: *const c_char, n: *const c_char) -> c_int;
+    fn lremovexattr(p: *const c_char, n: *const c_char) -> c_int;
+    fn fremovexattr(fd: c_int, n: *const c_char) -> c_int;
+    fn mknod(p: *const c_char, m: mode_t, d: libc::dev_t) -> c_int;
+    fn mknodat(dirfd: c_int, p: *const c_char, m: mode_t, d: libc::dev_t) -> c_int;
+    fn mkfifo(p: *const c_char, m: mode_t) -> c_int;
+    fn mkfifoat(dirfd: c_int, p: *const c_char, m: mode_t) -> c_int;
+    fn pathconf(p: *const c_char, name: c_int) -> c_long;
+    fn fpathconf(fd: c_int, name: c_int) -> c_long;
+    fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
+    fn _exit(code: c_int) -> ();
+    fn fileno(f: *mut libc::FILE) -> c_int;
+    fn fileno_unlocked(f: *mut libc::FILE) -> c_int;
+    fn _Exit(code: c_int) -> ();
+}
+
+real_ptr! {
+    fn opendir(path: *const c_char) -> *mut libc::DIR;
+    fn fdopendir(fd: c_int) -> *mut libc::DIR;
+    fn readdir64(d: *mut libc::DIR) -> *mut libc::dirent64;
+    fn readdir(d: *mut libc::DIR) -> *mut libc::dirent;
+    fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char;
+    fn get_current_dir_name() -> *mut c_char;
+    fn getwd(buf: *mut c_char) -> *mut c_char;
+    fn mmap64(a: *mut c_void, n: size_t, prot: c_int, fl: c_int, fd: c_int, off: off_t) -> *mut c_void;
+    fn realpath(p: *const c_char, out: *mut c_char) -> *mut c_char;
+    fn canonicalize_file_name(p: *const c_char) -> *mut c_char;
+    fn tmpfile() -> *mut libc::FILE;
+    fn fopen(p: *const c_char, m: *const c_char) -> *mut libc::FILE;
+    fn fopen64(p: *const c_char, m: *const c_char) -> *mut libc::FILE;
+    fn fdopen(fd: c_int, m: *const c_char) -> *mut libc::FILE;
+    fn freopen(p: *const c_char, m: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
+    fn freopen64(p: *const c_char, m: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
+    fn tmpfile64() -> *mut libc::FILE;
+    fn mkdtemp(t: *mut c_char) -> *mut c_char;
+}
+
+// ---- the variadic ones, declared as such ----
+
+/// `openat(2)` through libc.
+///
+/// # Safety
+/// `path` is a NUL-terminated string.
+pub unsafe fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    static SLOT: AtomicUsize = AtomicUsize::new(0);
+    let p = lookup(&SLOT, b"openat64\0");
+    if p == 0 {
+        return missing();
+    }
+    // SAFETY: libc's openat64, declared variadic as in <fcntl.h>.
+    let f: unsafe extern "C" fn(c_int, *const c_char, c_int, ...) -> c_int =
+        unsafe { std::mem::transmute(p) };
+    // SAFETY: the caller's contract.
+    unsafe { f(dirfd, path, flags, mode) }
+}
+
+/// `fcntl(2)` through libc, its third argument passed pointer-sized as glibc reads it.
+///
+/// # Safety
+/// `arg` is what `cmd` expects.
+pub unsafe fn fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
+    static SLOT: AtomicUsize = AtomicUsize::new(0);
+    let p = lookup(&SLOT, b"fcntl64\0");
+    if p == 0 {
+        return missing();
+    }
+    // SAFETY: libc's fcntl64, declared variadic as in <fcntl.h>.
+    let f: unsafe extern "C" fn(c_int, c_int, ...) -> c_int = unsafe { std::mem::transmute(p) };
+    // SAFETY: the caller's contract.
+    unsafe { f(fd, cmd, arg) }
+}
+
+/// `ioctl(2)` through libc.
+///
+/// # Safety
+/// `arg` is what `request` expects.
+pub unsafe fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> c_int {
+    static SLOT: AtomicUsize = AtomicUsize::new(0);
+    let p = lookup(&SLOT, b"ioctl\0");
+    if p == 0 {
+        return missing();
+    }
+    // SAFETY: libc's ioctl, declared variadic as in <sys/ioctl.h>.
+    let f: unsafe extern "C" fn(c_int, libc::c_ulong, ...) -> c_int =
+        unsafe { std::mem::transmute(p) };
+    // SAFETY: the caller's contract.
+    unsafe { f(fd, request, arg) }
+}
+
+// ---- safe wrappers for the shim's own kernel calls ----
+
+/// Reserves a kernel descriptor number to back a library descriptor: an `O_PATH` descriptor of
+/// `/dev/null`, close-on-exec. Any call that reaches the kernel with it fails with `EBADF`
+/// (`read`, `write`, `mmap`, `ioctl`...), so nothing the shim misses touches a random file.
+pub fn reserve_fd() -> Result<c_int, i32> {
+    // SAFETY: a literal path; the flags need no mode.
+    let fd = unsafe {
+        openat(
+            libc::AT_FDCWD,
+            c"/dev/null".as_ptr(),
+            libc::O_PATH | libc::O_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        Err(crate::hooks::errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Duplicates a reserved descriptor to the lowest number ≥ `min`, close-on-exec.
+pub fn reserve_dup(fd: c_int, min: c_int) -> Result<c_int, i32> {
+    // SAFETY: F_DUPFD_CLOEXEC takes an int, passed in the pointer-sized slot.
+    let r = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, min as usize as *mut c_void) };
+    if r < 0 {
+        Err(crate::hooks::errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Makes `new` a duplicate of `old` (closing what `new` was), close-on-exec.
+pub fn reserve_dup_onto(old: c_int, new: c_int) -> Result<c_int, i32> {
+    // SAFETY: plain integers.
+    let r = unsafe { dup3(old, new, libc::O_CLOEXEC) };
+    if r < 0 {
+        Err(crate::hooks::errno())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Closes a kernel descriptor the shim reserved.
+pub fn release_fd(fd: c_int) {
+    // SAFETY: the shim owns `fd`.
+    unsafe { close(fd) };
+}
+
+/// The kernel's current directory, or `None` if it cannot be read.
+pub fn kernel_cwd() -> Option<String> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: `buf` is writable for its length.
+    let p = unsafe { getcwd(buf.as_mut_ptr().cast(), buf.len()) };
+    if p.is_null() {
+        return None;
+    }
+    let len = buf.iter().position(|&b| b == 0)?;
+    buf.truncate(len);
+    String::from_utf8(buf).ok()
+}
+
+/// Changes the kernel's current directory.
+pub fn kernel_chdir(path: &str) -> Result<(), i32> {
+    let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
+    // SAFETY: `c` is NUL-terminated.
+    if unsafe { chdir(c.as_ptr()) } < 0 {
+        Err(crate::hooks::errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// Sets the umask and returns the old one.
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: no pointers.
+    unsafe { umask(mask) }
+}
+
+pub fn euid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+pub fn egid() -> u32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::getegid() }
+}
+
+pub fn pid() -> i32 {
+    // SAFETY: no arguments, cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// A fresh memfd (close-on-exec) for a shared mapping's backing.
+pub fn memfd(name: &std::ffi::CStr) -> Result<c_int, i32> {
+    // SAFETY: `name` is NUL-terminated.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        Err(crate::hooks::errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// `pread` on a kernel descriptor into `buf`, to completion or end of file.
+pub fn kernel_pread(fd: c_int, buf: &mut [u8], mut off: u64) -> Result<usize, i32> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: the range is inside `buf`.
+        let n = unsafe {
+            pread64(
+                fd,
+                buf[done..].as_mut_ptr().cast(),
+                buf.len() - done,
+                off as off_t,
+            )
+        };
+        if n < 0 {
+            let e = crate::hooks::errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            break;
+        }
+        done += n as usize;
+        off += n as u64;
+    }
+    Ok(done)
+}
+
+/// `pwrite` of all of `buf` on a kernel descriptor.
+pub fn kernel_pwrite(fd: c_int, buf: &[u8], mut off: u64) -> Result<(), i32> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: the range is inside `buf`.
+        let n = unsafe {
+            pwrite64(
+                fd,
+                buf[done..].as_ptr().cast(),
+                buf.len() - done,
+                off as off_t,
+            )
+        };
+        if n < 0 {
+            let e = crate::hooks::errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        done += n as usize;
+        off += n as u64;
+    }
+    Ok(())
+}
+
+pub fn kernel_ftruncate(fd: c_int, len: u64) -> Result<(), i32> {
+    // SAFETY: no pointers.
+    if unsafe { ftruncate64(fd, len as off_t) } < 0 {
+        Err(crate::hooks::errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// A kernel descriptor's size.
+pub fn kernel_size(fd: c_int) -> Result<u64, i32> {
+    // SAFETY: zeroed is a valid `stat64`; fstat64 fills it.
+    let mut st: Stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable.
+    if unsafe { fstat64(fd, &mut st) } < 0 {
+        Err(crate::hooks::errno())
+    } else {
+        Ok(st.st_size as u64)
+    }
+}
+
+/// Writes a message to standard error without going through the shim's hooks.
+pub fn say(msg: &str) {
+    let mut buf = msg.as_bytes();
+    while !buf.is_empty() {
+        // SAFETY: the range is inside `buf`.
+        let n = unsafe { write(2, buf.as_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            return;
+        }
+        buf = &buf[n as usize..];
+    }
+}

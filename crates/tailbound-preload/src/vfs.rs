@@ -1,0 +1,1530 @@
+//! What the shim does, in safe Rust: mounts, path resolution, the library descriptor table, and
+//! every operation on library paths and descriptors. Each operation returns `Err(errno)`; the
+//! hooks turn that into `-1` and `errno`.
+//!
+//! A library descriptor is a kernel descriptor number the shim reserved (see
+//! [`real::reserve_fd`]) mapped here to an open file description ([`Ofd`]): the tbfs handle,
+//! offset, status flags and directory cursor that `dup` shares.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+
+use tailbound::dev::file::FileDevice;
+use tailbound::dev::memory::MemoryPool;
+use tailbound::dev::Device;
+use tailbound::tbfs::locks::{self, Kind, Owner, Request, Space};
+use tailbound::tbfs::{self, FileKind, Fs, OpenFlags};
+
+use crate::real;
+
+/// `Err(errno)`.
+pub type R<T> = Result<T, i32>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One `DIR=POOL` entry of `TAILBOUND_MOUNT`.
+pub struct Mount {
+    /// Absolute, normalized, without a trailing slash.
+    pub prefix: String,
+    pub pool: PathBuf,
+    fs: OnceLock<Result<Fs, String>>,
+    /// The `st_dev` reported for files under this mount.
+    pub dev: u64,
+}
+
+/// Where a path leads.
+pub enum Where {
+    /// Not under a mount: the kernel's.
+    Kernel,
+    /// Under mount `m`, at `rel` inside the pool (`""` is its root); `abs` is the full path.
+    Lib(Loc),
+    /// Under a mount this process may not use (a forked child): fail with this errno.
+    Refused(i32),
+}
+
+#[derive(Clone, Debug)]
+pub struct Loc {
+    pub m: usize,
+    pub rel: String,
+    pub abs: String,
+}
+
+/// An open file description.
+pub struct Ofd {
+    pub id: u64,
+    pub m: usize,
+    pub ino: u64,
+    pub abs: String,
+    pub rel: String,
+    pub file: tbfs::File,
+    pub dir: bool,
+    /// O_RDONLY, O_WRONLY, O_RDWR or O_PATH.
+    pub acc: i32,
+    /// The status flags F_GETFL reports (O_APPEND, O_NONBLOCK, ...), without the access mode.
+    pub status: AtomicI32,
+    pub pos: Mutex<u64>,
+    pub listing: Mutex<Option<Vec<Ent>>>,
+    fs: Fs,
+}
+
+impl Drop for Ofd {
+    fn drop(&mut self) {
+        self.fs
+            .locks()
+            .release_everywhere(Owner::Description(self.id));
+    }
+}
+
+/// One directory entry as `readdir` returns it.
+#[derive(Clone, Debug)]
+pub struct Ent {
+    pub ino: u64,
+    pub name: String,
+    pub dtype: u8,
+}
+
+#[derive(Clone)]
+struct FdEntry {
+    ofd: Arc<Ofd>,
+    cloexec: bool,
+}
+
+/// What `stat` reports, in the kernel's terms.
+#[derive(Debug, Clone, Copy)]
+pub struct Attr {
+    pub dev: u64,
+    pub ino: u64,
+    /// Type and permission bits.
+    pub mode: u32,
+    pub nlink: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub blocks512: u64,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+/// A writable shared mapping's backing: one memfd per inode, holding the file's bytes while it is
+/// mapped, so every mapping and every read/write of the file see the same bytes.
+pub struct Backing {
+    pub memfd: i32,
+    ofd: Arc<Ofd>,
+    maps: AtomicUsize,
+}
+
+/// The shim's whole state, made on first use.
+pub struct Shim {
+    pub mounts: Vec<Mount>,
+    fds: RwLock<HashMap<i32, FdEntry>>,
+    nfds: AtomicUsize,
+    cwd: Mutex<Option<String>>,
+    kcwd: Mutex<Option<String>>,
+    umask: AtomicU32,
+    next_id: AtomicU64,
+    pub forked: AtomicBool,
+    pub strict: bool,
+    pub report: bool,
+    streams: Mutex<HashMap<usize, i32>>,
+    backings: Mutex<HashMap<(usize, u64), Arc<Backing>>>,
+    nbackings: AtomicUsize,
+    /// Shared mappings of library files: start address → (length, backing).
+    maps: Mutex<HashMap<usize, (usize, Arc<Backing>)>>,
+    pub errors_said: Mutex<Vec<String>>,
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Normalizes an absolute path lexically: no `.`, `..` or empty components, no trailing slash.
+pub fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    let mut out = String::with_capacity(path.len() + 1);
+    for p in &parts {
+        out.push('/');
+        out.push_str(p);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+/// Parses `TAILBOUND_MOUNT`: `DIR=POOL` entries separated by `:`.
+pub fn parse_mounts(spec: &str) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut out = Vec::new();
+    for entry in spec.split(':').filter(|e| !e.is_empty()) {
+        let Some((dir, pool)) = entry.split_once('=') else {
+            return Err(format!("TAILBOUND_MOUNT entry `{entry}` is not DIR=POOL"));
+        };
+        if !dir.starts_with('/') || pool.is_empty() {
+            return Err(format!(
+                "TAILBOUND_MOUNT entry `{entry}`: DIR must be absolute and POOL not empty"
+            ));
+        }
+        let dir = normalize(dir);
+        if dir == "/" {
+            return Err("TAILBOUND_MOUNT: `/` cannot be a mount".into());
+        }
+        out.push((dir, PathBuf::from(pool)));
+    }
+    Ok(out)
+}
+
+impl Shim {
+    pub fn from_env() -> Shim {
+        let spec = std::env::var("TAILBOUND_MOUNT").unwrap_or_default();
+        let mounts = match parse_mounts(&spec) {
+            Ok(m) => m,
+            Err(e) => {
+                real::say(&format!("tailbound: {e}; no mounts\n"));
+                Vec::new()
+            }
+        };
+        let mounts = mounts
+            .into_iter()
+            .enumerate()
+            .map(|(i, (prefix, pool))| Mount {
+                prefix,
+                pool,
+                fs: OnceLock::new(),
+                // A device number no kernel file system uses: major 0x7462 ("tb").
+                dev: (0x7462u64 << 32) | i as u64,
+            })
+            .collect();
+        let mask = real::set_umask(0o022);
+        real::set_umask(mask);
+        let shim = Shim {
+            mounts,
+            fds: RwLock::new(HashMap::new()),
+            nfds: AtomicUsize::new(0),
+            cwd: Mutex::new(None),
+            kcwd: Mutex::new(None),
+            umask: AtomicU32::new(mask),
+            next_id: AtomicU64::new(1),
+            forked: AtomicBool::new(false),
+            strict: env_flag("TAILBOUND_STRICT"),
+            report: env_flag("TAILBOUND_REPORT"),
+            streams: Mutex::new(HashMap::new()),
+            backings: Mutex::new(HashMap::new()),
+            nbackings: AtomicUsize::new(0),
+            maps: Mutex::new(HashMap::new()),
+            errors_said: Mutex::new(Vec::new()),
+        };
+        if !shim.mounts.is_empty() {
+            let k = real::kernel_cwd();
+            // Started inside a mount directory that also exists on the kernel file system: the
+            // process's working directory is the tbfs one.
+            if let Some(k) = &k {
+                if shim.mount_of(k).is_some() {
+                    *lock(&shim.cwd) = Some(k.clone());
+                }
+            }
+            *lock(&shim.kcwd) = k;
+        }
+        shim
+    }
+
+    fn mount_of(&self, abs: &str) -> Option<usize> {
+        self.mounts.iter().position(|m| {
+            abs == m.prefix
+                || (abs.len() > m.prefix.len()
+                    && abs.starts_with(&m.prefix)
+                    && abs.as_bytes()[m.prefix.len()] == b'/')
+        })
+    }
+
+    fn classify(&self, abs: String) -> Where {
+        match self.mount_of(&abs) {
+            None => Where::Kernel,
+            Some(_) if self.forked.load(Ordering::Relaxed) => Where::Refused(libc::EACCES),
+            Some(m) => {
+                let rel = abs[self.mounts[m].prefix.len()..]
+                    .trim_start_matches('/')
+                    .to_string();
+                Where::Lib(Loc { m, rel, abs })
+            }
+        }
+    }
+
+    /// Resolves a path given to a call, relative to `dirfd` (`AT_FDCWD` for the working
+    /// directory), to a mount location or the kernel.
+    pub fn resolve(&self, dirfd: i32, path: &[u8]) -> Where {
+        if self.mounts.is_empty() || path.is_empty() {
+            return Where::Kernel;
+        }
+        let Ok(p) = std::str::from_utf8(path) else {
+            return Where::Kernel;
+        };
+        if p.starts_with('/') {
+            return self.classify(normalize(p));
+        }
+        if dirfd != libc::AT_FDCWD {
+            return match self.ofd(dirfd) {
+                Some(o) => self.classify(normalize(&format!("{}/{p}", o.abs))),
+                None => Where::Kernel,
+            };
+        }
+        if let Some(c) = lock(&self.cwd).as_ref() {
+            return self.classify(normalize(&format!("{c}/{p}")));
+        }
+        // Relative to a kernel working directory, which is never under a mount: only `..` can
+        // lead into one.
+        if !p.split('/').any(|c| c == "..") {
+            return Where::Kernel;
+        }
+        let base = lock(&self.kcwd).clone().or_else(real::kernel_cwd);
+        match base {
+            Some(b) => self.classify(normalize(&format!("{b}/{p}"))),
+            None => Where::Kernel,
+        }
+    }
+
+    /// Whether a string names a path under a mount (for `freopen`).
+    pub fn is_library_path(&self, path: &[u8]) -> bool {
+        matches!(
+            self.resolve(libc::AT_FDCWD, path),
+            Where::Lib(_) | Where::Refused(_)
+        )
+    }
+
+    /// The pool of mount `m`, opened on first use.
+    pub fn fs(&self, m: usize) -> R<&Fs> {
+        let mount = &self.mounts[m];
+        let r = mount.fs.get_or_init(|| {
+            let r = open_pool(&mount.pool);
+            if let Ok(fs) = &r {
+                fs.set_mount_point(Some(&mount.prefix));
+            }
+            if r.is_ok() {
+                crate::hooks::register_exit_flush();
+            }
+            r
+        });
+        match r {
+            Ok(fs) => Ok(fs),
+            Err(e) => {
+                let mut said = lock(&self.errors_said);
+                if !said.contains(e) {
+                    real::say(&format!(
+                        "tailbound: {} cannot be served from {}: {e}\n",
+                        mount.prefix,
+                        mount.pool.display()
+                    ));
+                    said.push(e.clone());
+                }
+                Err(libc::EIO)
+            }
+        }
+    }
+
+    /// Flushes every open pool (at exit): writes back shared mappings, then syncs.
+    pub fn flush_all(&self) {
+        if self.forked.load(Ordering::Relaxed) {
+            return;
+        }
+        let backings: Vec<Arc<Backing>> = lock(&self.backings).values().cloned().collect();
+        for b in backings {
+            let _ = self.write_back(&b);
+        }
+        for m in &self.mounts {
+            if let Some(Ok(fs)) = m.fs.get() {
+                if let Err(e) = fs.sync() {
+                    real::say(&format!(
+                        "tailbound: syncing {} at exit: {e}\n",
+                        m.pool.display()
+                    ));
+                }
+            }
+        }
+    }
+
+    // ---- the descriptor table ----
+
+    /// Whether any library descriptor exists (the fast path for kernel descriptors).
+    pub fn any_fds(&self) -> bool {
+        self.nfds.load(Ordering::Acquire) != 0
+    }
+
+    pub fn ofd(&self, fd: i32) -> Option<Arc<Ofd>> {
+        if !self.any_fds() {
+            return None;
+        }
+        self.fds
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fd)
+            .map(|e| e.ofd.clone())
+    }
+
+    pub fn is_fd(&self, fd: i32) -> bool {
+        self.any_fds()
+            && self
+                .fds
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&fd)
+    }
+
+    fn insert(&self, fd: i32, ofd: Arc<Ofd>, cloexec: bool) -> Option<Arc<Ofd>> {
+        let mut t = self.fds.write().unwrap_or_else(|p| p.into_inner());
+        let old = t.insert(fd, FdEntry { ofd, cloexec });
+        if old.is_none() {
+            self.nfds.fetch_add(1, Ordering::AcqRel);
+        }
+        old.map(|e| e.ofd)
+    }
+
+    fn remove(&self, fd: i32) -> Option<Arc<Ofd>> {
+        let mut t = self.fds.write().unwrap_or_else(|p| p.into_inner());
+        let old = t.remove(&fd);
+        if old.is_some() {
+            self.nfds.fetch_sub(1, Ordering::AcqRel);
+        }
+        old.map(|e| e.ofd)
+    }
+
+    /// What a descriptor's close does to the library side: POSIX locks of the process on the
+    /// inode go (any close does that), and the description when this was its last descriptor.
+    fn closed(&self, ofd: Arc<Ofd>) {
+        ofd.fs.locks().release(ofd.ino, Owner::Process);
+    }
+
+    /// `close` of a library descriptor. `None` if `fd` is not one.
+    pub fn close(&self, fd: i32) -> Option<R<()>> {
+        let ofd = self.remove(fd)?;
+        real::release_fd(fd);
+        self.closed(ofd);
+        lock(&self.streams).retain(|_, v| *v != fd);
+        Some(Ok(()))
+    }
+
+    /// A kernel call is about to replace `fd` (`dup2` onto it): forget the library side.
+    pub fn forget(&self, fd: i32) {
+        if let Some(ofd) = self.remove(fd) {
+            self.closed(ofd);
+        }
+    }
+
+    /// `close_range`: forgets every library descriptor in `first..=last`.
+    pub fn forget_range(&self, first: u32, last: u32, cloexec_only: bool) {
+        if !self.any_fds() {
+            return;
+        }
+        let fds: Vec<i32> = self
+            .fds
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .filter(|&fd| fd >= 0 && (fd as u32) >= first && (fd as u32) <= last)
+            .collect();
+        for fd in fds {
+            if cloexec_only {
+                // The kernel descriptor stays close-on-exec; so does the library one now.
+                if let Some(e) = self
+                    .fds
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&fd)
+                {
+                    e.cloexec = true;
+                }
+            } else {
+                self.forget(fd);
+            }
+        }
+    }
+
+    /// A forked child: the pool belongs to the parent. Library descriptors are closed (their
+    /// reserved kernel numbers too) and the mounts refuse every later call with `EACCES`.
+    pub fn after_fork_in_child(&self) {
+        self.forked.store(true, Ordering::Relaxed);
+        let fds: Vec<i32> = self
+            .fds
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        let mut t = self.fds.write().unwrap_or_else(|p| p.into_inner());
+        // The descriptions are shared with the parent's memory image: leak them rather than run
+        // their destructors, which would touch the pool.
+        for fd in fds {
+            if let Some(e) = t.remove(&fd) {
+                std::mem::forget(e);
+                real::release_fd(fd);
+            }
+        }
+        self.nfds.store(0, Ordering::Release);
+        lock(&self.streams).clear();
+    }
+
+    // ---- stdio streams ----
+
+    pub fn stream_register(&self, fp: usize, fd: i32) {
+        lock(&self.streams).insert(fp, fd);
+    }
+
+    pub fn stream_fd(&self, fp: usize) -> Option<i32> {
+        if !self.any_fds() {
+            return None;
+        }
+        lock(&self.streams).get(&fp).copied()
+    }
+
+    // ---- opening ----
+
+    fn umask(&self) -> u32 {
+        self.umask.load(Ordering::Relaxed)
+    }
+
+    pub fn set_umask(&self, mask: u32) {
+        self.umask.store(mask & 0o777, Ordering::Relaxed);
+    }
+
+    pub fn open(&self, loc: &Loc, flags: i32, mode: u32) -> R<i32> {
+        let fs = self.fs(loc.m)?;
+        if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let acc = if flags & libc::O_PATH != 0 {
+            libc::O_PATH
+        } else {
+            flags & libc::O_ACCMODE
+        };
+        if flags & libc::O_NOFOLLOW != 0
+            && fs
+                .lstat(&loc.rel)
+                .is_ok_and(|st| st.kind == FileKind::Symlink)
+        {
+            return Err(libc::ELOOP);
+        }
+        let existing = fs.stat(&loc.rel);
+        match &existing {
+            Ok(st) => {
+                if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 {
+                    return Err(libc::EEXIST);
+                }
+                if flags & libc::O_DIRECTORY != 0 && st.kind != FileKind::Dir {
+                    return Err(libc::ENOTDIR);
+                }
+                if st.kind == FileKind::Dir && (acc == libc::O_WRONLY || acc == libc::O_RDWR) {
+                    return Err(libc::EISDIR);
+                }
+            }
+            Err(tbfs::Error::NotFound(_)) if flags & libc::O_CREAT != 0 => {
+                if flags & libc::O_DIRECTORY != 0 {
+                    return Err(libc::EINVAL);
+                }
+                if loc.rel.is_empty() {
+                    return Err(libc::EISDIR);
+                }
+            }
+            Err(e) => return Err(e.errno()),
+        }
+        let mut of = OpenFlags::from_libc(flags, mode & !self.umask());
+        if acc == libc::O_PATH {
+            of = OpenFlags::read_only();
+        } else {
+            // tbfs needs a readable handle for fstat-then-read patterns through dup'd descriptors;
+            // the access mode is enforced here instead.
+            of.read = true;
+        }
+        if existing.is_ok() {
+            of.create = false;
+        }
+        let file = fs.open_file(&loc.rel, of).map_err(|e| e.errno())?;
+        let st = file.stat().map_err(|e| e.errno())?;
+        let fd = real::reserve_fd()?;
+        let ofd = Arc::new(Ofd {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            m: loc.m,
+            ino: st.ino,
+            abs: loc.abs.clone(),
+            rel: loc.rel.clone(),
+            file,
+            dir: st.kind == FileKind::Dir,
+            acc,
+            status: AtomicI32::new(
+                flags
+                    & (libc::O_APPEND
+                        | libc::O_NONBLOCK
+                        | libc::O_DSYNC
+                        | libc::O_SYNC
+                        | libc::O_DIRECT
+                        | libc::O_NOATIME
+                        | libc::O_LARGEFILE),
+            ),
+            pos: Mutex::new(0),
+            listing: Mutex::new(None),
+            fs: fs.clone(),
+        });
+        self.insert(fd, ofd, flags & libc::O_CLOEXEC != 0);
+        Ok(fd)
+    }
+
+    // ---- data ----
+
+    fn readable(o: &Ofd) -> R<()> {
+        if o.dir {
+            return Err(libc::EISDIR);
+        }
+        if o.acc == libc::O_WRONLY || o.acc == libc::O_PATH {
+            return Err(libc::EBADF);
+        }
+        Ok(())
+    }
+
+    fn writable(o: &Ofd) -> R<()> {
+        if o.acc == libc::O_RDONLY || o.acc == libc::O_PATH || o.dir {
+            return Err(libc::EBADF);
+        }
+        Ok(())
+    }
+
+    pub fn pread(&self, o: &Ofd, buf: &mut [u8], off: u64) -> R<usize> {
+        Self::readable(o)?;
+        if let Some(b) = self.backing_of(o.m, o.ino) {
+            let size = real::kernel_size(b.memfd)?;
+            if off >= size {
+                return Ok(0);
+            }
+            let n = buf.len().min((size - off) as usize);
+            return real::kernel_pread(b.memfd, &mut buf[..n], off);
+        }
+        o.file.pread(buf, off).map_err(|e| e.errno())
+    }
+
+    pub fn pwrite(&self, o: &Ofd, buf: &[u8], off: u64) -> R<usize> {
+        Self::writable(o)?;
+        if o.status.load(Ordering::Relaxed) & libc::O_APPEND != 0 {
+            // Linux: pwrite on an O_APPEND descriptor appends.
+            return self.append(o, buf).map(|(_, n)| n);
+        }
+        if let Some(b) = self.backing_of(o.m, o.ino) {
+            real::kernel_pwrite(b.memfd, buf, off)?;
+            return Ok(buf.len());
+        }
+        o.file.pwrite(buf, off).map_err(|e| e.errno())
+    }
+
+    fn append(&self, o: &Ofd, buf: &[u8]) -> R<(u64, usize)> {
+        if let Some(b) = self.backing_of(o.m, o.ino) {
+            let size = real::kernel_size(b.memfd)?;
+            real::kernel_pwrite(b.memfd, buf, size)?;
+            return Ok((size + buf.len() as u64, buf.len()));
+        }
+        let end = o.file.append(buf).map_err(|e| e.errno())?;
+        Ok((end, buf.len()))
+    }
+
+    pub fn read(&self, o: &Ofd, buf: &mut [u8]) -> R<usize> {
+        let mut pos = lock(&o.pos);
+        let n = self.pread(o, buf, *pos)?;
+        *pos += n as u64;
+        Ok(n)
+    }
+
+    pub fn write(&self, o: &Ofd, buf: &[u8]) -> R<usize> {
+        Self::writable(o)?;
+        let mut pos = lock(&o.pos);
+        if o.status.load(Ordering::Relaxed) & libc::O_APPEND != 0 {
+            let (end, n) = self.append(o, buf)?;
+            *pos = end;
+            return Ok(n);
+        }
+        let n = self.pwrite(o, buf, *pos)?;
+        *pos += n as u64;
+        Ok(n)
+    }
+
+    pub fn size(&self, o: &Ofd) -> R<u64> {
+        if let Some(b) = self.backing_of(o.m, o.ino) {
+            return real::kernel_size(b.memfd);
+        }
+        Ok(o.file.stat().map_err(|e| e.errno())?.size)
+    }
+
+    pub fn lseek(&self, o: &Ofd, off: i64, whence: i32) -> R<i64> {
+        let mut pos = lock(&o.pos);
+        let base: i64 = match whence {
+            libc::SEEK_SET => 0,
+            libc::SEEK_CUR => *pos as i64,
+            libc::SEEK_END => self.size(o)? as i64,
+            libc::SEEK_DATA | libc::SEEK_HOLE => {
+                let size = self.size(o)? as i64;
+                if off < 0 || off >= size {
+                    return Err(libc::ENXIO);
+                }
+                let at = if whence == libc::SEEK_DATA { off } else { size };
+                *pos = at as u64;
+                return Ok(at);
+            }
+            _ => return Err(libc::EINVAL),
+        };
+        let target = base.checked_add(off).ok_or(libc::EOVERFLOW)?;
+        if target < 0 {
+            return Err(libc::EINVAL);
+        }
+        *pos = target as u64;
+        if o.dir && target == 0 {
+            *lock(&o.listing) = None;
+        }
+        Ok(target)
+    }
+
+    pub fn ftruncate(&self, o: &Ofd, len: i64) -> R<()> {
+        if len < 0 {
+            return Err(libc::EINVAL);
+        }
+        if o.dir || o.acc == libc::O_RDONLY || o.acc == libc::O_PATH {
+            return Err(libc::EINVAL);
+        }
+        if let Some(b) = self.backing_of(o.m, o.ino) {
+            return real::kernel_ftruncate(b.memfd, len as u64);
+        }
+        o.file.set_len(len as u64).map_err(|e| e.errno())
+    }
+
+    pub fn fsync(&self, o: &Ofd) -> R<()> {
+        if let Some(b) = self.backing_of(o.m, o.ino) {
+            self.write_back(&b)?;
+        }
+        if o.dir {
+            // A directory's entries are made durable with the namespace: a pool sync.
+            return o.fs.sync().map_err(|e| e.errno());
+        }
+        o.file.fsync().map_err(|e| e.errno())
+    }
+
+    pub fn syncfs(&self, o: &Ofd) -> R<()> {
+        o.fs.sync().map_err(|e| e.errno())
+    }
+
+    pub fn allocate(&self, o: &Ofd, off: i64, len: i64, keep_size: bool) -> R<()> {
+        if off < 0 || len <= 0 {
+            return Err(libc::EINVAL);
+        }
+        Self::writable(o)?;
+        if keep_size {
+            // Space is taken when a block is written (a log-structured pool); a reservation
+            // that does not change the size is a check that the room is there now.
+            let v = o.fs.statvfs().map_err(|e| e.errno())?;
+            if (len as u64).div_ceil(v.block_size) > v.blocks_free {
+                return Err(libc::ENOSPC);
+            }
+            return Ok(());
+        }
+        if self.backing_of(o.m, o.ino).is_some() {
+            let size = self.size(o)?;
+            if (off + len) as u64 > size {
+                self.ftruncate(o, off + len)?;
+            }
+            return Ok(());
+        }
+        o.file
+            .allocate(off as u64, len as u64)
+            .map_err(|e| e.errno())
+    }
+
+    // ---- attributes ----
+
+    fn attr_of(&self, m: usize, st: &tbfs::Stat) -> Attr {
+        let type_bits = match st.kind {
+            FileKind::Dir => libc::S_IFDIR,
+            FileKind::File => libc::S_IFREG,
+            FileKind::Symlink => libc::S_IFLNK,
+        };
+        Attr {
+            dev: self.mounts[m].dev,
+            ino: st.ino,
+            mode: type_bits | (st.mode & 0o7777),
+            nlink: st.nlink as u64,
+            uid: st.uid,
+            gid: st.gid,
+            size: st.size,
+            blocks512: st.blocks * (tailbound::dev::BLOCK_SIZE / 512),
+            atime_ns: st.atime_ns,
+            mtime_ns: st.mtime_ns,
+            ctime_ns: st.ctime_ns,
+        }
+    }
+
+    pub fn fstat(&self, o: &Ofd) -> R<Attr> {
+        let st = o.file.stat().map_err(|e| e.errno())?;
+        let mut a = self.attr_of(o.m, &st);
+        if let Some(b) = self.backing_of(o.m, o.ino) {
+            a.size = real::kernel_size(b.memfd)?;
+        }
+        Ok(a)
+    }
+
+    pub fn stat(&self, loc: &Loc) -> R<Attr> {
+        let fs = self.fs(loc.m)?;
+        let st = fs.stat(&loc.rel).map_err(|e| e.errno())?;
+        let mut a = self.attr_of(loc.m, &st);
+        if let Some(b) = self.backing_of(loc.m, st.ino) {
+            a.size = real::kernel_size(b.memfd)?;
+        }
+        Ok(a)
+    }
+
+    /// chmod, chown, utimens on a path. Only root or the owner may change them (`EPERM`).
+    /// `follow`: through a final symbolic link (chmod, chown, utimensat without
+    /// `AT_SYMLINK_NOFOLLOW`). A symbolic link's own mode cannot change (`EOPNOTSUPP`, as Linux).
+    pub fn set_attr(&self, loc: &Loc, attr: &tbfs::SetAttr, follow: bool) -> R<()> {
+        let fs = self.fs(loc.m)?;
+        let st = if follow {
+            fs.stat(&loc.rel)
+        } else {
+            fs.lstat(&loc.rel)
+        }
+        .map_err(|e| e.errno())?;
+        Self::may_change(&st, attr)?;
+        if follow {
+            fs.set_attr(&loc.rel, attr).map_err(|e| e.errno())
+        } else {
+            if st.kind == FileKind::Symlink && attr.mode.is_some() {
+                return Err(libc::EOPNOTSUPP);
+            }
+            fs.lset_attr(&loc.rel, attr).map_err(|e| e.errno())
+        }
+    }
+
+    /// fchmod, fchown, futimens on a descriptor.
+    pub fn fset_attr(&self, o: &Ofd, attr: &tbfs::SetAttr) -> R<()> {
+        let st = o.file.stat().map_err(|e| e.errno())?;
+        Self::may_change(&st, attr)?;
+        o.file.set_attr(attr).map_err(|e| e.errno())
+    }
+
+    fn may_change(st: &tbfs::Stat, attr: &tbfs::SetAttr) -> R<()> {
+        let euid = real::euid();
+        if euid == 0 {
+            return Ok(());
+        }
+        let owner = st.uid == euid;
+        let chown = attr.uid.is_some_and(|u| u != st.uid);
+        if chown || (!owner && (attr.mode.is_some() || attr.gid.is_some())) {
+            return Err(libc::EPERM);
+        }
+        if !owner && (attr.atime_ns.is_some() || attr.mtime_ns.is_some()) {
+            return Err(libc::EPERM);
+        }
+        Ok(())
+    }
+
+    /// `lstat`: a symbolic link itself.
+    pub fn lstat(&self, loc: &Loc) -> R<Attr> {
+        let fs = self.fs(loc.m)?;
+        let st = fs.lstat(&loc.rel).map_err(|e| e.errno())?;
+        if st.kind == FileKind::Symlink {
+            return Ok(self.attr_of(loc.m, &st));
+        }
+        self.stat(loc)
+    }
+
+    pub fn symlink(&self, target: &str, loc: &Loc) -> R<()> {
+        let fs = self.fs(loc.m)?;
+        if loc.rel.is_empty() {
+            return Err(libc::EEXIST);
+        }
+        fs.symlink(target, &loc.rel).map_err(|e| e.errno())
+    }
+
+    pub fn readlink(&self, loc: &Loc) -> R<String> {
+        let fs = self.fs(loc.m)?;
+        fs.readlink(&loc.rel).map_err(|e| e.errno())
+    }
+
+    pub fn link(&self, from: &Loc, to: &Loc) -> R<()> {
+        if from.m != to.m {
+            return Err(libc::EXDEV);
+        }
+        let fs = self.fs(from.m)?;
+        if to.rel.is_empty() {
+            return Err(libc::EEXIST);
+        }
+        fs.link(&from.rel, &to.rel).map_err(|e| e.errno())
+    }
+
+    /// The canonical absolute path of a library path: symbolic links followed, `.` and `..`
+    /// resolved. A link that leaves the mount is not followed further (`EXDEV`).
+    pub fn realpath(&self, loc: &Loc) -> R<String> {
+        let fs = self.fs(loc.m)?;
+        let prefix = &self.mounts[loc.m].prefix;
+        let mut done: Vec<String> = Vec::new();
+        let mut todo: Vec<String> = loc
+            .rel
+            .split('/')
+            .rev()
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        let mut links = 0;
+        while let Some(part) = todo.pop() {
+            match part.as_str() {
+                "." => continue,
+                ".." => {
+                    done.pop();
+                    continue;
+                }
+                _ => {}
+            }
+            done.push(part);
+            let rel = done.join("/");
+            let st = fs.lstat(&rel).map_err(|e| e.errno())?;
+            if st.kind != FileKind::Symlink {
+                if st.kind != FileKind::Dir && !todo.is_empty() {
+                    return Err(libc::ENOTDIR);
+                }
+                continue;
+            }
+            links += 1;
+            if links > 40 {
+                return Err(libc::ELOOP);
+            }
+            let target = fs.readlink(&rel).map_err(|e| e.errno())?;
+            done.pop();
+            if target.starts_with('/') {
+                let t = normalize(&target);
+                match self.mount_of(&t) {
+                    Some(m) if m == loc.m => {
+                        done.clear();
+                        let inner = t[prefix.len()..].trim_start_matches('/').to_string();
+                        todo.extend(
+                            inner
+                                .split('/')
+                                .rev()
+                                .filter(|p| !p.is_empty())
+                                .map(str::to_string),
+                        );
+                    }
+                    _ => return Err(libc::EXDEV),
+                }
+            } else {
+                todo.extend(
+                    target
+                        .split('/')
+                        .rev()
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_string),
+                );
+            }
+        }
+        Ok(if done.is_empty() {
+            prefix.clone()
+        } else {
+            format!("{prefix}/{}", done.join("/"))
+        })
+    }
+
+    pub fn access(&self, loc: &Loc, mode: i32) -> R<()> {
+        let a = self.stat(loc)?;
+        if mode & libc::X_OK != 0 && a.mode & 0o111 == 0 && a.mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(libc::EACCES);
+        }
+        if real::euid() != 0 {
+            let bits = (a.mode >> 6) & 7;
+            if (mode & libc::R_OK != 0 && bits & 4 == 0)
+                || (mode & libc::W_OK != 0 && bits & 2 == 0)
+            {
+                return Err(libc::EACCES);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn statvfs(&self, m: usize) -> R<tbfs::StatVfs> {
+        self.fs(m)?.statvfs().map_err(|e| e.errno())
+    }
+
+    // ---- namespace ----
+
+    pub fn mkdir(&self, loc: &Loc, mode: u32) -> R<()> {
+        let fs = self.fs(loc.m)?;
+        if loc.rel.is_empty() {
+            return Err(libc::EEXIST);
+        }
+        fs.mkdir(&loc.rel, mode & !self.umask() & 0o7777)
+            .map_err(|e| e.errno())
+    }
+
+    pub fn rmdir(&self, loc: &Loc) -> R<()> {
+        let fs = self.fs(loc.m)?;
+        if loc.rel.is_empty() {
+            return Err(libc::EBUSY);
+        }
+        fs.rmdir(&loc.rel).map_err(|e| e.errno())
+    }
+
+    pub fn unlink(&self, loc: &Loc) -> R<()> {
+        let fs = self.fs(loc.m)?;
+        if loc.rel.is_empty() {
+            return Err(libc::EISDIR);
+        }
+        fs.unlink(&loc.rel).map_err(|e| e.errno())
+    }
+
+    pub fn rename(&self, from: &Loc, to: &Loc, flags: u32) -> R<()> {
+        if from.m != to.m {
+            return Err(libc::EXDEV);
+        }
+        let fs = self.fs(from.m)?;
+        if from.rel.is_empty() || to.rel.is_empty() {
+            return Err(libc::EBUSY);
+        }
+        if flags & libc::RENAME_NOREPLACE != 0 {
+            if fs.stat(&to.rel).is_ok() {
+                return Err(libc::EEXIST);
+            }
+        } else if flags != 0 {
+            return Err(libc::EINVAL);
+        }
+        fs.rename(&from.rel, &to.rel).map_err(|e| e.errno())
+    }
+
+    pub fn truncate(&self, loc: &Loc, len: i64) -> R<()> {
+        if len < 0 {
+            return Err(libc::EINVAL);
+        }
+        let fs = self.fs(loc.m)?;
+        let st = fs.stat(&loc.rel).map_err(|e| e.errno())?;
+        if st.kind == FileKind::Dir {
+            return Err(libc::EISDIR);
+        }
+        if let Some(b) = self.backing_of(loc.m, st.ino) {
+            return real::kernel_ftruncate(b.memfd, len as u64);
+        }
+        fs.truncate(&loc.rel, len as u64).map_err(|e| e.errno())
+    }
+
+    // ---- directories ----
+
+    fn listing(&self, o: &Ofd) -> R<Vec<Ent>> {
+        let parent = match o.rel.rfind('/') {
+            Some(i) => &o.rel[..i],
+            None => "",
+        };
+        let parent_ino = if o.rel.is_empty() {
+            o.ino
+        } else {
+            o.fs.stat(parent).map(|s| s.ino).unwrap_or(o.ino)
+        };
+        let mut out = vec![
+            Ent {
+                ino: o.ino,
+                name: ".".into(),
+                dtype: libc::DT_DIR,
+            },
+            Ent {
+                ino: parent_ino,
+                name: "..".into(),
+                dtype: libc::DT_DIR,
+            },
+        ];
+        for e in o.fs.readdir(&o.rel).map_err(|e| e.errno())? {
+            out.push(Ent {
+                ino: e.ino,
+                name: e.name,
+                dtype: match e.kind {
+                    FileKind::Dir => libc::DT_DIR,
+                    FileKind::File => libc::DT_REG,
+                    FileKind::Symlink => libc::DT_LNK,
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    /// The next entry of a directory descriptor and the position after it; `None` at the end.
+    pub fn next_entry(&self, o: &Ofd) -> R<Option<(Ent, u64)>> {
+        if !o.dir {
+            return Err(libc::ENOTDIR);
+        }
+        let mut pos = lock(&o.pos);
+        let mut listing = lock(&o.listing);
+        if listing.is_none() {
+            *listing = Some(self.listing(o)?);
+        }
+        let l = listing.as_ref().expect("filled above");
+        match l.get(*pos as usize) {
+            Some(e) => {
+                *pos += 1;
+                Ok(Some((e.clone(), *pos)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Puts an entry back (it did not fit the caller's buffer).
+    pub fn unread_entry(&self, o: &Ofd) {
+        let mut pos = lock(&o.pos);
+        *pos = pos.saturating_sub(1);
+    }
+
+    pub fn dir_tell(&self, o: &Ofd) -> u64 {
+        *lock(&o.pos)
+    }
+
+    pub fn dir_seek(&self, o: &Ofd, at: u64) {
+        *lock(&o.pos) = at;
+        if at == 0 {
+            *lock(&o.listing) = None;
+        }
+    }
+
+    /// `getdents64`: packs `struct linux_dirent64` records into `buf`.
+    pub fn getdents(&self, o: &Ofd, buf: &mut [u8]) -> R<usize> {
+        let mut at = 0usize;
+        while let Some((e, next)) = self.next_entry(o)? {
+            let reclen = (19 + e.name.len() + 1).div_ceil(8) * 8;
+            if at + reclen > buf.len() {
+                self.unread_entry(o);
+                if at == 0 {
+                    return Err(libc::EINVAL);
+                }
+                break;
+            }
+            let rec = &mut buf[at..at + reclen];
+            rec.fill(0);
+            rec[0..8].copy_from_slice(&e.ino.to_ne_bytes());
+            rec[8..16].copy_from_slice(&(next as i64).to_ne_bytes());
+            rec[16..18].copy_from_slice(&(reclen as u16).to_ne_bytes());
+            rec[18] = e.dtype;
+            rec[19..19 + e.name.len()].copy_from_slice(e.name.as_bytes());
+            at += reclen;
+        }
+        Ok(at)
+    }
+
+    // ---- working directory ----
+
+    pub fn chdir(&self, loc: &Loc) -> R<()> {
+        let a = self.stat(loc)?;
+        if a.mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(libc::ENOTDIR);
+        }
+        *lock(&self.cwd) = Some(loc.abs.clone());
+        Ok(())
+    }
+
+    /// The process left the mounts for a kernel directory (after the kernel chdir succeeded).
+    pub fn left_for_kernel(&self) {
+        *lock(&self.cwd) = None;
+        *lock(&self.kcwd) = real::kernel_cwd();
+    }
+
+    /// The working directory if it is under a mount.
+    pub fn library_cwd(&self) -> Option<String> {
+        if self.mounts.is_empty() {
+            return None;
+        }
+        lock(&self.cwd).clone()
+    }
+
+    // ---- descriptors ----
+
+    pub fn dup(&self, fd: i32, min: i32, cloexec: bool) -> R<i32> {
+        let o = self.ofd(fd).ok_or(libc::EBADF)?;
+        let new = real::reserve_dup(fd, min)?;
+        self.insert(new, o, cloexec);
+        Ok(new)
+    }
+
+    /// `dup2`/`dup3` from a library descriptor.
+    pub fn dup_onto(&self, fd: i32, new: i32, cloexec: bool) -> R<i32> {
+        let o = self.ofd(fd).ok_or(libc::EBADF)?;
+        if fd == new {
+            return Ok(new);
+        }
+        real::reserve_dup_onto(fd, new)?;
+        if let Some(old) = self.insert(new, o, cloexec) {
+            self.closed(old);
+        }
+        Ok(new)
+    }
+
+    pub fn get_cloexec(&self, fd: i32) -> R<bool> {
+        self.fds
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fd)
+            .map(|e| e.cloexec)
+            .ok_or(libc::EBADF)
+    }
+
+    pub fn set_cloexec(&self, fd: i32, on: bool) -> R<()> {
+        self.fds
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&fd)
+            .map(|e| e.cloexec = on)
+            .ok_or(libc::EBADF)
+    }
+
+    pub fn get_fl(&self, o: &Ofd) -> i32 {
+        o.acc | o.status.load(Ordering::Relaxed)
+    }
+
+    pub fn set_fl(&self, o: &Ofd, flags: i32) {
+        let changeable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT | libc::O_NOATIME;
+        let old = o.status.load(Ordering::Relaxed);
+        o.status.store(
+            (old & !changeable) | (flags & changeable),
+            Ordering::Relaxed,
+        );
+    }
+
+    // ---- locks ----
+
+    /// Converts an `flock` record's range (relative to `whence`) to `start..end`.
+    fn range(&self, o: &Ofd, whence: i32, start: i64, len: i64) -> R<(u64, u64)> {
+        let base = match whence {
+            libc::SEEK_SET => 0,
+            libc::SEEK_CUR => *lock(&o.pos) as i64,
+            libc::SEEK_END => self.size(o)? as i64,
+            _ => return Err(libc::EINVAL),
+        };
+        let s = base.checked_add(start).ok_or(libc::EOVERFLOW)?;
+        let (s, e) = if len > 0 {
+            (s, s.checked_add(len).ok_or(libc::EOVERFLOW)?)
+        } else if len < 0 {
+            (s + len, s)
+        } else {
+            (s, i64::MAX)
+        };
+        if s < 0 {
+            return Err(libc::EINVAL);
+        }
+        let e = if e == i64::MAX { u64::MAX } else { e as u64 };
+        Ok((s as u64, e))
+    }
+
+    /// F_SETLK/F_SETLKW/F_OFD_SETLK/F_OFD_SETLKW.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_lock(
+        &self,
+        o: &Ofd,
+        ofd_lock: bool,
+        ltype: i32,
+        whence: i32,
+        start: i64,
+        len: i64,
+        wait: bool,
+    ) -> R<()> {
+        let kind = match ltype {
+            libc::F_RDLCK => {
+                if o.acc == libc::O_WRONLY || o.acc == libc::O_PATH {
+                    return Err(libc::EBADF);
+                }
+                Kind::Read
+            }
+            libc::F_WRLCK => {
+                if o.acc == libc::O_RDONLY || o.acc == libc::O_PATH {
+                    return Err(libc::EBADF);
+                }
+                Kind::Write
+            }
+            libc::F_UNLCK => Kind::Unlock,
+            _ => return Err(libc::EINVAL),
+        };
+        let (s, e) = self.range(o, whence, start, len)?;
+        let owner = if ofd_lock {
+            Owner::Description(o.id)
+        } else {
+            Owner::Process
+        };
+        o.fs.locks()
+            .set(
+                o.ino,
+                &Request {
+                    owner,
+                    space: Space::Record,
+                    kind,
+                    start: s,
+                    end: e,
+                },
+                wait,
+            )
+            .map_err(locks::LockError::errno)
+    }
+
+    /// F_GETLK/F_OFD_GETLK: `None` if the lock could be placed, else the conflicting lock's
+    /// type, start, length and pid (-1 for a description's lock).
+    pub fn get_lock(
+        &self,
+        o: &Ofd,
+        ofd_lock: bool,
+        ltype: i32,
+        whence: i32,
+        start: i64,
+        len: i64,
+    ) -> R<Option<(i32, i64, i64, i32)>> {
+        let kind = match ltype {
+            libc::F_RDLCK => Kind::Read,
+            libc::F_WRLCK => Kind::Write,
+            _ => return Err(libc::EINVAL),
+        };
+        let (s, e) = self.range(o, whence, start, len)?;
+        let owner = if ofd_lock {
+            Owner::Description(o.id)
+        } else {
+            Owner::Process
+        };
+        Ok(o.fs
+            .locks()
+            .test(
+                o.ino,
+                &Request {
+                    owner,
+                    space: Space::Record,
+                    kind,
+                    start: s,
+                    end: e,
+                },
+            )
+            .map(|h| {
+                let len = if h.end == u64::MAX {
+                    0
+                } else {
+                    (h.end - h.start) as i64
+                };
+                let pid = match h.owner {
+                    Owner::Process => real::pid(),
+                    Owner::Description(_) => -1,
+                };
+                (
+                    if h.write {
+                        libc::F_WRLCK
+                    } else {
+                        libc::F_RDLCK
+                    },
+                    h.start as i64,
+                    len,
+                    pid,
+                )
+            }))
+    }
+
+    pub fn flock(&self, o: &Ofd, op: i32) -> R<()> {
+        let wait = op & libc::LOCK_NB == 0;
+        let kind = match op & !libc::LOCK_NB {
+            libc::LOCK_SH => Kind::Read,
+            libc::LOCK_EX => Kind::Write,
+            libc::LOCK_UN => Kind::Unlock,
+            _ => return Err(libc::EINVAL),
+        };
+        o.fs.locks()
+            .set(
+                o.ino,
+                &Request {
+                    owner: Owner::Description(o.id),
+                    space: Space::Flock,
+                    kind,
+                    start: 0,
+                    end: u64::MAX,
+                },
+                wait,
+            )
+            .map_err(|e| {
+                if e == locks::LockError::WouldBlock {
+                    libc::EWOULDBLOCK
+                } else {
+                    e.errno()
+                }
+            })
+    }
+
+    // ---- shared mappings ----
+
+    pub fn backing_of(&self, m: usize, ino: u64) -> Option<Arc<Backing>> {
+        if self.nbackings.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        lock(&self.backings).get(&(m, ino)).cloned()
+    }
+
+    /// The memfd backing every shared mapping of `o`'s inode, made (and filled with the file's
+    /// bytes) by the first one.
+    pub fn backing_for_map(&self, o: &Arc<Ofd>) -> R<Arc<Backing>> {
+        let mut all = lock(&self.backings);
+        if let Some(b) = all.get(&(o.m, o.ino)) {
+            return Ok(b.clone());
+        }
+        let memfd = real::memfd(c"tailbound-shared-mapping")?;
+        let fill = || -> R<()> {
+            let size = o.file.stat().map_err(|e| e.errno())?.size;
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0u64;
+            while off < size {
+                let n = o
+                    .file
+                    .pread(&mut buf, off)
+                    .map_err(|e| e.errno())?
+                    .min((size - off) as usize);
+                if n == 0 {
+                    break;
+                }
+                real::kernel_pwrite(memfd, &buf[..n], off)?;
+                off += n as u64;
+            }
+            real::kernel_ftruncate(memfd, size)
+        };
+        if let Err(e) = fill() {
+            real::release_fd(memfd);
+            return Err(e);
+        }
+        let b = Arc::new(Backing {
+            memfd,
+            ofd: o.clone(),
+            maps: AtomicUsize::new(0),
+        });
+        all.insert((o.m, o.ino), b.clone());
+        self.nbackings.fetch_add(1, Ordering::AcqRel);
+        Ok(b)
+    }
+
+    pub fn mapped(&self, addr: usize, len: usize, b: Arc<Backing>) {
+        b.maps.fetch_add(1, Ordering::AcqRel);
+        lock(&self.maps).insert(addr, (len, b));
+    }
+
+    /// Copies a backing's bytes into the file.
+    pub fn write_back(&self, b: &Backing) -> R<()> {
+        let size = real::kernel_size(b.memfd)?;
+        let f = &b.ofd.file;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0u64;
+        while off < size {
+            let want = buf.len().min((size - off) as usize);
+            let n = real::kernel_pread(b.memfd, &mut buf[..want], off)?;
+            if n == 0 {
+                break;
+            }
+            f.pwrite(&buf[..n], off).map_err(|e| e.errno())?;
+            off += n as u64;
+        }
+        if f.stat().map_err(|e| e.errno())?.size != size {
+            f.set_len(size).map_err(|e| e.errno())?;
+        }
+        Ok(())
+    }
+
+    /// `msync` over `addr..addr+len`: writes back every backing mapped there.
+    pub fn msync(&self, addr: usize, len: usize) -> R<()> {
+        let hit: Vec<Arc<Backing>> = lock(&self.maps)
+            .iter()
+            .filter(|(&a, (l, _))| a < addr + len.max(1) && addr < a + l)
+            .map(|(_, (_, b))| b.clone())
+            .collect();
+        for b in hit {
+            self.write_back(&b)?;
+        }
+        Ok(())
+    }
+
+    /// `munmap` over `addr..addr+len` (after the kernel unmapped it): writes back, and drops a
+    /// backing whose last mapping this was.
+    pub fn munmap(&self, addr: usize, len: usize) -> R<()> {
+        let gone: Vec<(usize, Arc<Backing>)> = {
+            let mut maps = lock(&self.maps);
+            let keys: Vec<usize> = maps
+                .iter()
+                .filter(|(&a, (l, _))| a < addr + len.max(1) && addr < a + l)
+                .map(|(&a, _)| a)
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| maps.remove(&k).map(|(_, b)| (k, b)))
+                .collect()
+        };
+        let mut result = Ok(());
+        for (_, b) in gone {
+            if let Err(e) = self.write_back(&b) {
+                result = Err(e);
+            }
+            if b.maps.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let mut all = lock(&self.backings);
+                if all
+                    .get(&(b.ofd.m, b.ofd.ino))
+                    .is_some_and(|x| Arc::ptr_eq(x, &b))
+                {
+                    all.remove(&(b.ofd.m, b.ofd.ino));
+                    self.nbackings.fetch_sub(1, Ordering::AcqRel);
+                    real::release_fd(b.memfd);
+                }
+            }
+        }
+        result
+    }
+
+    /// Whether `addr` starts a shared mapping of a library file.
+    pub fn is_mapped(&self, addr: usize) -> bool {
+        self.nbackings.load(Ordering::Acquire) != 0 && lock(&self.maps).contains_key(&addr)
+    }
+
+    /// Reports an unsupported call on a library descriptor or path: aborts under
+    /// `TAILBOUND_STRICT=1`, else returns the errno to fail with.
+    pub fn unsupported(&self, call: &str, errno: i32) -> i32 {
+        if self.strict {
+            real::say(&format!(
+                "tailbound: `{call}` is not supported on a library file (TAILBOUND_STRICT=1)\n"
+            ));
+            std::process::abort();
+        }
+        errno
+    }
+}
+
+/// Opens a pool file: `TAILBOUND_BACKEND=file` for the O_DIRECT file backend, else a memory pool.
+fn open_pool(path: &std::path::Path) -> Result<Fs, String> {
+    let backend = std::env::var("TAILBOUND_BACKEND").unwrap_or_else(|_| "memory".into());
+    let dev: Arc<dyn Device> = match backend.as_str() {
+        "memory" | "" => Arc::new(MemoryPool::open(path).map_err(|e| e.to_string())?),
+        "file" => Arc::new(FileDevice::open(path).map_err(|e| e.to_string())?),
+        other => {
+            return Err(format!(
+                "TAILBOUND_BACKEND={other}: not a backend (memory or file)"
+            ))
+        }
+    };
+    Fs::open(dev, &tbfs::OpenOptions::default()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_normalize_lexically() {
+        assert_eq!(normalize("/a/./b//c/"), "/a/b/c");
+        assert_eq!(normalize("/a/b/../../.."), "/");
+        assert_eq!(normalize("/mnt/fast/x/../y"), "/mnt/fast/y");
+    }
+
+    #[test]
+    fn mount_specs_parse_and_bad_ones_are_refused() {
+        let m = parse_mounts("/mnt/fast/=/dev/shm/a.pool:/data=/tmp/b").unwrap();
+        assert_eq!(m[0].0, "/mnt/fast");
+        assert_eq!(m[1], ("/data".to_string(), PathBuf::from("/tmp/b")));
+        assert!(parse_mounts("relative=/x").is_err());
+        assert!(parse_mounts("/x").is_err());
+        assert!(parse_mounts("/=/x").is_err());
+    }
+}

@@ -1,0 +1,962 @@
+//! `tailbound bench priority` (seed 004): how long does a high-priority 4 KiB synchronous append
+//! take while a low-priority process copies a multi-GB file, and how much of its throughput does
+//! the copy keep?
+//!
+//! Kernel side: ext4 on a loop device with direct I/O (`losetup --direct-io=on`, mounted
+//! `noatime,lazytime`) over a scratch file on the real disk, under each kernel scheduler (none,
+//! mq-deadline, kyber, bfq; set on the loop device's `queue/scheduler` and put back after).
+//!
+//! - The writer is a thread of this process in the real-time I/O class (`ioprio_set`, what
+//!   `ionice -c1 -n0` does) appending 4 KiB with `O_SYNC` to a log file, either paced at 111
+//!   writes per second (the paper's call-processing load) or flat out. Each `write()` is timed
+//!   into an HDR histogram. The log is started afresh every 256 MiB so a long run fits the disk.
+//! - The copy is a separate process (`tailbound bench priority --child`) in the best-effort class
+//!   at its lowest level (`ionice -c2 -n7`), copying the source file to a new file again and again
+//!   with `O_DIRECT` reads and writes of 1 MiB, so its I/O reaches the block layer with its own
+//!   priority and its throughput is the disk's, not the page cache's. It runs alone first (its
+//!   throughput alone), then beside the writer (its throughput under the writer).
+//!
+//! MB are 2^20 bytes. Latencies are in microseconds.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::bench::experiments::blockdev::{BlockDevError, KernelSched, SchedulerGuard};
+use crate::bench::experiments::loopfs::LoopFs;
+use crate::bench::experiments::tenants::{
+    child_wait_go, growth_in_window, interrupted, sleep_watching, TenantProcess, DONE, GO, READY,
+};
+use crate::bench::progress::Progress;
+use crate::bench::report::{fmt_us, targets_markdown, Align, Table, TargetCheck};
+use crate::bench::stats::{BoxStats, LatencyHistogram};
+use crate::bench::timer::PeriodicTimer;
+use crate::sched::{Class, Prio};
+use crate::sys::file::{AlignedBuf, O_DIRECT};
+use crate::sys::time::monotonic_now;
+
+const MIB: u64 = 1 << 20;
+/// The paper's write: 4 KiB.
+pub const WRITE_BYTES: usize = 4096;
+/// The paper's rate: 111 synchronous writes per second (400,000 BHCA).
+pub const PAPER_RATE_PER_S: u32 = 111;
+/// The paper's run: 1,000,000 writes.
+pub const WRITES_FULL: u64 = 1_000_000;
+pub const WRITES_QUICK: u64 = 200;
+/// The copy's source file.
+pub const COPY_BYTES_FULL: u64 = 2 << 30;
+pub const COPY_BYTES_QUICK: u64 = 64 << 20;
+/// The copy's request size.
+pub const COPY_CHUNK_BYTES: u64 = MIB;
+/// The writer's log is started afresh after this many bytes.
+pub const LOG_BYTES_MAX: u64 = 256 << 20;
+/// The writer's I/O priority: real time, level 0 (`ionice -c1 -n0`).
+pub const WRITER_PRIO: Prio = Prio {
+    class: Class::Rt,
+    level: 0,
+};
+/// The copy's I/O priority: best effort, level 7 (`ionice -c2 -n7`).
+pub const COPY_PRIO: Prio = Prio {
+    class: Class::Be,
+    level: 7,
+};
+/// The issue's targets.
+pub const MAX_VS_BEST_KERNEL: f64 = 10.0;
+pub const P9999_US_MAX: f64 = 5_000.0;
+pub const COPY_KEPT_MIN: f64 = 0.80;
+
+/// How the writer paces its writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    /// This many writes per second, on an absolute schedule.
+    Paced(u32),
+    /// Back to back.
+    FlatOut,
+}
+
+impl Rate {
+    pub fn name(self) -> String {
+        match self {
+            Rate::Paced(n) => format!("{n}/s"),
+            Rate::FlatOut => "flat-out".into(),
+        }
+    }
+
+    /// `111`, `111/s` or `flat-out`.
+    pub fn parse(text: &str) -> Option<Rate> {
+        if text == "flat-out" || text == "flat" {
+            return Some(Rate::FlatOut);
+        }
+        let n: u32 = text.strip_suffix("/s").unwrap_or(text).parse().ok()?;
+        (n > 0).then_some(Rate::Paced(n))
+    }
+}
+
+/// Why the experiment could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PriorityError {
+    #[error("priority: {0}")]
+    Invalid(String),
+    #[error("priority: {0}")]
+    Setup(String),
+    #[error("priority case {case}: {message}")]
+    Case { case: String, message: String },
+}
+
+impl From<BlockDevError> for PriorityError {
+    fn from(e: BlockDevError) -> Self {
+        PriorityError::Setup(e.to_string())
+    }
+}
+
+/// The copy process: copies `src` into new files in `dst_dir` over and over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopySpec {
+    pub src: PathBuf,
+    pub dst_dir: PathBuf,
+    pub chunk_bytes: u64,
+}
+
+/// The copy's progress line: `c TIME_NS TOTAL_BYTES`.
+const COPIED: &str = "c";
+
+impl CopySpec {
+    /// The arguments of `tailbound` that run this copy.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "bench".into(),
+            "priority".into(),
+            "--child".into(),
+            "--src".into(),
+            self.src.display().to_string(),
+            "--dst-dir".into(),
+            self.dst_dir.display().to_string(),
+            "--chunk-bytes".into(),
+            self.chunk_bytes.to_string(),
+        ]
+    }
+
+    /// The child's work: lowers its I/O priority to best-effort 7, prints `ready`, waits for
+    /// `go`, then copies until `stop`, printing `c TIME_NS TOTAL_BYTES` after every chunk (and
+    /// once at the start with 0), then `done`. Each pass writes a new file and removes the one
+    /// before, so the copy allocates space as a backup would.
+    pub fn run(
+        &self,
+        input: impl BufRead + Send + 'static,
+        out: &mut impl Write,
+    ) -> Result<(), String> {
+        if self.chunk_bytes == 0 || self.chunk_bytes % 4096 != 0 {
+            return Err(format!(
+                "chunk of {} bytes is not a multiple of 4 KiB",
+                self.chunk_bytes
+            ));
+        }
+        COPY_PRIO
+            .apply_to_current_thread()
+            .map_err(|e| format!("lowering the copy's I/O priority: {e}"))?;
+        let src = OpenOptions::new()
+            .read(true)
+            .custom_flags(O_DIRECT)
+            .open(&self.src)
+            .map_err(|e| format!("opening {} O_DIRECT: {e}", self.src.display()))?;
+        let src_len = src
+            .metadata()
+            .map_err(|e| format!("stat {}: {e}", self.src.display()))?
+            .len();
+        let usable = src_len / self.chunk_bytes * self.chunk_bytes;
+        if usable == 0 {
+            return Err(format!("{} is smaller than one chunk", self.src.display()));
+        }
+        let mut buf = AlignedBuf::zeroed(self.chunk_bytes as usize, 4096);
+        let say = |out: &mut dyn Write, line: &str| {
+            writeln!(out, "{line}")
+                .and_then(|()| out.flush())
+                .map_err(|e| format!("reporting: {e}"))
+        };
+        say(out, READY)?;
+        let Some(stop) = child_wait_go(input) else {
+            return Ok(());
+        };
+        let mut total = 0u64;
+        say(out, &format!("{COPIED} {} 0", monotonic_now().0))?;
+        let mut pass = 0u64;
+        let mut previous: Option<PathBuf> = None;
+        'passes: while !stop.load(Ordering::Relaxed) {
+            let dst_path = self.dst_dir.join(format!("copy-{pass}"));
+            let dst = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(O_DIRECT)
+                .open(&dst_path)
+                .map_err(|e| format!("creating {} O_DIRECT: {e}", dst_path.display()))?;
+            if let Some(p) = previous.take() {
+                std::fs::remove_file(&p).map_err(|e| format!("removing {}: {e}", p.display()))?;
+            }
+            let mut at = 0;
+            while at < usable {
+                if stop.load(Ordering::Relaxed) {
+                    break 'passes;
+                }
+                src.read_exact_at(buf.as_mut_slice(), at)
+                    .map_err(|e| format!("reading {} at {at}: {e}", self.src.display()))?;
+                dst.write_all_at(buf.as_slice(), at)
+                    .map_err(|e| format!("writing {} at {at}: {e}", dst_path.display()))?;
+                at += self.chunk_bytes;
+                total += self.chunk_bytes;
+                say(out, &format!("{COPIED} {} {total}", monotonic_now().0))?;
+            }
+            previous = Some(dst_path);
+            pass += 1;
+        }
+        say(out, DONE)
+    }
+}
+
+/// Parses the copy's progress lines into `(time_ns, total_bytes)`.
+pub fn parse_copied(line: &str) -> Option<(u64, u64)> {
+    let mut words = line.split_whitespace();
+    if words.next()? != COPIED {
+        return None;
+    }
+    let t = words.next()?.parse().ok()?;
+    let total = words.next()?.parse().ok()?;
+    words.next().is_none().then_some((t, total))
+}
+
+/// The writer's latency figures and the copy's throughput for one scheduler and rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct PriorityRow {
+    /// `kernel` or `tbfs`.
+    pub system: &'static str,
+    /// The kernel scheduler, or tailbound's policy.
+    pub scheduler: String,
+    /// `111/s` or `flat-out`.
+    pub rate: String,
+    pub writes: u64,
+    pub min_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub p9999_us: f64,
+    pub p999999_us: f64,
+    pub max_us: f64,
+    /// The copy's throughput while the writer ran.
+    pub background_mb_per_s: f64,
+    /// The copy's throughput alone, just before.
+    pub background_alone_mb_per_s: f64,
+    #[serde(skip)]
+    pub box_stats: Option<BoxStats>,
+}
+
+impl PriorityRow {
+    /// The share of its throughput alone the copy kept under the writer.
+    pub fn copy_kept(&self) -> f64 {
+        if self.background_alone_mb_per_s > 0.0 {
+            self.background_mb_per_s / self.background_alone_mb_per_s
+        } else {
+            f64::NAN
+        }
+    }
+
+    fn from_histogram(
+        system: &'static str,
+        scheduler: String,
+        rate: Rate,
+        hist: &LatencyHistogram,
+        background: f64,
+        alone: f64,
+    ) -> PriorityRow {
+        let h = hist.inner();
+        let q = |q: f64| {
+            if h.is_empty() {
+                0.0
+            } else {
+                h.value_at_quantile(q) as f64 / 1000.0
+            }
+        };
+        let s = hist.summary(0);
+        PriorityRow {
+            system,
+            scheduler,
+            rate: rate.name(),
+            writes: hist.count(),
+            min_us: s.min_us,
+            p50_us: q(0.5),
+            p99_us: q(0.99),
+            p999_us: q(0.999),
+            p9999_us: q(0.9999),
+            p999999_us: q(0.999_999),
+            max_us: s.max_us,
+            background_mb_per_s: background,
+            background_alone_mb_per_s: alone,
+            box_stats: (!h.is_empty()).then(|| hist.box_stats()),
+        }
+    }
+}
+
+/// The experiment's parameters.
+#[derive(Debug, Clone)]
+pub struct PriorityBench {
+    /// Where the loop device's image goes (on the disk to measure, not a tmpfs).
+    pub scratch_parent: PathBuf,
+    pub schedulers: Vec<KernelSched>,
+    pub rates: Vec<Rate>,
+    /// Writes per case.
+    pub writes: u64,
+    pub copy_bytes: u64,
+    /// How long the copy runs alone before the writer starts.
+    pub copy_alone: Duration,
+    pub child_exe: Option<PathBuf>,
+    pub interrupted: Option<Arc<AtomicBool>>,
+    pub progress: bool,
+}
+
+impl PriorityBench {
+    /// The paper's run: 1,000,000 writes per case at 111/s and flat out, a 2 GiB copy, every
+    /// kernel scheduler.
+    pub fn full(scratch_parent: PathBuf) -> PriorityBench {
+        PriorityBench {
+            scratch_parent,
+            schedulers: KernelSched::ALL.to_vec(),
+            rates: vec![Rate::Paced(PAPER_RATE_PER_S), Rate::FlatOut],
+            writes: WRITES_FULL,
+            copy_bytes: COPY_BYTES_FULL,
+            copy_alone: Duration::from_secs(5),
+            child_exe: None,
+            interrupted: None,
+            progress: true,
+        }
+    }
+
+    /// `--quick`: 200 writes per case and a 64 MiB copy, 0.5 s alone.
+    pub fn quick(scratch_parent: PathBuf) -> PriorityBench {
+        PriorityBench {
+            writes: WRITES_QUICK,
+            copy_bytes: COPY_BYTES_QUICK,
+            copy_alone: Duration::from_millis(500),
+            ..PriorityBench::full(scratch_parent)
+        }
+    }
+
+    pub fn case_count(&self) -> usize {
+        self.schedulers.len() * self.rates.len()
+    }
+
+    /// The ext4 image: the source, two copies (one being written, one being removed), two logs,
+    /// and room for ext4 itself.
+    pub fn image_bytes(&self) -> u64 {
+        3 * self.copy_bytes + 2 * LOG_BYTES_MAX + (512 << 20)
+    }
+
+    /// A rough length of the run, for the progress message: the writes at their rate (flat-out
+    /// writes counted at 1 ms) plus the copy alone, per case.
+    pub fn estimate(&self) -> Duration {
+        let per_rate: Duration = self
+            .rates
+            .iter()
+            .map(|r| match r {
+                Rate::Paced(n) => Duration::from_secs_f64(self.writes as f64 / f64::from(*n)),
+                Rate::FlatOut => Duration::from_millis(self.writes),
+            })
+            .sum();
+        (per_rate + self.copy_alone * self.rates.len() as u32) * self.schedulers.len() as u32
+    }
+
+    /// Checks the parameters before anything is created.
+    pub fn validate(&self) -> Result<(), PriorityError> {
+        let invalid = |m: &str| Err(PriorityError::Invalid(m.to_string()));
+        if self.case_count() == 0 {
+            return invalid("no cases (schedulers and rates must be non-empty)");
+        }
+        if self.writes == 0 {
+            return invalid("--writes must be at least 1");
+        }
+        if self.copy_bytes < COPY_CHUNK_BYTES {
+            return invalid("the copy needs at least 1 MiB");
+        }
+        if self.copy_alone.is_zero() {
+            return invalid("the copy must run alone for some time");
+        }
+        if self.child_exe.is_none() {
+            return invalid("no tailbound binary to run the copy");
+        }
+        Ok(())
+    }
+
+    /// Runs every case (schedulers, then rates), calling `on_row` as each is measured.
+    pub fn run(
+        &self,
+        mut on_row: impl FnMut(&PriorityRow),
+    ) -> Result<PriorityReport, PriorityError> {
+        self.validate()?;
+        let progress = if self.progress {
+            Progress::new(self.case_count() as u64, "priority")
+        } else {
+            Progress::hidden(self.case_count() as u64)
+        };
+        progress.set_message("making ext4 on a loop device and the copy's source");
+        let fs = LoopFs::create_ext4(&self.scratch_parent, self.image_bytes())
+            .map_err(|e| PriorityError::Setup(e.to_string()))?;
+        let device = fs
+            .device()
+            .ok_or_else(|| PriorityError::Setup("the loop file system has no device".into()))?
+            .to_string();
+        let src = fs.mount_point().join("source.dat");
+        write_source(&src, self.copy_bytes).map_err(PriorityError::Setup)?;
+        let mut rows = Vec::new();
+        for &sched in &self.schedulers {
+            for &rate in &self.rates {
+                let case = format!("kernel {} {}", sched.name(), rate.name());
+                progress.set_message(case.clone());
+                let row = self
+                    .run_kernel_case(&fs, &device, &src, sched, rate)
+                    .map_err(|message| PriorityError::Case {
+                        case: case.clone(),
+                        message,
+                    })?;
+                on_row(&row);
+                rows.push(row);
+                progress.inc(1);
+            }
+        }
+        progress.finish();
+        drop(fs);
+        let targets = check_targets(&rows);
+        Ok(PriorityReport {
+            experiment: "priority",
+            write_bytes: WRITE_BYTES as u64,
+            copy_mb: self.copy_bytes / MIB,
+            cases: rows,
+            targets,
+        })
+    }
+
+    fn run_kernel_case(
+        &self,
+        fs: &LoopFs,
+        device: &str,
+        src: &Path,
+        sched: KernelSched,
+        rate: Rate,
+    ) -> Result<PriorityRow, String> {
+        let exe = self.child_exe.as_ref().ok_or("no tailbound binary")?;
+        let _sched = SchedulerGuard::set(device, sched).map_err(|e| e.to_string())?;
+        let work = CaseDir::create(fs.mount_point())?;
+        let copy_dir = work.0.join("copy");
+        std::fs::create_dir(&copy_dir)
+            .map_err(|e| format!("creating {}: {e}", copy_dir.display()))?;
+        let spec = CopySpec {
+            src: src.to_path_buf(),
+            dst_dir: copy_dir,
+            chunk_bytes: COPY_CHUNK_BYTES,
+        };
+        let mut copy = TenantProcess::spawn(exe, &spec.args(), "copy")?;
+        copy.wait_ready()?;
+        let lines = copy.take_lines().ok_or("the copy's output is gone")?;
+        let reader = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            for line in lines {
+                let Ok(line) = line else { break };
+                if line == DONE {
+                    break;
+                }
+                if let Some(s) = parse_copied(&line) {
+                    samples.push(s);
+                }
+            }
+            samples
+        });
+        copy.send(GO)?;
+        let go = monotonic_now();
+        let alone_end = go.plus(self.copy_alone);
+        let mut copies = [copy];
+        sleep_watching(alone_end, &self.interrupted, &mut copies)?;
+        let [mut copy] = copies;
+        let log_dir = work.0.join("log");
+        std::fs::create_dir(&log_dir)
+            .map_err(|e| format!("creating {}: {e}", log_dir.display()))?;
+        let writer = Writer {
+            dir: log_dir,
+            writes: self.writes,
+            rate,
+            interrupted: self.interrupted.clone(),
+        };
+        let written = std::thread::spawn(move || writer.run_kernel());
+        let result = written
+            .join()
+            .map_err(|_| "the writer thread panicked".to_string())?;
+        let stopped_early = copy.exited();
+        copy.stop();
+        let samples = reader
+            .join()
+            .map_err(|_| "the copy's reader panicked".to_string())?;
+        if stopped_early {
+            return Err(copy.failure("ended while the writer ran"));
+        }
+        copy.wait_exit()?;
+        let (hist, w0, w1) = result?;
+        let alone = growth_in_window(&samples, go.0, alone_end.0)
+            / MIB as f64
+            / alone_end.since(go).as_secs_f64();
+        let under = growth_in_window(&samples, w0, w1)
+            / MIB as f64
+            / Duration::from_nanos(w1.saturating_sub(w0)).as_secs_f64();
+        Ok(PriorityRow::from_histogram(
+            "kernel",
+            sched.name().into(),
+            rate,
+            &hist,
+            under,
+            alone,
+        ))
+    }
+}
+
+/// A directory for one case's files on the loop file system, removed with them when dropped.
+struct CaseDir(PathBuf);
+
+impl CaseDir {
+    fn create(parent: &Path) -> Result<CaseDir, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("case-")
+            .tempdir_in(parent)
+            .map_err(|e| format!("creating a case directory in {}: {e}", parent.display()))?;
+        Ok(CaseDir(dir.keep()))
+    }
+}
+
+impl Drop for CaseDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes the copy's source: `bytes` of a non-zero pattern with `O_DIRECT`, then `fsync`.
+fn write_source(path: &Path, bytes: u64) -> Result<(), String> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(O_DIRECT)
+        .open(path)
+        .map_err(|e| format!("creating {} O_DIRECT: {e}", path.display()))?;
+    let chunk = 8 * MIB;
+    let mut buf = AlignedBuf::zeroed(chunk as usize, 4096);
+    for (i, b) in buf.as_mut_slice().iter_mut().enumerate() {
+        *b = (i % 239) as u8 | 0x40;
+    }
+    let bytes = bytes / MIB * MIB;
+    let mut at = 0;
+    while at < bytes {
+        let n = (bytes - at).min(chunk) as usize;
+        file.write_all_at(&buf.as_slice()[..n], at)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        at += n as u64;
+    }
+    file.sync_all()
+        .map_err(|e| format!("fsync {}: {e}", path.display()))
+}
+
+/// The high-priority writer: `writes` appends of 4 KiB with `O_SYNC`, paced or flat out.
+struct Writer {
+    dir: PathBuf,
+    writes: u64,
+    rate: Rate,
+    interrupted: Option<Arc<AtomicBool>>,
+}
+
+impl Writer {
+    fn open_log(&self, n: u64) -> Result<(File, PathBuf), String> {
+        let path = self.dir.join(format!("log-{n}"));
+        let file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .custom_flags(libc::O_SYNC)
+            .open(&path)
+            .map_err(|e| format!("creating {} O_SYNC: {e}", path.display()))?;
+        Ok((file, path))
+    }
+
+    /// On the calling thread, in the real-time I/O class: returns the latencies and the first
+    /// write's start and the last write's end (`CLOCK_MONOTONIC` ns).
+    fn run_kernel(self) -> Result<(LatencyHistogram, u64, u64), String> {
+        WRITER_PRIO
+            .apply_to_current_thread()
+            .map_err(|e| format!("setting the writer's real-time I/O priority: {e}"))?;
+        let data = [0x5au8; WRITE_BYTES];
+        let mut hist = LatencyHistogram::new();
+        let mut log_no = 0;
+        let (mut log, mut log_path) = self.open_log(log_no)?;
+        let mut log_bytes = 0u64;
+        let mut timer = match self.rate {
+            Rate::Paced(n) => Some(PeriodicTimer::new(Duration::from_secs_f64(
+                1.0 / f64::from(n),
+            ))),
+            Rate::FlatOut => None,
+        };
+        let first = monotonic_now().0;
+        for i in 0..self.writes {
+            if i % 64 == 0 && interrupted(&self.interrupted) {
+                return Err("interrupted".into());
+            }
+            if log_bytes >= LOG_BYTES_MAX {
+                drop(log);
+                std::fs::remove_file(&log_path)
+                    .map_err(|e| format!("removing {}: {e}", log_path.display()))?;
+                log_no += 1;
+                (log, log_path) = self.open_log(log_no)?;
+                log_bytes = 0;
+            }
+            if let Some(timer) = timer.as_mut() {
+                timer.skip_missed();
+                timer
+                    .wait()
+                    .map_err(|e| format!("waiting for the timer: {e}"))?;
+            }
+            let start = Instant::now();
+            log.write_all(&data)
+                .map_err(|e| format!("writing {}: {e}", log_path.display()))?;
+            hist.record(start.elapsed());
+            log_bytes += WRITE_BYTES as u64;
+        }
+        Ok((hist, first, monotonic_now().0))
+    }
+}
+
+/// The issue's targets, for tailbound's rows against the best kernel scheduler of the same run;
+/// a run without tailbound's rows says so instead of passing.
+pub fn check_targets(rows: &[PriorityRow]) -> Vec<TargetCheck> {
+    let kernel_best = rows
+        .iter()
+        .filter(|r| r.system == "kernel")
+        .min_by(|a, b| a.max_us.total_cmp(&b.max_us));
+    let tb: Vec<&PriorityRow> = rows.iter().filter(|r| r.system == "tbfs").collect();
+    let not_run = |extra: String| format!("not measured: no tbfs case in this run{extra}");
+    let best = kernel_best.map_or(String::new(), |k| {
+        format!(
+            "; best kernel max {} us ({} {})",
+            fmt_us(k.max_us),
+            k.scheduler,
+            k.rate
+        )
+    });
+    let worst_max = tb.iter().max_by(|a, b| a.max_us.total_cmp(&b.max_us));
+    let worst_p9999 = tb.iter().max_by(|a, b| a.p9999_us.total_cmp(&b.p9999_us));
+    let worst_kept = tb
+        .iter()
+        .min_by(|a, b| a.copy_kept().total_cmp(&b.copy_kept()));
+    vec![
+        TargetCheck {
+            target: format!(
+                "tbfs max >= {MAX_VS_BEST_KERNEL:.0}x lower than the best kernel scheduler's"
+            ),
+            measured: match (worst_max, kernel_best) {
+                (Some(t), Some(k)) => format!(
+                    "{:.1}x: worst tbfs max {} us ({} {}), best kernel {} us ({} {})",
+                    k.max_us / t.max_us,
+                    fmt_us(t.max_us),
+                    t.scheduler,
+                    t.rate,
+                    fmt_us(k.max_us),
+                    k.scheduler,
+                    k.rate
+                ),
+                _ => not_run(best.clone()),
+            },
+            met: match (worst_max, kernel_best) {
+                (Some(t), Some(k)) => t.max_us * MAX_VS_BEST_KERNEL <= k.max_us,
+                _ => false,
+            },
+        },
+        TargetCheck {
+            target: format!("tbfs p99.99 <= {} us", fmt_us(P9999_US_MAX)),
+            measured: worst_p9999.map_or(not_run(String::new()), |t| {
+                format!(
+                    "worst {} us ({} {})",
+                    fmt_us(t.p9999_us),
+                    t.scheduler,
+                    t.rate
+                )
+            }),
+            met: !tb.is_empty() && tb.iter().all(|r| r.p9999_us <= P9999_US_MAX),
+        },
+        TargetCheck {
+            target: format!(
+                "the copy keeps >= {:.0} % of its throughput alone (tbfs)",
+                COPY_KEPT_MIN * 100.0
+            ),
+            measured: worst_kept.map_or(not_run(String::new()), |t| {
+                format!(
+                    "worst {:.0} % ({} {})",
+                    t.copy_kept() * 100.0,
+                    t.scheduler,
+                    t.rate
+                )
+            }),
+            met: !tb.is_empty() && tb.iter().all(|r| r.copy_kept() >= COPY_KEPT_MIN),
+        },
+    ]
+}
+
+/// The experiment's result: what `--json` writes.
+#[derive(Debug, Clone, Serialize)]
+pub struct PriorityReport {
+    pub experiment: &'static str,
+    pub write_bytes: u64,
+    pub copy_mb: u64,
+    pub cases: Vec<PriorityRow>,
+    pub targets: Vec<TargetCheck>,
+}
+
+impl PriorityReport {
+    /// One row per case, then the targets.
+    pub fn to_markdown(&self) -> String {
+        let mut table = Table::new(
+            [
+                "system",
+                "scheduler",
+                "rate",
+                "writes",
+                "min",
+                "p50",
+                "p99",
+                "p99.9",
+                "p99.99",
+                "p99.9999",
+                "max (µs)",
+                "copy MB/s",
+                "alone",
+                "kept",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        for column in 3..14 {
+            table.set_align(column, Align::Right);
+        }
+        for r in &self.cases {
+            table.push(vec![
+                r.system.into(),
+                r.scheduler.clone(),
+                r.rate.clone(),
+                r.writes.to_string(),
+                fmt_us(r.min_us),
+                fmt_us(r.p50_us),
+                fmt_us(r.p99_us),
+                fmt_us(r.p999_us),
+                fmt_us(r.p9999_us),
+                fmt_us(r.p999999_us),
+                fmt_us(r.max_us),
+                format!("{:.1}", r.background_mb_per_s),
+                format!("{:.1}", r.background_alone_mb_per_s),
+                format!("{:.0} %", r.copy_kept() * 100.0),
+            ]);
+        }
+        format!(
+            "High-priority {} B O_SYNC appends under a {} MiB copy (latencies in µs; copy MB/s \
+             under the writer, alone, and the share kept; MB = 2^20 bytes)\n\n{}\nTargets\n\n{}",
+            self.write_bytes,
+            self.copy_mb,
+            table.to_markdown(),
+            targets_markdown(&self.targets)
+        )
+    }
+
+    /// One box per case for the latency plot.
+    pub fn box_series(&self) -> Vec<(String, BoxStats)> {
+        self.cases
+            .iter()
+            .filter_map(|r| {
+                r.box_stats
+                    .map(|b| (format!("{} {} {}", r.system, r.scheduler, r.rate), b))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_and_print() {
+        assert_eq!(Rate::parse("111"), Some(Rate::Paced(111)));
+        assert_eq!(Rate::parse("111/s"), Some(Rate::Paced(111)));
+        assert_eq!(Rate::parse("flat-out"), Some(Rate::FlatOut));
+        assert_eq!(Rate::parse("0"), None);
+        assert_eq!(Rate::parse("fast"), None);
+        assert_eq!(Rate::Paced(111).name(), "111/s");
+        assert_eq!(Rate::FlatOut.name(), "flat-out");
+    }
+
+    #[test]
+    fn copy_progress_lines_parse_strictly() {
+        assert_eq!(parse_copied("c 10 4096"), Some((10, 4096)));
+        assert_eq!(parse_copied("c 10"), None);
+        assert_eq!(parse_copied("c 10 4096 9"), None);
+        assert_eq!(parse_copied("x 10 4096"), None);
+    }
+
+    #[test]
+    fn bad_parameters_are_refused_before_anything_runs() {
+        let mut b = PriorityBench::quick(PathBuf::new());
+        assert!(b.validate().unwrap_err().to_string().contains("binary"));
+        b.child_exe = Some(PathBuf::from("/bin/true"));
+        assert!(b.validate().is_ok());
+        b.writes = 0;
+        assert!(b.validate().is_err());
+        b.writes = 1;
+        b.rates.clear();
+        assert!(b.validate().is_err());
+        assert_eq!(PriorityBench::full(PathBuf::new()).case_count(), 8);
+        assert_eq!(PriorityBench::full(PathBuf::new()).writes, 1_000_000);
+    }
+
+    fn row(system: &'static str, sched: &str, max_us: f64, p9999: f64, kept: f64) -> PriorityRow {
+        PriorityRow {
+            system,
+            scheduler: sched.into(),
+            rate: "111/s".into(),
+            writes: 100,
+            min_us: 1.0,
+            p50_us: 2.0,
+            p99_us: 3.0,
+            p999_us: 4.0,
+            p9999_us: p9999,
+            p999999_us: p9999,
+            max_us,
+            background_mb_per_s: 100.0 * kept,
+            background_alone_mb_per_s: 100.0,
+            box_stats: None,
+        }
+    }
+
+    #[test]
+    fn targets_compare_tailbound_with_the_best_kernel_scheduler() {
+        let kernel = [
+            row("kernel", "bfq", 70_000.0, 9_000.0, 0.5),
+            row("kernel", "none", 900_000.0, 9_000.0, 0.9),
+        ];
+        let checks = check_targets(&kernel);
+        assert!(checks.iter().all(|c| !c.met), "{checks:?}");
+        assert!(checks[0].measured.contains("70,000"), "{checks:?}");
+        let mut rows = kernel.to_vec();
+        rows.push(row("tbfs", "default", 6_000.0, 4_000.0, 0.85));
+        let checks = check_targets(&rows);
+        assert!(checks.iter().all(|c| c.met), "{checks:?}");
+        rows.push(row("tbfs", "priority", 8_000.0, 6_000.0, 0.7));
+        let checks = check_targets(&rows);
+        assert!(checks.iter().all(|c| !c.met), "{checks:?}");
+        let report = PriorityReport {
+            experiment: "priority",
+            write_bytes: 4096,
+            copy_mb: 64,
+            cases: rows,
+            targets: checks,
+        };
+        let md = report.to_markdown();
+        assert!(md.contains("| kernel | bfq "), "{md}");
+        assert!(md.contains("70,000"), "{md}");
+        assert!(md.contains("| NO "), "{md}");
+    }
+
+    #[test]
+    fn percentiles_come_from_the_histogram() {
+        let mut h = LatencyHistogram::new();
+        for us in 1..=1000u64 {
+            h.record(Duration::from_micros(us));
+        }
+        let r = PriorityRow::from_histogram("kernel", "none".into(), Rate::FlatOut, &h, 1.0, 2.0);
+        assert_eq!(r.writes, 1000);
+        assert!((r.p50_us - 500.0).abs() < 1.0, "{r:?}");
+        assert!((r.max_us - 1000.0).abs() < 1.0, "{r:?}");
+        assert!(r.p999999_us <= r.max_us && r.p9999_us <= r.p999999_us);
+        assert!((r.copy_kept() - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_copy_copies_whole_passes_and_reports_its_progress() {
+        let dir =
+            tempfile::tempdir_in(crate::bench::experiments::fairness::default_scratch_parent())
+                .unwrap();
+        let src = dir.path().join("src");
+        if let Err(e) = write_source(&src, 2 * MIB) {
+            // A file system without O_DIRECT (tmpfs) cannot run the copy; nothing else may fail.
+            assert!(
+                e.contains("O_DIRECT") || e.contains("Invalid argument"),
+                "{e}"
+            );
+            return;
+        }
+        let dst_dir = dir.path().join("dst");
+        std::fs::create_dir(&dst_dir).unwrap();
+        let spec = CopySpec {
+            src: src.clone(),
+            dst_dir: dst_dir.clone(),
+            chunk_bytes: 512 << 10,
+        };
+        let (reader, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let handle = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let r = spec.run(std::io::BufReader::new(reader), &mut out);
+            (r, out)
+        });
+        writeln!(writer, "{GO}").unwrap();
+        // The passes in `dst_dir`, by number (at most two exist at a time).
+        let passes = |dir: &Path| -> Vec<u64> {
+            let mut n: Vec<u64> = std::fs::read_dir(dir)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix("copy-").and_then(|n| n.parse().ok())
+                })
+                .collect();
+            n.sort_unstable();
+            n
+        };
+        // Stop once a second pass has begun, so one whole copy was made.
+        while !handle.is_finished() && passes(&dst_dir).iter().all(|&n| n == 0) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(writer);
+        let (result, out) = handle.join().unwrap();
+        result.unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.first(), Some(&READY));
+        assert_eq!(lines.last(), Some(&DONE));
+        let samples: Vec<(u64, u64)> = lines[1..lines.len() - 1]
+            .iter()
+            .map(|l| parse_copied(l).unwrap())
+            .collect();
+        assert_eq!(samples[0].1, 0);
+        assert!(samples
+            .windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[1].1 == w[0].1 + (512 << 10)));
+        assert!(samples.last().unwrap().1 >= 2 * MIB);
+        // A pass is removed once the next has begun: one or two remain, the older one whole.
+        let left = passes(&dst_dir);
+        assert!(
+            !left.is_empty() && left.len() <= 2 && left[0] >= 1,
+            "{left:?}"
+        );
+        let src_bytes = std::fs::read(&src).unwrap();
+        for (i, n) in left.iter().enumerate() {
+            let copy = std::fs::read(dst_dir.join(format!("copy-{n}"))).unwrap();
+            if i + 1 < left.len() {
+                assert_eq!(copy, src_bytes, "copy-{n} is whole");
+            } else {
+                assert!(copy.len() <= src_bytes.len());
+                assert_eq!(copy[..], src_bytes[..copy.len()], "copy-{n} is a prefix");
+            }
+        }
+    }
+}

@@ -1,0 +1,454 @@
+//! The real executor: [`Scheduler`] runs `depth` dispatcher threads that take decisions from a
+//! [`Queue`] and perform them on an `Arc<dyn Device>`; callers block until their request's pieces
+//! are all done. [`SchedDevice`] puts a scheduler behind the [`Device`] trait, with the tenant of
+//! the calling thread.
+//!
+//! Buffers: a write's bytes are copied once into the scheduler when submitted (the dispatcher
+//! threads outlive the caller's borrow), and a read's bytes are copied once out of the dispatcher's
+//! buffer into the caller's. No unsafe code is needed for either.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::io;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::queue::{Dispatch, Queue, ReqId, Request};
+use super::{Config, Op, Prio, TenantId, TenantStats};
+use crate::dev::{check_request, Device};
+
+/// What a dispatcher sends back for one piece.
+struct PieceDone {
+    req_offset: u64,
+    len: u64,
+    data: Option<Vec<u8>>,
+    result: io::Result<()>,
+}
+
+enum Payload {
+    Read,
+    Write(Arc<Vec<u8>>),
+    Flush,
+}
+
+struct Job {
+    payload: Payload,
+    reply: mpsc::Sender<PieceDone>,
+}
+
+struct Inner {
+    queue: Queue,
+    jobs: HashMap<ReqId, Job>,
+    by_prio: HashMap<Prio, TenantId>,
+    shutdown: bool,
+}
+
+struct Shared {
+    dev: Arc<dyn Device>,
+    inner: Mutex<Inner>,
+    work: Condvar,
+    start: Instant,
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic in a dispatcher cannot leave the queue half-updated: every update is done
+        // before any I/O, so the state behind a poisoned lock is still consistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A user-space I/O scheduler in front of one device; see the module documentation of `sched`.
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    depth: usize,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("device", &self.shared.dev)
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// Starts a scheduler with `cfg.depth` dispatcher threads over `dev`.
+    pub fn new(dev: Arc<dyn Device>, cfg: Config) -> io::Result<Arc<Scheduler>> {
+        cfg.validate().map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("scheduler config: {e}"),
+            )
+        })?;
+        let shared = Arc::new(Shared {
+            dev,
+            inner: Mutex::new(Inner {
+                queue: Queue::new(&cfg),
+                jobs: HashMap::new(),
+                by_prio: HashMap::new(),
+                shutdown: false,
+            }),
+            work: Condvar::new(),
+            start: Instant::now(),
+        });
+        let mut threads = Vec::with_capacity(cfg.depth);
+        for i in 0..cfg.depth {
+            let worker = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new()
+                .name(format!("tb-sched-{i}"))
+                .spawn(move || dispatcher(&worker));
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    stop(&shared, threads);
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("scheduler: starting dispatcher thread {i}: {e}"),
+                    ));
+                }
+            }
+        }
+        Ok(Arc::new(Scheduler {
+            shared,
+            threads,
+            depth: cfg.depth,
+        }))
+    }
+
+    /// The device requests go to.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.shared.dev
+    }
+
+    /// Adds a tenant with its priority and weight (0 is taken as 1).
+    pub fn add_tenant(&self, name: &str, prio: Prio, weight: u32) -> TenantId {
+        self.shared.lock().queue.add_tenant(name, prio, weight)
+    }
+
+    /// The tenant for threads with kernel I/O priority `prio` (made on first use, named
+    /// `ioprio CLASS/LEVEL`, weighted by level).
+    pub fn tenant_for_prio(&self, prio: Prio) -> TenantId {
+        let mut inner = self.shared.lock();
+        if let Some(&t) = inner.by_prio.get(&prio) {
+            return t;
+        }
+        let t = inner
+            .queue
+            .add_tenant(&format!("ioprio {prio}"), prio, prio.default_weight());
+        inner.by_prio.insert(prio, t);
+        t
+    }
+
+    /// The tenant of the calling thread: the one set by [`set_thread_tenant`], else the one for
+    /// its kernel I/O priority; but while the thread holds work a higher priority waits for
+    /// ([`inherit`](super::inherit)), the tenant of that priority.
+    pub fn current_tenant(&self) -> TenantId {
+        let explicit = THREAD_TENANT.with(Cell::get);
+        let own = match explicit {
+            Some(t) => self.tenant_prio(t).unwrap_or(Prio::DEFAULT),
+            None => super::inherit::own_prio(),
+        };
+        if super::inherit::inherited().is_some() {
+            let effective = super::inherit::sync_kernel_ioprio(own);
+            if effective != own {
+                return self.tenant_for_prio(effective);
+            }
+        }
+        explicit.unwrap_or_else(|| self.tenant_for_prio(own))
+    }
+
+    /// The priority of tenant `t`, if it exists.
+    pub fn tenant_prio(&self, t: TenantId) -> Option<Prio> {
+        let inner = self.shared.lock();
+        ((t.0 as usize) < inner.queue.tenant_count()).then(|| inner.queue.tenant_prio(t))
+    }
+
+    /// Reads `buf.len()` bytes at `offset` for tenant `t`; blocks until done.
+    pub fn read_at(&self, t: TenantId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        check_request(self.shared.dev.as_ref(), offset, buf.len())?;
+        let rx = self.submit(t, Op::Read, offset, buf.len() as u64, Payload::Read)?;
+        wait(rx, buf.len() as u64, Some(buf), "read", offset)
+    }
+
+    /// Writes `buf` at `offset` for tenant `t`; blocks until the device holds it.
+    pub fn write_at(&self, t: TenantId, offset: u64, buf: &[u8]) -> io::Result<()> {
+        check_request(self.shared.dev.as_ref(), offset, buf.len())?;
+        let data = Arc::new(buf.to_vec());
+        let rx = self.submit(t, Op::Write, offset, buf.len() as u64, Payload::Write(data))?;
+        wait(rx, buf.len() as u64, None, "write", offset)
+    }
+
+    /// Flushes the device for tenant `t`; blocks until done.
+    pub fn flush(&self, t: TenantId) -> io::Result<()> {
+        let rx = self.submit(t, Op::Flush, 0, 0, Payload::Flush)?;
+        wait(rx, 0, None, "flush", 0)
+    }
+
+    /// Every tenant's statistics so far, in the order tenants were added.
+    pub fn stats(&self) -> Vec<TenantStats> {
+        self.shared.lock().queue.stats()
+    }
+
+    /// The dispatch depth in effect now (lower than the configured one while the adaptive mode
+    /// holds it down).
+    pub fn depth_limit(&self) -> usize {
+        self.shared.lock().queue.depth_limit()
+    }
+
+    fn submit(
+        &self,
+        t: TenantId,
+        op: Op,
+        offset: u64,
+        len: u64,
+        payload: Payload,
+    ) -> io::Result<mpsc::Receiver<PieceDone>> {
+        let (tx, rx) = mpsc::channel();
+        let mut inner = self.shared.lock();
+        if t.0 as usize >= inner.queue.tenant_count() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "scheduler: no tenant {} (it has {})",
+                    t.0,
+                    inner.queue.tenant_count()
+                ),
+            ));
+        }
+        let now = self.shared.now();
+        let id = inner.queue.push(
+            now,
+            Request {
+                tenant: t,
+                op,
+                offset,
+                len,
+            },
+        );
+        inner.jobs.insert(id, Job { payload, reply: tx });
+        drop(inner);
+        self.shared.work.notify_one();
+        Ok(rx)
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        stop(&self.shared, std::mem::take(&mut self.threads));
+    }
+}
+
+fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
+    shared.lock().shutdown = true;
+    shared.work.notify_all();
+    for h in threads {
+        let _ = h.join();
+    }
+}
+
+/// Collects a request's pieces; copies read data into `buf`.
+fn wait(
+    rx: mpsc::Receiver<PieceDone>,
+    len: u64,
+    mut buf: Option<&mut [u8]>,
+    what: &str,
+    offset: u64,
+) -> io::Result<()> {
+    let mut covered = 0u64;
+    let mut first_error = None;
+    loop {
+        let done = rx.recv().map_err(|_| {
+            io::Error::other(format!(
+                "scheduler: {what} at {offset}+{len} lost (the scheduler stopped)"
+            ))
+        })?;
+        if let (Some(buf), Some(data)) = (buf.as_deref_mut(), done.data.as_deref()) {
+            let at = done.req_offset as usize;
+            buf[at..at + data.len()].copy_from_slice(data);
+        }
+        if let Err(e) = done.result {
+            first_error.get_or_insert(e);
+        }
+        covered += done.len;
+        if covered >= len {
+            break;
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn dispatcher(shared: &Shared) {
+    let mut inner = shared.lock();
+    loop {
+        if inner.shutdown {
+            return;
+        }
+        let Some(d) = inner.queue.pop(shared.now()) else {
+            inner = shared.work.wait(inner).unwrap_or_else(|e| e.into_inner());
+            continue;
+        };
+        // Gather what the I/O needs while the lock is held.
+        let replies: Vec<mpsc::Sender<PieceDone>> = d
+            .pieces
+            .iter()
+            .map(|p| inner.jobs[&p.req].reply.clone())
+            .collect();
+        let write_data: Vec<(Arc<Vec<u8>>, u64, u64)> = match d.op {
+            Op::Write => d
+                .pieces
+                .iter()
+                .filter_map(|p| match &inner.jobs[&p.req].payload {
+                    Payload::Write(data) => Some((Arc::clone(data), p.req_offset, p.len)),
+                    Payload::Read | Payload::Flush => None,
+                })
+                .collect(),
+            Op::Read | Op::Flush => Vec::new(),
+        };
+        drop(inner);
+        let outcome = perform(shared.dev.as_ref(), &d, &write_data);
+        inner = shared.lock();
+        for c in inner.queue.complete(shared.now(), &d) {
+            inner.jobs.remove(&c.req);
+        }
+        drop(inner);
+        // A slot in the device is free again: another dispatcher may go.
+        shared.work.notify_one();
+        send_results(&d, outcome, replies);
+        inner = shared.lock();
+    }
+}
+
+fn perform(
+    dev: &dyn Device,
+    d: &Dispatch,
+    write_data: &[(Arc<Vec<u8>>, u64, u64)],
+) -> io::Result<Option<Vec<u8>>> {
+    match d.op {
+        Op::Flush => dev.flush().map(|()| None),
+        Op::Read => {
+            let mut data = vec![0u8; d.len as usize];
+            dev.read_at(d.offset, &mut data).map(|()| Some(data))
+        }
+        Op::Write => {
+            if let [(data, at, len)] = write_data {
+                let (at, len) = (*at as usize, *len as usize);
+                return dev.write_at(d.offset, &data[at..at + len]).map(|()| None);
+            }
+            let mut joined = Vec::with_capacity(d.len as usize);
+            for (data, at, len) in write_data {
+                joined.extend_from_slice(&data[*at as usize..(*at + *len) as usize]);
+            }
+            dev.write_at(d.offset, &joined).map(|()| None)
+        }
+    }
+}
+
+fn send_results(
+    d: &Dispatch,
+    outcome: io::Result<Option<Vec<u8>>>,
+    replies: Vec<mpsc::Sender<PieceDone>>,
+) {
+    match outcome {
+        Ok(Some(mut data)) if d.pieces.len() == 1 => {
+            data.truncate(d.pieces[0].len as usize);
+            let p = &d.pieces[0];
+            let _ = replies[0].send(PieceDone {
+                req_offset: p.req_offset,
+                len: p.len,
+                data: Some(data),
+                result: Ok(()),
+            });
+        }
+        Ok(data) => {
+            let mut at = 0usize;
+            for (p, tx) in d.pieces.iter().zip(replies) {
+                let piece = data
+                    .as_ref()
+                    .map(|all| all[at..at + p.len as usize].to_vec());
+                at += p.len as usize;
+                let _ = tx.send(PieceDone {
+                    req_offset: p.req_offset,
+                    len: p.len,
+                    data: piece,
+                    result: Ok(()),
+                });
+            }
+        }
+        Err(e) => {
+            for (p, tx) in d.pieces.iter().zip(replies) {
+                let _ = tx.send(PieceDone {
+                    req_offset: p.req_offset,
+                    len: p.len,
+                    data: None,
+                    result: Err(io::Error::new(e.kind(), e.to_string())),
+                });
+            }
+        }
+    }
+}
+
+thread_local! {
+    static THREAD_TENANT: Cell<Option<TenantId>> = const { Cell::new(None) };
+}
+
+/// Sets (or with `None` clears) the tenant the calling thread's [`SchedDevice`] requests use.
+pub fn set_thread_tenant(t: Option<TenantId>) {
+    THREAD_TENANT.with(|c| c.set(t));
+}
+
+/// The tenant set by [`set_thread_tenant`] on the calling thread, if any.
+pub fn thread_tenant() -> Option<TenantId> {
+    THREAD_TENANT.with(Cell::get)
+}
+
+/// A [`Device`] that routes every call through a [`Scheduler`], with the tenant of the calling
+/// thread: the one set by [`set_thread_tenant`], else a tenant made from the thread's kernel ioprio.
+#[derive(Debug, Clone)]
+pub struct SchedDevice {
+    sched: Arc<Scheduler>,
+}
+
+impl SchedDevice {
+    pub fn new(s: Arc<Scheduler>) -> SchedDevice {
+        SchedDevice { sched: s }
+    }
+
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.sched
+    }
+}
+
+impl Device for SchedDevice {
+    fn kind(&self) -> &'static str {
+        self.sched.device().kind()
+    }
+
+    fn len(&self) -> u64 {
+        self.sched.device().len()
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.sched.read_at(self.sched.current_tenant(), offset, buf)
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.sched
+            .write_at(self.sched.current_tenant(), offset, buf)
+    }
+
+    fn flush(&self) -> io::Result<()> {
+        self.sched.flush(self.sched.current_tenant())
+    }
+}

@@ -1,0 +1,240 @@
+//! Priority inheritance for shared work done on behalf of waiters (seed 004 §4.2), such as a file
+//! system commit: a thread about to wait for the work lends its priority ([`Inheritance::lend`]);
+//! the thread doing it marks that while it holds the work ([`Inheritance::hold`]). While any
+//! lender waits, the holder's scheduler requests go to the tenant of the highest lent priority
+//! (see [`SchedDevice`](super::SchedDevice)) and its kernel ioprio is raised to match
+//! ([`sync_kernel_ioprio`]), so I/O it issues outside the scheduler is ordered the same way; the
+//! holder's own ioprio is restored when it stops holding.
+//!
+//! A boost applies from the holder's next request on; requests it already queued keep their class.
+//!
+//! Owns only the bookkeeping; it issues no I/O.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+
+use super::Prio;
+
+/// The priorities lent to one piece of shared work.
+#[derive(Debug, Default)]
+pub struct Inheritance {
+    lent: Mutex<Vec<Prio>>,
+}
+
+/// A lent priority; returned when dropped.
+#[derive(Debug)]
+pub struct Lend {
+    cell: Arc<Inheritance>,
+    prio: Prio,
+}
+
+/// The calling thread holds the work until this is dropped.
+#[derive(Debug)]
+pub struct Hold {
+    /// False when the thread's local state was already torn down (a thread exiting): then
+    /// nothing is inherited.
+    registered: bool,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+/// `a` is served before `b`: a better class, or the same class and a lower level.
+pub fn is_higher(a: Prio, b: Prio) -> bool {
+    (a.class.rank(), a.level) < (b.class.rank(), b.level)
+}
+
+struct Holding {
+    cells: Vec<Arc<Inheritance>>,
+    /// The thread's kernel ioprio (class, level) before a boost changed it, and the boost applied.
+    restore: Option<((u32, u32), Prio)>,
+}
+
+thread_local! {
+    static HOLDING: RefCell<Holding> = const { RefCell::new(Holding { cells: Vec::new(), restore: None }) };
+}
+
+impl Inheritance {
+    pub fn new() -> Arc<Inheritance> {
+        Arc::new(Inheritance::default())
+    }
+
+    fn lent(&self) -> std::sync::MutexGuard<'_, Vec<Prio>> {
+        self.lent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lends `prio` to whoever holds the work, until the returned guard is dropped.
+    pub fn lend(self: &Arc<Self>, prio: Prio) -> Lend {
+        self.lent().push(prio);
+        Lend {
+            cell: Arc::clone(self),
+            prio,
+        }
+    }
+
+    /// The highest priority lent now, if any.
+    pub fn highest(&self) -> Option<Prio> {
+        self.lent()
+            .iter()
+            .copied()
+            .reduce(|a, b| if is_higher(b, a) { b } else { a })
+    }
+
+    /// Marks the calling thread as holding the work until the guard is dropped.
+    pub fn hold(self: &Arc<Self>) -> Hold {
+        // `try_with`: this runs inside libc hooks too, possibly while the thread exits.
+        let registered = HOLDING
+            .try_with(|h| h.borrow_mut().cells.push(Arc::clone(self)))
+            .is_ok();
+        Hold {
+            registered,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Lend {
+    fn drop(&mut self) {
+        let mut lent = self.cell.lent();
+        if let Some(i) = lent.iter().position(|p| *p == self.prio) {
+            lent.swap_remove(i);
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if !self.registered {
+            return;
+        }
+        let _ = HOLDING.try_with(|h| {
+            let mut h = h.borrow_mut();
+            h.cells.pop();
+            if h.cells.is_empty() {
+                if let Some(((class, level), _)) = h.restore.take() {
+                    // Best effort: the thread goes back to what it had.
+                    let _ = crate::sys::ioprio::set_current_thread(class, level);
+                }
+            }
+        });
+    }
+}
+
+/// The calling thread's own priority: its kernel ioprio, or what it was before a boost raised it.
+pub fn own_prio() -> Prio {
+    HOLDING
+        .try_with(|h| h.borrow().restore)
+        .ok()
+        .flatten()
+        .map_or_else(Prio::of_current_thread, |((class, level), _)| {
+            Prio::from_kernel(class, level)
+        })
+}
+
+/// The highest priority lent to any work the calling thread holds.
+pub fn inherited() -> Option<Prio> {
+    HOLDING
+        .try_with(|h| {
+            h.borrow()
+                .cells
+                .iter()
+                .filter_map(|c| c.highest())
+                .reduce(|a, b| if is_higher(b, a) { b } else { a })
+        })
+        .ok()
+        .flatten()
+}
+
+/// Raises the calling thread's kernel ioprio to the inherited one if that is higher than its own,
+/// or puts it back once nothing is lent any more. Returns the priority the thread's I/O should
+/// have now. Failures to change the kernel ioprio (no privilege for RT) leave it as it was.
+pub fn sync_kernel_ioprio(own: Prio) -> Prio {
+    let boost = inherited().filter(|p| is_higher(*p, own));
+    let _ = HOLDING.try_with(|h| {
+        let mut h = h.borrow_mut();
+        match (boost, h.restore) {
+            (Some(p), Some((_, applied))) if p == applied => {}
+            (Some(p), restore) => {
+                let original = match restore {
+                    Some((orig, _)) => Some(orig),
+                    None => crate::sys::ioprio::get_current_thread().ok(),
+                };
+                if let Some(orig) = original {
+                    if p.apply_to_current_thread().is_ok() {
+                        h.restore = Some((orig, p));
+                    }
+                }
+            }
+            (None, Some(((class, level), _))) => {
+                let _ = crate::sys::ioprio::set_current_thread(class, level);
+                h.restore = None;
+            }
+            (None, None) => {}
+        }
+    });
+    boost.unwrap_or(own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sched::Class;
+
+    const RT: Prio = Prio {
+        class: Class::Rt,
+        level: 0,
+    };
+    const BE: Prio = Prio {
+        class: Class::Be,
+        level: 4,
+    };
+    const IDLE: Prio = Prio {
+        class: Class::Idle,
+        level: 7,
+    };
+
+    #[test]
+    fn the_highest_lent_priority_wins_while_lent() {
+        let cell = Inheritance::new();
+        assert_eq!(cell.highest(), None);
+        let a = cell.lend(BE);
+        let b = cell.lend(RT);
+        assert_eq!(cell.highest(), Some(RT));
+        drop(b);
+        assert_eq!(cell.highest(), Some(BE));
+        drop(a);
+        assert_eq!(cell.highest(), None);
+    }
+
+    #[test]
+    fn only_the_holder_inherits_and_its_ioprio_is_restored() {
+        let cell = Inheritance::new();
+        let holder_cell = Arc::clone(&cell);
+        std::thread::spawn(move || {
+            IDLE.apply_to_current_thread().expect("lowering to idle");
+            assert_eq!(inherited(), None);
+            let hold = holder_cell.hold();
+            assert_eq!(sync_kernel_ioprio(IDLE), IDLE, "nothing lent yet");
+            let lend = holder_cell.lend(BE);
+            assert_eq!(inherited(), Some(BE));
+            assert_eq!(sync_kernel_ioprio(IDLE), BE);
+            // Raising an idle thread to best effort needs no privilege.
+            assert_eq!(Prio::of_current_thread(), BE);
+            drop(lend);
+            assert_eq!(sync_kernel_ioprio(IDLE), IDLE);
+            assert_eq!(Prio::of_current_thread(), IDLE);
+            let _lend = holder_cell.lend(BE);
+            sync_kernel_ioprio(IDLE);
+            drop(hold);
+            assert_eq!(
+                Prio::of_current_thread(),
+                IDLE,
+                "restored when it stops holding"
+            );
+            assert_eq!(inherited(), None);
+        })
+        .join()
+        .expect("holder thread");
+        // A thread that holds nothing inherits nothing, whatever is lent.
+        let _lend = cell.lend(RT);
+        assert_eq!(inherited(), None);
+    }
+}

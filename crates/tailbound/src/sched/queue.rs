@@ -1,0 +1,574 @@
+//! The policy core: a queue of requests that decides what goes to the device next, driven by
+//! explicit `now` times (nanoseconds on any monotonic clock) so the simulator and the real
+//! executor share it. It splits requests on `push`, merges adjacent pieces on `pop`, keeps the
+//! dispatch depth, and records per-tenant statistics on `complete`.
+//!
+//! Weighted fairness is WF2Q+ over the tenants of a group (one group per class for
+//! [`Policy::Default`], a single group for [`Policy::Fair`]): each backlogged tenant has a start
+//! tag `S` and, for its head piece of cost `c`, a finish tag `F = S + c / weight`; the group's
+//! virtual time `V` advances by `c / (sum of backlogged weights)` per dispatch and never falls
+//! behind the smallest start tag. Among tenants with `S <= V` the smallest `F` goes first. A
+//! tenant that empties its queue and comes back restarts at `max(V - credit, S_last)`, where the
+//! credit is the virtual time the others advance while `depth` pieces of `max_io` are served
+//! (times [`CREDIT_PIECES`]): a tenant whose queue emptied only because its own last pieces were
+//! in the device gets back what it lost meanwhile; one that was idle a long time gets at most that
+//! much, no windfall.
+//!
+//! Does no I/O and reads no clock.
+
+use std::collections::{HashMap, VecDeque};
+
+use hdrhistogram::Histogram;
+
+use super::{Class, Config, DeviceProfile, Op, Policy, Prio, TenantId, TenantStats};
+
+/// Nanoseconds on the caller's clock.
+pub type Nanos = u64;
+
+/// Names one submitted request inside a [`Queue`].
+pub type ReqId = u64;
+
+/// How many rounds of `depth` pieces of `max_io` a rejoining tenant may be credited.
+pub const CREDIT_PIECES: f64 = 1.0;
+
+/// RT completions under half the target before the adaptive depth rises by one.
+pub const DEPTH_RAISE_AFTER: u32 = 16;
+
+/// Largest dispatch merging may build when splitting is off (`fifo` never merges).
+pub const MERGED_BYTES_MAX: u64 = 64 << 20;
+
+/// Longest latency the histograms hold (one hour, in nanoseconds); longer values are clamped.
+const HIST_NS_MAX: u64 = 3_600_000_000_000;
+
+/// A request as submitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub tenant: TenantId,
+    pub op: Op,
+    pub offset: u64,
+    /// Bytes; 0 for a flush.
+    pub len: u64,
+}
+
+/// A part of one request, as queued and dispatched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub req: ReqId,
+    pub tenant: TenantId,
+    pub op: Op,
+    /// Device offset of this piece.
+    pub offset: u64,
+    pub len: u64,
+    /// Where this piece starts within its request's buffer.
+    pub req_offset: u64,
+    /// Global submission order of the piece.
+    pub(crate) seq: u64,
+    /// When the piece became the head of its tenant's queue (or was submitted, if later).
+    pub(crate) head_since: Nanos,
+}
+
+/// One device request the queue decided on: one or more adjacent pieces, in device order.
+#[derive(Debug, Clone)]
+pub struct Dispatch {
+    pub class: Class,
+    pub op: Op,
+    pub offset: u64,
+    pub len: u64,
+    pub pieces: Vec<Piece>,
+    /// The modelled device cost charged for it, in nanoseconds.
+    pub cost_ns: f64,
+    pub dispatched_at: Nanos,
+    /// Served ahead of a higher class because its head waited `aging`.
+    pub aged: bool,
+}
+
+/// A request all of whose pieces completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    pub req: ReqId,
+    pub tenant: TenantId,
+    /// Submission to completion.
+    pub latency_ns: Nanos,
+}
+
+#[derive(Debug)]
+struct ReqTrack {
+    tenant: TenantId,
+    arrival: Nanos,
+    first_dispatch: Option<Nanos>,
+    pieces_left: u64,
+    bytes: u64,
+}
+
+#[derive(Debug)]
+struct TenantState {
+    name: String,
+    prio: Prio,
+    weight: u32,
+    queue: VecDeque<Piece>,
+    /// WF2Q+ start tag (virtual time); while idle, the finish tag of its last piece.
+    start: f64,
+    bytes: u64,
+    ops: u64,
+    splits: u64,
+    merges: u64,
+    queue_ns: Histogram<u64>,
+    service_ns: Histogram<u64>,
+}
+
+/// The depth limit in effect, lowered while RT requests miss their latency target.
+#[derive(Debug, Clone)]
+pub struct DepthControl {
+    max: usize,
+    limit: usize,
+    target_ns: Option<u64>,
+    good: u32,
+}
+
+impl DepthControl {
+    pub fn new(max: usize, target_ns: Option<u64>) -> DepthControl {
+        let max = max.max(1);
+        DepthControl {
+            max,
+            limit: max,
+            target_ns,
+            good: 0,
+        }
+    }
+
+    /// The number of requests allowed in the device now.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Feeds one RT request's submission-to-completion latency: halves the limit on a miss, adds
+    /// one after [`DEPTH_RAISE_AFTER`] completions under half the target.
+    pub fn on_rt_complete(&mut self, latency_ns: u64) {
+        let Some(target) = self.target_ns else { return };
+        if latency_ns > target {
+            self.limit = (self.limit / 2).max(1);
+            self.good = 0;
+        } else if latency_ns < target / 2 {
+            self.good += 1;
+            if self.good >= DEPTH_RAISE_AFTER {
+                self.limit = (self.limit + 1).min(self.max);
+                self.good = 0;
+            }
+        }
+    }
+}
+
+/// The scheduler's queue; see the module documentation.
+#[derive(Debug)]
+pub struct Queue {
+    policy: Policy,
+    max_io: Option<u64>,
+    merge_cap: usize,
+    aging_ns: Nanos,
+    profile: DeviceProfile,
+    tenants: Vec<TenantState>,
+    /// Virtual time per fairness group (by class rank for `default`; group 0 for `fair`).
+    vtime: [f64; 3],
+    reqs: HashMap<ReqId, ReqTrack>,
+    next_req: ReqId,
+    next_seq: u64,
+    queued: usize,
+    in_flight: usize,
+    depth: DepthControl,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_NS_MAX, 3).expect("constant histogram bounds are valid")
+}
+
+fn record(h: &mut Histogram<u64>, ns: u64) {
+    h.saturating_record(ns.clamp(1, HIST_NS_MAX));
+}
+
+impl Queue {
+    /// A queue with `cfg`'s policy, limits and device profile. `cfg` must be valid
+    /// ([`Config::validate`]).
+    pub fn new(cfg: &Config) -> Queue {
+        Queue {
+            policy: cfg.policy,
+            max_io: cfg.max_io,
+            merge_cap: cfg.merge_cap,
+            aging_ns: u64::try_from(cfg.aging.as_nanos()).unwrap_or(u64::MAX),
+            profile: cfg.profile.clone(),
+            tenants: Vec::new(),
+            vtime: [0.0; 3],
+            reqs: HashMap::new(),
+            next_req: 0,
+            next_seq: 0,
+            queued: 0,
+            in_flight: 0,
+            depth: DepthControl::new(
+                cfg.depth,
+                cfg.adaptive_rt_target
+                    .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            ),
+        }
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Adds a tenant; `weight` 0 is taken as 1.
+    pub fn add_tenant(&mut self, name: &str, prio: Prio, weight: u32) -> TenantId {
+        let id = TenantId(self.tenants.len() as u32);
+        let group = self.group_of_prio(prio);
+        self.tenants.push(TenantState {
+            name: name.to_string(),
+            prio,
+            weight: weight.max(1),
+            queue: VecDeque::new(),
+            start: self.vtime[group],
+            bytes: 0,
+            ops: 0,
+            splits: 0,
+            merges: 0,
+            queue_ns: histogram(),
+            service_ns: histogram(),
+        });
+        id
+    }
+
+    pub fn tenant_count(&self) -> usize {
+        self.tenants.len()
+    }
+
+    pub fn tenant_prio(&self, t: TenantId) -> Prio {
+        self.tenants[t.0 as usize].prio
+    }
+
+    /// Pieces waiting to be dispatched.
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Dispatches not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Requests submitted and not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.reqs.len()
+    }
+
+    pub fn depth_limit(&self) -> usize {
+        self.depth.limit()
+    }
+
+    /// The split size for `op` under this policy (`None`: no splitting).
+    pub fn split_size(&self, op: Op) -> Option<u64> {
+        match (self.policy, op) {
+            (Policy::Fifo, _) | (_, Op::Flush) => None,
+            _ => Some(self.max_io.unwrap_or_else(|| self.profile.max_io(op))),
+        }
+    }
+
+    fn group_of_prio(&self, prio: Prio) -> usize {
+        match self.policy {
+            Policy::Fair => 0,
+            _ => prio.class.rank(),
+        }
+    }
+
+    fn group_of(&self, t: usize) -> usize {
+        self.group_of_prio(self.tenants[t].prio)
+    }
+
+    /// How far behind the virtual time tenant `t` may restart: the virtual time the other
+    /// backlogged tenants of its group advance while [`CREDIT_PIECES`] times `depth` pieces of
+    /// `max_io` are served, which is what they can get while `t`'s own last pieces are in the device.
+    fn credit(&self, t: usize, op: Op) -> f64 {
+        let piece = self.split_size(op).unwrap_or(MERGED_BYTES_MAX);
+        let g = self.group_of(t);
+        let others: f64 = (0..self.tenants.len())
+            .filter(|&u| u != t && self.group_of(u) == g && !self.tenants[u].queue.is_empty())
+            .map(|u| f64::from(self.tenants[u].weight))
+            .sum();
+        CREDIT_PIECES * self.depth.max as f64 * self.profile.cost_ns(op, piece) / others.max(1.0)
+    }
+
+    /// Queues a request, split into pieces of at most the split size, and returns its id.
+    /// Panics if the tenant does not exist (a programming error, not outside input).
+    pub fn push(&mut self, now: Nanos, req: Request) -> ReqId {
+        let t = req.tenant.0 as usize;
+        assert!(t < self.tenants.len(), "unknown tenant {}", req.tenant.0);
+        let id = self.next_req;
+        self.next_req += 1;
+        let was_idle = self.tenants[t].queue.is_empty();
+        if was_idle && self.uses_tags() {
+            let g = self.group_of(t);
+            let rejoin = self.vtime[g] - self.credit(t, req.op);
+            let state = &mut self.tenants[t];
+            state.start = state.start.max(rejoin);
+        }
+        let piece_len = self.split_size(req.op).unwrap_or(u64::MAX).max(1);
+        let mut pieces = 0u64;
+        let mut done = 0u64;
+        loop {
+            let len = (req.len - done).min(piece_len);
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.tenants[t].queue.push_back(Piece {
+                req: id,
+                tenant: req.tenant,
+                op: req.op,
+                offset: req.offset + done,
+                len,
+                req_offset: done,
+                seq,
+                head_since: now,
+            });
+            pieces += 1;
+            done += len;
+            if done >= req.len {
+                break;
+            }
+        }
+        self.queued += pieces as usize;
+        self.tenants[t].splits += pieces - 1;
+        self.reqs.insert(
+            id,
+            ReqTrack {
+                tenant: req.tenant,
+                arrival: now,
+                first_dispatch: None,
+                pieces_left: pieces,
+                bytes: if req.op == Op::Flush { 0 } else { req.len },
+            },
+        );
+        id
+    }
+
+    fn uses_tags(&self) -> bool {
+        matches!(self.policy, Policy::Fair | Policy::Default)
+    }
+
+    fn head_cost(&self, t: usize) -> f64 {
+        let p = &self.tenants[t].queue[0];
+        self.profile.cost_ns(p.op, p.len)
+    }
+
+    /// The WF2Q+ choice among the backlogged tenants of group `g`.
+    fn pick_fair(&mut self, g: usize) -> Option<usize> {
+        let members: Vec<usize> = (0..self.tenants.len())
+            .filter(|&t| !self.tenants[t].queue.is_empty() && self.group_of(t) == g)
+            .collect();
+        if members.is_empty() {
+            return None;
+        }
+        let min_start = members
+            .iter()
+            .map(|&t| self.tenants[t].start)
+            .fold(f64::INFINITY, f64::min);
+        if min_start > self.vtime[g] {
+            self.vtime[g] = min_start;
+        }
+        let v = self.vtime[g];
+        let finish = |t: usize| {
+            self.tenants[t].start + self.head_cost(t) / f64::from(self.tenants[t].weight)
+        };
+        members
+            .iter()
+            .copied()
+            .filter(|&t| self.tenants[t].start <= v)
+            .min_by(|&a, &b| {
+                finish(a).total_cmp(&finish(b)).then(
+                    self.tenants[a].queue[0]
+                        .seq
+                        .cmp(&self.tenants[b].queue[0].seq),
+                )
+            })
+    }
+
+    /// The backlogged tenant (optionally within class rank `class`) whose head was submitted first.
+    fn pick_oldest(&self, class: Option<usize>) -> Option<usize> {
+        (0..self.tenants.len())
+            .filter(|&t| !self.tenants[t].queue.is_empty())
+            .filter(|&t| class.is_none_or(|c| self.tenants[t].prio.class.rank() == c))
+            .min_by_key(|&t| self.tenants[t].queue[0].seq)
+    }
+
+    /// The tenant whose head waited longest among classes ranked below `top`, if it waited
+    /// at least the aging bound.
+    fn pick_aged(&self, now: Nanos, top: usize) -> Option<usize> {
+        (0..self.tenants.len())
+            .filter(|&t| {
+                !self.tenants[t].queue.is_empty() && self.tenants[t].prio.class.rank() > top
+            })
+            .min_by_key(|&t| {
+                (
+                    self.tenants[t].queue[0].head_since,
+                    self.tenants[t].queue[0].seq,
+                )
+            })
+            .filter(|&t| now.saturating_sub(self.tenants[t].queue[0].head_since) >= self.aging_ns)
+    }
+
+    /// The next dispatch, or `None` if nothing is queued or the depth limit is reached.
+    pub fn pop(&mut self, now: Nanos) -> Option<Dispatch> {
+        if self.queued == 0 || self.in_flight >= self.depth.limit() {
+            return None;
+        }
+        let top = (0..self.tenants.len())
+            .filter(|&t| !self.tenants[t].queue.is_empty())
+            .map(|t| self.tenants[t].prio.class.rank())
+            .min()?;
+        let mut aged = false;
+        let t = match self.policy {
+            Policy::Fifo => self.pick_oldest(None)?,
+            Policy::Fair => self.pick_fair(0)?,
+            Policy::Priority | Policy::Default => match self.pick_aged(now, top) {
+                Some(t) => {
+                    aged = true;
+                    t
+                }
+                None if self.policy == Policy::Priority => self.pick_oldest(Some(top))?,
+                None => self.pick_fair(top)?,
+            },
+        };
+        let head = self.tenants[t].queue.pop_front()?;
+        self.queued -= 1;
+        let class = self.tenants[t].prio.class;
+        let op = head.op;
+        let offset = head.offset;
+        let mut len = head.len;
+        let mut pieces = vec![head];
+        let mut touched = vec![t];
+        if self.policy != Policy::Fifo && op != Op::Flush {
+            let limit = self.split_size(op).unwrap_or(MERGED_BYTES_MAX);
+            let cap = if class == Class::Rt {
+                usize::MAX
+            } else {
+                self.merge_cap
+            };
+            let mut merges = 0usize;
+            while merges < cap {
+                let end = offset + len;
+                let next = (0..self.tenants.len()).find(|&u| {
+                    let same_source = match self.policy {
+                        // Across tenants only where ordering is by class, not by tenant.
+                        Policy::Priority => self.tenants[u].prio.class == class,
+                        _ => u == t,
+                    };
+                    same_source
+                        && self.tenants[u]
+                            .queue
+                            .front()
+                            .is_some_and(|p| p.op == op && p.offset == end && len + p.len <= limit)
+                });
+                let Some(u) = next else { break };
+                let p = self.tenants[u].queue.pop_front()?;
+                self.queued -= 1;
+                len += p.len;
+                self.tenants[u].merges += 1;
+                pieces.push(p);
+                if !touched.contains(&u) {
+                    touched.push(u);
+                }
+                merges += 1;
+            }
+        }
+        let cost_ns = self.profile.cost_ns(op, len);
+        if self.uses_tags() {
+            self.charge(t, cost_ns);
+        }
+        for u in touched {
+            if let Some(p) = self.tenants[u].queue.front_mut() {
+                p.head_since = p.head_since.max(now);
+            }
+        }
+        for p in &pieces {
+            if let Some(r) = self.reqs.get_mut(&p.req) {
+                r.first_dispatch.get_or_insert(now);
+            }
+        }
+        self.in_flight += 1;
+        Some(Dispatch {
+            class,
+            op,
+            offset,
+            len,
+            pieces,
+            cost_ns,
+            dispatched_at: now,
+            aged,
+        })
+    }
+
+    /// Charges `cost_ns` of service to tenant `t` in its group's WF2Q+ clock.
+    fn charge(&mut self, t: usize, cost_ns: f64) {
+        let g = self.group_of(t);
+        let weight_sum: f64 = (0..self.tenants.len())
+            .filter(|&u| self.group_of(u) == g && (u == t || !self.tenants[u].queue.is_empty()))
+            .map(|u| f64::from(self.tenants[u].weight))
+            .sum();
+        self.vtime[g] += cost_ns / weight_sum;
+        self.tenants[t].start += cost_ns / f64::from(self.tenants[t].weight);
+        let min_start = (0..self.tenants.len())
+            .filter(|&u| self.group_of(u) == g && !self.tenants[u].queue.is_empty())
+            .map(|u| self.tenants[u].start)
+            .fold(f64::INFINITY, f64::min);
+        if min_start.is_finite() && min_start > self.vtime[g] {
+            self.vtime[g] = min_start;
+        }
+    }
+
+    /// Records that `d` finished at `now`; returns the requests it completed.
+    pub fn complete(&mut self, now: Nanos, d: &Dispatch) -> Vec<Completed> {
+        debug_assert!(self.in_flight > 0, "completion without a dispatch");
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let mut done = Vec::new();
+        for p in &d.pieces {
+            let Some(r) = self.reqs.get_mut(&p.req) else {
+                continue;
+            };
+            r.pieces_left -= 1;
+            if r.pieces_left > 0 {
+                continue;
+            }
+            let Some(r) = self.reqs.remove(&p.req) else {
+                continue;
+            };
+            let first = r.first_dispatch.unwrap_or(d.dispatched_at);
+            let latency_ns = now.saturating_sub(r.arrival);
+            let state = &mut self.tenants[r.tenant.0 as usize];
+            state.ops += 1;
+            state.bytes += r.bytes;
+            record(&mut state.queue_ns, first.saturating_sub(r.arrival));
+            record(&mut state.service_ns, now.saturating_sub(first));
+            if state.prio.class == Class::Rt {
+                self.depth.on_rt_complete(latency_ns);
+            }
+            done.push(Completed {
+                req: p.req,
+                tenant: r.tenant,
+                latency_ns,
+            });
+        }
+        done
+    }
+
+    /// A snapshot of every tenant's statistics, in tenant order.
+    pub fn stats(&self) -> Vec<TenantStats> {
+        self.tenants
+            .iter()
+            .map(|s| TenantStats {
+                name: s.name.clone(),
+                prio: s.prio,
+                weight: s.weight,
+                bytes: s.bytes,
+                ops: s.ops,
+                splits: s.splits,
+                merges: s.merges,
+                queue_ns: s.queue_ns.clone(),
+                service_ns: s.service_ns.clone(),
+            })
+            .collect()
+    }
+}

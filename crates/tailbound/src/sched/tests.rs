@@ -1,0 +1,607 @@
+//! Tests of the queue's invariants (proptest) and of the real executor on simulated and memory
+//! devices.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+
+use super::queue::{Queue, Request};
+use super::*;
+use crate::dev::sim::{SimDevice, SimFaults};
+use crate::dev::{Device, BLOCK_SIZE};
+
+fn prio(class: Class) -> Prio {
+    Prio { class, level: 4 }
+}
+
+fn class_of(i: u8) -> Class {
+    match i % 3 {
+        0 => Class::Rt,
+        1 => Class::Be,
+        _ => Class::Idle,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Whatever the policy and requests: every byte of every request is dispatched exactly once,
+    /// each tenant's pieces leave in submission order, no dispatch is larger than the split size
+    /// (or the merge maximum), merges join only adjacent pieces of one operation (and one class),
+    /// and BE/IDLE dispatches hold at most `merge_cap` merges.
+    #[test]
+    fn split_and_merge_invariants(
+        policy in prop::sample::select(Policy::ALL.to_vec()),
+        max_io_blocks in 1u64..8,
+        merge_cap in 0usize..4,
+        depth in 1usize..4,
+        tenants in prop::collection::vec((0u8..3, 1u32..5), 1..4),
+        reqs in prop::collection::vec((0usize..4, 0u8..3, 0u64..6, 0u64..20, any::<bool>()), 1..40),
+    ) {
+        let max_io = max_io_blocks * BLOCK_SIZE;
+        let mut q = Queue::new(&Config {
+            policy,
+            max_io: Some(max_io),
+            depth,
+            merge_cap,
+            aging: Duration::from_nanos(50),
+            ..Config::default()
+        });
+        for (i, &(class, weight)) in tenants.iter().enumerate() {
+            q.add_tenant(&format!("t{i}"), prio(class_of(class)), weight);
+        }
+        let mut expect: HashMap<u64, (TenantId, u64)> = HashMap::new();
+        let mut now = 0;
+        // Requests may be adjacent (sequential "cursor") so merges happen.
+        let mut cursor = 0u64;
+        for &(t, op, blocks, gap, adjacent) in &reqs {
+            let t = TenantId((t % tenants.len()) as u32);
+            let op = match op { 0 => Op::Read, 1 => Op::Write, _ => Op::Flush };
+            let len = if op == Op::Flush { 0 } else { blocks * BLOCK_SIZE };
+            if !adjacent {
+                cursor += gap * BLOCK_SIZE;
+            }
+            let id = q.push(now, Request { tenant: t, op, offset: cursor, len });
+            cursor += len;
+            expect.insert(id, (t, len));
+            now += 10;
+        }
+        let mut covered: HashMap<u64, u64> = HashMap::new();
+        let mut last: HashMap<TenantId, (u64, u64)> = HashMap::new();
+        let mut in_flight = Vec::new();
+        let mut completed = 0usize;
+        while q.queued() > 0 || !in_flight.is_empty() {
+            now += 7;
+            while let Some(d) = q.pop(now) {
+                prop_assert!(q.in_flight() <= depth);
+                prop_assert!(policy == Policy::Fifo || d.len <= max_io);
+                if d.class != Class::Rt {
+                    prop_assert!(d.pieces.len() <= merge_cap + 1);
+                }
+                let mut at = d.offset;
+                for p in &d.pieces {
+                    prop_assert_eq!(p.op, d.op);
+                    prop_assert_eq!(p.offset, at);
+                    at += p.len;
+                    if policy != Policy::Priority {
+                        prop_assert_eq!(p.tenant, d.pieces[0].tenant);
+                    }
+                    prop_assert_eq!(q.tenant_prio(p.tenant).class, d.class);
+                    prop_assert!(p.len <= max_io || policy == Policy::Fifo);
+                    let c = covered.entry(p.req).or_default();
+                    prop_assert_eq!(*c, p.req_offset, "pieces of a request leave in order");
+                    *c += p.len;
+                    let key = (p.req, p.req_offset);
+                    if let Some(prev) = last.insert(p.tenant, key) {
+                        prop_assert!(prev < key, "tenant order {:?} then {:?}", prev, key);
+                    }
+                }
+                prop_assert_eq!(at, d.offset + d.len);
+                in_flight.push(d);
+            }
+            // Complete the oldest dispatch.
+            if !in_flight.is_empty() {
+                let d = in_flight.remove(0);
+                completed += q.complete(now, &d).len();
+            }
+        }
+        prop_assert_eq!(completed, expect.len());
+        for (id, (_, len)) in &expect {
+            prop_assert_eq!(covered.get(id).copied(), Some(*len));
+        }
+        let stats = q.stats();
+        let bytes: u64 = stats.iter().map(|s| s.bytes).sum();
+        let ops: u64 = stats.iter().map(|s| s.ops).sum();
+        prop_assert_eq!(bytes, expect.values().map(|v| v.1).sum::<u64>());
+        prop_assert_eq!(ops, expect.len() as u64);
+        prop_assert_eq!(q.outstanding(), 0);
+    }
+}
+
+#[test]
+fn priority_serves_classes_first_and_fifo_within() {
+    let mut q = Queue::new(&Config {
+        policy: Policy::Priority,
+        depth: 1,
+        ..Config::default()
+    });
+    let idle = q.add_tenant("idle", prio(Class::Idle), 1);
+    let be1 = q.add_tenant("be1", prio(Class::Be), 1);
+    let be2 = q.add_tenant("be2", prio(Class::Be), 8);
+    let rt = q.add_tenant("rt", prio(Class::Rt), 1);
+    let mut order = Vec::new();
+    let mut push = |q: &mut Queue, t, offset: u64| {
+        let id = q.push(
+            0,
+            Request {
+                tenant: t,
+                op: Op::Write,
+                offset: offset * 1_000_000 * BLOCK_SIZE,
+                len: BLOCK_SIZE,
+            },
+        );
+        order.push((id, t));
+        id
+    };
+    let i0 = push(&mut q, idle, 1);
+    let b1 = push(&mut q, be1, 2);
+    let b2 = push(&mut q, be2, 3);
+    let b3 = push(&mut q, be1, 4);
+    let r0 = push(&mut q, rt, 5);
+    let mut served = Vec::new();
+    while let Some(d) = q.pop(1) {
+        served.push(d.pieces[0].req);
+        q.complete(2, &d);
+    }
+    // Weight does not matter to `priority`: BE requests go in arrival order.
+    assert_eq!(served, vec![r0, b1, b2, b3, i0]);
+}
+
+#[test]
+fn priority_merges_adjacent_requests_up_to_the_cap() {
+    for (class, cap, expect_pieces) in [(Class::Be, 3usize, 4usize), (Class::Rt, 3, 10)] {
+        let mut q = Queue::new(&Config {
+            policy: Policy::Priority,
+            depth: 1,
+            merge_cap: cap,
+            max_io: Some(1 << 30),
+            ..Config::default()
+        });
+        let a = q.add_tenant("a", prio(class), 1);
+        let b = q.add_tenant("b", prio(class), 1);
+        let other = q.add_tenant("other", prio(Class::Idle), 1);
+        // Ten adjacent 4 KiB writes alternating between two tenants of one class, and one
+        // adjacent write of another class that must not merge.
+        for i in 0..10u64 {
+            let t = if i % 2 == 0 { a } else { b };
+            q.push(
+                0,
+                Request {
+                    tenant: t,
+                    op: Op::Write,
+                    offset: i * BLOCK_SIZE,
+                    len: BLOCK_SIZE,
+                },
+            );
+        }
+        q.push(
+            0,
+            Request {
+                tenant: other,
+                op: Op::Write,
+                offset: 10 * BLOCK_SIZE,
+                len: BLOCK_SIZE,
+            },
+        );
+        let d = q.pop(0).expect("a dispatch");
+        assert_eq!(d.pieces.len(), expect_pieces, "{class:?}");
+        assert_eq!(d.len, expect_pieces as u64 * BLOCK_SIZE);
+        let merges: u64 = q.stats().iter().map(|s| s.merges).sum();
+        assert_eq!(merges, expect_pieces as u64 - 1);
+    }
+}
+
+#[test]
+fn default_is_weighted_within_a_class() {
+    let mut q = Queue::new(&Config {
+        policy: Policy::Default,
+        depth: 1,
+        ..Config::default()
+    });
+    let heavy = q.add_tenant("heavy", prio(Class::Be), 3);
+    let light = q.add_tenant("light", prio(Class::Be), 1);
+    for i in 0..400u64 {
+        for (t, base) in [(heavy, 0u64), (light, 1u64 << 40)] {
+            q.push(
+                0,
+                Request {
+                    tenant: t,
+                    op: Op::Read,
+                    offset: base + i * 2 * BLOCK_SIZE,
+                    len: BLOCK_SIZE,
+                },
+            );
+        }
+    }
+    let mut first = [0u32; 2];
+    for _ in 0..200 {
+        let d = q.pop(0).expect("queued");
+        first[d.pieces[0].tenant.0 as usize] += 1;
+        q.complete(0, &d);
+    }
+    assert_eq!(first, [150, 50], "the first 200 dispatches split 3:1");
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..len).map(|_| rng.u8(..)).collect()
+}
+
+fn check_executor(policy: Policy) {
+    let dev = Arc::new(SimDevice::new(64 << 20));
+    let sched = Scheduler::new(
+        dev.clone(),
+        Config {
+            policy,
+            depth: 3,
+            max_io: Some(64 << 10),
+            ..Config::default()
+        },
+    )
+    .expect("scheduler");
+    let tenants: Vec<TenantId> = [Class::Rt, Class::Be, Class::Be, Class::Idle]
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| sched.add_tenant(&format!("t{i}"), prio(c), i as u32 + 1))
+        .collect();
+    let region = 8u64 << 20;
+    let sizes = [4096usize, 64 << 10, 200 << 10, 1 << 20];
+    std::thread::scope(|s| {
+        for (i, &t) in tenants.iter().enumerate() {
+            let sched = &sched;
+            s.spawn(move || {
+                let base = i as u64 * region;
+                let mut offset = base;
+                for (k, &size) in sizes.iter().cycle().take(24).enumerate() {
+                    let data = pattern((i * 1000 + k) as u64, size);
+                    sched.write_at(t, offset, &data).expect("write");
+                    let mut back = vec![0u8; size];
+                    sched.read_at(t, offset, &mut back).expect("read");
+                    assert!(
+                        back == data,
+                        "{policy:?} tenant {i} request {k}: data differs"
+                    );
+                    offset += size as u64;
+                }
+                sched.flush(t).expect("flush");
+            });
+        }
+    });
+    // What the device holds matches what was written, read directly.
+    for i in 0..tenants.len() {
+        let mut offset = i as u64 * region;
+        for (k, &size) in sizes.iter().cycle().take(24).enumerate() {
+            let mut back = vec![0u8; size];
+            dev.read_at(offset, &mut back).expect("direct read");
+            assert!(back == pattern((i * 1000 + k) as u64, size));
+            offset += size as u64;
+        }
+    }
+    let per_tenant_bytes: u64 = 2 * sizes
+        .iter()
+        .cycle()
+        .take(24)
+        .map(|&s| s as u64)
+        .sum::<u64>();
+    let stats = sched.stats();
+    assert_eq!(stats.len(), 4);
+    for s in &stats {
+        assert_eq!(s.bytes, per_tenant_bytes, "{policy:?} {}", s.name);
+        assert_eq!(s.ops, 24 * 2 + 1, "{policy:?} {}", s.name);
+        assert_eq!(s.queue_ns.len(), s.ops);
+        assert_eq!(s.service_ns.len(), s.ops);
+        // 200 KiB splits into 4 pieces of 64 KiB, 1 MiB into 16; reads and writes alike.
+        let expect_splits = if policy == Policy::Fifo {
+            0
+        } else {
+            2 * 6 * (3 + 15)
+        };
+        assert_eq!(s.splits, expect_splits, "{policy:?} {}", s.name);
+    }
+    assert_eq!(dev.stats().flushes, 4);
+}
+
+#[test]
+fn executor_keeps_data_and_stats_under_every_policy() {
+    for policy in Policy::ALL {
+        check_executor(policy);
+    }
+}
+
+#[test]
+fn executor_reports_device_errors_and_bad_requests() {
+    let dev = Arc::new(SimDevice::new(1 << 20));
+    dev.set_faults(SimFaults {
+        fail_writes_after: Some(2),
+        ..SimFaults::default()
+    });
+    let sched = Scheduler::new(dev, Config::default()).expect("scheduler");
+    let t = sched.add_tenant("t", Prio::DEFAULT, 1);
+    let block = vec![7u8; 4096];
+    sched.write_at(t, 0, &block).expect("first write");
+    sched.write_at(t, 4096, &block).expect("second write");
+    let err = sched
+        .write_at(t, 8192, &block)
+        .expect_err("third write fails");
+    assert!(err.to_string().contains("injected EIO"), "{err}");
+    let err = sched.write_at(t, 100, &block).expect_err("unaligned");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    let err = sched
+        .read_at(t, 1 << 20, &mut [0u8; 4096])
+        .expect_err("past the end");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    let err = sched.flush(TenantId(9)).expect_err("unknown tenant");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(Scheduler::new(
+        Arc::new(SimDevice::new(1 << 20)),
+        Config {
+            depth: 0,
+            ..Config::default()
+        }
+    )
+    .is_err());
+}
+
+#[test]
+fn sched_device_uses_the_thread_tenant_or_the_thread_ioprio() {
+    let dev = Arc::new(SimDevice::new(1 << 20));
+    let sched = Scheduler::new(dev, Config::default()).expect("scheduler");
+    let explicit = sched.add_tenant("explicit", prio(Class::Rt), 1);
+    let sdev = SchedDevice::new(sched.clone());
+    assert_eq!(sdev.len(), 1 << 20);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            set_thread_tenant(Some(explicit));
+            sdev.write_at(0, &[1u8; 8192]).expect("write");
+            set_thread_tenant(None);
+        });
+        s.spawn(|| {
+            // An idle thread's requests land in the tenant made for its ioprio.
+            Prio {
+                class: Class::Idle,
+                level: 0,
+            }
+            .apply_to_current_thread()
+            .expect("any thread may lower itself to idle");
+            sdev.write_at(8192, &[2u8; 4096]).expect("write");
+            let mut back = [0u8; 4096];
+            sdev.read_at(8192, &mut back).expect("read");
+            assert_eq!(back, [2u8; 4096]);
+        });
+    });
+    let stats = sched.stats();
+    assert_eq!(stats.len(), 2);
+    assert_eq!(
+        (stats[0].name.as_str(), stats[0].bytes, stats[0].ops),
+        ("explicit", 8192, 1)
+    );
+    assert_eq!(stats[1].name, "ioprio idle/0");
+    assert_eq!(stats[1].prio.class, Class::Idle);
+    assert_eq!((stats[1].bytes, stats[1].ops), (8192, 2));
+}
+
+#[test]
+fn ioprio_round_trips_on_the_calling_thread() {
+    std::thread::spawn(|| {
+        for p in [
+            Prio {
+                class: Class::Be,
+                level: 6,
+            },
+            Prio {
+                class: Class::Be,
+                level: 7,
+            },
+            Prio {
+                class: Class::Idle,
+                level: 0,
+            },
+        ] {
+            p.apply_to_current_thread()
+                .expect("lowering one's own priority is allowed");
+            assert_eq!(Prio::of_current_thread(), p);
+        }
+    })
+    .join()
+    .expect("thread");
+}
+
+#[test]
+fn device_profile_saves_loads_and_rejects_nonsense() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("p/dev.json");
+    let mut p = DeviceProfile::conservative();
+    p.max_io_read = 8 << 20;
+    p.save(&path).expect("save");
+    assert_eq!(DeviceProfile::load(&path).expect("load"), p);
+    std::fs::write(&path, "{ not json").expect("write");
+    let err = DeviceProfile::load(&path).expect_err("garbage");
+    assert!(err.to_string().contains("dev.json"), "{err}");
+    p.max_io_write = 1000;
+    p.save(&path).expect("save");
+    assert!(DeviceProfile::load(&path).is_err());
+}
+
+#[test]
+fn a_holder_issues_its_io_at_the_lent_priority_while_it_is_lent() {
+    let dev = Arc::new(SimDevice::new(1 << 20));
+    let sched = Scheduler::new(dev, Config::default()).expect("scheduler");
+    let sdev = SchedDevice::new(sched.clone());
+    let cell = inherit::Inheritance::new();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            Prio {
+                class: Class::Idle,
+                level: 7,
+            }
+            .apply_to_current_thread()
+            .expect("lowering to idle");
+            let _hold = cell.hold();
+            sdev.write_at(0, &[1u8; 4096]).expect("write");
+            let lend = cell.lend(Prio {
+                class: Class::Be,
+                level: 0,
+            });
+            sdev.write_at(4096, &[2u8; 8192]).expect("write");
+            drop(lend);
+            sdev.write_at(16384, &[3u8; 4096]).expect("write");
+        });
+    });
+    let by_name: HashMap<String, (u64, u64)> = sched
+        .stats()
+        .into_iter()
+        .map(|s| (s.name, (s.bytes, s.ops)))
+        .collect();
+    assert_eq!(
+        by_name.get("ioprio idle/7"),
+        Some(&(8192, 2)),
+        "{by_name:?}"
+    );
+    assert_eq!(by_name.get("ioprio be/0"), Some(&(8192, 1)), "{by_name:?}");
+}
+
+#[test]
+fn tbfs_runs_through_the_scheduler_with_data_and_stats_intact() {
+    use crate::tbfs::{Config as FsConfig, Fs, OpenFlags, OpenOptions};
+    let dev = Arc::new(SimDevice::new(16 << 20));
+    let sched = Scheduler::new(
+        dev.clone(),
+        Config {
+            policy: Policy::Default,
+            max_io: Some(64 << 10),
+            ..Config::default()
+        },
+    )
+    .expect("scheduler");
+    let sdev: Arc<dyn Device> = Arc::new(SchedDevice::new(sched.clone()));
+    let cfg = FsConfig {
+        checkpoint_every: None,
+        segment_bytes: 256 << 10,
+        superblock_every_bytes: 1 << 20,
+        ..FsConfig::default()
+    };
+    let files: Vec<(String, Vec<u8>)> = (0..6)
+        .map(|i| (format!("/f{i}"), pattern(i, 50_000 + i as usize * 70_000)))
+        .collect();
+    {
+        let fs = Fs::format(sdev.clone(), &cfg).expect("format");
+        std::thread::scope(|s| {
+            for (k, (path, data)) in files.iter().enumerate() {
+                let fs = &fs;
+                s.spawn(move || {
+                    if k % 2 == 0 {
+                        Prio {
+                            class: Class::Idle,
+                            level: 7,
+                        }
+                        .apply_to_current_thread()
+                        .expect("lowering to idle");
+                    }
+                    let f = fs.open_file(path, OpenFlags::create()).expect("create");
+                    f.pwrite(data, 0).expect("write");
+                    f.fsync().expect("fsync");
+                });
+            }
+        });
+    }
+    let fs = Fs::open(sdev, &OpenOptions::default()).expect("reopen");
+    for (path, data) in &files {
+        let f = fs.open_file(path, OpenFlags::read_only()).expect("open");
+        let mut back = vec![0u8; data.len()];
+        assert_eq!(f.pread(&mut back, 0).expect("read"), data.len());
+        assert!(&back == data, "{path} differs");
+    }
+    drop(fs);
+    let stats = sched.stats();
+    let written: u64 = dev.stats().bytes_written;
+    let sched_bytes: u64 = stats.iter().map(|s| s.bytes).sum();
+    let reads_and_writes = dev.stats().reads + dev.stats().writes + dev.stats().flushes;
+    let dispatched_ops: u64 = stats.iter().map(|s| s.ops).sum();
+    // Every device write went through the scheduler (reads are counted in its bytes too).
+    assert!(
+        sched_bytes >= written,
+        "scheduler saw {sched_bytes} bytes, device wrote {written}"
+    );
+    assert!(dispatched_ops > 0 && reads_and_writes > 0);
+    assert!(
+        stats
+            .iter()
+            .any(|s| s.prio.class == Class::Idle && s.ops > 0),
+        "{stats:?}"
+    );
+}
+
+#[test]
+fn a_tbfs_commit_an_urgent_thread_waits_for_runs_at_its_priority() {
+    use crate::tbfs::{Config as FsConfig, Fs};
+    let dev = Arc::new(SimDevice::new(16 << 20));
+    let sched = Scheduler::new(dev, Config::default()).expect("scheduler");
+    let sdev: Arc<dyn Device> = Arc::new(SchedDevice::new(sched.clone()));
+    let cfg = FsConfig {
+        checkpoint_every: None,
+        segment_bytes: 256 << 10,
+        superblock_every_bytes: 1 << 20,
+        ..FsConfig::default()
+    };
+    let fs = Fs::format(sdev, &cfg).expect("format");
+    let idle = Prio {
+        class: Class::Idle,
+        level: 7,
+    };
+    let urgent = Prio {
+        class: Class::Be,
+        level: 0,
+    };
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let fs = &fs;
+        s.spawn(move || {
+            idle.apply_to_current_thread().expect("lowering to idle");
+            let mut m = fs.inner.lock_meta();
+            locked_tx.send(()).expect("signal");
+            // Wait (without a clock) until the other thread is blocked on the lock.
+            while fs.inner.inherit.highest().is_none() {
+                std::thread::yield_now();
+            }
+            fs.inner.commit_checkpoint(&mut m).expect("checkpoint");
+            assert_eq!(
+                Prio::of_current_thread(),
+                urgent,
+                "kernel ioprio raised while lent"
+            );
+            drop(m);
+            assert_eq!(Prio::of_current_thread(), idle, "restored after the commit");
+        });
+        s.spawn(move || {
+            urgent
+                .apply_to_current_thread()
+                .expect("best effort level 0");
+            locked_rx.recv().expect("holder locked");
+            drop(fs.inner.lock_meta());
+        });
+    });
+    let stats = sched.stats();
+    let urgent_ops: u64 = stats
+        .iter()
+        .filter(|s| s.prio == urgent)
+        .map(|s| s.ops)
+        .sum();
+    let idle_ops: u64 = stats.iter().filter(|s| s.prio == idle).map(|s| s.ops).sum();
+    assert!(
+        urgent_ops > 0,
+        "the commit's writes ran at the waiter's priority: {stats:?}"
+    );
+    assert_eq!(idle_ops, 0, "none at the holder's own: {stats:?}");
+}

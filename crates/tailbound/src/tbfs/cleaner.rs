@@ -1,0 +1,392 @@
+//! The cleaner: empties partly live segments so the writer has whole segments to fill.
+//!
+//! Victims are chosen by cost-benefit (Rosenblum & Ousterhout's LFS): a segment with live
+//! fraction `u` and age `a` (time since its newest log) scores `(1 − u) · a / (1 + u)`: the space
+//! it gives back, weighted by how long that space is likely to stay free, over the cost of
+//! reading it and writing its live blocks again. Segments giving back less than
+//! [`MIN_RECLAIMABLE`] are skipped, and so are segments a snapshot, an open view or a protected
+//! checkpoint may reference (moving their live blocks would pin the old copies, not free them).
+//!
+//! Live blocks are found from the segment's log summaries: a block is live if the in-memory tree
+//! still points at its address. Moving a block means making it dirty again (file data, a
+//! directory, a map node, an inode page, a table page), so the copies go out through the normal
+//! commit path in a checkpoint; the emptied segments are reused only after a superblock names that
+//! checkpoint, as for any dead segment. A crash at any point recovers the previous checkpoint,
+//! whose blocks are all still in place.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use super::engine::{now_ns, DirtyBlock, Inner, Meta};
+use super::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
+use super::lifecycle::GcReport;
+use super::map::BlockMap;
+use super::{Error, FileKind, Result};
+
+/// Segments that would give back less than this fraction of themselves are not cleaned.
+pub const MIN_RECLAIMABLE: f64 = 0.02;
+/// Most segments emptied by one cleaning checkpoint.
+const VICTIMS_PER_PASS: usize = 8;
+
+/// Marks the map node at `level`/`index` (and the path above it) to be rewritten.
+fn dirty_node(map: &mut BlockMap, level: u8, index: u64) -> bool {
+    let Some(nodes) = map.nodes.get(level as usize - 1) else {
+        return false;
+    };
+    if index as usize >= nodes.len() {
+        return false;
+    }
+    let leaf = (index as usize).saturating_mul(FANOUT.pow(level as u32 - 1));
+    if leaf >= map.blocks.len().div_ceil(FANOUT) {
+        map.all_dirty = true;
+    } else {
+        map.dirty_leaves.insert(leaf);
+    }
+    true
+}
+
+impl Inner {
+    /// Cleans until `want` blocks are free or nothing more can be cleaned. With `pressure`, plain
+    /// checkpoints lose their protection if that is what stands in the way (writers are waiting).
+    pub(crate) fn clean(&self, m: &mut Meta, want: u64, pressure: bool) -> Result<GcReport> {
+        m.in_clean = true;
+        let before = self.free_blocks(m);
+        let r = self.clean_passes(m, want, pressure);
+        m.in_clean = false;
+        if m.life.pressure {
+            m.life.pressure = false;
+        }
+        let mut report = r?;
+        let after = self.free_blocks(m);
+        report.bytes_freed = after.saturating_sub(before) * BLOCK_U64;
+        report.free_fraction_after = after.min(self.segment_blocks * self.segment_count) as f64
+            / (self.segment_blocks * self.segment_count) as f64;
+        Ok(report)
+    }
+
+    fn clean_passes(&self, m: &mut Meta, want: u64, pressure: bool) -> Result<GcReport> {
+        let mut report = GcReport::default();
+        let mut skip = BTreeSet::new();
+        let (mut passes, mut stalled) = (0u64, 0u32);
+        // Checkpoints whose protection ran out since the last checkpoint go first; a checkpoint
+        // makes that durable (and releases the newest before it, if that too is unprotected).
+        let seq = m.writer.seq;
+        let newest = m.checkpoint;
+        let newest_pins = m
+            .life
+            .by_anchor
+            .range((newest, 0)..=(newest, u64::MAX))
+            .next()
+            .is_some()
+            && m.life.list.get(&newest).is_some_and(|k| {
+                !k.snapshot
+                    && !m.life.holds.contains_key(&newest)
+                    && k.time_ns < now_ns().saturating_sub(m.life.protection.as_nanos() as i64)
+            });
+        if m.prune(seq, self.segment_blocks, false) > 0 || newest_pins {
+            self.refresh_for_cleaner(m)?;
+        }
+        loop {
+            if self.free_blocks_up_to(m, want) >= want {
+                break;
+            }
+            if self.pending_free_segments(m) > 0 {
+                // Dead segments wait only for a checkpoint and a superblock.
+                self.refresh_for_cleaner(m)?;
+                if self.free_blocks_up_to(m, want) >= want {
+                    break;
+                }
+            }
+            let victims = self.pick_victims(m, &skip);
+            if victims.is_empty() {
+                if pressure && !m.life.pressure {
+                    // Give up the protection period: release every plain checkpoint but the
+                    // newest now (the next checkpoint releases that one too), and make the
+                    // release durable so the segments it empties can be reused.
+                    m.life.pressure = true;
+                    let seq = m.writer.seq;
+                    let released = m.prune(seq, self.segment_blocks, false);
+                    self.count(|c| c.protection_released += released);
+                    continue;
+                }
+                break;
+            }
+            let free_before = self.free_blocks(m);
+            let copied = self.move_live(m, &victims)?;
+            self.refresh_for_cleaner(m)?;
+            // The newest checkpoint before the cleaning one may still pin the old copies (it
+            // was the newest when they died); the next checkpoint releases it.
+            if victims
+                .iter()
+                .any(|&v| m.seg.live[v] == 0 && m.seg.pinned[v] != 0)
+            {
+                self.refresh_for_cleaner(m)?;
+            }
+            let mut cleaned = 0;
+            for &v in &victims {
+                if m.seg.live[v] == 0 && m.seg.pinned[v] == 0 {
+                    cleaned += 1;
+                } else {
+                    skip.insert(v);
+                }
+            }
+            report.segments_cleaned += cleaned;
+            report.blocks_copied += copied;
+            self.count(|c| {
+                c.segments_cleaned += cleaned;
+                c.blocks_copied += copied;
+            });
+            // Stop when passes stop emptying segments (or gain nothing, twice in a row: what is
+            // left to clean is what cleaning writes).
+            passes += 1;
+            stalled = if self.free_blocks(m) <= free_before {
+                stalled + 1
+            } else {
+                0
+            };
+            if cleaned == 0 || stalled >= 2 || passes > self.segment_count {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    /// A new checkpoint and a superblock naming it, which may use the space reserve: afterwards
+    /// every segment that died before is reusable.
+    pub(crate) fn refresh_for_cleaner(&self, m: &mut Meta) -> Result<()> {
+        let was = m.in_refresh;
+        m.in_refresh = true;
+        let r = self
+            .commit_checkpoint(m)
+            .and_then(|()| self.write_superblock(m));
+        m.in_refresh = was;
+        r
+    }
+
+    /// The best segments to clean, best first, as many as one checkpoint can move with the
+    /// space there is.
+    pub(crate) fn pick_victims(&self, m: &Meta, skip: &BTreeSet<usize>) -> Vec<usize> {
+        let now = now_ns();
+        let sb = self.segment_blocks;
+        let mut scored: Vec<(f64, usize)> = (0..self.segment_count as usize)
+            .filter(|&s| {
+                s as u64 != m.writer.cur_seg
+                    && s as u64 != m.writer.next_seg
+                    && m.seg.live[s] > 0
+                    && !skip.contains(&s)
+                    && m.cleanable(s, now)
+            })
+            .filter_map(|s| {
+                let u = m.seg.live[s] as f64 / sb as f64;
+                if 1.0 - u < MIN_RECLAIMABLE {
+                    return None;
+                }
+                let age = (now - m.life.seg_written[s]).max(1) as f64;
+                Some(((1.0 - u) * age / (1.0 + u), s))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // The copies and the checkpoint that writes them (with whatever else is buffered and
+        // pending) must fit in what is free now.
+        let free = self.free_blocks(m);
+        let pending = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64
+            + m.pending.len() as u64 * 4
+            + m.dirs_dirty.len() as u64 * 2
+            + m.table_estimate()
+            + 16;
+        let mut budget = free.saturating_sub(pending + sb / 2);
+        let mut out = Vec::new();
+        for (_, s) in scored {
+            let live = m.seg.live[s] as u64;
+            // What the checkpoint's estimate charges for moving them: the blocks and the map
+            // nodes and inode records of the files they belong to.
+            let cost = live + live / 4 + 16;
+            if cost > budget || out.len() == VICTIMS_PER_PASS {
+                break;
+            }
+            budget -= cost;
+            out.push(s);
+        }
+        out
+    }
+
+    /// Makes every live block of the victims dirty, so the next checkpoint writes it elsewhere.
+    /// Returns how many blocks will move.
+    fn move_live(&self, m: &mut Meta, victims: &[usize]) -> Result<u64> {
+        let sb = self.segment_blocks;
+        let mut buf = vec![0u8; (sb * BLOCK_U64) as usize];
+        let mut moved = 0u64;
+        for &s in victims {
+            let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
+            self.dev.read_at(start * BLOCK_U64, &mut buf).map_err(|e| {
+                Error::io(
+                    format!("{} device: cleaner reading segment {s}", self.dev.kind()),
+                    e,
+                )
+            })?;
+            let mut pos = 0u64;
+            while pos < sb {
+                let at = (pos * BLOCK_U64) as usize;
+                // The logs tile the segment; the first that does not decode ends what was written.
+                let Ok((summary, _)) = Summary::decode(&buf[at..at + BLOCK]) else {
+                    break;
+                };
+                let end = pos + 1 + summary.payload_blocks as u64;
+                if summary.pool_id != self.pool_id || end > sb {
+                    break;
+                }
+                let mut addr = start + pos + 1;
+                for d in &summary.descriptors {
+                    for i in 0..d.blocks as u64 {
+                        let a = addr + i;
+                        let off = ((a - start) * BLOCK_U64) as usize;
+                        let data = &buf[off..off + BLOCK];
+                        if self.move_block(m, d.kind, d.ino, d.level, d.offset + i, a, data) {
+                            moved += 1;
+                        }
+                    }
+                    addr += d.blocks as u64;
+                }
+                pos = end;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// If the live tree references block `a` (described by a summary as `kind`, `ino`, `level`,
+    /// `index`), marks what holds it dirty and returns true.
+    #[allow(clippy::too_many_arguments)]
+    fn move_block(
+        &self,
+        m: &mut Meta,
+        kind: DescKind,
+        ino: u64,
+        level: u8,
+        index: u64,
+        a: u64,
+        data: &[u8],
+    ) -> bool {
+        match kind {
+            DescKind::Data => {
+                let Some(cell) = m.inodes.get(&ino).cloned() else {
+                    return false;
+                };
+                let mut st = cell.lock();
+                if st.map.get(index) != a {
+                    return false;
+                }
+                if st.kind == FileKind::Dir {
+                    // Directories are rewritten whole.
+                    drop(st);
+                    m.dirs_dirty.insert(ino);
+                    m.pending.insert(ino);
+                    return true;
+                }
+                // A newer version may be buffered already; either way the next checkpoint must
+                // write this inode (a commit in progress may have taken it from the dirty set).
+                if !st.dirty.contains_key(&index) {
+                    let gen = st.next_gen;
+                    st.next_gen += 1;
+                    let mut block = Box::new([0u8; BLOCK]);
+                    block.copy_from_slice(data);
+                    st.dirty.insert(index, DirtyBlock { gen, data: block });
+                    self.dirty_bytes
+                        .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+                }
+                drop(st);
+                m.pending.insert(ino);
+                self.dirty
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(ino);
+                true
+            }
+            DescKind::MapNode => {
+                let Some(cell) = m.inodes.get(&ino).cloned() else {
+                    return false;
+                };
+                let mut st = cell.lock();
+                let l = level as usize;
+                if level == 0
+                    || st.map.nodes.get(l - 1).and_then(|n| n.get(index as usize)) != Some(&a)
+                {
+                    return false;
+                }
+                dirty_node(&mut st.map, level, index);
+                drop(st);
+                m.pending.insert(ino);
+                true
+            }
+            DescKind::InodePage => {
+                if m.ifile.get(index) != a {
+                    return false;
+                }
+                m.pages_dirty.insert(index);
+                true
+            }
+            DescKind::InodeMapNode => {
+                let l = level as usize;
+                if level == 0
+                    || m.ifile.nodes.get(l - 1).and_then(|n| n.get(index as usize)) != Some(&a)
+                {
+                    return false;
+                }
+                dirty_node(&mut m.ifile, level, index);
+                true
+            }
+            DescKind::Root => a == m.checkpoint_root,
+            DescKind::TablePage => {
+                let t = ino as usize;
+                if !(1..=format::TABLES).contains(&t) || m.life.tables[t - 1].get(index) != a {
+                    return false;
+                }
+                match ino as u8 {
+                    format::TABLE_USAGE => {
+                        m.life.usage_dirty.insert(index);
+                    }
+                    format::TABLE_PINNED => {
+                        let s = index / m.life.pinned_pages_per_segment;
+                        m.life.pinned_dirty.insert(s as usize);
+                    }
+                    _ => m.life.snap_dirty = true,
+                }
+                true
+            }
+            DescKind::TableNode => {
+                let t = ino as usize;
+                let l = level as usize;
+                if level == 0
+                    || !(1..=format::TABLES).contains(&t)
+                    || m.life.tables[t - 1]
+                        .nodes
+                        .get(l - 1)
+                        .and_then(|n| n.get(index as usize))
+                        != Some(&a)
+                {
+                    return false;
+                }
+                dirty_node(&mut m.life.tables[t - 1], level, index);
+                if ino as u8 == format::TABLE_SNAPSHOTS {
+                    m.life.snap_dirty = true;
+                }
+                true
+            }
+            DescKind::Attr => false,
+        }
+    }
+
+    /// Background work: clean while less than the configured share of the pool is free.
+    pub(crate) fn background_clean(&self, m: &mut Meta) -> Result<()> {
+        let total = self.segment_blocks * self.segment_count;
+        let want = total * self.config.gc_free_percent.min(90) as u64 / 100;
+        if self.free_blocks_up_to(m, want) >= want {
+            return Ok(());
+        }
+        // One pass at a time, so writers get the lock between passes.
+        let victims = self.pick_victims(m, &BTreeSet::new());
+        if victims.is_empty() {
+            return Ok(());
+        }
+        self.clean(m, self.free_blocks(m) + 1, false).map(|_| ())
+    }
+}

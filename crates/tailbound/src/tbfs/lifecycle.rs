@@ -1,0 +1,866 @@
+//! Checkpoint retention, snapshots, read-only views of retained checkpoints, and space accounting.
+//!
+//! Every checkpoint is numbered and timestamped. The ones still **retained** are: snapshots (until
+//! dropped), plain checkpoints younger than the protection period, the newest checkpoint, and any
+//! checkpoint a [`Snapshot`] view is reading. Nothing a retained checkpoint references is reused.
+//!
+//! tbfs has no block indirection: a checkpoint names physical blocks. So when the live tree drops
+//! a block (an overwrite, a truncate, an unlink, the cleaner moving it), the block is **pinned** if
+//! a retained checkpoint may reference it: one numbered `born ..= died`, where `born` is the first
+//! checkpoint that can contain the block and `died` the last that does. A segment is reused only
+//! once it holds nothing live and nothing pinned. The pinned blocks, the snapshots and each
+//! segment's age go into every checkpoint as three copy-on-write tables (`docs/FORMAT.md`); the
+//! plain checkpoints kept for the protection period are found after a restart by following each
+//! root's link to the root before it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::engine::{now_ns, Inner, InodeCell, Meta};
+use super::format::{
+    self, encode_pinned_page, encode_snapshot_page, encode_usage_page, table_entries_per_page,
+    DescKind, PinnedEntry, SnapshotEntry, TableRef, UsageEntry, BLOCK_U64, SNAPSHOT_NAME_MAX,
+    TABLES, TABLE_PINNED, TABLE_SNAPSHOTS, TABLE_USAGE,
+};
+use super::map::BlockMap;
+use super::*;
+
+/// One checkpoint, as `Fs::checkpoints` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointInfo {
+    pub number: u64,
+    /// When it was written, ns since the Unix epoch.
+    pub time_ns: i64,
+    /// Kept until dropped (`set_snapshot(number, false)`), not only for the protection period.
+    pub snapshot: bool,
+    pub name: Option<String>,
+    /// Bytes of blocks no other retained checkpoint and not the live tree references: what
+    /// releasing this checkpoint alone would give back.
+    pub pinned_bytes: u64,
+}
+
+/// Where the pool's space is, in bytes. `live + pinned_by_snapshots + reclaimable + free == size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpaceReport {
+    /// Bytes of segment space (the superblocks are not counted).
+    pub size: u64,
+    /// Blocks the live tree references.
+    pub live: u64,
+    /// Blocks only snapshots (or open [`Snapshot`] views) keep: dead blocks they reference, and
+    /// the unused space of segments the cleaner cannot empty because a snapshot references blocks
+    /// in them.
+    pub pinned_by_snapshots: u64,
+    /// Space the cleaner can give back: dead blocks in segments it may clean, and blocks kept
+    /// only for the protection period (released early when writers need the space).
+    pub reclaimable: u64,
+    /// Space the writer can fill now without cleaning.
+    pub free: u64,
+}
+
+/// What one `gc` run did.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct GcReport {
+    pub segments_cleaned: u64,
+    pub blocks_copied: u64,
+    pub bytes_freed: u64,
+    pub free_fraction_after: f64,
+}
+
+/// A retained checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Kept {
+    pub time_ns: i64,
+    pub root: u64,
+    pub snapshot: bool,
+    pub name: Option<String>,
+}
+
+/// A pinned block: the checkpoints that may reference it, and the newest retained one among
+/// them (`anchor`), under which it is indexed so releasing a checkpoint revisits only its blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pin {
+    pub born: u64,
+    pub died: u64,
+    pub anchor: u64,
+}
+
+/// Retention state, kept under the `meta` lock.
+#[derive(Debug, Default)]
+pub(crate) struct Life {
+    /// Retained checkpoints by number (the newest is always here).
+    pub list: BTreeMap<u64, Kept>,
+    /// Checkpoints open [`Snapshot`] views read, with their view counts.
+    pub holds: BTreeMap<u64, usize>,
+    pub pinned: BTreeMap<u64, Pin>,
+    pub by_anchor: BTreeSet<(u64, u64)>,
+    /// Per segment: the checkpoint number that was next when the writer entered it.
+    pub seg_born: Vec<u64>,
+    /// Per segment: time of its newest log.
+    pub seg_written: Vec<i64>,
+    /// Segments the writer entered since the last checkpoint, and where: blocks from there on
+    /// belong to no checkpoint yet.
+    pub since_ckpt: Vec<(usize, u64)>,
+    pub usage_dirty: BTreeSet<u64>,
+    pub pinned_dirty: BTreeSet<usize>,
+    pub snap_dirty: bool,
+    pub tables: [BlockMap; TABLES],
+    pub protection: Duration,
+    /// The pool is short of space: plain checkpoints are not protected.
+    pub pressure: bool,
+    pub pinned_pages_per_segment: u64,
+}
+
+impl Life {
+    pub fn new(segment_count: usize, segment_blocks: u64, protection: Duration) -> Life {
+        Life {
+            seg_born: vec![0; segment_count],
+            seg_written: vec![0; segment_count],
+            protection,
+            pinned_pages_per_segment: segment_blocks
+                .div_ceil(table_entries_per_page(TABLE_PINNED) as u64),
+            ..Life::default()
+        }
+    }
+
+    /// The newest retained checkpoint in `born ..= died`.
+    pub fn anchor(&self, born: u64, died: u64) -> Option<u64> {
+        if born > died {
+            return None;
+        }
+        let a = self.list.range(born..=died).next_back().map(|(&c, _)| c);
+        let b = self.holds.range(born..=died).next_back().map(|(&c, _)| c);
+        a.max(b)
+    }
+
+    fn protection_cutoff(&self, now: i64) -> i64 {
+        if self.pressure {
+            i64::MAX
+        } else {
+            now.saturating_sub(self.protection.as_nanos().min(i64::MAX as u128) as i64)
+        }
+    }
+
+    /// The oldest plain checkpoint kept because it is younger than the protection period (or
+    /// `newest` if there is none older).
+    pub fn oldest_protected(&self, now: i64, newest: u64) -> u64 {
+        let cutoff = self.protection_cutoff(now);
+        self.list
+            .iter()
+            .find(|(_, k)| !k.snapshot && k.time_ns >= cutoff)
+            .map_or(newest, |(&c, _)| c)
+    }
+
+    /// Blocks a retained checkpoint pins, each with the only retained checkpoint that references
+    /// it (`None` if several do).
+    fn sole_owner(&self, p: &Pin) -> Option<u64> {
+        let mut it = self
+            .list
+            .range(p.born..=p.died)
+            .map(|(&c, _)| c)
+            .chain(self.holds.range(p.born..=p.died).map(|(&c, _)| c));
+        let first = it.next()?;
+        match it.next() {
+            Some(c) if c != first => None,
+            _ => Some(first),
+        }
+    }
+
+    fn snapshot_in(&self, born: u64, died: u64) -> bool {
+        self.list.range(born..=died).any(|(_, k)| k.snapshot)
+            || self.holds.range(born..=died).next().is_some()
+    }
+}
+
+impl Meta {
+    /// An upper bound on the blocks the next checkpoint's tables take.
+    pub fn table_estimate(&self) -> u64 {
+        let snaps = self.life.list.values().filter(|k| k.snapshot).count() as u64;
+        self.life.usage_dirty.len() as u64
+            + 1
+            + self
+                .life
+                .pinned_dirty
+                .iter()
+                .map(|&s| {
+                    // A segment with nothing pinned becomes a hole.
+                    (self.seg.pinned[s] as u64)
+                        .div_ceil(table_entries_per_page(TABLE_PINNED) as u64)
+                })
+                .sum::<u64>()
+            + snaps.div_ceil(table_entries_per_page(TABLE_SNAPSHOTS) as u64)
+            + self
+                .life
+                .tables
+                .iter()
+                .map(|t| t.height as u64 + 1)
+                .sum::<u64>()
+    }
+
+    /// The first checkpoint that can reference `block`.
+    pub fn born_of(&self, block: u64, segment_blocks: u64) -> u64 {
+        let s = Self::seg_of(block, segment_blocks);
+        if self
+            .life
+            .since_ckpt
+            .iter()
+            .any(|&(seg, from)| seg == s && block >= from)
+        {
+            return self.checkpoint + 1;
+        }
+        self.life.seg_born[s]
+    }
+
+    /// Called when the live tree drops `block`: pins it if a retained checkpoint references it.
+    pub fn pin_if_retained(&mut self, block: u64, segment_blocks: u64) {
+        let born = self.born_of(block, segment_blocks);
+        let died = self.checkpoint;
+        if let Some(anchor) = self.life.anchor(born, died) {
+            self.pin(block, Pin { born, died, anchor }, segment_blocks);
+        }
+    }
+
+    pub fn pin(&mut self, block: u64, pin: Pin, segment_blocks: u64) {
+        let s = Self::seg_of(block, segment_blocks);
+        if let Some(old) = self.life.pinned.insert(block, pin) {
+            // Dropped twice (cannot happen for a block the tree referenced once); keep counts right.
+            self.life.by_anchor.remove(&(old.anchor, block));
+        } else {
+            self.seg.pinned[s] += 1;
+        }
+        self.life.by_anchor.insert((pin.anchor, block));
+        self.life.pinned_dirty.insert(s);
+    }
+
+    fn unpin(&mut self, block: u64, seq: u64, segment_blocks: u64) {
+        if let Some(p) = self.life.pinned.remove(&block) {
+            self.life.by_anchor.remove(&(p.anchor, block));
+            let s = Self::seg_of(block, segment_blocks);
+            self.seg.pinned[s] = self.seg.pinned[s].saturating_sub(1);
+            if self.seg.pinned[s] == 0 && self.seg.live[s] == 0 {
+                self.seg.dead_at[s] = seq;
+            }
+            self.life.pinned_dirty.insert(s);
+        }
+    }
+
+    /// Re-anchors or unpins the blocks anchored at `c`, which is no longer retained (or no longer
+    /// the newest retained checkpoint of their range).
+    pub fn reanchor(&mut self, c: u64, seq: u64, segment_blocks: u64) {
+        let blocks: Vec<u64> = self
+            .life
+            .by_anchor
+            .range((c, 0)..=(c, u64::MAX))
+            .map(|&(_, b)| b)
+            .collect();
+        for b in blocks {
+            let p = self.life.pinned[&b];
+            match self.life.anchor(p.born, p.died) {
+                Some(a) if a == c => {}
+                Some(a) => {
+                    self.life.by_anchor.remove(&(c, b));
+                    self.life.by_anchor.insert((a, b));
+                    self.life.pinned.insert(b, Pin { anchor: a, ..p });
+                }
+                None => self.unpin(b, seq, segment_blocks),
+            }
+        }
+    }
+
+    /// Stops retaining checkpoint `c` (unless a view holds it) and frees what only it pinned.
+    pub fn release(&mut self, c: u64, seq: u64, segment_blocks: u64) {
+        if self.life.list.remove(&c).is_some() {
+            self.reanchor(c, seq, segment_blocks);
+        }
+    }
+
+    /// Releases plain checkpoints past the protection period (all of them under pressure),
+    /// except the ones views hold, and the newest unless a checkpoint is being written (which
+    /// becomes the newest). Returns how many were released.
+    pub fn prune(&mut self, seq: u64, segment_blocks: u64, in_commit: bool) -> u64 {
+        let cutoff = self.life.protection_cutoff(now_ns());
+        let newest = self.checkpoint;
+        let mut out = Vec::new();
+        for (&c, k) in &self.life.list {
+            if k.snapshot || self.life.holds.contains_key(&c) {
+                continue;
+            }
+            if c == newest && !in_commit {
+                // The newest checkpoint stays until a newer one is written.
+                break;
+            }
+            if k.time_ns >= cutoff {
+                break;
+            }
+            out.push(c);
+        }
+        for &c in &out {
+            self.release(c, seq, segment_blocks);
+        }
+        out.len() as u64
+    }
+
+    /// Segment `s` can be emptied without pinning its live blocks' old copies: no retained
+    /// checkpoint that stays retained (a snapshot, a held view, or a protected plain checkpoint
+    /// other than the newest) can reference a block in it.
+    pub fn cleanable(&self, s: usize, now: i64) -> bool {
+        if self.seg.pinned[s] != 0 {
+            return false;
+        }
+        let born = self.life.seg_born[s];
+        let cutoff = self.life.protection_cutoff(now);
+        let newest = self.checkpoint;
+        !self
+            .life
+            .list
+            .range(born..)
+            .any(|(&c, k)| k.snapshot || (c != newest && k.time_ns >= cutoff))
+            && self.life.holds.range(born..).next().is_none()
+            // The newest checkpoint is released at the cleaning checkpoint only if unprotected.
+            && self
+                .life
+                .list
+                .get(&newest)
+                .is_none_or(|k| k.snapshot || k.time_ns < cutoff || newest < born)
+    }
+}
+
+impl Inner {
+    /// Writes the three tables and returns where they are. Called by `commit_checkpoint` just
+    /// before the root; the pinned table goes last, after everything that may pin a block.
+    pub(crate) fn write_tables(&self, m: &mut Meta) -> Result<[TableRef; TABLES]> {
+        let sb = self.segment_blocks;
+        // Snapshots.
+        if m.life.snap_dirty
+            || m.life.tables[2].blocks.is_empty() && m.life.list.values().any(|k| k.snapshot)
+        {
+            let entries: Vec<SnapshotEntry> = m
+                .life
+                .list
+                .iter()
+                .filter(|(_, k)| k.snapshot)
+                .map(|(&number, k)| SnapshotEntry {
+                    number,
+                    root: k.root,
+                    time_ns: k.time_ns,
+                    name: k.name.clone(),
+                })
+                .collect();
+            let per = table_entries_per_page(TABLE_SNAPSHOTS);
+            let pages: Vec<Box<format::Block>> =
+                entries.chunks(per).map(encode_snapshot_page).collect();
+            let mut map = std::mem::take(&mut m.life.tables[2]);
+            let r = self.write_table_pages(
+                m,
+                TABLE_SNAPSHOTS,
+                &mut map,
+                pages
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, p)| (i as u64, Some(p)))
+                    .collect(),
+            );
+            m.life.tables[2] = map;
+            r?;
+            m.life.snap_dirty = false;
+        }
+        // Segment usage: age and birth of every segment whose entry changed.
+        let per = table_entries_per_page(TABLE_USAGE) as u64;
+        if m.life.tables[0].blocks.is_empty() {
+            m.life.usage_dirty = (0..self.segment_count.div_ceil(per)).collect();
+        }
+        let dirty = std::mem::take(&mut m.life.usage_dirty);
+        let mut pages = Vec::with_capacity(dirty.len());
+        for p in dirty {
+            let first = p * per;
+            let last = (first + per).min(self.segment_count);
+            let entries: Vec<UsageEntry> = (first..last)
+                .map(|s| UsageEntry {
+                    born: m.life.seg_born[s as usize],
+                    written_ns: m.life.seg_written[s as usize],
+                })
+                .collect();
+            pages.push((p, Some(encode_usage_page(&entries))));
+        }
+        let mut map = std::mem::take(&mut m.life.tables[0]);
+        let r = self.write_table_pages(m, TABLE_USAGE, &mut map, pages);
+        m.life.tables[0] = map;
+        r?;
+        // Pinned blocks, per segment.
+        let pps = m.life.pinned_pages_per_segment;
+        let per = table_entries_per_page(TABLE_PINNED);
+        let dirty = std::mem::take(&mut m.life.pinned_dirty);
+        let mut pages = Vec::new();
+        for s in dirty {
+            let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
+            let entries: Vec<PinnedEntry> = m
+                .life
+                .pinned
+                .range(start..start + sb)
+                .map(|(&block, p)| PinnedEntry {
+                    block,
+                    born: p.born,
+                    died: p.died,
+                })
+                .collect();
+            let mut chunks = entries.chunks(per);
+            for j in 0..pps {
+                let page = chunks.next().map(encode_pinned_page);
+                pages.push((s as u64 * pps + j, page));
+            }
+        }
+        let mut map = std::mem::take(&mut m.life.tables[1]);
+        let r = self.write_table_pages(m, TABLE_PINNED, &mut map, pages);
+        m.life.tables[1] = map;
+        r?;
+        Ok(std::array::from_fn(|i| TableRef {
+            root: m.life.tables[i].root,
+            height: m.life.tables[i].height,
+        }))
+    }
+
+    /// Writes table pages (`None`: the page becomes a hole) and the table's map.
+    fn write_table_pages(
+        &self,
+        m: &mut Meta,
+        id: u8,
+        map: &mut BlockMap,
+        pages: Vec<(u64, Option<Box<format::Block>>)>,
+    ) -> Result<()> {
+        let seq = m.writer.seq;
+        let sb = self.segment_blocks;
+        let mut highest_written = None;
+        for (index, page) in pages {
+            let addr = match page {
+                Some(p) => {
+                    let a = self.log_add(m, DescKind::TablePage, id as u64, 0, index, &p[..])?;
+                    m.seg_inc(a, sb);
+                    highest_written = highest_written.max(Some(index));
+                    a
+                }
+                None => 0,
+            };
+            if addr == 0 && map.get(index) == 0 {
+                continue;
+            }
+            let old = map.set(index, addr);
+            if old != 0 {
+                m.seg_dec_unpinned(old, seq, sb);
+            }
+        }
+        if id == TABLE_SNAPSHOTS {
+            // Packed: everything past the pages just written goes.
+            let keep = highest_written.map_or(0, |h| h + 1);
+            for old in map.truncate(keep) {
+                m.seg_dec_unpinned(old, seq, sb);
+            }
+        } else {
+            // Trailing holes need no entries.
+            let keep = map
+                .blocks
+                .iter()
+                .rposition(|&a| a != 0)
+                .map_or(0, |i| i + 1);
+            map.truncate(keep as u64);
+        }
+        self.write_map(m, DescKind::TableNode, id as u64, map)
+    }
+
+    /// Bytes the pool's space divides into (see [`SpaceReport`]).
+    pub(crate) fn space_report(&self, m: &Meta) -> SpaceReport {
+        let sb = self.segment_blocks;
+        let now = now_ns();
+        let free = self.free_blocks(m).min(sb * self.segment_count);
+        let live: u64 = m.seg.live.iter().map(|&l| l as u64).sum();
+        let mut by_snapshots = 0u64;
+        for p in m.life.pinned.values() {
+            if m.life.snapshot_in(p.born, p.died) {
+                by_snapshots += 1;
+            }
+        }
+        // Dead space the cleaner cannot reach: segments a snapshot or view holds blocks in.
+        let free_segs: BTreeSet<usize> = (0..self.segment_count as usize)
+            .filter(|&s| self.segment_free(m, s))
+            .collect();
+        for s in 0..self.segment_count as usize {
+            if free_segs.contains(&s)
+                || s as u64 == m.writer.cur_seg
+                || s as u64 == m.writer.next_seg
+            {
+                continue;
+            }
+            let used = m.seg.live[s] as u64 + m.seg.pinned[s] as u64;
+            if used == 0 {
+                continue;
+            }
+            let born = m.life.seg_born[s];
+            let locked = m.life.list.range(born..).any(|(_, k)| k.snapshot)
+                || m.life.holds.range(born..).next().is_some();
+            if locked {
+                by_snapshots += sb - used;
+            }
+        }
+        let total = sb * self.segment_count;
+        let by_snapshots = by_snapshots.min(total - live.min(total));
+        let _ = now;
+        SpaceReport {
+            size: total * BLOCK_U64,
+            live: live * BLOCK_U64,
+            pinned_by_snapshots: by_snapshots * BLOCK_U64,
+            reclaimable: total.saturating_sub(live + by_snapshots + free) * BLOCK_U64,
+            free: free * BLOCK_U64,
+        }
+    }
+}
+
+/// A read-only view of a retained checkpoint. While it exists the checkpoint stays retained.
+#[derive(Debug)]
+pub struct Snapshot {
+    inner: Arc<Inner>,
+    number: u64,
+    time_ns: i64,
+    tree: Meta,
+}
+
+impl Snapshot {
+    /// The checkpoint this view shows.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// When the checkpoint was written, ns since the Unix epoch.
+    pub fn time_ns(&self) -> i64 {
+        self.time_ns
+    }
+
+    pub fn stat(&self, path: &str) -> Result<Stat> {
+        let cell = self.cell(path)?;
+        self.inner.stat_cell(&cell)
+    }
+
+    /// Entries of a directory, sorted by name.
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let ino = self.lookup(path)?;
+        let Some(entries) = self.tree.dirs.get(&ino) else {
+            return Err(Error::NotDir(self.name(path)));
+        };
+        Ok(super::engine::dir_entries(entries, |ino| {
+            self.tree
+                .inodes
+                .get(&ino)
+                .is_some_and(|c| c.lock().kind == FileKind::Symlink)
+        }))
+    }
+
+    /// Reads up to `buf.len()` bytes of a file at `offset`.
+    pub fn pread(&self, path: &str, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.inner.check_usable()?;
+        let cell = self.cell(path)?;
+        if cell.lock().kind == FileKind::Dir {
+            return Err(Error::IsDir(self.name(path)));
+        }
+        self.inner.pread_at_rest(&cell, buf, offset)
+    }
+
+    /// A whole file.
+    pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        let cell = self.cell(path)?;
+        let size = cell.lock().size;
+        if cell.lock().kind == FileKind::Dir {
+            return Err(Error::IsDir(self.name(path)));
+        }
+        let len = usize::try_from(size)
+            .map_err(|_| Error::Invalid(format!("{}: too large to read whole", self.name(path))))?;
+        let mut buf = vec![0u8; len];
+        let n = self.inner.pread_at_rest(&cell, &mut buf, 0)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// A read-only handle to a file in the view.
+    pub fn open_file(&self, path: &str) -> Result<SnapshotFile<'_>> {
+        let cell = self.cell(path)?;
+        if cell.lock().kind == FileKind::Dir {
+            return Err(Error::IsDir(self.name(path)));
+        }
+        Ok(SnapshotFile {
+            view: self,
+            cell,
+            pos: 0,
+        })
+    }
+
+    fn name(&self, path: &str) -> String {
+        format!("checkpoint {}: {path}", self.number)
+    }
+
+    fn lookup(&self, path: &str) -> Result<u64> {
+        self.inner.lookup(&self.tree, path).map_err(|e| match e {
+            Error::NotFound(_) => Error::NotFound(self.name(path)),
+            Error::NotDir(_) => Error::NotDir(self.name(path)),
+            other => other,
+        })
+    }
+
+    fn cell(&self, path: &str) -> Result<Arc<InodeCell>> {
+        self.inner.check_usable()?;
+        let ino = self.lookup(path)?;
+        self.inner.cell(&self.tree, ino)
+    }
+}
+
+/// A read-only file in a [`Snapshot`].
+#[derive(Debug)]
+pub struct SnapshotFile<'a> {
+    view: &'a Snapshot,
+    cell: Arc<InodeCell>,
+    pos: u64,
+}
+
+impl SnapshotFile<'_> {
+    pub fn stat(&self) -> Result<Stat> {
+        self.view.inner.stat_cell(&self.cell)
+    }
+
+    pub fn pread(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.view.inner.check_usable()?;
+        self.view.inner.pread_at_rest(&self.cell, buf, offset)
+    }
+
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let n = self.pread(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let mut m = self.inner.lock_meta();
+        let c = self.number;
+        let gone = match m.life.holds.get_mut(&c) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                m.life.holds.remove(&c);
+                true
+            }
+            None => false,
+        };
+        if gone {
+            let seq = m.writer.seq;
+            m.reanchor(c, seq, self.inner.segment_blocks);
+            m.prune(seq, self.inner.segment_blocks, false);
+        }
+    }
+}
+
+impl Fs {
+    /// Retained checkpoints, oldest first: snapshots, plain checkpoints inside the protection
+    /// period, and the newest.
+    pub fn checkpoints(&self) -> Result<Vec<CheckpointInfo>> {
+        self.inner.check_usable()?;
+        let m = self.inner.lock_meta();
+        let mut alone: HashMap<u64, u64> = HashMap::new();
+        for p in m.life.pinned.values() {
+            if let Some(c) = m.life.sole_owner(p) {
+                *alone.entry(c).or_default() += 1;
+            }
+        }
+        Ok(m.life
+            .list
+            .iter()
+            .map(|(&number, k)| CheckpointInfo {
+                number,
+                time_ns: k.time_ns,
+                snapshot: k.snapshot,
+                name: k.name.clone(),
+                pinned_bytes: alone.get(&number).copied().unwrap_or(0) * BLOCK_U64,
+            })
+            .collect())
+    }
+
+    /// Writes a checkpoint now and keeps it as a snapshot; durable when this returns. Returns
+    /// its number.
+    pub fn snapshot(&self, name: Option<&str>) -> Result<u64> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        if let Some(n) = name {
+            if n.is_empty() || n.len() > SNAPSHOT_NAME_MAX || n.contains('\0') {
+                return Err(Error::Invalid(format!(
+                    "snapshot name {n:?}: 1 to {SNAPSHOT_NAME_MAX} bytes, no NUL"
+                )));
+            }
+        }
+        let mut m = inner.lock_meta();
+        inner.check_usable()?;
+        inner.commit_checkpoint(&mut m)?;
+        let number = m.checkpoint;
+        if let Some(k) = m.life.list.get_mut(&number) {
+            k.snapshot = true;
+            k.name = name.map(str::to_string);
+        }
+        m.life.snap_dirty = true;
+        inner.refresh_superblock(&mut m)?;
+        Ok(number)
+    }
+
+    /// Makes a retained checkpoint a snapshot (`keep`) or a plain checkpoint again, which is
+    /// then released if it is older than the protection period. Durable when this returns.
+    pub fn set_snapshot(&self, number: u64, keep: bool) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        let mut m = inner.lock_meta();
+        inner.check_usable()?;
+        let Some(k) = m.life.list.get_mut(&number) else {
+            return Err(Error::NotFound(format!(
+                "checkpoint {number} (not retained; see `checkpoints`)"
+            )));
+        };
+        if k.snapshot == keep {
+            return Ok(());
+        }
+        k.snapshot = keep;
+        if !keep {
+            k.name = None;
+        }
+        m.life.snap_dirty = true;
+        if !keep {
+            // No longer a snapshot: the next checkpoint releases it if it is past the protection
+            // period, with what only it pinned.
+            let seq = m.writer.seq;
+            m.reanchor(number, seq, inner.segment_blocks);
+        }
+        inner.refresh_superblock(&mut m)
+    }
+
+    /// A read-only view of retained checkpoint `number`, kept retained while the view exists.
+    pub fn at(&self, number: u64) -> Result<Snapshot> {
+        let inner = &self.inner;
+        inner.check_usable()?;
+        let (root, time_ns) = {
+            let mut m = inner.lock_meta();
+            let Some(k) = m.life.list.get(&number) else {
+                return Err(Error::NotFound(format!(
+                    "checkpoint {number} (not retained; see `checkpoints`)"
+                )));
+            };
+            let found = (k.root, k.time_ns);
+            *m.life.holds.entry(number).or_default() += 1;
+            found
+        };
+        // From here the hold keeps every block of the checkpoint; a failed load drops it.
+        let hold = HoldGuard { inner, number };
+        let geo = super::recovery::Geometry {
+            segment_blocks: inner.segment_blocks,
+            segment_count: inner.segment_count,
+        };
+        let tree = super::recovery::load_tree(&inner.dev, &geo, root)?;
+        std::mem::forget(hold);
+        let mut meta = Meta {
+            inodes: tree.cells,
+            dirs: tree.dirs,
+            ..Meta::default()
+        };
+        meta.checkpoint = number;
+        Ok(Snapshot {
+            inner: inner.clone(),
+            number,
+            time_ns,
+            tree: meta,
+        })
+    }
+
+    /// Space accounting (see [`SpaceReport`]).
+    pub fn space(&self) -> Result<SpaceReport> {
+        self.inner.check_usable()?;
+        let m = self.inner.lock_meta();
+        Ok(self.inner.space_report(&m))
+    }
+
+    /// How long plain checkpoints are kept from now on (recorded in the superblock at its next
+    /// refresh).
+    pub fn set_protection_period(&self, d: Duration) {
+        let mut m = self.inner.lock_meta();
+        m.life.protection = d;
+    }
+
+    /// The protection period in effect.
+    pub fn protection_period(&self) -> Duration {
+        self.inner.lock_meta().life.protection
+    }
+
+    /// Runs the cleaner until at least `target_free_fraction` of the pool is free or nothing
+    /// more can be cleaned, then makes the result durable.
+    pub fn gc(&self, target_free_fraction: f64) -> Result<GcReport> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        if !(0.0..=1.0).contains(&target_free_fraction) {
+            return Err(Error::Invalid(format!(
+                "gc target {target_free_fraction}: a fraction of the pool, 0 to 1"
+            )));
+        }
+        let mut m = inner.lock_meta();
+        inner.check_usable()?;
+        let total = inner.segment_blocks * inner.segment_count;
+        let want = (target_free_fraction * total as f64).ceil() as u64;
+        let report = inner.clean(&mut m, want, false)?;
+        Ok(report)
+    }
+}
+
+/// Drops a view's hold if loading it fails.
+struct HoldGuard<'a> {
+    inner: &'a Arc<Inner>,
+    number: u64,
+}
+
+impl Drop for HoldGuard<'_> {
+    fn drop(&mut self) {
+        let mut m = self.inner.lock_meta();
+        if let Some(n) = m.life.holds.get_mut(&self.number) {
+            *n -= 1;
+            if *n == 0 {
+                m.life.holds.remove(&self.number);
+                let seq = m.writer.seq;
+                m.reanchor(self.number, seq, self.inner.segment_blocks);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl Inner {
+    /// Every segment's live count recomputed from the tree in memory (what recovery would find,
+    /// plus what is not yet in a checkpoint). For checks.
+    pub(crate) fn recount_live(&self, m: &Meta) -> Vec<u32> {
+        let sb = self.segment_blocks;
+        let mut live = vec![0u32; self.segment_count as usize];
+        let mut add = |a: u64| live[Meta::seg_of(a, sb)] += 1;
+        for cell in m.inodes.values() {
+            let st = cell.lock();
+            st.map
+                .blocks
+                .iter()
+                .filter(|&&a| a != 0)
+                .for_each(|&a| add(a));
+            st.map.node_addrs().for_each(&mut add);
+        }
+        m.ifile
+            .blocks
+            .iter()
+            .filter(|&&a| a != 0)
+            .for_each(|&a| add(a));
+        m.ifile.node_addrs().for_each(&mut add);
+        for t in &m.life.tables {
+            t.blocks.iter().filter(|&&a| a != 0).for_each(|&a| add(a));
+            t.node_addrs().for_each(&mut add);
+        }
+        if m.checkpoint_root != 0 {
+            add(m.checkpoint_root);
+        }
+        live
+    }
+}
