@@ -295,6 +295,10 @@ struct FileserverArgs {
     /// The tbfs pool's size. Default: four times the fileset's largest size, plus 1 GiB.
     #[arg(long, value_parser = parse_bytes)]
     pool_size: Option<u64>,
+    /// Where the tmpfs directories, loop images and pools go: a directory on tmpfs, so every
+    /// system runs on memory.
+    #[arg(long, default_value = fileserver::SHM_DIR)]
+    shm_dir: PathBuf,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -898,6 +902,7 @@ fn run_fileserver(args: FileserverArgs) -> CliResult {
         .collect::<Result<_, _>>()?;
     bench.repeats = args.repeats;
     bench.seed = args.seed;
+    bench.shm_dir = args.shm_dir;
     bench.pool_bytes_override = args.pool_size;
     bench.exe = std::env::current_exe().ok();
     bench.validate()?;

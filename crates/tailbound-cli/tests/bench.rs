@@ -477,19 +477,6 @@ fn recovery_refuses_unknown_policies_kinds_and_zero_trials() {
     assert!(stderr(&out).contains("cannot hold"), "{}", stderr(&out));
 }
 
-fn fileserver_leftovers() -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| {
-                    n.starts_with("tailbound-fileserver") || n.starts_with("tailbound-loop-")
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() {
     let root = is_root();
@@ -502,14 +489,17 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
             "fileserver test: not root, so xfs-ram and ext4-ram must be reported unavailable"
         );
     }
-    let _loops = loop_guard();
     let dir = tempfile::tempdir().unwrap();
+    // Its own directory on tmpfs, so "nothing left behind" is about this run alone.
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let json = dir.path().join("fs.json");
     let svg = dir.path().join("fs.svg");
     let out = tailbound(&[
         "bench",
         "fileserver",
         "--quick",
+        "--shm-dir",
+        shm.path().to_str().unwrap(),
         "--json",
         json.to_str().unwrap(),
         "--svg",
@@ -564,14 +554,16 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
     assert!(text.contains("| target"), "{text}");
     assert!(text.contains("createfile1"));
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    let left: Vec<_> = std::fs::read_dir(shm.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let shm_path = shm.path().to_str().unwrap();
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
     assert!(
-        fileserver_leftovers().is_empty(),
-        "{:?}",
-        fileserver_leftovers()
+        !String::from_utf8_lossy(&loops.stdout).contains(shm_path),
+        "loop device detached"
     );
-    if root {
-        loop_devices_and_mounts_are_gone();
-    }
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains(shm_path), "unmounted");
 }
 
 #[test]

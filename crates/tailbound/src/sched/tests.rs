@@ -497,24 +497,32 @@ fn tbfs_runs_through_the_scheduler_with_data_and_stats_intact() {
         .collect();
     {
         let fs = Fs::format(sdev.clone(), &cfg).expect("format");
-        std::thread::scope(|s| {
-            for (k, (path, data)) in files.iter().enumerate() {
-                let fs = &fs;
-                s.spawn(move || {
-                    if k % 2 == 0 {
-                        Prio {
-                            class: Class::Idle,
-                            level: 7,
-                        }
-                        .apply_to_current_thread()
-                        .expect("lowering to idle");
+        // The idle-class writers run first and alone: with a best-effort writer beside them, its
+        // fsync may commit their data (or boost the commit they are in) before they get to it, and
+        // no request would carry the idle class. Then the rest write concurrently.
+        for idle_phase in [true, false] {
+            std::thread::scope(|s| {
+                for (k, (path, data)) in files.iter().enumerate() {
+                    if (k % 2 == 0) != idle_phase {
+                        continue;
                     }
-                    let f = fs.open_file(path, OpenFlags::create()).expect("create");
-                    f.pwrite(data, 0).expect("write");
-                    f.fsync().expect("fsync");
-                });
-            }
-        });
+                    let fs = &fs;
+                    s.spawn(move || {
+                        if idle_phase {
+                            Prio {
+                                class: Class::Idle,
+                                level: 7,
+                            }
+                            .apply_to_current_thread()
+                            .expect("lowering to idle");
+                        }
+                        let f = fs.open_file(path, OpenFlags::create()).expect("create");
+                        f.pwrite(data, 0).expect("write");
+                        f.fsync().expect("fsync");
+                    });
+                }
+            });
+        }
     }
     let fs = Fs::open(sdev, &OpenOptions::default()).expect("reopen");
     for (path, data) in &files {
