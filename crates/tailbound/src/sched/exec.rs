@@ -15,6 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::inherit::BOOST_POLL;
 use super::queue::{Dispatch, Queue, ReqId, Request};
 use super::{Config, Op, Prio, TenantId, TenantStats};
 use crate::dev::{check_request, Device};
@@ -175,22 +176,22 @@ impl Scheduler {
     /// Reads `buf.len()` bytes at `offset` for tenant `t`; blocks until done.
     pub fn read_at(&self, t: TenantId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         check_request(self.shared.dev.as_ref(), offset, buf.len())?;
-        let rx = self.submit(t, Op::Read, offset, buf.len() as u64, Payload::Read)?;
-        wait(rx, buf.len() as u64, Some(buf), "read", offset)
+        let sub = self.submit(t, Op::Read, offset, buf.len() as u64, Payload::Read)?;
+        self.wait(sub, buf.len() as u64, Some(buf), "read", offset)
     }
 
     /// Writes `buf` at `offset` for tenant `t`; blocks until the device holds it.
     pub fn write_at(&self, t: TenantId, offset: u64, buf: &[u8]) -> io::Result<()> {
         check_request(self.shared.dev.as_ref(), offset, buf.len())?;
         let data = Arc::new(buf.to_vec());
-        let rx = self.submit(t, Op::Write, offset, buf.len() as u64, Payload::Write(data))?;
-        wait(rx, buf.len() as u64, None, "write", offset)
+        let sub = self.submit(t, Op::Write, offset, buf.len() as u64, Payload::Write(data))?;
+        self.wait(sub, buf.len() as u64, None, "write", offset)
     }
 
     /// Flushes the device for tenant `t`; blocks until done.
     pub fn flush(&self, t: TenantId) -> io::Result<()> {
-        let rx = self.submit(t, Op::Flush, 0, 0, Payload::Flush)?;
-        wait(rx, 0, None, "flush", 0)
+        let sub = self.submit(t, Op::Flush, 0, 0, Payload::Flush)?;
+        self.wait(sub, 0, None, "flush", 0)
     }
 
     /// Every tenant's statistics so far, in the order tenants were added.
@@ -211,7 +212,7 @@ impl Scheduler {
         offset: u64,
         len: u64,
         payload: Payload,
-    ) -> io::Result<mpsc::Receiver<PieceDone>> {
+    ) -> io::Result<Submitted> {
         let (tx, rx) = mpsc::channel();
         let mut inner = self.shared.lock();
         if t.0 as usize >= inner.queue.tenant_count() {
@@ -237,7 +238,82 @@ impl Scheduler {
         inner.jobs.insert(id, Job { payload, reply: tx });
         drop(inner);
         self.shared.work.notify_one();
-        Ok(rx)
+        Ok(Submitted { id, tenant: t, rx })
+    }
+
+    /// Collects a request's pieces; copies read data into `buf`. A thread that holds work others
+    /// may wait for ([`inherit`](super::inherit)) checks every [`BOOST_POLL`] whether a higher
+    /// priority was lent meanwhile and moves the request's queued pieces to its tenant.
+    fn wait(
+        &self,
+        sub: Submitted,
+        len: u64,
+        mut buf: Option<&mut [u8]>,
+        what: &str,
+        offset: u64,
+    ) -> io::Result<()> {
+        let Submitted { id, mut tenant, rx } = sub;
+        let holding = super::inherit::is_holding();
+        let mut covered = 0u64;
+        let mut first_error = None;
+        loop {
+            let next = if holding {
+                match rx.recv_timeout(BOOST_POLL) {
+                    Ok(done) => Some(done),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => {
+                        return Err(lost(what, offset, len))
+                    }
+                }
+            } else {
+                Some(rx.recv().map_err(|_| lost(what, offset, len))?)
+            };
+            let Some(done) = next else {
+                tenant = self.follow_inheritance(id, tenant);
+                continue;
+            };
+            if let (Some(buf), Some(data)) = (buf.as_deref_mut(), done.data.as_deref()) {
+                let at = done.req_offset as usize;
+                buf[at..at + data.len()].copy_from_slice(data);
+            }
+            if let Err(e) = done.result {
+                first_error.get_or_insert(e);
+            }
+            covered += done.len;
+            if covered >= len {
+                break;
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Moves request `id`'s queued pieces from `tenant` to the calling thread's tenant now, if
+    /// that one has a higher priority (one was lent); returns the tenant the pieces are with.
+    fn follow_inheritance(&self, id: ReqId, tenant: TenantId) -> TenantId {
+        let now_tenant = self.current_tenant();
+        if now_tenant == tenant {
+            return tenant;
+        }
+        let mut inner = self.shared.lock();
+        let higher = super::inherit::is_higher(
+            inner.queue.tenant_prio(now_tenant),
+            inner.queue.tenant_prio(tenant),
+        );
+        if !higher {
+            return tenant;
+        }
+        let now = self.shared.now();
+        inner.queue.boost(now, id, now_tenant);
+        drop(inner);
+        now_tenant
+    }
+
+    /// Pieces queued (not yet dispatched) for tenant `t`.
+    pub fn queued_for(&self, t: TenantId) -> usize {
+        self.shared.lock().queue.queued_for(t)
     }
 }
 
@@ -255,38 +331,17 @@ fn stop(shared: &Shared, threads: Vec<JoinHandle<()>>) {
     }
 }
 
-/// Collects a request's pieces; copies read data into `buf`.
-fn wait(
+/// A request handed to the queue, and where its pieces report.
+struct Submitted {
+    id: ReqId,
+    tenant: TenantId,
     rx: mpsc::Receiver<PieceDone>,
-    len: u64,
-    mut buf: Option<&mut [u8]>,
-    what: &str,
-    offset: u64,
-) -> io::Result<()> {
-    let mut covered = 0u64;
-    let mut first_error = None;
-    loop {
-        let done = rx.recv().map_err(|_| {
-            io::Error::other(format!(
-                "scheduler: {what} at {offset}+{len} lost (the scheduler stopped)"
-            ))
-        })?;
-        if let (Some(buf), Some(data)) = (buf.as_deref_mut(), done.data.as_deref()) {
-            let at = done.req_offset as usize;
-            buf[at..at + data.len()].copy_from_slice(data);
-        }
-        if let Err(e) = done.result {
-            first_error.get_or_insert(e);
-        }
-        covered += done.len;
-        if covered >= len {
-            break;
-        }
-    }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+}
+
+fn lost(what: &str, offset: u64, len: u64) -> io::Error {
+    io::Error::other(format!(
+        "scheduler: {what} at {offset}+{len} lost (the scheduler stopped)"
+    ))
 }
 
 fn dispatcher(shared: &Shared) {

@@ -6,7 +6,10 @@
 //! ([`sync_kernel_ioprio`]), so I/O it issues outside the scheduler is ordered the same way; the
 //! holder's own ioprio is restored when it stops holding.
 //!
-//! A boost applies from the holder's next request on; requests it already queued keep their class.
+//! A boost applies to the holder's next requests and to the one it is waiting for: a holder
+//! blocked on a queued request looks at what is lent every [`BOOST_POLL`] and moves the request's
+//! pieces that are still queued to the lent priority's tenant
+//! ([`Queue::boost`](super::queue::Queue::boost)).
 //!
 //! Owns only the bookkeeping; it issues no I/O.
 
@@ -116,6 +119,16 @@ impl Drop for Hold {
             }
         });
     }
+}
+
+/// How often a holder waiting for its own request checks whether a priority was lent meanwhile.
+pub const BOOST_POLL: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The calling thread holds some work (a priority may be lent to it while it waits).
+pub fn is_holding() -> bool {
+    HOLDING
+        .try_with(|h| !h.borrow().cells.is_empty())
+        .unwrap_or(false)
 }
 
 /// The calling thread's own priority: its kernel ioprio, or what it was before a boost raised it.

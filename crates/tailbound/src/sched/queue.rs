@@ -519,6 +519,58 @@ impl Queue {
         }
     }
 
+    /// Moves the pieces of request `req` that are still queued to tenant `to` (priority
+    /// inheritance: work a higher-priority thread now waits for). They keep their submission
+    /// order among `to`'s pieces; pieces already dispatched are not touched, and the request
+    /// stays counted in its own tenant's statistics. Returns how many pieces moved.
+    pub fn boost(&mut self, now: Nanos, req: ReqId, to: TenantId) -> usize {
+        let Some(from) = self.reqs.get(&req).map(|r| r.tenant.0 as usize) else {
+            return 0;
+        };
+        let to_i = to.0 as usize;
+        if to_i >= self.tenants.len() || to_i == from {
+            return 0;
+        }
+        // A request's pieces may sit in another tenant's queue after an earlier boost.
+        let mut moved: Vec<Piece> = Vec::new();
+        for t in 0..self.tenants.len() {
+            if t == to_i {
+                continue;
+            }
+            let q = &mut self.tenants[t].queue;
+            if q.iter().any(|p| p.req == req) {
+                let (mine, rest): (VecDeque<Piece>, VecDeque<Piece>) =
+                    q.drain(..).partition(|p| p.req == req);
+                *q = rest;
+                moved.extend(mine);
+            }
+        }
+        if moved.is_empty() {
+            return 0;
+        }
+        if self.tenants[to_i].queue.is_empty() && self.uses_tags() {
+            let g = self.group_of(to_i);
+            let op = moved[0].op;
+            let rejoin = self.vtime[g] - self.credit(to_i, op);
+            let state = &mut self.tenants[to_i];
+            state.start = state.start.max(rejoin);
+        }
+        let n = moved.len();
+        let q = &mut self.tenants[to_i].queue;
+        for mut p in moved {
+            p.tenant = to;
+            p.head_since = p.head_since.max(now);
+            let at = q.partition_point(|x| x.seq < p.seq);
+            q.insert(at, p);
+        }
+        n
+    }
+
+    /// Pieces queued (not dispatched) for tenant `t`.
+    pub fn queued_for(&self, t: TenantId) -> usize {
+        self.tenants.get(t.0 as usize).map_or(0, |s| s.queue.len())
+    }
+
     /// Records that `d` finished at `now`; returns the requests it completed.
     pub fn complete(&mut self, now: Nanos, d: &Dispatch) -> Vec<Completed> {
         debug_assert!(self.in_flight > 0, "completion without a dispatch");

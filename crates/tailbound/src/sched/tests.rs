@@ -613,3 +613,176 @@ fn a_tbfs_commit_an_urgent_thread_waits_for_runs_at_its_priority() {
     );
     assert_eq!(idle_ops, 0, "none at the holder's own: {stats:?}");
 }
+
+#[test]
+fn boosting_moves_only_the_queued_pieces_of_one_request_ahead_of_lower_classes() {
+    let mut q = Queue::new(&Config {
+        policy: Policy::Priority,
+        max_io: Some(BLOCK_SIZE),
+        depth: 1,
+        ..Config::default()
+    });
+    let idle = q.add_tenant("idle", prio(Class::Idle), 1);
+    let be = q.add_tenant("be", prio(Class::Be), 1);
+    let rt = q.add_tenant("rt", prio(Class::Rt), 1);
+    let write = |tenant, offset: u64, blocks: u64| Request {
+        tenant,
+        op: Op::Write,
+        offset: offset * 1_000_000 * BLOCK_SIZE,
+        len: blocks * BLOCK_SIZE,
+    };
+    let held = q.push(0, write(idle, 1, 3));
+    let other_idle = q.push(0, write(idle, 2, 1));
+    let b = q.push(0, write(be, 3, 2));
+    let first = q.pop(1).expect("a dispatch");
+    assert_eq!(first.pieces[0].req, b, "BE goes before IDLE");
+    assert_eq!(
+        q.boost(2, held, rt),
+        3,
+        "all three pieces were still queued"
+    );
+    assert_eq!((q.queued_for(idle), q.queued_for(rt)), (1, 3));
+    assert_eq!(q.boost(2, 999, rt), 0, "no such request");
+    q.complete(3, &first);
+    let mut served = Vec::new();
+    while let Some(d) = q.pop(4) {
+        assert!(d.pieces.iter().all(|p| p.req == d.pieces[0].req));
+        served.push((d.pieces[0].req, d.class, d.len));
+        q.complete(5, &d);
+    }
+    assert_eq!(
+        served,
+        vec![
+            (held, Class::Rt, BLOCK_SIZE),
+            (held, Class::Rt, BLOCK_SIZE),
+            (held, Class::Rt, BLOCK_SIZE),
+            (b, Class::Be, BLOCK_SIZE),
+            (other_idle, Class::Idle, BLOCK_SIZE),
+        ],
+        "the boosted request goes first at its new class; the rest keep their order"
+    );
+    // It is still counted for the tenant that submitted it.
+    let stats = q.stats();
+    assert_eq!((stats[0].ops, stats[2].ops), (2, 0));
+}
+
+/// A device whose writes wait at a gate until it is opened, and which logs write offsets in the
+/// order they reach it.
+#[derive(Debug)]
+struct GateDevice {
+    inner: SimDevice,
+    open: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    log: std::sync::Mutex<Vec<u64>>,
+}
+
+impl Device for GateDevice {
+    fn kind(&self) -> &'static str {
+        "gate"
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.log.lock().unwrap().push(offset);
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.opened.wait(open).unwrap();
+        }
+        drop(open);
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Waits (without a deadline that could decide the outcome) until `cond` holds.
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "gave up waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_request_already_queued_by_a_holder_is_raised_when_a_priority_is_lent() {
+    let dev = Arc::new(GateDevice {
+        inner: SimDevice::new(4 << 20),
+        open: std::sync::Mutex::new(false),
+        opened: std::sync::Condvar::new(),
+        log: std::sync::Mutex::new(Vec::new()),
+    });
+    let sched = Scheduler::new(
+        dev.clone(),
+        Config {
+            policy: Policy::Priority,
+            max_io: Some(BLOCK_SIZE),
+            depth: 1,
+            ..Config::default()
+        },
+    )
+    .expect("scheduler");
+    let sdev = SchedDevice::new(sched.clone());
+    let idle7 = Prio {
+        class: Class::Idle,
+        level: 7,
+    };
+    let be0 = Prio {
+        class: Class::Be,
+        level: 0,
+    };
+    let be4 = prio(Class::Be);
+    let (t_idle, t_be4, t_be0) = (
+        sched.tenant_for_prio(idle7),
+        sched.tenant_for_prio(be4),
+        sched.tenant_for_prio(be0),
+    );
+    let cell = inherit::Inheritance::new();
+    let (held_at, other_at) = (1 << 20, 2 << 20);
+    std::thread::scope(|s| {
+        // Occupies the one dispatch slot at the gate.
+        s.spawn(|| {
+            set_thread_tenant(Some(t_be4));
+            sdev.write_at(0, &[1u8; 4096]).expect("write");
+        });
+        wait_until("the first write at the gate", || {
+            dev.log.lock().unwrap().len() == 1
+        });
+        s.spawn(|| {
+            idle7.apply_to_current_thread().expect("lowering to idle");
+            let _hold = cell.hold();
+            sdev.write_at(held_at, &[2u8; 8192]).expect("write");
+        });
+        wait_until("the holder's two pieces queued", || {
+            sched.queued_for(t_idle) == 2
+        });
+        s.spawn(|| {
+            set_thread_tenant(Some(t_be4));
+            sdev.write_at(other_at, &[3u8; 4096]).expect("write");
+        });
+        wait_until("the best-effort write queued", || {
+            sched.queued_for(t_be4) == 1
+        });
+        let lend = cell.lend(be0);
+        wait_until("the holder's pieces moved to the lent priority", || {
+            sched.queued_for(t_be0) == 2
+        });
+        *dev.open.lock().unwrap() = true;
+        dev.opened.notify_all();
+        drop(lend);
+    });
+    let log = dev.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        vec![0, held_at, held_at + BLOCK_SIZE, other_at],
+        "both pieces of the holder's write went before the best-effort one"
+    );
+}
