@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// failing that call with an errno.
     #[arg(long)]
     strict: bool,
+    /// Also serve system calls no symbol hook sees (glibc internals, raw `syscall()`), through
+    /// Syscall User Dispatch (Linux 5.11+, x86_64): slower, every system call becomes a signal.
+    #[arg(long)]
+    catch_all: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<String>,
@@ -178,6 +182,9 @@ pub fn run(args: RunArgs) -> CliResult {
     }
     if args.strict {
         cmd.env("TAILBOUND_STRICT", "1");
+    }
+    if args.catch_all {
+        cmd.env("TAILBOUND_CATCH_ALL", "1");
     }
     let status = cmd
         .status()

@@ -39,8 +39,15 @@ impl Mount {
 
     /// Runs a program under the shim with this mount.
     fn run(&self, program: &str, args: &[&str]) -> Output {
+        self.run_with(&[], program, args)
+    }
+
+    /// Runs a program under the shim with this mount and more `tailbound run` options.
+    fn run_with(&self, options: &[&str], program: &str, args: &[&str]) -> Output {
         let out = Command::new(tailbound())
-            .args(["run", "--pool-size", "64M", "--mount"])
+            .args(["run", "--pool-size", "64M"])
+            .args(options)
+            .arg("--mount")
             .arg(format!("{}={}", self.dir, self.pool.display()))
             .arg("--")
             .arg(program)
@@ -498,4 +505,39 @@ fn the_exit_status_is_passed_through_and_a_missing_pool_is_created() {
         )],
     );
     assert_eq!(ok("fork", &out), "0 x\n");
+}
+
+#[test]
+fn catch_all_serves_raw_system_calls_and_python_still_matches_a_kernel_directory() {
+    let m = Mount::new();
+    // openat (257), write (1), close (3) as raw system calls: no symbol hook sees them.
+    let raw = format!(
+        "import ctypes\nl=ctypes.CDLL(None,use_errno=True)\nl.syscall.restype=ctypes.c_long\n\
+         fd=l.syscall(257,-100,b'{d}/raw',0o102,0o644)\nassert fd>=0,ctypes.get_errno()\n\
+         assert l.syscall(1,fd,b'raw bytes',9)==9\nassert l.syscall(3,fd)==0\n\
+         print(open('{d}/raw').read())",
+        d = m.dir
+    );
+    let out = m.run_with(&["--catch-all"], "python3", &["-c", &raw]);
+    assert_eq!(ok("raw system calls (catch-all)", &out), "raw bytes\n");
+    // Without the mode the raw openat reaches the kernel, where the directory does not exist
+    // (errno 2, ENOENT).
+    let out = m.run("python3", &["-c", &raw]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("AssertionError: 2\n"),
+        "{err}"
+    );
+    // A whole program (threads, signals, sqlite) behaves the same under the mode.
+    let k = tempfile::tempdir().unwrap();
+    let kout = ok(
+        "python3 (kernel)",
+        &kernel("python3", &["-c", PY, k.path().to_str().unwrap()]),
+    );
+    let m = Mount::new();
+    let mout = ok(
+        "python3 (tbfs, catch-all)",
+        &m.run_with(&["--catch-all"], "python3", &["-c", PY, &m.dir]),
+    );
+    assert_eq!(mout, kout);
 }

@@ -26,12 +26,14 @@ thread_local! {
     static BUSY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Held while the shim works on a call; a nested call on the same thread passes through.
-pub struct Guard(());
+/// Held while the shim works on a call; a nested call on the same thread passes through. In
+/// catch-all mode it also lets the thread's system calls through (the selector it found is kept).
+pub struct Guard(u8);
 
 impl Drop for Guard {
     fn drop(&mut self) {
         BUSY.with(|b| b.set(false));
+        crate::catchall::restore(self.0);
     }
 }
 
@@ -41,15 +43,21 @@ fn enter() -> Option<Guard> {
             None
         } else {
             b.set(true);
-            Some(Guard(()))
+            Some(Guard(crate::catchall::allow()))
         }
     })
+}
+
+/// Whether the shim is working on a call on this thread.
+pub fn busy() -> bool {
+    BUSY.with(|b| b.get())
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
 static REPORT: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn in_forked_child() {
+    let _g = enter();
     if let Some(s) = SHIM.get() {
         s.after_fork_in_child();
     }
@@ -240,6 +248,28 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint)
     }
     // SAFETY: forwarded contract.
     unsafe { real::openat(dirfd, path, flags, mode) }
+}
+
+/// An `openat2` on a library path (`None`: not one, pass it on). `RESOLVE_*` flags are not
+/// supported there.
+pub unsafe fn open_library_path(
+    name: &'static str,
+    dirfd: c_int,
+    path: *const c_char,
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+) -> Option<c_int> {
+    // SAFETY: forwarded contract.
+    let (_g, loc) = unsafe { lib_path(name, dirfd, path) }?;
+    Some(num(loc.and_then(|l| {
+        if resolve != 0 {
+            return Err(sh().unsupported("openat2 with RESOLVE_* flags", libc::EOPNOTSUPP));
+        }
+        let flags = c_int::try_from(flags).map_err(|_| libc::EINVAL)?;
+        let mode = c_uint::try_from(mode).map_err(|_| libc::EINVAL)?;
+        sh().open(&l, flags, mode)
+    })))
 }
 
 #[no_mangle]

@@ -202,6 +202,7 @@ real! {
     fn fpathconf(fd: c_int, name: c_int) -> c_long;
     fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
     fn _exit(code: c_int) -> ();
+    fn pthread_create(t: *mut libc::pthread_t, attr: *const libc::pthread_attr_t, f: extern "C" fn(*mut c_void) -> *mut c_void, arg: *mut c_void) -> c_int;
     fn fileno(f: *mut libc::FILE) -> c_int;
     fn fileno_unlocked(f: *mut libc::FILE) -> c_int;
     fn _Exit(code: c_int) -> ();

@@ -26,11 +26,16 @@ fn preload() -> PathBuf {
 }
 
 fn compile(src: &Path, out: &Path) {
+    compile_with(src, out, &[]);
+}
+
+fn compile_with(src: &Path, out: &Path, extra: &[&str]) {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
         .args(["-O1", "-Wall", "-Werror", "-o"])
         .arg(out)
         .arg(src)
+        .args(extra)
         .status()
         .unwrap_or_else(|e| {
             panic!("running {cc}: {e} (a C compiler is needed; .ci/run installs gcc)")
@@ -146,4 +151,83 @@ fn the_report_counts_served_and_passed_through_calls() {
         .map(|n| n.parse().unwrap())
         .collect();
     assert!(counts[0] >= 10 && counts[1] >= 1, "{open_line}");
+}
+
+/// Runs `tests/catchall.c` (raw `syscall()`s only) with `MOUNT=DIR` over a fresh pool.
+fn run_catchall(work: &Path, mount: &Path, pool: &Path, mode: &str) -> std::process::Output {
+    let exe = work.join("catchall");
+    if !exe.exists() {
+        compile_with(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/catchall.c"),
+            &exe,
+            &["-pthread"],
+        );
+    }
+    let mut cmd = Command::new(&exe);
+    cmd.arg(mount).arg(mode).env("LD_PRELOAD", preload()).env(
+        "TAILBOUND_MOUNT",
+        format!("{}={}", mount.display(), pool.display()),
+    );
+    if mode == "on" {
+        cmd.env("TAILBOUND_CATCH_ALL", "1");
+    }
+    cmd.output().unwrap()
+}
+
+fn pool_file(pool: &Path, path: &str) -> Option<Vec<u8>> {
+    let dev = MemoryPool::open(pool).expect("opening the pool");
+    let options = tailbound::tbfs::OpenOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let fs = Fs::open(Arc::new(dev), &options).expect("mounting the pool");
+    let file = fs
+        .open_file(path, tailbound::tbfs::OpenFlags::read_only())
+        .ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = file.pread(&mut buf, 0).expect("reading from the pool");
+    buf.truncate(n);
+    Some(buf)
+}
+
+#[test]
+fn the_catch_all_mode_serves_raw_system_calls_from_the_pool() {
+    let work = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = pool(work.path());
+    let mount = PathBuf::from(format!("/tailbound-catchall-test-{}", std::process::id()));
+    let out = run_catchall(work.path(), &mount, &pool, "on");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "raw openat, write, read, close\nhooks and raw calls agree\nopenat2\nthread\nsignals\n\
+         fork and spawn\n",
+        "{stderr}"
+    );
+    // Every file is in the pool, none on the kernel file system.
+    assert!(!mount.exists());
+    assert_eq!(pool_file(&pool, "/raw").as_deref(), Some(&b"hello raw"[..]));
+    assert_eq!(pool_file(&pool, "/raw2").as_deref(), Some(&b"openat2"[..]));
+    assert_eq!(
+        pool_file(&pool, "/thread").as_deref(),
+        Some(&b"from a thread"[..])
+    );
+}
+
+#[test]
+fn without_the_catch_all_mode_raw_system_calls_reach_the_kernel() {
+    let work = tempfile::tempdir_in("/dev/shm").unwrap();
+    let pool = pool(work.path());
+    // The mount is a real directory here, so the kernel can serve what reaches it.
+    let mount = work.path().join("mnt");
+    std::fs::create_dir(&mount).unwrap();
+    let out = run_catchall(work.path(), &mount, &pool, "off");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "raw openat, write, read, close\n"
+    );
+    assert_eq!(std::fs::read(mount.join("raw")).unwrap(), b"hello raw");
+    assert_eq!(pool_file(&pool, "/raw"), None);
 }
