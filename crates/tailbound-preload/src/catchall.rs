@@ -214,7 +214,9 @@ extern "C" fn forked_child() {
 fn enable() -> Result<(), String> {
     let act = KernelSigaction {
         handler: on_sigsys as *const () as usize,
-        flags: (libc::SA_SIGINFO as u64) | SA_RESTORER,
+        // SA_NODEFER: another signal delivered together with SIGSYS runs its handler before
+        // this one starts, with the selector still BLOCK; its system calls must be able to trap.
+        flags: (libc::SA_SIGINFO | libc::SA_NODEFER) as u64 | SA_RESTORER,
         restorer: tailbound_sud_restore_rt as *const () as usize,
         mask: 0,
     };
