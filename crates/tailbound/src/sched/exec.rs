@@ -350,8 +350,20 @@ fn dispatcher(shared: &Shared) {
         if inner.shutdown {
             return;
         }
-        let Some(d) = inner.queue.pop(shared.now()) else {
-            inner = shared.work.wait(inner).unwrap_or_else(|e| e.into_inner());
+        let now = shared.now();
+        let Some(d) = inner.queue.pop(now) else {
+            inner = match inner.queue.next_timer() {
+                // Anticipating a tenant's next request: try again when the window ends.
+                Some(at) => {
+                    let wait = std::time::Duration::from_nanos(at.saturating_sub(now).max(1));
+                    shared
+                        .work
+                        .wait_timeout(inner, wait)
+                        .map(|(g, _)| g)
+                        .unwrap_or_else(|e| e.into_inner().0)
+                }
+                None => shared.work.wait(inner).unwrap_or_else(|e| e.into_inner()),
+            };
             continue;
         };
         // Gather what the I/O needs while the lock is held.

@@ -358,6 +358,12 @@ pub struct Config {
     pub merge_cap: usize,
     /// How long the head request of a starved class waits before it is served anyway.
     pub aging: Duration,
+    /// Anticipation for `fair` and `default` (BFQ's `slice_idle`): when the last queued piece of
+    /// a tenant completes and fair queueing would serve that tenant next, the device is held idle
+    /// this long for its next request before another tenant goes. Without it, tenants that keep
+    /// one synchronous request outstanding each are served alternately, whatever their weights.
+    /// `None` keeps the scheduler work-conserving.
+    pub anticipation: Option<Duration>,
     pub profile: DeviceProfile,
 }
 
@@ -379,6 +385,7 @@ impl Default for Config {
             adaptive_rt_target: None,
             merge_cap: MERGE_CAP_DEFAULT,
             aging: AGING_DEFAULT,
+            anticipation: None,
             profile: DeviceProfile::conservative(),
         }
     }

@@ -175,6 +175,10 @@ pub struct Queue {
     queued: usize,
     in_flight: usize,
     depth: DepthControl,
+    anticipation_ns: Option<Nanos>,
+    /// The tenant whose last queued piece completed most recently, when it completed, and the
+    /// cost of that dispatch (the guess for its next one): the one anticipation waits for.
+    last_done: Option<(usize, Nanos, f64)>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -207,7 +211,17 @@ impl Queue {
                 cfg.adaptive_rt_target
                     .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             ),
+            anticipation_ns: cfg
+                .anticipation
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            last_done: None,
         }
+    }
+
+    /// Changes the anticipation window ([`Config::anticipation`]).
+    pub fn set_anticipation(&mut self, window: Option<std::time::Duration>) {
+        self.anticipation_ns = window.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.last_done = None;
     }
 
     pub fn policy(&self) -> Policy {
@@ -432,6 +446,9 @@ impl Queue {
                 None => self.pick_fair(top)?,
             },
         };
+        if !aged && self.anticipates_instead_of(now, t) {
+            return None;
+        }
         let head = self.tenants[t].queue.pop_front()?;
         self.queued -= 1;
         let class = self.tenants[t].prio.class;
@@ -476,7 +493,7 @@ impl Queue {
         }
         let cost_ns = self.profile.cost_ns(op, len);
         if self.uses_tags() {
-            self.charge(t, cost_ns);
+            self.charge(now, t, cost_ns);
         }
         for u in touched {
             if let Some(p) = self.tenants[u].queue.front_mut() {
@@ -501,11 +518,53 @@ impl Queue {
         })
     }
 
+    /// The tenant whose next request is anticipated at `now`, if any.
+    fn anticipated(&self, now: Nanos) -> Option<usize> {
+        let (window, (w, done_at, _)) = (self.anticipation_ns?, self.last_done?);
+        (now < done_at.saturating_add(window) && self.tenants[w].queue.is_empty()).then_some(w)
+    }
+
+    /// Whether the device should wait for the tenant whose last piece just completed rather than
+    /// serve `t`: within the anticipation window, in `t`'s fairness group, and with a finish tag
+    /// (for a request like its last) earlier than `t`'s head.
+    fn anticipates_instead_of(&self, now: Nanos, t: usize) -> bool {
+        let (Some(window), Some((w, done_at, cost))) = (self.anticipation_ns, self.last_done)
+        else {
+            return false;
+        };
+        if w == t
+            || !self.uses_tags()
+            || !self.tenants[w].queue.is_empty()
+            || now >= done_at.saturating_add(window)
+            || self.group_of(w) != self.group_of(t)
+        {
+            return false;
+        }
+        let finish_w = self.tenants[w].start + cost / f64::from(self.tenants[w].weight);
+        let finish_t =
+            self.tenants[t].start + self.head_cost(t) / f64::from(self.tenants[t].weight);
+        finish_w < finish_t
+    }
+
+    /// When `pop` should be tried again even if nothing is pushed or completed meanwhile (the end
+    /// of an anticipation window), if pieces wait.
+    pub fn next_timer(&self) -> Option<Nanos> {
+        let (window, (w, done_at, _)) = (self.anticipation_ns?, self.last_done?);
+        (self.queued > 0 && self.tenants[w].queue.is_empty())
+            .then(|| done_at.saturating_add(window))
+    }
+
     /// Charges `cost_ns` of service to tenant `t` in its group's WF2Q+ clock.
-    fn charge(&mut self, t: usize, cost_ns: f64) {
+    /// A tenant anticipated at `now` counts as backlogged, so the virtual clock does not run ahead
+    /// of it while it prepares its next request.
+    fn charge(&mut self, now: Nanos, t: usize, cost_ns: f64) {
         let g = self.group_of(t);
+        let anticipated = self.anticipated(now);
         let weight_sum: f64 = (0..self.tenants.len())
-            .filter(|&u| self.group_of(u) == g && (u == t || !self.tenants[u].queue.is_empty()))
+            .filter(|&u| {
+                self.group_of(u) == g
+                    && (u == t || !self.tenants[u].queue.is_empty() || anticipated == Some(u))
+            })
             .map(|u| f64::from(self.tenants[u].weight))
             .sum();
         self.vtime[g] += cost_ns / weight_sum;
@@ -575,6 +634,13 @@ impl Queue {
     pub fn complete(&mut self, now: Nanos, d: &Dispatch) -> Vec<Completed> {
         debug_assert!(self.in_flight > 0, "completion without a dispatch");
         self.in_flight = self.in_flight.saturating_sub(1);
+        if let Some(lead) = d.pieces.first() {
+            let t = lead.tenant.0 as usize;
+            self.last_done = (self.anticipation_ns.is_some()
+                && self.uses_tags()
+                && self.tenants.get(t).is_some_and(|s| s.queue.is_empty()))
+            .then_some((t, now, d.cost_ns));
+        }
         let mut done = Vec::new();
         for p in &d.pieces {
             let Some(r) = self.reqs.get_mut(&p.req) else {

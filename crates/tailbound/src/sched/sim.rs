@@ -99,6 +99,9 @@ impl SimPolicy for Queue {
     fn complete(&mut self, now: Nanos, d: &Dispatch) -> Vec<Completed> {
         Queue::complete(self, now, d)
     }
+    fn next_timer(&self) -> Option<Nanos> {
+        Queue::next_timer(self)
+    }
 }
 
 /// A closed-loop client: keeps `iodepth` requests of `size` bytes outstanding, walking its region
@@ -721,6 +724,49 @@ mod tests {
             assert!(
                 (fair / 2.0 - 1.0).abs() <= 0.03,
                 "fair at {mb} MB: {ratios:?}"
+            );
+        }
+    }
+
+    /// Tenants that keep one synchronous 1 MB request outstanding (with a little think time
+    /// between them, like a thread issuing its next read) get served alternately by a
+    /// work-conserving `fair`; anticipation gives them their weights, at a small cost in throughput.
+    #[test]
+    fn anticipation_gives_one_request_tenants_their_weights() {
+        let sync_clients = |weights: &[u32]| {
+            let mut clients = streams(weights, Op::Read, MB);
+            for c in &mut clients {
+                c.iodepth = 1;
+                c.think_ns = 50_000;
+            }
+            clients
+        };
+        for weights in [&[2u32, 1][..], &[3, 2], &[3, 2, 2, 1]] {
+            let model = emmc();
+            let plain = run(
+                queue(Policy::Fair, 1, &model),
+                model.clone(),
+                sync_clients(weights),
+                60,
+            );
+            let mut anticipating = queue(Policy::Fair, 1, &model);
+            anticipating.set_anticipation(Some(Duration::from_millis(2)));
+            let anticipated = run(anticipating, model, sync_clients(weights), 60);
+            let (plain_err, err) = (plain.ratio_error(weights), anticipated.ratio_error(weights));
+            assert!(
+                plain_err > 0.10,
+                "{weights:?}: without anticipation the shares should be near equal, error {plain_err:.3}"
+            );
+            assert!(
+                err <= 0.03,
+                "{weights:?}: with anticipation, error {err:.4}"
+            );
+            let total =
+                |r: &SimResult| r.clients.iter().map(|c| c.bytes_served).sum::<u64>() as f64;
+            let kept = total(&anticipated) / total(&plain);
+            assert!(
+                kept >= 0.95,
+                "{weights:?}: anticipation kept {kept:.3} of the throughput"
             );
         }
     }
