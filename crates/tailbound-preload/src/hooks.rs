@@ -487,6 +487,7 @@ unsafe fn pvector(
     n: c_int,
     off: off_t,
     writing: bool,
+    flags: c_int,
 ) -> Option<ssize_t> {
     let (_g, o) = lib_fd(name, fd)?;
     // preadv2/pwritev2 take -1 for "the current offset".
@@ -497,8 +498,20 @@ unsafe fn pvector(
     } else {
         Some(off as u64)
     };
+    // RWF_HIPRI and RWF_NOWAIT change nothing for a pool; RWF_DSYNC/RWF_SYNC sync after a write;
+    // RWF_APPEND and flags this library does not know are refused, as the kernel does.
+    let known = libc::RWF_HIPRI | libc::RWF_NOWAIT | libc::RWF_DSYNC | libc::RWF_SYNC;
+    if flags & !known != 0 {
+        return Some(fail(sh().unsupported(name, libc::EOPNOTSUPP)));
+    }
     // SAFETY: forwarded contract.
-    Some(size(unsafe { vector_io(&o, iov, n, at, writing) }))
+    let r = unsafe { vector_io(&o, iov, n, at, writing) };
+    if writing && flags & (libc::RWF_DSYNC | libc::RWF_SYNC) != 0 {
+        if let Err(e) = sh().fsync(&o) {
+            return Some(fail(e));
+        }
+    }
+    Some(size(r))
 }
 
 #[no_mangle]
@@ -513,7 +526,8 @@ pub unsafe extern "C" fn preadv64(
     }
     // SAFETY: forwarded contract.
     unsafe {
-        pvector("preadv", fd, iov, n, off, false).unwrap_or_else(|| real::preadv64(fd, iov, n, off))
+        pvector("preadv", fd, iov, n, off, false, 0)
+            .unwrap_or_else(|| real::preadv64(fd, iov, n, off))
     }
 }
 
@@ -540,7 +554,7 @@ pub unsafe extern "C" fn pwritev64(
     }
     // SAFETY: forwarded contract.
     unsafe {
-        pvector("pwritev", fd, iov, n, off, true)
+        pvector("pwritev", fd, iov, n, off, true, 0)
             .unwrap_or_else(|| real::pwritev64(fd, iov, n, off))
     }
 }
@@ -566,7 +580,7 @@ pub unsafe extern "C" fn preadv64v2(
 ) -> ssize_t {
     // SAFETY: forwarded contract.
     unsafe {
-        pvector("preadv2", fd, iov, n, off, false)
+        pvector("preadv2", fd, iov, n, off, false, fl)
             .unwrap_or_else(|| real::preadv64v2(fd, iov, n, off, fl))
     }
 }
@@ -593,7 +607,7 @@ pub unsafe extern "C" fn pwritev64v2(
 ) -> ssize_t {
     // SAFETY: forwarded contract.
     unsafe {
-        pvector("pwritev2", fd, iov, n, off, true)
+        pvector("pwritev2", fd, iov, n, off, true, fl)
             .unwrap_or_else(|| real::pwritev64v2(fd, iov, n, off, fl))
     }
 }
@@ -2104,6 +2118,19 @@ pub unsafe extern "C" fn __getcwd_chk(buf: *mut c_char, n: size_t, _l: size_t) -
     unsafe { getcwd(buf, n) }
 }
 
+/// `getwd` (and its fortified form): glibc's asks the kernel directly.
+#[no_mangle]
+pub unsafe extern "C" fn getwd(buf: *mut c_char) -> *mut c_char {
+    // SAFETY: the caller passes a buffer of PATH_MAX bytes, as getwd requires.
+    unsafe { getcwd(buf, libc::PATH_MAX as size_t) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __getwd_chk(buf: *mut c_char, len: size_t) -> *mut c_char {
+    // SAFETY: the caller passes a buffer of `len` bytes.
+    unsafe { getcwd(buf, len.min(libc::PATH_MAX as size_t)) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
     if let Some(_g) = enter() {
@@ -3370,6 +3397,103 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FI
 
 /// A library path cannot be attached to an existing `FILE` (its buffer belongs to glibc's
 /// kernel-descriptor I/O), so `freopen` onto one, or of a library stream, fails with `ENOTSUP`.
+/// `freopen` of `stdin`, `stdout` or `stderr` onto a library path (`freopen("log", "w", stdout)`):
+/// the file is opened and `dup2`'d onto 0, 1 or 2, which points the stream variable at a stream
+/// on it. Returns that stream (not `fp`: glibc's own stream cannot do I/O on a library file);
+/// `None` when this is not such a call.
+unsafe fn freopen_std_stream(
+    path: *const c_char,
+    mode: *const c_char,
+    fp: *mut libc::FILE,
+) -> Option<*mut libc::FILE> {
+    if path.is_null() || fp.is_null() {
+        return None;
+    }
+    let fd = (0..=2).find(|&fd| {
+        let var = std_stream_var(fd);
+        // SAFETY: glibc's stream variable.
+        !var.is_null() && unsafe { *var } == fp
+    })?;
+    {
+        let _g = enter()?;
+        // SAFETY: forwarded contract.
+        if !sh().is_library_path(unsafe { bytes(path) }) {
+            return None;
+        }
+    }
+    // SAFETY: forwarded contract.
+    let flags = match fopen_flags(unsafe { bytes(mode) }) {
+        Ok(f) => f,
+        Err(e) => return Some(fail_ptr(e)),
+    };
+    // SAFETY: the stream being replaced; its buffered bytes go where they were headed.
+    unsafe { libc::fflush(fp) };
+    // SAFETY: forwarded contract; these are this library's own entry points.
+    let new = unsafe { open(path, flags, 0o666) };
+    if new < 0 {
+        return Some(std::ptr::null_mut());
+    }
+    if new != fd {
+        // SAFETY: as above.
+        let r = unsafe { dup2(new, fd) };
+        let e = errno();
+        // SAFETY: as above.
+        unsafe { close(new) };
+        if r < 0 {
+            return Some(fail_ptr(e));
+        }
+    } else {
+        rebind_std_stream(fd);
+    }
+    // SAFETY: glibc's stream variable, now the stream on the library file.
+    Some(unsafe { *std_stream_var(fd) })
+}
+
+fn fail_ptr<T>(e: i32) -> *mut T {
+    set_errno(e);
+    std::ptr::null_mut()
+}
+
+/// `tmpfile`: glibc makes it in `P_tmpdir` (`/tmp`, whatever `TMPDIR` says); when that is under a
+/// mount, the file is made (and unlinked) in the pool instead.
+unsafe fn tmpfile_in_pool() -> Option<*mut libc::FILE> {
+    {
+        let _g = enter()?;
+        if !sh().is_library_path(b"/tmp/tmpf") {
+            return None;
+        }
+    }
+    let mut name = *b"/tmp/tmpfXXXXXX\0";
+    // SAFETY: a writable NUL-terminated template; these are this library's own entry points.
+    let fd = unsafe { mkostemp(name.as_mut_ptr().cast(), libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Some(std::ptr::null_mut());
+    }
+    // SAFETY: as above.
+    unsafe { unlink(name.as_ptr().cast()) };
+    // SAFETY: as above; a literal mode.
+    let fp = unsafe { fdopen(fd, c"w+".as_ptr()) };
+    if fp.is_null() {
+        let e = errno();
+        // SAFETY: as above.
+        unsafe { close(fd) };
+        set_errno(e);
+    }
+    Some(fp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn tmpfile() -> *mut libc::FILE {
+    // SAFETY: no arguments.
+    unsafe { tmpfile_in_pool() }.unwrap_or_else(|| unsafe { real::tmpfile() })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn tmpfile64() -> *mut libc::FILE {
+    // SAFETY: no arguments.
+    unsafe { tmpfile_in_pool() }.unwrap_or_else(|| unsafe { real::tmpfile64() })
+}
+
 unsafe fn freopen_refused(path: *const c_char, fp: *mut libc::FILE) -> bool {
     let Some(_g) = enter() else { return false };
     let s = sh();
@@ -3385,6 +3509,10 @@ pub unsafe extern "C" fn freopen(
     fp: *mut libc::FILE,
 ) -> *mut libc::FILE {
     // SAFETY: forwarded contract.
+    if let Some(r) = unsafe { freopen_std_stream(path, mode, fp) } {
+        return r;
+    }
+    // SAFETY: forwarded contract.
     if unsafe { freopen_refused(path, fp) } {
         set_errno(libc::ENOTSUP);
         return std::ptr::null_mut();
@@ -3399,6 +3527,10 @@ pub unsafe extern "C" fn freopen64(
     mode: *const c_char,
     fp: *mut libc::FILE,
 ) -> *mut libc::FILE {
+    // SAFETY: forwarded contract.
+    if let Some(r) = unsafe { freopen_std_stream(path, mode, fp) } {
+        return r;
+    }
     // SAFETY: forwarded contract.
     if unsafe { freopen_refused(path, fp) } {
         set_errno(libc::ENOTSUP);

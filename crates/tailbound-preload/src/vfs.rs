@@ -203,8 +203,9 @@ impl Shim {
                 prefix,
                 pool,
                 fs: OnceLock::new(),
-                // A device number no kernel file system uses: major 0x7462 ("tb").
-                dev: (0x7462u64 << 32) | i as u64,
+                // A device number no kernel file system uses: major 0x7462 ("tb"), in the
+                // encoding `major()` and `minor()` read.
+                dev: libc::makedev(0x7462, i as u32),
             })
             .collect();
         let mask = real::set_umask(0o022);

@@ -13,7 +13,11 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <limits.h>
 #include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -43,10 +47,35 @@ static void ok(const char *what) { fprintf(stderr, "ok %s\n", what); }
 
 extern char **environ;
 
+/* The pre-2.33 stat entry points, which newer headers no longer declare. */
+extern int __xstat(int ver, const char *path, struct stat *st);
+extern int __lxstat(int ver, const char *path, struct stat *st);
+extern int __fxstat(int ver, int fd, struct stat *st);
+extern int __fxstatat(int ver, int dirfd, const char *path, struct stat *st, int flags);
+
 int main(int argc, char **argv) {
-    CHECK(argc == 2 || argc == 3, "usage: edge MOUNT [unsupported]");
+    CHECK(argc == 2 || argc == 3, "usage: edge MOUNT [unsupported|tmpfile]");
     M = argv[1];
     char buf[256];
+    if (argc == 3 && strcmp(argv[2], "tmpfile") == 0) {
+        /* Run with the mount at /tmp, where glibc makes tmpfile()'s file whatever TMPDIR says. */
+        FILE *tf = tmpfile();
+        CHECK(tf != NULL, "tmpfile");
+        struct stat st;
+        CHECK(fstat(fileno(tf), &st) == 0 && major(st.st_dev) == 0x7462 && st.st_nlink == 0,
+              "in the pool, unlinked");
+        CHECK(fputs("scratch", tf) >= 0 && fseek(tf, 0, SEEK_SET) == 0 &&
+                  fgets(buf, sizeof buf, tf) && strcmp(buf, "scratch") == 0,
+              "tmpfile I/O");
+        DIR *d = opendir(M);
+        int n = 0;
+        while (d && readdir(d))
+            n++;
+        CHECK(d && closedir(d) == 0 && n == 2, "the pool's directory is empty (%d entries)", n);
+        CHECK(fclose(tf) == 0, "fclose");
+        printf("tmpfile in the pool\n");
+        return 0;
+    }
     if (argc == 3) {
         /* An operation the shim does not support on a library file: punching a hole. */
         int u = open(at("u"), O_CREAT | O_RDWR, 0644);
@@ -258,6 +287,176 @@ int main(int argc, char **argv) {
           "mkstemp %s", tmpl);
     close(t);
     ok("mkstemp");
+
+    /* The rest of the interposition surface, one check each. */
+    /* close_range, also with CLOSE_RANGE_CLOEXEC. */
+    int cr = open(at("cr"), O_CREAT | O_RDWR, 0644);
+    CHECK(cr >= 0 && dup2(cr, 200) == 200 && dup2(cr, 201) == 201 && close(cr) == 0, "cr");
+    CHECK(close_range(200, 201, CLOSE_RANGE_CLOEXEC) == 0 && fcntl(200, F_GETFD) == FD_CLOEXEC &&
+              fcntl(201, F_GETFD) == FD_CLOEXEC,
+          "close_range CLOEXEC");
+    CHECK(close_range(200, 201, 0) == 0 && write(200, "x", 1) == -1 && errno == EBADF &&
+              fcntl(201, F_GETFD) == -1 && errno == EBADF,
+          "close_range");
+    ok("close_range");
+
+    /* preadv2/pwritev2, at an offset and at the file offset (-1). */
+    int v = open(at("v"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    struct iovec iw[2] = {{"ab", 2}, {"cd", 2}};
+    CHECK(v >= 0 && pwritev2(v, iw, 2, 0, 0) == 4 && lseek(v, 0, SEEK_CUR) == 0, "pwritev2");
+    CHECK(pwritev2(v, iw, 1, -1, 0) == 2 && lseek(v, 0, SEEK_CUR) == 2, "pwritev2 at -1");
+    char x1[3] = {0}, x2[3] = {0};
+    struct iovec ir[2] = {{x1, 2}, {x2, 2}};
+    CHECK(preadv2(v, ir, 2, 0, 0) == 4 && strcmp(x1, "ab") == 0 && strcmp(x2, "cd") == 0,
+          "preadv2");
+    CHECK(preadv2(v, ir, 1, -1, 0) == 2 && strcmp(x1, "cd") == 0 && lseek(v, 0, SEEK_CUR) == 4,
+          "preadv2 at -1");
+    CHECK(pwritev2(v, iw, 1, 0, RWF_DSYNC | RWF_HIPRI) == 2, "pwritev2 RWF_DSYNC");
+    CHECK(pwritev2(v, iw, 1, 0, RWF_APPEND) == -1 && errno == EOPNOTSUPP, "RWF_APPEND refused");
+    ok("preadv2 pwritev2");
+
+    /* statx, by path and by descriptor. */
+    struct statx sx;
+    CHECK(statx(AT_FDCWD, at("v"), 0, STATX_SIZE | STATX_MODE, &sx) == 0 && sx.stx_size == 4 &&
+              S_ISREG(sx.stx_mode) && (sx.stx_mode & 0777) == 0644,
+          "statx");
+    CHECK(statx(v, "", AT_EMPTY_PATH, STATX_SIZE, &sx) == 0 && sx.stx_size == 4, "statx fd");
+    ok("statx");
+
+    /* The pre-2.33 stat entry points. */
+    CHECK(__xstat(1, at("v"), &st) == 0 && st.st_size == 4, "__xstat");
+    CHECK(__lxstat(1, at("v"), &st) == 0 && S_ISREG(st.st_mode), "__lxstat");
+    CHECK(__fxstat(1, v, &st) == 0 && st.st_size == 4, "__fxstat");
+    CHECK(__fxstatat(1, AT_FDCWD, at("v"), &st, 0) == 0 && st.st_size == 4, "__fxstatat");
+    ok("__xstat");
+
+    /* copy_file_range, sendfile and splice between library and kernel descriptors. */
+    int kf = memfd_create("edge", 0);
+    CHECK(kf >= 0 && write(kf, "kernel data", 11) == 11, "memfd");
+    int lf = open(at("copy"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    loff_t from = 0;
+    CHECK(lf >= 0 && copy_file_range(kf, &from, lf, NULL, 11, 0) == 11 && from == 11 &&
+              lseek(lf, 0, SEEK_CUR) == 11,
+          "copy_file_range kernel to library");
+    CHECK(pread(lf, buf, 11, 0) == 11 && memcmp(buf, "kernel data", 11) == 0, "copied");
+    int kf2 = memfd_create("edge2", 0);
+    off_t lfo = 7;
+    CHECK(kf2 >= 0 && sendfile(kf2, lf, &lfo, 4) == 4 && lfo == 11, "sendfile library to kernel");
+    CHECK(pread(kf2, buf, 4, 0) == 4 && memcmp(buf, "data", 4) == 0, "sent");
+    int pp[2];
+    CHECK(pipe(pp) == 0, "pipe");
+    loff_t lo = 0;
+    CHECK(splice(lf, &lo, pp[1], NULL, 6, 0) == 6 && lo == 6, "splice library to pipe");
+    CHECK(read(pp[0], buf, 6) == 6 && memcmp(buf, "kernel", 6) == 0, "spliced");
+    CHECK(write(pp[1], "PIPED", 5) == 5, "into the pipe");
+    lo = 0;
+    CHECK(splice(pp[0], NULL, lf, &lo, 5, 0) == 5 && lo == 5, "splice pipe to library");
+    CHECK(pread(lf, buf, 11, 0) == 11 && memcmp(buf, "PIPEDl data", 11) == 0, "spliced in");
+    close(pp[0]);
+    close(pp[1]);
+    close(kf);
+    close(kf2);
+    close(lf);
+    ok("copy_file_range sendfile splice");
+
+    /* Two writable shared mappings and the calls on the file stay coherent. */
+    int g2 = open(at("m2"), O_CREAT | O_RDWR, 0644);
+    CHECK(g2 >= 0 && ftruncate(g2, 4096) == 0, "m2");
+    char *m1 = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, g2, 0);
+    int g3 = open(at("m2"), O_RDWR);
+    char *m2 = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, g3, 0);
+    CHECK(m1 != MAP_FAILED && m2 != MAP_FAILED && m1 != m2, "two maps");
+    memcpy(m1 + 100, "one", 3);
+    CHECK(memcmp(m2 + 100, "one", 3) == 0, "a store in one map shows in the other");
+    CHECK(pwrite(g3, "two", 3, 100) == 3 && memcmp(m1 + 100, "two", 3) == 0, "pwrite shows");
+    CHECK(munmap(m1, 4096) == 0 && munmap(m2, 4096) == 0, "unmap");
+    close(g2);
+    close(g3);
+    ok("shared mappings");
+
+    /* stdio: fdopen, formatted I/O, freopen of stdout onto a library file. */
+    int sfd = open(at("fd.txt"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    FILE *sf = fdopen(sfd, "w+");
+    CHECK(sf && fprintf(sf, "%d %s\n", 7, "seven") > 0 && fseek(sf, 0, SEEK_SET) == 0, "fdopen");
+    int seven = 0;
+    char word[16] = {0};
+    CHECK(fscanf(sf, "%d %15s", &seven, word) == 2 && seven == 7 && strcmp(word, "seven") == 0,
+          "fscanf");
+    CHECK(fclose(sf) == 0, "fclose");
+    fflush(stdout);
+    int saved1 = dup(1);
+    CHECK(freopen(at("freopen.txt"), "w", stdout) != NULL, "freopen stdout");
+    printf("to the file\n");
+    fflush(stdout);
+    CHECK(dup2(saved1, 1) == 1 && close(saved1) == 0, "stdout back");
+    int fr = open(at("freopen.txt"), O_RDONLY);
+    memset(buf, 0, sizeof buf);
+    CHECK(read(fr, buf, sizeof buf) == 12 && strcmp(buf, "to the file\n") == 0, "freopen: %s", buf);
+    close(fr);
+    ok("stdio family");
+
+    /* mkostemp with O_CLOEXEC. */
+    snprintf(tmpl, sizeof tmpl, "%s/oXXXXXX", M);
+    int mo = mkostemp(tmpl, O_CLOEXEC);
+    CHECK(mo >= 0 && fcntl(mo, F_GETFD) == FD_CLOEXEC && stat(tmpl, &st) == 0 &&
+              major(st.st_dev) == 0x7462,
+          "mkostemp %s", tmpl);
+    close(mo);
+    ok("mkostemp");
+
+    /* lockf: F_LOCK/F_TLOCK/F_ULOCK, and F_TEST/F_TLOCK against another description's lock. */
+    int lk = open(at("v"), O_RDWR), other = open(at("v"), O_RDWR);
+    CHECK(lockf(lk, F_LOCK, 0) == 0 && lockf(lk, F_TLOCK, 0) == 0 && lockf(lk, F_ULOCK, 0) == 0,
+          "lockf");
+    struct flock held = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    CHECK(fcntl(other, F_OFD_SETLK, &held) == 0, "OFD lock");
+    CHECK(lockf(lk, F_TEST, 0) == -1 && (errno == EACCES || errno == EAGAIN), "lockf F_TEST");
+    CHECK(lockf(lk, F_TLOCK, 0) == -1 && (errno == EACCES || errno == EAGAIN), "lockf F_TLOCK");
+    close(other);
+    CHECK(lockf(lk, F_TLOCK, 0) == 0 && lockf(lk, F_ULOCK, 0) == 0, "lockf after the unlock");
+    close(lk);
+    close(v);
+    ok("lockf");
+
+    /* Sizes and flags that are not constants: a _FORTIFY_SOURCE build calls the __*_chk and
+     * __open_2 entry points for these. */
+    volatile size_t n4 = 4;
+    volatile int rdonly = O_RDONLY;
+    int fo = open(at("v"), rdonly);
+    CHECK(fo >= 0 && read(fo, buf, n4) == 4 && memcmp(buf, "abcd", 4) == 0, "open, read");
+    CHECK(pread(fo, buf, n4, 1) == 3 && memcmp(buf, "bcd", 3) == 0, "pread");
+    int fa = openat(AT_FDCWD, at("v"), rdonly);
+    CHECK(fa >= 0 && close(fa) == 0 && close(fo) == 0, "openat");
+    CHECK(symlink("v", at("vlink")) == 0 && readlink(at("vlink"), buf, n4) == 1 && buf[0] == 'v',
+          "readlink");
+    char want[PATH_MAX], rp[PATH_MAX], cw[PATH_MAX];
+    snprintf(want, sizeof want, "%s/v", M);
+    CHECK(realpath(at("vlink"), rp) && strcmp(rp, want) == 0, "realpath %s", rp);
+    CHECK(chdir(M) == 0 && getcwd(cw, n4 * 1024) && strcmp(cw, M) == 0 && chdir("/") == 0,
+          "getcwd %s", cw);
+    ok("fortified entry points");
+
+    /* getwd and telldir/seekdir. */
+    CHECK(chdir(M) == 0, "chdir M");
+    char wd[PATH_MAX];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    CHECK(getwd(wd) && strcmp(wd, M) == 0, "getwd %s", wd);
+#pragma GCC diagnostic pop
+    CHECK(chdir("/") == 0, "chdir /");
+    DIR *sd = opendir(M);
+    CHECK(sd && readdir(sd), "opendir M");
+    long pos = telldir(sd);
+    struct dirent *e1 = readdir(sd);
+    CHECK(e1 != NULL, "readdir");
+    char first[256];
+    snprintf(first, sizeof first, "%s", e1->d_name);
+    readdir(sd);
+    seekdir(sd, pos);
+    e1 = readdir(sd);
+    CHECK(e1 && strcmp(e1->d_name, first) == 0, "seekdir back to %s", first);
+    closedir(sd);
+    ok("getwd telldir seekdir");
     printf("all edge cases passed\n");
     return 0;
 }

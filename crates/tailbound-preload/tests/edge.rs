@@ -76,20 +76,101 @@ fn library_descriptors_behave_like_kernel_ones_in_the_edge_cases() {
         stdout, "back on the terminal\nall edge cases passed\n",
         "{stderr}"
     );
-    for check in [
-        "numbers",
-        "locks",
-        "mmap",
-        "stdio",
-        "fork and exec",
-        "mkstemp",
-    ] {
+    for check in ALL_CHECKS {
         assert!(stderr.contains(&format!("ok {check}\n")), "{stderr}");
     }
     assert!(!Path::new(&mount).exists());
 }
 
+/// Every check `tests/edge.c` names when all pass.
+const ALL_CHECKS: &[&str] = &[
+    "numbers",
+    "raw syscalls fail with EBADF",
+    "dup, dup2, fcntl flags",
+    "append",
+    "locks",
+    "unlink while open",
+    "mmap",
+    "directories",
+    "ioctl",
+    "stdio",
+    "fork and exec",
+    "mkstemp",
+    "close_range",
+    "preadv2 pwritev2",
+    "statx",
+    "__xstat",
+    "copy_file_range sendfile splice",
+    "shared mappings",
+    "stdio family",
+    "mkostemp",
+    "lockf",
+    "fortified entry points",
+    "getwd telldir seekdir",
+];
+
+#[test]
+fn a_fortified_build_reaches_the_chk_and_open_2_entry_points() {
+    let work = tempfile::tempdir_in("/dev/shm").unwrap();
+    let exe = work.path().join("edge-fortified");
+    compile_with(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/edge.c"),
+        &exe,
+        &["-O2", "-D_FORTIFY_SOURCE=2"],
+    );
+    // The build really calls them (they are in its dynamic symbol table).
+    let image = std::fs::read(&exe).unwrap();
+    for sym in [
+        "__read_chk",
+        "__pread_chk",
+        "__readlink_chk",
+        "__realpath_chk",
+        "__getcwd_chk",
+        "__getwd_chk",
+        "__open_2",
+        "__openat_2",
+    ] {
+        assert!(
+            image
+                .windows(sym.len() + 1)
+                .any(|w| w[..sym.len()] == *sym.as_bytes() && w[sym.len()] == 0),
+            "the fortified build does not call {sym}"
+        );
+    }
+    let pool = pool(work.path());
+    let mount = format!("/tailbound-edge-fortified-{}", std::process::id());
+    let out = Command::new(&exe)
+        .arg(&mount)
+        .env("LD_PRELOAD", preload())
+        .env("TAILBOUND_MOUNT", format!("{mount}={}", pool.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for check in ALL_CHECKS {
+        assert!(stderr.contains(&format!("ok {check}\n")), "{stderr}");
+    }
+    assert!(!Path::new(&mount).exists());
+}
+
+#[test]
+fn tmpfile_is_made_in_the_pool_when_tmp_is_under_a_mount() {
+    // The mount prefix applies to the test program only: its /tmp is the pool.
+    let out = run_edge_at("/tmp", &["tmpfile"], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "tmpfile in the pool\n"
+    );
+}
+
 fn run_edge(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mount = format!("/tailbound-edge-test-{}-{}", std::process::id(), args.len());
+    run_edge_at(&mount, args, env)
+}
+
+fn run_edge_at(mount: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let work = tempfile::tempdir_in("/dev/shm").unwrap();
     let exe = work.path().join("edge");
     compile(
@@ -97,9 +178,8 @@ fn run_edge(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
         &exe,
     );
     let pool = pool(work.path());
-    let mount = format!("/tailbound-edge-test-{}-{}", std::process::id(), args.len());
     let mut cmd = Command::new(&exe);
-    cmd.arg(&mount)
+    cmd.arg(mount)
         .args(args)
         .env("LD_PRELOAD", preload())
         .env("TAILBOUND_MOUNT", format!("{mount}={}", pool.display()));
