@@ -165,10 +165,11 @@ struct CleanerArgs {
 
 #[derive(Args)]
 struct FairnessArgs {
-    /// 2:1 at 1 and 10 MiB, reads and writes, bfq and none, a 1 s window (seconds in all).
+    /// 2:1 at 1 and 10 MiB, reads and writes, every system, a 1 s window (seconds in all).
     #[arg(long)]
     quick: bool,
-    /// Comma-separated systems: bfq, none.
+    /// Comma-separated systems: tbfs (a tbfs pool behind tailbound's fair scheduler), tbfs-fifo
+    /// (the same behind fifo: the throughput baseline), bfq, none. Default: all four.
     #[arg(long, value_delimiter = ',')]
     systems: Vec<String>,
     /// Weight sets, separated by commas, weights by colons (e.g. 2:1,3:2:2:1). Default: 2:1,3:2,3:2:2:1
@@ -1006,7 +1007,7 @@ fn run_fairness(args: FairnessArgs) -> CliResult {
             .iter()
             .map(|s| {
                 fairness::System::parse(s)
-                    .ok_or_else(|| format!("unknown system {s:?} (bfq, none)"))
+                    .ok_or_else(|| format!("unknown system {s:?} (tbfs, tbfs-fifo, bfq, none)"))
             })
             .collect::<Result<_, _>>()?;
     }

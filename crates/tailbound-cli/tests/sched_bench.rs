@@ -116,6 +116,8 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
         "bench",
         "fairness",
         "--quick",
+        "--window",
+        "500ms",
         "--dir",
         scratch.to_str().unwrap(),
         "--json",
@@ -126,13 +128,14 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
     assert!(out.status.success(), "{}", stderr(&out));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("| bfq "), "{table}");
+    assert!(table.contains("| tbfs "), "{table}");
     assert!(table.contains("Targets"), "{table}");
 
     let report = read_json(&json);
     assert_eq!(report["experiment"], "fairness");
     let cases = report["cases"].as_array().unwrap();
-    // --quick: 2:1 at 1 and 10 MiB, read and write, under bfq and none.
-    assert_eq!(cases.len(), 8, "{report:#}");
+    // --quick: 2:1 at 1 and 10 MiB, read and write, under tbfs, tbfs-fifo, bfq and none.
+    assert_eq!(cases.len(), 16, "{report:#}");
     let schema: BTreeSet<String> = [
         "system",
         "weights",
@@ -150,7 +153,10 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
         let system = case["system"].as_str().unwrap();
         let op = case["op"].as_str().unwrap();
         let block = case["block_mb"].as_u64().unwrap();
-        assert!(["bfq", "none"].contains(&system), "{case}");
+        assert!(
+            ["tbfs", "tbfs-fifo", "bfq", "none"].contains(&system),
+            "{case}"
+        );
         assert!(["read", "write"].contains(&op), "{case}");
         assert!([1, 10].contains(&block), "{case}");
         seen.insert((system.to_string(), op.to_string(), block));
@@ -178,7 +184,7 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
         let ratio_error = case["ratio_error"].as_f64().unwrap();
         assert!((ratio_error - expected).abs() < 1e-9, "{case}");
     }
-    assert_eq!(seen.len(), 8, "every case once: {seen:?}");
+    assert_eq!(seen.len(), 16, "every case once: {seen:?}");
     assert!(report["targets"].as_array().is_some_and(|t| !t.is_empty()));
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     machine_is_clean(&scratch, &before);

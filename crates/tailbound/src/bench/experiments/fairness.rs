@@ -31,6 +31,7 @@ use crate::bench::experiments::tenants::{
 };
 use crate::bench::progress::Progress;
 use crate::bench::report::{targets_markdown, Align, Table, TargetCheck};
+use crate::sched::Policy;
 use crate::sys::file::{AlignedBuf, O_DIRECT};
 use crate::sys::time::monotonic_now;
 
@@ -76,13 +77,19 @@ impl IoOp {
 pub enum System {
     /// The kernel's block layer with this scheduler on the loop device (weights only under bfq).
     Kernel(KernelSched),
+    /// A tbfs pool on the loop device (file backend) behind tailbound's scheduler with this
+    /// policy; each tenant a thread with its own scheduler tenant and file.
+    Tbfs(Policy),
 }
 
 impl System {
-    /// The JSON `system`: the kernel scheduler's name.
+    /// The JSON `system`: `tbfs` (policy `fair`), `tbfs-fifo` (the throughput baseline), or the
+    /// kernel scheduler's name.
     pub fn name(self) -> &'static str {
         match self {
             System::Kernel(s) => s.name(),
+            System::Tbfs(Policy::Fifo) => "tbfs-fifo",
+            System::Tbfs(_) => "tbfs",
         }
     }
 
@@ -90,10 +97,16 @@ impl System {
         match name {
             "bfq" => Some(System::Kernel(KernelSched::Bfq)),
             "none" => Some(System::Kernel(KernelSched::None)),
+            "tbfs" => Some(System::Tbfs(Policy::Fair)),
+            "tbfs-fifo" => Some(System::Tbfs(Policy::Fifo)),
             _ => None,
         }
     }
 }
+
+/// How long tailbound's `fair` waits for a tenant's next request, as BFQ's `slice_idle` (see
+/// [`crate::sched::Config::anticipation`]).
+pub const TBFS_ANTICIPATION: Duration = Duration::from_millis(8);
 
 /// Why the experiment could not run.
 #[derive(Debug, thiserror::Error)]
@@ -297,6 +310,8 @@ impl FairnessBench {
         FairnessBench {
             scratch_parent,
             systems: vec![
+                System::Tbfs(Policy::Fair),
+                System::Tbfs(Policy::Fifo),
                 System::Kernel(KernelSched::Bfq),
                 System::Kernel(KernelSched::None),
             ],
@@ -397,6 +412,9 @@ impl FairnessBench {
                             System::Kernel(sched) => {
                                 self.run_kernel_case(&dev, sched, weights, op, block_mib)
                             }
+                            System::Tbfs(policy) => {
+                                self.run_tbfs_case(&dev, policy, weights, op, block_mib)
+                            }
                         }
                         .map_err(|message| FairnessError::Case {
                             case: case.clone(),
@@ -489,6 +507,137 @@ impl FairnessBench {
     }
 }
 
+impl FairnessBench {
+    /// One tbfs case: a fresh pool on the loop device (the kernel's scheduler set to `none` under
+    /// it), tailbound's scheduler with `policy` in front (depth 1, anticipation for `fair`), and
+    /// one thread per tenant with its own file of half a region, reading (`pread`) or writing
+    /// (`pwrite` then `fsync`) whole blocks round and round.
+    fn run_tbfs_case(
+        &self,
+        dev: &LoopDevice,
+        policy: Policy,
+        weights: &[u32],
+        op: IoOp,
+        block_mib: u64,
+    ) -> Result<FairnessRow, String> {
+        use crate::sched::{Prio, SchedDevice, Scheduler};
+        use crate::tbfs::{Config as FsConfig, Fs, OpenFlags};
+        let _kernel =
+            SchedulerGuard::set(dev.path(), KernelSched::None).map_err(|e| e.to_string())?;
+        let file_dev = crate::dev::file::FileDevice::open(dev.path())
+            .map_err(|e| format!("opening {} as a tbfs pool: {e}", dev.path()))?;
+        let mut cfg = crate::sched::Config::for_device(Path::new(dev.path()));
+        cfg.policy = policy;
+        cfg.depth = 1;
+        cfg.anticipation = (policy != Policy::Fifo).then_some(TBFS_ANTICIPATION);
+        let sched = Scheduler::new(Arc::new(file_dev), cfg).map_err(|e| e.to_string())?;
+        let fs = Fs::format(
+            Arc::new(SchedDevice::new(Arc::clone(&sched))),
+            &FsConfig {
+                checkpoint_every: None,
+                protection_period: Duration::ZERO,
+                ..FsConfig::default()
+            },
+        )
+        .map_err(|e| format!("formatting the pool: {e}"))?;
+        let block = block_mib * MIB;
+        let blocks = (self.region_bytes() / 2 / block).max(1);
+        let data: Vec<u8> = (0..block).map(|i| (i % 241) as u8 | 0x80).collect();
+        let mut files = Vec::new();
+        for (i, &w) in weights.iter().enumerate() {
+            let f = fs
+                .open_file(&format!("/tenant-{i}"), OpenFlags::create())
+                .map_err(|e| format!("creating tenant {i}'s file: {e}"))?;
+            if op == IoOp::Read {
+                for k in 0..blocks {
+                    f.pwrite(&data, k * block)
+                        .map_err(|e| format!("filling tenant {i}'s file: {e}"))?;
+                }
+                f.fsync()
+                    .map_err(|e| format!("filling tenant {i}'s file: {e}"))?;
+            }
+            let tenant = sched.add_tenant(&format!("tenant {i}"), Prio::DEFAULT, w);
+            files.push((f, tenant));
+        }
+        let stop = AtomicBool::new(false);
+        let start = std::sync::Barrier::new(weights.len() + 1);
+        let (open, close, results) = std::thread::scope(|s| {
+            let handles: Vec<_> = files
+                .iter()
+                .map(|(f, tenant)| {
+                    let (stop, start, data) = (&stop, &start, &data);
+                    s.spawn(move || -> Result<Vec<(u64, u64, u64)>, String> {
+                        crate::sched::set_thread_tenant(Some(*tenant));
+                        let mut buf = vec![0u8; block as usize];
+                        let mut ops = Vec::new();
+                        start.wait();
+                        let mut k = 0;
+                        while !stop.load(Ordering::Relaxed) {
+                            let at = (k % blocks) * block;
+                            let t0 = monotonic_now().0;
+                            match op {
+                                IoOp::Read => f.pread(&mut buf, at).map(|_| ()),
+                                IoOp::Write => f.pwrite(data, at).and_then(|_| f.fsync()),
+                            }
+                            .map_err(|e| format!("{} of {block} bytes at {at}: {e}", op.name()))?;
+                            ops.push((t0, monotonic_now().0, block));
+                            k += 1;
+                        }
+                        Ok(ops)
+                    })
+                })
+                .collect();
+            start.wait();
+            let go = monotonic_now();
+            let open = go.plus(self.warmup);
+            let until = open.plus(self.window);
+            while monotonic_now().0 < until.0 {
+                if self
+                    .interrupted
+                    .as_ref()
+                    .is_some_and(|f| f.load(Ordering::Relaxed))
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20).min(until.since(monotonic_now())));
+            }
+            let close = monotonic_now();
+            stop.store(true, Ordering::Relaxed);
+            let results: Vec<_> = handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a tenant thread panicked".into()))
+                })
+                .collect();
+            (open, close, results)
+        });
+        if self
+            .interrupted
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+        {
+            return Err("interrupted".into());
+        }
+        let seconds = close.since(open).as_secs_f64();
+        let mut shares = Vec::new();
+        for r in results {
+            shares.push(bytes_in_window(&r?, open.0, close.0) / MIB as f64 / seconds);
+        }
+        drop(files);
+        drop(fs);
+        Ok(FairnessRow {
+            system: System::Tbfs(policy).name(),
+            weights: weights.to_vec(),
+            op: op.name(),
+            block_mb: block_mib,
+            ratio_error: ratio_error(weights, &shares),
+            total_mb_per_s: shares.iter().sum(),
+            shares_mb_per_s: shares,
+        })
+    }
+}
+
 /// `2:1`, `3:2:2:1`.
 pub fn weights_label(weights: &[u32]) -> String {
     weights
@@ -525,15 +674,49 @@ pub fn check_targets(rows: &[FairnessRow]) -> Vec<TargetCheck> {
             }),
             met: !tb.is_empty() && tb.iter().all(|r| r.ratio_error <= RATIO_ERROR_MAX),
         },
-        TargetCheck {
-            target: format!(
-                "tbfs total throughput within {:.0} % of fifo",
-                (1.0 - TOTAL_VS_FIFO_MIN) * 100.0
-            ),
-            measured: not_run,
-            met: false,
-        },
+        throughput_vs_fifo(rows, &tb),
     ]
+}
+
+/// Every tbfs case's total against the `tbfs-fifo` case with the same weights, op and block size.
+fn throughput_vs_fifo(rows: &[FairnessRow], tb: &[&FairnessRow]) -> TargetCheck {
+    let target = format!(
+        "tbfs total throughput within {:.0} % of fifo",
+        (1.0 - TOTAL_VS_FIFO_MIN) * 100.0
+    );
+    let pairs: Vec<(&FairnessRow, f64)> = tb
+        .iter()
+        .filter_map(|r| {
+            rows.iter()
+                .find(|f| {
+                    f.system == "tbfs-fifo"
+                        && f.weights == r.weights
+                        && f.op == r.op
+                        && f.block_mb == r.block_mb
+                })
+                .filter(|f| f.total_mb_per_s > 0.0)
+                .map(|f| (*r, r.total_mb_per_s / f.total_mb_per_s))
+        })
+        .collect();
+    let Some(&(worst, ratio)) = pairs.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
+        return TargetCheck {
+            target,
+            measured: "not measured: no tbfs case with its tbfs-fifo case in this run".into(),
+            met: false,
+        };
+    };
+    TargetCheck {
+        target,
+        measured: format!(
+            "worst {:.1} % of fifo ({} {} {} MiB) over {} cases",
+            ratio * 100.0,
+            weights_label(&worst.weights),
+            worst.op,
+            worst.block_mb,
+            pairs.len()
+        ),
+        met: pairs.len() == tb.len() && pairs.iter().all(|p| p.1 >= TOTAL_VS_FIFO_MIN),
+    }
 }
 
 /// The experiment's result: what `--json` writes.
@@ -693,9 +876,9 @@ mod tests {
         b.weight_sets = WEIGHT_SETS.iter().map(|w| w.to_vec()).collect();
         assert_eq!(b.region_bytes(), 400 * MIB);
         assert_eq!(b.device_bytes(), 1600 * MIB);
-        assert_eq!(b.case_count(), 2 * 3 * 2);
+        assert_eq!(b.case_count(), 4 * 3 * 2);
         let full = FairnessBench::full(PathBuf::new());
-        assert_eq!(full.case_count(), 2 * 3 * 2 * 5);
+        assert_eq!(full.case_count(), 4 * 3 * 2 * 5);
     }
 
     #[test]
@@ -711,6 +894,33 @@ mod tests {
         b.weight_sets = vec![vec![2, 1]];
         b.block_mibs = vec![];
         assert!(b.validate().is_err());
+    }
+
+    #[test]
+    fn the_throughput_target_compares_each_tbfs_case_with_its_fifo_case() {
+        let row = |system: &'static str, block_mb: u64, total: f64| FairnessRow {
+            system,
+            weights: vec![2, 1],
+            op: "read",
+            block_mb,
+            shares_mb_per_s: vec![total * 2.0 / 3.0, total / 3.0],
+            ratio_error: 0.0,
+            total_mb_per_s: total,
+        };
+        let rows = [
+            row("tbfs", 1, 99.0),
+            row("tbfs-fifo", 1, 100.0),
+            row("tbfs", 10, 97.0),
+            row("tbfs-fifo", 10, 100.0),
+        ];
+        let check = &check_targets(&rows)[1];
+        assert!(!check.met, "{check:?}");
+        assert!(check.measured.contains("97.0 %"), "{check:?}");
+        assert!(check.measured.contains("10 MiB"), "{check:?}");
+        assert!(check_targets(&rows[..2])[1].met);
+        // A tbfs case without its fifo case cannot pass.
+        assert!(!check_targets(&rows[..1])[1].met);
+        assert!(!check_targets(&[rows[0].clone(), rows[1].clone(), rows[2].clone()])[1].met);
     }
 
     #[test]
