@@ -388,12 +388,7 @@ extern "C" fn on_sigsys(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void
         g[libc::REG_R8 as usize] as c_long,
         g[libc::REG_R9 as usize] as c_long,
     ];
-    let outcome = if hooks::busy() {
-        // The shim itself: never route its own calls (it may hold the engine's locks).
-        Outcome::Value(raw(nr, a))
-    } else {
-        dispatch(nr, a, ctx)
-    };
+    let outcome = dispatch(nr, a, ctx);
     if let Outcome::Value(v) = outcome {
         ctx.uc_mcontext.gregs[libc::REG_RAX as usize] = v;
     }
@@ -445,6 +440,10 @@ fn dispatch(nr: c_long, a: [c_long; 6], ctx: &mut libc::ucontext_t) -> Outcome {
                 let _ = switch_on_this_thread();
                 Outcome::Value(r)
             }
+            // Inside the shim (it may hold the engine's locks) file calls are never routed. The
+            // guard lets calls through while it is held, so this is a signal handler's call that
+            // arrived as the guard was taken or dropped.
+            _ if hooks::busy() => Outcome::Value(raw(nr, a)),
             libc::SYS_exit_group => hooks::_exit(fd(0)),
             libc::SYS_read => sys(hooks::read(fd(0), m(1), a[2] as size_t) as c_long),
             libc::SYS_write => sys(hooks::write(fd(0), m(1), a[2] as size_t) as c_long),

@@ -42,8 +42,11 @@ fn enter() -> Option<Guard> {
         if b.get() {
             None
         } else {
+            // Calls are let through before the flag is set (and the flag cleared before they are
+            // blocked again), so a signal handler that runs in between never traps while busy.
+            let prev = crate::catchall::allow();
             b.set(true);
-            Some(Guard(crate::catchall::allow()))
+            Some(Guard(prev))
         }
     })
 }
