@@ -104,7 +104,9 @@ enum Experiment {
     /// Priority under a background copy (seed 004): 4 KiB O_SYNC appends of a real-time I/O
     /// class writer (ioprio_set, as `ionice -c1`) at 111/s and flat out, while a separate process
     /// at best-effort level 7 copies a multi-GB file, on ext4 on a loop device, under the kernel
-    /// schedulers none, mq-deadline, kyber and bfq. Needs root.
+    /// schedulers none, mq-deadline, kyber and bfq; and the same inside a tbfs pool on that loop
+    /// file system behind tailbound's scheduler (--policies; the copy a thread at best-effort
+    /// level 7 making each 1 MiB write durable, the writer appending with fdatasync). Needs root.
     ///
     /// Reports min, p50, p99, p99.9, p99.99, p99.9999 and max of write() and the copy's MB/s alone
     /// and under the writer. The copy uses O_DIRECT 1 MiB requests, so its priority reaches the
@@ -231,6 +233,10 @@ struct PriorityArgs {
         default_value = "none,mq-deadline,kyber,bfq"
     )]
     schedulers: Vec<String>,
+    /// Comma-separated policies of tailbound's scheduler for the tbfs cases (fifo, priority,
+    /// fair, default); `none` runs no tbfs case.
+    #[arg(long, value_delimiter = ',', default_value = "default")]
+    policies: Vec<String>,
     /// Size of the file the background process copies. Default: 2GiB, or 64MiB with --quick.
     #[arg(long, value_parser = parse_bytes)]
     copy_size: Option<u64>,
@@ -1118,6 +1124,12 @@ fn run_priority(args: PriorityArgs) -> CliResult {
             KernelSched::parse(s)
                 .ok_or_else(|| format!("unknown scheduler {s:?} (none, mq-deadline, kyber, bfq)"))
         })
+        .collect::<Result<_, _>>()?;
+    bench.tbfs_policies = args
+        .policies
+        .iter()
+        .filter(|p| p.as_str() != "none")
+        .map(|p| p.parse::<tailbound::sched::Policy>())
         .collect::<Result<_, _>>()?;
     if let Some(writes) = args.writes {
         bench.writes = writes;

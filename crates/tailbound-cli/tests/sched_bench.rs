@@ -217,7 +217,11 @@ fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
     let report = read_json(&json);
     assert_eq!(report["experiment"], "priority");
     let cases = report["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 8, "4 schedulers x 2 rates: {report:#}");
+    assert_eq!(
+        cases.len(),
+        10,
+        "4 kernel schedulers and tbfs's default policy x 2 rates: {report:#}"
+    );
     let mut seen = BTreeSet::new();
     for case in cases {
         let k = keys(case);
@@ -235,7 +239,8 @@ fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
         ] {
             assert!(k.contains(key), "missing {key} in {case}");
         }
-        assert_eq!(case["system"], "kernel");
+        let system = case["system"].as_str().unwrap();
+        assert!(["kernel", "tbfs"].contains(&system), "{case}");
         assert_eq!(case["writes"], 200);
         let scheduler = case["scheduler"].as_str().unwrap().to_string();
         let rate = case["rate"].as_str().unwrap().to_string();
@@ -270,11 +275,11 @@ fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
     let schedulers: BTreeSet<&str> = seen.iter().map(|(s, _)| s.as_str()).collect();
     assert_eq!(
         schedulers,
-        ["bfq", "kyber", "mq-deadline", "none"]
+        ["bfq", "default", "kyber", "mq-deadline", "none"]
             .into_iter()
             .collect()
     );
-    assert_eq!(seen.len(), 8);
+    assert_eq!(seen.len(), 10);
     assert_eq!(report["targets"].as_array().unwrap().len(), 3);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     machine_is_clean(&scratch, &before);

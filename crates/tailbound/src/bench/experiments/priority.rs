@@ -37,7 +37,7 @@ use crate::bench::progress::Progress;
 use crate::bench::report::{fmt_us, targets_markdown, Align, Table, TargetCheck};
 use crate::bench::stats::{BoxStats, LatencyHistogram};
 use crate::bench::timer::PeriodicTimer;
-use crate::sched::{Class, Prio};
+use crate::sched::{Class, Policy, Prio};
 use crate::sys::file::{AlignedBuf, O_DIRECT};
 use crate::sys::time::monotonic_now;
 
@@ -308,6 +308,8 @@ pub struct PriorityBench {
     /// Where the loop device's image goes (on the disk to measure, not a tmpfs).
     pub scratch_parent: PathBuf,
     pub schedulers: Vec<KernelSched>,
+    /// tailbound's cases: a tbfs pool behind the scheduler with each of these policies.
+    pub tbfs_policies: Vec<Policy>,
     pub rates: Vec<Rate>,
     /// Writes per case.
     pub writes: u64,
@@ -326,6 +328,7 @@ impl PriorityBench {
         PriorityBench {
             scratch_parent,
             schedulers: KernelSched::ALL.to_vec(),
+            tbfs_policies: vec![Policy::Default],
             rates: vec![Rate::Paced(PAPER_RATE_PER_S), Rate::FlatOut],
             writes: WRITES_FULL,
             copy_bytes: COPY_BYTES_FULL,
@@ -347,7 +350,7 @@ impl PriorityBench {
     }
 
     pub fn case_count(&self) -> usize {
-        self.schedulers.len() * self.rates.len()
+        (self.schedulers.len() + self.tbfs_policies.len()) * self.rates.len()
     }
 
     /// The ext4 image: the source, two copies (one being written, one being removed), two logs,
@@ -367,7 +370,8 @@ impl PriorityBench {
                 Rate::FlatOut => Duration::from_millis(self.writes),
             })
             .sum();
-        (per_rate + self.copy_alone * self.rates.len() as u32) * self.schedulers.len() as u32
+        (per_rate + self.copy_alone * self.rates.len() as u32)
+            * (self.schedulers.len() + self.tbfs_policies.len()) as u32
     }
 
     /// Checks the parameters before anything is created.
@@ -418,6 +422,21 @@ impl PriorityBench {
                 progress.set_message(case.clone());
                 let row = self
                     .run_kernel_case(&fs, &device, &src, sched, rate)
+                    .map_err(|message| PriorityError::Case {
+                        case: case.clone(),
+                        message,
+                    })?;
+                on_row(&row);
+                rows.push(row);
+                progress.inc(1);
+            }
+        }
+        for &policy in &self.tbfs_policies {
+            for &rate in &self.rates {
+                let case = format!("tbfs {} {}", policy.name(), rate.name());
+                progress.set_message(case.clone());
+                let row = self
+                    .run_tbfs_case(&fs, &device, policy, rate)
                     .map_err(|message| PriorityError::Case {
                         case: case.clone(),
                         message,
@@ -517,6 +536,195 @@ impl PriorityBench {
             under,
             alone,
         ))
+    }
+}
+
+impl PriorityBench {
+    /// One tbfs case: a pool file on the loop file system (the loop device's scheduler set to
+    /// `none`, so only tailbound's orders the I/O) behind tailbound's scheduler with `policy`;
+    /// the copy is a thread at best-effort level 7 copying a file inside the pool in 1 MiB
+    /// reads and writes, each write made durable (`fdatasync`) as the kernel side's `O_DIRECT`
+    /// copy is; the writer a thread in the real-time class appending 4 KiB with `fdatasync`.
+    /// Both threads' scheduler tenants follow their kernel ioprio.
+    fn run_tbfs_case(
+        &self,
+        fs: &LoopFs,
+        device: &str,
+        policy: Policy,
+        rate: Rate,
+    ) -> Result<PriorityRow, String> {
+        use crate::sched::{SchedDevice, Scheduler};
+        use crate::tbfs::{Config as FsConfig, Fs, OpenFlags};
+        let _sched = SchedulerGuard::set(device, KernelSched::None).map_err(|e| e.to_string())?;
+        let work = CaseDir::create(fs.mount_point())?;
+        let pool = work.0.join("pool.tbfs");
+        let file_dev =
+            crate::dev::file::FileDevice::create(&pool, 2 * self.copy_bytes + (512 << 20))
+                .map_err(|e| format!("creating the pool {}: {e}", pool.display()))?;
+        let mut cfg = crate::sched::Config::for_device(&pool);
+        cfg.policy = policy;
+        let sched = Scheduler::new(Arc::new(file_dev), cfg).map_err(|e| e.to_string())?;
+        let tbfs = Fs::format(
+            Arc::new(SchedDevice::new(Arc::clone(&sched))),
+            &FsConfig {
+                checkpoint_every: None,
+                protection_period: Duration::ZERO,
+                ..FsConfig::default()
+            },
+        )
+        .map_err(|e| format!("formatting the pool: {e}"))?;
+        let chunk = COPY_CHUNK_BYTES as usize;
+        let pattern: Vec<u8> = (0..chunk).map(|i| (i % 239) as u8 | 0x40).collect();
+        let chunks = (self.copy_bytes / COPY_CHUNK_BYTES).max(1);
+        {
+            let src = tbfs
+                .open_file("/source", OpenFlags::create())
+                .map_err(|e| format!("creating the copy's source: {e}"))?;
+            for k in 0..chunks {
+                src.pwrite(&pattern, k * COPY_CHUNK_BYTES)
+                    .map_err(|e| format!("writing the copy's source: {e}"))?;
+            }
+            src.fsync()
+                .map_err(|e| format!("writing the copy's source: {e}"))?;
+        }
+        let stop = AtomicBool::new(false);
+        let tbfs = &tbfs;
+        let (samples, go, alone_end, result) = std::thread::scope(|s| {
+            let stop = &stop;
+            let copier = s.spawn(move || -> Result<Vec<(u64, u64)>, String> {
+                COPY_PRIO
+                    .apply_to_current_thread()
+                    .map_err(|e| format!("setting the copy's I/O priority: {e}"))?;
+                let src = tbfs
+                    .open_file("/source", OpenFlags::read_only())
+                    .map_err(|e| format!("opening the source: {e}"))?;
+                let mut buf = vec![0u8; chunk];
+                let mut samples = vec![(monotonic_now().0, 0u64)];
+                let mut total = 0u64;
+                let mut pass = 0u64;
+                'copying: loop {
+                    let name = format!("/copy-{pass}");
+                    let dst = tbfs
+                        .open_file(&name, OpenFlags::create())
+                        .map_err(|e| format!("creating {name}: {e}"))?;
+                    for k in 0..chunks {
+                        if stop.load(Ordering::Relaxed) {
+                            break 'copying;
+                        }
+                        let at = k * COPY_CHUNK_BYTES;
+                        src.pread(&mut buf, at)
+                            .and_then(|_| dst.pwrite(&buf, at))
+                            .and_then(|_| dst.fdatasync())
+                            .map_err(|e| format!("copying at {at}: {e}"))?;
+                        total += COPY_CHUNK_BYTES;
+                        samples.push((monotonic_now().0, total));
+                    }
+                    drop(dst);
+                    if pass > 0 {
+                        let old = format!("/copy-{}", pass - 1);
+                        tbfs.unlink(&old)
+                            .map_err(|e| format!("removing {old}: {e}"))?;
+                    }
+                    pass += 1;
+                }
+                Ok(samples)
+            });
+            let go = monotonic_now();
+            let alone_end = go.plus(self.copy_alone);
+            while monotonic_now().0 < alone_end.0 && !copier.is_finished() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let result = if copier.is_finished() {
+                Err("the copy ended before the writer started".to_string())
+            } else {
+                self.tbfs_writer(tbfs, rate)
+            };
+            stop.store(true, Ordering::Relaxed);
+            let samples = copier
+                .join()
+                .unwrap_or_else(|_| Err("the copy thread panicked".into()));
+            (samples, go, alone_end, result)
+        });
+        let samples = samples?;
+        let (hist, w0, w1) = result?;
+        let alone = growth_in_window(&samples, go.0, alone_end.0)
+            / MIB as f64
+            / alone_end.since(go).as_secs_f64();
+        let under = growth_in_window(&samples, w0, w1)
+            / MIB as f64
+            / Duration::from_nanos(w1.saturating_sub(w0)).as_secs_f64();
+        Ok(PriorityRow::from_histogram(
+            "tbfs",
+            policy.name().into(),
+            rate,
+            &hist,
+            under,
+            alone,
+        ))
+    }
+
+    /// The writer of a tbfs case, on the calling thread in the real-time I/O class: `writes`
+    /// appends of 4 KiB to `/log`, each followed by `fdatasync`, paced or flat out; the log is
+    /// started afresh every [`LOG_BYTES_MAX`].
+    fn tbfs_writer(
+        &self,
+        tbfs: &crate::tbfs::Fs,
+        rate: Rate,
+    ) -> Result<(LatencyHistogram, u64, u64), String> {
+        use crate::tbfs::OpenFlags;
+        let before = Prio::of_current_thread();
+        WRITER_PRIO
+            .apply_to_current_thread()
+            .map_err(|e| format!("setting the writer's real-time I/O priority: {e}"))?;
+        let outcome = (|| {
+            let data = [0x5au8; WRITE_BYTES];
+            let mut hist = LatencyHistogram::new();
+            let open_log = || {
+                tbfs.open_file(
+                    "/log",
+                    OpenFlags {
+                        truncate: true,
+                        ..OpenFlags::create()
+                    },
+                )
+                .map_err(|e| format!("creating /log: {e}"))
+            };
+            let mut log = open_log()?;
+            let mut log_bytes = 0u64;
+            let mut timer = match rate {
+                Rate::Paced(n) => Some(PeriodicTimer::new(Duration::from_secs_f64(
+                    1.0 / f64::from(n),
+                ))),
+                Rate::FlatOut => None,
+            };
+            let first = monotonic_now().0;
+            for i in 0..self.writes {
+                if i % 64 == 0 && interrupted(&self.interrupted) {
+                    return Err("interrupted".to_string());
+                }
+                if log_bytes >= LOG_BYTES_MAX {
+                    drop(log);
+                    log = open_log()?;
+                    log_bytes = 0;
+                }
+                if let Some(timer) = timer.as_mut() {
+                    timer.skip_missed();
+                    timer
+                        .wait()
+                        .map_err(|e| format!("waiting for the timer: {e}"))?;
+                }
+                let start = Instant::now();
+                log.append(&data)
+                    .and_then(|_| log.fdatasync())
+                    .map_err(|e| format!("appending to /log: {e}"))?;
+                hist.record(start.elapsed());
+                log_bytes += WRITE_BYTES as u64;
+            }
+            Ok((hist, first, monotonic_now().0))
+        })();
+        // The calling thread goes back to the priority it had.
+        let _ = before.apply_to_current_thread();
+        outcome
     }
 }
 
@@ -815,7 +1023,7 @@ mod tests {
         b.writes = 1;
         b.rates.clear();
         assert!(b.validate().is_err());
-        assert_eq!(PriorityBench::full(PathBuf::new()).case_count(), 8);
+        assert_eq!(PriorityBench::full(PathBuf::new()).case_count(), 10);
         assert_eq!(PriorityBench::full(PathBuf::new()).writes, 1_000_000);
     }
 
