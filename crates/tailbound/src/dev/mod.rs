@@ -48,6 +48,16 @@ pub trait Device: Send + Sync + fmt::Debug {
         self.write_at(offset, buf)?;
         self.flush()
     }
+    /// Whether a write is a plain memory copy, so that writing a log block by block costs no more
+    /// than one large request. The engine then writes each block in place as it is added to a log
+    /// instead of staging the log in a buffer (one copy less per block).
+    fn writes_are_copies(&self) -> bool {
+        false
+    }
+    /// A hint that `offset..offset + len` will be written soon: a mapped backend maps its pages
+    /// writable now (on tmpfs that also clears them), in one call instead of a page fault per
+    /// page on the writer's path. Changes no contents; errors are ignored.
+    fn prepare_write(&self, _offset: u64, _len: u64) {}
 }
 
 /// Checks the alignment contract of [`Device`] for one request; backends call this first.

@@ -6,6 +6,7 @@
 //! Owns only bytes in memory; it never touches real storage.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{check_request, Device, SECTOR_SIZE};
@@ -51,6 +52,8 @@ struct State {
 pub struct SimDevice {
     len: u64,
     state: Mutex<State>,
+    /// What [`Device::writes_are_copies`] says (see [`SimDevice::set_writes_are_copies`]).
+    copies: AtomicBool,
 }
 
 fn eio(what: &str) -> io::Error {
@@ -75,7 +78,15 @@ impl SimDevice {
                 power_writes_left: None,
                 stats: SimStats::default(),
             }),
+            copies: AtomicBool::new(false),
         }
+    }
+
+    /// Makes the device say its writes are memory copies, as a memory pool does, so the engine
+    /// writes each log block in place as it adds it (and the summary last) instead of the whole
+    /// log at once: crash tests then cover both ways of writing a log.
+    pub fn set_writes_are_copies(&self, copies: bool) {
+        self.copies.store(copies, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -145,6 +156,10 @@ impl SimDevice {
 impl Device for SimDevice {
     fn kind(&self) -> &'static str {
         "sim"
+    }
+
+    fn writes_are_copies(&self) -> bool {
+        self.copies.load(Ordering::Relaxed)
     }
 
     fn len(&self) -> u64 {

@@ -141,6 +141,11 @@ impl Inner {
         m.writer.cur_seg = m.writer.next_seg;
         m.writer.next_seg = next;
         m.writer.pos = self.seg_start(m.writer.cur_seg);
+        // The writer enters `next` after this segment: let the device get it ready now.
+        self.dev.prepare_write(
+            self.seg_start(next) * BLOCK_U64,
+            self.segment_blocks * BLOCK_U64,
+        );
         let seg = m.writer.cur_seg as usize;
         m.life.seg_born[seg] = m.checkpoint + 1;
         m.life.since_ckpt.push((seg, m.writer.pos));
@@ -152,18 +157,45 @@ impl Inner {
 
     fn log_open(&self, m: &mut Meta, flags: u16) {
         debug_assert!(m.writer.log.is_none());
-        let mut buf = Vec::with_capacity(BLOCK * 9);
-        buf.resize(BLOCK, 0);
+        // The summary block; buffered devices get the payload after it.
+        m.writer.buf.clear();
+        m.writer.buf.resize(BLOCK, 0);
         m.writer.log = Some(LogBuild {
             start: m.writer.pos,
             flags,
             descriptors: Vec::new(),
-            buf,
+            blocks: 0,
+            payload_crc: 0,
         });
     }
 
+    /// Whether the open log can take one more block of this kind without being closed.
+    fn log_has_room(&self, m: &Meta, kind: DescKind, ino: u64, level: u8, offset: u64) -> bool {
+        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
+        let log = m.writer.log.as_ref().expect("log open");
+        let blocks = log.blocks as usize;
+        let merges = log.descriptors.last().is_some_and(|d| {
+            d.kind == kind
+                && d.ino == ino
+                && d.level == level
+                && d.offset + d.blocks as u64 == offset
+        });
+        log.start + 1 + (blocks as u64) < seg_end
+            && blocks < LOG_BLOCKS_MAX
+            && (merges || log.descriptors.len() < DESCRIPTORS_MAX - DESCRIPTORS_RESERVED)
+    }
+
+    /// Closes the open log and opens its continuation.
+    fn log_roll(&self, m: &mut Meta) -> Result<()> {
+        let flags = m.writer.log.as_ref().expect("log open").flags & !FLAG_BEGIN;
+        self.log_close(m, 0)?;
+        self.log_open(m, flags);
+        Ok(())
+    }
+
     /// Appends one block to the open log (closing it and opening a continuation when it is full)
-    /// and returns the address the block will have.
+    /// and returns the address the block will have. A device whose writes are memory copies gets
+    /// the block at that address now; the log is valid only once its summary follows.
     pub(crate) fn log_add(
         &self,
         m: &mut Meta,
@@ -174,27 +206,36 @@ impl Inner {
         data: &[u8],
     ) -> Result<u64> {
         debug_assert_eq!(data.len(), BLOCK);
-        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
-        let log = m.writer.log.as_ref().expect("log open");
-        let blocks = log.buf.len() / BLOCK - 1;
+        if !self.log_has_room(m, kind, ino, level, offset) {
+            self.log_roll(m)?;
+        }
+        let log = m.writer.log.as_mut().expect("log open");
+        let addr = log.start + 1 + log.blocks as u64;
+        if self.dev.writes_are_copies() {
+            if let Err(e) = self.dev.write_at(addr * BLOCK_U64, data) {
+                let err = Error::io(
+                    format!(
+                        "{} device: writing block {addr} of log {}",
+                        self.dev.kind(),
+                        m.writer.seq
+                    ),
+                    e,
+                );
+                self.poison(&err);
+                return Err(err);
+            }
+        } else {
+            m.writer.buf.extend_from_slice(data);
+        }
+        let log = m.writer.log.as_mut().expect("log open");
+        log.payload_crc = format::crc_append(log.payload_crc, data);
+        log.blocks += 1;
         let merges = log.descriptors.last().is_some_and(|d| {
             d.kind == kind
                 && d.ino == ino
                 && d.level == level
                 && d.offset + d.blocks as u64 == offset
         });
-        let room = log.start + 1 + (blocks as u64) < seg_end
-            && blocks < LOG_BLOCKS_MAX
-            && (merges || log.descriptors.len() < DESCRIPTORS_MAX - DESCRIPTORS_RESERVED);
-        if !room {
-            let flags = log.flags & !FLAG_BEGIN;
-            self.log_close(m, 0)?;
-            self.log_open(m, flags);
-            return self.log_add(m, kind, ino, level, offset, data);
-        }
-        let log = m.writer.log.as_mut().expect("log open");
-        let addr = log.start + 1 + blocks as u64;
-        log.buf.extend_from_slice(data);
         if merges {
             log.descriptors.last_mut().expect("merges").blocks += 1;
         } else {
@@ -224,9 +265,14 @@ impl Inner {
 
     /// Seals the open log, writes it (flushing as the barrier policy says) and moves on.
     fn log_close(&self, m: &mut Meta, end_flags: u16) -> Result<()> {
-        let mut log = m.writer.log.take().expect("log open");
+        let log = m.writer.log.take().expect("log open");
         let flags = log.flags | end_flags;
-        let payload_blocks = (log.buf.len() / BLOCK - 1) as u32;
+        let payload_blocks = log.blocks;
+        debug_assert!(
+            self.dev.writes_are_copies()
+                || m.writer.buf.len() == (1 + payload_blocks as usize) * BLOCK,
+            "a staged log holds its summary and every payload block"
+        );
         let summary_time = now_ns();
         let summary = Summary {
             flags,
@@ -236,11 +282,17 @@ impl Inner {
             checkpoint: m.checkpoint + u64::from(flags & FLAG_CHECKPOINT != 0),
             segment_next: m.writer.next_seg,
             prev_crc: m.writer.prev_crc,
-            payload_crc: format::crc_blocks(&log.buf[BLOCK..]),
+            payload_crc: log.payload_crc,
             time_ns: summary_time,
             descriptors: log.descriptors,
         };
-        let crc = summary.encode_into(&mut log.buf[..BLOCK]);
+        let crc = summary.encode_into(&mut m.writer.buf[..BLOCK]);
+        // In-place devices already hold the payload: the summary, written last, makes it a log.
+        let bytes = if self.dev.writes_are_copies() {
+            &m.writer.buf[..BLOCK]
+        } else {
+            &m.writer.buf[..]
+        };
         let flush = match self.config.barrier {
             Barrier::EveryLog => true,
             Barrier::EveryCheckpoint => flags & FLAG_CHECKPOINT != 0,
@@ -248,9 +300,9 @@ impl Inner {
         };
         let offset = log.start * BLOCK_U64;
         let written = if flush {
-            self.dev.write_and_flush(offset, &log.buf)
+            self.dev.write_and_flush(offset, bytes)
         } else {
-            self.dev.write_at(offset, &log.buf)
+            self.dev.write_at(offset, bytes)
         };
         if let Err(e) = written {
             let err = Error::io(
@@ -275,10 +327,11 @@ impl Inner {
         m.writer.prev_crc = crc;
         m.writer.pos = log.start + 1 + payload_blocks as u64;
         m.writer.unflushed = !flush;
-        m.sb_bytes_since += log.buf.len() as u64;
+        let log_bytes = (1 + payload_blocks as u64) * BLOCK_U64;
+        m.sb_bytes_since += log_bytes;
         self.count(|c| {
             c.logs += 1;
-            c.bytes_written += log.buf.len() as u64;
+            c.bytes_written += log_bytes;
             c.device_flushes += u64::from(flush);
             c.data_only_logs += u64::from(flags & FLAG_DATA_ONLY != 0 && flags & FLAG_END != 0);
         });
@@ -509,6 +562,11 @@ impl Inner {
             m.seg_dec(prev_root, seq, self.segment_blocks);
         }
         let tables = self.write_tables(m)?;
+        // The root names the sequence of the log it ends: open the continuation log first if the
+        // root would not fit in this one, so the sequence is final before the root is encoded.
+        if !self.log_has_room(m, DescKind::Root, 0, 0, 0) {
+            self.log_roll(m)?;
+        }
         let time_ns = now_ns();
         let root = CheckpointRoot {
             number,
@@ -523,21 +581,9 @@ impl Inner {
             oldest_protected: m.life.oldest_protected(time_ns, number),
             tables,
         };
-        // The root names the sequence of the log it ends; a continuation log may still open
-        // before it, so it is fixed up after the add below if the log rolled over.
-        let mut root_block = root.encode();
         let before = m.writer.seq;
-        let addr = self.log_add(m, DescKind::Root, 0, 0, 0, &root_block[..])?;
-        if m.writer.seq != before {
-            let fixed = CheckpointRoot {
-                sequence: m.writer.seq,
-                ..root
-            };
-            root_block = fixed.encode();
-            let log = m.writer.log.as_mut().expect("log open");
-            let at = log.buf.len() - BLOCK;
-            log.buf[at..].copy_from_slice(&root_block[..]);
-        }
+        let addr = self.log_add(m, DescKind::Root, 0, 0, 0, &root.encode()[..])?;
+        debug_assert_eq!(m.writer.seq, before, "the root went into the log it names");
         let root_seq = m.writer.seq;
         self.log_close(m, FLAG_END | FLAG_CHECKPOINT)?;
         m.seg_inc(addr, self.segment_blocks);

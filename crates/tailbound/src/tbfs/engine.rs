@@ -3,7 +3,8 @@
 //! Locking: one `meta` mutex guards the namespace, the inode table, the log writer and segment
 //! usage; each inode has its own mutex for its attributes, block map and buffered data. Order:
 //! `meta` before an inode; the write path takes only the inode (and the small `dirty` set), so data
-//! copies into buffers happen outside any global lock. Storage is written only by `commit`.
+//! copies into buffers happen outside any global lock, and so does a close unless it is the last
+//! handle to an unlinked file. Storage is written only by `commit`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::SeekFrom;
@@ -135,6 +136,10 @@ pub(crate) struct Writer {
     pub seq: u64,
     pub prev_crc: u32,
     pub log: Option<LogBuild>,
+    /// The open log's summary block followed by its payload, when the device does not take each
+    /// block in place (see [`crate::dev::Device::writes_are_copies`]); kept between logs so its
+    /// memory is reused.
+    pub buf: Vec<u8>,
     /// A log was written after the last device flush.
     pub unflushed: bool,
 }
@@ -144,8 +149,10 @@ pub(crate) struct LogBuild {
     pub start: u64,
     pub flags: u16,
     pub descriptors: Vec<format::Descriptor>,
-    /// Summary block followed by the payload.
-    pub buf: Vec<u8>,
+    /// Payload blocks added so far.
+    pub blocks: u32,
+    /// CRC32C of the payload added so far.
+    pub payload_crc: u32,
 }
 
 /// Everything guarded by the `meta` lock.
@@ -844,13 +851,23 @@ impl Inner {
 
     /// A handle closed: free the inode if it was the last one to an unlinked file.
     pub fn release(&self, cell: &InodeCell) {
-        let mut m = self.lock_meta();
-        let free = {
+        // Only the inode lock unless this may be the last handle to an unlinked file: `drop_link`
+        // changes the link count under the inode lock too, so of a close and an unlink racing,
+        // the later one sees both counts at zero and frees.
+        let maybe_free = {
             let mut st = cell.lock();
             st.open = st.open.saturating_sub(1);
             st.open == 0 && st.nlink == 0 && !st.freed
         };
-        if free && !self.read_only {
+        if !maybe_free || self.read_only {
+            return;
+        }
+        let mut m = self.lock_meta();
+        let free = {
+            let st = cell.lock();
+            st.open == 0 && st.nlink == 0 && !st.freed
+        };
+        if free {
             self.free_inode(&mut m, cell);
         }
     }

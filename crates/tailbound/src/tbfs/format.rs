@@ -138,6 +138,11 @@ pub fn crc_blocks(bytes: &[u8]) -> u32 {
     crc(bytes)
 }
 
+/// `crc_blocks` of the bytes `crc` covered followed by `bytes`.
+pub fn crc_append(crc: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, bytes)
+}
+
 fn get_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }

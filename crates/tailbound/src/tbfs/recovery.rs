@@ -110,6 +110,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
             prev_crc: 0,
             log: None,
             unflushed: false,
+            ..Writer::default()
         },
         created_ns: now,
         ..Meta::default()
@@ -925,6 +926,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             prev_crc: prev,
             log: None,
             unflushed: true,
+            ..Writer::default()
         },
         seg,
         checkpoint: root.number,
