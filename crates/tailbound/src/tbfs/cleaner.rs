@@ -345,8 +345,7 @@ impl Inner {
                         m.life.usage_dirty.insert(index);
                     }
                     format::TABLE_PINNED => {
-                        let s = index / m.life.pinned_pages_per_segment;
-                        m.life.pinned_dirty.insert(s as usize);
+                        m.life.pinned_dirty.insert(index);
                     }
                     _ => m.life.snap_dirty = true,
                 }

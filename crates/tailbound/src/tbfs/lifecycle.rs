@@ -102,7 +102,9 @@ pub(crate) struct Life {
     /// belong to no checkpoint yet.
     pub since_ckpt: Vec<(usize, u64)>,
     pub usage_dirty: BTreeSet<u64>,
-    pub pinned_dirty: BTreeSet<usize>,
+    /// Pinned-table pages to rewrite: page `j` of segment `s` is `s·k + j` (`k` =
+    /// `pinned_pages_per_segment`) and holds the pins of the segment's blocks `170·j ..`.
+    pub pinned_dirty: BTreeSet<u64>,
     pub snap_dirty: bool,
     pub tables: [BlockMap; TABLES],
     pub protection: Duration,
@@ -172,22 +174,22 @@ impl Life {
     }
 }
 
+impl Life {
+    /// The pinned-table page that holds `block`'s pin.
+    pub fn pinned_page(&self, block: u64, segment_blocks: u64) -> u64 {
+        let within = (block - format::FIRST_SEGMENT_BLOCK) % segment_blocks;
+        Meta::seg_of(block, segment_blocks) as u64 * self.pinned_pages_per_segment
+            + within / table_entries_per_page(TABLE_PINNED) as u64
+    }
+}
+
 impl Meta {
     /// An upper bound on the blocks the next checkpoint's tables take.
     pub fn table_estimate(&self) -> u64 {
         let snaps = self.life.list.values().filter(|k| k.snapshot).count() as u64;
         self.life.usage_dirty.len() as u64
             + 1
-            + self
-                .life
-                .pinned_dirty
-                .iter()
-                .map(|&s| {
-                    // A segment with nothing pinned becomes a hole.
-                    (self.seg.pinned[s] as u64)
-                        .div_ceil(table_entries_per_page(TABLE_PINNED) as u64)
-                })
-                .sum::<u64>()
+            + self.life.pinned_dirty.len() as u64
             + snaps.div_ceil(table_entries_per_page(TABLE_SNAPSHOTS) as u64)
             + self
                 .life
@@ -229,7 +231,8 @@ impl Meta {
             self.seg.pinned[s] += 1;
         }
         self.life.by_anchor.insert((pin.anchor, block));
-        self.life.pinned_dirty.insert(s);
+        let page = self.life.pinned_page(block, segment_blocks);
+        self.life.pinned_dirty.insert(page);
     }
 
     fn unpin(&mut self, block: u64, seq: u64, segment_blocks: u64) {
@@ -240,7 +243,8 @@ impl Meta {
             if self.seg.pinned[s] == 0 && self.seg.live[s] == 0 {
                 self.seg.dead_at[s] = seq;
             }
-            self.life.pinned_dirty.insert(s);
+            let page = self.life.pinned_page(block, segment_blocks);
+            self.life.pinned_dirty.insert(page);
         }
     }
 
@@ -386,28 +390,30 @@ impl Inner {
         let r = self.write_table_pages(m, TABLE_USAGE, &mut map, pages);
         m.life.tables[0] = map;
         r?;
-        // Pinned blocks, per segment.
+        // Pinned blocks: each page holds the pins of a fixed range of its segment's blocks, so a
+        // pin or an unpin rewrites one page, not every pin of the segment.
         let pps = m.life.pinned_pages_per_segment;
-        let per = table_entries_per_page(TABLE_PINNED);
+        let per = table_entries_per_page(TABLE_PINNED) as u64;
         let dirty = std::mem::take(&mut m.life.pinned_dirty);
-        let mut pages = Vec::new();
-        for s in dirty {
-            let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
+        let mut pages = Vec::with_capacity(dirty.len());
+        for p in dirty {
+            let seg_start = format::FIRST_SEGMENT_BLOCK + p / pps * sb;
+            let start = seg_start + p % pps * per;
+            let end = (start + per).min(seg_start + sb);
             let entries: Vec<PinnedEntry> = m
                 .life
                 .pinned
-                .range(start..start + sb)
+                .range(start..end)
                 .map(|(&block, p)| PinnedEntry {
                     block,
                     born: p.born,
                     died: p.died,
                 })
                 .collect();
-            let mut chunks = entries.chunks(per);
-            for j in 0..pps {
-                let page = chunks.next().map(encode_pinned_page);
-                pages.push((s as u64 * pps + j, page));
-            }
+            pages.push((
+                p,
+                (!entries.is_empty()).then(|| encode_pinned_page(&entries)),
+            ));
         }
         let mut map = std::mem::take(&mut m.life.tables[1]);
         let r = self.write_table_pages(m, TABLE_PINNED, &mut map, pages);

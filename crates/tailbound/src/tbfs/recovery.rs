@@ -528,11 +528,12 @@ fn read_usage(dev: &DeviceRef, map: &BlockMap, segments: u64) -> Result<Vec<form
     Ok(out)
 }
 
+/// The pinned table's entries, each with the page it was read from.
 fn read_pinned(
     dev: &DeviceRef,
     map: &BlockMap,
     geo: &Geometry,
-) -> Result<Vec<format::PinnedEntry>> {
+) -> Result<Vec<(u64, format::PinnedEntry)>> {
     let pps = geo
         .segment_blocks
         .div_ceil(format::table_entries_per_page(format::TABLE_PINNED) as u64);
@@ -550,7 +551,7 @@ fn read_pinned(
                     format!("block {} is not in segment {s}", e.block),
                 ));
             }
-            out.push(e);
+            out.push((i, e));
         }
     }
     Ok(out)
@@ -941,8 +942,10 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     // Pinned blocks: the stored ones still some retained checkpoint's, and what roll-forward
     // replaced.
     let mut usage_mismatch = false;
-    for e in pinned_entries {
-        let s = seg_of(e.block) as usize;
+    for (page, e) in pinned_entries {
+        // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
+        // range holds entries the page for their range now holds.
+        meta.life.pinned_dirty.insert(page);
         if let Some(anchor) = meta.life.anchor(e.born, e.died) {
             if meta.life.pinned.contains_key(&e.block) {
                 return Err(corrupt(
@@ -960,7 +963,6 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
                 sb.segment_blocks,
             );
         } else {
-            meta.life.pinned_dirty.insert(s);
             usage_mismatch = true;
         }
     }
