@@ -358,7 +358,7 @@ pub struct Config {
     pub merge_cap: usize,
     /// How long the head request of a starved class waits before it is served anyway.
     pub aging: Duration,
-    /// Anticipation for `fair` and `default` (BFQ's `slice_idle`): when the last queued piece of
+    /// Anticipation for `fair` and `default` (BFQ's `slice_idle`): when the last queued read of
     /// a tenant completes and fair queueing would serve that tenant next, the device is held idle
     /// this long for its next request before another tenant goes. Without it, tenants that keep
     /// one synchronous request outstanding each are served alternately, whatever their weights.

@@ -636,8 +636,11 @@ impl Queue {
         self.in_flight = self.in_flight.saturating_sub(1);
         if let Some(lead) = d.pieces.first() {
             let t = lead.tenant.0 as usize;
+            // Reads only: a tbfs writer's next write waits for the commit lock another writer
+            // holds, so idling for it would only leave the device idle.
             self.last_done = (self.anticipation_ns.is_some()
                 && self.uses_tags()
+                && d.op == Op::Read
                 && self.tenants.get(t).is_some_and(|s| s.queue.is_empty()))
             .then_some((t, now, d.cost_ns));
         }

@@ -381,7 +381,7 @@ impl FairnessBench {
         Ok(())
     }
 
-    /// Runs every case (systems, then weight sets, ops and block sizes), calling `on_row` as
+    /// Runs every case (weight sets, then ops, block sizes and systems), calling `on_row` as
     /// each is measured.
     pub fn run(
         &self,
@@ -396,10 +396,12 @@ impl FairnessBench {
         progress.set_message("filling the loop device's file");
         let dev = LoopDevice::create_filled(&self.scratch_parent, self.device_bytes())?;
         let mut rows = Vec::new();
-        for &system in &self.systems {
-            for weights in &self.weight_sets {
-                for &op in &self.ops {
-                    for &block_mib in &self.block_mibs {
+        // Systems innermost: the cases compared with each other run back to back, so a change in
+        // what else the disk is doing shifts them alike.
+        for weights in &self.weight_sets {
+            for &op in &self.ops {
+                for &block_mib in &self.block_mibs {
+                    for &system in &self.systems {
                         let case = format!(
                             "{} {} {} {} MiB",
                             system.name(),
