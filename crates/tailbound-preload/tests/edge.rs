@@ -154,6 +154,22 @@ fn a_fortified_build_reaches_the_chk_and_open_2_entry_points() {
 }
 
 #[test]
+fn every_edge_case_also_passes_in_the_catch_all_mode() {
+    let out = run_edge(&[], &[("TAILBOUND_CATCH_ALL", "1")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "back on the terminal\nall edge cases passed\n",
+        "{stderr}"
+    );
+    assert!(stderr.contains("ok raw syscalls served\n"), "{stderr}");
+    for check in ALL_CHECKS.iter().filter(|c| !c.starts_with("raw syscalls")) {
+        assert!(stderr.contains(&format!("ok {check}\n")), "{stderr}");
+    }
+}
+
+#[test]
 fn tmpfile_is_made_in_the_pool_when_tmp_is_under_a_mount() {
     // The mount prefix applies to the test program only: its /tmp is the pool.
     let out = run_edge_at("/tmp", &["tmpfile"], &[]);
