@@ -123,7 +123,7 @@ fn selector_get() -> u8 {
 
 /// Lets this thread's system calls through while the shim works; returns what [`restore`] needs.
 pub fn allow() -> u8 {
-    if !ON.with(|o| o.get()) {
+    if !active() || !ON.with(|o| o.get()) {
         return SELECTOR_ALLOW;
     }
     let prev = selector_get();

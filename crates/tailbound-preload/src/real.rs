@@ -52,8 +52,13 @@ macro_rules! real {
             // SAFETY: `p` is libc's own definition of this symbol, whose C prototype is the one
             // written here.
             let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
+            // The hooks call libc only for what is the kernel's: in the catch-all mode its system
+            // calls need not trap to be checked again.
+            let prev = crate::catchall::allow();
             // SAFETY: the caller keeps the libc function's contract.
-            unsafe { f($($arg),*) }
+            let r = unsafe { f($($arg),*) };
+            crate::catchall::restore(prev);
+            r
         }
     )* };
 }
@@ -74,8 +79,11 @@ macro_rules! real_ptr {
             }
             // SAFETY: as in `real!`.
             let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
+            let prev = crate::catchall::allow();
             // SAFETY: the caller keeps the libc function's contract.
-            unsafe { f($($arg),*) }
+            let r = unsafe { f($($arg),*) };
+            crate::catchall::restore(prev);
+            r
         }
     )* };
 }
@@ -244,8 +252,11 @@ pub unsafe fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_ui
     // SAFETY: libc's openat64, declared variadic as in <fcntl.h>.
     let f: unsafe extern "C" fn(c_int, *const c_char, c_int, ...) -> c_int =
         unsafe { std::mem::transmute(p) };
+    let prev = crate::catchall::allow();
     // SAFETY: the caller's contract.
-    unsafe { f(dirfd, path, flags, mode) }
+    let r = unsafe { f(dirfd, path, flags, mode) };
+    crate::catchall::restore(prev);
+    r
 }
 
 /// `fcntl(2)` through libc, its third argument passed pointer-sized as glibc reads it.
@@ -260,8 +271,11 @@ pub unsafe fn fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
     }
     // SAFETY: libc's fcntl64, declared variadic as in <fcntl.h>.
     let f: unsafe extern "C" fn(c_int, c_int, ...) -> c_int = unsafe { std::mem::transmute(p) };
+    let prev = crate::catchall::allow();
     // SAFETY: the caller's contract.
-    unsafe { f(fd, cmd, arg) }
+    let r = unsafe { f(fd, cmd, arg) };
+    crate::catchall::restore(prev);
+    r
 }
 
 /// `ioctl(2)` through libc.
@@ -277,8 +291,11 @@ pub unsafe fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> c_in
     // SAFETY: libc's ioctl, declared variadic as in <sys/ioctl.h>.
     let f: unsafe extern "C" fn(c_int, libc::c_ulong, ...) -> c_int =
         unsafe { std::mem::transmute(p) };
+    let prev = crate::catchall::allow();
     // SAFETY: the caller's contract.
-    unsafe { f(fd, request, arg) }
+    let r = unsafe { f(fd, request, arg) };
+    crate::catchall::restore(prev);
+    r
 }
 
 // ---- safe wrappers for the shim's own kernel calls ----
