@@ -541,7 +541,8 @@ impl PriorityBench {
 
 impl PriorityBench {
     /// One tbfs case: a pool file on the loop file system (the loop device's scheduler set to
-    /// `none`, so only tailbound's orders the I/O) behind tailbound's scheduler with `policy`;
+    /// `none`, so only tailbound's orders the I/O) behind tailbound's scheduler with `policy`
+    /// and depth 1;
     /// the copy is a thread at best-effort level 7 copying a file inside the pool in 1 MiB
     /// reads and writes, each write made durable (`fdatasync`) as the kernel side's `O_DIRECT`
     /// copy is; the writer a thread in the real-time class appending 4 KiB with `fdatasync`.
@@ -563,6 +564,10 @@ impl PriorityBench {
                 .map_err(|e| format!("creating the pool {}: {e}", pool.display()))?;
         let mut cfg = crate::sched::Config::for_device(&pool);
         cfg.policy = policy;
+        // One request in the device at a time (BFQ's strict_guarantees): an RT request waits for
+        // at most one piece of the copy. The copy is one thread doing one request at a time, so
+        // it loses nothing by it.
+        cfg.depth = 1;
         let sched = Scheduler::new(Arc::new(file_dev), cfg).map_err(|e| e.to_string())?;
         let tbfs = Fs::format(
             Arc::new(SchedDevice::new(Arc::clone(&sched))),
@@ -603,6 +608,13 @@ impl PriorityBench {
                 let mut total = 0u64;
                 let mut pass = 0u64;
                 'copying: loop {
+                    // The previous copy goes before the next starts, so the pool holds the
+                    // source and one copy.
+                    if pass > 0 {
+                        let old = format!("/copy-{}", pass - 1);
+                        tbfs.unlink(&old)
+                            .map_err(|e| format!("removing {old}: {e}"))?;
+                    }
                     let name = format!("/copy-{pass}");
                     let dst = tbfs
                         .open_file(&name, OpenFlags::create())
@@ -620,11 +632,6 @@ impl PriorityBench {
                         samples.push((monotonic_now().0, total));
                     }
                     drop(dst);
-                    if pass > 0 {
-                        let old = format!("/copy-{}", pass - 1);
-                        tbfs.unlink(&old)
-                            .map_err(|e| format!("removing {old}: {e}"))?;
-                    }
                     pass += 1;
                 }
                 Ok(samples)
