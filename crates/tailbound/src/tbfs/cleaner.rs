@@ -25,8 +25,14 @@ use super::{Error, FileKind, Result};
 
 /// Segments that would give back less than this fraction of themselves are not cleaned.
 pub const MIN_RECLAIMABLE: f64 = 0.02;
-/// Most segments emptied by one cleaning checkpoint.
-const VICTIMS_PER_PASS: usize = 8;
+/// Most segments emptied by one cleaning checkpoint. Every pass writes a checkpoint, whose map
+/// nodes and inode pages are paid once per pass: fewer, larger passes copy the same blocks with
+/// less metadata. The space there is bounds a pass well before this.
+const VICTIMS_PER_PASS: usize = 32;
+/// Most segments the background cleaner empties per wake-up (it wakes every 100 ms), so it
+/// holds the metadata lock for short spells and its idle-class I/O stays a trickle beside the
+/// writers'.
+const BACKGROUND_VICTIMS: usize = 4;
 
 /// Marks the map node at `level`/`index` (and the path above it) to be rewritten.
 fn dirty_node(map: &mut BlockMap, level: u8, index: u64) -> bool {
@@ -49,9 +55,21 @@ impl Inner {
     /// Cleans until `want` blocks are free or nothing more can be cleaned. With `pressure`, plain
     /// checkpoints lose their protection if that is what stands in the way (writers are waiting).
     pub(crate) fn clean(&self, m: &mut Meta, want: u64, pressure: bool) -> Result<GcReport> {
+        self.clean_at_most(m, want, pressure, VICTIMS_PER_PASS, u64::MAX)
+    }
+
+    /// `clean` with at most `passes` passes of at most `per_pass` victims.
+    fn clean_at_most(
+        &self,
+        m: &mut Meta,
+        want: u64,
+        pressure: bool,
+        per_pass: usize,
+        passes: u64,
+    ) -> Result<GcReport> {
         m.in_clean = true;
         let before = self.free_blocks(m);
-        let r = self.clean_passes(m, want, pressure);
+        let r = self.clean_passes(m, want, pressure, per_pass, passes);
         m.in_clean = false;
         if m.life.pressure {
             m.life.pressure = false;
@@ -64,7 +82,14 @@ impl Inner {
         Ok(report)
     }
 
-    fn clean_passes(&self, m: &mut Meta, want: u64, pressure: bool) -> Result<GcReport> {
+    fn clean_passes(
+        &self,
+        m: &mut Meta,
+        want: u64,
+        pressure: bool,
+        per_pass: usize,
+        passes_max: u64,
+    ) -> Result<GcReport> {
         let mut report = GcReport::default();
         let mut skip = BTreeSet::new();
         let (mut passes, mut stalled) = (0u64, 0u32);
@@ -86,6 +111,11 @@ impl Inner {
         if m.prune(seq, self.segment_blocks, false) > 0 || newest_pins {
             self.refresh_for_cleaner(m)?;
         }
+        // Buffered data goes out first, in its own logs, so the copies that follow fill
+        // segments of their own and keep their age.
+        if self.config.ordering == super::Ordering::Relaxed && !m.ns_dirty {
+            self.commit_data_logs(m)?;
+        }
         loop {
             if self.free_blocks_up_to(m, want) >= want {
                 break;
@@ -97,7 +127,7 @@ impl Inner {
                     break;
                 }
             }
-            let victims = self.pick_victims(m, &skip);
+            let victims = self.pick_victims(m, &skip, per_pass);
             if victims.is_empty() {
                 if pressure && !m.life.pressure {
                     // Give up the protection period: release every plain checkpoint but the
@@ -112,8 +142,13 @@ impl Inner {
                 break;
             }
             let free_before = self.free_blocks(m);
-            let copied = self.move_live(m, &victims)?;
-            self.refresh_for_cleaner(m)?;
+            // The copies are as old as the youngest data they come from.
+            m.life.copy_age = victims.iter().map(|&v| m.life.seg_written[v]).max();
+            let moved = self
+                .move_live(m, &victims)
+                .and_then(|copied| self.refresh_for_cleaner(m).map(|()| copied));
+            m.life.copy_age = None;
+            let copied = moved?;
             // The newest checkpoint before the cleaning one may still pin the old copies (it
             // was the newest when they died); the next checkpoint releases it.
             if victims
@@ -144,7 +179,7 @@ impl Inner {
             } else {
                 0
             };
-            if cleaned == 0 || stalled >= 2 || passes > self.segment_count {
+            if cleaned == 0 || stalled >= 2 || passes >= passes_max || passes > self.segment_count {
                 break;
             }
         }
@@ -165,7 +200,7 @@ impl Inner {
 
     /// The best segments to clean, best first, as many as one checkpoint can move with the
     /// space there is.
-    pub(crate) fn pick_victims(&self, m: &Meta, skip: &BTreeSet<usize>) -> Vec<usize> {
+    pub(crate) fn pick_victims(&self, m: &Meta, skip: &BTreeSet<usize>, most: usize) -> Vec<usize> {
         let now = now_ns();
         let sb = self.segment_blocks;
         let mut scored: Vec<(f64, usize)> = (0..self.segment_count as usize)
@@ -201,7 +236,7 @@ impl Inner {
             // What the checkpoint's estimate charges for moving them: the blocks and the map
             // nodes and inode records of the files they belong to.
             let cost = live + live / 4 + 16;
-            if cost > budget || out.len() == VICTIMS_PER_PASS {
+            if cost > budget || out.len() == most {
                 break;
             }
             budget -= cost;
@@ -374,18 +409,22 @@ impl Inner {
         }
     }
 
-    /// Background work: clean while less than the configured share of the pool is free.
+    /// Background work (on the idle-class thread): while less than the configured share of the
+    /// pool is free, one small pass per wake-up, so writers get the lock between passes and the
+    /// cleaner's I/O is throttled to [`BACKGROUND_VICTIMS`] segments per period.
     pub(crate) fn background_clean(&self, m: &mut Meta) -> Result<()> {
         let total = self.segment_blocks * self.segment_count;
         let want = total * self.config.gc_free_percent.min(90) as u64 / 100;
         if self.free_blocks_up_to(m, want) >= want {
             return Ok(());
         }
-        // One pass at a time, so writers get the lock between passes.
-        let victims = self.pick_victims(m, &BTreeSet::new());
-        if victims.is_empty() {
+        if self
+            .pick_victims(m, &BTreeSet::new(), BACKGROUND_VICTIMS)
+            .is_empty()
+        {
             return Ok(());
         }
-        self.clean(m, self.free_blocks(m) + 1, false).map(|_| ())
+        self.clean_at_most(m, want, false, BACKGROUND_VICTIMS, 1)
+            .map(|_| ())
     }
 }

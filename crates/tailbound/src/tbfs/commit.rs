@@ -20,8 +20,10 @@ use super::{Barrier, Error, Result};
 
 /// Most payload blocks in one log (bounds the write buffer).
 const LOG_BLOCKS_MAX: usize = 1024;
-/// Writers start cleaning when less than 1/this of the pool (beyond what they need) is free.
+/// The low-water mark is at most 1/this of the pool.
 const LOW_WATER_DIVISOR: u64 = 10;
+/// Segments a cleaning pass may fill with copies, beyond the buffered data written with it.
+const CLEAN_ROOM_SEGMENTS: u64 = 4;
 /// Smallest space reserve, in blocks, whatever the segment size.
 const RESERVE_BLOCKS_MIN: u64 = 64;
 /// Descriptors kept free in every log for the attribute records a data-only log ends with.
@@ -88,14 +90,10 @@ impl Inner {
             (2 * self.segment_blocks).max(RESERVE_BLOCKS_MIN)
         };
         // Below the low-water mark the writer cleans (and waits for it) while there is still
-        // room for the cleaner to work in.
-        let low_water = if m.in_refresh {
-            0
-        } else {
-            (2 * self.segment_blocks)
-                .max(RESERVE_BLOCKS_MIN)
-                .max(self.segment_blocks * self.segment_count / LOW_WATER_DIVISOR)
-        };
+        // room for the cleaner to work in: room for the next flush of buffered data, which goes
+        // out with the cleaner's copies, and for a pass's copies. Every block kept free beyond
+        // that raises the utilisation of the segments cleaned, and the copying.
+        let low_water = if m.in_refresh { 0 } else { self.low_water() };
         let want = need + reserve + low_water;
         if self.free_blocks_up_to(m, want) >= want {
             return Ok(());
@@ -127,6 +125,17 @@ impl Inner {
         )))
     }
 
+    /// Free blocks kept, beyond what a write needs and the reserve, before writers clean.
+    pub(crate) fn low_water(&self) -> u64 {
+        let sb = self.segment_blocks;
+        let flush = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
+        // A flush's data, its summaries and map nodes, and a pass's copies.
+        let want = flush + flush / 4 + CLEAN_ROOM_SEGMENTS * sb;
+        want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
+            .max(2 * sb)
+            .max(RESERVE_BLOCKS_MIN)
+    }
+
     fn pick_free_segment(&self, m: &Meta) -> Option<u64> {
         let n = self.segment_count;
         (1..=n)
@@ -148,6 +157,8 @@ impl Inner {
         );
         let seg = m.writer.cur_seg as usize;
         m.life.seg_born[seg] = m.checkpoint + 1;
+        // Its age is that of the newest data its logs hold (set as they close).
+        m.life.seg_written[seg] = 0;
         m.life.since_ckpt.push((seg, m.writer.pos));
         m.life
             .usage_dirty
@@ -274,6 +285,12 @@ impl Inner {
             "a staged log holds its summary and every payload block"
         );
         let summary_time = now_ns();
+        let metadata_blocks = 1 + log
+            .descriptors
+            .iter()
+            .filter(|d| d.kind != DescKind::Data)
+            .map(|d| d.blocks as u64)
+            .sum::<u64>();
         let summary = Summary {
             flags,
             payload_blocks,
@@ -319,7 +336,10 @@ impl Inner {
         }
         let seg = m.writer.cur_seg as usize;
         m.seg.last_seq[seg] = m.writer.seq;
-        m.life.seg_written[seg] = summary_time;
+        // The cleaner's copies keep the age of the segments they come from, so data that stays
+        // cold looks old to cost-benefit wherever it is moved.
+        let age = m.life.copy_age.unwrap_or(summary_time);
+        m.life.seg_written[seg] = m.life.seg_written[seg].max(age);
         m.life
             .usage_dirty
             .insert(seg as u64 / format::table_entries_per_page(format::TABLE_USAGE) as u64);
@@ -332,6 +352,7 @@ impl Inner {
         self.count(|c| {
             c.logs += 1;
             c.bytes_written += log_bytes;
+            c.metadata_blocks += metadata_blocks;
             c.device_flushes += u64::from(flush);
             c.data_only_logs += u64::from(flags & FLAG_DATA_ONLY != 0 && flags & FLAG_END != 0);
         });
@@ -384,6 +405,77 @@ impl Inner {
         self.drop_written(&mut st, &written);
         drop(st);
         m.pending.insert(cell.ino);
+        Ok(())
+    }
+
+    /// Writes the buffered data of every dirty file as one run of data-only logs (relaxed
+    /// ordering, no namespace change pending), recovered by roll-forward; the block maps and
+    /// inodes follow at the next checkpoint. How buffered data goes out when the buffer is
+    /// full: map nodes and inode pages are written once per checkpoint, not once per flush.
+    pub(crate) fn commit_data_logs(&self, m: &mut Meta) -> Result<()> {
+        let inos: Vec<u64> = self
+            .dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        let cells: Vec<std::sync::Arc<InodeCell>> = inos
+            .iter()
+            .filter_map(|ino| m.inodes.get(ino).cloned())
+            .collect();
+        let mut count = 0u64;
+        for cell in &cells {
+            let st = cell.lock();
+            if !st.freed && st.kind == super::FileKind::File {
+                count += st.dirty.len() as u64 + 1;
+            }
+        }
+        if count == 0 {
+            return Ok(());
+        }
+        self.ensure_space(m, count + count / 64 + 1)?;
+        let seq = m.writer.seq;
+        let mut open = false;
+        let mut done = Vec::with_capacity(cells.len());
+        for cell in &cells {
+            let mut st = cell.lock();
+            if st.freed
+                || st.kind != super::FileKind::File
+                || (st.dirty.is_empty() && !st.attr_dirty)
+            {
+                continue;
+            }
+            if !open {
+                self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
+                open = true;
+            }
+            let mut written = Vec::with_capacity(st.dirty.len());
+            let blocks: Vec<u64> = st.dirty.keys().copied().collect();
+            for block in blocks {
+                let d = &st.dirty[&block];
+                let gen = d.gen;
+                let addr = self.log_add(m, DescKind::Data, cell.ino, 0, block, &d.data[..])?;
+                let old = st.map.set(block, addr);
+                m.seg_inc(addr, self.segment_blocks);
+                if old != 0 {
+                    m.seg_dec(old, seq, self.segment_blocks);
+                }
+                written.push((block, gen));
+            }
+            self.log_add_attr(m, cell.ino, st.size, st.mtime_ns);
+            st.attr_dirty = false;
+            drop(st);
+            m.pending.insert(cell.ino);
+            done.push((cell, written));
+        }
+        if open {
+            self.log_close(m, FLAG_END)?;
+        }
+        // Buffers go once their blocks are on the device.
+        for (cell, written) in done {
+            self.drop_written(&mut cell.lock(), &written);
+        }
         Ok(())
     }
 

@@ -461,7 +461,13 @@ impl Inner {
         if total > self.config.dirty_bytes_max {
             let mut m = self.lock_meta();
             if self.dirty_bytes.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
-                self.commit_checkpoint(&mut m)?;
+                // Relaxed ordering writes a full buffer as data-only logs while no namespace
+                // change waits for a checkpoint; the maps follow at the next one.
+                if self.config.ordering == Ordering::Relaxed && !m.ns_dirty {
+                    self.commit_data_logs(&mut m)?;
+                } else {
+                    self.commit_checkpoint(&mut m)?;
+                }
                 self.maybe_refresh(&mut m)?;
             }
         }

@@ -110,6 +110,9 @@ pub(crate) struct Life {
     pub protection: Duration,
     /// The pool is short of space: plain checkpoints are not protected.
     pub pressure: bool,
+    /// While the cleaner writes its copies: the age (newest log time) of the segments they come
+    /// from, given to the segments they go to.
+    pub copy_age: Option<i64>,
     pub pinned_pages_per_segment: u64,
 }
 

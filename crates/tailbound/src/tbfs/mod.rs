@@ -382,6 +382,9 @@ pub struct FsCounters {
     /// Segments the cleaner emptied, and the live blocks it copied forward to do so.
     pub segments_cleaned: u64,
     pub blocks_copied: u64,
+    /// Blocks of logs that are not file or directory data: summaries, pads, map nodes, inode
+    /// pages, tables and checkpoint roots (part of `bytes_written`).
+    pub metadata_blocks: u64,
     /// Plain checkpoints released before their protection period ended because the pool was full.
     pub protection_released: u64,
 }

@@ -109,6 +109,10 @@ pub struct CleanerCase {
     pub runs_write_amplification: Vec<f64>,
     pub segments_cleaned: u64,
     pub blocks_copied: u64,
+    /// Bytes of metadata (summaries, map nodes, inode pages, tables, roots) per user byte.
+    pub metadata_per_user_byte: f64,
+    /// Checkpoints written while measuring (each cleaning pass writes one).
+    pub checkpoints: u64,
     pub user_bytes: u64,
 }
 
@@ -129,6 +133,8 @@ struct Run {
     wa: f64,
     segments_cleaned: u64,
     blocks_copied: u64,
+    metadata_blocks: u64,
+    checkpoints: u64,
     user_bytes: u64,
 }
 
@@ -235,6 +241,8 @@ impl CleanerBench {
             wa: (after.bytes_written - before.bytes_written) as f64 / user as f64,
             segments_cleaned: after.segments_cleaned - before.segments_cleaned,
             blocks_copied: after.blocks_copied - before.blocks_copied,
+            metadata_blocks: after.metadata_blocks - before.metadata_blocks,
+            checkpoints: after.checkpoints - before.checkpoints,
             user_bytes: user,
         })
     }
@@ -281,6 +289,9 @@ impl CleanerBench {
                     runs_write_amplification: rs.iter().map(|r| r.wa).collect(),
                     segments_cleaned: med.segments_cleaned,
                     blocks_copied: med.blocks_copied,
+                    metadata_per_user_byte: (med.metadata_blocks * BLOCK) as f64
+                        / med.user_bytes as f64,
+                    checkpoints: med.checkpoints,
                     user_bytes: med.user_bytes,
                 });
                 i += 1;
@@ -327,6 +338,8 @@ impl CleanerReport {
             "write amplification".into(),
             "segments cleaned".into(),
             "blocks copied".into(),
+            "metadata / user bytes".into(),
+            "checkpoints".into(),
         ]);
         for c in &self.cases {
             t.push(vec![
@@ -336,6 +349,8 @@ impl CleanerReport {
                 format!("{:.2}", c.write_amplification),
                 c.segments_cleaned.to_string(),
                 c.blocks_copied.to_string(),
+                format!("{:.3}", c.metadata_per_user_byte),
+                c.checkpoints.to_string(),
             ]);
         }
         format!(
