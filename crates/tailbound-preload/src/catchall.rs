@@ -630,6 +630,18 @@ fn openat2(a: [c_long; 6]) -> Outcome {
     // SAFETY: a non-null `struct open_how` of at least its first version's size, as the caller
     // of openat2 promises.
     let how = unsafe { std::ptr::read_unaligned(a[2] as *const OpenHow) };
+    // A larger struct from a newer ABI: its extra fields must be zero, as the kernel requires.
+    let extra = (a[3] as usize).min(4096) - std::mem::size_of::<OpenHow>();
+    // SAFETY: the caller's struct is `a[3]` bytes long; at most a page of it is read.
+    let tail = unsafe {
+        std::slice::from_raw_parts(
+            (a[2] as *const u8).add(std::mem::size_of::<OpenHow>()),
+            extra,
+        )
+    };
+    if (a[3] as usize) > 4096 || tail.iter().any(|&b| b != 0) {
+        return Outcome::Value(raw(libc::SYS_openat2, a));
+    }
     // SAFETY: the program's own path argument.
     let served = unsafe {
         hooks::open_library_path(

@@ -1,6 +1,6 @@
-//! The interposed C symbols. Each one turns raw pointers into Rust values, asks [`vfs`] whether
-//! the path or descriptor is a library one, and either serves it there or calls the real libc
-//! function ([`real`]).
+//! The interposed C symbols. Each one turns raw pointers into Rust values, asks [`crate::vfs`]
+//! whether the path or descriptor is a library one, and either serves it there or calls the real
+//! libc function ([`real`]).
 //!
 //! A thread-local reentrancy guard makes every libc call the shim itself makes (opening the pool,
 //! allocating, the engine's own I/O) go straight to libc.

@@ -85,6 +85,13 @@ int main(int argc, char **argv) {
     how.resolve = 0x08; /* RESOLVE_BENEATH */
     CHECK(syscall(SYS_openat2, AT_FDCWD, p, &how, sizeof how) == -1 && errno == EOPNOTSUPP,
           "openat2 with RESOLVE_* on a library path");
+    struct {
+        struct how how;
+        uint64_t future;
+    } bigger = {.how = {.flags = O_RDONLY}, .future = 1};
+    CHECK(syscall(SYS_openat2, AT_FDCWD, at(p, sizeof p, "raw2"), &bigger, sizeof bigger) == -1 &&
+              errno == E2BIG,
+          "openat2 with an unknown non-zero field");
     printf("openat2\n");
 
     pthread_t t;
