@@ -158,8 +158,17 @@ impl Drop for LoopFs {
     fn drop(&mut self) {
         if self.mounted {
             let mount_point = self.mount_point.display().to_string();
-            if let Err(err) = run("umount", &[mount_point.as_str()]) {
-                eprintln!("tailbound: warning: {err}");
+            // A file closed just before may still be held for a moment (an io_uring instance is
+            // torn down asynchronously), which makes umount fail with "target is busy": retry
+            // for up to 5 s before giving up.
+            let mut tries = 0;
+            while let Err(err) = run("umount", &[mount_point.as_str()]) {
+                tries += 1;
+                if tries >= 100 {
+                    eprintln!("tailbound: warning: {err}");
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
             }
         }
         if let Some(device) = self.device.take() {
