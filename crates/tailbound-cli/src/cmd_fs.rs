@@ -438,7 +438,11 @@ fn open_device(pool: &PoolArg) -> Result<(Arc<dyn Device>, Backend), String> {
     let backend = detect_backend(&pool.pool, pool.backend);
     let dev: Arc<dyn Device> = match backend {
         Backend::Memory => Arc::new(MemoryPool::open(&pool.pool).map_err(|e| e.to_string())?),
-        Backend::File => Arc::new(FileDevice::open(&pool.pool).map_err(|e| e.to_string())?),
+        Backend::File => tailbound::sched::scheduled(
+            Arc::new(FileDevice::open(&pool.pool).map_err(|e| e.to_string())?),
+            &pool.pool,
+        )
+        .map_err(|e| e.to_string())?,
     };
     Ok((dev, backend))
 }
@@ -569,10 +573,14 @@ fn mkfs(
             MemoryPool::create(path, size)
                 .map_err(|e| format!("{}: making a memory pool: {e}", path.display()))?,
         ),
-        Backend::File => Arc::new(
-            FileDevice::create(path, size)
-                .map_err(|e| format!("{}: making a file pool: {e}", path.display()))?,
-        ),
+        Backend::File => tailbound::sched::scheduled(
+            Arc::new(
+                FileDevice::create(path, size)
+                    .map_err(|e| format!("{}: making a file pool: {e}", path.display()))?,
+            ),
+            path,
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))?,
     };
     let len = dev.len();
     let fs = Fs::format(dev, &config).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -541,3 +541,40 @@ fn catch_all_serves_raw_system_calls_and_python_still_matches_a_kernel_directory
     );
     assert_eq!(mout, kout);
 }
+
+#[test]
+fn a_file_pool_behind_the_io_scheduler_keeps_what_cp_wrote_across_runs() {
+    let src = source_tree();
+    let k = tempfile::tempdir().unwrap();
+    let kcopy = k.path().join("copy");
+    ok(
+        "cp -r (kernel)",
+        &kernel(
+            "cp",
+            &["-r", src.path().to_str().unwrap(), kcopy.to_str().unwrap()],
+        ),
+    );
+    // A file pool (O_DIRECT through io_uring, every request through tailbound's scheduler) on the
+    // disk, not in /dev/shm.
+    let pool_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let m = Mount {
+        pool: pool_dir.path().join("file.pool"),
+        _pool_dir: pool_dir,
+        dir: format!("/tailbound-run-file-{}", std::process::id()),
+    };
+    let mcopy = format!("{}/copy", m.dir);
+    ok(
+        "cp -r (tbfs file pool)",
+        &m.run_with(
+            &["--backend", "file"],
+            "cp",
+            &["-r", src.path().to_str().unwrap(), &mcopy],
+        ),
+    );
+    // A second process opens the pool again and reads everything back.
+    let out = ok(
+        "dump under the shim (file pool)",
+        &m.run_with(&["--backend", "file"], "python3", &["-c", DUMP, &mcopy]),
+    );
+    assert_eq!(sorted(&out), dump_kernel(&kcopy));
+}

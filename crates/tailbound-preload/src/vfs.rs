@@ -1498,7 +1498,11 @@ fn open_pool(path: &std::path::Path) -> Result<Fs, String> {
     let backend = std::env::var("TAILBOUND_BACKEND").unwrap_or_else(|_| "memory".into());
     let dev: Arc<dyn Device> = match backend.as_str() {
         "memory" | "" => Arc::new(MemoryPool::open(path).map_err(|e| e.to_string())?),
-        "file" => Arc::new(FileDevice::open(path).map_err(|e| e.to_string())?),
+        "file" => tailbound::sched::scheduled(
+            Arc::new(FileDevice::open(path).map_err(|e| e.to_string())?),
+            path,
+        )
+        .map_err(|e| e.to_string())?,
         other => {
             return Err(format!(
                 "TAILBOUND_BACKEND={other}: not a backend (memory or file)"

@@ -26,6 +26,7 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -421,6 +422,18 @@ impl Config {
     pub fn max_io_for(&self, op: Op) -> u64 {
         self.max_io.unwrap_or_else(|| self.profile.max_io(op))
     }
+}
+
+/// Puts `dev` behind a scheduler with the default configuration and the profile stored for
+/// `target` ([`Config::for_device`]): how tbfs's file and block-device pools are opened, so every
+/// read, write and flush goes through it with the tenant of the calling thread (its kernel ioprio
+/// unless [`set_thread_tenant`] chose one).
+pub fn scheduled(
+    dev: Arc<dyn crate::dev::Device>,
+    target: &Path,
+) -> io::Result<Arc<dyn crate::dev::Device>> {
+    let sched = Scheduler::new(dev, Config::for_device(target))?;
+    Ok(Arc::new(SchedDevice::new(sched)))
 }
 
 /// A tenant of a scheduler: a set of requests sharing a priority, a weight and statistics.
