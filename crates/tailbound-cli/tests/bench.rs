@@ -196,7 +196,7 @@ fn loop_ext4_runs_flusher_off_cases_and_restores_the_machine() {
         "as root nothing is skipped: {report:#}"
     );
     assert_eq!(dirty_sysctls(), before, "flusher sysctls restored");
-    loop_devices_and_mounts_are_gone();
+    loop_devices_and_mounts_are_gone(&stderr(&out));
 }
 
 #[test]
@@ -228,14 +228,35 @@ fn loop_guard() -> std::sync::MutexGuard<'static, ()> {
     LOOP_TESTS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn loop_devices_and_mounts_are_gone() {
+/// The run's own loop file system (named in its stderr: "... on /dev/loopN at MOUNT_POINT") is
+/// unmounted, its loop device detached and its directory removed. Only this run's are checked, so
+/// other runs on the machine cannot make it fail.
+fn loop_devices_and_mounts_are_gone(stderr_text: &str) {
+    let mount_point = stderr_text
+        .lines()
+        .find_map(|l| {
+            l.contains(" on /dev/loop")
+                .then(|| l.rsplit(" at ").next())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("the run names its loop mount: {stderr_text}"))
+        .trim()
+        .to_string();
+    let scratch = Path::new(&mount_point)
+        .parent()
+        .expect("the mount point is inside the run's directory")
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(scratch.contains("tailbound-loop-"), "{scratch}");
     let loops = Command::new("losetup").arg("-a").output().unwrap();
     assert!(
-        !String::from_utf8_lossy(&loops.stdout).contains("tailbound-loop-"),
-        "loop device detached"
+        !String::from_utf8_lossy(&loops.stdout).contains(&scratch),
+        "loop device over {scratch} detached"
     );
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    assert!(!mounts.contains("tailbound-loop-"), "unmounted");
+    assert!(!mounts.contains(&mount_point), "{mount_point} unmounted");
+    assert!(!Path::new(&scratch).exists(), "{scratch} removed");
 }
 
 fn positive_finite(case: &serde_json::Value, key: &str) -> f64 {
@@ -401,7 +422,7 @@ fn sync_write_loop_ext4_puts_both_on_one_loop_mount_and_restores_the_machine() {
     assert!(stderr(&out).contains("/dev/loop"), "{}", stderr(&out));
     let report = read_json(&json);
     check_sync_write_report(&report, 6);
-    loop_devices_and_mounts_are_gone();
+    loop_devices_and_mounts_are_gone(&stderr(&out));
 }
 
 #[test]
