@@ -112,9 +112,10 @@ impl Inner {
             self.refresh_for_cleaner(m)?;
         }
         // Buffered data goes out first, in its own logs, so the copies that follow fill
-        // segments of their own and keep their age.
+        // segments of their own and keep their age (without room for it now, it waits for the
+        // cleaning checkpoint).
         if self.config.ordering == super::Ordering::Relaxed && !m.ns_dirty {
-            self.commit_data_logs(m)?;
+            self.commit_data_logs(m, true)?;
         }
         loop {
             if self.free_blocks_up_to(m, want) >= want {

@@ -412,7 +412,8 @@ impl Inner {
     /// ordering, no namespace change pending), recovered by roll-forward; the block maps and
     /// inodes follow at the next checkpoint. How buffered data goes out when the buffer is
     /// full: map nodes and inode pages are written once per checkpoint, not once per flush.
-    pub(crate) fn commit_data_logs(&self, m: &mut Meta) -> Result<()> {
+    /// With `if_room`, does nothing when the space check fails (nothing is written then).
+    pub(crate) fn commit_data_logs(&self, m: &mut Meta, if_room: bool) -> Result<()> {
         let inos: Vec<u64> = self
             .dirty
             .lock()
@@ -434,7 +435,10 @@ impl Inner {
         if count == 0 {
             return Ok(());
         }
-        self.ensure_space(m, count + count / 64 + 1)?;
+        match self.ensure_space(m, count + count / 64 + 1) {
+            Err(Error::NoSpace(_)) if if_room => return Ok(()),
+            r => r?,
+        }
         let seq = m.writer.seq;
         let mut open = false;
         let mut done = Vec::with_capacity(cells.len());

@@ -464,7 +464,7 @@ impl Inner {
                 // Relaxed ordering writes a full buffer as data-only logs while no namespace
                 // change waits for a checkpoint; the maps follow at the next one.
                 if self.config.ordering == Ordering::Relaxed && !m.ns_dirty {
-                    self.commit_data_logs(&mut m)?;
+                    self.commit_data_logs(&mut m, false)?;
                 } else {
                     self.commit_checkpoint(&mut m)?;
                 }
