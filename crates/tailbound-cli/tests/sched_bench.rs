@@ -52,9 +52,24 @@ fn keys(v: &serde_json::Value) -> BTreeSet<String> {
     v.as_object().unwrap().keys().cloned().collect()
 }
 
-/// Nothing the run made under `scratch` is left: no file, no loop device over it, no mount in
-/// it, no cgroup of ours, and every loop device's scheduler is what it was.
-fn machine_is_clean(scratch: &Path, schedulers_before: &[(String, String)]) {
+/// Runs the tailbound binary; returns its output and its process id (which names its cgroups).
+fn tailbound_with_pid(args: &[&str]) -> (Output, u32) {
+    let child = Command::new(env!("CARGO_BIN_EXE_tailbound"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running the tailbound binary");
+    let pid = child.id();
+    (
+        child.wait_with_output().expect("waiting for tailbound"),
+        pid,
+    )
+}
+
+/// Nothing the run (process `pid`) made under `scratch` is left: no file, no loop device over it,
+/// no mount in it, no cgroup of its, and every loop device's scheduler is what it was.
+fn machine_is_clean(scratch: &Path, pid: u32, schedulers_before: &[(String, String)]) {
     let left: Vec<_> = std::fs::read_dir(scratch).unwrap().collect();
     assert!(
         left.is_empty(),
@@ -76,7 +91,7 @@ fn machine_is_clean(scratch: &Path, schedulers_before: &[(String, String)]) {
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("tailbound-fairness-"))
+        .filter(|n| n.starts_with(&format!("tailbound-fairness-{pid}-")))
         .collect();
     assert!(cgroups.is_empty(), "cgroups left: {cgroups:?}");
     for (path, before) in schedulers_before {
@@ -112,7 +127,7 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
     let json = dir.path().join("fairness.json");
     let svg = dir.path().join("fairness.svg");
     let before = loop_schedulers();
-    let out = tailbound(&[
+    let (out, pid) = tailbound_with_pid(&[
         "bench",
         "fairness",
         "--quick",
@@ -187,7 +202,7 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
     assert_eq!(seen.len(), 16, "every case once: {seen:?}");
     assert!(report["targets"].as_array().is_some_and(|t| !t.is_empty()));
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
-    machine_is_clean(&scratch, &before);
+    machine_is_clean(&scratch, pid, &before);
 }
 
 #[test]
@@ -202,7 +217,7 @@ fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
     let json = dir.path().join("priority.json");
     let svg = dir.path().join("priority.svg");
     let before = loop_schedulers();
-    let out = tailbound(&[
+    let (out, pid) = tailbound_with_pid(&[
         "bench",
         "priority",
         "--quick",
@@ -282,7 +297,7 @@ fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
     assert_eq!(seen.len(), 10);
     assert_eq!(report["targets"].as_array().unwrap().len(), 3);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
-    machine_is_clean(&scratch, &before);
+    machine_is_clean(&scratch, pid, &before);
 }
 
 #[test]
