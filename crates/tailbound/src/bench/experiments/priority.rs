@@ -39,7 +39,7 @@ use crate::bench::stats::{BoxStats, LatencyHistogram};
 use crate::bench::timer::PeriodicTimer;
 use crate::sched::{Class, Policy, Prio};
 use crate::sys::file::{AlignedBuf, O_DIRECT};
-use crate::sys::time::monotonic_now;
+use crate::sys::time::{monotonic_now, MonoNanos};
 
 const MIB: u64 = 1 << 20;
 /// The paper's write: 4 KiB.
@@ -522,12 +522,7 @@ impl PriorityBench {
         }
         copy.wait_exit()?;
         let (hist, w0, w1) = result?;
-        let alone = growth_in_window(&samples, go.0, alone_end.0)
-            / MIB as f64
-            / alone_end.since(go).as_secs_f64();
-        let under = growth_in_window(&samples, w0, w1)
-            / MIB as f64
-            / Duration::from_nanos(w1.saturating_sub(w0)).as_secs_f64();
+        let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1);
         Ok(PriorityRow::from_histogram(
             "kernel",
             sched.name().into(),
@@ -654,12 +649,7 @@ impl PriorityBench {
         });
         let samples = samples?;
         let (hist, w0, w1) = result?;
-        let alone = growth_in_window(&samples, go.0, alone_end.0)
-            / MIB as f64
-            / alone_end.since(go).as_secs_f64();
-        let under = growth_in_window(&samples, w0, w1)
-            / MIB as f64
-            / Duration::from_nanos(w1.saturating_sub(w0)).as_secs_f64();
+        let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1);
         Ok(PriorityRow::from_histogram(
             "tbfs",
             policy.name().into(),
@@ -685,7 +675,6 @@ impl PriorityBench {
             .map_err(|e| format!("setting the writer's real-time I/O priority: {e}"))?;
         let outcome = (|| {
             let data = [0x5au8; WRITE_BYTES];
-            let mut hist = LatencyHistogram::new();
             let open_log = || {
                 tbfs.open_file(
                     "/log",
@@ -697,37 +686,15 @@ impl PriorityBench {
                 .map_err(|e| format!("creating /log: {e}"))
             };
             let mut log = open_log()?;
-            let mut log_bytes = 0u64;
-            let mut timer = match rate {
-                Rate::Paced(n) => Some(PeriodicTimer::new(Duration::from_secs_f64(
-                    1.0 / f64::from(n),
-                ))),
-                Rate::FlatOut => None,
-            };
-            let first = monotonic_now().0;
-            for i in 0..self.writes {
-                if i % 64 == 0 && interrupted(&self.interrupted) {
-                    return Err("interrupted".to_string());
-                }
-                if log_bytes >= LOG_BYTES_MAX {
-                    drop(log);
+            timed_appends(self.writes, rate, &self.interrupted, |step| {
+                if step == LogStep::NewLog {
                     log = open_log()?;
-                    log_bytes = 0;
+                    return Ok(());
                 }
-                if let Some(timer) = timer.as_mut() {
-                    timer.skip_missed();
-                    timer
-                        .wait()
-                        .map_err(|e| format!("waiting for the timer: {e}"))?;
-                }
-                let start = Instant::now();
                 log.append(&data)
                     .and_then(|_| log.fdatasync())
-                    .map_err(|e| format!("appending to /log: {e}"))?;
-                hist.record(start.elapsed());
-                log_bytes += WRITE_BYTES as u64;
-            }
-            Ok((hist, first, monotonic_now().0))
+                    .map_err(|e| format!("appending to /log: {e}"))
+            })
         })();
         // The calling thread goes back to the priority it had.
         let _ = before.apply_to_current_thread();
@@ -806,43 +773,87 @@ impl Writer {
             .apply_to_current_thread()
             .map_err(|e| format!("setting the writer's real-time I/O priority: {e}"))?;
         let data = [0x5au8; WRITE_BYTES];
-        let mut hist = LatencyHistogram::new();
         let mut log_no = 0;
         let (mut log, mut log_path) = self.open_log(log_no)?;
-        let mut log_bytes = 0u64;
-        let mut timer = match self.rate {
-            Rate::Paced(n) => Some(PeriodicTimer::new(Duration::from_secs_f64(
-                1.0 / f64::from(n),
-            ))),
-            Rate::FlatOut => None,
-        };
-        let first = monotonic_now().0;
-        for i in 0..self.writes {
-            if i % 64 == 0 && interrupted(&self.interrupted) {
-                return Err("interrupted".into());
-            }
-            if log_bytes >= LOG_BYTES_MAX {
-                drop(log);
+        timed_appends(self.writes, self.rate, &self.interrupted, |step| {
+            if step == LogStep::NewLog {
                 std::fs::remove_file(&log_path)
                     .map_err(|e| format!("removing {}: {e}", log_path.display()))?;
                 log_no += 1;
                 (log, log_path) = self.open_log(log_no)?;
-                log_bytes = 0;
+                return Ok(());
             }
-            if let Some(timer) = timer.as_mut() {
-                timer.skip_missed();
-                timer
-                    .wait()
-                    .map_err(|e| format!("waiting for the timer: {e}"))?;
-            }
-            let start = Instant::now();
             log.write_all(&data)
-                .map_err(|e| format!("writing {}: {e}", log_path.display()))?;
-            hist.record(start.elapsed());
-            log_bytes += WRITE_BYTES as u64;
-        }
-        Ok((hist, first, monotonic_now().0))
+                .map_err(|e| format!("writing {}: {e}", log_path.display()))
+        })
     }
+}
+
+/// What the writer's loop asks of its log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogStep {
+    /// Start a new log (every [`LOG_BYTES_MAX`]; not timed).
+    NewLog,
+    /// Append [`WRITE_BYTES`] synchronously (timed).
+    Append,
+}
+
+/// The writer's loop: `writes` timed appends, paced at `rate` or flat out, with a new log every
+/// [`LOG_BYTES_MAX`]; `step` does each. Returns the latencies and the first write's start and the
+/// last write's end (`CLOCK_MONOTONIC` ns).
+fn timed_appends(
+    writes: u64,
+    rate: Rate,
+    interrupt: &Option<Arc<AtomicBool>>,
+    mut step: impl FnMut(LogStep) -> Result<(), String>,
+) -> Result<(LatencyHistogram, u64, u64), String> {
+    let mut hist = LatencyHistogram::new();
+    let mut log_bytes = 0u64;
+    let mut timer = match rate {
+        Rate::Paced(n) => Some(PeriodicTimer::new(Duration::from_secs_f64(
+            1.0 / f64::from(n),
+        ))),
+        Rate::FlatOut => None,
+    };
+    let first = monotonic_now().0;
+    for i in 0..writes {
+        if i % 64 == 0 && interrupted(interrupt) {
+            return Err("interrupted".into());
+        }
+        if log_bytes >= LOG_BYTES_MAX {
+            step(LogStep::NewLog)?;
+            log_bytes = 0;
+        }
+        if let Some(timer) = timer.as_mut() {
+            timer.skip_missed();
+            timer
+                .wait()
+                .map_err(|e| format!("waiting for the timer: {e}"))?;
+        }
+        let start = Instant::now();
+        step(LogStep::Append)?;
+        hist.record(start.elapsed());
+        log_bytes += WRITE_BYTES as u64;
+    }
+    Ok((hist, first, monotonic_now().0))
+}
+
+/// The copy's throughput alone (from `go` to `alone_end`) and under the writer (over the
+/// writer's run `w0..w1`), from its `(time, bytes copied)` samples, in MB/s.
+fn copy_rates(
+    samples: &[(u64, u64)],
+    go: MonoNanos,
+    alone_end: MonoNanos,
+    w0: u64,
+    w1: u64,
+) -> (f64, f64) {
+    let alone = growth_in_window(samples, go.0, alone_end.0)
+        / MIB as f64
+        / alone_end.since(go).as_secs_f64();
+    let under = growth_in_window(samples, w0, w1)
+        / MIB as f64
+        / Duration::from_nanos(w1.saturating_sub(w0)).as_secs_f64();
+    (alone, under)
 }
 
 /// The targets, for tailbound's rows against the best kernel scheduler of the same run;
