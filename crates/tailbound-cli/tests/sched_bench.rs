@@ -11,42 +11,8 @@ use std::sync::Mutex;
 /// The root tests change loop devices and schedulers; one at a time keeps their checks exact.
 static MACHINE: Mutex<()> = Mutex::new(());
 
-fn tailbound(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tailbound"))
-        .args(args)
-        .output()
-        .expect("running the tailbound binary")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn read_json(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path).expect("reading the JSON report");
-    serde_json::from_str(&text).expect("the JSON report parses")
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-/// Root-only tests run as root; under CI they must not be skipped.
-fn require_root(test: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test} needs root and CI must run it as root"
-    );
-    eprintln!("skipping {test}: needs root");
-    false
-}
+mod common;
+use common::{read_json, require_root, stderr, tailbound};
 
 fn keys(v: &serde_json::Value) -> BTreeSet<String> {
     v.as_object().unwrap().keys().cloned().collect()

@@ -522,26 +522,17 @@ impl FairnessBench {
         op: IoOp,
         block_mib: u64,
     ) -> Result<FairnessRow, String> {
-        use crate::sched::{Prio, SchedDevice, Scheduler};
-        use crate::tbfs::{Config as FsConfig, Fs, OpenFlags};
+        use crate::sched::Prio;
+        use crate::tbfs::OpenFlags;
         let _kernel =
             SchedulerGuard::set(dev.path(), KernelSched::None).map_err(|e| e.to_string())?;
-        let file_dev = crate::dev::file::FileDevice::open(dev.path())
+        let file_dev = super::pool::open_file_pool(Path::new(dev.path()))
             .map_err(|e| format!("opening {} as a tbfs pool: {e}", dev.path()))?;
         let mut cfg = crate::sched::Config::for_device(Path::new(dev.path()));
         cfg.policy = policy;
         cfg.depth = 1;
         cfg.anticipation = (policy != Policy::Fifo).then_some(TBFS_ANTICIPATION);
-        let sched = Scheduler::new(Arc::new(file_dev), cfg).map_err(|e| e.to_string())?;
-        let fs = Fs::format(
-            Arc::new(SchedDevice::new(Arc::clone(&sched))),
-            &FsConfig {
-                checkpoint_every: None,
-                protection_period: Duration::ZERO,
-                ..FsConfig::default()
-            },
-        )
-        .map_err(|e| format!("formatting the pool: {e}"))?;
+        let (sched, fs) = super::pool::format_behind_scheduler(file_dev, cfg)?;
         let block = block_mib * MIB;
         let blocks = (self.region_bytes() / 2 / block).max(1);
         let data: Vec<u8> = (0..block).map(|i| (i % 241) as u8 | 0x80).collect();

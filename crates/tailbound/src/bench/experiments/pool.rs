@@ -4,8 +4,11 @@
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::dev::file::FileDevice;
+use crate::sched::{SchedDevice, Scheduler};
+use crate::tbfs::{Config as FsConfig, Fs};
 
 /// Creates a pool file of `len_bytes` at `path` (zero-filled once) on the file backend.
 pub fn create_file_pool(path: &Path, len_bytes: u64) -> io::Result<Arc<FileDevice>> {
@@ -28,4 +31,24 @@ pub fn describe(dev: &FileDevice) -> String {
             "pwrite"
         }
     )
+}
+
+/// A fresh tbfs pool on `dev` behind a scheduler with `cfg`, for the scheduler experiments: no
+/// background checkpoints and no protection period, so only the workload's own commits (and the
+/// cleaning they cause) reach the device. Returns the scheduler too, for adding tenants.
+pub fn format_behind_scheduler(
+    dev: Arc<FileDevice>,
+    cfg: crate::sched::Config,
+) -> Result<(Arc<Scheduler>, Fs), String> {
+    let sched = Scheduler::new(dev, cfg).map_err(|e| e.to_string())?;
+    let fs = Fs::format(
+        Arc::new(SchedDevice::new(Arc::clone(&sched))),
+        &FsConfig {
+            checkpoint_every: None,
+            protection_period: Duration::ZERO,
+            ..FsConfig::default()
+        },
+    )
+    .map_err(|e| format!("formatting the pool: {e}"))?;
+    Ok((sched, fs))
 }

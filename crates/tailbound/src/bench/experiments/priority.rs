@@ -549,30 +549,19 @@ impl PriorityBench {
         policy: Policy,
         rate: Rate,
     ) -> Result<PriorityRow, String> {
-        use crate::sched::{SchedDevice, Scheduler};
-        use crate::tbfs::{Config as FsConfig, Fs, OpenFlags};
+        use crate::tbfs::OpenFlags;
         let _sched = SchedulerGuard::set(device, KernelSched::None).map_err(|e| e.to_string())?;
         let work = CaseDir::create(fs.mount_point())?;
         let pool = work.0.join("pool.tbfs");
-        let file_dev =
-            crate::dev::file::FileDevice::create(&pool, 2 * self.copy_bytes + (512 << 20))
-                .map_err(|e| format!("creating the pool {}: {e}", pool.display()))?;
+        let file_dev = super::pool::create_file_pool(&pool, 2 * self.copy_bytes + (512 << 20))
+            .map_err(|e| format!("creating the pool {}: {e}", pool.display()))?;
         let mut cfg = crate::sched::Config::for_device(&pool);
         cfg.policy = policy;
         // One request in the device at a time (BFQ's strict_guarantees): an RT request waits for
         // at most one piece of the copy. The copy is one thread doing one request at a time, so
         // it loses nothing by it.
         cfg.depth = 1;
-        let sched = Scheduler::new(Arc::new(file_dev), cfg).map_err(|e| e.to_string())?;
-        let tbfs = Fs::format(
-            Arc::new(SchedDevice::new(Arc::clone(&sched))),
-            &FsConfig {
-                checkpoint_every: None,
-                protection_period: Duration::ZERO,
-                ..FsConfig::default()
-            },
-        )
-        .map_err(|e| format!("formatting the pool: {e}"))?;
+        let (_, tbfs) = super::pool::format_behind_scheduler(file_dev, cfg)?;
         let chunk = COPY_CHUNK_BYTES as usize;
         let pattern: Vec<u8> = (0..chunk).map(|i| (i % 239) as u8 | 0x40).collect();
         let chunks = (self.copy_bytes / COPY_CHUNK_BYTES).max(1);
