@@ -560,7 +560,15 @@ impl Inner {
             + (height_for(m.ifile.blocks.len() as u64 + 1) as u64 + 1) * pages.len().max(1) as u64
             + 4;
         estimate += m.table_estimate();
-        self.ensure_space(m, estimate)?;
+        if let Err(e) = self.ensure_space(m, estimate) {
+            // Nothing was written: the files taken from the dirty set stay in it, or a later
+            // sync would not see their buffered data.
+            self.dirty
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(work.iter().copied());
+            return Err(e);
+        }
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
         work.retain(|ino| m.inodes.contains_key(ino));
 
