@@ -117,18 +117,45 @@ impl Inner {
         if self.config.ordering == super::Ordering::Relaxed && !m.ns_dirty {
             self.commit_data_logs(m, true)?;
         }
+        // Light passes (`light_cleaning`: relaxed ordering and a newest checkpoint nothing keeps)
+        // write the copies of file data as data-only logs, which roll-forward replays over the
+        // newest checkpoint: once they are durable the victims are reusable, with no checkpoint
+        // and so no map nodes per pass. Their victims are segments only a flush stands between
+        // and reuse (`pick_victims`); live metadata in them still needs a checkpoint. Otherwise
+        // a full pass: the copies go out in a checkpoint, followed by a superblock.
         loop {
             if self.free_blocks_up_to(m, want) >= want {
                 break;
             }
-            if self.pending_free_segments(m) > 0 {
-                // Dead segments wait only for a checkpoint and a superblock.
-                self.refresh_for_cleaner(m)?;
+            if m.writer.unflushed && self.pending_free_segments(m) > 0 {
+                // Segments emptied by superseded blocks wait only for their logs to be durable.
+                self.flush_logs(m, "for the cleaner")?;
                 if self.free_blocks_up_to(m, want) >= want {
                     break;
                 }
             }
-            let victims = self.pick_victims(m, &skip, per_pass);
+            let light_ok = self.light_cleaning(m);
+            if light_ok && m.ns_dirty {
+                // Roll-forward replays data only: a pending namespace change goes first.
+                self.refresh_for_cleaner(m)?;
+                continue;
+            }
+            let mut victims = if light_ok {
+                self.pick_victims(m, &skip, per_pass, true)
+            } else {
+                Vec::new()
+            };
+            let light = !victims.is_empty();
+            if !light {
+                if self.pending_free_segments(m) > 0 {
+                    // Dead segments wait only for a checkpoint and a superblock.
+                    self.refresh_for_cleaner(m)?;
+                    if self.free_blocks_up_to(m, want) >= want {
+                        break;
+                    }
+                }
+                victims = self.pick_victims(m, &skip, per_pass, false);
+            }
             if victims.is_empty() {
                 if pressure && !m.life.pressure {
                     // Give up the protection period: release every plain checkpoint but the
@@ -143,21 +170,50 @@ impl Inner {
                 break;
             }
             let free_before = self.free_blocks(m);
+            m.clean_passes += 1;
             // The copies are as old as the youngest data they come from.
             m.life.copy_age = victims.iter().map(|&v| m.life.seg_written[v]).max();
             let moved = self
-                .move_live(m, &victims)
-                .and_then(|copied| self.refresh_for_cleaner(m).map(|()| copied));
+                .move_live(m, &victims, light)
+                .and_then(|(copied, metadata)| {
+                    if !light {
+                        return self.refresh_for_cleaner(m).map(|()| (copied, false));
+                    }
+                    self.flush_logs(m, "after cleaning")?;
+                    if metadata > 0 {
+                        // Live metadata moves at a checkpoint; without room for one now (it
+                        // writes the buffered data too), at a later one.
+                        match self.refresh_for_cleaner(m) {
+                            Ok(()) | Err(Error::NoSpace(_)) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    Ok((copied, metadata == 0))
+                });
             m.life.copy_age = None;
-            let copied = moved?;
+            let (copied, was_light) = moved?;
             // The newest checkpoint before the cleaning one may still pin the old copies (it
             // was the newest when they died); the next checkpoint releases it.
-            if victims
-                .iter()
-                .any(|&v| m.seg.live[v] == 0 && m.seg.pinned[v] != 0)
+            if !was_light
+                && victims
+                    .iter()
+                    .any(|&v| m.seg.live[v] == 0 && m.seg.pinned[v] != 0)
             {
                 self.refresh_for_cleaner(m)?;
             }
+            // A light pass whose victims are empty but not reusable (a pin the soft rule could
+            // not avoid): a checkpoint releases them, if there is room for it now.
+            if was_light
+                && victims
+                    .iter()
+                    .any(|&v| m.seg.live[v] == 0 && !self.segment_free(m, v))
+            {
+                match self.refresh_for_cleaner(m) {
+                    Ok(()) | Err(Error::NoSpace(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            self.count(|c| c.light_cleaning_passes += u64::from(was_light));
             let mut cleaned = 0;
             for &v in &victims {
                 if m.seg.live[v] == 0 && m.seg.pinned[v] == 0 {
@@ -180,7 +236,13 @@ impl Inner {
             } else {
                 0
             };
-            if cleaned == 0 || stalled >= 2 || passes >= passes_max || passes > self.segment_count {
+            // A light pass that emptied nothing (its victims hold metadata) left them in `skip`:
+            // the next pass tries others.
+            if (cleaned == 0 && !was_light)
+                || stalled >= 2
+                || passes >= passes_max
+                || passes > self.segment_count
+            {
                 break;
             }
         }
@@ -201,7 +263,17 @@ impl Inner {
 
     /// The best segments to clean, best first, as many as one checkpoint can move with the
     /// space there is.
-    pub(crate) fn pick_victims(&self, m: &Meta, skip: &BTreeSet<usize>, most: usize) -> Vec<usize> {
+    ///
+    /// With `light`, only segments a light pass can release (see `clean_passes`): nothing in
+    /// them is in the roll-forward chain or lost by a checkpoint the superblock does not name,
+    /// and the budget is for data-only logs, not a checkpoint.
+    pub(crate) fn pick_victims(
+        &self,
+        m: &Meta,
+        skip: &BTreeSet<usize>,
+        most: usize,
+        light: bool,
+    ) -> Vec<usize> {
         let now = now_ns();
         let sb = self.segment_blocks;
         let mut scored: Vec<(f64, usize)> = (0..self.segment_count as usize)
@@ -211,6 +283,11 @@ impl Inner {
                     && m.seg.live[s] > 0
                     && !skip.contains(&s)
                     && m.cleanable(s, now)
+                    && (!light
+                        || (m.seg.last_seq[s] <= m.sb_checkpoint_seq
+                            && m.seg.dead_at[s] <= m.sb_checkpoint_seq
+                            && m.life
+                                .only_newest_unkept(m.life.seg_born[s], m.checkpoint, now)))
             })
             .filter_map(|s| {
                 let u = m.seg.live[s] as f64 / sb as f64;
@@ -225,18 +302,30 @@ impl Inner {
         // The copies and the checkpoint that writes them (with whatever else is buffered and
         // pending) must fit in what is free now.
         let free = self.free_blocks(m);
-        let pending = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64
-            + m.pending.len() as u64 * 4
-            + m.dirs_dirty.len() as u64 * 2
-            + m.table_estimate()
-            + 16;
-        let mut budget = free.saturating_sub(pending + sb / 2);
+        let dirty = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64;
+        let mut budget = if light {
+            // The copies' space check keeps the reserve; their summaries take a block per up
+            // to 123 extents. Buffered data is not written with them.
+            free.saturating_sub(self.reserve_blocks() + 16)
+        } else {
+            let pending = dirty
+                + m.pending.len() as u64 * 4
+                + m.dirs_dirty.len() as u64 * 2
+                + m.table_estimate()
+                + 16;
+            free.saturating_sub(pending + sb / 2)
+        };
         let mut out = Vec::new();
         for (_, s) in scored {
             let live = m.seg.live[s] as u64;
-            // What the checkpoint's estimate charges for moving them: the blocks and the map
-            // nodes and inode records of the files they belong to.
-            let cost = live + live / 4 + 16;
+            // What the logs' estimate charges for moving them: the blocks, and for a checkpoint
+            // the map nodes and inode records of the files they belong to.
+            let cost = if light {
+                // At least what `ensure_space` asks for them (their summaries, pads).
+                live + live / 32 + 8
+            } else {
+                live + live / 4 + 16
+            };
             if cost > budget || out.len() == most {
                 break;
             }
@@ -247,11 +336,22 @@ impl Inner {
     }
 
     /// Makes every live block of the victims dirty, so the next checkpoint writes it elsewhere.
-    /// Returns how many blocks will move.
-    fn move_live(&self, m: &mut Meta, victims: &[usize]) -> Result<u64> {
+    /// Returns how many blocks will move, and how many of them are not file data (those need a
+    /// checkpoint).
+    ///
+    /// With `light`, regular files' data is not made dirty but copied at once into data-only
+    /// logs (no attribute records: a copy changes no size), which roll-forward replays; the
+    /// caller makes them durable. Buffered data stays buffered, so a pass needs room only for
+    /// its copies.
+    fn move_live(&self, m: &mut Meta, victims: &[usize], light: bool) -> Result<(u64, u64)> {
         let sb = self.segment_blocks;
         let mut buf = vec![0u8; (sb * BLOCK_U64) as usize];
-        let mut moved = 0u64;
+        let (mut moved, mut metadata) = (0u64, 0u64);
+        if light {
+            let live: u64 = victims.iter().map(|&v| m.seg.live[v] as u64).sum();
+            self.ensure_space(m, live + live / 64 + 2)?;
+        }
+        let mut open = false;
         for &s in victims {
             let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
             self.dev.read_at(start * BLOCK_U64, &mut buf).map_err(|e| {
@@ -277,8 +377,21 @@ impl Inner {
                         let a = addr + i;
                         let off = ((a - start) * BLOCK_U64) as usize;
                         let data = &buf[off..off + BLOCK];
-                        if self.move_block(m, d.kind, d.ino, d.level, d.offset + i, a, data) {
+                        if light && d.kind == DescKind::Data {
+                            match self.copy_file_block(m, d.ino, d.offset + i, a, data, &mut open) {
+                                Ok(Some(copied)) => {
+                                    moved += u64::from(copied);
+                                    continue;
+                                }
+                                Ok(None) => {}
+                                Err(e) => return Err(e),
+                            }
+                        }
+                        if let Some(file_data) =
+                            self.move_block(m, d.kind, d.ino, d.level, d.offset + i, a, data)
+                        {
                             moved += 1;
+                            metadata += u64::from(!file_data);
                         }
                     }
                     addr += d.blocks as u64;
@@ -286,11 +399,50 @@ impl Inner {
                 pos = end;
             }
         }
-        Ok(moved)
+        if open {
+            self.log_close(m, format::FLAG_END)?;
+        }
+        Ok((moved, metadata))
+    }
+
+    /// Copies block `index` of regular file `ino` from `a` into the open data-only log (opening
+    /// one if `open` is false) if the file still maps it there. `None` if `ino` is not a
+    /// regular file (the block is moved as metadata), else whether it was copied.
+    fn copy_file_block(
+        &self,
+        m: &mut Meta,
+        ino: u64,
+        index: u64,
+        a: u64,
+        data: &[u8],
+        open: &mut bool,
+    ) -> Result<Option<bool>> {
+        let Some(cell) = m.inodes.get(&ino).cloned() else {
+            return Ok(Some(false));
+        };
+        let mut st = cell.lock();
+        if st.kind != FileKind::File {
+            return Ok(None);
+        }
+        if st.map.get(index) != a {
+            return Ok(Some(false));
+        }
+        if !*open {
+            self.log_open(m, format::FLAG_BEGIN | format::FLAG_DATA_ONLY);
+            *open = true;
+        }
+        let addr = self.log_add(m, DescKind::Data, ino, 0, index, data)?;
+        st.map.set(index, addr);
+        drop(st);
+        m.seg_inc(addr, self.segment_blocks);
+        let seq = m.writer.seq;
+        m.seg_supersede(a, seq, self.segment_blocks);
+        m.pending.insert(ino);
+        Ok(Some(true))
     }
 
     /// If the live tree references block `a` (described by a summary as `kind`, `ino`, `level`,
-    /// `index`), marks what holds it dirty and returns true.
+    /// `index`), marks what holds it dirty and returns whether it is a regular file's data.
     #[allow(clippy::too_many_arguments)]
     fn move_block(
         &self,
@@ -301,22 +453,21 @@ impl Inner {
         index: u64,
         a: u64,
         data: &[u8],
-    ) -> bool {
+    ) -> Option<bool> {
         match kind {
             DescKind::Data => {
-                let Some(cell) = m.inodes.get(&ino).cloned() else {
-                    return false;
-                };
+                let cell = m.inodes.get(&ino).cloned()?;
                 let mut st = cell.lock();
                 if st.map.get(index) != a {
-                    return false;
+                    return None;
                 }
+                let is_file = st.kind == FileKind::File;
                 if st.kind == FileKind::Dir {
                     // Directories are rewritten whole.
                     drop(st);
                     m.dirs_dirty.insert(ino);
                     m.pending.insert(ino);
-                    return true;
+                    return Some(false);
                 }
                 // A newer version may be buffered already; either way the next checkpoint must
                 // write this inode (a commit in progress may have taken it from the dirty set).
@@ -335,46 +486,45 @@ impl Inner {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(ino);
-                true
+                // A symbolic link's block goes out with the checkpoint, like metadata.
+                Some(is_file)
             }
             DescKind::MapNode => {
-                let Some(cell) = m.inodes.get(&ino).cloned() else {
-                    return false;
-                };
+                let cell = m.inodes.get(&ino).cloned()?;
                 let mut st = cell.lock();
                 let l = level as usize;
                 if level == 0
                     || st.map.nodes.get(l - 1).and_then(|n| n.get(index as usize)) != Some(&a)
                 {
-                    return false;
+                    return None;
                 }
                 dirty_node(&mut st.map, level, index);
                 drop(st);
                 m.pending.insert(ino);
-                true
+                Some(false)
             }
             DescKind::InodePage => {
                 if m.ifile.get(index) != a {
-                    return false;
+                    return None;
                 }
                 m.pages_dirty.insert(index);
-                true
+                Some(false)
             }
             DescKind::InodeMapNode => {
                 let l = level as usize;
                 if level == 0
                     || m.ifile.nodes.get(l - 1).and_then(|n| n.get(index as usize)) != Some(&a)
                 {
-                    return false;
+                    return None;
                 }
                 dirty_node(&mut m.ifile, level, index);
-                true
+                Some(false)
             }
-            DescKind::Root => a == m.checkpoint_root,
+            DescKind::Root => (a == m.checkpoint_root).then_some(false),
             DescKind::TablePage => {
                 let t = ino as usize;
                 if !(1..=format::TABLES).contains(&t) || m.life.tables[t - 1].get(index) != a {
-                    return false;
+                    return None;
                 }
                 match ino as u8 {
                     format::TABLE_USAGE => {
@@ -385,7 +535,7 @@ impl Inner {
                     }
                     _ => m.life.snap_dirty = true,
                 }
-                true
+                Some(false)
             }
             DescKind::TableNode => {
                 let t = ino as usize;
@@ -398,15 +548,15 @@ impl Inner {
                         .and_then(|n| n.get(index as usize))
                         != Some(&a)
                 {
-                    return false;
+                    return None;
                 }
                 dirty_node(&mut m.life.tables[t - 1], level, index);
                 if ino as u8 == format::TABLE_SNAPSHOTS {
                     m.life.snap_dirty = true;
                 }
-                true
+                Some(false)
             }
-            DescKind::Attr => false,
+            DescKind::Attr => None,
         }
     }
 
@@ -420,7 +570,7 @@ impl Inner {
             return Ok(());
         }
         if self
-            .pick_victims(m, &BTreeSet::new(), BACKGROUND_VICTIMS)
+            .pick_victims(m, &BTreeSet::new(), BACKGROUND_VICTIMS, false)
             .is_empty()
         {
             return Ok(());

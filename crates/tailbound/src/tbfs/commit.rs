@@ -22,8 +22,11 @@ use super::{Barrier, Error, Result};
 const LOG_BLOCKS_MAX: usize = 1024;
 /// The low-water mark is at most 1/this of the pool.
 const LOW_WATER_DIVISOR: u64 = 10;
-/// Segments a cleaning pass may fill with copies, beyond the buffered data written with it.
-const CLEAN_ROOM_SEGMENTS: u64 = 4;
+/// Segments of copies the low-water mark keeps room for in relaxed ordering: one victim's live
+/// blocks, what a light cleaning pass needs to make progress.
+const CLEAN_ROOM_SEGMENTS: u64 = 1;
+/// Segments of copies it keeps room for in strict ordering, where every pass is a checkpoint.
+const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
 /// Smallest space reserve, in blocks, whatever the segment size.
 const RESERVE_BLOCKS_MIN: u64 = 64;
 /// Descriptors kept free in every log for the attribute records a data-only log ends with.
@@ -42,6 +45,7 @@ impl Inner {
             && m.seg.pinned[s] == 0
             && m.seg.dead_at[s] <= m.sb_checkpoint_seq
             && m.seg.last_seq[s] <= m.sb_checkpoint_seq
+            && m.seg.soft_dead_at[s] <= m.writer.durable_seq
     }
 
     /// Blocks the writer can still fill without reusing anything not yet reclaimable.
@@ -80,20 +84,18 @@ impl Inner {
 
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
     /// that helps. Fails with `NoSpace` before anything is written.
-    fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
+    pub(crate) fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
         // Summaries, pads at segment ends, and room for the checkpoint a refresh needs.
         let need = blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2;
         // Room kept for the checkpoints that make dead segments reusable (and for recovery's).
         let reserve = if m.in_refresh {
             0
         } else {
-            (2 * self.segment_blocks).max(RESERVE_BLOCKS_MIN)
+            self.reserve_blocks()
         };
         // Below the low-water mark the writer cleans (and waits for it) while there is still
-        // room for the cleaner to work in: room for the next flush of buffered data, which goes
-        // out with the cleaner's copies, and for a pass's copies. Every block kept free beyond
-        // that raises the utilisation of the segments cleaned, and the copying.
-        let low_water = if m.in_refresh { 0 } else { self.low_water() };
+        // room for the cleaner to work in (see `low_water`).
+        let low_water = if m.in_refresh { 0 } else { self.low_water(m) };
         let want = need + reserve + low_water;
         if self.free_blocks_up_to(m, want) >= want {
             return Ok(());
@@ -125,12 +127,36 @@ impl Inner {
         )))
     }
 
-    /// Free blocks kept, beyond what a write needs and the reserve, before writers clean.
-    pub(crate) fn low_water(&self) -> u64 {
+    /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
+    /// checkpoint nothing keeps (no snapshot, open view or protection period), so the blocks
+    /// the copies supersede need no pin.
+    pub(crate) fn light_cleaning(&self, m: &Meta) -> bool {
+        self.config.ordering == super::Ordering::Relaxed
+            && m.life
+                .only_newest_unkept(m.checkpoint, m.checkpoint, now_ns())
+    }
+
+    /// Blocks kept for the checkpoints that make dead segments reusable (and for recovery's).
+    pub(crate) fn reserve_blocks(&self) -> u64 {
+        (2 * self.segment_blocks).max(RESERVE_BLOCKS_MIN)
+    }
+
+    /// Free blocks kept, beyond what a write needs and the reserve, before writers clean: room
+    /// for the cleaner to make progress. Every block kept free beyond that raises the live
+    /// fraction of the segments it cleans.
+    pub(crate) fn low_water(&self, m: &Meta) -> u64 {
         let sb = self.segment_blocks;
         let flush = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
-        // A flush's data, its summaries and map nodes, and a pass's copies.
-        let want = flush + flush / 4 + CLEAN_ROOM_SEGMENTS * sb;
+        let want = if self.light_cleaning(m) {
+            // A light pass needs room for one victim's copies. A victim that holds live map
+            // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
+            // a flush, its summaries and the nodes.
+            flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
+        } else {
+            // Every pass is a checkpoint with the buffered data and a pass's copies (strict
+            // ordering, or a newest checkpoint something keeps).
+            flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
+        };
         want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
             .max(2 * sb)
             .max(RESERVE_BLOCKS_MIN)
@@ -166,7 +192,7 @@ impl Inner {
         Ok(())
     }
 
-    fn log_open(&self, m: &mut Meta, flags: u16) {
+    pub(crate) fn log_open(&self, m: &mut Meta, flags: u16) {
         debug_assert!(m.writer.log.is_none());
         // The summary block; buffered devices get the payload after it.
         m.writer.buf.clear();
@@ -275,7 +301,7 @@ impl Inner {
     }
 
     /// Seals the open log, writes it (flushing as the barrier policy says) and moves on.
-    fn log_close(&self, m: &mut Meta, end_flags: u16) -> Result<()> {
+    pub(crate) fn log_close(&self, m: &mut Meta, end_flags: u16) -> Result<()> {
         let log = m.writer.log.take().expect("log open");
         let flags = log.flags | end_flags;
         let payload_blocks = log.blocks;
@@ -347,6 +373,9 @@ impl Inner {
         m.writer.prev_crc = crc;
         m.writer.pos = log.start + 1 + payload_blocks as u64;
         m.writer.unflushed = !flush;
+        if flush {
+            m.writer.durable_seq = m.writer.seq;
+        }
         let log_bytes = (1 + payload_blocks as u64) * BLOCK_U64;
         m.sb_bytes_since += log_bytes;
         self.count(|c| {
@@ -387,7 +416,6 @@ impl Inner {
         self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
         let mut written = Vec::with_capacity(st.dirty.len());
         let blocks: Vec<u64> = st.dirty.keys().copied().collect();
-        let seq = m.writer.seq;
         for block in blocks {
             let d = &st.dirty[&block];
             let gen = d.gen;
@@ -395,7 +423,7 @@ impl Inner {
             let old = st.map.set(block, addr);
             m.seg_inc(addr, self.segment_blocks);
             if old != 0 {
-                m.seg_dec(old, seq, self.segment_blocks);
+                m.seg_supersede(old, m.writer.seq, self.segment_blocks);
             }
             written.push((block, gen));
         }
@@ -439,7 +467,6 @@ impl Inner {
             Err(Error::NoSpace(_)) if if_room => return Ok(()),
             r => r?,
         }
-        let seq = m.writer.seq;
         let mut open = false;
         let mut done = Vec::with_capacity(cells.len());
         for cell in &cells {
@@ -463,7 +490,7 @@ impl Inner {
                 let old = st.map.set(block, addr);
                 m.seg_inc(addr, self.segment_blocks);
                 if old != 0 {
-                    m.seg_dec(old, seq, self.segment_blocks);
+                    m.seg_supersede(old, m.writer.seq, self.segment_blocks);
                 }
                 written.push((block, gen));
             }
@@ -560,14 +587,23 @@ impl Inner {
             + (height_for(m.ifile.blocks.len() as u64 + 1) as u64 + 1) * pages.len().max(1) as u64
             + 4;
         estimate += m.table_estimate();
-        if let Err(e) = self.ensure_space(m, estimate) {
+        let passes = m.clean_passes;
+        let space = self.ensure_space(m, estimate);
+        if space.is_err() || m.clean_passes != passes {
             // Nothing was written: the files taken from the dirty set stay in it, or a later
             // sync would not see their buffered data.
             self.dirty
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .extend(work.iter().copied());
-            return Err(e);
+            space?;
+            // The space check cleaned: the passes changed maps and marked blocks this
+            // checkpoint must write, so it starts over with them (without cleaning again if
+            // it comes to that twice: a space check cleans only outside cleaning).
+            m.in_clean = true;
+            let again = self.commit_checkpoint(m);
+            m.in_clean = false;
+            return again;
         }
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
         work.retain(|ino| m.inodes.contains_key(ino));
@@ -713,6 +749,7 @@ impl Inner {
         m.dirs_dirty.clear();
         m.pending.clear();
         m.ns_dirty = false;
+        m.superseded_since_ckpt = false;
         for (ino, done) in written {
             if let Some(cell) = m.inodes.get(&ino) {
                 self.drop_written(&mut cell.lock(), &done);
@@ -842,20 +879,23 @@ impl Inner {
         self.write_superblock(m)
     }
 
-    pub(crate) fn write_superblock(&self, m: &mut Meta) -> Result<()> {
+    /// Flushes the device if a log was written since the last flush: every log so far is then
+    /// durable.
+    pub(crate) fn flush_logs(&self, m: &mut Meta, why: &str) -> Result<()> {
         if m.writer.unflushed {
             self.dev
                 .flush()
-                .map_err(|e| {
-                    Error::io(
-                        format!("{} device: flush before superblock", self.dev.kind()),
-                        e,
-                    )
-                })
+                .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
                 .inspect_err(|e| self.poison(e))?;
             m.writer.unflushed = false;
             self.count(|c| c.device_flushes += 1);
         }
+        m.writer.durable_seq = m.writer.seq;
+        Ok(())
+    }
+
+    pub(crate) fn write_superblock(&self, m: &mut Meta) -> Result<()> {
+        self.flush_logs(m, "before superblock")?;
         let generation = m.sb_generation + 1;
         let sb = Superblock {
             pool_id: self.pool_id,

@@ -117,8 +117,14 @@ pub(crate) type DirEntries = BTreeMap<String, (u64, bool)>;
 pub(crate) struct SegUsage {
     /// Blocks the in-memory state references in each segment.
     pub live: Vec<u32>,
-    /// Sequence number current when `live` last reached zero.
+    /// Sequence of the newest log that dropped a block of the segment in a way roll-forward
+    /// does not replay (a checkpoint rewriting it, a truncation, a deletion, a released pin):
+    /// until a superblock names a checkpoint written after it, the durable state may use it.
     pub dead_at: Vec<u64>,
+    /// One more than the sequence of the newest data-only log that superseded a block of the
+    /// segment which no retained checkpoint but the newest (or none) references (`seg_supersede`):
+    /// once that log is durable, recovery replays it over any stale pointer. 0 for none.
+    pub soft_dead_at: Vec<u64>,
     /// Highest log sequence written into each segment.
     pub last_seq: Vec<u64>,
     /// Blocks in each segment that the live tree no longer references but a retained checkpoint
@@ -142,6 +148,8 @@ pub(crate) struct Writer {
     pub buf: Vec<u8>,
     /// A log was written after the last device flush.
     pub unflushed: bool,
+    /// Every log with a sequence below this is durable (a device flush followed it).
+    pub durable_seq: u64,
 }
 
 #[derive(Debug)]
@@ -195,6 +203,12 @@ pub(crate) struct Meta {
     pub life: super::lifecycle::Life,
     /// The cleaner is running (no nested cleaning from `ensure_space`).
     pub in_clean: bool,
+    /// A block the newest checkpoint references was superseded without a pin since it was
+    /// written (`seg_supersede`): that checkpoint may no longer be read on its own.
+    pub superseded_since_ckpt: bool,
+    /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a
+    /// pass changes maps and marks blocks it must write.
+    pub clean_passes: u64,
 }
 
 /// Shared by every clone of an [`Fs`] and every [`File`].
@@ -904,8 +918,35 @@ impl Meta {
             "segment {s} live count underflow at block {block}"
         );
         self.seg.live[s] = self.seg.live[s].saturating_sub(1);
-        if self.seg.live[s] == 0 && self.seg.pinned[s] == 0 {
-            self.seg.dead_at[s] = seq;
+        // Every such drop counts, not only the last: the durable checkpoint may reference any
+        // block that died after it, whatever killed the segment's last block.
+        self.seg.dead_at[s] = self.seg.dead_at[s].max(seq);
+    }
+
+    /// The live tree drops file data `block` because the data-only log `seq` wrote a newer copy
+    /// of it. Roll-forward replays that log over every checkpoint written before it, so when
+    /// the only retained checkpoint that can reference the block is the newest and nothing keeps
+    /// that one (no snapshot, open view or protection period), the block needs no pin and its
+    /// segment may be reused as soon as the log is durable (`Inner::segment_free`), without
+    /// waiting for a checkpoint. Otherwise as `seg_dec`.
+    pub fn seg_supersede(&mut self, block: u64, seq: u64, segment_blocks: u64) {
+        let born = self.born_of(block, segment_blocks);
+        if !self
+            .life
+            .only_newest_unkept(born, self.checkpoint, now_ns())
+        {
+            self.seg_dec(block, seq, segment_blocks);
+            return;
+        }
+        let s = Self::seg_of(block, segment_blocks);
+        debug_assert!(
+            self.seg.live[s] > 0,
+            "segment {s} live count underflow at block {block}"
+        );
+        self.seg.live[s] = self.seg.live[s].saturating_sub(1);
+        self.seg.soft_dead_at[s] = self.seg.soft_dead_at[s].max(seq + 1);
+        if born <= self.checkpoint {
+            self.superseded_since_ckpt = true;
         }
     }
 }

@@ -35,7 +35,7 @@
 //!
 //! Both then check the result again. Nothing here panics on any bytes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -513,6 +513,11 @@ struct Checker<'a> {
     geo: Geometry,
     index: LogIndex,
     findings: Vec<Finding>,
+    /// File blocks (inode, block) that data-only logs later in the roll-forward chain rewrote,
+    /// for the checkpoint being checked: recovery replays those logs over its pointers, so the
+    /// blocks it names there are not part of the recovered state, and their space may have been
+    /// reused (see `Meta::seg_supersede`).
+    superseded: HashSet<(u64, u64)>,
 }
 
 impl Checker<'_> {
@@ -899,6 +904,12 @@ impl Checker<'_> {
         // No block used twice; every block in a log that verifies and says it is that block.
         let mut owner: HashMap<u64, Claim> = HashMap::with_capacity(claims.len());
         let mut bad_logs: BTreeMap<u64, Vec<Claim>> = BTreeMap::new();
+        let superseded = std::mem::take(&mut self.superseded);
+        let stale = |claim: &Claim| {
+            matches!(claim, Claim::Data { ino, block } if superseded.contains(&(*ino, *block))
+                && inodes.get(ino).is_some_and(|v| !v.is_dir()))
+        };
+        claims.retain(|(_, c)| !stale(c));
         for &(block, claim) in &claims {
             if let Some(prev) = owner.insert(block, claim) {
                 self.damage(
@@ -1289,10 +1300,13 @@ fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<Analysis> {
         geo: geo.clone(),
         index,
         findings,
+        superseded: HashSet::new(),
     };
 
     // The roll-forward chain and the retained checkpoints: (root block, expected number, sequence).
     let mut retained: Vec<(u64, Expected)> = Vec::new();
+    // For each of those from the chain: where in the chain the logs replayed over it begin.
+    let mut replayed_from: Vec<usize> = Vec::new();
     let mut chain: Vec<usize> = Vec::new();
     if let Some(sb) = &sb {
         stats.generation = sb.generation;
@@ -1300,10 +1314,11 @@ fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<Analysis> {
             sb.checkpoint_root,
             Some((sb.checkpoint, Some(sb.checkpoint_sequence))),
         ));
+        replayed_from.push(0);
         let (c, end) = follow_chain(&mut ck, sb);
         chain = c;
         stats.chain_end = end;
-        for &i in &chain {
+        for (p, &i) in chain.iter().enumerate() {
             let l = &ck.index.logs[i];
             let f = l.summary.flags;
             if f & FLAG_CHECKPOINT != 0 && f & FLAG_END != 0 {
@@ -1311,6 +1326,7 @@ fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<Analysis> {
                     l.end() - 1,
                     Some((l.summary.checkpoint, Some(l.summary.sequence))),
                 ));
+                replayed_from.push(p + 1);
             }
         }
     } else {
@@ -1351,8 +1367,12 @@ fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<Analysis> {
     let newest = retained.iter().filter_map(|r| r.1.map(|e| e.0)).max();
     let mut views: Vec<CheckpointView> = Vec::new();
     let mut tried: BTreeSet<u64> = retained.iter().map(|r| r.0).collect();
-    for (root, expect) in retained {
+    for (k, (root, expect)) in retained.into_iter().enumerate() {
         let tables = expect.is_some_and(|e| Some(e.0) == newest);
+        ck.superseded = replayed_from
+            .get(k)
+            .map(|&from| superseded_after(&ck.index, &chain[from.min(chain.len())..]))
+            .unwrap_or_default();
         if let Some(v) = ck.checkpoint(root, expect, tables) {
             views.push(v);
         }
@@ -1513,6 +1533,21 @@ fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<Analysis> {
 
 /// The number (and, when known, the log sequence) a checkpoint root is expected to hold.
 type Expected = Option<(u64, Option<u64>)>;
+
+/// The file blocks the data-only logs among `logs` (indices into the index) write.
+fn superseded_after(index: &LogIndex, logs: &[usize]) -> HashSet<(u64, u64)> {
+    let mut out = HashSet::new();
+    for &i in logs {
+        let s = &index.logs[i].summary;
+        if s.flags & FLAG_DATA_ONLY == 0 {
+            continue;
+        }
+        for d in s.descriptors.iter().filter(|d| d.kind == DescKind::Data) {
+            out.extend((0..d.blocks as u64).map(|b| (d.ino, d.offset + b)));
+        }
+    }
+    out
+}
 
 /// Follows the roll-forward chain from the superblock; returns its logs and why it ends.
 fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>, String) {

@@ -138,6 +138,23 @@ impl Life {
         a.max(b)
     }
 
+    /// Whether no retained checkpoint but possibly `newest` can reference a block first
+    /// referenced by checkpoint `born`, and `newest` is kept by nothing (no snapshot, no open
+    /// view, past the protection period): the next checkpoint releases it.
+    pub fn only_newest_unkept(&self, born: u64, newest: u64, now: i64) -> bool {
+        if born > newest {
+            return true;
+        }
+        // The protection period as configured: a checkpoint released only under pressure may
+        // be protected again once the pressure is over.
+        let cutoff = now.saturating_sub(self.protection.as_nanos().min(i64::MAX as u128) as i64);
+        self.holds.range(born..=newest).next().is_none()
+            && self
+                .list
+                .range(born..=newest)
+                .all(|(&c, k)| c == newest && !k.snapshot && k.time_ns < cutoff)
+    }
+
     fn protection_cutoff(&self, now: i64) -> i64 {
         if self.pressure {
             i64::MAX
@@ -243,9 +260,7 @@ impl Meta {
             self.life.by_anchor.remove(&(p.anchor, block));
             let s = Self::seg_of(block, segment_blocks);
             self.seg.pinned[s] = self.seg.pinned[s].saturating_sub(1);
-            if self.seg.pinned[s] == 0 && self.seg.live[s] == 0 {
-                self.seg.dead_at[s] = seq;
-            }
+            self.seg.dead_at[s] = self.seg.dead_at[s].max(seq);
             let page = self.life.pinned_page(block, segment_blocks);
             self.life.pinned_dirty.insert(page);
         }
@@ -330,6 +345,14 @@ impl Meta {
                 .get(&newest)
                 .is_none_or(|k| k.snapshot || k.time_ns < cutoff || newest < born)
     }
+}
+
+/// The newest checkpoint, past its protection period and kept by nothing, had data blocks
+/// superseded since, whose space the cleaner may already have reused.
+fn superseded(number: u64) -> Error {
+    Error::NotFound(format!(
+        "checkpoint {number} as it was: it is past its protection period and data it referenced has been overwritten since (make a snapshot, or set a protection period, to keep versions)"
+    ))
 }
 
 impl Inner {
@@ -723,6 +746,9 @@ impl Fs {
         inner.check_writable()?;
         let mut m = inner.lock_meta();
         inner.check_usable()?;
+        if keep && number == m.checkpoint && m.superseded_since_ckpt {
+            return Err(superseded(number));
+        }
         let Some(k) = m.life.list.get_mut(&number) else {
             return Err(Error::NotFound(format!(
                 "checkpoint {number} (not retained; see `checkpoints`)"
@@ -751,6 +777,9 @@ impl Fs {
         inner.check_usable()?;
         let (root, time_ns) = {
             let mut m = inner.lock_meta();
+            if number == m.checkpoint && m.superseded_since_ckpt {
+                return Err(superseded(number));
+            }
             let Some(k) = m.life.list.get(&number) else {
                 return Err(Error::NotFound(format!(
                     "checkpoint {number} (not retained; see `checkpoints`)"

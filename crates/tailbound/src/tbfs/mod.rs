@@ -382,6 +382,8 @@ pub struct FsCounters {
     /// Segments the cleaner emptied, and the live blocks it copied forward to do so.
     pub segments_cleaned: u64,
     pub blocks_copied: u64,
+    /// Cleaning passes whose copies went out as data-only logs, with no checkpoint.
+    pub light_cleaning_passes: u64,
     /// Blocks of logs that are not file or directory data: summaries, pads, map nodes, inode
     /// pages, tables and checkpoint roots (part of `bytes_written`).
     pub metadata_blocks: u64,

@@ -94,6 +94,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
         seg: SegUsage {
             live: vec![0; segment_count as usize],
             dead_at: vec![0; segment_count as usize],
+            soft_dead_at: vec![0; segment_count as usize],
             last_seq: vec![0; segment_count as usize],
             pinned: vec![0; segment_count as usize],
         },
@@ -834,6 +835,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     let mut seg = SegUsage {
         live: vec![0; segment_count],
         dead_at: vec![0; segment_count],
+        soft_dead_at: vec![0; segment_count],
         last_seq: vec![0; segment_count],
         pinned: vec![0; segment_count],
     };
