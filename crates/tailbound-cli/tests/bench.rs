@@ -564,3 +564,65 @@ fn fileserver_refuses_unknown_systems_and_workloads_and_zero_threads() {
         assert!(stderr(&out).contains(what), "{what}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn cleaner_quick_reports_every_case_and_amplification_grows_with_utilisation() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("cleaner.json");
+    let out = tailbound(&[
+        "bench",
+        "cleaner",
+        "--quick",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("| workload") && text.contains("| target"),
+        "{text}"
+    );
+    let report = read_json(&json);
+    assert_eq!(report["experiment"], "cleaner");
+    let cases = report["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 6, "{report}");
+    for workload in ["uniform", "hot-cold"] {
+        let mut amplification = Vec::new();
+        for utilisation in [0.5, 0.7, 0.9] {
+            let c = cases
+                .iter()
+                .find(|c| c["workload"] == workload && c["utilisation"] == utilisation)
+                .unwrap_or_else(|| panic!("no {workload} case at {utilisation}: {report}"));
+            positive_finite(c, "mb_per_s");
+            // Every overwrite is a distinct 4 KiB block write beside a much larger pool.
+            let wa = positive_finite(c, "write_amplification");
+            assert!(wa > 0.9, "{c}");
+            assert!(c["segments_cleaned"].as_u64().unwrap() > 0, "{c}");
+            amplification.push(wa);
+        }
+        // Fuller pools leave emptier victims for the cleaner to find: more copying.
+        assert!(
+            amplification.windows(2).all(|w| w[0] < w[1]),
+            "{workload}: {amplification:?}"
+        );
+    }
+    assert_eq!(report["targets"].as_array().unwrap().len(), 2, "{report}");
+}
+
+#[test]
+fn cleaner_refuses_bad_utilisations_and_workloads() {
+    for args in [
+        ["--utilisation", "1.5"],
+        ["--utilisation", "zero"],
+        ["--workload", "sequential"],
+    ] {
+        let mut all = vec!["bench", "cleaner", "--quick"];
+        all.extend(args);
+        let out = tailbound(&all);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(
+            !stderr(&out).trim().is_empty(),
+            "{args:?}: no error message"
+        );
+    }
+}

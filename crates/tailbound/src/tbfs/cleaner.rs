@@ -93,6 +93,7 @@ impl Inner {
         let mut report = GcReport::default();
         let mut skip = BTreeSet::new();
         let (mut passes, mut stalled) = (0u64, 0u32);
+        let mut refreshed = false;
         // Checkpoints whose protection ran out since the last checkpoint go first; a checkpoint
         // makes that durable (and releases the newest before it, if that too is unprotected).
         let seq = m.writer.seq;
@@ -145,6 +146,16 @@ impl Inner {
             } else {
                 Vec::new()
             };
+            if light_ok && victims.is_empty() && !refreshed {
+                // Segments in the roll-forward chain, or that lost blocks in a checkpoint since
+                // the superblock's, become light victims once a superblock names a newer one.
+                refreshed = true;
+                match self.refresh_for_cleaner(m) {
+                    Ok(()) => continue,
+                    Err(Error::NoSpace(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let light = !victims.is_empty();
             if !light {
                 if self.pending_free_segments(m) > 0 {
