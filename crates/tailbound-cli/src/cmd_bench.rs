@@ -127,17 +127,17 @@ enum Experiment {
     /// workload caused. Amplification is a count (the same for a seed on any machine); MB/s is
     /// wall time and depends on the machine. With --repeats each case reports its median run.
     /// The default run (256 MiB pool, 1 MiB segments, 2 + 4 capacities, 3 repeats) takes a few
-    /// minutes in a release build; --quick (32 MiB) takes seconds. The targets (at 70 %:
+    /// minutes in a release build; --quick (64 MiB) takes seconds. The targets (at 70 %:
     /// hot/cold <= 1.6, uniform <= 2.3) follow the table.
     Cleaner(CleanerArgs),
 }
 
 #[derive(Args)]
 struct CleanerArgs {
-    /// A 32 MiB pool, 256 KiB segments, 1 + 2 capacities, one repeat: seconds.
+    /// A 64 MiB pool, 256 KiB segments, 1 + 2 capacities, one repeat: seconds.
     #[arg(long)]
     quick: bool,
-    /// Pool size. Default 256MiB (32MiB with --quick).
+    /// Pool size. Default 256MiB (64MiB with --quick).
     #[arg(long, value_parser = parse_bytes)]
     pool_size: Option<u64>,
     /// Segment size. Default 1MiB (256KiB with --quick).
