@@ -60,7 +60,7 @@ enum Command {
     /// (LD_PRELOAD shim).
     Run(cmd_run::RunArgs),
     /// Make, fill, list, check and repair tbfs pools: mkfs, ls, cat, put, get, mkdir, rm, mv,
-    /// stat, df, fsck, info.
+    /// stat, df, checkpoints, snapshot, restore, gc, fsck, info.
     Fs(cmd_fs::FsArgs),
     /// Measure a device's service time against request size and store the cost profile the I/O
     /// scheduler uses (per-I/O and per-byte costs, the split size max_io).
