@@ -142,13 +142,15 @@ impl Inner {
                 continue;
             }
             let mut victims = if light_ok {
-                self.pick_victims(m, &skip, per_pass, true)
+                self.pick_victims(m, &skip, per_pass, true, stalled > 0)
             } else {
                 Vec::new()
             };
-            if light_ok && victims.is_empty() && !refreshed {
+            if light_ok && (victims.is_empty() || stalled > 0) && !refreshed {
                 // Segments in the roll-forward chain, or that lost blocks in a checkpoint since
-                // the superblock's, become light victims once a superblock names a newer one.
+                // the superblock's, become light victims once a superblock names a newer one:
+                // when there are no others, or the others gave nothing back (recently written
+                // segments are where hot data dies).
                 refreshed = true;
                 match self.refresh_for_cleaner(m) {
                     Ok(()) => continue,
@@ -165,7 +167,7 @@ impl Inner {
                         break;
                     }
                 }
-                victims = self.pick_victims(m, &skip, per_pass, false);
+                victims = self.pick_victims(m, &skip, per_pass, false, stalled > 0);
             }
             if victims.is_empty() {
                 if pressure && !m.life.pressure {
@@ -275,6 +277,8 @@ impl Inner {
     /// The best segments to clean, best first, as many as one checkpoint can move with the
     /// space there is.
     ///
+    /// With `greedy`, by free fraction alone.
+    ///
     /// With `light`, only segments a light pass can release (see `clean_passes`): nothing in
     /// them is in the roll-forward chain or lost by a checkpoint the superblock does not name,
     /// and the budget is for data-only logs, not a checkpoint.
@@ -284,6 +288,7 @@ impl Inner {
         skip: &BTreeSet<usize>,
         most: usize,
         light: bool,
+        greedy: bool,
     ) -> Vec<usize> {
         let now = now_ns();
         let sb = self.segment_blocks;
@@ -305,7 +310,13 @@ impl Inner {
                 if 1.0 - u < MIN_RECLAIMABLE {
                     return None;
                 }
-                let age = (now - m.life.seg_written[s]).max(1) as f64;
+                // Greedy (the emptiest first) once cost-benefit's choices stopped freeing space:
+                // old, nearly full segments give back too little to a writer that waits.
+                let age = if greedy {
+                    1.0
+                } else {
+                    (now - m.life.seg_written[s]).max(1) as f64
+                };
                 Some(((1.0 - u) * age / (1.0 + u), s))
             })
             .collect();
@@ -581,7 +592,7 @@ impl Inner {
             return Ok(());
         }
         if self
-            .pick_victims(m, &BTreeSet::new(), BACKGROUND_VICTIMS, false)
+            .pick_victims(m, &BTreeSet::new(), BACKGROUND_VICTIMS, false, false)
             .is_empty()
         {
             return Ok(());

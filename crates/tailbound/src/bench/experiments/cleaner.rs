@@ -83,11 +83,12 @@ impl CleanerBench {
         }
     }
 
-    /// Seconds: a 64 MiB pool of 256 KiB segments, one repeat (at 90 % a smaller pool has no
-    /// room for a flush of buffered data besides the reserve and the low-water mark).
+    /// Seconds: a 64 MiB pool of 256 KiB segments, one repeat (at 90 % a 32 MiB pool has no room
+    /// for a flush of buffered data besides the reserve and the low-water mark).
     pub fn quick() -> CleanerBench {
         CleanerBench {
             pool_bytes: 64 << 20,
+
             segment_bytes: 256 << 10,
             warmup: 1.0,
             measure: 2.0,
