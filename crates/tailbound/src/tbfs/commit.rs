@@ -120,9 +120,16 @@ impl Inner {
             space.pinned_by_snapshots,
             space.size,
             if space.pinned_by_snapshots > space.size / 10 {
-                " (drop snapshots to make room)"
+                " (drop snapshots to make room)".to_string()
+            } else if space.reclaimable >= need * BLOCK_U64 {
+                // The room exists, as dead blocks spread thinly over nearly full segments: each
+                // pass copies almost a segment to give back a few blocks, and ran out of room.
+                format!(
+                    " ({} bytes are dead but spread over nearly full segments the cleaner could not empty in the room left: a larger pool, or a smaller write buffer, leaves it room)",
+                    space.reclaimable
+                )
             } else {
-                " (the live data fills the pool)"
+                " (the live data fills the pool)".to_string()
             }
         )))
     }
