@@ -8,6 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+use common::Rng;
+
 use tailbound::dev::sim::SimDevice;
 use tailbound::tbfs::fsck;
 use tailbound::tbfs::{Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering};
@@ -20,21 +23,6 @@ const FILE_BLOCKS: u64 = 160;
 /// Overwrites per run: about 1.5 pool capacities, so the cleaner runs many times.
 const OPS: u64 = 3000;
 const RUNS: u64 = 36;
-
-/// SplitMix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn config(barrier: Barrier) -> Config {
     Config {

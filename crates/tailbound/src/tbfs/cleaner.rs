@@ -324,13 +324,12 @@ impl Inner {
         // The copies and the checkpoint that writes them (with whatever else is buffered and
         // pending) must fit in what is free now.
         let free = self.free_blocks(m);
-        let dirty = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64;
         let mut budget = if light {
             // The copies' space check keeps the reserve; their summaries take a block per up
             // to 123 extents. Buffered data is not written with them.
             free.saturating_sub(self.reserve_blocks() + 16)
         } else {
-            let pending = dirty
+            let pending = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64
                 + m.pending.len() as u64 * 4
                 + m.dirs_dirty.len() as u64 * 2
                 + m.table_estimate()
@@ -358,8 +357,8 @@ impl Inner {
     }
 
     /// Makes every live block of the victims dirty, so the next checkpoint writes it elsewhere.
-    /// Returns how many blocks will move, and how many of them are not file data (those need a
-    /// checkpoint).
+    /// Returns how many blocks will move, and how many of them were marked dirty and so wait for
+    /// a checkpoint (in a light pass, all but regular files' data).
     ///
     /// With `light`, regular files' data is not made dirty but copied at once into data-only
     /// logs (no attribute records: a copy changes no size), which roll-forward replays; the
@@ -409,11 +408,9 @@ impl Inner {
                                 Err(e) => return Err(e),
                             }
                         }
-                        if let Some(file_data) =
-                            self.move_block(m, d.kind, d.ino, d.level, d.offset + i, a, data)
-                        {
+                        if self.move_block(m, d.kind, d.ino, d.level, d.offset + i, a, data) {
                             moved += 1;
-                            metadata += u64::from(!file_data);
+                            metadata += 1;
                         }
                     }
                     addr += d.blocks as u64;
@@ -464,7 +461,7 @@ impl Inner {
     }
 
     /// If the live tree references block `a` (described by a summary as `kind`, `ino`, `level`,
-    /// `index`), marks what holds it dirty and returns whether it is a regular file's data.
+    /// `index`), marks what holds it dirty and returns true.
     #[allow(clippy::too_many_arguments)]
     fn move_block(
         &self,
@@ -475,21 +472,22 @@ impl Inner {
         index: u64,
         a: u64,
         data: &[u8],
-    ) -> Option<bool> {
+    ) -> bool {
         match kind {
             DescKind::Data => {
-                let cell = m.inodes.get(&ino).cloned()?;
+                let Some(cell) = m.inodes.get(&ino).cloned() else {
+                    return false;
+                };
                 let mut st = cell.lock();
                 if st.map.get(index) != a {
-                    return None;
+                    return false;
                 }
-                let is_file = st.kind == FileKind::File;
                 if st.kind == FileKind::Dir {
                     // Directories are rewritten whole.
                     drop(st);
                     m.dirs_dirty.insert(ino);
                     m.pending.insert(ino);
-                    return Some(false);
+                    return true;
                 }
                 // A newer version may be buffered already; either way the next checkpoint must
                 // write this inode (a commit in progress may have taken it from the dirty set).
@@ -508,45 +506,46 @@ impl Inner {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(ino);
-                // A symbolic link's block goes out with the checkpoint, like metadata.
-                Some(is_file)
+                true
             }
             DescKind::MapNode => {
-                let cell = m.inodes.get(&ino).cloned()?;
+                let Some(cell) = m.inodes.get(&ino).cloned() else {
+                    return false;
+                };
                 let mut st = cell.lock();
                 let l = level as usize;
                 if level == 0
                     || st.map.nodes.get(l - 1).and_then(|n| n.get(index as usize)) != Some(&a)
                 {
-                    return None;
+                    return false;
                 }
                 dirty_node(&mut st.map, level, index);
                 drop(st);
                 m.pending.insert(ino);
-                Some(false)
+                true
             }
             DescKind::InodePage => {
                 if m.ifile.get(index) != a {
-                    return None;
+                    return false;
                 }
                 m.pages_dirty.insert(index);
-                Some(false)
+                true
             }
             DescKind::InodeMapNode => {
                 let l = level as usize;
                 if level == 0
                     || m.ifile.nodes.get(l - 1).and_then(|n| n.get(index as usize)) != Some(&a)
                 {
-                    return None;
+                    return false;
                 }
                 dirty_node(&mut m.ifile, level, index);
-                Some(false)
+                true
             }
-            DescKind::Root => (a == m.checkpoint_root).then_some(false),
+            DescKind::Root => a == m.checkpoint_root,
             DescKind::TablePage => {
                 let t = ino as usize;
                 if !(1..=format::TABLES).contains(&t) || m.life.tables[t - 1].get(index) != a {
-                    return None;
+                    return false;
                 }
                 match ino as u8 {
                     format::TABLE_USAGE => {
@@ -557,7 +556,7 @@ impl Inner {
                     }
                     _ => m.life.snap_dirty = true,
                 }
-                Some(false)
+                true
             }
             DescKind::TableNode => {
                 let t = ino as usize;
@@ -570,15 +569,15 @@ impl Inner {
                         .and_then(|n| n.get(index as usize))
                         != Some(&a)
                 {
-                    return None;
+                    return false;
                 }
                 dirty_node(&mut m.life.tables[t - 1], level, index);
                 if ino as u8 == format::TABLE_SNAPSHOTS {
                     m.life.snap_dirty = true;
                 }
-                Some(false)
+                true
             }
-            DescKind::Attr => None,
+            DescKind::Attr => false,
         }
     }
 

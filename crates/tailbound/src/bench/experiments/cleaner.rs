@@ -88,7 +88,6 @@ impl CleanerBench {
     pub fn quick() -> CleanerBench {
         CleanerBench {
             pool_bytes: 64 << 20,
-
             segment_bytes: 256 << 10,
             warmup: 1.0,
             measure: 2.0,
