@@ -932,7 +932,7 @@ fn run_fileserver(args: FileserverArgs) -> CliResult {
     let report = bench.run(|system, r| {
         eprintln!(
             "  {} {} {} threads {} KiB: {:.0} ops/s, {:.1} MB/s, user {:.1} %, sys {:.1} % \
-             (setup {:.1} s)",
+             (file system made in {:.1} s, fileset in {:.1} s)",
             system.name(),
             r.workload.name(),
             r.threads,
@@ -941,6 +941,7 @@ fn run_fileserver(args: FileserverArgs) -> CliResult {
             r.mb_per_s,
             r.user_cpu_pct,
             r.sys_cpu_pct,
+            r.mkfs_s,
             r.setup_s
         );
     })?;

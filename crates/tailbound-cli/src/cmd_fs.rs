@@ -570,7 +570,7 @@ fn mkfs(
     };
     let dev: Arc<dyn Device> = match backend {
         Backend::Memory => Arc::new(
-            MemoryPool::create(path, size)
+            crate::cmd_run::create_memory_pool(path, size)
                 .map_err(|e| format!("{}: making a memory pool: {e}", path.display()))?,
         ),
         Backend::File => tailbound::sched::scheduled(

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use tailbound::bench::progress::Progress;
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
@@ -131,7 +132,7 @@ pub fn ensure_pool(path: &Path, size: u64, backend: &str) -> Result<bool, String
             Arc::new(FileDevice::create(path, size).map_err(|e| format!("creating the pool: {e}"))?)
         }
         _ => {
-            Arc::new(MemoryPool::create(path, size).map_err(|e| format!("creating the pool: {e}"))?)
+            Arc::new(create_memory_pool(path, size).map_err(|e| format!("creating the pool: {e}"))?)
         }
     };
     let fs = Fs::format(dev, &Config::default())
@@ -139,6 +140,15 @@ pub fn ensure_pool(path: &Path, size: u64, backend: &str) -> Result<bool, String
     fs.close()
         .map_err(|e| format!("{}: closing the new pool: {e}", path.display()))?;
     Ok(true)
+}
+
+/// Makes a memory pool, with a progress bar while its memory is cleared (tmpfs).
+pub fn create_memory_pool(path: &Path, size: u64) -> std::io::Result<MemoryPool> {
+    let bar = Progress::new(size >> 20, "clearing the pool (MiB)");
+    let pool =
+        MemoryPool::create_with_progress(path, size, &mut |done, _| bar.set_position(done >> 20));
+    bar.finish();
+    pool
 }
 
 pub fn run(args: RunArgs) -> CliResult {

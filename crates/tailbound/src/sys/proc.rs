@@ -74,6 +74,16 @@ pub fn process_cpu_times() -> io::Result<CpuTimes> {
     })
 }
 
+/// `getrusage(RUSAGE_THREAD)`: page faults the calling thread took that needed no I/O (a page
+/// allocated, or mapped from the page cache).
+pub fn thread_minor_faults() -> io::Result<u64> {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a live, writable rusage.
+    cvt(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) })?;
+    Ok(usage.ru_minflt.max(0) as u64)
+}
+
 /// How many CPUs this process may run on (its affinity mask), at least 1.
 pub fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

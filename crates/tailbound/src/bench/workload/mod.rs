@@ -321,7 +321,12 @@ pub struct RunResult {
     pub files: u64,
     pub mean_file_kib: u64,
     pub elapsed_s: f64,
+    /// Seconds to create the fileset before the clock starts.
     pub setup_s: f64,
+    /// Seconds to make the file system before that (loop device and mkfs, or the pool cleared
+    /// and formatted; 0 for tmpfs), filled in by the experiment.
+    #[serde(default)]
+    pub mkfs_s: f64,
     pub ops: u64,
     pub ops_per_s: f64,
     pub bytes: u64,
@@ -727,6 +732,7 @@ pub fn run_loops<F: WorkFs>(
         mean_file_kib: p.mean_file_bytes >> 10,
         elapsed_s: secs,
         setup_s,
+        mkfs_s: 0.0,
         ops,
         ops_per_s: ops as f64 / secs,
         bytes,
