@@ -577,19 +577,26 @@ fn a_tbfs_commit_an_urgent_thread_waits_for_runs_at_its_priority() {
         let fs = &fs;
         s.spawn(move || {
             idle.apply_to_current_thread().expect("lowering to idle");
-            let mut m = fs.inner.lock_meta();
+            // Seal a checkpoint's logs (the raw lock: a guard would write them on release),
+            // then hold the log writer as a thread writing them does.
+            fs.inner
+                .commit_checkpoint(&mut fs.inner.meta.lock().expect("meta"))
+                .expect("checkpoint");
+            let mut w = fs.inner.log_writer.lock().expect("log writer");
+            let hold = fs.inner.log_inherit.hold();
             locked_tx.send(()).expect("signal");
-            // Wait (without a clock) until the other thread is blocked on the lock.
-            while fs.inner.inherit.highest().is_none() {
+            // Wait (without a clock) until the other thread is blocked on the log writer.
+            while fs.inner.log_inherit.highest().is_none() {
                 std::thread::yield_now();
             }
-            fs.inner.commit_checkpoint(&mut m).expect("checkpoint");
+            fs.inner.write_queued(&mut w, u64::MAX).expect("write");
             assert_eq!(
                 Prio::of_current_thread(),
                 urgent,
                 "kernel ioprio raised while lent"
             );
-            drop(m);
+            drop(hold);
+            drop(w);
             assert_eq!(Prio::of_current_thread(), idle, "restored after the commit");
         });
         s.spawn(move || {
@@ -597,7 +604,8 @@ fn a_tbfs_commit_an_urgent_thread_waits_for_runs_at_its_priority() {
                 .apply_to_current_thread()
                 .expect("best effort level 0");
             locked_rx.recv().expect("holder locked");
-            drop(fs.inner.lock_meta());
+            // Waits for the checkpoint's logs (as an fsync behind them would).
+            fs.inner.write_logs_until(u64::MAX).expect("logs written");
         });
     });
     let stats = sched.stats();

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::Arc;
 
 use super::engine::{now_ns, DirtyBlock, Inner, Meta};
 use super::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
@@ -128,7 +129,7 @@ impl Inner {
             if self.free_blocks_up_to(m, want) >= want {
                 break;
             }
-            if m.writer.unflushed && self.pending_free_segments(m) > 0 {
+            if self.logs_unflushed(m) && self.pending_free_segments(m) > 0 {
                 // Segments emptied by superseded blocks wait only for their logs to be durable.
                 self.flush_logs(m, "for the cleaner")?;
                 if self.free_blocks_up_to(m, want) >= want {
@@ -372,6 +373,8 @@ impl Inner {
             let live: u64 = victims.iter().map(|&v| m.seg.live[v] as u64).sum();
             self.ensure_space(m, live + live / 64 + 2)?;
         }
+        // The victims are read from the device: every log sealed so far must be on it.
+        self.write_logs_until(m.writer.seq)?;
         let mut open = false;
         for &s in victims {
             let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
@@ -494,8 +497,10 @@ impl Inner {
                 if !st.dirty.contains_key(&index) {
                     let gen = st.next_gen;
                     st.next_gen += 1;
-                    let mut block = Box::new([0u8; BLOCK]);
-                    block.copy_from_slice(data);
+                    let mut block = Arc::new([0u8; BLOCK]);
+                    Arc::get_mut(&mut block)
+                        .expect("a new block is not shared")
+                        .copy_from_slice(data);
                     st.dirty.insert(index, DirtyBlock { gen, data: block });
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);

@@ -7,9 +7,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::engine::{now_ns, Inner, InodeCell, LogBuild, Meta};
+use super::engine::{now_ns, Inner, InodeCell, LogBuild, LogWriter, Meta, Release, SealedLog};
 use super::format::{
     self, encode_node, height_for, CheckpointRoot, DescKind, Descriptor, InodeRecord, Summary,
     Superblock, BLOCK, BLOCK_U64, DESCRIPTORS_MAX, FANOUT, FLAG_BEGIN, FLAG_CHECKPOINT,
@@ -45,7 +46,7 @@ impl Inner {
             && m.seg.pinned[s] == 0
             && m.seg.dead_at[s] <= m.sb_checkpoint_seq
             && m.seg.last_seq[s] <= m.sb_checkpoint_seq
-            && m.seg.soft_dead_at[s] <= m.writer.durable_seq
+            && m.seg.soft_dead_at[s] <= self.durable_seq.load(AtomicOrdering::Acquire)
     }
 
     /// Blocks the writer can still fill without reusing anything not yet reclaimable.
@@ -201,15 +202,11 @@ impl Inner {
 
     pub(crate) fn log_open(&self, m: &mut Meta, flags: u16) {
         debug_assert!(m.writer.log.is_none());
-        // The summary block; buffered devices get the payload after it.
-        m.writer.buf.clear();
-        m.writer.buf.resize(BLOCK, 0);
         m.writer.log = Some(LogBuild {
             start: m.writer.pos,
             flags,
             descriptors: Vec::new(),
-            blocks: 0,
-            payload_crc: 0,
+            payload: Vec::new(),
         });
     }
 
@@ -217,7 +214,7 @@ impl Inner {
     fn log_has_room(&self, m: &Meta, kind: DescKind, ino: u64, level: u8, offset: u64) -> bool {
         let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
         let log = m.writer.log.as_ref().expect("log open");
-        let blocks = log.blocks as usize;
+        let blocks = log.payload.len();
         let merges = log.descriptors.last().is_some_and(|d| {
             d.kind == kind
                 && d.ino == ino
@@ -238,8 +235,7 @@ impl Inner {
     }
 
     /// Appends one block to the open log (closing it and opening a continuation when it is full)
-    /// and returns the address the block will have. A device whose writes are memory copies gets
-    /// the block at that address now; the log is valid only once its summary follows.
+    /// and returns the address the block will have once the log writer writes the log.
     pub(crate) fn log_add(
         &self,
         m: &mut Meta,
@@ -249,31 +245,30 @@ impl Inner {
         offset: u64,
         data: &[u8],
     ) -> Result<u64> {
-        debug_assert_eq!(data.len(), BLOCK);
+        let mut block = Arc::new([0u8; BLOCK]);
+        Arc::get_mut(&mut block)
+            .expect("a new block is not shared")
+            .copy_from_slice(data);
+        self.log_add_shared(m, kind, ino, level, offset, block)
+    }
+
+    /// [`Inner::log_add`] for a block already shared (a buffered block of a file): the log
+    /// keeps a reference, not a copy.
+    pub(crate) fn log_add_shared(
+        &self,
+        m: &mut Meta,
+        kind: DescKind,
+        ino: u64,
+        level: u8,
+        offset: u64,
+        data: Arc<format::Block>,
+    ) -> Result<u64> {
         if !self.log_has_room(m, kind, ino, level, offset) {
             self.log_roll(m)?;
         }
         let log = m.writer.log.as_mut().expect("log open");
-        let addr = log.start + 1 + log.blocks as u64;
-        if self.dev.writes_are_copies() {
-            if let Err(e) = self.dev.write_at(addr * BLOCK_U64, data) {
-                let err = Error::io(
-                    format!(
-                        "{} device: writing block {addr} of log {}",
-                        self.dev.kind(),
-                        m.writer.seq
-                    ),
-                    e,
-                );
-                self.poison(&err);
-                return Err(err);
-            }
-        } else {
-            m.writer.buf.extend_from_slice(data);
-        }
-        let log = m.writer.log.as_mut().expect("log open");
-        log.payload_crc = format::crc_append(log.payload_crc, data);
-        log.blocks += 1;
+        let addr = log.start + 1 + log.payload.len() as u64;
+        log.payload.push(data);
         let merges = log.descriptors.last().is_some_and(|d| {
             d.kind == kind
                 && d.ino == ino
@@ -307,16 +302,12 @@ impl Inner {
         });
     }
 
-    /// Seals the open log, writes it (flushing as the barrier policy says) and moves on.
+    /// Seals the open log and queues it for the log writer ([`Inner::write_logs_until`]), which
+    /// writes it (flushing as the barrier policy says) after `meta` is released; moves on.
     pub(crate) fn log_close(&self, m: &mut Meta, end_flags: u16) -> Result<()> {
         let log = m.writer.log.take().expect("log open");
         let flags = log.flags | end_flags;
-        let payload_blocks = log.blocks;
-        debug_assert!(
-            self.dev.writes_are_copies()
-                || m.writer.buf.len() == (1 + payload_blocks as usize) * BLOCK,
-            "a staged log holds its summary and every payload block"
-        );
+        let payload_blocks = log.payload.len() as u32;
         let summary_time = now_ns();
         let metadata_blocks = 1 + log
             .descriptors
@@ -331,42 +322,35 @@ impl Inner {
             sequence: m.writer.seq,
             checkpoint: m.checkpoint + u64::from(flags & FLAG_CHECKPOINT != 0),
             segment_next: m.writer.next_seg,
-            prev_crc: m.writer.prev_crc,
-            payload_crc: log.payload_crc,
+            // Filled in by the log writer.
+            prev_crc: 0,
+            payload_crc: 0,
             time_ns: summary_time,
             descriptors: log.descriptors,
-        };
-        let crc = summary.encode_into(&mut m.writer.buf[..BLOCK]);
-        // In-place devices already hold the payload: the summary, written last, makes it a log.
-        let bytes = if self.dev.writes_are_copies() {
-            &m.writer.buf[..BLOCK]
-        } else {
-            &m.writer.buf[..]
         };
         let flush = match self.config.barrier {
             Barrier::EveryLog => true,
             Barrier::EveryCheckpoint => flags & FLAG_CHECKPOINT != 0,
             Barrier::Superblock => false,
         };
-        let offset = log.start * BLOCK_U64;
-        let written = if flush {
-            self.dev.write_and_flush(offset, bytes)
-        } else {
-            self.dev.write_at(offset, bytes)
-        };
-        if let Err(e) = written {
-            let err = Error::io(
-                format!(
-                    "{} device: writing log {} at block {}",
-                    self.dev.kind(),
-                    m.writer.seq,
-                    log.start
-                ),
-                e,
-            );
-            self.poison(&err);
-            return Err(err);
-        }
+        let release = std::mem::take(&mut m.writer.release);
+        let release_bytes = release
+            .iter()
+            .map(|(_, blocks)| blocks.len() as u64 * BLOCK_U64)
+            .sum::<u64>();
+        self.in_flight
+            .fetch_add(release_bytes, AtomicOrdering::AcqRel);
+        self.log_queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(SealedLog {
+                start: log.start,
+                summary,
+                payload: log.payload,
+                flush,
+                release,
+                release_bytes,
+            });
         let seg = m.writer.cur_seg as usize;
         m.seg.last_seq[seg] = m.writer.seq;
         // The cleaner's copies keep the age of the segments they come from, so data that stays
@@ -377,12 +361,7 @@ impl Inner {
             .usage_dirty
             .insert(seg as u64 / format::table_entries_per_page(format::TABLE_USAGE) as u64);
         m.writer.seq += 1;
-        m.writer.prev_crc = crc;
         m.writer.pos = log.start + 1 + payload_blocks as u64;
-        m.writer.unflushed = !flush;
-        if flush {
-            m.writer.durable_seq = m.writer.seq;
-        }
         let log_bytes = (1 + payload_blocks as u64) * BLOCK_U64;
         m.sb_bytes_since += log_bytes;
         self.count(|c| {
@@ -404,9 +383,117 @@ impl Inner {
         Ok(())
     }
 
+    /// Writes every sealed log up to sequence `seq` (exclusive), in order, with the CRC chain;
+    /// returns once they are written (by this thread or another). Takes no lock but the log
+    /// writer's and the queue's, so it runs with or without `meta`. A failed write poisons the
+    /// pool: the logs behind it are dropped and every caller gets the error.
+    pub(crate) fn write_logs_until(&self, seq: u64) -> Result<()> {
+        if self.written_seq.load(AtomicOrdering::Acquire) >= seq {
+            return self.check_not_poisoned();
+        }
+        let mut w = match self.log_writer.try_lock() {
+            Ok(w) => w,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                let _lend = self.log_inherit.lend(crate::sched::inherit::own_prio());
+                self.log_writer.lock().unwrap_or_else(|p| p.into_inner())
+            }
+        };
+        let _hold = self.log_inherit.hold();
+        self.write_queued(&mut w, seq)
+    }
+
+    /// Writes the queued logs below sequence `seq` with the log writer held (`w`).
+    pub(crate) fn write_queued(&self, w: &mut LogWriter, seq: u64) -> Result<()> {
+        loop {
+            // Up to `seq` only: later logs are their sealers' to wait for.
+            let next = {
+                let mut q = self.log_queue.lock().unwrap_or_else(|p| p.into_inner());
+                match q.front() {
+                    Some(l) if l.summary.sequence < seq => q.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some(log) = next else {
+                break;
+            };
+            if let Err(e) = self.write_sealed(w, log) {
+                self.log_queue
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clear();
+                return Err(e);
+            }
+        }
+        self.check_not_poisoned()
+    }
+
+    /// Writes one sealed log: payload first, then the summary that makes it a log.
+    fn write_sealed(&self, w: &mut LogWriter, log: SealedLog) -> Result<()> {
+        self.check_not_poisoned()?;
+        let SealedLog {
+            start,
+            mut summary,
+            payload,
+            flush,
+            release,
+            release_bytes,
+        } = log;
+        let seq = summary.sequence;
+        let fail = |what: String, e: std::io::Error| {
+            let err = Error::io(format!("{} device: {what}", self.dev.kind()), e);
+            self.poison(&err);
+            err
+        };
+        let mut crc = 0;
+        w.buf.clear();
+        w.buf.resize(BLOCK, 0);
+        let copies = self.dev.writes_are_copies();
+        for (i, block) in payload.iter().enumerate() {
+            crc = format::crc_append(crc, &block[..]);
+            if copies {
+                let addr = start + 1 + i as u64;
+                self.dev
+                    .write_at(addr * BLOCK_U64, &block[..])
+                    .map_err(|e| fail(format!("writing block {addr} of log {seq}"), e))?;
+            } else {
+                w.buf.extend_from_slice(&block[..]);
+            }
+        }
+        summary.prev_crc = w.prev_crc;
+        summary.payload_crc = crc;
+        let summary_crc = summary.encode_into(&mut w.buf[..BLOCK]);
+        // In-place devices already hold the payload: the summary, written last, makes it a log.
+        let bytes = if copies { &w.buf[..BLOCK] } else { &w.buf[..] };
+        let offset = start * BLOCK_U64;
+        let written = if flush {
+            self.dev.write_and_flush(offset, bytes)
+        } else {
+            self.dev.write_at(offset, bytes)
+        };
+        written.map_err(|e| fail(format!("writing log {seq} at block {start}"), e))?;
+        w.prev_crc = summary_crc;
+        w.unflushed = !flush;
+        self.written_seq.store(seq + 1, AtomicOrdering::Release);
+        if flush {
+            self.durable_seq.store(seq + 1, AtomicOrdering::Release);
+        }
+        // Buffers go once their blocks are on the device.
+        for (cell, blocks) in release {
+            self.drop_written(&mut cell.lock(), &blocks);
+        }
+        self.in_flight
+            .fetch_sub(release_bytes, AtomicOrdering::AcqRel);
+        Ok(())
+    }
+
     /// Writes one file's buffered data as a data-only log (relaxed ordering), recovered by
     /// roll-forward. The block map nodes follow at the next checkpoint.
     pub(crate) fn commit_data_log(&self, m: &mut Meta, cell: &InodeCell) -> Result<()> {
+        // The log's release list keeps the inode's cell until the log is written.
+        let Some(cell) = m.inodes.get(&cell.ino).cloned() else {
+            return Ok(());
+        };
         let count = {
             let st = cell.lock();
             if st.freed || (st.dirty.is_empty() && !st.attr_dirty) {
@@ -425,8 +512,8 @@ impl Inner {
         let blocks: Vec<u64> = st.dirty.keys().copied().collect();
         for block in blocks {
             let d = &st.dirty[&block];
-            let gen = d.gen;
-            let addr = self.log_add(m, DescKind::Data, cell.ino, 0, block, &d.data[..])?;
+            let (gen, data) = (d.gen, d.data.clone());
+            let addr = self.log_add_shared(m, DescKind::Data, cell.ino, 0, block, data)?;
             let old = st.map.set(block, addr);
             m.seg_inc(addr, self.segment_blocks);
             if old != 0 {
@@ -436,9 +523,10 @@ impl Inner {
         }
         self.log_add_attr(m, cell.ino, st.size, st.mtime_ns);
         st.attr_dirty = false;
-        self.log_close(m, FLAG_END)?;
-        self.drop_written(&mut st, &written);
         drop(st);
+        // The buffers go once the log is written.
+        m.writer.release.push((cell.clone(), written));
+        self.log_close(m, FLAG_END)?;
         m.pending.insert(cell.ino);
         Ok(())
     }
@@ -492,8 +580,8 @@ impl Inner {
             let blocks: Vec<u64> = st.dirty.keys().copied().collect();
             for block in blocks {
                 let d = &st.dirty[&block];
-                let gen = d.gen;
-                let addr = self.log_add(m, DescKind::Data, cell.ino, 0, block, &d.data[..])?;
+                let (gen, data) = (d.gen, d.data.clone());
+                let addr = self.log_add_shared(m, DescKind::Data, cell.ino, 0, block, data)?;
                 let old = st.map.set(block, addr);
                 m.seg_inc(addr, self.segment_blocks);
                 if old != 0 {
@@ -505,14 +593,12 @@ impl Inner {
             st.attr_dirty = false;
             drop(st);
             m.pending.insert(cell.ino);
-            done.push((cell, written));
+            done.push((cell.clone(), written));
         }
         if open {
+            // Buffers go once the last log is written.
+            m.writer.release = done;
             self.log_close(m, FLAG_END)?;
-        }
-        // Buffers go once their blocks are on the device.
-        for (cell, written) in done {
-            self.drop_written(&mut cell.lock(), &written);
         }
         Ok(())
     }
@@ -618,7 +704,7 @@ impl Inner {
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq;
         let mut records: HashMap<u64, InodeRecord> = HashMap::new();
-        let mut written: Vec<(u64, Vec<(u64, u64)>)> = Vec::new();
+        let mut written: Vec<Release> = Vec::new();
         for &ino in &work {
             let cell = m.inodes[&ino].clone();
             let mut st = cell.lock();
@@ -626,8 +712,8 @@ impl Inner {
             let blocks: Vec<u64> = st.dirty.keys().copied().collect();
             for block in blocks {
                 let d = &st.dirty[&block];
-                let gen = d.gen;
-                let addr = self.log_add(m, DescKind::Data, ino, 0, block, &d.data[..])?;
+                let (gen, data) = (d.gen, d.data.clone());
+                let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, data)?;
                 let old = st.map.set(block, addr);
                 m.seg_inc(addr, self.segment_blocks);
                 if old != 0 {
@@ -655,7 +741,8 @@ impl Inner {
             result?;
             st.attr_dirty = false;
             records.insert(ino, st.record(ino));
-            written.push((ino, done));
+            drop(st);
+            written.push((cell, done));
         }
 
         // Inode pages: every page holding a changed or freed inode.
@@ -732,6 +819,8 @@ impl Inner {
         let addr = self.log_add(m, DescKind::Root, 0, 0, 0, &root.encode()[..])?;
         debug_assert_eq!(m.writer.seq, before, "the root went into the log it names");
         let root_seq = m.writer.seq;
+        // The buffers go once the checkpoint is written.
+        m.writer.release = written;
         self.log_close(m, FLAG_END | FLAG_CHECKPOINT)?;
         m.seg_inc(addr, self.segment_blocks);
         m.life.list.insert(
@@ -757,11 +846,6 @@ impl Inner {
         m.pending.clear();
         m.ns_dirty = false;
         m.superseded_since_ckpt = false;
-        for (ino, done) in written {
-            if let Some(cell) = m.inodes.get(&ino) {
-                self.drop_written(&mut cell.lock(), &done);
-            }
-        }
         self.count(|c| c.checkpoints += 1);
         Ok(())
     }
@@ -889,16 +973,30 @@ impl Inner {
     /// Flushes the device if a log was written since the last flush: every log so far is then
     /// durable.
     pub(crate) fn flush_logs(&self, m: &mut Meta, why: &str) -> Result<()> {
-        if m.writer.unflushed {
+        self.write_logs_until(m.writer.seq)?;
+        let mut w = self.log_writer.lock().unwrap_or_else(|p| p.into_inner());
+        if w.unflushed {
             self.dev
                 .flush()
                 .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
                 .inspect_err(|e| self.poison(e))?;
-            m.writer.unflushed = false;
+            w.unflushed = false;
             self.count(|c| c.device_flushes += 1);
         }
-        m.writer.durable_seq = m.writer.seq;
+        self.durable_seq
+            .store(m.writer.seq, AtomicOrdering::Release);
         Ok(())
+    }
+
+    /// Whether a log sealed so far is not yet durable (written and flushed).
+    pub(crate) fn logs_unflushed(&self, m: &Meta) -> bool {
+        self.durable_seq.load(AtomicOrdering::Acquire) < m.writer.seq
+            && (self.written_seq.load(AtomicOrdering::Acquire) < m.writer.seq
+                || self
+                    .log_writer
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unflushed)
     }
 
     pub(crate) fn write_superblock(&self, m: &mut Meta) -> Result<()> {
@@ -926,7 +1024,11 @@ impl Inner {
             next: format::LogPosition {
                 block: m.writer.pos,
                 sequence: m.writer.seq,
-                prev_crc: m.writer.prev_crc,
+                prev_crc: self
+                    .log_writer
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .prev_crc,
                 segment_next: m.writer.next_seg,
             },
             created_ns: m.created_ns,

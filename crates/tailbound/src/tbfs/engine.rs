@@ -24,11 +24,12 @@ pub(crate) const ROOT_INO: u64 = 1;
 /// Largest file, so a block map always fits in memory (16 Mi blocks).
 pub const FILE_BYTES_MAX: u64 = 64 << 30;
 
-/// A buffered block not yet in a log.
+/// A buffered block not yet in a log. Shared with a sealed log waiting for the log writer: a
+/// write then changes a copy (`Arc::make_mut`), never the bytes being written.
 #[derive(Debug)]
 pub(crate) struct DirtyBlock {
     pub gen: u64,
-    pub data: Box<Block>,
+    pub data: Arc<Block>,
 }
 
 /// An inode's state in memory.
@@ -132,7 +133,8 @@ pub(crate) struct SegUsage {
     pub pinned: Vec<u32>,
 }
 
-/// The log writer's position and the log being built.
+/// Where the next log goes and the log being built (under `meta`). Logs are laid out here and
+/// sealed into [`Inner::log_queue`]; the log writer ([`LogWriter`]) writes them in order.
 #[derive(Debug, Default)]
 pub(crate) struct Writer {
     pub pos: u64,
@@ -140,27 +142,48 @@ pub(crate) struct Writer {
     pub next_seg: u64,
     /// Sequence of the next log.
     pub seq: u64,
-    pub prev_crc: u32,
     pub log: Option<LogBuild>,
-    /// The open log's summary block followed by its payload, when the device does not take each
-    /// block in place (see [`crate::dev::Device::writes_are_copies`]); kept between logs so its
-    /// memory is reused.
-    pub buf: Vec<u8>,
-    /// A log was written after the last device flush.
-    pub unflushed: bool,
-    /// Every log with a sequence below this is durable (a device flush followed it).
-    pub durable_seq: u64,
+    /// Buffered blocks the next sealed log releases once it is written: `(inode, [(block,
+    /// generation)])`, set by a commit just before its last log is sealed.
+    pub release: Vec<Release>,
 }
+
+/// Buffered blocks of one inode a log writes, as `(block, generation)`: they go once it is
+/// written, unless rewritten meanwhile.
+pub(crate) type Release = (Arc<InodeCell>, Vec<(u64, u64)>);
 
 #[derive(Debug)]
 pub(crate) struct LogBuild {
     pub start: u64,
     pub flags: u16,
     pub descriptors: Vec<format::Descriptor>,
-    /// Payload blocks added so far.
-    pub blocks: u32,
-    /// CRC32C of the payload added so far.
-    pub payload_crc: u32,
+    /// Payload blocks added so far, in order.
+    pub payload: Vec<Arc<Block>>,
+}
+
+/// A log laid out under `meta` and waiting for the log writer: its place, sequence and
+/// descriptors are final; the writer fills in the payload CRC and the previous log's CRC.
+#[derive(Debug)]
+pub(crate) struct SealedLog {
+    pub start: u64,
+    pub summary: format::Summary,
+    pub payload: Vec<Arc<Block>>,
+    /// Flush the device after it (the barrier policy).
+    pub flush: bool,
+    /// Buffered blocks that go once it is written (see [`Writer::release`]).
+    pub release: Vec<Release>,
+    /// Bytes of `release`, counted in [`Inner::in_flight`] until then.
+    pub release_bytes: u64,
+}
+
+/// The log writer's state, under [`Inner::log_writer`]: the chain of summary CRCs and whether
+/// a written log still waits for a device flush.
+#[derive(Debug, Default)]
+pub(crate) struct LogWriter {
+    pub prev_crc: u32,
+    pub unflushed: bool,
+    /// A log's summary and payload, for devices that do not take each block in place.
+    pub buf: Vec<u8>,
 }
 
 /// Everything guarded by the `meta` lock.
@@ -221,6 +244,19 @@ pub(crate) struct Inner {
     pub segment_count: u64,
     pub read_only: bool,
     pub meta: Mutex<Meta>,
+    /// Logs sealed under `meta`, in sequence order, waiting for the log writer.
+    pub log_queue: Mutex<std::collections::VecDeque<SealedLog>>,
+    /// The log writer: whoever holds it writes the queue's logs in order, without `meta`.
+    pub log_writer: Mutex<LogWriter>,
+    /// Priorities lent to whoever holds `log_writer` by threads waiting for their logs.
+    pub log_inherit: Arc<crate::sched::inherit::Inheritance>,
+    /// Every log with a sequence below this is written (not necessarily flushed).
+    pub written_seq: AtomicU64,
+    /// Every log with a sequence below this is durable (a device flush followed it).
+    pub durable_seq: AtomicU64,
+    /// Buffered bytes in sealed logs not yet written: still in `dirty_bytes`, but no longer a
+    /// reason to commit.
+    pub in_flight: AtomicU64,
     /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
     pub dirty: Mutex<BTreeSet<u64>>,
     pub dirty_bytes: AtomicU64,
@@ -244,21 +280,56 @@ pub(crate) struct Inner {
 
 /// `meta` locked by the calling thread, which meanwhile inherits the priority of any thread that
 /// waits for it: a commit an RT thread waits on runs at RT, in `sched` and in the kernel.
+///
+/// Logs sealed while it is held are written when it is released (after `meta` is unlocked, so
+/// other threads go on meanwhile); [`MetaGuard::unlock_and_write`] does that and reports how it
+/// went.
 pub(crate) struct MetaGuard<'a> {
-    guard: MutexGuard<'a, Meta>,
-    _hold: crate::sched::inherit::Hold,
+    guard: Option<MutexGuard<'a, Meta>>,
+    hold: Option<crate::sched::inherit::Hold>,
+    inner: &'a Inner,
+    /// The writer's sequence when the lock was taken.
+    start_seq: u64,
 }
 
 impl std::ops::Deref for MetaGuard<'_> {
     type Target = Meta;
     fn deref(&self) -> &Meta {
-        &self.guard
+        self.guard.as_ref().expect("held")
     }
 }
 
 impl std::ops::DerefMut for MetaGuard<'_> {
     fn deref_mut(&mut self) -> &mut Meta {
-        &mut self.guard
+        self.guard.as_mut().expect("held")
+    }
+}
+
+impl MetaGuard<'_> {
+    /// Unlocks `meta`, then writes the logs sealed while it was held (and any before them).
+    pub fn unlock_and_write(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        let Some(guard) = self.guard.take() else {
+            return Ok(());
+        };
+        let (start, end) = (self.start_seq, guard.writer.seq);
+        drop(guard);
+        self.hold = None;
+        if end != start {
+            self.inner.write_logs_until(end)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for MetaGuard<'_> {
+    fn drop(&mut self) {
+        // A failed write poisons the pool: later calls report it.
+        let _ = self.release();
     }
 }
 
@@ -281,25 +352,34 @@ impl Inner {
                 self.meta.lock().unwrap_or_else(|p| p.into_inner())
             }
         };
+        let start_seq = guard.writer.seq;
         MetaGuard {
-            guard,
-            _hold: self.inherit.hold(),
+            guard: Some(guard),
+            hold: Some(self.inherit.hold()),
+            inner: self,
+            start_seq,
         }
     }
 
     pub fn check_usable(&self) -> Result<()> {
-        if let Some(why) = self
+        self.check_not_poisoned()?;
+        if self.closed.load(AtomicOrdering::Acquire) {
+            return Err(Error::Invalid("pool is closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Fails once a write failed (see [`Inner::poison`]).
+    pub fn check_not_poisoned(&self) -> Result<()> {
+        match self
             .poisoned
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
         {
-            return Err(Error::Poisoned(why.clone()));
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
         }
-        if self.closed.load(AtomicOrdering::Acquire) {
-            return Err(Error::Invalid("pool is closed".into()));
-        }
-        Ok(())
     }
 
     pub fn check_writable(&self) -> Result<()> {
@@ -449,13 +529,15 @@ impl Inner {
                 st.next_gen += 1;
                 if let Some(d) = st.dirty.get_mut(&block) {
                     d.gen = gen;
-                    d.data[within..within + n].copy_from_slice(&buf[done..done + n]);
+                    Arc::make_mut(&mut d.data)[within..within + n]
+                        .copy_from_slice(&buf[done..done + n]);
                 } else {
-                    let mut data = Box::new([0u8; BLOCK]);
+                    let mut data = Arc::new([0u8; BLOCK]);
+                    let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
                     if n < BLOCK && block * BLOCK_U64 < st.size {
-                        self.read_block(cell.ino, &st, block, &mut data[..])?;
+                        self.read_block(cell.ino, &st, block, &mut bytes[..])?;
                     }
-                    data[within..within + n].copy_from_slice(&buf[done..done + n]);
+                    bytes[within..within + n].copy_from_slice(&buf[done..done + n]);
                     st.dirty.insert(block, DirtyBlock { gen, data });
                     // Counted under the inode lock, so a commit dropping it subtracts after.
                     self.dirty_bytes
@@ -471,10 +553,9 @@ impl Inner {
             st.attr_dirty = true;
             self.mark_dirty(cell.ino);
         }
-        let total = self.dirty_bytes.load(AtomicOrdering::Acquire);
-        if total > self.config.dirty_bytes_max {
+        if self.buffered_bytes() > self.config.dirty_bytes_max {
             let mut m = self.lock_meta();
-            if self.dirty_bytes.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
+            if self.buffered_bytes() > self.config.dirty_bytes_max {
                 // Relaxed ordering writes a full buffer as data-only logs while no namespace
                 // change waits for a checkpoint; the maps follow at the next one.
                 if self.config.ordering == Ordering::Relaxed && !m.ns_dirty {
@@ -484,8 +565,21 @@ impl Inner {
                 }
                 self.maybe_refresh(&mut m)?;
             }
+            // The logs are written here, after `meta` is released.
+            m.unlock_and_write()?;
+        } else if self.in_flight.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
+            // More than a buffer's worth waits for the log writer: wait with it, so the memory
+            // buffered stays bounded when writers outpace the device.
+            self.write_logs_until(u64::MAX)?;
         }
         Ok((end, buf.len()))
+    }
+
+    /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
+    fn buffered_bytes(&self) -> u64 {
+        self.dirty_bytes
+            .load(AtomicOrdering::Acquire)
+            .saturating_sub(self.in_flight.load(AtomicOrdering::Acquire))
     }
 
     /// Updates the access time of a file being read, per the pool's [`AtimePolicy`]. The new
@@ -551,14 +645,17 @@ impl Inner {
         } else {
             self.commit_data_log(&mut m, cell)?;
         }
-        self.maybe_refresh(&mut m)
+        self.maybe_refresh(&mut m)?;
+        // Durable once written: the log writer writes (and flushes) after `meta` is released.
+        m.unlock_and_write()
     }
 
     pub fn sync_all(&self) -> Result<()> {
         self.check_writable()?;
         let mut m = self.lock_meta();
         self.check_usable()?;
-        self.refresh_superblock(&mut m)
+        self.refresh_superblock(&mut m)?;
+        m.unlock_and_write()
     }
 
     /// Resolves a path to its inode, following symbolic links; `/`, empty components and `.`
@@ -827,9 +924,10 @@ impl Inner {
             let within = (len % BLOCK_U64) as usize;
             if within != 0 {
                 let block = len / BLOCK_U64;
-                let mut data = Box::new([0u8; BLOCK]);
-                self.read_block(cell.ino, &st, block, &mut data[..])?;
-                data[within..].fill(0);
+                let mut data = Arc::new([0u8; BLOCK]);
+                let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
+                self.read_block(cell.ino, &st, block, &mut bytes[..])?;
+                bytes[within..].fill(0);
                 let gen = st.next_gen;
                 st.next_gen += 1;
                 if st.dirty.insert(block, DirtyBlock { gen, data }).is_none() {

@@ -775,7 +775,7 @@ impl Fs {
     pub fn at(&self, number: u64) -> Result<Snapshot> {
         let inner = &self.inner;
         inner.check_usable()?;
-        let (root, time_ns) = {
+        let (root, time_ns, sealed) = {
             let mut m = inner.lock_meta();
             if number == m.checkpoint && m.superseded_since_ckpt {
                 return Err(superseded(number));
@@ -785,12 +785,14 @@ impl Fs {
                     "checkpoint {number} (not retained; see `checkpoints`)"
                 )));
             };
-            let found = (k.root, k.time_ns);
+            let found = (k.root, k.time_ns, m.writer.seq);
             *m.life.holds.entry(number).or_default() += 1;
             found
         };
         // From here the hold keeps every block of the checkpoint; a failed load drops it.
         let hold = HoldGuard { inner, number };
+        // The checkpoint is read from the device: its logs must be on it.
+        inner.write_logs_until(sealed)?;
         let geo = super::recovery::Geometry {
             segment_blocks: inner.segment_blocks,
             segment_count: inner.segment_count,

@@ -9,7 +9,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::engine::{
-    mode_kind, now_ns, DirEntries, Inner, InodeCell, InodeState, Meta, SegUsage, Writer, ROOT_INO,
+    mode_kind, now_ns, DirEntries, Inner, InodeCell, InodeState, LogWriter, Meta, SegUsage, Writer,
+    ROOT_INO,
 };
 use super::format::{
     self, decode_dir_block, decode_node, height_for, CheckpointRoot, DescKind, InodeRecord,
@@ -36,6 +37,7 @@ fn pool_id() -> [u8; 16] {
     id
 }
 
+#[allow(clippy::too_many_arguments)]
 fn new_inner(
     dev: DeviceRef,
     config: Config,
@@ -44,7 +46,9 @@ fn new_inner(
     segment_count: u64,
     read_only: bool,
     meta: Meta,
+    log: LogWriter,
 ) -> Inner {
+    let written = meta.writer.seq;
     Inner {
         dev,
         config,
@@ -53,6 +57,12 @@ fn new_inner(
         segment_count,
         read_only,
         meta: Mutex::new(meta),
+        log_queue: Mutex::new(std::collections::VecDeque::new()),
+        log_writer: Mutex::new(log),
+        log_inherit: crate::sched::inherit::Inheritance::new(),
+        written_seq: AtomicU64::new(written),
+        durable_seq: AtomicU64::new(0),
+        in_flight: AtomicU64::new(0),
         dirty: Mutex::new(BTreeSet::new()),
         dirty_bytes: AtomicU64::new(0),
         poisoned: Mutex::new(None),
@@ -108,9 +118,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
             cur_seg: 0,
             next_seg: 1,
             seq: 1,
-            prev_crc: 0,
             log: None,
-            unflushed: false,
             ..Writer::default()
         },
         created_ns: now,
@@ -140,6 +148,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
         segment_count,
         false,
         meta,
+        LogWriter::default(),
     ));
     {
         let mut m = inner.lock_meta();
@@ -926,9 +935,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             cur_seg,
             next_seg,
             seq,
-            prev_crc: prev,
             log: None,
-            unflushed: true,
             ..Writer::default()
         },
         seg,
@@ -985,6 +992,12 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         sb.segment_count,
         options.read_only,
         meta,
+        // What was recovered may not be durable yet: the first superblock flushes first.
+        LogWriter {
+            prev_crc: prev,
+            unflushed: true,
+            buf: Vec::new(),
+        },
     ));
 
     // 7. Orphans (unlinked while open when the pool went down) are freed; then a fresh

@@ -981,3 +981,57 @@ fn the_newest_checkpoint_is_not_offered_once_a_data_only_log_rewrote_its_blocks(
         pattern(1, 64 << 10)
     );
 }
+
+#[test]
+fn logs_are_written_after_the_metadata_lock_is_released() {
+    let dev = device(16 << 20);
+    let cfg = Config {
+        // No superblock refresh in the middle: it waits for the log writer under `meta`.
+        superblock_every_bytes: 1 << 30,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(dev.clone(), &cfg).unwrap();
+    let data = pattern(7, 300_000);
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let synced = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (fs, data, synced) = (&fs, &data, &synced);
+        // Stands for a log writer busy with a slow device: holds the log writer until told.
+        s.spawn(move || {
+            let w = fs.inner.log_writer.lock().unwrap();
+            held_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            drop(w);
+        });
+        held_rx.recv().unwrap();
+        let writer = s.spawn(move || {
+            let f = fs.open_file("/a", OpenFlags::create()).unwrap();
+            f.pwrite(data, 0).unwrap();
+            f.fsync().unwrap();
+            synced.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        // The fsync's logs are sealed and queued while the log writer is busy...
+        while fs.inner.log_queue.lock().unwrap().is_empty() {
+            std::thread::yield_now();
+        }
+        // ...and meanwhile the namespace stays usable: `meta` is not held across the write.
+        fs.mkdir("/d", 0o755).unwrap();
+        assert_eq!(fs.stat("/a").unwrap().size, data.len() as u64);
+        assert_eq!(
+            read_all(fs, "/a"),
+            *data,
+            "buffered data reads back before it is written"
+        );
+        assert!(
+            !synced.load(std::sync::atomic::Ordering::SeqCst),
+            "fsync returned before its logs were written"
+        );
+        go_tx.send(()).unwrap();
+        writer.join().unwrap();
+    });
+    assert!(synced.load(std::sync::atomic::Ordering::SeqCst));
+    // What fsync acknowledged survives a crash right after it.
+    let back = reopen(&dev);
+    assert_eq!(read_all(&back, "/a"), data);
+}
