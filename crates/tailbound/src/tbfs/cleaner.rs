@@ -301,8 +301,8 @@ impl Inner {
                     && !skip.contains(&s)
                     && m.cleanable(s, now)
                     && (!light
-                        || (m.seg.last_seq[s] <= m.sb_checkpoint_seq
-                            && m.seg.dead_at[s] <= m.sb_checkpoint_seq
+                        || (m.seg.last_seq[s] <= self.sb_checkpoint_seq(m)
+                            && m.seg.dead_at[s] <= self.sb_checkpoint_seq(m)
                             && m.life
                                 .only_newest_unkept(m.life.seg_born[s], m.checkpoint, now)))
             })

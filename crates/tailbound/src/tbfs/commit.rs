@@ -10,7 +10,9 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::engine::{now_ns, Inner, InodeCell, LogBuild, LogWriter, Meta, Release, SealedLog};
+use super::engine::{
+    now_ns, Inner, InodeCell, LogBuild, LogWriter, Meta, Queued, Release, SealedLog,
+};
 use super::format::{
     self, encode_node, height_for, CheckpointRoot, DescKind, Descriptor, InodeRecord, Summary,
     Superblock, BLOCK, BLOCK_U64, DESCRIPTORS_MAX, FANOUT, FLAG_BEGIN, FLAG_CHECKPOINT,
@@ -44,9 +46,15 @@ impl Inner {
             && s as u64 != w.next_seg
             && m.seg.live[s] == 0
             && m.seg.pinned[s] == 0
-            && m.seg.dead_at[s] <= m.sb_checkpoint_seq
-            && m.seg.last_seq[s] <= m.sb_checkpoint_seq
+            && m.seg.dead_at[s] <= self.sb_checkpoint_seq(m)
+            && m.seg.last_seq[s] <= self.sb_checkpoint_seq(m)
             && m.seg.soft_dead_at[s] <= self.durable_seq.load(AtomicOrdering::Acquire)
+    }
+
+    /// The checkpoint sequence the newest durable superblock names.
+    pub(crate) fn sb_checkpoint_seq(&self, m: &Meta) -> u64 {
+        m.sb_checkpoint_seq
+            .max(self.sb_written_ckpt_seq.load(AtomicOrdering::Acquire))
     }
 
     /// Blocks the writer can still fill without reusing anything not yet reclaimable.
@@ -340,17 +348,14 @@ impl Inner {
             .sum::<u64>();
         self.in_flight
             .fetch_add(release_bytes, AtomicOrdering::AcqRel);
-        self.log_queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(SealedLog {
-                start: log.start,
-                summary,
-                payload: log.payload,
-                flush,
-                release,
-                release_bytes,
-            });
+        self.enqueue(Queued::Log(SealedLog {
+            start: log.start,
+            summary,
+            payload: log.payload,
+            flush,
+            release,
+            release_bytes,
+        }));
         let seg = m.writer.cur_seg as usize;
         m.seg.last_seq[seg] = m.writer.seq;
         // The cleaner's copies keep the age of the segments they come from, so data that stays
@@ -383,6 +388,14 @@ impl Inner {
         Ok(())
     }
 
+    fn enqueue(&self, entry: Queued) {
+        self.log_queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(entry);
+        self.queued_total.fetch_add(1, AtomicOrdering::AcqRel);
+    }
+
     /// Writes every sealed log up to sequence `seq` (exclusive), in order, with the CRC chain;
     /// returns once they are written (by this thread or another). Takes no lock but the log
     /// writer's and the queue's, so it runs with or without `meta`. A failed write poisons the
@@ -410,14 +423,16 @@ impl Inner {
             let next = {
                 let mut q = self.log_queue.lock().unwrap_or_else(|p| p.into_inner());
                 match q.front() {
-                    Some(l) if l.summary.sequence < seq => q.pop_front(),
+                    Some(e) if e.order() < seq => q.pop_front(),
                     _ => None,
                 }
             };
-            let Some(log) = next else {
-                break;
+            let written = match next {
+                None => break,
+                Some(Queued::Log(log)) => self.write_sealed(w, log),
+                Some(Queued::Superblock(sb)) => self.write_sealed_superblock(w, sb),
             };
-            if let Err(e) = self.write_sealed(w, log) {
+            if let Err(e) = written {
                 self.log_queue
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -426,6 +441,46 @@ impl Inner {
             }
         }
         self.check_not_poisoned()
+    }
+
+    /// Writes a superblock the log writer reached: everything before it is written; a flush
+    /// makes it durable, then the superblock goes (flushed too) with the last log's CRC.
+    fn write_sealed_superblock(&self, w: &mut LogWriter, mut sb: Superblock) -> Result<()> {
+        self.check_not_poisoned()?;
+        if w.unflushed {
+            self.dev
+                .flush()
+                .map_err(|e| {
+                    Error::io(
+                        format!("{} device: flush before superblock", self.dev.kind()),
+                        e,
+                    )
+                })
+                .inspect_err(|e| self.poison(e))?;
+            w.unflushed = false;
+            self.count(|c| c.device_flushes += 1);
+        }
+        self.durable_seq
+            .fetch_max(sb.next.sequence, AtomicOrdering::AcqRel);
+        sb.next.prev_crc = w.prev_crc;
+        sb.written_ns = now_ns();
+        let copy = sb.generation % 2;
+        self.dev
+            .write_and_flush(copy * BLOCK_U64, &sb.encode()[..])
+            .map_err(|e| {
+                Error::io(
+                    format!("{} device: writing superblock {copy}", self.dev.kind()),
+                    e,
+                )
+            })
+            .inspect_err(|e| self.poison(e))?;
+        self.sb_written_ckpt_seq
+            .fetch_max(sb.checkpoint_sequence, AtomicOrdering::AcqRel);
+        self.count(|c| {
+            c.superblock_writes += 1;
+            c.device_flushes += 1;
+        });
+        Ok(())
     }
 
     /// Writes one sealed log: payload first, then the summary that makes it a log.
@@ -947,7 +1002,18 @@ impl Inner {
             && m.sb_written_at
                 .is_none_or(|t| t.elapsed() >= self.config.superblock_every);
         if by_bytes || by_time {
-            self.refresh_superblock(m)?;
+            // The checkpoint is laid out now; its logs, the flush and the superblock are written
+            // by the log writer after `meta` is released.
+            self.commit_if_changed(m)?;
+            let sb = self.superblock_now(m);
+            m.sb_generation = sb.generation;
+            m.sb_bytes_since = 0;
+            m.sb_written_at = Some(Instant::now());
+            self.enqueue(Queued::Superblock(sb));
+            // The background thread writes it if no writer gets there first.
+            let (lock, cv) = &*self.stop;
+            lock.lock().unwrap_or_else(|p| p.into_inner()).superblock = true;
+            cv.notify_all();
         }
         Ok(())
     }
@@ -955,6 +1021,12 @@ impl Inner {
     /// Writes a checkpoint if anything happened since the last one, then a superblock naming it,
     /// with device flushes before and after: afterwards everything written so far is durable.
     pub(crate) fn refresh_superblock(&self, m: &mut Meta) -> Result<()> {
+        self.commit_if_changed(m)?;
+        self.write_superblock(m)
+    }
+
+    /// Writes a checkpoint if anything happened since the last one.
+    fn commit_if_changed(&self, m: &mut Meta) -> Result<()> {
         let dirty = !self
             .dirty
             .lock()
@@ -967,13 +1039,14 @@ impl Inner {
         if dirty || m.writer.seq != m.checkpoint_next_seq {
             self.commit_checkpoint(m)?;
         }
-        self.write_superblock(m)
+        Ok(())
     }
 
     /// Flushes the device if a log was written since the last flush: every log so far is then
     /// durable.
     pub(crate) fn flush_logs(&self, m: &mut Meta, why: &str) -> Result<()> {
-        self.write_logs_until(m.writer.seq)?;
+        // Every entry queued is below this while `meta` is held (superblocks included).
+        self.write_logs_until(m.writer.seq + 1)?;
         let mut w = self.log_writer.lock().unwrap_or_else(|p| p.into_inner());
         if w.unflushed {
             self.dev
@@ -1001,6 +1074,37 @@ impl Inner {
 
     pub(crate) fn write_superblock(&self, m: &mut Meta) -> Result<()> {
         self.flush_logs(m, "before superblock")?;
+        let mut sb = self.superblock_now(m);
+        sb.next.prev_crc = self
+            .log_writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .prev_crc;
+        let generation = sb.generation;
+        let copy = generation % 2;
+        self.dev
+            .write_and_flush(copy * BLOCK_U64, &sb.encode()[..])
+            .map_err(|e| {
+                Error::io(
+                    format!("{} device: writing superblock {copy}", self.dev.kind()),
+                    e,
+                )
+            })
+            .inspect_err(|e| self.poison(e))?;
+        m.sb_generation = generation;
+        m.sb_checkpoint_seq = m.checkpoint_seq;
+        m.sb_bytes_since = 0;
+        m.sb_written_at = Some(Instant::now());
+        self.count(|c| {
+            c.superblock_writes += 1;
+            c.device_flushes += 1;
+        });
+        Ok(())
+    }
+
+    /// The superblock naming the newest checkpoint, the next generation, and the writer's
+    /// position right after it (the previous log's CRC is left for the writer to fill in).
+    fn superblock_now(&self, m: &Meta) -> Superblock {
         let generation = m.sb_generation + 1;
         let sb = Superblock {
             pool_id: self.pool_id,
@@ -1024,11 +1128,7 @@ impl Inner {
             next: format::LogPosition {
                 block: m.writer.pos,
                 sequence: m.writer.seq,
-                prev_crc: self
-                    .log_writer
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .prev_crc,
+                prev_crc: 0,
                 segment_next: m.writer.next_seg,
             },
             created_ns: m.created_ns,
@@ -1041,24 +1141,6 @@ impl Inner {
             m.writer.seq, m.checkpoint_next_seq,
             "a superblock names the newest checkpoint"
         );
-        let copy = generation % 2;
-        self.dev
-            .write_and_flush(copy * BLOCK_U64, &sb.encode()[..])
-            .map_err(|e| {
-                Error::io(
-                    format!("{} device: writing superblock {copy}", self.dev.kind()),
-                    e,
-                )
-            })
-            .inspect_err(|e| self.poison(e))?;
-        m.sb_generation = generation;
-        m.sb_checkpoint_seq = m.checkpoint_seq;
-        m.sb_bytes_since = 0;
-        m.sb_written_at = Some(Instant::now());
-        self.count(|c| {
-            c.superblock_writes += 1;
-            c.device_flushes += 1;
-        });
-        Ok(())
+        sb
     }
 }

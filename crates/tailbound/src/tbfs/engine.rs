@@ -161,6 +161,27 @@ pub(crate) struct LogBuild {
     pub payload: Vec<Arc<Block>>,
 }
 
+/// What waits in [`Inner::log_queue`], in the order the log writer writes it.
+#[derive(Debug)]
+pub(crate) enum Queued {
+    Log(SealedLog),
+    /// A superblock naming the checkpoint that ends right before log `next.sequence`: written
+    /// (after a flush, and flushed) once every log before that is, with the CRC of the last.
+    Superblock(format::Superblock),
+}
+
+impl Queued {
+    /// Written by `write_logs_until(seq)` when this is below `seq`: a log's sequence, or for a
+    /// superblock the sequence of the log after it (so waiting for one's own logs does not
+    /// wait for a superblock sealed behind them).
+    pub fn order(&self) -> u64 {
+        match self {
+            Queued::Log(l) => l.summary.sequence,
+            Queued::Superblock(sb) => sb.next.sequence,
+        }
+    }
+}
+
 /// A log laid out under `meta` and waiting for the log writer: its place, sequence and
 /// descriptors are final; the writer fills in the payload CRC and the previous log's CRC.
 #[derive(Debug)]
@@ -245,7 +266,12 @@ pub(crate) struct Inner {
     pub read_only: bool,
     pub meta: Mutex<Meta>,
     /// Logs sealed under `meta`, in sequence order, waiting for the log writer.
-    pub log_queue: Mutex<std::collections::VecDeque<SealedLog>>,
+    pub log_queue: Mutex<std::collections::VecDeque<Queued>>,
+    /// Entries ever put in `log_queue` (a guard that saw it move writes them on release).
+    pub queued_total: AtomicU64,
+    /// The checkpoint sequence the newest durable superblock names, when the log writer wrote
+    /// it (`Meta::sb_checkpoint_seq` is the one written under `meta`).
+    pub sb_written_ckpt_seq: AtomicU64,
     /// The log writer: whoever holds it writes the queue's logs in order, without `meta`.
     pub log_writer: Mutex<LogWriter>,
     /// Priorities lent to whoever holds `log_writer` by threads waiting for their logs.
@@ -265,8 +291,9 @@ pub(crate) struct Inner {
     pub counters: Mutex<FsCounters>,
     pub report: Mutex<RecoveryReport>,
     pub background: Mutex<Option<JoinHandle<()>>>,
-    /// Set to stop the background thread; shared with it so it waits without holding `Inner`.
-    pub stop: Arc<(Mutex<bool>, Condvar)>,
+    /// Wakes the background thread (to stop, or to write a sealed superblock); shared with it so
+    /// it waits without holding `Inner`.
+    pub stop: Arc<(Mutex<Wake>, Condvar)>,
     /// Priorities lent to whoever holds `meta` (and so does the commit) by threads waiting for it.
     pub inherit: Arc<crate::sched::inherit::Inheritance>,
     /// Advisory locks of the process on this pool's files.
@@ -276,6 +303,14 @@ pub(crate) struct Inner {
     pub mount_point: Mutex<Option<String>>,
     /// [`AtimePolicy`] as its code.
     pub atime: std::sync::atomic::AtomicU8,
+}
+
+/// Why the background thread should wake before its period ends.
+#[derive(Debug, Default)]
+pub(crate) struct Wake {
+    pub stop: bool,
+    /// A superblock waits in the log queue.
+    pub superblock: bool,
 }
 
 /// `meta` locked by the calling thread, which meanwhile inherits the priority of any thread that
@@ -288,8 +323,8 @@ pub(crate) struct MetaGuard<'a> {
     guard: Option<MutexGuard<'a, Meta>>,
     hold: Option<crate::sched::inherit::Hold>,
     inner: &'a Inner,
-    /// The writer's sequence when the lock was taken.
-    start_seq: u64,
+    /// [`Inner::queued_total`] when the lock was taken.
+    start_queued: u64,
 }
 
 impl std::ops::Deref for MetaGuard<'_> {
@@ -315,10 +350,11 @@ impl MetaGuard<'_> {
         let Some(guard) = self.guard.take() else {
             return Ok(());
         };
-        let (start, end) = (self.start_seq, guard.writer.seq);
+        let end = guard.writer.seq;
+        let queued = self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued;
         drop(guard);
         self.hold = None;
-        if end != start {
+        if queued {
             self.inner.write_logs_until(end)
         } else {
             Ok(())
@@ -352,12 +388,12 @@ impl Inner {
                 self.meta.lock().unwrap_or_else(|p| p.into_inner())
             }
         };
-        let start_seq = guard.writer.seq;
+        let start_queued = self.queued_total.load(AtomicOrdering::Acquire);
         MetaGuard {
             guard: Some(guard),
             hold: Some(self.inherit.hold()),
             inner: self,
-            start_seq,
+            start_queued,
         }
     }
 
@@ -1515,7 +1551,7 @@ fn parent_links(m: &Meta) -> HashMap<u64, u64> {
 fn stop_background(inner: &Inner) {
     {
         let (lock, cv) = &*inner.stop;
-        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        lock.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
         cv.notify_all();
     }
     let handle = inner
@@ -1532,7 +1568,7 @@ fn stop_background(inner: &Inner) {
 
 /// Writes checkpoints and refreshes the superblock on the configured schedule. Holds the pool only
 /// while it works, so dropping the last handle drops the pool at once.
-fn background(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, period: Duration) {
+fn background(weak: Weak<Inner>, stop: Arc<(Mutex<Wake>, Condvar)>, period: Duration) {
     // Background checkpoints and cleaning are idle-class I/O (in the kernel, and in `sched` through the
     // thread's ioprio); a thread that waits for one lends it its own priority (`lock_meta`).
     let _ = crate::sched::Prio {
@@ -1543,12 +1579,25 @@ fn background(weak: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>, period: Dura
     loop {
         {
             let (lock, cv) = &*stop;
-            let stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
-            let (stopped, _) = cv
-                .wait_timeout_while(stopped, period, |s| !*s)
+            let wake = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let (mut wake, timeout) = cv
+                .wait_timeout_while(wake, period, |w| !w.stop && !w.superblock)
                 .unwrap_or_else(|p| p.into_inner());
-            if *stopped {
+            if wake.stop {
                 return;
+            }
+            let superblock = std::mem::take(&mut wake.superblock);
+            drop(wake);
+            if superblock {
+                // A writer sealed a superblock and went on: write it (and what is before it)
+                // here, without `meta`, so no writer waits for its flushes.
+                let Some(inner) = weak.upgrade() else { return };
+                if inner.write_logs_until(u64::MAX).is_err() {
+                    return;
+                }
+                if !timeout.timed_out() {
+                    continue;
+                }
             }
         }
         let Some(inner) = weak.upgrade() else { return };

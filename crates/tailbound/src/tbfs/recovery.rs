@@ -9,8 +9,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::engine::{
-    mode_kind, now_ns, DirEntries, Inner, InodeCell, InodeState, LogWriter, Meta, SegUsage, Writer,
-    ROOT_INO,
+    mode_kind, now_ns, DirEntries, Inner, InodeCell, InodeState, LogWriter, Meta, SegUsage, Wake,
+    Writer, ROOT_INO,
 };
 use super::format::{
     self, decode_dir_block, decode_node, height_for, CheckpointRoot, DescKind, InodeRecord,
@@ -61,6 +61,8 @@ fn new_inner(
         log_writer: Mutex::new(log),
         log_inherit: crate::sched::inherit::Inheritance::new(),
         written_seq: AtomicU64::new(written),
+        queued_total: AtomicU64::new(0),
+        sb_written_ckpt_seq: AtomicU64::new(0),
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         dirty: Mutex::new(BTreeSet::new()),
@@ -70,7 +72,7 @@ fn new_inner(
         counters: Mutex::new(FsCounters::default()),
         report: Mutex::new(RecoveryReport::default()),
         background: Mutex::new(None),
-        stop: Arc::new((Mutex::new(false), Condvar::new())),
+        stop: Arc::new((Mutex::new(Wake::default()), Condvar::new())),
         inherit: crate::sched::inherit::Inheritance::new(),
         locks: super::locks::LockTable::new(),
         mount_point: Mutex::new(None),
