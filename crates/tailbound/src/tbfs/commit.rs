@@ -51,6 +51,13 @@ impl Inner {
             && m.seg.soft_dead_at[s] <= self.durable_seq.load(AtomicOrdering::Acquire)
     }
 
+    /// Wakes the background thread for what `why` marks.
+    pub(crate) fn wake_background(&self, why: impl FnOnce(&mut super::engine::Wake)) {
+        let (lock, cv) = &*self.stop;
+        why(&mut lock.lock().unwrap_or_else(|p| p.into_inner()));
+        cv.notify_all();
+    }
+
     /// The checkpoint sequence the newest durable superblock names.
     pub(crate) fn sb_checkpoint_seq(&self, m: &Meta) -> u64 {
         m.sb_checkpoint_seq
@@ -110,6 +117,13 @@ impl Inner {
             return Ok(());
         }
         if !m.in_refresh && !m.in_clean {
+            let urgent = need + reserve + low_water / 2;
+            if self.config.background_gc && self.free_blocks_up_to(m, urgent) >= urgent {
+                // Above half the low-water mark the background cleaner catches up, woken now:
+                // a synchronous write does not wait for cleaning passes it does not need.
+                self.wake_background(|w| w.clean = true);
+                return Ok(());
+            }
             // Writers wait for the cleaner rather than fail.
             self.clean(m, want, true)?;
         }
@@ -1011,9 +1025,7 @@ impl Inner {
             m.sb_written_at = Some(Instant::now());
             self.enqueue(Queued::Superblock(sb));
             // The background thread writes it if no writer gets there first.
-            let (lock, cv) = &*self.stop;
-            lock.lock().unwrap_or_else(|p| p.into_inner()).superblock = true;
-            cv.notify_all();
+            self.wake_background(|w| w.superblock = true);
         }
         Ok(())
     }

@@ -311,6 +311,8 @@ pub(crate) struct Wake {
     pub stop: bool,
     /// A superblock waits in the log queue.
     pub superblock: bool,
+    /// Free space is below the low-water mark: clean now.
+    pub clean: bool,
 }
 
 /// `meta` locked by the calling thread, which meanwhile inherits the priority of any thread that
@@ -1581,12 +1583,13 @@ fn background(weak: Weak<Inner>, stop: Arc<(Mutex<Wake>, Condvar)>, period: Dura
             let (lock, cv) = &*stop;
             let wake = lock.lock().unwrap_or_else(|p| p.into_inner());
             let (mut wake, timeout) = cv
-                .wait_timeout_while(wake, period, |w| !w.stop && !w.superblock)
+                .wait_timeout_while(wake, period, |w| !w.stop && !w.superblock && !w.clean)
                 .unwrap_or_else(|p| p.into_inner());
             if wake.stop {
                 return;
             }
             let superblock = std::mem::take(&mut wake.superblock);
+            let clean = std::mem::take(&mut wake.clean);
             drop(wake);
             if superblock {
                 // A writer sealed a superblock and went on: write it (and what is before it)
@@ -1595,7 +1598,7 @@ fn background(weak: Weak<Inner>, stop: Arc<(Mutex<Wake>, Condvar)>, period: Dura
                 if inner.write_logs_until(u64::MAX).is_err() {
                     return;
                 }
-                if !timeout.timed_out() {
+                if !timeout.timed_out() && !clean {
                     continue;
                 }
             }
