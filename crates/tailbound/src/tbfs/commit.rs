@@ -51,6 +51,15 @@ impl Inner {
             && m.seg.soft_dead_at[s] <= self.durable_seq.load(AtomicOrdering::Acquire)
     }
 
+    /// Whether a sealed superblock waits in the log queue.
+    fn superblock_queued(&self) -> bool {
+        self.log_queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|e| matches!(e, Queued::Superblock(_)))
+    }
+
     /// Wakes the background thread for what `why` marks.
     pub(crate) fn wake_background(&self, why: impl FnOnce(&mut super::engine::Wake)) {
         let (lock, cv) = &*self.stop;
@@ -116,11 +125,24 @@ impl Inner {
         if self.free_blocks_up_to(m, want) >= want {
             return Ok(());
         }
+        if self.superblock_queued() {
+            // A sealed superblock releases segments once written: when space is short, that
+            // comes before cleaning (as when refreshes were written under `meta`).
+            self.write_logs_until(m.writer.seq + 1)?;
+            if self.free_blocks_up_to(m, want) >= want {
+                return Ok(());
+            }
+        }
         if !m.in_refresh && !m.in_clean {
             let urgent = need + reserve + low_water / 2;
-            if self.config.background_gc && self.free_blocks_up_to(m, urgent) >= urgent {
-                // Above half the low-water mark the background cleaner catches up, woken now:
-                // a synchronous write does not wait for cleaning passes it does not need.
+            if self.config.background_gc
+                && need <= low_water / 4
+                && self.free_blocks_up_to(m, urgent) >= urgent
+            {
+                // A small write (a synchronous append, not a buffer-full commit) above half the
+                // low-water mark leaves the cleaning to the background thread, woken now: it
+                // does not wait for passes it does not need. Large writes still clean, so the
+                // cleaner keeps room to work in.
                 self.wake_background(|w| w.clean = true);
                 return Ok(());
             }
