@@ -1041,3 +1041,53 @@ fn logs_are_written_after_the_metadata_lock_is_released() {
     let back = reopen(&dev);
     assert_eq!(read_all(&back, "/a"), data);
 }
+
+#[test]
+fn with_the_background_cleaner_a_small_write_leaves_cleaning_to_it_and_a_large_one_cleans() {
+    let cfg = Config {
+        background_gc: true,
+        // The background thread never finds cleaning worth doing here: the state stays put.
+        gc_free_percent: 0,
+        ..small_config(Ordering::Relaxed, Barrier::Superblock)
+    };
+    let fs = Fs::format(device(4 << 20), &cfg).unwrap();
+    let f = fs.open_file("/hot", OpenFlags::create()).unwrap();
+    f.pwrite(&pattern(1, 64 << 10), 0).unwrap();
+    f.fsync().unwrap();
+    let cold = fs.open_file("/cold", OpenFlags::create()).unwrap();
+    // Append to one file and overwrite a block of another, synced each time, until free space is
+    // under the low-water mark: segments hold live and dead blocks, so there is something to
+    // clean and no flush alone frees them.
+    let inner = &fs.inner;
+    let mut i = 0u64;
+    let (low_water, reserve) = loop {
+        {
+            let m = inner.lock_meta();
+            let (lw, reserve) = (inner.low_water(&m), inner.reserve_blocks());
+            if inner.free_blocks(&m) < 1 + 1 + 4 + reserve + lw {
+                break (lw, reserve);
+            }
+        }
+        f.pwrite(&pattern(i, 4096), (i % 16) * 4096).unwrap();
+        f.fsync().unwrap();
+        cold.append(&pattern(i + 1, 4096)).unwrap();
+        cold.fsync().unwrap();
+        i += 1;
+        assert!(i < 10_000, "the pool never filled");
+    };
+    let mut m = inner.lock_meta();
+    let free = inner.free_blocks(&m);
+    assert!(
+        free >= 1 + 1 + 4 + reserve + low_water / 2,
+        "free {free} fell below half the low-water mark {low_water}"
+    );
+    let passes = m.clean_passes;
+    inner.ensure_space(&mut m, 1).unwrap();
+    assert_eq!(m.clean_passes, passes, "a one-block write cleaned");
+    let large = low_water / 4 + 1;
+    inner.ensure_space(&mut m, large).unwrap();
+    assert!(
+        m.clean_passes > passes,
+        "a {large}-block write under the low-water mark did not clean"
+    );
+}
