@@ -125,13 +125,18 @@ impl Inner {
         if self.free_blocks_up_to(m, want) >= want {
             return Ok(());
         }
-        if self.superblock_queued() {
-            // A sealed superblock releases segments once written: when space is short, that
-            // comes before cleaning (as when refreshes were written under `meta`).
-            self.write_logs_until(m.writer.seq + 1)?;
-            if self.free_blocks_up_to(m, want) >= want {
-                return Ok(());
-            }
+        // When space is short, what is sealed is written first (as when logs and refreshes
+        // were written under `meta`): a written superblock releases segments, and written and
+        // flushed logs let superseded segments go, so the space check and the cleaner below see
+        // what is reusable.
+        let until = if self.superblock_queued() {
+            m.writer.seq + 1
+        } else {
+            m.writer.seq
+        };
+        self.write_logs_until(until)?;
+        if self.free_blocks_up_to(m, want) >= want {
+            return Ok(());
         }
         if !m.in_refresh && !m.in_clean {
             let urgent = need + reserve + low_water / 2;
