@@ -61,10 +61,7 @@ pub struct CpuTimes {
 
 /// `getrusage(RUSAGE_SELF)`: the process's user and system CPU time.
 pub fn process_cpu_times() -> io::Result<CpuTimes> {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a live, writable rusage.
-    cvt(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) })?;
+    let usage = rusage(libc::RUSAGE_SELF)?;
     let time = |t: libc::timeval| {
         std::time::Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32) * 1000)
     };
@@ -77,11 +74,16 @@ pub fn process_cpu_times() -> io::Result<CpuTimes> {
 /// `getrusage(RUSAGE_THREAD)`: page faults the calling thread took that needed no I/O (a page
 /// allocated, or mapped from the page cache).
 pub fn thread_minor_faults() -> io::Result<u64> {
+    Ok(rusage(libc::RUSAGE_THREAD)?.ru_minflt.max(0) as u64)
+}
+
+/// `getrusage(who)`.
+fn rusage(who: libc::c_int) -> io::Result<libc::rusage> {
     // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: `usage` is a live, writable rusage.
-    cvt(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) })?;
-    Ok(usage.ru_minflt.max(0) as u64)
+    cvt(unsafe { libc::getrusage(who, &mut usage) })?;
+    Ok(usage)
 }
 
 /// How many CPUs this process may run on (its affinity mask), at least 1.

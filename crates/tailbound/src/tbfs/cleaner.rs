@@ -16,7 +16,6 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering as AtomicOrdering;
-use std::sync::Arc;
 
 use super::engine::{now_ns, DirtyBlock, Inner, Meta};
 use super::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
@@ -293,6 +292,7 @@ impl Inner {
     ) -> Vec<usize> {
         let now = now_ns();
         let sb = self.segment_blocks;
+        let sb_seq = self.sb_checkpoint_seq.load(AtomicOrdering::Acquire);
         let mut scored: Vec<(f64, usize)> = (0..self.segment_count as usize)
             .filter(|&s| {
                 s as u64 != m.writer.cur_seg
@@ -301,8 +301,8 @@ impl Inner {
                     && !skip.contains(&s)
                     && m.cleanable(s, now)
                     && (!light
-                        || (m.seg.last_seq[s] <= self.sb_checkpoint_seq(m)
-                            && m.seg.dead_at[s] <= self.sb_checkpoint_seq(m)
+                        || (m.seg.last_seq[s] <= sb_seq
+                            && m.seg.dead_at[s] <= sb_seq
                             && m.life
                                 .only_newest_unkept(m.life.seg_born[s], m.checkpoint, now)))
             })
@@ -497,11 +497,8 @@ impl Inner {
                 if !st.dirty.contains_key(&index) {
                     let gen = st.next_gen;
                     st.next_gen += 1;
-                    let mut block = Arc::new([0u8; BLOCK]);
-                    Arc::get_mut(&mut block)
-                        .expect("a new block is not shared")
-                        .copy_from_slice(data);
-                    st.dirty.insert(index, DirtyBlock { gen, data: block });
+                    let data = super::engine::shared_copy(data);
+                    st.dirty.insert(index, DirtyBlock { gen, data });
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
                 }

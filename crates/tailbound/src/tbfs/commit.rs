@@ -46,31 +46,16 @@ impl Inner {
             && s as u64 != w.next_seg
             && m.seg.live[s] == 0
             && m.seg.pinned[s] == 0
-            && m.seg.dead_at[s] <= self.sb_checkpoint_seq(m)
-            && m.seg.last_seq[s] <= self.sb_checkpoint_seq(m)
+            && m.seg.dead_at[s] <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
+            && m.seg.last_seq[s] <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
             && m.seg.soft_dead_at[s] <= self.durable_seq.load(AtomicOrdering::Acquire)
-    }
-
-    /// Whether a sealed superblock waits in the log queue.
-    fn superblock_queued(&self) -> bool {
-        self.log_queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|e| matches!(e, Queued::Superblock(_)))
     }
 
     /// Wakes the background thread for what `why` marks.
     pub(crate) fn wake_background(&self, why: impl FnOnce(&mut super::engine::Wake)) {
-        let (lock, cv) = &*self.stop;
+        let (lock, cv) = &*self.wake;
         why(&mut lock.lock().unwrap_or_else(|p| p.into_inner()));
         cv.notify_all();
-    }
-
-    /// The checkpoint sequence the newest durable superblock names.
-    pub(crate) fn sb_checkpoint_seq(&self, m: &Meta) -> u64 {
-        m.sb_checkpoint_seq
-            .max(self.sb_written_ckpt_seq.load(AtomicOrdering::Acquire))
     }
 
     /// Blocks the writer can still fill without reusing anything not yet reclaimable.
@@ -128,13 +113,8 @@ impl Inner {
         // When space is short, what is sealed is written first (as when logs and refreshes
         // were written under `meta`): a written superblock releases segments, and written and
         // flushed logs let superseded segments go, so the space check and the cleaner below see
-        // what is reusable.
-        let until = if self.superblock_queued() {
-            m.writer.seq + 1
-        } else {
-            m.writer.seq
-        };
-        self.write_logs_until(until)?;
+        // what is reusable. (Every entry queued is below `seq + 1` while `meta` is held.)
+        self.write_logs_until(m.writer.seq + 1)?;
         if self.free_blocks_up_to(m, want) >= want {
             return Ok(());
         }
@@ -294,11 +274,14 @@ impl Inner {
         offset: u64,
         data: &[u8],
     ) -> Result<u64> {
-        let mut block = Arc::new([0u8; BLOCK]);
-        Arc::get_mut(&mut block)
-            .expect("a new block is not shared")
-            .copy_from_slice(data);
-        self.log_add_shared(m, kind, ino, level, offset, block)
+        self.log_add_shared(
+            m,
+            kind,
+            ino,
+            level,
+            offset,
+            super::engine::shared_copy(data),
+        )
     }
 
     /// [`Inner::log_add`] for a block already shared (a buffered block of a file): the log
@@ -445,14 +428,7 @@ impl Inner {
         if self.written_seq.load(AtomicOrdering::Acquire) >= seq {
             return self.check_not_poisoned();
         }
-        let mut w = match self.log_writer.try_lock() {
-            Ok(w) => w,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                let _lend = self.log_inherit.lend(crate::sched::inherit::own_prio());
-                self.log_writer.lock().unwrap_or_else(|p| p.into_inner())
-            }
-        };
+        let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
         let _hold = self.log_inherit.hold();
         self.write_queued(&mut w, seq)
     }
@@ -488,19 +464,7 @@ impl Inner {
     /// makes it durable, then the superblock goes (flushed too) with the last log's CRC.
     fn write_sealed_superblock(&self, w: &mut LogWriter, mut sb: Superblock) -> Result<()> {
         self.check_not_poisoned()?;
-        if w.unflushed {
-            self.dev
-                .flush()
-                .map_err(|e| {
-                    Error::io(
-                        format!("{} device: flush before superblock", self.dev.kind()),
-                        e,
-                    )
-                })
-                .inspect_err(|e| self.poison(e))?;
-            w.unflushed = false;
-            self.count(|c| c.device_flushes += 1);
-        }
+        self.flush_device(w, "before superblock")?;
         self.durable_seq
             .fetch_max(sb.next.sequence, AtomicOrdering::AcqRel);
         sb.next.prev_crc = w.prev_crc;
@@ -515,12 +479,25 @@ impl Inner {
                 )
             })
             .inspect_err(|e| self.poison(e))?;
-        self.sb_written_ckpt_seq
+        self.sb_checkpoint_seq
             .fetch_max(sb.checkpoint_sequence, AtomicOrdering::AcqRel);
         self.count(|c| {
             c.superblock_writes += 1;
             c.device_flushes += 1;
         });
+        Ok(())
+    }
+
+    /// Flushes the device if a log was written since the last flush (`w` held).
+    fn flush_device(&self, w: &mut LogWriter, why: &str) -> Result<()> {
+        if w.unflushed {
+            self.dev
+                .flush()
+                .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
+                .inspect_err(|e| self.poison(e))?;
+            w.unflushed = false;
+            self.count(|c| c.device_flushes += 1);
+        }
         Ok(())
     }
 
@@ -1046,11 +1023,7 @@ impl Inner {
             // The checkpoint is laid out now; its logs, the flush and the superblock are written
             // by the log writer after `meta` is released.
             self.commit_if_changed(m)?;
-            let sb = self.superblock_now(m);
-            m.sb_generation = sb.generation;
-            m.sb_bytes_since = 0;
-            m.sb_written_at = Some(Instant::now());
-            self.enqueue(Queued::Superblock(sb));
+            self.seal_superblock(m);
             // The background thread writes it if no writer gets there first.
             self.wake_background(|w| w.superblock = true);
         }
@@ -1086,15 +1059,10 @@ impl Inner {
     pub(crate) fn flush_logs(&self, m: &mut Meta, why: &str) -> Result<()> {
         // Every entry queued is below this while `meta` is held (superblocks included).
         self.write_logs_until(m.writer.seq + 1)?;
-        let mut w = self.log_writer.lock().unwrap_or_else(|p| p.into_inner());
-        if w.unflushed {
-            self.dev
-                .flush()
-                .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
-                .inspect_err(|e| self.poison(e))?;
-            w.unflushed = false;
-            self.count(|c| c.device_flushes += 1);
-        }
+        self.flush_device(
+            &mut self.log_writer.lock().unwrap_or_else(|p| p.into_inner()),
+            why,
+        )?;
         self.durable_seq
             .store(m.writer.seq, AtomicOrdering::Release);
         Ok(())
@@ -1111,34 +1079,20 @@ impl Inner {
                     .unflushed)
     }
 
+    /// Writes a superblock naming the newest checkpoint now: sealed like the periodic one, then
+    /// written with everything queued before it.
     pub(crate) fn write_superblock(&self, m: &mut Meta) -> Result<()> {
-        self.flush_logs(m, "before superblock")?;
-        let mut sb = self.superblock_now(m);
-        sb.next.prev_crc = self
-            .log_writer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .prev_crc;
-        let generation = sb.generation;
-        let copy = generation % 2;
-        self.dev
-            .write_and_flush(copy * BLOCK_U64, &sb.encode()[..])
-            .map_err(|e| {
-                Error::io(
-                    format!("{} device: writing superblock {copy}", self.dev.kind()),
-                    e,
-                )
-            })
-            .inspect_err(|e| self.poison(e))?;
-        m.sb_generation = generation;
-        m.sb_checkpoint_seq = m.checkpoint_seq;
+        self.seal_superblock(m);
+        self.write_logs_until(m.writer.seq + 1)
+    }
+
+    /// Queues a superblock naming the newest checkpoint for the log writer.
+    fn seal_superblock(&self, m: &mut Meta) {
+        let sb = self.superblock_now(m);
+        m.sb_generation = sb.generation;
         m.sb_bytes_since = 0;
         m.sb_written_at = Some(Instant::now());
-        self.count(|c| {
-            c.superblock_writes += 1;
-            c.device_flushes += 1;
-        });
-        Ok(())
+        self.enqueue(Queued::Superblock(sb));
     }
 
     /// The superblock naming the newest checkpoint, the next generation, and the writer's

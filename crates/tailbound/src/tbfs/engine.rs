@@ -234,7 +234,6 @@ pub(crate) struct Meta {
     pub checkpoint_next_seq: u64,
     /// Superblock state.
     pub sb_generation: u64,
-    pub sb_checkpoint_seq: u64,
     pub sb_bytes_since: u64,
     pub sb_written_at: Option<Instant>,
     pub checkpoint_at: Option<Instant>,
@@ -269,9 +268,9 @@ pub(crate) struct Inner {
     pub log_queue: Mutex<std::collections::VecDeque<Queued>>,
     /// Entries ever put in `log_queue` (a guard that saw it move writes them on release).
     pub queued_total: AtomicU64,
-    /// The checkpoint sequence the newest durable superblock names, when the log writer wrote
-    /// it (`Meta::sb_checkpoint_seq` is the one written under `meta`).
-    pub sb_written_ckpt_seq: AtomicU64,
+    /// The checkpoint sequence the newest durable superblock names: segments that died before
+    /// it are reusable.
+    pub sb_checkpoint_seq: AtomicU64,
     /// The log writer: whoever holds it writes the queue's logs in order, without `meta`.
     pub log_writer: Mutex<LogWriter>,
     /// Priorities lent to whoever holds `log_writer` by threads waiting for their logs.
@@ -291,9 +290,9 @@ pub(crate) struct Inner {
     pub counters: Mutex<FsCounters>,
     pub report: Mutex<RecoveryReport>,
     pub background: Mutex<Option<JoinHandle<()>>>,
-    /// Wakes the background thread (to stop, or to write a sealed superblock); shared with it so
-    /// it waits without holding `Inner`.
-    pub stop: Arc<(Mutex<Wake>, Condvar)>,
+    /// Wakes the background thread (to stop, write a sealed superblock or clean); shared with
+    /// it so it waits without holding `Inner`.
+    pub wake: Arc<(Mutex<Wake>, Condvar)>,
     /// Priorities lent to whoever holds `meta` (and so does the commit) by threads waiting for it.
     pub inherit: Arc<crate::sched::inherit::Inheritance>,
     /// Advisory locks of the process on this pool's files.
@@ -371,6 +370,31 @@ impl Drop for MetaGuard<'_> {
     }
 }
 
+/// Locks `lock`; a thread that has to wait lends its I/O priority to the holder (registered
+/// with `inherit`) until it gets it.
+pub(crate) fn lock_lending<'a, T>(
+    lock: &'a Mutex<T>,
+    inherit: &Arc<crate::sched::inherit::Inheritance>,
+) -> MutexGuard<'a, T> {
+    match lock.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            let _lend = inherit.lend(crate::sched::inherit::own_prio());
+            lock.lock().unwrap_or_else(|p| p.into_inner())
+        }
+    }
+}
+
+/// A new block holding a copy of `data` (one block's bytes), ready to share with a log.
+pub(crate) fn shared_copy(data: &[u8]) -> Arc<Block> {
+    let mut block = Arc::new([0u8; BLOCK]);
+    Arc::get_mut(&mut block)
+        .expect("a new block is not shared")
+        .copy_from_slice(data);
+    block
+}
+
 pub(crate) fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -382,14 +406,7 @@ impl Inner {
     /// Locks the metadata (and with it the commit path). A thread that has to wait lends its
     /// I/O priority to the holder until it gets the lock.
     pub fn lock_meta(&self) -> MetaGuard<'_> {
-        let guard = match self.meta.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                let _lend = self.inherit.lend(crate::sched::inherit::own_prio());
-                self.meta.lock().unwrap_or_else(|p| p.into_inner())
-            }
-        };
+        let guard = lock_lending(&self.meta, &self.inherit);
         let start_queued = self.queued_total.load(AtomicOrdering::Acquire);
         MetaGuard {
             guard: Some(guard),
@@ -1134,10 +1151,10 @@ impl Fs {
             })
             .max(Duration::from_millis(10));
             let weak = Arc::downgrade(&inner);
-            let stop = inner.stop.clone();
+            let wake = inner.wake.clone();
             let handle = std::thread::Builder::new()
                 .name("tbfs-checkpoint".into())
-                .spawn(move || background(weak, stop, period))
+                .spawn(move || background(weak, wake, period))
                 .ok();
             *inner.background.lock().unwrap_or_else(|p| p.into_inner()) = handle;
         }
@@ -1552,7 +1569,7 @@ fn parent_links(m: &Meta) -> HashMap<u64, u64> {
 
 fn stop_background(inner: &Inner) {
     {
-        let (lock, cv) = &*inner.stop;
+        let (lock, cv) = &*inner.wake;
         lock.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
         cv.notify_all();
     }
@@ -1570,7 +1587,7 @@ fn stop_background(inner: &Inner) {
 
 /// Writes checkpoints and refreshes the superblock on the configured schedule. Holds the pool only
 /// while it works, so dropping the last handle drops the pool at once.
-fn background(weak: Weak<Inner>, stop: Arc<(Mutex<Wake>, Condvar)>, period: Duration) {
+fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Duration) {
     // Background checkpoints and cleaning are idle-class I/O (in the kernel, and in `sched` through the
     // thread's ioprio); a thread that waits for one lends it its own priority (`lock_meta`).
     let _ = crate::sched::Prio {
@@ -1580,17 +1597,17 @@ fn background(weak: Weak<Inner>, stop: Arc<(Mutex<Wake>, Condvar)>, period: Dura
     .apply_to_current_thread();
     loop {
         {
-            let (lock, cv) = &*stop;
-            let wake = lock.lock().unwrap_or_else(|p| p.into_inner());
-            let (mut wake, timeout) = cv
-                .wait_timeout_while(wake, period, |w| !w.stop && !w.superblock && !w.clean)
+            let (lock, cv) = &*wake;
+            let why = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let (mut why, timeout) = cv
+                .wait_timeout_while(why, period, |w| !w.stop && !w.superblock && !w.clean)
                 .unwrap_or_else(|p| p.into_inner());
-            if wake.stop {
+            if why.stop {
                 return;
             }
-            let superblock = std::mem::take(&mut wake.superblock);
-            let clean = std::mem::take(&mut wake.clean);
-            drop(wake);
+            let superblock = std::mem::take(&mut why.superblock);
+            let clean = std::mem::take(&mut why.clean);
+            drop(why);
             if superblock {
                 // A writer sealed a superblock and went on: write it (and what is before it)
                 // here, without `meta`, so no writer waits for its flushes.

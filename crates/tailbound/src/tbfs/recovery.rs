@@ -4,7 +4,7 @@
 //! it, and a fresh checkpoint and superblock. Every byte read is checked before it is trusted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,7 +62,7 @@ fn new_inner(
         log_inherit: crate::sched::inherit::Inheritance::new(),
         written_seq: AtomicU64::new(written),
         queued_total: AtomicU64::new(0),
-        sb_written_ckpt_seq: AtomicU64::new(0),
+        sb_checkpoint_seq: AtomicU64::new(0),
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         dirty: Mutex::new(BTreeSet::new()),
@@ -72,7 +72,7 @@ fn new_inner(
         counters: Mutex::new(FsCounters::default()),
         report: Mutex::new(RecoveryReport::default()),
         background: Mutex::new(None),
-        stop: Arc::new((Mutex::new(Wake::default()), Condvar::new())),
+        wake: Arc::new((Mutex::new(Wake::default()), Condvar::new())),
         inherit: crate::sched::inherit::Inheritance::new(),
         locks: super::locks::LockTable::new(),
         mount_point: Mutex::new(None),
@@ -945,7 +945,6 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         checkpoint_root: base_root,
         checkpoint_seq: base_seq,
         sb_generation: sb.generation,
-        sb_checkpoint_seq: sb.checkpoint_sequence,
         created_ns: sb.created_ns,
         life,
         ..Meta::default()
@@ -1001,6 +1000,9 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             buf: Vec::new(),
         },
     ));
+    inner
+        .sb_checkpoint_seq
+        .store(sb.checkpoint_sequence, AtomicOrdering::Release);
 
     // 7. Orphans (unlinked while open when the pool went down) are freed; then a fresh
     // checkpoint and superblock make the recovered state the new base.
@@ -1015,7 +1017,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         report.orphans_reclaimed = orphans.len() as u64;
         if !options.read_only {
             // Everything before the tail is settled once the recovery superblock is durable.
-            m.sb_checkpoint_seq = 0;
+            inner.sb_checkpoint_seq.store(0, AtomicOrdering::Release);
             for o in &orphans {
                 inner.free_inode(&mut m, o);
             }
