@@ -14,7 +14,7 @@
 //! checkpoint, as for any dead segment. A crash at any point recovers the previous checkpoint,
 //! whose blocks are all still in place.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
 
 use super::engine::{now_ns, DirtyBlock, Inner, Meta};
@@ -33,6 +33,21 @@ const VICTIMS_PER_PASS: usize = 32;
 /// holds the metadata lock for short spells and its idle-class I/O stays a trickle beside the
 /// writers'.
 const BACKGROUND_VICTIMS: usize = 4;
+
+/// The background cleaner's pass, split around `meta` (see [`Inner::background_clean`]).
+#[derive(Debug, Default)]
+pub(crate) struct BackgroundPass {
+    /// Victims being read without `meta`: no segment here is reused meanwhile.
+    pub reading: BTreeSet<usize>,
+    /// Victims' bytes read without `meta`. A segment that is not free holds only written logs,
+    /// which never change, so the bytes stay right until the segment is reused.
+    pub read: HashMap<usize, Vec<u8>>,
+    /// The pass runs for the background thread: device flushes and superblocks are left to
+    /// after `meta` is released (superblocks are sealed, flushes noted in `flush`).
+    pub defer_io: bool,
+    /// The pass left a flush to do.
+    pub flush: bool,
+}
 
 /// Marks the map node at `level`/`index` (and the path above it) to be rewritten.
 fn dirty_node(map: &mut BlockMap, level: u8, index: u64) -> bool {
@@ -130,6 +145,11 @@ impl Inner {
             }
             if self.logs_unflushed(m) && self.pending_free_segments(m) > 0 {
                 // Segments emptied by superseded blocks wait only for their logs to be durable.
+                if m.bg_clean.defer_io {
+                    // The background thread flushes once `meta` is released.
+                    m.bg_clean.flush = true;
+                    break;
+                }
                 self.flush_logs(m, "for the cleaner")?;
                 if self.free_blocks_up_to(m, want) >= want {
                     break;
@@ -192,7 +212,11 @@ impl Inner {
                     if !light {
                         return self.refresh_for_cleaner(m).map(|()| (copied, false));
                     }
-                    self.flush_logs(m, "after cleaning")?;
+                    if m.bg_clean.defer_io {
+                        m.bg_clean.flush = true;
+                    } else {
+                        self.flush_logs(m, "after cleaning")?;
+                    }
                     if metadata > 0 {
                         // Live metadata moves at a checkpoint; without room for one now (it
                         // writes the buffered data too), at a later one.
@@ -216,10 +240,16 @@ impl Inner {
             }
             // A light pass whose victims are empty but not reusable (a pin the soft rule could
             // not avoid): a checkpoint releases them, if there is room for it now.
+            // (A deferred flush makes every log so far durable.)
+            let durable = if m.bg_clean.defer_io {
+                m.writer.seq
+            } else {
+                self.durable_seq.load(AtomicOrdering::Acquire)
+            };
             if was_light
                 && victims
                     .iter()
-                    .any(|&v| m.seg.live[v] == 0 && !self.segment_free(m, v))
+                    .any(|&v| m.seg.live[v] == 0 && !self.segment_free_if_durable(m, v, durable))
             {
                 match self.refresh_for_cleaner(m) {
                     Ok(()) | Err(Error::NoSpace(_)) => {}
@@ -267,9 +297,15 @@ impl Inner {
     pub(crate) fn refresh_for_cleaner(&self, m: &mut Meta) -> Result<()> {
         let was = m.in_refresh;
         m.in_refresh = true;
-        let r = self
-            .commit_checkpoint(m)
-            .and_then(|()| self.write_superblock(m));
+        let r = self.commit_checkpoint(m).and_then(|()| {
+            if m.bg_clean.defer_io {
+                // Written with the pass's logs once `meta` is released.
+                self.seal_superblock(m);
+                Ok(())
+            } else {
+                self.write_superblock(m)
+            }
+        });
         m.in_refresh = was;
         r
     }
@@ -367,23 +403,27 @@ impl Inner {
     /// its copies.
     fn move_live(&self, m: &mut Meta, victims: &[usize], light: bool) -> Result<(u64, u64)> {
         let sb = self.segment_blocks;
-        let mut buf = vec![0u8; (sb * BLOCK_U64) as usize];
+        let mut buf = Vec::new();
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
             let live: u64 = victims.iter().map(|&v| m.seg.live[v] as u64).sum();
             self.ensure_space(m, live + live / 64 + 2)?;
         }
-        // The victims are read from the device: every log sealed so far must be on it.
-        self.write_logs_until(m.writer.seq)?;
         let mut open = false;
+        let mut logs_written = false;
         for &s in victims {
             let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
-            self.dev.read_at(start * BLOCK_U64, &mut buf).map_err(|e| {
-                Error::io(
-                    format!("{} device: cleaner reading segment {s}", self.dev.kind()),
-                    e,
-                )
-            })?;
+            if let Some(read) = m.bg_clean.read.remove(&s) {
+                buf = read;
+            } else {
+                if !logs_written {
+                    // The victims are read from the device: every log sealed so far must be on it.
+                    self.write_logs_until(m.writer.seq)?;
+                    logs_written = true;
+                }
+                buf.resize((sb * BLOCK_U64) as usize, 0);
+                self.read_segment(s, &mut buf)?;
+            }
             let mut pos = 0u64;
             while pos < sb {
                 let at = (pos * BLOCK_U64) as usize;
@@ -583,22 +623,83 @@ impl Inner {
         }
     }
 
-    /// Background work (on the idle-class thread): while less than the configured share of the
-    /// pool is free, one small pass per wake-up, so writers get the lock between passes and the
-    /// cleaner's I/O is throttled to [`BACKGROUND_VICTIMS`] segments per period.
-    pub(crate) fn background_clean(&self, m: &mut Meta) -> Result<()> {
+    fn read_segment(&self, s: usize, buf: &mut [u8]) -> Result<()> {
+        let start = format::FIRST_SEGMENT_BLOCK + s as u64 * self.segment_blocks;
+        self.dev.read_at(start * BLOCK_U64, buf).map_err(|e| {
+            Error::io(
+                format!("{} device: cleaner reading segment {s}", self.dev.kind()),
+                e,
+            )
+        })
+    }
+
+    /// Background work (on the idle-class thread, called without `meta`): while less than the
+    /// configured share of the pool is free, one small pass per wake-up, so writers get the lock
+    /// between passes and the cleaner's I/O is throttled to [`BACKGROUND_VICTIMS`] segments per
+    /// period.
+    ///
+    /// Only the pass's bookkeeping holds `meta`: the victims it is expected to pick are read
+    /// before it takes the lock (marked so that none is reused meanwhile), and the flush and
+    /// superblock that make the emptied segments reusable are written after it lets go. So a
+    /// writer that needs `meta` waits for memory work, not for the cleaner's device I/O.
+    pub(crate) fn background_clean(&self) -> Result<()> {
         let total = self.segment_blocks * self.segment_count;
         let want = total * self.config.gc_free_percent.min(90) as u64 / 100;
-        if self.free_blocks_up_to(m, want) >= want {
-            return Ok(());
+        let (victims, seq) = {
+            let mut m = self.lock_meta();
+            if self.free_blocks_up_to(&m, want) >= want {
+                return Ok(());
+            }
+            let none = BTreeSet::new();
+            let full = self.pick_victims(&m, &none, BACKGROUND_VICTIMS, false, false);
+            if full.is_empty() {
+                return Ok(());
+            }
+            // What the pass will most likely pick (it may choose others, and reads those itself).
+            let light = if self.light_cleaning(&m) && !m.ns_dirty {
+                self.pick_victims(&m, &none, BACKGROUND_VICTIMS, true, false)
+            } else {
+                Vec::new()
+            };
+            let victims = if light.is_empty() { full } else { light };
+            m.bg_clean.reading.extend(victims.iter().copied());
+            (victims, m.writer.seq)
+        };
+        // Every log in the victims was sealed before `seq`.
+        let read = self.write_logs_until(seq).and_then(|()| {
+            let mut read = HashMap::with_capacity(victims.len());
+            for &s in &victims {
+                let mut buf = vec![0u8; (self.segment_blocks * BLOCK_U64) as usize];
+                self.read_segment(s, &mut buf)?;
+                read.insert(s, buf);
+            }
+            Ok(read)
+        });
+        let mut m = self.lock_meta();
+        m.bg_clean.reading.clear();
+        let read = match read {
+            Ok(read) => read,
+            Err(e) => return Err(e),
+        };
+        m.bg_clean.read = read;
+        m.bg_clean.defer_io = true;
+        let cleaned = if self.free_blocks_up_to(&m, want) >= want {
+            Ok(())
+        } else {
+            self.clean_at_most(&mut m, want, false, BACKGROUND_VICTIMS, 1)
+                .map(|_| ())
+        };
+        m.bg_clean.read.clear();
+        m.bg_clean.defer_io = false;
+        let flush = std::mem::take(&mut m.bg_clean.flush);
+        let end = m.writer.seq;
+        m.unlock_and_write()?;
+        cleaned?;
+        if flush {
+            self.flush_written(end, "after background cleaning")
+        } else {
+            // Every log and superblock the pass sealed is below `end + 1`.
+            self.write_logs_until(end + 1)
         }
-        if self
-            .pick_victims(m, &BTreeSet::new(), BACKGROUND_VICTIMS, false, false)
-            .is_empty()
-        {
-            return Ok(());
-        }
-        self.clean_at_most(m, want, false, BACKGROUND_VICTIMS, 1)
-            .map(|_| ())
     }
 }

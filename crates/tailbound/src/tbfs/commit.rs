@@ -41,6 +41,11 @@ impl Inner {
     }
 
     pub(crate) fn segment_free(&self, m: &Meta, s: usize) -> bool {
+        self.segment_free_if_durable(m, s, self.durable_seq.load(AtomicOrdering::Acquire))
+    }
+
+    /// Whether segment `s` would be free once every log below `durable` is durable.
+    pub(crate) fn segment_free_if_durable(&self, m: &Meta, s: usize, durable: u64) -> bool {
         let w = &m.writer;
         s as u64 != w.cur_seg
             && s as u64 != w.next_seg
@@ -48,7 +53,9 @@ impl Inner {
             && m.seg.pinned[s] == 0
             && m.seg.dead_at[s] <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
             && m.seg.last_seq[s] <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
-            && m.seg.soft_dead_at[s] <= self.durable_seq.load(AtomicOrdering::Acquire)
+            && m.seg.soft_dead_at[s] <= durable
+            // The background cleaner is reading it without `meta`.
+            && !m.bg_clean.reading.contains(&s)
     }
 
     /// Wakes the background thread for what `why` marks.
@@ -212,6 +219,8 @@ impl Inner {
             .ok_or_else(|| Error::NoSpace("no free segment for the next log".into()))?;
         m.writer.cur_seg = m.writer.next_seg;
         m.writer.next_seg = next;
+        // Whatever the background cleaner read of it before is about to be overwritten.
+        m.bg_clean.read.remove(&(next as usize));
         m.writer.pos = self.seg_start(m.writer.cur_seg);
         // The writer enters `next` after this segment: let the device get it ready now.
         self.dev.prepare_write(
@@ -490,7 +499,8 @@ impl Inner {
 
     /// Flushes the device if a log was written since the last flush (`w` held).
     fn flush_device(&self, w: &mut LogWriter, why: &str) -> Result<()> {
-        if w.unflushed {
+        // A flush running without the log writer may not have reached the device yet.
+        if w.unflushed || self.flushes_running.load(AtomicOrdering::Acquire) > 0 {
             self.dev
                 .flush()
                 .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
@@ -1058,13 +1068,35 @@ impl Inner {
     /// durable.
     pub(crate) fn flush_logs(&self, m: &mut Meta, why: &str) -> Result<()> {
         // Every entry queued is below this while `meta` is held (superblocks included).
-        self.write_logs_until(m.writer.seq + 1)?;
-        self.flush_device(
-            &mut self.log_writer.lock().unwrap_or_else(|p| p.into_inner()),
-            why,
-        )?;
-        self.durable_seq
-            .store(m.writer.seq, AtomicOrdering::Release);
+        self.flush_written(m.writer.seq, why)
+    }
+
+    /// Writes every log below `seq` and flushes the device: those logs are then durable.
+    ///
+    /// The flush runs without the log writer, so logs sealed meanwhile (an RT thread's data-only
+    /// log) are written while it runs instead of waiting for it; a flush covers every write
+    /// that completed before it started.
+    pub(crate) fn flush_written(&self, seq: u64, why: &str) -> Result<()> {
+        self.write_logs_until(seq + 1)?;
+        {
+            let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
+            if !w.unflushed && self.flushes_running.load(AtomicOrdering::Acquire) == 0 {
+                // Every write so far was covered by a flush that has ended.
+                self.durable_seq.fetch_max(seq, AtomicOrdering::AcqRel);
+                return Ok(());
+            }
+            w.unflushed = false;
+            self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
+        }
+        let flushed = self
+            .dev
+            .flush()
+            .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
+            .inspect_err(|e| self.poison(e));
+        self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
+        flushed?;
+        self.count(|c| c.device_flushes += 1);
+        self.durable_seq.fetch_max(seq, AtomicOrdering::AcqRel);
         Ok(())
     }
 
@@ -1087,7 +1119,7 @@ impl Inner {
     }
 
     /// Queues a superblock naming the newest checkpoint for the log writer.
-    fn seal_superblock(&self, m: &mut Meta) {
+    pub(crate) fn seal_superblock(&self, m: &mut Meta) {
         let sb = self.superblock_now(m);
         m.sb_generation = sb.generation;
         m.sb_bytes_since = 0;

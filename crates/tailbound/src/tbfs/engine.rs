@@ -252,6 +252,9 @@ pub(crate) struct Meta {
     /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a
     /// pass changes maps and marks blocks it must write.
     pub clean_passes: u64,
+    /// The background cleaner's victims read without `meta`, and what its pass leaves to do
+    /// after `meta` is released.
+    pub bg_clean: super::cleaner::BackgroundPass,
 }
 
 /// Shared by every clone of an [`Fs`] and every [`File`].
@@ -282,6 +285,9 @@ pub(crate) struct Inner {
     /// Buffered bytes in sealed logs not yet written: still in `dirty_bytes`, but no longer a
     /// reason to commit.
     pub in_flight: AtomicU64,
+    /// Device flushes running without the log writer ([`Inner::flush_unlocked`]): until they
+    /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
+    pub flushes_running: AtomicU64,
     /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
     pub dirty: Mutex<BTreeSet<u64>>,
     pub dirty_bytes: AtomicU64,
@@ -1643,9 +1649,10 @@ fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Dura
         } else {
             inner.maybe_refresh(&mut m)
         };
+        let result = result.and_then(|()| m.unlock_and_write());
         let result = result.and_then(|()| {
             if inner.config.background_gc {
-                inner.background_clean(&mut m)
+                inner.background_clean()
             } else {
                 Ok(())
             }

@@ -65,6 +65,7 @@ fn new_inner(
         sb_checkpoint_seq: AtomicU64::new(0),
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
+        flushes_running: AtomicU64::new(0),
         dirty: Mutex::new(BTreeSet::new()),
         dirty_bytes: AtomicU64::new(0),
         poisoned: Mutex::new(None),

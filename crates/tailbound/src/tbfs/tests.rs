@@ -1091,3 +1091,149 @@ fn with_the_background_cleaner_a_small_write_leaves_cleaning_to_it_and_a_large_o
         "a {large}-block write under the low-water mark did not clean"
     );
 }
+
+/// A device that, once armed, stops the first read of `len` bytes or the first flush until the
+/// test lets it go: stands for a slow device under the background cleaner.
+#[derive(Debug)]
+struct GatedDevice {
+    inner: Arc<SimDevice>,
+    /// The read size to stop (a segment), and whether flushes stop.
+    armed: std::sync::Mutex<(Option<usize>, bool)>,
+    stopped: std::sync::Mutex<std::sync::mpsc::Sender<&'static str>>,
+    resume: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl GatedDevice {
+    fn stop(&self, what: &'static str) {
+        self.stopped.lock().unwrap().send(what).unwrap();
+        self.resume.lock().unwrap().recv().unwrap();
+    }
+}
+
+impl Device for GatedDevice {
+    fn kind(&self) -> &'static str {
+        "gated"
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let hit = {
+            let mut armed = self.armed.lock().unwrap();
+            let hit = armed.0 == Some(buf.len());
+            if hit {
+                armed.0 = None;
+            }
+            hit
+        };
+        if hit {
+            self.stop("read");
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        let hit = std::mem::take(&mut self.armed.lock().unwrap().1);
+        if hit {
+            self.stop("flush");
+        }
+        self.inner.flush()
+    }
+}
+
+#[test]
+fn the_background_cleaner_reads_its_victims_and_flushes_without_holding_the_pool() {
+    let sim = device(4 << 20);
+    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    let gated = Arc::new(GatedDevice {
+        inner: sim.clone(),
+        armed: std::sync::Mutex::new((None, false)),
+        stopped: std::sync::Mutex::new(stopped_tx),
+        resume: std::sync::Mutex::new(resume_rx),
+    });
+    let cfg = Config {
+        // Called by hand below; the pass cleans while less than 60 % is free.
+        background_gc: false,
+        gc_free_percent: 60,
+        ..small_config(Ordering::Relaxed, Barrier::Superblock)
+    };
+    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    // Overwrite blocks of one file among appends to another: segments of live and dead blocks.
+    let hot = fs.open_file("/hot", OpenFlags::create()).unwrap();
+    let cold = fs.open_file("/cold", OpenFlags::create()).unwrap();
+    let mut expect_cold = Vec::new();
+    for i in 0..400u64 {
+        hot.pwrite(&pattern(i, 4096), (i % 8) * 4096).unwrap();
+        hot.fsync().unwrap();
+        let block = pattern(i + 1000, 4096);
+        cold.append(&block).unwrap();
+        cold.fsync().unwrap();
+        expect_cold.extend_from_slice(&block);
+    }
+    fs.sync().unwrap();
+    let segment = cfg.segment_bytes as usize;
+    let cleaned = fs.counters().segments_cleaned;
+    gated.armed.lock().unwrap().0 = Some(segment);
+    std::thread::scope(|s| {
+        let inner = &fs.inner;
+        let cleaner = s.spawn(move || inner.background_clean());
+        // What the test does while the device is stopped must finish without the device: a
+        // pass holding `meta` across its I/O would leave it waiting (then the device is let go
+        // and the test fails instead of hanging).
+        let unblocked = |what: &str, work: &(dyn Fn() + Sync)| {
+            let finished = std::thread::scope(|t| {
+                let (done_tx, done_rx) = std::sync::mpsc::channel();
+                t.spawn(move || {
+                    work();
+                    let _ = done_tx.send(());
+                });
+                let finished = done_rx.recv_timeout(Duration::from_secs(60)).is_ok();
+                if !finished {
+                    resume_tx.send(()).unwrap();
+                }
+                finished
+            });
+            assert!(
+                finished,
+                "{what} waited for the background cleaner's device I/O"
+            );
+        };
+        assert_eq!(stopped_rx.recv().unwrap(), "read");
+        unblocked("the namespace, during the read", &|| {
+            // The victims being read are not reusable meanwhile...
+            let m = inner.lock_meta();
+            assert!(!m.bg_clean.reading.is_empty());
+            for &v in &m.bg_clean.reading {
+                assert!(!inner.segment_free(&m, v), "segment {v} is being read");
+            }
+            drop(m);
+            // ...and the namespace and the writers go on.
+            fs.mkdir("/during-read", 0o755).unwrap();
+            hot.pwrite(&pattern(7, 4096), 0).unwrap();
+            hot.fsync().unwrap();
+        });
+        gated.armed.lock().unwrap().1 = true;
+        resume_tx.send(()).unwrap();
+        // The flush that makes the emptied segments reusable runs without `meta` too.
+        assert_eq!(stopped_rx.recv().unwrap(), "flush");
+        unblocked("the namespace, during the flush", &|| {
+            fs.mkdir("/during-flush", 0o755).unwrap();
+            assert!(inner.lock_meta().bg_clean.reading.is_empty());
+        });
+        resume_tx.send(()).unwrap();
+        cleaner.join().unwrap().unwrap();
+    });
+    assert!(
+        fs.counters().segments_cleaned > cleaned,
+        "{:?}",
+        fs.counters()
+    );
+    fs.sync().unwrap();
+    let back = reopen(&sim);
+    assert_eq!(read_all(&back, "/cold"), expect_cold);
+    assert_eq!(read_all(&back, "/hot")[..4096], pattern(7, 4096)[..]);
+    assert!(back.stat("/during-read").is_ok() && back.stat("/during-flush").is_ok());
+}
