@@ -677,11 +677,7 @@ impl Inner {
         });
         let mut m = self.lock_meta();
         m.bg_clean.reading.clear();
-        let read = match read {
-            Ok(read) => read,
-            Err(e) => return Err(e),
-        };
-        m.bg_clean.read = read;
+        m.bg_clean.read = read?;
         m.bg_clean.defer_io = true;
         let cleaned = if self.free_blocks_up_to(&m, want) >= want {
             Ok(())
