@@ -285,7 +285,7 @@ pub(crate) struct Inner {
     /// Buffered bytes in sealed logs not yet written: still in `dirty_bytes`, but no longer a
     /// reason to commit.
     pub in_flight: AtomicU64,
-    /// Device flushes running without the log writer ([`Inner::flush_unlocked`]): until they
+    /// Device flushes running without the log writer ([`Inner::flush_written`]): until they
     /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
     pub flushes_running: AtomicU64,
     /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
