@@ -849,6 +849,15 @@ impl Fs {
         let report = inner.clean(&mut m, want, false)?;
         Ok(report)
     }
+
+    /// One pass of the background cleaner, as its thread runs every period while less than
+    /// `gc_free_percent` of the pool is free: victims read and the result flushed without
+    /// holding the pool's metadata lock. For a program that turns `background_gc` off and runs
+    /// its own maintenance thread (and for tests).
+    pub fn clean_step(&self) -> Result<()> {
+        self.inner.check_writable()?;
+        self.inner.background_clean()
+    }
 }
 
 /// Drops a view's hold if loading it fails.

@@ -730,6 +730,10 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     let file_blocks_max = super::engine::FILE_BYTES_MAX / BLOCK_U64;
     // Blocks of the base checkpoint that roll-forward replaced: pinned if it stays retained.
     let mut replaced: Vec<u64> = Vec::new();
+    // Of those, file data a data-only log rewrote, with the log's sequence: as in normal
+    // operation (`Meta::seg_supersede`), these need no pin while the base checkpoint is the only
+    // one naming them.
+    let mut rewritten: Vec<(u64, u64)> = Vec::new();
     for log in applied {
         if log.summary.flags & FLAG_DATA_ONLY == 0 {
             continue;
@@ -747,7 +751,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
                             for i in 0..d.blocks as u64 {
                                 let old = st.map.set(d.offset + i, addr + i);
                                 if old != 0 {
-                                    replaced.push(old);
+                                    rewritten.push((old, log.summary.sequence));
                                 }
                             }
                         }
@@ -983,6 +987,24 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             meta.pin_if_retained(b, sb.segment_blocks);
         }
     }
+    let now = now_ns();
+    for (b, seq) in rewritten {
+        if meta.life.pinned.contains_key(&b) {
+            continue;
+        }
+        let born = meta.born_of(b, sb.segment_blocks);
+        if meta.life.only_newest_unkept(born, meta.checkpoint, now) {
+            // Recovery replays the log over the base checkpoint's pointer, so the old copy's
+            // segment is reusable once that log is durable (a flush before recovery writes).
+            // Pinning it would make every segment light cleaning reused since the superblock
+            // unusable here, and can leave recovery no room for its checkpoint.
+            let s = seg_of(b) as usize;
+            meta.seg.soft_dead_at[s] = meta.seg.soft_dead_at[s].max(seq + 1);
+            meta.superseded_since_ckpt = true;
+        } else {
+            meta.pin_if_retained(b, sb.segment_blocks);
+        }
+    }
     let _ = usage_mismatch;
     meta.life.tables = tables;
     meta.life.usage_dirty.clear();
@@ -1019,6 +1041,17 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         if !options.read_only {
             // Everything before the tail is settled once the recovery superblock is durable.
             inner.sb_checkpoint_seq.store(0, AtomicOrdering::Release);
+            // The chain rolled forward is durable from here on, so the segments its data-only
+            // logs emptied may be reused by what recovery writes.
+            inner.dev.flush().map_err(|e| {
+                Error::io(
+                    format!("{} device: flush before recovery writes", inner.dev.kind()),
+                    e,
+                )
+            })?;
+            inner
+                .durable_seq
+                .store(m.writer.seq, AtomicOrdering::Release);
             for o in &orphans {
                 inner.free_inode(&mut m, o);
             }
