@@ -25,6 +25,8 @@ use super::{Barrier, Error, Result};
 const LOG_BLOCKS_MAX: usize = 1024;
 /// The low-water mark is at most 1/this of the pool.
 const LOW_WATER_DIVISOR: u64 = 10;
+/// The roll-forward chain is kept to at most this fraction of the pool (see `maybe_refresh`).
+const SUPERBLOCK_POOL_DIVISOR: u64 = 4;
 /// Segments of copies the low-water mark keeps room for in relaxed ordering: one victim's live
 /// blocks, what a light cleaning pass needs to make progress.
 const CLEAN_ROOM_SEGMENTS: u64 = 1;
@@ -1025,7 +1027,15 @@ impl Inner {
 
     /// Refreshes the superblock if enough bytes or time went by since the last one.
     pub(crate) fn maybe_refresh(&self, m: &mut Meta) -> Result<()> {
-        let by_bytes = m.sb_bytes_since >= self.config.superblock_every_bytes;
+        // At most a quarter of the pool between superblocks, whatever the configuration: light
+        // cleaning takes only victims out of the roll-forward chain, and a chain spanning the
+        // whole pool leaves it none (then only a checkpoint, which may not fit, lets it go on).
+        let pool_bytes = self.segment_blocks * self.segment_count * BLOCK_U64;
+        let every = self
+            .config
+            .superblock_every_bytes
+            .min(pool_bytes / SUPERBLOCK_POOL_DIVISOR);
+        let by_bytes = m.sb_bytes_since >= every;
         let by_time = m.sb_bytes_since > 0
             && m.sb_written_at
                 .is_none_or(|t| t.elapsed() >= self.config.superblock_every);
