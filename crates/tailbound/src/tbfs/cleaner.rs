@@ -643,6 +643,7 @@ impl Inner {
     /// superblock that make the emptied segments reusable are written after it lets go. So a
     /// writer that needs `meta` waits for memory work, not for the cleaner's device I/O.
     pub(crate) fn background_clean(&self) -> Result<()> {
+        let _one_pass = self.bg_pass.lock().unwrap_or_else(|p| p.into_inner());
         let total = self.segment_blocks * self.segment_count;
         let want = total * self.config.gc_free_percent.min(90) as u64 / 100;
         let (victims, seq) = {

@@ -604,7 +604,7 @@ impl Inner {
             if old != 0 {
                 m.seg_supersede(old, m.writer.seq, self.segment_blocks);
             }
-            written.push((block, gen));
+            written.push((block, gen, addr));
         }
         self.log_add_attr(m, cell.ino, st.size, st.mtime_ns);
         st.attr_dirty = false;
@@ -672,7 +672,7 @@ impl Inner {
                 if old != 0 {
                     m.seg_supersede(old, m.writer.seq, self.segment_blocks);
                 }
-                written.push((block, gen));
+                written.push((block, gen, addr));
             }
             self.log_add_attr(m, cell.ino, st.size, st.mtime_ns);
             st.attr_dirty = false;
@@ -688,10 +688,15 @@ impl Inner {
         Ok(())
     }
 
-    fn drop_written(&self, st: &mut super::engine::InodeState, written: &[(u64, u64)]) {
+    fn drop_written(&self, st: &mut super::engine::InodeState, written: &[(u64, u64, u64)]) {
         let mut released = 0;
-        for &(block, gen) in written {
-            if st.dirty.get(&block).is_some_and(|d| d.gen == gen) {
+        for &(block, gen, addr) in written {
+            // A later commit may have sealed the same buffer again (a sync while this log waited
+            // for the writer): the map then names that log's copy, which may not be written
+            // yet, and reads must keep finding the buffer until it is.
+            let mapped = st.map.get(block);
+            let resealed = mapped != 0 && mapped != addr;
+            if !resealed && st.dirty.get(&block).is_some_and(|d| d.gen == gen) {
                 st.dirty.remove(&block);
                 released += BLOCK_U64;
             }
@@ -804,7 +809,7 @@ impl Inner {
                 if old != 0 {
                     m.seg_dec(old, seq, self.segment_blocks);
                 }
-                done.push((block, gen));
+                done.push((block, gen, addr));
             }
             if let Some(blocks) = dir_blocks.remove(&ino) {
                 for (i, b) in blocks.iter().enumerate() {

@@ -144,13 +144,13 @@ pub(crate) struct Writer {
     pub seq: u64,
     pub log: Option<LogBuild>,
     /// Buffered blocks the next sealed log releases once it is written: `(inode, [(block,
-    /// generation)])`, set by a commit just before its last log is sealed.
+    /// generation, address)])`, set by a commit just before its last log is sealed.
     pub release: Vec<Release>,
 }
 
-/// Buffered blocks of one inode a log writes, as `(block, generation)`: they go once it is
-/// written, unless rewritten meanwhile.
-pub(crate) type Release = (Arc<InodeCell>, Vec<(u64, u64)>);
+/// Buffered blocks of one inode a log writes, as `(block, generation, address)`: they go once
+/// it is written, unless rewritten meanwhile or sealed again in a later log not yet written.
+pub(crate) type Release = (Arc<InodeCell>, Vec<(u64, u64, u64)>);
 
 #[derive(Debug)]
 pub(crate) struct LogBuild {
@@ -288,6 +288,9 @@ pub(crate) struct Inner {
     /// Device flushes running without the log writer ([`Inner::flush_written`]): until they
     /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
     pub flushes_running: AtomicU64,
+    /// Held for a whole background cleaning pass: one at a time (the background thread and
+    /// `Fs::clean_step`), since a pass's marks and pre-read victims live in `Meta::bg_clean`.
+    pub bg_pass: Mutex<()>,
     /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
     pub dirty: Mutex<BTreeSet<u64>>,
     pub dirty_bytes: AtomicU64,
@@ -351,6 +354,13 @@ impl MetaGuard<'_> {
     /// Unlocks `meta`, then writes the logs sealed while it was held (and any before them).
     pub fn unlock_and_write(mut self) -> Result<()> {
         self.release()
+    }
+
+    /// Unlocks `meta` and leaves what was sealed in the queue (tests stage the log writer).
+    #[cfg(test)]
+    pub fn unlock_without_writing(mut self) {
+        self.guard = None;
+        self.hold = None;
     }
 
     fn release(&mut self) -> Result<()> {

@@ -66,6 +66,7 @@ fn new_inner(
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         flushes_running: AtomicU64::new(0),
+        bg_pass: Mutex::new(()),
         dirty: Mutex::new(BTreeSet::new()),
         dirty_bytes: AtomicU64::new(0),
         poisoned: Mutex::new(None),

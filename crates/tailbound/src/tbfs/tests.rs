@@ -1237,3 +1237,42 @@ fn the_background_cleaner_reads_its_victims_and_flushes_without_holding_the_pool
     assert_eq!(read_all(&back, "/hot")[..4096], pattern(7, 4096)[..]);
     assert!(back.stat("/during-read").is_ok() && back.stat("/during-flush").is_ok());
 }
+
+#[test]
+fn a_buffer_sealed_twice_is_read_from_memory_until_its_newest_log_is_written() {
+    let fs = Fs::format(
+        device(16 << 20),
+        &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    let f = fs.open_file("/a", OpenFlags::create()).unwrap();
+    f.fsync().unwrap();
+    let data = pattern(3, 8192);
+    f.pwrite(&data, 0).unwrap();
+    let inner = &fs.inner;
+    // Two syncs seal the same buffered blocks before the log writer gets to the first log
+    // (the second finds them still buffered, since they go only once written).
+    let mut m = inner.lock_meta();
+    let cell = m.inodes.get(&f.ino()).cloned().unwrap();
+    inner.commit_data_log(&mut m, &cell).unwrap();
+    let first_end = m.writer.seq;
+    inner.commit_data_log(&mut m, &cell).unwrap();
+    assert!(
+        m.writer.seq > first_end,
+        "the second sync sealed a log of its own"
+    );
+    m.unlock_without_writing();
+    // Only the first log is written: the map names the second's copies, not on the device yet.
+    inner.write_logs_until(first_end).unwrap();
+    assert!(
+        read_all(&fs, "/a") == data,
+        "a read between the two logs' writes found other bytes"
+    );
+    inner.write_logs_until(u64::MAX).unwrap();
+    assert!(read_all(&fs, "/a") == data);
+    assert_eq!(
+        inner.dirty_bytes.load(std::sync::atomic::Ordering::Acquire),
+        0,
+        "the buffers go once the newest log is written"
+    );
+}

@@ -244,8 +244,8 @@ fn many_threads_read_back_exactly_what_was_written_on_every_file_system() {
         std::fs::create_dir(&root).unwrap();
         let posix = PosixFs::new(&root);
         let native = tbfs_native(256 << 20);
-        for fs in [&posix as &dyn RunOn, &native] {
-            let (result, checked) = fs.run_and_check(&p);
+        for (name, fs) in [("kernel", &posix as &dyn RunOn), ("tbfs", &native)] {
+            let (result, checked) = fs.run_and_check(&p, name);
             assert!(checked > 0);
             // Every thread ran every loop: one op per flowop per loop, bar skipped steps.
             let loops = p.threads as u64 * 40;
@@ -259,14 +259,15 @@ fn many_threads_read_back_exactly_what_was_written_on_every_file_system() {
 
 /// Object-safe access to a run and a check, so one loop covers both implementations.
 trait RunOn {
-    fn run_and_check(&self, p: &Params) -> (RunResult, usize);
+    fn run_and_check(&self, p: &Params, name: &str) -> (RunResult, usize);
 }
 
 impl<F: WorkFs> RunOn for F {
-    fn run_and_check(&self, p: &Params) -> (RunResult, usize) {
+    fn run_and_check(&self, p: &Params, name: &str) -> (RunResult, usize) {
         let set = Fileset::new(self, p);
         setup(self, &set, p).unwrap();
-        let result = run_loops(self, &set, p, 0.0, None).unwrap();
+        let result = run_loops(self, &set, p, 0.0, None)
+            .unwrap_or_else(|e| panic!("{} on {name}: {e}", p.workload.name()));
         (result, check_files(self, &set, p).unwrap())
     }
 }
