@@ -994,7 +994,8 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             continue;
         }
         let born = meta.born_of(b, sb.segment_blocks);
-        if meta.life.only_newest_unkept(born, meta.checkpoint, now) {
+        // (A read-only open writes nothing: the pin keeps the base checkpoint readable.)
+        if !options.read_only && meta.life.only_newest_unkept(born, meta.checkpoint, now) {
             // Recovery replays the log over the base checkpoint's pointer, so the old copy's
             // segment is reusable once that log is durable (a flush before recovery writes).
             // Pinning it would make every segment light cleaning reused since the superblock
