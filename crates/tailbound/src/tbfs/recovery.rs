@@ -1045,15 +1045,8 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             inner.sb_checkpoint_seq.store(0, AtomicOrdering::Release);
             // The chain rolled forward is durable from here on, so the segments its data-only
             // logs emptied may be reused by what recovery writes.
-            inner.dev.flush().map_err(|e| {
-                Error::io(
-                    format!("{} device: flush before recovery writes", inner.dev.kind()),
-                    e,
-                )
-            })?;
-            inner
-                .durable_seq
-                .store(m.writer.seq, AtomicOrdering::Release);
+            let end = m.writer.seq;
+            inner.flush_written(end, "before recovery writes")?;
             for o in &orphans {
                 inner.free_inode(&mut m, o);
             }
