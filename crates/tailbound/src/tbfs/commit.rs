@@ -7,18 +7,26 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::engine::{
-    now_ns, Inner, InodeCell, LogBuild, LogWriter, Meta, Queued, Release, SealedLog,
+    now_ns, AheadPayload, AheadState, Inner, InodeCell, LogBuild, LogWriter, Meta, Queued, Release,
+    SealedLog,
 };
 use super::format::{
     self, encode_node, height_for, CheckpointRoot, DescKind, Descriptor, InodeRecord, Summary,
-    Superblock, BLOCK, BLOCK_U64, DESCRIPTORS_MAX, FANOUT, FLAG_BEGIN, FLAG_CHECKPOINT,
+    Superblock, BLOCK, BLOCK_U64, DESCRIPTORS_MAX, FANOUT, FLAG_AHEAD, FLAG_BEGIN, FLAG_CHECKPOINT,
     FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
 };
 use super::map::BlockMap;
+
+/// Data-only logs with at least this many payload blocks have their payload written by the
+/// thread that sealed them, apart from the summary; smaller ones go whole with the log writer.
+const AHEAD_MIN_BLOCKS: usize = 16;
+/// An ahead payload goes to a device that does not take blocks in place this many blocks per
+/// request (`sched` splits further as its policy says).
+const AHEAD_CHUNK_BLOCKS: usize = 256;
 use super::{Barrier, Error, Result};
 
 /// Most payload blocks in one log (bounds the write buffer).
@@ -348,8 +356,13 @@ impl Inner {
     /// Seals the open log and queues it for the log writer ([`Inner::write_logs_until`]), which
     /// writes it (flushing as the barrier policy says) after `meta` is released; moves on.
     pub(crate) fn log_close(&self, m: &mut Meta, end_flags: u16) -> Result<()> {
-        let log = m.writer.log.take().expect("log open");
-        let flags = log.flags | end_flags;
+        let mut log = m.writer.log.take().expect("log open");
+        let mut flags = log.flags | end_flags;
+        // Data-only logs depend on no other log but the earlier ones of their own files: their
+        // summaries may go before their payloads, and a torn one is skipped at recovery.
+        if flags & FLAG_DATA_ONLY != 0 {
+            flags |= FLAG_AHEAD;
+        }
         let payload_blocks = log.payload.len() as u32;
         let summary_time = now_ns();
         let metadata_blocks = 1 + log
@@ -383,13 +396,39 @@ impl Inner {
             .sum::<u64>();
         self.in_flight
             .fetch_add(release_bytes, AtomicOrdering::AcqRel);
+        if !release.is_empty() {
+            self.releases
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(m.writer.seq, (release, release_bytes));
+        }
+        let ahead = (flags & FLAG_AHEAD != 0 && log.payload.len() >= AHEAD_MIN_BLOCKS).then(|| {
+            let mut inos: Vec<u64> = summary.descriptors.iter().map(|d| d.ino).collect();
+            inos.sort_unstable();
+            inos.dedup();
+            let a = Arc::new(AheadPayload {
+                seq: m.writer.seq,
+                start: log.start,
+                blocks: std::mem::take(&mut log.payload),
+                inos,
+                flush,
+                crc: std::sync::OnceLock::new(),
+                state: Mutex::new(AheadState::Pending),
+                done: std::sync::Condvar::new(),
+            });
+            self.ahead_pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(a.seq, a.clone());
+            m.writer.sealed_ahead.push(a.clone());
+            a
+        });
         self.enqueue(Queued::Log(SealedLog {
             start: log.start,
             summary,
             payload: log.payload,
+            ahead,
             flush,
-            release,
-            release_bytes,
         }));
         let seg = m.writer.cur_seg as usize;
         m.seg.last_seq[seg] = m.writer.seq;
@@ -439,9 +478,200 @@ impl Inner {
         if self.written_seq.load(AtomicOrdering::Acquire) >= seq {
             return self.check_not_poisoned();
         }
-        let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
-        let _hold = self.log_inherit.hold();
-        self.write_queued(&mut w, seq)
+        {
+            let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
+            let _hold = self.log_inherit.hold();
+            self.write_queued(&mut w, seq)?;
+        }
+        self.wait_ahead(seq, None)
+    }
+
+    /// Writes the logs sealed under one hold of `meta` (`end`: the sequence after the last;
+    /// `own`: their ahead payloads) and returns once they are written and, if the barrier
+    /// policy says so, flushed. The payloads go first, concurrently with other threads', each
+    /// through `sched` as this thread's I/O; then the summaries up to `end`. Earlier logs are
+    /// waited for only where they name one of the same files.
+    pub(crate) fn write_own_logs(&self, end: u64, own: &[Arc<AheadPayload>]) -> Result<()> {
+        for a in own {
+            self.write_ahead(a)?;
+        }
+        {
+            let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
+            let _hold = self.log_inherit.hold();
+            self.write_queued(&mut w, end)?;
+        }
+        for a in own {
+            self.wait_ahead(a.seq, Some(&a.inos))?;
+            if !a.wait() {
+                return Err(self.poison_error());
+            }
+        }
+        if own.iter().any(|a| a.flush) {
+            self.flush_ahead()?;
+        }
+        self.check_not_poisoned()
+    }
+
+    /// The error a poisoned pool reports.
+    fn poison_error(&self) -> Error {
+        self.check_not_poisoned()
+            .err()
+            .unwrap_or_else(|| Error::Invalid("a log payload was not written".into()))
+    }
+
+    /// Writes an ahead payload if nobody has taken it on yet (this thread's I/O), then releases
+    /// what its completion lets go.
+    pub(crate) fn write_ahead(&self, a: &AheadPayload) -> Result<()> {
+        if !a.claim() {
+            return Ok(());
+        }
+        let written = self.check_not_poisoned().and_then(|()| {
+            a.crc();
+            let fail = |e: std::io::Error| {
+                let err = Error::io(
+                    format!(
+                        "{} device: writing the payload of log {} at block {}",
+                        self.dev.kind(),
+                        a.seq,
+                        a.start + 1
+                    ),
+                    e,
+                );
+                self.poison(&err);
+                err
+            };
+            let base = (a.start + 1) * BLOCK_U64;
+            if self.dev.writes_are_copies() {
+                for (i, block) in a.blocks.iter().enumerate() {
+                    self.dev
+                        .write_at(base + i as u64 * BLOCK_U64, &block[..])
+                        .map_err(fail)?;
+                }
+            } else {
+                let mut buf = Vec::with_capacity(AHEAD_CHUNK_BLOCKS.min(a.blocks.len()) * BLOCK);
+                for (k, chunk) in a.blocks.chunks(AHEAD_CHUNK_BLOCKS).enumerate() {
+                    buf.clear();
+                    for block in chunk {
+                        buf.extend_from_slice(&block[..]);
+                    }
+                    let at = base + (k * AHEAD_CHUNK_BLOCKS) as u64 * BLOCK_U64;
+                    self.dev.write_at(at, &buf).map_err(fail)?;
+                }
+            }
+            Ok(())
+        });
+        self.ahead_unflushed.store(true, AtomicOrdering::Release);
+        self.ahead_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&a.seq);
+        a.finish(written.is_ok());
+        self.advance_written();
+        written
+    }
+
+    /// Waits until the ahead payloads below `seq` (of the inodes `inos` only, if given) are
+    /// written, writing those nobody has taken on.
+    pub(crate) fn wait_ahead(&self, seq: u64, inos: Option<&[u64]>) -> Result<()> {
+        let waiting: Vec<Arc<AheadPayload>> = self
+            .ahead_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .range(..seq)
+            .filter(|(_, a)| inos.is_none_or(|inos| a.inos.iter().any(|i| inos.contains(i))))
+            .map(|(_, a)| a.clone())
+            .collect();
+        for a in &waiting {
+            self.write_ahead(a)?;
+        }
+        for a in &waiting {
+            if !a.wait() {
+                return Err(self.poison_error());
+            }
+        }
+        self.check_not_poisoned()
+    }
+
+    /// Moves `written_seq` up to the first log not complete (summary and payload), and releases
+    /// the buffers of the logs it passed.
+    pub(crate) fn advance_written(&self) {
+        let due = {
+            let pending = self.ahead_pending.lock().unwrap_or_else(|p| p.into_inner());
+            let summaries = self.summary_seq.load(AtomicOrdering::Acquire);
+            let written = pending
+                .keys()
+                .next()
+                .map_or(summaries, |&k| k.min(summaries));
+            self.written_seq.fetch_max(written, AtomicOrdering::AcqRel);
+            // A log's buffers go once it and every earlier log naming one of their files are
+            // written: a run of data-only logs releases with its last log, and the others
+            // may have been written by other threads.
+            let mut releases = self.releases.lock().unwrap_or_else(|p| p.into_inner());
+            let due: Vec<u64> = releases
+                .iter()
+                .filter(|&(&seq, (release, _))| {
+                    seq < written
+                        || (seq < summaries
+                            && !pending.range(..=seq).any(|(_, a)| {
+                                release
+                                    .iter()
+                                    .any(|(cell, _)| a.inos.binary_search(&cell.ino).is_ok())
+                            }))
+                })
+                .map(|(&seq, _)| seq)
+                .collect();
+            due.into_iter()
+                .filter_map(|seq| releases.remove(&seq))
+                .collect::<Vec<_>>()
+        };
+        for (release, bytes) in due {
+            for (cell, blocks) in release {
+                self.drop_written(&mut cell.lock(), &blocks);
+            }
+            self.in_flight.fetch_sub(bytes, AtomicOrdering::AcqRel);
+        }
+    }
+
+    /// Waits with the log writer until at most a buffer's worth of sealed data is unwritten:
+    /// the queued summaries and whole logs, then the oldest ahead payloads one at a time.
+    pub(crate) fn wait_in_flight(&self) -> Result<()> {
+        {
+            let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
+            let _hold = self.log_inherit.hold();
+            self.write_queued(&mut w, u64::MAX)?;
+        }
+        while self.in_flight.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
+            let oldest = self
+                .ahead_pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .next()
+                .cloned();
+            let Some(a) = oldest else { break };
+            self.write_ahead(&a)?;
+            if !a.wait() {
+                return Err(self.poison_error());
+            }
+        }
+        self.check_not_poisoned()
+    }
+
+    /// A flush after ahead payloads: every log complete when it starts is durable after it.
+    fn flush_ahead(&self) -> Result<()> {
+        let complete = self.written_seq.load(AtomicOrdering::Acquire);
+        self.ahead_unflushed.store(false, AtomicOrdering::Release);
+        self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
+        let flushed = self
+            .dev
+            .flush()
+            .map_err(|e| Error::io(format!("{} device: flush after a log", self.dev.kind()), e))
+            .inspect_err(|e| self.poison(e));
+        self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
+        flushed?;
+        self.count(|c| c.device_flushes += 1);
+        self.durable_seq.fetch_max(complete, AtomicOrdering::AcqRel);
+        Ok(())
     }
 
     /// Writes the queued logs below sequence `seq` with the log writer held (`w`).
@@ -475,6 +705,8 @@ impl Inner {
     /// makes it durable, then the superblock goes (flushed too) with the last log's CRC.
     fn write_sealed_superblock(&self, w: &mut LogWriter, mut sb: Superblock) -> Result<()> {
         self.check_not_poisoned()?;
+        // Every log before it complete, payloads too, then flushed.
+        self.wait_ahead(sb.next.sequence, None)?;
         self.flush_device(w, "before superblock")?;
         self.durable_seq
             .fetch_max(sb.next.sequence, AtomicOrdering::AcqRel);
@@ -502,7 +734,8 @@ impl Inner {
     /// Flushes the device if a log was written since the last flush (`w` held).
     fn flush_device(&self, w: &mut LogWriter, why: &str) -> Result<()> {
         // A flush running without the log writer may not have reached the device yet.
-        if w.unflushed || self.flushes_running.load(AtomicOrdering::Acquire) > 0 {
+        let ahead = self.ahead_unflushed.swap(false, AtomicOrdering::AcqRel);
+        if w.unflushed || ahead || self.flushes_running.load(AtomicOrdering::Acquire) > 0 {
             self.dev
                 .flush()
                 .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
@@ -520,9 +753,8 @@ impl Inner {
             start,
             mut summary,
             payload,
+            ahead,
             flush,
-            release,
-            release_bytes,
         } = log;
         let seq = summary.sequence;
         let fail = |what: String, e: std::io::Error| {
@@ -530,6 +762,32 @@ impl Inner {
             self.poison(&err);
             err
         };
+        if let Some(a) = ahead {
+            // Only the summary: the payload is its sealer's to write (`write_ahead`).
+            summary.prev_crc = w.prev_crc;
+            summary.payload_crc = a.crc();
+            w.buf.clear();
+            w.buf.resize(BLOCK, 0);
+            let summary_crc = summary.encode_into(&mut w.buf[..BLOCK]);
+            self.dev
+                .write_at(start * BLOCK_U64, &w.buf[..BLOCK])
+                .map_err(|e| {
+                    fail(
+                        format!("writing the summary of log {seq} at block {start}"),
+                        e,
+                    )
+                })?;
+            w.prev_crc = summary_crc;
+            w.unflushed = true;
+            self.summary_seq.store(seq + 1, AtomicOrdering::Release);
+            self.advance_written();
+            return Ok(());
+        }
+        if summary.flags & (FLAG_AHEAD | FLAG_PAD) == 0 {
+            // A log that is not data-only may name blocks of earlier payloads.
+            self.wait_ahead(seq, None)?;
+        }
+        let complete = self.written_seq.load(AtomicOrdering::Acquire);
         let mut crc = 0;
         w.buf.clear();
         w.buf.resize(BLOCK, 0);
@@ -559,16 +817,19 @@ impl Inner {
         written.map_err(|e| fail(format!("writing log {seq} at block {start}"), e))?;
         w.prev_crc = summary_crc;
         w.unflushed = !flush;
-        self.written_seq.store(seq + 1, AtomicOrdering::Release);
         if flush {
-            self.durable_seq.store(seq + 1, AtomicOrdering::Release);
+            // Everything complete before the write is durable with it; ahead payloads of
+            // earlier logs still in flight are not.
+            let ahead_in_flight = complete < seq;
+            if !ahead_in_flight {
+                self.ahead_unflushed.store(false, AtomicOrdering::Release);
+            }
+            let durable = if ahead_in_flight { complete } else { seq + 1 };
+            self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
         }
-        // Buffers go once their blocks are on the device.
-        for (cell, blocks) in release {
-            self.drop_written(&mut cell.lock(), &blocks);
-        }
-        self.in_flight
-            .fetch_sub(release_bytes, AtomicOrdering::AcqRel);
+        self.summary_seq.store(seq + 1, AtomicOrdering::Release);
+        // Buffers go once their blocks are on the device (`advance_written`).
+        self.advance_written();
         Ok(())
     }
 
@@ -1095,7 +1356,8 @@ impl Inner {
         self.write_logs_until(seq + 1)?;
         {
             let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
-            if !w.unflushed && self.flushes_running.load(AtomicOrdering::Acquire) == 0 {
+            let ahead = self.ahead_unflushed.swap(false, AtomicOrdering::AcqRel);
+            if !w.unflushed && !ahead && self.flushes_running.load(AtomicOrdering::Acquire) == 0 {
                 // Every write so far was covered by a flush that has ended.
                 self.durable_seq.fetch_max(seq, AtomicOrdering::AcqRel);
                 return Ok(());
@@ -1119,6 +1381,7 @@ impl Inner {
     pub(crate) fn logs_unflushed(&self, m: &Meta) -> bool {
         self.durable_seq.load(AtomicOrdering::Acquire) < m.writer.seq
             && (self.written_seq.load(AtomicOrdering::Acquire) < m.writer.seq
+                || self.ahead_unflushed.load(AtomicOrdering::Acquire)
                 || self
                     .log_writer
                     .lock()

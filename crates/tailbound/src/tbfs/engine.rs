@@ -146,6 +146,9 @@ pub(crate) struct Writer {
     /// Buffered blocks the next sealed log releases once it is written: `(inode, [(block,
     /// generation, address)])`, set by a commit just before its last log is sealed.
     pub release: Vec<Release>,
+    /// Ahead payloads sealed under the current hold of `meta`: the holder writes them after
+    /// it lets go ([`MetaGuard`]).
+    pub sealed_ahead: Vec<Arc<AheadPayload>>,
 }
 
 /// Buffered blocks of one inode a log writes, as `(block, generation, address)`: they go once
@@ -189,12 +192,77 @@ pub(crate) struct SealedLog {
     pub start: u64,
     pub summary: format::Summary,
     pub payload: Vec<Arc<Block>>,
+    /// A large data-only log's payload, written by the thread that sealed it (or by whoever
+    /// needs it done first) while the log writer writes only its summary.
+    pub ahead: Option<Arc<AheadPayload>>,
     /// Flush the device after it (the barrier policy).
     pub flush: bool,
-    /// Buffered blocks that go once it is written (see [`Writer::release`]).
-    pub release: Vec<Release>,
-    /// Bytes of `release`, counted in [`Inner::in_flight`] until then.
-    pub release_bytes: u64,
+}
+
+/// Where an ahead payload's write stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AheadState {
+    Pending,
+    Writing,
+    Done,
+    Failed,
+}
+
+/// The payload of a data-only log written apart from its summary (`FLAG_AHEAD`): concurrently
+/// with other threads' payloads, each through `sched` with the tenant of the thread writing it,
+/// so no log waits behind another it does not depend on.
+#[derive(Debug)]
+pub(crate) struct AheadPayload {
+    pub seq: u64,
+    pub start: u64,
+    pub blocks: Vec<Arc<Block>>,
+    /// The inodes the log names (sorted): a later log of one of them waits for this one.
+    pub inos: Vec<u64>,
+    /// Flush after it (the barrier policy).
+    pub flush: bool,
+    pub crc: std::sync::OnceLock<u32>,
+    pub state: Mutex<AheadState>,
+    pub done: Condvar,
+}
+
+impl AheadPayload {
+    /// The payload's CRC, computed from memory by whoever needs it first.
+    pub fn crc(&self) -> u32 {
+        *self.crc.get_or_init(|| {
+            self.blocks
+                .iter()
+                .fold(0, |crc, b| format::crc_append(crc, &b[..]))
+        })
+    }
+
+    /// Takes the payload's write on: true if it was not taken yet.
+    pub fn claim(&self) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if *st == AheadState::Pending {
+            *st = AheadState::Writing;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn finish(&self, ok: bool) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = if ok {
+            AheadState::Done
+        } else {
+            AheadState::Failed
+        };
+        self.done.notify_all();
+    }
+
+    /// Waits until its write ended: true if it succeeded.
+    pub fn wait(&self) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while *st == AheadState::Writing || *st == AheadState::Pending {
+            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        *st == AheadState::Done
+    }
 }
 
 /// The log writer's state, under [`Inner::log_writer`]: the chain of summary CRCs and whether
@@ -278,8 +346,19 @@ pub(crate) struct Inner {
     pub log_writer: Mutex<LogWriter>,
     /// Priorities lent to whoever holds `log_writer` by threads waiting for their logs.
     pub log_inherit: Arc<crate::sched::inherit::Inheritance>,
-    /// Every log with a sequence below this is written (not necessarily flushed).
+    /// Every log with a sequence below this is written (not necessarily flushed): its summary
+    /// and its payload.
     pub written_seq: AtomicU64,
+    /// Every summary with a sequence below this is written (the log writer's progress); ahead
+    /// payloads below it may still be in flight.
+    pub summary_seq: AtomicU64,
+    /// Ahead payloads not yet written, by sequence.
+    pub ahead_pending: Mutex<BTreeMap<u64, Arc<AheadPayload>>>,
+    /// An ahead payload was written since the last flush began.
+    pub ahead_unflushed: AtomicBool,
+    /// Buffers sealed logs release, by the log's sequence: they go once `written_seq` passes
+    /// it (every log up to it complete), with their bytes for [`Inner::in_flight`].
+    pub releases: Mutex<BTreeMap<u64, (Vec<Release>, u64)>>,
     /// Every log with a sequence below this is durable (a device flush followed it).
     pub durable_seq: AtomicU64,
     /// Buffered bytes in sealed logs not yet written: still in `dirty_bytes`, but no longer a
@@ -367,11 +446,15 @@ impl MetaGuard<'_> {
         let Some(guard) = self.guard.take() else {
             return Ok(());
         };
+        let mut guard = guard;
         let end = guard.writer.seq;
+        let own = std::mem::take(&mut guard.writer.sealed_ahead);
         let queued = self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued;
         drop(guard);
         self.hold = None;
-        if queued {
+        if !own.is_empty() {
+            self.inner.write_own_logs(end, &own)
+        } else if queued {
             self.inner.write_logs_until(end)
         } else {
             Ok(())
@@ -641,7 +724,7 @@ impl Inner {
         } else if self.in_flight.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
             // More than a buffer's worth waits for the log writer: wait with it, so the memory
             // buffered stays bounded when writers outpace the device.
-            self.write_logs_until(u64::MAX)?;
+            self.wait_in_flight()?;
         }
         Ok((end, buf.len()))
     }

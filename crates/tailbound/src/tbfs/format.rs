@@ -48,7 +48,7 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `TBFSLOG1` |
 //! | 8 | 2 | format version (1) |
-//! | 10 | 2 | flags: 1 begin, 2 end, 4 checkpoint (root is the last payload block), 8 data-only, 16 pad |
+//! | 10 | 2 | flags: 1 begin, 2 end, 4 checkpoint (root is the last payload block), 8 data-only, 16 pad, 32 ahead (a data-only log whose summary may reach the device before its payload) |
 //! | 12 | 4 | payload blocks |
 //! | 16 | 16 | pool id |
 //! | 32 | 8 | sequence (previous log's + 1) |
@@ -125,7 +125,11 @@ pub const FLAG_END: u16 = 2;
 pub const FLAG_CHECKPOINT: u16 = 4;
 pub const FLAG_DATA_ONLY: u16 = 8;
 pub const FLAG_PAD: u16 = 16;
-const FLAGS_KNOWN: u16 = 31;
+/// A data-only log whose summary may be written before its payload is complete, so that
+/// independent logs need not wait for each other: roll-forward skips one whose payload fails its
+/// CRC (and the later logs of its files) instead of ending the chain there.
+pub const FLAG_AHEAD: u16 = 32;
+const FLAGS_KNOWN: u16 = 63;
 
 pub type Block = [u8; BLOCK];
 

@@ -41,8 +41,8 @@ use std::sync::Arc;
 
 use super::format::{
     self, decode_dir_block, decode_node, height_for, CheckpointRoot, DescKind, DirRecord,
-    InodeRecord, Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_CHECKPOINT, FLAG_DATA_ONLY,
-    FLAG_END, INODES_PER_PAGE, INODE_BYTES, S_IFDIR, S_IFMT,
+    InodeRecord, Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_AHEAD, FLAG_CHECKPOINT,
+    FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES, S_IFDIR, S_IFMT,
 };
 use super::{Config, Error, Fs, OpenFlags, OpenOptions, RecoveryMode, Result};
 use crate::dev::Device;
@@ -1552,6 +1552,9 @@ fn superseded_after(index: &LogIndex, logs: &[usize]) -> HashSet<(u64, u64)> {
 /// Follows the roll-forward chain from the superblock; returns its logs and why it ends.
 fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>, String) {
     let mut chain = Vec::new();
+    // Files of skipped ahead logs (see recovery): their later logs are skipped too.
+    let mut torn: BTreeSet<u64> = BTreeSet::new();
+    let mut skipped = 0usize;
     let mut pos = sb.next.block;
     let mut seq = sb.next.sequence;
     let mut prev = sb.next.prev_crc;
@@ -1561,7 +1564,7 @@ fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>, String) {
         format::FIRST_SEGMENT_BLOCK + (s + 1) * seg_blocks
     };
     loop {
-        if chain.len() > ck.index.logs.len() {
+        if chain.len() + skipped > ck.index.logs.len() {
             return (chain, "log chain longer than the logs found".into());
         }
         let here = Location {
@@ -1611,6 +1614,49 @@ fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>, String) {
             );
         }
         let end = l.end();
+        let f = l.summary.flags;
+        let ahead = f & FLAG_AHEAD != 0 && f & FLAG_DATA_ONLY != 0;
+        let pad = f & FLAG_PAD != 0 && l.summary.payload_blocks == 0;
+        if !ahead && !pad && !torn.is_empty() {
+            ck.push(
+                Severity::Note,
+                here,
+                "a log after an incomplete data-only log ends the chain: it was written after payloads that are missing, so recovery stops there",
+            );
+            return (
+                chain,
+                format!("log {seq} at block {pos} follows an incomplete data-only log"),
+            );
+        }
+        let skip =
+            ahead && (!l.payload_ok || l.summary.descriptors.iter().any(|d| torn.contains(&d.ino)));
+        if skip {
+            let (payload_ok, next_seg, crc) = (l.payload_ok, l.summary.segment_next, l.crc);
+            torn.extend(l.summary.descriptors.iter().map(|d| d.ino));
+            skipped += 1;
+            if next_seg >= sb.segment_count {
+                ck.damage(
+                    here,
+                    format!("names segment {next_seg} next, past the last"),
+                );
+                return (chain, format!("log {seq} at block {pos}: bad next segment"));
+            }
+            if !payload_ok {
+                ck.push(
+                    Severity::Note,
+                    here,
+                    "data-only log written ahead of its payload, which is incomplete: recovery skips it and the later logs of its files (none was acknowledged durable)",
+                );
+            }
+            seq += 1;
+            prev = crc;
+            pos = if end == seg_end(pos) {
+                format::FIRST_SEGMENT_BLOCK + next_seg * seg_blocks
+            } else {
+                end
+            };
+            continue;
+        }
         if !l.payload_ok {
             let next_pos = if end == seg_end(pos) {
                 format::FIRST_SEGMENT_BLOCK + l.summary.segment_next * seg_blocks

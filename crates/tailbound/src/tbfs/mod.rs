@@ -153,6 +153,10 @@ pub struct RecoveryReport {
     /// Logs replayed after the superblock's checkpoint, and the bytes they spanned.
     pub logs_rolled_forward: u64,
     pub bytes_rolled_forward: u64,
+    /// Data-only logs written ahead of their payloads whose payload was incomplete, and the
+    /// later logs of the same files: part of the chain, not replayed (nothing they held was
+    /// acknowledged durable).
+    pub logs_skipped: u64,
     /// Why roll-forward stopped (`end of log chain`, `CRC mismatch at block N`, ...).
     pub stop_reason: String,
     /// Orphaned inodes (unlinked while open) reclaimed.

@@ -14,8 +14,8 @@ use super::engine::{
 };
 use super::format::{
     self, decode_dir_block, decode_node, height_for, CheckpointRoot, DescKind, InodeRecord,
-    Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_CHECKPOINT, FLAG_DATA_ONLY, FLAG_END,
-    INODES_PER_PAGE, INODE_BYTES,
+    Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_AHEAD, FLAG_CHECKPOINT, FLAG_DATA_ONLY,
+    FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
 };
 use super::lifecycle::{Kept, Life};
 use super::map::BlockMap;
@@ -61,6 +61,10 @@ fn new_inner(
         log_writer: Mutex::new(log),
         log_inherit: crate::sched::inherit::Inheritance::new(),
         written_seq: AtomicU64::new(written),
+        summary_seq: AtomicU64::new(written),
+        ahead_pending: Mutex::new(BTreeMap::new()),
+        ahead_unflushed: AtomicBool::new(false),
+        releases: Mutex::new(BTreeMap::new()),
         queued_total: AtomicU64::new(0),
         sb_checkpoint_seq: AtomicU64::new(0),
         durable_seq: AtomicU64::new(0),
@@ -200,6 +204,9 @@ impl Window {
 struct ScannedLog {
     start: u64,
     summary: Summary,
+    /// An ahead log whose payload is incomplete, or a later one of the same files: part of
+    /// the chain, but not replayed.
+    skipped: bool,
 }
 
 fn read_block(
@@ -630,6 +637,8 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     let total_blocks = sb.segment_blocks * sb.segment_count;
     let mut scanned_blocks = 0u64;
     let mut window = Window::default();
+    // Files of ahead logs skipped so far: their later logs are skipped too.
+    let mut torn: BTreeSet<u64> = BTreeSet::new();
     let stop_reason;
     loop {
         if scanned_blocks > total_blocks {
@@ -657,7 +666,24 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             break;
         }
         let payload = window.get(&dev, pos + 1, summary.payload_blocks as u64, seg_end)?;
-        if format::crc_blocks(payload) != summary.payload_crc {
+        let ahead = summary.flags & FLAG_AHEAD != 0 && summary.flags & FLAG_DATA_ONLY != 0;
+        let payload_ok = format::crc_blocks(payload) == summary.payload_crc;
+        let pad = summary.flags & FLAG_PAD != 0 && summary.payload_blocks == 0;
+        if !ahead && !pad && !torn.is_empty() {
+            // Written only once every earlier payload was: this log cannot have been
+            // acknowledged, and it may name blocks of the payload that is missing.
+            stop_reason = format!(
+                "log {seq} at block {pos} follows an incomplete data-only log ({} skipped)",
+                report.logs_skipped
+            );
+            break;
+        }
+        let skipped =
+            ahead && (!payload_ok || summary.descriptors.iter().any(|d| torn.contains(&d.ino)));
+        if skipped {
+            torn.extend(summary.descriptors.iter().map(|d| d.ino));
+            report.logs_skipped += 1;
+        } else if !payload_ok {
             // A torn tail, or damage with valid logs after it?
             let behind = end < seg_end && {
                 let next = window.get(&dev, end, 1, seg_end)?;
@@ -685,6 +711,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         logs.push(ScannedLog {
             start: pos,
             summary,
+            skipped,
         });
         seq += 1;
         prev = crc;
@@ -723,9 +750,10 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
 
     // 5. Roll forward the data-only logs after that checkpoint.
     let applied = &logs[base_index..];
-    report.logs_rolled_forward = applied.len() as u64;
+    report.logs_rolled_forward = applied.iter().filter(|l| !l.skipped).count() as u64;
     report.bytes_rolled_forward = applied
         .iter()
+        .filter(|l| !l.skipped)
         .map(|l| (1 + l.summary.payload_blocks as u64) * BLOCK_U64)
         .sum();
     let file_blocks_max = super::engine::FILE_BYTES_MAX / BLOCK_U64;
@@ -736,7 +764,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     // one naming them.
     let mut rewritten: Vec<(u64, u64)> = Vec::new();
     for log in applied {
-        if log.summary.flags & FLAG_DATA_ONLY == 0 {
+        if log.summary.flags & FLAG_DATA_ONLY == 0 || log.skipped {
             continue;
         }
         let mut addr = log.start + 1;
