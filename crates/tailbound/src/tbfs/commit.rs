@@ -402,10 +402,15 @@ impl Inner {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(m.writer.seq, (release, release_bytes));
         }
+        let mut inos: Vec<u64> = summary.descriptors.iter().map(|d| d.ino).collect();
+        inos.sort_unstable();
+        inos.dedup();
+        if flags & FLAG_AHEAD != 0 && log.payload.len() < AHEAD_MIN_BLOCKS {
+            m.writer
+                .sealed_small
+                .push((m.writer.seq, inos.clone(), flush));
+        }
         let ahead = (flags & FLAG_AHEAD != 0 && log.payload.len() >= AHEAD_MIN_BLOCKS).then(|| {
-            let mut inos: Vec<u64> = summary.descriptors.iter().map(|d| d.ino).collect();
-            inos.sort_unstable();
-            inos.dedup();
             let a = Arc::new(AheadPayload {
                 seq: m.writer.seq,
                 start: log.start,
@@ -483,7 +488,7 @@ impl Inner {
             let _hold = self.log_inherit.hold();
             self.write_queued(&mut w, seq)?;
         }
-        self.wait_ahead(seq, None)
+        self.wait_ahead(seq, None).map(drop)
     }
 
     /// Writes the logs sealed under one hold of `meta` (`end`: the sequence after the last;
@@ -491,7 +496,12 @@ impl Inner {
     /// policy says so, flushed. The payloads go first, concurrently with other threads', each
     /// through `sched` as this thread's I/O; then the summaries up to `end`. Earlier logs are
     /// waited for only where they name one of the same files.
-    pub(crate) fn write_own_logs(&self, end: u64, own: &[Arc<AheadPayload>]) -> Result<()> {
+    pub(crate) fn write_own_logs(
+        &self,
+        end: u64,
+        own: &[Arc<AheadPayload>],
+        small: &[(u64, Vec<u64>, bool)],
+    ) -> Result<()> {
         for a in own {
             self.write_ahead(a)?;
         }
@@ -500,13 +510,19 @@ impl Inner {
             let _hold = self.log_inherit.hold();
             self.write_queued(&mut w, end)?;
         }
+        // Logs the log writer wrote whole were flushed with their write if the policy says
+        // so; if an earlier payload of the same files was still in flight then, flush again.
+        let mut flush = own.iter().any(|a| a.flush);
+        for (seq, inos, flushed) in small {
+            flush |= self.wait_ahead(*seq, Some(inos))? && *flushed;
+        }
         for a in own {
             self.wait_ahead(a.seq, Some(&a.inos))?;
             if !a.wait() {
                 return Err(self.poison_error());
             }
         }
-        if own.iter().any(|a| a.flush) {
+        if flush {
             self.flush_ahead()?;
         }
         self.check_not_poisoned()
@@ -572,7 +588,7 @@ impl Inner {
 
     /// Waits until the ahead payloads below `seq` (of the inodes `inos` only, if given) are
     /// written, writing those nobody has taken on.
-    pub(crate) fn wait_ahead(&self, seq: u64, inos: Option<&[u64]>) -> Result<()> {
+    pub(crate) fn wait_ahead(&self, seq: u64, inos: Option<&[u64]>) -> Result<bool> {
         let waiting: Vec<Arc<AheadPayload>> = self
             .ahead_pending
             .lock()
@@ -589,7 +605,8 @@ impl Inner {
                 return Err(self.poison_error());
             }
         }
-        self.check_not_poisoned()
+        self.check_not_poisoned()?;
+        Ok(!waiting.is_empty())
     }
 
     /// Moves `written_seq` up to the first log not complete (summary and payload), and releases

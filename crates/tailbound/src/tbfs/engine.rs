@@ -149,6 +149,9 @@ pub(crate) struct Writer {
     /// Ahead payloads sealed under the current hold of `meta`: the holder writes them after
     /// it lets go ([`MetaGuard`]).
     pub sealed_ahead: Vec<Arc<AheadPayload>>,
+    /// Smaller ahead logs sealed under the current hold, written whole by the log writer:
+    /// `(sequence, inodes, flush)`.
+    pub sealed_small: Vec<(u64, Vec<u64>, bool)>,
 }
 
 /// Buffered blocks of one inode a log writes, as `(block, generation, address)`: they go once
@@ -449,11 +452,12 @@ impl MetaGuard<'_> {
         let mut guard = guard;
         let end = guard.writer.seq;
         let own = std::mem::take(&mut guard.writer.sealed_ahead);
+        let small = std::mem::take(&mut guard.writer.sealed_small);
         let queued = self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued;
         drop(guard);
         self.hold = None;
-        if !own.is_empty() {
-            self.inner.write_own_logs(end, &own)
+        if !own.is_empty() || !small.is_empty() {
+            self.inner.write_own_logs(end, &own, &small)
         } else if queued {
             self.inner.write_logs_until(end)
         } else {

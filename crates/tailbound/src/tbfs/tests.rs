@@ -1325,3 +1325,113 @@ fn a_buffer_sealed_twice_is_read_from_memory_until_its_newest_log_is_written() {
         "the buffers go once the newest log is written"
     );
 }
+
+/// A device that stops the first write of at least `min` bytes until the test lets it go.
+#[derive(Debug)]
+struct WriteGate {
+    inner: Arc<SimDevice>,
+    min: std::sync::Mutex<Option<usize>>,
+    stopped: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    resume: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Device for WriteGate {
+    fn kind(&self) -> &'static str {
+        "write-gated"
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        let hit = {
+            let mut min = self.min.lock().unwrap();
+            let hit = min.is_some_and(|m| buf.len() >= m);
+            if hit {
+                *min = None;
+            }
+            hit
+        };
+        if hit {
+            self.stopped.lock().unwrap().send(()).unwrap();
+            self.resume.lock().unwrap().recv().unwrap();
+        }
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[test]
+fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_then_skips_that() {
+    let sim = device(8 << 20);
+    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    let gated = Arc::new(WriteGate {
+        inner: sim.clone(),
+        min: std::sync::Mutex::new(None),
+        stopped: std::sync::Mutex::new(stopped_tx),
+        resume: std::sync::Mutex::new(resume_rx),
+    });
+    let cfg = Config {
+        segment_bytes: 256 << 10,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    let big = fs.open_file("/big", OpenFlags::create()).unwrap();
+    let small = fs.open_file("/small", OpenFlags::create()).unwrap();
+    small.pwrite(&pattern(1, 4096), 0).unwrap();
+    big.pwrite(&pattern(2, 32 * 4096), 0).unwrap();
+    fs.sync().unwrap();
+    // Rewriting 32 blocks (no size change): a data-only log whose payload its sealer writes
+    // apart from the summary.
+    let large = pattern(3, 32 * 4096);
+    *gated.min.lock().unwrap() = Some(16 * 4096);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| big.pwrite(&large, 0).and_then(|_| big.fsync()));
+        stopped_rx.recv().unwrap();
+        // The large payload is stopped in the device. A sync of another file sealed after it
+        // completes: its summary follows the large log's, which goes ahead of its payload.
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let small = &small;
+        let synced = s.spawn(move || {
+            let r = small
+                .pwrite(&pattern(4, 4096), 0)
+                .and_then(|_| small.fsync());
+            let _ = done_tx.send(());
+            r
+        });
+        let finished = done_rx.recv_timeout(Duration::from_secs(60)).is_ok();
+        // What is on the device now is what a power cut here would leave.
+        let crashed = sim.image();
+        resume_tx.send(()).unwrap();
+        assert!(finished, "the small sync waited for the large payload");
+        synced.join().unwrap().unwrap();
+        writer.join().unwrap().unwrap();
+        let after = Fs::open(from_image(crashed), &OpenOptions::default()).unwrap();
+        // The large write's logs (it may span a segment boundary) are skipped.
+        let report = after.recovery_report();
+        assert!(report.logs_skipped >= 1, "{report:?}");
+        assert_eq!(
+            report.logs_rolled_forward, 1,
+            "the small sync's log: {report:?}"
+        );
+        assert_eq!(
+            read_all(&after, "/small"),
+            pattern(4, 4096),
+            "the acknowledged sync"
+        );
+        assert_eq!(
+            read_all(&after, "/big"),
+            pattern(2, 32 * 4096),
+            "the unacknowledged one"
+        );
+    });
+    let back = reopen(&sim);
+    assert_eq!(back.recovery_report().logs_skipped, 0);
+    assert_eq!(read_all(&back, "/big"), large);
+    assert_eq!(read_all(&back, "/small"), pattern(4, 4096));
+}
