@@ -402,15 +402,19 @@ impl Inner {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(m.writer.seq, (release, release_bytes));
         }
-        let mut inos: Vec<u64> = summary.descriptors.iter().map(|d| d.ino).collect();
-        inos.sort_unstable();
-        inos.dedup();
-        if flags & FLAG_AHEAD != 0 && log.payload.len() < AHEAD_MIN_BLOCKS {
-            m.writer
-                .sealed_small
-                .push((m.writer.seq, inos.clone(), flush));
-        }
-        let ahead = (flags & FLAG_AHEAD != 0 && log.payload.len() >= AHEAD_MIN_BLOCKS).then(|| {
+        // The inodes an ahead log names: later logs of the same files wait for it.
+        let inos = (flags & FLAG_AHEAD != 0).then(|| {
+            let mut inos: Vec<u64> = summary.descriptors.iter().map(|d| d.ino).collect();
+            inos.sort_unstable();
+            inos.dedup();
+            inos
+        });
+        let ahead = inos.and_then(|inos| {
+            if log.payload.len() < AHEAD_MIN_BLOCKS {
+                // Written whole by the log writer.
+                m.writer.sealed_small.push((m.writer.seq, inos, flush));
+                return None;
+            }
             let a = Arc::new(AheadPayload {
                 seq: m.writer.seq,
                 start: log.start,
@@ -426,7 +430,7 @@ impl Inner {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(a.seq, a.clone());
             m.writer.sealed_ahead.push(a.clone());
-            a
+            Some(a)
         });
         self.enqueue(Queued::Log(SealedLog {
             start: log.start,
@@ -679,15 +683,21 @@ impl Inner {
         let complete = self.written_seq.load(AtomicOrdering::Acquire);
         self.ahead_unflushed.store(false, AtomicOrdering::Release);
         self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
+        self.flush_counted("after a log", complete)
+    }
+
+    /// Flushes the device for a caller that counted itself in `flushes_running`; afterwards
+    /// every log below `durable` is durable.
+    fn flush_counted(&self, why: &str, durable: u64) -> Result<()> {
         let flushed = self
             .dev
             .flush()
-            .map_err(|e| Error::io(format!("{} device: flush after a log", self.dev.kind()), e))
+            .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
             .inspect_err(|e| self.poison(e));
         self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
         flushed?;
         self.count(|c| c.device_flushes += 1);
-        self.durable_seq.fetch_max(complete, AtomicOrdering::AcqRel);
+        self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
         Ok(())
     }
 
@@ -1382,16 +1392,7 @@ impl Inner {
             w.unflushed = false;
             self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
         }
-        let flushed = self
-            .dev
-            .flush()
-            .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
-            .inspect_err(|e| self.poison(e));
-        self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
-        flushed?;
-        self.count(|c| c.device_flushes += 1);
-        self.durable_seq.fetch_max(seq, AtomicOrdering::AcqRel);
-        Ok(())
+        self.flush_counted(why, seq)
     }
 
     /// Whether a log sealed so far is not yet durable (written and flushed).

@@ -446,10 +446,9 @@ impl MetaGuard<'_> {
     }
 
     fn release(&mut self) -> Result<()> {
-        let Some(guard) = self.guard.take() else {
+        let Some(mut guard) = self.guard.take() else {
             return Ok(());
         };
-        let mut guard = guard;
         let end = guard.writer.seq;
         let own = std::mem::take(&mut guard.writer.sealed_ahead);
         let small = std::mem::take(&mut guard.writer.sealed_small);
