@@ -58,6 +58,39 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// writable now (on tmpfs that also clears them), in one call instead of a page fault per
     /// page on the writer's path. Changes no contents; errors are ignored.
     fn prepare_write(&self, _offset: u64, _len: u64) {}
+    /// Starts writing `buf` at `offset`; [`PendingWrite::wait`] returns once the device holds it.
+    /// A backend that queues requests (`sched`) returns at once, so a caller can have several
+    /// in flight; the others write before returning.
+    fn start_write(&self, offset: u64, buf: Vec<u8>) -> PendingWrite {
+        PendingWrite::done(self.write_at(offset, &buf))
+    }
+}
+
+/// A write begun with [`Device::start_write`]. Dropping it without [`wait`](Self::wait) leaves
+/// the write to complete on its own, its result unseen.
+pub struct PendingWrite(Box<dyn FnOnce() -> io::Result<()> + Send>);
+
+impl PendingWrite {
+    /// A write that already completed with `result`.
+    pub fn done(result: io::Result<()>) -> PendingWrite {
+        PendingWrite(Box::new(move || result))
+    }
+
+    /// A write whose completion `wait` collects.
+    pub fn new(wait: impl FnOnce() -> io::Result<()> + Send + 'static) -> PendingWrite {
+        PendingWrite(Box::new(wait))
+    }
+
+    /// Blocks until the device holds the data; the write's result.
+    pub fn wait(self) -> io::Result<()> {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for PendingWrite {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PendingWrite")
+    }
 }
 
 /// Checks the alignment contract of [`Device`] for one request; backends call this first.

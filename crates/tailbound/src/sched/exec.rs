@@ -18,7 +18,7 @@ use std::time::Instant;
 use super::inherit::BOOST_POLL;
 use super::queue::{Dispatch, Queue, ReqId, Request};
 use super::{Config, Op, Prio, TenantId, TenantStats};
-use crate::dev::{check_request, Device};
+use crate::dev::{check_request, Device, PendingWrite};
 
 /// What a dispatcher sends back for one piece.
 struct PieceDone {
@@ -149,14 +149,16 @@ impl Scheduler {
         t
     }
 
-    /// The tenant of the calling thread: the one set by [`set_thread_tenant`], else the one for
-    /// its kernel I/O priority; but while the thread holds work a higher priority waits for
+    /// The tenant of the calling thread: the one of a [`Charge`] it applies, else the one set
+    /// by [`set_thread_tenant`], else the one for its kernel I/O priority; but while the thread holds work a higher priority waits for
     /// ([`inherit`](super::inherit)), the tenant of that priority.
     pub fn current_tenant(&self) -> TenantId {
-        let explicit = THREAD_TENANT.with(Cell::get);
-        let own = match explicit {
-            Some(t) => self.tenant_prio(t).unwrap_or(Prio::DEFAULT),
-            None => super::inherit::own_prio(),
+        let charged = CHARGED_TO.with(Cell::get);
+        let explicit = charged.map_or_else(|| THREAD_TENANT.with(Cell::get), |c| c.tenant);
+        let own = match (explicit, charged) {
+            (Some(t), _) => self.tenant_prio(t).unwrap_or(Prio::DEFAULT),
+            (None, Some(c)) => c.prio,
+            (None, None) => super::inherit::own_prio(),
         };
         if super::inherit::inherited().is_some() {
             let effective = super::inherit::sync_kernel_ioprio(own);
@@ -186,6 +188,23 @@ impl Scheduler {
         let data = Arc::new(buf.to_vec());
         let sub = self.submit(t, Op::Write, offset, buf.len() as u64, Payload::Write(data))?;
         self.wait(sub, buf.len() as u64, None, "write", offset)
+    }
+
+    /// Queues a write of `buf` at `offset` for tenant `t` and returns at once; the returned
+    /// [`PendingWrite`] waits for it.
+    pub fn start_write(
+        self: &Arc<Self>,
+        t: TenantId,
+        offset: u64,
+        buf: Vec<u8>,
+    ) -> io::Result<PendingWrite> {
+        check_request(self.shared.dev.as_ref(), offset, buf.len())?;
+        let len = buf.len() as u64;
+        let sub = self.submit(t, Op::Write, offset, len, Payload::Write(Arc::new(buf)))?;
+        let sched = Arc::clone(self);
+        Ok(PendingWrite::new(move || {
+            sched.wait(sub, len, None, "write", offset)
+        }))
     }
 
     /// Flushes the device for tenant `t`; blocks until done.
@@ -468,6 +487,52 @@ fn send_results(
 
 thread_local! {
     static THREAD_TENANT: Cell<Option<TenantId>> = const { Cell::new(None) };
+    static CHARGED_TO: Cell<Option<Charge>> = const { Cell::new(None) };
+}
+
+/// Whose I/O a piece of work is: a thread's tenant ([`set_thread_tenant`]) or, without one, its
+/// own I/O priority. Taken where work is handed over ([`Charge::of_current_thread`]) and applied
+/// by the thread that ends up doing it ([`Charge::apply`]), so that work keeps its owner's
+/// weight and class whoever issues it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    tenant: Option<TenantId>,
+    prio: Prio,
+}
+
+/// While alive, the calling thread's requests are charged to a [`Charge`]; restores the
+/// previous one when dropped.
+#[derive(Debug)]
+pub struct Charged {
+    previous: Option<Charge>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Charge {
+    /// The calling thread's: its tenant if it has one, else its own priority.
+    pub fn of_current_thread() -> Charge {
+        match CHARGED_TO.with(Cell::get) {
+            Some(c) => c,
+            None => Charge {
+                tenant: thread_tenant(),
+                prio: super::inherit::own_prio(),
+            },
+        }
+    }
+
+    /// Charges the calling thread's requests to `self` until the guard is dropped.
+    pub fn apply(self) -> Charged {
+        Charged {
+            previous: CHARGED_TO.with(|c| c.replace(Some(self))),
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Charged {
+    fn drop(&mut self) {
+        CHARGED_TO.with(|c| c.set(self.previous));
+    }
 }
 
 /// Sets (or with `None` clears) the tenant the calling thread's [`SchedDevice`] requests use.
@@ -517,5 +582,11 @@ impl Device for SchedDevice {
 
     fn flush(&self) -> io::Result<()> {
         self.sched.flush(self.sched.current_tenant())
+    }
+
+    fn start_write(&self, offset: u64, buf: Vec<u8>) -> PendingWrite {
+        self.sched
+            .start_write(self.sched.current_tenant(), offset, buf)
+            .unwrap_or_else(|e| PendingWrite::done(Err(e)))
     }
 }

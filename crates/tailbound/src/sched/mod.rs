@@ -39,7 +39,7 @@ pub mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use exec::{set_thread_tenant, thread_tenant, SchedDevice, Scheduler};
+pub use exec::{set_thread_tenant, thread_tenant, Charge, Charged, SchedDevice, Scheduler};
 
 /// A Linux-style I/O priority class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -359,11 +359,12 @@ pub struct Config {
     pub merge_cap: usize,
     /// How long the head request of a starved class waits before it is served anyway.
     pub aging: Duration,
-    /// Anticipation for `fair` and `default` (BFQ's `slice_idle`): when the last queued read of
-    /// a tenant completes and fair queueing would serve that tenant next, the device is held idle
-    /// this long for its next request before another tenant goes. Without it, tenants that keep
-    /// one synchronous request outstanding each are served alternately, whatever their weights.
-    /// `None` keeps the scheduler work-conserving.
+    /// Anticipation for `fair` and `default` (BFQ's `slice_idle`): when the last queued read or
+    /// write of a tenant completes and fair queueing would serve that tenant next, the device is
+    /// held idle this long for its next request before another tenant's goes (a request costing
+    /// under 1/[`SMALL_PASSES_ANTICIPATION`](queue::SMALL_PASSES_ANTICIPATION) of the completed
+    /// one still goes). Without it, tenants that keep one synchronous request outstanding each are
+    /// served alternately, whatever their weights. `None` keeps the scheduler work-conserving.
     pub anticipation: Option<Duration>,
     pub profile: DeviceProfile,
 }

@@ -38,6 +38,10 @@ pub const DEPTH_RAISE_AFTER: u32 = 16;
 pub const MERGED_BYTES_MAX: u64 = 64 << 20;
 
 /// Longest latency the histograms hold (one hour, in nanoseconds); longer values are clamped.
+/// A request costing at most 1/this of the piece an anticipated tenant last completed is served
+/// during the anticipation window anyway: idling protects a share against large dispatches, and
+/// a small one (a tbfs log summary, say) delays the anticipated tenant by little.
+pub const SMALL_PASSES_ANTICIPATION: f64 = 8.0;
 const HIST_NS_MAX: u64 = 3_600_000_000_000;
 
 /// A request as submitted.
@@ -537,6 +541,7 @@ impl Queue {
             || !self.tenants[w].queue.is_empty()
             || now >= done_at.saturating_add(window)
             || self.group_of(w) != self.group_of(t)
+            || self.head_cost(t) * SMALL_PASSES_ANTICIPATION <= cost
         {
             return false;
         }
@@ -636,11 +641,9 @@ impl Queue {
         self.in_flight = self.in_flight.saturating_sub(1);
         if let Some(lead) = d.pieces.first() {
             let t = lead.tenant.0 as usize;
-            // Reads only: a tbfs writer's next write waits for the commit lock another writer
-            // holds, so idling for it would only leave the device idle.
             self.last_done = (self.anticipation_ns.is_some()
                 && self.uses_tags()
-                && d.op == Op::Read
+                && d.op != Op::Flush
                 && self.tenants.get(t).is_some_and(|s| s.queue.is_empty()))
             .then_some((t, now, d.cost_ns));
         }

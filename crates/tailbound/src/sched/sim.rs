@@ -729,19 +729,24 @@ mod tests {
     }
 
     /// Tenants that keep one synchronous 1 MB request outstanding (with a little think time
-    /// between them, like a thread issuing its next read) get served alternately by a
-    /// work-conserving `fair`; anticipation gives them their weights, at a small cost in throughput.
+    /// between them, like a thread issuing its next read or a tbfs writer its next payload) get
+    /// served alternately by a work-conserving `fair`; anticipation gives them their weights, at
+    /// a small cost in throughput.
     #[test]
     fn anticipation_gives_one_request_tenants_their_weights() {
-        let sync_clients = |weights: &[u32]| {
-            let mut clients = streams(weights, Op::Read, MB);
+        let sync_clients = |weights: &[u32], op: Op| {
+            let mut clients = streams(weights, op, MB);
             for c in &mut clients {
                 c.iodepth = 1;
                 c.think_ns = 50_000;
             }
             clients
         };
-        for weights in [&[2u32, 1][..], &[3, 2], &[3, 2, 2, 1]] {
+        let cases = [&[2u32, 1][..], &[3, 2], &[3, 2, 2, 1]]
+            .into_iter()
+            .flat_map(|w| [(w, Op::Read), (w, Op::Write)]);
+        for (weights, op) in cases {
+            let sync_clients = |weights: &[u32]| sync_clients(weights, op);
             let model = emmc();
             let plain = run(
                 queue(Policy::Fair, 1, &model),
@@ -755,18 +760,18 @@ mod tests {
             let (plain_err, err) = (plain.ratio_error(weights), anticipated.ratio_error(weights));
             assert!(
                 plain_err > 0.10,
-                "{weights:?}: without anticipation the shares should be near equal, error {plain_err:.3}"
+                "{weights:?} {op:?}: without anticipation the shares should be near equal, error {plain_err:.3}"
             );
             assert!(
                 err <= 0.03,
-                "{weights:?}: with anticipation, error {err:.4}"
+                "{weights:?} {op:?}: with anticipation, error {err:.4}"
             );
             let total =
                 |r: &SimResult| r.clients.iter().map(|c| c.bytes_served).sum::<u64>() as f64;
             let kept = total(&anticipated) / total(&plain);
             assert!(
                 kept >= 0.95,
-                "{weights:?}: anticipation kept {kept:.3} of the throughput"
+                "{weights:?} {op:?}: anticipation kept {kept:.3} of the throughput"
             );
         }
     }

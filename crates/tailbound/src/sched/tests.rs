@@ -794,3 +794,41 @@ fn a_request_already_queued_by_a_holder_is_raised_when_a_priority_is_lent() {
         "both pieces of the holder's write went before the best-effort one"
     );
 }
+
+#[test]
+fn fair_waits_for_a_writer_that_just_completed_but_lets_small_requests_through() {
+    let mut q = Queue::new(&Config {
+        policy: Policy::Fair,
+        depth: 1,
+        anticipation: Some(Duration::from_millis(8)),
+        ..Config::default()
+    });
+    let heavy = q.add_tenant("heavy", prio(Class::Be), 100);
+    let other = q.add_tenant("other", prio(Class::Be), 1);
+    let small = q.add_tenant("small", prio(Class::Be), 1);
+    let write = |tenant, offset, len| Request {
+        tenant,
+        op: Op::Write,
+        offset,
+        len,
+    };
+    const MS: u64 = 1_000_000;
+    q.push(0, write(heavy, 0, 1 << 20));
+    let d = q.pop(0).expect("heavy's write");
+    q.complete(MS, &d);
+    // Heavy has nothing queued now; its next write is due before another tenant's large one.
+    q.push(MS, write(other, 1 << 40, 1 << 20));
+    assert!(
+        q.pop(MS).is_none(),
+        "a large write went while the writer that just completed was anticipated"
+    );
+    assert_eq!(q.next_timer(), Some(9 * MS), "the window's end");
+    // A request costing little goes meanwhile.
+    q.push(MS, write(small, 2 << 40, BLOCK_SIZE));
+    let d = q.pop(MS).expect("the small write was held back");
+    assert_eq!(d.pieces[0].tenant, small);
+    q.complete(MS + MS / 10, &d);
+    // Once the window ends, the other tenant is served.
+    let d = q.pop(20 * MS).expect("the other tenant after the window");
+    assert_eq!(d.pieces[0].tenant, other);
+}
