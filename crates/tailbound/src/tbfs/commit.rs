@@ -20,6 +20,7 @@ use super::format::{
     FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
 };
 use super::map::BlockMap;
+use crate::dev::PendingWrite;
 
 /// Data-only logs with at least this many payload blocks have their payload written by the
 /// thread that sealed them, apart from the summary; smaller ones go whole with the log writer.
@@ -27,6 +28,8 @@ const AHEAD_MIN_BLOCKS: usize = 16;
 /// An ahead payload goes to a device that does not take blocks in place this many blocks per
 /// request (`sched` splits further as its policy says).
 const AHEAD_CHUNK_BLOCKS: usize = 256;
+/// At most this many chunks of one ahead payload are in flight at once.
+const AHEAD_CHUNKS_IN_FLIGHT: usize = 8;
 use super::{Barrier, Error, Result};
 
 /// Most payload blocks in one log (bounds the write buffer).
@@ -421,6 +424,7 @@ impl Inner {
                 blocks: std::mem::take(&mut log.payload),
                 inos,
                 flush,
+                charge: m.writer.charge,
                 crc: std::sync::OnceLock::new(),
                 state: Mutex::new(AheadState::Pending),
                 done: std::sync::Condvar::new(),
@@ -545,6 +549,7 @@ impl Inner {
         if !a.claim() {
             return Ok(());
         }
+        let _charged = a.charge.map(crate::sched::Charge::apply);
         let written = self.check_not_poisoned().and_then(|()| {
             a.crc();
             let fail = |e: std::io::Error| {
@@ -568,14 +573,25 @@ impl Inner {
                         .map_err(fail)?;
                 }
             } else {
-                let mut buf = Vec::with_capacity(AHEAD_CHUNK_BLOCKS.min(a.blocks.len()) * BLOCK);
+                // Several chunks in flight, so a scheduler sees the writer backlogged for the
+                // whole payload; the window bounds the copies held.
+                let mut started = std::collections::VecDeque::new();
                 for (k, chunk) in a.blocks.chunks(AHEAD_CHUNK_BLOCKS).enumerate() {
-                    buf.clear();
+                    if started.len() == AHEAD_CHUNKS_IN_FLIGHT {
+                        started
+                            .pop_front()
+                            .map_or(Ok(()), PendingWrite::wait)
+                            .map_err(fail)?;
+                    }
+                    let mut buf = Vec::with_capacity(chunk.len() * BLOCK);
                     for block in chunk {
                         buf.extend_from_slice(&block[..]);
                     }
                     let at = base + (k * AHEAD_CHUNK_BLOCKS) as u64 * BLOCK_U64;
-                    self.dev.write_at(at, &buf).map_err(fail)?;
+                    started.push_back(self.dev.start_write(at, buf));
+                }
+                for w in started {
+                    w.wait().map_err(fail)?;
                 }
             }
             Ok(())
@@ -881,6 +897,7 @@ impl Inner {
             return Ok(());
         }
         self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
+        m.writer.charge = st.charge;
         let mut written = Vec::with_capacity(st.dirty.len());
         let blocks: Vec<u64> = st.dirty.keys().copied().collect();
         for block in blocks {
@@ -899,7 +916,9 @@ impl Inner {
         drop(st);
         // The buffers go once the log is written.
         m.writer.release.push((cell.clone(), written));
-        self.log_close(m, FLAG_END)?;
+        let closed = self.log_close(m, FLAG_END);
+        m.writer.charge = None;
+        closed?;
         m.pending.insert(cell.ino);
         Ok(())
     }
@@ -949,6 +968,7 @@ impl Inner {
                 self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
                 open = true;
             }
+            m.writer.charge = st.charge;
             let mut written = Vec::with_capacity(st.dirty.len());
             let blocks: Vec<u64> = st.dirty.keys().copied().collect();
             for block in blocks {
@@ -968,12 +988,15 @@ impl Inner {
             m.pending.insert(cell.ino);
             done.push((cell.clone(), written));
         }
-        if open {
+        let closed = if open {
             // Buffers go once the last log is written.
             m.writer.release = done;
-            self.log_close(m, FLAG_END)?;
-        }
-        Ok(())
+            self.log_close(m, FLAG_END)
+        } else {
+            Ok(())
+        };
+        m.writer.charge = None;
+        closed
     }
 
     fn drop_written(&self, st: &mut super::engine::InodeState, written: &[(u64, u64, u64)]) {

@@ -24,6 +24,9 @@ pub(crate) const ROOT_INO: u64 = 1;
 /// Largest file, so a block map always fits in memory (16 Mi blocks).
 pub const FILE_BYTES_MAX: u64 = 64 << 30;
 
+/// When the write buffer fills, a file holding at least 1/this of it is written on its own first.
+const OWN_FLUSH_DIVISOR: u64 = 8;
+
 /// A buffered block not yet in a log. Shared with a sealed log waiting for the log writer: a
 /// write then changes a copy (`Arc::make_mut`), never the bytes being written.
 #[derive(Debug)]
@@ -53,6 +56,8 @@ pub(crate) struct InodeState {
     pub open: u32,
     /// Freed: every later operation on a handle to it fails.
     pub freed: bool,
+    /// Whose I/O writing its buffered data is: its last writer's ([`crate::sched::Charge`]).
+    pub charge: Option<crate::sched::Charge>,
 }
 
 impl InodeState {
@@ -73,6 +78,7 @@ impl InodeState {
             attr_dirty: true,
             open: 0,
             freed: false,
+            charge: None,
         }
     }
 
@@ -152,6 +158,9 @@ pub(crate) struct Writer {
     /// Smaller ahead logs sealed under the current hold, written whole by the log writer:
     /// `(sequence, inodes, flush)`.
     pub sealed_small: Vec<(u64, Vec<u64>, bool)>,
+    /// Whose I/O the data-only logs being laid out are (their files' last writer's); `None`
+    /// outside a data commit, so other logs stay the I/O of the thread writing them.
+    pub charge: Option<crate::sched::Charge>,
 }
 
 /// Buffered blocks of one inode a log writes, as `(block, generation, address)`: they go once
@@ -223,6 +232,8 @@ pub(crate) struct AheadPayload {
     pub inos: Vec<u64>,
     /// Flush after it (the barrier policy).
     pub flush: bool,
+    /// Whose I/O it is, whichever thread writes it.
+    pub charge: Option<crate::sched::Charge>,
     pub crc: std::sync::OnceLock<u32>,
     pub state: Mutex<AheadState>,
     pub done: Condvar,
@@ -708,6 +719,7 @@ impl Inner {
             st.mtime_ns = now_ns();
             st.ctime_ns = st.mtime_ns;
             st.attr_dirty = true;
+            st.charge = Some(crate::sched::Charge::of_current_thread());
             self.mark_dirty(cell.ino);
         }
         if self.buffered_bytes() > self.config.dirty_bytes_max {
@@ -716,7 +728,16 @@ impl Inner {
                 // Relaxed ordering writes a full buffer as data-only logs while no namespace
                 // change waits for a checkpoint; the maps follow at the next one.
                 if self.config.ordering == Ordering::Relaxed && !m.ns_dirty {
-                    self.commit_data_logs(&mut m, false)?;
+                    // A writer holding a good part of the buffer writes its own file first
+                    // (its I/O, at its priority and weight); other files' data only if that is
+                    // not enough. Many small files go out together, in fewer logs.
+                    let own = cell.lock().dirty.len() as u64 * BLOCK_U64;
+                    if own >= self.config.dirty_bytes_max / OWN_FLUSH_DIVISOR {
+                        self.commit_data_log(&mut m, cell)?;
+                    }
+                    if self.buffered_bytes() > self.config.dirty_bytes_max {
+                        self.commit_data_logs(&mut m, false)?;
+                    }
                 } else {
                     self.commit_checkpoint(&mut m)?;
                 }

@@ -403,6 +403,7 @@ pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Resu
             attr_dirty: false,
             open: 0,
             freed: false,
+            charge: None,
         };
         cells.insert(
             ino,
