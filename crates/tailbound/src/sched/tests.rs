@@ -832,3 +832,61 @@ fn fair_waits_for_a_writer_that_just_completed_but_lets_small_requests_through()
     let d = q.pop(20 * MS).expect("the other tenant after the window");
     assert_eq!(d.pieces[0].tenant, other);
 }
+
+#[test]
+fn work_handed_to_another_thread_counts_for_its_owner_and_start_write_queues_without_waiting() {
+    let dev = Arc::new(SimDevice::new(1 << 20));
+    let sched = Scheduler::new(dev.clone(), Config::default()).expect("scheduler");
+    let owner = sched.add_tenant("owner", prio(Class::Be), 3);
+    let helper = sched.add_tenant("helper", prio(Class::Be), 1);
+    let sdev = SchedDevice::new(sched.clone());
+    // The owner's charge, taken on its thread; a tenant-less thread's charge is its ioprio.
+    let owned = std::thread::scope(|s| {
+        s.spawn(|| {
+            set_thread_tenant(Some(owner));
+            Charge::of_current_thread()
+        })
+        .join()
+        .unwrap()
+    });
+    let idle = std::thread::scope(|s| {
+        s.spawn(|| {
+            Prio {
+                class: Class::Idle,
+                level: 5,
+            }
+            .apply_to_current_thread()
+            .expect("any thread may lower itself to idle");
+            Charge::of_current_thread()
+        })
+        .join()
+        .unwrap()
+    });
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            set_thread_tenant(Some(helper));
+            sdev.write_at(0, &[1u8; 4096]).expect("write");
+            {
+                let _charged = owned.apply();
+                let started: Vec<_> = (1..4u64)
+                    .map(|i| sdev.start_write(i * 8192, vec![i as u8; 8192]))
+                    .collect();
+                for w in started {
+                    w.wait().expect("write");
+                }
+                let _nested = idle.apply();
+                sdev.write_at(65536, &[9u8; 4096]).expect("write");
+            }
+            // Back to its own tenant once the guard is gone.
+            sdev.write_at(4096, &[2u8; 4096]).expect("write");
+        });
+    });
+    let stats = sched.stats();
+    let by_name = |n: &str| stats.iter().find(|t| t.name == n).map(|t| (t.bytes, t.ops));
+    assert_eq!(by_name("owner"), Some((3 * 8192, 3)));
+    assert_eq!(by_name("helper"), Some((8192, 2)));
+    assert_eq!(by_name("ioprio idle/5"), Some((4096, 1)));
+    let mut back = vec![0u8; 8192];
+    dev.read_at(2 * 8192, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 2), "the started write landed");
+}
