@@ -538,7 +538,14 @@ impl Inner {
                     let gen = st.next_gen;
                     st.next_gen += 1;
                     let data = super::engine::shared_copy(data);
-                    st.dirty.insert(index, DirtyBlock { gen, data });
+                    st.dirty.insert(
+                        index,
+                        DirtyBlock {
+                            gen,
+                            data,
+                            sealed_in: None,
+                        },
+                    );
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
                 }

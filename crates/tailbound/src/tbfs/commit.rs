@@ -499,6 +499,25 @@ impl Inner {
         self.wait_ahead(seq, None).map(drop)
     }
 
+    /// Returns once the logs up to `seq` that hold buffers of inode `ino` are written (the
+    /// summaries up to `seq`, and the payloads naming `ino`), and durable too if `flush` (the
+    /// barrier policy flushes after that log).
+    pub(crate) fn wait_sealed(&self, seq: u64, flush: bool, ino: u64) -> Result<()> {
+        if self.durable_seq.load(AtomicOrdering::Acquire) > seq {
+            return self.check_not_poisoned();
+        }
+        {
+            let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
+            let _hold = self.log_inherit.hold();
+            self.write_queued(&mut w, seq + 1)?;
+        }
+        self.wait_ahead(seq + 1, Some(&[ino]))?;
+        if flush && self.durable_seq.load(AtomicOrdering::Acquire) <= seq {
+            self.flush_ahead()?;
+        }
+        self.check_not_poisoned()
+    }
+
     /// Writes the logs sealed under one hold of `meta` (`end`: the sequence after the last;
     /// `own`: their ahead payloads) and returns once they are written and, if the barrier
     /// policy says so, flushed. The payloads go first, concurrently with other threads', each
@@ -805,6 +824,14 @@ impl Inner {
             self.poison(&err);
             err
         };
+        if flush && self.durable_seq.load(AtomicOrdering::Acquire) < seq {
+            // A log the barrier policy flushes goes only after the logs before it are durable,
+            // so a power cut between its write and its flush cannot leave it behind an earlier
+            // summary that was lost or torn.
+            let complete = self.written_seq.load(AtomicOrdering::Acquire);
+            self.flush_device(w, "before a flushed log")?;
+            self.durable_seq.fetch_max(complete, AtomicOrdering::AcqRel);
+        }
         if let Some(a) = ahead {
             // Only the summary: the payload is its sealer's to write (`write_ahead`).
             summary.prev_crc = w.prev_crc;
@@ -885,25 +912,28 @@ impl Inner {
         };
         let count = {
             let st = cell.lock();
-            if st.freed || (st.dirty.is_empty() && !st.attr_dirty) {
+            let count = unsealed_blocks(&st).len();
+            if st.freed || (count == 0 && !st.attr_dirty) {
                 return Ok(());
             }
-            st.dirty.len() as u64
+            count as u64
         };
         self.ensure_space(m, count + 1)?;
         let mut st = cell.lock();
-        if st.freed || (st.dirty.is_empty() && !st.attr_dirty) {
+        let blocks = unsealed_blocks(&st);
+        if st.freed || (blocks.is_empty() && !st.attr_dirty) {
             // The superblock refresh `ensure_space` ran took everything already.
             return Ok(());
         }
         self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
         m.writer.charge = st.charge;
-        let mut written = Vec::with_capacity(st.dirty.len());
-        let blocks: Vec<u64> = st.dirty.keys().copied().collect();
+        let mut written = Vec::with_capacity(blocks.len());
+        let flush = self.config.barrier == Barrier::EveryLog;
         for block in blocks {
             let d = &st.dirty[&block];
             let (gen, data) = (d.gen, d.data.clone());
             let addr = self.log_add_shared(m, DescKind::Data, cell.ino, 0, block, data)?;
+            mark_sealed(&mut st, block, m.writer.seq, flush);
             let old = st.map.set(block, addr);
             m.seg_inc(addr, self.segment_blocks);
             if old != 0 {
@@ -944,7 +974,7 @@ impl Inner {
         for cell in &cells {
             let st = cell.lock();
             if !st.freed && st.kind == super::FileKind::File {
-                count += st.dirty.len() as u64 + 1;
+                count += unsealed_blocks(&st).len() as u64 + 1;
             }
         }
         if count == 0 {
@@ -958,9 +988,8 @@ impl Inner {
         let mut done = Vec::with_capacity(cells.len());
         for cell in &cells {
             let mut st = cell.lock();
-            if st.freed
-                || st.kind != super::FileKind::File
-                || (st.dirty.is_empty() && !st.attr_dirty)
+            let blocks = unsealed_blocks(&st);
+            if st.freed || st.kind != super::FileKind::File || (blocks.is_empty() && !st.attr_dirty)
             {
                 continue;
             }
@@ -969,12 +998,13 @@ impl Inner {
                 open = true;
             }
             m.writer.charge = st.charge;
-            let mut written = Vec::with_capacity(st.dirty.len());
-            let blocks: Vec<u64> = st.dirty.keys().copied().collect();
+            let mut written = Vec::with_capacity(blocks.len());
+            let flush = self.config.barrier == Barrier::EveryLog;
             for block in blocks {
                 let d = &st.dirty[&block];
                 let (gen, data) = (d.gen, d.data.clone());
                 let addr = self.log_add_shared(m, DescKind::Data, cell.ino, 0, block, data)?;
+                mark_sealed(&mut st, block, m.writer.seq, flush);
                 let old = st.map.set(block, addr);
                 m.seg_inc(addr, self.segment_blocks);
                 if old != 0 {
@@ -1109,12 +1139,16 @@ impl Inner {
         for &ino in &work {
             let cell = m.inodes[&ino].clone();
             let mut st = cell.lock();
-            let mut done = Vec::with_capacity(st.dirty.len());
-            let blocks: Vec<u64> = st.dirty.keys().copied().collect();
+            // Blocks already in a sealed log stay there: the map names that copy, and this
+            // checkpoint is written after it.
+            let blocks = unsealed_blocks(&st);
+            let mut done = Vec::with_capacity(blocks.len());
+            let flush = self.config.barrier != Barrier::Superblock;
             for block in blocks {
                 let d = &st.dirty[&block];
                 let (gen, data) = (d.gen, d.data.clone());
                 let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, data)?;
+                mark_sealed(&mut st, block, m.writer.seq, flush);
                 let old = st.map.set(block, addr);
                 m.seg_inc(addr, self.segment_blocks);
                 if old != 0 {
@@ -1486,5 +1520,22 @@ impl Inner {
             "a superblock names the newest checkpoint"
         );
         sb
+    }
+}
+
+/// The buffered blocks of a file not yet in a sealed log.
+fn unsealed_blocks(st: &super::engine::InodeState) -> Vec<u64> {
+    st.dirty
+        .iter()
+        .filter(|(_, d)| d.sealed_in.is_none())
+        .map(|(&b, _)| b)
+        .collect()
+}
+
+/// Records that `block`'s buffer went into log `seq` (or an earlier one), flushed after it if
+/// `flush`.
+fn mark_sealed(st: &mut super::engine::InodeState, block: u64, seq: u64, flush: bool) {
+    if let Some(d) = st.dirty.get_mut(&block) {
+        d.sealed_in = Some((seq, flush));
     }
 }

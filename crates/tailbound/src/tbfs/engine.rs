@@ -33,6 +33,10 @@ const OWN_FLUSH_DIVISOR: u64 = 8;
 pub(crate) struct DirtyBlock {
     pub gen: u64,
     pub data: Arc<Block>,
+    /// Already in a sealed log not yet written, as this generation: that log's sequence (or a
+    /// later one) and whether the barrier policy flushes after it. A later commit leaves the
+    /// block to that log instead of writing it again; a sync waits for it.
+    pub sealed_in: Option<(u64, bool)>,
 }
 
 /// An inode's state in memory.
@@ -697,6 +701,7 @@ impl Inner {
                 st.next_gen += 1;
                 if let Some(d) = st.dirty.get_mut(&block) {
                     d.gen = gen;
+                    d.sealed_in = None;
                     Arc::make_mut(&mut d.data)[within..within + n]
                         .copy_from_slice(&buf[done..done + n]);
                 } else {
@@ -706,7 +711,14 @@ impl Inner {
                         self.read_block(cell.ino, &st, block, &mut bytes[..])?;
                     }
                     bytes[within..within + n].copy_from_slice(&buf[done..done + n]);
-                    st.dirty.insert(block, DirtyBlock { gen, data });
+                    st.dirty.insert(
+                        block,
+                        DirtyBlock {
+                            gen,
+                            data,
+                            sealed_in: None,
+                        },
+                    );
                     // Counted under the inode lock, so a commit dropping it subtracts after.
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
@@ -818,6 +830,13 @@ impl Inner {
         self.check_writable()?;
         let mut m = self.lock_meta();
         self.check_usable()?;
+        // Buffers another thread's commit sealed already stay in its logs: waited for below.
+        let sealed = cell
+            .lock()
+            .dirty
+            .values()
+            .filter_map(|d| d.sealed_in)
+            .reduce(|a, b| (a.0.max(b.0), a.1 || b.1));
         if self.config.ordering == Ordering::Strict || m.ns_dirty {
             self.commit_checkpoint(&mut m)?;
         } else {
@@ -825,7 +844,10 @@ impl Inner {
         }
         self.maybe_refresh(&mut m)?;
         // Durable once written: the log writer writes (and flushes) after `meta` is released.
-        m.unlock_and_write()
+        m.unlock_and_write()?;
+        sealed.map_or(Ok(()), |(seq, flush)| {
+            self.wait_sealed(seq, flush, cell.ino)
+        })
     }
 
     pub fn sync_all(&self) -> Result<()> {
@@ -1108,7 +1130,12 @@ impl Inner {
                 bytes[within..].fill(0);
                 let gen = st.next_gen;
                 st.next_gen += 1;
-                if st.dirty.insert(block, DirtyBlock { gen, data }).is_none() {
+                let fresh = DirtyBlock {
+                    gen,
+                    data,
+                    sealed_in: None,
+                };
+                if st.dirty.insert(block, fresh).is_none() {
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
                 }

@@ -1288,9 +1288,10 @@ fn the_background_cleaner_reads_its_victims_and_flushes_without_holding_the_pool
 }
 
 #[test]
-fn a_buffer_sealed_twice_is_read_from_memory_until_its_newest_log_is_written() {
+fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_that_log() {
+    let sim = device(16 << 20);
     let fs = Fs::format(
-        device(16 << 20),
+        sim.clone(),
         &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
     )
     .unwrap();
@@ -1299,31 +1300,49 @@ fn a_buffer_sealed_twice_is_read_from_memory_until_its_newest_log_is_written() {
     let data = pattern(3, 8192);
     f.pwrite(&data, 0).unwrap();
     let inner = &fs.inner;
-    // Two syncs seal the same buffered blocks before the log writer gets to the first log
-    // (the second finds them still buffered, since they go only once written).
+    // One commit seals the buffered blocks; another comes before the log writer got to it.
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(&f.ino()).cloned().unwrap();
     inner.commit_data_log(&mut m, &cell).unwrap();
     let first_end = m.writer.seq;
     inner.commit_data_log(&mut m, &cell).unwrap();
-    assert!(
-        m.writer.seq > first_end,
-        "the second sync sealed a log of its own"
+    assert_eq!(
+        m.writer.seq, first_end,
+        "the second commit sealed the same buffers again"
     );
     m.unlock_without_writing();
-    // Only the first log is written: the map names the second's copies, not on the device yet.
-    inner.write_logs_until(first_end).unwrap();
+    assert!(
+        inner.written_seq.load(std::sync::atomic::Ordering::Acquire) < first_end,
+        "the sealed log is still queued"
+    );
     assert!(
         read_all(&fs, "/a") == data,
-        "a read between the two logs' writes found other bytes"
+        "a read before the log was written found other bytes"
     );
-    inner.write_logs_until(u64::MAX).unwrap();
-    assert!(read_all(&fs, "/a") == data);
+    // A sync finds nothing left to seal and waits for the log that holds its buffers.
+    f.fsync().unwrap();
+    assert!(inner.written_seq.load(std::sync::atomic::Ordering::Acquire) >= first_end);
     assert_eq!(
         inner.dirty_bytes.load(std::sync::atomic::Ordering::Acquire),
         0,
-        "the buffers go once the newest log is written"
+        "the buffers go once their log is written"
     );
+    // A buffer changed after it was sealed is sealed again, as its new contents.
+    f.pwrite(&pattern(4, 4096), 0).unwrap();
+    let mut m = inner.lock_meta();
+    inner.commit_data_log(&mut m, &cell).unwrap();
+    let second_end = m.writer.seq;
+    f.pwrite(&pattern(5, 4096), 0).unwrap();
+    inner.commit_data_log(&mut m, &cell).unwrap();
+    assert!(m.writer.seq > second_end, "the changed buffer was left out");
+    m.unlock_without_writing();
+    f.fsync().unwrap();
+    drop(f);
+    drop(fs);
+    let back = reopen(&sim);
+    let mut expect = data.clone();
+    expect[..4096].copy_from_slice(&pattern(5, 4096));
+    assert_eq!(read_all(&back, "/a"), expect);
 }
 
 /// A device that stops the first write of at least `min` bytes until the test lets it go.
