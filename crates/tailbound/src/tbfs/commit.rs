@@ -688,27 +688,30 @@ impl Inner {
         }
     }
 
-    /// Waits with the log writer until at most a buffer's worth of sealed data is unwritten:
-    /// the queued summaries and whole logs, then the oldest ahead payloads one at a time.
+    /// Called when more than a buffer's worth of sealed data is unwritten: writes the queued
+    /// summaries and whole logs with the log writer, then, oldest first, the ahead payloads
+    /// nobody has started while that is still so. Payloads their sealers are writing are not
+    /// waited for: each sealer waits for its own, which bounds them, and waiting here would tie
+    /// every writer's pace to the slowest payload in the device.
     pub(crate) fn wait_in_flight(&self) -> Result<()> {
         {
             let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
             let _hold = self.log_inherit.hold();
             self.write_queued(&mut w, u64::MAX)?;
         }
-        while self.in_flight.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
-            let oldest = self
-                .ahead_pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .next()
-                .cloned();
-            let Some(a) = oldest else { break };
-            self.write_ahead(&a)?;
-            if !a.wait() {
-                return Err(self.poison_error());
+        let pending: Vec<Arc<AheadPayload>> = self
+            .ahead_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for a in pending {
+            if self.in_flight.load(AtomicOrdering::Acquire) <= self.config.dirty_bytes_max {
+                break;
             }
+            // Nothing if its sealer (or anyone) has it; else written here, as its owner's I/O.
+            self.write_ahead(&a)?;
         }
         self.check_not_poisoned()
     }

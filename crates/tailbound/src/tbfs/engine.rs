@@ -24,8 +24,11 @@ pub(crate) const ROOT_INO: u64 = 1;
 /// Largest file, so a block map always fits in memory (16 Mi blocks).
 pub const FILE_BYTES_MAX: u64 = 64 << 30;
 
-/// When the write buffer fills, a file holding at least 1/this of it is written on its own first.
+/// A file holding 1/this of the write buffer is written on its own when the buffer fills, and
+/// behind its writes (see [`Inner::write_behind_bytes`]).
 const OWN_FLUSH_DIVISOR: u64 = 8;
+/// The least a file must hold to be written on its own or behind its writes (one payload chunk).
+const WRITE_BEHIND_MIN: u64 = 1 << 20;
 
 /// A buffered block not yet in a log. Shared with a sealed log waiting for the log writer: a
 /// write then changes a copy (`Arc::make_mut`), never the bytes being written.
@@ -672,7 +675,19 @@ impl Inner {
         self.write_at(cell, buf, None).map(|(end, _)| end)
     }
 
+    /// A file holding this much buffered data after a write is written behind (relaxed
+    /// ordering): a [`OWN_FLUSH_DIVISOR`]th of the write buffer, and at least
+    /// [`WRITE_BEHIND_MIN`], so small files and small buffers keep their data together in
+    /// fewer logs.
+    fn write_behind_bytes(&self) -> u64 {
+        (self.config.dirty_bytes_max / OWN_FLUSH_DIVISOR).max(WRITE_BEHIND_MIN)
+    }
+
     /// Writes at `offset`, or at the end of the file for `None`; returns the end and the count.
+    /// A file left holding [`Inner::write_behind_bytes`] or more goes out right after the
+    /// write (written behind, as its writer's I/O) instead of waiting in the buffer for
+    /// whichever commit comes next; a write is never split, so what a crash leaves of it is
+    /// all or nothing.
     fn write_at(&self, cell: &InodeCell, buf: &[u8], offset: Option<u64>) -> Result<(u64, usize)> {
         self.check_writable()?;
         let end;
@@ -744,7 +759,7 @@ impl Inner {
                     // (its I/O, at its priority and weight); other files' data only if that is
                     // not enough. Many small files go out together, in fewer logs.
                     let own = cell.lock().dirty.len() as u64 * BLOCK_U64;
-                    if own >= self.config.dirty_bytes_max / OWN_FLUSH_DIVISOR {
+                    if own >= self.write_behind_bytes() {
                         self.commit_data_log(&mut m, cell)?;
                     }
                     if self.buffered_bytes() > self.config.dirty_bytes_max {
@@ -756,6 +771,18 @@ impl Inner {
                 self.maybe_refresh(&mut m)?;
             }
             // The logs are written here, after `meta` is released.
+            m.unlock_and_write()?;
+        } else if self.config.ordering == Ordering::Relaxed
+            && cell.lock().dirty.len() as u64 * BLOCK_U64 >= self.write_behind_bytes()
+        {
+            // Write-behind: a file with a large amount buffered goes out now as data-only logs,
+            // its writer's I/O, unless a namespace change waits for a checkpoint (then the
+            // buffer limit decides).
+            let mut m = self.lock_meta();
+            if !m.ns_dirty {
+                self.commit_data_log(&mut m, cell)?;
+                self.maybe_refresh(&mut m)?;
+            }
             m.unlock_and_write()?;
         } else if self.in_flight.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
             // More than a buffer's worth waits for the log writer: wait with it, so the memory

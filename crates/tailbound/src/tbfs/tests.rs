@@ -1454,3 +1454,51 @@ fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_t
     assert_eq!(read_all(&back, "/big"), large);
     assert_eq!(read_all(&back, "/small"), pattern(4, 4096));
 }
+
+#[test]
+fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
+    // A buffer of 8 MiB: a file holding an eighth of it (1 MiB) after a write goes out.
+    let dev = device(32 << 20);
+    let cfg = Config {
+        dirty_bytes_max: 8 << 20,
+        segment_bytes: 1 << 20,
+        superblock_every_bytes: 64 << 20,
+        ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+    };
+    let fs = Fs::format(dev.clone(), &cfg).unwrap();
+    let f = fs.open_file("/big", OpenFlags::create()).unwrap();
+    f.fsync().unwrap(); // the creation's checkpoint: no namespace change pending after it
+    let small = pattern(8, 512 << 10);
+    f.pwrite(&small, 0).unwrap();
+    let before = fs.counters();
+    assert!(
+        fs.inner
+            .dirty_bytes
+            .load(std::sync::atomic::Ordering::Acquire)
+            >= 512 << 10,
+        "512 KiB stays buffered"
+    );
+    let data = pattern(9, 1280 << 10);
+    assert_eq!(f.pwrite(&data, 0).unwrap(), data.len());
+    let after = fs.counters();
+    assert_eq!(
+        after.data_only_logs,
+        before.data_only_logs + 1,
+        "the whole write, once, after it was copied in"
+    );
+    assert_eq!(
+        fs.inner
+            .dirty_bytes
+            .load(std::sync::atomic::Ordering::Acquire),
+        0,
+        "nothing stays buffered"
+    );
+    // Nothing was synced: the written-behind log rolls forward after a process crash.
+    assert_eq!(read_all(&reopen(&dev), "/big"), data);
+    // A pending namespace change leaves it to the buffer limit or a sync (a checkpoint).
+    let g = fs.open_file("/new", OpenFlags::create()).unwrap();
+    g.pwrite(&data, 0).unwrap();
+    assert_eq!(fs.counters().data_only_logs, after.data_only_logs);
+    g.fsync().unwrap();
+    assert_eq!(read_all(&reopen(&dev), "/new"), data);
+}
