@@ -150,8 +150,9 @@ impl Scheduler {
     }
 
     /// The tenant of the calling thread: the one of a [`Charge`] it applies, else the one set
-    /// by [`set_thread_tenant`], else the one for its kernel I/O priority; but while the thread holds work a higher priority waits for
-    /// ([`inherit`](super::inherit)), the tenant of that priority.
+    /// by [`set_thread_tenant`], else the one for its kernel I/O priority; but while the thread
+    /// holds work a higher priority waits for ([`inherit`](super::inherit)), the tenant of that
+    /// priority.
     pub fn current_tenant(&self) -> TenantId {
         let charged = CHARGED_TO.with(Cell::get);
         let explicit = charged.map_or_else(|| THREAD_TENANT.with(Cell::get), |c| c.tenant);
