@@ -491,11 +491,7 @@ impl Inner {
         if self.written_seq.load(AtomicOrdering::Acquire) >= seq {
             return self.check_not_poisoned();
         }
-        {
-            let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
-            let _hold = self.log_inherit.hold();
-            self.write_queued(&mut w, seq)?;
-        }
+        self.write_queued_until(seq)?;
         self.wait_ahead(seq, None).map(drop)
     }
 
@@ -506,11 +502,7 @@ impl Inner {
         if self.durable_seq.load(AtomicOrdering::Acquire) > seq {
             return self.check_not_poisoned();
         }
-        {
-            let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
-            let _hold = self.log_inherit.hold();
-            self.write_queued(&mut w, seq + 1)?;
-        }
+        self.write_queued_until(seq + 1)?;
         self.wait_ahead(seq + 1, Some(&[ino]))?;
         if flush && self.durable_seq.load(AtomicOrdering::Acquire) <= seq {
             self.flush_ahead()?;
@@ -532,11 +524,7 @@ impl Inner {
         for a in own {
             self.write_ahead(a)?;
         }
-        {
-            let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
-            let _hold = self.log_inherit.hold();
-            self.write_queued(&mut w, end)?;
-        }
+        self.write_queued_until(end)?;
         // Logs the log writer wrote whole were flushed with their write if the policy says
         // so; if an earlier payload of the same files was still in flight then, flush again.
         let mut flush = own.iter().any(|a| a.flush);
@@ -694,11 +682,7 @@ impl Inner {
     /// waited for: each sealer waits for its own, which bounds them, and waiting here would tie
     /// every writer's pace to the slowest payload in the device.
     pub(crate) fn wait_in_flight(&self) -> Result<()> {
-        {
-            let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
-            let _hold = self.log_inherit.hold();
-            self.write_queued(&mut w, u64::MAX)?;
-        }
+        self.write_queued_until(u64::MAX)?;
         let pending: Vec<Arc<AheadPayload>> = self
             .ahead_pending
             .lock()
@@ -737,6 +721,14 @@ impl Inner {
         self.count(|c| c.device_flushes += 1);
         self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
         Ok(())
+    }
+
+    /// Takes the log writer (lending this thread's priority while it waits) and writes the
+    /// queued logs below sequence `seq`.
+    fn write_queued_until(&self, seq: u64) -> Result<()> {
+        let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
+        let _hold = self.log_inherit.hold();
+        self.write_queued(&mut w, seq)
     }
 
     /// Writes the queued logs below sequence `seq` with the log writer held (`w`).
@@ -929,23 +921,7 @@ impl Inner {
             return Ok(());
         }
         self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
-        m.writer.charge = st.charge;
-        let mut written = Vec::with_capacity(blocks.len());
-        let flush = self.config.barrier == Barrier::EveryLog;
-        for block in blocks {
-            let d = &st.dirty[&block];
-            let (gen, data) = (d.gen, d.data.clone());
-            let addr = self.log_add_shared(m, DescKind::Data, cell.ino, 0, block, data)?;
-            mark_sealed(&mut st, block, m.writer.seq, flush);
-            let old = st.map.set(block, addr);
-            m.seg_inc(addr, self.segment_blocks);
-            if old != 0 {
-                m.seg_supersede(old, m.writer.seq, self.segment_blocks);
-            }
-            written.push((block, gen, addr));
-        }
-        self.log_add_attr(m, cell.ino, st.size, st.mtime_ns);
-        st.attr_dirty = false;
+        let written = self.seal_file_data(m, cell.ino, &mut st, blocks)?;
         drop(st);
         // The buffers go once the log is written.
         m.writer.release.push((cell.clone(), written));
@@ -1000,23 +976,7 @@ impl Inner {
                 self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
                 open = true;
             }
-            m.writer.charge = st.charge;
-            let mut written = Vec::with_capacity(blocks.len());
-            let flush = self.config.barrier == Barrier::EveryLog;
-            for block in blocks {
-                let d = &st.dirty[&block];
-                let (gen, data) = (d.gen, d.data.clone());
-                let addr = self.log_add_shared(m, DescKind::Data, cell.ino, 0, block, data)?;
-                mark_sealed(&mut st, block, m.writer.seq, flush);
-                let old = st.map.set(block, addr);
-                m.seg_inc(addr, self.segment_blocks);
-                if old != 0 {
-                    m.seg_supersede(old, m.writer.seq, self.segment_blocks);
-                }
-                written.push((block, gen, addr));
-            }
-            self.log_add_attr(m, cell.ino, st.size, st.mtime_ns);
-            st.attr_dirty = false;
+            let written = self.seal_file_data(m, cell.ino, &mut st, blocks)?;
             drop(st);
             m.pending.insert(cell.ino);
             done.push((cell.clone(), written));
@@ -1032,15 +992,41 @@ impl Inner {
         closed
     }
 
-    fn drop_written(&self, st: &mut super::engine::InodeState, written: &[(u64, u64, u64)]) {
+    /// Adds a file's unsealed buffers (`blocks`) and its size and mtime to the open data-only
+    /// log, as the I/O of the file's last writer; returns the release list for them.
+    fn seal_file_data(
+        &self,
+        m: &mut Meta,
+        ino: u64,
+        st: &mut super::engine::InodeState,
+        blocks: Vec<u64>,
+    ) -> Result<Vec<(u64, u64)>> {
+        m.writer.charge = st.charge;
+        let flush = self.config.barrier == Barrier::EveryLog;
+        let mut written = Vec::with_capacity(blocks.len());
+        for block in blocks {
+            let d = &st.dirty[&block];
+            let (gen, data) = (d.gen, d.data.clone());
+            let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, data)?;
+            mark_sealed(st, block, m.writer.seq, flush);
+            let old = st.map.set(block, addr);
+            m.seg_inc(addr, self.segment_blocks);
+            if old != 0 {
+                m.seg_supersede(old, m.writer.seq, self.segment_blocks);
+            }
+            written.push((block, gen));
+        }
+        self.log_add_attr(m, ino, st.size, st.mtime_ns);
+        st.attr_dirty = false;
+        Ok(written)
+    }
+
+    fn drop_written(&self, st: &mut super::engine::InodeState, written: &[(u64, u64)]) {
         let mut released = 0;
-        for &(block, gen, addr) in written {
-            // A later commit may have sealed the same buffer again (a sync while this log waited
-            // for the writer): the map then names that log's copy, which may not be written
-            // yet, and reads must keep finding the buffer until it is.
-            let mapped = st.map.get(block);
-            let resealed = mapped != 0 && mapped != addr;
-            if !resealed && st.dirty.get(&block).is_some_and(|d| d.gen == gen) {
+        for &(block, gen) in written {
+            // A buffer is sealed once per generation (`DirtyBlock::sealed_in`), so the same
+            // generation is never waiting in a later log.
+            if st.dirty.get(&block).is_some_and(|d| d.gen == gen) {
                 st.dirty.remove(&block);
                 released += BLOCK_U64;
             }
@@ -1157,7 +1143,7 @@ impl Inner {
                 if old != 0 {
                     m.seg_dec(old, seq, self.segment_blocks);
                 }
-                done.push((block, gen, addr));
+                done.push((block, gen));
             }
             if let Some(blocks) = dir_blocks.remove(&ino) {
                 for (i, b) in blocks.iter().enumerate() {

@@ -157,7 +157,7 @@ pub(crate) struct Writer {
     pub seq: u64,
     pub log: Option<LogBuild>,
     /// Buffered blocks the next sealed log releases once it is written: `(inode, [(block,
-    /// generation, address)])`, set by a commit just before its last log is sealed.
+    /// generation)])`, set by a commit just before its last log is sealed.
     pub release: Vec<Release>,
     /// Ahead payloads sealed under the current hold of `meta`: the holder writes them after
     /// it lets go ([`MetaGuard`]).
@@ -170,9 +170,9 @@ pub(crate) struct Writer {
     pub charge: Option<crate::sched::Charge>,
 }
 
-/// Buffered blocks of one inode a log writes, as `(block, generation, address)`: they go once
-/// it is written, unless rewritten meanwhile or sealed again in a later log not yet written.
-pub(crate) type Release = (Arc<InodeCell>, Vec<(u64, u64, u64)>);
+/// Buffered blocks of one inode a log writes, as `(block, generation)`: they go once it is
+/// written, unless rewritten meanwhile.
+pub(crate) type Release = (Arc<InodeCell>, Vec<(u64, u64)>);
 
 #[derive(Debug)]
 pub(crate) struct LogBuild {
@@ -690,7 +690,10 @@ impl Inner {
     /// all or nothing.
     fn write_at(&self, cell: &InodeCell, buf: &[u8], offset: Option<u64>) -> Result<(u64, usize)> {
         self.check_writable()?;
+        // Taken before the inode lock: without a tenant it asks the kernel for the ioprio.
+        let charge = crate::sched::Charge::of_current_thread();
         let end;
+        let held;
         {
             let mut st = cell.lock();
             if st.freed {
@@ -746,7 +749,8 @@ impl Inner {
             st.mtime_ns = now_ns();
             st.ctime_ns = st.mtime_ns;
             st.attr_dirty = true;
-            st.charge = Some(crate::sched::Charge::of_current_thread());
+            st.charge = Some(charge);
+            held = st.dirty.len() as u64 * BLOCK_U64;
             self.mark_dirty(cell.ino);
         }
         if self.buffered_bytes() > self.config.dirty_bytes_max {
@@ -772,9 +776,7 @@ impl Inner {
             }
             // The logs are written here, after `meta` is released.
             m.unlock_and_write()?;
-        } else if self.config.ordering == Ordering::Relaxed
-            && cell.lock().dirty.len() as u64 * BLOCK_U64 >= self.write_behind_bytes()
-        {
+        } else if self.config.ordering == Ordering::Relaxed && held >= self.write_behind_bytes() {
             // Write-behind: a file with a large amount buffered goes out now as data-only logs,
             // its writer's I/O, unless a namespace change waits for a checkpoint (then the
             // buffer limit decides).
