@@ -65,6 +65,9 @@ pub(crate) struct InodeState {
     pub freed: bool,
     /// Whose I/O writing its buffered data is: its last writer's ([`crate::sched::Charge`]).
     pub charge: Option<crate::sched::Charge>,
+    /// Raised whenever a name of this inode is removed or moved: the path cache's entries
+    /// for it are stale from then (see `names`).
+    pub names_gen: u64,
 }
 
 impl InodeState {
@@ -85,6 +88,7 @@ impl InodeState {
             attr_dirty: true,
             open: 0,
             freed: false,
+            names_gen: 0,
             charge: None,
         }
     }
@@ -411,6 +415,8 @@ pub(crate) struct Inner {
     pub mount_point: Mutex<Option<String>>,
     /// [`AtimePolicy`] as its code.
     pub atime: std::sync::atomic::AtomicU8,
+    /// Paths of the live tree to inodes, for lookups without `meta`.
+    pub names: super::names::NameCache,
 }
 
 /// Why the background thread should wake before its period ends.
@@ -898,6 +904,12 @@ impl Inner {
     /// one from the pool's root, after removing the mount point set with
     /// [`Fs::set_mount_point`] (a target outside it is not found). At most 40 links are followed.
     pub fn resolve(&self, m: &Meta, path: &str, follow_last: bool) -> Result<u64> {
+        self.resolve_traced(m, path, follow_last)
+            .map(|(ino, _)| ino)
+    }
+
+    /// [`Inner::resolve`], also telling whether no symbolic link was followed on the way.
+    pub fn resolve_traced(&self, m: &Meta, path: &str, follow_last: bool) -> Result<(u64, bool)> {
         const LINKS_MAX: u32 = 40;
         let mut todo: Vec<String> = path
             .split('/')
@@ -961,7 +973,18 @@ impl Inner {
             trail.push(cur);
             cur = child;
         }
-        Ok(cur)
+        Ok((cur, links == 0))
+    }
+
+    /// Remembers in the path cache that `path` names `cell`, when it resolved with no link
+    /// followed (`plain`) and is not a link itself. Under `meta`.
+    fn remember(&self, path: &str, plain: bool, cell: &Arc<InodeCell>) {
+        if plain {
+            let st = cell.lock();
+            if st.kind != FileKind::Symlink && !st.freed {
+                self.names.insert(path, cell, &st);
+            }
+        }
     }
 
     /// A symbolic link's target.
@@ -1078,6 +1101,7 @@ impl Inner {
         let cell = self.cell(m, ino)?;
         let free = {
             let mut st = cell.lock();
+            st.names_gen += 1;
             st.nlink = if st.kind == FileKind::Dir {
                 0
             } else {
@@ -1373,25 +1397,40 @@ impl Fs {
         if (flags.write || flags.create || flags.truncate) && inner.read_only {
             return Err(Error::ReadOnly(path.to_string()));
         }
-        let mut m = inner.lock_meta();
-        let cell = match inner.lookup(&m, path) {
-            Ok(ino) => {
-                if flags.create && flags.exclusive {
-                    return Err(Error::Exists(path.to_string()));
+        let cell = match self.open_cached(path, flags)? {
+            Some(cell) => cell,
+            None => {
+                let mut m = inner.lock_meta();
+                let (cell, plain) = match inner.resolve_traced(&m, path, true) {
+                    Ok((ino, plain)) => {
+                        if flags.create && flags.exclusive {
+                            return Err(Error::Exists(path.to_string()));
+                        }
+                        (inner.cell(&m, ino)?, plain)
+                    }
+                    Err(Error::NotFound(_)) if flags.create => {
+                        let (parent, name) = inner.parent_of(&m, path)?;
+                        let cell =
+                            inner.create_inode(&mut m, parent, name, FileKind::File, flags.mode);
+                        // Plain if the parent's path is: resolved again only to find out.
+                        let plain = super::names::is_plain(path)
+                            && inner.resolve_traced(&m, path, false).is_ok_and(|(_, p)| p);
+                        (cell, plain)
+                    }
+                    Err(e) => return Err(e),
+                };
+                inner.remember(path, plain, &cell);
+                {
+                    let mut st = cell.lock();
+                    if st.kind == FileKind::Dir && (flags.write || flags.truncate) {
+                        return Err(Error::IsDir(path.to_string()));
+                    }
+                    st.open += 1;
                 }
-                inner.cell(&m, ino)?
+                drop(m);
+                cell
             }
-            Err(Error::NotFound(_)) if flags.create => {
-                let (parent, name) = inner.parent_of(&m, path)?;
-                inner.create_inode(&mut m, parent, name, FileKind::File, flags.mode)
-            }
-            Err(e) => return Err(e),
         };
-        if cell.lock().kind == FileKind::Dir && (flags.write || flags.truncate) {
-            return Err(Error::IsDir(path.to_string()));
-        }
-        cell.lock().open += 1;
-        drop(m);
         let file = File {
             inner: inner.clone(),
             cell,
@@ -1429,6 +1468,7 @@ impl Fs {
         if !m.dirs[&ino].is_empty() {
             return Err(Error::NotEmpty(path.to_string()));
         }
+        self.inner.names.dirs_changed();
         m.dirs.get_mut(&parent).expect("parent").remove(name);
         if let Some(p) = m.inodes.get(&parent) {
             let mut st = p.lock();
@@ -1497,6 +1537,14 @@ impl Fs {
                 _ => {}
             }
         }
+        // Paths through a moved or replaced directory change meaning; the moved inode's old
+        // path is gone (a replaced one's is counted by `drop_link`).
+        if is_dir || replaced.is_some_and(|(_, d)| d) {
+            inner.names.dirs_changed();
+        }
+        if let Some(c) = m.inodes.get(&ino) {
+            c.lock().names_gen += 1;
+        }
         m.dirs
             .get_mut(&src_parent)
             .expect("parent")
@@ -1530,12 +1578,48 @@ impl Fs {
     }
 
     pub fn stat(&self, path: &str) -> Result<Stat> {
+        self.stat_at(path, true)
+    }
+
+    /// `stat` (`follow`) or `lstat`: from the path cache when it holds the path.
+    fn stat_at(&self, path: &str, follow: bool) -> Result<Stat> {
         self.inner.check_usable()?;
+        if let Some(hit) = self.inner.names.get(path) {
+            let valid = hit.valid(&hit.cell.lock(), &self.inner.names);
+            if valid {
+                return self.inner.stat_cell(&hit.cell);
+            }
+            self.inner.names.forget(path);
+        }
         let m = self.inner.lock_meta();
-        let ino = self.inner.lookup(&m, path)?;
+        let (ino, plain) = self.inner.resolve_traced(&m, path, follow)?;
         let cell = self.inner.cell(&m, ino)?;
+        self.inner.remember(path, plain, &cell);
         drop(m);
         self.inner.stat_cell(&cell)
+    }
+
+    /// `open_file` of a path the path cache holds, without `meta`: `None` sends it the long way
+    /// (not cached, stale, or a truncation, which changes the file under `meta` anyway).
+    fn open_cached(&self, path: &str, flags: OpenFlags) -> Result<Option<Arc<InodeCell>>> {
+        let Some(hit) = self.inner.names.get(path) else {
+            return Ok(None);
+        };
+        let mut st = hit.cell.lock();
+        if !hit.valid(&st, &self.inner.names) {
+            drop(st);
+            self.inner.names.forget(path);
+            return Ok(None);
+        }
+        if flags.create && flags.exclusive {
+            return Err(Error::Exists(path.to_string()));
+        }
+        if st.kind == FileKind::Dir && (flags.write || flags.truncate) {
+            return Err(Error::IsDir(path.to_string()));
+        }
+        st.open += 1;
+        drop(st);
+        Ok(Some(hit.cell))
     }
 
     /// Changes a file's or directory's attributes (chmod, chown, utimens), following a
@@ -1568,12 +1652,7 @@ impl Fs {
 
     /// Like [`Fs::stat`], but a symbolic link is described itself, not followed.
     pub fn lstat(&self, path: &str) -> Result<Stat> {
-        self.inner.check_usable()?;
-        let m = self.inner.lock_meta();
-        let ino = self.inner.resolve(&m, path, false)?;
-        let cell = self.inner.cell(&m, ino)?;
-        drop(m);
-        self.inner.stat_cell(&cell)
+        self.stat_at(path, false)
     }
 
     /// Makes a symbolic link at `path` to `target` (stored as given).

@@ -7,6 +7,7 @@
 //! - [`fsck`]: checking a pool without changing it, and repairing a damaged one.
 //! - [`recovery`]: making a pool, and opening one: newest superblock, its checkpoint, roll-forward.
 //! - `map`: a file's block map in memory.
+//! - `names`: the path cache that lets `open` and `stat` skip `meta`.
 //!
 //! This module owns the pool's contents. It must not touch the device except through [`Device`].
 
@@ -24,6 +25,7 @@ pub mod fsck;
 pub mod lifecycle;
 pub mod locks;
 mod map;
+mod names;
 pub mod recovery;
 
 pub use engine::{File, Fs};

@@ -81,6 +81,7 @@ fn new_inner(
         wake: Arc::new((Mutex::new(Wake::default()), Condvar::new())),
         inherit: crate::sched::inherit::Inheritance::new(),
         locks: super::locks::LockTable::new(),
+        names: Default::default(),
         mount_point: Mutex::new(None),
         atime: std::sync::atomic::AtomicU8::new(AtimePolicy::Relatime as u8),
     }
@@ -404,6 +405,7 @@ pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Resu
             open: 0,
             freed: false,
             charge: None,
+            names_gen: 0,
         };
         cells.insert(
             ino,

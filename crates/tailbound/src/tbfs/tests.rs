@@ -1502,3 +1502,103 @@ fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     g.fsync().unwrap();
     assert_eq!(read_all(&reopen(&dev), "/new"), data);
 }
+
+/// Opens `path` read-only and returns its contents, or the error.
+fn try_read(fs: &Fs, path: &str) -> Result<Vec<u8>> {
+    let f = fs.open_file(path, OpenFlags::read_only())?;
+    let mut buf = vec![0u8; f.stat()?.size as usize];
+    let n = f.pread(&mut buf, 0)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+#[test]
+fn the_path_cache_answers_open_and_stat_and_never_outlives_a_name() {
+    let dev = device(8 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    let put = |path: &str, data: &[u8]| {
+        fs.open_file(path, OpenFlags::create())
+            .unwrap()
+            .write(data)
+            .unwrap();
+    };
+    fs.mkdir("/d", 0o755).unwrap();
+    put("/d/f", b"one");
+    // A created file, a stat and an open all land in the cache; non-plain paths do not.
+    assert_eq!(fs.stat("/d/f").unwrap().size, 3);
+    assert_eq!(fs.stat("d/./f").unwrap().size, 3);
+    assert_eq!(try_read(&fs, "/d/f").unwrap(), b"one");
+    assert_eq!(fs.inner.names.len(), 1, "only /d/f is kept");
+
+    // Unlink: the cached path misses, with or without an open handle; the handle keeps the data.
+    let held = fs.open_file("/d/f", OpenFlags::read_only()).unwrap();
+    fs.unlink("/d/f").unwrap();
+    assert!(matches!(fs.stat("/d/f"), Err(Error::NotFound(_))));
+    assert!(matches!(try_read(&fs, "/d/f"), Err(Error::NotFound(_))));
+    let mut back = [0u8; 3];
+    assert_eq!(held.pread(&mut back, 0).unwrap(), 3);
+    assert_eq!(&back, b"one");
+    drop(held);
+    // A new file under the same name is the one found.
+    put("/d/f", b"two!");
+    assert_eq!(try_read(&fs, "/d/f").unwrap(), b"two!");
+    // O_EXCL on a cached path still fails.
+    assert!(matches!(
+        fs.open_file(
+            "/d/f",
+            OpenFlags {
+                exclusive: true,
+                ..OpenFlags::create()
+            }
+        ),
+        Err(Error::Exists(_))
+    ));
+
+    // Rename of the file: the old path misses, the new one and a replaced one are right.
+    put("/d/g", b"gee");
+    assert_eq!(try_read(&fs, "/d/g").unwrap(), b"gee");
+    fs.rename("/d/f", "/d/g").unwrap();
+    assert!(matches!(fs.stat("/d/f"), Err(Error::NotFound(_))));
+    assert_eq!(try_read(&fs, "/d/g").unwrap(), b"two!");
+
+    // Rename of the directory above: paths through its old name miss.
+    assert_eq!(fs.stat("/d/g").unwrap().size, 4);
+    fs.rename("/d", "/e").unwrap();
+    assert!(matches!(fs.stat("/d/g"), Err(Error::NotFound(_))));
+    assert!(matches!(try_read(&fs, "/d/g"), Err(Error::NotFound(_))));
+    assert_eq!(try_read(&fs, "/e/g").unwrap(), b"two!");
+    // A new directory under the old name holds what is made in it, not the old entries.
+    fs.mkdir("/d", 0o755).unwrap();
+    assert!(matches!(fs.stat("/d/g"), Err(Error::NotFound(_))));
+    put("/d/g", b"new");
+    assert_eq!(try_read(&fs, "/d/g").unwrap(), b"new");
+
+    // Hard links: removing one name leaves the other found.
+    fs.link("/e/g", "/e/h").unwrap();
+    assert_eq!(try_read(&fs, "/e/h").unwrap(), b"two!");
+    fs.unlink("/e/g").unwrap();
+    assert!(matches!(fs.stat("/e/g"), Err(Error::NotFound(_))));
+    assert_eq!(try_read(&fs, "/e/h").unwrap(), b"two!");
+
+    // A path through a symbolic link follows the link as it is now.
+    put("/x", b"ex");
+    put("/y", b"why");
+    fs.symlink("/x", "/l").unwrap();
+    assert_eq!(try_read(&fs, "/l").unwrap(), b"ex");
+    assert_eq!(fs.lstat("/l").unwrap().kind, FileKind::Symlink);
+    fs.unlink("/l").unwrap();
+    fs.symlink("/y", "/l").unwrap();
+    assert_eq!(try_read(&fs, "/l").unwrap(), b"why");
+    assert_eq!(fs.lstat("/l").unwrap().kind, FileKind::Symlink);
+
+    // A directory opened for writing is refused whether cached or not.
+    assert!(fs.stat("/e").is_ok());
+    assert!(matches!(
+        fs.open_file("/e", OpenFlags::create()),
+        Err(Error::IsDir(_))
+    ));
+}
