@@ -566,7 +566,11 @@ fn mkfs(
             BarrierArg::Superblock => Barrier::Superblock,
         },
         segment_bytes: segment_size.unwrap_or_else(|| fsck::default_segment_bytes(size)),
-        ..Config::default()
+        ..if backend == Backend::Memory {
+            Config::memory_pool()
+        } else {
+            Config::default()
+        }
     };
     let dev: Arc<dyn Device> = match backend {
         Backend::Memory => Arc::new(

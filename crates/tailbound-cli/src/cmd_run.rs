@@ -135,7 +135,12 @@ pub fn ensure_pool(path: &Path, size: u64, backend: &str) -> Result<bool, String
             Arc::new(create_memory_pool(path, size).map_err(|e| format!("creating the pool: {e}"))?)
         }
     };
-    let fs = Fs::format(dev, &Config::default())
+    let config = if backend == "file" {
+        Config::default()
+    } else {
+        Config::memory_pool()
+    };
+    let fs = Fs::format(dev, &config)
         .map_err(|e| format!("{}: formatting the pool: {e}", path.display()))?;
     fs.close()
         .map_err(|e| format!("{}: closing the new pool: {e}", path.display()))?;

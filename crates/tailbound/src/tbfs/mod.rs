@@ -131,6 +131,20 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// The defaults for a pool in memory (`MemoryPool`): as [`Config::default`], but without a
+    /// protection period. A memory pool is a process's working tree, gone at reboot; an hour of
+    /// plain checkpoints kept in it would hold every deleted or overwritten byte of that hour in
+    /// memory (the pool would fill with history, and the cleaner could not free it). Snapshots
+    /// still keep what they name, and the newest checkpoint is always kept.
+    pub fn memory_pool() -> Config {
+        Config {
+            protection_period: Duration::ZERO,
+            ..Config::default()
+        }
+    }
+}
+
 /// Options for opening an existing pool.
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {

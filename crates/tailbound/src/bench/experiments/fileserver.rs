@@ -351,10 +351,12 @@ impl FileserverBench {
     }
 }
 
-/// Creates a memory pool of `bytes` at `path` (cleared in tmpfs) and formats it with the defaults.
+/// Creates a memory pool of `bytes` at `path` (cleared in tmpfs) and formats it with a memory
+/// pool's defaults, as `tailbound run` does.
 fn make_pool(path: &Path, bytes: u64) -> Result<Fs, String> {
     let pool = MemoryPool::create(path, bytes).map_err(|e| e.to_string())?;
-    Fs::format(Arc::new(pool), &Config::default()).map_err(|e| format!("formatting the pool: {e}"))
+    Fs::format(Arc::new(pool), &Config::memory_pool())
+        .map_err(|e| format!("formatting the pool: {e}"))
 }
 
 fn program_exists(name: &str) -> bool {
