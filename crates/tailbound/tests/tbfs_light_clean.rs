@@ -88,7 +88,16 @@ fn assert_no_damage(image: Vec<u8>, what: &str) {
     let dev = SimDevice::from_image(image);
     let report = fsck::check(&dev).unwrap_or_else(|e| panic!("{what}: fsck failed: {e}"));
     let damage: Vec<String> = report.damage().map(|f| f.to_string()).collect();
-    assert!(damage.is_empty(), "{what}: fsck found damage: {damage:#?}");
+    // A cut during a sync's superblock write (before the flush that ends the sync) tears that
+    // copy: a crash state the other copy is there for, and recovery (checked after) uses it.
+    // One torn copy is allowed; anything else, or both copies, is damage.
+    let torn_superblock = |f: &String| f.starts_with("damage: superblock ") && f.contains("CRC");
+    let torn = damage.iter().filter(|f| torn_superblock(f)).count();
+    let rest: Vec<&String> = damage.iter().filter(|f| !torn_superblock(f)).collect();
+    assert!(
+        rest.is_empty() && torn <= 1,
+        "{what}: fsck found damage: {damage:#?}"
+    );
 }
 
 /// One run; returns the light passes the cleaner made before the power went out and the
