@@ -17,7 +17,7 @@
 //! unlink leaves the inode to its last close, or the unlink counts first and the open misses.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -86,9 +86,7 @@ pub(crate) fn is_plain(path: &str) -> bool {
 
 impl NameCache {
     fn shard(&self, key: &str) -> &RwLock<HashMap<String, Entry>> {
-        let mut h = self.hasher.build_hasher();
-        key.hash(&mut h);
-        &self.shards[h.finish() as usize % SHARDS]
+        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
     }
 
     pub fn get(&self, path: &str) -> Option<Hit> {
