@@ -127,6 +127,9 @@ impl InodeCell {
     }
 }
 
+/// Inode pages kept in [`Meta::ifile_cache`] (16 MiB); past it the cache starts over.
+pub(crate) const IFILE_CACHE_PAGES: usize = 4096;
+
 /// A directory's entries: name → (inode, is a directory).
 pub(crate) type DirEntries = BTreeMap<String, (u64, bool)>;
 
@@ -335,6 +338,10 @@ pub(crate) struct Meta {
     pub in_refresh: bool,
     /// Inode pages the cleaner moves: rewritten at the next checkpoint.
     pub pages_dirty: BTreeSet<u64>,
+    /// Inode pages as the newest checkpoint wrote them, so the next one re-encodes only the
+    /// slots of inodes it writes (bounded by [`IFILE_CACHE_PAGES`]; a page missing is encoded
+    /// whole).
+    pub ifile_cache: HashMap<u64, Box<format::Block>>,
     /// Retention, snapshots, pinned blocks and the checkpoint's tables.
     pub life: super::lifecycle::Life,
     /// The cleaner is running (no nested cleaning from `ensure_space`).
