@@ -342,6 +342,8 @@ pub(crate) struct Meta {
     /// slots of inodes it writes (bounded by [`IFILE_CACHE_PAGES`]; a page missing is encoded
     /// whole).
     pub ifile_cache: HashMap<u64, Box<format::Block>>,
+    /// Checkpoints in progress: 2 while one runs inside another's space check.
+    pub checkpoint_depth: u32,
     /// Retention, snapshots, pinned blocks and the checkpoint's tables.
     pub life: super::lifecycle::Life,
     /// The cleaner is running (no nested cleaning from `ensure_space`).
@@ -1019,6 +1021,12 @@ impl Inner {
 
     /// Splits a path into its parent directory's inode and the last name.
     pub fn parent_of<'p>(&self, m: &Meta, path: &'p str) -> Result<(u64, &'p str)> {
+        self.parent_of_traced(m, path)
+            .map(|(parent, name, _)| (parent, name))
+    }
+
+    /// [`Inner::parent_of`], also telling whether no symbolic link was followed to the parent.
+    pub fn parent_of_traced<'p>(&self, m: &Meta, path: &'p str) -> Result<(u64, &'p str, bool)> {
         let trimmed = path.trim_end_matches('/');
         let (dir, name) = match trimmed.rfind('/') {
             Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
@@ -1032,11 +1040,11 @@ impl Inner {
         if name.len() > NAME_MAX {
             return Err(Error::NameTooLong(path.to_string()));
         }
-        let parent = self.lookup(m, dir)?;
+        let (parent, plain) = self.resolve_traced(m, dir, true)?;
         if !m.dirs.contains_key(&parent) {
             return Err(Error::NotDir(path.to_string()));
         }
-        Ok((parent, name))
+        Ok((parent, name, plain))
     }
 
     pub fn cell(&self, m: &Meta, ino: u64) -> Result<Arc<InodeCell>> {
@@ -1416,12 +1424,9 @@ impl Fs {
                         (inner.cell(&m, ino)?, plain)
                     }
                     Err(Error::NotFound(_)) if flags.create => {
-                        let (parent, name) = inner.parent_of(&m, path)?;
+                        let (parent, name, plain) = inner.parent_of_traced(&m, path)?;
                         let cell =
                             inner.create_inode(&mut m, parent, name, FileKind::File, flags.mode);
-                        // Plain if the parent's path is: resolved again only to find out.
-                        let plain = super::names::is_plain(path)
-                            && inner.resolve_traced(&m, path, false).is_ok_and(|(_, p)| p);
                         (cell, plain)
                     }
                     Err(e) => return Err(e),

@@ -79,11 +79,6 @@ fn plain(path: &str) -> Option<&str> {
     ok.then_some(rel)
 }
 
-/// Whether the cache can keep `path` (see [`plain`]).
-pub(crate) fn is_plain(path: &str) -> bool {
-    plain(path).is_some()
-}
-
 impl NameCache {
     fn shard(&self, key: &str) -> &RwLock<HashMap<String, Entry>> {
         &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
