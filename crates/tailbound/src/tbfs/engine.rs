@@ -919,6 +919,9 @@ impl Inner {
 
     /// [`Inner::resolve`], also telling whether no symbolic link was followed on the way.
     pub fn resolve_traced(&self, m: &Meta, path: &str, follow_last: bool) -> Result<(u64, bool)> {
+        if let Some(found) = self.resolve_plain(m, path, follow_last) {
+            return found;
+        }
         const LINKS_MAX: u32 = 40;
         let mut todo: Vec<String> = path
             .split('/')
@@ -983,6 +986,41 @@ impl Inner {
             cur = child;
         }
         Ok((cur, links == 0))
+    }
+
+    /// [`Inner::resolve_traced`] without allocating, for a path with no `..` that meets no
+    /// symbolic link to follow (the common case); `None` sends the others the general way.
+    fn resolve_plain(
+        &self,
+        m: &Meta,
+        path: &str,
+        follow_last: bool,
+    ) -> Option<Result<(u64, bool)>> {
+        let mut parts = path
+            .split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+            .peekable();
+        let mut cur = ROOT_INO;
+        while let Some(part) = parts.next() {
+            if part == ".." {
+                return None;
+            }
+            let Some(entries) = m.dirs.get(&cur) else {
+                return Some(Err(Error::NotDir(path.to_string())));
+            };
+            let Some(&(child, is_dir)) = entries.get(part) else {
+                return Some(Err(Error::NotFound(path.to_string())));
+            };
+            let last = parts.peek().is_none();
+            if !is_dir && (follow_last || !last) {
+                let cell = m.inodes.get(&child)?;
+                if cell.lock().kind == FileKind::Symlink {
+                    return None;
+                }
+            }
+            cur = child;
+        }
+        Some(Ok((cur, true)))
     }
 
     /// Remembers in the path cache that `path` names `cell`, when it resolved with no link
