@@ -4,18 +4,22 @@
 //! for tests and experiments. Reads and writes are memory copies. A pool made in tmpfs has every
 //! page reserved, cleared and mapped when it is created ([`MemoryPool::create_with_progress`]), so
 //! the log writer never stops to have the kernel allocate and zero a page; a pool opened again is
-//! mapped writable a segment ahead of the writer ([`Device::prepare_write`]).
+//! mapped writable a segment ahead of the writer ([`Device::prepare_write`]), each MiB once.
 //!
 //! Contract with the engine: no thread writes a range while another reads or writes it.
 
 use std::fs::OpenOptions;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{check_request, Device, BLOCK_SIZE};
 use crate::sys::mmap::SharedMapping;
 
 const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// [`MemoryPool::prepare_write`] maps the pool writable in pieces of this size, each once.
+const POPULATE_CHUNK: u64 = 1 << 20;
 
 /// What `flush` does, which is what makes a write durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +42,13 @@ pub struct MemoryPool {
     map: SharedMapping,
     len: u64,
     persistence: Persistence,
+    /// Per [`POPULATE_CHUNK`] of the pool: already mapped writable (walking the page tables of
+    /// a mapped segment again each time the writer enters it took a few percent of all CPU
+    /// time under the engine's lock).
+    populated: Box<[AtomicBool]>,
+    /// Chunks `prepare_write` mapped (tests).
+    #[cfg(test)]
+    populate_calls: std::sync::atomic::AtomicU64,
 }
 
 impl MemoryPool {
@@ -99,11 +110,15 @@ impl MemoryPool {
             match self.map.populate_write(done as usize, n as usize) {
                 Ok(()) => {}
                 // No MADV_POPULATE_WRITE (before 5.14): pages fault in on first use instead.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
                 Err(e) => return Err(e),
             }
             done += n;
             progress(done, self.len);
+        }
+        // Mapped (or not possible here): `prepare_write` has nothing left to do.
+        for c in self.populated.iter() {
+            c.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -160,6 +175,9 @@ impl MemoryPool {
             map,
             len,
             persistence,
+            populated: chunks(len),
+            #[cfg(test)]
+            populate_calls: Default::default(),
         })
     }
 
@@ -171,6 +189,9 @@ impl MemoryPool {
             map: SharedMapping::anonymous(len as usize)?,
             len,
             persistence: Persistence::Process,
+            populated: chunks(len),
+            #[cfg(test)]
+            populate_calls: Default::default(),
         })
     }
 
@@ -212,12 +233,31 @@ impl Device for MemoryPool {
     fn prepare_write(&self, offset: u64, len: u64) {
         // Only tmpfs: populating a disk file's mapping would read it in. Best effort: kernels
         // before 5.14 lack MADV_POPULATE_WRITE and fault the pages in on first use instead.
-        if self.persistence == Persistence::Tmpfs
-            && check_request(self, offset, len as usize).is_ok()
+        if self.persistence != Persistence::Tmpfs
+            || check_request(self, offset, len as usize).is_err()
         {
-            let _ = self.map.populate_write(offset as usize, len as usize);
+            return;
+        }
+        let first = offset / POPULATE_CHUNK;
+        let end = (offset + len).div_ceil(POPULATE_CHUNK);
+        for c in first..end {
+            if self.populated[c as usize].swap(true, Ordering::Relaxed) {
+                continue;
+            }
+            let start = c * POPULATE_CHUNK;
+            let n = POPULATE_CHUNK.min(self.len - start);
+            #[cfg(test)]
+            self.populate_calls.fetch_add(1, Ordering::Relaxed);
+            let _ = self.map.populate_write(start as usize, n as usize);
         }
     }
+}
+
+/// One "not yet mapped" flag per [`POPULATE_CHUNK`] of a pool of `len` bytes.
+fn chunks(len: u64) -> Box<[AtomicBool]> {
+    (0..len.div_ceil(POPULATE_CHUNK))
+        .map(|_| AtomicBool::new(false))
+        .collect()
 }
 
 #[cfg(test)]
@@ -262,6 +302,38 @@ mod tests {
             faults >= 1024,
             "{faults} page faults writing a reopened pool"
         );
+    }
+
+    #[test]
+    fn prepare_write_maps_each_piece_of_a_pool_once() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let len = 8u64 << 20;
+        let calls = |p: &MemoryPool| p.populate_calls.load(Ordering::Relaxed);
+        // A new pool is mapped whole when made: nothing left to prepare.
+        let pool = MemoryPool::create(dir.path().join("pool"), len).unwrap();
+        pool.prepare_write(0, len);
+        assert_eq!(calls(&pool), 0);
+        drop(pool);
+        // Opened again: the first preparation of a range maps its pieces, later ones nothing,
+        // and the stores after it take no page faults.
+        let pool = MemoryPool::open(dir.path().join("pool")).unwrap();
+        pool.prepare_write(2 << 20, 2 << 20);
+        assert_eq!(calls(&pool), 2);
+        pool.prepare_write(2 << 20, 2 << 20);
+        pool.prepare_write(3 << 20, 1 << 20);
+        assert_eq!(calls(&pool), 2);
+        pool.prepare_write((3 << 20) + 4096, 1 << 20);
+        assert_eq!(calls(&pool), 3, "a range reaching into the next piece maps that one");
+        let block = [7u8; BLOCK_SIZE as usize];
+        let before = crate::sys::proc::thread_minor_faults().unwrap();
+        for i in 0..(2 << 20) / BLOCK_SIZE {
+            pool.write_at((2 << 20) + i * BLOCK_SIZE, &block).unwrap();
+        }
+        let faults = crate::sys::proc::thread_minor_faults().unwrap() - before;
+        assert!(faults < 64, "{faults} page faults in a prepared range");
+        // Out of range: ignored.
+        pool.prepare_write(len, 4096);
+        assert_eq!(calls(&pool), 3);
     }
 
     #[test]
