@@ -4,7 +4,8 @@
 //! for tests and experiments. Reads and writes are memory copies. A pool made in tmpfs has every
 //! page reserved, cleared and mapped when it is created ([`MemoryPool::create_with_progress`]), so
 //! the log writer never stops to have the kernel allocate and zero a page; a pool opened again is
-//! mapped writable a segment ahead of the writer ([`Device::prepare_write`]), each MiB once.
+//! mapped writable by a background thread, and a segment ahead of the writer
+//! ([`Device::prepare_write`]) where that thread has not been yet, each MiB once.
 //!
 //! Contract with the engine: no thread writes a range while another reads or writes it.
 
@@ -12,6 +13,7 @@ use std::fs::OpenOptions;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::{check_request, Device, BLOCK_SIZE};
 use crate::sys::mmap::SharedMapping;
@@ -39,13 +41,15 @@ pub enum Persistence {
 pub struct MemoryPool {
     /// Holds the pool lock while the pool is open (none for anonymous memory).
     _file: Option<std::fs::File>,
-    map: SharedMapping,
+    map: Arc<SharedMapping>,
     len: u64,
     persistence: Persistence,
     /// Per [`POPULATE_CHUNK`] of the pool: already mapped writable (walking the page tables of
     /// a mapped segment again each time the writer enters it took a few percent of all CPU
     /// time under the engine's lock).
-    populated: Box<[AtomicBool]>,
+    populated: Arc<[AtomicBool]>,
+    /// The thread mapping a reopened tmpfs pool, and what stops it.
+    populator: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
     /// Chunks `prepare_write` mapped (tests).
     #[cfg(test)]
     populate_calls: std::sync::atomic::AtomicU64,
@@ -123,9 +127,62 @@ impl MemoryPool {
         Ok(())
     }
 
-    /// Maps an existing file; the pool is its size rounded down to whole blocks.
+    /// Maps an existing file; the pool is its size rounded down to whole blocks. In tmpfs a
+    /// background thread then maps the pool writable, so the writer rarely takes a page fault
+    /// or waits to map a segment.
     pub fn open(path: impl AsRef<Path>) -> io::Result<MemoryPool> {
-        let path = path.as_ref();
+        let pool = MemoryPool::open_mapped(path.as_ref())?;
+        if pool.persistence == Persistence::Tmpfs {
+            pool.start_populating();
+        }
+        Ok(pool)
+    }
+
+    /// Maps the pool writable from a background thread, a chunk at a time, skipping what
+    /// `prepare_write` already did; stopped when the pool is dropped.
+    fn start_populating(&self) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (map, populated, len) = (self.map.clone(), self.populated.clone(), self.len);
+        let stopped = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tbfs-populate".into())
+            .spawn(move || {
+                for (c, flag) in populated.iter().enumerate() {
+                    if stopped.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if flag.swap(true, Ordering::Relaxed) {
+                        continue;
+                    }
+                    let start = c as u64 * POPULATE_CHUNK;
+                    let n = POPULATE_CHUNK.min(len - start);
+                    if map.populate_write(start as usize, n as usize).is_err() {
+                        // No MADV_POPULATE_WRITE, or no memory for it: pages fault in on use.
+                        return;
+                    }
+                }
+            });
+        // Without the thread, `prepare_write` and page faults do the same work.
+        if let Ok(handle) = spawned {
+            *self.populator.lock().unwrap_or_else(|p| p.into_inner()) = Some((stop, handle));
+        }
+    }
+
+    /// Stops the background mapping thread, if any, and waits for it.
+    fn stop_populating(&self) {
+        let running = self
+            .populator
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((stop, handle)) = running {
+            stop.store(true, Ordering::Relaxed);
+            let _ = handle.join();
+        }
+    }
+
+    /// [`MemoryPool::open`] without the background mapping.
+    fn open_mapped(path: &Path) -> io::Result<MemoryPool> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -172,10 +229,11 @@ impl MemoryPool {
         };
         Ok(MemoryPool {
             _file: Some(file),
-            map,
+            map: Arc::new(map),
             len,
             persistence,
             populated: chunks(len),
+            populator: Mutex::new(None),
             #[cfg(test)]
             populate_calls: Default::default(),
         })
@@ -186,10 +244,11 @@ impl MemoryPool {
         let len = len / BLOCK_SIZE * BLOCK_SIZE;
         Ok(MemoryPool {
             _file: None,
-            map: SharedMapping::anonymous(len as usize)?,
+            map: Arc::new(SharedMapping::anonymous(len as usize)?),
             len,
             persistence: Persistence::Process,
             populated: chunks(len),
+            populator: Mutex::new(None),
             #[cfg(test)]
             populate_calls: Default::default(),
         })
@@ -254,10 +313,16 @@ impl Device for MemoryPool {
 }
 
 /// One "not yet mapped" flag per [`POPULATE_CHUNK`] of a pool of `len` bytes.
-fn chunks(len: u64) -> Box<[AtomicBool]> {
+fn chunks(len: u64) -> Arc<[AtomicBool]> {
     (0..len.div_ceil(POPULATE_CHUNK))
         .map(|_| AtomicBool::new(false))
         .collect()
+}
+
+impl Drop for MemoryPool {
+    fn drop(&mut self) {
+        self.stop_populating();
+    }
 }
 
 #[cfg(test)]
@@ -290,9 +355,10 @@ mod tests {
             faults < 64,
             "{faults} page faults writing 2,048 pages of a new pool"
         );
-        // A pool opened again is mapped lazily: the same stores fault (the check can tell).
+        // A pool mapped again without the background thread: the same stores fault (the check
+        // can tell).
         drop(pool);
-        let pool = MemoryPool::open(dir.path().join("pool")).unwrap();
+        let pool = MemoryPool::open_mapped(&dir.path().join("pool")).unwrap();
         let before = crate::sys::proc::thread_minor_faults().unwrap();
         for i in 0..len / BLOCK_SIZE {
             pool.write_at(i * BLOCK_SIZE, &block).unwrap();
@@ -314,16 +380,20 @@ mod tests {
         pool.prepare_write(0, len);
         assert_eq!(calls(&pool), 0);
         drop(pool);
-        // Opened again: the first preparation of a range maps its pieces, later ones nothing,
-        // and the stores after it take no page faults.
-        let pool = MemoryPool::open(dir.path().join("pool")).unwrap();
+        // Mapped again (no background thread): the first preparation of a range maps its
+        // pieces, later ones nothing, and the stores after it take no page faults.
+        let pool = MemoryPool::open_mapped(&dir.path().join("pool")).unwrap();
         pool.prepare_write(2 << 20, 2 << 20);
         assert_eq!(calls(&pool), 2);
         pool.prepare_write(2 << 20, 2 << 20);
         pool.prepare_write(3 << 20, 1 << 20);
         assert_eq!(calls(&pool), 2);
         pool.prepare_write((3 << 20) + 4096, 1 << 20);
-        assert_eq!(calls(&pool), 3, "a range reaching into the next piece maps that one");
+        assert_eq!(
+            calls(&pool),
+            3,
+            "a range reaching into the next piece maps that one"
+        );
         let block = [7u8; BLOCK_SIZE as usize];
         let before = crate::sys::proc::thread_minor_faults().unwrap();
         for i in 0..(2 << 20) / BLOCK_SIZE {
@@ -334,6 +404,34 @@ mod tests {
         // Out of range: ignored.
         pool.prepare_write(len, 4096);
         assert_eq!(calls(&pool), 3);
+    }
+
+    #[test]
+    fn a_reopened_shm_pool_is_mapped_in_the_background() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let len = 8u64 << 20;
+        drop(MemoryPool::create(dir.path().join("pool"), len).unwrap());
+        let pool = MemoryPool::open(dir.path().join("pool")).unwrap();
+        // Wait for the thread to finish (without stopping it).
+        let (_, handle) = pool
+            .populator
+            .lock()
+            .unwrap()
+            .take()
+            .expect("a thread runs");
+        handle.join().unwrap();
+        assert!(pool.populated.iter().all(|c| c.load(Ordering::Relaxed)));
+        let block = [7u8; BLOCK_SIZE as usize];
+        let before = crate::sys::proc::thread_minor_faults().unwrap();
+        for i in 0..len / BLOCK_SIZE {
+            pool.write_at(i * BLOCK_SIZE, &block).unwrap();
+        }
+        let faults = crate::sys::proc::thread_minor_faults().unwrap() - before;
+        assert!(faults < 64, "{faults} page faults writing a mapped pool");
+        // Dropping a pool whose thread still runs stops it.
+        drop(pool);
+        let pool = MemoryPool::open(dir.path().join("pool")).unwrap();
+        drop(pool);
     }
 
     #[test]
