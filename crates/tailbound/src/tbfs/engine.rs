@@ -1650,7 +1650,7 @@ impl Fs {
     }
 
     /// `open_file` of a path the path cache holds, without `meta`: `None` sends it the long way
-    /// (not cached, stale, or a truncation, which changes the file under `meta` anyway).
+    /// (not cached, or stale). A truncation follows in `open_file`, as after any open.
     fn open_cached(&self, path: &str, flags: OpenFlags) -> Result<Option<Arc<InodeCell>>> {
         let Some(hit) = self.inner.names.get(path) else {
             return Ok(None);
