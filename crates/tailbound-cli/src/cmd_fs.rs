@@ -200,8 +200,8 @@ enum FsCommand {
         json: Option<PathBuf>,
     },
     /// Retained checkpoints, oldest first: snapshots, plain checkpoints younger than the
-    /// protection period (1 h by default), and the newest. PINNED is what releasing that
-    /// checkpoint alone would give back.
+    /// protection period (1 h by default; none in a memory pool), and the newest. PINNED is
+    /// what releasing that checkpoint alone would give back.
     Checkpoints {
         #[command(flatten)]
         pool: PoolArg,
