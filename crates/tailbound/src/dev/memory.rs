@@ -147,16 +147,11 @@ impl MemoryPool {
         let spawned = std::thread::Builder::new()
             .name("tbfs-populate".into())
             .spawn(move || {
-                for (c, flag) in populated.iter().enumerate() {
+                for c in 0..populated.len() as u64 {
                     if stopped.load(Ordering::Relaxed) {
                         return;
                     }
-                    if flag.swap(true, Ordering::Relaxed) {
-                        continue;
-                    }
-                    let start = c as u64 * POPULATE_CHUNK;
-                    let n = POPULATE_CHUNK.min(len - start);
-                    if map.populate_write(start as usize, n as usize).is_err() {
+                    if map_chunk(&map, &populated, len, c) == Some(false) {
                         // No MADV_POPULATE_WRITE, or no memory for it: pages fault in on use.
                         return;
                     }
@@ -300,16 +295,24 @@ impl Device for MemoryPool {
         let first = offset / POPULATE_CHUNK;
         let end = (offset + len).div_ceil(POPULATE_CHUNK);
         for c in first..end {
-            if self.populated[c as usize].swap(true, Ordering::Relaxed) {
-                continue;
-            }
-            let start = c * POPULATE_CHUNK;
-            let n = POPULATE_CHUNK.min(self.len - start);
+            let _mapped = map_chunk(&self.map, &self.populated, self.len, c);
             #[cfg(test)]
-            self.populate_calls.fetch_add(1, Ordering::Relaxed);
-            let _ = self.map.populate_write(start as usize, n as usize);
+            if _mapped.is_some() {
+                self.populate_calls.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
+}
+
+/// Maps chunk `c` of a pool of `len` bytes writable unless its flag says it was: `None` when it
+/// was, else whether mapping it worked.
+fn map_chunk(map: &SharedMapping, populated: &[AtomicBool], len: u64, c: u64) -> Option<bool> {
+    if populated[c as usize].swap(true, Ordering::Relaxed) {
+        return None;
+    }
+    let start = c * POPULATE_CHUNK;
+    let n = POPULATE_CHUNK.min(len - start);
+    Some(map.populate_write(start as usize, n as usize).is_ok())
 }
 
 /// One "not yet mapped" flag per [`POPULATE_CHUNK`] of a pool of `len` bytes.

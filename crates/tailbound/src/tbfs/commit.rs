@@ -1221,13 +1221,10 @@ impl Inner {
                     // written yet changed; their cached records, matching the maps on the
                     // device, are the right ones to write here, and the outer one is checked.)
                     if cfg!(debug_assertions) && m.checkpoint_depth == 1 {
+                        // A writer marks the inode dirty under the same lock hold as its change,
+                        // and nothing takes the dirty set while `meta` is held.
                         let mut fresh = [0u8; INODE_BYTES];
-                        let cell = m.inodes.get(&ino);
-                        let st = cell.map(|c| c.lock());
-                        st.as_ref()
-                            .map(|st| st.record(ino))
-                            .unwrap_or_default()
-                            .encode_into(&mut fresh);
+                        current().encode_into(&mut fresh);
                         debug_assert!(
                             fresh[..] == bytes[..]
                                 || self

@@ -27,14 +27,8 @@ const SHARDS: usize = 16;
 /// Entries per shard; a full shard is emptied (the cache is only ever a shortcut).
 const SHARD_ENTRIES_MAX: usize = 8192;
 
-#[derive(Debug, Clone)]
-struct Entry {
-    cell: Arc<InodeCell>,
-    names_gen: u64,
-    dirs_gen: u64,
-}
-
 /// A cached inode, to be checked with [`Hit::valid`] under its lock before use.
+#[derive(Debug, Clone)]
 pub(crate) struct Hit {
     pub cell: Arc<InodeCell>,
     names_gen: u64,
@@ -53,7 +47,7 @@ impl Hit {
 
 #[derive(Debug)]
 pub(crate) struct NameCache {
-    shards: Vec<RwLock<HashMap<String, Entry>>>,
+    shards: Vec<RwLock<HashMap<String, Hit>>>,
     hasher: std::collections::hash_map::RandomState,
     dirs_gen: AtomicU64,
 }
@@ -80,18 +74,14 @@ fn plain(path: &str) -> Option<&str> {
 }
 
 impl NameCache {
-    fn shard(&self, key: &str) -> &RwLock<HashMap<String, Entry>> {
+    fn shard(&self, key: &str) -> &RwLock<HashMap<String, Hit>> {
         &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
     }
 
     pub fn get(&self, path: &str) -> Option<Hit> {
         let key = plain(path)?;
         let shard = self.shard(key).read().unwrap_or_else(|p| p.into_inner());
-        shard.get(key).map(|e| Hit {
-            cell: e.cell.clone(),
-            names_gen: e.names_gen,
-            dirs_gen: e.dirs_gen,
-        })
+        shard.get(key).cloned()
     }
 
     /// Remembers that `path` resolved, with no symbolic link on the way, to `cell`, whose state
@@ -100,7 +90,7 @@ impl NameCache {
         let Some(key) = plain(path) else {
             return;
         };
-        let entry = Entry {
+        let entry = Hit {
             cell: cell.clone(),
             names_gen: st.names_gen,
             dirs_gen: self.dirs_gen.load(Ordering::Acquire),
