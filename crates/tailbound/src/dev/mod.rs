@@ -58,6 +58,12 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// writable now (on tmpfs that also clears them), in one call instead of a page fault per
     /// page on the writer's path. Changes no contents; errors are ignored.
     fn prepare_write(&self, _offset: u64, _len: u64) {}
+    /// Whether requests are charged to a tenant and priority (a scheduler in front of the
+    /// device, [`crate::sched::SchedDevice`]). Only then does a writer note whose I/O its
+    /// buffered data is, which costs two system calls (`ioprio_get`, `getpriority`) per write.
+    fn charged(&self) -> bool {
+        false
+    }
     /// Starts writing `buf` at `offset`; [`PendingWrite::wait`] returns once the device holds it.
     /// A backend that queues requests (`sched`) returns at once, so a caller can have several
     /// in flight; the others write before returning.

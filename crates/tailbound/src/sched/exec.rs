@@ -585,6 +585,10 @@ impl Device for SchedDevice {
         self.sched.flush(self.sched.current_tenant())
     }
 
+    fn charged(&self) -> bool {
+        true
+    }
+
     fn start_write(&self, offset: u64, buf: Vec<u8>) -> PendingWrite {
         self.sched
             .start_write(self.sched.current_tenant(), offset, buf)

@@ -522,12 +522,10 @@ pub(crate) fn lock_lending<'a, T>(
 }
 
 /// A new block holding a copy of `data` (one block's bytes), ready to share with a log.
+/// The bytes are copied straight into the new allocation, without clearing it first.
 pub(crate) fn shared_copy(data: &[u8]) -> Arc<Block> {
-    let mut block = Arc::new([0u8; BLOCK]);
-    Arc::get_mut(&mut block)
-        .expect("a new block is not shared")
-        .copy_from_slice(data);
-    block
+    let block: Arc<[u8]> = Arc::from(data);
+    block.try_into().expect("a block's bytes")
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -705,8 +703,12 @@ impl Inner {
     /// all or nothing.
     fn write_at(&self, cell: &InodeCell, buf: &[u8], offset: Option<u64>) -> Result<(u64, usize)> {
         self.check_writable()?;
-        // Taken before the inode lock: without a tenant it asks the kernel for the ioprio.
-        let charge = crate::sched::Charge::of_current_thread();
+        // Taken before the inode lock: without a tenant it asks the kernel for the ioprio. A
+        // device without a scheduler charges nothing, so nothing is asked.
+        let charge = self
+            .dev
+            .charged()
+            .then(crate::sched::Charge::of_current_thread);
         let end;
         let held;
         {
@@ -738,12 +740,18 @@ impl Inner {
                     Arc::make_mut(&mut d.data)[within..within + n]
                         .copy_from_slice(&buf[done..done + n]);
                 } else {
-                    let mut data = Arc::new([0u8; BLOCK]);
-                    let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
-                    if n < BLOCK && block * BLOCK_U64 < st.size {
-                        self.read_block(cell.ino, &st, block, &mut bytes[..])?;
-                    }
-                    bytes[within..within + n].copy_from_slice(&buf[done..done + n]);
+                    let data = if n == BLOCK {
+                        // A whole block: copied without clearing it first.
+                        shared_copy(&buf[done..done + n])
+                    } else {
+                        let mut data = Arc::new([0u8; BLOCK]);
+                        let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
+                        if block * BLOCK_U64 < st.size {
+                            self.read_block(cell.ino, &st, block, &mut bytes[..])?;
+                        }
+                        bytes[within..within + n].copy_from_slice(&buf[done..done + n]);
+                        data
+                    };
                     st.dirty.insert(
                         block,
                         DirtyBlock {
@@ -764,7 +772,7 @@ impl Inner {
             st.mtime_ns = now_ns();
             st.ctime_ns = st.mtime_ns;
             st.attr_dirty = true;
-            st.charge = Some(charge);
+            st.charge = charge;
             held = st.dirty.len() as u64 * BLOCK_U64;
             self.mark_dirty(cell.ino);
         }
@@ -1315,6 +1323,21 @@ impl Meta {
     /// The live tree drops `block`. A retained checkpoint that references it keeps it pinned.
     pub fn seg_dec(&mut self, block: u64, seq: u64, segment_blocks: u64) {
         self.seg_dec_unpinned(block, seq, segment_blocks);
+        let born = self.born_of(block, segment_blocks);
+        if born <= self.checkpoint
+            && self
+                .life
+                .only_newest_unkept(born, self.checkpoint, now_ns())
+        {
+            // Only the newest checkpoint can reference it, and nothing keeps that one (no
+            // snapshot, view or protection period, as in a memory pool): the next checkpoint
+            // releases it. Until a superblock names a later checkpoint the segment's `dead_at`
+            // keeps the block from reuse, so no pin is needed (one per block of every file
+            // deleted or overwritten, dropped again at the next checkpoint); the newest
+            // checkpoint just cannot be opened as a view or made a snapshot any more.
+            self.superseded_since_ckpt = true;
+            return;
+        }
         self.pin_if_retained(block, segment_blocks);
     }
 

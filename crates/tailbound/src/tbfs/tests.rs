@@ -1032,6 +1032,68 @@ fn the_newest_checkpoint_is_not_offered_once_a_data_only_log_rewrote_its_blocks(
 }
 
 #[test]
+fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_refused() {
+    // A file the newest checkpoint names is deleted. With no protection period only that
+    // checkpoint could reference its blocks and nothing keeps it: the blocks are not pinned
+    // (the segments' death times hold them until a later checkpoint is durable), and the
+    // checkpoint is no longer offered whole.
+    let dev = device(8 << 20);
+    let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();
+    write_file(&fs, "/f", &pattern(1, 64 << 10));
+    write_file(&fs, "/g", &pattern(2, 8 << 10));
+    fs.sync().unwrap();
+    let n = fs.checkpoints().unwrap().last().unwrap().number;
+    fs.unlink("/f").unwrap();
+    assert!(
+        fs.inner.lock_meta().life.pinned.is_empty(),
+        "the deleted file's blocks were pinned"
+    );
+    for err in [fs.at(n).err(), fs.set_snapshot(n, true).err()] {
+        match err {
+            Some(Error::NotFound(why)) => assert!(why.contains("overwritten"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    // Power lost before the next checkpoint: the pool is as that checkpoint left it.
+    let crashed = Fs::open(from_image(dev.durable_image()), &OpenOptions::default()).unwrap();
+    assert_eq!(read_all(&crashed, "/f"), pattern(1, 64 << 10));
+    // Space written after the deletion never lands on the deleted file's blocks while the
+    // durable checkpoint still names them.
+    for i in 0..40 {
+        write_file(&fs, &format!("/n{i}"), &pattern(10 + i, 64 << 10));
+        let crashed = Fs::open(from_image(dev.durable_image()), &OpenOptions::default()).unwrap();
+        if crashed.stat("/f").is_ok() {
+            assert_eq!(
+                read_all(&crashed, "/f"),
+                pattern(1, 64 << 10),
+                "after {i} files"
+            );
+        }
+        assert_eq!(
+            read_all(&crashed, "/g"),
+            pattern(2, 8 << 10),
+            "after {i} files"
+        );
+    }
+    let s = fs.snapshot(None).unwrap();
+    assert!(s > n);
+    assert!(fs.at(s).unwrap().read_file("/f").is_err());
+
+    // With a protection period the blocks are pinned, and the checkpoint stays readable.
+    let fs = Fs::format(device(8 << 20), &life_config(Duration::from_secs(3600))).unwrap();
+    write_file(&fs, "/f", &pattern(1, 64 << 10));
+    fs.sync().unwrap();
+    let n = fs.checkpoints().unwrap().last().unwrap().number;
+    fs.unlink("/f").unwrap();
+    // Its 16 data blocks and its block-map nodes.
+    assert!(fs.inner.lock_meta().life.pinned.len() >= 16);
+    assert_eq!(
+        fs.at(n).unwrap().read_file("/f").unwrap(),
+        pattern(1, 64 << 10)
+    );
+}
+
+#[test]
 fn logs_are_written_after_the_metadata_lock_is_released() {
     let dev = device(16 << 20);
     // The 300 KB fsync passes the superblock's 256 KiB: the refresh is sealed too, and written
