@@ -67,6 +67,8 @@ fn churn_at_twice_the_live_data_never_runs_out_and_reads_back() {
     let capacities = env_u64("TBFS_CHURN_CAPACITIES", 50);
     let seed = env_u64("TBFS_CHURN_SEED", 6);
     let dev = Arc::new(SimDevice::new(pool_bytes));
+    // As a memory pool for even seeds (the default): the cleaner reads victims block by block.
+    dev.set_writes_are_copies(seed % 2 == 0);
     let config = Config {
         ordering: Ordering::Relaxed,
         barrier: Barrier::EveryCheckpoint,

@@ -125,6 +125,8 @@ fn assert_damage_only_from_the_cut(image: Vec<u8>, barrier: Option<Barrier>, wha
 fn run(seed: u64, barrier: Barrier, background: bool) -> (u64, u64) {
     let mut rng = Rng(seed);
     let dev = Arc::new(SimDevice::new(DEVICE_BYTES));
+    // Half the runs as a memory pool: the cleaner then reads its victims a block at a time.
+    dev.set_writes_are_copies(seed % 2 == 1);
     let fs = Fs::format(dev.clone(), &config(barrier)).unwrap();
     let files = fill(&fs);
     let mut model = Model {
@@ -268,6 +270,8 @@ fn background_cleaning_passes_survive_power_cuts_and_fsck_finds_no_damage() {
 fn process_kill_images_between_light_passes_are_consistent() {
     let mut rng = Rng(7);
     let dev = Arc::new(SimDevice::new(DEVICE_BYTES));
+    // A killed process leaves its memory pool as it wrote it.
+    dev.set_writes_are_copies(true);
     let fs = Fs::format(dev.clone(), &config(Barrier::EveryCheckpoint)).unwrap();
     let files = fill(&fs);
     let mut newest = vec![vec![0u64; FILE_BLOCKS as usize]; FILES as usize];

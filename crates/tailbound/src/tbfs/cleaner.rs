@@ -411,24 +411,39 @@ impl Inner {
         }
         let mut open = false;
         let mut logs_written = false;
+        // On a device whose reads are memory copies, a victim not read ahead is read a block at
+        // a time: its summaries, and only the file data still live in it (a victim is mostly
+        // dead, and copying all of it under `meta` was most of a pass).
+        let by_block = self.dev.writes_are_copies();
+        let mut one = vec![0u8; BLOCK];
         for &s in victims {
             let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
-            if let Some(read) = m.bg_clean.read.remove(&s) {
+            let whole = if let Some(read) = m.bg_clean.read.remove(&s) {
                 buf = read;
+                true
             } else {
                 if !logs_written {
                     // The victims are read from the device: every log sealed so far must be on it.
                     self.write_logs_until(m.writer.seq)?;
                     logs_written = true;
                 }
-                buf.resize((sb * BLOCK_U64) as usize, 0);
-                self.read_segment(s, &mut buf)?;
-            }
+                if !by_block {
+                    buf.resize((sb * BLOCK_U64) as usize, 0);
+                    self.read_segment(s, &mut buf)?;
+                }
+                !by_block
+            };
             let mut pos = 0u64;
             while pos < sb {
                 let at = (pos * BLOCK_U64) as usize;
+                let head = if whole {
+                    &buf[at..at + BLOCK]
+                } else {
+                    self.read_block_of(s, start + pos, &mut one)?;
+                    &one[..]
+                };
                 // The logs tile the segment; the first that does not decode ends what was written.
-                let Ok((summary, _)) = Summary::decode(&buf[at..at + BLOCK]) else {
+                let Ok((summary, _)) = Summary::decode(head) else {
                     break;
                 };
                 let end = pos + 1 + summary.payload_blocks as u64;
@@ -439,8 +454,19 @@ impl Inner {
                 for d in &summary.descriptors {
                     for i in 0..d.blocks as u64 {
                         let a = addr + i;
-                        let off = ((a - start) * BLOCK_U64) as usize;
-                        let data = &buf[off..off + BLOCK];
+                        let data = if whole {
+                            let off = ((a - start) * BLOCK_U64) as usize;
+                            &buf[off..off + BLOCK]
+                        } else if d.kind == DescKind::Data
+                            && self.live_file_block(m, d.ino, d.offset + i, a)
+                        {
+                            self.read_block_of(s, a, &mut one)?;
+                            &one[..]
+                        } else {
+                            // Not read: neither `copy_file_block` nor `move_block` uses the
+                            // bytes of anything but a live block of a regular file.
+                            &[][..]
+                        };
                         if light && d.kind == DescKind::Data {
                             match self.copy_file_block(m, d.ino, d.offset + i, a, data, &mut open) {
                                 Ok(Some(copied)) => {
@@ -628,6 +654,28 @@ impl Inner {
             }
             DescKind::Attr => false,
         }
+    }
+
+    /// Whether block `index` of regular file `ino` is still at `a`: the only blocks a cleaning
+    /// pass copies the bytes of.
+    fn live_file_block(&self, m: &Meta, ino: u64, index: u64, a: u64) -> bool {
+        m.inodes.get(&ino).is_some_and(|c| {
+            let st = c.lock();
+            st.kind == FileKind::File && st.map.get(index) == a
+        })
+    }
+
+    /// Reads block `a` of victim segment `s` into `out`.
+    fn read_block_of(&self, s: usize, a: u64, out: &mut [u8]) -> Result<()> {
+        self.dev.read_at(a * BLOCK_U64, out).map_err(|e| {
+            Error::io(
+                format!(
+                    "{} device: cleaner reading block {a} of segment {s}",
+                    self.dev.kind()
+                ),
+                e,
+            )
+        })
     }
 
     fn read_segment(&self, s: usize, buf: &mut [u8]) -> Result<()> {
