@@ -1432,8 +1432,13 @@ impl Inner {
                 .is_none_or(|t| t.elapsed() >= self.config.superblock_every);
         if by_bytes || by_time {
             // The checkpoint is laid out now; its logs, the flush and the superblock are written
-            // by the log writer after `meta` is released.
-            self.commit_if_changed(m)?;
+            // by the log writer after `meta` is released. Only logs written after the newest
+            // checkpoint need a new one: what is still buffered is not on the device, and right
+            // after a buffer-full checkpoint (other writers having filled the buffer again
+            // meanwhile) a second one would only repeat its work.
+            if m.writer.seq != m.checkpoint_next_seq {
+                self.commit_checkpoint(m)?;
+            }
             self.seal_superblock(m);
             // The background thread writes it if no writer gets there first.
             self.wake_background(|w| w.superblock = true);

@@ -1094,6 +1094,59 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
 }
 
 #[test]
+fn a_superblock_due_right_after_a_checkpoint_names_it_instead_of_writing_another() {
+    let dev = device(16 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    let a = fs.open_file("/a", OpenFlags::create()).unwrap();
+    let b = fs.open_file("/b", OpenFlags::create()).unwrap();
+    a.pwrite(&pattern(1, 300 << 10), 0).unwrap();
+    b.pwrite(&pattern(2, 4096), 0).unwrap();
+    {
+        let mut m = fs.inner.lock_meta();
+        fs.inner.commit_checkpoint(&mut m).unwrap();
+        m.unlock_and_write().unwrap();
+    }
+    // Another writer fills the buffer again before the superblock, which is now due (the
+    // checkpoint alone wrote more than the 256 KiB interval).
+    b.pwrite(&pattern(3, 4096), 0).unwrap();
+    let before = fs.counters();
+    {
+        let mut m = fs.inner.lock_meta();
+        assert!(m.sb_bytes_since >= 256 << 10);
+        let generation = m.sb_generation;
+        fs.inner.maybe_refresh(&mut m).unwrap();
+        assert_eq!(m.sb_generation, generation + 1, "a superblock was sealed");
+        m.unlock_and_write().unwrap();
+    }
+    assert_eq!(
+        fs.counters().checkpoints,
+        before.checkpoints,
+        "nothing was logged since the checkpoint: the superblock names it"
+    );
+    // A crash now recovers the checkpoint; the buffered write was never logged.
+    let crashed = Fs::open(from_image(dev.durable_image()), &OpenOptions::default()).unwrap();
+    assert_eq!(read_all(&crashed, "/a"), pattern(1, 300 << 10));
+    assert_eq!(read_all(&crashed, "/b"), pattern(2, 4096));
+
+    // Logs written after the newest checkpoint are named by a new one: the data-only log of
+    // this fdatasync passes the interval, and its refresh writes a checkpoint.
+    b.fdatasync().unwrap();
+    let before = fs.counters();
+    a.pwrite(&pattern(4, 300 << 10), 0).unwrap();
+    a.fdatasync().unwrap();
+    let after = fs.counters();
+    assert!(after.checkpoints > before.checkpoints);
+    assert!(after.superblock_writes > before.superblock_writes);
+    let crashed = Fs::open(from_image(dev.durable_image()), &OpenOptions::default()).unwrap();
+    assert_eq!(read_all(&crashed, "/a"), pattern(4, 300 << 10));
+    assert_eq!(read_all(&crashed, "/b"), pattern(3, 4096));
+}
+
+#[test]
 fn logs_are_written_after_the_metadata_lock_is_released() {
     let dev = device(16 << 20);
     // The 300 KB fsync passes the superblock's 256 KiB: the refresh is sealed too, and written
