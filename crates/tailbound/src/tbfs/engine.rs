@@ -357,6 +357,9 @@ pub(crate) struct Meta {
     /// The background cleaner's victims read without `meta`, and what its pass leaves to do
     /// after `meta` is released.
     pub bg_clean: super::cleaner::BackgroundPass,
+    /// Buffers of freed inodes, dropped once `meta` is released (freeing a file's buffers is
+    /// memory work no other thread needs to wait for).
+    pub drop_later: Vec<BTreeMap<u64, DirtyBlock>>,
 }
 
 /// Shared by every clone of an [`Fs`] and every [`File`].
@@ -486,7 +489,9 @@ impl MetaGuard<'_> {
         let own = std::mem::take(&mut guard.writer.sealed_ahead);
         let small = std::mem::take(&mut guard.writer.sealed_small);
         let queued = self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued;
+        let garbage = std::mem::take(&mut guard.drop_later);
         drop(guard);
+        drop(garbage);
         self.hold = None;
         if !own.is_empty() || !small.is_empty() {
             self.inner.write_own_logs(end, &own, &small)
@@ -1187,15 +1192,19 @@ impl Inner {
         }
         st.freed = true;
         let seq = m.writer.seq;
+        let now = now_ns();
         for &a in st.map.blocks.iter().filter(|&&a| a != 0) {
-            m.seg_dec(a, seq, self.segment_blocks);
+            m.seg_dec_at(a, seq, self.segment_blocks, now);
         }
         for a in st.map.node_addrs().collect::<Vec<_>>() {
-            m.seg_dec(a, seq, self.segment_blocks);
+            m.seg_dec_at(a, seq, self.segment_blocks, now);
         }
         let released = st.dirty.len() as u64 * BLOCK_U64;
-        st.dirty.clear();
+        let buffers = std::mem::take(&mut st.dirty);
         drop(st);
+        if !buffers.is_empty() {
+            m.drop_later.push(buffers);
+        }
         self.dirty_bytes.fetch_sub(released, AtomicOrdering::AcqRel);
         m.inodes.remove(&cell.ino);
         m.dirs.remove(&cell.ino);
@@ -1322,13 +1331,14 @@ impl Meta {
 
     /// The live tree drops `block`. A retained checkpoint that references it keeps it pinned.
     pub fn seg_dec(&mut self, block: u64, seq: u64, segment_blocks: u64) {
+        self.seg_dec_at(block, seq, segment_blocks, now_ns());
+    }
+
+    /// [`Meta::seg_dec`] with the time read once by a caller dropping many blocks.
+    pub fn seg_dec_at(&mut self, block: u64, seq: u64, segment_blocks: u64, now: i64) {
         self.seg_dec_unpinned(block, seq, segment_blocks);
         let born = self.born_of(block, segment_blocks);
-        if born <= self.checkpoint
-            && self
-                .life
-                .only_newest_unkept(born, self.checkpoint, now_ns())
-        {
+        if born <= self.checkpoint && self.life.only_newest_unkept(born, self.checkpoint, now) {
             // Only the newest checkpoint can reference it, and nothing keeps that one (no
             // snapshot, view or protection period, as in a memory pool): the next checkpoint
             // releases it. Until a superblock names a later checkpoint the segment's `dead_at`
