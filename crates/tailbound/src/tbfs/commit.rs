@@ -5,7 +5,7 @@
 //! log's write completes before the next is issued, and a segment is reused only when nothing in
 //! memory references it and a durable superblock names a checkpoint written after it died.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -1034,6 +1034,43 @@ impl Inner {
         self.dirty_bytes.fetch_sub(released, AtomicOrdering::AcqRel);
     }
 
+    /// Debug builds: every slot of cached inode page `p` that this checkpoint does not write
+    /// holds its inode's current record, or that inode changed after the checkpoint took the
+    /// dirty set (a writer marks the inode dirty under the same lock hold as its change, and
+    /// nothing takes the dirty set while `meta` is held), so the next checkpoint writes it. A
+    /// checkpoint nested in another's cleaning is not checked: it finds the inodes the outer
+    /// one took and has not written yet changed, and their cached records, matching the maps
+    /// on the device, are the right ones to write there.
+    fn check_cached_page(
+        &self,
+        m: &Meta,
+        page: &format::Block,
+        p: u64,
+        records: &BTreeMap<u64, InodeRecord>,
+    ) {
+        for slot in 0..INODES_PER_PAGE {
+            let ino = p * INODES_PER_PAGE as u64 + slot as u64;
+            if records.contains_key(&ino) || m.freed_slots.contains(&ino) {
+                continue;
+            }
+            let mut fresh = [0u8; INODE_BYTES];
+            m.inodes
+                .get(&ino)
+                .map(|c| c.lock().record(ino))
+                .unwrap_or_default()
+                .encode_into(&mut fresh);
+            debug_assert!(
+                fresh[..] == page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES]
+                    || self
+                        .dirty
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .contains(&ino),
+                "inode {ino} changed and is in no checkpoint's work"
+            );
+        }
+    }
+
     /// Writes every buffered block, every changed directory, block map and inode, and a new
     /// checkpoint root, as one or more logs ending in a checkpoint log.
     pub(crate) fn commit_checkpoint(&self, m: &mut Meta) -> Result<()> {
@@ -1059,15 +1096,11 @@ impl Inner {
         for &ino in &work {
             if m.dirs_dirty.contains(&ino) {
                 if let Some(entries) = m.dirs.get(&ino) {
-                    let records: Vec<format::DirRecord> = entries
-                        .iter()
-                        .map(|(name, &(child, is_dir))| format::DirRecord {
-                            ino: child,
-                            is_dir,
-                            name: name.clone(),
-                        })
-                        .collect();
-                    let blocks = format::encode_dir(&records);
+                    let blocks = format::encode_dir_entries(
+                        entries
+                            .iter()
+                            .map(|(name, &(child, is_dir))| (child, is_dir, name.as_str())),
+                    );
                     estimate += blocks.len() as u64;
                     dir_blocks.insert(ino, blocks);
                 }
@@ -1092,10 +1125,18 @@ impl Inner {
             let nodes = if st.map.all_dirty || h != st.map.height as u64 || dir_len > 0 {
                 total
             } else {
-                let mut leaves: BTreeSet<u64> =
-                    st.map.dirty_leaves.iter().map(|&l| l as u64).collect();
-                leaves.extend(st.dirty.keys().map(|&b| b / FANOUT as u64));
-                (leaves.len() as u64 * h).min(total)
+                // The leaves marked dirty plus the distinct leaves of the buffers (in order, so
+                // counted without a set): an upper bound, as a leaf may be in both.
+                let mut buffered = 0u64;
+                let mut last = None;
+                for &b in st.dirty.keys() {
+                    let leaf = b / FANOUT as u64;
+                    if last != Some(leaf) {
+                        buffered += 1;
+                        last = Some(leaf);
+                    }
+                }
+                ((st.map.dirty_leaves.len() as u64 + buffered) * h).min(total)
             };
             estimate += st.dirty.len() as u64 + nodes + 1;
         }
@@ -1132,27 +1173,26 @@ impl Inner {
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq;
-        let mut records: HashMap<u64, InodeRecord> = HashMap::new();
+        let mut records: BTreeMap<u64, InodeRecord> = BTreeMap::new();
         let mut written: Vec<Release> = Vec::new();
+        let now = now_ns();
+        let flush = self.config.barrier != Barrier::Superblock;
         for &ino in &work {
             let cell = m.inodes[&ino].clone();
-            let mut st = cell.lock();
+            let mut guard = cell.lock();
+            let st = &mut *guard;
             // Blocks already in a sealed log stay there: the map names that copy, and this
-            // checkpoint is written after it.
-            let blocks = unsealed_blocks(&st);
-            let mut done = Vec::with_capacity(blocks.len());
-            let flush = self.config.barrier != Barrier::Superblock;
-            for block in blocks {
-                let d = &st.dirty[&block];
-                let (gen, data) = (d.gen, d.data.clone());
-                let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, data)?;
-                mark_sealed(&mut st, block, m.writer.seq, flush);
+            // checkpoint is written after it. One pass over the buffers seals the others.
+            let mut done = Vec::new();
+            for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
+                let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, d.data.clone())?;
+                d.sealed_in = Some((m.writer.seq, flush));
                 let old = st.map.set(block, addr);
                 m.seg_inc(addr, self.segment_blocks);
                 if old != 0 {
-                    m.seg_dec(old, seq, self.segment_blocks);
+                    m.seg_dec_at(old, seq, self.segment_blocks, now);
                 }
-                done.push((block, gen));
+                done.push((block, d.gen));
             }
             if let Some(blocks) = dir_blocks.remove(&ino) {
                 for (i, b) in blocks.iter().enumerate() {
@@ -1160,11 +1200,11 @@ impl Inner {
                     let old = st.map.set(i as u64, addr);
                     m.seg_inc(addr, self.segment_blocks);
                     if old != 0 {
-                        m.seg_dec(old, seq, self.segment_blocks);
+                        m.seg_dec_at(old, seq, self.segment_blocks, now);
                     }
                 }
                 for old in st.map.truncate(blocks.len() as u64) {
-                    m.seg_dec(old, seq, self.segment_blocks);
+                    m.seg_dec_at(old, seq, self.segment_blocks, now);
                 }
                 st.size = blocks.len() as u64 * BLOCK_U64;
             }
@@ -1174,7 +1214,7 @@ impl Inner {
             result?;
             st.attr_dirty = false;
             records.insert(ino, st.record(ino));
-            drop(st);
+            drop(guard);
             written.push((cell, done));
         }
 
@@ -1189,65 +1229,57 @@ impl Inner {
                 .map(|&ino| ino / INODES_PER_PAGE as u64),
         );
         pages.extend(std::mem::take(&mut m.pages_dirty));
-        let mut page = [0u8; BLOCK];
         for &p in &pages {
-            // A page this process wrote before is copied and only the slots of the inodes this
-            // checkpoint writes (or frees) are encoded again: every change to an inode's record
-            // puts the inode in the work (checked in debug builds).
-            let cached = match m.ifile_cache.get(&p) {
-                Some(c) => {
-                    page.copy_from_slice(&c[..]);
-                    true
-                }
-                None => false,
+            let first = p * INODES_PER_PAGE as u64;
+            let slots = first..first + INODES_PER_PAGE as u64;
+            let encode_slot = |page: &mut format::Block, ino: u64, r: &InodeRecord| {
+                let slot = (ino - first) as usize;
+                r.encode_into(&mut page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES]);
             };
-            for slot in 0..INODES_PER_PAGE {
-                let ino = p * INODES_PER_PAGE as u64 + slot as u64;
-                let bytes = &mut page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES];
-                if let Some(r) = records.get(&ino) {
-                    r.encode_into(bytes);
-                    continue;
-                }
-                let current = || {
-                    m.inodes
-                        .get(&ino)
-                        .map(|c| c.lock().record(ino))
-                        .unwrap_or_default()
-                };
-                if cached && !m.freed_slots.contains(&ino) {
-                    // Changed since it was last written: then by a writer after this checkpoint
-                    // took the dirty set, so the next checkpoint writes it. (A checkpoint nested
-                    // in another's cleaning also finds the inodes the outer one took and has not
-                    // written yet changed; their cached records, matching the maps on the
-                    // device, are the right ones to write here, and the outer one is checked.)
+            // A page this process wrote before is updated in place: only the slots of the
+            // inodes this checkpoint writes (or frees) are encoded again, since every change to
+            // an inode's record puts the inode in the work (checked in debug builds).
+            let page = match m.ifile_cache.remove(&p) {
+                Some(mut page) => {
                     if cfg!(debug_assertions) && m.checkpoint_depth == 1 {
-                        // A writer marks the inode dirty under the same lock hold as its change,
-                        // and nothing takes the dirty set while `meta` is held.
-                        let mut fresh = [0u8; INODE_BYTES];
-                        current().encode_into(&mut fresh);
-                        debug_assert!(
-                            fresh[..] == bytes[..]
-                                || self
-                                    .dirty
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .contains(&ino),
-                            "inode {ino} changed and is in no checkpoint's work"
-                        );
+                        self.check_cached_page(m, &page, p, &records);
                     }
-                    continue;
+                    for (&ino, r) in records.range(slots.clone()) {
+                        encode_slot(&mut page, ino, r);
+                    }
+                    for &ino in m.freed_slots.range(slots.clone()) {
+                        if !records.contains_key(&ino) {
+                            encode_slot(&mut page, ino, &InodeRecord::default());
+                        }
+                    }
+                    page
                 }
-                current().encode_into(bytes);
-            }
-            if m.ifile_cache.len() >= IFILE_CACHE_PAGES && !m.ifile_cache.contains_key(&p) {
+                None => {
+                    let mut page = Box::new([0u8; BLOCK]);
+                    for ino in slots {
+                        let record = match records.get(&ino) {
+                            Some(&r) => r,
+                            None => m
+                                .inodes
+                                .get(&ino)
+                                .map(|c| c.lock().record(ino))
+                                .unwrap_or_default(),
+                        };
+                        encode_slot(&mut page, ino, &record);
+                    }
+                    page
+                }
+            };
+            let addr = self.log_add(m, DescKind::InodePage, 0, 0, p, &page[..]);
+            if m.ifile_cache.len() >= IFILE_CACHE_PAGES {
                 m.ifile_cache.clear();
             }
-            m.ifile_cache.insert(p, Box::new(page));
-            let addr = self.log_add(m, DescKind::InodePage, 0, 0, p, &page)?;
+            m.ifile_cache.insert(p, page);
+            let addr = addr?;
             let old = m.ifile.set(p, addr);
             m.seg_inc(addr, self.segment_blocks);
             if old != 0 {
-                m.seg_dec(old, seq, self.segment_blocks);
+                m.seg_dec_at(old, seq, self.segment_blocks, now);
             }
         }
         m.ifile_pages = m

@@ -629,12 +629,19 @@ pub struct DirRecord {
 
 /// Packs entries into directory blocks.
 pub fn encode_dir(entries: &[DirRecord]) -> Vec<Box<Block>> {
+    encode_dir_entries(entries.iter().map(|e| (e.ino, e.is_dir, e.name.as_str())))
+}
+
+/// [`encode_dir`] from `(ino, is_dir, name)`, without a record per entry.
+pub fn encode_dir_entries<'a>(
+    entries: impl IntoIterator<Item = (u64, bool, &'a str)>,
+) -> Vec<Box<Block>> {
     let mut out = Vec::new();
     let mut b = Box::new([0u8; BLOCK]);
     let mut at = 2usize;
     let mut count: u16 = 0;
-    for e in entries {
-        let need = 10 + e.name.len();
+    for (ino, is_dir, name) in entries {
+        let need = 10 + name.len();
         if at + need > BLOCK - 4 {
             put_u16(&mut b[..], 0, count);
             finish_dir_block(&mut b);
@@ -642,10 +649,10 @@ pub fn encode_dir(entries: &[DirRecord]) -> Vec<Box<Block>> {
             at = 2;
             count = 0;
         }
-        put_u64(&mut b[..], at, e.ino);
-        b[at + 8] = if e.is_dir { 2 } else { 1 };
-        b[at + 9] = e.name.len() as u8;
-        b[at + 10..at + 10 + e.name.len()].copy_from_slice(e.name.as_bytes());
+        put_u64(&mut b[..], at, ino);
+        b[at + 8] = if is_dir { 2 } else { 1 };
+        b[at + 9] = name.len() as u8;
+        b[at + 10..at + 10 + name.len()].copy_from_slice(name.as_bytes());
         at += need;
         count += 1;
     }
