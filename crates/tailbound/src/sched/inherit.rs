@@ -22,6 +22,9 @@ use super::Prio;
 #[derive(Debug, Default)]
 pub struct Inheritance {
     lent: Mutex<Vec<Prio>>,
+    /// Work whose waiters lend nothing: work that does no I/O with a priority (a memory pool's
+    /// commits are memory copies). Waiting then costs no system call for the waiter's ioprio.
+    inert: bool,
 }
 
 /// A lent priority; returned when dropped.
@@ -60,6 +63,19 @@ impl Inheritance {
         Arc::new(Inheritance::default())
     }
 
+    /// Work nothing is lent to (see [`Inheritance::is_inert`]).
+    pub fn inert() -> Arc<Inheritance> {
+        Arc::new(Inheritance {
+            inert: true,
+            ..Inheritance::default()
+        })
+    }
+
+    /// Whether waiters lend nothing and holders are not registered.
+    pub fn is_inert(&self) -> bool {
+        self.inert
+    }
+
     fn lent(&self) -> std::sync::MutexGuard<'_, Vec<Prio>> {
         self.lent.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -84,9 +100,10 @@ impl Inheritance {
     /// Marks the calling thread as holding the work until the guard is dropped.
     pub fn hold(self: &Arc<Self>) -> Hold {
         // `try_with`: this runs inside libc hooks too, possibly while the thread exits.
-        let registered = HOLDING
-            .try_with(|h| h.borrow_mut().cells.push(Arc::clone(self)))
-            .is_ok();
+        let registered = !self.inert
+            && HOLDING
+                .try_with(|h| h.borrow_mut().cells.push(Arc::clone(self)))
+                .is_ok();
         Hold {
             registered,
             _not_send: std::marker::PhantomData,

@@ -678,6 +678,20 @@ impl Inner {
         })
     }
 
+    /// Reads the background pass's victims whole, without `meta`, once every log sealed
+    /// before `seq` is written.
+    fn read_victims(&self, victims: &[usize], seq: u64) -> Result<HashMap<usize, Vec<u8>>> {
+        self.write_logs_until(seq).and_then(|()| {
+            let mut read = HashMap::with_capacity(victims.len());
+            for &s in victims {
+                let mut buf = vec![0u8; (self.segment_blocks * BLOCK_U64) as usize];
+                self.read_segment(s, &mut buf)?;
+                read.insert(s, buf);
+            }
+            Ok(read)
+        })
+    }
+
     fn read_segment(&self, s: usize, buf: &mut [u8]) -> Result<()> {
         let start = format::FIRST_SEGMENT_BLOCK + s as u64 * self.segment_blocks;
         self.dev.read_at(start * BLOCK_U64, buf).map_err(|e| {
@@ -721,16 +735,14 @@ impl Inner {
             m.bg_clean.reading.extend(victims.iter().copied());
             (victims, m.writer.seq)
         };
-        // Every log in the victims was sealed before `seq`.
-        let read = self.write_logs_until(seq).and_then(|()| {
-            let mut read = HashMap::with_capacity(victims.len());
-            for &s in &victims {
-                let mut buf = vec![0u8; (self.segment_blocks * BLOCK_U64) as usize];
-                self.read_segment(s, &mut buf)?;
-                read.insert(s, buf);
-            }
-            Ok(read)
-        });
+        // Every log in the victims was sealed before `seq`. A memory pool's victims are not
+        // read ahead: the pass reads their summaries and live file data a block at a time
+        // (`move_live`), a fraction of copying every victim whole into fresh memory.
+        let read = if self.dev.writes_are_copies() {
+            Ok(HashMap::new())
+        } else {
+            self.read_victims(&victims, seq)
+        };
         let mut m = self.lock_meta();
         m.bg_clean.reading.clear();
         m.bg_clean.read = read?;

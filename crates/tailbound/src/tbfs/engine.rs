@@ -520,7 +520,8 @@ pub(crate) fn lock_lending<'a, T>(
         Ok(g) => g,
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => {
-            let _lend = inherit.lend(crate::sched::inherit::own_prio());
+            let _lend =
+                (!inherit.is_inert()).then(|| inherit.lend(crate::sched::inherit::own_prio()));
             lock.lock().unwrap_or_else(|p| p.into_inner())
         }
     }

@@ -49,6 +49,16 @@ fn new_inner(
     log: LogWriter,
 ) -> Inner {
     let written = meta.writer.seq;
+    // Threads waiting for `meta` or the log writer lend their I/O priority to the holder, unless
+    // the pool is memory, whose commits are copies with no I/O priority to raise.
+    let copies = dev.writes_are_copies();
+    let inheritance = || {
+        if copies {
+            crate::sched::inherit::Inheritance::inert()
+        } else {
+            crate::sched::inherit::Inheritance::new()
+        }
+    };
     Inner {
         dev,
         config,
@@ -59,7 +69,7 @@ fn new_inner(
         meta: Mutex::new(meta),
         log_queue: Mutex::new(std::collections::VecDeque::new()),
         log_writer: Mutex::new(log),
-        log_inherit: crate::sched::inherit::Inheritance::new(),
+        log_inherit: inheritance(),
         written_seq: AtomicU64::new(written),
         summary_seq: AtomicU64::new(written),
         ahead_pending: Mutex::new(BTreeMap::new()),
@@ -79,7 +89,7 @@ fn new_inner(
         report: Mutex::new(RecoveryReport::default()),
         background: Mutex::new(None),
         wake: Arc::new((Mutex::new(Wake::default()), Condvar::new())),
-        inherit: crate::sched::inherit::Inheritance::new(),
+        inherit: inheritance(),
         locks: super::locks::LockTable::new(),
         names: Default::default(),
         mount_point: Mutex::new(None),

@@ -1147,6 +1147,27 @@ fn a_superblock_due_right_after_a_checkpoint_names_it_instead_of_writing_another
 }
 
 #[test]
+fn waiters_lend_their_io_priority_except_on_a_memory_pool() {
+    let dev = device(8 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    assert!(!fs.inner.inherit.is_inert() && !fs.inner.log_inherit.is_inert());
+    drop(fs);
+    // The same pool as memory: its commits are copies, and nothing has an I/O priority.
+    dev.set_writes_are_copies(true);
+    let fs = Fs::open(dev, &OpenOptions::default()).unwrap();
+    assert!(fs.inner.inherit.is_inert() && fs.inner.log_inherit.is_inert());
+    let _hold = fs.inner.inherit.hold();
+    assert!(
+        !crate::sched::inherit::is_holding(),
+        "a holder of inert work is not registered"
+    );
+}
+
+#[test]
 fn logs_are_written_after_the_metadata_lock_is_released() {
     let dev = device(16 << 20);
     // The 300 KB fsync passes the superblock's 256 KiB: the refresh is sealed too, and written
