@@ -668,12 +668,14 @@ impl Inner {
                 .filter_map(|seq| releases.remove(&seq))
                 .collect::<Vec<_>>()
         };
+        let mut spare = Vec::new();
         for (release, bytes) in due {
             for (cell, blocks) in release {
-                self.drop_written(&mut cell.lock(), &blocks);
+                self.drop_written(&mut cell.lock(), &blocks, &mut spare);
             }
             self.in_flight.fetch_sub(bytes, AtomicOrdering::AcqRel);
         }
+        super::engine::recycle_blocks(spare);
     }
 
     /// Called when more than a buffer's worth of sealed data is unwritten: writes the queued
@@ -868,6 +870,10 @@ impl Inner {
                 w.buf.extend_from_slice(&block[..]);
             }
         }
+        // The payload is on the device or staged. Metadata blocks (held by the log alone) are
+        // kept for reuse now; file buffers' last holders are now their files, which release
+        // them once the log is written (`advance_written`).
+        super::engine::recycle_blocks(payload);
         summary.prev_crc = w.prev_crc;
         summary.payload_crc = crc;
         let summary_crc = summary.encode_into(&mut w.buf[..BLOCK]);
@@ -1021,13 +1027,22 @@ impl Inner {
         Ok(written)
     }
 
-    fn drop_written(&self, st: &mut super::engine::InodeState, written: &[(u64, u64)]) {
+    /// Drops the buffers `written` names that are still of the generation written, into
+    /// `spare` (to be recycled once the inode lock is released).
+    fn drop_written(
+        &self,
+        st: &mut super::engine::InodeState,
+        written: &[(u64, u64)],
+        spare: &mut Vec<Arc<format::Block>>,
+    ) {
         let mut released = 0;
         for &(block, gen) in written {
             // A buffer is sealed once per generation (`DirtyBlock::sealed_in`), so the same
             // generation is never waiting in a later log.
             if st.dirty.get(&block).is_some_and(|d| d.gen == gen) {
-                st.dirty.remove(&block);
+                if let Some(d) = st.dirty.remove(&block) {
+                    spare.push(d.data);
+                }
                 released += BLOCK_U64;
             }
         }

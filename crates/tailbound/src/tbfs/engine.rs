@@ -491,7 +491,14 @@ impl MetaGuard<'_> {
         let queued = self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued;
         let garbage = std::mem::take(&mut guard.drop_later);
         drop(guard);
-        drop(garbage);
+        if !garbage.is_empty() {
+            recycle_blocks(
+                garbage
+                    .into_iter()
+                    .flat_map(|buffers| buffers.into_values().map(|d| d.data))
+                    .collect(),
+            );
+        }
         self.hold = None;
         if !own.is_empty() || !small.is_empty() {
             self.inner.write_own_logs(end, &own, &small)
@@ -527,11 +534,63 @@ pub(crate) fn lock_lending<'a, T>(
     }
 }
 
-/// A new block holding a copy of `data` (one block's bytes), ready to share with a log.
-/// The bytes are copied straight into the new allocation, without clearing it first.
+/// Block buffers written and released, kept for the next writes: the write buffer's memory
+/// turns over every few milliseconds, and handing it back to the allocator had it trim and
+/// grow its heaps a page at a time (`madvise`, `mprotect`, page faults and clearing). Shared by
+/// every pool of the process, at most [`SPARE_BLOCKS_MAX`].
+static SPARE_BLOCKS: Mutex<Vec<Arc<Block>>> = Mutex::new(Vec::new());
+/// 32 MiB of spare buffers at most.
+const SPARE_BLOCKS_MAX: usize = 8192;
+
+/// Keeps the buffers of `blocks` nothing else references for reuse (up to the cap); the
+/// others are dropped.
+pub(crate) fn recycle_blocks(blocks: Vec<Arc<Block>>) {
+    if blocks.is_empty() {
+        return;
+    }
+    let mut spare = SPARE_BLOCKS.lock().unwrap_or_else(|p| p.into_inner());
+    for b in blocks {
+        if spare.len() >= SPARE_BLOCKS_MAX {
+            break;
+        }
+        if Arc::strong_count(&b) == 1 && Arc::weak_count(&b) == 0 {
+            spare.push(b);
+        }
+    }
+}
+
+/// A block buffer nothing else references, its bytes unspecified.
+fn spare_block() -> Option<Arc<Block>> {
+    let mut b = SPARE_BLOCKS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop()?;
+    // Unique when it was kept, and nothing can have cloned it since.
+    Arc::get_mut(&mut b).is_some().then_some(b)
+}
+
+/// A new block holding a copy of `data` (one block's bytes), ready to share with a log: a spare
+/// buffer, else a new allocation the bytes are copied into without clearing it first.
 pub(crate) fn shared_copy(data: &[u8]) -> Arc<Block> {
+    if let Some(mut b) = spare_block() {
+        if let Some(bytes) = Arc::get_mut(&mut b) {
+            bytes.copy_from_slice(data);
+            return b;
+        }
+    }
     let block: Arc<[u8]> = Arc::from(data);
     block.try_into().expect("a block's bytes")
+}
+
+/// A new block of zeros (a spare buffer cleared, or a new allocation).
+pub(crate) fn zeroed_block() -> Arc<Block> {
+    if let Some(mut b) = spare_block() {
+        if let Some(bytes) = Arc::get_mut(&mut b) {
+            bytes.fill(0);
+            return b;
+        }
+    }
+    Arc::new([0u8; BLOCK])
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -750,7 +809,7 @@ impl Inner {
                         // A whole block: copied without clearing it first.
                         shared_copy(&buf[done..done + n])
                     } else {
-                        let mut data = Arc::new([0u8; BLOCK]);
+                        let mut data = zeroed_block();
                         let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
                         if block * BLOCK_U64 < st.size {
                             self.read_block(cell.ino, &st, block, &mut bytes[..])?;
@@ -1248,7 +1307,7 @@ impl Inner {
             let within = (len % BLOCK_U64) as usize;
             if within != 0 {
                 let block = len / BLOCK_U64;
-                let mut data = Arc::new([0u8; BLOCK]);
+                let mut data = zeroed_block();
                 let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
                 self.read_block(cell.ino, &st, block, &mut bytes[..])?;
                 bytes[within..].fill(0);

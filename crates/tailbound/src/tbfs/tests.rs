@@ -1738,3 +1738,42 @@ fn the_path_cache_answers_open_and_stat_and_never_outlives_a_name() {
         Err(Error::IsDir(_))
     ));
 }
+
+#[test]
+fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never_shows_old_bytes() {
+    // Shared (a log or a file still holds it): not kept, the holder's reference stays alone.
+    let held = super::engine::shared_copy(&[0x5a; super::format::BLOCK]);
+    super::engine::recycle_blocks(vec![held.clone()]);
+    assert_eq!(
+        Arc::strong_count(&held),
+        1,
+        "a shared buffer was kept for reuse"
+    );
+    // Unique buffers full of old bytes are kept; whatever a new block gets, it holds only what
+    // it was made from.
+    let old: Vec<_> = (0..64)
+        .map(|_| super::engine::shared_copy(&[0xab; super::format::BLOCK]))
+        .collect();
+    super::engine::recycle_blocks(old);
+    for i in 0..64u8 {
+        assert!(super::engine::zeroed_block().iter().all(|&b| b == 0));
+        let data = [i; super::format::BLOCK];
+        assert_eq!(&super::engine::shared_copy(&data)[..], &data[..]);
+    }
+    // Files written, rewritten and deleted read back right through reused buffers.
+    let fs = Fs::format(
+        device(8 << 20),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    for round in 0..6u64 {
+        write_file(&fs, "/f", &pattern(round, 100_000));
+        let f = fs.open_file("/f", OpenFlags::create()).unwrap();
+        f.pwrite(&pattern(round + 50, 5000), 1000).unwrap();
+        let mut want = pattern(round, 100_000);
+        want[1000..6000].copy_from_slice(&pattern(round + 50, 5000));
+        assert_eq!(read_all(&fs, "/f"), want, "round {round}");
+        drop(f);
+        fs.unlink("/f").unwrap();
+    }
+}
