@@ -1264,7 +1264,13 @@ impl Inner {
                     }
                     for &ino in m.freed_slots.range(slots.clone()) {
                         if !records.contains_key(&ino) {
-                            encode_slot(&mut page, ino, &InodeRecord::default());
+                            // Freed, or freed and its number taken again since.
+                            let record = m
+                                .inodes
+                                .get(&ino)
+                                .map(|c| c.lock().record(ino))
+                                .unwrap_or_default();
+                            encode_slot(&mut page, ino, &record);
                         }
                     }
                     page
