@@ -1069,11 +1069,7 @@ impl Inner {
                 continue;
             }
             let mut fresh = [0u8; INODE_BYTES];
-            m.inodes
-                .get(&ino)
-                .map(|c| c.lock().record(ino))
-                .unwrap_or_default()
-                .encode_into(&mut fresh);
+            current_record(m, ino).encode_into(&mut fresh);
             debug_assert!(
                 fresh[..] == page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES]
                     || self
@@ -1265,12 +1261,7 @@ impl Inner {
                     for &ino in m.freed_slots.range(slots.clone()) {
                         if !records.contains_key(&ino) {
                             // Freed, or freed and its number taken again since.
-                            let record = m
-                                .inodes
-                                .get(&ino)
-                                .map(|c| c.lock().record(ino))
-                                .unwrap_or_default();
-                            encode_slot(&mut page, ino, &record);
+                            encode_slot(&mut page, ino, &current_record(m, ino));
                         }
                     }
                     page
@@ -1280,11 +1271,7 @@ impl Inner {
                     for ino in slots {
                         let record = match records.get(&ino) {
                             Some(&r) => r,
-                            None => m
-                                .inodes
-                                .get(&ino)
-                                .map(|c| c.lock().record(ino))
-                                .unwrap_or_default(),
+                            None => current_record(m, ino),
                         };
                         encode_slot(&mut page, ino, &record);
                     }
@@ -1623,6 +1610,14 @@ impl Inner {
 }
 
 /// The buffered blocks of a file not yet in a sealed log.
+/// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
+fn current_record(m: &Meta, ino: u64) -> InodeRecord {
+    m.inodes
+        .get(&ino)
+        .map(|c| c.lock().record(ino))
+        .unwrap_or_default()
+}
+
 fn unsealed_blocks(st: &super::engine::InodeState) -> Vec<u64> {
     st.dirty
         .iter()

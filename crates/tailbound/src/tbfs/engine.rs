@@ -559,38 +559,29 @@ pub(crate) fn recycle_blocks(blocks: Vec<Arc<Block>>) {
     }
 }
 
-/// A block buffer nothing else references, its bytes unspecified.
-fn spare_block() -> Option<Arc<Block>> {
+/// A spare buffer with `fill` applied, if one is kept.
+fn reuse_block(fill: impl FnOnce(&mut Block)) -> Option<Arc<Block>> {
     let mut b = SPARE_BLOCKS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .pop()?;
     // Unique when it was kept, and nothing can have cloned it since.
-    Arc::get_mut(&mut b).is_some().then_some(b)
+    fill(Arc::get_mut(&mut b)?);
+    Some(b)
 }
 
 /// A new block holding a copy of `data` (one block's bytes), ready to share with a log: a spare
 /// buffer, else a new allocation the bytes are copied into without clearing it first.
 pub(crate) fn shared_copy(data: &[u8]) -> Arc<Block> {
-    if let Some(mut b) = spare_block() {
-        if let Some(bytes) = Arc::get_mut(&mut b) {
-            bytes.copy_from_slice(data);
-            return b;
-        }
-    }
-    let block: Arc<[u8]> = Arc::from(data);
-    block.try_into().expect("a block's bytes")
+    reuse_block(|b| b.copy_from_slice(data)).unwrap_or_else(|| {
+        let block: Arc<[u8]> = Arc::from(data);
+        block.try_into().expect("a block's bytes")
+    })
 }
 
 /// A new block of zeros (a spare buffer cleared, or a new allocation).
 pub(crate) fn zeroed_block() -> Arc<Block> {
-    if let Some(mut b) = spare_block() {
-        if let Some(bytes) = Arc::get_mut(&mut b) {
-            bytes.fill(0);
-            return b;
-        }
-    }
-    Arc::new([0u8; BLOCK])
+    reuse_block(|b| b.fill(0)).unwrap_or_else(|| Arc::new([0u8; BLOCK]))
 }
 
 pub(crate) fn now_ns() -> i64 {

@@ -984,6 +984,17 @@ fn a_long_protection_period_gives_way_when_writers_need_the_space() {
     assert_eq!(read_all(&reopen(&dev), "/f"), model);
 }
 
+/// Checkpoint `n` can be neither opened as a view nor made a snapshot: data it named was
+/// overwritten without a pin.
+fn assert_refused_as_overwritten(fs: &Fs, n: u64) {
+    for err in [fs.at(n).err(), fs.set_snapshot(n, true).err()] {
+        match err {
+            Some(Error::NotFound(why)) => assert!(why.contains("overwritten"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn the_newest_checkpoint_is_not_offered_once_a_data_only_log_rewrote_its_blocks() {
     // No protection period: a block the newest checkpoint names, rewritten by a data-only log,
@@ -1003,12 +1014,7 @@ fn the_newest_checkpoint_is_not_offered_once_a_data_only_log_rewrote_its_blocks(
         n,
         "fdatasync of an overwrite wrote a data-only log, not a checkpoint"
     );
-    for err in [fs.at(n).err(), fs.set_snapshot(n, true).err()] {
-        match err {
-            Some(Error::NotFound(why)) => assert!(why.contains("overwritten"), "{why}"),
-            other => panic!("expected a refusal, got {other:?}"),
-        }
-    }
+    assert_refused_as_overwritten(&fs, n);
     // A snapshot made now is a new checkpoint, and readable.
     let s = fs.snapshot(None).unwrap();
     assert!(s > n);
@@ -1048,12 +1054,7 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
         fs.inner.lock_meta().life.pinned.is_empty(),
         "the deleted file's blocks were pinned"
     );
-    for err in [fs.at(n).err(), fs.set_snapshot(n, true).err()] {
-        match err {
-            Some(Error::NotFound(why)) => assert!(why.contains("overwritten"), "{why}"),
-            other => panic!("expected a refusal, got {other:?}"),
-        }
-    }
+    assert_refused_as_overwritten(&fs, n);
     // Power lost before the next checkpoint: the pool is as that checkpoint left it.
     let crashed = Fs::open(from_image(dev.durable_image()), &OpenOptions::default()).unwrap();
     assert_eq!(read_all(&crashed, "/f"), pattern(1, 64 << 10));
