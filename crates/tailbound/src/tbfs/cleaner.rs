@@ -564,14 +564,7 @@ impl Inner {
                     let gen = st.next_gen;
                     st.next_gen += 1;
                     let data = super::engine::shared_copy(data);
-                    st.dirty.insert(
-                        index,
-                        DirtyBlock {
-                            gen,
-                            data,
-                            sealed_in: None,
-                        },
-                    );
+                    st.dirty.insert(index, DirtyBlock::new(gen, data));
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
                 }

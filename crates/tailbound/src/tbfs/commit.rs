@@ -258,6 +258,7 @@ impl Inner {
             flags,
             descriptors: Vec::new(),
             payload: Vec::new(),
+            crcs: Vec::new(),
         });
     }
 
@@ -303,11 +304,13 @@ impl Inner {
             level,
             offset,
             super::engine::shared_copy(data),
+            None,
         )
     }
 
     /// [`Inner::log_add`] for a block already shared (a buffered block of a file): the log
-    /// keeps a reference, not a copy.
+    /// keeps a reference, not a copy, and its CRC if known (`DirtyBlock::crc`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn log_add_shared(
         &self,
         m: &mut Meta,
@@ -316,6 +319,7 @@ impl Inner {
         level: u8,
         offset: u64,
         data: Arc<format::Block>,
+        crc: Option<u32>,
     ) -> Result<u64> {
         if !self.log_has_room(m, kind, ino, level, offset) {
             self.log_roll(m)?;
@@ -323,6 +327,7 @@ impl Inner {
         let log = m.writer.log.as_mut().expect("log open");
         let addr = log.start + 1 + log.payload.len() as u64;
         log.payload.push(data);
+        log.crcs.push(crc);
         let merges = log.descriptors.last().is_some_and(|d| {
             d.kind == kind
                 && d.ino == ino
@@ -422,6 +427,7 @@ impl Inner {
                 seq: m.writer.seq,
                 start: log.start,
                 blocks: std::mem::take(&mut log.payload),
+                crcs: std::mem::take(&mut log.crcs),
                 inos,
                 flush,
                 charge: m.writer.charge,
@@ -440,6 +446,7 @@ impl Inner {
             start: log.start,
             summary,
             payload: log.payload,
+            crcs: log.crcs,
             ahead,
             flush,
         }));
@@ -812,6 +819,7 @@ impl Inner {
             start,
             mut summary,
             payload,
+            crcs,
             ahead,
             flush,
         } = log;
@@ -855,12 +863,11 @@ impl Inner {
             self.wait_ahead(seq, None)?;
         }
         let complete = self.written_seq.load(AtomicOrdering::Acquire);
-        let mut crc = 0;
+        let crc = super::engine::payload_crc(&payload, &crcs);
         w.buf.clear();
         w.buf.resize(BLOCK, 0);
         let copies = self.dev.writes_are_copies();
         for (i, block) in payload.iter().enumerate() {
-            crc = format::crc_append(crc, &block[..]);
             if copies {
                 let addr = start + 1 + i as u64;
                 self.dev
@@ -1012,8 +1019,8 @@ impl Inner {
         let mut written = Vec::with_capacity(blocks.len());
         for block in blocks {
             let d = &st.dirty[&block];
-            let (gen, data) = (d.gen, d.data.clone());
-            let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, data)?;
+            let (gen, data, crc) = (d.gen, d.data().clone(), d.crc());
+            let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, data, Some(crc))?;
             mark_sealed(st, block, m.writer.seq, flush);
             let old = st.map.set(block, addr);
             m.seg_inc(addr, self.segment_blocks);
@@ -1041,7 +1048,7 @@ impl Inner {
             // generation is never waiting in a later log.
             if st.dirty.get(&block).is_some_and(|d| d.gen == gen) {
                 if let Some(d) = st.dirty.remove(&block) {
-                    spare.push(d.data);
+                    spare.push(d.into_data());
                 }
                 released += BLOCK_U64;
             }
@@ -1196,7 +1203,15 @@ impl Inner {
             // checkpoint is written after it. One pass over the buffers seals the others.
             let mut done = Vec::new();
             for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
-                let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, d.data.clone())?;
+                let addr = self.log_add_shared(
+                    m,
+                    DescKind::Data,
+                    ino,
+                    0,
+                    block,
+                    d.data().clone(),
+                    Some(d.crc()),
+                )?;
                 d.sealed_in = Some((m.writer.seq, flush));
                 let old = st.map.set(block, addr);
                 m.seg_inc(addr, self.segment_blocks);

@@ -35,11 +35,49 @@ const WRITE_BEHIND_MIN: u64 = 1 << 20;
 #[derive(Debug)]
 pub(crate) struct DirtyBlock {
     pub gen: u64,
-    pub data: Arc<Block>,
+    /// Changed only through [`DirtyBlock::write`], which keeps `crc` right.
+    data: Arc<Block>,
+    /// `format::crc_blocks(data)`, taken while the bytes were fresh in the cache: a log's
+    /// payload CRC is put together from these (`format::crc_extend_block`) instead of reading
+    /// every block again when the log is written.
+    crc: u32,
     /// Already in a sealed log not yet written, as this generation: that log's sequence (or a
     /// later one) and whether the barrier policy flushes after it. A later commit leaves the
     /// block to that log instead of writing it again; a sync waits for it.
     pub sealed_in: Option<(u64, bool)>,
+}
+
+impl DirtyBlock {
+    pub fn new(gen: u64, data: Arc<Block>) -> DirtyBlock {
+        let crc = format::crc_blocks(&data[..]);
+        DirtyBlock {
+            gen,
+            data,
+            crc,
+            sealed_in: None,
+        }
+    }
+
+    pub fn data(&self) -> &Arc<Block> {
+        &self.data
+    }
+
+    pub fn into_data(self) -> Arc<Block> {
+        self.data
+    }
+
+    pub fn crc(&self) -> u32 {
+        self.crc
+    }
+
+    /// Puts `bytes` at `within` as generation `gen` (a copy if a sealed log shares the buffer).
+    pub fn write(&mut self, gen: u64, within: usize, bytes: &[u8]) {
+        let data = Arc::make_mut(&mut self.data);
+        data[within..within + bytes.len()].copy_from_slice(bytes);
+        self.crc = format::crc_blocks(&data[..]);
+        self.gen = gen;
+        self.sealed_in = None;
+    }
 }
 
 /// An inode's state in memory.
@@ -188,6 +226,8 @@ pub(crate) struct LogBuild {
     pub descriptors: Vec<format::Descriptor>,
     /// Payload blocks added so far, in order.
     pub payload: Vec<Arc<Block>>,
+    /// Their CRCs where already known (buffered file blocks), in the same order.
+    pub crcs: Vec<Option<u32>>,
 }
 
 /// What waits in [`Inner::log_queue`], in the order the log writer writes it.
@@ -218,11 +258,25 @@ pub(crate) struct SealedLog {
     pub start: u64,
     pub summary: format::Summary,
     pub payload: Vec<Arc<Block>>,
+    /// The payload blocks' CRCs where known ([`payload_crc`]).
+    pub crcs: Vec<Option<u32>>,
     /// A large data-only log's payload, written by the thread that sealed it (or by whoever
     /// needs it done first) while the log writer writes only its summary.
     pub ahead: Option<Arc<AheadPayload>>,
     /// Flush the device after it (the barrier policy).
     pub flush: bool,
+}
+
+/// The CRC of a payload, put together from its blocks' CRCs where they are known (taken when
+/// the blocks were written, so the blocks are not read again here) and computed from the
+/// others. Debug builds check every known one against the bytes.
+pub(crate) fn payload_crc(blocks: &[Arc<Block>], crcs: &[Option<u32>]) -> u32 {
+    debug_assert_eq!(blocks.len(), crcs.len());
+    blocks.iter().zip(crcs).fold(0, |crc, (b, known)| {
+        let own = known.unwrap_or_else(|| format::crc_blocks(&b[..]));
+        debug_assert_eq!(own, format::crc_blocks(&b[..]), "a stale block CRC");
+        format::crc_extend_block(crc, own)
+    })
 }
 
 /// Where an ahead payload's write stands.
@@ -242,6 +296,8 @@ pub(crate) struct AheadPayload {
     pub seq: u64,
     pub start: u64,
     pub blocks: Vec<Arc<Block>>,
+    /// Their CRCs where known ([`payload_crc`]).
+    pub crcs: Vec<Option<u32>>,
     /// The inodes the log names (sorted): a later log of one of them waits for this one.
     pub inos: Vec<u64>,
     /// Flush after it (the barrier policy).
@@ -256,11 +312,9 @@ pub(crate) struct AheadPayload {
 impl AheadPayload {
     /// The payload's CRC, computed from memory by whoever needs it first.
     pub fn crc(&self) -> u32 {
-        *self.crc.get_or_init(|| {
-            self.blocks
-                .iter()
-                .fold(0, |crc, b| format::crc_append(crc, &b[..]))
-        })
+        *self
+            .crc
+            .get_or_init(|| payload_crc(&self.blocks, &self.crcs))
     }
 
     /// Takes the payload's write on: true if it was not taken yet.
@@ -495,7 +549,7 @@ impl MetaGuard<'_> {
             recycle_blocks(
                 garbage
                     .into_iter()
-                    .flat_map(|buffers| buffers.into_values().map(|d| d.data))
+                    .flat_map(|buffers| buffers.into_values().map(DirtyBlock::into_data))
                     .collect(),
             );
         }
@@ -656,7 +710,7 @@ impl Inner {
     /// Reads file block `block` of an inode into `out` (buffered data first, then storage).
     fn read_block(&self, ino: u64, st: &InodeState, block: u64, out: &mut [u8]) -> Result<()> {
         if let Some(d) = st.dirty.get(&block) {
-            out.copy_from_slice(&d.data[..]);
+            out.copy_from_slice(&d.data()[..]);
             return Ok(());
         }
         let addr = st.map.get(block);
@@ -791,10 +845,7 @@ impl Inner {
                 let gen = st.next_gen;
                 st.next_gen += 1;
                 if let Some(d) = st.dirty.get_mut(&block) {
-                    d.gen = gen;
-                    d.sealed_in = None;
-                    Arc::make_mut(&mut d.data)[within..within + n]
-                        .copy_from_slice(&buf[done..done + n]);
+                    d.write(gen, within, &buf[done..done + n]);
                 } else {
                     let data = if n == BLOCK {
                         // A whole block: copied without clearing it first.
@@ -808,14 +859,7 @@ impl Inner {
                         bytes[within..within + n].copy_from_slice(&buf[done..done + n]);
                         data
                     };
-                    st.dirty.insert(
-                        block,
-                        DirtyBlock {
-                            gen,
-                            data,
-                            sealed_in: None,
-                        },
-                    );
+                    st.dirty.insert(block, DirtyBlock::new(gen, data));
                     // Counted under the inode lock, so a commit dropping it subtracts after.
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
@@ -1304,11 +1348,7 @@ impl Inner {
                 bytes[within..].fill(0);
                 let gen = st.next_gen;
                 st.next_gen += 1;
-                let fresh = DirtyBlock {
-                    gen,
-                    data,
-                    sealed_in: None,
-                };
+                let fresh = DirtyBlock::new(gen, data);
                 if st.dirty.insert(block, fresh).is_none() {
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);

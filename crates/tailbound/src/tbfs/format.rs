@@ -147,6 +147,42 @@ pub fn crc_append(crc: u32, bytes: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, bytes)
 }
 
+/// `crc_blocks` of the bytes `crc` covered followed by one block whose own CRC
+/// (`crc_blocks(block)`) is `block_crc`, without reading the block: the CRC of a
+/// concatenation is the first part's CRC moved past [`BLOCK`] zero bytes (a linear map, kept
+/// as four byte tables) combined with the second's. So a payload's CRC can be put together
+/// from its blocks' CRCs, taken while each block was fresh in the cache.
+pub fn crc_extend_block(crc: u32, block_crc: u32) -> u32 {
+    let t = block_shift_tables();
+    let b = crc.to_le_bytes();
+    t[0][b[0] as usize]
+        ^ t[1][b[1] as usize]
+        ^ t[2][b[2] as usize]
+        ^ t[3][b[3] as usize]
+        ^ block_crc
+}
+
+/// The map "move a CRC past one block of zeros", as its values on each byte of the input.
+fn block_shift_tables() -> &'static [[u32; 256]; 4] {
+    static TABLES: std::sync::OnceLock<Box<[[u32; 256]; 4]>> = std::sync::OnceLock::new();
+    TABLES.get_or_init(|| {
+        // `crc32c_combine(x, 0, n)` is that map applied to `x`; being linear over GF(2), it is
+        // known from its values on the 32 single bits.
+        let bit: Vec<u32> = (0..32)
+            .map(|i| crc32c::crc32c_combine(1 << i, 0, BLOCK))
+            .collect();
+        let mut t = Box::new([[0u32; 256]; 4]);
+        for (k, table) in t.iter_mut().enumerate() {
+            for (v, out) in table.iter_mut().enumerate() {
+                *out = (0..8)
+                    .filter(|j| v >> j & 1 == 1)
+                    .fold(0, |acc, j| acc ^ bit[8 * k + j]);
+            }
+        }
+        t
+    })
+}
+
 fn get_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
@@ -973,6 +1009,31 @@ impl CheckpointRoot {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_payload_crc_put_together_from_block_crcs_is_the_crc_of_the_bytes(
+            seeds in proptest::collection::vec(any::<u64>(), 0..6)
+        ) {
+            let blocks: Vec<Vec<u8>> = seeds
+                .iter()
+                .map(|&s| {
+                    let mut x = s | 1;
+                    (0..BLOCK)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            x as u8
+                        })
+                        .collect()
+                })
+                .collect();
+            let whole = blocks.iter().fold(0, |c, b| crc_append(c, b));
+            let combined = blocks.iter().fold(0, |c, b| crc_extend_block(c, crc_blocks(b)));
+            prop_assert_eq!(whole, combined);
+        }
+    }
 
     fn sample_sb() -> Superblock {
         Superblock {
