@@ -349,7 +349,15 @@ impl Inner {
         Ok(addr)
     }
 
-    fn log_add_attr(&self, m: &mut Meta, ino: u64, size: u64, mtime_ns: i64) {
+    /// Adds an attributes record to the open log (closing it and opening a continuation when
+    /// its descriptors are used up: a file whose only change is its access time brings a
+    /// record and no block).
+    fn log_add_attr(&self, m: &mut Meta, ino: u64, size: u64, mtime_ns: i64) -> Result<()> {
+        if m.writer.log.as_ref().expect("log open").descriptors.len()
+            >= DESCRIPTORS_MAX - DESCRIPTORS_RESERVED
+        {
+            self.log_roll(m)?;
+        }
         let log = m.writer.log.as_mut().expect("log open");
         log.descriptors.push(Descriptor {
             kind: DescKind::Attr,
@@ -359,6 +367,7 @@ impl Inner {
             offset: size,
             extra: mtime_ns,
         });
+        Ok(())
     }
 
     /// Seals the open log and queues it for the log writer ([`Inner::write_logs_until`]), which
@@ -1029,7 +1038,7 @@ impl Inner {
             }
             written.push((block, gen));
         }
-        self.log_add_attr(m, ino, st.size, st.mtime_ns);
+        self.log_add_attr(m, ino, st.size, st.mtime_ns)?;
         st.attr_dirty = false;
         Ok(written)
     }

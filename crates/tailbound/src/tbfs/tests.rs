@@ -1778,3 +1778,62 @@ fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never
         fs.unlink("/f").unwrap();
     }
 }
+
+#[test]
+fn a_full_buffer_with_many_files_whose_only_change_is_their_access_time_writes_them_all() {
+    // Reading a file changes its access time (here on every read), so it joins the next
+    // run of data-only logs with an attributes record and no blocks; hundreds of them must
+    // spread over as many logs as their records need.
+    let dev = device(64 << 20);
+    let cfg = Config {
+        superblock_every_bytes: 64 << 20,
+        ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+    };
+    let fs = Fs::format(dev.clone(), &cfg).unwrap();
+    let files = 3 * format::DESCRIPTORS_MAX;
+    for i in 0..files {
+        let f = fs
+            .open_file(&format!("/f{i}"), OpenFlags::create())
+            .unwrap();
+        f.pwrite(&pattern(i as u64, 100), 0).unwrap();
+    }
+    fs.sync().unwrap();
+    for i in 0..files {
+        assert_eq!(read_all(&fs, &format!("/f{i}")), pattern(i as u64, 100));
+    }
+    let big = 300 << 10;
+    let bigs: Vec<_> = (0..4)
+        .map(|i| {
+            fs.open_file(&format!("/big{i}"), OpenFlags::create())
+                .unwrap()
+        })
+        .collect();
+    for i in 0..files {
+        assert_eq!(read_all(&fs, &format!("/f{i}")), pattern(i as u64, 100));
+    }
+    // The namespace changes are made durable first, so the buffer fills with none pending.
+    // (Their checkpoint writes the access times: every read changes them again.)
+    fs.sync().unwrap();
+    fs.set_atime_policy(AtimePolicy::Strict);
+    for i in 0..files {
+        let f = fs
+            .open_file(&format!("/f{i}"), OpenFlags::read_only())
+            .unwrap();
+        let mut buf = [0u8; 10];
+        f.pread(&mut buf, 0).unwrap();
+    }
+    for (i, f) in bigs.iter().enumerate() {
+        f.pwrite(&pattern(1000 + i as u64, big), 0).unwrap();
+    }
+    fs.sync().unwrap();
+    let again = reopen(&dev);
+    for i in 0..4 {
+        assert_eq!(
+            read_all(&again, &format!("/big{i}")),
+            pattern(1000 + i as u64, big)
+        );
+    }
+    for i in [0, files / 2, files - 1] {
+        assert_eq!(read_all(&again, &format!("/f{i}")), pattern(i as u64, 100));
+    }
+}
