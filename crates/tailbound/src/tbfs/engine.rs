@@ -902,7 +902,7 @@ impl Inner {
                 // Relaxed ordering writes a full buffer as data-only logs, the maps and
                 // namespace following at the next checkpoint: the files a data-only log may
                 // carry (`data_log_ok`), and a checkpoint if they were not enough.
-                if self.config.ordering == Ordering::Relaxed && self.data_logs_roomy(&m) {
+                if self.config.ordering == Ordering::Relaxed {
                     // A writer holding a good part of the buffer writes its own file first
                     // (its I/O, at its priority and weight); other files' data only if that is
                     // not enough. Many small files go out together, in fewer logs.
@@ -933,7 +933,7 @@ impl Inner {
             // its writer's I/O, unless a namespace change waits for a checkpoint (then the
             // buffer limit decides).
             let mut m = self.lock_meta();
-            if self.data_logs_roomy(&m) && cell.lock().data_log_ok() {
+            if cell.lock().data_log_ok() {
                 self.commit_data_log(&mut m, cell)?;
                 self.maybe_refresh(&mut m)?;
             }
@@ -944,20 +944,6 @@ impl Inner {
             self.wait_in_flight()?;
         }
         Ok((end, buf.len()))
-    }
-
-    /// Whether buffered data may go out as data-only logs now: always with no namespace change
-    /// pending, and otherwise while a quarter of the pool is free. Under space pressure the
-    /// buffer goes out in a checkpoint, as the namespace change's own, so the segments it
-    /// frees are reusable at once: measured with `bench fileserver --pool-size 2GiB` (55 %
-    /// live), data-only logs ahead of pending namespace changes ended in `NoSpace` in one run
-    /// of two, and checkpoints never did.
-    fn data_logs_roomy(&self, m: &Meta) -> bool {
-        if !m.ns_dirty {
-            return true;
-        }
-        let quarter = self.segment_blocks * self.segment_count / 4;
-        self.free_blocks_up_to(m, quarter) >= quarter
     }
 
     /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
