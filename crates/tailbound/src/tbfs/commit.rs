@@ -930,7 +930,7 @@ impl Inner {
         let count = {
             let st = cell.lock();
             let count = unsealed_blocks(&st).len();
-            if !st.data_log_ok() || (count == 0 && !st.attr_dirty) {
+            if st.freed || (count == 0 && !st.attr_dirty) {
                 return Ok(());
             }
             count as u64
@@ -938,7 +938,7 @@ impl Inner {
         self.ensure_space(m, count + 1)?;
         let mut st = cell.lock();
         let blocks = unsealed_blocks(&st);
-        if !st.data_log_ok() || (blocks.is_empty() && !st.attr_dirty) {
+        if st.freed || (blocks.is_empty() && !st.attr_dirty) {
             // The superblock refresh `ensure_space` ran took everything already.
             return Ok(());
         }
@@ -974,7 +974,7 @@ impl Inner {
         let mut count = 0u64;
         for cell in &cells {
             let st = cell.lock();
-            if st.data_log_ok() {
+            if !st.freed && st.kind == super::FileKind::File {
                 count += unsealed_blocks(&st).len() as u64 + 1;
             }
         }
@@ -990,7 +990,8 @@ impl Inner {
         for cell in &cells {
             let mut st = cell.lock();
             let blocks = unsealed_blocks(&st);
-            if !st.data_log_ok() || (blocks.is_empty() && !st.attr_dirty) {
+            if st.freed || st.kind != super::FileKind::File || (blocks.is_empty() && !st.attr_dirty)
+            {
                 continue;
             }
             if !open {
@@ -1164,9 +1165,7 @@ impl Inner {
                 }
                 ((st.map.dirty_leaves.len() as u64 + buffered) * h).min(total)
             };
-            // Buffers already in a sealed log stay there (see the sealing below).
-            let unsealed = st.dirty.values().filter(|d| d.sealed_in.is_none()).count();
-            estimate += unsealed as u64 + nodes + 1;
+            estimate += st.dirty.len() as u64 + nodes + 1;
         }
         let mut pages: BTreeSet<u64> = work
             .iter()
@@ -1249,7 +1248,6 @@ impl Inner {
             st.map = map;
             result?;
             st.attr_dirty = false;
-            st.checkpoint_only = false;
             records.insert(ino, st.record(ino));
             drop(guard);
             written.push((cell, done));
@@ -1383,9 +1381,7 @@ impl Inner {
         m.checkpoint_seq = root_seq;
         m.checkpoint_next_seq = m.writer.seq;
         m.checkpoint_at = Some(Instant::now());
-        // Numbers freed before it are recorded free now, and may be taken again.
-        let freed = std::mem::take(&mut m.freed_slots);
-        m.free_inos.extend(freed);
+        m.freed_slots.clear();
         m.dirs_dirty.clear();
         m.pending.clear();
         m.ns_dirty = false;

@@ -97,11 +97,6 @@ pub(crate) struct InodeState {
     pub next_gen: u64,
     /// Size or mtime changed since they were last logged.
     pub attr_dirty: bool,
-    /// A change only a checkpoint records (a truncation, chmod, chown, utimens) is not in one
-    /// yet: until it is, the file's data stays out of data-only logs written while a namespace
-    /// change is pending, since roll-forward would lay them over the inode as the last
-    /// checkpoint has it (see [`InodeState::data_log_ok`]).
-    pub checkpoint_only: bool,
     /// Open handles.
     pub open: u32,
     /// Freed: every later operation on a handle to it fails.
@@ -114,20 +109,6 @@ pub(crate) struct InodeState {
 }
 
 impl InodeState {
-    /// Whether a file's buffered data may go out as a data-only log before the next checkpoint
-    /// (relaxed ordering). Roll-forward applies such a log to the inode as the last checkpoint
-    /// has it, so the inode there must be this file or none:
-    /// - a file created since is skipped by roll-forward (its number is free there), which
-    ///   is right, as its name is not durable either;
-    /// - a number freed since is not taken again before a checkpoint records it free
-    ///   (`free_inode`), so no new file's data lands on the old file's inode;
-    /// - a truncation or an attribute change (`InodeState::checkpoint_only`) must reach the
-    ///   device first: laid over the old inode, later data would read through to blocks
-    ///   the truncation dropped.
-    pub(crate) fn data_log_ok(&self) -> bool {
-        !self.freed && self.kind == FileKind::File && !self.checkpoint_only
-    }
-
     pub fn new(kind: FileKind, mode: u32, now: i64, owner: (u32, u32)) -> InodeState {
         InodeState {
             kind,
@@ -143,7 +124,6 @@ impl InodeState {
             dirty: BTreeMap::new(),
             next_gen: 1,
             attr_dirty: true,
-            checkpoint_only: false,
             open: 0,
             freed: false,
             names_gen: 0,
@@ -899,29 +879,20 @@ impl Inner {
         if self.buffered_bytes() > self.config.dirty_bytes_max {
             let mut m = self.lock_meta();
             if self.buffered_bytes() > self.config.dirty_bytes_max {
-                // Relaxed ordering writes a full buffer as data-only logs, the maps and
-                // namespace following at the next checkpoint: the files a data-only log may
-                // carry (`data_log_ok`), and a checkpoint if they were not enough.
-                if self.config.ordering == Ordering::Relaxed {
+                // Relaxed ordering writes a full buffer as data-only logs while no namespace
+                // change waits for a checkpoint; the maps follow at the next one.
+                if self.config.ordering == Ordering::Relaxed && !m.ns_dirty {
                     // A writer holding a good part of the buffer writes its own file first
                     // (its I/O, at its priority and weight); other files' data only if that is
                     // not enough. Many small files go out together, in fewer logs.
-                    let own = {
-                        let st = cell.lock();
-                        if st.data_log_ok() {
-                            st.dirty.len() as u64 * BLOCK_U64
-                        } else {
-                            0
-                        }
-                    };
+                    let own = cell.lock().dirty.len() as u64 * BLOCK_U64;
                     if own >= self.write_behind_bytes() {
                         self.commit_data_log(&mut m, cell)?;
                     }
                     if self.buffered_bytes() > self.config.dirty_bytes_max {
                         self.commit_data_logs(&mut m, false)?;
                     }
-                }
-                if self.buffered_bytes() > self.config.dirty_bytes_max {
+                } else {
                     self.commit_checkpoint(&mut m)?;
                 }
                 self.maybe_refresh(&mut m)?;
@@ -933,7 +904,7 @@ impl Inner {
             // its writer's I/O, unless a namespace change waits for a checkpoint (then the
             // buffer limit decides).
             let mut m = self.lock_meta();
-            if cell.lock().data_log_ok() {
+            if !m.ns_dirty {
                 self.commit_data_log(&mut m, cell)?;
                 self.maybe_refresh(&mut m)?;
             }
@@ -999,7 +970,6 @@ impl Inner {
             }
             st.ctime_ns = now_ns();
             st.attr_dirty = true;
-            st.checkpoint_only = true;
         }
         m.pending.insert(cell.ino);
         m.ns_dirty = true;
@@ -1335,10 +1305,8 @@ impl Inner {
         m.dirs.remove(&cell.ino);
         m.dirs_dirty.remove(&cell.ino);
         m.pending.remove(&cell.ino);
-        // Its number is taken again only after a checkpoint records it free: until then a
-        // data-only log of a new file under that number would be rolled forward over this
-        // one's inode as the last checkpoint has it.
         m.freed_slots.insert(cell.ino);
+        m.free_inos.insert(cell.ino);
         m.ns_dirty = true;
     }
 
@@ -1391,7 +1359,6 @@ impl Inner {
         st.mtime_ns = now_ns();
         st.ctime_ns = st.mtime_ns;
         st.attr_dirty = true;
-        st.checkpoint_only = true;
         drop(st);
         m.pending.insert(cell.ino);
         m.ns_dirty = true;

@@ -412,7 +412,6 @@ pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Resu
             dirty: BTreeMap::new(),
             next_gen: 1,
             attr_dirty: false,
-            checkpoint_only: false,
             open: 0,
             freed: false,
             charge: None,
