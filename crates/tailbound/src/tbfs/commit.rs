@@ -1165,7 +1165,9 @@ impl Inner {
                 }
                 ((st.map.dirty_leaves.len() as u64 + buffered) * h).min(total)
             };
-            estimate += st.dirty.len() as u64 + nodes + 1;
+            // Buffers already in a sealed log stay there (see the sealing below).
+            let unsealed = st.dirty.values().filter(|d| d.sealed_in.is_none()).count();
+            estimate += unsealed as u64 + nodes + 1;
         }
         let mut pages: BTreeSet<u64> = work
             .iter()
