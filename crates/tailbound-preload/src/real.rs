@@ -357,8 +357,15 @@ fn open_dev_null() -> Result<c_int, i32> {
     }
 }
 
-/// Whether `fd` is open on `/dev/null` (the character device 1:3).
+/// Whether `fd` is an `O_PATH` descriptor of `/dev/null` (the character device 1:3), as the
+/// shim opens them: a program's own `/dev/null` (a daemon's stdin, say) would let a call the
+/// shim misses succeed instead of failing.
 fn is_dev_null(fd: c_int) -> bool {
+    // SAFETY: plain integers.
+    let fl = unsafe { fcntl(fd, libc::F_GETFL, std::ptr::null_mut()) };
+    if fl < 0 || fl & libc::O_PATH == 0 {
+        return false;
+    }
     // SAFETY: all-zero bytes are a valid `stat64`.
     let mut st: Stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is writable.
@@ -579,7 +586,23 @@ mod tests {
         // SAFETY: `buf` is writable for its length.
         let n = unsafe { libc::pread(t, buf.as_mut_ptr().cast(), buf.len(), 0) };
         assert_eq!(&buf[..n as usize], b"the program's own file");
-        for fd in [a, b, c, t] {
+        // Nor a `/dev/null` of the program's own, opened for reading and writing.
+        let t2 = TEMPLATE.load(Ordering::Acquire);
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        // SAFETY: `t2` is the shim's; `null` stays open.
+        assert_eq!(unsafe { libc::dup3(null.as_raw_fd(), t2, 0) }, t2);
+        let d = reserve_fd().unwrap();
+        // SAFETY: plain integers.
+        let fl = unsafe { fcntl(d, libc::F_GETFL, std::ptr::null_mut()) };
+        assert!(
+            fl & libc::O_PATH != 0,
+            "a reserved descriptor must not be writable"
+        );
+        for fd in [a, b, c, d, t, t2] {
             release_fd(fd);
         }
         std::fs::remove_file(&dir).unwrap();
