@@ -318,7 +318,7 @@ pub fn reserve_fd() -> Result<c_int, i32> {
     let t = TEMPLATE.load(Ordering::Acquire);
     if t >= 0 {
         if let Ok(fd) = reserve_dup(t, 0) {
-            if is_dev_null(fd) {
+            if is_path_dev_null(fd) {
                 return Ok(fd);
             }
             release_fd(fd);
@@ -360,7 +360,7 @@ fn open_dev_null() -> Result<c_int, i32> {
 /// Whether `fd` is an `O_PATH` descriptor of `/dev/null` (the character device 1:3), as the
 /// shim opens them: a program's own `/dev/null` (a daemon's stdin, say) would let a call the
 /// shim misses succeed instead of failing.
-fn is_dev_null(fd: c_int) -> bool {
+fn is_path_dev_null(fd: c_int) -> bool {
     // SAFETY: plain integers.
     let fl = unsafe { fcntl(fd, libc::F_GETFL, std::ptr::null_mut()) };
     if fl < 0 || fl & libc::O_PATH == 0 {
@@ -561,21 +561,21 @@ mod tests {
         let b = reserve_fd().unwrap();
         assert_ne!(a, b);
         for fd in [a, b] {
-            assert!(is_dev_null(fd) && cloexec(fd));
+            assert!(is_path_dev_null(fd) && cloexec(fd));
         }
         // The program closes the template's number behind the shim's back and a file of its
         // own takes it: the next reservation must not duplicate that file.
         let t = TEMPLATE.load(Ordering::Acquire);
-        assert!(t >= 0 && is_dev_null(t));
+        assert!(t >= 0 && is_path_dev_null(t));
         let dir = std::env::temp_dir().join(format!("tb-reserve-{}", std::process::id()));
         std::fs::write(&dir, b"the program's own file").unwrap();
         let own = std::fs::File::open(&dir).unwrap();
         use std::os::fd::AsRawFd;
         // SAFETY: `t` is the shim's; `own` stays open, so dup3 only makes `t` its duplicate.
         assert_eq!(unsafe { libc::dup3(own.as_raw_fd(), t, 0) }, t);
-        assert!(!is_dev_null(t));
+        assert!(!is_path_dev_null(t));
         let c = reserve_fd().unwrap();
-        assert!(is_dev_null(c) && cloexec(c));
+        assert!(is_path_dev_null(c) && cloexec(c));
         assert_ne!(
             TEMPLATE.load(Ordering::Acquire),
             t,

@@ -1635,7 +1635,6 @@ impl Inner {
     }
 }
 
-/// The buffered blocks of a file not yet in a sealed log.
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
 fn current_record(m: &Meta, ino: u64) -> InodeRecord {
     m.inodes
@@ -1644,6 +1643,7 @@ fn current_record(m: &Meta, ino: u64) -> InodeRecord {
         .unwrap_or_default()
 }
 
+/// The buffered blocks of a file not yet in a sealed log.
 fn unsealed_blocks(st: &super::engine::InodeState) -> Vec<u64> {
     st.dirty
         .iter()
