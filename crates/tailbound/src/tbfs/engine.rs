@@ -995,8 +995,12 @@ impl Inner {
             self.commit_data_log(&mut m, cell)?;
         }
         self.maybe_refresh(&mut m)?;
+        // The newest checkpoint, whoever sealed it, may hold the file's creation, name, record
+        // or buffers: recovered only once its last log is written.
+        let newest = (m.checkpoint_seq, self.config.barrier != Barrier::Superblock);
         // Durable once written: the log writer writes (and flushes) after `meta` is released.
         m.unlock_and_write()?;
+        self.wait_sealed(newest.0, newest.1, cell.ino)?;
         sealed.map_or(Ok(()), |(seq, flush)| {
             self.wait_sealed(seq, flush, cell.ino)
         })

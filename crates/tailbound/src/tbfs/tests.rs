@@ -1837,3 +1837,56 @@ fn a_full_buffer_with_many_files_whose_only_change_is_their_access_time_writes_t
         assert_eq!(read_all(&again, &format!("/f{i}")), pattern(i as u64, 100));
     }
 }
+
+/// What another thread's checkpoint sealed is recovered only with that whole checkpoint, whose
+/// data logs roll-forward does not replay. A sync of a file whose buffers (or whose creation)
+/// it holds returns only once the checkpoint's last log is written, so a crash right after
+/// keeps the file.
+#[test]
+fn a_sync_of_what_another_checkpoint_sealed_waits_for_all_of_it() {
+    for with_data in [true, false] {
+        let sim = device(32 << 20);
+        let fs = Fs::format(
+            sim.clone(),
+            &Config {
+                segment_bytes: 1 << 20,
+                superblock_every_bytes: 64 << 20,
+                dirty_bytes_max: 16 << 20,
+                ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+            },
+        )
+        .unwrap();
+        let f = fs.open_file("/a", OpenFlags::create()).unwrap();
+        let data = if with_data {
+            pattern(6, 8192)
+        } else {
+            Vec::new()
+        };
+        f.pwrite(&data, 0).unwrap();
+        // A later file's 6 MiB go into the same checkpoint, after /a: several logs.
+        let big = fs.open_file("/c", OpenFlags::create()).unwrap();
+        big.pwrite(&pattern(7, 6 << 20), 0).unwrap();
+        let inner = &fs.inner;
+        let mut m = inner.lock_meta();
+        assert!(
+            m.ns_dirty,
+            "creations pending: the next commit is a checkpoint"
+        );
+        inner.commit_checkpoint(&mut m).unwrap();
+        let end = m.writer.seq;
+        m.unlock_without_writing();
+        f.fsync().unwrap();
+        let written = inner.written_seq.load(std::sync::atomic::Ordering::Acquire);
+        assert!(
+            written >= end,
+            "with data {with_data}: the sync returned with the checkpoint's logs \
+             {written}..{end} unwritten"
+        );
+        // A process crash now: the device holds every write issued.
+        let back = reopen(&sim);
+        assert!(
+            read_all(&back, "/a") == data,
+            "with data {with_data}: the synced file is not there as written"
+        );
+    }
+}
