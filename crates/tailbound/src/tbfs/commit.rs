@@ -379,6 +379,13 @@ impl Inner {
         // summaries may go before their payloads, and a torn one is skipped at recovery.
         if flags & FLAG_DATA_ONLY != 0 {
             flags |= FLAG_AHEAD;
+            if flags & FLAG_END != 0 {
+                // The run ends here: what it superseded may be reused once this log is durable.
+                let seq = m.writer.seq;
+                for s in std::mem::take(&mut m.run_soft_dead) {
+                    m.seg.soft_dead_at[s] = m.seg.soft_dead_at[s].max(seq + 1);
+                }
+            }
         }
         let payload_blocks = log.payload.len() as u32;
         let summary_time = now_ns();
@@ -1040,6 +1047,14 @@ impl Inner {
         }
         self.log_add_attr(m, ino, st.size, st.mtime_ns)?;
         st.attr_dirty = false;
+        // Recovery replays the file's part of the run only with its attributes record
+        // (`recovery::unfinished_run_data`). The record always joins the log of the file's last
+        // block (descriptors are kept for it), which a sync of the file waits for.
+        debug_assert!(written.last().is_none_or(|&(block, _)| {
+            st.dirty[&block]
+                .sealed_in
+                .is_some_and(|(seq, _)| seq == m.writer.seq)
+        }));
         Ok(written)
     }
 

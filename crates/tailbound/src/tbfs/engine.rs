@@ -414,6 +414,10 @@ pub(crate) struct Meta {
     /// Buffers of freed inodes, dropped once `meta` is released (freeing a file's buffers is
     /// memory work no other thread needs to wait for).
     pub drop_later: Vec<BTreeMap<u64, DirtyBlock>>,
+    /// Segments in which the open run of data-only logs superseded blocks (`seg_supersede`):
+    /// they stay unusable until the run's last log is durable, since recovery replays a file's
+    /// part of a run only whole (`recovery::unfinished_run_data`).
+    pub run_soft_dead: Vec<usize>,
 }
 
 /// Shared by every clone of an [`Fs`] and every [`File`].
@@ -1482,6 +1486,9 @@ impl Meta {
         );
         self.seg.live[s] = self.seg.live[s].saturating_sub(1);
         self.seg.soft_dead_at[s] = self.seg.soft_dead_at[s].max(seq + 1);
+        if self.run_soft_dead.last() != Some(&s) {
+            self.run_soft_dead.push(s);
+        }
         if born <= self.checkpoint {
             self.superseded_since_ckpt = true;
         }

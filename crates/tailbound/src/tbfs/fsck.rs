@@ -1363,6 +1363,21 @@ fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<Analysis> {
         .copied()
         .filter(|&i| ck.index.logs[i].summary.flags & FLAG_DATA_ONLY != 0)
         .collect();
+    for (i, dropped) in replayed_data_logs(&ck.index, &tail) {
+        let (seq, start) = (ck.index.logs[i].summary.sequence, ck.index.logs[i].start);
+        for &ino in &dropped {
+            ck.push(
+                Severity::Note,
+                Location {
+                    log: Some(seq),
+                    block: Some(start),
+                    inode: Some(ino),
+                    ..Location::default()
+                },
+                "file data in a run of data-only logs that stops before the file's attributes record: recovery leaves it out, so the write it belongs to is not kept in part (none of it was acknowledged durable)",
+            );
+        }
+    }
 
     let newest = retained.iter().filter_map(|r| r.1.map(|e| e.0)).max();
     let mut views: Vec<CheckpointView> = Vec::new();
@@ -1537,16 +1552,31 @@ type Expected = Option<(u64, Option<u64>)>;
 /// The file blocks the data-only logs among `logs` (indices into the index) write.
 fn superseded_after(index: &LogIndex, logs: &[usize]) -> HashSet<(u64, u64)> {
     let mut out = HashSet::new();
-    for &i in logs {
-        let s = &index.logs[i].summary;
-        if s.flags & FLAG_DATA_ONLY == 0 {
-            continue;
-        }
-        for d in s.descriptors.iter().filter(|d| d.kind == DescKind::Data) {
-            out.extend((0..d.blocks as u64).map(|b| (d.ino, d.offset + b)));
+    for (i, dropped) in replayed_data_logs(index, logs) {
+        for d in index.logs[i].summary.descriptors.iter() {
+            if d.kind == DescKind::Data && !dropped.contains(&d.ino) {
+                out.extend((0..d.blocks as u64).map(|b| (d.ino, d.offset + b)));
+            }
         }
     }
     out
+}
+
+/// The data-only logs among `logs` (indices into `index`, in chain order, starting after a
+/// checkpoint), each with the files whose data in it recovery leaves out: their part of a run
+/// of data-only logs never completed (`recovery::unfinished_run_data`).
+fn replayed_data_logs(index: &LogIndex, logs: &[usize]) -> Vec<(usize, BTreeSet<u64>)> {
+    let data: Vec<usize> = logs
+        .iter()
+        .copied()
+        .filter(|&i| index.logs[i].summary.flags & FLAG_DATA_ONLY != 0)
+        .collect();
+    let summaries: Vec<&Summary> = data.iter().map(|&i| &index.logs[i].summary).collect();
+    let mut dropped: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); data.len()];
+    for (k, ino) in super::recovery::unfinished_run_data(&summaries) {
+        dropped[k].insert(ino);
+    }
+    data.into_iter().zip(dropped).collect()
 }
 
 /// Follows the roll-forward chain from the superblock; returns its logs and why it ends.
@@ -1839,9 +1869,9 @@ fn repair_in_place(
     // File blocks whose logs fail their CRC, unless a later data-only log replaced them.
     if let Some(v) = a.views.iter().rev().find(|v| v.number == r.checkpoint) {
         let mut replaced: BTreeSet<(u64, u64)> = BTreeSet::new();
-        for &i in &a.tail {
+        for (i, dropped) in replayed_data_logs(&a.index, &a.tail) {
             for d in &a.index.logs[i].summary.descriptors {
-                if d.kind == DescKind::Data {
+                if d.kind == DescKind::Data && !dropped.contains(&d.ino) {
                     for k in 0..d.blocks as u64 {
                         replaced.insert((d.ino, d.offset + k));
                     }
@@ -2011,13 +2041,16 @@ fn rebuild(
     // Roll forward the data-only logs after the newest checkpoint, as recovery does.
     if newest == src.number {
         let file_blocks_max = super::engine::FILE_BYTES_MAX / BLOCK_U64;
-        for &i in &a.tail {
+        for (i, dropped) in replayed_data_logs(&a.index, &a.tail) {
             let log = &a.index.logs[i];
             let mut addr = log.start + 1;
             for d in &log.summary.descriptors {
                 match d.kind {
                     DescKind::Data => {
-                        if let Some(v) = inodes.get_mut(&d.ino).filter(|v| !v.is_dir()) {
+                        if let Some(v) = inodes
+                            .get_mut(&d.ino)
+                            .filter(|v| !v.is_dir() && !dropped.contains(&d.ino))
+                        {
                             if d.offset + d.blocks as u64 <= file_blocks_max {
                                 for k in 0..d.blocks as u64 {
                                     let fb = (d.offset + k) as usize;

@@ -173,6 +173,10 @@ pub struct RecoveryReport {
     /// later logs of the same files: part of the chain, not replayed (nothing they held was
     /// acknowledged durable).
     pub logs_skipped: u64,
+    /// Files' parts of runs of data-only logs left out because the run stopped before their
+    /// attributes record (or its end): a write spread over several logs is replayed whole or
+    /// not at all. Counted per log and file.
+    pub run_parts_dropped: u64,
     /// Why roll-forward stopped (`end of log chain`, `CRC mismatch at block N`, ...).
     pub stop_reason: String,
     /// Orphaned inodes (unlinked while open) reclaimed.

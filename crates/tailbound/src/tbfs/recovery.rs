@@ -14,8 +14,8 @@ use super::engine::{
 };
 use super::format::{
     self, decode_dir_block, decode_node, height_for, CheckpointRoot, DescKind, InodeRecord,
-    Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_AHEAD, FLAG_CHECKPOINT, FLAG_DATA_ONLY,
-    FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
+    Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_AHEAD, FLAG_BEGIN, FLAG_CHECKPOINT,
+    FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
 };
 use super::lifecycle::{Kept, Life};
 use super::map::BlockMap;
@@ -209,6 +209,71 @@ impl Window {
         let from = ((block - self.start) * BLOCK_U64) as usize;
         Ok(&self.buf[from..from + (count * BLOCK_U64) as usize])
     }
+}
+
+/// Which file data of the data-only logs `logs` (the replayed ones after a checkpoint, in chain
+/// order) roll-forward must leave out: the `(position in logs, inode)` pairs of a file whose part
+/// of a run never completed.
+///
+/// A run of data-only logs (`FLAG_BEGIN` … `FLAG_END`, sealed under one hold of the metadata
+/// lock, so consecutive in the chain) lays out each file's buffered blocks and then its
+/// attributes record; a write too large for one log spans several. A file's part of a run is
+/// replayed only once it is whole: its attributes record is in a replayed log, or, for a part
+/// with no record (a cleaning pass's copies, which change no size), the run's last log is and no
+/// log of the run is missing. A log is missing where the sequence skips one (an ahead log
+/// skipped for its incomplete payload) or a run shows no first log. So a crash that keeps the
+/// first logs of a write but not its last keeps none of it, as a write is never split. Nothing
+/// acknowledged is lost: a sync of a file returns only once the log holding its record is
+/// written, and what a run superseded is reused only once its last log is durable, when none of
+/// its logs can be missing.
+pub(crate) fn unfinished_run_data(logs: &[&Summary]) -> BTreeSet<(usize, u64)> {
+    let mut dropped = BTreeSet::new();
+    // Files with blocks in the open run and no record yet: the logs holding them.
+    let mut open: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    let give_up = |open: &mut BTreeMap<u64, Vec<usize>>, dropped: &mut BTreeSet<_>| {
+        for (ino, at) in std::mem::take(open) {
+            dropped.extend(at.into_iter().map(|i| (i, ino)));
+        }
+    };
+    // The sequence of the open run's latest log, and whether a log of the run is missing.
+    let mut run: Option<(u64, bool)> = None;
+    for (i, s) in logs.iter().enumerate() {
+        run = if s.flags & FLAG_BEGIN != 0 {
+            // The run before (if open) never reached its last log.
+            give_up(&mut open, &mut dropped);
+            Some((s.sequence, false))
+        } else {
+            match run {
+                Some((prev, missing)) => Some((s.sequence, missing || s.sequence != prev + 1)),
+                // Its first log is missing.
+                None => Some((s.sequence, true)),
+            }
+        };
+        for d in &s.descriptors {
+            match d.kind {
+                DescKind::Data => {
+                    let at = open.entry(d.ino).or_default();
+                    if at.last() != Some(&i) {
+                        at.push(i);
+                    }
+                }
+                DescKind::Attr => {
+                    open.remove(&d.ino);
+                }
+                _ => {}
+            }
+        }
+        if s.flags & FLAG_END != 0 {
+            if run.is_some_and(|(_, missing)| missing) {
+                give_up(&mut open, &mut dropped);
+            } else {
+                open.clear();
+            }
+            run = None;
+        }
+    }
+    give_up(&mut open, &mut dropped);
+    dropped
 }
 
 /// One log found by the scan.
@@ -776,13 +841,18 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     // operation (`Meta::seg_supersede`), these need no pin while the base checkpoint is the only
     // one naming them.
     let mut rewritten: Vec<(u64, u64)> = Vec::new();
-    for log in applied {
-        if log.summary.flags & FLAG_DATA_ONLY == 0 || log.skipped {
-            continue;
-        }
+    let replayed: Vec<&ScannedLog> = applied
+        .iter()
+        .filter(|l| l.summary.flags & FLAG_DATA_ONLY != 0 && !l.skipped)
+        .collect();
+    let unfinished = unfinished_run_data(&replayed.iter().map(|l| &l.summary).collect::<Vec<_>>());
+    report.run_parts_dropped = unfinished.len() as u64;
+    for (k, log) in replayed.into_iter().enumerate() {
         let mut addr = log.start + 1;
         for d in &log.summary.descriptors {
-            let cell = cells.get(&d.ino);
+            let cell = cells
+                .get(&d.ino)
+                .filter(|_| !unfinished.contains(&(k, d.ino)));
             match d.kind {
                 DescKind::Data => {
                     if let Some(cell) = cell {

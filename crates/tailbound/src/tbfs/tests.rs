@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::dev::sim::SimDevice;
 use crate::dev::Device;
+use crate::tbfs::format::BLOCK;
 
 fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
     Config {
@@ -1892,4 +1893,221 @@ fn a_sync_of_what_another_checkpoint_sealed_waits_for_all_of_it() {
             "with data {with_data}: the synced file is not there as written"
         );
     }
+}
+
+/// A write too large for one log goes out as several data-only logs. Whichever write the power
+/// goes out after, and whether the device holds its writes in place or as whole logs, the file
+/// recovers wholly as it was or wholly as written: never the first logs' part of the write
+/// without the rest.
+#[test]
+fn a_write_spread_over_several_logs_recovers_whole_or_not_at_all() {
+    const FILE: usize = 6 << 20; // 1,536 blocks: more than one log holds
+    /// Power cuts tried per device mode, spread over the write's device writes.
+    const CUTS: u64 = 48;
+    let old = pattern(1, FILE);
+    let new = pattern(2, FILE);
+    // The pool with the old contents durable, and the file open.
+    let setup = |copies: bool| {
+        let dev = device(24 << 20);
+        dev.set_writes_are_copies(copies);
+        let fs = Fs::format(
+            dev.clone(),
+            &Config {
+                segment_bytes: 1 << 20,
+                superblock_every_bytes: 64 << 20,
+                ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+            },
+        )
+        .unwrap();
+        let f = fs.open_file("/x", OpenFlags::create()).unwrap();
+        f.pwrite(&old, 0).unwrap();
+        fs.sync().unwrap();
+        (dev, fs, f)
+    };
+    for copies in [false, true] {
+        let (dev, fs, f) = setup(copies);
+        let before = dev.stats().writes;
+        f.pwrite(&new, 0).unwrap();
+        f.fsync().unwrap();
+        let writes = dev.stats().writes - before;
+        drop((f, fs));
+        assert!(writes > 2, "the write went out in {writes} device writes");
+        let mut partial = Vec::new();
+        let mut dropped_seen = false;
+        for cut in (0..writes).step_by((writes / CUTS).max(1) as usize) {
+            let (dev, fs, f) = setup(copies);
+            dev.cut_power_after(cut);
+            let acknowledged = f.pwrite(&new, 0).and_then(|_| f.fsync()).is_ok();
+            drop((f, fs));
+            // fsck names a part recovery leaves out, and finds no damage.
+            let image = from_image(dev.image());
+            let report = fsck::check(&*image).unwrap();
+            assert_eq!(
+                report.verdict,
+                fsck::Verdict::Clean,
+                "cut after {cut}: {report:#?}"
+            );
+            let noted = report
+                .findings
+                .iter()
+                .filter(|f| f.message.contains("recovery leaves it out"))
+                .count() as u64;
+            let back = Fs::open(image, &OpenOptions::default()).unwrap();
+            assert_eq!(
+                noted,
+                back.recovery_report().run_parts_dropped,
+                "cut after {cut}"
+            );
+            dropped_seen |= noted > 0;
+            let got = read_all(&back, "/x");
+            assert_eq!(
+                got.len(),
+                FILE,
+                "cut after {cut} of {writes} writes (copies: {copies})"
+            );
+            if acknowledged {
+                assert!(
+                    got == new,
+                    "acknowledged, yet not all there (copies: {copies})"
+                );
+            } else if got != old && got != new {
+                let new_blocks = got
+                    .chunks(BLOCK)
+                    .zip(new.chunks(BLOCK))
+                    .filter(|(g, n)| g == n)
+                    .count();
+                partial.push((cut, new_blocks));
+            }
+        }
+        assert!(
+            partial.is_empty(),
+            "copies {copies}: recovered part of the write, (cut of {writes}, new blocks of {}): \
+             {partial:?}",
+            FILE / BLOCK
+        );
+        assert!(
+            dropped_seen,
+            "copies {copies}: no cut fell between the write's logs"
+        );
+    }
+}
+
+/// The blocks a run of data-only logs supersedes stay where they are until the run's last log is
+/// durable: recovery replays a file's part of a run only whole, so until then it may need them.
+#[test]
+fn segments_a_run_superseded_are_reused_only_once_its_last_log_is_durable() {
+    let sim = device(48 << 20);
+    let fs = Fs::format(
+        sim.clone(),
+        &Config {
+            segment_bytes: 1 << 20,
+            superblock_every_bytes: 64 << 20,
+            dirty_bytes_max: 64 << 20,
+            ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+        },
+    )
+    .unwrap();
+    let f = fs.open_file("/x", OpenFlags::create()).unwrap();
+    f.pwrite(&pattern(1, 6 << 20), 0).unwrap();
+    fs.sync().unwrap();
+    f.pwrite(&pattern(2, 6 << 20), 0).unwrap();
+    let inner = &fs.inner;
+    let mut m = inner.lock_meta();
+    let cell = m.inodes.get(&f.ino()).cloned().unwrap();
+    let first = m.writer.seq;
+    inner.commit_data_log(&mut m, &cell).unwrap();
+    let last = m.writer.seq - 1;
+    assert!(last > first, "the overwrite went out in one log");
+    // Segments that only the old copy of /x kept in use.
+    let freed: Vec<usize> = (0..inner.segment_count as usize)
+        .filter(|&s| inner.segment_free_if_durable(&m, s, u64::MAX))
+        .filter(|&s| !inner.segment_free_if_durable(&m, s, first))
+        .collect();
+    assert!(!freed.is_empty(), "the overwrite freed no segment");
+    for &s in &freed {
+        assert!(
+            !inner.segment_free_if_durable(&m, s, last),
+            "segment {s} is reusable before the run's last log {last} is durable"
+        );
+        assert!(inner.segment_free_if_durable(&m, s, last + 1));
+    }
+    m.unlock_without_writing();
+    f.fsync().unwrap();
+}
+
+/// The rule roll-forward uses for runs of data-only logs, case by case: `(sequence, flags,
+/// descriptors as (inode, has data, has record))` in, the `(log, inode)` parts left out.
+#[test]
+fn roll_forward_keeps_a_files_part_of_a_run_only_whole() {
+    use super::format::{DescKind, Descriptor, Summary, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
+    type Log = (u64, u16, Vec<(u64, bool, bool)>);
+    let summary = |(sequence, flags, files): &Log| Summary {
+        flags: flags | FLAG_DATA_ONLY,
+        payload_blocks: 0,
+        pool_id: [0; 16],
+        sequence: *sequence,
+        checkpoint: 0,
+        segment_next: 0,
+        prev_crc: 0,
+        payload_crc: 0,
+        time_ns: 0,
+        descriptors: files
+            .iter()
+            .flat_map(|&(ino, data, record)| {
+                let d = |kind| Descriptor {
+                    kind,
+                    level: 0,
+                    blocks: u32::from(kind == DescKind::Data),
+                    ino,
+                    offset: 0,
+                    extra: 0,
+                };
+                data.then(|| d(DescKind::Data))
+                    .into_iter()
+                    .chain(record.then(|| d(DescKind::Attr)))
+            })
+            .collect(),
+    };
+    let left_out = |logs: &[Log]| -> Vec<(usize, u64)> {
+        let summaries: Vec<Summary> = logs.iter().map(summary).collect();
+        super::recovery::unfinished_run_data(&summaries.iter().collect::<Vec<_>>())
+            .into_iter()
+            .collect()
+    };
+    let (b, e, be) = (FLAG_BEGIN, FLAG_END, FLAG_BEGIN | FLAG_END);
+    // A write over three logs, whole.
+    let whole: Vec<Log> = vec![
+        (1, b, vec![(7, true, false)]),
+        (2, 0, vec![(7, true, false)]),
+        (3, e, vec![(7, true, true)]),
+    ];
+    assert_eq!(left_out(&whole), vec![]);
+    // The chain ends before its record: all of it out.
+    assert_eq!(left_out(&whole[..2]), vec![(0, 7), (1, 7)]);
+    // Another run starts where its last log should be.
+    let cut = vec![
+        whole[0].clone(),
+        whole[1].clone(),
+        (4, be, vec![(8, true, true)]),
+    ];
+    assert_eq!(left_out(&cut), vec![(0, 7), (1, 7)]);
+    // A file whose record came before another file's log went missing is whole.
+    let other = vec![
+        (1, b, vec![(7, true, true), (9, true, false)]),
+        (3, e, vec![(10, true, true)]),
+    ];
+    assert_eq!(left_out(&other), vec![(0, 9)]);
+    // A cleaning pass's copies (no record) count at the run's last log...
+    let copies: Vec<Log> = vec![
+        (1, b, vec![(7, true, false)]),
+        (2, e, vec![(8, true, false)]),
+    ];
+    assert_eq!(left_out(&copies), vec![]);
+    assert_eq!(left_out(&copies[..1]), vec![(0, 7)]);
+    // ... but not when a log of the run is missing, in the middle or first.
+    let gap = vec![copies[0].clone(), (3, e, vec![(8, true, false)])];
+    assert_eq!(left_out(&gap), vec![(0, 7), (1, 8)]);
+    assert_eq!(left_out(&copies[1..]), vec![(0, 8)]);
+    // A record alone (an access time) leaves nothing out.
+    assert_eq!(left_out(&[(1, be, vec![(7, false, true)])]), vec![]);
 }
