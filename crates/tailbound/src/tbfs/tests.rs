@@ -23,6 +23,17 @@ fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
     }
 }
 
+/// For files of several MiB: 1 MiB segments, no superblock refresh in the way, and a write
+/// buffer of `dirty_bytes_max`.
+fn large_file_config(dirty_bytes_max: u64) -> Config {
+    Config {
+        segment_bytes: 1 << 20,
+        superblock_every_bytes: 64 << 20,
+        dirty_bytes_max,
+        ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+    }
+}
+
 /// A device of `len` bytes; the tests copy its latest bytes, as a process crash leaves them.
 fn device(len: u64) -> Arc<SimDevice> {
     Arc::new(SimDevice::new(len))
@@ -1600,12 +1611,7 @@ fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_t
 fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     // A buffer of 8 MiB: a file holding an eighth of it (1 MiB) after a write goes out.
     let dev = device(32 << 20);
-    let cfg = Config {
-        dirty_bytes_max: 8 << 20,
-        segment_bytes: 1 << 20,
-        superblock_every_bytes: 64 << 20,
-        ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
-    };
+    let cfg = large_file_config(8 << 20);
     let fs = Fs::format(dev.clone(), &cfg).unwrap();
     let f = fs.open_file("/big", OpenFlags::create()).unwrap();
     f.fsync().unwrap(); // the creation's checkpoint: no namespace change pending after it
@@ -1850,16 +1856,7 @@ fn a_full_buffer_with_many_files_whose_only_change_is_their_access_time_writes_t
 fn a_sync_of_what_another_checkpoint_sealed_waits_for_all_of_it() {
     for with_data in [true, false] {
         let sim = device(32 << 20);
-        let fs = Fs::format(
-            sim.clone(),
-            &Config {
-                segment_bytes: 1 << 20,
-                superblock_every_bytes: 64 << 20,
-                dirty_bytes_max: 16 << 20,
-                ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
-            },
-        )
-        .unwrap();
+        let fs = Fs::format(sim.clone(), &large_file_config(16 << 20)).unwrap();
         let f = fs.open_file("/a", OpenFlags::create()).unwrap();
         let data = if with_data {
             pattern(6, 8192)
@@ -1910,15 +1907,7 @@ fn a_write_spread_over_several_logs_recovers_whole_or_not_at_all() {
     let setup = |copies: bool| {
         let dev = device(24 << 20);
         dev.set_writes_are_copies(copies);
-        let fs = Fs::format(
-            dev.clone(),
-            &Config {
-                segment_bytes: 1 << 20,
-                superblock_every_bytes: 64 << 20,
-                ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
-            },
-        )
-        .unwrap();
+        let fs = Fs::format(dev.clone(), &large_file_config(1 << 20)).unwrap();
         let f = fs.open_file("/x", OpenFlags::create()).unwrap();
         f.pwrite(&old, 0).unwrap();
         fs.sync().unwrap();
@@ -1997,16 +1986,7 @@ fn a_write_spread_over_several_logs_recovers_whole_or_not_at_all() {
 #[test]
 fn segments_a_run_superseded_are_reused_only_once_its_last_log_is_durable() {
     let sim = device(48 << 20);
-    let fs = Fs::format(
-        sim.clone(),
-        &Config {
-            segment_bytes: 1 << 20,
-            superblock_every_bytes: 64 << 20,
-            dirty_bytes_max: 64 << 20,
-            ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
-        },
-    )
-    .unwrap();
+    let fs = Fs::format(sim.clone(), &large_file_config(64 << 20)).unwrap();
     let f = fs.open_file("/x", OpenFlags::create()).unwrap();
     f.pwrite(&pattern(1, 6 << 20), 0).unwrap();
     fs.sync().unwrap();
