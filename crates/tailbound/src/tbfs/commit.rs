@@ -253,6 +253,11 @@ impl Inner {
 
     pub(crate) fn log_open(&self, m: &mut Meta, flags: u16) {
         debug_assert!(m.writer.log.is_none());
+        if flags & FLAG_BEGIN != 0 && !m.run_soft_dead.is_empty() {
+            // A run an error cut short before its last log (see `Meta::soft_dead_to_checkpoint`).
+            let cut = std::mem::take(&mut m.run_soft_dead);
+            m.soft_dead_to_checkpoint.extend(cut);
+        }
         m.writer.log = Some(LogBuild {
             start: m.writer.pos,
             flags,
@@ -383,8 +388,15 @@ impl Inner {
                 // The run ends here: what it superseded may be reused once this log is durable.
                 let seq = m.writer.seq;
                 for s in std::mem::take(&mut m.run_soft_dead) {
-                    m.seg.soft_dead_at[s] = m.seg.soft_dead_at[s].max(seq + 1);
+                    m.seg.soft_dead_at[s] = seq + 1;
                 }
+            }
+        }
+        if flags & FLAG_CHECKPOINT != 0 && flags & FLAG_END != 0 {
+            // The maps in memory are in this checkpoint, runs cut short included.
+            let seq = m.writer.seq;
+            for s in std::mem::take(&mut m.soft_dead_to_checkpoint) {
+                m.seg.soft_dead_at[s] = seq + 1;
             }
         }
         let payload_blocks = log.payload.len() as u32;

@@ -415,9 +415,13 @@ pub(crate) struct Meta {
     /// memory work no other thread needs to wait for).
     pub drop_later: Vec<BTreeMap<u64, DirtyBlock>>,
     /// Segments in which the open run of data-only logs superseded blocks (`seg_supersede`):
-    /// they stay unusable until the run's last log is durable, since recovery replays a file's
-    /// part of a run only whole (`recovery::unfinished_run_data`).
+    /// unusable until the run's last log is durable (`log_close` sets when), since recovery
+    /// replays a file's part of a run only whole (`recovery::unfinished_run_data`).
     pub run_soft_dead: Vec<usize>,
+    /// The same for a run an error cut short before its last log: the maps in memory name what
+    /// recovery would leave out, so these wait for a checkpoint (which writes those maps) to be
+    /// durable.
+    pub soft_dead_to_checkpoint: Vec<usize>,
 }
 
 /// Shared by every clone of an [`Fs`] and every [`File`].
@@ -1468,8 +1472,9 @@ impl Meta {
     /// of it. Roll-forward replays that log over every checkpoint written before it, so when
     /// the only retained checkpoint that can reference the block is the newest and nothing keeps
     /// that one (no snapshot, open view or protection period), the block needs no pin and its
-    /// segment may be reused as soon as the log is durable (`Inner::segment_free`), without
-    /// waiting for a checkpoint. Otherwise as `seg_dec`.
+    /// segment may be reused as soon as the last log of the run holding that log is durable
+    /// (`Inner::segment_free`; recovery replays a run's parts only whole), without waiting for a
+    /// checkpoint. Otherwise as `seg_dec`.
     pub fn seg_supersede(&mut self, block: u64, seq: u64, segment_blocks: u64) {
         let born = self.born_of(block, segment_blocks);
         if !self
@@ -1485,7 +1490,8 @@ impl Meta {
             "segment {s} live count underflow at block {block}"
         );
         self.seg.live[s] = self.seg.live[s].saturating_sub(1);
-        self.seg.soft_dead_at[s] = self.seg.soft_dead_at[s].max(seq + 1);
+        // Not reusable at all until the run's last log is sealed, which says from when.
+        self.seg.soft_dead_at[s] = u64::MAX;
         if self.run_soft_dead.last() != Some(&s) {
             self.run_soft_dead.push(s);
         }

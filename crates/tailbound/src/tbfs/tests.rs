@@ -2091,3 +2091,44 @@ fn roll_forward_keeps_a_files_part_of_a_run_only_whole() {
     // A record alone (an access time) leaves nothing out.
     assert_eq!(left_out(&[(1, be, vec![(7, false, true)])]), vec![]);
 }
+
+/// A run an error cut short before its last log leaves maps in memory that recovery would not
+/// rebuild: what it superseded waits for a checkpoint, not for the next run's end.
+#[test]
+fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
+    use super::format::{FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
+    let sim = device(48 << 20);
+    let fs = Fs::format(sim.clone(), &large_file_config(64 << 20)).unwrap();
+    let f = fs.open_file("/x", OpenFlags::create()).unwrap();
+    f.pwrite(&pattern(1, 1 << 20), 0).unwrap();
+    fs.sync().unwrap();
+    let inner = &fs.inner;
+    let mut m = inner.lock_meta();
+    let cell = m.inodes.get(&f.ino()).cloned().unwrap();
+    let old = cell.lock().map.get(0);
+    let s = super::engine::Meta::seg_of(old, inner.segment_blocks);
+    // A run supersedes the block, then stops before its last log (as `?` on an error does).
+    inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
+    let seq = m.writer.seq;
+    m.seg_supersede(old, seq, inner.segment_blocks);
+    m.seg_inc(old, inner.segment_blocks); // the test's block stays the file's
+    assert_eq!(
+        m.seg.soft_dead_at[s],
+        u64::MAX,
+        "reusable before the run's end"
+    );
+    inner.log_close(&mut m, 0).unwrap();
+    // The next run ends; the cut one's segment still waits.
+    inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
+    inner.log_close(&mut m, FLAG_END).unwrap();
+    assert_eq!(
+        m.seg.soft_dead_at[s],
+        u64::MAX,
+        "released by a later run's end"
+    );
+    // A checkpoint writes the maps in memory: from its last log on, the segment may go.
+    inner.commit_checkpoint(&mut m).unwrap();
+    assert!(m.seg.soft_dead_at[s] <= m.writer.seq);
+    m.unlock_and_write().unwrap();
+    f.fsync().unwrap();
+}
