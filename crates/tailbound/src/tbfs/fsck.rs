@@ -1223,8 +1223,9 @@ struct Analysis {
     index: LogIndex,
     /// Checkpoints checked, oldest first.
     views: Vec<CheckpointView>,
-    /// Data-only logs after the newest checkpoint in the chain (indices into `index`).
-    tail: Vec<usize>,
+    /// Data-only logs after the newest checkpoint in the chain (indices into `index`), each with
+    /// the files whose data in it recovery leaves out (`replayed_data_logs`).
+    tail: Vec<(usize, BTreeSet<u64>)>,
     /// The newest checkpoint the pool names (whether or not it loads).
     newest: Option<u64>,
 }
@@ -1358,14 +1359,10 @@ fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<Analysis> {
         let f = ck.index.logs[i].summary.flags;
         f & FLAG_CHECKPOINT != 0 && f & FLAG_END != 0
     });
-    let tail: Vec<usize> = chain[newest_ckpt_pos.map_or(0, |p| p + 1)..]
-        .iter()
-        .copied()
-        .filter(|&i| ck.index.logs[i].summary.flags & FLAG_DATA_ONLY != 0)
-        .collect();
-    for (i, dropped) in replayed_data_logs(&ck.index, &tail) {
-        let (seq, start) = (ck.index.logs[i].summary.sequence, ck.index.logs[i].start);
-        for &ino in &dropped {
+    let tail = replayed_data_logs(&ck.index, &chain[newest_ckpt_pos.map_or(0, |p| p + 1)..]);
+    for (i, dropped) in &tail {
+        let (seq, start) = (ck.index.logs[*i].summary.sequence, ck.index.logs[*i].start);
+        for &ino in dropped {
             ck.push(
                 Severity::Note,
                 Location {
@@ -1869,8 +1866,8 @@ fn repair_in_place(
     // File blocks whose logs fail their CRC, unless a later data-only log replaced them.
     if let Some(v) = a.views.iter().rev().find(|v| v.number == r.checkpoint) {
         let mut replaced: BTreeSet<(u64, u64)> = BTreeSet::new();
-        for (i, dropped) in replayed_data_logs(&a.index, &a.tail) {
-            for d in &a.index.logs[i].summary.descriptors {
+        for (i, dropped) in &a.tail {
+            for d in &a.index.logs[*i].summary.descriptors {
                 if d.kind == DescKind::Data && !dropped.contains(&d.ino) {
                     for k in 0..d.blocks as u64 {
                         replaced.insert((d.ino, d.offset + k));
@@ -2041,8 +2038,8 @@ fn rebuild(
     // Roll forward the data-only logs after the newest checkpoint, as recovery does.
     if newest == src.number {
         let file_blocks_max = super::engine::FILE_BYTES_MAX / BLOCK_U64;
-        for (i, dropped) in replayed_data_logs(&a.index, &a.tail) {
-            let log = &a.index.logs[i];
+        for (i, dropped) in &a.tail {
+            let log = &a.index.logs[*i];
             let mut addr = log.start + 1;
             for d in &log.summary.descriptors {
                 match d.kind {

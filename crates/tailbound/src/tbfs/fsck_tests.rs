@@ -585,7 +585,7 @@ fn damage_in_the_log_chain_before_its_tail_is_found() {
     // Data-only logs are written ahead of their payloads: one whose payload fails its CRC is
     // what a crash leaves while it is in flight. Recovery skips it and the later logs of its
     // file, so it is a note, and the file keeps what precedes it.
-    let second = &a.index.logs[a.tail[1]];
+    let second = &a.index.logs[a.tail[1].0];
     let mut skipped = image.clone();
     flip(&mut skipped, second.start + 1, 9);
     let report = analysed(&skipped).report;
@@ -627,7 +627,7 @@ fn damage_in_the_log_chain_before_its_tail_is_found() {
     let report = analysed(&bad).report;
     assert_eq!(report.verdict, Verdict::Damaged, "{:#?}", report.findings);
     // The last log torn instead: a note, not damage.
-    let last = &a.index.logs[*a.tail.last().unwrap()];
+    let last = &a.index.logs[a.tail.last().unwrap().0];
     let mut torn = image.clone();
     flip(&mut torn, last.start + 1, 9);
     let report = analysed(&torn).report;

@@ -34,6 +34,16 @@ fn large_file_config(dirty_bytes_max: u64) -> Config {
     }
 }
 
+/// A pool on `dev` (`large_file_config(dirty_bytes_max)`) holding `/x` = `data`, made durable,
+/// and `/x` open.
+fn pool_with_synced_x(dev: &Arc<SimDevice>, dirty_bytes_max: u64, data: &[u8]) -> (Fs, File) {
+    let fs = Fs::format(dev.clone(), &large_file_config(dirty_bytes_max)).unwrap();
+    let f = fs.open_file("/x", OpenFlags::create()).unwrap();
+    f.pwrite(data, 0).unwrap();
+    fs.sync().unwrap();
+    (fs, f)
+}
+
 /// A device of `len` bytes; the tests copy its latest bytes, as a process crash leaves them.
 fn device(len: u64) -> Arc<SimDevice> {
     Arc::new(SimDevice::new(len))
@@ -1907,10 +1917,7 @@ fn a_write_spread_over_several_logs_recovers_whole_or_not_at_all() {
     let setup = |copies: bool| {
         let dev = device(24 << 20);
         dev.set_writes_are_copies(copies);
-        let fs = Fs::format(dev.clone(), &large_file_config(1 << 20)).unwrap();
-        let f = fs.open_file("/x", OpenFlags::create()).unwrap();
-        f.pwrite(&old, 0).unwrap();
-        fs.sync().unwrap();
+        let (fs, f) = pool_with_synced_x(&dev, 1 << 20, &old);
         (dev, fs, f)
     };
     for copies in [false, true] {
@@ -1985,11 +1992,7 @@ fn a_write_spread_over_several_logs_recovers_whole_or_not_at_all() {
 /// durable: recovery replays a file's part of a run only whole, so until then it may need them.
 #[test]
 fn segments_a_run_superseded_are_reused_only_once_its_last_log_is_durable() {
-    let sim = device(48 << 20);
-    let fs = Fs::format(sim.clone(), &large_file_config(64 << 20)).unwrap();
-    let f = fs.open_file("/x", OpenFlags::create()).unwrap();
-    f.pwrite(&pattern(1, 6 << 20), 0).unwrap();
-    fs.sync().unwrap();
+    let (fs, f) = pool_with_synced_x(&device(48 << 20), 64 << 20, &pattern(1, 6 << 20));
     f.pwrite(&pattern(2, 6 << 20), 0).unwrap();
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
@@ -2097,11 +2100,7 @@ fn roll_forward_keeps_a_files_part_of_a_run_only_whole() {
 #[test]
 fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     use super::format::{FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
-    let sim = device(48 << 20);
-    let fs = Fs::format(sim.clone(), &large_file_config(64 << 20)).unwrap();
-    let f = fs.open_file("/x", OpenFlags::create()).unwrap();
-    f.pwrite(&pattern(1, 1 << 20), 0).unwrap();
-    fs.sync().unwrap();
+    let (fs, f) = pool_with_synced_x(&device(48 << 20), 64 << 20, &pattern(1, 1 << 20));
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(&f.ino()).cloned().unwrap();
