@@ -831,6 +831,9 @@ mod tests {
             threads: 2,
             mean_file_bytes: 4 << 10,
             duration: Duration::from_millis(100),
+            // Two loops per thread, however slow the machine: a run ended by the clock could
+            // finish no operation on a loaded one.
+            loops_max: Some(2),
             ..Params::fileserver()
         };
         let mut out = Vec::new();
