@@ -118,8 +118,12 @@ impl Inner {
         // Summaries, pads at segment ends, and room for the checkpoint a refresh needs.
         let need = blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2;
         // Room kept for the checkpoints that make dead segments reusable (and for recovery's).
+        // The free count includes the segment picked for the writer to enter next, which it
+        // can enter only if it then finds another free one: a commit may fill all but one
+        // segment of what is counted. Outside a refresh the reserve (two segments or more)
+        // covers that; a refresh, which may use the reserve, still keeps that one segment.
         let reserve = if m.in_refresh {
-            0
+            self.segment_blocks + 1
         } else {
             self.reserve_blocks()
         };
@@ -227,9 +231,21 @@ impl Inner {
     }
 
     fn advance_segment(&self, m: &mut Meta) -> Result<()> {
-        let next = self
-            .pick_free_segment(m)
-            .ok_or_else(|| Error::NoSpace("no free segment for the next log".into()))?;
+        let staged_full = staged_no_segment(m);
+        let Some(next) = self.pick_free_segment(m).filter(|_| !staged_full) else {
+            // The space check before every commit keeps room for all it writes, so this is a
+            // commit whose estimate fell short. Its first logs are sealed and the maps in
+            // memory name them, but the rest of the commit has nowhere to go: memory no longer
+            // matches what can reach storage. The pool stops here, as after a failed write;
+            // reopening it recovers every write that was acknowledged.
+            let err = Error::NoSpace(
+                "no free segment for the next log in the middle of a commit; the pool takes no \
+                 more writes until it is reopened, and recovery keeps every acknowledged write"
+                    .into(),
+            );
+            self.poison(&err);
+            return Err(err);
+        };
         m.writer.cur_seg = m.writer.next_seg;
         m.writer.next_seg = next;
         // Whatever the background cleaner read of it before is about to be overwritten.
@@ -1663,6 +1679,24 @@ impl Inner {
 }
 
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
+/// Tests: whether the writer finds no free segment this time (`Meta::segment_picks_left`).
+#[cfg(test)]
+fn staged_no_segment(m: &mut Meta) -> bool {
+    match m.segment_picks_left.as_mut() {
+        Some(0) => true,
+        Some(left) => {
+            *left -= 1;
+            false
+        }
+        None => false,
+    }
+}
+
+#[cfg(not(test))]
+fn staged_no_segment(_: &mut Meta) -> bool {
+    false
+}
+
 fn current_record(m: &Meta, ino: u64) -> InodeRecord {
     m.inodes
         .get(&ino)

@@ -422,6 +422,10 @@ pub(crate) struct Meta {
     /// recovery would leave out, so these wait for a checkpoint (which writes those maps) to be
     /// durable.
     pub soft_dead_to_checkpoint: Vec<usize>,
+    /// Tests: segments the writer may still enter before it finds none free (`None`: no limit),
+    /// to stage what happens when the space check fell short.
+    #[cfg(test)]
+    pub segment_picks_left: Option<u64>,
 }
 
 /// Shared by every clone of an [`Fs`] and every [`File`].

@@ -349,7 +349,7 @@ pub enum Error {
     NoSpace(String),
     #[error("corrupt pool: {0}")]
     Corrupt(String),
-    #[error("pool is unusable after an earlier I/O error: {0}")]
+    #[error("pool is unusable after an earlier failure (reopen it to recover): {0}")]
     Poisoned(String),
     #[error("{what}: {source}")]
     Io {

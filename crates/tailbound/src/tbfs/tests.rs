@@ -54,6 +54,18 @@ fn from_image(image: Vec<u8>) -> Arc<dyn Device> {
     Arc::new(SimDevice::from_image(image))
 }
 
+/// A copy of `dev`'s image, and fsck's report on it, which must find no damage.
+fn checked_clean(dev: &SimDevice, context: &str) -> (Arc<dyn Device>, fsck::FsckReport) {
+    let image = from_image(dev.image());
+    let report = fsck::check(&*image).unwrap();
+    assert_eq!(
+        report.verdict,
+        fsck::Verdict::Clean,
+        "{context}: {report:#?}"
+    );
+    (image, report)
+}
+
 fn reopen(dev: &SimDevice) -> Fs {
     let copy = from_image(dev.image());
     Fs::open(copy, &OpenOptions::default()).unwrap()
@@ -1936,13 +1948,7 @@ fn a_write_spread_over_several_logs_recovers_whole_or_not_at_all() {
             let acknowledged = f.pwrite(&new, 0).and_then(|_| f.fsync()).is_ok();
             drop((f, fs));
             // fsck names a part recovery leaves out, and finds no damage.
-            let image = from_image(dev.image());
-            let report = fsck::check(&*image).unwrap();
-            assert_eq!(
-                report.verdict,
-                fsck::Verdict::Clean,
-                "cut after {cut}: {report:#?}"
-            );
+            let (image, report) = checked_clean(&dev, &format!("cut after {cut}"));
             let noted = report
                 .findings
                 .iter()
@@ -2130,4 +2136,111 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     assert!(m.seg.soft_dead_at[s] <= m.writer.seq);
     m.unlock_and_write().unwrap();
     f.fsync().unwrap();
+}
+
+/// A commit that runs out of segments between its logs (the space check before it fell short)
+/// stops the pool with a clear error instead of going on from a writer with nowhere to go:
+/// later calls fail even once room comes back, and reopening recovers the file as it was last
+/// acknowledged, wholly.
+#[test]
+fn a_commit_that_finds_no_segment_between_its_logs_stops_the_pool() {
+    const FILE: usize = 6 << 20; // six 1 MiB segments' worth
+    let old = pattern(1, FILE);
+    let new = pattern(2, FILE);
+    for ordering in [Ordering::Relaxed, Ordering::Strict] {
+        let dev = device(24 << 20);
+        let config = Config {
+            ordering,
+            ..large_file_config(1 << 20)
+        };
+        let fs = Fs::format(dev.clone(), &config).unwrap();
+        let f = fs.open_file("/x", OpenFlags::create()).unwrap();
+        f.pwrite(&old, 0).unwrap();
+        fs.sync().unwrap();
+        // Room for two more segments only, whatever the space check counted.
+        fs.inner.lock_meta().segment_picks_left = Some(2);
+        let err = f
+            .pwrite(&new, 0)
+            .and_then(|_| f.fsync())
+            .expect_err("the commit cannot finish");
+        assert!(
+            matches!(&err, Error::NoSpace(why) if why.contains("middle of a commit")),
+            "{ordering:?}: {err}"
+        );
+        // Room again (as if the cleaner had freed segments): the pool still takes nothing.
+        fs.inner.lock_meta().segment_picks_left = None;
+        for (what, r) in [
+            ("write", f.pwrite(b"more", 0).map(|_| ())),
+            ("sync", f.fsync()),
+            (
+                "create",
+                fs.open_file("/y", OpenFlags::create()).map(|_| ()),
+            ),
+        ] {
+            assert!(
+                matches!(r, Err(Error::Poisoned(_))),
+                "{ordering:?}: {what} after the failed commit: {r:?}"
+            );
+        }
+        drop((f, fs));
+        let (image, _) = checked_clean(&dev, &format!("{ordering:?}"));
+        let back = Fs::open(image, &OpenOptions::default()).unwrap();
+        assert!(
+            read_all(&back, "/x") == old,
+            "{ordering:?}: /x is not as last acknowledged"
+        );
+    }
+}
+
+/// A refresh's checkpoint (which may use the space reserve) that would need the segment after
+/// the writer's next one fails its space check before writing anything, instead of running
+/// out of segments between its logs: the pool stays usable.
+#[test]
+fn a_refresh_that_does_not_fit_fails_before_it_writes() {
+    let dev = device(24 << 20);
+    let fs = Fs::format(dev.clone(), &large_file_config(8 << 20)).unwrap();
+    let segment_blocks = fs.inner.segment_blocks;
+    // Blocks left in the writer's segment: between 40 and 200, so a checkpoint of that many
+    // buffered blocks has to go on into the next segment, and its estimate stays well under
+    // one segment more.
+    let left = |fs: &Fs| {
+        let m = fs.inner.lock_meta();
+        format::FIRST_SEGMENT_BLOCK + (m.writer.cur_seg + 1) * segment_blocks - m.writer.pos
+    };
+    let mut filler = 0;
+    while !(40..=200).contains(&left(&fs)) {
+        let f = fs
+            .open_file(&format!("/filler-{filler}"), OpenFlags::create())
+            .unwrap();
+        f.pwrite(&pattern(filler, 40 * BLOCK), 0).unwrap();
+        f.fsync().unwrap();
+        filler += 1;
+    }
+    let blocks = left(&fs) as usize;
+    let data = pattern(99, blocks * BLOCK);
+    let f = fs.open_file("/f", OpenFlags::create()).unwrap();
+    f.pwrite(&data, 0).unwrap();
+    {
+        let mut m = fs.inner.lock_meta();
+        // No free segment but the one picked for the writer to enter next.
+        let (cur, next) = (m.writer.cur_seg as usize, m.writer.next_seg as usize);
+        let faked: Vec<usize> = (0..fs.inner.segment_count as usize)
+            .filter(|&s| s != cur && s != next && fs.inner.segment_free(&m, s))
+            .collect();
+        for &s in &faked {
+            m.seg.live[s] += 1;
+        }
+        m.in_refresh = true;
+        let r = fs.inner.commit_checkpoint(&mut m);
+        m.in_refresh = false;
+        for &s in &faked {
+            m.seg.live[s] -= 1;
+        }
+        assert!(matches!(r, Err(Error::NoSpace(_))), "{r:?}");
+        m.unlock_and_write().unwrap();
+    }
+    fs.inner.check_usable().unwrap();
+    f.fsync().unwrap();
+    drop((f, fs));
+    assert!(read_all(&reopen(&dev), "/f") == data);
 }
