@@ -1233,16 +1233,12 @@ impl Inner {
         name: &str,
         kind: FileKind,
         mode: u32,
+        owner: (u32, u32),
     ) -> Arc<InodeCell> {
         let ino = self.alloc_ino(m);
         let cell = Arc::new(InodeCell {
             ino,
-            st: Mutex::new(InodeState::new(
-                kind,
-                mode,
-                now_ns(),
-                crate::sys::proc::effective_ids(),
-            )),
+            st: Mutex::new(InodeState::new(kind, mode, now_ns(), owner)),
         });
         m.inodes.insert(ino, cell.clone());
         if kind == FileKind::Dir {
@@ -1598,6 +1594,9 @@ impl Fs {
         let cell = match self.open_cached(path, flags)? {
             Some(cell) => cell,
             None => {
+                // The new file's owner, asked of the kernel before `meta` is taken: a system
+                // call under the lock is a point where its holder may be preempted.
+                let owner = flags.create.then(crate::sys::proc::effective_ids);
                 let mut m = inner.lock_meta();
                 let (cell, plain) = match inner.resolve_traced(&m, path, true) {
                     Ok((ino, plain)) => {
@@ -1608,8 +1607,15 @@ impl Fs {
                     }
                     Err(Error::NotFound(_)) if flags.create => {
                         let (parent, name, plain) = inner.parent_of_traced(&m, path)?;
-                        let cell =
-                            inner.create_inode(&mut m, parent, name, FileKind::File, flags.mode);
+                        let owner = owner.unwrap_or_else(crate::sys::proc::effective_ids);
+                        let cell = inner.create_inode(
+                            &mut m,
+                            parent,
+                            name,
+                            FileKind::File,
+                            flags.mode,
+                            owner,
+                        );
                         (cell, plain)
                     }
                     Err(e) => return Err(e),
@@ -1640,13 +1646,14 @@ impl Fs {
 
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
         self.inner.check_writable()?;
+        let owner = crate::sys::proc::effective_ids();
         let mut m = self.inner.lock_meta();
         let (parent, name) = self.inner.parent_of(&m, path)?;
         if m.dirs[&parent].contains_key(name) {
             return Err(Error::Exists(path.to_string()));
         }
         self.inner
-            .create_inode(&mut m, parent, name, FileKind::Dir, mode);
+            .create_inode(&mut m, parent, name, FileKind::Dir, mode, owner);
         Ok(())
     }
 
@@ -1859,6 +1866,7 @@ impl Fs {
                 target.len()
             )));
         }
+        let owner = crate::sys::proc::effective_ids();
         let mut m = self.inner.lock_meta();
         let (parent, name) = self.inner.parent_of(&m, path)?;
         if m.dirs[&parent].contains_key(name) {
@@ -1866,7 +1874,7 @@ impl Fs {
         }
         let cell = self
             .inner
-            .create_inode(&mut m, parent, name, FileKind::Symlink, 0o777);
+            .create_inode(&mut m, parent, name, FileKind::Symlink, 0o777, owner);
         drop(m);
         self.inner.pwrite(&cell, target.as_bytes(), 0)?;
         Ok(())
