@@ -1678,7 +1678,6 @@ impl Inner {
     }
 }
 
-/// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
 /// Tests: whether the writer finds no free segment this time (`Meta::segment_picks_left`).
 #[cfg(test)]
 fn staged_no_segment(m: &mut Meta) -> bool {
@@ -1697,6 +1696,7 @@ fn staged_no_segment(_: &mut Meta) -> bool {
     false
 }
 
+/// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
 fn current_record(m: &Meta, ino: u64) -> InodeRecord {
     m.inodes
         .get(&ino)
