@@ -118,12 +118,8 @@ impl Inner {
         // Summaries, pads at segment ends, and room for the checkpoint a refresh needs.
         let need = blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2;
         // Room kept for the checkpoints that make dead segments reusable (and for recovery's).
-        // The free count includes the segment picked for the writer to enter next, which it
-        // can enter only if it then finds another free one: a commit may fill all but one
-        // segment of what is counted. Outside a refresh the reserve (two segments or more)
-        // covers that; a refresh, which may use the reserve, still keeps that one segment.
         let reserve = if m.in_refresh {
-            self.segment_blocks + 1
+            0
         } else {
             self.reserve_blocks()
         };
