@@ -775,19 +775,49 @@ impl Inner {
     /// Takes the log writer (lending this thread's priority while it waits) and writes the
     /// queued logs below sequence `seq`.
     fn write_queued_until(&self, seq: u64) -> Result<()> {
-        let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
-        let _hold = self.log_inherit.hold();
-        self.write_queued(&mut w, seq)
+        loop {
+            let barrier = {
+                let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
+                let _hold = self.log_inherit.hold();
+                self.write_queued(&mut w, seq)?
+            };
+            // The next log or superblock needs the payloads before it complete: wait for them
+            // (writing those nobody took on) with the log writer released, so that a thread
+            // whose own logs another thread has written meanwhile finds that out without
+            // waiting for payloads that are not its own.
+            match barrier {
+                None => return Ok(()),
+                Some(barrier) => {
+                    self.wait_ahead(barrier, None)?;
+                }
+            }
+        }
     }
 
-    /// Writes the queued logs below sequence `seq` with the log writer held (`w`).
-    pub(crate) fn write_queued(&self, w: &mut LogWriter, seq: u64) -> Result<()> {
+    /// Writes the queued logs below sequence `seq` with the log writer held (`w`). Stops
+    /// before a log or superblock that needs payloads still in flight, returning the sequence
+    /// they must all be complete below.
+    pub(crate) fn write_queued(&self, w: &mut LogWriter, seq: u64) -> Result<Option<u64>> {
         loop {
             // Up to `seq` only: later logs are their sealers' to wait for.
             let next = {
                 let mut q = self.log_queue.lock().unwrap_or_else(|p| p.into_inner());
                 match q.front() {
-                    Some(e) if e.order() < seq => q.pop_front(),
+                    Some(e) if e.order() < seq => {
+                        if let Some(barrier) = e.barrier() {
+                            let in_flight = self
+                                .ahead_pending
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .range(..barrier)
+                                .next()
+                                .is_some();
+                            if in_flight {
+                                return Ok(Some(barrier));
+                            }
+                        }
+                        q.pop_front()
+                    }
                     _ => None,
                 }
             };
@@ -804,7 +834,7 @@ impl Inner {
                 return Err(e);
             }
         }
-        self.check_not_poisoned()
+        self.check_not_poisoned().map(|()| None)
     }
 
     /// Writes a superblock the log writer reached: everything before it is written; a flush
@@ -1243,6 +1273,8 @@ impl Inner {
         let seq = m.writer.seq;
         let mut records: BTreeMap<u64, InodeRecord> = BTreeMap::new();
         let mut written: Vec<Release> = Vec::new();
+        // Inodes with a change only a checkpoint records: their next sync waits for this one.
+        let mut changed: Vec<Arc<InodeCell>> = Vec::new();
         let now = now_ns();
         let flush = self.config.barrier != Barrier::Superblock;
         for &ino in &work {
@@ -1291,6 +1323,9 @@ impl Inner {
             st.attr_dirty = false;
             records.insert(ino, st.record(ino));
             drop(guard);
+            if m.ns_changed.contains(&ino) {
+                changed.push(cell.clone());
+            }
             written.push((cell, done));
         }
 
@@ -1420,6 +1455,10 @@ impl Inner {
         m.checkpoint = number;
         m.checkpoint_root = addr;
         m.checkpoint_seq = root_seq;
+        for cell in changed {
+            cell.lock().ckpt_seq = root_seq;
+        }
+        m.ns_changed.clear();
         m.checkpoint_next_seq = m.writer.seq;
         m.checkpoint_at = Some(Instant::now());
         m.freed_slots.clear();

@@ -106,6 +106,11 @@ pub(crate) struct InodeState {
     /// Raised whenever a name of this inode is removed or moved: the path cache's entries
     /// for it are stale from then (see `names`).
     pub names_gen: u64,
+    /// The last log of the newest checkpoint that wrote a change of this inode only a
+    /// checkpoint records (`Meta::ns_changed`); 0 if none did in this process. A sync of the
+    /// file waits for it. Its data, size and times need no checkpoint: its data-only logs
+    /// carry them, and recovery replays those over whichever checkpoint it starts from.
+    pub ckpt_seq: u64,
 }
 
 impl InodeState {
@@ -128,6 +133,7 @@ impl InodeState {
             freed: false,
             names_gen: 0,
             charge: None,
+            ckpt_seq: 0,
         }
     }
 
@@ -247,6 +253,18 @@ impl Queued {
         match self {
             Queued::Log(l) => l.summary.sequence,
             Queued::Superblock(sb) => sb.next.sequence,
+        }
+    }
+
+    /// For what may name blocks of earlier logs (a log that is not data-only, a superblock):
+    /// the sequence below which every ahead payload must be complete before it is written.
+    pub fn barrier(&self) -> Option<u64> {
+        match self {
+            Queued::Log(l) if l.summary.flags & (format::FLAG_AHEAD | format::FLAG_PAD) == 0 => {
+                Some(l.summary.sequence)
+            }
+            Queued::Log(_) => None,
+            Queued::Superblock(sb) => Some(sb.next.sequence),
         }
     }
 }
@@ -422,6 +440,10 @@ pub(crate) struct Meta {
     /// recovery would leave out, so these wait for a checkpoint (which writes those maps) to be
     /// durable.
     pub soft_dead_to_checkpoint: Vec<usize>,
+    /// Inodes whose record changed, since the last checkpoint, in a way only a checkpoint
+    /// records (creation, names and links, attributes or size set): the checkpoint that writes
+    /// one marks it (`InodeState::ckpt_seq`) for its file's syncs to wait for.
+    pub ns_changed: BTreeSet<u64>,
     /// Tests: segments the writer may still enter before it finds none free (`None`: no limit),
     /// to stage what happens when the space check fell short.
     #[cfg(test)]
@@ -984,6 +1006,7 @@ impl Inner {
             st.attr_dirty = true;
         }
         m.pending.insert(cell.ino);
+        m.ns_changed.insert(cell.ino);
         m.ns_dirty = true;
         Ok(())
     }
@@ -1007,9 +1030,15 @@ impl Inner {
             self.commit_data_log(&mut m, cell)?;
         }
         self.maybe_refresh(&mut m)?;
-        // The newest checkpoint, whoever sealed it, may hold the file's creation, name, record
-        // or buffers: recovered only once its last log is written.
-        let newest = (m.checkpoint_seq, self.config.barrier != Barrier::Superblock);
+        // The newest checkpoint that wrote a change of the file only a checkpoint records (its
+        // creation, a name, an attribute set), whoever sealed it: recovered only once its last
+        // log is written. Waiting for later checkpoints too would wait for every payload
+        // sealed before them, other writers' included (their summaries follow those payloads
+        // in the chain).
+        let newest = (
+            cell.lock().ckpt_seq,
+            self.config.barrier != Barrier::Superblock,
+        );
         // Durable once written: the log writer writes (and flushes) after `meta` is released.
         m.unlock_and_write()?;
         self.wait_sealed(newest.0, newest.1, cell.ino)?;
@@ -1254,6 +1283,7 @@ impl Inner {
             .insert(name.to_string(), (ino, kind == FileKind::Dir));
         self.touch_dir(m, parent);
         m.pending.insert(ino);
+        m.ns_changed.insert(ino);
         m.ns_dirty = true;
         cell
     }
@@ -1261,6 +1291,7 @@ impl Inner {
     pub fn touch_dir(&self, m: &mut Meta, dir: u64) {
         m.dirs_dirty.insert(dir);
         m.pending.insert(dir);
+        m.ns_changed.insert(dir);
         if let Some(c) = m.inodes.get(&dir) {
             let mut st = c.lock();
             st.mtime_ns = now_ns();
@@ -1284,6 +1315,7 @@ impl Inner {
             st.nlink == 0 && st.open == 0
         };
         m.pending.insert(ino);
+        m.ns_changed.insert(ino);
         m.ns_dirty = true;
         if free {
             self.free_inode(m, &cell);
@@ -1373,6 +1405,7 @@ impl Inner {
         st.attr_dirty = true;
         drop(st);
         m.pending.insert(cell.ino);
+        m.ns_changed.insert(cell.ino);
         m.ns_dirty = true;
         Ok(())
     }
@@ -1767,6 +1800,7 @@ impl Fs {
         inner.touch_dir(&mut m, src_parent);
         inner.touch_dir(&mut m, dst_parent);
         m.pending.insert(ino);
+        m.ns_changed.insert(ino);
         if let Some((old, old_is_dir)) = replaced {
             if old_is_dir {
                 if let Some(p) = m.inodes.get(&dst_parent) {
@@ -1919,6 +1953,7 @@ impl Fs {
         }
         self.inner.touch_dir(&mut m, parent);
         m.pending.insert(ino);
+        m.ns_changed.insert(ino);
         m.ns_dirty = true;
         Ok(())
     }

@@ -481,6 +481,7 @@ pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Resu
             freed: false,
             charge: None,
             names_gen: 0,
+            ckpt_seq: 0,
         };
         cells.insert(
             ino,

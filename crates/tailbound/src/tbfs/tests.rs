@@ -1629,6 +1629,97 @@ fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_t
     assert_eq!(read_all(&back, "/small"), pattern(4, 4096));
 }
 
+/// A sync of a file whose log went out before a checkpoint waits neither for that checkpoint,
+/// which holds nothing of the file its log does not, nor for a thread that waits, log writer
+/// in hand, for the payloads that checkpoint needs: here a large payload of another file,
+/// stopped in the device. A crash then keeps the acknowledged sync.
+#[test]
+fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_log_writer() {
+    let sim = device(8 << 20);
+    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    let gated = Arc::new(WriteGate {
+        inner: sim.clone(),
+        min: std::sync::Mutex::new(None),
+        stopped: std::sync::Mutex::new(stopped_tx),
+        resume: std::sync::Mutex::new(resume_rx),
+    });
+    let cfg = Config {
+        segment_bytes: 256 << 10,
+        // No superblock refresh in the way: the sync seals nothing of its own.
+        superblock_every_bytes: 64 << 20,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    let big = fs.open_file("/big", OpenFlags::create()).unwrap();
+    let small = fs.open_file("/small", OpenFlags::create()).unwrap();
+    small.pwrite(&pattern(1, 8 * 4096), 0).unwrap();
+    big.pwrite(&pattern(2, 32 * 4096), 0).unwrap();
+    fs.sync().unwrap();
+    let large = pattern(3, 32 * 4096);
+    *gated.min.lock().unwrap() = Some(16 * 4096);
+    std::thread::scope(|s| {
+        // The large payload stops in the device.
+        let writer = s.spawn(|| big.pwrite(&large, 0).and_then(|_| big.fsync()));
+        stopped_rx.recv().unwrap();
+        // After it: `/small`'s new data in a log of its own, then a checkpoint, which may be
+        // written only once the large payload is.
+        small.pwrite(&pattern(4, 8 * 4096), 0).unwrap();
+        let small_log = {
+            let mut m = fs.inner.lock_meta();
+            let small_log = m.writer.seq;
+            let ino = fs.inner.lookup(&m, "/small").unwrap();
+            let cell = fs.inner.cell(&m, ino).unwrap();
+            fs.inner.commit_data_log(&mut m, &cell).unwrap();
+            fs.inner.commit_checkpoint(&mut m).unwrap();
+            // Left queued for the thread below (nobody here waits on the small log).
+            m.writer.sealed_small.clear();
+            m.unlock_without_writing();
+            small_log
+        };
+        // A thread writes the queue: `/small`'s log, then it has to wait for the payload.
+        let inner = &fs.inner;
+        let queue = s.spawn(move || inner.write_logs_until(u64::MAX));
+        while fs
+            .inner
+            .summary_seq
+            .load(std::sync::atomic::Ordering::Acquire)
+            <= small_log
+        {
+            std::thread::yield_now();
+        }
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let small = &small;
+        let synced = s.spawn(move || {
+            let r = small.fsync();
+            let _ = done_tx.send(());
+            r
+        });
+        let finished = done_rx.recv_timeout(Duration::from_secs(60)).is_ok();
+        // What is on the device now is what a power cut here would leave.
+        let crashed = sim.image();
+        resume_tx.send(()).unwrap();
+        assert!(finished, "the sync waited for another file's payload");
+        synced.join().unwrap().unwrap();
+        queue.join().unwrap().unwrap();
+        writer.join().unwrap().unwrap();
+        let after = Fs::open(from_image(crashed), &OpenOptions::default()).unwrap();
+        assert_eq!(
+            read_all(&after, "/small"),
+            pattern(4, 8 * 4096),
+            "the acknowledged sync"
+        );
+        assert_eq!(
+            read_all(&after, "/big"),
+            pattern(2, 32 * 4096),
+            "the unacknowledged write"
+        );
+    });
+    let back = reopen(&sim);
+    assert_eq!(read_all(&back, "/big"), large);
+    assert_eq!(read_all(&back, "/small"), pattern(4, 8 * 4096));
+}
+
 #[test]
 fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     // A buffer of 8 MiB: a file holding an eighth of it (1 MiB) after a write goes out.
@@ -2190,4 +2281,80 @@ fn a_commit_that_finds_no_segment_between_its_logs_stops_the_pool() {
             "{ordering:?}: /x is not as last acknowledged"
         );
     }
+}
+
+/// A thread whose logs another thread has written while it wrote its own payload does not
+/// wait for that thread, which holds on, past them, for a payload of a third file stopped in
+/// the device: the log writer is let go while a checkpoint waits for earlier payloads.
+#[test]
+fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
+    let sim = device(8 << 20);
+    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    let gated = Arc::new(WriteGate {
+        inner: sim.clone(),
+        min: std::sync::Mutex::new(None),
+        stopped: std::sync::Mutex::new(stopped_tx),
+        resume: std::sync::Mutex::new(resume_rx),
+    });
+    let cfg = Config {
+        segment_bytes: 256 << 10,
+        superblock_every_bytes: 64 << 20,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    let big = fs.open_file("/big", OpenFlags::create()).unwrap();
+    let other = fs.open_file("/other", OpenFlags::create()).unwrap();
+    fs.sync().unwrap();
+    *gated.min.lock().unwrap() = Some(16 * 4096);
+    std::thread::scope(|s| {
+        // The large payload stops in the device.
+        let writer = s.spawn(|| {
+            big.pwrite(&pattern(2, 32 * 4096), 0)
+                .and_then(|_| big.fsync())
+        });
+        stopped_rx.recv().unwrap();
+        // After it: `/other`'s data as a log with a payload of its own, then a checkpoint,
+        // which may be written only once both payloads are. Its sealer's part (writing its
+        // payload, then the summaries up to its own) is done below, by hand.
+        other.pwrite(&pattern(5, 20 * 4096), 0).unwrap();
+        let (own, end) = {
+            let mut m = fs.inner.lock_meta();
+            let ino = fs.inner.lookup(&m, "/other").unwrap();
+            let cell = fs.inner.cell(&m, ino).unwrap();
+            fs.inner.commit_data_log(&mut m, &cell).unwrap();
+            let end = m.writer.seq;
+            let own = std::mem::take(&mut m.writer.sealed_ahead);
+            fs.inner.commit_checkpoint(&mut m).unwrap();
+            m.unlock_without_writing();
+            (own, end)
+        };
+        assert_eq!(own.len(), 1, "one payload of its own");
+        // Another thread writes the queue: the summaries, then the checkpoint, which waits.
+        let inner = &fs.inner;
+        let queue = s.spawn(move || inner.write_logs_until(u64::MAX));
+        while fs
+            .inner
+            .summary_seq
+            .load(std::sync::atomic::Ordering::Acquire)
+            < end
+        {
+            std::thread::yield_now();
+        }
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let sealer = s.spawn(move || {
+            let r = inner.write_own_logs(end, &own, &[]);
+            let _ = done_tx.send(());
+            r
+        });
+        let finished = done_rx.recv_timeout(Duration::from_secs(60)).is_ok();
+        resume_tx.send(()).unwrap();
+        assert!(finished, "the sealer waited for the log writer's holder");
+        sealer.join().unwrap().unwrap();
+        queue.join().unwrap().unwrap();
+        writer.join().unwrap().unwrap();
+    });
+    let back = reopen(&sim);
+    assert_eq!(read_all(&back, "/other"), pattern(5, 20 * 4096));
+    assert_eq!(read_all(&back, "/big"), pattern(2, 32 * 4096));
 }
