@@ -1558,8 +1558,14 @@ impl Device for WriteGate {
     }
 }
 
-#[test]
-fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_then_skips_that() {
+/// An 8 MiB device whose first write of `min` bytes or more (once set) stops until `resume`
+/// is sent; `stopped` is sent when it does.
+fn gated_device() -> (
+    Arc<SimDevice>,
+    Arc<WriteGate>,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+) {
     let sim = device(8 << 20);
     let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
     let (resume_tx, resume_rx) = std::sync::mpsc::channel();
@@ -1569,6 +1575,12 @@ fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_t
         stopped: std::sync::Mutex::new(stopped_tx),
         resume: std::sync::Mutex::new(resume_rx),
     });
+    (sim, gated, stopped_rx, resume_tx)
+}
+
+#[test]
+fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_then_skips_that() {
+    let (sim, gated, stopped_rx, resume_tx) = gated_device();
     let cfg = Config {
         segment_bytes: 256 << 10,
         ..small_config(Ordering::Relaxed, Barrier::EveryLog)
@@ -1635,15 +1647,7 @@ fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_t
 /// stopped in the device. A crash then keeps the acknowledged sync.
 #[test]
 fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_log_writer() {
-    let sim = device(8 << 20);
-    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
-    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
-    let gated = Arc::new(WriteGate {
-        inner: sim.clone(),
-        min: std::sync::Mutex::new(None),
-        stopped: std::sync::Mutex::new(stopped_tx),
-        resume: std::sync::Mutex::new(resume_rx),
-    });
+    let (sim, gated, stopped_rx, resume_tx) = gated_device();
     let cfg = Config {
         segment_bytes: 256 << 10,
         // No superblock refresh in the way: the sync seals nothing of its own.
@@ -2288,15 +2292,7 @@ fn a_commit_that_finds_no_segment_between_its_logs_stops_the_pool() {
 /// the device: the log writer is let go while a checkpoint waits for earlier payloads.
 #[test]
 fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
-    let sim = device(8 << 20);
-    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
-    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
-    let gated = Arc::new(WriteGate {
-        inner: sim.clone(),
-        min: std::sync::Mutex::new(None),
-        stopped: std::sync::Mutex::new(stopped_tx),
-        resume: std::sync::Mutex::new(resume_rx),
-    });
+    let (sim, gated, stopped_rx, resume_tx) = gated_device();
     let cfg = Config {
         segment_bytes: 256 << 10,
         superblock_every_bytes: 64 << 20,
