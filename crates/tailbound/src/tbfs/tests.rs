@@ -1578,6 +1578,17 @@ fn gated_device() -> (
     (sim, gated, stopped_rx, resume_tx)
 }
 
+/// A pool on `gated` (relaxed ordering, a flush after every log) with no superblock refresh
+/// in the way: a test's syncs seal nothing it did not stage.
+fn gated_pool(gated: &Arc<WriteGate>) -> Fs {
+    let cfg = Config {
+        segment_bytes: 256 << 10,
+        superblock_every_bytes: 64 << 20,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    Fs::format(gated.clone(), &cfg).unwrap()
+}
+
 #[test]
 fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_then_skips_that() {
     let (sim, gated, stopped_rx, resume_tx) = gated_device();
@@ -1648,13 +1659,7 @@ fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_t
 #[test]
 fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_log_writer() {
     let (sim, gated, stopped_rx, resume_tx) = gated_device();
-    let cfg = Config {
-        segment_bytes: 256 << 10,
-        // No superblock refresh in the way: the sync seals nothing of its own.
-        superblock_every_bytes: 64 << 20,
-        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
-    };
-    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    let fs = gated_pool(&gated);
     let big = fs.open_file("/big", OpenFlags::create()).unwrap();
     let small = fs.open_file("/small", OpenFlags::create()).unwrap();
     small.pwrite(&pattern(1, 8 * 4096), 0).unwrap();
@@ -2293,12 +2298,7 @@ fn a_commit_that_finds_no_segment_between_its_logs_stops_the_pool() {
 #[test]
 fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
     let (sim, gated, stopped_rx, resume_tx) = gated_device();
-    let cfg = Config {
-        segment_bytes: 256 << 10,
-        superblock_every_bytes: 64 << 20,
-        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
-    };
-    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    let fs = gated_pool(&gated);
     let big = fs.open_file("/big", OpenFlags::create()).unwrap();
     let other = fs.open_file("/other", OpenFlags::create()).unwrap();
     fs.sync().unwrap();
