@@ -1578,6 +1578,27 @@ fn gated_device() -> (
     (sim, gated, stopped_rx, resume_tx)
 }
 
+/// Runs `f` on a thread of `s` while a write is stopped in `sim` (a [`gated_device`]), and
+/// waits up to 60 s for it. Returns whether it finished meanwhile, what was on the device
+/// then (what a power cut there would leave) and the thread; the stopped write resumes.
+fn run_while_stopped<'scope, T: Send + 'scope>(
+    s: &'scope std::thread::Scope<'scope, '_>,
+    sim: &SimDevice,
+    resume: &std::sync::mpsc::Sender<()>,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> (bool, Vec<u8>, std::thread::ScopedJoinHandle<'scope, T>) {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let handle = s.spawn(move || {
+        let r = f();
+        let _ = done_tx.send(());
+        r
+    });
+    let finished = done_rx.recv_timeout(Duration::from_secs(60)).is_ok();
+    let image = sim.image();
+    resume.send(()).unwrap();
+    (finished, image, handle)
+}
+
 /// A pool on `gated` (relaxed ordering, a flush after every log) with no superblock refresh
 /// in the way: a test's syncs seal nothing it did not stage.
 fn gated_pool(gated: &Arc<WriteGate>) -> Fs {
@@ -1611,19 +1632,12 @@ fn a_small_sync_does_not_wait_for_a_large_payload_sealed_before_it_and_a_crash_t
         stopped_rx.recv().unwrap();
         // The large payload is stopped in the device. A sync of another file sealed after it
         // completes: its summary follows the large log's, which goes ahead of its payload.
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
         let small = &small;
-        let synced = s.spawn(move || {
-            let r = small
+        let (finished, crashed, synced) = run_while_stopped(s, &sim, &resume_tx, move || {
+            small
                 .pwrite(&pattern(4, 4096), 0)
-                .and_then(|_| small.fsync());
-            let _ = done_tx.send(());
-            r
+                .and_then(|_| small.fsync())
         });
-        let finished = done_rx.recv_timeout(Duration::from_secs(60)).is_ok();
-        // What is on the device now is what a power cut here would leave.
-        let crashed = sim.image();
-        resume_tx.send(()).unwrap();
         assert!(finished, "the small sync waited for the large payload");
         synced.join().unwrap().unwrap();
         writer.join().unwrap().unwrap();
@@ -1697,17 +1711,9 @@ fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_l
         {
             std::thread::yield_now();
         }
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
         let small = &small;
-        let synced = s.spawn(move || {
-            let r = small.fsync();
-            let _ = done_tx.send(());
-            r
-        });
-        let finished = done_rx.recv_timeout(Duration::from_secs(60)).is_ok();
-        // What is on the device now is what a power cut here would leave.
-        let crashed = sim.image();
-        resume_tx.send(()).unwrap();
+        let (finished, crashed, synced) =
+            run_while_stopped(s, &sim, &resume_tx, move || small.fsync());
         assert!(finished, "the sync waited for another file's payload");
         synced.join().unwrap().unwrap();
         queue.join().unwrap().unwrap();
@@ -2337,14 +2343,9 @@ fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
         {
             std::thread::yield_now();
         }
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let sealer = s.spawn(move || {
-            let r = inner.write_own_logs(end, &own, &[]);
-            let _ = done_tx.send(());
-            r
+        let (finished, _, sealer) = run_while_stopped(s, &sim, &resume_tx, move || {
+            inner.write_own_logs(end, &own, &[])
         });
-        let finished = done_rx.recv_timeout(Duration::from_secs(60)).is_ok();
-        resume_tx.send(()).unwrap();
         assert!(finished, "the sealer waited for the log writer's holder");
         sealer.join().unwrap().unwrap();
         queue.join().unwrap().unwrap();
