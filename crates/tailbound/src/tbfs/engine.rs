@@ -1033,8 +1033,8 @@ impl Inner {
         // The newest checkpoint that wrote a change of the file only a checkpoint records (its
         // creation, a name, an attribute set), whoever sealed it: recovered only once its last
         // log is written. Waiting for later checkpoints too would wait for every payload
-        // sealed before them, other writers' included (their summaries follow those payloads
-        // in the chain).
+        // sealed before them, other writers' included: a checkpoint is written only once all
+        // of those are.
         let newest = (
             cell.lock().ckpt_seq,
             self.config.barrier != Barrier::Superblock,
