@@ -805,14 +805,7 @@ impl Inner {
                 match q.front() {
                     Some(e) if e.order() < seq => {
                         if let Some(barrier) = e.barrier() {
-                            let in_flight = self
-                                .ahead_pending
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .range(..barrier)
-                                .next()
-                                .is_some();
-                            if in_flight {
+                            if self.payloads_in_flight_below(barrier) {
                                 return Ok(Some(barrier));
                             }
                         }
@@ -837,12 +830,23 @@ impl Inner {
         self.check_not_poisoned().map(|()| None)
     }
 
+    /// Whether an ahead payload below sequence `seq` is not written yet.
+    fn payloads_in_flight_below(&self, seq: u64) -> bool {
+        self.ahead_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .range(..seq)
+            .next()
+            .is_some()
+    }
+
     /// Writes a superblock the log writer reached: everything before it is written; a flush
     /// makes it durable, then the superblock goes (flushed too) with the last log's CRC.
     fn write_sealed_superblock(&self, w: &mut LogWriter, mut sb: Superblock) -> Result<()> {
         self.check_not_poisoned()?;
-        // Every log before it complete, payloads too, then flushed.
-        self.wait_ahead(sb.next.sequence, None)?;
+        // Every log before it complete, payloads too (`write_queued` waited for them), then
+        // flushed.
+        debug_assert!(!self.payloads_in_flight_below(sb.next.sequence));
         self.flush_device(w, "before superblock")?;
         self.durable_seq
             .fetch_max(sb.next.sequence, AtomicOrdering::AcqRel);
@@ -928,10 +932,11 @@ impl Inner {
             self.advance_written();
             return Ok(());
         }
-        if summary.flags & (FLAG_AHEAD | FLAG_PAD) == 0 {
-            // A log that is not data-only may name blocks of earlier payloads.
-            self.wait_ahead(seq, None)?;
-        }
+        // A log that is not data-only may name blocks of earlier payloads: `write_queued`
+        // waited for them.
+        debug_assert!(
+            summary.flags & (FLAG_AHEAD | FLAG_PAD) != 0 || !self.payloads_in_flight_below(seq)
+        );
         let complete = self.written_seq.load(AtomicOrdering::Acquire);
         let crc = super::engine::payload_crc(&payload, &crcs);
         w.buf.clear();

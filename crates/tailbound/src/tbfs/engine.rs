@@ -1005,9 +1005,7 @@ impl Inner {
             st.ctime_ns = now_ns();
             st.attr_dirty = true;
         }
-        m.pending.insert(cell.ino);
-        m.ns_changed.insert(cell.ino);
-        m.ns_dirty = true;
+        m.namespace_changed(cell.ino);
         Ok(())
     }
 
@@ -1282,22 +1280,18 @@ impl Inner {
             .expect("parent checked")
             .insert(name.to_string(), (ino, kind == FileKind::Dir));
         self.touch_dir(m, parent);
-        m.pending.insert(ino);
-        m.ns_changed.insert(ino);
-        m.ns_dirty = true;
+        m.namespace_changed(ino);
         cell
     }
 
     pub fn touch_dir(&self, m: &mut Meta, dir: u64) {
         m.dirs_dirty.insert(dir);
-        m.pending.insert(dir);
-        m.ns_changed.insert(dir);
+        m.namespace_changed(dir);
         if let Some(c) = m.inodes.get(&dir) {
             let mut st = c.lock();
             st.mtime_ns = now_ns();
             st.ctime_ns = st.mtime_ns;
         }
-        m.ns_dirty = true;
     }
 
     /// Drops one link to `ino`; frees it if nothing holds it open.
@@ -1314,9 +1308,7 @@ impl Inner {
             st.ctime_ns = now_ns();
             st.nlink == 0 && st.open == 0
         };
-        m.pending.insert(ino);
-        m.ns_changed.insert(ino);
-        m.ns_dirty = true;
+        m.namespace_changed(ino);
         if free {
             self.free_inode(m, &cell);
         }
@@ -1404,9 +1396,7 @@ impl Inner {
         st.ctime_ns = st.mtime_ns;
         st.attr_dirty = true;
         drop(st);
-        m.pending.insert(cell.ino);
-        m.ns_changed.insert(cell.ino);
-        m.ns_dirty = true;
+        m.namespace_changed(cell.ino);
         Ok(())
     }
 
@@ -1456,6 +1446,15 @@ impl Inner {
 }
 
 impl Meta {
+    /// `ino`'s record changed in a way only a checkpoint records (creation, a name or link, an
+    /// attribute or size set): the next checkpoint writes it, and the file's syncs wait for
+    /// that checkpoint (`InodeState::ckpt_seq`).
+    pub fn namespace_changed(&mut self, ino: u64) {
+        self.pending.insert(ino);
+        self.ns_changed.insert(ino);
+        self.ns_dirty = true;
+    }
+
     pub fn seg_of(block: u64, segment_blocks: u64) -> usize {
         ((block - format::FIRST_SEGMENT_BLOCK) / segment_blocks) as usize
     }
@@ -1799,8 +1798,7 @@ impl Fs {
         }
         inner.touch_dir(&mut m, src_parent);
         inner.touch_dir(&mut m, dst_parent);
-        m.pending.insert(ino);
-        m.ns_changed.insert(ino);
+        m.namespace_changed(ino);
         if let Some((old, old_is_dir)) = replaced {
             if old_is_dir {
                 if let Some(p) = m.inodes.get(&dst_parent) {
@@ -1952,9 +1950,7 @@ impl Fs {
             st.ctime_ns = now_ns();
         }
         self.inner.touch_dir(&mut m, parent);
-        m.pending.insert(ino);
-        m.ns_changed.insert(ino);
-        m.ns_dirty = true;
+        m.namespace_changed(ino);
         Ok(())
     }
 
