@@ -1093,8 +1093,8 @@ impl Inner {
         let flush = self.config.barrier == Barrier::EveryLog;
         let mut written = Vec::with_capacity(blocks.len());
         for block in blocks {
-            let d = &st.dirty[&block];
-            let (gen, data, crc) = (d.gen, d.data().clone(), d.crc());
+            let d = st.dirty.get_mut(&block).expect("a buffered block");
+            let (gen, data, crc) = (d.gen, d.share_with_log(), d.crc());
             let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, data, Some(crc))?;
             mark_sealed(st, block, m.writer.seq, flush);
             let old = st.map.set(block, addr);
@@ -1296,7 +1296,7 @@ impl Inner {
                     ino,
                     0,
                     block,
-                    d.data().clone(),
+                    d.share_with_log(),
                     Some(d.crc()),
                 )?;
                 d.sealed_in = Some((m.writer.seq, flush));

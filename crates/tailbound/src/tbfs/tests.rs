@@ -1879,6 +1879,38 @@ fn the_path_cache_answers_open_and_stat_and_never_outlives_a_name() {
 }
 
 #[test]
+fn a_buffer_is_changed_in_place_until_a_log_shares_it_and_never_under_the_log() {
+    use super::engine::{shared_copy, DirtyBlock};
+    use super::format::{crc_blocks, BLOCK};
+    let mut d = DirtyBlock::new(1, shared_copy(&[1; BLOCK]));
+    let first = Arc::as_ptr(d.data());
+    d.write(2, 0, &[2; 8]);
+    assert_eq!(
+        Arc::as_ptr(d.data()),
+        first,
+        "copied although no log shares it"
+    );
+    let logged = d.share_with_log();
+    assert!(Arc::ptr_eq(&logged, d.data()), "the log got other bytes");
+    d.write(3, 4, &[3; 8]);
+    assert_eq!(
+        &logged[..12],
+        &[2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1],
+        "the log's bytes changed"
+    );
+    assert_eq!(&d.data()[..12], &[2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]);
+    assert_eq!(d.crc(), crc_blocks(&d.data()[..]));
+    assert_eq!(d.gen, 3);
+    // Sealed again: the new generation's bytes, shared with that log.
+    let again = d.share_with_log();
+    assert!(Arc::ptr_eq(&again, d.data()));
+    drop((logged, again));
+    // Released: only the buffer's own reference is left, so it can be reused.
+    let data = d.into_data();
+    assert_eq!(Arc::strong_count(&data), 1, "a reference was left behind");
+}
+
+#[test]
 fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never_shows_old_bytes() {
     // Shared (a log or a file still holds it): not kept, the holder's reference stays alone.
     let held = super::engine::shared_copy(&[0x5a; super::format::BLOCK]);
