@@ -408,7 +408,9 @@ pub(crate) struct Meta {
     /// The inode file: the map of its pages.
     pub ifile: BlockMap,
     pub ifile_pages: u64,
-    /// A namespace or size change not yet in a checkpoint: the next sync must write one.
+    /// A namespace or size change of some file not yet in a checkpoint: buffered data of many
+    /// files goes out in a checkpoint rather than data-only logs (a sync of one file looks at
+    /// that file's own changes, `ns_changed`).
     pub ns_dirty: bool,
     pub writer: Writer,
     pub seg: SegUsage,
@@ -1040,7 +1042,13 @@ impl Inner {
             .values()
             .filter_map(|d| d.sealed_in)
             .reduce(|a, b| (a.0.max(b.0), a.1 || b.1));
-        if self.config.ordering == Ordering::Strict || m.ns_dirty {
+        // A data-only log is replayed onto the file as the newest checkpoint before it holds
+        // it, so it serves unless the file itself changed since in a way only a checkpoint
+        // records (its creation, a name or link, an attribute or size set: `ns_changed`).
+        // Other files' pending changes are theirs to sync: a real-time writer's sync does not
+        // become a checkpoint, which waits for every payload in flight, because another
+        // process created a file.
+        if self.config.ordering == Ordering::Strict || m.ns_changed.contains(&cell.ino) {
             self.commit_checkpoint(&mut m)?;
         } else {
             self.commit_data_log(&mut m, cell)?;

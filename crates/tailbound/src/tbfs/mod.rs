@@ -36,8 +36,9 @@ pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
 pub enum Ordering {
     /// Every synchronous write writes a checkpoint.
     Strict = 0,
-    /// A synchronous write that changes no metadata writes a data-only log, recovered by
-    /// roll-forward; any metadata change forces a checkpoint.
+    /// A synchronous write writes a data-only log, recovered by roll-forward, unless its file
+    /// has a change only a checkpoint records (creation, a name or link, an attribute or size
+    /// set) not yet in one: then a checkpoint.
     #[default]
     Relaxed = 1,
 }

@@ -169,6 +169,73 @@ fn relaxed_fsync_writes_a_data_only_log_that_roll_forward_recovers() {
 }
 
 #[test]
+fn a_sync_writes_a_checkpoint_only_for_its_own_files_namespace_change() {
+    let dev = device(8 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    let a = fs.open_file("/a", OpenFlags::create()).unwrap();
+    a.pwrite(&pattern(1, 8192), 0).unwrap();
+    a.fsync().unwrap();
+    // Another file's creation waits for a checkpoint; syncing `/a` does not write it.
+    let b = fs.open_file("/b", OpenFlags::create()).unwrap();
+    b.pwrite(b"not synced", 0).unwrap();
+    let before = fs.counters();
+    a.pwrite(&pattern(2, 4096), 4096).unwrap();
+    a.pwrite(&pattern(3, 100), 8192).unwrap();
+    a.fsync().unwrap();
+    let after = fs.counters();
+    assert_eq!(after.checkpoints, before.checkpoints, "a checkpoint for /b");
+    assert_eq!(after.data_only_logs, before.data_only_logs + 1);
+    let mut want = pattern(1, 4096);
+    want.extend(pattern(2, 4096));
+    want.extend(pattern(3, 100));
+    // As a crash leaves it: `/a` as synced, `/b` never made durable.
+    let (image, _) = checked_clean(&dev, "after the data-only sync");
+    let crashed = Fs::open(image, &OpenOptions::default()).unwrap();
+    assert_eq!(read_all(&crashed, "/a"), want);
+    assert!(matches!(crashed.stat("/b"), Err(Error::NotFound(_))));
+    drop(crashed);
+
+    // The file's own name, attributes or size: a checkpoint, as before.
+    let changes: [(&str, &dyn Fn()); 3] = [
+        ("rename", &|| fs.rename("/a", "/c").unwrap()),
+        (
+            "chmod",
+            &|| {
+                a.set_attr(&SetAttr {
+                    mode: Some(0o600),
+                    ..SetAttr::default()
+                })
+                .unwrap()
+            },
+        ),
+        ("truncate", &|| a.set_len(5000).unwrap()),
+    ];
+    for (what, change) in changes {
+        let before = fs.counters();
+        change();
+        a.pwrite(b"after", 0).unwrap();
+        a.fsync().unwrap();
+        assert_eq!(
+            fs.counters().checkpoints,
+            before.checkpoints + 1,
+            "{what}: no checkpoint"
+        );
+    }
+    want.truncate(5000);
+    want[..5].copy_from_slice(b"after");
+    let crashed = reopen(&dev);
+    assert_eq!(read_all(&crashed, "/c"), want);
+    assert_eq!(crashed.stat("/c").unwrap().mode & 0o777, 0o600);
+    assert!(matches!(crashed.stat("/a"), Err(Error::NotFound(_))));
+    // `/b` went into the rename's checkpoint, with what was written to it.
+    assert_eq!(read_all(&crashed, "/b"), b"not synced");
+}
+
+#[test]
 fn strict_fsync_writes_a_checkpoint_every_time() {
     let dev = device(8 << 20);
     let fs = Fs::format(
