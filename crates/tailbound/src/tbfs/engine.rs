@@ -237,6 +237,10 @@ pub(crate) struct Writer {
     /// Whose I/O the data-only logs being laid out are (their files' last writer's); `None`
     /// outside a data commit, so other logs stay the I/O of the thread writing them.
     pub charge: Option<crate::sched::Charge>,
+    /// A periodic superblock refresh is laying out its checkpoint: its logs are not flushed on
+    /// their own under `every-checkpoint`, the superblock's flush covers them (see
+    /// [`Inner::maybe_refresh`]).
+    pub refreshing: bool,
 }
 
 /// Buffered blocks of one inode a log writes, as `(block, generation)`: they go once it is
@@ -487,6 +491,14 @@ pub(crate) struct Inner {
     /// The checkpoint sequence the newest durable superblock names: segments that died before
     /// it are reusable.
     pub sb_checkpoint_seq: AtomicU64,
+    /// Taken by whoever writes a superblock (without the log writer), with the newest
+    /// generation written: superblocks go out in generation order, an older one found after a
+    /// newer is left out.
+    pub sb_writer: Mutex<u64>,
+    /// Superblocks a thread took from the queue on its way to its own logs and left to the
+    /// background thread (or whoever writes logs with [`super::commit::Superblocks::Write`]
+    /// first), with whether a flush must go first.
+    pub sb_handoff: Mutex<Vec<(format::Superblock, bool)>>,
     /// The log writer: whoever holds it writes the queue's logs in order, without `meta`.
     pub log_writer: Mutex<LogWriter>,
     /// Priorities lent to whoever holds `log_writer` by threads waiting for their logs.
@@ -2131,6 +2143,9 @@ fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Dura
                 // here, without `meta`, so no writer waits for its flushes.
                 let Some(inner) = weak.upgrade() else { return };
                 if inner.write_logs_until(u64::MAX).is_err() {
+                    return;
+                }
+                if inner.write_handed_off_superblocks().is_err() {
                     return;
                 }
                 if !timeout.timed_out() && !clean {

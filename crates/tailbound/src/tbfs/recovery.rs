@@ -77,6 +77,8 @@ fn new_inner(
         releases: Mutex::new(BTreeMap::new()),
         queued_total: AtomicU64::new(0),
         sb_checkpoint_seq: AtomicU64::new(0),
+        sb_writer: Mutex::new(0),
+        sb_handoff: Mutex::new(Vec::new()),
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         flushes_running: AtomicU64::new(0),

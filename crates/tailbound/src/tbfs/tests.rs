@@ -202,16 +202,13 @@ fn a_sync_writes_a_checkpoint_only_for_its_own_files_namespace_change() {
     // The file's own name, attributes or size: a checkpoint, as before.
     let changes: [(&str, &dyn Fn()); 3] = [
         ("rename", &|| fs.rename("/a", "/c").unwrap()),
-        (
-            "chmod",
-            &|| {
-                a.set_attr(&SetAttr {
-                    mode: Some(0o600),
-                    ..SetAttr::default()
-                })
-                .unwrap()
-            },
-        ),
+        ("chmod", &|| {
+            a.set_attr(&SetAttr {
+                mode: Some(0o600),
+                ..SetAttr::default()
+            })
+            .unwrap()
+        }),
         ("truncate", &|| a.set_len(5000).unwrap()),
     ];
     for (what, change) in changes {
@@ -1431,6 +1428,61 @@ impl Device for GatedDevice {
         }
         self.inner.flush()
     }
+}
+
+#[test]
+fn a_sync_sealed_behind_a_superblock_refresh_does_not_wait_for_its_flushes() {
+    let sim = device(8 << 20);
+    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    let gated = Arc::new(GatedDevice {
+        inner: sim.clone(),
+        armed: std::sync::Mutex::new((None, false)),
+        stopped: std::sync::Mutex::new(stopped_tx),
+        resume: std::sync::Mutex::new(resume_rx),
+    });
+    // Relaxed `fsync`s write data-only logs, not flushed under this policy: a device flush is
+    // the refresh's alone.
+    let cfg = small_config(Ordering::Relaxed, Barrier::EveryCheckpoint);
+    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    let a = fs.open_file("/a", OpenFlags::create()).unwrap();
+    let b = fs.open_file("/b", OpenFlags::create()).unwrap();
+    a.pwrite(b"a", 0).unwrap();
+    b.pwrite(b"b", 0).unwrap();
+    fs.sync().unwrap();
+    let superblocks = fs.counters().superblock_writes;
+    let big = pattern(5, 300_000);
+    let small = pattern(6, 4096);
+    gated.armed.lock().unwrap().1 = true;
+    std::thread::scope(|s| {
+        // Past the 256 KiB interval: the sync seals a superblock refresh behind its log.
+        let refresh = s.spawn(|| {
+            a.pwrite(&big, 0).unwrap();
+            a.fsync().unwrap();
+        });
+        // Whoever writes the refresh is now in a device flush for it.
+        assert_eq!(stopped_rx.recv().unwrap(), "flush");
+        let (finished, _, synced) = run_while_stopped(s, &sim, &resume_tx, || {
+            b.pwrite(&small, 0).unwrap();
+            b.fsync().unwrap();
+        });
+        assert!(
+            finished,
+            "a data-only sync sealed after the refresh waited for its flush"
+        );
+        synced.join().unwrap();
+        refresh.join().unwrap();
+    });
+    fs.inner.write_logs_until(u64::MAX).unwrap();
+    assert!(
+        fs.counters().superblock_writes > superblocks,
+        "the refresh's superblock was not written: {:?}",
+        fs.counters()
+    );
+    let (image, _) = checked_clean(&sim, "after the refresh");
+    let fs2 = Fs::open(image, &OpenOptions::default()).unwrap();
+    assert_eq!(read_all(&fs2, "/a"), big);
+    assert_eq!(read_all(&fs2, "/b"), small);
 }
 
 #[test]
