@@ -297,7 +297,7 @@ impl Inner {
     pub(crate) fn refresh_for_cleaner(&self, m: &mut Meta) -> Result<()> {
         let was = m.in_refresh;
         m.in_refresh = true;
-        let r = self.commit_checkpoint(m).and_then(|()| {
+        let r = self.commit_checkpoint_for_superblock(m).and_then(|()| {
             if m.bg_clean.defer_io {
                 // Written with the pass's logs once `meta` is released.
                 self.seal_superblock(m);
