@@ -1430,9 +1430,17 @@ impl Device for GatedDevice {
     }
 }
 
-#[test]
-fn a_sync_sealed_behind_a_superblock_refresh_does_not_wait_for_its_flushes() {
-    let sim = device(8 << 20);
+/// A device of `len` bytes that stops when armed (`armed`: a read of that size, the next
+/// flush) until `resume` is sent; `stopped` says which.
+fn flush_gated_device(
+    len: u64,
+) -> (
+    Arc<SimDevice>,
+    Arc<GatedDevice>,
+    std::sync::mpsc::Receiver<&'static str>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let sim = device(len);
     let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
     let (resume_tx, resume_rx) = std::sync::mpsc::channel();
     let gated = Arc::new(GatedDevice {
@@ -1441,6 +1449,12 @@ fn a_sync_sealed_behind_a_superblock_refresh_does_not_wait_for_its_flushes() {
         stopped: std::sync::Mutex::new(stopped_tx),
         resume: std::sync::Mutex::new(resume_rx),
     });
+    (sim, gated, stopped_rx, resume_tx)
+}
+
+#[test]
+fn a_sync_sealed_behind_a_superblock_refresh_does_not_wait_for_its_flushes() {
+    let (sim, gated, stopped_rx, resume_tx) = flush_gated_device(8 << 20);
     // Relaxed `fsync`s write data-only logs, not flushed under this policy: a device flush is
     // the refresh's alone.
     let cfg = small_config(Ordering::Relaxed, Barrier::EveryCheckpoint);
@@ -1487,15 +1501,7 @@ fn a_sync_sealed_behind_a_superblock_refresh_does_not_wait_for_its_flushes() {
 
 #[test]
 fn the_background_cleaner_reads_its_victims_and_flushes_without_holding_the_pool() {
-    let sim = device(4 << 20);
-    let (stopped_tx, stopped_rx) = std::sync::mpsc::channel();
-    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
-    let gated = Arc::new(GatedDevice {
-        inner: sim.clone(),
-        armed: std::sync::Mutex::new((None, false)),
-        stopped: std::sync::Mutex::new(stopped_tx),
-        resume: std::sync::Mutex::new(resume_rx),
-    });
+    let (sim, gated, stopped_rx, resume_tx) = flush_gated_device(4 << 20);
     let cfg = Config {
         // Called by hand below; the pass cleans while less than 60 % is free.
         background_gc: false,
