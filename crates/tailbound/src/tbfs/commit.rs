@@ -886,14 +886,7 @@ impl Inner {
         self.check_not_poisoned()?;
         debug_assert!(!self.payloads_in_flight_below(sb.next.sequence));
         sb.next.prev_crc = w.prev_crc;
-        let ahead = self.ahead_unflushed.swap(false, AtomicOrdering::AcqRel);
-        let flush_first =
-            w.unflushed || ahead || self.flushes_running.load(AtomicOrdering::Acquire) > 0;
-        if flush_first {
-            w.unflushed = false;
-            self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
-        }
-        Ok((sb, flush_first))
+        Ok((sb, self.start_flush(w)))
     }
 
     /// Writes the superblocks threads passed on their way to their own logs, oldest first.
@@ -937,13 +930,7 @@ impl Inner {
         mut sb: Superblock,
         flush_first: bool,
     ) -> Result<()> {
-        if flush_first {
-            self.flush_counted("before superblock", sb.next.sequence)?;
-        } else {
-            // Every write so far was covered by a flush that has ended.
-            self.durable_seq
-                .fetch_max(sb.next.sequence, AtomicOrdering::AcqRel);
-        }
+        self.finish_flush(flush_first, "before superblock", sb.next.sequence)?;
         self.check_not_poisoned()?;
         if *newest >= sb.generation {
             // A later superblock, taken after this one, got here first: it supersedes it.
@@ -1679,21 +1666,18 @@ impl Inner {
             && m.sb_written_at
                 .is_none_or(|t| t.elapsed() >= self.config.superblock_every);
         if by_bytes || by_time {
-            // The checkpoint is laid out now; its logs, the flush and the superblock are written
-            // by the log writer after `meta` is released. Only logs written after the newest
+            // The checkpoint is laid out now; its logs are written by the log writer after
+            // `meta` is released, the flush and the superblock without it
+            // (`Inner::take_superblock`). Only logs written after the newest
             // checkpoint need a new one: what is still buffered is not on the device, and right
             // after a buffer-full checkpoint (other writers having filled the buffer again
             // meanwhile) a second one would only repeat its work.
-            // Its logs are not flushed on their own: the flush before the superblock covers
-            // them, and it runs without the log writer, so the logs sealed after it (a
-            // real-time writer's) are not held up by device flushes (a flush took 40-90 ms
-            // under the priority experiment's copy). A sync of a file this checkpoint holds
-            // flushes for itself (`wait_sealed`).
             if m.writer.seq != m.checkpoint_next_seq {
                 self.commit_checkpoint_for_superblock(m)?;
             }
             self.seal_superblock(m);
-            // The background thread writes it if no writer gets there first.
+            // The background thread writes it, or a thread writing logs up to a later point
+            // gets there first (writers on their way to their own logs hand it back).
             self.wake_background(|w| w.superblock = true);
         }
         Ok(())
@@ -1749,18 +1733,36 @@ impl Inner {
     /// that completed before it started.
     pub(crate) fn flush_written(&self, seq: u64, why: &str) -> Result<()> {
         self.write_logs_until(seq + 1)?;
-        {
+        let started = {
             let mut w = super::engine::lock_lending(&self.log_writer, &self.log_inherit);
-            let ahead = self.ahead_unflushed.swap(false, AtomicOrdering::AcqRel);
-            if !w.unflushed && !ahead && self.flushes_running.load(AtomicOrdering::Acquire) == 0 {
-                // Every write so far was covered by a flush that has ended.
-                self.durable_seq.fetch_max(seq, AtomicOrdering::AcqRel);
-                return Ok(());
-            }
+            self.start_flush(&mut w)
+        };
+        self.finish_flush(started, why, seq)
+    }
+
+    /// With the log writer held: whether a flush must run for the writes so far to be
+    /// durable, counted as running if so (a flush under the log writer meanwhile then does not
+    /// take the writes for flushed).
+    fn start_flush(&self, w: &mut LogWriter) -> bool {
+        let ahead = self.ahead_unflushed.swap(false, AtomicOrdering::AcqRel);
+        let needed = w.unflushed || ahead || self.flushes_running.load(AtomicOrdering::Acquire) > 0;
+        if needed {
             w.unflushed = false;
             self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
         }
-        self.flush_counted(why, seq)
+        needed
+    }
+
+    /// Without the log writer: runs the flush [`Inner::start_flush`] counted, if any; after it
+    /// every log below `durable` is durable.
+    fn finish_flush(&self, started: bool, why: &str, durable: u64) -> Result<()> {
+        if started {
+            self.flush_counted(why, durable)
+        } else {
+            // Every write so far was covered by a flush that has ended.
+            self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
+            Ok(())
+        }
     }
 
     /// Whether a log sealed so far is not yet durable (written and flushed).

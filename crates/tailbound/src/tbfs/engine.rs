@@ -237,9 +237,9 @@ pub(crate) struct Writer {
     /// Whose I/O the data-only logs being laid out are (their files' last writer's); `None`
     /// outside a data commit, so other logs stay the I/O of the thread writing them.
     pub charge: Option<crate::sched::Charge>,
-    /// A periodic superblock refresh is laying out its checkpoint: its logs are not flushed on
+    /// A checkpoint a superblock follows at once is being laid out: its logs are not flushed on
     /// their own under `every-checkpoint`, the superblock's flush covers them (see
-    /// [`Inner::maybe_refresh`]).
+    /// [`Inner::commit_checkpoint_for_superblock`]).
     pub refreshing: bool,
 }
 
