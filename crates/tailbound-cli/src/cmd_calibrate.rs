@@ -21,6 +21,11 @@ use crate::CliResult;
 /// than one such piece. Without a profile the scheduler uses a conservative one (4 MiB reads,
 /// 1 MiB writes).
 ///
+/// Where it may write, it also times flushes after 0 to 16 MiB written: a device with a volatile
+/// cache writes back at a flush what it cached, and requests behind the flush wait for it. The
+/// scheduler then flushes on its own after the "flush debt" (the bytes whose write-back costs
+/// what one max_io_write piece costs), so no flush holds a request longer than a piece does.
+///
 /// Safety: reads never change anything. Writes are timed only on a file this command creates
 /// (when TARGET does not exist; it is removed afterwards) or when --write-scratch says TARGET's
 /// contents may be destroyed; otherwise only reads are timed and the write half of the profile
@@ -88,23 +93,30 @@ pub fn run(args: CalibrateArgs) -> CliResult {
     );
     let c = calibrate(&opts, |p| {
         eprintln!(
-            "  {:5} {:>9}: median {} ms",
-            if p.op == Op::Read { "read" } else { "write" },
+            "  {:5} {:>9}{}: median {} ms",
+            p.op.name(),
             Bytes(p.size).to_string(),
+            if p.op == Op::Flush { " written" } else { "" },
             ms(p.median_ns)
         );
     })?;
-    println!("| op | size | median ms | min ms | max ms | model ms |");
+    println!(
+        "| op | size (a flush: bytes written before it) | median ms | min ms | max ms | model ms |"
+    );
     println!("|---|---:|---:|---:|---:|---:|");
     for p in &c.points {
+        let model_ns = match p.op {
+            Op::Flush => c.profile.flush_cost_ns(p.size),
+            op => c.profile.cost_ns(op, p.size),
+        };
         println!(
             "| {} | {} | {} | {} | {} | {:.3} |",
-            if p.op == Op::Read { "read" } else { "write" },
+            p.op.name(),
             Bytes(p.size),
             ms(p.median_ns),
             ms(p.min_ns),
             ms(p.max_ns),
-            c.profile.cost_ns(p.op, p.size) / 1e6
+            model_ns / 1e6
         );
     }
     let prof: &DeviceProfile = &c.profile;
@@ -138,6 +150,17 @@ pub fn run(args: CalibrateArgs) -> CliResult {
              conservative values kept; max_io_write {}",
             args.target.display(),
             Bytes(prof.max_io_write)
+        );
+    }
+    if c.wrote {
+        println!(
+            "flush: {:.1} µs + {:.3} ns per byte written since the last flush; flush debt {}",
+            prof.flush_ns / 1e3,
+            prof.flush_byte_ns,
+            prof.flush_debt().map_or(
+                "none (flushes do not grow with what was written)".to_string(),
+                |d| { Bytes(d).to_string() }
+            )
         );
     }
     if !c.direct {

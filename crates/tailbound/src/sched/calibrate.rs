@@ -1,7 +1,8 @@
 //! Device calibration for the scheduler's cost model: times `O_DIRECT` reads and writes of sizes
 //! from 4 KiB to 64 MiB, fits a per-I/O plus per-byte cost to the medians (reads and writes apart),
 //! and picks `max_io` as the largest measured size whose median service time stays within the
-//! latency goal. `tailbound calibrate` is the front end.
+//! latency goal. Where it may write, it also times flushes after 0 to 16 MiB written, for what a
+//! flush costs per byte the device cached. `tailbound calibrate` is the front end.
 //!
 //! Safety of the data: reads are always fine; writes go only to a file this run created (and
 //! removes again), or to an existing file or device when the caller says it is scratch. Without
@@ -29,6 +30,9 @@ pub const SIZES_DEFAULT: [u64; 9] = [
     32 << 20,
     64 << 20,
 ];
+
+/// Bytes written before each timed flush (those above the largest size measured are left out).
+pub const FLUSH_CACHED: [u64; 4] = [0, 1 << 20, 4 << 20, 16 << 20];
 
 /// What to calibrate and how.
 #[derive(Debug, Clone)]
@@ -62,6 +66,7 @@ impl CalibrateOptions {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Point {
     pub op: Op,
+    /// Bytes per request; for a flush, bytes written since the previous flush.
     pub size: u64,
     pub median_ns: u64,
     pub min_ns: u64,
@@ -197,7 +202,39 @@ pub fn calibrate(
         }
     }
     if may_write {
+        let largest = opts.sizes.iter().copied().max().unwrap_or(0).min(dev.len());
+        let chunk = (1u64 << 20).min(largest.max(BLOCK_SIZE));
+        let buf = vec![0x5au8; chunk as usize];
+        let slots = (dev.len() / chunk).max(1);
+        let mut slot = 0u64;
         dev.flush()?;
+        for cached in FLUSH_CACHED.into_iter().filter(|&c| c <= largest) {
+            let mut times = Vec::with_capacity(samples);
+            for k in 0..=samples {
+                let mut written = 0;
+                while written < cached {
+                    slot = (slot + 7919) % slots;
+                    dev.write_at(slot * chunk, &buf)?;
+                    written += chunk;
+                }
+                let start = Instant::now();
+                dev.flush()?;
+                let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                if k > 0 {
+                    times.push(ns);
+                }
+            }
+            times.sort_unstable();
+            let point = Point {
+                op: Op::Flush,
+                size: cached,
+                median_ns: times[times.len() / 2],
+                min_ns: times[0],
+                max_ns: times[times.len() - 1],
+            };
+            progress(&point);
+            points.push(point);
+        }
     }
     let direct = dev.direct();
     drop(dev);
@@ -234,6 +271,10 @@ pub fn profile_from(path: &Path, points: &[Point], goal: Duration) -> DeviceProf
     if !writes.is_empty() {
         (p.write_io_ns, p.write_byte_ns) = fit(&writes);
         p.max_io_write = pick_max_io(points, Op::Write, goal).unwrap_or(p.max_io_write);
+    }
+    let flushes = of(Op::Flush);
+    if !flushes.is_empty() {
+        (p.flush_ns, p.flush_byte_ns) = fit(&flushes);
     }
     p
 }
@@ -325,8 +366,17 @@ mod tests {
         let mut seen = 0;
         let c = calibrate(&small(&path), |_| seen += 1).expect("calibrate");
         assert!(c.created && c.wrote);
-        assert_eq!(seen, 6);
-        assert_eq!(c.points.len(), 6);
+        assert_eq!(seen, 8);
+        assert_eq!(c.points.len(), 8);
+        // Flushes after nothing and after 1 MiB written (the larger amounts exceed the largest
+        // size measured).
+        let flushes: Vec<u64> = c
+            .points
+            .iter()
+            .filter(|p| p.op == Op::Flush)
+            .map(|p| p.size)
+            .collect();
+        assert_eq!(flushes, [0, 1 << 20]);
         assert!(!path.exists(), "the scratch file is removed");
         c.profile.validate().expect("valid profile");
         assert_eq!(c.profile.device, path.display().to_string());

@@ -44,6 +44,10 @@ struct Inner {
     jobs: HashMap<ReqId, Job>,
     by_prio: HashMap<Prio, TenantId>,
     shutdown: bool,
+    /// The failure of a flush the queue made on its own ([`Config::flush_debt`]), kept for the
+    /// next flush a caller asks for: the device may report an error only once, and a caller's
+    /// flush must not succeed over data that a failed one did not make durable.
+    flush_error: Option<io::Error>,
 }
 
 struct Shared {
@@ -97,6 +101,7 @@ impl Scheduler {
                 jobs: HashMap::new(),
                 by_prio: HashMap::new(),
                 shutdown: false,
+                flush_error: None,
             }),
             work: Condvar::new(),
             start: Instant::now(),
@@ -223,6 +228,11 @@ impl Scheduler {
     /// holds it down).
     pub fn depth_limit(&self) -> usize {
         self.shared.lock().queue.depth_limit()
+    }
+
+    /// Flushes the scheduler made on its own for the flush debt ([`Config::flush_debt`]).
+    pub fn debt_flushes(&self) -> u64 {
+        self.shared.lock().queue.debt_flushes()
     }
 
     fn submit(
@@ -406,6 +416,20 @@ fn dispatcher(shared: &Shared) {
         drop(inner);
         let outcome = perform(shared.dev.as_ref(), &d, &write_data);
         inner = shared.lock();
+        let outcome = match (d.op, d.pieces.is_empty(), outcome) {
+            (Op::Flush, true, Err(e)) => {
+                inner.flush_error = Some(e);
+                Ok(None)
+            }
+            (Op::Flush, false, Ok(_)) => match inner.flush_error.take() {
+                Some(e) => Err(io::Error::new(
+                    e.kind(),
+                    format!("an earlier flush made by the scheduler failed: {e}"),
+                )),
+                None => Ok(None),
+            },
+            (_, _, outcome) => outcome,
+        };
         for c in inner.queue.complete(shared.now(), &d) {
             inner.jobs.remove(&c.req);
         }

@@ -164,6 +164,17 @@ pub enum Op {
     Flush,
 }
 
+impl Op {
+    /// `read`, `write` or `flush`, for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Flush => "flush",
+        }
+    }
+}
+
 /// How a scheduler orders requests; see the module documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum Policy {
@@ -215,8 +226,13 @@ pub struct DeviceProfile {
     pub read_byte_ns: f64,
     pub write_io_ns: f64,
     pub write_byte_ns: f64,
-    /// The time a cache flush takes.
+    /// The time a cache flush takes with nothing written since the last one.
     pub flush_ns: f64,
+    /// What a flush costs on top of that per byte written since the last flush: a device with a
+    /// volatile write cache writes back at a flush what it cached (0: flushes cost the same
+    /// however much was written; profiles from before it was measured read as 0).
+    #[serde(default)]
+    pub flush_byte_ns: f64,
     /// Largest read the scheduler issues; larger reads are split.
     pub max_io_read: u64,
     /// Largest write the scheduler issues; larger writes are split.
@@ -228,7 +244,8 @@ pub struct DeviceProfile {
 impl DeviceProfile {
     /// A profile for a device nobody measured: a modest SSD (100 µs + 2 ns/byte reads, 200 µs +
     /// 4 ns/byte writes), split to 4 MiB reads and 1 MiB writes, which keeps one piece well under
-    /// 10 ms even on slow storage.
+    /// 10 ms even on slow storage, with a volatile write cache whose flush writes back what it
+    /// holds at the write rate.
     pub fn conservative() -> DeviceProfile {
         DeviceProfile {
             device: "conservative".to_string(),
@@ -237,6 +254,7 @@ impl DeviceProfile {
             write_io_ns: 200_000.0,
             write_byte_ns: 4.0,
             flush_ns: 1_000_000.0,
+            flush_byte_ns: 4.0,
             max_io_read: 4 << 20,
             max_io_write: 1 << 20,
             latency_goal_ns: 50_000_000,
@@ -250,6 +268,25 @@ impl DeviceProfile {
             Op::Write => self.write_io_ns + self.write_byte_ns * len as f64,
             Op::Flush => self.flush_ns,
         }
+    }
+
+    /// How many bytes of writes the scheduler lets a device cache before it flushes on its own
+    /// ([`Config::flush_debt`]): as many as make a flush cost what one `max_io_write` piece costs,
+    /// so a flush holds the device no longer than a write piece does (whole blocks, at least one
+    /// block, at most 64 MiB). `None` if flushes do not grow with what was written.
+    pub fn flush_debt(&self) -> Option<u64> {
+        if self.flush_byte_ns <= 0.0 {
+            return None;
+        }
+        let block = crate::dev::BLOCK_SIZE;
+        let piece_ns = self.write_byte_ns * self.max_io_write as f64;
+        let bytes = (piece_ns / self.flush_byte_ns).clamp(block as f64, FLUSH_DEBT_MAX as f64);
+        Some((bytes as u64 / block * block).max(block))
+    }
+
+    /// The modelled time of a flush after `cached` bytes were written since the previous one.
+    pub fn flush_cost_ns(&self, cached: u64) -> f64 {
+        self.flush_ns + self.flush_byte_ns * cached as f64
     }
 
     /// The split size for `op` (flushes are never split).
@@ -306,6 +343,7 @@ impl DeviceProfile {
             self.write_io_ns,
             self.write_byte_ns,
             self.flush_ns,
+            self.flush_byte_ns,
         ];
         if costs.iter().any(|c| !c.is_finite() || *c < 0.0) {
             return Err("costs must be finite and not negative".into());
@@ -366,8 +404,19 @@ pub struct Config {
     /// one still goes). Without it, tenants that keep one synchronous request outstanding each are
     /// served alternately, whatever their weights. `None` keeps the scheduler work-conserving.
     pub anticipation: Option<Duration>,
+    /// Flush debt: after this many bytes of writes completed since the last flush, the scheduler
+    /// flushes the device before the next write. A device that caches writes writes them back
+    /// at its next flush, and while it does, requests behind the flush wait (measured on this
+    /// project's development machine: 1.5 ms per MiB cached); bounding what is cached bounds
+    /// that wait. Real-time writes go ahead of the flush until the debt is twice this. `None`
+    /// never flushes unasked ([`Config::default`]); [`Config::for_device`] takes the profile's
+    /// [`DeviceProfile::flush_debt`].
+    pub flush_debt: Option<u64>,
     pub profile: DeviceProfile,
 }
+
+/// Largest flush debt a profile derives.
+pub const FLUSH_DEBT_MAX: u64 = 64 << 20;
 
 /// Default merge cap for BE and IDLE requests (seed 004 measured throughput saturating at 16).
 pub const MERGE_CAP_DEFAULT: usize = 16;
@@ -388,6 +437,7 @@ impl Default for Config {
             merge_cap: MERGE_CAP_DEFAULT,
             aging: AGING_DEFAULT,
             anticipation: None,
+            flush_debt: None,
             profile: DeviceProfile::conservative(),
         }
     }
@@ -407,14 +457,19 @@ impl Config {
                 ));
             }
         }
+        if self.flush_debt == Some(0) {
+            return Err("flush debt 0 would flush before every write".into());
+        }
         self.profile.validate()
     }
 
     /// The default configuration with the profile `tailbound calibrate` stored for `target` at
     /// its default place, or the conservative profile if there is none.
     pub fn for_device(target: &Path) -> Config {
+        let profile = calibrate::profile_for(target);
         Config {
-            profile: calibrate::profile_for(target),
+            flush_debt: profile.flush_debt(),
+            profile,
             ..Config::default()
         }
     }

@@ -183,6 +183,12 @@ pub struct Queue {
     /// The tenant whose last queued piece completed most recently, when it completed, and the
     /// cost of that dispatch (the guess for its next one): the one anticipation waits for.
     last_done: Option<(usize, Nanos, f64)>,
+    /// [`Config::flush_debt`].
+    flush_debt: Option<u64>,
+    /// Bytes of writes completed since the last flush was dispatched.
+    unflushed: u64,
+    /// Flushes the queue dispatched on its own because of the flush debt.
+    debt_flushes: u64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -219,7 +225,30 @@ impl Queue {
                 .anticipation
                 .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             last_done: None,
+            flush_debt: cfg.flush_debt,
+            unflushed: 0,
+            debt_flushes: 0,
         }
+    }
+
+    /// Flushes dispatched on the queue's own account ([`Config::flush_debt`]): dispatches with
+    /// no pieces, which the executor performs like any flush.
+    pub fn debt_flushes(&self) -> u64 {
+        self.debt_flushes
+    }
+
+    /// Whether a write of `class` must wait for a flush of what the device cached: the debt is
+    /// reached (twice it for a real-time write, which goes ahead of the flush until then).
+    fn flush_due(&self, class: Class) -> bool {
+        let Some(limit) = self.flush_debt else {
+            return false;
+        };
+        let due = if class == Class::Rt {
+            limit.saturating_mul(2)
+        } else {
+            limit
+        };
+        self.unflushed >= due
     }
 
     /// Changes the anticipation window ([`Config::anticipation`]).
@@ -453,10 +482,36 @@ impl Queue {
         if !aged && self.anticipates_instead_of(now, t) {
             return None;
         }
+        let class = self.tenants[t].prio.class;
+        if self.tenants[t]
+            .queue
+            .front()
+            .is_some_and(|p| p.op == Op::Write)
+            && self.flush_due(class)
+        {
+            // The write waits for a flush of what the device holds, so no flush (this one or
+            // the next one asked for) has to write back more than the debt.
+            let cost_ns = self.profile.flush_cost_ns(self.unflushed);
+            self.unflushed = 0;
+            self.debt_flushes += 1;
+            self.in_flight += 1;
+            return Some(Dispatch {
+                class,
+                op: Op::Flush,
+                offset: 0,
+                len: 0,
+                pieces: Vec::new(),
+                cost_ns,
+                dispatched_at: now,
+                aged: false,
+            });
+        }
         let head = self.tenants[t].queue.pop_front()?;
         self.queued -= 1;
-        let class = self.tenants[t].prio.class;
         let op = head.op;
+        if op == Op::Flush {
+            self.unflushed = 0;
+        }
         let offset = head.offset;
         let mut len = head.len;
         let mut pieces = vec![head];
@@ -639,6 +694,9 @@ impl Queue {
     pub fn complete(&mut self, now: Nanos, d: &Dispatch) -> Vec<Completed> {
         debug_assert!(self.in_flight > 0, "completion without a dispatch");
         self.in_flight = self.in_flight.saturating_sub(1);
+        if d.op == Op::Write {
+            self.unflushed = self.unflushed.saturating_add(d.len);
+        }
         if let Some(lead) = d.pieces.first() {
             let t = lead.tenant.0 as usize;
             self.last_done = (self.anticipation_ns.is_some()

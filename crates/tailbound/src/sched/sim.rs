@@ -30,6 +30,9 @@ pub struct DeviceModel {
     pub write_io_ns: f64,
     pub write_byte_ns: f64,
     pub flush_ns: f64,
+    /// A flush's extra cost per byte written since the previous flush (a volatile write cache
+    /// written back at the flush).
+    pub flush_byte_ns: f64,
     /// Serve the internal queue lowest offset first instead of in arrival order.
     pub reorder: bool,
 }
@@ -44,16 +47,23 @@ impl DeviceModel {
             write_io_ns: write_io_us * 1e3,
             write_byte_ns: 1e3 / write_mb_s,
             flush_ns: 1e6,
+            flush_byte_ns: 0.0,
             reorder: false,
         }
     }
 
-    /// The service time of one request, whole nanoseconds.
+    /// The service time of one request, whole nanoseconds, with nothing cached for a flush to
+    /// write back.
     pub fn service_ns(&self, op: Op, len: u64) -> Nanos {
+        self.service_cached_ns(op, len, 0)
+    }
+
+    /// The service time of one request when `cached` bytes were written since the last flush.
+    pub fn service_cached_ns(&self, op: Op, len: u64, cached: u64) -> Nanos {
         let ns = match op {
             Op::Read => self.read_io_ns + self.read_byte_ns * len as f64,
             Op::Write => self.write_io_ns + self.write_byte_ns * len as f64,
-            Op::Flush => self.flush_ns,
+            Op::Flush => self.flush_ns + self.flush_byte_ns * cached as f64,
         };
         ns.round() as Nanos
     }
@@ -67,6 +77,7 @@ impl DeviceModel {
             write_io_ns: self.write_io_ns,
             write_byte_ns: self.write_byte_ns,
             flush_ns: self.flush_ns,
+            flush_byte_ns: self.flush_byte_ns,
             max_io_read,
             max_io_write,
             latency_goal_ns: 0,
@@ -175,6 +186,8 @@ pub struct SimResult {
     pub end_ns: Nanos,
     /// Time the device spent serving requests.
     pub busy_ns: Nanos,
+    /// Every flush the device served: when it started and how long it took.
+    pub flushes: Vec<(Nanos, Nanos)>,
 }
 
 impl SimResult {
@@ -267,7 +280,8 @@ impl<P: SimPolicy> Sim<P> {
         }
         let mut owner: HashMap<ReqId, usize> = HashMap::new();
         let mut device_queue: VecDeque<Dispatch> = VecDeque::new();
-        let mut serving: Option<Dispatch> = None;
+        let mut serving: Option<(Dispatch, Nanos)> = None;
+        let mut cached = 0u64;
         let mut timer_at: Option<Nanos> = None;
         let mut now = 0;
         while let Some(Reverse((at, _, event))) = events.pop() {
@@ -301,8 +315,11 @@ impl<P: SimPolicy> Sim<P> {
                     owner.insert(id, i);
                 }
                 Event::DeviceDone => {
-                    if let Some(d) = serving.take() {
-                        result.busy_ns += self.device.service_ns(d.op, d.len);
+                    if let Some((d, service)) = serving.take() {
+                        result.busy_ns += service;
+                        if d.op == Op::Write {
+                            cached += d.len;
+                        }
                         for p in &d.pieces {
                             if let Some(&i) = owner.get(&p.req) {
                                 result.clients[i].bytes_served += p.len;
@@ -347,9 +364,13 @@ impl<P: SimPolicy> Sim<P> {
                     0
                 };
                 if let Some(d) = device_queue.remove(index) {
-                    let done_at = now + self.device.service_ns(d.op, d.len);
-                    push_event(&mut events, done_at, Event::DeviceDone);
-                    serving = Some(d);
+                    let service = self.device.service_cached_ns(d.op, d.len, cached);
+                    if d.op == Op::Flush {
+                        cached = 0;
+                        result.flushes.push((now, service));
+                    }
+                    push_event(&mut events, now + service, Event::DeviceDone);
+                    serving = Some((d, service));
                 }
             }
             if let Some(t) = self.policy.next_timer() {
@@ -897,6 +918,81 @@ mod tests {
         assert!(
             adaptive_p99 < fixed_p99,
             "adaptive p99 {adaptive_p99} vs fixed {fixed_p99}"
+        );
+    }
+
+    #[test]
+    fn a_flush_debt_bounds_how_long_a_flush_holds_a_real_time_write() {
+        // A device with a volatile cache written back at each flush at the write rate, two
+        // best-effort streams, a best-effort barrier flush every 400 ms (a file system's
+        // periodic commit) and the real-time writer.
+        let mut model = emmc();
+        model.flush_byte_ns = model.write_byte_ns;
+        let piece = model.service_ns(Op::Write, 1 << 20);
+        let own = model.service_ns(Op::Write, 4096);
+        let debt = 1u64 << 20;
+        let run_with = |flush_debt: Option<u64>| {
+            let mut clients = streams(&[1, 1], Op::Write, 100 * MB);
+            clients.push(rt_writer());
+            clients.push(Client {
+                name: "barrier".to_string(),
+                prio: Prio::DEFAULT,
+                weight: 1,
+                op: Op::Flush,
+                size: 0,
+                iodepth: 1,
+                region_start: 9 << 40,
+                region_len: 1 << 40,
+                start_ns: 0,
+                think_ns: 400_000_000,
+                requests_max: None,
+            });
+            let q = Queue::new(&Config {
+                policy: Policy::Default,
+                depth: 1,
+                flush_debt,
+                profile: model.profile(4 << 20, 1 << 20),
+                ..Config::default()
+            });
+            let mut sim = Sim::new(q, model.clone());
+            for c in clients {
+                sim.add_client(c);
+            }
+            let r = sim.run(60 * SEC);
+            let debt_flushes = sim.policy().debt_flushes();
+            (r, debt_flushes)
+        };
+        let (without, none) = run_with(None);
+        let (with, debt_flushes) = run_with(Some(debt));
+        assert_eq!(none, 0);
+        assert!(debt_flushes > 100, "{debt_flushes} flushes for the debt");
+        // A flush writes back at most the debt, the best-effort piece that crossed it and the
+        // real-time writes that went ahead of it.
+        let flush_max = model.service_cached_ns(Op::Flush, 0, 2 * debt + (1 << 20));
+        let longest = with.flushes.iter().map(|f| f.1).max().unwrap_or(0);
+        assert!(longest <= flush_max, "a flush took {longest} ns");
+        let rt_max = |r: &SimResult| r.clients[2].latencies_ns.iter().copied().max().unwrap_or(0);
+        let bound = piece.max(flush_max) + own;
+        assert!(
+            rt_max(&with) <= bound,
+            "RT max {} ns > bound {bound} ns",
+            rt_max(&with)
+        );
+        // Without the debt each barrier writes back 400 ms of writes, and an RT write behind
+        // one waits for all of it.
+        assert!(
+            rt_max(&without) > 5 * bound,
+            "RT max without a debt {} ns",
+            rt_max(&without)
+        );
+        // The streams lose only the flushes' fixed cost: what is written back is written back
+        // either way.
+        let be = |r: &SimResult| r.clients[0].bytes_served + r.clients[1].bytes_served;
+        assert!(
+            be(&with) as f64 >= 0.9 * be(&without) as f64,
+            "best-effort bytes {} with the debt, {} without",
+            be(&with),
+            be(&without)
         );
     }
 

@@ -890,3 +890,83 @@ fn work_handed_to_another_thread_counts_for_its_owner_and_start_write_queues_wit
     dev.read_at(2 * 8192, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 2), "the started write landed");
 }
+
+/// A device that logs what it is asked to do and fails its first flush.
+#[derive(Debug)]
+struct FirstFlushFails {
+    inner: SimDevice,
+    log: std::sync::Mutex<Vec<String>>,
+}
+
+impl Device for FirstFlushFails {
+    fn kind(&self) -> &'static str {
+        "first-flush-fails"
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.log.lock().unwrap().push(format!("write {offset}"));
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        let mut log = self.log.lock().unwrap();
+        log.push("flush".to_string());
+        if log.iter().filter(|op| *op == "flush").count() == 1 {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.flush()
+    }
+}
+
+#[test]
+fn a_flush_for_the_debt_goes_before_the_write_that_crosses_it_and_its_failure_reaches_the_next_flush(
+) {
+    let dev = Arc::new(FirstFlushFails {
+        inner: SimDevice::new(4 << 20),
+        log: std::sync::Mutex::new(Vec::new()),
+    });
+    let sched = Scheduler::new(
+        dev.clone(),
+        Config {
+            depth: 1,
+            flush_debt: Some(2 * BLOCK_SIZE),
+            ..Config::default()
+        },
+    )
+    .expect("scheduler");
+    let sdev = SchedDevice::new(sched.clone());
+    for k in 0..5 {
+        sdev.write_at(k * BLOCK_SIZE, &[k as u8; 4096])
+            .expect("writes succeed even when the scheduler's own flush fails");
+    }
+    let err = sdev
+        .flush()
+        .expect_err("the caller's flush reports the failed one");
+    assert!(
+        err.to_string()
+            .contains("earlier flush made by the scheduler failed"),
+        "{err}"
+    );
+    sdev.flush().expect("reported once");
+    let log = dev.log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            "write 0",
+            "write 4096",
+            "flush",
+            "write 8192",
+            "write 12288",
+            "flush",
+            "write 16384",
+            "flush",
+            "flush"
+        ],
+        "a flush after every two blocks written, before the next write"
+    );
+    assert_eq!(sched.debt_flushes(), 2);
+}
