@@ -243,6 +243,12 @@ struct PriorityArgs {
     /// How long the copy runs alone before the writer starts. Default: 5s (500ms with --quick).
     #[arg(long, value_parser = parse_duration)]
     copy_alone: Option<Duration>,
+    /// Latency goal for tbfs's scheduler: before the cases, the loop file system is calibrated
+    /// (as `tailbound calibrate --latency-goal`) and the tbfs cases split requests to the largest
+    /// size served within it and flush after as many bytes as a flush writes back within a
+    /// write piece's time.
+    #[arg(long, value_parser = parse_duration, default_value = "5ms")]
+    latency_goal: Duration,
     /// Directory on the disk to measure for the loop device's image (default: /var/tmp). Removed
     /// when the run ends.
     #[arg(long)]
@@ -1141,6 +1147,7 @@ fn run_priority(args: PriorityArgs) -> CliResult {
     if let Some(alone) = args.copy_alone {
         bench.copy_alone = alone;
     }
+    bench.latency_goal = args.latency_goal;
     bench.scratch_parent = args
         .dir
         .clone()

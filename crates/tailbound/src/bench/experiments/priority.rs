@@ -56,6 +56,11 @@ pub const COPY_BYTES_QUICK: u64 = 64 << 20;
 pub const COPY_CHUNK_BYTES: u64 = MIB;
 /// The writer's log is started afresh after this many bytes.
 pub const LOG_BYTES_MAX: u64 = 256 << 20;
+/// Default latency goal of the tbfs cases' calibration: the p99.99 target, so no piece the
+/// scheduler dispatches, and no flush it makes for its debt, takes longer than that.
+pub const LATENCY_GOAL_DEFAULT: Duration = Duration::from_millis(5);
+/// Largest size the tbfs cases' calibration times (the goal is a few milliseconds).
+const CALIBRATE_MAX_SIZE: u64 = 16 << 20;
 /// The writer's I/O priority: real time, level 0 (`ionice -c1 -n0`).
 pub const WRITER_PRIO: Prio = Prio {
     class: Class::Rt,
@@ -316,6 +321,9 @@ pub struct PriorityBench {
     pub copy_bytes: u64,
     /// How long the copy runs alone before the writer starts.
     pub copy_alone: Duration,
+    /// The tbfs cases' scheduler uses a profile calibrated on the loop file system at the start
+    /// of the run with this latency goal (split sizes and flush debt).
+    pub latency_goal: Duration,
     pub child_exe: Option<PathBuf>,
     pub interrupted: Option<Arc<AtomicBool>>,
     pub progress: bool,
@@ -333,6 +341,7 @@ impl PriorityBench {
             writes: WRITES_FULL,
             copy_bytes: COPY_BYTES_FULL,
             copy_alone: Duration::from_secs(5),
+            latency_goal: LATENCY_GOAL_DEFAULT,
             child_exe: None,
             interrupted: None,
             progress: true,
@@ -389,6 +398,9 @@ impl PriorityBench {
         if self.copy_alone.is_zero() {
             return invalid("the copy must run alone for some time");
         }
+        if self.latency_goal.is_zero() {
+            return invalid("--latency-goal must be positive");
+        }
         if self.child_exe.is_none() {
             return invalid("no tailbound binary to run the copy");
         }
@@ -415,6 +427,12 @@ impl PriorityBench {
             .to_string();
         let src = fs.mount_point().join("source.dat");
         write_source(&src, self.copy_bytes).map_err(PriorityError::Setup)?;
+        let profile = if self.tbfs_policies.is_empty() {
+            None
+        } else {
+            progress.set_message("calibrating the loop file system for tailbound's scheduler");
+            Some(self.calibrate(&fs).map_err(PriorityError::Setup)?)
+        };
         let mut rows = Vec::new();
         for &sched in &self.schedulers {
             for &rate in &self.rates {
@@ -435,8 +453,11 @@ impl PriorityBench {
             for &rate in &self.rates {
                 let case = format!("tbfs {} {}", policy.name(), rate.name());
                 progress.set_message(case.clone());
+                let profile = profile.clone().ok_or_else(|| {
+                    PriorityError::Setup("no profile for the tbfs cases".to_string())
+                })?;
                 let row = self
-                    .run_tbfs_case(&fs, &device, policy, rate)
+                    .run_tbfs_case(&fs, &device, profile, policy, rate)
                     .map_err(|message| PriorityError::Case {
                         case: case.clone(),
                         message,
@@ -453,9 +474,36 @@ impl PriorityBench {
             experiment: "priority",
             write_bytes: WRITE_BYTES as u64,
             copy_mb: self.copy_bytes / MIB,
+            tbfs_profile: profile.map(|p| TbfsProfile {
+                latency_goal_ms: self.latency_goal.as_secs_f64() * 1e3,
+                max_io_read: p.max_io_read,
+                max_io_write: p.max_io_write,
+                flush_debt: p.flush_debt(),
+                flush_byte_ns: p.flush_byte_ns,
+            }),
             cases: rows,
             targets,
         })
+    }
+
+    /// Calibrates a scratch file on the loop file system (removed afterwards) with the latency
+    /// goal, as `tailbound calibrate FILE --latency-goal GOAL --max-size 16MiB` would.
+    fn calibrate(&self, fs: &LoopFs) -> Result<crate::sched::DeviceProfile, String> {
+        use crate::sched::calibrate::{calibrate, CalibrateOptions, SIZES_DEFAULT};
+        let path = fs.mount_point().join("calibrate.tmp");
+        let opts = CalibrateOptions {
+            latency_goal: self.latency_goal,
+            sizes: SIZES_DEFAULT
+                .into_iter()
+                .filter(|&s| s <= CALIBRATE_MAX_SIZE)
+                .collect(),
+            samples: 5,
+            create_bytes: 4 * CALIBRATE_MAX_SIZE,
+            ..CalibrateOptions::new(&path)
+        };
+        calibrate(&opts, |_| {})
+            .map(|c| c.profile)
+            .map_err(|e| format!("calibrating {}: {e}", path.display()))
     }
 
     fn run_kernel_case(
@@ -546,6 +594,7 @@ impl PriorityBench {
         &self,
         fs: &LoopFs,
         device: &str,
+        profile: crate::sched::DeviceProfile,
         policy: Policy,
         rate: Rate,
     ) -> Result<PriorityRow, String> {
@@ -555,12 +604,16 @@ impl PriorityBench {
         let pool = work.0.join("pool.tbfs");
         let file_dev = super::pool::create_file_pool(&pool, 2 * self.copy_bytes + (512 << 20))
             .map_err(|e| format!("creating the pool {}: {e}", pool.display()))?;
-        let mut cfg = crate::sched::Config::for_device(&pool);
-        cfg.policy = policy;
         // One request in the device at a time (BFQ's strict_guarantees): an RT request waits for
-        // at most one piece of the copy. The copy is one thread doing one request at a time, so
-        // it loses nothing by it.
-        cfg.depth = 1;
+        // at most one piece of the copy, or one flush of the debt. The copy is one thread doing
+        // one request at a time, so it loses nothing by it.
+        let cfg = crate::sched::Config {
+            policy,
+            depth: 1,
+            flush_debt: profile.flush_debt(),
+            profile,
+            ..crate::sched::Config::default()
+        };
         let (_, tbfs) = super::pool::format_behind_scheduler(file_dev, cfg)?;
         let chunk = COPY_CHUNK_BYTES as usize;
         let pattern: Vec<u8> = (0..chunk).map(|i| (i % 239) as u8 | 0x40).collect();
@@ -926,8 +979,22 @@ pub struct PriorityReport {
     pub experiment: &'static str,
     pub write_bytes: u64,
     pub copy_mb: u64,
+    /// What the tbfs cases' scheduler was calibrated to (none without tbfs cases).
+    pub tbfs_profile: Option<TbfsProfile>,
     pub cases: Vec<PriorityRow>,
     pub targets: Vec<TargetCheck>,
+}
+
+/// The calibrated profile behind the tbfs cases.
+#[derive(Debug, Clone, Serialize)]
+pub struct TbfsProfile {
+    pub latency_goal_ms: f64,
+    pub max_io_read: u64,
+    pub max_io_write: u64,
+    /// Bytes written before the scheduler flushes on its own (`None`: flushes did not grow with
+    /// what was written).
+    pub flush_debt: Option<u64>,
+    pub flush_byte_ns: f64,
 }
 
 impl PriorityReport {
@@ -974,9 +1041,24 @@ impl PriorityReport {
                 format!("{:.0} %", r.copy_kept() * 100.0),
             ]);
         }
+        let profile = self.tbfs_profile.as_ref().map_or(String::new(), |p| {
+            format!(
+                "tbfs's scheduler, calibrated on the loop file system for a {:.1} ms goal: reads \
+                 split to {}, writes to {}, a flush after {} written ({:.2} ns per byte cached)\n\n",
+                p.latency_goal_ms,
+                crate::units::Bytes(p.max_io_read),
+                crate::units::Bytes(p.max_io_write),
+                p.flush_debt
+                    .map_or("never (flushes did not grow)".to_string(), |d| {
+                        crate::units::Bytes(d).to_string()
+                    }),
+                p.flush_byte_ns
+            )
+        });
         format!(
             "High-priority {} B O_SYNC appends under a {} MiB copy (latencies in µs; copy MB/s \
-             under the writer, alone, and the share kept; MB = 2^20 bytes)\n\n{}\nTargets\n\n{}",
+             under the writer, alone, and the share kept; MB = 2^20 bytes)\n\n{}\n{profile}\
+             Targets\n\n{}",
             self.write_bytes,
             self.copy_mb,
             table.to_markdown(),
