@@ -244,8 +244,9 @@ pub struct DeviceProfile {
 impl DeviceProfile {
     /// A profile for a device nobody measured: a modest SSD (100 µs + 2 ns/byte reads, 200 µs +
     /// 4 ns/byte writes), split to 4 MiB reads and 1 MiB writes, which keeps one piece well under
-    /// 10 ms even on slow storage, with a volatile write cache whose flush writes back what it
-    /// holds at the write rate.
+    /// 10 ms even on slow storage. Its flushes cost the same however much was written, so it
+    /// derives no flush debt: only a calibration that measured flushes growing with what was
+    /// written makes the scheduler flush on its own.
     pub fn conservative() -> DeviceProfile {
         DeviceProfile {
             device: "conservative".to_string(),
@@ -254,7 +255,7 @@ impl DeviceProfile {
             write_io_ns: 200_000.0,
             write_byte_ns: 4.0,
             flush_ns: 1_000_000.0,
-            flush_byte_ns: 4.0,
+            flush_byte_ns: 0.0,
             max_io_read: 4 << 20,
             max_io_write: 1 << 20,
             latency_goal_ns: 50_000_000,

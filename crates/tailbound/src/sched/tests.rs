@@ -970,3 +970,36 @@ fn a_flush_for_the_debt_goes_before_the_write_that_crosses_it_and_its_failure_re
     );
     assert_eq!(sched.debt_flushes(), 2);
 }
+
+#[test]
+fn the_flush_debt_is_what_a_flush_writes_back_in_one_write_piece_time() {
+    assert_eq!(DeviceProfile::conservative().flush_debt(), None);
+    let measured = DeviceProfile {
+        write_byte_ns: 1.5,
+        flush_byte_ns: 3.0,
+        max_io_write: 1 << 20,
+        ..DeviceProfile::conservative()
+    };
+    assert_eq!(measured.flush_debt(), Some(512 << 10));
+    // Whole blocks, at least one, at most FLUSH_DEBT_MAX.
+    let slow_flush = DeviceProfile {
+        flush_byte_ns: 1e9,
+        ..measured.clone()
+    };
+    assert_eq!(slow_flush.flush_debt(), Some(BLOCK_SIZE));
+    let cheap_flush = DeviceProfile {
+        flush_byte_ns: 1e-9,
+        ..measured.clone()
+    };
+    assert_eq!(cheap_flush.flush_debt(), Some(FLUSH_DEBT_MAX));
+    let odd = DeviceProfile {
+        flush_byte_ns: 1.4,
+        ..measured
+    };
+    assert_eq!(odd.flush_debt().map(|d| d % BLOCK_SIZE), Some(0));
+    let config = Config {
+        flush_debt: Some(0),
+        ..Config::default()
+    };
+    assert!(config.validate().is_err(), "a debt of 0 is refused");
+}

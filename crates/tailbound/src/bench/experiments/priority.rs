@@ -1155,6 +1155,13 @@ mod tests {
             experiment: "priority",
             write_bytes: 4096,
             copy_mb: 64,
+            tbfs_profile: Some(TbfsProfile {
+                latency_goal_ms: 5.0,
+                max_io_read: 1 << 20,
+                max_io_write: 1 << 20,
+                flush_debt: Some(900 << 10),
+                flush_byte_ns: 1.7,
+            }),
             cases: rows,
             targets: checks,
         };
@@ -1162,6 +1169,12 @@ mod tests {
         assert!(md.contains("| kernel | bfq "), "{md}");
         assert!(md.contains("70,000"), "{md}");
         assert!(md.contains("| NO "), "{md}");
+        assert!(
+            md.contains(
+                "for a 5.0 ms goal: reads split to 1 MiB, writes to 1 MiB, a flush after 900 KiB"
+            ),
+            "{md}"
+        );
     }
 
     #[test]
