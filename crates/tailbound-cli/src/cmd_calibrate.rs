@@ -24,7 +24,8 @@ use crate::CliResult;
 /// Where it may write, it also times flushes after 0 to 16 MiB written: a device with a volatile
 /// cache writes back at a flush what it cached, and requests behind the flush wait for it. The
 /// scheduler then flushes on its own after the "flush debt" (the bytes whose write-back costs
-/// what one max_io_write piece costs), so no flush holds a request longer than a piece does.
+/// what one max_io_write piece costs, but no fewer than take eight times a flush's fixed cost to
+/// write), so no flush holds a request much longer than a piece does.
 ///
 /// Safety: reads never change anything. Writes are timed only on a file this command creates
 /// (when TARGET does not exist; it is removed afterwards) or when --write-scratch says TARGET's

@@ -273,7 +273,9 @@ impl DeviceProfile {
 
     /// How many bytes of writes the scheduler lets a device cache before it flushes on its own
     /// ([`Config::flush_debt`]): as many as make a flush cost what one `max_io_write` piece costs,
-    /// so a flush holds the device no longer than a write piece does (whole blocks, at least one
+    /// so a flush holds the device no longer than a write piece does; but at least as many as
+    /// take [`FLUSH_OVERHEAD_INVERSE`] times a flush's fixed cost to write, so flushing on its own
+    /// costs writers at most about that fraction of their throughput (whole blocks, at least one
     /// block, at most 64 MiB). `None` if flushes do not grow with what was written.
     pub fn flush_debt(&self) -> Option<u64> {
         if self.flush_byte_ns <= 0.0 {
@@ -281,7 +283,15 @@ impl DeviceProfile {
         }
         let block = crate::dev::BLOCK_SIZE;
         let piece_ns = self.write_byte_ns * self.max_io_write as f64;
-        let bytes = (piece_ns / self.flush_byte_ns).clamp(block as f64, FLUSH_DEBT_MAX as f64);
+        let for_piece = piece_ns / self.flush_byte_ns;
+        let for_overhead = if self.write_byte_ns > 0.0 {
+            FLUSH_OVERHEAD_INVERSE * self.flush_ns / self.write_byte_ns
+        } else {
+            0.0
+        };
+        let bytes = for_piece
+            .max(for_overhead)
+            .clamp(block as f64, FLUSH_DEBT_MAX as f64);
         Some((bytes as u64 / block * block).max(block))
     }
 
@@ -418,6 +428,8 @@ pub struct Config {
 
 /// Largest flush debt a profile derives.
 pub const FLUSH_DEBT_MAX: u64 = 64 << 20;
+/// A derived flush debt takes at least this many times a flush's fixed cost to write.
+pub const FLUSH_OVERHEAD_INVERSE: f64 = 8.0;
 
 /// Default merge cap for BE and IDLE requests (seed 004 measured throughput saturating at 16).
 pub const MERGE_CAP_DEFAULT: usize = 16;

@@ -976,11 +976,18 @@ fn the_flush_debt_is_what_a_flush_writes_back_in_one_write_piece_time() {
     assert_eq!(DeviceProfile::conservative().flush_debt(), None);
     let measured = DeviceProfile {
         write_byte_ns: 1.5,
+        flush_ns: 0.0,
         flush_byte_ns: 3.0,
         max_io_write: 1 << 20,
         ..DeviceProfile::conservative()
     };
     assert_eq!(measured.flush_debt(), Some(512 << 10));
+    // A flush whose fixed cost is 8 times that of writing 1 MiB is kept to one per 8 MiB.
+    let costly = DeviceProfile {
+        flush_ns: 1.5 * f64::from(1u32 << 20),
+        ..measured.clone()
+    };
+    assert_eq!(costly.flush_debt(), Some(8 << 20));
     // Whole blocks, at least one, at most FLUSH_DEBT_MAX.
     let slow_flush = DeviceProfile {
         flush_byte_ns: 1e9,
