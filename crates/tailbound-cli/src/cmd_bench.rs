@@ -111,7 +111,7 @@ enum Experiment {
     /// root.
     ///
     /// Reports min, p50, p99, p99.9, p99.99, p99.9999 and max of write() and the copy's MB/s alone
-    /// and under the writer. The copy uses O_DIRECT 1 MiB requests, so its priority reaches the
+    /// (before and after the writer) and under the writer. The copy uses O_DIRECT 1 MiB requests, so its priority reaches the
     /// block layer. The paper's run is 1,000,000 writes per case (about 2.5 hours per case at
     /// 111/s); --writes sizes a shorter run, and --quick takes 200 writes and a 64 MiB copy
     /// (seconds). The scheduler setting and the loop file system are restored and removed
@@ -242,7 +242,8 @@ struct PriorityArgs {
     /// Size of the file the background process copies. Default: 2GiB, or 64MiB with --quick.
     #[arg(long, value_parser = parse_bytes)]
     copy_size: Option<u64>,
-    /// How long the copy runs alone before the writer starts. Default: 5s (500ms with --quick).
+    /// How long the copy runs alone before the writer starts, and again after it ends (its
+    /// speed alone is measured on both sides). Default: 5s (500ms with --quick).
     #[arg(long, value_parser = parse_duration)]
     copy_alone: Option<Duration>,
     /// Latency goal for tbfs's scheduler: before the cases, the loop file system is calibrated

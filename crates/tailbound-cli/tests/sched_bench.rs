@@ -262,6 +262,14 @@ fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
     );
     assert_eq!(seen.len(), 10);
     assert_eq!(report["targets"].as_array().unwrap().len(), 3);
+    // The tbfs cases ran on a profile calibrated for the default 5 ms goal.
+    let profile = &report["tbfs_profile"];
+    assert_eq!(profile["latency_goal_ms"], 5.0, "{report:#}");
+    for key in ["max_io_read", "max_io_write"] {
+        let v = profile[key].as_u64().unwrap_or(0);
+        assert!(v > 0 && v % 4096 == 0, "{key}: {profile}");
+    }
+    assert!(profile["flush_byte_ns"].as_f64().is_some(), "{profile}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     machine_is_clean(&scratch, pid, &before);
 }

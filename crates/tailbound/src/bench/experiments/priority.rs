@@ -255,7 +255,7 @@ pub struct PriorityRow {
     pub max_us: f64,
     /// The copy's throughput while the writer ran.
     pub background_mb_per_s: f64,
-    /// The copy's throughput alone, just before.
+    /// The copy's throughput alone, just before the writer and again just after it.
     pub background_alone_mb_per_s: f64,
     #[serde(skip)]
     pub box_stats: Option<BoxStats>,
@@ -319,7 +319,7 @@ pub struct PriorityBench {
     /// Writes per case.
     pub writes: u64,
     pub copy_bytes: u64,
-    /// How long the copy runs alone before the writer starts.
+    /// How long the copy runs alone before the writer starts, and again after it ends.
     pub copy_alone: Duration,
     /// The tbfs cases' scheduler uses a profile calibrated on the loop file system at the start
     /// of the run with this latency goal (split sizes and flush debt).
@@ -379,7 +379,7 @@ impl PriorityBench {
                 Rate::FlatOut => Duration::from_millis(self.writes),
             })
             .sum();
-        (per_rate + self.copy_alone * self.rates.len() as u32)
+        (per_rate + 2 * self.copy_alone * self.rates.len() as u32)
             * (self.schedulers.len() + self.tbfs_policies.len()) as u32
     }
 
@@ -560,6 +560,15 @@ impl PriorityBench {
         let result = written
             .join()
             .map_err(|_| "the writer thread panicked".to_string())?;
+        // The copy runs alone again as long, so its speed alone is measured on both sides of
+        // the writer's run (a shared disk drifts).
+        let after_end = monotonic_now().plus(self.copy_alone);
+        let mut copies = [copy];
+        let watched = match &result {
+            Ok(_) => sleep_watching(after_end, &self.interrupted, &mut copies),
+            Err(_) => Ok(()),
+        };
+        let [mut copy] = copies;
         let stopped_early = copy.exited();
         copy.stop();
         let samples = reader
@@ -568,9 +577,10 @@ impl PriorityBench {
         if stopped_early {
             return Err(copy.failure("ended while the writer ran"));
         }
+        watched?;
         copy.wait_exit()?;
         let (hist, w0, w1) = result?;
-        let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1);
+        let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1, self.copy_alone);
         Ok(PriorityRow::from_histogram(
             "kernel",
             sched.name().into(),
@@ -683,6 +693,16 @@ impl PriorityBench {
             } else {
                 self.tbfs_writer(tbfs, rate)
             };
+            // Alone again as long (see the kernel case).
+            if result.is_ok() {
+                let after_end = monotonic_now().plus(self.copy_alone);
+                while monotonic_now().0 < after_end.0
+                    && !copier.is_finished()
+                    && !interrupted(&self.interrupted)
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
             stop.store(true, Ordering::Relaxed);
             let samples = copier
                 .join()
@@ -691,7 +711,10 @@ impl PriorityBench {
         });
         let samples = samples?;
         let (hist, w0, w1) = result?;
-        let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1);
+        if interrupted(&self.interrupted) {
+            return Err("interrupted".into());
+        }
+        let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1, self.copy_alone);
         Ok(PriorityRow::from_histogram(
             "tbfs",
             policy.name().into(),
@@ -880,18 +903,27 @@ fn timed_appends(
     Ok((hist, first, monotonic_now().0))
 }
 
-/// The copy's throughput alone (from `go` to `alone_end`) and under the writer (over the
-/// writer's run `w0..w1`), from its `(time, bytes copied)` samples, in MB/s.
+/// The copy's throughput alone (from `go` to `alone_end`, and for `alone_after` after the
+/// writer's run) and under the writer (over the writer's run `w0..w1`), from its `(time, bytes
+/// copied)` samples, in MB/s.
 fn copy_rates(
     samples: &[(u64, u64)],
     go: MonoNanos,
     alone_end: MonoNanos,
     w0: u64,
     w1: u64,
+    alone_after: Duration,
 ) -> (f64, f64) {
-    let alone = growth_in_window(samples, go.0, alone_end.0)
+    let after_ns = u64::try_from(alone_after.as_nanos()).unwrap_or(u64::MAX);
+    // The window after the writer ends where the samples end, should the copy stop early.
+    let after_end = samples
+        .last()
+        .map_or(w1, |&(t, _)| t.min(w1.saturating_add(after_ns)));
+    let alone_ns = alone_end.0.saturating_sub(go.0) + after_end.saturating_sub(w1);
+    let alone = (growth_in_window(samples, go.0, alone_end.0)
+        + growth_in_window(samples, w1, after_end))
         / MIB as f64
-        / alone_end.since(go).as_secs_f64();
+        / Duration::from_nanos(alone_ns.max(1)).as_secs_f64();
     let under = growth_in_window(samples, w0, w1)
         / MIB as f64
         / Duration::from_nanos(w1.saturating_sub(w0)).as_secs_f64();
@@ -1175,6 +1207,48 @@ mod tests {
             ),
             "{md}"
         );
+    }
+
+    #[test]
+    fn the_copy_alone_is_measured_before_and_after_the_writer() {
+        // 100 MiB/s for 2 s alone, 50 MiB/s for 4 s under the writer, 200 MiB/s for 2 s alone.
+        const S: u64 = 1_000_000_000;
+        let mut samples = Vec::new();
+        let mut bytes = 0;
+        for ms in (0..=8000u64).step_by(10) {
+            samples.push((ms * 1_000_000, bytes));
+            let rate_mib = match ms {
+                0..2000 => 100,
+                2000..6000 => 50,
+                _ => 200,
+            };
+            bytes += rate_mib * MIB / 100;
+        }
+        let (alone, under) = copy_rates(
+            &samples,
+            MonoNanos(0),
+            MonoNanos(2 * S),
+            2 * S,
+            6 * S,
+            Duration::from_secs(2),
+        );
+        assert!((alone - 150.0).abs() < 1.0, "alone {alone}");
+        assert!((under - 50.0).abs() < 1.0, "under {under}");
+        // A copy that stopped 1 s after the writer: only that second counts.
+        let cut: Vec<_> = samples
+            .iter()
+            .copied()
+            .filter(|&(t, _)| t <= 7 * S)
+            .collect();
+        let (alone, _) = copy_rates(
+            &cut,
+            MonoNanos(0),
+            MonoNanos(2 * S),
+            2 * S,
+            6 * S,
+            Duration::from_secs(2),
+        );
+        assert!((alone - 400.0 / 3.0).abs() < 1.0, "alone {alone}");
     }
 
     #[test]
