@@ -546,7 +546,7 @@ impl PriorityBench {
         let alone_end = go.plus(self.copy_alone);
         let mut copies = [copy];
         sleep_watching(alone_end, &self.interrupted, &mut copies)?;
-        let [mut copy] = copies;
+        let [copy] = copies;
         let log_dir = work.0.join("log");
         std::fs::create_dir(&log_dir)
             .map_err(|e| format!("creating {}: {e}", log_dir.display()))?;
