@@ -1344,6 +1344,70 @@ struct InfoJson {
     recovery: RecoveryJson,
     inodes: u64,
     free_bytes: u64,
+    /// The I/O scheduler's profile for a file pool (none for a memory pool, which does no I/O).
+    scheduler: Option<SchedulerJson>,
+}
+
+#[derive(Serialize)]
+struct SchedulerJson {
+    /// `stored` (read from `profile_path`), `missing` or `unreadable` (then the conservative
+    /// profile is used).
+    profile: &'static str,
+    profile_path: Option<String>,
+    /// Why a stored profile could not be used.
+    problem: Option<String>,
+    max_io_read: u64,
+    max_io_write: u64,
+    /// Bytes written before the scheduler flushes on its own (none: it never does).
+    flush_debt: Option<u64>,
+}
+
+impl SchedulerJson {
+    fn for_pool(path: &Path) -> SchedulerJson {
+        use tailbound::sched::calibrate::{profile_and_source, ProfileSource};
+        let (p, source) = profile_and_source(path);
+        let shown = |q: &Path| Some(q.display().to_string());
+        let (profile, profile_path, problem) = match &source {
+            ProfileSource::Stored(q) => ("stored", shown(q), None),
+            ProfileSource::Missing(q) => ("missing", q.as_deref().and_then(shown), None),
+            ProfileSource::Unreadable(q, e) => ("unreadable", shown(q), Some(e.clone())),
+        };
+        SchedulerJson {
+            profile,
+            profile_path,
+            problem,
+            max_io_read: p.max_io_read,
+            max_io_write: p.max_io_write,
+            flush_debt: p.flush_debt(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let pieces = format!(
+            "reads split to {}, writes to {}, {}",
+            Bytes(self.max_io_read),
+            Bytes(self.max_io_write),
+            self.flush_debt
+                .map_or("no flush debt".to_string(), |d| format!(
+                    "a flush after {} written",
+                    Bytes(d)
+                ))
+        );
+        let path = self
+            .profile_path
+            .as_deref()
+            .unwrap_or("(no profile directory)");
+        match (self.profile, &self.problem) {
+            ("stored", _) => format!("profile {path}: {pieces}"),
+            (_, Some(problem)) => {
+                format!("conservative profile ({problem}; it is not used): {pieces}")
+            }
+            _ => format!(
+                "conservative profile (none at {path}; `tailbound calibrate` on a scratch file \
+                 on the same storage with --out {path} makes one): {pieces}"
+            ),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -1413,6 +1477,7 @@ fn info(pool: &PoolArg, json: Option<&Path>) -> CliResult {
         },
         inodes: v.files,
         free_bytes: v.blocks_free * v.block_size,
+        scheduler: (backend == Backend::File).then(|| SchedulerJson::for_pool(&pool.pool)),
     };
     println!("pool:        {} ({} backend)", out.path, out.backend);
     println!(
@@ -1461,6 +1526,9 @@ fn info(pool: &PoolArg, json: Option<&Path>) -> CliResult {
         out.inodes,
         Bytes(out.free_bytes)
     );
+    if let Some(sched) = &out.scheduler {
+        println!("scheduler:   {}", sched.describe());
+    }
     if let Some(json) = json {
         write_json(json, &out)?;
     }

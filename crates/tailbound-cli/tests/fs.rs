@@ -474,3 +474,96 @@ fn snapshots_keep_old_versions_that_ls_cat_get_and_restore_reach() {
     let o = run(&[&["fs", "gc", p, "--target-free", "150%"][..], &b].concat());
     assert!(!o.status.success());
 }
+
+#[test]
+fn info_says_which_scheduler_profile_a_file_pool_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("p.tbfs");
+    let p = s(&pool);
+    ok(&["fs", "mkfs", p, "--size", "16MiB", "--backend", "file"]);
+    let info = |json: &Path| {
+        let o = tailbound()
+            .args(["fs", "info", p, "--backend", "file", "--json", s(json)])
+            .env("XDG_CONFIG_HOME", config.path())
+            .output()
+            .expect("running tailbound");
+        assert!(o.status.success(), "{}", text(&o));
+        (String::from_utf8(o.stdout).unwrap(), self::json(json))
+    };
+    // The file `tailbound calibrate` would store for this pool's path.
+    let name: String = std::path::absolute(&pool)
+        .unwrap()
+        .to_string_lossy()
+        .trim_start_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let profiles = config.path().join("tailbound").join("profiles");
+    let stored = profiles.join(format!("{name}.json"));
+    let out = dir.path().join("info.json");
+
+    let (text_out, j) = info(&out);
+    assert!(
+        text_out.contains("scheduler:   conservative profile (none at"),
+        "{text_out}"
+    );
+    assert_eq!(j["scheduler"]["profile"], "missing");
+    assert_eq!(j["scheduler"]["profile_path"], s(&stored));
+    assert_eq!(j["scheduler"]["max_io_write"], 1 << 20);
+    assert!(j["scheduler"]["flush_debt"].is_null());
+
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        &stored,
+        r#"{"device":"test","read_io_ns":50000,"read_byte_ns":1.6,"write_io_ns":60000,
+            "write_byte_ns":1.6,"flush_ns":100000,"flush_byte_ns":1.6,
+            "max_io_read":1048576,"max_io_write":1048576,"latency_goal_ns":5000000}"#,
+    )
+    .unwrap();
+    let (text_out, j) = info(&out);
+    assert!(
+        text_out.contains("writes to 1 MiB, a flush after 1 MiB written"),
+        "{text_out}"
+    );
+    assert_eq!(j["scheduler"]["profile"], "stored");
+    assert_eq!(j["scheduler"]["flush_debt"], 1 << 20);
+
+    std::fs::write(&stored, "{\"device\": 1}").unwrap();
+    let (text_out, j) = info(&out);
+    assert!(text_out.contains("it is not used"), "{text_out}");
+    assert_eq!(j["scheduler"]["profile"], "unreadable");
+    assert!(j["scheduler"]["problem"]
+        .as_str()
+        .unwrap()
+        .contains("not a profile"));
+
+    // A memory pool does no I/O: no scheduler.
+    let (shm, _) = shm_dir();
+    let mem = shm.path().join("m.tbfs");
+    ok(&[
+        "fs",
+        "mkfs",
+        s(&mem),
+        "--size",
+        "16MiB",
+        "--backend",
+        "memory",
+    ]);
+    ok(&[
+        "fs",
+        "info",
+        s(&mem),
+        "--json",
+        s(&out),
+        "--backend",
+        "memory",
+    ]);
+    assert!(json(&out)["scheduler"].is_null());
+}

@@ -301,10 +301,39 @@ pub fn default_profile_path(target: &Path) -> Option<PathBuf> {
 /// The profile stored for `target` at its default place, or the conservative one if there is
 /// none (or it cannot be read).
 pub fn profile_for(target: &Path) -> DeviceProfile {
-    default_profile_path(target)
-        .filter(|p| p.exists())
-        .and_then(|p| DeviceProfile::load(&p).ok())
-        .unwrap_or_else(DeviceProfile::conservative)
+    profile_and_source(target).0
+}
+
+/// Where the profile the scheduler takes for a target came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProfileSource {
+    /// Read from this file.
+    Stored(PathBuf),
+    /// None is stored at this place (`None`: no profile directory, for want of `HOME` and
+    /// `XDG_CONFIG_HOME`); the conservative profile is used.
+    Missing(Option<PathBuf>),
+    /// A file is there but could not be used (the reason); the conservative profile is used.
+    Unreadable(PathBuf, String),
+}
+
+/// [`profile_for`], and where the profile came from (for reports).
+pub fn profile_and_source(target: &Path) -> (DeviceProfile, ProfileSource) {
+    let Some(path) = default_profile_path(target) else {
+        return (DeviceProfile::conservative(), ProfileSource::Missing(None));
+    };
+    if !path.exists() {
+        return (
+            DeviceProfile::conservative(),
+            ProfileSource::Missing(Some(path)),
+        );
+    }
+    match DeviceProfile::load(&path) {
+        Ok(p) => (p, ProfileSource::Stored(path)),
+        Err(e) => (
+            DeviceProfile::conservative(),
+            ProfileSource::Unreadable(path, e.to_string()),
+        ),
+    }
 }
 
 #[cfg(test)]
