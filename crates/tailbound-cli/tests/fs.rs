@@ -491,22 +491,8 @@ fn info_says_which_scheduler_profile_a_file_pool_uses() {
         assert!(o.status.success(), "{}", text(&o));
         (String::from_utf8(o.stdout).unwrap(), self::json(json))
     };
-    // The file `tailbound calibrate` would store for this pool's path.
-    let name: String = std::path::absolute(&pool)
-        .unwrap()
-        .to_string_lossy()
-        .trim_start_matches('/')
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
     let profiles = config.path().join("tailbound").join("profiles");
-    let stored = profiles.join(format!("{name}.json"));
+    let stored = profiles.join(tailbound::sched::calibrate::profile_file_name(&pool));
     let out = dir.path().join("info.json");
 
     let (text_out, j) = info(&out);

@@ -73,6 +73,34 @@ pub struct Point {
     pub max_ns: u64,
 }
 
+impl Point {
+    /// The point of `samples` timed requests (nanoseconds, in any order).
+    fn from_times(op: Op, size: u64, mut samples: Vec<u64>) -> Point {
+        samples.sort_unstable();
+        Point {
+            op,
+            size,
+            median_ns: samples[samples.len() / 2],
+            min_ns: samples[0],
+            max_ns: samples[samples.len() - 1],
+        }
+    }
+}
+
+/// Runs `once` an untimed warm-up plus `samples` times (passing the run's number, the warm-up's
+/// 0) and returns the nanoseconds each timed run reported.
+fn timed_runs(
+    samples: usize,
+    mut once: impl FnMut(u64) -> io::Result<u64>,
+) -> io::Result<Vec<u64>> {
+    once(0)?;
+    (1..=samples as u64).map(once).collect()
+}
+
+fn ns_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// The outcome of [`calibrate`].
 #[derive(Debug, Clone)]
 pub struct Calibration {
@@ -160,6 +188,10 @@ pub fn calibrate(
     };
     let may_write = !exists || opts.write_scratch;
     let mut points = Vec::new();
+    let mut record = |point: Point| {
+        progress(&point);
+        points.push(point);
+    };
     let mut ops = vec![Op::Read];
     if may_write {
         ops.insert(0, Op::Write);
@@ -174,31 +206,17 @@ pub fn calibrate(
                 fastrand::Rng::with_seed(size).fill(&mut buf);
             }
             let slots = dev.len() / size;
-            let mut times = Vec::with_capacity(samples);
-            for k in 0..=samples {
+            let times = timed_runs(samples, |k| {
                 // Spread requests over the target so no two in a row touch the same place.
-                let slot = (k as u64 * 7919) % slots;
-                let offset = slot * size;
+                let offset = (k * 7919) % slots * size;
                 let start = Instant::now();
                 match op {
                     Op::Write => dev.write_at(offset, &buf)?,
                     _ => dev.read_at(offset, &mut buf)?,
                 }
-                let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                if k > 0 {
-                    times.push(ns);
-                }
-            }
-            times.sort_unstable();
-            let point = Point {
-                op,
-                size,
-                median_ns: times[times.len() / 2],
-                min_ns: times[0],
-                max_ns: times[times.len() - 1],
-            };
-            progress(&point);
-            points.push(point);
+                Ok(ns_since(start))
+            })?;
+            record(Point::from_times(op, size, times));
         }
     }
     if may_write {
@@ -209,8 +227,7 @@ pub fn calibrate(
         let mut slot = 0u64;
         dev.flush()?;
         for cached in FLUSH_CACHED.into_iter().filter(|&c| c <= largest) {
-            let mut times = Vec::with_capacity(samples);
-            for k in 0..=samples {
+            let times = timed_runs(samples, |_| {
                 let mut written = 0;
                 while written < cached {
                     slot = (slot + 7919) % slots;
@@ -219,21 +236,9 @@ pub fn calibrate(
                 }
                 let start = Instant::now();
                 dev.flush()?;
-                let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                if k > 0 {
-                    times.push(ns);
-                }
-            }
-            times.sort_unstable();
-            let point = Point {
-                op: Op::Flush,
-                size: cached,
-                median_ns: times[times.len() / 2],
-                min_ns: times[0],
-                max_ns: times[times.len() - 1],
-            };
-            progress(&point);
-            points.push(point);
+                Ok(ns_since(start))
+            })?;
+            record(Point::from_times(Op::Flush, cached, times));
         }
     }
     let direct = dev.direct();
@@ -279,9 +284,15 @@ pub fn profile_from(path: &Path, points: &[Point], goal: Duration) -> DeviceProf
     p
 }
 
-/// The default place to store the profile of `target`: the profile directory, with the target's
-/// absolute path flattened into a file name (`/dev/sdb` → `dev_sdb.json`).
+/// The default place to store the profile of `target`: the profile directory, with
+/// [`profile_file_name`].
 pub fn default_profile_path(target: &Path) -> Option<PathBuf> {
+    Some(DeviceProfile::default_dir()?.join(profile_file_name(target)))
+}
+
+/// The file name of `target`'s profile: its absolute path flattened (`/dev/sdb` →
+/// `dev_sdb.json`).
+pub fn profile_file_name(target: &Path) -> String {
     let abs = std::path::absolute(target).unwrap_or_else(|_| target.to_path_buf());
     let name: String = abs
         .to_string_lossy()
@@ -295,7 +306,7 @@ pub fn default_profile_path(target: &Path) -> Option<PathBuf> {
             }
         })
         .collect();
-    Some(DeviceProfile::default_dir()?.join(format!("{name}.json")))
+    format!("{name}.json")
 }
 
 /// The profile stored for `target` at its default place, or the conservative one if there is

@@ -449,22 +449,22 @@ impl PriorityBench {
                 progress.inc(1);
             }
         }
-        for &policy in &self.tbfs_policies {
-            for &rate in &self.rates {
-                let case = format!("tbfs {} {}", policy.name(), rate.name());
-                progress.set_message(case.clone());
-                let profile = profile.clone().ok_or_else(|| {
-                    PriorityError::Setup("no profile for the tbfs cases".to_string())
-                })?;
-                let row = self
-                    .run_tbfs_case(&fs, &device, profile, policy, rate)
-                    .map_err(|message| PriorityError::Case {
-                        case: case.clone(),
-                        message,
-                    })?;
-                on_row(&row);
-                rows.push(row);
-                progress.inc(1);
+        // Calibrated exactly when there are tbfs cases.
+        if let Some(profile) = &profile {
+            for &policy in &self.tbfs_policies {
+                for &rate in &self.rates {
+                    let case = format!("tbfs {} {}", policy.name(), rate.name());
+                    progress.set_message(case.clone());
+                    let row = self
+                        .run_tbfs_case(&fs, &device, profile, policy, rate)
+                        .map_err(|message| PriorityError::Case {
+                            case: case.clone(),
+                            message,
+                        })?;
+                    on_row(&row);
+                    rows.push(row);
+                    progress.inc(1);
+                }
             }
         }
         progress.finish();
@@ -604,7 +604,7 @@ impl PriorityBench {
         &self,
         fs: &LoopFs,
         device: &str,
-        profile: crate::sched::DeviceProfile,
+        profile: &crate::sched::DeviceProfile,
         policy: Policy,
         rate: Rate,
     ) -> Result<PriorityRow, String> {
@@ -621,7 +621,7 @@ impl PriorityBench {
             policy,
             depth: 1,
             flush_debt: profile.flush_debt(),
-            profile,
+            profile: profile.clone(),
             ..crate::sched::Config::default()
         };
         let (_, tbfs) = super::pool::format_behind_scheduler(file_dev, cfg)?;
