@@ -166,6 +166,7 @@ impl Inner {
             } else {
                 Vec::new()
             };
+            self.keep_read_ahead(m, &mut victims);
             if light_ok && (victims.is_empty() || stalled > 0) && !refreshed {
                 // Segments in the roll-forward chain, or that lost blocks in a checkpoint since
                 // the superblock's, become light victims once a superblock names a newer one:
@@ -188,6 +189,7 @@ impl Inner {
                     }
                 }
                 victims = self.pick_victims(m, &skip, per_pass, false, stalled > 0);
+                self.keep_read_ahead(m, &mut victims);
             }
             if victims.is_empty() {
                 if pressure && !m.life.pressure {
@@ -290,6 +292,15 @@ impl Inner {
             }
         }
         Ok(report)
+    }
+
+    /// In a background pass on a device whose reads are I/O, keeps only the victims read
+    /// ahead: reading another under `meta` would first write every log sealed so far, and the
+    /// namespace would wait for that. The rest are left to a later pass.
+    fn keep_read_ahead(&self, m: &Meta, victims: &mut Vec<usize>) {
+        if m.bg_clean.defer_io && !self.dev.writes_are_copies() {
+            victims.retain(|v| m.bg_clean.read.contains_key(v));
+        }
     }
 
     /// A new checkpoint and a superblock naming it, which may use the space reserve: afterwards
@@ -718,7 +729,7 @@ impl Inner {
             if full.is_empty() {
                 return Ok(());
             }
-            // What the pass will most likely pick (it may choose others, and reads those itself).
+            // What the pass will most likely pick (it cleans no others: see `keep_read_ahead`).
             let light = if self.light_cleaning(&m) && !m.ns_dirty {
                 self.pick_victims(&m, &none, BACKGROUND_VICTIMS, true, false)
             } else {

@@ -153,10 +153,14 @@ impl Inner {
         // When space is short, what is sealed is written first (as when logs and refreshes
         // were written under `meta`): a written superblock releases segments, and written and
         // flushed logs let superseded segments go, so the space check and the cleaner below see
-        // what is reusable. (Every entry queued is below `seq + 1` while `meta` is held.)
-        self.write_logs_until(m.writer.seq + 1)?;
-        if self.free_blocks_up_to(m, want) >= want {
-            return Ok(());
+        // what is reusable. (Every entry queued is below `seq + 1` while `meta` is held.) A
+        // background pass does no device I/O under `meta`: what it sealed is written once it
+        // lets `meta` go, and it works in the room there is now.
+        if !m.bg_clean.defer_io {
+            self.write_logs_until(m.writer.seq + 1)?;
+            if self.free_blocks_up_to(m, want) >= want {
+                return Ok(());
+            }
         }
         if !m.in_refresh && !m.in_clean {
             let urgent = need + reserve + low_water / 2;

@@ -1501,6 +1501,23 @@ fn a_sync_sealed_behind_a_superblock_refresh_does_not_wait_for_its_flushes() {
 
 #[test]
 fn the_background_cleaner_reads_its_victims_and_flushes_without_holding_the_pool() {
+    background_pass_without_the_pool(true);
+}
+
+#[test]
+fn a_background_pass_that_finds_a_namespace_change_does_no_device_io_holding_the_pool() {
+    // The change made during the read is the pass's to checkpoint first (unless the checkpoint
+    // thread gets there before it). Its checkpoint then changes which victims a pass would
+    // pick, and its superblock waits to be written: the pass cleans only what it read, and
+    // writes that superblock after it lets the pool go, flushing then.
+    background_pass_without_the_pool(false);
+}
+
+/// A background pass on a device that stops at the pass's read of its victims, and then at
+/// the next flush: the namespace and the writers go on while it is stopped. With
+/// `checkpoint_during_read`, the test checkpoints its own changes during the read, so the pass
+/// cleans what it read (and must have cleaned something).
+fn background_pass_without_the_pool(checkpoint_during_read: bool) {
     let (sim, gated, stopped_rx, resume_tx) = flush_gated_device(4 << 20);
     let cfg = Config {
         // Called by hand below; the pass cleans while less than 60 % is free.
@@ -1562,23 +1579,42 @@ fn the_background_cleaner_reads_its_victims_and_flushes_without_holding_the_pool
             fs.mkdir("/during-read", 0o755).unwrap();
             hot.pwrite(&pattern(7, 4096), 0).unwrap();
             hot.fsync().unwrap();
+            if checkpoint_during_read {
+                fs.sync().unwrap();
+            }
         });
         gated.armed.lock().unwrap().1 = true;
         resume_tx.send(()).unwrap();
-        // The flush that makes the emptied segments reusable runs without `meta` too.
-        assert_eq!(stopped_rx.recv().unwrap(), "flush");
-        unblocked("the namespace, during the flush", &|| {
+        // The flush that makes the emptied segments reusable (or writes the pass's superblock)
+        // runs without `meta` too. A pass that cleaned nothing and sealed nothing flushes
+        // nothing: then the cleaner finishes without stopping.
+        let stopped = loop {
+            match stopped_rx.recv_timeout(Duration::from_millis(10)) {
+                Ok(what) => break Some(what),
+                Err(_) if cleaner.is_finished() => break None,
+                Err(_) => {}
+            }
+        };
+        if checkpoint_during_read || stopped.is_some() {
+            assert_eq!(stopped, Some("flush"));
+            unblocked("the namespace, during the flush", &|| {
+                fs.mkdir("/during-flush", 0o755).unwrap();
+                assert!(inner.lock_meta().bg_clean.reading.is_empty());
+            });
+            resume_tx.send(()).unwrap();
+        } else {
             fs.mkdir("/during-flush", 0o755).unwrap();
-            assert!(inner.lock_meta().bg_clean.reading.is_empty());
-        });
-        resume_tx.send(()).unwrap();
+        }
         cleaner.join().unwrap().unwrap();
     });
-    assert!(
-        fs.counters().segments_cleaned > cleaned,
-        "{:?}",
-        fs.counters()
-    );
+    gated.armed.lock().unwrap().1 = false;
+    if checkpoint_during_read {
+        assert!(
+            fs.counters().segments_cleaned > cleaned,
+            "{:?}",
+            fs.counters()
+        );
+    }
     fs.sync().unwrap();
     let back = reopen(&sim);
     assert_eq!(read_all(&back, "/cold"), expect_cold);
