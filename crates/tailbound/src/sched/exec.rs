@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::inherit::BOOST_POLL;
-use super::queue::{Dispatch, Queue, ReqId, Request};
+use super::queue::{Dispatch, Piece, Queue, ReqId, Request};
 use super::{Config, Op, Prio, TenantId, TenantStats};
 use crate::dev::{check_request, Device, PendingWrite};
 
@@ -341,6 +341,11 @@ impl Scheduler {
         now_tenant
     }
 
+    /// Requests submitted and not completed yet, of every tenant.
+    pub fn outstanding(&self) -> usize {
+        self.shared.lock().queue.outstanding()
+    }
+
     /// Pieces queued (not yet dispatched) for tenant `t`.
     pub fn queued_for(&self, t: TenantId) -> usize {
         self.shared.lock().queue.queued_for(t)
@@ -416,6 +421,22 @@ fn dispatcher(shared: &Shared) {
         drop(inner);
         let outcome = perform(shared.dev.as_ref(), &d, &write_data);
         inner = shared.lock();
+        // Flush requests that rode on this flush get its outcome; a failure of the queue's own
+        // flush, or one kept from before, is theirs as a caller's flush.
+        let riders: Vec<(Piece, mpsc::Sender<PieceDone>)> = inner
+            .queue
+            .riders(&d)
+            .iter()
+            .map(|p| (p.clone(), inner.jobs[&p.req].reply.clone()))
+            .collect();
+        let rider_error = if riders.is_empty() {
+            None
+        } else {
+            match &outcome {
+                Err(e) => Some(copy_error(e)),
+                Ok(_) => inner.flush_error.as_ref().map(copy_error),
+            }
+        };
         let outcome = match (d.op, d.pieces.is_empty(), outcome) {
             (Op::Flush, true, Err(e)) => {
                 inner.flush_error = Some(e);
@@ -436,9 +457,22 @@ fn dispatcher(shared: &Shared) {
         drop(inner);
         // A slot in the device is free again: another dispatcher may go.
         shared.work.notify_one();
+        for (p, tx) in riders {
+            let _ = tx.send(PieceDone {
+                req_offset: p.req_offset,
+                len: 0,
+                data: None,
+                result: rider_error.as_ref().map_or(Ok(()), |e| Err(copy_error(e))),
+            });
+        }
         send_results(&d, outcome, replies);
         inner = shared.lock();
     }
+}
+
+/// The same error again, for one more receiver (`io::Error` is not `Clone`).
+fn copy_error(e: &io::Error) -> io::Error {
+    io::Error::new(e.kind(), e.to_string())
 }
 
 fn perform(

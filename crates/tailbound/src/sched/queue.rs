@@ -84,6 +84,8 @@ pub struct Dispatch {
     pub dispatched_at: Nanos,
     /// Served ahead of a higher class because its head waited `aging`.
     pub aged: bool,
+    /// This dispatch's number, unique within its queue.
+    pub flight: u64,
 }
 
 /// A request all of whose pieces completed.
@@ -189,6 +191,16 @@ pub struct Queue {
     unflushed: u64,
     /// Flushes the queue dispatched on its own because of the flush debt.
     debt_flushes: u64,
+    /// Write dispatches completed so far.
+    writes_done: u64,
+    /// The flush dispatches in the device: their numbers, and `writes_done` when each was
+    /// dispatched (the writes it makes durable).
+    flushes_in_flight: Vec<(u64, u64)>,
+    /// Flush requests that ride on a flush in the device (by its number): no write completed
+    /// between that flush's dispatch and their arrival, so it makes durable everything they
+    /// ask for, and they complete with it.
+    riders: HashMap<u64, Vec<Piece>>,
+    next_flight: u64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -228,6 +240,10 @@ impl Queue {
             flush_debt: cfg.flush_debt,
             unflushed: 0,
             debt_flushes: 0,
+            writes_done: 0,
+            flushes_in_flight: Vec::new(),
+            riders: HashMap::new(),
+            next_flight: 0,
         }
     }
 
@@ -347,6 +363,39 @@ impl Queue {
         assert!(t < self.tenants.len(), "unknown tenant {}", req.tenant.0);
         let id = self.next_req;
         self.next_req += 1;
+        if req.op == Op::Flush {
+            if let Some(&(flight, _)) = self
+                .flushes_in_flight
+                .iter()
+                .find(|&&(_, covers)| covers >= self.writes_done)
+            {
+                // Every write completed before this request completed before that flush was
+                // dispatched: it makes them durable, and this request completes with it.
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.riders.entry(flight).or_default().push(Piece {
+                    req: id,
+                    tenant: req.tenant,
+                    op: Op::Flush,
+                    offset: req.offset,
+                    len: 0,
+                    req_offset: 0,
+                    seq,
+                    head_since: now,
+                });
+                self.reqs.insert(
+                    id,
+                    ReqTrack {
+                        tenant: req.tenant,
+                        arrival: now,
+                        first_dispatch: Some(now),
+                        pieces_left: 1,
+                        bytes: 0,
+                    },
+                );
+                return id;
+            }
+        }
         let was_idle = self.tenants[t].queue.is_empty();
         if was_idle && self.uses_tags() {
             let g = self.group_of(t);
@@ -495,6 +544,7 @@ impl Queue {
             self.unflushed = 0;
             self.debt_flushes += 1;
             self.in_flight += 1;
+            let flight = self.new_flight(Op::Flush);
             return Some(Dispatch {
                 class,
                 op: Op::Flush,
@@ -504,6 +554,7 @@ impl Queue {
                 cost_ns,
                 dispatched_at: now,
                 aged: false,
+                flight,
             });
         }
         let head = self.tenants[t].queue.pop_front()?;
@@ -565,6 +616,7 @@ impl Queue {
             }
         }
         self.in_flight += 1;
+        let flight = self.new_flight(op);
         Some(Dispatch {
             class,
             op,
@@ -574,7 +626,24 @@ impl Queue {
             cost_ns,
             dispatched_at: now,
             aged,
+            flight,
         })
+    }
+
+    /// Numbers a dispatch of `op`; a flush is recorded with the writes it makes durable.
+    fn new_flight(&mut self, op: Op) -> u64 {
+        let flight = self.next_flight;
+        self.next_flight += 1;
+        if op == Op::Flush {
+            self.flushes_in_flight.push((flight, self.writes_done));
+        }
+        flight
+    }
+
+    /// The flush requests riding on dispatch `d` (see [`Queue::push`]): they complete with it,
+    /// with its outcome.
+    pub fn riders(&self, d: &Dispatch) -> &[Piece] {
+        self.riders.get(&d.flight).map_or(&[], Vec::as_slice)
     }
 
     /// The tenant whose next request is anticipated at `now`, if any.
@@ -696,7 +765,14 @@ impl Queue {
         self.in_flight = self.in_flight.saturating_sub(1);
         if d.op == Op::Write {
             self.unflushed = self.unflushed.saturating_add(d.len);
+            self.writes_done += 1;
         }
+        let riders = if d.op == Op::Flush {
+            self.flushes_in_flight.retain(|&(f, _)| f != d.flight);
+            self.riders.remove(&d.flight).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         if let Some(lead) = d.pieces.first() {
             let t = lead.tenant.0 as usize;
             self.last_done = (self.anticipation_ns.is_some()
@@ -706,7 +782,7 @@ impl Queue {
             .then_some((t, now, d.cost_ns));
         }
         let mut done = Vec::new();
-        for p in &d.pieces {
+        for p in d.pieces.iter().chain(&riders) {
             let Some(r) = self.reqs.get_mut(&p.req) else {
                 continue;
             };

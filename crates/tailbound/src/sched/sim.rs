@@ -571,6 +571,7 @@ impl SimPolicy for BfqModel {
                     pieces: vec![p],
                     dispatched_at: now,
                     aged: false,
+                    flight: 0,
                 });
             }
             // Empty: idle while its requests are in flight and for slice_idle after.
