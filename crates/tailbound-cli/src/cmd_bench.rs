@@ -111,8 +111,8 @@ enum Experiment {
     /// root.
     ///
     /// Reports min, p50, p99, p99.9, p99.99, p99.9999 and max of write() and the copy's MB/s alone
-    /// (before and after the writer) and under the writer. The copy uses O_DIRECT 1 MiB requests, so its priority reaches the
-    /// block layer. The paper's run is 1,000,000 writes per case (about 2.5 hours per case at
+    /// (before and after the writer) and under the writer. The copy uses O_DIRECT 1 MiB
+    /// requests, so its priority reaches the block layer. The paper's run is 1,000,000 writes per case (about 2.5 hours per case at
     /// 111/s); --writes sizes a shorter run, and --quick takes 200 writes and a 64 MiB copy
     /// (seconds). The scheduler setting and the loop file system are restored and removed
     /// afterwards, also on errors and Ctrl-C.

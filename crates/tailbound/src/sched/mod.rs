@@ -479,7 +479,12 @@ impl Config {
     /// The default configuration with the profile `tailbound calibrate` stored for `target` at
     /// its default place, or the conservative profile if there is none.
     pub fn for_device(target: &Path) -> Config {
-        let profile = calibrate::profile_for(target);
+        Config::with_profile(calibrate::profile_for(target))
+    }
+
+    /// The default configuration with `profile` and the flush debt it derives
+    /// ([`DeviceProfile::flush_debt`]).
+    pub fn with_profile(profile: DeviceProfile) -> Config {
         Config {
             flush_debt: profile.flush_debt(),
             profile,

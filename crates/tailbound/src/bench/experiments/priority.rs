@@ -434,36 +434,30 @@ impl PriorityBench {
             Some(self.calibrate(&fs).map_err(PriorityError::Setup)?)
         };
         let mut rows = Vec::new();
+        let mut run_case = |case: String,
+                            run: &dyn Fn() -> Result<PriorityRow, String>|
+         -> Result<(), PriorityError> {
+            progress.set_message(case.clone());
+            let row = run().map_err(|message| PriorityError::Case { case, message })?;
+            on_row(&row);
+            rows.push(row);
+            progress.inc(1);
+            Ok(())
+        };
         for &sched in &self.schedulers {
             for &rate in &self.rates {
-                let case = format!("kernel {} {}", sched.name(), rate.name());
-                progress.set_message(case.clone());
-                let row = self
-                    .run_kernel_case(&fs, &device, &src, sched, rate)
-                    .map_err(|message| PriorityError::Case {
-                        case: case.clone(),
-                        message,
-                    })?;
-                on_row(&row);
-                rows.push(row);
-                progress.inc(1);
+                run_case(format!("kernel {} {}", sched.name(), rate.name()), &|| {
+                    self.run_kernel_case(&fs, &device, &src, sched, rate)
+                })?;
             }
         }
         // Calibrated exactly when there are tbfs cases.
         if let Some(profile) = &profile {
             for &policy in &self.tbfs_policies {
                 for &rate in &self.rates {
-                    let case = format!("tbfs {} {}", policy.name(), rate.name());
-                    progress.set_message(case.clone());
-                    let row = self
-                        .run_tbfs_case(&fs, &device, profile, policy, rate)
-                        .map_err(|message| PriorityError::Case {
-                            case: case.clone(),
-                            message,
-                        })?;
-                    on_row(&row);
-                    rows.push(row);
-                    progress.inc(1);
+                    run_case(format!("tbfs {} {}", policy.name(), rate.name()), &|| {
+                        self.run_tbfs_case(&fs, &device, profile, policy, rate)
+                    })?;
                 }
             }
         }
@@ -620,9 +614,7 @@ impl PriorityBench {
         let cfg = crate::sched::Config {
             policy,
             depth: 1,
-            flush_debt: profile.flush_debt(),
-            profile: profile.clone(),
-            ..crate::sched::Config::default()
+            ..crate::sched::Config::with_profile(profile.clone())
         };
         let (_, tbfs) = super::pool::format_behind_scheduler(file_dev, cfg)?;
         let chunk = COPY_CHUNK_BYTES as usize;
