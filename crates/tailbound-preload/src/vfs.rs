@@ -622,7 +622,14 @@ impl Shim {
             real::kernel_pwrite(b.memfd, buf, off)?;
             return Ok(buf.len());
         }
-        o.file.pwrite(buf, off).map_err(|e| e.errno())
+        o.file
+            .pwrite_as(buf, off, Self::direct(o))
+            .map_err(|e| e.errno())
+    }
+
+    /// Whether the descriptor is `O_DIRECT` now (`fcntl(F_SETFL)` may change it).
+    fn direct(o: &Ofd) -> bool {
+        o.status.load(Ordering::Relaxed) & libc::O_DIRECT != 0
     }
 
     fn append(&self, o: &Ofd, buf: &[u8]) -> R<(u64, usize)> {
@@ -631,7 +638,10 @@ impl Shim {
             real::kernel_pwrite(b.memfd, buf, size)?;
             return Ok((size + buf.len() as u64, buf.len()));
         }
-        let end = o.file.append(buf).map_err(|e| e.errno())?;
+        let end = o
+            .file
+            .append_as(buf, Self::direct(o))
+            .map_err(|e| e.errno())?;
         Ok((end, buf.len()))
     }
 

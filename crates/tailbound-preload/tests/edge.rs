@@ -88,6 +88,7 @@ const ALL_CHECKS: &[&str] = &[
     "raw syscalls fail with EBADF",
     "dup, dup2, fcntl flags",
     "append",
+    "O_DIRECT",
     "locks",
     "unlink while open",
     "mmap",

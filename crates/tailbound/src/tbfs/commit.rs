@@ -482,7 +482,9 @@ impl Inner {
             inos
         });
         let ahead = inos.and_then(|inos| {
-            if log.payload.len() < AHEAD_MIN_BLOCKS {
+            // A direct write's logs all have their payloads apart, so it waits for no other.
+            let direct = m.writer.direct && !log.payload.is_empty();
+            if log.payload.len() < AHEAD_MIN_BLOCKS && !direct {
                 // Written whole by the log writer.
                 m.writer.sealed_small.push((m.writer.seq, inos, flush));
                 return None;
@@ -498,6 +500,7 @@ impl Inner {
                 crc: std::sync::OnceLock::new(),
                 state: Mutex::new(AheadState::Pending),
                 done: std::sync::Condvar::new(),
+                started: Mutex::new(None),
             });
             self.ahead_pending
                 .lock()
@@ -607,9 +610,7 @@ impl Inner {
         }
         for a in own {
             self.wait_ahead(a.seq, Some(&a.inos))?;
-            if !a.wait() {
-                return Err(self.poison_error());
-            }
+            self.wait_payload(a)?;
         }
         if flush {
             self.flush_ahead()?;
@@ -618,64 +619,103 @@ impl Inner {
     }
 
     /// The error a poisoned pool reports.
-    fn poison_error(&self) -> Error {
+    pub(crate) fn poison_error(&self) -> Error {
         self.check_not_poisoned()
             .err()
             .unwrap_or_else(|| Error::Invalid("a log payload was not written".into()))
     }
 
-    /// Writes an ahead payload if nobody has taken it on yet (this thread's I/O), then releases
-    /// what its completion lets go.
+    /// Writes an ahead payload if nobody has taken it on yet (this thread's I/O), or finishes it
+    /// if another thread started it and nobody waits for its chunks yet; then releases what its
+    /// completion lets go. A payload another thread is finishing is left to it (`wait` on it).
     pub(crate) fn write_ahead(&self, a: &AheadPayload) -> Result<()> {
+        self.start_ahead(a);
+        self.finish_ahead(a)
+    }
+
+    /// Starts writing an ahead payload if nobody has taken it on yet (this thread's I/O): on a
+    /// device that takes requests in flight its chunks are queued, and whoever needs the
+    /// payload complete waits for them ([`Inner::finish_ahead`]).
+    pub(crate) fn start_ahead(&self, a: &AheadPayload) {
         if !a.claim() {
-            return Ok(());
+            return;
         }
         let _charged = a.charge.map(crate::sched::Charge::apply);
-        let written = self.check_not_poisoned().and_then(|()| {
+        let started = self.check_not_poisoned().and_then(|()| {
             a.crc();
-            let fail = |e: std::io::Error| {
-                let err = Error::io(
-                    format!(
-                        "{} device: writing the payload of log {} at block {}",
-                        self.dev.kind(),
-                        a.seq,
-                        a.start + 1
-                    ),
-                    e,
-                );
-                self.poison(&err);
-                err
-            };
             let base = (a.start + 1) * BLOCK_U64;
+            let mut started = Vec::new();
             if self.dev.writes_are_copies() {
                 for (i, block) in a.blocks.iter().enumerate() {
                     self.dev
                         .write_at(base + i as u64 * BLOCK_U64, &block[..])
-                        .map_err(fail)?;
+                        .map_err(|e| self.payload_error(a, e))?;
                 }
             } else {
                 // Several chunks in flight, so a scheduler sees the writer backlogged for the
                 // whole payload; the window bounds the copies held.
-                let mut started = std::collections::VecDeque::new();
+                let mut window = std::collections::VecDeque::new();
                 for (k, chunk) in a.blocks.chunks(AHEAD_CHUNK_BLOCKS).enumerate() {
-                    if started.len() == AHEAD_CHUNKS_IN_FLIGHT {
-                        started
+                    if window.len() == AHEAD_CHUNKS_IN_FLIGHT {
+                        window
                             .pop_front()
                             .map_or(Ok(()), PendingWrite::wait)
-                            .map_err(fail)?;
+                            .map_err(|e| self.payload_error(a, e))?;
                     }
                     let mut buf = Vec::with_capacity(chunk.len() * BLOCK);
                     for block in chunk {
                         buf.extend_from_slice(&block[..]);
                     }
                     let at = base + (k * AHEAD_CHUNK_BLOCKS) as u64 * BLOCK_U64;
-                    started.push_back(self.dev.start_write(at, buf));
+                    window.push_back(self.dev.start_write(at, buf));
                 }
-                for w in started {
-                    w.wait().map_err(fail)?;
+                started.extend(window);
+            }
+            Ok(started)
+        });
+        a.set_started(started);
+    }
+
+    /// Waits until an ahead payload is written, writing it if nobody has taken it on and
+    /// finishing it if its chunks are in the device and nobody waits for them: true if it
+    /// succeeded. The error of a failed payload is the pool's (it is poisoned).
+    pub(crate) fn wait_payload(&self, a: &AheadPayload) -> Result<()> {
+        loop {
+            self.start_ahead(a);
+            let finished = self.finish_ahead(a);
+            let st = a.state.lock().unwrap_or_else(|p| p.into_inner());
+            match *st {
+                AheadState::Done => return finished,
+                AheadState::Failed => return finished.and_then(|()| Err(self.poison_error())),
+                AheadState::Pending => continue,
+                AheadState::Writing => {
+                    // Started chunks are handed over under the state lock: checked under it,
+                    // a hand-over cannot be missed.
+                    if a.started
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_some()
+                    {
+                        continue;
+                    }
+                    drop(a.done.wait(st).unwrap_or_else(|p| p.into_inner()));
                 }
             }
-            Ok(())
+        }
+    }
+
+    /// Finishes a started payload if nobody has yet: waits for its chunks, marks it written
+    /// (or failed: the pool is poisoned) and releases what its completion lets go. Its error if
+    /// this thread finished it and it failed.
+    pub(crate) fn finish_ahead(&self, a: &AheadPayload) -> Result<()> {
+        let Some(started) = a.started.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        let written = started.and_then(|started| {
+            started
+                .into_iter()
+                .try_for_each(PendingWrite::wait)
+                .map_err(|e| self.payload_error(a, e))
         });
         self.ahead_unflushed.store(true, AtomicOrdering::Release);
         self.ahead_pending
@@ -685,6 +725,21 @@ impl Inner {
         a.finish(written.is_ok());
         self.advance_written();
         written
+    }
+
+    /// A payload write that failed: poisons the pool.
+    fn payload_error(&self, a: &AheadPayload, e: std::io::Error) -> Error {
+        let err = Error::io(
+            format!(
+                "{} device: writing the payload of log {} at block {}",
+                self.dev.kind(),
+                a.seq,
+                a.start + 1
+            ),
+            e,
+        );
+        self.poison(&err);
+        err
     }
 
     /// Waits until the ahead payloads below `seq` (of the inodes `inos` only, if given) are
@@ -702,9 +757,7 @@ impl Inner {
             self.write_ahead(a)?;
         }
         for a in &waiting {
-            if !a.wait() {
-                return Err(self.poison_error());
-            }
+            self.wait_payload(a)?;
         }
         self.check_not_poisoned()?;
         Ok(!waiting.is_empty())
@@ -799,6 +852,40 @@ impl Inner {
         Ok(())
     }
 
+    /// Writes what is queued up to the first log that needs payloads still in flight, and no
+    /// further: a direct write's summaries, and any before them, without waiting for other
+    /// threads' payloads. Superblocks reached are handed to the background thread. What is
+    /// left is written by whoever comes next (a sync, a commit, the background thread writing
+    /// a refresh's superblock).
+    pub(crate) fn write_queued_now(&self) -> Result<()> {
+        loop {
+            let stop = {
+                let mut w = match self.log_writer.try_lock() {
+                    Ok(w) => w,
+                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                    // Another thread is writing the queue.
+                    Err(std::sync::TryLockError::WouldBlock) => return self.check_not_poisoned(),
+                };
+                self.write_queued(&mut w, u64::MAX)?
+            };
+            match stop {
+                None | Some(Stop::Barrier(_)) => return Ok(()),
+                Some(Stop::Superblock(sb, flush_first)) => {
+                    self.hand_off_superblock(sb, flush_first)
+                }
+            }
+        }
+    }
+
+    /// Leaves a superblock taken from the queue to the background thread.
+    fn hand_off_superblock(&self, sb: Superblock, flush_first: bool) {
+        self.sb_handoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((sb, flush_first));
+        self.wake_background(|w| w.superblock = true);
+    }
+
     /// Takes the log writer (lending this thread's priority while it waits) and writes the
     /// queued logs below sequence `seq`.
     fn write_queued_until(&self, seq: u64, superblocks: Superblocks) -> Result<()> {
@@ -819,13 +906,7 @@ impl Inner {
                 }
                 Some(Stop::Superblock(sb, flush_first)) => match superblocks {
                     Superblocks::Write => self.write_superblock_unlocked(sb, flush_first)?,
-                    Superblocks::HandOff => {
-                        self.sb_handoff
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push((sb, flush_first));
-                        self.wake_background(|w| w.superblock = true);
-                    }
+                    Superblocks::HandOff => self.hand_off_superblock(sb, flush_first),
                 },
             }
         }

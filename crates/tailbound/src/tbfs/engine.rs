@@ -29,6 +29,19 @@ pub const FILE_BYTES_MAX: u64 = 64 << 30;
 const OWN_FLUSH_DIVISOR: u64 = 8;
 /// The least a file must hold to be written on its own or behind its writes (one payload chunk).
 const WRITE_BEHIND_MIN: u64 = 1 << 20;
+/// A direct write goes out in pieces of at most this many bytes (aligned in the file), each
+/// made while the one before it is in the device ([`Inner::write_direct`]).
+const DIRECT_PIECE_BYTES: u64 = 8 << 20;
+
+/// One piece of a direct write, sealed ([`Inner::direct_piece`]).
+struct DirectPiece {
+    /// The end of the write so far.
+    end: u64,
+    /// The newest log another commit sealed some of the file's buffers in before the piece.
+    sealed: Option<u64>,
+    /// Its payloads, started.
+    started: Vec<Arc<AheadPayload>>,
+}
 
 /// A buffered block not yet in a log. Shared with a sealed log waiting for the log writer: a
 /// write then changes a copy (`Arc::make_mut`), never the bytes being written.
@@ -241,6 +254,10 @@ pub(crate) struct Writer {
     /// their own under `every-checkpoint`, the superblock's flush covers them (see
     /// [`Inner::commit_checkpoint_for_superblock`]).
     pub refreshing: bool,
+    /// A direct write's logs are being laid out: every one with a payload has it written apart
+    /// from its summary, however small, so the write waits for no other log
+    /// ([`Inner::write_direct`]).
+    pub direct: bool,
 }
 
 /// Buffered blocks of one inode a log writes, as `(block, generation)`: they go once it is
@@ -347,6 +364,11 @@ pub(crate) struct AheadPayload {
     pub crc: std::sync::OnceLock<u32>,
     pub state: Mutex<AheadState>,
     pub done: Condvar,
+    /// Its chunks in the device, once started and until a thread takes them to wait for them
+    /// ([`Inner::start_ahead`]): whoever needs the payload complete finishes it, so the thread
+    /// that started it may go on meanwhile (a direct write makes its next piece) without
+    /// anyone waiting on it.
+    pub started: Mutex<Option<Result<Vec<crate::dev::PendingWrite>>>>,
 }
 
 impl AheadPayload {
@@ -377,13 +399,12 @@ impl AheadPayload {
         self.done.notify_all();
     }
 
-    /// Waits until its write ended: true if it succeeded.
-    pub fn wait(&self) -> bool {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        while *st == AheadState::Writing || *st == AheadState::Pending {
-            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-        *st == AheadState::Done
+    /// Hands over its chunks in the device (under the state lock, so a thread waiting for the
+    /// payload sees them: [`Inner::wait_payload`]).
+    pub fn set_started(&self, started: Result<Vec<crate::dev::PendingWrite>>) {
+        let _st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        *self.started.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
+        self.done.notify_all();
     }
 }
 
@@ -601,6 +622,28 @@ impl MetaGuard<'_> {
         self.hold = None;
     }
 
+    /// Unlocks `meta` for a direct write and hands over the payloads sealed while it was held,
+    /// for the caller to write: if every log sealed has its payload apart from its summary
+    /// (`FLAG_AHEAD`). A checkpoint or superblock queued meanwhile (a refresh) is left to
+    /// whoever writes the queue next, the background thread included. Otherwise (logs written
+    /// whole) as [`MetaGuard::unlock_and_write`], and `None`.
+    pub fn unlock_taking_payloads(mut self) -> Result<Option<Vec<Arc<AheadPayload>>>> {
+        let payloads_only = self
+            .guard
+            .as_ref()
+            .is_some_and(|g| !g.writer.sealed_ahead.is_empty() && g.writer.sealed_small.is_empty());
+        if !payloads_only {
+            return self.release().map(|()| None);
+        }
+        let mut guard = self.guard.take().expect("held");
+        let own = std::mem::take(&mut guard.writer.sealed_ahead);
+        let garbage = std::mem::take(&mut guard.drop_later);
+        drop(guard);
+        recycle_dropped(garbage);
+        self.hold = None;
+        Ok(Some(own))
+    }
+
     fn release(&mut self) -> Result<()> {
         let Some(mut guard) = self.guard.take() else {
             return Ok(());
@@ -611,14 +654,7 @@ impl MetaGuard<'_> {
         let queued = self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued;
         let garbage = std::mem::take(&mut guard.drop_later);
         drop(guard);
-        if !garbage.is_empty() {
-            recycle_blocks(
-                garbage
-                    .into_iter()
-                    .flat_map(|buffers| buffers.into_values().map(DirtyBlock::into_data))
-                    .collect(),
-            );
-        }
+        recycle_dropped(garbage);
         self.hold = None;
         if !own.is_empty() || !small.is_empty() {
             self.inner.write_own_logs(end, &own, &small)
@@ -634,6 +670,18 @@ impl Drop for MetaGuard<'_> {
     fn drop(&mut self) {
         // A failed write poisons the pool: later calls report it.
         let _ = self.release();
+    }
+}
+
+/// Recycles the buffers of freed inodes `meta` left to drop after its release.
+fn recycle_dropped(garbage: Vec<BTreeMap<u64, DirtyBlock>>) {
+    if !garbage.is_empty() {
+        recycle_blocks(
+            garbage
+                .into_iter()
+                .flat_map(|buffers| buffers.into_values().map(DirtyBlock::into_data))
+                .collect(),
+        );
     }
 }
 
@@ -854,14 +902,88 @@ impl Inner {
         Ok(len)
     }
 
-    pub fn pwrite(&self, cell: &InodeCell, buf: &[u8], offset: u64) -> Result<usize> {
-        self.write_at(cell, buf, Some(offset)).map(|(_, n)| n)
+    /// Writes `buf` at `offset`; `direct` as `O_DIRECT` ([`Inner::write_direct`]).
+    pub fn pwrite(&self, cell: &InodeCell, buf: &[u8], offset: u64, direct: bool) -> Result<usize> {
+        self.write_at(cell, buf, Some(offset), direct)
+            .map(|(_, n)| n)
     }
 
     /// Writes `buf` at the end of the file, read under the inode lock so concurrent appends
     /// never overlap; returns the offset after the write.
-    pub fn append(&self, cell: &InodeCell, buf: &[u8]) -> Result<u64> {
-        self.write_at(cell, buf, None).map(|(end, _)| end)
+    pub fn append(&self, cell: &InodeCell, buf: &[u8], direct: bool) -> Result<u64> {
+        self.write_at(cell, buf, None, direct).map(|(end, _)| end)
+    }
+
+    /// Puts `buf` at `offset` (the end of the file for `None`) into the file's buffers, under
+    /// its inode lock (`st`), and returns the end of the write. `whole` holds buffers already
+    /// made for some of the whole blocks the write covers (block number and bytes, in order), so
+    /// that a direct write copies and checksums outside every lock.
+    fn buffer_write(
+        &self,
+        cell: &InodeCell,
+        st: &mut InodeState,
+        buf: &[u8],
+        offset: Option<u64>,
+        whole: Vec<(u64, DirtyBlock)>,
+        charge: Option<crate::sched::Charge>,
+    ) -> Result<u64> {
+        if st.freed {
+            return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+        }
+        let offset = offset.unwrap_or(st.size);
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= FILE_BYTES_MAX)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "inode {}: write past the largest file ({FILE_BYTES_MAX} bytes)",
+                    cell.ino
+                ))
+            })?;
+        let mut whole = whole.into_iter().peekable();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let block = pos / BLOCK_U64;
+            let within = (pos % BLOCK_U64) as usize;
+            let n = (BLOCK - within).min(buf.len() - done);
+            let gen = st.next_gen;
+            st.next_gen += 1;
+            let made = whole.next_if(|(b, _)| *b == block).map(|(_, d)| d);
+            if let Some(d) = st.dirty.get_mut(&block) {
+                d.write(gen, within, &buf[done..done + n]);
+            } else {
+                let mut fresh = match made {
+                    Some(d) => d,
+                    // A whole block: copied without clearing it first.
+                    None if n == BLOCK => DirtyBlock::new(gen, shared_copy(&buf[done..done + n])),
+                    None => {
+                        let mut data = zeroed_block();
+                        let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
+                        if block * BLOCK_U64 < st.size {
+                            self.read_block(cell.ino, st, block, &mut bytes[..])?;
+                        }
+                        bytes[within..within + n].copy_from_slice(&buf[done..done + n]);
+                        DirtyBlock::new(gen, data)
+                    }
+                };
+                fresh.gen = gen;
+                st.dirty.insert(block, fresh);
+                // Counted under the inode lock, so a commit dropping it subtracts after.
+                self.dirty_bytes
+                    .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+            }
+            done += n;
+        }
+        if end > st.size {
+            st.size = end;
+        }
+        st.mtime_ns = now_ns();
+        st.ctime_ns = st.mtime_ns;
+        st.attr_dirty = true;
+        st.charge = charge;
+        self.mark_dirty(cell.ino);
+        Ok(end)
     }
 
     /// A file holding this much buffered data after a write is written behind (relaxed
@@ -876,8 +998,14 @@ impl Inner {
     /// A file left holding [`Inner::write_behind_bytes`] or more goes out right after the
     /// write (written behind, as its writer's I/O) instead of waiting in the buffer for
     /// whichever commit comes next; a write is never split, so what a crash leaves of it is
-    /// all or nothing.
-    fn write_at(&self, cell: &InodeCell, buf: &[u8], offset: Option<u64>) -> Result<(u64, usize)> {
+    /// all or nothing. A `direct` write goes out before the call returns ([`Inner::write_direct`]).
+    fn write_at(
+        &self,
+        cell: &InodeCell,
+        buf: &[u8],
+        offset: Option<u64>,
+        direct: bool,
+    ) -> Result<(u64, usize)> {
         self.check_writable()?;
         // Taken before the inode lock: without a tenant it asks the kernel for the ioprio. A
         // device without a scheduler charges nothing, so nothing is asked.
@@ -885,62 +1013,15 @@ impl Inner {
             .dev
             .charged()
             .then(crate::sched::Charge::of_current_thread);
+        if direct && !buf.is_empty() {
+            return self.write_direct(cell, buf, offset, charge);
+        }
         let end;
         let held;
         {
             let mut st = cell.lock();
-            if st.freed {
-                return Err(Error::BadHandle(format!("inode {}", cell.ino)));
-            }
-            let offset = offset.unwrap_or(st.size);
-            end = offset
-                .checked_add(buf.len() as u64)
-                .filter(|&e| e <= FILE_BYTES_MAX)
-                .ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "inode {}: write past the largest file ({FILE_BYTES_MAX} bytes)",
-                        cell.ino
-                    ))
-                })?;
-            let mut done = 0usize;
-            while done < buf.len() {
-                let pos = offset + done as u64;
-                let block = pos / BLOCK_U64;
-                let within = (pos % BLOCK_U64) as usize;
-                let n = (BLOCK - within).min(buf.len() - done);
-                let gen = st.next_gen;
-                st.next_gen += 1;
-                if let Some(d) = st.dirty.get_mut(&block) {
-                    d.write(gen, within, &buf[done..done + n]);
-                } else {
-                    let data = if n == BLOCK {
-                        // A whole block: copied without clearing it first.
-                        shared_copy(&buf[done..done + n])
-                    } else {
-                        let mut data = zeroed_block();
-                        let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
-                        if block * BLOCK_U64 < st.size {
-                            self.read_block(cell.ino, &st, block, &mut bytes[..])?;
-                        }
-                        bytes[within..within + n].copy_from_slice(&buf[done..done + n]);
-                        data
-                    };
-                    st.dirty.insert(block, DirtyBlock::new(gen, data));
-                    // Counted under the inode lock, so a commit dropping it subtracts after.
-                    self.dirty_bytes
-                        .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
-                }
-                done += n;
-            }
-            if end > st.size {
-                st.size = end;
-            }
-            st.mtime_ns = now_ns();
-            st.ctime_ns = st.mtime_ns;
-            st.attr_dirty = true;
-            st.charge = charge;
+            end = self.buffer_write(cell, &mut st, buf, offset, Vec::new(), charge)?;
             held = st.dirty.len() as u64 * BLOCK_U64;
-            self.mark_dirty(cell.ino);
         }
         if self.buffered_bytes() > self.config.dirty_bytes_max {
             let mut m = self.lock_meta();
@@ -981,6 +1062,146 @@ impl Inner {
             self.wait_in_flight()?;
         }
         Ok((end, buf.len()))
+    }
+
+    /// A direct write (`O_DIRECT`): returns once the data is on the device (not flushed:
+    /// durability still takes `fsync`). In relaxed ordering, unless the file has a change only a
+    /// checkpoint records, it goes out as data-only logs whose payloads this thread writes, as
+    /// its I/O, in pieces of at most [`DIRECT_PIECE_BYTES`], each made while the one before it
+    /// is in the device, so a scheduler sees the writer busy for the whole write (a crash may
+    /// keep some pieces of a write and not others, as `O_DIRECT` on a kernel file system may).
+    /// Each piece's bytes are copied into buffers outside every lock and put into the file
+    /// under `meta`, so no other thread's commit takes them half-written (a checkpoint seals
+    /// every buffered block: the tenant refreshing the superblock wrote the other's data, and
+    /// the other waited for it). The summaries are written as far as that needs no wait for
+    /// other threads' payloads (a checkpoint waits for every payload before it, so a refresh
+    /// sealed while another writer's large payload is in the device would otherwise hold this
+    /// writer until that payload is done: the fairness experiment's tenants paced each other
+    /// that way); what is left is written by the next direct write, sync or commit, or by the
+    /// background thread with a refresh's superblock, and the write's buffers stay until then.
+    /// In strict ordering, or for a new or changed file, a piece is written and synced.
+    fn write_direct(
+        &self,
+        cell: &InodeCell,
+        buf: &[u8],
+        offset: Option<u64>,
+        charge: Option<crate::sched::Charge>,
+    ) -> Result<(u64, usize)> {
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut sealed = None;
+        let mut end = 0;
+        let mut written = Ok(());
+        let mut done = 0;
+        while done < buf.len() {
+            // An append is one piece: its offset is the end of the file when it is made.
+            let n = match offset {
+                Some(offset) => {
+                    let at = offset + done as u64;
+                    let boundary = (at / DIRECT_PIECE_BYTES + 1) * DIRECT_PIECE_BYTES;
+                    ((boundary - at) as usize).min(buf.len() - done)
+                }
+                None => buf.len(),
+            };
+            let at = offset.map(|o| o + done as u64);
+            match self.direct_piece(cell, &buf[done..done + n], at, charge) {
+                Ok(piece) => {
+                    end = piece.end;
+                    sealed = sealed.max(piece.sealed);
+                    in_flight.push_back(piece.started);
+                }
+                Err(e) => {
+                    written = Err(e);
+                    break;
+                }
+            }
+            // The piece before this one: the device has had it while this one was made.
+            while in_flight.len() > 1 && written.is_ok() {
+                written = self.finish_direct(in_flight.pop_front().expect("two in flight"));
+            }
+            done += n;
+        }
+        // Every payload started is waited for, also after an error.
+        for started in in_flight {
+            let finished = self.finish_direct(started);
+            written = written.and(finished);
+        }
+        written?;
+        self.write_queued_now()?;
+        if let Some(seq) = sealed {
+            self.wait_sealed(seq, false, cell.ino)?;
+        }
+        Ok((end, buf.len()))
+    }
+
+    /// One piece of a direct write: buffered, sealed, and its payloads started.
+    fn direct_piece(
+        &self,
+        cell: &InodeCell,
+        buf: &[u8],
+        offset: Option<u64>,
+        charge: Option<crate::sched::Charge>,
+    ) -> Result<DirectPiece> {
+        // Whole blocks of a write at a known offset are made here, without any lock.
+        let whole: Vec<(u64, DirtyBlock)> = match offset {
+            Some(offset) => {
+                let first = offset.div_ceil(BLOCK_U64);
+                let last = (offset + buf.len() as u64) / BLOCK_U64;
+                (first..last)
+                    .map(|block| {
+                        let at = (block * BLOCK_U64 - offset) as usize;
+                        (block, DirtyBlock::new(0, shared_copy(&buf[at..at + BLOCK])))
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let mut m = self.lock_meta();
+        self.check_usable()?;
+        let (end, sealed) = {
+            let mut st = cell.lock();
+            // Buffers another thread's commit sealed already: their logs are waited for at the
+            // end of the write.
+            let sealed = st
+                .dirty
+                .values()
+                .filter_map(|d| d.sealed_in)
+                .map(|(seq, _)| seq)
+                .max();
+            let end = self.buffer_write(cell, &mut st, buf, offset, whole, charge)?;
+            (end, sealed)
+        };
+        if self.config.ordering == Ordering::Strict || m.ns_changed.contains(&cell.ino) {
+            drop(m);
+            self.sync_file(cell)?;
+            return Ok(DirectPiece {
+                end,
+                sealed,
+                started: Vec::new(),
+            });
+        }
+        m.writer.direct = true;
+        let committed = self.commit_data_log(&mut m, cell);
+        m.writer.direct = false;
+        committed?;
+        self.maybe_refresh(&mut m)?;
+        let started = m.unlock_taking_payloads()?.unwrap_or_default();
+        for a in &started {
+            self.start_ahead(a);
+        }
+        Ok(DirectPiece {
+            end,
+            sealed,
+            started,
+        })
+    }
+
+    /// Waits for a direct write's payloads (finishing those nobody is finishing yet).
+    fn finish_direct(&self, started: Vec<Arc<AheadPayload>>) -> Result<()> {
+        let mut result = Ok(());
+        for a in started {
+            result = result.and(self.wait_payload(&a));
+        }
+        result
     }
 
     /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
@@ -1946,7 +2167,7 @@ impl Fs {
             .inner
             .create_inode(&mut m, parent, name, FileKind::Symlink, 0o777, owner);
         drop(m);
-        self.inner.pwrite(&cell, target.as_bytes(), 0)?;
+        self.inner.pwrite(&cell, target.as_bytes(), 0, false)?;
         Ok(())
     }
 
@@ -2243,14 +2464,22 @@ impl File {
         self.inner.pread(&self.cell, buf, offset)
     }
 
+    /// Writes `buf` at `offset`: buffered, or direct if the file was opened `direct`.
     pub fn pwrite(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        self.pwrite_as(buf, offset, self.flags.direct)
+    }
+
+    /// [`File::pwrite`], buffered or `direct` (`O_DIRECT`) whatever the open flags said: for a
+    /// descriptor whose `O_DIRECT` `fcntl(F_SETFL)` changed. A direct write returns once its data
+    /// is on the device, not flushed ([`OpenFlags::direct`]).
+    pub fn pwrite_as(&self, buf: &[u8], offset: u64, direct: bool) -> Result<usize> {
         if !self.flags.write {
             return Err(Error::BadHandle(format!(
                 "inode {}: not open for writing",
                 self.cell.ino
             )));
         }
-        let n = self.inner.pwrite(&self.cell, buf, offset)?;
+        let n = self.inner.pwrite(&self.cell, buf, offset, direct)?;
         match self.flags.sync {
             SyncMode::None => {}
             SyncMode::Data | SyncMode::Full => self.inner.sync_file(&self.cell)?,
@@ -2261,13 +2490,18 @@ impl File {
     /// Writes `buf` at the end of the file (whatever its size is now, also while other handles
     /// append) and returns the offset after it, like a `write` on an `O_APPEND` descriptor.
     pub fn append(&self, buf: &[u8]) -> Result<u64> {
+        self.append_as(buf, self.flags.direct)
+    }
+
+    /// [`File::append`], buffered or `direct` whatever the open flags said ([`File::pwrite_as`]).
+    pub fn append_as(&self, buf: &[u8], direct: bool) -> Result<u64> {
         if !self.flags.write {
             return Err(Error::BadHandle(format!(
                 "inode {}: not open for writing",
                 self.cell.ino
             )));
         }
-        let end = self.inner.append(&self.cell, buf)?;
+        let end = self.inner.append(&self.cell, buf, direct)?;
         match self.flags.sync {
             SyncMode::None => {}
             SyncMode::Data | SyncMode::Full => self.inner.sync_file(&self.cell)?,

@@ -277,6 +277,11 @@ pub struct OpenFlags {
     pub truncate: bool,
     pub append: bool,
     pub sync: SyncMode,
+    /// `O_DIRECT`: each write goes out before it returns, as its writer's I/O, and returns once
+    /// its data is on the device (not flushed: durability still takes `fsync` or `O_SYNC`), in
+    /// relaxed ordering as data-only logs that wait for no other writer's I/O. Reads are not
+    /// affected.
+    pub direct: bool,
     /// Permission bits for a created file.
     pub mode: u32,
 }
@@ -315,6 +320,7 @@ impl OpenFlags {
             } else {
                 SyncMode::None
             },
+            direct: flags & libc::O_DIRECT != 0,
             mode: mode & 0o7777,
         }
     }

@@ -2548,3 +2548,109 @@ fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
     assert_eq!(read_all(&back, "/other"), pattern(5, 20 * 4096));
     assert_eq!(read_all(&back, "/big"), pattern(2, 32 * 4096));
 }
+
+/// Whether every block of `data` is somewhere in `image`, block-aligned (a log may be split at
+/// a segment's end).
+fn holds_blocks(image: &[u8], data: &[u8]) -> bool {
+    let on_device: std::collections::HashSet<&[u8]> = image.chunks(BLOCK).collect();
+    data.chunks(BLOCK).all(|b| on_device.contains(b))
+}
+
+/// A direct write returns once its bytes are on the device, without waiting for a checkpoint
+/// sealed behind another writer's payload that is still in the device (a superblock refresh
+/// seals one like it): the checkpoint's summary waits for that payload, and the direct write's
+/// summary, queued behind it, is written later by whoever comes next. Before, each writer's
+/// write waited for the other's payloads at every refresh.
+#[test]
+fn a_direct_write_is_on_the_device_when_it_returns_without_waiting_for_another_writers_payload() {
+    let (sim, gated, stopped_rx, resume_tx) = gated_device();
+    let fs = gated_pool(&gated);
+    let big = fs.open_file("/big", OpenFlags::create()).unwrap();
+    let direct_flags = OpenFlags {
+        direct: true,
+        ..OpenFlags::create()
+    };
+    let direct = fs.open_file("/direct", direct_flags).unwrap();
+    big.pwrite(&pattern(2, 32 * 4096), 0).unwrap();
+    direct.pwrite(&pattern(5, 32 * 4096), 0).unwrap();
+    fs.sync().unwrap();
+    let large = pattern(3, 32 * 4096);
+    let new = pattern(6, 32 * 4096);
+    *gated.min.lock().unwrap() = Some(16 * 4096);
+    std::thread::scope(|s| {
+        // The large payload stops in the device.
+        let writer = s.spawn(|| big.pwrite(&large, 0).and_then(|_| big.fsync()));
+        stopped_rx.recv().unwrap();
+        // A checkpoint behind it, which may be written only once the large payload is.
+        {
+            let mut m = fs.inner.lock_meta();
+            fs.inner.commit_checkpoint(&mut m).unwrap();
+            m.unlock_without_writing();
+        }
+        assert!(
+            !holds_blocks(&sim.image(), &new),
+            "the new bytes are not there yet"
+        );
+        let direct = &direct;
+        let new = &new;
+        let (finished, image, wrote) =
+            run_while_stopped(s, &sim, &resume_tx, move || direct.pwrite(new, 0));
+        assert!(
+            finished,
+            "the direct write waited for another file's payload"
+        );
+        assert_eq!(wrote.join().unwrap().unwrap(), new.len());
+        assert!(
+            holds_blocks(&image, new),
+            "the direct write returned before its bytes were on the device"
+        );
+        writer.join().unwrap().unwrap();
+    });
+    assert_eq!(read_all(&fs, "/direct"), new);
+    direct.fsync().unwrap();
+    let back = reopen(&sim);
+    assert_eq!(read_all(&back, "/direct"), new);
+    assert_eq!(read_all(&back, "/big"), large);
+}
+
+/// A direct write of several pieces at an offset inside a block: each piece goes out while the
+/// next is made, the partial blocks at either end keep the bytes around them, the new file's
+/// first piece is synced (its creation needs a checkpoint) and the rest go out as data-only
+/// logs. Read back before and after a reopen.
+#[test]
+fn a_direct_write_in_pieces_keeps_every_byte_and_the_file_around_it() {
+    let sim = device(96 << 20);
+    let fs = Fs::format(sim.clone(), &large_file_config(1 << 20)).unwrap();
+    let flags = OpenFlags {
+        direct: true,
+        ..OpenFlags::create()
+    };
+    let f = fs.open_file("/x", flags).unwrap();
+    let head = pattern(1, 3 * BLOCK + 100);
+    f.pwrite(&head, 0).unwrap();
+    let at = 5000u64;
+    let data = pattern(2, (20 << 20) + 12_345);
+    let before = fs.counters().data_only_logs;
+    assert_eq!(f.pwrite(&data, at).unwrap(), data.len());
+    assert!(
+        fs.counters().data_only_logs > before,
+        "the pieces after the first did not go out as data-only logs"
+    );
+    let mut expect = head[..at as usize].to_vec();
+    expect.extend_from_slice(&data);
+    assert_eq!(read_all(&fs, "/x"), expect);
+    // An append goes out direct too, at the end.
+    let tail = pattern(3, 70_000);
+    assert_eq!(
+        f.append(&tail).unwrap(),
+        expect.len() as u64 + tail.len() as u64
+    );
+    expect.extend_from_slice(&tail);
+    assert_eq!(read_all(&fs, "/x"), expect);
+    f.fsync().unwrap();
+    drop(f);
+    drop(fs);
+    let back = reopen(&sim);
+    assert_eq!(read_all(&back, "/x"), expect);
+    checked_clean(&sim, "after direct writes");
+}

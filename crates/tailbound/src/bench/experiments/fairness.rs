@@ -513,7 +513,9 @@ impl FairnessBench {
     /// One tbfs case: a fresh pool on the loop device (the kernel's scheduler set to `none` under
     /// it), tailbound's scheduler with `policy` in front (depth 1, anticipation for `fair`), and
     /// one thread per tenant with its own file of half a region, reading (`pread`) or writing
-    /// (`pwrite` then `fsync`) whole blocks round and round.
+    /// (`pwrite` on a file opened `direct`, tbfs's `O_DIRECT`: each write is on the device when
+    /// it returns, as the kernel side's are) whole blocks round and round. The files are made
+    /// and synced first, so the writes are overwrites as on the kernel side.
     fn run_tbfs_case(
         &self,
         dev: &LoopDevice,
@@ -539,16 +541,20 @@ impl FairnessBench {
         let mut files = Vec::new();
         for (i, &w) in weights.iter().enumerate() {
             let f = fs
-                .open_file(&format!("/tenant-{i}"), OpenFlags::create())
+                .open_file(
+                    &format!("/tenant-{i}"),
+                    OpenFlags {
+                        direct: true,
+                        ..OpenFlags::create()
+                    },
+                )
                 .map_err(|e| format!("creating tenant {i}'s file: {e}"))?;
-            if op == IoOp::Read {
-                for k in 0..blocks {
-                    f.pwrite(&data, k * block)
-                        .map_err(|e| format!("filling tenant {i}'s file: {e}"))?;
-                }
-                f.fsync()
+            for k in 0..blocks {
+                f.pwrite(&data, k * block)
                     .map_err(|e| format!("filling tenant {i}'s file: {e}"))?;
             }
+            f.fsync()
+                .map_err(|e| format!("filling tenant {i}'s file: {e}"))?;
             let tenant = sched.add_tenant(&format!("tenant {i}"), Prio::DEFAULT, w);
             files.push((f, tenant));
         }
@@ -570,7 +576,7 @@ impl FairnessBench {
                             let t0 = monotonic_now().0;
                             match op {
                                 IoOp::Read => f.pread(&mut buf, at).map(|_| ()),
-                                IoOp::Write => f.pwrite(data, at).and_then(|_| f.fsync()),
+                                IoOp::Write => f.pwrite(data, at).map(drop),
                             }
                             .map_err(|e| format!("{} of {block} bytes at {at}: {e}", op.name()))?;
                             ops.push((t0, monotonic_now().0, block));
