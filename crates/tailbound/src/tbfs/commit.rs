@@ -627,7 +627,8 @@ impl Inner {
 
     /// Writes an ahead payload if nobody has taken it on yet (this thread's I/O), or finishes it
     /// if another thread started it and nobody waits for its chunks yet; then releases what its
-    /// completion lets go. A payload another thread is finishing is left to it (`wait` on it).
+    /// completion lets go. A payload another thread is finishing is left to it
+    /// ([`Inner::wait_payload`] waits for it).
     pub(crate) fn write_ahead(&self, a: &AheadPayload) -> Result<()> {
         self.start_ahead(a);
         self.finish_ahead(a)
@@ -677,8 +678,8 @@ impl Inner {
     }
 
     /// Waits until an ahead payload is written, writing it if nobody has taken it on and
-    /// finishing it if its chunks are in the device and nobody waits for them: true if it
-    /// succeeded. The error of a failed payload is the pool's (it is poisoned).
+    /// finishing it if its chunks are in the device and nobody waits for them. A failed payload
+    /// poisons the pool: its error, or the pool's.
     pub(crate) fn wait_payload(&self, a: &AheadPayload) -> Result<()> {
         loop {
             self.start_ahead(a);

@@ -29,9 +29,14 @@ pub const FILE_BYTES_MAX: u64 = 64 << 30;
 const OWN_FLUSH_DIVISOR: u64 = 8;
 /// The least a file must hold to be written on its own or behind its writes (one payload chunk).
 const WRITE_BEHIND_MIN: u64 = 1 << 20;
-/// A direct write goes out in pieces of at most this many bytes (aligned in the file), each
-/// made while the one before it is in the device ([`Inner::write_direct`]).
-const DIRECT_PIECE_BYTES: u64 = 8 << 20;
+/// A direct write goes out in pieces of at most this many bytes, each made while the one before
+/// it is in the device ([`Inner::write_direct`]).
+pub(crate) const DIRECT_PIECE_BYTES: u64 = 8 << 20;
+
+/// A direct write's first piece is at most this many bytes, and each next one twice the one
+/// before, up to [`DIRECT_PIECE_BYTES`]: the first is copied with nothing of the write in the
+/// device, so a large first piece leaves the writer idle in `sched` that long.
+pub(crate) const DIRECT_FIRST_PIECE_BYTES: u64 = 1 << 20;
 
 /// One piece of a direct write, sealed ([`Inner::direct_piece`]).
 struct DirectPiece {
@@ -1067,7 +1072,8 @@ impl Inner {
     /// A direct write (`O_DIRECT`): returns once the data is on the device (not flushed:
     /// durability still takes `fsync`). In relaxed ordering, unless the file has a change only a
     /// checkpoint records, it goes out as data-only logs whose payloads this thread writes, as
-    /// its I/O, in pieces of at most [`DIRECT_PIECE_BYTES`], each made while the one before it
+    /// its I/O, in pieces from [`DIRECT_FIRST_PIECE_BYTES`] up to [`DIRECT_PIECE_BYTES`], each
+    /// made while the one before it
     /// is in the device, so a scheduler sees the writer busy for the whole write (a crash may
     /// keep some pieces of a write and not others, as `O_DIRECT` on a kernel file system may).
     /// Each piece's bytes are copied into buffers outside every lock and put into the file
@@ -1092,16 +1098,22 @@ impl Inner {
         let mut end = 0;
         let mut written = Ok(());
         let mut done = 0;
+        let mut pieces = 0u32;
         while done < buf.len() {
             // An append is one piece: its offset is the end of the file when it is made.
             let n = match offset {
                 Some(offset) => {
+                    // Pieces grow from [`DIRECT_FIRST_PIECE_BYTES`] (the first is made with
+                    // nothing of the write in the device yet) and end on block boundaries.
                     let at = offset + done as u64;
-                    let boundary = (at / DIRECT_PIECE_BYTES + 1) * DIRECT_PIECE_BYTES;
+                    let most = (DIRECT_FIRST_PIECE_BYTES << pieces.min(8)).min(DIRECT_PIECE_BYTES);
+                    let boundary = (at + most) / BLOCK_U64 * BLOCK_U64;
+                    let boundary = if boundary > at { boundary } else { at + most };
                     ((boundary - at) as usize).min(buf.len() - done)
                 }
                 None => buf.len(),
             };
+            pieces += 1;
             let at = offset.map(|o| o + done as u64);
             match self.direct_piece(cell, &buf[done..done + n], at, charge) {
                 Ok(piece) => {

@@ -2654,3 +2654,72 @@ fn a_direct_write_in_pieces_keeps_every_byte_and_the_file_around_it() {
     assert_eq!(read_all(&back, "/x"), expect);
     checked_clean(&sim, "after direct writes");
 }
+
+/// A power cut during a direct write keeps a prefix of its pieces, each whole (a piece's logs
+/// are one run, and recovery skips the later logs of a file after a torn one), and the rest of
+/// the file as it was; the recovered pool is clean. The cut falls after more and more of the
+/// write's device writes.
+#[test]
+fn a_power_cut_during_a_direct_write_keeps_a_prefix_of_its_pieces_each_whole() {
+    let len = 3 * engine::DIRECT_PIECE_BYTES as usize;
+    // Where the pieces of a write at offset 0 end: each twice the one before, up to the most.
+    let mut ends = Vec::new();
+    let mut size = engine::DIRECT_FIRST_PIECE_BYTES as usize;
+    let mut at = 0;
+    while at < len {
+        at = (at + size).min(len);
+        ends.push(at);
+        size = (size * 2).min(engine::DIRECT_PIECE_BYTES as usize);
+    }
+    let old = pattern(1, len);
+    let new = pattern(2, len);
+    let mut kept = std::collections::BTreeSet::new();
+    for writes in [0, 3, 6, 9, 12, 16, 20, 25, 30, 40, 60] {
+        let sim = device(128 << 20);
+        let fs = Fs::format(sim.clone(), &large_file_config(1 << 20)).unwrap();
+        let flags = OpenFlags {
+            direct: true,
+            ..OpenFlags::create()
+        };
+        let f = fs.open_file("/x", flags).unwrap();
+        f.pwrite(&old, 0).unwrap();
+        fs.sync().unwrap();
+        sim.cut_power_after(writes);
+        // Fails once the power is out; nothing is acknowledged durable either way.
+        let _ = f.pwrite(&new, 0);
+        drop(f);
+        drop(fs);
+        let dev = Arc::new(SimDevice::from_image(sim.image()));
+        let back = Fs::open(dev.clone(), &OpenOptions::default()).unwrap();
+        let got = read_all(&back, "/x");
+        assert_eq!(got.len(), old.len(), "cut after {writes}");
+        let mut whole_new = 0;
+        for (k, &end) in ends.iter().enumerate() {
+            let range = if k == 0 { 0 } else { ends[k - 1] }..end;
+            let bytes = &got[range.clone()];
+            if bytes == &new[range.clone()] {
+                assert_eq!(
+                    whole_new, k,
+                    "cut after {writes}: piece {k} kept after one lost"
+                );
+                whole_new += 1;
+            } else {
+                assert!(
+                    bytes == &old[range],
+                    "cut after {writes}: piece {k} is torn"
+                );
+            }
+        }
+        kept.insert(whole_new);
+        back.close().unwrap();
+        checked_clean(
+            &dev,
+            &format!("recovered after a cut after {writes} writes"),
+        );
+    }
+    assert!(
+        kept.len() > 2,
+        "the cuts did not fall between pieces (pieces kept: {kept:?}, of {})",
+        ends.len()
+    );
+}
