@@ -2549,6 +2549,14 @@ fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
     assert_eq!(read_all(&back, "/big"), pattern(2, 32 * 4096));
 }
 
+/// Read-write, created if missing, direct.
+fn direct_create() -> OpenFlags {
+    OpenFlags {
+        direct: true,
+        ..OpenFlags::create()
+    }
+}
+
 /// Whether every block of `data` is somewhere in `image`, block-aligned (a log may be split at
 /// a segment's end).
 fn holds_blocks(image: &[u8], data: &[u8]) -> bool {
@@ -2566,11 +2574,7 @@ fn a_direct_write_is_on_the_device_when_it_returns_without_waiting_for_another_w
     let (sim, gated, stopped_rx, resume_tx) = gated_device();
     let fs = gated_pool(&gated);
     let big = fs.open_file("/big", OpenFlags::create()).unwrap();
-    let direct_flags = OpenFlags {
-        direct: true,
-        ..OpenFlags::create()
-    };
-    let direct = fs.open_file("/direct", direct_flags).unwrap();
+    let direct = fs.open_file("/direct", direct_create()).unwrap();
     big.pwrite(&pattern(2, 32 * 4096), 0).unwrap();
     direct.pwrite(&pattern(5, 32 * 4096), 0).unwrap();
     fs.sync().unwrap();
@@ -2621,11 +2625,7 @@ fn a_direct_write_is_on_the_device_when_it_returns_without_waiting_for_another_w
 fn a_direct_write_in_pieces_keeps_every_byte_and_the_file_around_it() {
     let sim = device(96 << 20);
     let fs = Fs::format(sim.clone(), &large_file_config(1 << 20)).unwrap();
-    let flags = OpenFlags {
-        direct: true,
-        ..OpenFlags::create()
-    };
-    let f = fs.open_file("/x", flags).unwrap();
+    let f = fs.open_file("/x", direct_create()).unwrap();
     let head = pattern(1, 3 * BLOCK + 100);
     f.pwrite(&head, 0).unwrap();
     let at = 5000u64;
@@ -2677,11 +2677,7 @@ fn a_power_cut_during_a_direct_write_keeps_a_prefix_of_its_pieces_each_whole() {
     for writes in [0, 3, 6, 9, 12, 16, 20, 25, 30, 40, 60] {
         let sim = device(128 << 20);
         let fs = Fs::format(sim.clone(), &large_file_config(1 << 20)).unwrap();
-        let flags = OpenFlags {
-            direct: true,
-            ..OpenFlags::create()
-        };
-        let f = fs.open_file("/x", flags).unwrap();
+        let f = fs.open_file("/x", direct_create()).unwrap();
         f.pwrite(&old, 0).unwrap();
         fs.sync().unwrap();
         sim.cut_power_after(writes);
