@@ -1073,9 +1073,9 @@ impl Inner {
     /// durability still takes `fsync`). In relaxed ordering, unless the file has a change only a
     /// checkpoint records, it goes out as data-only logs whose payloads this thread writes, as
     /// its I/O, in pieces from [`DIRECT_FIRST_PIECE_BYTES`] up to [`DIRECT_PIECE_BYTES`], each
-    /// made while the one before it
-    /// is in the device, so a scheduler sees the writer busy for the whole write (a crash may
-    /// keep some pieces of a write and not others, as `O_DIRECT` on a kernel file system may).
+    /// made while the one before it is in the device, so a scheduler sees the writer busy for
+    /// the whole write (a crash may keep some pieces of a write and not others, as `O_DIRECT`
+    /// on a kernel file system may).
     /// Each piece's bytes are copied into buffers outside every lock and put into the file
     /// under `meta`, so no other thread's commit takes them half-written (a checkpoint seals
     /// every buffered block: the tenant refreshing the superblock wrote the other's data, and
@@ -1093,6 +1093,18 @@ impl Inner {
         offset: Option<u64>,
         charge: Option<crate::sched::Charge>,
     ) -> Result<(u64, usize)> {
+        if let Some(offset) = offset {
+            // Checked before the pieces are cut (an append is checked as it is buffered).
+            offset
+                .checked_add(buf.len() as u64)
+                .filter(|&e| e <= FILE_BYTES_MAX)
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "inode {}: write past the largest file ({FILE_BYTES_MAX} bytes)",
+                        cell.ino
+                    ))
+                })?;
+        }
         let mut in_flight = std::collections::VecDeque::new();
         let mut sealed = None;
         let mut end = 0;

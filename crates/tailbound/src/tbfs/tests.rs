@@ -2640,6 +2640,11 @@ fn a_direct_write_in_pieces_keeps_every_byte_and_the_file_around_it() {
     expect.extend_from_slice(&data);
     assert_eq!(read_all(&fs, "/x"), expect);
     // An append goes out direct too, at the end.
+    // A write past the largest file is refused before anything is cut or buffered.
+    assert!(matches!(
+        f.pwrite(&[7u8; 10], u64::MAX - 2),
+        Err(Error::Invalid(_))
+    ));
     let tail = pattern(3, 70_000);
     assert_eq!(
         f.append(&tail).unwrap(),
