@@ -172,8 +172,9 @@ struct FairnessArgs {
     /// 2:1 at 1 and 10 MiB, reads and writes, every system, a 1 s window (seconds in all).
     #[arg(long)]
     quick: bool,
-    /// Comma-separated systems: tbfs (a tbfs pool behind tailbound's fair scheduler), tbfs-fifo
-    /// (the same behind fifo: the throughput baseline), bfq, none. Default: all four.
+    /// Comma-separated systems: tbfs (a tbfs pool behind tailbound's fair scheduler, each tenant a
+    /// thread reading its own file or writing it direct, tbfs's O_DIRECT), tbfs-fifo (the same
+    /// behind fifo: the throughput baseline), bfq, none. Default: all four.
     #[arg(long, value_delimiter = ',')]
     systems: Vec<String>,
     /// Weight sets, separated by commas, weights by colons (e.g. 2:1,3:2:2:1). Default: 2:1,3:2,3:2:2:1
