@@ -678,6 +678,19 @@ impl Drop for MetaGuard<'_> {
     }
 }
 
+/// The end of a write of `len` bytes at `offset` to inode `ino`, if it stays within the largest
+/// file.
+fn write_end(ino: u64, offset: u64, len: usize) -> Result<u64> {
+    offset
+        .checked_add(len as u64)
+        .filter(|&e| e <= FILE_BYTES_MAX)
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "inode {ino}: write past the largest file ({FILE_BYTES_MAX} bytes)"
+            ))
+        })
+}
+
 /// Recycles the buffers of freed inodes `meta` left to drop after its release.
 fn recycle_dropped(garbage: Vec<BTreeMap<u64, DirtyBlock>>) {
     if !garbage.is_empty() {
@@ -936,15 +949,7 @@ impl Inner {
             return Err(Error::BadHandle(format!("inode {}", cell.ino)));
         }
         let offset = offset.unwrap_or(st.size);
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= FILE_BYTES_MAX)
-            .ok_or_else(|| {
-                Error::Invalid(format!(
-                    "inode {}: write past the largest file ({FILE_BYTES_MAX} bytes)",
-                    cell.ino
-                ))
-            })?;
+        let end = write_end(cell.ino, offset, buf.len())?;
         let mut whole = whole.into_iter().peekable();
         let mut done = 0usize;
         while done < buf.len() {
@@ -1095,15 +1100,7 @@ impl Inner {
     ) -> Result<(u64, usize)> {
         if let Some(offset) = offset {
             // Checked before the pieces are cut (an append is checked as it is buffered).
-            offset
-                .checked_add(buf.len() as u64)
-                .filter(|&e| e <= FILE_BYTES_MAX)
-                .ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "inode {}: write past the largest file ({FILE_BYTES_MAX} bytes)",
-                        cell.ino
-                    ))
-                })?;
+            write_end(cell.ino, offset, buf.len())?;
         }
         let mut in_flight = std::collections::VecDeque::new();
         let mut sealed = None;
