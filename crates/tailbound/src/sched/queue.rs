@@ -193,14 +193,21 @@ pub struct Queue {
     debt_flushes: u64,
     /// Write dispatches completed so far.
     writes_done: u64,
-    /// The flush dispatches in the device: their numbers, and `writes_done` when each was
-    /// dispatched (the writes it makes durable).
-    flushes_in_flight: Vec<(u64, u64)>,
-    /// Flush requests that ride on a flush in the device (by its number): no write completed
-    /// between that flush's dispatch and their arrival, so it makes durable everything they
-    /// ask for, and they complete with it.
-    riders: HashMap<u64, Vec<Piece>>,
+    /// The flush dispatches in the device.
+    flushes_in_flight: Vec<FlushInFlight>,
     next_flight: u64,
+}
+
+/// A flush dispatch in the device.
+#[derive(Debug)]
+struct FlushInFlight {
+    /// Its dispatch's number ([`Dispatch::flight`]).
+    flight: u64,
+    /// `writes_done` when it was dispatched: the writes it makes durable.
+    covers: u64,
+    /// Flush requests that ride on it: no write completed between its dispatch and their
+    /// arrival, so it makes durable everything they ask for, and they complete with it.
+    riders: Vec<Piece>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -242,7 +249,6 @@ impl Queue {
             debt_flushes: 0,
             writes_done: 0,
             flushes_in_flight: Vec::new(),
-            riders: HashMap::new(),
             next_flight: 0,
         }
     }
@@ -364,16 +370,17 @@ impl Queue {
         let id = self.next_req;
         self.next_req += 1;
         if req.op == Op::Flush {
-            if let Some(&(flight, _)) = self
+            let writes_done = self.writes_done;
+            if let Some(flush) = self
                 .flushes_in_flight
-                .iter()
-                .find(|&&(_, covers)| covers >= self.writes_done)
+                .iter_mut()
+                .find(|f| f.covers >= writes_done)
             {
                 // Every write completed before this request completed before that flush was
                 // dispatched: it makes them durable, and this request completes with it.
                 let seq = self.next_seq;
                 self.next_seq += 1;
-                self.riders.entry(flight).or_default().push(Piece {
+                flush.riders.push(Piece {
                     req: id,
                     tenant: req.tenant,
                     op: Op::Flush,
@@ -635,7 +642,11 @@ impl Queue {
         let flight = self.next_flight;
         self.next_flight += 1;
         if op == Op::Flush {
-            self.flushes_in_flight.push((flight, self.writes_done));
+            self.flushes_in_flight.push(FlushInFlight {
+                flight,
+                covers: self.writes_done,
+                riders: Vec::new(),
+            });
         }
         flight
     }
@@ -643,7 +654,10 @@ impl Queue {
     /// The flush requests riding on dispatch `d` (see [`Queue::push`]): they complete with it,
     /// with its outcome.
     pub fn riders(&self, d: &Dispatch) -> &[Piece] {
-        self.riders.get(&d.flight).map_or(&[], Vec::as_slice)
+        self.flushes_in_flight
+            .iter()
+            .find(|f| f.flight == d.flight)
+            .map_or(&[], |f| f.riders.as_slice())
     }
 
     /// The tenant whose next request is anticipated at `now`, if any.
@@ -768,8 +782,11 @@ impl Queue {
             self.writes_done += 1;
         }
         let riders = if d.op == Op::Flush {
-            self.flushes_in_flight.retain(|&(f, _)| f != d.flight);
-            self.riders.remove(&d.flight).unwrap_or_default()
+            self.flushes_in_flight
+                .iter()
+                .position(|f| f.flight == d.flight)
+                .map(|i| self.flushes_in_flight.swap_remove(i).riders)
+                .unwrap_or_default()
         } else {
             Vec::new()
         };

@@ -640,27 +640,36 @@ impl MetaGuard<'_> {
         if !payloads_only {
             return self.release().map(|()| None);
         }
-        let mut guard = self.guard.take().expect("held");
-        let own = std::mem::take(&mut guard.writer.sealed_ahead);
+        Ok(self.unlock().map(|sealed| sealed.own))
+    }
+
+    /// Unlocks `meta` (if still held) and hands over what was sealed under it; the buffers of
+    /// freed inodes are recycled after.
+    fn unlock(&mut self) -> Option<Sealed> {
+        let mut guard = self.guard.take()?;
+        let sealed = Sealed {
+            end: guard.writer.seq,
+            own: std::mem::take(&mut guard.writer.sealed_ahead),
+            small: std::mem::take(&mut guard.writer.sealed_small),
+            queued: self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued,
+        };
         let garbage = std::mem::take(&mut guard.drop_later);
         drop(guard);
         recycle_dropped(garbage);
         self.hold = None;
-        Ok(Some(own))
+        Some(sealed)
     }
 
     fn release(&mut self) -> Result<()> {
-        let Some(mut guard) = self.guard.take() else {
+        let Some(Sealed {
+            end,
+            own,
+            small,
+            queued,
+        }) = self.unlock()
+        else {
             return Ok(());
         };
-        let end = guard.writer.seq;
-        let own = std::mem::take(&mut guard.writer.sealed_ahead);
-        let small = std::mem::take(&mut guard.writer.sealed_small);
-        let queued = self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued;
-        let garbage = std::mem::take(&mut guard.drop_later);
-        drop(guard);
-        recycle_dropped(garbage);
-        self.hold = None;
         if !own.is_empty() || !small.is_empty() {
             self.inner.write_own_logs(end, &own, &small)
         } else if queued {
@@ -669,6 +678,18 @@ impl MetaGuard<'_> {
             Ok(())
         }
     }
+}
+
+/// What one hold of `meta` sealed, taken when it is let go ([`MetaGuard`]).
+struct Sealed {
+    /// The sequence after the last log sealed.
+    end: u64,
+    /// Ahead payloads, for the holder to write.
+    own: Vec<Arc<AheadPayload>>,
+    /// Smaller ahead logs the log writer writes whole: `(sequence, inodes, flush)`.
+    small: Vec<(u64, Vec<u64>, bool)>,
+    /// Anything was queued meanwhile (a checkpoint, a superblock).
+    queued: bool,
 }
 
 impl Drop for MetaGuard<'_> {
