@@ -853,12 +853,27 @@ impl Inner {
         Ok(())
     }
 
+    /// Leaves the queued logs (a direct write's summaries) to the background thread, which
+    /// writes them as its own I/O while the writer goes on with its data. Without a background
+    /// thread, writes them here as far as that needs no wait for other threads' payloads.
+    pub(crate) fn write_logs_behind(&self) -> Result<()> {
+        let background = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if background {
+            self.wake_background(|w| w.logs = true);
+            self.check_not_poisoned()
+        } else {
+            self.write_queued_now()
+        }
+    }
+
     /// Writes what is queued up to the first log that needs payloads still in flight, and no
-    /// further: a direct write's summaries, and any before them, without waiting for other
-    /// threads' payloads. Superblocks reached are handed to the background thread. What is
-    /// left is written by whoever comes next (a sync, a commit, the background thread writing
-    /// a refresh's superblock).
-    pub(crate) fn write_queued_now(&self) -> Result<()> {
+    /// further, without waiting for other threads' payloads. Superblocks reached are handed to
+    /// the background thread. What is left is written by whoever comes next.
+    fn write_queued_now(&self) -> Result<()> {
         loop {
             let stop = {
                 let mut w = match self.log_writer.try_lock() {

@@ -42,8 +42,6 @@ pub(crate) const DIRECT_FIRST_PIECE_BYTES: u64 = 1 << 20;
 struct DirectPiece {
     /// The end of the write so far.
     end: u64,
-    /// The newest log another commit sealed some of the file's buffers in before the piece.
-    sealed: Option<u64>,
     /// Its payloads, started.
     started: Vec<Arc<AheadPayload>>,
 }
@@ -583,6 +581,8 @@ pub(crate) struct Wake {
     pub stop: bool,
     /// A superblock waits in the log queue.
     pub superblock: bool,
+    /// Logs wait in the queue for the background thread (a direct write's summaries).
+    pub logs: bool,
     /// Free space is below the low-water mark: clean now.
     pub clean: bool,
 }
@@ -1105,12 +1105,11 @@ impl Inner {
     /// Each piece's bytes are copied into buffers outside every lock and put into the file
     /// under `meta`, so no other thread's commit takes them half-written (a checkpoint seals
     /// every buffered block: the tenant refreshing the superblock wrote the other's data, and
-    /// the other waited for it). The summaries are written as far as that needs no wait for
-    /// other threads' payloads (a checkpoint waits for every payload before it, so a refresh
-    /// sealed while another writer's large payload is in the device would otherwise hold this
-    /// writer until that payload is done: the fairness experiment's tenants paced each other
-    /// that way); what is left is written by the next direct write, sync or commit, or by the
-    /// background thread with a refresh's superblock, and the write's buffers stay until then.
+    /// the other waited for it). The summaries are left to the background thread, as its I/O
+    /// ([`Inner::write_logs_behind`]): a summary the writer wrote itself waited for a turn in
+    /// `sched` with nothing of the writer's data queued, and a summary behind a checkpoint
+    /// waits for every payload before it, other writers' included. The write's buffers stay
+    /// until its summaries are written (a sync writes them at once).
     /// In strict ordering, or for a new or changed file, a piece is written and synced.
     fn write_direct(
         &self,
@@ -1124,7 +1123,6 @@ impl Inner {
             write_end(cell.ino, offset, buf.len())?;
         }
         let mut in_flight = std::collections::VecDeque::new();
-        let mut sealed = None;
         let mut end = 0;
         let mut written = Ok(());
         let mut done = 0;
@@ -1148,7 +1146,6 @@ impl Inner {
             match self.direct_piece(cell, &buf[done..done + n], at, charge) {
                 Ok(piece) => {
                     end = piece.end;
-                    sealed = sealed.max(piece.sealed);
                     in_flight.push_back(piece.started);
                 }
                 Err(e) => {
@@ -1168,10 +1165,9 @@ impl Inner {
             written = written.and(finished);
         }
         written?;
-        self.write_queued_now()?;
-        if let Some(seq) = sealed {
-            self.wait_sealed(seq, false, cell.ino)?;
-        }
+        // Every byte of the write is in its own pieces' payloads (a buffer another commit had
+        // sealed is copied before it is changed), and those are on the device.
+        self.write_logs_behind()?;
         Ok((end, buf.len()))
     }
 
@@ -1199,25 +1195,15 @@ impl Inner {
         };
         let mut m = self.lock_meta();
         self.check_usable()?;
-        let (end, sealed) = {
+        let end = {
             let mut st = cell.lock();
-            // Buffers another thread's commit sealed already: their logs are waited for at the
-            // end of the write.
-            let sealed = st
-                .dirty
-                .values()
-                .filter_map(|d| d.sealed_in)
-                .map(|(seq, _)| seq)
-                .max();
-            let end = self.buffer_write(cell, &mut st, buf, offset, whole, charge)?;
-            (end, sealed)
+            self.buffer_write(cell, &mut st, buf, offset, whole, charge)?
         };
         if self.config.ordering == Ordering::Strict || m.ns_changed.contains(&cell.ino) {
             drop(m);
             self.sync_file(cell)?;
             return Ok(DirectPiece {
                 end,
-                sealed,
                 started: Vec::new(),
             });
         }
@@ -1230,11 +1216,7 @@ impl Inner {
         for a in &started {
             self.start_ahead(a);
         }
-        Ok(DirectPiece {
-            end,
-            sealed,
-            started,
-        })
+        Ok(DirectPiece { end, started })
     }
 
     /// Waits for a direct write's payloads (finishing those nobody is finishing yet).
@@ -2388,22 +2370,29 @@ fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Dura
         level: crate::sched::LEVEL_MAX,
     }
     .apply_to_current_thread();
+    // The periodic work is due this long after it last ran, however often writers wake the
+    // thread for their logs meanwhile.
+    let mut last_periodic = Instant::now();
     loop {
         {
             let (lock, cv) = &*wake;
             let why = lock.lock().unwrap_or_else(|p| p.into_inner());
-            let (mut why, timeout) = cv
-                .wait_timeout_while(why, period, |w| !w.stop && !w.superblock && !w.clean)
+            let (mut why, _) = cv
+                .wait_timeout_while(why, period.saturating_sub(last_periodic.elapsed()), |w| {
+                    !w.stop && !w.superblock && !w.logs && !w.clean
+                })
                 .unwrap_or_else(|p| p.into_inner());
             if why.stop {
                 return;
             }
             let superblock = std::mem::take(&mut why.superblock);
+            let logs = std::mem::take(&mut why.logs);
             let clean = std::mem::take(&mut why.clean);
             drop(why);
-            if superblock {
-                // A writer sealed a superblock and went on: write it (and what is before it)
-                // here, without `meta`, so no writer waits for its flushes.
+            if superblock || logs {
+                // A writer sealed a superblock, or left its logs, and went on: write them (and
+                // what is before them) here, without `meta`, so no writer waits for their
+                // turns in the device or their flushes.
                 let Some(inner) = weak.upgrade() else { return };
                 if inner.write_logs_until(u64::MAX).is_err() {
                     return;
@@ -2411,11 +2400,12 @@ fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Dura
                 if inner.write_handed_off_superblocks().is_err() {
                     return;
                 }
-                if !timeout.timed_out() && !clean {
+                if last_periodic.elapsed() < period && !clean {
                     continue;
                 }
             }
         }
+        last_periodic = Instant::now();
         let Some(inner) = weak.upgrade() else { return };
         if inner.check_writable().is_err() {
             return;
