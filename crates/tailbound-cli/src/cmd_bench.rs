@@ -95,11 +95,15 @@ enum Experiment {
     /// The loop device (--direct-io=on) sits over a scratch file on the disk under --dir,
     /// written once in full so reads really reach the disk. All tenants start together; after
     /// --warmup the window opens and it closes when they are stopped, so every tenant is active
-    /// throughout. A tenant's MB/s is its bytes in the window over its length; ratio_error is the
-    /// largest relative deviation of a tenant's share from its weight's share. The loop device,
-    /// the cgroups and the scheduler setting are removed or restored afterwards, also on errors
-    /// and Ctrl-C. The full run (60 cases, 5 s each, a 4 GiB scratch file) takes about 6 minutes;
-    /// --quick runs 2:1 at 1 and 10 MiB in about 15 seconds.
+    /// throughout. A tenant's MB/s is its bytes in the window over its length (a request
+    /// partly inside counted in proportion); ratio_error is the largest relative deviation of a
+    /// tenant's share from its weight's share. A window is longer than --window where that
+    /// would hold fewer than --min-blocks blocks of the lightest tenant at the last total
+    /// measured for the same operation (at most 60 s). The loop device, the cgroups and the
+    /// scheduler setting are removed or restored afterwards, also on errors and Ctrl-C. The
+    /// full run (120 cases, a 4 GiB scratch file) takes about 50 minutes, about 12 per system
+    /// and more for tbfs, whose files are written before each case; --quick runs 2:1 at 1 and
+    /// 10 MiB in about 15 seconds.
     Fairness(FairnessArgs),
     /// Priority under a background copy (seed 004): 4 KiB O_SYNC appends of a real-time I/O
     /// class writer (ioprio_set, as `ionice -c1`) at 111/s and flat out, while a separate process
@@ -187,9 +191,13 @@ struct FairnessArgs {
     /// Comma-separated block sizes in MiB. Default: 1,10,30,50,100 (1,10 with --quick).
     #[arg(long, value_delimiter = ',')]
     block_mb: Vec<u64>,
-    /// The measurement window per case. Default: 4s (1s with --quick).
+    /// The shortest measurement window per case. Default: 4s (1s with --quick).
     #[arg(long, value_parser = parse_duration)]
     window: Option<Duration>,
+    /// Lengthen a case's window to hold about this many blocks of its lightest tenant, at most
+    /// 60 s; 0 keeps every window at --window. Default: 10 (0 with --quick).
+    #[arg(long)]
+    min_blocks: Option<u32>,
     /// Time from the start of the tenants until the window opens. Default: 1s (300ms with --quick).
     #[arg(long, value_parser = parse_duration)]
     warmup: Option<Duration>,
@@ -1051,6 +1059,9 @@ fn run_fairness(args: FairnessArgs) -> CliResult {
     if let Some(warmup) = args.warmup {
         bench.warmup = warmup;
     }
+    if let Some(min_blocks) = args.min_blocks {
+        bench.min_blocks = min_blocks;
+    }
     bench.scratch_parent = args
         .dir
         .clone()
@@ -1058,9 +1069,14 @@ fn run_fairness(args: FairnessArgs) -> CliResult {
     bench.child_exe = Some(current_exe()?);
     bench.validate()?;
     bench.interrupted = Some(interrupt_flag()?);
+    let lengthened = if bench.min_blocks > 0 {
+        format!(" (or long enough for {} blocks of the lightest tenant)", bench.min_blocks)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "bench fairness: {} cases, {:?} warm-up + {:?} window each, a {} MiB loop device over a \
-         file in {}",
+        "bench fairness: {} cases, {:?} warm-up + {:?} window{lengthened} each, a {} MiB loop \
+         device over a file in {}",
         bench.case_count(),
         bench.warmup,
         bench.window,
@@ -1069,11 +1085,12 @@ fn run_fairness(args: FairnessArgs) -> CliResult {
     );
     let report = bench.run(|r| {
         eprintln!(
-            "  {} {} {} {} MiB: {} MB/s, ratio {} (error {:.1} %)",
+            "  {} {} {} {} MiB, {:.1} s window: {} MB/s, ratio {} (error {:.1} %)",
             r.system,
             fairness::weights_label(&r.weights),
             r.op,
             r.block_mb,
+            r.window_s,
             r.shares_mb_per_s
                 .iter()
                 .map(|s| format!("{s:.1}"))

@@ -12,6 +12,10 @@
 //! started together; after a warm-up the window opens, and it closes when the tenants are told to
 //! stop, so every tenant is active over the whole window. A tenant's MB/s is its bytes in the
 //! window (a request counted in proportion to the part of it inside) over the window's length.
+//! The window is longer than `--window` where that would hold only a few of the lightest
+//! tenant's blocks ([`window_for`]): the part of a request inside the window is a guess (its
+//! bytes spread evenly over its time), and with one or two 100 MiB requests a tenant in the
+//! window, the disk's own swings of speed made that guess, not the shares, decide the error.
 //! `ratio_error` is the largest relative deviation of any tenant's share of the total from its
 //! weight's share: `max_i |s_i/S - w_i/W| / (w_i/W)`. MB are 2^20 bytes.
 
@@ -49,6 +53,32 @@ pub const BFQ_WEIGHT_UNIT: u32 = 100;
 /// The issue's targets.
 pub const RATIO_ERROR_MAX: f64 = 0.03;
 pub const TOTAL_VS_FIFO_MIN: f64 = 0.98;
+/// A case's window holds about this many blocks of its lightest tenant (`--min-blocks`).
+pub const MIN_BLOCKS_FULL: u32 = 10;
+/// ... but is never longer than this.
+pub const WINDOW_MAX: Duration = Duration::from_secs(60);
+
+/// The window of a case: at least `window`, and long enough for the lightest tenant to move
+/// `min_blocks` blocks at its weight's share of `total_mb_per_s` (the last total measured for
+/// the same operation in the run; none yet: `window`), at most [`WINDOW_MAX`] (or `window` if
+/// that is longer).
+pub fn window_for(
+    window: Duration,
+    min_blocks: u32,
+    block_mib: u64,
+    weights: &[u32],
+    total_mb_per_s: Option<f64>,
+) -> Duration {
+    let Some(total) = total_mb_per_s.filter(|t| t.is_finite() && *t > 0.0) else {
+        return window;
+    };
+    let sum: u32 = weights.iter().sum();
+    let lightest = weights.iter().copied().min().unwrap_or(1).max(1);
+    let share = total * f64::from(lightest) / f64::from(sum.max(1));
+    let secs = f64::from(min_blocks) * block_mib as f64 / share;
+    let needed = Duration::try_from_secs_f64(secs).unwrap_or(WINDOW_MAX);
+    window.max(needed.min(WINDOW_MAX))
+}
 
 /// Direct reads or direct writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,6 +306,8 @@ pub struct FairnessRow {
     pub weights: Vec<u32>,
     pub op: &'static str,
     pub block_mb: u64,
+    /// This case's measurement window ([`window_for`]).
+    pub window_s: f64,
     pub shares_mb_per_s: Vec<f64>,
     pub ratio_error: f64,
     pub total_mb_per_s: f64,
@@ -294,8 +326,11 @@ pub struct FairnessBench {
     pub region_bytes_min: u64,
     /// From the start until the window opens.
     pub warmup: Duration,
-    /// The measurement window.
+    /// The shortest measurement window.
     pub window: Duration,
+    /// Longer windows hold about this many blocks of the lightest tenant ([`window_for`]; 0:
+    /// always `window`).
+    pub min_blocks: u32,
     /// The `tailbound` binary the tenants run as.
     pub child_exe: Option<PathBuf>,
     /// Set by SIGINT/SIGTERM: the run stops and cleans up.
@@ -321,13 +356,15 @@ impl FairnessBench {
             region_bytes_min: REGION_BYTES_FULL,
             warmup: Duration::from_secs(1),
             window: Duration::from_secs(4),
+            min_blocks: MIN_BLOCKS_FULL,
             child_exe: None,
             interrupted: None,
             progress: true,
         }
     }
 
-    /// `--quick`: 2:1 at 1 and 10 MiB, reads and writes, 0.3 s warm-up and a 1 s window.
+    /// `--quick`: 2:1 at 1 and 10 MiB, reads and writes, 0.3 s warm-up and a 1 s window (not
+    /// lengthened).
     pub fn quick(scratch_parent: PathBuf) -> FairnessBench {
         FairnessBench {
             weight_sets: vec![vec![2, 1]],
@@ -335,6 +372,7 @@ impl FairnessBench {
             region_bytes_min: REGION_BYTES_QUICK,
             warmup: Duration::from_millis(300),
             window: Duration::from_secs(1),
+            min_blocks: 0,
             ..FairnessBench::full(scratch_parent)
         }
     }
@@ -395,7 +433,7 @@ impl FairnessBench {
         };
         progress.set_message("filling the loop device's file");
         let dev = LoopDevice::create_filled(&self.scratch_parent, self.device_bytes())?;
-        let mut rows = Vec::new();
+        let mut rows: Vec<FairnessRow> = Vec::new();
         // Systems innermost: the cases compared with each other run back to back, so a change in
         // what else the disk is doing shifts them alike.
         for weights in &self.weight_sets {
@@ -410,13 +448,27 @@ impl FairnessBench {
                             block_mib
                         );
                         progress.set_message(case.clone());
+                        let last_total = rows
+                            .iter()
+                            .rev()
+                            .find(|r| r.op == op.name())
+                            .map(|r| r.total_mb_per_s);
+                        let window = window_for(
+                            self.window,
+                            self.min_blocks,
+                            block_mib,
+                            weights,
+                            last_total,
+                        );
+                        let spec = Case {
+                            weights,
+                            op,
+                            block_mib,
+                            window,
+                        };
                         let row = match system {
-                            System::Kernel(sched) => {
-                                self.run_kernel_case(&dev, sched, weights, op, block_mib)
-                            }
-                            System::Tbfs(policy) => {
-                                self.run_tbfs_case(&dev, policy, weights, op, block_mib)
-                            }
+                            System::Kernel(sched) => self.run_kernel_case(&dev, sched, &spec),
+                            System::Tbfs(policy) => self.run_tbfs_case(&dev, policy, &spec),
                         }
                         .map_err(|message| FairnessError::Case {
                             case: case.clone(),
@@ -447,10 +499,14 @@ impl FairnessBench {
         &self,
         dev: &LoopDevice,
         sched: KernelSched,
-        weights: &[u32],
-        op: IoOp,
-        block_mib: u64,
+        case: &Case,
     ) -> Result<FairnessRow, String> {
+        let &Case {
+            weights,
+            op,
+            block_mib,
+            window,
+        } = case;
         let exe = self.child_exe.as_ref().ok_or("no tailbound binary")?;
         // Dropped in reverse: tenants first, then their cgroups, then the scheduler.
         let _sched = SchedulerGuard::set(dev.path(), sched).map_err(|e| e.to_string())?;
@@ -486,7 +542,7 @@ impl FairnessBench {
         }
         let go = monotonic_now();
         let open = go.plus(self.warmup);
-        sleep_watching(open.plus(self.window), &self.interrupted, &mut tenants)?;
+        sleep_watching(open.plus(window), &self.interrupted, &mut tenants)?;
         let close = monotonic_now();
         for t in &mut tenants {
             t.stop();
@@ -502,6 +558,7 @@ impl FairnessBench {
             weights: weights.to_vec(),
             op: op.name(),
             block_mb: block_mib,
+            window_s: seconds,
             ratio_error: ratio_error(weights, &shares),
             total_mb_per_s: shares.iter().sum(),
             shares_mb_per_s: shares,
@@ -520,10 +577,14 @@ impl FairnessBench {
         &self,
         dev: &LoopDevice,
         policy: Policy,
-        weights: &[u32],
-        op: IoOp,
-        block_mib: u64,
+        case: &Case,
     ) -> Result<FairnessRow, String> {
+        let &Case {
+            weights,
+            op,
+            block_mib,
+            window,
+        } = case;
         use crate::sched::Prio;
         use crate::tbfs::OpenFlags;
         let _kernel =
@@ -589,7 +650,7 @@ impl FairnessBench {
             start.wait();
             let go = monotonic_now();
             let open = go.plus(self.warmup);
-            let until = open.plus(self.window);
+            let until = open.plus(window);
             while monotonic_now().0 < until.0 {
                 if self
                     .interrupted
@@ -630,11 +691,20 @@ impl FairnessBench {
             weights: weights.to_vec(),
             op: op.name(),
             block_mb: block_mib,
+            window_s: seconds,
             ratio_error: ratio_error(weights, &shares),
             total_mb_per_s: shares.iter().sum(),
             shares_mb_per_s: shares,
         })
     }
+}
+
+/// What one case runs: its weight set, operation, block size and window.
+struct Case<'a> {
+    weights: &'a [u32],
+    op: IoOp,
+    block_mib: u64,
+    window: Duration,
 }
 
 /// `2:1`, `3:2:2:1`.
@@ -725,6 +795,7 @@ pub struct FairnessReport {
     pub device: String,
     pub region_mb: u64,
     pub warmup_s: f64,
+    /// The shortest window (each case has its own: [`FairnessRow::window_s`]).
     pub window_s: f64,
     pub cases: Vec<FairnessRow>,
     pub targets: Vec<TargetCheck>,
@@ -739,6 +810,7 @@ impl FairnessReport {
                 "weights",
                 "op",
                 "block",
+                "window",
                 "MB/s per tenant",
                 "measured ratio",
                 "ratio error",
@@ -747,7 +819,7 @@ impl FairnessReport {
             .map(String::from)
             .to_vec(),
         );
-        for column in 3..8 {
+        for column in 3..9 {
             table.set_align(column, Align::Right);
         }
         for r in &self.cases {
@@ -756,6 +828,7 @@ impl FairnessReport {
                 weights_label(&r.weights),
                 r.op.into(),
                 format!("{} MiB", r.block_mb),
+                format!("{:.1} s", r.window_s),
                 r.shares_mb_per_s
                     .iter()
                     .map(|s| format!("{s:.1}"))
@@ -767,8 +840,8 @@ impl FairnessReport {
             ]);
         }
         format!(
-            "Weighted shares of direct I/O streams, {} s window after {} s warm-up, {} MiB \
-             region per tenant on a {} (MB = 2^20 bytes)\n\n{}\nTargets\n\n{}",
+            "Weighted shares of direct I/O streams, windows of at least {} s after {} s warm-up, \
+             {} MiB region per tenant on a {} (MB = 2^20 bytes)\n\n{}\nTargets\n\n{}",
             self.window_s,
             self.warmup_s,
             self.region_mb,
@@ -896,12 +969,37 @@ mod tests {
     }
 
     #[test]
+    fn a_window_holds_enough_blocks_of_the_lightest_tenant() {
+        let four = Duration::from_secs(4);
+        // Nothing measured yet for the operation, or lengthening off: the window as given.
+        assert_eq!(window_for(four, 10, 100, &[3, 2, 2, 1], None), four);
+        assert_eq!(window_for(four, 0, 100, &[3, 2, 2, 1], Some(240.0)), four);
+        // Small blocks fit in the shortest window.
+        assert_eq!(window_for(four, 10, 1, &[2, 1], Some(300.0)), four);
+        // The weight-1 tenant of 3:2:2:1 gets 240/8 = 30 MB/s: 10 blocks of 10 MiB take 3.3 s,
+        // of 30 MiB 10 s.
+        assert_eq!(window_for(four, 10, 10, &[3, 2, 2, 1], Some(240.0)), four);
+        let w = window_for(four, 10, 30, &[3, 2, 2, 1], Some(240.0));
+        assert!((w.as_secs_f64() - 10.0).abs() < 1e-9, "{w:?}");
+        // At most a minute, unless the shortest window is longer; a nonsense total is ignored.
+        assert_eq!(
+            window_for(four, 10, 100, &[3, 2, 2, 1], Some(1.0)),
+            WINDOW_MAX
+        );
+        let long = Duration::from_secs(90);
+        assert_eq!(window_for(long, 10, 100, &[2, 1], Some(1.0)), long);
+        assert_eq!(window_for(four, 10, 100, &[2, 1], Some(f64::NAN)), four);
+        assert_eq!(window_for(four, 10, 100, &[2, 1], Some(0.0)), four);
+    }
+
+    #[test]
     fn the_throughput_target_compares_each_tbfs_case_with_its_fifo_case() {
         let row = |system: &'static str, block_mb: u64, total: f64| FairnessRow {
             system,
             weights: vec![2, 1],
             op: "read",
             block_mb,
+            window_s: 4.0,
             shares_mb_per_s: vec![total * 2.0 / 3.0, total / 3.0],
             ratio_error: 0.0,
             total_mb_per_s: total,
@@ -929,6 +1027,7 @@ mod tests {
             weights: vec![2, 1],
             op: "read",
             block_mb: 1,
+            window_s: 4.0,
             shares_mb_per_s: vec![2.0, 1.0],
             ratio_error: 0.0,
             total_mb_per_s: 3.0,
