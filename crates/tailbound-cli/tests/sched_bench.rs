@@ -122,6 +122,7 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
         "weights",
         "op",
         "block_mb",
+        "window_s",
         "shares_mb_per_s",
         "ratio_error",
         "total_mb_per_s",
@@ -142,6 +143,9 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
         assert!([1, 10].contains(&block), "{case}");
         seen.insert((system.to_string(), op.to_string(), block));
         assert_eq!(case["weights"], serde_json::json!([2, 1]));
+        // --quick keeps every window at --window.
+        let window = case["window_s"].as_f64().unwrap();
+        assert!((0.5..5.0).contains(&window), "{case}");
         let shares: Vec<f64> = case["shares_mb_per_s"]
             .as_array()
             .unwrap()
