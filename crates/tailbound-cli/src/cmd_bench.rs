@@ -101,9 +101,9 @@ enum Experiment {
     /// would hold fewer than --min-blocks blocks of the lightest tenant at the last total
     /// measured for the same operation (at most 60 s). The loop device, the cgroups and the
     /// scheduler setting are removed or restored afterwards, also on errors and Ctrl-C. The
-    /// full run (120 cases, a 4 GiB scratch file) takes about 50 minutes, about 12 per system
-    /// and more for tbfs, whose files are written before each case; --quick runs 2:1 at 1 and
-    /// 10 MiB in about 15 seconds.
+    /// full run (120 cases, a 4 GiB scratch file) takes about 25 minutes: about 4 per kernel
+    /// system, and about 7 per tbfs system, whose files are written before each case; --quick
+    /// runs 2:1 at 1 and 10 MiB in about 15 seconds.
     Fairness(FairnessArgs),
     /// Priority under a background copy (seed 004): 4 KiB O_SYNC appends of a real-time I/O
     /// class writer (ioprio_set, as `ionice -c1`) at 111/s and flat out, while a separate process
