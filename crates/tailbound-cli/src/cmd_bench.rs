@@ -1070,7 +1070,10 @@ fn run_fairness(args: FairnessArgs) -> CliResult {
     bench.validate()?;
     bench.interrupted = Some(interrupt_flag()?);
     let lengthened = if bench.min_blocks > 0 {
-        format!(" (or long enough for {} blocks of the lightest tenant)", bench.min_blocks)
+        format!(
+            " (or long enough for {} blocks of the lightest tenant)",
+            bench.min_blocks
+        )
     } else {
         String::new()
     };
