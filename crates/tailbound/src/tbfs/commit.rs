@@ -856,7 +856,13 @@ impl Inner {
     /// Leaves the queued logs (a direct write's summaries) to the background thread, which
     /// writes them as its own I/O while the writer goes on with its data. Without a background
     /// thread, writes them here as far as that needs no wait for other threads' payloads.
+    /// Past a buffer's worth of sealed data left unwritten (the background thread's idle-class
+    /// writes wait in `sched` behind busier classes, say), the writer writes with them, lending
+    /// its priority, so the memory held stays bounded.
     pub(crate) fn write_logs_behind(&self) -> Result<()> {
+        if self.in_flight.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
+            return self.wait_in_flight();
+        }
         let background = self
             .background
             .lock()

@@ -2663,6 +2663,50 @@ fn a_direct_write_returns_while_the_background_thread_writes_its_summary() {
     assert_eq!(read_all(&back, "/direct"), new);
 }
 
+/// Direct writes whose summaries the background thread cannot write (stopped in the device
+/// here; waiting in `sched` behind busier classes in life) stop once a buffer's worth is left
+/// unwritten, instead of holding ever more memory; every byte is there after the stop ends.
+#[test]
+fn direct_writes_stop_leaving_summaries_behind_past_a_buffers_worth() {
+    let (sim, gated, stopped_rx, resume_tx) = gated_device();
+    let fs = gated_pool(&gated);
+    let f = fs.open_file("/direct", direct_create()).unwrap();
+    f.pwrite(&pattern(1, 4096), 0).unwrap();
+    fs.sync().unwrap();
+    // 64 KiB at a time, 2 MiB in all: twice the pool's buffer (1 MiB).
+    let piece = 16 * 4096;
+    let writes = 32;
+    let data = pattern(2, writes * piece);
+    *gated.exact.lock().unwrap() = Some(4096);
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let (f, data, done) = (&f, &data, &done);
+        let writer = s.spawn(move || {
+            for (i, chunk) in data.chunks(piece).enumerate() {
+                f.pwrite(chunk, (i * piece) as u64)?;
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            Ok::<_, Error>(())
+        });
+        stopped_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the first summary was never written");
+        // Without the bound the writer finishes all 32 writes while the summary is stopped.
+        std::thread::sleep(Duration::from_secs(2));
+        let while_stopped = done.load(std::sync::atomic::Ordering::SeqCst);
+        resume_tx.send(()).unwrap();
+        writer.join().unwrap().unwrap();
+        assert!(
+            while_stopped * piece <= (1 << 20) + piece,
+            "{while_stopped} writes of 64 KiB returned with their summaries unwritten"
+        );
+    });
+    assert_eq!(read_all(&fs, "/direct"), data);
+    f.fsync().unwrap();
+    let back = reopen(&sim);
+    assert_eq!(read_all(&back, "/direct"), data);
+}
+
 /// A direct write of several pieces at an offset inside a block: each piece goes out while the
 /// next is made, the partial blocks at either end keep the bytes around them, the new file's
 /// first piece is synced (its creation needs a checkpoint) and the rest go out as data-only
