@@ -2664,16 +2664,25 @@ fn a_direct_write_returns_while_the_background_thread_writes_its_summary() {
 }
 
 /// Direct writes whose summaries the background thread cannot write (stopped in the device
-/// here; waiting in `sched` behind busier classes in life) stop once a buffer's worth is left
-/// unwritten, instead of holding ever more memory; every byte is there after the stop ends.
+/// here; waiting in `sched` behind busier classes in life) stop once `BEHIND_BUFFERS` buffers'
+/// worth is left unwritten, instead of holding ever more memory; every byte is there after the
+/// stop ends.
 #[test]
-fn direct_writes_stop_leaving_summaries_behind_past_a_buffers_worth() {
+fn direct_writes_stop_leaving_summaries_behind_past_a_bound() {
     let (sim, gated, stopped_rx, resume_tx) = gated_device();
-    let fs = gated_pool(&gated);
+    let buffer = 256 << 10;
+    let cfg = Config {
+        segment_bytes: 256 << 10,
+        superblock_every_bytes: 64 << 20,
+        dirty_bytes_max: buffer,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    let bound = (buffer * super::commit::BEHIND_BUFFERS) as usize;
     let f = fs.open_file("/direct", direct_create()).unwrap();
     f.pwrite(&pattern(1, 4096), 0).unwrap();
     fs.sync().unwrap();
-    // 64 KiB at a time, 2 MiB in all: twice the pool's buffer (1 MiB).
+    // 64 KiB at a time, 2 MiB in all: twice the bound.
     let piece = 16 * 4096;
     let writes = 32;
     let data = pattern(2, writes * piece);
@@ -2697,7 +2706,7 @@ fn direct_writes_stop_leaving_summaries_behind_past_a_buffers_worth() {
         resume_tx.send(()).unwrap();
         writer.join().unwrap().unwrap();
         assert!(
-            while_stopped * piece <= (1 << 20) + piece,
+            while_stopped * piece <= bound + piece,
             "{while_stopped} writes of 64 KiB returned with their summaries unwritten"
         );
     });
