@@ -861,8 +861,8 @@ impl Inner {
     }
 
     /// Leaves the queued logs (a direct write's summaries) to the background thread, which
-    /// writes them as its own I/O while the writer goes on with its data. Without a background
-    /// thread, writes them here as far as that needs no wait for other threads' payloads.
+    /// writes them as its own I/O while the writer goes on with its data (without a background
+    /// thread, which only a failed thread start leaves, the writer writes them).
     /// Past [`BEHIND_BUFFERS`] buffers' worth of sealed data unwritten (the background
     /// thread's idle-class writes wait in `sched` behind busier classes, say), the writer
     /// writes with them, lending its priority, so the memory held stays bounded.
@@ -880,40 +880,8 @@ impl Inner {
             self.wake_background(|w| w.logs = true);
             self.check_not_poisoned()
         } else {
-            self.write_queued_now()
+            self.write_logs_until(u64::MAX)
         }
-    }
-
-    /// Writes what is queued up to the first log that needs payloads still in flight, and no
-    /// further, without waiting for other threads' payloads. Superblocks reached are handed to
-    /// the background thread. What is left is written by whoever comes next.
-    fn write_queued_now(&self) -> Result<()> {
-        loop {
-            let stop = {
-                let mut w = match self.log_writer.try_lock() {
-                    Ok(w) => w,
-                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                    // Another thread is writing the queue.
-                    Err(std::sync::TryLockError::WouldBlock) => return self.check_not_poisoned(),
-                };
-                self.write_queued(&mut w, u64::MAX)?
-            };
-            match stop {
-                None | Some(Stop::Barrier(_)) => return Ok(()),
-                Some(Stop::Superblock(sb, flush_first)) => {
-                    self.hand_off_superblock(sb, flush_first)
-                }
-            }
-        }
-    }
-
-    /// Leaves a superblock taken from the queue to the background thread.
-    fn hand_off_superblock(&self, sb: Superblock, flush_first: bool) {
-        self.sb_handoff
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((sb, flush_first));
-        self.wake_background(|w| w.superblock = true);
     }
 
     /// Takes the log writer (lending this thread's priority while it waits) and writes the
@@ -936,7 +904,13 @@ impl Inner {
                 }
                 Some(Stop::Superblock(sb, flush_first)) => match superblocks {
                     Superblocks::Write => self.write_superblock_unlocked(sb, flush_first)?,
-                    Superblocks::HandOff => self.hand_off_superblock(sb, flush_first),
+                    Superblocks::HandOff => {
+                        self.sb_handoff
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((sb, flush_first));
+                        self.wake_background(|w| w.logs = true);
+                    }
                 },
             }
         }
@@ -1793,7 +1767,7 @@ impl Inner {
             self.seal_superblock(m);
             // The background thread writes it, or a thread writing logs up to a later point
             // gets there first (writers on their way to their own logs hand it back).
-            self.wake_background(|w| w.superblock = true);
+            self.wake_background(|w| w.logs = true);
         }
         Ok(())
     }

@@ -579,9 +579,8 @@ pub(crate) struct Inner {
 #[derive(Debug, Default)]
 pub(crate) struct Wake {
     pub stop: bool,
-    /// A superblock waits in the log queue.
-    pub superblock: bool,
-    /// Logs wait in the queue for the background thread (a direct write's summaries).
+    /// Logs or superblocks wait for the background thread to write them (a direct write's
+    /// summaries; a superblock sealed or handed off by a writer that went on).
     pub logs: bool,
     /// Free space is below the low-water mark: clean now.
     pub clean: bool,
@@ -982,7 +981,15 @@ impl Inner {
             st.next_gen += 1;
             let made = whole.next_if(|(b, _)| *b == block).map(|(_, d)| d);
             if let Some(d) = st.dirty.get_mut(&block) {
-                d.write(gen, within, &buf[done..done + n]);
+                match made {
+                    // Made already: it takes the old buffer's place (a sealed log keeps its
+                    // own reference), instead of being copied again.
+                    Some(mut fresh) => {
+                        fresh.gen = gen;
+                        recycle_blocks(vec![std::mem::replace(d, fresh).into_data()]);
+                    }
+                    None => d.write(gen, within, &buf[done..done + n]),
+                }
             } else {
                 let mut fresh = match made {
                     Some(d) => d,
@@ -2379,17 +2386,16 @@ fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Dura
             let why = lock.lock().unwrap_or_else(|p| p.into_inner());
             let (mut why, _) = cv
                 .wait_timeout_while(why, period.saturating_sub(last_periodic.elapsed()), |w| {
-                    !w.stop && !w.superblock && !w.logs && !w.clean
+                    !w.stop && !w.logs && !w.clean
                 })
                 .unwrap_or_else(|p| p.into_inner());
             if why.stop {
                 return;
             }
-            let superblock = std::mem::take(&mut why.superblock);
             let logs = std::mem::take(&mut why.logs);
             let clean = std::mem::take(&mut why.clean);
             drop(why);
-            if superblock || logs {
+            if logs {
                 // A writer sealed a superblock, or left its logs, and went on: write them (and
                 // what is before them) here, without `meta`, so no writer waits for their
                 // turns in the device or their flushes.
