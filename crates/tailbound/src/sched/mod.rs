@@ -412,8 +412,9 @@ pub struct Config {
     /// write of a tenant completes and fair queueing would serve that tenant next, the device is
     /// held idle this long for its next request before another tenant's goes (a request costing
     /// under 1/[`SMALL_PASSES_ANTICIPATION`](queue::SMALL_PASSES_ANTICIPATION) of the completed
-    /// one still goes). Without it, tenants that keep one synchronous request outstanding each are
-    /// served alternately, whatever their weights. `None` keeps the scheduler work-conserving.
+    /// one still goes, and the wait goes on after it). Idle-class tenants are never waited for.
+    /// Without it, tenants that keep one synchronous request outstanding each are served
+    /// alternately, whatever their weights. `None` keeps the scheduler work-conserving.
     pub anticipation: Option<Duration>,
     /// Flush debt: after this many bytes of writes completed since the last flush, the scheduler
     /// flushes the device before the next write. A device that caches writes writes them back

@@ -792,11 +792,28 @@ impl Queue {
         };
         if let Some(lead) = d.pieces.first() {
             let t = lead.tenant.0 as usize;
-            self.last_done = (self.anticipation_ns.is_some()
-                && self.uses_tags()
-                && d.op != Op::Flush
-                && self.tenants.get(t).is_some_and(|s| s.queue.is_empty()))
-            .then_some((t, now, d.cost_ns));
+            // A dispatch let through while another tenant is waited for (a small one) leaves
+            // that wait as it was, within its window. An idle-class tenant is never waited for
+            // (as CFQ never idles for its idle class): it has no share worth holding the device
+            // for, and waiting after each of a tbfs background thread's log summaries idled the
+            // device for most of `bench fairness`'s small writes.
+            let waiting_for_another = self.last_done.is_some_and(|(w, done_at, _)| {
+                w != t
+                    && self.tenants[w].queue.is_empty()
+                    && self
+                        .anticipation_ns
+                        .is_some_and(|window| now < done_at.saturating_add(window))
+            });
+            if !waiting_for_another {
+                let waits = self.anticipation_ns.is_some()
+                    && self.uses_tags()
+                    && d.op != Op::Flush
+                    && self
+                        .tenants
+                        .get(t)
+                        .is_some_and(|s| s.queue.is_empty() && s.prio.class != Class::Idle);
+                self.last_done = waits.then_some((t, now, d.cost_ns));
+            }
         }
         let mut done = Vec::new();
         for p in d.pieces.iter().chain(&riders) {

@@ -831,9 +831,50 @@ fn fair_waits_for_a_writer_that_just_completed_but_lets_small_requests_through()
     let d = q.pop(MS).expect("the small write was held back");
     assert_eq!(d.pieces[0].tenant, small);
     q.complete(MS + MS / 10, &d);
+    // Heavy is still the one waited for, in its own window: not the small writer after it.
+    assert!(
+        q.pop(2 * MS).is_none(),
+        "the wait for the heavy writer ended when a small write let through completed"
+    );
+    assert_eq!(
+        q.next_timer(),
+        Some(9 * MS),
+        "heavy's window, not one after the small write"
+    );
     // Once the window ends, the other tenant is served.
-    let d = q.pop(20 * MS).expect("the other tenant after the window");
+    let d = q.pop(9 * MS).expect("the other tenant after the window");
     assert_eq!(d.pieces[0].tenant, other);
+}
+
+#[test]
+fn fair_never_waits_for_an_idle_class_tenant() {
+    let mut q = Queue::new(&Config {
+        policy: Policy::Fair,
+        depth: 1,
+        anticipation: Some(Duration::from_millis(8)),
+        ..Config::default()
+    });
+    let background = q.add_tenant("background", prio(Class::Idle), 100);
+    let writer = q.add_tenant("writer", prio(Class::Be), 1);
+    let write = |tenant, offset, len| Request {
+        tenant,
+        op: Op::Write,
+        offset,
+        len,
+    };
+    const MS: u64 = 1_000_000;
+    // The idle-class tenant has the earlier finish tag for a write like its last, but the device
+    // does not idle for it: the best-effort write waiting goes as soon as the device is free.
+    q.push(0, write(background, 0, BLOCK_SIZE));
+    q.push(0, write(writer, 1 << 40, 1 << 20));
+    let d = q.pop(0).expect("the background write");
+    assert_eq!(d.pieces[0].tenant, background);
+    q.complete(MS / 10, &d);
+    assert_eq!(q.next_timer(), None, "a wait for the idle-class tenant");
+    let d = q
+        .pop(MS / 10)
+        .expect("the device idled after an idle-class write");
+    assert_eq!(d.pieces[0].tenant, writer);
 }
 
 #[test]
