@@ -12,7 +12,8 @@
 //! credit is the virtual time the others advance while `depth` pieces of `max_io` are served
 //! (times [`CREDIT_PIECES`]): a tenant whose queue emptied only because its own last pieces were
 //! in the device gets back what it lost meanwhile; one that was idle a long time gets at most that
-//! much, no windfall.
+//! much, no windfall. Under [`Policy::Fair`] idle-class tenants are served by the same tags but
+//! their service does not advance `V` (`Queue::moves_clock`).
 //!
 //! Does no I/O and reads no clock.
 
