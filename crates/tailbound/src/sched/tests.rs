@@ -798,24 +798,33 @@ fn a_request_already_queued_by_a_holder_is_raised_when_a_priority_is_lent() {
     );
 }
 
-#[test]
-fn fair_waits_for_a_writer_that_just_completed_but_lets_small_requests_through() {
-    let mut q = Queue::new(&Config {
+/// A `fair` queue of depth 1 that waits up to 8 ms for a tenant's next request.
+fn anticipating_fair_queue() -> Queue {
+    Queue::new(&Config {
         policy: Policy::Fair,
         depth: 1,
         anticipation: Some(Duration::from_millis(8)),
         ..Config::default()
-    });
-    let heavy = q.add_tenant("heavy", prio(Class::Be), 100);
-    let other = q.add_tenant("other", prio(Class::Be), 1);
-    let small = q.add_tenant("small", prio(Class::Be), 1);
-    let write = |tenant, offset, len| Request {
+    })
+}
+
+fn write(tenant: TenantId, offset: u64, len: u64) -> Request {
+    Request {
         tenant,
         op: Op::Write,
         offset,
         len,
-    };
-    const MS: u64 = 1_000_000;
+    }
+}
+
+const MS: u64 = 1_000_000;
+
+#[test]
+fn fair_waits_for_a_writer_that_just_completed_but_lets_small_requests_through() {
+    let mut q = anticipating_fair_queue();
+    let heavy = q.add_tenant("heavy", prio(Class::Be), 100);
+    let other = q.add_tenant("other", prio(Class::Be), 1);
+    let small = q.add_tenant("small", prio(Class::Be), 1);
     q.push(0, write(heavy, 0, 1 << 20));
     let d = q.pop(0).expect("heavy's write");
     q.complete(MS, &d);
@@ -848,21 +857,9 @@ fn fair_waits_for_a_writer_that_just_completed_but_lets_small_requests_through()
 
 #[test]
 fn fair_never_waits_for_an_idle_class_tenant() {
-    let mut q = Queue::new(&Config {
-        policy: Policy::Fair,
-        depth: 1,
-        anticipation: Some(Duration::from_millis(8)),
-        ..Config::default()
-    });
+    let mut q = anticipating_fair_queue();
     let background = q.add_tenant("background", prio(Class::Idle), 100);
     let writer = q.add_tenant("writer", prio(Class::Be), 1);
-    let write = |tenant, offset, len| Request {
-        tenant,
-        op: Op::Write,
-        offset,
-        len,
-    };
-    const MS: u64 = 1_000_000;
     // The idle-class tenant has the earlier finish tag for a write like its last, but the device
     // does not idle for it: the best-effort write waiting goes as soon as the device is free.
     q.push(0, write(background, 0, BLOCK_SIZE));
