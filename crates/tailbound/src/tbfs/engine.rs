@@ -971,6 +971,8 @@ impl Inner {
         let offset = offset.unwrap_or(st.size);
         let end = write_end(cell.ino, offset, buf.len())?;
         let mut whole = whole.into_iter().peekable();
+        // Buffers a made block replaced, kept for reuse in one go after the loop.
+        let mut replaced = Vec::new();
         let mut done = 0usize;
         while done < buf.len() {
             let pos = offset + done as u64;
@@ -986,7 +988,7 @@ impl Inner {
                     // own reference), instead of being copied again.
                     Some(mut fresh) => {
                         fresh.gen = gen;
-                        recycle_blocks(vec![std::mem::replace(d, fresh).into_data()]);
+                        replaced.push(std::mem::replace(d, fresh).into_data());
                     }
                     None => d.write(gen, within, &buf[done..done + n]),
                 }
@@ -1013,6 +1015,7 @@ impl Inner {
             }
             done += n;
         }
+        recycle_blocks(replaced);
         if end > st.size {
             st.size = end;
         }

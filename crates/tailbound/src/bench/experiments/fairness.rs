@@ -501,7 +501,12 @@ impl FairnessBench {
         sched: KernelSched,
         case: &Case,
     ) -> Result<FairnessRow, String> {
-        let (weights, op, block_mib, window) = case.parts();
+        let &Case {
+            weights,
+            op,
+            block_mib,
+            window,
+        } = case;
         let exe = self.child_exe.as_ref().ok_or("no tailbound binary")?;
         // Dropped in reverse: tenants first, then their cgroups, then the scheduler.
         let _sched = SchedulerGuard::set(dev.path(), sched).map_err(|e| e.to_string())?;
@@ -574,7 +579,12 @@ impl FairnessBench {
         policy: Policy,
         case: &Case,
     ) -> Result<FairnessRow, String> {
-        let (weights, op, block_mib, window) = case.parts();
+        let &Case {
+            weights,
+            op,
+            block_mib,
+            window,
+        } = case;
         use crate::sched::Prio;
         use crate::tbfs::OpenFlags;
         let _kernel =
@@ -695,12 +705,6 @@ struct Case<'a> {
     op: IoOp,
     block_mib: u64,
     window: Duration,
-}
-
-impl<'a> Case<'a> {
-    fn parts(&self) -> (&'a [u32], IoOp, u64, Duration) {
-        (self.weights, self.op, self.block_mib, self.window)
-    }
 }
 
 /// `2:1`, `3:2:2:1`.
