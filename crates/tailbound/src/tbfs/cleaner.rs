@@ -34,6 +34,37 @@ const VICTIMS_PER_PASS: usize = 32;
 /// writers'.
 const BACKGROUND_VICTIMS: usize = 4;
 
+/// The priority of a background pass made under pressure ([`Inner::cleaning_is_urgent`]):
+/// best effort, lowest level, so it shares the device with best-effort writers by weight
+/// instead of waiting for them to pause.
+pub const URGENT_PRIO: crate::sched::Prio = crate::sched::Prio {
+    class: crate::sched::Class::Be,
+    level: crate::sched::LEVEL_MAX,
+};
+
+/// The calling thread raised from the idle class to [`URGENT_PRIO`] for one pass, and put back
+/// when dropped. A thread of any other class is left as it is.
+struct RaisedPrio(Option<crate::sched::Prio>);
+
+impl RaisedPrio {
+    fn raise() -> RaisedPrio {
+        let before = crate::sched::Prio::of_current_thread();
+        if before.class != crate::sched::Class::Idle {
+            return RaisedPrio(None);
+        }
+        // Without the raise the pass runs as before, at idle class: nothing to report.
+        RaisedPrio(URGENT_PRIO.apply_to_current_thread().ok().map(|()| before))
+    }
+}
+
+impl Drop for RaisedPrio {
+    fn drop(&mut self) {
+        if let Some(before) = self.0 {
+            let _ = before.apply_to_current_thread();
+        }
+    }
+}
+
 /// The background cleaner's pass, split around `meta` (see [`Inner::background_clean`]).
 #[derive(Debug, Default)]
 pub(crate) struct BackgroundPass {
@@ -706,10 +737,21 @@ impl Inner {
         })
     }
 
+    /// Whether free space is within twice the low-water mark (and the reserve) of running out:
+    /// below the mark, a writer's commit cleans in the foreground, holding `meta` while it does.
+    pub(crate) fn cleaning_is_urgent(&self, m: &Meta) -> bool {
+        let mark = 2 * self.low_water(m) + self.reserve_blocks();
+        self.free_blocks_up_to(m, mark) < mark
+    }
+
     /// Background work (on the idle-class thread, called without `meta`): while less than the
     /// configured share of the pool is free, one small pass per wake-up, so writers get the lock
     /// between passes and the cleaner's I/O is throttled to [`BACKGROUND_VICTIMS`] segments per
     /// period.
+    ///
+    /// A pass made while [`Inner::cleaning_is_urgent`] runs as best-effort I/O at the lowest
+    /// level ([`URGENT_PRIO`]) if its thread is idle-class, and goes back to idle after it; and
+    /// if it emptied anything, the background thread makes the next pass at once.
     ///
     /// Only the pass's bookkeeping holds `meta`: the victims it is expected to pick are read
     /// before it takes the lock (marked so that none is reused meanwhile), and the flush and
@@ -719,7 +761,7 @@ impl Inner {
         let _one_pass = self.bg_pass.lock().unwrap_or_else(|p| p.into_inner());
         let total = self.segment_blocks * self.segment_count;
         let want = total * self.config.gc_free_percent.min(90) as u64 / 100;
-        let (victims, seq) = {
+        let (victims, seq, urgent) = {
             let mut m = self.lock_meta();
             if self.free_blocks_up_to(&m, want) >= want {
                 return Ok(());
@@ -737,8 +779,14 @@ impl Inner {
             };
             let victims = if light.is_empty() { full } else { light };
             m.bg_clean.reading.extend(victims.iter().copied());
-            (victims, m.writer.seq)
+            (victims, m.writer.seq, self.cleaning_is_urgent(&m))
         };
+        // Under pressure the pass is no longer idle-class I/O: held back behind best-effort
+        // writers, it fell behind a steady copy until a writer's commit found too little room
+        // and cleaned in the foreground, holding `meta` for up to a whole pass (0.5 s measured
+        // in `bench priority`, the real-time writer waiting on it). A memory pool does no
+        // device I/O, so it keeps its thread's priority.
+        let _raised = (urgent && !self.dev.writes_are_copies()).then(RaisedPrio::raise);
         // Every log in the victims was sealed before `seq`. A memory pool's victims are not
         // read ahead: the pass reads their summaries and live file data a block at a time
         // (`move_live`), a fraction of copying every victim whole into fresh memory.
@@ -752,17 +800,21 @@ impl Inner {
         m.bg_clean.read = read?;
         m.bg_clean.defer_io = true;
         let cleaned = if self.free_blocks_up_to(&m, want) >= want {
-            Ok(())
+            Ok(0)
         } else {
             self.clean_at_most(&mut m, want, false, BACKGROUND_VICTIMS, 1)
-                .map(|_| ())
+                .map(|r| r.segments_cleaned)
         };
         m.bg_clean.read.clear();
         m.bg_clean.defer_io = false;
         let flush = std::mem::take(&mut m.bg_clean.flush);
         let end = m.writer.seq;
         m.unlock_and_write()?;
-        cleaned?;
+        // Under pressure the next pass follows at once, not a period later, while passes
+        // empty segments.
+        if urgent && cleaned? > 0 && self.config.background_gc {
+            self.wake_background(|w| w.clean = true);
+        }
         if flush {
             self.flush_written(end, "after background cleaning")
         } else {

@@ -2823,3 +2823,97 @@ fn a_power_cut_during_a_direct_write_keeps_a_prefix_of_its_pieces_each_whole() {
         ends.len()
     );
 }
+
+/// A device that notes the calling thread's I/O priority at every read of `segment` bytes (a
+/// background pass reading a victim whole).
+#[derive(Debug)]
+struct PrioNotingDevice {
+    inner: Arc<SimDevice>,
+    segment: usize,
+    seen: std::sync::Mutex<Vec<crate::sched::Prio>>,
+}
+
+impl Device for PrioNotingDevice {
+    fn kind(&self) -> &'static str {
+        "prio-noting"
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        if buf.len() == self.segment {
+            let prio = crate::sched::Prio::of_current_thread();
+            self.seen.lock().unwrap().push(prio);
+        }
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[test]
+fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idle() {
+    use crate::sched::{Class, Prio, LEVEL_MAX};
+    let idle = Prio {
+        class: Class::Idle,
+        level: LEVEL_MAX,
+    };
+    // The same history of overwrites and appends in a small pool (little room left) and in a
+    // large one; the pass runs in both, as it cleans while less than 90 % is free.
+    for (pool_bytes, pressed) in [(3584u64 << 10, true), (64 << 20, false)] {
+        let cfg = Config {
+            gc_free_percent: 90,
+            ..small_config(Ordering::Relaxed, Barrier::Superblock)
+        };
+        let dev = Arc::new(PrioNotingDevice {
+            inner: device(pool_bytes),
+            segment: cfg.segment_bytes as usize,
+            seen: std::sync::Mutex::new(Vec::new()),
+        });
+        let fs = Fs::format(dev.clone(), &cfg).unwrap();
+        let hot = fs.open_file("/hot", OpenFlags::create()).unwrap();
+        let cold = fs.open_file("/cold", OpenFlags::create()).unwrap();
+        for i in 0..400u64 {
+            hot.pwrite(&pattern(i, 4096), (i % 8) * 4096).unwrap();
+            hot.fsync().unwrap();
+            cold.append(&pattern(i + 1000, 4096)).unwrap();
+            cold.fsync().unwrap();
+        }
+        fs.sync().unwrap();
+        // Superblocks handed to the background thread decide which segments are reusable.
+        fs.inner.write_logs_until(u64::MAX).unwrap();
+        let urgent = fs.inner.cleaning_is_urgent(&fs.inner.lock_meta());
+        assert_eq!(urgent, pressed, "pool of {pool_bytes} bytes");
+        dev.seen.lock().unwrap().clear();
+        let after = std::thread::scope(|s| {
+            s.spawn(|| {
+                idle.apply_to_current_thread().unwrap();
+                fs.inner.background_clean().unwrap();
+                Prio::of_current_thread()
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(after, idle, "the pass put its thread back to idle");
+        let seen = dev.seen.lock().unwrap().clone();
+        assert!(!seen.is_empty(), "the pass read no victim");
+        let expect = if pressed {
+            crate::tbfs::cleaner::URGENT_PRIO
+        } else {
+            idle
+        };
+        assert!(
+            seen.iter().all(|&p| p == expect),
+            "pool of {pool_bytes} bytes: victims read at {seen:?}, expected {expect}"
+        );
+        let mut expect_cold = Vec::new();
+        for i in 0..400u64 {
+            expect_cold.extend_from_slice(&pattern(i + 1000, 4096));
+        }
+        assert_eq!(read_all(&fs, "/cold"), expect_cold);
+    }
+}
