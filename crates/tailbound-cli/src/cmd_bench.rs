@@ -109,10 +109,10 @@ enum Experiment {
     /// class writer (ioprio_set, as `ionice -c1`) at 111/s and flat out, while a separate process
     /// at best-effort level 7 copies a multi-GB file, on ext4 on a loop device, under the kernel
     /// schedulers none, mq-deadline, kyber and bfq; and the same inside a tbfs pool on that loop
-    /// file system behind tailbound's scheduler (--policies; the copy a thread at best-effort
-    /// level 7 making each 1 MiB write durable, the writer appending with fdatasync; the
-    /// scheduler's profile calibrated on the loop file system for --latency-goal first). Needs
-    /// root.
+    /// file system behind tailbound's scheduler (--policies; the pool flushes every log, so each
+    /// sync is durable as the kernel side's is; the copy a thread at best-effort level 7 making
+    /// each 1 MiB write durable, the writer appending with fdatasync; the scheduler's profile
+    /// calibrated on the loop file system for --latency-goal first). Needs root.
     ///
     /// Reports min, p50, p99, p99.9, p99.99, p99.9999 and max of write() and the copy's MB/s alone
     /// (before and after the writer) and under the writer. The copy uses O_DIRECT 1 MiB

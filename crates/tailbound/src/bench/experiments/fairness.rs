@@ -595,7 +595,9 @@ impl FairnessBench {
         cfg.policy = policy;
         cfg.depth = 1;
         cfg.anticipation = (policy != Policy::Fifo).then_some(TBFS_ANTICIPATION);
-        let (sched, fs) = super::pool::format_behind_scheduler(file_dev, cfg)?;
+        // Its tenants never sync: the default barrier, as `tailbound fs mkfs` makes.
+        let (sched, fs) =
+            super::pool::format_behind_scheduler(file_dev, cfg, crate::tbfs::Barrier::default())?;
         let block = block_mib * MIB;
         let blocks = (self.region_bytes() / 2 / block).max(1);
         let data: Vec<u8> = (0..block).map(|i| (i % 241) as u8 | 0x80).collect();

@@ -35,10 +35,12 @@ pub fn describe(dev: &FileDevice) -> String {
 
 /// A fresh tbfs pool on `dev` behind a scheduler with `cfg`, for the scheduler experiments: no
 /// background checkpoints and no protection period, so only the workload's own commits (and the
-/// cleaning they cause) reach the device. Returns the scheduler too, for adding tenants.
+/// cleaning they cause) reach the device; `barrier` says which logs are flushed. Returns the
+/// scheduler too, for adding tenants.
 pub fn format_behind_scheduler(
     dev: Arc<FileDevice>,
     cfg: crate::sched::Config,
+    barrier: crate::tbfs::Barrier,
 ) -> Result<(Arc<Scheduler>, Fs), String> {
     let sched = Scheduler::new(dev, cfg).map_err(|e| e.to_string())?;
     let fs = Fs::format(
@@ -46,6 +48,7 @@ pub fn format_behind_scheduler(
         &FsConfig {
             checkpoint_every: None,
             protection_period: Duration::ZERO,
+            barrier,
             ..FsConfig::default()
         },
     )

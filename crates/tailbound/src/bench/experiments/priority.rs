@@ -589,10 +589,10 @@ impl PriorityBench {
 impl PriorityBench {
     /// One tbfs case: a pool file on the loop file system (the loop device's scheduler set to
     /// `none`, so only tailbound's orders the I/O) behind tailbound's scheduler with `policy`
-    /// and depth 1;
+    /// and depth 1, the pool flushing every log (so a sync is durable on return);
     /// the copy is a thread at best-effort level 7 copying a file inside the pool in 1 MiB
-    /// reads and writes, each write made durable (`fdatasync`) as the kernel side's `O_DIRECT`
-    /// copy is; the writer a thread in the real-time class appending 4 KiB with `fdatasync`.
+    /// reads and writes, each write made durable (`fdatasync`); the writer a thread in the
+    /// real-time class appending 4 KiB with `fdatasync`.
     /// Both threads' scheduler tenants follow their kernel ioprio.
     fn run_tbfs_case(
         &self,
@@ -616,7 +616,12 @@ impl PriorityBench {
             depth: 1,
             ..crate::sched::Config::with_profile(profile.clone())
         };
-        let (_, tbfs) = super::pool::format_behind_scheduler(file_dev, cfg)?;
+        // Every log flushed (`every-log`): a sync returns once its append is durable on the
+        // device, as the kernel side's `fdatasync` on ext4 does. Under the default barrier a
+        // sync's data-only log is written but left in the device's cache until the next
+        // checkpoint, which a power cut could lose.
+        let (_, tbfs) =
+            super::pool::format_behind_scheduler(file_dev, cfg, crate::tbfs::Barrier::EveryLog)?;
         let chunk = COPY_CHUNK_BYTES as usize;
         let pattern: Vec<u8> = (0..chunk).map(|i| (i % 239) as u8 | 0x40).collect();
         let chunks = (self.copy_bytes / COPY_CHUNK_BYTES).max(1);
