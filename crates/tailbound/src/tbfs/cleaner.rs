@@ -810,9 +810,10 @@ impl Inner {
         let flush = std::mem::take(&mut m.bg_clean.flush);
         let end = m.writer.seq;
         m.unlock_and_write()?;
+        let cleaned = cleaned?;
         // Under pressure the next pass follows at once, not a period later, while passes
         // empty segments.
-        if urgent && cleaned? > 0 && self.config.background_gc {
+        if urgent && cleaned > 0 && self.config.background_gc {
             self.wake_background(|w| w.clean = true);
         }
         if flush {

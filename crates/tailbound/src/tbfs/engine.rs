@@ -2352,7 +2352,7 @@ fn parent_links(m: &Meta) -> HashMap<u64, u64> {
     parents
 }
 
-fn stop_background(inner: &Inner) {
+pub(crate) fn stop_background(inner: &Inner) {
     {
         let (lock, cv) = &*inner.wake;
         lock.lock().unwrap_or_else(|p| p.into_inner()).stop = true;

@@ -2863,10 +2863,13 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
         level: LEVEL_MAX,
     };
     // The same history of overwrites and appends in a small pool (little room left) and in a
-    // large one; the pass runs in both, as it cleans while less than 90 % is free.
-    for (pool_bytes, pressed) in [(3584u64 << 10, true), (64 << 20, false)] {
+    // large one; the pass runs in both, as it cleans while less than 90 % is free. The
+    // background thread is stopped at once: the test makes the pass and reads the wake-up it
+    // leaves.
+    for (pool_bytes, pressed) in [(3584u64 << 10, true), (32 << 20, false)] {
         let cfg = Config {
             gc_free_percent: 90,
+            background_gc: true,
             ..small_config(Ordering::Relaxed, Barrier::Superblock)
         };
         let dev = Arc::new(PrioNotingDevice {
@@ -2875,6 +2878,7 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
             seen: std::sync::Mutex::new(Vec::new()),
         });
         let fs = Fs::format(dev.clone(), &cfg).unwrap();
+        super::engine::stop_background(&fs.inner);
         let hot = fs.open_file("/hot", OpenFlags::create()).unwrap();
         let cold = fs.open_file("/cold", OpenFlags::create()).unwrap();
         for i in 0..400u64 {
@@ -2889,6 +2893,8 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
         let urgent = fs.inner.cleaning_is_urgent(&fs.inner.lock_meta());
         assert_eq!(urgent, pressed, "pool of {pool_bytes} bytes");
         dev.seen.lock().unwrap().clear();
+        let cleaned = fs.counters().segments_cleaned;
+        fs.inner.wake.0.lock().unwrap().clean = false;
         let after = std::thread::scope(|s| {
             s.spawn(|| {
                 idle.apply_to_current_thread().unwrap();
@@ -2899,6 +2905,17 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
             .unwrap()
         });
         assert_eq!(after, idle, "the pass put its thread back to idle");
+        // Under pressure, a pass that emptied segments asks for the next one at once.
+        let emptied = fs.counters().segments_cleaned > cleaned;
+        assert!(
+            emptied || !pressed,
+            "the pass under pressure emptied nothing"
+        );
+        assert_eq!(
+            fs.inner.wake.0.lock().unwrap().clean,
+            pressed,
+            "pool of {pool_bytes} bytes: the next pass asked for at once"
+        );
         let seen = dev.seen.lock().unwrap().clone();
         assert!(!seen.is_empty(), "the pass read no victim");
         let expect = if pressed {
