@@ -37,9 +37,9 @@ use super::{Barrier, Error, Result};
 pub(crate) enum Stop {
     /// Before a log or superblock that needs every ahead payload below this sequence complete.
     Barrier(u64),
-    /// At a superblock, taken from the queue to be written without the log writer, and
-    /// whether a flush must go first ([`Inner::take_superblock`]).
-    Superblock(Superblock, bool),
+    /// At a superblock, taken from the queue ([`Inner::take_superblock`]) and put with the
+    /// handed-off ones, to be written without the log writer.
+    Superblock,
 }
 
 /// What a thread writing queued logs does with a superblock it reaches.
@@ -902,15 +902,13 @@ impl Inner {
                 Some(Stop::Barrier(barrier)) => {
                     self.wait_ahead(barrier, None)?;
                 }
-                Some(Stop::Superblock(sb, flush_first)) => match superblocks {
-                    Superblocks::Write => self.write_superblock_unlocked(sb, flush_first)?,
-                    Superblocks::HandOff => {
-                        self.sb_handoff
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push((sb, flush_first));
-                        self.wake_background(|w| w.logs = true);
+                Some(Stop::Superblock) => match superblocks {
+                    Superblocks::Write => {
+                        #[cfg(test)]
+                        self.stop_at_superblock_gate();
+                        self.write_handed_off_superblocks()?;
                     }
+                    Superblocks::HandOff => self.wake_background(|w| w.logs = true),
                 },
             }
         }
@@ -941,9 +939,16 @@ impl Inner {
                 None => break,
                 Some(Queued::Log(log)) => self.write_sealed(w, log),
                 Some(Queued::Superblock(sb)) => {
-                    return self
-                        .take_superblock(w, sb)
-                        .map(|(sb, flush_first)| Some(Stop::Superblock(sb, flush_first)));
+                    // Put with the handed-off superblocks before the log writer is let go: a
+                    // thread that then finds it gone from the queue writes it, or waits for the
+                    // one writing it (`write_handed_off_superblocks` writes under the
+                    // superblock writer's lock), instead of taking it for written.
+                    let (sb, flush_first) = self.take_superblock(w, sb)?;
+                    self.sb_handoff
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((sb, flush_first));
+                    return Ok(Some(Stop::Superblock));
                 }
             };
             if let Err(e) = written {
@@ -978,6 +983,22 @@ impl Inner {
         Ok((sb, self.start_flush(w)))
     }
 
+    /// Tests: stops a thread that took a superblock from the queue, after it let the log writer
+    /// go and before it writes the superblock, while [`Inner::sb_taken_gate`] is set: it says
+    /// so on the gate's first channel and goes on when told on the second.
+    #[cfg(test)]
+    fn stop_at_superblock_gate(&self) {
+        let gate = self
+            .sb_taken_gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((taken, go_on)) = gate {
+            let _ = taken.send(());
+            let _ = go_on.recv();
+        }
+    }
+
     /// Writes the superblocks threads passed on their way to their own logs, oldest first.
     /// Taken under the superblock writer's lock, so a thread finding the list empty while
     /// another writes what it took waits for that write.
@@ -1002,17 +1023,11 @@ impl Inner {
         result
     }
 
-    /// Writes a superblock taken by [`Inner::take_superblock`], without the log writer: a
-    /// flush makes the logs before it durable, then the superblock goes, flushed too. The
-    /// logs after it are written meanwhile; a flush covers at least every write that
-    /// completed before it began, so those before the superblock are covered.
-    fn write_superblock_unlocked(&self, sb: Superblock, flush_first: bool) -> Result<()> {
-        let mut newest = self.sb_writer.lock().unwrap_or_else(|p| p.into_inner());
-        self.write_superblock_locked(&mut newest, sb, flush_first)
-    }
-
-    /// [`Inner::write_superblock_unlocked`] with the superblock writer's lock held (`newest`:
-    /// the newest generation written).
+    /// Writes a superblock taken by [`Inner::take_superblock`], without the log writer, with
+    /// the superblock writer's lock held (`newest`: the newest generation written): a flush
+    /// makes the logs before it durable, then the superblock goes, flushed too. The logs after
+    /// it are written meanwhile; a flush covers at least every write that completed before it
+    /// began, so those before the superblock are covered.
     fn write_superblock_locked(
         &self,
         newest: &mut u64,
@@ -1798,7 +1813,7 @@ impl Inner {
 
     /// A checkpoint a superblock naming it follows at once (a refresh): its logs are not
     /// flushed on their own, since the flush before the superblock covers them and runs without
-    /// the log writer (`write_superblock_unlocked`); a sync of a file it holds flushes for
+    /// the log writer (`write_superblock_locked`); a sync of a file it holds flushes for
     /// itself (`wait_sealed`). Flushed on their own, under the log writer, every log sealed
     /// after them waited for that flush: 60-90 ms each in the priority experiment.
     pub(crate) fn commit_checkpoint_for_superblock(&self, m: &mut Meta) -> Result<()> {

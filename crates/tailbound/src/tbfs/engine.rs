@@ -519,10 +519,16 @@ pub(crate) struct Inner {
     /// generation written: superblocks go out in generation order, an older one found after a
     /// newer is left out.
     pub sb_writer: Mutex<u64>,
-    /// Superblocks a thread took from the queue on its way to its own logs and left to the
-    /// background thread (or whoever writes logs with [`super::commit::Superblocks::Write`]
-    /// first), with whether a flush must go first.
+    /// Superblocks taken from the queue and not yet written, with whether a flush must go
+    /// first: put here under the log writer by whoever takes one, then written by that thread
+    /// ([`super::commit::Superblocks::Write`]), or left to the background thread by a thread
+    /// on its way to its own logs, or written by whichever thread calls
+    /// [`Inner::write_handed_off_superblocks`] first.
     pub sb_handoff: Mutex<Vec<(format::Superblock, bool)>>,
+    /// Tests: stops the next thread that takes a superblock to write it, between letting the
+    /// log writer go and writing it.
+    #[cfg(test)]
+    pub sb_taken_gate: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
     /// The log writer: whoever holds it writes the queue's logs in order, without `meta`.
     pub log_writer: Mutex<LogWriter>,
     /// Priorities lent to whoever holds `log_writer` by threads waiting for their logs.

@@ -79,6 +79,8 @@ fn new_inner(
         sb_checkpoint_seq: AtomicU64::new(0),
         sb_writer: Mutex::new(0),
         sb_handoff: Mutex::new(Vec::new()),
+        #[cfg(test)]
+        sb_taken_gate: Mutex::new(None),
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         flushes_running: AtomicU64::new(0),

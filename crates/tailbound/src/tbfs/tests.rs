@@ -2934,3 +2934,50 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
         assert_eq!(read_all(&fs, "/cold"), expect_cold);
     }
 }
+
+#[test]
+fn a_superblock_another_thread_took_is_written_before_writing_the_logs_returns() {
+    let dev = device(16 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryLog),
+    )
+    .unwrap();
+    // Only the test's threads write the queue.
+    super::engine::stop_background(&fs.inner);
+    let f = fs.open_file("/a", OpenFlags::create()).unwrap();
+    f.pwrite(&pattern(3, 8192), 0).unwrap();
+    fs.sync().unwrap();
+    let superblocks = fs.counters().superblock_writes;
+    // A superblock queued and not yet written.
+    {
+        let mut m = fs.inner.lock_meta();
+        fs.inner.seal_superblock(&mut m);
+        m.unlock_without_writing();
+    }
+    let (taken_tx, taken_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel();
+    *fs.inner.sb_taken_gate.lock().unwrap() = Some((taken_tx, go_rx));
+    std::thread::scope(|s| {
+        let inner = &fs.inner;
+        // Takes the superblock from the queue and stops before writing it.
+        let taker = s.spawn(move || inner.write_logs_until(u64::MAX));
+        taken_rx.recv().unwrap();
+        // Meanwhile another thread writes the logs up to the end of the queue: once it
+        // returns, the superblock is written (by it, here: the taker is stopped).
+        let written = fs.inner.write_logs_until(u64::MAX);
+        let after = fs.counters().superblock_writes;
+        go_tx.send(()).unwrap();
+        taker.join().unwrap().unwrap();
+        written.unwrap();
+        assert_eq!(
+            after,
+            superblocks + 1,
+            "the logs were written but the superblock taken from the queue was not"
+        );
+    });
+    // Written once, not again by the taker.
+    assert_eq!(fs.counters().superblock_writes, superblocks + 1);
+    let back = reopen(&dev);
+    assert_eq!(read_all(&back, "/a"), pattern(3, 8192));
+}
