@@ -999,9 +999,10 @@ impl Inner {
         }
     }
 
-    /// Writes the superblocks threads passed on their way to their own logs, oldest first.
-    /// Taken under the superblock writer's lock, so a thread finding the list empty while
-    /// another writes what it took waits for that write.
+    /// Writes the superblocks taken from the queue and not yet written (by a thread writing the
+    /// queue, or passed by one on its way to its own logs), oldest first. Taken under the
+    /// superblock writer's lock, so a thread finding the list empty while another writes what
+    /// it took waits for that write.
     pub(crate) fn write_handed_off_superblocks(&self) -> Result<()> {
         let mut newest = self.sb_writer.lock().unwrap_or_else(|p| p.into_inner());
         let mut taken =
