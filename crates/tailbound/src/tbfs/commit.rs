@@ -15,8 +15,8 @@ use super::engine::{
     SealedLog, IFILE_CACHE_PAGES,
 };
 use super::format::{
-    self, encode_node, height_for, CheckpointRoot, DescKind, Descriptor, InodeRecord, Summary,
-    Superblock, BLOCK, BLOCK_U64, DESCRIPTORS_MAX, FANOUT, FLAG_AHEAD, FLAG_BEGIN, FLAG_CHECKPOINT,
+    self, height_for, CheckpointRoot, DescKind, Descriptor, InodeRecord, Summary, Superblock,
+    BLOCK, BLOCK_U64, DESCRIPTORS_MAX, FANOUT, FLAG_AHEAD, FLAG_BEGIN, FLAG_CHECKPOINT,
     FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
 };
 use super::map::BlockMap;
@@ -1384,14 +1384,15 @@ impl Inner {
 
         // An upper bound on what this checkpoint writes, checked before anything changes.
         let mut estimate = 2 + m.freed_slots.len() as u64;
-        let mut dir_blocks: HashMap<u64, Vec<Box<format::Block>>> = HashMap::new();
+        let mut dir_blocks: HashMap<u64, Vec<super::engine::FreshBlock>> = HashMap::new();
         for &ino in &work {
             if m.dirs_dirty.contains(&ino) {
                 if let Some(entries) = m.dirs.get(&ino) {
-                    let blocks = format::encode_dir_entries(
+                    let blocks = format::encode_dir_entries_in(
                         entries
                             .iter()
                             .map(|(name, &(child, is_dir))| (child, is_dir, name.as_str())),
+                        super::engine::FreshBlock::new,
                     );
                     estimate += blocks.len() as u64;
                     dir_blocks.insert(ino, blocks);
@@ -1480,6 +1481,13 @@ impl Inner {
             // Blocks already in a sealed log stay there: the map names that copy, and this
             // checkpoint is written after it. One pass over the buffers seals the others.
             let mut done = Vec::new();
+            // The map grows once, not block by block (new files are written whole here).
+            if let Some(&last) = st.dirty.keys().next_back() {
+                let len = st.map.blocks.len();
+                st.map
+                    .blocks
+                    .reserve((last as usize + 1).saturating_sub(len));
+            }
             for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
                 let addr = self.log_add_shared(
                     m,
@@ -1499,18 +1507,20 @@ impl Inner {
                 done.push((block, d.gen));
             }
             if let Some(blocks) = dir_blocks.remove(&ino) {
-                for (i, b) in blocks.iter().enumerate() {
-                    let addr = self.log_add(m, DescKind::Data, ino, 0, i as u64, &b[..])?;
+                let count = blocks.len() as u64;
+                for (i, b) in blocks.into_iter().enumerate() {
+                    let addr =
+                        self.log_add_shared(m, DescKind::Data, ino, 0, i as u64, b.0, None)?;
                     let old = st.map.set(i as u64, addr);
                     m.seg_inc(addr, self.segment_blocks);
                     if old != 0 {
                         m.seg_dec_at(old, seq, self.segment_blocks, now);
                     }
                 }
-                for old in st.map.truncate(blocks.len() as u64) {
+                for old in st.map.truncate(count) {
                     m.seg_dec_at(old, seq, self.segment_blocks, now);
                 }
-                st.size = blocks.len() as u64 * BLOCK_U64;
+                st.size = count * BLOCK_U64;
             }
             let mut map = std::mem::take(&mut st.map);
             let result = self.write_map(m, DescKind::MapNode, ino, &mut map);
@@ -1546,35 +1556,36 @@ impl Inner {
             // A page this process wrote before is updated in place: only the slots of the
             // inodes this checkpoint writes (or frees) are encoded again, since every change to
             // an inode's record puts the inode in the work (checked in debug builds).
+            // The log shares the page with the cache: the next change to it copies the page
+            // only if the log is not written by then.
             let page = match m.ifile_cache.remove(&p) {
-                Some(mut page) => {
+                Some(mut shared) => {
                     if cfg!(debug_assertions) && m.checkpoint_depth == 1 {
-                        self.check_cached_page(m, &page, p, &records);
+                        self.check_cached_page(m, &shared, p, &records);
                     }
+                    let page = Arc::make_mut(&mut shared);
                     for (&ino, r) in records.range(slots.clone()) {
-                        encode_slot(&mut page, ino, r);
+                        encode_slot(page, ino, r);
                     }
                     for &ino in m.freed_slots.range(slots.clone()) {
                         if !records.contains_key(&ino) {
                             // Freed, or freed and its number taken again since.
-                            encode_slot(&mut page, ino, &current_record(m, ino));
+                            encode_slot(page, ino, &current_record(m, ino));
                         }
                     }
-                    page
+                    shared
                 }
-                None => {
-                    let mut page = Box::new([0u8; BLOCK]);
+                None => super::engine::new_block(|page| {
                     for ino in slots {
                         let record = match records.get(&ino) {
                             Some(&r) => r,
                             None => current_record(m, ino),
                         };
-                        encode_slot(&mut page, ino, &record);
+                        encode_slot(page, ino, &record);
                     }
-                    page
-                }
+                }),
             };
-            let addr = self.log_add(m, DescKind::InodePage, 0, 0, p, &page[..]);
+            let addr = self.log_add_shared(m, DescKind::InodePage, 0, 0, p, page.clone(), None);
             if m.ifile_cache.len() >= IFILE_CACHE_PAGES {
                 m.ifile_cache.clear();
             }
@@ -1730,8 +1741,10 @@ impl Inner {
                     &levels[level as usize - 2]
                 };
                 let end = ((i + 1) * FANOUT).min(children.len());
-                let node = encode_node(level, &children[i * FANOUT..end]);
-                let addr = self.log_add(m, kind, ino, level, i as u64, &node[..])?;
+                let node = super::engine::new_block(|b| {
+                    format::encode_node_into(b, level, &children[i * FANOUT..end])
+                });
+                let addr = self.log_add_shared(m, kind, ino, level, i as u64, node, None)?;
                 m.seg_inc(addr, self.segment_blocks);
                 if addrs[i] != 0 {
                     dec(m, addrs[i]);

@@ -461,7 +461,7 @@ pub(crate) struct Meta {
     /// Inode pages as the newest checkpoint wrote them, so the next one re-encodes only the
     /// slots of inodes it writes (bounded by [`IFILE_CACHE_PAGES`]; a page missing is encoded
     /// whole).
-    pub ifile_cache: HashMap<u64, Box<format::Block>>,
+    pub ifile_cache: HashMap<u64, Arc<format::Block>>,
     /// Checkpoints in progress: 2 while one runs inside another's space check.
     pub checkpoint_depth: u32,
     /// Retention, snapshots, pinned blocks and the checkpoint's tables.
@@ -794,6 +794,30 @@ pub(crate) fn shared_copy(data: &[u8]) -> Arc<Block> {
 /// A new block of zeros (a spare buffer cleared, or a new allocation).
 pub(crate) fn zeroed_block() -> Arc<Block> {
     reuse_block(|b| b.fill(0)).unwrap_or_else(|| Arc::new([0u8; BLOCK]))
+}
+
+/// A new block of zeros `fill` writes into, ready to share with a log: metadata encoded in
+/// place rather than encoded and then copied.
+pub(crate) fn new_block(fill: impl FnOnce(&mut Block)) -> Arc<Block> {
+    let mut b = FreshBlock(zeroed_block());
+    fill(b.as_mut());
+    b.0
+}
+
+/// A block of zeros no one else holds yet, to encode into ([`format::encode_dir_entries_in`]).
+pub(crate) struct FreshBlock(pub Arc<Block>);
+
+impl FreshBlock {
+    pub fn new() -> FreshBlock {
+        FreshBlock(zeroed_block())
+    }
+}
+
+impl AsMut<Block> for FreshBlock {
+    fn as_mut(&mut self) -> &mut Block {
+        // Unique when made, so no copy is made here.
+        Arc::make_mut(&mut self.0)
+    }
 }
 
 pub(crate) fn now_ns() -> i64 {

@@ -549,15 +549,20 @@ impl Summary {
 
 /// A block-map node: `FANOUT` child addresses at `level` (1: children are data blocks).
 pub fn encode_node(level: u8, children: &[u64]) -> Box<Block> {
-    debug_assert!(children.len() <= FANOUT);
     let mut b = Box::new([0u8; BLOCK]);
+    encode_node_into(&mut b, level, children);
+    b
+}
+
+/// [`encode_node`] into `b`, which holds zeros.
+pub fn encode_node_into(b: &mut Block, level: u8, children: &[u64]) {
+    debug_assert!(children.len() <= FANOUT);
     b[4] = level;
     for (i, &c) in children.iter().enumerate() {
         put_u64(&mut b[..], 8 + i * 8, c);
     }
     let c = crc(&b[4..]);
     put_u32(&mut b[..], 0, c);
-    b
 }
 
 pub fn decode_node(b: &[u8], level: u8) -> Result<Vec<u64>, Invalid> {
@@ -672,19 +677,32 @@ pub fn encode_dir(entries: &[DirRecord]) -> Vec<Box<Block>> {
 pub fn encode_dir_entries<'a>(
     entries: impl IntoIterator<Item = (u64, bool, &'a str)>,
 ) -> Vec<Box<Block>> {
+    encode_dir_entries_in(entries, || Box::new([0u8; BLOCK]))
+}
+
+/// [`encode_dir_entries`] into blocks `new_block` makes (each holding zeros), so a caller can
+/// encode straight into the buffers it hands on.
+pub fn encode_dir_entries_in<'a, B: AsMut<Block>>(
+    entries: impl IntoIterator<Item = (u64, bool, &'a str)>,
+    mut new_block: impl FnMut() -> B,
+) -> Vec<B> {
     let mut out = Vec::new();
-    let mut b = Box::new([0u8; BLOCK]);
+    let mut cur: Option<B> = None;
     let mut at = 2usize;
     let mut count: u16 = 0;
     for (ino, is_dir, name) in entries {
         let need = 10 + name.len();
         if at + need > BLOCK - 4 {
-            put_u16(&mut b[..], 0, count);
-            finish_dir_block(&mut b);
-            out.push(std::mem::replace(&mut b, Box::new([0u8; BLOCK])));
+            if let Some(mut full) = cur.take() {
+                let b = full.as_mut();
+                put_u16(&mut b[..], 0, count);
+                finish_dir_block(b);
+                out.push(full);
+            }
             at = 2;
             count = 0;
         }
+        let b = cur.get_or_insert_with(&mut new_block).as_mut();
         put_u64(&mut b[..], at, ino);
         b[at + 8] = if is_dir { 2 } else { 1 };
         b[at + 9] = name.len() as u8;
@@ -692,10 +710,11 @@ pub fn encode_dir_entries<'a>(
         at += need;
         count += 1;
     }
-    if count > 0 {
+    if let Some(mut last) = cur.filter(|_| count > 0) {
+        let b = last.as_mut();
         put_u16(&mut b[..], 0, count);
-        finish_dir_block(&mut b);
-        out.push(b);
+        finish_dir_block(b);
+        out.push(last);
     }
     out
 }
