@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::dev::sim::SimDevice;
 use crate::dev::Device;
-use crate::tbfs::format::BLOCK;
+use crate::tbfs::format::{BLOCK, INODES_PER_PAGE};
 
 fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
     Config {
@@ -1678,6 +1678,58 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     let mut expect = data.clone();
     expect[..4096].copy_from_slice(&pattern(5, 4096));
     assert_eq!(read_all(&back, "/a"), expect);
+}
+
+#[test]
+fn an_inode_page_a_queued_checkpoint_shares_is_copied_before_the_next_checkpoint_changes_it() {
+    let sim = device(16 << 20);
+    let config = Config {
+        protection_period: Duration::from_secs(3600),
+        ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+    };
+    let fs = Fs::format(sim.clone(), &config).unwrap();
+    let a = fs.open_file("/a", OpenFlags::create()).unwrap();
+    let b = fs.open_file("/b", OpenFlags::create()).unwrap();
+    assert_eq!(
+        a.ino() / INODES_PER_PAGE as u64,
+        b.ino() / INODES_PER_PAGE as u64,
+        "both inodes are on one page"
+    );
+    b.pwrite(&pattern(1, 100), 0).unwrap();
+    // The page is written once, so the checkpoints below take it from the cache.
+    fs.sync().unwrap();
+    let inner = &fs.inner;
+    a.pwrite(&pattern(2, 300), 0).unwrap();
+    let mut m = inner.lock_meta();
+    inner.commit_checkpoint(&mut m).unwrap();
+    let first = m.checkpoint;
+    let first_end = m.writer.seq;
+    m.unlock_without_writing();
+    // The next checkpoint changes `/b`'s slot while the first one's log still holds the page.
+    b.pwrite(&pattern(3, 5000), 0).unwrap();
+    let mut m = inner.lock_meta();
+    assert!(
+        inner.written_seq.load(std::sync::atomic::Ordering::Acquire) < first_end,
+        "the first checkpoint is still queued"
+    );
+    inner.commit_checkpoint(&mut m).unwrap();
+    let second = m.checkpoint;
+    m.unlock_without_writing();
+    fs.sync().unwrap();
+    let view = fs.at(first).unwrap();
+    assert_eq!(view.stat("/a").unwrap().size, 300);
+    assert_eq!(
+        view.stat("/b").unwrap().size,
+        100,
+        "the first checkpoint's page took the second one's change"
+    );
+    let view = fs.at(second).unwrap();
+    assert_eq!(view.stat("/b").unwrap().size, 5000);
+    drop((a, b));
+    drop(fs);
+    let back = reopen(&sim);
+    assert_eq!(read_all(&back, "/a"), pattern(2, 300));
+    assert_eq!(read_all(&back, "/b"), pattern(3, 5000));
 }
 
 /// A device that stops the first write of at least `min` bytes until the test lets it go.
