@@ -1127,9 +1127,9 @@ impl Inner {
                 self.maybe_refresh(&mut m)?;
             }
             m.unlock_and_write()?;
-        } else if self.in_flight.load(AtomicOrdering::Acquire) > self.in_flight_max() {
-            // More than that waits for the log writer: wait with it, so the memory buffered
-            // stays bounded when writers outpace the device.
+        } else if self.in_flight.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
+            // More than a buffer's worth waits for the log writer: wait with it, so the memory
+            // buffered stays bounded when writers outpace the device.
             self.wait_in_flight()?;
         }
         Ok((end, buf.len()))
