@@ -551,6 +551,10 @@ pub(crate) struct Inner {
     /// Buffered bytes in sealed logs not yet written: still in `dirty_bytes`, but no longer a
     /// reason to commit.
     pub in_flight: AtomicU64,
+    /// Free space was within twice the low-water mark (and the reserve) of running out at the
+    /// last space check ([`Inner::cleaning_is_urgent`]): a memory pool's writers then wait for
+    /// the log writer at one buffer in flight again ([`Inner::in_flight_max`]).
+    pub space_tight: AtomicBool,
     /// Device flushes running without the log writer ([`Inner::flush_written`]): until they
     /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
     pub flushes_running: AtomicU64,
@@ -1127,9 +1131,9 @@ impl Inner {
                 self.maybe_refresh(&mut m)?;
             }
             m.unlock_and_write()?;
-        } else if self.in_flight.load(AtomicOrdering::Acquire) > self.config.dirty_bytes_max {
-            // More than a buffer's worth waits for the log writer: wait with it, so the memory
-            // buffered stays bounded when writers outpace the device.
+        } else if self.in_flight.load(AtomicOrdering::Acquire) > self.in_flight_max() {
+            // More than that waits for the log writer: wait with it, so the memory buffered
+            // stays bounded when writers outpace the device.
             self.wait_in_flight()?;
         }
         Ok((end, buf.len()))

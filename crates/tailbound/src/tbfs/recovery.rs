@@ -83,6 +83,7 @@ fn new_inner(
         sb_taken_gate: Mutex::new(None),
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
+        space_tight: AtomicBool::new(false),
         flushes_running: AtomicU64::new(0),
         bg_pass: Mutex::new(()),
         dirty: Mutex::new(BTreeSet::new()),

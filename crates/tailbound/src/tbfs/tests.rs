@@ -1680,6 +1680,68 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     assert_eq!(read_all(&back, "/a"), expect);
 }
 
+/// Stages two checkpoints' logs, each sealing 900 KiB of a 1 MiB write buffer, and makes a
+/// small buffered write, with space tight or not; returns whether the write came back with
+/// those logs still queued.
+fn small_write_returns_with_more_than_a_buffer_in_flight(
+    dev: Arc<dyn Device>,
+    tight: bool,
+) -> bool {
+    let fs = Fs::format(
+        dev,
+        &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    let files: Vec<File> = ["/a", "/b", "/c"]
+        .iter()
+        .map(|p| fs.open_file(p, OpenFlags::create()).unwrap())
+        .collect();
+    let inner = &fs.inner;
+    let mut end = 0;
+    for (i, f) in files[..2].iter().enumerate() {
+        f.pwrite(&pattern(i as u64, 900 << 10), 0).unwrap();
+        let mut m = inner.lock_meta();
+        inner.commit_checkpoint(&mut m).unwrap();
+        end = m.writer.seq;
+        m.unlock_without_writing();
+    }
+    let in_flight = inner.in_flight.load(std::sync::atomic::Ordering::Acquire);
+    assert!(
+        in_flight > inner.config.dirty_bytes_max,
+        "more than a buffer is in flight: {in_flight}"
+    );
+    // What the last space check found (the staged checkpoints made one).
+    inner
+        .space_tight
+        .store(tight, std::sync::atomic::Ordering::Release);
+    files[2].pwrite(&pattern(9, 4096), 0).unwrap();
+    let queued = inner.written_seq.load(std::sync::atomic::Ordering::Acquire) < end;
+    fs.sync().unwrap();
+    assert_eq!(read_all(&fs, "/a"), pattern(0, 900 << 10));
+    assert_eq!(read_all(&fs, "/b"), pattern(1, 900 << 10));
+    assert_eq!(read_all(&fs, "/c"), pattern(9, 4096));
+    queued
+}
+
+#[test]
+fn a_writer_waits_for_the_log_writer_past_one_buffer_on_a_device_and_goes_on_in_a_memory_pool_while_space_is_not_tight(
+) {
+    assert!(
+        !small_write_returns_with_more_than_a_buffer_in_flight(device(16 << 20), false),
+        "on a device the writer wrote the queue first"
+    );
+    for tight in [false, true] {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let pool =
+            crate::dev::memory::MemoryPool::create(dir.path().join("pool"), 16 << 20).unwrap();
+        assert_eq!(
+            small_write_returns_with_more_than_a_buffer_in_flight(Arc::new(pool), tight),
+            !tight,
+            "in a memory pool the writer goes on (space tight: {tight})"
+        );
+    }
+}
+
 #[test]
 fn an_inode_page_a_queued_checkpoint_shares_is_copied_before_the_next_checkpoint_changes_it() {
     let sim = device(16 << 20);
