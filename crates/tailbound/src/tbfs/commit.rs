@@ -144,8 +144,11 @@ impl Inner {
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
     /// that helps. Fails with `NoSpace` before anything is written.
     pub(crate) fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
-        self.space_tight
-            .store(self.cleaning_is_urgent(m), AtomicOrdering::Release);
+        // Only a memory pool's in-flight bound reads it (`in_flight_max`).
+        if self.dev.writes_are_copies() {
+            self.space_tight
+                .store(self.cleaning_is_urgent(m), AtomicOrdering::Release);
+        }
         // Summaries, pads at segment ends, and room for the checkpoint a refresh needs.
         let need = blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2;
         // Room kept for the checkpoints that make dead segments reusable (and for recovery's).
