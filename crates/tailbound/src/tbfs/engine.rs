@@ -551,9 +551,9 @@ pub(crate) struct Inner {
     /// Buffered bytes in sealed logs not yet written: still in `dirty_bytes`, but no longer a
     /// reason to commit.
     pub in_flight: AtomicU64,
-    /// Free space was within twice the low-water mark (and the reserve) of running out at the
-    /// last space check ([`Inner::cleaning_is_urgent`]): a memory pool's writers then wait for
-    /// the log writer at one buffer in flight again ([`Inner::in_flight_max`]).
+    /// In a memory pool, free space was within twice the low-water mark (and the reserve) of
+    /// running out at the last space check ([`Inner::cleaning_is_urgent`]): its writers then
+    /// wait for the log writer at one buffer in flight again ([`Inner::in_flight_max`]).
     pub space_tight: AtomicBool,
     /// Device flushes running without the log writer ([`Inner::flush_written`]): until they
     /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
