@@ -740,8 +740,13 @@ impl Inner {
     /// Whether free space is within twice the low-water mark (and the reserve) of running out:
     /// below the mark, a writer's commit cleans in the foreground, holding `meta` while it does.
     pub(crate) fn cleaning_is_urgent(&self, m: &Meta) -> bool {
-        let mark = 2 * self.low_water(m) + self.reserve_blocks();
+        let mark = self.urgent_mark(m);
         self.free_blocks_up_to(m, mark) < mark
+    }
+
+    /// The free blocks below which cleaning is urgent ([`Inner::cleaning_is_urgent`]).
+    pub(crate) fn urgent_mark(&self, m: &Meta) -> u64 {
+        2 * self.low_water(m) + self.reserve_blocks()
     }
 
     /// Background work (on the idle-class thread, called without `meta`): while less than the

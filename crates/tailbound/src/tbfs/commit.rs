@@ -144,11 +144,6 @@ impl Inner {
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
     /// that helps. Fails with `NoSpace` before anything is written.
     pub(crate) fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
-        // Only a memory pool's in-flight bound reads it (`in_flight_max`).
-        if self.dev.writes_are_copies() {
-            self.space_tight
-                .store(self.cleaning_is_urgent(m), AtomicOrdering::Release);
-        }
         // Summaries, pads at segment ends, and room for the checkpoint a refresh needs.
         let need = blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2;
         // Room kept for the checkpoints that make dead segments reusable (and for recovery's).
@@ -161,7 +156,14 @@ impl Inner {
         // room for the cleaner to work in (see `low_water`).
         let low_water = if m.in_refresh { 0 } else { self.low_water(m) };
         let want = need + reserve + low_water;
-        if self.free_blocks_up_to(m, want) >= want {
+        // A memory pool also notes whether space is tight, for its in-flight bound
+        // (`in_flight_max`), from the same count of free segments.
+        let tight_mark = self.dev.writes_are_copies().then(|| self.urgent_mark(m));
+        let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)));
+        if let Some(mark) = tight_mark {
+            self.space_tight.store(free < mark, AtomicOrdering::Release);
+        }
+        if free >= want {
             return Ok(());
         }
         // When space is short, what is sealed is written first (as when logs and refreshes

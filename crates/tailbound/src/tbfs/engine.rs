@@ -803,7 +803,7 @@ pub(crate) fn zeroed_block() -> Arc<Block> {
 /// A new block of zeros `fill` writes into, ready to share with a log: metadata encoded in
 /// place rather than encoded and then copied.
 pub(crate) fn new_block(fill: impl FnOnce(&mut Block)) -> Arc<Block> {
-    let mut b = FreshBlock(zeroed_block());
+    let mut b = FreshBlock::new();
     fill(b.as_mut());
     b.0
 }

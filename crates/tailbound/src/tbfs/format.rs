@@ -547,14 +547,8 @@ impl Summary {
     }
 }
 
-/// A block-map node: `FANOUT` child addresses at `level` (1: children are data blocks).
-pub fn encode_node(level: u8, children: &[u64]) -> Box<Block> {
-    let mut b = Box::new([0u8; BLOCK]);
-    encode_node_into(&mut b, level, children);
-    b
-}
-
-/// [`encode_node`] into `b`, which holds zeros.
+/// Encodes a block-map node into `b`, which holds zeros: `FANOUT` child addresses at `level`
+/// (1: children are data blocks).
 pub fn encode_node_into(b: &mut Block, level: u8, children: &[u64]) {
     debug_assert!(children.len() <= FANOUT);
     b[4] = level;
@@ -1133,7 +1127,8 @@ mod tests {
     #[test]
     fn nodes_inodes_dirs_and_roots_round_trip() {
         let children: Vec<u64> = (0..FANOUT as u64).map(|i| i * 3).collect();
-        let n = encode_node(2, &children);
+        let mut n = [0u8; BLOCK];
+        encode_node_into(&mut n, 2, &children);
         assert_eq!(decode_node(&n[..], 2).unwrap(), children);
         assert!(decode_node(&n[..], 1).is_err());
 
