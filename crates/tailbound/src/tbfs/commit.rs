@@ -65,6 +65,9 @@ const CLEAN_ROOM_SEGMENTS: u64 = 1;
 const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
 /// Smallest space reserve, in blocks, whatever the segment size.
 const RESERVE_BLOCKS_MIN: u64 = 64;
+/// The least a writer may buffer before it commits however short space is
+/// ([`Inner::set_buffer_limit`]): 1 MiB, so a pool near full still commits in logs of some size.
+const BUFFER_LIMIT_MIN_BLOCKS: u64 = 256;
 /// Descriptors kept free in every log for the attribute records a data-only log ends with.
 const DESCRIPTORS_RESERVED: usize = 2;
 
@@ -159,10 +162,12 @@ impl Inner {
         // A memory pool also notes whether space is tight, for its in-flight bound
         // (`in_flight_max`), from the same count of free segments.
         let tight_mark = self.dev.writes_are_copies().then(|| self.urgent_mark(m));
-        let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)));
+        let room_mark = need + self.buffer_room_mark();
+        let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)).max(room_mark));
         if let Some(mark) = tight_mark {
             self.space_tight.store(free < mark, AtomicOrdering::Release);
         }
+        self.set_buffer_limit(free.saturating_sub(need));
         if free >= want {
             return Ok(());
         }
@@ -222,6 +227,39 @@ impl Inner {
                 " (the live data fills the pool)".to_string()
             }
         )))
+    }
+
+    /// Free blocks at and above which writers may buffer all of `Config::dirty_bytes_max`
+    /// ([`Inner::set_buffer_limit`]).
+    fn buffer_room_mark(&self) -> u64 {
+        let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
+        self.reserve_blocks() + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks + 2 * full
+    }
+
+    /// Whether `blocks` of buffered data fit the free space as [`Inner::set_buffer_limit`]
+    /// counts it: twice over, beyond the reserve and a full pass's copies.
+    pub(crate) fn buffer_fits(&self, m: &Meta, blocks: u64) -> bool {
+        let want =
+            2 * blocks + self.reserve_blocks() + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks;
+        self.free_blocks_up_to(m, want) >= want
+    }
+
+    /// Sets [`Inner::buffer_limit`] from the blocks left free once the commit being checked is
+    /// written (counted up to [`Inner::buffer_room_mark`]). While a namespace change is pending
+    /// every cleaning pass is a checkpoint, and a checkpoint writes every buffered block before
+    /// the victims it frees are reusable: if the buffer could outgrow the free space, the
+    /// cleaner would have no room left to free any, and writers would get `NoSpace` with most of
+    /// the pool dead. So writers buffer at most half of what is free beyond the reserve and a
+    /// full pass's copies (half: the other half is for what they add between the check and the
+    /// commit, and for the checkpoint's metadata), and commit, which cleans, when they reach it.
+    fn set_buffer_limit(&self, free_after: u64) {
+        let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
+        let room = free_after
+            .saturating_sub(self.reserve_blocks() + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks)
+            / 2;
+        let blocks = room.clamp(BUFFER_LIMIT_MIN_BLOCKS.min(full), full);
+        self.buffer_limit
+            .store(blocks * BLOCK_U64, AtomicOrdering::Release);
     }
 
     /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest

@@ -552,9 +552,14 @@ pub(crate) struct Inner {
     /// reason to commit.
     pub in_flight: AtomicU64,
     /// In a memory pool, free space was within twice the low-water mark (and the reserve) of
-    /// running out at the last space check ([`Inner::cleaning_is_urgent`]): its writers then
-    /// wait for the log writer at one buffer in flight again ([`Inner::in_flight_max`]).
+    /// running out at the last space check ([`Inner::urgent_mark`]): its writers then wait for
+    /// the log writer at one buffer in flight again ([`Inner::in_flight_max`]).
     pub space_tight: AtomicBool,
+    /// Bytes writers may buffer before they commit, set at each space check
+    /// ([`Inner::set_buffer_limit`]): `Config::dirty_bytes_max`, or less when free space is
+    /// short, so the checkpoint a cleaning pass writes (every buffered block with it, while a
+    /// namespace change is pending) always finds room.
+    pub buffer_limit: AtomicU64,
     /// Device flushes running without the log writer ([`Inner::flush_written`]): until they
     /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
     pub flushes_running: AtomicU64,
@@ -1091,6 +1096,10 @@ impl Inner {
         if direct && !buf.is_empty() {
             return self.write_direct(cell, buf, offset, charge);
         }
+        let len = buf.len() as u64;
+        if len > self.buffer_limit() / 2 {
+            self.make_room_for_write(len)?;
+        }
         let end;
         let held;
         {
@@ -1098,9 +1107,9 @@ impl Inner {
             end = self.buffer_write(cell, &mut st, buf, offset, Vec::new(), charge)?;
             held = st.dirty.len() as u64 * BLOCK_U64;
         }
-        if self.buffered_bytes() > self.config.dirty_bytes_max {
+        if self.buffered_bytes() > self.buffer_limit() {
             let mut m = self.lock_meta();
-            if self.buffered_bytes() > self.config.dirty_bytes_max {
+            if self.buffered_bytes() > self.buffer_limit() {
                 // Relaxed ordering writes a full buffer as data-only logs while no namespace
                 // change waits for a checkpoint; the maps follow at the next one.
                 if self.config.ordering == Ordering::Relaxed && !m.ns_dirty {
@@ -1111,7 +1120,7 @@ impl Inner {
                     if own >= self.write_behind_bytes() {
                         self.commit_data_log(&mut m, cell)?;
                     }
-                    if self.buffered_bytes() > self.config.dirty_bytes_max {
+                    if self.buffered_bytes() > self.buffer_limit() {
                         self.commit_data_logs(&mut m, false)?;
                     }
                 } else {
@@ -1137,6 +1146,31 @@ impl Inner {
             self.wait_in_flight()?;
         }
         Ok((end, buf.len()))
+    }
+
+    /// Before a write of `len` bytes that is large against the buffer limit (the write is
+    /// large, or space is short: [`Inner::set_buffer_limit`]), makes sure the checkpoint that
+    /// will carry it, and a cleaning pass's, find room: if the free space is short for what is
+    /// buffered and the write, what is buffered goes out first and the space check cleans for
+    /// the write, before any of it is buffered. A write buffered first could leave the cleaner
+    /// no room for the checkpoint that frees anything (every block buffered goes into it while a
+    /// namespace change is pending), and fail with most of the pool dead. A write there is no
+    /// room for fails here with `NoSpace`, having changed nothing.
+    fn make_room_for_write(&self, len: u64) -> Result<()> {
+        let mut m = self.lock_meta();
+        let buffered = self.buffered_bytes();
+        if self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
+            return m.unlock_and_write();
+        }
+        if buffered > 0 {
+            if self.config.ordering == Ordering::Relaxed && !m.ns_dirty {
+                self.commit_data_logs(&mut m, false)?;
+            } else {
+                self.commit_checkpoint(&mut m)?;
+            }
+        }
+        self.ensure_space(&mut m, len.div_ceil(BLOCK_U64))?;
+        m.unlock_and_write()
     }
 
     /// A direct write (`O_DIRECT`): returns once the data is on the device (not flushed:
@@ -1272,8 +1306,15 @@ impl Inner {
         result
     }
 
+    /// Bytes writers may buffer before they commit ([`Inner::buffer_limit`]).
+    pub(crate) fn buffer_limit(&self) -> u64 {
+        self.buffer_limit
+            .load(AtomicOrdering::Acquire)
+            .min(self.config.dirty_bytes_max)
+    }
+
     /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
-    fn buffered_bytes(&self) -> u64 {
+    pub(crate) fn buffered_bytes(&self) -> u64 {
         self.dirty_bytes
             .load(AtomicOrdering::Acquire)
             .saturating_sub(self.in_flight.load(AtomicOrdering::Acquire))

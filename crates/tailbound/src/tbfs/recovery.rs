@@ -59,6 +59,7 @@ fn new_inner(
             crate::sched::inherit::Inheritance::new()
         }
     };
+    let buffer_limit = AtomicU64::new(config.dirty_bytes_max);
     Inner {
         dev,
         config,
@@ -84,6 +85,7 @@ fn new_inner(
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         space_tight: AtomicBool::new(false),
+        buffer_limit,
         flushes_running: AtomicU64::new(0),
         bg_pass: Mutex::new(()),
         dirty: Mutex::new(BTreeSet::new()),

@@ -1038,6 +1038,79 @@ fn the_cleaner_empties_partly_live_segments_and_everything_reads_back() {
     }
 }
 
+/// A 24 MiB pool (1 MiB segments, an 8 MiB write buffer, no background cleaner) whose
+/// segments are half live and whose free space is less than the write buffer: 280 files of
+/// 64 KiB written, every other one deleted. Returns the pool and the kept files.
+fn half_dead_pool_short_of_space(dev: &Arc<SimDevice>) -> (Fs, Vec<(String, Vec<u8>)>) {
+    let fs = Fs::format(dev.clone(), &large_file_config(8 << 20)).unwrap();
+    let mut kept = Vec::new();
+    for i in 0..280u64 {
+        let data = pattern(i, 64 << 10);
+        write_file(&fs, &format!("/f{i}"), &data);
+        if i % 2 == 0 {
+            kept.push((format!("/f{i}"), data));
+        }
+    }
+    for i in (1..280u64).step_by(2) {
+        fs.unlink(&format!("/f{i}")).unwrap();
+    }
+    fs.sync().unwrap();
+    let space = fs.space().unwrap();
+    assert!(space.free < 6 << 20, "{space:?}");
+    assert!(space.reclaimable > 6 << 20, "{space:?}");
+    (fs, kept)
+}
+
+/// Checks that `/new` holds `data`, that the kept files read back, and that all of it survives a
+/// crash.
+fn check_written_after_cleaning(dev: &SimDevice, fs: &Fs, kept: &[(String, Vec<u8>)], data: &[u8]) {
+    assert_eq!(read_all(fs, "/new"), data);
+    let crashed = reopen(dev);
+    assert_eq!(read_all(&crashed, "/new"), data, "after a crash");
+    for (path, want) in kept {
+        assert_eq!(&read_all(&crashed, path), want, "{path} after a crash");
+    }
+}
+
+#[test]
+fn writers_buffer_less_while_space_is_short_so_a_cleaning_checkpoint_has_room() {
+    // While a namespace change is pending (the new file), every cleaning pass is a checkpoint
+    // carrying all buffered data. A full 8 MiB buffer would not fit the free space, and the
+    // cleaner could free nothing: NoSpace with half the pool dead.
+    let dev = device(24 << 20);
+    let (fs, kept) = half_dead_pool_short_of_space(&dev);
+    assert!(
+        fs.inner.buffer_limit() < 8 << 20,
+        "the buffer limit follows the free space: {}",
+        fs.inner.buffer_limit()
+    );
+    let f = fs.open_file("/new", OpenFlags::create()).unwrap();
+    let data = pattern(999, 6 << 20);
+    for (i, piece) in data.chunks(64 << 10).enumerate() {
+        f.pwrite(piece, (i * (64 << 10)) as u64)
+            .unwrap_or_else(|e| panic!("write {i}: {e}"));
+        assert!(
+            fs.inner.buffered_bytes() <= (1 << 20) + (64 << 10),
+            "write {i}: {} bytes buffered",
+            fs.inner.buffered_bytes()
+        );
+    }
+    f.fsync().unwrap();
+    check_written_after_cleaning(&dev, &fs, &kept, &data);
+}
+
+#[test]
+fn a_write_larger_than_the_free_space_cleans_before_it_is_buffered() {
+    // One 6 MiB write, under the 8 MiB buffer but over the free space, in a new file.
+    let dev = device(24 << 20);
+    let (fs, kept) = half_dead_pool_short_of_space(&dev);
+    let f = fs.open_file("/new", OpenFlags::create()).unwrap();
+    let data = pattern(999, 6 << 20);
+    f.pwrite(&data, 0).unwrap();
+    f.fsync().unwrap();
+    check_written_after_cleaning(&dev, &fs, &kept, &data);
+}
+
 #[test]
 fn gc_refuses_a_target_outside_zero_to_one_and_snapshot_names_are_checked() {
     let fs = Fs::format(device(4 << 20), &life_config(Duration::ZERO)).unwrap();
