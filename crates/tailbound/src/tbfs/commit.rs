@@ -168,6 +168,10 @@ impl Inner {
             self.space_tight.store(free < mark, AtomicOrdering::Release);
         }
         self.set_buffer_limit(free.saturating_sub(need));
+        let full = !self.light_cleaning(m);
+        if self.full_passes.load(AtomicOrdering::Relaxed) != full {
+            self.full_passes.store(full, AtomicOrdering::Release);
+        }
         if free >= want {
             return Ok(());
         }
@@ -257,9 +261,10 @@ impl Inner {
         let room = free_after
             .saturating_sub(self.reserve_blocks() + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks)
             / 2;
-        let blocks = room.clamp(BUFFER_LIMIT_MIN_BLOCKS.min(full), full);
-        self.buffer_limit
-            .store(blocks * BLOCK_U64, AtomicOrdering::Release);
+        let bytes = room.clamp(BUFFER_LIMIT_MIN_BLOCKS.min(full), full) * BLOCK_U64;
+        if self.buffer_limit.load(AtomicOrdering::Relaxed) != bytes {
+            self.buffer_limit.store(bytes, AtomicOrdering::Release);
+        }
     }
 
     /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
@@ -282,15 +287,20 @@ impl Inner {
     pub(crate) fn low_water(&self, m: &Meta) -> u64 {
         let sb = self.segment_blocks;
         let flush = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
-        let want = if self.light_cleaning(m) {
+        let want = if !self.light_cleaning(m) {
+            // Every pass is a checkpoint with the buffered data and a pass's copies (strict
+            // ordering, or a newest checkpoint something keeps).
+            flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
+        } else if m.ns_dirty {
+            // A namespace change is pending, so every pass is a checkpoint with the buffered
+            // data: room for the whole buffer as `set_buffer_limit` counts it (twice over, and
+            // a full pass's copies), so writers clean before the buffer must shrink.
+            2 * flush + FULL_PASS_ROOM_SEGMENTS * sb
+        } else {
             // A light pass needs room for one victim's copies. A victim that holds live map
             // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
             // a flush, its summaries and the nodes.
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
-        } else {
-            // Every pass is a checkpoint with the buffered data and a pass's copies (strict
-            // ordering, or a newest checkpoint something keeps).
-            flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
             .max(2 * sb)

@@ -86,6 +86,8 @@ fn new_inner(
         in_flight: AtomicU64::new(0),
         space_tight: AtomicBool::new(false),
         buffer_limit,
+        ns_pending: AtomicBool::new(true),
+        full_passes: AtomicBool::new(true),
         flushes_running: AtomicU64::new(0),
         bg_pass: Mutex::new(()),
         dirty: Mutex::new(BTreeSet::new()),
