@@ -560,10 +560,11 @@ pub(crate) struct Inner {
     /// `Config::dirty_bytes_max`, or less when free space is short, so the checkpoint such a
     /// pass writes always finds room.
     pub buffer_limit: AtomicU64,
-    /// Whether a cleaning pass would write what is buffered in its checkpoint: a namespace
-    /// change was pending when `meta` was last let go (`Meta::ns_dirty`), or the last space
-    /// check found that passes are full ones (not [`Inner::light_cleaning`]).
+    /// A namespace change was pending when `meta` was last let go (`Meta::ns_dirty`): a
+    /// cleaning pass would write what is buffered in its checkpoint ([`Inner::buffer_limit`]).
     pub ns_pending: AtomicBool,
+    /// The last space check found that cleaning passes are full ones (not
+    /// [`Inner::light_cleaning`]), which also write what is buffered in their checkpoint.
     pub full_passes: AtomicBool,
     /// Device flushes running without the log writer ([`Inner::flush_written`]): until they
     /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
