@@ -1001,19 +1001,7 @@ fn an_open_view_keeps_its_checkpoint_until_dropped() {
 fn the_cleaner_empties_partly_live_segments_and_everything_reads_back() {
     let dev = device(8 << 20);
     let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();
-    // Many small files, then delete every other one: segments end up half live.
-    let mut kept = Vec::new();
-    for i in 0..120u64 {
-        let data = pattern(i, 20 << 10);
-        write_file(&fs, &format!("/f{i}"), &data);
-        if i % 2 == 0 {
-            kept.push((format!("/f{i}"), data));
-        }
-    }
-    for i in (1..120u64).step_by(2) {
-        fs.unlink(&format!("/f{i}")).unwrap();
-    }
-    fs.sync().unwrap();
+    let kept = half_live_files(&fs, 120, 20 << 10);
     let before = fs.space().unwrap();
     let report = fs.gc(0.9).unwrap();
     let after = fs.space().unwrap();
@@ -1038,23 +1026,30 @@ fn the_cleaner_empties_partly_live_segments_and_everything_reads_back() {
     }
 }
 
+/// Writes `count` files of `len` bytes, one after the other, then deletes every other one and
+/// syncs: the segments end up half live. Returns the kept files' paths and contents.
+fn half_live_files(fs: &Fs, count: u64, len: usize) -> Vec<(String, Vec<u8>)> {
+    let mut kept = Vec::new();
+    for i in 0..count {
+        let data = pattern(i, len);
+        write_file(fs, &format!("/f{i}"), &data);
+        if i % 2 == 0 {
+            kept.push((format!("/f{i}"), data));
+        }
+    }
+    for i in (1..count).step_by(2) {
+        fs.unlink(&format!("/f{i}")).unwrap();
+    }
+    fs.sync().unwrap();
+    kept
+}
+
 /// A 24 MiB pool (1 MiB segments, an 8 MiB write buffer, no background cleaner) whose
 /// segments are half live and whose free space is less than the write buffer: 280 files of
 /// 64 KiB written, every other one deleted. Returns the pool and the kept files.
 fn half_dead_pool_short_of_space(dev: &Arc<SimDevice>) -> (Fs, Vec<(String, Vec<u8>)>) {
     let fs = Fs::format(dev.clone(), &large_file_config(8 << 20)).unwrap();
-    let mut kept = Vec::new();
-    for i in 0..280u64 {
-        let data = pattern(i, 64 << 10);
-        write_file(&fs, &format!("/f{i}"), &data);
-        if i % 2 == 0 {
-            kept.push((format!("/f{i}"), data));
-        }
-    }
-    for i in (1..280u64).step_by(2) {
-        fs.unlink(&format!("/f{i}")).unwrap();
-    }
-    fs.sync().unwrap();
+    let kept = half_live_files(&fs, 280, 64 << 10);
     let space = fs.space().unwrap();
     assert!(space.free < 6 << 20, "{space:?}");
     assert!(space.reclaimable > 6 << 20, "{space:?}");
