@@ -160,9 +160,10 @@ impl Inner {
         let low_water = if m.in_refresh { 0 } else { self.low_water(m) };
         let want = need + reserve + low_water;
         // A memory pool also notes whether space is tight, for its in-flight bound
-        // (`in_flight_max`), from the same count of free segments.
+        // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
+        // buffer needs so it also sets the buffer limit.
         let tight_mark = self.dev.writes_are_copies().then(|| self.urgent_mark(m));
-        let room_mark = need + self.buffer_room_mark();
+        let room_mark = need + self.buffer_room(self.config.dirty_bytes_max.div_ceil(BLOCK_U64));
         let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)).max(room_mark));
         if let Some(mark) = tight_mark {
             self.space_tight.store(free < mark, AtomicOrdering::Release);
@@ -233,23 +234,20 @@ impl Inner {
         )))
     }
 
-    /// Free blocks at and above which writers may buffer all of `Config::dirty_bytes_max`
-    /// ([`Inner::set_buffer_limit`]).
-    fn buffer_room_mark(&self) -> u64 {
-        let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
-        self.reserve_blocks() + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks + 2 * full
+    /// The free blocks `blocks` of buffered data need as [`Inner::set_buffer_limit`] counts
+    /// them: twice over, beyond the reserve and a full pass's copies.
+    fn buffer_room(&self, blocks: u64) -> u64 {
+        2 * blocks + self.reserve_blocks() + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks
     }
 
-    /// Whether `blocks` of buffered data fit the free space as [`Inner::set_buffer_limit`]
-    /// counts it: twice over, beyond the reserve and a full pass's copies.
+    /// Whether `blocks` of buffered data fit the free space ([`Inner::buffer_room`]).
     pub(crate) fn buffer_fits(&self, m: &Meta, blocks: u64) -> bool {
-        let want =
-            2 * blocks + self.reserve_blocks() + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks;
+        let want = self.buffer_room(blocks);
         self.free_blocks_up_to(m, want) >= want
     }
 
     /// Sets [`Inner::buffer_limit`] from the blocks left free once the commit being checked is
-    /// written (counted up to [`Inner::buffer_room_mark`]). While a namespace change is pending
+    /// written (counted up to the room a whole buffer needs, [`Inner::buffer_room`]). While a namespace change is pending
     /// every cleaning pass is a checkpoint, and a checkpoint writes every buffered block before
     /// the victims it frees are reusable: if the buffer could outgrow the free space, the
     /// cleaner would have no room left to free any, and writers would get `NoSpace` with most of
@@ -258,9 +256,7 @@ impl Inner {
     /// commit, and for the checkpoint's metadata), and commit, which cleans, when they reach it.
     fn set_buffer_limit(&self, free_after: u64) {
         let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
-        let room = free_after
-            .saturating_sub(self.reserve_blocks() + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks)
-            / 2;
+        let room = free_after.saturating_sub(self.buffer_room(0)) / 2;
         let bytes = room.clamp(BUFFER_LIMIT_MIN_BLOCKS.min(full), full) * BLOCK_U64;
         if self.buffer_limit.load(AtomicOrdering::Relaxed) != bytes {
             self.buffer_limit.store(bytes, AtomicOrdering::Release);
@@ -293,9 +289,9 @@ impl Inner {
             flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
         } else if m.ns_dirty {
             // A namespace change is pending, so every pass is a checkpoint with the buffered
-            // data: room for the whole buffer as `set_buffer_limit` counts it (twice over, and
-            // a full pass's copies), so writers clean before the buffer must shrink.
-            2 * flush + FULL_PASS_ROOM_SEGMENTS * sb
+            // data: room for the whole buffer as `set_buffer_limit` counts it (the reserve is
+            // added by the space check), so writers clean before the buffer must shrink.
+            self.buffer_room(flush) - self.reserve_blocks()
         } else {
             // A light pass needs room for one victim's copies. A victim that holds live map
             // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
