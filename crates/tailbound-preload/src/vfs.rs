@@ -516,28 +516,24 @@ impl Shim {
         {
             return Err(libc::ELOOP);
         }
-        let existing = fs.stat(&loc.rel);
-        match &existing {
-            Ok(st) => {
-                if flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0 {
-                    return Err(libc::EEXIST);
-                }
-                if flags & libc::O_DIRECTORY != 0 && st.kind != FileKind::Dir {
-                    return Err(libc::ENOTDIR);
-                }
-                if st.kind == FileKind::Dir && (acc == libc::O_WRONLY || acc == libc::O_RDWR) {
-                    return Err(libc::EISDIR);
-                }
+        // As the kernel: `O_CREAT` with `O_DIRECTORY` is `EINVAL`, and `O_CREAT` on a directory
+        // `EISDIR` (below, once it is open).
+        let create = flags & libc::O_CREAT != 0 && acc != libc::O_PATH;
+        if create && flags & libc::O_DIRECTORY != 0 {
+            return Err(libc::EINVAL);
+        }
+        // Only `O_DIRECTORY` needs the file's kind before it is opened. Every other check
+        // (`O_EXCL`, a directory opened for writing) is made by `open_file` under the lock that
+        // creates the file: a look-up first would be a second trip, and for a new file one under
+        // `meta`.
+        if flags & libc::O_DIRECTORY != 0 {
+            let st = fs.stat(&loc.rel).map_err(|e| e.errno())?;
+            if st.kind != FileKind::Dir {
+                return Err(libc::ENOTDIR);
             }
-            Err(tbfs::Error::NotFound(_)) if flags & libc::O_CREAT != 0 => {
-                if flags & libc::O_DIRECTORY != 0 {
-                    return Err(libc::EINVAL);
-                }
-                if loc.rel.is_empty() {
-                    return Err(libc::EISDIR);
-                }
+            if acc == libc::O_WRONLY || acc == libc::O_RDWR {
+                return Err(libc::EISDIR);
             }
-            Err(e) => return Err(e.errno()),
         }
         let mut of = OpenFlags::from_libc(flags, mode & !self.umask());
         if acc == libc::O_PATH {
@@ -547,11 +543,11 @@ impl Shim {
             // the access mode is enforced here instead.
             of.read = true;
         }
-        if existing.is_ok() {
-            of.create = false;
-        }
         let file = fs.open_file(&loc.rel, of).map_err(|e| e.errno())?;
         let st = file.stat().map_err(|e| e.errno())?;
+        if create && st.kind == FileKind::Dir {
+            return Err(libc::EISDIR);
+        }
         let fd = real::reserve_fd()?;
         let ofd = Arc::new(Ofd {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),

@@ -246,6 +246,16 @@ int main(int argc, char **argv) {
     CHECK(open(at("d"), O_WRONLY) == -1 && errno == EISDIR, "open dir for writing");
     CHECK(open(at("d/1"), O_RDONLY | O_DIRECTORY) == -1 && errno == ENOTDIR, "O_DIRECTORY");
     CHECK(open(at("d/1"), O_CREAT | O_EXCL | O_RDWR, 0644) == -1 && errno == EEXIST, "O_EXCL");
+    CHECK(open(at("d"), O_RDONLY | O_CREAT, 0644) == -1 && errno == EISDIR, "O_CREAT on a directory");
+    CHECK(open(at("d"), O_RDONLY | O_CREAT | O_DIRECTORY, 0755) == -1 && errno == EINVAL,
+          "O_CREAT | O_DIRECTORY on a directory");
+    CHECK(open(at("d/new"), O_RDONLY | O_CREAT | O_DIRECTORY, 0755) == -1 && errno == EINVAL &&
+              access(at("d/new"), F_OK) == -1 && errno == ENOENT,
+          "O_CREAT | O_DIRECTORY creates nothing");
+    int existing = open(at("d/1"), O_WRONLY | O_CREAT, 0644);
+    CHECK(existing >= 0 && fstat(existing, &st) == 0 && (st.st_mode & 0777) == 0600 &&
+              close(existing) == 0,
+          "O_CREAT opens an existing file as it is");
     CHECK(open(at("nope"), O_RDONLY) == -1 && errno == ENOENT, "ENOENT");
     CHECK(rename(at("d/1"), "/tmp/tailbound-edge-x") == -1 && errno == EXDEV, "EXDEV");
     CHECK(chdir(at("d")) == 0, "chdir");
