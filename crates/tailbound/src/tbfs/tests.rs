@@ -2262,6 +2262,43 @@ fn a_buffer_is_changed_in_place_until_a_log_shares_it_and_never_under_the_log() 
 }
 
 #[test]
+fn a_thread_reuses_the_buffers_it_released_itself_up_to_its_own_cap_whatever_other_threads_take() {
+    use super::engine::{recycle_blocks, zeroed_block, LOCAL_SPARE_BATCH, SPARE_BLOCKS_MAX};
+    let cap = 2 * LOCAL_SPARE_BATCH;
+    let (released_tx, released_rx) = std::sync::mpsc::channel();
+    let (drained_tx, drained_rx) = std::sync::mpsc::channel::<()>();
+    let owner = std::thread::spawn(move || {
+        // New allocations: taking spares would fill this thread's own with the shared ones.
+        let released: Vec<Arc<super::format::Block>> =
+            (0..cap + 10).map(|_| Arc::new([0x77; BLOCK])).collect();
+        let addrs: std::collections::HashSet<_> =
+            released.iter().map(|b| Arc::as_ptr(b) as usize).collect();
+        recycle_blocks(released);
+        released_tx.send(()).unwrap();
+        drained_rx.recv().unwrap();
+        // The thread's own cap comes back, cleared, though another thread took every shared
+        // spare meanwhile (the 10 past the cap among them).
+        for i in 0..cap {
+            let b = zeroed_block();
+            assert!(
+                addrs.contains(&(Arc::as_ptr(&b) as usize)),
+                "block {i} was not one this thread released"
+            );
+            assert!(b.iter().all(|&x| x == 0), "a reused block kept old bytes");
+        }
+    });
+    released_rx.recv().unwrap();
+    // Another thread takes more than the shared spares can hold, and keeps it all (so no
+    // address comes free for a new allocation to reuse).
+    let taken: Vec<_> = (0..SPARE_BLOCKS_MAX + cap)
+        .map(|_| zeroed_block())
+        .collect();
+    drained_tx.send(()).unwrap();
+    owner.join().unwrap();
+    drop(taken);
+}
+
+#[test]
 fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never_shows_old_bytes() {
     // Shared (a log or a file still holds it): not kept, the holder's reference stays alone.
     let held = super::engine::shared_copy(&[0x5a; super::format::BLOCK]);
