@@ -161,7 +161,7 @@ impl Inner {
         // Buffered data goes out first, in its own logs, so the copies that follow fill
         // segments of their own and keep their age (without room for it now, it waits for the
         // cleaning checkpoint).
-        if self.config.ordering == super::Ordering::Relaxed && !m.ns_dirty {
+        if self.buffer_in_data_logs(m) {
             self.commit_data_logs(m, true)?;
         }
         // Light passes (`light_cleaning`: relaxed ordering and a newest checkpoint nothing keeps)

@@ -1156,7 +1156,7 @@ impl Inner {
             if self.buffered_bytes() > self.buffer_limit() {
                 // Relaxed ordering writes a full buffer as data-only logs while no namespace
                 // change waits for a checkpoint; the maps follow at the next one.
-                if self.config.ordering == Ordering::Relaxed && !m.ns_dirty {
+                if self.buffer_in_data_logs(&m) {
                     // A writer holding a good part of the buffer writes its own file first
                     // (its I/O, at its priority and weight); other files' data only if that is
                     // not enough. Many small files go out together, in fewer logs.
@@ -1179,7 +1179,7 @@ impl Inner {
             // its writer's I/O, unless a namespace change waits for a checkpoint (then the
             // buffer limit decides).
             let mut m = self.lock_meta();
-            if !m.ns_dirty {
+            if self.buffer_in_data_logs(&m) {
                 self.commit_data_log(&mut m, cell)?;
                 self.maybe_refresh(&mut m)?;
             }
@@ -1207,7 +1207,7 @@ impl Inner {
             return m.unlock_and_write();
         }
         if buffered > 0 {
-            if self.config.ordering == Ordering::Relaxed && !m.ns_dirty {
+            if self.buffer_in_data_logs(&m) {
                 self.commit_data_logs(&mut m, false)?;
             } else {
                 self.commit_checkpoint(&mut m)?;
@@ -1348,6 +1348,13 @@ impl Inner {
             result = result.and(self.wait_payload(&a));
         }
         result
+    }
+
+    /// Whether buffered data may go out as data-only logs (a full buffer, write-behind, the
+    /// cleaner's flush of the buffer first): relaxed ordering, and no namespace change pending
+    /// (`Meta::ns_dirty`; otherwise it waits for a checkpoint).
+    pub(crate) fn buffer_in_data_logs(&self, m: &Meta) -> bool {
+        self.config.ordering == Ordering::Relaxed && !m.ns_dirty
     }
 
     /// Bytes writers may buffer before they commit: `Config::dirty_bytes_max`, or, while a
