@@ -115,7 +115,9 @@ enum Experiment {
     /// calibrated on the loop file system for --latency-goal first). Needs root.
     ///
     /// Reports min, p50, p99, p99.9, p99.99, p99.9999 and max of write() and the copy's MB/s alone
-    /// (before and after the writer) and under the writer. The copy uses O_DIRECT 1 MiB
+    /// (before and after the writer) and under the writer. First the writer runs alone at each
+    /// rate, with no copy (on the kernel path and in a tbfs pool): the device's own floor in the
+    /// same run, which the targets' lines quote. The copy uses O_DIRECT 1 MiB
     /// requests, so its priority reaches the block layer. The paper's run is 1,000,000 writes per case (about 2.5 hours per case at
     /// 111/s); --writes sizes a shorter run, and --quick takes 200 writes and a 64 MiB copy
     /// (seconds). The scheduler setting and the loop file system are restored and removed
@@ -261,6 +263,9 @@ struct PriorityArgs {
     /// write piece's time.
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
     latency_goal: Duration,
+    /// Skip the writer-alone runs (no copy) made before the cases.
+    #[arg(long)]
+    no_writer_alone: bool,
     /// Directory on the disk to measure for the loop device's image (default: /var/tmp). Removed
     /// when the run ends.
     #[arg(long)]
@@ -1172,6 +1177,7 @@ fn run_priority(args: PriorityArgs) -> CliResult {
         bench.copy_alone = alone;
     }
     bench.latency_goal = args.latency_goal;
+    bench.writer_alone = !args.no_writer_alone;
     bench.scratch_parent = args
         .dir
         .clone()
@@ -1180,15 +1186,23 @@ fn run_priority(args: PriorityArgs) -> CliResult {
     bench.validate()?;
     bench.interrupted = Some(interrupt_flag()?);
     eprintln!(
-        "bench priority: {} cases x {} writes, a {} MiB copy, about {:.0} s of measuring, on ext4 \
-         on a loop device over a file in {}",
+        "bench priority: {} cases and {} writer-alone runs x {} writes, a {} MiB copy, about {:.0} \
+         s of measuring, on ext4 on a loop device over a file in {}",
         bench.case_count(),
+        bench.alone_count(),
         bench.writes,
         bench.copy_bytes >> 20,
         bench.estimate().as_secs_f64(),
         bench.scratch_parent.display()
     );
     let report = bench.run(|r| {
+        if !r.with_copy {
+            eprintln!(
+                "  {} {} {} writer alone: p99.9 {:.0} us, max {:.0} us",
+                r.system, r.scheduler, r.rate, r.p999_us, r.max_us
+            );
+            return;
+        }
         eprintln!(
             "  {} {} {}: p99.9 {:.0} us, max {:.0} us; copy {:.1} MB/s ({:.1} alone)",
             r.system,

@@ -266,6 +266,43 @@ fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
     );
     assert_eq!(seen.len(), 10);
     assert_eq!(report["targets"].as_array().unwrap().len(), 3);
+    // Before the cases, the writer ran alone on the kernel path and in a tbfs pool, at each rate,
+    // with no copy.
+    let alone = report["writer_alone"].as_array().unwrap();
+    let sides: BTreeSet<(&str, &str, &str)> = alone
+        .iter()
+        .map(|r| {
+            assert_eq!(r["writes"], 200, "{r}");
+            assert!(r["p50_us"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["p50_us"].as_f64() <= r["max_us"].as_f64(), "{r}");
+            assert_eq!(r["background_mb_per_s"], 0.0, "{r}");
+            (
+                r["system"].as_str().unwrap(),
+                r["scheduler"].as_str().unwrap(),
+                r["rate"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sides,
+        [
+            ("kernel", "none", "111/s"),
+            ("kernel", "none", "flat-out"),
+            ("tbfs", "default", "111/s"),
+            ("tbfs", "default", "flat-out"),
+        ]
+        .into_iter()
+        .collect(),
+        "{report:#}"
+    );
+    assert_eq!(alone.len(), 4);
+    assert!(
+        report["targets"][0]["measured"]
+            .as_str()
+            .unwrap()
+            .contains("the writer alone, no copy: at best"),
+        "{report:#}"
+    );
     // The tbfs cases ran on a profile calibrated for the default 5 ms goal.
     let profile = &report["tbfs_profile"];
     assert_eq!(profile["latency_goal_ms"], 5.0, "{report:#}");

@@ -259,6 +259,9 @@ pub struct PriorityRow {
     pub background_alone_mb_per_s: f64,
     #[serde(skip)]
     pub box_stats: Option<BoxStats>,
+    /// Whether the copy ran (false for the writer-alone rows, whose copy figures are 0).
+    #[serde(skip)]
+    pub with_copy: bool,
 }
 
 impl PriorityRow {
@@ -289,6 +292,7 @@ impl PriorityRow {
         };
         let s = hist.summary(0);
         PriorityRow {
+            with_copy: background > 0.0 || alone > 0.0,
             system,
             scheduler,
             rate: rate.name(),
@@ -324,6 +328,10 @@ pub struct PriorityBench {
     /// The tbfs cases' scheduler uses a profile calibrated on the loop file system at the start
     /// of the run with this latency goal (split sizes and flush debt).
     pub latency_goal: Duration,
+    /// Before the cases, the writer runs alone (no copy) at each rate, on the kernel path (the
+    /// loop device under `none`) and in a tbfs pool per policy: what the device gives a lone
+    /// writer in this run, the floor under any scheduler's figures.
+    pub writer_alone: bool,
     pub child_exe: Option<PathBuf>,
     pub interrupted: Option<Arc<AtomicBool>>,
     pub progress: bool,
@@ -342,6 +350,7 @@ impl PriorityBench {
             copy_bytes: COPY_BYTES_FULL,
             copy_alone: Duration::from_secs(5),
             latency_goal: LATENCY_GOAL_DEFAULT,
+            writer_alone: true,
             child_exe: None,
             interrupted: None,
             progress: true,
@@ -362,6 +371,15 @@ impl PriorityBench {
         (self.schedulers.len() + self.tbfs_policies.len()) * self.rates.len()
     }
 
+    /// The writer-alone runs: per rate, one on the kernel path (when any kernel scheduler is
+    /// measured) and one per tbfs policy.
+    pub fn alone_count(&self) -> usize {
+        if !self.writer_alone {
+            return 0;
+        }
+        (usize::from(!self.schedulers.is_empty()) + self.tbfs_policies.len()) * self.rates.len()
+    }
+
     /// The ext4 image: the source, two copies (one being written, one being removed), two logs,
     /// and room for ext4 itself.
     pub fn image_bytes(&self) -> u64 {
@@ -379,8 +397,10 @@ impl PriorityBench {
                 Rate::FlatOut => Duration::from_millis(self.writes),
             })
             .sum();
+        let alone_sides = self.alone_count() / self.rates.len().max(1);
         (per_rate + 2 * self.copy_alone * self.rates.len() as u32)
             * (self.schedulers.len() + self.tbfs_policies.len()) as u32
+            + per_rate * alone_sides as u32
     }
 
     /// Checks the parameters before anything is created.
@@ -413,10 +433,11 @@ impl PriorityBench {
         mut on_row: impl FnMut(&PriorityRow),
     ) -> Result<PriorityReport, PriorityError> {
         self.validate()?;
+        let total = (self.case_count() + self.alone_count()) as u64;
         let progress = if self.progress {
-            Progress::new(self.case_count() as u64, "priority")
+            Progress::new(total, "priority")
         } else {
-            Progress::hidden(self.case_count() as u64)
+            Progress::hidden(total)
         };
         progress.set_message("making ext4 on a loop device and the copy's source");
         let fs = LoopFs::create_ext4(&self.scratch_parent, self.image_bytes())
@@ -434,16 +455,40 @@ impl PriorityBench {
             Some(self.calibrate(&fs).map_err(PriorityError::Setup)?)
         };
         let mut rows = Vec::new();
+        let mut alone_rows = Vec::new();
         let mut run_case = |case: String,
                             run: &dyn Fn() -> Result<PriorityRow, String>|
          -> Result<(), PriorityError> {
             progress.set_message(case.clone());
             let row = run().map_err(|message| PriorityError::Case { case, message })?;
             on_row(&row);
-            rows.push(row);
+            if row.with_copy {
+                rows.push(row);
+            } else {
+                alone_rows.push(row);
+            }
             progress.inc(1);
             Ok(())
         };
+        if self.writer_alone {
+            if !self.schedulers.is_empty() {
+                for &rate in &self.rates {
+                    run_case(format!("kernel writer alone {}", rate.name()), &|| {
+                        self.run_kernel_alone(&fs, &device, rate)
+                    })?;
+                }
+            }
+            if let Some(profile) = &profile {
+                for &policy in &self.tbfs_policies {
+                    for &rate in &self.rates {
+                        run_case(
+                            format!("tbfs {} writer alone {}", policy.name(), rate.name()),
+                            &|| self.run_tbfs_alone(&fs, &device, profile, policy, rate),
+                        )?;
+                    }
+                }
+            }
+        }
         for &sched in &self.schedulers {
             for &rate in &self.rates {
                 run_case(format!("kernel {} {}", sched.name(), rate.name()), &|| {
@@ -463,7 +508,7 @@ impl PriorityBench {
         }
         progress.finish();
         drop(fs);
-        let targets = check_targets(&rows);
+        let targets = check_targets(&rows, &alone_rows);
         Ok(PriorityReport {
             experiment: "priority",
             write_bytes: WRITE_BYTES as u64,
@@ -476,6 +521,7 @@ impl PriorityBench {
                 flush_byte_ns: p.flush_byte_ns,
             }),
             cases: rows,
+            writer_alone: alone_rows,
             targets,
         })
     }
@@ -584,26 +630,60 @@ impl PriorityBench {
             alone,
         ))
     }
+
+    /// The writer of the kernel cases alone, with no copy, on the loop device under `none`.
+    fn run_kernel_alone(
+        &self,
+        fs: &LoopFs,
+        device: &str,
+        rate: Rate,
+    ) -> Result<PriorityRow, String> {
+        let _sched = SchedulerGuard::set(device, KernelSched::None).map_err(|e| e.to_string())?;
+        let work = CaseDir::create(fs.mount_point())?;
+        let log_dir = work.0.join("log");
+        std::fs::create_dir(&log_dir)
+            .map_err(|e| format!("creating {}: {e}", log_dir.display()))?;
+        let writer = Writer {
+            dir: log_dir,
+            writes: self.writes,
+            rate,
+            interrupted: self.interrupted.clone(),
+        };
+        // On a thread of its own, as in the cases: the writer's I/O priority stays with it.
+        let (hist, _, _) = std::thread::spawn(move || writer.run_kernel())
+            .join()
+            .map_err(|_| "the writer thread panicked".to_string())??;
+        Ok(PriorityRow::from_histogram(
+            "kernel",
+            KernelSched::None.name().into(),
+            rate,
+            &hist,
+            0.0,
+            0.0,
+        ))
+    }
+}
+
+/// A tbfs case's pool, dropped in this order: the file system, then its directory on the loop
+/// file system, then the loop device's scheduler setting.
+struct TbfsPool {
+    fs: crate::tbfs::Fs,
+    _work: CaseDir,
+    _sched: SchedulerGuard,
 }
 
 impl PriorityBench {
-    /// One tbfs case: a pool file on the loop file system (the loop device's scheduler set to
-    /// `none`, so only tailbound's orders the I/O) behind tailbound's scheduler with `policy`
-    /// and depth 1, the pool flushing every log (so a sync is durable on return);
-    /// the copy is a thread at best-effort level 7 copying a file inside the pool in 1 MiB
-    /// reads and writes, each write made durable (`fdatasync`); the writer a thread in the
-    /// real-time class appending 4 KiB with `fdatasync`.
-    /// Both threads' scheduler tenants follow their kernel ioprio.
-    fn run_tbfs_case(
+    /// A fresh pool for a tbfs case: a pool file on the loop file system (the loop device's
+    /// scheduler set to `none`, so only tailbound's orders the I/O) behind tailbound's scheduler
+    /// with `policy` and depth 1, flushing every log (so a sync is durable on return).
+    fn tbfs_pool(
         &self,
         fs: &LoopFs,
         device: &str,
         profile: &crate::sched::DeviceProfile,
         policy: Policy,
-        rate: Rate,
-    ) -> Result<PriorityRow, String> {
-        use crate::tbfs::OpenFlags;
-        let _sched = SchedulerGuard::set(device, KernelSched::None).map_err(|e| e.to_string())?;
+    ) -> Result<TbfsPool, String> {
+        let sched = SchedulerGuard::set(device, KernelSched::None).map_err(|e| e.to_string())?;
         let work = CaseDir::create(fs.mount_point())?;
         let pool = work.0.join("pool.tbfs");
         let file_dev = super::pool::create_file_pool(&pool, 2 * self.copy_bytes + (512 << 20))
@@ -622,6 +702,49 @@ impl PriorityBench {
         // checkpoint, which a power cut could lose.
         let (_, tbfs) =
             super::pool::format_behind_scheduler(file_dev, cfg, crate::tbfs::Barrier::EveryLog)?;
+        Ok(TbfsPool {
+            fs: tbfs,
+            _work: work,
+            _sched: sched,
+        })
+    }
+
+    /// The writer of the tbfs cases alone, with no copy, in a fresh pool.
+    fn run_tbfs_alone(
+        &self,
+        fs: &LoopFs,
+        device: &str,
+        profile: &crate::sched::DeviceProfile,
+        policy: Policy,
+        rate: Rate,
+    ) -> Result<PriorityRow, String> {
+        let pool = self.tbfs_pool(fs, device, profile, policy)?;
+        let (hist, _, _) = self.tbfs_writer(&pool.fs, rate)?;
+        Ok(PriorityRow::from_histogram(
+            "tbfs",
+            policy.name().into(),
+            rate,
+            &hist,
+            0.0,
+            0.0,
+        ))
+    }
+
+    /// One tbfs case: a pool as [`PriorityBench::tbfs_pool`] makes it; the copy is a thread at best-effort level 7 copying a file inside the pool in 1 MiB
+    /// reads and writes, each write made durable (`fdatasync`); the writer a thread in the
+    /// real-time class appending 4 KiB with `fdatasync`.
+    /// Both threads' scheduler tenants follow their kernel ioprio.
+    fn run_tbfs_case(
+        &self,
+        fs: &LoopFs,
+        device: &str,
+        profile: &crate::sched::DeviceProfile,
+        policy: Policy,
+        rate: Rate,
+    ) -> Result<PriorityRow, String> {
+        use crate::tbfs::OpenFlags;
+        let pool = self.tbfs_pool(fs, device, profile, policy)?;
+        let tbfs = &pool.fs;
         let chunk = COPY_CHUNK_BYTES as usize;
         let pattern: Vec<u8> = (0..chunk).map(|i| (i % 239) as u8 | 0x40).collect();
         let chunks = (self.copy_bytes / COPY_CHUNK_BYTES).max(1);
@@ -637,7 +760,6 @@ impl PriorityBench {
                 .map_err(|e| format!("writing the copy's source: {e}"))?;
         }
         let stop = AtomicBool::new(false);
-        let tbfs = &tbfs;
         let (samples, go, alone_end, result) = std::thread::scope(|s| {
             let stop = &stop;
             let copier = s.spawn(move || -> Result<Vec<(u64, u64)>, String> {
@@ -928,8 +1050,10 @@ fn copy_rates(
 }
 
 /// The issue's targets, for tailbound's rows against the best kernel scheduler of the same run;
-/// a run without tailbound's rows says so instead of passing.
-pub fn check_targets(rows: &[PriorityRow]) -> Vec<TargetCheck> {
+/// a run without tailbound's rows says so instead of passing. The writer-alone rows (`alone`)
+/// only inform: each latency target's line also gives what the writer had with the device to
+/// itself, and says when the target lies below it.
+pub fn check_targets(rows: &[PriorityRow], alone: &[PriorityRow]) -> Vec<TargetCheck> {
     let kernel_best = rows
         .iter()
         .filter(|r| r.system == "kernel")
@@ -949,6 +1073,26 @@ pub fn check_targets(rows: &[PriorityRow]) -> Vec<TargetCheck> {
     let worst_kept = tb
         .iter()
         .min_by(|a, b| a.copy_kept().total_cmp(&b.copy_kept()));
+    // The lowest figure any writer had alone: no scheduler can give a writer under a copy less
+    // than the device gave it with nothing else to do.
+    let alone_floor = |figure: fn(&PriorityRow) -> f64, limit: Option<f64>| -> String {
+        let Some(best) = alone.iter().min_by(|a, b| figure(a).total_cmp(&figure(b))) else {
+            return String::new();
+        };
+        let below = match limit {
+            Some(l) if l < figure(best) => {
+                ", above the target: the device alone missed it in this run"
+            }
+            _ => "",
+        };
+        format!(
+            "; the writer alone, no copy: at best {} us ({} {} {}){below}",
+            fmt_us(figure(best)),
+            best.system,
+            best.scheduler,
+            best.rate
+        )
+    };
     vec![
         TargetCheck {
             target: format!(
@@ -956,14 +1100,17 @@ pub fn check_targets(rows: &[PriorityRow]) -> Vec<TargetCheck> {
             ),
             measured: match (worst_max, kernel_best) {
                 (Some(t), Some(k)) => format!(
-                    "{:.1}x: worst tbfs max {} us ({} {}), best kernel {} us ({} {})",
+                    "{:.1}x: worst tbfs max {} us ({} {}), best kernel {} us ({} {}), so the \
+                     target is {} us{}",
                     k.max_us / t.max_us,
                     fmt_us(t.max_us),
                     t.scheduler,
                     t.rate,
                     fmt_us(k.max_us),
                     k.scheduler,
-                    k.rate
+                    k.rate,
+                    fmt_us(k.max_us / MAX_VS_BEST_KERNEL),
+                    alone_floor(|r| r.max_us, Some(k.max_us / MAX_VS_BEST_KERNEL))
                 ),
                 _ => not_run(best.clone()),
             },
@@ -976,10 +1123,11 @@ pub fn check_targets(rows: &[PriorityRow]) -> Vec<TargetCheck> {
             target: format!("tbfs p99.99 <= {} us", fmt_us(P9999_US_MAX)),
             measured: worst_p9999.map_or(not_run(String::new()), |t| {
                 format!(
-                    "worst {} us ({} {})",
+                    "worst {} us ({} {}){}",
                     fmt_us(t.p9999_us),
                     t.scheduler,
-                    t.rate
+                    t.rate,
+                    alone_floor(|r| r.p9999_us, Some(P9999_US_MAX))
                 )
             }),
             met: !tb.is_empty() && tb.iter().all(|r| r.p9999_us <= P9999_US_MAX),
@@ -1011,6 +1159,8 @@ pub struct PriorityReport {
     /// What the tbfs cases' scheduler was calibrated to (none without tbfs cases).
     pub tbfs_profile: Option<TbfsProfile>,
     pub cases: Vec<PriorityRow>,
+    /// The writer alone, no copy, measured before the cases (the same fields; the copy's are 0).
+    pub writer_alone: Vec<PriorityRow>,
     pub targets: Vec<TargetCheck>,
 }
 
@@ -1070,6 +1220,50 @@ impl PriorityReport {
                 format!("{:.0} %", r.copy_kept() * 100.0),
             ]);
         }
+        let alone = if self.writer_alone.is_empty() {
+            String::new()
+        } else {
+            let mut table = Table::new(
+                [
+                    "system",
+                    "scheduler",
+                    "rate",
+                    "writes",
+                    "min",
+                    "p50",
+                    "p99",
+                    "p99.9",
+                    "p99.99",
+                    "p99.9999",
+                    "max (µs)",
+                ]
+                .map(String::from)
+                .to_vec(),
+            );
+            for column in 3..11 {
+                table.set_align(column, Align::Right);
+            }
+            for r in &self.writer_alone {
+                table.push(vec![
+                    r.system.into(),
+                    r.scheduler.clone(),
+                    r.rate.clone(),
+                    r.writes.to_string(),
+                    fmt_us(r.min_us),
+                    fmt_us(r.p50_us),
+                    fmt_us(r.p99_us),
+                    fmt_us(r.p999_us),
+                    fmt_us(r.p9999_us),
+                    fmt_us(r.p999999_us),
+                    fmt_us(r.max_us),
+                ]);
+            }
+            format!(
+                "The writer alone, no copy, before the cases (the device's own floor in this \
+                 run)\n\n{}\n",
+                table.to_markdown()
+            )
+        };
         let profile = self.tbfs_profile.as_ref().map_or(String::new(), |p| {
             format!(
                 "tbfs's scheduler, calibrated on the loop file system for a {:.1} ms goal: reads \
@@ -1086,7 +1280,7 @@ impl PriorityReport {
         });
         format!(
             "High-priority {} B O_SYNC appends under a {} MiB copy (latencies in µs; copy MB/s \
-             under the writer, alone, and the share kept; MB = 2^20 bytes)\n\n{}\n{profile}\
+             under the writer, alone, and the share kept; MB = 2^20 bytes)\n\n{}\n{alone}{profile}\
              Targets\n\n{}",
             self.write_bytes,
             self.copy_mb,
@@ -1097,13 +1291,15 @@ impl PriorityReport {
 
     /// One box per case for the latency plot.
     pub fn box_series(&self) -> Vec<(String, BoxStats)> {
-        self.cases
-            .iter()
-            .filter_map(|r| {
-                r.box_stats
-                    .map(|b| (format!("{} {} {}", r.system, r.scheduler, r.rate), b))
-            })
-            .collect()
+        let alone = self.writer_alone.iter().filter_map(|r| {
+            r.box_stats
+                .map(|b| (format!("{} {} {} alone", r.system, r.scheduler, r.rate), b))
+        });
+        let cases = self.cases.iter().filter_map(|r| {
+            r.box_stats
+                .map(|b| (format!("{} {} {}", r.system, r.scheduler, r.rate), b))
+        });
+        alone.chain(cases).collect()
     }
 }
 
@@ -1145,6 +1341,27 @@ mod tests {
         assert_eq!(PriorityBench::full(PathBuf::new()).writes, 1_000_000);
     }
 
+    #[test]
+    fn the_writer_runs_alone_on_each_side_that_is_measured() {
+        let mut b = PriorityBench::quick(PathBuf::new());
+        // Kernel path and tbfs's default policy, at both rates.
+        assert_eq!(b.alone_count(), 4);
+        let with = b.estimate();
+        b.writer_alone = false;
+        assert_eq!(b.alone_count(), 0);
+        // 200 writes at 111/s and flat out (counted at 1 ms each), on two sides.
+        let alone = Duration::from_secs_f64(200.0 / 111.0) + Duration::from_millis(200);
+        let diff = with - b.estimate();
+        assert!(
+            diff.abs_diff(2 * alone) < Duration::from_millis(1),
+            "{diff:?}"
+        );
+        b.writer_alone = true;
+        b.schedulers.clear();
+        b.tbfs_policies = vec![Policy::Default, Policy::Fifo];
+        assert_eq!(b.alone_count(), 4);
+    }
+
     fn row(system: &'static str, sched: &str, max_us: f64, p9999: f64, kept: f64) -> PriorityRow {
         PriorityRow {
             system,
@@ -1161,6 +1378,16 @@ mod tests {
             background_mb_per_s: 100.0 * kept,
             background_alone_mb_per_s: 100.0,
             box_stats: None,
+            with_copy: true,
+        }
+    }
+
+    fn alone(system: &'static str, max_us: f64, p9999: f64) -> PriorityRow {
+        PriorityRow {
+            background_mb_per_s: 0.0,
+            background_alone_mb_per_s: 0.0,
+            with_copy: false,
+            ..row(system, "none", max_us, p9999, 0.0)
         }
     }
 
@@ -1170,15 +1397,55 @@ mod tests {
             row("kernel", "bfq", 70_000.0, 9_000.0, 0.5),
             row("kernel", "none", 900_000.0, 9_000.0, 0.9),
         ];
-        let checks = check_targets(&kernel);
+        let checks = check_targets(&kernel, &[]);
         assert!(checks.iter().all(|c| !c.met), "{checks:?}");
         assert!(checks[0].measured.contains("70,000"), "{checks:?}");
         let mut rows = kernel.to_vec();
         rows.push(row("tbfs", "default", 6_000.0, 4_000.0, 0.85));
-        let checks = check_targets(&rows);
+        let checks = check_targets(&rows, &[]);
         assert!(checks.iter().all(|c| c.met), "{checks:?}");
+        assert!(
+            checks[0].measured.contains("target is 7,000 us"),
+            "{checks:?}"
+        );
+        assert!(!checks[0].measured.contains("alone"), "{checks:?}");
+        // The writer alone below both latency targets: said, and the checks unchanged.
+        let quiet = [
+            alone("kernel", 3_000.0, 2_000.0),
+            alone("tbfs", 4_000.0, 2_500.0),
+        ];
+        let checks = check_targets(&rows, &quiet);
+        assert!(checks.iter().all(|c| c.met), "{checks:?}");
+        assert!(
+            checks[0]
+                .measured
+                .ends_with("the writer alone, no copy: at best 3,000 us (kernel none 111/s)"),
+            "{checks:?}"
+        );
+        assert!(
+            checks[1].measured.contains("at best 2,000 us"),
+            "{checks:?}"
+        );
+        // A device whose lone writer already had more than the target: said as such.
+        let slow = [
+            alone("kernel", 9_000.0, 6_000.0),
+            alone("tbfs", 8_000.0, 7_000.0),
+        ];
+        let checks = check_targets(&rows, &slow);
+        assert!(
+            checks[0].measured.contains(
+                "at best 8,000 us (tbfs none 111/s), above the target: the device alone missed it"
+            ),
+            "{checks:?}"
+        );
+        assert!(
+            checks[1]
+                .measured
+                .contains("at best 6,000 us (kernel none 111/s), above"),
+            "{checks:?}"
+        );
         rows.push(row("tbfs", "priority", 8_000.0, 6_000.0, 0.7));
-        let checks = check_targets(&rows);
+        let checks = check_targets(&rows, &[]);
         assert!(checks.iter().all(|c| !c.met), "{checks:?}");
         let report = PriorityReport {
             experiment: "priority",
@@ -1192,9 +1459,22 @@ mod tests {
                 flush_byte_ns: 1.7,
             }),
             cases: rows,
+            writer_alone: quiet.to_vec(),
             targets: checks,
         };
         let md = report.to_markdown();
+        let (_, alone_part) = md.split_once("The writer alone, no copy").expect(&md);
+        let alone_table: Vec<&str> = alone_part
+            .lines()
+            .take_while(|l| !l.starts_with("tbfs's scheduler"))
+            .filter(|l| l.starts_with("| kernel") || l.starts_with("| tbfs"))
+            .collect();
+        assert_eq!(alone_table.len(), 2, "{md}");
+        assert!(
+            alone_table[1].contains("4,000") && !alone_table[1].contains('%'),
+            "{md}"
+        );
+        assert_eq!(report.box_series().len(), 0);
         assert!(md.contains("| kernel | bfq "), "{md}");
         assert!(md.contains("70,000"), "{md}");
         assert!(md.contains("| NO "), "{md}");
