@@ -1175,10 +1175,11 @@ pub struct TbfsProfile {
 }
 
 impl PriorityReport {
-    /// One row per case, then the targets.
+    /// One row per case, then the writer-alone runs, then the targets.
     pub fn to_markdown(&self) -> String {
-        let mut table = Table::new(
-            [
+        // The writer's columns, then for the cases the copy's.
+        let table_of = |rows: &[PriorityRow], with_copy: bool| {
+            let mut head = vec![
                 "system",
                 "scheduler",
                 "rate",
@@ -1190,72 +1191,50 @@ impl PriorityReport {
                 "p99.99",
                 "p99.9999",
                 "max (µs)",
-                "copy MB/s",
-                "alone",
-                "kept",
-            ]
-            .map(String::from)
-            .to_vec(),
-        );
-        for column in 3..14 {
-            table.set_align(column, Align::Right);
-        }
-        for r in &self.cases {
-            table.push(vec![
-                r.system.into(),
-                r.scheduler.clone(),
-                r.rate.clone(),
-                r.writes.to_string(),
-                fmt_us(r.min_us),
-                fmt_us(r.p50_us),
-                fmt_us(r.p99_us),
-                fmt_us(r.p999_us),
-                fmt_us(r.p9999_us),
-                fmt_us(r.p999999_us),
-                fmt_us(r.max_us),
-                format!("{:.1}", r.background_mb_per_s),
-                format!("{:.1}", r.background_alone_mb_per_s),
-                format!("{:.0} %", r.copy_kept() * 100.0),
-            ]);
-        }
-        let alone = if self.writer_alone.is_empty() {
-            String::new()
-        } else {
-            let mut table = Table::new(
-                [
-                    "system",
-                    "scheduler",
-                    "rate",
-                    "writes",
-                    "min",
-                    "p50",
-                    "p99",
-                    "p99.9",
-                    "p99.99",
-                    "p99.9999",
-                    "max (µs)",
-                ]
-                .map(String::from)
-                .to_vec(),
-            );
-            for column in 3..11 {
+            ];
+            if with_copy {
+                head.extend(["copy MB/s", "alone", "kept"]);
+            }
+            let columns = head.len();
+            let mut table = Table::new(head.into_iter().map(String::from).collect());
+            for column in 3..columns {
                 table.set_align(column, Align::Right);
             }
-            for r in &self.writer_alone {
-                table.push(vec![
+            for r in rows {
+                let mut cells = vec![
                     r.system.into(),
                     r.scheduler.clone(),
                     r.rate.clone(),
                     r.writes.to_string(),
-                    fmt_us(r.min_us),
-                    fmt_us(r.p50_us),
-                    fmt_us(r.p99_us),
-                    fmt_us(r.p999_us),
-                    fmt_us(r.p9999_us),
-                    fmt_us(r.p999999_us),
-                    fmt_us(r.max_us),
-                ]);
+                ];
+                cells.extend(
+                    [
+                        r.min_us,
+                        r.p50_us,
+                        r.p99_us,
+                        r.p999_us,
+                        r.p9999_us,
+                        r.p999999_us,
+                        r.max_us,
+                    ]
+                    .map(fmt_us),
+                );
+                if with_copy {
+                    cells.extend([
+                        format!("{:.1}", r.background_mb_per_s),
+                        format!("{:.1}", r.background_alone_mb_per_s),
+                        format!("{:.0} %", r.copy_kept() * 100.0),
+                    ]);
+                }
+                table.push(cells);
             }
+            table
+        };
+        let table = table_of(&self.cases, true);
+        let alone = if self.writer_alone.is_empty() {
+            String::new()
+        } else {
+            let table = table_of(&self.writer_alone, false);
             format!(
                 "The writer alone, no copy, before the cases (the device's own floor in this \
                  run)\n\n{}\n",
