@@ -587,19 +587,7 @@ impl PriorityBench {
         let mut copies = [copy];
         sleep_watching(alone_end, &self.interrupted, &mut copies)?;
         let [copy] = copies;
-        let log_dir = work.0.join("log");
-        std::fs::create_dir(&log_dir)
-            .map_err(|e| format!("creating {}: {e}", log_dir.display()))?;
-        let writer = Writer {
-            dir: log_dir,
-            writes: self.writes,
-            rate,
-            interrupted: self.interrupted.clone(),
-        };
-        let written = std::thread::spawn(move || writer.run_kernel());
-        let result = written
-            .join()
-            .map_err(|_| "the writer thread panicked".to_string())?;
+        let result = self.kernel_writer(&work, rate)?;
         // The copy runs alone again as long, so its speed alone is measured on both sides of
         // the writer's run (a shared disk drifts).
         let after_end = monotonic_now().plus(self.copy_alone);
@@ -631,15 +619,9 @@ impl PriorityBench {
         ))
     }
 
-    /// The writer of the kernel cases alone, with no copy, on the loop device under `none`.
-    fn run_kernel_alone(
-        &self,
-        fs: &LoopFs,
-        device: &str,
-        rate: Rate,
-    ) -> Result<PriorityRow, String> {
-        let _sched = SchedulerGuard::set(device, KernelSched::None).map_err(|e| e.to_string())?;
-        let work = CaseDir::create(fs.mount_point())?;
+    /// The kernel cases' writer, in `work/log`, on a thread of its own (its I/O priority stays
+    /// with it). The outer error is the set-up's, the inner the writer's.
+    fn kernel_writer(&self, work: &CaseDir, rate: Rate) -> Result<WriterResult, String> {
         let log_dir = work.0.join("log");
         std::fs::create_dir(&log_dir)
             .map_err(|e| format!("creating {}: {e}", log_dir.display()))?;
@@ -649,10 +631,21 @@ impl PriorityBench {
             rate,
             interrupted: self.interrupted.clone(),
         };
-        // On a thread of its own, as in the cases: the writer's I/O priority stays with it.
-        let (hist, _, _) = std::thread::spawn(move || writer.run_kernel())
+        std::thread::spawn(move || writer.run_kernel())
             .join()
-            .map_err(|_| "the writer thread panicked".to_string())??;
+            .map_err(|_| "the writer thread panicked".to_string())
+    }
+
+    /// The writer of the kernel cases alone, with no copy, on the loop device under `none`.
+    fn run_kernel_alone(
+        &self,
+        fs: &LoopFs,
+        device: &str,
+        rate: Rate,
+    ) -> Result<PriorityRow, String> {
+        let _sched = SchedulerGuard::set(device, KernelSched::None).map_err(|e| e.to_string())?;
+        let work = CaseDir::create(fs.mount_point())?;
+        let (hist, _, _) = self.kernel_writer(&work, rate)??;
         Ok(PriorityRow {
             with_copy: false,
             ..PriorityRow::from_histogram(
@@ -928,6 +921,9 @@ fn write_source(path: &Path, bytes: u64) -> Result<(), String> {
     file.sync_all()
         .map_err(|e| format!("fsync {}: {e}", path.display()))
 }
+
+/// A writer's latencies and its first write's start and last write's end (`CLOCK_MONOTONIC` ns).
+type WriterResult = Result<(LatencyHistogram, u64, u64), String>;
 
 /// The high-priority writer: `writes` appends of 4 KiB with `O_SYNC`, paced or flat out.
 struct Writer {
