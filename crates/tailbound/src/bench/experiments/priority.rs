@@ -374,10 +374,15 @@ impl PriorityBench {
     /// The writer-alone runs: per rate, one on the kernel path (when any kernel scheduler is
     /// measured) and one per tbfs policy.
     pub fn alone_count(&self) -> usize {
+        self.alone_sides() * self.rates.len()
+    }
+
+    /// The sides the writer runs alone on: the kernel path and each tbfs policy.
+    fn alone_sides(&self) -> usize {
         if !self.writer_alone {
             return 0;
         }
-        (usize::from(!self.schedulers.is_empty()) + self.tbfs_policies.len()) * self.rates.len()
+        usize::from(!self.schedulers.is_empty()) + self.tbfs_policies.len()
     }
 
     /// The ext4 image: the source, two copies (one being written, one being removed), two logs,
@@ -397,10 +402,9 @@ impl PriorityBench {
                 Rate::FlatOut => Duration::from_millis(self.writes),
             })
             .sum();
-        let alone_sides = self.alone_count() / self.rates.len().max(1);
         (per_rate + 2 * self.copy_alone * self.rates.len() as u32)
             * (self.schedulers.len() + self.tbfs_policies.len()) as u32
-            + per_rate * alone_sides as u32
+            + per_rate * self.alone_sides() as u32
     }
 
     /// Checks the parameters before anything is created.
