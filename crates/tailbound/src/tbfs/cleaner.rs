@@ -161,7 +161,7 @@ impl Inner {
         // Buffered data goes out first, in its own logs, so the copies that follow fill
         // segments of their own and keep their age (without room for it now, it waits for the
         // cleaning checkpoint).
-        if self.buffer_in_data_logs(m) {
+        if self.buffer_in_data_logs() {
             self.commit_data_logs(m, true)?;
         }
         // Light passes (`light_cleaning`: relaxed ordering and a newest checkpoint nothing keeps)
@@ -494,12 +494,17 @@ impl Inner {
                 }
                 let mut addr = start + pos + 1;
                 for d in &summary.descriptors {
+                    // Placed data is file data like any other once the live tree maps it.
+                    let kind = match d.kind {
+                        DescKind::Placed => DescKind::Data,
+                        k => k,
+                    };
                     for i in 0..d.blocks as u64 {
                         let a = addr + i;
                         let data = if whole {
                             let off = ((a - start) * BLOCK_U64) as usize;
                             &buf[off..off + BLOCK]
-                        } else if d.kind == DescKind::Data
+                        } else if kind == DescKind::Data
                             && self.live_file_block(m, d.ino, d.offset + i, a)
                         {
                             self.read_block_of(s, a, &mut one)?;
@@ -509,7 +514,7 @@ impl Inner {
                             // bytes of anything but a live block of a regular file.
                             &[][..]
                         };
-                        if light && d.kind == DescKind::Data {
+                        if light && kind == DescKind::Data {
                             match self.copy_file_block(m, d.ino, d.offset + i, a, data, &mut open) {
                                 Ok(Some(copied)) => {
                                     moved += u64::from(copied);
@@ -519,7 +524,7 @@ impl Inner {
                                 Err(e) => return Err(e),
                             }
                         }
-                        if self.move_block(m, d.kind, d.ino, d.level, d.offset + i, a, data) {
+                        if self.move_block(m, kind, d.ino, d.level, d.offset + i, a, data) {
                             moved += 1;
                             metadata += 1;
                         }
@@ -585,7 +590,7 @@ impl Inner {
         data: &[u8],
     ) -> bool {
         match kind {
-            DescKind::Data => {
+            DescKind::Data | DescKind::Placed => {
                 let Some(cell) = m.inodes.get(&ino).cloned() else {
                     return false;
                 };

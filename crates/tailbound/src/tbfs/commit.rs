@@ -1346,6 +1346,13 @@ impl Inner {
 
     /// Adds a file's unsealed buffers (`blocks`) and its size and mtime to the open data-only
     /// log, as the I/O of the file's last writer; returns the release list for them.
+    ///
+    /// A file with a change only a checkpoint records (`Meta::ns_changed`: created, renamed,
+    /// linked, attributes or size set) may not be in the newest checkpoint before the log, or
+    /// another file may be there under its number: its blocks are only placed
+    /// ([`DescKind::Placed`]), with no attributes record, for the next checkpoint to map.
+    /// Roll-forward does not replay them, so what they supersede stays until a checkpoint is
+    /// durable (`seg_dec`), and the file's sync is that checkpoint.
     fn seal_file_data(
         &self,
         m: &mut Meta,
@@ -1355,18 +1362,31 @@ impl Inner {
     ) -> Result<Vec<(u64, u64)>> {
         m.writer.charge = st.charge;
         let flush = self.config.barrier == Barrier::EveryLog;
+        let placed = m.ns_changed.contains(&ino);
+        let kind = if placed {
+            DescKind::Placed
+        } else {
+            DescKind::Data
+        };
         let mut written = Vec::with_capacity(blocks.len());
         for block in blocks {
             let d = st.dirty.get_mut(&block).expect("a buffered block");
             let (gen, data, crc) = (d.gen, d.share_with_log(), d.crc());
-            let addr = self.log_add_shared(m, DescKind::Data, ino, 0, block, data, Some(crc))?;
+            let addr = self.log_add_shared(m, kind, ino, 0, block, data, Some(crc))?;
             mark_sealed(st, block, m.writer.seq, flush);
             let old = st.map.set(block, addr);
             m.seg_inc(addr, self.segment_blocks);
-            if old != 0 {
-                m.seg_supersede(old, m.writer.seq, self.segment_blocks);
+            match (old, placed) {
+                (0, _) => {}
+                (_, true) => m.seg_dec(old, m.writer.seq, self.segment_blocks),
+                (_, false) => m.seg_supersede(old, m.writer.seq, self.segment_blocks),
             }
             written.push((block, gen));
+        }
+        if placed {
+            let n = written.len() as u64;
+            self.count(|c| c.placed_blocks += n);
+            return Ok(written);
         }
         self.log_add_attr(m, ino, st.size, st.mtime_ns)?;
         st.attr_dirty = false;
@@ -1989,6 +2009,7 @@ impl Inner {
     fn superblock_now(&self, m: &Meta) -> Superblock {
         let generation = m.sb_generation + 1;
         let sb = Superblock {
+            version: format::VERSION,
             pool_id: self.pool_id,
             generation,
             pool_bytes: (format::FIRST_SEGMENT_BLOCK + self.segment_blocks * self.segment_count)

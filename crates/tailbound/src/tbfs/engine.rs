@@ -1154,9 +1154,9 @@ impl Inner {
         if self.buffered_bytes() > self.buffer_limit() {
             let mut m = self.lock_meta();
             if self.buffered_bytes() > self.buffer_limit() {
-                // Relaxed ordering writes a full buffer as data-only logs while no namespace
-                // change waits for a checkpoint; the maps follow at the next one.
-                if self.buffer_in_data_logs(&m) {
+                // Relaxed ordering writes a full buffer as data-only logs; the maps follow at
+                // the next checkpoint.
+                if self.buffer_in_data_logs() {
                     // A writer holding a good part of the buffer writes its own file first
                     // (its I/O, at its priority and weight); other files' data only if that is
                     // not enough. Many small files go out together, in fewer logs.
@@ -1176,10 +1176,9 @@ impl Inner {
             m.unlock_and_write()?;
         } else if self.config.ordering == Ordering::Relaxed && held >= self.write_behind_bytes() {
             // Write-behind: a file with a large amount buffered goes out now as data-only logs,
-            // its writer's I/O, unless a namespace change waits for a checkpoint (then the
-            // buffer limit decides).
+            // its writer's I/O.
             let mut m = self.lock_meta();
-            if self.buffer_in_data_logs(&m) {
+            if self.buffer_in_data_logs() {
                 self.commit_data_log(&mut m, cell)?;
                 self.maybe_refresh(&mut m)?;
             }
@@ -1207,7 +1206,7 @@ impl Inner {
             return m.unlock_and_write();
         }
         if buffered > 0 {
-            if self.buffer_in_data_logs(&m) {
+            if self.buffer_in_data_logs() {
                 self.commit_data_logs(&mut m, false)?;
             } else {
                 self.commit_checkpoint(&mut m)?;
@@ -1351,10 +1350,11 @@ impl Inner {
     }
 
     /// Whether buffered data may go out as data-only logs (a full buffer, write-behind, the
-    /// cleaner's flush of the buffer first): relaxed ordering, and no namespace change pending
-    /// (`Meta::ns_dirty`; otherwise it waits for a checkpoint).
-    pub(crate) fn buffer_in_data_logs(&self, m: &Meta) -> bool {
-        self.config.ordering == Ordering::Relaxed && !m.ns_dirty
+    /// cleaner's flush of the buffer first): in relaxed ordering. The data of a file with a
+    /// change only a checkpoint records goes out placed, not replayed (`seal_file_data`), so a
+    /// pending namespace change no longer makes a full buffer a checkpoint.
+    pub(crate) fn buffer_in_data_logs(&self) -> bool {
+        self.config.ordering == Ordering::Relaxed
     }
 
     /// Bytes writers may buffer before they commit: `Config::dirty_bytes_max`, or, while a

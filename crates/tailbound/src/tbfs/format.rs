@@ -11,7 +11,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `TBFSSUPR` |
-//! | 8 | 4 | format version (1) |
+//! | 8 | 4 | format version (2; 1 is read and upgraded) |
 //! | 12 | 4 | block size (4096) |
 //! | 16 | 16 | pool id |
 //! | 32 | 8 | generation (+1 on every superblock write) |
@@ -47,7 +47,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0 | 8 | magic `TBFSLOG1` |
-//! | 8 | 2 | format version (1) |
+//! | 8 | 2 | format version (2; 1 in a version-1 pool's logs) |
 //! | 10 | 2 | flags: 1 begin, 2 end, 4 checkpoint (root is the last payload block), 8 data-only, 16 pad, 32 ahead (a data-only log whose summary may reach the device before its payload) |
 //! | 12 | 4 | payload blocks |
 //! | 16 | 16 | pool id |
@@ -63,7 +63,8 @@
 //! | 88 | 32 × n | descriptors |
 //!
 //! Descriptor (32 bytes): kind u8 (1 data, 2 map node, 3 inode page, 4 inode-file map node,
-//! 5 checkpoint root, 6 attributes, 7 table page, 8 table map node), level u8, zero u16, block count u32, inode u64, then for data
+//! 5 checkpoint root, 6 attributes, 7 table page, 8 table map node, 9 placed data: file data
+//! roll-forward does not replay), level u8, zero u16, block count u32, inode u64, then for data
 //! and nodes the first file block (or node index) u64 and a zero u64; for attributes the size u64
 //! and mtime i64 (no payload).
 //!
@@ -100,7 +101,12 @@ use std::fmt;
 /// Bytes per block.
 pub const BLOCK: usize = 4096;
 pub const BLOCK_U64: u64 = BLOCK as u64;
-pub const VERSION: u32 = 1;
+/// The format version this build writes. Version 2 added the placed-data descriptor
+/// ([`DescKind::Placed`]), which a version-1 build would take for the end of the log chain.
+pub const VERSION: u32 = 2;
+/// The oldest version this build reads. A version-1 pool has no placed data; opening it for
+/// writing makes it version 2 (both superblock copies, before any log of this build).
+pub const VERSION_OLDEST: u32 = 1;
 pub const SUPER_MAGIC: &[u8; 8] = b"TBFSSUPR";
 pub const LOG_MAGIC: &[u8; 8] = b"TBFSLOG1";
 pub const ROOT_MAGIC: &[u8; 8] = b"TBFSCKPT";
@@ -228,6 +234,9 @@ pub struct LogPosition {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
+    /// The format version it was read with ([`VERSION`] for one made by this build); encoding
+    /// always writes [`VERSION`].
+    pub version: u32,
     pub pool_id: [u8; 16],
     pub generation: u64,
     pub pool_bytes: u64,
@@ -298,15 +307,16 @@ impl Superblock {
             return invalid("CRC mismatch");
         }
         let version = get_u32(b, 8);
-        if version != VERSION {
+        if !(VERSION_OLDEST..=VERSION).contains(&version) {
             return invalid(format!(
-                "format version {version}, this build reads {VERSION}"
+                "format version {version}, this build reads {VERSION_OLDEST} to {VERSION}"
             ));
         }
         if get_u32(b, 12) as usize != BLOCK || get_u64(b, 64) != FIRST_SEGMENT_BLOCK {
             return invalid("unsupported block size or layout");
         }
         let sb = Superblock {
+            version,
             pool_id: b[16..32].try_into().expect("16 bytes"),
             generation: get_u64(b, 32),
             pool_bytes: get_u64(b, 40),
@@ -385,6 +395,11 @@ pub enum DescKind {
     TablePage = 7,
     /// A map node of one of the checkpoint's tables (`ino` is the table id).
     TableNode = 8,
+    /// File data placed for the next checkpoint, which roll-forward does not replay: the data
+    /// of a file with a change only a checkpoint records (created, renamed, linked, its
+    /// attributes or size set) when it was written. The newest checkpoint before the log may
+    /// not hold that file, or hold another file under its number (version 2).
+    Placed = 9,
 }
 
 impl DescKind {
@@ -398,6 +413,7 @@ impl DescKind {
             6 => DescKind::Attr,
             7 => DescKind::TablePage,
             8 => DescKind::TableNode,
+            9 => DescKind::Placed,
             _ => return None,
         })
     }
@@ -480,7 +496,7 @@ impl Summary {
         if crc(&copy) != stored {
             return invalid("summary CRC mismatch");
         }
-        if get_u16(b, 8) as u32 != VERSION {
+        if !(VERSION_OLDEST..=VERSION).contains(&(get_u16(b, 8) as u32)) {
             return invalid("unknown log version");
         }
         let flags = get_u16(b, 10);
@@ -1036,6 +1052,7 @@ mod tests {
 
     fn sample_sb() -> Superblock {
         Superblock {
+            version: VERSION,
             pool_id: [7; 16],
             generation: 3,
             pool_bytes: 64 << 20,

@@ -444,7 +444,9 @@ impl Claim {
             Claim::MapNode { ino, level, index } => {
                 d.kind == DescKind::MapNode && d.ino == ino && d.level == level && at == index
             }
-            Claim::Data { ino, block } => d.kind == DescKind::Data && d.ino == ino && at == block,
+            Claim::Data { ino, block } => {
+                matches!(d.kind, DescKind::Data | DescKind::Placed) && d.ino == ino && at == block
+            }
             Claim::TableNode {
                 table,
                 level,

@@ -415,6 +415,9 @@ pub struct FsCounters {
     pub blocks_copied: u64,
     /// Cleaning passes whose copies went out as data-only logs, with no checkpoint.
     pub light_cleaning_passes: u64,
+    /// File blocks written in data-only logs as placed data, for the next checkpoint to map:
+    /// buffered data of files with a change only a checkpoint records.
+    pub placed_blocks: u64,
     /// Blocks of logs that are not file or directory data: summaries, pads, map nodes, inode
     /// pages, tables and checkpoint roots (part of `bytes_written`).
     pub metadata_blocks: u64,

@@ -1194,7 +1194,17 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             // recovery checkpoint goes where the chain ended.
             let result = inner
                 .commit_checkpoint(&mut m)
-                .and_then(|()| inner.write_superblock(&mut m));
+                .and_then(|()| inner.write_superblock(&mut m))
+                // An older version's pool is upgraded here, before any log of this build's:
+                // both copies, or a build of that version would take the one it still reads
+                // and stop its log chain at the first descriptor it does not know.
+                .and_then(|()| {
+                    if sb.version < format::VERSION {
+                        inner.write_superblock(&mut m)
+                    } else {
+                        Ok(())
+                    }
+                });
             m.in_refresh = false;
             result?;
         }

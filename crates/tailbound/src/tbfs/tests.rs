@@ -2121,11 +2121,19 @@ fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     );
     // Nothing was synced: the written-behind log rolls forward after a process crash.
     assert_eq!(read_all(&reopen(&dev), "/big"), data);
-    // A pending namespace change leaves it to the buffer limit or a sync (a checkpoint).
+    // A new file's data is written behind too, placed: a crash before the checkpoint that
+    // records the file keeps neither; its sync is that checkpoint.
     let g = fs.open_file("/new", OpenFlags::create()).unwrap();
     g.pwrite(&data, 0).unwrap();
-    assert_eq!(fs.counters().data_only_logs, after.data_only_logs);
+    let placed = fs.counters();
+    assert_eq!(placed.data_only_logs, after.data_only_logs + 1);
+    assert_eq!(
+        placed.placed_blocks - after.placed_blocks,
+        data.len() as u64 / BLOCK as u64
+    );
+    assert!(matches!(reopen(&dev).stat("/new"), Err(Error::NotFound(_))));
     g.fsync().unwrap();
+    assert_eq!(fs.counters().checkpoints, placed.checkpoints + 1);
     assert_eq!(read_all(&reopen(&dev), "/new"), data);
 }
 
@@ -3202,4 +3210,202 @@ fn a_superblock_another_thread_took_is_written_before_writing_the_logs_returns()
     assert_eq!(fs.counters().superblock_writes, superblocks + 1);
     let back = reopen(&dev);
     assert_eq!(read_all(&back, "/a"), pattern(3, 8192));
+}
+
+/// Relaxed ordering, a 1 MiB buffer, and no superblock refresh (which writes a checkpoint)
+/// during a test's few MiB of writes.
+fn placing_config() -> Config {
+    Config {
+        superblock_every_bytes: 64 << 20,
+        ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+    }
+}
+
+/// `/old` and `/kept` made durable in a fresh pool (relaxed ordering, a 1 MiB buffer), then
+/// `/old` deleted and `/new` created under its number.
+fn pool_with_a_reused_number(dev: &Arc<SimDevice>) -> (Fs, File, File) {
+    let fs = Fs::format(dev.clone(), &placing_config()).unwrap();
+    fs.open_file("/old", OpenFlags::create())
+        .unwrap()
+        .pwrite(&pattern(1, 65536), 0)
+        .unwrap();
+    let kept = fs.open_file("/kept", OpenFlags::create()).unwrap();
+    kept.pwrite(&pattern(2, 65536), 0).unwrap();
+    fs.sync().unwrap();
+    let old_ino = fs.stat("/old").unwrap().ino;
+    fs.unlink("/old").unwrap();
+    let new = fs.open_file("/new", OpenFlags::create()).unwrap();
+    assert_eq!(
+        fs.stat("/new").unwrap().ino,
+        old_ino,
+        "the number is reused"
+    );
+    (fs, kept, new)
+}
+
+#[test]
+fn a_full_buffer_places_a_new_files_data_and_a_crash_does_not_replay_it_onto_its_number() {
+    let dev = device(32 << 20);
+    let (fs, kept, new) = pool_with_a_reused_number(&dev);
+    let before = fs.counters();
+    // Three times the buffer: it goes out while `/new`'s creation waits for a checkpoint.
+    let data = pattern(4, 3 << 20);
+    new.pwrite(&data, 0).unwrap();
+    let after = fs.counters();
+    assert_eq!(
+        after.checkpoints, before.checkpoints,
+        "a full buffer made a checkpoint"
+    );
+    assert!(after.data_only_logs > before.data_only_logs);
+    assert!(
+        after.placed_blocks - before.placed_blocks >= (2 << 20) / BLOCK as u64,
+        "{} blocks placed",
+        after.placed_blocks - before.placed_blocks
+    );
+    // A file the checkpoint holds as it is syncs as a data-only log after the placed ones.
+    kept.pwrite(&pattern(3, 8192), 0).unwrap();
+    kept.fsync().unwrap();
+    assert_eq!(fs.counters().checkpoints, before.checkpoints);
+    let mut kept_want = pattern(2, 65536);
+    kept_want[..8192].copy_from_slice(&pattern(3, 8192));
+
+    // A crash now: the deletion and the creation were never durable, so `/old` is back with its
+    // own bytes, not `/new`'s, though they were logged under its number.
+    let (image, _) = checked_clean(&dev, "placed data after the checkpoint");
+    let crashed = Fs::open(image, &OpenOptions::default()).unwrap();
+    assert!(
+        read_all(&crashed, "/old") == pattern(1, 65536),
+        "/old lost its bytes"
+    );
+    assert!(matches!(crashed.stat("/new"), Err(Error::NotFound(_))));
+    assert!(
+        read_all(&crashed, "/kept") == kept_want,
+        "/kept lost its sync"
+    );
+    drop(crashed);
+
+    // The next checkpoint maps the placed blocks where they were written.
+    fs.sync().unwrap();
+    let (image, _) = checked_clean(&dev, "after the checkpoint that maps placed data");
+    let crashed = Fs::open(image, &OpenOptions::default()).unwrap();
+    assert!(
+        read_all(&crashed, "/new") == data,
+        "/new lost its checkpoint"
+    );
+    assert!(matches!(crashed.stat("/old"), Err(Error::NotFound(_))));
+    assert!(
+        read_all(&crashed, "/kept") == kept_want,
+        "/kept after the checkpoint"
+    );
+}
+
+#[test]
+fn a_renamed_files_data_goes_out_placed_and_what_it_superseded_waits_for_a_checkpoint() {
+    let dev = device(32 << 20);
+    let fs = Fs::format(dev.clone(), &placing_config()).unwrap();
+    let f = fs.open_file("/a", OpenFlags::create()).unwrap();
+    f.pwrite(&pattern(1, 65536), 0).unwrap();
+    fs.sync().unwrap();
+    let ino = fs.stat("/a").unwrap().ino;
+    let block0 = |fs: &Fs| {
+        let m = fs.inner.lock_meta();
+        let cell = fs.inner.cell(&m, ino).unwrap();
+        let at = cell.lock().map.get(0);
+        at
+    };
+    let first = block0(&fs);
+    fs.rename("/a", "/b").unwrap();
+    let before = fs.counters();
+    let data = pattern(5, 3 << 20);
+    f.pwrite(&data, 0).unwrap();
+    assert_eq!(fs.counters().checkpoints, before.checkpoints);
+    assert!(fs.counters().placed_blocks > before.placed_blocks);
+    {
+        // The crash state below reads `/a`'s first block where the checkpoint put it: its
+        // segment may not be reused before a checkpoint is durable, as it would be once the
+        // superseding log alone were (which roll-forward does not replay).
+        assert_ne!(block0(&fs), first, "block 0 was rewritten");
+        let inner = &fs.inner;
+        let m = inner.lock_meta();
+        let s = engine::Meta::seg_of(first, inner.segment_blocks);
+        assert!(
+            m.seg.dead_at[s]
+                > inner
+                    .sb_checkpoint_seq
+                    .load(std::sync::atomic::Ordering::Acquire),
+            "segment {s} is reusable before a checkpoint"
+        );
+        assert!(!inner.segment_free_if_durable(&m, s, u64::MAX));
+    }
+    let (image, _) = checked_clean(&dev, "placed data of a renamed file");
+    let crashed = Fs::open(image, &OpenOptions::default()).unwrap();
+    assert!(
+        read_all(&crashed, "/a") == pattern(1, 65536),
+        "/a lost its bytes"
+    );
+    assert!(matches!(crashed.stat("/b"), Err(Error::NotFound(_))));
+    drop(crashed);
+    f.fsync().unwrap();
+    let crashed = reopen(&dev);
+    assert!(read_all(&crashed, "/b") == data, "/b lost its sync");
+    assert!(matches!(crashed.stat("/a"), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn a_pool_of_the_older_version_is_upgraded_in_both_superblock_copies_on_open() {
+    let dev = device(8 << 20);
+    let fs = Fs::format(
+        dev.clone(),
+        &small_config(Ordering::Relaxed, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    fs.open_file("/f", OpenFlags::create())
+        .unwrap()
+        .pwrite(&pattern(1, 10000), 0)
+        .unwrap();
+    fs.close().unwrap();
+    // Both copies rewritten as version 1 (which has no placed data, so reads the same).
+    let mut image = dev.image();
+    let version_of = |image: &[u8], copy: usize| {
+        let b = &image[copy * BLOCK..(copy + 1) * BLOCK];
+        u32::from_le_bytes(b[8..12].try_into().unwrap())
+    };
+    for copy in 0..2 {
+        let b = &mut image[copy * BLOCK..(copy + 1) * BLOCK];
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let crc = format::crc_blocks(&b[..BLOCK - 4]);
+        b[BLOCK - 4..].copy_from_slice(&crc.to_le_bytes());
+    }
+    let old = Arc::new(SimDevice::from_image(image));
+    let sb = format::Superblock::decode(&old.image()[..BLOCK], 8 << 20).unwrap();
+    assert_eq!(sb.version, 1);
+    // Read-only: nothing is written, so the pool stays as it was.
+    let view = Fs::open(
+        old.clone(),
+        &OpenOptions {
+            read_only: true,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(read_all(&view, "/f"), pattern(1, 10000));
+    drop(view);
+    assert_eq!(
+        [version_of(&old.image(), 0), version_of(&old.image(), 1)],
+        [1, 1]
+    );
+    let fs = Fs::open(old.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(read_all(&fs, "/f"), pattern(1, 10000));
+    assert_eq!(
+        [version_of(&old.image(), 0), version_of(&old.image(), 1)],
+        [format::VERSION; 2],
+        "a copy of the older version is left for its builds to take"
+    );
+    // A version from a newer build is refused with its number.
+    let mut b = old.image()[..BLOCK].to_vec();
+    b[8..12].copy_from_slice(&(format::VERSION + 1).to_le_bytes());
+    let crc = format::crc_blocks(&b[..BLOCK - 4]);
+    b[BLOCK - 4..].copy_from_slice(&crc.to_le_bytes());
+    let err = format::Superblock::decode(&b, 8 << 20).unwrap_err();
+    assert!(err.0.contains("format version 3"), "{}", err.0);
 }
