@@ -15,7 +15,7 @@ use common::Rng;
 
 use tailbound::dev::sim::SimDevice;
 use tailbound::tbfs::fsck;
-use tailbound::tbfs::{Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering};
+use tailbound::tbfs::{Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering, SetAttr};
 
 const BLOCK: usize = 4096;
 const DEVICE_BYTES: u64 = 8 << 20;
@@ -119,10 +119,41 @@ fn assert_damage_only_from_the_cut(image: Vec<u8>, barrier: Option<Barrier>, wha
     );
 }
 
-/// One run; returns the light passes the cleaner made before the power went out and the
-/// segments background passes emptied. With `background`, the workload also runs the background
-/// cleaner's pass now and then (victims read, flush and superblock written without `meta`).
-fn run(seed: u64, barrier: Barrier, background: bool) -> (u64, u64) {
+/// What a run's workload does besides overwriting the files.
+#[derive(Clone, Copy)]
+struct Workload {
+    /// Runs the background cleaner's pass now and then (victims read, flush and superblock
+    /// written without `meta`).
+    background: bool,
+    /// Namespace changes: files renamed back and forth and their modes set (so their data goes
+    /// out placed until a checkpoint), and scratch files created and deleted (so numbers are
+    /// reused, and data is logged under a number the checkpoint holds for another file).
+    namespace: bool,
+}
+
+/// What a run counted before the power went out.
+#[derive(Default)]
+struct Outcome {
+    light: u64,
+    /// Segments background passes emptied.
+    emptied: u64,
+    placed: u64,
+}
+
+/// The two names a file of the run may have.
+fn names(file: u64) -> [String; 2] {
+    [path(file), format!("/g{file}")]
+}
+
+/// Scratch file `k`'s block `index`: its own file id, so a block logged under a reused number
+/// and replayed onto another file shows.
+fn scratch(k: u64, index: u64) -> Vec<u8> {
+    content(1000 + k, index, 1)
+}
+
+/// One run.
+fn run(seed: u64, barrier: Barrier, work: Workload) -> Outcome {
+    let background = work.background;
     let mut rng = Rng(seed);
     let dev = Arc::new(SimDevice::new(DEVICE_BYTES));
     // Half the runs as a memory pool: the cleaner then reads its victims a block at a time.
@@ -137,6 +168,10 @@ fn run(seed: u64, barrier: Barrier, background: bool) -> (u64, u64) {
     let cut = rng.below(OPS * 3 / 2);
     dev.cut_power_after(cut);
     let mut background_cleaned = 0;
+    // Which of its names each file has now; scratch files alive, oldest first.
+    let mut named = vec![0usize; FILES as usize];
+    let mut scratches: std::collections::VecDeque<u64> = Default::default();
+    let mut next_scratch = 0u64;
     for _ in 0..OPS {
         let f = rng.below(FILES);
         let i = rng.below(FILE_BLOCKS);
@@ -169,6 +204,39 @@ fn run(seed: u64, barrier: Barrier, background: bool) -> (u64, u64) {
                 background_cleaned += fs.counters().segments_cleaned - before;
                 r
             }
+            4 if work.namespace => {
+                let n = &mut named[f as usize];
+                let r = fs.rename(&names(f)[*n], &names(f)[1 - *n]);
+                *n = 1 - *n;
+                r.map(|()| Vec::new()).map_err(|_| ())
+            }
+            5 if work.namespace => {
+                let attr = SetAttr {
+                    mode: Some(0o600 | (rng.below(2) as u32) << 5),
+                    ..SetAttr::default()
+                };
+                fs.set_attr(&names(f)[named[f as usize]], &attr)
+                    .map(|()| Vec::new())
+                    .map_err(|_| ())
+            }
+            6 | 7 if work.namespace && scratches.len() < 3 => {
+                let k = next_scratch;
+                next_scratch += 1;
+                scratches.push_back(k);
+                // Up to twice the write buffer: some go out in a full buffer.
+                let blocks = 1 + rng.below(32);
+                let data: Vec<u8> = (0..blocks).flat_map(|i| scratch(k, i)).collect();
+                fs.open_file(&format!("/s{k}"), OpenFlags::create())
+                    .and_then(|file| file.pwrite(&data, 0))
+                    .map(|_| Vec::new())
+                    .map_err(|_| ())
+            }
+            6 | 7 if work.namespace => {
+                let k = scratches.pop_front().expect("three scratch files");
+                fs.unlink(&format!("/s{k}"))
+                    .map(|()| Vec::new())
+                    .map_err(|_| ())
+            }
             _ => Ok(Vec::new()),
         };
         match synced {
@@ -180,7 +248,7 @@ fn run(seed: u64, barrier: Barrier, background: bool) -> (u64, u64) {
             Err(()) => break,
         }
     }
-    let light = fs.counters().light_cleaning_passes;
+    let counters = fs.counters();
     drop(files);
     drop(fs);
 
@@ -197,9 +265,14 @@ fn run(seed: u64, barrier: Barrier, background: bool) -> (u64, u64) {
     let fs = Fs::open(crashed.clone(), &OpenOptions::default())
         .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
     for f in 0..FILES {
+        let found: Vec<String> = names(f)
+            .into_iter()
+            .filter(|p| fs.stat(p).is_ok())
+            .collect();
+        assert_eq!(found.len(), 1, "{what}: file {f} is at {found:?}");
         let file = fs
-            .open_file(&path(f), OpenFlags::read_only())
-            .unwrap_or_else(|e| panic!("{what}: {} is gone: {e}", path(f)));
+            .open_file(&found[0], OpenFlags::read_only())
+            .unwrap_or_else(|e| panic!("{what}: {} is gone: {e}", found[0]));
         let mut buf = vec![0u8; BLOCK];
         for i in 0..FILE_BLOCKS {
             assert_eq!(
@@ -219,47 +292,104 @@ fn run(seed: u64, barrier: Barrier, background: bool) -> (u64, u64) {
             );
         }
     }
+    // Scratch files are there or not, as their creation and deletion made it; one that is
+    // holds its own bytes.
+    for entry in fs.readdir("/").unwrap() {
+        let Some(k) = entry
+            .name
+            .strip_prefix('s')
+            .and_then(|k| k.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let file = fs
+            .open_file(&format!("/{}", entry.name), OpenFlags::read_only())
+            .unwrap();
+        let size = file.stat().unwrap().size;
+        let mut buf = vec![0u8; BLOCK];
+        for i in 0..size.div_ceil(BLOCK as u64) {
+            file.pread(&mut buf, i * BLOCK as u64).unwrap();
+            assert!(
+                buf == scratch(k, i),
+                "{what}: scratch file {k} block {i} holds another's bytes (file {}, version {})",
+                u64::from_le_bytes(buf[..8].try_into().unwrap()),
+                u64::from_le_bytes(buf[16..24].try_into().unwrap())
+            );
+        }
+    }
     let report = fs.recovery_report();
     fs.close().unwrap();
     assert_no_damage(
         crashed.image(),
         &format!("{what}: the recovered pool, closed (recovery: {report:?})"),
     );
-    (light, background_cleaned)
+    Outcome {
+        light: counters.light_cleaning_passes,
+        emptied: background_cleaned,
+        placed: counters.placed_blocks,
+    }
 }
 
-/// Every run of `RUNS`, the barriers in turn; returns the light passes and the segments
-/// background passes emptied, summed.
-fn runs(seed_base: u64, background: bool) -> (u64, u64) {
-    let (mut light, mut emptied) = (0, 0);
+/// Every run of `RUNS`, the barriers in turn; what they counted, summed.
+fn runs(seed_base: u64, work: Workload) -> Outcome {
+    let mut sum = Outcome::default();
     for seed in 0..RUNS {
         let barrier = [
             Barrier::EveryCheckpoint,
             Barrier::EveryLog,
             Barrier::Superblock,
         ][(seed % 3) as usize];
-        let (l, e) = run(seed_base + seed, barrier, background);
-        light += l;
-        emptied += e;
+        let o = run(seed_base + seed, barrier, work);
+        sum.light += o.light;
+        sum.emptied += o.emptied;
+        sum.placed += o.placed;
     }
-    (light, emptied)
+    sum
 }
 
 #[test]
 fn light_cleaning_survives_power_cuts_and_fsck_finds_no_damage() {
-    let (light, _) = runs(0x11c1_ea00, false);
+    let o = runs(
+        0x11c1_ea00,
+        Workload {
+            background: false,
+            namespace: false,
+        },
+    );
     // The property is about light passes: the runs must have made them.
-    assert!(light > 0, "no light cleaning pass in {RUNS} runs");
+    assert!(o.light > 0, "no light cleaning pass in {RUNS} runs");
 }
 
 #[test]
 fn background_cleaning_passes_survive_power_cuts_and_fsck_finds_no_damage() {
-    let (light, emptied) = runs(0xb6c1_ea00, true);
-    assert!(light > 0, "no light cleaning pass in {RUNS} runs");
+    let o = runs(
+        0xb6c1_ea00,
+        Workload {
+            background: true,
+            namespace: false,
+        },
+    );
+    assert!(o.light > 0, "no light cleaning pass in {RUNS} runs");
     assert!(
-        emptied > 0,
+        o.emptied > 0,
         "no background pass emptied a segment in {RUNS} runs"
     );
+}
+
+/// With namespace changes pending most of the time, full buffers and cleaning passes still go
+/// out as data-only logs, the data of the files changed placed: a crash must replay none of it
+/// onto whatever the checkpoint holds under those numbers.
+#[test]
+fn placed_data_and_light_passes_with_namespace_changes_survive_power_cuts() {
+    let o = runs(
+        0x9ace_da7a,
+        Workload {
+            background: true,
+            namespace: true,
+        },
+    );
+    assert!(o.light > 0, "no light cleaning pass in {RUNS} runs");
+    assert!(o.placed > 0, "no placed data in {RUNS} runs");
 }
 
 /// What a killed process leaves is every write it issued. Such an image, taken after each

@@ -170,6 +170,13 @@ impl Inner {
         // and so no map nodes per pass. Their victims are segments only a flush stands between
         // and reuse (`pick_victims`); live metadata in them still needs a checkpoint. Otherwise
         // a full pass: the copies go out in a checkpoint, followed by a superblock.
+        //
+        // A pending namespace change does not stop a light pass. Its victims are out of the
+        // roll-forward chain, so a block still live in one was written before the superblock's
+        // checkpoint and not rewritten since: that checkpoint holds it, with these bytes, under
+        // the same file and number (a file created, or a number reused, since has all its blocks
+        // in the chain). Replaying the copy over it changes no file's contents, whatever was
+        // renamed, truncated or had its attributes set since.
         loop {
             if self.free_blocks_up_to(m, want) >= want {
                 break;
@@ -187,11 +194,6 @@ impl Inner {
                 }
             }
             let light_ok = self.light_cleaning(m);
-            if light_ok && m.ns_dirty {
-                // Roll-forward replays data only: a pending namespace change goes first.
-                self.refresh_for_cleaner(m)?;
-                continue;
-            }
             let mut victims = if light_ok {
                 self.pick_victims(m, &skip, per_pass, true, stalled > 0)
             } else {
@@ -782,7 +784,7 @@ impl Inner {
                 return Ok(());
             }
             // What the pass will most likely pick (it cleans no others: see `keep_read_ahead`).
-            let light = if self.light_cleaning(&m) && !m.ns_dirty {
+            let light = if self.light_cleaning(&m) {
                 self.pick_victims(&m, &none, BACKGROUND_VICTIMS, true, false)
             } else {
                 Vec::new()
