@@ -500,7 +500,7 @@ impl Inner {
         let metadata_blocks = 1 + log
             .descriptors
             .iter()
-            .filter(|d| d.kind != DescKind::Data)
+            .filter(|d| !matches!(d.kind, DescKind::Data | DescKind::Placed))
             .map(|d| d.blocks as u64)
             .sum::<u64>();
         let summary = Summary {
@@ -1305,7 +1305,8 @@ impl Inner {
         for cell in &cells {
             let st = cell.lock();
             if !st.freed && st.kind == super::FileKind::File {
-                count += unsealed_blocks(&st).len() as u64 + 1;
+                let unsealed = st.dirty.values().filter(|d| d.sealed_in.is_none()).count();
+                count += unsealed as u64 + 1;
             }
         }
         if count == 0 {
