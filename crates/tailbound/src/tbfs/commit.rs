@@ -247,13 +247,16 @@ impl Inner {
     }
 
     /// Sets [`Inner::buffer_limit`] from the blocks left free once the commit being checked is
-    /// written (counted up to the room a whole buffer needs, [`Inner::buffer_room`]). While a namespace change is pending
-    /// every cleaning pass is a checkpoint, and a checkpoint writes every buffered block before
-    /// the victims it frees are reusable: if the buffer could outgrow the free space, the
-    /// cleaner would have no room left to free any, and writers would get `NoSpace` with most of
-    /// the pool dead. So writers buffer at most half of what is free beyond the reserve and a
-    /// full pass's copies (half: the other half is for what they add between the check and the
-    /// commit, and for the checkpoint's metadata), and commit, which cleans, when they reach it.
+    /// written (counted up to the room a whole buffer needs, [`Inner::buffer_room`]). When
+    /// every cleaning pass is a checkpoint (full passes), a checkpoint writes every buffered
+    /// block before the victims it frees are reusable: if the buffer could outgrow the free
+    /// space, the cleaner would have no room left to free any, and writers would get `NoSpace`
+    /// with most of the pool dead. So writers buffer at most half of what is free beyond the
+    /// reserve and a full pass's copies (half: the other half is for what they add between the
+    /// check and the commit, and for the checkpoint's metadata), and commit, which cleans, when
+    /// they reach it. The limit also holds while a namespace change is pending, when passes
+    /// were checkpoints too until their copies could be replayed whatever is pending (see
+    /// `clean_passes`); kept there as a margin, not measured again since.
     fn set_buffer_limit(&self, free_after: u64) {
         let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
         let room = free_after.saturating_sub(self.buffer_room(0)) / 2;
@@ -288,9 +291,10 @@ impl Inner {
             // ordering, or a newest checkpoint something keeps).
             flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
         } else if m.ns_dirty {
-            // A namespace change is pending, so every pass is a checkpoint with the buffered
-            // data: room for the whole buffer as `set_buffer_limit` counts it (the reserve is
-            // added by the space check), so writers clean before the buffer must shrink.
+            // A namespace change is pending: room for the whole buffer as `set_buffer_limit`
+            // counts it (the reserve is added by the space check), so writers clean before the
+            // buffer must shrink. (Every pass was then a checkpoint carrying the buffer; passes
+            // are light now whatever is pending, and this margin is kept, not measured again.)
             self.buffer_room(flush) - self.reserve_blocks()
         } else {
             // A light pass needs room for one victim's copies. A victim that holds live map

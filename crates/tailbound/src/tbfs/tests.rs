@@ -1069,9 +1069,9 @@ fn check_written_after_cleaning(dev: &SimDevice, fs: &Fs, kept: &[(String, Vec<u
 
 #[test]
 fn writers_buffer_less_while_space_is_short_so_a_cleaning_checkpoint_has_room() {
-    // While a namespace change is pending (the new file), every cleaning pass is a checkpoint
-    // carrying all buffered data. A full 8 MiB buffer would not fit the free space, and the
-    // cleaner could free nothing: NoSpace with half the pool dead.
+    // While a namespace change is pending (the new file), the buffer is limited as if every
+    // cleaning pass were a checkpoint carrying all buffered data (as it was before passes could
+    // run light whatever is pending). A full 8 MiB buffer would not fit the free space.
     let dev = device(24 << 20);
     let (fs, kept) = half_dead_pool_short_of_space(&dev);
     // With no namespace change pending, cleaning passes are light and carry no buffered data:
