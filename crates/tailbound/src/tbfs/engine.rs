@@ -374,6 +374,17 @@ pub(crate) struct AheadPayload {
     pub started: Mutex<Option<Result<Vec<crate::dev::PendingWrite>>>>,
 }
 
+impl Drop for AheadPayload {
+    fn drop(&mut self) {
+        // Its buffers go back to the spares if it was their last holder, as a log written by
+        // the log writer's do (`write_sealed`): a payload is often dropped after its files'
+        // buffers are (`drop_written`), and handing its blocks to the allocator here had the
+        // next writes allocate them again (3 % of a native fileserver run's CPU in `free`, 6 %
+        // in `malloc`).
+        recycle_blocks(std::mem::take(&mut self.blocks));
+    }
+}
+
 impl AheadPayload {
     /// The payload's CRC, computed from memory by whoever needs it first.
     pub fn crc(&self) -> u32 {
@@ -811,7 +822,7 @@ pub(crate) fn recycle_blocks(blocks: Vec<Arc<Block>>) {
 }
 
 /// A spare buffer (this thread's, else a batch from the shared spares), if one is kept.
-fn take_spare() -> Option<Arc<Block>> {
+pub(crate) fn take_spare() -> Option<Arc<Block>> {
     let local = LOCAL_SPARE.try_with(|local| {
         let mut local = local.try_borrow_mut().ok()?;
         if local.is_empty() {

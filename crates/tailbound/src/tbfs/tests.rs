@@ -3410,3 +3410,43 @@ fn a_pool_of_the_older_version_is_upgraded_in_both_superblock_copies_on_open() {
     let err = format::Superblock::decode(&b, 8 << 20).unwrap_err();
     assert!(err.0.contains("format version 3"), "{}", err.0);
 }
+
+#[test]
+fn a_payload_dropped_as_the_last_holder_of_its_buffers_gives_them_back_for_reuse() {
+    // On a thread of its own, so its spare buffers start empty.
+    std::thread::spawn(|| {
+        let blocks: Vec<Arc<format::Block>> = (0..4u8)
+            .map(|i| super::engine::shared_copy(&[i; BLOCK]))
+            .collect();
+        let alone: Vec<*const format::Block> = blocks[1..].iter().map(Arc::as_ptr).collect();
+        // A file's buffer still holding the first.
+        let held = blocks[0].clone();
+        let payload = super::engine::AheadPayload {
+            seq: 1,
+            start: 2,
+            blocks,
+            crcs: vec![None; 4],
+            inos: vec![7],
+            flush: false,
+            charge: None,
+            crc: std::sync::OnceLock::new(),
+            state: std::sync::Mutex::new(super::engine::AheadState::Pending),
+            done: std::sync::Condvar::new(),
+            started: std::sync::Mutex::new(None),
+        };
+        drop(payload);
+        assert_eq!(Arc::strong_count(&held), 1, "a shared buffer was kept");
+        // This thread's spares are the three buffers the payload held alone (had they gone
+        // back to the allocator, they would be taken from the shared spares, or be none).
+        let next: Vec<Arc<format::Block>> = (0..3)
+            .map(|_| super::engine::take_spare().expect("a spare buffer"))
+            .collect();
+        let mut got: Vec<*const format::Block> = next.iter().map(Arc::as_ptr).collect();
+        got.sort();
+        let mut want = alone;
+        want.sort();
+        assert_eq!(got, want, "the payload's buffers were not kept for reuse");
+    })
+    .join()
+    .unwrap();
+}
