@@ -1263,7 +1263,7 @@ impl Inner {
         };
         let count = {
             let st = cell.lock();
-            let count = unsealed_blocks(&st).len();
+            let count = unsealed_count(&st);
             if st.freed || (count == 0 && !st.attr_dirty) {
                 return Ok(());
             }
@@ -1271,13 +1271,12 @@ impl Inner {
         };
         self.ensure_space(m, count + 1)?;
         let mut st = cell.lock();
-        let blocks = unsealed_blocks(&st);
-        if st.freed || (blocks.is_empty() && !st.attr_dirty) {
+        if st.freed || (unsealed_count(&st) == 0 && !st.attr_dirty) {
             // The superblock refresh `ensure_space` ran took everything already.
             return Ok(());
         }
         self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
-        let written = self.seal_file_data(m, cell.ino, &mut st, blocks)?;
+        let written = self.seal_file_data(m, cell.ino, &mut st)?;
         drop(st);
         // The buffers go once the log is written.
         m.writer.release.push((cell.clone(), written));
@@ -1309,8 +1308,7 @@ impl Inner {
         for cell in &cells {
             let st = cell.lock();
             if !st.freed && st.kind == super::FileKind::File {
-                let unsealed = st.dirty.values().filter(|d| d.sealed_in.is_none()).count();
-                count += unsealed as u64 + 1;
+                count += unsealed_count(&st) as u64 + 1;
             }
         }
         if count == 0 {
@@ -1324,8 +1322,9 @@ impl Inner {
         let mut done = Vec::with_capacity(cells.len());
         for cell in &cells {
             let mut st = cell.lock();
-            let blocks = unsealed_blocks(&st);
-            if st.freed || st.kind != super::FileKind::File || (blocks.is_empty() && !st.attr_dirty)
+            if st.freed
+                || st.kind != super::FileKind::File
+                || (!st.attr_dirty && !st.dirty.values().any(|d| d.sealed_in.is_none()))
             {
                 continue;
             }
@@ -1333,7 +1332,7 @@ impl Inner {
                 self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
                 open = true;
             }
-            let written = self.seal_file_data(m, cell.ino, &mut st, blocks)?;
+            let written = self.seal_file_data(m, cell.ino, &mut st)?;
             drop(st);
             m.pending.insert(cell.ino);
             done.push((cell.clone(), written));
@@ -1349,8 +1348,9 @@ impl Inner {
         closed
     }
 
-    /// Adds a file's unsealed buffers (`blocks`) and its size and mtime to the open data-only
-    /// log, as the I/O of the file's last writer; returns the release list for them.
+    /// Adds a file's unsealed buffers and its size and mtime to the open data-only log, as the
+    /// I/O of the file's last writer; returns the release list for them (in one pass over the
+    /// buffers, not a look-up per block: this runs under `meta` for every block written).
     ///
     /// A file with a change only a checkpoint records (`Meta::ns_changed`: created, renamed,
     /// linked, attributes or size set) may not be in the newest checkpoint before the log, or
@@ -1363,7 +1363,6 @@ impl Inner {
         m: &mut Meta,
         ino: u64,
         st: &mut super::engine::InodeState,
-        blocks: Vec<u64>,
     ) -> Result<Vec<(u64, u64)>> {
         m.writer.charge = st.charge;
         let flush = self.config.barrier == Barrier::EveryLog;
@@ -1373,12 +1372,12 @@ impl Inner {
         } else {
             DescKind::Data
         };
-        let mut written = Vec::with_capacity(blocks.len());
-        for block in blocks {
-            let d = st.dirty.get_mut(&block).expect("a buffered block");
+        let mut written = Vec::new();
+        for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
             let (gen, data, crc) = (d.gen, d.share_with_log(), d.crc());
             let addr = self.log_add_shared(m, kind, ino, 0, block, data, Some(crc))?;
-            mark_sealed(st, block, m.writer.seq, flush);
+            // The log the block went into (`log_add_shared` may have rolled to a new one).
+            d.sealed_in = Some((m.writer.seq, flush));
             let old = st.map.set(block, addr);
             m.seg_inc(addr, self.segment_blocks);
             match (old, placed) {
@@ -2080,18 +2079,6 @@ fn current_record(m: &Meta, ino: u64) -> InodeRecord {
 }
 
 /// The buffered blocks of a file not yet in a sealed log.
-fn unsealed_blocks(st: &super::engine::InodeState) -> Vec<u64> {
-    st.dirty
-        .iter()
-        .filter(|(_, d)| d.sealed_in.is_none())
-        .map(|(&b, _)| b)
-        .collect()
-}
-
-/// Records that `block`'s buffer went into log `seq` (or an earlier one), flushed after it if
-/// `flush`.
-fn mark_sealed(st: &mut super::engine::InodeState, block: u64, seq: u64, flush: bool) {
-    if let Some(d) = st.dirty.get_mut(&block) {
-        d.sealed_in = Some((seq, flush));
-    }
+fn unsealed_count(st: &super::engine::InodeState) -> usize {
+    st.dirty.values().filter(|d| d.sealed_in.is_none()).count()
 }
