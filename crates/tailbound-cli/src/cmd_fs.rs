@@ -13,7 +13,7 @@ use tailbound::bench::report::write_json;
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
-use tailbound::tbfs::format::{Superblock, BLOCK_U64, VERSION};
+use tailbound::tbfs::format::{Superblock, BLOCK_U64};
 use tailbound::tbfs::fsck::{self, FsckReport, RepairReport, Verdict};
 use tailbound::tbfs::{
     self, Barrier, Config, FileKind, Fs, OpenFlags, OpenOptions, Ordering, Snapshot, Stat,
@@ -1450,7 +1450,7 @@ fn info(pool: &PoolArg, json: Option<&Path>) -> CliResult {
     let out = InfoJson {
         path: pool.pool.display().to_string(),
         backend: backend.to_string(),
-        format_version: VERSION,
+        format_version: sb.version,
         pool_id: sb.pool_id.iter().map(|b| format!("{b:02x}")).collect(),
         size: sb.pool_bytes,
         block_size: BLOCK_U64,

@@ -102,7 +102,7 @@ fn round_trip(pool: &Path, backend: &str, host: &Path) {
     assert!(fsck.contains("clean: 0 damage"), "{fsck}");
     let info = ok(&[&["fs", "info", p][..], &b].concat());
     assert!(
-        info.contains("tbfs version 1") && info.contains("ordering relaxed"),
+        info.contains("tbfs version 2") && info.contains("ordering relaxed"),
         "{info}"
     );
     let back2 = host.join("out2.bin");
@@ -371,7 +371,7 @@ fn listings_write_their_json_schemas() {
     let info = dir.path().join("info.json");
     ok(&["fs", "info", p, "--json", s(&info), "--backend", "file"]);
     let j = json(&info);
-    assert_eq!(j["format_version"], 1);
+    assert_eq!(j["format_version"], 2);
     assert_eq!(j["backend"], "file");
     let fsck = dir.path().join("fsck.json");
     ok(&["fs", "fsck", p, "--json", s(&fsck), "--backend", "file"]);
