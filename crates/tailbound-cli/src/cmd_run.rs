@@ -73,7 +73,8 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// Finds `libtailbound_preload.so`: `$TAILBOUND_PRELOAD`, else next to this binary (also in its
-/// `deps/` and `../lib/`).
+/// `deps/` and `../lib/`), the newest if there are several (`cargo build` puts one next to the
+/// binary, `cargo test` refreshes only the one in `deps/`).
 pub fn find_preload() -> Result<PathBuf, String> {
     const NAME: &str = "libtailbound_preload.so";
     if let Some(p) = std::env::var_os("TAILBOUND_PRELOAD") {
@@ -95,22 +96,36 @@ pub fn find_preload() -> Result<PathBuf, String> {
         dir.join("../lib").join(NAME),
         dir.join("..").join(NAME),
     ];
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .ok_or_else(|| {
-            format!(
-                "{NAME} not found next to {} (looked in {}); build it with \
+    newest_file(&candidates).ok_or_else(|| {
+        format!(
+            "{NAME} not found next to {} (looked in {}); build it with \
              `cargo build -p tailbound-preload` or set TAILBOUND_PRELOAD to its path",
-                exe.display(),
-                candidates
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        })
+            exe.display(),
+            candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// The most recently modified of `paths` that are files (the first of equals).
+fn newest_file(paths: &[PathBuf]) -> Option<PathBuf> {
+    let mut best: Option<(std::time::SystemTime, &PathBuf)> = None;
+    for p in paths {
+        let Ok(meta) = std::fs::metadata(p) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let at = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        if best.is_none_or(|(t, _)| at > t) {
+            best = Some((at, p));
+        }
+    }
+    best.map(|(_, p)| p.clone())
 }
 
 /// Creates and formats a pool at `path` unless a file is already there.
@@ -212,4 +227,33 @@ pub fn run(args: RunArgs) -> CliResult {
         }
     };
     std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest_file;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn the_newest_of_several_preload_libraries_is_taken_and_missing_ones_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str, age_s: u64| {
+            let p = dir.path().join(name);
+            let f = std::fs::File::create(&p).unwrap();
+            f.set_modified(SystemTime::now() - Duration::from_secs(age_s))
+                .unwrap();
+            p
+        };
+        // A stale copy next to the binary, a fresh one in `deps/`.
+        let stale = at("next-to-binary.so", 3600);
+        let fresh = at("in-deps.so", 10);
+        let missing = dir.path().join("missing.so");
+        let a_dir = dir.path().to_path_buf();
+        assert_eq!(
+            newest_file(&[stale.clone(), a_dir.clone(), fresh.clone(), missing.clone()]),
+            Some(fresh)
+        );
+        assert_eq!(newest_file(&[missing.clone(), stale.clone()]), Some(stale));
+        assert_eq!(newest_file(&[missing, a_dir]), None);
+    }
 }

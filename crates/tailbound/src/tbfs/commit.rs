@@ -2078,7 +2078,7 @@ fn current_record(m: &Meta, ino: u64) -> InodeRecord {
         .unwrap_or_default()
 }
 
-/// The buffered blocks of a file not yet in a sealed log.
+/// How many of a file's buffered blocks are not yet in a sealed log.
 fn unsealed_count(st: &super::engine::InodeState) -> usize {
     st.dirty.values().filter(|d| d.sealed_in.is_none()).count()
 }

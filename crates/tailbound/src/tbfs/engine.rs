@@ -376,11 +376,11 @@ pub(crate) struct AheadPayload {
 
 impl Drop for AheadPayload {
     fn drop(&mut self) {
-        // Its buffers go back to the spares if it was their last holder, as a log written by
-        // the log writer's do (`write_sealed`): a payload is often dropped after its files'
-        // buffers are (`drop_written`), and handing its blocks to the allocator here had the
-        // next writes allocate them again (3 % of a native fileserver run's CPU in `free`, 6 %
-        // in `malloc`).
+        // Its buffers go back to the spares if it was their last holder, as the log writer
+        // does with the logs it writes whole (`write_sealed`): a payload is often dropped after
+        // its files' buffers are (`drop_written`), and handing its blocks to the allocator here
+        // had the next writes allocate them again (3 % of a native fileserver run's CPU in
+        // `free`, 6 % in `malloc`).
         recycle_blocks(std::mem::take(&mut self.blocks));
     }
 }
