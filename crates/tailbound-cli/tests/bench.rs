@@ -529,6 +529,17 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
     );
     let measured = |s: &str| cases.iter().any(|c| c["system"] == s);
     assert!(measured("tmpfs") && measured("tbfs-native"));
+    // The engine's figures come with its native runs only; the run takes the metadata lock.
+    for c in cases {
+        let engine = c["median_run"].get("engine");
+        if c["system"] == "tbfs-native" {
+            let e = engine.unwrap_or_else(|| panic!("no engine figures in {c}"));
+            positive_finite(e, "meta_held_pct");
+            positive_finite(e, "data_only_runs_per_s");
+        } else {
+            assert!(engine.is_none(), "engine figures for {}", c["system"]);
+        }
+    }
     assert_eq!(measured("xfs-ram"), root);
     assert_eq!(measured("ext4-ram"), root);
     // The targets are always checked and printed.
@@ -536,6 +547,7 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
     let text = stdout(&out);
     assert!(text.contains("| target"), "{text}");
     assert!(text.contains("createfile1"));
+    assert!(text.contains("the metadata lock held"), "{text}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
     let left: Vec<_> = std::fs::read_dir(shm.path()).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");

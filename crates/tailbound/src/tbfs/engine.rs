@@ -586,6 +586,9 @@ pub(crate) struct Inner {
     /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
     pub dirty: Mutex<BTreeSet<u64>>,
     pub dirty_bytes: AtomicU64,
+    /// Nanoseconds `meta` was held, over every hold (`FsCounters::meta_held_ns`): the share of
+    /// the time every operation that needs it may have to wait.
+    pub meta_held_ns: AtomicU64,
     pub poisoned: Mutex<Option<String>>,
     pub closed: AtomicBool,
     pub counters: Mutex<FsCounters>,
@@ -626,6 +629,8 @@ pub(crate) struct Wake {
 /// went.
 pub(crate) struct MetaGuard<'a> {
     guard: Option<MutexGuard<'a, Meta>>,
+    /// When the lock was taken ([`Inner::meta_held_ns`]).
+    acquired: Instant,
     hold: Option<crate::sched::inherit::Hold>,
     inner: &'a Inner,
     /// [`Inner::queued_total`] when the lock was taken.
@@ -678,6 +683,10 @@ impl MetaGuard<'_> {
     /// freed inodes are recycled after.
     fn unlock(&mut self) -> Option<Sealed> {
         let mut guard = self.guard.take()?;
+        self.inner.meta_held_ns.fetch_add(
+            self.acquired.elapsed().as_nanos() as u64,
+            AtomicOrdering::Relaxed,
+        );
         let sealed = Sealed {
             end: guard.writer.seq,
             own: std::mem::take(&mut guard.writer.sealed_ahead),
@@ -899,6 +908,7 @@ impl Inner {
         let start_queued = self.queued_total.load(AtomicOrdering::Acquire);
         MetaGuard {
             guard: Some(guard),
+            acquired: Instant::now(),
             hold: Some(self.inherit.hold()),
             inner: self,
             start_queued,
@@ -2051,11 +2061,13 @@ impl Fs {
     }
 
     pub fn counters(&self) -> FsCounters {
-        *self
+        let mut c = *self
             .inner
             .counters
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(|p| p.into_inner());
+        c.meta_held_ns = self.inner.meta_held_ns.load(AtomicOrdering::Relaxed);
+        c
     }
 
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<File> {

@@ -423,6 +423,10 @@ pub struct FsCounters {
     pub metadata_blocks: u64,
     /// Plain checkpoints released before their protection period ended because the pool was full.
     pub protection_released: u64,
+    /// Nanoseconds the metadata lock was held, summed over every hold: most operations (creates,
+    /// deletes, commits, cleaning) need it, so its share of the wall time bounds how much they
+    /// overlap.
+    pub meta_held_ns: u64,
 }
 
 #[cfg(test)]

@@ -92,6 +92,7 @@ fn new_inner(
         bg_pass: Mutex::new(()),
         dirty: Mutex::new(BTreeSet::new()),
         dirty_bytes: AtomicU64::new(0),
+        meta_held_ns: AtomicU64::new(0),
         poisoned: Mutex::new(None),
         closed: AtomicBool::new(false),
         counters: Mutex::new(FsCounters::default()),

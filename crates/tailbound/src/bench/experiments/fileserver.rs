@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::bench::experiments::loopfs::{LoopFs, LoopKind};
 use crate::bench::report::{targets_markdown, Align, Table, TargetCheck};
-use crate::bench::workload::{self, Params, PosixFs, RunResult, TbfsFs, Workload};
+use crate::bench::workload::{self, EngineFigures, Params, PosixFs, RunResult, TbfsFs, Workload};
 use crate::dev::memory::MemoryPool;
 use crate::tbfs::{Config, Fs};
 
@@ -324,10 +324,17 @@ impl FileserverBench {
                     self.pool_bytes(p.mean_file_bytes),
                 )?;
                 let mkfs_s = made.elapsed().as_secs_f64();
-                let result = workload::run(&TbfsFs::new(fs.clone()), p);
+                // The engine's counters when the measured run starts and when it ends.
+                let mut readings = Vec::with_capacity(2);
+                let result = workload::run_marked(&TbfsFs::new(fs.clone()), p, || {
+                    readings.push(fs.counters())
+                });
                 let closed = fs.close().map_err(|e| format!("closing the pool: {e}"));
-                let result = result.map_err(|e| e.to_string())?;
+                let mut result = result.map_err(|e| e.to_string())?;
                 closed?;
+                if let [before, after] = readings[..] {
+                    result.engine = Some(EngineFigures::between(&before, &after, result.elapsed_s));
+                }
                 (result, mkfs_s)
             }
             System::TbfsShim => {
@@ -637,6 +644,25 @@ impl FileserverReport {
             ]);
         }
         out.push_str(&t.to_markdown());
+        for c in &self.cases {
+            if let Some(e) = &c.median_run.engine {
+                out.push_str(&format!(
+                    "\n{} {} at {} threads, {} KiB, its median run: {:.1} checkpoints/s, {:.1} \
+                     data-only runs/s, {:.0} MiB/s placed, {:.1} light cleaning passes/s, {:.1} \
+                     segments cleaned/s; the metadata lock held {:.0} % of the time\n",
+                    c.system,
+                    c.workload,
+                    c.threads,
+                    c.mean_file_kib,
+                    e.checkpoints_per_s,
+                    e.data_only_runs_per_s,
+                    e.placed_mb_per_s,
+                    e.light_cleaning_passes_per_s,
+                    e.segments_cleaned_per_s,
+                    e.meta_held_pct
+                ));
+            }
+        }
         // Per flowop: ops/s and mean latency, one column pair per system, per case.
         let mut groups: Vec<&CaseRow> = Vec::new();
         for c in &self.cases {
@@ -807,6 +833,7 @@ mod tests {
             user_cpu_pct: 50.0 * user,
             sys_cpu_pct: 50.0 * sys,
             flowops: Vec::new(),
+            engine: None,
         };
         let cases = vec![
             CaseRow::from_runs(System::XfsRam, vec![run(1000.0, 0.2, 1.6)]),

@@ -312,6 +312,45 @@ pub struct FlowopResult {
     pub mb_per_s: f64,
 }
 
+/// What the tbfs engine did over a run of its native API (from `tbfs::FsCounters`), per second
+/// of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EngineFigures {
+    pub checkpoints_per_s: f64,
+    /// Logs that end a run of data-only logs.
+    pub data_only_runs_per_s: f64,
+    /// File data written as placed blocks (MiB/s).
+    pub placed_mb_per_s: f64,
+    pub light_cleaning_passes_per_s: f64,
+    pub segments_cleaned_per_s: f64,
+    /// The share of the run's wall time the metadata lock was held, in percent.
+    pub meta_held_pct: f64,
+}
+
+impl EngineFigures {
+    /// The engine's work between two readings of its counters `secs` apart.
+    pub fn between(
+        before: &crate::tbfs::FsCounters,
+        after: &crate::tbfs::FsCounters,
+        secs: f64,
+    ) -> EngineFigures {
+        let secs = secs.max(1e-9);
+        let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+        EngineFigures {
+            checkpoints_per_s: rate(before.checkpoints, after.checkpoints),
+            data_only_runs_per_s: rate(before.data_only_logs, after.data_only_logs),
+            placed_mb_per_s: rate(before.placed_blocks, after.placed_blocks) * 4096.0
+                / (1u64 << 20) as f64,
+            light_cleaning_passes_per_s: rate(
+                before.light_cleaning_passes,
+                after.light_cleaning_passes,
+            ),
+            segments_cleaned_per_s: rate(before.segments_cleaned, after.segments_cleaned),
+            meta_held_pct: 100.0 * rate(before.meta_held_ns, after.meta_held_ns) / 1e9,
+        }
+    }
+}
+
 /// A run's figures. MB are 2^20 bytes; CPU percentages are of every CPU the process may use over
 /// the run's wall time (so user + system + idle = 100).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -337,6 +376,9 @@ pub struct RunResult {
     pub user_cpu_pct: f64,
     pub sys_cpu_pct: f64,
     pub flowops: Vec<FlowopResult>,
+    /// tbfs's native API only: what the engine did over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineFigures>,
 }
 
 impl RunResult {
@@ -743,16 +785,29 @@ pub fn run_loops<F: WorkFs>(
         user_cpu_pct: 100.0 * user / capacity,
         sys_cpu_pct: 100.0 * sys / capacity,
         flowops: flowop_results,
+        engine: None,
     })
 }
 
 /// Sets up a fresh fileset on `fs` and runs the workload on it.
 pub fn run<F: WorkFs>(fs: &F, p: &Params) -> Result<RunResult, WorkloadError> {
+    run_marked(fs, p, || {})
+}
+
+/// [`run`], calling `mark` once the fileset is made and again once the measured run is over.
+pub fn run_marked<F: WorkFs>(
+    fs: &F,
+    p: &Params,
+    mut mark: impl FnMut(),
+) -> Result<RunResult, WorkloadError> {
     p.validate()?;
     let started = Instant::now();
     let set = Fileset::new(fs, p);
     setup(fs, &set, p)?;
-    run_loops(fs, &set, p, started.elapsed().as_secs_f64(), None)
+    mark();
+    let result = run_loops(fs, &set, p, started.elapsed().as_secs_f64(), None);
+    mark();
+    result
 }
 
 /// The file a thread has open, and its entry.

@@ -324,3 +324,34 @@ fn bad_parameters_are_refused_before_anything_is_made() {
     assert_eq!(Workload::parse("VarMail"), Some(Workload::Varmail));
     assert_eq!(Workload::parse("mail"), None);
 }
+
+#[test]
+fn engine_figures_are_the_counters_differences_per_second() {
+    let before = crate::tbfs::FsCounters {
+        checkpoints: 10,
+        data_only_logs: 5,
+        placed_blocks: 1000,
+        light_cleaning_passes: 1,
+        segments_cleaned: 7,
+        meta_held_ns: 3_000_000_000,
+        ..Default::default()
+    };
+    let after = crate::tbfs::FsCounters {
+        checkpoints: 30,
+        data_only_logs: 45,
+        placed_blocks: 1000 + 2 * 256 * 100,
+        light_cleaning_passes: 5,
+        segments_cleaned: 27,
+        meta_held_ns: 4_000_000_000,
+        ..Default::default()
+    };
+    let e = EngineFigures::between(&before, &after, 2.0);
+    assert_eq!(e.checkpoints_per_s, 10.0);
+    assert_eq!(e.data_only_runs_per_s, 20.0);
+    // 256 blocks of 4 KiB are 1 MiB.
+    assert_eq!(e.placed_mb_per_s, 100.0);
+    assert_eq!(e.light_cleaning_passes_per_s, 2.0);
+    assert_eq!(e.segments_cleaned_per_s, 10.0);
+    // 1 s held over 2 s.
+    assert_eq!(e.meta_held_pct, 50.0);
+}
