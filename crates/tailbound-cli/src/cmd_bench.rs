@@ -71,7 +71,9 @@ enum Experiment {
     /// File-system throughput under filebench's workloads (seed 002): ops/s, MB/s, mean latency
     /// per flowop and the user/system CPU split, for tmpfs, XFS and ext4 on DRAM (loop devices
     /// backed by /dev/shm, root), tbfs's native API on a memory pool, and tbfs through the
-    /// LD_PRELOAD shim, in one run.
+    /// LD_PRELOAD shim, in one run. For the native runs it also reports what the engine did:
+    /// checkpoints, data-only log runs, placed data, cleaning, and the share of the time its
+    /// metadata lock was held.
     ///
     /// fileserver: 10,000 files (gamma-distributed sizes, shape 1.5) in directories of width 20,
     /// 80 % created before the clock starts; each thread loops create, write whole, close, open,
