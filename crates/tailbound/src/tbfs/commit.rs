@@ -1271,7 +1271,7 @@ impl Inner {
         };
         self.ensure_space(m, count + 1)?;
         let mut st = cell.lock();
-        if st.freed || (unsealed_count(&st) == 0 && !st.attr_dirty) {
+        if st.freed || (!has_unsealed(&st) && !st.attr_dirty) {
             // The superblock refresh `ensure_space` ran took everything already.
             return Ok(());
         }
@@ -1324,7 +1324,7 @@ impl Inner {
             let mut st = cell.lock();
             if st.freed
                 || st.kind != super::FileKind::File
-                || (!st.attr_dirty && !st.dirty.values().any(|d| d.sealed_in.is_none()))
+                || (!st.attr_dirty && !has_unsealed(&st))
             {
                 continue;
             }
@@ -1529,8 +1529,7 @@ impl Inner {
                 ((st.map.dirty_leaves.len() as u64 + buffered) * h).min(total)
             };
             // Buffers already in a sealed log stay there (see the sealing below).
-            let unsealed = st.dirty.values().filter(|d| d.sealed_in.is_none()).count();
-            estimate += unsealed as u64 + nodes + 1;
+            estimate += unsealed_count(&st) as u64 + nodes + 1;
         }
         let mut pages: BTreeSet<u64> = work
             .iter()
@@ -2081,4 +2080,9 @@ fn current_record(m: &Meta, ino: u64) -> InodeRecord {
 /// How many of a file's buffered blocks are not yet in a sealed log.
 fn unsealed_count(st: &super::engine::InodeState) -> usize {
     st.dirty.values().filter(|d| d.sealed_in.is_none()).count()
+}
+
+/// Whether any of a file's buffered blocks is not yet in a sealed log.
+fn has_unsealed(st: &super::engine::InodeState) -> bool {
+    st.dirty.values().any(|d| d.sealed_in.is_none())
 }

@@ -3371,11 +3371,14 @@ fn a_pool_of_the_older_version_is_upgraded_in_both_superblock_copies_on_open() {
         let b = &image[copy * BLOCK..(copy + 1) * BLOCK];
         u32::from_le_bytes(b[8..12].try_into().unwrap())
     };
-    for copy in 0..2 {
-        let b = &mut image[copy * BLOCK..(copy + 1) * BLOCK];
-        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    // A superblock block `b` saying `version`, its CRC made to match.
+    let set_version = |b: &mut [u8], version: u32| {
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         let crc = format::crc_blocks(&b[..BLOCK - 4]);
         b[BLOCK - 4..].copy_from_slice(&crc.to_le_bytes());
+    };
+    for copy in 0..2 {
+        set_version(&mut image[copy * BLOCK..(copy + 1) * BLOCK], 1);
     }
     let old = Arc::new(SimDevice::from_image(image));
     let sb = format::Superblock::decode(&old.image()[..BLOCK], 8 << 20).unwrap();
@@ -3404,9 +3407,7 @@ fn a_pool_of_the_older_version_is_upgraded_in_both_superblock_copies_on_open() {
     );
     // A version from a newer build is refused with its number.
     let mut b = old.image()[..BLOCK].to_vec();
-    b[8..12].copy_from_slice(&(format::VERSION + 1).to_le_bytes());
-    let crc = format::crc_blocks(&b[..BLOCK - 4]);
-    b[BLOCK - 4..].copy_from_slice(&crc.to_le_bytes());
+    set_version(&mut b, format::VERSION + 1);
     let err = format::Superblock::decode(&b, 8 << 20).unwrap_err();
     assert!(err.0.contains("format version 3"), "{}", err.0);
 }

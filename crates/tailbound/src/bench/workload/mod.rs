@@ -339,7 +339,8 @@ impl EngineFigures {
         EngineFigures {
             checkpoints_per_s: rate(before.checkpoints, after.checkpoints),
             data_only_runs_per_s: rate(before.data_only_logs, after.data_only_logs),
-            placed_mb_per_s: rate(before.placed_blocks, after.placed_blocks) * 4096.0
+            placed_mb_per_s: rate(before.placed_blocks, after.placed_blocks)
+                * crate::tbfs::format::BLOCK as f64
                 / (1u64 << 20) as f64,
             light_cleaning_passes_per_s: rate(
                 before.light_cleaning_passes,
