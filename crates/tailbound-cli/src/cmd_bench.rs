@@ -73,7 +73,8 @@ enum Experiment {
     /// backed by /dev/shm, root), tbfs's native API on a memory pool, and tbfs through the
     /// LD_PRELOAD shim, in one run. For the native runs it also reports what the engine did:
     /// checkpoints, data-only log runs, placed data, cleaning, and the share of the time its
-    /// metadata lock was held.
+    /// metadata lock was held, split into checkpoints, cleaning, sealing buffered data, and the
+    /// namespace with the rest.
     ///
     /// fileserver: 10,000 files (gamma-distributed sizes, shape 1.5) in directories of width 20,
     /// 80 % created before the clock starts; each thread loops create, write whole, close, open,

@@ -17,7 +17,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
 
-use super::engine::{now_ns, DirtyBlock, Inner, Meta};
+use super::engine::{now_ns, DirtyBlock, Inner, Meta, Section};
 use super::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
 use super::lifecycle::GcReport;
 use super::map::BlockMap;
@@ -115,7 +115,9 @@ impl Inner {
     ) -> Result<GcReport> {
         m.in_clean = true;
         let before = self.free_blocks(m);
-        let r = self.clean_passes(m, want, pressure, per_pass, passes);
+        let r = self.in_section(m, Section::Cleaning, |m| {
+            self.clean_passes(m, want, pressure, per_pass, passes)
+        });
         m.in_clean = false;
         if m.life.pressure {
             m.life.pressure = false;

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::engine::{
     now_ns, AheadPayload, AheadState, Inner, InodeCell, LogBuild, LogWriter, Meta, Queued, Release,
-    SealedLog, IFILE_CACHE_PAGES,
+    SealedLog, Section, IFILE_CACHE_PAGES,
 };
 use super::format::{
     self, height_for, CheckpointRoot, DescKind, Descriptor, InodeRecord, Summary, Superblock,
@@ -1257,6 +1257,11 @@ impl Inner {
     /// Writes one file's buffered data as a data-only log (relaxed ordering), recovered by
     /// roll-forward. The block map nodes follow at the next checkpoint.
     pub(crate) fn commit_data_log(&self, m: &mut Meta, cell: &InodeCell) -> Result<()> {
+        self.in_section(m, Section::Sealing, |m| self.seal_data_log(m, cell))
+    }
+
+    /// [`Inner::commit_data_log`], timed as sealing.
+    fn seal_data_log(&self, m: &mut Meta, cell: &InodeCell) -> Result<()> {
         // The log's release list keeps the inode's cell until the log is written.
         let Some(cell) = m.inodes.get(&cell.ino).cloned() else {
             return Ok(());
@@ -1293,6 +1298,11 @@ impl Inner {
     /// full: map nodes and inode pages are written once per checkpoint, not once per flush.
     /// With `if_room`, does nothing when the space check fails (nothing is written then).
     pub(crate) fn commit_data_logs(&self, m: &mut Meta, if_room: bool) -> Result<()> {
+        self.in_section(m, Section::Sealing, |m| self.seal_data_logs(m, if_room))
+    }
+
+    /// [`Inner::commit_data_logs`], timed as sealing.
+    fn seal_data_logs(&self, m: &mut Meta, if_room: bool) -> Result<()> {
         let inos: Vec<u64> = self
             .dirty
             .lock()
@@ -1464,7 +1474,9 @@ impl Inner {
     /// checkpoint root, as one or more logs ending in a checkpoint log.
     pub(crate) fn commit_checkpoint(&self, m: &mut Meta) -> Result<()> {
         m.checkpoint_depth += 1;
-        let result = self.commit_checkpoint_at_depth(m);
+        let result = self.in_section(m, Section::Checkpoint, |m| {
+            self.commit_checkpoint_at_depth(m)
+        });
         m.checkpoint_depth -= 1;
         result
     }

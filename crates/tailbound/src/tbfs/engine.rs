@@ -432,6 +432,16 @@ pub(crate) struct LogWriter {
     pub buf: Vec<u8>,
 }
 
+/// Work under `meta` whose share of the lock's hold time is counted apart
+/// ([`Inner::in_section`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Section {
+    Checkpoint = 0,
+    Cleaning = 1,
+    /// Sealing buffered file data as data-only logs.
+    Sealing = 2,
+}
+
 /// Everything guarded by the `meta` lock.
 #[derive(Debug, Default)]
 pub(crate) struct Meta {
@@ -503,6 +513,9 @@ pub(crate) struct Meta {
     /// records (creation, names and links, attributes or size set): the checkpoint that writes
     /// one marks it (`InodeState::ckpt_seq`) for its file's syncs to wait for.
     pub ns_changed: BTreeSet<u64>,
+    /// The timed sections of the present hold, innermost last, each with when its own time last
+    /// started running ([`Inner::in_section`]).
+    pub sections: Vec<(Section, Instant)>,
     /// Tests: segments the writer may still enter before it finds none free (`None`: no limit),
     /// to stage what happens when the space check fell short.
     #[cfg(test)]
@@ -589,6 +602,9 @@ pub(crate) struct Inner {
     /// Nanoseconds `meta` was held, over every hold (`FsCounters::meta_held_ns`): the share of
     /// the time every operation that needs it may have to wait.
     pub meta_held_ns: AtomicU64,
+    /// Of that, the nanoseconds of each [`Section`] (`FsCounters::meta_checkpoint_ns` and the
+    /// others), in `Section` order.
+    pub meta_section_ns: [AtomicU64; 3],
     pub poisoned: Mutex<Option<String>>,
     pub closed: AtomicBool,
     pub counters: Mutex<FsCounters>,
@@ -913,6 +929,36 @@ impl Inner {
             inner: self,
             start_queued,
         }
+    }
+
+    /// Runs `f` as a timed section of the present hold of `meta` (`m`): its time, less that of
+    /// the sections nested in it, is counted as `section`'s ([`FsCounters::meta_checkpoint_ns`]
+    /// and the others).
+    pub(crate) fn in_section<R>(
+        &self,
+        m: &mut Meta,
+        section: Section,
+        f: impl FnOnce(&mut Meta) -> R,
+    ) -> R {
+        let start = Instant::now();
+        if let Some(&(outer, since)) = m.sections.last() {
+            self.count_section(outer, start - since);
+        }
+        m.sections.push((section, start));
+        let result = f(m);
+        let end = Instant::now();
+        if let Some((inner, since)) = m.sections.pop() {
+            self.count_section(inner, end - since);
+        }
+        if let Some(outer) = m.sections.last_mut() {
+            outer.1 = end;
+        }
+        result
+    }
+
+    fn count_section(&self, section: Section, time: Duration) {
+        self.meta_section_ns[section as usize]
+            .fetch_add(time.as_nanos() as u64, AtomicOrdering::Relaxed);
     }
 
     pub fn check_usable(&self) -> Result<()> {
@@ -2014,6 +2060,10 @@ impl Fs {
     }
 
     fn start(inner: Arc<Inner>) -> Fs {
+        // Recovery's checkpoint ran before `meta` was a lock: only holds count.
+        for ns in &inner.meta_section_ns {
+            ns.store(0, AtomicOrdering::Relaxed);
+        }
         if !inner.read_only {
             let period = [
                 inner.config.checkpoint_every,
@@ -2067,6 +2117,11 @@ impl Fs {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         c.meta_held_ns = self.inner.meta_held_ns.load(AtomicOrdering::Relaxed);
+        let section =
+            |s: Section| self.inner.meta_section_ns[s as usize].load(AtomicOrdering::Relaxed);
+        c.meta_checkpoint_ns = section(Section::Checkpoint);
+        c.meta_cleaning_ns = section(Section::Cleaning);
+        c.meta_sealing_ns = section(Section::Sealing);
         c
     }
 

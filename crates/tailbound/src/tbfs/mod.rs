@@ -427,6 +427,13 @@ pub struct FsCounters {
     /// deletes, commits, cleaning) need it, so its share of the wall time bounds how much they
     /// overlap.
     pub meta_held_ns: u64,
+    /// Of `meta_held_ns`, the nanoseconds spent writing checkpoints, cleaning, and sealing
+    /// buffered data as data-only logs, each without what is nested in it (a checkpoint a
+    /// cleaning pass writes counts as a checkpoint, the buffer a pass writes first as sealing).
+    /// The rest is namespace work (creates, deletes, renames, look-ups) and short holds.
+    pub meta_checkpoint_ns: u64,
+    pub meta_cleaning_ns: u64,
+    pub meta_sealing_ns: u64,
 }
 
 #[cfg(test)]

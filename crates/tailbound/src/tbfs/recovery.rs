@@ -93,6 +93,7 @@ fn new_inner(
         dirty: Mutex::new(BTreeSet::new()),
         dirty_bytes: AtomicU64::new(0),
         meta_held_ns: AtomicU64::new(0),
+        meta_section_ns: Default::default(),
         poisoned: Mutex::new(None),
         closed: AtomicBool::new(false),
         counters: Mutex::new(FsCounters::default()),

@@ -1028,6 +1028,67 @@ fn the_cleaner_empties_partly_live_segments_and_everything_reads_back() {
 
 /// Writes `count` files of `len` bytes, one after the other, then deletes every other one and
 /// syncs: the segments end up half live. Returns the kept files' paths and contents.
+#[test]
+fn the_metadata_locks_hold_is_split_into_checkpoints_cleaning_and_sealing() {
+    let fs = Fs::format(device(8 << 20), &life_config(Duration::ZERO)).unwrap();
+    super::engine::stop_background(&fs.inner);
+    let start = fs.counters();
+    // Synced files (checkpoints), half of them deleted and cleaned away, and a file larger than
+    // the write-behind size written without a sync (sealed as data-only logs).
+    half_live_files(&fs, 120, 20 << 10);
+    let big = fs.open_file("/big", OpenFlags::create()).unwrap();
+    big.pwrite(&pattern(7, 3 << 19), 0).unwrap();
+    let report = fs.gc(0.9).unwrap();
+    assert!(report.segments_cleaned > 0, "{report:?}");
+    let c = fs.counters();
+    assert!(c.meta_checkpoint_ns > start.meta_checkpoint_ns, "{c:?}");
+    assert!(c.meta_cleaning_ns > start.meta_cleaning_ns, "{c:?}");
+    assert!(c.meta_sealing_ns > start.meta_sealing_ns, "{c:?}");
+    assert!(
+        c.meta_checkpoint_ns + c.meta_cleaning_ns + c.meta_sealing_ns <= c.meta_held_ns,
+        "{c:?}"
+    );
+}
+
+#[test]
+fn a_section_nested_in_another_is_counted_once_as_its_own() {
+    let fs = Fs::format(device(8 << 20), &life_config(Duration::ZERO)).unwrap();
+    super::engine::stop_background(&fs.inner);
+    let inner = &fs.inner;
+    let before = fs.counters();
+    let spin = |d: Duration| {
+        let t = std::time::Instant::now();
+        while t.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    };
+    let outer = std::time::Instant::now();
+    {
+        let mut m = inner.lock_meta();
+        inner.in_section(&mut m, super::engine::Section::Cleaning, |m| {
+            spin(Duration::from_millis(1));
+            inner.in_section(m, super::engine::Section::Checkpoint, |_| {
+                spin(Duration::from_millis(3))
+            });
+            spin(Duration::from_millis(1));
+        });
+        assert!(m.sections.is_empty(), "a section left open");
+    }
+    let elapsed = outer.elapsed().as_nanos() as u64;
+    let c = fs.counters();
+    let checkpoint = c.meta_checkpoint_ns - before.meta_checkpoint_ns;
+    let cleaning = c.meta_cleaning_ns - before.meta_cleaning_ns;
+    assert!(checkpoint >= 3_000_000, "{checkpoint} ns");
+    assert!(cleaning >= 2_000_000, "{cleaning} ns");
+    // Counted inclusively, the cleaning would hold the checkpoint's 3 ms as well, and the two
+    // would add up to more than the time the whole took.
+    assert!(
+        checkpoint + cleaning <= elapsed,
+        "{checkpoint} + {cleaning} > {elapsed} ns"
+    );
+    assert_eq!(c.meta_sealing_ns, before.meta_sealing_ns);
+}
+
 fn half_live_files(fs: &Fs, count: u64, len: usize) -> Vec<(String, Vec<u8>)> {
     let mut kept = Vec::new();
     for i in 0..count {

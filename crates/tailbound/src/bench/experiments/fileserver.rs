@@ -649,7 +649,9 @@ impl FileserverReport {
                 out.push_str(&format!(
                     "\n{} {} at {} threads, {} KiB, its median run: {:.1} checkpoints/s, {:.1} \
                      data-only runs/s, {:.0} MiB/s placed, {:.1} light cleaning passes/s, {:.1} \
-                     segments cleaned/s; the metadata lock held {:.0} % of the time\n",
+                     segments cleaned/s; the metadata lock held {:.0} % of the time ({:.0} % \
+                     checkpoints, {:.0} % cleaning, {:.0} % sealing buffered data, {:.0} % the \
+                     namespace and the rest)\n",
                     c.system,
                     c.workload,
                     c.threads,
@@ -659,7 +661,15 @@ impl FileserverReport {
                     e.placed_mb_per_s,
                     e.light_cleaning_passes_per_s,
                     e.segments_cleaned_per_s,
-                    e.meta_held_pct
+                    e.meta_held_pct,
+                    e.meta_checkpoint_pct,
+                    e.meta_cleaning_pct,
+                    e.meta_sealing_pct,
+                    (e.meta_held_pct
+                        - e.meta_checkpoint_pct
+                        - e.meta_cleaning_pct
+                        - e.meta_sealing_pct)
+                        .max(0.0)
                 ));
             }
         }

@@ -325,6 +325,15 @@ pub struct EngineFigures {
     pub segments_cleaned_per_s: f64,
     /// The share of the run's wall time the metadata lock was held, in percent.
     pub meta_held_pct: f64,
+    /// Of that, the shares spent writing checkpoints, cleaning, and sealing buffered data as
+    /// data-only logs (each without what is nested in it); the rest went to the namespace and
+    /// short holds. Percent of the wall time.
+    #[serde(default)]
+    pub meta_checkpoint_pct: f64,
+    #[serde(default)]
+    pub meta_cleaning_pct: f64,
+    #[serde(default)]
+    pub meta_sealing_pct: f64,
 }
 
 impl EngineFigures {
@@ -348,6 +357,10 @@ impl EngineFigures {
             ),
             segments_cleaned_per_s: rate(before.segments_cleaned, after.segments_cleaned),
             meta_held_pct: 100.0 * rate(before.meta_held_ns, after.meta_held_ns) / 1e9,
+            meta_checkpoint_pct: 100.0 * rate(before.meta_checkpoint_ns, after.meta_checkpoint_ns)
+                / 1e9,
+            meta_cleaning_pct: 100.0 * rate(before.meta_cleaning_ns, after.meta_cleaning_ns) / 1e9,
+            meta_sealing_pct: 100.0 * rate(before.meta_sealing_ns, after.meta_sealing_ns) / 1e9,
         }
     }
 }

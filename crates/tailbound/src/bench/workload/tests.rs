@@ -334,6 +334,9 @@ fn engine_figures_are_the_counters_differences_per_second() {
         light_cleaning_passes: 1,
         segments_cleaned: 7,
         meta_held_ns: 3_000_000_000,
+        meta_checkpoint_ns: 1_000_000_000,
+        meta_cleaning_ns: 500_000_000,
+        meta_sealing_ns: 200_000_000,
         ..Default::default()
     };
     let after = crate::tbfs::FsCounters {
@@ -343,6 +346,9 @@ fn engine_figures_are_the_counters_differences_per_second() {
         light_cleaning_passes: 5,
         segments_cleaned: 27,
         meta_held_ns: 4_000_000_000,
+        meta_checkpoint_ns: 1_400_000_000,
+        meta_cleaning_ns: 600_000_000,
+        meta_sealing_ns: 500_000_000,
         ..Default::default()
     };
     let e = EngineFigures::between(&before, &after, 2.0);
@@ -352,6 +358,9 @@ fn engine_figures_are_the_counters_differences_per_second() {
     assert_eq!(e.placed_mb_per_s, 100.0);
     assert_eq!(e.light_cleaning_passes_per_s, 2.0);
     assert_eq!(e.segments_cleaned_per_s, 10.0);
-    // 1 s held over 2 s.
+    // 1 s held over 2 s: 0.4 s of it checkpoints, 0.1 s cleaning, 0.3 s sealing.
     assert_eq!(e.meta_held_pct, 50.0);
+    assert_eq!(e.meta_checkpoint_pct, 20.0);
+    assert_eq!(e.meta_cleaning_pct, 5.0);
+    assert_eq!(e.meta_sealing_pct, 15.0);
 }
