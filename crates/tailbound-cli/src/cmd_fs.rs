@@ -1424,18 +1424,30 @@ struct RecoveryJson {
 fn info(pool: &PoolArg, json: Option<&Path>) -> CliResult {
     let (dev, backend) = open_device(pool)?;
     let mut newest: Option<Superblock> = None;
+    let mut why = Vec::new();
     for copy in 0..2u64 {
         let mut b = vec![0u8; BLOCK_U64 as usize];
         dev.read_at(copy * BLOCK_U64, &mut b)
             .map_err(|e| in_pool(pool, e))?;
-        if let Ok(sb) = Superblock::decode(&b, dev.len()) {
-            if newest.as_ref().is_none_or(|n| sb.generation > n.generation) {
-                newest = Some(sb);
+        match Superblock::decode(&b, dev.len()) {
+            Ok(sb) => {
+                if newest.as_ref().is_none_or(|n| sb.generation > n.generation) {
+                    newest = Some(sb);
+                }
             }
+            Err(e) => why.push(format!("copy {copy}: {e}")),
         }
     }
-    let sb = newest
-        .ok_or_else(|| in_pool(pool, "no valid superblock (run `tailbound fs fsck` on it)"))?;
+    // Both copies refused: say why (a pool of a newer format is not damaged).
+    let sb = newest.ok_or_else(|| {
+        in_pool(
+            pool,
+            format!(
+                "no valid superblock ({}; `tailbound fs fsck` checks a damaged pool)",
+                why.join("; ")
+            ),
+        )
+    })?;
     let fs = Fs::open(
         dev,
         &OpenOptions {

@@ -110,6 +110,58 @@ fn round_trip(pool: &Path, backend: &str, host: &Path) {
     assert!(std::fs::read(&back2).unwrap() == data);
 }
 
+/// Rewrites both superblock copies of the pool file at `pool` as format version `version`, their
+/// CRCs made to match.
+fn set_superblock_versions(pool: &Path, version: u32) {
+    use tailbound::tbfs::format::{crc_blocks, BLOCK};
+    let mut image = std::fs::read(pool).unwrap();
+    for copy in 0..2 {
+        let b = &mut image[copy * BLOCK..(copy + 1) * BLOCK];
+        b[8..12].copy_from_slice(&version.to_le_bytes());
+        let crc = crc_blocks(&b[..BLOCK - 4]);
+        b[BLOCK - 4..].copy_from_slice(&crc.to_le_bytes());
+    }
+    std::fs::write(pool, image).unwrap();
+}
+
+#[test]
+fn info_reports_an_older_pools_version_until_a_write_upgrades_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("old.tbfs");
+    let p = s(&pool);
+    let b = ["--backend", "file"];
+    ok(&[&["fs", "mkfs", p, "--size", "64MiB"][..], &b].concat());
+    let data = content(100_000, 3);
+    let src = dir.path().join("in.bin");
+    std::fs::write(&src, &data).unwrap();
+    ok(&[&["fs", "put", p, s(&src), "/f"][..], &b].concat());
+    // A version-1 pool holds no placed data, so this one reads the same as version 1.
+    set_superblock_versions(&pool, 1);
+    let info = ok(&[&["fs", "info", p][..], &b].concat());
+    assert!(info.contains("tbfs version 1"), "{info}");
+    // Reading leaves it as it is; a write upgrades both copies first.
+    let cat = run(&[&["fs", "cat", p, "/f"][..], &b].concat());
+    assert!(cat.status.success() && cat.stdout == data, "{}", text(&cat));
+    let info = ok(&[&["fs", "info", p][..], &b].concat());
+    assert!(info.contains("tbfs version 1"), "{info}");
+    ok(&[&["fs", "mkdir", "-p", p, "/d"][..], &b].concat());
+    let info = ok(&[&["fs", "info", p][..], &b].concat());
+    assert!(info.contains("tbfs version 2"), "{info}");
+    let cat = run(&[&["fs", "cat", p, "/f"][..], &b].concat());
+    assert!(cat.status.success() && cat.stdout == data, "{}", text(&cat));
+    // A version this build does not know is refused with the reason.
+    set_superblock_versions(&pool, 3);
+    for cmd in [&["fs", "info", p][..], &["fs", "ls", p][..]] {
+        let o = run(&[cmd, &b].concat());
+        assert!(!o.status.success(), "{}", text(&o));
+        assert!(
+            text(&o).contains("format version 3, this build reads 1 to 2"),
+            "{}",
+            text(&o)
+        );
+    }
+}
+
 #[test]
 fn round_trip_on_a_memory_pool() {
     let (dir, _) = shm_dir();
