@@ -454,13 +454,13 @@ impl Inner {
         Ok(addr)
     }
 
-    /// Adds an attributes record to the open log (closing it and opening a continuation when
-    /// its descriptors are used up: a file whose only change is its access time brings a
-    /// record and no block).
+    /// Adds an attributes record to the open log, in the descriptors data leaves free for it
+    /// ([`DESCRIPTORS_RESERVED`]), so a file's record joins the log of its last block even when
+    /// that block took the last descriptor data may use. Only a log whose every descriptor is
+    /// used is closed and continued first: one of files whose only change is their access time,
+    /// which bring a record and no block.
     fn log_add_attr(&self, m: &mut Meta, ino: u64, size: u64, mtime_ns: i64) -> Result<()> {
-        if m.writer.log.as_ref().expect("log open").descriptors.len()
-            >= DESCRIPTORS_MAX - DESCRIPTORS_RESERVED
-        {
+        if m.writer.log.as_ref().expect("log open").descriptors.len() >= DESCRIPTORS_MAX {
             self.log_roll(m)?;
         }
         let log = m.writer.log.as_mut().expect("log open");

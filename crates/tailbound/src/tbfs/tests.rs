@@ -1026,8 +1026,6 @@ fn the_cleaner_empties_partly_live_segments_and_everything_reads_back() {
     }
 }
 
-/// Writes `count` files of `len` bytes, one after the other, then deletes every other one and
-/// syncs: the segments end up half live. Returns the kept files' paths and contents.
 #[test]
 fn the_metadata_locks_hold_is_split_into_checkpoints_cleaning_and_sealing() {
     let fs = Fs::format(device(8 << 20), &life_config(Duration::ZERO)).unwrap();
@@ -1089,6 +1087,8 @@ fn a_section_nested_in_another_is_counted_once_as_its_own() {
     assert_eq!(c.meta_sealing_ns, before.meta_sealing_ns);
 }
 
+/// Writes `count` files of `len` bytes, one after the other, then deletes every other one and
+/// syncs: the segments end up half live. Returns the kept files' paths and contents.
 fn half_live_files(fs: &Fs, count: u64, len: usize) -> Vec<(String, Vec<u8>)> {
     let mut kept = Vec::new();
     for i in 0..count {
@@ -2403,6 +2403,65 @@ fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never
         assert_eq!(read_all(&fs, "/f"), want, "round {round}");
         drop(f);
         fs.unlink("/f").unwrap();
+    }
+}
+
+#[test]
+fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descriptors_run_out() {
+    // Files of one block and an attributes record each, sealed in one run: two descriptors a
+    // file, so some file's block takes the last descriptor data may use. Its record must go in
+    // that log too, in the descriptors kept for it: a sync that finds the block sealed by
+    // another's run waits for that log only, and roll-forward replays the block only with the
+    // record. With a file of two extents first, the other parity (debug builds check each
+    // record's log in `seal_file_data`).
+    for two_extents_first in [false, true] {
+        let dev = device(16 << 20);
+        let cfg = Config {
+            // Room in a segment for a log of every file's block.
+            segment_bytes: 1 << 20,
+            ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+        };
+        let fs = Fs::format(dev.clone(), &cfg).unwrap();
+        super::engine::stop_background(&fs.inner);
+        let n = format::DESCRIPTORS_MAX;
+        let files: Vec<_> = (0..n)
+            .map(|i| {
+                fs.open_file(&format!("/f{i}"), OpenFlags::create())
+                    .unwrap()
+            })
+            .collect();
+        // Their creation durable: their data is replayed, not placed, so it has records.
+        fs.sync().unwrap();
+        let mut expect = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            let mut data = pattern(i as u64, 100);
+            if i == 0 && two_extents_first {
+                data.resize(2 * BLOCK + 100, 0);
+                f.pwrite(&pattern(99, 100), 0).unwrap();
+                f.pwrite(&pattern(98, 100), 2 * BLOCK as u64).unwrap();
+                data[..100].copy_from_slice(&pattern(99, 100));
+                data[2 * BLOCK..].copy_from_slice(&pattern(98, 100));
+            } else {
+                f.pwrite(&data, 0).unwrap();
+            }
+            expect.push(data);
+        }
+        {
+            let mut m = fs.inner.lock_meta();
+            fs.inner.commit_data_logs(&mut m, false).unwrap();
+            m.unlock_and_write().unwrap();
+        }
+        fs.inner.write_logs_until(u64::MAX).unwrap();
+        fs.inner.dev.flush().unwrap();
+        // The run alone (no checkpoint after it) brings every file back.
+        let again = reopen(&dev);
+        for (i, data) in expect.iter().enumerate() {
+            assert_eq!(
+                &read_all(&again, &format!("/f{i}")),
+                data,
+                "file {i} (two extents first: {two_extents_first})"
+            );
+        }
     }
 }
 
