@@ -2410,15 +2410,17 @@ fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never
 fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descriptors_run_out() {
     // Files of one block and an attributes record each, sealed in one run: two descriptors a
     // file, so some file's block takes the last descriptor data may use. Its record must go in
-    // that log too, in the descriptors kept for it: a sync that finds the block sealed by
-    // another's run waits for that log only, and roll-forward replays the block only with the
-    // record. With a file of two extents first, the other parity (debug builds check each
-    // record's log in `seal_file_data`).
+    // that log too, in the descriptors kept for it: roll-forward replays the block only with
+    // the record, and a sync of a file whose blocks another's run sealed waits for their log.
+    // With a file of two extents first, the other parity. (Debug builds also check each
+    // record's log in `seal_file_data`.)
     for two_extents_first in [false, true] {
         let dev = device(16 << 20);
         let cfg = Config {
-            // Room in a segment for a log of every file's block.
+            // Room in a segment for a log of every file's block, and no superblock refresh (its
+            // checkpoint would write every log before it).
             segment_bytes: 1 << 20,
+            superblock_every_bytes: 64 << 20,
             ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
         };
         let fs = Fs::format(dev.clone(), &cfg).unwrap();
@@ -2446,11 +2448,42 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
             }
             expect.push(data);
         }
-        {
-            let mut m = fs.inner.lock_meta();
-            fs.inner.commit_data_logs(&mut m, false).unwrap();
-            m.unlock_and_write().unwrap();
-        }
+        // Another thread's run seals every file; its logs wait in the queue.
+        let mut m = fs.inner.lock_meta();
+        fs.inner.commit_data_logs(&mut m, false).unwrap();
+        let sealed_in = |i: usize| {
+            let cell = fs.inner.cell(&m, files[i].ino()).unwrap();
+            let st = cell.lock();
+            st.dirty
+                .values()
+                .filter_map(|d| d.sealed_in)
+                .max()
+                .unwrap()
+                .0
+        };
+        // The last file whose blocks are in the run's first log.
+        let first = sealed_in(0);
+        let last = (0..n).rev().find(|&i| sealed_in(i) == first).unwrap();
+        assert!(last + 1 < n, "the run fits one log");
+        m.unlock_without_writing();
+        // A crash once that log is durable and no later one keeps the file, record and all.
+        // (With the record in the next log, the file read back empty.)
+        fs.inner.write_logs_until(first + 1).unwrap();
+        fs.inner.dev.flush().unwrap();
+        assert_eq!(
+            fs.inner
+                .written_seq
+                .load(std::sync::atomic::Ordering::Acquire),
+            first + 1,
+            "only the first log written"
+        );
+        let crashed = reopen(&dev);
+        assert_eq!(
+            &read_all(&crashed, &format!("/f{last}")),
+            &expect[last],
+            "file {last}, the last in the first log (two extents first: {two_extents_first})"
+        );
+        drop(crashed);
         fs.inner.write_logs_until(u64::MAX).unwrap();
         fs.inner.dev.flush().unwrap();
         // The run alone (no checkpoint after it) brings every file back.
