@@ -130,29 +130,31 @@ fn info_reports_an_older_pools_version_until_a_write_upgrades_it() {
     let pool = dir.path().join("old.tbfs");
     let p = s(&pool);
     let b = ["--backend", "file"];
-    ok(&[&["fs", "mkfs", p, "--size", "64MiB"][..], &b].concat());
+    let with = |args: &[&str]| ok(&[args, &b[..]].concat());
+    let run_with = |args: &[&str]| run(&[args, &b[..]].concat());
+    with(&["fs", "mkfs", p, "--size", "64MiB"]);
     let data = content(100_000, 3);
     let src = dir.path().join("in.bin");
     std::fs::write(&src, &data).unwrap();
-    ok(&[&["fs", "put", p, s(&src), "/f"][..], &b].concat());
+    with(&["fs", "put", p, s(&src), "/f"]);
     // A version-1 pool holds no placed data, so this one reads the same as version 1.
     set_superblock_versions(&pool, 1);
-    let info = ok(&[&["fs", "info", p][..], &b].concat());
+    let info = with(&["fs", "info", p]);
     assert!(info.contains("tbfs version 1"), "{info}");
     // Reading leaves it as it is; a write upgrades both copies first.
-    let cat = run(&[&["fs", "cat", p, "/f"][..], &b].concat());
+    let cat = run_with(&["fs", "cat", p, "/f"]);
     assert!(cat.status.success() && cat.stdout == data, "{}", text(&cat));
-    let info = ok(&[&["fs", "info", p][..], &b].concat());
+    let info = with(&["fs", "info", p]);
     assert!(info.contains("tbfs version 1"), "{info}");
-    ok(&[&["fs", "mkdir", "-p", p, "/d"][..], &b].concat());
-    let info = ok(&[&["fs", "info", p][..], &b].concat());
+    with(&["fs", "mkdir", "-p", p, "/d"]);
+    let info = with(&["fs", "info", p]);
     assert!(info.contains("tbfs version 2"), "{info}");
-    let cat = run(&[&["fs", "cat", p, "/f"][..], &b].concat());
+    let cat = run_with(&["fs", "cat", p, "/f"]);
     assert!(cat.status.success() && cat.stdout == data, "{}", text(&cat));
     // A version this build does not know is refused with the reason.
     set_superblock_versions(&pool, 3);
     for cmd in [&["fs", "info", p][..], &["fs", "ls", p][..]] {
-        let o = run(&[cmd, &b].concat());
+        let o = run_with(cmd);
         assert!(!o.status.success(), "{}", text(&o));
         assert!(
             text(&o).contains("format version 3, this build reads 1 to 2"),

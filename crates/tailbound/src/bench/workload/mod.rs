@@ -345,6 +345,8 @@ impl EngineFigures {
     ) -> EngineFigures {
         let secs = secs.max(1e-9);
         let rate = |a: u64, b: u64| b.saturating_sub(a) as f64 / secs;
+        // Nanoseconds per second of the run, as a share of it.
+        let share = |a: u64, b: u64| 100.0 * rate(a, b) / 1e9;
         EngineFigures {
             checkpoints_per_s: rate(before.checkpoints, after.checkpoints),
             data_only_runs_per_s: rate(before.data_only_logs, after.data_only_logs),
@@ -356,11 +358,10 @@ impl EngineFigures {
                 after.light_cleaning_passes,
             ),
             segments_cleaned_per_s: rate(before.segments_cleaned, after.segments_cleaned),
-            meta_held_pct: 100.0 * rate(before.meta_held_ns, after.meta_held_ns) / 1e9,
-            meta_checkpoint_pct: 100.0 * rate(before.meta_checkpoint_ns, after.meta_checkpoint_ns)
-                / 1e9,
-            meta_cleaning_pct: 100.0 * rate(before.meta_cleaning_ns, after.meta_cleaning_ns) / 1e9,
-            meta_sealing_pct: 100.0 * rate(before.meta_sealing_ns, after.meta_sealing_ns) / 1e9,
+            meta_held_pct: share(before.meta_held_ns, after.meta_held_ns),
+            meta_checkpoint_pct: share(before.meta_checkpoint_ns, after.meta_checkpoint_ns),
+            meta_cleaning_pct: share(before.meta_cleaning_ns, after.meta_cleaning_ns),
+            meta_sealing_pct: share(before.meta_sealing_ns, after.meta_sealing_ns),
         }
     }
 }
