@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::engine::{
-    now_ns, AheadPayload, AheadState, Inner, InodeCell, LogBuild, LogWriter, Meta, Queued, Release,
-    SealedLog, Section, IFILE_CACHE_PAGES,
+    now_ns, AheadPayload, AheadState, Inner, InodeCell, LogBuild, LogWriter, Meta, MetaGuard,
+    Queued, Release, SealedLog, Section, IFILE_CACHE_PAGES,
 };
 use super::format::{
     self, height_for, CheckpointRoot, DescKind, Descriptor, InodeRecord, Summary, Superblock,
@@ -25,6 +25,9 @@ use crate::dev::PendingWrite;
 /// Data-only logs with at least this many payload blocks have their payload written by the
 /// thread that sealed them, apart from the summary; smaller ones go whole with the log writer.
 const AHEAD_MIN_BLOCKS: usize = 16;
+/// Blocks sealed in one part of a full buffer ([`Inner::commit_data_logs_in_parts`]): 4 MiB,
+/// about half a millisecond under `meta`.
+pub(crate) const SEAL_PART_BLOCKS: u64 = 1024;
 /// An ahead payload goes to a device that does not take blocks in place this many blocks per
 /// request (`sched` splits further as its policy says).
 const AHEAD_CHUNK_BLOCKS: usize = 256;
@@ -1298,39 +1301,84 @@ impl Inner {
     /// full: map nodes and inode pages are written once per checkpoint, not once per flush.
     /// With `if_room`, does nothing when the space check fails (nothing is written then).
     pub(crate) fn commit_data_logs(&self, m: &mut Meta, if_room: bool) -> Result<()> {
-        self.in_section(m, Section::Sealing, |m| self.seal_data_logs(m, if_room))
+        let cells = self.dirty_cells(m);
+        self.in_section(m, Section::Sealing, |m| {
+            self.seal_data_logs(m, &cells, if_room, u64::MAX)
+                .map(|_| ())
+        })
     }
 
-    /// [`Inner::commit_data_logs`], timed as sealing.
-    fn seal_data_logs(&self, m: &mut Meta, if_room: bool) -> Result<()> {
-        let inos: Vec<u64> = self
-            .dirty
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .copied()
-            .collect();
-        let cells: Vec<std::sync::Arc<InodeCell>> = inos
+    /// [`Inner::commit_data_logs`] in parts of about [`SEAL_PART_BLOCKS`] blocks, each its own
+    /// run, handing `meta` to the threads waiting for it between the parts
+    /// ([`MetaGuard::unlock_fair_and_write`]) and writing the part's logs meanwhile; returns
+    /// with `meta` held again. How a writer that found the buffer full seals it: in one hold,
+    /// every create and delete of the other threads waited for the whole buffer (milliseconds),
+    /// and with all of them asleep a core stood idle.
+    pub(crate) fn commit_data_logs_in_parts<'a>(
+        &'a self,
+        mut m: MetaGuard<'a>,
+    ) -> Result<MetaGuard<'a>> {
+        let cells = self.dirty_cells(&m);
+        let mut from = 0;
+        while from < cells.len() {
+            let rest = &cells[from..];
+            from += self.in_section(&mut m, Section::Sealing, |m| {
+                self.seal_data_logs(m, rest, false, SEAL_PART_BLOCKS)
+            })?;
+            if from < cells.len() {
+                m.unlock_fair_and_write()?;
+                m = self.lock_meta();
+            }
+        }
+        Ok(m)
+    }
+
+    /// The cells of the files in the dirty set, in inode order.
+    fn dirty_cells(&self, m: &Meta) -> Vec<Arc<InodeCell>> {
+        let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        dirty
             .iter()
             .filter_map(|ino| m.inodes.get(ino).cloned())
-            .collect();
+            .collect()
+    }
+
+    /// Writes the buffered data of the files of `cells` as one run of data-only logs (relaxed
+    /// ordering, no namespace change pending), recovered by roll-forward; the block maps and
+    /// inodes follow at the next checkpoint. How buffered data goes out when the buffer is
+    /// full: map nodes and inode pages are written once per checkpoint, not once per flush.
+    /// Takes files from the front of `cells` until they hold `most` blocks to write (a file is
+    /// never split between runs) and returns how many it took. With `if_room`, does nothing
+    /// when the space check fails (nothing is written then).
+    fn seal_data_logs(
+        &self,
+        m: &mut Meta,
+        cells: &[Arc<InodeCell>],
+        if_room: bool,
+        most: u64,
+    ) -> Result<usize> {
         let mut count = 0u64;
-        for cell in &cells {
+        let mut taken = 0;
+        for cell in cells {
+            if count >= most {
+                break;
+            }
+            taken += 1;
             let st = cell.lock();
             if !st.freed && st.kind == super::FileKind::File {
                 count += unsealed_count(&st) as u64 + 1;
             }
         }
+        let cells = &cells[..taken];
         if count == 0 {
-            return Ok(());
+            return Ok(taken);
         }
         match self.ensure_space(m, count + count / 64 + 1) {
-            Err(Error::NoSpace(_)) if if_room => return Ok(()),
+            Err(Error::NoSpace(_)) if if_room => return Ok(taken),
             r => r?,
         }
         let mut open = false;
         let mut done = Vec::with_capacity(cells.len());
-        for cell in &cells {
+        for cell in cells {
             let mut st = cell.lock();
             if st.freed
                 || st.kind != super::FileKind::File
@@ -1355,7 +1403,7 @@ impl Inner {
             Ok(())
         };
         m.writer.charge = None;
-        closed
+        closed.map(|()| taken)
     }
 
     /// Adds a file's unsealed buffers and its size and mtime to the open data-only log, as the

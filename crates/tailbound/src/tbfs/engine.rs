@@ -531,7 +531,9 @@ pub(crate) struct Inner {
     pub segment_blocks: u64,
     pub segment_count: u64,
     pub read_only: bool,
-    pub meta: Mutex<Meta>,
+    /// A fair-capable lock ([`MetaGuard::unlock_fair_and_write`]): long holds hand it over
+    /// between their parts instead of taking it straight back.
+    pub meta: parking_lot::Mutex<Meta>,
     /// Logs sealed under `meta`, in sequence order, waiting for the log writer.
     pub log_queue: Mutex<std::collections::VecDeque<Queued>>,
     /// Entries ever put in `log_queue` (a guard that saw it move writes them on release).
@@ -644,7 +646,10 @@ pub(crate) struct Wake {
 /// other threads go on meanwhile); [`MetaGuard::unlock_and_write`] does that and reports how it
 /// went.
 pub(crate) struct MetaGuard<'a> {
-    guard: Option<MutexGuard<'a, Meta>>,
+    guard: Option<parking_lot::MutexGuard<'a, Meta>>,
+    /// Unlock fairly: hand `meta` to the longest waiter, if any, instead of letting whoever
+    /// comes first (this thread again, most often) take it.
+    fair: bool,
     /// When the lock was taken ([`Inner::meta_held_ns`]).
     acquired: Instant,
     hold: Option<crate::sched::inherit::Hold>,
@@ -669,6 +674,16 @@ impl std::ops::DerefMut for MetaGuard<'_> {
 impl MetaGuard<'_> {
     /// Unlocks `meta`, then writes the logs sealed while it was held (and any before them).
     pub fn unlock_and_write(mut self) -> Result<()> {
+        self.release()
+    }
+
+    /// [`MetaGuard::unlock_and_write`], handing `meta` to the thread that waited longest for
+    /// it, if any. A long piece of work done in parts under `meta` (sealing a full buffer)
+    /// lets waiters through between its parts this way: with a plain unlock the holder took the
+    /// lock straight back before any waiter woke, and every thread that needed `meta` for a
+    /// create or a delete slept through the whole of it, leaving a core idle.
+    pub fn unlock_fair_and_write(mut self) -> Result<()> {
+        self.fair = true;
         self.release()
     }
 
@@ -716,7 +731,11 @@ impl MetaGuard<'_> {
                 .ns_pending
                 .store(guard.ns_dirty, AtomicOrdering::Release);
         }
-        drop(guard);
+        if self.fair {
+            parking_lot::MutexGuard::unlock_fair(guard);
+        } else {
+            drop(guard);
+        }
         recycle_dropped(garbage);
         self.hold = None;
         Some(sealed)
@@ -920,10 +939,18 @@ impl Inner {
     /// Locks the metadata (and with it the commit path). A thread that has to wait lends its
     /// I/O priority to the holder until it gets the lock.
     pub fn lock_meta(&self) -> MetaGuard<'_> {
-        let guard = lock_lending(&self.meta, &self.inherit);
+        let guard = match self.meta.try_lock() {
+            Some(g) => g,
+            None => {
+                let _lend = (!self.inherit.is_inert())
+                    .then(|| self.inherit.lend(crate::sched::inherit::own_prio()));
+                self.meta.lock()
+            }
+        };
         let start_queued = self.queued_total.load(AtomicOrdering::Acquire);
         MetaGuard {
             guard: Some(guard),
+            fair: false,
             acquired: Instant::now(),
             hold: Some(self.inherit.hold()),
             inner: self,
@@ -1232,7 +1259,7 @@ impl Inner {
                         self.commit_data_log(&mut m, cell)?;
                     }
                     if self.buffered_bytes() > self.buffer_limit() {
-                        self.commit_data_logs(&mut m, false)?;
+                        m = self.commit_data_logs_in_parts(m)?;
                     }
                 } else {
                     self.commit_checkpoint(&mut m)?;

@@ -67,7 +67,7 @@ fn new_inner(
         segment_blocks,
         segment_count,
         read_only,
-        meta: Mutex::new(meta),
+        meta: parking_lot::Mutex::new(meta),
         log_queue: Mutex::new(std::collections::VecDeque::new()),
         log_writer: Mutex::new(log),
         log_inherit: inheritance(),

@@ -2407,6 +2407,60 @@ fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never
 }
 
 #[test]
+fn a_full_buffer_is_sealed_in_parts_each_a_run_that_roll_forward_recovers() {
+    // A writer that fills the buffer seals it in parts of about `SEAL_PART_BLOCKS` blocks, each
+    // its own run of data-only logs (letting other threads have `meta` between them). Files of
+    // 64 blocks and a record each: a part takes files until it holds that many blocks.
+    const FILE_BLOCKS: usize = 64;
+    let dev = device(128 << 20);
+    let limit = 12u64 << 20;
+    let fs = Fs::format(dev.clone(), &large_file_config(limit)).unwrap();
+    super::engine::stop_background(&fs.inner);
+    let files_to_fill = (limit / (FILE_BLOCKS * BLOCK) as u64) as usize + 1;
+    let files: Vec<_> = (0..files_to_fill)
+        .map(|i| {
+            fs.open_file(&format!("/f{i}"), OpenFlags::create())
+                .unwrap()
+        })
+        .collect();
+    // Their creation durable: their data goes out as replayed data, not placed.
+    fs.sync().unwrap();
+    let runs = || fs.counters().data_only_logs;
+    let before = runs();
+    let checkpoints = fs.counters().checkpoints;
+    let data: Vec<Vec<u8>> = (0..files_to_fill)
+        .map(|i| pattern(i as u64, FILE_BLOCKS * BLOCK))
+        .collect();
+    for (f, d) in files.iter().zip(&data).take(files_to_fill - 1) {
+        f.pwrite(d, 0).unwrap();
+    }
+    assert_eq!(runs(), before, "the buffer is not over its limit yet");
+    // This write takes the buffer over its limit.
+    files[files_to_fill - 1]
+        .pwrite(&data[files_to_fill - 1], 0)
+        .unwrap();
+    let per_part = (super::commit::SEAL_PART_BLOCKS as usize).div_ceil(FILE_BLOCKS + 1);
+    assert_eq!(
+        runs() - before,
+        files_to_fill.div_ceil(per_part) as u64,
+        "one run per part of {per_part} files"
+    );
+    assert_eq!(
+        fs.counters().checkpoints,
+        checkpoints,
+        "no checkpoint since the sync"
+    );
+    // The parts' logs alone bring every file back.
+    fs.inner.dev.flush().unwrap();
+    let again = reopen(&dev);
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(&read_all(&again, &format!("/f{i}")), d, "file {i}");
+    }
+    drop(again);
+    checked_clean(&dev, "after the parts");
+}
+
+#[test]
 fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descriptors_run_out() {
     // Files of one block and an attributes record each, sealed in one run: two descriptors a
     // file, so some file's block takes the last descriptor data may use. Its record must go in
