@@ -1186,6 +1186,7 @@ impl Inner {
                 };
                 fresh.gen = gen;
                 st.dirty.insert(block, fresh);
+                super::map::note_width(block + 1);
                 // Counted under the inode lock, so a commit dropping it subtracts after.
                 self.dirty_bytes
                     .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
@@ -1909,6 +1910,7 @@ impl Inner {
                 let gen = st.next_gen;
                 st.next_gen += 1;
                 let fresh = DirtyBlock::new(gen, data);
+                super::map::note_width(block + 1);
                 if st.dirty.insert(block, fresh).is_none() {
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);

@@ -399,6 +399,7 @@ pub(crate) fn load_map(
         levels.push(children);
     }
     map.blocks = levels.pop().expect("data level");
+    super::map::note_width(map.blocks.len() as u64);
     levels.reverse();
     // `levels[0]` is now level 1 ... `levels[h-1]` the root.
     map.nodes = levels;

@@ -2407,6 +2407,49 @@ fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never
 }
 
 #[test]
+fn a_checkpoints_quick_space_bound_covers_what_it_counts_inode_by_inode() {
+    // The quick bound assumes every map as wide as the widest the process has had: a file
+    // buffering one block at the end of the largest file must raise it, or the bound for that
+    // file's map (a whole tree of that width) would fall short. Files mapped by a checkpoint and
+    // written again, a truncation, a directory of many entries and its files are in the work
+    // too. (Debug builds also compare the two bounds at every checkpoint.)
+    let dev = device(256 << 20);
+    let fs = Fs::format(dev.clone(), &large_file_config(64 << 20)).unwrap();
+    super::engine::stop_background(&fs.inner);
+    fs.mkdir("/d", 0o755).unwrap();
+    for i in 0..300 {
+        let f = fs
+            .open_file(&format!("/d/f{i}"), OpenFlags::create())
+            .unwrap();
+        f.pwrite(&pattern(i, 100 + i as usize * 50), 0).unwrap();
+    }
+    let big = fs.open_file("/big", OpenFlags::create()).unwrap();
+    big.pwrite(&pattern(7, 3000 * BLOCK), 0).unwrap();
+    fs.sync().unwrap();
+    big.pwrite(&pattern(8, 5 * BLOCK), 1000 * BLOCK as u64)
+        .unwrap();
+    fs.open_file("/d/f3", OpenFlags::create())
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    let last = super::engine::FILE_BYTES_MAX - BLOCK as u64;
+    fs.open_file("/sparse", OpenFlags::create())
+        .unwrap()
+        .pwrite(&pattern(9, BLOCK), last)
+        .unwrap();
+    let m = fs.inner.lock_meta();
+    let (quick, counted) = fs.inner.checkpoint_inode_bounds(&m);
+    assert!(
+        counted > (last / BLOCK as u64) / format::FANOUT as u64,
+        "the sparse file's whole tree is counted ({counted})"
+    );
+    assert!(quick >= counted, "quick {quick} against counted {counted}");
+    drop(m);
+    fs.sync().unwrap();
+    assert_eq!(read_all(&fs, "/d/f3"), pattern(3, 250)[..10].to_vec());
+}
+
+#[test]
 fn a_full_buffer_is_sealed_in_parts_each_a_run_that_roll_forward_recovers() {
     // A writer that fills the buffer seals it in parts of about `SEAL_PART_BLOCKS` blocks, each
     // its own run of data-only logs (letting other threads have `meta` between them). Files of
