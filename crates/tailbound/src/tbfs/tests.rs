@@ -2407,6 +2407,50 @@ fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never
 }
 
 #[test]
+fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
+    // In a memory pool the background cleaner empties its victims one per hold of `meta`
+    // (each its own pass), so other threads get the lock between them; elsewhere one pass takes
+    // them all. Overwrites leave many segments half dead.
+    for copies in [true, false] {
+        let cfg = Config {
+            gc_free_percent: 90,
+            background_gc: true,
+            ..small_config(Ordering::Relaxed, Barrier::Superblock)
+        };
+        let dev = device(32 << 20);
+        dev.set_writes_are_copies(copies);
+        let fs = Fs::format(dev.clone(), &cfg).unwrap();
+        super::engine::stop_background(&fs.inner);
+        let hot = fs.open_file("/hot", OpenFlags::create()).unwrap();
+        let cold = fs.open_file("/cold", OpenFlags::create()).unwrap();
+        for i in 0..400u64 {
+            hot.pwrite(&pattern(i, 4096), (i % 8) * 4096).unwrap();
+            hot.fsync().unwrap();
+            cold.append(&pattern(i + 1000, 4096)).unwrap();
+            cold.fsync().unwrap();
+        }
+        fs.sync().unwrap();
+        fs.inner.write_logs_until(u64::MAX).unwrap();
+        let before = fs.counters();
+        fs.inner.background_clean().unwrap();
+        let after = fs.counters();
+        let cleaned = after.segments_cleaned - before.segments_cleaned;
+        let passes = after.light_cleaning_passes - before.light_cleaning_passes;
+        assert!(cleaned >= 2, "copies {copies}: {cleaned} segments cleaned");
+        if copies {
+            assert_eq!(passes, cleaned, "one light pass per victim");
+        } else {
+            assert_eq!(passes, 1, "one light pass for {cleaned} victims");
+        }
+        let mut expect_cold = Vec::new();
+        for i in 0..400u64 {
+            expect_cold.extend(pattern(i + 1000, 4096));
+        }
+        assert_eq!(read_all(&fs, "/cold"), expect_cold, "copies {copies}");
+    }
+}
+
+#[test]
 fn a_checkpoints_quick_space_bound_covers_what_it_counts_inode_by_inode() {
     // The quick bound assumes every map as wide as the widest the process has had: a file
     // buffering one block at the end of the largest file must raise it, or the bound for that
