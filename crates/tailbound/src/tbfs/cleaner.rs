@@ -803,8 +803,8 @@ impl Inner {
         Ok(())
     }
 
-    /// One background pass of at most `victims` victims ([`Inner::background_clean`]); returns
-    /// whether it emptied any segment and more cleaning is wanted.
+    /// One background pass of at most `victims_max` victims ([`Inner::background_clean`]);
+    /// returns whether it emptied any segment and more cleaning is wanted.
     fn background_pass(&self, victims_max: usize) -> Result<bool> {
         let total = self.segment_blocks * self.segment_count;
         let want = total * self.config.gc_free_percent.min(90) as u64 / 100;

@@ -1546,16 +1546,7 @@ impl Inner {
         let dir_blocks = work
             .iter()
             .filter(|ino| m.dirs_dirty.contains(ino))
-            .filter_map(|ino| {
-                let entries = m.dirs.get(ino)?;
-                let blocks = format::encode_dir_entries_in(
-                    entries
-                        .iter()
-                        .map(|(name, &(child, is_dir))| (child, is_dir, name.as_str())),
-                    super::engine::FreshBlock::new,
-                );
-                Some((*ino, blocks))
-            })
+            .filter_map(|ino| Some((*ino, encode_dir(m.dirs.get(ino)?))))
             .collect();
         (
             self.quick_inode_bound(&work, &dir_blocks),
@@ -1667,12 +1658,7 @@ impl Inner {
         for &ino in &work {
             if m.dirs_dirty.contains(&ino) {
                 if let Some(entries) = m.dirs.get(&ino) {
-                    let blocks = format::encode_dir_entries_in(
-                        entries
-                            .iter()
-                            .map(|(name, &(child, is_dir))| (child, is_dir, name.as_str())),
-                        super::engine::FreshBlock::new,
-                    );
+                    let blocks = encode_dir(entries);
                     estimate += blocks.len() as u64;
                     dir_blocks.insert(ino, blocks);
                 }
@@ -2230,6 +2216,16 @@ fn staged_no_segment(_: &mut Meta) -> bool {
 }
 
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
+/// A directory's entries as directory blocks.
+fn encode_dir(entries: &super::engine::DirEntries) -> Vec<super::engine::FreshBlock> {
+    format::encode_dir_entries_in(
+        entries
+            .iter()
+            .map(|(name, &(child, is_dir))| (child, is_dir, name.as_str())),
+        super::engine::FreshBlock::new,
+    )
+}
+
 fn current_record(m: &Meta, ino: u64) -> InodeRecord {
     m.inodes
         .get(&ino)
