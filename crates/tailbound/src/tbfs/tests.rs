@@ -2406,6 +2406,24 @@ fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never
     }
 }
 
+/// Overwrites of 8 blocks of `/hot` and appends to `/cold`, each synced, 400 times, then a
+/// sync: many segments left half dead. Returns what `/cold` holds.
+fn hot_and_cold_history(fs: &Fs) -> Vec<u8> {
+    let hot = fs.open_file("/hot", OpenFlags::create()).unwrap();
+    let cold = fs.open_file("/cold", OpenFlags::create()).unwrap();
+    let mut expect_cold = Vec::new();
+    for i in 0..400u64 {
+        hot.pwrite(&pattern(i, 4096), (i % 8) * 4096).unwrap();
+        hot.fsync().unwrap();
+        let data = pattern(i + 1000, 4096);
+        cold.append(&data).unwrap();
+        cold.fsync().unwrap();
+        expect_cold.extend(data);
+    }
+    fs.sync().unwrap();
+    expect_cold
+}
+
 #[test]
 fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
     // In a memory pool the background cleaner empties its victims one per hold of `meta`
@@ -2421,15 +2439,7 @@ fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
         dev.set_writes_are_copies(copies);
         let fs = Fs::format(dev.clone(), &cfg).unwrap();
         super::engine::stop_background(&fs.inner);
-        let hot = fs.open_file("/hot", OpenFlags::create()).unwrap();
-        let cold = fs.open_file("/cold", OpenFlags::create()).unwrap();
-        for i in 0..400u64 {
-            hot.pwrite(&pattern(i, 4096), (i % 8) * 4096).unwrap();
-            hot.fsync().unwrap();
-            cold.append(&pattern(i + 1000, 4096)).unwrap();
-            cold.fsync().unwrap();
-        }
-        fs.sync().unwrap();
+        let expect_cold = hot_and_cold_history(&fs);
         fs.inner.write_logs_until(u64::MAX).unwrap();
         let before = fs.counters();
         fs.inner.background_clean().unwrap();
@@ -2441,10 +2451,6 @@ fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
             assert_eq!(passes, cleaned, "one light pass per victim");
         } else {
             assert_eq!(passes, 1, "one light pass for {cleaned} victims");
-        }
-        let mut expect_cold = Vec::new();
-        for i in 0..400u64 {
-            expect_cold.extend(pattern(i + 1000, 4096));
         }
         assert_eq!(read_all(&fs, "/cold"), expect_cold, "copies {copies}");
     }
@@ -3403,15 +3409,7 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
         });
         let fs = Fs::format(dev.clone(), &cfg).unwrap();
         super::engine::stop_background(&fs.inner);
-        let hot = fs.open_file("/hot", OpenFlags::create()).unwrap();
-        let cold = fs.open_file("/cold", OpenFlags::create()).unwrap();
-        for i in 0..400u64 {
-            hot.pwrite(&pattern(i, 4096), (i % 8) * 4096).unwrap();
-            hot.fsync().unwrap();
-            cold.append(&pattern(i + 1000, 4096)).unwrap();
-            cold.fsync().unwrap();
-        }
-        fs.sync().unwrap();
+        let expect_cold = hot_and_cold_history(&fs);
         // Superblocks handed to the background thread decide which segments are reusable.
         fs.inner.write_logs_until(u64::MAX).unwrap();
         let urgent = fs.inner.cleaning_is_urgent(&fs.inner.lock_meta());
@@ -3451,10 +3449,6 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
             seen.iter().all(|&p| p == expect),
             "pool of {pool_bytes} bytes: victims read at {seen:?}, expected {expect}"
         );
-        let mut expect_cold = Vec::new();
-        for i in 0..400u64 {
-            expect_cold.extend_from_slice(&pattern(i + 1000, 4096));
-        }
         assert_eq!(read_all(&fs, "/cold"), expect_cold);
     }
 }
