@@ -1659,18 +1659,8 @@ fn background_pass_without_the_pool(checkpoint_during_read: bool) {
     };
     let fs = Fs::format(gated.clone(), &cfg).unwrap();
     // Overwrite blocks of one file among appends to another: segments of live and dead blocks.
+    let expect_cold = hot_and_cold_history(&fs);
     let hot = fs.open_file("/hot", OpenFlags::create()).unwrap();
-    let cold = fs.open_file("/cold", OpenFlags::create()).unwrap();
-    let mut expect_cold = Vec::new();
-    for i in 0..400u64 {
-        hot.pwrite(&pattern(i, 4096), (i % 8) * 4096).unwrap();
-        hot.fsync().unwrap();
-        let block = pattern(i + 1000, 4096);
-        cold.append(&block).unwrap();
-        cold.fsync().unwrap();
-        expect_cold.extend_from_slice(&block);
-    }
-    fs.sync().unwrap();
     let segment = cfg.segment_bytes as usize;
     let cleaned = fs.counters().segments_cleaned;
     gated.armed.lock().unwrap().0 = Some(segment);
