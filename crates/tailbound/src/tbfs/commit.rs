@@ -156,15 +156,15 @@ impl Inner {
         blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2
     }
 
-    /// The free blocks [`Inner::ensure_space`] wants for `need` without doing anything: `need`,
-    /// the reserve kept for the checkpoints that make dead segments reusable (and recovery's),
-    /// and the low-water mark below which the writer cleans (and waits for it) while there is
-    /// still room for the cleaner to work in (see `low_water`). A refresh may use both.
-    fn space_wanted(&self, m: &Meta, need: u64) -> u64 {
+    /// What [`Inner::ensure_space`] wants free beyond what is written: the reserve kept for the
+    /// checkpoints that make dead segments reusable (and for recovery's), and the low-water mark
+    /// below which the writer cleans (and waits for it) while there is still room for the
+    /// cleaner to work in (see `low_water`). A refresh may use both.
+    fn space_margins(&self, m: &Meta) -> (u64, u64) {
         if m.in_refresh {
-            need
+            (0, 0)
         } else {
-            need + self.reserve_blocks() + self.low_water(m)
+            (self.reserve_blocks(), self.low_water(m))
         }
     }
 
@@ -172,14 +172,8 @@ impl Inner {
     /// that helps. Fails with `NoSpace` before anything is written.
     pub(crate) fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
         let need = self.space_needed(blocks);
-        // Room kept for the checkpoints that make dead segments reusable (and for recovery's).
-        let reserve = if m.in_refresh {
-            0
-        } else {
-            self.reserve_blocks()
-        };
-        let low_water = if m.in_refresh { 0 } else { self.low_water(m) };
-        let want = self.space_wanted(m, need);
+        let (reserve, low_water) = self.space_margins(m);
+        let want = need + reserve + low_water;
         // A memory pool also notes whether space is tight, for its in-flight bound
         // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
         // buffer needs so it also sets the buffer limit.
@@ -1539,15 +1533,8 @@ impl Inner {
     /// Tests: a checkpoint's two bounds for the inodes it would write now, quick and counted.
     #[cfg(test)]
     pub(crate) fn checkpoint_inode_bounds(&self, m: &Meta) -> (u64, u64) {
-        let mut work: BTreeSet<u64> = self.dirty.lock().unwrap().clone();
-        work.extend(m.pending.iter().copied());
-        work.extend(m.dirs_dirty.iter().copied());
-        work.retain(|ino| m.inodes.contains_key(ino));
-        let dir_blocks = work
-            .iter()
-            .filter(|ino| m.dirs_dirty.contains(ino))
-            .filter_map(|ino| Some((*ino, encode_dir(m.dirs.get(ino)?))))
-            .collect();
+        let work = checkpoint_work(m, self.dirty.lock().unwrap().clone());
+        let dir_blocks = encode_changed_dirs(m, &work);
         (
             self.quick_inode_bound(&work, &dir_blocks),
             self.counted_inode_bound(m, &work, &dir_blocks),
@@ -1582,7 +1569,8 @@ impl Inner {
     /// Whether the space check for `blocks` would find room at once, without refreshing,
     /// cleaning or waiting ([`Inner::ensure_space`]'s first test).
     fn space_is_ample(&self, m: &Meta, blocks: u64) -> bool {
-        let want = self.space_wanted(m, self.space_needed(blocks));
+        let (reserve, low_water) = self.space_margins(m);
+        let want = self.space_needed(blocks) + reserve + low_water;
         self.free_blocks_up_to(m, want) >= want
     }
 
@@ -1645,25 +1633,15 @@ impl Inner {
     fn commit_checkpoint_at_depth(&self, m: &mut Meta) -> Result<()> {
         let taken: BTreeSet<u64> =
             std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()));
-        let mut work: BTreeSet<u64> = taken;
-        work.extend(m.pending.iter().copied());
-        work.extend(m.dirs_dirty.iter().copied());
-        work.retain(|ino| m.inodes.contains_key(ino));
+        let mut work = checkpoint_work(m, taken);
 
         // An upper bound on what this checkpoint writes, checked before anything changes: the
         // directories (encoded here, for the sealing below), the inode pages and tables, and
         // each inode's buffered blocks and map nodes.
-        let mut estimate = 2 + m.freed_slots.len() as u64;
-        let mut dir_blocks: HashMap<u64, Vec<super::engine::FreshBlock>> = HashMap::new();
-        for &ino in &work {
-            if m.dirs_dirty.contains(&ino) {
-                if let Some(entries) = m.dirs.get(&ino) {
-                    let blocks = encode_dir(entries);
-                    estimate += blocks.len() as u64;
-                    dir_blocks.insert(ino, blocks);
-                }
-            }
-        }
+        let mut dir_blocks = encode_changed_dirs(m, &work);
+        let mut estimate = 2
+            + m.freed_slots.len() as u64
+            + dir_blocks.values().map(|b| b.len() as u64).sum::<u64>();
         let mut pages: BTreeSet<u64> = work
             .iter()
             .chain(m.freed_slots.iter())
@@ -2216,14 +2194,33 @@ fn staged_no_segment(_: &mut Meta) -> bool {
 }
 
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
-/// A directory's entries as directory blocks.
-fn encode_dir(entries: &super::engine::DirEntries) -> Vec<super::engine::FreshBlock> {
-    format::encode_dir_entries_in(
-        entries
-            .iter()
-            .map(|(name, &(child, is_dir))| (child, is_dir, name.as_str())),
-        super::engine::FreshBlock::new,
-    )
+/// The inodes a checkpoint writes: those `taken` from the dirty set, those with data in
+/// data-only logs since the last checkpoint, and the changed directories, while they exist.
+fn checkpoint_work(m: &Meta, mut taken: BTreeSet<u64>) -> BTreeSet<u64> {
+    taken.extend(m.pending.iter().copied());
+    taken.extend(m.dirs_dirty.iter().copied());
+    taken.retain(|ino| m.inodes.contains_key(ino));
+    taken
+}
+
+/// The changed directories of `work`, each encoded as directory blocks.
+fn encode_changed_dirs(
+    m: &Meta,
+    work: &BTreeSet<u64>,
+) -> HashMap<u64, Vec<super::engine::FreshBlock>> {
+    work.iter()
+        .filter(|ino| m.dirs_dirty.contains(ino))
+        .filter_map(|&ino| {
+            let entries = m.dirs.get(&ino)?;
+            let blocks = format::encode_dir_entries_in(
+                entries
+                    .iter()
+                    .map(|(name, &(child, is_dir))| (child, is_dir, name.as_str())),
+                super::engine::FreshBlock::new,
+            );
+            Some((ino, blocks))
+        })
+        .collect()
 }
 
 fn current_record(m: &Meta, ino: u64) -> InodeRecord {

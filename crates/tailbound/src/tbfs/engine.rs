@@ -815,11 +815,19 @@ pub(crate) fn lock_lending<'a, T>(
         Ok(g) => g,
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => {
-            let _lend =
-                (!inherit.is_inert()).then(|| inherit.lend(crate::sched::inherit::own_prio()));
-            lock.lock().unwrap_or_else(|p| p.into_inner())
+            lending_while(inherit, || lock.lock().unwrap_or_else(|p| p.into_inner()))
         }
     }
+}
+
+/// Runs `wait` (a thread waiting for a lock) lending the thread's I/O priority to the lock's
+/// holder (registered with `inherit`) meanwhile.
+fn lending_while<R>(
+    inherit: &Arc<crate::sched::inherit::Inheritance>,
+    wait: impl FnOnce() -> R,
+) -> R {
+    let _lend = (!inherit.is_inert()).then(|| inherit.lend(crate::sched::inherit::own_prio()));
+    wait()
 }
 
 /// Block buffers written and released, kept for the next writes: the write buffer's memory
@@ -939,14 +947,10 @@ impl Inner {
     /// Locks the metadata (and with it the commit path). A thread that has to wait lends its
     /// I/O priority to the holder until it gets the lock.
     pub fn lock_meta(&self) -> MetaGuard<'_> {
-        let guard = match self.meta.try_lock() {
-            Some(g) => g,
-            None => {
-                let _lend = (!self.inherit.is_inert())
-                    .then(|| self.inherit.lend(crate::sched::inherit::own_prio()));
-                self.meta.lock()
-            }
-        };
+        let guard = self
+            .meta
+            .try_lock()
+            .unwrap_or_else(|| lending_while(&self.inherit, || self.meta.lock()));
         let start_queued = self.queued_total.load(AtomicOrdering::Acquire);
         MetaGuard {
             guard: Some(guard),
@@ -1147,6 +1151,8 @@ impl Inner {
         }
         let offset = offset.unwrap_or(st.size);
         let end = write_end(cell.ino, offset, buf.len())?;
+        // The buffers may reach past the file's map (noted before any is put in).
+        super::map::note_width(end.div_ceil(BLOCK_U64));
         let mut whole = whole.into_iter().peekable();
         // Buffers a made block replaced, kept for reuse in one go after the loop.
         let mut replaced = Vec::new();
@@ -1186,7 +1192,6 @@ impl Inner {
                 };
                 fresh.gen = gen;
                 st.dirty.insert(block, fresh);
-                super::map::note_width(block + 1);
                 // Counted under the inode lock, so a commit dropping it subtracts after.
                 self.dirty_bytes
                     .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);

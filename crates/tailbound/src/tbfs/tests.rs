@@ -2489,6 +2489,18 @@ fn a_checkpoints_quick_space_bound_covers_what_it_counts_inode_by_inode() {
     assert_eq!(read_all(&fs, "/d/f3"), pattern(3, 250)[..10].to_vec());
 }
 
+/// `/f0` to `/f{n-1}`, created, open, and their creation made durable.
+fn synced_files(fs: &Fs, n: usize) -> Vec<File> {
+    let files = (0..n)
+        .map(|i| {
+            fs.open_file(&format!("/f{i}"), OpenFlags::create())
+                .unwrap()
+        })
+        .collect();
+    fs.sync().unwrap();
+    files
+}
+
 #[test]
 fn a_full_buffer_is_sealed_in_parts_each_a_run_that_roll_forward_recovers() {
     // A writer that fills the buffer seals it in parts of about `SEAL_PART_BLOCKS` blocks, each
@@ -2500,14 +2512,8 @@ fn a_full_buffer_is_sealed_in_parts_each_a_run_that_roll_forward_recovers() {
     let fs = Fs::format(dev.clone(), &large_file_config(limit)).unwrap();
     super::engine::stop_background(&fs.inner);
     let files_to_fill = (limit / (FILE_BLOCKS * BLOCK) as u64) as usize + 1;
-    let files: Vec<_> = (0..files_to_fill)
-        .map(|i| {
-            fs.open_file(&format!("/f{i}"), OpenFlags::create())
-                .unwrap()
-        })
-        .collect();
     // Their creation durable: their data goes out as replayed data, not placed.
-    fs.sync().unwrap();
+    let files = synced_files(&fs, files_to_fill);
     let runs = || fs.counters().data_only_logs;
     let before = runs();
     let checkpoints = fs.counters().checkpoints;
@@ -2563,14 +2569,8 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
         let fs = Fs::format(dev.clone(), &cfg).unwrap();
         super::engine::stop_background(&fs.inner);
         let n = format::DESCRIPTORS_MAX;
-        let files: Vec<_> = (0..n)
-            .map(|i| {
-                fs.open_file(&format!("/f{i}"), OpenFlags::create())
-                    .unwrap()
-            })
-            .collect();
         // Their creation durable: their data is replayed, not placed, so it has records.
-        fs.sync().unwrap();
+        let files = synced_files(&fs, n);
         let mut expect = Vec::new();
         for (i, f) in files.iter().enumerate() {
             let mut data = pattern(i as u64, 100);
