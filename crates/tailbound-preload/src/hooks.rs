@@ -59,7 +59,16 @@ pub fn busy() -> bool {
 static SHIM: OnceLock<Shim> = OnceLock::new();
 static REPORT: AtomicBool = AtomicBool::new(false);
 
+extern "C" fn before_fork() {
+    real::hold_parked_for_fork();
+}
+
+extern "C" fn in_forking_parent() {
+    real::release_parked_after_fork();
+}
+
 extern "C" fn in_forked_child() {
+    real::release_parked_after_fork();
     let _g = enter();
     if let Some(s) = SHIM.get() {
         s.after_fork_in_child();
@@ -71,7 +80,13 @@ fn sh() -> &'static Shim {
         let s = Shim::from_env();
         REPORT.store(s.report, Ordering::Relaxed);
         // SAFETY: registers a plain function with no captured state.
-        unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) };
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(in_forking_parent),
+                Some(in_forked_child),
+            )
+        };
         s
     })
 }
@@ -284,6 +299,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             return int(r);
         }
         count("close", false);
+        if real::is_parked(fd) {
+            // Closed, as the program sees it: the number stays reserved for a library open.
+            return fail(libc::EBADF);
+        }
     }
     // SAFETY: forwarded contract.
     unsafe { real::close(fd) }
@@ -1802,6 +1821,16 @@ unsafe fn dup_onto(
             return r;
         }
         count(name, false);
+        if real::unpark(new) {
+            // A kernel descriptor takes a parked number: it is the program's now.
+            let r = real_call();
+            if r < 0 {
+                let e = errno();
+                real::park_fd(new);
+                set_errno(e);
+            }
+            return r;
+        }
         if s.is_fd(new) {
             // A kernel descriptor replaces a library one.
             let r = real_call();

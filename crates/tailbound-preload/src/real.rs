@@ -314,7 +314,16 @@ static TEMPLATE: AtomicI32 = AtomicI32::new(-1);
 /// closed that number behind the shim's back (`closefrom`, a raw `close_range`) and opened a
 /// file that took it, or `dup2`'d onto it. Then the template is forgotten (the number is the
 /// program's now) and a fresh one opened.
+///
+/// A number a library `close` parked ([`park_fd`]) is taken first, checked the same way: two
+/// system calls instead of four (the duplication, the checks, and the close).
 pub fn reserve_fd() -> Result<c_int, i32> {
+    while let Some(fd) = unpark_any() {
+        if is_path_dev_null(fd) {
+            return Ok(fd);
+        }
+        // Closed behind the shim's back and taken again: the number is the program's now.
+    }
     let t = TEMPLATE.load(Ordering::Acquire);
     if t >= 0 {
         if let Ok(fd) = reserve_dup(t, 0) {
@@ -371,6 +380,80 @@ fn is_path_dev_null(fd: c_int) -> bool {
     // SAFETY: `st` is writable.
     let r = unsafe { fstat64(fd, &mut st) };
     r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3)
+}
+
+/// Reserved descriptors of closed library descriptors, kept open for the next library open
+/// instead of being closed (at most [`PARKED_MAX`]). The program sees them as closed: the `close`
+/// hook fails on them with `EBADF` ([`is_parked`]), and `dup2` onto one or `close_range` over
+/// one takes it off the list ([`unpark`], [`unpark_range`]). Held across `fork`
+/// ([`hold_parked_for_fork`]), so a child finds the list whole and unlocked.
+static PARKED: parking_lot::Mutex<Vec<c_int>> = parking_lot::const_mutex(Vec::new());
+
+/// Parked descriptors at most; a close past that closes the descriptor.
+const PARKED_MAX: usize = 256;
+
+fn parked() -> parking_lot::MutexGuard<'static, Vec<c_int>> {
+    PARKED.lock()
+}
+
+/// Before `fork`: takes the parked list's lock, so no other thread holds it when the child is
+/// made ([`release_parked_after_fork`] in both processes).
+pub fn hold_parked_for_fork() {
+    std::mem::forget(PARKED.lock());
+}
+
+/// After `fork`, in the parent and in the child: the lock [`hold_parked_for_fork`] took.
+pub fn release_parked_after_fork() {
+    // SAFETY: `hold_parked_for_fork` took the lock in this thread (the child's only thread is
+    // the one that forked) and leaked its guard.
+    unsafe { PARKED.force_unlock() };
+}
+
+/// A library descriptor's close: its reserved number is parked for the next open, or closed
+/// when [`PARKED_MAX`] are parked already.
+pub fn park_fd(fd: c_int) {
+    let mut p = parked();
+    if p.len() < PARKED_MAX {
+        p.push(fd);
+        return;
+    }
+    drop(p);
+    release_fd(fd);
+}
+
+fn unpark_any() -> Option<c_int> {
+    parked().pop()
+}
+
+/// Whether `fd` is a parked number (closed, as the program sees it).
+pub fn is_parked(fd: c_int) -> bool {
+    fd >= 0 && parked().contains(&fd)
+}
+
+/// A call is about to make `fd` the program's, or a library descriptor (`dup2` onto it): it is
+/// parked no more (taken off the list before the call, so no open takes it meanwhile; park it
+/// again if the call fails). Whether it was parked.
+pub fn unpark(fd: c_int) -> bool {
+    let mut p = parked();
+    match p.iter().position(|&x| x == fd) {
+        Some(i) => {
+            p.swap_remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+/// `close_range` over `first..=last` closes the parked numbers there.
+pub fn unpark_range(first: c_uint, last: c_uint) {
+    parked().retain(|&p| (p as c_uint) < first || (p as c_uint) > last);
+}
+
+/// A forked child: the parked numbers are closed (the child opens no library files).
+pub fn forget_parked_in_child() {
+    for fd in std::mem::take(&mut *parked()) {
+        release_fd(fd);
+    }
 }
 
 /// Duplicates a reserved descriptor to the lowest number ≥ `min`, close-on-exec.
@@ -555,8 +638,52 @@ mod tests {
         unsafe { fcntl(fd, libc::F_GETFD, std::ptr::null_mut()) & libc::FD_CLOEXEC != 0 }
     }
 
+    /// The tests share the template and the parked list.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[test]
+    fn a_parked_number_is_taken_again_only_while_it_is_still_the_shims() {
+        let _s = serial();
+        let a = reserve_fd().unwrap();
+        park_fd(a);
+        assert!(is_parked(a));
+        assert_eq!(reserve_fd().unwrap(), a, "the parked number comes first");
+        assert!(!is_parked(a) && is_path_dev_null(a) && cloexec(a));
+
+        // Parked, then closed behind the shim's back and taken by a file of the program's.
+        park_fd(a);
+        let path = std::env::temp_dir().join(format!("tb-park-{}", std::process::id()));
+        std::fs::write(&path, b"the program's own file").unwrap();
+        let own = std::fs::File::open(&path).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: `a` is the shim's; `own` stays open, so dup3 only makes `a` its duplicate.
+        assert_eq!(unsafe { libc::dup3(own.as_raw_fd(), a, 0) }, a);
+        let b = reserve_fd().unwrap();
+        assert_ne!(b, a, "the program's number was handed out");
+        assert!(!is_parked(a) && is_path_dev_null(b));
+        let mut buf = [0u8; 64];
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { libc::pread(a, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        assert_eq!(&buf[..n as usize], b"the program's own file");
+
+        // Taken off the list by a `dup2` onto it or a `close_range` over it.
+        park_fd(b);
+        assert!(unpark(b) && !unpark(b) && !is_parked(b));
+        park_fd(b);
+        unpark_range(b as c_uint, b as c_uint);
+        assert!(!is_parked(b));
+        for fd in [a, b] {
+            release_fd(fd);
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
     #[test]
     fn reserved_descriptors_are_dev_null_even_after_the_template_number_is_taken() {
+        let _s = serial();
         let a = reserve_fd().unwrap();
         let b = reserve_fd().unwrap();
         assert_ne!(a, b);

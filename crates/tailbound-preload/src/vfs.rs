@@ -409,7 +409,7 @@ impl Shim {
     /// `close` of a library descriptor. `None` if `fd` is not one.
     pub fn close(&self, fd: i32) -> Option<R<()>> {
         let ofd = self.remove(fd)?;
-        real::release_fd(fd);
+        real::park_fd(fd);
         self.closed(ofd);
         lock(&self.streams).retain(|_, v| *v != fd);
         Some(Ok(()))
@@ -424,6 +424,9 @@ impl Shim {
 
     /// `close_range`: forgets every library descriptor in `first..=last`.
     pub fn forget_range(&self, first: u32, last: u32, cloexec_only: bool) {
+        if !cloexec_only {
+            real::unpark_range(first, last);
+        }
         if !self.any_fds() {
             return;
         }
@@ -474,6 +477,7 @@ impl Shim {
         }
         self.nfds.store(0, Ordering::Release);
         lock(&self.streams).clear();
+        real::forget_parked_in_child();
     }
 
     // ---- stdio streams ----
@@ -1161,7 +1165,13 @@ impl Shim {
         if fd == new {
             return Ok(new);
         }
-        real::reserve_dup_onto(fd, new)?;
+        let was_parked = real::unpark(new);
+        if let Err(e) = real::reserve_dup_onto(fd, new) {
+            if was_parked {
+                real::park_fd(new);
+            }
+            return Err(e);
+        }
         if let Some(old) = self.insert(new, o, cloexec) {
             self.closed(old);
         }

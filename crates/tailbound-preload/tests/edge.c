@@ -128,6 +128,25 @@ int main(int argc, char **argv) {
     CHECK(close(d) == 0 && close(d) == -1 && errno == EBADF, "double close");
     ok("dup, dup2, fcntl flags");
 
+    /* A closed library descriptor's number stays reserved for the next library open; the program
+       sees it closed: close fails, and dup2 onto it, or a raw dup3 behind the shim's back, makes
+       it the program's, which no later library open takes. */
+    int cp = open(at("f"), O_RDONLY);
+    CHECK(cp >= 0 && close(cp) == 0, "open and close");
+    CHECK(close(cp) == -1 && errno == EBADF, "a closed number closes again");
+    CHECK(dup2(k, cp) == cp && fstat(cp, &st) == 0 && S_ISCHR(st.st_mode), "dup2 onto a closed number");
+    int cq = open(at("f"), O_RDONLY);
+    CHECK(cq >= 0 && cq != cp, "a library open took the program's %d", cp);
+    CHECK(read(cq, buf, 5) == 5 && memcmp(buf, "hello", 5) == 0, "read the library file");
+    CHECK(read(cp, buf, 5) == 0 && close(cp) == 0, "the program's descriptor is untouched");
+    CHECK(close(cq) == 0, "close");
+    CHECK(syscall(SYS_dup3, k, cq, 0) == cq, "raw dup3 onto a closed number");
+    int cs = open(at("f"), O_RDONLY);
+    CHECK(cs >= 0 && cs != cq, "a library open took %d, the program's behind its back", cq);
+    CHECK(read(cq, buf, 5) == 0 && close(cq) == 0, "the program's descriptor is untouched");
+    CHECK(read(cs, buf, 5) == 5 && close(cs) == 0, "read and close the library file");
+    ok("closed numbers");
+
     /* O_APPEND, pread past the end, SEEK_END. */
     int b = open(at("f"), O_WRONLY | O_APPEND);
     CHECK(b >= 0 && write(b, "X", 1) == 1, "append");

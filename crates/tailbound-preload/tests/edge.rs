@@ -87,6 +87,7 @@ const ALL_CHECKS: &[&str] = &[
     "numbers",
     "raw syscalls fail with EBADF",
     "dup, dup2, fcntl flags",
+    "closed numbers",
     "append",
     "O_DIRECT",
     "locks",
