@@ -139,8 +139,11 @@ const FLAGS_KNOWN: u16 = 63;
 
 pub type Block = [u8; BLOCK];
 
+/// CRC32C (CRC-32/ISCSI). crc-fast folds with VPCLMULQDQ where the CPU has it: on 4 KiB blocks
+/// about twice crc32c's speed (57 against 21–27 GB/s here), and the block CRCs taken at every
+/// buffered write were about 9 % of the CPU time in `bench fileserver`.
 fn crc(bytes: &[u8]) -> u32 {
-    crc32c::crc32c(bytes)
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32
 }
 
 /// CRC32C over several blocks, in order.
