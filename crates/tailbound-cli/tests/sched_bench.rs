@@ -308,7 +308,7 @@ fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
     assert_eq!(profile["latency_goal_ms"], 5.0, "{report:#}");
     for key in ["max_io_read", "max_io_write"] {
         let v = profile[key].as_u64().unwrap_or(0);
-        assert!(v > 0 && v % 4096 == 0, "{key}: {profile}");
+        assert!(v > 0 && v.is_multiple_of(4096), "{key}: {profile}");
     }
     assert!(profile["flush_byte_ns"].as_f64().is_some(), "{profile}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));

@@ -68,7 +68,7 @@ fn churn_at_twice_the_live_data_never_runs_out_and_reads_back() {
     let seed = env_u64("TBFS_CHURN_SEED", 6);
     let dev = Arc::new(SimDevice::new(pool_bytes));
     // As a memory pool for even seeds (the default): the cleaner reads victims block by block.
-    dev.set_writes_are_copies(seed % 2 == 0);
+    dev.set_writes_are_copies(seed.is_multiple_of(2));
     let config = Config {
         ordering: Ordering::Relaxed,
         barrier: Barrier::EveryCheckpoint,
@@ -154,7 +154,7 @@ fn churn_at_twice_the_live_data_never_runs_out_and_reads_back() {
         if rng.below(8) == 0 {
             fs.sync().unwrap_or_else(|e| fail(e, "sync", live, written));
         }
-        if ops % 200 == 0 {
+        if ops.is_multiple_of(200) {
             check_all(&fs, &model, &format!("seed {seed}, op {ops}"));
         }
     }

@@ -178,7 +178,9 @@ impl LoadConfig {
                 if kind == LoadKind::BufferedWriter && self.fsync_every_bytes == 0 {
                     return bad("fsync_every_bytes is zero".into());
                 }
-                if kind == LoadKind::DirectWriter && self.write_bytes % DIRECT_ALIGN_BYTES != 0 {
+                if kind == LoadKind::DirectWriter
+                    && !self.write_bytes.is_multiple_of(DIRECT_ALIGN_BYTES)
+                {
                     return bad(format!(
                         "write_bytes {} is not a multiple of {DIRECT_ALIGN_BYTES} (O_DIRECT)",
                         self.write_bytes

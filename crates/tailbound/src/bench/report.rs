@@ -191,7 +191,7 @@ pub fn fmt_us(us: f64) -> String {
     let digits = (magnitude.round() as u64).to_string();
     let mut out = sign.to_string();
     for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);

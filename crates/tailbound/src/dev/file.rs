@@ -199,7 +199,7 @@ impl FileDevice {
 
     /// Runs `f` on `buf` itself when it is aligned for `O_DIRECT`, else on an aligned copy.
     fn with_aligned<T>(&self, buf: &[u8], f: impl FnOnce(&[u8]) -> io::Result<T>) -> io::Result<T> {
-        if !self.direct || buf.as_ptr() as usize % BLOCK_SIZE as usize == 0 {
+        if !self.direct || (buf.as_ptr() as usize).is_multiple_of(BLOCK_SIZE as usize) {
             return f(buf);
         }
         let mut b = self.take_bounce(buf.len());
@@ -245,7 +245,7 @@ impl Device for FileDevice {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         check_request(self, offset, buf.len())?;
-        let r = if !self.direct || buf.as_ptr() as usize % BLOCK_SIZE as usize == 0 {
+        let r = if !self.direct || (buf.as_ptr() as usize).is_multiple_of(BLOCK_SIZE as usize) {
             self.file.read_exact_at(buf, offset)
         } else {
             let mut b = self.take_bounce(buf.len());

@@ -102,7 +102,7 @@ impl fmt::Debug for PendingWrite {
 /// Checks the alignment contract of [`Device`] for one request; backends call this first.
 pub fn check_request(dev: &dyn Device, offset: u64, len: usize) -> io::Result<()> {
     let len = len as u64;
-    if offset % BLOCK_SIZE != 0 || len % BLOCK_SIZE != 0 {
+    if !offset.is_multiple_of(BLOCK_SIZE) || !len.is_multiple_of(BLOCK_SIZE) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!(

@@ -574,7 +574,7 @@ fn decoupled_counters_are_live_and_every_mode_verifies() {
             let live = r.counters();
             assert!(live.frames <= 100, "{what}: {live:?}");
             assert!(
-                live.payload_bytes <= 100 * 1000 && live.payload_bytes % 1000 == 0,
+                live.payload_bytes <= 100 * 1000 && live.payload_bytes.is_multiple_of(1000),
                 "{what}: {live:?}"
             );
             let summary = r.finish().unwrap();

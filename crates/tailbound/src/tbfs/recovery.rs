@@ -112,7 +112,9 @@ fn new_inner(
 pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
     let blocks = dev.len() / BLOCK_U64;
     let segment_blocks = config.segment_bytes / BLOCK_U64;
-    if config.segment_bytes % BLOCK_U64 != 0 || segment_blocks < format::SEGMENT_BLOCKS_MIN {
+    if !config.segment_bytes.is_multiple_of(BLOCK_U64)
+        || segment_blocks < format::SEGMENT_BLOCKS_MIN
+    {
         return Err(Error::Invalid(format!(
             "segment size {} (a multiple of {BLOCK} bytes, at least {} bytes)",
             config.segment_bytes,

@@ -209,7 +209,7 @@ impl CleanerBench {
                 let target = match access {
                     Access::Uniform => r % total_blocks,
                     Access::HotCold => {
-                        if r % 10 != 0 {
+                        if !r.is_multiple_of(10) {
                             (r >> 8) % hot_blocks
                         } else {
                             hot_blocks + (r >> 8) % (total_blocks - hot_blocks).max(1)

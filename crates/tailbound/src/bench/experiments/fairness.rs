@@ -189,7 +189,7 @@ impl TenantSpec {
         out: &mut impl Write,
     ) -> Result<(), String> {
         let blocks = self.region_bytes / self.block_bytes.max(1);
-        if self.block_bytes == 0 || self.block_bytes % 4096 != 0 || blocks == 0 {
+        if self.block_bytes == 0 || !self.block_bytes.is_multiple_of(4096) || blocks == 0 {
             return Err(format!(
                 "a region of {} bytes does not hold a whole 4 KiB-aligned block of {} bytes",
                 self.region_bytes, self.block_bytes

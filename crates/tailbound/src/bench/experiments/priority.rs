@@ -157,7 +157,7 @@ impl CopySpec {
         input: impl BufRead + Send + 'static,
         out: &mut impl Write,
     ) -> Result<(), String> {
-        if self.chunk_bytes == 0 || self.chunk_bytes % 4096 != 0 {
+        if self.chunk_bytes == 0 || !self.chunk_bytes.is_multiple_of(4096) {
             return Err(format!(
                 "chunk of {} bytes is not a multiple of 4 KiB",
                 self.chunk_bytes

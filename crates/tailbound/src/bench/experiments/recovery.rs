@@ -297,7 +297,7 @@ impl RecoveryBench {
         if self.barriers.is_empty() || self.kinds.is_empty() {
             return invalid("nothing to run".into());
         }
-        if self.buffer_bytes == 0 || self.buffer_bytes % BLOCK_SIZE != 0 {
+        if self.buffer_bytes == 0 || !self.buffer_bytes.is_multiple_of(BLOCK_SIZE) {
             return invalid(format!(
                 "buffer of {} bytes is not a multiple of {BLOCK_SIZE}",
                 self.buffer_bytes
@@ -306,7 +306,7 @@ impl RecoveryBench {
         if self.written_bytes < 2 * self.buffer_bytes {
             return invalid("write at least two buffers".into());
         }
-        if self.pool_bytes % BLOCK_SIZE != 0 || self.pool_bytes <= self.written_bytes {
+        if !self.pool_bytes.is_multiple_of(BLOCK_SIZE) || self.pool_bytes <= self.written_bytes {
             return invalid(format!(
                 "a pool of {} bytes cannot hold {} bytes written (and must be a multiple of \
                  {BLOCK_SIZE})",

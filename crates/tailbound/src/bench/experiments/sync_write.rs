@@ -263,7 +263,7 @@ impl SyncWriteBench {
                     "buffer of {buffer} bytes is not a multiple of {BLOCK_SIZE}"
                 ));
             }
-            if self.file_bytes < buffer || self.file_bytes % buffer != 0 {
+            if self.file_bytes < buffer || !self.file_bytes.is_multiple_of(buffer) {
                 return invalid(format!(
                     "file size {} is not a whole number of {buffer}-byte buffers",
                     self.file_bytes
