@@ -102,7 +102,7 @@ fn round_trip(pool: &Path, backend: &str, host: &Path) {
     assert!(fsck.contains("clean: 0 damage"), "{fsck}");
     let info = ok(&[&["fs", "info", p][..], &b].concat());
     assert!(
-        info.contains("tbfs version 2") && info.contains("ordering relaxed"),
+        info.contains("tbfs version 3") && info.contains("ordering relaxed"),
         "{info}"
     );
     let back2 = host.join("out2.bin");
@@ -137,7 +137,8 @@ fn info_reports_an_older_pools_version_until_a_write_upgrades_it() {
     let src = dir.path().join("in.bin");
     std::fs::write(&src, &data).unwrap();
     with(&["fs", "put", p, s(&src), "/f"]);
-    // A version-1 pool holds no placed data, so this one reads the same as version 1.
+    // Labelled version 1 (its records are this build's; what is checked is the label and the
+    // upgrade).
     set_superblock_versions(&pool, 1);
     let info = with(&["fs", "info", p]);
     assert!(info.contains("tbfs version 1"), "{info}");
@@ -148,16 +149,16 @@ fn info_reports_an_older_pools_version_until_a_write_upgrades_it() {
     assert!(info.contains("tbfs version 1"), "{info}");
     with(&["fs", "mkdir", "-p", p, "/d"]);
     let info = with(&["fs", "info", p]);
-    assert!(info.contains("tbfs version 2"), "{info}");
+    assert!(info.contains("tbfs version 3"), "{info}");
     let cat = run_with(&["fs", "cat", p, "/f"]);
     assert!(cat.status.success() && cat.stdout == data, "{}", text(&cat));
     // A version this build does not know is refused with the reason.
-    set_superblock_versions(&pool, 3);
+    set_superblock_versions(&pool, 4);
     for cmd in [&["fs", "info", p][..], &["fs", "ls", p][..]] {
         let o = run_with(cmd);
         assert!(!o.status.success(), "{}", text(&o));
         assert!(
-            text(&o).contains("format version 3, this build reads 1 to 2"),
+            text(&o).contains("format version 4, this build reads 1 to 3"),
             "{}",
             text(&o)
         );
@@ -425,7 +426,7 @@ fn listings_write_their_json_schemas() {
     let info = dir.path().join("info.json");
     ok(&["fs", "info", p, "--json", s(&info), "--backend", "file"]);
     let j = json(&info);
-    assert_eq!(j["format_version"], 2);
+    assert_eq!(j["format_version"], 3);
     assert_eq!(j["backend"], "file");
     let fsck = dir.path().join("fsck.json");
     ok(&["fs", "fsck", p, "--json", s(&fsck), "--backend", "file"]);

@@ -1918,9 +1918,26 @@ impl Inner {
                 m.seg_dec(a, seq, sb)
             }
         };
+        // A file's or directory's map of a few runs goes in its inode record: no nodes.
+        if kind == DescKind::MapNode {
+            if let Some(extents) = format::Extents::of(&map.blocks) {
+                for a in map.node_addrs().collect::<Vec<_>>() {
+                    dec(m, a);
+                }
+                map.nodes.clear();
+                map.root = 0;
+                map.height = 0;
+                map.inline = Some(extents);
+                map.dirty_leaves.clear();
+                map.all_dirty = false;
+                return Ok(());
+            }
+        }
         let n = map.blocks.len();
         let h = height_for(n as u64);
-        let all = map.all_dirty || h != map.height;
+        // A map that was in the record has no nodes to keep: every one is written.
+        let was_inline = map.inline.take().is_some();
+        let all = map.all_dirty || h != map.height || was_inline;
         if all {
             for a in map.node_addrs().collect::<Vec<_>>() {
                 dec(m, a);

@@ -189,6 +189,7 @@ impl InodeState {
             uid: self.uid,
             gid: self.gid,
             atime_ns: self.atime_ns,
+            extents: self.map.inline.unwrap_or_default(),
         }
     }
 }

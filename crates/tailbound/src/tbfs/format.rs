@@ -103,9 +103,12 @@ pub const BLOCK: usize = 4096;
 pub const BLOCK_U64: u64 = BLOCK as u64;
 /// The format version this build writes. Version 2 added the placed-data descriptor
 /// ([`DescKind::Placed`]), which a version-1 build would take for the end of the log chain.
-pub const VERSION: u32 = 2;
-/// The oldest version this build reads. A version-1 pool has no placed data; opening it for
-/// writing makes it version 2 (both superblock copies, before any log of this build).
+/// Version 3 added block maps kept in the inode record ([`Extents`]), which an older build
+/// would read as an empty file.
+pub const VERSION: u32 = 3;
+/// The oldest version this build reads. A version-1 or -2 pool has no placed data or inode
+/// extents; opening it for writing makes it version 3 (both superblock copies, before any log
+/// of this build).
 pub const VERSION_OLDEST: u32 = 1;
 pub const SUPER_MAGIC: &[u8; 8] = b"TBFSSUPR";
 pub const LOG_MAGIC: &[u8; 8] = b"TBFSLOG1";
@@ -599,7 +602,83 @@ pub fn height_for(blocks: u64) -> u8 {
     h
 }
 
-/// One inode as stored in an inode page.
+/// Runs an inode record holds at most ([`Extents`]): the 180 bytes after its fields.
+pub const EXTENTS_MAX: usize = 15;
+/// Where the runs start in an inode record, and the bytes of each (address, count).
+const EXTENTS_AT: usize = 72;
+const EXTENT_BYTES: usize = 12;
+
+/// A block map kept in the inode record itself (format 3): runs of consecutive addresses
+/// from file block 0, each an address and a count of blocks (address 0: a hole). A file
+/// written whole, or in a few pieces, needs no map node, so a checkpoint writes none for it
+/// and the cleaner finds none of its to move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Extents {
+    len: u8,
+    runs: [(u64, u32); EXTENTS_MAX],
+}
+
+impl Extents {
+    /// The runs of `blocks` (one address per file block, 0 for a hole), if there are at most
+    /// [`EXTENTS_MAX`] of them.
+    pub fn of(blocks: &[u64]) -> Option<Extents> {
+        let mut e = Extents::default();
+        let mut i = 0;
+        while i < blocks.len() {
+            let first = blocks[i];
+            let mut n = 1usize;
+            while i + n < blocks.len()
+                && n < u32::MAX as usize
+                && Some(blocks[i + n])
+                    == if first == 0 {
+                        Some(0)
+                    } else {
+                        first.checked_add(n as u64)
+                    }
+            {
+                n += 1;
+            }
+            if e.len as usize == EXTENTS_MAX {
+                return None;
+            }
+            e.runs[e.len as usize] = (first, n as u32);
+            e.len += 1;
+            i += n;
+        }
+        Some(e)
+    }
+
+    /// `(address, blocks)` of each run, in file order.
+    pub fn runs(&self) -> &[(u64, u32)] {
+        &self.runs[..self.len as usize]
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// File blocks the runs cover.
+    pub fn blocks(&self) -> u64 {
+        self.runs().iter().map(|&(_, n)| n as u64).sum()
+    }
+
+    /// The address of every file block.
+    pub fn expand(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.blocks() as usize);
+        for &(addr, n) in self.runs() {
+            if addr == 0 {
+                out.extend(std::iter::repeat_n(0, n as usize));
+            } else {
+                out.extend((0..n as u64).map(|k| addr + k));
+            }
+        }
+        out
+    }
+}
+
+/// One inode as stored in an inode page. Its block map is either a tree of map nodes
+/// (`root`, `height`) or, from format 3, the runs in the record (`extents`, with `root` and
+/// `height` 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct InodeRecord {
     pub ino: u64,
@@ -613,6 +692,7 @@ pub struct InodeRecord {
     pub uid: u32,
     pub gid: u32,
     pub atime_ns: i64,
+    pub extents: Extents,
 }
 
 pub const S_IFMT: u32 = 0o170000;
@@ -637,6 +717,12 @@ impl InodeRecord {
         put_u32(b, 52, self.uid);
         put_u32(b, 56, self.gid);
         put_u64(b, 64, self.atime_ns as u64);
+        b[49] = self.extents.len;
+        for (i, &(addr, n)) in self.extents.runs().iter().enumerate() {
+            let at = EXTENTS_AT + i * EXTENT_BYTES;
+            put_u64(b, at, addr);
+            put_u32(b, at + 8, n);
+        }
         let c = crc(&b[..INODE_BYTES - 4]);
         put_u32(b, INODE_BYTES - 4, c);
     }
@@ -649,6 +735,19 @@ impl InodeRecord {
         if get_u32(b, INODE_BYTES - 4) != crc(&b[..INODE_BYTES - 4]) {
             return invalid("inode record CRC mismatch");
         }
+        let mut extents = Extents::default();
+        let len = b[49] as usize;
+        if len > EXTENTS_MAX {
+            return invalid(format!(
+                "inode record {}: {len} extents, at most {EXTENTS_MAX}",
+                get_u64(b, 0)
+            ));
+        }
+        for i in 0..len {
+            let at = EXTENTS_AT + i * EXTENT_BYTES;
+            extents.runs[i] = (get_u64(b, at), get_u32(b, at + 8));
+        }
+        extents.len = len as u8;
         let r = InodeRecord {
             ino: get_u64(b, 0),
             mode: get_u32(b, 8),
@@ -661,11 +760,14 @@ impl InodeRecord {
             uid: get_u32(b, 52),
             gid: get_u32(b, 56),
             atime_ns: get_u64(b, 64) as i64,
+            extents,
         };
         let kind = r.mode & S_IFMT;
         if r.ino == 0
             || (kind != S_IFREG && kind != S_IFDIR && kind != S_IFLNK)
             || r.height > HEIGHT_MAX
+            || (len > 0 && (r.root != 0 || r.height != 0))
+            || r.extents.runs().iter().any(|&(_, n)| n == 0)
         {
             return invalid(format!("inode record {} malformed", r.ino));
         }
@@ -1164,11 +1266,41 @@ mod tests {
             uid: 1000,
             gid: 100,
             atime_ns: 3,
+            extents: Extents::default(),
         };
         let mut b = [0u8; INODE_BYTES];
         r.encode_into(&mut b);
         assert_eq!(InodeRecord::decode(&b).unwrap(), Some(r));
         assert_eq!(InodeRecord::decode(&[0u8; INODE_BYTES]).unwrap(), None);
+
+        // A map in the record: fifteen runs (holes among them) fill it to its CRC.
+        let blocks: Vec<u64> = (0..15u64)
+            .flat_map(|i| {
+                let start = if i % 4 == 3 { 0 } else { 1000 + 100 * i };
+                (0..i + 1).map(move |k| if start == 0 { 0 } else { start + k })
+            })
+            .collect();
+        let extents = Extents::of(&blocks).expect("fifteen runs fit");
+        assert_eq!(extents.runs().len(), EXTENTS_MAX);
+        assert_eq!(extents.expand(), blocks);
+        let inline = InodeRecord {
+            root: 0,
+            height: 0,
+            extents,
+            ..r
+        };
+        inline.encode_into(&mut b);
+        assert_eq!(InodeRecord::decode(&b).unwrap(), Some(inline));
+        let mut more = blocks.clone();
+        more.push(1);
+        assert!(Extents::of(&more).is_none(), "a sixteenth run does not fit");
+        // Runs and a tree at once, or a run of no blocks, are malformed.
+        InodeRecord { root: 77, ..inline }.encode_into(&mut b);
+        assert!(InodeRecord::decode(&b).is_err());
+        let mut empty_run = inline;
+        empty_run.extents.runs[3].1 = 0;
+        empty_run.encode_into(&mut b);
+        assert!(InodeRecord::decode(&b).is_err());
 
         let entries: Vec<DirRecord> = (0..500)
             .map(|i| DirRecord {

@@ -667,6 +667,48 @@ impl Checker<'_> {
         }
     }
 
+    /// The block map an inode record holds itself (format 3): runs outside the segment area
+    /// become `LOST` blocks, and a map past the largest file one `LOST` block.
+    fn record_map(
+        &mut self,
+        ckpt: u64,
+        ino: u64,
+        extents: &format::Extents,
+        limit: u64,
+    ) -> (Vec<u64>, bool) {
+        let loc = Location {
+            checkpoint: Some(ckpt),
+            inode: Some(ino),
+            ..Location::default()
+        };
+        if extents.blocks() > limit {
+            self.damage(
+                loc,
+                format!("inode {ino}'s block map is larger than any file may be"),
+            );
+            return (vec![LOST], true);
+        }
+        let mut blocks = extents.expand();
+        let mut damaged = false;
+        for &(addr, n) in extents.runs() {
+            let last = addr.saturating_add(n as u64 - 1);
+            if addr != 0 && !(self.geo.contains(addr) && self.geo.contains(last)) {
+                for b in blocks.iter_mut().filter(|b| (addr..=last).contains(*b)) {
+                    *b = LOST;
+                }
+                self.damage(
+                    loc.clone(),
+                    format!(
+                        "inode {ino}'s block map: a run of {n} blocks at {addr} lies outside \
+                         the segment area"
+                    ),
+                );
+                damaged = true;
+            }
+        }
+        (blocks, damaged)
+    }
+
     /// Loads and checks one checkpoint. `None` when its root does not decode.
     fn checkpoint(
         &mut self,
@@ -778,15 +820,19 @@ impl Checker<'_> {
         let file_limit = super::engine::FILE_BYTES_MAX / BLOCK_U64;
         let mut inodes: BTreeMap<u64, InodeView> = BTreeMap::new();
         for (&ino, &rec) in &records {
-            let (blocks, _) = self.load_map(
-                n,
-                Some(ino),
-                None,
-                rec.root,
-                rec.height,
-                &mut claims,
-                file_limit,
-            );
+            let (blocks, _) = if rec.extents.is_empty() {
+                self.load_map(
+                    n,
+                    Some(ino),
+                    None,
+                    rec.root,
+                    rec.height,
+                    &mut claims,
+                    file_limit,
+                )
+            } else {
+                self.record_map(n, ino, &rec.extents, file_limit)
+            };
             let v = InodeView {
                 rec,
                 blocks,

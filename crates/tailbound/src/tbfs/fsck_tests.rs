@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::dev::sim::SimDevice;
+use crate::tbfs::format::Extents;
 use crate::tbfs::{Barrier, FileKind, Ordering};
 
 fn config(ordering: Ordering, barrier: Barrier) -> Config {
@@ -274,6 +275,16 @@ fn analysed(image: &[u8]) -> Analysis {
 fn ino_of(a: &Analysis, path: &str) -> u64 {
     let v = a.views.last().unwrap();
     *v.paths.iter().find(|(_, p)| p.as_str() == path).unwrap().0
+}
+
+/// Where inode `ino`'s record lies in `image` (the newest checkpoint's), and the record.
+fn record_of(a: &Analysis, image: &[u8], ino: u64) -> (usize, InodeRecord) {
+    let page = a.views.last().unwrap().pages[(ino / INODES_PER_PAGE as u64) as usize];
+    let at = page as usize * BLOCK + (ino % INODES_PER_PAGE as u64) as usize * INODE_BYTES;
+    let rec = InodeRecord::decode(&image[at..at + INODE_BYTES])
+        .unwrap()
+        .unwrap();
+    (at, rec)
 }
 
 fn flip(image: &mut [u8], block: u64, byte: usize) {
@@ -649,20 +660,93 @@ fn damage_in_the_log_chain_before_its_tail_is_found() {
 }
 
 #[test]
+fn a_map_of_few_runs_is_kept_in_the_inode_record_and_a_fragmented_one_in_nodes() {
+    let dev = Arc::new(SimDevice::new(16 << 20));
+    let fs = Fs::format(
+        dev.clone(),
+        &config(Ordering::Relaxed, Barrier::EveryCheckpoint),
+    )
+    .unwrap();
+    let whole = pattern(1, 40 * BLOCK + 100);
+    fs.open_file("/whole", OpenFlags::create())
+        .unwrap()
+        .pwrite(&whole, 0)
+        .unwrap();
+    let mut frag_data = pattern(2, 40 * BLOCK);
+    let frag = fs.open_file("/frag", OpenFlags::create()).unwrap();
+    frag.pwrite(&frag_data, 0).unwrap();
+    fs.sync().unwrap();
+    // Every other block written again, elsewhere: forty runs.
+    for i in (0..40).step_by(2) {
+        let block = pattern(100 + i as u64, BLOCK);
+        frag.pwrite(&block, (i * BLOCK) as u64).unwrap();
+        frag_data[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(&block);
+    }
+    drop(frag);
+    fs.close().unwrap();
+
+    let a = analysed(&dev.image());
+    assert_clean(&a.report, "written");
+    let live = a.views.last().unwrap();
+    let w = &live.inodes[&ino_of(&a, "/whole")];
+    // 64 KiB segments: the 41 blocks come in a few runs, in the record.
+    assert!(!w.rec.extents.is_empty() && w.rec.root == 0, "{:?}", w.rec);
+    assert_eq!(w.rec.extents.blocks(), 41);
+    assert_eq!(w.blocks, w.rec.extents.expand());
+    let f = &live.inodes[&ino_of(&a, "/frag")];
+    assert!(f.rec.extents.is_empty() && f.rec.root != 0 && f.rec.height == 1);
+
+    // Read back after a reopen; then the fragmented file cut to three blocks goes back into its
+    // record, and its node is freed (the usage counts check clean).
+    let again = Arc::new(SimDevice::from_image(dev.image()));
+    let fs = Fs::open(again.clone(), &OpenOptions::default()).unwrap();
+    assert_eq!(read_all(&fs, "/whole"), whole);
+    assert_eq!(read_all(&fs, "/frag"), frag_data);
+    fs.truncate("/frag", 3 * BLOCK as u64).unwrap();
+    fs.close().unwrap();
+    let a = analysed(&again.image());
+    assert_clean(&a.report, "cut");
+    let f = &a.views.last().unwrap().inodes[&ino_of(&a, "/frag")];
+    assert_eq!(f.rec.extents.blocks(), 3, "{:?}", f.rec);
+    assert!(f.rec.root == 0 && f.rec.height == 0);
+    let fs = Fs::open(again, &OpenOptions::default()).unwrap();
+    assert_eq!(read_all(&fs, "/frag"), frag_data[..3 * BLOCK]);
+}
+
+#[test]
+fn a_run_outside_the_pool_is_found_and_refused_at_open() {
+    let s = sample();
+    let a = analysed(&s.image);
+    let ino = ino_of(&a, "/docs/a.txt");
+    let mut image = s.image.clone();
+    let (at, mut rec) = record_of(&a, &image, ino);
+    assert!(!rec.extents.is_empty(), "{rec:?}");
+    let end = (image.len() / BLOCK) as u64;
+    rec.extents = Extents::of(&[end - 1, end, end + 1]).unwrap();
+    rec.encode_into(&mut image[at..at + INODE_BYTES]);
+    let report = analysed(&image).report;
+    let f = finding(&report, "lies outside the segment area");
+    assert_eq!(f.location.inode, Some(ino));
+    let err = Fs::open(
+        Arc::new(SimDevice::from_image(image)),
+        &OpenOptions::default(),
+    )
+    .expect_err("the pool is refused");
+    assert!(err.to_string().contains("outside the pool"), "{err}");
+}
+
+#[test]
 fn a_block_claimed_twice_is_found() {
-    // Point the tiny file's map (height 0: its root is its data block) at a block of another file
-    // by rewriting its inode record with a fresh CRC.
+    // Point the tiny file's map (one run in its inode record) at a block of another file by
+    // rewriting the record with a fresh CRC.
     let s = sample();
     let a = analysed(&s.image);
     let tiny = ino_of(&a, "/tiny");
     let other = a.views.last().unwrap().inodes[&ino_of(&a, "/docs/a.txt")].blocks[0];
-    let page = a.views.last().unwrap().pages[(tiny / INODES_PER_PAGE as u64) as usize];
     let mut image = s.image.clone();
-    let at = page as usize * BLOCK + (tiny % INODES_PER_PAGE as u64) as usize * INODE_BYTES;
-    let mut rec = InodeRecord::decode(&image[at..at + INODE_BYTES])
-        .unwrap()
-        .unwrap();
-    rec.root = other;
+    let (at, mut rec) = record_of(&a, &image, tiny);
+    assert_eq!(rec.extents.runs().len(), 1, "{rec:?}");
+    rec.extents = Extents::of(&[other]).unwrap();
     rec.encode_into(&mut image[at..at + INODE_BYTES]);
     // The page is in a log whose payload CRC now fails too; that is reported separately.
     let report = analysed(&image).report;
@@ -677,12 +761,8 @@ fn link_counts_that_disagree_with_the_tree_are_found_and_fixed() {
     let s = sample();
     let a = analysed(&s.image);
     let docs = ino_of(&a, "/docs");
-    let page = a.views.last().unwrap().pages[(docs / INODES_PER_PAGE as u64) as usize];
     let mut image = s.image.clone();
-    let at = page as usize * BLOCK + (docs % INODES_PER_PAGE as u64) as usize * INODE_BYTES;
-    let mut rec = InodeRecord::decode(&image[at..at + INODE_BYTES])
-        .unwrap()
-        .unwrap();
+    let (at, mut rec) = record_of(&a, &image, docs);
     rec.nlink = 7;
     rec.encode_into(&mut image[at..at + INODE_BYTES]);
     let report = analysed(&image).report;
@@ -808,10 +888,15 @@ fn damage_to_a_block_only_a_snapshot_keeps_is_found_in_that_snapshot() {
         &config(Ordering::Relaxed, Barrier::EveryCheckpoint),
     )
     .unwrap();
-    fs.open_file("/old", OpenFlags::create())
-        .unwrap()
-        .pwrite(&pattern(5, 100_000), 0)
-        .unwrap();
+    let old = fs.open_file("/old", OpenFlags::create()).unwrap();
+    old.pwrite(&pattern(5, 100_000), 0).unwrap();
+    fs.sync().unwrap();
+    // Every other block written again, elsewhere: more runs than a record holds, so the map
+    // is a tree of nodes.
+    for i in (0..25u64).step_by(2) {
+        old.pwrite(&pattern(6 + i, 4096), i * 4096).unwrap();
+    }
+    drop(old);
     let snap = fs.snapshot(None).unwrap();
     fs.unlink("/old").unwrap();
     fs.sync().unwrap();
@@ -829,6 +914,7 @@ fn damage_to_a_block_only_a_snapshot_keeps_is_found_in_that_snapshot() {
         !a.views.last().unwrap().inodes.contains_key(&ino),
         "deleted in the live tree"
     );
+    assert!(iv.rec.extents.is_empty(), "a tree, not runs in the record");
     let node = iv.rec.root;
     let mut bad = image.clone();
     flip(&mut bad, node, 99);

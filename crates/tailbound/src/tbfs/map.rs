@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::format::{height_for, FANOUT};
+use super::format::{height_for, Extents, FANOUT};
 
 /// The most blocks any block map, or any file's buffered blocks, of this process has spanned
 /// (holes included). Only grows; a checkpoint's quick space bound assumes every map it writes
@@ -50,6 +50,9 @@ pub(crate) struct BlockMap {
     pub dirty_leaves: BTreeSet<usize>,
     /// The tree's shape changed: every node is rewritten.
     pub all_dirty: bool,
+    /// The map as last written, when it was written in the inode record (no nodes, `root` and
+    /// `height` 0): what the inode's record holds until the map is written again.
+    pub inline: Option<Extents>,
 }
 
 impl BlockMap {
@@ -89,7 +92,7 @@ impl BlockMap {
     pub fn is_dirty(&self) -> bool {
         self.all_dirty
             || !self.dirty_leaves.is_empty()
-            || self.height != height_for(self.blocks.len() as u64)
+            || (self.inline.is_none() && self.height != height_for(self.blocks.len() as u64))
     }
 
     /// Every node address currently on storage.

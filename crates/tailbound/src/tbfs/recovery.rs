@@ -411,6 +411,38 @@ pub(crate) fn load_map(
     Ok(map)
 }
 
+/// The block map an inode record holds itself (format 3, [`format::Extents`]), checking that
+/// every run lies in the pool and that the file is no larger than the largest; `None` when the
+/// record names a tree instead.
+pub(crate) fn load_record_map(
+    geo: &Geometry,
+    r: &InodeRecord,
+    what: &str,
+) -> Option<Result<BlockMap>> {
+    if r.extents.is_empty() {
+        return None;
+    }
+    let limit = super::engine::FILE_BYTES_MAX / BLOCK_U64;
+    if r.extents.blocks() > limit {
+        return Some(Err(corrupt(what, "block map larger than the largest file")));
+    }
+    for &(addr, n) in r.extents.runs() {
+        if addr != 0 && !(geo.contains(addr) && geo.contains(addr.saturating_add(n as u64 - 1))) {
+            return Some(Err(corrupt(
+                what,
+                format!("a run of {n} blocks at {addr} lies outside the pool"),
+            )));
+        }
+    }
+    let blocks = r.extents.expand();
+    super::map::note_width(blocks.len() as u64);
+    Some(Ok(BlockMap {
+        blocks,
+        inline: Some(r.extents),
+        ..BlockMap::default()
+    }))
+}
+
 /// Loads the file tree of the checkpoint whose root is at `base_root`: inode file, inodes, block
 /// maps and directories, checking every CRC, address and the shape of the namespace.
 pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Result<Tree> {
@@ -452,7 +484,8 @@ pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Resu
     let mut dirs: HashMap<u64, DirEntries> = HashMap::new();
     for (&ino, r) in &records {
         let what = format!("inode {ino}");
-        let map = load_map(dev, geo, r.root, r.height, &what)?;
+        let map = load_record_map(geo, r, &what)
+            .unwrap_or_else(|| load_map(dev, geo, r.root, r.height, &what))?;
         let kind = mode_kind(r.mode);
         if kind == FileKind::Dir {
             let mut entries = Vec::new();
