@@ -488,6 +488,27 @@ fn python_file_io_walk_copytree_tempfile_and_sqlite_match_a_kernel_directory() {
 }
 
 #[test]
+fn the_program_gets_a_high_heap_trim_threshold_unless_it_chose_one() {
+    let m = Mount::new();
+    let tunables = |own: Option<&str>| {
+        let mut cmd = Command::new(tailbound());
+        cmd.args(["run", "--pool-size", "64M", "--mount"])
+            .arg(format!("{}={}", m.dir, m.pool.display()))
+            .args(["--", "sh", "-c", "echo \"$GLIBC_TUNABLES\""])
+            .env_remove("GLIBC_TUNABLES");
+        if let Some(own) = own {
+            cmd.env("GLIBC_TUNABLES", own);
+        }
+        ok("sh", &cmd.output().expect("running tailbound run"))
+    };
+    assert_eq!(tunables(None), "glibc.malloc.trim_threshold=268435456\n");
+    assert_eq!(
+        tunables(Some("glibc.malloc.trim_threshold=4096")),
+        "glibc.malloc.trim_threshold=4096\n"
+    );
+}
+
+#[test]
 fn the_exit_status_is_passed_through_and_a_missing_pool_is_created() {
     let m = Mount::new();
     assert!(!m.pool.exists());
