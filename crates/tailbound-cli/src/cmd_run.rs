@@ -264,6 +264,7 @@ fn with_trim_threshold(tunables: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::{newest_file, with_trim_threshold};
+    use std::time::{Duration, SystemTime};
 
     #[test]
     fn the_trim_threshold_joins_the_users_tunables_unless_they_set_it() {
@@ -277,7 +278,6 @@ mod tests {
         let own = "glibc.malloc.trim_threshold=4096:glibc.malloc.arena_max=2";
         assert_eq!(with_trim_threshold(Some(own)), own);
     }
-    use std::time::{Duration, SystemTime};
 
     #[test]
     fn the_newest_of_several_preload_libraries_is_taken_and_missing_ones_are_skipped() {
