@@ -662,6 +662,16 @@ impl Extents {
         self.runs().iter().map(|&(_, n)| n as u64).sum()
     }
 
+    /// The runs (address, blocks) that do not lie wholly where `inside` says blocks may be.
+    pub fn runs_outside<'a>(
+        &'a self,
+        inside: impl Fn(u64) -> bool + 'a,
+    ) -> impl Iterator<Item = (u64, u32)> + 'a {
+        self.runs().iter().copied().filter(move |&(addr, n)| {
+            addr != 0 && !(inside(addr) && inside(addr.saturating_add(n as u64 - 1)))
+        })
+    }
+
     /// The address of every file block.
     pub fn expand(&self) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.blocks() as usize);

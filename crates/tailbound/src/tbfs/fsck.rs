@@ -689,24 +689,21 @@ impl Checker<'_> {
             return (vec![LOST], true);
         }
         let mut blocks = extents.expand();
-        let mut damaged = false;
-        for &(addr, n) in extents.runs() {
+        let outside: Vec<(u64, u32)> = extents.runs_outside(|b| self.geo.contains(b)).collect();
+        for &(addr, n) in &outside {
             let last = addr.saturating_add(n as u64 - 1);
-            if addr != 0 && !(self.geo.contains(addr) && self.geo.contains(last)) {
-                for b in blocks.iter_mut().filter(|b| (addr..=last).contains(*b)) {
-                    *b = LOST;
-                }
-                self.damage(
-                    loc.clone(),
-                    format!(
-                        "inode {ino}'s block map: a run of {n} blocks at {addr} lies outside \
-                         the segment area"
-                    ),
-                );
-                damaged = true;
+            for b in blocks.iter_mut().filter(|b| (addr..=last).contains(*b)) {
+                *b = LOST;
             }
+            self.damage(
+                loc.clone(),
+                format!(
+                    "inode {ino}'s block map: a run of {n} blocks at {addr} lies outside the \
+                     segment area"
+                ),
+            );
         }
-        (blocks, damaged)
+        (blocks, !outside.is_empty())
     }
 
     /// Loads and checks one checkpoint. `None` when its root does not decode.

@@ -426,13 +426,11 @@ pub(crate) fn load_record_map(
     if r.extents.blocks() > limit {
         return Some(Err(corrupt(what, "block map larger than the largest file")));
     }
-    for &(addr, n) in r.extents.runs() {
-        if addr != 0 && !(geo.contains(addr) && geo.contains(addr.saturating_add(n as u64 - 1))) {
-            return Some(Err(corrupt(
-                what,
-                format!("a run of {n} blocks at {addr} lies outside the pool"),
-            )));
-        }
+    if let Some((addr, n)) = r.extents.runs_outside(|b| geo.contains(b)).next() {
+        return Some(Err(corrupt(
+            what,
+            format!("a run of {n} blocks at {addr} lies outside the pool"),
+        )));
     }
     let blocks = r.extents.expand();
     super::map::note_width(blocks.len() as u64);
