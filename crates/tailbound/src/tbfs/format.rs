@@ -672,14 +672,15 @@ impl Extents {
         })
     }
 
-    /// The address of every file block.
+    /// The address of every file block (saturating: a run read from damaged storage may reach
+    /// past the largest address, which [`Extents::runs_outside`] reports).
     pub fn expand(&self) -> Vec<u64> {
         let mut out = Vec::with_capacity(self.blocks() as usize);
         for &(addr, n) in self.runs() {
             if addr == 0 {
                 out.extend(std::iter::repeat_n(0, n as usize));
             } else {
-                out.extend((0..n as u64).map(|k| addr + k));
+                out.extend((0..n as u64).map(|k| addr.saturating_add(k)));
             }
         }
         out

@@ -736,6 +736,30 @@ fn a_run_outside_the_pool_is_found_and_refused_at_open() {
 }
 
 #[test]
+fn a_run_at_the_top_of_the_address_space_is_damage_not_a_panic() {
+    let s = sample();
+    let a = analysed(&s.image);
+    let ino = ino_of(&a, "/docs/a.txt");
+    let mut image = s.image.clone();
+    let (at, mut rec) = record_of(&a, &image, ino);
+    rec.extents = Extents::of(&[u64::MAX - 1]).unwrap();
+    rec.encode_into(&mut image[at..at + INODE_BYTES]);
+    // The run made 4 blocks long, past the largest address, its CRC made to match.
+    image[at + 80..at + 84].copy_from_slice(&4u32.to_le_bytes());
+    let crc = format::crc_blocks(&image[at..at + INODE_BYTES - 4]);
+    image[at + INODE_BYTES - 4..at + INODE_BYTES].copy_from_slice(&crc.to_le_bytes());
+    let report = analysed(&image).report;
+    let f = finding(&report, "lies outside the segment area");
+    assert_eq!(f.location.inode, Some(ino));
+    let err = Fs::open(
+        Arc::new(SimDevice::from_image(image)),
+        &OpenOptions::default(),
+    )
+    .expect_err("the pool is refused");
+    assert!(err.to_string().contains("outside the pool"), "{err}");
+}
+
+#[test]
 fn a_block_claimed_twice_is_found() {
     // Point the tiny file's map (one run in its inode record) at a block of another file by
     // rewriting the record with a fresh CRC.
