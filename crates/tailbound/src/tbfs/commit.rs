@@ -1545,7 +1545,7 @@ impl Inner {
     /// buffered blocks and map nodes, and a slot each), from totals alone: every block buffered
     /// (`Inner::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
     /// being buffered meanwhile), and for every inode the whole tree of the widest map the
-    /// process has had ([`super::map::widest`]). It visits no inode: counting inode by inode
+    /// pool has had ([`Inner::widest`]). It visits no inode: counting inode by inode
     /// ([`Inner::counted_inode_bound`]) took a cache miss or more per inode, about 1.3 ms of a
     /// checkpoint's 10 ms under the fileserver workload, all of it holding `meta`.
     fn quick_inode_bound(
@@ -1558,7 +1558,8 @@ impl Inner {
             .map(|b| b.len() as u64)
             .max()
             .unwrap_or(0);
-        let per_inode = super::map::tree_nodes(super::map::widest().max(widest_dir)) + 1;
+        let widest = self.widest.load(AtomicOrdering::Relaxed);
+        let per_inode = super::map::tree_nodes(widest.max(widest_dir)) + 1;
         let buffered = self
             .dirty_bytes
             .load(AtomicOrdering::Acquire)

@@ -587,6 +587,11 @@ pub(crate) struct Inner {
     /// `Config::dirty_bytes_max`, or less when free space is short, so the checkpoint such a
     /// pass writes always finds room.
     pub buffer_limit: AtomicU64,
+    /// The most blocks any file's map or buffers in this pool have spanned (holes included):
+    /// every map as loaded at open, raised where a file buffers a block past its map. Only
+    /// grows; a checkpoint's quick space bound assumes every map it writes may be this wide
+    /// (`Inner::quick_inode_bound`).
+    pub widest: AtomicU64,
     /// A namespace change was pending when `meta` was last let go (`Meta::ns_dirty`): a
     /// cleaning pass would write what is buffered in its checkpoint ([`Inner::buffer_limit`]).
     pub ns_pending: AtomicBool,
@@ -1153,7 +1158,7 @@ impl Inner {
         let offset = offset.unwrap_or(st.size);
         let end = write_end(cell.ino, offset, buf.len())?;
         // The buffers may reach past the file's map (noted before any is put in).
-        super::map::note_width(end.div_ceil(BLOCK_U64));
+        self.note_width(end.div_ceil(BLOCK_U64));
         let mut whole = whole.into_iter().peekable();
         // Buffers a made block replaced, kept for reuse in one go after the loop.
         let mut replaced = Vec::new();
@@ -1477,6 +1482,14 @@ impl Inner {
     }
 
     /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
+    /// Notes a file's buffers spanning `blocks` blocks ([`Inner::widest`]).
+    pub(crate) fn note_width(&self, blocks: u64) {
+        // A plain load first: growth is rare, and every writer passes here.
+        if blocks > self.widest.load(AtomicOrdering::Relaxed) {
+            self.widest.fetch_max(blocks, AtomicOrdering::Relaxed);
+        }
+    }
+
     pub(crate) fn buffered_bytes(&self) -> u64 {
         self.dirty_bytes
             .load(AtomicOrdering::Acquire)
@@ -1916,7 +1929,7 @@ impl Inner {
                 let gen = st.next_gen;
                 st.next_gen += 1;
                 let fresh = DirtyBlock::new(gen, data);
-                super::map::note_width(block + 1);
+                self.note_width(block + 1);
                 if st.dirty.insert(block, fresh).is_none() {
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);

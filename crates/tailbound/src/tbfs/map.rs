@@ -3,27 +3,8 @@
 //! Owns no I/O; the commit path writes nodes and the loader fills maps from storage.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::format::{height_for, Extents, FANOUT};
-
-/// The most blocks any block map, or any file's buffered blocks, of this process has spanned
-/// (holes included). Only grows; a checkpoint's quick space bound assumes every map it writes
-/// may be this wide (`Inner::quick_inode_bound`).
-static WIDEST: AtomicU64 = AtomicU64::new(0);
-
-/// Notes a map or a file's buffers spanning `blocks` blocks ([`widest`]).
-pub(crate) fn note_width(blocks: u64) {
-    // A plain load first: growth is rare, and every writer passes here.
-    if blocks > WIDEST.load(Ordering::Relaxed) {
-        WIDEST.fetch_max(blocks, Ordering::Relaxed);
-    }
-}
-
-/// The most blocks any map (or any file's buffers) of this process has spanned.
-pub(crate) fn widest() -> u64 {
-    WIDEST.load(Ordering::Relaxed)
-}
 
 /// The nodes of a whole tree mapping `blocks` blocks, every level.
 pub(crate) fn tree_nodes(blocks: u64) -> u64 {
@@ -65,7 +46,6 @@ impl BlockMap {
         let i = block as usize;
         if i >= self.blocks.len() {
             self.blocks.resize(i + 1, 0);
-            note_width(i as u64 + 1);
         }
         let old = std::mem::replace(&mut self.blocks[i], addr);
         if old != addr {

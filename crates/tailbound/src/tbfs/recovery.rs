@@ -60,6 +60,13 @@ fn new_inner(
         }
     };
     let buffer_limit = AtomicU64::new(config.dirty_bytes_max);
+    // Every map as loaded (and rolled forward); writes raise it from here.
+    let widest = meta
+        .inodes
+        .values()
+        .map(|c| c.lock().map.blocks.len() as u64)
+        .max()
+        .unwrap_or(0);
     Inner {
         dev,
         config,
@@ -86,6 +93,7 @@ fn new_inner(
         in_flight: AtomicU64::new(0),
         space_tight: AtomicBool::new(false),
         buffer_limit,
+        widest: AtomicU64::new(widest),
         ns_pending: AtomicBool::new(true),
         full_passes: AtomicBool::new(true),
         flushes_running: AtomicU64::new(0),
@@ -401,7 +409,6 @@ pub(crate) fn load_map(
         levels.push(children);
     }
     map.blocks = levels.pop().expect("data level");
-    super::map::note_width(map.blocks.len() as u64);
     levels.reverse();
     // `levels[0]` is now level 1 ... `levels[h-1]` the root.
     map.nodes = levels;
@@ -432,10 +439,8 @@ pub(crate) fn load_record_map(
             format!("a run of {n} blocks at {addr} lies outside the pool"),
         )));
     }
-    let blocks = r.extents.expand();
-    super::map::note_width(blocks.len() as u64);
     Some(Ok(BlockMap {
-        blocks,
+        blocks: r.extents.expand(),
         inline: Some(r.extents),
         ..BlockMap::default()
     }))

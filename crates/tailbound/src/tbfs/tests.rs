@@ -2448,7 +2448,7 @@ fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
 
 #[test]
 fn a_checkpoints_quick_space_bound_covers_what_it_counts_inode_by_inode() {
-    // The quick bound assumes every map as wide as the widest the process has had: a file
+    // The quick bound assumes every map as wide as the widest the pool has had: a file
     // buffering one block at the end of the largest file must raise it, or the bound for that
     // file's map (a whole tree of that width) would fall short. Files mapped by a checkpoint and
     // written again, a truncation, a directory of many entries and its files are in the work
