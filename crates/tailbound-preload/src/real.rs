@@ -4,7 +4,7 @@
 //! A symbol this libc does not have (an older glibc without `statx` or `close_range`) makes the
 //! call fail with `ENOSYS` instead of crashing.
 
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_long, c_uint, c_void, mode_t, off_t, size_t, ssize_t};
 
@@ -306,20 +306,22 @@ pub unsafe fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> c_in
 /// time in `bench fileserver`).
 static TEMPLATE: AtomicI32 = AtomicI32::new(-1);
 
-/// Reserves a kernel descriptor number to back a library descriptor: an `O_PATH` descriptor of
-/// `/dev/null`, close-on-exec. Any call that reaches the kernel with it fails with `EBADF`
-/// (`read`, `write`, `mmap`, `ioctl`...), so nothing the shim misses touches a random file.
+/// Reserves a kernel descriptor number to back a library descriptor: an `O_PATH` descriptor,
+/// close-on-exec, of an inode only the shim has (an empty memfd, reopened `O_PATH` through
+/// `/proc/self/fd`), or of `/dev/null` where that cannot be made (no `/proc`). Any call that
+/// reaches the kernel with it fails with `EBADF` (`read`, `write`, `mmap`, `ioctl`...), so
+/// nothing the shim misses touches a random file.
 ///
-/// It is a duplicate of [`TEMPLATE`], checked to be `/dev/null` still: the program may have
-/// closed that number behind the shim's back (`closefrom`, a raw `close_range`) and opened a
-/// file that took it, or `dup2`'d onto it. Then the template is forgotten (the number is the
-/// program's now) and a fresh one opened.
+/// It is a duplicate of [`TEMPLATE`], checked to be a reservation still ([`is_reservation`]):
+/// the program may have closed that number behind the shim's back (`closefrom`, a raw
+/// `close_range`) and opened a file that took it, or `dup2`'d onto it. Then the template is
+/// forgotten (the number is the program's now) and a fresh one made.
 ///
-/// A number a library `close` parked ([`park_fd`]) is taken first, checked the same way: two
-/// system calls instead of four (the duplication, the checks, and the close).
+/// A number a library `close` parked ([`park_fd`]) is taken first, checked the same way: one
+/// system call instead of four (the duplication, the check, and the close).
 pub fn reserve_fd() -> Result<c_int, i32> {
     while let Some(fd) = unpark_any() {
-        if is_path_dev_null(fd) {
+        if is_reservation(fd) {
             return Ok(fd);
         }
         // Closed behind the shim's back and taken again: the number is the program's now.
@@ -327,14 +329,14 @@ pub fn reserve_fd() -> Result<c_int, i32> {
     let t = TEMPLATE.load(Ordering::Acquire);
     if t >= 0 {
         if let Ok(fd) = reserve_dup(t, 0) {
-            if is_path_dev_null(fd) {
+            if is_reservation(fd) {
                 return Ok(fd);
             }
             release_fd(fd);
         }
         let _ = TEMPLATE.compare_exchange(t, -1, Ordering::AcqRel, Ordering::Acquire);
     }
-    let fd = open_dev_null()?;
+    let fd = open_reservation()?;
     if TEMPLATE.load(Ordering::Acquire) < 0 {
         if let Ok(t) = reserve_dup(fd, 0) {
             if TEMPLATE
@@ -346,6 +348,69 @@ pub fn reserve_fd() -> Result<c_int, i32> {
         }
     }
     Ok(fd)
+}
+
+/// The inodes (device and inode number) of the memfds [`open_reservation`] made, newest last; a
+/// slot of zeroes is empty. Almost always one: another is made only when the program took the
+/// template's number. Past [`RESERVED_INODES`] the oldest is forgotten, and a parked number of
+/// it fails the check and is left open (the program's, as far as the shim can tell).
+static RESERVED: [(AtomicU64, AtomicU64); RESERVED_INODES] =
+    [const { (AtomicU64::new(0), AtomicU64::new(0)) }; RESERVED_INODES];
+static RESERVED_NEXT: AtomicUsize = AtomicUsize::new(0);
+const RESERVED_INODES: usize = 8;
+
+/// A fresh reservation: an `O_PATH` descriptor of a new empty memfd (its inode noted in
+/// [`RESERVED`]), or of `/dev/null` if that cannot be made.
+fn open_reservation() -> Result<c_int, i32> {
+    match open_path_memfd() {
+        Some((fd, dev, ino)) => {
+            let slot = RESERVED_NEXT.fetch_add(1, Ordering::AcqRel) % RESERVED_INODES;
+            RESERVED[slot].0.store(dev, Ordering::Release);
+            RESERVED[slot].1.store(ino, Ordering::Release);
+            Ok(fd)
+        }
+        None => open_dev_null(),
+    }
+}
+
+/// An `O_PATH`, close-on-exec descriptor of a new empty memfd, and its device and inode number.
+fn open_path_memfd() -> Option<(c_int, u64, u64)> {
+    let m = memfd(c"tailbound-reserved").ok()?;
+    // "/proc/self/fd/" and the number, NUL-terminated, without allocating.
+    let mut path = [0u8; 32];
+    let prefix = b"/proc/self/fd/";
+    path[..prefix.len()].copy_from_slice(prefix);
+    let mut digits = [0u8; 10];
+    let (mut n, mut at) = (m as u32, digits.len());
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    path[prefix.len()..prefix.len() + digits.len() - at].copy_from_slice(&digits[at..]);
+    // SAFETY: `path` is NUL-terminated (zeroed past the digits); the flags need no mode.
+    let fd = unsafe {
+        openat(
+            libc::AT_FDCWD,
+            path.as_ptr().cast(),
+            libc::O_PATH | libc::O_CLOEXEC,
+            0,
+        )
+    };
+    release_fd(m);
+    if fd < 0 {
+        return None;
+    }
+    match stat_of(fd) {
+        Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => Some((fd, st.st_dev, st.st_ino)),
+        _ => {
+            release_fd(fd);
+            None
+        }
+    }
 }
 
 /// A fresh `O_PATH` descriptor of `/dev/null`, close-on-exec.
@@ -366,20 +431,33 @@ fn open_dev_null() -> Result<c_int, i32> {
     }
 }
 
-/// Whether `fd` is an `O_PATH` descriptor of `/dev/null` (the character device 1:3), as the
-/// shim opens them: a program's own `/dev/null` (a daemon's stdin, say) would let a call the
-/// shim misses succeed instead of failing.
-fn is_path_dev_null(fd: c_int) -> bool {
-    // SAFETY: plain integers.
-    let fl = unsafe { fcntl(fd, libc::F_GETFL, std::ptr::null_mut()) };
-    if fl < 0 || fl & libc::O_PATH == 0 {
-        return false;
-    }
+fn stat_of(fd: c_int) -> Option<Stat> {
     // SAFETY: all-zero bytes are a valid `stat64`.
     let mut st: Stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is writable.
-    let r = unsafe { fstat64(fd, &mut st) };
-    r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3)
+    (unsafe { fstat64(fd, &mut st) } == 0).then_some(st)
+}
+
+/// Whether `fd` is one of the shim's reservations: a descriptor of one of its memfds, found by
+/// one `fstat` (nothing else can have that inode open but through `/proc/self/fd` of a
+/// reservation), or an `O_PATH` descriptor of `/dev/null` (the character device 1:3) as the
+/// shim opens them without `/proc`, where a program's own `/dev/null` (a daemon's stdin, say)
+/// would let a call the shim misses succeed instead of failing.
+fn is_reservation(fd: c_int) -> bool {
+    let Some(st) = stat_of(fd) else {
+        return false;
+    };
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => RESERVED.iter().any(|(dev, ino)| {
+            ino.load(Ordering::Acquire) == st.st_ino && dev.load(Ordering::Acquire) == st.st_dev
+        }),
+        libc::S_IFCHR if st.st_rdev == libc::makedev(1, 3) => {
+            // SAFETY: plain integers.
+            let fl = unsafe { fcntl(fd, libc::F_GETFL, std::ptr::null_mut()) };
+            fl >= 0 && fl & libc::O_PATH != 0
+        }
+        _ => false,
+    }
 }
 
 /// Reserved descriptors of closed library descriptors, kept open for the next library open
@@ -651,7 +729,7 @@ mod tests {
         park_fd(a);
         assert!(is_parked(a));
         assert_eq!(reserve_fd().unwrap(), a, "the parked number comes first");
-        assert!(!is_parked(a) && is_path_dev_null(a) && cloexec(a));
+        assert!(!is_parked(a) && is_reservation(a) && cloexec(a));
 
         // Parked, then closed behind the shim's back and taken by a file of the program's.
         park_fd(a);
@@ -663,7 +741,7 @@ mod tests {
         assert_eq!(unsafe { libc::dup3(own.as_raw_fd(), a, 0) }, a);
         let b = reserve_fd().unwrap();
         assert_ne!(b, a, "the program's number was handed out");
-        assert!(!is_parked(a) && is_path_dev_null(b));
+        assert!(!is_parked(a) && is_reservation(b));
         let mut buf = [0u8; 64];
         // SAFETY: `buf` is writable for its length.
         let n = unsafe { libc::pread(a, buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -682,27 +760,68 @@ mod tests {
     }
 
     #[test]
-    fn reserved_descriptors_are_dev_null_even_after_the_template_number_is_taken() {
+    fn a_reservation_is_known_by_its_inode_and_nothing_else_passes_for_one() {
+        let _s = serial();
+        let a = reserve_fd().unwrap();
+        let st = stat_of(a).unwrap();
+        // A memfd of the shim's, reopened `O_PATH`: reads and writes through it fail.
+        assert_eq!(st.st_mode & libc::S_IFMT, libc::S_IFREG);
+        // SAFETY: plain integers.
+        let fl = unsafe { fcntl(a, libc::F_GETFL, std::ptr::null_mut()) };
+        assert!(fl & libc::O_PATH != 0 && cloexec(a));
+        let mut buf = [0u8; 8];
+        // SAFETY: `buf` is writable for its length.
+        assert_eq!(
+            unsafe { libc::read(a, buf.as_mut_ptr().cast(), buf.len()) },
+            -1
+        );
+        // A memfd of the program's own, and an `O_PATH` descriptor of it, are not.
+        let own = memfd(c"the-programs-own").unwrap();
+        assert!(!is_reservation(own));
+        let own_path = format!("/proc/self/fd/{own}\0");
+        // SAFETY: a NUL-terminated path; the flags need no mode.
+        let own_o_path = unsafe {
+            openat(
+                libc::AT_FDCWD,
+                own_path.as_ptr().cast(),
+                libc::O_PATH | libc::O_CLOEXEC,
+                0,
+            )
+        };
+        assert!(own_o_path >= 0 && !is_reservation(own_o_path));
+        // Without `/proc`: an `O_PATH` descriptor of `/dev/null` is one, a readable one is not.
+        let null = open_dev_null().unwrap();
+        assert!(is_reservation(null));
+        let readable = std::fs::File::open("/dev/null").unwrap();
+        use std::os::fd::AsRawFd;
+        assert!(!is_reservation(readable.as_raw_fd()));
+        for fd in [a, own, own_o_path, null] {
+            release_fd(fd);
+        }
+    }
+
+    #[test]
+    fn reserved_descriptors_are_the_shims_even_after_the_template_number_is_taken() {
         let _s = serial();
         let a = reserve_fd().unwrap();
         let b = reserve_fd().unwrap();
         assert_ne!(a, b);
         for fd in [a, b] {
-            assert!(is_path_dev_null(fd) && cloexec(fd));
+            assert!(is_reservation(fd) && cloexec(fd));
         }
         // The program closes the template's number behind the shim's back and a file of its
         // own takes it: the next reservation must not duplicate that file.
         let t = TEMPLATE.load(Ordering::Acquire);
-        assert!(t >= 0 && is_path_dev_null(t));
+        assert!(t >= 0 && is_reservation(t));
         let dir = std::env::temp_dir().join(format!("tb-reserve-{}", std::process::id()));
         std::fs::write(&dir, b"the program's own file").unwrap();
         let own = std::fs::File::open(&dir).unwrap();
         use std::os::fd::AsRawFd;
         // SAFETY: `t` is the shim's; `own` stays open, so dup3 only makes `t` its duplicate.
         assert_eq!(unsafe { libc::dup3(own.as_raw_fd(), t, 0) }, t);
-        assert!(!is_path_dev_null(t));
+        assert!(!is_reservation(t));
         let c = reserve_fd().unwrap();
-        assert!(is_path_dev_null(c) && cloexec(c));
+        assert!(is_reservation(c) && cloexec(c));
         assert_ne!(
             TEMPLATE.load(Ordering::Acquire),
             t,
