@@ -2431,16 +2431,18 @@ fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
         super::engine::stop_background(&fs.inner);
         let expect_cold = hot_and_cold_history(&fs);
         fs.inner.write_logs_until(u64::MAX).unwrap();
-        let before = fs.counters();
+        let before = (fs.counters(), fs.inner.lock_meta().clean_passes);
         fs.inner.background_clean().unwrap();
-        let after = fs.counters();
-        let cleaned = after.segments_cleaned - before.segments_cleaned;
-        let passes = after.light_cleaning_passes - before.light_cleaning_passes;
+        let after = (fs.counters(), fs.inner.lock_meta().clean_passes);
+        let cleaned = after.0.segments_cleaned - before.0.segments_cleaned;
+        // Light or not: whether a victim holds live metadata depends on which ones
+        // cost-benefit picks, by age, so on the history's timing.
+        let passes = after.1 - before.1;
         assert!(cleaned >= 2, "copies {copies}: {cleaned} segments cleaned");
         if copies {
-            assert_eq!(passes, cleaned, "one light pass per victim");
+            assert_eq!(passes, cleaned, "one pass per victim");
         } else {
-            assert_eq!(passes, 1, "one light pass for {cleaned} victims");
+            assert_eq!(passes, 1, "one pass for {cleaned} victims");
         }
         assert_eq!(read_all(&fs, "/cold"), expect_cold, "copies {copies}");
     }
@@ -3402,7 +3404,22 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
         let expect_cold = hot_and_cold_history(&fs);
         // Superblocks handed to the background thread decide which segments are reusable.
         fs.inner.write_logs_until(u64::MAX).unwrap();
-        let urgent = fs.inner.cleaning_is_urgent(&fs.inner.lock_meta());
+        let mut urgent = fs.inner.cleaning_is_urgent(&fs.inner.lock_meta());
+        // How much room the history leaves in the small pool depends on the victims its own
+        // cleaning chose, by age, so on its timing: overwrite until the free space is within
+        // the urgent mark (between it and the low-water mark no writer cleans).
+        let hot = fs.open_file("/hot", OpenFlags::create()).unwrap();
+        for i in 0..400u64 {
+            if urgent || !pressed {
+                break;
+            }
+            hot.pwrite(&pattern(i + 5000, 4096), (i % 8) * 4096)
+                .unwrap();
+            hot.fsync().unwrap();
+            fs.inner.write_logs_until(u64::MAX).unwrap();
+            urgent = fs.inner.cleaning_is_urgent(&fs.inner.lock_meta());
+        }
+        drop(hot);
         assert_eq!(urgent, pressed, "pool of {pool_bytes} bytes");
         dev.seen.lock().unwrap().clear();
         let cleaned = fs.counters().segments_cleaned;
