@@ -98,7 +98,7 @@ fn new_inner(
         full_passes: AtomicBool::new(true),
         flushes_running: AtomicU64::new(0),
         bg_pass: Mutex::new(()),
-        dirty: Mutex::new(BTreeSet::new()),
+        dirty: Mutex::new(Default::default()),
         dirty_bytes: AtomicU64::new(0),
         meta_held_ns: AtomicU64::new(0),
         meta_section_ns: Default::default(),
@@ -504,7 +504,9 @@ pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Resu
             }
             let mut d = DirEntries::new();
             for e in entries {
-                if d.insert(e.name.clone(), (e.ino, e.is_dir)).is_some() {
+                if d.insert(e.name.as_str().into(), (e.ino, e.is_dir))
+                    .is_some()
+                {
                     return Err(corrupt(
                         &what,
                         format!("directory names {:?} twice", e.name),

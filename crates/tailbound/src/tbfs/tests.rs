@@ -2504,6 +2504,75 @@ fn synced_files(fs: &Fs, n: usize) -> Vec<File> {
 }
 
 #[test]
+fn a_seal_looks_only_at_files_it_can_still_take_something_from() {
+    // Sealing a full buffer goes through `DirtySet::to_seal`, not every file written since the
+    // last checkpoint. New files are placed: once their blocks are sealed, their attributes
+    // wait for the checkpoint, so a seal drops them (and opens no log for them); a file whose
+    // creation is durable has its record sealed too, and is dropped after. A write puts its
+    // file back. (Debug builds check at every seal that no file with something to seal is
+    // missing from the set.)
+    let dev = device(16 << 20);
+    let cfg = Config {
+        segment_bytes: 1 << 20,
+        superblock_every_bytes: 64 << 20,
+        ..small_config(Ordering::Relaxed, Barrier::Superblock)
+    };
+    let fs = Fs::format(dev.clone(), &cfg).unwrap();
+    super::engine::stop_background(&fs.inner);
+    let old = synced_files(&fs, 3);
+    let new: Vec<File> = (0..3)
+        .map(|i| {
+            fs.open_file(&format!("/new{i}"), OpenFlags::create())
+                .unwrap()
+        })
+        .collect();
+    for (i, f) in old.iter().chain(&new).enumerate() {
+        f.pwrite(&pattern(i as u64, 3 * BLOCK), 0).unwrap();
+    }
+    let to_seal = |fs: &Fs| -> Vec<u64> {
+        fs.inner
+            .dirty
+            .lock()
+            .unwrap()
+            .to_seal
+            .iter()
+            .copied()
+            .collect()
+    };
+    let all = |fs: &Fs| fs.inner.dirty.lock().unwrap().all.len();
+    let mut written: Vec<u64> = old.iter().chain(&new).map(|f| f.ino()).collect();
+    written.sort_unstable();
+    assert_eq!(to_seal(&fs), written);
+
+    let mut m = fs.inner.lock_meta();
+    fs.inner.commit_data_logs(&mut m, false).unwrap();
+    drop(m);
+    assert!(to_seal(&fs).is_empty(), "left to seal: {:?}", to_seal(&fs));
+    assert_eq!(all(&fs), 6, "the checkpoint still has every file to write");
+    // Nothing to seal: no log, not even an empty one for the placed files' attributes.
+    let logs = fs.counters().logs;
+    let mut m = fs.inner.lock_meta();
+    fs.inner.commit_data_logs(&mut m, false).unwrap();
+    drop(m);
+    assert_eq!(fs.counters().logs, logs);
+
+    new[1].pwrite(&pattern(9, 100), 0).unwrap();
+    assert_eq!(to_seal(&fs), vec![new[1].ino()]);
+    fs.sync().unwrap();
+    let reopened = reopen(&dev);
+    for (i, name) in ["/f0", "/f1", "/f2", "/new0", "/new1", "/new2"]
+        .iter()
+        .enumerate()
+    {
+        let mut expect = pattern(i as u64, 3 * BLOCK);
+        if i == 4 {
+            expect[..100].copy_from_slice(&pattern(9, 100));
+        }
+        assert_eq!(read_all(&reopened, name), expect, "{name}");
+    }
+}
+
+#[test]
 fn a_full_buffer_is_sealed_in_parts_each_a_run_that_roll_forward_recovers() {
     // A writer that fills the buffer seals it in parts of about `SEAL_PART_BLOCKS` blocks, each
     // its own run of data-only logs (letting other threads have `meta` between them). Files of
