@@ -1936,6 +1936,8 @@ impl Inner {
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
                 }
+                // A buffer to seal, as after a write.
+                self.mark_dirty(cell.ino);
             }
         }
         st.size = len;
