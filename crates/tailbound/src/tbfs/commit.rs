@@ -1382,15 +1382,27 @@ impl Inner {
                 .contains(&ino);
             debug_assert!(
                 listed || st.freed || st.kind != super::FileKind::File || !sealable(m, ino, &st),
-                "inode {ino} has data to seal and is not listed to be sealed"
+                "inode {ino} has data to seal and is not listed to be sealed (unsealed buffers: \
+                 {}, attributes changed: {}, placed: {}, pending: {}, open: {})",
+                has_unsealed(&st),
+                st.attr_dirty,
+                m.ns_changed.contains(&ino),
+                m.pending.contains(&ino),
+                st.open
             );
         }
     }
 
     /// Under inode `ino`'s lock (`st`), after a seal took what it could from it: the file is no
     /// longer looked through by seals if a data-only log can take nothing more from it now.
+    /// A freed inode's entry is left alone: a seal in parts lets `meta` go between its parts,
+    /// and the number may belong to a newer file by then (the next list drops numbers no file
+    /// has).
     fn settle_sealed(&self, m: &Meta, ino: u64, st: &super::engine::InodeState) {
-        if st.freed || st.kind != super::FileKind::File || !sealable(m, ino, st) {
+        if st.freed {
+            return;
+        }
+        if st.kind != super::FileKind::File || !sealable(m, ino, st) {
             self.dirty
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
