@@ -2092,8 +2092,9 @@ pub(crate) struct DirtySet {
     /// or attributes, unless only a checkpoint may record the file (`Meta::ns_changed`). What
     /// sealing a full buffer looks through. Entries are added with `all` (under the inode's
     /// lock, after the change, or under `meta`) and dropped under `meta` and the inode's lock
-    /// by a seal that finds nothing more to take (`Inner::settle_sealed`); a checkpoint leaves
-    /// them for the next seal to drop. Sealing went through every file written since the last
+    /// by a seal that finds nothing more to take (`Inner::settle_sealed`; never for a freed
+    /// inode, whose number may be a newer file's by then); a checkpoint leaves them for the
+    /// next seal to drop. Sealing went through every file written since the last
     /// checkpoint before, most of them sealed already and placed (their attributes wait for the
     /// checkpoint): 909 files per seal of a full buffer in a 10 s fileserver run, 482 now.
     pub to_seal: BTreeSet<u64>,
