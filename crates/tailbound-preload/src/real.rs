@@ -376,22 +376,8 @@ fn open_reservation() -> Result<c_int, i32> {
 /// An `O_PATH`, close-on-exec descriptor of a new empty memfd, and its device and inode number.
 fn open_path_memfd() -> Option<(c_int, u64, u64)> {
     let m = memfd(c"tailbound-reserved").ok()?;
-    // "/proc/self/fd/" and the number, NUL-terminated, without allocating.
-    let mut path = [0u8; 32];
-    let prefix = b"/proc/self/fd/";
-    path[..prefix.len()].copy_from_slice(prefix);
-    let mut digits = [0u8; 10];
-    let (mut n, mut at) = (m as u32, digits.len());
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    path[prefix.len()..prefix.len() + digits.len() - at].copy_from_slice(&digits[at..]);
-    // SAFETY: `path` is NUL-terminated (zeroed past the digits); the flags need no mode.
+    let path = format!("/proc/self/fd/{m}\0");
+    // SAFETY: `path` is NUL-terminated; the flags need no mode.
     let fd = unsafe {
         openat(
             libc::AT_FDCWD,

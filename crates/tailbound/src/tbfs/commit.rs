@@ -1346,23 +1346,26 @@ impl Inner {
         Ok(m)
     }
 
-    /// The cells of the files in the dirty set, in inode order.
+    /// The cells of the files a seal looks through ([`super::engine::DirtySet::to_seal`]), in inode order.
     fn dirty_cells(&self, m: &Meta) -> Vec<Arc<InodeCell>> {
         if cfg!(debug_assertions) {
             self.check_to_seal(m);
         }
         let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
         // Freed files have nothing to seal (numbers are given out again only under `meta`).
-        dirty.to_seal.retain(|ino| m.inodes.contains_key(ino));
-        dirty
-            .to_seal
-            .iter()
-            .filter_map(|ino| m.inodes.get(ino).cloned())
-            .collect()
+        let mut cells = Vec::with_capacity(dirty.to_seal.len());
+        dirty.to_seal.retain(|ino| match m.inodes.get(ino) {
+            Some(cell) => {
+                cells.push(cell.clone());
+                true
+            }
+            None => false,
+        });
+        cells
     }
 
     /// Debug builds: every file a data-only log could take something from is among those a
-    /// seal looks through ([`DirtySet::to_seal`]). Each inode's lock is taken before the set's,
+    /// seal looks through ([`super::engine::DirtySet::to_seal`]). Each inode's lock is taken before the set's,
     /// as a writer takes them.
     fn check_to_seal(&self, m: &Meta) {
         let others: Vec<u64> = {

@@ -713,6 +713,20 @@ fn a_map_of_few_runs_is_kept_in_the_inode_record_and_a_fragmented_one_in_nodes()
     assert_eq!(read_all(&fs, "/frag"), frag_data[..3 * BLOCK]);
 }
 
+/// fsck reports inode `ino`'s record map as reaching outside the segment area, and open refuses
+/// the pool.
+fn run_outside_is_found_and_refused(image: Vec<u8>, ino: u64) {
+    let report = analysed(&image).report;
+    let f = finding(&report, "lies outside the segment area");
+    assert_eq!(f.location.inode, Some(ino));
+    let err = Fs::open(
+        Arc::new(SimDevice::from_image(image)),
+        &OpenOptions::default(),
+    )
+    .expect_err("the pool is refused");
+    assert!(err.to_string().contains("outside the pool"), "{err}");
+}
+
 #[test]
 fn a_run_outside_the_pool_is_found_and_refused_at_open() {
     let s = sample();
@@ -724,15 +738,7 @@ fn a_run_outside_the_pool_is_found_and_refused_at_open() {
     let end = (image.len() / BLOCK) as u64;
     rec.extents = Extents::of(&[end - 1, end, end + 1]).unwrap();
     rec.encode_into(&mut image[at..at + INODE_BYTES]);
-    let report = analysed(&image).report;
-    let f = finding(&report, "lies outside the segment area");
-    assert_eq!(f.location.inode, Some(ino));
-    let err = Fs::open(
-        Arc::new(SimDevice::from_image(image)),
-        &OpenOptions::default(),
-    )
-    .expect_err("the pool is refused");
-    assert!(err.to_string().contains("outside the pool"), "{err}");
+    run_outside_is_found_and_refused(image, ino);
 }
 
 #[test]
@@ -748,15 +754,7 @@ fn a_run_at_the_top_of_the_address_space_is_damage_not_a_panic() {
     image[at + 80..at + 84].copy_from_slice(&4u32.to_le_bytes());
     let crc = format::crc_blocks(&image[at..at + INODE_BYTES - 4]);
     image[at + INODE_BYTES - 4..at + INODE_BYTES].copy_from_slice(&crc.to_le_bytes());
-    let report = analysed(&image).report;
-    let f = finding(&report, "lies outside the segment area");
-    assert_eq!(f.location.inode, Some(ino));
-    let err = Fs::open(
-        Arc::new(SimDevice::from_image(image)),
-        &OpenOptions::default(),
-    )
-    .expect_err("the pool is refused");
-    assert!(err.to_string().contains("outside the pool"), "{err}");
+    run_outside_is_found_and_refused(image, ino);
 }
 
 #[test]
