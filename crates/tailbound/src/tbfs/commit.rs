@@ -1346,7 +1346,8 @@ impl Inner {
         Ok(m)
     }
 
-    /// The cells of the files a seal looks through ([`super::engine::DirtySet::to_seal`]), in inode order.
+    /// The cells of the files a seal looks through ([`super::engine::DirtySet::to_seal`]), in
+    /// inode order.
     fn dirty_cells(&self, m: &Meta) -> Vec<Arc<InodeCell>> {
         if cfg!(debug_assertions) {
             self.check_to_seal(m);
@@ -1365,8 +1366,8 @@ impl Inner {
     }
 
     /// Debug builds: every file a data-only log could take something from is among those a
-    /// seal looks through ([`super::engine::DirtySet::to_seal`]). Each inode's lock is taken before the set's,
-    /// as a writer takes them.
+    /// seal looks through ([`super::engine::DirtySet::to_seal`]). Each inode's lock is taken
+    /// before the set's, as a writer takes them.
     fn check_to_seal(&self, m: &Meta) {
         let others: Vec<u64> = {
             let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
