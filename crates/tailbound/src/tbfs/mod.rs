@@ -105,7 +105,8 @@ pub struct Config {
     pub superblock_every: Duration,
     /// Write a checkpoint in the background this often when anything is dirty (`None`: never).
     pub checkpoint_every: Option<Duration>,
-    /// Buffered (not yet logged) file data above this many bytes is written out.
+    /// Buffered (not yet logged) file data above this many bytes is written out (default
+    /// 32 MiB; 8 MiB in a memory pool, [`Config::memory_pool`]).
     pub dirty_bytes_max: u64,
     /// Plain checkpoints are kept (readable with [`Fs::at`], their blocks never reused) this
     /// long; snapshots until dropped. When writers would otherwise find the pool full, the oldest
@@ -137,13 +138,23 @@ impl Default for Config {
 
 impl Config {
     /// The defaults for a pool in memory (`MemoryPool`): as [`Config::default`], but without a
-    /// protection period. A memory pool is a process's working tree, gone at reboot; an hour of
-    /// plain checkpoints kept in it would hold every deleted or overwritten byte of that hour in
-    /// memory (the pool would fill with history, and the cleaner could not free it). Snapshots
-    /// still keep what they name, and the newest checkpoint is always kept.
+    /// protection period and with an 8 MiB write buffer.
+    ///
+    /// A memory pool is a process's working tree, gone at reboot; an hour of plain checkpoints
+    /// kept in it would hold every deleted or overwritten byte of that hour in memory (the pool
+    /// would fill with history, and the cleaner could not free it). Snapshots still keep what
+    /// they name, and the newest checkpoint is always kept.
+    ///
+    /// Writing a memory pool's log is a copy from the buffered blocks into the pool, so what is
+    /// buffered and in flight should stay well inside the processor's last-level cache: with
+    /// 32 MiB (as large as the 32 MiB L3 of the machine it was measured on), the fileserver
+    /// benchmark spent about a third more CPU per operation copying into the pool and computing
+    /// CRCs than with 8 MiB, and ran 14-25 % slower. A disk pool keeps the larger buffer, for
+    /// longer sequential writes.
     pub fn memory_pool() -> Config {
         Config {
             protection_period: Duration::ZERO,
+            dirty_bytes_max: 8 << 20,
             ..Config::default()
         }
     }
