@@ -318,6 +318,19 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     unsafe { real::close_range(first, last, flags) }
 }
 
+/// glibc's `closefrom` (2.34) calls `close_range` inside libc, where no hook sees it: without this
+/// one the program's library descriptors at or above `low` would stay in the shim's table after
+/// their reserved numbers were closed, and the kernel could give those numbers to new files.
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    if let Some(_g) = enter() {
+        count("closefrom", false);
+        sh().forget_range(low.max(0) as c_uint, c_uint::MAX, false);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { real::closefrom(low) }
+}
+
 // ---- read / write ----
 
 unsafe fn slice_mut<'a>(buf: *mut c_void, n: size_t) -> &'a mut [u8] {

@@ -185,6 +185,7 @@ real! {
     fn posix_fadvise64(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int;
     fn isatty(fd: c_int) -> c_int;
     fn close_range(first: c_uint, last: c_uint, fl: c_int) -> c_int;
+    fn closefrom(low: c_int) -> ();
     fn umask(mask: mode_t) -> mode_t;
     fn mkstemp(t: *mut c_char) -> c_int;
     fn mkostemp(t: *mut c_char, fl: c_int) -> c_int;
@@ -313,9 +314,9 @@ static TEMPLATE: AtomicI32 = AtomicI32::new(-1);
 /// nothing the shim misses touches a random file.
 ///
 /// It is a duplicate of [`TEMPLATE`], checked to be a reservation still ([`is_reservation`]):
-/// the program may have closed that number behind the shim's back (`closefrom`, a raw
-/// `close_range`) and opened a file that took it, or `dup2`'d onto it. Then the template is
-/// forgotten (the number is the program's now) and a fresh one made.
+/// the program may have closed that number behind the shim's back (a raw `close` or
+/// `close_range` system call) and opened a file that took it, or `dup2`'d onto it. Then the
+/// template is forgotten (the number is the program's now) and a fresh one made.
 ///
 /// A number a library `close` parked ([`park_fd`]) is taken first, checked the same way: one
 /// system call instead of four (the duplication, the check, and the close).
@@ -508,9 +509,15 @@ pub fn unpark(fd: c_int) -> bool {
     }
 }
 
-/// `close_range` over `first..=last` closes the parked numbers there.
+/// `close_range` (or `closefrom`) over `first..=last` closes the parked numbers there, and the
+/// template if it is there.
 pub fn unpark_range(first: c_uint, last: c_uint) {
-    parked().retain(|&p| (p as c_uint) < first || (p as c_uint) > last);
+    let inside = |fd: c_int| (first..=last).contains(&(fd as c_uint));
+    parked().retain(|&p| !inside(p));
+    let t = TEMPLATE.load(Ordering::Acquire);
+    if t >= 0 && inside(t) {
+        let _ = TEMPLATE.compare_exchange(t, -1, Ordering::AcqRel, Ordering::Acquire);
+    }
 }
 
 /// A forked child: the parked numbers are closed (the child opens no library files).
@@ -739,6 +746,12 @@ mod tests {
         park_fd(b);
         unpark_range(b as c_uint, b as c_uint);
         assert!(!is_parked(b));
+        // A range over the template (`closefrom` closes it too) forgets it.
+        let t = TEMPLATE.load(Ordering::Acquire);
+        assert!(t >= 0);
+        unpark_range(t as c_uint, c_uint::MAX);
+        assert_eq!(TEMPLATE.load(Ordering::Acquire), -1);
+        release_fd(t);
         for fd in [a, b] {
             release_fd(fd);
         }

@@ -360,6 +360,25 @@ int main(int argc, char **argv) {
           "close_range");
     ok("close_range");
 
+    /* closefrom: the library descriptors at or above the bound are closed, and a kernel file
+       that takes one of their numbers is the program's (reads reach it, not the library file). */
+    int cf = open(at("cf"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    CHECK(cf >= 0 && write(cf, "library", 7) == 7 && dup2(cf, 210) == 210 &&
+              dup2(cf, 211) == 211 && close(cf) == 0,
+          "closefrom setup");
+    closefrom(210);
+    CHECK(write(210, "x", 1) == -1 && errno == EBADF && fcntl(211, F_GETFD) == -1 &&
+              errno == EBADF,
+          "closefrom closes library descriptors");
+    int zero = open("/dev/zero", O_RDONLY);
+    int kz = zero >= 0 ? fcntl(zero, F_DUPFD, 210) : -1;
+    char zb[4] = {1, 1, 1, 1};
+    CHECK(kz == 210 && pread(kz, zb, 4, 0) == 4 && zb[0] == 0 && zb[3] == 0,
+          "a kernel file on a number closefrom freed reads as itself (got fd %d)", kz);
+    close(kz);
+    close(zero);
+    ok("closefrom");
+
     /* preadv2/pwritev2, at an offset and at the file offset (-1). */
     int v = open(at("v"), O_CREAT | O_RDWR | O_TRUNC, 0644);
     struct iovec iw[2] = {{"ab", 2}, {"cd", 2}};

@@ -99,6 +99,7 @@ const ALL_CHECKS: &[&str] = &[
     "fork and exec",
     "mkstemp",
     "close_range",
+    "closefrom",
     "preadv2 pwritev2",
     "statx",
     "__xstat",
