@@ -2778,9 +2778,13 @@ impl File {
         Ok(n)
     }
 
+    /// Writes at the position, or for a handle opened `append` at the end of the file, found
+    /// under the inode lock as the bytes go in ([`File::append`]): appends through handles on
+    /// several threads never overwrite each other, as on an `O_APPEND` descriptor.
     pub fn write(&mut self, buf: &[u8]) -> Result<usize> {
         if self.flags.append {
-            self.pos = self.cell.lock().size;
+            self.pos = self.append(buf)?;
+            return Ok(buf.len());
         }
         let n = self.pwrite(buf, self.pos)?;
         self.pos += n as u64;

@@ -3825,3 +3825,43 @@ fn a_payload_dropped_as_the_last_holder_of_its_buffers_gives_them_back_for_reuse
     .join()
     .unwrap();
 }
+
+#[test]
+fn writes_through_append_handles_on_several_threads_never_overwrite_each_other() {
+    let fs = Fs::format(device(64 << 20), &large_file_config(1 << 20)).unwrap();
+    drop(fs.open_file("/log", OpenFlags::create()).unwrap());
+    let (threads, appends) = (8u8, 200usize);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let fs = &fs;
+            s.spawn(move || {
+                let flags = OpenFlags {
+                    read: false,
+                    append: true,
+                    ..OpenFlags::create()
+                };
+                let mut f = fs.open_file("/log", flags).unwrap();
+                for i in 0..appends {
+                    // Each thread's records are its own byte, of varying lengths.
+                    let record = vec![b'a' + t; 1 + (i * 7 + t as usize) % 61];
+                    assert_eq!(f.write(&record).unwrap(), record.len());
+                }
+            });
+        }
+    });
+    let expected: usize = (0..threads)
+        .map(|t| {
+            (0..appends)
+                .map(|i| 1 + (i * 7 + t as usize) % 61)
+                .sum::<usize>()
+        })
+        .sum();
+    let f = fs.open_file("/log", OpenFlags::read_only()).unwrap();
+    let mut all = vec![0u8; expected + 1];
+    assert_eq!(f.pread(&mut all, 0).unwrap(), expected, "appends were lost");
+    for t in 0..threads {
+        let want: usize = (0..appends).map(|i| 1 + (i * 7 + t as usize) % 61).sum();
+        let got = all[..expected].iter().filter(|&&b| b == b'a' + t).count();
+        assert_eq!(got, want, "thread {t}'s bytes");
+    }
+}
