@@ -80,7 +80,8 @@ enum Experiment {
     /// 80 % created before the clock starts; each thread loops create, write whole, close, open,
     /// append, close, open, read whole, close, delete, stat, with 1 MiB I/O and 16 KiB mean
     /// appends. varmail: 1,000 files of 16 KiB in one directory, 16 threads, appends with fsync.
-    /// webserver: 1,000 files of 16 KiB, 100 threads, ten open/read/close and a log append.
+    /// webserver: 1,000 files of 16 KiB, 100 threads, ten open/read/close and a log append (the
+    /// log is cut to zero each time it passes 256 MiB, so a long run fits every system's room).
     /// Every flowop counts as one operation, as filebench counts them.
     ///
     /// Each system runs on a fresh file system that is removed afterwards. With --repeats the

@@ -35,6 +35,8 @@ pub trait WorkFile: Send {
     /// Reads up to `buf.len()` bytes at the current position; 0 at the end.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
     fn fsync(&mut self) -> io::Result<()>;
+    /// Cuts the file to zero bytes (`ftruncate`).
+    fn truncate(&mut self) -> io::Result<()>;
 }
 
 /// POSIX calls on paths under a directory.
@@ -120,6 +122,10 @@ impl WorkFile for StdFile {
 
     fn fsync(&mut self) -> io::Result<()> {
         self.sync_all()
+    }
+
+    fn truncate(&mut self) -> io::Result<()> {
+        self.set_len(0)
     }
 }
 
@@ -215,5 +221,9 @@ impl WorkFile for tbfs::File {
 
     fn fsync(&mut self) -> io::Result<()> {
         tbfs::File::fsync(self).map_err(tbfs_io)
+    }
+
+    fn truncate(&mut self) -> io::Result<()> {
+        self.set_len(0).map_err(tbfs_io)
     }
 }

@@ -185,6 +185,9 @@ pub struct Params {
     pub verify: bool,
     /// Stop each thread after this many loops (`None`: run for `duration`). For tests.
     pub loops_max: Option<u64>,
+    /// webserver: the append that takes the log past this many bytes cuts it to zero (log
+    /// rotation), so a long run's log fits the room every system gets (filebench lets it grow).
+    pub log_max_bytes: u64,
 }
 
 /// The name of the webserver's log file, at the top of the tree.
@@ -208,6 +211,7 @@ impl Params {
             seed: 0x5eed,
             verify: false,
             loops_max: None,
+            log_max_bytes: 256 << 20,
         }
     }
 
@@ -434,6 +438,8 @@ pub struct Fileset {
     entries: Vec<Entry>,
     pools: Mutex<Pools>,
     log_path: String,
+    /// Bytes appended to the log since it was made or last cut ([`Params::log_max_bytes`]).
+    log_bytes: AtomicU64,
 }
 
 /// The tree path of entry `i`'s directory components, in base `width` over `depth` levels.
@@ -495,6 +501,7 @@ impl Fileset {
             entries,
             pools: Mutex::new(Pools::default()),
             log_path: fs.path(LOG_NAME),
+            log_bytes: AtomicU64::new(0),
         }
     }
 
@@ -634,6 +641,7 @@ pub fn setup<F: WorkFs>(fs: &F, set: &Fileset, p: &Params) -> Result<(), Workloa
         let size = e.size.min(p.io_bytes);
         log.append_all(pattern.at(0, 0, size as usize))
             .map_err(wrap)?;
+        set.log_bytes.store(size, Ordering::Relaxed);
     }
     Ok(())
 }
@@ -928,6 +936,18 @@ fn thread_loop<F: WorkFs>(
                     let n = rng.random_range(1..=append_max).min(p.io_bytes);
                     log.append_all(pattern.at(0, 0, n as usize)).map_err(fail)?;
                     bytes = n;
+                    // A thread that finds the log past its bound, and whose append is still the
+                    // last counted, cuts it (one thread per bound; appends that land between the
+                    // count's reset and the cut are cut with it, and counted towards the next).
+                    let total = set.log_bytes.fetch_add(n, Ordering::Relaxed) + n;
+                    if total >= p.log_max_bytes
+                        && set
+                            .log_bytes
+                            .compare_exchange(total, 0, Ordering::Relaxed, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        log.truncate().map_err(fail)?;
+                    }
                 }
                 Step::ReadWhole => {
                     let Some(h) = held.as_mut() else { continue };

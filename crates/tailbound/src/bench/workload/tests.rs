@@ -364,3 +364,58 @@ fn engine_figures_are_the_counters_differences_per_second() {
     assert_eq!(e.meta_cleaning_pct, 5.0);
     assert_eq!(e.meta_sealing_pct, 15.0);
 }
+
+#[test]
+fn the_webserver_log_is_cut_when_it_passes_its_bound_and_kept_whole_below_it() {
+    let whole = small(Workload::Webserver);
+    // A bound a few appends long: the log is cut again and again and stays near it.
+    let bounded = Params {
+        log_max_bytes: 16 << 10,
+        ..small(Workload::Webserver)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (i, p) in [&whole, &bounded].into_iter().enumerate() {
+        let root = dir.path().join(i.to_string());
+        std::fs::create_dir(&root).unwrap();
+        let posix = PosixFs::new(&root);
+        let native = tbfs_native(64 << 20);
+        for (name, fs) in [("kernel", &posix as &dyn LogRun), ("tbfs", &native)] {
+            let (appended, first, size) = fs.run_log(p);
+            if p.log_max_bytes == whole.log_max_bytes {
+                // Below the bound the log holds setup's append and every appendlog.
+                assert!(appended > 0, "{name}: no appends");
+                assert_eq!(size, first + appended, "{name}: the log lost bytes");
+            } else {
+                assert!(appended > 8 * p.log_max_bytes, "{name}: too few appends");
+                let slack = u64::from(p.threads) * (2 * p.mean_append_bytes);
+                assert!(
+                    size < p.log_max_bytes + slack,
+                    "{name}: a log of {size} bytes against a bound of {}",
+                    p.log_max_bytes
+                );
+            }
+        }
+    }
+}
+
+/// A webserver run on a fresh tree: bytes appendlog wrote, the log's size after setup, and its
+/// size at the end.
+trait LogRun {
+    fn run_log(&self, p: &Params) -> (u64, u64, u64);
+}
+
+impl<F: WorkFs> LogRun for F {
+    fn run_log(&self, p: &Params) -> (u64, u64, u64) {
+        let set = Fileset::new(self, p);
+        setup(self, &set, p).unwrap();
+        let first = self.stat(&set.log_path).unwrap();
+        let result = run_loops(self, &set, p, 0.0, None).unwrap();
+        let appended = result
+            .flowops
+            .iter()
+            .find(|f| f.name == "appendlog")
+            .unwrap()
+            .bytes;
+        (appended, first, self.stat(&set.log_path).unwrap())
+    }
+}
