@@ -440,6 +440,8 @@ pub struct Fileset {
     log_path: String,
     /// Bytes appended to the log since it was made or last cut ([`Params::log_max_bytes`]).
     log_bytes: AtomicU64,
+    /// Set while a thread cuts the log.
+    log_cutting: AtomicBool,
 }
 
 /// The tree path of entry `i`'s directory components, in base `width` over `depth` levels.
@@ -502,6 +504,7 @@ impl Fileset {
             pools: Mutex::new(Pools::default()),
             log_path: fs.path(LOG_NAME),
             log_bytes: AtomicU64::new(0),
+            log_cutting: AtomicBool::new(false),
         }
     }
 
@@ -936,17 +939,16 @@ fn thread_loop<F: WorkFs>(
                     let n = rng.random_range(1..=append_max).min(p.io_bytes);
                     log.append_all(pattern.at(0, 0, n as usize)).map_err(fail)?;
                     bytes = n;
-                    // A thread that finds the log past its bound, and whose append is still the
-                    // last counted, cuts it (one thread per bound; appends that land between the
-                    // count's reset and the cut are cut with it, and counted towards the next).
-                    let total = set.log_bytes.fetch_add(n, Ordering::Relaxed) + n;
-                    if total >= p.log_max_bytes
-                        && set
-                            .log_bytes
-                            .compare_exchange(total, 0, Ordering::Relaxed, Ordering::Relaxed)
-                            .is_ok()
-                    {
-                        log.truncate().map_err(fail)?;
+                    // The first thread to find the log past its bound cuts it, the others
+                    // go on appending. The count restarts before the cut: appends that land in
+                    // between are cut with the log and counted towards the next bound, so the
+                    // log never holds more than the count.
+                    let total = set.log_bytes.fetch_add(n, Ordering::AcqRel) + n;
+                    if total >= p.log_max_bytes && !set.log_cutting.swap(true, Ordering::AcqRel) {
+                        set.log_bytes.store(0, Ordering::Release);
+                        let cut = log.truncate();
+                        set.log_cutting.store(false, Ordering::Release);
+                        cut.map_err(fail)?;
                     }
                 }
                 Step::ReadWhole => {
