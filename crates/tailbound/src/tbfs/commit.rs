@@ -577,8 +577,8 @@ impl Inner {
                 flush,
                 charge: m.writer.charge,
                 crc: std::sync::OnceLock::new(),
-                state: Mutex::new(AheadState::Pending),
-                done: std::sync::Condvar::new(),
+                state: parking_lot::Mutex::new(AheadState::Pending),
+                done: parking_lot::Condvar::new(),
                 started: Mutex::new(None),
             });
             self.ahead_pending
@@ -763,7 +763,7 @@ impl Inner {
         loop {
             self.start_ahead(a);
             let finished = self.finish_ahead(a);
-            let st = a.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = a.state.lock();
             match *st {
                 AheadState::Done => return finished,
                 AheadState::Failed => return finished.and_then(|()| Err(self.poison_error())),
@@ -778,7 +778,7 @@ impl Inner {
                     {
                         continue;
                     }
-                    drop(a.done.wait(st).unwrap_or_else(|p| p.into_inner()));
+                    a.done.wait(&mut st);
                 }
             }
         }

@@ -3805,8 +3805,8 @@ fn a_payload_dropped_as_the_last_holder_of_its_buffers_gives_them_back_for_reuse
             flush: false,
             charge: None,
             crc: std::sync::OnceLock::new(),
-            state: std::sync::Mutex::new(super::engine::AheadState::Pending),
-            done: std::sync::Condvar::new(),
+            state: parking_lot::Mutex::new(super::engine::AheadState::Pending),
+            done: parking_lot::Condvar::new(),
             started: std::sync::Mutex::new(None),
         };
         drop(payload);
