@@ -377,16 +377,7 @@ fn open_reservation() -> Result<c_int, i32> {
 /// An `O_PATH`, close-on-exec descriptor of a new empty memfd, and its device and inode number.
 fn open_path_memfd() -> Option<(c_int, u64, u64)> {
     let m = memfd(c"tailbound-reserved").ok()?;
-    let path = format!("/proc/self/fd/{m}\0");
-    // SAFETY: `path` is NUL-terminated; the flags need no mode.
-    let fd = unsafe {
-        openat(
-            libc::AT_FDCWD,
-            path.as_ptr().cast(),
-            libc::O_PATH | libc::O_CLOEXEC,
-            0,
-        )
-    };
+    let fd = reopen_o_path(m);
     release_fd(m);
     if fd < 0 {
         return None;
@@ -397,6 +388,21 @@ fn open_path_memfd() -> Option<(c_int, u64, u64)> {
             release_fd(fd);
             None
         }
+    }
+}
+
+/// A new `O_PATH`, close-on-exec descriptor of what `fd` is open on, reopened through
+/// `/proc/self/fd`; -1 if that fails.
+fn reopen_o_path(fd: c_int) -> c_int {
+    let path = format!("/proc/self/fd/{fd}\0");
+    // SAFETY: `path` is NUL-terminated; the flags need no mode.
+    unsafe {
+        openat(
+            libc::AT_FDCWD,
+            path.as_ptr().cast(),
+            libc::O_PATH | libc::O_CLOEXEC,
+            0,
+        )
     }
 }
 
@@ -777,16 +783,7 @@ mod tests {
         // A memfd of the program's own, and an `O_PATH` descriptor of it, are not.
         let own = memfd(c"the-programs-own").unwrap();
         assert!(!is_reservation(own));
-        let own_path = format!("/proc/self/fd/{own}\0");
-        // SAFETY: a NUL-terminated path; the flags need no mode.
-        let own_o_path = unsafe {
-            openat(
-                libc::AT_FDCWD,
-                own_path.as_ptr().cast(),
-                libc::O_PATH | libc::O_CLOEXEC,
-                0,
-            )
-        };
+        let own_o_path = reopen_o_path(own);
         assert!(own_o_path >= 0 && !is_reservation(own_o_path));
         // Without `/proc`: an `O_PATH` descriptor of `/dev/null` is one, a readable one is not.
         let null = open_dev_null().unwrap();

@@ -2513,9 +2513,8 @@ fn a_seal_looks_only_at_files_it_can_still_take_something_from() {
     // missing from the set.)
     let dev = device(16 << 20);
     let cfg = Config {
-        segment_bytes: 1 << 20,
-        superblock_every_bytes: 64 << 20,
-        ..small_config(Ordering::Relaxed, Barrier::Superblock)
+        barrier: Barrier::Superblock,
+        ..large_file_config(1 << 20)
     };
     let fs = Fs::format(dev.clone(), &cfg).unwrap();
     super::engine::stop_background(&fs.inner);
@@ -2638,14 +2637,9 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
     // record's log in `seal_file_data`.)
     for two_extents_first in [false, true] {
         let dev = device(16 << 20);
-        let cfg = Config {
-            // Room in a segment for a log of every file's block, and no superblock refresh (its
-            // checkpoint would write every log before it).
-            segment_bytes: 1 << 20,
-            superblock_every_bytes: 64 << 20,
-            ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
-        };
-        let fs = Fs::format(dev.clone(), &cfg).unwrap();
+        // Room in a segment for a log of every file's block, and no superblock refresh (its
+        // checkpoint would write every log before it).
+        let fs = Fs::format(dev.clone(), &large_file_config(1 << 20)).unwrap();
         super::engine::stop_background(&fs.inner);
         let n = format::DESCRIPTORS_MAX;
         // Their creation durable: their data is replayed, not placed, so it has records.
