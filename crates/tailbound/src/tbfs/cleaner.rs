@@ -510,8 +510,12 @@ impl Inner {
                         DescKind::Placed => DescKind::Data,
                         k => k,
                     };
-                    if kind == DescKind::Data && !m.inodes.contains_key(&d.ino) {
-                        // A deleted file's data (most of a victim): none of it is live.
+                    if kind == DescKind::Data
+                        && !self.any_block_live(m, d.ino, d.offset, addr, d.blocks)
+                    {
+                        // A deleted file's data (most of a victim), or data its file no longer
+                        // maps there (the number may belong to a newer file): none of it is
+                        // live. One look under the inode lock, not one per block.
                         addr += d.blocks as u64;
                         continue;
                     }
@@ -710,6 +714,16 @@ impl Inner {
             }
             DescKind::Attr => false,
         }
+    }
+
+    /// Whether file `ino` (of any kind) still maps any of its blocks `offset..offset + blocks`
+    /// at `addr..addr + blocks`, where a data descriptor put them. A block nothing maps there
+    /// is dead, whatever the file is now: no per-block step copies or moves it.
+    fn any_block_live(&self, m: &Meta, ino: u64, offset: u64, addr: u64, blocks: u32) -> bool {
+        m.inodes.get(&ino).is_some_and(|c| {
+            let st = c.lock();
+            (0..u64::from(blocks)).any(|i| st.map.get(offset + i) == addr + i)
+        })
     }
 
     /// Whether block `index` of regular file `ino` is still at `a`: the only blocks a cleaning

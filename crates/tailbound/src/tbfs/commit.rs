@@ -1506,7 +1506,14 @@ impl Inner {
         } else {
             DescKind::Data
         };
-        let mut written = Vec::new();
+        // The map grows once, not block by block.
+        if let Some(&last) = st.dirty.keys().next_back() {
+            let len = st.map.blocks.len();
+            st.map
+                .blocks
+                .reserve((last as usize + 1).saturating_sub(len));
+        }
+        let mut written = Vec::with_capacity(st.dirty.len());
         for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
             let (gen, data, crc) = (d.gen, d.share_with_log(), d.crc());
             let addr = self.log_add_shared(m, kind, ino, 0, block, data, Some(crc))?;
