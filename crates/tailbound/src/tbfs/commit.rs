@@ -19,6 +19,7 @@ use super::format::{
     BLOCK, BLOCK_U64, DESCRIPTORS_MAX, FANOUT, FLAG_AHEAD, FLAG_BEGIN, FLAG_CHECKPOINT,
     FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
 };
+use super::inoset::InoSet;
 use super::map::BlockMap;
 use crate::dev::PendingWrite;
 
@@ -1371,7 +1372,7 @@ impl Inner {
     fn check_to_seal(&self, m: &Meta) {
         let others: Vec<u64> = {
             let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-            dirty.all.difference(&dirty.to_seal).copied().collect()
+            dirty.all.difference(&dirty.to_seal).collect()
         };
         for ino in others {
             let Some(cell) = m.inodes.get(&ino) else {
@@ -1622,7 +1623,7 @@ impl Inner {
     /// checkpoint's 10 ms under the fileserver workload, all of it holding `meta`.
     fn quick_inode_bound(
         &self,
-        work: &BTreeSet<u64>,
+        work: &InoSet,
         dir_blocks: &HashMap<u64, Vec<super::engine::FreshBlock>>,
     ) -> u64 {
         let widest_dir = dir_blocks
@@ -1653,11 +1654,11 @@ impl Inner {
     fn counted_inode_bound(
         &self,
         m: &Meta,
-        work: &BTreeSet<u64>,
+        work: &InoSet,
         dir_blocks: &HashMap<u64, Vec<super::engine::FreshBlock>>,
     ) -> u64 {
         let mut estimate = 0;
-        for &ino in work {
+        for ino in work.iter() {
             let st = m.inodes[&ino].lock();
             let dir_len = dir_blocks.get(&ino).map_or(0, |b| b.len());
             let n = st
@@ -1704,7 +1705,7 @@ impl Inner {
     /// [`Inner::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
     /// (through the space check's cleaning).
     fn commit_checkpoint_at_depth(&self, m: &mut Meta) -> Result<()> {
-        let taken: BTreeSet<u64> =
+        let taken: InoSet =
             std::mem::take(&mut self.dirty.lock().unwrap_or_else(|p| p.into_inner()).all);
         let mut work = checkpoint_work(m, taken);
 
@@ -1718,7 +1719,7 @@ impl Inner {
         let mut pages: BTreeSet<u64> = work
             .iter()
             .chain(m.freed_slots.iter())
-            .map(|&ino| ino / INODES_PER_PAGE as u64)
+            .map(|ino| ino / INODES_PER_PAGE as u64)
             .collect();
         pages.extend(m.pages_dirty.iter().copied());
         estimate += pages.len() as u64
@@ -1747,7 +1748,7 @@ impl Inner {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .all
-                .extend(work.iter().copied());
+                .extend(work.iter());
             space?;
             // The space check cleaned: the passes changed maps and marked blocks this
             // checkpoint must write, so it starts over with them (without cleaning again if
@@ -1768,7 +1769,7 @@ impl Inner {
         let mut changed: Vec<Arc<InodeCell>> = Vec::new();
         let now = now_ns();
         let flush = self.config.barrier != Barrier::Superblock;
-        for &ino in &work {
+        for ino in work.iter() {
             let cell = m.inodes[&ino].clone();
             let mut guard = cell.lock();
             let st = &mut *guard;
@@ -1834,11 +1835,7 @@ impl Inner {
             .keys()
             .map(|&ino| ino / INODES_PER_PAGE as u64)
             .collect();
-        pages.extend(
-            m.freed_slots
-                .iter()
-                .map(|&ino| ino / INODES_PER_PAGE as u64),
-        );
+        pages.extend(m.freed_slots.iter().map(|ino| ino / INODES_PER_PAGE as u64));
         pages.extend(std::mem::take(&mut m.pages_dirty));
         for &p in &pages {
             let first = p * INODES_PER_PAGE as u64;
@@ -1861,7 +1858,7 @@ impl Inner {
                     for (&ino, r) in records.range(slots.clone()) {
                         encode_slot(page, ino, r);
                     }
-                    for &ino in m.freed_slots.range(slots.clone()) {
+                    for ino in m.freed_slots.range(slots.clone()) {
                         if !records.contains_key(&ino) {
                             // Freed, or freed and its number taken again since.
                             encode_slot(page, ino, &current_record(m, ino));
@@ -2287,21 +2284,19 @@ fn staged_no_segment(_: &mut Meta) -> bool {
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
 /// The inodes a checkpoint writes: those `taken` from the dirty set, those with data in
 /// data-only logs since the last checkpoint, and the changed directories, while they exist.
-fn checkpoint_work(m: &Meta, mut taken: BTreeSet<u64>) -> BTreeSet<u64> {
-    taken.extend(m.pending.iter().copied());
-    taken.extend(m.dirs_dirty.iter().copied());
+fn checkpoint_work(m: &Meta, mut taken: InoSet) -> InoSet {
+    taken.extend(m.pending.iter());
+    taken.extend(m.dirs_dirty.iter());
     taken.retain(|ino| m.inodes.contains_key(ino));
     taken
 }
 
 /// The changed directories of `work`, each encoded as directory blocks.
-fn encode_changed_dirs(
-    m: &Meta,
-    work: &BTreeSet<u64>,
-) -> HashMap<u64, Vec<super::engine::FreshBlock>> {
-    work.iter()
-        .filter(|ino| m.dirs_dirty.contains(ino))
-        .filter_map(|&ino| {
+fn encode_changed_dirs(m: &Meta, work: &InoSet) -> HashMap<u64, Vec<super::engine::FreshBlock>> {
+    m.dirs_dirty
+        .iter()
+        .filter(|ino| work.contains(ino))
+        .filter_map(|ino| {
             let entries = m.dirs.get(&ino)?;
             let blocks = format::encode_dir_entries_in(
                 entries

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::format::{
     self, Block, InodeRecord, BLOCK, BLOCK_U64, NAME_MAX, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
 };
+use super::inoset::InoSet;
 use super::map::BlockMap;
 use super::*;
 
@@ -451,11 +452,11 @@ pub(crate) enum Section {
 pub(crate) struct Meta {
     pub inodes: HashMap<u64, Arc<InodeCell>>,
     pub dirs: HashMap<u64, DirEntries>,
-    pub dirs_dirty: BTreeSet<u64>,
+    pub dirs_dirty: InoSet,
     /// Inodes whose record, data or map must go into the next checkpoint.
-    pub pending: BTreeSet<u64>,
+    pub pending: InoSet,
     /// Slots of freed inodes whose inode page must be rewritten.
-    pub freed_slots: BTreeSet<u64>,
+    pub freed_slots: InoSet,
     pub free_inos: BTreeSet<u64>,
     pub next_ino: u64,
     /// The inode file: the map of its pages.
@@ -516,7 +517,7 @@ pub(crate) struct Meta {
     /// Inodes whose record changed, since the last checkpoint, in a way only a checkpoint
     /// records (creation, names and links, attributes or size set): the checkpoint that writes
     /// one marks it (`InodeState::ckpt_seq`) for its file's syncs to wait for.
-    pub ns_changed: BTreeSet<u64>,
+    pub ns_changed: InoSet,
     /// The timed sections of the present hold, innermost last, each with when its own time last
     /// started running ([`Inner::in_section`]).
     pub sections: Vec<(Section, Instant)>,
@@ -2090,7 +2091,7 @@ impl Meta {
 #[derive(Debug, Default)]
 pub(crate) struct DirtySet {
     /// Every inode dirtied since a checkpoint took them: the next checkpoint's work.
-    pub all: BTreeSet<u64>,
+    pub all: InoSet,
     /// Those that may still have something a data-only log can take: buffers in no sealed log,
     /// or attributes, unless only a checkpoint may record the file (`Meta::ns_changed`). What
     /// sealing a full buffer looks through. Entries are added with `all` (under the inode's
@@ -2100,7 +2101,7 @@ pub(crate) struct DirtySet {
     /// next seal to drop. Sealing went through every file written since the last
     /// checkpoint before, most of them sealed already and placed (their attributes wait for the
     /// checkpoint): 909 files per seal of a full buffer in a 10 s fileserver run, 482 now.
-    pub to_seal: BTreeSet<u64>,
+    pub to_seal: InoSet,
 }
 
 impl DirtySet {

@@ -22,6 +22,7 @@ mod commit;
 pub mod engine;
 pub mod format;
 pub mod fsck;
+mod inoset;
 pub mod lifecycle;
 pub mod locks;
 mod map;

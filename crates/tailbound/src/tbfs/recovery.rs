@@ -17,6 +17,7 @@ use super::format::{
     Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_AHEAD, FLAG_BEGIN, FLAG_CHECKPOINT,
     FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
 };
+use super::inoset::InoSet;
 use super::lifecycle::{Kept, Life};
 use super::map::BlockMap;
 use super::*;
@@ -1020,7 +1021,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         last_seq: vec![0; segment_count],
         pinned: vec![0; segment_count],
     };
-    let mut pending = BTreeSet::new();
+    let mut pending = InoSet::default();
     {
         let mut live = |a: u64| seg.live[seg_of(a) as usize] += 1;
         for (&ino, cell) in &cells {
