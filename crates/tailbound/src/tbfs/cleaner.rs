@@ -92,7 +92,7 @@ fn dirty_node(map: &mut BlockMap, level: u8, index: u64) -> bool {
     if leaf >= map.blocks.len().div_ceil(FANOUT) {
         map.all_dirty = true;
     } else {
-        map.dirty_leaves.insert(leaf);
+        map.dirty_leaves.insert(leaf as u64);
     }
     true
 }

@@ -5,11 +5,12 @@
 //! log's write completes before the next is issued, and a segment is reused only when nothing in
 //! memory references it and a durable superblock names a checkpoint written after it died.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::dense::DenseSet;
 use super::engine::{
     now_ns, AheadPayload, AheadState, Inner, InodeCell, LogBuild, LogWriter, Meta, MetaGuard,
     Queued, Release, SealedLog, Section, IFILE_CACHE_PAGES,
@@ -19,7 +20,6 @@ use super::format::{
     BLOCK, BLOCK_U64, DESCRIPTORS_MAX, FANOUT, FLAG_AHEAD, FLAG_BEGIN, FLAG_CHECKPOINT,
     FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
 };
-use super::inoset::InoSet;
 use super::map::BlockMap;
 use crate::dev::PendingWrite;
 
@@ -1576,16 +1576,10 @@ impl Inner {
     /// checkpoint nested in another's cleaning is not checked: it finds the inodes the outer
     /// one took and has not written yet changed, and their cached records, matching the maps
     /// on the device, are the right ones to write there.
-    fn check_cached_page(
-        &self,
-        m: &Meta,
-        page: &format::Block,
-        p: u64,
-        records: &BTreeMap<u64, InodeRecord>,
-    ) {
+    fn check_cached_page(&self, m: &Meta, page: &format::Block, p: u64, records: &Records) {
         for slot in 0..INODES_PER_PAGE {
             let ino = p * INODES_PER_PAGE as u64 + slot as u64;
-            if records.contains_key(&ino) || m.freed_slots.contains(&ino) {
+            if records.get(ino).is_some() || m.freed_slots.contains(&ino) {
                 continue;
             }
             let mut fresh = [0u8; INODE_BYTES];
@@ -1623,7 +1617,7 @@ impl Inner {
     /// checkpoint's 10 ms under the fileserver workload, all of it holding `meta`.
     fn quick_inode_bound(
         &self,
-        work: &InoSet,
+        work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<super::engine::FreshBlock>>,
     ) -> u64 {
         let widest_dir = dir_blocks
@@ -1654,7 +1648,7 @@ impl Inner {
     fn counted_inode_bound(
         &self,
         m: &Meta,
-        work: &InoSet,
+        work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<super::engine::FreshBlock>>,
     ) -> u64 {
         let mut estimate = 0;
@@ -1705,7 +1699,7 @@ impl Inner {
     /// [`Inner::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
     /// (through the space check's cleaning).
     fn commit_checkpoint_at_depth(&self, m: &mut Meta) -> Result<()> {
-        let taken: InoSet =
+        let taken: DenseSet =
             std::mem::take(&mut self.dirty.lock().unwrap_or_else(|p| p.into_inner()).all);
         let mut work = checkpoint_work(m, taken);
 
@@ -1763,7 +1757,7 @@ impl Inner {
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq;
-        let mut records: BTreeMap<u64, InodeRecord> = BTreeMap::new();
+        let mut records = Records::default();
         let mut written: Vec<Release> = Vec::new();
         // Inodes with a change only a checkpoint records: their next sync waits for this one.
         let mut changed: Vec<Arc<InodeCell>> = Vec::new();
@@ -1822,7 +1816,7 @@ impl Inner {
             st.map = map;
             result?;
             st.attr_dirty = false;
-            records.insert(ino, st.record(ino));
+            records.push(ino, st.record(ino));
             drop(guard);
             if m.ns_changed.contains(&ino) {
                 changed.push(cell.clone());
@@ -1832,8 +1826,8 @@ impl Inner {
 
         // Inode pages: every page holding a changed or freed inode.
         let mut pages: BTreeSet<u64> = records
-            .keys()
-            .map(|&ino| ino / INODES_PER_PAGE as u64)
+            .inos()
+            .map(|ino| ino / INODES_PER_PAGE as u64)
             .collect();
         pages.extend(m.freed_slots.iter().map(|ino| ino / INODES_PER_PAGE as u64));
         pages.extend(std::mem::take(&mut m.pages_dirty));
@@ -1855,11 +1849,11 @@ impl Inner {
                         self.check_cached_page(m, &shared, p, &records);
                     }
                     let page = Arc::make_mut(&mut shared);
-                    for (&ino, r) in records.range(slots.clone()) {
+                    for (ino, r) in records.range(slots.clone()) {
                         encode_slot(page, ino, r);
                     }
                     for ino in m.freed_slots.range(slots.clone()) {
-                        if !records.contains_key(&ino) {
+                        if records.get(ino).is_none() {
                             // Freed, or freed and its number taken again since.
                             encode_slot(page, ino, &current_record(m, ino));
                         }
@@ -1868,7 +1862,7 @@ impl Inner {
                 }
                 None => super::engine::new_block(|page| {
                     for ino in slots {
-                        let record = match records.get(&ino) {
+                        let record = match records.get(ino) {
                             Some(&r) => r,
                             None => current_record(m, ino),
                         };
@@ -2026,7 +2020,9 @@ impl Inner {
         let mut dirty: BTreeSet<usize> = if all {
             (0..n.div_ceil(FANOUT)).collect()
         } else {
-            std::mem::take(&mut map.dirty_leaves)
+            let leaves = map.dirty_leaves.iter().map(|i| i as usize).collect();
+            map.dirty_leaves.clear();
+            leaves
         };
         let mut levels: Vec<Vec<u64>> = Vec::with_capacity(h as usize);
         let mut width = n;
@@ -2281,10 +2277,9 @@ fn staged_no_segment(_: &mut Meta) -> bool {
     false
 }
 
-/// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
 /// The inodes a checkpoint writes: those `taken` from the dirty set, those with data in
 /// data-only logs since the last checkpoint, and the changed directories, while they exist.
-fn checkpoint_work(m: &Meta, mut taken: InoSet) -> InoSet {
+fn checkpoint_work(m: &Meta, mut taken: DenseSet) -> DenseSet {
     taken.extend(m.pending.iter());
     taken.extend(m.dirs_dirty.iter());
     taken.retain(|ino| m.inodes.contains_key(ino));
@@ -2292,7 +2287,7 @@ fn checkpoint_work(m: &Meta, mut taken: InoSet) -> InoSet {
 }
 
 /// The changed directories of `work`, each encoded as directory blocks.
-fn encode_changed_dirs(m: &Meta, work: &InoSet) -> HashMap<u64, Vec<super::engine::FreshBlock>> {
+fn encode_changed_dirs(m: &Meta, work: &DenseSet) -> HashMap<u64, Vec<super::engine::FreshBlock>> {
     m.dirs_dirty
         .iter()
         .filter(|ino| work.contains(ino))
@@ -2309,6 +2304,38 @@ fn encode_changed_dirs(m: &Meta, work: &InoSet) -> HashMap<u64, Vec<super::engin
         .collect()
 }
 
+/// The inode records a checkpoint writes, in ascending inode order (its work is walked in
+/// that order): a sorted list, where a B-tree took an insertion search per inode under `meta`.
+#[derive(Default)]
+struct Records(Vec<(u64, InodeRecord)>);
+
+impl Records {
+    /// Adds `ino`'s record; `ino` is above every number already in.
+    fn push(&mut self, ino: u64, record: InodeRecord) {
+        debug_assert!(self.0.last().is_none_or(|&(last, _)| last < ino));
+        self.0.push((ino, record));
+    }
+
+    fn get(&self, ino: u64) -> Option<&InodeRecord> {
+        self.0
+            .binary_search_by_key(&ino, |&(i, _)| i)
+            .ok()
+            .map(|at| &self.0[at].1)
+    }
+
+    /// The records of the inodes in `inos`, ascending.
+    fn range(&self, inos: std::ops::Range<u64>) -> impl Iterator<Item = (u64, &InodeRecord)> {
+        let from = self.0.partition_point(|&(i, _)| i < inos.start);
+        let to = self.0.partition_point(|&(i, _)| i < inos.end);
+        self.0[from..to].iter().map(|(i, r)| (*i, r))
+    }
+
+    fn inos(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().map(|&(i, _)| i)
+    }
+}
+
+/// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
 fn current_record(m: &Meta, ino: u64) -> InodeRecord {
     m.inodes
         .get(&ino)

@@ -13,10 +13,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::dense::DenseSet;
 use super::format::{
     self, Block, InodeRecord, BLOCK, BLOCK_U64, NAME_MAX, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
 };
-use super::inoset::InoSet;
 use super::map::BlockMap;
 use super::*;
 
@@ -452,11 +452,11 @@ pub(crate) enum Section {
 pub(crate) struct Meta {
     pub inodes: HashMap<u64, Arc<InodeCell>>,
     pub dirs: HashMap<u64, DirEntries>,
-    pub dirs_dirty: InoSet,
+    pub dirs_dirty: DenseSet,
     /// Inodes whose record, data or map must go into the next checkpoint.
-    pub pending: InoSet,
+    pub pending: DenseSet,
     /// Slots of freed inodes whose inode page must be rewritten.
-    pub freed_slots: InoSet,
+    pub freed_slots: DenseSet,
     pub free_inos: BTreeSet<u64>,
     pub next_ino: u64,
     /// The inode file: the map of its pages.
@@ -517,7 +517,7 @@ pub(crate) struct Meta {
     /// Inodes whose record changed, since the last checkpoint, in a way only a checkpoint
     /// records (creation, names and links, attributes or size set): the checkpoint that writes
     /// one marks it (`InodeState::ckpt_seq`) for its file's syncs to wait for.
-    pub ns_changed: InoSet,
+    pub ns_changed: DenseSet,
     /// The timed sections of the present hold, innermost last, each with when its own time last
     /// started running ([`Inner::in_section`]).
     pub sections: Vec<(Section, Instant)>,
@@ -2091,7 +2091,7 @@ impl Meta {
 #[derive(Debug, Default)]
 pub(crate) struct DirtySet {
     /// Every inode dirtied since a checkpoint took them: the next checkpoint's work.
-    pub all: InoSet,
+    pub all: DenseSet,
     /// Those that may still have something a data-only log can take: buffers in no sealed log,
     /// or attributes, unless only a checkpoint may record the file (`Meta::ns_changed`). What
     /// sealing a full buffer looks through. Entries are added with `all` (under the inode's
@@ -2101,7 +2101,7 @@ pub(crate) struct DirtySet {
     /// next seal to drop. Sealing went through every file written since the last
     /// checkpoint before, most of them sealed already and placed (their attributes wait for the
     /// checkpoint): 909 files per seal of a full buffer in a 10 s fileserver run, 482 now.
-    pub to_seal: InoSet,
+    pub to_seal: DenseSet,
 }
 
 impl DirtySet {

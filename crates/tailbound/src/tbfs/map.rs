@@ -2,8 +2,7 @@
 //! nodes that held them at the last checkpoint, and which nodes must be rewritten at the next one.
 //! Owns no I/O; the commit path writes nodes and the loader fills maps from storage.
 
-use std::collections::BTreeSet;
-
+use super::dense::DenseSet;
 use super::format::{height_for, Extents, FANOUT};
 
 /// The nodes of a whole tree mapping `blocks` blocks, every level.
@@ -28,7 +27,7 @@ pub(crate) struct BlockMap {
     /// Root address on storage (0: empty map).
     pub root: u64,
     /// Level-1 node indices whose children changed since the last checkpoint.
-    pub dirty_leaves: BTreeSet<usize>,
+    pub dirty_leaves: DenseSet,
     /// The tree's shape changed: every node is rewritten.
     pub all_dirty: bool,
     /// The map as last written, when it was written in the inode record (no nodes, `root` and
@@ -49,7 +48,7 @@ impl BlockMap {
         }
         let old = std::mem::replace(&mut self.blocks[i], addr);
         if old != addr {
-            self.dirty_leaves.insert(i / FANOUT);
+            self.dirty_leaves.insert((i / FANOUT) as u64);
         }
         old
     }

@@ -19,10 +19,10 @@ use crate::dev::Device;
 
 mod cleaner;
 mod commit;
+mod dense;
 pub mod engine;
 pub mod format;
 pub mod fsck;
-mod inoset;
 pub mod lifecycle;
 pub mod locks;
 mod map;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::dense::DenseSet;
 use super::engine::{
     mode_kind, now_ns, DirEntries, Inner, InodeCell, InodeState, LogWriter, Meta, SegUsage, Wake,
     Writer, ROOT_INO,
@@ -17,7 +18,6 @@ use super::format::{
     Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_AHEAD, FLAG_BEGIN, FLAG_CHECKPOINT,
     FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
 };
-use super::inoset::InoSet;
 use super::lifecycle::{Kept, Life};
 use super::map::BlockMap;
 use super::*;
@@ -1021,7 +1021,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         last_seq: vec![0; segment_count],
         pinned: vec![0; segment_count],
     };
-    let mut pending = InoSet::default();
+    let mut pending = DenseSet::default();
     {
         let mut live = |a: u64| seg.live[seg_of(a) as usize] += 1;
         for (&ino, cell) in &cells {

@@ -1,19 +1,21 @@
-//! A set of inode numbers kept as a bitmap, for the sets a checkpoint's work is gathered in
+//! A set of small, dense numbers kept as a bitmap: the sets a checkpoint's work is gathered in
 //! (`Meta::pending`, `Meta::ns_changed`, `Meta::dirs_dirty`, `Meta::freed_slots`, the dirty
-//! set). Inode numbers are dense (a freed number is the next one handed out, and the root's
-//! record bounds them by the inode file's size), so the bitmap spans the pool's inodes: a
-//! membership change is a bit flip, where a B-tree of a few thousand numbers took a search
-//! with its cache misses, most of them while `meta` was held.
+//! set), and a block map's changed leaves (`BlockMap::dirty_leaves`). Inode numbers are dense
+//! (a freed number is the next one handed out, and the root's record bounds them by the inode
+//! file's size), as are a map's leaf indices, so the bitmap spans no more than the pool's
+//! inodes or the file's leaves: a membership change is a bit flip, where a B-tree of a few
+//! thousand numbers took a search with its cache misses (and a one-leaf set an allocation),
+//! most of them while `meta` was held.
 
 use bit_set::BitSet;
 
 #[derive(Debug, Clone, Default)]
-pub(crate) struct InoSet {
+pub(crate) struct DenseSet {
     bits: BitSet,
     len: usize,
 }
 
-impl InoSet {
+impl DenseSet {
     /// Adds `ino`; true if it was not in the set.
     pub fn insert(&mut self, ino: u64) -> bool {
         let added = self.bits.insert(ino as usize);
@@ -59,7 +61,7 @@ impl InoSet {
     }
 
     /// The numbers in the set and not in `other`, ascending.
-    pub fn difference<'a>(&'a self, other: &'a InoSet) -> impl Iterator<Item = u64> + 'a {
+    pub fn difference<'a>(&'a self, other: &'a DenseSet) -> impl Iterator<Item = u64> + 'a {
         self.iter().filter(|ino| !other.contains(ino))
     }
 
@@ -72,7 +74,7 @@ impl InoSet {
     }
 }
 
-impl Extend<u64> for InoSet {
+impl Extend<u64> for DenseSet {
     fn extend<I: IntoIterator<Item = u64>>(&mut self, inos: I) {
         for ino in inos {
             self.insert(ino);
@@ -80,9 +82,9 @@ impl Extend<u64> for InoSet {
     }
 }
 
-impl FromIterator<u64> for InoSet {
-    fn from_iter<I: IntoIterator<Item = u64>>(inos: I) -> InoSet {
-        let mut set = InoSet::default();
+impl FromIterator<u64> for DenseSet {
+    fn from_iter<I: IntoIterator<Item = u64>>(inos: I) -> DenseSet {
+        let mut set = DenseSet::default();
         set.extend(inos);
         set
     }
@@ -94,14 +96,14 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::InoSet;
+    use super::DenseSet;
 
     proptest! {
         /// Any sequence of inserts and removes leaves the set, its count and its order as a
         /// `BTreeSet` has them.
         #[test]
         fn behaves_as_an_ordered_set(ops in prop::collection::vec((any::<bool>(), 0u64..2000), 0..400)) {
-            let mut set = InoSet::default();
+            let mut set = DenseSet::default();
             let mut model = BTreeSet::new();
             for (add, ino) in ops {
                 if add {
@@ -117,7 +119,7 @@ mod tests {
                 set.range(100..900).collect::<Vec<_>>(),
                 model.range(100..900).copied().collect::<Vec<_>>()
             );
-            let other: InoSet = model.iter().copied().filter(|i| i % 3 == 0).collect();
+            let other: DenseSet = model.iter().copied().filter(|i| i % 3 == 0).collect();
             prop_assert_eq!(
                 set.difference(&other).collect::<Vec<_>>(),
                 model.iter().copied().filter(|i| i % 3 != 0).collect::<Vec<_>>()
