@@ -618,6 +618,9 @@ pub(crate) struct Inner {
     /// others), in `Section` order.
     pub meta_section_ns: [AtomicU64; 3],
     pub poisoned: Mutex<Option<String>>,
+    /// Whether `poisoned` holds a reason: read by every operation, so the mutex (one cache line
+    /// every thread would take) is locked only once a write failed.
+    pub poisoned_set: AtomicBool,
     pub closed: AtomicBool,
     pub counters: Mutex<FsCounters>,
     pub report: Mutex<RecoveryReport>,
@@ -1012,6 +1015,9 @@ impl Inner {
 
     /// Fails once a write failed (see [`Inner::poison`]).
     pub fn check_not_poisoned(&self) -> Result<()> {
+        if !self.poisoned_set.load(AtomicOrdering::Acquire) {
+            return Ok(());
+        }
         match self
             .poisoned
             .lock()
@@ -1036,6 +1042,7 @@ impl Inner {
         let mut p = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
         if p.is_none() {
             *p = Some(err.to_string());
+            self.poisoned_set.store(true, AtomicOrdering::Release);
         }
     }
 

@@ -104,6 +104,7 @@ fn new_inner(
         meta_held_ns: AtomicU64::new(0),
         meta_section_ns: Default::default(),
         poisoned: Mutex::new(None),
+        poisoned_set: AtomicBool::new(false),
         closed: AtomicBool::new(false),
         counters: Mutex::new(FsCounters::default()),
         report: Mutex::new(RecoveryReport::default()),
