@@ -374,12 +374,16 @@ impl Inner {
             let cut = std::mem::take(&mut m.run_soft_dead);
             m.soft_dead_to_checkpoint.extend(cut);
         }
+        // Room for as many blocks as the log can take, so it does not grow (and reallocate)
+        // block by block under `meta`.
+        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
+        let blocks = (seg_end.saturating_sub(m.writer.pos + 1) as usize).min(LOG_BLOCKS_MAX);
         m.writer.log = Some(LogBuild {
             start: m.writer.pos,
             flags,
-            descriptors: Vec::new(),
-            payload: Vec::new(),
-            crcs: Vec::new(),
+            descriptors: Vec::with_capacity(DESCRIPTORS_MAX.min(blocks + DESCRIPTORS_RESERVED)),
+            payload: Vec::with_capacity(blocks),
+            crcs: Vec::with_capacity(blocks),
         });
     }
 

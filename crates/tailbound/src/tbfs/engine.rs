@@ -1221,6 +1221,13 @@ impl Inner {
         if end > st.size {
             st.size = end;
         }
+        // Room in the map for the blocks written, made here under the inode lock rather than
+        // when they are sealed, under `meta`.
+        let mapped = end.div_ceil(BLOCK_U64) as usize;
+        if mapped > st.map.blocks.len() {
+            let len = st.map.blocks.len();
+            st.map.blocks.reserve(mapped - len);
+        }
         st.mtime_ns = now_ns();
         st.ctime_ns = st.mtime_ns;
         st.attr_dirty = true;
