@@ -1888,12 +1888,13 @@ impl Inner {
         st.freed = true;
         let seq = m.writer.seq;
         let now = now_ns();
-        for &a in st.map.blocks.iter().filter(|&&a| a != 0) {
-            m.seg_dec_at(a, seq, self.segment_blocks, now);
-        }
-        for a in st.map.node_addrs().collect::<Vec<_>>() {
-            m.seg_dec_at(a, seq, self.segment_blocks, now);
-        }
+        let blocks = st.map.blocks.iter().copied().filter(|&a| a != 0);
+        m.seg_dec_all_at(
+            blocks.chain(st.map.node_addrs()),
+            seq,
+            self.segment_blocks,
+            now,
+        );
         let released = st.dirty.len() as u64 * BLOCK_U64;
         let buffers = std::mem::take(&mut st.dirty);
         drop(st);
@@ -2037,6 +2038,39 @@ impl Meta {
     }
 
     /// [`Meta::seg_dec`] with the time read once by a caller dropping many blocks.
+    /// [`Meta::seg_dec_at`] for every block of `blocks` (a deleted file's): whether nothing
+    /// keeps the checkpoints that may reference a block depends only on the checkpoint it was
+    /// born after, the same for most blocks of a file, so it is looked up once per run of
+    /// blocks born alike instead of once per block.
+    pub fn seg_dec_all_at(
+        &mut self,
+        blocks: impl Iterator<Item = u64>,
+        seq: u64,
+        segment_blocks: u64,
+        now: i64,
+    ) {
+        let mut known: Option<(u64, bool)> = None;
+        for block in blocks {
+            self.seg_dec_unpinned(block, seq, segment_blocks);
+            let born = self.born_of(block, segment_blocks);
+            let unkept = match known {
+                Some((b, unkept)) if b == born => unkept,
+                _ => {
+                    let unkept = born <= self.checkpoint
+                        && self.life.only_newest_unkept(born, self.checkpoint, now);
+                    known = Some((born, unkept));
+                    unkept
+                }
+            };
+            if unkept {
+                // As in `seg_dec_at`: the next checkpoint releases it, with no pin.
+                self.superseded_since_ckpt = true;
+            } else {
+                self.pin_if_retained(block, segment_blocks);
+            }
+        }
+    }
+
     pub fn seg_dec_at(&mut self, block: u64, seq: u64, segment_blocks: u64, now: i64) {
         self.seg_dec_unpinned(block, seq, segment_blocks);
         let born = self.born_of(block, segment_blocks);
