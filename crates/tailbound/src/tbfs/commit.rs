@@ -1357,16 +1357,32 @@ impl Inner {
         if cfg!(debug_assertions) {
             self.check_to_seal(m);
         }
-        let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-        // Freed files have nothing to seal (numbers are given out again only under `meta`).
-        let mut cells = Vec::with_capacity(dirty.to_seal.len());
-        dirty.to_seal.retain(|ino| match m.inodes.get(ino) {
-            Some(cell) => {
-                cells.push(cell.clone());
-                true
+        // The numbers are copied out and the set let go before the files are looked up: every
+        // writer takes the set's lock (`mark_dirty`), and looking up a few hundred files under
+        // it made writers sleep on it.
+        let listed: Vec<u64> = self
+            .dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .to_seal
+            .iter()
+            .collect();
+        let mut cells = Vec::with_capacity(listed.len());
+        let mut freed = Vec::new();
+        for ino in listed {
+            match m.inodes.get(&ino) {
+                Some(cell) => cells.push(cell.clone()),
+                None => freed.push(ino),
             }
-            None => false,
-        });
+        }
+        // Freed files have nothing to seal. Numbers are given out again only under `meta`,
+        // held here, so no writer has listed any of these again meanwhile.
+        if !freed.is_empty() {
+            let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+            for ino in &freed {
+                dirty.to_seal.remove(ino);
+            }
+        }
         cells
     }
 
