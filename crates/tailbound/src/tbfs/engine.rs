@@ -2271,27 +2271,35 @@ impl Fs {
                 // call under the lock is a point where its holder may be preempted.
                 let owner = flags.create.then(crate::sys::proc::effective_ids);
                 let mut m = inner.lock_meta();
-                let (cell, plain) = match inner.resolve_traced(&m, path, true) {
-                    Ok((ino, plain)) => {
-                        if flags.create && flags.exclusive {
-                            return Err(Error::Exists(path.to_string()));
+                let create = |m: &mut Meta, parent: u64, name: &str| {
+                    let owner = owner.unwrap_or_else(crate::sys::proc::effective_ids);
+                    inner.create_inode(m, parent, name, FileKind::File, flags.mode, owner)
+                };
+                // Most creates name a new file: one walk to its directory, rather than a walk
+                // to the file that fails at its last name and a second one to the directory.
+                // Anything else (the name exists, or is `.` or `..`) takes the full walk.
+                let new = flags
+                    .create
+                    .then(|| inner.parent_of_traced(&m, path).ok())
+                    .flatten()
+                    .filter(|&(parent, name, _)| {
+                        m.dirs.get(&parent).is_some_and(|d| !d.contains_key(name))
+                    });
+                let (cell, plain) = match new {
+                    Some((parent, name, plain)) => (create(&mut m, parent, name), plain),
+                    None => match inner.resolve_traced(&m, path, true) {
+                        Ok((ino, plain)) => {
+                            if flags.create && flags.exclusive {
+                                return Err(Error::Exists(path.to_string()));
+                            }
+                            (inner.cell(&m, ino)?, plain)
                         }
-                        (inner.cell(&m, ino)?, plain)
-                    }
-                    Err(Error::NotFound(_)) if flags.create => {
-                        let (parent, name, plain) = inner.parent_of_traced(&m, path)?;
-                        let owner = owner.unwrap_or_else(crate::sys::proc::effective_ids);
-                        let cell = inner.create_inode(
-                            &mut m,
-                            parent,
-                            name,
-                            FileKind::File,
-                            flags.mode,
-                            owner,
-                        );
-                        (cell, plain)
-                    }
-                    Err(e) => return Err(e),
+                        Err(Error::NotFound(_)) if flags.create => {
+                            let (parent, name, plain) = inner.parent_of_traced(&m, path)?;
+                            (create(&mut m, parent, name), plain)
+                        }
+                        Err(e) => return Err(e),
+                    },
                 };
                 inner.remember(path, plain, &cell);
                 {
