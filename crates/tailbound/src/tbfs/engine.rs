@@ -2037,7 +2037,6 @@ impl Meta {
         self.seg_dec_at(block, seq, segment_blocks, now_ns());
     }
 
-    /// [`Meta::seg_dec`] with the time read once by a caller dropping many blocks.
     /// [`Meta::seg_dec_at`] for every block of `blocks` (a deleted file's): whether nothing
     /// keeps the checkpoints that may reference a block depends only on the checkpoint it was
     /// born after, the same for most blocks of a file, so it is looked up once per run of
@@ -2071,6 +2070,7 @@ impl Meta {
         }
     }
 
+    /// [`Meta::seg_dec`] with the time read once by a caller dropping many blocks.
     pub fn seg_dec_at(&mut self, block: u64, seq: u64, segment_blocks: u64, now: i64) {
         self.seg_dec_unpinned(block, seq, segment_blocks);
         let born = self.born_of(block, segment_blocks);
