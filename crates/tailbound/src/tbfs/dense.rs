@@ -16,22 +16,22 @@ pub(crate) struct DenseSet {
 }
 
 impl DenseSet {
-    /// Adds `ino`; true if it was not in the set.
-    pub fn insert(&mut self, ino: u64) -> bool {
-        let added = self.bits.insert(ino as usize);
+    /// Adds `n`; true if it was not in the set.
+    pub fn insert(&mut self, n: u64) -> bool {
+        let added = self.bits.insert(n as usize);
         self.len += usize::from(added);
         added
     }
 
-    /// Removes `ino`; true if it was in the set.
-    pub fn remove(&mut self, ino: &u64) -> bool {
-        let removed = self.bits.remove(*ino as usize);
+    /// Removes `n`; true if it was in the set.
+    pub fn remove(&mut self, n: &u64) -> bool {
+        let removed = self.bits.remove(*n as usize);
         self.len -= usize::from(removed);
         removed
     }
 
-    pub fn contains(&self, ino: &u64) -> bool {
-        self.bits.contains(*ino as usize)
+    pub fn contains(&self, n: &u64) -> bool {
+        self.bits.contains(*n as usize)
     }
 
     pub fn len(&self) -> usize {
@@ -57,35 +57,35 @@ impl DenseSet {
 
     /// The numbers in `range`, ascending.
     pub fn range(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = u64> + '_ {
-        range.filter(|ino| self.contains(ino))
+        range.filter(|n| self.contains(n))
     }
 
     /// The numbers in the set and not in `other`, ascending.
     pub fn difference<'a>(&'a self, other: &'a DenseSet) -> impl Iterator<Item = u64> + 'a {
-        self.iter().filter(|ino| !other.contains(ino))
+        self.iter().filter(|n| !other.contains(n))
     }
 
     /// Keeps the numbers `keep` is true for.
     pub fn retain(&mut self, mut keep: impl FnMut(&u64) -> bool) {
-        let dropped: Vec<u64> = self.iter().filter(|ino| !keep(ino)).collect();
-        for ino in &dropped {
-            self.remove(ino);
+        let dropped: Vec<u64> = self.iter().filter(|n| !keep(n)).collect();
+        for n in &dropped {
+            self.remove(n);
         }
     }
 }
 
 impl Extend<u64> for DenseSet {
-    fn extend<I: IntoIterator<Item = u64>>(&mut self, inos: I) {
-        for ino in inos {
-            self.insert(ino);
+    fn extend<I: IntoIterator<Item = u64>>(&mut self, ns: I) {
+        for n in ns {
+            self.insert(n);
         }
     }
 }
 
 impl FromIterator<u64> for DenseSet {
-    fn from_iter<I: IntoIterator<Item = u64>>(inos: I) -> DenseSet {
+    fn from_iter<I: IntoIterator<Item = u64>>(ns: I) -> DenseSet {
         let mut set = DenseSet::default();
-        set.extend(inos);
+        set.extend(ns);
         set
     }
 }
