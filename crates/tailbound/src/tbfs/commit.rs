@@ -1527,13 +1527,6 @@ impl Inner {
         } else {
             DescKind::Data
         };
-        // The map grows once, not block by block.
-        if let Some(&last) = st.dirty.keys().next_back() {
-            let len = st.map.blocks.len();
-            st.map
-                .blocks
-                .reserve((last as usize + 1).saturating_sub(len));
-        }
         let mut written = Vec::with_capacity(st.dirty.len());
         for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
             let (gen, data, crc) = (d.gen, d.share_with_log(), d.crc());
@@ -1790,13 +1783,6 @@ impl Inner {
             // Blocks already in a sealed log stay there: the map names that copy, and this
             // checkpoint is written after it. One pass over the buffers seals the others.
             let mut done = Vec::new();
-            // The map grows once, not block by block (new files are written whole here).
-            if let Some(&last) = st.dirty.keys().next_back() {
-                let len = st.map.blocks.len();
-                st.map
-                    .blocks
-                    .reserve((last as usize + 1).saturating_sub(len));
-            }
             for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
                 let addr = self.log_add_shared(
                     m,

@@ -1221,8 +1221,8 @@ impl Inner {
         if end > st.size {
             st.size = end;
         }
-        // Room in the map for the blocks written, made here under the inode lock rather than
-        // when they are sealed, under `meta`.
+        // Room in the map for the blocks written, made here under the inode lock: sealing and
+        // checkpoints set the blocks' addresses under `meta` and find the room made.
         let mapped = end.div_ceil(BLOCK_U64) as usize;
         if mapped > st.map.blocks.len() {
             let len = st.map.blocks.len();
@@ -2062,7 +2062,13 @@ impl Meta {
                 }
             };
             if unkept {
-                // As in `seg_dec_at`: the next checkpoint releases it, with no pin.
+                // Only the newest checkpoint can reference it, and nothing keeps that one (no
+                // snapshot, view or protection period, as in a memory pool): the next
+                // checkpoint releases it. Until a superblock names a later checkpoint the
+                // segment's `dead_at` keeps the block from reuse, so no pin is needed (one per
+                // block of every file deleted or overwritten, dropped again at the next
+                // checkpoint); the newest checkpoint just cannot be opened as a view or made a
+                // snapshot any more.
                 self.superseded_since_ckpt = true;
             } else {
                 self.pin_if_retained(block, segment_blocks);
@@ -2072,19 +2078,7 @@ impl Meta {
 
     /// [`Meta::seg_dec`] with the time read once by a caller dropping many blocks.
     pub fn seg_dec_at(&mut self, block: u64, seq: u64, segment_blocks: u64, now: i64) {
-        self.seg_dec_unpinned(block, seq, segment_blocks);
-        let born = self.born_of(block, segment_blocks);
-        if born <= self.checkpoint && self.life.only_newest_unkept(born, self.checkpoint, now) {
-            // Only the newest checkpoint can reference it, and nothing keeps that one (no
-            // snapshot, view or protection period, as in a memory pool): the next checkpoint
-            // releases it. Until a superblock names a later checkpoint the segment's `dead_at`
-            // keeps the block from reuse, so no pin is needed (one per block of every file
-            // deleted or overwritten, dropped again at the next checkpoint); the newest
-            // checkpoint just cannot be opened as a view or made a snapshot any more.
-            self.superseded_since_ckpt = true;
-            return;
-        }
-        self.pin_if_retained(block, segment_blocks);
+        self.seg_dec_all_at(std::iter::once(block), seq, segment_blocks, now);
     }
 
     /// The live tree drops `block`, which no retained checkpoint needs (a table block: only the
