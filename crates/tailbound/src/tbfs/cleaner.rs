@@ -531,7 +531,7 @@ impl Inner {
                             &one[..]
                         } else {
                             // Not read: neither `copy_file_block` nor `move_block` uses the
-                            // bytes of anything but a live block of a regular file.
+                            // bytes of anything but a live block of a file or symbolic link.
                             &[][..]
                         };
                         if light && kind == DescKind::Data {
@@ -628,6 +628,11 @@ impl Inner {
                 // A newer version may be buffered already; either way the next checkpoint must
                 // write this inode (a commit in progress may have taken it from the dirty set).
                 if !st.dirty.contains_key(&index) {
+                    assert_eq!(
+                        data.len(),
+                        BLOCK,
+                        "the cleaner read no bytes for live block {index} of inode {ino} at {a}"
+                    );
                     let gen = st.next_gen;
                     st.next_gen += 1;
                     let data = super::engine::shared_copy(data);
@@ -726,12 +731,13 @@ impl Inner {
         })
     }
 
-    /// Whether block `index` of regular file `ino` is still at `a`: the only blocks a cleaning
-    /// pass copies the bytes of.
+    /// Whether block `index` of file `ino` is still at `a` and its bytes are carried by
+    /// [`Inner::move_block`] or [`Inner::copy_file_block`]: a regular file's or a symbolic
+    /// link's (whose target is its data). Directories are rewritten whole from memory.
     fn live_file_block(&self, m: &Meta, ino: u64, index: u64, a: u64) -> bool {
         m.inodes.get(&ino).is_some_and(|c| {
             let st = c.lock();
-            st.kind == FileKind::File && st.map.get(index) == a
+            st.kind != FileKind::Dir && st.map.get(index) == a
         })
     }
 

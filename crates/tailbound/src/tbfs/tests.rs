@@ -1098,6 +1098,48 @@ fn the_cleaner_skips_old_data_of_a_reused_inode_number_and_copies_what_is_still_
 }
 
 #[test]
+fn the_cleaner_moves_symbolic_links_whose_target_is_a_data_block() {
+    // A symbolic link's target is its data. On a device whose reads are copies the cleaner
+    // reads a victim a block at a time, and only the blocks whose bytes it carries: a link's
+    // block that it did not read reached the move as no bytes at all.
+    for copies in [true, false] {
+        let dev = device(8 << 20);
+        dev.set_writes_are_copies(copies);
+        let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();
+        let target = |i: u64| format!("/{}/{i}", "t".repeat(1000 + i as usize));
+        for i in 0..24 {
+            fs.symlink(&target(i), &format!("/l{i}")).unwrap();
+            write_file(&fs, &format!("/x{i}"), &pattern(i, 6 * BLOCK));
+        }
+        fs.sync().unwrap();
+        for i in 0..24 {
+            fs.unlink(&format!("/x{i}")).unwrap();
+        }
+        fs.sync().unwrap();
+        let report = fs.gc(0.95).unwrap();
+        assert!(report.segments_cleaned > 0, "copies {copies}: {report:?}");
+        assert!(report.blocks_copied > 0, "copies {copies}: {report:?}");
+        // Reusing the freed segments: a link the pass dropped reads back wrong.
+        for i in 0..24 {
+            write_file(&fs, &format!("/y{i}"), &pattern(50 + i, 6 * BLOCK));
+        }
+        fs.sync().unwrap();
+        for i in 0..24 {
+            assert_eq!(
+                fs.readlink(&format!("/l{i}")).unwrap(),
+                target(i),
+                "copies {copies}"
+            );
+        }
+        let (image, _) = checked_clean(&dev, "after cleaning links");
+        let crashed = Fs::open(image, &OpenOptions::default()).unwrap();
+        for i in 0..24 {
+            assert_eq!(crashed.readlink(&format!("/l{i}")).unwrap(), target(i));
+        }
+    }
+}
+
+#[test]
 fn the_metadata_locks_hold_is_split_into_checkpoints_cleaning_and_sealing() {
     let fs = Fs::format(device(8 << 20), &life_config(Duration::ZERO)).unwrap();
     super::engine::stop_background(&fs.inner);
