@@ -453,7 +453,10 @@ impl Inner {
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
             let live: u64 = victims.iter().map(|&v| m.seg.live[v] as u64).sum();
-            self.ensure_space(m, live + live / 64 + 2)?;
+            m.clean_gain = (victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2);
+            let room = self.ensure_space(m, live + live / 64 + 2);
+            m.clean_gain = 0;
+            room?;
         }
         let mut open = false;
         let mut logs_written = false;

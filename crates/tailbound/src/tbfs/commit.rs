@@ -118,6 +118,11 @@ impl Inner {
     }
 
     /// Blocks the writer can still fill without reusing anything not yet reclaimable.
+    ///
+    /// The rest of the current segment, and a segment's worth for each free segment. The next
+    /// segment, chosen already, does not count: the writer enters it only once it has chosen
+    /// the one after (every log's summary names the segment that follows its own), so the
+    /// last free segment is always the next one and is never written.
     pub(crate) fn free_blocks(&self, m: &Meta) -> u64 {
         self.free_blocks_up_to(m, u64::MAX)
     }
@@ -125,8 +130,7 @@ impl Inner {
     /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
     /// check on every sync does not walk the whole segment table.
     pub(crate) fn free_blocks_up_to(&self, m: &Meta, enough: u64) -> u64 {
-        let mut free = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos
-            + self.segment_blocks;
+        let mut free = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos;
         for s in 0..self.segment_count as usize {
             if free >= enough {
                 break;
@@ -165,13 +169,25 @@ impl Inner {
         if m.in_refresh {
             (0, 0)
         } else {
-            (self.reserve_blocks(), self.low_water(m))
+            (
+                self.reserve_blocks() + Self::deletes_reserve(m),
+                self.low_water(m),
+            )
         }
+    }
+
+    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map. Files
+    /// deleted all over the tree rewrite every page holding one of them, and such a checkpoint
+    /// is what gives their blocks back.
+    fn deletes_reserve(m: &Meta) -> u64 {
+        m.ifile_pages + super::map::tree_nodes(m.ifile_pages) + 1
     }
 
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
     /// that helps. Fails with `NoSpace` before anything is written.
     pub(crate) fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
+        // Taken, so the checks the cleaning below runs are their own.
+        let for_checkpoint = std::mem::take(&mut m.checking_checkpoint);
         let need = self.space_needed(blocks);
         let (reserve, low_water) = self.space_margins(m);
         let want = need + reserve + low_water;
@@ -179,12 +195,12 @@ impl Inner {
         // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
         // buffer needs so it also sets the buffer limit.
         let tight_mark = self.dev.writes_are_copies().then(|| self.urgent_mark(m));
-        let room_mark = need + self.buffer_room(self.config.dirty_bytes_max.div_ceil(BLOCK_U64));
+        let room_mark = need + self.buffer_room(m, self.config.dirty_bytes_max.div_ceil(BLOCK_U64));
         let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)).max(room_mark));
         if let Some(mark) = tight_mark {
             self.space_tight.store(free < mark, AtomicOrdering::Release);
         }
-        self.set_buffer_limit(free.saturating_sub(need));
+        self.set_buffer_limit(m, free.saturating_sub(need), reserve);
         let full = !self.light_cleaning(m);
         if self.full_passes.load(AtomicOrdering::Relaxed) != full {
             self.full_passes.store(full, AtomicOrdering::Release);
@@ -217,10 +233,34 @@ impl Inner {
                 self.wake_background(|w| w.clean = true);
                 return Ok(());
             }
-            // Writers wait for the cleaner rather than fail.
-            self.clean(m, want, true)?;
+            // Writers wait for the cleaner rather than fail. A pass never takes the room the
+            // request already had (`clean_floor`), and cleaning that finds no room of its own
+            // leaves the answer to the check below.
+            let had = self.free_blocks_up_to(m, need + reserve) >= need + reserve;
+            m.clean_floor = if had { need + reserve } else { 0 };
+            let cleaned = self.clean(m, want, true);
+            m.clean_floor = 0;
+            match cleaned {
+                Ok(_) | Err(Error::NoSpace(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
-        if self.free_blocks_up_to(m, need + reserve) >= need + reserve {
+        // A checkpoint may use as much of the reserve as the blocks it records dropped
+        // (deleted, truncated, superseded) give back: it is what makes them reusable, and
+        // without it a pool filled to the reserve could not take the deletes that make room.
+        let keep = if for_checkpoint {
+            reserve.saturating_sub(m.dropped_since_ckpt)
+        } else if m.in_clean {
+            // A light pass's copies may use as much of the reserve as their victims give back
+            // once the copies are durable (`clean_gain`), but keep the room of the request
+            // that is cleaning (`clean_floor`).
+            reserve
+                .saturating_sub(m.clean_gain)
+                .max(m.clean_floor.saturating_sub(need))
+        } else {
+            reserve
+        };
+        if self.free_blocks_up_to(m, need + keep) >= need + keep {
             return Ok(());
         }
         let space = self.space_report(m);
@@ -252,13 +292,16 @@ impl Inner {
 
     /// The free blocks `blocks` of buffered data need as [`Inner::set_buffer_limit`] counts
     /// them: twice over, beyond the reserve and a full pass's copies.
-    fn buffer_room(&self, blocks: u64) -> u64 {
-        2 * blocks + self.reserve_blocks() + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks
+    fn buffer_room(&self, m: &Meta, blocks: u64) -> u64 {
+        2 * blocks
+            + self.reserve_blocks()
+            + Self::deletes_reserve(m)
+            + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks
     }
 
     /// Whether `blocks` of buffered data fit the free space ([`Inner::buffer_room`]).
     pub(crate) fn buffer_fits(&self, m: &Meta, blocks: u64) -> bool {
-        let want = self.buffer_room(blocks);
+        let want = self.buffer_room(m, blocks);
         self.free_blocks_up_to(m, want) >= want
     }
 
@@ -273,10 +316,22 @@ impl Inner {
     /// they reach it. The limit also holds while a namespace change is pending, when passes
     /// were checkpoints too until their copies could be replayed whatever is pending (see
     /// `clean_passes`); kept there as a margin, not measured again since.
-    fn set_buffer_limit(&self, free_after: u64) {
+    ///
+    /// The floor that keeps commits in logs of some size near full is itself at most half of
+    /// what is free beyond `reserve`: what writers buffer then always fits, so a write there is
+    /// no room for gets `NoSpace` before it is buffered (`make_room_for_write`), never data
+    /// acknowledged to a writer that has nowhere to go.
+    fn set_buffer_limit(&self, m: &Meta, free_after: u64, reserve: u64) {
         let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
-        let room = free_after.saturating_sub(self.buffer_room(0)) / 2;
-        let bytes = room.clamp(BUFFER_LIMIT_MIN_BLOCKS.min(full), full) * BLOCK_U64;
+        let room = free_after.saturating_sub(self.buffer_room(m, 0)) / 2;
+        let fit = free_after.saturating_sub(reserve) / 2;
+        let floor = BUFFER_LIMIT_MIN_BLOCKS.min(full).min(fit);
+        let bytes = room.clamp(floor, full) * BLOCK_U64;
+        let fit_bytes = fit.min(full) * BLOCK_U64;
+        if self.buffer_fit_limit.load(AtomicOrdering::Relaxed) != fit_bytes {
+            self.buffer_fit_limit
+                .store(fit_bytes, AtomicOrdering::Release);
+        }
         if self.buffer_limit.load(AtomicOrdering::Relaxed) != bytes {
             self.buffer_limit.store(bytes, AtomicOrdering::Release);
         }
@@ -311,7 +366,7 @@ impl Inner {
             // counts it (the reserve is added by the space check), so writers clean before the
             // buffer must shrink. (Every pass was then a checkpoint carrying the buffer; passes
             // are light now whatever is pending, and this margin is kept, not measured again.)
-            self.buffer_room(flush) - self.reserve_blocks()
+            self.buffer_room(m, flush) - self.reserve_blocks() - Self::deletes_reserve(m)
         } else {
             // A light pass needs room for one victim's copies. A victim that holds live map
             // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
@@ -1639,7 +1694,8 @@ impl Inner {
             .max()
             .unwrap_or(0);
         let widest = self.widest.load(AtomicOrdering::Relaxed);
-        let per_inode = super::map::tree_nodes(widest.max(widest_dir)) + 1;
+        // An inode's slot is in its page, counted apart.
+        let per_inode = super::map::tree_nodes(widest.max(widest_dir));
         let buffered = self
             .dirty_bytes
             .load(AtomicOrdering::Acquire)
@@ -1692,8 +1748,9 @@ impl Inner {
                 }
                 ((st.map.dirty_leaves.len() as u64 + buffered) * h).min(total)
             };
-            // Buffers already in a sealed log stay there (see the sealing below).
-            estimate += unsealed_count(&st) as u64 + nodes + 1;
+            // Buffers already in a sealed log stay there (see the sealing below). The inode's
+            // slot is in its page, counted apart.
+            estimate += unsealed_count(&st) as u64 + nodes;
         }
         estimate
     }
@@ -1720,18 +1777,21 @@ impl Inner {
         // directories (encoded here, for the sealing below), the inode pages and tables, and
         // each inode's buffered blocks and map nodes.
         let mut dir_blocks = encode_changed_dirs(m, &work);
-        let mut estimate = 2
-            + m.freed_slots.len() as u64
-            + dir_blocks.values().map(|b| b.len() as u64).sum::<u64>();
+        // A freed inode costs its slot's page, counted with the pages: deleting many files must
+        // not look like writing a block per file, or a full pool could not take the deletes
+        // that make room.
+        let mut estimate = 2 + dir_blocks.values().map(|b| b.len() as u64).sum::<u64>();
         let mut pages: BTreeSet<u64> = work
             .iter()
             .chain(m.freed_slots.iter())
             .map(|ino| ino / INODES_PER_PAGE as u64)
             .collect();
         pages.extend(m.pages_dirty.iter().copied());
-        estimate += pages.len() as u64
-            + (height_for(m.ifile.blocks.len() as u64 + 1) as u64 + 1) * pages.len().max(1) as u64
-            + 4;
+        // The inode file's map: a path per page written, and never more than its whole tree.
+        let ifile_len = (m.ifile.blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
+        let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
+            .min(super::map::tree_nodes(ifile_len) + 1);
+        estimate += pages.len() as u64 + ifile_nodes + 4;
         estimate += m.table_estimate();
         // The inodes' part: a bound from totals when the free space covers it with room to
         // spare, else one counted inode by inode.
@@ -1747,6 +1807,7 @@ impl Inner {
             estimate + self.counted_inode_bound(m, &work, &dir_blocks)
         };
         let passes = m.clean_passes;
+        m.checking_checkpoint = true;
         let space = self.ensure_space(m, estimate);
         if space.is_err() || m.clean_passes != passes {
             // Nothing was written: the files taken from the dirty set stay in it, or a later
@@ -1951,6 +2012,7 @@ impl Inner {
             m.writer.pos,
         )];
         m.checkpoint = number;
+        m.dropped_since_ckpt = 0;
         m.checkpoint_root = addr;
         m.checkpoint_seq = root_seq;
         for cell in changed {

@@ -25,6 +25,10 @@ pub(crate) const ROOT_INO: u64 = 1;
 /// Largest file, so a block map always fits in memory (16 Mi blocks).
 pub const FILE_BYTES_MAX: u64 = 64 << 30;
 
+/// Blocks a buffered write's space check asks for beyond its own and a thirty-second of them
+/// (`make_room_for_write`): the summary, map nodes and attributes record of the commit that
+/// carries it.
+const WRITE_COMMIT_SLACK_BLOCKS: u64 = 8;
 /// A file holding 1/this of the write buffer is written on its own when the buffer fills, and
 /// behind its writes (see [`Inner::write_behind_bytes`]).
 const OWN_FLUSH_DIVISOR: u64 = 8;
@@ -494,9 +498,24 @@ pub(crate) struct Meta {
     pub life: super::lifecycle::Life,
     /// The cleaner is running (no nested cleaning from `ensure_space`).
     pub in_clean: bool,
+    /// Free blocks a cleaning pass run by a space check must leave: what the request being
+    /// checked needs, when there was room for it before cleaning. A pass copies before it
+    /// frees, and one that freed nothing must not take the room the request had.
+    pub clean_floor: u64,
+    /// The space check running is a checkpoint's, before it writes anything (which may use the
+    /// reserve its dropped blocks give back, `dropped_since_ckpt`). Cleared for what that check
+    /// runs: cleaning passes and nested checkpoints set their own.
+    pub checking_checkpoint: bool,
+    /// Blocks a light cleaning pass's victims give back beyond its copies, while its space
+    /// check runs: the copies may use that much of the reserve.
+    pub clean_gain: u64,
     /// A block the newest checkpoint references was superseded without a pin since it was
     /// written (`seg_supersede`): that checkpoint may no longer be read on its own.
     pub superseded_since_ckpt: bool,
+    /// Blocks the live tree dropped since the newest checkpoint (deleted, truncated or
+    /// superseded): a checkpoint may use as much of the space reserve as these give back
+    /// ([`Inner::ensure_space`]), so a full pool still takes the deletes that make room.
+    pub dropped_since_ckpt: u64,
     /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a
     /// pass changes maps and marks blocks it must write.
     pub clean_passes: u64,
@@ -591,6 +610,10 @@ pub(crate) struct Inner {
     /// `Config::dirty_bytes_max`, or less when free space is short, so the checkpoint such a
     /// pass writes always finds room.
     pub buffer_limit: AtomicU64,
+    /// Bytes writers may buffer whatever cleaning carries: half of what was free beyond the
+    /// space reserve at the last space check, so buffered data always has room to go
+    /// ([`Inner::set_buffer_limit`]).
+    pub buffer_fit_limit: AtomicU64,
     /// The most blocks any file's map or buffers in this pool have spanned (holes included):
     /// every map as loaded at open, raised where a file buffers a block past its map. Only
     /// grows; a checkpoint's quick space bound assumes every map it writes may be this wide
@@ -1267,7 +1290,12 @@ impl Inner {
             return self.write_direct(cell, buf, offset, charge);
         }
         let len = buf.len() as u64;
-        if len > self.buffer_limit() / 2 {
+        // A write that would take the buffer past its limit finds room first, so a write there
+        // is no room for fails with `NoSpace` before any of it is buffered, rather than after
+        // (its data would then stay buffered with nowhere to go).
+        let limit = self.buffer_limit();
+        let room_checked = len > limit / 2 || self.buffered_bytes() + len > limit;
+        if room_checked {
             self.make_room_for_write(len)?;
         }
         let end;
@@ -1278,28 +1306,13 @@ impl Inner {
             held = st.dirty.len() as u64 * BLOCK_U64;
         }
         if self.buffered_bytes() > self.buffer_limit() {
-            let mut m = self.lock_meta();
-            if self.buffered_bytes() > self.buffer_limit() {
-                // Relaxed ordering writes a full buffer as data-only logs; the maps follow at
-                // the next checkpoint.
-                if self.buffer_in_data_logs() {
-                    // A writer holding a good part of the buffer writes its own file first
-                    // (its I/O, at its priority and weight); other files' data only if that is
-                    // not enough. Many small files go out together, in fewer logs.
-                    let own = cell.lock().dirty.len() as u64 * BLOCK_U64;
-                    if own >= self.write_behind_bytes() {
-                        self.commit_data_log(&mut m, cell)?;
-                    }
-                    if self.buffered_bytes() > self.buffer_limit() {
-                        m = self.commit_data_logs_in_parts(m)?;
-                    }
-                } else {
-                    self.commit_checkpoint(&mut m)?;
-                }
-                self.maybe_refresh(&mut m)?;
+            match self.commit_over_limit(cell) {
+                // The room for this write was found before it was buffered: it is written, and
+                // what is buffered goes out at the next commit that finds room (a sync, or the
+                // next write's check). A commit's estimate counts more than it writes.
+                Err(Error::NoSpace(_)) if room_checked && self.check_not_poisoned().is_ok() => {}
+                r => r?,
             }
-            // The logs are written here, after `meta` is released.
-            m.unlock_and_write()?;
         } else if self.config.ordering == Ordering::Relaxed && held >= self.write_behind_bytes() {
             // Write-behind: a file with a large amount buffered goes out now as data-only logs,
             // its writer's I/O.
@@ -1317,8 +1330,35 @@ impl Inner {
         Ok((end, buf.len()))
     }
 
+    /// Commits what is buffered once writers took the buffer past its limit.
+    fn commit_over_limit(&self, cell: &InodeCell) -> Result<()> {
+        let mut m = self.lock_meta();
+        if self.buffered_bytes() > self.buffer_limit() {
+            // Relaxed ordering writes a full buffer as data-only logs; the maps follow at the
+            // next checkpoint.
+            if self.buffer_in_data_logs() {
+                // A writer holding a good part of the buffer writes its own file first (its
+                // I/O, at its priority and weight); other files' data only if that is not
+                // enough. Many small files go out together, in fewer logs.
+                let own = cell.lock().dirty.len() as u64 * BLOCK_U64;
+                if own >= self.write_behind_bytes() {
+                    self.commit_data_log(&mut m, cell)?;
+                }
+                if self.buffered_bytes() > self.buffer_limit() {
+                    m = self.commit_data_logs_in_parts(m)?;
+                }
+            } else {
+                self.commit_checkpoint(&mut m)?;
+            }
+            self.maybe_refresh(&mut m)?;
+        }
+        // The logs are written here, after `meta` is released.
+        m.unlock_and_write()
+    }
+
     /// Before a write of `len` bytes that is large against the buffer limit (the write is
-    /// large, or space is short: [`Inner::set_buffer_limit`]), makes sure the checkpoint that
+    /// large, or space is short: [`Inner::set_buffer_limit`]) or would take the buffer past
+    /// it, makes sure the checkpoint that
     /// will carry it, and a cleaning pass's, find room: if the free space is short for what is
     /// buffered and the write, what is buffered goes out first and the space check cleans for
     /// the write, before any of it is buffered. A write buffered first could leave the cleaner
@@ -1338,7 +1378,10 @@ impl Inner {
                 self.commit_checkpoint(&mut m)?;
             }
         }
-        self.ensure_space(&mut m, len.div_ceil(BLOCK_U64))?;
+        // Room for the commit that carries it: its logs' summaries and its map's nodes beside
+        // its blocks, so that commit does not fail once the write is buffered.
+        let blocks = len.div_ceil(BLOCK_U64);
+        self.ensure_space(&mut m, blocks + blocks / 32 + WRITE_COMMIT_SLACK_BLOCKS)?;
         m.unlock_and_write()
     }
 
@@ -1490,14 +1533,16 @@ impl Inner {
     /// space is (writing it out sooner raised `bench cleaner`'s hot/cold write amplification
     /// at 70 % from 1.48 to 1.57).
     pub(crate) fn buffer_limit(&self) -> u64 {
+        let fit = self.buffer_fit_limit.load(AtomicOrdering::Acquire);
         if self.ns_pending.load(AtomicOrdering::Acquire)
             || self.full_passes.load(AtomicOrdering::Acquire)
         {
             self.buffer_limit
                 .load(AtomicOrdering::Acquire)
                 .min(self.config.dirty_bytes_max)
+                .min(fit)
         } else {
-            self.config.dirty_bytes_max
+            self.config.dirty_bytes_max.min(fit)
         }
     }
 
@@ -2090,6 +2135,7 @@ impl Meta {
             "segment {s} live count underflow at block {block}"
         );
         self.seg.live[s] = self.seg.live[s].saturating_sub(1);
+        self.dropped_since_ckpt += 1;
         // Every such drop counts, not only the last: the durable checkpoint may reference any
         // block that died after it, whatever killed the segment's last block.
         self.seg.dead_at[s] = self.seg.dead_at[s].max(seq);

@@ -1220,14 +1220,16 @@ fn half_live_files(fs: &Fs, count: u64, len: usize) -> Vec<(String, Vec<u8>)> {
 
 /// A 24 MiB pool (1 MiB segments, an 8 MiB write buffer, no background cleaner) whose
 /// segments are half live and whose free space is less than the write buffer: 300 files of
-/// 64 KiB written, every other one deleted. Returns the pool and the kept files.
-fn half_dead_pool_short_of_space(dev: &Arc<SimDevice>) -> (Fs, Vec<(String, Vec<u8>)>) {
+/// 64 KiB written, every other one deleted. Returns the pool, the kept files, and a write size
+/// over the free space and under the write buffer that the dead blocks can hold.
+fn half_dead_pool_short_of_space(dev: &Arc<SimDevice>) -> (Fs, Vec<(String, Vec<u8>)>, usize) {
     let fs = Fs::format(dev.clone(), &large_file_config(8 << 20)).unwrap();
     let kept = half_live_files(&fs, 300, 64 << 10);
     let space = fs.space().unwrap();
-    assert!(space.free < 6 << 20, "{space:?}");
-    assert!(space.reclaimable > 6 << 20, "{space:?}");
-    (fs, kept)
+    let over = (space.free + (512 << 10)).next_multiple_of(64 << 10);
+    assert!(over < 8 << 20, "{space:?}");
+    assert!(space.reclaimable > over, "{space:?}");
+    (fs, kept, over as usize)
 }
 
 /// Checks that `/new` holds `data`, that the kept files read back, and that all of it survives a
@@ -1247,17 +1249,22 @@ fn writers_buffer_less_while_space_is_short_so_a_cleaning_checkpoint_has_room() 
     // cleaning pass were a checkpoint carrying all buffered data (as it was before passes could
     // run light whatever is pending). A full 8 MiB buffer would not fit the free space.
     let dev = device(24 << 20);
-    let (fs, kept) = half_dead_pool_short_of_space(&dev);
-    // With no namespace change pending, cleaning passes are light and carry no buffered data:
-    // overwrites keep the whole buffer.
-    assert_eq!(fs.inner.buffer_limit(), 8 << 20);
+    let (fs, kept, over) = half_dead_pool_short_of_space(&dev);
+    // Whatever cleaning carries, writers buffer at most half of what is free: what they buffer
+    // always has room to go.
+    let free = fs.space().unwrap().free;
+    let light_limit = fs.inner.buffer_limit();
+    assert!(
+        light_limit <= free / 2,
+        "{light_limit} buffered of {free} free"
+    );
     let f = fs.open_file("/new", OpenFlags::create()).unwrap();
     assert!(
-        fs.inner.buffer_limit() < 8 << 20,
-        "the buffer limit follows the free space: {}",
+        fs.inner.buffer_limit() < light_limit,
+        "the buffer limit follows the free space beyond a full pass's room: {}",
         fs.inner.buffer_limit()
     );
-    let data = pattern(999, 6 << 20);
+    let data = pattern(999, over);
     for (i, piece) in data.chunks(64 << 10).enumerate() {
         f.pwrite(piece, (i * (64 << 10)) as u64)
             .unwrap_or_else(|e| panic!("write {i}: {e}"));
@@ -1273,11 +1280,11 @@ fn writers_buffer_less_while_space_is_short_so_a_cleaning_checkpoint_has_room() 
 
 #[test]
 fn a_write_larger_than_the_free_space_cleans_before_it_is_buffered() {
-    // One 6 MiB write, under the 8 MiB buffer but over the free space, in a new file.
+    // One write under the 8 MiB buffer but over the free space, in a new file.
     let dev = device(24 << 20);
-    let (fs, kept) = half_dead_pool_short_of_space(&dev);
+    let (fs, kept, over) = half_dead_pool_short_of_space(&dev);
     let f = fs.open_file("/new", OpenFlags::create()).unwrap();
-    let data = pattern(999, 6 << 20);
+    let data = pattern(999, over);
     f.pwrite(&data, 0).unwrap();
     f.fsync().unwrap();
     check_written_after_cleaning(&dev, &fs, &kept, &data);
@@ -3961,5 +3968,105 @@ fn writes_through_append_handles_on_several_threads_never_overwrite_each_other()
         let want: usize = (0..appends).map(|i| 1 + (i * 7 + t as usize) % 61).sum();
         let got = all[..expected].iter().filter(|&&b| b == b'a' + t).count();
         assert_eq!(got, want, "thread {t}'s bytes");
+    }
+}
+
+/// Writes files of `len` bytes into `fs` until a write or sync fails; returns every file whose
+/// write was acknowledged (synced or not) and the error that stopped it.
+fn fill_until_error(
+    fs: &Fs,
+    tag: &str,
+    len: usize,
+    sync_each: bool,
+) -> (Vec<(String, Vec<u8>)>, Error) {
+    let mut acked = Vec::new();
+    for i in 0u64.. {
+        let path = format!("/{tag}{i}");
+        let data = pattern(i + len as u64, len);
+        let f = match fs.open_file(&path, OpenFlags::create()) {
+            Ok(f) => f,
+            Err(e) => return (acked, e),
+        };
+        if let Err(e) = f.pwrite(&data, 0) {
+            // Refused before any of it was buffered.
+            assert_eq!(
+                f.stat().unwrap().size,
+                0,
+                "{path} ({len} bytes): a refused write left data: {e}"
+            );
+            return (acked, e);
+        }
+        acked.push((path, data));
+        let synced = if sync_each {
+            f.fsync()
+        } else if i % 8 == 7 {
+            fs.sync()
+        } else {
+            Ok(())
+        };
+        if let Err(e) = synced {
+            return (acked, e);
+        }
+    }
+    unreachable!("a pool of finite size filled")
+}
+
+#[test]
+fn a_full_pool_answers_no_space_and_stays_usable() {
+    // Filling a pool must end in `NoSpace` before anything is written, never in a commit that
+    // runs out of segments half-way (which poisons the pool), whatever the write sizes and
+    // however often superblock refreshes and cleaning passes run; and the pool then takes
+    // reads, unlinks, syncs and the writes that fit.
+    for (len, sync_each, refresh_every) in [
+        (4 << 10, true, 256 << 10),
+        (12 << 10, false, 256 << 10),
+        (60 << 10, true, 64 << 10),
+        (200 << 10, false, 1 << 20),
+        (1 << 20, true, 256 << 10),
+        (1 << 20, false, 64 << 10),
+    ] {
+        let ctx = format!("len {len} sync_each {sync_each} refresh {refresh_every}");
+        let dev = device(4 << 20);
+        let config = Config {
+            superblock_every_bytes: refresh_every,
+            ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+        };
+        let fs = Fs::format(dev.clone(), &config).unwrap();
+        let (mut kept, err) = fill_until_error(&fs, "a", len, sync_each);
+        assert!(matches!(err, Error::NoSpace(_)), "{ctx}: {err}");
+        fs.inner
+            .check_not_poisoned()
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        // What a sync refused is still there to read, and goes out once deletes make room.
+        for (path, data) in &kept {
+            assert_eq!(&read_all(&fs, path), data, "{ctx}: {path}");
+        }
+        // Half of what was written goes; the room it leaves takes new files.
+        let gone: Vec<_> = kept
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in &gone {
+            fs.unlink(path)
+                .unwrap_or_else(|e| panic!("{ctx}: unlink {path}: {e}"));
+        }
+        kept.retain(|(p, _)| !gone.contains(p));
+        fs.sync()
+            .unwrap_or_else(|e| panic!("{ctx}: sync after unlinks: {e}"));
+        // A write that fits: the writer cleans for it.
+        let again = pattern(99, len.min(64 << 10));
+        write_file(&fs, "/again", &again);
+        kept.push(("/again".to_string(), again));
+        fs.sync().unwrap();
+        for (path, data) in &kept {
+            assert_eq!(&read_all(&fs, path), data, "{ctx}: {path}");
+        }
+        let (image, _) = checked_clean(&dev, &ctx);
+        let reopened = Fs::open(image, &OpenOptions::default()).unwrap();
+        for (path, data) in &kept {
+            assert_eq!(&read_all(&reopened, path), data, "{ctx}: reopened {path}");
+        }
     }
 }
