@@ -170,7 +170,8 @@ impl Failed for () {
 
 /// Runs a hook's body. A panic inside it (a bug in the shim or the engine) must not unwind into
 /// the program's frames, which cannot take it: the call fails as [`Failed`] says, every pool the
-/// shim has open is poisoned ([`panicked`]), and the program goes on.
+/// shim has open is poisoned ([`panicked`]), and the program goes on. A hook that only calls
+/// another hook (`pread` calls `pread64`) has no boundary of its own: the one it calls catches.
 #[inline(always)]
 pub fn boundary<T: Failed>(body: impl FnOnce() -> T) -> T {
     boundary_or(T::failed, body)
@@ -469,10 +470,8 @@ pub unsafe extern "C" fn __read_chk(
     n: size_t,
     _len: size_t,
 ) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { read(fd, buf, n) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { read(fd, buf, n) }
 }
 
 #[no_mangle]
@@ -505,10 +504,8 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: of
 
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { pread64(fd, buf, n, off) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { pread64(fd, buf, n, off) }
 }
 
 #[no_mangle]
@@ -519,10 +516,8 @@ pub unsafe extern "C" fn __pread64_chk(
     off: off_t,
     _l: size_t,
 ) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { pread64(fd, buf, n, off) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { pread64(fd, buf, n, off) }
 }
 
 #[no_mangle]
@@ -533,10 +528,8 @@ pub unsafe extern "C" fn __pread_chk(
     off: off_t,
     _l: size_t,
 ) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { pread64(fd, buf, n, off) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { pread64(fd, buf, n, off) }
 }
 
 #[no_mangle]
@@ -556,10 +549,8 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off:
 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { pwrite64(fd, buf, n, off) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { pwrite64(fd, buf, n, off) }
 }
 
 unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> R<&'a [libc::iovec]> {
@@ -699,10 +690,8 @@ pub unsafe extern "C" fn preadv(
     n: c_int,
     off: off_t,
 ) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { preadv64(fd, iov, n, off) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { preadv64(fd, iov, n, off) }
 }
 
 #[no_mangle]
@@ -731,10 +720,8 @@ pub unsafe extern "C" fn pwritev(
     n: c_int,
     off: off_t,
 ) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { pwritev64(fd, iov, n, off) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { pwritev64(fd, iov, n, off) }
 }
 
 #[no_mangle]
@@ -762,10 +749,8 @@ pub unsafe extern "C" fn preadv2(
     off: off_t,
     fl: c_int,
 ) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { preadv64v2(fd, iov, n, off, fl) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { preadv64v2(fd, iov, n, off, fl) }
 }
 
 #[no_mangle]
@@ -793,10 +778,8 @@ pub unsafe extern "C" fn pwritev2(
     off: off_t,
     fl: c_int,
 ) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { pwritev64v2(fd, iov, n, off, fl) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { pwritev64v2(fd, iov, n, off, fl) }
 }
 
 #[no_mangle]
@@ -812,10 +795,8 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t 
 
 #[no_mangle]
 pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { lseek64(fd, off, whence) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { lseek64(fd, off, whence) }
 }
 
 // ---- stat family ----
@@ -869,10 +850,8 @@ pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { fstat64(fd, st) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { fstat64(fd, st) }
 }
 
 #[no_mangle]
@@ -889,10 +868,8 @@ pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat64) -> c
 
 #[no_mangle]
 pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { stat64(path, st) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { stat64(path, st) }
 }
 
 #[no_mangle]
@@ -909,10 +886,8 @@ pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat64) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn lstat(path: *const c_char, st: *mut libc::stat64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { lstat64(path, st) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { lstat64(path, st) }
 }
 
 #[no_mangle]
@@ -954,10 +929,8 @@ pub unsafe extern "C" fn fstatat(
     st: *mut libc::stat64,
     flags: c_int,
 ) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { fstatat64(dirfd, path, st, flags) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { fstatat64(dirfd, path, st, flags) }
 }
 
 // glibc < 2.33 programs call the versioned __xstat family.
@@ -979,10 +952,8 @@ pub unsafe extern "C" fn __xstat64(
 
 #[no_mangle]
 pub unsafe extern "C" fn __xstat(ver: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { __xstat64(ver, path, st) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { __xstat64(ver, path, st) }
 }
 
 #[no_mangle]
@@ -1003,10 +974,8 @@ pub unsafe extern "C" fn __lxstat64(
 
 #[no_mangle]
 pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { __lxstat64(ver, path, st) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { __lxstat64(ver, path, st) }
 }
 
 #[no_mangle]
@@ -1022,10 +991,8 @@ pub unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat64
 
 #[no_mangle]
 pub unsafe extern "C" fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::stat64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { __fxstat64(ver, fd, st) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { __fxstat64(ver, fd, st) }
 }
 
 #[no_mangle]
@@ -1069,10 +1036,8 @@ pub unsafe extern "C" fn __fxstatat(
     st: *mut libc::stat64,
     flags: c_int,
 ) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { __fxstatat64(ver, dirfd, path, st, flags) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { __fxstatat64(ver, dirfd, path, st, flags) }
 }
 
 fn ts(ns: i64) -> libc::statx_timestamp {
@@ -1226,10 +1191,8 @@ pub unsafe extern "C" fn statfs64(p: *const c_char, out: *mut libc::statfs64) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn statfs(p: *const c_char, out: *mut libc::statfs64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { statfs64(p, out) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { statfs64(p, out) }
 }
 
 #[no_mangle]
@@ -1246,10 +1209,8 @@ pub unsafe extern "C" fn fstatfs64(fd: c_int, out: *mut libc::statfs64) -> c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn fstatfs(fd: c_int, out: *mut libc::statfs64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { fstatfs64(fd, out) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { fstatfs64(fd, out) }
 }
 
 #[no_mangle]
@@ -1267,10 +1228,8 @@ pub unsafe extern "C" fn statvfs64(p: *const c_char, out: *mut libc::statvfs64) 
 
 #[no_mangle]
 pub unsafe extern "C" fn statvfs(p: *const c_char, out: *mut libc::statvfs64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { statvfs64(p, out) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { statvfs64(p, out) }
 }
 
 #[no_mangle]
@@ -1287,10 +1246,8 @@ pub unsafe extern "C" fn fstatvfs64(fd: c_int, out: *mut libc::statvfs64) -> c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn fstatvfs(fd: c_int, out: *mut libc::statvfs64) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { fstatvfs64(fd, out) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { fstatvfs64(fd, out) }
 }
 
 // ---- access ----
@@ -1321,10 +1278,8 @@ pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { euidaccess(path, mode) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { euidaccess(path, mode) }
 }
 
 #[no_mangle]
@@ -1511,10 +1466,8 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { truncate64(path, len) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { truncate64(path, len) }
 }
 
 #[no_mangle]
@@ -1530,10 +1483,8 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { ftruncate64(fd, len) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { ftruncate64(fd, len) }
 }
 
 // ---- sync ----
@@ -1604,10 +1555,8 @@ pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: of
 
 #[no_mangle]
 pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { fallocate64(fd, mode, off, len) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { fallocate64(fd, mode, off, len) }
 }
 
 #[no_mangle]
@@ -1776,10 +1725,8 @@ pub unsafe extern "C" fn readdir64(d: *mut libc::DIR) -> *mut libc::dirent64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn readdir(d: *mut libc::DIR) -> *mut libc::dirent64 {
-    boundary(|| {
-        // SAFETY: `dirent` and `dirent64` have the same layout on 64-bit Linux.
-        unsafe { readdir64(d) }
-    })
+    // SAFETY: `dirent` and `dirent64` have the same layout on 64-bit Linux.
+    unsafe { readdir64(d) }
 }
 
 #[no_mangle]
@@ -2004,10 +1951,8 @@ pub unsafe extern "C" fn scandir(
     filter: DirFilter,
     compar: DirCompare,
 ) -> c_int {
-    boundary(|| {
-        // SAFETY: `dirent` and `dirent64` have the same layout on 64-bit Linux.
-        unsafe { scandir64(path, list, filter, compar) }
-    })
+    // SAFETY: `dirent` and `dirent64` have the same layout on 64-bit Linux.
+    unsafe { scandir64(path, list, filter, compar) }
 }
 
 #[no_mangle]
@@ -2345,10 +2290,8 @@ pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { lockf64(fd, cmd, len) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { lockf64(fd, cmd, len) }
 }
 
 // ---- working directory ----
@@ -2461,27 +2404,21 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char {
 
 #[no_mangle]
 pub unsafe extern "C" fn __getcwd_chk(buf: *mut c_char, n: size_t, _l: size_t) -> *mut c_char {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { getcwd(buf, n) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { getcwd(buf, n) }
 }
 
 /// `getwd` (and its fortified form): glibc's asks the kernel directly.
 #[no_mangle]
 pub unsafe extern "C" fn getwd(buf: *mut c_char) -> *mut c_char {
-    boundary(|| {
-        // SAFETY: the caller passes a buffer of PATH_MAX bytes, as getwd requires.
-        unsafe { getcwd(buf, libc::PATH_MAX as size_t) }
-    })
+    // SAFETY: the caller passes a buffer of PATH_MAX bytes, as getwd requires.
+    unsafe { getcwd(buf, libc::PATH_MAX as size_t) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __getwd_chk(buf: *mut c_char, len: size_t) -> *mut c_char {
-    boundary(|| {
-        // SAFETY: the caller passes a buffer of `len` bytes.
-        unsafe { getcwd(buf, len.min(libc::PATH_MAX as size_t)) }
-    })
+    // SAFETY: the caller passes a buffer of `len` bytes.
+    unsafe { getcwd(buf, len.min(libc::PATH_MAX as size_t)) }
 }
 
 #[no_mangle]
@@ -2533,10 +2470,8 @@ pub unsafe extern "C" fn __realpath_chk(
     out: *mut c_char,
     _l: size_t,
 ) -> *mut c_char {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { realpath(p, out) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { realpath(p, out) }
 }
 
 // ---- links ----
@@ -2612,10 +2547,8 @@ pub unsafe extern "C" fn __readlink_chk(
     n: size_t,
     _l: size_t,
 ) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { readlink(p, buf, n) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { readlink(p, buf, n) }
 }
 
 #[no_mangle]
@@ -2641,10 +2574,8 @@ pub unsafe extern "C" fn __readlinkat_chk(
     n: size_t,
     _l: size_t,
 ) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { readlinkat(dirfd, p, buf, n) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { readlinkat(dirfd, p, buf, n) }
 }
 
 unsafe fn link_any(
@@ -2703,10 +2634,8 @@ pub unsafe extern "C" fn linkat(
 
 #[no_mangle]
 pub unsafe extern "C" fn canonicalize_file_name(p: *const c_char) -> *mut c_char {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { realpath(p, std::ptr::null_mut()) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { realpath(p, std::ptr::null_mut()) }
 }
 
 #[no_mangle]
@@ -3279,10 +3208,8 @@ pub unsafe extern "C" fn sendfile64(out: c_int, inp: c_int, off: *mut off_t, n: 
 
 #[no_mangle]
 pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { sendfile64(out, inp, off, n) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { sendfile64(out, inp, off, n) }
 }
 
 #[no_mangle]
@@ -3556,10 +3483,8 @@ pub unsafe extern "C" fn mkstemp(t: *mut c_char) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn mkstemp64(t: *mut c_char) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { mkstemp(t) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { mkstemp(t) }
 }
 
 #[no_mangle]
@@ -3572,10 +3497,8 @@ pub unsafe extern "C" fn mkostemp(t: *mut c_char, fl: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn mkostemp64(t: *mut c_char, fl: c_int) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { mkostemp(t, fl) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { mkostemp(t, fl) }
 }
 
 #[no_mangle]
@@ -3661,10 +3584,8 @@ pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -
 
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { open(path, flags, mode) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { open(path, flags, mode) }
 }
 
 #[no_mangle]
@@ -3688,10 +3609,8 @@ pub unsafe extern "C" fn openat64(
     flags: c_int,
     mode: c_uint,
 ) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { openat(dirfd, path, flags, mode) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { openat(dirfd, path, flags, mode) }
 }
 
 // The fortified entry points are called without O_CREAT (the compiler checked); they take no mode.
@@ -3744,10 +3663,8 @@ pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
-    boundary(|| {
-        // SAFETY: forwarded contract.
-        unsafe { creat(path, mode) }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { creat(path, mode) }
 }
 
 #[no_mangle]

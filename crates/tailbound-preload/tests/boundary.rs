@@ -102,3 +102,43 @@ fn a_panic_in_a_hook_fails_the_call_with_eio_and_poisons_the_pool() {
 fn a_panic_in_a_hook_is_caught_in_the_catch_all_mode_too() {
     run(true);
 }
+
+/// Every exported symbol of the shim runs its body through `boundary`, or only calls another
+/// exported symbol (whose boundary catches): a new hook without one fails here.
+#[test]
+fn every_exported_symbol_has_a_panic_boundary() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut checked = 0;
+    for file in ["hooks.rs", "catchall.rs"] {
+        let src = std::fs::read_to_string(dir.join(file)).unwrap();
+        let exported: Vec<&str> = src
+            .split("#[no_mangle]\npub unsafe extern \"C\" fn ")
+            .skip(1)
+            .collect();
+        let names: Vec<&str> = exported
+            .iter()
+            .map(|f| &f[..f.find('(').unwrap()])
+            .collect();
+        for (name, f) in names.iter().zip(&exported) {
+            // The body: from the signature's end to the next item.
+            let body = &f[f.find(" {\n").unwrap()..];
+            let body = &body[..body.find("\n}\n").unwrap()];
+            let code: Vec<&str> = body
+                .lines()
+                .skip(1)
+                .map(str::trim)
+                .filter(|l| !l.starts_with("//"))
+                .collect();
+            let delegates = code.len() == 1
+                && names
+                    .iter()
+                    .any(|other| code[0].starts_with(&format!("unsafe {{ {other}(")));
+            assert!(
+                body.contains("boundary(") || body.contains("boundary_or(") || delegates,
+                "{file}: {name} has no panic boundary"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 170, "only {checked} symbols found");
+}

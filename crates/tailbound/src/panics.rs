@@ -11,6 +11,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
 /// A panic caught at a boundary.
@@ -35,6 +36,9 @@ thread_local! {
 }
 
 static HOOK: Once = Once::new();
+/// Set once the hook is in: all [`catch`] reads on its way in (it runs on every call into the
+/// shim).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// Installs the hook that records each panic's site (once; [`catch`] does it too). Call it
 /// before a thread that may panic starts, if that thread uses [`unwinding`] rather than
@@ -60,6 +64,7 @@ pub fn install_hook() {
             });
             previous(info);
         }));
+        INSTALLED.store(true, Ordering::Release);
     });
 }
 
@@ -67,9 +72,15 @@ pub fn install_hook() {
 ///
 /// The caller decides what the state `f` touched is worth afterwards (hence no `UnwindSafe`
 /// bound): every caller in tailbound poisons what `f` may have left half changed.
+#[inline]
 pub fn catch<T>(f: impl FnOnce() -> T) -> Result<T, Panic> {
-    install_hook();
-    catch_unwind(AssertUnwindSafe(f)).map_err(|payload| of_payload(payload.as_ref()))
+    if !INSTALLED.load(Ordering::Relaxed) {
+        install_hook();
+    }
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => Ok(v),
+        Err(payload) => Err(of_payload(payload)),
+    }
 }
 
 /// The panic this thread is unwinding from, for a `Drop` that cleans up after one; `None` when
@@ -90,8 +101,10 @@ pub fn unwinding() -> Option<Panic> {
 
 /// The recorded panic if it is the one `payload` comes from (a payload re-raised with
 /// `resume_unwind` passes no hook), else one without a site.
-fn of_payload(payload: &(dyn Any + Send)) -> Panic {
-    let message = message_of(payload);
+#[cold]
+#[inline(never)]
+fn of_payload(payload: Box<dyn Any + Send>) -> Panic {
+    let message = message_of(payload.as_ref());
     let recorded = LAST
         .try_with(|l| l.try_borrow_mut().ok().and_then(|mut l| l.take()))
         .ok()
