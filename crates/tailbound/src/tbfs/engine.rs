@@ -2186,6 +2186,8 @@ impl Fs {
     }
 
     fn start(inner: Arc<Inner>) -> Fs {
+        // A panic in any thread using the pool then names its site when it poisons the pool.
+        crate::panics::install_hook();
         // Recovery's checkpoint ran before `meta` was a lock: only holds count.
         for ns in &inner.meta_section_ns {
             ns.store(0, AtomicOrdering::Relaxed);
