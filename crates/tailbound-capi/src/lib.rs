@@ -2,14 +2,15 @@
 //!
 //! The header is generated at build time by cbindgen into `$OUT_DIR/tailbound.h` and copied to
 //! `target/include/tailbound.h`. Every function catches panics and null pointers; a failing call
-//! returns NULL or a negative number, and `tb_last_error` gives the message.
+//! returns NULL or a negative number, and `tb_last_error` gives the message. A panic (a bug in
+//! tailbound) is `TB_EINTERNAL`, with a message naming its site; a recorder a panic interrupted
+//! fails every later call the same way, since its state cannot be trusted.
 //!
 //! This crate is one of the two places `unsafe` lives in tailbound (raw pointers from C); each block
 //! says why it holds.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
 use tailbound::record::{verify, RecordError, Recorder, RecorderOptions};
@@ -17,6 +18,8 @@ use tailbound::record::{verify, RecordError, Recorder, RecorderOptions};
 /// A recording in progress; create with `tb_recorder_create`, end with `tb_recorder_finish`.
 pub struct TbRecorder {
     inner: Recorder,
+    /// The message of a panic inside a call on it: every later call fails with it.
+    broken: Option<String>,
 }
 
 /// What `tb_record_verify` found in a recording.
@@ -67,18 +70,52 @@ fn code_of(e: &RecordError) -> c_int {
     }
 }
 
-/// Runs `f`, turning an error or a panic into a code and the thread's last error.
-fn guarded(f: impl FnOnce() -> Result<c_int, (c_int, String)>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(f)) {
+/// Runs `f` for C function `name` (`capi.` and its name: also its failpoint, see
+/// `tailbound::failpoint`), turning an error or a panic into a code and the thread's last
+/// error. A panic must not unwind into the caller's C frames, which cannot take it.
+fn guarded(name: &'static str, f: impl FnOnce() -> Result<c_int, (c_int, String)>) -> c_int {
+    let run = tailbound::panics::catch(|| {
+        tailbound::failpoint::hit(name);
+        f()
+    });
+    match run {
         Ok(Ok(code)) => code,
         Ok(Err((code, message))) => {
             set_error(message);
             code
         }
-        Err(_) => {
-            set_error("tailbound panicked inside a C call");
+        Err(p) => {
+            let function = name.trim_start_matches("capi.");
+            set_error(format!(
+                "tailbound {p} (inside {function}; a bug: please report it)"
+            ));
             TB_EINTERNAL
         }
+    }
+}
+
+/// After a call on `recorder` failed with `TB_EINTERNAL`: the recorder keeps the message and
+/// fails every later call with it.
+///
+/// # Safety
+/// `recorder` must be NULL or a live recorder from `tb_recorder_create`.
+unsafe fn mark_broken(recorder: *mut TbRecorder, code: c_int) {
+    if code != TB_EINTERNAL {
+        return;
+    }
+    // SAFETY: forwarded from this function's contract.
+    if let Some(r) = unsafe { recorder.as_mut() } {
+        if r.broken.is_none() {
+            r.broken = Some(LAST_ERROR.with(|e| e.borrow().clone()));
+        }
+    }
+}
+
+/// `Err` with the message of the panic that broke `r`, if one did.
+fn check_not_broken(r: &TbRecorder) -> Result<(), (c_int, String)> {
+    match &r.broken {
+        Some(why) => Err((TB_EINTERNAL, format!("the recorder is unusable: {why}"))),
+        None => Ok(()),
     }
 }
 
@@ -113,7 +150,7 @@ pub unsafe extern "C" fn tb_recorder_create(
     options: *const c_char,
 ) -> *mut TbRecorder {
     let mut out: *mut TbRecorder = std::ptr::null_mut();
-    guarded(|| {
+    guarded("capi.tb_recorder_create", || {
         // SAFETY: forwarded from this function's contract.
         let path = PathBuf::from(unsafe { c_str(path, "path") }?);
         let options: RecorderOptions = if options.is_null() {
@@ -125,7 +162,10 @@ pub unsafe extern "C" fn tb_recorder_create(
                 .map_err(fail)?
         };
         let inner = Recorder::create(&path, options).map_err(fail)?;
-        out = Box::into_raw(Box::new(TbRecorder { inner }));
+        out = Box::into_raw(Box::new(TbRecorder {
+            inner,
+            broken: None,
+        }));
         Ok(TB_OK)
     });
     out
@@ -142,9 +182,10 @@ pub unsafe extern "C" fn tb_recorder_write(
     data: *const u8,
     len: usize,
 ) -> c_int {
-    guarded(|| {
+    let code = guarded("capi.tb_recorder_write", || {
         // SAFETY: the caller passes a live recorder from tb_recorder_create, used by one thread.
         let r = unsafe { recorder.as_mut() }.ok_or((TB_EINVAL, "recorder is NULL".into()))?;
+        check_not_broken(r)?;
         let bytes: &[u8] = if len == 0 {
             &[]
         } else if data.is_null() {
@@ -155,7 +196,10 @@ pub unsafe extern "C" fn tb_recorder_write(
         };
         r.inner.write(bytes).map_err(fail)?;
         Ok(TB_OK)
-    })
+    });
+    // SAFETY: forwarded from this function's contract.
+    unsafe { mark_broken(recorder, code) };
+    code
 }
 
 /// Finishes the recording (cuts the unused tail or writes the trailer, `fsync`s) and frees it.
@@ -165,12 +209,14 @@ pub unsafe extern "C" fn tb_recorder_write(
 /// `recorder` must come from `tb_recorder_create` and not be used again afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn tb_recorder_finish(recorder: *mut TbRecorder) -> c_int {
-    guarded(|| {
+    guarded("capi.tb_recorder_finish", || {
         if recorder.is_null() {
             return Err((TB_EINVAL, "recorder is NULL".into()));
         }
         // SAFETY: the caller hands back ownership of a pointer made by Box::into_raw.
         let r = unsafe { Box::from_raw(recorder) };
+        // Freed without finishing: a panic may have left its writer half way through a record.
+        check_not_broken(&r)?;
         r.inner.finish().map_err(fail)?;
         Ok(TB_OK)
     })
@@ -183,7 +229,7 @@ pub unsafe extern "C" fn tb_recorder_finish(recorder: *mut TbRecorder) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn tb_recorder_free(recorder: *mut TbRecorder) {
     if !recorder.is_null() {
-        guarded(|| {
+        guarded("capi.tb_recorder_free", || {
             // SAFETY: the caller hands back ownership of a pointer made by Box::into_raw.
             drop(unsafe { Box::from_raw(recorder) });
             Ok(TB_OK)
@@ -197,7 +243,7 @@ pub unsafe extern "C" fn tb_recorder_free(recorder: *mut TbRecorder) {
 /// `path` must be a NUL-terminated string and `out` point to a writable `TbVerifyReport`.
 #[no_mangle]
 pub unsafe extern "C" fn tb_record_verify(path: *const c_char, out: *mut TbVerifyReport) -> c_int {
-    guarded(|| {
+    guarded("capi.tb_record_verify", || {
         // SAFETY: forwarded from this function's contract.
         let path = unsafe { c_str(path, "path") }?;
         if out.is_null() {
@@ -226,6 +272,15 @@ pub unsafe extern "C" fn tb_record_verify(path: *const c_char, out: *mut TbVerif
 /// `buf` must be NULL or point to `len` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn tb_last_error(buf: *mut c_char, len: usize) -> usize {
+    // Reads only the thread's message, but a panic must not unwind into C from here either.
+    tailbound::panics::catch(|| last_error_into(buf, len)).unwrap_or(0)
+}
+
+/// `tb_last_error`'s work.
+///
+/// # Safety
+/// As `tb_last_error`.
+unsafe fn last_error_into(buf: *mut c_char, len: usize) -> usize {
     LAST_ERROR.with(|e| {
         let message = e.borrow();
         if !buf.is_null() && len > 0 {
@@ -238,4 +293,68 @@ pub unsafe extern "C" fn tb_last_error(buf: *mut c_char, len: usize) -> usize {
         }
         message.len()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    fn last_error() -> String {
+        let mut buf = vec![0u8; 1024];
+        // SAFETY: `buf` has `buf.len()` writable bytes.
+        let n = unsafe { tb_last_error(buf.as_mut_ptr().cast(), buf.len()) };
+        String::from_utf8_lossy(&buf[..n.min(buf.len() - 1)]).into_owned()
+    }
+
+    #[test]
+    fn a_panic_inside_a_call_is_tb_einternal_naming_its_site() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = CString::new(dir.path().join("panic.tbr").to_str().unwrap()).unwrap();
+        // SAFETY: a valid path and NULL options.
+        let r = unsafe { tb_recorder_create(path.as_ptr(), std::ptr::null()) };
+        assert!(!r.is_null(), "{}", last_error());
+        let record = b"a record";
+        // SAFETY (each call below): a live recorder and a readable record.
+        assert_eq!(
+            unsafe { tb_recorder_write(r, record.as_ptr(), record.len()) },
+            TB_OK
+        );
+
+        tailbound::failpoint::arm("capi.tb_recorder_write");
+        let code = unsafe { tb_recorder_write(r, record.as_ptr(), record.len()) };
+        assert_eq!(code, TB_EINTERNAL);
+        let message = last_error();
+        assert!(
+            message.contains("failpoint capi.tb_recorder_write"),
+            "{message}"
+        );
+        assert!(
+            message.contains("panicked at crates/tailbound-capi/src/lib.rs:"),
+            "the message names the site: {message}"
+        );
+        assert!(message.contains("inside tb_recorder_write"), "{message}");
+
+        // The recorder a panic interrupted fails from then on, finish included (which frees it).
+        let again = unsafe { tb_recorder_write(r, record.as_ptr(), record.len()) };
+        assert_eq!(again, TB_EINTERNAL);
+        assert!(last_error().contains("unusable"), "{}", last_error());
+        assert_eq!(unsafe { tb_recorder_finish(r) }, TB_EINTERNAL);
+        assert!(last_error().contains("failpoint capi.tb_recorder_write"));
+    }
+
+    #[test]
+    fn a_panic_in_verify_is_tb_einternal_too() {
+        let path = CString::new("/nonexistent/never-read.tbr").unwrap();
+        let mut report = TbVerifyReport::default();
+        tailbound::failpoint::arm("capi.tb_record_verify");
+        // SAFETY: a valid path and a writable report.
+        let code = unsafe { tb_record_verify(path.as_ptr(), &mut report) };
+        assert_eq!(code, TB_EINTERNAL);
+        assert!(
+            last_error().contains("inside tb_record_verify"),
+            "{}",
+            last_error()
+        );
+    }
 }

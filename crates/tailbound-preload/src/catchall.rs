@@ -202,11 +202,13 @@ fn sigbit(sig: c_int) -> u64 {
 const NEVER_BLOCKED: u64 = 1u64 << (libc::SIGSYS - 1);
 
 extern "C" fn forked_child() {
-    if ON.with(|o| o.get()) {
-        ON.with(|o| o.set(false));
-        // The child has no dispatch (the kernel drops it at fork); failing here leaves it off.
-        let _ = switch_on_this_thread();
-    }
+    hooks::boundary(|| {
+        if ON.with(|o| o.get()) {
+            ON.with(|o| o.set(false));
+            // The child has no dispatch (the kernel drops it at fork); failing here leaves it off.
+            let _ = switch_on_this_thread();
+        }
+    })
 }
 
 /// Installs the handler and switches dispatch on for the calling thread. Runs from the library's
@@ -287,13 +289,15 @@ fn enable() -> Result<(), String> {
 }
 
 extern "C" fn constructor() {
-    if std::env::var_os("TAILBOUND_CATCH_ALL").is_some_and(|v| v == "1") {
-        if let Err(e) = enable() {
-            crate::real::say(&format!("tailbound: TAILBOUND_CATCH_ALL=1: {e}\n"));
-            // SAFETY: ends the process before the program starts, as asked for an unusable mode.
-            unsafe { libc::_exit(127) };
+    hooks::boundary(|| {
+        if std::env::var_os("TAILBOUND_CATCH_ALL").is_some_and(|v| v == "1") {
+            if let Err(e) = enable() {
+                crate::real::say(&format!("tailbound: TAILBOUND_CATCH_ALL=1: {e}\n"));
+                // SAFETY: ends the process before the program starts, as asked for an unusable mode.
+                unsafe { libc::_exit(127) };
+            }
         }
-    }
+    })
 }
 
 #[used]
@@ -311,7 +315,9 @@ extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
     // SAFETY: `p` is the box `pthread_create` below leaked for this thread, used once.
     let s = unsafe { Box::from_raw(p.cast::<Start>()) };
     // A thread that cannot switch dispatch on runs without it, like one from a raw `clone`.
-    let _ = switch_on_this_thread();
+    hooks::boundary(|| {
+        let _ = switch_on_this_thread();
+    });
     (s.f)(s.arg)
 }
 
@@ -323,24 +329,26 @@ pub unsafe extern "C" fn pthread_create(
     f: extern "C" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
 ) -> c_int {
-    // Threads the shim or the engine start, and every thread when the mode is off, start as asked.
-    let wrap = active() && ON.with(|o| o.get()) && !hooks::busy();
-    let prev = allow();
-    let r = if wrap {
-        let p = Box::into_raw(Box::new(Start { f, arg }));
-        // SAFETY: forwarded contract; `thread_start` takes the box back exactly once.
-        let r = unsafe { crate::real::pthread_create(t, attr, thread_start, p.cast()) };
-        if r != 0 {
-            // SAFETY: the thread was not created, so the box is still ours.
-            drop(unsafe { Box::from_raw(p) });
-        }
+    hooks::boundary_or(hooks::eio_number, || {
+        // Threads the shim or the engine start, and every thread when the mode is off, start as asked.
+        let wrap = active() && ON.with(|o| o.get()) && !hooks::busy();
+        let prev = allow();
+        let r = if wrap {
+            let p = Box::into_raw(Box::new(Start { f, arg }));
+            // SAFETY: forwarded contract; `thread_start` takes the box back exactly once.
+            let r = unsafe { crate::real::pthread_create(t, attr, thread_start, p.cast()) };
+            if r != 0 {
+                // SAFETY: the thread was not created, so the box is still ours.
+                drop(unsafe { Box::from_raw(p) });
+            }
+            r
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { crate::real::pthread_create(t, attr, f, arg) }
+        };
+        restore(prev);
         r
-    } else {
-        // SAFETY: forwarded contract.
-        unsafe { crate::real::pthread_create(t, attr, f, arg) }
-    };
-    restore(prev);
-    r
+    })
 }
 
 // ---- the SIGSYS handler ----
@@ -388,7 +396,10 @@ extern "C" fn on_sigsys(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void
         g[libc::REG_R8 as usize] as c_long,
         g[libc::REG_R9 as usize] as c_long,
     ];
-    let outcome = dispatch(nr, a, ctx);
+    let outcome = hooks::boundary_or(
+        || Outcome::Value(-(libc::EIO as c_long)),
+        || dispatch(nr, a, ctx),
+    );
     if let Outcome::Value(v) = outcome {
         ctx.uc_mcontext.gregs[libc::REG_RAX as usize] = v;
     }

@@ -60,19 +60,25 @@ static SHIM: OnceLock<Shim> = OnceLock::new();
 static REPORT: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn before_fork() {
-    real::hold_parked_for_fork();
+    boundary(|| {
+        real::hold_parked_for_fork();
+    })
 }
 
 extern "C" fn in_forking_parent() {
-    real::release_parked_after_fork();
+    boundary(|| {
+        real::release_parked_after_fork();
+    })
 }
 
 extern "C" fn in_forked_child() {
-    real::release_parked_after_fork();
-    let _g = enter();
-    if let Some(s) = SHIM.get() {
-        s.after_fork_in_child();
-    }
+    boundary(|| {
+        real::release_parked_after_fork();
+        let _g = enter();
+        if let Some(s) = SHIM.get() {
+            s.after_fork_in_child();
+        }
+    })
 }
 
 fn sh() -> &'static Shim {
@@ -121,6 +127,92 @@ fn size(r: R<usize>) -> ssize_t {
     match r {
         Ok(n) => n as ssize_t,
         Err(e) => fail(e),
+    }
+}
+
+// ---- the panic boundary ----
+
+/// What a hook returns when the shim panicked inside it: the libc function's error value, `-1`
+/// or NULL with `errno` EIO.
+pub trait Failed {
+    fn failed() -> Self;
+}
+
+impl Failed for c_int {
+    fn failed() -> c_int {
+        fail(libc::EIO)
+    }
+}
+
+impl Failed for ssize_t {
+    fn failed() -> ssize_t {
+        fail(libc::EIO)
+    }
+}
+
+/// `off_t` and `c_long`.
+impl Failed for i64 {
+    fn failed() -> i64 {
+        fail(libc::EIO)
+    }
+}
+
+impl<T> Failed for *mut T {
+    fn failed() -> *mut T {
+        set_errno(libc::EIO);
+        std::ptr::null_mut()
+    }
+}
+
+impl Failed for () {
+    fn failed() {}
+}
+
+/// Runs a hook's body. A panic inside it (a bug in the shim or the engine) must not unwind into
+/// the program's frames, which cannot take it: the call fails as [`Failed`] says, every pool the
+/// shim has open is poisoned ([`panicked`]), and the program goes on. A hook that only calls
+/// another hook (`pread` calls `pread64`) has no boundary of its own: the one it calls catches.
+#[inline(always)]
+pub fn boundary<T: Failed>(body: impl FnOnce() -> T) -> T {
+    boundary_or(T::failed, body)
+}
+
+/// [`boundary`] for a function whose error value is not its type's usual one.
+#[inline(always)]
+pub fn boundary_or<T>(failed: impl FnOnce() -> T, body: impl FnOnce() -> T) -> T {
+    match tailbound::panics::catch(body) {
+        Ok(v) => v,
+        Err(p) => {
+            panicked(&p);
+            failed()
+        }
+    }
+}
+
+/// The error number itself, for functions that return it (`posix_fallocate`, `readdir_r`).
+pub fn eio_number() -> c_int {
+    libc::EIO
+}
+
+/// `value` with `errno` EIO (`mmap`'s `MAP_FAILED`, `isatty`'s 0).
+fn eio_and<T>(value: T) -> impl FnOnce() -> T {
+    move || {
+        set_errno(libc::EIO);
+        value
+    }
+}
+
+/// After a panic in a hook: the engine may have been stopped half way through a change, so no
+/// pool the shim has open can be trusted any more. Each is poisoned (its calls fail with EIO
+/// until it is reopened) and stderr says so, under the panic's own message.
+#[cold]
+#[inline(never)]
+fn panicked(p: &tailbound::panics::Panic) {
+    let _g = enter();
+    let reason = format!("a call into the shim {p}");
+    match SHIM.get() {
+        Some(s) => s.poison_all(&reason),
+        None => real::say(&format!("tailbound: {reason}; the call failed with EIO\n")),
     }
 }
 
@@ -183,12 +275,16 @@ fn flush_at_exit(stdio: bool) {
 }
 
 extern "C" fn exit_handler() {
-    flush_at_exit(true);
+    boundary(|| {
+        flush_at_exit(true);
+    })
 }
 
 /// Runs at `exit` after the program's own `atexit` handlers (it is a destructor of this library).
 extern "C" fn library_destructor() {
-    flush_at_exit(true);
+    boundary(|| {
+        flush_at_exit(true);
+    })
 }
 
 #[used]
@@ -292,30 +388,34 @@ pub unsafe fn open_library_path(
 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if let Some(g) = enter() {
-        if let Some(r) = sh().close(fd) {
-            count("close", true);
-            drop(g);
-            return int(r);
+    boundary(|| {
+        if let Some(g) = enter() {
+            if let Some(r) = sh().close(fd) {
+                count("close", true);
+                drop(g);
+                return int(r);
+            }
+            count("close", false);
+            if real::is_parked(fd) {
+                // Closed, as the program sees it: the number stays reserved for a library open.
+                return fail(libc::EBADF);
+            }
         }
-        count("close", false);
-        if real::is_parked(fd) {
-            // Closed, as the program sees it: the number stays reserved for a library open.
-            return fail(libc::EBADF);
-        }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::close(fd) }
+        // SAFETY: forwarded contract.
+        unsafe { real::close(fd) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    if let Some(_g) = enter() {
-        count("close_range", false);
-        sh().forget_range(first, last, flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::close_range(first, last, flags) }
+    boundary(|| {
+        if let Some(_g) = enter() {
+            count("close_range", false);
+            sh().forget_range(first, last, flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::close_range(first, last, flags) }
+    })
 }
 
 /// glibc's `closefrom` (2.34) calls `close_range` inside libc, where no hook sees it: without this
@@ -323,12 +423,14 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 /// their reserved numbers were closed, and the kernel could give those numbers to new files.
 #[no_mangle]
 pub unsafe extern "C" fn closefrom(low: c_int) {
-    if let Some(_g) = enter() {
-        count("closefrom", false);
-        sh().forget_range(low.max(0) as c_uint, c_uint::MAX, false);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::closefrom(low) }
+    boundary(|| {
+        if let Some(_g) = enter() {
+            count("closefrom", false);
+            sh().forget_range(low.max(0) as c_uint, c_uint::MAX, false);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::closefrom(low) }
+    })
 }
 
 // ---- read / write ----
@@ -351,12 +453,14 @@ unsafe fn slice<'a>(buf: *const c_void, n: size_t) -> &'a [u8] {
 
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    if let Some((_g, o)) = lib_fd("read", fd) {
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("read", fd) {
+            // SAFETY: forwarded contract.
+            return size(sh().read(&o, unsafe { slice_mut(buf, n) }));
+        }
         // SAFETY: forwarded contract.
-        return size(sh().read(&o, unsafe { slice_mut(buf, n) }));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::read(fd, buf, n) }
+        unsafe { real::read(fd, buf, n) }
+    })
 }
 
 #[no_mangle]
@@ -372,25 +476,30 @@ pub unsafe extern "C" fn __read_chk(
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    if let Some((_g, o)) = lib_fd("write", fd) {
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("write", fd) {
+            tailbound::failpoint::hit("shim.write");
+            // SAFETY: forwarded contract.
+            return size(sh().write(&o, unsafe { slice(buf, n) }));
+        }
         // SAFETY: forwarded contract.
-        return size(sh().write(&o, unsafe { slice(buf, n) }));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::write(fd, buf, n) }
+        unsafe { real::write(fd, buf, n) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    if let Some((_g, o)) = lib_fd("pread", fd) {
-        if off < 0 {
-            return fail(libc::EINVAL);
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("pread", fd) {
+            if off < 0 {
+                return fail(libc::EINVAL);
+            }
+            // SAFETY: forwarded contract.
+            return size(sh().pread(&o, unsafe { slice_mut(buf, n) }, off as u64));
         }
         // SAFETY: forwarded contract.
-        return size(sh().pread(&o, unsafe { slice_mut(buf, n) }, off as u64));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::pread64(fd, buf, n, off) }
+        unsafe { real::pread64(fd, buf, n, off) }
+    })
 }
 
 #[no_mangle]
@@ -425,15 +534,17 @@ pub unsafe extern "C" fn __pread_chk(
 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    if let Some((_g, o)) = lib_fd("pwrite", fd) {
-        if off < 0 {
-            return fail(libc::EINVAL);
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("pwrite", fd) {
+            if off < 0 {
+                return fail(libc::EINVAL);
+            }
+            // SAFETY: forwarded contract.
+            return size(sh().pwrite(&o, unsafe { slice(buf, n) }, off as u64));
         }
         // SAFETY: forwarded contract.
-        return size(sh().pwrite(&o, unsafe { slice(buf, n) }, off as u64));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::pwrite64(fd, buf, n, off) }
+        unsafe { real::pwrite64(fd, buf, n, off) }
+    })
 }
 
 #[no_mangle]
@@ -497,22 +608,26 @@ unsafe fn vector_io(
 
 #[no_mangle]
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    if let Some((_g, o)) = lib_fd("readv", fd) {
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("readv", fd) {
+            // SAFETY: forwarded contract.
+            return size(unsafe { vector_io(&o, iov, n, None, false) });
+        }
         // SAFETY: forwarded contract.
-        return size(unsafe { vector_io(&o, iov, n, None, false) });
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::readv(fd, iov, n) }
+        unsafe { real::readv(fd, iov, n) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t {
-    if let Some((_g, o)) = lib_fd("writev", fd) {
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("writev", fd) {
+            // SAFETY: forwarded contract.
+            return size(unsafe { vector_io(&o, iov, n, None, true) });
+        }
         // SAFETY: forwarded contract.
-        return size(unsafe { vector_io(&o, iov, n, None, true) });
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::writev(fd, iov, n) }
+        unsafe { real::writev(fd, iov, n) }
+    })
 }
 
 unsafe fn pvector(
@@ -556,14 +671,16 @@ pub unsafe extern "C" fn preadv64(
     n: c_int,
     off: off_t,
 ) -> ssize_t {
-    if off == -1 {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: forwarded contract.
-    unsafe {
-        pvector("preadv", fd, iov, n, off, false, 0)
-            .unwrap_or_else(|| real::preadv64(fd, iov, n, off))
-    }
+    boundary(|| {
+        if off == -1 {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: forwarded contract.
+        unsafe {
+            pvector("preadv", fd, iov, n, off, false, 0)
+                .unwrap_or_else(|| real::preadv64(fd, iov, n, off))
+        }
+    })
 }
 
 #[no_mangle]
@@ -584,14 +701,16 @@ pub unsafe extern "C" fn pwritev64(
     n: c_int,
     off: off_t,
 ) -> ssize_t {
-    if off == -1 {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: forwarded contract.
-    unsafe {
-        pvector("pwritev", fd, iov, n, off, true, 0)
-            .unwrap_or_else(|| real::pwritev64(fd, iov, n, off))
-    }
+    boundary(|| {
+        if off == -1 {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: forwarded contract.
+        unsafe {
+            pvector("pwritev", fd, iov, n, off, true, 0)
+                .unwrap_or_else(|| real::pwritev64(fd, iov, n, off))
+        }
+    })
 }
 
 #[no_mangle]
@@ -613,11 +732,13 @@ pub unsafe extern "C" fn preadv64v2(
     off: off_t,
     fl: c_int,
 ) -> ssize_t {
-    // SAFETY: forwarded contract.
-    unsafe {
-        pvector("preadv2", fd, iov, n, off, false, fl)
-            .unwrap_or_else(|| real::preadv64v2(fd, iov, n, off, fl))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            pvector("preadv2", fd, iov, n, off, false, fl)
+                .unwrap_or_else(|| real::preadv64v2(fd, iov, n, off, fl))
+        }
+    })
 }
 
 #[no_mangle]
@@ -640,11 +761,13 @@ pub unsafe extern "C" fn pwritev64v2(
     off: off_t,
     fl: c_int,
 ) -> ssize_t {
-    // SAFETY: forwarded contract.
-    unsafe {
-        pvector("pwritev2", fd, iov, n, off, true, fl)
-            .unwrap_or_else(|| real::pwritev64v2(fd, iov, n, off, fl))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            pvector("pwritev2", fd, iov, n, off, true, fl)
+                .unwrap_or_else(|| real::pwritev64v2(fd, iov, n, off, fl))
+        }
+    })
 }
 
 #[no_mangle]
@@ -661,11 +784,13 @@ pub unsafe extern "C" fn pwritev2(
 
 #[no_mangle]
 pub unsafe extern "C" fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    if let Some((_g, o)) = lib_fd("lseek", fd) {
-        return sh().lseek(&o, off, whence).unwrap_or_else(fail);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::lseek64(fd, off, whence) }
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("lseek", fd) {
+            return sh().lseek(&o, off, whence).unwrap_or_else(fail);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::lseek64(fd, off, whence) }
+    })
 }
 
 #[no_mangle]
@@ -714,11 +839,13 @@ fn stat_result(r: R<Attr>, st: *mut libc::stat64) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int {
-    if let Some((_g, o)) = lib_fd("fstat", fd) {
-        return stat_result(sh().fstat(&o), st);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fstat64(fd, st) }
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("fstat", fd) {
+            return stat_result(sh().fstat(&o), st);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::fstat64(fd, st) }
+    })
 }
 
 #[no_mangle]
@@ -729,12 +856,14 @@ pub unsafe extern "C" fn fstat(fd: c_int, st: *mut libc::stat64) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn stat64(path: *const c_char, st: *mut libc::stat64) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("stat", libc::AT_FDCWD, path) } {
-        return stat_result(loc.and_then(|l| sh().stat(&l)), st);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::stat64(path, st) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("stat", libc::AT_FDCWD, path) } {
+            return stat_result(loc.and_then(|l| sh().stat(&l)), st);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::stat64(path, st) }
+    })
 }
 
 #[no_mangle]
@@ -745,12 +874,14 @@ pub unsafe extern "C" fn stat(path: *const c_char, st: *mut libc::stat64) -> c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn lstat64(path: *const c_char, st: *mut libc::stat64) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("lstat", libc::AT_FDCWD, path) } {
-        return stat_result(loc.and_then(|l| sh().lstat(&l)), st);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::lstat64(path, st) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("lstat", libc::AT_FDCWD, path) } {
+            return stat_result(loc.and_then(|l| sh().lstat(&l)), st);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::lstat64(path, st) }
+    })
 }
 
 #[no_mangle]
@@ -766,27 +897,29 @@ pub unsafe extern "C" fn fstatat64(
     st: *mut libc::stat64,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    if flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_empty() {
+    boundary(|| {
         // SAFETY: forwarded contract.
-        return unsafe { fstat64(dirfd, st) };
-    }
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("fstatat", dirfd, path) } {
-        let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
-        return stat_result(
-            loc.and_then(|l| {
-                if nofollow {
-                    sh().lstat(&l)
-                } else {
-                    sh().stat(&l)
-                }
-            }),
-            st,
-        );
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fstatat64(dirfd, path, st, flags) }
+        if flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_empty() {
+            // SAFETY: forwarded contract.
+            return unsafe { fstat64(dirfd, st) };
+        }
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("fstatat", dirfd, path) } {
+            let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
+            return stat_result(
+                loc.and_then(|l| {
+                    if nofollow {
+                        sh().lstat(&l)
+                    } else {
+                        sh().stat(&l)
+                    }
+                }),
+                st,
+            );
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::fstatat64(dirfd, path, st, flags) }
+    })
 }
 
 #[no_mangle]
@@ -807,12 +940,14 @@ pub unsafe extern "C" fn __xstat64(
     path: *const c_char,
     st: *mut libc::stat64,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("stat", libc::AT_FDCWD, path) } {
-        return stat_result(loc.and_then(|l| sh().stat(&l)), st);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::__xstat64(ver, path, st) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("stat", libc::AT_FDCWD, path) } {
+            return stat_result(loc.and_then(|l| sh().stat(&l)), st);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::__xstat64(ver, path, st) }
+    })
 }
 
 #[no_mangle]
@@ -827,12 +962,14 @@ pub unsafe extern "C" fn __lxstat64(
     path: *const c_char,
     st: *mut libc::stat64,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("lstat", libc::AT_FDCWD, path) } {
-        return stat_result(loc.and_then(|l| sh().lstat(&l)), st);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::__lxstat64(ver, path, st) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("lstat", libc::AT_FDCWD, path) } {
+            return stat_result(loc.and_then(|l| sh().lstat(&l)), st);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::__lxstat64(ver, path, st) }
+    })
 }
 
 #[no_mangle]
@@ -843,11 +980,13 @@ pub unsafe extern "C" fn __lxstat(ver: c_int, path: *const c_char, st: *mut libc
 
 #[no_mangle]
 pub unsafe extern "C" fn __fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat64) -> c_int {
-    if let Some((_g, o)) = lib_fd("fstat", fd) {
-        return stat_result(sh().fstat(&o), st);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::__fxstat64(ver, fd, st) }
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("fstat", fd) {
+            return stat_result(sh().fstat(&o), st);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::__fxstat64(ver, fd, st) }
+    })
 }
 
 #[no_mangle]
@@ -864,27 +1003,29 @@ pub unsafe extern "C" fn __fxstatat64(
     st: *mut libc::stat64,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    if flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_empty() {
+    boundary(|| {
         // SAFETY: forwarded contract.
-        return unsafe { fstat64(dirfd, st) };
-    }
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("fstatat", dirfd, path) } {
-        let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
-        return stat_result(
-            loc.and_then(|l| {
-                if nofollow {
-                    sh().lstat(&l)
-                } else {
-                    sh().stat(&l)
-                }
-            }),
-            st,
-        );
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::__fxstatat64(ver, dirfd, path, st, flags) }
+        if flags & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(path) }.is_empty() {
+            // SAFETY: forwarded contract.
+            return unsafe { fstat64(dirfd, st) };
+        }
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("fstatat", dirfd, path) } {
+            let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
+            return stat_result(
+                loc.and_then(|l| {
+                    if nofollow {
+                        sh().lstat(&l)
+                    } else {
+                        sh().stat(&l)
+                    }
+                }),
+                st,
+            );
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::__fxstatat64(ver, dirfd, path, st, flags) }
+    })
 }
 
 #[no_mangle]
@@ -936,39 +1077,41 @@ pub unsafe extern "C" fn statx(
     mask: c_uint,
     out: *mut libc::statx,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    let empty = unsafe { bytes(path) }.is_empty();
-    let r = if flags & libc::AT_EMPTY_PATH != 0 && empty {
-        lib_fd("statx", dirfd).map(|(g, o)| (g, sh().fstat(&o)))
-    } else {
+    boundary(|| {
         // SAFETY: forwarded contract.
-        unsafe { lib_path("statx", dirfd, path) }.map(|(g, loc)| {
-            let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
-            (
-                g,
-                loc.and_then(|l| {
-                    if nofollow {
-                        sh().lstat(&l)
-                    } else {
-                        sh().stat(&l)
-                    }
-                }),
-            )
-        })
-    };
-    if let Some((_g, r)) = r {
-        return match r {
-            Ok(a) if !out.is_null() => {
-                // SAFETY: checked non-null; the caller's buffer.
-                unsafe { put_statx(&a, out) };
-                0
-            }
-            Ok(_) => fail(libc::EFAULT),
-            Err(e) => fail(e),
+        let empty = unsafe { bytes(path) }.is_empty();
+        let r = if flags & libc::AT_EMPTY_PATH != 0 && empty {
+            lib_fd("statx", dirfd).map(|(g, o)| (g, sh().fstat(&o)))
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { lib_path("statx", dirfd, path) }.map(|(g, loc)| {
+                let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
+                (
+                    g,
+                    loc.and_then(|l| {
+                        if nofollow {
+                            sh().lstat(&l)
+                        } else {
+                            sh().stat(&l)
+                        }
+                    }),
+                )
+            })
         };
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::statx(dirfd, path, flags, mask, out) }
+        if let Some((_g, r)) = r {
+            return match r {
+                Ok(a) if !out.is_null() => {
+                    // SAFETY: checked non-null; the caller's buffer.
+                    unsafe { put_statx(&a, out) };
+                    0
+                }
+                Ok(_) => fail(libc::EFAULT),
+                Err(e) => fail(e),
+            };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::statx(dirfd, path, flags, mask, out) }
+    })
 }
 
 // ---- statfs / statvfs ----
@@ -1035,13 +1178,15 @@ unsafe fn put_statvfs(v: &tailbound::tbfs::StatVfs, out: *mut libc::statvfs64) -
 
 #[no_mangle]
 pub unsafe extern "C" fn statfs64(p: *const c_char, out: *mut libc::statfs64) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, v)) = unsafe { vfs_of_path("statfs", p) } {
-        // SAFETY: the caller's buffer.
-        return v.map_or_else(fail, |v| unsafe { put_statfs(&v, out) });
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::statfs64(p, out) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, v)) = unsafe { vfs_of_path("statfs", p) } {
+            // SAFETY: the caller's buffer.
+            return v.map_or_else(fail, |v| unsafe { put_statfs(&v, out) });
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::statfs64(p, out) }
+    })
 }
 
 #[no_mangle]
@@ -1052,12 +1197,14 @@ pub unsafe extern "C" fn statfs(p: *const c_char, out: *mut libc::statfs64) -> c
 
 #[no_mangle]
 pub unsafe extern "C" fn fstatfs64(fd: c_int, out: *mut libc::statfs64) -> c_int {
-    if let Some((_g, v)) = vfs_of_fd("fstatfs", fd) {
-        // SAFETY: the caller's buffer.
-        return v.map_or_else(fail, |v| unsafe { put_statfs(&v, out) });
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fstatfs64(fd, out) }
+    boundary(|| {
+        if let Some((_g, v)) = vfs_of_fd("fstatfs", fd) {
+            // SAFETY: the caller's buffer.
+            return v.map_or_else(fail, |v| unsafe { put_statfs(&v, out) });
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::fstatfs64(fd, out) }
+    })
 }
 
 #[no_mangle]
@@ -1068,13 +1215,15 @@ pub unsafe extern "C" fn fstatfs(fd: c_int, out: *mut libc::statfs64) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn statvfs64(p: *const c_char, out: *mut libc::statvfs64) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, v)) = unsafe { vfs_of_path("statvfs", p) } {
-        // SAFETY: the caller's buffer.
-        return v.map_or_else(fail, |v| unsafe { put_statvfs(&v, out) });
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::statvfs64(p, out) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, v)) = unsafe { vfs_of_path("statvfs", p) } {
+            // SAFETY: the caller's buffer.
+            return v.map_or_else(fail, |v| unsafe { put_statvfs(&v, out) });
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::statvfs64(p, out) }
+    })
 }
 
 #[no_mangle]
@@ -1085,12 +1234,14 @@ pub unsafe extern "C" fn statvfs(p: *const c_char, out: *mut libc::statvfs64) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn fstatvfs64(fd: c_int, out: *mut libc::statvfs64) -> c_int {
-    if let Some((_g, v)) = vfs_of_fd("fstatvfs", fd) {
-        // SAFETY: the caller's buffer.
-        return v.map_or_else(fail, |v| unsafe { put_statvfs(&v, out) });
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fstatvfs64(fd, out) }
+    boundary(|| {
+        if let Some((_g, v)) = vfs_of_fd("fstatvfs", fd) {
+            // SAFETY: the caller's buffer.
+            return v.map_or_else(fail, |v| unsafe { put_statvfs(&v, out) });
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::fstatvfs64(fd, out) }
+    })
 }
 
 #[no_mangle]
@@ -1103,22 +1254,26 @@ pub unsafe extern "C" fn fstatvfs(fd: c_int, out: *mut libc::statvfs64) -> c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("access", libc::AT_FDCWD, path) } {
-        return int(loc.and_then(|l| sh().access(&l, mode)));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::access(path, mode) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("access", libc::AT_FDCWD, path) } {
+            return int(loc.and_then(|l| sh().access(&l, mode)));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::access(path, mode) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("access", libc::AT_FDCWD, path) } {
-        return int(loc.and_then(|l| sh().access(&l, mode)));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::euidaccess(path, mode) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("access", libc::AT_FDCWD, path) } {
+            return int(loc.and_then(|l| sh().access(&l, mode)));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::euidaccess(path, mode) }
+    })
 }
 
 #[no_mangle]
@@ -1134,83 +1289,97 @@ pub unsafe extern "C" fn faccessat(
     mode: c_int,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("faccessat", dirfd, path) } {
-        return int(loc.and_then(|l| sh().access(&l, mode)));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::faccessat(dirfd, path, mode, flags) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("faccessat", dirfd, path) } {
+            return int(loc.and_then(|l| sh().access(&l, mode)));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::faccessat(dirfd, path, mode, flags) }
+    })
 }
 
 // ---- namespace ----
 
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("mkdir", libc::AT_FDCWD, path) } {
-        return int(loc.and_then(|l| sh().mkdir(&l, mode)));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::mkdir(path, mode) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("mkdir", libc::AT_FDCWD, path) } {
+            return int(loc.and_then(|l| sh().mkdir(&l, mode)));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::mkdir(path, mode) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("mkdirat", dirfd, path) } {
-        return int(loc.and_then(|l| sh().mkdir(&l, mode)));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::mkdirat(dirfd, path, mode) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("mkdirat", dirfd, path) } {
+            return int(loc.and_then(|l| sh().mkdir(&l, mode)));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::mkdirat(dirfd, path, mode) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("rmdir", libc::AT_FDCWD, path) } {
-        return int(loc.and_then(|l| sh().rmdir(&l)));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::rmdir(path) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("rmdir", libc::AT_FDCWD, path) } {
+            return int(loc.and_then(|l| sh().rmdir(&l)));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::rmdir(path) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("unlink", libc::AT_FDCWD, path) } {
-        return int(loc.and_then(|l| sh().unlink(&l)));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::unlink(path) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("unlink", libc::AT_FDCWD, path) } {
+            return int(loc.and_then(|l| sh().unlink(&l)));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::unlink(path) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("unlinkat", dirfd, path) } {
-        return int(loc.and_then(|l| {
-            if flags & libc::AT_REMOVEDIR != 0 {
-                sh().rmdir(&l)
-            } else {
-                sh().unlink(&l)
-            }
-        }));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::unlinkat(dirfd, path, flags) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("unlinkat", dirfd, path) } {
+            return int(loc.and_then(|l| {
+                if flags & libc::AT_REMOVEDIR != 0 {
+                    sh().rmdir(&l)
+                } else {
+                    sh().unlink(&l)
+                }
+            }));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::unlinkat(dirfd, path, flags) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("remove", libc::AT_FDCWD, path) } {
-        return int(loc.and_then(|l| match sh().unlink(&l) {
-            Err(libc::EISDIR) => sh().rmdir(&l),
-            r => r,
-        }));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::remove(path) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("remove", libc::AT_FDCWD, path) } {
+            return int(loc.and_then(|l| match sh().unlink(&l) {
+                Err(libc::EISDIR) => sh().rmdir(&l),
+                r => r,
+            }));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::remove(path) }
+    })
 }
 
 unsafe fn rename_any(
@@ -1242,11 +1411,13 @@ unsafe fn rename_any(
 
 #[no_mangle]
 pub unsafe extern "C" fn rename(a: *const c_char, b: *const c_char) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        rename_any("rename", libc::AT_FDCWD, a, libc::AT_FDCWD, b, 0)
-            .unwrap_or_else(|| real::rename(a, b))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            rename_any("rename", libc::AT_FDCWD, a, libc::AT_FDCWD, b, 0)
+                .unwrap_or_else(|| real::rename(a, b))
+        }
+    })
 }
 
 #[no_mangle]
@@ -1256,10 +1427,12 @@ pub unsafe extern "C" fn renameat(
     db: c_int,
     b: *const c_char,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        rename_any("renameat", da, a, db, b, 0).unwrap_or_else(|| real::renameat(da, a, db, b))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            rename_any("renameat", da, a, db, b, 0).unwrap_or_else(|| real::renameat(da, a, db, b))
+        }
+    })
 }
 
 #[no_mangle]
@@ -1270,21 +1443,25 @@ pub unsafe extern "C" fn renameat2(
     b: *const c_char,
     fl: c_uint,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        rename_any("renameat2", da, a, db, b, fl)
-            .unwrap_or_else(|| real::renameat2(da, a, db, b, fl))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            rename_any("renameat2", da, a, db, b, fl)
+                .unwrap_or_else(|| real::renameat2(da, a, db, b, fl))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn truncate64(path: *const c_char, len: off_t) -> c_int {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("truncate", libc::AT_FDCWD, path) } {
-        return int(loc.and_then(|l| sh().truncate(&l, len)));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::truncate64(path, len) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("truncate", libc::AT_FDCWD, path) } {
+            return int(loc.and_then(|l| sh().truncate(&l, len)));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::truncate64(path, len) }
+    })
 }
 
 #[no_mangle]
@@ -1295,11 +1472,13 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
-    if let Some((_g, o)) = lib_fd("ftruncate", fd) {
-        return int(sh().ftruncate(&o, len));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::ftruncate64(fd, len) }
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("ftruncate", fd) {
+            return int(sh().ftruncate(&o, len));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::ftruncate64(fd, len) }
+    })
 }
 
 #[no_mangle]
@@ -1312,56 +1491,66 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    if let Some((_g, o)) = lib_fd("fsync", fd) {
-        return int(sh().fsync(&o));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fsync(fd) }
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("fsync", fd) {
+            return int(sh().fsync(&o));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::fsync(fd) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    if let Some((_g, o)) = lib_fd("fdatasync", fd) {
-        return int(sh().fsync(&o));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fdatasync(fd) }
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("fdatasync", fd) {
+            return int(sh().fsync(&o));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::fdatasync(fd) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
-    if let Some((_g, o)) = lib_fd("syncfs", fd) {
-        return int(sh().syncfs(&o));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::syncfs(fd) }
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("syncfs", fd) {
+            return int(sh().syncfs(&o));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::syncfs(fd) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sync_file_range(fd: c_int, off: off_t, n: off_t, fl: c_uint) -> c_int {
-    if let Some((_g, o)) = lib_fd("sync_file_range", fd) {
-        if off < 0 || n < 0 {
-            return fail(libc::EINVAL);
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("sync_file_range", fd) {
+            if off < 0 || n < 0 {
+                return fail(libc::EINVAL);
+            }
+            // The whole file is made durable, which covers the range.
+            return int(sh().fsync(&o));
         }
-        // The whole file is made durable, which covers the range.
-        return int(sh().fsync(&o));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::sync_file_range(fd, off, n, fl) }
+        // SAFETY: forwarded contract.
+        unsafe { real::sync_file_range(fd, off, n, fl) }
+    })
 }
 
 // ---- space ----
 
 #[no_mangle]
 pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-    if let Some((_g, o)) = lib_fd("fallocate", fd) {
-        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
-            return fail(sh().unsupported("fallocate (punch/zero/collapse)", libc::EOPNOTSUPP));
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("fallocate", fd) {
+            if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+                return fail(sh().unsupported("fallocate (punch/zero/collapse)", libc::EOPNOTSUPP));
+            }
+            return int(sh().allocate(&o, off, len, mode & libc::FALLOC_FL_KEEP_SIZE != 0));
         }
-        return int(sh().allocate(&o, off, len, mode & libc::FALLOC_FL_KEEP_SIZE != 0));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fallocate64(fd, mode, off, len) }
+        // SAFETY: forwarded contract.
+        unsafe { real::fallocate64(fd, mode, off, len) }
+    })
 }
 
 #[no_mangle]
@@ -1372,17 +1561,21 @@ pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int {
-    if let Some((_g, o)) = lib_fd("posix_fallocate", fd) {
-        return sh().allocate(&o, off, len, false).err().unwrap_or(0);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::posix_fallocate64(fd, off, len) }
+    boundary_or(eio_number, || {
+        if let Some((_g, o)) = lib_fd("posix_fallocate", fd) {
+            return sh().allocate(&o, off, len, false).err().unwrap_or(0);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::posix_fallocate64(fd, off, len) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { posix_fallocate64(fd, off, len) }
+    boundary_or(eio_number, || {
+        // SAFETY: forwarded contract.
+        unsafe { posix_fallocate64(fd, off, len) }
+    })
 }
 
 #[no_mangle]
@@ -1392,21 +1585,25 @@ pub unsafe extern "C" fn posix_fadvise64(
     len: off_t,
     advice: c_int,
 ) -> c_int {
-    if lib_fd("posix_fadvise", fd).is_some() {
-        // Advice only: a pool in memory has no readahead or page cache to steer.
-        if !(0..=5).contains(&advice) || len < 0 {
-            return libc::EINVAL;
+    boundary_or(eio_number, || {
+        if lib_fd("posix_fadvise", fd).is_some() {
+            // Advice only: a pool in memory has no readahead or page cache to steer.
+            if !(0..=5).contains(&advice) || len < 0 {
+                return libc::EINVAL;
+            }
+            return 0;
         }
-        return 0;
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::posix_fadvise64(fd, off, len, advice) }
+        // SAFETY: forwarded contract.
+        unsafe { real::posix_fadvise64(fd, off, len, advice) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { posix_fadvise64(fd, off, len, advice) }
+    boundary_or(eio_number, || {
+        // SAFETY: forwarded contract.
+        unsafe { posix_fadvise64(fd, off, len, advice) }
+    })
 }
 
 // ---- directories ----
@@ -1448,33 +1645,37 @@ fn new_lib_dir(fd: c_int) -> *mut libc::DIR {
 
 #[no_mangle]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("opendir", libc::AT_FDCWD, path) } {
-        return match loc
-            .and_then(|l| sh().open(&l, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0))
-        {
-            Ok(fd) => new_lib_dir(fd),
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
-        };
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::opendir(path) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("opendir", libc::AT_FDCWD, path) } {
+            return match loc.and_then(|l| {
+                sh().open(&l, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)
+            }) {
+                Ok(fd) => new_lib_dir(fd),
+                Err(e) => {
+                    set_errno(e);
+                    std::ptr::null_mut()
+                }
+            };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::opendir(path) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut libc::DIR {
-    if let Some((_g, o)) = lib_fd("fdopendir", fd) {
-        if !o.dir {
-            set_errno(libc::ENOTDIR);
-            return std::ptr::null_mut();
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("fdopendir", fd) {
+            if !o.dir {
+                set_errno(libc::ENOTDIR);
+                return std::ptr::null_mut();
+            }
+            return new_lib_dir(fd);
         }
-        return new_lib_dir(fd);
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fdopendir(fd) }
+        // SAFETY: forwarded contract.
+        unsafe { real::fdopendir(fd) }
+    })
 }
 
 /// Fills the `DIR`'s entry with the next one; null at the end (errno untouched) or on error.
@@ -1510,14 +1711,16 @@ fn next_dirent(d: *mut libc::DIR, fd: c_int) -> *mut libc::dirent64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn readdir64(d: *mut libc::DIR) -> *mut libc::dirent64 {
-    if let Some(_g) = enter() {
-        if let Some(fd) = lib_dir(d) {
-            count("readdir", true);
-            return next_dirent(d, fd);
+    boundary(|| {
+        if let Some(_g) = enter() {
+            if let Some(fd) = lib_dir(d) {
+                count("readdir", true);
+                return next_dirent(d, fd);
+            }
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::readdir64(d) }
+        // SAFETY: forwarded contract.
+        unsafe { real::readdir64(d) }
+    })
 }
 
 #[no_mangle]
@@ -1532,29 +1735,31 @@ pub unsafe extern "C" fn readdir64_r(
     e: *mut libc::dirent64,
     r: *mut *mut libc::dirent64,
 ) -> c_int {
-    if let Some(_g) = enter() {
-        if let Some(fd) = lib_dir(d) {
-            count("readdir_r", true);
-            let saved = errno();
-            set_errno(0);
-            let p = next_dirent(d, fd);
-            let err = errno();
-            set_errno(saved);
-            if p.is_null() {
-                // SAFETY: the caller's result pointer.
-                unsafe { *r = std::ptr::null_mut() };
-                return err;
+    boundary_or(eio_number, || {
+        if let Some(_g) = enter() {
+            if let Some(fd) = lib_dir(d) {
+                count("readdir_r", true);
+                let saved = errno();
+                set_errno(0);
+                let p = next_dirent(d, fd);
+                let err = errno();
+                set_errno(saved);
+                if p.is_null() {
+                    // SAFETY: the caller's result pointer.
+                    unsafe { *r = std::ptr::null_mut() };
+                    return err;
+                }
+                // SAFETY: `e` is the caller's entry buffer; `p` our filled entry.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(p, e, 1);
+                    *r = e;
+                }
+                return 0;
             }
-            // SAFETY: `e` is the caller's entry buffer; `p` our filled entry.
-            unsafe {
-                std::ptr::copy_nonoverlapping(p, e, 1);
-                *r = e;
-            }
-            return 0;
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::readdir64_r(d, e, r) }
+        // SAFETY: forwarded contract.
+        unsafe { real::readdir64_r(d, e, r) }
+    })
 }
 
 #[no_mangle]
@@ -1563,79 +1768,91 @@ pub unsafe extern "C" fn readdir_r(
     e: *mut libc::dirent64,
     r: *mut *mut libc::dirent64,
 ) -> c_int {
-    // SAFETY: same layout, forwarded contract.
-    unsafe { readdir64_r(d, e, r) }
+    boundary_or(eio_number, || {
+        // SAFETY: same layout, forwarded contract.
+        unsafe { readdir64_r(d, e, r) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn closedir(d: *mut libc::DIR) -> c_int {
-    if let Some(g) = enter() {
-        if let Some(fd) = lib_dir(d) {
-            count("closedir", true);
-            DIRS.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_mut()
-                .map(|s| s.remove(&(d as usize)));
-            NDIRS.fetch_sub(1, Ordering::AcqRel);
-            // SAFETY: made by Box::into_raw in new_lib_dir, now unregistered.
-            drop(unsafe { Box::from_raw(d as *mut LibDir) });
-            let r = sh().close(fd).unwrap_or(Err(libc::EBADF));
-            drop(g);
-            return int(r);
+    boundary(|| {
+        if let Some(g) = enter() {
+            if let Some(fd) = lib_dir(d) {
+                count("closedir", true);
+                DIRS.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .as_mut()
+                    .map(|s| s.remove(&(d as usize)));
+                NDIRS.fetch_sub(1, Ordering::AcqRel);
+                // SAFETY: made by Box::into_raw in new_lib_dir, now unregistered.
+                drop(unsafe { Box::from_raw(d as *mut LibDir) });
+                let r = sh().close(fd).unwrap_or(Err(libc::EBADF));
+                drop(g);
+                return int(r);
+            }
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::closedir(d) }
+        // SAFETY: forwarded contract.
+        unsafe { real::closedir(d) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dirfd(d: *mut libc::DIR) -> c_int {
-    if let Some(_g) = enter() {
-        if let Some(fd) = lib_dir(d) {
-            return fd;
+    boundary(|| {
+        if let Some(_g) = enter() {
+            if let Some(fd) = lib_dir(d) {
+                return fd;
+            }
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::dirfd(d) }
+        // SAFETY: forwarded contract.
+        unsafe { real::dirfd(d) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rewinddir(d: *mut libc::DIR) {
-    if let Some(_g) = enter() {
-        if let Some(fd) = lib_dir(d) {
-            if let Some(o) = sh().ofd(fd) {
-                sh().dir_seek(&o, 0);
+    boundary(|| {
+        if let Some(_g) = enter() {
+            if let Some(fd) = lib_dir(d) {
+                if let Some(o) = sh().ofd(fd) {
+                    sh().dir_seek(&o, 0);
+                }
+                return;
             }
-            return;
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::rewinddir(d) }
+        // SAFETY: forwarded contract.
+        unsafe { real::rewinddir(d) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn telldir(d: *mut libc::DIR) -> c_long {
-    if let Some(_g) = enter() {
-        if let Some(fd) = lib_dir(d) {
-            return sh().ofd(fd).map_or(-1, |o| sh().dir_tell(&o) as c_long);
+    boundary(|| {
+        if let Some(_g) = enter() {
+            if let Some(fd) = lib_dir(d) {
+                return sh().ofd(fd).map_or(-1, |o| sh().dir_tell(&o) as c_long);
+            }
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::telldir(d) }
+        // SAFETY: forwarded contract.
+        unsafe { real::telldir(d) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn seekdir(d: *mut libc::DIR, at: c_long) {
-    if let Some(_g) = enter() {
-        if let Some(fd) = lib_dir(d) {
-            if let Some(o) = sh().ofd(fd) {
-                sh().dir_seek(&o, at.max(0) as u64);
+    boundary(|| {
+        if let Some(_g) = enter() {
+            if let Some(fd) = lib_dir(d) {
+                if let Some(o) = sh().ofd(fd) {
+                    sh().dir_seek(&o, at.max(0) as u64);
+                }
+                return;
             }
-            return;
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::seekdir(d, at) }
+        // SAFETY: forwarded contract.
+        unsafe { real::seekdir(d, at) }
+    })
 }
 
 pub type DirFilter = Option<unsafe extern "C" fn(*const libc::dirent64) -> c_int>;
@@ -1650,79 +1867,81 @@ pub unsafe extern "C" fn scandir64(
     filter: DirFilter,
     compar: DirCompare,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    let lib = unsafe { lib_path("scandir", libc::AT_FDCWD, path) }.is_some();
-    if !lib {
+    boundary(|| {
         // SAFETY: forwarded contract.
-        return unsafe { real::scandir64(path, list, filter, compar) };
-    }
-    // SAFETY: forwarded contract; the DIR is ours.
-    let d = unsafe { opendir(path) };
-    if d.is_null() {
-        return -1;
-    }
-    let mut out: Vec<*mut libc::dirent64> = Vec::new();
-    loop {
-        // SAFETY: our DIR.
-        let e = unsafe { readdir64(d) };
-        if e.is_null() {
-            break;
+        let lib = unsafe { lib_path("scandir", libc::AT_FDCWD, path) }.is_some();
+        if !lib {
+            // SAFETY: forwarded contract.
+            return unsafe { real::scandir64(path, list, filter, compar) };
         }
-        // SAFETY: `e` is our filled entry; `filter` is the caller's.
-        if let Some(f) = filter {
-            if unsafe { f(e) } == 0 {
-                continue;
-            }
+        // SAFETY: forwarded contract; the DIR is ours.
+        let d = unsafe { opendir(path) };
+        if d.is_null() {
+            return -1;
         }
-        let size = std::mem::size_of::<libc::dirent64>();
-        // SAFETY: a plain allocation the caller frees, filled with a copy of the entry.
-        let copy = unsafe { libc::malloc(size) } as *mut libc::dirent64;
-        if copy.is_null() {
-            for p in out {
-                // SAFETY: allocated above.
-                unsafe { libc::free(p.cast()) };
-            }
+        let mut out: Vec<*mut libc::dirent64> = Vec::new();
+        loop {
             // SAFETY: our DIR.
-            unsafe { closedir(d) };
+            let e = unsafe { readdir64(d) };
+            if e.is_null() {
+                break;
+            }
+            // SAFETY: `e` is our filled entry; `filter` is the caller's.
+            if let Some(f) = filter {
+                if unsafe { f(e) } == 0 {
+                    continue;
+                }
+            }
+            let size = std::mem::size_of::<libc::dirent64>();
+            // SAFETY: a plain allocation the caller frees, filled with a copy of the entry.
+            let copy = unsafe { libc::malloc(size) } as *mut libc::dirent64;
+            if copy.is_null() {
+                for p in out {
+                    // SAFETY: allocated above.
+                    unsafe { libc::free(p.cast()) };
+                }
+                // SAFETY: our DIR.
+                unsafe { closedir(d) };
+                set_errno(libc::ENOMEM);
+                return -1;
+            }
+            // SAFETY: both are entries of `size` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(e, copy, 1) };
+            out.push(copy);
+        }
+        // SAFETY: our DIR.
+        unsafe { closedir(d) };
+        let n = out.len();
+        // SAFETY: an array of `n` pointers the caller frees.
+        let arr = unsafe { libc::malloc(n.max(1) * std::mem::size_of::<*mut libc::dirent64>()) }
+            as *mut *mut libc::dirent64;
+        if arr.is_null() {
             set_errno(libc::ENOMEM);
             return -1;
         }
-        // SAFETY: both are entries of `size` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(e, copy, 1) };
-        out.push(copy);
-    }
-    // SAFETY: our DIR.
-    unsafe { closedir(d) };
-    let n = out.len();
-    // SAFETY: an array of `n` pointers the caller frees.
-    let arr = unsafe { libc::malloc(n.max(1) * std::mem::size_of::<*mut libc::dirent64>()) }
-        as *mut *mut libc::dirent64;
-    if arr.is_null() {
-        set_errno(libc::ENOMEM);
-        return -1;
-    }
-    // SAFETY: `arr` has room for `n` pointers.
-    unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), arr, n) };
-    if let Some(c) = compar {
-        // SAFETY: qsort over the caller's comparison, which takes pointers to entry pointers.
-        unsafe {
-            libc::qsort(
-                arr.cast(),
-                n,
-                std::mem::size_of::<*mut libc::dirent64>(),
-                Some(std::mem::transmute::<
-                    unsafe extern "C" fn(
-                        *mut *const libc::dirent64,
-                        *mut *const libc::dirent64,
-                    ) -> c_int,
-                    unsafe extern "C" fn(*const c_void, *const c_void) -> c_int,
-                >(c)),
-            )
-        };
-    }
-    // SAFETY: the caller's result pointer.
-    unsafe { *list = arr };
-    n as c_int
+        // SAFETY: `arr` has room for `n` pointers.
+        unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), arr, n) };
+        if let Some(c) = compar {
+            // SAFETY: qsort over the caller's comparison, which takes pointers to entry pointers.
+            unsafe {
+                libc::qsort(
+                    arr.cast(),
+                    n,
+                    std::mem::size_of::<*mut libc::dirent64>(),
+                    Some(std::mem::transmute::<
+                        unsafe extern "C" fn(
+                            *mut *const libc::dirent64,
+                            *mut *const libc::dirent64,
+                        ) -> c_int,
+                        unsafe extern "C" fn(*const c_void, *const c_void) -> c_int,
+                    >(c)),
+                )
+            };
+        }
+        // SAFETY: the caller's result pointer.
+        unsafe { *list = arr };
+        n as c_int
+    })
 }
 
 #[no_mangle]
@@ -1738,23 +1957,27 @@ pub unsafe extern "C" fn scandir(
 
 #[no_mangle]
 pub unsafe extern "C" fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    if let Some((_g, o)) = lib_fd("getdents64", fd) {
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("getdents64", fd) {
+            // SAFETY: forwarded contract.
+            return size(sh().getdents(&o, unsafe { slice_mut(buf, n) }));
+        }
         // SAFETY: forwarded contract.
-        return size(sh().getdents(&o, unsafe { slice_mut(buf, n) }));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::getdents64(fd, buf, n) }
+        unsafe { real::getdents64(fd, buf, n) }
+    })
 }
 
 // ---- descriptors ----
 
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    if let Some((_g, _)) = lib_fd("dup", fd) {
-        return num(sh().dup(fd, 0, false));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::dup(fd) }
+    boundary(|| {
+        if let Some((_g, _)) = lib_fd("dup", fd) {
+            return num(sh().dup(fd, 0, false));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::dup(fd) }
+    })
 }
 
 /// The `stdin`/`stdout`/`stderr` streams glibc made, saved while a library descriptor stands in.
@@ -1861,21 +2084,25 @@ unsafe fn dup_onto(
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { dup_onto("dup2", fd, new, false, || real::dup2(fd, new)) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { dup_onto("dup2", fd, new, false, || real::dup2(fd, new)) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, fl: c_int) -> c_int {
-    if fd == new {
-        return fail(libc::EINVAL);
-    }
-    // SAFETY: forwarded contract.
-    unsafe {
-        dup_onto("dup3", fd, new, fl & libc::O_CLOEXEC != 0, || {
-            real::dup3(fd, new, fl)
-        })
-    }
+    boundary(|| {
+        if fd == new {
+            return fail(libc::EINVAL);
+        }
+        // SAFETY: forwarded contract.
+        unsafe {
+            dup_onto("dup3", fd, new, fl & libc::O_CLOEXEC != 0, || {
+                real::dup3(fd, new, fl)
+            })
+        }
+    })
 }
 
 /// A `struct flock` as F_GETLK/F_SETLK take it.
@@ -1982,71 +2209,83 @@ unsafe fn fcntl_any(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
 /// `ioctl` (variadic in C; see the module notes on variadic entry points).
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    if let Some((_g, o)) = lib_fd("ioctl", fd) {
-        let s = sh();
-        return match request {
-            libc::FIONREAD => {
-                if arg.is_null() {
-                    return fail(libc::EFAULT);
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("ioctl", fd) {
+            let s = sh();
+            return match request {
+                libc::FIONREAD => {
+                    if arg.is_null() {
+                        return fail(libc::EFAULT);
+                    }
+                    let avail = match s.size(&o) {
+                        Ok(size) => size.saturating_sub(s.dir_tell(&o)).min(c_int::MAX as u64),
+                        Err(e) => return fail(e),
+                    };
+                    // SAFETY: FIONREAD takes an int pointer.
+                    unsafe { *(arg as *mut c_int) = avail as c_int };
+                    0
                 }
-                let avail = match s.size(&o) {
-                    Ok(size) => size.saturating_sub(s.dir_tell(&o)).min(c_int::MAX as u64),
-                    Err(e) => return fail(e),
-                };
-                // SAFETY: FIONREAD takes an int pointer.
-                unsafe { *(arg as *mut c_int) = avail as c_int };
-                0
-            }
-            libc::FIOCLEX => int(s.set_cloexec(fd, true)),
-            libc::FIONCLEX => int(s.set_cloexec(fd, false)),
-            _ => fail(libc::ENOTTY),
-        };
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::ioctl(fd, request, arg) }
+                libc::FIOCLEX => int(s.set_cloexec(fd, true)),
+                libc::FIONCLEX => int(s.set_cloexec(fd, false)),
+                _ => fail(libc::ENOTTY),
+            };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::ioctl(fd, request, arg) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn isatty(fd: c_int) -> c_int {
-    if lib_fd("isatty", fd).is_some() {
-        set_errno(libc::ENOTTY);
-        return 0;
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::isatty(fd) }
+    boundary_or(eio_and(0), || {
+        if lib_fd("isatty", fd).is_some() {
+            set_errno(libc::ENOTTY);
+            return 0;
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::isatty(fd) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
-    if let Some((_g, o)) = lib_fd("flock", fd) {
-        return int(sh().flock(&o, op));
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::flock(fd, op) }
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("flock", fd) {
+            return int(sh().flock(&o, op));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::flock(fd, op) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int {
-    if let Some((_g, o)) = lib_fd("lockf", fd) {
-        let s = sh();
-        return match cmd {
-            libc::F_LOCK => int(s.set_lock(&o, false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, true)),
-            libc::F_TLOCK => {
-                int(s.set_lock(&o, false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, false))
-            }
-            libc::F_ULOCK => {
-                int(s.set_lock(&o, false, libc::F_UNLCK, libc::SEEK_CUR, 0, len, false))
-            }
-            libc::F_TEST => match s.get_lock(&o, false, libc::F_WRLCK, libc::SEEK_CUR, 0, len) {
-                Ok(None) => 0,
-                Ok(Some(_)) => fail(libc::EACCES),
-                Err(e) => fail(e),
-            },
-            _ => fail(libc::EINVAL),
-        };
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::lockf64(fd, cmd, len) }
+    boundary(|| {
+        if let Some((_g, o)) = lib_fd("lockf", fd) {
+            let s = sh();
+            return match cmd {
+                libc::F_LOCK => {
+                    int(s.set_lock(&o, false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, true))
+                }
+                libc::F_TLOCK => {
+                    int(s.set_lock(&o, false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, false))
+                }
+                libc::F_ULOCK => {
+                    int(s.set_lock(&o, false, libc::F_UNLCK, libc::SEEK_CUR, 0, len, false))
+                }
+                libc::F_TEST => {
+                    match s.get_lock(&o, false, libc::F_WRLCK, libc::SEEK_CUR, 0, len) {
+                        Ok(None) => 0,
+                        Ok(Some(_)) => fail(libc::EACCES),
+                        Err(e) => fail(e),
+                    }
+                }
+                _ => fail(libc::EINVAL),
+            };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::lockf64(fd, cmd, len) }
+    })
 }
 
 #[no_mangle]
@@ -2059,58 +2298,62 @@ pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: off_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
-    if let Some(g) = enter() {
-        let s = sh();
-        // SAFETY: forwarded contract.
-        match s.resolve(libc::AT_FDCWD, unsafe { bytes(path) }) {
-            Where::Lib(loc) => {
-                count("chdir", true);
-                return int(s.chdir(&loc));
-            }
-            Where::Refused(e) => return fail(e),
-            Where::Kernel => {
-                count("chdir", false);
-                // SAFETY: forwarded contract.
-                let r = unsafe { real::chdir(path) };
-                if r == 0 {
-                    s.left_for_kernel();
+    boundary(|| {
+        if let Some(g) = enter() {
+            let s = sh();
+            // SAFETY: forwarded contract.
+            match s.resolve(libc::AT_FDCWD, unsafe { bytes(path) }) {
+                Where::Lib(loc) => {
+                    count("chdir", true);
+                    return int(s.chdir(&loc));
                 }
-                drop(g);
-                return r;
+                Where::Refused(e) => return fail(e),
+                Where::Kernel => {
+                    count("chdir", false);
+                    // SAFETY: forwarded contract.
+                    let r = unsafe { real::chdir(path) };
+                    if r == 0 {
+                        s.left_for_kernel();
+                    }
+                    drop(g);
+                    return r;
+                }
             }
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::chdir(path) }
+        // SAFETY: forwarded contract.
+        unsafe { real::chdir(path) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
-    if let Some(g) = enter() {
-        let s = sh();
-        if let Some(o) = s.ofd(fd) {
-            count("fchdir", true);
-            if !o.dir {
-                return fail(libc::ENOTDIR);
+    boundary(|| {
+        if let Some(g) = enter() {
+            let s = sh();
+            if let Some(o) = s.ofd(fd) {
+                count("fchdir", true);
+                if !o.dir {
+                    return fail(libc::ENOTDIR);
+                }
+                let loc = Loc {
+                    m: o.m,
+                    rel: o.rel.clone(),
+                    abs: o.abs.clone(),
+                };
+                return int(s.chdir(&loc));
             }
-            let loc = Loc {
-                m: o.m,
-                rel: o.rel.clone(),
-                abs: o.abs.clone(),
-            };
-            return int(s.chdir(&loc));
+            count("fchdir", false);
+            // SAFETY: forwarded contract.
+            let r = unsafe { real::fchdir(fd) };
+            if r == 0 {
+                s.left_for_kernel();
+            }
+            drop(g);
+            return r;
         }
-        count("fchdir", false);
         // SAFETY: forwarded contract.
-        let r = unsafe { real::fchdir(fd) };
-        if r == 0 {
-            s.left_for_kernel();
-        }
-        drop(g);
-        return r;
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fchdir(fd) }
+        unsafe { real::fchdir(fd) }
+    })
 }
 
 /// Copies a library working directory into the caller's buffer (or a malloc'd one).
@@ -2146,15 +2389,17 @@ unsafe fn give_cwd(cwd: &str, buf: *mut c_char, n: size_t) -> *mut c_char {
 
 #[no_mangle]
 pub unsafe extern "C" fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char {
-    if let Some(_g) = enter() {
-        if let Some(c) = sh().library_cwd() {
-            count("getcwd", true);
-            // SAFETY: forwarded contract.
-            return unsafe { give_cwd(&c, buf, n) };
+    boundary(|| {
+        if let Some(_g) = enter() {
+            if let Some(c) = sh().library_cwd() {
+                count("getcwd", true);
+                // SAFETY: forwarded contract.
+                return unsafe { give_cwd(&c, buf, n) };
+            }
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::getcwd(buf, n) }
+        // SAFETY: forwarded contract.
+        unsafe { real::getcwd(buf, n) }
+    })
 }
 
 #[no_mangle]
@@ -2178,41 +2423,45 @@ pub unsafe extern "C" fn __getwd_chk(buf: *mut c_char, len: size_t) -> *mut c_ch
 
 #[no_mangle]
 pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
-    if let Some(_g) = enter() {
-        if let Some(c) = sh().library_cwd() {
-            // SAFETY: a malloc'd copy.
-            return unsafe { give_cwd(&c, std::ptr::null_mut(), 0) };
+    boundary(|| {
+        if let Some(_g) = enter() {
+            if let Some(c) = sh().library_cwd() {
+                // SAFETY: a malloc'd copy.
+                return unsafe { give_cwd(&c, std::ptr::null_mut(), 0) };
+            }
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::get_current_dir_name() }
+        // SAFETY: forwarded contract.
+        unsafe { real::get_current_dir_name() }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn realpath(p: *const c_char, out: *mut c_char) -> *mut c_char {
-    // SAFETY: forwarded contract.
-    if let Some((_g, loc)) = unsafe { lib_path("realpath", libc::AT_FDCWD, p) } {
-        return match loc.and_then(|l| sh().realpath(&l)) {
-            // SAFETY: `out` is PATH_MAX bytes when given.
-            Ok(path) => unsafe {
-                give_cwd(
-                    &path,
-                    out,
-                    if out.is_null() {
-                        0
-                    } else {
-                        libc::PATH_MAX as usize
-                    },
-                )
-            },
-            Err(e) => {
-                set_errno(e);
-                std::ptr::null_mut()
-            }
-        };
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::realpath(p, out) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some((_g, loc)) = unsafe { lib_path("realpath", libc::AT_FDCWD, p) } {
+            return match loc.and_then(|l| sh().realpath(&l)) {
+                // SAFETY: `out` is PATH_MAX bytes when given.
+                Ok(path) => unsafe {
+                    give_cwd(
+                        &path,
+                        out,
+                        if out.is_null() {
+                            0
+                        } else {
+                            libc::PATH_MAX as usize
+                        },
+                    )
+                },
+                Err(e) => {
+                    set_errno(e);
+                    std::ptr::null_mut()
+                }
+            };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::realpath(p, out) }
+    })
 }
 
 #[no_mangle]
@@ -2243,14 +2492,22 @@ unsafe fn symlink_any(target: *const c_char, dirfd: c_int, p: *const c_char) -> 
 
 #[no_mangle]
 pub unsafe extern "C" fn symlink(target: *const c_char, p: *const c_char) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { symlink_any(target, libc::AT_FDCWD, p).unwrap_or_else(|| real::symlink(target, p)) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            symlink_any(target, libc::AT_FDCWD, p).unwrap_or_else(|| real::symlink(target, p))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, p: *const c_char) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { symlink_any(target, dirfd, p).unwrap_or_else(|| real::symlinkat(target, dirfd, p)) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            symlink_any(target, dirfd, p).unwrap_or_else(|| real::symlinkat(target, dirfd, p))
+        }
+    })
 }
 
 unsafe fn readlink_any(
@@ -2275,8 +2532,12 @@ unsafe fn readlink_any(
 
 #[no_mangle]
 pub unsafe extern "C" fn readlink(p: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
-    // SAFETY: forwarded contract.
-    unsafe { readlink_any(libc::AT_FDCWD, p, buf, n).unwrap_or_else(|| real::readlink(p, buf, n)) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            readlink_any(libc::AT_FDCWD, p, buf, n).unwrap_or_else(|| real::readlink(p, buf, n))
+        }
+    })
 }
 
 #[no_mangle]
@@ -2297,8 +2558,12 @@ pub unsafe extern "C" fn readlinkat(
     buf: *mut c_char,
     n: size_t,
 ) -> ssize_t {
-    // SAFETY: forwarded contract.
-    unsafe { readlink_any(dirfd, p, buf, n).unwrap_or_else(|| real::readlinkat(dirfd, p, buf, n)) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            readlink_any(dirfd, p, buf, n).unwrap_or_else(|| real::readlinkat(dirfd, p, buf, n))
+        }
+    })
 }
 
 #[no_mangle]
@@ -2340,10 +2605,13 @@ unsafe fn link_any(
 
 #[no_mangle]
 pub unsafe extern "C" fn link(a: *const c_char, b: *const c_char) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        link_any("link", libc::AT_FDCWD, a, libc::AT_FDCWD, b).unwrap_or_else(|| real::link(a, b))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            link_any("link", libc::AT_FDCWD, a, libc::AT_FDCWD, b)
+                .unwrap_or_else(|| real::link(a, b))
+        }
+    })
 }
 
 #[no_mangle]
@@ -2354,10 +2622,14 @@ pub unsafe extern "C" fn linkat(
     b: *const c_char,
     fl: c_int,
 ) -> c_int {
-    // linkat does not follow a final symbolic link unless AT_SYMLINK_FOLLOW; tbfs links the
-    // name itself either way, which is the default behaviour.
-    // SAFETY: forwarded contract.
-    unsafe { link_any("linkat", da, a, db, b).unwrap_or_else(|| real::linkat(da, a, db, b, fl)) }
+    boundary(|| {
+        // linkat does not follow a final symbolic link unless AT_SYMLINK_FOLLOW; tbfs links the
+        // name itself either way, which is the default behaviour.
+        // SAFETY: forwarded contract.
+        unsafe {
+            link_any("linkat", da, a, db, b).unwrap_or_else(|| real::linkat(da, a, db, b, fl))
+        }
+    })
 }
 
 #[no_mangle]
@@ -2370,9 +2642,11 @@ pub unsafe extern "C" fn canonicalize_file_name(p: *const c_char) -> *mut c_char
 pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
     // SAFETY: no pointers.
     let old = unsafe { real::umask(mask) };
-    if let Some(_g) = enter() {
-        sh().set_umask(mask);
-    }
+    boundary(|| {
+        if let Some(_g) = enter() {
+            sh().set_umask(mask);
+        }
+    });
     old
 }
 
@@ -2485,17 +2759,21 @@ unsafe fn timeval_attr(t: *const libc::timeval) -> R<SetAttr> {
 
 #[no_mangle]
 pub unsafe extern "C" fn chmod(p: *const c_char, mode: mode_t) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        path_attr("chmod", libc::AT_FDCWD, p, mode_attr(mode))
-            .unwrap_or_else(|| real::chmod(p, mode))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            path_attr("chmod", libc::AT_FDCWD, p, mode_attr(mode))
+                .unwrap_or_else(|| real::chmod(p, mode))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
-    // SAFETY: forwarded contract.
-    fd_attr("fchmod", fd, mode_attr(mode)).unwrap_or_else(|| unsafe { real::fchmod(fd, mode) })
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        fd_attr("fchmod", fd, mode_attr(mode)).unwrap_or_else(|| unsafe { real::fchmod(fd, mode) })
+    })
 }
 
 #[no_mangle]
@@ -2505,41 +2783,49 @@ pub unsafe extern "C" fn fchmodat(
     mode: mode_t,
     fl: c_int,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        path_attr_at(
-            "fchmodat",
-            dirfd,
-            p,
-            mode_attr(mode),
-            fl & libc::AT_SYMLINK_NOFOLLOW == 0,
-        )
-        .unwrap_or_else(|| real::fchmodat(dirfd, p, mode, fl))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            path_attr_at(
+                "fchmodat",
+                dirfd,
+                p,
+                mode_attr(mode),
+                fl & libc::AT_SYMLINK_NOFOLLOW == 0,
+            )
+            .unwrap_or_else(|| real::fchmodat(dirfd, p, mode, fl))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn chown(p: *const c_char, u: libc::uid_t, g: libc::gid_t) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        path_attr("chown", libc::AT_FDCWD, p, owner_attr(u, g))
-            .unwrap_or_else(|| real::chown(p, u, g))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            path_attr("chown", libc::AT_FDCWD, p, owner_attr(u, g))
+                .unwrap_or_else(|| real::chown(p, u, g))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn lchown(p: *const c_char, u: libc::uid_t, g: libc::gid_t) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        path_attr_at("lchown", libc::AT_FDCWD, p, owner_attr(u, g), false)
-            .unwrap_or_else(|| real::lchown(p, u, g))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            path_attr_at("lchown", libc::AT_FDCWD, p, owner_attr(u, g), false)
+                .unwrap_or_else(|| real::lchown(p, u, g))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fchown(fd: c_int, u: libc::uid_t, g: libc::gid_t) -> c_int {
-    // SAFETY: forwarded contract.
-    fd_attr("fchown", fd, owner_attr(u, g)).unwrap_or_else(|| unsafe { real::fchown(fd, u, g) })
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        fd_attr("fchown", fd, owner_attr(u, g)).unwrap_or_else(|| unsafe { real::fchown(fd, u, g) })
+    })
 }
 
 #[no_mangle]
@@ -2550,22 +2836,24 @@ pub unsafe extern "C" fn fchownat(
     g: libc::gid_t,
     fl: c_int,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    if fl & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(p) }.is_empty() {
+    boundary(|| {
         // SAFETY: forwarded contract.
-        return unsafe { fchown(dirfd, u, g) };
-    }
-    // SAFETY: forwarded contract.
-    unsafe {
-        path_attr_at(
-            "fchownat",
-            dirfd,
-            p,
-            owner_attr(u, g),
-            fl & libc::AT_SYMLINK_NOFOLLOW == 0,
-        )
-        .unwrap_or_else(|| real::fchownat(dirfd, p, u, g, fl))
-    }
+        if fl & libc::AT_EMPTY_PATH != 0 && unsafe { bytes(p) }.is_empty() {
+            // SAFETY: forwarded contract.
+            return unsafe { fchown(dirfd, u, g) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe {
+            path_attr_at(
+                "fchownat",
+                dirfd,
+                p,
+                owner_attr(u, g),
+                fl & libc::AT_SYMLINK_NOFOLLOW == 0,
+            )
+            .unwrap_or_else(|| real::fchownat(dirfd, p, u, g, fl))
+        }
+    })
 }
 
 #[no_mangle]
@@ -2575,54 +2863,64 @@ pub unsafe extern "C" fn utimensat(
     t: *const libc::timespec,
     fl: c_int,
 ) -> c_int {
-    if p.is_null() {
-        // Linux: a NULL path is the descriptor itself (futimens).
+    boundary(|| {
+        if p.is_null() {
+            // Linux: a NULL path is the descriptor itself (futimens).
+            // SAFETY: forwarded contract.
+            return unsafe { futimens(dirfd, t) };
+        }
         // SAFETY: forwarded contract.
-        return unsafe { futimens(dirfd, t) };
-    }
-    // SAFETY: forwarded contract.
-    unsafe {
-        path_attr_at(
-            "utimensat",
-            dirfd,
-            p,
-            timespec_attr(t),
-            fl & libc::AT_SYMLINK_NOFOLLOW == 0,
-        )
-        .unwrap_or_else(|| real::utimensat(dirfd, p, t, fl))
-    }
+        unsafe {
+            path_attr_at(
+                "utimensat",
+                dirfd,
+                p,
+                timespec_attr(t),
+                fl & libc::AT_SYMLINK_NOFOLLOW == 0,
+            )
+            .unwrap_or_else(|| real::utimensat(dirfd, p, t, fl))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn futimens(fd: c_int, t: *const libc::timespec) -> c_int {
-    // SAFETY: forwarded contract.
-    fd_attr("futimens", fd, unsafe { timespec_attr(t) })
-        .unwrap_or_else(|| unsafe { real::futimens(fd, t) })
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        fd_attr("futimens", fd, unsafe { timespec_attr(t) })
+            .unwrap_or_else(|| unsafe { real::futimens(fd, t) })
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn utimes(p: *const c_char, t: *const libc::timeval) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        path_attr("utimes", libc::AT_FDCWD, p, timeval_attr(t))
-            .unwrap_or_else(|| real::utimes(p, t))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            path_attr("utimes", libc::AT_FDCWD, p, timeval_attr(t))
+                .unwrap_or_else(|| real::utimes(p, t))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn lutimes(p: *const c_char, t: *const libc::timeval) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        path_attr_at("lutimes", libc::AT_FDCWD, p, timeval_attr(t), false)
-            .unwrap_or_else(|| real::lutimes(p, t))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            path_attr_at("lutimes", libc::AT_FDCWD, p, timeval_attr(t), false)
+                .unwrap_or_else(|| real::lutimes(p, t))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn futimes(fd: c_int, t: *const libc::timeval) -> c_int {
-    // SAFETY: forwarded contract.
-    fd_attr("futimes", fd, unsafe { timeval_attr(t) })
-        .unwrap_or_else(|| unsafe { real::futimes(fd, t) })
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        fd_attr("futimes", fd, unsafe { timeval_attr(t) })
+            .unwrap_or_else(|| unsafe { real::futimes(fd, t) })
+    })
 }
 
 #[no_mangle]
@@ -2631,33 +2929,37 @@ pub unsafe extern "C" fn futimesat(
     p: *const c_char,
     t: *const libc::timeval,
 ) -> c_int {
-    if p.is_null() {
+    boundary(|| {
+        if p.is_null() {
+            // SAFETY: forwarded contract.
+            return unsafe { futimes(dirfd, t) };
+        }
         // SAFETY: forwarded contract.
-        return unsafe { futimes(dirfd, t) };
-    }
-    // SAFETY: forwarded contract.
-    unsafe {
-        path_attr("futimesat", dirfd, p, timeval_attr(t))
-            .unwrap_or_else(|| real::futimesat(dirfd, p, t))
-    }
+        unsafe {
+            path_attr("futimesat", dirfd, p, timeval_attr(t))
+                .unwrap_or_else(|| real::futimesat(dirfd, p, t))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn utime(p: *const c_char, t: *const libc::utimbuf) -> c_int {
-    let attr = if t.is_null() {
-        // SAFETY: null means now.
-        unsafe { timespec_attr(std::ptr::null()) }
-    } else {
-        // SAFETY: the caller's utimbuf.
-        let u = unsafe { &*t };
-        Ok(SetAttr {
-            atime_ns: Some(u.actime * 1_000_000_000),
-            mtime_ns: Some(u.modtime * 1_000_000_000),
-            ..SetAttr::default()
-        })
-    };
-    // SAFETY: forwarded contract.
-    unsafe { path_attr("utime", libc::AT_FDCWD, p, attr).unwrap_or_else(|| real::utime(p, t)) }
+    boundary(|| {
+        let attr = if t.is_null() {
+            // SAFETY: null means now.
+            unsafe { timespec_attr(std::ptr::null()) }
+        } else {
+            // SAFETY: the caller's utimbuf.
+            let u = unsafe { &*t };
+            Ok(SetAttr {
+                atime_ns: Some(u.actime * 1_000_000_000),
+                mtime_ns: Some(u.modtime * 1_000_000_000),
+                ..SetAttr::default()
+            })
+        };
+        // SAFETY: forwarded contract.
+        unsafe { path_attr("utime", libc::AT_FDCWD, p, attr).unwrap_or_else(|| real::utime(p, t)) }
+    })
 }
 
 // ---- attributes not kept by tbfs yet ----
@@ -2730,10 +3032,13 @@ xattr_fd! {
 // Device nodes and FIFOs are not supported in a pool.
 #[no_mangle]
 pub unsafe extern "C" fn mknod(p: *const c_char, m: mode_t, d: libc::dev_t) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        refuse_path("mknod", libc::AT_FDCWD, p, libc::EPERM).unwrap_or_else(|| real::mknod(p, m, d))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            refuse_path("mknod", libc::AT_FDCWD, p, libc::EPERM)
+                .unwrap_or_else(|| real::mknod(p, m, d))
+        }
+    })
 }
 
 #[no_mangle]
@@ -2743,28 +3048,35 @@ pub unsafe extern "C" fn mknodat(
     m: mode_t,
     d: libc::dev_t,
 ) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        refuse_path("mknodat", dirfd, p, libc::EPERM)
-            .unwrap_or_else(|| real::mknodat(dirfd, p, m, d))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            refuse_path("mknodat", dirfd, p, libc::EPERM)
+                .unwrap_or_else(|| real::mknodat(dirfd, p, m, d))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mkfifo(p: *const c_char, m: mode_t) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        refuse_path("mkfifo", libc::AT_FDCWD, p, libc::EPERM).unwrap_or_else(|| real::mkfifo(p, m))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            refuse_path("mkfifo", libc::AT_FDCWD, p, libc::EPERM)
+                .unwrap_or_else(|| real::mkfifo(p, m))
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mkfifoat(dirfd: c_int, p: *const c_char, m: mode_t) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        refuse_path("mkfifoat", dirfd, p, libc::EPERM)
-            .unwrap_or_else(|| real::mkfifoat(dirfd, p, m))
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            refuse_path("mkfifoat", dirfd, p, libc::EPERM)
+                .unwrap_or_else(|| real::mkfifoat(dirfd, p, m))
+        }
+    })
 }
 
 // ---- copying between descriptors ----
@@ -2884,12 +3196,14 @@ fn either_lib(name: &'static str, a: c_int, b: c_int) -> Option<Guard> {
 
 #[no_mangle]
 pub unsafe extern "C" fn sendfile64(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t {
-    if let Some(_g) = either_lib("sendfile", out, inp) {
+    boundary(|| {
+        if let Some(_g) = either_lib("sendfile", out, inp) {
+            // SAFETY: forwarded contract.
+            return size(unsafe { copy_between(inp, off, out, std::ptr::null_mut(), n) });
+        }
         // SAFETY: forwarded contract.
-        return size(unsafe { copy_between(inp, off, out, std::ptr::null_mut(), n) });
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::sendfile64(out, inp, off, n) }
+        unsafe { real::sendfile64(out, inp, off, n) }
+    })
 }
 
 #[no_mangle]
@@ -2907,15 +3221,17 @@ pub unsafe extern "C" fn copy_file_range(
     n: size_t,
     fl: c_uint,
 ) -> ssize_t {
-    if let Some(_g) = either_lib("copy_file_range", a, b) {
-        if fl != 0 {
-            return fail(libc::EINVAL);
+    boundary(|| {
+        if let Some(_g) = either_lib("copy_file_range", a, b) {
+            if fl != 0 {
+                return fail(libc::EINVAL);
+            }
+            // SAFETY: forwarded contract.
+            return size(unsafe { copy_between(a, ao, b, bo, n) });
         }
         // SAFETY: forwarded contract.
-        return size(unsafe { copy_between(a, ao, b, bo, n) });
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::copy_file_range(a, ao, b, bo, n, fl) }
+        unsafe { real::copy_file_range(a, ao, b, bo, n, fl) }
+    })
 }
 
 #[no_mangle]
@@ -2927,12 +3243,14 @@ pub unsafe extern "C" fn splice(
     n: size_t,
     fl: c_uint,
 ) -> ssize_t {
-    if let Some(_g) = either_lib("splice", a, b) {
+    boundary(|| {
+        if let Some(_g) = either_lib("splice", a, b) {
+            // SAFETY: forwarded contract.
+            return size(unsafe { copy_between(a, ao, b, bo, n) });
+        }
         // SAFETY: forwarded contract.
-        return size(unsafe { copy_between(a, ao, b, bo, n) });
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::splice(a, ao, b, bo, n, fl) }
+        unsafe { real::splice(a, ao, b, bo, n, fl) }
+    })
 }
 
 // ---- memory mappings ----
@@ -2946,14 +3264,16 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS == 0 {
-        if let Some((_g, o)) = lib_fd("mmap", fd) {
-            // SAFETY: forwarded contract.
-            return unsafe { map_library(&o, addr, len, prot, flags, off) };
+    boundary_or(eio_and(libc::MAP_FAILED), || {
+        if flags & libc::MAP_ANONYMOUS == 0 {
+            if let Some((_g, o)) = lib_fd("mmap", fd) {
+                // SAFETY: forwarded contract.
+                return unsafe { map_library(&o, addr, len, prot, flags, off) };
+            }
         }
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::mmap64(addr, len, prot, flags, fd, off) }
+        // SAFETY: forwarded contract.
+        unsafe { real::mmap64(addr, len, prot, flags, fd, off) }
+    })
 }
 
 #[no_mangle]
@@ -2965,8 +3285,10 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    // SAFETY: forwarded contract.
-    unsafe { mmap64(addr, len, prot, flags, fd, off) }
+    boundary_or(eio_and(libc::MAP_FAILED), || {
+        // SAFETY: forwarded contract.
+        unsafe { mmap64(addr, len, prot, flags, fd, off) }
+    })
 }
 
 unsafe fn map_library(
@@ -3048,38 +3370,42 @@ unsafe fn map_library(
 
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    // SAFETY: forwarded contract.
-    let r = unsafe { real::munmap(addr, len) };
-    if r == 0 {
-        if let Some(_g) = enter() {
-            if let Some(s) = SHIM.get() {
-                if s.is_mapped(addr as usize) {
-                    count("munmap", true);
-                    if let Err(e) = s.munmap(addr as usize, len) {
-                        return fail(e);
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        let r = unsafe { real::munmap(addr, len) };
+        if r == 0 {
+            if let Some(_g) = enter() {
+                if let Some(s) = SHIM.get() {
+                    if s.is_mapped(addr as usize) {
+                        count("munmap", true);
+                        if let Err(e) = s.munmap(addr as usize, len) {
+                            return fail(e);
+                        }
                     }
                 }
             }
         }
-    }
-    r
+        r
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, fl: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    let r = unsafe { real::msync(addr, len, fl) };
-    if r == 0 {
-        if let Some(_g) = enter() {
-            if let Some(s) = SHIM.get() {
-                if s.is_mapped(addr as usize) {
-                    count("msync", true);
-                    return int(s.msync(addr as usize, len));
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        let r = unsafe { real::msync(addr, len, fl) };
+        if r == 0 {
+            if let Some(_g) = enter() {
+                if let Some(s) = SHIM.get() {
+                    if s.is_mapped(addr as usize) {
+                        count("msync", true);
+                        return int(s.msync(addr as usize, len));
+                    }
                 }
             }
         }
-    }
-    r
+        r
+    })
 }
 
 // ---- temporary files ----
@@ -3149,8 +3475,10 @@ unsafe fn make_temp(t: *mut c_char, suffix: c_int, flags: c_int, dir: bool) -> O
 
 #[no_mangle]
 pub unsafe extern "C" fn mkstemp(t: *mut c_char) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { make_temp(t, 0, 0, false) }.map_or_else(|| unsafe { real::mkstemp(t) }, num)
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { make_temp(t, 0, 0, false) }.map_or_else(|| unsafe { real::mkstemp(t) }, num)
+    })
 }
 
 #[no_mangle]
@@ -3161,8 +3489,10 @@ pub unsafe extern "C" fn mkstemp64(t: *mut c_char) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn mkostemp(t: *mut c_char, fl: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { make_temp(t, 0, fl, false) }.map_or_else(|| unsafe { real::mkostemp(t, fl) }, num)
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { make_temp(t, 0, fl, false) }.map_or_else(|| unsafe { real::mkostemp(t, fl) }, num)
+    })
 }
 
 #[no_mangle]
@@ -3173,27 +3503,34 @@ pub unsafe extern "C" fn mkostemp64(t: *mut c_char, fl: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn mkstemps(t: *mut c_char, n: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { make_temp(t, n, 0, false) }.map_or_else(|| unsafe { real::mkstemps(t, n) }, num)
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { make_temp(t, n, 0, false) }.map_or_else(|| unsafe { real::mkstemps(t, n) }, num)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mkostemps(t: *mut c_char, n: c_int, fl: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { make_temp(t, n, fl, false) }.map_or_else(|| unsafe { real::mkostemps(t, n, fl) }, num)
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { make_temp(t, n, fl, false) }
+            .map_or_else(|| unsafe { real::mkostemps(t, n, fl) }, num)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mkdtemp(t: *mut c_char) -> *mut c_char {
-    // SAFETY: forwarded contract.
-    match unsafe { make_temp(t, 0, 0, true) } {
-        None => unsafe { real::mkdtemp(t) },
-        Some(Ok(_)) => t,
-        Some(Err(e)) => {
-            set_errno(e);
-            std::ptr::null_mut()
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        match unsafe { make_temp(t, 0, 0, true) } {
+            None => unsafe { real::mkdtemp(t) },
+            Some(Ok(_)) => t,
+            Some(Err(e)) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
         }
-    }
+    })
 }
 
 // ---- process exit ----
@@ -3201,7 +3538,7 @@ pub unsafe extern "C" fn mkdtemp(t: *mut c_char) -> *mut c_char {
 #[no_mangle]
 pub unsafe extern "C" fn _exit(code: c_int) -> ! {
     // Buffered pool data is written like a kernel file system's page cache would keep it.
-    flush_at_exit(false);
+    boundary(|| flush_at_exit(false));
     // SAFETY: forwarded contract.
     unsafe { real::_exit(code) };
     // SAFETY: _exit does not return.
@@ -3210,7 +3547,7 @@ pub unsafe extern "C" fn _exit(code: c_int) -> ! {
 
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(code: c_int) -> ! {
-    flush_at_exit(false);
+    boundary(|| flush_at_exit(false));
     // SAFETY: forwarded contract.
     unsafe { real::_Exit(code) };
     // SAFETY: _Exit does not return.
@@ -3238,9 +3575,11 @@ fn wants_mode(flags: c_int) -> bool {
 
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    let mode = if wants_mode(flags) { mode } else { 0 };
-    // SAFETY: forwarded contract.
-    unsafe { open_at(libc::AT_FDCWD, path, flags, mode) }
+    boundary(|| {
+        let mode = if wants_mode(flags) { mode } else { 0 };
+        // SAFETY: forwarded contract.
+        unsafe { open_at(libc::AT_FDCWD, path, flags, mode) }
+    })
 }
 
 #[no_mangle]
@@ -3256,9 +3595,11 @@ pub unsafe extern "C" fn openat(
     flags: c_int,
     mode: c_uint,
 ) -> c_int {
-    let mode = if wants_mode(flags) { mode } else { 0 };
-    // SAFETY: forwarded contract.
-    unsafe { open_at(dirfd, path, flags, mode) }
+    boundary(|| {
+        let mode = if wants_mode(flags) { mode } else { 0 };
+        // SAFETY: forwarded contract.
+        unsafe { open_at(dirfd, path, flags, mode) }
+    })
 }
 
 #[no_mangle]
@@ -3275,39 +3616,49 @@ pub unsafe extern "C" fn openat64(
 // The fortified entry points are called without O_CREAT (the compiler checked); they take no mode.
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { open_at(libc::AT_FDCWD, path, flags, 0) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { open_at(dirfd, path, flags, 0) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { open_at(dirfd, path, flags, 0) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { open_at(dirfd, path, flags, 0) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { open_at(dirfd, path, flags, 0) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe {
-        open_at(
-            libc::AT_FDCWD,
-            path,
-            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
-            mode,
-        )
-    }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            open_at(
+                libc::AT_FDCWD,
+                path,
+                libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+                mode,
+            )
+        }
+    })
 }
 
 #[no_mangle]
@@ -3318,20 +3669,26 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { fcntl_any(fd, cmd, arg) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { fcntl_any(fd, cmd, arg) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { fcntl_any(fd, cmd, arg) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { fcntl_any(fd, cmd, arg) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
-    // SAFETY: forwarded contract.
-    unsafe { fcntl_any(fd, cmd, arg) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { fcntl_any(fd, cmd, arg) }
+    })
 }
 
 // ---- stdio streams over library descriptors (fopencookie) ----
@@ -3402,42 +3759,48 @@ unsafe fn fopen_any(
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    // SAFETY: forwarded contract.
-    unsafe { fopen_any("fopen", path, mode).unwrap_or_else(|| real::fopen(path, mode)) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { fopen_any("fopen", path, mode).unwrap_or_else(|| real::fopen(path, mode)) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    // SAFETY: forwarded contract.
-    unsafe { fopen_any("fopen", path, mode).unwrap_or_else(|| real::fopen64(path, mode)) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        unsafe { fopen_any("fopen", path, mode).unwrap_or_else(|| real::fopen64(path, mode)) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
-    if let Some((g, o)) = lib_fd("fdopen", fd) {
-        // SAFETY: forwarded contract.
-        let want = match fopen_flags(unsafe { bytes(mode) }) {
-            Ok(f) => f & libc::O_ACCMODE,
-            Err(e) => {
-                set_errno(e);
+    boundary(|| {
+        if let Some((g, o)) = lib_fd("fdopen", fd) {
+            // SAFETY: forwarded contract.
+            let want = match fopen_flags(unsafe { bytes(mode) }) {
+                Ok(f) => f & libc::O_ACCMODE,
+                Err(e) => {
+                    set_errno(e);
+                    return std::ptr::null_mut();
+                }
+            };
+            let ok = match want {
+                libc::O_RDONLY => o.acc == libc::O_RDONLY || o.acc == libc::O_RDWR,
+                libc::O_WRONLY => o.acc == libc::O_WRONLY || o.acc == libc::O_RDWR,
+                _ => o.acc == libc::O_RDWR,
+            };
+            if !ok {
+                set_errno(libc::EINVAL);
                 return std::ptr::null_mut();
             }
-        };
-        let ok = match want {
-            libc::O_RDONLY => o.acc == libc::O_RDONLY || o.acc == libc::O_RDWR,
-            libc::O_WRONLY => o.acc == libc::O_WRONLY || o.acc == libc::O_RDWR,
-            _ => o.acc == libc::O_RDWR,
-        };
-        if !ok {
-            set_errno(libc::EINVAL);
-            return std::ptr::null_mut();
+            drop(g);
+            // SAFETY: forwarded contract.
+            return unsafe { stream_for(fd, mode) };
         }
-        drop(g);
         // SAFETY: forwarded contract.
-        return unsafe { stream_for(fd, mode) };
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::fdopen(fd, mode) }
+        unsafe { real::fdopen(fd, mode) }
+    })
 }
 
 /// A library path cannot be attached to an existing `FILE` (its buffer belongs to glibc's
@@ -3529,14 +3892,18 @@ unsafe fn tmpfile_in_pool() -> Option<*mut libc::FILE> {
 
 #[no_mangle]
 pub unsafe extern "C" fn tmpfile() -> *mut libc::FILE {
-    // SAFETY: no arguments.
-    unsafe { tmpfile_in_pool() }.unwrap_or_else(|| unsafe { real::tmpfile() })
+    boundary(|| {
+        // SAFETY: no arguments.
+        unsafe { tmpfile_in_pool() }.unwrap_or_else(|| unsafe { real::tmpfile() })
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn tmpfile64() -> *mut libc::FILE {
-    // SAFETY: no arguments.
-    unsafe { tmpfile_in_pool() }.unwrap_or_else(|| unsafe { real::tmpfile64() })
+    boundary(|| {
+        // SAFETY: no arguments.
+        unsafe { tmpfile_in_pool() }.unwrap_or_else(|| unsafe { real::tmpfile64() })
+    })
 }
 
 unsafe fn freopen_refused(path: *const c_char, fp: *mut libc::FILE) -> bool {
@@ -3553,17 +3920,19 @@ pub unsafe extern "C" fn freopen(
     mode: *const c_char,
     fp: *mut libc::FILE,
 ) -> *mut libc::FILE {
-    // SAFETY: forwarded contract.
-    if let Some(r) = unsafe { freopen_std_stream(path, mode, fp) } {
-        return r;
-    }
-    // SAFETY: forwarded contract.
-    if unsafe { freopen_refused(path, fp) } {
-        set_errno(libc::ENOTSUP);
-        return std::ptr::null_mut();
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::freopen(path, mode, fp) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some(r) = unsafe { freopen_std_stream(path, mode, fp) } {
+            return r;
+        }
+        // SAFETY: forwarded contract.
+        if unsafe { freopen_refused(path, fp) } {
+            set_errno(libc::ENOTSUP);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::freopen(path, mode, fp) }
+    })
 }
 
 #[no_mangle]
@@ -3572,17 +3941,19 @@ pub unsafe extern "C" fn freopen64(
     mode: *const c_char,
     fp: *mut libc::FILE,
 ) -> *mut libc::FILE {
-    // SAFETY: forwarded contract.
-    if let Some(r) = unsafe { freopen_std_stream(path, mode, fp) } {
-        return r;
-    }
-    // SAFETY: forwarded contract.
-    if unsafe { freopen_refused(path, fp) } {
-        set_errno(libc::ENOTSUP);
-        return std::ptr::null_mut();
-    }
-    // SAFETY: forwarded contract.
-    unsafe { real::freopen64(path, mode, fp) }
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        if let Some(r) = unsafe { freopen_std_stream(path, mode, fp) } {
+            return r;
+        }
+        // SAFETY: forwarded contract.
+        if unsafe { freopen_refused(path, fp) } {
+            set_errno(libc::ENOTSUP);
+            return std::ptr::null_mut();
+        }
+        // SAFETY: forwarded contract.
+        unsafe { real::freopen64(path, mode, fp) }
+    })
 }
 
 fn stream_fd(fp: *mut libc::FILE) -> Option<c_int> {
@@ -3591,14 +3962,18 @@ fn stream_fd(fp: *mut libc::FILE) -> Option<c_int> {
 
 #[no_mangle]
 pub unsafe extern "C" fn fileno(fp: *mut libc::FILE) -> c_int {
-    // SAFETY: forwarded contract.
-    stream_fd(fp).unwrap_or_else(|| unsafe { real::fileno(fp) })
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        stream_fd(fp).unwrap_or_else(|| unsafe { real::fileno(fp) })
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fileno_unlocked(fp: *mut libc::FILE) -> c_int {
-    // SAFETY: forwarded contract.
-    stream_fd(fp).unwrap_or_else(|| unsafe { real::fileno_unlocked(fp) })
+    boundary(|| {
+        // SAFETY: forwarded contract.
+        stream_fd(fp).unwrap_or_else(|| unsafe { real::fileno_unlocked(fp) })
+    })
 }
 
 // ---- helpers for the C part (csrc/shim.c) ----
@@ -3627,51 +4002,59 @@ fn fopen_flags(mode: &[u8]) -> R<c_int> {
 // inside the shim (at exit) still writes to its file.
 
 unsafe extern "C" fn cookie_read(c: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
-    let fd = c as usize as c_int;
-    let _g = enter();
-    let s = sh();
-    match s.ofd(fd) {
-        // SAFETY: glibc passes its stream buffer.
-        Some(o) => size(s.read(&o, unsafe { slice_mut(buf.cast(), n) })),
-        None => fail(libc::EBADF),
-    }
+    boundary(|| {
+        let fd = c as usize as c_int;
+        let _g = enter();
+        let s = sh();
+        match s.ofd(fd) {
+            // SAFETY: glibc passes its stream buffer.
+            Some(o) => size(s.read(&o, unsafe { slice_mut(buf.cast(), n) })),
+            None => fail(libc::EBADF),
+        }
+    })
 }
 
 unsafe extern "C" fn cookie_write(c: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
-    let fd = c as usize as c_int;
-    let _g = enter();
-    let s = sh();
-    match s.ofd(fd) {
-        // SAFETY: glibc passes its stream buffer.
-        Some(o) => match s.write(&o, unsafe { slice(buf.cast(), n) }) {
-            // A cookie write returning 0 is an error to glibc; a short write is retried.
-            Ok(k) => k as ssize_t,
-            Err(e) => fail(e),
-        },
-        None => fail(libc::EBADF),
-    }
+    boundary(|| {
+        let fd = c as usize as c_int;
+        let _g = enter();
+        let s = sh();
+        match s.ofd(fd) {
+            // SAFETY: glibc passes its stream buffer.
+            Some(o) => match s.write(&o, unsafe { slice(buf.cast(), n) }) {
+                // A cookie write returning 0 is an error to glibc; a short write is retried.
+                Ok(k) => k as ssize_t,
+                Err(e) => fail(e),
+            },
+            None => fail(libc::EBADF),
+        }
+    })
 }
 
 unsafe extern "C" fn cookie_seek(c: *mut c_void, pos: *mut i64, whence: c_int) -> c_int {
-    let fd = c as usize as c_int;
-    let _g = enter();
-    let s = sh();
-    match s.ofd(fd) {
-        // SAFETY: the C glue passes its own local.
-        Some(o) => match s.lseek(&o, unsafe { *pos }, whence) {
-            Ok(p) => {
-                // SAFETY: as above.
-                unsafe { *pos = p };
-                0
-            }
-            Err(e) => fail(e),
-        },
-        None => fail(libc::EBADF),
-    }
+    boundary(|| {
+        let fd = c as usize as c_int;
+        let _g = enter();
+        let s = sh();
+        match s.ofd(fd) {
+            // SAFETY: the C glue passes its own local.
+            Some(o) => match s.lseek(&o, unsafe { *pos }, whence) {
+                Ok(p) => {
+                    // SAFETY: as above.
+                    unsafe { *pos = p };
+                    0
+                }
+                Err(e) => fail(e),
+            },
+            None => fail(libc::EBADF),
+        }
+    })
 }
 
 unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
-    let fd = c as usize as c_int;
-    let _g = enter();
-    int(sh().close(fd).unwrap_or(Err(libc::EBADF)))
+    boundary(|| {
+        let fd = c as usize as c_int;
+        let _g = enter();
+        int(sh().close(fd).unwrap_or(Err(libc::EBADF)))
+    })
 }

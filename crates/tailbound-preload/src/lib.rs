@@ -14,7 +14,11 @@
 //! Environment: `TAILBOUND_MOUNT=DIR=POOL[:DIR=POOL...]`, `TAILBOUND_BACKEND=memory|file`,
 //! `TAILBOUND_REPORT=1` (per-call counts at exit), `TAILBOUND_STRICT=1` (abort on an
 //! unsupported call on a library file instead of failing it), `TAILBOUND_CATCH_ALL=1` (the
-//! catch-all mode, x86_64).
+//! catch-all mode, x86_64), `TAILBOUND_FAILPOINTS=shim.write` (a failpoint that makes the next
+//! call there panic, to test the panic boundary: see `tailbound::failpoint`).
+//!
+//! No panic unwinds into the program: each hook catches one, fails its call with EIO and
+//! poisons the open pools ([`hooks::boundary`]).
 
 #[cfg(target_arch = "x86_64")]
 pub mod catchall;

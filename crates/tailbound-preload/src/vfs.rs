@@ -202,6 +202,7 @@ pub fn parse_mounts(spec: &str) -> Result<Vec<(String, PathBuf)>, String> {
 
 impl Shim {
     pub fn from_env() -> Shim {
+        tailbound::failpoint::arm_from_env();
         let spec = std::env::var("TAILBOUND_MOUNT").unwrap_or_default();
         let mounts = match parse_mounts(&spec) {
             Ok(m) => m,
@@ -366,6 +367,28 @@ impl Shim {
                     ));
                 }
             }
+        }
+    }
+
+    /// Poisons every pool the process has open, after a panic inside a call (see
+    /// [`crate::hooks::boundary`]), and says so on stderr.
+    pub fn poison_all(&self, reason: &str) {
+        let mut any = false;
+        for m in &self.mounts {
+            if let Some(Ok(fs)) = m.fs.get() {
+                any = true;
+                fs.poison_with(reason);
+                real::say(&format!(
+                    "tailbound: the pool {} mounted at {} is poisoned: {}; its calls fail with \
+                     EIO until it is reopened\n",
+                    m.pool.display(),
+                    m.prefix,
+                    fs.poisoned().unwrap_or_default()
+                ));
+            }
+        }
+        if !any {
+            real::say(&format!("tailbound: {reason}; the call failed with EIO\n"));
         }
     }
 

@@ -8,6 +8,8 @@
 //! - [`tbfs`]: the log-structured file tree engine; [`dev`]: the storage backends it runs on.
 //! - [`doctor`]: inspects a directory's file system and the kernel's writeback settings.
 //! - [`units`]: parsing and printing of byte sizes and durations (`16KiB`, `5ms`).
+//! - [`panics`]: panics caught at the boundaries (C ABI, shim, the library's threads) with their
+//!   site; [`failpoint`]: named places that panic on purpose when a test arms them.
 //!
 //! All `unsafe` code and raw system calls live in the private `sys` module; the rest of the crate
 //! calls its safe wrappers.
@@ -16,6 +18,8 @@
 pub mod bench;
 pub mod dev;
 pub mod doctor;
+pub mod failpoint;
+pub mod panics;
 pub mod record;
 pub mod sched;
 #[allow(unsafe_code)]

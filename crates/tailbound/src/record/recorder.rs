@@ -221,26 +221,40 @@ impl Recorder {
                 let (ready_tx, ready_rx) = std::sync::mpsc::channel();
                 let thread_ring = ring.clone();
                 let thread_options = options.clone();
+                let thread_shared = shared.clone();
                 let thread = std::thread::Builder::new()
                     .name("tailbound-writer".into())
                     .spawn(move || {
-                        let mut writer = writer;
-                        let hygiene = apply_hygiene(&thread_options);
-                        let ok = hygiene.is_ok();
-                        let _ = ready_tx.send(hygiene);
-                        if !ok {
-                            return Err(RecordError::Closed);
-                        }
-                        let mut record = Vec::with_capacity(64 << 10);
-                        while thread_ring.pop(&mut record) {
-                            if let Err(e) = writer.write_record(&record) {
-                                // Kept where the producer's next write() and finish() find it.
-                                writer.shared().keep_for_producer(e);
-                                thread_ring.close();
+                        let ring = thread_ring.clone();
+                        crate::panics::catch(move || {
+                            let mut writer = writer;
+                            let hygiene = apply_hygiene(&thread_options);
+                            let ok = hygiene.is_ok();
+                            let _ = ready_tx.send(hygiene);
+                            if !ok {
                                 return Err(RecordError::Closed);
                             }
-                        }
-                        Ok(writer)
+                            let mut record = Vec::with_capacity(64 << 10);
+                            while thread_ring.pop(&mut record) {
+                                crate::failpoint::hit("record.writer");
+                                if let Err(e) = writer.write_record(&record) {
+                                    // Kept where the producer's next write() and finish() find it.
+                                    writer.shared().keep_for_producer(e);
+                                    thread_ring.close();
+                                    return Err(RecordError::Closed);
+                                }
+                            }
+                            Ok(writer)
+                        })
+                        .unwrap_or_else(|p| {
+                            // The producer hears of it, and does not wait for room in the ring
+                            // for ever.
+                            thread_shared.keep_for_producer(RecordError::BackgroundFailed(
+                                format!("the writer thread {p}"),
+                            ));
+                            ring.close();
+                            Err(RecordError::Closed)
+                        })
                     })
                     .map_err(io_err(path, "starting the writer thread for"))?;
                 match ready_rx.recv() {

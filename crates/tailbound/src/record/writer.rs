@@ -120,6 +120,7 @@ fn run_background(
 ) {
     let mut previous: Option<(u64, u64)> = None;
     for job in jobs {
+        crate::failpoint::hit("record.flush");
         if let Job::Flush { start, end } = &job {
             let ahead = PREFETCH_WINDOWS * (end - start);
             let r = match &mapping {
@@ -259,7 +260,18 @@ impl Writer {
         let thread_mapping = mapping.clone();
         let thread = std::thread::Builder::new()
             .name("tailbound-flush".into())
-            .spawn(move || run_background(file, mode, prefetch, thread_mapping, thread_shared, rx))
+            .spawn(move || {
+                let failed = thread_shared.clone();
+                let run = crate::panics::catch(|| {
+                    run_background(file, mode, prefetch, thread_mapping, thread_shared, rx)
+                });
+                if let Err(p) = run {
+                    // The recording is not durable past the last flush: say why.
+                    failed.fail(RecordError::BackgroundFailed(format!(
+                        "the flush thread {p}"
+                    )));
+                }
+            })
             .map_err(|source| RecordError::Io {
                 path: setup.file.path().to_path_buf(),
                 op: "starting the flush thread for",

@@ -419,7 +419,13 @@ fn dispatcher(shared: &Shared) {
             Op::Read | Op::Flush => Vec::new(),
         };
         drop(inner);
-        let outcome = perform(shared.dev.as_ref(), &d, &write_data);
+        // A panic in the device's call fails this dispatch's requests: unwinding past here would
+        // leave their callers waiting for ever (their reply senders stay in `jobs`).
+        let outcome = crate::panics::catch(|| {
+            crate::failpoint::hit("sched.dispatch");
+            perform(shared.dev.as_ref(), &d, &write_data)
+        })
+        .unwrap_or_else(|p| Err(io::Error::other(format!("scheduler: a dispatcher {p}"))));
         inner = shared.lock();
         // Flush requests that rode on this flush get its outcome; a failure of the queue's own
         // flush, or one kept from before, is theirs as a caller's flush.

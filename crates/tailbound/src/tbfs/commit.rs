@@ -780,6 +780,10 @@ impl Inner {
         if !a.claim() {
             return;
         }
+        let _fail = super::poison::FailOnUnwind {
+            inner: self,
+            payload: a,
+        };
         let _charged = a.charge.map(crate::sched::Charge::apply);
         let started = self.check_not_poisoned().and_then(|()| {
             a.crc();
@@ -850,6 +854,10 @@ impl Inner {
     pub(crate) fn finish_ahead(&self, a: &AheadPayload) -> Result<()> {
         let Some(started) = a.started.lock().unwrap_or_else(|p| p.into_inner()).take() else {
             return Ok(());
+        };
+        let _fail = super::poison::FailOnUnwind {
+            inner: self,
+            payload: a,
         };
         let written = started.and_then(|started| {
             started

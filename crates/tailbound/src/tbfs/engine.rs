@@ -811,6 +811,9 @@ struct Sealed {
 
 impl Drop for MetaGuard<'_> {
     fn drop(&mut self) {
+        // What a panicking holder changed is half done: none of it may reach the device.
+        self.inner
+            .poison_if_unwinding("a thread holding the metadata lock");
         // A failed write poisons the pool: later calls report it.
         let _ = self.release();
     }
@@ -1062,11 +1065,7 @@ impl Inner {
 
     /// Marks the pool unusable after a failed write: what is on storage no longer matches memory.
     pub fn poison(&self, err: &Error) {
-        let mut p = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
-        if p.is_none() {
-            *p = Some(err.to_string());
-            self.poisoned_set.store(true, AtomicOrdering::Release);
-        }
+        self.poison_reason(err.to_string());
     }
 
     pub fn count(&self, f: impl FnOnce(&mut FsCounters)) {
@@ -2233,6 +2232,8 @@ impl Fs {
     }
 
     fn start(inner: Arc<Inner>) -> Fs {
+        // A panic in any thread using the pool then names its site when it poisons the pool.
+        crate::panics::install_hook();
         // Recovery's checkpoint ran before `meta` was a lock: only holds count.
         for ns in &inner.meta_section_ns {
             ns.store(0, AtomicOrdering::Relaxed);
@@ -2257,7 +2258,14 @@ impl Fs {
             let wake = inner.wake.clone();
             let handle = std::thread::Builder::new()
                 .name("tbfs-checkpoint".into())
-                .spawn(move || background(weak, wake, period))
+                .spawn(move || {
+                    // A panic poisons the pool, naming its site, instead of ending the thread
+                    // unseen (the cleaner would stop, and writers would find no space).
+                    let run = crate::panics::catch(|| background(weak.clone(), wake, period));
+                    if let (Err(p), Some(inner)) = (run, weak.upgrade()) {
+                        inner.poison_reason(format!("the background thread {p}"));
+                    }
+                })
                 .ok();
             *inner.background.lock().unwrap_or_else(|p| p.into_inner()) = handle;
         }
@@ -2816,6 +2824,7 @@ fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Dura
             return;
         }
         let mut m = inner.lock_meta();
+        crate::failpoint::hit("tbfs.background");
         let due_checkpoint = inner
             .config
             .checkpoint_every
@@ -2856,6 +2865,8 @@ fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Dura
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // Dropped by a panic's unwinding: what is in memory cannot be trusted to write.
+        self.poison_if_unwinding("a thread that dropped the pool's last handle");
         // A pool dropped without `close` still writes what it buffered, like a process exiting
         // after its last write; errors have nowhere to go.
         if !self.read_only

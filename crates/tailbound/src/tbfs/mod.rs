@@ -27,6 +27,7 @@ pub mod lifecycle;
 pub mod locks;
 mod map;
 mod names;
+mod poison;
 pub mod recovery;
 
 pub use engine::{File, Fs};

@@ -1,0 +1,68 @@
+//! Poisoning a pool: after a failed write or a panic, what is on storage may no longer match
+//! memory (or memory may be half changed), so every later call fails with
+//! [`Error::Poisoned`](super::Error::Poisoned) (`EIO`) until the pool is reopened, which
+//! recovers it from storage.
+//!
+//! A panic poisons the pool before anything else is written: whatever the panicking thread
+//! holds (`meta`, an ahead payload, the last handle) poisons it as the panic unwinds through it.
+
+use std::sync::atomic::Ordering;
+
+use super::engine::{AheadPayload, Fs, Inner};
+
+impl Fs {
+    /// Poisons the pool: every later call on it (and on its other handles and files) fails with
+    /// `Error::Poisoned(reason)`. For a caller that caught a panic inside a call on the pool, or
+    /// otherwise knows its state cannot be trusted. The first reason is kept.
+    pub fn poison_with(&self, reason: impl Into<String>) {
+        self.inner.poison_reason(reason.into());
+    }
+
+    /// Why the pool is poisoned, if it is.
+    pub fn poisoned(&self) -> Option<String> {
+        if !self.inner.poisoned_set.load(Ordering::Acquire) {
+            return None;
+        }
+        self.inner
+            .poisoned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Inner {
+    /// Poisons the pool with `reason`, unless it is poisoned already.
+    pub(crate) fn poison_reason(&self, reason: String) {
+        let mut p = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
+        if p.is_none() {
+            *p = Some(reason);
+            self.poisoned_set.store(true, Ordering::Release);
+        }
+    }
+
+    /// Poisons the pool if this thread is unwinding from a panic (called from a `Drop` that
+    /// would otherwise go on to write): `what` says what the panic interrupted.
+    pub(crate) fn poison_if_unwinding(&self, what: &str) {
+        if let Some(p) = crate::panics::unwinding() {
+            self.poison_reason(format!("{what} {p}"));
+        }
+    }
+}
+
+/// Held while a thread writes an ahead payload or waits for its chunks: if that panics, the
+/// pool is poisoned and the payload marked failed, so the threads waiting for it return the
+/// error instead of waiting for ever.
+pub(crate) struct FailOnUnwind<'a> {
+    pub inner: &'a Inner,
+    pub payload: &'a AheadPayload,
+}
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.inner.poison_if_unwinding("writing a log payload:");
+            self.payload.finish(false);
+        }
+    }
+}
