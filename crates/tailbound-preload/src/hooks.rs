@@ -170,7 +170,7 @@ impl Failed for () {
 
 /// Runs a hook's body. A panic inside it (a bug in the shim or the engine) must not unwind into
 /// the program's frames, which cannot take it: the call fails as [`Failed`] says, every pool the
-/// shim has open is poisoned ([`panicked`]), and the program goes on. A hook that only calls
+/// shim has open is poisoned (`panicked`), and the program goes on. A hook that only calls
 /// another hook (`pread` calls `pread64`) has no boundary of its own: the one it calls catches.
 #[inline(always)]
 pub fn boundary<T: Failed>(body: impl FnOnce() -> T) -> T {

@@ -313,7 +313,7 @@ static TEMPLATE: AtomicI32 = AtomicI32::new(-1);
 /// reaches the kernel with it fails with `EBADF` (`read`, `write`, `mmap`, `ioctl`...), so
 /// nothing the shim misses touches a random file.
 ///
-/// It is a duplicate of [`TEMPLATE`], checked to be a reservation still ([`is_reservation`]):
+/// It is a duplicate of `TEMPLATE`, checked to be a reservation still (`is_reservation`):
 /// the program may have closed that number behind the shim's back (a raw `close` or
 /// `close_range` system call) and opened a file that took it, or `dup2`'d onto it. Then the
 /// template is forgotten (the number is the program's now) and a fresh one made.
@@ -481,7 +481,7 @@ pub fn release_parked_after_fork() {
 }
 
 /// A library descriptor's close: its reserved number is parked for the next open, or closed
-/// when [`PARKED_MAX`] are parked already.
+/// when `PARKED_MAX` are parked already.
 pub fn park_fd(fd: c_int) {
     let mut p = parked();
     if p.len() < PARKED_MAX {

@@ -2281,7 +2281,7 @@ impl Fs {
     }
 
     /// The advisory lock table every handle to this pool shares (POSIX, OFD and `flock` locks,
-    /// see [`locks`](super::locks)).
+    /// see [`super::locks`]).
     pub fn locks(&self) -> &super::locks::LockTable {
         &self.inner.locks
     }
