@@ -44,8 +44,14 @@ impl Mount {
 
     /// Runs a program under the shim with this mount and more `tailbound run` options.
     fn run_with(&self, options: &[&str], program: &str, args: &[&str]) -> Output {
+        let size = if options.contains(&"--pool-size") {
+            &[][..]
+        } else {
+            &["--pool-size", "64M"][..]
+        };
         let out = Command::new(tailbound())
-            .args(["run", "--pool-size", "64M"])
+            .arg("run")
+            .args(size)
             .args(options)
             .arg("--mount")
             .arg(format!("{}={}", self.dir, self.pool.display()))
@@ -598,4 +604,120 @@ fn a_file_pool_behind_the_io_scheduler_keeps_what_cp_wrote_across_runs() {
         &m.run_with(&["--backend", "file"], "python3", &["-c", DUMP, &mcopy]),
     );
     assert_eq!(sorted(&out), dump_kernel(&kcopy));
+}
+
+/// Fills the pool it is given with fsync'd files of mixed sizes, each file's bytes derived from its
+/// name, until a write fails; the failure must be ENOSPC. Writes the list of files it wrote to a
+/// kernel file.
+const FILL: &str = r#"
+import errno, hashlib, os, random, sys
+root, listing = sys.argv[1], sys.argv[2]
+rng = random.Random(7)
+def content(name, size):
+    seed = hashlib.sha256(name.encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+os.makedirs(root + "/fill", exist_ok=True)
+written = []
+# Mixed sizes until the first ENOSPC, then small files until the pool takes no more.
+for sizes in ([4096, 12288, 65536, 300000, 2 << 20, 7 << 20], [4096]):
+    try:
+        for i in range(len(written), 100000):
+            size = rng.choice(sizes)
+            name = f"{root}/fill/f{i}"
+            with open(name, "wb") as f:
+                f.write(content(name, size))
+                f.flush()
+                os.fsync(f.fileno())
+            written.append(f"{name} {size}")
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+    else:
+        sys.exit("the pool never filled")
+open(listing, "w").write("\n".join(written))
+print(len(written))
+"#;
+
+/// Reads back every file FILL acknowledged, deletes every other one, and writes a new file in the
+/// room that makes.
+const AFTER_FULL: &str = r#"
+import hashlib, os, sys
+root, listing = sys.argv[1], sys.argv[2]
+def content(name, size):
+    seed = hashlib.sha256(name.encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+files = [(n, int(s)) for n, s in (l.split() for l in open(listing).read().splitlines())]
+for name, size in files:
+    assert open(name, "rb").read() == content(name, size), name
+for name, _ in files[1::2]:
+    os.unlink(name)
+new = root + "/after-deletes"
+with open(new, "wb") as f:
+    f.write(content(new, 1 << 20))
+    os.fsync(f.fileno())
+for name, size in files[::2]:
+    assert open(name, "rb").read() == content(name, size), name
+assert open(new, "rb").read() == content(new, 1 << 20)
+print("ok")
+"#;
+
+#[test]
+fn programs_that_fill_a_pool_get_enospc_and_the_pool_stays_usable() {
+    // Unmodified programs fill a 256 MiB pool: python's writes end in ENOSPC, tar's report "No
+    // space left on device" (never an I/O error: the pool is not poisoned), everything that was
+    // acknowledged reads back, deletes make room for new writes, and fsck finds the pool clean.
+    let m = Mount::new();
+    let k = tempfile::tempdir().unwrap();
+    let listing = k.path().join("written");
+    let listing = listing.to_str().unwrap();
+    let size = ["--pool-size", "256M"];
+    let filled = ok(
+        "fill",
+        &m.run_with(&size, "python3", &["-c", FILL, &m.dir, listing]),
+    );
+    assert!(filled.trim().parse::<u32>().unwrap() > 0, "{filled}");
+
+    // The cleaner may find room again once the writes stop: tar extracts until it, too, is
+    // told the pool is full.
+    let src = source_tree();
+    let archive = k.path().join("src.tar");
+    ok(
+        "tar -c (kernel)",
+        &kernel(
+            "tar",
+            &[
+                "-cf",
+                archive.to_str().unwrap(),
+                "-C",
+                src.path().to_str().unwrap(),
+                ".",
+            ],
+        ),
+    );
+    let refused = (0..200)
+        .map(|i| {
+            let x = format!("{}/x{i}", m.dir);
+            let mkdir = m.run("mkdir", &[&x]);
+            if !mkdir.status.success() {
+                return mkdir;
+            }
+            m.run("tar", &["-xf", archive.to_str().unwrap(), "-C", &x])
+        })
+        .find(|out| !out.status.success())
+        .expect("tar filled the pool");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(!err.contains("Input/output error"), "{err}");
+
+    let after = ok(
+        "read back, delete, write",
+        &m.run("python3", &["-c", AFTER_FULL, &m.dir, listing]),
+    );
+    assert_eq!(after.trim(), "ok");
+    let fsck = Command::new(tailbound())
+        .args(["fs", "fsck"])
+        .arg(&m.pool)
+        .output()
+        .unwrap();
+    ok("fsck", &fsck);
 }
