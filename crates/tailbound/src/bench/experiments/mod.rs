@@ -5,6 +5,7 @@
 //! - [`recovery`]: how long opening a crashed tbfs pool takes, on the simulated device and after `kill -9`.
 //! - [`cleaner`]: tbfs write throughput and write amplification with the cleaner, uniform and
 //!   hot/cold overwrites at several pool utilisations.
+//! - [`delete`]: how long deleting a large file holds tbfs's metadata lock.
 //! - [`fairness`]: weighted shares of huge direct I/Os, BFQ with cgroup weights against `none` (seed 003).
 //! - [`priority`]: high-priority O_SYNC append latency under a low-priority copy, per kernel
 //!   scheduler (seed 004).
@@ -17,6 +18,7 @@
 
 pub mod blockdev;
 pub mod cleaner;
+pub mod delete;
 pub mod fairness;
 pub mod fileserver;
 pub mod loopfs;
