@@ -2093,6 +2093,10 @@ impl Meta {
         now: i64,
     ) {
         let mut known: Option<(u64, bool)> = None;
+        // Blocks born alike have the same anchor: one look-up per run of them.
+        let mut anchored: Option<(u64, Option<u64>)> = None;
+        let died = self.checkpoint;
+        let mut pins = Vec::new();
         for block in blocks {
             self.seg_dec_unpinned(block, seq, segment_blocks);
             let born = self.born_of(block, segment_blocks);
@@ -2115,8 +2119,21 @@ impl Meta {
                 // snapshot any more.
                 self.superseded_since_ckpt = true;
             } else {
-                self.pin_if_retained(block, segment_blocks);
+                let anchor = match anchored {
+                    Some((b, anchor)) if b == born => anchor,
+                    _ => {
+                        let anchor = self.life.anchor(born, died);
+                        anchored = Some((born, anchor));
+                        anchor
+                    }
+                };
+                if let Some(anchor) = anchor {
+                    pins.push((block, super::lifecycle::Pin { born, died, anchor }));
+                }
             }
+        }
+        if !pins.is_empty() {
+            self.pin_all(pins, segment_blocks);
         }
     }
 

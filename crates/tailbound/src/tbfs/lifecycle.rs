@@ -26,6 +26,9 @@ use super::format::{
 use super::map::BlockMap;
 use super::*;
 
+/// Fewer blocks than this dropped together are pinned one at a time ([`Meta::pin_all`]).
+const PIN_BATCH_MIN: usize = 64;
+
 /// One checkpoint, as `Fs::checkpoints` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointInfo {
@@ -240,6 +243,42 @@ impl Meta {
         if let Some(anchor) = self.life.anchor(born, died) {
             self.pin(block, Pin { born, died, anchor }, segment_blocks);
         }
+    }
+
+    /// Pins many blocks at once, as [`Meta::pin`] does one: blocks dropped together (a deleted
+    /// or truncated file's) go into the two trees as one merge each rather than a search each.
+    pub fn pin_all(&mut self, mut pins: Vec<(u64, Pin)>, segment_blocks: u64) {
+        if pins.len() < PIN_BATCH_MIN {
+            for (block, pin) in pins {
+                self.pin(block, pin, segment_blocks);
+            }
+            return;
+        }
+        pins.sort_unstable_by_key(|&(block, _)| block);
+        pins.dedup_by_key(|&mut (block, _)| block);
+        let (first, last) = (pins[0].0, pins[pins.len() - 1].0);
+        if self.life.pinned.range(first..=last).next().is_some() {
+            // Some are pinned already (cannot happen for blocks the tree referenced once): one
+            // at a time keeps the counts right.
+            for (block, pin) in pins {
+                self.pin(block, pin, segment_blocks);
+            }
+            return;
+        }
+        let mut last_page = None;
+        for &(block, _) in &pins {
+            self.seg.pinned[Self::seg_of(block, segment_blocks)] += 1;
+            let page = self.life.pinned_page(block, segment_blocks);
+            if last_page != Some(page) {
+                self.life.pinned_dirty.insert(page);
+                last_page = Some(page);
+            }
+        }
+        let mut anchors: BTreeSet<(u64, u64)> =
+            pins.iter().map(|&(block, p)| (p.anchor, block)).collect();
+        self.life.by_anchor.append(&mut anchors);
+        let mut pinned: BTreeMap<u64, Pin> = pins.into_iter().collect();
+        self.life.pinned.append(&mut pinned);
     }
 
     pub fn pin(&mut self, block: u64, pin: Pin, segment_blocks: u64) {

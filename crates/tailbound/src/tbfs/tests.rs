@@ -4070,3 +4070,42 @@ fn a_full_pool_answers_no_space_and_stays_usable() {
         }
     }
 }
+
+#[test]
+fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
+    // A large file's blocks are pinned together when it is deleted under a snapshot
+    // (`Meta::pin_all`): every block must be pinned once, counted in its segment, written to the
+    // pinned table, readable through the snapshot, and given back when the snapshot goes.
+    let dev = device(16 << 20);
+    let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();
+    let data = pattern(5, 2 << 20);
+    write_file(&fs, "/big", &data);
+    write_file(&fs, "/small", &pattern(6, 8 << 10));
+    let snap = fs.snapshot(Some("keep")).unwrap();
+    fs.unlink("/big").unwrap();
+    fs.unlink("/small").unwrap();
+    fs.sync().unwrap();
+    {
+        let m = fs.inner.lock_meta();
+        // The files' data, and the metadata blocks the snapshot references that changed.
+        let pins = m.life.pinned.len() as u64;
+        assert!(pins >= (data.len() / BLOCK + 2) as u64, "{pins} pins");
+        assert_eq!(m.life.by_anchor.len() as u64, pins, "one anchor entry per pin");
+        let per_segment: u64 = m.seg.pinned.iter().map(|&n| u64::from(n)).sum();
+        assert_eq!(per_segment, pins, "every pin counted in its segment once");
+    }
+    let space = fs.space().unwrap();
+    assert!(space.pinned_by_snapshots >= data.len() as u64, "{space:?}");
+    assert_eq!(fs.at(snap).unwrap().read_file("/big").unwrap(), data);
+    let (image, _) = checked_clean(&dev, "pinned");
+    let reopened = Fs::open(image, &OpenOptions::default()).unwrap();
+    assert_eq!(reopened.at(snap).unwrap().read_file("/big").unwrap(), data);
+    fs.set_snapshot(snap, false).unwrap();
+    fs.sync().unwrap();
+    {
+        let m = fs.inner.lock_meta();
+        assert!(m.life.pinned.is_empty() && m.life.by_anchor.is_empty());
+        assert!(m.seg.pinned.iter().all(|&n| n == 0));
+    }
+    checked_clean(&dev, "released");
+}
