@@ -565,11 +565,29 @@ fn run_cleaner(args: CleanerArgs) -> CliResult {
         bench.warmup,
         bench.measure
     );
-    let progress = tailbound::bench::progress::Progress::new(cases, "cleaner");
-    let report = bench.run(&progress)?;
+    run_with_progress(
+        cases,
+        "cleaner",
+        args.json.as_deref(),
+        |p| bench.run(p),
+        |r| r.to_markdown(),
+    )
+}
+
+/// Runs an experiment of `runs` steps behind a progress bar, prints its report and writes it as
+/// JSON to `json` if given.
+fn run_with_progress<R: serde::Serialize>(
+    runs: u64,
+    label: &str,
+    json: Option<&Path>,
+    run: impl FnOnce(&tailbound::bench::progress::Progress) -> Result<R, String>,
+    markdown: impl FnOnce(&R) -> String,
+) -> CliResult {
+    let progress = tailbound::bench::progress::Progress::new(runs, label);
+    let report = run(&progress)?;
     progress.finish();
-    println!("{}", report.to_markdown());
-    if let Some(path) = &args.json {
+    println!("{}", markdown(&report));
+    if let Some(path) = json {
         write_json(path, &report)?;
     }
     Ok(())
@@ -589,14 +607,13 @@ fn run_delete(args: DeleteArgs) -> CliResult {
     }
     let runs = 2 * bench.sizes.len() as u64 * u64::from(bench.repeats);
     eprintln!("bench delete: {runs} runs, each on a memory pool of its own");
-    let progress = tailbound::bench::progress::Progress::new(runs, "delete");
-    let report = bench.run(&progress)?;
-    progress.finish();
-    println!("{}", report.to_markdown());
-    if let Some(path) = &args.json {
-        write_json(path, &report)?;
-    }
-    Ok(())
+    run_with_progress(
+        runs,
+        "delete",
+        args.json.as_deref(),
+        |p| bench.run(p),
+        |r| r.to_markdown(),
+    )
 }
 
 /// Where experiments put their files when not told: /var/tmp, which is on disk where /tmp may be

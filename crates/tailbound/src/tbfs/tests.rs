@@ -4090,7 +4090,11 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
         // The files' data, and the metadata blocks the snapshot references that changed.
         let pins = m.life.pinned.len() as u64;
         assert!(pins >= (data.len() / BLOCK + 2) as u64, "{pins} pins");
-        assert_eq!(m.life.by_anchor.len() as u64, pins, "one anchor entry per pin");
+        assert_eq!(
+            m.life.by_anchor.len() as u64,
+            pins,
+            "one anchor entry per pin"
+        );
         let per_segment: u64 = m.seg.pinned.iter().map(|&n| u64::from(n)).sum();
         assert_eq!(per_segment, pins, "every pin counted in its segment once");
     }
