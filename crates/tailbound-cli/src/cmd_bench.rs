@@ -142,6 +142,7 @@ enum Experiment {
     /// minutes in a release build; --quick (64 MiB) takes seconds. The targets (at 70 %:
     /// hot/cold <= 1.6, uniform <= 2.3) follow the table.
     Cleaner(CleanerArgs),
+    Soak(crate::cmd_bench_soak::SoakArgs),
 }
 
 #[derive(Args)]
@@ -492,6 +493,7 @@ pub fn run(args: BenchArgs) -> CliResult {
         Experiment::Priority(args) => run_priority(args),
         Experiment::Fileserver(args) => run_fileserver(args),
         Experiment::Cleaner(args) => run_cleaner(args),
+        Experiment::Soak(args) => crate::cmd_bench_soak::run(args),
     }
 }
 
