@@ -7,7 +7,9 @@
 //!
 //! The work is counted in operations, not time. `TBFS_SOAK_SEED=<n>` replays a seed (each
 //! thread makes the same choices; the threads' interleaving is the machine's);
-//! `TBFS_SOAK_OPS=<n>` sets the operations per thread and level once it is reached.
+//! `TBFS_SOAK_OPS=<n>` sets the operations per thread and level once it is reached;
+//! `TBFS_SOAK_THREADS`, `TBFS_SOAK_CUTS` and `TBFS_SOAK_BACKGROUND_GC=0` (writers clean instead
+//! of the background cleaner) help tell one failure from another.
 //! `tailbound bench soak` runs the long version.
 
 use tailbound::bench::experiments::soak::{self, Budget, SoakConfig};
@@ -29,6 +31,7 @@ fn soak_holds_60_75_85_percent_live_through_power_cuts() {
     cfg.threads = env_u64("TBFS_SOAK_THREADS", 2) as usize;
     cfg.power_cuts = env_u64("TBFS_SOAK_CUTS", 3) as u32;
     cfg.seed = env_u64("TBFS_SOAK_SEED", 0x50a4_0001);
+    cfg.background_gc = env_u64("TBFS_SOAK_BACKGROUND_GC", 1) != 0;
     let report = soak::run(&cfg, &|line| eprintln!("soak: {line}"));
     let summary = report.to_markdown();
     eprintln!("{summary}");

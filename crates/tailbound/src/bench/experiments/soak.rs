@@ -83,6 +83,9 @@ pub struct SoakConfig {
     pub power_cuts: u32,
     pub seed: u64,
     pub mix: SizeMix,
+    /// Run the engine's background cleaner (the default, as programs get it); off, writers
+    /// clean when they need room.
+    pub background_gc: bool,
 }
 
 impl SoakConfig {
@@ -95,6 +98,7 @@ impl SoakConfig {
             power_cuts: 3,
             seed: 0x50a4,
             mix: SizeMix::default(),
+            background_gc: true,
         }
     }
 }

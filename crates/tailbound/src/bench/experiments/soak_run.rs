@@ -80,6 +80,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
         ordering: POLICIES[0].0,
         barrier: POLICIES[0].1,
         segment_bytes: fsck::default_segment_bytes(cfg.pool_bytes),
+        background_gc: cfg.background_gc,
         ..Config::memory_pool()
     };
     let mut fs = match Fs::format(dev.clone(), &config) {
@@ -482,6 +483,7 @@ fn recover(
         Err(e) => fail(format!("{at}: fsck of the crashed image: {e}")),
     }
     let opts = OpenOptions {
+        background_gc: Some(cfg.background_gc),
         ordering: Some(policy.0),
         barrier: Some(policy.1),
         ..OpenOptions::default()
