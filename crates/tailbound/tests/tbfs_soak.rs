@@ -26,7 +26,7 @@ fn soak_holds_60_75_85_percent_live_through_power_cuts() {
     let mut cfg = SoakConfig::new(
         256 << 20,
         vec![0.60, 0.75, 0.85],
-        Budget::Ops(env_u64("TBFS_SOAK_OPS", 150)),
+        Budget::Ops(env_u64("TBFS_SOAK_OPS", 120)),
     );
     cfg.threads = env_u64("TBFS_SOAK_THREADS", 2) as usize;
     cfg.power_cuts = env_u64("TBFS_SOAK_CUTS", 3) as u32;

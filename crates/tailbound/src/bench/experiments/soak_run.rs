@@ -13,6 +13,8 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
     let spurious = Mutex::new(Vec::new());
     let snaps = Mutex::new(Snaps::default());
     let writes = Mutex::new(WriteLog::default());
+    let reopen = AtomicBool::new(false);
+    let mut reopens = 0u32;
     let (armed, stop, fatal, reached) = (
         AtomicBool::new(false),
         AtomicBool::new(false),
@@ -62,6 +64,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
         fsck_runs: 0,
         power_cuts_planned: cfg.power_cuts,
         power_cuts_survived: 0,
+        reopens: 0,
         fsck_final: "not run".into(),
         failures: Vec::new(),
         failures_total: 0,
@@ -149,7 +152,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
                 cuts: &cuts,
                 armed: &armed,
                 stop: &stop,
-                fatal: &fatal,
+                reopen: &reopen,
                 reached: &reached,
                 live: &live,
                 in_flight: &in_flight,
@@ -193,7 +196,8 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
             if fatal.load(AtOrd::Acquire) {
                 break;
             }
-            if !armed.load(AtOrd::Acquire) {
+            let reopening = reopen.swap(false, AtOrd::AcqRel) && !armed.load(AtOrd::Acquire);
+            if !armed.load(AtOrd::Acquire) && !reopening {
                 // A cut the threads did not reach before the level's budget ran out (an
                 // operation can outlast a short level): it falls here, between operations.
                 if cuts.lock().pop_front().is_none() {
@@ -206,36 +210,55 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
                 armed.store(true, AtOrd::Release);
                 dev.cut_power_after(k);
             }
-            // The power cut: make sure it has happened (a sync writes), then recover.
-            for _ in 0..=CUT_WRITES_MAX + 2 {
-                if dev.power_is_out() {
+            let (image, what) = if reopening {
+                // A failure that stopped the pool: reopen it, as a program would, from what
+                // the device holds (a process crash: every write handed to it stays), and go on.
+                reopens += 1;
+                if reopens > REOPENS_MAX {
+                    fail(format!(
+                        "seed {:#x}: more than {REOPENS_MAX} failures that stopped the pool; giving up",
+                        cfg.seed
+                    ));
+                    fatal.store(true, AtOrd::Release);
                     break;
                 }
-                let _ = fs_now.sync();
-            }
-            let crash_seed = rng.next_u64();
-            let image = dev.crash_image(crash_seed);
+                (dev.image(), format!("reopening after failure {reopens}"))
+            } else {
+                // The power cut: make sure it has happened (a sync writes), then recover.
+                for _ in 0..=CUT_WRITES_MAX + 2 {
+                    if dev.power_is_out() {
+                        break;
+                    }
+                    let _ = fs_now.sync();
+                }
+                let crash_seed = rng.next_u64();
+                let cut = report.power_cuts_survived + 1;
+                (
+                    dev.crash_image(crash_seed),
+                    format!("power cut {cut} (crash seed {crash_seed:#x})"),
+                )
+            };
             drop(ctx);
             drop(fs_now);
             fs = None;
             dev = Arc::new(SimDevice::from_image(image));
             dev.set_writes_are_copies(true);
-            armed.store(false, AtOrd::Release);
+            let was_cut = armed.swap(false, AtOrd::AcqRel);
             policy_index += 1;
             let policy = POLICIES[policy_index % POLICIES.len()];
-            let cut = report.power_cuts_survived + 1;
             log(&format!(
-                "power cut {cut} at level {:.0} % (crash seed {crash_seed:#x}); recovering under {:?}/{:?}",
+                "{what} at level {:.0} %; recovering under {:?}/{:?}",
                 level * 100.0,
                 policy.0,
                 policy.1
             ));
             match recover(
-                cfg, &dev, policy, &models, &snaps, &live, &tally, &writes, level, crash_seed,
-                &fail,
+                cfg, &dev, policy, &models, &snaps, &live, &tally, &writes, level, &what, &fail,
             ) {
                 Some(f) => {
-                    report.power_cuts_survived += 1;
+                    if was_cut {
+                        report.power_cuts_survived += 1;
+                    }
                     // What the crash took is written again before the level counts as held.
                     reached.store(live.load(AtOrd::Relaxed) >= reach_at, AtOrd::Release);
                     fs_now = f.clone();
@@ -344,6 +367,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
     report.failures = f.list;
     report.failures_total = f.total;
     report.seconds = started.elapsed().as_secs_f64();
+    report.reopens = reopens;
     report.passed = report.passed();
     report
 }
@@ -387,6 +411,13 @@ fn full_check(
             ));
         }
         for f in &m.files {
+            if let Err(e) = fs.statvfs() {
+                fail(format!(
+                    "seed {:#x}, {when}: the pool stopped: {e}",
+                    cfg.seed
+                ));
+                return;
+            }
             tally.files_checked.fetch_add(1, AtOrd::Relaxed);
             match read_all(fs, &f.path, cfg.pool_bytes) {
                 Ok(got) => {
@@ -461,14 +492,10 @@ fn recover(
     tally: &Tally,
     writes: &Mutex<WriteLog>,
     level: f64,
-    crash_seed: u64,
+    what: &str,
     fail: &dyn Fn(String),
 ) -> Option<Fs> {
-    let at = format!(
-        "seed {:#x}, level {:.0} %, power cut (crash seed {crash_seed:#x})",
-        cfg.seed,
-        level * 100.0
-    );
+    let at = format!("seed {:#x}, level {:.0} %, {what}", cfg.seed, level * 100.0);
     tally.fsck_runs.fetch_add(1, AtOrd::Relaxed);
     match fsck::check(&**dev) {
         Ok(r) if r.verdict == Verdict::Clean => {}
@@ -531,6 +558,11 @@ fn recover(
         let mut m = m.lock();
         let mut kept: Vec<FileModel> = Vec::new();
         for f in std::mem::take(&mut m.files) {
+            // A pool that stops while being checked fails every later read: say it once.
+            if let Err(e) = fs.statvfs() {
+                fail(format!("{at}: the recovered pool stopped: {e}"));
+                return None;
+            }
             let got = read_all(&fs, &f.path, cfg.pool_bytes);
             if let Some(want) = &f.durable {
                 tally.durable_files_checked.fetch_add(1, AtOrd::Relaxed);
