@@ -685,7 +685,12 @@ fn soak_tiny_run_reports_every_level_and_exits_by_its_verdict() {
     assert_eq!(report["experiment"], "soak");
     assert_eq!(report["seed"], 7);
     let levels = report["levels"].as_array().unwrap();
-    assert_eq!(levels.len(), 2, "{report}");
+    // Both levels, unless a failure the pool could not be reopened from ended the run early
+    // (then the verdict below is a failure).
+    assert!(
+        levels.len() == 2 || (levels.len() == 1 && report["passed"] == false),
+        "{report}"
+    );
     for l in levels {
         let ops: u64 = l["ops"]
             .as_array()

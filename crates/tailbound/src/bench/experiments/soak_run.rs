@@ -270,8 +270,8 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
                 }
             }
         }
-        let Some(cur) = fs.as_ref() else { break };
-        if !fatal.load(AtOrd::Acquire) {
+        let cur = fs.as_ref();
+        if let Some(cur) = cur.filter(|_| !fatal.load(AtOrd::Acquire)) {
             full_check(
                 cur,
                 cfg,
@@ -300,7 +300,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
             enospc: tally.enospc.load(AtOrd::Relaxed) - enospc0,
             enospc_spurious: tally.spurious.load(AtOrd::Relaxed) - spurious0,
             live_fraction_end: live.load(AtOrd::Relaxed) as f64 / cfg.pool_bytes as f64,
-            df_end: df(cur),
+            df_end: cur.map_or_else(|| "the pool stopped".to_string(), df),
             seconds: level_start.elapsed().as_secs_f64(),
         };
         log(&format!(
@@ -313,7 +313,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
             lr.enospc_spurious,
             lr.df_end
         ));
-        if !lr.reached {
+        if !lr.reached && !fatal.load(AtOrd::Acquire) {
             fail(format!(
                 "seed {:#x}: level {:.0} % was never reached (live {:.1} % of the pool)",
                 cfg.seed,
@@ -322,6 +322,9 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
             ));
         }
         report.levels.push(lr);
+        if cur.is_none() {
+            break;
+        }
     }
 
     // The end: every snapshot and file read back, the pool closed, fsck.
