@@ -577,7 +577,11 @@ impl Ctx<'_> {
                 let pool = self.cfg.pool_bytes;
                 let fraction =
                     (live + in_flight + *pinned.as_ref().unwrap_or(&0)) as f64 / pool as f64;
-                if op == Op::Delete || op == Op::Truncate || op == Op::SnapshotDrop {
+                // A truncate that extends passes its new bytes as `write_len`: it may need room.
+                let frees = op == Op::Delete
+                    || op == Op::SnapshotDrop
+                    || (op == Op::Truncate && write_len == 0);
+                if frees {
                     self.fail(format!(
                         "{}: NoSpace on a call that frees space: {e}; {}",
                         self.where_(op, path),

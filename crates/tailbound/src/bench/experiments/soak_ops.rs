@@ -366,7 +366,7 @@ fn truncate(ctx: &Ctx<'_>, m: &mut ThreadModel, shrink: bool) {
             if !matches!(e, Error::NoSpace(_)) {
                 touched(m, i);
             }
-            ctx.failed(Op::Truncate, &path, 0, e.into())
+            ctx.failed(Op::Truncate, &path, len.saturating_sub(size), e.into())
         }
     }
 }
