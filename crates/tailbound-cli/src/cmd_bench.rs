@@ -143,6 +143,7 @@ enum Experiment {
     /// minutes in a release build; --quick (64 MiB) takes seconds. The targets (at 70 %:
     /// hot/cold <= 1.6, uniform <= 2.3) follow the table.
     Cleaner(CleanerArgs),
+    Soak(crate::cmd_bench_soak::SoakArgs),
     /// tbfs deletes: how long unlinking a large file (64 MiB, 256 MiB and 1 GiB by default) holds
     /// the metadata lock every other writer needs, and how long the sync that records it holds
     /// it, on a memory pool with the background thread off (nothing else takes the lock). Each
@@ -516,6 +517,7 @@ pub fn run(args: BenchArgs) -> CliResult {
         Experiment::Priority(args) => run_priority(args),
         Experiment::Fileserver(args) => run_fileserver(args),
         Experiment::Cleaner(args) => run_cleaner(args),
+        Experiment::Soak(args) => crate::cmd_bench_soak::run(args),
         Experiment::Delete(args) => run_delete(args),
     }
 }

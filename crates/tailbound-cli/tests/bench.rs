@@ -651,3 +651,80 @@ fn cleaner_refuses_bad_utilisations_and_workloads() {
         );
     }
 }
+
+#[test]
+fn soak_tiny_run_reports_every_level_and_exits_by_its_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("soak.json");
+    let out = tailbound(&[
+        "bench",
+        "soak",
+        "--live",
+        "0.4,0.6",
+        "--duration",
+        "2s",
+        "--pool-size",
+        "32MiB",
+        "--threads",
+        "2",
+        "--power-cuts",
+        "1",
+        "--seed",
+        "7",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("| live target") && text.contains("| power cuts survived"),
+        "{text}\n{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("level 40 %"), "{}", stderr(&out));
+    let report = read_json(&json);
+    assert_eq!(report["experiment"], "soak");
+    assert_eq!(report["seed"], 7);
+    let levels = report["levels"].as_array().unwrap();
+    // Both levels, unless a failure the pool could not be reopened from ended the run early
+    // (then the verdict below is a failure).
+    assert!(
+        levels.len() == 2 || (levels.len() == 1 && report["passed"] == false),
+        "{report}"
+    );
+    for l in levels {
+        let ops: u64 = l["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|kv| kv[1].as_u64().unwrap())
+            .sum();
+        assert!(ops > 0 && l["bytes_written"].as_u64().unwrap() > 0, "{l}");
+    }
+    assert!(report["fsck_runs"].as_u64().unwrap() >= 2, "{report}");
+    // The exit status is the verdict: zero exactly when every check passed.
+    assert_eq!(
+        out.status.success(),
+        report["passed"].as_bool().unwrap(),
+        "{text}\n{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn soak_refuses_bad_levels_and_sizes() {
+    for args in [
+        ["--live", "1.2"],
+        ["--live", "x"],
+        ["--pool-size", "1MiB"],
+        ["--threads", "0"],
+    ] {
+        let mut all = vec!["bench", "soak", "--duration", "1s"];
+        all.extend(args);
+        let out = tailbound(&all);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(
+            !stderr(&out).trim().is_empty(),
+            "{args:?}: no error message"
+        );
+    }
+}

@@ -140,6 +140,12 @@ impl SimDevice {
         self.lock().power_writes_left = Some(writes);
     }
 
+    /// Whether a [`cut_power_after`](Self::cut_power_after) has taken effect: every write and
+    /// flush from now on fails.
+    pub fn power_is_out(&self) -> bool {
+        self.lock().power_writes_left == Some(0)
+    }
+
     pub fn set_faults(&self, faults: SimFaults) {
         self.lock().faults = faults;
     }
@@ -276,7 +282,9 @@ mod tests {
     fn power_cut_and_faults_fail_writes_without_effect() {
         let d = SimDevice::new(8 * B as u64);
         d.cut_power_after(1);
+        assert!(!d.power_is_out());
         d.write_at(0, &[1u8; B]).unwrap();
+        assert!(d.power_is_out());
         assert!(d.write_at(B as u64, &[2u8; B]).is_err());
         assert!(d.flush().is_err());
         let mut back = [0u8; B];

@@ -3,6 +3,8 @@
 //! - [`record`]: the recorder experiment (seed 000, Table 1) under background loads.
 //! - [`sync_write`]: O_SYNC write, rewrite and random-rewrite throughput, tbfs against ext4 (Table 2).
 //! - [`recovery`]: how long opening a crashed tbfs pool takes, on the simulated device and after `kill -9`.
+//! - [`soak`]: tbfs written as real programs write (mixed file sizes, renames, snapshots), held
+//!   at several fractions of the pool, with power cuts; [`soak_model`] is what it expects back.
 //! - [`cleaner`]: tbfs write throughput and write amplification with the cleaner, uniform and
 //!   hot/cold overwrites at several pool utilisations.
 //! - [`delete`]: how long deleting a large file holds tbfs's metadata lock.
@@ -26,5 +28,7 @@ pub mod pool;
 pub mod priority;
 pub mod record;
 pub mod recovery;
+pub mod soak;
+pub mod soak_model;
 pub mod sync_write;
 pub mod tenants;

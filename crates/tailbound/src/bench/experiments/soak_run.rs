@@ -1,0 +1,650 @@
+//! The soak's run loop, and its checks after levels and power cuts.
+
+use super::ops::worker;
+use super::*;
+
+/// The run: format, the levels in turn (each split into epochs by power cuts), the final checks.
+pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
+    let started = Instant::now();
+    let mut rng = SplitMix64::new(cfg.seed);
+    let threads = cfg.threads.max(1);
+    let tally = Tally::default();
+    let failures = Mutex::new(Failures::default());
+    let spurious = Mutex::new(Vec::new());
+    let snaps = Mutex::new(Snaps::default());
+    let writes = Mutex::new(WriteLog::default());
+    let reopen = AtomicBool::new(false);
+    let mut reopens = 0u32;
+    let (armed, stop, fatal, reached) = (
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+    );
+    let (live, in_flight) = (AtomicU64::new(0), AtomicU64::new(0));
+    let world = RwLock::new(());
+    let models: Vec<Mutex<ThreadModel>> = (0..threads)
+        .map(|id| {
+            Mutex::new(ThreadModel {
+                id,
+                rng: SplitMix64::new(cfg.seed ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9)),
+                files: Vec::new(),
+                next_name: 0,
+                next_stamp: 0,
+                gone: Vec::new(),
+                gone_durable: VecDeque::new(),
+                hold_ops: 0,
+                reach_ops: 0,
+            })
+        })
+        .collect();
+    // Power cuts: each at a random level and a random point of it.
+    let levels = cfg.levels.len().max(1);
+    let mut cut_plan: Vec<Vec<f64>> = vec![Vec::new(); levels];
+    for _ in 0..cfg.power_cuts {
+        let l = rng.below(levels as u64) as usize;
+        cut_plan[l].push(0.05 + rng.below(900) as f64 / 1000.0);
+    }
+    for p in &mut cut_plan {
+        p.sort_by(f64::total_cmp);
+    }
+    let mut report = SoakReport {
+        experiment: "soak",
+        seed: cfg.seed,
+        pool_bytes: cfg.pool_bytes,
+        threads,
+        levels: Vec::new(),
+        enospc: 0,
+        enospc_spurious: 0,
+        spurious: Vec::new(),
+        files_checked: 0,
+        snapshot_files_checked: 0,
+        durable_files_checked: 0,
+        full_checks: 0,
+        fsck_runs: 0,
+        power_cuts_planned: cfg.power_cuts,
+        power_cuts_survived: 0,
+        reopens: 0,
+        fsck_final: "not run".into(),
+        failures: Vec::new(),
+        failures_total: 0,
+        seconds: 0.0,
+        passed: false,
+    };
+    let fail = |msg: String| {
+        log(&format!("FAILED: {msg}"));
+        failures.lock().push(msg);
+    };
+
+    let mut policy_index = 0usize;
+    let mut dev = Arc::new(SimDevice::new(cfg.pool_bytes));
+    dev.set_writes_are_copies(true);
+    let config = Config {
+        ordering: POLICIES[0].0,
+        barrier: POLICIES[0].1,
+        segment_bytes: fsck::default_segment_bytes(cfg.pool_bytes),
+        background_gc: cfg.background_gc,
+        ..Config::memory_pool()
+    };
+    let mut fs = match Fs::format(dev.clone(), &config) {
+        Ok(fs) => Some(fs),
+        Err(e) => {
+            fail(format!("seed {:#x}: format: {e}", cfg.seed));
+            None
+        }
+    };
+    if let Some(f) = &fs {
+        for t in 0..threads {
+            for dir in [format!("/t{t}"), format!("/t{t}/sub")] {
+                if let Err(e) = f.mkdir(&dir, 0o755) {
+                    fail(format!("seed {:#x}: mkdir {dir}: {e}", cfg.seed));
+                    fatal.store(true, AtOrd::Release);
+                }
+            }
+        }
+    }
+
+    for (li, &level) in cfg.levels.iter().enumerate() {
+        let Some(cur) = fs.as_ref() else { break };
+        if fatal.load(AtOrd::Acquire) {
+            break;
+        }
+        let level_start = Instant::now();
+        let before: Vec<u64> = tally.ops.iter().map(|a| a.load(AtOrd::Relaxed)).collect();
+        let (bytes0, enospc0, spurious0) = (
+            tally.bytes.load(AtOrd::Relaxed),
+            tally.enospc.load(AtOrd::Relaxed),
+            tally.spurious.load(AtOrd::Relaxed),
+        );
+        let target = (level * cfg.pool_bytes as f64) as u64;
+        let reach_at = target.saturating_sub(cfg.mix.max().min(target / 8));
+        reached.store(live.load(AtOrd::Relaxed) >= reach_at, AtOrd::Release);
+        for m in &models {
+            let mut m = m.lock();
+            m.hold_ops = 0;
+            m.reach_ops = 0;
+        }
+        let cuts = Mutex::new(cut_plan[li].iter().copied().collect::<VecDeque<f64>>());
+        log(&format!(
+            "level {:.0} %: target {} MiB of {} MiB, {} power cut(s) planned",
+            level * 100.0,
+            target >> 20,
+            cfg.pool_bytes >> 20,
+            cuts.lock().len()
+        ));
+        let mut fs_now = cur.clone();
+        // Reached at some point: a power cut late in a level may leave it below at the end.
+        let mut ever_reached = false;
+        loop {
+            let ctx = Ctx {
+                cfg,
+                fs: fs_now.clone(),
+                dev: dev.clone(),
+                policy: POLICIES[policy_index % POLICIES.len()],
+                level,
+                target,
+                reach_at,
+                deadline: match cfg.budget {
+                    Budget::Time(d) => Some(level_start + d),
+                    Budget::Ops(_) => None,
+                },
+                level_start,
+                cuts: &cuts,
+                armed: &armed,
+                stop: &stop,
+                reopen: &reopen,
+                reached: &reached,
+                live: &live,
+                in_flight: &in_flight,
+                world: &world,
+                models: &models,
+                snaps: &snaps,
+                writes: &writes,
+                tally: &tally,
+                failures: &failures,
+                spurious: &spurious,
+                log,
+            };
+            stop.store(false, AtOrd::Release);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let ctx = &ctx;
+                        std::thread::Builder::new()
+                            .name(format!("soak-{t}"))
+                            .spawn_scoped(s, move || worker(ctx, t))
+                            .expect("spawning a soak thread")
+                    })
+                    .collect();
+                for (t, h) in handles.into_iter().enumerate() {
+                    if let Err(p) = h.join() {
+                        let what = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "a panic".into());
+                        ctx.fail(format!(
+                            "seed {:#x}, level {:.0} %: thread {t} panicked: {what}",
+                            cfg.seed,
+                            level * 100.0
+                        ));
+                        fatal.store(true, AtOrd::Release);
+                    }
+                }
+            });
+            ever_reached |= reached.load(AtOrd::Acquire);
+            if fatal.load(AtOrd::Acquire) {
+                break;
+            }
+            let reopening = reopen.swap(false, AtOrd::AcqRel) && !armed.load(AtOrd::Acquire);
+            if !armed.load(AtOrd::Acquire) && !reopening {
+                // A cut the threads did not reach before the level's budget ran out (an
+                // operation can outlast a short level): it falls here, between operations.
+                if cuts.lock().pop_front().is_none() {
+                    break;
+                }
+                let k = rng.below(CUT_WRITES_MAX);
+                log(&format!(
+                    "arming a power cut after {k} more device writes (level end)"
+                ));
+                armed.store(true, AtOrd::Release);
+                dev.cut_power_after(k);
+            }
+            let (image, what) = if reopening {
+                // A failure that stopped the pool: reopen it, as a program would, from what
+                // the device holds (a process crash: every write handed to it stays), and go on.
+                reopens += 1;
+                if reopens > REOPENS_MAX {
+                    fail(format!(
+                        "seed {:#x}: more than {REOPENS_MAX} failures that stopped the pool; giving up",
+                        cfg.seed
+                    ));
+                    fatal.store(true, AtOrd::Release);
+                    break;
+                }
+                (dev.image(), format!("reopening after failure {reopens}"))
+            } else {
+                // The power cut: make sure it has happened (a sync writes), then recover.
+                for _ in 0..=CUT_WRITES_MAX + 2 {
+                    if dev.power_is_out() {
+                        break;
+                    }
+                    let _ = fs_now.sync();
+                }
+                let crash_seed = rng.next_u64();
+                let cut = report.power_cuts_survived + 1;
+                (
+                    dev.crash_image(crash_seed),
+                    format!("power cut {cut} (crash seed {crash_seed:#x})"),
+                )
+            };
+            drop(ctx);
+            drop(fs_now);
+            fs = None;
+            dev = Arc::new(SimDevice::from_image(image));
+            dev.set_writes_are_copies(true);
+            let was_cut = armed.swap(false, AtOrd::AcqRel);
+            policy_index += 1;
+            let policy = POLICIES[policy_index % POLICIES.len()];
+            log(&format!(
+                "{what} at level {:.0} %; recovering under {:?}/{:?}",
+                level * 100.0,
+                policy.0,
+                policy.1
+            ));
+            match recover(
+                cfg, &dev, policy, &models, &snaps, &live, &tally, &writes, level, &what, &fail,
+            ) {
+                Some(f) => {
+                    if was_cut {
+                        report.power_cuts_survived += 1;
+                    }
+                    // What the crash took is written again before the level counts as held.
+                    reached.store(live.load(AtOrd::Relaxed) >= reach_at, AtOrd::Release);
+                    fs_now = f.clone();
+                    fs = Some(f);
+                }
+                None => {
+                    fatal.store(true, AtOrd::Release);
+                    break;
+                }
+            }
+        }
+        let cur = fs.as_ref();
+        if let Some(cur) = cur.filter(|_| !fatal.load(AtOrd::Acquire)) {
+            full_check(
+                cur,
+                cfg,
+                &models,
+                &tally,
+                &writes,
+                &format!("end of level {:.0} %", level * 100.0),
+                &fail,
+            );
+        }
+        let ops: Vec<(String, u64)> = OPS
+            .iter()
+            .zip(&before)
+            .map(|(o, b)| {
+                (
+                    o.name().to_string(),
+                    tally.ops[*o as usize].load(AtOrd::Relaxed) - b,
+                )
+            })
+            .collect();
+        let lr = LevelReport {
+            level,
+            reached: ever_reached,
+            ops,
+            bytes_written: tally.bytes.load(AtOrd::Relaxed) - bytes0,
+            enospc: tally.enospc.load(AtOrd::Relaxed) - enospc0,
+            enospc_spurious: tally.spurious.load(AtOrd::Relaxed) - spurious0,
+            live_fraction_end: live.load(AtOrd::Relaxed) as f64 / cfg.pool_bytes as f64,
+            df_end: cur.map_or_else(|| "the pool stopped".to_string(), df),
+            seconds: level_start.elapsed().as_secs_f64(),
+        };
+        log(&format!(
+            "level {:.0} % done in {:.1} s: reached {}, live {:.1} %, {} ENOSPC ({} spurious); df: {}",
+            level * 100.0,
+            lr.seconds,
+            lr.reached,
+            lr.live_fraction_end * 100.0,
+            lr.enospc,
+            lr.enospc_spurious,
+            lr.df_end
+        ));
+        if !lr.reached && !fatal.load(AtOrd::Acquire) {
+            fail(format!(
+                "seed {:#x}: level {:.0} % was never reached (live {:.1} % of the pool)",
+                cfg.seed,
+                level * 100.0,
+                lr.live_fraction_end * 100.0
+            ));
+        }
+        report.levels.push(lr);
+        if cur.is_none() {
+            break;
+        }
+    }
+
+    // The end: every snapshot and file read back, the pool closed, fsck.
+    if let Some(f) = fs.take() {
+        if !fatal.load(AtOrd::Acquire) {
+            let held: Vec<SnapRecord> = snaps.lock().held.drain(..).collect();
+            for s in held {
+                check_snapshot(&f, cfg, &s, &tally, &writes, &fail);
+            }
+        }
+        if let Err(e) = f.close() {
+            fail(format!("seed {:#x}: closing the pool: {e}", cfg.seed));
+        }
+        tally.fsck_runs.fetch_add(1, AtOrd::Relaxed);
+        report.fsck_final = match fsck::check(&*dev) {
+            Ok(r) => {
+                if r.verdict != Verdict::Clean {
+                    let damage: Vec<String> = r.damage().take(5).map(|d| d.to_string()).collect();
+                    fail(format!(
+                        "seed {:#x}: final fsck: {:?}: {}",
+                        cfg.seed,
+                        r.verdict,
+                        damage.join("; ")
+                    ));
+                }
+                format!("{:?}", r.verdict).to_lowercase()
+            }
+            Err(e) => {
+                fail(format!("seed {:#x}: final fsck: {e}", cfg.seed));
+                format!("fsck failed: {e}")
+            }
+        };
+    }
+    report.enospc = tally.enospc.load(AtOrd::Relaxed);
+    report.enospc_spurious = tally.spurious.load(AtOrd::Relaxed);
+    report.spurious = spurious.into_inner();
+    report.files_checked = tally.files_checked.load(AtOrd::Relaxed);
+    report.snapshot_files_checked = tally.snapshot_files_checked.load(AtOrd::Relaxed);
+    report.durable_files_checked = tally.durable_files_checked.load(AtOrd::Relaxed);
+    report.full_checks = tally.full_checks.load(AtOrd::Relaxed);
+    report.fsck_runs = tally.fsck_runs.load(AtOrd::Relaxed);
+    let f = failures.into_inner();
+    report.failures = f.list;
+    report.failures_total = f.total;
+    report.seconds = started.elapsed().as_secs_f64();
+    report.reopens = reopens;
+    report.passed = report.passed();
+    report
+}
+
+/// Reads every file back and compares the directory listings with the model.
+fn full_check(
+    fs: &Fs,
+    cfg: &SoakConfig,
+    models: &[Mutex<ThreadModel>],
+    tally: &Tally,
+    writes: &Mutex<WriteLog>,
+    when: &str,
+    fail: &dyn Fn(String),
+) {
+    tally.full_checks.fetch_add(1, AtOrd::Relaxed);
+    for m in models {
+        let m = m.lock();
+        let mut want: Vec<String> = m.files.iter().map(|f| f.path.clone()).collect();
+        want.sort();
+        let mut have = Vec::new();
+        for dir in [m.dir(), format!("{}/sub", m.dir())] {
+            match fs.readdir(&dir) {
+                Ok(list) => have.extend(
+                    list.into_iter()
+                        .filter(|e| e.name != "sub")
+                        .map(|e| format!("{dir}/{}", e.name)),
+                ),
+                Err(e) => fail(format!("seed {:#x}, {when}: readdir {dir}: {e}", cfg.seed)),
+            }
+        }
+        have.sort();
+        if have != want {
+            let extra: Vec<&String> = have.iter().filter(|p| !want.contains(p)).take(5).collect();
+            let missing: Vec<&String> = want.iter().filter(|p| !have.contains(p)).take(5).collect();
+            fail(format!(
+                "seed {:#x}, {when}: thread {} lists {} files, the model {}: extra {extra:?}, missing {missing:?}",
+                cfg.seed,
+                m.id,
+                have.len(),
+                want.len()
+            ));
+        }
+        for f in &m.files {
+            if let Err(e) = fs.statvfs() {
+                fail(format!(
+                    "seed {:#x}, {when}: the pool stopped: {e}",
+                    cfg.seed
+                ));
+                return;
+            }
+            tally.files_checked.fetch_add(1, AtOrd::Relaxed);
+            match read_all(fs, &f.path, cfg.pool_bytes) {
+                Ok(got) => {
+                    if let Some(bad) = f.content.mismatch(&got) {
+                        fail(format!(
+                            "seed {:#x}, {when}: {}: {}",
+                            cfg.seed,
+                            f.path,
+                            explain(writes, &got, &bad)
+                        ));
+                    }
+                }
+                Err(e) => fail(format!(
+                    "seed {:#x}, {when}: reading {}: {e}",
+                    cfg.seed, f.path
+                )),
+            }
+        }
+    }
+}
+
+/// Reads a snapshot's sampled files back as they were when it was taken.
+pub(super) fn check_snapshot(
+    fs: &Fs,
+    cfg: &SoakConfig,
+    s: &SnapRecord,
+    tally: &Tally,
+    writes: &Mutex<WriteLog>,
+    fail: &dyn Fn(String),
+) {
+    let view = match fs.at(s.number) {
+        Ok(v) => v,
+        Err(e) => {
+            fail(format!(
+                "seed {:#x}: opening snapshot {}: {e}",
+                cfg.seed, s.number
+            ));
+            return;
+        }
+    };
+    for (path, content) in &s.sample {
+        tally.snapshot_files_checked.fetch_add(1, AtOrd::Relaxed);
+        match view.read_file(path) {
+            Ok(got) => {
+                if let Some(bad) = content.mismatch(&got) {
+                    fail(format!(
+                        "seed {:#x}: snapshot {}: {path}: {}",
+                        cfg.seed,
+                        s.number,
+                        explain(writes, &got, &bad)
+                    ));
+                }
+            }
+            Err(e) => {
+                let stopped = matches!(e, Error::Poisoned(_));
+                fail(format!(
+                    "seed {:#x}: snapshot {}: reading {path}: {e}",
+                    cfg.seed, s.number
+                ));
+                if stopped {
+                    // The pool stopped: every later read says the same.
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// After a power cut: fsck the crashed image, open it, check what was durable, drop what the
+/// model cannot vouch for, and sync, so the run goes on from a known state.
+#[allow(clippy::too_many_arguments)]
+fn recover(
+    cfg: &SoakConfig,
+    dev: &Arc<SimDevice>,
+    policy: (Ordering, Barrier),
+    models: &[Mutex<ThreadModel>],
+    snaps: &Mutex<Snaps>,
+    live: &AtomicU64,
+    tally: &Tally,
+    writes: &Mutex<WriteLog>,
+    level: f64,
+    what: &str,
+    fail: &dyn Fn(String),
+) -> Option<Fs> {
+    let at = format!("seed {:#x}, level {:.0} %, {what}", cfg.seed, level * 100.0);
+    tally.fsck_runs.fetch_add(1, AtOrd::Relaxed);
+    match fsck::check(&**dev) {
+        Ok(r) if r.verdict == Verdict::Clean => {}
+        Ok(r) => {
+            let damage: Vec<String> = r.damage().take(5).map(|d| d.to_string()).collect();
+            fail(format!(
+                "{at}: fsck of the crashed image: {:?}: {}",
+                r.verdict,
+                damage.join("; ")
+            ));
+        }
+        Err(e) => fail(format!("{at}: fsck of the crashed image: {e}")),
+    }
+    let opts = OpenOptions {
+        background_gc: Some(cfg.background_gc),
+        ordering: Some(policy.0),
+        barrier: Some(policy.1),
+        ..OpenOptions::default()
+    };
+    let fs = match Fs::open(dev.clone() as Arc<dyn Device>, &opts) {
+        Ok(fs) => fs,
+        Err(e) => {
+            fail(format!("{at}: opening the crashed pool: {e}"));
+            return None;
+        }
+    };
+    // Snapshots: every one held is there; every one dropped is gone.
+    match fs.checkpoints() {
+        Ok(list) => {
+            let mut sn = snaps.lock();
+            for s in sn.held.iter().filter(|s| s.sure) {
+                if !list.iter().any(|c| c.number == s.number && c.snapshot) {
+                    fail(format!("{at}: snapshot {} is gone", s.number));
+                }
+            }
+            for &d in &sn.dropped {
+                if list.iter().any(|c| c.number == d && c.snapshot) {
+                    fail(format!("{at}: snapshot {d} was dropped and is back"));
+                }
+            }
+            sn.dropped.clear();
+            sn.held
+                .retain(|s| list.iter().any(|c| c.number == s.number && c.snapshot));
+            for s in &mut sn.held {
+                s.sure = true;
+            }
+            for c in list.iter().filter(|c| c.snapshot) {
+                if !sn.held.iter().any(|s| s.number == c.number) {
+                    // Taken or dropped as the power went: not acknowledged either way.
+                    if let Err(e) = fs.set_snapshot(c.number, false) {
+                        fail(format!("{at}: dropping snapshot {}: {e}", c.number));
+                    }
+                }
+            }
+        }
+        Err(e) => fail(format!("{at}: listing checkpoints: {e}")),
+    }
+    let mut total = 0u64;
+    for m in models {
+        let mut m = m.lock();
+        let mut kept: Vec<FileModel> = Vec::new();
+        for f in std::mem::take(&mut m.files) {
+            // A pool that stops while being checked fails every later read: say it once.
+            if let Err(e) = fs.statvfs() {
+                fail(format!("{at}: the recovered pool stopped: {e}"));
+                return None;
+            }
+            let got = read_all(&fs, &f.path, cfg.pool_bytes);
+            if let Some(want) = &f.durable {
+                tally.durable_files_checked.fetch_add(1, AtOrd::Relaxed);
+                match &got {
+                    Ok(bytes) => {
+                        if let Some(bad) = want.mismatch(bytes) {
+                            fail(format!(
+                                "{at}: {} was durable: {}",
+                                f.path,
+                                explain(writes, bytes, &bad)
+                            ));
+                        }
+                    }
+                    Err(e) => fail(format!("{at}: {} was durable: {e}", f.path)),
+                }
+            }
+            match got {
+                Ok(bytes) if f.content.mismatch(&bytes).is_none() => kept.push(FileModel {
+                    durable: Some(f.content.clone()),
+                    ..f
+                }),
+                Ok(bytes) => {
+                    // What the crash left of a change not made durable: as a program would
+                    // after a crash, remove it unless it is exactly a state the model knows.
+                    if f.durable
+                        .as_ref()
+                        .is_some_and(|d| d.mismatch(&bytes).is_none())
+                    {
+                        let d = f.durable.clone().unwrap_or_default();
+                        kept.push(FileModel {
+                            content: d.clone(),
+                            durable: Some(d),
+                            ..f
+                        });
+                    } else if let Err(e) = fs.unlink(&f.path) {
+                        fail(format!("{at}: unlinking {}: {e}", f.path));
+                    }
+                }
+                Err(Error::NotFound(_)) => {}
+                Err(e) => fail(format!("{at}: reading {}: {e}", f.path)),
+            }
+        }
+        // Names the model does not know (a replace's temporary, a create cut short) go too.
+        let keep: std::collections::HashSet<&str> = kept.iter().map(|f| f.path.as_str()).collect();
+        for dir in [m.dir(), format!("{}/sub", m.dir())] {
+            match fs.readdir(&dir) {
+                Ok(list) => {
+                    for e in list.into_iter().filter(|e| e.name != "sub") {
+                        let p = format!("{dir}/{}", e.name);
+                        if m.gone_durable.contains(&p) {
+                            fail(format!("{at}: {p} was deleted durably and is back"));
+                        }
+                        if !keep.contains(p.as_str()) {
+                            if let Err(e) = fs.unlink(&p) {
+                                fail(format!("{at}: unlinking {p}: {e}"));
+                            }
+                        }
+                    }
+                }
+                Err(e) => fail(format!("{at}: readdir {dir}: {e}")),
+            }
+        }
+        drop(keep);
+        m.files = kept;
+        m.gone.clear();
+        m.gone_durable.clear();
+        total += m.files.iter().map(FileModel::bytes).sum::<u64>();
+    }
+    live.store(total, AtOrd::Release);
+    if let Err(e) = fs.sync() {
+        fail(format!("{at}: sync after recovery: {e}"));
+        return None;
+    }
+    Some(fs)
+}
