@@ -1,9 +1,10 @@
 //! The cleaner: empties partly live segments so the writer has whole segments to fill.
 //!
-//! Victims are chosen by cost-benefit (Rosenblum & Ousterhout's LFS): a segment with live
-//! fraction `u` and age `a` (time since its newest log) scores `(1 − u) · a / (1 + u)`: the space
-//! it gives back, weighted by how long that space is likely to stay free, over the cost of
-//! reading it and writing its live blocks again. Segments giving back less than
+//! Victims are chosen by cost-benefit (Rosenblum & Ousterhout's LFS) when segment ages carry a
+//! signal ([`ages_carry_signal`]), greedily (the emptiest first) when they do not: a segment
+//! with live fraction `u` and age `a` (time since its newest log) scores `(1 − u) · a / (1 + u)`:
+//! the space it gives back, weighted by how long that space is likely to stay free, over the
+//! cost of reading it and writing its live blocks again. Segments giving back less than
 //! [`MIN_RECLAIMABLE`] are skipped, and so are segments a snapshot, an open view or a protected
 //! checkpoint may reference (moving their live blocks would pin the old copies, not free them).
 //!
