@@ -302,6 +302,21 @@ mod tests {
                 .collect();
             println!("uniform, {policy:?}, cleaner log true: {}", row.join(" / "));
         }
+        // The adaptive choice is greedy's for uniform overwrites and cost-benefit's for hot/cold.
+        for u in [0.7, 0.9] {
+            let adaptive = wa(model(u, 0, Policy::Adaptive, true, Access::Uniform));
+            let greedy = wa(model(u, 0, Policy::Greedy, true, Access::Uniform));
+            assert!(
+                adaptive <= greedy * 1.02,
+                "uniform at {u}: adaptive {adaptive}, greedy {greedy}"
+            );
+            let adaptive = wa(model(u, 0, Policy::Adaptive, true, Access::HotCold));
+            let cb = wa(model(u, 0, Policy::CostBenefit, true, Access::HotCold));
+            assert!(
+                adaptive <= cb * 1.02,
+                "hot-cold at {u}: adaptive {adaptive}, cost-benefit {cb}"
+            );
+        }
         let greedy = wa(model(0.8, 0, Policy::Greedy, false, Access::HotCold));
         let cb = wa(model(0.8, 0, Policy::CostBenefit, true, Access::HotCold));
         assert!(
