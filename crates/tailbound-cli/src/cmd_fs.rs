@@ -802,6 +802,7 @@ struct DfJson {
     pinned_by_snapshots: u64,
     reclaimable: u64,
     free: u64,
+    available: u64,
     inodes: u64,
 }
 
@@ -811,11 +812,11 @@ fn df(pool: &PoolArg, json: Option<&Path>) -> CliResult {
     let inodes = fs.statvfs().map_err(|e| in_pool(pool, e))?.files;
     let pct = |v: u64| v as f64 * 100.0 / sp.size.max(1) as f64;
     println!(
-        "{:>12} {:>16} {:>22} {:>16} {:>16} {:>8}",
-        "size", "live", "pinned by snapshots", "reclaimable", "free", "inodes"
+        "{:>12} {:>16} {:>22} {:>16} {:>16} {:>16} {:>8}",
+        "size", "live", "pinned by snapshots", "reclaimable", "free", "available", "inodes"
     );
     println!(
-        "{:>12} {:>16} {:>22} {:>16} {:>16} {:>8}",
+        "{:>12} {:>16} {:>22} {:>16} {:>16} {:>16} {:>8}",
         Bytes(sp.size).to_string(),
         format!("{} {:.0}%", Bytes(sp.live), pct(sp.live)),
         format!(
@@ -825,6 +826,7 @@ fn df(pool: &PoolArg, json: Option<&Path>) -> CliResult {
         ),
         format!("{} {:.0}%", Bytes(sp.reclaimable), pct(sp.reclaimable)),
         format!("{} {:.0}%", Bytes(sp.free), pct(sp.free)),
+        format!("{} {:.0}%", Bytes(sp.available), pct(sp.available)),
         inodes
     );
     if let Some(json) = json {
@@ -836,6 +838,7 @@ fn df(pool: &PoolArg, json: Option<&Path>) -> CliResult {
                 pinned_by_snapshots: sp.pinned_by_snapshots,
                 reclaimable: sp.reclaimable,
                 free: sp.free,
+                available: sp.available,
                 inodes,
             },
         )?;

@@ -9,7 +9,7 @@ use tailbound::bench::progress::Progress;
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
-use tailbound::tbfs::{Config, Fs};
+use tailbound::tbfs::{fsck, Config, Fs};
 
 use crate::CliResult;
 
@@ -154,10 +154,15 @@ pub fn ensure_pool(path: &Path, size: u64, backend: &str) -> Result<bool, String
             Arc::new(create_memory_pool(path, size).map_err(|e| format!("creating the pool: {e}"))?)
         }
     };
-    let config = if backend == "file" {
-        Config::default()
-    } else {
-        Config::memory_pool()
+    let config = Config {
+        // As `fs format` picks it: enough segments that what the engine keeps free is a small
+        // share of the pool.
+        segment_bytes: fsck::default_segment_bytes(size),
+        ..if backend == "file" {
+            Config::default()
+        } else {
+            Config::memory_pool()
+        }
     };
     let fs = Fs::format(dev, &config)
         .map_err(|e| format!("{}: formatting the pool: {e}", path.display()))?;

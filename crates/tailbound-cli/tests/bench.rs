@@ -610,19 +610,23 @@ fn cleaner_quick_reports_every_case_and_amplification_grows_with_utilisation() {
     let report = read_json(&json);
     assert_eq!(report["experiment"], "cleaner");
     let cases = report["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 6, "{report}");
-    for workload in ["uniform", "hot-cold"] {
+    assert_eq!(cases.len(), 12, "{report}");
+    for workload in ["uniform", "hot-cold", "mixed"] {
         let mut amplification = Vec::new();
-        for utilisation in [0.5, 0.7, 0.9] {
+        for utilisation in [0.5, 0.7, 0.8, 0.9] {
             let c = cases
                 .iter()
                 .find(|c| c["workload"] == workload && c["utilisation"] == utilisation)
                 .unwrap_or_else(|| panic!("no {workload} case at {utilisation}: {report}"));
             positive_finite(c, "mb_per_s");
-            // Every overwrite is a distinct 4 KiB block write beside a much larger pool.
+            // Every byte written is a distinct block write beside a much larger pool.
             let wa = positive_finite(c, "write_amplification");
             assert!(wa > 0.9, "{c}");
             assert!(c["segments_cleaned"].as_u64().unwrap() > 0, "{c}");
+            // Metadata is counted, and reported apart from data.
+            let data = positive_finite(c, "data_write_amplification");
+            let metadata = positive_finite(c, "metadata_write_amplification");
+            assert!((data + metadata - wa).abs() < 1e-9, "{c}");
             amplification.push(wa);
         }
         // Fuller pools leave emptier victims for the cleaner to find: more copying.
@@ -631,7 +635,8 @@ fn cleaner_quick_reports_every_case_and_amplification_grows_with_utilisation() {
             "{workload}: {amplification:?}"
         );
     }
-    assert_eq!(report["targets"].as_array().unwrap().len(), 2, "{report}");
+    // Uniform and hot/cold at 70, 80 and 90 %.
+    assert_eq!(report["targets"].as_array().unwrap().len(), 6, "{report}");
 }
 
 #[test]

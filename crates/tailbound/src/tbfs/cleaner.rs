@@ -1,9 +1,10 @@
 //! The cleaner: empties partly live segments so the writer has whole segments to fill.
 //!
-//! Victims are chosen by cost-benefit (Rosenblum & Ousterhout's LFS): a segment with live
-//! fraction `u` and age `a` (time since its newest log) scores `(1 − u) · a / (1 + u)`: the space
-//! it gives back, weighted by how long that space is likely to stay free, over the cost of
-//! reading it and writing its live blocks again. Segments giving back less than
+//! Victims are chosen by cost-benefit (Rosenblum & Ousterhout's LFS) when segment ages carry a
+//! signal ([`ages_carry_signal`]), greedily (the emptiest first) when they do not: a segment
+//! with live fraction `u` and age `a` (time since its newest log) scores `(1 − u) · a / (1 + u)`:
+//! the space it gives back, weighted by how long that space is likely to stay free, over the
+//! cost of reading it and writing its live blocks again. Segments giving back less than
 //! [`MIN_RECLAIMABLE`] are skipped, and so are segments a snapshot, an open view or a protected
 //! checkpoint may reference (moving their live blocks would pin the old copies, not free them).
 //!
@@ -95,6 +96,38 @@ fn dirty_node(map: &mut BlockMap, level: u8, index: u64) -> bool {
         map.dirty_leaves.insert(leaf as u64);
     }
     true
+}
+
+/// How far apart the rates at which segments lose their live blocks are: the standard deviation
+/// of `ln λ` over segments with live fraction `u` and age `a`, `λ = −ln u / a` (a segment's blocks
+/// were all live when it was written). Uniform overwrites kill every block at the same rate, so
+/// the rates agree and age says nothing a segment's emptiness does not; hot and cold data die at
+/// rates far apart, and age tells the cold segments (worth cleaning when fuller) from the hot.
+pub(crate) fn age_spread(segments: impl Iterator<Item = (f64, f64)>) -> f64 {
+    let (mut n, mut sum, mut sq) = (0.0, 0.0, 0.0);
+    for (u, age) in segments {
+        if !(u > 0.0 && u < 1.0 && age > 0.0) {
+            continue;
+        }
+        let l = (-u.ln() / age).ln();
+        n += 1.0;
+        sum += l;
+        sq += l * l;
+    }
+    if n < 2.0 {
+        return 0.0;
+    }
+    let mean = sum / n;
+    (sq / n - mean * mean).max(0.0).sqrt()
+}
+
+/// The spread of `ln λ` ([`age_spread`]) above which victims are chosen by cost-benefit, below
+/// which greedily.
+pub(crate) const AGE_SIGNAL_SPREAD: f64 = 1.3;
+
+/// Whether segment ages carry a signal worth choosing victims by ([`age_spread`]).
+pub(crate) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f64)>) -> bool {
+    age_spread(segments) > AGE_SIGNAL_SPREAD
 }
 
 impl Inner {
@@ -375,7 +408,7 @@ impl Inner {
         let now = now_ns();
         let sb = self.segment_blocks;
         let sb_seq = self.sb_checkpoint_seq.load(AtomicOrdering::Acquire);
-        let mut scored: Vec<(f64, usize)> = (0..self.segment_count as usize)
+        let candidates: Vec<usize> = (0..self.segment_count as usize)
             .filter(|&s| {
                 s as u64 != m.writer.cur_seg
                     && s as u64 != m.writer.next_seg
@@ -388,6 +421,18 @@ impl Inner {
                             && m.life
                                 .only_newest_unkept(m.life.seg_born[s], m.checkpoint, now)))
             })
+            .collect();
+        let age_of = |s: usize| (now - m.life.seg_written[s]).max(1) as f64;
+        // Cost-benefit only when ages tell segments apart (hot and cold data): for data that
+        // dies at one rate it picks fuller victims than greedy does, for no gain.
+        let greedy = greedy
+            || !ages_carry_signal(
+                candidates
+                    .iter()
+                    .map(|&s| (m.seg.live[s] as f64 / sb as f64, age_of(s))),
+            );
+        let mut scored: Vec<(f64, usize)> = candidates
+            .into_iter()
             .filter_map(|s| {
                 let u = m.seg.live[s] as f64 / sb as f64;
                 if 1.0 - u < MIN_RECLAIMABLE {
@@ -395,11 +440,7 @@ impl Inner {
                 }
                 // Greedy (the emptiest first) once cost-benefit's choices stopped freeing space:
                 // old, nearly full segments give back too little to a writer that waits.
-                let age = if greedy {
-                    1.0
-                } else {
-                    (now - m.life.seg_written[s]).max(1) as f64
-                };
+                let age = if greedy { 1.0 } else { age_of(s) };
                 Some(((1.0 - u) * age / (1.0 + u), s))
             })
             .collect();

@@ -351,6 +351,12 @@ impl Inner {
         (2 * self.segment_blocks).max(RESERVE_BLOCKS_MIN)
     }
 
+    /// Blocks a user cannot fill (`SpaceReport::available`): the reserve, and slack for what
+    /// the space check adds to a write (summaries, pads at segment ends).
+    pub(crate) fn kept_blocks(&self) -> u64 {
+        self.reserve_blocks() + RESERVE_BLOCKS_MIN
+    }
+
     /// Free blocks kept, beyond what a write needs and the reserve, before writers clean: room
     /// for the cleaner to make progress. Every block kept free beyond that raises the live
     /// fraction of the segments it cleans.

@@ -2708,15 +2708,13 @@ impl Fs {
     pub fn statvfs(&self) -> Result<StatVfs> {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
-        let seg_blocks = self.inner.segment_blocks;
-        let total = seg_blocks * self.inner.segment_count;
-        let live: u64 = m.seg.live.iter().map(|&l| l as u64).sum();
+        let total = self.inner.segment_blocks * self.inner.segment_count;
+        // What can really be written (`SpaceReport::available`), not what is not live.
+        let available = self.inner.space_report(&m).available / BLOCK_U64;
         Ok(StatVfs {
             block_size: BLOCK_U64,
             blocks: total,
-            blocks_free: total.saturating_sub(
-                live + self.inner.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64,
-            ),
+            blocks_free: available,
             files: m.inodes.len() as u64,
             name_max: NAME_MAX as u64,
         })

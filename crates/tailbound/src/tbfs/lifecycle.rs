@@ -14,6 +14,7 @@
 //! root's link to the root before it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +60,10 @@ pub struct SpaceReport {
     pub reclaimable: u64,
     /// Space the writer can fill now without cleaning.
     pub free: u64,
+    /// What a user can still write: free and reclaimable space, less the reserve the engine
+    /// keeps for its own checkpoints and a segment of slack, the dead space in segments too full
+    /// to be worth cleaning, and data still buffered (see "Space" in docs/ARCHITECTURE.md).
+    pub available: u64,
 }
 
 /// What one `gc` run did.
@@ -553,6 +558,8 @@ impl Inner {
         let free_segs: BTreeSet<usize> = (0..self.segment_count as usize)
             .filter(|&s| self.segment_free(m, s))
             .collect();
+        // Dead blocks in segments the cleaner passes over as giving back too little.
+        let mut stranded = 0u64;
         for s in 0..self.segment_count as usize {
             if free_segs.contains(&s)
                 || s as u64 == m.writer.cur_seg
@@ -564,6 +571,10 @@ impl Inner {
             if used == 0 {
                 continue;
             }
+            let dead = sb.saturating_sub(used);
+            if (dead as f64) < sb as f64 * super::cleaner::MIN_RECLAIMABLE {
+                stranded += dead;
+            }
             let born = m.life.seg_born[s];
             let locked = m.life.list.range(born..).any(|(_, k)| k.snapshot)
                 || m.life.holds.range(born..).next().is_some();
@@ -574,12 +585,17 @@ impl Inner {
         let total = sb * self.segment_count;
         let by_snapshots = by_snapshots.min(total - live.min(total));
         let _ = now;
+        let reclaimable = total.saturating_sub(live + by_snapshots + free);
+        let buffered = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64;
+        let available =
+            (free + reclaimable).saturating_sub(stranded + self.kept_blocks() + buffered);
         SpaceReport {
             size: total * BLOCK_U64,
             live: live * BLOCK_U64,
             pinned_by_snapshots: by_snapshots * BLOCK_U64,
-            reclaimable: total.saturating_sub(live + by_snapshots + free) * BLOCK_U64,
+            reclaimable: reclaimable * BLOCK_U64,
             free: free * BLOCK_U64,
+            available: available * BLOCK_U64,
         }
     }
 }

@@ -18,6 +18,8 @@ use std::time::Duration;
 use crate::dev::Device;
 
 mod cleaner;
+#[cfg(test)]
+mod cleaner_sim;
 mod commit;
 mod dense;
 pub mod engine;
