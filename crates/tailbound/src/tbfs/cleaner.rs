@@ -630,7 +630,9 @@ impl Inner {
             self.log_open(m, format::FLAG_BEGIN | format::FLAG_DATA_ONLY);
             *open = true;
         }
-        let addr = self.log_add(m, DescKind::Data, ino, 0, index, data)?;
+        let copy = super::engine::shared_copy(data);
+        let addr = self.log_add_shared(m, DescKind::Data, ino, 0, index, copy.clone(), None)?;
+        self.copies.note(addr, m.writer.seq, copy);
         st.map.set(index, addr);
         drop(st);
         m.seg_inc(addr, self.segment_blocks);

@@ -710,11 +710,19 @@ impl Inner {
         if self.written_seq.load(AtomicOrdering::Acquire) >= seq {
             // A superblock below `seq` was taken from the queue: written, or handed off.
             self.write_handed_off_superblocks()?;
-            return self.check_not_poisoned();
+            self.check_not_poisoned()?;
+            // The cleaner's copies in those logs are on the device, once their payloads are.
+            if !self.payloads_in_flight_below(seq) {
+                self.copies.written_below(seq);
+            }
+            return Ok(());
         }
         self.write_queued_until(seq, Superblocks::Write)?;
         self.write_handed_off_superblocks()?;
-        self.wait_ahead(seq, None).map(drop)
+        self.wait_ahead(seq, None)?;
+        // The cleaner's copies in those logs are on the device now.
+        self.copies.written_below(seq);
+        Ok(())
     }
 
     /// Returns once the logs up to `seq` that hold buffers of inode `ino` are written (the

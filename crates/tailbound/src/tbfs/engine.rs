@@ -614,6 +614,8 @@ pub(crate) struct Inner {
     /// space reserve at the last space check, so buffered data always has room to go
     /// ([`Inner::set_buffer_limit`]).
     pub buffer_fit_limit: AtomicU64,
+    /// The cleaner's copies of file data whose logs are not written yet: reads find them here.
+    pub copies: super::copies::CopiesInFlight,
     /// The most blocks any file's map or buffers in this pool have spanned (holes included):
     /// every map as loaded at open, raised where a file buffers a block past its map. Only
     /// grows; a checkpoint's quick space bound assumes every map it writes may be this wide
@@ -1092,6 +1094,10 @@ impl Inner {
             out.fill(0);
             return Ok(());
         }
+        if let Some(copy) = self.copies.get(addr) {
+            out.copy_from_slice(&copy[..]);
+            return Ok(());
+        }
         self.dev
             .read_at(addr * BLOCK_U64, out)
             .map_err(|e| Error::io(format!("inode {ino}: reading block {block} at {addr}"), e))
@@ -1131,8 +1137,13 @@ impl Inner {
             let block = pos / BLOCK_U64;
             let within = (pos % BLOCK_U64) as usize;
             let n = (BLOCK - within).min(len - done);
-            // Whole blocks that are contiguous on storage and not buffered are read in one request.
-            if within == 0 && n == BLOCK && !st.dirty.contains_key(&block) && st.map.get(block) != 0
+            // Whole blocks that are contiguous on storage and not buffered are read in one
+            // request, unless the cleaner has copies whose logs are not written yet.
+            if within == 0
+                && n == BLOCK
+                && !st.dirty.contains_key(&block)
+                && st.map.get(block) != 0
+                && !self.copies.any()
             {
                 let first = st.map.get(block);
                 let mut run = 1u64;

@@ -21,6 +21,7 @@ mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
 mod commit;
+mod copies;
 mod dense;
 pub mod engine;
 pub mod format;

@@ -93,6 +93,7 @@ fn new_inner(
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         space_tight: AtomicBool::new(false),
+        copies: Default::default(),
         buffer_fit_limit: AtomicU64::new(buffer_limit.load(AtomicOrdering::Relaxed)),
         buffer_limit,
         widest: AtomicU64::new(widest),
