@@ -616,7 +616,12 @@ fn snapshot_drop(ctx: &Ctx<'_>) {
     check_snapshot(&ctx.fs, ctx.cfg, &s, ctx.tally, ctx.writes, &|msg| {
         ctx.fail(format!("level {:.0} %: {msg}", ctx.level * 100.0))
     });
-    match ctx.fs.set_snapshot(s.number, false) {
+    // Pool-wide, as a snapshot is taken: no other thread's operation is in flight, so one that
+    // was refused judges the space that snapshots pin against what pinned it then.
+    let world = ctx.world.write();
+    let dropped = ctx.fs.set_snapshot(s.number, false);
+    drop(world);
+    match dropped {
         Ok(()) => ctx.snaps.lock().dropped.push(s.number),
         Err(e) => {
             let no_space = matches!(e, Error::NoSpace(_));
