@@ -220,7 +220,7 @@ pub struct SoakReport {
     pub reopens: u32,
     /// The final fsck's verdict (`clean`, `damaged`, ... or why it did not run).
     pub fsck_final: String,
-    /// Everything else that went wrong (first [`DETAILS_MAX`] of each check), in order.
+    /// Everything else that went wrong (first `DETAILS_MAX` of each check), in order.
     pub failures: Vec<String>,
     pub failures_total: u64,
     pub seconds: f64,
