@@ -1228,7 +1228,8 @@ fn half_dead_pool_short_of_space(dev: &Arc<SimDevice>) -> (Fs, Vec<(String, Vec<
     let space = fs.space().unwrap();
     let over = (space.free + (512 << 10)).next_multiple_of(64 << 10);
     assert!(over < 8 << 20, "{space:?}");
-    assert!(space.reclaimable > over, "{space:?}");
+    // Cleaning can give back what the free space lacks.
+    assert!(space.reclaimable > over - space.free, "{space:?}");
     (fs, kept, over as usize)
 }
 
