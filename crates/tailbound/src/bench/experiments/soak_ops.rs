@@ -613,9 +613,16 @@ fn snapshot_drop(ctx: &Ctx<'_>) {
         return;
     };
     ctx.count(Op::SnapshotDrop);
-    check_snapshot(&ctx.fs, ctx.cfg, &s, ctx.tally, ctx.writes, &|msg| {
-        ctx.fail(format!("level {:.0} %: {msg}", ctx.level * 100.0))
-    });
+    let power_out = || ctx.dev.power_is_out();
+    check_snapshot(
+        &ctx.fs,
+        ctx.cfg,
+        &s,
+        ctx.tally,
+        ctx.writes,
+        &power_out,
+        &|msg| ctx.fail(format!("level {:.0} %: {msg}", ctx.level * 100.0)),
+    );
     // Pool-wide, as a snapshot is taken: no other thread's operation is in flight, so one that
     // was refused judges the space that snapshots pin against what pinned it then.
     let world = ctx.world.write();

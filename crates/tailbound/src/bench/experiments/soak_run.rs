@@ -332,7 +332,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
         if !fatal.load(AtOrd::Acquire) {
             let held: Vec<SnapRecord> = snaps.lock().held.drain(..).collect();
             for s in held {
-                check_snapshot(&f, cfg, &s, &tally, &writes, &fail);
+                check_snapshot(&f, cfg, &s, &tally, &writes, &|| false, &fail);
             }
         }
         if let Err(e) = f.close() {
@@ -443,16 +443,21 @@ fn full_check(
 }
 
 /// Reads a snapshot's sampled files back as they were when it was taken.
+///
+/// `power_out` says whether the device's power was cut: the pool then stops, and an error that
+/// says so is expected, not a failure (the snapshot is checked again after recovery).
 pub(super) fn check_snapshot(
     fs: &Fs,
     cfg: &SoakConfig,
     s: &SnapRecord,
     tally: &Tally,
     writes: &Mutex<WriteLog>,
+    power_out: &dyn Fn() -> bool,
     fail: &dyn Fn(String),
 ) {
     let view = match fs.at(s.number) {
         Ok(v) => v,
+        Err(_) if power_out() => return,
         Err(e) => {
             fail(format!(
                 "seed {:#x}: opening snapshot {}: {e}",
@@ -474,6 +479,7 @@ pub(super) fn check_snapshot(
                     ));
                 }
             }
+            Err(_) if power_out() => return,
             Err(e) => {
                 let stopped = matches!(e, Error::Poisoned(_));
                 fail(format!(
