@@ -233,14 +233,9 @@ impl Inner {
                 self.wake_background(|w| w.clean = true);
                 return Ok(());
             }
-            // Writers wait for the cleaner rather than fail. A pass never takes the room the
-            // request already had (`clean_floor`), and cleaning that finds no room of its own
-            // leaves the answer to the check below.
-            let had = self.free_blocks_up_to(m, need + reserve) >= need + reserve;
-            m.clean_floor = if had { need + reserve } else { 0 };
-            let cleaned = self.clean(m, want, true);
-            m.clean_floor = 0;
-            match cleaned {
+            // Writers wait for the cleaner rather than fail. Cleaning that finds no room of its
+            // own leaves the answer to the check below.
+            match self.clean(m, want, true) {
                 Ok(_) | Err(Error::NoSpace(_)) => {}
                 Err(e) => return Err(e),
             }
@@ -252,11 +247,8 @@ impl Inner {
             reserve.saturating_sub(m.dropped_since_ckpt)
         } else if m.in_clean {
             // A light pass's copies may use as much of the reserve as their victims give back
-            // once the copies are durable (`clean_gain`), but keep the room of the request
-            // that is cleaning (`clean_floor`).
-            reserve
-                .saturating_sub(m.clean_gain)
-                .max(m.clean_floor.saturating_sub(need))
+            // once the copies are durable (`clean_gain`).
+            reserve.saturating_sub(m.clean_gain)
         } else {
             reserve
         };

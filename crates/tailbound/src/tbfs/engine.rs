@@ -498,10 +498,6 @@ pub(crate) struct Meta {
     pub life: super::lifecycle::Life,
     /// The cleaner is running (no nested cleaning from `ensure_space`).
     pub in_clean: bool,
-    /// Free blocks a cleaning pass run by a space check must leave: what the request being
-    /// checked needs, when there was room for it before cleaning. A pass copies before it
-    /// frees, and one that freed nothing must not take the room the request had.
-    pub clean_floor: u64,
     /// The space check running is a checkpoint's, before it writes anything (which may use the
     /// reserve its dropped blocks give back, `dropped_since_ckpt`). Cleared for what that check
     /// runs: cleaning passes and nested checkpoints set their own.
