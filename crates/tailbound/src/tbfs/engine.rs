@@ -509,7 +509,8 @@ pub(crate) struct Meta {
     /// written (`seg_supersede`): that checkpoint may no longer be read on its own.
     pub superseded_since_ckpt: bool,
     /// Blocks the live tree dropped since the newest checkpoint (deleted, truncated or
-    /// superseded): a checkpoint may use as much of the space reserve as these give back
+    /// superseded), and pins released (a snapshot dropped): a checkpoint may use as much of the
+    /// space reserve as these give back
     /// ([`Inner::ensure_space`]), so a full pool still takes the deletes that make room.
     pub dropped_since_ckpt: u64,
     /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a

@@ -301,6 +301,8 @@ impl Meta {
 
     fn unpin(&mut self, block: u64, seq: u64, segment_blocks: u64) {
         if let Some(p) = self.life.pinned.remove(&block) {
+            // The checkpoint recording the release gives the block back, as a delete's does.
+            self.dropped_since_ckpt += 1;
             self.life.by_anchor.remove(&(p.anchor, block));
             let s = Self::seg_of(block, segment_blocks);
             self.seg.pinned[s] = self.seg.pinned[s].saturating_sub(1);
