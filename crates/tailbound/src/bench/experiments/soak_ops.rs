@@ -196,11 +196,7 @@ fn create(ctx: &Ctx<'_>, m: &mut ThreadModel, room: u64) {
         };
         match res {
             Ok(n) if n as u64 == len => {
-                ctx.writes.lock().push(stamp, off, len, &path);
-                let before = m.files[i].bytes();
-                m.files[i].content.write(off, len, stamp);
-                add_live(ctx, before, m.files[i].bytes());
-                ctx.tally.bytes.fetch_add(len, AtOrd::Relaxed);
+                acknowledged(ctx, m, i, &path, stamp, off, len);
                 off += len;
             }
             Ok(n) => {
@@ -264,11 +260,7 @@ fn overwrite(ctx: &Ctx<'_>, m: &mut ThreadModel) {
     match res {
         Ok(_) => {
             touched(m, i);
-            ctx.writes.lock().push(stamp, off, len, &path);
-            let before = m.files[i].bytes();
-            m.files[i].content.write(off, len, stamp);
-            add_live(ctx, before, m.files[i].bytes());
-            ctx.tally.bytes.fetch_add(len, AtOrd::Relaxed);
+            acknowledged(ctx, m, i, &path, stamp, off, len);
             if m.rng.below(10) < 2 {
                 finish_fsync(ctx, m, i, &f);
             }
@@ -280,6 +272,24 @@ fn overwrite(ctx: &Ctx<'_>, m: &mut ThreadModel) {
             ctx.failed(Op::Overwrite, &path, len, e.into())
         }
     }
+}
+
+/// Puts an acknowledged write of `len` bytes at `off` of file `i` into the model: the write log
+/// (which explains a mismatch), the file's content, live data and the bytes written.
+fn acknowledged(
+    ctx: &Ctx<'_>,
+    m: &mut ThreadModel,
+    i: usize,
+    path: &str,
+    stamp: u64,
+    off: u64,
+    len: u64,
+) {
+    ctx.writes.lock().push(stamp, off, len, path);
+    let before = m.files[i].bytes();
+    m.files[i].content.write(off, len, stamp);
+    add_live(ctx, before, m.files[i].bytes());
+    ctx.tally.bytes.fetch_add(len, AtOrd::Relaxed);
 }
 
 fn append(ctx: &Ctx<'_>, m: &mut ThreadModel, room: u64) {
@@ -315,17 +325,13 @@ fn append(ctx: &Ctx<'_>, m: &mut ThreadModel, room: u64) {
     match res {
         Ok(end) => {
             touched(m, i);
-            ctx.writes.lock().push(stamp, off, len, &path);
             if end != off + len {
                 ctx.fail(format!(
                     "{}: append ended at {end}, the file was {off} bytes and {len} were appended",
                     ctx.where_(Op::Append, &path)
                 ));
             }
-            let before = m.files[i].bytes();
-            m.files[i].content.write(off, len, stamp);
-            add_live(ctx, before, m.files[i].bytes());
-            ctx.tally.bytes.fetch_add(len, AtOrd::Relaxed);
+            acknowledged(ctx, m, i, &path, stamp, off, len);
             if m.rng.below(10) < 4 {
                 finish_fsync(ctx, m, i, &f);
             }
