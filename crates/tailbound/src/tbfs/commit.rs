@@ -189,7 +189,11 @@ impl Inner {
         // Taken, so the checks the cleaning below runs are their own.
         let for_checkpoint = std::mem::take(&mut m.checking_checkpoint);
         let need = self.space_needed(blocks);
-        let (reserve, low_water) = self.space_margins(m);
+        let (mut reserve, low_water) = self.space_margins(m);
+        if !for_checkpoint && !m.in_clean && !m.in_refresh {
+            // A write keeps the room the next checkpoint needs, which pays for it.
+            reserve += self.debt_room(m, need + reserve + low_water);
+        }
         let want = need + reserve + low_water;
         // A memory pool also notes whether space is tight, for its in-flight bound
         // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
@@ -1738,33 +1742,9 @@ impl Inner {
         for ino in work.iter() {
             let st = m.inodes[&ino].lock();
             let dir_len = dir_blocks.get(&ino).map_or(0, |b| b.len());
-            let n = st
-                .map
-                .blocks
-                .len()
-                .max(st.dirty.keys().next_back().map_or(0, |&b| b as usize + 1))
-                .max(dir_len) as u64;
-            let h = height_for(n) as u64;
-            let total = super::map::tree_nodes(n);
-            let nodes = if st.map.all_dirty || h != st.map.height as u64 || dir_len > 0 {
-                total
-            } else {
-                // The leaves marked dirty plus the distinct leaves of the buffers (in order, so
-                // counted without a set): an upper bound, as a leaf may be in both.
-                let mut buffered = 0u64;
-                let mut last = None;
-                for &b in st.dirty.keys() {
-                    let leaf = b / FANOUT as u64;
-                    if last != Some(leaf) {
-                        buffered += 1;
-                        last = Some(leaf);
-                    }
-                }
-                ((st.map.dirty_leaves.len() as u64 + buffered) * h).min(total)
-            };
             // Buffers already in a sealed log stay there (see the sealing below). The inode's
             // slot is in its page, counted apart.
-            estimate += unsealed_count(&st) as u64 + nodes;
+            estimate += unsealed_count(&st) as u64 + map_nodes_bound(&st, dir_len);
         }
         estimate
     }
@@ -2428,6 +2408,39 @@ fn current_record(m: &Meta, ino: u64) -> InodeRecord {
 /// How many of a file's buffered blocks are not yet in a sealed log.
 fn unsealed_count(st: &super::engine::InodeState) -> usize {
     st.dirty.values().filter(|d| d.sealed_in.is_none()).count()
+}
+
+/// The map nodes a checkpoint writes for an inode holding `dir_len` directory blocks (0 for a
+/// file): the whole tree if its shape changes, else the paths above the leaves whose children
+/// change.
+pub(super) fn map_nodes_bound(st: &super::engine::InodeState, dir_len: usize) -> u64 {
+    if dir_len == 0 && st.dirty.is_empty() && !st.map.is_dirty() {
+        // Its record holds the map as it is (inline, or naming the nodes written last).
+        return 0;
+    }
+    let n = st
+        .map
+        .blocks
+        .len()
+        .max(st.dirty.keys().next_back().map_or(0, |&b| b as usize + 1))
+        .max(dir_len) as u64;
+    let h = height_for(n) as u64;
+    let total = super::map::tree_nodes(n);
+    if st.map.all_dirty || h != st.map.height as u64 || dir_len > 0 {
+        return total;
+    }
+    // The leaves marked dirty plus the distinct leaves of the buffers (in order, so counted
+    // without a set): an upper bound, as a leaf may be in both.
+    let mut buffered = 0u64;
+    let mut last = None;
+    for &b in st.dirty.keys() {
+        let leaf = b / FANOUT as u64;
+        if last != Some(leaf) {
+            buffered += 1;
+            last = Some(leaf);
+        }
+    }
+    ((st.map.dirty_leaves.len() as u64 + buffered) * h).min(total)
 }
 
 /// Whether any of a file's buffered blocks is not yet in a sealed log.

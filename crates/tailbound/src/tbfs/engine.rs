@@ -1388,7 +1388,16 @@ impl Inner {
         // Room for the commit that carries it: its logs' summaries and its map's nodes beside
         // its blocks, so that commit does not fail once the write is buffered.
         let blocks = len.div_ceil(BLOCK_U64);
-        self.ensure_space(&mut m, blocks + blocks / 32 + WRITE_COMMIT_SLACK_BLOCKS)?;
+        let room = blocks + blocks / 32 + WRITE_COMMIT_SLACK_BLOCKS;
+        match self.ensure_space(&mut m, room) {
+            Err(Error::NoSpace(_)) => {
+                // The room the next checkpoint needs may be what is missing: paid, it is free
+                // again (beyond what the checkpoint wrote).
+                self.commit_checkpoint(&mut m)?;
+                self.ensure_space(&mut m, room)?;
+            }
+            r => r?,
+        }
         m.unlock_and_write()
     }
 
@@ -1641,7 +1650,12 @@ impl Inner {
         if self.config.ordering == Ordering::Strict || m.ns_changed.contains(&cell.ino) {
             self.commit_checkpoint(&mut m)?;
         } else {
-            self.commit_data_log(&mut m, cell)?;
+            match self.commit_data_log(&mut m, cell) {
+                // The log would take the room the next checkpoint needs: a checkpoint, which
+                // records this file too, is written in it instead.
+                Err(Error::NoSpace(_)) => self.commit_checkpoint(&mut m)?,
+                r => r?,
+            }
         }
         self.maybe_refresh(&mut m)?;
         // The newest checkpoint that wrote a change of the file only a checkpoint records (its

@@ -814,6 +814,15 @@ impl Fs {
         if k.snapshot == keep {
             return Ok(());
         }
+        // What is pending is written first: a pool without room for it refuses the change
+        // before anything of it is made, and the checkpoint that records it then holds only the
+        // change (which gives blocks back when it drops a snapshot).
+        inner.refresh_superblock(&mut m)?;
+        let Some(k) = m.life.list.get_mut(&number) else {
+            return Err(Error::NotFound(format!(
+                "checkpoint {number} (released meanwhile)"
+            )));
+        };
         k.snapshot = keep;
         if !keep {
             k.name = None;

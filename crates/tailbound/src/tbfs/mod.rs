@@ -22,6 +22,7 @@ mod cleaner;
 mod cleaner_sim;
 mod commit;
 mod copies;
+mod debt;
 mod dense;
 pub mod engine;
 pub mod format;

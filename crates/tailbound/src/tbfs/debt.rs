@@ -1,0 +1,98 @@
+//! The checkpoint debt: what the next checkpoint must write for the changes made since the
+//! last one (map nodes, directories, inode pages, tables), beyond the buffered file data.
+//!
+//! Writes in relaxed ordering leave their maps to the next checkpoint, so every write adds to
+//! a debt that only a checkpoint pays. A write that took the room that debt needs would leave a
+//! pool whose next checkpoint (a sync, a snapshot drop, a close, the first after recovery) finds
+//! no room; so writes keep it free beside the reserve, and pay it (by a checkpoint) when it is
+//! what stands between them and the room they need.
+
+use std::collections::BTreeSet;
+
+use super::commit::map_nodes_bound;
+use super::dense::DenseSet;
+use super::engine::{Inner, Meta};
+use super::format::{height_for, BLOCK, INODES_PER_PAGE};
+use super::map::tree_nodes;
+
+/// The largest directory entry: its fixed part and a name of 255 bytes.
+const DIR_ENTRY_MAX: u64 = 10 + 255;
+
+/// Bytes of a directory block entries fill at least: all but its count, its CRC and the
+/// largest entry that did not fit.
+const DIR_BLOCK_FILL: u64 = BLOCK as u64 - 6 - DIR_ENTRY_MAX;
+
+/// Blocks the checkpoint header, root and the log's ends take beside what is counted.
+const FIXED_BLOCKS: u64 = 6;
+
+impl Inner {
+    /// An upper bound on the blocks the next checkpoint writes beyond unsealed file data.
+    /// `exact` counts inode by inode and entry by entry (a walk of every changed inode);
+    /// otherwise the bound comes from totals: every changed inode as wide as the widest map the
+    /// pool has had, every directory entry as long as a name can be.
+    pub(crate) fn checkpoint_debt(&self, m: &Meta, exact: bool) -> u64 {
+        let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        let mut debt = FIXED_BLOCKS + m.table_estimate();
+        if !exact {
+            let changed = (dirty.all.len() + m.pending.len() + m.dirs_dirty.len()) as u64;
+            let mut widest_dir = 0;
+            for ino in m.dirs_dirty.iter() {
+                let blocks = m.dirs.get(&ino).map_or(0, |e| {
+                    (e.len() as u64 * DIR_ENTRY_MAX).div_ceil(DIR_BLOCK_FILL)
+                });
+                debt += blocks;
+                widest_dir = widest_dir.max(blocks);
+            }
+            let widest = self.widest.load(std::sync::atomic::Ordering::Relaxed);
+            let pages = (changed + m.freed_slots.len() as u64 + m.pages_dirty.len() as u64)
+                .min(m.ifile_pages + 1);
+            return debt
+                + changed * tree_nodes(widest.max(widest_dir))
+                + pages
+                + ifile_nodes(m, pages);
+        }
+        let mut work: DenseSet = dirty.all.clone();
+        drop(dirty);
+        work.extend(m.pending.iter());
+        work.extend(m.dirs_dirty.iter());
+        work.retain(|ino| m.inodes.contains_key(ino));
+        let mut pages: BTreeSet<u64> = work
+            .iter()
+            .chain(m.freed_slots.iter())
+            .map(|ino| ino / INODES_PER_PAGE as u64)
+            .collect();
+        pages.extend(m.pages_dirty.iter().copied());
+        debt += pages.len() as u64 + ifile_nodes(m, pages.len() as u64);
+        for ino in work.iter() {
+            let dir_len = if m.dirs_dirty.contains(&ino) {
+                m.dirs.get(&ino).map_or(0, |e| {
+                    let bytes: u64 = e.keys().map(|name| 10 + name.len() as u64).sum();
+                    bytes.div_ceil(DIR_BLOCK_FILL)
+                })
+            } else {
+                0
+            };
+            debt += dir_len + map_nodes_bound(&m.inodes[&ino].lock(), dir_len as usize);
+        }
+        debt
+    }
+
+    /// The room a write must leave free for the checkpoint debt: the bound from totals when the
+    /// pool has room for it beyond `beside`, else the counted one (which the checkpoint would
+    /// count too, as room grows short).
+    pub(crate) fn debt_room(&self, m: &Meta, beside: u64) -> u64 {
+        let quick = self.checkpoint_debt(m, false);
+        if self.free_blocks_up_to(m, beside + quick) >= beside + quick {
+            quick
+        } else {
+            self.checkpoint_debt(m, true)
+        }
+    }
+}
+
+/// The inode file's map nodes a checkpoint writing `pages` inode pages rewrites: a path per
+/// page, never more than its whole tree.
+fn ifile_nodes(m: &Meta, pages: u64) -> u64 {
+    let len = (m.ifile.blocks.len() as u64).max(m.ifile_pages) + 1;
+    ((height_for(len) as u64 + 1) * pages.max(1)).min(tree_nodes(len) + 1)
+}
