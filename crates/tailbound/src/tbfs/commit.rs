@@ -189,12 +189,17 @@ impl Inner {
         // Taken, so the checks the cleaning below runs are their own.
         let for_checkpoint = std::mem::take(&mut m.checking_checkpoint);
         let need = self.space_needed(blocks);
-        let (mut reserve, low_water) = self.space_margins(m);
-        if !for_checkpoint && !m.in_clean && !m.in_refresh {
-            // A write keeps the room the next checkpoint needs, which pays for it.
-            reserve += self.debt_room(m, need + reserve + low_water);
-        }
-        let want = need + reserve + low_water;
+        let (reserve, low_water) = self.space_margins(m);
+        // A write keeps the room the next checkpoint needs, which pays for its maps (see
+        // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
+        // write is refused that would leave less than the reserve and the counted debt.
+        let pays_debt = !for_checkpoint && !m.in_clean && !m.in_refresh;
+        let quick_debt = if pays_debt {
+            self.checkpoint_debt(m, false)
+        } else {
+            0
+        };
+        let want = need + reserve + low_water.max(quick_debt);
         // A memory pool also notes whether space is tight, for its in-flight bound
         // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
         // buffer needs so it also sets the buffer limit.
@@ -253,6 +258,8 @@ impl Inner {
             // A light pass's copies may use as much of the reserve as their victims give back
             // once the copies are durable (`clean_gain`).
             reserve.saturating_sub(m.clean_gain)
+        } else if pays_debt {
+            reserve + self.checkpoint_debt(m, true)
         } else {
             reserve
         };
@@ -373,7 +380,7 @@ impl Inner {
             // A light pass needs room for one victim's copies. A victim that holds live map
             // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
             // a flush, its summaries and the nodes.
-            flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
+            flush / 2 + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
             .max(2 * sb)

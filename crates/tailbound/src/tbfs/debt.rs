@@ -76,18 +76,6 @@ impl Inner {
         }
         debt
     }
-
-    /// The room a write must leave free for the checkpoint debt: the bound from totals when the
-    /// pool has room for it beyond `beside`, else the counted one (which the checkpoint would
-    /// count too, as room grows short).
-    pub(crate) fn debt_room(&self, m: &Meta, beside: u64) -> u64 {
-        let quick = self.checkpoint_debt(m, false);
-        if self.free_blocks_up_to(m, beside + quick) >= beside + quick {
-            quick
-        } else {
-            self.checkpoint_debt(m, true)
-        }
-    }
 }
 
 /// The inode file's map nodes a checkpoint writing `pages` inode pages rewrites: a path per
