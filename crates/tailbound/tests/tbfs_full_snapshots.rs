@@ -151,3 +151,45 @@ fn a_snapshot_that_pins_nothing_drops_in_a_full_pool_and_the_pool_closes() {
     assert!(fs.checkpoints().unwrap().iter().all(|c| !c.snapshot));
     check_and_reopen(&dev, fs, &files);
 }
+
+#[test]
+fn new_names_in_a_full_pool_get_no_space_and_deletes_still_make_room() {
+    // Names cost the next checkpoint their directory's blocks and inode pages. A pool that
+    // took names without room for that checkpoint could write none again, not even the one
+    // recording the deletes that would make room.
+    let (dev, fs) = pool();
+    let mut rng = Rng(73);
+    let files = fill(&fs, "f", &mut rng);
+    let mut names = 0u64;
+    let refused = loop {
+        if names == 200_000 {
+            break None;
+        }
+        let path = format!("/d{}/n{names:07}", names / 4096);
+        if names % 4096 == 0 {
+            if let Err(e) = fs.mkdir(&format!("/d{}", names / 4096), 0o755) {
+                break Some(e);
+            }
+        }
+        match fs.open_file(&path, OpenFlags::create()) {
+            Ok(_) => names += 1,
+            Err(e) => break Some(e),
+        }
+    };
+    let refused = refused.expect("200,000 new names (51 MB of inodes) fit in a full 64 MiB pool");
+    assert!(matches!(refused, Error::NoSpace(_)), "{refused}");
+    // Every name taken is recorded.
+    fs.sync()
+        .unwrap_or_else(|e| panic!("sync after {names} names: {e}"));
+    // Half of the files go; their room takes new data.
+    let (gone, kept): (Vec<_>, Vec<_>) =
+        files.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    for (_, (path, _, _)) in &gone {
+        fs.unlink(path).unwrap();
+    }
+    fs.sync().unwrap();
+    let mut kept: Vec<_> = kept.into_iter().map(|(_, f)| f).collect();
+    write_file(&fs, "/after", &data(9, 1 << 20)).unwrap();
+    kept.push(("/after".to_string(), 9, 1 << 20));
+    check_and_reopen(&dev, fs, &kept);
+}

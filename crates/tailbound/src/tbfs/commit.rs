@@ -380,7 +380,7 @@ impl Inner {
             // A light pass needs room for one victim's copies. A victim that holds live map
             // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
             // a flush, its summaries and the nodes.
-            flush / 2 + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
+            flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
             .max(2 * sb)

@@ -14,6 +14,7 @@ use super::dense::DenseSet;
 use super::engine::{Inner, Meta};
 use super::format::{height_for, BLOCK, INODES_PER_PAGE};
 use super::map::tree_nodes;
+use super::{Error, Result};
 
 /// The largest directory entry: its fixed part and a name of 255 bytes.
 const DIR_ENTRY_MAX: u64 = 10 + 255;
@@ -21,6 +22,10 @@ const DIR_ENTRY_MAX: u64 = 10 + 255;
 /// Bytes of a directory block entries fill at least: all but its count, its CRC and the
 /// largest entry that did not fit.
 const DIR_BLOCK_FILL: u64 = BLOCK as u64 - 6 - DIR_ENTRY_MAX;
+
+/// Blocks a new name adds to the debt beside its directory: a page of inodes, the inode file's
+/// map path to it, and the new inode's map.
+const CHANGE_BLOCKS: u64 = 4;
 
 /// Blocks the checkpoint header, root and the log's ends take beside what is counted.
 const FIXED_BLOCKS: u64 = 6;
@@ -75,6 +80,28 @@ impl Inner {
             debt += dir_len + map_nodes_bound(&m.inodes[&ino].lock(), dir_len as usize);
         }
         debt
+    }
+
+    /// Makes room for a new name in directory `dir` before it is made: the checkpoint that
+    /// records it rewrites the directory (unless a change pending already does), a page of
+    /// inodes and the inode file's map. A pool whose room that would take answers `NoSpace`,
+    /// after paying the debt with a checkpoint if that is what stands in the way.
+    pub(crate) fn make_room_for_change(&self, m: &mut Meta, dir: u64) -> Result<()> {
+        let dir_blocks = if m.dirs_dirty.contains(&dir) {
+            0
+        } else {
+            m.dirs.get(&dir).map_or(1, |e| {
+                ((e.len() as u64 + 1) * DIR_ENTRY_MAX).div_ceil(DIR_BLOCK_FILL)
+            })
+        };
+        let blocks = dir_blocks + CHANGE_BLOCKS;
+        match self.ensure_space(m, blocks) {
+            Err(Error::NoSpace(_)) => {
+                self.commit_checkpoint(m)?;
+                self.ensure_space(m, blocks)
+            }
+            r => r,
+        }
     }
 }
 

@@ -1891,7 +1891,8 @@ impl Inner {
         kind: FileKind,
         mode: u32,
         owner: (u32, u32),
-    ) -> Arc<InodeCell> {
+    ) -> Result<Arc<InodeCell>> {
+        self.make_room_for_change(m, parent)?;
         let ino = self.alloc_ino(m);
         let cell = Arc::new(InodeCell {
             ino,
@@ -1911,7 +1912,7 @@ impl Inner {
             .insert(name.into(), (ino, kind == FileKind::Dir));
         self.touch_dir(m, parent);
         m.namespace_changed(ino);
-        cell
+        Ok(cell)
     }
 
     pub fn touch_dir(&self, m: &mut Meta, dir: u64) {
@@ -2373,7 +2374,7 @@ impl Fs {
                         m.dirs.get(&parent).is_some_and(|d| !d.contains_key(name))
                     });
                 let (cell, plain) = match new {
-                    Some((parent, name, plain)) => (create(&mut m, parent, name), plain),
+                    Some((parent, name, plain)) => (create(&mut m, parent, name)?, plain),
                     None => match inner.resolve_traced(&m, path, true) {
                         Ok((ino, plain)) => {
                             if flags.create && flags.exclusive {
@@ -2383,7 +2384,7 @@ impl Fs {
                         }
                         Err(Error::NotFound(_)) if flags.create => {
                             let (parent, name, plain) = inner.parent_of_traced(&m, path)?;
-                            (create(&mut m, parent, name), plain)
+                            (create(&mut m, parent, name)?, plain)
                         }
                         Err(e) => return Err(e),
                     },
@@ -2421,7 +2422,7 @@ impl Fs {
             return Err(Error::Exists(path.to_string()));
         }
         self.inner
-            .create_inode(&mut m, parent, name, FileKind::Dir, mode, owner);
+            .create_inode(&mut m, parent, name, FileKind::Dir, mode, owner)?;
         Ok(())
     }
 
@@ -2640,9 +2641,9 @@ impl Fs {
         if m.dirs[&parent].contains_key(name) {
             return Err(Error::Exists(path.to_string()));
         }
-        let cell = self
-            .inner
-            .create_inode(&mut m, parent, name, FileKind::Symlink, 0o777, owner);
+        let cell =
+            self.inner
+                .create_inode(&mut m, parent, name, FileKind::Symlink, 0o777, owner)?;
         drop(m);
         self.inner.pwrite(&cell, target.as_bytes(), 0, false)?;
         Ok(())
@@ -2676,6 +2677,7 @@ impl Fs {
         if m.dirs[&parent].contains_key(name) {
             return Err(Error::Exists(new.to_string()));
         }
+        self.inner.make_room_for_change(&mut m, parent)?;
         m.dirs
             .get_mut(&parent)
             .expect("parent checked")

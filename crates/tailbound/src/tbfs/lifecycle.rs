@@ -312,6 +312,25 @@ impl Meta {
         }
     }
 
+    /// The blocks only retained checkpoint `c` pins, if the next checkpoint releases it (a plain
+    /// checkpoint past the protection period that no view holds): what releasing it gives back.
+    pub fn release_gain(&self, c: u64) -> u64 {
+        let Some(k) = self.life.list.get(&c) else {
+            return 0;
+        };
+        if k.snapshot
+            || self.life.holds.contains_key(&c)
+            || k.time_ns >= self.life.protection_cutoff(now_ns())
+        {
+            return 0;
+        }
+        self.life
+            .pinned
+            .values()
+            .filter(|p| self.life.sole_owner(p) == Some(c))
+            .count() as u64
+    }
+
     /// Re-anchors or unpins the blocks anchored at `c`, which is no longer retained (or no longer
     /// the newest retained checkpoint of their range).
     pub fn reanchor(&mut self, c: u64, seq: u64, segment_blocks: u64) {
@@ -814,27 +833,42 @@ impl Fs {
         if k.snapshot == keep {
             return Ok(());
         }
-        // What is pending is written first: a pool without room for it refuses the change
-        // before anything of it is made, and the checkpoint that records it then holds only the
-        // change (which gives blocks back when it drops a snapshot).
-        inner.refresh_superblock(&mut m)?;
-        let Some(k) = m.life.list.get_mut(&number) else {
-            return Err(Error::NotFound(format!(
-                "checkpoint {number} (released meanwhile)"
-            )));
-        };
+        let was_name = k.name.clone();
         k.snapshot = keep;
         if !keep {
             k.name = None;
         }
-        m.life.snap_dirty = true;
+        let was_snap_dirty = std::mem::replace(&mut m.life.snap_dirty, true);
+        // A drop gives back what only the snapshot pinned once the checkpoint recording it
+        // releases it: that checkpoint may use as much of the reserve (`dropped_since_ckpt`),
+        // or a pool that snapshots fill could not take the drop that makes room.
+        let credit = if keep { 0 } else { m.release_gain(number) };
+        m.dropped_since_ckpt += credit;
         if !keep {
             // No longer a snapshot: the next checkpoint releases it if it is past the protection
-            // period, with what only it pinned.
+            // period, with what only it pinned. (While it is retained every pin it covers keeps
+            // an anchor, so this unpins nothing: undone by marking it a snapshot again.)
             let seq = m.writer.seq;
             m.reanchor(number, seq, inner.segment_blocks);
         }
-        inner.refresh_superblock(&mut m)
+        let before = m.checkpoint;
+        let written = inner.refresh_superblock(&mut m);
+        if let Err(Error::NoSpace(_)) = written {
+            if m.checkpoint != before {
+                // A checkpoint was written with the change (by a cleaning pass the space check
+                // ran) before a later one found no room: the change stands, made durable by
+                // the superblock naming it, which takes no room.
+                return inner.write_superblock(&mut m);
+            }
+            // Refused whole: nothing was written, and memory goes back to what storage holds.
+            m.dropped_since_ckpt = m.dropped_since_ckpt.saturating_sub(credit);
+            m.life.snap_dirty = was_snap_dirty;
+            if let Some(k) = m.life.list.get_mut(&number) {
+                k.snapshot = !keep;
+                k.name = was_name;
+            }
+        }
+        written
     }
 
     /// A read-only view of retained checkpoint `number`, kept retained while the view exists.
