@@ -166,7 +166,7 @@ fn new_names_in_a_full_pool_get_no_space_and_deletes_still_make_room() {
             break None;
         }
         let path = format!("/d{}/n{names:07}", names / 4096);
-        if names % 4096 == 0 {
+        if names.is_multiple_of(4096) {
             if let Err(e) = fs.mkdir(&format!("/d{}", names / 4096), 0o755) {
                 break Some(e);
             }
