@@ -33,6 +33,7 @@ mod map;
 mod names;
 mod poison;
 pub mod recovery;
+mod space;
 
 pub use engine::{File, Fs};
 pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};

@@ -1,0 +1,293 @@
+//! Space: what is free, the reserve and the low-water room kept beside what is written, and
+//! the check every commit makes before it writes (`Inner::ensure_space`).
+
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use super::engine::{now_ns, Inner, Meta};
+use super::format::BLOCK_U64;
+use super::{Error, Result};
+
+/// The low-water mark is at most 1/this of the pool.
+const LOW_WATER_DIVISOR: u64 = 10;
+/// Segments of copies the low-water mark keeps room for in relaxed ordering: one victim's live
+/// blocks, what a light cleaning pass needs to make progress.
+const CLEAN_ROOM_SEGMENTS: u64 = 1;
+/// Segments of copies it keeps room for in strict ordering, where every pass is a checkpoint.
+const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
+/// Smallest space reserve, in blocks, whatever the segment size.
+const RESERVE_BLOCKS_MIN: u64 = 64;
+/// The least a writer may buffer before it commits however short space is
+/// ([`Inner::set_buffer_limit`]): 1 MiB, so a pool near full still commits in logs of some size.
+const BUFFER_LIMIT_MIN_BLOCKS: u64 = 256;
+
+impl Inner {
+    /// Blocks the writer can still fill without reusing anything not yet reclaimable.
+    ///
+    /// The rest of the current segment, and a segment's worth for each free segment. The next
+    /// segment, chosen already, does not count: the writer enters it only once it has chosen
+    /// the one after (every log's summary names the segment that follows its own), so the
+    /// last free segment is always the next one and is never written.
+    pub(crate) fn free_blocks(&self, m: &Meta) -> u64 {
+        self.free_blocks_up_to(m, u64::MAX)
+    }
+
+    /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
+    /// check on every sync does not walk the whole segment table.
+    pub(crate) fn free_blocks_up_to(&self, m: &Meta, enough: u64) -> u64 {
+        let mut free = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos;
+        for s in 0..self.segment_count as usize {
+            if free >= enough {
+                break;
+            }
+            if self.segment_free(m, s) {
+                free += self.segment_blocks;
+            }
+        }
+        free
+    }
+
+    /// Segments that would be free after the next durable superblock.
+    pub(crate) fn pending_free_segments(&self, m: &Meta) -> usize {
+        (0..self.segment_count as usize)
+            .filter(|&s| {
+                s as u64 != m.writer.cur_seg
+                    && s as u64 != m.writer.next_seg
+                    && m.seg.live[s] == 0
+                    && m.seg.pinned[s] == 0
+                    && !self.segment_free(m, s)
+            })
+            .count()
+    }
+
+    /// The blocks writing `blocks` takes: summaries, pads at segment ends, and room for the
+    /// checkpoint a refresh needs.
+    pub(super) fn space_needed(&self, blocks: u64) -> u64 {
+        blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2
+    }
+
+    /// What [`Inner::ensure_space`] wants free beyond what is written: the reserve kept for the
+    /// checkpoints that make dead segments reusable (and for recovery's), and the low-water mark
+    /// below which the writer cleans (and waits for it) while there is still room for the
+    /// cleaner to work in (see `low_water`). A refresh may use both.
+    pub(super) fn space_margins(&self, m: &Meta) -> (u64, u64) {
+        if m.in_refresh {
+            (0, 0)
+        } else {
+            (
+                self.reserve_blocks() + Self::deletes_reserve(m),
+                self.low_water(m),
+            )
+        }
+    }
+
+    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map. Files
+    /// deleted all over the tree rewrite every page holding one of them, and such a checkpoint
+    /// is what gives their blocks back.
+    pub(super) fn deletes_reserve(m: &Meta) -> u64 {
+        m.ifile_pages + super::map::tree_nodes(m.ifile_pages) + 1
+    }
+
+    /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
+    /// that helps. Fails with `NoSpace` before anything is written.
+    pub(crate) fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
+        // Taken, so the checks the cleaning below runs are their own.
+        let for_checkpoint = std::mem::take(&mut m.checking_checkpoint);
+        let need = self.space_needed(blocks);
+        let (reserve, low_water) = self.space_margins(m);
+        // A write keeps the room the next checkpoint needs, which pays for its maps (see
+        // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
+        // write is refused that would leave less than the reserve and the counted debt.
+        let pays_debt = !for_checkpoint && !m.in_clean && !m.in_refresh;
+        let quick_debt = if pays_debt {
+            self.checkpoint_debt(m, false)
+        } else {
+            0
+        };
+        let want = need + reserve + low_water.max(quick_debt);
+        // A memory pool also notes whether space is tight, for its in-flight bound
+        // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
+        // buffer needs so it also sets the buffer limit.
+        let tight_mark = self.dev.writes_are_copies().then(|| self.urgent_mark(m));
+        let room_mark = need + self.buffer_room(m, self.config.dirty_bytes_max.div_ceil(BLOCK_U64));
+        let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)).max(room_mark));
+        if let Some(mark) = tight_mark {
+            self.space_tight.store(free < mark, AtomicOrdering::Release);
+        }
+        self.set_buffer_limit(m, free.saturating_sub(need), reserve);
+        let full = !self.light_cleaning(m);
+        if self.full_passes.load(AtomicOrdering::Relaxed) != full {
+            self.full_passes.store(full, AtomicOrdering::Release);
+        }
+        if free >= want {
+            return Ok(());
+        }
+        // When space is short, what is sealed is written first (as when logs and refreshes
+        // were written under `meta`): a written superblock releases segments, and written and
+        // flushed logs let superseded segments go, so the space check and the cleaner below see
+        // what is reusable. (Every entry queued is below `seq + 1` while `meta` is held.) A
+        // background pass does no device I/O under `meta`: what it sealed is written once it
+        // lets `meta` go, and it works in the room there is now.
+        if !m.bg_clean.defer_io {
+            self.write_logs_until(m.writer.seq + 1)?;
+            if self.free_blocks_up_to(m, want) >= want {
+                return Ok(());
+            }
+        }
+        if !m.in_refresh && !m.in_clean {
+            let urgent = need + reserve + low_water / 2;
+            if self.config.background_gc
+                && need <= low_water / 4
+                && self.free_blocks_up_to(m, urgent) >= urgent
+            {
+                // A small write (a synchronous append, not a buffer-full commit) above half the
+                // low-water mark leaves the cleaning to the background thread, woken now: it
+                // does not wait for passes it does not need. Large writes still clean, so the
+                // cleaner keeps room to work in.
+                self.wake_background(|w| w.clean = true);
+                return Ok(());
+            }
+            // Writers wait for the cleaner rather than fail. Cleaning that finds no room of its
+            // own leaves the answer to the check below.
+            match self.clean(m, want, true) {
+                Ok(_) | Err(Error::NoSpace(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // A checkpoint may use as much of the reserve as the blocks it records dropped
+        // (deleted, truncated, superseded) give back: it is what makes them reusable, and
+        // without it a pool filled to the reserve could not take the deletes that make room.
+        let keep = if for_checkpoint {
+            reserve.saturating_sub(m.dropped_since_ckpt)
+        } else if m.in_clean {
+            // A light pass's copies may use as much of the reserve as their victims give back
+            // once the copies are durable (`clean_gain`).
+            reserve.saturating_sub(m.clean_gain)
+        } else if pays_debt {
+            reserve + self.checkpoint_debt(m, true)
+        } else {
+            reserve
+        };
+        if self.free_blocks_up_to(m, need + keep) >= need + keep {
+            return Ok(());
+        }
+        let space = self.space_report(m);
+        let snapshots = m.life.list.values().filter(|k| k.snapshot).count();
+        let holds = m.life.holds.len();
+        Err(Error::NoSpace(format!(
+            "{} bytes to write, {} bytes free after cleaning; live data holds {} and {} snapshot(s){} pin {} of {} bytes{}",
+            need * BLOCK_U64,
+            self.free_blocks(m).saturating_sub(reserve) * BLOCK_U64,
+            space.live,
+            snapshots,
+            if holds > 0 { format!(" and {holds} open view(s)") } else { String::new() },
+            space.pinned_by_snapshots,
+            space.size,
+            if space.pinned_by_snapshots > space.size / 10 {
+                " (drop snapshots to make room)".to_string()
+            } else if space.reclaimable >= need * BLOCK_U64 {
+                // The room exists, as dead blocks spread thinly over nearly full segments: each
+                // pass copies almost a segment to give back a few blocks, and ran out of room.
+                format!(
+                    " ({} bytes are dead but spread over nearly full segments the cleaner could not empty in the room left: a larger pool, or a smaller write buffer, leaves it room)",
+                    space.reclaimable
+                )
+            } else {
+                " (the live data fills the pool)".to_string()
+            }
+        )))
+    }
+
+    /// The free blocks `blocks` of buffered data need as [`Inner::set_buffer_limit`] counts
+    /// them: twice over, beyond the reserve and a full pass's copies.
+    pub(super) fn buffer_room(&self, m: &Meta, blocks: u64) -> u64 {
+        2 * blocks
+            + self.reserve_blocks()
+            + Self::deletes_reserve(m)
+            + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks
+    }
+
+    /// Whether `blocks` of buffered data fit the free space ([`Inner::buffer_room`]).
+    pub(crate) fn buffer_fits(&self, m: &Meta, blocks: u64) -> bool {
+        let want = self.buffer_room(m, blocks);
+        self.free_blocks_up_to(m, want) >= want
+    }
+
+    /// Sets [`Inner::buffer_limit`] from the blocks left free once the commit being checked is
+    /// written (counted up to the room a whole buffer needs, [`Inner::buffer_room`]). When
+    /// every cleaning pass is a checkpoint (full passes), a checkpoint writes every buffered
+    /// block before the victims it frees are reusable: if the buffer could outgrow the free
+    /// space, the cleaner would have no room left to free any, and writers would get `NoSpace`
+    /// with most of the pool dead. So writers buffer at most half of what is free beyond the
+    /// reserve and a full pass's copies (half: the other half is for what they add between the
+    /// check and the commit, and for the checkpoint's metadata), and commit, which cleans, when
+    /// they reach it. The limit also holds while a namespace change is pending, when passes
+    /// were checkpoints too until their copies could be replayed whatever is pending (see
+    /// `clean_passes`); kept there as a margin, not measured again since.
+    ///
+    /// The floor that keeps commits in logs of some size near full is itself at most half of
+    /// what is free beyond `reserve`: what writers buffer then always fits, so a write there is
+    /// no room for gets `NoSpace` before it is buffered (`make_room_for_write`), never data
+    /// acknowledged to a writer that has nowhere to go.
+    pub(super) fn set_buffer_limit(&self, m: &Meta, free_after: u64, reserve: u64) {
+        let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
+        let room = free_after.saturating_sub(self.buffer_room(m, 0)) / 2;
+        let fit = free_after.saturating_sub(reserve) / 2;
+        let floor = BUFFER_LIMIT_MIN_BLOCKS.min(full).min(fit);
+        let bytes = room.clamp(floor, full) * BLOCK_U64;
+        let fit_bytes = fit.min(full) * BLOCK_U64;
+        if self.buffer_fit_limit.load(AtomicOrdering::Relaxed) != fit_bytes {
+            self.buffer_fit_limit
+                .store(fit_bytes, AtomicOrdering::Release);
+        }
+        if self.buffer_limit.load(AtomicOrdering::Relaxed) != bytes {
+            self.buffer_limit.store(bytes, AtomicOrdering::Release);
+        }
+    }
+
+    /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
+    /// checkpoint nothing keeps (no snapshot, open view or protection period), so the blocks
+    /// the copies supersede need no pin.
+    pub(crate) fn light_cleaning(&self, m: &Meta) -> bool {
+        self.config.ordering == super::Ordering::Relaxed
+            && m.life
+                .only_newest_unkept(m.checkpoint, m.checkpoint, now_ns())
+    }
+
+    /// Blocks kept for the checkpoints that make dead segments reusable (and for recovery's).
+    pub(crate) fn reserve_blocks(&self) -> u64 {
+        (2 * self.segment_blocks).max(RESERVE_BLOCKS_MIN)
+    }
+
+    /// Blocks a user cannot fill (`SpaceReport::available`): the reserve, and slack for what
+    /// the space check adds to a write (summaries, pads at segment ends).
+    pub(crate) fn kept_blocks(&self) -> u64 {
+        self.reserve_blocks() + RESERVE_BLOCKS_MIN
+    }
+
+    /// Free blocks kept, beyond what a write needs and the reserve, before writers clean: room
+    /// for the cleaner to make progress. Every block kept free beyond that raises the live
+    /// fraction of the segments it cleans.
+    pub(crate) fn low_water(&self, m: &Meta) -> u64 {
+        let sb = self.segment_blocks;
+        let flush = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
+        let want = if !self.light_cleaning(m) {
+            // Every pass is a checkpoint with the buffered data and a pass's copies (strict
+            // ordering, or a newest checkpoint something keeps).
+            flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
+        } else if m.ns_dirty {
+            // A namespace change is pending: room for the whole buffer as `set_buffer_limit`
+            // counts it (the reserve is added by the space check), so writers clean before the
+            // buffer must shrink. (Every pass was then a checkpoint carrying the buffer; passes
+            // are light now whatever is pending, and this margin is kept, not measured again.)
+            self.buffer_room(m, flush) - self.reserve_blocks() - Self::deletes_reserve(m)
+        } else {
+            // A light pass needs room for one victim's copies. A victim that holds live map
+            // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
+            // a flush, its summaries and the nodes.
+            flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
+        };
+        want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
+            .max(2 * sb)
+            .max(RESERVE_BLOCKS_MIN)
+    }
+}
