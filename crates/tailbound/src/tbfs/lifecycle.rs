@@ -634,10 +634,7 @@ impl Snapshot {
             return Err(Error::NotDir(self.name(path)));
         };
         Ok(super::engine::dir_entries(entries, |ino| {
-            self.tree
-                .inodes
-                .get(&ino)
-                .is_some_and(|c| c.lock().kind == FileKind::Symlink)
+            super::engine::kind_in(&self.tree, ino)
         }))
     }
 
