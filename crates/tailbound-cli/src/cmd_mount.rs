@@ -2,7 +2,6 @@
 //! for any number of processes.
 
 use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -115,7 +114,7 @@ pub fn run(args: MountArgs) -> CliResult {
 }
 
 /// The write end the server reports on: `ok` once mounted, else the error.
-struct Ready(Option<std::fs::File>);
+struct Ready(Option<std::io::PipeWriter>);
 
 impl Ready {
     fn report(&mut self, message: &str) {
@@ -127,23 +126,12 @@ impl Ready {
 
 /// Forks: the parent waits for the child's report and exits; the child returns the write end.
 fn daemonize() -> Result<Ready, String> {
-    let mut fds = [0i32; 2];
-    // SAFETY: pipe2 writes two descriptors into the array it is given.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: both descriptors were just made and are owned here alone.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: the process has one thread here (no pool, no runtime started yet), so the child
-    // inherits no lock another thread held.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(format!("fork: {}", std::io::Error::last_os_error()));
-    }
-    if pid > 0 {
+    let (mut r, w) = std::io::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let forked = tailbound::sys::proc::fork_single_threaded().map_err(|e| format!("fork: {e}"))?;
+    if forked.is_some() {
         drop(w);
         let mut msg = String::new();
-        let _ = std::fs::File::from(r).read_to_string(&mut msg);
+        let _ = r.read_to_string(&mut msg);
         if msg == "ok" {
             std::process::exit(0);
         }
@@ -154,24 +142,8 @@ fn daemonize() -> Result<Ready, String> {
         std::process::exit(1);
     }
     drop(r);
-    // SAFETY: setsid has no memory preconditions; it detaches the child from the terminal.
-    unsafe { libc::setsid() };
-    Ok(Ready(Some(std::fs::File::from(w))))
-}
-
-/// Points stdin, stdout and stderr at /dev/null: a daemon keeps no terminal.
-fn detach_stdio() {
-    if let Ok(null) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        use std::os::fd::AsRawFd;
-        for fd in 0..3 {
-            // SAFETY: dup2 onto the standard descriptors, which this process owns.
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
-        }
-    }
+    tailbound::sys::proc::new_session().map_err(|e| format!("setsid: {e}"))?;
+    Ok(Ready(Some(w)))
 }
 
 fn mount_and_serve(
@@ -221,7 +193,7 @@ fn mount_and_serve(
         });
         if let Some(r) = ready.as_mut() {
             r.report("ok");
-            detach_stdio();
+            let _ = tailbound::sys::proc::stdio_to_null();
         }
     });
     signal_handle.close();
@@ -302,11 +274,7 @@ pub fn umount(args: UmountArgs) -> CliResult {
     let pool = tailbound_mount_at(&dir)?
         .ok_or_else(|| format!("{}: no tailbound mount there", dir.display()))?;
     // Push the kernel's buffered writes to the server before the mount goes.
-    if let Ok(d) = std::fs::File::open(&dir) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: syncfs on a descriptor this function owns.
-        unsafe { libc::syncfs(d.as_raw_fd()) };
-    }
+    let _ = tailbound::sys::fs::syncfs(&dir);
     unmount(&dir, args.lazy)?;
     // The server syncs the pool and lets its lock go when the kernel is done with the mount.
     let deadline = Instant::now() + Duration::from_secs(args.wait);
@@ -331,24 +299,13 @@ pub fn umount(args: UmountArgs) -> CliResult {
 
 /// Unmounts `dir`: directly as root, else through fusermount3.
 fn unmount(dir: &Path, lazy: bool) -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| format!("{}: a NUL in the path", dir.display()))?;
-        let flags = if lazy { libc::MNT_DETACH } else { 0 };
-        // SAFETY: `c` is a NUL-terminated path that outlives the call.
-        if unsafe { libc::umount2(c.as_ptr(), flags) } != 0 {
-            return Err(format!(
-                "unmounting {}: {}",
-                dir.display(),
-                std::io::Error::last_os_error()
-            ));
-        }
-        return Ok(());
+    if tailbound::sys::proc::is_root() {
+        return tailbound::sys::fs::unmount(dir, lazy)
+            .map_err(|e| format!("unmounting {}: {e}", dir.display()));
     }
-    let mut cmd = std::process::Command::new("fusermount3");
-    cmd.arg(if lazy { "-uz" } else { "-u" }).arg(dir);
-    let status = cmd
+    let status = std::process::Command::new("fusermount3")
+        .arg(if lazy { "-uz" } else { "-u" })
+        .arg(dir)
         .status()
         .map_err(|e| format!("running fusermount3: {e}"))?;
     if !status.success() {

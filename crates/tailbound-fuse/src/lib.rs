@@ -107,8 +107,7 @@ pub fn can_mount() -> Result<(), String> {
         .write(true)
         .open("/dev/fuse")
         .map_err(|e| format!("/dev/fuse: {e}"))?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = tailbound::sys::proc::is_root();
     let helper = ["/usr/bin/fusermount3", "/bin/fusermount3"]
         .iter()
         .any(|p| Path::new(p).exists());
