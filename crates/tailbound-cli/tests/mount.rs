@@ -20,6 +20,12 @@ struct Mounted {
 impl Mounted {
     /// Mounts a new pool for `test`, or `None` when this machine cannot (outside CI only).
     fn new(test: &str) -> Option<Mounted> {
+        Mounted::with_pool(test, |_| {})
+    }
+
+    /// Like [`Mounted::new`], with `prepare` run on the pool's path before the mount (it may
+    /// make the pool, which is then mounted as it is).
+    fn with_pool(test: &str, prepare: impl FnOnce(&Path)) -> Option<Mounted> {
         if let Err(why) = tailbound_fuse::can_mount() {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -34,6 +40,7 @@ impl Mounted {
         let _ = std::fs::remove_file(&pool);
         std::fs::create_dir_all(&dir).unwrap();
         let m = Mounted { dir, pool };
+        prepare(&m.pool);
         let out = tailbound(&[
             "mount",
             m.pool.to_str().unwrap(),
@@ -338,5 +345,44 @@ fn mount_refuses_a_missing_directory_and_umount_a_directory_it_does_not_serve() 
         stderr(&out).contains("no tailbound mount"),
         "{}",
         stderr(&out)
+    );
+}
+
+#[test]
+fn snapshots_are_browsable_read_only_under_dot_snapshots() {
+    let made = |pool: &Path| {
+        let p = pool.to_str().unwrap();
+        ok("mkfs", &tailbound(&["fs", "mkfs", p, "--size", "64MiB"]));
+        let v1 = std::env::temp_dir().join(format!("tb-fuse-v1-{}", std::process::id()));
+        std::fs::write(&v1, "one\n").unwrap();
+        ok(
+            "put",
+            &tailbound(&["fs", "put", p, v1.to_str().unwrap(), "/a.txt"]),
+        );
+        ok(
+            "snapshot",
+            &tailbound(&["fs", "snapshot", p, "--name", "first"]),
+        );
+        std::fs::write(&v1, "two\n").unwrap();
+        ok(
+            "put",
+            &tailbound(&["fs", "put", p, v1.to_str().unwrap(), "/a.txt"]),
+        );
+        ok("mkdir", &tailbound(&["fs", "mkdir", p, "/later"]));
+        std::fs::remove_file(&v1).unwrap();
+    };
+    let Some(m) = Mounted::with_pool("snapshots", made) else {
+        return;
+    };
+    let out = m.sh("cat a.txt .snapshots/first/a.txt
+         ls .snapshots
+         ls .snapshots/first
+         find . | sort
+         echo x > .snapshots/first/new 2>/dev/null || echo refused-create
+         rm .snapshots/first/a.txt 2>/dev/null || echo refused-rm
+         echo x >> .snapshots/first/a.txt 2>/dev/null || echo refused-write");
+    assert_eq!(
+        ok("browse", &out),
+        "two\none\nfirst\na.txt\n.\n./a.txt\n./later\nrefused-create\nrefused-rm\nrefused-write\n"
     );
 }

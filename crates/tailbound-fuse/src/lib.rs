@@ -21,6 +21,7 @@ use fuser::{Config, MountOption, SessionACL};
 use tailbound::tbfs::Fs;
 
 mod ops;
+mod snapshots;
 
 pub use ops::TbFuse;
 

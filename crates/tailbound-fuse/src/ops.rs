@@ -13,9 +13,11 @@ use fuser::{
     ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
     WriteFlags,
 };
+use tailbound::tbfs::by_ino::ROOT;
 use tailbound::tbfs::locks::{Kind, Owner, Request as LockRequest, Space};
-use tailbound::tbfs::{self, File, FileKind, Fs, OpenFlags, RenameMode, SetAttr, Stat};
+use tailbound::tbfs::{self, File, FileKind, Fs, OpenFlags, RenameMode, SetAttr, Snapshot, Stat};
 
+use crate::snapshots::{self, Place, Views};
 use crate::Options;
 
 /// An open file or directory.
@@ -24,6 +26,8 @@ enum Handle {
     /// A directory's entries as they were when it was opened (`.` and `..` first), so a
     /// listing read in several requests is one consistent list.
     Dir(Arc<Vec<(u64, FileType, String)>>),
+    /// A file of a snapshot, and its inode number there.
+    View(Arc<Snapshot>, u64),
 }
 
 /// The FUSE file system over one pool.
@@ -38,6 +42,7 @@ pub struct TbFuse {
     next_generation: AtomicU64,
     /// The process that last took a lock as each lock owner, for `F_GETLK`.
     lock_pids: Arc<Mutex<HashMap<u64, u32>>>,
+    views: Views,
     ttl: Duration,
     writeback_cache: bool,
     max_write: u32,
@@ -137,10 +142,87 @@ impl TbFuse {
             generations: Mutex::new(HashMap::new()),
             next_generation: AtomicU64::new(1),
             lock_pids: Arc::new(Mutex::new(HashMap::new())),
+            views: Views::default(),
             ttl: options.ttl,
             writeback_cache: options.writeback_cache,
             max_write: options.max_write,
         }
+    }
+
+    /// A live inode that may change: a snapshot's is read-only.
+    fn live(&self, ino: INodeNo) -> Result<u64, Errno> {
+        match self.views.place(ino.0)? {
+            Place::Live(i) => Ok(i),
+            _ => Err(Errno::EROFS),
+        }
+    }
+
+    /// A directory and a name in it that may be made, removed or renamed (not the root's
+    /// `.snapshots`, nor anything in a snapshot).
+    fn new_name<'n>(&self, parent: INodeNo, name: &'n OsStr) -> Result<(u64, &'n str), Errno> {
+        let parent = self.live(parent)?;
+        let name = name_of(name)?;
+        if parent == ROOT && name == snapshots::NAME {
+            return Err(Errno::EBUSY);
+        }
+        Ok((parent, name))
+    }
+
+    fn stat_any(&self, ino: u64) -> Result<Stat, Errno> {
+        match self.views.place(ino)? {
+            Place::Live(i) => self.fs.stat_ino(i).map_err(|e| errno(&e)),
+            Place::Dir => self.views.dir_stat(&self.fs),
+            Place::View(v, i) => {
+                let st = v.stat_ino(i).map_err(|e| errno(&e))?;
+                self.views.outer(&v, st)
+            }
+        }
+    }
+
+    /// A directory's entries, `.` and `..` first, as `opendir` keeps them.
+    fn list_dir(&self, ino: u64) -> Result<Vec<(u64, FileType, String)>, Errno> {
+        let e = |e: tbfs::Error| errno(&e);
+        let (up, entries) = match self.views.place(ino)? {
+            Place::Live(i) => {
+                let entries = self.fs.readdir_ino(i).map_err(e)?;
+                let up = self.fs.lookup_in(i, "..").map_err(e)?.ino;
+                let entries: Vec<_> = entries
+                    .into_iter()
+                    .map(|d| (d.ino, file_type(d.kind), d.name))
+                    .collect();
+                (up, entries)
+            }
+            Place::Dir => {
+                let mut entries = Vec::new();
+                for (name, number) in self.views.list(&self.fs)? {
+                    let view = self.views.open(&self.fs, number)?;
+                    entries.push((
+                        self.views.outer_ino(&view, ROOT)?,
+                        FileType::Directory,
+                        name,
+                    ));
+                }
+                (ROOT, entries)
+            }
+            Place::View(v, i) => {
+                let up = if i == ROOT {
+                    snapshots::DIR_INO
+                } else {
+                    let st = v.lookup_in(i, "..").map_err(e)?;
+                    self.views.outer_ino(&v, st.ino)?
+                };
+                let mut entries = Vec::new();
+                for d in v.readdir_ino(i).map_err(e)? {
+                    entries.push((self.views.outer_ino(&v, d.ino)?, file_type(d.kind), d.name));
+                }
+                (up, entries)
+            }
+        };
+        let mut all = Vec::with_capacity(entries.len() + 2);
+        all.push((ino, FileType::Directory, ".".to_string()));
+        all.push((up, FileType::Directory, "..".to_string()));
+        all.extend(entries);
+        Ok(all)
     }
 
     fn generation(&self, ino: u64) -> Generation {
@@ -228,20 +310,32 @@ impl Filesystem for TbFuse {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        match self.fs.lookup_in(parent.0, name) {
+        let found = match self.views.place(parent.0) {
+            Ok(Place::Live(p)) if p == ROOT && name == snapshots::NAME => {
+                self.views.dir_stat(&self.fs)
+            }
+            Ok(Place::Live(p)) => self.fs.lookup_in(p, name).map_err(|e| errno(&e)),
+            Ok(Place::Dir) => self.views.root(&self.fs, name),
+            Ok(Place::View(v, i)) => v
+                .lookup_in(i, name)
+                .map_err(|e| errno(&e))
+                .and_then(|st| self.views.outer(&v, st)),
+            Err(e) => Err(e),
+        };
+        match found {
             Ok(st) => self.entry(&st, reply, false),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let st = match fh.map(|fh| self.file(fh)) {
-            Some(Ok(f)) => f.stat(),
-            _ => self.fs.stat_ino(ino.0),
+            Some(Ok(f)) => f.stat().map_err(|e| errno(&e)),
+            _ => self.stat_any(ino.0),
         };
         match st {
             Ok(st) => reply.attr(&self.ttl, &attr_of(&st)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -263,6 +357,10 @@ impl Filesystem for TbFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let ino = match self.live(ino) {
+            Ok(i) => INodeNo(i),
+            Err(e) => return reply.error(e),
+        };
         let run = || -> tbfs::Result<Stat> {
             let mut st = None;
             if let Some(len) = size {
@@ -290,9 +388,15 @@ impl Filesystem for TbFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink_ino(ino.0) {
+        let target = match self.views.place(ino.0) {
+            Ok(Place::Live(i)) => self.fs.readlink_ino(i).map_err(|e| errno(&e)),
+            Ok(Place::View(v, i)) => v.readlink_ino(i).map_err(|e| errno(&e)),
+            Ok(Place::Dir) => Err(Errno::EINVAL),
+            Err(e) => Err(e),
+        };
+        match target {
             Ok(target) => reply.data(target.as_bytes()),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -306,18 +410,15 @@ impl Filesystem for TbFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let name = match name_of(name) {
-            Ok(n) => n,
+        let (parent, name) = match self.new_name(parent, name) {
+            Ok(p) => p,
             Err(e) => return reply.error(e),
         };
         let Some(kind) = FileKind::from_mode(mode).filter(|k| *k != FileKind::Dir) else {
             return reply.error(Errno::EINVAL);
         };
-        let (uid, gid, perm) = self.owner(req, parent.0, mode & 0o7777, false);
-        match self
-            .fs
-            .mknod_in(parent.0, name, kind, perm, rdev, (uid, gid))
-        {
+        let (uid, gid, perm) = self.owner(req, parent, mode & 0o7777, false);
+        match self.fs.mknod_in(parent, name, kind, perm, rdev, (uid, gid)) {
             Ok(st) => self.entry(&st, reply, true),
             Err(e) => reply.error(errno(&e)),
         }
@@ -332,19 +433,21 @@ impl Filesystem for TbFuse {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let name = match name_of(name) {
-            Ok(n) => n,
+        let (parent, name) = match self.new_name(parent, name) {
+            Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        let (uid, gid, perm) = self.owner(req, parent.0, mode & 0o7777, true);
-        match self.fs.mkdir_in(parent.0, name, perm, (uid, gid)) {
+        let (uid, gid, perm) = self.owner(req, parent, mode & 0o7777, true);
+        match self.fs.mkdir_in(parent, name, perm, (uid, gid)) {
             Ok(st) => self.entry(&st, reply, true),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = name_of(name).and_then(|n| self.fs.unlink_in(parent.0, n).map_err(|e| errno(&e)));
+        let r = self
+            .new_name(parent, name)
+            .and_then(|(p, n)| self.fs.unlink_in(p, n).map_err(|e| errno(&e)));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -352,7 +455,9 @@ impl Filesystem for TbFuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = name_of(name).and_then(|n| self.fs.rmdir_in(parent.0, n).map_err(|e| errno(&e)));
+        let r = self
+            .new_name(parent, name)
+            .and_then(|(p, n)| self.fs.rmdir_in(p, n).map_err(|e| errno(&e)));
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -367,11 +472,15 @@ impl Filesystem for TbFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let (Ok(name), Some(target)) = (name_of(link_name), target.to_str()) else {
+        let (parent, name) = match self.new_name(parent, link_name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        let Some(target) = target.to_str() else {
             return reply.error(Errno::EINVAL);
         };
-        let (uid, gid, _) = self.owner(req, parent.0, 0o777, false);
-        match self.fs.symlink_in(parent.0, name, target, (uid, gid)) {
+        let (uid, gid, _) = self.owner(req, parent, 0o777, false);
+        match self.fs.symlink_in(parent, name, target, (uid, gid)) {
             Ok(st) => self.entry(&st, reply, true),
             Err(e) => reply.error(errno(&e)),
         }
@@ -396,10 +505,14 @@ impl Filesystem for TbFuse {
         } else {
             return reply.error(Errno::EINVAL);
         };
-        let (Ok(from), Ok(to)) = (name_of(name), name_of(newname)) else {
-            return reply.error(Errno::EINVAL);
+        let names = self
+            .new_name(parent, name)
+            .and_then(|from| Ok((from, self.new_name(newparent, newname)?)));
+        let ((parent, from), (newparent, to)) = match names {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
         };
-        match self.fs.rename_in(parent.0, from, newparent.0, to, how) {
+        match self.fs.rename_in(parent, from, newparent, to, how) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -413,19 +526,35 @@ impl Filesystem for TbFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let name = match name_of(newname) {
+        let names = self
+            .live(ino)
+            .and_then(|ino| Ok((ino, self.new_name(newparent, newname)?)));
+        let (ino, (newparent, name)) = match names {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        match self.fs.link_in(ino.0, newparent.0, name) {
+        match self.fs.link_in(ino, newparent, name) {
             Ok(st) => self.entry(&st, reply, false),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+        let place = match self.views.place(ino.0) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
         let flags = self.open_flags(flags.0, 0);
-        match self.fs.open_ino(ino.0, flags) {
+        let ino = match place {
+            Place::Live(i) => i,
+            Place::Dir => return reply.error(Errno::EISDIR),
+            Place::View(_, _) if flags.write || flags.truncate => return reply.error(Errno::EROFS),
+            Place::View(v, i) => {
+                let fh = self.add_handle(Handle::View(v, i));
+                return reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE);
+            }
+        };
+        match self.fs.open_ino(ino, flags) {
             Ok(f) => {
                 let fh = self.add_handle(Handle::File(Arc::new(f)));
                 reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE);
@@ -444,16 +573,16 @@ impl Filesystem for TbFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let name = match name_of(name) {
-            Ok(n) => n,
+        let (parent, name) = match self.new_name(parent, name) {
+            Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        let (uid, gid, perm) = self.owner(req, parent.0, mode & 0o7777, false);
+        let (uid, gid, perm) = self.owner(req, parent, mode & 0o7777, false);
         let mut of = self.open_flags(flags, perm);
         of.create = true;
         let made = self
             .fs
-            .create_in(parent.0, name, of, (uid, gid))
+            .create_in(parent, name, of, (uid, gid))
             .and_then(|f| f.stat().map(|st| (f, st)));
         match made {
             Ok((f, st)) => {
@@ -482,12 +611,18 @@ impl Filesystem for TbFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let f = match self.file(fh) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
+        let handle = match guard(&self.handles).get(&fh.0) {
+            Some(Handle::File(f)) => Ok(f.clone()),
+            Some(Handle::View(v, i)) => Err(Some((v.clone(), *i))),
+            _ => Err(None),
         };
         let mut buf = vec![0u8; size as usize];
-        match f.pread(&mut buf, offset) {
+        let n = match handle {
+            Ok(f) => f.pread(&mut buf, offset),
+            Err(Some((v, i))) => v.pread_ino(i, &mut buf, offset),
+            Err(None) => return reply.error(Errno::EBADF),
+        };
+        match n {
             Ok(n) => reply.data(&buf[..n]),
             Err(e) => reply.error(errno(&e)),
         }
@@ -555,6 +690,10 @@ impl Filesystem for TbFuse {
     ) {
         let f = match self.file(fh) {
             Ok(f) => f,
+            // A snapshot's file has nothing to sync.
+            Err(_) if matches!(guard(&self.handles).get(&fh.0), Some(Handle::View(..))) => {
+                return reply.ok()
+            }
             Err(e) => return reply.error(e),
         };
         let r = if datasync { f.fdatasync() } else { f.fsync() };
@@ -565,24 +704,12 @@ impl Filesystem for TbFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
-        let listed = self.fs.readdir_ino(ino.0).and_then(|entries| {
-            let up = self.fs.lookup_in(ino.0, "..")?.ino;
-            let mut all = Vec::with_capacity(entries.len() + 2);
-            all.push((ino.0, FileType::Directory, ".".to_string()));
-            all.push((up, FileType::Directory, "..".to_string()));
-            all.extend(
-                entries
-                    .into_iter()
-                    .map(|e| (e.ino, file_type(e.kind), e.name)),
-            );
-            Ok(all)
-        });
-        match listed {
+        match self.list_dir(ino.0) {
             Ok(all) => {
                 let fh = self.add_handle(Handle::Dir(Arc::new(all)));
                 reply.opened(fh, FopenFlags::empty());
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::engine::{kind_in, now_ns, parent_links, Inner, InodeCell, Meta, ROOT_INO};
 use super::format::NAME_MAX;
-use super::{DirEntry, Error, File, FileKind, Fs, OpenFlags, Result, SetAttr, Stat};
+use super::{DirEntry, Error, File, FileKind, Fs, OpenFlags, Result, SetAttr, Snapshot, Stat};
 
 /// The root directory's inode number.
 pub const ROOT: u64 = ROOT_INO;
@@ -542,5 +542,100 @@ impl Fs {
         self.inner.check_usable()?;
         let cell = self.cell_of(ino)?;
         self.inner.link_target(&cell)
+    }
+}
+
+/// A retained checkpoint's read-only view, by inode number (`DIR/.snapshots/NAME` of a mount).
+impl Snapshot {
+    fn view_cell(&self, ino: u64) -> Result<Arc<InodeCell>> {
+        self.inner.check_usable()?;
+        self.tree
+            .inodes
+            .get(&ino)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(format!("checkpoint {}: inode {ino}", self.number())))
+    }
+
+    /// The inode `name` names in directory `parent` of the view (`.` and `..` as in
+    /// [`Fs::lookup_in`]).
+    pub fn lookup_in(&self, parent: u64, name: &str) -> Result<Stat> {
+        let Some(entries) = self.tree.dirs.get(&parent) else {
+            self.view_cell(parent)?;
+            return Err(Error::NotDir(format!(
+                "checkpoint {}: inode {parent}",
+                self.number()
+            )));
+        };
+        let ino = match name {
+            "." | "" => parent,
+            ".." => parent_links(&self.tree)
+                .get(&parent)
+                .copied()
+                .unwrap_or(ROOT_INO),
+            _ => match entries.get(name) {
+                Some(&(ino, _)) => ino,
+                None => return Err(Error::NotFound(entry_name(parent, name))),
+            },
+        };
+        self.stat_ino(ino)
+    }
+
+    /// The attributes of inode `ino` in the view.
+    pub fn stat_ino(&self, ino: u64) -> Result<Stat> {
+        let cell = self.view_cell(ino)?;
+        self.inner.stat_cell(&cell)
+    }
+
+    /// Entries of directory `ino` in the view, sorted by name, without `.` and `..`.
+    pub fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
+        self.inner.check_usable()?;
+        match self.tree.dirs.get(&ino) {
+            Some(entries) => Ok(super::engine::dir_entries(entries, |i| {
+                kind_in(&self.tree, i)
+            })),
+            None => {
+                self.view_cell(ino)?;
+                Err(Error::NotDir(format!(
+                    "checkpoint {}: inode {ino}",
+                    self.number()
+                )))
+            }
+        }
+    }
+
+    /// Reads regular file `ino` of the view at `offset`.
+    pub fn pread_ino(&self, ino: u64, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let cell = self.view_cell(ino)?;
+        if cell.lock().kind != FileKind::File {
+            return Err(Error::Invalid(format!(
+                "checkpoint {}: inode {ino} is not a regular file",
+                self.number()
+            )));
+        }
+        self.inner.pread_at_rest(&cell, buf, offset)
+    }
+
+    /// The target of symbolic link `ino` in the view.
+    pub fn readlink_ino(&self, ino: u64) -> Result<String> {
+        let cell = self.view_cell(ino)?;
+        let size = {
+            let st = cell.lock();
+            if st.kind != FileKind::Symlink {
+                return Err(Error::Invalid(format!(
+                    "checkpoint {}: inode {ino} is not a symbolic link",
+                    self.number()
+                )));
+            }
+            st.size
+        };
+        let mut buf = vec![0u8; size as usize];
+        let n = self.inner.pread_at_rest(&cell, &mut buf, 0)?;
+        buf.truncate(n);
+        String::from_utf8(buf).map_err(|_| {
+            Error::Corrupt(format!(
+                "checkpoint {}: inode {ino}: symbolic link target is not UTF-8",
+                self.number()
+            ))
+        })
     }
 }

@@ -343,3 +343,52 @@ fn attributes_change_by_inode() {
     let d = fs.mkdir_in(ROOT, "d", 0o755, OWNER).unwrap();
     assert_eq!(fs.set_len_ino(d.ino, 0).unwrap_err().errno(), libc::EISDIR);
 }
+
+#[test]
+fn a_snapshot_view_answers_by_inode_as_the_tree_was() {
+    let (_dev, fs) = pool();
+    let d = fs.mkdir_in(ROOT, "d", 0o755, OWNER).unwrap();
+    let f = fs.create_in(d.ino, "f", rw(), OWNER).unwrap();
+    f.pwrite(b"before", 0).unwrap();
+    fs.symlink_in(ROOT, "l", "d/f", OWNER).unwrap();
+    let number = fs.snapshot(Some("one")).unwrap();
+    f.pwrite(b"AFTER!", 0).unwrap();
+    fs.unlink_in(ROOT, "l").unwrap();
+    fs.create_in(d.ino, "new", rw(), OWNER).unwrap();
+
+    let view = fs.at(number).unwrap();
+    let vd = view.lookup_in(ROOT, "d").unwrap();
+    assert_eq!(vd.kind, FileKind::Dir);
+    let names: Vec<String> = view
+        .readdir_ino(vd.ino)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(
+        names,
+        ["f"],
+        "the file made after the snapshot is not in it"
+    );
+    let vf = view.lookup_in(vd.ino, "f").unwrap();
+    let mut buf = [0u8; 16];
+    let n = view.pread_ino(vf.ino, &mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"before");
+    let vl = view.lookup_in(ROOT, "l").unwrap();
+    assert_eq!(view.readlink_ino(vl.ino).unwrap(), "d/f");
+    assert_eq!(view.lookup_in(vd.ino, "..").unwrap().ino, ROOT);
+    assert_eq!(
+        view.lookup_in(ROOT, "new").unwrap_err().errno(),
+        libc::ENOENT
+    );
+    assert_eq!(view.readdir_ino(vf.ino).unwrap_err().errno(), libc::ENOTDIR);
+    assert_eq!(
+        view.pread_ino(vd.ino, &mut buf, 0).unwrap_err().errno(),
+        libc::EINVAL
+    );
+    // The live tree moved on.
+    let live = fs.lookup_in(d.ino, "f").unwrap();
+    let r = fs.open_ino(live.ino, OpenFlags::read_only()).unwrap();
+    let n = r.pread(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"AFTER!");
+}

@@ -605,10 +605,10 @@ impl Inner {
 /// A read-only view of a retained checkpoint. While it exists the checkpoint stays retained.
 #[derive(Debug)]
 pub struct Snapshot {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     number: u64,
     time_ns: i64,
-    tree: Meta,
+    pub(crate) tree: Meta,
 }
 
 impl Snapshot {
