@@ -66,6 +66,32 @@ impl Mounted {
             .expect("running sh")
     }
 
+    /// The server process's id: the process whose command line is `tailbound mount POOL ...`.
+    fn server_pid(&self) -> u32 {
+        let want = format!("mount\0{}\0", self.pool.display());
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&want) {
+                return pid;
+            }
+        }
+        panic!("no server process for {}", self.pool.display());
+    }
+
+    /// Mounts the pool again (after its server died) on the same directory.
+    fn remount(&self) {
+        let _ = tailbound(&["umount", "--lazy", self.dir.to_str().unwrap()]);
+        let out = tailbound(&[
+            "mount",
+            self.pool.to_str().unwrap(),
+            self.dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "mount again: {}", stderr(&out));
+    }
+
     /// Unmounts (syncing the pool) and returns the pool's path, which stays.
     fn unmount(mut self) -> PathBuf {
         let out = tailbound(&["umount", self.dir.to_str().unwrap()]);
@@ -385,4 +411,92 @@ fn snapshots_are_browsable_read_only_under_dot_snapshots() {
         ok("browse", &out),
         "two\none\nfirst\na.txt\n.\n./a.txt\n./later\nrefused-create\nrefused-rm\nrefused-write\n"
     );
+}
+
+#[test]
+fn a_killed_server_loses_no_append_two_processes_saw_fsynced() {
+    let Some(m) = Mounted::new("kill") else {
+        return;
+    };
+    // Each writer appends numbered lines, fsyncs each, and prints the number once fsync returned.
+    let writer = |tag: &str| {
+        Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import os, sys\n\
+                 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)\n\
+                 i = 0\n\
+                 while True:\n\
+                 \x20   os.write(fd, ('%s %d\\n' % (sys.argv[2], i)).encode())\n\
+                 \x20   os.fsync(fd)\n\
+                 \x20   print(i, flush=True)\n\
+                 \x20   i += 1\n",
+            )
+            .arg(m.path("log"))
+            .arg(tag)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut children = [writer("a"), writer("b")];
+    let readers: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            use std::io::BufRead;
+            let out = std::io::BufReader::new(c.stdout.take().unwrap());
+            let (tx, rx) = std::sync::mpsc::channel::<i64>();
+            std::thread::spawn(move || {
+                for line in out.lines() {
+                    let Ok(line) = line else { break };
+                    let Ok(n) = line.trim().parse::<i64>() else {
+                        break;
+                    };
+                    if tx.send(n).is_err() {
+                        break;
+                    }
+                }
+            });
+            rx
+        })
+        .collect();
+    // Wait until both have 100 acknowledged appends, then kill the server mid-stream.
+    let mut acked = [-1i64; 2];
+    for (k, rx) in readers.iter().enumerate() {
+        while acked[k] < 100 {
+            acked[k] = rx.recv().expect("a writer stopped before 100 appends");
+        }
+    }
+    let killed = Command::new("kill")
+        .arg("-9")
+        .arg(m.server_pid().to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    for (k, rx) in readers.iter().enumerate() {
+        // The writers fail once the server is gone; every number they printed counts.
+        while let Ok(n) = rx.recv() {
+            acked[k] = n;
+        }
+    }
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    m.remount();
+    // A missing file lost every append.
+    let text = std::fs::read_to_string(m.path("log")).unwrap_or_default();
+    for (k, tag) in ["a", "b"].iter().enumerate() {
+        let seen: std::collections::BTreeSet<i64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("{tag} ")))
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        for n in 0..=acked[k] {
+            assert!(
+                seen.contains(&n),
+                "writer {tag}: acknowledged append {n} lost"
+            );
+        }
+    }
 }
