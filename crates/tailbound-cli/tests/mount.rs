@@ -500,3 +500,62 @@ fn a_killed_server_loses_no_append_two_processes_saw_fsynced() {
         }
     }
 }
+
+#[test]
+fn posix_locks_conflict_between_processes_wait_and_die_with_their_holder() {
+    let Some(m) = Mounted::new("locks") else {
+        return;
+    };
+    std::fs::write(m.path("f"), b"locked file").unwrap();
+    // `hold` takes a write lock, says so, then waits for its stdin to close (or its death).
+    let py = |code: &str| {
+        Command::new("python3")
+            .arg("-c")
+            .arg(format!(
+                "import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\n{code}"
+            ))
+            .arg(m.path("f"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let read_line = |c: &mut std::process::Child| {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(c.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line
+    };
+    let try_lock = "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    print('got')\n\
+                    except OSError:\n    print('busy')\n";
+    let hold = "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.read()\n";
+    let mut holder = py(hold);
+    assert_eq!(read_line(&mut holder), "held\n");
+    let other = py(try_lock).wait_with_output().unwrap();
+    assert_eq!(stdout(&other), "busy\n", "another process's lock conflicts");
+    // The checker runs beside the holder: a process started after the holder died could get
+    // its lock owner number (the kernel's, from the address of the process's file table).
+    let mut checker = py(&format!("sys.stdin.readline()\n{try_lock}"));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    {
+        use std::io::Write;
+        checker.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    }
+    let after = checker.wait_with_output().unwrap();
+    assert_eq!(
+        stdout(&after),
+        "got\n",
+        "a killed process's lock is released"
+    );
+    // A waiter blocks in F_SETLKW until the holder lets go (here: exits when its stdin closes).
+    let mut holder = py(hold);
+    assert_eq!(read_line(&mut holder), "held\n");
+    let mut waiter = py("fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('waited', flush=True)\n");
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    assert_eq!(read_line(&mut waiter), "waited\n");
+    waiter.wait().unwrap();
+}
