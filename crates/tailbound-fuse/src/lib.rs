@@ -20,6 +20,7 @@ use std::time::Duration;
 use fuser::{Config, MountOption, SessionACL};
 use tailbound::tbfs::Fs;
 
+mod generations;
 mod ops;
 mod snapshots;
 

@@ -17,6 +17,7 @@ use tailbound::tbfs::by_ino::ROOT;
 use tailbound::tbfs::locks::{Kind, Owner, Request as LockRequest, Space};
 use tailbound::tbfs::{self, File, FileKind, Fs, OpenFlags, RenameMode, SetAttr, Snapshot, Stat};
 
+use crate::generations::Generations;
 use crate::snapshots::{self, Place, Views};
 use crate::Options;
 
@@ -35,11 +36,7 @@ pub struct TbFuse {
     fs: Arc<Fs>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
-    /// The generation given with each inode number created while mounted: the pool reuses the
-    /// numbers of freed inodes, and the kernel must not take a new inode for an old one it
-    /// still caches.
-    generations: Mutex<HashMap<u64, u64>>,
-    next_generation: AtomicU64,
+    generations: Generations,
     /// The process that last took a lock as each lock owner, for `F_GETLK`.
     lock_pids: Arc<Mutex<HashMap<u64, u32>>>,
     views: Views,
@@ -139,8 +136,7 @@ impl TbFuse {
             fs,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            generations: Mutex::new(HashMap::new()),
-            next_generation: AtomicU64::new(1),
+            generations: Generations::default(),
             lock_pids: Arc::new(Mutex::new(HashMap::new())),
             views: Views::default(),
             ttl: options.ttl,
@@ -225,23 +221,8 @@ impl TbFuse {
         Ok(all)
     }
 
-    fn generation(&self, ino: u64) -> Generation {
-        Generation(guard(&self.generations).get(&ino).copied().unwrap_or(0))
-    }
-
-    /// A new generation for a newly created inode.
-    fn born(&self, ino: u64) -> Generation {
-        let g = self.next_generation.fetch_add(1, Ordering::Relaxed);
-        guard(&self.generations).insert(ino, g);
-        Generation(g)
-    }
-
     fn entry(&self, st: &Stat, reply: ReplyEntry, new: bool) {
-        let generation = if new {
-            self.born(st.ino)
-        } else {
-            self.generation(st.ino)
-        };
+        let generation = Generation(self.generations.given(st.ino, new));
         reply.entry(&self.ttl, &attr_of(st), generation);
     }
 
@@ -326,6 +307,10 @@ impl Filesystem for TbFuse {
             Ok(st) => self.entry(&st, reply, false),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.generations.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -587,7 +572,7 @@ impl Filesystem for TbFuse {
         match made {
             Ok((f, st)) => {
                 let fh = self.add_handle(Handle::File(Arc::new(f)));
-                let generation = self.born(st.ino);
+                let generation = Generation(self.generations.given(st.ino, true));
                 reply.created(
                     &self.ttl,
                     &attr_of(&st),
