@@ -646,6 +646,10 @@ fn kind_name(k: FileKind) -> &'static str {
         FileKind::File => "file",
         FileKind::Dir => "dir",
         FileKind::Symlink => "symlink",
+        FileKind::Fifo => "fifo",
+        FileKind::CharDevice => "char-device",
+        FileKind::BlockDevice => "block-device",
+        FileKind::Socket => "socket",
     }
 }
 
@@ -654,6 +658,10 @@ fn mode_string(st: &Stat) -> String {
         FileKind::Dir => "d",
         FileKind::Symlink => "l",
         FileKind::File => "-",
+        FileKind::Fifo => "p",
+        FileKind::CharDevice => "c",
+        FileKind::BlockDevice => "b",
+        FileKind::Socket => "s",
     });
     for shift in [6u32, 3, 0] {
         let bits = (st.mode >> shift) & 7;

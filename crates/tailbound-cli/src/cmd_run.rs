@@ -61,7 +61,7 @@ pub struct RunArgs {
     command: Vec<String>,
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, mult) = match s.char_indices().last() {
         Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),

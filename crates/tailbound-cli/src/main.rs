@@ -10,6 +10,7 @@ mod cmd_calibrate;
 mod cmd_demo;
 mod cmd_doctor;
 mod cmd_fs;
+mod cmd_mount;
 mod cmd_record;
 mod cmd_run;
 
@@ -60,6 +61,10 @@ enum Command {
     /// Run an unmodified program with a directory served from a tbfs pool in its own process
     /// (LD_PRELOAD shim).
     Run(cmd_run::RunArgs),
+    /// Serve a pool at a directory through FUSE, for every process (returns once mounted).
+    Mount(cmd_mount::MountArgs),
+    /// Sync and unmount a directory `tailbound mount` serves.
+    Umount(cmd_mount::UmountArgs),
     /// Make, fill, list, check and repair tbfs pools: mkfs, ls, cat, put, get, mkdir, rm, mv,
     /// stat, df, checkpoints, snapshot, restore, gc, fsck, info.
     Fs(cmd_fs::FsArgs),
@@ -77,6 +82,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => cmd_bench::run(args),
         Command::Doctor(args) => cmd_doctor::run(args),
         Command::Run(args) => cmd_run::run(args),
+        Command::Mount(args) => cmd_mount::run(args),
+        Command::Umount(args) => cmd_mount::umount(args),
         Command::Fs(args) => cmd_fs::run(args),
         Command::Calibrate(args) => cmd_calibrate::run(args),
     };

@@ -794,11 +794,7 @@ impl Shim {
     // ---- attributes ----
 
     fn attr_of(&self, m: usize, st: &tbfs::Stat) -> Attr {
-        let type_bits = match st.kind {
-            FileKind::Dir => libc::S_IFDIR,
-            FileKind::File => libc::S_IFREG,
-            FileKind::Symlink => libc::S_IFLNK,
-        };
+        let type_bits = st.kind.type_bits();
         Attr {
             dev: self.mounts[m].dev,
             ino: st.ino,
@@ -1095,6 +1091,10 @@ impl Shim {
                     FileKind::Dir => libc::DT_DIR,
                     FileKind::File => libc::DT_REG,
                     FileKind::Symlink => libc::DT_LNK,
+                    FileKind::Fifo => libc::DT_FIFO,
+                    FileKind::CharDevice => libc::DT_CHR,
+                    FileKind::BlockDevice => libc::DT_BLK,
+                    FileKind::Socket => libc::DT_SOCK,
                 },
             });
         }

@@ -402,8 +402,8 @@ fn snapshot(fs: &Fs) -> Result<Snapshot, String> {
                     let data = read_all(&f, st.size).map_err(|e| format!("read {path}: {e}"))?;
                     out.insert(path, Entry::File { ino: e.ino, data });
                 }
-                FileKind::Symlink => {
-                    return Err(format!("{path}: a symbolic link the workload never made"));
+                other => {
+                    return Err(format!("{path}: a {other:?} the workload never made"));
                 }
             }
         }

@@ -1,4 +1,5 @@
-//! File system facts: `statfs(2)` for `doctor`.
+//! File system facts and actions: `statfs(2)` for `doctor`, `syncfs(2)` and `umount2(2)` for
+//! `tailbound umount`.
 
 use std::ffi::CString;
 use std::io;
@@ -80,6 +81,25 @@ pub fn cachestat(file: &std::fs::File, offset: u64, len: u64) -> io::Result<Cach
         nr_evicted: out[3],
         nr_recently_evicted: out[4],
     })
+}
+
+/// `syncfs(2)` of the file system holding `path` (a directory or file that opens read-only).
+pub fn syncfs(path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path)?;
+    // SAFETY: syncfs on a descriptor that stays open for the call.
+    cvt(unsafe { libc::syncfs(f.as_raw_fd()) })?;
+    Ok(())
+}
+
+/// `umount2(2)` of the mount at `path`; `lazy` detaches it even while in use (`MNT_DETACH`).
+pub fn unmount(path: &Path, lazy: bool) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the path"))?;
+    let flags = if lazy { libc::MNT_DETACH } else { 0 };
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    cvt(unsafe { libc::umount2(c.as_ptr(), flags) })?;
+    Ok(())
 }
 
 #[cfg(test)]

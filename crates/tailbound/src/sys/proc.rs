@@ -105,9 +105,69 @@ pub fn default_sigpipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
+/// Threads this process runs now (`Threads:` in /proc/self/status).
+pub fn thread_count() -> io::Result<usize> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::other("/proc/self/status names no thread count"))
+}
+
+/// Forks a process that runs one thread: `Some(child pid)` in the parent, `None` in the child.
+/// Refused while other threads run, since the child would inherit the locks they hold.
+pub fn fork_single_threaded() -> io::Result<Option<u32>> {
+    if thread_count()? != 1 {
+        return Err(io::Error::other(
+            "fork refused: the process runs other threads",
+        ));
+    }
+    // SAFETY: with one thread no lock can be held by a thread the child lacks.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        p if p < 0 => Err(io::Error::last_os_error()),
+        0 => Ok(None),
+        p => Ok(Some(p as u32)),
+    }
+}
+
+/// Starts a new session (`setsid`): the process leaves its terminal's job control.
+pub fn new_session() -> io::Result<()> {
+    // SAFETY: setsid takes no arguments and changes only the process's session.
+    cvt(unsafe { libc::setsid() })?;
+    Ok(())
+}
+
+/// Points standard input, output and error at /dev/null, as a daemon keeps no terminal.
+pub fn stdio_to_null() -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    for fd in 0..3 {
+        // SAFETY: dup2 onto the standard descriptors, which belong to this process; `null`
+        // stays open for the call.
+        cvt(unsafe { libc::dup2(null.as_raw_fd(), fd) })?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fork_is_refused_while_another_thread_runs() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || rx.recv());
+        assert!(thread_count().unwrap() >= 2);
+        let err = fork_single_threaded().expect_err("two threads run");
+        assert!(err.to_string().contains("other threads"), "{err}");
+        drop(tx);
+        let _ = other.join();
+    }
 
     #[test]
     fn cpu_times_grow_with_work() {

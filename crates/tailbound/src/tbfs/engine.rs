@@ -14,9 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::dense::DenseSet;
-use super::format::{
-    self, Block, InodeRecord, BLOCK, BLOCK_U64, NAME_MAX, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
-};
+use super::format::{self, Block, InodeRecord, BLOCK, BLOCK_U64, NAME_MAX};
 use super::map::BlockMap;
 use super::*;
 
@@ -131,6 +129,8 @@ pub(crate) struct InodeState {
     pub atime_ns: i64,
     pub uid: u32,
     pub gid: u32,
+    /// A device's number (`Stat::rdev`); 0 for every other kind.
+    pub rdev: u32,
     pub map: BlockMap,
     pub dirty: BTreeMap<u64, DirtyBlock>,
     pub next_gen: u64,
@@ -164,6 +164,7 @@ impl InodeState {
             atime_ns: now,
             uid: owner.0,
             gid: owner.1,
+            rdev: 0,
             map: BlockMap::default(),
             dirty: BTreeMap::new(),
             next_gen: 1,
@@ -177,14 +178,9 @@ impl InodeState {
     }
 
     pub fn record(&self, ino: u64) -> InodeRecord {
-        let type_bits = match self.kind {
-            FileKind::Dir => S_IFDIR,
-            FileKind::File => S_IFREG,
-            FileKind::Symlink => S_IFLNK,
-        };
         InodeRecord {
             ino,
-            mode: type_bits | (self.mode & 0o7777),
+            mode: self.kind.type_bits() | (self.mode & 0o7777),
             nlink: self.nlink,
             size: self.size,
             mtime_ns: self.mtime_ns,
@@ -195,6 +191,7 @@ impl InodeState {
             gid: self.gid,
             atime_ns: self.atime_ns,
             extents: self.map.inline.unwrap_or_default(),
+            rdev: self.rdev,
         }
     }
 }
@@ -2053,6 +2050,7 @@ impl Inner {
             atime_ns: st.atime_ns,
             uid: st.uid,
             gid: st.gid,
+            rdev: st.rdev,
         })
     }
 
@@ -2472,80 +2470,16 @@ impl Fs {
         let mut m = inner.lock_meta();
         let (src_parent, src_name) = inner.parent_of(&m, from)?;
         let (dst_parent, dst_name) = inner.parent_of(&m, to)?;
-        let Some(&(ino, is_dir)) = m.dirs[&src_parent].get(src_name) else {
-            return Err(Error::NotFound(from.to_string()));
-        };
-        if src_parent == dst_parent && src_name == dst_name {
-            return Ok(());
-        }
-        if is_dir {
-            // A directory cannot move under itself.
-            let mut probe = dst_parent;
-            let parents = parent_links(&m);
-            loop {
-                if probe == ino {
-                    return Err(Error::Invalid(format!(
-                        "{from} -> {to}: a directory cannot move into itself"
-                    )));
-                }
-                match parents.get(&probe) {
-                    Some(&p) if probe != ROOT_INO => probe = p,
-                    _ => break,
-                }
-            }
-        }
-        let replaced = m.dirs[&dst_parent].get(dst_name).copied();
-        if let Some((old, old_is_dir)) = replaced {
-            if old == ino {
-                return Ok(());
-            }
-            match (is_dir, old_is_dir) {
-                (false, true) => return Err(Error::IsDir(to.to_string())),
-                (true, false) => return Err(Error::NotDir(to.to_string())),
-                (true, true) if !m.dirs[&old].is_empty() => {
-                    return Err(Error::NotEmpty(to.to_string()))
-                }
-                _ => {}
-            }
-        }
-        // Paths through a moved or replaced directory change meaning; the moved inode's old
-        // path is gone (a replaced one's is counted by `drop_link`).
-        if is_dir || replaced.is_some_and(|(_, d)| d) {
-            inner.names.dirs_changed();
-        }
-        if let Some(c) = m.inodes.get(&ino) {
-            c.lock().names_gen += 1;
-        }
-        m.dirs
-            .get_mut(&src_parent)
-            .expect("parent")
-            .remove(src_name);
-        m.dirs
-            .get_mut(&dst_parent)
-            .expect("parent")
-            .insert(dst_name.into(), (ino, is_dir));
-        if is_dir && src_parent != dst_parent {
-            if let Some(p) = m.inodes.get(&src_parent) {
-                let mut st = p.lock();
-                st.nlink = st.nlink.saturating_sub(1);
-            }
-            if let Some(p) = m.inodes.get(&dst_parent) {
-                p.lock().nlink += 1;
-            }
-        }
-        inner.touch_dir(&mut m, src_parent);
-        inner.touch_dir(&mut m, dst_parent);
-        m.namespace_changed(ino);
-        if let Some((old, old_is_dir)) = replaced {
-            if old_is_dir {
-                if let Some(p) = m.inodes.get(&dst_parent) {
-                    let mut st = p.lock();
-                    st.nlink = st.nlink.saturating_sub(1);
-                }
-            }
-            inner.drop_link(&mut m, old)?;
-        }
-        Ok(())
+        let what = |dst: bool| if dst { to } else { from }.to_string();
+        inner.rename_entry(
+            &mut m,
+            src_parent,
+            src_name,
+            dst_parent,
+            dst_name,
+            super::by_ino::RenameMode::Replace,
+            &what,
+        )
     }
 
     pub fn stat(&self, path: &str) -> Result<Stat> {
@@ -2722,11 +2656,7 @@ impl Fs {
         let Some(entries) = m.dirs.get(&ino) else {
             return Err(Error::NotDir(path.to_string()));
         };
-        Ok(dir_entries(entries, |ino| {
-            m.inodes
-                .get(&ino)
-                .is_some_and(|c| c.lock().kind == FileKind::Symlink)
-        }))
+        Ok(dir_entries(entries, |ino| kind_in(&m, ino)))
     }
 
     pub fn statvfs(&self) -> Result<StatVfs> {
@@ -2762,10 +2692,12 @@ impl Fs {
     }
 }
 
-/// A directory's entries as `readdir` returns them.
-/// A directory's entries; `is_symlink` tells symbolic links from files (entries store only
-/// whether a name is a directory).
-pub(crate) fn dir_entries(entries: &DirEntries, is_symlink: impl Fn(u64) -> bool) -> Vec<DirEntry> {
+/// A directory's entries as `readdir` returns them; `kind_of` tells the kind of a name that is
+/// not a directory (entries store only whether a name is a directory).
+pub(crate) fn dir_entries(
+    entries: &DirEntries,
+    kind_of: impl Fn(u64) -> Option<FileKind>,
+) -> Vec<DirEntry> {
     entries
         .iter()
         .map(|(name, &(ino, is_dir))| DirEntry {
@@ -2773,17 +2705,20 @@ pub(crate) fn dir_entries(entries: &DirEntries, is_symlink: impl Fn(u64) -> bool
             ino,
             kind: if is_dir {
                 FileKind::Dir
-            } else if is_symlink(ino) {
-                FileKind::Symlink
             } else {
-                FileKind::File
+                kind_of(ino).unwrap_or(FileKind::File)
             },
         })
         .collect()
 }
 
+/// The kind of inode `ino` in `m`, for [`dir_entries`].
+pub(crate) fn kind_in(m: &Meta, ino: u64) -> Option<FileKind> {
+    m.inodes.get(&ino).map(|c| c.lock().kind)
+}
+
 /// Child → parent links of every directory.
-fn parent_links(m: &Meta) -> HashMap<u64, u64> {
+pub(crate) fn parent_links(m: &Meta) -> HashMap<u64, u64> {
     let mut parents = HashMap::new();
     for (&dir, entries) in &m.dirs {
         for &(child, is_dir) in entries.values() {
@@ -2918,6 +2853,16 @@ impl Drop for Inner {
 }
 
 impl File {
+    /// A handle to `cell`, whose open count the caller raised (the count this handle drops).
+    pub(crate) fn of_cell(inner: Arc<Inner>, cell: Arc<InodeCell>, flags: OpenFlags) -> File {
+        File {
+            inner,
+            cell,
+            flags,
+            pos: 0,
+        }
+    }
+
     pub fn ino(&self) -> u64 {
         self.cell.ino
     }
@@ -3083,11 +3028,7 @@ impl Drop for File {
     }
 }
 
-/// Whether a stored mode is a directory.
+/// The kind of a stored mode (the record decoder admits only the kinds there are).
 pub(crate) fn mode_kind(mode: u32) -> FileKind {
-    match mode & S_IFMT {
-        S_IFDIR => FileKind::Dir,
-        S_IFLNK => FileKind::Symlink,
-        _ => FileKind::File,
-    }
+    FileKind::from_mode(mode).unwrap_or(FileKind::File)
 }

@@ -704,12 +704,20 @@ pub struct InodeRecord {
     pub gid: u32,
     pub atime_ns: i64,
     pub extents: Extents,
+    /// A device inode's number (`Stat::rdev`); 0 for every other kind.
+    pub rdev: u32,
 }
 
 pub const S_IFMT: u32 = 0o170000;
 pub const S_IFREG: u32 = 0o100000;
 pub const S_IFDIR: u32 = 0o040000;
 pub const S_IFLNK: u32 = 0o120000;
+pub const S_IFIFO: u32 = 0o010000;
+pub const S_IFCHR: u32 = 0o020000;
+pub const S_IFBLK: u32 = 0o060000;
+pub const S_IFSOCK: u32 = 0o140000;
+/// Where a device's number is kept in an inode record.
+const RDEV_AT: usize = 60;
 
 impl InodeRecord {
     pub fn encode_into(&self, b: &mut [u8]) {
@@ -728,6 +736,7 @@ impl InodeRecord {
         put_u32(b, 52, self.uid);
         put_u32(b, 56, self.gid);
         put_u64(b, 64, self.atime_ns as u64);
+        put_u32(b, RDEV_AT, self.rdev);
         b[49] = self.extents.len;
         for (i, &(addr, n)) in self.extents.runs().iter().enumerate() {
             let at = EXTENTS_AT + i * EXTENT_BYTES;
@@ -772,10 +781,14 @@ impl InodeRecord {
             gid: get_u32(b, 56),
             atime_ns: get_u64(b, 64) as i64,
             extents,
+            rdev: get_u32(b, RDEV_AT),
         };
         let kind = r.mode & S_IFMT;
+        let special = matches!(kind, S_IFIFO | S_IFCHR | S_IFBLK | S_IFSOCK);
         if r.ino == 0
-            || (kind != S_IFREG && kind != S_IFDIR && kind != S_IFLNK)
+            || !(special || kind == S_IFREG || kind == S_IFDIR || kind == S_IFLNK)
+            || (special && (r.size != 0 || r.root != 0 || len != 0))
+            || (!matches!(kind, S_IFCHR | S_IFBLK) && r.rdev != 0)
             || r.height > HEIGHT_MAX
             || (len > 0 && (r.root != 0 || r.height != 0))
             || r.extents.runs().iter().any(|&(_, n)| n == 0)
@@ -1278,6 +1291,7 @@ mod tests {
             gid: 100,
             atime_ns: 3,
             extents: Extents::default(),
+            rdev: 0,
         };
         let mut b = [0u8; INODE_BYTES];
         r.encode_into(&mut b);

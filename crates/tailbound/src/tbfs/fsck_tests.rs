@@ -54,6 +54,13 @@ fn tree(fs: &Fs) -> BTreeMap<String, Vec<u8>> {
                 FileKind::Symlink => {
                     out.insert(path.clone(), fs.readlink(&path).unwrap().into_bytes());
                 }
+                special => {
+                    let st = fs.lstat(&path).unwrap();
+                    out.insert(
+                        path.clone(),
+                        format!("{special:?} {}", st.rdev).into_bytes(),
+                    );
+                }
             }
         }
     }

@@ -624,10 +624,10 @@ impl Inner {
 /// A read-only view of a retained checkpoint. While it exists the checkpoint stays retained.
 #[derive(Debug)]
 pub struct Snapshot {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     number: u64,
     time_ns: i64,
-    tree: Meta,
+    pub(crate) tree: Meta,
 }
 
 impl Snapshot {
@@ -653,10 +653,7 @@ impl Snapshot {
             return Err(Error::NotDir(self.name(path)));
         };
         Ok(super::engine::dir_entries(entries, |ino| {
-            self.tree
-                .inodes
-                .get(&ino)
-                .is_some_and(|c| c.lock().kind == FileKind::Symlink)
+            super::engine::kind_in(&self.tree, ino)
         }))
     }
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::dev::Device;
 
+pub mod by_ino;
 mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
@@ -35,6 +36,7 @@ mod poison;
 pub mod recovery;
 mod space;
 
+pub use by_ino::RenameMode;
 pub use engine::{File, Fs};
 pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
 
@@ -208,13 +210,58 @@ pub struct RecoveryReport {
     pub elapsed: Duration,
 }
 
-/// Whether a path names a file or a directory.
+/// What kind of inode a path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileKind {
     File,
     Dir,
     /// A symbolic link; its target is its data.
     Symlink,
+    /// A named pipe (`S_IFIFO`). Special files hold no data: the kernel serves their I/O.
+    Fifo,
+    /// A character device (`S_IFCHR`), with its device number in [`Stat::rdev`].
+    CharDevice,
+    /// A block device (`S_IFBLK`), with its device number in [`Stat::rdev`].
+    BlockDevice,
+    /// A Unix socket's name (`S_IFSOCK`).
+    Socket,
+}
+
+impl FileKind {
+    /// The `S_IFMT` bits of this kind.
+    pub fn type_bits(self) -> u32 {
+        match self {
+            FileKind::File => format::S_IFREG,
+            FileKind::Dir => format::S_IFDIR,
+            FileKind::Symlink => format::S_IFLNK,
+            FileKind::Fifo => format::S_IFIFO,
+            FileKind::CharDevice => format::S_IFCHR,
+            FileKind::BlockDevice => format::S_IFBLK,
+            FileKind::Socket => format::S_IFSOCK,
+        }
+    }
+
+    /// The kind of a mode's `S_IFMT` bits; `None` for bits that name no kind.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & format::S_IFMT {
+            format::S_IFREG => FileKind::File,
+            format::S_IFDIR => FileKind::Dir,
+            format::S_IFLNK => FileKind::Symlink,
+            format::S_IFIFO => FileKind::Fifo,
+            format::S_IFCHR => FileKind::CharDevice,
+            format::S_IFBLK => FileKind::BlockDevice,
+            format::S_IFSOCK => FileKind::Socket,
+            _ => return None,
+        })
+    }
+
+    /// A FIFO, device or socket: an inode with no data of its own.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket
+        )
+    }
 }
 
 /// What `stat` returns.
@@ -232,6 +279,9 @@ pub struct Stat {
     pub atime_ns: i64,
     pub uid: u32,
     pub gid: u32,
+    /// A device's number, as the kernel encodes it in 32 bits (`new_encode_dev`: minor bits 0–7,
+    /// major bits 8–19, the rest of the minor from bit 20); 0 for every other kind.
+    pub rdev: u32,
 }
 
 /// Attribute changes for [`Fs::set_attr`] / [`File::set_attr`] (chmod, chown, utimens); `None`
@@ -457,5 +507,7 @@ pub struct FsCounters {
     pub meta_sealing_ns: u64,
 }
 
+#[cfg(test)]
+mod by_ino_tests;
 #[cfg(test)]
 mod tests;

@@ -529,6 +529,7 @@ pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Resu
             atime_ns: r.atime_ns,
             uid: r.uid,
             gid: r.gid,
+            rdev: r.rdev,
             map,
             dirty: BTreeMap::new(),
             next_gen: 1,

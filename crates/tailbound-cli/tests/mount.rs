@@ -1,0 +1,561 @@
+//! `tailbound mount`: real programs, unmodified, on a pool mounted through FUSE, each in
+//! processes of its own (shells fork, make and fio run several, sqlite3 runs twice at once).
+//!
+//! They need root (or fusermount3) and /dev/fuse. Under CI (`CI` set) a test that cannot mount
+//! fails; elsewhere it says why and passes without running.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{stderr, stdout, tailbound};
+
+/// A pool mounted for one test, unmounted and removed when dropped (also when the test fails).
+struct Mounted {
+    dir: PathBuf,
+    pool: PathBuf,
+}
+
+impl Mounted {
+    /// Mounts a new pool for `test`, or `None` when this machine cannot (outside CI only).
+    fn new(test: &str) -> Option<Mounted> {
+        Mounted::with_pool(test, |_| {})
+    }
+
+    /// Like [`Mounted::new`], with `prepare` run on the pool's path before the mount (it may
+    /// make the pool, which is then mounted as it is).
+    fn with_pool(test: &str, prepare: impl FnOnce(&Path)) -> Option<Mounted> {
+        if let Err(why) = tailbound_fuse::can_mount() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{test}: cannot mount through FUSE under CI: {why}"
+            );
+            eprintln!("skipping {test}: cannot mount through FUSE: {why}");
+            return None;
+        }
+        let tag = format!("tb-fuse-{test}-{}", std::process::id());
+        let dir = std::env::temp_dir().join(&tag);
+        let pool = PathBuf::from("/dev/shm").join(format!("{tag}.pool"));
+        let _ = std::fs::remove_file(&pool);
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = Mounted { dir, pool };
+        prepare(&m.pool);
+        let out = tailbound(&[
+            "mount",
+            m.pool.to_str().unwrap(),
+            m.dir.to_str().unwrap(),
+            "--pool-size",
+            "512M",
+        ]);
+        assert!(out.status.success(), "mount: {}", stderr(&out));
+        Some(m)
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    /// Runs `script` with `sh -e` in the mount.
+    fn sh(&self, script: &str) -> Output {
+        Command::new("sh")
+            .arg("-ec")
+            .arg(script)
+            .current_dir(&self.dir)
+            .output()
+            .expect("running sh")
+    }
+
+    /// The server process's id: the process whose command line is `tailbound mount POOL ...`.
+    fn server_pid(&self) -> u32 {
+        let want = format!("mount\0{}\0", self.pool.display());
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&want) {
+                return pid;
+            }
+        }
+        panic!("no server process for {}", self.pool.display());
+    }
+
+    /// Mounts the pool again (after its server died) on the same directory.
+    fn remount(&self) {
+        let _ = tailbound(&["umount", "--lazy", self.dir.to_str().unwrap()]);
+        let out = tailbound(&[
+            "mount",
+            self.pool.to_str().unwrap(),
+            self.dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "mount again: {}", stderr(&out));
+    }
+
+    /// Unmounts (syncing the pool) and returns the pool's path, which stays.
+    fn unmount(mut self) -> PathBuf {
+        let out = tailbound(&["umount", self.dir.to_str().unwrap()]);
+        assert!(out.status.success(), "umount: {}", stderr(&out));
+        let _ = std::fs::remove_dir(&self.dir);
+        let pool = std::mem::take(&mut self.pool);
+        self.dir = PathBuf::new();
+        PathBuf::from(&pool)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if !self.dir.as_os_str().is_empty() {
+            let d = self.dir.to_str().unwrap_or("");
+            let out = tailbound(&["umount", d]);
+            if !out.status.success() {
+                let _ = tailbound(&["umount", "--lazy", d]);
+            }
+            let _ = std::fs::remove_dir(&self.dir);
+        }
+        if !self.pool.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&self.pool);
+        }
+    }
+}
+
+fn ok(what: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        stdout(out),
+        stderr(out)
+    );
+    stdout(out)
+}
+
+/// A pool file removed at the end of a test.
+struct PoolFile(PathBuf);
+
+impl Drop for PoolFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_shell_script_runs_on_the_mount_and_its_files_outlive_the_mount() {
+    let Some(m) = Mounted::new("shell") else {
+        return;
+    };
+    let out = m.sh("mkdir -p a/b/c
+         for i in 1 2 3 4 5; do echo line$i >> a/log; done
+         (cd a/b && echo nested > c/file)
+         printf 'z\\ny\\nx\\n' | sort > a/sorted
+         mv a/sorted a/b/sorted
+         ln -s b/sorted a/link
+         ln a/log a/hard
+         cp a/log a/copy && rm a/copy
+         mkfifo a/fifo
+         (echo through-a-fifo > a/fifo &) ; read v < a/fifo; echo \"$v\" > a/fifo-said
+         chmod 600 a/log
+         wc -l < a/hard
+         cat a/link
+         cat a/fifo-said
+         find a | sort
+         stat -c '%a %h' a/log");
+    let text = ok("the script", &out);
+    assert_eq!(
+        text,
+        "5\nx\ny\nz\nthrough-a-fifo\na\na/b\na/b/c\na/b/c/file\na/b/sorted\na/fifo\n\
+         a/fifo-said\na/hard\na/link\na/log\n600 2\n"
+    );
+    let pool = PoolFile(m.unmount());
+    // Synced by the unmount: the pool holds the tree without the mount.
+    let cat = tailbound(&["fs", "cat", pool.0.to_str().unwrap(), "/a/b/c/file"]);
+    assert_eq!(ok("fs cat", &cat), "nested\n");
+}
+
+#[test]
+fn git_init_add_commit_log_and_gc_work_on_the_mount() {
+    let Some(m) = Mounted::new("git") else {
+        return;
+    };
+    let out = m.sh("export GIT_CONFIG_NOSYSTEM=1 HOME=\"$PWD\"
+         git init -q -b main repo
+         cd repo
+         git config user.email t@example.invalid
+         git config user.name tester
+         for i in $(seq 1 20); do echo \"file $i\" > f$i.txt; done
+         mkdir sub && echo deep > sub/deep.txt
+         git add .
+         git commit -q -m first
+         echo changed >> f3.txt
+         git rm -q f4.txt
+         git commit -q -am second
+         git gc -q --aggressive
+         git fsck --full 2>&1
+         git log --format=%s
+         git ls-files | wc -l
+         git status --porcelain | wc -l");
+    let text = ok("git", &out);
+    assert!(text.ends_with("second\nfirst\n20\n0\n"), "{text}");
+}
+
+#[test]
+fn make_j4_builds_and_runs_a_small_c_project_on_the_mount() {
+    let Some(m) = Mounted::new("make") else {
+        return;
+    };
+    let src = m.path("proj");
+    std::fs::create_dir(&src).unwrap();
+    let mut objs = Vec::new();
+    let mut calls = String::new();
+    for i in 0..8 {
+        std::fs::write(
+            src.join(format!("part{i}.c")),
+            format!("#include \"parts.h\"\nint part{i}(void) {{ return {i} * 10; }}\n"),
+        )
+        .unwrap();
+        objs.push(format!("part{i}.o"));
+        calls.push_str(&format!(" + part{i}()"));
+    }
+    let decls: String = (0..8).map(|i| format!("int part{i}(void);\n")).collect();
+    std::fs::write(src.join("parts.h"), decls).unwrap();
+    std::fs::write(
+        src.join("main.c"),
+        format!(
+            "#include <stdio.h>\n#include \"parts.h\"\nint main(void) {{ printf(\"%d\\n\", 0{calls}); return 0; }}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("Makefile"),
+        format!(
+            "OBJS = main.o {}\nprog: $(OBJS)\n\tcc -o $@ $(OBJS)\n%.o: %.c parts.h\n\tcc -O1 -c -o $@ $<\n",
+            objs.join(" ")
+        ),
+    )
+    .unwrap();
+    let out = m.sh("cd proj && make -s -j4 && ./prog && make -q && echo up-to-date");
+    assert_eq!(ok("make", &out), "280\nup-to-date\n");
+    // A changed header rebuilds what depends on it, by its newer modification time.
+    let out = m.sh("cd proj && touch -d 'now + 1 hour' parts.h && make -q || echo stale");
+    assert_eq!(ok("make -q", &out), "stale\n");
+}
+
+#[test]
+fn two_sqlite3_processes_write_one_database_at_once() {
+    let Some(m) = Mounted::new("sqlite") else {
+        return;
+    };
+    let db = m.path("shared.db");
+    let create = Command::new("sqlite3")
+        .arg(&db)
+        .arg("PRAGMA journal_mode=DELETE; CREATE TABLE t(writer TEXT, n INTEGER);")
+        .output()
+        .unwrap();
+    ok("create", &create);
+    const ROWS: usize = 150;
+    let script = |who: &str| {
+        let mut s = String::from(".timeout 30000\n");
+        for n in 0..ROWS {
+            s.push_str(&format!(
+                "BEGIN IMMEDIATE; INSERT INTO t VALUES('{who}', {n}); COMMIT;\n"
+            ));
+        }
+        s
+    };
+    let spawn = |who: &str| {
+        let mut child = Command::new("sqlite3")
+            .arg("-bail")
+            .arg(&db)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let text = script(who);
+        let feeder = std::thread::spawn(move || {
+            use std::io::Write;
+            stdin.write_all(text.as_bytes()).unwrap();
+        });
+        (child, feeder)
+    };
+    let (a, fa) = spawn("a");
+    let (b, fb) = spawn("b");
+    fa.join().unwrap();
+    fb.join().unwrap();
+    ok("writer a", &a.wait_with_output().unwrap());
+    ok("writer b", &b.wait_with_output().unwrap());
+    let check = Command::new("sqlite3")
+        .arg(&db)
+        .arg(
+            "PRAGMA integrity_check; SELECT writer, count(*), count(DISTINCT n) FROM t GROUP BY writer;",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        ok("check", &check),
+        format!("ok\na|{ROWS}|{ROWS}\nb|{ROWS}|{ROWS}\n")
+    );
+}
+
+#[test]
+fn fio_in_its_default_process_mode_writes_and_verifies_on_the_mount() {
+    let Some(m) = Mounted::new("fio") else {
+        return;
+    };
+    let out = Command::new("fio")
+        .args([
+            "--name=mixed",
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=8M",
+            "--numjobs=3",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--fsync=64",
+            "--group_reporting",
+            "--output-format=json",
+        ])
+        .arg(format!("--directory={}", m.dir.display()))
+        .output()
+        .unwrap();
+    let text = ok("fio", &out);
+    let report: serde_json::Value = serde_json::from_str(&text).expect("fio's JSON");
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "{text}");
+    assert_eq!(
+        job["write"]["io_bytes"].as_u64(),
+        Some(3 * (8 << 20)),
+        "three processes wrote their 8 MiB each"
+    );
+    let files = std::fs::read_dir(&m.dir).unwrap().count();
+    assert_eq!(files, 3, "one file per job");
+}
+
+#[test]
+fn tar_packs_and_unpacks_a_tree_on_the_mount() {
+    let Some(m) = Mounted::new("tar") else {
+        return;
+    };
+    let out = m.sh("mkdir -p src/d1/d2 src/empty
+         for i in $(seq 1 50); do head -c $((i * 997)) /dev/urandom > src/d1/f$i; done
+         ln -s d1/f1 src/link
+         ln src/d1/f2 src/d1/d2/hard
+         chmod 751 src/d1/d2
+         tar -czf pack.tgz src
+         mkdir out && tar -xzf pack.tgz -C out
+         diff -r --no-dereference src out/src && echo same
+         stat -c '%a' out/src/d1/d2
+         stat -c '%h' out/src/d1/d2/hard
+         readlink out/src/link");
+    assert_eq!(ok("tar", &out), "same\n751\n2\nd1/f1\n");
+}
+
+#[test]
+fn mount_refuses_a_missing_directory_and_umount_a_directory_it_does_not_serve() {
+    let dir = std::env::temp_dir().join(format!("tb-fuse-none-{}", std::process::id()));
+    let pool = PoolFile(PathBuf::from(format!(
+        "/dev/shm/tb-fuse-none-{}.pool",
+        std::process::id()
+    )));
+    let out = tailbound(&["mount", pool.0.to_str().unwrap(), dir.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("not a directory"), "{}", stderr(&out));
+    assert!(
+        !Path::new(&pool.0).exists(),
+        "no pool made for a failed mount"
+    );
+    let out = tailbound(&["umount", std::env::temp_dir().to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no tailbound mount"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn snapshots_are_browsable_read_only_under_dot_snapshots() {
+    let made = |pool: &Path| {
+        let p = pool.to_str().unwrap();
+        ok("mkfs", &tailbound(&["fs", "mkfs", p, "--size", "64MiB"]));
+        let v1 = std::env::temp_dir().join(format!("tb-fuse-v1-{}", std::process::id()));
+        std::fs::write(&v1, "one\n").unwrap();
+        ok(
+            "put",
+            &tailbound(&["fs", "put", p, v1.to_str().unwrap(), "/a.txt"]),
+        );
+        ok(
+            "snapshot",
+            &tailbound(&["fs", "snapshot", p, "--name", "first"]),
+        );
+        std::fs::write(&v1, "two\n").unwrap();
+        ok(
+            "put",
+            &tailbound(&["fs", "put", p, v1.to_str().unwrap(), "/a.txt"]),
+        );
+        ok("mkdir", &tailbound(&["fs", "mkdir", p, "/later"]));
+        std::fs::remove_file(&v1).unwrap();
+    };
+    let Some(m) = Mounted::with_pool("snapshots", made) else {
+        return;
+    };
+    let out = m.sh("cat a.txt .snapshots/first/a.txt
+         ls .snapshots
+         ls .snapshots/first
+         find . | sort
+         echo x > .snapshots/first/new 2>/dev/null || echo refused-create
+         rm .snapshots/first/a.txt 2>/dev/null || echo refused-rm
+         echo x >> .snapshots/first/a.txt 2>/dev/null || echo refused-write");
+    assert_eq!(
+        ok("browse", &out),
+        "two\none\nfirst\na.txt\n.\n./a.txt\n./later\nrefused-create\nrefused-rm\nrefused-write\n"
+    );
+}
+
+#[test]
+fn a_killed_server_loses_no_append_two_processes_saw_fsynced() {
+    let Some(m) = Mounted::new("kill") else {
+        return;
+    };
+    // Each writer appends numbered lines, fsyncs each, and prints the number once fsync returned.
+    let writer = |tag: &str| {
+        Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import os, sys\n\
+                 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)\n\
+                 i = 0\n\
+                 while True:\n\
+                 \x20   os.write(fd, ('%s %d\\n' % (sys.argv[2], i)).encode())\n\
+                 \x20   os.fsync(fd)\n\
+                 \x20   print(i, flush=True)\n\
+                 \x20   i += 1\n",
+            )
+            .arg(m.path("log"))
+            .arg(tag)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut children = [writer("a"), writer("b")];
+    let readers: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            use std::io::BufRead;
+            let out = std::io::BufReader::new(c.stdout.take().unwrap());
+            let (tx, rx) = std::sync::mpsc::channel::<i64>();
+            std::thread::spawn(move || {
+                for line in out.lines() {
+                    let Ok(line) = line else { break };
+                    let Ok(n) = line.trim().parse::<i64>() else {
+                        break;
+                    };
+                    if tx.send(n).is_err() {
+                        break;
+                    }
+                }
+            });
+            rx
+        })
+        .collect();
+    // Wait until both have 100 acknowledged appends, then kill the server mid-stream.
+    let mut acked = [-1i64; 2];
+    for (k, rx) in readers.iter().enumerate() {
+        while acked[k] < 100 {
+            acked[k] = rx.recv().expect("a writer stopped before 100 appends");
+        }
+    }
+    let killed = Command::new("kill")
+        .arg("-9")
+        .arg(m.server_pid().to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    for (k, rx) in readers.iter().enumerate() {
+        // The writers fail once the server is gone; every number they printed counts.
+        while let Ok(n) = rx.recv() {
+            acked[k] = n;
+        }
+    }
+    for c in &mut children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    m.remount();
+    // A missing file lost every append.
+    let text = std::fs::read_to_string(m.path("log")).unwrap_or_default();
+    for (k, tag) in ["a", "b"].iter().enumerate() {
+        let seen: std::collections::BTreeSet<i64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("{tag} ")))
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        for n in 0..=acked[k] {
+            assert!(
+                seen.contains(&n),
+                "writer {tag}: acknowledged append {n} lost"
+            );
+        }
+    }
+}
+
+#[test]
+fn posix_locks_conflict_between_processes_wait_and_die_with_their_holder() {
+    let Some(m) = Mounted::new("locks") else {
+        return;
+    };
+    std::fs::write(m.path("f"), b"locked file").unwrap();
+    // `hold` takes a write lock, says so, then waits for its stdin to close (or its death).
+    let py = |code: &str| {
+        Command::new("python3")
+            .arg("-c")
+            .arg(format!(
+                "import fcntl, os, sys\nfd = os.open(sys.argv[1], os.O_RDWR)\n{code}"
+            ))
+            .arg(m.path("f"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let read_line = |c: &mut std::process::Child| {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(c.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line
+    };
+    let try_lock = "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    print('got')\n\
+                    except OSError:\n    print('busy')\n";
+    let hold = "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\nsys.stdin.read()\n";
+    let mut holder = py(hold);
+    assert_eq!(read_line(&mut holder), "held\n");
+    let other = py(try_lock).wait_with_output().unwrap();
+    assert_eq!(stdout(&other), "busy\n", "another process's lock conflicts");
+    // The checker runs beside the holder: a process started after the holder died could get
+    // its lock owner number (the kernel's, from the address of the process's file table).
+    let mut checker = py(&format!("sys.stdin.readline()\n{try_lock}"));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    {
+        use std::io::Write;
+        checker.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    }
+    let after = checker.wait_with_output().unwrap();
+    assert_eq!(
+        stdout(&after),
+        "got\n",
+        "a killed process's lock is released"
+    );
+    // A waiter blocks in F_SETLKW until the holder lets go (here: exits when its stdin closes).
+    let mut holder = py(hold);
+    assert_eq!(read_line(&mut holder), "held\n");
+    let mut waiter = py("fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('waited', flush=True)\n");
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    assert_eq!(read_line(&mut waiter), "waited\n");
+    waiter.wait().unwrap();
+}

@@ -1,0 +1,121 @@
+//! A tbfs pool at a kernel path, through FUSE: [`serve`] mounts an open pool ([`tailbound::tbfs::Fs`])
+//! on a directory and answers the kernel's requests until the directory is unmounted.
+//!
+//! The kernel does the path walk, the dentry and attribute caches and, with the
+//! `default_permissions` mount option, every permission check (owner, mode bits, sticky
+//! directories, `chown`/`chmod` rules): the pool sees one directory and one name at a time, by
+//! inode number ([`tailbound::tbfs::by_ino`]). Writes go through the kernel's writeback cache, in
+//! requests of up to [`Options::max_write`] bytes. POSIX record locks go to the pool's lock table
+//! ([`tailbound::tbfs::Fs::locks`]), so any other front end of the same pool sees them; `flock`
+//! locks stay in the kernel, which is the only client of a mount.
+//!
+//! The pool is held as an `Arc<Fs>`: the same process can serve it through other front ends
+//! while it is mounted.
+
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fuser::{Config, MountOption, SessionACL};
+use tailbound::tbfs::Fs;
+
+mod generations;
+mod ops;
+mod snapshots;
+
+pub use ops::TbFuse;
+
+/// How a pool is mounted.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The mount's source as `mount` lists it (the pool's path).
+    pub source: String,
+    /// Let every user use the mount (`allow_other`; a user other than root needs
+    /// `user_allow_other` in /etc/fuse.conf). Otherwise only the mounting user can.
+    pub allow_other: bool,
+    /// Threads reading the kernel's requests.
+    pub threads: usize,
+    /// Let the kernel buffer writes in its page cache and send them in large requests.
+    pub writeback_cache: bool,
+    /// The largest write request, in bytes (the kernel also caps it, at 1 MiB by default).
+    pub max_write: u32,
+    /// How long the kernel may trust an attribute or a name it was given.
+    pub ttl: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            source: "tailbound".to_string(),
+            allow_other: false,
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get().clamp(2, 8))
+                .unwrap_or(2),
+            writeback_cache: true,
+            max_write: 1 << 20,
+            ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Unmounts a mount [`serve`] made, from any thread (a signal handler's, say): lazily, so
+/// processes still using the mount finish with it, and [`serve`] returns once they have.
+#[derive(Clone)]
+pub struct Unmounter(Arc<Mutex<fuser::SessionUnmounter>>);
+
+impl Unmounter {
+    pub fn unmount(&self) -> io::Result<()> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).unmount()
+    }
+}
+
+/// Mounts `fs` on `dir` and serves it until `dir` is unmounted (`umount`, `fusermount3 -u`,
+/// or [`Unmounter::unmount`]). `mounted` is called once the kernel has the mount, with a way to
+/// end it. The pool is left open: sync or close it after this returns.
+pub fn serve(
+    fs: Arc<Fs>,
+    dir: &Path,
+    options: &Options,
+    mounted: impl FnOnce(Unmounter),
+) -> io::Result<()> {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName(options.source.clone()),
+        MountOption::Subtype("tailbound".to_string()),
+        MountOption::DefaultPermissions,
+        MountOption::Dev,
+        MountOption::Suid,
+        MountOption::RW,
+    ];
+    config.acl = if options.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(options.threads.max(1));
+    config.clone_fd = true;
+    let fuse = TbFuse::new(fs, options);
+    let mut session = fuser::Session::new(fuse, dir, &config)?;
+    mounted(Unmounter(Arc::new(Mutex::new(session.unmount_callable()))));
+    session.run()
+}
+
+/// Whether this process may mount through FUSE here: `/dev/fuse` opens, and `fusermount3` is
+/// installed or the process is root.
+pub fn can_mount() -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .map_err(|e| format!("/dev/fuse: {e}"))?;
+    let root = tailbound::sys::proc::is_root();
+    let helper = ["/usr/bin/fusermount3", "/bin/fusermount3"]
+        .iter()
+        .any(|p| Path::new(p).exists());
+    if root || helper {
+        Ok(())
+    } else {
+        Err("neither root nor fusermount3 (Debian's fuse3 package)".to_string())
+    }
+}
