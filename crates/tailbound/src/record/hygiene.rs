@@ -63,9 +63,13 @@ pub struct Hygiene {
     pub batch_background: Permit,
     /// CPUs this process may use.
     pub cpus: usize,
-    /// The CPU the demo pins recording threads to (`--cpu`), with the flush thread kept off it:
-    /// the last CPU, when there are at least two.
+    /// The CPU the demo pins recording threads to (`--cpu`), with the flush thread kept off it,
+    /// when there are at least two: the one that has served the fewest block-device completions
+    /// (`BLOCK` softirqs), since those run on whatever thread has that CPU, and the last CPU when
+    /// they cannot be read.
     pub suggested_cpu: Option<usize>,
+    /// `BLOCK` softirqs each CPU has served since boot (`/proc/softirqs`), when readable.
+    pub block_softirqs: Vec<u64>,
     /// `/sys/devices/system/cpu/isolated`: CPUs kept free of other work, if any.
     pub isolated_cpus: String,
 }
@@ -95,6 +99,9 @@ pub fn probe() -> Hygiene {
     let prefault = SharedMapping::anonymous(4096).and_then(|m| m.populate_write(0, 4096));
     let cpus = proc::online_cpus();
     let read = |path: &str| std::fs::read_to_string(path).map(|s| s.trim().to_string());
+    let block_softirqs = read("/proc/softirqs")
+        .map(|s| block_softirqs(&s))
+        .unwrap_or_default();
     Hygiene {
         lock_memory: Permit::from(lock, "needs CAP_IPC_LOCK or a larger RLIMIT_MEMLOCK"),
         memlock_limit: proc::memlock_limit().ok().flatten(),
@@ -108,9 +115,36 @@ pub fn probe() -> Hygiene {
             .and_then(|s| s.parse().ok()),
         batch_background: Permit::from(on_thread(proc::set_batch_policy), "SCHED_BATCH"),
         cpus,
-        suggested_cpu: (cpus >= 2).then(|| cpus - 1),
+        suggested_cpu: suggest_cpu(cpus, &block_softirqs),
+        block_softirqs,
         isolated_cpus: read("/sys/devices/system/cpu/isolated").unwrap_or_default(),
     }
+}
+
+/// Each CPU's count on the `BLOCK:` line of `/proc/softirqs`; empty when there is none.
+pub fn block_softirqs(softirqs: &str) -> Vec<u64> {
+    softirqs
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("BLOCK:"))
+        .map(|counts| {
+            counts
+                .split_whitespace()
+                .map_while(|c| c.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The CPU to pin a recording thread to, among `cpus` (at least two): the one that served the
+/// fewest block completions, the last of equals; the last CPU without counts.
+pub fn suggest_cpu(cpus: usize, block_softirqs: &[u64]) -> Option<usize> {
+    if cpus < 2 {
+        return None;
+    }
+    let quietest = (0..cpus.min(block_softirqs.len()))
+        .rev()
+        .min_by_key(|&c| block_softirqs[c]);
+    Some(quietest.unwrap_or(cpus - 1))
 }
 
 impl fmt::Display for Hygiene {
@@ -143,8 +177,15 @@ impl fmt::Display for Hygiene {
         match self.suggested_cpu {
             Some(cpu) => writeln!(
                 f,
-                "  pinning (--cpu N): {} CPUs; --cpu {cpu} keeps the flush thread on the others{}",
+                "  pinning (--cpu N): {} CPUs; --cpu {cpu} ({}) keeps the flush thread on the others{}",
                 self.cpus,
+                match self.block_softirqs.get(cpu) {
+                    Some(n) => format!(
+                        "served {n} of {} block completions",
+                        self.block_softirqs.iter().sum::<u64>()
+                    ),
+                    None => "block completions per CPU unknown".to_string(),
+                },
                 if self.isolated_cpus.is_empty() {
                     " (no CPU is isolated: isolcpus= keeps other work off one)".to_string()
                 } else {
@@ -162,6 +203,20 @@ impl fmt::Display for Hygiene {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_suggested_cpu_serves_the_fewest_block_completions() {
+        let softirqs = "                    CPU0       CPU1       CPU2\n\
+                      TIMER:     298487     370357     1\n\
+                      BLOCK:      14360    2092648     14360\n";
+        assert_eq!(block_softirqs(softirqs), [14360, 2092648, 14360]);
+        assert_eq!(suggest_cpu(3, &block_softirqs(softirqs)), Some(2));
+        assert_eq!(suggest_cpu(2, &[14360, 2092648]), Some(0));
+        assert_eq!(suggest_cpu(2, &[]), Some(1));
+        assert_eq!(suggest_cpu(1, &[5]), None);
+        assert!(block_softirqs("garbage\nBLOCK: x y").is_empty());
+        assert!(block_softirqs("").is_empty());
+    }
 
     #[test]
     fn probing_reports_every_setting_and_changes_nothing() {

@@ -168,7 +168,8 @@ impl SlowWrite {
         if parts.is_empty() {
             parts.push(format!(
                 "no fault and no context switch: ran {:.0} us on the CPU as the kernel counts it \
-                 (in the call, spinning for a lock, or a hypervisor that took the CPU unseen)",
+                 (in the call; in interrupts and softirqs served on this CPU, such as disk \
+                 completions; spinning for a lock; or a hypervisor that took the CPU unseen)",
                 self.cpu_time_ns as f64 / 1000.0
             ));
         }
