@@ -1,4 +1,4 @@
-//! `tailbound demo`: a one-minute tour on a temporary directory, needing no configuration.
+//! `tailbound demo`: a tour of a few minutes on a temporary directory, needing no configuration.
 //!
 //! Records the same periodic stream with the conventional design and with tailbound's recorder,
 //! side by side, with and without a competing buffered writer, prints the comparison, then shows
