@@ -502,6 +502,13 @@ struct RecordArgs {
     /// root), so deadline misses come from I/O rather than from waiting for a CPU.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=99))]
     rt_priority: Option<u8>,
+    /// Pin every case's periodic (measuring) thread to this CPU; tailbound's flush thread keeps
+    /// off it.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// Lock tailbound's recorders in memory (mlockall; the mapped windows ahead are mlocked).
+    #[arg(long)]
+    mlock: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -797,6 +804,8 @@ fn run_record(args: RecordArgs) -> CliResult {
     bench.record_bytes = args.size;
     bench.flush_every_bytes = args.flush_every;
     bench.rt_priority = args.rt_priority;
+    bench.cpu = args.cpu;
+    bench.mlock = args.mlock;
     if let Some(sets) = args.sets {
         bench.sets = sets;
     }

@@ -1,4 +1,4 @@
-//! `tailbound demo`: a one-minute tour on a temporary directory, needing no configuration.
+//! `tailbound demo`: a tour of a few minutes on a temporary directory, needing no configuration.
 //!
 //! Records the same periodic stream with the conventional design and with tailbound's recorder,
 //! side by side, with and without a competing buffered writer, prints the comparison, then shows
@@ -23,14 +23,20 @@ use tailbound::tbfs::{Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering, Syn
 
 use crate::CliResult;
 
+/// The SCHED_FIFO priority of the demo's recording threads, where permitted.
+const DEMO_RT_PRIORITY: u8 = 50;
+
 #[derive(clap::Args)]
 pub struct DemoArgs {
     /// Directory to work in (default: a new temporary directory, removed afterwards).
     #[arg(long)]
     dir: Option<std::path::PathBuf>,
-    /// Writes per case (at 5 ms each: 1,500 writes take 7.5 s).
+    /// Writes per set (at 5 ms each: 1,500 writes take 7.5 s).
     #[arg(long, default_value_t = 1500)]
     writes: u64,
+    /// Sets per case; each case reports its worst set.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(3..))]
+    sets: u32,
 }
 
 pub fn run(args: DemoArgs) -> CliResult {
@@ -41,16 +47,44 @@ pub fn run(args: DemoArgs) -> CliResult {
     let dir = scratch.path();
     println!("tailbound demo — working in {}\n", dir.display());
     println!(
-        "1. Recording 16 KiB every 5 ms, {} writes per case.",
-        args.writes
+        "1. Recording 16 KiB every 5 ms, {} sets of {} writes per case (each case shows its worst set).",
+        args.sets, args.writes
     );
     println!(
         "   conventional: append + fdatasync every 2 MiB on a background thread (the paper's NONE)"
     );
-    println!("   tailbound:    zero-filled file + pipelined data-only flushing + framed, checksummed records");
+    println!("   tailbound:    zero-filled file stored through a mapping + pipelined data-only flushing + framed, checksummed records");
     println!("   decoupled:    tailbound with a writer thread behind a preallocated ring");
     println!("   Each runs alone, then beside a buffered writer that fsyncs every 64 MiB.");
-    println!("   FLOOR copies each record into memory with no I/O: this machine's own noise.\n");
+    println!("   FLOOR copies each record into memory with no I/O: this machine's own noise.");
+    let hygiene = tailbound::record::hygiene::probe();
+    let rt_priority = hygiene.rt_priority.permitted.then_some(DEMO_RT_PRIORITY);
+    let cpu = hygiene.suggested_cpu;
+    let mlock = hygiene.lock_memory.permitted;
+    println!("   Real-time settings this machine permits, used here:");
+    println!(
+        "     recording threads of every case (FLOOR and conventional too): {}",
+        match (rt_priority, cpu) {
+            (Some(p), Some(c)) => format!("SCHED_FIFO {p}, pinned to CPU {c}"),
+            (Some(p), None) => format!("SCHED_FIFO {p} (one CPU: not pinned)"),
+            (None, Some(c)) => format!(
+                "pinned to CPU {c}; not SCHED_FIFO ({})",
+                hygiene.rt_priority
+            ),
+            (None, None) => format!("ordinary threads ({})", hygiene.rt_priority),
+        }
+    );
+    println!(
+        "     tailbound: flush thread {}in SCHED_BATCH, next windows prefaulted: {}, memory locked: {}",
+        cpu.map_or(String::new(), |c| format!("kept off CPU {c}, ")),
+        hygiene.prefault_windows,
+        if mlock {
+            "yes (mlockall; the windows ahead mlocked)".to_string()
+        } else {
+            hygiene.lock_memory.to_string()
+        }
+    );
+    println!();
     let mut cases = Vec::new();
     for load in [LoadKind::None, LoadKind::BufferedWriter] {
         cases.push(RecordCase {
@@ -63,22 +97,27 @@ pub fn run(args: DemoArgs) -> CliResult {
             design: Design::tailbound_default(),
             load,
         });
+        if load == LoadKind::BufferedWriter {
+            cases.push(RecordCase {
+                name: TAILBOUND_DECOUPLED.into(),
+                design: Design::tailbound_default().decoupled(),
+                load,
+            });
+        }
+        cases.push(RecordCase {
+            name: FLOOR.into(),
+            design: Design::noise_floor(),
+            load,
+        });
     }
-    cases.push(RecordCase {
-        name: TAILBOUND_DECOUPLED.into(),
-        design: Design::tailbound_default().decoupled(),
-        load: LoadKind::BufferedWriter,
-    });
-    cases.push(RecordCase {
-        name: FLOOR.into(),
-        design: Design::noise_floor(),
-        load: LoadKind::None,
-    });
     let bench = RecordBench {
         writes: args.writes.max(1),
-        sets: 1,
+        sets: args.sets,
         cases,
         load: LoadConfig::quick(),
+        rt_priority,
+        cpu,
+        mlock,
         ..RecordBench::paper(dir.to_path_buf())
     };
     let report = bench.run(|rows| {
@@ -97,8 +136,13 @@ pub fn run(args: DemoArgs) -> CliResult {
     let targets = check_targets(&report.cases);
     let met = targets.iter().filter(|t| t.met).count();
     println!(
-        "{met} of {} targets met on this machine in this run (machines are noisy: `tailbound bench record` repeats sets).\n",
-        targets.len()
+        "{met} of {} recorder targets met on this machine in this run{}.\n",
+        targets.len(),
+        if met == targets.len() {
+            ""
+        } else {
+            " (the slowest calls above say why; `tailbound record --trace-slow 200us` traces them)"
+        }
     );
 
     println!("2. A recording cut off by a crash.");

@@ -14,7 +14,7 @@ use tailbound::bench::report::write_json;
 use tailbound::bench::stats::LatencySummary;
 use tailbound::record::{
     read_full, verify, Allocation, DecoupledOptions, FlushMode, Flusher, Framing, Overflow,
-    RecordCounters, Recorder, RecorderOptions, RecyclePool,
+    RecordCounters, Recorder, RecorderOptions, RecyclePool, SlowTrace, TracedCalls,
 };
 use tailbound::units::{parse_bytes, parse_duration, Bytes};
 
@@ -114,15 +114,22 @@ struct RunArgs {
     /// journals, out of the recording's path; append always uses write()).
     #[arg(long)]
     syscall_writes: bool,
-    /// Lock the process in memory (mlockall).
+    /// Lock the process in memory (mlockall, pages locked as they are touched) and the mapped
+    /// windows ahead of the writer (mlock) until they are flushed. `tailbound doctor` says whether
+    /// this machine permits it.
     #[arg(long)]
     mlockall: bool,
     /// SCHED_FIFO priority (1-99) for the thread that writes (root or CAP_SYS_NICE).
     #[arg(long)]
     rt_priority: Option<u8>,
-    /// Pin the thread that writes to this CPU.
+    /// Pin the thread that writes to this CPU; the flush thread then runs on the other CPUs.
     #[arg(long)]
     cpu: Option<usize>,
+    /// Trace every write slower than this (e.g. 200us): its index and file offset, what the flush
+    /// thread was doing, page faults, context switches and the CPU; printed after the report and
+    /// kept in --json. Costs two getrusage calls per write, outside the timed part.
+    #[arg(long, value_parser = parse_duration)]
+    trace_slow: Option<Duration>,
     /// Print a line on stderr each time more data is known to be on the device.
     #[arg(long)]
     verbose: bool,
@@ -198,6 +205,10 @@ struct RecordReport {
     overwritten: u64,
     blocked: u64,
     flushes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slow_writes: Option<SlowTrace>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    writer_slow_writes: Option<SlowTrace>,
 }
 
 fn describe(o: &RecorderOptions) -> String {
@@ -218,6 +229,18 @@ fn describe(o: &RecorderOptions) -> String {
             Bytes(d.ring_bytes),
             d.overflow
         ));
+    }
+    if o.mlockall {
+        s.push_str(" mlockall");
+    }
+    if let Some(p) = o.rt_priority {
+        s.push_str(&format!(" SCHED_FIFO={p}"));
+    }
+    if let Some(cpu) = o.cpu {
+        s.push_str(&format!(" cpu={cpu} (flush thread off it)"));
+    }
+    if let Some(t) = o.trace_slow {
+        s.push_str(&format!(" trace-slow={t:?}"));
     }
     s
 }
@@ -249,6 +272,7 @@ fn run_record(args: RunArgs) -> CliResult {
         cpu: args.cpu,
         measure_writes: false,
         mapped: !args.syscall_writes,
+        trace_slow: args.trace_slow,
     };
     options.validate()?;
     let mut input: Option<Box<dyn Read>> = match args.input.as_deref() {
@@ -344,6 +368,12 @@ fn run_record(args: RunArgs) -> CliResult {
         &summary.counters,
         summary.file_bytes,
     );
+    for trace in [&summary.slow_writes, &summary.writer_slow_writes]
+        .into_iter()
+        .flatten()
+    {
+        print_trace(trace);
+    }
     if let Some(path) = args.json {
         let c = summary.counters;
         write_json(
@@ -362,10 +392,36 @@ fn run_record(args: RunArgs) -> CliResult {
                 overwritten: c.overwritten,
                 blocked: c.blocked,
                 flushes: c.flushes,
+                slow_writes: summary.slow_writes.clone(),
+                writer_slow_writes: summary.writer_slow_writes.clone(),
             },
         )?;
     }
     Ok(())
+}
+
+/// Prints a trace's slow calls, one a line, then how many there were.
+fn print_trace(trace: &SlowTrace) {
+    let mut out = std::io::stdout().lock();
+    let whose = match trace.calls {
+        TracedCalls::Recorder => "write() calls",
+        TracedCalls::Writer => "the writer thread's writes",
+    };
+    let _ = writeln!(
+        out,
+        "slow {whose} (over {:.0} µs): {} of {}{}",
+        trace.bound_ns as f64 / 1000.0,
+        trace.events.len() as u64 + trace.not_kept,
+        trace.traced,
+        if trace.not_kept > 0 {
+            format!(" ({} not kept: the trace buffer was full)", trace.not_kept)
+        } else {
+            String::new()
+        }
+    );
+    for e in &trace.events {
+        let _ = writeln!(out, "  {e}");
+    }
 }
 
 /// A deterministic record: its index, then a pattern derived from it.

@@ -37,7 +37,7 @@ impl std::error::Error for ExitStatus {}
     about = "Fast, bounded-latency, crash-safe writes on Linux, in user space",
     long_about = "tailbound makes writes on Linux fast, bounded in latency and crash-safe, in user space, \
 on an unmodified kernel.\n\n\
-Start with `tailbound demo` for a one-minute tour, `tailbound doctor DIR` to see what a directory's \
+Start with `tailbound demo` for a tour of a few minutes, `tailbound doctor DIR` to see what a directory's \
 file system and the kernel's writeback settings mean for latency, and `tailbound record --help` to \
 record periodic data with bounded write() latency."
 )]
@@ -48,7 +48,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// A one-minute tour on a temporary directory: the conventional design and tailbound's
+    /// A tour of a few minutes on a temporary directory: the conventional design and tailbound's
     /// recorder side by side, with and without background load, then a crash-cut recording.
     Demo(cmd_demo::DemoArgs),
     /// Record periodic data with bounded write() latency, or verify a recording.

@@ -21,12 +21,13 @@ fn list_shows_the_papers_columns_and_tailbounds_modes() {
         "tailbound@buffered-writer",
         "tailbound-recycle@direct-writer",
         "tailbound-decoupled@seq-read",
+        "tailbound-write@none",
         "FLOOR@bgall",
     ] {
         assert!(text.contains(id), "missing {id} in:\n{text}");
     }
-    // 12 paper columns, NONE under the 5 other loads, and 4 tailbound modes and FLOOR under all 6.
-    assert_eq!(text.lines().count(), 12 + 5 + 6 * 5);
+    // 12 paper columns, NONE under the 5 other loads, and 5 tailbound modes and FLOOR under all 6.
+    assert_eq!(text.lines().count(), 12 + 5 + 6 * 6);
 }
 
 #[test]
@@ -169,6 +170,32 @@ fn demo_runs_end_to_end_on_a_short_stream() {
     assert!(text.contains("NONE@buffered-writer"), "{text}");
     assert!(text.contains("tailbound@none"), "{text}");
     assert!(text.contains("targets met"), "{text}");
+    // At least 3 sets, FLOOR and the conventional design beside tailbound, the targets,
+    // and what real-time settings were used.
+    assert!(text.contains("3 sets of 40 writes"), "{text}");
+    assert!(text.contains("FLOOR@none"), "{text}");
+    assert!(text.contains("FLOOR@buffered-writer"), "{text}");
+    assert!(
+        text.contains("tailbound-decoupled/producer@buffered-writer"),
+        "{text}"
+    );
+    for target in [
+        "tailbound's max ≤ ½ of the conventional design's max under every background load",
+        "with no load, tailbound's max ≤ the conventional design's max",
+        "with no load, tailbound's max ≤ FLOOR's max + 100 µs",
+        "the decoupled producer's max ≤ FLOOR's max + 50 µs under the buffered writer",
+        "zero deadline misses under every load for every tailbound mode",
+    ] {
+        assert!(
+            text.contains(target),
+            "missing target {target:?} in:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("Real-time settings this machine permits"),
+        "{text}"
+    );
+    assert!(text.contains("slowest call"), "{text}");
     assert!(text.contains("whole frames"), "{text}");
     // The tbfs parts: both file systems measured, and every acknowledged write recovered.
     assert!(

@@ -209,3 +209,42 @@ fn a_killed_recording_keeps_every_flushed_frame() {
         "{v}"
     );
 }
+
+#[test]
+fn trace_slow_lists_each_slow_write_and_keeps_it_in_the_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("traced.tbr");
+    let json = dir.path().join("traced.json");
+    // A zero bound traces every write: 8 records of 4 KiB.
+    let out = run(&[
+        "record",
+        "--period",
+        "1ms",
+        "--size",
+        "4KiB",
+        "--total",
+        "32KiB",
+        "--trace-slow",
+        "0us",
+        "--json",
+        json.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("slow write() calls (over 0 µs): 8 of 8"),
+        "{text}"
+    );
+    for i in 0..8 {
+        assert!(text.contains(&format!("  #{i} ")), "{text}");
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let events = report["slow_writes"]["events"].as_array().unwrap();
+    assert_eq!(events.len(), 8);
+    assert_eq!(events[0]["index"], 0);
+    assert!(events[7]["offset"].as_u64().unwrap() > 0);
+    assert!(events[0]["flusher_at_start"].is_string());
+    assert_eq!(verify_json(&file)["frames"], 8);
+}

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::record::hygiene::{self, Hygiene};
 use crate::sys::file::{sync_file_range, SyncRange};
 use crate::sys::fs::{cachestat, statfs};
 use crate::units::Bytes;
@@ -239,6 +240,8 @@ pub struct Diagnosis {
     pub space: Space,
     pub sync_file_range: ProbeResult,
     pub root: bool,
+    /// The real-time settings a recorder may use here.
+    pub hygiene: Hygiene,
     pub advice: Vec<Advice>,
 }
 
@@ -359,6 +362,24 @@ fn advise(d: &Diagnosis) -> Vec<Advice> {
             });
         }
     }
+    let h = &d.hygiene;
+    if h.rt_priority.permitted || h.lock_memory.permitted {
+        let mut flags = Vec::new();
+        if h.rt_priority.permitted {
+            flags.push("--rt-priority 50".to_string());
+        }
+        if h.lock_memory.permitted {
+            flags.push("--mlockall".to_string());
+        }
+        if let Some(cpu) = h.suggested_cpu {
+            flags.push(format!("--cpu {cpu}"));
+        }
+        a.push(Advice {
+            topic: "real-time",
+            message: "this machine permits the recorder's real-time settings: a recording thread in SCHED_FIFO, pinned, with its memory locked, waits for no other thread and no page".into(),
+            command: Some(format!("tailbound record {} ...", flags.join(" "))),
+        });
+    }
     let avail = d.space.available_bytes;
     if avail < (1 << 30) || avail.saturating_mul(10) < d.space.total_bytes {
         a.push(Advice {
@@ -433,6 +454,7 @@ pub fn diagnose(path: &Path, options: &DoctorOptions) -> Result<Diagnosis, Docto
         },
         sync_file_range,
         root: crate::sys::proc::is_root(),
+        hygiene: hygiene::probe(),
         advice: Vec::new(),
         mount,
     };
@@ -529,6 +551,11 @@ impl fmt::Display for Diagnosis {
             "\nRoot: {} (needed for --flusher off and loop mounts)",
             if self.root { "yes" } else { "no" }
         )?;
+        writeln!(
+            f,
+            "\nReal-time hygiene (tailbound record; each is optional)"
+        )?;
+        write!(f, "{}", self.hygiene)?;
         writeln!(f, "\nAdvice")?;
         if self.advice.is_empty() {
             writeln!(f, "  nothing to change")?;

@@ -45,6 +45,8 @@ pub struct PeriodicResult {
     pub skipped_periods: u64,
     /// From the first release to the end of the last call.
     pub elapsed: Duration,
+    /// The index of the slowest call (the first of equals); `None` when no call was made.
+    pub slowest_call: Option<u64>,
 }
 
 /// Whether a periodic run goes on after a call.
@@ -78,6 +80,7 @@ pub fn run_periodic<R: Into<Flow>>(
     let start = monotonic_now();
     let mut timer = PeriodicTimer::starting_at(start, cfg.period);
     let mut end = start;
+    let mut slowest: Option<(u64, Duration)> = None;
     for i in 0..cfg.count {
         if i > 0 {
             // Jump over releases that ended while the previous call (or a late wake-up) ran.
@@ -90,7 +93,11 @@ pub fn run_periodic<R: Into<Flow>>(
             .map_err(|e| io::Error::new(e.kind(), format!("periodic call {i}: {e}")))?
             .into();
         end = monotonic_now();
-        latency.record(end.since(begin));
+        let took = end.since(begin);
+        latency.record(took);
+        if slowest.is_none_or(|(_, worst)| took > worst) {
+            slowest = Some((i, took));
+        }
         if end > tick.release.plus(cfg.period) {
             late_calls += 1;
         }
@@ -109,6 +116,7 @@ pub fn run_periodic<R: Into<Flow>>(
         late_calls,
         skipped_periods,
         elapsed: end.since(start),
+        slowest_call: slowest.map(|(i, _)| i),
     })
 }
 
@@ -172,6 +180,8 @@ mod tests {
         );
         assert!(result.latency.max() >= (period * 3).as_nanos() as u64);
         assert_eq!(result.latency.count(), 10);
+        let slowest = result.slowest_call.unwrap();
+        assert!(overrun.contains(&slowest), "{result:?}");
     }
 
     #[test]

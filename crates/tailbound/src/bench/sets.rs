@@ -114,6 +114,7 @@ mod tests {
                 late_calls: misses,
                 skipped_periods: 0,
                 elapsed: Duration::from_millis(10),
+                slowest_call: Some(1),
             }
         };
         let runs = [run(50_000, 0), run(4_454_000, 1), run(300_000, 0)];

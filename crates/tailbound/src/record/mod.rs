@@ -12,15 +12,19 @@
 mod fileops;
 mod flusher;
 pub mod frame;
+pub mod hygiene;
 mod options;
 mod recorder;
 mod recycle;
 mod ring;
+pub mod trace;
 mod verify;
 mod writer;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_rt;
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +36,7 @@ pub use options::{
 };
 pub use recorder::{DurableWatch, Recorder};
 pub use recycle::RecyclePool;
+pub use trace::{FlusherActivity, SlowTrace, SlowWrite, TracedCalls};
 pub use verify::{read_full, verify, StopReason, VerifyReport};
 
 /// What went wrong with a recording. Messages name the file and the operation.
@@ -90,6 +95,11 @@ pub struct RecordSummary {
     pub file_bytes: u64,
     /// Each `write()` system call's latency in ns, with `measure_writes`.
     pub writer_latency: Option<hdrhistogram::Histogram<u64>>,
+    /// The application's `write` calls slower than `trace_slow` (in decoupled mode, its copies into
+    /// the ring).
+    pub slow_writes: Option<SlowTrace>,
+    /// In decoupled mode, the writer thread's writes slower than `trace_slow`.
+    pub writer_slow_writes: Option<SlowTrace>,
 }
 
 /// Maps an `io::Error` to a [`RecordError::Io`] naming the path and the operation.

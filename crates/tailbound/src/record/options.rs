@@ -3,9 +3,10 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::record::RecordError;
-use crate::units::parse_bytes;
+use crate::units::{parse_bytes, parse_duration};
 
 macro_rules! named_enum {
     ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
@@ -154,6 +155,10 @@ pub struct RecorderOptions {
     /// wait behind a commit for tens of milliseconds. Where the file cannot be mapped or faulted
     /// in ahead (Linux before 5.14, some file systems), the recorder makes `write()` calls instead.
     pub mapped: bool,
+    /// Trace every recording call slower than this: its index and offset, what the background
+    /// thread was doing, the page faults and context switches it took and the CPUs it ran on
+    /// (see [`crate::record::SlowTrace`]; returned by `finish`).
+    pub trace_slow: Option<Duration>,
 }
 
 impl Default for RecorderOptions {
@@ -174,6 +179,7 @@ impl Default for RecorderOptions {
             cpu: None,
             measure_writes: false,
             mapped: true,
+            trace_slow: None,
         }
     }
 }
@@ -258,7 +264,7 @@ impl FromStr for RecorderOptions {
 
     /// Parses `key=value,key=value`: `allocation`, `flush`, `flush-every`, `flusher`, `framing`,
     /// `expected-size`, `pool`, `decoupled` (ring size), `overflow`, `mlockall`, `rt-priority`,
-    /// `cpu`, `measure-writes`, `mapped`. Unnamed keys keep their defaults; an empty string is the default.
+    /// `cpu`, `measure-writes`, `mapped`, `trace-slow` (a duration). Unnamed keys keep their defaults; an empty string is the default.
     fn from_str(spec: &str) -> Result<Self, Self::Err> {
         let mut o = RecorderOptions::default();
         let mut overflow = None;
@@ -287,6 +293,12 @@ impl FromStr for RecorderOptions {
                 "cpu" => o.cpu = Some(parse_num(key, value)?),
                 "measure-writes" => o.measure_writes = parse_bool(key, value)?,
                 "mapped" => o.mapped = parse_bool(key, value)?,
+                "trace-slow" => {
+                    o.trace_slow = Some(
+                        parse_duration(value)
+                            .map_err(|e| RecordError::Options(format!("{key}: {e}")))?,
+                    )
+                }
                 _ => return Err(RecordError::Options(format!("unknown option {key:?}"))),
             }
         }
@@ -352,7 +364,11 @@ impl fmt::Display for RecorderOptions {
             f,
             ",measure-writes={},mapped={}",
             self.measure_writes, self.mapped
-        )
+        )?;
+        if let Some(t) = self.trace_slow {
+            write!(f, ",trace-slow={}ns", t.as_nanos())?;
+        }
+        Ok(())
     }
 }
 
@@ -380,7 +396,7 @@ mod tests {
     fn spec_strings_set_every_option() {
         let o: RecorderOptions = "allocation=fallocate, flush=sync-file-range,flush-every=512KiB,\
             flusher=off,framing=raw,expected-size=10MiB,decoupled=4MiB,overflow=drop,mlockall=true,\
-            rt-priority=50,cpu=1,measure-writes=yes,mapped=false"
+            rt-priority=50,cpu=1,measure-writes=yes,mapped=false,trace-slow=200us"
             .parse()
             .unwrap();
         assert_eq!(o.allocation, Allocation::Fallocate);
@@ -398,6 +414,7 @@ mod tests {
         );
         assert!(o.mlockall && o.measure_writes && !o.mapped);
         assert_eq!((o.rt_priority, o.cpu), (Some(50), Some(1)));
+        assert_eq!(o.trace_slow, Some(Duration::from_micros(200)));
         assert_eq!(
             "".parse::<RecorderOptions>().unwrap(),
             RecorderOptions::default()
@@ -417,6 +434,7 @@ mod tests {
             ("rt-priority=0", "1 to 99"),
             ("mlockall=perhaps", "true or false"),
             ("decoupled=1KiB", "64 KiB"),
+            ("trace-slow=200", "trace-slow"),
         ] {
             let err = spec.parse::<RecorderOptions>().unwrap_err().to_string();
             assert!(err.contains(needle), "{spec}: {err}");
@@ -453,6 +471,7 @@ mod tests {
             prop::option::of(0usize..1024),
             any::<bool>(),
             any::<bool>(),
+            prop::option::of(0u64..1 << 40),
         );
         (
             enums,
@@ -467,7 +486,7 @@ mod tests {
                     flush_every_bytes,
                     expected_bytes,
                     decoupled,
-                    (mlockall, rt_priority, cpu, measure_writes, mapped),
+                    (mlockall, rt_priority, cpu, measure_writes, mapped, trace_slow),
                 )| {
                     let recycle = allocation == Allocation::Recycle;
                     RecorderOptions {
@@ -485,6 +504,7 @@ mod tests {
                         cpu,
                         measure_writes,
                         mapped,
+                        trace_slow: trace_slow.map(Duration::from_nanos),
                     }
                 },
             )

@@ -15,14 +15,18 @@ use crate::record::frame::{
 use crate::record::options::{Allocation, Flusher, Framing, RecorderOptions};
 use crate::record::recycle::RecyclePool;
 use crate::record::ring::{Pushed, Ring};
+use crate::record::trace::{SlowTrace, TracedCalls};
 use crate::record::writer::{Shared, Writer, WriterSetup};
 use crate::record::{io_err, RecordCounters, RecordError, RecordSummary};
-use crate::sys::proc::{lock_all_memory, pin_to_cpu, set_fifo_priority};
+use crate::sys::proc::{lock_all_memory, pin_to_cpu, prefault_stack, set_fifo_priority};
+
+/// Stack the recording thread touches before recording, so its calls take no stack page fault.
+const STACK_PREFAULT_BYTES: usize = 256 << 10;
 
 /// See [`Recorder::durable_watch`].
 #[derive(Clone)]
 pub struct DurableWatch {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl DurableWatch {
@@ -51,9 +55,14 @@ pub struct Recorder {
     started: bool,
     file: Arc<RecFile>,
     _flusher: Option<FlusherGuard>,
+    /// The decoupled producer's slow calls, with `trace_slow` (direct mode traces in the writer).
+    producer_trace: Option<SlowTrace>,
+    calls: u64,
 }
 
+/// Applies the options' real-time settings to the calling thread (the one that makes the writes).
 fn apply_hygiene(options: &RecorderOptions) -> Result<(), RecordError> {
+    prefault_stack(STACK_PREFAULT_BYTES);
     if let Some(p) = options.rt_priority {
         set_fifo_priority(p).map_err(|source| RecordError::Hygiene {
             what: format!("SCHED_FIFO priority {p} (needs root or CAP_SYS_NICE)"),
@@ -209,7 +218,19 @@ impl Recorder {
                 Allocation::ZeroFill | Allocation::Recycle
             ),
             mapped: options.mapped && options.allocation != Allocation::Append,
+            lock_windows: options.mlockall,
+            avoid_cpu: options.cpu,
         })?;
+        let mut writer = writer;
+        let bound_ns = options.trace_slow.map(|t| t.as_nanos() as u64);
+        if let Some(bound) = bound_ns {
+            let calls = if options.decoupled.is_some() {
+                TracedCalls::Writer
+            } else {
+                TracedCalls::Recorder
+            };
+            writer.trace_slow(calls, bound);
+        }
         let mode = match options.decoupled {
             None => {
                 apply_hygiene(&options)?;
@@ -228,6 +249,15 @@ impl Recorder {
                         let ring = thread_ring.clone();
                         crate::panics::catch(move || {
                             let mut writer = writer;
+                            writer
+                                .shared()
+                                .writer_tid
+                                .store(crate::sys::proc::thread_id(), Ordering::Release);
+                            if thread_options.rt_priority.is_none() {
+                                // Best effort, as for the flush thread: the writer's wake-ups
+                                // then never preempt the producer on a shared CPU.
+                                let _ = crate::sys::proc::set_batch_policy();
+                            }
                             let hygiene = apply_hygiene(&thread_options);
                             let ok = hygiene.is_ok();
                             let _ = ready_tx.send(hygiene);
@@ -272,6 +302,12 @@ impl Recorder {
                 }
             }
         };
+        let producer_trace = match (&mode, bound_ns) {
+            (Mode::Decoupled { .. }, Some(bound)) => {
+                Some(SlowTrace::new(TracedCalls::Recorder, bound))
+            }
+            _ => None,
+        };
         Ok(Recorder {
             path: path.to_path_buf(),
             options,
@@ -279,6 +315,8 @@ impl Recorder {
             started: false,
             file,
             _flusher: flusher,
+            producer_trace,
+            calls: 0,
         })
     }
 
@@ -300,26 +338,39 @@ impl Recorder {
             // A marker in a test's log, never failed.
             let _ = self.file.note(FileOp::RecordingStarted);
         }
+        let index = self.calls;
+        self.calls += 1;
         match &mut self.mode {
             Mode::Finished => Err(RecordError::Closed),
             Mode::Direct(w) => w.write_record(record),
             Mode::Decoupled { ring, shared, .. } => {
-                if record.len() > ring.capacity() {
-                    return Err(RecordError::Options(format!(
-                        "a record of {} bytes does not fit the {}-byte ring",
-                        record.len(),
-                        ring.capacity()
-                    )));
-                }
-                if let Some(e) = shared.take_error() {
-                    return Err(e);
-                }
-                match ring.push(record) {
-                    Pushed::Queued | Pushed::Dropped => Ok(()),
-                    // The writer thread stopped on an error it kept in `shared`.
-                    Pushed::Closed => Err(shared.take_error().unwrap_or(RecordError::Closed)),
-                }
+                let Some(trace) = self.producer_trace.as_mut() else {
+                    return Recorder::push(ring, shared, record);
+                };
+                let start = trace.begin(Some(&shared.activity));
+                let r = Recorder::push(ring, shared, record);
+                trace.end(start, index, None, Some(&shared.activity));
+                r
             }
+        }
+    }
+
+    /// The decoupled producer's call: copies `record` into the ring.
+    fn push(ring: &Ring, shared: &Shared, record: &[u8]) -> Result<(), RecordError> {
+        if record.len() > ring.capacity() {
+            return Err(RecordError::Options(format!(
+                "a record of {} bytes does not fit the {}-byte ring",
+                record.len(),
+                ring.capacity()
+            )));
+        }
+        if let Some(e) = shared.take_error() {
+            return Err(e);
+        }
+        match ring.push(record) {
+            Pushed::Queued | Pushed::Dropped => Ok(()),
+            // The writer thread stopped on an error it kept in `shared`.
+            Pushed::Closed => Err(shared.take_error().unwrap_or(RecordError::Closed)),
         }
     }
 
@@ -407,6 +458,11 @@ impl Recorder {
                 }
             }
         };
+        let writer_trace = writer.take_trace();
+        let (slow_writes, writer_slow_writes) = match self.producer_trace.take() {
+            Some(producer) => (Some(producer), writer_trace),
+            None => (writer_trace, None),
+        };
         let (file_bytes, latency) = writer.finish(trailer, truncate)?;
         counters.frames = writer.frames();
         counters.payload_bytes = writer.payload_bytes();
@@ -415,6 +471,8 @@ impl Recorder {
             counters,
             file_bytes,
             writer_latency: latency,
+            slow_writes,
+            writer_slow_writes,
         })
     }
 }

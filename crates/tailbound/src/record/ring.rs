@@ -1,8 +1,9 @@
 //! The decoupled mode's ring: the producer copies records in, the writer thread copies them out
 //! and makes the `write()` calls.
 //!
-//! The ring is one preallocated, pre-faulted buffer. Its lock is held only for a copy, never across
-//! I/O. The producer does not wake the writer for each record (a wake-up would let the writer
+//! The ring is one preallocated, pre-faulted buffer. Its lock guards positions only: each side
+//! claims its part of the buffer under the lock and copies outside it, so neither ever waits for the
+//! other's copy (or for the other thread to be scheduled again while holding the lock). The producer does not wake the writer for each record (a wake-up would let the writer
 //! preempt the producer on a busy CPU): the writer drains the ring every [`WRITER_POLL`], and is
 //! woken early only when the ring is half full. When full — of bytes, or of records (the queue of
 //! record lengths is sized once, one entry per [`RING_BYTES_PER_RECORD_MIN`] bytes) — the overflow
@@ -12,6 +13,8 @@
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
+
+use crate::sys::mmap::SharedMapping;
 
 /// How often an idle writer looks at the ring.
 pub const WRITER_POLL: Duration = Duration::from_millis(1);
@@ -33,9 +36,11 @@ pub struct RingCounters {
 }
 
 struct State {
-    buf: Vec<u8>,
     head: usize,
+    /// Bytes from `head` that are queued, being copied out, or being copied in.
     used: usize,
+    /// The record at `head` the writer is copying out (its length), which no policy may discard.
+    reading: usize,
     /// Lengths of the queued records, oldest first; never longer than `Ring::records_max`.
     records: VecDeque<usize>,
     closed: bool,
@@ -49,6 +54,9 @@ struct State {
 /// A bounded byte ring of whole records.
 pub struct Ring {
     state: Mutex<State>,
+    /// The bytes. Each side copies only the part it claimed under the lock: the producer a free
+    /// part, the writer the record it took.
+    buf: SharedMapping,
     /// The buffer's length, fixed at creation: read without the lock.
     capacity: usize,
     /// Most records queued at once, so the queue never grows (allocates) on the producer's path,
@@ -57,6 +65,9 @@ pub struct Ring {
     not_empty: Condvar,
     not_full: Condvar,
     overflow: Overflow,
+    /// Test hook: runs on the writer thread while it copies a record out.
+    #[cfg(test)]
+    copy_hook: Mutex<Option<Box<dyn Fn() + Send>>>,
 }
 
 /// What a `push` did with the record.
@@ -70,10 +81,13 @@ pub enum Pushed {
 impl Ring {
     /// A ring of `capacity` bytes, every page touched now so the producer never faults.
     pub fn new(capacity: usize, overflow: Overflow) -> Ring {
-        let mut buf = vec![0u8; capacity];
-        buf.fill(0xa5);
-        std::hint::black_box(&mut buf);
-        buf.fill(0);
+        let buf = SharedMapping::anonymous(capacity.max(1)).expect("mapping the decoupled ring");
+        let zeros = vec![0u8; capacity.min(1 << 20)];
+        for at in (0..capacity).step_by(zeros.len().max(1)) {
+            let n = zeros.len().min(capacity - at);
+            buf.write_at(at, &zeros[..n])
+                .expect("the ring's own range is inside it");
+        }
         let records_max =
             (capacity / RING_BYTES_PER_RECORD_MIN).clamp(RING_RECORDS_MIN, RING_RECORDS_MAX);
         let mut records = VecDeque::with_capacity(records_max);
@@ -83,9 +97,9 @@ impl Ring {
         records.clear();
         Ring {
             state: Mutex::new(State {
-                buf,
                 head: 0,
                 used: 0,
+                reading: 0,
                 records,
                 closed: false,
                 writer_waiting: false,
@@ -93,11 +107,14 @@ impl Ring {
                 stalled: false,
                 counters: RingCounters::default(),
             }),
+            buf,
             capacity,
             records_max,
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
             overflow,
+            #[cfg(test)]
+            copy_hook: Mutex::new(None),
         }
     }
 
@@ -113,11 +130,28 @@ impl Ring {
         self.lock().counters
     }
 
+    /// Copies `bytes` into the buffer at `at`, wrapping at the end.
+    fn copy_in(&self, at: usize, bytes: &[u8]) {
+        let first = bytes.len().min(self.capacity - at);
+        let ok = self.buf.write_at(at, &bytes[..first]).is_ok()
+            && self.buf.write_at(0, &bytes[first..]).is_ok();
+        debug_assert!(ok, "ring positions stay inside the ring");
+    }
+
+    /// Copies `len` bytes from the buffer at `at`, wrapping at the end, into `out`.
+    fn copy_out(&self, at: usize, len: usize, out: &mut Vec<u8>) {
+        out.resize(len, 0);
+        let first = len.min(self.capacity - at);
+        let (a, b) = out.split_at_mut(first);
+        let ok = self.buf.read_at(at, a).is_ok() && self.buf.read_at(0, b).is_ok();
+        debug_assert!(ok, "ring positions stay inside the ring");
+    }
+
     /// Copies `record` in, applying the overflow policy when there is no room.
     /// The caller checks `record.len() <= capacity` first.
     pub fn push(&self, record: &[u8]) -> Pushed {
         let mut s = self.lock();
-        let cap = s.buf.len();
+        let cap = self.capacity;
         debug_assert!(record.len() <= cap);
         let mut counted_block = false;
         while cap - s.used < record.len() || s.records.len() == self.records_max {
@@ -138,6 +172,13 @@ impl Ring {
                     return Pushed::Dropped;
                 }
                 Overflow::Overwrite => {
+                    if s.reading > 0 {
+                        // Only bytes at `head` can come free, and the writer is copying the record
+                        // there: its copy ends soon.
+                        s.producer_waiting = true;
+                        s = self.not_full.wait(s).unwrap_or_else(|p| p.into_inner());
+                        continue;
+                    }
                     let Some(oldest) = s.records.pop_front() else {
                         break;
                     };
@@ -150,11 +191,12 @@ impl Ring {
         if s.closed {
             return Pushed::Closed;
         }
+        // Claim the free bytes after the queue, copy outside the lock, then queue the record.
         let tail = (s.head + s.used) % cap;
-        let first = record.len().min(cap - tail);
-        s.buf[tail..tail + first].copy_from_slice(&record[..first]);
-        s.buf[..record.len() - first].copy_from_slice(&record[first..]);
         s.used += record.len();
+        drop(s);
+        self.copy_in(tail, record);
+        let mut s = self.lock();
         s.records.push_back(record.len());
         if s.writer_waiting && s.used * 2 >= cap {
             s.writer_waiting = false;
@@ -170,14 +212,19 @@ impl Ring {
         loop {
             if !s.stalled {
                 if let Some(len) = s.records.pop_front() {
-                    let cap = s.buf.len();
+                    // Claim the record, copy it outside the lock, then free its bytes.
                     let head = s.head;
-                    let first = len.min(cap - head);
-                    out.clear();
-                    out.extend_from_slice(&s.buf[head..head + first]);
-                    out.extend_from_slice(&s.buf[..len - first]);
-                    s.head = (head + len) % cap;
+                    s.reading = len;
+                    drop(s);
+                    #[cfg(test)]
+                    if let Some(hook) = &*self.copy_hook.lock().unwrap_or_else(|p| p.into_inner()) {
+                        hook();
+                    }
+                    self.copy_out(head, len, out);
+                    let mut s = self.lock();
+                    s.head = (head + len) % self.capacity;
                     s.used -= len;
+                    s.reading = 0;
                     if s.producer_waiting {
                         s.producer_waiting = false;
                         self.not_full.notify_one();
@@ -303,5 +350,41 @@ mod tests {
         }
         ring.close();
         assert_eq!(reader.join().unwrap(), sent);
+    }
+
+    #[test]
+    fn neither_side_holds_the_lock_while_it_copies() {
+        use std::sync::mpsc::channel;
+        let ring = std::sync::Arc::new(Ring::new(1 << 16, Overflow::Block));
+        assert_eq!(ring.push(&[7u8; 4000]), Pushed::Queued);
+        let (copying_tx, copying_rx) = channel();
+        let (go_on_tx, go_on_rx) = channel::<()>();
+        let go_on_rx = Mutex::new(go_on_rx);
+        *ring.copy_hook.lock().unwrap() = Some(Box::new(move || {
+            let _ = copying_tx.send(());
+            let _ = go_on_rx.lock().unwrap().recv();
+        }));
+        let reader = {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                assert!(ring.pop(&mut out));
+                out
+            })
+        };
+        copying_rx.recv().unwrap();
+        // The writer is in the middle of its copy: the lock is free, and the producer queues a
+        // record without waiting for it.
+        assert!(
+            ring.state.try_lock().is_ok(),
+            "the lock is free during the copy"
+        );
+        assert_eq!(ring.push(&[8u8; 4000]), Pushed::Queued);
+        go_on_tx.send(()).unwrap();
+        assert_eq!(reader.join().unwrap(), vec![7u8; 4000]);
+        *ring.copy_hook.lock().unwrap() = None;
+        let mut out = Vec::new();
+        assert!(ring.pop(&mut out));
+        assert_eq!(out, vec![8u8; 4000]);
     }
 }

@@ -139,6 +139,27 @@ impl SharedMapping {
         Ok(())
     }
 
+    /// Locks the pages covering `[offset, offset + len)` in memory (`mlock`): reclaim cannot take
+    /// them away, so a store there never faults them back in.
+    pub fn lock(&self, offset: usize, len: usize) -> io::Result<()> {
+        let Some((addr, len)) = self.page_range(offset, len) else {
+            return Ok(());
+        };
+        // SAFETY: a page-aligned range inside our mapping; mlock changes residency only.
+        super::cvt(unsafe { libc::mlock(addr, len) })?;
+        Ok(())
+    }
+
+    /// Undoes [`SharedMapping::lock`] for the pages covering `[offset, offset + len)`.
+    pub fn unlock(&self, offset: usize, len: usize) -> io::Result<()> {
+        let Some((addr, len)) = self.page_range(offset, len) else {
+            return Ok(());
+        };
+        // SAFETY: a page-aligned range inside our mapping; munlock changes residency only.
+        super::cvt(unsafe { libc::munlock(addr, len) })?;
+        Ok(())
+    }
+
     /// Drops the page-table entries of `[offset, offset + len)` (`MADV_DONTNEED`; the data stays in
     /// the file and its page cache), so the pages can then leave the cache.
     pub fn discard(&self, offset: usize, len: usize) -> io::Result<()> {

@@ -4,12 +4,29 @@ use std::io;
 
 use super::cvt;
 
-/// `mlockall(MCL_CURRENT | MCL_FUTURE)`: keeps every page of the process resident, so a recording
-/// never waits on a page fault. Needs `CAP_IPC_LOCK` or a large enough `RLIMIT_MEMLOCK`.
+/// `mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT)`: every page the process has, and every page
+/// it touches later, stays resident, so a recording never waits for a page to come back.
+/// Nothing is faulted in ahead (a recorder's file mapping may be far larger than memory): the
+/// recorder touches what it uses before recording. Needs `CAP_IPC_LOCK` or a large enough
+/// `RLIMIT_MEMLOCK`.
 pub fn lock_all_memory() -> io::Result<()> {
     // SAFETY: plain syscall with constant flags.
-    cvt(unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) })?;
+    cvt(unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT) })?;
     Ok(())
+}
+
+/// Touches `bytes` of the calling thread's stack, so calls that go that deep later take no page
+/// fault (and, under [`lock_all_memory`], find the pages locked).
+#[inline(never)]
+pub fn prefault_stack(bytes: usize) {
+    const CHUNK: usize = 16 << 10;
+    let mut chunk = [0u8; CHUNK];
+    std::hint::black_box(&mut chunk);
+    if bytes > CHUNK {
+        prefault_stack(bytes - CHUNK);
+    }
+    // Used after the call, so the frame stays on the stack under it.
+    std::hint::black_box(&mut chunk);
 }
 
 /// Undoes [`lock_all_memory`].
@@ -27,6 +44,22 @@ pub fn set_fifo_priority(priority: u8) -> io::Result<()> {
     // SAFETY: `param` is a valid sched_param; pid 0 means the calling thread.
     cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) })?;
     Ok(())
+}
+
+/// Puts the calling thread in `SCHED_BATCH`: it gets its fair share of the CPU, but its wake-ups
+/// never preempt a running thread (it waits for the running thread to block or for the tick).
+/// Needs no privilege.
+pub fn set_batch_policy() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param; pid 0 means the calling thread.
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) })?;
+    Ok(())
+}
+
+/// The calling thread's kernel id (`gettid`).
+pub fn thread_id() -> i32 {
+    // SAFETY: no arguments; gettid cannot fail.
+    unsafe { libc::gettid() }
 }
 
 /// Pins the calling thread to one CPU.
@@ -75,6 +108,67 @@ pub fn process_cpu_times() -> io::Result<CpuTimes> {
 /// allocated, or mapped from the page cache).
 pub fn thread_minor_faults() -> io::Result<u64> {
     Ok(rusage(libc::RUSAGE_THREAD)?.ru_minflt.max(0) as u64)
+}
+
+/// What `getrusage(RUSAGE_THREAD)` counts for the calling thread: page faults and context switches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadUsage {
+    /// Faults served without I/O (a page allocated, or mapped from the page cache).
+    pub minor_faults: u64,
+    /// Faults that waited for I/O.
+    pub major_faults: u64,
+    /// The thread gave the CPU up (it blocked: a lock, I/O, a sleep).
+    pub voluntary_switches: u64,
+    /// The scheduler took the CPU away (preemption, end of its time slice).
+    pub involuntary_switches: u64,
+}
+
+/// `getrusage(RUSAGE_THREAD)` for the calling thread. No allocation.
+pub fn thread_usage() -> io::Result<ThreadUsage> {
+    let u = rusage(libc::RUSAGE_THREAD)?;
+    Ok(ThreadUsage {
+        minor_faults: u.ru_minflt.max(0) as u64,
+        major_faults: u.ru_majflt.max(0) as u64,
+        voluntary_switches: u.ru_nvcsw.max(0) as u64,
+        involuntary_switches: u.ru_nivcsw.max(0) as u64,
+    })
+}
+
+/// The CPU the calling thread runs on now (`sched_getcpu`), or `None` where the kernel cannot say.
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: no arguments; returns -1 with errno on failure.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}
+
+/// Lets the calling thread run on every online CPU except `cpu` (a helper thread kept off the
+/// recording thread's CPU; the kernel keeps it inside the process's cpuset). Does nothing when
+/// `cpu` is the only CPU online.
+pub fn avoid_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: sysconf takes a constant name and cannot fail for it in a way that harms.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    let online = online.min(libc::CPU_SETSIZE as usize);
+    if (0..online).all(|c| c == cpu) {
+        return Ok(());
+    }
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in (0..online).filter(|&c| c != cpu) {
+        // SAFETY: `c` is below CPU_SETSIZE, so CPU_SET stays inside `set`.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 means the calling thread.
+    cvt(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) })?;
+    Ok(())
+}
+
+/// The process's `RLIMIT_MEMLOCK` soft limit in bytes (`None`: unlimited).
+pub fn memlock_limit() -> io::Result<Option<u64>> {
+    // SAFETY: an all-zero rlimit is a valid value for getrlimit to overwrite.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `lim` is a live, writable rlimit.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) })?;
+    Ok((lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur))
 }
 
 /// `getrusage(who)`.
