@@ -11,7 +11,10 @@
 //!   each other (and OFD locks with POSIX locks); they go away when the description's last
 //!   descriptor closes.
 //!
-//! A pool is process-private, so these rules are the whole story: no other process can hold a lock.
+//! A pool opened in a process is private to it, so these rules are the whole story there. A pool
+//! server (`crate::serve`) speaks for many processes: their locks are [`Owner::Client`], one
+//! owner per session for POSIX locks, and the same rules hold between sessions as between
+//! processes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +27,10 @@ pub enum Owner {
     Process,
     /// An OFD record lock or a `flock` lock: one open file description, by its id.
     Description(u64),
+    /// A lock a client of the pool server holds (`crate::serve`): with `description` 0 the
+    /// client process's POSIX lock, otherwise one of its open file descriptions'. Sessions are
+    /// processes, so two sessions' locks conflict as two processes' do.
+    Client { session: u64, description: u64 },
 }
 
 /// Which lock space.
@@ -237,6 +244,23 @@ impl LockTable {
         table.retain(|_, list| {
             let before = list.len();
             list.retain(|h| h.owner != owner);
+            released |= list.len() < before;
+            !list.is_empty()
+        });
+        self.released(table, released);
+    }
+
+    /// Drops every lock a pool server's session holds, of the process and of each of its open
+    /// file descriptions (its client went away).
+    pub fn release_session(&self, session: u64) {
+        if !self.any.load(Ordering::Acquire) {
+            return;
+        }
+        let mut table = self.table();
+        let mut released = false;
+        table.retain(|_, list| {
+            let before = list.len();
+            list.retain(|h| !matches!(h.owner, Owner::Client { session: s, .. } if s == session));
             released |= list.len() < before;
             !list.is_empty()
         });
