@@ -37,6 +37,8 @@ pub(super) struct Shared {
     pub ended: Condvar,
     pub next_session: AtomicU64,
     pub stopping: AtomicBool,
+    /// Every session thread not yet joined: stopping joins them, so none holds the pool after.
+    pub threads: Mutex<Vec<JoinHandle<()>>>,
     /// The user allowed in besides root (`None`: everyone).
     pub allowed_uid: Option<u32>,
     /// The server's effective user and group: files a client of another user creates are
@@ -101,6 +103,7 @@ impl Server {
             ended: Condvar::new(),
             next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
             allowed_uid: (!opts.allow_other).then(|| opts.owner.map_or(server_ids.0, |o| o.0)),
             server_ids,
         });
@@ -190,8 +193,23 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
                 for_session.sessions().remove(&id);
                 for_session.ended.notify_all();
             });
-        if spawned.is_err() {
-            shared.sessions().remove(&id);
+        match spawned {
+            Ok(t) => {
+                let mut threads = shared.threads.lock().unwrap_or_else(|p| p.into_inner());
+                // Threads of ended sessions are joined here, so the list stays as long as the
+                // sessions open now.
+                let (done, live): (Vec<_>, Vec<_>) =
+                    threads.drain(..).partition(JoinHandle::is_finished);
+                *threads = live;
+                threads.push(t);
+                drop(threads);
+                for t in done {
+                    let _ = t.join();
+                }
+            }
+            Err(_) => {
+                shared.sessions().remove(&id);
+            }
         }
     }
 }
@@ -243,6 +261,17 @@ impl ServerHandle {
                 .ended
                 .wait(sessions)
                 .unwrap_or_else(|p| p.into_inner());
+        }
+        drop(sessions);
+        let threads = std::mem::take(
+            &mut *self
+                .shared
+                .threads
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for t in threads {
+            let _ = t.join();
         }
     }
 }
