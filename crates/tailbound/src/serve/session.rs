@@ -40,11 +40,8 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
         next_handle: 1,
     };
     let mut greeted = false;
-    loop {
-        // A frame too long or cut short cannot be skipped safely: the session ends.
-        let Ok(Some(body)) = read_frame(&mut stream) else {
-            break;
-        };
+    // A frame too long or cut short cannot be skipped safely: the session ends.
+    while let Ok(Some(body)) = read_frame(&mut stream) {
         let (req_id, decoded) = Request::decode(&body);
         let req_id = req_id.unwrap_or(0);
         let reply = match decoded {
