@@ -451,8 +451,22 @@ pub(crate) fn open_device(pool: &PoolArg) -> Result<(Arc<dyn Device>, Backend), 
 /// The pool: through its server when one answers on its socket (`tailbound serve`), else
 /// opened here (`read_only`: without writing anything).
 fn open_fs(pool: &PoolArg, read_only: bool) -> Result<Pool, String> {
-    if let Some(client) = Client::for_pool(&pool.pool) {
-        return Ok(Pool::Served(client));
+    let socket = tailbound::serve::socket_path(&pool.pool);
+    if socket.exists() {
+        match Client::connect(&socket) {
+            Ok(client) => return Ok(Pool::Served(client)),
+            Err(tbfs::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                return Err(format!(
+                    "{}: served on {}, which is not open to you (the server's --allow-other opens it)",
+                    pool.pool.display(),
+                    socket.display()
+                ));
+            }
+            // A socket left by a server that is gone: the pool is opened here.
+            Err(_) => {}
+        }
     }
     open_local(pool, read_only).map(Pool::Local)
 }

@@ -16,6 +16,8 @@ use tailbound::serve::{socket_path, Client};
 use tailbound::tbfs::locks::{Kind, Space};
 use tailbound::tbfs::OpenFlags;
 
+mod common;
+
 fn tailbound() -> Command {
     Command::new(env!("CARGO_BIN_EXE_tailbound"))
 }
@@ -105,6 +107,10 @@ impl Pool {
 
     /// `tailbound serve --foreground`, once it says it serves.
     fn serve(&self) -> (Proc, BufReader<ChildStdout>) {
+        self.serve_with(&[])
+    }
+
+    fn serve_with(&self, extra: &[&str]) -> (Proc, BufReader<ChildStdout>) {
         let mut child = Proc(
             tailbound()
                 .args([
@@ -114,6 +120,7 @@ impl Pool {
                     "--backend",
                     self.backend,
                 ])
+                .args(extra)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -141,7 +148,20 @@ fn spawn_worker(
     socket: &Path,
     extra: &[(&str, String)],
 ) -> (Proc, BufReader<ChildStdout>) {
+    spawn_worker_as(kind, socket, extra, None)
+}
+
+fn spawn_worker_as(
+    kind: &str,
+    socket: &Path,
+    extra: &[(&str, String)],
+    user: Option<u32>,
+) -> (Proc, BufReader<ChildStdout>) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
+    if let Some(id) = user {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(id).gid(id);
+    }
     cmd.args(["worker", "--exact", "--nocapture", "--test-threads=1"])
         .env("SERVE_WORKER", kind)
         .env("SERVE_SOCKET", socket)
@@ -193,6 +213,16 @@ fn worker() {
         return;
     };
     let socket = PathBuf::from(std::env::var("SERVE_SOCKET").unwrap());
+    if kind == "probe" {
+        match Client::connect(&socket) {
+            Ok(c) => {
+                c.mkdir("/made-by-another-user", 0o755).unwrap();
+                println!("connected");
+            }
+            Err(e) => println!("refused: {e}"),
+        }
+        std::process::exit(0);
+    }
     let client = Client::connect(&socket).unwrap();
     match kind.as_str() {
         "lock" => {
@@ -511,4 +541,38 @@ fn serve_detaches_by_default_and_stops_on_sigterm() {
     std::mem::forget(stop);
     assert!(!pool.socket().exists());
     assert_eq!(pool.fs(&["cat", "/f"]), "daemon");
+}
+
+#[test]
+fn another_user_is_kept_out_unless_allow_other() {
+    if !common::require_root("another_user_is_kept_out_unless_allow_other") {
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let pool = pool("memory");
+    // The pool's directory is open to all; only the socket's mode keeps others out.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        pool.path.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let probe = |pool: &Pool| {
+        let (mut child, mut out) = spawn_worker_as("probe", &pool.socket(), &[], Some(NOBODY));
+        let mut all = String::new();
+        out.read_to_string(&mut all).unwrap();
+        assert!(child.0.wait().unwrap().success(), "{all}");
+        all
+    };
+    let (server, _out) = pool.serve();
+    let said = probe(&pool);
+    assert!(said.contains("refused"), "{said}");
+    drop(server);
+    let (_server, _out) = pool.serve_with(&["--allow-other"]);
+    let said = probe(&pool);
+    assert!(said.contains("connected"), "{said}");
+    // What another user makes is that user's.
+    let me = Client::connect(&pool.socket()).unwrap();
+    let st = me.stat("/made-by-another-user").unwrap();
+    assert_eq!((st.uid, st.gid), (NOBODY, NOBODY));
 }
