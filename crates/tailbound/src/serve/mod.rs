@@ -2,7 +2,8 @@
 //! I/O scheduler) and serves any number of client processes over a Unix socket beside it.
 //!
 //! - `codec`: frames and the wire's primitives; decoding never panics on a client's bytes.
-//! - [`protocol`]: the versioned messages (docs/PROTOCOL.md).
+//! - [`protocol`], `protocol_fields`, `protocol_replies`: the versioned messages
+//!   (docs/PROTOCOL.md).
 //! - `server`: the socket, the accept loop, stopping ([`Server::start`], [`ServerHandle`]).
 //! - `session`: one client's open files, views and locks; released when the client goes.
 //! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server.
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 mod client;
 mod codec;
 pub mod protocol;
+mod protocol_fields;
 mod protocol_replies;
 mod server;
 mod session;

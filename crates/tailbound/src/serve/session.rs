@@ -289,7 +289,7 @@ impl Session<'_> {
                 Reply::Done
             }
             R::ProtectionPeriod => {
-                Reply::Number(super::protocol::duration_ns(fs.protection_period()))
+                Reply::Number(super::protocol_fields::duration_ns(fs.protection_period()))
             }
             R::Gc { target_free } => Reply::Gc(fs.gc(target_free)?),
             R::Info => Reply::Info(Box::new(self.info()?)),
