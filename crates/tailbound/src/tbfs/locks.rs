@@ -298,6 +298,44 @@ mod tests {
     }
 
     #[test]
+    fn a_sessions_release_drops_its_process_and_handle_locks_only() {
+        let t = LockTable::new();
+        let s1 = Owner::Client {
+            session: 1,
+            description: 0,
+        };
+        let s1_handle = Owner::Client {
+            session: 1,
+            description: 7,
+        };
+        let s2 = Owner::Client {
+            session: 2,
+            description: 0,
+        };
+        t.set(10, &rq(s1, Space::Record, Kind::Write, 0, 10), false)
+            .unwrap();
+        t.set(
+            11,
+            &rq(s1_handle, Space::Flock, Kind::Write, 0, u64::MAX),
+            false,
+        )
+        .unwrap();
+        t.set(12, &rq(s2, Space::Record, Kind::Write, 0, 10), false)
+            .unwrap();
+        // Two sessions are two processes: their POSIX locks conflict.
+        let want = rq(s2, Space::Record, Kind::Write, 0, 10);
+        assert_eq!(t.set(10, &want, false), Err(LockError::WouldBlock));
+        t.release_session(1);
+        t.set(10, &want, false).unwrap();
+        t.set(11, &rq(s2, Space::Flock, Kind::Write, 0, u64::MAX), false)
+            .unwrap();
+        // The other session keeps what it holds.
+        assert!(t
+            .test(12, &rq(s1, Space::Record, Kind::Read, 0, 1))
+            .is_some());
+    }
+
+    #[test]
     fn posix_locks_of_the_process_never_conflict_and_replace_each_other() {
         let t = LockTable::new();
         t.set(7, &rq(P, Space::Record, Kind::Write, 0, 100), false)
