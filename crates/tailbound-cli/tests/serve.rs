@@ -235,6 +235,18 @@ fn worker() {
                 std::thread::park();
             }
         }
+        "lock-then-wait" => {
+            let x = client.open_file("/x", OpenFlags::create()).unwrap();
+            x.lock(whole_write_lock(), false).unwrap();
+            let y = client.open_file("/y", OpenFlags::create()).unwrap();
+            println!("locked");
+            std::io::stdout().flush().unwrap();
+            // Waits for the lock the test holds, until killed.
+            let _ = y.lock(whole_write_lock(), true);
+            loop {
+                std::thread::park();
+            }
+        }
         "append" => {
             let id: u32 = std::env::var("SERVE_ID").unwrap().parse().unwrap();
             let side = std::env::var("SERVE_SIDE").unwrap();
@@ -294,6 +306,46 @@ fn a_client_killed_holding_a_lock_releases_it() {
         .expect("the dead client's lock was never released")
         .unwrap();
     assert!(f.test_lock(whole_write_lock()).unwrap().is_none());
+}
+
+/// Whether process `pid` has a thread whose name starts with `prefix`.
+fn has_thread(pid: i32, prefix: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten().any(|t| {
+                std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+            })
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_client_killed_while_waiting_for_a_lock_releases_the_ones_it_holds() {
+    let pool = pool("memory");
+    let (server, _out) = pool.serve();
+    let me = Client::connect(&pool.socket()).unwrap();
+    let y = me.open_file("/y", OpenFlags::create()).unwrap();
+    y.lock(whole_write_lock(), false).unwrap();
+    let (mut holder, mut out) = spawn_worker("lock-then-wait", &pool.socket(), &[]);
+    wait_for_line(&mut out, "locked");
+    // The holder of /x now waits in the server for /y, which this test keeps.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !has_thread(server.pid(), "tbfs-lockwait") {
+        assert!(Instant::now() < deadline, "the worker never waited for /y");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    holder.kill9();
+    // On a connection of its own: a request that never returns must not hold up `me`.
+    let other = Client::connect(&pool.socket()).unwrap();
+    let x = other.open_file("/x", OpenFlags::create()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = x.lock(whole_write_lock(), true).map(|()| x);
+        let _ = tx.send(r);
+    });
+    rx.recv_timeout(Duration::from_secs(120))
+        .expect("the lock of a client killed while waiting was never released")
+        .unwrap();
 }
 
 fn kill_server_during_appends(backend: &'static str) {

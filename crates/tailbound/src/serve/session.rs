@@ -6,6 +6,8 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
 use super::codec::{read_frame, IO_MAX};
 use super::protocol::{LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
@@ -23,6 +25,8 @@ struct Session<'a> {
     fs: &'a Fs,
     id: u64,
     cred: PeerCred,
+    /// The session's socket, watched for a hang-up while a request waits for a lock.
+    watch: UnixStream,
     files: HashMap<u64, File>,
     views: HashMap<u64, Snapshot>,
     next_handle: u64,
@@ -30,11 +34,15 @@ struct Session<'a> {
 
 /// Serves one client until it goes, then cleans up after it.
 pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCred) {
+    let Ok(watch) = stream.try_clone() else {
+        return;
+    };
     let mut s = Session {
         shared,
         fs: &shared.fs,
         id,
         cred,
+        watch,
         files: HashMap::new(),
         views: HashMap::new(),
         next_handle: 1,
@@ -202,7 +210,11 @@ impl Session<'_> {
                     start: lock.start,
                     end: lock.end,
                 };
-                fs.locks().set(ino, &r, wait).map_err(lock_error)?;
+                if wait {
+                    self.lock_waiting(ino, &r)?;
+                } else {
+                    fs.locks().set(ino, &r, false).map_err(lock_error)?;
+                }
                 Reply::Done
             }
             R::TestLock { handle, lock } => {
@@ -322,6 +334,39 @@ impl Session<'_> {
                 Reply::Data(buf)
             }
         })
+    }
+
+    /// Takes a lock, waiting for it, unless the client goes meanwhile: then its session must
+    /// end (releasing what else it holds) rather than wait on, as a killed process's `F_SETLKW`
+    /// ends. A watcher thread sees the hang-up and wakes the wait.
+    fn lock_waiting(&self, ino: u64, r: &LockRequest) -> Result<()> {
+        let watched = self
+            .watch
+            .try_clone()
+            .map_err(|e| Error::io("lock: watching the client", e))?;
+        let gone = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let fs = self.shared.fs.clone();
+        let watcher = {
+            let (gone, done) = (gone.clone(), done.clone());
+            std::thread::Builder::new()
+                .name(format!("tbfs-lockwait-{}", self.id))
+                .spawn(move || {
+                    // Woken every so often to see whether the lock came.
+                    while !done.load(AtomicOrdering::Acquire) {
+                        if crate::sys::sock::wait_hangup(&watched, 100).unwrap_or(true) {
+                            gone.store(true, AtomicOrdering::Release);
+                            fs.locks().wake_waiters();
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| Error::io("lock: watching the client", e))?
+        };
+        let got = self.fs.locks().set_or_give_up(ino, r, true, Some(&gone));
+        done.store(true, AtomicOrdering::Release);
+        let _ = watcher.join();
+        got.map_err(lock_error)
     }
 
     fn info(&self) -> Result<PoolInfo> {

@@ -102,3 +102,24 @@ pub fn shutdown_listener(listener: &std::os::unix::net::UnixListener) -> io::Res
     cvt(unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RDWR) })?;
     Ok(())
 }
+
+/// Waits up to `timeout_ms` for the peer of `stream` to hang up or the socket to fail: `true`
+/// if it did. Data waiting to be read is not a hang-up.
+pub fn wait_hangup(stream: &UnixStream, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, a live local, and the count passed is 1.
+    let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0)
+}

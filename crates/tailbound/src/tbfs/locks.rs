@@ -151,6 +151,19 @@ impl LockTable {
     /// Takes, changes or drops `owner`'s lock on `start..end` (`F_SETLK`, `F_SETLKW` with `wait`,
     /// `flock`). A new lock replaces the owner's locks on the bytes it covers; unlocking splits.
     pub fn set(&self, ino: u64, r: &Request, wait: bool) -> Result<(), LockError> {
+        self.set_or_give_up(ino, r, wait, None)
+    }
+
+    /// [`LockTable::set`] that stops waiting, with [`LockError::WouldBlock`], once `give_up` is
+    /// set and [`LockTable::wake_waiters`] called (a pool server's client went away while its
+    /// request waited).
+    pub fn set_or_give_up(
+        &self,
+        ino: u64,
+        r: &Request,
+        wait: bool,
+        give_up: Option<&AtomicBool>,
+    ) -> Result<(), LockError> {
         let Request {
             owner,
             space,
@@ -177,7 +190,7 @@ impl LockTable {
                 if !blocked {
                     break;
                 }
-                if !wait {
+                if !wait || give_up.is_some_and(|g| g.load(Ordering::Acquire)) {
                     return Err(LockError::WouldBlock);
                 }
                 #[cfg(test)]
@@ -214,6 +227,13 @@ impl LockTable {
         drop(table);
         self.changed.notify_all();
         Ok(())
+    }
+
+    /// Wakes every waiting request to look again (see [`LockTable::set_or_give_up`]).
+    pub fn wake_waiters(&self) {
+        let table = self.table();
+        drop(table);
+        self.changed.notify_all();
     }
 
     /// Drops every lock `owner` holds on `ino` (in both spaces).
