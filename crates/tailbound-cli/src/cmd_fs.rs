@@ -4,7 +4,6 @@ use std::fs::File as HostFile;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
@@ -13,14 +12,16 @@ use tailbound::bench::report::write_json;
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
+use tailbound::serve::Client;
 use tailbound::tbfs::format::{Superblock, BLOCK_U64};
-use tailbound::tbfs::fsck::{self, FsckReport, RepairReport, Verdict};
+use tailbound::tbfs::fsck;
 use tailbound::tbfs::{
-    self, Barrier, Config, FileKind, Fs, OpenFlags, OpenOptions, Ordering, Snapshot, Stat,
+    self, Barrier, Config, FileKind, Fs, OpenFlags, OpenOptions, Ordering, Stat,
 };
 use tailbound::units::{parse_bytes, Bytes};
 
-use crate::{CliResult, ExitStatus};
+use crate::cmd_fs_pool::{Pool, PoolView};
+use crate::CliResult;
 
 /// The `f_type` of tmpfs (and so of /dev/shm).
 const TMPFS_MAGIC: i64 = 0x0102_1994;
@@ -47,17 +48,17 @@ pub struct FsArgs {
 
 /// Where the pool is and how to open it.
 #[derive(Args, Clone)]
-struct PoolArg {
+pub(crate) struct PoolArg {
     /// The pool: a file (in /dev/shm for a memory pool) or a block device.
-    pool: PathBuf,
+    pub(crate) pool: PathBuf,
     /// Open it as a memory pool or a file pool (default: memory in tmpfs, file elsewhere).
     #[arg(long)]
-    backend: Option<Backend>,
+    pub(crate) backend: Option<Backend>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 #[value(rename_all = "kebab-case")]
-enum Backend {
+pub(crate) enum Backend {
     /// Mapped into memory (dev::memory::MemoryPool); meant for tmpfs or DAX.
     Memory,
     /// O_DIRECT reads and writes through io_uring (dev::file::FileDevice).
@@ -375,8 +376,8 @@ pub fn run(args: FsArgs) -> CliResult {
             repair,
             verbose,
             json,
-        } => run_fsck(&pool, repair, verbose, json.as_deref()),
-        FsCommand::Info { pool, json } => info(&pool, json.as_deref()),
+        } => crate::cmd_fs_inspect::run_fsck(&pool, repair, verbose, json.as_deref()),
+        FsCommand::Info { pool, json } => crate::cmd_fs_inspect::info(&pool, json.as_deref()),
     }
 }
 
@@ -392,14 +393,14 @@ impl std::fmt::Display for Backend {
     }
 }
 
-fn ordering_name(o: Ordering) -> &'static str {
+pub(crate) fn ordering_name(o: Ordering) -> &'static str {
     match o {
         Ordering::Strict => "strict",
         Ordering::Relaxed => "relaxed",
     }
 }
 
-fn barrier_name(b: Barrier) -> &'static str {
+pub(crate) fn barrier_name(b: Barrier) -> &'static str {
     match b {
         Barrier::EveryLog => "every-log",
         Barrier::EveryCheckpoint => "every-checkpoint",
@@ -407,12 +408,12 @@ fn barrier_name(b: Barrier) -> &'static str {
     }
 }
 
-fn in_pool(pool: &PoolArg, e: impl std::fmt::Display) -> String {
+pub(crate) fn in_pool(pool: &PoolArg, e: impl std::fmt::Display) -> String {
     format!("{}: {e}", pool.pool.display())
 }
 
 /// The backend a pool opens with: the one asked for, else memory in tmpfs and file elsewhere.
-fn detect_backend(path: &Path, asked: Option<Backend>) -> Backend {
+pub(crate) fn detect_backend(path: &Path, asked: Option<Backend>) -> Backend {
     if let Some(b) = asked {
         return b;
     }
@@ -434,7 +435,7 @@ fn detect_backend(path: &Path, asked: Option<Backend>) -> Backend {
     }
 }
 
-fn open_device(pool: &PoolArg) -> Result<(Arc<dyn Device>, Backend), String> {
+pub(crate) fn open_device(pool: &PoolArg) -> Result<(Arc<dyn Device>, Backend), String> {
     let backend = detect_backend(&pool.pool, pool.backend);
     let dev: Arc<dyn Device> = match backend {
         Backend::Memory => Arc::new(MemoryPool::open(&pool.pool).map_err(|e| e.to_string())?),
@@ -447,7 +448,30 @@ fn open_device(pool: &PoolArg) -> Result<(Arc<dyn Device>, Backend), String> {
     Ok((dev, backend))
 }
 
-fn open_fs(pool: &PoolArg, read_only: bool) -> Result<Fs, String> {
+/// The pool: through its server when one answers on its socket (`tailbound serve`), else
+/// opened here (`read_only`: without writing anything).
+fn open_fs(pool: &PoolArg, read_only: bool) -> Result<Pool, String> {
+    let socket = tailbound::serve::socket_path(&pool.pool);
+    if socket.exists() {
+        match Client::connect(&socket) {
+            Ok(client) => return Ok(Pool::Served(client)),
+            Err(tbfs::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                return Err(format!(
+                    "{}: served on {}, which is not open to you (the server's --allow-other opens it)",
+                    pool.pool.display(),
+                    socket.display()
+                ));
+            }
+            // A socket left by a server that is gone: the pool is opened here.
+            Err(_) => {}
+        }
+    }
+    open_local(pool, read_only).map(Pool::Local)
+}
+
+fn open_local(pool: &PoolArg, read_only: bool) -> Result<Fs, String> {
     let (dev, _) = open_device(pool)?;
     Fs::open(
         dev,
@@ -469,10 +493,44 @@ fn open_fs(pool: &PoolArg, read_only: bool) -> Result<Fs, String> {
     })
 }
 
+/// Opens a pool for `command` to own (`tailbound serve`): writable, with the pool lock.
+pub(crate) fn open_pool_for(
+    path: &Path,
+    backend: Option<Backend>,
+    command: &str,
+) -> Result<Fs, String> {
+    let pool = PoolArg {
+        pool: path.to_path_buf(),
+        backend,
+    };
+    open_local(&pool, false).map_err(|e| {
+        if e.contains("pool lock") {
+            format!("{e}; `tailbound {command}` needs the pool to itself")
+        } else {
+            e
+        }
+    })
+}
+
+/// Refuses a command that needs the pool's device to itself while a server owns the pool.
+pub(crate) fn refuse_served(pool: &PoolArg, what: &str) -> CliResult {
+    match Client::for_pool(&pool.pool) {
+        Some(c) => Err(format!(
+            "{}: served by process {} on {}; stop the server (kill {}) to {what}",
+            pool.pool.display(),
+            c.server_pid(),
+            c.socket().display(),
+            c.server_pid()
+        )
+        .into()),
+        None => Ok(()),
+    }
+}
+
 /// The live tree, or a read-only view of a retained checkpoint.
 enum View {
-    Live(Fs),
-    At(Box<Snapshot>),
+    Live(Pool),
+    At(PoolView),
 }
 
 impl View {
@@ -480,7 +538,7 @@ impl View {
         let fs = open_fs(pool, true)?;
         Ok(match at {
             None => View::Live(fs),
-            Some(n) => View::At(Box::new(fs.at(n).map_err(|e| in_pool(pool, e))?)),
+            Some(n) => View::At(fs.at(n).map_err(|e| in_pool(pool, e))?),
         })
     }
 
@@ -515,9 +573,8 @@ impl View {
                 }
             }
             View::At(s) => {
-                let file = s.open_file(path)?;
                 while at < size {
-                    let n = file.pread(&mut buf, at)?;
+                    let n = s.pread(path, &mut buf, at)?;
                     if n == 0 {
                         break;
                     }
@@ -530,7 +587,7 @@ impl View {
     }
 }
 
-fn close(fs: Fs, pool: &PoolArg) -> CliResult {
+fn close(fs: Pool, pool: &PoolArg) -> CliResult {
     fs.close().map_err(|e| in_pool(pool, e))?;
     Ok(())
 }
@@ -546,6 +603,7 @@ fn mkfs(
     barrier: BarrierArg,
     force: bool,
 ) -> CliResult {
+    refuse_served(pool, "make a new pool there")?;
     let path = &pool.pool;
     if !force && holds_a_pool(path) {
         return Err(format!(
@@ -673,7 +731,7 @@ fn mode_string(st: &Stat) -> String {
 }
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC.
-fn utc(ns: i64) -> String {
+pub(crate) fn utc(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
@@ -935,7 +993,7 @@ fn snapshot(pool: &PoolArg, name: Option<&str>, keep: Option<u64>, drop: Option<
             fs.set_snapshot(n, false).map_err(|e| in_pool(pool, e))?;
             println!(
                 "checkpoint {n} is a plain checkpoint again; it is released once older than the protection period ({:?})",
-                fs.protection_period()
+                fs.protection_period().map_err(|e| in_pool(pool, e))?
             );
         }
         (None, None) => {
@@ -967,8 +1025,8 @@ fn restore(pool: &PoolArg, at: u64, path: &str, to: &str) -> CliResult {
 }
 
 fn restore_one(
-    fs: &Fs,
-    view: &Snapshot,
+    fs: &Pool,
+    view: &PoolView,
     from: &str,
     to: &str,
     st: Stat,
@@ -1001,11 +1059,10 @@ fn restore_one(
             ..OpenFlags::create()
         },
     )?;
-    let src = view.open_file(from)?;
     let mut buf = vec![0u8; COPY_CHUNK];
     let mut at = 0u64;
     while at < st.size {
-        let n = src.pread(&mut buf, at)?;
+        let n = view.pread(from, &mut buf, at)?;
         if n == 0 {
             break;
         }
@@ -1142,7 +1199,7 @@ fn copy_out(view: &View, pool: &PoolArg, path: &str, host: Option<&Path>) -> Cli
     Ok(())
 }
 
-fn mkdir(fs: &Fs, path: &str, parents: bool) -> tbfs::Result<()> {
+fn mkdir(fs: &Pool, path: &str, parents: bool) -> tbfs::Result<()> {
     if !parents {
         return fs.mkdir(path, 0o755);
     }
@@ -1159,7 +1216,7 @@ fn mkdir(fs: &Fs, path: &str, parents: bool) -> tbfs::Result<()> {
     Ok(())
 }
 
-fn rm(fs: &Fs, path: &str, recursive: bool) -> tbfs::Result<()> {
+fn rm(fs: &Pool, path: &str, recursive: bool) -> tbfs::Result<()> {
     let st = fs.stat(path)?;
     if st.kind == FileKind::File {
         return fs.unlink(path);
@@ -1179,385 +1236,4 @@ fn rm(fs: &Fs, path: &str, recursive: bool) -> tbfs::Result<()> {
         return Err(tbfs::Error::NotEmpty(format!("{path} (use -r)")));
     }
     fs.rmdir(path)
-}
-
-// ---------------------------------------------------------------------------------------------
-// fsck and info
-
-#[derive(Serialize)]
-struct FsckJson<'a> {
-    verdict: Verdict,
-    findings: &'a [fsck::Finding],
-    stats: &'a fsck::FsckStats,
-    repair: Option<&'a RepairReport>,
-}
-
-fn print_report(r: &FsckReport, verbose: bool) {
-    let s = &r.stats;
-    println!(
-        "superblocks: {} of 2 valid (generation {}); segments: {} of {} in use; logs: {}",
-        s.superblocks_valid, s.generation, s.segments_in_use, s.segments, s.logs
-    );
-    println!(
-        "roll-forward chain: {} logs; {}",
-        s.chain_logs,
-        if s.chain_end.is_empty() {
-            "-"
-        } else {
-            &s.chain_end
-        }
-    );
-    println!(
-        "checkpoints checked: {}; tree: {} directories, {} files, {}",
-        s.checkpoints
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
-        s.directories,
-        s.files,
-        Bytes(s.file_bytes)
-    );
-    let shown = if verbose { usize::MAX } else { 50 };
-    for f in r.findings.iter().take(shown) {
-        println!("  {f}");
-    }
-    if r.findings.len() > shown {
-        println!(
-            "  ... and {} more (--verbose or --json for all)",
-            r.findings.len() - shown
-        );
-    }
-    let damage = r.damage().count();
-    let notes = r.findings.len() - damage;
-    println!(
-        "{}: {damage} damage, {notes} notes",
-        match r.verdict {
-            Verdict::Clean => "clean",
-            Verdict::Damaged => "damaged",
-            Verdict::Unrecoverable => "unrecoverable",
-        }
-    );
-}
-
-fn run_fsck(pool: &PoolArg, repair: bool, verbose: bool, json: Option<&Path>) -> CliResult {
-    let (dev, backend) = match open_device(pool) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("tailbound: error: {e}");
-            return Err(ExitStatus(8).into());
-        }
-    };
-    println!("fsck {} ({backend} backend)", pool.pool.display());
-    let bar = Progress::new(0, "fsck: reading segments");
-    let checked = fsck::check_with_progress(&*dev, &|done, total| {
-        if done == 0 {
-            bar.set_length(total);
-        }
-        bar.set_position(done);
-    });
-    bar.finish();
-    let before = match checked {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tailbound: error: {}: {e}", pool.pool.display());
-            return Err(ExitStatus(8).into());
-        }
-    };
-    print_report(&before, verbose);
-    let mut repaired = None;
-    let mut code = match before.verdict {
-        Verdict::Clean => 0,
-        Verdict::Damaged => 1,
-        Verdict::Unrecoverable => 2,
-    };
-    if repair && before.verdict == Verdict::Damaged {
-        match fsck::repair(dev) {
-            Ok(r) => {
-                println!(
-                    "repair ({}):",
-                    match r.method {
-                        fsck::RepairMethod::None => "nothing to do",
-                        fsck::RepairMethod::InPlace => "in place",
-                        fsck::RepairMethod::Rebuilt => "rebuilt",
-                    }
-                );
-                for a in &r.actions {
-                    println!("  {a}");
-                }
-                if r.lost.is_empty() {
-                    println!("lost: nothing");
-                } else {
-                    println!("lost:");
-                    for l in &r.lost {
-                        println!("  {l}");
-                    }
-                }
-                println!("after repair:");
-                print_report(&r.after, verbose);
-                if r.after.verdict != Verdict::Clean {
-                    code = 2;
-                }
-                repaired = Some(r);
-            }
-            Err(e) => {
-                eprintln!(
-                    "tailbound: error: repair failed: {}: {e}",
-                    pool.pool.display()
-                );
-                code = 2;
-            }
-        }
-    } else if before.verdict == Verdict::Damaged {
-        println!(
-            "run `tailbound fs fsck --repair` to salvage what is intact (copy the pool first)"
-        );
-    }
-    if let Some(json) = json {
-        let last = repaired.as_ref().map_or(&before, |r| &r.after);
-        write_json(
-            json,
-            &FsckJson {
-                verdict: last.verdict,
-                findings: &before.findings,
-                stats: &before.stats,
-                repair: repaired.as_ref(),
-            },
-        )?;
-    }
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(ExitStatus(code).into())
-    }
-}
-
-#[derive(Serialize)]
-struct InfoJson {
-    path: String,
-    backend: String,
-    format_version: u32,
-    pool_id: String,
-    size: u64,
-    block_size: u64,
-    segment_bytes: u64,
-    segments: u64,
-    generation: u64,
-    created_ns: i64,
-    superblock_written_ns: i64,
-    checkpoint: u64,
-    ordering: String,
-    barrier: String,
-    superblock_every_bytes: u64,
-    superblock_every_ms: u64,
-    checkpoint_every_ms: u64,
-    dirty_bytes_max: u64,
-    recovery: RecoveryJson,
-    inodes: u64,
-    free_bytes: u64,
-    /// The I/O scheduler's profile for a file pool (none for a memory pool, which does no I/O).
-    scheduler: Option<SchedulerJson>,
-}
-
-#[derive(Serialize)]
-struct SchedulerJson {
-    /// `stored` (read from `profile_path`), `missing` or `unreadable` (then the conservative
-    /// profile is used).
-    profile: &'static str,
-    profile_path: Option<String>,
-    /// Why a stored profile could not be used.
-    problem: Option<String>,
-    max_io_read: u64,
-    max_io_write: u64,
-    /// Bytes written before the scheduler flushes on its own (none: it never does).
-    flush_debt: Option<u64>,
-}
-
-impl SchedulerJson {
-    fn for_pool(path: &Path) -> SchedulerJson {
-        use tailbound::sched::calibrate::{profile_and_source, ProfileSource};
-        let (p, source) = profile_and_source(path);
-        let shown = |q: &Path| Some(q.display().to_string());
-        let (profile, profile_path, problem) = match &source {
-            ProfileSource::Stored(q) => ("stored", shown(q), None),
-            ProfileSource::Missing(q) => ("missing", q.as_deref().and_then(shown), None),
-            ProfileSource::Unreadable(q, e) => ("unreadable", shown(q), Some(e.clone())),
-        };
-        SchedulerJson {
-            profile,
-            profile_path,
-            problem,
-            max_io_read: p.max_io_read,
-            max_io_write: p.max_io_write,
-            flush_debt: p.flush_debt(),
-        }
-    }
-
-    fn describe(&self) -> String {
-        let pieces = format!(
-            "reads split to {}, writes to {}, {}",
-            Bytes(self.max_io_read),
-            Bytes(self.max_io_write),
-            self.flush_debt
-                .map_or("no flush debt".to_string(), |d| format!(
-                    "a flush after {} written",
-                    Bytes(d)
-                ))
-        );
-        let path = self
-            .profile_path
-            .as_deref()
-            .unwrap_or("(no profile directory)");
-        match (self.profile, &self.problem) {
-            ("stored", _) => format!("profile {path}: {pieces}"),
-            (_, Some(problem)) => {
-                format!("conservative profile ({problem}; it is not used): {pieces}")
-            }
-            _ => format!(
-                "conservative profile (none at {path}; `tailbound calibrate` on a scratch file \
-                 on the same storage with --out {path} makes one): {pieces}"
-            ),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct RecoveryJson {
-    superblock_copy: u8,
-    checkpoint: u64,
-    logs_rolled_forward: u64,
-    bytes_rolled_forward: u64,
-    stop_reason: String,
-    orphans: u64,
-    elapsed_ms: f64,
-}
-
-fn info(pool: &PoolArg, json: Option<&Path>) -> CliResult {
-    let (dev, backend) = open_device(pool)?;
-    let mut newest: Option<Superblock> = None;
-    let mut why = Vec::new();
-    for copy in 0..2u64 {
-        let mut b = vec![0u8; BLOCK_U64 as usize];
-        dev.read_at(copy * BLOCK_U64, &mut b)
-            .map_err(|e| in_pool(pool, e))?;
-        match Superblock::decode(&b, dev.len()) {
-            Ok(sb) => {
-                if newest.as_ref().is_none_or(|n| sb.generation > n.generation) {
-                    newest = Some(sb);
-                }
-            }
-            Err(e) => why.push(format!("copy {copy}: {e}")),
-        }
-    }
-    // Both copies refused: say why (a pool of a newer format is not damaged).
-    let sb = newest.ok_or_else(|| {
-        in_pool(
-            pool,
-            format!(
-                "no valid superblock ({}; `tailbound fs fsck` checks a damaged pool)",
-                why.join("; ")
-            ),
-        )
-    })?;
-    let fs = Fs::open(
-        dev,
-        &OpenOptions {
-            read_only: true,
-            ..OpenOptions::default()
-        },
-    )
-    .map_err(|e| in_pool(pool, e))?;
-    let r = fs.recovery_report();
-    let c = fs.config();
-    let v = fs.statvfs().map_err(|e| in_pool(pool, e))?;
-    let out = InfoJson {
-        path: pool.pool.display().to_string(),
-        backend: backend.to_string(),
-        format_version: sb.version,
-        pool_id: sb.pool_id.iter().map(|b| format!("{b:02x}")).collect(),
-        size: sb.pool_bytes,
-        block_size: BLOCK_U64,
-        segment_bytes: sb.segment_blocks * BLOCK_U64,
-        segments: sb.segment_count,
-        generation: sb.generation,
-        created_ns: sb.created_ns,
-        superblock_written_ns: sb.written_ns,
-        checkpoint: sb.checkpoint,
-        ordering: ordering_name(c.ordering).into(),
-        barrier: barrier_name(c.barrier).into(),
-        superblock_every_bytes: c.superblock_every_bytes,
-        superblock_every_ms: c.superblock_every.as_millis() as u64,
-        checkpoint_every_ms: c.checkpoint_every.map_or(0, |d| d.as_millis() as u64),
-        dirty_bytes_max: c.dirty_bytes_max,
-        recovery: RecoveryJson {
-            superblock_copy: r.superblock,
-            checkpoint: r.checkpoint,
-            logs_rolled_forward: r.logs_rolled_forward,
-            bytes_rolled_forward: r.bytes_rolled_forward,
-            stop_reason: r.stop_reason.clone(),
-            orphans: r.orphans_reclaimed,
-            elapsed_ms: r.elapsed.as_secs_f64() * 1e3,
-        },
-        inodes: v.files,
-        free_bytes: v.blocks_free * v.block_size,
-        scheduler: (backend == Backend::File).then(|| SchedulerJson::for_pool(&pool.pool)),
-    };
-    println!("pool:        {} ({} backend)", out.path, out.backend);
-    println!(
-        "format:      tbfs version {}, {}-byte blocks, id {}",
-        out.format_version, out.block_size, out.pool_id
-    );
-    println!(
-        "size:        {} in {} segments of {}",
-        Bytes(out.size),
-        out.segments,
-        Bytes(out.segment_bytes)
-    );
-    println!("created:     {} UTC", utc(out.created_ns));
-    println!(
-        "superblock:  generation {}, written {} UTC, names checkpoint {}",
-        out.generation,
-        utc(out.superblock_written_ns),
-        out.checkpoint
-    );
-    println!(
-        "config:      ordering {}, barrier {}, superblock every {} or {}, checkpoint every {}, buffered data up to {}",
-        out.ordering,
-        out.barrier,
-        Bytes(out.superblock_every_bytes),
-        fmt_ms(out.superblock_every_ms),
-        if out.checkpoint_every_ms == 0 { "never".to_string() } else { fmt_ms(out.checkpoint_every_ms) },
-        Bytes(out.dirty_bytes_max)
-    );
-    println!(
-        "open:        checkpoint {} from superblock copy {}, {} logs ({}) rolled forward in {:.1} ms; {}",
-        out.recovery.checkpoint,
-        out.recovery.superblock_copy,
-        out.recovery.logs_rolled_forward,
-        Bytes(out.recovery.bytes_rolled_forward),
-        out.recovery.elapsed_ms,
-        out.recovery.stop_reason
-    );
-    if out.recovery.orphans > 0 {
-        println!(
-            "             {} orphaned inodes would be freed on a writable open",
-            out.recovery.orphans
-        );
-    }
-    println!(
-        "contents:    {} inodes, {} free",
-        out.inodes,
-        Bytes(out.free_bytes)
-    );
-    if let Some(sched) = &out.scheduler {
-        println!("scheduler:   {}", sched.describe());
-    }
-    if let Some(json) = json {
-        write_json(json, &out)?;
-    }
-    Ok(())
-}
-
-fn fmt_ms(ms: u64) -> String {
-    format!("{:?}", Duration::from_millis(ms))
 }

@@ -10,9 +10,12 @@ mod cmd_calibrate;
 mod cmd_demo;
 mod cmd_doctor;
 mod cmd_fs;
+mod cmd_fs_inspect;
+mod cmd_fs_pool;
 mod cmd_mount;
 mod cmd_record;
 mod cmd_run;
+mod cmd_serve;
 
 /// What a subcommand returns: any error is printed as `tailbound: error: ...` and exits with 1,
 /// except [`ExitStatus`], which exits with its code and prints nothing more.
@@ -68,6 +71,9 @@ enum Command {
     /// Make, fill, list, check and repair tbfs pools: mkfs, ls, cat, put, get, mkdir, rm, mv,
     /// stat, df, checkpoints, snapshot, restore, gc, fsck, info.
     Fs(cmd_fs::FsArgs),
+    /// Own a pool and serve it to every process over a Unix socket beside it (POOL.sock);
+    /// `tailbound fs` commands then go through the server.
+    Serve(cmd_serve::ServeArgs),
     /// Measure a device's service time against request size and store the cost profile the I/O
     /// scheduler uses (per-I/O and per-byte costs, the split size max_io).
     Calibrate(cmd_calibrate::CalibrateArgs),
@@ -85,6 +91,7 @@ fn main() -> ExitCode {
         Command::Mount(args) => cmd_mount::run(args),
         Command::Umount(args) => cmd_mount::umount(args),
         Command::Fs(args) => cmd_fs::run(args),
+        Command::Serve(args) => cmd_serve::run(args),
         Command::Calibrate(args) => cmd_calibrate::run(args),
     };
     match result {

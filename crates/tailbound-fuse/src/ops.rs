@@ -794,7 +794,8 @@ impl Filesystem for TbFuse {
             Some(held) => {
                 let pid = match held.owner {
                     Owner::Description(o) => guard(&self.lock_pids).get(&o).copied(),
-                    Owner::Process => None,
+                    // A socket client's process is not known here.
+                    Owner::Process | Owner::Client { .. } => None,
                 };
                 let last = if held.end == u64::MAX {
                     i64::MAX as u64

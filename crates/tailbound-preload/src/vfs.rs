@@ -1362,7 +1362,7 @@ impl Shim {
                 };
                 let pid = match h.owner {
                     Owner::Process => real::pid(),
-                    Owner::Description(_) => -1,
+                    Owner::Description(_) | Owner::Client { .. } => -1,
                 };
                 (
                     if h.write {

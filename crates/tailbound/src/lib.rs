@@ -6,6 +6,7 @@
 //!   and the experiments themselves.
 //! - [`sched`]: the user-space I/O scheduler (priority classes, weighted fairness, request splitting).
 //! - [`tbfs`]: the log-structured file tree engine; [`dev`]: the storage backends it runs on.
+//! - [`serve`]: the pool server, which shares one pool among processes over a Unix socket.
 //! - [`doctor`]: inspects a directory's file system and the kernel's writeback settings.
 //! - [`units`]: parsing and printing of byte sizes and durations (`16KiB`, `5ms`).
 //! - [`panics`]: panics caught at the boundaries (C ABI, shim, the library's threads) with their
@@ -22,6 +23,7 @@ pub mod failpoint;
 pub mod panics;
 pub mod record;
 pub mod sched;
+pub mod serve;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod tbfs;

@@ -11,6 +11,7 @@ pub mod fs;
 pub mod ioprio;
 pub mod mmap;
 pub mod proc;
+pub mod sock;
 pub mod time;
 pub mod uring;
 

@@ -11,7 +11,10 @@
 //!   each other (and OFD locks with POSIX locks); they go away when the description's last
 //!   descriptor closes.
 //!
-//! A pool is process-private, so these rules are the whole story: no other process can hold a lock.
+//! A pool opened in a process is private to it, so these rules are the whole story there. A pool
+//! server (`crate::serve`) speaks for many processes: their locks are [`Owner::Client`], one
+//! owner per session for POSIX locks, and the same rules hold between sessions as between
+//! processes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +27,10 @@ pub enum Owner {
     Process,
     /// An OFD record lock or a `flock` lock: one open file description, by its id.
     Description(u64),
+    /// A lock a client of the pool server holds (`crate::serve`): with `description` 0 the
+    /// client process's POSIX lock, otherwise one of its open file descriptions'. Sessions are
+    /// processes, so two sessions' locks conflict as two processes' do.
+    Client { session: u64, description: u64 },
 }
 
 /// Which lock space.
@@ -144,6 +151,19 @@ impl LockTable {
     /// Takes, changes or drops `owner`'s lock on `start..end` (`F_SETLK`, `F_SETLKW` with `wait`,
     /// `flock`). A new lock replaces the owner's locks on the bytes it covers; unlocking splits.
     pub fn set(&self, ino: u64, r: &Request, wait: bool) -> Result<(), LockError> {
+        self.set_or_give_up(ino, r, wait, None)
+    }
+
+    /// [`LockTable::set`] that stops waiting, with [`LockError::WouldBlock`], once `give_up` is
+    /// set and [`LockTable::wake_waiters`] called (a pool server's client went away while its
+    /// request waited).
+    pub fn set_or_give_up(
+        &self,
+        ino: u64,
+        r: &Request,
+        wait: bool,
+        give_up: Option<&AtomicBool>,
+    ) -> Result<(), LockError> {
         let Request {
             owner,
             space,
@@ -170,7 +190,7 @@ impl LockTable {
                 if !blocked {
                     break;
                 }
-                if !wait {
+                if !wait || give_up.is_some_and(|g| g.load(Ordering::Acquire)) {
                     return Err(LockError::WouldBlock);
                 }
                 #[cfg(test)]
@@ -209,6 +229,13 @@ impl LockTable {
         Ok(())
     }
 
+    /// Wakes every waiting request to look again (see [`LockTable::set_or_give_up`]).
+    pub fn wake_waiters(&self) {
+        let table = self.table();
+        drop(table);
+        self.changed.notify_all();
+    }
+
     /// Drops every lock `owner` holds on `ino` (in both spaces).
     pub fn release(&self, ino: u64, owner: Owner) {
         if !self.any.load(Ordering::Acquire) {
@@ -243,6 +270,23 @@ impl LockTable {
         self.released(table, released);
     }
 
+    /// Drops every lock a pool server's session holds, of the process and of each of its open
+    /// file descriptions (its client went away).
+    pub fn release_session(&self, session: u64) {
+        if !self.any.load(Ordering::Acquire) {
+            return;
+        }
+        let mut table = self.table();
+        let mut released = false;
+        table.retain(|_, list| {
+            let before = list.len();
+            list.retain(|h| !matches!(h.owner, Owner::Client { session: s, .. } if s == session));
+            released |= list.len() < before;
+            !list.is_empty()
+        });
+        self.released(table, released);
+    }
+
     /// After a release: notes whether any lock is left, and wakes the waiters if a lock went
     /// (nothing else a release does can unblock them).
     fn released(&self, table: MutexGuard<'_, HashMap<u64, Vec<Held>>>, released: bool) {
@@ -271,6 +315,44 @@ mod tests {
             start,
             end,
         }
+    }
+
+    #[test]
+    fn a_sessions_release_drops_its_process_and_handle_locks_only() {
+        let t = LockTable::new();
+        let s1 = Owner::Client {
+            session: 1,
+            description: 0,
+        };
+        let s1_handle = Owner::Client {
+            session: 1,
+            description: 7,
+        };
+        let s2 = Owner::Client {
+            session: 2,
+            description: 0,
+        };
+        t.set(10, &rq(s1, Space::Record, Kind::Write, 0, 10), false)
+            .unwrap();
+        t.set(
+            11,
+            &rq(s1_handle, Space::Flock, Kind::Write, 0, u64::MAX),
+            false,
+        )
+        .unwrap();
+        t.set(12, &rq(s2, Space::Record, Kind::Write, 0, 10), false)
+            .unwrap();
+        // Two sessions are two processes: their POSIX locks conflict.
+        let want = rq(s2, Space::Record, Kind::Write, 0, 10);
+        assert_eq!(t.set(10, &want, false), Err(LockError::WouldBlock));
+        t.release_session(1);
+        t.set(10, &want, false).unwrap();
+        t.set(11, &rq(s2, Space::Flock, Kind::Write, 0, u64::MAX), false)
+            .unwrap();
+        // The other session keeps what it holds.
+        assert!(t
+            .test(12, &rq(s1, Space::Record, Kind::Read, 0, 1))
+            .is_some());
     }
 
     #[test]

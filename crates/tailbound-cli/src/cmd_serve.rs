@@ -1,0 +1,151 @@
+//! `tailbound serve POOL`: one process owns a pool and serves every other over a Unix socket.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use clap::Args;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use tailbound::serve::{self, Client, Server, ServerOptions};
+
+use crate::cmd_fs::{open_pool_for, Backend};
+use crate::CliResult;
+
+#[derive(Args)]
+#[command(
+    after_help = "The server owns the pool: the engine, its background cleaner and, for a file \
+pool, the I/O scheduler. It listens on POOL.sock; `tailbound fs` commands given the pool go \
+through it. A client that dies loses nothing it wrote and keeps no lock; SIGTERM (or Ctrl-C in \
+the foreground) syncs the pool and exits. A kill -9 of the server is a crash: the next open \
+recovers the pool, and every acknowledged fsync survives.\n\n\
+Examples:\n  \
+tailbound serve /dev/shm/p.tbfs\n  \
+tailbound fs ls /dev/shm/p.tbfs /\n  \
+kill $(pidof tailbound)   # or the pid `serve` printed"
+)]
+pub struct ServeArgs {
+    /// The pool: a file (in /dev/shm for a memory pool) or a block device.
+    pool: PathBuf,
+    /// Open it as a memory pool or a file pool (default: memory in tmpfs, file elsewhere).
+    #[arg(long)]
+    backend: Option<Backend>,
+    /// Let every local user connect (socket mode 0666). The server does not check file
+    /// permissions for them: every client can read and change the whole tree. Without it only
+    /// the pool file's owner and root can connect.
+    #[arg(long)]
+    allow_other: bool,
+    /// Stay in the foreground instead of detaching.
+    #[arg(long)]
+    foreground: bool,
+    /// Set by `serve` for the detached process it starts.
+    #[arg(long, hide = true)]
+    detached: bool,
+}
+
+pub fn run(args: ServeArgs) -> CliResult {
+    let socket = serve::socket_path(&args.pool);
+    if let Ok(c) = Client::connect(&socket) {
+        return Err(format!(
+            "{}: already served by process {} on {}",
+            args.pool.display(),
+            c.server_pid(),
+            socket.display()
+        )
+        .into());
+    }
+    if !args.foreground && !args.detached {
+        return detach(&args);
+    }
+    if args.detached {
+        // Out of the starting shell's session: its hang-up and Ctrl-C are not for the server.
+        tailbound::sys::sock::new_session()?;
+    }
+    // Before the socket exists, so a signal that comes as soon as clients can connect is seen.
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let fs = Arc::new(open_pool_for(&args.pool, args.backend, "serve")?);
+    let owner = std::fs::metadata(&args.pool).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.uid(), m.gid())
+    })?;
+    let server = Server::start(
+        fs.clone(),
+        &socket,
+        ServerOptions {
+            allow_other: args.allow_other,
+            owner: Some(owner),
+        },
+    )
+    .map_err(|e| format!("{}: {e}", args.pool.display()))?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "serving {} on {} (process {})",
+            args.pool.display(),
+            socket.display(),
+            std::process::id()
+        )?;
+        out.flush()?;
+    }
+    if args.detached {
+        // The starting process has read the line above and gone.
+        tailbound::sys::sock::stdio_to_null()?;
+    }
+    let signal = signals.forever().next();
+    server.stop();
+    // Every session has ended, so this is the last handle; were it not, syncing is what counts.
+    match Arc::try_unwrap(fs) {
+        Ok(fs) => fs.close(),
+        Err(fs) => fs.sync(),
+    }
+    .map_err(|e| format!("{}: syncing on exit: {e}", args.pool.display()))?;
+    if !args.detached {
+        eprintln!(
+            "{}: synced and closed{}",
+            args.pool.display(),
+            signal.map_or(String::new(), |s| format!(" (signal {s})"))
+        );
+    }
+    Ok(())
+}
+
+/// Starts the server as a detached process and returns once it serves (printing where) or
+/// has failed (with its error).
+fn detach(args: &ServeArgs) -> CliResult {
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve").arg(&args.pool).arg("--detached");
+    if let Some(b) = args.backend {
+        cmd.arg("--backend").arg(b.to_string());
+    }
+    if args.allow_other {
+        cmd.arg("--allow-other");
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out).read_line(&mut line)?;
+    }
+    if line.starts_with("serving ") {
+        print!("{line}");
+        return Ok(());
+    }
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut err)?;
+    }
+    let status = child.wait()?;
+    let err = err.trim().trim_start_matches("tailbound: error: ");
+    Err(if err.is_empty() {
+        format!("the server did not start ({status})")
+    } else {
+        err.to_string()
+    }
+    .into())
+}

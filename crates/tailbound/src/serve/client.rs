@@ -1,0 +1,494 @@
+//! A client of a pool server: the calls of [`Fs`](crate::tbfs::Fs), [`File`](crate::tbfs::File)
+//! and [`Snapshot`](crate::tbfs::Snapshot) over the socket, with the same errors.
+
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::codec::{read_frame, IO_MAX};
+use super::protocol::{LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
+use crate::sys::sock::send_all;
+use crate::tbfs::{
+    CheckpointInfo, DirEntry, Error, GcReport, OpenFlags, Result, SetAttr, SpaceReport, Stat,
+    StatVfs,
+};
+
+struct Conn {
+    socket: PathBuf,
+    /// The stream and the next request id; `None` once the stream failed (a reply may be
+    /// half read, so nothing later on it could be trusted).
+    stream: Mutex<Option<(UnixStream, u64)>>,
+    session: u64,
+    server_pid: u32,
+}
+
+impl Conn {
+    fn lost(&self, e: impl std::fmt::Display, kind: io::ErrorKind) -> Error {
+        Error::Io {
+            what: format!("pool server at {}", self.socket.display()),
+            source: io::Error::new(kind, e.to_string()),
+        }
+    }
+
+    fn call(&self, req: &Request) -> Result<Reply> {
+        let mut guard = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((stream, next)) = guard.as_mut() else {
+            return Err(self.lost("connection lost earlier", io::ErrorKind::NotConnected));
+        };
+        let id = *next;
+        *next += 1;
+        let result = send_all(stream, &req.encode(id))
+            .and_then(|()| read_frame(stream))
+            .and_then(|f| {
+                f.ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the server closed the session",
+                    )
+                })
+            });
+        let body = match result {
+            Ok(b) => b,
+            Err(e) => {
+                *guard = None;
+                return Err(self.lost(e, io::ErrorKind::BrokenPipe));
+            }
+        };
+        match Reply::decode(&body) {
+            Ok((rid, reply)) if rid == id => reply,
+            Ok((rid, _)) => {
+                *guard = None;
+                Err(self.lost(
+                    format!("reply to request {rid}, expected {id}"),
+                    io::ErrorKind::InvalidData,
+                ))
+            }
+            Err(e) => {
+                *guard = None;
+                Err(self.lost(e, io::ErrorKind::InvalidData))
+            }
+        }
+    }
+
+    fn unexpected(&self, r: &Reply) -> Error {
+        self.lost(
+            format!("unexpected reply {r:?}"),
+            io::ErrorKind::InvalidData,
+        )
+    }
+}
+
+macro_rules! expect {
+    ($conn:expr, $req:expr, $pat:pat => $val:expr) => {
+        match $conn.call(&$req)? {
+            $pat => Ok($val),
+            other => Err($conn.unexpected(&other)),
+        }
+    };
+}
+
+/// A session with a pool server. Cheap to clone; clones share the session (its files and
+/// locks), and calls from several threads take turns on the one connection.
+#[derive(Clone)]
+pub struct Client {
+    conn: Arc<Conn>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("socket", &self.conn.socket)
+            .field("session", &self.conn.session)
+            .finish()
+    }
+}
+
+impl Client {
+    /// Connects to the server at `socket` and opens a session.
+    pub fn connect(socket: &Path) -> Result<Client> {
+        let stream = UnixStream::connect(socket)
+            .map_err(|e| Error::io(format!("pool server at {}", socket.display()), e))?;
+        let mut conn = Conn {
+            socket: socket.to_path_buf(),
+            stream: Mutex::new(Some((stream, 1))),
+            session: 0,
+            server_pid: 0,
+        };
+        let hello = Request::Hello {
+            version: VERSION,
+            features: 0,
+        };
+        match conn.call(&hello)? {
+            Reply::Hello {
+                server_pid,
+                session,
+                ..
+            } => {
+                conn.server_pid = server_pid;
+                conn.session = session;
+            }
+            other => return Err(conn.unexpected(&other)),
+        }
+        Ok(Client {
+            conn: Arc::new(conn),
+        })
+    }
+
+    /// A session with the server of the pool at `pool`, if one answers on its socket.
+    pub fn for_pool(pool: &Path) -> Option<Client> {
+        let socket = super::socket_path(pool);
+        socket.exists().then(|| Client::connect(&socket).ok())?
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.conn.socket
+    }
+    pub fn server_pid(&self) -> u32 {
+        self.conn.server_pid
+    }
+    /// The server's number for this session.
+    pub fn session(&self) -> u64 {
+        self.conn.session
+    }
+
+    pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<RemoteFile> {
+        let req = Request::Open {
+            path: path.into(),
+            flags,
+        };
+        let (handle, ino) =
+            expect!(self.conn, req, Reply::Opened { handle, ino } => (handle, ino))?;
+        Ok(RemoteFile {
+            conn: self.conn.clone(),
+            handle,
+            ino,
+        })
+    }
+
+    fn done(&self, req: Request) -> Result<()> {
+        expect!(self.conn, req, Reply::Done => ())
+    }
+
+    pub fn stat(&self, path: &str) -> Result<Stat> {
+        let req = Request::Stat {
+            path: path.into(),
+            follow: true,
+        };
+        expect!(self.conn, req, Reply::Stat(s) => s)
+    }
+    pub fn lstat(&self, path: &str) -> Result<Stat> {
+        let req = Request::Stat {
+            path: path.into(),
+            follow: false,
+        };
+        expect!(self.conn, req, Reply::Stat(s) => s)
+    }
+    pub fn set_attr(&self, path: &str, attr: &SetAttr) -> Result<()> {
+        self.done(Request::SetAttr {
+            path: path.into(),
+            attr: *attr,
+            follow: true,
+        })
+    }
+    pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
+        self.done(Request::Mkdir {
+            path: path.into(),
+            mode,
+        })
+    }
+    pub fn rmdir(&self, path: &str) -> Result<()> {
+        self.done(Request::Rmdir { path: path.into() })
+    }
+    pub fn unlink(&self, path: &str) -> Result<()> {
+        self.done(Request::Unlink { path: path.into() })
+    }
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        self.done(Request::Rename {
+            from: from.into(),
+            to: to.into(),
+        })
+    }
+    pub fn link(&self, existing: &str, new: &str) -> Result<()> {
+        self.done(Request::Link {
+            existing: existing.into(),
+            new: new.into(),
+        })
+    }
+    pub fn symlink(&self, target: &str, path: &str) -> Result<()> {
+        self.done(Request::Symlink {
+            target: target.into(),
+            path: path.into(),
+        })
+    }
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        let req = Request::Readlink { path: path.into() };
+        expect!(self.conn, req, Reply::Text(t) => t)
+    }
+    pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
+        self.done(Request::Truncate {
+            path: path.into(),
+            len,
+        })
+    }
+    /// Entries of a directory, sorted by name (fetched a frame's worth at a time).
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        readdir_pages(|after| {
+            let req = Request::Readdir {
+                path: path.into(),
+                after,
+            };
+            expect!(self.conn, req, Reply::Entries { entries, more } => (entries, more))
+        })
+    }
+    pub fn sync(&self) -> Result<()> {
+        self.done(Request::Sync)
+    }
+    pub fn statvfs(&self) -> Result<StatVfs> {
+        expect!(self.conn, Request::Statvfs, Reply::StatVfs(v) => v)
+    }
+    pub fn space(&self) -> Result<SpaceReport> {
+        expect!(self.conn, Request::Space, Reply::Space(s) => s)
+    }
+    pub fn checkpoints(&self) -> Result<Vec<CheckpointInfo>> {
+        expect!(self.conn, Request::Checkpoints, Reply::Checkpoints(c) => c)
+    }
+    pub fn snapshot(&self, name: Option<&str>) -> Result<u64> {
+        let req = Request::Snapshot {
+            name: name.map(str::to_string),
+        };
+        expect!(self.conn, req, Reply::Number(n) => n)
+    }
+    pub fn set_snapshot(&self, number: u64, keep: bool) -> Result<()> {
+        self.done(Request::SetSnapshot { number, keep })
+    }
+    pub fn protection_period(&self) -> Result<std::time::Duration> {
+        expect!(self.conn, Request::ProtectionPeriod, Reply::Number(n) => std::time::Duration::from_nanos(n))
+    }
+    pub fn gc(&self, target_free: f64) -> Result<GcReport> {
+        expect!(self.conn, Request::Gc { target_free }, Reply::Gc(g) => g)
+    }
+    /// The pool's superblocks, configuration and what recovery did when the server opened it.
+    pub fn info(&self) -> Result<PoolInfo> {
+        expect!(self.conn, Request::Info, Reply::Info(i) => *i)
+    }
+    /// A read-only view of retained checkpoint `number`, kept retained while the view exists.
+    pub fn at(&self, number: u64) -> Result<RemoteView> {
+        let view = expect!(self.conn, Request::ViewOpen { number }, Reply::Number(v) => v)?;
+        Ok(RemoteView {
+            conn: self.conn.clone(),
+            view,
+            number,
+        })
+    }
+}
+
+fn readdir_pages(
+    mut page: impl FnMut(Option<String>) -> Result<(Vec<DirEntry>, bool)>,
+) -> Result<Vec<DirEntry>> {
+    let mut all: Vec<DirEntry> = Vec::new();
+    loop {
+        let (entries, more) = page(all.last().map(|e| e.name.clone()))?;
+        let empty = entries.is_empty();
+        all.extend(entries);
+        if !more || empty {
+            return Ok(all);
+        }
+    }
+}
+
+/// A file open through a pool server. Dropping it closes it.
+pub struct RemoteFile {
+    conn: Arc<Conn>,
+    handle: u64,
+    ino: u64,
+}
+
+impl std::fmt::Debug for RemoteFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteFile")
+            .field("handle", &self.handle)
+            .field("ino", &self.ino)
+            .finish()
+    }
+}
+
+impl RemoteFile {
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    fn done(&self, req: Request) -> Result<()> {
+        expect!(self.conn, req, Reply::Done => ())
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` (less only at the end of the file).
+    pub fn pread(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            let want = (buf.len() - done).min(IO_MAX);
+            let req = Request::Read {
+                handle: self.handle,
+                offset: offset + done as u64,
+                len: want as u32,
+            };
+            let data = expect!(self.conn, req, Reply::Data(d) => d)?;
+            let n = data.len().min(want);
+            buf[done..done + n].copy_from_slice(&data[..n]);
+            done += n;
+            if n < want {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Writes all of `buf` at `offset`.
+    pub fn pwrite(&self, buf: &[u8], offset: u64) -> Result<usize> {
+        for (i, piece) in buf.chunks(IO_MAX).enumerate() {
+            let req = Request::Write {
+                handle: self.handle,
+                offset: offset + (i * IO_MAX) as u64,
+                data: piece.to_vec(),
+            };
+            expect!(self.conn, req, Reply::Number(_) => ())?;
+        }
+        Ok(buf.len())
+    }
+
+    /// Writes `buf` at the end of the file, in one piece, and returns the offset after it.
+    pub fn append(&self, buf: &[u8]) -> Result<u64> {
+        if buf.len() > IO_MAX {
+            return Err(Error::Invalid(format!(
+                "an append of {} bytes: at most {IO_MAX} go in one piece",
+                buf.len()
+            )));
+        }
+        let req = Request::Append {
+            handle: self.handle,
+            data: buf.to_vec(),
+        };
+        expect!(self.conn, req, Reply::Number(n) => n)
+    }
+
+    pub fn fsync(&self) -> Result<()> {
+        self.done(Request::Fsync {
+            handle: self.handle,
+        })
+    }
+    pub fn fdatasync(&self) -> Result<()> {
+        self.done(Request::Fdatasync {
+            handle: self.handle,
+        })
+    }
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        self.done(Request::SetLen {
+            handle: self.handle,
+            len,
+        })
+    }
+    pub fn allocate(&self, offset: u64, len: u64) -> Result<()> {
+        self.done(Request::Allocate {
+            handle: self.handle,
+            offset,
+            len,
+        })
+    }
+    pub fn stat(&self) -> Result<Stat> {
+        let req = Request::Fstat {
+            handle: self.handle,
+        };
+        expect!(self.conn, req, Reply::Stat(s) => s)
+    }
+    /// Takes, changes or drops a lock (`wait`: until no other owner's lock conflicts). A
+    /// conflict without `wait` is an error with errno `EAGAIN`.
+    pub fn lock(&self, lock: LockArgs, wait: bool) -> Result<()> {
+        self.done(Request::Lock {
+            handle: self.handle,
+            lock,
+            wait,
+        })
+    }
+    /// The first lock another owner holds that conflicts with `lock` (`F_GETLK`).
+    pub fn test_lock(&self, lock: LockArgs) -> Result<Option<LockHolder>> {
+        let req = Request::TestLock {
+            handle: self.handle,
+            lock,
+        };
+        expect!(self.conn, req, Reply::Lock(h) => h)
+    }
+    /// Closes the file, reporting an error the drop would ignore.
+    pub fn close(self) -> Result<()> {
+        let r = self.done(Request::Close {
+            handle: self.handle,
+        });
+        std::mem::forget(self);
+        r
+    }
+}
+
+impl Drop for RemoteFile {
+    fn drop(&mut self) {
+        let _ = self.done(Request::Close {
+            handle: self.handle,
+        });
+    }
+}
+
+/// A read-only view of a retained checkpoint, held by the server for this session.
+pub struct RemoteView {
+    conn: Arc<Conn>,
+    view: u64,
+    number: u64,
+}
+
+impl std::fmt::Debug for RemoteView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteView")
+            .field("checkpoint", &self.number)
+            .finish()
+    }
+}
+
+impl RemoteView {
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+    pub fn stat(&self, path: &str) -> Result<Stat> {
+        let req = Request::ViewStat {
+            view: self.view,
+            path: path.into(),
+        };
+        expect!(self.conn, req, Reply::Stat(s) => s)
+    }
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        readdir_pages(|after| {
+            let req = Request::ViewReaddir {
+                view: self.view,
+                path: path.into(),
+                after,
+            };
+            expect!(self.conn, req, Reply::Entries { entries, more } => (entries, more))
+        })
+    }
+    /// Reads up to `buf.len()` bytes of a file in the view (at most [`IO_MAX`] per call).
+    pub fn pread(&self, path: &str, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let want = buf.len().min(IO_MAX);
+        let req = Request::ViewRead {
+            view: self.view,
+            path: path.into(),
+            offset,
+            len: want as u32,
+        };
+        let data = expect!(self.conn, req, Reply::Data(d) => d)?;
+        let n = data.len().min(want);
+        buf[..n].copy_from_slice(&data[..n]);
+        Ok(n)
+    }
+}
+
+impl Drop for RemoteView {
+    fn drop(&mut self) {
+        let _ = self.conn.call(&Request::ViewClose { view: self.view });
+    }
+}

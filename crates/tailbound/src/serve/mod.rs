@@ -1,0 +1,38 @@
+//! The pool server: one process owns a pool (the engine, its cleaner and, for file pools, the
+//! I/O scheduler) and serves any number of client processes over a Unix socket beside it.
+//!
+//! - `codec`: frames and the wire's primitives; decoding never panics on a client's bytes.
+//! - [`protocol`], `protocol_fields`, `protocol_replies`: the versioned messages
+//!   (docs/PROTOCOL.md).
+//! - `server`: the socket, the accept loop, stopping ([`Server::start`], [`ServerHandle`]).
+//! - `session`: one client's open files, views and locks; released when the client goes.
+//! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server.
+//!
+//! Every request is applied to the shared [`Fs`](crate::tbfs::Fs) before it is answered, so a
+//! client sees every other client's writes, synced or not, as processes do through the kernel's
+//! page cache. A client that dies loses nothing it wrote; only a crash of the server loses what
+//! was not synced.
+
+use std::path::{Path, PathBuf};
+
+mod client;
+mod codec;
+pub mod protocol;
+mod protocol_fields;
+mod protocol_replies;
+mod server;
+mod session;
+
+pub use client::{Client, RemoteFile, RemoteView};
+pub use codec::{WireError, FRAME_MAX, IO_MAX};
+pub use server::{Server, ServerHandle, ServerOptions};
+
+/// The socket a pool's server listens on: the pool's path with `.sock` added.
+pub fn socket_path(pool: &Path) -> PathBuf {
+    let mut s = pool.as_os_str().to_owned();
+    s.push(".sock");
+    PathBuf::from(s)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,597 @@
+//! The pool server's messages and their encoding (docs/PROTOCOL.md describes the same bytes).
+//!
+//! A request frame's body is its id (u64), its operation (u8) and the operation's arguments; a
+//! reply frame's body is the request's id, a status (0 done, 1 failed) and then the reply (a
+//! u8 tag and its fields) or the error (its kind, errno and message). The first request of a
+//! session must be `Hello`, which names the protocol version.
+
+use super::codec::{Dec, Enc, WireError, WireResult};
+use super::protocol_fields::{flags_dec, flags_enc, lock_dec, lock_enc};
+use crate::tbfs::locks::{Kind, Space};
+use crate::tbfs::{
+    CheckpointInfo, Config, DirEntry, Error, GcReport, OpenFlags, RecoveryReport, SetAttr,
+    SpaceReport, Stat, StatVfs,
+};
+
+/// The bytes a `Hello` starts with.
+pub const MAGIC: [u8; 4] = *b"TBSV";
+/// The protocol version this build speaks.
+pub const VERSION: u16 = 1;
+
+/// A byte-range or whole-file lock request on an open handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockArgs {
+    pub space: Space,
+    pub kind: Kind,
+    pub start: u64,
+    /// Exclusive; `u64::MAX` is to the end of the file.
+    pub end: u64,
+    /// Owned by the handle (OFD record lock or `flock`) rather than by the client process
+    /// (POSIX record lock).
+    pub per_handle: bool,
+}
+
+/// A lock another owner holds, as a lock test reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockHolder {
+    /// The holding client's process id for a POSIX lock, -1 for a handle's lock.
+    pub pid: i32,
+    pub write: bool,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// What a pool server tells a client about its pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolInfo {
+    /// The device's length in bytes.
+    pub device_bytes: u64,
+    /// The two superblock copies, as stored.
+    pub superblocks: Vec<u8>,
+    pub config: Config,
+    pub recovery: RecoveryReport,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Hello {
+        version: u16,
+        features: u64,
+    },
+    Open {
+        path: String,
+        flags: OpenFlags,
+    },
+    Close {
+        handle: u64,
+    },
+    Read {
+        handle: u64,
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        handle: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Append {
+        handle: u64,
+        data: Vec<u8>,
+    },
+    Fsync {
+        handle: u64,
+    },
+    Fdatasync {
+        handle: u64,
+    },
+    SetLen {
+        handle: u64,
+        len: u64,
+    },
+    Allocate {
+        handle: u64,
+        offset: u64,
+        len: u64,
+    },
+    Fstat {
+        handle: u64,
+    },
+    Lock {
+        handle: u64,
+        lock: LockArgs,
+        wait: bool,
+    },
+    TestLock {
+        handle: u64,
+        lock: LockArgs,
+    },
+    Stat {
+        path: String,
+        follow: bool,
+    },
+    SetAttr {
+        path: String,
+        attr: SetAttr,
+        follow: bool,
+    },
+    Mkdir {
+        path: String,
+        mode: u32,
+    },
+    Rmdir {
+        path: String,
+    },
+    Unlink {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Link {
+        existing: String,
+        new: String,
+    },
+    Symlink {
+        target: String,
+        path: String,
+    },
+    Readlink {
+        path: String,
+    },
+    Truncate {
+        path: String,
+        len: u64,
+    },
+    /// Entries after `after` (by name), as many as fit in a frame.
+    Readdir {
+        path: String,
+        after: Option<String>,
+    },
+    Sync,
+    Statvfs,
+    Space,
+    Checkpoints,
+    Snapshot {
+        name: Option<String>,
+    },
+    SetSnapshot {
+        number: u64,
+        keep: bool,
+    },
+    ProtectionPeriod,
+    Gc {
+        target_free: f64,
+    },
+    Info,
+    ViewOpen {
+        number: u64,
+    },
+    ViewClose {
+        view: u64,
+    },
+    ViewStat {
+        view: u64,
+        path: String,
+    },
+    ViewReaddir {
+        view: u64,
+        path: String,
+        after: Option<String>,
+    },
+    ViewRead {
+        view: u64,
+        path: String,
+        offset: u64,
+        len: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Hello {
+        version: u16,
+        features: u64,
+        server_pid: u32,
+        session: u64,
+    },
+    Done,
+    Opened {
+        handle: u64,
+        ino: u64,
+    },
+    Data(Vec<u8>),
+    Number(u64),
+    Stat(Stat),
+    Entries {
+        entries: Vec<DirEntry>,
+        more: bool,
+    },
+    Text(String),
+    StatVfs(StatVfs),
+    Space(SpaceReport),
+    Checkpoints(Vec<CheckpointInfo>),
+    Gc(GcReport),
+    Lock(Option<LockHolder>),
+    Info(Box<PoolInfo>),
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+impl Request {
+    /// The request as a frame with id `id`.
+    pub fn encode(&self, id: u64) -> Vec<u8> {
+        use Request as R;
+        let mut e = Enc::new();
+        e.u64(id);
+        match self {
+            R::Hello { version, features } => {
+                e.u8(1);
+                for b in MAGIC {
+                    e.u8(b);
+                }
+                e.u16(*version).u64(*features);
+            }
+            R::Open { path, flags } => {
+                e.u8(2).str(path);
+                flags_enc(&mut e, flags);
+            }
+            R::Close { handle } => {
+                e.u8(3).u64(*handle);
+            }
+            R::Read {
+                handle,
+                offset,
+                len,
+            } => {
+                e.u8(4).u64(*handle).u64(*offset).u32(*len);
+            }
+            R::Write {
+                handle,
+                offset,
+                data,
+            } => {
+                e.u8(5).u64(*handle).u64(*offset).bytes(data);
+            }
+            R::Append { handle, data } => {
+                e.u8(6).u64(*handle).bytes(data);
+            }
+            R::Fsync { handle } => {
+                e.u8(7).u64(*handle);
+            }
+            R::Fdatasync { handle } => {
+                e.u8(8).u64(*handle);
+            }
+            R::SetLen { handle, len } => {
+                e.u8(9).u64(*handle).u64(*len);
+            }
+            R::Allocate {
+                handle,
+                offset,
+                len,
+            } => {
+                e.u8(10).u64(*handle).u64(*offset).u64(*len);
+            }
+            R::Fstat { handle } => {
+                e.u8(11).u64(*handle);
+            }
+            R::Lock { handle, lock, wait } => {
+                e.u8(12).u64(*handle);
+                lock_enc(&mut e, lock);
+                e.bool(*wait);
+            }
+            R::TestLock { handle, lock } => {
+                e.u8(13).u64(*handle);
+                lock_enc(&mut e, lock);
+            }
+            R::Stat { path, follow } => {
+                e.u8(14).str(path).bool(*follow);
+            }
+            R::SetAttr { path, attr, follow } => {
+                e.u8(15).str(path);
+                let opt32 = |e: &mut Enc, v: Option<u32>| {
+                    e.opt_u64(v.map(u64::from));
+                };
+                opt32(&mut e, attr.mode);
+                opt32(&mut e, attr.uid);
+                opt32(&mut e, attr.gid);
+                e.opt_u64(attr.atime_ns.map(|t| t as u64));
+                e.opt_u64(attr.mtime_ns.map(|t| t as u64));
+                e.bool(*follow);
+            }
+            R::Mkdir { path, mode } => {
+                e.u8(16).str(path).u32(*mode);
+            }
+            R::Rmdir { path } => {
+                e.u8(17).str(path);
+            }
+            R::Unlink { path } => {
+                e.u8(18).str(path);
+            }
+            R::Rename { from, to } => {
+                e.u8(19).str(from).str(to);
+            }
+            R::Link { existing, new } => {
+                e.u8(20).str(existing).str(new);
+            }
+            R::Symlink { target, path } => {
+                e.u8(21).str(target).str(path);
+            }
+            R::Readlink { path } => {
+                e.u8(22).str(path);
+            }
+            R::Truncate { path, len } => {
+                e.u8(23).str(path).u64(*len);
+            }
+            R::Readdir { path, after } => {
+                e.u8(24).str(path).opt_str(after.as_deref());
+            }
+            R::Sync => {
+                e.u8(25);
+            }
+            R::Statvfs => {
+                e.u8(26);
+            }
+            R::Space => {
+                e.u8(27);
+            }
+            R::Checkpoints => {
+                e.u8(28);
+            }
+            R::Snapshot { name } => {
+                e.u8(29).opt_str(name.as_deref());
+            }
+            R::SetSnapshot { number, keep } => {
+                e.u8(30).u64(*number).bool(*keep);
+            }
+            R::ProtectionPeriod => {
+                e.u8(31);
+            }
+            R::Gc { target_free } => {
+                e.u8(32).f64(*target_free);
+            }
+            R::Info => {
+                e.u8(33);
+            }
+            R::ViewOpen { number } => {
+                e.u8(34).u64(*number);
+            }
+            R::ViewClose { view } => {
+                e.u8(35).u64(*view);
+            }
+            R::ViewStat { view, path } => {
+                e.u8(36).u64(*view).str(path);
+            }
+            R::ViewReaddir { view, path, after } => {
+                e.u8(37).u64(*view).str(path).opt_str(after.as_deref());
+            }
+            R::ViewRead {
+                view,
+                path,
+                offset,
+                len,
+            } => {
+                e.u8(38).u64(*view).str(path).u64(*offset).u32(*len);
+            }
+        }
+        e.finish()
+    }
+
+    /// A request frame's body: its id and the request. An id that decodes with a request that
+    /// does not is returned with the error, so the reply can name it.
+    pub fn decode(body: &[u8]) -> (Option<u64>, WireResult<Request>) {
+        let mut d = Dec::new(body);
+        let id = match d.u64("request id") {
+            Ok(id) => id,
+            Err(e) => return (None, Err(e)),
+        };
+        let r = Request::decode_rest(&mut d).and_then(|r| d.end("request").map(|()| r));
+        (Some(id), r)
+    }
+
+    fn decode_rest(d: &mut Dec<'_>) -> WireResult<Request> {
+        use Request as R;
+        let op = d.u8("operation")?;
+        Ok(match op {
+            1 => {
+                let mut magic = [0u8; 4];
+                for m in &mut magic {
+                    *m = d.u8("magic")?;
+                }
+                if magic != MAGIC {
+                    return Err(WireError("hello: not a tailbound client".into()));
+                }
+                R::Hello {
+                    version: d.u16("version")?,
+                    features: d.u64("features")?,
+                }
+            }
+            2 => R::Open {
+                path: d.str("path")?,
+                flags: flags_dec(d)?,
+            },
+            3 => R::Close {
+                handle: d.u64("handle")?,
+            },
+            4 => R::Read {
+                handle: d.u64("handle")?,
+                offset: d.u64("offset")?,
+                len: d.u32("length")?,
+            },
+            5 => R::Write {
+                handle: d.u64("handle")?,
+                offset: d.u64("offset")?,
+                data: d.bytes("data")?.to_vec(),
+            },
+            6 => R::Append {
+                handle: d.u64("handle")?,
+                data: d.bytes("data")?.to_vec(),
+            },
+            7 => R::Fsync {
+                handle: d.u64("handle")?,
+            },
+            8 => R::Fdatasync {
+                handle: d.u64("handle")?,
+            },
+            9 => R::SetLen {
+                handle: d.u64("handle")?,
+                len: d.u64("length")?,
+            },
+            10 => R::Allocate {
+                handle: d.u64("handle")?,
+                offset: d.u64("offset")?,
+                len: d.u64("length")?,
+            },
+            11 => R::Fstat {
+                handle: d.u64("handle")?,
+            },
+            12 => R::Lock {
+                handle: d.u64("handle")?,
+                lock: lock_dec(d)?,
+                wait: d.bool("wait")?,
+            },
+            13 => R::TestLock {
+                handle: d.u64("handle")?,
+                lock: lock_dec(d)?,
+            },
+            14 => R::Stat {
+                path: d.str("path")?,
+                follow: d.bool("follow")?,
+            },
+            15 => {
+                let path = d.str("path")?;
+                let opt32 = |d: &mut Dec<'_>, what: &str| -> WireResult<Option<u32>> {
+                    d.opt_u64(what)?
+                        .map(|v| u32::try_from(v).map_err(|_| WireError(format!("{what}: {v}"))))
+                        .transpose()
+                };
+                let attr = SetAttr {
+                    mode: opt32(d, "mode")?,
+                    uid: opt32(d, "uid")?,
+                    gid: opt32(d, "gid")?,
+                    atime_ns: d.opt_u64("atime")?.map(|t| t as i64),
+                    mtime_ns: d.opt_u64("mtime")?.map(|t| t as i64),
+                };
+                R::SetAttr {
+                    path,
+                    attr,
+                    follow: d.bool("follow")?,
+                }
+            }
+            16 => R::Mkdir {
+                path: d.str("path")?,
+                mode: d.u32("mode")?,
+            },
+            17 => R::Rmdir {
+                path: d.str("path")?,
+            },
+            18 => R::Unlink {
+                path: d.str("path")?,
+            },
+            19 => R::Rename {
+                from: d.str("from")?,
+                to: d.str("to")?,
+            },
+            20 => R::Link {
+                existing: d.str("existing")?,
+                new: d.str("new")?,
+            },
+            21 => R::Symlink {
+                target: d.str("target")?,
+                path: d.str("path")?,
+            },
+            22 => R::Readlink {
+                path: d.str("path")?,
+            },
+            23 => R::Truncate {
+                path: d.str("path")?,
+                len: d.u64("length")?,
+            },
+            24 => R::Readdir {
+                path: d.str("path")?,
+                after: d.opt_str("after")?,
+            },
+            25 => R::Sync,
+            26 => R::Statvfs,
+            27 => R::Space,
+            28 => R::Checkpoints,
+            29 => R::Snapshot {
+                name: d.opt_str("name")?,
+            },
+            30 => R::SetSnapshot {
+                number: d.u64("checkpoint")?,
+                keep: d.bool("keep")?,
+            },
+            31 => R::ProtectionPeriod,
+            32 => R::Gc {
+                target_free: d.f64("target")?,
+            },
+            33 => R::Info,
+            34 => R::ViewOpen {
+                number: d.u64("checkpoint")?,
+            },
+            35 => R::ViewClose {
+                view: d.u64("view")?,
+            },
+            36 => R::ViewStat {
+                view: d.u64("view")?,
+                path: d.str("path")?,
+            },
+            37 => R::ViewReaddir {
+                view: d.u64("view")?,
+                path: d.str("path")?,
+                after: d.opt_str("after")?,
+            },
+            38 => R::ViewRead {
+                view: d.u64("view")?,
+                path: d.str("path")?,
+                offset: d.u64("offset")?,
+                len: d.u32("length")?,
+            },
+            other => return Err(WireError(format!("unknown operation {other}"))),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replies
+
+impl Reply {
+    /// A successful reply to request `id`, as a frame.
+    pub fn encode(&self, id: u64) -> Vec<u8> {
+        let mut e = Enc::new();
+        e.u64(id).u8(0);
+        super::protocol_replies::encode_reply(&mut e, self);
+        e.finish()
+    }
+
+    /// A failed reply to request `id`, as a frame.
+    pub fn encode_error(id: u64, err: &Error) -> Vec<u8> {
+        let (kind, errno, message) = super::protocol_replies::error_parts(err);
+        let mut e = Enc::new();
+        e.u64(id).u8(1).u8(kind).i32(errno).str(&message);
+        e.finish()
+    }
+
+    /// A reply frame's body: its id, and the reply or the error the server sent.
+    pub fn decode(body: &[u8]) -> WireResult<(u64, Result<Reply, Error>)> {
+        let mut d = Dec::new(body);
+        let id = d.u64("reply id")?;
+        let r = match d.u8("status")? {
+            0 => Ok(super::protocol_replies::decode_reply(&mut d)?),
+            1 => {
+                let kind = d.u8("error kind")?;
+                let errno = d.i32("errno")?;
+                let message = d.str("message")?;
+                Err(super::protocol_replies::error_from_parts(
+                    kind, errno, message,
+                ))
+            }
+            s => return Err(WireError(format!("status {s}"))),
+        };
+        d.end("reply")?;
+        Ok((id, r))
+    }
+}

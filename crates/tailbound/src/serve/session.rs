@@ -1,0 +1,423 @@
+//! One client's session: its open files, snapshot views and locks, and the requests it sends,
+//! answered in order. When the client goes (end of stream, a broken frame, or the server
+//! stopping) its files are closed and its locks released; what it wrote stays in the pool's
+//! buffers, as a killed process's writes stay in the kernel's page cache.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::Arc;
+
+use super::codec::{read_frame, IO_MAX};
+use super::protocol::{LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
+use super::server::Shared;
+use crate::dev::BLOCK_SIZE;
+use crate::sys::sock::{send_all, PeerCred};
+use crate::tbfs::locks::{Owner, Request as LockRequest};
+use crate::tbfs::{Error, File, Fs, OpenFlags, Result, SetAttr, Snapshot};
+
+/// A reply to a directory listing is cut at about this many bytes of names.
+const ENTRIES_BYTES: usize = 1 << 20;
+
+struct Session<'a> {
+    shared: &'a Shared,
+    fs: &'a Fs,
+    id: u64,
+    cred: PeerCred,
+    /// The session's socket, watched for a hang-up while a request waits for a lock.
+    watch: UnixStream,
+    files: HashMap<u64, File>,
+    views: HashMap<u64, Snapshot>,
+    next_handle: u64,
+}
+
+/// Serves one client until it goes, then cleans up after it.
+pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCred) {
+    let Ok(watch) = stream.try_clone() else {
+        return;
+    };
+    let mut s = Session {
+        shared,
+        fs: &shared.fs,
+        id,
+        cred,
+        watch,
+        files: HashMap::new(),
+        views: HashMap::new(),
+        next_handle: 1,
+    };
+    let mut greeted = false;
+    // A frame too long or cut short cannot be skipped safely: the session ends.
+    while let Ok(Some(body)) = read_frame(&mut stream) {
+        let (req_id, decoded) = Request::decode(&body);
+        let req_id = req_id.unwrap_or(0);
+        let reply = match decoded {
+            Err(e) => Err(Error::Invalid(e.to_string())),
+            Ok(Request::Hello { version, .. }) if version != VERSION => Err(Error::Invalid(
+                format!("protocol version {version}: this server speaks version {VERSION}"),
+            )),
+            Ok(Request::Hello { .. }) => {
+                greeted = true;
+                Ok(Reply::Hello {
+                    version: VERSION,
+                    features: 0,
+                    server_pid: std::process::id(),
+                    session: id,
+                })
+            }
+            Ok(_) if !greeted => Err(Error::Invalid("the first request must be hello".into())),
+            Ok(req) => s.serve(req),
+        };
+        let frame = match &reply {
+            Ok(r) => r.encode(req_id),
+            Err(e) => Reply::encode_error(req_id, e),
+        };
+        if send_all(&stream, &frame).is_err() || !greeted {
+            break;
+        }
+    }
+    s.end();
+}
+
+fn lock_error(e: crate::tbfs::locks::LockError) -> Error {
+    Error::io("lock", io::Error::from_raw_os_error(e.errno()))
+}
+
+impl Session<'_> {
+    fn file(&self, handle: u64) -> Result<&File> {
+        self.files
+            .get(&handle)
+            .ok_or_else(|| Error::BadHandle(format!("handle {handle}")))
+    }
+
+    fn view(&self, view: u64) -> Result<&Snapshot> {
+        self.views
+            .get(&view)
+            .ok_or_else(|| Error::BadHandle(format!("view {view}")))
+    }
+
+    fn owner(&self, handle: u64, lock: &LockArgs) -> Owner {
+        Owner::Client {
+            session: self.id,
+            description: if lock.per_handle { handle } else { 0 },
+        }
+    }
+
+    /// Whether things this client makes are given to it rather than left to the server's user.
+    fn other_user(&self) -> Option<SetAttr> {
+        let (uid, gid) = (self.cred.uid, self.cred.gid);
+        ((uid, gid) != self.shared.server_ids).then_some(SetAttr {
+            uid: Some(uid),
+            gid: Some(gid),
+            ..SetAttr::default()
+        })
+    }
+
+    fn open(&mut self, path: &str, flags: OpenFlags) -> Result<File> {
+        let Some(owner) = self.other_user().filter(|_| flags.create) else {
+            return self.fs.open_file(path, flags);
+        };
+        // A file made for a client of another user is that user's: made exclusively, so a file
+        // that already exists keeps its owner.
+        match self.fs.open_file(
+            path,
+            OpenFlags {
+                exclusive: true,
+                ..flags
+            },
+        ) {
+            Ok(f) => {
+                f.set_attr(&owner)?;
+                Ok(f)
+            }
+            Err(Error::Exists(_)) if !flags.exclusive => self.fs.open_file(
+                path,
+                OpenFlags {
+                    create: false,
+                    ..flags
+                },
+            ),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn serve(&mut self, req: Request) -> Result<Reply> {
+        use Request as R;
+        let fs = self.fs;
+        Ok(match req {
+            R::Hello { .. } => return Err(Error::Invalid("hello twice".into())),
+            R::Open { path, flags } => {
+                let file = self.open(&path, flags)?;
+                let handle = self.next_handle;
+                self.next_handle += 1;
+                let ino = file.ino();
+                self.files.insert(handle, file);
+                Reply::Opened { handle, ino }
+            }
+            R::Close { handle } => {
+                let file = self
+                    .files
+                    .remove(&handle)
+                    .ok_or_else(|| Error::BadHandle(format!("handle {handle}")))?;
+                self.release_handle(handle, file.ino());
+                drop(file);
+                Reply::Done
+            }
+            R::Read {
+                handle,
+                offset,
+                len,
+            } => {
+                let mut buf = vec![0u8; (len as usize).min(IO_MAX)];
+                let n = self.file(handle)?.pread(&mut buf, offset)?;
+                buf.truncate(n);
+                Reply::Data(buf)
+            }
+            R::Write {
+                handle,
+                offset,
+                data,
+            } => Reply::Number(self.file(handle)?.pwrite(&data, offset)? as u64),
+            R::Append { handle, data } => Reply::Number(self.file(handle)?.append(&data)?),
+            R::Fsync { handle } => {
+                self.file(handle)?.fsync()?;
+                Reply::Done
+            }
+            R::Fdatasync { handle } => {
+                self.file(handle)?.fdatasync()?;
+                Reply::Done
+            }
+            R::SetLen { handle, len } => {
+                self.file(handle)?.set_len(len)?;
+                Reply::Done
+            }
+            R::Allocate {
+                handle,
+                offset,
+                len,
+            } => {
+                self.file(handle)?.allocate(offset, len)?;
+                Reply::Done
+            }
+            R::Fstat { handle } => Reply::Stat(self.file(handle)?.stat()?),
+            R::Lock { handle, lock, wait } => {
+                let ino = self.file(handle)?.ino();
+                let r = LockRequest {
+                    owner: self.owner(handle, &lock),
+                    space: lock.space,
+                    kind: lock.kind,
+                    start: lock.start,
+                    end: lock.end,
+                };
+                if wait {
+                    self.lock_waiting(ino, &r)?;
+                } else {
+                    fs.locks().set(ino, &r, false).map_err(lock_error)?;
+                }
+                Reply::Done
+            }
+            R::TestLock { handle, lock } => {
+                let ino = self.file(handle)?.ino();
+                let r = LockRequest {
+                    owner: self.owner(handle, &lock),
+                    space: lock.space,
+                    kind: lock.kind,
+                    start: lock.start,
+                    end: lock.end,
+                };
+                Reply::Lock(fs.locks().test(ino, &r).map(|h| LockHolder {
+                    pid: match h.owner {
+                        Owner::Client {
+                            session,
+                            description: 0,
+                        } => self.shared.sessions().get(&session).map_or(-1, |s| s.pid),
+                        _ => -1,
+                    },
+                    write: h.write,
+                    start: h.start,
+                    end: h.end,
+                }))
+            }
+            R::Stat { path, follow } => Reply::Stat(if follow {
+                fs.stat(&path)?
+            } else {
+                fs.lstat(&path)?
+            }),
+            R::SetAttr { path, attr, follow } => {
+                if follow {
+                    fs.set_attr(&path, &attr)?;
+                } else {
+                    fs.lset_attr(&path, &attr)?;
+                }
+                Reply::Done
+            }
+            R::Mkdir { path, mode } => {
+                fs.mkdir(&path, mode)?;
+                if let Some(owner) = self.other_user() {
+                    fs.lset_attr(&path, &owner)?;
+                }
+                Reply::Done
+            }
+            R::Rmdir { path } => {
+                fs.rmdir(&path)?;
+                Reply::Done
+            }
+            R::Unlink { path } => {
+                fs.unlink(&path)?;
+                Reply::Done
+            }
+            R::Rename { from, to } => {
+                fs.rename(&from, &to)?;
+                Reply::Done
+            }
+            R::Link { existing, new } => {
+                fs.link(&existing, &new)?;
+                Reply::Done
+            }
+            R::Symlink { target, path } => {
+                fs.symlink(&target, &path)?;
+                if let Some(owner) = self.other_user() {
+                    fs.lset_attr(&path, &owner)?;
+                }
+                Reply::Done
+            }
+            R::Readlink { path } => Reply::Text(fs.readlink(&path)?),
+            R::Truncate { path, len } => {
+                fs.truncate(&path, len)?;
+                Reply::Done
+            }
+            R::Readdir { path, after } => entries_page(fs.readdir(&path)?, after.as_deref()),
+            R::Sync => {
+                fs.sync()?;
+                Reply::Done
+            }
+            R::Statvfs => Reply::StatVfs(fs.statvfs()?),
+            R::Space => Reply::Space(fs.space()?),
+            R::Checkpoints => Reply::Checkpoints(fs.checkpoints()?),
+            R::Snapshot { name } => Reply::Number(fs.snapshot(name.as_deref())?),
+            R::SetSnapshot { number, keep } => {
+                fs.set_snapshot(number, keep)?;
+                Reply::Done
+            }
+            R::ProtectionPeriod => {
+                Reply::Number(super::protocol_fields::duration_ns(fs.protection_period()))
+            }
+            R::Gc { target_free } => Reply::Gc(fs.gc(target_free)?),
+            R::Info => Reply::Info(Box::new(self.info()?)),
+            R::ViewOpen { number } => {
+                let view = fs.at(number)?;
+                let id = self.next_handle;
+                self.next_handle += 1;
+                self.views.insert(id, view);
+                Reply::Number(id)
+            }
+            R::ViewClose { view } => {
+                self.views
+                    .remove(&view)
+                    .ok_or_else(|| Error::BadHandle(format!("view {view}")))?;
+                Reply::Done
+            }
+            R::ViewStat { view, path } => Reply::Stat(self.view(view)?.stat(&path)?),
+            R::ViewReaddir { view, path, after } => {
+                entries_page(self.view(view)?.readdir(&path)?, after.as_deref())
+            }
+            R::ViewRead {
+                view,
+                path,
+                offset,
+                len,
+            } => {
+                let mut buf = vec![0u8; (len as usize).min(IO_MAX)];
+                let n = self.view(view)?.pread(&path, &mut buf, offset)?;
+                buf.truncate(n);
+                Reply::Data(buf)
+            }
+        })
+    }
+
+    /// Takes a lock, waiting for it, unless the client goes meanwhile: then its session must
+    /// end (releasing what else it holds) rather than wait on, as a killed process's `F_SETLKW`
+    /// ends. A watcher thread sees the hang-up and wakes the wait.
+    fn lock_waiting(&self, ino: u64, r: &LockRequest) -> Result<()> {
+        let watched = self
+            .watch
+            .try_clone()
+            .map_err(|e| Error::io("lock: watching the client", e))?;
+        let gone = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let fs = self.shared.fs.clone();
+        let watcher = {
+            let (gone, done) = (gone.clone(), done.clone());
+            std::thread::Builder::new()
+                .name(format!("tbfs-lockwait-{}", self.id))
+                .spawn(move || {
+                    // Woken every so often to see whether the lock came.
+                    while !done.load(AtomicOrdering::Acquire) {
+                        if crate::sys::sock::wait_hangup(&watched, 100).unwrap_or(true) {
+                            gone.store(true, AtomicOrdering::Release);
+                            fs.locks().wake_waiters();
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| Error::io("lock: watching the client", e))?
+        };
+        let got = self.fs.locks().set_or_give_up(ino, r, true, Some(&gone));
+        done.store(true, AtomicOrdering::Release);
+        let _ = watcher.join();
+        got.map_err(lock_error)
+    }
+
+    fn info(&self) -> Result<PoolInfo> {
+        let dev = &self.fs.inner.dev;
+        let mut superblocks = vec![0u8; 2 * BLOCK_SIZE as usize];
+        dev.read_at(0, &mut superblocks)
+            .map_err(|e| Error::io("reading the superblocks", e))?;
+        Ok(PoolInfo {
+            device_bytes: dev.len(),
+            superblocks,
+            config: self.fs.config(),
+            recovery: self.fs.recovery_report(),
+        })
+    }
+
+    /// A handle closed: its own locks go, and (POSIX's rule) the process's locks on its file.
+    fn release_handle(&self, handle: u64, ino: u64) {
+        let locks = self.fs.locks();
+        locks.release_everywhere(Owner::Client {
+            session: self.id,
+            description: handle,
+        });
+        locks.release(
+            ino,
+            Owner::Client {
+                session: self.id,
+                description: 0,
+            },
+        );
+    }
+
+    /// The client is gone: every lock it held is released and every file it had open closed.
+    fn end(&mut self) {
+        self.fs.locks().release_session(self.id);
+        self.files.clear();
+        self.views.clear();
+    }
+}
+
+/// The entries after `after`, as many as fit in a reply.
+fn entries_page(entries: Vec<crate::tbfs::DirEntry>, after: Option<&str>) -> Reply {
+    let start = after.map_or(0, |a| entries.partition_point(|e| e.name.as_str() <= a));
+    let mut bytes = 0;
+    let mut page = Vec::new();
+    let mut rest = entries.into_iter().skip(start).peekable();
+    while let Some(e) = rest.next_if(|e| page.is_empty() || bytes + e.name.len() <= ENTRIES_BYTES) {
+        bytes += e.name.len() + 16;
+        page.push(e);
+    }
+    Reply::Entries {
+        entries: page,
+        more: rest.peek().is_some(),
+    }
+}
