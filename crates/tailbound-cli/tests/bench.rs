@@ -551,7 +551,7 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
     systems.sort_unstable();
     assert_eq!(
         systems,
-        ["ext4-ram", "tbfs-native", "tbfs-shim", "tmpfs", "xfs-ram"],
+        ["ext4-ram", "tbfs-fuse", "tbfs-native", "tbfs-shim", "tmpfs", "xfs-ram"],
         "every system is measured or reported unavailable"
     );
     let measured = |s: &str| cases.iter().any(|c| c["system"] == s);
@@ -582,8 +582,9 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
     }
     assert_eq!(measured("xfs-ram"), root);
     assert_eq!(measured("ext4-ram"), root);
+    assert_eq!(measured("tbfs-fuse"), root);
     // The targets are always checked and printed.
-    assert_eq!(report["targets"].as_array().unwrap().len(), 3);
+    assert_eq!(report["targets"].as_array().unwrap().len(), 4);
     let text = stdout(&out);
     assert!(text.contains("| target"), "{text}");
     assert!(text.contains("createfile1"));
