@@ -60,7 +60,7 @@ pub fn run(args: ServeArgs) -> CliResult {
     }
     if args.detached {
         // Out of the starting shell's session: its hang-up and Ctrl-C are not for the server.
-        tailbound::sys::sock::new_session()?;
+        tailbound::sys::proc::new_session()?;
     }
     // Before the socket exists, so a signal that comes as soon as clients can connect is seen.
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
@@ -91,7 +91,7 @@ pub fn run(args: ServeArgs) -> CliResult {
     }
     if args.detached {
         // The starting process has read the line above and gone.
-        tailbound::sys::sock::stdio_to_null()?;
+        tailbound::sys::proc::stdio_to_null()?;
     }
     let signal = signals.forever().next();
     server.stop();

@@ -551,7 +551,14 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
     systems.sort_unstable();
     assert_eq!(
         systems,
-        ["ext4-ram", "tbfs-fuse", "tbfs-native", "tbfs-shim", "tmpfs", "xfs-ram"],
+        [
+            "ext4-ram",
+            "tbfs-fuse",
+            "tbfs-native",
+            "tbfs-shim",
+            "tmpfs",
+            "xfs-ram"
+        ],
         "every system is measured or reported unavailable"
     );
     let measured = |s: &str| cases.iter().any(|c| c["system"] == s);

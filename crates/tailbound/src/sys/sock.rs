@@ -69,32 +69,6 @@ pub fn send_all(stream: &UnixStream, mut buf: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Starts a new session (`setsid`), so the calling process has no controlling terminal and a
-/// terminal's signals (hang-up, Ctrl-C) do not reach it.
-pub fn new_session() -> io::Result<()> {
-    // SAFETY: no arguments; it only changes the calling process's session.
-    let ret = unsafe { libc::setsid() };
-    if ret == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Points standard input, output and error at `/dev/null` (a daemon's, once it has said it is
-/// ready: its parent has stopped reading them).
-pub fn stdio_to_null() -> io::Result<()> {
-    let null = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")?;
-    for fd in 0..3 {
-        // SAFETY: dup2 onto the standard descriptors from a descriptor we own; it only
-        // replaces what those descriptors point at.
-        cvt(unsafe { libc::dup2(null.as_raw_fd(), fd) })?;
-    }
-    Ok(())
-}
-
 /// Shuts a listening socket down, which wakes a thread blocked in `accept` on it (Linux returns
 /// `EINVAL` there from then on).
 pub fn shutdown_listener(listener: &std::os::unix::net::UnixListener) -> io::Result<()> {
