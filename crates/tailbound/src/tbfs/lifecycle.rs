@@ -843,10 +843,16 @@ impl Fs {
         m.dropped_since_ckpt += credit;
         if !keep {
             // No longer a snapshot: the next checkpoint releases it if it is past the protection
-            // period, with what only it pinned. (While it is retained every pin it covers keeps
-            // an anchor, so this unpins nothing: undone by marking it a snapshot again.)
+            // period, with what only it pinned. While it is retained every pin it covers keeps
+            // an anchor, so this unpins nothing, and marking it a snapshot again undoes it.
             let seq = m.writer.seq;
+            let pins = m.life.pinned.len();
             m.reanchor(number, seq, inner.segment_blocks);
+            assert_eq!(
+                m.life.pinned.len(),
+                pins,
+                "a retained checkpoint's drop unpinned"
+            );
         }
         let before = m.checkpoint;
         let written = inner.refresh_superblock(&mut m);
