@@ -5,35 +5,17 @@
 use std::sync::Arc;
 
 mod common;
-use common::Rng;
+use common::{data, read, Rng};
 
 use tailbound::dev::sim::SimDevice;
 use tailbound::tbfs::{fsck, Config, Error, Fs, OpenFlags};
 
 const POOL: u64 = 64 << 20;
 
-fn data(seed: u64, len: usize) -> Vec<u8> {
-    let mut r = Rng(seed);
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        out.extend_from_slice(&r.next().to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
 fn write_file(fs: &Fs, path: &str, bytes: &[u8]) -> Result<(), Error> {
     let f = fs.open_file(path, OpenFlags::create())?;
     f.pwrite(bytes, 0)?;
     f.fsync()
-}
-
-fn read(fs: &Fs, path: &str) -> Vec<u8> {
-    let f = fs.open_file(path, OpenFlags::read_only()).unwrap();
-    let size = f.stat().unwrap().size as usize;
-    let mut buf = vec![0u8; size];
-    assert_eq!(f.pread(&mut buf, 0).unwrap(), size, "{path}");
-    buf
 }
 
 fn pool() -> (Arc<SimDevice>, Fs) {

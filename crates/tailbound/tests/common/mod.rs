@@ -17,3 +17,27 @@ impl Rng {
         self.next() % n.max(1)
     }
 }
+
+/// `len` bytes of the stream seeded with `seed`: a file's contents, rebuilt to check it.
+#[allow(dead_code)] // not every test file writes files it reads back
+pub fn data(seed: u64, len: usize) -> Vec<u8> {
+    let mut r = Rng(seed);
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        out.extend_from_slice(&r.next().to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// The whole of file `path`.
+#[allow(dead_code)] // not every test file reads files back
+pub fn read(fs: &tailbound::tbfs::Fs, path: &str) -> Vec<u8> {
+    let f = fs
+        .open_file(path, tailbound::tbfs::OpenFlags::read_only())
+        .unwrap();
+    let size = f.stat().unwrap().size as usize;
+    let mut buf = vec![0u8; size];
+    assert_eq!(f.pread(&mut buf, 0).unwrap(), size, "{path}");
+    buf
+}
