@@ -154,6 +154,7 @@ enum Experiment {
     /// snapshot taken before the delete (which keeps the blocks). The target (1 GiB: < 10 ms,
     /// every run) follows the table. --quick: 16 and 64 MiB, one run (seconds).
     Delete(DeleteArgs),
+    SchedOverhead(crate::cmd_bench_sched::SchedOverheadArgs),
 }
 
 #[derive(Args)]
@@ -529,6 +530,7 @@ pub fn run(args: BenchArgs) -> CliResult {
         Experiment::Cleaner(args) => run_cleaner(args),
         Experiment::Soak(args) => crate::cmd_bench_soak::run(args),
         Experiment::Delete(args) => run_delete(args),
+        Experiment::SchedOverhead(args) => crate::cmd_bench_sched::run(args),
     }
 }
 
@@ -589,7 +591,7 @@ fn run_cleaner(args: CleanerArgs) -> CliResult {
 
 /// Runs an experiment of `runs` steps behind a progress bar, prints its report and writes it as
 /// JSON to `json` if given.
-fn run_with_progress<R: serde::Serialize>(
+pub(crate) fn run_with_progress<R: serde::Serialize>(
     runs: u64,
     label: &str,
     json: Option<&Path>,

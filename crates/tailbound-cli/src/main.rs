@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
+mod cmd_bench_sched;
 mod cmd_bench_soak;
 mod cmd_calibrate;
 mod cmd_demo;

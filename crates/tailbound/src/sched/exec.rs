@@ -8,7 +8,7 @@
 //! buffer into the caller's. No unsafe code is needed for either.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -42,6 +42,9 @@ struct Job {
 struct Inner {
     queue: Queue,
     jobs: HashMap<ReqId, Job>,
+    /// Dispatches a caller took from the queue that were not its own, for a dispatcher thread
+    /// ([`Scheduler::run_own`]); they count in the queue's depth already.
+    ready: VecDeque<Dispatch>,
     by_prio: HashMap<Prio, TenantId>,
     shutdown: bool,
     /// The failure of a flush the queue made on its own ([`Config::flush_debt`]), kept for the
@@ -99,6 +102,7 @@ impl Scheduler {
             inner: Mutex::new(Inner {
                 queue: Queue::new(&cfg),
                 jobs: HashMap::new(),
+                ready: VecDeque::new(),
                 by_prio: HashMap::new(),
                 shutdown: false,
                 flush_error: None,
@@ -184,7 +188,7 @@ impl Scheduler {
     /// Reads `buf.len()` bytes at `offset` for tenant `t`; blocks until done.
     pub fn read_at(&self, t: TenantId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         check_request(self.shared.dev.as_ref(), offset, buf.len())?;
-        let sub = self.submit(t, Op::Read, offset, buf.len() as u64, Payload::Read)?;
+        let sub = self.submit(t, Op::Read, offset, buf.len() as u64, Payload::Read, true)?;
         self.wait(sub, buf.len() as u64, Some(buf), "read", offset)
     }
 
@@ -192,7 +196,14 @@ impl Scheduler {
     pub fn write_at(&self, t: TenantId, offset: u64, buf: &[u8]) -> io::Result<()> {
         check_request(self.shared.dev.as_ref(), offset, buf.len())?;
         let data = Arc::new(buf.to_vec());
-        let sub = self.submit(t, Op::Write, offset, buf.len() as u64, Payload::Write(data))?;
+        let sub = self.submit(
+            t,
+            Op::Write,
+            offset,
+            buf.len() as u64,
+            Payload::Write(data),
+            true,
+        )?;
         self.wait(sub, buf.len() as u64, None, "write", offset)
     }
 
@@ -206,7 +217,15 @@ impl Scheduler {
     ) -> io::Result<PendingWrite> {
         check_request(self.shared.dev.as_ref(), offset, buf.len())?;
         let len = buf.len() as u64;
-        let sub = self.submit(t, Op::Write, offset, len, Payload::Write(Arc::new(buf)))?;
+        // Returns at once: the write is a dispatcher thread's, never the caller's.
+        let sub = self.submit(
+            t,
+            Op::Write,
+            offset,
+            len,
+            Payload::Write(Arc::new(buf)),
+            false,
+        )?;
         let sched = Arc::clone(self);
         Ok(PendingWrite::new(move || {
             sched.wait(sub, len, None, "write", offset)
@@ -215,7 +234,7 @@ impl Scheduler {
 
     /// Flushes the device for tenant `t`; blocks until done.
     pub fn flush(&self, t: TenantId) -> io::Result<()> {
-        let sub = self.submit(t, Op::Flush, 0, 0, Payload::Flush)?;
+        let sub = self.submit(t, Op::Flush, 0, 0, Payload::Flush, true)?;
         self.wait(sub, 0, None, "flush", 0)
     }
 
@@ -242,6 +261,7 @@ impl Scheduler {
         offset: u64,
         len: u64,
         payload: Payload,
+        inline: bool,
     ) -> io::Result<Submitted> {
         let (tx, rx) = mpsc::channel();
         let mut inner = self.shared.lock();
@@ -266,9 +286,37 @@ impl Scheduler {
             },
         );
         inner.jobs.insert(id, Job { payload, reply: tx });
-        drop(inner);
-        self.shared.work.notify_one();
+        if inline {
+            self.run_own(inner, id);
+        } else {
+            drop(inner);
+            self.shared.work.notify_one();
+        }
         Ok(Submitted { id, tenant: t, rx })
+    }
+
+    /// Performs on the calling thread the dispatches the queue makes of request `id` now, so a
+    /// request the queue lets go at once costs no hand-over to a dispatcher thread and back.
+    /// The queue decides as it would for a dispatcher thread; the first dispatch that is not all
+    /// `id`'s is left to the dispatcher threads (one is free: there are as many as the depth),
+    /// so a caller never performs another tenant's I/O.
+    fn run_own<'a>(&'a self, mut inner: MutexGuard<'a, Inner>, id: ReqId) {
+        let shared = &*self.shared;
+        while !inner.shutdown && inner.ready.is_empty() {
+            let Some(d) = inner.queue.pop(shared.now()) else {
+                break;
+            };
+            if !d.pieces.is_empty() && d.pieces.iter().all(|p| p.req == id) {
+                inner = execute(shared, inner, d);
+            } else {
+                inner.ready.push_back(d);
+            }
+        }
+        let pending = !inner.ready.is_empty() || inner.queue.queued() > 0;
+        drop(inner);
+        if pending {
+            shared.work.notify_one();
+        }
     }
 
     /// Collects a request's pieces; copies read data into `buf`. A thread that holds work others
@@ -385,6 +433,10 @@ fn dispatcher(shared: &Shared) {
         if inner.shutdown {
             return;
         }
+        if let Some(d) = inner.ready.pop_front() {
+            inner = execute(shared, inner, d);
+            continue;
+        }
         let now = shared.now();
         let Some(d) = inner.queue.pop(now) else {
             inner = match inner.queue.next_timer() {
@@ -401,79 +453,93 @@ fn dispatcher(shared: &Shared) {
             };
             continue;
         };
-        // Gather what the I/O needs while the lock is held.
-        let replies: Vec<mpsc::Sender<PieceDone>> = d
+        inner = execute(shared, inner, d);
+    }
+}
+
+/// Performs one dispatch the queue made: the I/O without the lock, then its completion and the
+/// replies to every piece's caller. Takes the lock held and returns it held.
+fn execute<'a>(
+    shared: &'a Shared,
+    mut inner: MutexGuard<'a, Inner>,
+    d: Dispatch,
+) -> MutexGuard<'a, Inner> {
+    // Gather what the I/O needs while the lock is held.
+    let replies: Vec<mpsc::Sender<PieceDone>> = d
+        .pieces
+        .iter()
+        .map(|p| inner.jobs[&p.req].reply.clone())
+        .collect();
+    let write_data: Vec<(Arc<Vec<u8>>, u64, u64)> = match d.op {
+        Op::Write => d
             .pieces
             .iter()
-            .map(|p| inner.jobs[&p.req].reply.clone())
-            .collect();
-        let write_data: Vec<(Arc<Vec<u8>>, u64, u64)> = match d.op {
-            Op::Write => d
-                .pieces
-                .iter()
-                .filter_map(|p| match &inner.jobs[&p.req].payload {
-                    Payload::Write(data) => Some((Arc::clone(data), p.req_offset, p.len)),
-                    Payload::Read | Payload::Flush => None,
-                })
-                .collect(),
-            Op::Read | Op::Flush => Vec::new(),
-        };
-        drop(inner);
-        // A panic in the device's call fails this dispatch's requests: unwinding past here would
-        // leave their callers waiting for ever (their reply senders stay in `jobs`).
-        let outcome = crate::panics::catch(|| {
-            crate::failpoint::hit("sched.dispatch");
-            perform(shared.dev.as_ref(), &d, &write_data)
-        })
-        .unwrap_or_else(|p| Err(io::Error::other(format!("scheduler: a dispatcher {p}"))));
-        inner = shared.lock();
-        // Flush requests that rode on this flush get its outcome; a failure of the queue's own
-        // flush, or one kept from before, is theirs as a caller's flush.
-        let riders: Vec<(Piece, mpsc::Sender<PieceDone>)> = inner
-            .queue
-            .riders(&d)
-            .iter()
-            .map(|p| (p.clone(), inner.jobs[&p.req].reply.clone()))
-            .collect();
-        let rider_error = if riders.is_empty() {
-            None
-        } else {
-            match &outcome {
-                Err(e) => Some(copy_error(e)),
-                Ok(_) => inner.flush_error.as_ref().map(copy_error),
-            }
-        };
-        let outcome = match (d.op, d.pieces.is_empty(), outcome) {
-            (Op::Flush, true, Err(e)) => {
-                inner.flush_error = Some(e);
-                Ok(None)
-            }
-            (Op::Flush, false, Ok(_)) => match inner.flush_error.take() {
-                Some(e) => Err(io::Error::new(
-                    e.kind(),
-                    format!("an earlier flush made by the scheduler failed: {e}"),
-                )),
-                None => Ok(None),
-            },
-            (_, _, outcome) => outcome,
-        };
-        for c in inner.queue.complete(shared.now(), &d) {
-            inner.jobs.remove(&c.req);
+            .filter_map(|p| match &inner.jobs[&p.req].payload {
+                Payload::Write(data) => Some((Arc::clone(data), p.req_offset, p.len)),
+                Payload::Read | Payload::Flush => None,
+            })
+            .collect(),
+        Op::Read | Op::Flush => Vec::new(),
+    };
+    drop(inner);
+    // A panic in the device's call fails this dispatch's requests: unwinding past here would
+    // leave their callers waiting for ever (their reply senders stay in `jobs`).
+    let outcome = crate::panics::catch(|| {
+        crate::failpoint::hit("sched.dispatch");
+        perform(shared.dev.as_ref(), &d, &write_data)
+    })
+    .unwrap_or_else(|p| Err(io::Error::other(format!("scheduler: a dispatcher {p}"))));
+    inner = shared.lock();
+    // Flush requests that rode on this flush get its outcome; a failure of the queue's own
+    // flush, or one kept from before, is theirs as a caller's flush.
+    let riders: Vec<(Piece, mpsc::Sender<PieceDone>)> = inner
+        .queue
+        .riders(&d)
+        .iter()
+        .map(|p| (p.clone(), inner.jobs[&p.req].reply.clone()))
+        .collect();
+    let rider_error = if riders.is_empty() {
+        None
+    } else {
+        match &outcome {
+            Err(e) => Some(copy_error(e)),
+            Ok(_) => inner.flush_error.as_ref().map(copy_error),
         }
-        drop(inner);
-        // A slot in the device is free again: another dispatcher may go.
-        shared.work.notify_one();
-        for (p, tx) in riders {
-            let _ = tx.send(PieceDone {
-                req_offset: p.req_offset,
-                len: 0,
-                data: None,
-                result: rider_error.as_ref().map_or(Ok(()), |e| Err(copy_error(e))),
-            });
+    };
+    let outcome = match (d.op, d.pieces.is_empty(), outcome) {
+        (Op::Flush, true, Err(e)) => {
+            inner.flush_error = Some(e);
+            Ok(None)
         }
-        send_results(&d, outcome, replies);
-        inner = shared.lock();
+        (Op::Flush, false, Ok(_)) => match inner.flush_error.take() {
+            Some(e) => Err(io::Error::new(
+                e.kind(),
+                format!("an earlier flush made by the scheduler failed: {e}"),
+            )),
+            None => Ok(None),
+        },
+        (_, _, outcome) => outcome,
+    };
+    for c in inner.queue.complete(shared.now(), &d) {
+        inner.jobs.remove(&c.req);
     }
+    // A slot in the device is free again: another dispatcher may go, if there is work for it
+    // (waking one for nothing costs two context switches per request).
+    let more = inner.queue.queued() > 0 || !inner.ready.is_empty();
+    drop(inner);
+    if more {
+        shared.work.notify_one();
+    }
+    for (p, tx) in riders {
+        let _ = tx.send(PieceDone {
+            req_offset: p.req_offset,
+            len: 0,
+            data: None,
+            result: rider_error.as_ref().map_or(Ok(()), |e| Err(copy_error(e))),
+        });
+    }
+    send_results(&d, outcome, replies);
+    shared.lock()
 }
 
 /// The same error again, for one more receiver (`io::Error` is not `Clone`).

@@ -1178,3 +1178,144 @@ fn a_flush_that_rode_on_another_gets_its_outcome_failure_included() {
         "one device flush for each pair"
     );
 }
+
+/// A device that records which thread performed each write, by offset.
+#[derive(Debug)]
+struct WhoWrites {
+    inner: SimDevice,
+    by: std::sync::Mutex<HashMap<u64, std::thread::ThreadId>>,
+}
+
+impl Device for WhoWrites {
+    fn kind(&self) -> &'static str {
+        "who-writes"
+    }
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        let previous = self
+            .by
+            .lock()
+            .unwrap()
+            .insert(offset, std::thread::current().id());
+        assert!(previous.is_none(), "each offset is written once");
+        self.inner.write_at(offset, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+#[test]
+fn a_lone_callers_request_runs_on_its_own_thread_and_start_write_never_does() {
+    for policy in Policy::ALL {
+        let dev = Arc::new(WhoWrites {
+            inner: SimDevice::new(1 << 20),
+            by: std::sync::Mutex::new(HashMap::new()),
+        });
+        let sched = Scheduler::new(
+            dev.clone(),
+            Config {
+                policy,
+                ..Config::default()
+            },
+        )
+        .expect("scheduler");
+        let t = sched.add_tenant("lone", prio(Class::Be), 1);
+        sched.write_at(t, 0, &[1u8; 4096]).expect("write");
+        let mut back = [0u8; 4096];
+        sched.read_at(t, 0, &mut back).expect("read");
+        assert_eq!(back, [1u8; 4096]);
+        sched.flush(t).expect("flush");
+        let pending = sched
+            .start_write(t, 8192, vec![2u8; 4096])
+            .expect("start_write");
+        pending.wait().expect("started write");
+        let by = dev.by.lock().unwrap();
+        let me = std::thread::current().id();
+        assert_eq!(
+            by[&0],
+            me,
+            "{}: the write went out on the caller's thread",
+            policy.name()
+        );
+        assert_ne!(
+            by[&8192],
+            me,
+            "{}: start_write is a dispatcher's",
+            policy.name()
+        );
+        let stats = sched.stats();
+        assert_eq!(
+            (stats[0].ops, stats[0].bytes),
+            (4, 3 * 4096),
+            "{}",
+            policy.name()
+        );
+    }
+}
+
+#[test]
+fn under_contention_every_write_is_its_callers_or_a_dispatchers_and_all_land() {
+    let dev = Arc::new(WhoWrites {
+        inner: SimDevice::new(8 << 20),
+        by: std::sync::Mutex::new(HashMap::new()),
+    });
+    let sched = Scheduler::new(
+        dev.clone(),
+        Config {
+            policy: Policy::Fair,
+            depth: 2,
+            ..Config::default()
+        },
+    )
+    .expect("scheduler");
+    const WRITERS: u64 = 4;
+    const WRITES: u64 = 200;
+    let owners: Vec<(std::thread::ThreadId, Vec<u64>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..WRITERS)
+            .map(|w| {
+                let sched = &sched;
+                s.spawn(move || {
+                    let t = sched.add_tenant(&format!("w{w}"), prio(Class::Be), 1 + w as u32);
+                    let mut mine = Vec::new();
+                    for k in 0..WRITES {
+                        let at = (w * WRITES + k) * 4096;
+                        sched.write_at(t, at, &[w as u8 + 1; 4096]).expect("write");
+                        mine.push(at);
+                    }
+                    (std::thread::current().id(), mine)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let by = dev.by.lock().unwrap();
+    assert_eq!(
+        by.len() as u64,
+        WRITERS * WRITES,
+        "every write reached the device once"
+    );
+    let callers: Vec<_> = owners.iter().map(|(id, _)| *id).collect();
+    let mut inline = 0;
+    for (id, offsets) in &owners {
+        for at in offsets {
+            let who = by[at];
+            assert!(
+                who == *id || !callers.contains(&who),
+                "the write at {at} was performed by another caller's thread"
+            );
+            inline += usize::from(who == *id);
+        }
+    }
+    assert!(inline > 0, "some writes went out on their caller's thread");
+    for w in 0..WRITERS {
+        let mut back = [0u8; 4096];
+        dev.read_at(w * WRITES * 4096, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == w as u8 + 1));
+    }
+}

@@ -8,6 +8,7 @@
 //! - [`cleaner`]: tbfs write throughput and write amplification with the cleaner, uniform and
 //!   hot/cold overwrites at several pool utilisations.
 //! - [`delete`]: how long deleting a large file holds tbfs's metadata lock.
+//! - [`sched_overhead`]: the scheduler's CPU per request against a device that completes at once.
 //! - [`fairness`]: weighted shares of huge direct I/Os, BFQ with cgroup weights against `none` (seed 003).
 //! - [`priority`]: high-priority O_SYNC append latency under a low-priority copy, per kernel
 //!   scheduler (seed 004).
@@ -28,6 +29,7 @@ pub mod pool;
 pub mod priority;
 pub mod record;
 pub mod recovery;
+pub mod sched_overhead;
 pub mod soak;
 pub mod soak_model;
 pub mod sync_write;
