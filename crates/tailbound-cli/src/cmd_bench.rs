@@ -7,22 +7,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use tailbound::bench::experiments::blockdev::KernelSched;
-use tailbound::bench::experiments::cleaner::{self, CleanerBench};
-use tailbound::bench::experiments::delete::DeleteBench;
-use tailbound::bench::experiments::fairness::{self, FairnessBench, IoOp, TenantSpec};
-use tailbound::bench::experiments::fileserver::{self, FileserverBench, System};
-use tailbound::bench::experiments::loopfs::LoopFs;
-use tailbound::bench::experiments::priority::{CopySpec, PriorityBench, Rate};
-use tailbound::bench::experiments::record::{self, RecordBench};
-use tailbound::bench::experiments::recovery::{
-    self, ChildSpec, CrashKind, RecoveryBench, Workload,
-};
-use tailbound::bench::experiments::sync_write::{self, SyncWriteBench};
-use tailbound::bench::plot::{grouped_bar_svg, latency_boxplot_svg};
-use tailbound::bench::report::write_json;
-use tailbound::bench::workload::{Params, Workload as FsWorkload};
 use tailbound::units::{parse_bytes, parse_duration};
+use tailbound_bench::experiments::blockdev::KernelSched;
+use tailbound_bench::experiments::cleaner::{self, CleanerBench};
+use tailbound_bench::experiments::delete::DeleteBench;
+use tailbound_bench::experiments::fairness::{self, FairnessBench, IoOp, TenantSpec};
+use tailbound_bench::experiments::fileserver::{self, FileserverBench, System};
+use tailbound_bench::experiments::loopfs::LoopFs;
+use tailbound_bench::experiments::priority::{CopySpec, PriorityBench, Rate};
+use tailbound_bench::experiments::record::{self, RecordBench};
+use tailbound_bench::experiments::recovery::{self, ChildSpec, CrashKind, RecoveryBench, Workload};
+use tailbound_bench::experiments::sync_write::{self, SyncWriteBench};
+use tailbound_bench::plot::{grouped_bar_svg, latency_boxplot_svg};
+use tailbound_bench::report::write_json;
+use tailbound_bench::workload::{Params, Workload as FsWorkload};
 
 use crate::CliResult;
 
@@ -593,10 +591,10 @@ fn run_with_progress<R: serde::Serialize>(
     runs: u64,
     label: &str,
     json: Option<&Path>,
-    run: impl FnOnce(&tailbound::bench::progress::Progress) -> Result<R, String>,
+    run: impl FnOnce(&tailbound_bench::progress::Progress) -> Result<R, String>,
     markdown: impl FnOnce(&R) -> String,
 ) -> CliResult {
-    let progress = tailbound::bench::progress::Progress::new(runs, label);
+    let progress = tailbound_bench::progress::Progress::new(runs, label);
     let report = run(&progress)?;
     progress.finish();
     println!("{}", markdown(&report));

@@ -7,8 +7,6 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Serialize;
-use tailbound::bench::progress::Progress;
-use tailbound::bench::report::write_json;
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
@@ -19,6 +17,8 @@ use tailbound::tbfs::{
     self, Barrier, Config, FileKind, Fs, OpenFlags, OpenOptions, Ordering, Stat,
 };
 use tailbound::units::{parse_bytes, Bytes};
+use tailbound_bench::progress::Progress;
+use tailbound_bench::report::write_json;
 
 use crate::cmd_fs_pool::{Pool, PoolView};
 use crate::CliResult;

@@ -1,5 +1,5 @@
 //! `tailbound bench fileserver`: seed 002's filebench experiment. The workload generators of
-//! [`crate::bench::workload`] run against tmpfs, XFS and ext4 on loop devices backed by `/dev/shm`
+//! [`crate::workload`] run against tmpfs, XFS and ext4 on loop devices backed by `/dev/shm`
 //! (kernel file systems on DRAM), tbfs's native API on a memory pool in `/dev/shm`, and tbfs
 //! through the LD_PRELOAD shim (the generator re-executed as a child under `tailbound run`), in one
 //! run, each on a fresh file system.
@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::bench::experiments::loopfs::{LoopFs, LoopKind};
-use crate::bench::report::{targets_markdown, Align, Table, TargetCheck};
-use crate::bench::workload::{self, EngineFigures, Params, PosixFs, RunResult, TbfsFs, Workload};
-use crate::dev::memory::MemoryPool;
-use crate::tbfs::{Config, Fs};
+use crate::experiments::loopfs::{LoopFs, LoopKind};
+use crate::report::{targets_markdown, Align, Table, TargetCheck};
+use crate::workload::{self, EngineFigures, Params, PosixFs, RunResult, TbfsFs, Workload};
+use tailbound::dev::memory::MemoryPool;
+use tailbound::tbfs::{Config, Fs};
 
 /// The paper's figure: tbfs through the library file system against XFS on DRAM.
 pub const TARGET_VS_XFS: f64 = 1.73;
@@ -221,7 +221,7 @@ impl FileserverBench {
                 } else {
                     "mkfs.ext4"
                 };
-                if !crate::sys::proc::is_root() {
+                if !tailbound::sys::proc::is_root() {
                     Some("a loop-mounted file system needs root".into())
                 } else if !program_exists(mkfs) {
                     Some(format!("{mkfs} is not installed"))
@@ -236,7 +236,7 @@ impl FileserverBench {
             System::TbfsFuse => {
                 if self.exe.is_none() {
                     Some("the tailbound binary was not found to run the server".into())
-                } else if !crate::sys::proc::is_root() {
+                } else if !tailbound::sys::proc::is_root() {
                     Some("a FUSE mount with other users' access needs root".into())
                 } else if !Path::new("/dev/fuse").exists() {
                     Some("/dev/fuse is missing".into())

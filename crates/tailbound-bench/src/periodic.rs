@@ -16,10 +16,10 @@
 use std::io;
 use std::time::Duration;
 
-use crate::bench::progress::Progress;
-use crate::bench::stats::LatencyHistogram;
-use crate::bench::timer::PeriodicTimer;
-use crate::sys::time::monotonic_now;
+use crate::progress::Progress;
+use crate::stats::LatencyHistogram;
+use crate::timer::PeriodicTimer;
+use tailbound::sys::time::monotonic_now;
 
 /// What to run: `count` calls, one every `period`, each advancing `progress` by one if set.
 #[derive(Debug, Clone)]

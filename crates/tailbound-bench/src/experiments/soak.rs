@@ -42,12 +42,12 @@ use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 
 use super::soak_model::{fill, Content, FileModel, Mismatch, SizeMix, WriteLog};
-use crate::bench::report::Table;
-use crate::bench::rng::SplitMix64;
-use crate::dev::sim::SimDevice;
-use crate::dev::Device;
-use crate::tbfs::fsck::{self, Verdict};
-use crate::tbfs::{Barrier, Config, Error, Fs, OpenFlags, OpenOptions, Ordering};
+use crate::report::Table;
+use crate::rng::SplitMix64;
+use tailbound::dev::sim::SimDevice;
+use tailbound::dev::Device;
+use tailbound::tbfs::fsck::{self, Verdict};
+use tailbound::tbfs::{Barrier, Config, Error, Fs, OpenFlags, OpenOptions, Ordering};
 
 /// A `NoSpace` below this fraction of the pool (live + pinned + in flight) is spurious.
 pub const ENOSPC_FLOOR: f64 = 0.90;
@@ -254,7 +254,7 @@ impl SoakReport {
         );
         let mut t = Table::new(headers);
         for c in 2..t.headers().len() {
-            t.set_align(c, crate::bench::report::Align::Right);
+            t.set_align(c, crate::report::Align::Right);
         }
         for l in &self.levels {
             let mut row = vec![format!("{:.0} %", l.level * 100.0), yes(l.reached)];
@@ -509,7 +509,7 @@ fn mib(b: u64) -> f64 {
 }
 
 /// Reads a whole file.
-fn read_all(fs: &Fs, path: &str, limit: u64) -> crate::tbfs::Result<Vec<u8>> {
+fn read_all(fs: &Fs, path: &str, limit: u64) -> tailbound::tbfs::Result<Vec<u8>> {
     let f = fs.open_file(path, OpenFlags::read_only())?;
     let size = f.stat()?.size;
     if size > limit {

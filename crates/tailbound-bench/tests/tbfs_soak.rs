@@ -1,4 +1,4 @@
-//! The soak (`tailbound::bench::experiments::soak`), short: a 256 MiB pool on the simulated
+//! The soak (`tailbound_bench::experiments::soak`), short: a 256 MiB pool on the simulated
 //! device, held at 60, 75 and 85 % live by threads that create, write, append, overwrite, rename,
 //! replace, truncate and delete files of mixed sizes, fsync, sync, and take and drop snapshots,
 //! with power cuts at random points. It checks the targets as they stand: no panic or
@@ -12,7 +12,7 @@
 //! of the background cleaner) help tell one failure from another.
 //! `tailbound bench soak` runs the long version.
 
-use tailbound::bench::experiments::soak::{self, Budget, SoakConfig};
+use tailbound_bench::experiments::soak::{self, Budget, SoakConfig};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)

@@ -28,18 +28,18 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::bench::experiments::blockdev::{BlockDevError, KernelSched, SchedulerGuard};
-use crate::bench::experiments::loopfs::LoopFs;
-use crate::bench::experiments::tenants::{
+use crate::experiments::blockdev::{BlockDevError, KernelSched, SchedulerGuard};
+use crate::experiments::loopfs::LoopFs;
+use crate::experiments::tenants::{
     child_wait_go, growth_in_window, interrupted, sleep_watching, TenantProcess, DONE, GO, READY,
 };
-use crate::bench::progress::Progress;
-use crate::bench::report::{fmt_us, targets_markdown, Align, Table, TargetCheck};
-use crate::bench::stats::{BoxStats, LatencyHistogram};
-use crate::bench::timer::PeriodicTimer;
-use crate::sched::{Class, Policy, Prio};
-use crate::sys::file::{AlignedBuf, O_DIRECT};
-use crate::sys::time::{monotonic_now, MonoNanos};
+use crate::progress::Progress;
+use crate::report::{fmt_us, targets_markdown, Align, Table, TargetCheck};
+use crate::stats::{BoxStats, LatencyHistogram};
+use crate::timer::PeriodicTimer;
+use tailbound::sched::{Class, Policy, Prio};
+use tailbound::sys::file::{AlignedBuf, O_DIRECT};
+use tailbound::sys::time::{monotonic_now, MonoNanos};
 
 const MIB: u64 = 1 << 20;
 /// The paper's write: 4 KiB.
@@ -532,8 +532,8 @@ impl PriorityBench {
 
     /// Calibrates a scratch file on the loop file system (removed afterwards) with the latency
     /// goal, as `tailbound calibrate FILE --latency-goal GOAL --max-size 16MiB` would.
-    fn calibrate(&self, fs: &LoopFs) -> Result<crate::sched::DeviceProfile, String> {
-        use crate::sched::calibrate::{calibrate, CalibrateOptions, SIZES_DEFAULT};
+    fn calibrate(&self, fs: &LoopFs) -> Result<tailbound::sched::DeviceProfile, String> {
+        use tailbound::sched::calibrate::{calibrate, CalibrateOptions, SIZES_DEFAULT};
         let path = fs.mount_point().join("calibrate.tmp");
         let opts = CalibrateOptions {
             latency_goal: self.latency_goal,
@@ -667,7 +667,7 @@ impl PriorityBench {
 /// A tbfs case's pool, dropped in this order: the file system, then its directory on the loop
 /// file system, then the loop device's scheduler setting.
 struct TbfsPool {
-    fs: crate::tbfs::Fs,
+    fs: tailbound::tbfs::Fs,
     _work: CaseDir,
     _sched: SchedulerGuard,
 }
@@ -680,7 +680,7 @@ impl PriorityBench {
         &self,
         fs: &LoopFs,
         device: &str,
-        profile: &crate::sched::DeviceProfile,
+        profile: &tailbound::sched::DeviceProfile,
         policy: Policy,
     ) -> Result<TbfsPool, String> {
         let sched = SchedulerGuard::set(device, KernelSched::None).map_err(|e| e.to_string())?;
@@ -691,17 +691,20 @@ impl PriorityBench {
         // One request in the device at a time (BFQ's strict_guarantees): an RT request waits for
         // at most one piece of the copy, or one flush of the debt. The copy is one thread doing
         // one request at a time, so it loses nothing by it.
-        let cfg = crate::sched::Config {
+        let cfg = tailbound::sched::Config {
             policy,
             depth: 1,
-            ..crate::sched::Config::with_profile(profile.clone())
+            ..tailbound::sched::Config::with_profile(profile.clone())
         };
         // Every log flushed (`every-log`): a sync returns once its append is durable on the
         // device, as the kernel side's `fdatasync` on ext4 does. Under the default barrier a
         // sync's data-only log is written but left in the device's cache until the next
         // checkpoint, which a power cut could lose.
-        let (_, tbfs) =
-            super::pool::format_behind_scheduler(file_dev, cfg, crate::tbfs::Barrier::EveryLog)?;
+        let (_, tbfs) = super::pool::format_behind_scheduler(
+            file_dev,
+            cfg,
+            tailbound::tbfs::Barrier::EveryLog,
+        )?;
         Ok(TbfsPool {
             fs: tbfs,
             _work: work,
@@ -714,7 +717,7 @@ impl PriorityBench {
         &self,
         fs: &LoopFs,
         device: &str,
-        profile: &crate::sched::DeviceProfile,
+        profile: &tailbound::sched::DeviceProfile,
         policy: Policy,
         rate: Rate,
     ) -> Result<PriorityRow, String> {
@@ -734,11 +737,11 @@ impl PriorityBench {
         &self,
         fs: &LoopFs,
         device: &str,
-        profile: &crate::sched::DeviceProfile,
+        profile: &tailbound::sched::DeviceProfile,
         policy: Policy,
         rate: Rate,
     ) -> Result<PriorityRow, String> {
-        use crate::tbfs::OpenFlags;
+        use tailbound::tbfs::OpenFlags;
         let pool = self.tbfs_pool(fs, device, profile, policy)?;
         let tbfs = &pool.fs;
         let chunk = COPY_CHUNK_BYTES as usize;
@@ -845,10 +848,10 @@ impl PriorityBench {
     /// started afresh every [`LOG_BYTES_MAX`].
     fn tbfs_writer(
         &self,
-        tbfs: &crate::tbfs::Fs,
+        tbfs: &tailbound::tbfs::Fs,
         rate: Rate,
     ) -> Result<(LatencyHistogram, u64, u64), String> {
-        use crate::tbfs::OpenFlags;
+        use tailbound::tbfs::OpenFlags;
         let before = Prio::of_current_thread();
         WRITER_PRIO
             .apply_to_current_thread()
@@ -1246,11 +1249,11 @@ impl PriorityReport {
                 "tbfs's scheduler, calibrated on the loop file system for a {:.1} ms goal: reads \
                  split to {}, writes to {}, a flush after {} written ({:.2} ns per byte cached)\n\n",
                 p.latency_goal_ms,
-                crate::units::Bytes(p.max_io_read),
-                crate::units::Bytes(p.max_io_write),
+                tailbound::units::Bytes(p.max_io_read),
+                tailbound::units::Bytes(p.max_io_write),
                 p.flush_debt
                     .map_or("never (flushes did not grow)".to_string(), |d| {
-                        crate::units::Bytes(d).to_string()
+                        tailbound::units::Bytes(d).to_string()
                     }),
                 p.flush_byte_ns
             )
@@ -1522,8 +1525,7 @@ mod tests {
     #[test]
     fn the_copy_copies_whole_passes_and_reports_its_progress() {
         let dir =
-            tempfile::tempdir_in(crate::bench::experiments::fairness::default_scratch_parent())
-                .unwrap();
+            tempfile::tempdir_in(crate::experiments::fairness::default_scratch_parent()).unwrap();
         let src = dir.path().join("src");
         if let Err(e) = write_source(&src, 2 * MIB) {
             // A file system without O_DIRECT (tmpfs) cannot run the copy; nothing else may fail.

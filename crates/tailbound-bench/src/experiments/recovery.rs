@@ -25,14 +25,14 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::bench::experiments::pool;
-use crate::bench::experiments::sync_write::barrier_name;
-use crate::bench::progress::Progress;
-use crate::bench::report::{targets_markdown, Align, Table, TargetCheck};
-use crate::bench::rng::SplitMix64;
-use crate::dev::sim::SimDevice;
-use crate::dev::BLOCK_SIZE;
-use crate::tbfs::{
+use crate::experiments::pool;
+use crate::experiments::sync_write::barrier_name;
+use crate::progress::Progress;
+use crate::report::{targets_markdown, Align, Table, TargetCheck};
+use crate::rng::SplitMix64;
+use tailbound::dev::sim::SimDevice;
+use tailbound::dev::BLOCK_SIZE;
+use tailbound::tbfs::{
     self, Barrier, Config, DeviceRef, Fs, OpenFlags, OpenOptions, Ordering, RecoveryReport,
     SyncMode,
 };

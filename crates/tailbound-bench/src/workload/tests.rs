@@ -2,8 +2,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::*;
-use crate::dev::memory::MemoryPool;
-use crate::tbfs::{Config, Fs};
+use tailbound::dev::memory::MemoryPool;
+use tailbound::tbfs::{Config, Fs};
 
 /// A small fileserver: 200 files of mean 8 KiB in directories of width 5, 64 KiB I/O.
 fn small(workload: Workload) -> Params {
@@ -327,7 +327,7 @@ fn bad_parameters_are_refused_before_anything_is_made() {
 
 #[test]
 fn engine_figures_are_the_counters_differences_per_second() {
-    let before = crate::tbfs::FsCounters {
+    let before = tailbound::tbfs::FsCounters {
         checkpoints: 10,
         data_only_logs: 5,
         placed_blocks: 1000,
@@ -339,7 +339,7 @@ fn engine_figures_are_the_counters_differences_per_second() {
         meta_sealing_ns: 200_000_000,
         ..Default::default()
     };
-    let after = crate::tbfs::FsCounters {
+    let after = tailbound::tbfs::FsCounters {
         checkpoints: 30,
         data_only_logs: 45,
         placed_blocks: 1000 + 2 * 256 * 100,

@@ -5,8 +5,8 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::bench::report::fmt_us;
-use crate::bench::stats::BoxStats;
+use crate::report::fmt_us;
+use crate::stats::BoxStats;
 
 /// Why a plot could not be drawn.
 #[derive(Debug, thiserror::Error)]

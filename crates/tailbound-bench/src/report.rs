@@ -275,7 +275,7 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(back, value);
         // A summary survives the trip exactly.
-        let summary = crate::bench::stats::LatencySummary {
+        let summary = crate::stats::LatencySummary {
             count: 3,
             min_us: 1.5,
             mean_us: 2.0,
@@ -288,7 +288,7 @@ mod tests {
         };
         write_json(&path, &summary).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        let back: crate::bench::stats::LatencySummary = serde_json::from_str(&text).unwrap();
+        let back: crate::stats::LatencySummary = serde_json::from_str(&text).unwrap();
         assert_eq!(back, summary);
         assert_eq!(
             std::fs::read_dir(path.parent().unwrap()).unwrap().count(),

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::bench::experiments::pool;
-use crate::bench::progress::Progress;
-use crate::bench::report::{targets_markdown, Align, Table, TargetCheck};
-use crate::bench::rng::SplitMix64;
-use crate::dev::BLOCK_SIZE;
-use crate::tbfs::{self, Barrier, Config, DeviceRef, Fs, OpenFlags, Ordering, SyncMode};
+use crate::experiments::pool;
+use crate::progress::Progress;
+use crate::report::{targets_markdown, Align, Table, TargetCheck};
+use crate::rng::SplitMix64;
+use tailbound::dev::BLOCK_SIZE;
+use tailbound::tbfs::{self, Barrier, Config, DeviceRef, Fs, OpenFlags, Ordering, SyncMode};
 
 /// The paper's file size: 128 MiB.
 pub const FILE_BYTES_PAPER: u64 = 128 << 20;

@@ -343,8 +343,8 @@ pub struct EngineFigures {
 impl EngineFigures {
     /// The engine's work between two readings of its counters `secs` apart.
     pub fn between(
-        before: &crate::tbfs::FsCounters,
-        after: &crate::tbfs::FsCounters,
+        before: &tailbound::tbfs::FsCounters,
+        after: &tailbound::tbfs::FsCounters,
         secs: f64,
     ) -> EngineFigures {
         let secs = secs.max(1e-9);
@@ -355,7 +355,7 @@ impl EngineFigures {
             checkpoints_per_s: rate(before.checkpoints, after.checkpoints),
             data_only_runs_per_s: rate(before.data_only_logs, after.data_only_logs),
             placed_mb_per_s: rate(before.placed_blocks, after.placed_blocks)
-                * crate::tbfs::format::BLOCK as f64
+                * tailbound::tbfs::format::BLOCK as f64
                 / (1u64 << 20) as f64,
             light_cleaning_passes_per_s: rate(
                 before.light_cleaning_passes,
@@ -729,7 +729,7 @@ pub fn run_loops<F: WorkFs>(
                 })
             })
             .collect();
-        let cpu_before = crate::sys::proc::process_cpu_times();
+        let cpu_before = tailbound::sys::proc::process_cpu_times();
         let started = Instant::now();
         start_line.wait();
         if p.loops_max.is_none() {
@@ -748,7 +748,7 @@ pub fn run_loops<F: WorkFs>(
             .map(|h| h.join().expect("a workload thread panicked"))
             .collect();
         let elapsed = started.elapsed();
-        let cpu_after = crate::sys::proc::process_cpu_times();
+        let cpu_after = tailbound::sys::proc::process_cpu_times();
         (outs, elapsed, cpu_before, cpu_after)
     });
     let cpu_before = cpu_before.map_err(WorkloadError::Cpu)?;
@@ -786,7 +786,7 @@ pub fn run_loops<F: WorkFs>(
         .collect();
     let ops: u64 = total.iter().map(|s| s.ops).sum();
     let bytes: u64 = total.iter().map(|s| s.bytes).sum();
-    let cpus = crate::sys::proc::online_cpus();
+    let cpus = tailbound::sys::proc::online_cpus();
     let user = cpu_after.user.saturating_sub(cpu_before.user).as_secs_f64();
     let sys = cpu_after
         .system

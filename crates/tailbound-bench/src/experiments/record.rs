@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::bench::load::{Load, LoadConfig, LoadKind};
-use crate::bench::periodic::{run_periodic, Flow, PeriodicConfig};
-use crate::bench::progress::Progress;
-pub use crate::bench::report::TargetCheck;
-use crate::bench::report::{fmt_us, targets_markdown, Table};
-use crate::bench::stats::{BoxStats, LatencyHistogram, LatencySummary};
-use crate::record::{
+use crate::load::{Load, LoadConfig, LoadKind};
+use crate::periodic::{run_periodic, Flow, PeriodicConfig};
+use crate::progress::Progress;
+pub use crate::report::TargetCheck;
+use crate::report::{fmt_us, targets_markdown, Table};
+use crate::stats::{BoxStats, LatencyHistogram, LatencySummary};
+use tailbound::record::{
     Allocation, DecoupledOptions, FlushMode, Flusher, FlusherGuard, Framing, Overflow, Recorder,
     RecorderOptions, RecyclePool, SlowTrace, SlowWrite, TracedCalls,
 };
@@ -516,15 +516,15 @@ impl RecordBench {
     /// case, and touches its stack before the first timed call.
     fn prepare_thread(&self) -> std::io::Result<()> {
         if let Some(p) = self.rt_priority {
-            crate::sys::proc::set_fifo_priority(p).map_err(|e| {
+            tailbound::sys::proc::set_fifo_priority(p).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("SCHED_FIFO priority {p}: {e}"))
             })?;
         }
         if let Some(cpu) = self.cpu {
-            crate::sys::proc::pin_to_cpu(cpu)
+            tailbound::sys::proc::pin_to_cpu(cpu)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("pinning to CPU {cpu}: {e}")))?;
         }
-        crate::sys::proc::prefault_stack(256 << 10);
+        tailbound::sys::proc::prefault_stack(256 << 10);
         Ok(())
     }
 
@@ -533,7 +533,7 @@ impl RecordBench {
         &self,
         config: &PeriodicConfig,
         op: impl FnMut(u64) -> std::io::Result<Flow> + Send,
-    ) -> std::io::Result<crate::bench::periodic::PeriodicResult> {
+    ) -> std::io::Result<crate::periodic::PeriodicResult> {
         std::thread::scope(|s| {
             s.spawn(|| {
                 self.prepare_thread()?;
@@ -617,7 +617,7 @@ impl RecordBench {
         });
         if locks_memory {
             // The next case starts with nothing locked, whatever its design.
-            crate::sys::proc::unlock_all_memory().map_err(|e| format!("munlockall: {e}"))?;
+            tailbound::sys::proc::unlock_all_memory().map_err(|e| format!("munlockall: {e}"))?;
         }
         let (run, summary) = match recorded {
             Ok(r) => r,
@@ -724,7 +724,7 @@ impl RecordBench {
         &self,
         mut on_case: impl FnMut(&[CaseResult]),
     ) -> Result<RecordReport, RecordBenchError> {
-        let root = crate::sys::proc::is_root();
+        let root = tailbound::sys::proc::is_root();
         let mut results = Vec::new();
         for case in &self.cases {
             let rows = if case.design.needs_root() && !root {

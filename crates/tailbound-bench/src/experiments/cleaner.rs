@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::bench::progress::Progress;
-use crate::bench::report::{Table, TargetCheck};
-use crate::dev::memory::MemoryPool;
-use crate::dev::Device;
-use crate::tbfs::{Barrier, Config, File, Fs, OpenFlags, Ordering};
+use crate::progress::Progress;
+use crate::report::{Table, TargetCheck};
+use tailbound::dev::memory::MemoryPool;
+use tailbound::dev::Device;
+use tailbound::tbfs::{Barrier, Config, File, Fs, OpenFlags, Ordering};
 
 /// Which blocks the overwrites hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -557,7 +557,7 @@ impl CleanerReport {
         format!(
             "{}\n{}",
             t.to_markdown(),
-            crate::bench::report::targets_markdown(&self.targets)
+            crate::report::targets_markdown(&self.targets)
         )
     }
 }

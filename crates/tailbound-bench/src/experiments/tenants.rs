@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sys::time::{monotonic_now, MonoNanos};
+use tailbound::sys::time::{monotonic_now, MonoNanos};
 
 /// The line a child prints when it is ready to start.
 pub const READY: &str = "ready";

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::loopfs::run;
-use crate::sys::file::{AlignedBuf, O_DIRECT};
+use tailbound::sys::file::{AlignedBuf, O_DIRECT};
 
 /// Where cgroup v1 mounts its `blkio` controller.
 pub const BLKIO_ROOT: &str = "/sys/fs/cgroup/blkio";
@@ -56,7 +56,7 @@ impl LoopDevice {
     /// `parent`, filled with a repeating non-zero pattern so every block is allocated (a read of a
     /// hole would cost the disk nothing), then attaches it with `losetup --find --direct-io=on`.
     pub fn create_filled(parent: &Path, len_bytes: u64) -> Result<LoopDevice, BlockDevError> {
-        if !crate::sys::proc::is_root() {
+        if !tailbound::sys::proc::is_root() {
             return Err(BlockDevError::NotRoot("a loop device"));
         }
         let len = len_bytes / (1 << 20) * (1 << 20);
@@ -349,7 +349,7 @@ mod tests {
     /// them is undone when dropped.
     #[test]
     fn guards_undo_everything_they_did() {
-        if !crate::sys::proc::is_root() {
+        if !tailbound::sys::proc::is_root() {
             assert!(
                 std::env::var_os("CI").is_none(),
                 "CI must run this test as root"

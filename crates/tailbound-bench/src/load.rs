@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::bench::timer::PeriodicTimer;
-use crate::sys::file::{fadvise, fallocate, Advice, AlignedBuf, Allocate, O_DIRECT};
+use crate::timer::PeriodicTimer;
+use tailbound::sys::file::{fadvise, fallocate, Advice, AlignedBuf, Allocate, O_DIRECT};
 
 /// Alignment of `direct-writer`'s buffer, offsets and write size (the largest common logical
 /// block size).

@@ -427,7 +427,7 @@ fn replace(ctx: &Ctx<'_>, m: &mut ThreadModel, room: u64) {
     let mut content = Content::default();
     // The temporary counts as live until it replaces the old file or is removed.
     let mut tmp_live = 0u64;
-    let give_up = |ctx: &Ctx<'_>, f: crate::tbfs::File, e: Error, len: u64, tmp_live: u64| {
+    let give_up = |ctx: &Ctx<'_>, f: tailbound::tbfs::File, e: Error, len: u64, tmp_live: u64| {
         drop(f);
         let no_space = matches!(e, Error::NoSpace(_));
         ctx.failed(Op::Replace, &tmp, len, e.into());
@@ -518,7 +518,7 @@ fn fsync(ctx: &Ctx<'_>, m: &mut ThreadModel) {
 }
 
 /// fsyncs file `i` through `f`; under a policy where that is durable, the model says so.
-fn finish_fsync(ctx: &Ctx<'_>, m: &mut ThreadModel, i: usize, f: &crate::tbfs::File) {
+fn finish_fsync(ctx: &Ctx<'_>, m: &mut ThreadModel, i: usize, f: &tailbound::tbfs::File) {
     ctx.count(Op::Fsync);
     match f.fsync() {
         Ok(()) => {

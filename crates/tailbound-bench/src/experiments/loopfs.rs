@@ -85,7 +85,7 @@ impl LoopFs {
 
     /// Like [`LoopFs::create_ext4`], for either file system.
     pub fn create(kind: LoopKind, parent: &Path, size_bytes: u64) -> Result<LoopFs, LoopFsError> {
-        if !crate::sys::proc::is_root() {
+        if !tailbound::sys::proc::is_root() {
             return Err(LoopFsError::NotRoot);
         }
         let scratch = tempfile::Builder::new()

@@ -13,7 +13,7 @@
 //! - [`experiments`]: the experiments themselves.
 //!
 //! The framework measures; it never decides whether a figure is good. Experiments compare against
-//! a baseline measured in the same run. It reaches the kernel only through `crate::sys` and
+//! a baseline measured in the same run. It reaches the kernel only through `tailbound::sys` and
 //! knows nothing of `record` or any other engine: experiments bring the operation to time.
 
 pub mod experiments;

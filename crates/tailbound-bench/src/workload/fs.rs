@@ -6,7 +6,7 @@ use std::fs::{File as StdFile, OpenOptions as StdOpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
-use crate::tbfs::{self, Fs, OpenFlags};
+use tailbound::tbfs::{self, Fs, OpenFlags};
 
 /// What the generators need of a file system. Paths are what [`WorkFs::path`] made of a tree path,
 /// so they are built once at setup and not per operation.

@@ -6,8 +6,8 @@
 
 use std::io;
 
-use crate::bench::periodic::PeriodicResult;
-use crate::bench::stats::LatencySummary;
+use crate::periodic::PeriodicResult;
+use crate::stats::LatencySummary;
 
 /// Every set's result and which one was worst.
 #[derive(Debug, Clone)]
@@ -101,7 +101,7 @@ mod tests {
 
     #[test]
     fn periodic_sets_are_picked_by_their_largest_call() {
-        use crate::bench::stats::LatencyHistogram;
+        use crate::stats::LatencyHistogram;
         use std::time::Duration;
         let run = |max_ns: u64, misses: u64| {
             let mut latency = LatencyHistogram::new();

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::bench::rng::SplitMix64;
+use crate::rng::SplitMix64;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;

@@ -6,9 +6,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dev::file::FileDevice;
-use crate::sched::{SchedDevice, Scheduler};
-use crate::tbfs::{Config as FsConfig, Fs};
+use tailbound::dev::file::FileDevice;
+use tailbound::sched::{SchedDevice, Scheduler};
+use tailbound::tbfs::{Config as FsConfig, Fs};
 
 /// Creates a pool file of `len_bytes` at `path` (zero-filled once) on the file backend.
 pub fn create_file_pool(path: &Path, len_bytes: u64) -> io::Result<Arc<FileDevice>> {
@@ -39,8 +39,8 @@ pub fn describe(dev: &FileDevice) -> String {
 /// scheduler too, for adding tenants.
 pub fn format_behind_scheduler(
     dev: Arc<FileDevice>,
-    cfg: crate::sched::Config,
-    barrier: crate::tbfs::Barrier,
+    cfg: tailbound::sched::Config,
+    barrier: tailbound::tbfs::Barrier,
 ) -> Result<(Arc<Scheduler>, Fs), String> {
     let sched = Scheduler::new(dev, cfg).map_err(|e| e.to_string())?;
     let fs = Fs::format(

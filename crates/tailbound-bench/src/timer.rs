@@ -6,7 +6,7 @@
 use std::io;
 use std::time::Duration;
 
-use crate::sys::time::{monotonic_now, sleep_until, MonoNanos};
+use tailbound::sys::time::{monotonic_now, sleep_until, MonoNanos};
 
 /// One release of a [`PeriodicTimer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::bench::progress::Progress;
-use crate::bench::report::{Table, TargetCheck};
-use crate::dev::memory::MemoryPool;
-use crate::dev::Device;
-use crate::tbfs::{Config, Fs, OpenFlags};
+use crate::progress::Progress;
+use crate::report::{Table, TargetCheck};
+use tailbound::dev::memory::MemoryPool;
+use tailbound::dev::Device;
+use tailbound::tbfs::{Config, Fs, OpenFlags};
 
 /// The most the unlink of a 1 GiB file may hold the metadata lock.
 pub const UNLINK_HOLD_TARGET: Duration = Duration::from_millis(10);
@@ -221,7 +221,7 @@ impl DeleteReport {
         let mut out = table.to_markdown();
         if !self.targets.is_empty() {
             out.push('\n');
-            out.push_str(&crate::bench::report::targets_markdown(&self.targets));
+            out.push_str(&crate::report::targets_markdown(&self.targets));
         }
         out
     }

@@ -29,15 +29,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::bench::experiments::blockdev::{BlkioCgroup, KernelSched, LoopDevice, SchedulerGuard};
-use crate::bench::experiments::tenants::{
+use crate::experiments::blockdev::{BlkioCgroup, KernelSched, LoopDevice, SchedulerGuard};
+use crate::experiments::tenants::{
     bytes_in_window, child_wait_go, sleep_watching, TenantProcess, DONE, GO, READY,
 };
-use crate::bench::progress::Progress;
-use crate::bench::report::{targets_markdown, Align, Table, TargetCheck};
-use crate::sched::Policy;
-use crate::sys::file::{AlignedBuf, O_DIRECT};
-use crate::sys::time::monotonic_now;
+use crate::progress::Progress;
+use crate::report::{targets_markdown, Align, Table, TargetCheck};
+use tailbound::sched::Policy;
+use tailbound::sys::file::{AlignedBuf, O_DIRECT};
+use tailbound::sys::time::monotonic_now;
 
 const MIB: u64 = 1 << 20;
 /// The paper's weight sets.
@@ -135,7 +135,7 @@ impl System {
 }
 
 /// How long tailbound's `fair` waits for a tenant's next request, as BFQ's `slice_idle` (see
-/// [`crate::sched::Config::anticipation`]).
+/// [`tailbound::sched::Config::anticipation`]).
 pub const TBFS_ANTICIPATION: Duration = Duration::from_millis(8);
 
 /// Why the experiment could not run.
@@ -145,7 +145,7 @@ pub enum FairnessError {
     #[error("fairness: {0}")]
     Invalid(String),
     #[error("fairness: {0}")]
-    Setup(#[from] crate::bench::experiments::blockdev::BlockDevError),
+    Setup(#[from] crate::experiments::blockdev::BlockDevError),
     #[error("fairness case {case}: {message}")]
     Case { case: String, message: String },
 }
@@ -585,19 +585,22 @@ impl FairnessBench {
             block_mib,
             window,
         } = case;
-        use crate::sched::Prio;
-        use crate::tbfs::OpenFlags;
+        use tailbound::sched::Prio;
+        use tailbound::tbfs::OpenFlags;
         let _kernel =
             SchedulerGuard::set(dev.path(), KernelSched::None).map_err(|e| e.to_string())?;
         let file_dev = super::pool::open_file_pool(Path::new(dev.path()))
             .map_err(|e| format!("opening {} as a tbfs pool: {e}", dev.path()))?;
-        let mut cfg = crate::sched::Config::for_device(Path::new(dev.path()));
+        let mut cfg = tailbound::sched::Config::for_device(Path::new(dev.path()));
         cfg.policy = policy;
         cfg.depth = 1;
         cfg.anticipation = (policy != Policy::Fifo).then_some(TBFS_ANTICIPATION);
         // Its tenants never sync: the default barrier, as `tailbound fs mkfs` makes.
-        let (sched, fs) =
-            super::pool::format_behind_scheduler(file_dev, cfg, crate::tbfs::Barrier::default())?;
+        let (sched, fs) = super::pool::format_behind_scheduler(
+            file_dev,
+            cfg,
+            tailbound::tbfs::Barrier::default(),
+        )?;
         let block = block_mib * MIB;
         let blocks = (self.region_bytes() / 2 / block).max(1);
         let data: Vec<u8> = (0..block).map(|i| (i % 241) as u8 | 0x80).collect();
@@ -629,7 +632,7 @@ impl FairnessBench {
                 .map(|(f, tenant)| {
                     let (stop, start, data) = (&stop, &start, &data);
                     s.spawn(move || -> Result<Vec<(u64, u64, u64)>, String> {
-                        crate::sched::set_thread_tenant(Some(*tenant));
+                        tailbound::sched::set_thread_tenant(Some(*tenant));
                         let mut buf = vec![0u8; block as usize];
                         let mut ops = Vec::new();
                         start.wait();
