@@ -5,7 +5,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
+mod cmd_bench_fileserver;
+mod cmd_bench_record;
+mod cmd_bench_sched;
 mod cmd_bench_soak;
+mod cmd_bench_tbfs;
 mod cmd_calibrate;
 mod cmd_demo;
 mod cmd_doctor;
