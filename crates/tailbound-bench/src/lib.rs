@@ -14,7 +14,8 @@
 //!
 //! The framework measures; it never decides whether a figure is good. Experiments compare against
 //! a baseline measured in the same run. It reaches the kernel only through `tailbound::sys` and
-//! knows nothing of `record` or any other engine: experiments bring the operation to time.
+//! knows nothing of `record` or any other engine: experiments bring the operation to time. It has no `unsafe` of its own.
+#![forbid(unsafe_code)]
 
 pub mod experiments;
 pub mod load;

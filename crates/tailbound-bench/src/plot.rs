@@ -106,7 +106,7 @@ pub fn latency_boxplot_svg(
         let (x0, x1) = (x - BOX_HALF, x + BOX_HALF);
         let (c0, c1) = (x - BOX_HALF / 2.0, x + BOX_HALF / 2.0);
         let color = Palette99::pick(i).to_rgba();
-        let elements: Vec<DynElement<'static, SVGBackend, (f64, f64)>> = vec![
+        let elements: Vec<DynElement<'static, SVGBackend<'_>, (f64, f64)>> = vec![
             // Whiskers and their caps.
             PathElement::new(vec![(x, y(b.max_us)), (x, y(b.q3_us))], BLACK).into_dyn(),
             PathElement::new(vec![(x, y(b.q1_us)), (x, y(b.min_us))], BLACK).into_dyn(),

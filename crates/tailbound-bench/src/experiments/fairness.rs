@@ -504,7 +504,7 @@ impl FairnessBench {
         &self,
         dev: &LoopDevice,
         sched: KernelSched,
-        case: &Case,
+        case: &Case<'_>,
     ) -> Result<FairnessRow, String> {
         let &Case {
             weights,
@@ -582,7 +582,7 @@ impl FairnessBench {
         &self,
         dev: &LoopDevice,
         policy: Policy,
-        case: &Case,
+        case: &Case<'_>,
     ) -> Result<FairnessRow, String> {
         let &Case {
             weights,
