@@ -1,90 +1,363 @@
-//! `tailbound bench sched-overhead`: the scheduler's CPU per request, from
-//! `tailbound::bench::experiments::sched_overhead`.
+//! `tailbound bench fairness` and `bench priority`: the I/O schedulers' experiments (seeds 003
+//! and 004), with their tenants and background copy as child processes.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use tailbound::bench::experiments::sched_overhead::SchedOverheadBench;
-use tailbound::sched::Policy;
-use tailbound::units::parse_duration;
+use tailbound::units::{parse_bytes, parse_duration};
+use tailbound_bench::experiments::blockdev::KernelSched;
+use tailbound_bench::experiments::fairness::{self, FairnessBench, IoOp, TenantSpec};
+use tailbound_bench::experiments::priority::{CopySpec, PriorityBench, Rate};
+use tailbound_bench::plot::{grouped_bar_svg, latency_boxplot_svg};
+use tailbound_bench::report::write_json;
 
+use crate::cmd_bench::{current_exe, interrupt_flag};
 use crate::CliResult;
 
-/// Scheduler cost: the CPU tailbound's scheduler spends per request, against a memory device
-/// that completes at once, with 1, 4 and 16 tenants under every policy.
-///
-/// Two parts per case. The policy part drives the decision logic alone from one thread in a
-/// closed loop (each tenant keeps 4 requests of 4 KiB queued) and reports its CPU ns per
-/// request: the figure to hold against a kernel elevator's own. The executor part runs one
-/// thread per tenant writing 4 KiB blocks through the whole scheduler (submission, dispatcher
-/// threads, completion) and, alternating with it, straight to the memory: requests per second,
-/// process CPU ns per request, and the scheduler's share (the difference). The targets (default
-/// policy, 4 tenants: <= 1 µs per request, >= 100K requests/s) follow the table. The full run
-/// (3 repeats, 2 s per executor run) takes about 2 minutes; --quick about 15 seconds.
 #[derive(Args)]
-pub struct SchedOverheadArgs {
-    /// One repeat, 200,000 policy requests and 0.5 s executor runs.
+pub(crate) struct FairnessArgs {
+    /// 2:1 at 1 and 10 MiB, reads and writes, every system, a 1 s window (seconds in all).
     #[arg(long)]
     quick: bool,
-    /// Comma-separated policies (fifo, priority, fair, default). Default: all.
-    #[arg(long, value_delimiter = ',', value_parser = parse_policy)]
-    policies: Vec<Policy>,
-    /// Comma-separated tenant counts. Default: 1,4,16.
+    /// Comma-separated systems: tbfs (a tbfs pool behind tailbound's fair scheduler, each tenant a
+    /// thread reading its own file or writing it direct, tbfs's O_DIRECT), tbfs-fifo (the same
+    /// behind fifo: the throughput baseline), bfq, none. Default: all four.
     #[arg(long, value_delimiter = ',')]
-    tenants: Vec<usize>,
-    /// Requests per policy case.
-    #[arg(long)]
-    requests: Option<u64>,
-    /// How long each executor run lasts (e.g. 2s).
+    systems: Vec<String>,
+    /// Weight sets, separated by commas, weights by colons (e.g. 2:1,3:2:2:1). Default: 2:1,3:2,3:2:2:1
+    /// (2:1 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    weights: Vec<String>,
+    /// Comma-separated operations: read, write.
+    #[arg(long, value_delimiter = ',')]
+    ops: Vec<String>,
+    /// Comma-separated block sizes in MiB. Default: 1,10,30,50,100 (1,10 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    block_mb: Vec<u64>,
+    /// The shortest measurement window per case. Default: 4s (1s with --quick).
     #[arg(long, value_parser = parse_duration)]
-    duration: Option<Duration>,
-    /// Runs of every case; medians are reported.
+    window: Option<Duration>,
+    /// Lengthen a case's window to hold about this many blocks of its lightest tenant, at most
+    /// 60 s; 0 keeps every window at --window. Default: 10 (0 with --quick).
     #[arg(long)]
-    repeats: Option<u32>,
+    min_blocks: Option<u32>,
+    /// Time from the start of the tenants until the window opens. Default: 1s (300ms with --quick).
+    #[arg(long, value_parser = parse_duration)]
+    warmup: Option<Duration>,
+    /// Directory on the disk to measure for the loop device's scratch file (default: /var/tmp).
+    /// The file is removed when the run ends.
+    #[arg(long)]
+    dir: Option<PathBuf>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write grouped bars of each case's ratio error as SVG to this file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Run as one tenant (internal).
+    #[arg(long, hide = true, requires_all = ["device", "region_offset", "region_bytes", "op", "block_bytes"])]
+    child: bool,
+    #[arg(long, hide = true)]
+    device: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    region_offset: Option<u64>,
+    #[arg(long, hide = true)]
+    region_bytes: Option<u64>,
+    #[arg(long, hide = true)]
+    op: Option<String>,
+    #[arg(long, hide = true)]
+    block_bytes: Option<u64>,
 }
 
-fn parse_policy(s: &str) -> Result<Policy, String> {
-    Policy::ALL
-        .into_iter()
-        .find(|p| p.name() == s)
-        .ok_or_else(|| format!("unknown policy {s:?} (fifo, priority, fair, default)"))
+#[derive(Args)]
+pub(crate) struct PriorityArgs {
+    /// 200 writes per case and a 64 MiB copy (seconds in all).
+    #[arg(long)]
+    quick: bool,
+    /// Writes per case. Default: 1000000 (the paper's), or 200 with --quick.
+    #[arg(long)]
+    writes: Option<u64>,
+    /// Comma-separated writer rates: N/s (e.g. 111/s) or flat-out.
+    #[arg(long, value_delimiter = ',', default_value = "111/s,flat-out")]
+    rates: Vec<String>,
+    /// Comma-separated kernel schedulers: none, mq-deadline, kyber, bfq.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "none,mq-deadline,kyber,bfq"
+    )]
+    schedulers: Vec<String>,
+    /// Comma-separated policies of tailbound's scheduler for the tbfs cases (fifo, priority,
+    /// fair, default); `none` runs no tbfs case.
+    #[arg(long, value_delimiter = ',', default_value = "default")]
+    policies: Vec<String>,
+    /// Size of the file the background process copies. Default: 2GiB, or 64MiB with --quick.
+    #[arg(long, value_parser = parse_bytes)]
+    copy_size: Option<u64>,
+    /// How long the copy runs alone before the writer starts, and again after it ends (its
+    /// speed alone is measured on both sides). Default: 5s (500ms with --quick).
+    #[arg(long, value_parser = parse_duration)]
+    copy_alone: Option<Duration>,
+    /// Latency goal for tbfs's scheduler: before the cases, the loop file system is calibrated
+    /// (as `tailbound calibrate --latency-goal`) and the tbfs cases split requests to the largest
+    /// size served within it and flush after as many bytes as a flush writes back within a
+    /// write piece's time.
+    #[arg(long, value_parser = parse_duration, default_value = "5ms")]
+    latency_goal: Duration,
+    /// Skip the writer-alone runs (no copy) made before the cases.
+    #[arg(long)]
+    no_writer_alone: bool,
+    /// Directory on the disk to measure for the loop device's image (default: /var/tmp). Removed
+    /// when the run ends.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a box plot of write() latency per case (log scale) as SVG to this file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Run as the background copy (internal).
+    #[arg(long, hide = true, requires_all = ["src", "dst_dir", "chunk_bytes"])]
+    child: bool,
+    #[arg(long, hide = true)]
+    src: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    dst_dir: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    chunk_bytes: Option<u64>,
 }
 
-pub fn run(args: SchedOverheadArgs) -> CliResult {
-    let mut bench = if args.quick {
-        SchedOverheadBench::quick()
-    } else {
-        SchedOverheadBench::full()
+/// A tenant's side: reads its orders on stdin and reports on stdout.
+pub(crate) fn run_fairness_child(args: &FairnessArgs) -> CliResult {
+    let op = args.op.as_deref().unwrap_or_default();
+    let spec = TenantSpec {
+        device: args.device.clone().ok_or("--child needs --device")?,
+        region_offset: args.region_offset.ok_or("--child needs --region-offset")?,
+        region_bytes: args.region_bytes.ok_or("--child needs --region-bytes")?,
+        op: IoOp::parse(op).ok_or_else(|| format!("unknown --op {op:?} (read, write)"))?,
+        block_bytes: args.block_bytes.ok_or("--child needs --block-bytes")?,
     };
-    if !args.policies.is_empty() {
-        bench.policies = args.policies;
+    let input = std::io::BufReader::new(std::io::stdin());
+    spec.run(input, &mut std::io::stdout().lock())?;
+    Ok(())
+}
+
+fn parse_weight_set(text: &str) -> Result<Vec<u32>, String> {
+    text.split(':')
+        .map(|w| {
+            w.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("bad weight set {text:?} (e.g. 2:1 or 3:2:2:1)"))
+        })
+        .collect()
+}
+
+pub(crate) fn run_fairness(args: FairnessArgs) -> CliResult {
+    if args.child {
+        return run_fairness_child(&args);
     }
-    if !args.tenants.is_empty() {
-        bench.tenants = args.tenants;
+    let mut bench = if args.quick {
+        FairnessBench::quick(PathBuf::new())
+    } else {
+        FairnessBench::full(PathBuf::new())
+    };
+    if !args.systems.is_empty() {
+        bench.systems = args
+            .systems
+            .iter()
+            .map(|s| {
+                fairness::System::parse(s)
+                    .ok_or_else(|| format!("unknown system {s:?} (tbfs, tbfs-fifo, bfq, none)"))
+            })
+            .collect::<Result<_, _>>()?;
     }
-    if let Some(v) = args.requests {
-        bench.requests = v;
+    if !args.weights.is_empty() {
+        bench.weight_sets = args
+            .weights
+            .iter()
+            .map(|w| parse_weight_set(w))
+            .collect::<Result<_, _>>()?;
     }
-    if let Some(v) = args.duration {
-        bench.duration = v;
+    if !args.ops.is_empty() {
+        bench.ops = args
+            .ops
+            .iter()
+            .map(|o| IoOp::parse(o).ok_or_else(|| format!("unknown op {o:?} (read, write)")))
+            .collect::<Result<_, _>>()?;
     }
-    if let Some(v) = args.repeats {
-        bench.repeats = v;
+    if !args.block_mb.is_empty() {
+        bench.block_mibs = args.block_mb.clone();
     }
-    let cases = bench.case_count() as u64;
+    if let Some(window) = args.window {
+        bench.window = window;
+    }
+    if let Some(warmup) = args.warmup {
+        bench.warmup = warmup;
+    }
+    if let Some(min_blocks) = args.min_blocks {
+        bench.min_blocks = min_blocks;
+    }
+    bench.scratch_parent = args
+        .dir
+        .clone()
+        .unwrap_or_else(fairness::default_scratch_parent);
+    bench.child_exe = Some(current_exe()?);
+    bench.validate()?;
+    bench.interrupted = Some(interrupt_flag()?);
+    let lengthened = if bench.min_blocks > 0 {
+        format!(
+            " (or long enough for {} blocks of the lightest tenant)",
+            bench.min_blocks
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "bench sched-overhead: {cases} cases x {} repeats, each a policy run of {} requests and two executor runs of {:?}",
-        bench.repeats, bench.requests, bench.duration
+        "bench fairness: {} cases, {:?} warm-up + {:?} window{lengthened} each, a {} MiB loop \
+         device over a file in {}",
+        bench.case_count(),
+        bench.warmup,
+        bench.window,
+        bench.device_bytes() >> 20,
+        bench.scratch_parent.display()
     );
-    crate::cmd_bench::run_with_progress(
-        cases,
-        "sched-overhead",
-        args.json.as_deref(),
-        |p| bench.run(p),
-        |r| r.to_markdown(),
-    )
+    let report = bench.run(|r| {
+        eprintln!(
+            "  {} {} {} {} MiB, {:.1} s window: {} MB/s, ratio {} (error {:.1} %)",
+            r.system,
+            fairness::weights_label(&r.weights),
+            r.op,
+            r.block_mb,
+            r.window_s,
+            r.shares_mb_per_s
+                .iter()
+                .map(|s| format!("{s:.1}"))
+                .collect::<Vec<_>>()
+                .join(" / "),
+            fairness::ratio_string(&r.weights, &r.shares_mb_per_s),
+            r.ratio_error * 100.0
+        );
+    })?;
+    println!("{}", report.to_markdown());
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.svg {
+        let (groups, series) = report.bar_series();
+        grouped_bar_svg(
+            path,
+            "Deviation of the shares from the weights",
+            "ratio error (%)",
+            &groups,
+            &series,
+        )?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The background copy's side: reads its orders on stdin and reports on stdout.
+pub(crate) fn run_priority_child(args: &PriorityArgs) -> CliResult {
+    let spec = CopySpec {
+        src: args.src.clone().ok_or("--child needs --src")?,
+        dst_dir: args.dst_dir.clone().ok_or("--child needs --dst-dir")?,
+        chunk_bytes: args.chunk_bytes.ok_or("--child needs --chunk-bytes")?,
+    };
+    let input = std::io::BufReader::new(std::io::stdin());
+    spec.run(input, &mut std::io::stdout().lock())?;
+    Ok(())
+}
+
+pub(crate) fn run_priority(args: PriorityArgs) -> CliResult {
+    if args.child {
+        return run_priority_child(&args);
+    }
+    let mut bench = if args.quick {
+        PriorityBench::quick(PathBuf::new())
+    } else {
+        PriorityBench::full(PathBuf::new())
+    };
+    bench.rates = args
+        .rates
+        .iter()
+        .map(|r| Rate::parse(r).ok_or_else(|| format!("unknown rate {r:?} (N/s or flat-out)")))
+        .collect::<Result<_, _>>()?;
+    bench.schedulers = args
+        .schedulers
+        .iter()
+        .map(|s| {
+            KernelSched::parse(s)
+                .ok_or_else(|| format!("unknown scheduler {s:?} (none, mq-deadline, kyber, bfq)"))
+        })
+        .collect::<Result<_, _>>()?;
+    bench.tbfs_policies = args
+        .policies
+        .iter()
+        .filter(|p| p.as_str() != "none")
+        .map(|p| p.parse::<tailbound::sched::Policy>())
+        .collect::<Result<_, _>>()?;
+    if let Some(writes) = args.writes {
+        bench.writes = writes;
+    }
+    if let Some(bytes) = args.copy_size {
+        bench.copy_bytes = bytes;
+    }
+    if let Some(alone) = args.copy_alone {
+        bench.copy_alone = alone;
+    }
+    bench.latency_goal = args.latency_goal;
+    bench.writer_alone = !args.no_writer_alone;
+    bench.scratch_parent = args
+        .dir
+        .clone()
+        .unwrap_or_else(fairness::default_scratch_parent);
+    bench.child_exe = Some(current_exe()?);
+    bench.validate()?;
+    bench.interrupted = Some(interrupt_flag()?);
+    eprintln!(
+        "bench priority: {} cases and {} writer-alone runs x {} writes, a {} MiB copy, about {:.0} \
+         s of measuring, on ext4 on a loop device over a file in {}",
+        bench.case_count(),
+        bench.alone_count(),
+        bench.writes,
+        bench.copy_bytes >> 20,
+        bench.estimate().as_secs_f64(),
+        bench.scratch_parent.display()
+    );
+    let report = bench.run(|r| {
+        if !r.with_copy {
+            eprintln!(
+                "  {} {} {} writer alone: p99.9 {:.0} us, max {:.0} us",
+                r.system, r.scheduler, r.rate, r.p999_us, r.max_us
+            );
+            return;
+        }
+        eprintln!(
+            "  {} {} {}: p99.9 {:.0} us, max {:.0} us; copy {:.1} MB/s ({:.1} alone)",
+            r.system,
+            r.scheduler,
+            r.rate,
+            r.p999_us,
+            r.max_us,
+            r.background_mb_per_s,
+            r.background_alone_mb_per_s
+        );
+    })?;
+    println!("{}", report.to_markdown());
+    if let Some(path) = &args.json {
+        write_json(path, &report)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.svg {
+        let title = format!(
+            "{} B O_SYNC append latency under a {} MiB copy",
+            report.write_bytes, report.copy_mb
+        );
+        latency_boxplot_svg(path, &title, &report.box_series(), None)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }

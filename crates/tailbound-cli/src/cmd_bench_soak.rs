@@ -1,12 +1,12 @@
-//! `tailbound bench soak`: the soak of `tailbound::bench::experiments::soak` for as long as asked.
+//! `tailbound bench soak`: the soak of `tailbound_bench::experiments::soak` for as long as asked.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use tailbound::bench::experiments::soak::{self, Budget, SoakConfig};
-use tailbound::bench::report::write_json;
 use tailbound::units::{parse_bytes, parse_duration};
+use tailbound_bench::experiments::soak::{self, Budget, SoakConfig};
+use tailbound_bench::report::write_json;
 
 use crate::CliResult;
 

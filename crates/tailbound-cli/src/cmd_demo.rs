@@ -10,16 +10,16 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use tailbound::bench::experiments::record::{
-    check_targets, Design, RecordBench, RecordCase, FLOOR, TAILBOUND, TAILBOUND_DECOUPLED,
-};
-use tailbound::bench::experiments::sync_write::{FsConfig, SyncWriteBench};
-use tailbound::bench::load::{LoadConfig, LoadKind};
 use tailbound::dev::sim::SimDevice;
 use tailbound::dev::Device;
 use tailbound::record::{verify, Recorder, RecorderOptions};
 use tailbound::tbfs::fsck;
 use tailbound::tbfs::{Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering, SyncMode};
+use tailbound_bench::experiments::record::{
+    check_targets, Design, RecordBench, RecordCase, FLOOR, TAILBOUND, TAILBOUND_DECOUPLED,
+};
+use tailbound_bench::experiments::sync_write::{FsConfig, SyncWriteBench};
+use tailbound_bench::load::{LoadConfig, LoadKind};
 
 use crate::CliResult;
 

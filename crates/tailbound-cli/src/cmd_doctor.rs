@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use tailbound::bench::report::write_json;
 use tailbound::doctor::{diagnose, DoctorOptions};
+use tailbound_bench::report::write_json;
 
 use crate::CliResult;
 

@@ -1,32 +1,34 @@
 //! `tailbound fs`: make, inspect, fill, check and repair tbfs pools from the shell.
+//!
+//! This file holds the subcommand, opening a pool and `mkfs`; the listings are in
+//! `cmd_fs_list`, checkpoints and snapshots in `cmd_fs_snapshot`, copying files in and out in
+//! `cmd_fs_files`, and `fsck` and `info` in `cmd_fs_inspect`.
 
 use std::fs::File as HostFile;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand, ValueEnum};
-use serde::Serialize;
-use tailbound::bench::progress::Progress;
-use tailbound::bench::report::write_json;
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
 use tailbound::serve::Client;
 use tailbound::tbfs::format::{Superblock, BLOCK_U64};
 use tailbound::tbfs::fsck;
-use tailbound::tbfs::{
-    self, Barrier, Config, FileKind, Fs, OpenFlags, OpenOptions, Ordering, Stat,
-};
+use tailbound::tbfs::{self, Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering, Stat};
 use tailbound::units::{parse_bytes, Bytes};
 
+use crate::cmd_fs_files::{copy_out, mkdir, put, rm};
+use crate::cmd_fs_list::{df, ls, stat};
 use crate::cmd_fs_pool::{Pool, PoolView};
+use crate::cmd_fs_snapshot::{checkpoints, gc, parse_fraction, restore, snapshot};
 use crate::CliResult;
 
 /// The `f_type` of tmpfs (and so of /dev/shm).
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 /// Bytes copied per request by put/get/cat.
-const COPY_CHUNK: usize = 1 << 20;
+pub(crate) const COPY_CHUNK: usize = 1 << 20;
 
 #[derive(Args)]
 #[command(
@@ -450,7 +452,7 @@ pub(crate) fn open_device(pool: &PoolArg) -> Result<(Arc<dyn Device>, Backend), 
 
 /// The pool: through its server when one answers on its socket (`tailbound serve`), else
 /// opened here (`read_only`: without writing anything).
-fn open_fs(pool: &PoolArg, read_only: bool) -> Result<Pool, String> {
+pub(crate) fn open_fs(pool: &PoolArg, read_only: bool) -> Result<Pool, String> {
     let socket = tailbound::serve::socket_path(&pool.pool);
     if socket.exists() {
         match Client::connect(&socket) {
@@ -528,13 +530,13 @@ pub(crate) fn refuse_served(pool: &PoolArg, what: &str) -> CliResult {
 }
 
 /// The live tree, or a read-only view of a retained checkpoint.
-enum View {
+pub(crate) enum View {
     Live(Pool),
     At(PoolView),
 }
 
 impl View {
-    fn open(pool: &PoolArg, at: Option<u64>) -> Result<View, String> {
+    pub(crate) fn open(pool: &PoolArg, at: Option<u64>) -> Result<View, String> {
         let fs = open_fs(pool, true)?;
         Ok(match at {
             None => View::Live(fs),
@@ -542,14 +544,14 @@ impl View {
         })
     }
 
-    fn stat(&self, path: &str) -> tbfs::Result<Stat> {
+    pub(crate) fn stat(&self, path: &str) -> tbfs::Result<Stat> {
         match self {
             View::Live(fs) => fs.stat(path),
             View::At(s) => s.stat(path),
         }
     }
 
-    fn readdir(&self, path: &str) -> tbfs::Result<Vec<tbfs::DirEntry>> {
+    pub(crate) fn readdir(&self, path: &str) -> tbfs::Result<Vec<tbfs::DirEntry>> {
         match self {
             View::Live(fs) => fs.readdir(path),
             View::At(s) => s.readdir(path),
@@ -557,7 +559,12 @@ impl View {
     }
 
     /// Calls `f` with each piece of a file, in order.
-    fn read_each(&self, path: &str, size: u64, mut f: impl FnMut(&[u8]) -> CliResult) -> CliResult {
+    pub(crate) fn read_each(
+        &self,
+        path: &str,
+        size: u64,
+        mut f: impl FnMut(&[u8]) -> CliResult,
+    ) -> CliResult {
         let mut buf = vec![0u8; COPY_CHUNK];
         let mut at = 0u64;
         match self {
@@ -587,7 +594,7 @@ impl View {
     }
 }
 
-fn close(fs: Pool, pool: &PoolArg) -> CliResult {
+pub(crate) fn close(fs: Pool, pool: &PoolArg) -> CliResult {
     fs.close().map_err(|e| in_pool(pool, e))?;
     Ok(())
 }
@@ -680,55 +687,7 @@ fn holds_a_pool(path: &Path) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Listing and stat
-
-#[derive(Serialize)]
-struct EntryJson {
-    name: String,
-    ino: u64,
-    kind: &'static str,
-    size: u64,
-    mode: u32,
-    nlink: u32,
-    mtime_ns: i64,
-}
-
-#[derive(Serialize)]
-struct ListingJson {
-    path: String,
-    entries: Vec<EntryJson>,
-}
-
-fn kind_name(k: FileKind) -> &'static str {
-    match k {
-        FileKind::File => "file",
-        FileKind::Dir => "dir",
-        FileKind::Symlink => "symlink",
-        FileKind::Fifo => "fifo",
-        FileKind::CharDevice => "char-device",
-        FileKind::BlockDevice => "block-device",
-        FileKind::Socket => "socket",
-    }
-}
-
-fn mode_string(st: &Stat) -> String {
-    let mut s = String::from(match st.kind {
-        FileKind::Dir => "d",
-        FileKind::Symlink => "l",
-        FileKind::File => "-",
-        FileKind::Fifo => "p",
-        FileKind::CharDevice => "c",
-        FileKind::BlockDevice => "b",
-        FileKind::Socket => "s",
-    });
-    for shift in [6u32, 3, 0] {
-        let bits = (st.mode >> shift) & 7;
-        s.push(if bits & 4 != 0 { 'r' } else { '-' });
-        s.push(if bits & 2 != 0 { 'w' } else { '-' });
-        s.push(if bits & 1 != 0 { 'x' } else { '-' });
-    }
-    s
-}
+// Times, for the listings
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC.
 pub(crate) fn utc(ns: i64) -> String {
@@ -750,490 +709,4 @@ pub(crate) fn utc(ns: i64) -> String {
         rem % 3600 / 60,
         rem % 60
     )
-}
-
-fn ls(pool: &PoolArg, path: &str, long: bool, at: Option<u64>, json: Option<&Path>) -> CliResult {
-    let fs = View::open(pool, at)?;
-    let st = fs.stat(path).map_err(|e| in_pool(pool, e))?;
-    let entries: Vec<(String, Stat)> = if st.kind == FileKind::Dir {
-        let mut out = Vec::new();
-        for e in fs.readdir(path).map_err(|e| in_pool(pool, e))? {
-            let child = format!("{}/{}", path.trim_end_matches('/'), e.name);
-            out.push((e.name, fs.stat(&child).map_err(|e| in_pool(pool, e))?));
-        }
-        out
-    } else {
-        vec![(path.rsplit('/').next().unwrap_or(path).to_string(), st)]
-    };
-    let mut stdout = std::io::stdout().lock();
-    let width = entries
-        .iter()
-        .map(|(_, s)| s.size.to_string().len())
-        .max()
-        .unwrap_or(1);
-    for (name, s) in &entries {
-        let suffix = if s.kind == FileKind::Dir { "/" } else { "" };
-        if long {
-            writeln!(
-                stdout,
-                "{} {:>3} {:>width$} {} {:>8} {name}{suffix}",
-                mode_string(s),
-                s.nlink,
-                s.size,
-                utc(s.mtime_ns),
-                s.ino
-            )?;
-        } else {
-            writeln!(stdout, "{name}{suffix}")?;
-        }
-    }
-    if let Some(json) = json {
-        let listing = ListingJson {
-            path: path.to_string(),
-            entries: entries
-                .iter()
-                .map(|(name, s)| EntryJson {
-                    name: name.clone(),
-                    ino: s.ino,
-                    kind: kind_name(s.kind),
-                    size: s.size,
-                    mode: s.mode,
-                    nlink: s.nlink,
-                    mtime_ns: s.mtime_ns,
-                })
-                .collect(),
-        };
-        write_json(json, &listing)?;
-    }
-    Ok(())
-}
-
-#[derive(Serialize)]
-struct StatJson {
-    path: String,
-    ino: u64,
-    kind: &'static str,
-    mode: u32,
-    nlink: u32,
-    size: u64,
-    blocks: u64,
-    mtime_ns: i64,
-    ctime_ns: i64,
-}
-
-fn stat(pool: &PoolArg, path: &str, at: Option<u64>, json: Option<&Path>) -> CliResult {
-    let fs = View::open(pool, at)?;
-    let s = fs.stat(path).map_err(|e| in_pool(pool, e))?;
-    println!("  path: {path}");
-    println!(
-        "  type: {}   mode: {:04o} ({})   inode: {}   links: {}",
-        kind_name(s.kind),
-        s.mode,
-        mode_string(&s),
-        s.ino,
-        s.nlink
-    );
-    println!(
-        "  size: {} ({})   blocks: {} of {} bytes",
-        s.size,
-        Bytes(s.size),
-        s.blocks,
-        BLOCK_U64
-    );
-    println!("modify: {} UTC", utc(s.mtime_ns));
-    println!("change: {} UTC", utc(s.ctime_ns));
-    if let Some(json) = json {
-        write_json(
-            json,
-            &StatJson {
-                path: path.to_string(),
-                ino: s.ino,
-                kind: kind_name(s.kind),
-                mode: s.mode,
-                nlink: s.nlink,
-                size: s.size,
-                blocks: s.blocks,
-                mtime_ns: s.mtime_ns,
-                ctime_ns: s.ctime_ns,
-            },
-        )?;
-    }
-    Ok(())
-}
-
-#[derive(Serialize)]
-struct DfJson {
-    size: u64,
-    live: u64,
-    pinned_by_snapshots: u64,
-    reclaimable: u64,
-    free: u64,
-    available: u64,
-    inodes: u64,
-}
-
-fn df(pool: &PoolArg, json: Option<&Path>) -> CliResult {
-    let fs = open_fs(pool, true)?;
-    let sp = fs.space().map_err(|e| in_pool(pool, e))?;
-    let inodes = fs.statvfs().map_err(|e| in_pool(pool, e))?.files;
-    let pct = |v: u64| v as f64 * 100.0 / sp.size.max(1) as f64;
-    println!(
-        "{:>12} {:>16} {:>22} {:>16} {:>16} {:>16} {:>8}",
-        "size", "live", "pinned by snapshots", "reclaimable", "free", "available", "inodes"
-    );
-    println!(
-        "{:>12} {:>16} {:>22} {:>16} {:>16} {:>16} {:>8}",
-        Bytes(sp.size).to_string(),
-        format!("{} {:.0}%", Bytes(sp.live), pct(sp.live)),
-        format!(
-            "{} {:.0}%",
-            Bytes(sp.pinned_by_snapshots),
-            pct(sp.pinned_by_snapshots)
-        ),
-        format!("{} {:.0}%", Bytes(sp.reclaimable), pct(sp.reclaimable)),
-        format!("{} {:.0}%", Bytes(sp.free), pct(sp.free)),
-        format!("{} {:.0}%", Bytes(sp.available), pct(sp.available)),
-        inodes
-    );
-    if let Some(json) = json {
-        write_json(
-            json,
-            &DfJson {
-                size: sp.size,
-                live: sp.live,
-                pinned_by_snapshots: sp.pinned_by_snapshots,
-                reclaimable: sp.reclaimable,
-                free: sp.free,
-                available: sp.available,
-                inodes,
-            },
-        )?;
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Checkpoints, snapshots, restore, gc
-
-/// `20%` or `0.2`.
-fn parse_fraction(s: &str) -> Result<f64, String> {
-    let (v, scale) = match s.strip_suffix('%') {
-        Some(p) => (p, 100.0),
-        None => (s, 1.0),
-    };
-    let f = v
-        .trim()
-        .parse::<f64>()
-        .map_err(|_| format!("{s:?}: a percentage (20%) or a fraction (0.2)"))?
-        / scale;
-    if (0.0..=1.0).contains(&f) {
-        Ok(f)
-    } else {
-        Err(format!("{s:?}: between 0% and 100%"))
-    }
-}
-
-#[derive(Serialize)]
-struct CheckpointJson {
-    number: u64,
-    time: String,
-    snapshot: bool,
-    pinned_bytes: u64,
-}
-
-#[derive(Serialize)]
-struct CheckpointsJson {
-    checkpoints: Vec<CheckpointJson>,
-}
-
-fn checkpoints(pool: &PoolArg, json: Option<&Path>) -> CliResult {
-    let fs = open_fs(pool, true)?;
-    let list = fs.checkpoints().map_err(|e| in_pool(pool, e))?;
-    println!(
-        "{:>10}  {:<23}  {:<8}  {:>10}  name",
-        "number", "time (UTC)", "kind", "pinned"
-    );
-    for c in &list {
-        println!(
-            "{:>10}  {:<23}  {:<8}  {:>10}  {}",
-            c.number,
-            utc(c.time_ns),
-            if c.snapshot { "snapshot" } else { "plain" },
-            Bytes(c.pinned_bytes).to_string(),
-            c.name.as_deref().unwrap_or("")
-        );
-    }
-    if let Some(json) = json {
-        write_json(
-            json,
-            &CheckpointsJson {
-                checkpoints: list
-                    .iter()
-                    .map(|c| CheckpointJson {
-                        number: c.number,
-                        time: rfc3339(c.time_ns),
-                        snapshot: c.snapshot,
-                        pinned_bytes: c.pinned_bytes,
-                    })
-                    .collect(),
-            },
-        )?;
-    }
-    Ok(())
-}
-
-fn snapshot(pool: &PoolArg, name: Option<&str>, keep: Option<u64>, drop: Option<u64>) -> CliResult {
-    let fs = open_fs(pool, false)?;
-    match (keep, drop) {
-        (Some(n), _) => {
-            fs.set_snapshot(n, true).map_err(|e| in_pool(pool, e))?;
-            println!("checkpoint {n} is now a snapshot");
-        }
-        (None, Some(n)) => {
-            fs.set_snapshot(n, false).map_err(|e| in_pool(pool, e))?;
-            println!(
-                "checkpoint {n} is a plain checkpoint again; it is released once older than the protection period ({:?})",
-                fs.protection_period().map_err(|e| in_pool(pool, e))?
-            );
-        }
-        (None, None) => {
-            let n = fs.snapshot(name).map_err(|e| in_pool(pool, e))?;
-            println!(
-                "snapshot {n}{}",
-                name.map(|n| format!(" ({n})")).unwrap_or_default()
-            );
-        }
-    }
-    close(fs, pool)
-}
-
-fn restore(pool: &PoolArg, at: u64, path: &str, to: &str) -> CliResult {
-    let fs = open_fs(pool, false)?;
-    let view = fs.at(at).map_err(|e| in_pool(pool, e))?;
-    let st = view.stat(path).map_err(|e| in_pool(pool, e))?;
-    let mut counts = (0u64, 0u64, 0u64); // directories, files, bytes
-    restore_one(&fs, &view, path, to, st, &mut counts).map_err(|e| in_pool(pool, e))?;
-    drop(view);
-    close(fs, pool)?;
-    println!(
-        "restored {path} from checkpoint {at} to {to}: {} directories, {} files, {}",
-        counts.0,
-        counts.1,
-        Bytes(counts.2)
-    );
-    Ok(())
-}
-
-fn restore_one(
-    fs: &Pool,
-    view: &PoolView,
-    from: &str,
-    to: &str,
-    st: Stat,
-    counts: &mut (u64, u64, u64),
-) -> tbfs::Result<()> {
-    let join = |d: &str, n: &str| format!("{}/{n}", d.trim_end_matches('/'));
-    if st.kind == FileKind::Dir {
-        match fs.stat(to) {
-            Ok(s) if s.kind == FileKind::Dir => {}
-            Ok(_) => return Err(tbfs::Error::NotDir(to.to_string())),
-            Err(tbfs::Error::NotFound(_)) => fs.mkdir(to, st.mode)?,
-            Err(e) => return Err(e),
-        }
-        counts.0 += 1;
-        for e in view.readdir(from)? {
-            let child = join(from, &e.name);
-            let cst = view.stat(&child)?;
-            restore_one(fs, view, &child, &join(to, &e.name), cst, counts)?;
-        }
-        return Ok(());
-    }
-    // Written beside the target, then renamed over it: the target is old or new, never half.
-    let (dir, name) = to.rsplit_once('/').unwrap_or(("", to));
-    let temp = format!("{dir}/.{name}.restoring");
-    let file = fs.open_file(
-        &temp,
-        OpenFlags {
-            truncate: true,
-            mode: st.mode,
-            ..OpenFlags::create()
-        },
-    )?;
-    let mut buf = vec![0u8; COPY_CHUNK];
-    let mut at = 0u64;
-    while at < st.size {
-        let n = view.pread(from, &mut buf, at)?;
-        if n == 0 {
-            break;
-        }
-        file.pwrite(&buf[..n], at)?;
-        at += n as u64;
-    }
-    file.set_len(st.size)?;
-    drop(file);
-    fs.rename(&temp, to)?;
-    counts.1 += 1;
-    counts.2 += st.size;
-    Ok(())
-}
-
-fn gc(pool: &PoolArg, target_free: f64) -> CliResult {
-    let fs = open_fs(pool, false)?;
-    let before = fs.space().map_err(|e| in_pool(pool, e))?;
-    let r = fs.gc(target_free).map_err(|e| in_pool(pool, e))?;
-    let after = fs.space().map_err(|e| in_pool(pool, e))?;
-    close(fs, pool)?;
-    println!(
-        "cleaned {} segments, copied {} blocks, freed {}; free space {} -> {} ({:.1}% of the pool, target {:.1}%)",
-        r.segments_cleaned,
-        r.blocks_copied,
-        Bytes(r.bytes_freed),
-        Bytes(before.free),
-        Bytes(after.free),
-        r.free_fraction_after * 100.0,
-        target_free * 100.0
-    );
-    if r.free_fraction_after < target_free {
-        println!(
-            "the target is out of reach: live data holds {}, snapshots pin {}, and {} is kept for the protection period or not worth cleaning",
-            Bytes(after.live),
-            Bytes(after.pinned_by_snapshots),
-            Bytes(after.reclaimable)
-        );
-    }
-    Ok(())
-}
-
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-fn rfc3339(ns: i64) -> String {
-    let t = utc(ns).replacen(' ', "T", 1);
-    format!("{t}.{:03}Z", ns.rem_euclid(1_000_000_000) / 1_000_000)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Copying
-
-fn put(pool: &PoolArg, host: &Path, path: &str) -> CliResult {
-    let fs = open_fs(pool, false)?;
-    let mut input: Box<dyn Read> = if host.as_os_str() == "-" {
-        Box::new(std::io::stdin().lock())
-    } else {
-        Box::new(HostFile::open(host).map_err(|e| format!("{}: open: {e}", host.display()))?)
-    };
-    let len = if host.as_os_str() == "-" {
-        0
-    } else {
-        std::fs::metadata(host).map(|m| m.len()).unwrap_or(0)
-    };
-    // Into a directory: under the host file's name.
-    let target = match fs.stat(path) {
-        Ok(s) if s.kind == FileKind::Dir => {
-            let name = host
-                .file_name()
-                .and_then(|n| n.to_str())
-                .filter(|_| host.as_os_str() != "-")
-                .ok_or_else(|| format!("{path} is a directory; name the file to create in it"))?;
-            format!("{}/{name}", path.trim_end_matches('/'))
-        }
-        _ => path.to_string(),
-    };
-    let file = fs
-        .open_file(
-            &target,
-            OpenFlags {
-                truncate: true,
-                ..OpenFlags::create()
-            },
-        )
-        .map_err(|e| in_pool(pool, e))?;
-    let progress = Progress::new(len, "put");
-    let mut buf = vec![0u8; COPY_CHUNK];
-    let mut at = 0u64;
-    loop {
-        let n = input
-            .read(&mut buf)
-            .map_err(|e| format!("{}: read: {e}", host.display()))?;
-        if n == 0 {
-            break;
-        }
-        file.pwrite(&buf[..n], at).map_err(|e| in_pool(pool, e))?;
-        at += n as u64;
-        progress.inc(n as u64);
-    }
-    drop(file);
-    progress.set_message("syncing");
-    close(fs, pool)?;
-    progress.finish();
-    eprintln!("put {} bytes into {target}", at);
-    Ok(())
-}
-
-fn copy_out(view: &View, pool: &PoolArg, path: &str, host: Option<&Path>) -> CliResult {
-    let st = view.stat(path).map_err(|e| in_pool(pool, e))?;
-    if st.kind == FileKind::Dir {
-        return Err(in_pool(pool, tbfs::Error::IsDir(path.to_string())).into());
-    }
-    let to_stdout = host.is_none_or(|h| h.as_os_str() == "-");
-    let mut out: Box<dyn Write> = match host {
-        Some(h) if !to_stdout => Box::new(std::io::BufWriter::new(
-            HostFile::create(h).map_err(|e| format!("{}: create: {e}", h.display()))?,
-        )),
-        _ => Box::new(std::io::stdout().lock()),
-    };
-    let progress = if to_stdout {
-        Progress::hidden(st.size)
-    } else {
-        Progress::new(st.size, "get")
-    };
-    view.read_each(path, st.size, |piece| {
-        out.write_all(piece).map_err(|e| match host {
-            Some(h) if !to_stdout => format!("{}: write: {e}", h.display()),
-            _ => format!("stdout: {e}"),
-        })?;
-        progress.inc(piece.len() as u64);
-        Ok(())
-    })
-    .map_err(|e| in_pool(pool, e))?;
-    out.flush()?;
-    progress.finish();
-    Ok(())
-}
-
-fn mkdir(fs: &Pool, path: &str, parents: bool) -> tbfs::Result<()> {
-    if !parents {
-        return fs.mkdir(path, 0o755);
-    }
-    let mut at = String::new();
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        at.push('/');
-        at.push_str(part);
-        match fs.mkdir(&at, 0o755) {
-            Ok(()) => {}
-            Err(tbfs::Error::Exists(_)) if fs.stat(&at)?.kind == FileKind::Dir => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-fn rm(fs: &Pool, path: &str, recursive: bool) -> tbfs::Result<()> {
-    let st = fs.stat(path)?;
-    if st.kind == FileKind::File {
-        return fs.unlink(path);
-    }
-    if path.trim_matches('/').is_empty() {
-        return Err(tbfs::Error::Invalid("/: the root cannot be removed".into()));
-    }
-    if recursive {
-        for e in fs.readdir(path)? {
-            rm(
-                fs,
-                &format!("{}/{}", path.trim_end_matches('/'), e.name),
-                true,
-            )?;
-        }
-    } else if !fs.readdir(path)?.is_empty() {
-        return Err(tbfs::Error::NotEmpty(format!("{path} (use -r)")));
-    }
-    fs.rmdir(path)
 }

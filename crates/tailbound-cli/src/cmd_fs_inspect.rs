@@ -4,13 +4,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
-use tailbound::bench::progress::Progress;
-use tailbound::bench::report::write_json;
 use tailbound::serve::Client;
 use tailbound::tbfs::format::{Superblock, BLOCK_U64};
 use tailbound::tbfs::fsck::{self, FsckReport, RepairReport, Verdict};
 use tailbound::tbfs::{Fs, OpenOptions};
 use tailbound::units::Bytes;
+use tailbound_bench::progress::Progress;
+use tailbound_bench::report::write_json;
 
 use crate::cmd_fs::{
     barrier_name, detect_backend, in_pool, open_device, ordering_name, refuse_served, utc, Backend,

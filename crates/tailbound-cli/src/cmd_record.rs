@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde::Serialize;
-use tailbound::bench::periodic::{run_periodic, Flow, PeriodicConfig};
-use tailbound::bench::progress::Progress;
-use tailbound::bench::report::write_json;
-use tailbound::bench::stats::LatencySummary;
 use tailbound::record::{
     read_full, verify, Allocation, DecoupledOptions, FlushMode, Flusher, Framing, Overflow,
     RecordCounters, Recorder, RecorderOptions, RecyclePool, SlowTrace, TracedCalls,
 };
 use tailbound::units::{parse_bytes, parse_duration, Bytes};
+use tailbound_bench::periodic::{run_periodic, Flow, PeriodicConfig};
+use tailbound_bench::progress::Progress;
+use tailbound_bench::report::write_json;
+use tailbound_bench::stats::LatencySummary;
 
 use crate::CliResult;
 

@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use tailbound::bench::progress::Progress;
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
 use tailbound::tbfs::{fsck, Config, Fs};
+use tailbound_bench::progress::Progress;
 
 use crate::CliResult;
 

@@ -2,8 +2,6 @@
 //!
 //! Modules by concept:
 //! - [`record`]: the real-time recorder for periodic data (preallocated files, data-only flushing).
-//! - [`bench`](mod@bench): the experiment framework (periodic timer, latency histograms, background loads, reports)
-//!   and the experiments themselves.
 //! - [`sched`]: the user-space I/O scheduler (priority classes, weighted fairness, request splitting).
 //! - [`tbfs`]: the log-structured file tree engine; [`dev`]: the storage backends it runs on.
 //! - [`serve`]: the pool server, which shares one pool among processes over a Unix socket.
@@ -16,7 +14,6 @@
 //! calls its safe wrappers.
 #![deny(unsafe_code)]
 
-pub mod bench;
 pub mod dev;
 pub mod doctor;
 pub mod failpoint;

@@ -17,7 +17,11 @@ use std::path::{Path, PathBuf};
 /// Known cycles: a crate's directory under `crates/`, then the files of one strongly connected
 /// component, relative to its `src/`, sorted and joined by spaces.
 const KNOWN: &[&str] = &[
-    "tailbound-cli: cmd_fs.rs cmd_fs_inspect.rs",
+    "tailbound-bench: experiments/fairness.rs experiments/fairness/report.rs",
+    "tailbound-bench: experiments/priority.rs experiments/priority/io.rs experiments/priority/report.rs",
+    "tailbound-bench: experiments/record.rs experiments/record/report.rs",
+    "tailbound-cli: cmd_bench.rs cmd_bench_overhead.rs cmd_bench_sched.rs cmd_bench_tbfs.rs",
+    "tailbound-cli: cmd_fs.rs cmd_fs_files.rs cmd_fs_inspect.rs cmd_fs_list.rs cmd_fs_snapshot.rs",
     "tailbound-preload: catchall.rs hooks.rs real.rs vfs.rs",
     "tailbound: serve/protocol.rs serve/protocol_fields.rs serve/protocol_replies.rs",
     "tailbound: serve/server.rs serve/session.rs",
