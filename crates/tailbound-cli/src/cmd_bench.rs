@@ -108,15 +108,19 @@ enum Experiment {
     /// at best-effort level 7 copies a multi-GB file, on ext4 on a loop device, under the kernel
     /// schedulers none, mq-deadline, kyber and bfq; and the same inside a tbfs pool on that loop
     /// file system behind tailbound's scheduler (--policies; the pool flushes every log, so each
-    /// sync is durable as the kernel side's is; the copy a thread at best-effort level 7 making
-    /// each 1 MiB write durable, the writer appending with fdatasync; the scheduler's profile
-    /// calibrated on the loop file system for --latency-goal first). Needs root.
+    /// sync is durable as the kernel side's is; the copy a thread at best-effort level 7, the
+    /// writer appending with fdatasync; the scheduler's profile calibrated on the loop file
+    /// system for --latency-goal first). Needs root.
     ///
     /// Reports min, p50, p99, p99.9, p99.99, p99.9999 and max of write() and the copy's MB/s alone
     /// (before and after the writer) and under the writer. First the writer runs alone at each
     /// rate, with no copy (on the kernel path and in a tbfs pool): the device's own floor in the
-    /// same run, which the targets' lines quote. The copy uses O_DIRECT 1 MiB
-    /// requests, so its priority reaches the block layer. The paper's run is 1,000,000 writes per case (about 2.5 hours per case at
+    /// same run, which the targets' lines quote. --copy buffered (the default, the seed's load)
+    /// runs coreutils' cp through the page cache, whose writeback and journal commits (ext4's
+    /// default data=ordered) reach the disk outside the copy's priority; on the tbfs side the
+    /// copy writes through the pool's buffered path with no sync. --copy direct uses O_DIRECT
+    /// 1 MiB requests (on the tbfs side each 1 MiB write made durable), so the copy's priority
+    /// reaches the block layer. The paper's run is 1,000,000 writes per case (about 2.5 hours per case at
     /// 111/s); --writes sizes a shorter run, and --quick takes 200 writes and a 64 MiB copy
     /// (seconds). The scheduler setting and the loop file system are restored and removed
     /// afterwards, also on errors and Ctrl-C.

@@ -8,7 +8,7 @@ use clap::Args;
 use tailbound::units::{parse_bytes, parse_duration};
 use tailbound_bench::experiments::blockdev::KernelSched;
 use tailbound_bench::experiments::fairness::{self, FairnessBench, IoOp, TenantSpec};
-use tailbound_bench::experiments::priority::{CopySpec, PriorityBench, Rate};
+use tailbound_bench::experiments::priority::{CopyMode, CopySpec, PriorityBench, Rate};
 use tailbound_bench::plot::{grouped_bar_svg, latency_boxplot_svg};
 use tailbound_bench::report::write_json;
 
@@ -92,6 +92,12 @@ pub(crate) struct PriorityArgs {
     /// fair, default); `none` runs no tbfs case.
     #[arg(long, value_delimiter = ',', default_value = "default")]
     policies: Vec<String>,
+    /// How the background process copies: buffered (coreutils' cp through the page cache, whose
+    /// writeback and journal commits reach the disk outside its priority, as in the seed; on the
+    /// tbfs side the pool's buffered writes with no sync) or direct (O_DIRECT 1 MiB reads and
+    /// writes; on the tbfs side each write followed by fdatasync).
+    #[arg(long, default_value = "buffered", value_parser = parse_copy_mode)]
+    copy: CopyMode,
     /// Size of the file the background process copies. Default: 2GiB, or 64MiB with --quick.
     #[arg(long, value_parser = parse_bytes)]
     copy_size: Option<u64>,
@@ -260,11 +266,16 @@ pub(crate) fn run_fairness(args: FairnessArgs) -> CliResult {
 }
 
 /// The background copy's side: reads its orders on stdin and reports on stdout.
+fn parse_copy_mode(s: &str) -> Result<CopyMode, String> {
+    CopyMode::parse(s).ok_or_else(|| format!("unknown copy mode {s:?} (buffered, direct)"))
+}
+
 pub(crate) fn run_priority_child(args: &PriorityArgs) -> CliResult {
     let spec = CopySpec {
         src: args.src.clone().ok_or("--child needs --src")?,
         dst_dir: args.dst_dir.clone().ok_or("--child needs --dst-dir")?,
         chunk_bytes: args.chunk_bytes.ok_or("--child needs --chunk-bytes")?,
+        mode: args.copy,
     };
     let input = std::io::BufReader::new(std::io::stdin());
     spec.run(input, &mut std::io::stdout().lock())?;
@@ -302,6 +313,7 @@ pub(crate) fn run_priority(args: PriorityArgs) -> CliResult {
     if let Some(writes) = args.writes {
         bench.writes = writes;
     }
+    bench.copy_mode = args.copy;
     if let Some(bytes) = args.copy_size {
         bench.copy_bytes = bytes;
     }

@@ -8,7 +8,7 @@ use tailbound::sched::{Policy, Prio};
 use tailbound::sys::time::monotonic_now;
 
 use super::{
-    copy_rates, timed_appends, CaseDir, LogStep, PriorityBench, PriorityRow, Rate,
+    copy_rates, timed_appends, CaseDir, CopyMode, LogStep, PriorityBench, PriorityRow, Rate,
     COPY_CHUNK_BYTES, COPY_PRIO, WRITER_PRIO, WRITE_BYTES,
 };
 use crate::experiments::blockdev::{KernelSched, SchedulerGuard};
@@ -83,8 +83,9 @@ impl PriorityBench {
     }
 
     /// One tbfs case: a pool as [`PriorityBench::tbfs_pool`] makes it; the copy is a thread at
-    /// best-effort level 7 copying a file inside the pool in 1 MiB reads and writes, each write
-    /// made durable (`fdatasync`); the writer a thread in the real-time class appending 4 KiB
+    /// best-effort level 7 copying a file inside the pool in 1 MiB reads and writes, through the
+    /// pool's buffered write path with no sync as `cp` writes (`CopyMode::Buffered`), or each
+    /// write made durable with `fdatasync` (`CopyMode::Direct`); the writer a thread in the real-time class appending 4 KiB
     /// with `fdatasync`. Both threads' scheduler tenants follow their kernel ioprio.
     pub(super) fn run_tbfs_case(
         &self,
@@ -112,6 +113,7 @@ impl PriorityBench {
                 .map_err(|e| format!("writing the copy's source: {e}"))?;
         }
         let stop = AtomicBool::new(false);
+        let copy_mode = self.copy_mode;
         let (samples, go, alone_end, result) = std::thread::scope(|s| {
             let stop = &stop;
             let copier = s.spawn(move || -> Result<Vec<(u64, u64)>, String> {
@@ -144,7 +146,10 @@ impl PriorityBench {
                         let at = k * COPY_CHUNK_BYTES;
                         src.pread(&mut buf, at)
                             .and_then(|_| dst.pwrite(&buf, at))
-                            .and_then(|_| dst.fdatasync())
+                            .and_then(|_| match copy_mode {
+                                CopyMode::Direct => dst.fdatasync(),
+                                CopyMode::Buffered => Ok(()),
+                            })
                             .map_err(|e| format!("copying at {at}: {e}"))?;
                         total += COPY_CHUNK_BYTES;
                         samples.push((monotonic_now().0, total));
