@@ -2,6 +2,8 @@
 //! every operation on library paths and descriptors. Each operation returns `Err(errno)`; the
 //! hooks turn that into `-1` and `errno`.
 //!
+//! Layer: names [`crate::real`] only (for the shim's own kernel calls), and has no `unsafe`.
+//!
 //! A library descriptor is a kernel descriptor number the shim reserved (see
 //! [`real::reserve_fd`]) mapped here to an open file description ([`Ofd`]): the tbfs handle,
 //! offset, status flags and directory cursor that `dup` shares.
@@ -136,6 +138,8 @@ pub struct Shim {
     /// Shared mappings of library files: start address → (length, backing).
     maps: Mutex<HashMap<usize, (usize, Arc<Backing>)>>,
     pub errors_said: Mutex<Vec<String>>,
+    /// Called once, when the first pool opens (the abi layer registers its exit flush then).
+    on_first_pool: fn(),
 }
 
 fn env_flag(name: &str) -> bool {
@@ -201,7 +205,8 @@ pub fn parse_mounts(spec: &str) -> Result<Vec<(String, PathBuf)>, String> {
 }
 
 impl Shim {
-    pub fn from_env() -> Shim {
+    /// The shim as the environment describes it; `on_first_pool` runs when a pool first opens.
+    pub fn from_env(on_first_pool: fn()) -> Shim {
         tailbound::failpoint::arm_from_env();
         let spec = std::env::var("TAILBOUND_MOUNT").unwrap_or_default();
         let mounts = match parse_mounts(&spec) {
@@ -241,6 +246,7 @@ impl Shim {
             nbackings: AtomicUsize::new(0),
             maps: Mutex::new(HashMap::new()),
             errors_said: Mutex::new(Vec::new()),
+            on_first_pool,
         };
         if !shim.mounts.is_empty() {
             let k = real::kernel_cwd();
@@ -328,7 +334,7 @@ impl Shim {
                 fs.set_mount_point(Some(&mount.prefix));
             }
             if r.is_ok() {
-                crate::hooks::register_exit_flush();
+                (self.on_first_pool)();
             }
             r
         });
@@ -370,8 +376,8 @@ impl Shim {
         }
     }
 
-    /// Poisons every pool the process has open, after a panic inside a call (see
-    /// [`crate::hooks::boundary`]), and says so on stderr.
+    /// Poisons every pool the process has open, after a panic inside a call (the abi layer's panic
+    /// boundary), and says so on stderr.
     pub fn poison_all(&self, reason: &str) {
         let mut any = false;
         for m in &self.mounts {
