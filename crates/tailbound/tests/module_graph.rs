@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 /// component, relative to its `src/`, sorted and joined by spaces.
 const KNOWN: &[&str] = &[
     "tailbound-cli: cmd_fs.rs cmd_fs_inspect.rs",
-    "tailbound-preload: catchall.rs hooks.rs real.rs vfs.rs",
     "tailbound: serve/protocol.rs serve/protocol_fields.rs serve/protocol_replies.rs",
     "tailbound: serve/server.rs serve/session.rs",
     "tailbound: tbfs/by_ino.rs tbfs/cleaner.rs tbfs/engine.rs tbfs/lifecycle.rs tbfs/names.rs tbfs/recovery.rs",
