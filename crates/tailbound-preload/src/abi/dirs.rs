@@ -115,7 +115,7 @@ hooks! {
         if let Some(_g) = enter() {
             if let Some(fd) = lib_dir(d) {
                 if let Some(o) = sh().ofd(fd) {
-                    sh().dir_seek(&o, 0);
+                    o.dir_seek(0);
                 }
                 return;
             }
@@ -126,7 +126,7 @@ hooks! {
     fn telldir(d: *mut libc::DIR) -> c_long => {
         if let Some(_g) = enter() {
             if let Some(fd) = lib_dir(d) {
-                return sh().ofd(fd).map_or(-1, |o| sh().dir_tell(&o) as c_long);
+                return sh().ofd(fd).map_or(-1, |o| o.dir_tell() as c_long);
             }
         }
         pass!()
@@ -136,7 +136,7 @@ hooks! {
         if let Some(_g) = enter() {
             if let Some(fd) = lib_dir(d) {
                 if let Some(o) = sh().ofd(fd) {
-                    sh().dir_seek(&o, at.max(0) as u64);
+                    o.dir_seek(at.max(0) as u64);
                 }
                 return;
             }
@@ -235,7 +235,7 @@ hooks! {
 
     fn getdents64(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t => (fd "getdents64", fd, |o| {
         // SAFETY: getdents64's caller passes `buf` writable for `n` bytes.
-        size(sh().getdents(&o, unsafe { slice_mut(buf, n) }))
+        size(o.getdents(unsafe { slice_mut(buf, n) }))
     });
 }
 
@@ -284,7 +284,7 @@ fn next_dirent(d: *mut libc::DIR, fd: c_int) -> *mut libc::dirent64 {
         set_errno(libc::EBADF);
         return std::ptr::null_mut();
     };
-    match s.next_entry(&o) {
+    match o.next_entry() {
         Ok(Some((e, next))) => {
             // SAFETY: `d` is a live LibDir (checked by the caller).
             let ld = unsafe { &mut *(d as *mut LibDir) };

@@ -138,7 +138,7 @@ hooks! {
                     return fail(libc::EFAULT);
                 }
                 let avail = match s.size(&o) {
-                    Ok(size) => size.saturating_sub(s.dir_tell(&o)).min(c_int::MAX as u64),
+                    Ok(size) => size.saturating_sub(o.dir_tell()).min(c_int::MAX as u64),
                     Err(e) => return fail(e),
                 };
                 // SAFETY: FIONREAD takes an int pointer.
@@ -159,22 +159,22 @@ hooks! {
         pass!()
     }
 
-    fn flock(fd: c_int, op: c_int) -> c_int => (fd "flock", fd, |o| int(sh().flock(&o, op)));
+    fn flock(fd: c_int, op: c_int) -> c_int => (fd "flock", fd, |o| int(o.flock(op)));
 
     fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int => (fd "lockf", fd, |o| {
         let s = sh();
         match cmd {
             libc::F_LOCK => {
-                int(s.set_lock(&o, false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, true))
+                int(o.set_lock(false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, true, || s.size(&o)))
             }
             libc::F_TLOCK => {
-                int(s.set_lock(&o, false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, false))
+                int(o.set_lock(false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, false, || s.size(&o)))
             }
             libc::F_ULOCK => {
-                int(s.set_lock(&o, false, libc::F_UNLCK, libc::SEEK_CUR, 0, len, false))
+                int(o.set_lock(false, libc::F_UNLCK, libc::SEEK_CUR, 0, len, false, || s.size(&o)))
             }
             libc::F_TEST => {
-                match s.get_lock(&o, false, libc::F_WRLCK, libc::SEEK_CUR, 0, len) {
+                match o.get_lock(false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, || s.size(&o)) {
                     Ok(None) => 0,
                     Ok(Some(_)) => fail(libc::EACCES),
                     Err(e) => fail(e),
@@ -257,13 +257,13 @@ unsafe fn lock_cmd(o: &Ofd, cmd: c_int, arg: *mut c_void) -> c_int {
     }
     match cmd {
         libc::F_GETLK | libc::F_OFD_GETLK => {
-            match s.get_lock(
-                o,
+            match o.get_lock(
                 ofd_lock,
                 f.l_type as i32,
                 f.l_whence as i32,
                 f.l_start,
                 f.l_len,
+                || s.size(o),
             ) {
                 Ok(None) => {
                     f.l_type = libc::F_UNLCK as i16;
@@ -282,14 +282,14 @@ unsafe fn lock_cmd(o: &Ofd, cmd: c_int, arg: *mut c_void) -> c_int {
         }
         _ => {
             let wait = matches!(cmd, libc::F_SETLKW | libc::F_OFD_SETLKW);
-            int(s.set_lock(
-                o,
+            int(o.set_lock(
                 ofd_lock,
                 f.l_type as i32,
                 f.l_whence as i32,
                 f.l_start,
                 f.l_len,
                 wait,
+                || s.size(o),
             ))
         }
     }

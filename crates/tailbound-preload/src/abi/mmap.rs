@@ -47,9 +47,9 @@ hooks! {
         if r == 0 {
             if let Some(_g) = enter() {
                 if let Some(s) = SHIM.get() {
-                    if s.is_mapped(addr as usize) {
+                    if s.maps.is_mapped(addr as usize) {
                         count("munmap", true);
-                        if let Err(e) = s.munmap(addr as usize, len) {
+                        if let Err(e) = s.maps.munmap(addr as usize, len) {
                             return fail(e);
                         }
                     }
@@ -64,9 +64,9 @@ hooks! {
         if r == 0 {
             if let Some(_g) = enter() {
                 if let Some(s) = SHIM.get() {
-                    if s.is_mapped(addr as usize) {
+                    if s.maps.is_mapped(addr as usize) {
                         count("msync", true);
-                        return int(s.msync(addr as usize, len));
+                        return int(s.maps.msync(addr as usize, len));
                     }
                 }
             }
@@ -99,14 +99,14 @@ unsafe fn map_library(
         if prot & libc::PROT_WRITE != 0 && o.acc != libc::O_RDWR {
             return bad(libc::EACCES);
         }
-        let b = match s.backing_for_map(o) {
+        let b = match s.maps.backing_for_map(o) {
             Ok(b) => b,
             Err(e) => return bad(e),
         };
         // SAFETY: mapping the memfd with the caller's arguments.
         let p = unsafe { real::mmap64(addr, len, prot, flags, b.memfd, off) };
         if p != libc::MAP_FAILED {
-            s.mapped(p as usize, len, b);
+            s.maps.mapped(p as usize, len, b);
         }
         return p;
     }
