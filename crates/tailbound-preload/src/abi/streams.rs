@@ -160,10 +160,11 @@ unsafe extern "C" fn cookie_seek(c: *mut c_void, pos: *mut i64, whence: c_int) -
         let _g = enter();
         let s = sh();
         match s.ofd(fd) {
-            // SAFETY: the C glue passes its own local.
+            // SAFETY: glibc's fopencookie passes a pointer to its own `off64_t` local, valid and
+            // unshared for the call.
             Some(o) => match s.lseek(&o, unsafe { *pos }, whence) {
                 Ok(p) => {
-                    // SAFETY: as above.
+                    // SAFETY: the same local, written back as the seek function's contract asks.
                     unsafe { *pos = p };
                     0
                 }
