@@ -15,14 +15,14 @@ use crate::real::{errno, set_errno, DirCompare, DirFilter};
 hooks! {
     fn opendir(path: *const c_char) -> *mut libc::DIR
         => (path "opendir", libc::AT_FDCWD, path, |loc| match loc.and_then(|l| {
-        sh().open(&l, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)
-    }) {
-        Ok(fd) => new_lib_dir(fd),
-        Err(e) => {
-            set_errno(e);
-            std::ptr::null_mut()
-        }
-    });
+            sh().open(&l, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)
+        }) {
+            Ok(fd) => new_lib_dir(fd),
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        });
 
     fn fdopendir(fd: c_int) -> *mut libc::DIR => (fd "fdopendir", fd, |o| {
         if !o.dir {
@@ -42,6 +42,7 @@ hooks! {
         pass!()
     }
 
+    // `dirent` and `dirent64` have the same layout on 64-bit Linux.
     fn readdir(d: *mut libc::DIR) -> *mut libc::dirent64 => (same_as readdir64);
 
     fn readdir64_r(
@@ -226,6 +227,7 @@ hooks! {
         n as c_int
     }
 
+    // `dirent` and `dirent64` have the same layout on 64-bit Linux.
     fn scandir(
         path: *const c_char,
         list: *mut *mut *mut libc::dirent64,

@@ -60,20 +60,20 @@ hooks! {
 
     fn sync_file_range(fd: c_int, off: off_t, n: off_t, fl: c_uint) -> c_int
         => (fd "sync_file_range", fd, |o| {
-        if off < 0 || n < 0 {
-            return fail(libc::EINVAL);
-        }
-        // The whole file is made durable, which covers the range.
-        int(sh().fsync(&o))
-    });
+            if off < 0 || n < 0 {
+                return fail(libc::EINVAL);
+            }
+            // The whole file is made durable, which covers the range.
+            int(sh().fsync(&o))
+        });
 
     fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int
         => (fd "fallocate", fd, |o| {
-        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
-            return fail(sh().unsupported("fallocate (punch/zero/collapse)", libc::EOPNOTSUPP));
-        }
-        int(sh().allocate(&o, off, len, mode & libc::FALLOC_FL_KEEP_SIZE != 0))
-    });
+            if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+                return fail(sh().unsupported("fallocate (punch/zero/collapse)", libc::EOPNOTSUPP));
+            }
+            int(sh().allocate(&o, off, len, mode & libc::FALLOC_FL_KEEP_SIZE != 0))
+        });
 
     fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int => (same_as fallocate64);
 

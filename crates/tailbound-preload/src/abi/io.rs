@@ -25,12 +25,12 @@ hooks! {
 
     fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t
         => (fd "pread", fd, |o| {
-        if off < 0 {
-            return fail(libc::EINVAL);
-        }
-        // SAFETY: pread64's caller passes `buf` writable for `n` bytes.
-        size(sh().pread(&o, unsafe { slice_mut(buf, n) }, off as u64))
-    });
+            if off < 0 {
+                return fail(libc::EINVAL);
+            }
+            // SAFETY: pread64's caller passes `buf` writable for `n` bytes.
+            size(sh().pread(&o, unsafe { slice_mut(buf, n) }, off as u64))
+        });
 
     fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t => (same_as pread64);
 
@@ -42,12 +42,12 @@ hooks! {
 
     fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t
         => (fd "pwrite", fd, |o| {
-        if off < 0 {
-            return fail(libc::EINVAL);
-        }
-        // SAFETY: pwrite64's caller passes `buf` readable for `n` bytes.
-        size(sh().pwrite(&o, unsafe { slice(buf, n) }, off as u64))
-    });
+            if off < 0 {
+                return fail(libc::EINVAL);
+            }
+            // SAFETY: pwrite64's caller passes `buf` readable for `n` bytes.
+            size(sh().pwrite(&o, unsafe { slice(buf, n) }, off as u64))
+        });
 
     fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t
         => (same_as pwrite64);

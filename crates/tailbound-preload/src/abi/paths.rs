@@ -26,18 +26,18 @@ hooks! {
 
     fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int
         => (path "unlinkat", dirfd, path, |loc| int(loc.and_then(|l| {
-        if flags & libc::AT_REMOVEDIR != 0 {
-            sh().rmdir(&l)
-        } else {
-            sh().unlink(&l)
-        }
-    })));
+            if flags & libc::AT_REMOVEDIR != 0 {
+                sh().rmdir(&l)
+            } else {
+                sh().unlink(&l)
+            }
+        })));
 
     fn remove(path: *const c_char) -> c_int
         => (path "remove", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| match sh().unlink(&l) {
-        Err(libc::EISDIR) => sh().rmdir(&l),
-        r => r,
-    })));
+            Err(libc::EISDIR) => sh().rmdir(&l),
+            r => r,
+        })));
 
     fn rename(a: *const c_char, b: *const c_char) -> c_int => {
         // SAFETY: rename's caller passes its paths NUL-terminated and its buffers valid, as rename
@@ -65,10 +65,7 @@ hooks! {
         }
     }
 
-    fn truncate64(
-        path: *const c_char,
-        len: off_t,
-    ) -> c_int
+    fn truncate64(path: *const c_char, len: off_t) -> c_int
         => (path "truncate", libc::AT_FDCWD, path, |loc| {
             int(loc.and_then(|l| sh().truncate(&l, len)))
         });
@@ -161,23 +158,23 @@ hooks! {
 
     fn realpath(p: *const c_char, out: *mut c_char) -> *mut c_char
         => (path "realpath", libc::AT_FDCWD, p, |loc| match loc.and_then(|l| sh().realpath(&l)) {
-        // SAFETY: `out` is PATH_MAX bytes when given.
-        Ok(path) => unsafe {
-            give_cwd(
-                &path,
-                out,
-                if out.is_null() {
-                    0
-                } else {
-                    libc::PATH_MAX as usize
-                },
-            )
-        },
-        Err(e) => {
-            set_errno(e);
-            std::ptr::null_mut()
-        }
-    });
+            // SAFETY: `out` is PATH_MAX bytes when given.
+            Ok(path) => unsafe {
+                give_cwd(
+                    &path,
+                    out,
+                    if out.is_null() {
+                        0
+                    } else {
+                        libc::PATH_MAX as usize
+                    },
+                )
+            },
+            Err(e) => {
+                set_errno(e);
+                std::ptr::null_mut()
+            }
+        });
 
     fn __realpath_chk(p: *const c_char, out: *mut c_char, _l: size_t) -> *mut c_char
         => (same_as realpath(p, out));

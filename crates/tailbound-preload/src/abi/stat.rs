@@ -13,20 +13,14 @@ hooks! {
 
     fn fstat(fd: c_int, st: *mut libc::stat64) -> c_int => (same_as fstat64);
 
-    fn stat64(
-        path: *const c_char,
-        st: *mut libc::stat64,
-    ) -> c_int
+    fn stat64(path: *const c_char, st: *mut libc::stat64) -> c_int
         => (path "stat", libc::AT_FDCWD, path, |loc| {
             stat_result(loc.and_then(|l| sh().stat(&l)), st)
         });
 
     fn stat(path: *const c_char, st: *mut libc::stat64) -> c_int => (same_as stat64);
 
-    fn lstat64(
-        path: *const c_char,
-        st: *mut libc::stat64,
-    ) -> c_int
+    fn lstat64(path: *const c_char, st: *mut libc::stat64) -> c_int
         => (path "lstat", libc::AT_FDCWD, path, |loc| {
             stat_result(loc.and_then(|l| sh().lstat(&l)), st)
         });
@@ -63,11 +57,7 @@ hooks! {
         => (same_as fstatat64);
 
     // glibc < 2.33 programs call the versioned __xstat family.
-    fn __xstat64(
-        ver: c_int,
-        path: *const c_char,
-        st: *mut libc::stat64,
-    ) -> c_int
+    fn __xstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int
         => (path "stat", libc::AT_FDCWD, path, |loc| {
             stat_result(loc.and_then(|l| sh().stat(&l)), st)
         });
@@ -75,11 +65,7 @@ hooks! {
     fn __xstat(ver: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int
         => (same_as __xstat64);
 
-    fn __lxstat64(
-        ver: c_int,
-        path: *const c_char,
-        st: *mut libc::stat64,
-    ) -> c_int
+    fn __lxstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int
         => (path "lstat", libc::AT_FDCWD, path, |loc| {
             stat_result(loc.and_then(|l| sh().lstat(&l)), st)
         });
@@ -218,18 +204,12 @@ hooks! {
 
     fn fstatvfs(fd: c_int, out: *mut libc::statvfs64) -> c_int => (same_as fstatvfs64);
 
-    fn access(
-        path: *const c_char,
-        mode: c_int,
-    ) -> c_int
+    fn access(path: *const c_char, mode: c_int) -> c_int
         => (path "access", libc::AT_FDCWD, path, |loc| {
             int(loc.and_then(|l| sh().access(&l, mode)))
         });
 
-    fn euidaccess(
-        path: *const c_char,
-        mode: c_int,
-    ) -> c_int
+    fn euidaccess(path: *const c_char, mode: c_int) -> c_int
         => (path "access", libc::AT_FDCWD, path, |loc| {
             int(loc.and_then(|l| sh().access(&l, mode)))
         });
