@@ -74,22 +74,30 @@ fn code_of(e: &RecordError) -> c_int {
 /// `tailbound::failpoint`), turning an error or a panic into a code and the thread's last
 /// error. A panic must not unwind into the caller's C frames, which cannot take it.
 fn guarded(name: &'static str, f: impl FnOnce() -> Result<c_int, (c_int, String)>) -> c_int {
+    match boundary(name, Ok(TB_EINTERNAL), f) {
+        Ok(code) => code,
+        Err((code, message)) => {
+            set_error(message);
+            code
+        }
+    }
+}
+
+/// The panic boundary every exported function runs its body in: `f`, or `on_panic` when it
+/// panicked, with the panic (naming its site and the function) as the thread's last error.
+fn boundary<T>(name: &'static str, on_panic: T, f: impl FnOnce() -> T) -> T {
     let run = tailbound::panics::catch(|| {
         tailbound::failpoint::hit(name);
         f()
     });
     match run {
-        Ok(Ok(code)) => code,
-        Ok(Err((code, message))) => {
-            set_error(message);
-            code
-        }
+        Ok(v) => v,
         Err(p) => {
             let function = name.trim_start_matches("capi.");
             set_error(format!(
                 "tailbound {p} (inside {function}; a bug: please report it)"
             ));
-            TB_EINTERNAL
+            on_panic
         }
     }
 }
@@ -103,7 +111,8 @@ unsafe fn mark_broken(recorder: *mut TbRecorder, code: c_int) {
     if code != TB_EINTERNAL {
         return;
     }
-    // SAFETY: forwarded from this function's contract.
+    // SAFETY: `recorder` is NULL or a live recorder from `tb_recorder_create` (this
+    // function's contract), and no other reference to it is alive during the call.
     if let Some(r) = unsafe { recorder.as_mut() } {
         if r.broken.is_none() {
             r.broken = Some(LAST_ERROR.with(|e| e.borrow().clone()));
@@ -151,12 +160,12 @@ pub unsafe extern "C" fn tb_recorder_create(
 ) -> *mut TbRecorder {
     let mut out: *mut TbRecorder = std::ptr::null_mut();
     guarded("capi.tb_recorder_create", || {
-        // SAFETY: forwarded from this function's contract.
+        // SAFETY: the C caller passes `path` NUL-terminated (or NULL, which `c_str` refuses).
         let path = PathBuf::from(unsafe { c_str(path, "path") }?);
         let options: RecorderOptions = if options.is_null() {
             RecorderOptions::default()
         } else {
-            // SAFETY: forwarded from this function's contract.
+            // SAFETY: `options` is non-null here and NUL-terminated, as the caller promises.
             unsafe { c_str(options, "options") }?
                 .parse()
                 .map_err(fail)?
@@ -197,7 +206,7 @@ pub unsafe extern "C" fn tb_recorder_write(
         r.inner.write(bytes).map_err(fail)?;
         Ok(TB_OK)
     });
-    // SAFETY: forwarded from this function's contract.
+    // SAFETY: `recorder` is the C caller's, NULL or live, as `tb_recorder_write` requires.
     unsafe { mark_broken(recorder, code) };
     code
 }
@@ -228,13 +237,13 @@ pub unsafe extern "C" fn tb_recorder_finish(recorder: *mut TbRecorder) -> c_int 
 /// `recorder` must be NULL or come from `tb_recorder_create`, and not be used again afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn tb_recorder_free(recorder: *mut TbRecorder) {
-    if !recorder.is_null() {
-        guarded("capi.tb_recorder_free", || {
+    guarded("capi.tb_recorder_free", || {
+        if !recorder.is_null() {
             // SAFETY: the caller hands back ownership of a pointer made by Box::into_raw.
             drop(unsafe { Box::from_raw(recorder) });
-            Ok(TB_OK)
-        });
-    }
+        }
+        Ok(TB_OK)
+    });
 }
 
 /// Verifies the framed recording at `path` into `*out`. Returns 0, or a negative code.
@@ -244,7 +253,7 @@ pub unsafe extern "C" fn tb_recorder_free(recorder: *mut TbRecorder) {
 #[no_mangle]
 pub unsafe extern "C" fn tb_record_verify(path: *const c_char, out: *mut TbVerifyReport) -> c_int {
     guarded("capi.tb_record_verify", || {
-        // SAFETY: forwarded from this function's contract.
+        // SAFETY: the C caller passes `path` NUL-terminated (or NULL, which `c_str` refuses).
         let path = unsafe { c_str(path, "path") }?;
         if out.is_null() {
             return Err((TB_EINVAL, "out is NULL".into()));
@@ -272,8 +281,12 @@ pub unsafe extern "C" fn tb_record_verify(path: *const c_char, out: *mut TbVerif
 /// `buf` must be NULL or point to `len` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn tb_last_error(buf: *mut c_char, len: usize) -> usize {
-    // Reads only the thread's message, but a panic must not unwind into C from here either.
-    tailbound::panics::catch(|| last_error_into(buf, len)).unwrap_or(0)
+    // Reads only the thread's message, but a panic must not unwind into C from here either; the
+    // message is then the panic's, for the next call.
+    // SAFETY: the C caller passes `buf` NULL or with `len` writable bytes, as documented.
+    boundary("capi.tb_last_error", 0, || unsafe {
+        last_error_into(buf, len)
+    })
 }
 
 /// `tb_last_error`'s work.
@@ -300,6 +313,129 @@ mod tests {
     use super::*;
     use std::ffi::CString;
 
+    /// The failpoints are the process's: a test that arms one must not meet another test's call.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every exported function of this file, by the source: `pub unsafe extern "C" fn NAME`.
+    fn exported_in_source() -> Vec<(String, String)> {
+        let src = include_str!("lib.rs");
+        let marker = concat!("#[no_mangle]\npub unsafe ", "extern \"C\" fn ");
+        src.split(marker)
+            .skip(1)
+            .map(|f| {
+                let name = f[..f.find('(').unwrap()].to_string();
+                let body = &f[f.find(" {\n").unwrap()..];
+                let body = body[..body.find("\n}\n").unwrap()].to_string();
+                (name, body)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_exported_function_runs_in_the_panic_boundary() {
+        let all = exported_in_source();
+        let names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
+        // Every exported item is one of these (not, say, a safe `extern "C" fn`).
+        let no_mangle = include_str!("lib.rs")
+            .lines()
+            .filter(|l| l.trim_start().starts_with("#[no_mangle]"))
+            .count();
+        assert_eq!(no_mangle, names.len(), "{names:?}");
+        assert_eq!(
+            names,
+            [
+                "tb_recorder_create",
+                "tb_recorder_write",
+                "tb_recorder_finish",
+                "tb_recorder_free",
+                "tb_record_verify",
+                "tb_last_error",
+            ],
+            "each exported function needs its case in the panic test below"
+        );
+        for (name, body) in &all {
+            // The statements of the body, without comments.
+            let code: Vec<&str> = body
+                .lines()
+                .skip(1)
+                .map(str::trim)
+                .filter(|l| !l.starts_with("//") && !l.is_empty())
+                .collect();
+            let enters = |line: &str| {
+                ["guarded", "let code = guarded", "boundary"]
+                    .iter()
+                    .any(|call| line.starts_with(&format!("{call}(\"capi.{name}\"")))
+            };
+            // The body is the boundary's call, or (`tb_recorder_create`) a declaration, then it.
+            let through =
+                enters(code[0]) || (code[0].starts_with("let mut out") && enters(code[1]));
+            assert!(
+                through,
+                "{name} does not run its body in the boundary: {code:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_panic_in_any_exported_function_is_caught_and_named() {
+        let _s = serial();
+        let dir = tempfile::tempdir().unwrap();
+        let path = CString::new(dir.path().join("each.tbr").to_str().unwrap()).unwrap();
+        let record = b"a record";
+        let caught = |name: &str| {
+            let message = last_error();
+            assert!(
+                message.contains(&format!("failpoint capi.{name}")),
+                "{name}: {message}"
+            );
+            assert!(
+                message.contains(&format!("inside {name}")),
+                "{name}: {message}"
+            );
+        };
+
+        tailbound::failpoint::arm("capi.tb_recorder_create");
+        // SAFETY: a valid path and NULL options.
+        let r = unsafe { tb_recorder_create(path.as_ptr(), std::ptr::null()) };
+        assert!(r.is_null());
+        caught("tb_recorder_create");
+
+        // SAFETY (each call below): a valid path, live recorders and a readable record.
+        let r = unsafe { tb_recorder_create(path.as_ptr(), std::ptr::null()) };
+        assert!(!r.is_null(), "{}", last_error());
+        tailbound::failpoint::arm("capi.tb_recorder_write");
+        let code = unsafe { tb_recorder_write(r, record.as_ptr(), record.len()) };
+        assert_eq!(code, TB_EINTERNAL);
+        caught("tb_recorder_write");
+
+        // The panic comes before the recorder is taken back: it is left to `tb_recorder_free`.
+        tailbound::failpoint::arm("capi.tb_recorder_finish");
+        assert_eq!(unsafe { tb_recorder_finish(r) }, TB_EINTERNAL);
+        caught("tb_recorder_finish");
+
+        tailbound::failpoint::arm("capi.tb_recorder_free");
+        unsafe { tb_recorder_free(r) };
+        caught("tb_recorder_free");
+        unsafe { tb_recorder_free(r) };
+
+        let mut report = TbVerifyReport::default();
+        tailbound::failpoint::arm("capi.tb_record_verify");
+        assert_eq!(
+            unsafe { tb_record_verify(path.as_ptr(), &mut report) },
+            TB_EINTERNAL
+        );
+        caught("tb_record_verify");
+
+        tailbound::failpoint::arm("capi.tb_last_error");
+        let mut buf = [0u8; 8];
+        let n = unsafe { tb_last_error(buf.as_mut_ptr().cast(), buf.len()) };
+        assert_eq!(n, 0, "a panicking tb_last_error reports nothing");
+        caught("tb_last_error");
+    }
+
     fn last_error() -> String {
         let mut buf = vec![0u8; 1024];
         // SAFETY: `buf` has `buf.len()` writable bytes.
@@ -309,6 +445,7 @@ mod tests {
 
     #[test]
     fn a_panic_inside_a_call_is_tb_einternal_naming_its_site() {
+        let _s = serial();
         let dir = tempfile::tempdir().unwrap();
         let path = CString::new(dir.path().join("panic.tbr").to_str().unwrap()).unwrap();
         // SAFETY: a valid path and NULL options.
@@ -345,6 +482,7 @@ mod tests {
 
     #[test]
     fn a_panic_in_verify_is_tb_einternal_too() {
+        let _s = serial();
         let path = CString::new("/nonexistent/never-read.tbr").unwrap();
         let mut report = TbVerifyReport::default();
         tailbound::failpoint::arm("capi.tb_record_verify");

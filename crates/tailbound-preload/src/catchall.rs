@@ -2,8 +2,8 @@
 //! system call the program makes outside the shim into a `SIGSYS`, so calls no symbol hook sees
 //! (glibc internals, raw `syscall()`) reach the library file system too.
 //!
-//! - Each thread has a selector byte (thread-local): `BLOCK` while the program runs, `ALLOW` while
-//!   the shim works ([`allow`]/[`restore`], taken by the hooks' reentrancy guard) and inside the
+//! - Each thread has a selector byte (thread-local, kept by [`crate::guard`]): `BLOCK` while the
+//!   program runs, `ALLOW` while the shim works (the re-entrancy guard flips it) and inside the
 //!   handler. The kernel does not carry dispatch over `fork` or `clone`: a `fork` child and every
 //!   thread started with `pthread_create` switch it on again here; a thread from a raw `clone` runs
 //!   without it.
@@ -15,34 +15,24 @@
 //! This module owns the dispatch state and the `SIGSYS` handler; it must not keep state of its own
 //! about files (that is [`crate::vfs`]'s).
 
-#![allow(clippy::missing_safety_doc)] // `pthread_create` has libc's contract
-
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use libc::{c_char, c_int, c_long, c_uint, c_void, mode_t, off_t, size_t};
 
-use crate::hooks;
+use crate::abi::base::{boundary, boundary_or, eio_number};
+use crate::abi::{attrs, dirs, fds, io, mmap, paths, process, stat, xattr};
+use crate::guard::{
+    self, active, busy, on_this_thread, selector_set, set_on_this_thread, SELECTOR_ALLOW,
+    SELECTOR_BLOCK,
+};
+use crate::real::{self, errno, set_errno};
 
 const PR_SET_SYSCALL_USER_DISPATCH: c_long = 59;
 const PR_SYS_DISPATCH_OFF: c_long = 0;
 const PR_SYS_DISPATCH_ON: c_long = 1;
-const SELECTOR_ALLOW: u8 = 0;
-const SELECTOR_BLOCK: u8 = 1;
 /// `si_code` of a `SIGSYS` raised by Syscall User Dispatch.
 const SYS_USER_DISPATCH: c_int = 2;
 const SA_RESTORER: u64 = 0x0400_0000;
 /// The kernel's signal set on x86_64 is 64 bits.
 const KERNEL_SIGSET_BYTES: c_long = 8;
-
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-
-thread_local! {
-    /// The byte the kernel reads before each system call of this thread.
-    static SELECTOR: Cell<u8> = const { Cell::new(SELECTOR_ALLOW) };
-    /// Whether dispatch is switched on for this thread.
-    static ON: Cell<bool> = const { Cell::new(false) };
-}
 
 // The always-allowed region: a raw system call, the signal restorer and the `syscall; ret`
 // target of redirected `clone` calls. Nothing else may live between begin and end.
@@ -105,50 +95,12 @@ fn raw(nr: c_long, a: [c_long; 6]) -> c_long {
     unsafe { tailbound_sud_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) }
 }
 
-fn selector_set(v: u8) {
-    SELECTOR.with(|s| {
-        // SAFETY: the cell belongs to this thread; a volatile store so the kernel, which reads the
-        // byte at the next system call, sees it in program order.
-        unsafe { std::ptr::write_volatile(s.as_ptr(), v) };
-    });
-    std::sync::atomic::compiler_fence(Ordering::SeqCst);
-}
-
-fn selector_get() -> u8 {
-    SELECTOR.with(|s| {
-        // SAFETY: as in `selector_set`.
-        unsafe { std::ptr::read_volatile(s.as_ptr()) }
-    })
-}
-
-/// Lets this thread's system calls through while the shim works; returns what [`restore`] needs.
-pub fn allow() -> u8 {
-    if !active() || !ON.with(|o| o.get()) {
-        return SELECTOR_ALLOW;
-    }
-    let prev = selector_get();
-    selector_set(SELECTOR_ALLOW);
-    prev
-}
-
-/// Puts back the selector [`allow`] found.
-pub fn restore(prev: u8) {
-    if prev != SELECTOR_ALLOW && ON.with(|o| o.get()) {
-        selector_set(prev);
-    }
-}
-
-/// Whether `TAILBOUND_CATCH_ALL=1` switched the mode on in this process.
-pub fn active() -> bool {
-    ACTIVE.load(Ordering::Relaxed)
-}
-
 /// Switches dispatch on for the calling thread (selector `BLOCK` afterwards).
 fn switch_on_this_thread() -> Result<(), i32> {
     let begin = tailbound_sud_begin as *const () as usize as c_long;
     let len = tailbound_sud_end as *const () as usize as c_long - begin;
     selector_set(SELECTOR_ALLOW);
-    let sel = SELECTOR.with(|s| s.as_ptr()) as c_long;
+    let sel = guard::selector_ptr() as c_long;
     let r = raw(
         libc::SYS_prctl,
         [
@@ -163,7 +115,7 @@ fn switch_on_this_thread() -> Result<(), i32> {
     if r < 0 {
         return Err(-r as i32);
     }
-    ON.with(|o| o.set(true));
+    set_on_this_thread(true);
     selector_set(SELECTOR_BLOCK);
     Ok(())
 }
@@ -181,7 +133,7 @@ fn switch_off_this_thread() {
             0,
         ],
     );
-    ON.with(|o| o.set(false));
+    set_on_this_thread(false);
 }
 
 /// The kernel's `struct sigaction` on x86_64.
@@ -202,9 +154,9 @@ fn sigbit(sig: c_int) -> u64 {
 const NEVER_BLOCKED: u64 = 1u64 << (libc::SIGSYS - 1);
 
 extern "C" fn forked_child() {
-    hooks::boundary(|| {
-        if ON.with(|o| o.get()) {
-            ON.with(|o| o.set(false));
+    boundary(|| {
+        if on_this_thread() {
+            set_on_this_thread(false);
             // The child has no dispatch (the kernel drops it at fork); failing here leaves it off.
             let _ = switch_on_this_thread();
         }
@@ -282,17 +234,17 @@ fn enable() -> Result<(), String> {
     );
     // SAFETY: registers a plain function with no captured state.
     unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
-    ACTIVE.store(true, Ordering::Relaxed);
+    guard::set_active();
     switch_on_this_thread().map_err(|e| {
         format!("prctl(PR_SET_SYSCALL_USER_DISPATCH) failed with errno {e} (Linux 5.11+ needed)")
     })
 }
 
 extern "C" fn constructor() {
-    hooks::boundary(|| {
+    boundary(|| {
         if std::env::var_os("TAILBOUND_CATCH_ALL").is_some_and(|v| v == "1") {
             if let Err(e) = enable() {
-                crate::real::say(&format!("tailbound: TAILBOUND_CATCH_ALL=1: {e}\n"));
+                real::say(&format!("tailbound: TAILBOUND_CATCH_ALL=1: {e}\n"));
                 // SAFETY: ends the process before the program starts, as asked for an unusable mode.
                 unsafe { libc::_exit(127) };
             }
@@ -315,40 +267,38 @@ extern "C" fn thread_start(p: *mut c_void) -> *mut c_void {
     // SAFETY: `p` is the box `pthread_create` below leaked for this thread, used once.
     let s = unsafe { Box::from_raw(p.cast::<Start>()) };
     // A thread that cannot switch dispatch on runs without it, like one from a raw `clone`.
-    hooks::boundary(|| {
+    boundary(|| {
         let _ = switch_on_this_thread();
     });
     (s.f)(s.arg)
 }
 
-/// `pthread_create`: a new thread of a program in catch-all mode switches dispatch on first.
-#[no_mangle]
-pub unsafe extern "C" fn pthread_create(
-    t: *mut libc::pthread_t,
-    attr: *const libc::pthread_attr_t,
-    f: extern "C" fn(*mut c_void) -> *mut c_void,
-    arg: *mut c_void,
-) -> c_int {
-    hooks::boundary_or(hooks::eio_number, || {
-        // Threads the shim or the engine start, and every thread when the mode is off, start as asked.
-        let wrap = active() && ON.with(|o| o.get()) && !hooks::busy();
-        let prev = allow();
-        let r = if wrap {
-            let p = Box::into_raw(Box::new(Start { f, arg }));
-            // SAFETY: forwarded contract; `thread_start` takes the box back exactly once.
-            let r = unsafe { crate::real::pthread_create(t, attr, thread_start, p.cast()) };
-            if r != 0 {
-                // SAFETY: the thread was not created, so the box is still ours.
-                drop(unsafe { Box::from_raw(p) });
-            }
-            r
-        } else {
-            // SAFETY: forwarded contract.
-            unsafe { crate::real::pthread_create(t, attr, f, arg) }
-        };
-        restore(prev);
+hooks! {
+    /// `pthread_create`: a new thread of a program in catch-all mode switches dispatch on first.
+    fn pthread_create(
+        t: *mut libc::pthread_t,
+        attr: *const libc::pthread_attr_t,
+        f: extern "C" fn(*mut c_void) -> *mut c_void,
+        arg: *mut c_void,
+    ) -> c_int, or eio_number => {
+        // Threads the shim or the engine start, and every thread when the mode is off, start as
+        // asked.
+        let wrap = active() && on_this_thread() && !busy();
+        if !wrap {
+            return pass!();
+        }
+        let prev = guard::allow();
+        let p = Box::into_raw(Box::new(Start { f, arg }));
+        // SAFETY: the program's own thread, attributes and argument, as pthread_create(3)
+        // requires; `thread_start` takes the box back exactly once, in the new thread.
+        let r = unsafe { real::pthread_create(t, attr, thread_start, p.cast()) };
+        if r != 0 {
+            // SAFETY: the thread was not created, so the box is still ours, and used no more.
+            drop(unsafe { Box::from_raw(p) });
+        }
+        guard::restore(prev);
         r
-    })
+    }
 }
 
 // ---- the SIGSYS handler ----
@@ -363,7 +313,7 @@ enum Outcome {
 
 extern "C" fn on_sigsys(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void) {
     selector_set(SELECTOR_ALLOW);
-    let saved_errno = hooks::errno();
+    let saved_errno = errno();
     // SAFETY: the kernel passes valid siginfo and ucontext pointers to an SA_SIGINFO handler.
     let (code, ctx) = unsafe { ((*info).si_code, &mut *uc.cast::<libc::ucontext_t>()) };
     if code != SYS_USER_DISPATCH {
@@ -396,24 +346,20 @@ extern "C" fn on_sigsys(_sig: c_int, info: *mut libc::siginfo_t, uc: *mut c_void
         g[libc::REG_R8 as usize] as c_long,
         g[libc::REG_R9 as usize] as c_long,
     ];
-    let outcome = hooks::boundary_or(
+    let outcome = boundary_or(
         || Outcome::Value(-(libc::EIO as c_long)),
         || dispatch(nr, a, ctx),
     );
     if let Outcome::Value(v) = outcome {
         ctx.uc_mcontext.gregs[libc::REG_RAX as usize] = v;
     }
-    hooks::set_errno(saved_errno);
+    set_errno(saved_errno);
     selector_set(SELECTOR_BLOCK);
 }
 
 /// A hook's C result as a system call result.
 fn sys(r: c_long) -> Outcome {
-    Outcome::Value(if r == -1 {
-        -(hooks::errno() as c_long)
-    } else {
-        r
-    })
+    Outcome::Value(if r == -1 { -(errno() as c_long) } else { r })
 }
 
 fn sys_ptr<T>(p: *mut T) -> Option<*mut T> {
@@ -454,121 +400,121 @@ fn dispatch(nr: c_long, a: [c_long; 6], ctx: &mut libc::ucontext_t) -> Outcome {
             // Inside the shim (it may hold the engine's locks) file calls are never routed. The
             // guard lets calls through while it is held, so this is a signal handler's call that
             // arrived as the guard was taken or dropped.
-            _ if hooks::busy() => Outcome::Value(raw(nr, a)),
-            libc::SYS_exit_group => hooks::_exit(fd(0)),
-            libc::SYS_read => sys(hooks::read(fd(0), m(1), a[2] as size_t) as c_long),
-            libc::SYS_write => sys(hooks::write(fd(0), m(1), a[2] as size_t) as c_long),
+            _ if busy() => Outcome::Value(raw(nr, a)),
+            libc::SYS_exit_group => process::_exit(fd(0)),
+            libc::SYS_read => sys(io::read(fd(0), m(1), a[2] as size_t) as c_long),
+            libc::SYS_write => sys(io::write(fd(0), m(1), a[2] as size_t) as c_long),
             libc::SYS_pread64 => {
-                sys(hooks::pread64(fd(0), m(1), a[2] as size_t, a[3] as off_t) as c_long)
+                sys(io::pread64(fd(0), m(1), a[2] as size_t, a[3] as off_t) as c_long)
             }
             libc::SYS_pwrite64 => {
-                sys(hooks::pwrite64(fd(0), m(1), a[2] as size_t, a[3] as off_t) as c_long)
+                sys(io::pwrite64(fd(0), m(1), a[2] as size_t, a[3] as off_t) as c_long)
             }
-            libc::SYS_readv => sys(hooks::readv(fd(0), a[1] as _, fd(2)) as c_long),
-            libc::SYS_writev => sys(hooks::writev(fd(0), a[1] as _, fd(2)) as c_long),
-            libc::SYS_preadv => sys(hooks::preadv64(fd(0), a[1] as _, fd(2), a[3]) as c_long),
-            libc::SYS_pwritev => sys(hooks::pwritev64(fd(0), a[1] as _, fd(2), a[3]) as c_long),
+            libc::SYS_readv => sys(io::readv(fd(0), a[1] as _, fd(2)) as c_long),
+            libc::SYS_writev => sys(io::writev(fd(0), a[1] as _, fd(2)) as c_long),
+            libc::SYS_preadv => sys(io::preadv64(fd(0), a[1] as _, fd(2), a[3]) as c_long),
+            libc::SYS_pwritev => sys(io::pwritev64(fd(0), a[1] as _, fd(2), a[3]) as c_long),
             libc::SYS_preadv2 => {
-                sys(hooks::preadv64v2(fd(0), a[1] as _, fd(2), a[3], fd(5)) as c_long)
+                sys(io::preadv64v2(fd(0), a[1] as _, fd(2), a[3], fd(5)) as c_long)
             }
             libc::SYS_pwritev2 => {
-                sys(hooks::pwritev64v2(fd(0), a[1] as _, fd(2), a[3], fd(5)) as c_long)
+                sys(io::pwritev64v2(fd(0), a[1] as _, fd(2), a[3], fd(5)) as c_long)
             }
-            libc::SYS_lseek => sys(hooks::lseek64(fd(0), a[1], fd(2))),
-            libc::SYS_open => sys(hooks::open64(p(0), fd(1), a[2] as c_uint) as c_long),
-            libc::SYS_creat => sys(hooks::creat64(p(0), a[1] as mode_t) as c_long),
-            libc::SYS_openat => sys(hooks::openat64(fd(0), p(1), fd(2), a[3] as c_uint) as c_long),
+            libc::SYS_lseek => sys(io::lseek64(fd(0), a[1], fd(2))),
+            libc::SYS_open => sys(paths::open64(p(0), fd(1), a[2] as c_uint) as c_long),
+            libc::SYS_creat => sys(paths::creat64(p(0), a[1] as mode_t) as c_long),
+            libc::SYS_openat => sys(paths::openat64(fd(0), p(1), fd(2), a[3] as c_uint) as c_long),
             libc::SYS_openat2 => openat2(a),
-            libc::SYS_close => sys(hooks::close(fd(0)) as c_long),
+            libc::SYS_close => sys(fds::close(fd(0)) as c_long),
             libc::SYS_close_range => {
-                sys(hooks::close_range(a[0] as c_uint, a[1] as c_uint, fd(2)) as c_long)
+                sys(fds::close_range(a[0] as c_uint, a[1] as c_uint, fd(2)) as c_long)
             }
-            libc::SYS_stat => sys(hooks::stat64(p(0), a[1] as _) as c_long),
-            libc::SYS_lstat => sys(hooks::lstat64(p(0), a[1] as _) as c_long),
-            libc::SYS_fstat => sys(hooks::fstat64(fd(0), a[1] as _) as c_long),
-            libc::SYS_newfstatat => sys(hooks::fstatat64(fd(0), p(1), a[2] as _, fd(3)) as c_long),
+            libc::SYS_stat => sys(stat::stat64(p(0), a[1] as _) as c_long),
+            libc::SYS_lstat => sys(stat::lstat64(p(0), a[1] as _) as c_long),
+            libc::SYS_fstat => sys(stat::fstat64(fd(0), a[1] as _) as c_long),
+            libc::SYS_newfstatat => sys(stat::fstatat64(fd(0), p(1), a[2] as _, fd(3)) as c_long),
             libc::SYS_statx => {
-                sys(hooks::statx(fd(0), p(1), fd(2), a[3] as c_uint, a[4] as _) as c_long)
+                sys(stat::statx(fd(0), p(1), fd(2), a[3] as c_uint, a[4] as _) as c_long)
             }
-            libc::SYS_statfs => sys(hooks::statfs64(p(0), a[1] as _) as c_long),
-            libc::SYS_fstatfs => sys(hooks::fstatfs64(fd(0), a[1] as _) as c_long),
-            libc::SYS_access => sys(hooks::access(p(0), fd(1)) as c_long),
-            libc::SYS_faccessat => sys(hooks::faccessat(fd(0), p(1), fd(2), 0) as c_long),
-            libc::SYS_faccessat2 => sys(hooks::faccessat(fd(0), p(1), fd(2), fd(3)) as c_long),
-            libc::SYS_mkdir => sys(hooks::mkdir(p(0), a[1] as mode_t) as c_long),
-            libc::SYS_mkdirat => sys(hooks::mkdirat(fd(0), p(1), a[2] as mode_t) as c_long),
-            libc::SYS_rmdir => sys(hooks::rmdir(p(0)) as c_long),
-            libc::SYS_unlink => sys(hooks::unlink(p(0)) as c_long),
-            libc::SYS_unlinkat => sys(hooks::unlinkat(fd(0), p(1), fd(2)) as c_long),
-            libc::SYS_rename => sys(hooks::rename(p(0), p(1)) as c_long),
-            libc::SYS_renameat => sys(hooks::renameat(fd(0), p(1), fd(2), p(3)) as c_long),
+            libc::SYS_statfs => sys(stat::statfs64(p(0), a[1] as _) as c_long),
+            libc::SYS_fstatfs => sys(stat::fstatfs64(fd(0), a[1] as _) as c_long),
+            libc::SYS_access => sys(stat::access(p(0), fd(1)) as c_long),
+            libc::SYS_faccessat => sys(stat::faccessat(fd(0), p(1), fd(2), 0) as c_long),
+            libc::SYS_faccessat2 => sys(stat::faccessat(fd(0), p(1), fd(2), fd(3)) as c_long),
+            libc::SYS_mkdir => sys(paths::mkdir(p(0), a[1] as mode_t) as c_long),
+            libc::SYS_mkdirat => sys(paths::mkdirat(fd(0), p(1), a[2] as mode_t) as c_long),
+            libc::SYS_rmdir => sys(paths::rmdir(p(0)) as c_long),
+            libc::SYS_unlink => sys(paths::unlink(p(0)) as c_long),
+            libc::SYS_unlinkat => sys(paths::unlinkat(fd(0), p(1), fd(2)) as c_long),
+            libc::SYS_rename => sys(paths::rename(p(0), p(1)) as c_long),
+            libc::SYS_renameat => sys(paths::renameat(fd(0), p(1), fd(2), p(3)) as c_long),
             libc::SYS_renameat2 => {
-                sys(hooks::renameat2(fd(0), p(1), fd(2), p(3), a[4] as c_uint) as c_long)
+                sys(paths::renameat2(fd(0), p(1), fd(2), p(3), a[4] as c_uint) as c_long)
             }
-            libc::SYS_link => sys(hooks::link(p(0), p(1)) as c_long),
-            libc::SYS_linkat => sys(hooks::linkat(fd(0), p(1), fd(2), p(3), fd(4)) as c_long),
-            libc::SYS_symlink => sys(hooks::symlink(p(0), p(1)) as c_long),
-            libc::SYS_symlinkat => sys(hooks::symlinkat(p(0), fd(1), p(2)) as c_long),
-            libc::SYS_readlink => sys(hooks::readlink(p(0), a[1] as _, a[2] as size_t) as c_long),
+            libc::SYS_link => sys(paths::link(p(0), p(1)) as c_long),
+            libc::SYS_linkat => sys(paths::linkat(fd(0), p(1), fd(2), p(3), fd(4)) as c_long),
+            libc::SYS_symlink => sys(paths::symlink(p(0), p(1)) as c_long),
+            libc::SYS_symlinkat => sys(paths::symlinkat(p(0), fd(1), p(2)) as c_long),
+            libc::SYS_readlink => sys(paths::readlink(p(0), a[1] as _, a[2] as size_t) as c_long),
             libc::SYS_readlinkat => {
-                sys(hooks::readlinkat(fd(0), p(1), a[2] as _, a[3] as size_t) as c_long)
+                sys(paths::readlinkat(fd(0), p(1), a[2] as _, a[3] as size_t) as c_long)
             }
-            libc::SYS_truncate => sys(hooks::truncate64(p(0), a[1]) as c_long),
-            libc::SYS_ftruncate => sys(hooks::ftruncate64(fd(0), a[1]) as c_long),
-            libc::SYS_fallocate => sys(hooks::fallocate64(fd(0), fd(1), a[2], a[3]) as c_long),
+            libc::SYS_truncate => sys(paths::truncate64(p(0), a[1]) as c_long),
+            libc::SYS_ftruncate => sys(fds::ftruncate64(fd(0), a[1]) as c_long),
+            libc::SYS_fallocate => sys(fds::fallocate64(fd(0), fd(1), a[2], a[3]) as c_long),
             libc::SYS_fadvise64 => {
-                Outcome::Value(-(hooks::posix_fadvise64(fd(0), a[1], a[2], fd(3)) as c_long))
+                Outcome::Value(-(fds::posix_fadvise64(fd(0), a[1], a[2], fd(3)) as c_long))
             }
-            libc::SYS_fsync => sys(hooks::fsync(fd(0)) as c_long),
-            libc::SYS_fdatasync => sys(hooks::fdatasync(fd(0)) as c_long),
-            libc::SYS_syncfs => sys(hooks::syncfs(fd(0)) as c_long),
+            libc::SYS_fsync => sys(fds::fsync(fd(0)) as c_long),
+            libc::SYS_fdatasync => sys(fds::fdatasync(fd(0)) as c_long),
+            libc::SYS_syncfs => sys(fds::syncfs(fd(0)) as c_long),
             libc::SYS_sync_file_range => {
-                sys(hooks::sync_file_range(fd(0), a[1], a[2], a[3] as c_uint) as c_long)
+                sys(fds::sync_file_range(fd(0), a[1], a[2], a[3] as c_uint) as c_long)
             }
-            libc::SYS_getdents64 => sys(hooks::getdents64(fd(0), m(1), a[2] as size_t) as c_long),
-            libc::SYS_dup => sys(hooks::dup(fd(0)) as c_long),
-            libc::SYS_dup2 => sys(hooks::dup2(fd(0), fd(1)) as c_long),
-            libc::SYS_dup3 => sys(hooks::dup3(fd(0), fd(1), fd(2)) as c_long),
-            libc::SYS_fcntl => sys(hooks::fcntl64(fd(0), fd(1), m(2)) as c_long),
-            libc::SYS_flock => sys(hooks::flock(fd(0), fd(1)) as c_long),
-            libc::SYS_ioctl => sys(hooks::ioctl(fd(0), a[1] as _, m(2)) as c_long),
-            libc::SYS_chdir => sys(hooks::chdir(p(0)) as c_long),
-            libc::SYS_fchdir => sys(hooks::fchdir(fd(0)) as c_long),
+            libc::SYS_getdents64 => sys(dirs::getdents64(fd(0), m(1), a[2] as size_t) as c_long),
+            libc::SYS_dup => sys(fds::dup(fd(0)) as c_long),
+            libc::SYS_dup2 => sys(fds::dup2(fd(0), fd(1)) as c_long),
+            libc::SYS_dup3 => sys(fds::dup3(fd(0), fd(1), fd(2)) as c_long),
+            libc::SYS_fcntl => sys(fds::fcntl64(fd(0), fd(1), m(2)) as c_long),
+            libc::SYS_flock => sys(fds::flock(fd(0), fd(1)) as c_long),
+            libc::SYS_ioctl => sys(fds::ioctl(fd(0), a[1] as _, m(2)) as c_long),
+            libc::SYS_chdir => sys(paths::chdir(p(0)) as c_long),
+            libc::SYS_fchdir => sys(paths::fchdir(fd(0)) as c_long),
             libc::SYS_getcwd => {
                 if a[0] == 0 {
                     return Outcome::Value(raw(nr, a));
                 }
-                match sys_ptr(hooks::getcwd(a[0] as *mut c_char, a[1] as size_t)) {
+                match sys_ptr(paths::getcwd(a[0] as *mut c_char, a[1] as size_t)) {
                     Some(buf) => {
                         Outcome::Value(std::ffi::CStr::from_ptr(buf).to_bytes().len() as c_long + 1)
                     }
-                    None => Outcome::Value(-(hooks::errno() as c_long)),
+                    None => Outcome::Value(-(errno() as c_long)),
                 }
             }
-            libc::SYS_chmod => sys(hooks::chmod(p(0), a[1] as mode_t) as c_long),
-            libc::SYS_fchmod => sys(hooks::fchmod(fd(0), a[1] as mode_t) as c_long),
-            libc::SYS_fchmodat => sys(hooks::fchmodat(fd(0), p(1), a[2] as mode_t, 0) as c_long),
-            libc::SYS_chown => sys(hooks::chown(p(0), a[1] as _, a[2] as _) as c_long),
-            libc::SYS_lchown => sys(hooks::lchown(p(0), a[1] as _, a[2] as _) as c_long),
-            libc::SYS_fchown => sys(hooks::fchown(fd(0), a[1] as _, a[2] as _) as c_long),
+            libc::SYS_chmod => sys(attrs::chmod(p(0), a[1] as mode_t) as c_long),
+            libc::SYS_fchmod => sys(attrs::fchmod(fd(0), a[1] as mode_t) as c_long),
+            libc::SYS_fchmodat => sys(attrs::fchmodat(fd(0), p(1), a[2] as mode_t, 0) as c_long),
+            libc::SYS_chown => sys(attrs::chown(p(0), a[1] as _, a[2] as _) as c_long),
+            libc::SYS_lchown => sys(attrs::lchown(p(0), a[1] as _, a[2] as _) as c_long),
+            libc::SYS_fchown => sys(attrs::fchown(fd(0), a[1] as _, a[2] as _) as c_long),
             libc::SYS_fchownat => {
-                sys(hooks::fchownat(fd(0), p(1), a[2] as _, a[3] as _, fd(4)) as c_long)
+                sys(attrs::fchownat(fd(0), p(1), a[2] as _, a[3] as _, fd(4)) as c_long)
             }
             libc::SYS_utimensat if a[1] == 0 => {
-                sys(hooks::futimens(fd(0), a[2] as *const libc::timespec) as c_long)
+                sys(attrs::futimens(fd(0), a[2] as *const libc::timespec) as c_long)
             }
-            libc::SYS_utimensat => sys(hooks::utimensat(fd(0), p(1), a[2] as _, fd(3)) as c_long),
-            libc::SYS_utime => sys(hooks::utime(p(0), a[1] as _) as c_long),
-            libc::SYS_utimes => sys(hooks::utimes(p(0), a[1] as _) as c_long),
-            libc::SYS_futimesat => sys(hooks::futimesat(fd(0), p(1), a[2] as _) as c_long),
-            libc::SYS_mknod => sys(hooks::mknod(p(0), a[1] as mode_t, a[2] as _) as c_long),
+            libc::SYS_utimensat => sys(attrs::utimensat(fd(0), p(1), a[2] as _, fd(3)) as c_long),
+            libc::SYS_utime => sys(attrs::utime(p(0), a[1] as _) as c_long),
+            libc::SYS_utimes => sys(attrs::utimes(p(0), a[1] as _) as c_long),
+            libc::SYS_futimesat => sys(attrs::futimesat(fd(0), p(1), a[2] as _) as c_long),
+            libc::SYS_mknod => sys(attrs::mknod(p(0), a[1] as mode_t, a[2] as _) as c_long),
             libc::SYS_mknodat => {
-                sys(hooks::mknodat(fd(0), p(1), a[2] as mode_t, a[3] as _) as c_long)
+                sys(attrs::mknodat(fd(0), p(1), a[2] as mode_t, a[3] as _) as c_long)
             }
             libc::SYS_sendfile => {
-                sys(hooks::sendfile64(fd(0), fd(1), a[2] as _, a[3] as size_t) as c_long)
+                sys(io::sendfile64(fd(0), fd(1), a[2] as _, a[3] as size_t) as c_long)
             }
-            libc::SYS_copy_file_range => sys(hooks::copy_file_range(
+            libc::SYS_copy_file_range => sys(io::copy_file_range(
                 fd(0),
                 a[1] as _,
                 fd(2),
@@ -576,7 +522,7 @@ fn dispatch(nr: c_long, a: [c_long; 6], ctx: &mut libc::ucontext_t) -> Outcome {
                 a[4] as size_t,
                 a[5] as c_uint,
             ) as c_long),
-            libc::SYS_splice => sys(hooks::splice(
+            libc::SYS_splice => sys(io::splice(
                 fd(0),
                 a[1] as _,
                 fd(2),
@@ -585,41 +531,41 @@ fn dispatch(nr: c_long, a: [c_long; 6], ctx: &mut libc::ucontext_t) -> Outcome {
                 a[5] as c_uint,
             ) as c_long),
             libc::SYS_mmap if a[3] as c_int & libc::MAP_ANONYMOUS == 0 => {
-                let r = hooks::mmap64(m(0), a[1] as size_t, fd(2), fd(3), fd(4), a[5]);
+                let r = mmap::mmap64(m(0), a[1] as size_t, fd(2), fd(3), fd(4), a[5]);
                 match sys_ptr(r) {
                     Some(r) => Outcome::Value(r as c_long),
                     None if r.is_null() => Outcome::Value(0),
-                    None => Outcome::Value(-(hooks::errno() as c_long)),
+                    None => Outcome::Value(-(errno() as c_long)),
                 }
             }
-            libc::SYS_munmap => sys(hooks::munmap(m(0), a[1] as size_t) as c_long),
-            libc::SYS_msync => sys(hooks::msync(m(0), a[1] as size_t, fd(2)) as c_long),
-            libc::SYS_getxattr => sys(hooks::getxattr(p(0), p(1), m(2), a[3] as size_t) as c_long),
+            libc::SYS_munmap => sys(mmap::munmap(m(0), a[1] as size_t) as c_long),
+            libc::SYS_msync => sys(mmap::msync(m(0), a[1] as size_t, fd(2)) as c_long),
+            libc::SYS_getxattr => sys(xattr::getxattr(p(0), p(1), m(2), a[3] as size_t) as c_long),
             libc::SYS_lgetxattr => {
-                sys(hooks::lgetxattr(p(0), p(1), m(2), a[3] as size_t) as c_long)
+                sys(xattr::lgetxattr(p(0), p(1), m(2), a[3] as size_t) as c_long)
             }
             libc::SYS_fgetxattr => {
-                sys(hooks::fgetxattr(fd(0), p(1), m(2), a[3] as size_t) as c_long)
+                sys(xattr::fgetxattr(fd(0), p(1), m(2), a[3] as size_t) as c_long)
             }
             libc::SYS_setxattr => {
-                sys(hooks::setxattr(p(0), p(1), m(2), a[3] as size_t, fd(4)) as c_long)
+                sys(xattr::setxattr(p(0), p(1), m(2), a[3] as size_t, fd(4)) as c_long)
             }
             libc::SYS_lsetxattr => {
-                sys(hooks::lsetxattr(p(0), p(1), m(2), a[3] as size_t, fd(4)) as c_long)
+                sys(xattr::lsetxattr(p(0), p(1), m(2), a[3] as size_t, fd(4)) as c_long)
             }
             libc::SYS_fsetxattr => {
-                sys(hooks::fsetxattr(fd(0), p(1), m(2), a[3] as size_t, fd(4)) as c_long)
+                sys(xattr::fsetxattr(fd(0), p(1), m(2), a[3] as size_t, fd(4)) as c_long)
             }
-            libc::SYS_listxattr => sys(hooks::listxattr(p(0), a[1] as _, a[2] as size_t) as c_long),
+            libc::SYS_listxattr => sys(xattr::listxattr(p(0), a[1] as _, a[2] as size_t) as c_long),
             libc::SYS_llistxattr => {
-                sys(hooks::llistxattr(p(0), a[1] as _, a[2] as size_t) as c_long)
+                sys(xattr::llistxattr(p(0), a[1] as _, a[2] as size_t) as c_long)
             }
             libc::SYS_flistxattr => {
-                sys(hooks::flistxattr(fd(0), a[1] as _, a[2] as size_t) as c_long)
+                sys(xattr::flistxattr(fd(0), a[1] as _, a[2] as size_t) as c_long)
             }
-            libc::SYS_removexattr => sys(hooks::removexattr(p(0), p(1)) as c_long),
-            libc::SYS_lremovexattr => sys(hooks::lremovexattr(p(0), p(1)) as c_long),
-            libc::SYS_fremovexattr => sys(hooks::fremovexattr(fd(0), p(1)) as c_long),
+            libc::SYS_removexattr => sys(xattr::removexattr(p(0), p(1)) as c_long),
+            libc::SYS_lremovexattr => sys(xattr::lremovexattr(p(0), p(1)) as c_long),
+            libc::SYS_fremovexattr => sys(xattr::fremovexattr(fd(0), p(1)) as c_long),
             _ => Outcome::Value(raw(nr, a)),
         }
     }
@@ -655,7 +601,7 @@ fn openat2(a: [c_long; 6]) -> Outcome {
     }
     // SAFETY: the program's own path argument.
     let served = unsafe {
-        hooks::open_library_path(
+        paths::open_library_path(
             "openat2",
             a[0] as c_int,
             a[1] as *const c_char,

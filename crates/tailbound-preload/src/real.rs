@@ -3,10 +3,34 @@
 //!
 //! A symbol this libc does not have (an older glibc without `statx` or `close_range`) makes the
 //! call fail with `ENOSYS` instead of crashing.
+//!
+//! Layer: above [`crate::guard`] only (each call lets the thread's system calls through in the
+//! catch-all mode); everything else in the shim calls the kernel through here.
 
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_long, c_uint, c_void, mode_t, off_t, size_t, ssize_t};
+
+use crate::guard;
+
+/// The calling thread's `errno`.
+pub fn errno() -> i32 {
+    // SAFETY: `__errno_location` returns the calling thread's errno slot, valid and aligned for
+    // as long as the thread lives.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets the calling thread's `errno`.
+pub fn set_errno(e: i32) {
+    // SAFETY: as in `errno`: the thread's own slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// `scandir`'s filter, as `<dirent.h>` declares it.
+pub type DirFilter = Option<unsafe extern "C" fn(*const libc::dirent64) -> c_int>;
+/// `scandir`'s comparison, as `<dirent.h>` declares it.
+pub type DirCompare =
+    Option<unsafe extern "C" fn(*mut *const libc::dirent64, *mut *const libc::dirent64) -> c_int>;
 
 /// Looks a symbol up in the libraries after this one; 0 if there is none.
 fn lookup(slot: &AtomicUsize, name: &'static [u8]) -> usize {
@@ -33,7 +57,7 @@ impl Fail for () {
 }
 
 fn missing<R: Fail>() -> R {
-    crate::hooks::set_errno(libc::ENOSYS);
+    set_errno(libc::ENOSYS);
     R::fail()
 }
 
@@ -54,10 +78,10 @@ macro_rules! real {
             let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
             // The hooks call libc only for what is the kernel's: in the catch-all mode its system
             // calls need not trap to be checked again.
-            let prev = crate::catchall::allow();
+            let prev = guard::allow();
             // SAFETY: the caller keeps the libc function's contract.
             let r = unsafe { f($($arg),*) };
-            crate::catchall::restore(prev);
+            guard::restore(prev);
             r
         }
     )* };
@@ -74,15 +98,15 @@ macro_rules! real_ptr {
             static SLOT: AtomicUsize = AtomicUsize::new(0);
             let p = lookup(&SLOT, concat!(stringify!($name), "\0").as_bytes());
             if p == 0 {
-                crate::hooks::set_errno(libc::ENOSYS);
+                set_errno(libc::ENOSYS);
                 return std::ptr::null_mut();
             }
             // SAFETY: as in `real!`.
             let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
-            let prev = crate::catchall::allow();
+            let prev = guard::allow();
             // SAFETY: the caller keeps the libc function's contract.
             let r = unsafe { f($($arg),*) };
-            crate::catchall::restore(prev);
+            guard::restore(prev);
             r
         }
     )* };
@@ -135,8 +159,8 @@ real! {
     fn scandir64(
         p: *const c_char,
         list: *mut *mut *mut libc::dirent64,
-        filter: crate::hooks::DirFilter,
-        compar: crate::hooks::DirCompare
+        filter: DirFilter,
+        compar: DirCompare
     ) -> c_int;
     fn fsync(fd: c_int) -> c_int;
     fn fdatasync(fd: c_int) -> c_int;
@@ -253,10 +277,10 @@ pub unsafe fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_ui
     // SAFETY: libc's openat64, declared variadic as in <fcntl.h>.
     let f: unsafe extern "C" fn(c_int, *const c_char, c_int, ...) -> c_int =
         unsafe { std::mem::transmute(p) };
-    let prev = crate::catchall::allow();
+    let prev = guard::allow();
     // SAFETY: the caller's contract.
     let r = unsafe { f(dirfd, path, flags, mode) };
-    crate::catchall::restore(prev);
+    guard::restore(prev);
     r
 }
 
@@ -272,10 +296,10 @@ pub unsafe fn fcntl(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
     }
     // SAFETY: libc's fcntl64, declared variadic as in <fcntl.h>.
     let f: unsafe extern "C" fn(c_int, c_int, ...) -> c_int = unsafe { std::mem::transmute(p) };
-    let prev = crate::catchall::allow();
+    let prev = guard::allow();
     // SAFETY: the caller's contract.
     let r = unsafe { f(fd, cmd, arg) };
-    crate::catchall::restore(prev);
+    guard::restore(prev);
     r
 }
 
@@ -292,10 +316,10 @@ pub unsafe fn ioctl(fd: c_int, request: libc::c_ulong, arg: *mut c_void) -> c_in
     // SAFETY: libc's ioctl, declared variadic as in <sys/ioctl.h>.
     let f: unsafe extern "C" fn(c_int, libc::c_ulong, ...) -> c_int =
         unsafe { std::mem::transmute(p) };
-    let prev = crate::catchall::allow();
+    let prev = guard::allow();
     // SAFETY: the caller's contract.
     let r = unsafe { f(fd, request, arg) };
-    crate::catchall::restore(prev);
+    guard::restore(prev);
     r
 }
 
@@ -418,7 +442,7 @@ fn open_dev_null() -> Result<c_int, i32> {
         )
     };
     if fd < 0 {
-        Err(crate::hooks::errno())
+        Err(errno())
     } else {
         Ok(fd)
     }
@@ -538,7 +562,7 @@ pub fn reserve_dup(fd: c_int, min: c_int) -> Result<c_int, i32> {
     // SAFETY: F_DUPFD_CLOEXEC takes an int, passed in the pointer-sized slot.
     let r = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, min as usize as *mut c_void) };
     if r < 0 {
-        Err(crate::hooks::errno())
+        Err(errno())
     } else {
         Ok(r)
     }
@@ -549,7 +573,7 @@ pub fn reserve_dup_onto(old: c_int, new: c_int) -> Result<c_int, i32> {
     // SAFETY: plain integers.
     let r = unsafe { dup3(old, new, libc::O_CLOEXEC) };
     if r < 0 {
-        Err(crate::hooks::errno())
+        Err(errno())
     } else {
         Ok(r)
     }
@@ -579,7 +603,7 @@ pub fn kernel_chdir(path: &str) -> Result<(), i32> {
     let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
     // SAFETY: `c` is NUL-terminated.
     if unsafe { chdir(c.as_ptr()) } < 0 {
-        Err(crate::hooks::errno())
+        Err(errno())
     } else {
         Ok(())
     }
@@ -611,7 +635,7 @@ pub fn memfd(name: &std::ffi::CStr) -> Result<c_int, i32> {
     // SAFETY: `name` is NUL-terminated.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
-        Err(crate::hooks::errno())
+        Err(errno())
     } else {
         Ok(fd)
     }
@@ -631,7 +655,7 @@ pub fn kernel_pread(fd: c_int, buf: &mut [u8], mut off: u64) -> Result<usize, i3
             )
         };
         if n < 0 {
-            let e = crate::hooks::errno();
+            let e = errno();
             if e == libc::EINTR {
                 continue;
             }
@@ -660,7 +684,7 @@ pub fn kernel_pwrite(fd: c_int, buf: &[u8], mut off: u64) -> Result<(), i32> {
             )
         };
         if n < 0 {
-            let e = crate::hooks::errno();
+            let e = errno();
             if e == libc::EINTR {
                 continue;
             }
@@ -675,7 +699,7 @@ pub fn kernel_pwrite(fd: c_int, buf: &[u8], mut off: u64) -> Result<(), i32> {
 pub fn kernel_ftruncate(fd: c_int, len: u64) -> Result<(), i32> {
     // SAFETY: no pointers.
     if unsafe { ftruncate64(fd, len as off_t) } < 0 {
-        Err(crate::hooks::errno())
+        Err(errno())
     } else {
         Ok(())
     }
@@ -687,7 +711,7 @@ pub fn kernel_size(fd: c_int) -> Result<u64, i32> {
     let mut st: Stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is writable.
     if unsafe { fstat64(fd, &mut st) } < 0 {
-        Err(crate::hooks::errno())
+        Err(errno())
     } else {
         Ok(st.st_size as u64)
     }

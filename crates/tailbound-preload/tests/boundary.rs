@@ -1,8 +1,13 @@
-//! No panic crosses into the program: `tests/boundary.c` runs under the shim with a failpoint
-//! that makes its first `write` to the mount panic inside the shim. The call fails with EIO,
-//! the pool is poisoned (later calls on it fail with EIO), files outside the mount still work,
-//! the process exits normally, and stderr names the panic's site.
+//! No panic crosses into the program. `tests/boundary.c` runs under the shim with a failpoint
+//! that makes one call of a family of hooks panic inside the shim, for each family: the call
+//! fails with EIO, the pool is poisoned (later calls on it fail with EIO), files outside the
+//! mount still work, the process exits normally, and stderr names the panic's site.
+//!
+//! And no exported symbol escapes the boundary: every dynamic symbol of the library is one the
+//! `hooks!` macro made (its registry, `tailbound_preload::exported`), and only that macro
+//! exports.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -29,7 +34,7 @@ fn preload() -> PathBuf {
 fn compile(src: &Path, out: &Path) {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
-        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .args(["-O1", "-Wall", "-Werror", "-pthread", "-o"])
         .arg(out)
         .arg(src)
         .status()
@@ -37,7 +42,24 @@ fn compile(src: &Path, out: &Path) {
     assert!(status.success(), "compiling {}", src.display());
 }
 
-fn run(catch_all: bool) {
+/// Each family `boundary.c` knows, with the hook its call reaches (whose failpoint is armed) and
+/// the file that defines it.
+const FAMILIES: &[(&str, &str, &str)] = &[
+    ("io", "write", "abi/io.rs"),
+    ("stat", "stat64", "abi/stat.rs"),
+    ("paths", "mkdir", "abi/paths.rs"),
+    ("attrs", "chmod", "abi/attrs.rs"),
+    ("xattr", "getxattr", "abi/xattr.rs"),
+    ("fds", "fsync", "abi/fds.rs"),
+    ("dirs", "opendir", "abi/dirs.rs"),
+    ("stdio", "fopen", "abi/stdio.rs"),
+    ("mmap", "mmap64", "abi/mmap.rs"),
+    ("process", "umask", "abi/process.rs"),
+    #[cfg(target_arch = "x86_64")]
+    ("threads", "pthread_create", "catchall.rs"),
+];
+
+fn run(family: &str, hook: &str, file: &str, catch_all: bool) {
     let work = tempfile::tempdir_in("/dev/shm").unwrap();
     let exe = work.path().join("boundary");
     compile(
@@ -53,39 +75,46 @@ fn run(catch_all: bool) {
     let outside = work.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
     let mount = format!("/tailbound-boundary-test-{}", std::process::id());
+    let failpoint = format!("shim.{hook}");
     let mut cmd = Command::new(&exe);
-    cmd.arg(&mount)
+    cmd.arg(family)
+        .arg(&mount)
         .arg(&outside)
         .env("LD_PRELOAD", preload())
         .env("TAILBOUND_MOUNT", format!("{mount}={}", pool.display()))
-        .env("TAILBOUND_FAILPOINTS", "shim.write");
+        .env("TAILBOUND_FAILPOINTS", &failpoint);
     if catch_all {
         cmd.env("TAILBOUND_CATCH_ALL", "1");
     }
     let out = cmd.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{:?}\n{stderr}\n{stdout}", out.status);
-    assert_eq!(stdout, "all boundary checks passed\n", "{stderr}");
+    let what = format!("family {family} ({failpoint})");
+    assert!(
+        out.status.success(),
+        "{what}: {:?}\n{stderr}\n{stdout}",
+        out.status
+    );
+    assert_eq!(stdout, "all boundary checks passed\n", "{what}: {stderr}");
     for line in [
-        "ok the panicking write failed with EIO",
+        "ok the panicking call failed with EIO",
         "ok later calls on the pool fail with EIO",
         "ok files outside the mount still work",
     ] {
-        assert!(stderr.contains(line), "{stderr}");
+        assert!(stderr.contains(line), "{what}: {stderr}");
     }
     // The panic's own message, and the poisoning, naming the site.
-    let site = "crates/tailbound-preload/src/hooks.rs:";
-    assert!(stderr.contains("failpoint shim.write"), "{stderr}");
+    let site = format!("crates/tailbound-preload/src/{file}:");
+    let message = format!("failpoint {failpoint}");
+    assert!(stderr.contains(&message), "{what}: {stderr}");
     let poisoned = stderr
         .lines()
         .find(|l| l.contains("is poisoned"))
-        .unwrap_or_else(|| panic!("no poison message: {stderr}"));
+        .unwrap_or_else(|| panic!("{what}: no poison message: {stderr}"));
     assert!(
-        poisoned.contains(&mount) && poisoned.contains(site),
-        "{poisoned}"
+        poisoned.contains(&mount) && poisoned.contains(&site) && poisoned.contains(&message),
+        "{what}: {poisoned}"
     );
-    assert!(poisoned.contains("failpoint shim.write"), "{poisoned}");
     assert_eq!(
         std::fs::read(outside.join("outside")).unwrap(),
         b"outside the mount"
@@ -93,52 +122,87 @@ fn run(catch_all: bool) {
 }
 
 #[test]
-fn a_panic_in_a_hook_fails_the_call_with_eio_and_poisons_the_pool() {
-    run(false);
+fn a_panic_in_a_hook_of_any_family_fails_the_call_with_eio_and_poisons_the_pool() {
+    for &(family, hook, file) in FAMILIES {
+        run(family, hook, file, false);
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn a_panic_in_a_hook_is_caught_in_the_catch_all_mode_too() {
-    run(true);
+    run("io", "write", "abi/io.rs", true);
 }
 
-/// Every exported symbol of the shim runs its body through `boundary`, or only calls another
-/// exported symbol (whose boundary catches): a new hook without one fails here.
-#[test]
-fn every_exported_symbol_has_a_panic_boundary() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut checked = 0;
-    for file in ["hooks.rs", "catchall.rs"] {
-        let src = std::fs::read_to_string(dir.join(file)).unwrap();
-        let exported: Vec<&str> = src
-            .split("#[no_mangle]\npub unsafe extern \"C\" fn ")
-            .skip(1)
-            .collect();
-        let names: Vec<&str> = exported
-            .iter()
-            .map(|f| &f[..f.find('(').unwrap()])
-            .collect();
-        for (name, f) in names.iter().zip(&exported) {
-            // The body: from the signature's end to the next item.
-            let body = &f[f.find(" {\n").unwrap()..];
-            let body = &body[..body.find("\n}\n").unwrap()];
-            let code: Vec<&str> = body
-                .lines()
-                .skip(1)
-                .map(str::trim)
-                .filter(|l| !l.starts_with("//"))
-                .collect();
-            let delegates = code.len() == 1
-                && names
-                    .iter()
-                    .any(|other| code[0].starts_with(&format!("unsafe {{ {other}(")));
+/// The library's exported (dynamic, defined) function symbols: `nm -D --defined-only`.
+fn dynamic_symbols(lib: &Path) -> BTreeSet<String> {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(lib)
+        .output()
+        .unwrap_or_else(|e| panic!("running nm: {e} (binutils is needed)"));
+    assert!(out.status.success(), "nm {}", lib.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace().rev();
+            let name = f.next()?;
+            let kind = f.next()?;
+            // Functions (text); the library exports no data.
             assert!(
-                body.contains("boundary(") || body.contains("boundary_or(") || delegates,
-                "{file}: {name} has no panic boundary"
+                matches!(kind, "T" | "W" | "i"),
+                "{name}: an exported symbol of kind {kind}"
             );
-            checked += 1;
+            Some(name.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn every_exported_symbol_is_one_the_hooks_macro_made_behind_the_boundary() {
+    let registry: BTreeSet<String> = tailbound_preload::exported()
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        registry.len(),
+        tailbound_preload::exported().len(),
+        "a symbol is listed twice"
+    );
+    let exported = dynamic_symbols(&preload());
+    let outside: Vec<_> = exported.difference(&registry).collect();
+    let missing: Vec<_> = registry.difference(&exported).collect();
+    assert!(
+        outside.is_empty(),
+        "exported without the hooks! macro (and its boundary): {outside:?}"
+    );
+    assert!(missing.is_empty(), "listed but not exported: {missing:?}");
+    assert!(exported.len() > 170, "only {} symbols", exported.len());
+}
+
+/// The only `#[no_mangle]` in the sources is the one in the `hooks!` macro.
+#[test]
+fn only_the_hooks_macro_exports_symbols() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![src.clone()];
+    let mut found = Vec::new();
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let line = line.trim_start();
+                if line.starts_with("#[no_mangle]") || line.starts_with("#[unsafe(no_mangle)]") {
+                    found.push(format!(
+                        "{}:{}",
+                        p.strip_prefix(&src).unwrap().display(),
+                        i + 1
+                    ));
+                }
+            }
         }
     }
-    assert!(checked > 170, "only {checked} symbols found");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("abi/mod.rs:"), "{found:?}");
 }

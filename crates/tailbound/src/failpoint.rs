@@ -5,11 +5,11 @@
 //! follows sees the panic's consequences (a poisoned pool), not the failpoint again. Disarmed,
 //! [`hit`] costs one relaxed atomic load.
 //!
-//! Failpoints: `shim.write` (the `LD_PRELOAD` shim's `write` on a library descriptor),
-//! `capi.<function>` (each C ABI function, e.g. `capi.tb_recorder_write`), `tbfs.background`
-//! (a pass of tbfs's background thread, with the metadata lock held), `record.writer` (a
-//! decoupled recorder's writer thread, per record), `record.flush` (a recorder's flush thread,
-//! per job), `sched.dispatch` (a scheduler dispatcher, per device call).
+//! Failpoints: `shim.<symbol>` (each hook of the `LD_PRELOAD` shim, e.g. `shim.write` on a
+//! library descriptor), `capi.<function>` (each C ABI function, e.g. `capi.tb_recorder_write`),
+//! `tbfs.background` (a pass of tbfs's background thread, with the metadata lock held),
+//! `record.writer` (a decoupled recorder's writer thread, per record), `record.flush` (a
+//! recorder's flush thread, per job), `sched.dispatch` (a scheduler dispatcher, per device call).
 //!
 //! `TAILBOUND_FAILPOINTS=NAME[,NAME...]` arms them in a process that calls [`arm_from_env`]
 //! (the shim does, when it starts).

@@ -10,8 +10,8 @@
 //! - [`panics`]: panics caught at the boundaries (C ABI, shim, the library's threads) with their
 //!   site; [`failpoint`]: named places that panic on purpose when a test arms them.
 //!
-//! All `unsafe` code and raw system calls live in the private `sys` module; the rest of the crate
-//! calls its safe wrappers.
+//! All `unsafe` code and raw system calls live in the `sys` module (public: the CLI and the other
+//! crates of the workspace use its wrappers too); the rest of the crate calls its safe wrappers.
 #![deny(unsafe_code)]
 
 pub mod dev;

@@ -2,29 +2,41 @@
 //! every operation on library paths and descriptors. Each operation returns `Err(errno)`; the
 //! hooks turn that into `-1` and `errno`.
 //!
+//! Layer: names [`crate::real`] only (for the shim's own kernel calls), and has no `unsafe`.
+//!
 //! A library descriptor is a kernel descriptor number the shim reserved (see
 //! [`real::reserve_fd`]) mapped here to an open file description ([`Ofd`]): the tbfs handle,
 //! offset, status flags and directory cursor that `dup` shares.
+//!
+//! Files: `ofd` (the values operations take and return), `path` (normalizing, the mount spec),
+//! `dir` (a directory description's cursor), `locks` (record locks and `flock`), `maps` (shared
+//! mappings' backings), and this one: the [`Shim`] that holds the mounts, the descriptor table
+//! and the working directory, and every operation.
+
+mod dir;
+mod locks;
+pub mod maps;
+pub mod ofd;
+pub mod path;
+
+pub use maps::Backing;
+pub use ofd::{Attr, Ent, Loc, Ofd, Where, R};
+pub use path::{normalize, parse_mounts};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
-use tailbound::tbfs::locks::{self, Kind, Owner, Request, Space};
+use tailbound::tbfs::locks::Owner;
 use tailbound::tbfs::{self, FileKind, Fs, OpenFlags};
 
 use crate::real;
-
-/// `Err(errno)`.
-pub type R<T> = Result<T, i32>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::vfs::maps::Mappings;
+use crate::vfs::ofd::lock;
 
 /// One `DIR=POOL` entry of `TAILBOUND_MOUNT`.
 pub struct Mount {
@@ -36,86 +48,10 @@ pub struct Mount {
     pub dev: u64,
 }
 
-/// Where a path leads.
-pub enum Where {
-    /// Not under a mount: the kernel's.
-    Kernel,
-    /// Under mount `m`, at `rel` inside the pool (`""` is its root); `abs` is the full path.
-    Lib(Loc),
-    /// Under a mount this process may not use (a forked child): fail with this errno.
-    Refused(i32),
-}
-
-#[derive(Clone, Debug)]
-pub struct Loc {
-    pub m: usize,
-    pub rel: String,
-    pub abs: String,
-}
-
-/// An open file description.
-pub struct Ofd {
-    pub id: u64,
-    pub m: usize,
-    pub ino: u64,
-    pub abs: String,
-    pub rel: String,
-    pub file: tbfs::File,
-    pub dir: bool,
-    /// O_RDONLY, O_WRONLY, O_RDWR or O_PATH.
-    pub acc: i32,
-    /// The status flags F_GETFL reports (O_APPEND, O_NONBLOCK, ...), without the access mode.
-    pub status: AtomicI32,
-    pub pos: Mutex<u64>,
-    pub listing: Mutex<Option<Vec<Ent>>>,
-    fs: Fs,
-}
-
-impl Drop for Ofd {
-    fn drop(&mut self) {
-        self.fs
-            .locks()
-            .release_everywhere(Owner::Description(self.id));
-    }
-}
-
-/// One directory entry as `readdir` returns it.
-#[derive(Clone, Debug)]
-pub struct Ent {
-    pub ino: u64,
-    pub name: String,
-    pub dtype: u8,
-}
-
 #[derive(Clone)]
 struct FdEntry {
     ofd: Arc<Ofd>,
     cloexec: bool,
-}
-
-/// What `stat` reports, in the kernel's terms.
-#[derive(Debug, Clone, Copy)]
-pub struct Attr {
-    pub dev: u64,
-    pub ino: u64,
-    /// Type and permission bits.
-    pub mode: u32,
-    pub nlink: u64,
-    pub uid: u32,
-    pub gid: u32,
-    pub size: u64,
-    pub blocks512: u64,
-    pub atime_ns: i64,
-    pub mtime_ns: i64,
-    pub ctime_ns: i64,
-}
-
-/// A writable shared mapping's backing: one memfd per inode, holding the file's bytes while it is
-/// mapped, so every mapping and every read/write of the file see the same bytes.
-pub struct Backing {
-    pub memfd: i32,
-    ofd: Arc<Ofd>,
-    maps: AtomicUsize,
 }
 
 /// The shim's whole state, made on first use.
@@ -131,77 +67,20 @@ pub struct Shim {
     pub strict: bool,
     pub report: bool,
     streams: Mutex<HashMap<usize, i32>>,
-    backings: Mutex<HashMap<(usize, u64), Arc<Backing>>>,
-    nbackings: AtomicUsize,
-    /// Shared mappings of library files: start address → (length, backing).
-    maps: Mutex<HashMap<usize, (usize, Arc<Backing>)>>,
+    /// Writable shared mappings of library files and their backings.
+    pub maps: Mappings,
     pub errors_said: Mutex<Vec<String>>,
+    /// Called once, when the first pool opens (the abi layer registers its exit flush then).
+    on_first_pool: fn(),
 }
 
 fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
-/// Normalizes an absolute path lexically: no `.`, `..` or empty components, no trailing slash.
-/// A path that is so already (most are) is copied as it is, without splitting it.
-pub fn normalize(path: &str) -> String {
-    if is_normal(path) {
-        return path.to_string();
-    }
-    let mut parts: Vec<&str> = Vec::new();
-    for p in path.split('/') {
-        match p {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    let mut out = String::with_capacity(path.len() + 1);
-    for p in &parts {
-        out.push('/');
-        out.push_str(p);
-    }
-    if out.is_empty() {
-        out.push('/');
-    }
-    out
-}
-
-/// Whether [`normalize`] would return `path` unchanged: `/`, or `/` followed by components
-/// that are neither empty nor `.` or `..`, one slash apart, with no slash at the end.
-fn is_normal(path: &str) -> bool {
-    path == "/"
-        || path.strip_prefix('/').is_some_and(|rest| {
-            rest.split('/')
-                .all(|c| !c.is_empty() && c != "." && c != "..")
-        })
-}
-
-/// Parses `TAILBOUND_MOUNT`: `DIR=POOL` entries separated by `:`.
-pub fn parse_mounts(spec: &str) -> Result<Vec<(String, PathBuf)>, String> {
-    let mut out = Vec::new();
-    for entry in spec.split(':').filter(|e| !e.is_empty()) {
-        let Some((dir, pool)) = entry.split_once('=') else {
-            return Err(format!("TAILBOUND_MOUNT entry `{entry}` is not DIR=POOL"));
-        };
-        if !dir.starts_with('/') || pool.is_empty() {
-            return Err(format!(
-                "TAILBOUND_MOUNT entry `{entry}`: DIR must be absolute and POOL not empty"
-            ));
-        }
-        let dir = normalize(dir);
-        if dir == "/" {
-            return Err("TAILBOUND_MOUNT: `/` cannot be a mount".into());
-        }
-        out.push((dir, PathBuf::from(pool)));
-    }
-    Ok(out)
-}
-
 impl Shim {
-    pub fn from_env() -> Shim {
+    /// The shim as the environment describes it; `on_first_pool` runs when a pool first opens.
+    pub fn from_env(on_first_pool: fn()) -> Shim {
         tailbound::failpoint::arm_from_env();
         let spec = std::env::var("TAILBOUND_MOUNT").unwrap_or_default();
         let mounts = match parse_mounts(&spec) {
@@ -237,10 +116,9 @@ impl Shim {
             strict: env_flag("TAILBOUND_STRICT"),
             report: env_flag("TAILBOUND_REPORT"),
             streams: Mutex::new(HashMap::new()),
-            backings: Mutex::new(HashMap::new()),
-            nbackings: AtomicUsize::new(0),
-            maps: Mutex::new(HashMap::new()),
+            maps: Mappings::default(),
             errors_said: Mutex::new(Vec::new()),
+            on_first_pool,
         };
         if !shim.mounts.is_empty() {
             let k = real::kernel_cwd();
@@ -328,7 +206,7 @@ impl Shim {
                 fs.set_mount_point(Some(&mount.prefix));
             }
             if r.is_ok() {
-                crate::hooks::register_exit_flush();
+                (self.on_first_pool)();
             }
             r
         });
@@ -354,9 +232,9 @@ impl Shim {
         if self.forked.load(Ordering::Relaxed) {
             return;
         }
-        let backings: Vec<Arc<Backing>> = lock(&self.backings).values().cloned().collect();
+        let backings = self.maps.all();
         for b in backings {
-            let _ = self.write_back(&b);
+            let _ = self.maps.write_back(&b);
         }
         for m in &self.mounts {
             if let Some(Ok(fs)) = m.fs.get() {
@@ -370,8 +248,8 @@ impl Shim {
         }
     }
 
-    /// Poisons every pool the process has open, after a panic inside a call (see
-    /// [`crate::hooks::boundary`]), and says so on stderr.
+    /// Poisons every pool the process has open, after a panic inside a call (the abi layer's panic
+    /// boundary), and says so on stderr.
     pub fn poison_all(&self, reason: &str) {
         let mut any = false;
         for m in &self.mounts {
@@ -638,7 +516,7 @@ impl Shim {
 
     pub fn pread(&self, o: &Ofd, buf: &mut [u8], off: u64) -> R<usize> {
         Self::readable(o)?;
-        if let Some(b) = self.backing_of(o.m, o.ino) {
+        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
             let size = real::kernel_size(b.memfd)?;
             if off >= size {
                 return Ok(0);
@@ -655,7 +533,7 @@ impl Shim {
             // Linux: pwrite on an O_APPEND descriptor appends.
             return self.append(o, buf).map(|(_, n)| n);
         }
-        if let Some(b) = self.backing_of(o.m, o.ino) {
+        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
             real::kernel_pwrite(b.memfd, buf, off)?;
             return Ok(buf.len());
         }
@@ -670,7 +548,7 @@ impl Shim {
     }
 
     fn append(&self, o: &Ofd, buf: &[u8]) -> R<(u64, usize)> {
-        if let Some(b) = self.backing_of(o.m, o.ino) {
+        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
             let size = real::kernel_size(b.memfd)?;
             real::kernel_pwrite(b.memfd, buf, size)?;
             return Ok((size + buf.len() as u64, buf.len()));
@@ -703,7 +581,7 @@ impl Shim {
     }
 
     pub fn size(&self, o: &Ofd) -> R<u64> {
-        if let Some(b) = self.backing_of(o.m, o.ino) {
+        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
             return real::kernel_size(b.memfd);
         }
         Ok(o.file.stat().map_err(|e| e.errno())?.size)
@@ -744,15 +622,15 @@ impl Shim {
         if o.dir || o.acc == libc::O_RDONLY || o.acc == libc::O_PATH {
             return Err(libc::EINVAL);
         }
-        if let Some(b) = self.backing_of(o.m, o.ino) {
+        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
             return real::kernel_ftruncate(b.memfd, len as u64);
         }
         o.file.set_len(len as u64).map_err(|e| e.errno())
     }
 
     pub fn fsync(&self, o: &Ofd) -> R<()> {
-        if let Some(b) = self.backing_of(o.m, o.ino) {
-            self.write_back(&b)?;
+        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
+            self.maps.write_back(&b)?;
         }
         if o.dir {
             // A directory's entries are made durable with the namespace: a pool sync.
@@ -779,7 +657,7 @@ impl Shim {
             }
             return Ok(());
         }
-        if self.backing_of(o.m, o.ino).is_some() {
+        if self.maps.backing_of(o.m, o.ino).is_some() {
             let size = self.size(o)?;
             if (off + len) as u64 > size {
                 self.ftruncate(o, off + len)?;
@@ -813,7 +691,7 @@ impl Shim {
     pub fn fstat(&self, o: &Ofd) -> R<Attr> {
         let st = o.file.stat().map_err(|e| e.errno())?;
         let mut a = self.attr_of(o.m, &st);
-        if let Some(b) = self.backing_of(o.m, o.ino) {
+        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
             a.size = real::kernel_size(b.memfd)?;
         }
         Ok(a)
@@ -823,7 +701,7 @@ impl Shim {
         let fs = self.fs(loc.m)?;
         let st = fs.stat(&loc.rel).map_err(|e| e.errno())?;
         let mut a = self.attr_of(loc.m, &st);
-        if let Some(b) = self.backing_of(loc.m, st.ino) {
+        if let Some(b) = self.maps.backing_of(loc.m, st.ino) {
             a.size = real::kernel_size(b.memfd)?;
         }
         Ok(a)
@@ -1053,114 +931,13 @@ impl Shim {
         if st.kind == FileKind::Dir {
             return Err(libc::EISDIR);
         }
-        if let Some(b) = self.backing_of(loc.m, st.ino) {
+        if let Some(b) = self.maps.backing_of(loc.m, st.ino) {
             return real::kernel_ftruncate(b.memfd, len as u64);
         }
         fs.truncate(&loc.rel, len as u64).map_err(|e| e.errno())
     }
 
     // ---- directories ----
-
-    fn listing(&self, o: &Ofd) -> R<Vec<Ent>> {
-        let parent = match o.rel.rfind('/') {
-            Some(i) => &o.rel[..i],
-            None => "",
-        };
-        let parent_ino = if o.rel.is_empty() {
-            o.ino
-        } else {
-            o.fs.stat(parent).map(|s| s.ino).unwrap_or(o.ino)
-        };
-        let mut out = vec![
-            Ent {
-                ino: o.ino,
-                name: ".".into(),
-                dtype: libc::DT_DIR,
-            },
-            Ent {
-                ino: parent_ino,
-                name: "..".into(),
-                dtype: libc::DT_DIR,
-            },
-        ];
-        for e in o.fs.readdir(&o.rel).map_err(|e| e.errno())? {
-            out.push(Ent {
-                ino: e.ino,
-                name: e.name,
-                dtype: match e.kind {
-                    FileKind::Dir => libc::DT_DIR,
-                    FileKind::File => libc::DT_REG,
-                    FileKind::Symlink => libc::DT_LNK,
-                    FileKind::Fifo => libc::DT_FIFO,
-                    FileKind::CharDevice => libc::DT_CHR,
-                    FileKind::BlockDevice => libc::DT_BLK,
-                    FileKind::Socket => libc::DT_SOCK,
-                },
-            });
-        }
-        Ok(out)
-    }
-
-    /// The next entry of a directory descriptor and the position after it; `None` at the end.
-    pub fn next_entry(&self, o: &Ofd) -> R<Option<(Ent, u64)>> {
-        if !o.dir {
-            return Err(libc::ENOTDIR);
-        }
-        let mut pos = lock(&o.pos);
-        let mut listing = lock(&o.listing);
-        if listing.is_none() {
-            *listing = Some(self.listing(o)?);
-        }
-        let l = listing.as_ref().expect("filled above");
-        match l.get(*pos as usize) {
-            Some(e) => {
-                *pos += 1;
-                Ok(Some((e.clone(), *pos)))
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// Puts an entry back (it did not fit the caller's buffer).
-    pub fn unread_entry(&self, o: &Ofd) {
-        let mut pos = lock(&o.pos);
-        *pos = pos.saturating_sub(1);
-    }
-
-    pub fn dir_tell(&self, o: &Ofd) -> u64 {
-        *lock(&o.pos)
-    }
-
-    pub fn dir_seek(&self, o: &Ofd, at: u64) {
-        *lock(&o.pos) = at;
-        if at == 0 {
-            *lock(&o.listing) = None;
-        }
-    }
-
-    /// `getdents64`: packs `struct linux_dirent64` records into `buf`.
-    pub fn getdents(&self, o: &Ofd, buf: &mut [u8]) -> R<usize> {
-        let mut at = 0usize;
-        while let Some((e, next)) = self.next_entry(o)? {
-            let reclen = (19 + e.name.len() + 1).div_ceil(8) * 8;
-            if at + reclen > buf.len() {
-                self.unread_entry(o);
-                if at == 0 {
-                    return Err(libc::EINVAL);
-                }
-                break;
-            }
-            let rec = &mut buf[at..at + reclen];
-            rec.fill(0);
-            rec[0..8].copy_from_slice(&e.ino.to_ne_bytes());
-            rec[8..16].copy_from_slice(&(next as i64).to_ne_bytes());
-            rec[16..18].copy_from_slice(&(reclen as u16).to_ne_bytes());
-            rec[18] = e.dtype;
-            rec[19..19 + e.name.len()].copy_from_slice(e.name.as_bytes());
-            at += reclen;
-        }
-        Ok(at)
-    }
 
     // ---- working directory ----
 
@@ -1248,290 +1025,7 @@ impl Shim {
 
     // ---- locks ----
 
-    /// Converts an `flock` record's range (relative to `whence`) to `start..end`.
-    fn range(&self, o: &Ofd, whence: i32, start: i64, len: i64) -> R<(u64, u64)> {
-        let base = match whence {
-            libc::SEEK_SET => 0,
-            libc::SEEK_CUR => *lock(&o.pos) as i64,
-            libc::SEEK_END => self.size(o)? as i64,
-            _ => return Err(libc::EINVAL),
-        };
-        let s = base.checked_add(start).ok_or(libc::EOVERFLOW)?;
-        let (s, e) = if len > 0 {
-            (s, s.checked_add(len).ok_or(libc::EOVERFLOW)?)
-        } else if len < 0 {
-            (s + len, s)
-        } else {
-            (s, i64::MAX)
-        };
-        if s < 0 {
-            return Err(libc::EINVAL);
-        }
-        let e = if e == i64::MAX { u64::MAX } else { e as u64 };
-        Ok((s as u64, e))
-    }
-
-    /// F_SETLK/F_SETLKW/F_OFD_SETLK/F_OFD_SETLKW.
-    #[allow(clippy::too_many_arguments)]
-    pub fn set_lock(
-        &self,
-        o: &Ofd,
-        ofd_lock: bool,
-        ltype: i32,
-        whence: i32,
-        start: i64,
-        len: i64,
-        wait: bool,
-    ) -> R<()> {
-        let kind = match ltype {
-            libc::F_RDLCK => {
-                if o.acc == libc::O_WRONLY || o.acc == libc::O_PATH {
-                    return Err(libc::EBADF);
-                }
-                Kind::Read
-            }
-            libc::F_WRLCK => {
-                if o.acc == libc::O_RDONLY || o.acc == libc::O_PATH {
-                    return Err(libc::EBADF);
-                }
-                Kind::Write
-            }
-            libc::F_UNLCK => Kind::Unlock,
-            _ => return Err(libc::EINVAL),
-        };
-        let (s, e) = self.range(o, whence, start, len)?;
-        let owner = if ofd_lock {
-            Owner::Description(o.id)
-        } else {
-            Owner::Process
-        };
-        o.fs.locks()
-            .set(
-                o.ino,
-                &Request {
-                    owner,
-                    space: Space::Record,
-                    kind,
-                    start: s,
-                    end: e,
-                },
-                wait,
-            )
-            .map_err(locks::LockError::errno)
-    }
-
-    /// F_GETLK/F_OFD_GETLK: `None` if the lock could be placed, else the conflicting lock's
-    /// type, start, length and pid (-1 for a description's lock).
-    pub fn get_lock(
-        &self,
-        o: &Ofd,
-        ofd_lock: bool,
-        ltype: i32,
-        whence: i32,
-        start: i64,
-        len: i64,
-    ) -> R<Option<(i32, i64, i64, i32)>> {
-        let kind = match ltype {
-            libc::F_RDLCK => Kind::Read,
-            libc::F_WRLCK => Kind::Write,
-            _ => return Err(libc::EINVAL),
-        };
-        let (s, e) = self.range(o, whence, start, len)?;
-        let owner = if ofd_lock {
-            Owner::Description(o.id)
-        } else {
-            Owner::Process
-        };
-        Ok(o.fs
-            .locks()
-            .test(
-                o.ino,
-                &Request {
-                    owner,
-                    space: Space::Record,
-                    kind,
-                    start: s,
-                    end: e,
-                },
-            )
-            .map(|h| {
-                let len = if h.end == u64::MAX {
-                    0
-                } else {
-                    (h.end - h.start) as i64
-                };
-                let pid = match h.owner {
-                    Owner::Process => real::pid(),
-                    Owner::Description(_) | Owner::Client { .. } => -1,
-                };
-                (
-                    if h.write {
-                        libc::F_WRLCK
-                    } else {
-                        libc::F_RDLCK
-                    },
-                    h.start as i64,
-                    len,
-                    pid,
-                )
-            }))
-    }
-
-    pub fn flock(&self, o: &Ofd, op: i32) -> R<()> {
-        let wait = op & libc::LOCK_NB == 0;
-        let kind = match op & !libc::LOCK_NB {
-            libc::LOCK_SH => Kind::Read,
-            libc::LOCK_EX => Kind::Write,
-            libc::LOCK_UN => Kind::Unlock,
-            _ => return Err(libc::EINVAL),
-        };
-        o.fs.locks()
-            .set(
-                o.ino,
-                &Request {
-                    owner: Owner::Description(o.id),
-                    space: Space::Flock,
-                    kind,
-                    start: 0,
-                    end: u64::MAX,
-                },
-                wait,
-            )
-            .map_err(|e| {
-                if e == locks::LockError::WouldBlock {
-                    libc::EWOULDBLOCK
-                } else {
-                    e.errno()
-                }
-            })
-    }
-
     // ---- shared mappings ----
-
-    pub fn backing_of(&self, m: usize, ino: u64) -> Option<Arc<Backing>> {
-        if self.nbackings.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        lock(&self.backings).get(&(m, ino)).cloned()
-    }
-
-    /// The memfd backing every shared mapping of `o`'s inode, made (and filled with the file's
-    /// bytes) by the first one.
-    pub fn backing_for_map(&self, o: &Arc<Ofd>) -> R<Arc<Backing>> {
-        let mut all = lock(&self.backings);
-        if let Some(b) = all.get(&(o.m, o.ino)) {
-            return Ok(b.clone());
-        }
-        let memfd = real::memfd(c"tailbound-shared-mapping")?;
-        let fill = || -> R<()> {
-            let size = o.file.stat().map_err(|e| e.errno())?.size;
-            let mut buf = vec![0u8; 1 << 20];
-            let mut off = 0u64;
-            while off < size {
-                let n = o
-                    .file
-                    .pread(&mut buf, off)
-                    .map_err(|e| e.errno())?
-                    .min((size - off) as usize);
-                if n == 0 {
-                    break;
-                }
-                real::kernel_pwrite(memfd, &buf[..n], off)?;
-                off += n as u64;
-            }
-            real::kernel_ftruncate(memfd, size)
-        };
-        if let Err(e) = fill() {
-            real::release_fd(memfd);
-            return Err(e);
-        }
-        let b = Arc::new(Backing {
-            memfd,
-            ofd: o.clone(),
-            maps: AtomicUsize::new(0),
-        });
-        all.insert((o.m, o.ino), b.clone());
-        self.nbackings.fetch_add(1, Ordering::AcqRel);
-        Ok(b)
-    }
-
-    pub fn mapped(&self, addr: usize, len: usize, b: Arc<Backing>) {
-        b.maps.fetch_add(1, Ordering::AcqRel);
-        lock(&self.maps).insert(addr, (len, b));
-    }
-
-    /// Copies a backing's bytes into the file.
-    pub fn write_back(&self, b: &Backing) -> R<()> {
-        let size = real::kernel_size(b.memfd)?;
-        let f = &b.ofd.file;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut off = 0u64;
-        while off < size {
-            let want = buf.len().min((size - off) as usize);
-            let n = real::kernel_pread(b.memfd, &mut buf[..want], off)?;
-            if n == 0 {
-                break;
-            }
-            f.pwrite(&buf[..n], off).map_err(|e| e.errno())?;
-            off += n as u64;
-        }
-        if f.stat().map_err(|e| e.errno())?.size != size {
-            f.set_len(size).map_err(|e| e.errno())?;
-        }
-        Ok(())
-    }
-
-    /// `msync` over `addr..addr+len`: writes back every backing mapped there.
-    pub fn msync(&self, addr: usize, len: usize) -> R<()> {
-        let hit: Vec<Arc<Backing>> = lock(&self.maps)
-            .iter()
-            .filter(|(&a, (l, _))| a < addr + len.max(1) && addr < a + l)
-            .map(|(_, (_, b))| b.clone())
-            .collect();
-        for b in hit {
-            self.write_back(&b)?;
-        }
-        Ok(())
-    }
-
-    /// `munmap` over `addr..addr+len` (after the kernel unmapped it): writes back, and drops a
-    /// backing whose last mapping this was.
-    pub fn munmap(&self, addr: usize, len: usize) -> R<()> {
-        let gone: Vec<(usize, Arc<Backing>)> = {
-            let mut maps = lock(&self.maps);
-            let keys: Vec<usize> = maps
-                .iter()
-                .filter(|(&a, (l, _))| a < addr + len.max(1) && addr < a + l)
-                .map(|(&a, _)| a)
-                .collect();
-            keys.into_iter()
-                .filter_map(|k| maps.remove(&k).map(|(_, b)| (k, b)))
-                .collect()
-        };
-        let mut result = Ok(());
-        for (_, b) in gone {
-            if let Err(e) = self.write_back(&b) {
-                result = Err(e);
-            }
-            if b.maps.fetch_sub(1, Ordering::AcqRel) == 1 {
-                let mut all = lock(&self.backings);
-                if all
-                    .get(&(b.ofd.m, b.ofd.ino))
-                    .is_some_and(|x| Arc::ptr_eq(x, &b))
-                {
-                    all.remove(&(b.ofd.m, b.ofd.ino));
-                    self.nbackings.fetch_sub(1, Ordering::AcqRel);
-                    real::release_fd(b.memfd);
-                }
-            }
-        }
-        result
-    }
-
-    /// Whether `addr` starts a shared mapping of a library file.
-    pub fn is_mapped(&self, addr: usize) -> bool {
-        self.nbackings.load(Ordering::Acquire) != 0 && lock(&self.maps).contains_key(&addr)
-    }
 
     /// Reports an unsupported call on a library descriptor or path: aborts under
     /// `TAILBOUND_STRICT=1`, else returns the errno to fail with.
@@ -1563,69 +1057,4 @@ fn open_pool(path: &std::path::Path) -> Result<Fs, String> {
         }
     };
     Fs::open(dev, &tbfs::OpenOptions::default()).map_err(|e| e.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_normalize_lexically() {
-        assert_eq!(normalize("/a/./b//c/"), "/a/b/c");
-        assert_eq!(normalize("/a/b/../../.."), "/");
-        assert_eq!(normalize("/mnt/fast/x/../y"), "/mnt/fast/y");
-        assert_eq!(normalize("/mnt/fast/x/y"), "/mnt/fast/x/y");
-        assert_eq!(normalize("/"), "/");
-        assert_eq!(normalize("/.."), "/");
-        assert_eq!(normalize("/a/"), "/a");
-        assert_eq!(normalize("/a/.b/..c/..."), "/a/.b/..c/...");
-    }
-
-    #[test]
-    fn a_normal_path_is_one_normalize_leaves_unchanged_and_only_such() {
-        // Every path over `/`, `.` and `a` up to six characters: the shortcut must agree with
-        // normalizing the long way.
-        let mut paths = std::collections::BTreeSet::from([String::new()]);
-        for _ in 0..6 {
-            let longer: Vec<String> = paths
-                .iter()
-                .flat_map(|p| ["/", ".", "a"].map(|c| format!("{p}{c}")))
-                .collect();
-            paths.extend(longer);
-        }
-        let mut normal = 0;
-        for p in paths.iter().filter(|p| p.starts_with('/')) {
-            let long_way = {
-                let parts: Vec<&str> = p.split('/').fold(Vec::new(), |mut v, c| {
-                    match c {
-                        "" | "." => {}
-                        ".." => {
-                            v.pop();
-                        }
-                        c => v.push(c),
-                    }
-                    v
-                });
-                if parts.is_empty() {
-                    "/".to_string()
-                } else {
-                    parts.iter().map(|c| format!("/{c}")).collect()
-                }
-            };
-            assert_eq!(normalize(p), long_way, "{p}");
-            assert_eq!(is_normal(p), *p == long_way, "{p}");
-            normal += usize::from(is_normal(p));
-        }
-        assert!(normal > 10, "{normal} normal paths among those tried");
-    }
-
-    #[test]
-    fn mount_specs_parse_and_bad_ones_are_refused() {
-        let m = parse_mounts("/mnt/fast/=/dev/shm/a.pool:/data=/tmp/b").unwrap();
-        assert_eq!(m[0].0, "/mnt/fast");
-        assert_eq!(m[1], ("/data".to_string(), PathBuf::from("/tmp/b")));
-        assert!(parse_mounts("relative=/x").is_err());
-        assert!(parse_mounts("/x").is_err());
-        assert!(parse_mounts("/=/x").is_err());
-    }
 }

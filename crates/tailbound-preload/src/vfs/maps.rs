@@ -1,0 +1,160 @@
+//! Writable shared mappings of library files: one memfd per inode holds the file's bytes while
+//! it is mapped, so every mapping and every read or write of the file see the same bytes; it is
+//! written back into the pool on `msync`, `munmap`, `fsync` and at exit.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::real;
+use crate::vfs::ofd::{lock, Ofd, R};
+
+/// A writable shared mapping's backing: one memfd per inode, holding the file's bytes while it is
+/// mapped, so every mapping and every read/write of the file see the same bytes.
+pub struct Backing {
+    pub memfd: i32,
+    ofd: Arc<Ofd>,
+    maps: AtomicUsize,
+}
+
+/// The backings and the mappings of them, owned here: only these methods change them.
+#[derive(Default)]
+pub struct Mappings {
+    backings: Mutex<HashMap<(usize, u64), Arc<Backing>>>,
+    /// How many backings exist: the fast path for files that were never mapped.
+    nbackings: AtomicUsize,
+    /// Shared mappings of library files: start address → (length, backing).
+    maps: Mutex<HashMap<usize, (usize, Arc<Backing>)>>,
+}
+
+impl Mappings {
+    /// Every backing, to write them all back (at exit).
+    pub fn all(&self) -> Vec<Arc<Backing>> {
+        lock(&self.backings).values().cloned().collect()
+    }
+
+    pub fn backing_of(&self, m: usize, ino: u64) -> Option<Arc<Backing>> {
+        if self.nbackings.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        lock(&self.backings).get(&(m, ino)).cloned()
+    }
+
+    /// The memfd backing every shared mapping of `o`'s inode, made (and filled with the file's
+    /// bytes) by the first one.
+    pub fn backing_for_map(&self, o: &Arc<Ofd>) -> R<Arc<Backing>> {
+        let mut all = lock(&self.backings);
+        if let Some(b) = all.get(&(o.m, o.ino)) {
+            return Ok(b.clone());
+        }
+        let memfd = real::memfd(c"tailbound-shared-mapping")?;
+        let fill = || -> R<()> {
+            let size = o.file.stat().map_err(|e| e.errno())?.size;
+            let mut buf = vec![0u8; 1 << 20];
+            let mut off = 0u64;
+            while off < size {
+                let n = o
+                    .file
+                    .pread(&mut buf, off)
+                    .map_err(|e| e.errno())?
+                    .min((size - off) as usize);
+                if n == 0 {
+                    break;
+                }
+                real::kernel_pwrite(memfd, &buf[..n], off)?;
+                off += n as u64;
+            }
+            real::kernel_ftruncate(memfd, size)
+        };
+        if let Err(e) = fill() {
+            real::release_fd(memfd);
+            return Err(e);
+        }
+        let b = Arc::new(Backing {
+            memfd,
+            ofd: o.clone(),
+            maps: AtomicUsize::new(0),
+        });
+        all.insert((o.m, o.ino), b.clone());
+        self.nbackings.fetch_add(1, Ordering::AcqRel);
+        Ok(b)
+    }
+
+    pub fn mapped(&self, addr: usize, len: usize, b: Arc<Backing>) {
+        b.maps.fetch_add(1, Ordering::AcqRel);
+        lock(&self.maps).insert(addr, (len, b));
+    }
+
+    /// Copies a backing's bytes into the file.
+    pub fn write_back(&self, b: &Backing) -> R<()> {
+        let size = real::kernel_size(b.memfd)?;
+        let f = &b.ofd.file;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut off = 0u64;
+        while off < size {
+            let want = buf.len().min((size - off) as usize);
+            let n = real::kernel_pread(b.memfd, &mut buf[..want], off)?;
+            if n == 0 {
+                break;
+            }
+            f.pwrite(&buf[..n], off).map_err(|e| e.errno())?;
+            off += n as u64;
+        }
+        if f.stat().map_err(|e| e.errno())?.size != size {
+            f.set_len(size).map_err(|e| e.errno())?;
+        }
+        Ok(())
+    }
+
+    /// `msync` over `addr..addr+len`: writes back every backing mapped there.
+    pub fn msync(&self, addr: usize, len: usize) -> R<()> {
+        let hit: Vec<Arc<Backing>> = lock(&self.maps)
+            .iter()
+            .filter(|(&a, (l, _))| a < addr + len.max(1) && addr < a + l)
+            .map(|(_, (_, b))| b.clone())
+            .collect();
+        for b in hit {
+            self.write_back(&b)?;
+        }
+        Ok(())
+    }
+
+    /// `munmap` over `addr..addr+len` (after the kernel unmapped it): writes back, and drops a
+    /// backing whose last mapping this was.
+    pub fn munmap(&self, addr: usize, len: usize) -> R<()> {
+        let gone: Vec<(usize, Arc<Backing>)> = {
+            let mut maps = lock(&self.maps);
+            let keys: Vec<usize> = maps
+                .iter()
+                .filter(|(&a, (l, _))| a < addr + len.max(1) && addr < a + l)
+                .map(|(&a, _)| a)
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| maps.remove(&k).map(|(_, b)| (k, b)))
+                .collect()
+        };
+        let mut result = Ok(());
+        for (_, b) in gone {
+            if let Err(e) = self.write_back(&b) {
+                result = Err(e);
+            }
+            if b.maps.fetch_sub(1, Ordering::AcqRel) == 1 {
+                let mut all = lock(&self.backings);
+                if all
+                    .get(&(b.ofd.m, b.ofd.ino))
+                    .is_some_and(|x| Arc::ptr_eq(x, &b))
+                {
+                    all.remove(&(b.ofd.m, b.ofd.ino));
+                    self.nbackings.fetch_sub(1, Ordering::AcqRel);
+                    real::release_fd(b.memfd);
+                }
+            }
+        }
+        result
+    }
+
+    /// Whether `addr` starts a shared mapping of a library file.
+    pub fn is_mapped(&self, addr: usize) -> bool {
+        self.nbackings.load(Ordering::Acquire) != 0 && lock(&self.maps).contains_key(&addr)
+    }
+}
