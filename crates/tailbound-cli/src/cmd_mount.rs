@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
+use tailbound::serve::{Server, ServerOptions};
 use tailbound::tbfs::{Fs, OpenOptions};
 
 use crate::cmd_run::ensure_pool;
@@ -183,7 +184,28 @@ fn mount_and_serve(
     ])
     .map_err(|e| fail(&mut ready, format!("signals: {e}")))?;
     let signal_handle = signals.handle();
-    let served = serve(fs.clone(), dir, &options, |unmounter| {
+    // The socket server beside the mount: `tailbound fs` commands and other clients of the pool
+    // go through it, and what they change is dropped from the kernel's caches of the mount.
+    let invalidator = Arc::new(tailbound_fuse::Invalidator::default());
+    let owner = std::fs::metadata(pool).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.uid(), m.gid())
+    });
+    let socket = tailbound::serve::socket_path(pool);
+    let server = owner
+        .and_then(|owner| {
+            Server::start_observed(
+                fs.clone(),
+                &socket,
+                ServerOptions {
+                    allow_other: args.allow_other,
+                    owner: Some(owner),
+                },
+                Some(invalidator.observer()),
+            )
+        })
+        .map_err(|e| fail(&mut ready, format!("{}: {e}", pool.display())))?;
+    let served = serve(fs.clone(), dir, &options, &invalidator, |unmounter| {
         // SIGTERM (and ^C in the foreground) unmounts; the pool is synced below, once the
         // kernel has sent the last request.
         std::thread::spawn(move || {
@@ -197,6 +219,8 @@ fn mount_and_serve(
         }
     });
     signal_handle.close();
+    // Its clients' files close and their locks go before the pool is synced.
+    server.stop();
     if let Err(e) = served {
         let msg = format!("mounting {} on {}: {e}", pool.display(), dir.display());
         return Err(fail(&mut ready, msg).into());
@@ -211,9 +235,10 @@ fn serve(
     fs: Arc<Fs>,
     dir: &Path,
     options: &tailbound_fuse::Options,
+    invalidator: &tailbound_fuse::Invalidator,
     mounted: impl FnOnce(tailbound_fuse::Unmounter),
 ) -> std::io::Result<()> {
-    tailbound_fuse::serve(fs, dir, options, mounted)
+    tailbound_fuse::serve(fs, dir, options, invalidator, mounted)
 }
 
 /// The pool of the tailbound mount at `dir`, from /proc/self/mountinfo.

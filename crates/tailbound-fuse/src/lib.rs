@@ -21,9 +21,11 @@ use fuser::{Config, MountOption, SessionACL};
 use tailbound::tbfs::Fs;
 
 mod generations;
+mod invalidate;
 mod ops;
 mod snapshots;
 
+pub use invalidate::Invalidator;
 pub use ops::TbFuse;
 
 /// How a pool is mounted.
@@ -72,11 +74,13 @@ impl Unmounter {
 
 /// Mounts `fs` on `dir` and serves it until `dir` is unmounted (`umount`, `fusermount3 -u`,
 /// or [`Unmounter::unmount`]). `mounted` is called once the kernel has the mount, with a way to
-/// end it. The pool is left open: sync or close it after this returns.
+/// end it. `invalidator`, once mounted, drops from the kernel's caches what other front ends of
+/// the pool change. The pool is left open: sync or close it after this returns.
 pub fn serve(
     fs: Arc<Fs>,
     dir: &Path,
     options: &Options,
+    invalidator: &Invalidator,
     mounted: impl FnOnce(Unmounter),
 ) -> io::Result<()> {
     let mut config = Config::default();
@@ -97,6 +101,7 @@ pub fn serve(
     config.clone_fd = true;
     let fuse = TbFuse::new(fs, options);
     let mut session = fuser::Session::new(fuse, dir, &config)?;
+    invalidator.attach(session.notifier());
     mounted(Unmounter(Arc::new(Mutex::new(session.unmount_callable()))));
     session.run()
 }
