@@ -27,6 +27,9 @@ use crate::CliResult;
 /// The kernel checks permissions (the `default_permissions` mount option). Only the mounting
 /// user can use the mount unless `--allow-other` is given.
 ///
+/// The server also listens on POOL.sock, as `tailbound serve` does: `tailbound fs` commands
+/// given POOL work while it is mounted, and the mount sees what they change.
+///
 /// Examples:
 ///
 ///   tailbound mount /dev/shm/work.pool /mnt/work
@@ -53,7 +56,7 @@ pub struct MountArgs {
     /// /etc/fuse.conf).
     #[arg(long)]
     allow_other: bool,
-    /// Threads answering the kernel's requests.
+    /// Threads answering the kernel's requests (default 16).
     #[arg(long)]
     threads: Option<usize>,
     /// Send every write to the pool as it is made, instead of through the kernel's writeback

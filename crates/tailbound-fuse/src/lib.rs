@@ -28,6 +28,9 @@ mod snapshots;
 pub use invalidate::Invalidator;
 pub use ops::TbFuse;
 
+/// Request threads unless told otherwise (docs/results/fileserver.md: 2, 4, 8 and 16 compared).
+pub const DEFAULT_THREADS: usize = 16;
+
 /// How a pool is mounted.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -36,7 +39,9 @@ pub struct Options {
     /// Let every user use the mount (`allow_other`; a user other than root needs
     /// `user_allow_other` in /etc/fuse.conf). Otherwise only the mounting user can.
     pub allow_other: bool,
-    /// Threads reading the kernel's requests.
+    /// Threads reading the kernel's requests. More than there are cores: each request is
+    /// short, but a client waits for its answer, and with as many threads as cores requests
+    /// queue behind each other while the threads wait to be scheduled.
     pub threads: usize,
     /// Let the kernel buffer writes in its page cache and send them in large requests.
     pub writeback_cache: bool,
@@ -51,9 +56,7 @@ impl Default for Options {
         Options {
             source: "tailbound".to_string(),
             allow_other: false,
-            threads: std::thread::available_parallelism()
-                .map(|n| n.get().clamp(2, 8))
-                .unwrap_or(2),
+            threads: DEFAULT_THREADS,
             writeback_cache: true,
             max_write: 1 << 20,
             ttl: Duration::from_secs(1),
