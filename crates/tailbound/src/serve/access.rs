@@ -132,19 +132,19 @@ impl Who {
         };
         let root = tree.stat_ino(crate::tbfs::by_ino::ROOT)?;
         let mut todo = parts(path);
-        let mut cur = root.clone();
+        let mut cur = root;
         let mut trail: Vec<Stat> = Vec::new();
         let mut links = 0;
         if todo.is_empty() {
             return Ok(Walked {
-                dir: root.clone(),
+                dir: root,
                 last: Some(root),
             });
         }
         loop {
             let Some(part) = todo.pop() else {
                 // The path ended in `..` or in a link to a directory: it names `cur`.
-                let dir = trail.last().cloned().unwrap_or_else(|| root.clone());
+                let dir = trail.last().copied().unwrap_or(root);
                 return Ok(Walked {
                     dir,
                     last: Some(cur),
@@ -155,7 +155,7 @@ impl Who {
             }
             self.check(&cur, EXEC, path)?;
             if part == ".." {
-                cur = trail.pop().unwrap_or_else(|| root.clone());
+                cur = trail.pop().unwrap_or(root);
                 continue;
             }
             let last = todo.is_empty();
@@ -176,7 +176,7 @@ impl Who {
                 }
                 let target = tree.readlink_ino(found.ino)?;
                 if target.starts_with('/') {
-                    cur = root.clone();
+                    cur = root;
                     trail.clear();
                 }
                 todo.extend(parts(&target));
