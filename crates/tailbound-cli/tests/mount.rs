@@ -566,6 +566,8 @@ fn fs_commands_work_while_mounted_and_the_mount_sees_what_they_change() {
         return;
     };
     let pool = m.pool.to_str().unwrap().to_string();
+    let socket = tailbound::serve::socket_path(&m.pool);
+    assert!(socket.exists(), "no socket beside the mount");
     let fs = |args: &[&str]| {
         let mut all = vec!["fs", args[0], &pool];
         all.extend_from_slice(&args[1..]);
@@ -596,5 +598,6 @@ fn fs_commands_work_while_mounted_and_the_mount_sees_what_they_change() {
     assert!(m.path("made").is_dir());
     assert!(!m.path("gone.txt").exists());
     drop(held);
-    m.unmount();
+    let _pool = PoolFile(m.unmount());
+    assert!(!socket.exists(), "the socket outlived the mount");
 }
