@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
+use tailbound::serve::{Server, ServerOptions};
 use tailbound::tbfs::{Fs, OpenOptions};
 
 use crate::cmd_run::ensure_pool;
@@ -25,6 +26,9 @@ use crate::CliResult;
 ///
 /// The kernel checks permissions (the `default_permissions` mount option). Only the mounting
 /// user can use the mount unless `--allow-other` is given.
+///
+/// The server also listens on POOL.sock, as `tailbound serve` does: `tailbound fs` commands
+/// given POOL work while it is mounted, and the mount sees what they change.
 ///
 /// Examples:
 ///
@@ -52,7 +56,7 @@ pub struct MountArgs {
     /// /etc/fuse.conf).
     #[arg(long)]
     allow_other: bool,
-    /// Threads answering the kernel's requests.
+    /// Threads answering the kernel's requests (default 16).
     #[arg(long)]
     threads: Option<usize>,
     /// Send every write to the pool as it is made, instead of through the kernel's writeback
@@ -183,7 +187,28 @@ fn mount_and_serve(
     ])
     .map_err(|e| fail(&mut ready, format!("signals: {e}")))?;
     let signal_handle = signals.handle();
-    let served = serve(fs.clone(), dir, &options, |unmounter| {
+    // The socket server beside the mount: `tailbound fs` commands and other clients of the pool
+    // go through it, and what they change is dropped from the kernel's caches of the mount.
+    let invalidator = Arc::new(tailbound_fuse::Invalidator::default());
+    let owner = std::fs::metadata(pool).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.uid(), m.gid())
+    });
+    let socket = tailbound::serve::socket_path(pool);
+    let server = owner
+        .and_then(|owner| {
+            Server::start_observed(
+                fs.clone(),
+                &socket,
+                ServerOptions {
+                    allow_other: args.allow_other,
+                    owner: Some(owner),
+                },
+                Some(invalidator.observer()),
+            )
+        })
+        .map_err(|e| fail(&mut ready, format!("{}: {e}", pool.display())))?;
+    let served = serve(fs.clone(), dir, &options, &invalidator, |unmounter| {
         // SIGTERM (and ^C in the foreground) unmounts; the pool is synced below, once the
         // kernel has sent the last request.
         std::thread::spawn(move || {
@@ -197,6 +222,8 @@ fn mount_and_serve(
         }
     });
     signal_handle.close();
+    // Its clients' files close and their locks go before the pool is synced.
+    server.stop();
     if let Err(e) = served {
         let msg = format!("mounting {} on {}: {e}", pool.display(), dir.display());
         return Err(fail(&mut ready, msg).into());
@@ -211,9 +238,10 @@ fn serve(
     fs: Arc<Fs>,
     dir: &Path,
     options: &tailbound_fuse::Options,
+    invalidator: &tailbound_fuse::Invalidator,
     mounted: impl FnOnce(tailbound_fuse::Unmounter),
 ) -> std::io::Result<()> {
-    tailbound_fuse::serve(fs, dir, options, mounted)
+    tailbound_fuse::serve(fs, dir, options, invalidator, mounted)
 }
 
 /// The pool of the tailbound mount at `dir`, from /proc/self/mountinfo.

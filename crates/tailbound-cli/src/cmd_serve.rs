@@ -31,9 +31,8 @@ pub struct ServeArgs {
     /// Open it as a memory pool or a file pool (default: memory in tmpfs, file elsewhere).
     #[arg(long)]
     backend: Option<Backend>,
-    /// Let every local user connect (socket mode 0666). The server does not check file
-    /// permissions for them: every client can read and change the whole tree. Without it only
-    /// the pool file's owner and root can connect.
+    /// Let every local user connect (socket mode 0666); each is held to the kernel's permission
+    /// rules on the tree. Without it only the pool file's owner and root can connect.
     #[arg(long)]
     allow_other: bool,
     /// Stay in the foreground instead of detaching.

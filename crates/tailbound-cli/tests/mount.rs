@@ -559,3 +559,45 @@ fn posix_locks_conflict_between_processes_wait_and_die_with_their_holder() {
     assert_eq!(read_line(&mut waiter), "waited\n");
     waiter.wait().unwrap();
 }
+
+#[test]
+fn fs_commands_work_while_mounted_and_the_mount_sees_what_they_change() {
+    let Some(m) = Mounted::new("socket") else {
+        return;
+    };
+    let pool = m.pool.to_str().unwrap().to_string();
+    let socket = tailbound::serve::socket_path(&m.pool);
+    assert!(socket.exists(), "no socket beside the mount");
+    let fs = |args: &[&str]| {
+        let mut all = vec!["fs", args[0], &pool];
+        all.extend_from_slice(&args[1..]);
+        ok(&format!("tailbound fs {args:?}"), &tailbound(&all))
+    };
+    // The kernel caches the file's pages, size and name, and keeps the file open throughout.
+    std::fs::write(m.path("a.txt"), b"written through the mount\n").unwrap();
+    std::fs::write(m.path("gone.txt"), b"x").unwrap();
+    let held = std::fs::File::open(m.path("a.txt")).unwrap();
+    assert_eq!(
+        std::fs::read(m.path("a.txt")).unwrap(),
+        b"written through the mount\n"
+    );
+    assert!(m.path("gone.txt").exists());
+
+    // Through the socket beside the mount: longer contents, a new directory, a removed name.
+    let host = PoolFile(m.pool.with_extension("host"));
+    let longer = b"written through the socket, and longer than before\n";
+    std::fs::write(&host.0, longer).unwrap();
+    fs(&["put", host.0.to_str().unwrap(), "/a.txt"]);
+    assert_eq!(fs(&["cat", "/a.txt"]).as_bytes(), longer);
+    fs(&["mkdir", "/made"]);
+    fs(&["rm", "/gone.txt"]);
+    assert!(fs(&["info"]).contains("served:"));
+
+    assert_eq!(std::fs::read(m.path("a.txt")).unwrap(), longer);
+    assert_eq!(held.metadata().unwrap().len(), longer.len() as u64);
+    assert!(m.path("made").is_dir());
+    assert!(!m.path("gone.txt").exists());
+    drop(held);
+    let _pool = PoolFile(m.unmount());
+    assert!(!socket.exists(), "the socket outlived the mount");
+}

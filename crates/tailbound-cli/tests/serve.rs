@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tailbound::serve::protocol::LockArgs;
 use tailbound::serve::{socket_path, Client};
 use tailbound::tbfs::locks::{Kind, Space};
-use tailbound::tbfs::OpenFlags;
+use tailbound::tbfs::{OpenFlags, SetAttr};
 
 mod common;
 
@@ -213,10 +213,15 @@ fn worker() {
         return;
     };
     let socket = PathBuf::from(std::env::var("SERVE_SOCKET").unwrap());
+    if kind == "permissions" {
+        permissions_as_nobody(&socket);
+        println!("checked");
+        std::process::exit(0);
+    }
     if kind == "probe" {
         match Client::connect(&socket) {
             Ok(c) => {
-                c.mkdir("/made-by-another-user", 0o755).unwrap();
+                c.mkdir("/open/made-by-another-user", 0o755).unwrap();
                 println!("connected");
             }
             Err(e) => println!("refused: {e}"),
@@ -600,7 +605,6 @@ fn another_user_is_kept_out_unless_allow_other() {
     if !common::require_root("another_user_is_kept_out_unless_allow_other") {
         return;
     }
-    const NOBODY: u32 = 65534;
     let pool = pool("memory");
     // The pool's directory is open to all; only the socket's mode keeps others out.
     use std::os::unix::fs::PermissionsExt;
@@ -621,10 +625,179 @@ fn another_user_is_kept_out_unless_allow_other() {
     assert!(said.contains("refused"), "{said}");
     drop(server);
     let (_server, _out) = pool.serve_with(&["--allow-other"]);
+    let me = Client::connect(&pool.socket()).unwrap();
+    me.mkdir("/open", 0o777).unwrap();
+    me.set_attr(
+        "/open",
+        &SetAttr {
+            mode: Some(0o777),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
     let said = probe(&pool);
     assert!(said.contains("connected"), "{said}");
     // What another user makes is that user's.
-    let me = Client::connect(&pool.socket()).unwrap();
-    let st = me.stat("/made-by-another-user").unwrap();
+    let st = me.stat("/open/made-by-another-user").unwrap();
     assert_eq!((st.uid, st.gid), (NOBODY, NOBODY));
+}
+
+const NOBODY: u32 = 65534;
+
+/// A new pool's root lets everyone search and list it, as a new file system's does.
+fn mode_of_root_is_searchable(me: &Client) {
+    let root = me.stat("/").unwrap();
+    assert_eq!(root.mode & 0o005, 0o005, "root mode {:o}", root.mode);
+}
+
+/// The errno of a call that must fail.
+fn errno_of<T: std::fmt::Debug>(r: tailbound::tbfs::Result<T>) -> i32 {
+    r.expect_err("refused").errno()
+}
+
+/// What user `nobody` may and may not do on the tree [`permissions_follow_the_kernels_rules`]
+/// makes, run in a process of that user.
+fn permissions_as_nobody(socket: &Path) {
+    let c = Client::connect(socket).unwrap();
+    let rw = OpenFlags {
+        write: true,
+        ..OpenFlags::read_only()
+    };
+    // Search permission on every directory of a path, also through a link's target.
+    assert_eq!(errno_of(c.stat("/private/f")), libc::EACCES);
+    assert_eq!(errno_of(c.stat("/pub/to-private")), libc::EACCES);
+    assert_eq!(
+        errno_of(c.open_file("/private/f", OpenFlags::read_only())),
+        libc::EACCES
+    );
+    assert!(c.lstat("/pub/to-private").is_ok());
+    // Others' bits: readable, not writable; the directory is not writable either.
+    let mut buf = [0u8; 8];
+    let f = c.open_file("/pub/ro", OpenFlags::read_only()).unwrap();
+    assert_eq!(f.pread(&mut buf, 0).unwrap(), 4);
+    assert_eq!(errno_of(c.open_file("/pub/ro", rw)), libc::EACCES);
+    assert_eq!(errno_of(c.truncate("/pub/ro", 0)), libc::EACCES);
+    assert_eq!(errno_of(c.unlink("/pub/ro")), libc::EACCES);
+    assert_eq!(errno_of(c.mkdir("/pub/d", 0o755)), libc::EACCES);
+    assert_eq!(errno_of(c.rename("/pub/ro", "/tmp/ro")), libc::EACCES);
+    assert_eq!(errno_of(c.readdir("/private")), libc::EACCES);
+    assert!(c.readdir("/pub").is_ok());
+    // The group's bits apply to a member of the group.
+    assert!(c
+        .open_file("/pub/group-only", OpenFlags::read_only())
+        .is_ok());
+    assert_eq!(
+        errno_of(c.open_file("/pub/owner-only", OpenFlags::read_only())),
+        libc::EACCES
+    );
+    // A sticky directory: others' files may be written but not removed or renamed.
+    assert!(c.open_file("/tmp/roots", rw).is_ok());
+    assert_eq!(errno_of(c.unlink("/tmp/roots")), libc::EPERM);
+    assert_eq!(errno_of(c.rename("/tmp/roots", "/tmp/x")), libc::EPERM);
+    c.open_file("/tmp/mine", OpenFlags::create()).unwrap();
+    c.rename("/tmp/mine", "/tmp/mine2").unwrap();
+    c.unlink("/tmp/mine2").unwrap();
+    // Only the owner changes modes and times, only root owners.
+    assert_eq!(
+        errno_of(c.set_attr(
+            "/tmp/roots",
+            &SetAttr {
+                mode: Some(0o777),
+                ..SetAttr::default()
+            }
+        )),
+        libc::EPERM
+    );
+    c.open_file("/tmp/own", OpenFlags::create()).unwrap();
+    c.set_attr(
+        "/tmp/own",
+        &SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        errno_of(c.set_attr(
+            "/tmp/own",
+            &SetAttr {
+                uid: Some(0),
+                ..SetAttr::default()
+            }
+        )),
+        libc::EPERM
+    );
+    // Snapshots and cleaning are the pool owner's.
+    assert_eq!(errno_of(c.snapshot(Some("mine"))), libc::EPERM);
+}
+
+#[test]
+fn permissions_follow_the_kernels_rules() {
+    if !common::require_root("permissions_follow_the_kernels_rules") {
+        return;
+    }
+    let pool = pool("memory");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        pool.path.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let (_server, _out) = pool.serve_with(&["--allow-other"]);
+    let me = Client::connect(&pool.socket()).unwrap();
+    mode_of_root_is_searchable(&me);
+    let mode = |path: &str, mode: u32| {
+        me.set_attr(
+            path,
+            &SetAttr {
+                mode: Some(mode),
+                ..SetAttr::default()
+            },
+        )
+        .unwrap()
+    };
+    let file = |path: &str, m: u32| {
+        let f = me.open_file(path, OpenFlags::create()).unwrap();
+        f.pwrite(b"data", 0).unwrap();
+        f.close().unwrap();
+        mode(path, m);
+    };
+    me.mkdir("/private", 0o700).unwrap();
+    mode("/private", 0o700);
+    file("/private/f", 0o644);
+    me.mkdir("/pub", 0o755).unwrap();
+    mode("/pub", 0o755);
+    file("/pub/ro", 0o644);
+    file("/pub/group-only", 0o040);
+    file("/pub/owner-only", 0o604);
+    me.set_attr(
+        "/pub/group-only",
+        &SetAttr {
+            gid: Some(NOBODY),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    me.set_attr(
+        "/pub/owner-only",
+        &SetAttr {
+            uid: Some(NOBODY),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    mode("/pub/owner-only", 0o044);
+    me.symlink("/private/f", "/pub/to-private").unwrap();
+    me.mkdir("/tmp", 0o777).unwrap();
+    mode("/tmp", 0o1777);
+    file("/tmp/roots", 0o666);
+
+    let (mut child, mut out) = spawn_worker_as("permissions", &pool.socket(), &[], Some(NOBODY));
+    let mut all = String::new();
+    out.read_to_string(&mut all).unwrap();
+    assert!(child.0.wait().unwrap().success(), "{all}");
+    assert!(all.contains("checked"), "{all}");
+    // Root passes every check.
+    assert!(me.stat("/private/f").is_ok());
+    me.unlink("/tmp/roots").unwrap();
 }

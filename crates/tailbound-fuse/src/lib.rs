@@ -21,10 +21,15 @@ use fuser::{Config, MountOption, SessionACL};
 use tailbound::tbfs::Fs;
 
 mod generations;
+mod invalidate;
 mod ops;
 mod snapshots;
 
+pub use invalidate::Invalidator;
 pub use ops::TbFuse;
+
+/// Request threads unless told otherwise (docs/results/fileserver.md: 2, 4, 8 and 16 compared).
+pub const DEFAULT_THREADS: usize = 16;
 
 /// How a pool is mounted.
 #[derive(Debug, Clone)]
@@ -34,7 +39,9 @@ pub struct Options {
     /// Let every user use the mount (`allow_other`; a user other than root needs
     /// `user_allow_other` in /etc/fuse.conf). Otherwise only the mounting user can.
     pub allow_other: bool,
-    /// Threads reading the kernel's requests.
+    /// Threads reading the kernel's requests. More than there are cores: each request is
+    /// short, but a client waits for its answer, and with as many threads as cores requests
+    /// queue behind each other while the threads wait to be scheduled.
     pub threads: usize,
     /// Let the kernel buffer writes in its page cache and send them in large requests.
     pub writeback_cache: bool,
@@ -49,9 +56,7 @@ impl Default for Options {
         Options {
             source: "tailbound".to_string(),
             allow_other: false,
-            threads: std::thread::available_parallelism()
-                .map(|n| n.get().clamp(2, 8))
-                .unwrap_or(2),
+            threads: DEFAULT_THREADS,
             writeback_cache: true,
             max_write: 1 << 20,
             ttl: Duration::from_secs(1),
@@ -72,11 +77,13 @@ impl Unmounter {
 
 /// Mounts `fs` on `dir` and serves it until `dir` is unmounted (`umount`, `fusermount3 -u`,
 /// or [`Unmounter::unmount`]). `mounted` is called once the kernel has the mount, with a way to
-/// end it. The pool is left open: sync or close it after this returns.
+/// end it. `invalidator`, once mounted, drops from the kernel's caches what other front ends of
+/// the pool change. The pool is left open: sync or close it after this returns.
 pub fn serve(
     fs: Arc<Fs>,
     dir: &Path,
     options: &Options,
+    invalidator: &Invalidator,
     mounted: impl FnOnce(Unmounter),
 ) -> io::Result<()> {
     let mut config = Config::default();
@@ -97,6 +104,7 @@ pub fn serve(
     config.clone_fd = true;
     let fuse = TbFuse::new(fs, options);
     let mut session = fuser::Session::new(fuse, dir, &config)?;
+    invalidator.attach(session.notifier());
     mounted(Unmounter(Arc::new(Mutex::new(session.unmount_callable()))));
     session.run()
 }

@@ -7,6 +7,8 @@
 //! - `server`: the socket, the accept loop, stopping ([`Server::start`], [`ServerHandle`]).
 //! - `session`: one client's open files, views and locks; released when the client goes.
 //! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server.
+//! - `access`: permission checks by the kernel's rules, for clients other than root.
+//! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
 //!
 //! Every request is applied to the shared [`Fs`](crate::tbfs::Fs) before it is answered, so a
 //! client sees every other client's writes, synced or not, as processes do through the kernel's
@@ -15,8 +17,10 @@
 
 use std::path::{Path, PathBuf};
 
+mod access;
 mod client;
 mod codec;
+mod observe;
 pub mod protocol;
 mod protocol_fields;
 mod protocol_replies;
@@ -25,6 +29,7 @@ mod session;
 
 pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};
+pub use observe::{Change, Observer};
 pub use server::{Server, ServerHandle, ServerOptions};
 
 /// The socket a pool's server listens on: the pool's path with `.sock` added.

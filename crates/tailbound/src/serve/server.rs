@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use super::observe::Observer;
 use crate::sys::sock::{peer_cred, PeerCred};
 use crate::tbfs::Fs;
 
@@ -44,6 +45,10 @@ pub(super) struct Shared {
     /// The server's effective user and group: files a client of another user creates are
     /// given to that user.
     pub server_ids: (u32, u32),
+    /// The pool's owner: who besides root may take snapshots and clean.
+    pub owner_uid: u32,
+    /// Told of every change a session makes (a FUSE mount of the same pool drops its caches).
+    pub observer: Option<Observer>,
 }
 
 impl Shared {
@@ -80,6 +85,16 @@ impl Server {
     /// Refuses (`AddrInUse`) when a server already answers on `socket`; a socket file left by
     /// a server that died is replaced.
     pub fn start(fs: Arc<Fs>, socket: &Path, opts: ServerOptions) -> io::Result<ServerHandle> {
+        Server::start_observed(fs, socket, opts, None)
+    }
+
+    /// [`Server::start`], with `observer` told of every change a client makes, once made.
+    pub fn start_observed(
+        fs: Arc<Fs>,
+        socket: &Path,
+        opts: ServerOptions,
+        observer: Option<Observer>,
+    ) -> io::Result<ServerHandle> {
         if let Ok(meta) = std::fs::symlink_metadata(socket) {
             if !meta.file_type().is_socket() {
                 return Err(io::Error::new(
@@ -106,6 +121,8 @@ impl Server {
             threads: Mutex::new(Vec::new()),
             allowed_uid: (!opts.allow_other).then(|| opts.owner.map_or(server_ids.0, |o| o.0)),
             server_ids,
+            owner_uid: opts.owner.map_or(server_ids.0, |o| o.0),
+            observer,
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;

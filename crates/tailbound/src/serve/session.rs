@@ -9,7 +9,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
+use super::access::{Who, EXEC, READ, WRITE};
 use super::codec::{read_frame, IO_MAX};
+use super::observe::{self, Change};
 use super::protocol::{LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
 use super::server::Shared;
 use crate::dev::BLOCK_SIZE;
@@ -25,6 +27,8 @@ struct Session<'a> {
     fs: &'a Fs,
     id: u64,
     cred: PeerCred,
+    /// The client's user and groups, for permission checks.
+    who: Who,
     /// The session's socket, watched for a hang-up while a request waits for a lock.
     watch: UnixStream,
     files: HashMap<u64, File>,
@@ -42,6 +46,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
         fs: &shared.fs,
         id,
         cred,
+        who: Who::of_process(cred.pid, cred.uid, cred.gid),
         watch,
         files: HashMap::new(),
         views: HashMap::new(),
@@ -142,13 +147,126 @@ impl Session<'_> {
         }
     }
 
+    /// Checks that the client may make `req`, by the kernel's rules (root may do anything).
+    fn allow(&self, req: &Request) -> Result<()> {
+        use Request as R;
+        let (fs, who) = (self.fs, &self.who);
+        let owner = |path: &str| -> Result<_> {
+            who.walk(fs, path, false)?
+                .last
+                .ok_or_else(|| Error::NotFound(path.to_string()))
+        };
+        match req {
+            R::Open { path, flags } => {
+                let w = who.walk(fs, path, true)?;
+                match &w.last {
+                    Some(_) if flags.create && flags.exclusive => {}
+                    Some(st) => {
+                        let want = if flags.read { READ } else { 0 }
+                            | if flags.write || flags.truncate {
+                                WRITE
+                            } else {
+                                0
+                            };
+                        who.check(st, want, path)?;
+                    }
+                    None if flags.create => who.check(&w.dir, WRITE | EXEC, path)?,
+                    None => {}
+                }
+            }
+            R::Stat { path, follow } => {
+                who.walk(fs, path, *follow)?;
+            }
+            R::Readlink { path } => {
+                who.walk(fs, path, false)?;
+            }
+            R::SetAttr { path, attr, follow } => {
+                let st = who
+                    .walk(fs, path, *follow)?
+                    .last
+                    .ok_or_else(|| Error::NotFound(path.clone()))?;
+                who.may_set_attr(&st, attr, path)?;
+            }
+            R::Mkdir { path, .. } | R::Symlink { path, .. } => {
+                who.check(&who.walk(fs, path, false)?.dir, WRITE | EXEC, path)?;
+            }
+            R::Rmdir { path } | R::Unlink { path } => {
+                let w = who.walk(fs, path, false)?;
+                if let Some(victim) = &w.last {
+                    who.may_unlink(&w.dir, victim, path)?;
+                }
+            }
+            R::Rename { from, to } => {
+                let wf = who.walk(fs, from, false)?;
+                let moved = owner(from)?;
+                who.may_unlink(&wf.dir, &moved, from)?;
+                let wt = who.walk(fs, to, false)?;
+                who.check(&wt.dir, WRITE | EXEC, to)?;
+                if let Some(replaced) = &wt.last {
+                    who.may_unlink(&wt.dir, replaced, to)?;
+                }
+                // A directory that changes parent has its `..` rewritten.
+                if moved.kind == crate::tbfs::FileKind::Dir && wf.dir.ino != wt.dir.ino {
+                    who.check(&moved, WRITE, from)?;
+                }
+            }
+            R::Link { existing, new } => {
+                owner(existing)?;
+                who.check(&who.walk(fs, new, false)?.dir, WRITE | EXEC, new)?;
+            }
+            R::Truncate { path, .. } => {
+                let st = who
+                    .walk(fs, path, true)?
+                    .last
+                    .ok_or_else(|| Error::NotFound(path.clone()))?;
+                who.check(&st, WRITE, path)?;
+            }
+            R::Readdir { path, .. } => {
+                let st = who
+                    .walk(fs, path, true)?
+                    .last
+                    .ok_or_else(|| Error::NotFound(path.clone()))?;
+                who.check(&st, READ, path)?;
+            }
+            R::ViewStat { view, path } => {
+                who.walk(self.view(*view)?, path, true)?;
+            }
+            R::ViewReaddir { view, path, .. } | R::ViewRead { view, path, .. } => {
+                let st = who
+                    .walk(self.view(*view)?, path, true)?
+                    .last
+                    .ok_or_else(|| Error::NotFound(path.clone()))?;
+                who.check(&st, READ, path)?;
+            }
+            // The pool's retention and cleaning are its owner's to change.
+            R::Snapshot { .. } | R::SetSnapshot { .. } | R::Gc { .. }
+                if self.cred.uid != self.shared.owner_uid =>
+            {
+                return Err(Error::NotPermitted(
+                    "snapshots and cleaning: only the pool's owner and root".into(),
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn serve(&mut self, req: Request) -> Result<Reply> {
         use Request as R;
+        if !self.who.is_root() {
+            self.allow(&req)?;
+        }
         let fs = self.fs;
         Ok(match req {
             R::Hello { .. } => return Err(Error::Invalid("hello twice".into())),
             R::Open { path, flags } => {
                 let file = self.open(&path, flags)?;
+                if flags.create {
+                    self.name_changed(&path);
+                }
+                if flags.truncate {
+                    self.changed(&Change::Inode { ino: file.ino() });
+                }
                 let handle = self.next_handle;
                 self.next_handle += 1;
                 let ino = file.ino();
@@ -178,8 +296,26 @@ impl Session<'_> {
                 handle,
                 offset,
                 data,
-            } => Reply::Number(self.file(handle)?.pwrite(&data, offset)? as u64),
-            R::Append { handle, data } => Reply::Number(self.file(handle)?.append(&data)?),
+            } => {
+                let file = self.file(handle)?;
+                let n = file.pwrite(&data, offset)?;
+                self.changed(&Change::Written {
+                    ino: file.ino(),
+                    offset,
+                    data: &data[..n.min(data.len())],
+                });
+                Reply::Number(n as u64)
+            }
+            R::Append { handle, data } => {
+                let file = self.file(handle)?;
+                let offset = file.append(&data)?;
+                self.changed(&Change::Written {
+                    ino: file.ino(),
+                    offset,
+                    data: &data,
+                });
+                Reply::Number(offset)
+            }
             R::Fsync { handle } => {
                 self.file(handle)?.fsync()?;
                 Reply::Done
@@ -189,7 +325,9 @@ impl Session<'_> {
                 Reply::Done
             }
             R::SetLen { handle, len } => {
-                self.file(handle)?.set_len(len)?;
+                let file = self.file(handle)?;
+                file.set_len(len)?;
+                self.changed(&Change::Inode { ino: file.ino() });
                 Reply::Done
             }
             R::Allocate {
@@ -197,7 +335,9 @@ impl Session<'_> {
                 offset,
                 len,
             } => {
-                self.file(handle)?.allocate(offset, len)?;
+                let file = self.file(handle)?;
+                file.allocate(offset, len)?;
+                self.changed(&Change::Inode { ino: file.ino() });
                 Reply::Done
             }
             R::Fstat { handle } => Reply::Stat(self.file(handle)?.stat()?),
@@ -250,6 +390,7 @@ impl Session<'_> {
                 } else {
                     fs.lset_attr(&path, &attr)?;
                 }
+                self.inode_changed(&path, follow);
                 Reply::Done
             }
             R::Mkdir { path, mode } => {
@@ -257,22 +398,33 @@ impl Session<'_> {
                 if let Some(owner) = self.other_user() {
                     fs.lset_attr(&path, &owner)?;
                 }
+                self.name_changed(&path);
                 Reply::Done
             }
             R::Rmdir { path } => {
                 fs.rmdir(&path)?;
+                self.name_changed(&path);
                 Reply::Done
             }
             R::Unlink { path } => {
+                let gone = self.ino_before(&path);
                 fs.unlink(&path)?;
+                self.name_changed(&path);
+                self.inode_gone(gone);
                 Reply::Done
             }
             R::Rename { from, to } => {
+                let replaced = self.ino_before(&to);
                 fs.rename(&from, &to)?;
+                self.name_changed(&from);
+                self.name_changed(&to);
+                self.inode_gone(replaced);
                 Reply::Done
             }
             R::Link { existing, new } => {
                 fs.link(&existing, &new)?;
+                self.name_changed(&new);
+                self.inode_changed(&existing, false);
                 Reply::Done
             }
             R::Symlink { target, path } => {
@@ -280,11 +432,13 @@ impl Session<'_> {
                 if let Some(owner) = self.other_user() {
                     fs.lset_attr(&path, &owner)?;
                 }
+                self.name_changed(&path);
                 Reply::Done
             }
             R::Readlink { path } => Reply::Text(fs.readlink(&path)?),
             R::Truncate { path, len } => {
                 fs.truncate(&path, len)?;
+                self.inode_changed(&path, true);
                 Reply::Done
             }
             R::Readdir { path, after } => entries_page(fs.readdir(&path)?, after.as_deref()),
@@ -367,6 +521,38 @@ impl Session<'_> {
         done.store(true, AtomicOrdering::Release);
         let _ = watcher.join();
         got.map_err(lock_error)
+    }
+
+    /// Tells the server's observer, if it has one, of a change made.
+    fn changed(&self, change: &Change<'_>) {
+        if let Some(o) = &self.shared.observer {
+            o(change);
+        }
+    }
+
+    fn name_changed(&self, path: &str) {
+        if let Some(o) = &self.shared.observer {
+            observe::name_changed(self.fs, o, path);
+        }
+    }
+
+    fn inode_changed(&self, path: &str, follow: bool) {
+        if let Some(o) = &self.shared.observer {
+            observe::inode_changed(self.fs, o, path, follow);
+        }
+    }
+
+    /// The inode a name that is about to go names, when an observer will want it.
+    fn ino_before(&self, path: &str) -> Option<u64> {
+        self.shared.observer.as_ref()?;
+        self.fs.lstat(path).ok().map(|st| st.ino)
+    }
+
+    /// An inode lost a name (its link count changed).
+    fn inode_gone(&self, ino: Option<u64>) {
+        if let Some(ino) = ino {
+            self.changed(&Change::Inode { ino });
+        }
     }
 
     fn info(&self) -> Result<PoolInfo> {
