@@ -1,5 +1,5 @@
 //! Directory streams (`opendir`, `readdir`, `scandir`...) and `getdents64`. A `DIR` of a library
-//! directory is this module's own [`LibDir`], told from glibc's by a registry of the pointers it
+//! directory is this module's own `LibDir`, told from glibc's by a registry of the pointers it
 //! handed out.
 
 use std::collections::HashSet;

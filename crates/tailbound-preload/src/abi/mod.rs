@@ -2,7 +2,7 @@
 //! Rust values, asks [`crate::vfs`] whether the path or descriptor is a library one, and either
 //! serves it there or calls the real libc function ([`crate::real`]).
 //!
-//! Every exported symbol is made by [`hooks!`], which owns what all of them share:
+//! Every exported symbol is made by `hooks!`, which owns what all of them share:
 //!
 //! - `#[no_mangle] pub unsafe extern "C"`, with the contract of the libc function of the same name;
 //! - the panic boundary ([`base::boundary`]): a panic fails the call with the function's error
