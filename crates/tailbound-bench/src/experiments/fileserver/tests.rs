@@ -1,0 +1,168 @@
+use super::*;
+
+fn tiny() -> FileserverBench {
+    FileserverBench {
+        threads: vec![4],
+        mean_sizes: vec![16 << 10],
+        duration: Duration::from_millis(200),
+        files: Some(100),
+        systems: vec![System::Tmpfs, System::TbfsNative, System::TbfsShim],
+        repeats: 3,
+        pool_bytes_override: Some(256 << 20),
+        ..FileserverBench::paper()
+    }
+}
+
+#[test]
+fn a_run_reports_medians_and_names_what_could_not_run() {
+    if !Path::new(SHM_DIR).is_dir() {
+        eprintln!("skipped: no {SHM_DIR}");
+        return;
+    }
+    // Its own directory on tmpfs, so "nothing left" is about this run alone.
+    let shm = tempfile::tempdir_in(SHM_DIR).unwrap();
+    let bench = FileserverBench {
+        shm_dir: shm.path().to_path_buf(),
+        ..tiny()
+    };
+    let mut heard = 0;
+    let report = bench.run(|_, _| heard += 1).unwrap();
+    assert_eq!(heard, 6, "two systems, three runs each");
+    assert_eq!(report.cases.len(), 2);
+    for c in &report.cases {
+        assert_eq!(c.runs_ops_per_s.len(), 3);
+        let mut sorted = c.runs_ops_per_s.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(c.ops_per_s, sorted[1], "the median run");
+        assert!(c.ops_per_s > 0.0 && c.mb_per_s > 0.0);
+        assert_eq!(
+            (c.workload, c.threads, c.mean_file_kib),
+            ("fileserver", 4, 16)
+        );
+    }
+    assert_eq!(report.unavailable.len(), 1);
+    assert_eq!(report.unavailable[0].system, "tbfs-shim");
+    // The targets name the missing shim and are not met.
+    assert_eq!(report.targets.len(), 4);
+    assert!(report.targets.iter().all(|t| !t.met));
+    assert!(report.targets[0].measured.contains("tbfs-shim unavailable"));
+    let md = report.to_markdown();
+    assert!(md.contains("tbfs-native/tmpfs"), "{md}");
+    assert!(md.contains("createfile1"));
+    // Nothing is left in its directory.
+    let left: Vec<_> = std::fs::read_dir(shm.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn targets_compare_the_shim_with_the_baselines_of_the_same_run() {
+    let run = |ops: f64, user: f64, sys: f64| RunResult {
+        workload: Workload::Fileserver,
+        threads: 20,
+        files: 10,
+        mean_file_kib: 128,
+        elapsed_s: 1.0,
+        setup_s: 0.0,
+        mkfs_s: 0.0,
+        ops: ops as u64,
+        ops_per_s: ops,
+        bytes: 0,
+        mb_per_s: 0.0,
+        user_cpu_s: user,
+        sys_cpu_s: sys,
+        cpus: 2,
+        user_cpu_pct: 50.0 * user,
+        sys_cpu_pct: 50.0 * sys,
+        flowops: Vec::new(),
+        engine: None,
+    };
+    let cases = vec![
+        CaseRow::from_runs(System::XfsRam, vec![run(1000.0, 0.2, 1.6)]),
+        CaseRow::from_runs(System::Tmpfs, vec![run(1500.0, 0.3, 1.5)]),
+        CaseRow::from_runs(System::TbfsShim, vec![run(1800.0, 1.9, 0.1)]),
+    ];
+    let t = targets(&cases, &[]);
+    assert!(t[0].met, "{:?}", t[0]);
+    assert!(t[0].measured.starts_with("1.80x"));
+    assert!(!t[1].met, "1.2x tmpfs is short of 1.3x");
+    assert!(t[2].met, "95 % user");
+    assert!(t[3].measured.contains("tbfs-fuse not run"), "{:?}", t[3]);
+    let mut with_fuse = cases.clone();
+    with_fuse.push(CaseRow::from_runs(
+        System::Ext4Ram,
+        vec![run(1000.0, 0.2, 1.6)],
+    ));
+    with_fuse.push(CaseRow::from_runs(
+        System::TbfsFuse,
+        vec![run(800.0, 0.5, 1.0)],
+    ));
+    let t = targets(&with_fuse, &[]);
+    assert!(t[3].met && t[3].measured.starts_with("0.80x"), "{:?}", t[3]);
+    with_fuse.last_mut().unwrap().ops_per_s = 600.0;
+    assert!(!targets(&with_fuse, &[])[3].met, "0.6x is short of 0.7x");
+    let t = targets(&cases[..2], &[]);
+    assert!(t.iter().all(|t| !t.met));
+    assert!(t[0].measured.contains("not run"));
+}
+
+#[test]
+fn the_child_prints_one_json_line_the_parent_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Params {
+        files: 50,
+        threads: 2,
+        mean_file_bytes: 4 << 10,
+        duration: Duration::from_millis(100),
+        // Two loops per thread, however slow the machine: a run ended by the clock could
+        // finish no operation on a loaded one.
+        loops_max: Some(2),
+        ..Params::fileserver()
+    };
+    let mut out = Vec::new();
+    run_child(&dir.path().join("mnt"), &p, &mut out).unwrap();
+    let mut noisy = b"some other line\n".to_vec();
+    noisy.extend_from_slice(&out);
+    let r = parse_child_output(&noisy).unwrap();
+    assert_eq!((r.threads, r.files, r.mean_file_kib), (2, 50, 4));
+    assert!(r.ops > 0);
+    assert!(parse_child_output(b"").is_err());
+    assert!(parse_child_output(b"{not json").is_err());
+    // The arguments name everything the child needs.
+    let args = child_args(Path::new("/m"), &p);
+    assert_eq!(args[..2], ["--dir", "/m"]);
+    assert!(args.windows(2).any(|w| w == ["--duration", "100ms"]));
+}
+
+#[test]
+fn bad_parameters_are_refused() {
+    for bench in [
+        FileserverBench {
+            threads: vec![],
+            ..tiny()
+        },
+        FileserverBench {
+            threads: vec![0],
+            ..tiny()
+        },
+        FileserverBench {
+            repeats: 0,
+            ..tiny()
+        },
+        FileserverBench {
+            systems: vec![],
+            ..tiny()
+        },
+        FileserverBench {
+            duration: Duration::ZERO,
+            ..tiny()
+        },
+        FileserverBench {
+            files: Some(0),
+            ..tiny()
+        },
+    ] {
+        assert!(matches!(bench.validate(), Err(FileserverError::Invalid(_))));
+    }
+    assert_eq!(System::parse("XFS-RAM"), Some(System::XfsRam));
+    assert_eq!(System::parse("xfs"), None);
+}
