@@ -8,9 +8,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::engine::{kind_in, now_ns, parent_links, Inner, InodeCell, Meta, ROOT_INO};
 use super::format::NAME_MAX;
 use super::{DirEntry, Error, File, FileKind, Fs, OpenFlags, Result, SetAttr, Snapshot, Stat};
+use crate::tbfs::inode::{now_ns, InodeCell, ROOT_INO};
+use crate::tbfs::namespace::{kind_in, parent_links};
+use crate::tbfs::state::{Inner, Meta};
 
 /// The root directory's inode number.
 pub const ROOT: u64 = ROOT_INO;
@@ -500,7 +502,7 @@ impl Fs {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
         self.inner.dir_of(&m, ino)?;
-        Ok(super::engine::dir_entries(&m.dirs[&ino], |i| {
+        Ok(crate::tbfs::namespace::dir_entries(&m.dirs[&ino], |i| {
             kind_in(&m, i)
         }))
     }
@@ -591,7 +593,7 @@ impl Snapshot {
     pub fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
         self.inner.check_usable()?;
         match self.tree.dirs.get(&ino) {
-            Some(entries) => Ok(super::engine::dir_entries(entries, |i| {
+            Some(entries) => Ok(crate::tbfs::namespace::dir_entries(entries, |i| {
                 kind_in(&self.tree, i)
             })),
             None => {

@@ -17,28 +17,35 @@ use std::time::Duration;
 
 use crate::dev::Device;
 
+mod blocks;
+mod buffer;
 pub mod by_ino;
-mod cleaner;
-#[cfg(test)]
-mod cleaner_sim;
+mod checkpoint;
 mod commit;
 mod copies;
 mod debt;
 mod dense;
-pub mod engine;
 pub mod format;
+mod fs;
 pub mod fsck;
+mod inode;
 pub mod lifecycle;
+mod limits;
 pub mod locks;
+mod log;
 mod map;
 mod names;
+mod namespace;
 mod poison;
 pub mod recovery;
+mod retention;
 mod space;
+mod state;
 
 pub use by_ino::RenameMode;
-pub use engine::{File, Fs};
+pub use fs::{File, Fs};
 pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
+pub use limits::FILE_BYTES_MAX;
 
 /// When a synchronous write (fsync, fdatasync, O_SYNC, O_DSYNC) writes a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

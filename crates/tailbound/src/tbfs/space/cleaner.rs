@@ -18,11 +18,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
 
-use super::engine::{now_ns, DirtyBlock, Inner, Meta, Section};
-use super::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
-use super::lifecycle::GcReport;
-use super::map::BlockMap;
-use super::{Error, FileKind, Result};
+use crate::tbfs::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
+use crate::tbfs::inode::{now_ns, DirtyBlock};
+use crate::tbfs::lifecycle::GcReport;
+use crate::tbfs::map::BlockMap;
+use crate::tbfs::state::{Inner, Meta, Section};
+use crate::tbfs::{Error, FileKind, Result};
 
 /// Segments that would give back less than this fraction of themselves are not cleaned.
 pub const MIN_RECLAIMABLE: f64 = 0.02;
@@ -630,7 +631,7 @@ impl Inner {
             self.log_open(m, format::FLAG_BEGIN | format::FLAG_DATA_ONLY);
             *open = true;
         }
-        let copy = super::engine::shared_copy(data);
+        let copy = crate::tbfs::blocks::shared_copy(data);
         let addr = self.log_add_shared(m, DescKind::Data, ino, 0, index, copy.clone(), None)?;
         self.copies.note(addr, m.writer.seq, copy);
         st.map.set(index, addr);
@@ -681,7 +682,7 @@ impl Inner {
                     );
                     let gen = st.next_gen;
                     st.next_gen += 1;
-                    let data = super::engine::shared_copy(data);
+                    let data = crate::tbfs::blocks::shared_copy(data);
                     st.dirty.insert(index, DirtyBlock::new(gen, data));
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
@@ -851,7 +852,7 @@ impl Inner {
     /// writer that needs `meta` waits for memory work, not for the cleaner's device I/O.
     ///
     /// In a memory pool the pass's victims are cleaned one per hold of `meta`, handing it to the
-    /// threads waiting for it between them ([`super::engine::MetaGuard::unlock_fair_and_write`]):
+    /// threads waiting for it between them ([`crate::tbfs::state::MetaGuard::unlock_fair_and_write`]):
     /// a pass of [`BACKGROUND_VICTIMS`] in one hold kept every create and delete waiting 3 to
     /// 10 ms.
     pub(crate) fn background_clean(&self) -> Result<()> {
