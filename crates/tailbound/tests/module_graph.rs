@@ -1,0 +1,689 @@
+//! The import graph between the files of each workspace crate has no cycle outside a shrinking
+//! list of known ones.
+//!
+//! A file depends on another when it names an item the other defines: through a `use`, or a path
+//! that starts with `crate::`, `super::` or `self::`. Names re-exported by a `use` are followed to
+//! the file that defines them, and the `pub use` lines of a facade (`lib.rs`, `mod.rs`) are not
+//! dependencies of their own. Code under `#[cfg(test)]` and test-only files are left out: tests may
+//! reach anywhere.
+//!
+//! [`KNOWN`] lists today's cycles, one line each: a cycle that is not on it fails the test, and so
+//! does a line whose cycle is gone (delete the line). The list only shrinks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Known cycles: a crate's directory under `crates/`, then the files of one strongly connected
+/// component, relative to its `src/`, sorted and joined by spaces.
+const KNOWN: &[&str] = &[
+    "tailbound-cli: cmd_fs.rs cmd_fs_inspect.rs",
+    "tailbound-preload: catchall.rs hooks.rs real.rs vfs.rs",
+    "tailbound: serve/protocol.rs serve/protocol_fields.rs serve/protocol_replies.rs",
+    "tailbound: serve/server.rs serve/session.rs",
+    "tailbound: tbfs/by_ino.rs tbfs/cleaner.rs tbfs/engine.rs tbfs/lifecycle.rs tbfs/names.rs tbfs/recovery.rs",
+];
+
+#[test]
+fn no_import_cycle_outside_the_known_list() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = BTreeMap::new();
+    let mut names: Vec<_> = fs::read_dir(&crates)
+        .expect("crates/")
+        .map(|e| e.expect("crates/ entry").path())
+        .filter(|p| p.join("src").is_dir())
+        .collect();
+    names.sort();
+    assert!(
+        names.len() >= 4,
+        "expected the workspace's crates under {crates:?}"
+    );
+    for dir in names {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let graph = Graph::of_crate(&dir.join("src"));
+        for scc in graph.cycles() {
+            let line = format!("{name}: {}", scc.join(" "));
+            found.insert(line, graph.witness(&scc));
+        }
+    }
+    let known: BTreeSet<String> = KNOWN.iter().map(|s| s.to_string()).collect();
+    let mut report = String::new();
+    for (line, witness) in &found {
+        if !known.contains(line) {
+            report.push_str(&format!("new cycle: {line}\n{witness}\n"));
+        }
+    }
+    for line in &known {
+        if !found.contains_key(line) {
+            report.push_str(&format!("gone (delete it from KNOWN): {line}\n"));
+        }
+    }
+    assert!(report.is_empty(), "{report}");
+}
+
+#[test]
+fn the_scanner_sees_a_cycle_and_follows_reexports() {
+    let dir = std::env::temp_dir().join(format!("tb-modgraph-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("p")).unwrap();
+    let write = |rel: &str, text: &str| fs::write(dir.join(rel), text).unwrap();
+    write(
+        "lib.rs",
+        "mod a;\nmod p;\npub use p::Q;\n#[cfg(test)]\nmod t;\n",
+    );
+    write("a.rs", "use crate::p::{Q, r::R as Rr};\npub struct A;\n");
+    write(
+        "p/mod.rs",
+        "mod q;\nmod r;\npub use q::Q;\npub struct Own;\n",
+    );
+    write("p/q.rs", "pub struct Q(crate::a::A);\n");
+    write("p/r.rs", "use super::Own;\n// crate::a::A in a comment\nlet s = \"crate::a::A\";\npub struct R;\n#[cfg(test)]\nmod tests { use crate::a::A; }\n");
+    write("t.rs", "use crate::a::A;\n");
+    let g = Graph::of_crate(&dir);
+    let cycles = g.cycles();
+    let _ = fs::remove_dir_all(&dir);
+    // a -> p/q.rs (Q followed through p's re-export) -> a, and a -> p/r.rs -> p/mod.rs only.
+    assert_eq!(cycles, vec![vec!["a.rs".to_string(), "p/q.rs".to_string()]]);
+    assert!(g.edges["p/r.rs"].contains_key("p/mod.rs"));
+    assert!(
+        !g.edges["p/r.rs"].contains_key("a.rs"),
+        "comments, strings and cfg(test) are skipped"
+    );
+    assert!(
+        !g.files.contains_key("t.rs"),
+        "test-only files are left out"
+    );
+}
+
+struct File {
+    module: Vec<String>,
+    /// Items defined here: structs, functions, traits and the like, and child modules.
+    defines: BTreeSet<String>,
+    /// Names bound by `use`: the name and the absolute path it stands for.
+    binds: Vec<(String, Vec<String>)>,
+    /// Every path this file names, absolute, with the line it is on and whether it is a facade's
+    /// re-export.
+    paths: Vec<(Vec<String>, usize, bool)>,
+    /// Child modules declared under `#[cfg(test)]`.
+    test_children: BTreeSet<String>,
+}
+
+struct Graph {
+    files: BTreeMap<String, File>,
+    by_module: BTreeMap<Vec<String>, String>,
+    /// file -> file it depends on -> (line, path) of the first reference.
+    edges: BTreeMap<String, BTreeMap<String, (usize, String)>>,
+}
+
+impl Graph {
+    fn of_crate(src: &Path) -> Graph {
+        let mut all = Vec::new();
+        walk(src, &mut all);
+        let mut files = BTreeMap::new();
+        for path in all {
+            let rel = path
+                .strip_prefix(src)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let module = module_of(&rel);
+            let root = rel == "lib.rs" || rel == "main.rs" || rel.ends_with("/mod.rs");
+            let text = fs::read_to_string(&path).unwrap();
+            files.insert(rel, parse(&text, module, root));
+        }
+        // Leave out files that only tests declare, and everything under them.
+        let mut test_modules: Vec<Vec<String>> = Vec::new();
+        for f in files.values() {
+            for c in &f.test_children {
+                let mut m = f.module.clone();
+                m.push(c.clone());
+                test_modules.push(m);
+            }
+        }
+        files.retain(|_, f| !test_modules.iter().any(|t| f.module.starts_with(t)));
+        let by_module = files
+            .iter()
+            .map(|(k, f)| (f.module.clone(), k.clone()))
+            .collect();
+        let mut g = Graph {
+            files,
+            by_module,
+            edges: BTreeMap::new(),
+        };
+        let mut edges = BTreeMap::new();
+        for (name, f) in &g.files {
+            let mut out: BTreeMap<String, (usize, String)> = BTreeMap::new();
+            for (path, line, facade_reexport) in &f.paths {
+                if *facade_reexport {
+                    continue;
+                }
+                if let Some(target) = g.resolve(path, 0) {
+                    if &target != name {
+                        out.entry(target).or_insert((*line, path.join("::")));
+                    }
+                }
+            }
+            edges.insert(name.clone(), out);
+        }
+        g.edges = edges;
+        g
+    }
+
+    /// The file that defines what an absolute path names.
+    fn resolve(&self, path: &[String], depth: usize) -> Option<String> {
+        // The longest prefix that is a module of this crate.
+        let mut n = path.len();
+        while n > 0 && !self.by_module.contains_key(&path[..n]) {
+            n -= 1;
+        }
+        if n == 0 && !self.by_module.contains_key(&path[..0]) {
+            return None;
+        }
+        let file = self.by_module.get(&path[..n])?;
+        let Some(item) = path.get(n) else {
+            return Some(file.clone());
+        };
+        let f = &self.files[file];
+        if depth < 8 && !f.defines.contains(item) {
+            if let Some((_, target)) = f.binds.iter().find(|(b, _)| b == item) {
+                let mut next = target.clone();
+                next.extend(path[n + 1..].iter().cloned());
+                if let Some(t) = self.resolve(&next, depth + 1) {
+                    return Some(t);
+                }
+            }
+        }
+        Some(file.clone())
+    }
+
+    /// Strongly connected components of more than one file, each sorted.
+    fn cycles(&self) -> Vec<Vec<String>> {
+        let names: Vec<&String> = self.files.keys().collect();
+        let index: BTreeMap<&String, usize> =
+            names.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+        let adj: Vec<Vec<usize>> = names
+            .iter()
+            .map(|n| self.edges[*n].keys().map(|t| index[t]).collect())
+            .collect();
+        let mut out: Vec<Vec<String>> = tarjan(&adj)
+            .into_iter()
+            .filter(|c| c.len() > 1)
+            .map(|c| {
+                let mut v: Vec<String> = c.iter().map(|&i| names[i].clone()).collect();
+                v.sort();
+                v
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The edges inside one component, each with the line and path that makes it.
+    fn witness(&self, scc: &[String]) -> String {
+        let mut s = String::new();
+        for from in scc {
+            for (to, (line, path)) in &self.edges[from] {
+                if scc.contains(to) {
+                    s.push_str(&format!("  {from}:{line} -> {to} ({path})\n"));
+                }
+            }
+        }
+        s
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            walk(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+fn module_of(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(String::from)
+        .collect();
+    let last = parts.last().cloned().unwrap_or_default();
+    if last == "mod" || (parts.len() == 1 && (last == "lib" || last == "main")) {
+        parts.pop();
+    }
+    parts
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    Punct(char),
+    PathSep,
+}
+
+/// Rust source to tokens with their line, without comments, literals or lifetimes.
+fn lex(text: &str) -> Vec<(Tok, usize)> {
+    let b: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    let skip_string = |i: &mut usize, line: &mut usize| {
+        // At the opening quote of a plain string.
+        *i += 1;
+        while *i < b.len() && b[*i] != '"' {
+            if b[*i] == '\\' {
+                *i += 1;
+            }
+            if *i < b.len() && b[*i] == '\n' {
+                *line += 1;
+            }
+            *i += 1;
+        }
+        *i += 1;
+    };
+    while i < b.len() {
+        let c = b[i];
+        if c == '\n' {
+            line += 1;
+            i += 1;
+        } else if c.is_whitespace() {
+            i += 1;
+        } else if c == '/' && b.get(i + 1) == Some(&'/') {
+            while i < b.len() && b[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && b.get(i + 1) == Some(&'*') {
+            let mut depth = 0;
+            while i < b.len() {
+                if b[i] == '/' && b.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if b[i] == '*' && b.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    if b[i] == '\n' {
+                        line += 1;
+                    }
+                    i += 1;
+                }
+            }
+        } else if c == '"' {
+            skip_string(&mut i, &mut line);
+        } else if (c == 'r' || c == 'b')
+            && matches!(b.get(i + 1), Some('"') | Some('#'))
+            && (c == 'r' || b.get(i + 1) == Some(&'"'))
+        {
+            // r"..", r#".."#, b"..".
+            if c == 'b' {
+                i += 1;
+                skip_string(&mut i, &mut line);
+                continue;
+            }
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while b.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if b.get(j) != Some(&'"') {
+                out.push((Tok::Ident("r".into()), line));
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                if j >= b.len() {
+                    break;
+                }
+                if b[j] == '\n' {
+                    line += 1;
+                }
+                if b[j] == '"' && (0..hashes).all(|k| b.get(j + 1 + k) == Some(&'#')) {
+                    j += 1 + hashes;
+                    break;
+                }
+                j += 1;
+            }
+            i = j;
+        } else if c == 'b'
+            && b.get(i + 1) == Some(&'r')
+            && matches!(b.get(i + 2), Some('"') | Some('#'))
+        {
+            i += 1; // br"..": the raw string branch takes it from the `r`.
+        } else if c == '\'' {
+            if b.get(i + 1) == Some(&'\\') {
+                i += 2;
+                while i < b.len() && b[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if b.get(i + 2) == Some(&'\'') {
+                i += 3;
+            } else {
+                i += 1;
+                while i < b.len() && (b[i].is_alphanumeric() || b[i] == '_') {
+                    i += 1;
+                }
+            }
+        } else if c.is_alphabetic() || c == '_' {
+            let s = i;
+            while i < b.len() && (b[i].is_alphanumeric() || b[i] == '_') {
+                i += 1;
+            }
+            let word: String = b[s..i].iter().collect();
+            let word = word.strip_prefix("r#").map(String::from).unwrap_or(word);
+            out.push((Tok::Ident(word), line));
+        } else if c.is_ascii_digit() {
+            while i < b.len() && (b[i].is_alphanumeric() || b[i] == '_' || b[i] == '.') {
+                i += 1;
+            }
+        } else if c == ':' && b.get(i + 1) == Some(&':') {
+            out.push((Tok::PathSep, line));
+            i += 2;
+        } else {
+            out.push((Tok::Punct(c), line));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Drops the item after each `#[cfg(test)]`, and records the test-only child modules.
+fn strip_test_items(
+    toks: Vec<(Tok, usize)>,
+    test_children: &mut BTreeSet<String>,
+) -> Vec<(Tok, usize)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    let is = |i: usize, t: &Tok| toks.get(i).map(|x| &x.0) == Some(t);
+    let ident = |s: &str| Tok::Ident(s.to_string());
+    while i < toks.len() {
+        let cfg_test = is(i, &Tok::Punct('#'))
+            && is(i + 1, &Tok::Punct('['))
+            && is(i + 2, &ident("cfg"))
+            && is(i + 3, &Tok::Punct('('))
+            && is(i + 4, &ident("test"))
+            && is(i + 5, &Tok::Punct(')'))
+            && is(i + 6, &Tok::Punct(']'));
+        if !cfg_test {
+            out.push(toks[i].clone());
+            i += 1;
+            continue;
+        }
+        i += 7;
+        // The item runs to its `;` or to the end of its first balanced `{ }`.
+        let start = i;
+        let mut depth = 0;
+        while i < toks.len() {
+            match toks[i].0 {
+                Tok::Punct('{') => depth += 1,
+                Tok::Punct('}') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        i += 1;
+                        break;
+                    }
+                }
+                Tok::Punct(';') if depth == 0 => {
+                    i += 1;
+                    break;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        let item = &toks[start..i];
+        if let Some(p) = item.iter().position(|t| t.0 == ident("mod")) {
+            if let (Some((Tok::Ident(name), _)), Some((Tok::Punct(';'), _))) =
+                (item.get(p + 1), item.get(p + 2))
+            {
+                test_children.insert(name.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Reads one file of module `module`; `root` when it is `lib.rs` or a `mod.rs`, whose `pub use`
+/// lines are a facade rather than dependencies.
+fn parse(text: &str, module: Vec<String>, root: bool) -> File {
+    let mut test_children = BTreeSet::new();
+    let toks = strip_test_items(lex(text), &mut test_children);
+    let mut f = File {
+        module,
+        defines: BTreeSet::new(),
+        binds: Vec::new(),
+        paths: Vec::new(),
+        test_children,
+    };
+    let kw = [
+        "struct",
+        "enum",
+        "fn",
+        "trait",
+        "type",
+        "const",
+        "static",
+        "mod",
+        "union",
+        "macro_rules",
+    ];
+    let mut i = 0;
+    while i < toks.len() {
+        let (t, line) = &toks[i];
+        match t {
+            Tok::Ident(w) if kw.contains(&w.as_str()) => {
+                let mut j = i + 1;
+                if w == "macro_rules" {
+                    j += 1; // the `!`
+                }
+                if let Some((Tok::Ident(name), _)) = toks.get(j) {
+                    f.defines.insert(name.clone());
+                }
+                i += 1;
+            }
+            Tok::Ident(w) if w == "use" => {
+                let reexport = root && is_pub_before(&toks, i);
+                let mut j = i + 1;
+                let mut leaves = Vec::new();
+                use_tree(&toks, &mut j, Vec::new(), &mut leaves);
+                for (rel, bound) in leaves {
+                    if let Some(abs) = absolute(&f.module, &rel, &f.defines) {
+                        if let Some(b) = bound {
+                            f.binds.push((b, abs.clone()));
+                        }
+                        f.paths.push((abs, *line, reexport));
+                    }
+                }
+                i = j;
+            }
+            Tok::Ident(w)
+                if matches!(w.as_str(), "crate" | "super" | "self")
+                    && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::PathSep) =>
+            {
+                let mut rel = Vec::new();
+                let mut j = i;
+                while let Some((Tok::Ident(seg), _)) = toks.get(j) {
+                    rel.push(seg.clone());
+                    if toks.get(j + 1).map(|t| &t.0) != Some(&Tok::PathSep) {
+                        break;
+                    }
+                    j += 2;
+                }
+                if let Some(abs) = absolute(&f.module, &rel, &f.defines) {
+                    f.paths.push((abs, *line, false));
+                }
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    f
+}
+
+fn is_pub_before(toks: &[(Tok, usize)], i: usize) -> bool {
+    // `pub use`, `pub(crate) use`, `pub(super) use`, `pub(in path) use`.
+    let mut j = i;
+    if j >= 1 && toks[j - 1].0 == Tok::Punct(')') {
+        while j > 0 && toks[j - 1].0 != Tok::Punct('(') {
+            j -= 1;
+        }
+        j = j.saturating_sub(1);
+    }
+    j >= 1 && toks[j - 1].0 == Tok::Ident("pub".into())
+}
+
+/// Parses one use tree from `toks[*j]`, collecting (relative path, bound name) for each leaf.
+fn use_tree(
+    toks: &[(Tok, usize)],
+    j: &mut usize,
+    prefix: Vec<String>,
+    leaves: &mut Vec<(Vec<String>, Option<String>)>,
+) {
+    let mut path = prefix;
+    loop {
+        match toks.get(*j).map(|t| &t.0) {
+            Some(Tok::PathSep) => *j += 1,
+            Some(Tok::Ident(seg)) if seg == "as" => {
+                *j += 1;
+                let alias = match toks.get(*j).map(|t| &t.0) {
+                    Some(Tok::Ident(a)) => Some(a.clone()),
+                    _ => None,
+                };
+                *j += 1;
+                leaves.push((path.clone(), alias.filter(|a| a != "_")));
+                return;
+            }
+            Some(Tok::Ident(seg)) => {
+                path.push(seg.clone());
+                *j += 1;
+            }
+            Some(Tok::Punct('*')) => {
+                *j += 1;
+                leaves.push((path.clone(), None));
+                return;
+            }
+            Some(Tok::Punct('{')) => {
+                *j += 1;
+                loop {
+                    match toks.get(*j).map(|t| &t.0) {
+                        Some(Tok::Punct('}')) => {
+                            *j += 1;
+                            break;
+                        }
+                        Some(Tok::Punct(',')) => *j += 1,
+                        None => return,
+                        _ => use_tree(toks, j, path.clone(), leaves),
+                    }
+                }
+                return;
+            }
+            _ => {
+                // `,`, `}` or `;` ends this leaf.
+                let bound = match path.last().map(String::as_str) {
+                    Some("self") => {
+                        path.pop();
+                        path.last().cloned()
+                    }
+                    other => other.map(String::from),
+                };
+                if matches!(toks.get(*j).map(|t| &t.0), Some(Tok::Punct(';'))) {
+                    *j += 1;
+                }
+                leaves.push((path, bound));
+                return;
+            }
+        }
+    }
+}
+
+/// A path as written in `module` made absolute within the crate, or `None` when it leaves the
+/// crate (another crate, `std`, a prelude name).
+fn absolute(module: &[String], rel: &[String], defines: &BTreeSet<String>) -> Option<Vec<String>> {
+    let mut abs: Vec<String> = module.to_vec();
+    let mut k = 0;
+    match rel.first().map(String::as_str) {
+        Some("crate") => {
+            abs.clear();
+            k = 1;
+        }
+        Some("self") => k = 1,
+        Some("super") => {
+            while rel.get(k).map(String::as_str) == Some("super") {
+                abs.pop()?;
+                k += 1;
+            }
+        }
+        // A child module of this one, named without `self::` (2018 paths).
+        Some(first) if defines.contains(first) => {}
+        _ => return None,
+    }
+    abs.extend(rel[k..].iter().cloned());
+    Some(abs)
+}
+
+fn tarjan(adj: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    struct St<'a> {
+        adj: &'a [Vec<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        out: Vec<Vec<usize>>,
+    }
+    fn visit(s: &mut St, v: usize) {
+        s.index[v] = Some(s.next);
+        s.low[v] = s.next;
+        s.next += 1;
+        s.stack.push(v);
+        s.on[v] = true;
+        for &w in &s.adj[v] {
+            match s.index[w] {
+                None => {
+                    visit(s, w);
+                    s.low[v] = s.low[v].min(s.low[w]);
+                }
+                Some(iw) if s.on[w] => s.low[v] = s.low[v].min(iw),
+                _ => {}
+            }
+        }
+        if Some(s.low[v]) == s.index[v] {
+            let mut c = Vec::new();
+            loop {
+                let w = s.stack.pop().unwrap();
+                s.on[w] = false;
+                c.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            s.out.push(c);
+        }
+    }
+    let n = adj.len();
+    let mut s = St {
+        adj,
+        index: vec![None; n],
+        low: vec![0; n],
+        on: vec![false; n],
+        stack: Vec::new(),
+        next: 0,
+        out: Vec::new(),
+    };
+    for v in 0..n {
+        if s.index[v].is_none() {
+            visit(&mut s, v);
+        }
+    }
+    s.out
+}
