@@ -21,7 +21,6 @@ const KNOWN: &[&str] = &[
     "tailbound-preload: catchall.rs hooks.rs real.rs vfs.rs",
     "tailbound: serve/protocol.rs serve/protocol_fields.rs serve/protocol_replies.rs",
     "tailbound: serve/server.rs serve/session.rs",
-    "tailbound: tbfs/by_ino.rs tbfs/cleaner.rs tbfs/engine.rs tbfs/lifecycle.rs tbfs/names.rs tbfs/recovery.rs",
 ];
 
 #[test]

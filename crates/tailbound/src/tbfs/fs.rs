@@ -306,7 +306,7 @@ impl Fs {
             src_name,
             dst_parent,
             dst_name,
-            super::by_ino::RenameMode::Replace,
+            super::RenameMode::Replace,
             &what,
         )
     }

@@ -459,7 +459,7 @@ impl Inner {
                 continue;
             }
             let dead = sb.saturating_sub(used);
-            if (dead as f64) < sb as f64 * crate::tbfs::space::cleaner::MIN_RECLAIMABLE {
+            if (dead as f64) < sb as f64 * crate::tbfs::limits::MIN_RECLAIMABLE {
                 stranded += dead;
             }
             let born = m.life.seg_born[s];

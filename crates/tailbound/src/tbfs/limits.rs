@@ -50,3 +50,5 @@ pub(crate) const DIRECT_PIECE_BYTES: u64 = 8 << 20;
 /// before, up to [`DIRECT_PIECE_BYTES`]: the first is copied with nothing of the write in the
 /// device, so a large first piece leaves the writer idle in `sched` that long.
 pub(crate) const DIRECT_FIRST_PIECE_BYTES: u64 = 1 << 20;
+/// Segments that would give back less than this fraction of themselves are not cleaned.
+pub(crate) const MIN_RECLAIMABLE: f64 = 0.02;

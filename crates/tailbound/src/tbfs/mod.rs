@@ -42,10 +42,21 @@ mod retention;
 mod space;
 mod state;
 
-pub use by_ino::RenameMode;
 pub use fs::{File, Fs};
 pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
 pub use limits::FILE_BYTES_MAX;
+
+/// What a rename does when the new name exists (`renameat2` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenameMode {
+    /// Replace it (a file by a file, an empty directory by a directory).
+    #[default]
+    Replace,
+    /// Fail with `Exists` (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swap the two names, which must both exist, whatever their kinds (`RENAME_EXCHANGE`).
+    Exchange,
+}
 
 /// When a synchronous write (fsync, fdatasync, O_SYNC, O_DSYNC) writes a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::state::Meta;
 
 /// A retained checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +138,8 @@ impl Life {
     /// The pinned-table page that holds `block`'s pin.
     pub fn pinned_page(&self, block: u64, segment_blocks: u64) -> u64 {
         let within = (block - format::FIRST_SEGMENT_BLOCK) % segment_blocks;
-        Meta::seg_of(block, segment_blocks) as u64 * self.pinned_pages_per_segment
+        crate::tbfs::space::segments::segment_of(block, segment_blocks) as u64
+            * self.pinned_pages_per_segment
             + within / table_entries_per_page(TABLE_PINNED) as u64
     }
 }

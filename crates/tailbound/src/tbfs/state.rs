@@ -102,7 +102,7 @@ pub(crate) struct Meta {
     pub clean_passes: u64,
     /// The background cleaner's victims read without `meta`, and what its pass leaves to do
     /// after `meta` is released.
-    pub bg_clean: crate::tbfs::space::cleaner::BackgroundPass,
+    pub bg_clean: crate::tbfs::space::background::BackgroundPass,
     /// Buffers of freed inodes, dropped once `meta` is released (freeing a file's buffers is
     /// memory work no other thread needs to wait for).
     pub drop_later: Vec<BTreeMap<u64, DirtyBlock>>,

@@ -7,6 +7,7 @@ use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
+use crate::tbfs::state::*;
 
 impl Inner {
     pub(crate) fn pick_free_segment(&self, m: &Meta) -> Option<u64> {

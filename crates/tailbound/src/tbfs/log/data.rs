@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
+use crate::tbfs::state::*;
 
 impl Inner {
     /// Writes one file's buffered data as a data-only log (relaxed ordering), recovered by

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use crate::tbfs::blocks::*;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
-use crate::tbfs::state::*;
 use crate::tbfs::*;
 
 pub(crate) mod build;

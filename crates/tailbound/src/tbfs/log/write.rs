@@ -9,6 +9,7 @@ use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
+use crate::tbfs::state::*;
 
 /// Where [`Inner::write_queued`] stopped before the sequence it was asked to reach.
 #[derive(Debug)]

@@ -21,12 +21,11 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 use crate::tbfs::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
 use crate::tbfs::inode::{now_ns, DirtyBlock};
 use crate::tbfs::lifecycle::GcReport;
+use crate::tbfs::limits::MIN_RECLAIMABLE;
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::state::{Inner, Meta, Section};
 use crate::tbfs::{Error, FileKind, Result};
 
-/// Segments that would give back less than this fraction of themselves are not cleaned.
-pub const MIN_RECLAIMABLE: f64 = 0.02;
 /// Most segments emptied by one cleaning checkpoint. Every pass writes a checkpoint, whose map
 /// nodes and inode pages are paid once per pass: fewer, larger passes copy the same blocks with
 /// less metadata. The space there is bounds a pass well before this.
@@ -65,21 +64,6 @@ impl Drop for RaisedPrio {
             let _ = before.apply_to_current_thread();
         }
     }
-}
-
-/// The background cleaner's pass, split around `meta` (see [`Inner::background_clean`]).
-#[derive(Debug, Default)]
-pub(crate) struct BackgroundPass {
-    /// Victims being read without `meta`: no segment here is reused meanwhile.
-    pub reading: BTreeSet<usize>,
-    /// Victims' bytes read without `meta`. A segment that is not free holds only written logs,
-    /// which never change, so the bytes stay right until the segment is reused.
-    pub read: HashMap<usize, Vec<u8>>,
-    /// The pass runs for the background thread: device flushes and superblocks are left to
-    /// after `meta` is released (superblocks are sealed, flushes noted in `flush`).
-    pub defer_io: bool,
-    /// The pass left a flush to do.
-    pub flush: bool,
 }
 
 /// Marks the map node at `level`/`index` (and the path above it) to be rewritten.

@@ -1,6 +1,7 @@
 //! Space: what is free, the reserve and the low-water room kept beside what is written, and
 //! the check every commit makes before it writes (`Inner::ensure_space`).
 
+pub(crate) mod background;
 pub(crate) mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
@@ -300,7 +301,7 @@ impl Inner {
 
 impl Meta {
     pub fn seg_of(block: u64, segment_blocks: u64) -> usize {
-        ((block - format::FIRST_SEGMENT_BLOCK) / segment_blocks) as usize
+        segments::segment_of(block, segment_blocks)
     }
 
     pub fn seg_inc(&mut self, block: u64, segment_blocks: u64) {

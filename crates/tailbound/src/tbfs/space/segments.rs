@@ -19,3 +19,8 @@ pub(crate) struct SegUsage {
     /// does (see `lifecycle`).
     pub pinned: Vec<u32>,
 }
+
+/// The segment that holds `block` (a block of the segment area).
+pub(crate) fn segment_of(block: u64, segment_blocks: u64) -> usize {
+    ((block - crate::tbfs::format::FIRST_SEGMENT_BLOCK) / segment_blocks) as usize
+}
