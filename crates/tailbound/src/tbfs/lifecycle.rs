@@ -13,7 +13,7 @@
 //! plain checkpoints kept for the protection period are found after a restart by following each
 //! root's link to the root before it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,7 +83,7 @@ impl Meta {
         let snaps = self.life.list.values().filter(|k| k.snapshot).count() as u64;
         self.life.usage_dirty.len() as u64
             + 1
-            + self.life.pinned_dirty.len() as u64
+            + self.life.pins.dirty_page_count() as u64
             + snaps.div_ceil(table_entries_per_page(TABLE_SNAPSHOTS) as u64)
             + self
                 .life
@@ -128,7 +128,7 @@ impl Meta {
         pins.sort_unstable_by_key(|&(block, _)| block);
         pins.dedup_by_key(|&mut (block, _)| block);
         let (first, last) = (pins[0].0, pins[pins.len() - 1].0);
-        if self.life.pinned.range(first..=last).next().is_some() {
+        if self.life.pins.any_in(first, last) {
             // Some are pinned already (cannot happen for blocks the tree referenced once): one
             // at a time keeps the counts right.
             for (block, pin) in pins {
@@ -136,45 +136,35 @@ impl Meta {
             }
             return;
         }
-        let mut last_page = None;
+        let mut pages = Vec::new();
         for &(block, _) in &pins {
-            self.seg.pinned[Self::seg_of(block, segment_blocks)] += 1;
+            self.seg.add_pinned(Self::seg_of(block, segment_blocks));
             let page = self.life.pinned_page(block, segment_blocks);
-            if last_page != Some(page) {
-                self.life.pinned_dirty.insert(page);
-                last_page = Some(page);
+            if pages.last() != Some(&page) {
+                pages.push(page);
             }
         }
-        let mut anchors: BTreeSet<(u64, u64)> =
-            pins.iter().map(|&(block, p)| (p.anchor, block)).collect();
-        self.life.by_anchor.append(&mut anchors);
-        let mut pinned: BTreeMap<u64, Pin> = pins.into_iter().collect();
-        self.life.pinned.append(&mut pinned);
+        self.life.pins.append_new(pins, pages.into_iter());
     }
 
     pub fn pin(&mut self, block: u64, pin: Pin, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
-        if let Some(old) = self.life.pinned.insert(block, pin) {
-            // Dropped twice (cannot happen for a block the tree referenced once); keep counts right.
-            self.life.by_anchor.remove(&(old.anchor, block));
-        } else {
-            self.seg.pinned[s] += 1;
-        }
-        self.life.by_anchor.insert((pin.anchor, block));
         let page = self.life.pinned_page(block, segment_blocks);
-        self.life.pinned_dirty.insert(page);
+        // Dropped twice (cannot happen for a block the tree referenced once): the pin is
+        // replaced, and counted once.
+        if self.life.pins.insert(block, pin, page) {
+            self.seg.add_pinned(s);
+        }
     }
 
     fn unpin(&mut self, block: u64, seq: u64, segment_blocks: u64) {
-        if let Some(p) = self.life.pinned.remove(&block) {
+        let page = self.life.pinned_page(block, segment_blocks);
+        if self.life.pins.remove(block, page).is_some() {
             // The checkpoint recording the release gives the block back, as a delete's does.
             self.dropped_since_ckpt += 1;
-            self.life.by_anchor.remove(&(p.anchor, block));
             let s = Self::seg_of(block, segment_blocks);
-            self.seg.pinned[s] = self.seg.pinned[s].saturating_sub(1);
-            self.seg.dead_at[s] = self.seg.dead_at[s].max(seq);
-            let page = self.life.pinned_page(block, segment_blocks);
-            self.life.pinned_dirty.insert(page);
+            self.seg.drop_pinned(s);
+            self.seg.note_dead(s, seq);
         }
     }
 
@@ -191,7 +181,7 @@ impl Meta {
             return 0;
         }
         self.life
-            .pinned
+            .pins
             .values()
             .filter(|p| self.life.sole_owner(p) == Some(c))
             .count() as u64
@@ -200,21 +190,10 @@ impl Meta {
     /// Re-anchors or unpins the blocks anchored at `c`, which is no longer retained (or no longer
     /// the newest retained checkpoint of their range).
     pub fn reanchor(&mut self, c: u64, seq: u64, segment_blocks: u64) {
-        let blocks: Vec<u64> = self
-            .life
-            .by_anchor
-            .range((c, 0)..=(c, u64::MAX))
-            .map(|&(_, b)| b)
-            .collect();
-        for b in blocks {
-            let p = self.life.pinned[&b];
+        for (b, p) in self.life.pins.anchored_at(c) {
             match self.life.anchor(p.born, p.died) {
                 Some(a) if a == c => {}
-                Some(a) => {
-                    self.life.by_anchor.remove(&(c, b));
-                    self.life.by_anchor.insert((a, b));
-                    self.life.pinned.insert(b, Pin { anchor: a, ..p });
-                }
+                Some(a) => self.life.pins.reanchor(b, c, a),
                 None => self.unpin(b, seq, segment_blocks),
             }
         }
@@ -257,7 +236,7 @@ impl Meta {
     /// checkpoint that stays retained (a snapshot, a held view, or a protected plain checkpoint
     /// other than the newest) can reference a block in it.
     pub fn cleanable(&self, s: usize, now: i64) -> bool {
-        if self.seg.pinned[s] != 0 {
+        if self.seg.pinned(s) != 0 {
             return false;
         }
         let born = self.life.seg_born[s];
@@ -351,7 +330,7 @@ impl Inner {
         // pin or an unpin rewrites one page, not every pin of the segment.
         let pps = m.life.pinned_pages_per_segment;
         let per = table_entries_per_page(TABLE_PINNED) as u64;
-        let dirty = std::mem::take(&mut m.life.pinned_dirty);
+        let dirty = m.life.pins.take_dirty_pages();
         let mut pages = Vec::with_capacity(dirty.len());
         for p in dirty {
             let seg_start = format::FIRST_SEGMENT_BLOCK + p / pps * sb;
@@ -359,9 +338,9 @@ impl Inner {
             let end = (start + per).min(seg_start + sb);
             let entries: Vec<PinnedEntry> = m
                 .life
-                .pinned
-                .range(start..end)
-                .map(|(&block, p)| PinnedEntry {
+                .pins
+                .in_range(start, end)
+                .map(|(block, p)| PinnedEntry {
                     block,
                     born: p.born,
                     died: p.died,
@@ -434,9 +413,9 @@ impl Inner {
         let sb = self.segment_blocks;
         let now = now_ns();
         let free = self.free_blocks(m).min(sb * self.segment_count);
-        let live: u64 = m.seg.live.iter().map(|&l| l as u64).sum();
+        let live: u64 = m.seg.live_counts().iter().map(|&l| l as u64).sum();
         let mut by_snapshots = 0u64;
-        for p in m.life.pinned.values() {
+        for p in m.life.pins.values() {
             if m.life.snapshot_in(p.born, p.died) {
                 by_snapshots += 1;
             }
@@ -454,7 +433,7 @@ impl Inner {
             {
                 continue;
             }
-            let used = m.seg.live[s] as u64 + m.seg.pinned[s] as u64;
+            let used = m.seg.live(s) as u64 + m.seg.pinned(s) as u64;
             if used == 0 {
                 continue;
             }
@@ -635,7 +614,7 @@ impl Fs {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
         let mut alone: HashMap<u64, u64> = HashMap::new();
-        for p in m.life.pinned.values() {
+        for p in m.life.pins.values() {
             if let Some(c) = m.life.sole_owner(p) {
                 *alone.entry(c).or_default() += 1;
             }
@@ -712,10 +691,10 @@ impl Fs {
             // period, with what only it pinned. While it is retained every pin it covers keeps
             // an anchor, so this unpins nothing, and marking it a snapshot again undoes it.
             let seq = m.writer.seq;
-            let pins = m.life.pinned.len();
+            let pins = m.life.pins.len();
             m.reanchor(number, seq, inner.segment_blocks);
             assert_eq!(
-                m.life.pinned.len(),
+                m.life.pins.len(),
                 pins,
                 "a retained checkpoint's drop unpinned"
             );

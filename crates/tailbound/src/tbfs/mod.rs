@@ -1,13 +1,18 @@
 //! tbfs: a log-structured, checkpointed, CRC-protected file tree kept in a pool on a [`Device`].
 //!
-//! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for byte.
-//! - [`engine`]: the file tree: namespace, inodes, buffered data, and the `Fs`/`File` API.
-//! - `commit`: the only writer of the device: logs, data-only logs, checkpoints, superblocks,
-//!   segment reuse.
+//! Its parts, lowest first (docs/ARCHITECTURE.md has the map):
+//!
+//! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for
+//!   byte; `limits`: every size, bound and tuning constant.
+//! - `inode`, `names`, `retention`, `space::segments`, `log`: each part's state (an inode in
+//!   memory, the path cache, retained checkpoints and pins, the segment table, logs in flight).
+//! - `state`: `Inner` and `Meta`, the pool's shared state and what the `meta` lock guards.
+//! - `buffer`, `namespace`, `log::{build, write, data}`, `checkpoint`, `space`, [`lifecycle`],
+//!   [`recovery`]: the operations on that state. Only the log writer (`log::write`) writes to
+//!   the device.
+//! - `commit` and `fs` (the [`Fs`] / [`File`] API): the orchestration; [`by_ino`]: the same tree
+//!   by inode number.
 //! - [`fsck`]: checking a pool without changing it, and repairing a damaged one.
-//! - [`recovery`]: making a pool, and opening one: newest superblock, its checkpoint, roll-forward.
-//! - `map`: a file's block map in memory.
-//! - `names`: the path cache that lets `open` and `stat` skip `meta`.
 //!
 //! This module owns the pool's contents. It must not touch the device except through [`Device`].
 

@@ -55,7 +55,7 @@ pub(crate) struct Meta {
     /// that file's own changes, `ns_changed`).
     pub ns_dirty: bool,
     pub writer: Writer,
-    pub seg: SegUsage,
+    pub seg: SegmentTable,
     pub checkpoint: u64,
     pub checkpoint_root: u64,
     pub checkpoint_seq: u64,

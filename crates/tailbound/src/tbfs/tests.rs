@@ -1013,7 +1013,7 @@ fn the_cleaner_empties_partly_live_segments_and_everything_reads_back() {
         let m = fs.inner.lock_meta();
         assert_eq!(
             fs.inner.recount_live(&m),
-            m.seg.live,
+            m.seg.live_counts(),
             "the usage table kept up"
         );
     }
@@ -1077,7 +1077,11 @@ fn the_cleaner_skips_old_data_of_a_reused_inode_number_and_copies_what_is_still_
         assert!(report.blocks_copied > 0, "copies {copies}: {report:?}");
         {
             let m = fs.inner.lock_meta();
-            assert_eq!(fs.inner.recount_live(&m), m.seg.live, "copies {copies}");
+            assert_eq!(
+                fs.inner.recount_live(&m),
+                m.seg.live_counts(),
+                "copies {copies}"
+            );
         }
         // Reusing the freed segments: anything the pass dropped that was live reads back wrong.
         for i in 0..40 {
@@ -1402,7 +1406,7 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
     let n = fs.checkpoints().unwrap().last().unwrap().number;
     fs.unlink("/f").unwrap();
     assert!(
-        fs.inner.lock_meta().life.pinned.is_empty(),
+        fs.inner.lock_meta().life.pins.is_empty(),
         "the deleted file's blocks were pinned"
     );
     assert_refused_as_overwritten(&fs, n);
@@ -1438,7 +1442,7 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
     let n = fs.checkpoints().unwrap().last().unwrap().number;
     fs.unlink("/f").unwrap();
     // Its 16 data blocks and its block-map nodes.
-    assert!(fs.inner.lock_meta().life.pinned.len() >= 16);
+    assert!(fs.inner.lock_meta().life.pins.len() >= 16);
     assert_eq!(
         fs.at(n).unwrap().read_file("/f").unwrap(),
         pattern(1, 64 << 10)
@@ -3128,7 +3132,7 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     m.seg_supersede(old, seq, inner.segment_blocks);
     m.seg_inc(old, inner.segment_blocks); // the test's block stays the file's
     assert_eq!(
-        m.seg.soft_dead_at[s],
+        m.seg.soft_dead_at(s),
         u64::MAX,
         "reusable before the run's end"
     );
@@ -3137,13 +3141,13 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
     inner.log_close(&mut m, FLAG_END).unwrap();
     assert_eq!(
-        m.seg.soft_dead_at[s],
+        m.seg.soft_dead_at(s),
         u64::MAX,
         "released by a later run's end"
     );
     // A checkpoint writes the maps in memory: from its last log on, the segment may go.
     inner.commit_checkpoint(&mut m).unwrap();
-    assert!(m.seg.soft_dead_at[s] <= m.writer.seq);
+    assert!(m.seg.soft_dead_at(s) <= m.writer.seq);
     m.unlock_and_write().unwrap();
     f.fsync().unwrap();
 }
@@ -3809,7 +3813,7 @@ fn a_renamed_files_data_goes_out_placed_and_what_it_superseded_waits_for_a_check
         let m = inner.lock_meta();
         let s = state::Meta::seg_of(first, inner.segment_blocks);
         assert!(
-            m.seg.dead_at[s]
+            m.seg.dead_at(s)
                 > inner
                     .sb_checkpoint_seq
                     .load(std::sync::atomic::Ordering::Acquire),
@@ -4090,14 +4094,14 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     {
         let m = fs.inner.lock_meta();
         // The files' data, and the metadata blocks the snapshot references that changed.
-        let pins = m.life.pinned.len() as u64;
+        let pins = m.life.pins.len() as u64;
         assert!(pins >= (data.len() / BLOCK + 2) as u64, "{pins} pins");
         assert_eq!(
-            m.life.by_anchor.len() as u64,
+            m.life.pins.anchor_entries() as u64,
             pins,
             "one anchor entry per pin"
         );
-        let per_segment: u64 = m.seg.pinned.iter().map(|&n| u64::from(n)).sum();
+        let per_segment: u64 = m.seg.pinned_counts().iter().map(|&n| u64::from(n)).sum();
         assert_eq!(per_segment, pins, "every pin counted in its segment once");
     }
     let space = fs.space().unwrap();
@@ -4110,8 +4114,8 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     fs.sync().unwrap();
     {
         let m = fs.inner.lock_meta();
-        assert!(m.life.pinned.is_empty() && m.life.by_anchor.is_empty());
-        assert!(m.seg.pinned.iter().all(|&n| n == 0));
+        assert!(m.life.pins.is_empty() && m.life.pins.anchor_entries() == 0);
+        assert!(m.seg.pinned_counts().iter().all(|&n| n == 0));
     }
     checked_clean(&dev, "released");
 }

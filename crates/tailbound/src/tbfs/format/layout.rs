@@ -7,8 +7,8 @@ use std::fmt;
 pub const BLOCK: usize = 4096;
 pub const BLOCK_U64: u64 = BLOCK as u64;
 /// The format version this build writes. Version 2 added the placed-data descriptor
-/// ([`DescKind::Placed`]), which a version-1 build would take for the end of the log chain.
-/// Version 3 added block maps kept in the inode record ([`Extents`]), which an older build
+/// ([`DescKind::Placed`](super::DescKind::Placed)), which a version-1 build would take for the end of the log chain.
+/// Version 3 added block maps kept in the inode record ([`Extents`](super::Extents)), which an older build
 /// would read as an empty file.
 pub const VERSION: u32 = 3;
 /// The oldest version this build reads. A version-1 or -2 pool has no placed data or inode

@@ -21,7 +21,7 @@
 //! [`repair`] makes a damaged pool consistent again, in one of two ways (the report says which):
 //!
 //! - **in place** when the engine can open the pool (recovery with
-//!   [`RecoveryMode::TolerateTail`]): recovery drops logs after damage in the chain and fixes link
+//!   [`RecoveryMode::TolerateTail`](crate::tbfs::RecoveryMode::TolerateTail)): recovery drops logs after damage in the chain and fixes link
 //!   counts, file blocks whose logs fail their CRC are rewritten as read (reported as possibly
 //!   damaged) and those whose pointer is wrong as zeros, older retained checkpoints that still use
 //!   damaged blocks are released (snapshots among them become plain checkpoints first), and a

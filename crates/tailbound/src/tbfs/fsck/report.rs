@@ -88,7 +88,7 @@ impl fmt::Display for Finding {
 pub enum Verdict {
     /// No damage (notes are possible).
     Clean,
-    /// Damage that [`repair`] can salvage around.
+    /// Damage that [`repair`](super::repair()) can salvage around.
     Damaged,
     /// No checkpoint with a usable root directory: nothing to salvage.
     Unrecoverable,
@@ -116,7 +116,7 @@ pub struct FsckStats {
     pub file_bytes: u64,
 }
 
-/// What [`check`] found.
+/// What [`check`](super::check()) found.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct FsckReport {
     pub verdict: Verdict,
@@ -132,7 +132,7 @@ impl FsckReport {
     }
 }
 
-/// How [`repair`] went about it.
+/// How [`repair`](super::repair()) went about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RepairMethod {
@@ -144,7 +144,7 @@ pub enum RepairMethod {
     Rebuilt,
 }
 
-/// What [`repair`] did.
+/// What [`repair`](super::repair()) did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RepairReport {
     pub method: RepairMethod,

@@ -208,7 +208,7 @@ impl Inner {
                 // The run ends here: what it superseded may be reused once this log is durable.
                 let seq = m.writer.seq;
                 for s in std::mem::take(&mut m.run_soft_dead) {
-                    m.seg.soft_dead_at[s] = seq + 1;
+                    m.seg.set_soft_dead(s, seq + 1);
                 }
             }
         }
@@ -216,7 +216,7 @@ impl Inner {
             // The maps in memory are in this checkpoint, runs cut short included.
             let seq = m.writer.seq;
             for s in std::mem::take(&mut m.soft_dead_to_checkpoint) {
-                m.seg.soft_dead_at[s] = seq + 1;
+                m.seg.set_soft_dead(s, seq + 1);
             }
         }
         let payload_blocks = log.payload.len() as u32;
@@ -302,7 +302,7 @@ impl Inner {
             flush,
         }));
         let seg = m.writer.cur_seg as usize;
-        m.seg.last_seq[seg] = m.writer.seq;
+        m.seg.note_written(seg, m.writer.seq);
         // The cleaner's copies keep the age of the segments they come from, so data that stays
         // cold looks old to cost-benefit wherever it is moved.
         let age = m.life.copy_age.unwrap_or(summary_time);

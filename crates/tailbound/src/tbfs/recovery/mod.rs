@@ -145,13 +145,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
     let now = now_ns();
     let mut meta = Meta {
         next_ino: ROOT_INO + 1,
-        seg: SegUsage {
-            live: vec![0; segment_count as usize],
-            dead_at: vec![0; segment_count as usize],
-            soft_dead_at: vec![0; segment_count as usize],
-            last_seq: vec![0; segment_count as usize],
-            pinned: vec![0; segment_count as usize],
-        },
+        seg: SegmentTable::new(segment_count as usize, segment_blocks),
         life: Life::new(
             segment_count as usize,
             segment_blocks,
@@ -206,7 +200,17 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
     Ok(inner)
 }
 
-/// Opens and recovers a pool.
+/// Opens and recovers a pool, in eight steps (numbered so in the body):
+///
+/// 1. the newest valid superblock;
+/// 2. the log chain after the superblock's checkpoint;
+/// 3. the newest complete checkpoint in it;
+/// 4. loading that checkpoint's tree;
+/// 5. roll-forward: the data-only logs after it are replayed over the tree;
+/// 6. the checkpoint's tables (snapshots, segment ages, pinned blocks) and the retained
+///    checkpoints;
+/// 7. the memory state: segment usage of everything the tree references, pins;
+/// 8. orphans freed, and a fresh checkpoint and superblock.
 pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> {
     let started = Instant::now();
     let dev_bytes = dev.len();
@@ -362,6 +366,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             base_index = i + 1;
         }
     }
+    // 4. Load that checkpoint: its root, the inode file, every map and directory.
     let geo = Geometry {
         segment_blocks: sb.segment_blocks,
         segment_count: sb.segment_count,
@@ -512,16 +517,16 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
 
     // 7. Memory state: segment usage from everything the tree references.
     let segment_count = sb.segment_count as usize;
-    let mut seg = SegUsage {
-        live: vec![0; segment_count],
-        dead_at: vec![0; segment_count],
-        soft_dead_at: vec![0; segment_count],
-        last_seq: vec![0; segment_count],
-        pinned: vec![0; segment_count],
-    };
+    let mut seg = SegmentTable::new(segment_count, sb.segment_blocks);
     let mut pending = DenseSet::default();
+    let mut overfull = None;
     {
-        let mut live = |a: u64| seg.live[seg_of(a) as usize] += 1;
+        let mut live = |a: u64| {
+            let s = seg_of(a) as usize;
+            if !seg.add_live_loaded(s) {
+                overfull.get_or_insert(s);
+            }
+        };
         for (&ino, cell) in &cells {
             let st = cell.lock();
             st.map
@@ -546,9 +551,15 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             t.node_addrs().for_each(&mut live);
         }
     }
+    if let Some(s) = overfull {
+        return Err(corrupt(
+            &format!("checkpoint {}", root.number),
+            format!("segment {s} holds more blocks the tree references than it has"),
+        ));
+    }
     for log in &logs {
         let s = seg_of(log.start) as usize;
-        seg.last_seq[s] = seg.last_seq[s].max(log.summary.sequence);
+        seg.note_written(s, log.summary.sequence);
         life.seg_written[s] = life.seg_written[s].max(log.summary.time_ns);
     }
     // Logs after the base checkpoint hold blocks no retained checkpoint references.
@@ -624,9 +635,9 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     for (page, e) in pinned_entries {
         // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
         // range holds entries the page for their range now holds.
-        meta.life.pinned_dirty.insert(page);
+        meta.life.pins.mark_page_dirty(page);
         if let Some(anchor) = meta.life.anchor(e.born, e.died) {
-            if meta.life.pinned.contains_key(&e.block) {
+            if meta.life.pins.contains(e.block) {
                 return Err(corrupt(
                     "pinned table",
                     format!("block {} listed twice", e.block),
@@ -647,13 +658,13 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     }
     meta.checkpoint = root.number;
     for b in replaced {
-        if !meta.life.pinned.contains_key(&b) {
+        if !meta.life.pins.contains(b) {
             meta.pin_if_retained(b, sb.segment_blocks);
         }
     }
     let now = now_ns();
     for (b, seq) in rewritten {
-        if meta.life.pinned.contains_key(&b) {
+        if meta.life.pins.contains(b) {
             continue;
         }
         let born = meta.born_of(b, sb.segment_blocks);
@@ -664,7 +675,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             // Pinning it would make every segment light cleaning reused since the superblock
             // unusable here, and can leave recovery no room for its checkpoint.
             let s = seg_of(b) as usize;
-            meta.seg.soft_dead_at[s] = meta.seg.soft_dead_at[s].max(seq + 1);
+            meta.seg.raise_soft_dead(s, seq + 1);
             meta.superseded_since_ckpt = true;
         } else {
             meta.pin_if_retained(b, sb.segment_blocks);
@@ -692,7 +703,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         .sb_checkpoint_seq
         .store(sb.checkpoint_sequence, AtomicOrdering::Release);
 
-    // 7. Orphans (unlinked while open when the pool went down) are freed; then a fresh
+    // 8. Orphans (unlinked while open when the pool went down) are freed; then a fresh
     // checkpoint and superblock make the recovered state the new base.
     {
         let mut m = inner.lock_meta();
@@ -719,7 +730,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
                     .map(|i| (cur_seg + i) % sb.segment_count)
                     .find(|&s| {
                         s != cur_seg
-                            && m.seg.live[s as usize] == 0
+                            && m.seg.live(s as usize) == 0
                             && !logs.iter().any(|l| seg_of(l.start) == s)
                     });
                 match pick {

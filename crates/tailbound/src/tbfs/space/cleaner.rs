@@ -164,12 +164,7 @@ impl Inner {
         // makes that durable (and releases the newest before it, if that too is unprotected).
         let seq = m.writer.seq;
         let newest = m.checkpoint;
-        let newest_pins = m
-            .life
-            .by_anchor
-            .range((newest, 0)..=(newest, u64::MAX))
-            .next()
-            .is_some()
+        let newest_pins = m.life.pins.any_anchored_at(newest)
             && m.life.list.get(&newest).is_some_and(|k| {
                 !k.snapshot
                     && !m.life.holds.contains_key(&newest)
@@ -289,7 +284,7 @@ impl Inner {
             if !was_light
                 && victims
                     .iter()
-                    .any(|&v| m.seg.live[v] == 0 && m.seg.pinned[v] != 0)
+                    .any(|&v| m.seg.live(v) == 0 && m.seg.pinned(v) != 0)
             {
                 self.refresh_for_cleaner(m)?;
             }
@@ -304,7 +299,7 @@ impl Inner {
             if was_light
                 && victims
                     .iter()
-                    .any(|&v| m.seg.live[v] == 0 && !self.segment_free_if_durable(m, v, durable))
+                    .any(|&v| m.seg.live(v) == 0 && !self.segment_free_if_durable(m, v, durable))
             {
                 match self.refresh_for_cleaner(m) {
                     Ok(()) | Err(Error::NoSpace(_)) => {}
@@ -314,7 +309,7 @@ impl Inner {
             self.count(|c| c.light_cleaning_passes += u64::from(was_light));
             let mut cleaned = 0;
             for &v in &victims {
-                if m.seg.live[v] == 0 && m.seg.pinned[v] == 0 {
+                if m.seg.is_empty(v) {
                     cleaned += 1;
                 } else {
                     skip.insert(v);
@@ -397,12 +392,12 @@ impl Inner {
             .filter(|&s| {
                 s as u64 != m.writer.cur_seg
                     && s as u64 != m.writer.next_seg
-                    && m.seg.live[s] > 0
+                    && m.seg.live(s) > 0
                     && !skip.contains(&s)
                     && m.cleanable(s, now)
                     && (!light
-                        || (m.seg.last_seq[s] <= sb_seq
-                            && m.seg.dead_at[s] <= sb_seq
+                        || (m.seg.last_seq(s) <= sb_seq
+                            && m.seg.dead_at(s) <= sb_seq
                             && m.life
                                 .only_newest_unkept(m.life.seg_born[s], m.checkpoint, now)))
             })
@@ -414,12 +409,12 @@ impl Inner {
             || !ages_carry_signal(
                 candidates
                     .iter()
-                    .map(|&s| (m.seg.live[s] as f64 / sb as f64, age_of(s))),
+                    .map(|&s| (m.seg.live(s) as f64 / sb as f64, age_of(s))),
             );
         let mut scored: Vec<(f64, usize)> = candidates
             .into_iter()
             .filter_map(|s| {
-                let u = m.seg.live[s] as f64 / sb as f64;
+                let u = m.seg.live(s) as f64 / sb as f64;
                 if 1.0 - u < MIN_RECLAIMABLE {
                     return None;
                 }
@@ -447,7 +442,7 @@ impl Inner {
         };
         let mut out = Vec::new();
         for (_, s) in scored {
-            let live = m.seg.live[s] as u64;
+            let live = m.seg.live(s) as u64;
             // What the logs' estimate charges for moving them: the blocks, and for a checkpoint
             // the map nodes and inode records of the files they belong to.
             let cost = if light {
@@ -478,7 +473,7 @@ impl Inner {
         let mut buf = Vec::new();
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
-            let live: u64 = victims.iter().map(|&v| m.seg.live[v] as u64).sum();
+            let live: u64 = victims.iter().map(|&v| m.seg.live(v) as u64).sum();
             m.clean_gain = (victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2);
             let room = self.ensure_space(m, live + live / 64 + 2);
             m.clean_gain = 0;
@@ -503,7 +498,7 @@ impl Inner {
                     // included, took about a fifth of a memory pool's passes under `meta`.
                     let newest = victims
                         .iter()
-                        .map(|&v| m.seg.last_seq[v])
+                        .map(|&v| m.seg.last_seq(v))
                         .max()
                         .unwrap_or(0);
                     self.write_logs_until((newest + 1).min(m.writer.seq))?;
@@ -723,7 +718,7 @@ impl Inner {
                         m.life.usage_dirty.insert(index);
                     }
                     format::TABLE_PINNED => {
-                        m.life.pinned_dirty.insert(index);
+                        m.life.pins.mark_page_dirty(index);
                     }
                     _ => m.life.snap_dirty = true,
                 }

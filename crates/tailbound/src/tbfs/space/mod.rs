@@ -59,8 +59,7 @@ impl Inner {
             .filter(|&s| {
                 s as u64 != m.writer.cur_seg
                     && s as u64 != m.writer.next_seg
-                    && m.seg.live[s] == 0
-                    && m.seg.pinned[s] == 0
+                    && m.seg.is_empty(s)
                     && !self.segment_free(m, s)
             })
             .count()
@@ -306,7 +305,7 @@ impl Meta {
 
     pub fn seg_inc(&mut self, block: u64, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
-        self.seg.live[s] += 1;
+        self.seg.add_live(s);
     }
 
     /// The live tree drops `block`. A retained checkpoint that references it keeps it pinned.
@@ -379,15 +378,11 @@ impl Meta {
     /// newest checkpoint's tables are ever read).
     pub fn seg_dec_unpinned(&mut self, block: u64, seq: u64, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
-        debug_assert!(
-            self.seg.live[s] > 0,
-            "segment {s} live count underflow at block {block}"
-        );
-        self.seg.live[s] = self.seg.live[s].saturating_sub(1);
+        self.seg.drop_live(s);
         self.dropped_since_ckpt += 1;
         // Every such drop counts, not only the last: the durable checkpoint may reference any
         // block that died after it, whatever killed the segment's last block.
-        self.seg.dead_at[s] = self.seg.dead_at[s].max(seq);
+        self.seg.note_dead(s, seq);
     }
 
     /// The live tree drops file data `block` because the data-only log `seq` wrote a newer copy
@@ -407,13 +402,9 @@ impl Meta {
             return;
         }
         let s = Self::seg_of(block, segment_blocks);
-        debug_assert!(
-            self.seg.live[s] > 0,
-            "segment {s} live count underflow at block {block}"
-        );
-        self.seg.live[s] = self.seg.live[s].saturating_sub(1);
+        self.seg.drop_live(s);
         // Not reusable at all until the run's last log is sealed, which says from when.
-        self.seg.soft_dead_at[s] = u64::MAX;
+        self.seg.set_soft_dead(s, u64::MAX);
         if self.run_soft_dead.last() != Some(&s) {
             self.run_soft_dead.push(s);
         }
@@ -437,11 +428,10 @@ impl Inner {
         let w = &m.writer;
         s as u64 != w.cur_seg
             && s as u64 != w.next_seg
-            && m.seg.live[s] == 0
-            && m.seg.pinned[s] == 0
-            && m.seg.dead_at[s] <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
-            && m.seg.last_seq[s] <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
-            && m.seg.soft_dead_at[s] <= durable
+            && m.seg.is_empty(s)
+            && m.seg.dead_at(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
+            && m.seg.last_seq(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
+            && m.seg.soft_dead_at(s) <= durable
             // The background cleaner is reading it without `meta`.
             && !m.bg_clean.reading.contains(&s)
     }
