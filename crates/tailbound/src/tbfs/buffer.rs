@@ -515,8 +515,8 @@ impl Inner {
     /// cleaning pass would have to write the buffer in its checkpoint (a namespace change is
     /// pending, or passes are full), what the free space allows ([`Inner::set_buffer_limit`]).
     /// Light passes write no buffered data, so overwrites keep the whole buffer however short
-    /// space is (writing it out sooner raised `bench cleaner`'s hot/cold write amplification
-    /// at 70 % from 1.48 to 1.57).
+    /// space is (writing it out sooner raised `bench cleaner`'s hot/cold write
+    /// amplification).
     pub(crate) fn buffer_limit(&self) -> u64 {
         let fit = self.buffer_fit_limit.load(AtomicOrdering::Acquire);
         if self.ns_pending.load(AtomicOrdering::Acquire)

@@ -66,8 +66,8 @@ impl Inner {
     /// (`Inner::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
     /// being buffered meanwhile), and for every inode the whole tree of the widest map the
     /// pool has had ([`Inner::widest`]). It visits no inode: counting inode by inode
-    /// ([`Inner::counted_inode_bound`]) took a cache miss or more per inode, about 1.3 ms of a
-    /// checkpoint's 10 ms under the fileserver workload, all of it holding `meta`.
+    /// ([`Inner::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
+    /// `meta`.
     pub(crate) fn quick_inode_bound(
         &self,
         work: &DenseSet,

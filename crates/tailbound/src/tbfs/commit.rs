@@ -85,7 +85,7 @@ impl Inner {
     /// flushed on their own, since the flush before the superblock covers them and runs without
     /// the log writer (`write_superblock_locked`); a sync of a file it holds flushes for
     /// itself (`wait_sealed`). Flushed on their own, under the log writer, every log sealed
-    /// after them waited for that flush: 60-90 ms each in the priority experiment.
+    /// after them waited for that flush.
     pub(crate) fn commit_checkpoint_for_superblock(&self, m: &mut Meta) -> Result<()> {
         let was = std::mem::replace(&mut m.writer.refreshing, true);
         let committed = self.commit_checkpoint(m);

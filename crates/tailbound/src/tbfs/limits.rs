@@ -1,4 +1,8 @@
-//! tbfs's limits and tuning constants, in one place.
+//! tbfs's limits and tuning constants, in one place, with compile-time checks where they
+//! relate. The format's own constants (block size, descriptors per summary, ...) are in
+//! `format`.
+
+use crate::tbfs::format::{BLOCK_U64, DESCRIPTORS_MAX};
 
 /// Largest file, so a block map always fits in memory (16 Mi blocks).
 pub const FILE_BYTES_MAX: u64 = 64 << 30;
@@ -6,8 +10,8 @@ pub const FILE_BYTES_MAX: u64 = 64 << 30;
 /// Data-only logs with at least this many payload blocks have their payload written by the
 /// thread that sealed them, apart from the summary; smaller ones go whole with the log writer.
 pub(crate) const AHEAD_MIN_BLOCKS: usize = 16;
-/// Blocks sealed in one part of a full buffer ([`Inner::commit_data_logs_in_parts`]): 4 MiB,
-/// about half a millisecond under `meta`.
+/// Blocks sealed in one part of a full buffer ([`Inner::commit_data_logs_in_parts`]), so a
+/// hold of `meta` stays short.
 pub(crate) const SEAL_PART_BLOCKS: u64 = 1024;
 /// Blocks a checkpoint's quick bound allows for writes being buffered while it is taken
 /// ([`Inner::quick_inode_bound`]).
@@ -26,10 +30,9 @@ pub(crate) const DESCRIPTORS_RESERVED: usize = 2;
 
 /// Direct writes leave their summaries to the background thread until this many write
 /// buffers' worth of sealed data is unwritten ([`Inner::write_logs_behind`]). Each direct
-/// writer has up to two pieces of [`crate::tbfs::limits::DIRECT_PIECE_BYTES`] sealed while they are in the device,
-/// so four writers alone hold 64 MiB, twice the default buffer; at one buffer they wrote their
-/// own summaries again and lost their shares (3:2:2:1 writes of 50 MiB: 25 % off). In a
-/// memory pool, also how far the log writer may fall behind buffered writers before they wait
+/// writer has up to two pieces of [`DIRECT_PIECE_BYTES`] sealed while they are in the device,
+/// so a few writers alone hold more than the default buffer; at one buffer they wrote their own
+/// summaries again and lost their shares. In a memory pool, also how far the log writer may fall behind buffered writers before they wait
 /// for it ([`Inner::in_flight_max`]).
 pub(crate) const BEHIND_BUFFERS: u64 = 4;
 
@@ -52,3 +55,19 @@ pub(crate) const DIRECT_PIECE_BYTES: u64 = 8 << 20;
 pub(crate) const DIRECT_FIRST_PIECE_BYTES: u64 = 1 << 20;
 /// Segments that would give back less than this fraction of themselves are not cleaned.
 pub(crate) const MIN_RECLAIMABLE: f64 = 0.02;
+
+// How the limits relate. A direct write's pieces grow from the first to the largest, in whole
+// blocks; a file written on its own holds at least one ahead payload chunk; an ahead payload is
+// at least as long as the smallest one written apart, and fits a log; a log keeps room for its
+// ordinary descriptors beside the reserved ones; a file's size is whole blocks.
+const _: () = {
+    assert!(DIRECT_FIRST_PIECE_BYTES <= DIRECT_PIECE_BYTES);
+    assert!(
+        DIRECT_FIRST_PIECE_BYTES.is_multiple_of(BLOCK_U64)
+            && DIRECT_PIECE_BYTES.is_multiple_of(BLOCK_U64)
+    );
+    assert!(WRITE_BEHIND_MIN == AHEAD_CHUNK_BLOCKS as u64 * BLOCK_U64);
+    assert!(AHEAD_MIN_BLOCKS <= AHEAD_CHUNK_BLOCKS && AHEAD_MIN_BLOCKS <= LOG_BLOCKS_MAX);
+    assert!(DESCRIPTORS_RESERVED < DESCRIPTORS_MAX);
+    assert!(FILE_BYTES_MAX.is_multiple_of(BLOCK_U64));
+};

@@ -131,7 +131,7 @@ pub struct Config {
     /// Refresh the superblock after at most this many bytes of logs (bounds roll-forward;
     /// default 128 MiB, and at most a quarter of the pool). Each refresh writes a checkpoint,
     /// which holds the metadata lock while it lays out every inode and directory changed since
-    /// the last: with 64 MiB, refreshes made three quarters of the fileserver's checkpoints.
+    /// the last, so refreshing too often makes most checkpoints refreshes.
     pub superblock_every_bytes: u64,
     /// ... or after this long.
     pub superblock_every: Duration,
@@ -178,11 +178,10 @@ impl Config {
     /// they name, and the newest checkpoint is always kept.
     ///
     /// Writing a memory pool's log is a copy from the buffered blocks into the pool, so what is
-    /// buffered and in flight should stay well inside the processor's last-level cache: with
-    /// 32 MiB (as large as the 32 MiB L3 of the machine it was measured on), the fileserver
-    /// benchmark spent about a third more CPU per operation copying into the pool and computing
-    /// CRCs than with 8 MiB, and 8 MiB ran 11 % (through the shim) to 27 % (native) faster. A
-    /// disk pool keeps the larger buffer, for longer sequential writes.
+    /// buffered and in flight should stay well inside the processor's last-level cache: a
+    /// buffer as large as that cache cost more CPU per operation, copying into the pool and
+    /// computing CRCs (docs/results/fileserver.md). A disk pool keeps the larger buffer, for
+    /// longer sequential writes.
     pub fn memory_pool() -> Config {
         Config {
             protection_period: Duration::ZERO,

@@ -535,7 +535,7 @@ pub(super) fn rebuild(
 /// The segment size `mkfs` picks for a pool of `len` bytes: 8 MiB, or less so that a pool under
 /// 2 GiB still has at least 256 segments (never below 64 KiB). What the engine keeps free is
 /// counted in segments (two open ones, a reserve of two), so with fewer segments it takes a
-/// larger share of the pool: with 32 it was an eighth, and a pool could not fill to 90 %.
+/// larger share of the pool, and a pool with few segments could not fill.
 pub fn default_segment_bytes(len: u64) -> u64 {
     let mut seg: u64 = 8 << 20;
     while seg > 64 << 10 && len / seg < 256 {

@@ -151,7 +151,7 @@ pub(crate) struct AheadPayload {
     pub crc: std::sync::OnceLock<u32>,
     /// Its state, and a condition variable to wait for it on: `parking_lot`'s, whose
     /// notifications make no system call when no thread waits (the standard one's did, two per
-    /// payload: about 2,200 futex calls a second in a native fileserver run).
+    /// payload).
     pub state: parking_lot::Mutex<AheadState>,
     pub done: parking_lot::Condvar,
     /// Its chunks in the device, once started and until a thread takes them to wait for them
@@ -166,8 +166,7 @@ impl Drop for AheadPayload {
         // Its buffers go back to the spares if it was their last holder, as the log writer
         // does with the logs it writes whole (`write_sealed`): a payload is often dropped after
         // its files' buffers are (`drop_written`), and handing its blocks to the allocator here
-        // had the next writes allocate them again (3 % of a native fileserver run's CPU in
-        // `free`, 6 % in `malloc`).
+        // had the next writes allocate them again.
         recycle_blocks(std::mem::take(&mut self.blocks));
     }
 }

@@ -311,10 +311,8 @@ impl Inner {
     /// [`BEHIND_BUFFERS`] buffers in a memory pool, where it writes by copying memory, while
     /// space is not tight ([`Inner::space_tight`]). At one buffer there, every buffer-full
     /// checkpoint sealed a whole buffer and so stopped every writer until the copy of it was
-    /// done: in `bench fileserver` (20 threads) the writers spent about a quarter of their time
-    /// waiting there, 13 ms a wait. Without the space condition, writers used space faster than
-    /// the cleaner freed it, and one run in four ended with no room for the checkpoint (with the
-    /// buffered data) a cleaning pass needs.
+    /// done. Without the space condition, writers used space faster than the cleaner freed it,
+    /// and could leave no room for the checkpoint (with the buffered data) a cleaning pass needs.
     pub(crate) fn in_flight_max(&self) -> u64 {
         let buffers =
             if self.dev.writes_are_copies() && !self.space_tight.load(AtomicOrdering::Acquire) {

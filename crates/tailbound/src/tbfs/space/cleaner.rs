@@ -876,8 +876,8 @@ impl Inner {
         };
         // Under pressure the pass is no longer idle-class I/O: held back behind best-effort
         // writers, it fell behind a steady copy until a writer's commit found too little room
-        // and cleaned in the foreground, holding `meta` for up to a whole pass (0.5 s measured
-        // in `bench priority`, the real-time writer waiting on it). A memory pool does no
+        // and cleaned in the foreground, holding `meta` for up to a whole pass (with a real-time
+        // writer waiting on it). A memory pool does no
         // device I/O, so it keeps its thread's priority.
         let _raised = (urgent && !self.dev.writes_are_copies()).then(RaisedPrio::raise);
         // Every log in the victims was sealed before `seq`. A memory pool's victims are not
