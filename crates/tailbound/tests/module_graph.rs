@@ -24,7 +24,6 @@ const KNOWN: &[&str] = &[
     "tailbound-cli: cmd_fs.rs cmd_fs_files.rs cmd_fs_inspect.rs cmd_fs_list.rs cmd_fs_snapshot.rs",
     "tailbound: serve/protocol.rs serve/protocol_fields.rs serve/protocol_replies.rs",
     "tailbound: serve/server.rs serve/session.rs",
-    "tailbound: tbfs/by_ino.rs tbfs/cleaner.rs tbfs/engine.rs tbfs/lifecycle.rs tbfs/names.rs tbfs/recovery.rs",
 ];
 
 #[test]

@@ -57,7 +57,7 @@ fn a_panic_in_the_background_pass_poisons_the_pool_and_nothing_hangs() {
     };
     assert!(reason.contains("failpoint tbfs.background"), "{reason}");
     assert!(
-        reason.contains("crates/tailbound/src/tbfs/engine.rs:"),
+        reason.contains("crates/tailbound/src/tbfs/fs.rs:"),
         "the reason names the site: {reason}"
     );
 

@@ -3,29 +3,21 @@
 //! and one name at a time, or for an inode it named before.
 //!
 //! Every call here takes the same locks, and leaves the tree in the same states, as its path-based
-//! twin in `engine` ([`Fs::mkdir`], [`Fs::rename`], ...): the two may be used on one pool at once.
+//! twin in `fs` ([`Fs::mkdir`], [`Fs::rename`], ...): the two may be used on one pool at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::engine::{kind_in, now_ns, parent_links, Inner, InodeCell, Meta, ROOT_INO};
 use super::format::NAME_MAX;
-use super::{DirEntry, Error, File, FileKind, Fs, OpenFlags, Result, SetAttr, Snapshot, Stat};
+use super::{
+    DirEntry, Error, File, FileKind, Fs, OpenFlags, RenameMode, Result, SetAttr, Snapshot, Stat,
+};
+use crate::tbfs::inode::{now_ns, InodeCell, ROOT_INO};
+use crate::tbfs::namespace::{kind_in, parent_links};
+use crate::tbfs::state::{Inner, Meta};
 
 /// The root directory's inode number.
 pub const ROOT: u64 = ROOT_INO;
-
-/// What a rename does when the new name exists (`renameat2` flags).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RenameMode {
-    /// Replace it (a file by a file, an empty directory by a directory).
-    #[default]
-    Replace,
-    /// Fail with `Exists` (`RENAME_NOREPLACE`).
-    NoReplace,
-    /// Swap the two names, which must both exist, whatever their kinds (`RENAME_EXCHANGE`).
-    Exchange,
-}
 
 /// How an entry is named in errors: its directory's inode and its name.
 fn entry_name(parent: u64, name: &str) -> String {
@@ -500,7 +492,7 @@ impl Fs {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
         self.inner.dir_of(&m, ino)?;
-        Ok(super::engine::dir_entries(&m.dirs[&ino], |i| {
+        Ok(crate::tbfs::namespace::dir_entries(&m.dirs[&ino], |i| {
             kind_in(&m, i)
         }))
     }
@@ -591,7 +583,7 @@ impl Snapshot {
     pub fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
         self.inner.check_usable()?;
         match self.tree.dirs.get(&ino) {
-            Some(entries) => Ok(super::engine::dir_entries(entries, |i| {
+            Some(entries) => Ok(crate::tbfs::namespace::dir_entries(entries, |i| {
                 kind_in(&self.tree, i)
             })),
             None => {

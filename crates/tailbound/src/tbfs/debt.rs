@@ -9,12 +9,12 @@
 
 use std::collections::BTreeSet;
 
-use super::commit::map_nodes_bound;
 use super::dense::DenseSet;
-use super::engine::{Inner, Meta};
 use super::format::{height_for, BLOCK, INODES_PER_PAGE};
 use super::map::tree_nodes;
 use super::{Error, Result};
+use crate::tbfs::checkpoint::map_nodes_bound;
+use crate::tbfs::state::{Inner, Meta};
 
 /// The largest directory entry: its fixed part and a name of 255 bytes.
 const DIR_ENTRY_MAX: u64 = 10 + 255;

@@ -13,12 +13,11 @@
 //! plain checkpoints kept for the protection period are found after a restart by following each
 //! root's link to the root before it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::engine::{now_ns, Inner, InodeCell, Meta};
 use super::format::{
     self, encode_pinned_page, encode_snapshot_page, encode_usage_page, table_entries_per_page,
     DescKind, PinnedEntry, SnapshotEntry, TableRef, UsageEntry, BLOCK_U64, SNAPSHOT_NAME_MAX,
@@ -26,6 +25,9 @@ use super::format::{
 };
 use super::map::BlockMap;
 use super::*;
+use crate::tbfs::inode::{now_ns, InodeCell};
+use crate::tbfs::retention::*;
+use crate::tbfs::state::{Inner, Meta};
 
 /// Fewer blocks than this dropped together are pinned one at a time ([`Meta::pin_all`]).
 const PIN_BATCH_MIN: usize = 64;
@@ -75,149 +77,13 @@ pub struct GcReport {
     pub free_fraction_after: f64,
 }
 
-/// A retained checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Kept {
-    pub time_ns: i64,
-    pub root: u64,
-    pub snapshot: bool,
-    pub name: Option<String>,
-}
-
-/// A pinned block: the checkpoints that may reference it, and the newest retained one among
-/// them (`anchor`), under which it is indexed so releasing a checkpoint revisits only its blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pin {
-    pub born: u64,
-    pub died: u64,
-    pub anchor: u64,
-}
-
-/// Retention state, kept under the `meta` lock.
-#[derive(Debug, Default)]
-pub(crate) struct Life {
-    /// Retained checkpoints by number (the newest is always here).
-    pub list: BTreeMap<u64, Kept>,
-    /// Checkpoints open [`Snapshot`] views read, with their view counts.
-    pub holds: BTreeMap<u64, usize>,
-    pub pinned: BTreeMap<u64, Pin>,
-    pub by_anchor: BTreeSet<(u64, u64)>,
-    /// Per segment: the checkpoint number that was next when the writer entered it.
-    pub seg_born: Vec<u64>,
-    /// Per segment: time of its newest log.
-    pub seg_written: Vec<i64>,
-    /// Segments the writer entered since the last checkpoint, and where: blocks from there on
-    /// belong to no checkpoint yet.
-    pub since_ckpt: Vec<(usize, u64)>,
-    pub usage_dirty: BTreeSet<u64>,
-    /// Pinned-table pages to rewrite: page `j` of segment `s` is `s·k + j` (`k` =
-    /// `pinned_pages_per_segment`) and holds the pins of the segment's blocks `170·j ..`.
-    pub pinned_dirty: BTreeSet<u64>,
-    pub snap_dirty: bool,
-    pub tables: [BlockMap; TABLES],
-    pub protection: Duration,
-    /// The pool is short of space: plain checkpoints are not protected.
-    pub pressure: bool,
-    /// While the cleaner writes its copies: the age (newest log time) of the segments they come
-    /// from, given to the segments they go to.
-    pub copy_age: Option<i64>,
-    pub pinned_pages_per_segment: u64,
-}
-
-impl Life {
-    pub fn new(segment_count: usize, segment_blocks: u64, protection: Duration) -> Life {
-        Life {
-            seg_born: vec![0; segment_count],
-            seg_written: vec![0; segment_count],
-            protection,
-            pinned_pages_per_segment: segment_blocks
-                .div_ceil(table_entries_per_page(TABLE_PINNED) as u64),
-            ..Life::default()
-        }
-    }
-
-    /// The newest retained checkpoint in `born ..= died`.
-    pub fn anchor(&self, born: u64, died: u64) -> Option<u64> {
-        if born > died {
-            return None;
-        }
-        let a = self.list.range(born..=died).next_back().map(|(&c, _)| c);
-        let b = self.holds.range(born..=died).next_back().map(|(&c, _)| c);
-        a.max(b)
-    }
-
-    /// Whether no retained checkpoint but possibly `newest` can reference a block first
-    /// referenced by checkpoint `born`, and `newest` is kept by nothing (no snapshot, no open
-    /// view, past the protection period): the next checkpoint releases it.
-    pub fn only_newest_unkept(&self, born: u64, newest: u64, now: i64) -> bool {
-        if born > newest {
-            return true;
-        }
-        // The protection period as configured: a checkpoint released only under pressure may
-        // be protected again once the pressure is over.
-        let cutoff = now.saturating_sub(self.protection.as_nanos().min(i64::MAX as u128) as i64);
-        self.holds.range(born..=newest).next().is_none()
-            && self
-                .list
-                .range(born..=newest)
-                .all(|(&c, k)| c == newest && !k.snapshot && k.time_ns < cutoff)
-    }
-
-    fn protection_cutoff(&self, now: i64) -> i64 {
-        if self.pressure {
-            i64::MAX
-        } else {
-            now.saturating_sub(self.protection.as_nanos().min(i64::MAX as u128) as i64)
-        }
-    }
-
-    /// The oldest plain checkpoint kept because it is younger than the protection period (or
-    /// `newest` if there is none older).
-    pub fn oldest_protected(&self, now: i64, newest: u64) -> u64 {
-        let cutoff = self.protection_cutoff(now);
-        self.list
-            .iter()
-            .find(|(_, k)| !k.snapshot && k.time_ns >= cutoff)
-            .map_or(newest, |(&c, _)| c)
-    }
-
-    /// Blocks a retained checkpoint pins, each with the only retained checkpoint that references
-    /// it (`None` if several do).
-    fn sole_owner(&self, p: &Pin) -> Option<u64> {
-        let mut it = self
-            .list
-            .range(p.born..=p.died)
-            .map(|(&c, _)| c)
-            .chain(self.holds.range(p.born..=p.died).map(|(&c, _)| c));
-        let first = it.next()?;
-        match it.next() {
-            Some(c) if c != first => None,
-            _ => Some(first),
-        }
-    }
-
-    fn snapshot_in(&self, born: u64, died: u64) -> bool {
-        self.list.range(born..=died).any(|(_, k)| k.snapshot)
-            || self.holds.range(born..=died).next().is_some()
-    }
-}
-
-impl Life {
-    /// The pinned-table page that holds `block`'s pin.
-    pub fn pinned_page(&self, block: u64, segment_blocks: u64) -> u64 {
-        let within = (block - format::FIRST_SEGMENT_BLOCK) % segment_blocks;
-        Meta::seg_of(block, segment_blocks) as u64 * self.pinned_pages_per_segment
-            + within / table_entries_per_page(TABLE_PINNED) as u64
-    }
-}
-
 impl Meta {
     /// An upper bound on the blocks the next checkpoint's tables take.
     pub fn table_estimate(&self) -> u64 {
         let snaps = self.life.list.values().filter(|k| k.snapshot).count() as u64;
         self.life.usage_dirty.len() as u64
             + 1
-            + self.life.pinned_dirty.len() as u64
+            + self.life.pins.dirty_page_count() as u64
             + snaps.div_ceil(table_entries_per_page(TABLE_SNAPSHOTS) as u64)
             + self
                 .life
@@ -262,7 +128,7 @@ impl Meta {
         pins.sort_unstable_by_key(|&(block, _)| block);
         pins.dedup_by_key(|&mut (block, _)| block);
         let (first, last) = (pins[0].0, pins[pins.len() - 1].0);
-        if self.life.pinned.range(first..=last).next().is_some() {
+        if self.life.pins.any_in(first, last) {
             // Some are pinned already (cannot happen for blocks the tree referenced once): one
             // at a time keeps the counts right.
             for (block, pin) in pins {
@@ -270,45 +136,35 @@ impl Meta {
             }
             return;
         }
-        let mut last_page = None;
+        let mut pages = Vec::new();
         for &(block, _) in &pins {
-            self.seg.pinned[Self::seg_of(block, segment_blocks)] += 1;
+            self.seg.add_pinned(Self::seg_of(block, segment_blocks));
             let page = self.life.pinned_page(block, segment_blocks);
-            if last_page != Some(page) {
-                self.life.pinned_dirty.insert(page);
-                last_page = Some(page);
+            if pages.last() != Some(&page) {
+                pages.push(page);
             }
         }
-        let mut anchors: BTreeSet<(u64, u64)> =
-            pins.iter().map(|&(block, p)| (p.anchor, block)).collect();
-        self.life.by_anchor.append(&mut anchors);
-        let mut pinned: BTreeMap<u64, Pin> = pins.into_iter().collect();
-        self.life.pinned.append(&mut pinned);
+        self.life.pins.append_new(pins, pages.into_iter());
     }
 
     pub fn pin(&mut self, block: u64, pin: Pin, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
-        if let Some(old) = self.life.pinned.insert(block, pin) {
-            // Dropped twice (cannot happen for a block the tree referenced once); keep counts right.
-            self.life.by_anchor.remove(&(old.anchor, block));
-        } else {
-            self.seg.pinned[s] += 1;
-        }
-        self.life.by_anchor.insert((pin.anchor, block));
         let page = self.life.pinned_page(block, segment_blocks);
-        self.life.pinned_dirty.insert(page);
+        // Dropped twice (cannot happen for a block the tree referenced once): the pin is
+        // replaced, and counted once.
+        if self.life.pins.insert(block, pin, page) {
+            self.seg.add_pinned(s);
+        }
     }
 
     fn unpin(&mut self, block: u64, seq: u64, segment_blocks: u64) {
-        if let Some(p) = self.life.pinned.remove(&block) {
+        let page = self.life.pinned_page(block, segment_blocks);
+        if self.life.pins.remove(block, page).is_some() {
             // The checkpoint recording the release gives the block back, as a delete's does.
             self.dropped_since_ckpt += 1;
-            self.life.by_anchor.remove(&(p.anchor, block));
             let s = Self::seg_of(block, segment_blocks);
-            self.seg.pinned[s] = self.seg.pinned[s].saturating_sub(1);
-            self.seg.dead_at[s] = self.seg.dead_at[s].max(seq);
-            let page = self.life.pinned_page(block, segment_blocks);
-            self.life.pinned_dirty.insert(page);
+            self.seg.drop_pinned(s);
+            self.seg.note_dead(s, seq);
         }
     }
 
@@ -325,7 +181,7 @@ impl Meta {
             return 0;
         }
         self.life
-            .pinned
+            .pins
             .values()
             .filter(|p| self.life.sole_owner(p) == Some(c))
             .count() as u64
@@ -334,21 +190,10 @@ impl Meta {
     /// Re-anchors or unpins the blocks anchored at `c`, which is no longer retained (or no longer
     /// the newest retained checkpoint of their range).
     pub fn reanchor(&mut self, c: u64, seq: u64, segment_blocks: u64) {
-        let blocks: Vec<u64> = self
-            .life
-            .by_anchor
-            .range((c, 0)..=(c, u64::MAX))
-            .map(|&(_, b)| b)
-            .collect();
-        for b in blocks {
-            let p = self.life.pinned[&b];
+        for (b, p) in self.life.pins.anchored_at(c) {
             match self.life.anchor(p.born, p.died) {
                 Some(a) if a == c => {}
-                Some(a) => {
-                    self.life.by_anchor.remove(&(c, b));
-                    self.life.by_anchor.insert((a, b));
-                    self.life.pinned.insert(b, Pin { anchor: a, ..p });
-                }
+                Some(a) => self.life.pins.reanchor(b, c, a),
                 None => self.unpin(b, seq, segment_blocks),
             }
         }
@@ -391,7 +236,7 @@ impl Meta {
     /// checkpoint that stays retained (a snapshot, a held view, or a protected plain checkpoint
     /// other than the newest) can reference a block in it.
     pub fn cleanable(&self, s: usize, now: i64) -> bool {
-        if self.seg.pinned[s] != 0 {
+        if self.seg.pinned(s) != 0 {
             return false;
         }
         let born = self.life.seg_born[s];
@@ -485,7 +330,7 @@ impl Inner {
         // pin or an unpin rewrites one page, not every pin of the segment.
         let pps = m.life.pinned_pages_per_segment;
         let per = table_entries_per_page(TABLE_PINNED) as u64;
-        let dirty = std::mem::take(&mut m.life.pinned_dirty);
+        let dirty = m.life.pins.take_dirty_pages();
         let mut pages = Vec::with_capacity(dirty.len());
         for p in dirty {
             let seg_start = format::FIRST_SEGMENT_BLOCK + p / pps * sb;
@@ -493,9 +338,9 @@ impl Inner {
             let end = (start + per).min(seg_start + sb);
             let entries: Vec<PinnedEntry> = m
                 .life
-                .pinned
-                .range(start..end)
-                .map(|(&block, p)| PinnedEntry {
+                .pins
+                .in_range(start, end)
+                .map(|(block, p)| PinnedEntry {
                     block,
                     born: p.born,
                     died: p.died,
@@ -568,9 +413,9 @@ impl Inner {
         let sb = self.segment_blocks;
         let now = now_ns();
         let free = self.free_blocks(m).min(sb * self.segment_count);
-        let live: u64 = m.seg.live.iter().map(|&l| l as u64).sum();
+        let live: u64 = m.seg.live_counts().iter().map(|&l| l as u64).sum();
         let mut by_snapshots = 0u64;
-        for p in m.life.pinned.values() {
+        for p in m.life.pins.values() {
             if m.life.snapshot_in(p.born, p.died) {
                 by_snapshots += 1;
             }
@@ -588,12 +433,12 @@ impl Inner {
             {
                 continue;
             }
-            let used = m.seg.live[s] as u64 + m.seg.pinned[s] as u64;
+            let used = m.seg.live(s) as u64 + m.seg.pinned(s) as u64;
             if used == 0 {
                 continue;
             }
             let dead = sb.saturating_sub(used);
-            if (dead as f64) < sb as f64 * super::cleaner::MIN_RECLAIMABLE {
+            if (dead as f64) < sb as f64 * crate::tbfs::limits::MIN_RECLAIMABLE {
                 stranded += dead;
             }
             let born = m.life.seg_born[s];
@@ -652,8 +497,8 @@ impl Snapshot {
         let Some(entries) = self.tree.dirs.get(&ino) else {
             return Err(Error::NotDir(self.name(path)));
         };
-        Ok(super::engine::dir_entries(entries, |ino| {
-            super::engine::kind_in(&self.tree, ino)
+        Ok(crate::tbfs::namespace::dir_entries(entries, |ino| {
+            crate::tbfs::namespace::kind_in(&self.tree, ino)
         }))
     }
 
@@ -769,7 +614,7 @@ impl Fs {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
         let mut alone: HashMap<u64, u64> = HashMap::new();
-        for p in m.life.pinned.values() {
+        for p in m.life.pins.values() {
             if let Some(c) = m.life.sole_owner(p) {
                 *alone.entry(c).or_default() += 1;
             }
@@ -846,10 +691,10 @@ impl Fs {
             // period, with what only it pinned. While it is retained every pin it covers keeps
             // an anchor, so this unpins nothing, and marking it a snapshot again undoes it.
             let seq = m.writer.seq;
-            let pins = m.life.pinned.len();
+            let pins = m.life.pins.len();
             m.reanchor(number, seq, inner.segment_blocks);
             assert_eq!(
-                m.life.pinned.len(),
+                m.life.pins.len(),
                 pins,
                 "a retained checkpoint's drop unpinned"
             );
@@ -896,11 +741,11 @@ impl Fs {
         let hold = HoldGuard { inner, number };
         // The checkpoint is read from the device: its logs must be on it.
         inner.write_logs_until(sealed)?;
-        let geo = super::recovery::Geometry {
+        let geo = super::recovery::tree::Geometry {
             segment_blocks: inner.segment_blocks,
             segment_count: inner.segment_count,
         };
-        let tree = super::recovery::load_tree(&inner.dev, &geo, root)?;
+        let tree = super::recovery::tree::load_tree(&inner.dev, &geo, root)?;
         std::mem::forget(hold);
         let mut meta = Meta {
             inodes: tree.cells,

@@ -1,13 +1,18 @@
 //! tbfs: a log-structured, checkpointed, CRC-protected file tree kept in a pool on a [`Device`].
 //!
-//! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for byte.
-//! - [`engine`]: the file tree: namespace, inodes, buffered data, and the `Fs`/`File` API.
-//! - `commit`: the only writer of the device: logs, data-only logs, checkpoints, superblocks,
-//!   segment reuse.
+//! Its parts, lowest first (docs/ARCHITECTURE.md has the map):
+//!
+//! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for
+//!   byte; `limits`: every size, bound and tuning constant.
+//! - `inode`, `names`, `retention`, `space::segments`, `log`: each part's state (an inode in
+//!   memory, the path cache, retained checkpoints and pins, the segment table, logs in flight).
+//! - `state`: `Inner` and `Meta`, the pool's shared state and what the `meta` lock guards.
+//! - `buffer`, `namespace`, `log::{build, write, data}`, `checkpoint`, `space`, [`lifecycle`],
+//!   [`recovery`]: the operations on that state. Only the log writer (`log::write`) writes to
+//!   the device.
+//! - `commit` and `fs` (the [`Fs`] / [`File`] API): the orchestration; [`by_ino`]: the same tree
+//!   by inode number.
 //! - [`fsck`]: checking a pool without changing it, and repairing a damaged one.
-//! - [`recovery`]: making a pool, and opening one: newest superblock, its checkpoint, roll-forward.
-//! - `map`: a file's block map in memory.
-//! - `names`: the path cache that lets `open` and `stat` skip `meta`.
 //!
 //! This module owns the pool's contents. It must not touch the device except through [`Device`].
 
@@ -17,28 +22,46 @@ use std::time::Duration;
 
 use crate::dev::Device;
 
+mod blocks;
+mod buffer;
 pub mod by_ino;
-mod cleaner;
-#[cfg(test)]
-mod cleaner_sim;
+mod checkpoint;
 mod commit;
 mod copies;
 mod debt;
 mod dense;
-pub mod engine;
 pub mod format;
+mod fs;
 pub mod fsck;
+mod inode;
 pub mod lifecycle;
+mod limits;
 pub mod locks;
+mod log;
 mod map;
 mod names;
+mod namespace;
 mod poison;
 pub mod recovery;
+mod retention;
 mod space;
+mod state;
 
-pub use by_ino::RenameMode;
-pub use engine::{File, Fs};
+pub use fs::{File, Fs};
 pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
+pub use limits::FILE_BYTES_MAX;
+
+/// What a rename does when the new name exists (`renameat2` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenameMode {
+    /// Replace it (a file by a file, an empty directory by a directory).
+    #[default]
+    Replace,
+    /// Fail with `Exists` (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swap the two names, which must both exist, whatever their kinds (`RENAME_EXCHANGE`).
+    Exchange,
+}
 
 /// When a synchronous write (fsync, fdatasync, O_SYNC, O_DSYNC) writes a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,7 +131,7 @@ pub struct Config {
     /// Refresh the superblock after at most this many bytes of logs (bounds roll-forward;
     /// default 128 MiB, and at most a quarter of the pool). Each refresh writes a checkpoint,
     /// which holds the metadata lock while it lays out every inode and directory changed since
-    /// the last: with 64 MiB, refreshes made three quarters of the fileserver's checkpoints.
+    /// the last, so refreshing too often makes most checkpoints refreshes.
     pub superblock_every_bytes: u64,
     /// ... or after this long.
     pub superblock_every: Duration,
@@ -155,11 +178,10 @@ impl Config {
     /// they name, and the newest checkpoint is always kept.
     ///
     /// Writing a memory pool's log is a copy from the buffered blocks into the pool, so what is
-    /// buffered and in flight should stay well inside the processor's last-level cache: with
-    /// 32 MiB (as large as the 32 MiB L3 of the machine it was measured on), the fileserver
-    /// benchmark spent about a third more CPU per operation copying into the pool and computing
-    /// CRCs than with 8 MiB, and 8 MiB ran 11 % (through the shim) to 27 % (native) faster. A
-    /// disk pool keeps the larger buffer, for longer sequential writes.
+    /// buffered and in flight should stay well inside the processor's last-level cache: a
+    /// buffer as large as that cache cost more CPU per operation, copying into the pool and
+    /// computing CRCs (docs/results/fileserver.md). A disk pool keeps the larger buffer, for
+    /// longer sequential writes.
     pub fn memory_pool() -> Config {
         Config {
             protection_period: Duration::ZERO,

@@ -21,7 +21,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use super::engine::{InodeCell, InodeState};
+use crate::tbfs::inode::{InodeCell, InodeState};
 
 const SHARDS: usize = 16;
 /// Entries per shard; a full shard is emptied (the cache is only ever a shortcut).

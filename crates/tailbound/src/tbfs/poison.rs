@@ -8,7 +8,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::engine::{AheadPayload, Fs, Inner};
+use crate::tbfs::fs::Fs;
+use crate::tbfs::log::AheadPayload;
+use crate::tbfs::state::Inner;
 
 impl Fs {
     /// Poisons the pool: every later call on it (and on its other handles and files) fails with

@@ -1013,7 +1013,7 @@ fn the_cleaner_empties_partly_live_segments_and_everything_reads_back() {
         let m = fs.inner.lock_meta();
         assert_eq!(
             fs.inner.recount_live(&m),
-            m.seg.live,
+            m.seg.live_counts(),
             "the usage table kept up"
         );
     }
@@ -1077,7 +1077,11 @@ fn the_cleaner_skips_old_data_of_a_reused_inode_number_and_copies_what_is_still_
         assert!(report.blocks_copied > 0, "copies {copies}: {report:?}");
         {
             let m = fs.inner.lock_meta();
-            assert_eq!(fs.inner.recount_live(&m), m.seg.live, "copies {copies}");
+            assert_eq!(
+                fs.inner.recount_live(&m),
+                m.seg.live_counts(),
+                "copies {copies}"
+            );
         }
         // Reusing the freed segments: anything the pass dropped that was live reads back wrong.
         for i in 0..40 {
@@ -1142,7 +1146,7 @@ fn the_cleaner_moves_symbolic_links_whose_target_is_a_data_block() {
 #[test]
 fn the_metadata_locks_hold_is_split_into_checkpoints_cleaning_and_sealing() {
     let fs = Fs::format(device(8 << 20), &life_config(Duration::ZERO)).unwrap();
-    super::engine::stop_background(&fs.inner);
+    crate::tbfs::fs::stop_background(&fs.inner);
     let start = fs.counters();
     // Synced files (checkpoints), half of them deleted and cleaned away, and a file larger than
     // the write-behind size written without a sync (sealed as data-only logs).
@@ -1164,7 +1168,7 @@ fn the_metadata_locks_hold_is_split_into_checkpoints_cleaning_and_sealing() {
 #[test]
 fn a_section_nested_in_another_is_counted_once_as_its_own() {
     let fs = Fs::format(device(8 << 20), &life_config(Duration::ZERO)).unwrap();
-    super::engine::stop_background(&fs.inner);
+    crate::tbfs::fs::stop_background(&fs.inner);
     let inner = &fs.inner;
     let before = fs.counters();
     let spin = |d: Duration| {
@@ -1176,9 +1180,9 @@ fn a_section_nested_in_another_is_counted_once_as_its_own() {
     let outer = std::time::Instant::now();
     {
         let mut m = inner.lock_meta();
-        inner.in_section(&mut m, super::engine::Section::Cleaning, |m| {
+        inner.in_section(&mut m, crate::tbfs::state::Section::Cleaning, |m| {
             spin(Duration::from_millis(1));
-            inner.in_section(m, super::engine::Section::Checkpoint, |_| {
+            inner.in_section(m, crate::tbfs::state::Section::Checkpoint, |_| {
                 spin(Duration::from_millis(3))
             });
             spin(Duration::from_millis(1));
@@ -1402,7 +1406,7 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
     let n = fs.checkpoints().unwrap().last().unwrap().number;
     fs.unlink("/f").unwrap();
     assert!(
-        fs.inner.lock_meta().life.pinned.is_empty(),
+        fs.inner.lock_meta().life.pins.is_empty(),
         "the deleted file's blocks were pinned"
     );
     assert_refused_as_overwritten(&fs, n);
@@ -1438,7 +1442,7 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
     let n = fs.checkpoints().unwrap().last().unwrap().number;
     fs.unlink("/f").unwrap();
     // Its 16 data blocks and its block-map nodes.
-    assert!(fs.inner.lock_meta().life.pinned.len() >= 16);
+    assert!(fs.inner.lock_meta().life.pins.len() >= 16);
     assert_eq!(
         fs.at(n).unwrap().read_file("/f").unwrap(),
         pattern(1, 64 << 10)
@@ -2411,8 +2415,9 @@ fn the_path_cache_answers_open_and_stat_and_never_outlives_a_name() {
 
 #[test]
 fn a_buffer_is_changed_in_place_until_a_log_shares_it_and_never_under_the_log() {
-    use super::engine::{shared_copy, DirtyBlock};
     use super::format::{crc_blocks, BLOCK};
+    use crate::tbfs::blocks::shared_copy;
+    use crate::tbfs::inode::DirtyBlock;
     let mut d = DirtyBlock::new(1, shared_copy(&[1; BLOCK]));
     let first = Arc::as_ptr(d.data());
     d.write(2, 0, &[2; 8]);
@@ -2443,7 +2448,7 @@ fn a_buffer_is_changed_in_place_until_a_log_shares_it_and_never_under_the_log() 
 
 #[test]
 fn a_thread_reuses_the_buffers_it_released_itself_up_to_its_own_cap_whatever_other_threads_take() {
-    use super::engine::{recycle_blocks, zeroed_block, LOCAL_SPARE_BATCH, SPARE_BLOCKS_MAX};
+    use crate::tbfs::blocks::{recycle_blocks, zeroed_block, LOCAL_SPARE_BATCH, SPARE_BLOCKS_MAX};
     let cap = 2 * LOCAL_SPARE_BATCH;
     let (released_tx, released_rx) = std::sync::mpsc::channel();
     let (drained_tx, drained_rx) = std::sync::mpsc::channel::<()>();
@@ -2481,8 +2486,8 @@ fn a_thread_reuses_the_buffers_it_released_itself_up_to_its_own_cap_whatever_oth
 #[test]
 fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never_shows_old_bytes() {
     // Shared (a log or a file still holds it): not kept, the holder's reference stays alone.
-    let held = super::engine::shared_copy(&[0x5a; super::format::BLOCK]);
-    super::engine::recycle_blocks(vec![held.clone()]);
+    let held = crate::tbfs::blocks::shared_copy(&[0x5a; super::format::BLOCK]);
+    crate::tbfs::blocks::recycle_blocks(vec![held.clone()]);
     assert_eq!(
         Arc::strong_count(&held),
         1,
@@ -2491,13 +2496,13 @@ fn released_buffers_are_reused_only_when_nothing_else_holds_them_and_reuse_never
     // Unique buffers full of old bytes are kept; whatever a new block gets, it holds only what
     // it was made from.
     let old: Vec<_> = (0..64)
-        .map(|_| super::engine::shared_copy(&[0xab; super::format::BLOCK]))
+        .map(|_| crate::tbfs::blocks::shared_copy(&[0xab; super::format::BLOCK]))
         .collect();
-    super::engine::recycle_blocks(old);
+    crate::tbfs::blocks::recycle_blocks(old);
     for i in 0..64u8 {
-        assert!(super::engine::zeroed_block().iter().all(|&b| b == 0));
+        assert!(crate::tbfs::blocks::zeroed_block().iter().all(|&b| b == 0));
         let data = [i; super::format::BLOCK];
-        assert_eq!(&super::engine::shared_copy(&data)[..], &data[..]);
+        assert_eq!(&crate::tbfs::blocks::shared_copy(&data)[..], &data[..]);
     }
     // Files written, rewritten and deleted read back right through reused buffers.
     let fs = Fs::format(
@@ -2549,7 +2554,7 @@ fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
         let dev = device(32 << 20);
         dev.set_writes_are_copies(copies);
         let fs = Fs::format(dev.clone(), &cfg).unwrap();
-        super::engine::stop_background(&fs.inner);
+        crate::tbfs::fs::stop_background(&fs.inner);
         let expect_cold = hot_and_cold_history(&fs);
         fs.inner.write_logs_until(u64::MAX).unwrap();
         let before = (fs.counters(), fs.inner.lock_meta().clean_passes);
@@ -2578,7 +2583,7 @@ fn a_checkpoints_quick_space_bound_covers_what_it_counts_inode_by_inode() {
     // too. (Debug builds also compare the two bounds at every checkpoint.)
     let dev = device(256 << 20);
     let fs = Fs::format(dev.clone(), &large_file_config(64 << 20)).unwrap();
-    super::engine::stop_background(&fs.inner);
+    crate::tbfs::fs::stop_background(&fs.inner);
     fs.mkdir("/d", 0o755).unwrap();
     for i in 0..300 {
         let f = fs
@@ -2595,7 +2600,7 @@ fn a_checkpoints_quick_space_bound_covers_what_it_counts_inode_by_inode() {
         .unwrap()
         .set_len(10)
         .unwrap();
-    let last = super::engine::FILE_BYTES_MAX - BLOCK as u64;
+    let last = crate::tbfs::limits::FILE_BYTES_MAX - BLOCK as u64;
     fs.open_file("/sparse", OpenFlags::create())
         .unwrap()
         .pwrite(&pattern(9, BLOCK), last)
@@ -2638,7 +2643,7 @@ fn a_seal_looks_only_at_files_it_can_still_take_something_from() {
         ..large_file_config(1 << 20)
     };
     let fs = Fs::format(dev.clone(), &cfg).unwrap();
-    super::engine::stop_background(&fs.inner);
+    crate::tbfs::fs::stop_background(&fs.inner);
     let old = synced_files(&fs, 3);
     let new: Vec<File> = (0..3)
         .map(|i| {
@@ -2700,7 +2705,7 @@ fn a_full_buffer_is_sealed_in_parts_each_a_run_that_roll_forward_recovers() {
     let dev = device(128 << 20);
     let limit = 12u64 << 20;
     let fs = Fs::format(dev.clone(), &large_file_config(limit)).unwrap();
-    super::engine::stop_background(&fs.inner);
+    crate::tbfs::fs::stop_background(&fs.inner);
     let files_to_fill = (limit / (FILE_BLOCKS * BLOCK) as u64) as usize + 1;
     // Their creation durable: their data goes out as replayed data, not placed.
     let files = synced_files(&fs, files_to_fill);
@@ -2718,7 +2723,7 @@ fn a_full_buffer_is_sealed_in_parts_each_a_run_that_roll_forward_recovers() {
     files[files_to_fill - 1]
         .pwrite(&data[files_to_fill - 1], 0)
         .unwrap();
-    let per_part = (super::commit::SEAL_PART_BLOCKS as usize).div_ceil(FILE_BLOCKS + 1);
+    let per_part = (crate::tbfs::limits::SEAL_PART_BLOCKS as usize).div_ceil(FILE_BLOCKS + 1);
     assert_eq!(
         runs() - before,
         files_to_fill.div_ceil(per_part) as u64,
@@ -2752,7 +2757,7 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
         // Room in a segment for a log of every file's block, and no superblock refresh (its
         // checkpoint would write every log before it).
         let fs = Fs::format(dev.clone(), &large_file_config(1 << 20)).unwrap();
-        super::engine::stop_background(&fs.inner);
+        crate::tbfs::fs::stop_background(&fs.inner);
         let n = format::DESCRIPTORS_MAX;
         // Their creation durable: their data is replayed, not placed, so it has records.
         let files = synced_files(&fs, n);
@@ -3068,7 +3073,7 @@ fn roll_forward_keeps_a_files_part_of_a_run_only_whole() {
     };
     let left_out = |logs: &[Log]| -> Vec<(usize, u64)> {
         let summaries: Vec<Summary> = logs.iter().map(summary).collect();
-        super::recovery::unfinished_run_data(&summaries.iter().collect::<Vec<_>>())
+        super::recovery::scan::unfinished_run_data(&summaries.iter().collect::<Vec<_>>())
             .into_iter()
             .collect()
     };
@@ -3120,14 +3125,14 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(&f.ino()).cloned().unwrap();
     let old = cell.lock().map.get(0);
-    let s = super::engine::Meta::seg_of(old, inner.segment_blocks);
+    let s = crate::tbfs::state::Meta::seg_of(old, inner.segment_blocks);
     // A run supersedes the block, then stops before its last log (as `?` on an error does).
     inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
     let seq = m.writer.seq;
     m.seg_supersede(old, seq, inner.segment_blocks);
     m.seg_inc(old, inner.segment_blocks); // the test's block stays the file's
     assert_eq!(
-        m.seg.soft_dead_at[s],
+        m.seg.soft_dead_at(s),
         u64::MAX,
         "reusable before the run's end"
     );
@@ -3136,13 +3141,13 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
     inner.log_close(&mut m, FLAG_END).unwrap();
     assert_eq!(
-        m.seg.soft_dead_at[s],
+        m.seg.soft_dead_at(s),
         u64::MAX,
         "released by a later run's end"
     );
     // A checkpoint writes the maps in memory: from its last log on, the segment may go.
     inner.commit_checkpoint(&mut m).unwrap();
-    assert!(m.seg.soft_dead_at[s] <= m.writer.seq);
+    assert!(m.seg.soft_dead_at(s) <= m.writer.seq);
     m.unlock_and_write().unwrap();
     f.fsync().unwrap();
 }
@@ -3383,7 +3388,7 @@ fn direct_writes_stop_leaving_summaries_behind_past_a_bound() {
         ..small_config(Ordering::Relaxed, Barrier::EveryLog)
     };
     let fs = Fs::format(gated.clone(), &cfg).unwrap();
-    let bound = (buffer * super::commit::BEHIND_BUFFERS) as usize;
+    let bound = (buffer * crate::tbfs::limits::BEHIND_BUFFERS) as usize;
     let f = fs.open_file("/direct", direct_create()).unwrap();
     f.pwrite(&pattern(1, 4096), 0).unwrap();
     fs.sync().unwrap();
@@ -3470,15 +3475,15 @@ fn a_direct_write_in_pieces_keeps_every_byte_and_the_file_around_it() {
 /// write's device writes.
 #[test]
 fn a_power_cut_during_a_direct_write_keeps_a_prefix_of_its_pieces_each_whole() {
-    let len = 3 * engine::DIRECT_PIECE_BYTES as usize;
+    let len = 3 * limits::DIRECT_PIECE_BYTES as usize;
     // Where the pieces of a write at offset 0 end: each twice the one before, up to the most.
     let mut ends = Vec::new();
-    let mut size = engine::DIRECT_FIRST_PIECE_BYTES as usize;
+    let mut size = limits::DIRECT_FIRST_PIECE_BYTES as usize;
     let mut at = 0;
     while at < len {
         at = (at + size).min(len);
         ends.push(at);
-        size = (size * 2).min(engine::DIRECT_PIECE_BYTES as usize);
+        size = (size * 2).min(limits::DIRECT_PIECE_BYTES as usize);
     }
     let old = pattern(1, len);
     let new = pattern(2, len);
@@ -3583,7 +3588,7 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
             seen: std::sync::Mutex::new(Vec::new()),
         });
         let fs = Fs::format(dev.clone(), &cfg).unwrap();
-        super::engine::stop_background(&fs.inner);
+        crate::tbfs::fs::stop_background(&fs.inner);
         let expect_cold = hot_and_cold_history(&fs);
         // Superblocks handed to the background thread decide which segments are reusable.
         fs.inner.write_logs_until(u64::MAX).unwrap();
@@ -3631,7 +3636,7 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
         let seen = dev.seen.lock().unwrap().clone();
         assert!(!seen.is_empty(), "the pass read no victim");
         let expect = if pressed {
-            crate::tbfs::cleaner::URGENT_PRIO
+            crate::tbfs::space::cleaner::URGENT_PRIO
         } else {
             idle
         };
@@ -3652,7 +3657,7 @@ fn a_superblock_another_thread_took_is_written_before_writing_the_logs_returns()
     )
     .unwrap();
     // Only the test's threads write the queue.
-    super::engine::stop_background(&fs.inner);
+    crate::tbfs::fs::stop_background(&fs.inner);
     let f = fs.open_file("/a", OpenFlags::create()).unwrap();
     f.pwrite(&pattern(3, 8192), 0).unwrap();
     fs.sync().unwrap();
@@ -3806,9 +3811,9 @@ fn a_renamed_files_data_goes_out_placed_and_what_it_superseded_waits_for_a_check
         assert_ne!(block0(&fs), first, "block 0 was rewritten");
         let inner = &fs.inner;
         let m = inner.lock_meta();
-        let s = engine::Meta::seg_of(first, inner.segment_blocks);
+        let s = state::Meta::seg_of(first, inner.segment_blocks);
         assert!(
-            m.seg.dead_at[s]
+            m.seg.dead_at(s)
                 > inner
                     .sb_checkpoint_seq
                     .load(std::sync::atomic::Ordering::Acquire),
@@ -3897,12 +3902,12 @@ fn a_payload_dropped_as_the_last_holder_of_its_buffers_gives_them_back_for_reuse
     // On a thread of its own, so its spare buffers start empty.
     std::thread::spawn(|| {
         let blocks: Vec<Arc<format::Block>> = (0..4u8)
-            .map(|i| super::engine::shared_copy(&[i; BLOCK]))
+            .map(|i| crate::tbfs::blocks::shared_copy(&[i; BLOCK]))
             .collect();
         let alone: Vec<*const format::Block> = blocks[1..].iter().map(Arc::as_ptr).collect();
         // A file's buffer still holding the first.
         let held = blocks[0].clone();
-        let payload = super::engine::AheadPayload {
+        let payload = crate::tbfs::log::AheadPayload {
             seq: 1,
             start: 2,
             blocks,
@@ -3911,7 +3916,7 @@ fn a_payload_dropped_as_the_last_holder_of_its_buffers_gives_them_back_for_reuse
             flush: false,
             charge: None,
             crc: std::sync::OnceLock::new(),
-            state: parking_lot::Mutex::new(super::engine::AheadState::Pending),
+            state: parking_lot::Mutex::new(crate::tbfs::log::AheadState::Pending),
             done: parking_lot::Condvar::new(),
             started: std::sync::Mutex::new(None),
         };
@@ -3920,7 +3925,7 @@ fn a_payload_dropped_as_the_last_holder_of_its_buffers_gives_them_back_for_reuse
         // This thread's spares are the three buffers the payload held alone (had they gone
         // back to the allocator, they would be taken from the shared spares, or be none).
         let next: Vec<Arc<format::Block>> = (0..3)
-            .map(|_| super::engine::take_spare().expect("a spare buffer"))
+            .map(|_| crate::tbfs::blocks::take_spare().expect("a spare buffer"))
             .collect();
         let mut got: Vec<*const format::Block> = next.iter().map(Arc::as_ptr).collect();
         got.sort();
@@ -4089,14 +4094,14 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     {
         let m = fs.inner.lock_meta();
         // The files' data, and the metadata blocks the snapshot references that changed.
-        let pins = m.life.pinned.len() as u64;
+        let pins = m.life.pins.len() as u64;
         assert!(pins >= (data.len() / BLOCK + 2) as u64, "{pins} pins");
         assert_eq!(
-            m.life.by_anchor.len() as u64,
+            m.life.pins.anchor_entries() as u64,
             pins,
             "one anchor entry per pin"
         );
-        let per_segment: u64 = m.seg.pinned.iter().map(|&n| u64::from(n)).sum();
+        let per_segment: u64 = m.seg.pinned_counts().iter().map(|&n| u64::from(n)).sum();
         assert_eq!(per_segment, pins, "every pin counted in its segment once");
     }
     let space = fs.space().unwrap();
@@ -4109,8 +4114,8 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     fs.sync().unwrap();
     {
         let m = fs.inner.lock_meta();
-        assert!(m.life.pinned.is_empty() && m.life.by_anchor.is_empty());
-        assert!(m.seg.pinned.iter().all(|&n| n == 0));
+        assert!(m.life.pins.is_empty() && m.life.pins.anchor_entries() == 0);
+        assert!(m.seg.pinned_counts().iter().all(|&n| n == 0));
     }
     checked_clean(&dev, "released");
 }

@@ -11,7 +11,7 @@ pub(crate) enum Policy {
     Greedy,
     /// `(1 − u) · age / (1 + u)`, age the time since the youngest block's last user write.
     CostBenefit,
-    /// Greedy unless segment ages carry a signal ([`crate::tbfs::cleaner::ages_carry_signal`]).
+    /// Greedy unless segment ages carry a signal ([`crate::tbfs::space::cleaner::ages_carry_signal`]).
     Adaptive,
 }
 
@@ -124,12 +124,13 @@ impl Sim {
             .collect();
         let policy = match self.m.policy {
             Policy::Adaptive => {
-                let signal = crate::tbfs::cleaner::ages_carry_signal(candidates.iter().map(|&s| {
-                    (
-                        self.live[s] as f64 / sb,
-                        (self.now - self.seg_time[s]) as f64,
-                    )
-                }));
+                let signal =
+                    crate::tbfs::space::cleaner::ages_carry_signal(candidates.iter().map(|&s| {
+                        (
+                            self.live[s] as f64 / sb,
+                            (self.now - self.seg_time[s]) as f64,
+                        )
+                    }));
                 if signal {
                     Policy::CostBenefit
                 } else {

@@ -3,24 +3,24 @@
 //! CRCs), the newest complete checkpoint in that chain, roll-forward of the data-only logs after
 //! it, and a fresh checkpoint and superblock. Every byte read is checked before it is trusted.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+pub(crate) mod scan;
+pub(crate) mod tree;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::dense::DenseSet;
-use super::engine::{
-    mode_kind, now_ns, DirEntries, Inner, InodeCell, InodeState, LogWriter, Meta, SegUsage, Wake,
-    Writer, ROOT_INO,
-};
-use super::format::{
-    self, decode_dir_block, decode_node, height_for, CheckpointRoot, DescKind, InodeRecord,
-    Summary, Superblock, BLOCK, BLOCK_U64, FANOUT, FLAG_AHEAD, FLAG_BEGIN, FLAG_CHECKPOINT,
-    FLAG_DATA_ONLY, FLAG_END, FLAG_PAD, INODES_PER_PAGE, INODE_BYTES,
-};
-use super::lifecycle::{Kept, Life};
-use super::map::BlockMap;
-use super::*;
+use crate::tbfs::dense::DenseSet;
+use crate::tbfs::format::{self, *};
+use crate::tbfs::inode::*;
+use crate::tbfs::log::*;
+use crate::tbfs::retention::*;
+use crate::tbfs::space::segments::*;
+use crate::tbfs::state::*;
+use crate::tbfs::*;
+use scan::*;
+use tree::*;
 
 /// Smallest pool: superblocks and a handful of segments.
 const SEGMENTS_MIN: u64 = 4;
@@ -145,13 +145,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
     let now = now_ns();
     let mut meta = Meta {
         next_ino: ROOT_INO + 1,
-        seg: SegUsage {
-            live: vec![0; segment_count as usize],
-            dead_at: vec![0; segment_count as usize],
-            soft_dead_at: vec![0; segment_count as usize],
-            last_seq: vec![0; segment_count as usize],
-            pinned: vec![0; segment_count as usize],
-        },
+        seg: SegmentTable::new(segment_count as usize, segment_blocks),
         life: Life::new(
             segment_count as usize,
             segment_blocks,
@@ -206,515 +200,17 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
     Ok(inner)
 }
 
-/// Blocks read ahead in large requests, so scanning many small logs costs few device reads.
-#[derive(Default)]
-struct Window {
-    start: u64,
-    buf: Vec<u8>,
-}
-
-/// Blocks a scan reads ahead at once (within the current segment).
-const SCAN_WINDOW_BLOCKS: u64 = 256;
-
-impl Window {
-    /// Blocks `[block, block + count)`, all inside the segment ending at `seg_end`.
-    fn get(&mut self, dev: &DeviceRef, block: u64, count: u64, seg_end: u64) -> Result<&[u8]> {
-        let have = self.buf.len() as u64 / BLOCK_U64;
-        if block < self.start || block + count > self.start + have {
-            let n = SCAN_WINDOW_BLOCKS.max(count).min(seg_end - block);
-            self.buf.resize((n * BLOCK_U64) as usize, 0);
-            self.start = block;
-            dev.read_at(block * BLOCK_U64, &mut self.buf).map_err(|e| {
-                Error::io(
-                    format!("{} device: reading logs at block {block}", dev.kind()),
-                    e,
-                )
-            })?;
-        }
-        let from = ((block - self.start) * BLOCK_U64) as usize;
-        Ok(&self.buf[from..from + (count * BLOCK_U64) as usize])
-    }
-}
-
-/// Which file data of the data-only logs `logs` (the replayed ones after a checkpoint, in chain
-/// order) roll-forward must leave out: the `(position in logs, inode)` pairs of a file whose part
-/// of a run never completed.
+/// Opens and recovers a pool, in eight steps (numbered so in the body):
 ///
-/// A run of data-only logs (`FLAG_BEGIN` … `FLAG_END`, sealed under one hold of the metadata
-/// lock, so consecutive in the chain) lays out each file's buffered blocks and then its
-/// attributes record; a write too large for one log spans several. A file's part of a run is
-/// replayed only once it is whole: its attributes record is in a replayed log, or, for a part
-/// with no record (a cleaning pass's copies, which change no size), the run's last log is and no
-/// log of the run is missing. A log is missing where the sequence skips one (an ahead log
-/// skipped for its incomplete payload) or a run shows no first log. So a crash that keeps the
-/// first logs of a write but not its last keeps none of it, as a write is never split. Nothing
-/// acknowledged is lost: a sync of a file returns only once the log holding its record is
-/// written, and what a run superseded is reused only once its last log is durable, when none of
-/// its logs can be missing.
-pub(crate) fn unfinished_run_data(logs: &[&Summary]) -> BTreeSet<(usize, u64)> {
-    let mut dropped = BTreeSet::new();
-    // Files with blocks in the open run and no record yet: the logs holding them.
-    let mut open: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-    let give_up = |open: &mut BTreeMap<u64, Vec<usize>>, dropped: &mut BTreeSet<_>| {
-        for (ino, at) in std::mem::take(open) {
-            dropped.extend(at.into_iter().map(|i| (i, ino)));
-        }
-    };
-    // The sequence of the open run's latest log, and whether a log of the run is missing.
-    let mut run: Option<(u64, bool)> = None;
-    for (i, s) in logs.iter().enumerate() {
-        run = if s.flags & FLAG_BEGIN != 0 {
-            // The run before (if open) never reached its last log.
-            give_up(&mut open, &mut dropped);
-            Some((s.sequence, false))
-        } else {
-            match run {
-                Some((prev, missing)) => Some((s.sequence, missing || s.sequence != prev + 1)),
-                // Its first log is missing.
-                None => Some((s.sequence, true)),
-            }
-        };
-        for d in &s.descriptors {
-            match d.kind {
-                DescKind::Data => {
-                    let at = open.entry(d.ino).or_default();
-                    if at.last() != Some(&i) {
-                        at.push(i);
-                    }
-                }
-                DescKind::Attr => {
-                    open.remove(&d.ino);
-                }
-                _ => {}
-            }
-        }
-        if s.flags & FLAG_END != 0 {
-            if run.is_some_and(|(_, missing)| missing) {
-                give_up(&mut open, &mut dropped);
-            } else {
-                open.clear();
-            }
-            run = None;
-        }
-    }
-    give_up(&mut open, &mut dropped);
-    dropped
-}
-
-/// One log found by the scan.
-struct ScannedLog {
-    start: u64,
-    summary: Summary,
-    /// An ahead log whose payload is incomplete, or a later one of the same files: part of
-    /// the chain, but not replayed.
-    skipped: bool,
-}
-
-fn read_block(
-    dev: &DeviceRef,
-    block: u64,
-    what: &dyn Fn() -> String,
-) -> Result<Box<format::Block>> {
-    let mut b = Box::new([0u8; BLOCK]);
-    dev.read_at(block * BLOCK_U64, &mut b[..])
-        .map_err(|e| Error::io(what(), e))?;
-    Ok(b)
-}
-
-fn corrupt(sb_where: &str, what: impl std::fmt::Display) -> Error {
-    Error::Corrupt(format!("{sb_where}: {what}"))
-}
-
-/// The segment area of a pool, for checking addresses read from storage.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Geometry {
-    pub segment_blocks: u64,
-    pub segment_count: u64,
-}
-
-impl Geometry {
-    pub fn contains(&self, block: u64) -> bool {
-        block >= format::FIRST_SEGMENT_BLOCK
-            && block < format::FIRST_SEGMENT_BLOCK + self.segment_blocks * self.segment_count
-    }
-}
-
-/// A checkpoint's file tree, loaded and checked.
-pub(crate) struct Tree {
-    pub root: CheckpointRoot,
-    pub ifile: BlockMap,
-    pub cells: HashMap<u64, Arc<InodeCell>>,
-    pub dirs: HashMap<u64, DirEntries>,
-    /// Links to each inode and subdirectories of each directory, from the namespace.
-    pub reached: HashMap<u64, u32>,
-    pub subdirs: HashMap<u64, u32>,
-}
-
-/// Reads a block map of `height` from `root`, checking every node.
-pub(crate) fn load_map(
-    dev: &DeviceRef,
-    sb: &Geometry,
-    root: u64,
-    height: u8,
-    what: &str,
-) -> Result<BlockMap> {
-    let mut map = BlockMap {
-        root,
-        height,
-        ..BlockMap::default()
-    };
-    if root == 0 {
-        return Ok(map);
-    }
-    if !sb.contains(root) {
-        return Err(corrupt(what, format!("map root {root} outside the pool")));
-    }
-    if height == 0 {
-        map.blocks = vec![root];
-        return Ok(map);
-    }
-    let limit = (super::engine::FILE_BYTES_MAX / BLOCK_U64) as usize;
-    let mut levels: Vec<Vec<u64>> = vec![vec![root]];
-    for level in (1..=height).rev() {
-        let nodes = levels.last().expect("one level").clone();
-        let mut children = Vec::with_capacity(nodes.len() * FANOUT);
-        for (i, &addr) in nodes.iter().enumerate() {
-            if addr == 0 {
-                children.extend(std::iter::repeat_n(0, FANOUT));
-                continue;
-            }
-            if !sb.contains(addr) {
-                return Err(corrupt(
-                    what,
-                    format!("level-{level} node {i} at {addr} outside the pool"),
-                ));
-            }
-            let b = read_block(dev, addr, &|| {
-                format!("{what}: reading level-{level} node {i} at block {addr}")
-            })?;
-            let c = decode_node(&b[..], level).map_err(|e| {
-                corrupt(what, format!("level-{level} node {i} at block {addr}: {e}"))
-            })?;
-            children.extend(c);
-            let cap = limit.div_ceil(FANOUT.pow(level as u32 - 1));
-            if children.len() > cap + FANOUT {
-                return Err(corrupt(what, "block map larger than the largest file"));
-            }
-        }
-        while children.last() == Some(&0) {
-            children.pop();
-        }
-        if let Some(&bad) = children.iter().find(|&&a| a != 0 && !sb.contains(a)) {
-            return Err(corrupt(
-                what,
-                format!("level-{level} entry points outside the pool ({bad})"),
-            ));
-        }
-        levels.push(children);
-    }
-    map.blocks = levels.pop().expect("data level");
-    levels.reverse();
-    // `levels[0]` is now level 1 ... `levels[h-1]` the root.
-    map.nodes = levels;
-    if map.height != height_for(map.blocks.len() as u64) {
-        map.all_dirty = true;
-    }
-    Ok(map)
-}
-
-/// The block map an inode record holds itself (format 3, [`format::Extents`]), checking that
-/// every run lies in the pool and that the file is no larger than the largest; `None` when the
-/// record names a tree instead.
-pub(crate) fn load_record_map(
-    geo: &Geometry,
-    r: &InodeRecord,
-    what: &str,
-) -> Option<Result<BlockMap>> {
-    if r.extents.is_empty() {
-        return None;
-    }
-    let limit = super::engine::FILE_BYTES_MAX / BLOCK_U64;
-    if r.extents.blocks() > limit {
-        return Some(Err(corrupt(what, "block map larger than the largest file")));
-    }
-    if let Some((addr, n)) = r.extents.runs_outside(|b| geo.contains(b)).next() {
-        return Some(Err(corrupt(
-            what,
-            format!("a run of {n} blocks at {addr} lies outside the pool"),
-        )));
-    }
-    Some(Ok(BlockMap {
-        blocks: r.extents.expand(),
-        inline: Some(r.extents),
-        ..BlockMap::default()
-    }))
-}
-
-/// Loads the file tree of the checkpoint whose root is at `base_root`: inode file, inodes, block
-/// maps and directories, checking every CRC, address and the shape of the namespace.
-pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Result<Tree> {
-    let what_root = format!("checkpoint root at block {base_root}");
-    let rb = read_block(dev, base_root, &|| {
-        format!("{} device: reading {what_root}", dev.kind())
-    })?;
-    let root = CheckpointRoot::decode(&rb[..]).map_err(|e| corrupt(&what_root, e))?;
-
-    let ifile = load_map(dev, geo, root.ifile_root, root.ifile_height, "inode file")?;
-    let mut records: BTreeMap<u64, InodeRecord> = BTreeMap::new();
-    for (p, &addr) in ifile.blocks.iter().enumerate() {
-        if addr == 0 {
-            continue;
-        }
-        let page = read_block(dev, addr, &|| {
-            format!(
-                "{} device: reading inode page {p} at block {addr}",
-                dev.kind()
-            )
-        })?;
-        for slot in 0..INODES_PER_PAGE {
-            let ino = (p * INODES_PER_PAGE + slot) as u64;
-            let bytes = &page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES];
-            let rec = InodeRecord::decode(bytes)
-                .map_err(|e| corrupt(&format!("inode {ino} (page {p}, block {addr})"), e))?;
-            if let Some(r) = rec {
-                if r.ino != ino || ino >= root.next_ino {
-                    return Err(corrupt(
-                        &format!("inode page {p} at block {addr}"),
-                        format!("slot {slot} holds inode {}", r.ino),
-                    ));
-                }
-                records.insert(ino, r);
-            }
-        }
-    }
-    let mut cells: HashMap<u64, Arc<InodeCell>> = HashMap::new();
-    let mut dirs: HashMap<u64, DirEntries> = HashMap::new();
-    for (&ino, r) in &records {
-        let what = format!("inode {ino}");
-        let map = load_record_map(geo, r, &what)
-            .unwrap_or_else(|| load_map(dev, geo, r.root, r.height, &what))?;
-        let kind = mode_kind(r.mode);
-        if kind == FileKind::Dir {
-            let mut entries = Vec::new();
-            for (i, &a) in map.blocks.iter().enumerate() {
-                if a == 0 {
-                    continue;
-                }
-                let b = read_block(dev, a, &|| {
-                    format!("{what}: reading directory block {i} at {a}")
-                })?;
-                decode_dir_block(&b[..], &mut entries)
-                    .map_err(|e| corrupt(&format!("{what}, directory block {i} at {a}"), e))?;
-            }
-            let mut d = DirEntries::new();
-            for e in entries {
-                if d.insert(e.name.as_str().into(), (e.ino, e.is_dir))
-                    .is_some()
-                {
-                    return Err(corrupt(
-                        &what,
-                        format!("directory names {:?} twice", e.name),
-                    ));
-                }
-            }
-            dirs.insert(ino, d);
-        }
-        let st = InodeState {
-            kind,
-            mode: r.mode & 0o7777,
-            nlink: r.nlink,
-            size: r.size,
-            mtime_ns: r.mtime_ns,
-            ctime_ns: r.ctime_ns,
-            atime_ns: r.atime_ns,
-            uid: r.uid,
-            gid: r.gid,
-            rdev: r.rdev,
-            map,
-            dirty: BTreeMap::new(),
-            next_gen: 1,
-            attr_dirty: false,
-            open: 0,
-            freed: false,
-            charge: None,
-            names_gen: 0,
-            ckpt_seq: 0,
-        };
-        cells.insert(
-            ino,
-            Arc::new(InodeCell {
-                ino,
-                st: Mutex::new(st),
-            }),
-        );
-    }
-    if !dirs.contains_key(&ROOT_INO) {
-        return Err(corrupt(&what_root, "no root directory"));
-    }
-
-    // The namespace must be a tree over existing inodes; link counts follow from it.
-    let mut reached: HashMap<u64, u32> = HashMap::new();
-    let mut subdirs: HashMap<u64, u32> = HashMap::new();
-    for (&dir, entries) in &dirs {
-        for (name, &(child, is_dir)) in entries {
-            let Some(cell) = cells.get(&child) else {
-                return Err(corrupt(
-                    &format!("directory {dir}"),
-                    format!("{name:?} names missing inode {child}"),
-                ));
-            };
-            if (cell.lock().kind == FileKind::Dir) != is_dir {
-                return Err(corrupt(
-                    &format!("directory {dir}"),
-                    format!("{name:?} has the wrong type"),
-                ));
-            }
-            *reached.entry(child).or_default() += 1;
-            if is_dir {
-                *subdirs.entry(dir).or_default() += 1;
-            }
-        }
-    }
-    if reached.contains_key(&ROOT_INO)
-        || dirs
-            .keys()
-            .any(|d| *d != ROOT_INO && reached.get(d) != Some(&1))
-    {
-        return Err(corrupt(&what_root, "directory tree is not a tree"));
-    }
-    // Every directory must be reachable from the root (no detached cycles).
-    let mut seen = BTreeSet::from([ROOT_INO]);
-    let mut stack = vec![ROOT_INO];
-    while let Some(d) = stack.pop() {
-        for &(child, is_dir) in dirs[&d].values() {
-            if is_dir && seen.insert(child) {
-                stack.push(child);
-            }
-        }
-    }
-    if seen.len() != dirs.len() {
-        return Err(corrupt(&what_root, "directories unreachable from the root"));
-    }
-
-    Ok(Tree {
-        root,
-        ifile,
-        cells,
-        dirs,
-        reached,
-        subdirs,
-    })
-}
-
-fn segment_count_of(sb: &Superblock) -> usize {
-    sb.segment_count as usize
-}
-
-/// Reads every page of a table map (`None` for a table the checkpoint does not have).
-fn load_tables(
-    dev: &DeviceRef,
-    geo: &Geometry,
-    root: &CheckpointRoot,
-) -> Result<[BlockMap; format::TABLES]> {
-    let mut out: [BlockMap; format::TABLES] = Default::default();
-    for (i, t) in root.tables.iter().enumerate() {
-        out[i] = load_map(
-            dev,
-            geo,
-            t.root,
-            t.height,
-            &format!("table {} of checkpoint {}", i + 1, root.number),
-        )?;
-    }
-    Ok(out)
-}
-
-fn table_pages<'a>(
-    dev: &'a DeviceRef,
-    map: &'a BlockMap,
-    id: u8,
-) -> impl Iterator<Item = Result<(u64, Box<format::Block>)>> + 'a {
-    map.blocks
-        .iter()
-        .enumerate()
-        .filter(|(_, &a)| a != 0)
-        .map(move |(i, &a)| {
-            read_block(dev, a, &|| {
-                format!(
-                    "{} device: reading page {i} of table {id} at block {a}",
-                    dev.kind()
-                )
-            })
-            .map(|b| (i as u64, b))
-        })
-}
-
-fn read_snapshots(dev: &DeviceRef, map: &BlockMap) -> Result<Option<Vec<format::SnapshotEntry>>> {
-    if map.blocks.is_empty() {
-        return Ok(None);
-    }
-    let mut out = Vec::new();
-    for page in table_pages(dev, map, format::TABLE_SNAPSHOTS) {
-        let (i, b) = page?;
-        out.extend(
-            format::decode_snapshot_page(&b[..])
-                .map_err(|e| corrupt(&format!("snapshot table page {i}"), e))?,
-        );
-    }
-    Ok(Some(out))
-}
-
-fn read_usage(dev: &DeviceRef, map: &BlockMap, segments: u64) -> Result<Vec<format::UsageEntry>> {
-    let per = format::table_entries_per_page(format::TABLE_USAGE) as u64;
-    let mut out = vec![format::UsageEntry::default(); segments as usize];
-    for page in table_pages(dev, map, format::TABLE_USAGE) {
-        let (i, b) = page?;
-        let entries = format::decode_usage_page(&b[..])
-            .map_err(|e| corrupt(&format!("usage table page {i}"), e))?;
-        for (j, e) in entries.into_iter().enumerate() {
-            let s = i * per + j as u64;
-            if s >= segments {
-                return Err(corrupt(
-                    &format!("usage table page {i}"),
-                    "entries past the last segment",
-                ));
-            }
-            out[s as usize] = e;
-        }
-    }
-    Ok(out)
-}
-
-/// The pinned table's entries, each with the page it was read from.
-fn read_pinned(
-    dev: &DeviceRef,
-    map: &BlockMap,
-    geo: &Geometry,
-) -> Result<Vec<(u64, format::PinnedEntry)>> {
-    let pps = geo
-        .segment_blocks
-        .div_ceil(format::table_entries_per_page(format::TABLE_PINNED) as u64);
-    let mut out = Vec::new();
-    for page in table_pages(dev, map, format::TABLE_PINNED) {
-        let (i, b) = page?;
-        let entries = format::decode_pinned_page(&b[..])
-            .map_err(|e| corrupt(&format!("pinned table page {i}"), e))?;
-        let s = i / pps;
-        let start = format::FIRST_SEGMENT_BLOCK + s * geo.segment_blocks;
-        for e in entries {
-            if e.block < start || e.block >= start + geo.segment_blocks || !geo.contains(e.block) {
-                return Err(corrupt(
-                    &format!("pinned table page {i}"),
-                    format!("block {} is not in segment {s}", e.block),
-                ));
-            }
-            out.push((i, e));
-        }
-    }
-    Ok(out)
-}
-
-/// Opens and recovers a pool.
+/// 1. the newest valid superblock;
+/// 2. the log chain after the superblock's checkpoint;
+/// 3. the newest complete checkpoint in it;
+/// 4. loading that checkpoint's tree;
+/// 5. roll-forward: the data-only logs after it are replayed over the tree;
+/// 6. the checkpoint's tables (snapshots, segment ages, pinned blocks) and the retained
+///    checkpoints;
+/// 7. the memory state: segment usage of everything the tree references, pins;
+/// 8. orphans freed, and a fresh checkpoint and superblock.
 pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> {
     let started = Instant::now();
     let dev_bytes = dev.len();
@@ -870,6 +366,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             base_index = i + 1;
         }
     }
+    // 4. Load that checkpoint: its root, the inode file, every map and directory.
     let geo = Geometry {
         segment_blocks: sb.segment_blocks,
         segment_count: sb.segment_count,
@@ -892,7 +389,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         .filter(|l| !l.skipped)
         .map(|l| (1 + l.summary.payload_blocks as u64) * BLOCK_U64)
         .sum();
-    let file_blocks_max = super::engine::FILE_BYTES_MAX / BLOCK_U64;
+    let file_blocks_max = crate::tbfs::limits::FILE_BYTES_MAX / BLOCK_U64;
     // Blocks of the base checkpoint that roll-forward replaced: pinned if it stays retained.
     let mut replaced: Vec<u64> = Vec::new();
     // Of those, file data a data-only log rewrote, with the log's sequence: as in normal
@@ -931,7 +428,9 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
                 DescKind::Attr => {
                     if let Some(cell) = cell {
                         let mut st = cell.lock();
-                        if st.kind == FileKind::File && d.offset <= super::engine::FILE_BYTES_MAX {
+                        if st.kind == FileKind::File
+                            && d.offset <= crate::tbfs::limits::FILE_BYTES_MAX
+                        {
                             st.size = d.offset;
                             st.mtime_ns = d.extra;
                             // Blocks wholly past the logged size were dropped before this log.
@@ -1018,16 +517,16 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
 
     // 7. Memory state: segment usage from everything the tree references.
     let segment_count = sb.segment_count as usize;
-    let mut seg = SegUsage {
-        live: vec![0; segment_count],
-        dead_at: vec![0; segment_count],
-        soft_dead_at: vec![0; segment_count],
-        last_seq: vec![0; segment_count],
-        pinned: vec![0; segment_count],
-    };
+    let mut seg = SegmentTable::new(segment_count, sb.segment_blocks);
     let mut pending = DenseSet::default();
+    let mut overfull = None;
     {
-        let mut live = |a: u64| seg.live[seg_of(a) as usize] += 1;
+        let mut live = |a: u64| {
+            let s = seg_of(a) as usize;
+            if !seg.add_live_loaded(s) {
+                overfull.get_or_insert(s);
+            }
+        };
         for (&ino, cell) in &cells {
             let st = cell.lock();
             st.map
@@ -1052,9 +551,15 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             t.node_addrs().for_each(&mut live);
         }
     }
+    if let Some(s) = overfull {
+        return Err(corrupt(
+            &format!("checkpoint {}", root.number),
+            format!("segment {s} holds more blocks the tree references than it has"),
+        ));
+    }
     for log in &logs {
         let s = seg_of(log.start) as usize;
-        seg.last_seq[s] = seg.last_seq[s].max(log.summary.sequence);
+        seg.note_written(s, log.summary.sequence);
         life.seg_written[s] = life.seg_written[s].max(log.summary.time_ns);
     }
     // Logs after the base checkpoint hold blocks no retained checkpoint references.
@@ -1130,9 +635,9 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     for (page, e) in pinned_entries {
         // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
         // range holds entries the page for their range now holds.
-        meta.life.pinned_dirty.insert(page);
+        meta.life.pins.mark_page_dirty(page);
         if let Some(anchor) = meta.life.anchor(e.born, e.died) {
-            if meta.life.pinned.contains_key(&e.block) {
+            if meta.life.pins.contains(e.block) {
                 return Err(corrupt(
                     "pinned table",
                     format!("block {} listed twice", e.block),
@@ -1140,7 +645,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             }
             meta.pin(
                 e.block,
-                super::lifecycle::Pin {
+                super::retention::Pin {
                     born: e.born,
                     died: e.died,
                     anchor,
@@ -1153,13 +658,13 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     }
     meta.checkpoint = root.number;
     for b in replaced {
-        if !meta.life.pinned.contains_key(&b) {
+        if !meta.life.pins.contains(b) {
             meta.pin_if_retained(b, sb.segment_blocks);
         }
     }
     let now = now_ns();
     for (b, seq) in rewritten {
-        if meta.life.pinned.contains_key(&b) {
+        if meta.life.pins.contains(b) {
             continue;
         }
         let born = meta.born_of(b, sb.segment_blocks);
@@ -1170,7 +675,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             // Pinning it would make every segment light cleaning reused since the superblock
             // unusable here, and can leave recovery no room for its checkpoint.
             let s = seg_of(b) as usize;
-            meta.seg.soft_dead_at[s] = meta.seg.soft_dead_at[s].max(seq + 1);
+            meta.seg.raise_soft_dead(s, seq + 1);
             meta.superseded_since_ckpt = true;
         } else {
             meta.pin_if_retained(b, sb.segment_blocks);
@@ -1198,7 +703,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         .sb_checkpoint_seq
         .store(sb.checkpoint_sequence, AtomicOrdering::Release);
 
-    // 7. Orphans (unlinked while open when the pool went down) are freed; then a fresh
+    // 8. Orphans (unlinked while open when the pool went down) are freed; then a fresh
     // checkpoint and superblock make the recovered state the new base.
     {
         let mut m = inner.lock_meta();
@@ -1225,7 +730,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
                     .map(|i| (cur_seg + i) % sb.segment_count)
                     .find(|&s| {
                         s != cur_seg
-                            && m.seg.live[s as usize] == 0
+                            && m.seg.live(s as usize) == 0
                             && !logs.iter().any(|l| seg_of(l.start) == s)
                     });
                 match pick {

@@ -18,14 +18,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
 
-use super::engine::{now_ns, DirtyBlock, Inner, Meta, Section};
-use super::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
-use super::lifecycle::GcReport;
-use super::map::BlockMap;
-use super::{Error, FileKind, Result};
+use crate::tbfs::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
+use crate::tbfs::inode::{now_ns, DirtyBlock};
+use crate::tbfs::lifecycle::GcReport;
+use crate::tbfs::limits::MIN_RECLAIMABLE;
+use crate::tbfs::map::BlockMap;
+use crate::tbfs::state::{Inner, Meta, Section};
+use crate::tbfs::{Error, FileKind, Result};
 
-/// Segments that would give back less than this fraction of themselves are not cleaned.
-pub const MIN_RECLAIMABLE: f64 = 0.02;
 /// Most segments emptied by one cleaning checkpoint. Every pass writes a checkpoint, whose map
 /// nodes and inode pages are paid once per pass: fewer, larger passes copy the same blocks with
 /// less metadata. The space there is bounds a pass well before this.
@@ -64,21 +64,6 @@ impl Drop for RaisedPrio {
             let _ = before.apply_to_current_thread();
         }
     }
-}
-
-/// The background cleaner's pass, split around `meta` (see [`Inner::background_clean`]).
-#[derive(Debug, Default)]
-pub(crate) struct BackgroundPass {
-    /// Victims being read without `meta`: no segment here is reused meanwhile.
-    pub reading: BTreeSet<usize>,
-    /// Victims' bytes read without `meta`. A segment that is not free holds only written logs,
-    /// which never change, so the bytes stay right until the segment is reused.
-    pub read: HashMap<usize, Vec<u8>>,
-    /// The pass runs for the background thread: device flushes and superblocks are left to
-    /// after `meta` is released (superblocks are sealed, flushes noted in `flush`).
-    pub defer_io: bool,
-    /// The pass left a flush to do.
-    pub flush: bool,
 }
 
 /// Marks the map node at `level`/`index` (and the path above it) to be rewritten.
@@ -179,12 +164,7 @@ impl Inner {
         // makes that durable (and releases the newest before it, if that too is unprotected).
         let seq = m.writer.seq;
         let newest = m.checkpoint;
-        let newest_pins = m
-            .life
-            .by_anchor
-            .range((newest, 0)..=(newest, u64::MAX))
-            .next()
-            .is_some()
+        let newest_pins = m.life.pins.any_anchored_at(newest)
             && m.life.list.get(&newest).is_some_and(|k| {
                 !k.snapshot
                     && !m.life.holds.contains_key(&newest)
@@ -304,7 +284,7 @@ impl Inner {
             if !was_light
                 && victims
                     .iter()
-                    .any(|&v| m.seg.live[v] == 0 && m.seg.pinned[v] != 0)
+                    .any(|&v| m.seg.live(v) == 0 && m.seg.pinned(v) != 0)
             {
                 self.refresh_for_cleaner(m)?;
             }
@@ -319,7 +299,7 @@ impl Inner {
             if was_light
                 && victims
                     .iter()
-                    .any(|&v| m.seg.live[v] == 0 && !self.segment_free_if_durable(m, v, durable))
+                    .any(|&v| m.seg.live(v) == 0 && !self.segment_free_if_durable(m, v, durable))
             {
                 match self.refresh_for_cleaner(m) {
                     Ok(()) | Err(Error::NoSpace(_)) => {}
@@ -329,7 +309,7 @@ impl Inner {
             self.count(|c| c.light_cleaning_passes += u64::from(was_light));
             let mut cleaned = 0;
             for &v in &victims {
-                if m.seg.live[v] == 0 && m.seg.pinned[v] == 0 {
+                if m.seg.is_empty(v) {
                     cleaned += 1;
                 } else {
                     skip.insert(v);
@@ -412,12 +392,12 @@ impl Inner {
             .filter(|&s| {
                 s as u64 != m.writer.cur_seg
                     && s as u64 != m.writer.next_seg
-                    && m.seg.live[s] > 0
+                    && m.seg.live(s) > 0
                     && !skip.contains(&s)
                     && m.cleanable(s, now)
                     && (!light
-                        || (m.seg.last_seq[s] <= sb_seq
-                            && m.seg.dead_at[s] <= sb_seq
+                        || (m.seg.last_seq(s) <= sb_seq
+                            && m.seg.dead_at(s) <= sb_seq
                             && m.life
                                 .only_newest_unkept(m.life.seg_born[s], m.checkpoint, now)))
             })
@@ -429,12 +409,12 @@ impl Inner {
             || !ages_carry_signal(
                 candidates
                     .iter()
-                    .map(|&s| (m.seg.live[s] as f64 / sb as f64, age_of(s))),
+                    .map(|&s| (m.seg.live(s) as f64 / sb as f64, age_of(s))),
             );
         let mut scored: Vec<(f64, usize)> = candidates
             .into_iter()
             .filter_map(|s| {
-                let u = m.seg.live[s] as f64 / sb as f64;
+                let u = m.seg.live(s) as f64 / sb as f64;
                 if 1.0 - u < MIN_RECLAIMABLE {
                     return None;
                 }
@@ -462,7 +442,7 @@ impl Inner {
         };
         let mut out = Vec::new();
         for (_, s) in scored {
-            let live = m.seg.live[s] as u64;
+            let live = m.seg.live(s) as u64;
             // What the logs' estimate charges for moving them: the blocks, and for a checkpoint
             // the map nodes and inode records of the files they belong to.
             let cost = if light {
@@ -493,7 +473,7 @@ impl Inner {
         let mut buf = Vec::new();
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
-            let live: u64 = victims.iter().map(|&v| m.seg.live[v] as u64).sum();
+            let live: u64 = victims.iter().map(|&v| m.seg.live(v) as u64).sum();
             m.clean_gain = (victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2);
             let room = self.ensure_space(m, live + live / 64 + 2);
             m.clean_gain = 0;
@@ -518,7 +498,7 @@ impl Inner {
                     // included, took about a fifth of a memory pool's passes under `meta`.
                     let newest = victims
                         .iter()
-                        .map(|&v| m.seg.last_seq[v])
+                        .map(|&v| m.seg.last_seq(v))
                         .max()
                         .unwrap_or(0);
                     self.write_logs_until((newest + 1).min(m.writer.seq))?;
@@ -630,7 +610,7 @@ impl Inner {
             self.log_open(m, format::FLAG_BEGIN | format::FLAG_DATA_ONLY);
             *open = true;
         }
-        let copy = super::engine::shared_copy(data);
+        let copy = crate::tbfs::blocks::shared_copy(data);
         let addr = self.log_add_shared(m, DescKind::Data, ino, 0, index, copy.clone(), None)?;
         self.copies.note(addr, m.writer.seq, copy);
         st.map.set(index, addr);
@@ -681,7 +661,7 @@ impl Inner {
                     );
                     let gen = st.next_gen;
                     st.next_gen += 1;
-                    let data = super::engine::shared_copy(data);
+                    let data = crate::tbfs::blocks::shared_copy(data);
                     st.dirty.insert(index, DirtyBlock::new(gen, data));
                     self.dirty_bytes
                         .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
@@ -738,7 +718,7 @@ impl Inner {
                         m.life.usage_dirty.insert(index);
                     }
                     format::TABLE_PINNED => {
-                        m.life.pinned_dirty.insert(index);
+                        m.life.pins.mark_page_dirty(index);
                     }
                     _ => m.life.snap_dirty = true,
                 }
@@ -851,7 +831,7 @@ impl Inner {
     /// writer that needs `meta` waits for memory work, not for the cleaner's device I/O.
     ///
     /// In a memory pool the pass's victims are cleaned one per hold of `meta`, handing it to the
-    /// threads waiting for it between them ([`super::engine::MetaGuard::unlock_fair_and_write`]):
+    /// threads waiting for it between them ([`crate::tbfs::state::MetaGuard::unlock_fair_and_write`]):
     /// a pass of [`BACKGROUND_VICTIMS`] in one hold kept every create and delete waiting 3 to
     /// 10 ms.
     pub(crate) fn background_clean(&self) -> Result<()> {
@@ -896,8 +876,8 @@ impl Inner {
         };
         // Under pressure the pass is no longer idle-class I/O: held back behind best-effort
         // writers, it fell behind a steady copy until a writer's commit found too little room
-        // and cleaned in the foreground, holding `meta` for up to a whole pass (0.5 s measured
-        // in `bench priority`, the real-time writer waiting on it). A memory pool does no
+        // and cleaned in the foreground, holding `meta` for up to a whole pass (with a real-time
+        // writer waiting on it). A memory pool does no
         // device I/O, so it keeps its thread's priority.
         let _raised = (urgent && !self.dev.writes_are_copies()).then(RaisedPrio::raise);
         // Every log in the victims was sealed before `seq`. A memory pool's victims are not

@@ -1,11 +1,18 @@
 //! Space: what is free, the reserve and the low-water room kept beside what is written, and
 //! the check every commit makes before it writes (`Inner::ensure_space`).
 
+pub(crate) mod background;
+pub(crate) mod cleaner;
+#[cfg(test)]
+mod cleaner_sim;
+pub(crate) mod segments;
+
 use std::sync::atomic::Ordering as AtomicOrdering;
 
-use super::engine::{now_ns, Inner, Meta};
-use super::format::BLOCK_U64;
-use super::{Error, Result};
+use crate::tbfs::format::{self, *};
+use crate::tbfs::inode::*;
+use crate::tbfs::state::*;
+use crate::tbfs::*;
 
 /// The low-water mark is at most 1/this of the pool.
 const LOW_WATER_DIVISOR: u64 = 10;
@@ -52,8 +59,7 @@ impl Inner {
             .filter(|&s| {
                 s as u64 != m.writer.cur_seg
                     && s as u64 != m.writer.next_seg
-                    && m.seg.live[s] == 0
-                    && m.seg.pinned[s] == 0
+                    && m.seg.is_empty(s)
                     && !self.segment_free(m, s)
             })
             .count()
@@ -84,7 +90,7 @@ impl Inner {
     /// deleted all over the tree rewrite every page holding one of them, and such a checkpoint
     /// is what gives their blocks back.
     pub(super) fn deletes_reserve(m: &Meta) -> u64 {
-        m.ifile_pages + super::map::tree_nodes(m.ifile_pages) + 1
+        m.ifile_pages + crate::tbfs::map::tree_nodes(m.ifile_pages) + 1
     }
 
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
@@ -248,7 +254,7 @@ impl Inner {
     /// checkpoint nothing keeps (no snapshot, open view or protection period), so the blocks
     /// the copies supersede need no pin.
     pub(crate) fn light_cleaning(&self, m: &Meta) -> bool {
-        self.config.ordering == super::Ordering::Relaxed
+        self.config.ordering == crate::tbfs::Ordering::Relaxed
             && m.life
                 .only_newest_unkept(m.checkpoint, m.checkpoint, now_ns())
     }
@@ -289,5 +295,144 @@ impl Inner {
         want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
             .max(2 * sb)
             .max(RESERVE_BLOCKS_MIN)
+    }
+}
+
+impl Meta {
+    pub fn seg_of(block: u64, segment_blocks: u64) -> usize {
+        segments::segment_of(block, segment_blocks)
+    }
+
+    pub fn seg_inc(&mut self, block: u64, segment_blocks: u64) {
+        let s = Self::seg_of(block, segment_blocks);
+        self.seg.add_live(s);
+    }
+
+    /// The live tree drops `block`. A retained checkpoint that references it keeps it pinned.
+    pub fn seg_dec(&mut self, block: u64, seq: u64, segment_blocks: u64) {
+        self.seg_dec_at(block, seq, segment_blocks, now_ns());
+    }
+
+    /// [`Meta::seg_dec_at`] for every block of `blocks` (a deleted file's): whether nothing
+    /// keeps the checkpoints that may reference a block depends only on the checkpoint it was
+    /// born after, the same for most blocks of a file, so it is looked up once per run of
+    /// blocks born alike instead of once per block.
+    pub fn seg_dec_all_at(
+        &mut self,
+        blocks: impl Iterator<Item = u64>,
+        seq: u64,
+        segment_blocks: u64,
+        now: i64,
+    ) {
+        let mut known: Option<(u64, bool)> = None;
+        // Blocks born alike have the same anchor: one look-up per run of them.
+        let mut anchored: Option<(u64, Option<u64>)> = None;
+        let died = self.checkpoint;
+        let mut pins = Vec::new();
+        for block in blocks {
+            self.seg_dec_unpinned(block, seq, segment_blocks);
+            let born = self.born_of(block, segment_blocks);
+            let unkept = match known {
+                Some((b, unkept)) if b == born => unkept,
+                _ => {
+                    let unkept = born <= self.checkpoint
+                        && self.life.only_newest_unkept(born, self.checkpoint, now);
+                    known = Some((born, unkept));
+                    unkept
+                }
+            };
+            if unkept {
+                // Only the newest checkpoint can reference it, and nothing keeps that one (no
+                // snapshot, view or protection period, as in a memory pool): the next
+                // checkpoint releases it. Until a superblock names a later checkpoint the
+                // segment's `dead_at` keeps the block from reuse, so no pin is needed (one per
+                // block of every file deleted or overwritten, dropped again at the next
+                // checkpoint); the newest checkpoint just cannot be opened as a view or made a
+                // snapshot any more.
+                self.superseded_since_ckpt = true;
+            } else {
+                let anchor = match anchored {
+                    Some((b, anchor)) if b == born => anchor,
+                    _ => {
+                        let anchor = self.life.anchor(born, died);
+                        anchored = Some((born, anchor));
+                        anchor
+                    }
+                };
+                if let Some(anchor) = anchor {
+                    pins.push((block, crate::tbfs::retention::Pin { born, died, anchor }));
+                }
+            }
+        }
+        if !pins.is_empty() {
+            self.pin_all(pins, segment_blocks);
+        }
+    }
+
+    /// [`Meta::seg_dec`] with the time read once by a caller dropping many blocks.
+    pub fn seg_dec_at(&mut self, block: u64, seq: u64, segment_blocks: u64, now: i64) {
+        self.seg_dec_all_at(std::iter::once(block), seq, segment_blocks, now);
+    }
+
+    /// The live tree drops `block`, which no retained checkpoint needs (a table block: only the
+    /// newest checkpoint's tables are ever read).
+    pub fn seg_dec_unpinned(&mut self, block: u64, seq: u64, segment_blocks: u64) {
+        let s = Self::seg_of(block, segment_blocks);
+        self.seg.drop_live(s);
+        self.dropped_since_ckpt += 1;
+        // Every such drop counts, not only the last: the durable checkpoint may reference any
+        // block that died after it, whatever killed the segment's last block.
+        self.seg.note_dead(s, seq);
+    }
+
+    /// The live tree drops file data `block` because the data-only log `seq` wrote a newer copy
+    /// of it. Roll-forward replays that log over every checkpoint written before it, so when
+    /// the only retained checkpoint that can reference the block is the newest and nothing keeps
+    /// that one (no snapshot, open view or protection period), the block needs no pin and its
+    /// segment may be reused as soon as the last log of the run holding that log is durable
+    /// (`Inner::segment_free`; recovery replays a run's parts only whole), without waiting for a
+    /// checkpoint. Otherwise as `seg_dec`.
+    pub fn seg_supersede(&mut self, block: u64, seq: u64, segment_blocks: u64) {
+        let born = self.born_of(block, segment_blocks);
+        if !self
+            .life
+            .only_newest_unkept(born, self.checkpoint, now_ns())
+        {
+            self.seg_dec(block, seq, segment_blocks);
+            return;
+        }
+        let s = Self::seg_of(block, segment_blocks);
+        self.seg.drop_live(s);
+        // Not reusable at all until the run's last log is sealed, which says from when.
+        self.seg.set_soft_dead(s, u64::MAX);
+        if self.run_soft_dead.last() != Some(&s) {
+            self.run_soft_dead.push(s);
+        }
+        if born <= self.checkpoint {
+            self.superseded_since_ckpt = true;
+        }
+    }
+}
+
+impl Inner {
+    pub(super) fn seg_start(&self, seg: u64) -> u64 {
+        format::FIRST_SEGMENT_BLOCK + seg * self.segment_blocks
+    }
+
+    pub(crate) fn segment_free(&self, m: &Meta, s: usize) -> bool {
+        self.segment_free_if_durable(m, s, self.durable_seq.load(AtomicOrdering::Acquire))
+    }
+
+    /// Whether segment `s` would be free once every log below `durable` is durable.
+    pub(crate) fn segment_free_if_durable(&self, m: &Meta, s: usize, durable: u64) -> bool {
+        let w = &m.writer;
+        s as u64 != w.cur_seg
+            && s as u64 != w.next_seg
+            && m.seg.is_empty(s)
+            && m.seg.dead_at(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
+            && m.seg.last_seq(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
+            && m.seg.soft_dead_at(s) <= durable
+            // The background cleaner is reading it without `meta`.
+            && !m.bg_clean.reading.contains(&s)
     }
 }

@@ -5,10 +5,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::analyse::{analyse, Analysis};
+use super::index::*;
+use super::repair::*;
 use super::*;
 use crate::dev::sim::SimDevice;
+use crate::dev::Device;
+use crate::tbfs::format;
 use crate::tbfs::format::Extents;
-use crate::tbfs::{Barrier, FileKind, Ordering};
+use crate::tbfs::format::*;
+use crate::tbfs::Error;
+use crate::tbfs::{Barrier, Config, FileKind, Fs, OpenFlags, OpenOptions, Ordering};
 
 fn config(ordering: Ordering, barrier: Barrier) -> Config {
     Config {

@@ -1,0 +1,701 @@
+//! Buffered and direct file I/O: reads, writes into the write buffer, direct writes, and the
+//! per-file operations (attributes, size, stat, close).
+
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::Arc;
+
+use crate::tbfs::blocks::*;
+use crate::tbfs::format::*;
+use crate::tbfs::inode::*;
+use crate::tbfs::limits::*;
+use crate::tbfs::log::*;
+use crate::tbfs::state::*;
+use crate::tbfs::*;
+
+/// One piece of a direct write, sealed ([`Inner::direct_piece`]).
+pub(crate) struct DirectPiece {
+    /// The end of the write so far.
+    end: u64,
+    /// Its payloads, started.
+    started: Vec<Arc<AheadPayload>>,
+}
+
+/// The end of a write of `len` bytes at `offset` to inode `ino`, if it stays within the largest
+/// file.
+pub(crate) fn write_end(ino: u64, offset: u64, len: usize) -> Result<u64> {
+    offset
+        .checked_add(len as u64)
+        .filter(|&e| e <= FILE_BYTES_MAX)
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "inode {ino}: write past the largest file ({FILE_BYTES_MAX} bytes)"
+            ))
+        })
+}
+
+impl Inner {
+    /// Notes that inode `ino` has buffers or attributes to write; called under its inode lock,
+    /// after the change.
+    pub(crate) fn mark_dirty(&self, ino: u64) {
+        self.dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ino);
+    }
+
+    /// Reads file block `block` of an inode into `out` (buffered data first, then storage).
+    pub(crate) fn read_block(
+        &self,
+        ino: u64,
+        st: &InodeState,
+        block: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        if let Some(d) = st.dirty.get(&block) {
+            out.copy_from_slice(&d.data()[..]);
+            return Ok(());
+        }
+        let addr = st.map.get(block);
+        if addr == 0 {
+            out.fill(0);
+            return Ok(());
+        }
+        if let Some(copy) = self.copies.get(addr) {
+            out.copy_from_slice(&copy[..]);
+            return Ok(());
+        }
+        self.dev
+            .read_at(addr * BLOCK_U64, out)
+            .map_err(|e| Error::io(format!("inode {ino}: reading block {block} at {addr}"), e))
+    }
+
+    pub fn pread(&self, cell: &InodeCell, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.pread_with(cell, buf, offset, true)
+    }
+
+    /// Reads without touching the access time (a checkpoint's files are read-only).
+    pub fn pread_at_rest(&self, cell: &InodeCell, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.pread_with(cell, buf, offset, false)
+    }
+
+    pub(crate) fn pread_with(
+        &self,
+        cell: &InodeCell,
+        buf: &mut [u8],
+        offset: u64,
+        touch: bool,
+    ) -> Result<usize> {
+        let mut st = cell.lock();
+        if st.freed {
+            return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+        }
+        if touch {
+            self.touch_atime(cell.ino, &mut st);
+        }
+        if offset >= st.size {
+            return Ok(0);
+        }
+        let len = (buf.len() as u64).min(st.size - offset) as usize;
+        let mut done = 0usize;
+        let mut scratch = [0u8; BLOCK];
+        while done < len {
+            let pos = offset + done as u64;
+            let block = pos / BLOCK_U64;
+            let within = (pos % BLOCK_U64) as usize;
+            let n = (BLOCK - within).min(len - done);
+            // Whole blocks that are contiguous on storage and not buffered are read in one
+            // request, unless the cleaner has copies whose logs are not written yet.
+            if within == 0
+                && n == BLOCK
+                && !st.dirty.contains_key(&block)
+                && st.map.get(block) != 0
+                && !self.copies.any()
+            {
+                let first = st.map.get(block);
+                let mut run = 1u64;
+                while (done + (run as usize + 1) * BLOCK) <= len
+                    && !st.dirty.contains_key(&(block + run))
+                    && st.map.get(block + run) == first + run
+                    && run < 256
+                {
+                    run += 1;
+                }
+                let bytes = run as usize * BLOCK;
+                self.dev
+                    .read_at(first * BLOCK_U64, &mut buf[done..done + bytes])
+                    .map_err(|e| {
+                        Error::io(
+                            format!("inode {}: reading {run} blocks at {first}", cell.ino),
+                            e,
+                        )
+                    })?;
+                done += bytes;
+                continue;
+            }
+            self.read_block(cell.ino, &st, block, &mut scratch)?;
+            buf[done..done + n].copy_from_slice(&scratch[within..within + n]);
+            done += n;
+        }
+        Ok(len)
+    }
+
+    /// Writes `buf` at `offset`; `direct` as `O_DIRECT` ([`Inner::write_direct`]).
+    pub fn pwrite(&self, cell: &InodeCell, buf: &[u8], offset: u64, direct: bool) -> Result<usize> {
+        self.write_at(cell, buf, Some(offset), direct)
+            .map(|(_, n)| n)
+    }
+
+    /// Writes `buf` at the end of the file, read under the inode lock so concurrent appends
+    /// never overlap; returns the offset after the write.
+    pub fn append(&self, cell: &InodeCell, buf: &[u8], direct: bool) -> Result<u64> {
+        self.write_at(cell, buf, None, direct).map(|(end, _)| end)
+    }
+
+    /// Puts `buf` at `offset` (the end of the file for `None`) into the file's buffers, under
+    /// its inode lock (`st`), and returns the end of the write. `whole` holds buffers already
+    /// made for some of the whole blocks the write covers (block number and bytes, in order), so
+    /// that a direct write copies and checksums outside every lock.
+    pub(crate) fn buffer_write(
+        &self,
+        cell: &InodeCell,
+        st: &mut InodeState,
+        buf: &[u8],
+        offset: Option<u64>,
+        whole: Vec<(u64, DirtyBlock)>,
+        charge: Option<crate::sched::Charge>,
+    ) -> Result<u64> {
+        if st.freed {
+            return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+        }
+        let offset = offset.unwrap_or(st.size);
+        let end = write_end(cell.ino, offset, buf.len())?;
+        // The buffers may reach past the file's map (noted before any is put in).
+        self.note_width(end.div_ceil(BLOCK_U64));
+        let mut whole = whole.into_iter().peekable();
+        // Buffers a made block replaced, kept for reuse in one go after the loop.
+        let mut replaced = Vec::new();
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = offset + done as u64;
+            let block = pos / BLOCK_U64;
+            let within = (pos % BLOCK_U64) as usize;
+            let n = (BLOCK - within).min(buf.len() - done);
+            let gen = st.next_gen;
+            st.next_gen += 1;
+            let made = whole.next_if(|(b, _)| *b == block).map(|(_, d)| d);
+            if let Some(d) = st.dirty.get_mut(&block) {
+                match made {
+                    // Made already: it takes the old buffer's place (a sealed log keeps its
+                    // own reference), instead of being copied again.
+                    Some(mut fresh) => {
+                        fresh.gen = gen;
+                        replaced.push(std::mem::replace(d, fresh).into_data());
+                    }
+                    None => d.write(gen, within, &buf[done..done + n]),
+                }
+            } else {
+                let mut fresh = match made {
+                    Some(d) => d,
+                    // A whole block: copied without clearing it first.
+                    None if n == BLOCK => DirtyBlock::new(gen, shared_copy(&buf[done..done + n])),
+                    None => {
+                        let mut data = zeroed_block();
+                        let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
+                        if block * BLOCK_U64 < st.size {
+                            self.read_block(cell.ino, st, block, &mut bytes[..])?;
+                        }
+                        bytes[within..within + n].copy_from_slice(&buf[done..done + n]);
+                        DirtyBlock::new(gen, data)
+                    }
+                };
+                fresh.gen = gen;
+                st.dirty.insert(block, fresh);
+                // Counted under the inode lock, so a commit dropping it subtracts after.
+                self.dirty_bytes
+                    .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+            }
+            done += n;
+        }
+        recycle_blocks(replaced);
+        if end > st.size {
+            st.size = end;
+        }
+        // Room in the map for the blocks written, made here under the inode lock: sealing and
+        // checkpoints set the blocks' addresses under `meta` and find the room made.
+        let mapped = end.div_ceil(BLOCK_U64) as usize;
+        if mapped > st.map.blocks.len() {
+            let len = st.map.blocks.len();
+            st.map.blocks.reserve(mapped - len);
+        }
+        st.mtime_ns = now_ns();
+        st.ctime_ns = st.mtime_ns;
+        st.attr_dirty = true;
+        st.charge = charge;
+        self.mark_dirty(cell.ino);
+        Ok(end)
+    }
+
+    /// A file holding this much buffered data after a write is written behind (relaxed
+    /// ordering): a [`OWN_FLUSH_DIVISOR`]th of the write buffer, and at least
+    /// [`WRITE_BEHIND_MIN`], so small files and small buffers keep their data together in
+    /// fewer logs.
+    pub(crate) fn write_behind_bytes(&self) -> u64 {
+        (self.config.dirty_bytes_max / OWN_FLUSH_DIVISOR).max(WRITE_BEHIND_MIN)
+    }
+
+    /// Writes at `offset`, or at the end of the file for `None`; returns the end and the count.
+    /// A file left holding [`Inner::write_behind_bytes`] or more goes out right after the
+    /// write (written behind, as its writer's I/O) instead of waiting in the buffer for
+    /// whichever commit comes next; a write is never split, so what a crash leaves of it is
+    /// all or nothing. A `direct` write goes out before the call returns ([`Inner::write_direct`]).
+    pub(crate) fn write_at(
+        &self,
+        cell: &InodeCell,
+        buf: &[u8],
+        offset: Option<u64>,
+        direct: bool,
+    ) -> Result<(u64, usize)> {
+        self.check_writable()?;
+        // Taken before the inode lock: without a tenant it asks the kernel for the ioprio. A
+        // device without a scheduler charges nothing, so nothing is asked.
+        let charge = self
+            .dev
+            .charged()
+            .then(crate::sched::Charge::of_current_thread);
+        if direct && !buf.is_empty() {
+            return self.write_direct(cell, buf, offset, charge);
+        }
+        let len = buf.len() as u64;
+        // A write that would take the buffer past its limit finds room first, so a write there
+        // is no room for fails with `NoSpace` before any of it is buffered, rather than after
+        // (its data would then stay buffered with nowhere to go).
+        let limit = self.buffer_limit();
+        let room_checked = len > limit / 2 || self.buffered_bytes() + len > limit;
+        if room_checked {
+            self.make_room_for_write(len)?;
+        }
+        let end;
+        let held;
+        {
+            let mut st = cell.lock();
+            end = self.buffer_write(cell, &mut st, buf, offset, Vec::new(), charge)?;
+            held = st.dirty.len() as u64 * BLOCK_U64;
+        }
+        if self.buffered_bytes() > self.buffer_limit() {
+            match self.commit_over_limit(cell) {
+                // The room for this write was found before it was buffered: it is written, and
+                // what is buffered goes out at the next commit that finds room (a sync, or the
+                // next write's check). A commit's estimate counts more than it writes.
+                Err(Error::NoSpace(_)) if room_checked && self.check_not_poisoned().is_ok() => {}
+                r => r?,
+            }
+        } else if self.config.ordering == Ordering::Relaxed && held >= self.write_behind_bytes() {
+            // Write-behind: a file with a large amount buffered goes out now as data-only logs,
+            // its writer's I/O.
+            let mut m = self.lock_meta();
+            if self.buffer_in_data_logs() {
+                self.commit_data_log(&mut m, cell)?;
+                self.maybe_refresh(&mut m)?;
+            }
+            m.unlock_and_write()?;
+        } else if self.in_flight.load(AtomicOrdering::Acquire) > self.in_flight_max() {
+            // More than that waits for the log writer: wait with it, so the memory buffered
+            // stays bounded when writers outpace the device.
+            self.wait_in_flight()?;
+        }
+        Ok((end, buf.len()))
+    }
+
+    /// Commits what is buffered once writers took the buffer past its limit.
+    pub(crate) fn commit_over_limit(&self, cell: &InodeCell) -> Result<()> {
+        let mut m = self.lock_meta();
+        if self.buffered_bytes() > self.buffer_limit() {
+            // Relaxed ordering writes a full buffer as data-only logs; the maps follow at the
+            // next checkpoint.
+            if self.buffer_in_data_logs() {
+                // A writer holding a good part of the buffer writes its own file first (its
+                // I/O, at its priority and weight); other files' data only if that is not
+                // enough. Many small files go out together, in fewer logs.
+                let own = cell.lock().dirty.len() as u64 * BLOCK_U64;
+                if own >= self.write_behind_bytes() {
+                    self.commit_data_log(&mut m, cell)?;
+                }
+                if self.buffered_bytes() > self.buffer_limit() {
+                    m = self.commit_data_logs_in_parts(m)?;
+                }
+            } else {
+                self.commit_checkpoint(&mut m)?;
+            }
+            self.maybe_refresh(&mut m)?;
+        }
+        // The logs are written here, after `meta` is released.
+        m.unlock_and_write()
+    }
+
+    /// Before a write of `len` bytes that is large against the buffer limit (the write is
+    /// large, or space is short: [`Inner::set_buffer_limit`]) or would take the buffer past
+    /// it, makes sure the checkpoint that
+    /// will carry it, and a cleaning pass's, find room: if the free space is short for what is
+    /// buffered and the write, what is buffered goes out first and the space check cleans for
+    /// the write, before any of it is buffered. A write buffered first could leave the cleaner
+    /// no room for the checkpoint that frees anything (every block buffered goes into it while a
+    /// namespace change is pending), and fail with most of the pool dead. A write there is no
+    /// room for fails here with `NoSpace`, having changed nothing.
+    pub(crate) fn make_room_for_write(&self, len: u64) -> Result<()> {
+        let mut m = self.lock_meta();
+        let buffered = self.buffered_bytes();
+        if self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
+            return m.unlock_and_write();
+        }
+        if buffered > 0 {
+            if self.buffer_in_data_logs() {
+                self.commit_data_logs(&mut m, false)?;
+            } else {
+                self.commit_checkpoint(&mut m)?;
+            }
+        }
+        // Room for the commit that carries it: its logs' summaries and its map's nodes beside
+        // its blocks, so that commit does not fail once the write is buffered.
+        let blocks = len.div_ceil(BLOCK_U64);
+        let room = blocks + blocks / 32 + WRITE_COMMIT_SLACK_BLOCKS;
+        match self.ensure_space(&mut m, room) {
+            Err(Error::NoSpace(_)) => {
+                // The room the next checkpoint needs may be what is missing: paid, it is free
+                // again (beyond what the checkpoint wrote).
+                self.commit_checkpoint(&mut m)?;
+                self.ensure_space(&mut m, room)?;
+            }
+            r => r?,
+        }
+        m.unlock_and_write()
+    }
+
+    /// A direct write (`O_DIRECT`): returns once the data is on the device (not flushed:
+    /// durability still takes `fsync`). In relaxed ordering, unless the file has a change only a
+    /// checkpoint records, it goes out as data-only logs whose payloads this thread writes, as
+    /// its I/O, in pieces from [`DIRECT_FIRST_PIECE_BYTES`] up to [`DIRECT_PIECE_BYTES`], each
+    /// made while the one before it is in the device, so a scheduler sees the writer busy for
+    /// the whole write (a crash may keep some pieces of a write and not others, as `O_DIRECT`
+    /// on a kernel file system may).
+    /// Each piece's bytes are copied into buffers outside every lock and put into the file
+    /// under `meta`, so no other thread's commit takes them half-written (a checkpoint seals
+    /// every buffered block: the tenant refreshing the superblock wrote the other's data, and
+    /// the other waited for it). The summaries are left to the background thread, as its I/O
+    /// ([`Inner::write_logs_behind`]): a summary the writer wrote itself waited for a turn in
+    /// `sched` with nothing of the writer's data queued, and a summary behind a checkpoint
+    /// waits for every payload before it, other writers' included. The write's buffers stay
+    /// until its summaries are written (a sync writes them at once).
+    /// In strict ordering, or for a new or changed file, a piece is written and synced.
+    pub(crate) fn write_direct(
+        &self,
+        cell: &InodeCell,
+        buf: &[u8],
+        offset: Option<u64>,
+        charge: Option<crate::sched::Charge>,
+    ) -> Result<(u64, usize)> {
+        if let Some(offset) = offset {
+            // Checked before the pieces are cut (an append is checked as it is buffered).
+            write_end(cell.ino, offset, buf.len())?;
+        }
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut end = 0;
+        let mut written = Ok(());
+        let mut done = 0;
+        let mut pieces = 0u32;
+        while done < buf.len() {
+            // An append is one piece: its offset is the end of the file when it is made.
+            let n = match offset {
+                Some(offset) => {
+                    // Pieces grow from [`DIRECT_FIRST_PIECE_BYTES`] (the first is made with
+                    // nothing of the write in the device yet) and end on block boundaries.
+                    let at = offset + done as u64;
+                    let most = (DIRECT_FIRST_PIECE_BYTES << pieces.min(8)).min(DIRECT_PIECE_BYTES);
+                    let boundary = (at + most) / BLOCK_U64 * BLOCK_U64;
+                    let boundary = if boundary > at { boundary } else { at + most };
+                    ((boundary - at) as usize).min(buf.len() - done)
+                }
+                None => buf.len(),
+            };
+            pieces += 1;
+            let at = offset.map(|o| o + done as u64);
+            match self.direct_piece(cell, &buf[done..done + n], at, charge) {
+                Ok(piece) => {
+                    end = piece.end;
+                    in_flight.push_back(piece.started);
+                }
+                Err(e) => {
+                    written = Err(e);
+                    break;
+                }
+            }
+            // The piece before this one: the device has had it while this one was made.
+            while in_flight.len() > 1 && written.is_ok() {
+                written = self.finish_direct(in_flight.pop_front().expect("two in flight"));
+            }
+            done += n;
+        }
+        // Every payload started is waited for, also after an error.
+        for started in in_flight {
+            let finished = self.finish_direct(started);
+            written = written.and(finished);
+        }
+        written?;
+        // Every byte of the write is in its own pieces' payloads (a buffer another commit had
+        // sealed is copied before it is changed), and those are on the device.
+        self.write_logs_behind()?;
+        Ok((end, buf.len()))
+    }
+
+    /// One piece of a direct write: buffered, sealed, and its payloads started.
+    pub(crate) fn direct_piece(
+        &self,
+        cell: &InodeCell,
+        buf: &[u8],
+        offset: Option<u64>,
+        charge: Option<crate::sched::Charge>,
+    ) -> Result<DirectPiece> {
+        // Whole blocks of a write at a known offset are made here, without any lock.
+        let whole: Vec<(u64, DirtyBlock)> = match offset {
+            Some(offset) => {
+                let first = offset.div_ceil(BLOCK_U64);
+                let last = (offset + buf.len() as u64) / BLOCK_U64;
+                (first..last)
+                    .map(|block| {
+                        let at = (block * BLOCK_U64 - offset) as usize;
+                        (block, DirtyBlock::new(0, shared_copy(&buf[at..at + BLOCK])))
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let mut m = self.lock_meta();
+        self.check_usable()?;
+        let end = {
+            let mut st = cell.lock();
+            self.buffer_write(cell, &mut st, buf, offset, whole, charge)?
+        };
+        if self.config.ordering == Ordering::Strict || m.ns_changed.contains(&cell.ino) {
+            drop(m);
+            self.sync_file(cell)?;
+            return Ok(DirectPiece {
+                end,
+                started: Vec::new(),
+            });
+        }
+        m.writer.direct = true;
+        let committed = self.commit_data_log(&mut m, cell);
+        m.writer.direct = false;
+        committed?;
+        self.maybe_refresh(&mut m)?;
+        let started = m.unlock_taking_payloads()?.unwrap_or_default();
+        for a in &started {
+            self.start_ahead(a);
+        }
+        Ok(DirectPiece { end, started })
+    }
+
+    /// Waits for a direct write's payloads (finishing those nobody is finishing yet).
+    pub(crate) fn finish_direct(&self, started: Vec<Arc<AheadPayload>>) -> Result<()> {
+        let mut result = Ok(());
+        for a in started {
+            result = result.and(self.wait_payload(&a));
+        }
+        result
+    }
+
+    /// Whether buffered data may go out as data-only logs (a full buffer, write-behind, the
+    /// cleaner's flush of the buffer first): in relaxed ordering. The data of a file with a
+    /// change only a checkpoint records goes out placed, not replayed (`seal_file_data`), so a
+    /// pending namespace change no longer makes a full buffer a checkpoint.
+    pub(crate) fn buffer_in_data_logs(&self) -> bool {
+        self.config.ordering == Ordering::Relaxed
+    }
+
+    /// Bytes writers may buffer before they commit: `Config::dirty_bytes_max`, or, while a
+    /// cleaning pass would have to write the buffer in its checkpoint (a namespace change is
+    /// pending, or passes are full), what the free space allows ([`Inner::set_buffer_limit`]).
+    /// Light passes write no buffered data, so overwrites keep the whole buffer however short
+    /// space is (writing it out sooner raised `bench cleaner`'s hot/cold write
+    /// amplification).
+    pub(crate) fn buffer_limit(&self) -> u64 {
+        let fit = self.buffer_fit_limit.load(AtomicOrdering::Acquire);
+        if self.ns_pending.load(AtomicOrdering::Acquire)
+            || self.full_passes.load(AtomicOrdering::Acquire)
+        {
+            self.buffer_limit
+                .load(AtomicOrdering::Acquire)
+                .min(self.config.dirty_bytes_max)
+                .min(fit)
+        } else {
+            self.config.dirty_bytes_max.min(fit)
+        }
+    }
+
+    /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
+    /// Notes a file's buffers spanning `blocks` blocks ([`Inner::widest`]).
+    pub(crate) fn note_width(&self, blocks: u64) {
+        // A plain load first: growth is rare, and every writer passes here.
+        if blocks > self.widest.load(AtomicOrdering::Relaxed) {
+            self.widest.fetch_max(blocks, AtomicOrdering::Relaxed);
+        }
+    }
+
+    pub(crate) fn buffered_bytes(&self) -> u64 {
+        self.dirty_bytes
+            .load(AtomicOrdering::Acquire)
+            .saturating_sub(self.in_flight.load(AtomicOrdering::Acquire))
+    }
+
+    /// Updates the access time of a file being read, per the pool's [`AtimePolicy`]. The new
+    /// time is written with the file's next checkpoint.
+    pub(crate) fn touch_atime(&self, ino: u64, st: &mut InodeState) {
+        const DAY_NS: i64 = 24 * 3600 * 1_000_000_000;
+        let policy = self.atime.load(AtomicOrdering::Relaxed);
+        if policy == AtimePolicy::Never as u8 || self.read_only {
+            return;
+        }
+        let now = now_ns();
+        let due = policy == AtimePolicy::Strict as u8
+            || st.atime_ns <= st.mtime_ns
+            || st.atime_ns <= st.ctime_ns
+            || now - st.atime_ns >= DAY_NS;
+        if due {
+            st.atime_ns = now;
+            st.attr_dirty = true;
+            self.mark_dirty(ino);
+        }
+    }
+
+    /// Changes attributes (chmod, chown, utimens); the change time becomes now.
+    pub fn set_attr(&self, cell: &InodeCell, attr: &SetAttr) -> Result<()> {
+        self.check_writable()?;
+        let mut m = self.lock_meta();
+        {
+            let mut st = cell.lock();
+            if st.freed {
+                return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+            }
+            if let Some(mode) = attr.mode {
+                st.mode = mode & 0o7777;
+            }
+            if let Some(uid) = attr.uid {
+                st.uid = uid;
+            }
+            if let Some(gid) = attr.gid {
+                st.gid = gid;
+            }
+            if let Some(t) = attr.atime_ns {
+                st.atime_ns = t;
+            }
+            if let Some(t) = attr.mtime_ns {
+                st.mtime_ns = t;
+            }
+            st.ctime_ns = now_ns();
+            st.attr_dirty = true;
+        }
+        m.namespace_changed(cell.ino);
+        Ok(())
+    }
+
+    pub fn set_len(&self, cell: &InodeCell, len: u64) -> Result<()> {
+        self.check_writable()?;
+        if len > FILE_BYTES_MAX {
+            return Err(Error::Invalid(format!(
+                "inode {}: size {len} past the largest file",
+                cell.ino
+            )));
+        }
+        let mut m = self.lock_meta();
+        let mut st = cell.lock();
+        if st.freed {
+            return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+        }
+        if st.kind == FileKind::Dir {
+            return Err(Error::IsDir(format!("inode {}", cell.ino)));
+        }
+        if len < st.size {
+            let keep = len.div_ceil(BLOCK_U64);
+            let seq = m.writer.seq;
+            for a in st.map.truncate(keep) {
+                m.seg_dec(a, seq, self.segment_blocks);
+            }
+            let dropped: Vec<u64> = st.dirty.range(keep..).map(|(&b, _)| b).collect();
+            for b in &dropped {
+                st.dirty.remove(b);
+            }
+            self.dirty_bytes
+                .fetch_sub(dropped.len() as u64 * BLOCK_U64, AtomicOrdering::AcqRel);
+            // The kept tail block must read as zeros past the new size if the file grows again.
+            let within = (len % BLOCK_U64) as usize;
+            if within != 0 {
+                let block = len / BLOCK_U64;
+                let mut data = zeroed_block();
+                let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
+                self.read_block(cell.ino, &st, block, &mut bytes[..])?;
+                bytes[within..].fill(0);
+                let gen = st.next_gen;
+                st.next_gen += 1;
+                let fresh = DirtyBlock::new(gen, data);
+                self.note_width(block + 1);
+                if st.dirty.insert(block, fresh).is_none() {
+                    self.dirty_bytes
+                        .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+                }
+                // A buffer to seal, as after a write.
+                self.mark_dirty(cell.ino);
+            }
+        }
+        st.size = len;
+        st.mtime_ns = now_ns();
+        st.ctime_ns = st.mtime_ns;
+        st.attr_dirty = true;
+        drop(st);
+        m.namespace_changed(cell.ino);
+        Ok(())
+    }
+
+    pub fn stat_cell(&self, cell: &InodeCell) -> Result<Stat> {
+        let st = cell.lock();
+        if st.freed {
+            return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+        }
+        let extra = st.dirty.keys().filter(|&&b| st.map.get(b) == 0).count() as u64;
+        Ok(Stat {
+            ino: cell.ino,
+            kind: st.kind,
+            mode: st.mode & 0o7777,
+            nlink: st.nlink,
+            size: st.size,
+            blocks: st.map.mapped_blocks() + extra,
+            mtime_ns: st.mtime_ns,
+            ctime_ns: st.ctime_ns,
+            atime_ns: st.atime_ns,
+            uid: st.uid,
+            gid: st.gid,
+            rdev: st.rdev,
+        })
+    }
+
+    /// A handle closed: free the inode if it was the last one to an unlinked file.
+    pub fn release(&self, cell: &InodeCell) {
+        // Only the inode lock unless this may be the last handle to an unlinked file: `drop_link`
+        // changes the link count under the inode lock too, so of a close and an unlink racing,
+        // the later one sees both counts at zero and frees.
+        let maybe_free = {
+            let mut st = cell.lock();
+            st.open = st.open.saturating_sub(1);
+            st.open == 0 && st.nlink == 0 && !st.freed
+        };
+        if !maybe_free || self.read_only {
+            return;
+        }
+        let mut m = self.lock_meta();
+        let free = {
+            let st = cell.lock();
+            st.open == 0 && st.nlink == 0 && !st.freed
+        };
+        if free {
+            self.free_inode(&mut m, cell);
+        }
+    }
+}

@@ -1,0 +1,609 @@
+//! Checkpoints: laying out every changed inode, directory and map, the tables and the root.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::tbfs::dense::DenseSet;
+use crate::tbfs::format::{self, *};
+use crate::tbfs::inode::*;
+use crate::tbfs::limits::*;
+use crate::tbfs::log::data::unsealed_count;
+use crate::tbfs::log::*;
+use crate::tbfs::map::BlockMap;
+use crate::tbfs::state::*;
+use crate::tbfs::*;
+
+impl Inner {
+    /// Debug builds: every slot of cached inode page `p` that this checkpoint does not write
+    /// holds its inode's current record, or that inode changed after the checkpoint took the
+    /// dirty set (a writer marks the inode dirty under the same lock hold as its change, and
+    /// nothing takes the dirty set while `meta` is held), so the next checkpoint writes it. A
+    /// checkpoint nested in another's cleaning is not checked: it finds the inodes the outer
+    /// one took and has not written yet changed, and their cached records, matching the maps
+    /// on the device, are the right ones to write there.
+    pub(crate) fn check_cached_page(
+        &self,
+        m: &Meta,
+        page: &format::Block,
+        p: u64,
+        records: &Records,
+    ) {
+        for slot in 0..INODES_PER_PAGE {
+            let ino = p * INODES_PER_PAGE as u64 + slot as u64;
+            if records.get(ino).is_some() || m.freed_slots.contains(&ino) {
+                continue;
+            }
+            let mut fresh = [0u8; INODE_BYTES];
+            current_record(m, ino).encode_into(&mut fresh);
+            debug_assert!(
+                fresh[..] == page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES]
+                    || self
+                        .dirty
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .all
+                        .contains(&ino),
+                "inode {ino} changed and is in no checkpoint's work"
+            );
+        }
+    }
+
+    /// Tests: a checkpoint's two bounds for the inodes it would write now, quick and counted.
+    #[cfg(test)]
+    pub(crate) fn checkpoint_inode_bounds(&self, m: &Meta) -> (u64, u64) {
+        let work = checkpoint_work(m, self.dirty.lock().unwrap().all.clone());
+        let dir_blocks = encode_changed_dirs(m, &work);
+        (
+            self.quick_inode_bound(&work, &dir_blocks),
+            self.counted_inode_bound(m, &work, &dir_blocks),
+        )
+    }
+
+    /// An upper bound on the blocks a checkpoint writes for the inodes of `work` (their
+    /// buffered blocks and map nodes, and a slot each), from totals alone: every block buffered
+    /// (`Inner::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
+    /// being buffered meanwhile), and for every inode the whole tree of the widest map the
+    /// pool has had ([`Inner::widest`]). It visits no inode: counting inode by inode
+    /// ([`Inner::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
+    /// `meta`.
+    pub(crate) fn quick_inode_bound(
+        &self,
+        work: &DenseSet,
+        dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
+    ) -> u64 {
+        let widest_dir = dir_blocks
+            .values()
+            .map(|b| b.len() as u64)
+            .max()
+            .unwrap_or(0);
+        let widest = self.widest.load(AtomicOrdering::Relaxed);
+        // An inode's slot is in its page, counted apart.
+        let per_inode = super::map::tree_nodes(widest.max(widest_dir));
+        let buffered = self
+            .dirty_bytes
+            .load(AtomicOrdering::Acquire)
+            .div_ceil(BLOCK_U64);
+        buffered + QUICK_BOUND_SLACK_BLOCKS + work.len() as u64 * per_inode
+    }
+
+    /// Whether the space check for `blocks` would find room at once, without refreshing,
+    /// cleaning or waiting ([`Inner::ensure_space`]'s first test).
+    pub(crate) fn space_is_ample(&self, m: &Meta, blocks: u64) -> bool {
+        let (reserve, low_water) = self.space_margins(m);
+        let want = self.space_needed(blocks) + reserve + low_water;
+        self.free_blocks_up_to(m, want) >= want
+    }
+
+    /// The inodes' part of a checkpoint's estimate, counted inode by inode: unsealed buffers,
+    /// and the map nodes that change (the whole tree if its shape changes, else the paths above
+    /// the leaves whose children change).
+    pub(crate) fn counted_inode_bound(
+        &self,
+        m: &Meta,
+        work: &DenseSet,
+        dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
+    ) -> u64 {
+        let mut estimate = 0;
+        for ino in work.iter() {
+            let st = m.inodes[&ino].lock();
+            let dir_len = dir_blocks.get(&ino).map_or(0, |b| b.len());
+            // Buffers already in a sealed log stay there (see the sealing below). The inode's
+            // slot is in its page, counted apart.
+            estimate += unsealed_count(&st) as u64 + map_nodes_bound(&st, dir_len);
+        }
+        estimate
+    }
+
+    /// Writes every buffered block, every changed directory, block map and inode, and a new
+    /// checkpoint root, as one or more logs ending in a checkpoint log.
+    pub(crate) fn commit_checkpoint(&self, m: &mut Meta) -> Result<()> {
+        m.checkpoint_depth += 1;
+        let result = self.in_section(m, Section::Checkpoint, |m| {
+            self.commit_checkpoint_at_depth(m)
+        });
+        m.checkpoint_depth -= 1;
+        result
+    }
+
+    /// [`Inner::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
+    /// (through the space check's cleaning).
+    pub(crate) fn commit_checkpoint_at_depth(&self, m: &mut Meta) -> Result<()> {
+        let taken: DenseSet =
+            std::mem::take(&mut self.dirty.lock().unwrap_or_else(|p| p.into_inner()).all);
+        let mut work = checkpoint_work(m, taken);
+
+        // An upper bound on what this checkpoint writes, checked before anything changes: the
+        // directories (encoded here, for the sealing below), the inode pages and tables, and
+        // each inode's buffered blocks and map nodes.
+        let mut dir_blocks = encode_changed_dirs(m, &work);
+        // A freed inode costs its slot's page, counted with the pages: deleting many files must
+        // not look like writing a block per file, or a full pool could not take the deletes
+        // that make room.
+        let mut estimate = 2 + dir_blocks.values().map(|b| b.len() as u64).sum::<u64>();
+        let mut pages: BTreeSet<u64> = work
+            .iter()
+            .chain(m.freed_slots.iter())
+            .map(|ino| ino / INODES_PER_PAGE as u64)
+            .collect();
+        pages.extend(m.pages_dirty.iter().copied());
+        // The inode file's map: a path per page written, and never more than its whole tree.
+        let ifile_len = (m.ifile.blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
+        let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
+            .min(super::map::tree_nodes(ifile_len) + 1);
+        estimate += pages.len() as u64 + ifile_nodes + 4;
+        estimate += m.table_estimate();
+        // The inodes' part: a bound from totals when the free space covers it with room to
+        // spare, else one counted inode by inode.
+        let quick = self.quick_inode_bound(&work, &dir_blocks);
+        // Debug builds check the quick bound against the count at every checkpoint.
+        debug_assert!(
+            quick >= self.counted_inode_bound(m, &work, &dir_blocks),
+            "the quick bound is below the count"
+        );
+        let estimate = if self.space_is_ample(m, estimate + quick) {
+            estimate + quick
+        } else {
+            estimate + self.counted_inode_bound(m, &work, &dir_blocks)
+        };
+        let passes = m.clean_passes;
+        m.checking_checkpoint = true;
+        let space = self.ensure_space(m, estimate);
+        if space.is_err() || m.clean_passes != passes {
+            // Nothing was written: the files taken from the dirty set stay in it, or a later
+            // sync would not see their buffered data.
+            self.dirty
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .all
+                .extend(work.iter());
+            space?;
+            // The space check cleaned: the passes changed maps and marked blocks this
+            // checkpoint must write, so it starts over with them (without cleaning again if
+            // it comes to that twice: a space check cleans only outside cleaning).
+            m.in_clean = true;
+            let again = self.commit_checkpoint(m);
+            m.in_clean = false;
+            return again;
+        }
+        // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
+        work.retain(|ino| m.inodes.contains_key(ino));
+
+        self.log_open(m, FLAG_BEGIN);
+        let seq = m.writer.seq;
+        let mut records = Records::default();
+        let mut written: Vec<Release> = Vec::new();
+        // Inodes with a change only a checkpoint records: their next sync waits for this one.
+        let mut changed: Vec<Arc<InodeCell>> = Vec::new();
+        let now = now_ns();
+        let flush = self.config.barrier != Barrier::Superblock;
+        for ino in work.iter() {
+            let cell = m.inodes[&ino].clone();
+            let mut guard = cell.lock();
+            let st = &mut *guard;
+            // Blocks already in a sealed log stay there: the map names that copy, and this
+            // checkpoint is written after it. One pass over the buffers seals the others.
+            let mut done = Vec::new();
+            for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
+                let addr = self.log_add_shared(
+                    m,
+                    DescKind::Data,
+                    ino,
+                    0,
+                    block,
+                    d.share_with_log(),
+                    Some(d.crc()),
+                )?;
+                d.sealed_in = Some((m.writer.seq, flush));
+                let old = st.map.set(block, addr);
+                m.seg_inc(addr, self.segment_blocks);
+                if old != 0 {
+                    m.seg_dec_at(old, seq, self.segment_blocks, now);
+                }
+                done.push((block, d.gen));
+            }
+            if let Some(blocks) = dir_blocks.remove(&ino) {
+                let count = blocks.len() as u64;
+                for (i, b) in blocks.into_iter().enumerate() {
+                    let addr =
+                        self.log_add_shared(m, DescKind::Data, ino, 0, i as u64, b.0, None)?;
+                    let old = st.map.set(i as u64, addr);
+                    m.seg_inc(addr, self.segment_blocks);
+                    if old != 0 {
+                        m.seg_dec_at(old, seq, self.segment_blocks, now);
+                    }
+                }
+                for old in st.map.truncate(count) {
+                    m.seg_dec_at(old, seq, self.segment_blocks, now);
+                }
+                st.size = count * BLOCK_U64;
+            }
+            let mut map = std::mem::take(&mut st.map);
+            let result = self.write_map(m, DescKind::MapNode, ino, &mut map);
+            st.map = map;
+            result?;
+            st.attr_dirty = false;
+            records.push(ino, st.record(ino));
+            drop(guard);
+            if m.ns_changed.contains(&ino) {
+                changed.push(cell.clone());
+            }
+            written.push((cell, done));
+        }
+
+        // Inode pages: every page holding a changed or freed inode.
+        let mut pages: BTreeSet<u64> = records
+            .inos()
+            .map(|ino| ino / INODES_PER_PAGE as u64)
+            .collect();
+        pages.extend(m.freed_slots.iter().map(|ino| ino / INODES_PER_PAGE as u64));
+        pages.extend(std::mem::take(&mut m.pages_dirty));
+        for &p in &pages {
+            let first = p * INODES_PER_PAGE as u64;
+            let slots = first..first + INODES_PER_PAGE as u64;
+            let encode_slot = |page: &mut format::Block, ino: u64, r: &InodeRecord| {
+                let slot = (ino - first) as usize;
+                r.encode_into(&mut page[slot * INODE_BYTES..(slot + 1) * INODE_BYTES]);
+            };
+            // A page this process wrote before is updated in place: only the slots of the
+            // inodes this checkpoint writes (or frees) are encoded again, since every change to
+            // an inode's record puts the inode in the work (checked in debug builds).
+            // The log shares the page with the cache: the next change to it copies the page
+            // only if the log is not written by then.
+            let page = match m.ifile_cache.remove(&p) {
+                Some(mut shared) => {
+                    if cfg!(debug_assertions) && m.checkpoint_depth == 1 {
+                        self.check_cached_page(m, &shared, p, &records);
+                    }
+                    let page = Arc::make_mut(&mut shared);
+                    for (ino, r) in records.range(slots.clone()) {
+                        encode_slot(page, ino, r);
+                    }
+                    for ino in m.freed_slots.range(slots.clone()) {
+                        if records.get(ino).is_none() {
+                            // Freed, or freed and its number taken again since.
+                            encode_slot(page, ino, &current_record(m, ino));
+                        }
+                    }
+                    shared
+                }
+                None => crate::tbfs::blocks::new_block(|page| {
+                    for ino in slots {
+                        let record = match records.get(ino) {
+                            Some(&r) => r,
+                            None => current_record(m, ino),
+                        };
+                        encode_slot(page, ino, &record);
+                    }
+                }),
+            };
+            let addr = self.log_add_shared(m, DescKind::InodePage, 0, 0, p, page.clone(), None);
+            if m.ifile_cache.len() >= IFILE_CACHE_PAGES {
+                m.ifile_cache.clear();
+            }
+            m.ifile_cache.insert(p, page);
+            let addr = addr?;
+            let old = m.ifile.set(p, addr);
+            m.seg_inc(addr, self.segment_blocks);
+            if old != 0 {
+                m.seg_dec_at(old, seq, self.segment_blocks, now);
+            }
+        }
+        m.ifile_pages = m
+            .ifile_pages
+            .max(m.ifile.blocks.len() as u64)
+            .max(m.next_ino.div_ceil(INODES_PER_PAGE as u64));
+        let mut ifile = std::mem::take(&mut m.ifile);
+        let result = self.write_map(m, DescKind::InodeMapNode, 0, &mut ifile);
+        m.ifile = ifile;
+        result?;
+
+        let number = m.checkpoint + 1;
+        // Retention: release what the protection period no longer covers, then drop the old
+        // root from the live tree (pinned if its checkpoint stays retained) before the pinned
+        // table is written.
+        let released = m.prune(seq, self.segment_blocks, true);
+        if m.life.pressure {
+            self.count(|c| c.protection_released += released);
+        }
+        let prev_root = m.checkpoint_root;
+        if prev_root != 0 {
+            m.seg_dec(prev_root, seq, self.segment_blocks);
+        }
+        let tables = self.write_tables(m)?;
+        // The root names the sequence of the log it ends: open the continuation log first if the
+        // root would not fit in this one, so the sequence is final before the root is encoded.
+        if !self.log_has_room(m, DescKind::Root, 0, 0, 0) {
+            self.log_roll(m)?;
+        }
+        let time_ns = now_ns();
+        let root = CheckpointRoot {
+            number,
+            sequence: m.writer.seq,
+            time_ns,
+            ifile_root: m.ifile.root,
+            ifile_height: m.ifile.height,
+            ifile_pages: m.ifile_pages,
+            next_ino: m.next_ino,
+            inodes: m.inodes.len() as u64,
+            prev_root,
+            oldest_protected: m.life.oldest_protected(time_ns, number),
+            tables,
+        };
+        let before = m.writer.seq;
+        let addr = self.log_add(m, DescKind::Root, 0, 0, 0, &root.encode()[..])?;
+        debug_assert_eq!(m.writer.seq, before, "the root went into the log it names");
+        let root_seq = m.writer.seq;
+        // The buffers go once the checkpoint is written.
+        m.writer.release = written;
+        self.log_close(m, FLAG_END | FLAG_CHECKPOINT)?;
+        m.seg_inc(addr, self.segment_blocks);
+        m.life.list.insert(
+            number,
+            super::retention::Kept {
+                time_ns,
+                root: addr,
+                snapshot: false,
+                name: None,
+            },
+        );
+        m.life.since_ckpt = vec![(
+            Meta::seg_of(m.writer.pos, self.segment_blocks),
+            m.writer.pos,
+        )];
+        m.checkpoint = number;
+        m.dropped_since_ckpt = 0;
+        m.checkpoint_root = addr;
+        m.checkpoint_seq = root_seq;
+        for cell in changed {
+            cell.lock().ckpt_seq = root_seq;
+        }
+        m.ns_changed.clear();
+        m.checkpoint_next_seq = m.writer.seq;
+        m.checkpoint_at = Some(Instant::now());
+        m.freed_slots.clear();
+        m.dirs_dirty.clear();
+        m.pending.clear();
+        m.ns_dirty = false;
+        m.superseded_since_ckpt = false;
+        self.count(|c| c.checkpoints += 1);
+        Ok(())
+    }
+
+    /// Writes the changed nodes of a block map bottom-up and updates its root.
+    pub(crate) fn write_map(
+        &self,
+        m: &mut Meta,
+        kind: DescKind,
+        ino: u64,
+        map: &mut BlockMap,
+    ) -> Result<()> {
+        if !map.is_dirty() {
+            return Ok(());
+        }
+        let seq = m.writer.seq;
+        let sb = self.segment_blocks;
+        // Only the newest checkpoint's tables are read, so their old nodes pin nothing.
+        let dec = |m: &mut Meta, a: u64| {
+            if kind == DescKind::TableNode {
+                m.seg_dec_unpinned(a, seq, sb)
+            } else {
+                m.seg_dec(a, seq, sb)
+            }
+        };
+        // A file's or directory's map of a few runs goes in its inode record: no nodes.
+        if kind == DescKind::MapNode {
+            if let Some(extents) = format::Extents::of(&map.blocks) {
+                for a in map.node_addrs().collect::<Vec<_>>() {
+                    dec(m, a);
+                }
+                map.nodes.clear();
+                map.root = 0;
+                map.height = 0;
+                map.inline = Some(extents);
+                map.dirty_leaves.clear();
+                map.all_dirty = false;
+                return Ok(());
+            }
+        }
+        let n = map.blocks.len();
+        let h = height_for(n as u64);
+        // A map that was in the record has no nodes to keep: every one is written.
+        let was_inline = map.inline.take().is_some();
+        let all = map.all_dirty || h != map.height || was_inline;
+        if all {
+            for a in map.node_addrs().collect::<Vec<_>>() {
+                dec(m, a);
+            }
+            map.nodes.clear();
+        }
+        if h == 0 {
+            map.nodes.clear();
+            map.root = map.blocks.first().copied().unwrap_or(0);
+            map.height = 0;
+            map.dirty_leaves.clear();
+            map.all_dirty = false;
+            return Ok(());
+        }
+        let mut dirty: BTreeSet<usize> = if all {
+            (0..n.div_ceil(FANOUT)).collect()
+        } else {
+            let leaves = map.dirty_leaves.iter().map(|i| i as usize).collect();
+            map.dirty_leaves.clear();
+            leaves
+        };
+        let mut levels: Vec<Vec<u64>> = Vec::with_capacity(h as usize);
+        let mut width = n;
+        for level in 1..=h {
+            let count = width.div_ceil(FANOUT);
+            let mut addrs = if all {
+                Vec::new()
+            } else {
+                map.nodes
+                    .get(level as usize - 1)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            addrs.resize(count, 0);
+            let mut parents = BTreeSet::new();
+            for &i in dirty.iter().filter(|&&i| i < count) {
+                let children: &[u64] = if level == 1 {
+                    &map.blocks
+                } else {
+                    &levels[level as usize - 2]
+                };
+                let end = ((i + 1) * FANOUT).min(children.len());
+                let node = crate::tbfs::blocks::new_block(|b| {
+                    format::encode_node_into(b, level, &children[i * FANOUT..end])
+                });
+                let addr = self.log_add_shared(m, kind, ino, level, i as u64, node, None)?;
+                m.seg_inc(addr, self.segment_blocks);
+                if addrs[i] != 0 {
+                    dec(m, addrs[i]);
+                }
+                addrs[i] = addr;
+                parents.insert(i / FANOUT);
+            }
+            levels.push(addrs);
+            dirty = parents;
+            width = count;
+        }
+        debug_assert_eq!(
+            levels.last().map(Vec::len),
+            Some(1),
+            "the top level is one node"
+        );
+        map.root = levels[h as usize - 1][0];
+        map.nodes = levels;
+        map.height = h;
+        map.dirty_leaves.clear();
+        map.all_dirty = false;
+        Ok(())
+    }
+}
+
+/// The inodes a checkpoint writes: those `taken` from the dirty set, those with data in
+/// data-only logs since the last checkpoint, and the changed directories, while they exist.
+pub(crate) fn checkpoint_work(m: &Meta, mut taken: DenseSet) -> DenseSet {
+    taken.extend(m.pending.iter());
+    taken.extend(m.dirs_dirty.iter());
+    taken.retain(|ino| m.inodes.contains_key(ino));
+    taken
+}
+
+/// The changed directories of `work`, each encoded as directory blocks.
+pub(crate) fn encode_changed_dirs(
+    m: &Meta,
+    work: &DenseSet,
+) -> HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>> {
+    m.dirs_dirty
+        .iter()
+        .filter(|ino| work.contains(ino))
+        .filter_map(|ino| {
+            let entries = m.dirs.get(&ino)?;
+            let blocks = format::encode_dir_entries_in(
+                entries
+                    .iter()
+                    .map(|(name, &(child, is_dir))| (child, is_dir, name.as_str())),
+                crate::tbfs::blocks::FreshBlock::new,
+            );
+            Some((ino, blocks))
+        })
+        .collect()
+}
+
+/// The inode records a checkpoint writes, in ascending inode order (its work is walked in
+/// that order): a sorted list, where a B-tree took an insertion search per inode under `meta`.
+#[derive(Default)]
+pub(crate) struct Records(Vec<(u64, InodeRecord)>);
+
+impl Records {
+    /// Adds `ino`'s record; `ino` is above every number already in.
+    pub(crate) fn push(&mut self, ino: u64, record: InodeRecord) {
+        debug_assert!(self.0.last().is_none_or(|&(last, _)| last < ino));
+        self.0.push((ino, record));
+    }
+
+    pub(crate) fn get(&self, ino: u64) -> Option<&InodeRecord> {
+        self.0
+            .binary_search_by_key(&ino, |&(i, _)| i)
+            .ok()
+            .map(|at| &self.0[at].1)
+    }
+
+    /// The records of the inodes in `inos`, ascending.
+    pub(crate) fn range(
+        &self,
+        inos: std::ops::Range<u64>,
+    ) -> impl Iterator<Item = (u64, &InodeRecord)> {
+        let from = self.0.partition_point(|&(i, _)| i < inos.start);
+        let to = self.0.partition_point(|&(i, _)| i < inos.end);
+        self.0[from..to].iter().map(|(i, r)| (*i, r))
+    }
+
+    pub(crate) fn inos(&self) -> impl Iterator<Item = u64> + '_ {
+        self.0.iter().map(|&(i, _)| i)
+    }
+}
+
+/// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
+pub(crate) fn current_record(m: &Meta, ino: u64) -> InodeRecord {
+    m.inodes
+        .get(&ino)
+        .map(|c| c.lock().record(ino))
+        .unwrap_or_default()
+}
+
+/// The map nodes a checkpoint writes for an inode holding `dir_len` directory blocks (0 for a
+/// file): the whole tree if its shape changes, else the paths above the leaves whose children
+/// change.
+pub(super) fn map_nodes_bound(st: &crate::tbfs::inode::InodeState, dir_len: usize) -> u64 {
+    if dir_len == 0 && st.dirty.is_empty() && !st.map.is_dirty() {
+        // Its record holds the map as it is (inline, or naming the nodes written last).
+        return 0;
+    }
+    let n = st
+        .map
+        .blocks
+        .len()
+        .max(st.dirty.keys().next_back().map_or(0, |&b| b as usize + 1))
+        .max(dir_len) as u64;
+    let h = height_for(n) as u64;
+    let total = super::map::tree_nodes(n);
+    if st.map.all_dirty || h != st.map.height as u64 || dir_len > 0 {
+        return total;
+    }
+    // The leaves marked dirty plus the distinct leaves of the buffers (in order, so counted
+    // without a set): an upper bound, as a leaf may be in both.
+    let mut buffered = 0u64;
+    let mut last = None;
+    for &b in st.dirty.keys() {
+        let leaf = b / FANOUT as u64;
+        if last != Some(leaf) {
+            buffered += 1;
+            last = Some(leaf);
+        }
+    }
+    ((st.map.dirty_leaves.len() as u64 + buffered) * h).min(total)
+}

@@ -1,0 +1,219 @@
+//! Logs: the types of a log being built, sealed, queued and written, and the writer's state.
+//!
+//! - `build`: laying out a log in the current segment, and advancing segments.
+//! - `write`: the queue, the log writer, ahead payloads, flushes and the durability watermarks.
+//! - `data`: sealing buffered file data as data-only logs.
+
+use std::sync::{Arc, Mutex};
+
+use crate::tbfs::blocks::*;
+use crate::tbfs::format::{self, *};
+use crate::tbfs::inode::*;
+use crate::tbfs::*;
+
+pub(crate) mod build;
+pub(crate) mod data;
+pub(crate) mod write;
+
+/// Where the next log goes and the log being built (under `meta`). Logs are laid out here and
+/// sealed into [`Inner::log_queue`]; the log writer ([`LogWriter`]) writes them in order.
+#[derive(Debug, Default)]
+pub(crate) struct Writer {
+    pub pos: u64,
+    pub cur_seg: u64,
+    pub next_seg: u64,
+    /// Sequence of the next log.
+    pub seq: u64,
+    pub log: Option<LogBuild>,
+    /// Buffered blocks the next sealed log releases once it is written: `(inode, [(block,
+    /// generation)])`, set by a commit just before its last log is sealed.
+    pub release: Vec<Release>,
+    /// Ahead payloads sealed under the current hold of `meta`: the holder writes them after
+    /// it lets go ([`MetaGuard`]).
+    pub sealed_ahead: Vec<Arc<AheadPayload>>,
+    /// Smaller ahead logs sealed under the current hold, written whole by the log writer:
+    /// `(sequence, inodes, flush)`.
+    pub sealed_small: Vec<(u64, Vec<u64>, bool)>,
+    /// Whose I/O the data-only logs being laid out are (their files' last writer's); `None`
+    /// outside a data commit, so other logs stay the I/O of the thread writing them.
+    pub charge: Option<crate::sched::Charge>,
+    /// A checkpoint a superblock follows at once is being laid out: its logs are not flushed on
+    /// their own under `every-checkpoint`, the superblock's flush covers them (see
+    /// [`Inner::commit_checkpoint_for_superblock`]).
+    pub refreshing: bool,
+    /// A direct write's logs are being laid out: every one with a payload has it written apart
+    /// from its summary, however small, so the write waits for no other log
+    /// ([`Inner::write_direct`]).
+    pub direct: bool,
+}
+
+/// Buffered blocks of one inode a log writes, as `(block, generation)`: they go once it is
+/// written, unless rewritten meanwhile.
+pub(crate) type Release = (Arc<InodeCell>, Vec<(u64, u64)>);
+
+#[derive(Debug)]
+pub(crate) struct LogBuild {
+    pub start: u64,
+    pub flags: u16,
+    pub descriptors: Vec<format::Descriptor>,
+    /// Payload blocks added so far, in order.
+    pub payload: Vec<Arc<Block>>,
+    /// Their CRCs where already known (buffered file blocks), in the same order.
+    pub crcs: Vec<Option<u32>>,
+}
+
+/// What waits in [`Inner::log_queue`], in the order the log writer writes it.
+#[derive(Debug)]
+pub(crate) enum Queued {
+    Log(SealedLog),
+    /// A superblock naming the checkpoint that ends right before log `next.sequence`: written
+    /// (after a flush, and flushed) once every log before that is, with the CRC of the last.
+    Superblock(format::Superblock),
+}
+
+impl Queued {
+    /// Written by `write_logs_until(seq)` when this is below `seq`: a log's sequence, or for a
+    /// superblock the sequence of the log after it (so waiting for one's own logs does not
+    /// wait for a superblock sealed behind them).
+    pub fn order(&self) -> u64 {
+        match self {
+            Queued::Log(l) => l.summary.sequence,
+            Queued::Superblock(sb) => sb.next.sequence,
+        }
+    }
+
+    /// For what may name blocks of earlier logs (a log that is not data-only, a superblock):
+    /// the sequence below which every ahead payload must be complete before it is written.
+    pub fn barrier(&self) -> Option<u64> {
+        match self {
+            Queued::Log(l) if l.summary.flags & (format::FLAG_AHEAD | format::FLAG_PAD) == 0 => {
+                Some(l.summary.sequence)
+            }
+            Queued::Log(_) => None,
+            Queued::Superblock(sb) => Some(sb.next.sequence),
+        }
+    }
+}
+
+/// A log laid out under `meta` and waiting for the log writer: its place, sequence and
+/// descriptors are final; the writer fills in the payload CRC and the previous log's CRC.
+#[derive(Debug)]
+pub(crate) struct SealedLog {
+    pub start: u64,
+    pub summary: format::Summary,
+    pub payload: Vec<Arc<Block>>,
+    /// The payload blocks' CRCs where known ([`payload_crc`]).
+    pub crcs: Vec<Option<u32>>,
+    /// A large data-only log's payload, written by the thread that sealed it (or by whoever
+    /// needs it done first) while the log writer writes only its summary.
+    pub ahead: Option<Arc<AheadPayload>>,
+    /// Flush the device after it (the barrier policy).
+    pub flush: bool,
+}
+
+/// The CRC of a payload, put together from its blocks' CRCs where they are known (taken when
+/// the blocks were written, so the blocks are not read again here) and computed from the
+/// others. Debug builds check every known one against the bytes.
+pub(crate) fn payload_crc(blocks: &[Arc<Block>], crcs: &[Option<u32>]) -> u32 {
+    debug_assert_eq!(blocks.len(), crcs.len());
+    blocks.iter().zip(crcs).fold(0, |crc, (b, known)| {
+        let own = known.unwrap_or_else(|| format::crc_blocks(&b[..]));
+        debug_assert_eq!(own, format::crc_blocks(&b[..]), "a stale block CRC");
+        format::crc_extend_block(crc, own)
+    })
+}
+
+/// Where an ahead payload's write stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AheadState {
+    Pending,
+    Writing,
+    Done,
+    Failed,
+}
+
+/// The payload of a data-only log written apart from its summary (`FLAG_AHEAD`): concurrently
+/// with other threads' payloads, each through `sched` with the tenant of the thread writing it,
+/// so no log waits behind another it does not depend on.
+#[derive(Debug)]
+pub(crate) struct AheadPayload {
+    pub seq: u64,
+    pub start: u64,
+    pub blocks: Vec<Arc<Block>>,
+    /// Their CRCs where known ([`payload_crc`]).
+    pub crcs: Vec<Option<u32>>,
+    /// The inodes the log names (sorted): a later log of one of them waits for this one.
+    pub inos: Vec<u64>,
+    /// Flush after it (the barrier policy).
+    pub flush: bool,
+    /// Whose I/O it is, whichever thread writes it.
+    pub charge: Option<crate::sched::Charge>,
+    pub crc: std::sync::OnceLock<u32>,
+    /// Its state, and a condition variable to wait for it on: `parking_lot`'s, whose
+    /// notifications make no system call when no thread waits (the standard one's did, two per
+    /// payload).
+    pub state: parking_lot::Mutex<AheadState>,
+    pub done: parking_lot::Condvar,
+    /// Its chunks in the device, once started and until a thread takes them to wait for them
+    /// ([`Inner::start_ahead`]): whoever needs the payload complete finishes it, so the thread
+    /// that started it may go on meanwhile (a direct write makes its next piece) without
+    /// anyone waiting on it.
+    pub started: Mutex<Option<Result<Vec<crate::dev::PendingWrite>>>>,
+}
+
+impl Drop for AheadPayload {
+    fn drop(&mut self) {
+        // Its buffers go back to the spares if it was their last holder, as the log writer
+        // does with the logs it writes whole (`write_sealed`): a payload is often dropped after
+        // its files' buffers are (`drop_written`), and handing its blocks to the allocator here
+        // had the next writes allocate them again.
+        recycle_blocks(std::mem::take(&mut self.blocks));
+    }
+}
+
+impl AheadPayload {
+    /// The payload's CRC, computed from memory by whoever needs it first.
+    pub fn crc(&self) -> u32 {
+        *self
+            .crc
+            .get_or_init(|| payload_crc(&self.blocks, &self.crcs))
+    }
+
+    /// Takes the payload's write on: true if it was not taken yet.
+    pub fn claim(&self) -> bool {
+        let mut st = self.state.lock();
+        if *st == AheadState::Pending {
+            *st = AheadState::Writing;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn finish(&self, ok: bool) {
+        *self.state.lock() = if ok {
+            AheadState::Done
+        } else {
+            AheadState::Failed
+        };
+        self.done.notify_all();
+    }
+
+    /// Hands over its chunks in the device (under the state lock, so a thread waiting for the
+    /// payload sees them: [`Inner::wait_payload`]).
+    pub fn set_started(&self, started: Result<Vec<crate::dev::PendingWrite>>) {
+        let _st = self.state.lock();
+        *self.started.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
+        self.done.notify_all();
+    }
+}
+
+/// The log writer's state, under [`Inner::log_writer`]: the chain of summary CRCs and whether
+/// a written log still waits for a device flush.
+#[derive(Debug, Default)]
+pub(crate) struct LogWriter {
+    pub prev_crc: u32,
+    pub unflushed: bool,
+    /// A log's summary and payload, for devices that do not take each block in place.
+    pub buf: Vec<u8>,
+}

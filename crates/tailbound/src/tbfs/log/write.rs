@@ -1,0 +1,751 @@
+//! The log queue and the log writer: writing sealed logs in order, ahead payloads, superblocks,
+//! device flushes, and the written/durable watermarks.
+
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::Arc;
+
+use crate::dev::PendingWrite;
+use crate::tbfs::format::*;
+use crate::tbfs::inode::*;
+use crate::tbfs::limits::*;
+use crate::tbfs::log::*;
+use crate::tbfs::state::*;
+
+/// Where [`Inner::write_queued`] stopped before the sequence it was asked to reach.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// Before a log or superblock that needs every ahead payload below this sequence complete.
+    Barrier(u64),
+    /// At a superblock, taken from the queue ([`Inner::take_superblock`]) and put with the
+    /// handed-off ones, to be written without the log writer.
+    Superblock,
+}
+
+/// What a thread writing queued logs does with a superblock it reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Superblocks {
+    /// Writes it (and the flushes around it) before going on.
+    Write,
+    /// Leaves it to the background thread and goes on to its own logs: a writer waiting for
+    /// its log does not wait for two device flushes it does not need.
+    HandOff,
+}
+
+impl Inner {
+    pub(crate) fn enqueue(&self, entry: Queued) {
+        self.log_queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(entry);
+        self.queued_total.fetch_add(1, AtomicOrdering::AcqRel);
+    }
+
+    /// Writes every sealed log up to sequence `seq` (exclusive), in order, with the CRC chain;
+    /// returns once they are written (by this thread or another). Takes no lock but the log
+    /// writer's and the queue's, so it runs with or without `meta`. A failed write poisons the
+    /// pool: the logs behind it are dropped and every caller gets the error.
+    pub(crate) fn write_logs_until(&self, seq: u64) -> Result<()> {
+        if self.written_seq.load(AtomicOrdering::Acquire) >= seq {
+            // A superblock below `seq` was taken from the queue: written, or handed off.
+            self.write_handed_off_superblocks()?;
+            self.check_not_poisoned()?;
+            // The cleaner's copies in those logs are on the device, once their payloads are.
+            if !self.payloads_in_flight_below(seq) {
+                self.copies.written_below(seq);
+            }
+            return Ok(());
+        }
+        self.write_queued_until(seq, Superblocks::Write)?;
+        self.write_handed_off_superblocks()?;
+        self.wait_ahead(seq, None)?;
+        // The cleaner's copies in those logs are on the device now.
+        self.copies.written_below(seq);
+        Ok(())
+    }
+
+    /// Returns once the logs up to `seq` that hold buffers of inode `ino` are written (the
+    /// summaries up to `seq`, and the payloads naming `ino`), and durable too if `flush` (the
+    /// barrier policy flushes after that log).
+    pub(crate) fn wait_sealed(&self, seq: u64, flush: bool, ino: u64) -> Result<()> {
+        if self.durable_seq.load(AtomicOrdering::Acquire) > seq {
+            return self.check_not_poisoned();
+        }
+        self.write_queued_until(seq + 1, Superblocks::HandOff)?;
+        self.wait_ahead(seq + 1, Some(&[ino]))?;
+        if flush && self.durable_seq.load(AtomicOrdering::Acquire) <= seq {
+            self.flush_ahead()?;
+        }
+        self.check_not_poisoned()
+    }
+
+    /// Writes the logs sealed under one hold of `meta` (`end`: the sequence after the last;
+    /// `own`: their ahead payloads) and returns once they are written and, if the barrier
+    /// policy says so, flushed. The payloads go first, concurrently with other threads', each
+    /// through `sched` as this thread's I/O; then the summaries up to `end`. Earlier logs are
+    /// waited for only where they name one of the same files.
+    pub(crate) fn write_own_logs(
+        &self,
+        end: u64,
+        own: &[Arc<AheadPayload>],
+        small: &[(u64, Vec<u64>, bool)],
+    ) -> Result<()> {
+        for a in own {
+            self.write_ahead(a)?;
+        }
+        self.write_queued_until(end, Superblocks::HandOff)?;
+        // Logs the log writer wrote whole were flushed with their write if the policy says
+        // so; if an earlier payload of the same files was still in flight then, flush again.
+        let mut flush = own.iter().any(|a| a.flush);
+        for (seq, inos, flushed) in small {
+            flush |= self.wait_ahead(*seq, Some(inos))? && *flushed;
+        }
+        for a in own {
+            self.wait_ahead(a.seq, Some(&a.inos))?;
+            self.wait_payload(a)?;
+        }
+        if flush {
+            self.flush_ahead()?;
+        }
+        self.check_not_poisoned()
+    }
+
+    /// The error a poisoned pool reports.
+    pub(crate) fn poison_error(&self) -> Error {
+        self.check_not_poisoned()
+            .err()
+            .unwrap_or_else(|| Error::Invalid("a log payload was not written".into()))
+    }
+
+    /// Writes an ahead payload if nobody has taken it on yet (this thread's I/O), or finishes it
+    /// if another thread started it and nobody waits for its chunks yet; then releases what its
+    /// completion lets go. A payload another thread is finishing is left to it
+    /// ([`Inner::wait_payload`] waits for it).
+    pub(crate) fn write_ahead(&self, a: &AheadPayload) -> Result<()> {
+        self.start_ahead(a);
+        self.finish_ahead(a)
+    }
+
+    /// Starts writing an ahead payload if nobody has taken it on yet (this thread's I/O): on a
+    /// device that takes requests in flight its chunks are queued, and whoever needs the
+    /// payload complete waits for them ([`Inner::finish_ahead`]).
+    pub(crate) fn start_ahead(&self, a: &AheadPayload) {
+        if !a.claim() {
+            return;
+        }
+        let _fail = crate::tbfs::poison::FailOnUnwind {
+            inner: self,
+            payload: a,
+        };
+        let _charged = a.charge.map(crate::sched::Charge::apply);
+        let started = self.check_not_poisoned().and_then(|()| {
+            a.crc();
+            let base = (a.start + 1) * BLOCK_U64;
+            let mut started = Vec::new();
+            if self.dev.writes_are_copies() {
+                for (i, block) in a.blocks.iter().enumerate() {
+                    self.dev
+                        .write_at(base + i as u64 * BLOCK_U64, &block[..])
+                        .map_err(|e| self.payload_error(a, e))?;
+                }
+            } else {
+                // Several chunks in flight, so a scheduler sees the writer backlogged for the
+                // whole payload; the window bounds the copies held.
+                let mut window = std::collections::VecDeque::new();
+                for (k, chunk) in a.blocks.chunks(AHEAD_CHUNK_BLOCKS).enumerate() {
+                    if window.len() == AHEAD_CHUNKS_IN_FLIGHT {
+                        window
+                            .pop_front()
+                            .map_or(Ok(()), PendingWrite::wait)
+                            .map_err(|e| self.payload_error(a, e))?;
+                    }
+                    let mut buf = Vec::with_capacity(chunk.len() * BLOCK);
+                    for block in chunk {
+                        buf.extend_from_slice(&block[..]);
+                    }
+                    let at = base + (k * AHEAD_CHUNK_BLOCKS) as u64 * BLOCK_U64;
+                    window.push_back(self.dev.start_write(at, buf));
+                }
+                started.extend(window);
+            }
+            Ok(started)
+        });
+        a.set_started(started);
+    }
+
+    /// Waits until an ahead payload is written, writing it if nobody has taken it on and
+    /// finishing it if its chunks are in the device and nobody waits for them. A failed payload
+    /// poisons the pool: its error, or the pool's.
+    pub(crate) fn wait_payload(&self, a: &AheadPayload) -> Result<()> {
+        loop {
+            self.start_ahead(a);
+            let finished = self.finish_ahead(a);
+            let mut st = a.state.lock();
+            match *st {
+                AheadState::Done => return finished,
+                AheadState::Failed => return finished.and_then(|()| Err(self.poison_error())),
+                AheadState::Pending => continue,
+                AheadState::Writing => {
+                    // Started chunks are handed over under the state lock: checked under it,
+                    // a hand-over cannot be missed.
+                    if a.started
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_some()
+                    {
+                        continue;
+                    }
+                    a.done.wait(&mut st);
+                }
+            }
+        }
+    }
+
+    /// Finishes a started payload if nobody has yet: waits for its chunks, marks it written
+    /// (or failed: the pool is poisoned) and releases what its completion lets go. Its error if
+    /// this thread finished it and it failed.
+    pub(crate) fn finish_ahead(&self, a: &AheadPayload) -> Result<()> {
+        let Some(started) = a.started.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Ok(());
+        };
+        let _fail = crate::tbfs::poison::FailOnUnwind {
+            inner: self,
+            payload: a,
+        };
+        let written = started.and_then(|started| {
+            started
+                .into_iter()
+                .try_for_each(PendingWrite::wait)
+                .map_err(|e| self.payload_error(a, e))
+        });
+        self.ahead_unflushed.store(true, AtomicOrdering::Release);
+        self.ahead_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&a.seq);
+        a.finish(written.is_ok());
+        self.advance_written();
+        written
+    }
+
+    /// A payload write that failed: poisons the pool.
+    pub(crate) fn payload_error(&self, a: &AheadPayload, e: std::io::Error) -> Error {
+        let err = Error::io(
+            format!(
+                "{} device: writing the payload of log {} at block {}",
+                self.dev.kind(),
+                a.seq,
+                a.start + 1
+            ),
+            e,
+        );
+        self.poison(&err);
+        err
+    }
+
+    /// Waits until the ahead payloads below `seq` (of the inodes `inos` only, if given) are
+    /// written, writing those nobody has taken on.
+    pub(crate) fn wait_ahead(&self, seq: u64, inos: Option<&[u64]>) -> Result<bool> {
+        let waiting: Vec<Arc<AheadPayload>> = self
+            .ahead_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .range(..seq)
+            .filter(|(_, a)| inos.is_none_or(|inos| a.inos.iter().any(|i| inos.contains(i))))
+            .map(|(_, a)| a.clone())
+            .collect();
+        for a in &waiting {
+            self.write_ahead(a)?;
+        }
+        for a in &waiting {
+            self.wait_payload(a)?;
+        }
+        self.check_not_poisoned()?;
+        Ok(!waiting.is_empty())
+    }
+
+    /// Moves `written_seq` up to the first log not complete (summary and payload), and releases
+    /// the buffers of the logs it passed.
+    pub(crate) fn advance_written(&self) {
+        let due = {
+            let pending = self.ahead_pending.lock().unwrap_or_else(|p| p.into_inner());
+            let summaries = self.summary_seq.load(AtomicOrdering::Acquire);
+            let written = pending
+                .keys()
+                .next()
+                .map_or(summaries, |&k| k.min(summaries));
+            self.written_seq.fetch_max(written, AtomicOrdering::AcqRel);
+            // A log's buffers go once it and every earlier log naming one of their files are
+            // written: a run of data-only logs releases with its last log, and the others
+            // may have been written by other threads.
+            let mut releases = self.releases.lock().unwrap_or_else(|p| p.into_inner());
+            let due: Vec<u64> = releases
+                .iter()
+                .filter(|&(&seq, (release, _))| {
+                    seq < written
+                        || (seq < summaries
+                            && !pending.range(..=seq).any(|(_, a)| {
+                                release
+                                    .iter()
+                                    .any(|(cell, _)| a.inos.binary_search(&cell.ino).is_ok())
+                            }))
+                })
+                .map(|(&seq, _)| seq)
+                .collect();
+            due.into_iter()
+                .filter_map(|seq| releases.remove(&seq))
+                .collect::<Vec<_>>()
+        };
+        let mut spare = Vec::new();
+        for (release, bytes) in due {
+            for (cell, blocks) in release {
+                self.drop_written(&mut cell.lock(), &blocks, &mut spare);
+            }
+            self.in_flight.fetch_sub(bytes, AtomicOrdering::AcqRel);
+        }
+        crate::tbfs::blocks::recycle_blocks(spare);
+    }
+
+    /// Sealed bytes not yet written ([`Inner::in_flight`]) above which a writer that buffers
+    /// waits for the log writer ([`Inner::wait_in_flight`]), so the memory held stays bounded
+    /// when writers outpace it: one write buffer when the log writer does device I/O;
+    /// [`BEHIND_BUFFERS`] buffers in a memory pool, where it writes by copying memory, while
+    /// space is not tight ([`Inner::space_tight`]). At one buffer there, every buffer-full
+    /// checkpoint sealed a whole buffer and so stopped every writer until the copy of it was
+    /// done. Without the space condition, writers used space faster than the cleaner freed it,
+    /// and could leave no room for the checkpoint (with the buffered data) a cleaning pass needs.
+    pub(crate) fn in_flight_max(&self) -> u64 {
+        let buffers =
+            if self.dev.writes_are_copies() && !self.space_tight.load(AtomicOrdering::Acquire) {
+                BEHIND_BUFFERS
+            } else {
+                1
+            };
+        self.config.dirty_bytes_max.saturating_mul(buffers)
+    }
+
+    /// Called when more than [`Inner::in_flight_max`] of sealed data is unwritten: writes the
+    /// queued summaries and whole logs with the log writer, then, oldest first, the ahead
+    /// payloads nobody has started while that is still so. Payloads their sealers are writing
+    /// are not waited for: each sealer waits for its own, which bounds them, and waiting here
+    /// would tie every writer's pace to the slowest payload in the device.
+    pub(crate) fn wait_in_flight(&self) -> Result<()> {
+        self.write_queued_until(u64::MAX, Superblocks::HandOff)?;
+        let pending: Vec<Arc<AheadPayload>> = self
+            .ahead_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for a in pending {
+            if self.in_flight.load(AtomicOrdering::Acquire) <= self.in_flight_max() {
+                break;
+            }
+            // Nothing if its sealer (or anyone) has it; else written here, as its owner's I/O.
+            self.write_ahead(&a)?;
+        }
+        self.check_not_poisoned()
+    }
+
+    /// A flush after ahead payloads: every log complete when it starts is durable after it.
+    pub(crate) fn flush_ahead(&self) -> Result<()> {
+        let complete = self.written_seq.load(AtomicOrdering::Acquire);
+        self.ahead_unflushed.store(false, AtomicOrdering::Release);
+        self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
+        self.flush_counted("after a log", complete)
+    }
+
+    /// Flushes the device for a caller that counted itself in `flushes_running`; afterwards
+    /// every log below `durable` is durable.
+    pub(crate) fn flush_counted(&self, why: &str, durable: u64) -> Result<()> {
+        let flushed = self
+            .dev
+            .flush()
+            .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
+            .inspect_err(|e| self.poison(e));
+        self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
+        flushed?;
+        self.count(|c| c.device_flushes += 1);
+        self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
+        Ok(())
+    }
+
+    /// Leaves the queued logs (a direct write's summaries) to the background thread, which
+    /// writes them as its own I/O while the writer goes on with its data (without a background
+    /// thread, which only a failed thread start leaves, the writer writes them).
+    /// Past [`BEHIND_BUFFERS`] buffers' worth of sealed data unwritten (the background
+    /// thread's idle-class writes wait in `sched` behind busier classes, say), the writer
+    /// writes with them, lending its priority, so the memory held stays bounded.
+    pub(crate) fn write_logs_behind(&self) -> Result<()> {
+        let most = self.config.dirty_bytes_max.saturating_mul(BEHIND_BUFFERS);
+        if self.in_flight.load(AtomicOrdering::Acquire) > most {
+            return self.wait_in_flight();
+        }
+        let background = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if background {
+            self.wake_background(|w| w.logs = true);
+            self.check_not_poisoned()
+        } else {
+            self.write_logs_until(u64::MAX)
+        }
+    }
+
+    /// Takes the log writer (lending this thread's priority while it waits) and writes the
+    /// queued logs below sequence `seq`.
+    pub(crate) fn write_queued_until(&self, seq: u64, superblocks: Superblocks) -> Result<()> {
+        loop {
+            let stop = {
+                let mut w = crate::tbfs::state::lock_lending(&self.log_writer, &self.log_inherit);
+                let _hold = self.log_inherit.hold();
+                self.write_queued(&mut w, seq)?
+            };
+            match stop {
+                None => return Ok(()),
+                // The next log or superblock needs the payloads before it complete: wait for
+                // them (writing those nobody took on) with the log writer released, so that a
+                // thread whose own logs another thread has written meanwhile finds that out
+                // without waiting for payloads that are not its own.
+                Some(Stop::Barrier(barrier)) => {
+                    self.wait_ahead(barrier, None)?;
+                }
+                Some(Stop::Superblock) => match superblocks {
+                    Superblocks::Write => {
+                        #[cfg(test)]
+                        self.stop_at_superblock_gate();
+                        self.write_handed_off_superblocks()?;
+                    }
+                    Superblocks::HandOff => self.wake_background(|w| w.logs = true),
+                },
+            }
+        }
+    }
+
+    /// Writes the queued logs below sequence `seq` with the log writer held (`w`). Stops
+    /// before a log or superblock that needs payloads still in flight, returning the sequence
+    /// they must all be complete below; and at a superblock, which it takes from the queue for
+    /// the caller to write once the log writer is released.
+    pub(crate) fn write_queued(&self, w: &mut LogWriter, seq: u64) -> Result<Option<Stop>> {
+        loop {
+            // Up to `seq` only: later logs are their sealers' to wait for.
+            let next = {
+                let mut q = self.log_queue.lock().unwrap_or_else(|p| p.into_inner());
+                match q.front() {
+                    Some(e) if e.order() < seq => {
+                        if let Some(barrier) = e.barrier() {
+                            if self.payloads_in_flight_below(barrier) {
+                                return Ok(Some(Stop::Barrier(barrier)));
+                            }
+                        }
+                        q.pop_front()
+                    }
+                    _ => None,
+                }
+            };
+            let written = match next {
+                None => break,
+                Some(Queued::Log(log)) => self.write_sealed(w, log),
+                Some(Queued::Superblock(sb)) => {
+                    // Put with the handed-off superblocks before the log writer is let go: a
+                    // thread that then finds it gone from the queue writes it, or waits for the
+                    // one writing it (`write_handed_off_superblocks` writes under the
+                    // superblock writer's lock), instead of taking it for written.
+                    let (sb, flush_first) = self.take_superblock(w, sb)?;
+                    self.sb_handoff
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((sb, flush_first));
+                    return Ok(Some(Stop::Superblock));
+                }
+            };
+            if let Err(e) = written {
+                self.log_queue
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clear();
+                return Err(e);
+            }
+        }
+        self.check_not_poisoned().map(|()| None)
+    }
+
+    /// Whether an ahead payload below sequence `seq` is not written yet.
+    pub(crate) fn payloads_in_flight_below(&self, seq: u64) -> bool {
+        self.ahead_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .range(..seq)
+            .next()
+            .is_some()
+    }
+
+    /// Takes a superblock the log writer reached (`w` held): every log before it is written,
+    /// payloads too (`write_queued` waited for them). Fills in the last log's CRC and says
+    /// whether a flush must make those logs durable first (counted as running, so a flush
+    /// under the log writer meanwhile does not take it for done).
+    pub(crate) fn take_superblock(
+        &self,
+        w: &mut LogWriter,
+        mut sb: Superblock,
+    ) -> Result<(Superblock, bool)> {
+        self.check_not_poisoned()?;
+        debug_assert!(!self.payloads_in_flight_below(sb.next.sequence));
+        sb.next.prev_crc = w.prev_crc;
+        Ok((sb, self.start_flush(w)))
+    }
+
+    /// Tests: stops a thread that took a superblock from the queue, after it let the log writer
+    /// go and before it writes the superblock, while [`Inner::sb_taken_gate`] is set: it says
+    /// so on the gate's first channel and goes on when told on the second.
+    #[cfg(test)]
+    pub(crate) fn stop_at_superblock_gate(&self) {
+        let gate = self
+            .sb_taken_gate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((taken, go_on)) = gate {
+            let _ = taken.send(());
+            let _ = go_on.recv();
+        }
+    }
+
+    /// Writes the superblocks taken from the queue and not yet written (by a thread writing the
+    /// queue, or passed by one on its way to its own logs), oldest first. Taken under the
+    /// superblock writer's lock, so a thread finding the list empty while another writes what
+    /// it took waits for that write.
+    pub(crate) fn write_handed_off_superblocks(&self) -> Result<()> {
+        let mut newest = self.sb_writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut taken =
+            std::mem::take(&mut *self.sb_handoff.lock().unwrap_or_else(|p| p.into_inner()));
+        taken.sort_by_key(|(sb, _)| sb.generation);
+        let mut result = Ok(());
+        for (sb, flush_first) in taken {
+            // Each one counted a flush as running: each ends it, even after an error.
+            let written = if result.is_ok() {
+                self.write_superblock_locked(&mut newest, sb, flush_first)
+            } else if flush_first {
+                self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
+                Ok(())
+            } else {
+                Ok(())
+            };
+            result = result.and(written);
+        }
+        result
+    }
+
+    /// Writes a superblock taken by [`Inner::take_superblock`], without the log writer, with
+    /// the superblock writer's lock held (`newest`: the newest generation written): a flush
+    /// makes the logs before it durable, then the superblock goes, flushed too. The logs after
+    /// it are written meanwhile; a flush covers at least every write that completed before it
+    /// began, so those before the superblock are covered.
+    pub(crate) fn write_superblock_locked(
+        &self,
+        newest: &mut u64,
+        mut sb: Superblock,
+        flush_first: bool,
+    ) -> Result<()> {
+        self.finish_flush(flush_first, "before superblock", sb.next.sequence)?;
+        self.check_not_poisoned()?;
+        if *newest >= sb.generation {
+            // A later superblock, taken after this one, got here first: it supersedes it.
+            return Ok(());
+        }
+        sb.written_ns = now_ns();
+        let copy = sb.generation % 2;
+        self.dev
+            .write_and_flush(copy * BLOCK_U64, &sb.encode()[..])
+            .map_err(|e| {
+                Error::io(
+                    format!("{} device: writing superblock {copy}", self.dev.kind()),
+                    e,
+                )
+            })
+            .inspect_err(|e| self.poison(e))?;
+        *newest = sb.generation;
+        self.sb_checkpoint_seq
+            .fetch_max(sb.checkpoint_sequence, AtomicOrdering::AcqRel);
+        self.count(|c| {
+            c.superblock_writes += 1;
+            c.device_flushes += 1;
+        });
+        Ok(())
+    }
+
+    /// Flushes the device if a log was written since the last flush (`w` held).
+    pub(crate) fn flush_device(&self, w: &mut LogWriter, why: &str) -> Result<()> {
+        // A flush running without the log writer may not have reached the device yet.
+        let ahead = self.ahead_unflushed.swap(false, AtomicOrdering::AcqRel);
+        if w.unflushed || ahead || self.flushes_running.load(AtomicOrdering::Acquire) > 0 {
+            self.dev
+                .flush()
+                .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
+                .inspect_err(|e| self.poison(e))?;
+            w.unflushed = false;
+            self.count(|c| c.device_flushes += 1);
+        }
+        Ok(())
+    }
+
+    /// Writes one sealed log: payload first, then the summary that makes it a log.
+    pub(crate) fn write_sealed(&self, w: &mut LogWriter, log: SealedLog) -> Result<()> {
+        self.check_not_poisoned()?;
+        let SealedLog {
+            start,
+            mut summary,
+            payload,
+            crcs,
+            ahead,
+            flush,
+        } = log;
+        let seq = summary.sequence;
+        let fail = |what: String, e: std::io::Error| {
+            let err = Error::io(format!("{} device: {what}", self.dev.kind()), e);
+            self.poison(&err);
+            err
+        };
+        if flush && self.durable_seq.load(AtomicOrdering::Acquire) < seq {
+            // A log the barrier policy flushes goes only after the logs before it are durable,
+            // so a power cut between its write and its flush cannot leave it behind an earlier
+            // summary that was lost or torn.
+            let complete = self.written_seq.load(AtomicOrdering::Acquire);
+            self.flush_device(w, "before a flushed log")?;
+            self.durable_seq.fetch_max(complete, AtomicOrdering::AcqRel);
+        }
+        if let Some(a) = ahead {
+            // Only the summary: the payload is its sealer's to write (`write_ahead`).
+            summary.prev_crc = w.prev_crc;
+            summary.payload_crc = a.crc();
+            w.buf.clear();
+            w.buf.resize(BLOCK, 0);
+            let summary_crc = summary.encode_into(&mut w.buf[..BLOCK]);
+            self.dev
+                .write_at(start * BLOCK_U64, &w.buf[..BLOCK])
+                .map_err(|e| {
+                    fail(
+                        format!("writing the summary of log {seq} at block {start}"),
+                        e,
+                    )
+                })?;
+            w.prev_crc = summary_crc;
+            w.unflushed = true;
+            self.summary_seq.store(seq + 1, AtomicOrdering::Release);
+            self.advance_written();
+            return Ok(());
+        }
+        // A log that is not data-only may name blocks of earlier payloads: `write_queued`
+        // waited for them.
+        debug_assert!(
+            summary.flags & (FLAG_AHEAD | FLAG_PAD) != 0 || !self.payloads_in_flight_below(seq)
+        );
+        let complete = self.written_seq.load(AtomicOrdering::Acquire);
+        let crc = crate::tbfs::log::payload_crc(&payload, &crcs);
+        w.buf.clear();
+        w.buf.resize(BLOCK, 0);
+        let copies = self.dev.writes_are_copies();
+        for (i, block) in payload.iter().enumerate() {
+            if copies {
+                let addr = start + 1 + i as u64;
+                self.dev
+                    .write_at(addr * BLOCK_U64, &block[..])
+                    .map_err(|e| fail(format!("writing block {addr} of log {seq}"), e))?;
+            } else {
+                w.buf.extend_from_slice(&block[..]);
+            }
+        }
+        // The payload is on the device or staged. Metadata blocks (held by the log alone) are
+        // kept for reuse now; file buffers' last holders are now their files, which release
+        // them once the log is written (`advance_written`).
+        crate::tbfs::blocks::recycle_blocks(payload);
+        summary.prev_crc = w.prev_crc;
+        summary.payload_crc = crc;
+        let summary_crc = summary.encode_into(&mut w.buf[..BLOCK]);
+        // In-place devices already hold the payload: the summary, written last, makes it a log.
+        let bytes = if copies { &w.buf[..BLOCK] } else { &w.buf[..] };
+        let offset = start * BLOCK_U64;
+        let written = if flush {
+            self.dev.write_and_flush(offset, bytes)
+        } else {
+            self.dev.write_at(offset, bytes)
+        };
+        written.map_err(|e| fail(format!("writing log {seq} at block {start}"), e))?;
+        w.prev_crc = summary_crc;
+        w.unflushed = !flush;
+        if flush {
+            // Everything complete before the write is durable with it; ahead payloads of
+            // earlier logs still in flight are not.
+            let ahead_in_flight = complete < seq;
+            if !ahead_in_flight {
+                self.ahead_unflushed.store(false, AtomicOrdering::Release);
+            }
+            let durable = if ahead_in_flight { complete } else { seq + 1 };
+            self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
+        }
+        self.summary_seq.store(seq + 1, AtomicOrdering::Release);
+        // Buffers go once their blocks are on the device (`advance_written`).
+        self.advance_written();
+        Ok(())
+    }
+
+    /// Flushes the device if a log was written since the last flush: every log so far is then
+    /// durable.
+    pub(crate) fn flush_logs(&self, m: &mut Meta, why: &str) -> Result<()> {
+        // Every entry queued is below this while `meta` is held (superblocks included).
+        self.flush_written(m.writer.seq, why)
+    }
+
+    /// Writes every log below `seq` and flushes the device: those logs are then durable.
+    ///
+    /// The flush runs without the log writer, so logs sealed meanwhile (an RT thread's data-only
+    /// log) are written while it runs instead of waiting for it; a flush covers every write
+    /// that completed before it started.
+    pub(crate) fn flush_written(&self, seq: u64, why: &str) -> Result<()> {
+        self.write_logs_until(seq + 1)?;
+        let started = {
+            let mut w = crate::tbfs::state::lock_lending(&self.log_writer, &self.log_inherit);
+            self.start_flush(&mut w)
+        };
+        self.finish_flush(started, why, seq)
+    }
+
+    /// With the log writer held: whether a flush must run for the writes so far to be
+    /// durable, counted as running if so (a flush under the log writer meanwhile then does not
+    /// take the writes for flushed).
+    pub(crate) fn start_flush(&self, w: &mut LogWriter) -> bool {
+        let ahead = self.ahead_unflushed.swap(false, AtomicOrdering::AcqRel);
+        let needed = w.unflushed || ahead || self.flushes_running.load(AtomicOrdering::Acquire) > 0;
+        if needed {
+            w.unflushed = false;
+            self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
+        }
+        needed
+    }
+
+    /// Without the log writer: runs the flush [`Inner::start_flush`] counted, if any; after it
+    /// every log below `durable` is durable.
+    pub(crate) fn finish_flush(&self, started: bool, why: &str, durable: u64) -> Result<()> {
+        if started {
+            self.flush_counted(why, durable)
+        } else {
+            // Every write so far was covered by a flush that has ended.
+            self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
+            Ok(())
+        }
+    }
+
+    /// Whether a log sealed so far is not yet durable (written and flushed).
+    pub(crate) fn logs_unflushed(&self, m: &Meta) -> bool {
+        self.durable_seq.load(AtomicOrdering::Acquire) < m.writer.seq
+            && (self.written_seq.load(AtomicOrdering::Acquire) < m.writer.seq
+                || self.ahead_unflushed.load(AtomicOrdering::Acquire)
+                || self
+                    .log_writer
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unflushed)
+    }
+}

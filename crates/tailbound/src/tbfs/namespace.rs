@@ -1,0 +1,345 @@
+//! The namespace: path resolution, directories, inode allocation, links.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering as AtomicOrdering;
+use std::sync::{Arc, Mutex};
+
+use crate::tbfs::format::*;
+use crate::tbfs::inode::*;
+use crate::tbfs::state::*;
+use crate::tbfs::*;
+
+impl Inner {
+    /// Resolves a path to its inode, following symbolic links; `/`, empty components and `.`
+    /// are ignored, `..` goes to the parent.
+    pub fn lookup(&self, m: &Meta, path: &str) -> Result<u64> {
+        self.resolve(m, path, true)
+    }
+
+    /// Resolves a path, following symbolic links in every component but the last unless
+    /// `follow_last`. A relative link target is resolved from the link's directory; an absolute
+    /// one from the pool's root, after removing the mount point set with
+    /// [`Fs::set_mount_point`] (a target outside it is not found). At most 40 links are followed.
+    pub fn resolve(&self, m: &Meta, path: &str, follow_last: bool) -> Result<u64> {
+        self.resolve_traced(m, path, follow_last)
+            .map(|(ino, _)| ino)
+    }
+
+    /// [`Inner::resolve`], also telling whether no symbolic link was followed on the way.
+    pub fn resolve_traced(&self, m: &Meta, path: &str, follow_last: bool) -> Result<(u64, bool)> {
+        if let Some(found) = self.resolve_plain(m, path, follow_last) {
+            return found;
+        }
+        const LINKS_MAX: u32 = 40;
+        let mut todo: Vec<String> = path
+            .split('/')
+            .rev()
+            .filter(|p| !p.is_empty() && *p != ".")
+            .map(str::to_string)
+            .collect();
+        let mut cur = ROOT_INO;
+        let mut trail: Vec<u64> = Vec::new();
+        let mut links = 0;
+        while let Some(part) = todo.pop() {
+            if part == "." {
+                continue;
+            }
+            let Some(entries) = m.dirs.get(&cur) else {
+                return Err(Error::NotDir(path.to_string()));
+            };
+            if part == ".." {
+                cur = trail.pop().unwrap_or(ROOT_INO);
+                continue;
+            }
+            let Some(&(child, is_dir)) = entries.get(part.as_str()) else {
+                return Err(Error::NotFound(path.to_string()));
+            };
+            let last = todo.is_empty();
+            if !is_dir && (follow_last || !last) {
+                let cell = self.cell(m, child)?;
+                if cell.lock().kind == FileKind::Symlink {
+                    links += 1;
+                    if links > LINKS_MAX {
+                        return Err(Error::Loop(path.to_string()));
+                    }
+                    let target = self.link_target(&cell)?;
+                    let rest = if let Some(abs) = target.strip_prefix('/') {
+                        cur = ROOT_INO;
+                        trail.clear();
+                        let mount = self.mount_point.lock().unwrap_or_else(|p| p.into_inner());
+                        match mount.as_deref() {
+                            None => abs.to_string(),
+                            Some(mp) => match target.strip_prefix(mp) {
+                                Some(r) if r.is_empty() || r.starts_with('/') => r.to_string(),
+                                _ => {
+                                    return Err(Error::NotFound(format!(
+                                        "{path} (its link to {target} leaves the pool)"
+                                    )))
+                                }
+                            },
+                        }
+                    } else {
+                        target
+                    };
+                    todo.extend(
+                        rest.split('/')
+                            .rev()
+                            .filter(|p| !p.is_empty() && *p != ".")
+                            .map(str::to_string),
+                    );
+                    continue;
+                }
+            }
+            trail.push(cur);
+            cur = child;
+        }
+        Ok((cur, links == 0))
+    }
+
+    /// [`Inner::resolve_traced`] without allocating, for a path with no `..` that meets no
+    /// symbolic link to follow (the common case); `None` sends the others the general way.
+    pub(crate) fn resolve_plain(
+        &self,
+        m: &Meta,
+        path: &str,
+        follow_last: bool,
+    ) -> Option<Result<(u64, bool)>> {
+        let mut parts = path
+            .split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+            .peekable();
+        let mut cur = ROOT_INO;
+        while let Some(part) = parts.next() {
+            if part == ".." {
+                return None;
+            }
+            let Some(entries) = m.dirs.get(&cur) else {
+                return Some(Err(Error::NotDir(path.to_string())));
+            };
+            let Some(&(child, is_dir)) = entries.get(part) else {
+                return Some(Err(Error::NotFound(path.to_string())));
+            };
+            let last = parts.peek().is_none();
+            if !is_dir && (follow_last || !last) {
+                let cell = m.inodes.get(&child)?;
+                if cell.lock().kind == FileKind::Symlink {
+                    return None;
+                }
+            }
+            cur = child;
+        }
+        Some(Ok((cur, true)))
+    }
+
+    /// Remembers in the path cache that `path` names `cell`, when it resolved with no link
+    /// followed (`plain`) and is not a link itself. Under `meta`.
+    pub(crate) fn remember(&self, path: &str, plain: bool, cell: &Arc<InodeCell>) {
+        if plain {
+            let st = cell.lock();
+            if st.kind != FileKind::Symlink && !st.freed {
+                self.names.insert(path, cell, &st);
+            }
+        }
+    }
+
+    /// A symbolic link's target.
+    pub fn link_target(&self, cell: &InodeCell) -> Result<String> {
+        let size = {
+            let st = cell.lock();
+            if st.kind != FileKind::Symlink {
+                return Err(Error::Invalid(format!(
+                    "inode {}: not a symbolic link",
+                    cell.ino
+                )));
+            }
+            st.size
+        };
+        let mut buf = vec![0u8; size as usize];
+        let n = self.pread(cell, &mut buf, 0)?;
+        buf.truncate(n);
+        String::from_utf8(buf).map_err(|_| {
+            Error::Corrupt(format!(
+                "inode {}: symbolic link target is not UTF-8",
+                cell.ino
+            ))
+        })
+    }
+
+    /// Splits a path into its parent directory's inode and the last name.
+    pub fn parent_of<'p>(&self, m: &Meta, path: &'p str) -> Result<(u64, &'p str)> {
+        self.parent_of_traced(m, path)
+            .map(|(parent, name, _)| (parent, name))
+    }
+
+    /// [`Inner::parent_of`], also telling whether no symbolic link was followed to the parent.
+    pub fn parent_of_traced<'p>(&self, m: &Meta, path: &'p str) -> Result<(u64, &'p str, bool)> {
+        let trimmed = path.trim_end_matches('/');
+        let (dir, name) = match trimmed.rfind('/') {
+            Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
+            None => ("", trimmed),
+        };
+        if name.is_empty() || name == "." || name == ".." {
+            return Err(Error::Invalid(format!(
+                "{path}: not a name that can be created or removed"
+            )));
+        }
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong(path.to_string()));
+        }
+        let (parent, plain) = self.resolve_traced(m, dir, true)?;
+        if !m.dirs.contains_key(&parent) {
+            return Err(Error::NotDir(path.to_string()));
+        }
+        Ok((parent, name, plain))
+    }
+
+    pub fn cell(&self, m: &Meta, ino: u64) -> Result<Arc<InodeCell>> {
+        m.inodes
+            .get(&ino)
+            .cloned()
+            .ok_or_else(|| Error::Corrupt(format!("directory entry names missing inode {ino}")))
+    }
+
+    pub(crate) fn alloc_ino(&self, m: &mut Meta) -> u64 {
+        if let Some(ino) = m.free_inos.pop_first() {
+            return ino;
+        }
+        let ino = m.next_ino;
+        m.next_ino += 1;
+        ino
+    }
+
+    /// Adds a new inode to the tree under `parent`.
+    pub fn create_inode(
+        &self,
+        m: &mut Meta,
+        parent: u64,
+        name: &str,
+        kind: FileKind,
+        mode: u32,
+        owner: (u32, u32),
+    ) -> Result<Arc<InodeCell>> {
+        self.make_room_for_change(m, parent)?;
+        let ino = self.alloc_ino(m);
+        let cell = Arc::new(InodeCell {
+            ino,
+            st: Mutex::new(InodeState::new(kind, mode, now_ns(), owner)),
+        });
+        m.inodes.insert(ino, cell.clone());
+        if kind == FileKind::Dir {
+            m.dirs.insert(ino, DirEntries::new());
+            m.dirs_dirty.insert(ino);
+            if let Some(p) = m.inodes.get(&parent) {
+                p.lock().nlink += 1;
+            }
+        }
+        m.dirs
+            .get_mut(&parent)
+            .expect("parent checked")
+            .insert(name.into(), (ino, kind == FileKind::Dir));
+        self.touch_dir(m, parent);
+        m.namespace_changed(ino);
+        Ok(cell)
+    }
+
+    pub fn touch_dir(&self, m: &mut Meta, dir: u64) {
+        m.dirs_dirty.insert(dir);
+        m.namespace_changed(dir);
+        if let Some(c) = m.inodes.get(&dir) {
+            let mut st = c.lock();
+            st.mtime_ns = now_ns();
+            st.ctime_ns = st.mtime_ns;
+        }
+    }
+
+    /// Drops one link to `ino`; frees it if nothing holds it open.
+    pub fn drop_link(&self, m: &mut Meta, ino: u64) -> Result<()> {
+        let cell = self.cell(m, ino)?;
+        let free = {
+            let mut st = cell.lock();
+            st.names_gen += 1;
+            st.nlink = if st.kind == FileKind::Dir {
+                0
+            } else {
+                st.nlink.saturating_sub(1)
+            };
+            st.ctime_ns = now_ns();
+            st.nlink == 0 && st.open == 0
+        };
+        m.namespace_changed(ino);
+        if free {
+            self.free_inode(m, &cell);
+        }
+        Ok(())
+    }
+
+    /// Releases an inode's blocks and number.
+    pub fn free_inode(&self, m: &mut Meta, cell: &InodeCell) {
+        let mut st = cell.lock();
+        if st.freed {
+            return;
+        }
+        st.freed = true;
+        let seq = m.writer.seq;
+        let now = now_ns();
+        let blocks = st.map.blocks.iter().copied().filter(|&a| a != 0);
+        m.seg_dec_all_at(
+            blocks.chain(st.map.node_addrs()),
+            seq,
+            self.segment_blocks,
+            now,
+        );
+        let released = st.dirty.len() as u64 * BLOCK_U64;
+        let buffers = std::mem::take(&mut st.dirty);
+        drop(st);
+        if !buffers.is_empty() {
+            m.drop_later.push(buffers);
+        }
+        self.dirty_bytes.fetch_sub(released, AtomicOrdering::AcqRel);
+        m.inodes.remove(&cell.ino);
+        m.dirs.remove(&cell.ino);
+        m.dirs_dirty.remove(&cell.ino);
+        m.pending.remove(&cell.ino);
+        m.freed_slots.insert(cell.ino);
+        m.free_inos.insert(cell.ino);
+        m.ns_dirty = true;
+    }
+}
+
+/// A directory's entries as `readdir` returns them; `kind_of` tells the kind of a name that is
+/// not a directory (entries store only whether a name is a directory).
+pub(crate) fn dir_entries(
+    entries: &DirEntries,
+    kind_of: impl Fn(u64) -> Option<FileKind>,
+) -> Vec<DirEntry> {
+    entries
+        .iter()
+        .map(|(name, &(ino, is_dir))| DirEntry {
+            name: name.to_string(),
+            ino,
+            kind: if is_dir {
+                FileKind::Dir
+            } else {
+                kind_of(ino).unwrap_or(FileKind::File)
+            },
+        })
+        .collect()
+}
+
+/// The kind of inode `ino` in `m`, for [`dir_entries`].
+pub(crate) fn kind_in(m: &Meta, ino: u64) -> Option<FileKind> {
+    m.inodes.get(&ino).map(|c| c.lock().kind)
+}
+
+/// Child → parent links of every directory.
+pub(crate) fn parent_links(m: &Meta) -> HashMap<u64, u64> {
+    let mut parents = HashMap::new();
+    for (&dir, entries) in &m.dirs {
+        for &(child, is_dir) in entries.values() {
+            if is_dir {
+                parents.insert(child, dir);
+            }
+        }
+    }
+    parents
+}

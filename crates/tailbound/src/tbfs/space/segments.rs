@@ -1,0 +1,191 @@
+//! The segment table: each segment's live and pinned block counts, and the log sequences that
+//! say when it may be reused.
+//!
+//! Only [`SegmentTable`]'s methods change a count. A segment holds `segment_blocks` blocks, and
+//! each is at most once live (the tree references it) or pinned (only a retained checkpoint
+//! does), so neither count may go below zero or above the segment's size: the methods check it in
+//! every build, since a count that wrapped or saturated would let a segment holding data be
+//! reused.
+
+/// Per-segment usage, for choosing where the next logs go and which segments may be reused.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SegmentTable {
+    /// Blocks per segment: the bound of every count.
+    segment_blocks: u64,
+    /// Blocks the in-memory state references in each segment.
+    live: Vec<u32>,
+    /// Sequence of the newest log that dropped a block of the segment in a way roll-forward
+    /// does not replay (a checkpoint rewriting it, a truncation, a deletion, a released pin):
+    /// until a superblock names a checkpoint written after it, the durable state may use it.
+    dead_at: Vec<u64>,
+    /// One more than the sequence of the newest data-only log that superseded a block of the
+    /// segment which no retained checkpoint but the newest (or none) references (`seg_supersede`):
+    /// once that log is durable, recovery replays it over any stale pointer. 0 for none.
+    soft_dead_at: Vec<u64>,
+    /// Highest log sequence written into each segment.
+    last_seq: Vec<u64>,
+    /// Blocks in each segment that the live tree no longer references but a retained checkpoint
+    /// does (see `retention`).
+    pinned: Vec<u32>,
+}
+
+impl SegmentTable {
+    /// `count` empty segments of `segment_blocks` blocks.
+    pub fn new(count: usize, segment_blocks: u64) -> SegmentTable {
+        SegmentTable {
+            segment_blocks,
+            live: vec![0; count],
+            dead_at: vec![0; count],
+            soft_dead_at: vec![0; count],
+            last_seq: vec![0; count],
+            pinned: vec![0; count],
+        }
+    }
+
+    pub fn live(&self, s: usize) -> u32 {
+        self.live[s]
+    }
+
+    /// Every segment's live count, in segment order.
+    pub fn live_counts(&self) -> &[u32] {
+        &self.live
+    }
+
+    pub fn pinned(&self, s: usize) -> u32 {
+        self.pinned[s]
+    }
+
+    /// Every segment's pinned count, in segment order.
+    #[cfg(test)]
+    pub fn pinned_counts(&self) -> &[u32] {
+        &self.pinned
+    }
+
+    pub fn dead_at(&self, s: usize) -> u64 {
+        self.dead_at[s]
+    }
+
+    pub fn soft_dead_at(&self, s: usize) -> u64 {
+        self.soft_dead_at[s]
+    }
+
+    pub fn last_seq(&self, s: usize) -> u64 {
+        self.last_seq[s]
+    }
+
+    /// Segment `s` holds nothing the live tree or a retained checkpoint references.
+    pub fn is_empty(&self, s: usize) -> bool {
+        self.live[s] == 0 && self.pinned[s] == 0
+    }
+
+    /// A block of segment `s` became live.
+    pub fn add_live(&mut self, s: usize) {
+        assert!(
+            u64::from(self.live[s]) < self.segment_blocks,
+            "segment {s}: more live blocks than the segment holds"
+        );
+        self.live[s] += 1;
+    }
+
+    /// A block of segment `s` became live as recovery counts what a loaded tree references:
+    /// `false`, changing nothing, if the segment would hold more than it can (the pool's maps
+    /// name a block more than once).
+    pub fn add_live_loaded(&mut self, s: usize) -> bool {
+        if u64::from(self.live[s]) >= self.segment_blocks {
+            return false;
+        }
+        self.live[s] += 1;
+        true
+    }
+
+    /// The live tree dropped a block of segment `s`.
+    pub fn drop_live(&mut self, s: usize) {
+        assert!(self.live[s] > 0, "segment {s}: live count underflow");
+        self.live[s] -= 1;
+    }
+
+    /// A block of segment `s` the live tree dropped is pinned by a retained checkpoint.
+    pub fn add_pinned(&mut self, s: usize) {
+        assert!(
+            u64::from(self.pinned[s]) < self.segment_blocks,
+            "segment {s}: more pinned blocks than the segment holds"
+        );
+        self.pinned[s] += 1;
+    }
+
+    /// A pinned block of segment `s` was released.
+    pub fn drop_pinned(&mut self, s: usize) {
+        assert!(self.pinned[s] > 0, "segment {s}: pinned count underflow");
+        self.pinned[s] -= 1;
+    }
+
+    /// Log `seq` dropped a block of segment `s` in a way roll-forward does not replay.
+    pub fn note_dead(&mut self, s: usize, seq: u64) {
+        self.dead_at[s] = self.dead_at[s].max(seq);
+    }
+
+    /// Segment `s` may be reused once every log below `at` is durable (a data-only run that
+    /// superseded blocks in it ended; `u64::MAX` while it has not).
+    pub fn set_soft_dead(&mut self, s: usize, at: u64) {
+        self.soft_dead_at[s] = at;
+    }
+
+    /// As [`SegmentTable::set_soft_dead`], keeping a later bound already set.
+    pub fn raise_soft_dead(&mut self, s: usize, at: u64) {
+        self.soft_dead_at[s] = self.soft_dead_at[s].max(at);
+    }
+
+    /// Log `seq` was laid out in segment `s`.
+    pub fn note_written(&mut self, s: usize, seq: u64) {
+        self.last_seq[s] = self.last_seq[s].max(seq);
+    }
+}
+
+/// The segment that holds `block` (a block of the segment area).
+pub(crate) fn segment_of(block: u64, segment_blocks: u64) -> usize {
+    ((block - crate::tbfs::format::FIRST_SEGMENT_BLOCK) / segment_blocks) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SegmentTable;
+
+    #[test]
+    fn counts_move_within_the_segment_and_report_an_overfull_load() {
+        let mut t = SegmentTable::new(2, 2);
+        t.add_live(1);
+        t.add_live(1);
+        assert_eq!(t.live_counts(), &[0, 2]);
+        assert!(
+            !t.add_live_loaded(1),
+            "a third block in a two-block segment"
+        );
+        assert_eq!(t.live(1), 2, "a refused load changes nothing");
+        t.drop_live(1);
+        t.add_pinned(1);
+        assert!(!t.is_empty(1));
+        t.drop_live(1);
+        t.drop_pinned(1);
+        assert!(t.is_empty(1) && t.is_empty(0));
+    }
+
+    #[test]
+    #[should_panic(expected = "live count underflow")]
+    fn dropping_a_live_block_of_an_empty_segment_is_caught() {
+        SegmentTable::new(1, 4).drop_live(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "pinned count underflow")]
+    fn releasing_a_pin_of_a_segment_with_none_is_caught() {
+        SegmentTable::new(1, 4).drop_pinned(0);
+    }
+
+    #[test]
+    #[should_panic(expected = "more live blocks than the segment holds")]
+    fn more_live_blocks_than_a_segment_holds_are_caught() {
+        let mut t = SegmentTable::new(1, 1);
+        t.add_live(0);
+        t.add_live(0);
+    }
+}

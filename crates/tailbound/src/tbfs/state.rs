@@ -1,0 +1,571 @@
+//! The pool's shared state: [`Inner`], everything under the `meta` lock ([`Meta`]), and the
+//! guard that writes what a hold of `meta` sealed once it is let go.
+//!
+//! Locking: one `meta` mutex guards the namespace, the inode table, the log writer and segment
+//! usage; each inode has its own mutex for its attributes, block map and buffered data. Order:
+//! `meta` before an inode; the write path takes only the inode (and the small `dirty` set), so data
+//! copies into buffers happen outside any global lock, and so does a close unless it is the last
+//! handle to an unlinked file. Storage is written only by the log writer (`log`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::tbfs::blocks::*;
+use crate::tbfs::dense::DenseSet;
+use crate::tbfs::format::{self};
+use crate::tbfs::inode::*;
+use crate::tbfs::log::*;
+use crate::tbfs::map::BlockMap;
+use crate::tbfs::space::segments::*;
+use crate::tbfs::*;
+use std::thread::JoinHandle;
+
+/// Inode pages kept in [`Meta::ifile_cache`] (16 MiB); past it the cache starts over.
+pub(crate) const IFILE_CACHE_PAGES: usize = 4096;
+
+/// Work under `meta` whose share of the lock's hold time is counted apart
+/// ([`Inner::in_section`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Section {
+    Checkpoint = 0,
+    Cleaning = 1,
+    /// Sealing buffered file data as data-only logs.
+    Sealing = 2,
+}
+
+/// Everything guarded by the `meta` lock.
+#[derive(Debug, Default)]
+pub(crate) struct Meta {
+    pub inodes: HashMap<u64, Arc<InodeCell>>,
+    pub dirs: HashMap<u64, DirEntries>,
+    pub dirs_dirty: DenseSet,
+    /// Inodes whose record, data or map must go into the next checkpoint.
+    pub pending: DenseSet,
+    /// Slots of freed inodes whose inode page must be rewritten.
+    pub freed_slots: DenseSet,
+    pub free_inos: BTreeSet<u64>,
+    pub next_ino: u64,
+    /// The inode file: the map of its pages.
+    pub ifile: BlockMap,
+    pub ifile_pages: u64,
+    /// A namespace or size change of some file not yet in a checkpoint: buffered data of many
+    /// files goes out in a checkpoint rather than data-only logs (a sync of one file looks at
+    /// that file's own changes, `ns_changed`).
+    pub ns_dirty: bool,
+    pub writer: Writer,
+    pub seg: SegmentTable,
+    pub checkpoint: u64,
+    pub checkpoint_root: u64,
+    pub checkpoint_seq: u64,
+    /// The writer's sequence right after the last checkpoint (and any pad log after it): while it
+    /// is unchanged, that checkpoint is the newest state on storage.
+    pub checkpoint_next_seq: u64,
+    /// Superblock state.
+    pub sb_generation: u64,
+    pub sb_bytes_since: u64,
+    pub sb_written_at: Option<Instant>,
+    pub checkpoint_at: Option<Instant>,
+    pub created_ns: i64,
+    /// A superblock refresh is running (its checkpoint may use the space reserve).
+    pub in_refresh: bool,
+    /// Inode pages the cleaner moves: rewritten at the next checkpoint.
+    pub pages_dirty: BTreeSet<u64>,
+    /// Inode pages as the newest checkpoint wrote them, so the next one re-encodes only the
+    /// slots of inodes it writes (bounded by [`IFILE_CACHE_PAGES`]; a page missing is encoded
+    /// whole).
+    pub ifile_cache: HashMap<u64, Arc<format::Block>>,
+    /// Checkpoints in progress: 2 while one runs inside another's space check.
+    pub checkpoint_depth: u32,
+    /// Retention, snapshots, pinned blocks and the checkpoint's tables.
+    pub life: super::retention::Life,
+    /// The cleaner is running (no nested cleaning from `ensure_space`).
+    pub in_clean: bool,
+    /// The space check running is a checkpoint's, before it writes anything (which may use the
+    /// reserve its dropped blocks give back, `dropped_since_ckpt`). Cleared for what that check
+    /// runs: cleaning passes and nested checkpoints set their own.
+    pub checking_checkpoint: bool,
+    /// Blocks a light cleaning pass's victims give back beyond its copies, while its space
+    /// check runs: the copies may use that much of the reserve.
+    pub clean_gain: u64,
+    /// A block the newest checkpoint references was superseded without a pin since it was
+    /// written (`seg_supersede`): that checkpoint may no longer be read on its own.
+    pub superseded_since_ckpt: bool,
+    /// Blocks the live tree dropped since the newest checkpoint (deleted, truncated or
+    /// superseded), and pins released (a snapshot dropped): a checkpoint may use as much of the
+    /// space reserve as these give back
+    /// ([`Inner::ensure_space`]), so a full pool still takes the deletes that make room.
+    pub dropped_since_ckpt: u64,
+    /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a
+    /// pass changes maps and marks blocks it must write.
+    pub clean_passes: u64,
+    /// The background cleaner's victims read without `meta`, and what its pass leaves to do
+    /// after `meta` is released.
+    pub bg_clean: crate::tbfs::space::background::BackgroundPass,
+    /// Buffers of freed inodes, dropped once `meta` is released (freeing a file's buffers is
+    /// memory work no other thread needs to wait for).
+    pub drop_later: Vec<BTreeMap<u64, DirtyBlock>>,
+    /// Segments in which the open run of data-only logs superseded blocks (`seg_supersede`):
+    /// unusable until the run's last log is durable (`log_close` sets when), since recovery
+    /// replays a file's part of a run only whole (`recovery::unfinished_run_data`).
+    pub run_soft_dead: Vec<usize>,
+    /// The same for a run an error cut short before its last log: the maps in memory name what
+    /// recovery would leave out, so these wait for a checkpoint (which writes those maps) to be
+    /// durable.
+    pub soft_dead_to_checkpoint: Vec<usize>,
+    /// Inodes whose record changed, since the last checkpoint, in a way only a checkpoint
+    /// records (creation, names and links, attributes or size set): the checkpoint that writes
+    /// one marks it (`InodeState::ckpt_seq`) for its file's syncs to wait for.
+    pub ns_changed: DenseSet,
+    /// The timed sections of the present hold, innermost last, each with when its own time last
+    /// started running ([`Inner::in_section`]).
+    pub sections: Vec<(Section, Instant)>,
+    /// Tests: segments the writer may still enter before it finds none free (`None`: no limit),
+    /// to stage what happens when the space check fell short.
+    #[cfg(test)]
+    pub segment_picks_left: Option<u64>,
+}
+
+/// Shared by every clone of an [`Fs`] and every [`File`].
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub dev: DeviceRef,
+    pub config: Config,
+    pub pool_id: [u8; 16],
+    pub segment_blocks: u64,
+    pub segment_count: u64,
+    pub read_only: bool,
+    /// A fair-capable lock ([`MetaGuard::unlock_fair_and_write`]): long holds hand it over
+    /// between their parts instead of taking it straight back.
+    pub meta: parking_lot::Mutex<Meta>,
+    /// Logs sealed under `meta`, in sequence order, waiting for the log writer.
+    pub log_queue: Mutex<std::collections::VecDeque<Queued>>,
+    /// Entries ever put in `log_queue` (a guard that saw it move writes them on release).
+    pub queued_total: AtomicU64,
+    /// The checkpoint sequence the newest durable superblock names: segments that died before
+    /// it are reusable.
+    pub sb_checkpoint_seq: AtomicU64,
+    /// Taken by whoever writes a superblock (without the log writer), with the newest
+    /// generation written: superblocks go out in generation order, an older one found after a
+    /// newer is left out.
+    pub sb_writer: Mutex<u64>,
+    /// Superblocks taken from the queue and not yet written, with whether a flush must go
+    /// first: put here under the log writer by whoever takes one, then written by that thread
+    /// ([`crate::tbfs::log::Superblocks::Write`]), or left to the background thread by a thread
+    /// on its way to its own logs, or written by whichever thread calls
+    /// [`Inner::write_handed_off_superblocks`] first.
+    pub sb_handoff: Mutex<Vec<(format::Superblock, bool)>>,
+    /// Tests: stops the next thread that takes a superblock to write it, between letting the
+    /// log writer go and writing it.
+    #[cfg(test)]
+    pub sb_taken_gate: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+    /// The log writer: whoever holds it writes the queue's logs in order, without `meta`.
+    pub log_writer: Mutex<LogWriter>,
+    /// Priorities lent to whoever holds `log_writer` by threads waiting for their logs.
+    pub log_inherit: Arc<crate::sched::inherit::Inheritance>,
+    /// Every log with a sequence below this is written (not necessarily flushed): its summary
+    /// and its payload.
+    pub written_seq: AtomicU64,
+    /// Every summary with a sequence below this is written (the log writer's progress); ahead
+    /// payloads below it may still be in flight.
+    pub summary_seq: AtomicU64,
+    /// Ahead payloads not yet written, by sequence.
+    pub ahead_pending: Mutex<BTreeMap<u64, Arc<AheadPayload>>>,
+    /// An ahead payload was written since the last flush began.
+    pub ahead_unflushed: AtomicBool,
+    /// Buffers sealed logs release, by the log's sequence: they go once `written_seq` passes
+    /// it (every log up to it complete), with their bytes for [`Inner::in_flight`].
+    pub releases: Mutex<BTreeMap<u64, (Vec<Release>, u64)>>,
+    /// Every log with a sequence below this is durable (a device flush followed it).
+    pub durable_seq: AtomicU64,
+    /// Buffered bytes in sealed logs not yet written: still in `dirty_bytes`, but no longer a
+    /// reason to commit.
+    pub in_flight: AtomicU64,
+    /// In a memory pool, free space was within twice the low-water mark (and the reserve) of
+    /// running out at the last space check ([`Inner::urgent_mark`]): its writers then wait for
+    /// the log writer at one buffer in flight again ([`Inner::in_flight_max`]).
+    pub space_tight: AtomicBool,
+    /// Bytes writers may buffer before they commit while a cleaning pass would carry the buffer
+    /// ([`Inner::buffer_limit`]), set at each space check ([`Inner::set_buffer_limit`]):
+    /// `Config::dirty_bytes_max`, or less when free space is short, so the checkpoint such a
+    /// pass writes always finds room.
+    pub buffer_limit: AtomicU64,
+    /// Bytes writers may buffer whatever cleaning carries: half of what was free beyond the
+    /// space reserve at the last space check, so buffered data always has room to go
+    /// ([`Inner::set_buffer_limit`]).
+    pub buffer_fit_limit: AtomicU64,
+    /// The cleaner's copies of file data whose logs are not written yet: reads find them here.
+    pub copies: super::copies::CopiesInFlight,
+    /// The most blocks any file's map or buffers in this pool have spanned (holes included):
+    /// every map as loaded at open, raised where a file buffers a block past its map. Only
+    /// grows; a checkpoint's quick space bound assumes every map it writes may be this wide
+    /// (`Inner::quick_inode_bound`).
+    pub widest: AtomicU64,
+    /// A namespace change was pending when `meta` was last let go (`Meta::ns_dirty`): a
+    /// cleaning pass would write what is buffered in its checkpoint ([`Inner::buffer_limit`]).
+    pub ns_pending: AtomicBool,
+    /// The last space check found that cleaning passes are full ones (not
+    /// [`Inner::light_cleaning`]), which also write what is buffered in their checkpoint.
+    pub full_passes: AtomicBool,
+    /// Device flushes running without the log writer ([`Inner::flush_written`]): until they
+    /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
+    pub flushes_running: AtomicU64,
+    /// Held for a whole background cleaning pass: one at a time (the background thread and
+    /// `Fs::clean_step`), since a pass's marks and pre-read victims live in `Meta::bg_clean`.
+    pub bg_pass: Mutex<()>,
+    /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
+    pub dirty: Mutex<DirtySet>,
+    pub dirty_bytes: AtomicU64,
+    /// Nanoseconds `meta` was held, over every hold (`FsCounters::meta_held_ns`): the share of
+    /// the time every operation that needs it may have to wait.
+    pub meta_held_ns: AtomicU64,
+    /// Of that, the nanoseconds of each [`Section`] (`FsCounters::meta_checkpoint_ns` and the
+    /// others), in `Section` order.
+    pub meta_section_ns: [AtomicU64; 3],
+    pub poisoned: Mutex<Option<String>>,
+    /// Whether `poisoned` holds a reason: read by every operation, so the mutex (one cache line
+    /// every thread would take) is locked only once a write failed.
+    pub poisoned_set: AtomicBool,
+    pub closed: AtomicBool,
+    pub counters: Mutex<FsCounters>,
+    pub report: Mutex<RecoveryReport>,
+    pub background: Mutex<Option<JoinHandle<()>>>,
+    /// Wakes the background thread (to stop, write a sealed superblock or clean); shared with
+    /// it so it waits without holding `Inner`.
+    pub wake: Arc<(Mutex<Wake>, Condvar)>,
+    /// Priorities lent to whoever holds `meta` (and so does the commit) by threads waiting for it.
+    pub inherit: Arc<crate::sched::inherit::Inheritance>,
+    /// Advisory locks of the process on this pool's files.
+    pub locks: super::locks::LockTable,
+    /// Where the pool is mounted in the process's paths (absolute symbolic links under it
+    /// resolve inside the pool).
+    pub mount_point: Mutex<Option<String>>,
+    /// [`AtimePolicy`] as its code.
+    pub atime: std::sync::atomic::AtomicU8,
+    /// Paths of the live tree to inodes, for lookups without `meta`.
+    pub names: super::names::NameCache,
+}
+
+/// Why the background thread should wake before its period ends.
+#[derive(Debug, Default)]
+pub(crate) struct Wake {
+    pub stop: bool,
+    /// Logs or superblocks wait for the background thread to write them (a direct write's
+    /// summaries; a superblock sealed or handed off by a writer that went on).
+    pub logs: bool,
+    /// Free space is below the low-water mark: clean now.
+    pub clean: bool,
+}
+
+/// `meta` locked by the calling thread, which meanwhile inherits the priority of any thread that
+/// waits for it: a commit an RT thread waits on runs at RT, in `sched` and in the kernel.
+///
+/// Logs sealed while it is held are written when it is released (after `meta` is unlocked, so
+/// other threads go on meanwhile); [`MetaGuard::unlock_and_write`] does that and reports how it
+/// went.
+pub(crate) struct MetaGuard<'a> {
+    guard: Option<parking_lot::MutexGuard<'a, Meta>>,
+    /// Unlock fairly: hand `meta` to the longest waiter, if any, instead of letting whoever
+    /// comes first (this thread again, most often) take it.
+    fair: bool,
+    /// When the lock was taken ([`Inner::meta_held_ns`]).
+    acquired: Instant,
+    hold: Option<crate::sched::inherit::Hold>,
+    inner: &'a Inner,
+    /// [`Inner::queued_total`] when the lock was taken.
+    start_queued: u64,
+}
+
+impl std::ops::Deref for MetaGuard<'_> {
+    type Target = Meta;
+    fn deref(&self) -> &Meta {
+        self.guard.as_ref().expect("held")
+    }
+}
+
+impl std::ops::DerefMut for MetaGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Meta {
+        self.guard.as_mut().expect("held")
+    }
+}
+
+impl MetaGuard<'_> {
+    /// Unlocks `meta`, then writes the logs sealed while it was held (and any before them).
+    pub fn unlock_and_write(mut self) -> Result<()> {
+        self.release()
+    }
+
+    /// [`MetaGuard::unlock_and_write`], handing `meta` to the thread that waited longest for
+    /// it, if any. A long piece of work done in parts under `meta` (sealing a full buffer)
+    /// lets waiters through between its parts this way: with a plain unlock the holder took the
+    /// lock straight back before any waiter woke, and every thread that needed `meta` for a
+    /// create or a delete slept through the whole of it, leaving a core idle.
+    pub fn unlock_fair_and_write(mut self) -> Result<()> {
+        self.fair = true;
+        self.release()
+    }
+
+    /// Unlocks `meta` and leaves what was sealed in the queue (tests stage the log writer).
+    #[cfg(test)]
+    pub fn unlock_without_writing(mut self) {
+        self.guard = None;
+        self.hold = None;
+    }
+
+    /// Unlocks `meta` for a direct write and hands over the payloads sealed while it was held,
+    /// for the caller to write: if every log sealed has its payload apart from its summary
+    /// (`FLAG_AHEAD`). A checkpoint or superblock queued meanwhile (a refresh) is left to
+    /// whoever writes the queue next, the background thread included. Otherwise (logs written
+    /// whole) as [`MetaGuard::unlock_and_write`], and `None`.
+    pub fn unlock_taking_payloads(mut self) -> Result<Option<Vec<Arc<AheadPayload>>>> {
+        let payloads_only = self
+            .guard
+            .as_ref()
+            .is_some_and(|g| !g.writer.sealed_ahead.is_empty() && g.writer.sealed_small.is_empty());
+        if !payloads_only {
+            return self.release().map(|()| None);
+        }
+        Ok(self.unlock().map(|sealed| sealed.own))
+    }
+
+    /// Unlocks `meta` (if still held) and hands over what was sealed under it; the buffers of
+    /// freed inodes are recycled after.
+    pub(crate) fn unlock(&mut self) -> Option<Sealed> {
+        let mut guard = self.guard.take()?;
+        self.inner.meta_held_ns.fetch_add(
+            self.acquired.elapsed().as_nanos() as u64,
+            AtomicOrdering::Relaxed,
+        );
+        let sealed = Sealed {
+            end: guard.writer.seq,
+            own: std::mem::take(&mut guard.writer.sealed_ahead),
+            small: std::mem::take(&mut guard.writer.sealed_small),
+            queued: self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued,
+        };
+        let garbage = std::mem::take(&mut guard.drop_later);
+        // Stored only when it changes: most holds leave it as it was, and every writer reads it.
+        if self.inner.ns_pending.load(AtomicOrdering::Relaxed) != guard.ns_dirty {
+            self.inner
+                .ns_pending
+                .store(guard.ns_dirty, AtomicOrdering::Release);
+        }
+        if self.fair {
+            parking_lot::MutexGuard::unlock_fair(guard);
+        } else {
+            drop(guard);
+        }
+        recycle_dropped(garbage);
+        self.hold = None;
+        Some(sealed)
+    }
+
+    pub(crate) fn release(&mut self) -> Result<()> {
+        let Some(Sealed {
+            end,
+            own,
+            small,
+            queued,
+        }) = self.unlock()
+        else {
+            return Ok(());
+        };
+        if !own.is_empty() || !small.is_empty() {
+            self.inner.write_own_logs(end, &own, &small)
+        } else if queued {
+            self.inner.write_logs_until(end)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// What one hold of `meta` sealed, taken when it is let go ([`MetaGuard`]).
+pub(crate) struct Sealed {
+    /// The sequence after the last log sealed.
+    end: u64,
+    /// Ahead payloads, for the holder to write.
+    own: Vec<Arc<AheadPayload>>,
+    /// Smaller ahead logs the log writer writes whole: `(sequence, inodes, flush)`.
+    small: Vec<(u64, Vec<u64>, bool)>,
+    /// Anything was queued meanwhile (a checkpoint, a superblock).
+    queued: bool,
+}
+
+impl Drop for MetaGuard<'_> {
+    fn drop(&mut self) {
+        // What a panicking holder changed is half done: none of it may reach the device.
+        self.inner
+            .poison_if_unwinding("a thread holding the metadata lock");
+        // A failed write poisons the pool: later calls report it.
+        let _ = self.release();
+    }
+}
+
+/// Recycles the buffers of freed inodes `meta` left to drop after its release.
+pub(crate) fn recycle_dropped(garbage: Vec<BTreeMap<u64, DirtyBlock>>) {
+    if !garbage.is_empty() {
+        recycle_blocks(
+            garbage
+                .into_iter()
+                .flat_map(|buffers| buffers.into_values().map(DirtyBlock::into_data))
+                .collect(),
+        );
+    }
+}
+
+/// Locks `lock`; a thread that has to wait lends its I/O priority to the holder (registered
+/// with `inherit`) until it gets it.
+pub(crate) fn lock_lending<'a, T>(
+    lock: &'a Mutex<T>,
+    inherit: &Arc<crate::sched::inherit::Inheritance>,
+) -> MutexGuard<'a, T> {
+    match lock.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            lending_while(inherit, || lock.lock().unwrap_or_else(|p| p.into_inner()))
+        }
+    }
+}
+
+/// Runs `wait` (a thread waiting for a lock) lending the thread's I/O priority to the lock's
+/// holder (registered with `inherit`) meanwhile.
+pub(crate) fn lending_while<R>(
+    inherit: &Arc<crate::sched::inherit::Inheritance>,
+    wait: impl FnOnce() -> R,
+) -> R {
+    let _lend = (!inherit.is_inert()).then(|| inherit.lend(crate::sched::inherit::own_prio()));
+    wait()
+}
+
+impl Inner {
+    /// Locks the metadata (and with it the commit path). A thread that has to wait lends its
+    /// I/O priority to the holder until it gets the lock.
+    pub fn lock_meta(&self) -> MetaGuard<'_> {
+        let guard = self
+            .meta
+            .try_lock()
+            .unwrap_or_else(|| lending_while(&self.inherit, || self.meta.lock()));
+        let start_queued = self.queued_total.load(AtomicOrdering::Acquire);
+        MetaGuard {
+            guard: Some(guard),
+            fair: false,
+            acquired: Instant::now(),
+            hold: Some(self.inherit.hold()),
+            inner: self,
+            start_queued,
+        }
+    }
+
+    /// Runs `f` as a timed section of the present hold of `meta` (`m`): its time, less that of
+    /// the sections nested in it, is counted as `section`'s ([`FsCounters::meta_checkpoint_ns`]
+    /// and the others).
+    pub(crate) fn in_section<R>(
+        &self,
+        m: &mut Meta,
+        section: Section,
+        f: impl FnOnce(&mut Meta) -> R,
+    ) -> R {
+        let start = Instant::now();
+        if let Some(&(outer, since)) = m.sections.last() {
+            self.count_section(outer, start - since);
+        }
+        m.sections.push((section, start));
+        let result = f(m);
+        let end = Instant::now();
+        if let Some((inner, since)) = m.sections.pop() {
+            self.count_section(inner, end - since);
+        }
+        if let Some(outer) = m.sections.last_mut() {
+            outer.1 = end;
+        }
+        result
+    }
+
+    pub(crate) fn count_section(&self, section: Section, time: Duration) {
+        self.meta_section_ns[section as usize]
+            .fetch_add(time.as_nanos() as u64, AtomicOrdering::Relaxed);
+    }
+
+    pub fn check_usable(&self) -> Result<()> {
+        self.check_not_poisoned()?;
+        if self.closed.load(AtomicOrdering::Acquire) {
+            return Err(Error::Invalid("pool is closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Fails once a write failed (see [`Inner::poison`]).
+    pub fn check_not_poisoned(&self) -> Result<()> {
+        if !self.poisoned_set.load(AtomicOrdering::Acquire) {
+            return Ok(());
+        }
+        match self
+            .poisoned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            Some(why) => Err(Error::Poisoned(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub fn check_writable(&self) -> Result<()> {
+        self.check_usable()?;
+        if self.read_only {
+            return Err(Error::ReadOnly(format!("{} pool", self.dev.kind())));
+        }
+        Ok(())
+    }
+
+    /// Marks the pool unusable after a failed write: what is on storage no longer matches memory.
+    pub fn poison(&self, err: &Error) {
+        self.poison_reason(err.to_string());
+    }
+
+    pub fn count(&self, f: impl FnOnce(&mut FsCounters)) {
+        f(&mut self.counters.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+}
+
+impl Meta {
+    /// `ino`'s record changed in a way only a checkpoint records (creation, a name or link, an
+    /// attribute or size set): the next checkpoint writes it, and the file's syncs wait for
+    /// that checkpoint (`InodeState::ckpt_seq`).
+    pub fn namespace_changed(&mut self, ino: u64) {
+        self.pending.insert(ino);
+        self.ns_changed.insert(ino);
+        self.ns_dirty = true;
+    }
+}
+
+/// The inodes with something buffered for the next commit, behind one mutex (a writer notes its
+/// file in both sets in one trip).
+#[derive(Debug, Default)]
+pub(crate) struct DirtySet {
+    /// Every inode dirtied since a checkpoint took them: the next checkpoint's work.
+    pub all: DenseSet,
+    /// Those that may still have something a data-only log can take: buffers in no sealed log,
+    /// or attributes, unless only a checkpoint may record the file (`Meta::ns_changed`). What
+    /// sealing a full buffer looks through. Entries are added with `all` (under the inode's
+    /// lock, after the change, or under `meta`) and dropped under `meta` and the inode's lock
+    /// by a seal that finds nothing more to take (`Inner::settle_sealed`; never for a freed
+    /// inode, whose number may be a newer file's by then); a checkpoint leaves them for the
+    /// next seal to drop. Without it, sealing went through every file written since the last
+    /// checkpoint, most of them sealed already and placed (their attributes wait for the
+    /// checkpoint).
+    pub to_seal: DenseSet,
+}
+
+impl DirtySet {
+    pub fn insert(&mut self, ino: u64) {
+        self.all.insert(ino);
+        self.to_seal.insert(ino);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+}
