@@ -6,6 +6,7 @@
 //!   (docs/PROTOCOL.md).
 //! - `server`: the socket, the accept loop, stopping ([`Server::start`], [`ServerHandle`]).
 //! - `session`: one client's open files, views and locks; released when the client goes.
+//! - `shared`: what the accept loop and the sessions share (the pool, the session table).
 //! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server.
 //! - `access`: permission checks by the kernel's rules, for clients other than root.
 //! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
@@ -26,6 +27,7 @@ mod protocol_fields;
 mod protocol_replies;
 mod server;
 mod session;
+mod shared;
 
 pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};
