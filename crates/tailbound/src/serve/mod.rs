@@ -2,8 +2,9 @@
 //! I/O scheduler) and serves any number of client processes over a Unix socket beside it.
 //!
 //! - `codec`: frames and the wire's primitives; decoding never panics on a client's bytes.
-//! - [`protocol`], `protocol_fields`, `protocol_replies`: the versioned messages
-//!   (docs/PROTOCOL.md).
+//! - `messages`: the versioned messages, [`Request`](protocol::Request) and
+//!   [`Reply`](protocol::Reply).
+//! - [`protocol`], `protocol_fields`, `protocol_replies`: their bytes (docs/PROTOCOL.md).
 //! - `server`: the socket, the accept loop, stopping ([`Server::start`], [`ServerHandle`]).
 //! - `session`: one client's open files, views and locks; released when the client goes.
 //! - `shared`: what the accept loop and the sessions share (the pool, the session table).
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 mod access;
 mod client;
 mod codec;
+mod messages;
 mod observe;
 pub mod protocol;
 mod protocol_fields;
