@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
+mod cmd_bench_common;
 mod cmd_bench_fileserver;
 mod cmd_bench_overhead;
 mod cmd_bench_record;
