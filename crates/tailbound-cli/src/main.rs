@@ -16,6 +16,7 @@ mod cmd_calibrate;
 mod cmd_demo;
 mod cmd_doctor;
 mod cmd_fs;
+mod cmd_fs_common;
 mod cmd_fs_files;
 mod cmd_fs_inspect;
 mod cmd_fs_list;

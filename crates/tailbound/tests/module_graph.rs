@@ -20,7 +20,6 @@ const KNOWN: &[&str] = &[
     "tailbound-bench: experiments/fairness.rs experiments/fairness/report.rs",
     "tailbound-bench: experiments/priority.rs experiments/priority/io.rs experiments/priority/report.rs",
     "tailbound-bench: experiments/record.rs experiments/record/report.rs",
-    "tailbound-cli: cmd_fs.rs cmd_fs_files.rs cmd_fs_inspect.rs cmd_fs_list.rs cmd_fs_snapshot.rs",
     "tailbound: tbfs/by_ino.rs tbfs/cleaner.rs tbfs/engine.rs tbfs/lifecycle.rs tbfs/names.rs tbfs/recovery.rs",
 ];
 
