@@ -640,7 +640,7 @@ fn tarjan(adj: &[Vec<usize>]) -> Vec<Vec<usize>> {
         next: usize,
         out: Vec<Vec<usize>>,
     }
-    fn visit(s: &mut St, v: usize) {
+    fn visit(s: &mut St<'_>, v: usize) {
         s.index[v] = Some(s.next);
         s.low[v] = s.next;
         s.next += 1;
