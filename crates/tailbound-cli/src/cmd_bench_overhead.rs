@@ -80,7 +80,7 @@ pub fn run(args: SchedOverheadArgs) -> CliResult {
         "bench sched-overhead: {cases} cases x {} repeats, each a policy run of {} requests and two executor runs of {:?}",
         bench.repeats, bench.requests, bench.duration
     );
-    crate::cmd_bench::run_with_progress(
+    crate::cmd_bench_common::run_with_progress(
         cases,
         "sched-overhead",
         args.json.as_deref(),

@@ -12,7 +12,7 @@ use tailbound_bench::experiments::priority::{CopyMode, CopySpec, PriorityBench, 
 use tailbound_bench::plot::{grouped_bar_svg, latency_boxplot_svg};
 use tailbound_bench::report::write_json;
 
-use crate::cmd_bench::{current_exe, interrupt_flag};
+use crate::cmd_bench_common::{current_exe, interrupt_flag};
 use crate::CliResult;
 
 #[derive(Args)]

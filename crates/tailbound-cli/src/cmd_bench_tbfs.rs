@@ -11,7 +11,7 @@ use tailbound_bench::experiments::sync_write::{self, SyncWriteBench};
 use tailbound_bench::plot::grouped_bar_svg;
 use tailbound_bench::report::write_json;
 
-use crate::cmd_bench::{run_with_progress, WorkDir};
+use crate::cmd_bench_common::{run_with_progress, WorkDir};
 use crate::CliResult;
 
 #[derive(Args)]

@@ -1,8 +1,8 @@
 //! `tailbound fs`: make, inspect, fill, check and repair tbfs pools from the shell.
 //!
-//! This file holds the subcommand, opening a pool and `mkfs`; the listings are in
-//! `cmd_fs_list`, checkpoints and snapshots in `cmd_fs_snapshot`, copying files in and out in
-//! `cmd_fs_files`, and `fsck` and `info` in `cmd_fs_inspect`.
+//! This file holds the subcommand and `mkfs`; opening a pool is in `cmd_fs_common`, the
+//! listings in `cmd_fs_list`, checkpoints and snapshots in `cmd_fs_snapshot`, copying files in
+//! and out in `cmd_fs_files`, and `fsck` and `info` in `cmd_fs_inspect`.
 
 use std::fs::File as HostFile;
 use std::io::Read;
@@ -11,24 +11,20 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand, ValueEnum};
 use tailbound::dev::file::FileDevice;
-use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
-use tailbound::serve::Client;
 use tailbound::tbfs::format::{Superblock, BLOCK_U64};
 use tailbound::tbfs::fsck;
-use tailbound::tbfs::{self, Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering, Stat};
+use tailbound::tbfs::{Barrier, Config, Fs, Ordering};
 use tailbound::units::{parse_bytes, Bytes};
 
+use crate::cmd_fs_common::{
+    barrier_name, close, detect_backend, in_pool, open_fs, ordering_name, refuse_served, Backend,
+    PoolArg, View,
+};
 use crate::cmd_fs_files::{copy_out, mkdir, put, rm};
 use crate::cmd_fs_list::{df, ls, stat};
-use crate::cmd_fs_pool::{Pool, PoolView};
 use crate::cmd_fs_snapshot::{checkpoints, gc, parse_fraction, restore, snapshot};
 use crate::CliResult;
-
-/// The `f_type` of tmpfs (and so of /dev/shm).
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-/// Bytes copied per request by put/get/cat.
-pub(crate) const COPY_CHUNK: usize = 1 << 20;
 
 #[derive(Args)]
 #[command(
@@ -46,25 +42,6 @@ tailbound fs fsck /dev/shm/p.tbfs"
 pub struct FsArgs {
     #[command(subcommand)]
     command: FsCommand,
-}
-
-/// Where the pool is and how to open it.
-#[derive(Args, Clone)]
-pub(crate) struct PoolArg {
-    /// The pool: a file (in /dev/shm for a memory pool) or a block device.
-    pub(crate) pool: PathBuf,
-    /// Open it as a memory pool or a file pool (default: memory in tmpfs, file elsewhere).
-    #[arg(long)]
-    pub(crate) backend: Option<Backend>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-#[value(rename_all = "kebab-case")]
-pub(crate) enum Backend {
-    /// Mapped into memory (dev::memory::MemoryPool); meant for tmpfs or DAX.
-    Memory,
-    /// O_DIRECT reads and writes through io_uring (dev::file::FileDevice).
-    File,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -384,222 +361,6 @@ pub fn run(args: FsArgs) -> CliResult {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Opening
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Backend::Memory => "memory",
-            Backend::File => "file",
-        })
-    }
-}
-
-pub(crate) fn ordering_name(o: Ordering) -> &'static str {
-    match o {
-        Ordering::Strict => "strict",
-        Ordering::Relaxed => "relaxed",
-    }
-}
-
-pub(crate) fn barrier_name(b: Barrier) -> &'static str {
-    match b {
-        Barrier::EveryLog => "every-log",
-        Barrier::EveryCheckpoint => "every-checkpoint",
-        Barrier::Superblock => "superblock",
-    }
-}
-
-pub(crate) fn in_pool(pool: &PoolArg, e: impl std::fmt::Display) -> String {
-    format!("{}: {e}", pool.pool.display())
-}
-
-/// The backend a pool opens with: the one asked for, else memory in tmpfs and file elsewhere.
-pub(crate) fn detect_backend(path: &Path, asked: Option<Backend>) -> Backend {
-    if let Some(b) = asked {
-        return b;
-    }
-    use std::os::unix::fs::FileTypeExt;
-    if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device()) {
-        return Backend::File;
-    }
-    let dir = if path.exists() {
-        path.to_path_buf()
-    } else {
-        path.parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."))
-            .to_path_buf()
-    };
-    match tailbound::sys::fs::statfs(&dir) {
-        Ok(st) if st.magic == TMPFS_MAGIC => Backend::Memory,
-        _ => Backend::File,
-    }
-}
-
-pub(crate) fn open_device(pool: &PoolArg) -> Result<(Arc<dyn Device>, Backend), String> {
-    let backend = detect_backend(&pool.pool, pool.backend);
-    let dev: Arc<dyn Device> = match backend {
-        Backend::Memory => Arc::new(MemoryPool::open(&pool.pool).map_err(|e| e.to_string())?),
-        Backend::File => tailbound::sched::scheduled(
-            Arc::new(FileDevice::open(&pool.pool).map_err(|e| e.to_string())?),
-            &pool.pool,
-        )
-        .map_err(|e| e.to_string())?,
-    };
-    Ok((dev, backend))
-}
-
-/// The pool: through its server when one answers on its socket (`tailbound serve`), else
-/// opened here (`read_only`: without writing anything).
-pub(crate) fn open_fs(pool: &PoolArg, read_only: bool) -> Result<Pool, String> {
-    let socket = tailbound::serve::socket_path(&pool.pool);
-    if socket.exists() {
-        match Client::connect(&socket) {
-            Ok(client) => return Ok(Pool::Served(client)),
-            Err(tbfs::Error::Io { source, .. })
-                if source.kind() == std::io::ErrorKind::PermissionDenied =>
-            {
-                return Err(format!(
-                    "{}: served on {}, which is not open to you (the server's --allow-other opens it)",
-                    pool.pool.display(),
-                    socket.display()
-                ));
-            }
-            // A socket left by a server that is gone: the pool is opened here.
-            Err(_) => {}
-        }
-    }
-    open_local(pool, read_only).map(Pool::Local)
-}
-
-fn open_local(pool: &PoolArg, read_only: bool) -> Result<Fs, String> {
-    let (dev, _) = open_device(pool)?;
-    Fs::open(
-        dev,
-        &OpenOptions {
-            read_only,
-            ..OpenOptions::default()
-        },
-    )
-    .map_err(|e| {
-        format!(
-            "{}: {e}{}",
-            pool.pool.display(),
-            if matches!(e, tbfs::Error::Corrupt(_)) {
-                " (run `tailbound fs fsck` on it)"
-            } else {
-                ""
-            }
-        )
-    })
-}
-
-/// Opens a pool for `command` to own (`tailbound serve`): writable, with the pool lock.
-pub(crate) fn open_pool_for(
-    path: &Path,
-    backend: Option<Backend>,
-    command: &str,
-) -> Result<Fs, String> {
-    let pool = PoolArg {
-        pool: path.to_path_buf(),
-        backend,
-    };
-    open_local(&pool, false).map_err(|e| {
-        if e.contains("pool lock") {
-            format!("{e}; `tailbound {command}` needs the pool to itself")
-        } else {
-            e
-        }
-    })
-}
-
-/// Refuses a command that needs the pool's device to itself while a server owns the pool.
-pub(crate) fn refuse_served(pool: &PoolArg, what: &str) -> CliResult {
-    match Client::for_pool(&pool.pool) {
-        Some(c) => Err(format!(
-            "{}: served by process {} on {}; stop the server (kill {}) to {what}",
-            pool.pool.display(),
-            c.server_pid(),
-            c.socket().display(),
-            c.server_pid()
-        )
-        .into()),
-        None => Ok(()),
-    }
-}
-
-/// The live tree, or a read-only view of a retained checkpoint.
-pub(crate) enum View {
-    Live(Pool),
-    At(PoolView),
-}
-
-impl View {
-    pub(crate) fn open(pool: &PoolArg, at: Option<u64>) -> Result<View, String> {
-        let fs = open_fs(pool, true)?;
-        Ok(match at {
-            None => View::Live(fs),
-            Some(n) => View::At(fs.at(n).map_err(|e| in_pool(pool, e))?),
-        })
-    }
-
-    pub(crate) fn stat(&self, path: &str) -> tbfs::Result<Stat> {
-        match self {
-            View::Live(fs) => fs.stat(path),
-            View::At(s) => s.stat(path),
-        }
-    }
-
-    pub(crate) fn readdir(&self, path: &str) -> tbfs::Result<Vec<tbfs::DirEntry>> {
-        match self {
-            View::Live(fs) => fs.readdir(path),
-            View::At(s) => s.readdir(path),
-        }
-    }
-
-    /// Calls `f` with each piece of a file, in order.
-    pub(crate) fn read_each(
-        &self,
-        path: &str,
-        size: u64,
-        mut f: impl FnMut(&[u8]) -> CliResult,
-    ) -> CliResult {
-        let mut buf = vec![0u8; COPY_CHUNK];
-        let mut at = 0u64;
-        match self {
-            View::Live(fs) => {
-                let file = fs.open_file(path, OpenFlags::read_only())?;
-                while at < size {
-                    let n = file.pread(&mut buf, at)?;
-                    if n == 0 {
-                        break;
-                    }
-                    f(&buf[..n])?;
-                    at += n as u64;
-                }
-            }
-            View::At(s) => {
-                while at < size {
-                    let n = s.pread(path, &mut buf, at)?;
-                    if n == 0 {
-                        break;
-                    }
-                    f(&buf[..n])?;
-                    at += n as u64;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-pub(crate) fn close(fs: Pool, pool: &PoolArg) -> CliResult {
-    fs.close().map_err(|e| in_pool(pool, e))?;
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
 // mkfs
 
 fn mkfs(
@@ -684,29 +445,4 @@ fn holds_a_pool(path: &Path) -> bool {
     }
     b.chunks_exact(BLOCK_U64 as usize)
         .any(|c| Superblock::decode(c, u64::MAX).is_ok())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Times, for the listings
-
-/// `YYYY-MM-DD HH:MM:SS` in UTC.
-pub(crate) fn utc(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }

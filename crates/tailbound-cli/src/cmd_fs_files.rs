@@ -7,7 +7,7 @@ use std::path::Path;
 use tailbound::tbfs::{self, FileKind, OpenFlags};
 use tailbound_bench::progress::Progress;
 
-use crate::cmd_fs::{close, in_pool, open_fs, PoolArg, View, COPY_CHUNK};
+use crate::cmd_fs_common::{close, in_pool, open_fs, PoolArg, View, COPY_CHUNK};
 use crate::cmd_fs_pool::Pool;
 use crate::CliResult;
 

@@ -12,7 +12,7 @@ use tailbound::units::Bytes;
 use tailbound_bench::progress::Progress;
 use tailbound_bench::report::write_json;
 
-use crate::cmd_fs::{
+use crate::cmd_fs_common::{
     barrier_name, detect_backend, in_pool, open_device, ordering_name, refuse_served, utc, Backend,
     PoolArg,
 };

@@ -9,7 +9,7 @@ use tailbound::tbfs::{FileKind, Stat};
 use tailbound::units::Bytes;
 use tailbound_bench::report::write_json;
 
-use crate::cmd_fs::{in_pool, open_fs, utc, PoolArg, View};
+use crate::cmd_fs_common::{in_pool, open_fs, utc, PoolArg, View};
 use crate::CliResult;
 
 #[derive(Serialize)]

@@ -8,7 +8,7 @@ use tailbound::tbfs::{self, FileKind, OpenFlags, Stat};
 use tailbound::units::Bytes;
 use tailbound_bench::report::write_json;
 
-use crate::cmd_fs::{close, in_pool, open_fs, utc, PoolArg, COPY_CHUNK};
+use crate::cmd_fs_common::{close, in_pool, open_fs, utc, PoolArg, COPY_CHUNK};
 use crate::cmd_fs_pool::{Pool, PoolView};
 use crate::CliResult;
 

@@ -10,7 +10,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use tailbound::serve::{self, Client, Server, ServerOptions};
 
-use crate::cmd_fs::{open_pool_for, Backend};
+use crate::cmd_fs_common::{open_pool_for, Backend};
 use crate::CliResult;
 
 #[derive(Args)]

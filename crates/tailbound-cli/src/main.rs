@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
+mod cmd_bench_common;
 mod cmd_bench_fileserver;
 mod cmd_bench_overhead;
 mod cmd_bench_record;
@@ -15,6 +16,7 @@ mod cmd_calibrate;
 mod cmd_demo;
 mod cmd_doctor;
 mod cmd_fs;
+mod cmd_fs_common;
 mod cmd_fs_files;
 mod cmd_fs_inspect;
 mod cmd_fs_list;

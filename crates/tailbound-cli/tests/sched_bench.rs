@@ -300,7 +300,7 @@ fn priority_quick_writes_the_issues_schema_and_restores_the_machine() {
         report["targets"][0]["measured"]
             .as_str()
             .unwrap()
-            .contains("the writer alone, no copy: at best"),
+            .contains("x alone's"),
         "{report:#}"
     );
     // The tbfs cases ran on a profile calibrated for the default 5 ms goal.

@@ -20,10 +20,6 @@ const KNOWN: &[&str] = &[
     "tailbound-bench: experiments/fairness.rs experiments/fairness/report.rs",
     "tailbound-bench: experiments/priority.rs experiments/priority/io.rs experiments/priority/report.rs",
     "tailbound-bench: experiments/record.rs experiments/record/report.rs",
-    "tailbound-cli: cmd_bench.rs cmd_bench_overhead.rs cmd_bench_sched.rs cmd_bench_tbfs.rs",
-    "tailbound-cli: cmd_fs.rs cmd_fs_files.rs cmd_fs_inspect.rs cmd_fs_list.rs cmd_fs_snapshot.rs",
-    "tailbound: serve/protocol.rs serve/protocol_fields.rs serve/protocol_replies.rs",
-    "tailbound: serve/server.rs serve/session.rs",
 ];
 
 #[test]

@@ -2,10 +2,12 @@
 //! I/O scheduler) and serves any number of client processes over a Unix socket beside it.
 //!
 //! - `codec`: frames and the wire's primitives; decoding never panics on a client's bytes.
-//! - [`protocol`], `protocol_fields`, `protocol_replies`: the versioned messages
-//!   (docs/PROTOCOL.md).
+//! - `messages`: the versioned messages, [`Request`](protocol::Request) and
+//!   [`Reply`](protocol::Reply).
+//! - [`protocol`], `protocol_fields`, `protocol_replies`: their bytes (docs/PROTOCOL.md).
 //! - `server`: the socket, the accept loop, stopping ([`Server::start`], [`ServerHandle`]).
 //! - `session`: one client's open files, views and locks; released when the client goes.
+//! - `shared`: what the accept loop and the sessions share (the pool, the session table).
 //! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server.
 //! - `access`: permission checks by the kernel's rules, for clients other than root.
 //! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
@@ -20,12 +22,14 @@ use std::path::{Path, PathBuf};
 mod access;
 mod client;
 mod codec;
+mod messages;
 mod observe;
 pub mod protocol;
 mod protocol_fields;
 mod protocol_replies;
 mod server;
 mod session;
+mod shared;
 
 pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::codec::{Dec, Enc, WireError, WireResult};
-use super::protocol::LockArgs;
+use super::messages::LockArgs;
 use crate::tbfs::locks::{Kind, Space};
 use crate::tbfs::{Barrier, Config, FileKind, OpenFlags, Ordering, Stat, SyncMode};
 

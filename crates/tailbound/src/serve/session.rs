@@ -13,7 +13,7 @@ use super::access::{Who, EXEC, READ, WRITE};
 use super::codec::{read_frame, IO_MAX};
 use super::observe::{self, Change};
 use super::protocol::{LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
-use super::server::Shared;
+use super::shared::Shared;
 use crate::dev::BLOCK_SIZE;
 use crate::sys::sock::{send_all, PeerCred};
 use crate::tbfs::locks::{Owner, Request as LockRequest};

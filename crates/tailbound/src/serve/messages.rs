@@ -1,0 +1,212 @@
+//! The pool server's messages: what a client asks ([`Request`]) and what the server answers
+//! ([`Reply`]), with the fields they share. Their bytes are in `protocol` (docs/PROTOCOL.md).
+
+use crate::tbfs::locks::{Kind, Space};
+use crate::tbfs::{
+    CheckpointInfo, Config, DirEntry, GcReport, OpenFlags, RecoveryReport, SetAttr, SpaceReport,
+    Stat, StatVfs,
+};
+
+/// The bytes a `Hello` starts with.
+pub const MAGIC: [u8; 4] = *b"TBSV";
+/// The protocol version this build speaks.
+pub const VERSION: u16 = 1;
+
+/// A byte-range or whole-file lock request on an open handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockArgs {
+    pub space: Space,
+    pub kind: Kind,
+    pub start: u64,
+    /// Exclusive; `u64::MAX` is to the end of the file.
+    pub end: u64,
+    /// Owned by the handle (OFD record lock or `flock`) rather than by the client process
+    /// (POSIX record lock).
+    pub per_handle: bool,
+}
+
+/// A lock another owner holds, as a lock test reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockHolder {
+    /// The holding client's process id for a POSIX lock, -1 for a handle's lock.
+    pub pid: i32,
+    pub write: bool,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// What a pool server tells a client about its pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolInfo {
+    /// The device's length in bytes.
+    pub device_bytes: u64,
+    /// The two superblock copies, as stored.
+    pub superblocks: Vec<u8>,
+    pub config: Config,
+    pub recovery: RecoveryReport,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Hello {
+        version: u16,
+        features: u64,
+    },
+    Open {
+        path: String,
+        flags: OpenFlags,
+    },
+    Close {
+        handle: u64,
+    },
+    Read {
+        handle: u64,
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        handle: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Append {
+        handle: u64,
+        data: Vec<u8>,
+    },
+    Fsync {
+        handle: u64,
+    },
+    Fdatasync {
+        handle: u64,
+    },
+    SetLen {
+        handle: u64,
+        len: u64,
+    },
+    Allocate {
+        handle: u64,
+        offset: u64,
+        len: u64,
+    },
+    Fstat {
+        handle: u64,
+    },
+    Lock {
+        handle: u64,
+        lock: LockArgs,
+        wait: bool,
+    },
+    TestLock {
+        handle: u64,
+        lock: LockArgs,
+    },
+    Stat {
+        path: String,
+        follow: bool,
+    },
+    SetAttr {
+        path: String,
+        attr: SetAttr,
+        follow: bool,
+    },
+    Mkdir {
+        path: String,
+        mode: u32,
+    },
+    Rmdir {
+        path: String,
+    },
+    Unlink {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Link {
+        existing: String,
+        new: String,
+    },
+    Symlink {
+        target: String,
+        path: String,
+    },
+    Readlink {
+        path: String,
+    },
+    Truncate {
+        path: String,
+        len: u64,
+    },
+    /// Entries after `after` (by name), as many as fit in a frame.
+    Readdir {
+        path: String,
+        after: Option<String>,
+    },
+    Sync,
+    Statvfs,
+    Space,
+    Checkpoints,
+    Snapshot {
+        name: Option<String>,
+    },
+    SetSnapshot {
+        number: u64,
+        keep: bool,
+    },
+    ProtectionPeriod,
+    Gc {
+        target_free: f64,
+    },
+    Info,
+    ViewOpen {
+        number: u64,
+    },
+    ViewClose {
+        view: u64,
+    },
+    ViewStat {
+        view: u64,
+        path: String,
+    },
+    ViewReaddir {
+        view: u64,
+        path: String,
+        after: Option<String>,
+    },
+    ViewRead {
+        view: u64,
+        path: String,
+        offset: u64,
+        len: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Hello {
+        version: u16,
+        features: u64,
+        server_pid: u32,
+        session: u64,
+    },
+    Done,
+    Opened {
+        handle: u64,
+        ino: u64,
+    },
+    Data(Vec<u8>),
+    Number(u64),
+    Stat(Stat),
+    Entries {
+        entries: Vec<DirEntry>,
+        more: bool,
+    },
+    Text(String),
+    StatVfs(StatVfs),
+    Space(SpaceReport),
+    Checkpoints(Vec<CheckpointInfo>),
+    Gc(GcReport),
+    Lock(Option<LockHolder>),
+    Info(Box<PoolInfo>),
+}

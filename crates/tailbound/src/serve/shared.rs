@@ -1,0 +1,45 @@
+//! What the accept loop and every session share: the pool, the table of live sessions, who may
+//! connect, and the observer. The server builds it and keeps the table; a session reads it.
+
+use std::collections::HashMap;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use super::observe::Observer;
+use crate::tbfs::Fs;
+
+/// A live session as the server sees it.
+pub(super) struct SessionEntry {
+    /// A second handle on the session's socket, to end the session from outside.
+    pub stream: UnixStream,
+    pub pid: i32,
+}
+
+/// What the accept loop and every session share.
+pub(super) struct Shared {
+    pub fs: Arc<Fs>,
+    pub sessions: Mutex<HashMap<u64, SessionEntry>>,
+    /// Signalled when a session ends.
+    pub ended: Condvar,
+    pub next_session: AtomicU64,
+    pub stopping: AtomicBool,
+    /// Every session thread not yet joined: stopping joins them, so none holds the pool after.
+    pub threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The user allowed in besides root (`None`: everyone).
+    pub allowed_uid: Option<u32>,
+    /// The server's effective user and group: files a client of another user creates are
+    /// given to that user.
+    pub server_ids: (u32, u32),
+    /// The pool's owner: who besides root may take snapshots and clean.
+    pub owner_uid: u32,
+    /// Told of every change a session makes (a FUSE mount of the same pool drops its caches).
+    pub observer: Option<Observer>,
+}
+
+impl Shared {
+    pub fn sessions(&self) -> MutexGuard<'_, HashMap<u64, SessionEntry>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
