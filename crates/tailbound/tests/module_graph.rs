@@ -20,6 +20,11 @@ const KNOWN: &[&str] = &[
     "tailbound-bench: experiments/fairness.rs experiments/fairness/report.rs",
     "tailbound-bench: experiments/priority.rs experiments/priority/io.rs experiments/priority/report.rs",
     "tailbound-bench: experiments/record.rs experiments/record/report.rs",
+    "tailbound-bench: workload/mod.rs workload/result.rs",
+    "tailbound-fuse: lib.rs ops.rs",
+    "tailbound: record/frame.rs record/mod.rs record/options.rs record/verify.rs",
+    "tailbound: sched/calibrate.rs sched/exec.rs sched/inherit.rs sched/mod.rs sched/queue.rs",
+    "tailbound: tbfs/fs.rs tbfs/inode.rs tbfs/log/mod.rs tbfs/mod.rs tbfs/names.rs tbfs/namespace.rs tbfs/recovery/mod.rs tbfs/recovery/scan.rs tbfs/recovery/tree.rs tbfs/state.rs",
 ];
 
 #[test]
@@ -93,6 +98,39 @@ fn the_scanner_sees_a_cycle_and_follows_reexports() {
     );
 }
 
+#[test]
+fn a_bare_child_path_and_a_facade_that_uses_its_reexport_are_dependencies() {
+    let dir = std::env::temp_dir().join(format!("tb-modgraph-bare-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("m")).unwrap();
+    let write = |rel: &str, text: &str| fs::write(dir.join(rel), text).unwrap();
+    // `m.rs` beside `m/` is a root; it uses what it re-exports from `c`, and names `d` bare.
+    write("lib.rs", "mod m;\nmod n;\n");
+    write(
+        "m.rs",
+        "mod c;\nmod d;\npub use c::X;\npub use d::Y;\nfn f() -> X { d::make() }\n",
+    );
+    write("m/c.rs", "pub struct X;\n");
+    write(
+        "m/d.rs",
+        "pub struct Y;\npub fn make() -> super::X { super::X }\n",
+    );
+    write("n.rs", "use crate::m::Y;\n");
+    let g = Graph::of_crate(&dir);
+    let _ = fs::remove_dir_all(&dir);
+    assert!(g.edges["m.rs"].contains_key("m/c.rs"), "X is used in m.rs");
+    assert!(
+        g.edges["m.rs"].contains_key("m/d.rs"),
+        "d::make is a bare child path"
+    );
+    assert!(
+        g.edges["m/d.rs"].contains_key("m/c.rs"),
+        "super::X follows m's re-export"
+    );
+    assert!(g.edges["n.rs"].contains_key("m/d.rs") && !g.edges["n.rs"].contains_key("m.rs"));
+    assert!(g.cycles().is_empty(), "{:?}", g.cycles());
+}
+
 struct File {
     module: Vec<String>,
     /// Items defined here: structs, functions, traits and the like, and child modules.
@@ -125,7 +163,11 @@ impl Graph {
                 .to_string_lossy()
                 .replace('\\', "/");
             let module = module_of(&rel);
-            let root = rel == "lib.rs" || rel == "main.rs" || rel.ends_with("/mod.rs");
+            // A module's root file: lib.rs, main.rs, a mod.rs, or `x.rs` beside a directory `x/`.
+            let root = rel == "lib.rs"
+                || rel == "main.rs"
+                || rel.ends_with("/mod.rs")
+                || path.with_extension("").is_dir();
             let text = fs::read_to_string(&path).unwrap();
             files.insert(rel, parse(&text, module, root));
         }
@@ -475,27 +517,40 @@ fn parse(text: &str, module: Vec<String>, root: bool) -> File {
         "union",
         "macro_rules",
     ];
+    // What the file defines and which child modules it declares, before any path is read.
+    let mut children = BTreeSet::new();
+    let mut uses: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, (t, _)) in toks.iter().enumerate() {
+        let Tok::Ident(w) = t else { continue };
+        *uses.entry(w.as_str()).or_default() += 1;
+        if kw.contains(&w.as_str()) {
+            let j = if w == "macro_rules" { i + 2 } else { i + 1 };
+            if let Some((Tok::Ident(name), _)) = toks.get(j) {
+                f.defines.insert(name.clone());
+                if w == "mod" {
+                    children.insert(name.clone());
+                }
+            }
+        }
+    }
     let mut i = 0;
     while i < toks.len() {
         let (t, line) = &toks[i];
+        let starts_path = i == 0 || toks[i - 1].0 != Tok::PathSep;
         match t {
-            Tok::Ident(w) if kw.contains(&w.as_str()) => {
-                let mut j = i + 1;
-                if w == "macro_rules" {
-                    j += 1; // the `!`
-                }
-                if let Some((Tok::Ident(name), _)) = toks.get(j) {
-                    f.defines.insert(name.clone());
-                }
-                i += 1;
-            }
             Tok::Ident(w) if w == "use" => {
-                let reexport = root && is_pub_before(&toks, i);
+                let public = is_pub_before(&toks, i);
                 let mut j = i + 1;
                 let mut leaves = Vec::new();
                 use_tree(&toks, &mut j, Vec::new(), &mut leaves);
                 for (rel, bound) in leaves {
                     if let Some(abs) = absolute(&f.module, &rel, &f.defines) {
+                        // A root's `pub use` is its facade, not a dependency of its own, unless
+                        // the file itself uses the name it binds.
+                        let used_here = bound
+                            .as_deref()
+                            .is_some_and(|b| uses.get(b).copied().unwrap_or(0) > 1);
+                        let reexport = root && public && !used_here;
                         if let Some(b) = bound {
                             f.binds.push((b, abs.clone()));
                         }
@@ -503,6 +558,26 @@ fn parse(text: &str, module: Vec<String>, root: bool) -> File {
                     }
                 }
                 i = j;
+            }
+            Tok::Ident(w)
+                if starts_path
+                    && children.contains(w)
+                    && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::PathSep) =>
+            {
+                // A path through a child module named without `self::`.
+                let mut rel = vec!["self".to_string()];
+                let mut j = i;
+                while let Some((Tok::Ident(seg), _)) = toks.get(j) {
+                    rel.push(seg.clone());
+                    if toks.get(j + 1).map(|t| &t.0) != Some(&Tok::PathSep) {
+                        break;
+                    }
+                    j += 2;
+                }
+                if let Some(abs) = absolute(&f.module, &rel, &f.defines) {
+                    f.paths.push((abs, *line, false));
+                }
+                i = j + 1;
             }
             Tok::Ident(w)
                 if matches!(w.as_str(), "crate" | "super" | "self")
