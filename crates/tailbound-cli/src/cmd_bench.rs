@@ -154,6 +154,10 @@ enum Experiment {
     /// snapshot taken before the delete (which keeps the blocks). The target (1 GiB: < 10 ms,
     /// every run) follows the table. --quick: 16 and 64 MiB, one run (seconds).
     Delete(DeleteArgs),
+    /// Shipping to Apache Kafka (issue 44): backlog MB/s to a local broker it starts, the
+    /// broker's own ceiling with Kafka's ProducerPerformance in the same run, and the recorder's
+    /// write() latency with live shipping off and on. `--faults N` runs the fault loop instead.
+    Ship(crate::cmd_ship::BenchShipArgs),
 }
 
 #[derive(Args)]
@@ -529,6 +533,7 @@ pub fn run(args: BenchArgs) -> CliResult {
         Experiment::Cleaner(args) => run_cleaner(args),
         Experiment::Soak(args) => crate::cmd_bench_soak::run(args),
         Experiment::Delete(args) => run_delete(args),
+        Experiment::Ship(args) => crate::cmd_ship::run_bench(args),
     }
 }
 

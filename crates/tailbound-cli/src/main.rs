@@ -16,6 +16,7 @@ mod cmd_mount;
 mod cmd_record;
 mod cmd_run;
 mod cmd_serve;
+mod cmd_ship;
 
 /// What a subcommand returns: any error is printed as `tailbound: error: ...` and exits with 1,
 /// except [`ExitStatus`], which exits with its code and prints nothing more.
@@ -77,6 +78,10 @@ enum Command {
     /// Measure a device's service time against request size and store the cost profile the I/O
     /// scheduler uses (per-I/O and per-byte costs, the split size max_io).
     Calibrate(cmd_calibrate::CalibrateArgs),
+    /// Ship recordings to Apache Kafka, exactly once across crashes of either side.
+    Ship(cmd_ship::ShipArgs),
+    /// Rebuild a recording from a Kafka topic (check it with `record verify OUT --against`).
+    Fetch(cmd_ship::FetchArgs),
 }
 
 fn main() -> ExitCode {
@@ -93,6 +98,8 @@ fn main() -> ExitCode {
         Command::Fs(args) => cmd_fs::run(args),
         Command::Serve(args) => cmd_serve::run(args),
         Command::Calibrate(args) => cmd_calibrate::run(args),
+        Command::Ship(args) => cmd_ship::run_ship(args),
+        Command::Fetch(args) => cmd_ship::run_fetch(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
