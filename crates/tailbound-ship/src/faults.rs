@@ -44,6 +44,8 @@ pub struct FaultReport {
     /// Times the shipper process exited with an error by itself (and was started again).
     pub shipper_failures: u64,
     pub frames_recorded: u64,
+    /// The end of the shipper processes' output, when one failed by itself.
+    pub shipper_log_tail: Vec<String>,
     pub fetch: FetchReport,
     pub compare: CompareReport,
     pub seconds: f64,
@@ -270,7 +272,16 @@ pub fn run(opts: &FaultOptions, progress: &mut dyn FnMut(&str)) -> Result<FaultR
     let copy = opts.dir.join("fetched.tbr");
     let fetched = fetch(&url, &recorder_id, &copy)?;
     let compared = compare(&rec, &copy)?;
+    let shipper_log_tail = if failures > 0 {
+        let log = std::fs::read_to_string(&shipper.log).unwrap_or_default();
+        let mut tail: Vec<String> = log.lines().rev().take(20).map(str::to_string).collect();
+        tail.reverse();
+        tail
+    } else {
+        Vec::new()
+    };
     Ok(FaultReport {
+        shipper_log_tail,
         shipper_kills: kills,
         broker_restarts: restarts,
         unreachable_spells: spells,

@@ -32,9 +32,10 @@ pub struct Dest {
 /// what the broker holds instead of resending blindly.
 fn no_retries() -> BackoffConfig {
     BackoffConfig {
+        // The jitter range must not be empty (init..init*base), or the client panics.
         init_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(1),
-        base: 1.0,
+        max_backoff: Duration::from_millis(2),
+        base: 2.0,
         deadline: Some(Duration::ZERO),
     }
 }

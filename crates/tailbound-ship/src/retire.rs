@@ -110,3 +110,108 @@ fn remove_ledger(path: &Path) -> Result<(), ShipError> {
         Err(e) => Err(io_err(path, "removing the ledger")(e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ship::{ship_file, ShipOptions};
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::time::Duration;
+    use tailbound::record::{Allocation, FlushMode, Recorder, RecorderOptions};
+
+    const ID: &str = "node/ring.tbr";
+
+    /// A finished recycled recording and a ledger saying the broker acknowledged all of it.
+    fn shipped(dir: &Path, pool: &Path, url: &KafkaUrl) -> std::path::PathBuf {
+        let rec = dir.join("ring.tbr");
+        let mut r = Recorder::create(
+            &rec,
+            RecorderOptions {
+                allocation: Allocation::Recycle,
+                recycle_pool: Some(pool.to_path_buf()),
+                flush: FlushMode::Fdatasync,
+                expected_bytes: 256 << 10,
+                ..RecorderOptions::default()
+            },
+        )
+        .unwrap();
+        for i in 0..20u8 {
+            r.write(&[i; 100]).unwrap();
+        }
+        let frames = r.finish().unwrap().counters.frames;
+        let stream = FrameReader::open(&rec).unwrap().stream(ID);
+        Ledger {
+            state: LedgerState::Shipping,
+            created_unix_ns: stream.created_unix_ns,
+            epoch: stream.epoch,
+            // The header, the frames and the trailer.
+            next_index: frames + 2,
+            resume_offset: 0,
+            partition: 0,
+            dest: dest_hash(&url.topic, ID),
+        }
+        .store(&ledger_path(&rec))
+        .unwrap();
+        rec
+    }
+
+    #[test]
+    fn a_crash_at_either_step_of_retire_neither_loops_nor_ships_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool_dir = dir.path().join("pool");
+        let pool = RecyclePool::prepare(&pool_dir, 1, 256 << 10).unwrap();
+        // No broker listens here: anything that tried to ship would fail.
+        let url = KafkaUrl::parse("kafka://127.0.0.1:1/rings").unwrap();
+        let mut opts = ShipOptions::new(ID);
+        opts.give_up_after = Some(Duration::from_millis(200));
+
+        // A crash after the ledger says retired, before the rename.
+        let rec = shipped(dir.path(), &pool_dir, &url);
+        tailbound::failpoint::arm(FAILPOINT_AFTER_LEDGER);
+        assert!(catch_unwind(AssertUnwindSafe(|| retire(&rec, &pool, &url, ID))).is_err());
+        assert!(rec.exists());
+        // The restarted shipper sends nothing for it (and does not even connect).
+        let r = ship_file(&rec, &url, &opts).unwrap();
+        assert!(r.already_retired && r.sent == 0, "{r:?}");
+        // The retire goes on where it stopped.
+        assert_eq!(retire(&rec, &pool, &url, ID).unwrap(), Retired::Now);
+        assert!(!rec.exists() && !ledger_path(&rec).exists());
+        assert_eq!(pool.ready(), 1);
+
+        // A crash after the rename, before the ledger's removal.
+        let rec = shipped(dir.path(), &pool_dir, &url);
+        tailbound::failpoint::arm(FAILPOINT_AFTER_RENAME);
+        assert!(catch_unwind(AssertUnwindSafe(|| retire(&rec, &pool, &url, ID))).is_err());
+        assert!(!rec.exists() && ledger_path(&rec).exists());
+        assert_eq!(retire(&rec, &pool, &url, ID).unwrap(), Retired::Earlier);
+        assert!(!ledger_path(&rec).exists());
+        // Nothing is left to do: a further retire has nothing to act on, and says so.
+        assert!(retire(&rec, &pool, &url, ID).is_err());
+    }
+
+    #[test]
+    fn retire_refuses_a_recording_the_broker_has_not_all_of() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool_dir = dir.path().join("pool");
+        let pool = RecyclePool::prepare(&pool_dir, 1, 256 << 10).unwrap();
+        let url = KafkaUrl::parse("kafka://127.0.0.1:1/rings").unwrap();
+        let rec = shipped(dir.path(), &pool_dir, &url);
+        let lpath = ledger_path(&rec);
+        let mut l = Ledger::load(&lpath).unwrap().unwrap();
+        // The trailer not yet acknowledged.
+        l.next_index -= 1;
+        l.store(&lpath).unwrap();
+        assert!(retire(&rec, &pool, &url, ID).is_err());
+        assert!(rec.exists());
+        assert_eq!(
+            Ledger::load(&lpath).unwrap().unwrap().state,
+            LedgerState::Shipping
+        );
+        // Another destination's ledger does not count.
+        let other = KafkaUrl::parse("kafka://127.0.0.1:1/elsewhere").unwrap();
+        l.next_index += 1;
+        l.store(&lpath).unwrap();
+        assert!(retire(&rec, &pool, &other, ID).is_err());
+        assert_eq!(retire(&rec, &pool, &url, ID).unwrap(), Retired::Now);
+    }
+}
