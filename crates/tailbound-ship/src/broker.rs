@@ -172,7 +172,10 @@ impl TestBroker {
         let out = Command::new("java")
             .arg("-cp")
             .arg(classpath(&jars))
-            .args(["kafka.tools.StorageTool", "format", "-t", &cluster_id, "-c"])
+            // `=`: an id may start with '-', which would read as an option.
+            .args(["kafka.tools.StorageTool", "format"])
+            .arg(format!("--cluster-id={cluster_id}"))
+            .arg("-c")
             .arg(&props)
             .output()
             .map_err(|e| {
