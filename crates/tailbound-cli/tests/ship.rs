@@ -97,18 +97,21 @@ fn the_fault_loop_loses_and_duplicates_nothing() {
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    // Seed 3 draws each kind of fault once.
+    let json = dir.path().join("faults.json");
+    // Seed 12 draws each kind of fault once: a broker restart, a shipper kill, a broker cut off.
     let out = run(&[
         "bench",
         "ship",
         "--faults",
         "3",
         "--seed",
-        "3",
+        "12",
         "--unreachable",
         "10s",
         "--dir",
         dir.path().to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
@@ -116,4 +119,12 @@ fn the_fault_loop_loses_and_duplicates_nothing() {
         "{}",
         text(&out)
     );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for kind in ["shipper_kills", "broker_restarts", "unreachable_spells"] {
+        assert_eq!(r[kind], 1, "{kind}: {r}");
+    }
+    assert_eq!(r["compare"]["lost"], 0);
+    assert_eq!(r["fetch"]["duplicates"], 0);
+    assert!(r["compare"]["matching"].as_u64().unwrap() > 0);
 }
