@@ -101,7 +101,15 @@ fn producer_perf(
     records: u64,
     record_bytes: u64,
 ) -> Result<ProducerPerfResult, ShipError> {
-    let out = Command::new("java")
+    // The test broker creates no topic by itself: without one, the tool would wait for its
+    // metadata for ever.
+    crate::runtime()?.block_on(crate::kafka::Dest::connect_to(
+        &broker.url("tailbound-bench-perf"),
+        "perf",
+        None,
+    ))?;
+    let mut cmd = Command::new("java");
+    let out = crate::broker::die_with_parent(&mut cmd)
         .arg("-cp")
         .arg(broker.classpath())
         .arg("org.apache.kafka.tools.ProducerPerformance")
@@ -246,8 +254,15 @@ pub fn run(
     };
     let _ = std::fs::remove_file(&backlog_path);
     let _ = std::fs::remove_file(crate::ledger::ledger_path(&backlog_path));
-    progress("running Kafka's ProducerPerformance");
+    progress(&format!(
+        "backlog shipped: {:.1} MB/s ({} frames in {:.2} s); running Kafka's ProducerPerformance",
+        backlog.mb_per_s, frames, seconds
+    ));
     let producer_perf = producer_perf(&broker, frames, opts.frame_bytes)?;
+    progress(&format!(
+        "ProducerPerformance: {:.1} MB/s",
+        producer_perf.mb_per_s
+    ));
     let mut record = Vec::new();
     for run in 0..opts.runs {
         for shipping in [false, true] {
@@ -256,7 +271,12 @@ pub fn run(
                 if shipping { "on" } else { "off" },
                 run + 1
             ));
-            record.push(record_case(&opts.dir, opts, &broker, shipping, run)?);
+            let case = record_case(&opts.dir, opts, &broker, shipping, run)?;
+            progress(&format!(
+                "max write() {:.1} µs, p99.9 {:.1} µs, {} deadline misses",
+                case.latency.max_us, case.latency.p999_us, case.latency.deadline_misses
+            ));
+            record.push(case);
         }
     }
     Ok(BenchShipReport {

@@ -9,6 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -61,6 +62,21 @@ pub fn jars() -> Result<PathBuf, ShipError> {
         )));
     }
     Ok(dir)
+}
+
+/// Makes a child started with `cmd` die with this thread's process (`PR_SET_PDEATHSIG`), so a
+/// killed bench or test leaves no tool running.
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent; it runs in the
+    // child between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
 }
 
 /// A free TCP port on 127.0.0.1 (free when asked; the broker binds it right after).

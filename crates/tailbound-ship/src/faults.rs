@@ -5,7 +5,6 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,17 +75,8 @@ impl ShipperProcess {
             .try_clone()
             .map_err(crate::io_err(&self.log, "opening"))?;
         let mut cmd = Command::new(&self.cmd[0]);
-        // SAFETY: prctl(2) is async-signal-safe and touches no memory of the parent; it runs in
-        // the child between fork and exec. The shipper dies with the loop, never orphaned.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd
+        // The shipper dies with the loop, never orphaned.
+        let child = crate::broker::die_with_parent(&mut cmd)
             .args(&self.cmd[1..])
             .stdin(Stdio::null())
             .stdout(log)
