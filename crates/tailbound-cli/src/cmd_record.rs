@@ -49,6 +49,10 @@ enum RecordCommand {
         /// Also write the report as JSON (keys frames, bytes, valid_bytes, last_sequence, ...).
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Also check FILE frame by frame against this original (a `tailbound fetch` copy against
+        /// the recording it was shipped from); exits 1 unless they are equal.
+        #[arg(long)]
+        against: Option<PathBuf>,
     },
     /// Prepare a recycle pool: COUNT files of SIZE, written with zeros and flushed, so recordings
     /// with `--allocation recycle --pool DIR` never allocate.
@@ -136,11 +140,44 @@ struct RunArgs {
     /// Write the latency summary and counters as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Ship the frames to Apache Kafka while recording (kafka://HOST:PORT/TOPIC), on a thread of
+    /// its own that reads only what the flusher made durable (so not with --flush none, which
+    /// makes nothing durable before the end). A slow or absent broker only makes it fall behind.
+    #[arg(long)]
+    ship: Option<tailbound_ship::KafkaUrl>,
+    /// With --ship: the recorder id (default: this host's name/OUTPUT's file name).
+    #[arg(long, requires = "ship")]
+    recorder: Option<String>,
+    /// With --ship: how long to keep shipping after the recording ends; what is left then is
+    /// shipped by `tailbound ship OUTPUT` later.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, requires = "ship")]
+    ship_linger: Duration,
 }
 
 pub fn run(args: RecordArgs) -> CliResult {
     match args.command {
-        Some(RecordCommand::Verify { file, json }) => run_verify(file, json),
+        Some(RecordCommand::Verify {
+            file,
+            json,
+            against,
+        }) => {
+            run_verify(&file, json)?;
+            match against {
+                Some(original) => {
+                    if crate::cmd_ship::verify_against(&file, &original)?.identical() {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "{} is not {} frame for frame",
+                            file.display(),
+                            original.display()
+                        )
+                        .into())
+                    }
+                }
+                None => Ok(()),
+            }
+        }
         Some(RecordCommand::PreparePool {
             dir,
             count,
@@ -159,8 +196,8 @@ pub fn run(args: RecordArgs) -> CliResult {
     }
 }
 
-fn run_verify(file: PathBuf, json: Option<PathBuf>) -> CliResult {
-    let report = verify(&file)?;
+fn run_verify(file: &std::path::Path, json: Option<PathBuf>) -> CliResult {
+    let report = verify(file)?;
     println!("recording     {}", file.display());
     println!("frames        {}", report.frames);
     println!("payload       {}", Bytes(report.payload_bytes));
@@ -290,6 +327,23 @@ fn run_record(args: RunArgs) -> CliResult {
         describe(&options)
     );
     let mut recorder = Recorder::create(&output, options.clone())?;
+    let shipper = match &args.ship {
+        Some(url) => {
+            let id = args
+                .recorder
+                .clone()
+                .unwrap_or_else(|| crate::cmd_ship::default_recorder_id(&output));
+            eprintln!("shipping to {url} as {id:?}");
+            let opts = tailbound_ship::ship::ShipOptions::new(id);
+            Some(tailbound_ship::ship::LiveShipper::start(
+                &output,
+                url,
+                &opts,
+                recorder.durable_watch(),
+            )?)
+        }
+        None => None,
+    };
     let progress = Progress::new(records, "recording");
     let config = PeriodicConfig {
         period: args.period,
@@ -345,6 +399,9 @@ fn run_record(args: RunArgs) -> CliResult {
         Err(e) => {
             // Keep what was recorded: finish it so it is durable, then report the error.
             let kept = recorder.finish();
+            if let Some(s) = shipper {
+                finish_shipping(s, args.ship_linger, &output);
+            }
             return Err(match kept {
                 Ok(s) => format!(
                     "{e} ({} records before it were kept in {})",
@@ -357,6 +414,9 @@ fn run_record(args: RunArgs) -> CliResult {
         }
     };
     let summary = recorder.finish()?;
+    if let Some(s) = shipper {
+        finish_shipping(s, args.ship_linger, &output);
+    }
     if args.verbose {
         eprintln!("durable {} bytes", summary.file_bytes);
     }
@@ -398,6 +458,29 @@ fn run_record(args: RunArgs) -> CliResult {
         )?;
     }
     Ok(())
+}
+
+/// Ships what is left after the recording ended, for at most `linger`, and says how far it got.
+fn finish_shipping(
+    s: tailbound_ship::ship::LiveShipper,
+    linger: Duration,
+    output: &std::path::Path,
+) {
+    match s.finish(linger) {
+        Ok(r) if !r.incomplete => eprintln!(
+            "shipped: the broker holds all {} records ({} sent, {} found already there)",
+            r.acknowledged, r.sent, r.found_on_broker
+        ),
+        Ok(r) => eprintln!(
+            "shipping incomplete after {linger:?}: the broker holds {} records; `tailbound ship {}` ships the rest",
+            r.acknowledged,
+            output.display()
+        ),
+        Err(e) => eprintln!(
+            "shipping stopped: {e}; `tailbound ship {}` ships the rest",
+            output.display()
+        ),
+    }
 }
 
 /// Prints a trace's slow calls, one a line, then how many there were.

@@ -26,6 +26,7 @@ mod cmd_mount;
 mod cmd_record;
 mod cmd_run;
 mod cmd_serve;
+mod cmd_ship;
 mod outcome;
 
 use outcome::{CliResult, ExitStatus};
@@ -74,6 +75,10 @@ enum Command {
     /// Measure a device's service time against request size and store the cost profile the I/O
     /// scheduler uses (per-I/O and per-byte costs, the split size max_io).
     Calibrate(cmd_calibrate::CalibrateArgs),
+    /// Ship recordings to Apache Kafka, exactly once across crashes of either side.
+    Ship(cmd_ship::ShipArgs),
+    /// Rebuild a recording from a Kafka topic (check it with `record verify OUT --against`).
+    Fetch(cmd_ship::FetchArgs),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +95,8 @@ fn main() -> ExitCode {
         Command::Fs(args) => cmd_fs::run(args),
         Command::Serve(args) => cmd_serve::run(args),
         Command::Calibrate(args) => cmd_calibrate::run(args),
+        Command::Ship(args) => cmd_ship::run_ship(args),
+        Command::Fetch(args) => cmd_ship::run_fetch(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
