@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use tailbound::bench::report::write_json;
 use tailbound::record::RecyclePool;
 use tailbound::units::{parse_bytes, parse_duration, Bytes};
+use tailbound_bench::report::write_json;
 use tailbound_ship::fetch::{compare, fetch, CompareReport};
 use tailbound_ship::ledger::{Ledger, LedgerState, LEDGER_SUFFIX};
 use tailbound_ship::retire::{retire, Retired};

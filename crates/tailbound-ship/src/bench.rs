@@ -7,9 +7,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tailbound::bench::periodic::{run_periodic, PeriodicConfig};
-use tailbound::bench::stats::LatencySummary;
 use tailbound::record::{Allocation, FlushMode, Recorder, RecorderOptions};
+use tailbound_bench::periodic::{run_periodic, PeriodicConfig};
+use tailbound_bench::stats::LatencySummary;
 
 use crate::broker::TestBroker;
 use crate::ship::{ship_file, LiveShipper, ShipOptions};
