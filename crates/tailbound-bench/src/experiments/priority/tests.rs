@@ -279,26 +279,7 @@ fn the_copy_copies_whole_passes_and_reports_its_progress() {
         chunk_bytes: 512 << 10,
         mode: CopyMode::Direct,
     };
-    let (reader, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
-    let handle = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let r = spec.run(std::io::BufReader::new(reader), &mut out);
-        (r, out)
-    });
-    writeln!(writer, "{GO}").unwrap();
-    // The passes in `dst_dir`, by number (at most two exist at a time).
-    let passes = |dir: &Path| -> Vec<u64> {
-        let mut n: Vec<u64> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.strip_prefix("copy-").and_then(|n| n.parse().ok())
-            })
-            .collect();
-        n.sort_unstable();
-        n
-    };
+    let (handle, writer) = start_copy(spec);
     // Stop once a second pass has begun, so one whole copy was made.
     while !handle.is_finished() && passes(&dst_dir).iter().all(|&n| n == 0) {
         std::thread::sleep(Duration::from_millis(5));
@@ -306,15 +287,7 @@ fn the_copy_copies_whole_passes_and_reports_its_progress() {
     drop(writer);
     let (result, out) = handle.join().unwrap();
     result.unwrap();
-    let text = String::from_utf8(out).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.first(), Some(&READY));
-    assert_eq!(lines.last(), Some(&DONE));
-    let samples: Vec<(u64, u64)> = lines[1..lines.len() - 1]
-        .iter()
-        .map(|l| parse_copied(l).unwrap())
-        .collect();
-    assert_eq!(samples[0].1, 0);
+    let samples = progress_of(out);
     assert!(samples
         .windows(2)
         .all(|w| w[0].0 <= w[1].0 && w[1].1 == w[0].1 + (512 << 10)));
@@ -352,26 +325,7 @@ fn the_buffered_copy_runs_cp_in_whole_passes_and_reports_its_progress() {
         mode: CopyMode::Buffered,
     };
     assert!(spec.args().windows(2).any(|w| w == ["--copy", "buffered"]));
-    let (reader, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
-    let handle = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let r = spec.run(std::io::BufReader::new(reader), &mut out);
-        (r, out)
-    });
-    writeln!(writer, "{GO}").unwrap();
-    // The passes in `dst_dir`, by number: at most one exists at a time, and not always one.
-    let passes = |dir: &Path| -> Vec<u64> {
-        let mut n: Vec<u64> = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                name.strip_prefix("copy-").and_then(|n| n.parse().ok())
-            })
-            .collect();
-        n.sort_unstable();
-        n
-    };
+    let (handle, writer) = start_copy(spec);
     // Stop once a pass numbered 2 or more was seen, whenever that is: two whole copies were
     // made by then, and the passes before it removed.
     while !handle.is_finished() && passes(&dst_dir).last().is_none_or(|&n| n < 2) {
@@ -380,15 +334,7 @@ fn the_buffered_copy_runs_cp_in_whole_passes_and_reports_its_progress() {
     drop(writer);
     let (result, out) = handle.join().unwrap();
     result.unwrap();
-    let text = String::from_utf8(out).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.first(), Some(&READY));
-    assert_eq!(lines.last(), Some(&DONE));
-    let samples: Vec<(u64, u64)> = lines[1..lines.len() - 1]
-        .iter()
-        .map(|l| parse_copied(l).unwrap())
-        .collect();
-    assert_eq!(samples[0].1, 0);
+    let samples = progress_of(out);
     assert!(samples
         .windows(2)
         .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
@@ -416,4 +362,48 @@ fn copy_modes_parse_by_name() {
     }
     assert_eq!(CopyMode::parse("cached"), None);
     assert_eq!(CopyMode::default(), CopyMode::Buffered);
+}
+
+/// The copy passes in `dir`, by number.
+fn passes(dir: &Path) -> Vec<u64> {
+    let mut n: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("copy-").and_then(|n| n.parse().ok())
+        })
+        .collect();
+    n.sort_unstable();
+    n
+}
+
+/// A copy running on a thread of its own: its result and its output.
+type CopyThread = std::thread::JoinHandle<(Result<(), String>, Vec<u8>)>;
+
+/// Runs `spec` on a thread of its own, told `go` already; dropping the returned stream stops it.
+fn start_copy(spec: CopySpec) -> (CopyThread, std::os::unix::net::UnixStream) {
+    let (reader, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
+    let handle = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let r = spec.run(std::io::BufReader::new(reader), &mut out);
+        (r, out)
+    });
+    writeln!(writer, "{GO}").unwrap();
+    (handle, writer)
+}
+
+/// The copy's progress samples from its output, which starts with `ready`, ends with `done` and
+/// counts from 0.
+fn progress_of(out: Vec<u8>) -> Vec<(u64, u64)> {
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.first(), Some(&READY));
+    assert_eq!(lines.last(), Some(&DONE));
+    let samples: Vec<(u64, u64)> = lines[1..lines.len() - 1]
+        .iter()
+        .map(|l| parse_copied(l).unwrap())
+        .collect();
+    assert_eq!(samples[0].1, 0);
+    samples
 }
