@@ -17,12 +17,8 @@ use std::path::{Path, PathBuf};
 /// Known cycles: a crate's directory under `crates/`, then the files of one strongly connected
 /// component, relative to its `src/`, sorted and joined by spaces.
 const KNOWN: &[&str] = &[
-    "tailbound-bench: experiments/fairness.rs experiments/fairness/report.rs",
     "tailbound-bench: experiments/priority.rs experiments/priority/io.rs experiments/priority/report.rs",
     "tailbound-bench: experiments/record.rs experiments/record/report.rs",
-    "tailbound-bench: workload/mod.rs workload/result.rs",
-    "tailbound-fuse: lib.rs ops.rs",
-    "tailbound: record/frame.rs record/mod.rs record/options.rs record/verify.rs",
     "tailbound: sched/calibrate.rs sched/exec.rs sched/inherit.rs sched/mod.rs sched/queue.rs",
     "tailbound: tbfs/fs.rs tbfs/inode.rs tbfs/log/mod.rs tbfs/mod.rs tbfs/names.rs tbfs/namespace.rs tbfs/recovery/mod.rs tbfs/recovery/scan.rs tbfs/recovery/tree.rs tbfs/state.rs",
 ];

@@ -27,8 +27,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::experiments::blockdev::{BlkioCgroup, KernelSched, LoopDevice, SchedulerGuard};
 use crate::experiments::tenants::{
     bytes_in_window, child_wait_go, sleep_watching, TenantProcess, DONE, GO, READY,
@@ -39,10 +37,12 @@ use tailbound::sys::file::{AlignedBuf, O_DIRECT};
 use tailbound::sys::time::monotonic_now;
 
 mod report;
+mod row;
 #[cfg(test)]
 mod tests;
 
 pub use report::{check_targets, weights_label, FairnessReport};
+pub use row::{ratio_string, FairnessRow, RATIO_ERROR_MAX, TOTAL_VS_FIFO_MIN};
 
 const MIB: u64 = 1 << 20;
 /// The paper's weight sets.
@@ -55,9 +55,6 @@ pub const REGION_BYTES_QUICK: u64 = 64 << 20;
 pub const REGION_BLOCKS_MIN: u64 = 4;
 /// The cgroup weight of one unit of a tenant's weight (BFQ takes 1-1000).
 pub const BFQ_WEIGHT_UNIT: u32 = 100;
-/// The targets.
-pub const RATIO_ERROR_MAX: f64 = 0.03;
-pub const TOTAL_VS_FIFO_MIN: f64 = 0.98;
 /// A case's window holds about this many blocks of its lightest tenant (`--min-blocks`).
 pub const MIN_BLOCKS_FULL: u32 = 10;
 /// ... but is never longer than this.
@@ -279,43 +276,6 @@ pub fn ratio_error(weights: &[u32], shares: &[f64]) -> f64 {
             (s / s_total - expected).abs() / expected
         })
         .fold(0.0, f64::max)
-}
-
-/// Shares as the paper prints a ratio: scaled so the last tenant's share equals its weight
-/// (`1.93:1` for 2:1).
-pub fn ratio_string(weights: &[u32], shares: &[f64]) -> String {
-    let (Some(&w_last), Some(&s_last)) = (weights.last(), shares.last()) else {
-        return String::new();
-    };
-    if s_last <= 0.0 {
-        return "-".into();
-    }
-    shares
-        .iter()
-        .map(|s| {
-            let v = s / s_last * f64::from(w_last);
-            if (v - v.round()).abs() < 0.005 {
-                format!("{v:.0}")
-            } else {
-                format!("{v:.2}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-/// One case: a system, a weight set, an operation and a block size.
-#[derive(Debug, Clone, Serialize)]
-pub struct FairnessRow {
-    pub system: &'static str,
-    pub weights: Vec<u32>,
-    pub op: &'static str,
-    pub block_mb: u64,
-    /// This case's measurement window ([`window_for`]).
-    pub window_s: f64,
-    pub shares_mb_per_s: Vec<f64>,
-    pub ratio_error: f64,
-    pub total_mb_per_s: f64,
 }
 
 /// The experiment's parameters.

@@ -9,6 +9,7 @@
 //! This module owns the recording's file and the threads it starts. It changes system settings only
 //! through [`FlusherGuard`], which restores them.
 
+mod error;
 mod fileops;
 mod flusher;
 pub mod frame;
@@ -26,8 +27,8 @@ mod tests;
 #[cfg(test)]
 mod tests_rt;
 
-use std::path::{Path, PathBuf};
-
+pub(crate) use error::io_err;
+pub use error::RecordError;
 pub use fileops::FileOp;
 pub use flusher::FlusherGuard;
 pub use options::{
@@ -38,37 +39,6 @@ pub use recorder::{DurableWatch, Recorder};
 pub use recycle::RecyclePool;
 pub use trace::{FlusherActivity, SlowTrace, SlowWrite, TracedCalls};
 pub use verify::{read_full, verify, StopReason, VerifyReport};
-
-/// What went wrong with a recording. Messages name the file and the operation.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RecordError {
-    #[error("{op} {path}: {source}")]
-    Io {
-        path: PathBuf,
-        op: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("recorder options: {0}")]
-    Options(String),
-    #[error("{path}: not a tailbound recording: {reason}")]
-    NotARecording { path: PathBuf, reason: String },
-    #[error("recycle pool {dir}: {why}")]
-    PoolEmpty { dir: PathBuf, why: String },
-    #[error("{what}: needs root")]
-    NeedsRoot { what: String },
-    #[error("{what}: {source}")]
-    Hygiene {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the recorder's background thread stopped unexpectedly")]
-    Closed,
-    #[error("an earlier background flush failed, so the recording is not durable: {0}")]
-    BackgroundFailed(String),
-}
 
 /// What a recording has done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -100,16 +70,4 @@ pub struct RecordSummary {
     pub slow_writes: Option<SlowTrace>,
     /// In decoupled mode, the writer thread's writes slower than `trace_slow`.
     pub writer_slow_writes: Option<SlowTrace>,
-}
-
-/// Maps an `io::Error` to a [`RecordError::Io`] naming the path and the operation.
-pub(crate) fn io_err<'a>(
-    path: &'a Path,
-    op: &'static str,
-) -> impl FnOnce(std::io::Error) -> RecordError + 'a {
-    move |source| RecordError::Io {
-        path: path.to_path_buf(),
-        op,
-        source,
-    }
 }

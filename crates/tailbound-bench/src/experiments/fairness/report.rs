@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{ratio_string, FairnessRow, RATIO_ERROR_MAX, TOTAL_VS_FIFO_MIN};
+use super::row::{ratio_string, FairnessRow, RATIO_ERROR_MAX, TOTAL_VS_FIFO_MIN};
 use crate::report::{targets_markdown, Align, Table, TargetCheck};
 
 /// `2:1`, `3:2:2:1`.
