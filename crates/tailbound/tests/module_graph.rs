@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 const KNOWN: &[&str] = &[
     "tailbound-bench: experiments/priority.rs experiments/priority/io.rs experiments/priority/report.rs",
     "tailbound-bench: experiments/record.rs experiments/record/report.rs",
-    "tailbound: sched/calibrate.rs sched/exec.rs sched/inherit.rs sched/mod.rs sched/queue.rs",
     "tailbound: tbfs/fs.rs tbfs/inode.rs tbfs/log/mod.rs tbfs/mod.rs tbfs/names.rs tbfs/namespace.rs tbfs/recovery/mod.rs tbfs/recovery/scan.rs tbfs/recovery/tree.rs tbfs/state.rs",
 ];
 
