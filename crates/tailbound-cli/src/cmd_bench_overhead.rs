@@ -28,7 +28,7 @@ pub struct SchedOverheadArgs {
     #[arg(long)]
     quick: bool,
     /// Comma-separated policies (fifo, priority, fair, default). Default: all.
-    #[arg(long, value_delimiter = ',', value_parser = parse_policy)]
+    #[arg(long, value_delimiter = ',')]
     policies: Vec<Policy>,
     /// Comma-separated tenant counts. Default: 1,4,16.
     #[arg(long, value_delimiter = ',')]
@@ -45,13 +45,6 @@ pub struct SchedOverheadArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-}
-
-fn parse_policy(s: &str) -> Result<Policy, String> {
-    Policy::ALL
-        .into_iter()
-        .find(|p| p.name() == s)
-        .ok_or_else(|| format!("unknown policy {s:?} (fifo, priority, fair, default)"))
 }
 
 pub fn run(args: SchedOverheadArgs) -> CliResult {

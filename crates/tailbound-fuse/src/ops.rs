@@ -130,6 +130,20 @@ fn lock_kind(typ: i32) -> Result<Kind, Errno> {
     }
 }
 
+/// A POSIX record lock request of an open file description, from the kernel's inclusive range
+/// and `F_*` type.
+fn record_lock(owner: LockOwner, start: u64, end: u64, typ: i32) -> Result<LockRequest, Errno> {
+    let kind = lock_kind(typ)?;
+    let (start, end) = lock_range(start, end);
+    Ok(LockRequest {
+        owner: Owner::Description(owner.0),
+        space: Space::Record,
+        kind,
+        start,
+        end,
+    })
+}
+
 impl TbFuse {
     pub fn new(fs: Arc<Fs>, options: &Options) -> TbFuse {
         TbFuse {
@@ -777,17 +791,9 @@ impl Filesystem for TbFuse {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        let kind = match lock_kind(typ) {
-            Ok(k) => k,
+        let r = match record_lock(lock_owner, start, end, typ) {
+            Ok(r) => r,
             Err(e) => return reply.error(e),
-        };
-        let (start, end) = lock_range(start, end);
-        let r = LockRequest {
-            owner: Owner::Description(lock_owner.0),
-            space: Space::Record,
-            kind,
-            start,
-            end,
         };
         match self.fs.locks().test(ino.0, &r) {
             None => reply.locked(0, 0, libc::F_UNLCK, 0),
@@ -825,19 +831,11 @@ impl Filesystem for TbFuse {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        let kind = match lock_kind(typ) {
-            Ok(k) => k,
+        let r = match record_lock(lock_owner, start, end, typ) {
+            Ok(r) => r,
             Err(e) => return reply.error(e),
         };
-        let (start, end) = lock_range(start, end);
-        let r = LockRequest {
-            owner: Owner::Description(lock_owner.0),
-            space: Space::Record,
-            kind,
-            start,
-            end,
-        };
-        if kind != Kind::Unlock {
+        if r.kind != Kind::Unlock {
             guard(&self.lock_pids).insert(lock_owner.0, pid);
         }
         match self.fs.locks().set(ino.0, &r, false) {

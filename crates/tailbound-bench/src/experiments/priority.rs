@@ -226,11 +226,6 @@ impl CopySpec {
             return Err(format!("{} is smaller than one chunk", self.src.display()));
         }
         let mut buf = AlignedBuf::zeroed(self.chunk_bytes as usize, 4096);
-        let say = |out: &mut dyn Write, line: &str| {
-            writeln!(out, "{line}")
-                .and_then(|()| out.flush())
-                .map_err(|e| format!("reporting: {e}"))
-        };
         say(out, READY)?;
         let Some(stop) = child_wait_go(input) else {
             return Ok(());
@@ -287,11 +282,6 @@ impl CopySpec {
         if src_len == 0 {
             return Err(format!("{} is empty", self.src.display()));
         }
-        let say = |out: &mut dyn Write, line: &str| {
-            writeln!(out, "{line}")
-                .and_then(|()| out.flush())
-                .map_err(|e| format!("reporting: {e}"))
-        };
         say(out, READY)?;
         let Some(stop) = child_wait_go(input) else {
             return Ok(());
@@ -342,6 +332,13 @@ impl CopySpec {
         }
         say(out, DONE)
     }
+}
+
+/// Writes one line of the copy's report to the parent, at once.
+fn say(out: &mut dyn Write, line: &str) -> Result<(), String> {
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("reporting: {e}"))
 }
 
 /// How often the buffered copy reports its progress.
