@@ -357,7 +357,7 @@ pub fn run_bench(args: BenchShipArgs) -> CliResult {
         println!("zero lost, zero duplicated: the fetched copy is the recording, frame for frame");
         return Ok(());
     }
-    let opts = tailbound_ship::bench::BenchShipOptions {
+    let opts = tailbound_bench::experiments::ship::BenchShipOptions {
         dir: dir.clone(),
         backlog_bytes: args.backlog,
         frame_bytes: args.frame_size,
@@ -367,7 +367,7 @@ pub fn run_bench(args: BenchShipArgs) -> CliResult {
         records: args.records,
         runs: args.runs,
     };
-    let r = tailbound_ship::bench::run(&opts, &mut progress)?;
+    let r = tailbound_bench::experiments::ship::run(&opts, &mut progress)?;
     println!("| what | MB/s | detail |");
     println!("|---|---|---|");
     println!(

@@ -340,6 +340,17 @@ impl TestBroker {
     }
 
     /// The classpath of the jars, for running Kafka's own tools.
+    /// Creates `topic` (one partition) unless it exists: the test broker creates none by itself,
+    /// and a tool that waits for a topic's metadata would wait for ever.
+    pub fn ensure_topic(&self, topic: &str) -> Result<(), ShipError> {
+        crate::runtime()?.block_on(crate::kafka::Dest::connect_to(
+            &self.url(topic),
+            "topic",
+            None,
+        ))?;
+        Ok(())
+    }
+
     pub fn classpath(&self) -> String {
         classpath(&self.jars)
     }

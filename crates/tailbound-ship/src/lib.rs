@@ -25,7 +25,6 @@
 //! a lost acknowledgement is how duplicates arise: the shipper instead re-reads the partition's
 //! tail after any failure.
 
-pub mod bench;
 pub mod broker;
 pub mod faults;
 pub mod fetch;
@@ -70,7 +69,7 @@ pub enum ShipError {
 }
 
 /// Maps an `io::Error` to a [`ShipError::Io`] naming the path and the operation.
-pub(crate) fn io_err<'a>(
+pub fn io_err<'a>(
     path: &'a Path,
     op: &'static str,
 ) -> impl FnOnce(std::io::Error) -> ShipError + 'a {

@@ -30,6 +30,7 @@ pub mod priority;
 pub mod record;
 pub mod recovery;
 pub mod sched_overhead;
+pub mod ship;
 pub mod soak;
 pub mod soak_model;
 pub mod sync_write;

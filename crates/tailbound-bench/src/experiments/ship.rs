@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::periodic::{run_periodic, PeriodicConfig};
+use crate::stats::LatencySummary;
 use serde::Serialize;
 use tailbound::record::{Allocation, FlushMode, Recorder, RecorderOptions};
-use tailbound_bench::periodic::{run_periodic, PeriodicConfig};
-use tailbound_bench::stats::LatencySummary;
 
-use crate::broker::TestBroker;
-use crate::ship::{ship_file, LiveShipper, ShipOptions};
-use crate::ShipError;
+use tailbound_ship::broker::TestBroker;
+use tailbound_ship::ship::{ship_file, LiveShipper, ShipOptions};
+use tailbound_ship::{io_err, ShipError};
 
 /// What `bench ship` runs.
 #[derive(Debug, Clone)]
@@ -101,15 +101,9 @@ fn producer_perf(
     records: u64,
     record_bytes: u64,
 ) -> Result<ProducerPerfResult, ShipError> {
-    // The test broker creates no topic by itself: without one, the tool would wait for its
-    // metadata for ever.
-    crate::runtime()?.block_on(crate::kafka::Dest::connect_to(
-        &broker.url("tailbound-bench-perf"),
-        "perf",
-        None,
-    ))?;
+    broker.ensure_topic("tailbound-bench-perf")?;
     let mut cmd = Command::new("java");
-    let out = crate::broker::die_with_parent(&mut cmd)
+    let out = tailbound_ship::broker::die_with_parent(&mut cmd)
         .arg("-cp")
         .arg(broker.classpath())
         .arg("org.apache.kafka.tools.ProducerPerformance")
@@ -204,7 +198,7 @@ fn record_case(
             .write(&record)
             .map_err(|e| std::io::Error::other(e.to_string()))
     })
-    .map_err(crate::io_err(&path, "recording"))?;
+    .map_err(io_err(&path, "recording"))?;
     let summary = recorder.finish()?;
     let (acknowledged, shipped_all) = match shipper {
         Some(s) => {
@@ -217,7 +211,7 @@ fn record_case(
         None => (None, None),
     };
     let _ = std::fs::remove_file(&path);
-    let _ = std::fs::remove_file(crate::ledger::ledger_path(&path));
+    let _ = std::fs::remove_file(tailbound_ship::ledger::ledger_path(&path));
     Ok(RecordCase {
         shipping,
         run,
@@ -232,7 +226,7 @@ pub fn run(
     opts: &BenchShipOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<BenchShipReport, ShipError> {
-    std::fs::create_dir_all(&opts.dir).map_err(crate::io_err(&opts.dir, "creating"))?;
+    std::fs::create_dir_all(&opts.dir).map_err(io_err(&opts.dir, "creating"))?;
     progress("starting a Kafka broker on 127.0.0.1");
     let broker = TestBroker::start()?;
     let backlog_path = opts.dir.join("backlog.tbr");
@@ -253,7 +247,7 @@ pub fn run(
         acknowledged: report.acknowledged,
     };
     let _ = std::fs::remove_file(&backlog_path);
-    let _ = std::fs::remove_file(crate::ledger::ledger_path(&backlog_path));
+    let _ = std::fs::remove_file(tailbound_ship::ledger::ledger_path(&backlog_path));
     progress(&format!(
         "backlog shipped: {:.1} MB/s ({} frames in {:.2} s); running Kafka's ProducerPerformance",
         backlog.mb_per_s, frames, seconds
