@@ -42,6 +42,11 @@ pub(crate) struct FileserverArgs {
         default_value = "tmpfs,xfs-ram,ext4-ram,tbfs-native,tbfs-shim,tbfs-fuse"
     )]
     systems: Vec<String>,
+    /// filebench's process model: a generator makes the fileset (deleting the old one through
+    /// `system()` first) and forks this many worker processes of --threads threads each, which
+    /// share the file system (tbfs-shim: through the pool's server). tbfs-native is left out.
+    #[arg(long)]
+    processes: Option<u32>,
     /// Runs of every case; each case reports its median run.
     #[arg(long, default_value_t = 1)]
     repeats: u32,
@@ -95,7 +100,7 @@ pub(crate) fn run_fileserver(args: FileserverArgs) -> CliResult {
             ..base
         };
         p.validate()?;
-        fileserver::run_child(dir, &p, &mut std::io::stdout().lock())?;
+        fileserver::run_child(dir, &p, args.processes, &mut std::io::stdout().lock())?;
         return Ok(());
     }
     let mut bench = if args.quick {
@@ -136,6 +141,7 @@ pub(crate) fn run_fileserver(args: FileserverArgs) -> CliResult {
     bench.shm_dir = args.shm_dir;
     bench.pool_bytes_override = args.pool_size;
     bench.exe = std::env::current_exe().ok();
+    bench.processes = args.processes;
     bench.validate()?;
     let cases = bench.threads.len() * bench.mean_sizes.len() * bench.systems.len();
     eprintln!(
@@ -159,7 +165,10 @@ pub(crate) fn run_fileserver(args: FileserverArgs) -> CliResult {
              (file system made in {:.1} s, fileset in {:.1} s)",
             system.name(),
             r.workload.name(),
-            r.threads,
+            match r.processes {
+                0 => r.threads.to_string(),
+                n => format!("{n} processes x {}", r.threads),
+            },
             r.mean_file_kib,
             r.ops_per_s,
             r.mb_per_s,

@@ -768,3 +768,95 @@ fn soak_refuses_bad_levels_and_sizes() {
         );
     }
 }
+
+#[test]
+fn fileserver_process_model_deletes_the_old_fileset_and_adds_up_its_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let set = dir.path().join("bigfileset");
+    std::fs::create_dir_all(set.join("old/deeper")).unwrap();
+    std::fs::write(set.join("old/deeper/stale"), b"from an earlier run").unwrap();
+    let out = tailbound(&[
+        "bench",
+        "fileserver",
+        "--child",
+        "--dir",
+        dir.path().to_str().unwrap(),
+        "--processes",
+        "3",
+        "--threads",
+        "2",
+        "--mean-size",
+        "16KiB",
+        "--duration",
+        "200ms",
+        "--files",
+        "60",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !set.join("old").exists(),
+        "system(\"rm -rf\") removed the old fileset"
+    );
+    let line = stdout(&out).lines().last().unwrap_or_default().to_string();
+    let run: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(run["processes"], 3, "{run}");
+    assert_eq!(run["threads"], 2, "{run}");
+    let names: Vec<&str> = run["flowops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"createfile1") && names.contains(&"deletefile1"),
+        "{run}"
+    );
+    // 80 % of the fileset is made before the workers start; they leave it in the new tree.
+    let files = walk_files(&set);
+    assert!(files > 0, "the new fileset is under {}", set.display());
+}
+
+#[test]
+fn fileserver_process_mode_leaves_the_native_api_out_and_names_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("fs.json");
+    let out = tailbound(&[
+        "bench",
+        "fileserver",
+        "--quick",
+        "--processes",
+        "2",
+        "--threads",
+        "2",
+        "--files",
+        "50",
+        "--duration",
+        "200ms",
+        "--systems",
+        "tmpfs,tbfs-native",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = read_json(&json);
+    let cases = report["cases"].as_array().unwrap();
+    assert_eq!(cases.len(), 1, "{report}");
+    assert_eq!(cases[0]["system"], "tmpfs");
+    assert_eq!(cases[0]["processes"], 2);
+    let unavailable = report["unavailable"].as_array().unwrap();
+    assert_eq!(unavailable[0]["system"], "tbfs-native", "{report}");
+    assert!(stdout(&out).contains(" 2x2 |"), "{}", stdout(&out));
+}
+
+fn walk_files(dir: &Path) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            n += walk_files(&e.path());
+        } else {
+            n += 1;
+        }
+    }
+    n
+}

@@ -33,6 +33,10 @@ pub const TARGET_VS_TMPFS: f64 = 1.3;
 /// The FUSE front end against ext4 on RAM: what the writeback cache and large requests must
 /// win back of FUSE's kernel crossings.
 pub const TARGET_FUSE_VS_EXT4: f64 = 0.7;
+/// The process model: tbfs through the shim, its processes sharing the pool through the server,
+/// against tmpfs and XFS on DRAM.
+pub const TARGET_PROCESSES_VS_TMPFS: f64 = 1.0;
+pub const TARGET_PROCESSES_VS_XFS: f64 = 1.5;
 /// Share of the CPU time used that must be user mode.
 pub const TARGET_USER_SHARE_PCT: f64 = 90.0;
 /// Where RAM-backed file systems and pools go.
@@ -126,6 +130,10 @@ pub struct FileserverBench {
     pub exe: Option<PathBuf>,
     /// The tbfs pool's size (default: [`FileserverBench::pool_bytes`]).
     pub pool_bytes_override: Option<u64>,
+    /// The filebench process model: this many worker processes of `threads` threads each,
+    /// forked by a generator child after it makes the fileset ([`processes::run_processes`]).
+    /// `None`: the threads run in one process.
+    pub processes: Option<u32>,
 }
 
 impl FileserverBench {
@@ -143,6 +151,7 @@ impl FileserverBench {
             shm_dir: PathBuf::from(SHM_DIR),
             exe: None,
             pool_bytes_override: None,
+            processes: None,
         }
     }
 
@@ -199,6 +208,12 @@ impl FileserverBench {
         if self.duration.is_zero() {
             return bad("--duration must be more than zero".into());
         }
+        if self.processes == Some(0) {
+            return bad("--processes must be at least 1".into());
+        }
+        if self.processes.is_some() && self.workload == Workload::Webserver {
+            return bad("--processes runs fileserver and varmail, not webserver".into());
+        }
         for &t in &self.threads {
             for &m in &self.mean_sizes {
                 self.params(t, m)
@@ -211,6 +226,14 @@ impl FileserverBench {
 
     /// Why `system` cannot run on this machine, or `None` when it can.
     pub fn unavailable(&self, system: System) -> Option<String> {
+        if self.processes.is_some() {
+            if system == System::TbfsNative {
+                return Some("the native API serves one process; the process model forks".into());
+            }
+            if self.exe.is_none() {
+                return Some("the tailbound binary was not found to run the generator".into());
+            }
+        }
         match system {
             System::Tmpfs | System::TbfsNative => {
                 (!self.shm_dir.is_dir()).then(|| format!("{} is missing", self.shm_dir.display()))
@@ -323,8 +346,7 @@ impl FileserverBench {
             System::Tmpfs => {
                 let dir = scratch("tailbound-fileserver-")?;
                 let mkfs_s = made.elapsed().as_secs_f64();
-                let result = workload::run(&PosixFs::new(dir.path()), p);
-                (result.map_err(|e| e.to_string())?, mkfs_s)
+                (self.run_posix(dir.path(), p)?, mkfs_s)
             }
             System::XfsRam | System::Ext4Ram => {
                 let kind = if system == System::XfsRam {
@@ -335,9 +357,9 @@ impl FileserverBench {
                 let size = self.fileset_bytes(p.mean_file_bytes) + (1 << 30);
                 let fs = LoopFs::create(kind, &self.shm_dir, size).map_err(|e| e.to_string())?;
                 let mkfs_s = made.elapsed().as_secs_f64();
-                let result = workload::run(&PosixFs::new(fs.mount_point()), p);
+                let result = self.run_posix(fs.mount_point(), p);
                 drop(fs);
-                (result.map_err(|e| e.to_string())?, mkfs_s)
+                (result?, mkfs_s)
             }
             System::TbfsNative => {
                 let dir = scratch("tailbound-fileserver-pool-")?;
@@ -371,8 +393,14 @@ impl FileserverBench {
                 let mkfs_s = made.elapsed().as_secs_f64();
                 // The mount point exists only inside the child, served by the shim.
                 let mount = dir.path().join("mnt");
-                let result =
-                    run_shim_child(exe, &pool, &mount, self.pool_bytes(p.mean_file_bytes), p)?;
+                let result = run_shim_child(
+                    exe,
+                    &pool,
+                    &mount,
+                    self.pool_bytes(p.mean_file_bytes),
+                    p,
+                    self.processes,
+                )?;
                 (result, mkfs_s)
             }
             System::TbfsFuse => {
@@ -384,14 +412,39 @@ impl FileserverBench {
                     .map_err(|e| format!("closing the new pool: {e}"))?;
                 let mount = FuseMount::new(exe, &pool, &dir.path().join("mnt"))?;
                 let mkfs_s = made.elapsed().as_secs_f64();
-                let result = workload::run(&PosixFs::new(&mount.dir), p);
+                let result = self.run_posix(&mount.dir, p);
                 let unmounted = mount.unmount();
-                let result = result.map_err(|e| e.to_string())?;
+                let result = result?;
                 unmounted?;
                 (result, mkfs_s)
             }
         };
         Ok(RunResult { mkfs_s, ..result })
+    }
+
+    /// The workload on POSIX calls under `dir`: in this process, or in the process model's
+    /// generator child.
+    fn run_posix(&self, dir: &Path, p: &Params) -> Result<RunResult, String> {
+        match (self.processes, self.exe.as_deref()) {
+            (None, _) => workload::run(&PosixFs::new(dir), p).map_err(|e| e.to_string()),
+            (Some(n), Some(exe)) => {
+                let out = Command::new(exe)
+                    .args(CHILD_ARGS)
+                    .args(child_args(dir, p, Some(n)))
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(|e| format!("running {}: {e}", exe.display()))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "the generator failed ({}): {}",
+                        out.status,
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+                parse_child_output(&out.stdout)
+            }
+            (Some(_), None) => Err("the process model needs the tailbound binary".into()),
+        }
     }
 }
 
@@ -430,8 +483,8 @@ fn shim_missing(exe: &Path) -> Option<String> {
 }
 
 /// The child's arguments after [`CHILD_ARGS`]: the directory and the run's parameters.
-pub fn child_args(dir: &Path, p: &Params) -> Vec<String> {
-    vec![
+pub fn child_args(dir: &Path, p: &Params, processes: Option<u32>) -> Vec<String> {
+    let mut args = vec![
         "--dir".into(),
         dir.display().to_string(),
         "--workload".into(),
@@ -446,7 +499,11 @@ pub fn child_args(dir: &Path, p: &Params) -> Vec<String> {
         p.files.to_string(),
         "--seed".into(),
         p.seed.to_string(),
-    ]
+    ];
+    if let Some(n) = processes {
+        args.extend(["--processes".into(), n.to_string()]);
+    }
+    args
 }
 
 /// Runs the generator in a child under `tailbound run --mount MOUNT=POOL` and reads its result.
@@ -456,6 +513,7 @@ fn run_shim_child(
     mount: &Path,
     pool_bytes: u64,
     p: &Params,
+    processes: Option<u32>,
 ) -> Result<RunResult, String> {
     let mut cmd = Command::new(exe);
     cmd.arg("run")
@@ -468,7 +526,7 @@ fn run_shim_child(
         .arg("--")
         .arg(exe)
         .args(CHILD_ARGS)
-        .args(child_args(mount, p))
+        .args(child_args(mount, p, processes))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -563,10 +621,19 @@ pub fn parse_child_output(stdout: &[u8]) -> Result<RunResult, String> {
     serde_json::from_str(&line).map_err(|e| format!("the child's result {line:?}: {e}"))
 }
 
-/// The child mode: runs one case on POSIX calls under `dir` and prints its result as JSON.
-pub fn run_child(dir: &Path, p: &Params, out: &mut impl Write) -> Result<(), String> {
+/// The child mode: runs one case on POSIX calls under `dir` (in the process model when
+/// `processes` is given) and prints its result as JSON.
+pub fn run_child(
+    dir: &Path,
+    p: &Params,
+    processes: Option<u32>,
+    out: &mut impl Write,
+) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: mkdir: {e}", dir.display()))?;
-    let result = workload::run(&PosixFs::new(dir), p).map_err(|e| e.to_string())?;
+    let result = match processes {
+        None => workload::run(&PosixFs::new(dir), p).map_err(|e| e.to_string())?,
+        Some(n) => processes::run_processes(dir, p, n)?,
+    };
     let line = serde_json::to_string(&result).map_err(|e| e.to_string())?;
     writeln!(out, "{line}").map_err(|e| format!("writing the result: {e}"))
 }
@@ -583,6 +650,9 @@ pub struct Unavailable {
 pub struct CaseRow {
     pub system: &'static str,
     pub workload: &'static str,
+    /// Worker processes of the process model, 0 for threads in one process.
+    pub processes: u32,
+    /// Threads (per worker process in the process model).
     pub threads: u32,
     pub mean_file_kib: u64,
     pub ops_per_s: f64,
@@ -605,6 +675,7 @@ impl CaseRow {
         CaseRow {
             system: system.name(),
             workload: median.workload.name(),
+            processes: median.processes,
             threads: median.threads,
             mean_file_kib: median.mean_file_kib,
             ops_per_s: median.ops_per_s,
@@ -617,56 +688,117 @@ impl CaseRow {
         }
     }
 
+    /// `20` for 20 threads in one process, `4x5` for 4 worker processes of 5 threads.
+    pub fn threads_label(&self) -> String {
+        match self.processes {
+            0 => self.threads.to_string(),
+            n => format!("{n}x{}", self.threads),
+        }
+    }
+
     fn same_case(&self, other: &CaseRow) -> bool {
         self.workload == other.workload
+            && self.processes == other.processes
             && self.threads == other.threads
             && self.mean_file_kib == other.mean_file_kib
     }
 }
 
-/// The targets, from the fileserver case at 20 threads and 128 KiB.
+/// `a`'s ops/s against `b`'s as a target line, or why one is missing.
+fn ratio_target(
+    target: String,
+    (a_name, a): (&str, Option<&CaseRow>),
+    (b_name, b): (&str, Option<&CaseRow>),
+    want: f64,
+    missing: &dyn Fn(&str) -> String,
+) -> TargetCheck {
+    match (a, b) {
+        (Some(a), Some(b)) if b.ops_per_s > 0.0 => {
+            let ratio = a.ops_per_s / b.ops_per_s;
+            TargetCheck {
+                target,
+                measured: format!(
+                    "{ratio:.2}x ({:.0} / {:.0} ops/s)",
+                    a.ops_per_s, b.ops_per_s
+                ),
+                met: ratio >= want,
+            }
+        }
+        (None, _) => TargetCheck {
+            target,
+            measured: missing(a_name),
+            met: false,
+        },
+        (_, _) => TargetCheck {
+            target,
+            measured: missing(b_name),
+            met: false,
+        },
+    }
+}
+
+/// The targets, from the fileserver case at 128 KiB: at 20 threads in one process, or in the
+/// process model at 1 process of 20 threads and 4 of 5.
 fn targets(cases: &[CaseRow], unavailable: &[Unavailable]) -> Vec<TargetCheck> {
-    let find = |system: &str| {
+    let find = |system: &str, processes: u32, threads: u32| {
         cases.iter().find(|c| {
             c.system == system
                 && c.workload == "fileserver"
-                && c.threads == 20
+                && c.processes == processes
+                && c.threads == threads
                 && c.mean_file_kib == 128
         })
     };
-    let missing = |system: &str| -> String {
-        match unavailable.iter().find(|u| u.system == system) {
-            Some(u) => format!("{system} unavailable: {}", u.reason),
-            None => format!("{system} not run at fileserver, 20 threads, 128 KiB"),
+    let missing_at = |processes: u32, threads: u32| {
+        move |system: &str| -> String {
+            match unavailable.iter().find(|u| u.system == system) {
+                Some(u) => format!("{system} unavailable: {}", u.reason),
+                None if processes == 0 => {
+                    format!("{system} not run at fileserver, {threads} threads, 128 KiB")
+                }
+                None => format!(
+                    "{system} not run at fileserver, {processes} processes x {threads} threads, 128 KiB"
+                ),
+            }
         }
     };
-    let shim = find("tbfs-shim");
-    let ratio_check = |baseline: &str, want: f64| {
-        let target =
-            format!("tbfs-shim >= {want}x {baseline} ops/s (fileserver, 20 threads, 128 KiB)");
-        match (shim, find(baseline)) {
-            (Some(s), Some(b)) if b.ops_per_s > 0.0 => {
-                let ratio = s.ops_per_s / b.ops_per_s;
-                TargetCheck {
-                    target,
-                    measured: format!(
-                        "{ratio:.2}x ({:.0} / {:.0} ops/s)",
-                        s.ops_per_s, b.ops_per_s
+    if cases.iter().any(|c| c.processes > 0) {
+        let mut out = Vec::new();
+        for (n, t, checks) in [
+            (
+                1,
+                20,
+                &[
+                    ("tmpfs", TARGET_PROCESSES_VS_TMPFS),
+                    ("xfs-ram", TARGET_PROCESSES_VS_XFS),
+                ][..],
+            ),
+            (4, 5, &[("tmpfs", TARGET_PROCESSES_VS_TMPFS)][..]),
+        ] {
+            for &(baseline, want) in checks {
+                out.push(ratio_target(
+                    format!(
+                        "tbfs-shim >= {want}x {baseline} ops/s (fileserver, {n} processes x {t} threads, 128 KiB)"
                     ),
-                    met: ratio >= want,
-                }
+                    ("tbfs-shim", find("tbfs-shim", n, t)),
+                    (baseline, find(baseline, n, t)),
+                    want,
+                    &missing_at(n, t),
+                ));
             }
-            (None, _) => TargetCheck {
-                target,
-                measured: missing("tbfs-shim"),
-                met: false,
-            },
-            (_, _) => TargetCheck {
-                target,
-                measured: missing(baseline),
-                met: false,
-            },
         }
+        return out;
+    }
+    let missing = missing_at(0, 20);
+    let shim = find("tbfs-shim", 0, 20);
+    let ratio_check = |baseline: &str, want: f64| {
+        ratio_target(
+            format!("tbfs-shim >= {want}x {baseline} ops/s (fileserver, 20 threads, 128 KiB)"),
+            ("tbfs-shim", shim),
+            (baseline, find(baseline, 0, 20)),
+            want,
+            &missing,
+        )
     };
     let mut out = vec![
         ratio_check("xfs-ram", TARGET_VS_XFS),
@@ -690,32 +822,15 @@ fn targets(cases: &[CaseRow], unavailable: &[Unavailable]) -> Vec<TargetCheck> {
             met: false,
         },
     });
-    let fuse_target = format!(
-        "tbfs-fuse >= {TARGET_FUSE_VS_EXT4}x ext4-ram ops/s (fileserver, 20 threads, 128 KiB)"
-    );
-    out.push(match (find("tbfs-fuse"), find("ext4-ram")) {
-        (Some(f), Some(b)) if b.ops_per_s > 0.0 => {
-            let ratio = f.ops_per_s / b.ops_per_s;
-            TargetCheck {
-                target: fuse_target,
-                measured: format!(
-                    "{ratio:.2}x ({:.0} / {:.0} ops/s)",
-                    f.ops_per_s, b.ops_per_s
-                ),
-                met: ratio >= TARGET_FUSE_VS_EXT4,
-            }
-        }
-        (None, _) => TargetCheck {
-            target: fuse_target,
-            measured: missing("tbfs-fuse"),
-            met: false,
-        },
-        (_, _) => TargetCheck {
-            target: fuse_target,
-            measured: missing("ext4-ram"),
-            met: false,
-        },
-    });
+    out.push(ratio_target(
+        format!(
+            "tbfs-fuse >= {TARGET_FUSE_VS_EXT4}x ext4-ram ops/s (fileserver, 20 threads, 128 KiB)"
+        ),
+        ("tbfs-fuse", find("tbfs-fuse", 0, 20)),
+        ("ext4-ram", find("ext4-ram", 0, 20)),
+        TARGET_FUSE_VS_EXT4,
+        &missing,
+    ));
     out
 }
 
@@ -759,7 +874,7 @@ impl FileserverReport {
             t.push(vec![
                 c.system.into(),
                 c.workload.into(),
-                c.threads.to_string(),
+                c.threads_label(),
                 c.mean_file_kib.to_string(),
                 format!("{:.0}", c.ops_per_s),
                 format!("{:.1}", c.mb_per_s),
@@ -814,7 +929,9 @@ impl FileserverReport {
             let members: Vec<&CaseRow> = self.cases.iter().filter(|c| c.same_case(g)).collect();
             out.push_str(&format!(
                 "\n{} at {} threads, {} KiB: ops/s and mean latency (µs) per flowop\n\n",
-                g.workload, g.threads, g.mean_file_kib
+                g.workload,
+                g.threads_label(),
+                g.mean_file_kib
             ));
             let mut headers = vec!["flowop".to_string()];
             for m in &members {
@@ -889,11 +1006,20 @@ impl FileserverReport {
             .collect();
         let labels = groups
             .iter()
-            .map(|g| format!("{} {}t {} KiB", g.workload, g.threads, g.mean_file_kib))
+            .map(|g| {
+                format!(
+                    "{} {}t {} KiB",
+                    g.workload,
+                    g.threads_label(),
+                    g.mean_file_kib
+                )
+            })
             .collect();
         (labels, series)
     }
 }
+
+pub mod processes;
 
 #[cfg(test)]
 mod tests;

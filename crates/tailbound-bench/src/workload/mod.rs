@@ -303,6 +303,18 @@ impl Fileset {
             .len()
     }
 
+    /// Keeps, of the idle entries, only share `k` of `n` (entry `i` where `i % n == k`): a worker
+    /// process of the process model draws from its own share, so two processes never hold
+    /// one file at once (filebench shares one fileset in shared memory with a lock per entry
+    /// instead; the two differ only in which files two processes could touch together).
+    pub fn keep_share(&self, k: u32, n: u32) {
+        assert!(k < n, "share {k} of {n}");
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = |e: &u32| e % n == k;
+        pools.present.retain(mine);
+        pools.absent.retain(mine);
+    }
+
     /// Takes a random idle entry that exists (`present`) or does not; `None` when there is none.
     fn take(&self, present: bool, rng: &mut SmallRng) -> Option<usize> {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
@@ -559,6 +571,7 @@ pub fn run_loops<F: WorkFs>(
     let capacity = secs * cpus as f64;
     Ok(RunResult {
         workload: p.workload,
+        processes: 0,
         threads: p.threads,
         files: p.files,
         mean_file_kib: p.mean_file_bytes >> 10,

@@ -75,6 +75,10 @@ impl EngineFigures {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     pub workload: Workload,
+    /// Worker processes of the process model (each running `threads` threads), or 0 when the
+    /// threads ran in the generator's own process.
+    #[serde(default)]
+    pub processes: u32,
     pub threads: u32,
     pub files: u64,
     pub mean_file_kib: u64,
@@ -101,6 +105,57 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// The process model's run from its workers' runs, which ran at once: operations, bytes,
+    /// CPU time and rates add up; the elapsed time is the longest worker's; a flowop's mean
+    /// latency is weighted by its operations. `None` for no workers.
+    pub fn merge_workers(workers: &[RunResult]) -> Option<RunResult> {
+        let first = workers.first()?;
+        let elapsed = workers.iter().map(|w| w.elapsed_s).fold(0.0, f64::max);
+        let user: f64 = workers.iter().map(|w| w.user_cpu_s).sum();
+        let sys: f64 = workers.iter().map(|w| w.sys_cpu_s).sum();
+        let capacity = elapsed.max(1e-9) * first.cpus as f64;
+        let flowops = first
+            .flowops
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let same: Vec<&FlowopResult> =
+                    workers.iter().filter_map(|w| w.flowops.get(i)).collect();
+                let ops: u64 = same.iter().map(|x| x.ops).sum();
+                let weighted: f64 = same.iter().map(|x| x.mean_latency_us * x.ops as f64).sum();
+                FlowopResult {
+                    name: f.name.clone(),
+                    ops,
+                    ops_per_s: same.iter().map(|x| x.ops_per_s).sum(),
+                    mean_latency_us: if ops > 0 { weighted / ops as f64 } else { 0.0 },
+                    bytes: same.iter().map(|x| x.bytes).sum(),
+                    mb_per_s: same.iter().map(|x| x.mb_per_s).sum(),
+                }
+            })
+            .collect();
+        Some(RunResult {
+            workload: first.workload,
+            processes: workers.len() as u32,
+            threads: first.threads,
+            files: first.files,
+            mean_file_kib: first.mean_file_kib,
+            elapsed_s: elapsed,
+            setup_s: first.setup_s,
+            mkfs_s: first.mkfs_s,
+            ops: workers.iter().map(|w| w.ops).sum(),
+            ops_per_s: workers.iter().map(|w| w.ops_per_s).sum(),
+            bytes: workers.iter().map(|w| w.bytes).sum(),
+            mb_per_s: workers.iter().map(|w| w.mb_per_s).sum(),
+            user_cpu_s: user,
+            sys_cpu_s: sys,
+            cpus: first.cpus,
+            user_cpu_pct: 100.0 * user / capacity,
+            sys_cpu_pct: 100.0 * sys / capacity,
+            flowops,
+            engine: None,
+        })
+    }
+
     /// The share of the CPU time used that was spent in user mode, in percent.
     pub fn user_share_pct(&self) -> f64 {
         let total = self.user_cpu_s + self.sys_cpu_s;

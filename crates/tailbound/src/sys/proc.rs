@@ -226,6 +226,45 @@ pub fn fork_single_threaded() -> io::Result<Option<u32>> {
     }
 }
 
+/// Waits for the child `pid` to end and returns its exit code, or `128 + signal` when a signal
+/// ended it (as a shell reports it).
+pub fn wait_child(pid: u32) -> io::Result<i32> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer for the call; waiting has no other effect.
+        let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+        if r >= 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    if libc::WIFEXITED(status) {
+        Ok(libc::WEXITSTATUS(status))
+    } else {
+        Ok(128 + libc::WTERMSIG(status))
+    }
+}
+
+/// Runs `command` through libc's `system()` (`sh -c`), as programs that shell out do, and
+/// returns the shell's exit code (`128 + signal` when a signal ended it).
+pub fn system(command: &str) -> io::Result<i32> {
+    let c = std::ffi::CString::new(command)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the command"))?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call.
+    let status = unsafe { libc::system(c.as_ptr()) };
+    if status == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    if libc::WIFEXITED(status) {
+        Ok(libc::WEXITSTATUS(status))
+    } else {
+        Ok(128 + libc::WTERMSIG(status))
+    }
+}
+
 /// Starts a new session (`setsid`): the process leaves its terminal's job control.
 pub fn new_session() -> io::Result<()> {
     // SAFETY: setsid takes no arguments and changes only the process's session.

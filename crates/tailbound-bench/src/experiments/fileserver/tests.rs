@@ -58,6 +58,7 @@ fn a_run_reports_medians_and_names_what_could_not_run() {
 fn targets_compare_the_shim_with_the_baselines_of_the_same_run() {
     let run = |ops: f64, user: f64, sys: f64| RunResult {
         workload: Workload::Fileserver,
+        processes: 0,
         threads: 20,
         files: 10,
         mean_file_kib: 128,
@@ -119,7 +120,7 @@ fn the_child_prints_one_json_line_the_parent_reads_back() {
         ..Params::fileserver()
     };
     let mut out = Vec::new();
-    run_child(&dir.path().join("mnt"), &p, &mut out).unwrap();
+    run_child(&dir.path().join("mnt"), &p, None, &mut out).unwrap();
     let mut noisy = b"some other line\n".to_vec();
     noisy.extend_from_slice(&out);
     let r = parse_child_output(&noisy).unwrap();
@@ -128,7 +129,7 @@ fn the_child_prints_one_json_line_the_parent_reads_back() {
     assert!(parse_child_output(b"").is_err());
     assert!(parse_child_output(b"{not json").is_err());
     // The arguments name everything the child needs.
-    let args = child_args(Path::new("/m"), &p);
+    let args = child_args(Path::new("/m"), &p, None);
     assert_eq!(args[..2], ["--dir", "/m"]);
     assert!(args.windows(2).any(|w| w == ["--duration", "100ms"]));
 }
