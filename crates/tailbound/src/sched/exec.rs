@@ -651,6 +651,14 @@ impl Charge {
         }
     }
 
+    /// A charge to `tenant` at `prio` (a pool server's for a client's request).
+    pub fn to(tenant: TenantId, prio: Prio) -> Charge {
+        Charge {
+            tenant: Some(tenant),
+            prio,
+        }
+    }
+
     /// Charges the calling thread's requests to `self` until the guard is dropped.
     pub fn apply(self) -> Charged {
         Charged {

@@ -29,6 +29,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub mod calibrate;
+pub mod clients;
 mod exec;
 pub mod inherit;
 mod model;

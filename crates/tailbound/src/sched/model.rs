@@ -93,6 +93,24 @@ impl Prio {
         }
     }
 
+    /// Thread `tid`'s kernel I/O priority (of any process), as [`Prio::of_current_thread`]
+    /// reads the caller's: class "none" follows that thread's nice value.
+    pub fn of_thread(tid: u32) -> Prio {
+        match crate::sys::ioprio::get_thread(tid) {
+            Ok((class, level)) if class != crate::sys::ioprio::IOPRIO_CLASS_NONE => {
+                Prio::from_kernel(class, level)
+            }
+            Ok(_) => {
+                let nice = crate::sys::ioprio::nice_of(tid).unwrap_or(0).clamp(-20, 19);
+                Prio {
+                    class: Class::Be,
+                    level: ((nice + 20) / 5) as u8,
+                }
+            }
+            Err(_) => Prio::DEFAULT,
+        }
+    }
+
     /// Sets the calling thread's kernel I/O priority to this one (`ioprio_set`), so I/O the thread
     /// issues outside the scheduler is ordered by the kernel the same way.
     pub fn apply_to_current_thread(&self) -> io::Result<()> {

@@ -61,3 +61,35 @@ pub fn current_nice() -> io::Result<i32> {
     }
     Ok(nice)
 }
+
+/// Thread `tid`'s I/O priority as `(class, level)` (any thread of any process the caller may
+/// see; a pool server asks this of its clients' threads).
+pub fn get_thread(tid: u32) -> io::Result<(u32, u32)> {
+    // SAFETY: ioprio_get takes two integers and touches no memory of ours.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_get,
+            IOPRIO_WHO_PROCESS,
+            tid as libc::c_long,
+        )
+    };
+    if ret == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let value = ret as u32;
+    Ok((value >> IOPRIO_CLASS_SHIFT, value & IOPRIO_LEVEL_MASK))
+}
+
+/// Thread `tid`'s CPU nice value.
+pub fn nice_of(tid: u32) -> io::Result<i32> {
+    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: plain syscall; PRIO_PROCESS with a thread id names that thread on Linux.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) };
+    // SAFETY: as above.
+    let errno = unsafe { *libc::__errno_location() };
+    if nice == -1 && errno != 0 {
+        return Err(io::Error::from_raw_os_error(errno));
+    }
+    Ok(nice)
+}
