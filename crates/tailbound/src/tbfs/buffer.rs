@@ -9,8 +9,8 @@ use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::Engine;
+use crate::tbfs::{AtimePolicy, Error, FileKind, Ordering, Result, SetAttr, Stat};
 
 /// One piece of a direct write, sealed ([`Engine::direct_piece`]).
 pub(crate) struct DirectPiece {

@@ -12,8 +12,8 @@ use crate::tbfs::limits::*;
 use crate::tbfs::log::data::unsealed_count;
 use crate::tbfs::log::*;
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::{Engine, Section, State, IFILE_CACHE_PAGES};
+use crate::tbfs::{Barrier, Result};
 
 impl Engine {
     /// Debug builds: every slot of cached inode page `p` that this checkpoint does not write

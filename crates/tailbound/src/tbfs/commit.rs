@@ -14,8 +14,8 @@ use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::{Engine, State};
+use crate::tbfs::Result;
 
 impl Engine {
     /// Wakes the background thread for what `why` marks.

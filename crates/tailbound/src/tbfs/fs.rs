@@ -8,8 +8,11 @@ use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::namespace::{dir_entries, kind_in};
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::{Engine, Section, State, Wake};
+use crate::tbfs::{
+    AtimePolicy, Barrier, Config, DeviceRef, DirEntry, Error, FileKind, FsCounters, OpenFlags,
+    OpenOptions, Ordering, RecoveryReport, Result, SetAttr, Stat, StatVfs, SyncMode,
+};
 use std::io::SeekFrom;
 
 impl Engine {

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::*;
+use crate::tbfs::FileKind;
 
 /// The root directory's inode number.
 pub(crate) const ROOT_INO: u64 = 1;

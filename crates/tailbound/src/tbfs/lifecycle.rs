@@ -24,10 +24,10 @@ use super::format::{
     TABLES, TABLE_PINNED, TABLE_SNAPSHOTS, TABLE_USAGE,
 };
 use super::map::BlockMap;
-use super::*;
 use crate::tbfs::inode::{now_ns, InodeCell};
 use crate::tbfs::retention::*;
 use crate::tbfs::state::{Engine, State};
+use crate::tbfs::{DirEntry, Error, FileKind, Fs, Result, Stat};
 
 /// Fewer blocks than this dropped together are pinned one at a time ([`State::pin_all`]).
 const PIN_BATCH_MIN: usize = 64;

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::{Engine, State};
+use crate::tbfs::{DirEntry, Error, FileKind, Result};
 
 impl Engine {
     /// Resolves a path to its inode, following symbolic links; `/`, empty components and `.`

@@ -19,7 +19,7 @@ use crate::tbfs::inode::*;
 use crate::tbfs::log::*;
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::space::segments::*;
-use crate::tbfs::*;
+use crate::tbfs::{Config, DeviceRef, Error, FsCounters, RecoveryReport, Result};
 use std::thread::JoinHandle;
 
 /// Inode pages kept in [`State::ifile_cache`] (16 MiB); past it the cache starts over.

@@ -17,8 +17,11 @@ use crate::tbfs::inode::*;
 use crate::tbfs::log::*;
 use crate::tbfs::retention::*;
 use crate::tbfs::space::segments::*;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::{Engine, State, Wake};
+use crate::tbfs::{
+    AtimePolicy, Barrier, Config, DeviceRef, Error, FileKind, FsCounters, OpenOptions, Ordering,
+    RecoveryMode, RecoveryReport, Result,
+};
 use scan::*;
 use tree::*;
 

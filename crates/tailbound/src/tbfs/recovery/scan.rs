@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::tbfs::format::{self, *};
-use crate::tbfs::*;
+use crate::tbfs::{DeviceRef, Error, Result};
 
 /// Blocks read ahead in large requests, so scanning many small logs costs few device reads.
 #[derive(Default)]

@@ -7,7 +7,7 @@ use super::scan::*;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::*;
+use crate::tbfs::{DeviceRef, FileKind, Result};
 
 /// The segment area of a pool, for checking addresses read from storage.
 #[derive(Debug, Clone, Copy)]

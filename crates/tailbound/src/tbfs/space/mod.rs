@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::{Engine, State};
+use crate::tbfs::{Error, Result};
 
 /// The low-water mark is at most 1/this of the pool.
 const LOW_WATER_DIVISOR: u64 = 10;
