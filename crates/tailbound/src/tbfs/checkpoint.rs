@@ -15,6 +15,15 @@ use crate::tbfs::map::BlockMap;
 use crate::tbfs::state::{Engine, Section, State, IFILE_CACHE_PAGES};
 use crate::tbfs::{Barrier, Result};
 
+/// A checkpoint's root as its log holds it: the checkpoint's number, the root's address, the
+/// sequence of the log the root ends, and the checkpoint's time.
+struct RootLogged {
+    number: u64,
+    addr: u64,
+    root_seq: u64,
+    time_ns: i64,
+}
+
 impl Engine {
     /// Debug builds: every slot of cached inode page `p` that this checkpoint does not write
     /// holds its inode's current record, or that inode changed after the checkpoint took the
@@ -134,44 +143,10 @@ impl Engine {
             std::mem::take(&mut self.dirty.lock().unwrap_or_else(|p| p.into_inner()).all);
         let mut work = checkpoint_work(m, taken);
 
-        // An upper bound on what this checkpoint writes, checked before anything changes: the
-        // directories (encoded here, for the sealing below), the inode pages and tables, and
-        // each inode's buffered blocks and map nodes.
+        // An upper bound on what this checkpoint writes, checked before anything changes (the
+        // directories are encoded here, for the sealing below).
         let mut dir_blocks = encode_changed_dirs(m, &work);
-        // A freed inode costs its slot's page, counted with the pages: deleting many files must
-        // not look like writing a block per file, or a full pool could not take the deletes
-        // that make room.
-        let mut estimate = 2 + dir_blocks.values().map(|b| b.len() as u64).sum::<u64>();
-        let mut pages: BTreeSet<u64> = work
-            .iter()
-            .chain(m.freed_slots.iter())
-            .map(|ino| ino / INODES_PER_PAGE as u64)
-            .collect();
-        pages.extend(m.pages_dirty.iter().copied());
-        // The inode file's map: a path per page written, and never more than its whole tree.
-        let ifile_len = (m.ifile.blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
-        let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
-            .min(super::map::tree_nodes(ifile_len) + 1);
-        estimate += pages.len() as u64 + ifile_nodes + 4;
-        estimate += m.table_estimate();
-        // The inodes' part: a bound from totals when the free space covers it with room to
-        // spare, else one counted inode by inode.
-        // Debug builds check the quick bound against the count at every checkpoint. Writers
-        // buffer without `meta`, so the count comes first: a block buffered between the two
-        // raises the quick bound too, where counted second it would be counted alone.
-        #[cfg(debug_assertions)]
-        let counted_first = self.counted_inode_bound(m, &work, &dir_blocks);
-        let quick = self.quick_inode_bound(&work, &dir_blocks);
-        #[cfg(debug_assertions)]
-        assert!(
-            quick >= counted_first,
-            "the quick bound {quick} is below the count {counted_first}"
-        );
-        let estimate = if self.space_is_ample(m, estimate + quick) {
-            estimate + quick
-        } else {
-            estimate + self.counted_inode_bound(m, &work, &dir_blocks)
-        };
+        let estimate = self.checkpoint_estimate(m, &work, &dir_blocks);
         let passes = m.clean_passes;
         m.checking_checkpoint = true;
         let space = self.ensure_space(m, estimate);
@@ -197,11 +172,77 @@ impl Engine {
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq;
+        let now = now_ns();
+        let (records, written, changed) =
+            self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now)?;
+        self.checkpoint_inode_pages(m, &records, seq, now)?;
+        let root = self.checkpoint_root_log(m, seq, written)?;
+        self.checkpoint_written(m, root, changed);
+        self.count(|c| c.checkpoints += 1);
+        Ok(())
+    }
+
+    /// An upper bound on the blocks a checkpoint of `work` writes: the directories (already
+    /// encoded in `dir_blocks`), the inode pages, the inode file's map and the tables, and each
+    /// inode's buffered blocks and map nodes.
+    fn checkpoint_estimate(
+        &self,
+        m: &State,
+        work: &DenseSet,
+        dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
+    ) -> u64 {
+        // A freed inode costs its slot's page, counted with the pages: deleting many files must
+        // not look like writing a block per file, or a full pool could not take the deletes
+        // that make room.
+        let mut estimate = 2 + dir_blocks.values().map(|b| b.len() as u64).sum::<u64>();
+        let mut pages: BTreeSet<u64> = work
+            .iter()
+            .chain(m.freed_slots.iter())
+            .map(|ino| ino / INODES_PER_PAGE as u64)
+            .collect();
+        pages.extend(m.pages_dirty.iter().copied());
+        // The inode file's map: a path per page written, and never more than its whole tree.
+        let ifile_len = (m.ifile.blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
+        let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
+            .min(super::map::tree_nodes(ifile_len) + 1);
+        estimate += pages.len() as u64 + ifile_nodes + 4;
+        estimate += m.table_estimate();
+        // The inodes' part: a bound from totals when the free space covers it with room to
+        // spare, else one counted inode by inode.
+        // Debug builds check the quick bound against the count at every checkpoint. Writers
+        // buffer without `meta`, so the count comes first: a block buffered between the two
+        // raises the quick bound too, where counted second it would be counted alone.
+        #[cfg(debug_assertions)]
+        let counted_first = self.counted_inode_bound(m, work, dir_blocks);
+        let quick = self.quick_inode_bound(work, dir_blocks);
+        #[cfg(debug_assertions)]
+        assert!(
+            quick >= counted_first,
+            "the quick bound {quick} is below the count {counted_first}"
+        );
+        if self.space_is_ample(m, estimate + quick) {
+            estimate + quick
+        } else {
+            estimate + self.counted_inode_bound(m, work, dir_blocks)
+        }
+    }
+
+    /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks, its
+    /// directory blocks, its map nodes. Returns their records, the buffers the written logs
+    /// release, and the inodes with a change only a checkpoint records (their next sync waits
+    /// for this one).
+    #[allow(clippy::type_complexity)]
+    fn checkpoint_inodes(
+        &self,
+        m: &mut State,
+        work: &DenseSet,
+        dir_blocks: &mut HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
+        seq: u64,
+        now: i64,
+    ) -> Result<(Records, Vec<Release>, Vec<Arc<InodeCell>>)> {
         let mut records = Records::default();
         let mut written: Vec<Release> = Vec::new();
-        // Inodes with a change only a checkpoint records: their next sync waits for this one.
         let mut changed: Vec<Arc<InodeCell>> = Vec::new();
-        let now = now_ns();
         let flush = self.config.barrier != Barrier::Superblock;
         for ino in work.iter() {
             let cell = m.inodes[&ino].clone();
@@ -260,7 +301,17 @@ impl Engine {
             written.push((cell, done));
         }
 
-        // Inode pages: every page holding a changed or freed inode.
+        Ok((records, written, changed))
+    }
+
+    /// Inode pages: every page holding a changed or freed inode, then the inode file's map.
+    fn checkpoint_inode_pages(
+        &self,
+        m: &mut State,
+        records: &Records,
+        seq: u64,
+        now: i64,
+    ) -> Result<()> {
         let mut pages: BTreeSet<u64> = records
             .inos()
             .map(|ino| ino / INODES_PER_PAGE as u64)
@@ -282,7 +333,7 @@ impl Engine {
             let page = match m.ifile_cache.remove(&p) {
                 Some(mut shared) => {
                     if cfg!(debug_assertions) && m.checkpoint_depth == 1 {
-                        self.check_cached_page(m, &shared, p, &records);
+                        self.check_cached_page(m, &shared, p, records);
                     }
                     let page = Arc::make_mut(&mut shared);
                     for (ino, r) in records.range(slots.clone()) {
@@ -327,6 +378,16 @@ impl Engine {
         m.ifile = ifile;
         result?;
 
+        Ok(())
+    }
+
+    /// Retention, the tables and the checkpoint root, in the log the root closes.
+    fn checkpoint_root_log(
+        &self,
+        m: &mut State,
+        seq: u64,
+        written: Vec<Release>,
+    ) -> Result<RootLogged> {
         let number = m.checkpoint + 1;
         // Retention: release what the protection period no longer covers, then drop the old
         // root from the live tree (pinned if its checkpoint stays retained) before the pinned
@@ -366,6 +427,23 @@ impl Engine {
         // The buffers go once the checkpoint is written.
         m.writer.release = written;
         self.log_close(m, FLAG_END | FLAG_CHECKPOINT)?;
+        Ok(RootLogged {
+            number,
+            addr,
+            root_seq,
+            time_ns,
+        })
+    }
+
+    /// The bookkeeping once the checkpoint's logs are sealed: the root is live, retained and
+    /// the newest; what waited for a checkpoint no longer does.
+    fn checkpoint_written(&self, m: &mut State, root: RootLogged, changed: Vec<Arc<InodeCell>>) {
+        let RootLogged {
+            number,
+            addr,
+            root_seq,
+            time_ns,
+        } = root;
         m.seg_inc(addr, self.segment_blocks);
         m.life.list.insert(
             number,
@@ -395,8 +473,6 @@ impl Engine {
         m.pending.clear();
         m.ns_dirty = false;
         m.superseded_since_ckpt = false;
-        self.count(|c| c.checkpoints += 1);
-        Ok(())
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.
