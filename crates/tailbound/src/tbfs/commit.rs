@@ -8,8 +8,6 @@
 //! What is left here is the orchestration: refreshing the superblock and waking the background
 //! thread; the parts are `log` (building and writing logs), `checkpoint` and `space`.
 
-use std::time::Instant;
-
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
@@ -35,11 +33,7 @@ impl Engine {
             .config
             .superblock_every_bytes
             .min(pool_bytes / SUPERBLOCK_POOL_DIVISOR);
-        let by_bytes = m.sb_bytes_since >= every;
-        let by_time = m.sb_bytes_since > 0
-            && m.sb_written_at
-                .is_none_or(|t| t.elapsed() >= self.config.superblock_every);
-        if by_bytes || by_time {
+        if m.refresh.due(every, self.config.superblock_every) {
             // The checkpoint is laid out now; its logs are written by the log writer after
             // `meta` is released, the flush and the superblock without it
             // (`Engine::take_superblock`). Only logs written after the newest
@@ -103,16 +97,14 @@ impl Engine {
     /// Queues a superblock naming the newest checkpoint for the log writer.
     pub(crate) fn seal_superblock(&self, m: &mut State) {
         let sb = self.superblock_now(m);
-        m.sb_generation = sb.generation;
-        m.sb_bytes_since = 0;
-        m.sb_written_at = Some(Instant::now());
+        m.refresh.sealed(sb.generation);
         self.enqueue(Queued::Superblock(sb));
     }
 
     /// The superblock naming the newest checkpoint, the next generation, and the writer's
     /// position right after it (the previous log's CRC is left for the writer to fill in).
     pub(crate) fn superblock_now(&self, m: &State) -> Superblock {
-        let generation = m.sb_generation + 1;
+        let generation = m.refresh.next_generation();
         let sb = Superblock {
             version: format::VERSION,
             pool_id: self.pool_id,
@@ -139,7 +131,7 @@ impl Engine {
                 prev_crc: 0,
                 segment_next: m.writer.next_seg,
             },
-            created_ns: m.created_ns,
+            created_ns: m.refresh.created_ns(),
             written_ns: now_ns(),
             protection_ms: m.life.protection.as_millis().min(u64::MAX as u128) as u64,
             background_gc: self.config.background_gc,

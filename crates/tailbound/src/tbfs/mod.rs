@@ -37,6 +37,7 @@ mod names;
 mod namespace;
 mod poison;
 pub mod recovery;
+mod refresh;
 mod retention;
 mod space;
 mod state;

@@ -62,14 +62,9 @@ pub(crate) struct State {
     /// The writer's sequence right after the last checkpoint (and any pad log after it): while it
     /// is unchanged, that checkpoint is the newest state on storage.
     pub checkpoint_next_seq: u64,
-    /// Superblock state.
-    pub sb_generation: u64,
-    pub sb_bytes_since: u64,
-    pub sb_written_at: Option<Instant>,
+    /// The superblock's generation, when a refresh is due, whether one is running.
+    pub refresh: crate::tbfs::refresh::Refresh,
     pub checkpoint_at: Option<Instant>,
-    pub created_ns: i64,
-    /// A superblock refresh is running (its checkpoint may use the space reserve).
-    pub in_refresh: bool,
     /// Inode pages the cleaner moves: rewritten at the next checkpoint.
     pub pages_dirty: BTreeSet<u64>,
     /// Inode pages as the newest checkpoint wrote them, so the next one re-encodes only the

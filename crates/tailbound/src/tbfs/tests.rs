@@ -1472,10 +1472,14 @@ fn a_superblock_due_right_after_a_checkpoint_names_it_instead_of_writing_another
     let before = fs.counters();
     {
         let mut m = fs.inner.lock_meta();
-        assert!(m.sb_bytes_since >= 256 << 10);
-        let generation = m.sb_generation;
+        let (generation, bytes_since) = m.refresh.sealed_state();
+        assert!(bytes_since >= 256 << 10);
         fs.inner.maybe_refresh(&mut m).unwrap();
-        assert_eq!(m.sb_generation, generation + 1, "a superblock was sealed");
+        assert_eq!(
+            m.refresh.sealed_state().0,
+            generation + 1,
+            "a superblock was sealed"
+        );
         m.unlock_and_write().unwrap();
     }
     assert_eq!(

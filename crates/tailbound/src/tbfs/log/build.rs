@@ -313,7 +313,7 @@ impl Engine {
         m.writer.seq += 1;
         m.writer.pos = log.start + 1 + payload_blocks as u64;
         let log_bytes = (1 + payload_blocks as u64) * BLOCK_U64;
-        m.sb_bytes_since += log_bytes;
+        m.refresh.note_logged(log_bytes);
         self.count(|c| {
             c.logs += 1;
             c.bytes_written += log_bytes;

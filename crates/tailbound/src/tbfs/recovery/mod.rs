@@ -16,6 +16,7 @@ use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::log::*;
 use crate::tbfs::map::BlockMap;
+use crate::tbfs::refresh::Refresh;
 use crate::tbfs::retention::*;
 use crate::tbfs::space::segments::*;
 use crate::tbfs::state::{Engine, State, Wake};
@@ -163,7 +164,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
             log: None,
             ..Writer::default()
         },
-        created_ns: now,
+        refresh: Refresh::new(0, now),
         ..State::default()
     };
     let root = Arc::new(InodeCell {
@@ -194,12 +195,12 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
     ));
     {
         let mut m = inner.lock_meta();
-        m.in_refresh = true;
+        m.refresh.set_running(true);
         inner.commit_checkpoint(&mut m)?;
         // Both copies valid from the start, so a torn first refresh still leaves one.
         inner.write_superblock(&mut m)?;
         inner.write_superblock(&mut m)?;
-        m.in_refresh = false;
+        m.refresh.set_running(false);
     }
     Ok(inner)
 }
@@ -709,8 +710,7 @@ fn memory_state(
         checkpoint: root.number,
         checkpoint_root: base.root,
         checkpoint_seq: base.seq,
-        sb_generation: sb.generation,
-        created_ns: sb.created_ns,
+        refresh: Refresh::new(sb.generation, sb.created_ns),
         life,
         ..State::default()
     };
@@ -914,7 +914,7 @@ fn settle(
                 }
             }
         }
-        m.in_refresh = true;
+        m.refresh.set_running(true);
         // Segments with nothing live may be overwritten only after this superblock; the
         // recovery checkpoint goes where the chain ended.
         let result = inner
@@ -930,7 +930,7 @@ fn settle(
                     Ok(())
                 }
             });
-        m.in_refresh = false;
+        m.refresh.set_running(false);
         result?;
     }
 

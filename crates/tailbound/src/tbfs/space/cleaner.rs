@@ -354,8 +354,7 @@ impl Engine {
     /// A new checkpoint and a superblock naming it, which may use the space reserve: afterwards
     /// every segment that died before is reusable.
     pub(crate) fn refresh_for_cleaner(&self, m: &mut State) -> Result<()> {
-        let was = m.in_refresh;
-        m.in_refresh = true;
+        let was = m.refresh.set_running(true);
         let r = self.commit_checkpoint_for_superblock(m).and_then(|()| {
             if m.bg_clean.defer_io {
                 // Written with the pass's logs once `meta` is released.
@@ -365,7 +364,7 @@ impl Engine {
                 self.write_superblock(m)
             }
         });
-        m.in_refresh = was;
+        m.refresh.set_running(was);
         r
     }
 

@@ -76,7 +76,7 @@ impl Engine {
     /// below which the writer cleans (and waits for it) while there is still room for the
     /// cleaner to work in (see `low_water`). A refresh may use both.
     pub(super) fn space_margins(&self, m: &State) -> (u64, u64) {
-        if m.in_refresh {
+        if m.refresh.running() {
             (0, 0)
         } else {
             (
@@ -103,7 +103,7 @@ impl Engine {
         // A write keeps the room the next checkpoint needs, which pays for its maps (see
         // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
         // write is refused that would leave less than the reserve and the counted debt.
-        let pays_debt = !for_checkpoint && !m.in_clean && !m.in_refresh;
+        let pays_debt = !for_checkpoint && !m.in_clean && !m.refresh.running();
         let quick_debt = if pays_debt {
             self.checkpoint_debt(m, false)
         } else {
@@ -139,7 +139,7 @@ impl Engine {
                 return Ok(());
             }
         }
-        if !m.in_refresh && !m.in_clean {
+        if !m.refresh.running() && !m.in_clean {
             let urgent = need + reserve + low_water / 2;
             if self.config.background_gc
                 && need <= low_water / 4
