@@ -70,7 +70,7 @@ impl Engine {
 
     /// Renames `src_parent/src_name` to `dst_parent/dst_name` (`what` names the two in errors).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn rename_entry(
+    pub(super) fn rename_entry(
         &self,
         m: &mut State,
         src_parent: u64,

@@ -32,13 +32,7 @@ impl Engine {
     /// checkpoint nested in another's cleaning is not checked: it finds the inodes the outer
     /// one took and has not written yet changed, and their cached records, matching the maps
     /// on the device, are the right ones to write there.
-    pub(crate) fn check_cached_page(
-        &self,
-        m: &State,
-        page: &format::Block,
-        p: u64,
-        records: &Records,
-    ) {
+    fn check_cached_page(&self, m: &State, page: &format::Block, p: u64, records: &Records) {
         for slot in 0..INODES_PER_PAGE {
             let ino = p * INODES_PER_PAGE as u64 + slot as u64;
             if records.get(ino).is_some() || m.freed_slots.contains(&ino) {
@@ -61,7 +55,7 @@ impl Engine {
 
     /// Tests: a checkpoint's two bounds for the inodes it would write now, quick and counted.
     #[cfg(test)]
-    pub(crate) fn checkpoint_inode_bounds(&self, m: &State) -> (u64, u64) {
+    pub(super) fn checkpoint_inode_bounds(&self, m: &State) -> (u64, u64) {
         let work = checkpoint_work(m, self.dirty.lock().unwrap().all.clone());
         let dir_blocks = encode_changed_dirs(m, &work);
         (
@@ -77,7 +71,7 @@ impl Engine {
     /// pool has had ([`Engine::widest`]). It visits no inode: counting inode by inode
     /// ([`Engine::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
     /// `meta`.
-    pub(crate) fn quick_inode_bound(
+    pub(super) fn quick_inode_bound(
         &self,
         work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
@@ -99,7 +93,7 @@ impl Engine {
 
     /// Whether the space check for `blocks` would find room at once, without refreshing,
     /// cleaning or waiting ([`Engine::ensure_space`]'s first test).
-    pub(crate) fn space_is_ample(&self, m: &State, blocks: u64) -> bool {
+    fn space_is_ample(&self, m: &State, blocks: u64) -> bool {
         let (reserve, low_water) = self.space_margins(m);
         let want = self.space_needed(blocks) + reserve + low_water;
         self.free_blocks_up_to(m, want) >= want
@@ -108,7 +102,7 @@ impl Engine {
     /// The inodes' part of a checkpoint's estimate, counted inode by inode: unsealed buffers,
     /// and the map nodes that change (the whole tree if its shape changes, else the paths above
     /// the leaves whose children change).
-    pub(crate) fn counted_inode_bound(
+    fn counted_inode_bound(
         &self,
         m: &State,
         work: &DenseSet,
@@ -138,7 +132,7 @@ impl Engine {
 
     /// [`Engine::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
     /// (through the space check's cleaning).
-    pub(crate) fn commit_checkpoint_at_depth(&self, m: &mut State) -> Result<()> {
+    fn commit_checkpoint_at_depth(&self, m: &mut State) -> Result<()> {
         let taken: DenseSet =
             std::mem::take(&mut self.dirty.lock().unwrap_or_else(|p| p.into_inner()).all);
         let mut work = checkpoint_work(m, taken);
@@ -476,7 +470,7 @@ impl Engine {
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.
-    pub(crate) fn write_map(
+    pub(super) fn write_map(
         &self,
         m: &mut State,
         kind: DescKind,
@@ -589,7 +583,7 @@ impl Engine {
 
 /// The inodes a checkpoint writes: those `taken` from the dirty set, those with data in
 /// data-only logs since the last checkpoint, and the changed directories, while they exist.
-pub(crate) fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
+fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
     taken.extend(m.pending.iter());
     taken.extend(m.dirs_dirty.iter());
     taken.retain(|ino| m.inodes.contains_key(ino));
@@ -597,7 +591,7 @@ pub(crate) fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
 }
 
 /// The changed directories of `work`, each encoded as directory blocks.
-pub(crate) fn encode_changed_dirs(
+fn encode_changed_dirs(
     m: &State,
     work: &DenseSet,
 ) -> HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>> {
@@ -646,13 +640,13 @@ impl Records {
         self.0[from..to].iter().map(|(i, r)| (*i, r))
     }
 
-    pub(crate) fn inos(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(super) fn inos(&self) -> impl Iterator<Item = u64> + '_ {
         self.0.iter().map(|&(i, _)| i)
     }
 }
 
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
-pub(crate) fn current_record(m: &State, ino: u64) -> InodeRecord {
+fn current_record(m: &State, ino: u64) -> InodeRecord {
     m.inodes
         .get(&ino)
         .map(|c| c.lock().record(ino))

@@ -17,14 +17,14 @@ use crate::tbfs::Result;
 
 impl Engine {
     /// Wakes the background thread for what `why` marks.
-    pub(crate) fn wake_background(&self, why: impl FnOnce(&mut crate::tbfs::state::Wake)) {
+    pub(super) fn wake_background(&self, why: impl FnOnce(&mut crate::tbfs::state::Wake)) {
         let (lock, cv) = &*self.wake;
         why(&mut lock.lock().unwrap_or_else(|p| p.into_inner()));
         cv.notify_all();
     }
 
     /// Refreshes the superblock if enough bytes or time went by since the last one.
-    pub(crate) fn maybe_refresh(&self, m: &mut State) -> Result<()> {
+    pub(super) fn maybe_refresh(&self, m: &mut State) -> Result<()> {
         // At most a quarter of the pool between superblocks, whatever the configuration: light
         // cleaning takes only victims out of the roll-forward chain, and a chain spanning the
         // whole pool leaves it none (then only a checkpoint, which may not fit, lets it go on).
@@ -53,13 +53,13 @@ impl Engine {
 
     /// Writes a checkpoint if anything happened since the last one, then a superblock naming it,
     /// with device flushes before and after: afterwards everything written so far is durable.
-    pub(crate) fn refresh_superblock(&self, m: &mut State) -> Result<()> {
+    pub(super) fn refresh_superblock(&self, m: &mut State) -> Result<()> {
         self.commit_if_changed(m)?;
         self.write_superblock(m)
     }
 
     /// Writes a checkpoint if anything happened since the last one.
-    pub(crate) fn commit_if_changed(&self, m: &mut State) -> Result<()> {
+    fn commit_if_changed(&self, m: &mut State) -> Result<()> {
         let dirty = !self
             .dirty
             .lock()
@@ -80,7 +80,7 @@ impl Engine {
     /// the log writer (`write_superblock_locked`); a sync of a file it holds flushes for
     /// itself (`wait_sealed`). Flushed on their own, under the log writer, every log sealed
     /// after them waited for that flush.
-    pub(crate) fn commit_checkpoint_for_superblock(&self, m: &mut State) -> Result<()> {
+    pub(super) fn commit_checkpoint_for_superblock(&self, m: &mut State) -> Result<()> {
         let was = std::mem::replace(&mut m.writer.refreshing, true);
         let committed = self.commit_checkpoint(m);
         m.writer.refreshing = was;
@@ -89,13 +89,13 @@ impl Engine {
 
     /// Writes a superblock naming the newest checkpoint now: sealed like the periodic one, then
     /// written with everything queued before it.
-    pub(crate) fn write_superblock(&self, m: &mut State) -> Result<()> {
+    pub(super) fn write_superblock(&self, m: &mut State) -> Result<()> {
         self.seal_superblock(m);
         self.write_logs_until(m.writer.seq + 1)
     }
 
     /// Queues a superblock naming the newest checkpoint for the log writer.
-    pub(crate) fn seal_superblock(&self, m: &mut State) {
+    pub(super) fn seal_superblock(&self, m: &mut State) {
         let sb = self.superblock_now(m);
         m.refresh.sealed(sb.generation);
         self.enqueue(Queued::Superblock(sb));
@@ -103,7 +103,7 @@ impl Engine {
 
     /// The superblock naming the newest checkpoint, the next generation, and the writer's
     /// position right after it (the previous log's CRC is left for the writer to fill in).
-    pub(crate) fn superblock_now(&self, m: &State) -> Superblock {
+    fn superblock_now(&self, m: &State) -> Superblock {
         let generation = m.refresh.next_generation();
         let sb = Superblock {
             version: format::VERSION,

@@ -35,7 +35,7 @@ impl Engine {
     /// `exact` counts inode by inode and entry by entry (a walk of every changed inode);
     /// otherwise the bound comes from totals: every changed inode as wide as the widest map the
     /// pool has had, every directory entry as long as a name can be.
-    pub(crate) fn checkpoint_debt(&self, m: &State, exact: bool) -> u64 {
+    pub(super) fn checkpoint_debt(&self, m: &State, exact: bool) -> u64 {
         let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
         let mut debt = FIXED_BLOCKS + m.table_estimate();
         if !exact {
@@ -86,7 +86,7 @@ impl Engine {
     /// records it rewrites the directory (unless a change pending already does), a page of
     /// inodes and the inode file's map. A pool whose room that would take answers `NoSpace`,
     /// after paying the debt with a checkpoint if that is what stands in the way.
-    pub(crate) fn make_room_for_change(&self, m: &mut State, dir: u64) -> Result<()> {
+    pub(super) fn make_room_for_change(&self, m: &mut State, dir: u64) -> Result<()> {
         let dir_blocks = if m.dirs_dirty.contains(&dir) {
             0
         } else {

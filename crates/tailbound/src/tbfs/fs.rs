@@ -319,7 +319,7 @@ impl Fs {
     }
 
     /// `stat` (`follow`) or `lstat`: from the path cache when it holds the path.
-    pub(crate) fn stat_at(&self, path: &str, follow: bool) -> Result<Stat> {
+    fn stat_at(&self, path: &str, follow: bool) -> Result<Stat> {
         self.inner.check_usable()?;
         if let Some(hit) = self.inner.names.get(path) {
             let valid = hit.valid(&hit.cell.lock(), &self.inner.names);
@@ -338,11 +338,7 @@ impl Fs {
 
     /// `open_file` of a path the path cache holds, without `meta`: `None` sends it the long way
     /// (not cached, or stale). A truncation follows in `open_file`, as after any open.
-    pub(crate) fn open_cached(
-        &self,
-        path: &str,
-        flags: OpenFlags,
-    ) -> Result<Option<Arc<InodeCell>>> {
+    fn open_cached(&self, path: &str, flags: OpenFlags) -> Result<Option<Arc<InodeCell>>> {
         let Some(hit) = self.inner.names.get(path) else {
             return Ok(None);
         };
@@ -374,7 +370,7 @@ impl Fs {
         self.set_attr_at(path, attr, false)
     }
 
-    pub(crate) fn set_attr_at(&self, path: &str, attr: &SetAttr, follow: bool) -> Result<()> {
+    fn set_attr_at(&self, path: &str, attr: &SetAttr, follow: bool) -> Result<()> {
         self.inner.check_writable()?;
         let cell = {
             let m = self.inner.lock_meta();
@@ -652,7 +648,7 @@ impl Drop for Engine {
 
 impl File {
     /// A handle to `cell`, whose open count the caller raised (the count this handle drops).
-    pub(crate) fn of_cell(inner: Arc<Engine>, cell: Arc<InodeCell>, flags: OpenFlags) -> File {
+    pub(super) fn of_cell(inner: Arc<Engine>, cell: Arc<InodeCell>, flags: OpenFlags) -> File {
         File {
             inner,
             cell,

@@ -179,6 +179,6 @@ pub(crate) fn now_ns() -> i64 {
 }
 
 /// The kind of a stored mode (the record decoder admits only the kinds there are).
-pub(crate) fn mode_kind(mode: u32) -> FileKind {
+pub(super) fn mode_kind(mode: u32) -> FileKind {
     FileKind::from_mode(mode).unwrap_or(FileKind::File)
 }

@@ -268,7 +268,7 @@ fn superseded(number: u64) -> Error {
 impl Engine {
     /// Writes the three tables and returns where they are. Called by `commit_checkpoint` just
     /// before the root; the pinned table goes last, after everything that may pin a block.
-    pub(crate) fn write_tables(&self, m: &mut State) -> Result<[TableRef; TABLES]> {
+    pub(super) fn write_tables(&self, m: &mut State) -> Result<[TableRef; TABLES]> {
         let sb = self.segment_blocks;
         // Snapshots.
         if m.life.snap_dirty
@@ -409,7 +409,7 @@ impl Engine {
     }
 
     /// Bytes the pool's space divides into (see [`SpaceReport`]).
-    pub(crate) fn space_report(&self, m: &State) -> SpaceReport {
+    pub(super) fn space_report(&self, m: &State) -> SpaceReport {
         let sb = self.segment_blocks;
         let now = now_ns();
         let free = self.free_blocks(m).min(sb * self.segment_count);
@@ -832,7 +832,7 @@ impl Drop for HoldGuard<'_> {
 impl Engine {
     /// Every segment's live count recomputed from the tree in memory (what recovery would find,
     /// plus what is not yet in a checkpoint). For checks.
-    pub(crate) fn recount_live(&self, m: &State) -> Vec<u32> {
+    pub(super) fn recount_live(&self, m: &State) -> Vec<u32> {
         let sb = self.segment_blocks;
         let mut live = vec![0u32; self.segment_count as usize];
         let mut add = |a: u64| live[State::seg_of(a, sb)] += 1;

@@ -98,7 +98,7 @@ impl Engine {
 
     /// [`Engine::resolve_traced`] without allocating, for a path with no `..` that meets no
     /// symbolic link to follow (the common case); `None` sends the others the general way.
-    pub(crate) fn resolve_plain(
+    fn resolve_plain(
         &self,
         m: &State,
         path: &str,
@@ -133,7 +133,7 @@ impl Engine {
 
     /// Remembers in the path cache that `path` names `cell`, when it resolved with no link
     /// followed (`plain`) and is not a link itself. Under `meta`.
-    pub(crate) fn remember(&self, path: &str, plain: bool, cell: &Arc<InodeCell>) {
+    pub(super) fn remember(&self, path: &str, plain: bool, cell: &Arc<InodeCell>) {
         if plain {
             let st = cell.lock();
             if st.kind != FileKind::Symlink && !st.freed {
@@ -200,7 +200,7 @@ impl Engine {
             .ok_or_else(|| Error::Corrupt(format!("directory entry names missing inode {ino}")))
     }
 
-    pub(crate) fn alloc_ino(&self, m: &mut State) -> u64 {
+    fn alloc_ino(&self, m: &mut State) -> u64 {
         if let Some(ino) = m.free_inos.pop_first() {
             return ino;
         }
@@ -308,7 +308,7 @@ impl Engine {
 
 /// A directory's entries as `readdir` returns them; `kind_of` tells the kind of a name that is
 /// not a directory (entries store only whether a name is a directory).
-pub(crate) fn dir_entries(
+pub(super) fn dir_entries(
     entries: &DirEntries,
     kind_of: impl Fn(u64) -> Option<FileKind>,
 ) -> Vec<DirEntry> {
@@ -327,12 +327,12 @@ pub(crate) fn dir_entries(
 }
 
 /// The kind of inode `ino` in `m`, for [`dir_entries`].
-pub(crate) fn kind_in(m: &State, ino: u64) -> Option<FileKind> {
+pub(super) fn kind_in(m: &State, ino: u64) -> Option<FileKind> {
     m.inodes.get(&ino).map(|c| c.lock().kind)
 }
 
 /// Child → parent links of every directory.
-pub(crate) fn parent_links(m: &State) -> HashMap<u64, u64> {
+pub(super) fn parent_links(m: &State) -> HashMap<u64, u64> {
     let mut parents = HashMap::new();
     for (&dir, entries) in &m.dirs {
         for &(child, is_dir) in entries.values() {

@@ -35,7 +35,7 @@ impl Fs {
 
 impl Engine {
     /// Poisons the pool with `reason`, unless it is poisoned already.
-    pub(crate) fn poison_reason(&self, reason: String) {
+    pub(super) fn poison_reason(&self, reason: String) {
         let mut p = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
         if p.is_none() {
             *p = Some(reason);
@@ -45,7 +45,7 @@ impl Engine {
 
     /// Poisons the pool if this thread is unwinding from a panic (called from a `Drop` that
     /// would otherwise go on to write): `what` says what the panic interrupted.
-    pub(crate) fn poison_if_unwinding(&self, what: &str) {
+    pub(super) fn poison_if_unwinding(&self, what: &str) {
         if let Some(p) = crate::panics::unwinding() {
             self.poison_reason(format!("{what} {p}"));
         }

@@ -30,7 +30,7 @@ impl Refresh {
     }
 
     /// The generation the next superblock gets.
-    pub(crate) fn next_generation(&self) -> u64 {
+    pub(super) fn next_generation(&self) -> u64 {
         self.generation
             .checked_add(1)
             .expect("superblock generation overflow")
@@ -41,7 +41,7 @@ impl Refresh {
     }
 
     /// A log of `bytes` was laid out.
-    pub(crate) fn note_logged(&mut self, bytes: u64) {
+    pub(super) fn note_logged(&mut self, bytes: u64) {
         self.bytes_since = self
             .bytes_since
             .checked_add(bytes)
@@ -57,7 +57,7 @@ impl Refresh {
     }
 
     /// A superblock of `generation` was sealed now; it must be the next one.
-    pub(crate) fn sealed(&mut self, generation: u64) {
+    pub(super) fn sealed(&mut self, generation: u64) {
         assert_eq!(
             generation,
             self.next_generation(),
@@ -74,13 +74,13 @@ impl Refresh {
     }
 
     /// Marks a refresh running or not; returns what it was, for a nested one to put back.
-    pub(crate) fn set_running(&mut self, running: bool) -> bool {
+    pub(super) fn set_running(&mut self, running: bool) -> bool {
         std::mem::replace(&mut self.running, running)
     }
 
     /// Tests: the generation of the newest superblock sealed, and the bytes logged since.
     #[cfg(test)]
-    pub(crate) fn sealed_state(&self) -> (u64, u64) {
+    pub(super) fn sealed_state(&self) -> (u64, u64) {
         (self.generation, self.bytes_since)
     }
 }

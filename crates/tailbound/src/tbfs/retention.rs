@@ -235,7 +235,7 @@ impl Retention {
                 .all(|(&c, k)| c == newest && !k.snapshot && k.time_ns < cutoff)
     }
 
-    pub(crate) fn protection_cutoff(&self, now: i64) -> i64 {
+    pub(super) fn protection_cutoff(&self, now: i64) -> i64 {
         if self.pressure {
             i64::MAX
         } else {
@@ -255,7 +255,7 @@ impl Retention {
 
     /// Blocks a retained checkpoint pins, each with the only retained checkpoint that references
     /// it (`None` if several do).
-    pub(crate) fn sole_owner(&self, p: &BlockPin) -> Option<u64> {
+    pub(super) fn sole_owner(&self, p: &BlockPin) -> Option<u64> {
         let mut it = self
             .list
             .range(p.born..=p.died)
@@ -268,7 +268,7 @@ impl Retention {
         }
     }
 
-    pub(crate) fn snapshot_in(&self, born: u64, died: u64) -> bool {
+    pub(super) fn snapshot_in(&self, born: u64, died: u64) -> bool {
         self.list.range(born..=died).any(|(_, k)| k.snapshot)
             || self.holds.range(born..=died).next().is_some()
     }

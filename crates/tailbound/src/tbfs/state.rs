@@ -398,7 +398,7 @@ impl Drop for StateGuard<'_> {
 }
 
 /// Recycles the buffers of freed inodes `meta` left to drop after its release.
-pub(crate) fn recycle_dropped(garbage: Vec<BTreeMap<u64, DirtyBlock>>) {
+fn recycle_dropped(garbage: Vec<BTreeMap<u64, DirtyBlock>>) {
     if !garbage.is_empty() {
         recycle_blocks(
             garbage
@@ -411,7 +411,7 @@ pub(crate) fn recycle_dropped(garbage: Vec<BTreeMap<u64, DirtyBlock>>) {
 
 /// Locks `lock`; a thread that has to wait lends its I/O priority to the holder (registered
 /// with `inherit`) until it gets it.
-pub(crate) fn lock_lending<'a, T>(
+pub(super) fn lock_lending<'a, T>(
     lock: &'a Mutex<T>,
     inherit: &Arc<crate::sched::inherit::Inheritance>,
 ) -> MutexGuard<'a, T> {
@@ -426,7 +426,7 @@ pub(crate) fn lock_lending<'a, T>(
 
 /// Runs `wait` (a thread waiting for a lock) lending the thread's I/O priority to the lock's
 /// holder (registered with `inherit`) meanwhile.
-pub(crate) fn lending_while<R>(
+fn lending_while<R>(
     inherit: &Arc<crate::sched::inherit::Inheritance>,
     wait: impl FnOnce() -> R,
 ) -> R {
@@ -456,7 +456,7 @@ impl Engine {
     /// Runs `f` as a timed section of the present hold of `meta` (`m`): its time, less that of
     /// the sections nested in it, is counted as `section`'s ([`FsCounters::meta_checkpoint_ns`]
     /// and the others).
-    pub(crate) fn in_section<R>(
+    pub(super) fn in_section<R>(
         &self,
         m: &mut State,
         section: Section,
@@ -478,7 +478,7 @@ impl Engine {
         result
     }
 
-    pub(crate) fn count_section(&self, section: Section, time: Duration) {
+    fn count_section(&self, section: Section, time: Duration) {
         self.meta_section_ns[section as usize]
             .fetch_add(time.as_nanos() as u64, AtomicOrdering::Relaxed);
     }

@@ -88,7 +88,7 @@ fn dirty_node(map: &mut BlockMap, level: u8, index: u64) -> bool {
 /// were all live when it was written). Uniform overwrites kill every block at the same rate, so
 /// the rates agree and age says nothing a segment's emptiness does not; hot and cold data die at
 /// rates far apart, and age tells the cold segments (worth cleaning when fuller) from the hot.
-pub(crate) fn age_spread(segments: impl Iterator<Item = (f64, f64)>) -> f64 {
+fn age_spread(segments: impl Iterator<Item = (f64, f64)>) -> f64 {
     let (mut n, mut sum, mut sq) = (0.0, 0.0, 0.0);
     for (u, age) in segments {
         if !(u > 0.0 && u < 1.0 && age > 0.0) {
@@ -111,7 +111,7 @@ pub(crate) fn age_spread(segments: impl Iterator<Item = (f64, f64)>) -> f64 {
 pub(crate) const AGE_SIGNAL_SPREAD: f64 = 1.3;
 
 /// Whether segment ages carry a signal worth choosing victims by ([`age_spread`]).
-pub(crate) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f64)>) -> bool {
+pub(in crate::tbfs) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f64)>) -> bool {
     age_spread(segments) > AGE_SIGNAL_SPREAD
 }
 
@@ -353,7 +353,7 @@ impl Engine {
 
     /// A new checkpoint and a superblock naming it, which may use the space reserve: afterwards
     /// every segment that died before is reusable.
-    pub(crate) fn refresh_for_cleaner(&self, m: &mut State) -> Result<()> {
+    fn refresh_for_cleaner(&self, m: &mut State) -> Result<()> {
         let was = m.refresh.set_running(true);
         let r = self.commit_checkpoint_for_superblock(m).and_then(|()| {
             if m.bg_clean.defer_io {
@@ -376,7 +376,7 @@ impl Engine {
     /// With `light`, only segments a light pass can release (see `clean_passes`): nothing in
     /// them is in the roll-forward chain or lost by a checkpoint the superblock does not name,
     /// and the budget is for data-only logs, not a checkpoint.
-    pub(crate) fn pick_victims(
+    fn pick_victims(
         &self,
         m: &State,
         skip: &BTreeSet<usize>,
@@ -805,13 +805,13 @@ impl Engine {
 
     /// Whether free space is within twice the low-water mark (and the reserve) of running out:
     /// below the mark, a writer's commit cleans in the foreground, holding `meta` while it does.
-    pub(crate) fn cleaning_is_urgent(&self, m: &State) -> bool {
+    pub(in crate::tbfs) fn cleaning_is_urgent(&self, m: &State) -> bool {
         let mark = self.urgent_mark(m);
         self.free_blocks_up_to(m, mark) < mark
     }
 
     /// The free blocks below which cleaning is urgent ([`Engine::cleaning_is_urgent`]).
-    pub(crate) fn urgent_mark(&self, m: &State) -> u64 {
+    pub(in crate::tbfs) fn urgent_mark(&self, m: &State) -> u64 {
         2 * self.low_water(m) + self.reserve_blocks()
     }
 
@@ -833,7 +833,7 @@ impl Engine {
     /// threads waiting for it between them ([`crate::tbfs::state::StateGuard::unlock_fair_and_write`]):
     /// a pass of [`BACKGROUND_VICTIMS`] in one hold kept every create and delete waiting 3 to
     /// 10 ms.
-    pub(crate) fn background_clean(&self) -> Result<()> {
+    pub(in crate::tbfs) fn background_clean(&self) -> Result<()> {
         let _one_pass = self.bg_pass.lock().unwrap_or_else(|p| p.into_inner());
         let (holds, per_hold) = if self.dev.writes_are_copies() {
             (BACKGROUND_VICTIMS, 1)

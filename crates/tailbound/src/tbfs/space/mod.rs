@@ -34,13 +34,13 @@ impl Engine {
     /// segment, chosen already, does not count: the writer enters it only once it has chosen
     /// the one after (every log's summary names the segment that follows its own), so the
     /// last free segment is always the next one and is never written.
-    pub(crate) fn free_blocks(&self, m: &State) -> u64 {
+    pub(super) fn free_blocks(&self, m: &State) -> u64 {
         self.free_blocks_up_to(m, u64::MAX)
     }
 
     /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
     /// check on every sync does not walk the whole segment table.
-    pub(crate) fn free_blocks_up_to(&self, m: &State, enough: u64) -> u64 {
+    pub(super) fn free_blocks_up_to(&self, m: &State, enough: u64) -> u64 {
         let mut free = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos;
         for s in 0..self.segment_count as usize {
             if free >= enough {
@@ -54,7 +54,7 @@ impl Engine {
     }
 
     /// Segments that would be free after the next durable superblock.
-    pub(crate) fn pending_free_segments(&self, m: &State) -> usize {
+    pub(super) fn pending_free_segments(&self, m: &State) -> usize {
         (0..self.segment_count as usize)
             .filter(|&s| {
                 s as u64 != m.writer.cur_seg
@@ -95,7 +95,7 @@ impl Engine {
 
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
     /// that helps. Fails with `NoSpace` before anything is written.
-    pub(crate) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
+    pub(super) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
         // Taken, so the checks the cleaning below runs are their own.
         let for_checkpoint = std::mem::take(&mut m.checking_checkpoint);
         let need = self.space_needed(blocks);
@@ -213,7 +213,7 @@ impl Engine {
     }
 
     /// Whether `blocks` of buffered data fit the free space ([`Engine::buffer_room`]).
-    pub(crate) fn buffer_fits(&self, m: &State, blocks: u64) -> bool {
+    pub(super) fn buffer_fits(&self, m: &State, blocks: u64) -> bool {
         let want = self.buffer_room(m, blocks);
         self.free_blocks_up_to(m, want) >= want
     }
@@ -253,27 +253,27 @@ impl Engine {
     /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
     /// checkpoint nothing keeps (no snapshot, open view or protection period), so the blocks
     /// the copies supersede need no pin.
-    pub(crate) fn light_cleaning(&self, m: &State) -> bool {
+    pub(super) fn light_cleaning(&self, m: &State) -> bool {
         self.config.ordering == crate::tbfs::Ordering::Relaxed
             && m.life
                 .only_newest_unkept(m.checkpoint, m.checkpoint, now_ns())
     }
 
     /// Blocks kept for the checkpoints that make dead segments reusable (and for recovery's).
-    pub(crate) fn reserve_blocks(&self) -> u64 {
+    pub(super) fn reserve_blocks(&self) -> u64 {
         (2 * self.segment_blocks).max(RESERVE_BLOCKS_MIN)
     }
 
     /// Blocks a user cannot fill (`SpaceReport::available`): the reserve, and slack for what
     /// the space check adds to a write (summaries, pads at segment ends).
-    pub(crate) fn kept_blocks(&self) -> u64 {
+    pub(super) fn kept_blocks(&self) -> u64 {
         self.reserve_blocks() + RESERVE_BLOCKS_MIN
     }
 
     /// Free blocks kept, beyond what a write needs and the reserve, before writers clean: room
     /// for the cleaner to make progress. Every block kept free beyond that raises the live
     /// fraction of the segments it cleans.
-    pub(crate) fn low_water(&self, m: &State) -> u64 {
+    pub(super) fn low_water(&self, m: &State) -> u64 {
         let sb = self.segment_blocks;
         let flush = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
         let want = if !self.light_cleaning(m) {
@@ -422,12 +422,12 @@ impl Engine {
         format::FIRST_SEGMENT_BLOCK + seg * self.segment_blocks
     }
 
-    pub(crate) fn segment_free(&self, m: &State, s: usize) -> bool {
+    pub(super) fn segment_free(&self, m: &State, s: usize) -> bool {
         self.segment_free_if_durable(m, s, self.durable_seq.load(AtomicOrdering::Acquire))
     }
 
     /// Whether segment `s` would be free once every log below `durable` is durable.
-    pub(crate) fn segment_free_if_durable(&self, m: &State, s: usize, durable: u64) -> bool {
+    pub(super) fn segment_free_if_durable(&self, m: &State, s: usize, durable: u64) -> bool {
         let w = &m.writer;
         s as u64 != w.cur_seg
             && s as u64 != w.next_seg
