@@ -12,7 +12,7 @@ use crate::tbfs::limits::*;
 use crate::tbfs::log::data::unsealed_count;
 use crate::tbfs::log::*;
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::state::{Engine, Section, State, IFILE_CACHE_PAGES};
+use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::{Barrier, Result};
 
 /// A checkpoint's root as its log holds it: the checkpoint's number, the root's address, the
@@ -35,7 +35,7 @@ impl Engine {
     fn check_cached_page(&self, m: &State, page: &format::Block, p: u64, records: &Records) {
         for slot in 0..INODES_PER_PAGE {
             let ino = p * INODES_PER_PAGE as u64 + slot as u64;
-            if records.get(ino).is_some() || m.freed_slots.contains(&ino) {
+            if records.get(ino).is_some() || m.ifile.freed_slots().contains(&ino) {
                 continue;
             }
             let mut fresh = [0u8; INODE_BYTES];
@@ -189,14 +189,10 @@ impl Engine {
         // not look like writing a block per file, or a full pool could not take the deletes
         // that make room.
         let mut estimate = 2 + dir_blocks.values().map(|b| b.len() as u64).sum::<u64>();
-        let mut pages: BTreeSet<u64> = work
-            .iter()
-            .chain(m.freed_slots.iter())
-            .map(|ino| ino / INODES_PER_PAGE as u64)
-            .collect();
-        pages.extend(m.pages_dirty.iter().copied());
+        let pages = m.ifile.pages_to_write(work.iter());
         // The inode file's map: a path per page written, and never more than its whole tree.
-        let ifile_len = (m.ifile.blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
+        let ifile_len =
+            (m.ifile.map().blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
         let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
             .min(super::map::tree_nodes(ifile_len) + 1);
         estimate += pages.len() as u64 + ifile_nodes + 4;
@@ -310,8 +306,13 @@ impl Engine {
             .inos()
             .map(|ino| ino / INODES_PER_PAGE as u64)
             .collect();
-        pages.extend(m.freed_slots.iter().map(|ino| ino / INODES_PER_PAGE as u64));
-        pages.extend(std::mem::take(&mut m.pages_dirty));
+        pages.extend(
+            m.ifile
+                .freed_slots()
+                .iter()
+                .map(|ino| ino / INODES_PER_PAGE as u64),
+        );
+        pages.extend(m.ifile.take_pages_dirty());
         for &p in &pages {
             let first = p * INODES_PER_PAGE as u64;
             let slots = first..first + INODES_PER_PAGE as u64;
@@ -324,7 +325,7 @@ impl Engine {
             // an inode's record puts the inode in the work (checked in debug builds).
             // The log shares the page with the cache: the next change to it copies the page
             // only if the log is not written by then.
-            let page = match m.ifile_cache.remove(&p) {
+            let page = match m.ifile.take_cached(p) {
                 Some(mut shared) => {
                     if cfg!(debug_assertions) && m.checkpoint_depth == 1 {
                         self.check_cached_page(m, &shared, p, records);
@@ -333,7 +334,7 @@ impl Engine {
                     for (ino, r) in records.range(slots.clone()) {
                         encode_slot(page, ino, r);
                     }
-                    for ino in m.freed_slots.range(slots.clone()) {
+                    for ino in m.ifile.freed_slots().range(slots.clone()) {
                         if records.get(ino).is_none() {
                             // Freed, or freed and its number taken again since.
                             encode_slot(page, ino, &current_record(m, ino));
@@ -352,24 +353,19 @@ impl Engine {
                 }),
             };
             let addr = self.log_add_shared(m, DescKind::InodePage, 0, 0, p, page.clone(), None);
-            if m.ifile_cache.len() >= IFILE_CACHE_PAGES {
-                m.ifile_cache.clear();
-            }
-            m.ifile_cache.insert(p, page);
+            m.ifile.cache(p, page);
             let addr = addr?;
-            let old = m.ifile.set(p, addr);
+            let old = m.ifile.map_mut().set(p, addr);
             m.seg_inc(addr, self.segment_blocks);
             if old != 0 {
                 m.seg_dec_at(old, seq, self.segment_blocks, now);
             }
         }
-        m.ifile_pages = m
-            .ifile_pages
-            .max(m.ifile.blocks.len() as u64)
-            .max(m.next_ino.div_ceil(INODES_PER_PAGE as u64));
-        let mut ifile = std::mem::take(&mut m.ifile);
+        let next_ino = m.next_ino;
+        m.ifile.cover(next_ino);
+        let mut ifile = m.ifile.take_map();
         let result = self.write_map(m, DescKind::InodeMapNode, 0, &mut ifile);
-        m.ifile = ifile;
+        m.ifile.put_map(ifile);
         result?;
 
         Ok(())
@@ -405,9 +401,9 @@ impl Engine {
             number,
             sequence: m.writer.seq,
             time_ns,
-            ifile_root: m.ifile.root,
-            ifile_height: m.ifile.height,
-            ifile_pages: m.ifile_pages,
+            ifile_root: m.ifile.map().root,
+            ifile_height: m.ifile.map().height,
+            ifile_pages: m.ifile.pages(),
             next_ino: m.next_ino,
             inodes: m.inodes.len() as u64,
             prev_root,
@@ -462,7 +458,7 @@ impl Engine {
         m.ns_changed.clear();
         m.checkpoint_next_seq = m.writer.seq;
         m.checkpoint_at = Some(Instant::now());
-        m.freed_slots.clear();
+        m.ifile.freed_slots_written();
         m.dirs_dirty.clear();
         m.pending.clear();
         m.ns_dirty = false;

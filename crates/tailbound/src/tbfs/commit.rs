@@ -67,7 +67,7 @@ impl Engine {
             .is_empty()
             || !m.pending.is_empty()
             || m.ns_dirty
-            || !m.freed_slots.is_empty()
+            || !m.ifile.freed_slots().is_empty()
             || m.life.snap_dirty;
         if dirty || m.writer.seq != m.checkpoint_next_seq {
             self.commit_checkpoint_for_superblock(m)?;

@@ -7,10 +7,8 @@
 //! no room; so writes keep it free beside the reserve, and pay it (by a checkpoint) when it is
 //! what stands between them and the room they need.
 
-use std::collections::BTreeSet;
-
 use super::dense::DenseSet;
-use super::format::{height_for, BLOCK, INODES_PER_PAGE};
+use super::format::{height_for, BLOCK};
 use super::map::tree_nodes;
 use super::{Error, Result};
 use crate::tbfs::checkpoint::map_nodes_bound;
@@ -49,8 +47,9 @@ impl Engine {
                 widest_dir = widest_dir.max(blocks);
             }
             let widest = self.widest.load(std::sync::atomic::Ordering::Relaxed);
-            let pages = (changed + m.freed_slots.len() as u64 + m.pages_dirty.len() as u64)
-                .min(m.ifile_pages + 1);
+            let pages =
+                (changed + m.ifile.freed_slots().len() as u64 + m.ifile.pages_dirty().len() as u64)
+                    .min(m.ifile.pages() + 1);
             return debt
                 + changed * tree_nodes(widest.max(widest_dir))
                 + pages
@@ -61,12 +60,7 @@ impl Engine {
         work.extend(m.pending.iter());
         work.extend(m.dirs_dirty.iter());
         work.retain(|ino| m.inodes.contains_key(ino));
-        let mut pages: BTreeSet<u64> = work
-            .iter()
-            .chain(m.freed_slots.iter())
-            .map(|ino| ino / INODES_PER_PAGE as u64)
-            .collect();
-        pages.extend(m.pages_dirty.iter().copied());
+        let pages = m.ifile.pages_to_write(work.iter());
         debt += pages.len() as u64 + ifile_nodes(m, pages.len() as u64);
         for ino in work.iter() {
             let dir_len = if m.dirs_dirty.contains(&ino) {
@@ -108,6 +102,6 @@ impl Engine {
 /// The inode file's map nodes a checkpoint writing `pages` inode pages rewrites: a path per
 /// page, never more than its whole tree.
 fn ifile_nodes(m: &State, pages: u64) -> u64 {
-    let len = (m.ifile.blocks.len() as u64).max(m.ifile_pages) + 1;
+    let len = (m.ifile.map().blocks.len() as u64).max(m.ifile.pages()) + 1;
     ((height_for(len) as u64 + 1) * pages.max(1)).min(tree_nodes(len) + 1)
 }

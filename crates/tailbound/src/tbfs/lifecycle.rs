@@ -846,11 +846,12 @@ impl Engine {
             st.map.node_addrs().for_each(&mut add);
         }
         m.ifile
+            .map()
             .blocks
             .iter()
             .filter(|&&a| a != 0)
             .for_each(|&a| add(a));
-        m.ifile.node_addrs().for_each(&mut add);
+        m.ifile.map().node_addrs().for_each(&mut add);
         for t in &m.life.tables {
             t.blocks.iter().filter(|&&a| a != 0).for_each(|&a| add(a));
             t.node_addrs().for_each(&mut add);

@@ -29,6 +29,7 @@ mod dense;
 pub mod format;
 mod fs;
 pub mod fsck;
+mod ifile;
 mod inode;
 pub mod lifecycle;
 mod limits;

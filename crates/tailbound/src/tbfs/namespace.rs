@@ -300,7 +300,7 @@ impl Engine {
         m.dirs.remove(&cell.ino);
         m.dirs_dirty.remove(&cell.ino);
         m.pending.remove(&cell.ino);
-        m.freed_slots.insert(cell.ino);
+        m.ifile.slot_freed(cell.ino);
         m.free_inos.insert(cell.ino);
         m.ns_dirty = true;
     }

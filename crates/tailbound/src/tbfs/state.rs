@@ -17,13 +17,9 @@ use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self};
 use crate::tbfs::inode::*;
 use crate::tbfs::log::*;
-use crate::tbfs::map::BlockMap;
 use crate::tbfs::space::segments::*;
 use crate::tbfs::{Config, DeviceRef, Error, FsCounters, RecoveryReport, Result};
 use std::thread::JoinHandle;
-
-/// Inode pages kept in [`State::ifile_cache`] (16 MiB); past it the cache starts over.
-pub(crate) const IFILE_CACHE_PAGES: usize = 4096;
 
 /// Work under `meta` whose share of the lock's hold time is counted apart
 /// ([`Engine::in_section`]).
@@ -43,13 +39,10 @@ pub(crate) struct State {
     pub dirs_dirty: DenseSet,
     /// Inodes whose record, data or map must go into the next checkpoint.
     pub pending: DenseSet,
-    /// Slots of freed inodes whose inode page must be rewritten.
-    pub freed_slots: DenseSet,
     pub free_inos: BTreeSet<u64>,
     pub next_ino: u64,
-    /// The inode file: the map of its pages.
-    pub ifile: BlockMap,
-    pub ifile_pages: u64,
+    /// The inode file: its map, its pages, the pages the next checkpoint writes again.
+    pub ifile: crate::tbfs::ifile::InodeFile,
     /// A namespace or size change of some file not yet in a checkpoint: buffered data of many
     /// files goes out in a checkpoint rather than data-only logs (a sync of one file looks at
     /// that file's own changes, `ns_changed`).
@@ -65,12 +58,6 @@ pub(crate) struct State {
     /// The superblock's generation, when a refresh is due, whether one is running.
     pub refresh: crate::tbfs::refresh::Refresh,
     pub checkpoint_at: Option<Instant>,
-    /// Inode pages the cleaner moves: rewritten at the next checkpoint.
-    pub pages_dirty: BTreeSet<u64>,
-    /// Inode pages as the newest checkpoint wrote them, so the next one re-encodes only the
-    /// slots of inodes it writes (bounded by [`IFILE_CACHE_PAGES`]; a page missing is encoded
-    /// whole).
-    pub ifile_cache: HashMap<u64, Arc<format::Block>>,
     /// Checkpoints in progress: 2 while one runs inside another's space check.
     pub checkpoint_depth: u32,
     /// Retention, snapshots, pinned blocks and the checkpoint's tables.

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
+use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode::*;
 use crate::tbfs::log::*;
 use crate::tbfs::map::BlockMap;
@@ -696,8 +697,7 @@ fn memory_state(
         pending,
         free_inos,
         next_ino,
-        ifile,
-        ifile_pages: root.ifile_pages,
+        ifile: InodeFile::loaded(ifile, root.ifile_pages),
         writer: Writer {
             pos,
             cur_seg,

@@ -690,20 +690,25 @@ impl Engine {
                 true
             }
             DescKind::InodePage => {
-                if m.ifile.get(index) != a {
+                if m.ifile.map().get(index) != a {
                     return false;
                 }
-                m.pages_dirty.insert(index);
+                m.ifile.page_moved(index);
                 true
             }
             DescKind::InodeMapNode => {
                 let l = level as usize;
                 if level == 0
-                    || m.ifile.nodes.get(l - 1).and_then(|n| n.get(index as usize)) != Some(&a)
+                    || m.ifile
+                        .map()
+                        .nodes
+                        .get(l - 1)
+                        .and_then(|n| n.get(index as usize))
+                        != Some(&a)
                 {
                     return false;
                 }
-                dirty_node(&mut m.ifile, level, index);
+                dirty_node(m.ifile.map_mut(), level, index);
                 true
             }
             DescKind::Root => a == m.checkpoint_root,

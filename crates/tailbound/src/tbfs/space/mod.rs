@@ -90,7 +90,7 @@ impl Engine {
     /// deleted all over the tree rewrite every page holding one of them, and such a checkpoint
     /// is what gives their blocks back.
     pub(super) fn deletes_reserve(m: &State) -> u64 {
-        m.ifile_pages + crate::tbfs::map::tree_nodes(m.ifile_pages) + 1
+        m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1
     }
 
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
