@@ -1,4 +1,5 @@
-//! tbfs: a log-structured, checkpointed, CRC-protected file tree kept in a pool on a [`Device`](crate::dev::Device).
+//! tbfs: a log-structured, checkpointed, CRC-protected file tree kept in a pool on a
+//! [`Device`](crate::dev::Device).
 //!
 //! Its parts, lowest first (docs/ARCHITECTURE.md has the map):
 //!
@@ -16,7 +17,8 @@
 //!   by inode number.
 //! - [`fsck`]: checking a pool without changing it, and repairing a damaged one.
 //!
-//! This module owns the pool's contents. It must not touch the device except through [`Device`](crate::dev::Device).
+//! This module owns the pool's contents. It must not touch the device except through
+//! [`Device`](crate::dev::Device).
 
 mod blocks;
 mod buffer;

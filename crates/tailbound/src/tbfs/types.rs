@@ -77,8 +77,9 @@ pub enum RecoveryMode {
     TolerateTail,
 }
 
-/// How a pool is made and run. Recorded in the superblock by [`Fs::format`](crate::tbfs::Fs::format); `open` uses the
-/// recorded values unless told otherwise.
+/// How a pool is made and run. Recorded in the superblock by
+/// [`Fs::format`](crate::tbfs::Fs::format); `open` uses the recorded values unless told
+/// otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     pub ordering: Ordering,
@@ -97,9 +98,10 @@ pub struct Config {
     /// Buffered (not yet logged) file data above this many bytes is written out (default
     /// 32 MiB; 8 MiB in a memory pool, [`Config::memory_pool`]).
     pub dirty_bytes_max: u64,
-    /// Plain checkpoints are kept (readable with [`Fs::at`](crate::tbfs::Fs::at), their blocks never reused) this
-    /// long; snapshots until dropped. When writers would otherwise find the pool full, the oldest
-    /// plain checkpoints are released early; snapshots never are.
+    /// Plain checkpoints are kept (readable with [`Fs::at`](crate::tbfs::Fs::at), their
+    /// blocks never reused) this long; snapshots until dropped. When writers would otherwise
+    /// find the pool full, the oldest plain checkpoints are released early; snapshots never
+    /// are.
     pub protection_period: Duration,
     /// Run the cleaner in a background thread, keeping at least `gc_free_percent` of the pool
     /// free when it can.
