@@ -26,7 +26,7 @@ thread_local! {
 
 /// Keeps the buffers of `blocks` nothing else references for reuse (up to the caps); the
 /// others are dropped.
-pub(crate) fn recycle_blocks(blocks: Vec<Arc<Block>>) {
+pub(super) fn recycle_blocks(blocks: Vec<Arc<Block>>) {
     let mut unique = blocks
         .into_iter()
         .filter(|b| Arc::strong_count(b) == 1 && Arc::weak_count(b) == 0);
@@ -48,7 +48,7 @@ pub(crate) fn recycle_blocks(blocks: Vec<Arc<Block>>) {
 }
 
 /// A spare buffer (this thread's, else a batch from the shared spares), if one is kept.
-pub(crate) fn take_spare() -> Option<Arc<Block>> {
+pub(super) fn take_spare() -> Option<Arc<Block>> {
     let local = LOCAL_SPARE.try_with(|local| {
         let mut local = local.try_borrow_mut().ok()?;
         if local.is_empty() {
@@ -65,7 +65,7 @@ pub(crate) fn take_spare() -> Option<Arc<Block>> {
 }
 
 /// A spare buffer with `fill` applied, if one is kept.
-pub(crate) fn reuse_block(fill: impl FnOnce(&mut Block)) -> Option<Arc<Block>> {
+fn reuse_block(fill: impl FnOnce(&mut Block)) -> Option<Arc<Block>> {
     let mut b = take_spare()?;
     // Unique when it was kept, and nothing can have cloned it since.
     fill(Arc::get_mut(&mut b)?);
@@ -74,7 +74,7 @@ pub(crate) fn reuse_block(fill: impl FnOnce(&mut Block)) -> Option<Arc<Block>> {
 
 /// A new block holding a copy of `data` (one block's bytes), ready to share with a log: a spare
 /// buffer, else a new allocation the bytes are copied into without clearing it first.
-pub(crate) fn shared_copy(data: &[u8]) -> Arc<Block> {
+pub(super) fn shared_copy(data: &[u8]) -> Arc<Block> {
     reuse_block(|b| b.copy_from_slice(data)).unwrap_or_else(|| {
         let block: Arc<[u8]> = Arc::from(data);
         block.try_into().expect("a block's bytes")
@@ -82,13 +82,13 @@ pub(crate) fn shared_copy(data: &[u8]) -> Arc<Block> {
 }
 
 /// A new block of zeros (a spare buffer cleared, or a new allocation).
-pub(crate) fn zeroed_block() -> Arc<Block> {
+pub(super) fn zeroed_block() -> Arc<Block> {
     reuse_block(|b| b.fill(0)).unwrap_or_else(|| Arc::new([0u8; BLOCK]))
 }
 
 /// A new block of zeros `fill` writes into, ready to share with a log: metadata encoded in
 /// place rather than encoded and then copied.
-pub(crate) fn new_block(fill: impl FnOnce(&mut Block)) -> Arc<Block> {
+pub(super) fn new_block(fill: impl FnOnce(&mut Block)) -> Arc<Block> {
     let mut b = FreshBlock::new();
     fill(b.as_mut());
     b.0

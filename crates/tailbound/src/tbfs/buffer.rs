@@ -9,10 +9,10 @@ use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::Engine;
+use crate::tbfs::{AtimePolicy, Error, FileKind, Ordering, Result, SetAttr, Stat};
 
-/// One piece of a direct write, sealed ([`Inner::direct_piece`]).
+/// One piece of a direct write, sealed ([`Engine::direct_piece`]).
 pub(crate) struct DirectPiece {
     /// The end of the write so far.
     end: u64,
@@ -22,7 +22,7 @@ pub(crate) struct DirectPiece {
 
 /// The end of a write of `len` bytes at `offset` to inode `ino`, if it stays within the largest
 /// file.
-pub(crate) fn write_end(ino: u64, offset: u64, len: usize) -> Result<u64> {
+fn write_end(ino: u64, offset: u64, len: usize) -> Result<u64> {
     offset
         .checked_add(len as u64)
         .filter(|&e| e <= FILE_BYTES_MAX)
@@ -33,10 +33,10 @@ pub(crate) fn write_end(ino: u64, offset: u64, len: usize) -> Result<u64> {
         })
 }
 
-impl Inner {
+impl Engine {
     /// Notes that inode `ino` has buffers or attributes to write; called under its inode lock,
     /// after the change.
-    pub(crate) fn mark_dirty(&self, ino: u64) {
+    pub(super) fn mark_dirty(&self, ino: u64) {
         self.dirty
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -44,7 +44,7 @@ impl Inner {
     }
 
     /// Reads file block `block` of an inode into `out` (buffered data first, then storage).
-    pub(crate) fn read_block(
+    pub(super) fn read_block(
         &self,
         ino: u64,
         st: &InodeState,
@@ -78,7 +78,7 @@ impl Inner {
         self.pread_with(cell, buf, offset, false)
     }
 
-    pub(crate) fn pread_with(
+    fn pread_with(
         &self,
         cell: &InodeCell,
         buf: &mut [u8],
@@ -139,7 +139,7 @@ impl Inner {
         Ok(len)
     }
 
-    /// Writes `buf` at `offset`; `direct` as `O_DIRECT` ([`Inner::write_direct`]).
+    /// Writes `buf` at `offset`; `direct` as `O_DIRECT` ([`Engine::write_direct`]).
     pub fn pwrite(&self, cell: &InodeCell, buf: &[u8], offset: u64, direct: bool) -> Result<usize> {
         self.write_at(cell, buf, Some(offset), direct)
             .map(|(_, n)| n)
@@ -155,7 +155,7 @@ impl Inner {
     /// its inode lock (`st`), and returns the end of the write. `whole` holds buffers already
     /// made for some of the whole blocks the write covers (block number and bytes, in order), so
     /// that a direct write copies and checksums outside every lock.
-    pub(crate) fn buffer_write(
+    fn buffer_write(
         &self,
         cell: &InodeCell,
         st: &mut InodeState,
@@ -239,15 +239,15 @@ impl Inner {
     /// ordering): a [`OWN_FLUSH_DIVISOR`]th of the write buffer, and at least
     /// [`WRITE_BEHIND_MIN`], so small files and small buffers keep their data together in
     /// fewer logs.
-    pub(crate) fn write_behind_bytes(&self) -> u64 {
+    pub(super) fn write_behind_bytes(&self) -> u64 {
         (self.config.dirty_bytes_max / OWN_FLUSH_DIVISOR).max(WRITE_BEHIND_MIN)
     }
 
     /// Writes at `offset`, or at the end of the file for `None`; returns the end and the count.
-    /// A file left holding [`Inner::write_behind_bytes`] or more goes out right after the
+    /// A file left holding [`Engine::write_behind_bytes`] or more goes out right after the
     /// write (written behind, as its writer's I/O) instead of waiting in the buffer for
     /// whichever commit comes next; a write is never split, so what a crash leaves of it is
-    /// all or nothing. A `direct` write goes out before the call returns ([`Inner::write_direct`]).
+    /// all or nothing. A `direct` write goes out before the call returns ([`Engine::write_direct`]).
     pub(crate) fn write_at(
         &self,
         cell: &InodeCell,
@@ -307,7 +307,7 @@ impl Inner {
     }
 
     /// Commits what is buffered once writers took the buffer past its limit.
-    pub(crate) fn commit_over_limit(&self, cell: &InodeCell) -> Result<()> {
+    fn commit_over_limit(&self, cell: &InodeCell) -> Result<()> {
         let mut m = self.lock_meta();
         if self.buffered_bytes() > self.buffer_limit() {
             // Relaxed ordering writes a full buffer as data-only logs; the maps follow at the
@@ -333,7 +333,7 @@ impl Inner {
     }
 
     /// Before a write of `len` bytes that is large against the buffer limit (the write is
-    /// large, or space is short: [`Inner::set_buffer_limit`]) or would take the buffer past
+    /// large, or space is short: [`Engine::set_buffer_limit`]) or would take the buffer past
     /// it, makes sure the checkpoint that
     /// will carry it, and a cleaning pass's, find room: if the free space is short for what is
     /// buffered and the write, what is buffered goes out first and the space check cleans for
@@ -341,7 +341,7 @@ impl Inner {
     /// no room for the checkpoint that frees anything (every block buffered goes into it while a
     /// namespace change is pending), and fail with most of the pool dead. A write there is no
     /// room for fails here with `NoSpace`, having changed nothing.
-    pub(crate) fn make_room_for_write(&self, len: u64) -> Result<()> {
+    pub(super) fn make_room_for_write(&self, len: u64) -> Result<()> {
         let mut m = self.lock_meta();
         let buffered = self.buffered_bytes();
         if self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
@@ -381,12 +381,12 @@ impl Inner {
     /// under `meta`, so no other thread's commit takes them half-written (a checkpoint seals
     /// every buffered block: the tenant refreshing the superblock wrote the other's data, and
     /// the other waited for it). The summaries are left to the background thread, as its I/O
-    /// ([`Inner::write_logs_behind`]): a summary the writer wrote itself waited for a turn in
+    /// ([`Engine::write_logs_behind`]): a summary the writer wrote itself waited for a turn in
     /// `sched` with nothing of the writer's data queued, and a summary behind a checkpoint
     /// waits for every payload before it, other writers' included. The write's buffers stay
     /// until its summaries are written (a sync writes them at once).
     /// In strict ordering, or for a new or changed file, a piece is written and synced.
-    pub(crate) fn write_direct(
+    pub(super) fn write_direct(
         &self,
         cell: &InodeCell,
         buf: &[u8],
@@ -447,7 +447,7 @@ impl Inner {
     }
 
     /// One piece of a direct write: buffered, sealed, and its payloads started.
-    pub(crate) fn direct_piece(
+    fn direct_piece(
         &self,
         cell: &InodeCell,
         buf: &[u8],
@@ -495,7 +495,7 @@ impl Inner {
     }
 
     /// Waits for a direct write's payloads (finishing those nobody is finishing yet).
-    pub(crate) fn finish_direct(&self, started: Vec<Arc<AheadPayload>>) -> Result<()> {
+    fn finish_direct(&self, started: Vec<Arc<AheadPayload>>) -> Result<()> {
         let mut result = Ok(());
         for a in started {
             result = result.and(self.wait_payload(&a));
@@ -507,17 +507,17 @@ impl Inner {
     /// cleaner's flush of the buffer first): in relaxed ordering. The data of a file with a
     /// change only a checkpoint records goes out placed, not replayed (`seal_file_data`), so a
     /// pending namespace change no longer makes a full buffer a checkpoint.
-    pub(crate) fn buffer_in_data_logs(&self) -> bool {
+    pub(super) fn buffer_in_data_logs(&self) -> bool {
         self.config.ordering == Ordering::Relaxed
     }
 
     /// Bytes writers may buffer before they commit: `Config::dirty_bytes_max`, or, while a
     /// cleaning pass would have to write the buffer in its checkpoint (a namespace change is
-    /// pending, or passes are full), what the free space allows ([`Inner::set_buffer_limit`]).
+    /// pending, or passes are full), what the free space allows ([`Engine::set_buffer_limit`]).
     /// Light passes write no buffered data, so overwrites keep the whole buffer however short
     /// space is (writing it out sooner raised `bench cleaner`'s hot/cold write
     /// amplification).
-    pub(crate) fn buffer_limit(&self) -> u64 {
+    pub(super) fn buffer_limit(&self) -> u64 {
         let fit = self.buffer_fit_limit.load(AtomicOrdering::Acquire);
         if self.ns_pending.load(AtomicOrdering::Acquire)
             || self.full_passes.load(AtomicOrdering::Acquire)
@@ -532,15 +532,15 @@ impl Inner {
     }
 
     /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
-    /// Notes a file's buffers spanning `blocks` blocks ([`Inner::widest`]).
-    pub(crate) fn note_width(&self, blocks: u64) {
+    /// Notes a file's buffers spanning `blocks` blocks ([`Engine::widest`]).
+    pub(super) fn note_width(&self, blocks: u64) {
         // A plain load first: growth is rare, and every writer passes here.
         if blocks > self.widest.load(AtomicOrdering::Relaxed) {
             self.widest.fetch_max(blocks, AtomicOrdering::Relaxed);
         }
     }
 
-    pub(crate) fn buffered_bytes(&self) -> u64 {
+    pub(super) fn buffered_bytes(&self) -> u64 {
         self.dirty_bytes
             .load(AtomicOrdering::Acquire)
             .saturating_sub(self.in_flight.load(AtomicOrdering::Acquire))
@@ -548,7 +548,7 @@ impl Inner {
 
     /// Updates the access time of a file being read, per the pool's [`AtimePolicy`]. The new
     /// time is written with the file's next checkpoint.
-    pub(crate) fn touch_atime(&self, ino: u64, st: &mut InodeState) {
+    fn touch_atime(&self, ino: u64, st: &mut InodeState) {
         const DAY_NS: i64 = 24 * 3600 * 1_000_000_000;
         let policy = self.atime.load(AtomicOrdering::Relaxed);
         if policy == AtimePolicy::Never as u8 || self.read_only {

@@ -12,10 +12,19 @@ use crate::tbfs::limits::*;
 use crate::tbfs::log::data::unsealed_count;
 use crate::tbfs::log::*;
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::{Engine, Section, State};
+use crate::tbfs::{Barrier, Result};
 
-impl Inner {
+/// A checkpoint's root as its log holds it: the checkpoint's number, the root's address, the
+/// sequence of the log the root ends, and the checkpoint's time.
+struct RootLogged {
+    number: u64,
+    addr: u64,
+    root_seq: u64,
+    time_ns: i64,
+}
+
+impl Engine {
     /// Debug builds: every slot of cached inode page `p` that this checkpoint does not write
     /// holds its inode's current record, or that inode changed after the checkpoint took the
     /// dirty set (a writer marks the inode dirty under the same lock hold as its change, and
@@ -23,16 +32,10 @@ impl Inner {
     /// checkpoint nested in another's cleaning is not checked: it finds the inodes the outer
     /// one took and has not written yet changed, and their cached records, matching the maps
     /// on the device, are the right ones to write there.
-    pub(crate) fn check_cached_page(
-        &self,
-        m: &Meta,
-        page: &format::Block,
-        p: u64,
-        records: &Records,
-    ) {
+    fn check_cached_page(&self, m: &State, page: &format::Block, p: u64, records: &Records) {
         for slot in 0..INODES_PER_PAGE {
             let ino = p * INODES_PER_PAGE as u64 + slot as u64;
-            if records.get(ino).is_some() || m.freed_slots.contains(&ino) {
+            if records.get(ino).is_some() || m.ifile.freed_slots().contains(&ino) {
                 continue;
             }
             let mut fresh = [0u8; INODE_BYTES];
@@ -52,7 +55,7 @@ impl Inner {
 
     /// Tests: a checkpoint's two bounds for the inodes it would write now, quick and counted.
     #[cfg(test)]
-    pub(crate) fn checkpoint_inode_bounds(&self, m: &Meta) -> (u64, u64) {
+    pub(super) fn checkpoint_inode_bounds(&self, m: &State) -> (u64, u64) {
         let work = checkpoint_work(m, self.dirty.lock().unwrap().all.clone());
         let dir_blocks = encode_changed_dirs(m, &work);
         (
@@ -63,12 +66,12 @@ impl Inner {
 
     /// An upper bound on the blocks a checkpoint writes for the inodes of `work` (their
     /// buffered blocks and map nodes, and a slot each), from totals alone: every block buffered
-    /// (`Inner::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
+    /// (`Engine::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
     /// being buffered meanwhile), and for every inode the whole tree of the widest map the
-    /// pool has had ([`Inner::widest`]). It visits no inode: counting inode by inode
-    /// ([`Inner::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
+    /// pool has had ([`Engine::widest`]). It visits no inode: counting inode by inode
+    /// ([`Engine::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
     /// `meta`.
-    pub(crate) fn quick_inode_bound(
+    pub(super) fn quick_inode_bound(
         &self,
         work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
@@ -89,8 +92,8 @@ impl Inner {
     }
 
     /// Whether the space check for `blocks` would find room at once, without refreshing,
-    /// cleaning or waiting ([`Inner::ensure_space`]'s first test).
-    pub(crate) fn space_is_ample(&self, m: &Meta, blocks: u64) -> bool {
+    /// cleaning or waiting ([`Engine::ensure_space`]'s first test).
+    fn space_is_ample(&self, m: &State, blocks: u64) -> bool {
         let (reserve, low_water) = self.space_margins(m);
         let want = self.space_needed(blocks) + reserve + low_water;
         self.free_blocks_up_to(m, want) >= want
@@ -99,9 +102,9 @@ impl Inner {
     /// The inodes' part of a checkpoint's estimate, counted inode by inode: unsealed buffers,
     /// and the map nodes that change (the whole tree if its shape changes, else the paths above
     /// the leaves whose children change).
-    pub(crate) fn counted_inode_bound(
+    fn counted_inode_bound(
         &self,
-        m: &Meta,
+        m: &State,
         work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
     ) -> u64 {
@@ -118,7 +121,7 @@ impl Inner {
 
     /// Writes every buffered block, every changed directory, block map and inode, and a new
     /// checkpoint root, as one or more logs ending in a checkpoint log.
-    pub(crate) fn commit_checkpoint(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn commit_checkpoint(&self, m: &mut State) -> Result<()> {
         m.checkpoint_depth += 1;
         let result = self.in_section(m, Section::Checkpoint, |m| {
             self.commit_checkpoint_at_depth(m)
@@ -127,51 +130,17 @@ impl Inner {
         result
     }
 
-    /// [`Inner::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
+    /// [`Engine::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
     /// (through the space check's cleaning).
-    pub(crate) fn commit_checkpoint_at_depth(&self, m: &mut Meta) -> Result<()> {
+    fn commit_checkpoint_at_depth(&self, m: &mut State) -> Result<()> {
         let taken: DenseSet =
             std::mem::take(&mut self.dirty.lock().unwrap_or_else(|p| p.into_inner()).all);
         let mut work = checkpoint_work(m, taken);
 
-        // An upper bound on what this checkpoint writes, checked before anything changes: the
-        // directories (encoded here, for the sealing below), the inode pages and tables, and
-        // each inode's buffered blocks and map nodes.
+        // An upper bound on what this checkpoint writes, checked before anything changes (the
+        // directories are encoded here, for the sealing below).
         let mut dir_blocks = encode_changed_dirs(m, &work);
-        // A freed inode costs its slot's page, counted with the pages: deleting many files must
-        // not look like writing a block per file, or a full pool could not take the deletes
-        // that make room.
-        let mut estimate = 2 + dir_blocks.values().map(|b| b.len() as u64).sum::<u64>();
-        let mut pages: BTreeSet<u64> = work
-            .iter()
-            .chain(m.freed_slots.iter())
-            .map(|ino| ino / INODES_PER_PAGE as u64)
-            .collect();
-        pages.extend(m.pages_dirty.iter().copied());
-        // The inode file's map: a path per page written, and never more than its whole tree.
-        let ifile_len = (m.ifile.blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
-        let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
-            .min(super::map::tree_nodes(ifile_len) + 1);
-        estimate += pages.len() as u64 + ifile_nodes + 4;
-        estimate += m.table_estimate();
-        // The inodes' part: a bound from totals when the free space covers it with room to
-        // spare, else one counted inode by inode.
-        // Debug builds check the quick bound against the count at every checkpoint. Writers
-        // buffer without `meta`, so the count comes first: a block buffered between the two
-        // raises the quick bound too, where counted second it would be counted alone.
-        #[cfg(debug_assertions)]
-        let counted_first = self.counted_inode_bound(m, &work, &dir_blocks);
-        let quick = self.quick_inode_bound(&work, &dir_blocks);
-        #[cfg(debug_assertions)]
-        assert!(
-            quick >= counted_first,
-            "the quick bound {quick} is below the count {counted_first}"
-        );
-        let estimate = if self.space_is_ample(m, estimate + quick) {
-            estimate + quick
-        } else {
-            estimate + self.counted_inode_bound(m, &work, &dir_blocks)
-        };
+        let estimate = self.checkpoint_estimate(m, &work, &dir_blocks);
         let passes = m.clean_passes;
         m.checking_checkpoint = true;
         let space = self.ensure_space(m, estimate);
@@ -197,11 +166,73 @@ impl Inner {
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq;
+        let now = now_ns();
+        let (records, written, changed) =
+            self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now)?;
+        self.checkpoint_inode_pages(m, &records, seq, now)?;
+        let root = self.checkpoint_root_log(m, seq, written)?;
+        self.checkpoint_written(m, root, changed);
+        self.count(|c| c.checkpoints += 1);
+        Ok(())
+    }
+
+    /// An upper bound on the blocks a checkpoint of `work` writes: the directories (already
+    /// encoded in `dir_blocks`), the inode pages, the inode file's map and the tables, and each
+    /// inode's buffered blocks and map nodes.
+    fn checkpoint_estimate(
+        &self,
+        m: &State,
+        work: &DenseSet,
+        dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
+    ) -> u64 {
+        // A freed inode costs its slot's page, counted with the pages: deleting many files must
+        // not look like writing a block per file, or a full pool could not take the deletes
+        // that make room.
+        let mut estimate = 2 + dir_blocks.values().map(|b| b.len() as u64).sum::<u64>();
+        let pages = m.ifile.pages_to_write(work.iter());
+        // The inode file's map: a path per page written, and never more than its whole tree.
+        let ifile_len =
+            (m.ifile.map().blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
+        let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
+            .min(super::map::tree_nodes(ifile_len) + 1);
+        estimate += pages.len() as u64 + ifile_nodes + 4;
+        estimate += m.table_estimate();
+        // The inodes' part: a bound from totals when the free space covers it with room to
+        // spare, else one counted inode by inode.
+        // Debug builds check the quick bound against the count at every checkpoint. Writers
+        // buffer without `meta`, so the count comes first: a block buffered between the two
+        // raises the quick bound too, where counted second it would be counted alone.
+        #[cfg(debug_assertions)]
+        let counted_first = self.counted_inode_bound(m, work, dir_blocks);
+        let quick = self.quick_inode_bound(work, dir_blocks);
+        #[cfg(debug_assertions)]
+        assert!(
+            quick >= counted_first,
+            "the quick bound {quick} is below the count {counted_first}"
+        );
+        if self.space_is_ample(m, estimate + quick) {
+            estimate + quick
+        } else {
+            estimate + self.counted_inode_bound(m, work, dir_blocks)
+        }
+    }
+
+    /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks, its
+    /// directory blocks, its map nodes. Returns their records, the buffers the written logs
+    /// release, and the inodes with a change only a checkpoint records (their next sync waits
+    /// for this one).
+    #[allow(clippy::type_complexity)]
+    fn checkpoint_inodes(
+        &self,
+        m: &mut State,
+        work: &DenseSet,
+        dir_blocks: &mut HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
+        seq: u64,
+        now: i64,
+    ) -> Result<(Records, Vec<Release>, Vec<Arc<InodeCell>>)> {
         let mut records = Records::default();
         let mut written: Vec<Release> = Vec::new();
-        // Inodes with a change only a checkpoint records: their next sync waits for this one.
         let mut changed: Vec<Arc<InodeCell>> = Vec::new();
-        let now = now_ns();
         let flush = self.config.barrier != Barrier::Superblock;
         for ino in work.iter() {
             let cell = m.inodes[&ino].clone();
@@ -243,7 +274,7 @@ impl Inner {
                     m.seg_dec_at(old, seq, self.segment_blocks, now);
                 }
                 // A directory's map is as wide as its blocks until the next rewrite: the quick
-                // bound must know it, as it knows files' ([`Inner::widest`]).
+                // bound must know it, as it knows files' ([`Engine::widest`]).
                 self.note_width(count);
                 st.size = count * BLOCK_U64;
             }
@@ -260,13 +291,28 @@ impl Inner {
             written.push((cell, done));
         }
 
-        // Inode pages: every page holding a changed or freed inode.
+        Ok((records, written, changed))
+    }
+
+    /// Inode pages: every page holding a changed or freed inode, then the inode file's map.
+    fn checkpoint_inode_pages(
+        &self,
+        m: &mut State,
+        records: &Records,
+        seq: u64,
+        now: i64,
+    ) -> Result<()> {
         let mut pages: BTreeSet<u64> = records
             .inos()
             .map(|ino| ino / INODES_PER_PAGE as u64)
             .collect();
-        pages.extend(m.freed_slots.iter().map(|ino| ino / INODES_PER_PAGE as u64));
-        pages.extend(std::mem::take(&mut m.pages_dirty));
+        pages.extend(
+            m.ifile
+                .freed_slots()
+                .iter()
+                .map(|ino| ino / INODES_PER_PAGE as u64),
+        );
+        pages.extend(m.ifile.take_pages_dirty());
         for &p in &pages {
             let first = p * INODES_PER_PAGE as u64;
             let slots = first..first + INODES_PER_PAGE as u64;
@@ -279,16 +325,16 @@ impl Inner {
             // an inode's record puts the inode in the work (checked in debug builds).
             // The log shares the page with the cache: the next change to it copies the page
             // only if the log is not written by then.
-            let page = match m.ifile_cache.remove(&p) {
+            let page = match m.ifile.take_cached(p) {
                 Some(mut shared) => {
                     if cfg!(debug_assertions) && m.checkpoint_depth == 1 {
-                        self.check_cached_page(m, &shared, p, &records);
+                        self.check_cached_page(m, &shared, p, records);
                     }
                     let page = Arc::make_mut(&mut shared);
                     for (ino, r) in records.range(slots.clone()) {
                         encode_slot(page, ino, r);
                     }
-                    for ino in m.freed_slots.range(slots.clone()) {
+                    for ino in m.ifile.freed_slots().range(slots.clone()) {
                         if records.get(ino).is_none() {
                             // Freed, or freed and its number taken again since.
                             encode_slot(page, ino, &current_record(m, ino));
@@ -307,26 +353,31 @@ impl Inner {
                 }),
             };
             let addr = self.log_add_shared(m, DescKind::InodePage, 0, 0, p, page.clone(), None);
-            if m.ifile_cache.len() >= IFILE_CACHE_PAGES {
-                m.ifile_cache.clear();
-            }
-            m.ifile_cache.insert(p, page);
+            m.ifile.cache(p, page);
             let addr = addr?;
-            let old = m.ifile.set(p, addr);
+            let old = m.ifile.map_mut().set(p, addr);
             m.seg_inc(addr, self.segment_blocks);
             if old != 0 {
                 m.seg_dec_at(old, seq, self.segment_blocks, now);
             }
         }
-        m.ifile_pages = m
-            .ifile_pages
-            .max(m.ifile.blocks.len() as u64)
-            .max(m.next_ino.div_ceil(INODES_PER_PAGE as u64));
-        let mut ifile = std::mem::take(&mut m.ifile);
+        let next_ino = m.next_ino;
+        m.ifile.cover(next_ino);
+        let mut ifile = m.ifile.take_map();
         let result = self.write_map(m, DescKind::InodeMapNode, 0, &mut ifile);
-        m.ifile = ifile;
+        m.ifile.put_map(ifile);
         result?;
 
+        Ok(())
+    }
+
+    /// Retention, the tables and the checkpoint root, in the log the root closes.
+    fn checkpoint_root_log(
+        &self,
+        m: &mut State,
+        seq: u64,
+        written: Vec<Release>,
+    ) -> Result<RootLogged> {
         let number = m.checkpoint + 1;
         // Retention: release what the protection period no longer covers, then drop the old
         // root from the live tree (pinned if its checkpoint stays retained) before the pinned
@@ -350,9 +401,9 @@ impl Inner {
             number,
             sequence: m.writer.seq,
             time_ns,
-            ifile_root: m.ifile.root,
-            ifile_height: m.ifile.height,
-            ifile_pages: m.ifile_pages,
+            ifile_root: m.ifile.map().root,
+            ifile_height: m.ifile.map().height,
+            ifile_pages: m.ifile.pages(),
             next_ino: m.next_ino,
             inodes: m.inodes.len() as u64,
             prev_root,
@@ -366,10 +417,27 @@ impl Inner {
         // The buffers go once the checkpoint is written.
         m.writer.release = written;
         self.log_close(m, FLAG_END | FLAG_CHECKPOINT)?;
+        Ok(RootLogged {
+            number,
+            addr,
+            root_seq,
+            time_ns,
+        })
+    }
+
+    /// The bookkeeping once the checkpoint's logs are sealed: the root is live, retained and
+    /// the newest; what waited for a checkpoint no longer does.
+    fn checkpoint_written(&self, m: &mut State, root: RootLogged, changed: Vec<Arc<InodeCell>>) {
+        let RootLogged {
+            number,
+            addr,
+            root_seq,
+            time_ns,
+        } = root;
         m.seg_inc(addr, self.segment_blocks);
         m.life.list.insert(
             number,
-            super::retention::Kept {
+            super::retention::Retained {
                 time_ns,
                 root: addr,
                 snapshot: false,
@@ -377,7 +445,7 @@ impl Inner {
             },
         );
         m.life.since_ckpt = vec![(
-            Meta::seg_of(m.writer.pos, self.segment_blocks),
+            State::seg_of(m.writer.pos, self.segment_blocks),
             m.writer.pos,
         )];
         m.checkpoint = number;
@@ -390,19 +458,17 @@ impl Inner {
         m.ns_changed.clear();
         m.checkpoint_next_seq = m.writer.seq;
         m.checkpoint_at = Some(Instant::now());
-        m.freed_slots.clear();
+        m.ifile.freed_slots_written();
         m.dirs_dirty.clear();
         m.pending.clear();
         m.ns_dirty = false;
         m.superseded_since_ckpt = false;
-        self.count(|c| c.checkpoints += 1);
-        Ok(())
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.
-    pub(crate) fn write_map(
+    pub(super) fn write_map(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         kind: DescKind,
         ino: u64,
         map: &mut BlockMap,
@@ -413,7 +479,7 @@ impl Inner {
         let seq = m.writer.seq;
         let sb = self.segment_blocks;
         // Only the newest checkpoint's tables are read, so their old nodes pin nothing.
-        let dec = |m: &mut Meta, a: u64| {
+        let dec = |m: &mut State, a: u64| {
             if kind == DescKind::TableNode {
                 m.seg_dec_unpinned(a, seq, sb)
             } else {
@@ -513,7 +579,7 @@ impl Inner {
 
 /// The inodes a checkpoint writes: those `taken` from the dirty set, those with data in
 /// data-only logs since the last checkpoint, and the changed directories, while they exist.
-pub(crate) fn checkpoint_work(m: &Meta, mut taken: DenseSet) -> DenseSet {
+fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
     taken.extend(m.pending.iter());
     taken.extend(m.dirs_dirty.iter());
     taken.retain(|ino| m.inodes.contains_key(ino));
@@ -521,8 +587,8 @@ pub(crate) fn checkpoint_work(m: &Meta, mut taken: DenseSet) -> DenseSet {
 }
 
 /// The changed directories of `work`, each encoded as directory blocks.
-pub(crate) fn encode_changed_dirs(
-    m: &Meta,
+fn encode_changed_dirs(
+    m: &State,
     work: &DenseSet,
 ) -> HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>> {
     m.dirs_dirty
@@ -570,13 +636,13 @@ impl Records {
         self.0[from..to].iter().map(|(i, r)| (*i, r))
     }
 
-    pub(crate) fn inos(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(super) fn inos(&self) -> impl Iterator<Item = u64> + '_ {
         self.0.iter().map(|&(i, _)| i)
     }
 }
 
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
-pub(crate) fn current_record(m: &Meta, ino: u64) -> InodeRecord {
+fn current_record(m: &State, ino: u64) -> InodeRecord {
     m.inodes
         .get(&ino)
         .map(|c| c.lock().record(ino))

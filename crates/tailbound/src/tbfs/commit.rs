@@ -8,25 +8,23 @@
 //! What is left here is the orchestration: refreshing the superblock and waking the background
 //! thread; the parts are `log` (building and writing logs), `checkpoint` and `space`.
 
-use std::time::Instant;
-
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::{Engine, State};
+use crate::tbfs::Result;
 
-impl Inner {
+impl Engine {
     /// Wakes the background thread for what `why` marks.
-    pub(crate) fn wake_background(&self, why: impl FnOnce(&mut crate::tbfs::state::Wake)) {
+    pub(super) fn wake_background(&self, why: impl FnOnce(&mut crate::tbfs::state::Wake)) {
         let (lock, cv) = &*self.wake;
         why(&mut lock.lock().unwrap_or_else(|p| p.into_inner()));
         cv.notify_all();
     }
 
     /// Refreshes the superblock if enough bytes or time went by since the last one.
-    pub(crate) fn maybe_refresh(&self, m: &mut Meta) -> Result<()> {
+    pub(super) fn maybe_refresh(&self, m: &mut State) -> Result<()> {
         // At most a quarter of the pool between superblocks, whatever the configuration: light
         // cleaning takes only victims out of the roll-forward chain, and a chain spanning the
         // whole pool leaves it none (then only a checkpoint, which may not fit, lets it go on).
@@ -35,14 +33,10 @@ impl Inner {
             .config
             .superblock_every_bytes
             .min(pool_bytes / SUPERBLOCK_POOL_DIVISOR);
-        let by_bytes = m.sb_bytes_since >= every;
-        let by_time = m.sb_bytes_since > 0
-            && m.sb_written_at
-                .is_none_or(|t| t.elapsed() >= self.config.superblock_every);
-        if by_bytes || by_time {
+        if m.refresh.due(every, self.config.superblock_every) {
             // The checkpoint is laid out now; its logs are written by the log writer after
             // `meta` is released, the flush and the superblock without it
-            // (`Inner::take_superblock`). Only logs written after the newest
+            // (`Engine::take_superblock`). Only logs written after the newest
             // checkpoint need a new one: what is still buffered is not on the device, and right
             // after a buffer-full checkpoint (other writers having filled the buffer again
             // meanwhile) a second one would only repeat its work.
@@ -59,13 +53,13 @@ impl Inner {
 
     /// Writes a checkpoint if anything happened since the last one, then a superblock naming it,
     /// with device flushes before and after: afterwards everything written so far is durable.
-    pub(crate) fn refresh_superblock(&self, m: &mut Meta) -> Result<()> {
+    pub(super) fn refresh_superblock(&self, m: &mut State) -> Result<()> {
         self.commit_if_changed(m)?;
         self.write_superblock(m)
     }
 
     /// Writes a checkpoint if anything happened since the last one.
-    pub(crate) fn commit_if_changed(&self, m: &mut Meta) -> Result<()> {
+    fn commit_if_changed(&self, m: &mut State) -> Result<()> {
         let dirty = !self
             .dirty
             .lock()
@@ -73,7 +67,7 @@ impl Inner {
             .is_empty()
             || !m.pending.is_empty()
             || m.ns_dirty
-            || !m.freed_slots.is_empty()
+            || !m.ifile.freed_slots().is_empty()
             || m.life.snap_dirty;
         if dirty || m.writer.seq != m.checkpoint_next_seq {
             self.commit_checkpoint_for_superblock(m)?;
@@ -86,7 +80,7 @@ impl Inner {
     /// the log writer (`write_superblock_locked`); a sync of a file it holds flushes for
     /// itself (`wait_sealed`). Flushed on their own, under the log writer, every log sealed
     /// after them waited for that flush.
-    pub(crate) fn commit_checkpoint_for_superblock(&self, m: &mut Meta) -> Result<()> {
+    pub(super) fn commit_checkpoint_for_superblock(&self, m: &mut State) -> Result<()> {
         let was = std::mem::replace(&mut m.writer.refreshing, true);
         let committed = self.commit_checkpoint(m);
         m.writer.refreshing = was;
@@ -95,24 +89,22 @@ impl Inner {
 
     /// Writes a superblock naming the newest checkpoint now: sealed like the periodic one, then
     /// written with everything queued before it.
-    pub(crate) fn write_superblock(&self, m: &mut Meta) -> Result<()> {
+    pub(super) fn write_superblock(&self, m: &mut State) -> Result<()> {
         self.seal_superblock(m);
         self.write_logs_until(m.writer.seq + 1)
     }
 
     /// Queues a superblock naming the newest checkpoint for the log writer.
-    pub(crate) fn seal_superblock(&self, m: &mut Meta) {
+    pub(super) fn seal_superblock(&self, m: &mut State) {
         let sb = self.superblock_now(m);
-        m.sb_generation = sb.generation;
-        m.sb_bytes_since = 0;
-        m.sb_written_at = Some(Instant::now());
+        m.refresh.sealed(sb.generation);
         self.enqueue(Queued::Superblock(sb));
     }
 
     /// The superblock naming the newest checkpoint, the next generation, and the writer's
     /// position right after it (the previous log's CRC is left for the writer to fill in).
-    pub(crate) fn superblock_now(&self, m: &Meta) -> Superblock {
-        let generation = m.sb_generation + 1;
+    fn superblock_now(&self, m: &State) -> Superblock {
+        let generation = m.refresh.next_generation();
         let sb = Superblock {
             version: format::VERSION,
             pool_id: self.pool_id,
@@ -139,7 +131,7 @@ impl Inner {
                 prev_crc: 0,
                 segment_next: m.writer.next_seg,
             },
-            created_ns: m.created_ns,
+            created_ns: m.refresh.created_ns(),
             written_ns: now_ns(),
             protection_ms: m.life.protection.as_millis().min(u64::MAX as u128) as u64,
             background_gc: self.config.background_gc,

@@ -7,14 +7,12 @@
 //! no room; so writes keep it free beside the reserve, and pay it (by a checkpoint) when it is
 //! what stands between them and the room they need.
 
-use std::collections::BTreeSet;
-
 use super::dense::DenseSet;
-use super::format::{height_for, BLOCK, INODES_PER_PAGE};
+use super::format::{height_for, BLOCK};
 use super::map::tree_nodes;
 use super::{Error, Result};
 use crate::tbfs::checkpoint::map_nodes_bound;
-use crate::tbfs::state::{Inner, Meta};
+use crate::tbfs::state::{Engine, State};
 
 /// The largest directory entry: its fixed part and a name of 255 bytes.
 const DIR_ENTRY_MAX: u64 = 10 + 255;
@@ -30,12 +28,12 @@ const CHANGE_BLOCKS: u64 = 4;
 /// Blocks the checkpoint header, root and the log's ends take beside what is counted.
 const FIXED_BLOCKS: u64 = 6;
 
-impl Inner {
+impl Engine {
     /// An upper bound on the blocks the next checkpoint writes beyond unsealed file data.
     /// `exact` counts inode by inode and entry by entry (a walk of every changed inode);
     /// otherwise the bound comes from totals: every changed inode as wide as the widest map the
     /// pool has had, every directory entry as long as a name can be.
-    pub(crate) fn checkpoint_debt(&self, m: &Meta, exact: bool) -> u64 {
+    pub(super) fn checkpoint_debt(&self, m: &State, exact: bool) -> u64 {
         let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
         let mut debt = FIXED_BLOCKS + m.table_estimate();
         if !exact {
@@ -49,8 +47,9 @@ impl Inner {
                 widest_dir = widest_dir.max(blocks);
             }
             let widest = self.widest.load(std::sync::atomic::Ordering::Relaxed);
-            let pages = (changed + m.freed_slots.len() as u64 + m.pages_dirty.len() as u64)
-                .min(m.ifile_pages + 1);
+            let pages =
+                (changed + m.ifile.freed_slots().len() as u64 + m.ifile.pages_dirty().len() as u64)
+                    .min(m.ifile.pages() + 1);
             return debt
                 + changed * tree_nodes(widest.max(widest_dir))
                 + pages
@@ -61,12 +60,7 @@ impl Inner {
         work.extend(m.pending.iter());
         work.extend(m.dirs_dirty.iter());
         work.retain(|ino| m.inodes.contains_key(ino));
-        let mut pages: BTreeSet<u64> = work
-            .iter()
-            .chain(m.freed_slots.iter())
-            .map(|ino| ino / INODES_PER_PAGE as u64)
-            .collect();
-        pages.extend(m.pages_dirty.iter().copied());
+        let pages = m.ifile.pages_to_write(work.iter());
         debt += pages.len() as u64 + ifile_nodes(m, pages.len() as u64);
         for ino in work.iter() {
             let dir_len = if m.dirs_dirty.contains(&ino) {
@@ -86,7 +80,7 @@ impl Inner {
     /// records it rewrites the directory (unless a change pending already does), a page of
     /// inodes and the inode file's map. A pool whose room that would take answers `NoSpace`,
     /// after paying the debt with a checkpoint if that is what stands in the way.
-    pub(crate) fn make_room_for_change(&self, m: &mut Meta, dir: u64) -> Result<()> {
+    pub(super) fn make_room_for_change(&self, m: &mut State, dir: u64) -> Result<()> {
         let dir_blocks = if m.dirs_dirty.contains(&dir) {
             0
         } else {
@@ -107,7 +101,7 @@ impl Inner {
 
 /// The inode file's map nodes a checkpoint writing `pages` inode pages rewrites: a path per
 /// page, never more than its whole tree.
-fn ifile_nodes(m: &Meta, pages: u64) -> u64 {
-    let len = (m.ifile.blocks.len() as u64).max(m.ifile_pages) + 1;
+fn ifile_nodes(m: &State, pages: u64) -> u64 {
+    let len = (m.ifile.map().blocks.len() as u64).max(m.ifile.pages()) + 1;
     ((height_for(len) as u64 + 1) * pages.max(1)).min(tree_nodes(len) + 1)
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::*;
+use crate::tbfs::FileKind;
 
 /// The root directory's inode number.
 pub(crate) const ROOT_INO: u64 = 1;
@@ -106,7 +106,7 @@ pub(crate) struct InodeState {
     /// for it are stale from then (see `names`).
     pub names_gen: u64,
     /// The last log of the newest checkpoint that wrote a change of this inode only a
-    /// checkpoint records (`Meta::ns_changed`); 0 if none did in this process. A sync of the
+    /// checkpoint records (`State::ns_changed`); 0 if none did in this process. A sync of the
     /// file waits for it. Its data, size and times need no checkpoint: its data-only logs
     /// carry them, and recovery replays those over whichever checkpoint it starts from.
     pub ckpt_seq: u64,
@@ -179,6 +179,6 @@ pub(crate) fn now_ns() -> i64 {
 }
 
 /// The kind of a stored mode (the record decoder admits only the kinds there are).
-pub(crate) fn mode_kind(mode: u32) -> FileKind {
+pub(super) fn mode_kind(mode: u32) -> FileKind {
     FileKind::from_mode(mode).unwrap_or(FileKind::File)
 }

@@ -6,7 +6,7 @@ use super::dense::DenseSet;
 use super::format::{height_for, Extents, FANOUT};
 
 /// The nodes of a whole tree mapping `blocks` blocks, every level.
-pub(crate) fn tree_nodes(blocks: u64) -> u64 {
+pub(super) fn tree_nodes(blocks: u64) -> u64 {
     let mut total = 0;
     let mut width = blocks;
     for _ in 0..height_for(blocks) {

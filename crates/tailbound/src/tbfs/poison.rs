@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use crate::tbfs::fs::Fs;
 use crate::tbfs::log::AheadPayload;
-use crate::tbfs::state::Inner;
+use crate::tbfs::state::Engine;
 
 impl Fs {
     /// Poisons the pool: every later call on it (and on its other handles and files) fails with
@@ -33,9 +33,9 @@ impl Fs {
     }
 }
 
-impl Inner {
+impl Engine {
     /// Poisons the pool with `reason`, unless it is poisoned already.
-    pub(crate) fn poison_reason(&self, reason: String) {
+    pub(super) fn poison_reason(&self, reason: String) {
         let mut p = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
         if p.is_none() {
             *p = Some(reason);
@@ -45,7 +45,7 @@ impl Inner {
 
     /// Poisons the pool if this thread is unwinding from a panic (called from a `Drop` that
     /// would otherwise go on to write): `what` says what the panic interrupted.
-    pub(crate) fn poison_if_unwinding(&self, what: &str) {
+    pub(super) fn poison_if_unwinding(&self, what: &str) {
         if let Some(p) = crate::panics::unwinding() {
             self.poison_reason(format!("{what} {p}"));
         }
@@ -56,7 +56,7 @@ impl Inner {
 /// pool is poisoned and the payload marked failed, so the threads waiting for it return the
 /// error instead of waiting for ever.
 pub(crate) struct FailOnUnwind<'a> {
-    pub inner: &'a Inner,
+    pub inner: &'a Engine,
     pub payload: &'a AheadPayload,
 }
 

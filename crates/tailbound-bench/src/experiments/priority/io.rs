@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tailbound::sys::file::{AlignedBuf, O_DIRECT};
 use tailbound::sys::time::{monotonic_now, MonoNanos};
 
-use super::{Rate, LOG_BYTES_MAX, MIB, WRITER_PRIO, WRITE_BYTES};
+use super::model::{Rate, LOG_BYTES_MAX, MIB, WRITER_PRIO, WRITE_BYTES};
 use crate::experiments::tenants::{growth_in_window, interrupted};
 use crate::stats::LatencyHistogram;
 use crate::timer::PeriodicTimer;

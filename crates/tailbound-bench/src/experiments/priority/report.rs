@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{PriorityRow, COPY_KEPT_MIN, ISOLATION_MAX, ISOLATION_P999};
+use super::model::{PriorityRow, COPY_KEPT_MIN, ISOLATION_MAX, ISOLATION_P999};
 use crate::report::{fmt_us, targets_markdown, Align, Table, TargetCheck};
 use crate::stats::BoxStats;
 

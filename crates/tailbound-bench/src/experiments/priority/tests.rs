@@ -1,6 +1,7 @@
 use tailbound::sys::time::MonoNanos;
 
 use super::*;
+use crate::stats::LatencyHistogram;
 
 #[test]
 fn rates_parse_and_print() {

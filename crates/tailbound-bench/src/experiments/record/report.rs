@@ -3,7 +3,9 @@
 
 use serde::Serialize;
 
-use super::{CaseResult, FLOOR, PRODUCER_DESIGN, TAILBOUND, TAILBOUND_DECOUPLED, TRACE_BOUND};
+use super::model::{
+    CaseResult, FLOOR, PRODUCER_DESIGN, TAILBOUND, TAILBOUND_DECOUPLED, TRACE_BOUND,
+};
 pub use crate::report::TargetCheck;
 use crate::report::{fmt_us, targets_markdown, Table};
 use crate::stats::BoxStats;

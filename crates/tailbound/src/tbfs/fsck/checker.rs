@@ -146,7 +146,7 @@ pub(super) struct Checker<'a> {
     /// File blocks (inode, block) that data-only logs later in the roll-forward chain rewrote,
     /// for the checkpoint being checked: recovery replays those logs over its pointers, so the
     /// blocks it names there are not part of the recovered state, and their space may have been
-    /// reused (see `Meta::seg_supersede`).
+    /// reused (see `State::seg_supersede`).
     pub(super) superseded: HashSet<(u64, u64)>,
 }
 
@@ -339,13 +339,44 @@ impl Checker<'_> {
         (blocks, !outside.is_empty())
     }
 
-    /// Loads and checks one checkpoint. `None` when its root does not decode.
+    /// Loads and checks one checkpoint, in steps: its root, its inode records and their maps,
+    /// its tables, every block it claims, its directories, its namespace. `None` when its root
+    /// does not decode.
     pub(super) fn checkpoint(
         &mut self,
         root_block: u64,
         expect: Option<(u64, Option<u64>)>,
         with_tables: bool,
     ) -> Option<CheckpointView> {
+        let root = self.checkpoint_root(root_block, expect)?;
+        let n = root.number;
+        let mut claims: Vec<(u64, Claim)> = vec![(root_block, Claim::Root)];
+        let (pages, records) = self.inode_records(&root, root_block, &mut claims);
+        let mut inodes = self.inode_maps(n, &records, &mut claims);
+        let (snapshots, usage) = self.tables(&root, with_tables, &mut claims);
+        self.claims(n, &mut claims, &mut inodes);
+        self.directories(n, &mut inodes);
+        let (paths, usable) = self.namespace(n, &inodes);
+        Some(CheckpointView {
+            number: n,
+            root_block,
+            inodes,
+            paths,
+            usable,
+            pages,
+            prev_root: root.prev_root,
+            oldest_protected: root.oldest_protected,
+            snapshots,
+            usage,
+            blocks: claims.iter().map(|c| c.0).collect(),
+        })
+    }
+    /// The root block, decoded, with a finding if it is not the checkpoint `expect` names.
+    fn checkpoint_root(
+        &mut self,
+        root_block: u64,
+        expect: Option<(u64, Option<u64>)>,
+    ) -> Option<CheckpointRoot> {
         let loc = Location {
             block: Some(root_block),
             checkpoint: expect.map(|e| e.0),
@@ -363,7 +394,6 @@ impl Checker<'_> {
                 return None;
             }
         };
-        let n = root.number;
         if let Some((number, sequence)) = expect {
             if root.number != number || sequence.is_some_and(|s| s != root.sequence) {
                 self.damage(
@@ -377,20 +407,25 @@ impl Checker<'_> {
                 );
             }
         }
-        let cloc = |ino: Option<u64>, block: Option<u64>| Location {
-            checkpoint: Some(n),
-            inode: ino,
-            block,
-            ..Location::default()
-        };
-        let mut claims: Vec<(u64, Claim)> = vec![(root_block, Claim::Root)];
+        Some(root)
+    }
+
+    /// The inode file's pages (claimed) and the records they hold.
+    fn inode_records(
+        &mut self,
+        root: &CheckpointRoot,
+        root_block: u64,
+        claims: &mut Vec<(u64, Claim)>,
+    ) -> (Vec<u64>, BTreeMap<u64, InodeRecord>) {
+        let n = root.number;
+        let cloc = |ino: Option<u64>, block: Option<u64>| at(n, ino, block);
         let (pages, _) = self.load_map(
             n,
             None,
             None,
             root.ifile_root,
             root.ifile_height,
-            &mut claims,
+            claims,
             root.ifile_pages.max(1),
         );
         if pages.len() as u64 > root.ifile_pages {
@@ -447,19 +482,23 @@ impl Checker<'_> {
                 }
             }
         }
+        (pages, records)
+    }
+
+    /// Each record's block map, its blocks claimed, and a finding for a file that maps blocks
+    /// past its size.
+    fn inode_maps(
+        &mut self,
+        n: u64,
+        records: &BTreeMap<u64, InodeRecord>,
+        claims: &mut Vec<(u64, Claim)>,
+    ) -> BTreeMap<u64, InodeView> {
+        let cloc = |ino: Option<u64>, block: Option<u64>| at(n, ino, block);
         let file_limit = crate::tbfs::limits::FILE_BYTES_MAX / BLOCK_U64;
         let mut inodes: BTreeMap<u64, InodeView> = BTreeMap::new();
-        for (&ino, &rec) in &records {
+        for (&ino, &rec) in records {
             let (blocks, _) = if rec.extents.is_empty() {
-                self.load_map(
-                    n,
-                    Some(ino),
-                    None,
-                    rec.root,
-                    rec.height,
-                    &mut claims,
-                    file_limit,
-                )
+                self.load_map(n, Some(ino), None, rec.root, rec.height, claims, file_limit)
             } else {
                 self.record_map(n, ino, &rec.extents, file_limit)
             };
@@ -501,22 +540,27 @@ impl Checker<'_> {
             inodes.insert(ino, v);
         }
 
-        // The tables: segment usage, pinned blocks, snapshots.
+        inodes
+    }
+
+    /// The tables: segment usage, pinned blocks, snapshots (only the newest checkpoint's,
+    /// `with_tables`: older ones' are not kept).
+    fn tables(
+        &mut self,
+        root: &CheckpointRoot,
+        with_tables: bool,
+        claims: &mut Vec<(u64, Claim)>,
+    ) -> (Vec<format::SnapshotEntry>, Vec<Option<format::UsageEntry>>) {
+        let n = root.number;
+        let cloc = |ino: Option<u64>, block: Option<u64>| at(n, ino, block);
         let mut snapshots = Vec::new();
         let mut usage: Vec<Option<format::UsageEntry>> = vec![None; self.geo.segments.len()];
         // Only the newest checkpoint's tables are in use: older ones' are not kept.
         let tables = if with_tables { &root.tables[..] } else { &[] };
         for (i, t) in tables.iter().enumerate() {
             let id = i as u8 + 1;
-            let (pages, _) = self.load_map(
-                n,
-                None,
-                Some(id),
-                t.root,
-                t.height,
-                &mut claims,
-                u64::MAX / 2,
-            );
+            let (pages, _) =
+                self.load_map(n, None, Some(id), t.root, t.height, claims, u64::MAX / 2);
             let per = format::table_entries_per_page(id) as u64;
             for (p, &addr) in pages.iter().enumerate() {
                 let p = p as u64;
@@ -579,7 +623,17 @@ impl Checker<'_> {
             }
         }
 
-        // No block used twice; every block in a log that verifies and says it is that block.
+        (snapshots, usage)
+    }
+
+    /// No block used twice; every block in a log that verifies and says it is that block.
+    fn claims(
+        &mut self,
+        n: u64,
+        claims: &mut Vec<(u64, Claim)>,
+        inodes: &mut BTreeMap<u64, InodeView>,
+    ) {
+        let cloc = |ino: Option<u64>, block: Option<u64>| at(n, ino, block);
         let mut owner: HashMap<u64, Claim> = HashMap::with_capacity(claims.len());
         let mut bad_logs: BTreeMap<u64, Vec<Claim>> = BTreeMap::new();
         let superseded = std::mem::take(&mut self.superseded);
@@ -588,7 +642,7 @@ impl Checker<'_> {
                 && inodes.get(ino).is_some_and(|v| !v.is_dir()))
         };
         claims.retain(|(_, c)| !stale(c));
-        for &(block, claim) in &claims {
+        for &(block, claim) in claims.iter() {
             if let Some(prev) = owner.insert(block, claim) {
                 self.damage(
                     cloc(claim.ino(), Some(block)),
@@ -678,8 +732,11 @@ impl Checker<'_> {
                 }
             }
         }
+    }
 
-        // Directory contents. Damaged metadata blocks (those with their own CRC) are dropped.
+    /// Directory contents. Damaged metadata blocks (those with their own CRC) are dropped.
+    fn directories(&mut self, n: u64, inodes: &mut BTreeMap<u64, InodeView>) {
+        let cloc = |ino: Option<u64>, block: Option<u64>| at(n, ino, block);
         let dir_inos: Vec<u64> = inodes
             .iter()
             .filter(|(_, v)| v.is_dir())
@@ -727,8 +784,16 @@ impl Checker<'_> {
             });
             inodes.get_mut(&ino).expect("dir").entries = entries;
         }
+    }
 
-        // The namespace: a tree over live inodes, rooted at inode 1.
+    /// The namespace: a tree over live inodes, rooted at inode 1. Returns every reachable
+    /// inode's path, and whether the root directory loaded.
+    fn namespace(
+        &mut self,
+        n: u64,
+        inodes: &BTreeMap<u64, InodeView>,
+    ) -> (HashMap<u64, String>, bool) {
+        let cloc = |ino: Option<u64>, block: Option<u64>| at(n, ino, block);
         let usable = inodes.get(&ROOT_INO).is_some_and(InodeView::is_dir);
         if !usable {
             self.damage(cloc(Some(ROOT_INO), None), "no root directory");
@@ -737,7 +802,7 @@ impl Checker<'_> {
         let mut parents: HashMap<u64, Vec<u64>> = HashMap::new();
         let mut refs: HashMap<u64, u32> = HashMap::new();
         let mut subdirs: HashMap<u64, u32> = HashMap::new();
-        for (&dir, v) in &inodes {
+        for (&dir, v) in inodes {
             for e in &v.entries {
                 let child = inodes.get(&e.ino);
                 let problem = match child {
@@ -799,7 +864,7 @@ impl Checker<'_> {
                 }
             }
         }
-        for (&ino, v) in &inodes {
+        for (&ino, v) in inodes {
             let path = paths.get(&ino).cloned();
             let loc = Location {
                 path: path.clone(),
@@ -838,19 +903,17 @@ impl Checker<'_> {
                 );
             }
         }
-        Some(CheckpointView {
-            number: n,
-            root_block,
-            inodes,
-            paths,
-            usable,
-            pages,
-            prev_root: root.prev_root,
-            oldest_protected: root.oldest_protected,
-            snapshots,
-            usage,
-            blocks: claims.iter().map(|c| c.0).collect(),
-        })
+        (paths, usable)
+    }
+}
+
+/// Where a finding about checkpoint `n` is: an inode, a block, or both.
+fn at(n: u64, ino: Option<u64>, block: Option<u64>) -> Location {
+    Location {
+        checkpoint: Some(n),
+        inode: ino,
+        block,
+        ..Location::default()
     }
 }
 

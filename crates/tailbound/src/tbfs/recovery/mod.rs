@@ -6,19 +6,25 @@
 pub(crate) mod scan;
 pub(crate) mod tree;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
+use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode::*;
 use crate::tbfs::log::*;
+use crate::tbfs::map::BlockMap;
+use crate::tbfs::refresh::Refresh;
 use crate::tbfs::retention::*;
 use crate::tbfs::space::segments::*;
-use crate::tbfs::state::*;
-use crate::tbfs::*;
+use crate::tbfs::state::{Engine, State, Wake};
+use crate::tbfs::{
+    AtimePolicy, Barrier, Config, DeviceRef, Error, FileKind, FsCounters, OpenOptions, Ordering,
+    RecoveryMode, RecoveryReport, Result,
+};
 use scan::*;
 use tree::*;
 
@@ -46,9 +52,9 @@ fn new_inner(
     segment_blocks: u64,
     segment_count: u64,
     read_only: bool,
-    meta: Meta,
+    meta: State,
     log: LogWriter,
-) -> Inner {
+) -> Engine {
     let written = meta.writer.seq;
     // Threads waiting for `meta` or the log writer lend their I/O priority to the holder, unless
     // the pool is memory, whose commits are copies with no I/O priority to raise.
@@ -68,7 +74,7 @@ fn new_inner(
         .map(|c| c.lock().map.blocks.len() as u64)
         .max()
         .unwrap_or(0);
-    Inner {
+    Engine {
         dev,
         config,
         pool_id,
@@ -121,7 +127,7 @@ fn new_inner(
 }
 
 /// Lays a new pool on `dev`: both superblocks, an empty root directory and its checkpoint.
-pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
+pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
     let blocks = dev.len() / BLOCK_U64;
     let segment_blocks = config.segment_bytes / BLOCK_U64;
     if !config.segment_bytes.is_multiple_of(BLOCK_U64)
@@ -143,10 +149,10 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
         )));
     }
     let now = now_ns();
-    let mut meta = Meta {
+    let mut meta = State {
         next_ino: ROOT_INO + 1,
         seg: SegmentTable::new(segment_count as usize, segment_blocks),
-        life: Life::new(
+        life: Retention::new(
             segment_count as usize,
             segment_blocks,
             config.protection_period,
@@ -159,8 +165,8 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
             log: None,
             ..Writer::default()
         },
-        created_ns: now,
-        ..Meta::default()
+        refresh: Refresh::new(0, now),
+        ..State::default()
     };
     let root = Arc::new(InodeCell {
         ino: ROOT_INO,
@@ -190,17 +196,18 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
     ));
     {
         let mut m = inner.lock_meta();
-        m.in_refresh = true;
+        m.refresh.set_running(true);
         inner.commit_checkpoint(&mut m)?;
         // Both copies valid from the start, so a torn first refresh still leaves one.
         inner.write_superblock(&mut m)?;
         inner.write_superblock(&mut m)?;
-        m.in_refresh = false;
+        m.refresh.set_running(false);
     }
     Ok(inner)
 }
 
-/// Opens and recovers a pool, in eight steps (numbered so in the body):
+/// Opens and recovers a pool, in eight steps, each a function below but for the fourth
+/// (`tree::load_tree`):
 ///
 /// 1. the newest valid superblock;
 /// 2. the log chain after the superblock's checkpoint;
@@ -211,16 +218,61 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
 ///    checkpoints;
 /// 7. the memory state: segment usage of everything the tree references, pins;
 /// 8. orphans freed, and a fresh checkpoint and superblock.
-pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> {
+pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Engine>> {
     let started = Instant::now();
-    let dev_bytes = dev.len();
     let mut report = RecoveryReport::default();
+    let (sb, config) = newest_superblock(&dev, options, &mut report)?;
+    let chain = scan_chain(&dev, &sb, options, &mut report)?;
+    let base = newest_checkpoint(&sb, &chain.logs);
+    // 4. Load that checkpoint: its root, the inode file, every map and directory.
+    let geo = Geometry {
+        segment_blocks: sb.segment_blocks,
+        segment_count: sb.segment_count,
+    };
+    let tree = load_tree(&dev, &geo, base.root)?;
+    report.checkpoint = tree.root.number;
+    let applied = &chain.logs[base.index..];
+    let rolled = roll_forward(applied, &tree.cells, &mut report);
+    let retained = load_retention(&dev, &geo, &sb, &config, &tree.root, base.root, &mut report)?;
+    let meta = memory_state(&sb, options, tree, &chain, &base, retained, rolled)?;
+    let cur_seg = meta.writer.cur_seg;
+    let prev = chain.prev;
+    let inner = Arc::new(new_inner(
+        dev,
+        config,
+        sb.pool_id,
+        sb.segment_blocks,
+        sb.segment_count,
+        options.read_only,
+        meta,
+        // What was recovered may not be durable yet: the first superblock flushes first.
+        LogWriter {
+            prev_crc: prev,
+            unflushed: true,
+            buf: Vec::new(),
+        },
+    ));
+    inner
+        .sb_checkpoint_seq
+        .store(sb.checkpoint_sequence, AtomicOrdering::Release);
+    settle(&inner, &sb, &chain.logs, cur_seg, options, &mut report)?;
+    report.elapsed = started.elapsed();
+    *inner.report.lock().unwrap_or_else(|p| p.into_inner()) = report;
+    Ok(inner)
+}
 
-    // 1. The newest valid superblock.
+/// Step 1: the newest valid superblock, and the configuration it records (with what `options`
+/// overrides).
+fn newest_superblock(
+    dev: &DeviceRef,
+    options: &OpenOptions,
+    report: &mut RecoveryReport,
+) -> Result<(Superblock, Config)> {
+    let dev_bytes = dev.len();
     let mut candidates = Vec::new();
     let mut problems = Vec::new();
     for copy in 0..format::SUPERBLOCKS {
-        let b = read_block(&dev, copy, &|| {
+        let b = read_block(dev, copy, &|| {
             format!("{} device: reading superblock {copy}", dev.kind())
         })?;
         match Superblock::decode(&b[..], dev_bytes) {
@@ -257,8 +309,27 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     if let Some(b) = options.barrier {
         config.barrier = b;
     }
+    Ok((sb, config))
+}
 
-    // 2. The log chain after the superblock's checkpoint.
+/// The log chain after the superblock's checkpoint, and where the next log goes: its block,
+/// sequence, previous-summary CRC and the segment after the current one.
+struct Chain {
+    logs: Vec<ScannedLog>,
+    pos: u64,
+    seq: u64,
+    prev: u32,
+    segment_next: u64,
+}
+
+/// Step 2: scans the log chain after the superblock's checkpoint, up to the first log that does not
+/// verify (which ends it, or fails the open in strict mode when valid logs follow).
+fn scan_chain(
+    dev: &DeviceRef,
+    sb: &Superblock,
+    options: &OpenOptions,
+    report: &mut RecoveryReport,
+) -> Result<Chain> {
     let seg_start = |s: u64| format::FIRST_SEGMENT_BLOCK + s * sb.segment_blocks;
     let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     let mut logs: Vec<ScannedLog> = Vec::new();
@@ -278,7 +349,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             break;
         }
         let seg_end = seg_start(seg_of(pos)) + sb.segment_blocks;
-        let b = window.get(&dev, pos, 1, seg_end)?;
+        let b = window.get(dev, pos, 1, seg_end)?;
         let (summary, crc) = match Summary::decode(b) {
             Ok(x) => x,
             Err(e) => {
@@ -297,7 +368,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             stop_reason = format!("log {seq} at block {pos} runs past its segment");
             break;
         }
-        let payload = window.get(&dev, pos + 1, summary.payload_blocks as u64, seg_end)?;
+        let payload = window.get(dev, pos + 1, summary.payload_blocks as u64, seg_end)?;
         let ahead = summary.flags & FLAG_AHEAD != 0 && summary.flags & FLAG_DATA_ONLY != 0;
         let payload_ok = format::crc_blocks(payload) == summary.payload_crc;
         let pad = summary.flags & FLAG_PAD != 0 && summary.payload_blocks == 0;
@@ -318,7 +389,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         } else if !payload_ok {
             // A torn tail, or damage with valid logs after it?
             let behind = end < seg_end && {
-                let next = window.get(&dev, end, 1, seg_end)?;
+                let next = window.get(dev, end, 1, seg_end)?;
                 Summary::decode(next).is_ok_and(|(s, _)| {
                     s.sequence == seq + 1 && s.prev_crc == crc && s.pool_id == sb.pool_id
                 })
@@ -353,8 +424,25 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         }
     }
     report.stop_reason = stop_reason;
+    Ok(Chain {
+        logs,
+        pos,
+        seq,
+        prev,
+        segment_next,
+    })
+}
 
-    // 3. The newest complete checkpoint: the superblock's, or one found in the chain.
+/// The checkpoint recovery starts from: its root block, its sequence, and the index in the
+/// chain of the first log after it.
+struct Base {
+    root: u64,
+    seq: u64,
+    index: usize,
+}
+
+/// Step 3: the newest complete checkpoint: the superblock's, or one found in the chain.
+fn newest_checkpoint(sb: &Superblock, logs: &[ScannedLog]) -> Base {
     let mut base_root = sb.checkpoint_root;
     let mut base_seq = sb.checkpoint_sequence;
     let mut base_index = 0usize;
@@ -366,23 +454,27 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             base_index = i + 1;
         }
     }
-    // 4. Load that checkpoint: its root, the inode file, every map and directory.
-    let geo = Geometry {
-        segment_blocks: sb.segment_blocks,
-        segment_count: sb.segment_count,
-    };
-    let Tree {
-        root,
-        ifile,
-        cells,
-        dirs,
-        reached,
-        subdirs,
-    } = load_tree(&dev, &geo, base_root)?;
-    report.checkpoint = root.number;
+    Base {
+        root: base_root,
+        seq: base_seq,
+        index: base_index,
+    }
+}
 
-    // 5. Roll forward the data-only logs after that checkpoint.
-    let applied = &logs[base_index..];
+/// What roll-forward replaced in the base checkpoint's tree.
+struct RolledForward {
+    /// Blocks of the base checkpoint that roll-forward replaced: pinned if it stays retained.
+    replaced: Vec<u64>,
+    /// Of those, file data a data-only log rewrote, with the log's sequence.
+    rewritten: Vec<(u64, u64)>,
+}
+
+/// Step 5: roll forward the data-only logs after the base checkpoint (`applied`) over its tree.
+fn roll_forward(
+    applied: &[ScannedLog],
+    cells: &HashMap<u64, Arc<InodeCell>>,
+    report: &mut RecoveryReport,
+) -> RolledForward {
     report.logs_rolled_forward = applied.iter().filter(|l| !l.skipped).count() as u64;
     report.bytes_rolled_forward = applied
         .iter()
@@ -393,7 +485,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     // Blocks of the base checkpoint that roll-forward replaced: pinned if it stays retained.
     let mut replaced: Vec<u64> = Vec::new();
     // Of those, file data a data-only log rewrote, with the log's sequence: as in normal
-    // operation (`Meta::seg_supersede`), these need no pin while the base checkpoint is the only
+    // operation (`State::seg_supersede`), these need no pin while the base checkpoint is the only
     // one naming them.
     let mut rewritten: Vec<(u64, u64)> = Vec::new();
     let replayed: Vec<&ScannedLog> = applied
@@ -443,17 +535,39 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             }
         }
     }
+    RolledForward {
+        replaced,
+        rewritten,
+    }
+}
 
-    // 6. The checkpoint's tables: snapshots, segment ages, pinned blocks; and the plain
-    // checkpoints kept for the protection period, down the chain of roots.
-    let tables = load_tables(&dev, &geo, &root)?;
-    let mut life = Life::new(
-        segment_count_of(&sb),
+/// What step 6 reads: the retention state, the checkpoint's tables, and the stored pinned
+/// entries with their pages.
+struct LoadedRetention {
+    life: Retention,
+    tables: [BlockMap; format::TABLES],
+    pinned: Vec<(u64, format::PinnedEntry)>,
+}
+
+/// Step 6: the checkpoint's tables: snapshots, segment ages, pinned blocks; and the plain
+/// checkpoints kept for the protection period, down the chain of roots.
+fn load_retention(
+    dev: &DeviceRef,
+    geo: &Geometry,
+    sb: &Superblock,
+    config: &Config,
+    root: &CheckpointRoot,
+    base_root: u64,
+    report: &mut RecoveryReport,
+) -> Result<LoadedRetention> {
+    let tables = load_tables(dev, geo, root)?;
+    let mut life = Retention::new(
+        segment_count_of(sb),
         sb.segment_blocks,
         config.protection_period,
     );
-    let mut kept: BTreeMap<u64, Kept> = BTreeMap::new();
-    if let Some(snaps) = read_snapshots(&dev, &tables[2])? {
+    let mut kept: BTreeMap<u64, Retained> = BTreeMap::new();
+    if let Some(snaps) = read_snapshots(dev, &tables[2])? {
         for e in snaps {
             if e.number > root.number || !geo.contains(e.root) {
                 return Err(corrupt(
@@ -463,7 +577,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             }
             kept.insert(
                 e.number,
-                Kept {
+                Retained {
                     time_ns: e.time_ns,
                     root: e.root,
                     snapshot: true,
@@ -472,7 +586,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             );
         }
     }
-    kept.entry(root.number).or_insert(Kept {
+    kept.entry(root.number).or_insert(Retained {
         time_ns: root.time_ns,
         root: base_root,
         snapshot: false,
@@ -483,7 +597,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         let mut number = root.number;
         while number > root.oldest_protected.max(1) && prev != 0 && geo.contains(prev) {
             number -= 1;
-            let b = read_block(&dev, prev, &|| {
+            let b = read_block(dev, prev, &|| {
                 format!(
                     "{} device: reading checkpoint root {number} at block {prev}",
                     dev.kind()
@@ -497,7 +611,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
                     format!("holds checkpoint {}, expected {number}", r.number),
                 ));
             }
-            kept.entry(number).or_insert(Kept {
+            kept.entry(number).or_insert(Retained {
                 time_ns: r.time_ns,
                 root: prev,
                 snapshot: false,
@@ -508,56 +622,49 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     }
     report.checkpoints_retained = kept.len() as u64;
     life.list = kept;
-    let usage = read_usage(&dev, &tables[0], sb.segment_count)?;
+    let usage = read_usage(dev, &tables[0], sb.segment_count)?;
     for (s, u) in usage.into_iter().enumerate() {
         life.seg_born[s] = u.born.min(root.number);
         life.seg_written[s] = u.written_ns;
     }
-    let pinned_entries = read_pinned(&dev, &tables[1], &geo)?;
+    let pinned_entries = read_pinned(dev, &tables[1], geo)?;
+    Ok(LoadedRetention {
+        life,
+        tables,
+        pinned: pinned_entries,
+    })
+}
 
-    // 7. Memory state: segment usage from everything the tree references.
-    let segment_count = sb.segment_count as usize;
-    let mut seg = SegmentTable::new(segment_count, sb.segment_blocks);
-    let mut pending = DenseSet::default();
-    let mut overfull = None;
-    {
-        let mut live = |a: u64| {
-            let s = seg_of(a) as usize;
-            if !seg.add_live_loaded(s) {
-                overfull.get_or_insert(s);
-            }
-        };
-        for (&ino, cell) in &cells {
-            let st = cell.lock();
-            st.map
-                .blocks
-                .iter()
-                .filter(|&&a| a != 0)
-                .for_each(|&a| live(a));
-            st.map.node_addrs().for_each(&mut live);
-            if st.map.is_dirty() {
-                pending.insert(ino);
-            }
-        }
-        ifile
-            .blocks
-            .iter()
-            .filter(|&&a| a != 0)
-            .for_each(|&a| live(a));
-        ifile.node_addrs().for_each(&mut live);
-        live(base_root);
-        for t in &tables {
-            t.blocks.iter().filter(|&&a| a != 0).for_each(|&a| live(a));
-            t.node_addrs().for_each(&mut live);
-        }
-    }
-    if let Some(s) = overfull {
-        return Err(corrupt(
-            &format!("checkpoint {}", root.number),
-            format!("segment {s} holds more blocks the tree references than it has"),
-        ));
-    }
-    for log in &logs {
+/// Step 7: memory state: segment usage from everything the tree references, link counts, where
+/// the writer continues, and the pins.
+fn memory_state(
+    sb: &Superblock,
+    options: &OpenOptions,
+    tree: Tree,
+    chain: &Chain,
+    base: &Base,
+    retained: LoadedRetention,
+    rolled: RolledForward,
+) -> Result<State> {
+    let Tree {
+        root,
+        ifile,
+        cells,
+        dirs,
+        reached,
+        subdirs,
+    } = tree;
+    let LoadedRetention {
+        mut life,
+        tables,
+        pinned: pinned_entries,
+    } = retained;
+    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
+    let (mut seg, mut pending) = segment_usage(sb, &root, &cells, &ifile, base.root, &tables)?;
+    let logs = chain.logs.as_slice();
+    let applied = &logs[base.index..];
+    let (pos, seq, segment_next) = (chain.pos, chain.seq, chain.segment_next);
+    for log in logs {
         let s = seg_of(log.start) as usize;
         seg.note_written(s, log.summary.sequence);
         life.seg_written[s] = life.seg_written[s].max(log.summary.time_ns);
@@ -583,8 +690,101 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     let free_inos: BTreeSet<u64> = (ROOT_INO + 1..next_ino)
         .filter(|i| !cells.contains_key(i))
         .collect();
+    link_counts(&cells, &reached, &subdirs, &mut pending);
+    let mut meta = State {
+        inodes: cells,
+        dirs,
+        pending,
+        free_inos,
+        next_ino,
+        ifile: InodeFile::loaded(ifile, root.ifile_pages),
+        writer: Writer {
+            pos,
+            cur_seg,
+            next_seg,
+            seq,
+            log: None,
+            ..Writer::default()
+        },
+        seg,
+        checkpoint: root.number,
+        checkpoint_root: base.root,
+        checkpoint_seq: base.seq,
+        refresh: Refresh::new(sb.generation, sb.created_ns),
+        life,
+        ..State::default()
+    };
+    restore_pins(&mut meta, sb, options, root.number, pinned_entries, rolled)?;
+    meta.life.tables = tables;
+    meta.life.usage_dirty.clear();
+    Ok(meta)
+}
+
+/// Step 7, first part: each segment's live count from every block the loaded tree, the inode file,
+/// the root and the tables reference; and the inodes whose map must be written again.
+fn segment_usage(
+    sb: &Superblock,
+    root: &CheckpointRoot,
+    cells: &HashMap<u64, Arc<InodeCell>>,
+    ifile: &BlockMap,
+    base_root: u64,
+    tables: &[BlockMap; format::TABLES],
+) -> Result<(SegmentTable, DenseSet)> {
+    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
+    let segment_count = sb.segment_count as usize;
+    let mut seg = SegmentTable::new(segment_count, sb.segment_blocks);
+    let mut pending = DenseSet::default();
+    let mut overfull = None;
+    {
+        let mut live = |a: u64| {
+            let s = seg_of(a) as usize;
+            if !seg.add_live_loaded(s) {
+                overfull.get_or_insert(s);
+            }
+        };
+        for (&ino, cell) in cells {
+            let st = cell.lock();
+            st.map
+                .blocks
+                .iter()
+                .filter(|&&a| a != 0)
+                .for_each(|&a| live(a));
+            st.map.node_addrs().for_each(&mut live);
+            if st.map.is_dirty() {
+                pending.insert(ino);
+            }
+        }
+        ifile
+            .blocks
+            .iter()
+            .filter(|&&a| a != 0)
+            .for_each(|&a| live(a));
+        ifile.node_addrs().for_each(&mut live);
+        live(base_root);
+        for t in tables {
+            t.blocks.iter().filter(|&&a| a != 0).for_each(|&a| live(a));
+            t.node_addrs().for_each(&mut live);
+        }
+    }
+    if let Some(s) = overfull {
+        return Err(corrupt(
+            &format!("checkpoint {}", root.number),
+            format!("segment {s} holds more blocks the tree references than it has"),
+        ));
+    }
+    Ok((seg, pending))
+}
+
+/// Step 7, second part: each inode's link count as the tree names it (a directory: 2 and its
+/// subdirectories; an inode no directory reaches: 0, an orphan); a changed one is pending.
+fn link_counts(
+    cells: &HashMap<u64, Arc<InodeCell>>,
+    reached: &HashMap<u64, u32>,
+    subdirs: &HashMap<u64, u32>,
+    pending: &mut DenseSet,
+) {
     let mut nlinks = Vec::new();
-    for (&ino, cell) in &cells {
+    for (&ino, cell) in cells {
         let st = cell.lock();
         let n = if st.kind == FileKind::Dir {
             2 + subdirs.get(&ino).copied().unwrap_or(0)
@@ -604,34 +804,19 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         cells[&ino].lock().nlink = n;
         pending.insert(ino);
     }
-    let mut meta = Meta {
-        inodes: cells,
-        dirs,
-        pending,
-        free_inos,
-        next_ino,
-        ifile,
-        ifile_pages: root.ifile_pages,
-        writer: Writer {
-            pos,
-            cur_seg,
-            next_seg,
-            seq,
-            log: None,
-            ..Writer::default()
-        },
-        seg,
-        checkpoint: root.number,
-        checkpoint_root: base_root,
-        checkpoint_seq: base_seq,
-        sb_generation: sb.generation,
-        created_ns: sb.created_ns,
-        life,
-        ..Meta::default()
-    };
-    // Pinned blocks: the stored ones still some retained checkpoint's, and what roll-forward
-    // replaced.
-    let mut usage_mismatch = false;
+}
+
+/// Step 7, last part: the pinned blocks: the stored ones still some retained checkpoint's, and
+/// what roll-forward replaced.
+fn restore_pins(
+    meta: &mut State,
+    sb: &Superblock,
+    options: &OpenOptions,
+    checkpoint: u64,
+    pinned_entries: Vec<(u64, format::PinnedEntry)>,
+    rolled: RolledForward,
+) -> Result<()> {
+    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     for (page, e) in pinned_entries {
         // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
         // range holds entries the page for their range now holds.
@@ -645,25 +830,23 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             }
             meta.pin(
                 e.block,
-                super::retention::Pin {
+                BlockPin {
                     born: e.born,
                     died: e.died,
                     anchor,
                 },
                 sb.segment_blocks,
             );
-        } else {
-            usage_mismatch = true;
         }
     }
-    meta.checkpoint = root.number;
-    for b in replaced {
+    meta.checkpoint = checkpoint;
+    for b in rolled.replaced {
         if !meta.life.pins.contains(b) {
             meta.pin_if_retained(b, sb.segment_blocks);
         }
     }
     let now = now_ns();
-    for (b, seq) in rewritten {
+    for (b, seq) in rolled.rewritten {
         if meta.life.pins.contains(b) {
             continue;
         }
@@ -681,88 +864,75 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             meta.pin_if_retained(b, sb.segment_blocks);
         }
     }
-    let _ = usage_mismatch;
-    meta.life.tables = tables;
-    meta.life.usage_dirty.clear();
-    let inner = Arc::new(new_inner(
-        dev,
-        config,
-        sb.pool_id,
-        sb.segment_blocks,
-        sb.segment_count,
-        options.read_only,
-        meta,
-        // What was recovered may not be durable yet: the first superblock flushes first.
-        LogWriter {
-            prev_crc: prev,
-            unflushed: true,
-            buf: Vec::new(),
-        },
-    ));
-    inner
-        .sb_checkpoint_seq
-        .store(sb.checkpoint_sequence, AtomicOrdering::Release);
+    Ok(())
+}
 
-    // 8. Orphans (unlinked while open when the pool went down) are freed; then a fresh
-    // checkpoint and superblock make the recovered state the new base.
-    {
-        let mut m = inner.lock_meta();
-        let orphans: Vec<Arc<InodeCell>> = m
-            .inodes
-            .values()
-            .filter(|c| c.ino != ROOT_INO && c.lock().nlink == 0)
-            .cloned()
-            .collect();
-        report.orphans_reclaimed = orphans.len() as u64;
-        if !options.read_only {
-            // Everything before the tail is settled once the recovery superblock is durable.
-            inner.sb_checkpoint_seq.store(0, AtomicOrdering::Release);
-            // The chain rolled forward is durable from here on, so the segments its data-only
-            // logs emptied may be reused by what recovery writes.
-            let end = m.writer.seq;
-            inner.flush_written(end, "before recovery writes")?;
-            for o in &orphans {
-                inner.free_inode(&mut m, o);
-            }
-            if m.writer.next_seg == u64::MAX {
-                m.writer.next_seg = m.writer.cur_seg;
-                let pick = (1..=sb.segment_count)
-                    .map(|i| (cur_seg + i) % sb.segment_count)
-                    .find(|&s| {
-                        s != cur_seg
-                            && m.seg.live(s as usize) == 0
-                            && !logs.iter().any(|l| seg_of(l.start) == s)
-                    });
-                match pick {
-                    Some(s) => m.writer.next_seg = s,
-                    None => {
-                        return Err(Error::NoSpace(
-                            "recovery: no free segment to continue the log".into(),
-                        ))
-                    }
+/// Step 8: orphans (unlinked while open when the pool went down) are freed; then a fresh
+/// checkpoint and superblock make the recovered state the new base.
+fn settle(
+    inner: &Arc<Engine>,
+    sb: &Superblock,
+    logs: &[ScannedLog],
+    cur_seg: u64,
+    options: &OpenOptions,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
+    let mut m = inner.lock_meta();
+    let orphans: Vec<Arc<InodeCell>> = m
+        .inodes
+        .values()
+        .filter(|c| c.ino != ROOT_INO && c.lock().nlink == 0)
+        .cloned()
+        .collect();
+    report.orphans_reclaimed = orphans.len() as u64;
+    if !options.read_only {
+        // Everything before the tail is settled once the recovery superblock is durable.
+        inner.sb_checkpoint_seq.store(0, AtomicOrdering::Release);
+        // The chain rolled forward is durable from here on, so the segments its data-only
+        // logs emptied may be reused by what recovery writes.
+        let end = m.writer.seq;
+        inner.flush_written(end, "before recovery writes")?;
+        for o in &orphans {
+            inner.free_inode(&mut m, o);
+        }
+        if m.writer.next_seg == u64::MAX {
+            m.writer.next_seg = m.writer.cur_seg;
+            let pick = (1..=sb.segment_count)
+                .map(|i| (cur_seg + i) % sb.segment_count)
+                .find(|&s| {
+                    s != cur_seg
+                        && m.seg.live(s as usize) == 0
+                        && !logs.iter().any(|l| seg_of(l.start) == s)
+                });
+            match pick {
+                Some(s) => m.writer.next_seg = s,
+                None => {
+                    return Err(Error::NoSpace(
+                        "recovery: no free segment to continue the log".into(),
+                    ))
                 }
             }
-            m.in_refresh = true;
-            // Segments with nothing live may be overwritten only after this superblock; the
-            // recovery checkpoint goes where the chain ended.
-            let result = inner
-                .commit_checkpoint(&mut m)
-                .and_then(|()| inner.write_superblock(&mut m))
-                // An older version's pool is upgraded here, before any log of this build's:
-                // both copies, or a build of that version would take the one it still reads
-                // and stop its log chain at the first descriptor it does not know.
-                .and_then(|()| {
-                    if sb.version < format::VERSION {
-                        inner.write_superblock(&mut m)
-                    } else {
-                        Ok(())
-                    }
-                });
-            m.in_refresh = false;
-            result?;
         }
+        m.refresh.set_running(true);
+        // Segments with nothing live may be overwritten only after this superblock; the
+        // recovery checkpoint goes where the chain ended.
+        let result = inner
+            .commit_checkpoint(&mut m)
+            .and_then(|()| inner.write_superblock(&mut m))
+            // An older version's pool is upgraded here, before any log of this build's:
+            // both copies, or a build of that version would take the one it still reads
+            // and stop its log chain at the first descriptor it does not know.
+            .and_then(|()| {
+                if sb.version < format::VERSION {
+                    inner.write_superblock(&mut m)
+                } else {
+                    Ok(())
+                }
+            });
+        m.refresh.set_running(false);
+        result?;
     }
-    report.elapsed = started.elapsed();
-    *inner.report.lock().unwrap_or_else(|p| p.into_inner()) = report;
-    Ok(inner)
+
+    Ok(())
 }

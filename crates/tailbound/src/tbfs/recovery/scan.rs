@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::tbfs::format::{self, *};
-use crate::tbfs::*;
+use crate::tbfs::{DeviceRef, Error, Result};
 
 /// Blocks read ahead in large requests, so scanning many small logs costs few device reads.
 #[derive(Default)]
@@ -56,7 +56,7 @@ impl Window {
 /// acknowledged is lost: a sync of a file returns only once the log holding its record is
 /// written, and what a run superseded is reused only once its last log is durable, when none of
 /// its logs can be missing.
-pub(crate) fn unfinished_run_data(logs: &[&Summary]) -> BTreeSet<(usize, u64)> {
+pub(in crate::tbfs) fn unfinished_run_data(logs: &[&Summary]) -> BTreeSet<(usize, u64)> {
     let mut dropped = BTreeSet::new();
     // Files with blocks in the open run and no record yet: the logs holding them.
     let mut open: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
@@ -115,7 +115,7 @@ pub(crate) struct ScannedLog {
     pub(crate) skipped: bool,
 }
 
-pub(crate) fn read_block(
+pub(in crate::tbfs) fn read_block(
     dev: &DeviceRef,
     block: u64,
     what: &dyn Fn() -> String,

@@ -7,7 +7,7 @@ use super::scan::*;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::*;
+use crate::tbfs::{DeviceRef, FileKind, Result};
 
 /// The segment area of a pool, for checking addresses read from storage.
 #[derive(Debug, Clone, Copy)]
@@ -35,7 +35,7 @@ pub(crate) struct Tree {
 }
 
 /// Reads a block map of `height` from `root`, checking every node.
-pub(crate) fn load_map(
+pub(in crate::tbfs) fn load_map(
     dev: &DeviceRef,
     sb: &Geometry,
     root: u64,
@@ -109,11 +109,7 @@ pub(crate) fn load_map(
 /// The block map an inode record holds itself (format 3, [`format::Extents`]), checking that
 /// every run lies in the pool and that the file is no larger than the largest; `None` when the
 /// record names a tree instead.
-pub(crate) fn load_record_map(
-    geo: &Geometry,
-    r: &InodeRecord,
-    what: &str,
-) -> Option<Result<BlockMap>> {
+fn load_record_map(geo: &Geometry, r: &InodeRecord, what: &str) -> Option<Result<BlockMap>> {
     if r.extents.is_empty() {
         return None;
     }
@@ -136,7 +132,7 @@ pub(crate) fn load_record_map(
 
 /// Loads the file tree of the checkpoint whose root is at `base_root`: inode file, inodes, block
 /// maps and directories, checking every CRC, address and the shape of the namespace.
-pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Result<Tree> {
+pub(in crate::tbfs) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Result<Tree> {
     let what_root = format!("checkpoint root at block {base_root}");
     let rb = read_block(dev, base_root, &|| {
         format!("{} device: reading {what_root}", dev.kind())
@@ -290,12 +286,12 @@ pub(crate) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64) -> Resu
     })
 }
 
-pub(crate) fn segment_count_of(sb: &Superblock) -> usize {
+pub(in crate::tbfs) fn segment_count_of(sb: &Superblock) -> usize {
     sb.segment_count as usize
 }
 
 /// Reads every page of a table map (`None` for a table the checkpoint does not have).
-pub(crate) fn load_tables(
+pub(in crate::tbfs) fn load_tables(
     dev: &DeviceRef,
     geo: &Geometry,
     root: &CheckpointRoot,
@@ -313,7 +309,7 @@ pub(crate) fn load_tables(
     Ok(out)
 }
 
-pub(crate) fn table_pages<'a>(
+fn table_pages<'a>(
     dev: &'a DeviceRef,
     map: &'a BlockMap,
     id: u8,
@@ -333,7 +329,7 @@ pub(crate) fn table_pages<'a>(
         })
 }
 
-pub(crate) fn read_snapshots(
+pub(in crate::tbfs) fn read_snapshots(
     dev: &DeviceRef,
     map: &BlockMap,
 ) -> Result<Option<Vec<format::SnapshotEntry>>> {
@@ -351,7 +347,7 @@ pub(crate) fn read_snapshots(
     Ok(Some(out))
 }
 
-pub(crate) fn read_usage(
+pub(in crate::tbfs) fn read_usage(
     dev: &DeviceRef,
     map: &BlockMap,
     segments: u64,
@@ -377,7 +373,7 @@ pub(crate) fn read_usage(
 }
 
 /// The pinned table's entries, each with the page it was read from.
-pub(crate) fn read_pinned(
+pub(in crate::tbfs) fn read_pinned(
     dev: &DeviceRef,
     map: &BlockMap,
     geo: &Geometry,

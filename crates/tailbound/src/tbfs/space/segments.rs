@@ -142,7 +142,7 @@ impl SegmentTable {
 }
 
 /// The segment that holds `block` (a block of the segment area).
-pub(crate) fn segment_of(block: u64, segment_blocks: u64) -> usize {
+pub(in crate::tbfs) fn segment_of(block: u64, segment_blocks: u64) -> usize {
     ((block - crate::tbfs::format::FIRST_SEGMENT_BLOCK) / segment_blocks) as usize
 }
 

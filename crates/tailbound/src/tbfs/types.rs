@@ -1,0 +1,490 @@
+//! The public types of tbfs: its configuration, errors, attributes and counters. Names no part
+//! of the engine (only the format's mode bits), so every part may use it without a cycle.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use crate::dev::Device;
+use crate::tbfs::format;
+
+/// What a rename does when the new name exists (`renameat2` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RenameMode {
+    /// Replace it (a file by a file, an empty directory by a directory).
+    #[default]
+    Replace,
+    /// Fail with `Exists` (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swap the two names, which must both exist, whatever their kinds (`RENAME_EXCHANGE`).
+    Exchange,
+}
+
+/// When a synchronous write (fsync, fdatasync, O_SYNC, O_DSYNC) writes a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ordering {
+    /// Every synchronous write writes a checkpoint.
+    Strict = 0,
+    /// A synchronous write writes a data-only log, recovered by roll-forward, unless its file
+    /// has a change only a checkpoint records (creation, a name or link, an attribute or size
+    /// set) not yet in one: then a checkpoint.
+    #[default]
+    Relaxed = 1,
+}
+
+impl Ordering {
+    /// From its superblock code (`as u8` is the other way); the superblock decoder bounds it.
+    pub(crate) fn from_code(code: u8) -> Ordering {
+        if code == Ordering::Strict as u8 {
+            Ordering::Strict
+        } else {
+            Ordering::Relaxed
+        }
+    }
+}
+
+/// When the device's volatile cache is flushed. In every policy a log's write completes before the
+/// next log is issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Barrier {
+    /// After every log: nothing acknowledged is ever lost.
+    EveryLog = 0,
+    /// After every log that ends a checkpoint, and before a superblock write.
+    #[default]
+    EveryCheckpoint = 1,
+    /// Only around superblock refreshes (every `superblock_every_bytes` or `superblock_every`).
+    Superblock = 2,
+}
+
+impl Barrier {
+    /// From its superblock code (`as u8` is the other way); the superblock decoder bounds it.
+    pub(crate) fn from_code(code: u8) -> Barrier {
+        match code {
+            0 => Barrier::EveryLog,
+            1 => Barrier::EveryCheckpoint,
+            _ => Barrier::Superblock,
+        }
+    }
+}
+
+/// What recovery does with corruption it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RecoveryMode {
+    /// Refuse a pool with an invalid log before the end of the log chain.
+    Strict,
+    /// Stop roll-forward at the first log that does not verify and keep everything before it.
+    #[default]
+    TolerateTail,
+}
+
+/// How a pool is made and run. Recorded in the superblock by
+/// [`Fs::format`](crate::tbfs::Fs::format); `open` uses the recorded values unless told
+/// otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub ordering: Ordering,
+    pub barrier: Barrier,
+    /// Segment size in bytes (a multiple of the block size; default 8 MiB, smaller for small pools).
+    pub segment_bytes: u64,
+    /// Refresh the superblock after at most this many bytes of logs (bounds roll-forward;
+    /// default 128 MiB, and at most a quarter of the pool). Each refresh writes a checkpoint,
+    /// which holds the metadata lock while it lays out every inode and directory changed since
+    /// the last, so refreshing too often makes most checkpoints refreshes.
+    pub superblock_every_bytes: u64,
+    /// ... or after this long.
+    pub superblock_every: Duration,
+    /// Write a checkpoint in the background this often when anything is dirty (`None`: never).
+    pub checkpoint_every: Option<Duration>,
+    /// Buffered (not yet logged) file data above this many bytes is written out (default
+    /// 32 MiB; 8 MiB in a memory pool, [`Config::memory_pool`]).
+    pub dirty_bytes_max: u64,
+    /// Plain checkpoints are kept (readable with [`Fs::at`](crate::tbfs::Fs::at), their
+    /// blocks never reused) this long; snapshots until dropped. When writers would otherwise
+    /// find the pool full, the oldest plain checkpoints are released early; snapshots never
+    /// are.
+    pub protection_period: Duration,
+    /// Run the cleaner in a background thread, keeping at least `gc_free_percent` of the pool
+    /// free when it can.
+    pub background_gc: bool,
+    /// Free space (percent of the pool, at most 90) the background cleaner aims for.
+    pub gc_free_percent: u32,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ordering: Ordering::Relaxed,
+            barrier: Barrier::EveryCheckpoint,
+            segment_bytes: 8 << 20,
+            superblock_every_bytes: 128 << 20,
+            superblock_every: Duration::from_secs(5),
+            checkpoint_every: Some(Duration::from_secs(5)),
+            dirty_bytes_max: 32 << 20,
+            protection_period: Duration::from_secs(3600),
+            background_gc: true,
+            gc_free_percent: 20,
+        }
+    }
+}
+
+impl Config {
+    /// The defaults for a pool in memory (`MemoryPool`): as [`Config::default`], but without a
+    /// protection period and with an 8 MiB write buffer.
+    ///
+    /// A memory pool is a process's working tree, gone at reboot; an hour of plain checkpoints
+    /// kept in it would hold every deleted or overwritten byte of that hour in memory (the pool
+    /// would fill with history, and the cleaner could not free it). Snapshots still keep what
+    /// they name, and the newest checkpoint is always kept.
+    ///
+    /// Writing a memory pool's log is a copy from the buffered blocks into the pool, so what is
+    /// buffered and in flight should stay well inside the processor's last-level cache: a
+    /// buffer as large as that cache cost more CPU per operation, copying into the pool and
+    /// computing CRCs (docs/results/fileserver.md). A disk pool keeps the larger buffer, for
+    /// longer sequential writes.
+    pub fn memory_pool() -> Config {
+        Config {
+            protection_period: Duration::ZERO,
+            dirty_bytes_max: 8 << 20,
+            ..Config::default()
+        }
+    }
+}
+
+/// Options for opening an existing pool.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    pub recovery: RecoveryMode,
+    /// Run with this ordering/barrier instead of the recorded ones.
+    pub ordering: Option<Ordering>,
+    pub barrier: Option<Barrier>,
+    /// Open without writing anything (no recovery checkpoint; every write fails).
+    pub read_only: bool,
+    /// Run the background cleaner or not, instead of what the pool recorded.
+    pub background_gc: Option<bool>,
+}
+
+/// What recovery found and did when a pool was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Which superblock copy (0 or 1) was used.
+    pub superblock: u8,
+    /// The checkpoint the superblock named, and the newest one found by roll-forward.
+    pub superblock_checkpoint: u64,
+    pub checkpoint: u64,
+    /// Logs replayed after the superblock's checkpoint, and the bytes they spanned.
+    pub logs_rolled_forward: u64,
+    pub bytes_rolled_forward: u64,
+    /// Data-only logs written ahead of their payloads whose payload was incomplete, and the
+    /// later logs of the same files: part of the chain, not replayed (nothing they held was
+    /// acknowledged durable).
+    pub logs_skipped: u64,
+    /// Files' parts of runs of data-only logs left out because the run stopped before their
+    /// attributes record (or its end): a write spread over several logs is replayed whole or
+    /// not at all. Counted per log and file.
+    pub run_parts_dropped: u64,
+    /// Why roll-forward stopped (`end of log chain`, `CRC mismatch at block N`, ...).
+    pub stop_reason: String,
+    /// Orphaned inodes (unlinked while open) reclaimed.
+    pub orphans_reclaimed: u64,
+    /// Retained checkpoints (snapshots and protected plain checkpoints) found.
+    pub checkpoints_retained: u64,
+    pub elapsed: Duration,
+}
+
+/// What kind of inode a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Dir,
+    /// A symbolic link; its target is its data.
+    Symlink,
+    /// A named pipe (`S_IFIFO`). Special files hold no data: the kernel serves their I/O.
+    Fifo,
+    /// A character device (`S_IFCHR`), with its device number in [`Stat::rdev`].
+    CharDevice,
+    /// A block device (`S_IFBLK`), with its device number in [`Stat::rdev`].
+    BlockDevice,
+    /// A Unix socket's name (`S_IFSOCK`).
+    Socket,
+}
+
+impl FileKind {
+    /// The `S_IFMT` bits of this kind.
+    pub fn type_bits(self) -> u32 {
+        match self {
+            FileKind::File => format::S_IFREG,
+            FileKind::Dir => format::S_IFDIR,
+            FileKind::Symlink => format::S_IFLNK,
+            FileKind::Fifo => format::S_IFIFO,
+            FileKind::CharDevice => format::S_IFCHR,
+            FileKind::BlockDevice => format::S_IFBLK,
+            FileKind::Socket => format::S_IFSOCK,
+        }
+    }
+
+    /// The kind of a mode's `S_IFMT` bits; `None` for bits that name no kind.
+    pub fn from_mode(mode: u32) -> Option<FileKind> {
+        Some(match mode & format::S_IFMT {
+            format::S_IFREG => FileKind::File,
+            format::S_IFDIR => FileKind::Dir,
+            format::S_IFLNK => FileKind::Symlink,
+            format::S_IFIFO => FileKind::Fifo,
+            format::S_IFCHR => FileKind::CharDevice,
+            format::S_IFBLK => FileKind::BlockDevice,
+            format::S_IFSOCK => FileKind::Socket,
+            _ => return None,
+        })
+    }
+
+    /// A FIFO, device or socket: an inode with no data of its own.
+    pub fn is_special(self) -> bool {
+        matches!(
+            self,
+            FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket
+        )
+    }
+}
+
+/// What `stat` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub nlink: u32,
+    pub size: u64,
+    /// Blocks of [`crate::dev::BLOCK_SIZE`] mapped to storage or buffered.
+    pub blocks: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub atime_ns: i64,
+    pub uid: u32,
+    pub gid: u32,
+    /// A device's number, as the kernel encodes it in 32 bits (`new_encode_dev`: minor bits 0–7,
+    /// major bits 8–19, the rest of the minor from bit 20); 0 for every other kind.
+    pub rdev: u32,
+}
+
+/// Attribute changes for [`Fs::set_attr`](crate::tbfs::Fs::set_attr) /
+/// [`File::set_attr`](crate::tbfs::File::set_attr) (chmod, chown, utimens); `None`
+/// leaves an attribute as it is. Any change sets the change time to now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    /// Permission bits (the low 12 bits are used).
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime_ns: Option<i64>,
+    pub mtime_ns: Option<i64>,
+}
+
+/// When reads update a file's access time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimePolicy {
+    /// Never (like `noatime`).
+    Never = 0,
+    /// When the access time is not after the modification or change time, or is a day old (like
+    /// Linux's default `relatime`).
+    #[default]
+    Relatime = 1,
+    /// On every read (like `strictatime`).
+    Strict = 2,
+}
+
+/// One directory entry from `readdir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub ino: u64,
+    pub kind: FileKind,
+}
+
+/// What `statvfs` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatVfs {
+    pub block_size: u64,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    pub files: u64,
+    pub name_max: u64,
+}
+
+/// How writes to an open file are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    #[default]
+    None,
+    /// O_DSYNC: every write is followed by `fdatasync`.
+    Data,
+    /// O_SYNC: every write is followed by `fsync`.
+    Full,
+}
+
+/// How to open a file, like `open(2)` flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenFlags {
+    pub read: bool,
+    pub write: bool,
+    pub create: bool,
+    pub exclusive: bool,
+    pub truncate: bool,
+    pub append: bool,
+    pub sync: SyncMode,
+    /// `O_DIRECT`: each write goes out before it returns, as its writer's I/O, and returns once
+    /// its data is on the device (not flushed: durability still takes `fsync` or `O_SYNC`), in
+    /// relaxed ordering as data-only logs that wait for no other writer's I/O. Reads are not
+    /// affected.
+    pub direct: bool,
+    /// Permission bits for a created file.
+    pub mode: u32,
+}
+
+impl OpenFlags {
+    pub fn read_only() -> OpenFlags {
+        OpenFlags {
+            read: true,
+            ..OpenFlags::default()
+        }
+    }
+    /// Read-write, created if missing (mode 0644).
+    pub fn create() -> OpenFlags {
+        OpenFlags {
+            read: true,
+            write: true,
+            create: true,
+            mode: 0o644,
+            ..OpenFlags::default()
+        }
+    }
+    /// From `open(2)` flags and mode.
+    pub fn from_libc(flags: i32, mode: u32) -> OpenFlags {
+        let acc = flags & libc::O_ACCMODE;
+        OpenFlags {
+            read: acc == libc::O_RDONLY || acc == libc::O_RDWR,
+            write: acc == libc::O_WRONLY || acc == libc::O_RDWR,
+            create: flags & libc::O_CREAT != 0,
+            exclusive: flags & libc::O_EXCL != 0,
+            truncate: flags & libc::O_TRUNC != 0,
+            append: flags & libc::O_APPEND != 0,
+            sync: if flags & libc::O_SYNC == libc::O_SYNC {
+                SyncMode::Full
+            } else if flags & libc::O_DSYNC != 0 {
+                SyncMode::Data
+            } else {
+                SyncMode::None
+            },
+            direct: flags & libc::O_DIRECT != 0,
+            mode: mode & 0o7777,
+        }
+    }
+}
+
+/// Everything that can go wrong in tbfs. Messages name the path or pool and the operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("{0}: no such file or directory")]
+    NotFound(String),
+    #[error("{0}: file exists")]
+    Exists(String),
+    #[error("{0}: not a directory")]
+    NotDir(String),
+    #[error("{0}: is a directory")]
+    IsDir(String),
+    #[error("{0}: directory not empty")]
+    NotEmpty(String),
+    #[error("{0}: file name too long")]
+    NameTooLong(String),
+    #[error("{0}: too many levels of symbolic links")]
+    Loop(String),
+    #[error("{0}: operation not permitted")]
+    NotPermitted(String),
+    #[error("{0}: invalid argument")]
+    Invalid(String),
+    #[error("{0}: bad file handle for this operation")]
+    BadHandle(String),
+    #[error("{0}: read-only pool")]
+    ReadOnly(String),
+    #[error("pool is full: {0}")]
+    NoSpace(String),
+    #[error("corrupt pool: {0}")]
+    Corrupt(String),
+    #[error("pool is unusable after an earlier failure (reopen it to recover): {0}")]
+    Poisoned(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// The `errno` a POSIX call would return for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::NotFound(_) => libc::ENOENT,
+            Error::Exists(_) => libc::EEXIST,
+            Error::NotDir(_) => libc::ENOTDIR,
+            Error::IsDir(_) => libc::EISDIR,
+            Error::NotEmpty(_) => libc::ENOTEMPTY,
+            Error::NameTooLong(_) => libc::ENAMETOOLONG,
+            Error::Invalid(_) => libc::EINVAL,
+            Error::BadHandle(_) => libc::EBADF,
+            Error::ReadOnly(_) => libc::EROFS,
+            Error::NoSpace(_) => libc::ENOSPC,
+            Error::Corrupt(_) => libc::EUCLEAN,
+            Error::Poisoned(_) => libc::EIO,
+            Error::Loop(_) => libc::ELOOP,
+            Error::NotPermitted(_) => libc::EPERM,
+            Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+
+    pub(crate) fn io(what: impl fmt::Display, source: io::Error) -> Error {
+        Error::Io {
+            what: what.to_string(),
+            source,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+// Keep the trait object type in the public signatures of this module easy to name.
+pub type DeviceRef = std::sync::Arc<dyn Device>;
+
+/// What the engine has written since the pool was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FsCounters {
+    pub logs: u64,
+    pub data_only_logs: u64,
+    pub checkpoints: u64,
+    pub superblock_writes: u64,
+    pub device_flushes: u64,
+    pub bytes_written: u64,
+    /// Segments the cleaner emptied, and the live blocks it copied forward to do so.
+    pub segments_cleaned: u64,
+    pub blocks_copied: u64,
+    /// Cleaning passes whose copies went out as data-only logs, with no checkpoint.
+    pub light_cleaning_passes: u64,
+    /// File blocks written in data-only logs as placed data, for the next checkpoint to map:
+    /// buffered data of files with a change only a checkpoint records.
+    pub placed_blocks: u64,
+    /// Blocks of logs that are not file or directory data: summaries, pads, map nodes, inode
+    /// pages, tables and checkpoint roots (part of `bytes_written`).
+    pub metadata_blocks: u64,
+    /// Plain checkpoints released before their protection period ended because the pool was full.
+    pub protection_released: u64,
+    /// Nanoseconds the metadata lock was held, summed over every hold: most operations (creates,
+    /// deletes, commits, cleaning) need it, so its share of the wall time bounds how much they
+    /// overlap.
+    pub meta_held_ns: u64,
+    /// Of `meta_held_ns`, the nanoseconds spent writing checkpoints, cleaning, and sealing
+    /// buffered data as data-only logs, each without what is nested in it (a checkpoint a
+    /// cleaning pass writes counts as a checkpoint, the buffer a pass writes first as sealing).
+    /// The rest is namespace work (creates, deletes, renames, look-ups) and short holds.
+    pub meta_checkpoint_ns: u64,
+    pub meta_cleaning_ns: u64,
+    pub meta_sealing_ns: u64,
+}
