@@ -24,10 +24,12 @@ mod invalidate;
 mod ops;
 mod options;
 mod snapshots;
+mod stats;
 
 pub use invalidate::Invalidator;
 pub use ops::TbFuse;
 pub use options::{Options, DEFAULT_THREADS};
+pub use stats::{Kind, RequestCounts};
 
 /// Unmounts a mount [`serve`] made, from any thread (a signal handler's, say): lazily, so
 /// processes still using the mount finish with it, and [`serve`] returns once they have.

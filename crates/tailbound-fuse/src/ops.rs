@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use tailbound::tbfs::by_ino::ROOT;
 use tailbound::tbfs::locks::{Kind, Owner, Request as LockRequest, Space};
@@ -19,6 +19,7 @@ use tailbound::tbfs::{self, File, FileKind, Fs, OpenFlags, RenameMode, SetAttr, 
 
 use crate::generations::Generations;
 use crate::snapshots::{self, Place, Views};
+use crate::stats::{Kind as Req, RequestCounts};
 use crate::Options;
 
 /// An open file or directory.
@@ -43,6 +44,7 @@ pub struct TbFuse {
     ttl: Duration,
     writeback_cache: bool,
     max_write: u32,
+    stats: Option<Arc<RequestCounts>>,
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -156,6 +158,13 @@ impl TbFuse {
             ttl: options.ttl,
             writeback_cache: options.writeback_cache,
             max_write: options.max_write,
+            stats: options.stats.clone(),
+        }
+    }
+
+    fn count(&self, kind: Req) {
+        if let Some(s) = &self.stats {
+            s.count(kind);
         }
     }
 
@@ -301,6 +310,7 @@ impl Filesystem for TbFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.count(Req::Lookup);
         let name = match name_of(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -324,10 +334,12 @@ impl Filesystem for TbFuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.count(Req::Forget);
         self.generations.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.count(Req::Getattr);
         let st = match fh.map(|fh| self.file(fh)) {
             Some(Ok(f)) => f.stat().map_err(|e| errno(&e)),
             _ => self.stat_any(ino.0),
@@ -356,6 +368,7 @@ impl Filesystem for TbFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.count(Req::Setattr);
         let ino = match self.live(ino) {
             Ok(i) => INodeNo(i),
             Err(e) => return reply.error(e),
@@ -387,6 +400,7 @@ impl Filesystem for TbFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.count(Req::Readlink);
         let target = match self.views.place(ino.0) {
             Ok(Place::Live(i)) => self.fs.readlink_ino(i).map_err(|e| errno(&e)),
             Ok(Place::View(v, i)) => v.readlink_ino(i).map_err(|e| errno(&e)),
@@ -409,6 +423,7 @@ impl Filesystem for TbFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.count(Req::Mknod);
         let (parent, name) = match self.new_name(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -432,6 +447,7 @@ impl Filesystem for TbFuse {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        self.count(Req::Mkdir);
         let (parent, name) = match self.new_name(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -444,6 +460,7 @@ impl Filesystem for TbFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.count(Req::Unlink);
         let r = self
             .new_name(parent, name)
             .and_then(|(p, n)| self.fs.unlink_in(p, n).map_err(|e| errno(&e)));
@@ -454,6 +471,7 @@ impl Filesystem for TbFuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.count(Req::Rmdir);
         let r = self
             .new_name(parent, name)
             .and_then(|(p, n)| self.fs.rmdir_in(p, n).map_err(|e| errno(&e)));
@@ -471,6 +489,7 @@ impl Filesystem for TbFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.count(Req::Symlink);
         let (parent, name) = match self.new_name(parent, link_name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -495,6 +514,7 @@ impl Filesystem for TbFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Rename);
         let how = if flags.is_empty() {
             RenameMode::Replace
         } else if flags == RenameFlags::RENAME_NOREPLACE {
@@ -525,6 +545,7 @@ impl Filesystem for TbFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.count(Req::Link);
         let names = self
             .live(ino)
             .and_then(|ino| Ok((ino, self.new_name(newparent, newname)?)));
@@ -539,6 +560,7 @@ impl Filesystem for TbFuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+        self.count(Req::Open);
         let place = match self.views.place(ino.0) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -572,6 +594,7 @@ impl Filesystem for TbFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.count(Req::Create);
         let (parent, name) = match self.new_name(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -610,6 +633,7 @@ impl Filesystem for TbFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.count(Req::Read);
         let handle = match guard(&self.handles).get(&fh.0) {
             Some(Handle::File(f)) => Ok(f.clone()),
             Some(Handle::View(v, i)) => Err(Some((v.clone(), *i))),
@@ -639,6 +663,7 @@ impl Filesystem for TbFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.count(Req::Write);
         let f = match self.file(fh) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
@@ -657,6 +682,7 @@ impl Filesystem for TbFuse {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Flush);
         // A close by a process drops all its record locks on the file (POSIX).
         self.fs
             .locks()
@@ -674,6 +700,7 @@ impl Filesystem for TbFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Release);
         let gone = guard(&self.handles).remove(&fh.0);
         drop(gone);
         reply.ok();
@@ -687,6 +714,7 @@ impl Filesystem for TbFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Fsync);
         let f = match self.file(fh) {
             Ok(f) => f,
             // A snapshot's file has nothing to sync.
@@ -703,6 +731,7 @@ impl Filesystem for TbFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+        self.count(Req::Opendir);
         match self.list_dir(ino.0) {
             Ok(all) => {
                 let fh = self.add_handle(Handle::Dir(Arc::new(all)));
@@ -720,6 +749,7 @@ impl Filesystem for TbFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.count(Req::Readdir);
         let entries = match guard(&self.handles).get(&fh.0) {
             Some(Handle::Dir(d)) => d.clone(),
             _ => return reply.error(Errno::EBADF),
@@ -740,6 +770,7 @@ impl Filesystem for TbFuse {
         _flags: fuser::OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Releasedir);
         guard(&self.handles).remove(&fh.0);
         reply.ok();
     }
@@ -752,6 +783,7 @@ impl Filesystem for TbFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Fsyncdir);
         // A directory's entries are in the namespace, which only a checkpoint makes durable.
         match self.fs.sync() {
             Ok(()) => reply.ok(),
@@ -760,6 +792,7 @@ impl Filesystem for TbFuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.count(Req::Statfs);
         match self.fs.statvfs() {
             Ok(s) => {
                 // Inodes are not preallocated: as many more as there are free blocks.
@@ -791,6 +824,7 @@ impl Filesystem for TbFuse {
         _pid: u32,
         reply: ReplyLock,
     ) {
+        self.count(Req::Getlk);
         let r = match record_lock(lock_owner, start, end, typ) {
             Ok(r) => r,
             Err(e) => return reply.error(e),
@@ -831,6 +865,7 @@ impl Filesystem for TbFuse {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Setlk);
         let r = match record_lock(lock_owner, start, end, typ) {
             Ok(r) => r,
             Err(e) => return reply.error(e),
@@ -858,6 +893,24 @@ impl Filesystem for TbFuse {
         }
     }
 
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        // The pool stores no extended attributes; ENOSYS makes the kernel stop asking.
+        self.count(Req::Getxattr);
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        self.count(Req::Listxattr);
+        reply.error(Errno::ENOSYS);
+    }
+
     fn fallocate(
         &self,
         _req: &Request,
@@ -868,6 +921,7 @@ impl Filesystem for TbFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Fallocate);
         let f = match self.file(fh) {
             Ok(f) => f,
             Err(e) => return reply.error(e),
