@@ -186,7 +186,6 @@ fn mount_and_serve(
     }
     let stats_file = args
         .stats
-        .clone()
         .as_ref()
         .map(std::path::absolute)
         .transpose()

@@ -20,6 +20,7 @@ use fuser::{Config, MountOption, SessionACL};
 use tailbound::tbfs::Fs;
 
 mod generations;
+mod inodes;
 mod invalidate;
 mod ops;
 mod options;

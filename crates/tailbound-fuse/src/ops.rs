@@ -18,6 +18,7 @@ use tailbound::tbfs::locks::{Kind, Owner, Request as LockRequest, Space};
 use tailbound::tbfs::{self, File, FileKind, Fs, OpenFlags, RenameMode, SetAttr, Snapshot, Stat};
 
 use crate::generations::Generations;
+use crate::inodes::Inodes;
 use crate::snapshots::{self, Place, Views};
 use crate::stats::{Kind as Req, RequestCounts};
 use crate::Options;
@@ -32,11 +33,20 @@ enum Handle {
     View(Arc<Snapshot>, u64),
 }
 
+/// Where a read, write or sync goes.
+enum Target {
+    File(Arc<File>),
+    View(Arc<Snapshot>, u64),
+}
+
 /// The FUSE file system over one pool.
 pub struct TbFuse {
     fs: Arc<Fs>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
+    /// Pool handles of files the kernel opened without asking ([`crate::inodes`]).
+    inodes: Inodes,
+
     generations: Generations,
     /// The process that last took a lock as each lock owner, for `F_GETLK`.
     lock_pids: Arc<Mutex<HashMap<u64, u32>>>,
@@ -152,6 +162,7 @@ impl TbFuse {
             fs,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            inodes: Inodes::default(),
             generations: Generations::default(),
             lock_pids: Arc::new(Mutex::new(HashMap::new())),
             views: Views::default(),
@@ -262,6 +273,47 @@ impl TbFuse {
         }
     }
 
+    /// The kernel opens files without asking (no-open): with the writeback cache, where the
+    /// kernel places appends and calls fsync for O_SYNC, so no open file carries a flag the
+    /// pool must act on.
+    fn no_open(&self) -> bool {
+        self.writeback_cache
+    }
+
+    /// What a read, write or sync of `fh` on `ino` goes to: the handle the server gave at
+    /// open, else (no-open, `fh` 0) the inode's own pool handle or its snapshot.
+    fn target(&self, ino: INodeNo, fh: FileHandle) -> Result<Target, Errno> {
+        match guard(&self.handles).get(&fh.0) {
+            Some(Handle::File(f)) => return Ok(Target::File(f.clone())),
+            Some(Handle::View(v, i)) => return Ok(Target::View(v.clone(), *i)),
+            Some(Handle::Dir(_)) => return Err(Errno::EBADF),
+            None => {}
+        }
+        match self.views.place(ino.0)? {
+            Place::Live(i) => self
+                .inodes
+                .get(&self.fs, i)
+                .map(Target::File)
+                .map_err(|e| errno(&e)),
+            Place::View(v, i) => Ok(Target::View(v, i)),
+            Place::Dir => Err(Errno::EISDIR),
+        }
+    }
+
+    /// Before `name` in `parent` may lose its last link: if the kernel holds its inode, a
+    /// process may have it open without the server knowing (no-open), so the inode gets its
+    /// pool handle now and keeps its data until the kernel forgets it.
+    fn keep_if_held(&self, parent: u64, name: &str) {
+        if !self.no_open() {
+            return;
+        }
+        if let Ok(st) = self.fs.lookup_in(parent, name) {
+            if st.kind == FileKind::File && self.generations.holds(st.ino) {
+                let _ = self.inodes.get(&self.fs, st.ino);
+            }
+        }
+    }
+
     /// The owner of a new inode in `parent`: the caller, with the directory's group when it is
     /// set-group-ID (and then also set-group-ID itself if a directory).
     fn owner(&self, req: &Request, parent: u64, mode: u32, dir: bool) -> (u32, u32, u32) {
@@ -291,13 +343,17 @@ impl TbFuse {
 impl Filesystem for TbFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let mut wanted = InitFlags::FUSE_POSIX_LOCKS
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_ASYNC_READ
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_MAX_PAGES;
         if self.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        // The kernel truncates an O_TRUNC open itself (a SETATTR) unless the server does it at
+        // OPEN, which it is not sent with no-open.
+        if !self.no_open() {
+            wanted |= InitFlags::FUSE_ATOMIC_O_TRUNC;
         }
         // Each on its own: a kernel without one still gets the others.
         for flag in wanted.iter() {
@@ -335,14 +391,19 @@ impl Filesystem for TbFuse {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         self.count(Req::Forget);
-        self.generations.forget(ino.0, nlookup);
+        if self.generations.forget(ino.0, nlookup) {
+            self.inodes.forget(ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.count(Req::Getattr);
-        let st = match fh.map(|fh| self.file(fh)) {
-            Some(Ok(f)) => f.stat().map_err(|e| errno(&e)),
-            _ => self.stat_any(ino.0),
+        let held = fh
+            .and_then(|fh| self.file(fh).ok())
+            .or_else(|| self.inodes.held(ino.0));
+        let st = match held {
+            Some(f) => f.stat().map_err(|e| errno(&e)),
+            None => self.stat_any(ino.0),
         };
         match st {
             Ok(st) => reply.attr(&self.ttl, &attr_of(&st)),
@@ -461,9 +522,10 @@ impl Filesystem for TbFuse {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.count(Req::Unlink);
-        let r = self
-            .new_name(parent, name)
-            .and_then(|(p, n)| self.fs.unlink_in(p, n).map_err(|e| errno(&e)));
+        let r = self.new_name(parent, name).and_then(|(p, n)| {
+            self.keep_if_held(p, n);
+            self.fs.unlink_in(p, n).map_err(|e| errno(&e))
+        });
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -531,6 +593,9 @@ impl Filesystem for TbFuse {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        if how == RenameMode::Replace {
+            self.keep_if_held(newparent, to);
+        }
         match self.fs.rename_in(parent, from, newparent, to, how) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -565,6 +630,11 @@ impl Filesystem for TbFuse {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        if self.no_open() {
+            // The kernel stops sending OPEN and RELEASE, and opens files itself: it has
+            // checked the access already, and reads and writes then name the inode.
+            return reply.error(Errno::ENOSYS);
+        }
         let flags = self.open_flags(flags.0, 0);
         let ino = match place {
             Place::Live(i) => i,
@@ -595,6 +665,11 @@ impl Filesystem for TbFuse {
         reply: ReplyCreate,
     ) {
         self.count(Req::Create);
+        if self.no_open() {
+            // The kernel makes the file with MKNOD instead and opens it without asking: no
+            // RELEASE at its close.
+            return reply.error(Errno::ENOSYS);
+        }
         let (parent, name) = match self.new_name(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -625,7 +700,7 @@ impl Filesystem for TbFuse {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -634,16 +709,14 @@ impl Filesystem for TbFuse {
         reply: ReplyData,
     ) {
         self.count(Req::Read);
-        let handle = match guard(&self.handles).get(&fh.0) {
-            Some(Handle::File(f)) => Ok(f.clone()),
-            Some(Handle::View(v, i)) => Err(Some((v.clone(), *i))),
-            _ => Err(None),
+        let target = match self.target(ino, fh) {
+            Ok(t) => t,
+            Err(e) => return reply.error(e),
         };
         let mut buf = vec![0u8; size as usize];
-        let n = match handle {
-            Ok(f) => f.pread(&mut buf, offset),
-            Err(Some((v, i))) => v.pread_ino(i, &mut buf, offset),
-            Err(None) => return reply.error(Errno::EBADF),
+        let n = match target {
+            Target::File(f) => f.pread(&mut buf, offset),
+            Target::View(v, i) => v.pread_ino(i, &mut buf, offset),
         };
         match n {
             Ok(n) => reply.data(&buf[..n]),
@@ -654,21 +727,40 @@ impl Filesystem for TbFuse {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: fuser::OpenFlags,
+        flags: fuser::OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         self.count(Req::Write);
-        let f = match self.file(fh) {
-            Ok(f) => f,
+        let opened = guard(&self.handles).contains_key(&fh.0);
+        let f = match self.target(ino, fh) {
+            Ok(Target::File(f)) => f,
+            // Opened without asking, a snapshot's file is refused here, as the kernel writes
+            // its pages back: the writer's close or fsync reports the error.
+            Ok(Target::View(..)) => return reply.error(Errno::EROFS),
             Err(e) => return reply.error(e),
         };
-        match f.pwrite(data, offset) {
+        let written = if flags.0 & libc::O_DIRECT != 0 && !opened {
+            // An O_DIRECT write the server saw no open of: a handle of its own, so the pool
+            // writes it through to the device as it does for a direct open.
+            let direct = OpenFlags {
+                read: true,
+                write: true,
+                direct: true,
+                ..OpenFlags::default()
+            };
+            self.fs
+                .open_ino(ino.0, direct)
+                .and_then(|d| d.pwrite(data, offset))
+        } else {
+            f.pwrite(data, offset)
+        };
+        match written {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
@@ -709,18 +801,16 @@ impl Filesystem for TbFuse {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
         self.count(Req::Fsync);
-        let f = match self.file(fh) {
-            Ok(f) => f,
+        let f = match self.target(ino, fh) {
+            Ok(Target::File(f)) => f,
             // A snapshot's file has nothing to sync.
-            Err(_) if matches!(guard(&self.handles).get(&fh.0), Some(Handle::View(..))) => {
-                return reply.ok()
-            }
+            Ok(Target::View(..)) => return reply.ok(),
             Err(e) => return reply.error(e),
         };
         let r = if datasync { f.fdatasync() } else { f.fsync() };
@@ -914,7 +1004,7 @@ impl Filesystem for TbFuse {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
@@ -922,8 +1012,9 @@ impl Filesystem for TbFuse {
         reply: ReplyEmpty,
     ) {
         self.count(Req::Fallocate);
-        let f = match self.file(fh) {
-            Ok(f) => f,
+        let f = match self.target(ino, fh) {
+            Ok(Target::File(f)) => f,
+            Ok(Target::View(..)) => return reply.error(Errno::EROFS),
             Err(e) => return reply.error(e),
         };
         let r = match mode {
