@@ -63,6 +63,10 @@ pub struct MountArgs {
     /// cache.
     #[arg(long)]
     no_writeback_cache: bool,
+    /// When the mount ends, write to FILE how many requests of each kind the kernel sent it
+    /// (`LOOKUP 1234` lines, then `TOTAL`).
+    #[arg(long, value_name = "FILE")]
+    stats: Option<PathBuf>,
 }
 
 /// Unmount a directory `tailbound mount` serves, after its pool is synced.
@@ -180,6 +184,15 @@ fn mount_and_serve(
     if let Some(t) = args.threads {
         options.threads = t.max(1);
     }
+    let stats_file = args
+        .stats
+        .as_ref()
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(|e| fail(&mut ready, format!("--stats: {e}")))?;
+    if stats_file.is_some() {
+        options.stats = Some(Arc::default());
+    }
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
@@ -222,6 +235,11 @@ fn mount_and_serve(
         }
     });
     signal_handle.close();
+    if let (Some(file), Some(counts)) = (&stats_file, &options.stats) {
+        if let Err(e) = std::fs::write(file, counts.report()) {
+            eprintln!("tailbound: {}: {e}", file.display());
+        }
+    }
     // Its clients' files close and their locks go before the pool is synced.
     server.stop();
     if let Err(e) = served {

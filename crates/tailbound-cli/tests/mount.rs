@@ -26,6 +26,11 @@ impl Mounted {
     /// Like [`Mounted::new`], with `prepare` run on the pool's path before the mount (it may
     /// make the pool, which is then mounted as it is).
     fn with_pool(test: &str, prepare: impl FnOnce(&Path)) -> Option<Mounted> {
+        Mounted::with(test, prepare, &[])
+    }
+
+    /// Like [`Mounted::with_pool`], with more arguments to `tailbound mount`.
+    fn with(test: &str, prepare: impl FnOnce(&Path), more: &[&str]) -> Option<Mounted> {
         if let Err(why) = tailbound_fuse::can_mount() {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -41,13 +46,15 @@ impl Mounted {
         std::fs::create_dir_all(&dir).unwrap();
         let m = Mounted { dir, pool };
         prepare(&m.pool);
-        let out = tailbound(&[
+        let mut args = vec![
             "mount",
             m.pool.to_str().unwrap(),
             m.dir.to_str().unwrap(),
             "--pool-size",
             "512M",
-        ]);
+        ];
+        args.extend_from_slice(more);
+        let out = tailbound(&args);
         assert!(out.status.success(), "mount: {}", stderr(&out));
         Some(m)
     }
@@ -84,6 +91,18 @@ impl Mounted {
     /// Mounts the pool again (after its server died) on the same directory.
     fn remount(&self) {
         let _ = tailbound(&["umount", "--lazy", self.dir.to_str().unwrap()]);
+        let out = tailbound(&[
+            "mount",
+            self.pool.to_str().unwrap(),
+            self.dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "mount again: {}", stderr(&out));
+    }
+
+    /// Unmounts (syncing the pool) and mounts it again: a kernel that caches nothing of it.
+    fn mount_again(&self) {
+        let out = tailbound(&["umount", self.dir.to_str().unwrap()]);
+        assert!(out.status.success(), "umount: {}", stderr(&out));
         let out = tailbound(&[
             "mount",
             self.pool.to_str().unwrap(),
@@ -406,11 +425,74 @@ fn snapshots_are_browsable_read_only_under_dot_snapshots() {
          find . | sort
          echo x > .snapshots/first/new 2>/dev/null || echo refused-create
          rm .snapshots/first/a.txt 2>/dev/null || echo refused-rm
-         echo x >> .snapshots/first/a.txt 2>/dev/null || echo refused-write");
+         stat -c %A .snapshots/first/a.txt");
     assert_eq!(
         ok("browse", &out),
-        "two\none\nfirst\na.txt\n.\n./a.txt\n./later\nrefused-create\nrefused-rm\nrefused-write\n"
+        "two\none\nfirst\na.txt\n.\n./a.txt\n./later\nrefused-create\nrefused-rm\n-r--r--r--\n"
     );
+    // The kernel opens files without asking the server: its permission check refuses a writer
+    // at open, except root, whose write the pool refuses when the kernel writes it back.
+    let snap = m.path(".snapshots/first/a.txt");
+    let refused = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&snap)
+        .and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(b"x\n")?;
+            f.sync_all()
+        });
+    assert!(refused.is_err(), "a write to a snapshot was taken");
+    m.mount_again();
+    assert_eq!(std::fs::read_to_string(&snap).unwrap(), "one\n");
+}
+
+#[test]
+fn opening_and_closing_files_costs_no_open_or_release_request() {
+    let stats = std::env::temp_dir().join(format!("tb-fuse-requests-{}.txt", std::process::id()));
+    let Some(m) = Mounted::with("stats", |_| {}, &["--stats", stats.to_str().unwrap()]) else {
+        return;
+    };
+    use std::io::{Read, Seek, Write};
+    std::fs::write(m.path("f"), b"first").unwrap();
+    for _ in 0..20 {
+        let mut f = std::fs::File::open(m.path("f")).unwrap();
+        let mut got = String::new();
+        f.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "first");
+    }
+    // Unlinked while open, before any of its data reached the pool: the data stays for the open
+    // file until it is closed.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(m.path("gone"))
+        .unwrap();
+    f.write_all(b"kept").unwrap();
+    std::fs::remove_file(m.path("gone")).unwrap();
+    f.write_all(b" after unlink").unwrap();
+    f.sync_all().unwrap();
+    f.rewind().unwrap();
+    let mut got = String::new();
+    f.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "kept after unlink");
+    drop(f);
+    let pool = PoolFile(m.unmount());
+    let report = std::fs::read_to_string(&stats).unwrap();
+    let _ = std::fs::remove_file(&stats);
+    drop(pool);
+    let count = |kind: &str| -> u64 {
+        report
+            .lines()
+            .find_map(|l| l.strip_prefix(kind)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(count("TOTAL") > 0, "{report}");
+    // The first OPEN (or CREATE) is answered ENOSYS; the kernel then opens files by itself.
+    assert!(count("OPEN") <= 1, "{report}");
+    assert!(count("CREATE") <= 1, "{report}");
+    assert_eq!(count("RELEASE"), 0, "{report}");
 }
 
 #[test]

@@ -43,15 +43,30 @@ impl Generations {
         e.0
     }
 
-    /// The kernel dropped `lookups` of its lookups of `ino`.
-    pub fn forget(&self, ino: u64, lookups: u64) {
+    /// The kernel dropped `lookups` of its lookups of `ino`. Returns whether it now holds
+    /// none.
+    pub fn forget(&self, ino: u64, lookups: u64) -> bool {
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = t.get_mut(&ino) {
-            e.1 = e.1.saturating_sub(lookups);
-            if e.1 == 0 {
-                t.remove(&ino);
+        match t.get_mut(&ino) {
+            Some(e) => {
+                e.1 = e.1.saturating_sub(lookups);
+                if e.1 == 0 {
+                    t.remove(&ino);
+                    true
+                } else {
+                    false
+                }
             }
+            None => true,
         }
+    }
+
+    /// Whether the kernel holds `ino` (may still send requests naming it).
+    pub fn holds(&self, ino: u64) -> bool {
+        self.table
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&ino)
     }
 
     /// Numbers the kernel holds.
@@ -76,9 +91,11 @@ mod tests {
         assert_ne!(second, first);
         assert_eq!(g.len(), 2);
         // The old inode's two lookups are forgotten: the new one's generation stays.
-        g.forget(9, 2);
+        assert!(!g.forget(9, 2));
+        assert!(g.holds(9));
         assert_eq!(g.given(9, false), second);
-        g.forget(9, 2);
+        assert!(g.forget(9, 2), "the last lookups forgotten");
+        assert!(!g.holds(9));
         g.forget(7, 1);
         assert_eq!(g.len(), 0, "nothing is kept once the kernel holds nothing");
         g.forget(9, 1);

@@ -20,14 +20,17 @@ use fuser::{Config, MountOption, SessionACL};
 use tailbound::tbfs::Fs;
 
 mod generations;
+mod inodes;
 mod invalidate;
 mod ops;
 mod options;
 mod snapshots;
+mod stats;
 
 pub use invalidate::Invalidator;
 pub use ops::TbFuse;
 pub use options::{Options, DEFAULT_THREADS};
+pub use stats::{Kind, RequestCounts};
 
 /// Unmounts a mount [`serve`] made, from any thread (a signal handler's, say): lazily, so
 /// processes still using the mount finish with it, and [`serve`] returns once they have.

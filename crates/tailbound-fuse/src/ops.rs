@@ -10,15 +10,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
-    WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use tailbound::tbfs::by_ino::ROOT;
 use tailbound::tbfs::locks::{Kind, Owner, Request as LockRequest, Space};
 use tailbound::tbfs::{self, File, FileKind, Fs, OpenFlags, RenameMode, SetAttr, Snapshot, Stat};
 
 use crate::generations::Generations;
+use crate::inodes::Inodes;
 use crate::snapshots::{self, Place, Views};
+use crate::stats::{Kind as Req, RequestCounts};
 use crate::Options;
 
 /// An open file or directory.
@@ -31,11 +33,20 @@ enum Handle {
     View(Arc<Snapshot>, u64),
 }
 
+/// Where a read, write or sync goes.
+enum Target {
+    File(Arc<File>),
+    View(Arc<Snapshot>, u64),
+}
+
 /// The FUSE file system over one pool.
 pub struct TbFuse {
     fs: Arc<Fs>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
+    /// Pool handles of files the kernel opened without asking ([`crate::inodes`]).
+    inodes: Inodes,
+
     generations: Generations,
     /// The process that last took a lock as each lock owner, for `F_GETLK`.
     lock_pids: Arc<Mutex<HashMap<u64, u32>>>,
@@ -43,6 +54,7 @@ pub struct TbFuse {
     ttl: Duration,
     writeback_cache: bool,
     max_write: u32,
+    stats: Option<Arc<RequestCounts>>,
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -150,12 +162,20 @@ impl TbFuse {
             fs,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            inodes: Inodes::default(),
             generations: Generations::default(),
             lock_pids: Arc::new(Mutex::new(HashMap::new())),
             views: Views::default(),
             ttl: options.ttl,
             writeback_cache: options.writeback_cache,
             max_write: options.max_write,
+            stats: options.stats.clone(),
+        }
+    }
+
+    fn count(&self, kind: Req) {
+        if let Some(s) = &self.stats {
+            s.count(kind);
         }
     }
 
@@ -253,6 +273,47 @@ impl TbFuse {
         }
     }
 
+    /// The kernel opens files without asking (no-open): with the writeback cache, where the
+    /// kernel places appends and calls fsync for O_SYNC, so no open file carries a flag the
+    /// pool must act on.
+    fn no_open(&self) -> bool {
+        self.writeback_cache
+    }
+
+    /// What a read, write or sync of `fh` on `ino` goes to: the handle the server gave at
+    /// open, else (no-open, `fh` 0) the inode's own pool handle or its snapshot.
+    fn target(&self, ino: INodeNo, fh: FileHandle) -> Result<Target, Errno> {
+        match guard(&self.handles).get(&fh.0) {
+            Some(Handle::File(f)) => return Ok(Target::File(f.clone())),
+            Some(Handle::View(v, i)) => return Ok(Target::View(v.clone(), *i)),
+            Some(Handle::Dir(_)) => return Err(Errno::EBADF),
+            None => {}
+        }
+        match self.views.place(ino.0)? {
+            Place::Live(i) => self
+                .inodes
+                .get(&self.fs, i)
+                .map(Target::File)
+                .map_err(|e| errno(&e)),
+            Place::View(v, i) => Ok(Target::View(v, i)),
+            Place::Dir => Err(Errno::EISDIR),
+        }
+    }
+
+    /// Before `name` in `parent` may lose its last link: if the kernel holds its inode, a
+    /// process may have it open without the server knowing (no-open), so the inode gets its
+    /// pool handle now and keeps its data until the kernel forgets it.
+    fn keep_if_held(&self, parent: u64, name: &str) {
+        if !self.no_open() {
+            return;
+        }
+        if let Ok(st) = self.fs.lookup_in(parent, name) {
+            if st.kind == FileKind::File && self.generations.holds(st.ino) {
+                let _ = self.inodes.get(&self.fs, st.ino);
+            }
+        }
+    }
+
     /// The owner of a new inode in `parent`: the caller, with the directory's group when it is
     /// set-group-ID (and then also set-group-ID itself if a directory).
     fn owner(&self, req: &Request, parent: u64, mode: u32, dir: bool) -> (u32, u32, u32) {
@@ -282,13 +343,17 @@ impl TbFuse {
 impl Filesystem for TbFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let mut wanted = InitFlags::FUSE_POSIX_LOCKS
-            | InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_BIG_WRITES
             | InitFlags::FUSE_ASYNC_READ
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_MAX_PAGES;
         if self.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        // The kernel truncates an O_TRUNC open itself (a SETATTR) unless the server does it at
+        // OPEN, which it is not sent with no-open.
+        if !self.no_open() {
+            wanted |= InitFlags::FUSE_ATOMIC_O_TRUNC;
         }
         // Each on its own: a kernel without one still gets the others.
         for flag in wanted.iter() {
@@ -301,6 +366,7 @@ impl Filesystem for TbFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.count(Req::Lookup);
         let name = match name_of(name) {
             Ok(n) => n,
             Err(e) => return reply.error(e),
@@ -324,13 +390,20 @@ impl Filesystem for TbFuse {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.generations.forget(ino.0, nlookup);
+        self.count(Req::Forget);
+        if self.generations.forget(ino.0, nlookup) {
+            self.inodes.forget(ino.0);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        let st = match fh.map(|fh| self.file(fh)) {
-            Some(Ok(f)) => f.stat().map_err(|e| errno(&e)),
-            _ => self.stat_any(ino.0),
+        self.count(Req::Getattr);
+        let held = fh
+            .and_then(|fh| self.file(fh).ok())
+            .or_else(|| self.inodes.held(ino.0));
+        let st = match held {
+            Some(f) => f.stat().map_err(|e| errno(&e)),
+            None => self.stat_any(ino.0),
         };
         match st {
             Ok(st) => reply.attr(&self.ttl, &attr_of(&st)),
@@ -356,6 +429,7 @@ impl Filesystem for TbFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.count(Req::Setattr);
         let ino = match self.live(ino) {
             Ok(i) => INodeNo(i),
             Err(e) => return reply.error(e),
@@ -387,6 +461,7 @@ impl Filesystem for TbFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.count(Req::Readlink);
         let target = match self.views.place(ino.0) {
             Ok(Place::Live(i)) => self.fs.readlink_ino(i).map_err(|e| errno(&e)),
             Ok(Place::View(v, i)) => v.readlink_ino(i).map_err(|e| errno(&e)),
@@ -409,6 +484,7 @@ impl Filesystem for TbFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.count(Req::Mknod);
         let (parent, name) = match self.new_name(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -432,6 +508,7 @@ impl Filesystem for TbFuse {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        self.count(Req::Mkdir);
         let (parent, name) = match self.new_name(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -444,9 +521,11 @@ impl Filesystem for TbFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self
-            .new_name(parent, name)
-            .and_then(|(p, n)| self.fs.unlink_in(p, n).map_err(|e| errno(&e)));
+        self.count(Req::Unlink);
+        let r = self.new_name(parent, name).and_then(|(p, n)| {
+            self.keep_if_held(p, n);
+            self.fs.unlink_in(p, n).map_err(|e| errno(&e))
+        });
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -454,6 +533,7 @@ impl Filesystem for TbFuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.count(Req::Rmdir);
         let r = self
             .new_name(parent, name)
             .and_then(|(p, n)| self.fs.rmdir_in(p, n).map_err(|e| errno(&e)));
@@ -471,6 +551,7 @@ impl Filesystem for TbFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.count(Req::Symlink);
         let (parent, name) = match self.new_name(parent, link_name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -495,6 +576,7 @@ impl Filesystem for TbFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Rename);
         let how = if flags.is_empty() {
             RenameMode::Replace
         } else if flags == RenameFlags::RENAME_NOREPLACE {
@@ -511,6 +593,9 @@ impl Filesystem for TbFuse {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        if how == RenameMode::Replace {
+            self.keep_if_held(newparent, to);
+        }
         match self.fs.rename_in(parent, from, newparent, to, how) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -525,6 +610,7 @@ impl Filesystem for TbFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.count(Req::Link);
         let names = self
             .live(ino)
             .and_then(|ino| Ok((ino, self.new_name(newparent, newname)?)));
@@ -539,10 +625,16 @@ impl Filesystem for TbFuse {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: fuser::OpenFlags, reply: ReplyOpen) {
+        self.count(Req::Open);
         let place = match self.views.place(ino.0) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        if self.no_open() {
+            // The kernel stops sending OPEN and RELEASE, and opens files itself: it has
+            // checked the access already, and reads and writes then name the inode.
+            return reply.error(Errno::ENOSYS);
+        }
         let flags = self.open_flags(flags.0, 0);
         let ino = match place {
             Place::Live(i) => i,
@@ -572,6 +664,12 @@ impl Filesystem for TbFuse {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.count(Req::Create);
+        if self.no_open() {
+            // The kernel makes the file with MKNOD instead and opens it without asking: no
+            // RELEASE at its close.
+            return reply.error(Errno::ENOSYS);
+        }
         let (parent, name) = match self.new_name(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -602,7 +700,7 @@ impl Filesystem for TbFuse {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -610,16 +708,15 @@ impl Filesystem for TbFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let handle = match guard(&self.handles).get(&fh.0) {
-            Some(Handle::File(f)) => Ok(f.clone()),
-            Some(Handle::View(v, i)) => Err(Some((v.clone(), *i))),
-            _ => Err(None),
+        self.count(Req::Read);
+        let target = match self.target(ino, fh) {
+            Ok(t) => t,
+            Err(e) => return reply.error(e),
         };
         let mut buf = vec![0u8; size as usize];
-        let n = match handle {
-            Ok(f) => f.pread(&mut buf, offset),
-            Err(Some((v, i))) => v.pread_ino(i, &mut buf, offset),
-            Err(None) => return reply.error(Errno::EBADF),
+        let n = match target {
+            Target::File(f) => f.pread(&mut buf, offset),
+            Target::View(v, i) => v.pread_ino(i, &mut buf, offset),
         };
         match n {
             Ok(n) => reply.data(&buf[..n]),
@@ -630,20 +727,40 @@ impl Filesystem for TbFuse {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: fuser::OpenFlags,
+        flags: fuser::OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let f = match self.file(fh) {
-            Ok(f) => f,
+        self.count(Req::Write);
+        let opened = guard(&self.handles).contains_key(&fh.0);
+        let f = match self.target(ino, fh) {
+            Ok(Target::File(f)) => f,
+            // Opened without asking, a snapshot's file is refused here, as the kernel writes
+            // its pages back: the writer's close or fsync reports the error.
+            Ok(Target::View(..)) => return reply.error(Errno::EROFS),
             Err(e) => return reply.error(e),
         };
-        match f.pwrite(data, offset) {
+        let written = if flags.0 & libc::O_DIRECT != 0 && !opened {
+            // An O_DIRECT write the server saw no open of: a handle of its own, so the pool
+            // writes it through to the device as it does for a direct open.
+            let direct = OpenFlags {
+                read: true,
+                write: true,
+                direct: true,
+                ..OpenFlags::default()
+            };
+            self.fs
+                .open_ino(ino.0, direct)
+                .and_then(|d| d.pwrite(data, offset))
+        } else {
+            f.pwrite(data, offset)
+        };
+        match written {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }
@@ -657,6 +774,7 @@ impl Filesystem for TbFuse {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Flush);
         // A close by a process drops all its record locks on the file (POSIX).
         self.fs
             .locks()
@@ -674,6 +792,7 @@ impl Filesystem for TbFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Release);
         let gone = guard(&self.handles).remove(&fh.0);
         drop(gone);
         reply.ok();
@@ -682,17 +801,16 @@ impl Filesystem for TbFuse {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let f = match self.file(fh) {
-            Ok(f) => f,
+        self.count(Req::Fsync);
+        let f = match self.target(ino, fh) {
+            Ok(Target::File(f)) => f,
             // A snapshot's file has nothing to sync.
-            Err(_) if matches!(guard(&self.handles).get(&fh.0), Some(Handle::View(..))) => {
-                return reply.ok()
-            }
+            Ok(Target::View(..)) => return reply.ok(),
             Err(e) => return reply.error(e),
         };
         let r = if datasync { f.fdatasync() } else { f.fsync() };
@@ -703,6 +821,7 @@ impl Filesystem for TbFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: fuser::OpenFlags, reply: ReplyOpen) {
+        self.count(Req::Opendir);
         match self.list_dir(ino.0) {
             Ok(all) => {
                 let fh = self.add_handle(Handle::Dir(Arc::new(all)));
@@ -720,6 +839,7 @@ impl Filesystem for TbFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.count(Req::Readdir);
         let entries = match guard(&self.handles).get(&fh.0) {
             Some(Handle::Dir(d)) => d.clone(),
             _ => return reply.error(Errno::EBADF),
@@ -740,6 +860,7 @@ impl Filesystem for TbFuse {
         _flags: fuser::OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Releasedir);
         guard(&self.handles).remove(&fh.0);
         reply.ok();
     }
@@ -752,6 +873,7 @@ impl Filesystem for TbFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Fsyncdir);
         // A directory's entries are in the namespace, which only a checkpoint makes durable.
         match self.fs.sync() {
             Ok(()) => reply.ok(),
@@ -760,6 +882,7 @@ impl Filesystem for TbFuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.count(Req::Statfs);
         match self.fs.statvfs() {
             Ok(s) => {
                 // Inodes are not preallocated: as many more as there are free blocks.
@@ -791,6 +914,7 @@ impl Filesystem for TbFuse {
         _pid: u32,
         reply: ReplyLock,
     ) {
+        self.count(Req::Getlk);
         let r = match record_lock(lock_owner, start, end, typ) {
             Ok(r) => r,
             Err(e) => return reply.error(e),
@@ -831,6 +955,7 @@ impl Filesystem for TbFuse {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        self.count(Req::Setlk);
         let r = match record_lock(lock_owner, start, end, typ) {
             Ok(r) => r,
             Err(e) => return reply.error(e),
@@ -858,18 +983,38 @@ impl Filesystem for TbFuse {
         }
     }
 
-    fn fallocate(
+    fn getxattr(
         &self,
         _req: &Request,
         _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        // The pool stores no extended attributes; ENOSYS makes the kernel stop asking.
+        self.count(Req::Getxattr);
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
+        self.count(Req::Listxattr);
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let f = match self.file(fh) {
-            Ok(f) => f,
+        self.count(Req::Fallocate);
+        let f = match self.target(ino, fh) {
+            Ok(Target::File(f)) => f,
+            Ok(Target::View(..)) => return reply.error(Errno::EROFS),
             Err(e) => return reply.error(e),
         };
         let r = match mode {

@@ -1,7 +1,10 @@
 //! How a pool is mounted: what the mount's caller chooses, apart from the code that answers
 //! the kernel.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::stats::RequestCounts;
 
 /// Request threads unless told otherwise (docs/results/fileserver.md: 2, 4, 8 and 16 compared).
 pub const DEFAULT_THREADS: usize = 16;
@@ -24,6 +27,8 @@ pub struct Options {
     pub max_write: u32,
     /// How long the kernel may trust an attribute or a name it was given.
     pub ttl: Duration,
+    /// Where to count the kernel's requests by kind, if anywhere.
+    pub stats: Option<Arc<RequestCounts>>,
 }
 
 impl Default for Options {
@@ -35,6 +40,7 @@ impl Default for Options {
             writeback_cache: true,
             max_write: 1 << 20,
             ttl: Duration::from_secs(1),
+            stats: None,
         }
     }
 }

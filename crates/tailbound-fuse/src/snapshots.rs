@@ -81,8 +81,11 @@ impl Views {
     }
 
     /// A view's stat with its inode number as the mount shows it.
+    /// Without write permission: the kernel opens files without asking the server (no-open), so
+    /// its permission check is what refuses a writer other than root at open.
     pub fn outer(&self, view: &Snapshot, mut st: Stat) -> Result<Stat, Errno> {
         st.ino = self.outer_ino(view, st.ino)?;
+        st.mode &= !0o222;
         Ok(st)
     }
 
