@@ -1,0 +1,259 @@
+//! New processes and images: `fork` (and `vfork`, which is `fork` here), the `exec` family and
+//! `posix_spawn`. Served descriptors are handed over through the pool's server
+//! ([`crate::vfs::Shim::hand_over`]): a fork's child adopts them in the `atfork` child handler,
+//! a new image at its shim's start, from its environment.
+//!
+//! `execl`, `execlp` and `execle` take their arguments as a variable list and call libc's
+//! internal `execve`, which no hook sees: a program that uses them gets no hand-over.
+
+use std::ffi::{CStr, CString};
+
+use libc::{c_char, c_int, pid_t};
+
+use crate::abi::base::{sh, SHIM};
+use crate::guard::enter;
+use crate::real;
+use crate::vfs::procs::{ADOPT_ENV, CWD_ENV};
+use crate::vfs::HandOver;
+
+extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// An environment for the new image: `base` (NULL: this process's) without the shim's
+/// hand-over variables, with `add` after it.
+///
+/// # Safety
+/// `base` is NULL or a NULL-terminated array of NUL-terminated strings.
+unsafe fn with_env(
+    base: *const *const c_char,
+    add: &[String],
+) -> (Vec<CString>, Vec<*const c_char>) {
+    // SAFETY: reading the process's environment pointer, which libc keeps valid.
+    let base = if base.is_null() {
+        unsafe { environ }
+    } else {
+        base
+    };
+    let mut keep: Vec<CString> = Vec::new();
+    let ours = |e: &[u8]| {
+        [ADOPT_ENV, CWD_ENV]
+            .iter()
+            .any(|n| e.len() > n.len() && e.starts_with(n.as_bytes()) && e[n.len()] == b'=')
+    };
+    if !base.is_null() {
+        let mut i = 0;
+        loop {
+            // SAFETY: the array is NULL-terminated, per the contract.
+            let p = unsafe { *base.add(i) };
+            if p.is_null() {
+                break;
+            }
+            // SAFETY: each entry is NUL-terminated, per the contract.
+            let e = unsafe { CStr::from_ptr(p) };
+            if !ours(e.to_bytes()) {
+                keep.push(e.to_owned());
+            }
+            i += 1;
+        }
+    }
+    keep.extend(add.iter().filter_map(|a| CString::new(a.as_str()).ok()));
+    let mut ptrs: Vec<*const c_char> = keep.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    (keep, ptrs)
+}
+
+/// Hands the served descriptors over for an exec by this process; `None` when there is
+/// nothing to hand over (no mount, or none served and the working directory outside them).
+fn hand_over_for(pid: Option<i32>) -> Option<HandOver> {
+    let s = sh();
+    if s.mounts.is_empty() {
+        return None;
+    }
+    let h = s.hand_over(pid);
+    if h.env.is_empty() {
+        s.hand_over_done(h, false);
+        return None;
+    }
+    Some(h)
+}
+
+/// Runs an exec with the hand-over's environment; undoes the hand-over if it returns (failed).
+fn exec_with(
+    base: *const *const c_char,
+    exec: impl FnOnce(*const *const c_char) -> c_int,
+    fallback: impl FnOnce() -> c_int,
+) -> c_int {
+    let Some(g) = enter() else {
+        return fallback();
+    };
+    let Some(h) = hand_over_for(Some(real::pid())) else {
+        drop(g);
+        return fallback();
+    };
+    // SAFETY: `base` is the program's envp (or NULL for `environ`), NULL-terminated.
+    let (_keep, env) = unsafe { with_env(base, &h.env) };
+    drop(g);
+    let r = exec(env.as_ptr());
+    let errno = real::errno();
+    if let Some(_g) = enter() {
+        sh().hand_over_done(h, true);
+    }
+    real::set_errno(errno);
+    r
+}
+
+/// A spawn with the hand-over's environment, tied to the child once it exists.
+fn spawn_with(
+    pid: *mut pid_t,
+    base: *const *mut c_char,
+    spawn: impl FnOnce(*mut pid_t, *const *mut c_char) -> c_int,
+    fallback: impl FnOnce() -> c_int,
+) -> c_int {
+    let Some(g) = enter() else {
+        return fallback();
+    };
+    let Some(h) = hand_over_for(None) else {
+        drop(g);
+        return fallback();
+    };
+    // SAFETY: `base` is the program's envp (or NULL for `environ`), NULL-terminated.
+    let (_keep, env) = unsafe { with_env(base.cast(), &h.env) };
+    drop(g);
+    let mut child: pid_t = 0;
+    let r = spawn(&mut child, env.as_ptr().cast());
+    if let Some(_g) = enter() {
+        if r == 0 {
+            sh().handed_to(&h, child);
+        }
+        sh().hand_over_done(h, r != 0);
+    }
+    if r == 0 && !pid.is_null() {
+        // SAFETY: the caller's pid slot, which posix_spawn may write.
+        unsafe { *pid = child };
+    }
+    r
+}
+
+hooks! {
+    fn fork() -> pid_t => {
+        let pid = pass!();
+        if pid != 0 {
+            if let (Some(_g), Some(s)) = (enter(), SHIM.get()) {
+                s.after_fork_in_parent((pid > 0).then_some(pid));
+            }
+        }
+        pid
+    }
+
+    /// The child runs on its own memory, so it may call what it likes before its exec.
+    fn vfork() -> pid_t => (same_as fork);
+
+    fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int => {
+        exec_with(
+            e,
+            // SAFETY: the program's path and arguments, and an environment built above.
+            |env| unsafe { real::execve(p, a, env) },
+            || pass!(),
+        )
+    }
+
+    fn execv(p: *const c_char, a: *const *const c_char) -> c_int => {
+        exec_with(
+            std::ptr::null(),
+            // SAFETY: as in `execve`.
+            |env| unsafe { real::execve(p, a, env) },
+            || pass!(),
+        )
+    }
+
+    fn execvp(p: *const c_char, a: *const *const c_char) -> c_int => {
+        exec_with(
+            std::ptr::null(),
+            // SAFETY: as in `execve`; `execvpe` searches PATH as `execvp` does.
+            |env| unsafe { real::execvpe(p, a, env) },
+            || pass!(),
+        )
+    }
+
+    fn execvpe(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int => {
+        exec_with(
+            e,
+            // SAFETY: as in `execve`.
+            |env| unsafe { real::execvpe(p, a, env) },
+            || pass!(),
+        )
+    }
+
+    fn fexecve(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int => {
+        exec_with(
+            e,
+            // SAFETY: as in `execve`.
+            |env| unsafe { real::fexecve(fd, a, env) },
+            || pass!(),
+        )
+    }
+
+    fn posix_spawn(
+        pid: *mut pid_t,
+        p: *const c_char,
+        fa: *const libc::posix_spawn_file_actions_t,
+        at: *const libc::posix_spawnattr_t,
+        a: *const *mut c_char,
+        e: *const *mut c_char,
+    ) -> c_int, or crate::abi::base::eio_number => {
+        spawn_with(
+            pid,
+            e,
+            // SAFETY: the program's arguments, a pid slot of ours, and an environment built above.
+            |child, env| unsafe { real::posix_spawn(child, p, fa, at, a, env) },
+            || pass!(),
+        )
+    }
+
+    fn posix_spawnp(
+        pid: *mut pid_t,
+        p: *const c_char,
+        fa: *const libc::posix_spawn_file_actions_t,
+        at: *const libc::posix_spawnattr_t,
+        a: *const *mut c_char,
+        e: *const *mut c_char,
+    ) -> c_int, or crate::abi::base::eio_number => {
+        spawn_with(
+            pid,
+            e,
+            // SAFETY: as in `posix_spawn`.
+            |child, env| unsafe { real::posix_spawnp(child, p, fa, at, a, env) },
+            || pass!(),
+        )
+    }
+}
+
+/// At load, in an image a previous one handed descriptors to: adopts them now, before the
+/// program's first call, and points the standard streams at those standing at 0, 1 or 2
+/// (glibc's own streams do their I/O with internal calls no hook sees).
+extern "C" fn adopt_at_start() {
+    crate::abi::base::boundary(|| {
+        // Another library's constructor may have made a call that started the shim (and
+        // adopted) already.
+        let s = match SHIM.get() {
+            Some(s) => s,
+            None => {
+                if std::env::var_os(ADOPT_ENV).is_none() && std::env::var_os(CWD_ENV).is_none() {
+                    return;
+                }
+                let _g = enter();
+                sh()
+            }
+        };
+        for fd in 0..3 {
+            if s.is_fd(fd) {
+                crate::abi::streams::rebind_std_stream(fd);
+            }
+        }
+    })
+}
+
+#[used]
+#[link_section = ".init_array"]
+static ADOPT_AT_START: extern "C" fn() = adopt_at_start;
