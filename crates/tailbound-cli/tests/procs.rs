@@ -181,7 +181,7 @@ print(open("MNT/kept").read().strip().split("\n"))
 }
 
 #[test]
-fn python_subprocess_and_multiprocessing_work_on_the_mount() {
+fn python_subprocess_system_and_multiprocessing_work_on_the_mount() {
     let m = Mount::new();
     let out = m.python(
         r#"
@@ -199,6 +199,8 @@ if __name__ == "__main__":
         subprocess.run(["sh", "-c", "echo from-sh; ls"], stdout=log, check=True)
     print(open("log").read().split())
     print(subprocess.check_output("cat log | wc -l", shell=True).decode().strip())
+    # system() runs its shell in the working directory, which is in the mount.
+    print(os.system("echo via-system > sysout"), open("sysout").read().strip())
     for method in ("fork", "spawn"):
         ctx = multiprocessing.get_context(method)
         with ctx.Pool(3) as p:
@@ -208,7 +210,7 @@ if __name__ == "__main__":
     );
     assert_eq!(
         out,
-        "['from-sh', 'log', 'w']\n3\nfork [1, 1, 1, 1, 1, 1]\nspawn [1, 1, 1, 1, 1, 1]\n\
+        "['from-sh', 'log', 'w']\n3\n0 via-system\nfork [1, 1, 1, 1, 1, 1]\nspawn [1, 1, 1, 1, 1, 1]\n\
          [0, 1, 4, 9, 16, 25]\n"
     );
     fsck_clean(&m);

@@ -239,6 +239,7 @@ real! {
     fn execvpe(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
     fn fexecve(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int;
     fn fork() -> libc::pid_t;
+    fn system(cmd: *const c_char) -> c_int;
     fn posix_spawn(pid: *mut libc::pid_t, p: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, a: *const *mut c_char, e: *const *mut c_char) -> c_int;
     fn posix_spawnp(pid: *mut libc::pid_t, p: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, a: *const *mut c_char, e: *const *mut c_char) -> c_int;
     fn _exit(code: c_int) -> ();

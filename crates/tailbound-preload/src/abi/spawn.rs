@@ -4,7 +4,8 @@
 //! a new image at its shim's start, from its environment.
 //!
 //! `execl`, `execlp` and `execle` take their arguments as a variable list and call libc's
-//! internal `execve`, which no hook sees: a program that uses them gets no hand-over.
+//! internal `execve`, which no hook sees: a program that uses them gets no hand-over. `system()`
+//! is done here on the hooked spawn when there is something to hand over; `popen()` is not.
 
 use std::ffi::{CStr, CString};
 
@@ -227,6 +228,26 @@ hooks! {
             || pass!(),
         )
     }
+
+    /// On a hand-over, done here on the hooked spawn (see `system_handing_over`).
+    fn system(cmd: *const c_char) -> c_int => {
+        if cmd.is_null() {
+            return pass!();
+        }
+        let Some(g) = enter() else {
+            return pass!();
+        };
+        let Some(h) = hand_over_for(None) else {
+            drop(g);
+            return pass!();
+        };
+        drop(g);
+        let status = system_handing_over(cmd, &h);
+        if let Some(_g) = enter() {
+            sh().hand_over_done(h, status == -1);
+        }
+        status
+    }
 }
 
 /// At load, in an image a previous one handed descriptors to: adopts them now, before the
@@ -257,3 +278,104 @@ extern "C" fn adopt_at_start() {
 #[used]
 #[link_section = ".init_array"]
 static ADOPT_AT_START: extern "C" fn() = adopt_at_start;
+
+/// `system()` with a hand-over: glibc's own spawns its shell internally, where no hook sees it,
+/// so it is done here as POSIX describes it, on the hooked spawn: `/bin/sh -c CMD`, with SIGINT
+/// and SIGQUIT ignored and SIGCHLD blocked in the caller while it waits.
+fn system_handing_over(cmd: *const c_char, h: &HandOver) -> c_int {
+    // SAFETY: all-zero bytes are valid sigaction and sigset_t values, filled in below.
+    let (mut ignore, mut old_int, mut old_quit): (
+        libc::sigaction,
+        libc::sigaction,
+        libc::sigaction,
+    ) = unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+    ignore.sa_sigaction = libc::SIG_IGN;
+    // SAFETY: as above.
+    let (mut chld, mut old_mask): (libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: valid pointers to the values above; these calls change only this process's
+    // signal dispositions and mask, restored below.
+    unsafe {
+        libc::sigaction(libc::SIGINT, &ignore, &mut old_int);
+        libc::sigaction(libc::SIGQUIT, &ignore, &mut old_quit);
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &chld, &mut old_mask);
+    }
+    let status = spawn_shell(cmd, h, &old_int, &old_quit, &old_mask);
+    // SAFETY: restores what was saved above.
+    unsafe {
+        libc::sigaction(libc::SIGINT, &old_int, std::ptr::null_mut());
+        libc::sigaction(libc::SIGQUIT, &old_quit, std::ptr::null_mut());
+        libc::sigprocmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
+    }
+    status
+}
+
+/// Spawns `/bin/sh -c CMD` with the hand-over and waits for it: its wait status, or -1.
+fn spawn_shell(
+    cmd: *const c_char,
+    h: &HandOver,
+    old_int: &libc::sigaction,
+    old_quit: &libc::sigaction,
+    old_mask: &libc::sigset_t,
+) -> c_int {
+    // SAFETY: NULL is `environ`.
+    let (_keep, env) = unsafe { with_env(std::ptr::null(), &h.env) };
+    let argv: [*const c_char; 4] = [c"sh".as_ptr(), c"-c".as_ptr(), cmd, std::ptr::null()];
+    // SAFETY: all-zero bytes, then initialized by posix_spawnattr_init before any use.
+    let mut attr: libc::posix_spawnattr_t = unsafe { std::mem::zeroed() };
+    // SAFETY: all-zero bytes are a valid sigset_t, filled in below.
+    let mut defaults: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut pid: pid_t = 0;
+    // SAFETY: `attr` is initialized first and destroyed last; the signal sets and the caller's
+    // mask are valid; argv and env are NULL-terminated arrays of NUL-terminated strings that live
+    // until the spawn returns.
+    let r = unsafe {
+        libc::posix_spawnattr_init(&mut attr);
+        libc::sigemptyset(&mut defaults);
+        // The child takes the caller's own dispositions back, unless those were "ignore".
+        if old_int.sa_sigaction != libc::SIG_IGN {
+            libc::sigaddset(&mut defaults, libc::SIGINT);
+        }
+        if old_quit.sa_sigaction != libc::SIG_IGN {
+            libc::sigaddset(&mut defaults, libc::SIGQUIT);
+        }
+        libc::posix_spawnattr_setsigdefault(&mut attr, &defaults);
+        libc::posix_spawnattr_setsigmask(&mut attr, old_mask);
+        libc::posix_spawnattr_setflags(
+            &mut attr,
+            (libc::POSIX_SPAWN_SETSIGDEF | libc::POSIX_SPAWN_SETSIGMASK) as libc::c_short,
+        );
+        let r = real::posix_spawn(
+            &mut pid,
+            c"/bin/sh".as_ptr(),
+            std::ptr::null(),
+            &attr,
+            argv.as_ptr().cast(),
+            env.as_ptr().cast(),
+        );
+        libc::posix_spawnattr_destroy(&mut attr);
+        r
+    };
+    if let Some(_g) = enter() {
+        if r == 0 {
+            sh().handed_to(h, pid);
+        }
+    }
+    if r != 0 {
+        real::set_errno(r);
+        return -1;
+    }
+    let mut status: c_int = 0;
+    loop {
+        // SAFETY: our own child and a status slot of ours.
+        let w = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if w == pid {
+            return status;
+        }
+        if w < 0 && real::errno() != libc::EINTR {
+            return -1;
+        }
+    }
+}

@@ -235,11 +235,7 @@ impl Shim {
             let r = Pool::open(&mount.pool, self.private, || {
                 if forked {
                     // The parent may have it open: only its server can share it.
-                    return Err(
-                        "a forked child cannot open a pool in-process; serve the pool \
-                                (`tailbound serve`) to share it"
-                            .into(),
-                    );
+                    return Err(FORKED.into());
                 }
                 open_pool(&mount.pool)
             });
@@ -253,6 +249,8 @@ impl Shim {
         });
         match r {
             Ok(fs) => Ok(fs),
+            // As for a pool the parent opened in-process (`classify`).
+            Err(e) if e == FORKED => Err(libc::EACCES),
             Err(e) => {
                 let mut said = lock(&self.errors_said);
                 if !said.contains(e) {
@@ -1088,6 +1086,9 @@ impl Shim {
         errno
     }
 }
+
+/// Why a forked child's mount without a server refuses its calls.
+const FORKED: &str = "a forked child cannot open a pool in-process";
 
 /// Opens a pool file: `TAILBOUND_BACKEND=file` for the O_DIRECT file backend, else a memory pool.
 fn open_pool(path: &std::path::Path) -> Result<Fs, String> {
