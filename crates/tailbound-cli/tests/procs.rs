@@ -268,6 +268,19 @@ if pid == 0:
 _, st = os.waitpid(pid, 0)
 print("posix", os.waitstatus_to_exitcode(st))
 fcntl.lockf(fd, fcntl.LOCK_UN)
+# Closing any descriptor of the file drops the process's POSIX locks, even one that leaves the
+# description open (a dup).
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+os.close(os.dup(fd))
+pid = os.fork()
+if pid == 0:
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os._exit(0)
+    except OSError:
+        os._exit(1)
+_, st = os.waitpid(pid, 0)
+print("dup closed", os.waitstatus_to_exitcode(st))
 # flock is the description's: the child shares it and may release it for the parent.
 fcntl.flock(fd, fcntl.LOCK_EX)
 pid = os.fork()
@@ -282,7 +295,7 @@ fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
 print("released")
 "#,
     );
-    assert_eq!(out, "posix 0\nflock 0\nreleased\n");
+    assert_eq!(out, "posix 0\ndup closed 0\nflock 0\nreleased\n");
     fsck_clean(&m);
 }
 

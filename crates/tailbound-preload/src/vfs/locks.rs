@@ -160,6 +160,22 @@ impl Ofd {
             }))
     }
 
+    /// Drops the process's POSIX locks on the file (a close of any of its descriptors does),
+    /// for a served description; a pool opened here does it in its own table.
+    pub fn unlock_process_locks(&self) {
+        if let Some(f) = self.file.remote() {
+            let args = LockArgs {
+                space: Space::Record,
+                kind: Kind::Unlock,
+                start: 0,
+                end: u64::MAX,
+                per_handle: false,
+            };
+            // A close does not fail for this: a lost server shows in the next call.
+            let _ = f.lock(args, false);
+        }
+    }
+
     pub fn flock(&self, op: i32) -> R<()> {
         let wait = op & libc::LOCK_NB == 0;
         let kind = match op & !libc::LOCK_NB {

@@ -359,9 +359,12 @@ impl Shim {
     /// What a descriptor's close does to the library side: POSIX locks of the process on the
     /// inode go (any close does that), and the description when this was its last descriptor.
     fn closed(&self, ofd: Arc<Ofd>) {
-        // Through a server, the description's last close releases them there.
         if let Some(locks) = ofd.fs.locks() {
             locks.release(ofd.ino, Owner::Process);
+        } else if Arc::strong_count(&ofd) > 1 {
+            // Through a server the description's last close releases them there; a close that
+            // leaves it open (a dup) unlocks the process's locks on the file itself.
+            ofd.unlock_process_locks();
         }
     }
 
