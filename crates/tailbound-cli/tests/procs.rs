@@ -169,11 +169,23 @@ if pid == 0:
 _, st = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(st) == 0
 print(open("MNT/kept").read().strip().split("\n"))
+# Parent and child writing at once through one description: each write lands at the shared
+# offset and moves it, so none overwrites another.
+both = os.open("MNT/both", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+pid = os.fork()
+who = b"c" if pid == 0 else b"p"
+for i in range(300):
+    os.write(both, who + b"%d\n" % i)
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+lines = open("MNT/both").read().split()
+print(len(lines), len(set(lines)))
 "#,
     );
     let want = format!(
         "22\nchild\nparent2\nTrue\ngone True\n{d} ['before', 'exec', 'after', 'exec']\n\
-         ['before exec', 'after exec']\n",
+         ['before exec', 'after exec']\n600 600\n",
         d = m.dir
     );
     assert_eq!(out, want);
@@ -388,5 +400,57 @@ while True:
             .unwrap(),
     );
     assert!(server.wait().expect("the server").success());
+    fsck_clean(&m);
+}
+
+/// `popen` and `pclose` from a working directory inside the mount: the shell starts there, and
+/// `pclose` gives back its exit status.
+#[test]
+fn popen_runs_its_shell_in_the_mount_and_pclose_waits_for_it() {
+    let m = Mount::new();
+    let src = r#"
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (chdir(argv[1]) != 0) return 2;
+    FILE *w = popen("cat > from-popen", "w");
+    if (!w) return 3;
+    fputs("through popen\n", w);
+    int s1 = pclose(w);
+    /* Read here, through the shim: the shell must have written it in the mount. */
+    FILE *f = fopen("from-popen", "r");
+    char here[64] = {0};
+    if (!f || !fgets(here, sizeof here, f)) return 5;
+    fclose(f);
+    FILE *r = popen("cat from-popen; exit 3", "r");
+    if (!r) return 4;
+    char buf[64] = {0};
+    if (!fgets(buf, sizeof buf, r)) buf[0] = 0;
+    int s2 = pclose(r);
+    printf("%d %d %s%s", WEXITSTATUS(s1), WEXITSTATUS(s2), here, buf);
+    return 0;
+}
+"#;
+    // The kernel's working directory is a scratch one: a shell started outside the mount
+    // writes there, not into the source tree.
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let c = scratch.path().join("popen.c");
+    let exe = scratch.path().join("popen");
+    std::fs::write(&c, src).expect("writing the C source");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = Command::new(&cc)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cc}: {e} (a C compiler is needed)"));
+    ok("cc", &built);
+    let out = m
+        .command(&exe.display().to_string(), &[&m.dir])
+        .current_dir(scratch.path())
+        .output()
+        .expect("running tailbound run");
+    assert_eq!(ok("popen", &out), "0 3 through popen\nthrough popen\n");
     fsck_clean(&m);
 }

@@ -240,6 +240,7 @@ real! {
     fn fexecve(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int;
     fn fork() -> libc::pid_t;
     fn system(cmd: *const c_char) -> c_int;
+    fn pclose(f: *mut libc::FILE) -> c_int;
     fn posix_spawn(pid: *mut libc::pid_t, p: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, a: *const *mut c_char, e: *const *mut c_char) -> c_int;
     fn posix_spawnp(pid: *mut libc::pid_t, p: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, a: *const *mut c_char, e: *const *mut c_char) -> c_int;
     fn _exit(code: c_int) -> ();
@@ -264,6 +265,7 @@ real_ptr! {
     fn fopen(p: *const c_char, m: *const c_char) -> *mut libc::FILE;
     fn fopen64(p: *const c_char, m: *const c_char) -> *mut libc::FILE;
     fn fdopen(fd: c_int, m: *const c_char) -> *mut libc::FILE;
+    fn popen(cmd: *const c_char, m: *const c_char) -> *mut libc::FILE;
     fn freopen(p: *const c_char, m: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
     fn freopen64(p: *const c_char, m: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
     fn tmpfile64() -> *mut libc::FILE;

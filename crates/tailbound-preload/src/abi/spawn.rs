@@ -5,9 +5,11 @@
 //!
 //! `execl`, `execlp` and `execle` take their arguments as a variable list and call libc's
 //! internal `execve`, which no hook sees: a program that uses them gets no hand-over. `system()`
-//! is done here on the hooked spawn when there is something to hand over; `popen()` is not.
+//! and `popen()` (with `pclose()`) are done here on the hooked spawn when there is something to
+//! hand over, since glibc's own start their shell where no hook sees it.
 
 use std::ffi::{CStr, CString};
+use std::sync::Mutex;
 
 use libc::{c_char, c_int, pid_t};
 
@@ -248,6 +250,48 @@ hooks! {
         }
         status
     }
+
+    /// On a hand-over, done here on the hooked spawn (see `popen_handing_over`).
+    fn popen(cmd: *const c_char, mode: *const c_char) -> *mut libc::FILE => {
+        if cmd.is_null() || mode.is_null() {
+            return pass!();
+        }
+        let Some(g) = enter() else {
+            return pass!();
+        };
+        let Some(h) = hand_over_for(None) else {
+            drop(g);
+            return pass!();
+        };
+        drop(g);
+        // SAFETY: `mode` is the program's NUL-terminated mode string.
+        let mode = unsafe { CStr::from_ptr(mode) }.to_bytes();
+        let (fp, pid) = popen_handing_over(cmd, mode, &h);
+        if let Some(_g) = enter() {
+            if fp.is_null() {
+                sh().hand_over_done(h, true);
+            } else {
+                sh().handed_to(&h, pid);
+                sh().hand_over_done(h, false);
+            }
+        }
+        fp
+    }
+
+    /// A stream `popen` made here: closed, then its shell waited for.
+    fn pclose(fp: *mut libc::FILE) -> c_int => {
+        let pid = {
+            let mut t = POPENED.lock().unwrap_or_else(|p| p.into_inner());
+            let at = t.iter().position(|&(f, _)| f == fp as usize);
+            at.map(|i| t.swap_remove(i).1)
+        };
+        let Some(pid) = pid else {
+            return pass!();
+        };
+        // SAFETY: the stream `popen` returned, closed once here.
+        unsafe { libc::fclose(fp) };
+        wait_for(pid)
+    }
 }
 
 /// At load, in an image a previous one handed descriptors to: adopts them now, before the
@@ -367,6 +411,14 @@ fn spawn_shell(
         real::set_errno(r);
         return -1;
     }
+    wait_for(pid)
+}
+
+/// Streams `popen` made here and their shells' pids, for `pclose`.
+static POPENED: Mutex<Vec<(usize, pid_t)>> = Mutex::new(Vec::new());
+
+/// `pid`'s wait status, or -1.
+fn wait_for(pid: pid_t) -> c_int {
     let mut status: c_int = 0;
     loop {
         // SAFETY: our own child and a status slot of ours.
@@ -378,4 +430,76 @@ fn spawn_shell(
             return -1;
         }
     }
+}
+
+/// `popen` as POSIX describes it, on the hooked spawn: `/bin/sh -c CMD` with its standard output
+/// (mode `r`) or input (mode `w`) a pipe whose other end is the returned stream. The stream and
+/// the shell's pid, or NULL (errno set).
+fn popen_handing_over(cmd: *const c_char, mode: &[u8], h: &HandOver) -> (*mut libc::FILE, pid_t) {
+    let read = match mode.first() {
+        Some(b'r') => true,
+        Some(b'w') => false,
+        _ => {
+            real::set_errno(libc::EINVAL);
+            return (std::ptr::null_mut(), 0);
+        }
+    };
+    let cloexec = mode.contains(&b'e');
+    let mut fds: [c_int; 2] = [-1; 2];
+    // SAFETY: a two-slot array for the pipe's ends.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return (std::ptr::null_mut(), 0);
+    }
+    let (ours, theirs, target) = if read {
+        (fds[0], fds[1], 1)
+    } else {
+        (fds[1], fds[0], 0)
+    };
+    // SAFETY: NULL is `environ`.
+    let (_keep, env) = unsafe { with_env(std::ptr::null(), &h.env) };
+    let argv: [*const c_char; 4] = [c"sh".as_ptr(), c"-c".as_ptr(), cmd, std::ptr::null()];
+    // SAFETY: all-zero bytes, then initialized by posix_spawn_file_actions_init before any use.
+    let mut actions: libc::posix_spawn_file_actions_t = unsafe { std::mem::zeroed() };
+    let mut pid: pid_t = 0;
+    // SAFETY: `actions` is initialized first and destroyed last; the descriptors are the pipe's;
+    // argv and env are NULL-terminated arrays of NUL-terminated strings that live until the spawn
+    // returns. Both pipe ends are close-on-exec, so the shell keeps only the one made `target`.
+    let r = unsafe {
+        libc::posix_spawn_file_actions_init(&mut actions);
+        libc::posix_spawn_file_actions_adddup2(&mut actions, theirs, target);
+        let r = real::posix_spawn(
+            &mut pid,
+            c"/bin/sh".as_ptr(),
+            &actions,
+            std::ptr::null(),
+            argv.as_ptr().cast(),
+            env.as_ptr().cast(),
+        );
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        libc::close(theirs);
+        r
+    };
+    if r != 0 {
+        // SAFETY: our end of the pipe, unused.
+        unsafe { libc::close(ours) };
+        real::set_errno(r);
+        return (std::ptr::null_mut(), 0);
+    }
+    if !cloexec {
+        let _ = real::set_kernel_cloexec(ours, false);
+    }
+    let m: &CStr = if read { c"r" } else { c"w" };
+    // SAFETY: our end of the pipe, handed to the new stream.
+    let fp = unsafe { libc::fdopen(ours, m.as_ptr()) };
+    if fp.is_null() {
+        // SAFETY: as above; the shell sees the pipe close.
+        unsafe { libc::close(ours) };
+        wait_for(pid);
+        return (std::ptr::null_mut(), 0);
+    }
+    POPENED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((fp as usize, pid));
+    (fp, pid)
 }
