@@ -1,26 +1,37 @@
 //! `tailbound run --mount DIR=POOL -- PROGRAM ARGS...`: runs an unmodified program with its files
-//! under DIR kept in a tbfs pool, through the LD_PRELOAD shim (`libtailbound_preload.so`).
+//! under DIR kept in a tbfs pool, through the LD_PRELOAD shim (`libtailbound_preload.so`): a
+//! client of the pool's server (started for the program's lifetime when none answers), or with
+//! `--private` the pool opened in the program's own process.
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use tailbound::dev::file::FileDevice;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
+use tailbound::serve::{self, Client};
 use tailbound::tbfs::{fsck, Config, Fs};
 use tailbound_bench::progress::Progress;
 
 use crate::CliResult;
 
-/// Run a program with a directory served from a tbfs pool in its own process.
+/// Run a program with a directory served from a tbfs pool.
 ///
 /// Every file call the program makes under DIR (open, read, write, stat, readdir, rename, mmap,
-/// fopen, ...) is served from the pool by `libtailbound_preload.so`, without system calls;
-/// everything else goes to the kernel as usual. DIR need not exist on the kernel file system. The
-/// pool is created (and formatted) when it does not exist, and can be mounted again by a later
-/// run. One process uses a pool at a time: a forked child sees the mount refuse every call with
-/// EACCES, and a second process opening the same pool gets a clear error.
+/// fopen, ...) is served from the pool by `libtailbound_preload.so`; everything else goes to the
+/// kernel as usual. DIR need not exist on the kernel file system. The pool is created (and
+/// formatted) when it does not exist, and can be mounted again by a later run.
+///
+/// The pool is shared through its server (`tailbound serve`): when one answers on POOL.sock the
+/// program is its client; when none does, `run` starts one for the program's lifetime (it exits,
+/// pool synced, once its last client is gone). The program's children (fork, exec, posix_spawn,
+/// a shell's pipelines) keep their descriptors and working directory in the mount, and
+/// unrelated programs run with the same --mount share the tree, as processes share a kernel
+/// file system. With --private the pool is opened in the program's own process instead: the
+/// fastest, without a system call per file call, but for one process only (a forked child sees
+/// the mount refuse every call with EACCES).
 ///
 /// Examples:
 ///
@@ -45,6 +56,10 @@ pub struct RunArgs {
     /// with O_DIRECT through io_uring (a file on a disk, or a block device).
     #[arg(long, default_value = "memory", value_parser = ["memory", "file"])]
     backend: String,
+    /// Open the pool in the program's own process rather than through its server: fastest,
+    /// but only that process can use the mount.
+    #[arg(long)]
+    private: bool,
     /// Print how many calls of each kind were served from tbfs and passed to the kernel.
     #[arg(long)]
     report: bool,
@@ -180,8 +195,57 @@ pub fn create_memory_pool(path: &Path, size: u64) -> std::io::Result<MemoryPool>
     pool
 }
 
+/// A pool's server for the program: one that already answered, or one `run` started.
+struct Served {
+    /// A session held for the program's lifetime, so a server started here outlives the
+    /// moments when no process of the program has one open.
+    session: Client,
+    started: Option<Child>,
+}
+
+/// Connects to the server of `pool`, starting one (that exits once idle) if none answers.
+fn serve_pool(pool: &Path, backend: &str) -> Result<Served, String> {
+    let socket = serve::socket_path(pool);
+    if let Ok(session) = Client::connect(&socket) {
+        return Ok(Served {
+            session,
+            started: None,
+        });
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("finding this binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("serve")
+        .arg(pool)
+        .args(["--foreground", "--exit-when-idle", "--backend", backend])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    // Its own process group: the terminal's Ctrl-C is for the program, whose exit ends it.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("{}: starting its server: {e}", pool.display()))?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+    }
+    if !line.starts_with("serving ") {
+        let status = child.wait().map_err(|e| e.to_string())?;
+        return Err(format!(
+            "{}: its server did not start ({status})",
+            pool.display()
+        ));
+    }
+    let session = Client::connect(&socket).map_err(|e| format!("{}: {e}", pool.display()))?;
+    Ok(Served {
+        session,
+        started: Some(child),
+    })
+}
+
 pub fn run(args: RunArgs) -> CliResult {
     let mut spec = Vec::new();
+    let mut served = Vec::new();
     for m in &args.mounts {
         let Some((dir, pool)) = m.split_once('=') else {
             return Err(format!("--mount {m}: expected DIR=POOL").into());
@@ -202,6 +266,9 @@ pub fn run(args: RunArgs) -> CliResult {
                 pool.display()
             );
         }
+        if !args.private {
+            served.push(serve_pool(&pool, &args.backend)?);
+        }
         spec.push(format!("{dir}={}", pool.display()));
     }
     let preload = find_preload()?;
@@ -220,6 +287,9 @@ pub fn run(args: RunArgs) -> CliResult {
             "GLIBC_TUNABLES",
             with_trim_threshold(std::env::var("GLIBC_TUNABLES").ok().as_deref()),
         );
+    if args.private {
+        cmd.env("TAILBOUND_PRIVATE", "1");
+    }
     if args.report {
         cmd.env("TAILBOUND_REPORT", "1");
     }
@@ -231,7 +301,15 @@ pub fn run(args: RunArgs) -> CliResult {
     }
     let status = cmd
         .status()
-        .map_err(|e| format!("starting {}: {e}", args.command[0]))?;
+        .map_err(|e| format!("starting {}: {e}", args.command[0]));
+    // A server started here exits, the pool synced, once the program's last process is gone.
+    for s in served {
+        drop(s.session);
+        if let Some(mut child) = s.started {
+            let _ = child.wait();
+        }
+    }
+    let status = status?;
     let code = match status.code() {
         Some(c) => c,
         None => {

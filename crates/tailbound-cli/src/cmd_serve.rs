@@ -38,6 +38,10 @@ pub struct ServeArgs {
     /// Stay in the foreground instead of detaching.
     #[arg(long)]
     foreground: bool,
+    /// Exit (syncing the pool) once the last client session is gone and no description waits
+    /// for a process to adopt it. `tailbound run` starts its server with this.
+    #[arg(long)]
+    exit_when_idle: bool,
     /// Set by `serve` for the detached process it starts.
     #[arg(long, hide = true)]
     detached: bool,
@@ -92,7 +96,11 @@ pub fn run(args: ServeArgs) -> CliResult {
         // The starting process has read the line above and gone.
         tailbound::sys::proc::stdio_to_null()?;
     }
-    let signal = signals.forever().next();
+    let signal = if args.exit_when_idle {
+        wait_idle(&server, &mut signals)
+    } else {
+        signals.forever().next()
+    };
     server.stop();
     // Every session has ended, so this is the last handle; were it not, syncing is what counts.
     match Arc::try_unwrap(fs) {
@@ -100,7 +108,7 @@ pub fn run(args: ServeArgs) -> CliResult {
         Err(fs) => fs.sync(),
     }
     .map_err(|e| format!("{}: syncing on exit: {e}", args.pool.display()))?;
-    if !args.detached {
+    if !args.detached && !args.exit_when_idle {
         eprintln!(
             "{}: synced and closed{}",
             args.pool.display(),
@@ -121,6 +129,9 @@ fn detach(args: &ServeArgs) -> CliResult {
     }
     if args.allow_other {
         cmd.arg("--allow-other");
+    }
+    if args.exit_when_idle {
+        cmd.arg("--exit-when-idle");
     }
     let mut child = cmd
         .stdin(Stdio::null())
@@ -147,4 +158,20 @@ fn detach(args: &ServeArgs) -> CliResult {
         err.to_string()
     }
     .into())
+}
+
+/// Waits for a signal, or for the server to be idle after it served a client: returns the
+/// signal, if one came.
+fn wait_idle(server: &serve::ServerHandle, signals: &mut Signals) -> Option<i32> {
+    loop {
+        if let Some(s) = signals.pending().next() {
+            return Some(s);
+        }
+        // Idle once it has served: no session open and no hold waiting for a process (an exec
+        // in progress has ended its session but holds).
+        if server.sessions_started() > 0 && server.idle() {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }

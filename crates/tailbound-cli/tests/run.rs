@@ -523,8 +523,9 @@ fn the_exit_status_is_passed_through_and_a_missing_pool_is_created() {
     assert!(m.pool.exists(), "the pool was not created");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("created a 64 MiB memory pool"), "{err}");
-    // A second process cannot use a pool another holds: a forked child sees EACCES.
-    let out = m.run(
+    // With --private the pool is the program's process's alone: a forked child sees EACCES.
+    let out = m.run_with(
+        &["--private"],
         "python3",
         &["-c", &format!(
             "import os\nopen('{d}/f','w').write('x')\npid=os.fork()\nif pid==0:\n  try:\n    open('{d}/f')\n    os._exit(1)\n  except PermissionError:\n    os._exit(0)\n_,st=os.waitpid(pid,0)\nprint(os.waitstatus_to_exitcode(st), open('{d}/f').read())",

@@ -45,6 +45,7 @@ pub fn exported() -> Vec<&'static str> {
         abi::mmap::EXPORTED,
         abi::paths::EXPORTED,
         abi::process::EXPORTED,
+        abi::spawn::EXPORTED,
         abi::stat::EXPORTED,
         abi::stdio::EXPORTED,
         abi::xattr::EXPORTED,

@@ -234,6 +234,15 @@ real! {
     fn pathconf(p: *const c_char, name: c_int) -> c_long;
     fn fpathconf(fd: c_int, name: c_int) -> c_long;
     fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
+    fn execv(p: *const c_char, a: *const *const c_char) -> c_int;
+    fn execvp(p: *const c_char, a: *const *const c_char) -> c_int;
+    fn execvpe(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
+    fn fexecve(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int;
+    fn fork() -> libc::pid_t;
+    fn system(cmd: *const c_char) -> c_int;
+    fn pclose(f: *mut libc::FILE) -> c_int;
+    fn posix_spawn(pid: *mut libc::pid_t, p: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, a: *const *mut c_char, e: *const *mut c_char) -> c_int;
+    fn posix_spawnp(pid: *mut libc::pid_t, p: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, a: *const *mut c_char, e: *const *mut c_char) -> c_int;
     fn _exit(code: c_int) -> ();
     fn pthread_create(t: *mut libc::pthread_t, attr: *const libc::pthread_attr_t, f: extern "C" fn(*mut c_void) -> *mut c_void, arg: *mut c_void) -> c_int;
     fn fileno(f: *mut libc::FILE) -> c_int;
@@ -256,6 +265,7 @@ real_ptr! {
     fn fopen(p: *const c_char, m: *const c_char) -> *mut libc::FILE;
     fn fopen64(p: *const c_char, m: *const c_char) -> *mut libc::FILE;
     fn fdopen(fd: c_int, m: *const c_char) -> *mut libc::FILE;
+    fn popen(cmd: *const c_char, m: *const c_char) -> *mut libc::FILE;
     fn freopen(p: *const c_char, m: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
     fn freopen64(p: *const c_char, m: *const c_char, f: *mut libc::FILE) -> *mut libc::FILE;
     fn tmpfile64() -> *mut libc::FILE;
@@ -728,6 +738,47 @@ pub fn say(msg: &str) {
         }
         buf = &buf[n as usize..];
     }
+}
+
+/// Sets or clears a descriptor's close-on-exec flag.
+pub fn set_kernel_cloexec(fd: c_int, on: bool) -> Result<(), i32> {
+    let flag = if on { libc::FD_CLOEXEC } else { 0 };
+    // SAFETY: F_SETFD takes an int, passed in the pointer-sized slot.
+    let r = unsafe { fcntl(fd, libc::F_SETFD, flag as usize as *mut c_void) };
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// A reserved descriptor the previous image of this process left across `exec`: whether `fd`
+/// is still one (an `O_PATH` descriptor of an empty memfd, or of `/dev/null`), and if so it is
+/// noted as this image's and made close-on-exec again.
+pub fn adopt_reservation(fd: c_int) -> bool {
+    let Some(st) = stat_of(fd) else {
+        return false;
+    };
+    // SAFETY: plain integers.
+    let fl = unsafe { fcntl(fd, libc::F_GETFL, std::ptr::null_mut()) };
+    if fl < 0 || fl & libc::O_PATH == 0 {
+        return false;
+    }
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG if st.st_size == 0 => {
+            let known = RESERVED.iter().any(|(dev, ino)| {
+                ino.load(Ordering::Acquire) == st.st_ino && dev.load(Ordering::Acquire) == st.st_dev
+            });
+            if !known {
+                let slot = RESERVED_NEXT.fetch_add(1, Ordering::AcqRel) % RESERVED_INODES;
+                RESERVED[slot].0.store(st.st_dev, Ordering::Release);
+                RESERVED[slot].1.store(st.st_ino, Ordering::Release);
+            }
+        }
+        libc::S_IFCHR if st.st_rdev == libc::makedev(1, 3) => {}
+        _ => return false,
+    }
+    set_kernel_cloexec(fd, true).is_ok()
 }
 
 #[cfg(test)]

@@ -20,6 +20,10 @@ static REPORT: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn before_fork() {
     boundary(|| {
+        if let (Some(_g), Some(s)) = (enter(), SHIM.get()) {
+            // Before the parked list is taken: holding asks the server, which takes no number.
+            s.before_fork();
+        }
         real::hold_parked_for_fork();
     })
 }

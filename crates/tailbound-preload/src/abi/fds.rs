@@ -10,6 +10,33 @@ use crate::guard::enter;
 use crate::real::{self, errno, set_errno};
 use crate::vfs::Ofd;
 
+/// `close_range` over `first..=last`, but for the shim's own descriptors in it.
+fn close_range_around_own(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let mut from = first;
+    for fd in shim().own_fds() {
+        let fd = fd as c_uint;
+        if fd < from || fd > last {
+            continue;
+        }
+        if fd > from {
+            // SAFETY: plain integers; the program asked for these descriptors to be closed.
+            let r = unsafe { real::close_range(from, fd - 1, flags) };
+            if r != 0 {
+                return r;
+            }
+        }
+        match fd.checked_add(1) {
+            Some(next) => from = next,
+            None => return 0,
+        }
+    }
+    if from > last {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { real::close_range(from, last, flags) }
+}
+
 hooks! {
     fn close(fd: c_int) -> c_int => {
         if let Some(g) = enter() {
@@ -19,7 +46,7 @@ hooks! {
                 return int(r);
             }
             count("close", false);
-            if real::is_parked(fd) {
+            if real::is_parked(fd) || shim().is_own_fd(fd) {
                 // Closed, as the program sees it: the number stays reserved for a library open.
                 return fail(libc::EBADF);
             }
@@ -31,6 +58,7 @@ hooks! {
         if let Some(_g) = enter() {
             count("close_range", false);
             shim().forget_range(first, last, flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0);
+            return close_range_around_own(first, last, flags);
         }
         pass!()
     }
@@ -42,7 +70,12 @@ hooks! {
     fn closefrom(low: c_int) -> () => {
         if let Some(_g) = enter() {
             count("closefrom", false);
-            shim().forget_range(low.max(0) as c_uint, c_uint::MAX, false);
+            let first = low.max(0) as c_uint;
+            shim().forget_range(first, c_uint::MAX, false);
+            if !shim().own_fds().is_empty() {
+                close_range_around_own(first, c_uint::MAX, 0);
+                return;
+            }
         }
         pass!()
     }

@@ -164,6 +164,7 @@ pub mod io;
 pub mod mmap;
 pub mod paths;
 pub mod process;
+pub mod spawn;
 pub mod stat;
 pub mod stdio;
 pub mod streams;

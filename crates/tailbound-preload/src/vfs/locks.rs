@@ -2,12 +2,17 @@
 //! lock table. A range relative to the end of the file asks the caller for the size (`size`),
 //! which a shared mapping's backing may hold rather than the pool.
 
-use tailbound::tbfs::locks::{self, Kind, Owner, Request, Space};
+use tailbound::serve::protocol::LockArgs;
+use tailbound::tbfs::locks::{self, Kind, LockTable, Owner, Request, Space};
 
 use crate::real;
 use crate::vfs::ofd::{lock, Ofd, VfsResult};
 
 impl Ofd {
+    fn table(&self) -> VfsResult<&LockTable> {
+        self.fs.locks().ok_or(libc::EIO)
+    }
+
     /// Converts an `flock` record's range (relative to `whence`) to `start..end`.
     fn range(
         &self,
@@ -66,13 +71,22 @@ impl Ofd {
             _ => return Err(libc::EINVAL),
         };
         let (s, e) = self.range(whence, start, len, size)?;
+        if let Some(f) = self.file.remote() {
+            let args = LockArgs {
+                space: Space::Record,
+                kind,
+                start: s,
+                end: e,
+                per_handle: ofd_lock,
+            };
+            return f.lock(args, wait).map_err(|e| e.errno());
+        }
         let owner = if ofd_lock {
             Owner::Description(self.id)
         } else {
             Owner::Process
         };
-        self.fs
-            .locks()
+        self.table()?
             .set(
                 self.ino,
                 &Request {
@@ -104,14 +118,29 @@ impl Ofd {
             _ => return Err(libc::EINVAL),
         };
         let (s, e) = self.range(whence, start, len, size)?;
+        let holder = |write: bool, hs: u64, he: u64, pid: i32| {
+            let len = if he == u64::MAX { 0 } else { (he - hs) as i64 };
+            let t = if write { libc::F_WRLCK } else { libc::F_RDLCK };
+            (t, hs as i64, len, pid)
+        };
+        if let Some(f) = self.file.remote() {
+            let args = LockArgs {
+                space: Space::Record,
+                kind,
+                start: s,
+                end: e,
+                per_handle: ofd_lock,
+            };
+            let h = f.test_lock(args).map_err(|e| e.errno())?;
+            return Ok(h.map(|h| holder(h.write, h.start, h.end, h.pid)));
+        }
         let owner = if ofd_lock {
             Owner::Description(self.id)
         } else {
             Owner::Process
         };
         Ok(self
-            .fs
-            .locks()
+            .table()?
             .test(
                 self.ino,
                 &Request {
@@ -123,26 +152,28 @@ impl Ofd {
                 },
             )
             .map(|h| {
-                let len = if h.end == u64::MAX {
-                    0
-                } else {
-                    (h.end - h.start) as i64
-                };
                 let pid = match h.owner {
                     Owner::Process => real::pid(),
                     Owner::Description(_) | Owner::Client { .. } => -1,
                 };
-                (
-                    if h.write {
-                        libc::F_WRLCK
-                    } else {
-                        libc::F_RDLCK
-                    },
-                    h.start as i64,
-                    len,
-                    pid,
-                )
+                holder(h.write, h.start, h.end, pid)
             }))
+    }
+
+    /// Drops the process's POSIX locks on the file (a close of any of its descriptors does),
+    /// for a served description; a pool opened here does it in its own table.
+    pub fn unlock_process_locks(&self) {
+        if let Some(f) = self.file.remote() {
+            let args = LockArgs {
+                space: Space::Record,
+                kind: Kind::Unlock,
+                start: 0,
+                end: u64::MAX,
+                per_handle: false,
+            };
+            // A close does not fail for this: a lost server shows in the next call.
+            let _ = f.lock(args, false);
+        }
     }
 
     pub fn flock(&self, op: i32) -> VfsResult<()> {
@@ -153,8 +184,24 @@ impl Ofd {
             libc::LOCK_UN => Kind::Unlock,
             _ => return Err(libc::EINVAL),
         };
-        self.fs
-            .locks()
+        let would_block = |e: i32| {
+            if e == libc::EAGAIN {
+                libc::EWOULDBLOCK
+            } else {
+                e
+            }
+        };
+        if let Some(f) = self.file.remote() {
+            let args = LockArgs {
+                space: Space::Flock,
+                kind,
+                start: 0,
+                end: u64::MAX,
+                per_handle: true,
+            };
+            return f.lock(args, wait).map_err(|e| would_block(e.errno()));
+        }
+        self.table()?
             .set(
                 self.ino,
                 &Request {

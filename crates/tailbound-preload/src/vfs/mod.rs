@@ -10,18 +10,23 @@
 //!
 //! Files: `ofd` (the values operations take and return), `path` (normalizing, the mount spec),
 //! `dir` (a directory description's cursor), `locks` (record locks and `flock`), `maps` (shared
-//! mappings' backings), and this one: the [`Shim`] that holds the mounts, the descriptor table
+//! mappings' backings), `backend` (a mount's pool: in this process or through its server),
+//! `procs` (descriptions handed to a forked child or an exec'd image), and this one: the [`Shim`] that holds the mounts, the descriptor table
 //! and the working directory, and every operation.
 
+mod backend;
 mod dir;
 mod locks;
 pub mod maps;
 pub mod ofd;
 pub mod path;
+pub mod procs;
 
+pub use backend::{Handle, Pool};
 pub use maps::Backing;
 pub use ofd::{Attr, Ent, LibPath, Ofd, VfsResult, Where};
 pub use path::{normalize, parse_mounts};
+pub use procs::HandOver;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -34,6 +39,8 @@ use tailbound::dev::Device;
 use tailbound::tbfs::locks::Owner;
 use tailbound::tbfs::{self, FileKind, Fs, OpenFlags};
 
+use crate::vfs::backend::Remote;
+
 use crate::real;
 use crate::vfs::maps::Mappings;
 use crate::vfs::ofd::lock;
@@ -43,7 +50,7 @@ pub struct Mount {
     /// Absolute, normalized, without a trailing slash.
     pub prefix: String,
     pub pool: PathBuf,
-    fs: OnceLock<Result<Fs, String>>,
+    fs: OnceLock<Result<Arc<Pool>, String>>,
     /// The `st_dev` reported for files under this mount.
     pub dev: u64,
 }
@@ -64,6 +71,10 @@ pub struct Shim {
     umask: AtomicU32,
     next_id: AtomicU64,
     pub forked: AtomicBool,
+    /// `TAILBOUND_PRIVATE=1`: every pool is opened in this process, even a served one.
+    pub private: bool,
+    /// Holds made before a fork, for the child to adopt: (mount, token).
+    fork_holds: Mutex<Vec<(usize, u64)>>,
     pub strict: bool,
     pub report: bool,
     streams: Mutex<HashMap<usize, i32>>,
@@ -113,6 +124,8 @@ impl Shim {
             umask: AtomicU32::new(mask),
             next_id: AtomicU64::new(1),
             forked: AtomicBool::new(false),
+            private: env_flag("TAILBOUND_PRIVATE"),
+            fork_holds: Mutex::new(Vec::new()),
             strict: env_flag("TAILBOUND_STRICT"),
             report: env_flag("TAILBOUND_REPORT"),
             streams: Mutex::new(HashMap::new()),
@@ -130,6 +143,7 @@ impl Shim {
                 }
             }
             *lock(&shim.kcwd) = k;
+            shim.adopt_from_env();
         }
         shim
     }
@@ -146,7 +160,9 @@ impl Shim {
     fn classify(&self, abs: String) -> Where {
         match self.mount_of(&abs) {
             None => Where::Kernel,
-            Some(_) if self.forked.load(Ordering::Relaxed) => Where::Refused(libc::EACCES),
+            Some(m) if self.forked.load(Ordering::Relaxed) && self.is_local(m) => {
+                Where::Refused(libc::EACCES)
+            }
             Some(m) => {
                 let rel = abs[self.mounts[m].prefix.len()..]
                     .trim_start_matches('/')
@@ -197,21 +213,44 @@ impl Shim {
         )
     }
 
-    /// The pool of mount `m`, opened on first use.
-    pub fn fs(&self, m: usize) -> VfsResult<&Fs> {
+    /// Whether mount number `mount`'s pool is open in this process (not through a server).
+    fn is_local(&self, m: usize) -> bool {
+        matches!(self.mounts[m].fs.get(), Some(Ok(p)) if p.local().is_some())
+    }
+
+    /// The server session of mount number `mount`, if its pool is served and open here.
+    fn remote(&self, m: usize) -> Option<&Remote> {
+        match self.mounts[m].fs.get() {
+            Some(Ok(p)) => p.remote(),
+            _ => None,
+        }
+    }
+
+    /// The pool of mount number `mount`, opened on first use: through its server when one answers (and
+    /// `TAILBOUND_PRIVATE` is not set), else in this process.
+    pub fn fs(&self, m: usize) -> VfsResult<&Arc<Pool>> {
         let mount = &self.mounts[m];
         let r = mount.fs.get_or_init(|| {
-            let r = open_pool(&mount.pool);
-            if let Ok(fs) = &r {
-                fs.set_mount_point(Some(&mount.prefix));
-            }
-            if r.is_ok() {
+            let forked = self.forked.load(Ordering::Relaxed);
+            let r = Pool::open(&mount.pool, self.private, || {
+                if forked {
+                    // The parent may have it open: only its server can share it.
+                    return Err(FORKED.into());
+                }
+                open_pool(&mount.pool)
+            });
+            if let Ok(p) = &r {
+                if let Some(fs) = p.local() {
+                    fs.set_mount_point(Some(&mount.prefix));
+                }
                 (self.on_first_pool)();
             }
             r
         });
         match r {
             Ok(fs) => Ok(fs),
+            // As for a pool the parent opened in-process (`classify`).
+            Err(e) if e == FORKED => Err(libc::EACCES),
             Err(e) => {
                 let mut said = lock(&self.errors_said);
                 if !said.contains(e) {
@@ -236,8 +275,10 @@ impl Shim {
         for b in backings {
             let _ = self.maps.write_back(&b);
         }
+        // A served pool is its server's to sync, as the kernel's page cache outlives a process.
         for m in &self.mounts {
-            if let Some(Ok(fs)) = m.fs.get() {
+            if let Some(Ok(fs)) = m.fs.get().map(|r| r.as_ref().map(|p| p.local())) {
+                let Some(fs) = fs else { continue };
                 if let Err(e) = fs.sync() {
                     real::say(&format!(
                         "tailbound: syncing {} at exit: {e}\n",
@@ -253,7 +294,7 @@ impl Shim {
     pub fn poison_all(&self, reason: &str) {
         let mut any = false;
         for m in &self.mounts {
-            if let Some(Ok(fs)) = m.fs.get() {
+            if let Some(Ok(Some(fs))) = m.fs.get().map(|r| r.as_ref().map(|p| p.local())) {
                 any = true;
                 fs.poison_with(reason);
                 real::say(&format!(
@@ -318,7 +359,13 @@ impl Shim {
     /// What a descriptor's close does to the library side: POSIX locks of the process on the
     /// inode go (any close does that), and the description when this was its last descriptor.
     fn closed(&self, ofd: Arc<Ofd>) {
-        ofd.fs.locks().release(ofd.ino, Owner::Process);
+        if let Some(locks) = ofd.fs.locks() {
+            locks.release(ofd.ino, Owner::Process);
+        } else if Arc::strong_count(&ofd) > 1 {
+            // Through a server the description's last close releases them there; a close that
+            // leaves it open (a dup) unlocks the process's locks on the file itself.
+            ofd.unlock_process_locks();
+        }
     }
 
     /// `close` of a library descriptor. `None` if `fd` is not one.
@@ -368,31 +415,6 @@ impl Shim {
                 self.forget(fd);
             }
         }
-    }
-
-    /// A forked child: the pool belongs to the parent. Library descriptors are closed (their
-    /// reserved kernel numbers too) and the mounts refuse every later call with `EACCES`.
-    pub fn after_fork_in_child(&self) {
-        self.forked.store(true, Ordering::Relaxed);
-        let fds: Vec<i32> = self
-            .fds
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .copied()
-            .collect();
-        let mut t = self.fds.write().unwrap_or_else(|p| p.into_inner());
-        // The descriptions are shared with the parent's memory image: leak them rather than run
-        // their destructors, which would touch the pool.
-        for fd in fds {
-            if let Some(e) = t.remove(&fd) {
-                std::mem::forget(e);
-                real::release_fd(fd);
-            }
-        }
-        self.nfds.store(0, Ordering::Release);
-        lock(&self.streams).clear();
-        real::forget_parked_in_child();
     }
 
     // ---- stdio streams ----
@@ -467,6 +489,17 @@ impl Shim {
         if create && st.kind == FileKind::Dir {
             return Err(libc::EISDIR);
         }
+        let status = flags
+            & (libc::O_APPEND
+                | libc::O_NONBLOCK
+                | libc::O_DSYNC
+                | libc::O_SYNC
+                | libc::O_DIRECT
+                | libc::O_NOATIME
+                | libc::O_LARGEFILE);
+        if let (Some(f), true) = (file.remote(), status != 0) {
+            f.set_status(status as u32).map_err(|e| e.errno())?;
+        }
         let fd = real::reserve_fd()?;
         let ofd = Arc::new(Ofd {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -477,16 +510,7 @@ impl Shim {
             file,
             dir: st.kind == FileKind::Dir,
             acc,
-            status: AtomicI32::new(
-                flags
-                    & (libc::O_APPEND
-                        | libc::O_NONBLOCK
-                        | libc::O_DSYNC
-                        | libc::O_SYNC
-                        | libc::O_DIRECT
-                        | libc::O_NOATIME
-                        | libc::O_LARGEFILE),
-            ),
+            status: AtomicI32::new(status),
             pos: Mutex::new(0),
             listing: Mutex::new(None),
             fs: fs.clone(),
@@ -561,6 +585,17 @@ impl Shim {
     }
 
     pub fn read(&self, o: &Ofd, buf: &mut [u8]) -> VfsResult<usize> {
+        if let Some(f) = o.file.remote() {
+            // The offset is the server's description's, shared with other processes.
+            Self::readable(o)?;
+            if self.maps.backing_of(o.mount, o.ino).is_none() {
+                return f.read_on(buf).map_err(|e| e.errno());
+            }
+            let at = f.seek(0, 1).map_err(|e| e.errno())?;
+            let n = self.pread(o, buf, at)?;
+            f.seek((at + n as u64) as i64, 0).map_err(|e| e.errno())?;
+            return Ok(n);
+        }
         let mut pos = lock(&o.pos);
         let n = self.pread(o, buf, *pos)?;
         *pos += n as u64;
@@ -569,6 +604,11 @@ impl Shim {
 
     pub fn write(&self, o: &Ofd, buf: &[u8]) -> VfsResult<usize> {
         Self::writable(o)?;
+        if let (Some(f), None) = (o.file.remote(), self.maps.backing_of(o.mount, o.ino)) {
+            // One request places the data and advances the shared offset.
+            f.write_on(buf).map_err(|e| e.errno())?;
+            return Ok(buf.len());
+        }
         let mut pos = lock(&o.pos);
         if o.status.load(Ordering::Relaxed) & libc::O_APPEND != 0 {
             let (end, n) = self.append(o, buf)?;
@@ -588,6 +628,9 @@ impl Shim {
     }
 
     pub fn lseek(&self, o: &Ofd, off: i64, whence: i32) -> VfsResult<i64> {
+        if let (Some(f), false) = (o.file.remote(), o.dir) {
+            return self.remote_seek(o, f, off, whence);
+        }
         let mut pos = lock(&o.pos);
         let base: i64 = match whence {
             libc::SEEK_SET => 0,
@@ -1011,16 +1054,23 @@ impl Shim {
     }
 
     pub fn get_fl(&self, o: &Ofd) -> i32 {
+        if let Some(Ok(s)) = o.file.remote().map(|f| f.status()) {
+            // Another process sharing the description may have changed them.
+            o.status.store(s as i32, Ordering::Relaxed);
+        }
         o.acc | o.status.load(Ordering::Relaxed)
     }
 
     pub fn set_fl(&self, o: &Ofd, flags: i32) {
         let changeable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT | libc::O_NOATIME;
         let old = o.status.load(Ordering::Relaxed);
-        o.status.store(
-            (old & !changeable) | (flags & changeable),
-            Ordering::Relaxed,
-        );
+        let new = (old & !changeable) | (flags & changeable);
+        o.status.store(new, Ordering::Relaxed);
+        if let Some(f) = o.file.remote() {
+            // F_SETFL cannot fail on a description that exists: a lost server shows in the
+            // next call.
+            let _ = f.set_status(new as u32);
+        }
     }
 
     // ---- locks ----
@@ -1039,6 +1089,9 @@ impl Shim {
         errno
     }
 }
+
+/// Why a forked child's mount without a server refuses its calls.
+const FORKED: &str = "a forked child cannot open a pool in-process";
 
 /// Opens a pool file: `TAILBOUND_BACKEND=file` for the O_DIRECT file backend, else a memory pool.
 fn open_pool(path: &std::path::Path) -> Result<Fs, String> {

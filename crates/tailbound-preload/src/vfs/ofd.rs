@@ -1,11 +1,12 @@
 //! The values the shim's operations take and return: a path's location, an open file description
-//! and what `stat` and `readdir` report. A leaf of [`crate::vfs`]: names no other file of it.
+//! and what `stat` and `readdir` report. Names only [`crate::vfs::backend`] of [`crate::vfs`].
 
 use std::sync::atomic::AtomicI32;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tailbound::tbfs::locks::Owner;
-use tailbound::tbfs::{self, Fs};
+
+use crate::vfs::backend::{Handle, Pool};
 
 /// `Err(errno)`.
 pub type VfsResult<T> = Result<T, i32>;
@@ -39,7 +40,7 @@ pub struct Ofd {
     pub ino: u64,
     pub abs: String,
     pub rel: String,
-    pub file: tbfs::File,
+    pub file: Handle,
     pub dir: bool,
     /// O_RDONLY, O_WRONLY, O_RDWR or O_PATH.
     pub acc: i32,
@@ -47,14 +48,15 @@ pub struct Ofd {
     pub status: AtomicI32,
     pub pos: Mutex<u64>,
     pub listing: Mutex<Option<Vec<Ent>>>,
-    pub(super) fs: Fs,
+    pub(super) fs: Arc<Pool>,
 }
 
 impl Drop for Ofd {
     fn drop(&mut self) {
-        self.fs
-            .locks()
-            .release_everywhere(Owner::Description(self.id));
+        // A server's description lets its own locks go when its last reference closes.
+        if let Some(locks) = self.fs.locks() {
+            locks.release_everywhere(Owner::Description(self.id));
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::codec::{read_frame, IO_MAX};
-use super::protocol::{LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
+use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
 use crate::sys::sock::send_all;
 use crate::tbfs::{
     CheckpointInfo, DirEntry, Error, GcReport, OpenFlags, Result, SetAttr, SpaceReport, Stat,
@@ -152,6 +152,23 @@ impl Client {
         self.conn.session
     }
 
+    /// The connection's socket descriptor, while it stands (the shim keeps a program from
+    /// closing it under the client).
+    pub fn socket_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        let g = self.conn.stream.lock().unwrap_or_else(|p| p.into_inner());
+        g.as_ref().map(|(s, _)| s.as_raw_fd())
+    }
+
+    /// Closes this process's copy of the connection without a word to the server: a forked
+    /// child's copy of its parent's session, which stays the parent's (and ends when the parent
+    /// goes). Calls on it fail afterwards.
+    pub fn abandon(&self) {
+        if let Ok(mut g) = self.conn.stream.try_lock() {
+            *g = None;
+        }
+    }
+
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<RemoteFile> {
         let req = Request::Open {
             path: path.into(),
@@ -163,6 +180,7 @@ impl Client {
             conn: self.conn.clone(),
             handle,
             ino,
+            let_go: false,
         })
     }
 
@@ -190,6 +208,58 @@ impl Client {
             attr: *attr,
             follow: true,
         })
+    }
+    /// [`Client::set_attr`] on a symbolic link itself.
+    pub fn lset_attr(&self, path: &str, attr: &SetAttr) -> Result<()> {
+        self.done(Request::SetAttr {
+            path: path.into(),
+            attr: *attr,
+            follow: false,
+        })
+    }
+
+    /// Keeps open files' descriptions alive for another session to adopt (a forked child or
+    /// an exec'd image), each with a note for the adopter; returns the hold's token.
+    pub fn hold(&self, items: Vec<(u64, String)>) -> Result<u64> {
+        expect!(self.conn, Request::Hold { items }, Reply::Number(t) => t)
+    }
+    /// Ties a hold to the process that will adopt it: the server drops it if that process
+    /// exits first.
+    pub fn hold_for(&self, token: u64, pid: i32) -> Result<()> {
+        self.done(Request::HoldFor { token, pid })
+    }
+    /// Drops a hold.
+    pub fn release(&self, token: u64) -> Result<()> {
+        self.done(Request::Release { token })
+    }
+    /// Takes over a hold's descriptions: files open in this session under their handles, each
+    /// with its note.
+    pub fn adopt(&self, token: u64) -> Result<Vec<(RemoteFile, String)>> {
+        let held = expect!(self.conn, Request::Adopt { token }, Reply::Held(h) => h)?;
+        Ok(held
+            .into_iter()
+            .map(|Adopted { handle, ino, note }| {
+                (
+                    RemoteFile {
+                        conn: self.conn.clone(),
+                        handle,
+                        ino,
+                        let_go: false,
+                    },
+                    note,
+                )
+            })
+            .collect())
+    }
+    /// A file this session has open by its handle (one adopted earlier, or open in the session
+    /// this one's process inherited).
+    pub fn file_by_handle(&self, handle: u64, ino: u64) -> RemoteFile {
+        RemoteFile {
+            conn: self.conn.clone(),
+            handle,
+            ino,
+            let_go: false,
+        }
     }
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
         self.done(Request::Mkdir {
@@ -302,6 +372,8 @@ pub struct RemoteFile {
     conn: Arc<Conn>,
     handle: u64,
     ino: u64,
+    /// Closed already, or not this process's to close: the drop says nothing to the server.
+    let_go: bool,
 }
 
 impl std::fmt::Debug for RemoteFile {
@@ -316,6 +388,76 @@ impl std::fmt::Debug for RemoteFile {
 impl RemoteFile {
     pub fn ino(&self) -> u64 {
         self.ino
+    }
+    /// The server's handle of the description, the same in every session that refers to it.
+    pub fn handle(&self) -> u64 {
+        self.handle
+    }
+
+    /// Lets the file go without closing it in the server (the description stays open there for
+    /// the session's other references to it).
+    pub fn forget(mut self) {
+        self.let_go = true;
+    }
+
+    /// Reads up to `buf.len()` bytes at the description's offset and advances it.
+    pub fn read_on(&self, buf: &mut [u8]) -> Result<usize> {
+        let want = buf.len().min(IO_MAX);
+        let req = Request::ReadOn {
+            handle: self.handle,
+            len: want as u32,
+        };
+        let data = expect!(self.conn, req, Reply::Data(d) => d)?;
+        let n = data.len().min(want);
+        buf[..n].copy_from_slice(&data[..n]);
+        Ok(n)
+    }
+
+    /// Writes all of `buf` at the description's offset (its end under `O_APPEND`), advancing
+    /// it; returns the offset after the data. Each piece of [`IO_MAX`] bytes is placed at once.
+    pub fn write_on(&self, buf: &[u8]) -> Result<u64> {
+        let mut end = 0;
+        for piece in buf.chunks(IO_MAX) {
+            let req = Request::WriteOn {
+                handle: self.handle,
+                data: piece.to_vec(),
+            };
+            end = expect!(self.conn, req, Reply::Number(at) => at)? + piece.len() as u64;
+        }
+        Ok(end)
+    }
+
+    /// Moves the description's offset (`whence` 0 start, 1 offset, 2 end).
+    pub fn seek(&self, offset: i64, whence: u8) -> Result<u64> {
+        let req = Request::Seek {
+            handle: self.handle,
+            offset,
+            whence,
+        };
+        expect!(self.conn, req, Reply::Number(n) => n)
+    }
+
+    /// Sets the description's status flags (Linux's bits: `O_APPEND` makes writes appends).
+    pub fn set_status(&self, status: u32) -> Result<()> {
+        self.done(Request::SetStatus {
+            handle: self.handle,
+            status,
+        })
+    }
+
+    pub fn status(&self) -> Result<u32> {
+        let req = Request::GetStatus {
+            handle: self.handle,
+        };
+        expect!(self.conn, req, Reply::Number(n) => n as u32)
+    }
+
+    /// `fchmod`, `fchown`, `futimens`.
+    pub fn set_attr(&self, attr: &SetAttr) -> Result<()> {
+        self.done(Request::FsetAttr {
+            handle: self.handle,
+            attr: *attr,
+        })
     }
 
     fn done(&self, req: Request) -> Result<()> {
@@ -418,17 +560,19 @@ impl RemoteFile {
         expect!(self.conn, req, Reply::Lock(h) => h)
     }
     /// Closes the file, reporting an error the drop would ignore.
-    pub fn close(self) -> Result<()> {
-        let r = self.done(Request::Close {
+    pub fn close(mut self) -> Result<()> {
+        self.let_go = true;
+        self.done(Request::Close {
             handle: self.handle,
-        });
-        std::mem::forget(self);
-        r
+        })
     }
 }
 
 impl Drop for RemoteFile {
     fn drop(&mut self) {
+        if self.let_go {
+            return;
+        }
         let _ = self.done(Request::Close {
             handle: self.handle,
         });

@@ -180,6 +180,63 @@ pub enum Request {
         offset: u64,
         len: u32,
     },
+    /// Reads at the description's offset and advances it.
+    ReadOn {
+        handle: u64,
+        len: u32,
+    },
+    /// Writes at the description's offset (its end under `O_APPEND`) and advances it; answers
+    /// the offset the data went to.
+    WriteOn {
+        handle: u64,
+        data: Vec<u8>,
+    },
+    /// `lseek`: `whence` 0 (start), 1 (offset), 2 (end); answers the new offset.
+    Seek {
+        handle: u64,
+        offset: i64,
+        whence: u8,
+    },
+    /// Sets the description's status flags (Linux's bits; the server acts on `O_APPEND`).
+    SetStatus {
+        handle: u64,
+        status: u32,
+    },
+    /// The description's status flags.
+    GetStatus {
+        handle: u64,
+    },
+    /// Keeps descriptions alive for another session to adopt; each with the client's note.
+    /// Answers the hold's token.
+    Hold {
+        items: Vec<(u64, String)>,
+    },
+    /// Ties a hold to the process that will adopt it: it is dropped if that process exits.
+    HoldFor {
+        token: u64,
+        pid: i32,
+    },
+    /// Takes over a hold's descriptions under their handles (answers `Held`).
+    Adopt {
+        token: u64,
+    },
+    /// Drops a hold.
+    Release {
+        token: u64,
+    },
+    /// `fchmod`, `fchown`, `futimens` on a handle.
+    FsetAttr {
+        handle: u64,
+        attr: SetAttr,
+    },
+}
+
+/// One adopted description: its handle, inode, offset and the note it was held with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adopted {
+    pub handle: u64,
+    pub ino: u64,
+    pub note: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -209,4 +266,5 @@ pub enum Reply {
     Gc(GcReport),
     Lock(Option<LockHolder>),
     Info(Box<PoolInfo>),
+    Held(Vec<Adopted>),
 }

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 mod access;
 mod client;
 mod codec;
+mod descs;
 mod messages;
 mod observe;
 pub mod protocol;
@@ -33,6 +34,7 @@ mod shared;
 
 pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};
+pub use descs::STATUS_APPEND;
 pub use observe::{Change, Observer};
 pub use server::{Server, ServerHandle, ServerOptions};
 

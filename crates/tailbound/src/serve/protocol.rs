@@ -8,7 +8,9 @@
 //! session must be `Hello`, which names the protocol version.
 
 use super::codec::{Dec, Enc, WireError, WireResult};
-pub use super::messages::{LockArgs, LockHolder, PoolInfo, Reply, Request, MAGIC, VERSION};
+pub use super::messages::{
+    Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request, MAGIC, VERSION,
+};
 use super::protocol_fields::{flags_dec, flags_enc, lock_dec, lock_enc};
 use crate::tbfs::{Error, SetAttr};
 
@@ -86,14 +88,7 @@ impl Request {
             }
             R::SetAttr { path, attr, follow } => {
                 e.u8(15).str(path);
-                let opt32 = |e: &mut Enc, v: Option<u32>| {
-                    e.opt_u64(v.map(u64::from));
-                };
-                opt32(&mut e, attr.mode);
-                opt32(&mut e, attr.uid);
-                opt32(&mut e, attr.gid);
-                e.opt_u64(attr.atime_ns.map(|t| t as u64));
-                e.opt_u64(attr.mtime_ns.map(|t| t as u64));
+                attr_enc(&mut e, attr);
                 e.bool(*follow);
             }
             R::Mkdir { path, mode } => {
@@ -169,6 +164,44 @@ impl Request {
                 len,
             } => {
                 e.u8(38).u64(*view).str(path).u64(*offset).u32(*len);
+            }
+            R::ReadOn { handle, len } => {
+                e.u8(39).u64(*handle).u32(*len);
+            }
+            R::WriteOn { handle, data } => {
+                e.u8(40).u64(*handle).bytes(data);
+            }
+            R::Seek {
+                handle,
+                offset,
+                whence,
+            } => {
+                e.u8(41).u64(*handle).i64(*offset).u8(*whence);
+            }
+            R::SetStatus { handle, status } => {
+                e.u8(42).u64(*handle).u32(*status);
+            }
+            R::GetStatus { handle } => {
+                e.u8(43).u64(*handle);
+            }
+            R::Hold { items } => {
+                e.u8(44).u32(items.len() as u32);
+                for (h, note) in items {
+                    e.u64(*h).str(note);
+                }
+            }
+            R::HoldFor { token, pid } => {
+                e.u8(45).u64(*token).i32(*pid);
+            }
+            R::Adopt { token } => {
+                e.u8(46).u64(*token);
+            }
+            R::Release { token } => {
+                e.u8(47).u64(*token);
+            }
+            R::FsetAttr { handle, attr } => {
+                e.u8(48).u64(*handle);
+                attr_enc(&mut e, attr);
             }
         }
         e.finish()
@@ -257,18 +290,7 @@ impl Request {
             },
             15 => {
                 let path = d.str("path")?;
-                let opt32 = |d: &mut Dec<'_>, what: &str| -> WireResult<Option<u32>> {
-                    d.opt_u64(what)?
-                        .map(|v| u32::try_from(v).map_err(|_| WireError(format!("{what}: {v}"))))
-                        .transpose()
-                };
-                let attr = SetAttr {
-                    mode: opt32(d, "mode")?,
-                    uid: opt32(d, "uid")?,
-                    gid: opt32(d, "gid")?,
-                    atime_ns: d.opt_u64("atime")?.map(|t| t as i64),
-                    mtime_ns: d.opt_u64("mtime")?.map(|t| t as i64),
-                };
+                let attr = attr_dec(d)?;
                 R::SetAttr {
                     path,
                     attr,
@@ -345,9 +367,77 @@ impl Request {
                 offset: d.u64("offset")?,
                 len: d.u32("length")?,
             },
+            39 => R::ReadOn {
+                handle: d.u64("handle")?,
+                len: d.u32("length")?,
+            },
+            40 => R::WriteOn {
+                handle: d.u64("handle")?,
+                data: d.bytes("data")?.to_vec(),
+            },
+            41 => R::Seek {
+                handle: d.u64("handle")?,
+                offset: d.i64("offset")?,
+                whence: d.u8("whence")?,
+            },
+            42 => R::SetStatus {
+                handle: d.u64("handle")?,
+                status: d.u32("status")?,
+            },
+            43 => R::GetStatus {
+                handle: d.u64("handle")?,
+            },
+            44 => {
+                let n = d.count("held descriptions", 12)?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push((d.u64("handle")?, d.str("note")?));
+                }
+                R::Hold { items }
+            }
+            45 => R::HoldFor {
+                token: d.u64("token")?,
+                pid: d.i32("pid")?,
+            },
+            46 => R::Adopt {
+                token: d.u64("token")?,
+            },
+            47 => R::Release {
+                token: d.u64("token")?,
+            },
+            48 => R::FsetAttr {
+                handle: d.u64("handle")?,
+                attr: attr_dec(d)?,
+            },
             other => return Err(WireError(format!("unknown operation {other}"))),
         })
     }
+}
+
+fn attr_enc(e: &mut Enc, attr: &SetAttr) {
+    let opt32 = |e: &mut Enc, v: Option<u32>| {
+        e.opt_u64(v.map(u64::from));
+    };
+    opt32(e, attr.mode);
+    opt32(e, attr.uid);
+    opt32(e, attr.gid);
+    e.opt_u64(attr.atime_ns.map(|t| t as u64));
+    e.opt_u64(attr.mtime_ns.map(|t| t as u64));
+}
+
+fn attr_dec(d: &mut Dec<'_>) -> WireResult<SetAttr> {
+    let opt32 = |d: &mut Dec<'_>, what: &str| -> WireResult<Option<u32>> {
+        d.opt_u64(what)?
+            .map(|v| u32::try_from(v).map_err(|_| WireError(format!("{what}: {v}"))))
+            .transpose()
+    };
+    Ok(SetAttr {
+        mode: opt32(d, "mode")?,
+        uid: opt32(d, "uid")?,
+        gid: opt32(d, "gid")?,
+        atime_ns: d.opt_u64("atime")?.map(|t| t as i64),
+        mtime_ns: d.opt_u64("mtime")?.map(|t| t as i64),
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ use std::io;
 use std::time::Duration;
 
 use super::codec::{Dec, Enc, WireError, WireResult};
-use super::messages::{LockHolder, PoolInfo, Reply};
+use super::messages::{Adopted, LockHolder, PoolInfo, Reply};
 use super::protocol_fields::{
     config_dec, config_enc, duration_ns, kind_code, kind_dec, stat_dec, stat_enc,
 };
@@ -113,6 +113,12 @@ pub(super) fn encode_reply(e: &mut Enc, r: &Reply) {
                 .u64(r.checkpoints_retained)
                 .u64(duration_ns(r.elapsed));
         }
+        Reply::Held(items) => {
+            e.u8(15).u32(items.len() as u32);
+            for a in items {
+                e.u64(a.handle).u64(a.ino).str(&a.note);
+            }
+        }
     }
 }
 
@@ -217,6 +223,18 @@ pub(super) fn decode_reply(d: &mut Dec<'_>) -> WireResult<Reply> {
                 config,
                 recovery,
             }))
+        }
+        15 => {
+            let n = d.count("adopted descriptions", 20)?;
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                items.push(Adopted {
+                    handle: d.u64("handle")?,
+                    ino: d.u64("ino")?,
+                    note: d.str("note")?,
+                });
+            }
+            Reply::Held(items)
         }
         v => return Err(WireError(format!("reply kind {v}"))),
     })

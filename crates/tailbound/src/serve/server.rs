@@ -90,6 +90,8 @@ impl Server {
             server_ids,
             owner_uid: opts.owner.map_or(server_ids.0, |o| o.0),
             observer,
+            next_handle: AtomicU64::new(1),
+            holds: Default::default(),
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;
@@ -214,6 +216,18 @@ impl ServerHandle {
     /// Sessions open now.
     pub fn sessions(&self) -> usize {
         self.shared.sessions().len()
+    }
+
+    /// How many sessions have started since the server did.
+    pub fn sessions_started(&self) -> u64 {
+        self.shared.next_session.load(Ordering::Relaxed) - 1
+    }
+
+    /// Whether no session is open and no hold waits for a process to adopt it (a hold whose
+    /// process has exited is dropped here).
+    pub fn idle(&self) -> bool {
+        let holds_left = self.shared.holds.sweep();
+        self.shared.sessions().is_empty() && !holds_left
     }
 
     /// Stops the server (see [`ServerHandle`]) and waits for every session to end.

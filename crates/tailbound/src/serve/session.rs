@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use super::access::{Who, EXEC, READ, WRITE};
 use super::codec::{read_frame, IO_MAX};
+use super::descs::Desc;
 use super::observe::{self, Change};
-use super::protocol::{LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
+use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
 use super::shared::Shared;
 use crate::dev::BLOCK_SIZE;
 use crate::sys::sock::{send_all, PeerCred};
@@ -31,7 +32,8 @@ struct Session<'a> {
     who: Who,
     /// The session's socket, watched for a hang-up while a request waits for a lock.
     watch: UnixStream,
-    files: HashMap<u64, File>,
+    /// The descriptions this session refers to, by their (server-wide) handles.
+    files: HashMap<u64, Arc<Desc>>,
     views: HashMap<u64, Snapshot>,
     next_handle: u64,
 }
@@ -90,10 +92,14 @@ fn lock_error(e: crate::tbfs::locks::LockError) -> Error {
 }
 
 impl Session<'_> {
-    fn file(&self, handle: u64) -> Result<&File> {
+    fn desc(&self, handle: u64) -> Result<&Arc<Desc>> {
         self.files
             .get(&handle)
             .ok_or_else(|| Error::BadHandle(format!("handle {handle}")))
+    }
+
+    fn file(&self, handle: u64) -> Result<&File> {
+        Ok(&self.desc(handle)?.file)
     }
 
     fn view(&self, view: u64) -> Result<&Snapshot> {
@@ -102,10 +108,16 @@ impl Session<'_> {
             .ok_or_else(|| Error::BadHandle(format!("view {view}")))
     }
 
+    /// A handle's own locks belong to the description, whichever sessions share it; the
+    /// others to the client process.
     fn owner(&self, handle: u64, lock: &LockArgs) -> Owner {
-        Owner::Client {
-            session: self.id,
-            description: if lock.per_handle { handle } else { 0 },
+        if lock.per_handle {
+            Owner::Description(handle)
+        } else {
+            Owner::Client {
+                session: self.id,
+                description: 0,
+            }
         }
     }
 
@@ -267,10 +279,15 @@ impl Session<'_> {
                 if flags.truncate {
                     self.changed(&Change::Inode { ino: file.ino() });
                 }
-                let handle = self.next_handle;
-                self.next_handle += 1;
+                let handle = self
+                    .shared
+                    .next_handle
+                    .fetch_add(1, AtomicOrdering::Relaxed);
                 let ino = file.ino();
-                self.files.insert(handle, file);
+                self.files.insert(
+                    handle,
+                    Arc::new(Desc::new(handle, file, self.shared.fs.clone())),
+                );
                 Reply::Opened { handle, ino }
             }
             R::Close { handle } => {
@@ -278,7 +295,7 @@ impl Session<'_> {
                     .files
                     .remove(&handle)
                     .ok_or_else(|| Error::BadHandle(format!("handle {handle}")))?;
-                self.release_handle(handle, file.ino());
+                self.release_handle(file.file.ino());
                 drop(file);
                 Reply::Done
             }
@@ -487,6 +504,70 @@ impl Session<'_> {
                 buf.truncate(n);
                 Reply::Data(buf)
             }
+            R::ReadOn { handle, len } => {
+                Reply::Data(self.desc(handle)?.read_on((len as usize).min(IO_MAX))?)
+            }
+            R::WriteOn { handle, data } => {
+                let d = self.desc(handle)?;
+                let offset = d.write_on(&data)?;
+                self.changed(&Change::Written {
+                    ino: d.file.ino(),
+                    offset,
+                    data: &data,
+                });
+                Reply::Number(offset)
+            }
+            R::Seek {
+                handle,
+                offset,
+                whence,
+            } => Reply::Number(self.desc(handle)?.seek(offset, whence)?),
+            R::SetStatus { handle, status } => {
+                self.desc(handle)?
+                    .status
+                    .store(status, AtomicOrdering::Relaxed);
+                Reply::Done
+            }
+            R::GetStatus { handle } => Reply::Number(u64::from(
+                self.desc(handle)?.status.load(AtomicOrdering::Relaxed),
+            )),
+            R::Hold { items } => {
+                let mut held = Vec::with_capacity(items.len());
+                for (handle, note) in items {
+                    held.push((self.desc(handle)?.clone(), note));
+                }
+                Reply::Number(self.shared.holds.hold(self.id, held))
+            }
+            R::HoldFor { token, pid } => {
+                self.shared.holds.tie(token, pid)?;
+                Reply::Done
+            }
+            R::Adopt { token } => {
+                let items = self.shared.holds.take(token)?;
+                let mut out = Vec::with_capacity(items.len());
+                for (d, note) in items {
+                    out.push(Adopted {
+                        handle: d.id,
+                        ino: d.file.ino(),
+                        note,
+                    });
+                    self.files.entry(d.id).or_insert(d);
+                }
+                Reply::Held(out)
+            }
+            R::Release { token } => {
+                drop(self.shared.holds.take(token)?);
+                Reply::Done
+            }
+            R::FsetAttr { handle, attr } => {
+                let file = self.file(handle)?;
+                if !self.who.is_root() {
+                    self.who.may_set_attr(&file.stat()?, &attr, "")?;
+                }
+                file.set_attr(&attr)?;
+                self.changed(&Change::Inode { ino: file.ino() });
+                Reply::Done
+            }
         })
     }
 
@@ -568,13 +649,10 @@ impl Session<'_> {
         })
     }
 
-    /// A handle closed: its own locks go, and (POSIX's rule) the process's locks on its file.
-    fn release_handle(&self, handle: u64, ino: u64) {
+    /// A handle closed: (POSIX's rule) the process's locks on its file go. The description's
+    /// own locks go with its last reference.
+    fn release_handle(&self, ino: u64) {
         let locks = self.fs.locks();
-        locks.release_everywhere(Owner::Client {
-            session: self.id,
-            description: handle,
-        });
         locks.release(
             ino,
             Owner::Client {
@@ -589,6 +667,7 @@ impl Session<'_> {
         self.fs.locks().release_session(self.id);
         self.files.clear();
         self.views.clear();
+        self.shared.holds.session_ended(self.id);
     }
 }
 

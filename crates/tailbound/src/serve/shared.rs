@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use super::descs::Holds;
 use super::observe::Observer;
 use crate::tbfs::Fs;
 
@@ -36,6 +37,10 @@ pub(super) struct Shared {
     pub owner_uid: u32,
     /// Told of every change a session makes (a FUSE mount of the same pool drops its caches).
     pub observer: Option<Observer>,
+    /// The next description handle: handles are the server's, the same in every session.
+    pub next_handle: AtomicU64,
+    /// Descriptions held for a forked child or an exec'd image to adopt.
+    pub holds: Holds,
 }
 
 impl Shared {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::codec::Enc;
+use super::descs::STATUS_APPEND;
 use super::protocol::{LockArgs, Reply, Request, VERSION};
 use super::*;
 use crate::dev::memory::MemoryPool;
@@ -230,6 +231,75 @@ fn unsynced_writes_of_a_gone_client_stay() {
     assert_eq!(&buf, b"kept");
 }
 
+#[test]
+fn a_held_description_is_shared_by_the_adopting_session_offset_and_locks_alike() {
+    let f = fixture();
+    let a = Client::connect(&f.socket).unwrap();
+    let b = Client::connect(&f.socket).unwrap();
+    let c = Client::connect(&f.socket).unwrap();
+    let fa = a.open_file("/shared", OpenFlags::create()).unwrap();
+    assert_eq!(fa.write_on(b"abc").unwrap(), 3);
+    fa.lock(whole(true, Kind::Write), false).unwrap();
+    let token = a.hold(vec![(fa.handle(), "note".into())]).unwrap();
+    let mut adopted = b.adopt(token).unwrap();
+    assert_eq!(adopted.len(), 1);
+    let (fb, note) = adopted.pop().unwrap();
+    assert_eq!((fb.handle(), note.as_str()), (fa.handle(), "note"));
+    // One offset: b writes where a left it, and a reads on from where b left it.
+    assert_eq!(fb.write_on(b"def").unwrap(), 6);
+    assert_eq!(fa.seek(0, 1).unwrap(), 6);
+    fa.seek(2, 0).unwrap();
+    let mut buf = [0u8; 2];
+    assert_eq!(fb.read_on(&mut buf).unwrap(), 2);
+    assert_eq!(&buf, b"cd");
+    assert_eq!(fa.seek(0, 1).unwrap(), 4);
+    // One description's lock: b holds it too, and it outlives a's close.
+    fb.lock(whole(true, Kind::Write), false).unwrap();
+    let fc = c.open_file("/shared", OpenFlags::create()).unwrap();
+    fa.close().unwrap();
+    assert!(fc.lock(whole(true, Kind::Write), false).is_err());
+    // Status flags are the description's: O_APPEND set through b makes a's writes appends.
+    fb.set_status(STATUS_APPEND).unwrap();
+    fb.seek(0, 0).unwrap();
+    assert_eq!(fb.write_on(b"g").unwrap(), 7);
+    fb.close().unwrap();
+    fc.lock(whole(true, Kind::Write), false).unwrap();
+    // A hold is taken once.
+    assert!(b.adopt(token).is_err());
+}
+
+#[test]
+fn a_hold_whose_process_exits_unadopted_is_dropped_with_its_locks() {
+    let f = fixture();
+    let a = Client::connect(&f.socket).unwrap();
+    let c = Client::connect(&f.socket).unwrap();
+    let fa = a.open_file("/held", OpenFlags::create()).unwrap();
+    fa.lock(whole(true, Kind::Write), false).unwrap();
+    let token = a.hold(vec![(fa.handle(), String::new())]).unwrap();
+    // The process that was to adopt it: alive until its stdin closes.
+    let mut child = std::process::Command::new("cat")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    a.hold_for(token, child.id() as i32).unwrap();
+    fa.close().unwrap();
+    drop(a);
+    let fc = c.open_file("/held", OpenFlags::create()).unwrap();
+    let server = f.server.as_ref().unwrap();
+    // Held for the child: the description and its lock stay.
+    assert!(fc.lock(whole(true, Kind::Write), false).is_err());
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    // The child is gone: the server drops the hold (here when asked whether it is idle).
+    assert!(!server.idle(), "c's session is open");
+    fc.lock(whole(true, Kind::Write), false).unwrap();
+    drop(fc);
+    drop(c);
+    while !server.idle() {
+        std::thread::yield_now();
+    }
+}
+
 fn raw_call(stream: &mut UnixStream, frame: &[u8]) -> Option<Vec<u8>> {
     stream.write_all(frame).ok()?;
     super::codec::read_frame(stream).ok().flatten()
@@ -409,6 +479,24 @@ fn arb_request() -> impl Strategy<Value = Request> {
             }
         }),
         Just(Request::Info),
+        (any::<u64>(), prop::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|(handle, data)| Request::WriteOn { handle, data }),
+        (any::<u64>(), any::<i64>(), 0u8..3).prop_map(|(handle, offset, whence)| {
+            Request::Seek {
+                handle,
+                offset,
+                whence,
+            }
+        }),
+        prop::collection::vec((any::<u64>(), path), 0..4).prop_map(|items| Request::Hold { items }),
+        (any::<u64>(), any::<i32>()).prop_map(|(token, pid)| Request::HoldFor { token, pid }),
+        (any::<u64>(), any::<u32>()).prop_map(|(handle, mode)| Request::FsetAttr {
+            handle,
+            attr: SetAttr {
+                mode: Some(mode),
+                ..SetAttr::default()
+            },
+        }),
     ]
 }
 

@@ -287,6 +287,31 @@ pub fn stdio_to_null() -> io::Result<()> {
     Ok(())
 }
 
+/// A descriptor that becomes readable when process `pid` exits (`pidfd_open`, Linux 5.3+).
+pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain integers; the kernel returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by the kernel and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether the process a pidfd refers to has exited (its pidfd is readable).
+pub fn pidfd_exited(fd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents != 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
