@@ -651,6 +651,17 @@ pub fn memfd(name: &std::ffi::CStr) -> Result<c_int, i32> {
     }
 }
 
+/// A fresh memfd that stays open across an exec (a program image the exec runs).
+pub fn memfd_inheritable(name: &std::ffi::CStr) -> Result<c_int, i32> {
+    // SAFETY: `name` is NUL-terminated.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
 /// `pread` on a kernel descriptor into `buf`, to completion or end of file.
 pub fn kernel_pread(fd: c_int, buf: &mut [u8], mut off: u64) -> Result<usize, i32> {
     let mut done = 0;

@@ -16,6 +16,7 @@ use libc::{c_char, c_int, pid_t};
 use crate::abi::base::{shim, SHIM};
 use crate::guard::enter;
 use crate::real;
+use crate::vfs::exec::ExecImage;
 use crate::vfs::procs::{ADOPT_ENV, CWD_ENV};
 use crate::vfs::HandOver;
 
@@ -64,6 +65,46 @@ unsafe fn with_env(
     let mut ptrs: Vec<*const c_char> = keep.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
     (keep, ptrs)
+}
+
+/// The kernel copy of the program `p` names when it is in a mount (`Err(errno)`: refused).
+/// With `searched`, a name without a slash is left to the `PATH` search, which looks only in
+/// kernel directories.
+fn image_for(p: *const c_char, searched: bool) -> Result<Option<ExecImage>, c_int> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    let Some(_g) = enter() else {
+        return Ok(None);
+    };
+    // SAFETY: the program's path, NUL-terminated per the exec's contract.
+    let path = unsafe { CStr::from_ptr(p) }.to_bytes();
+    if searched && !path.contains(&b'/') {
+        return Ok(None);
+    }
+    shim().exec_image(path).transpose()
+}
+
+/// Runs `f` with the path to exec: `p`, or its kernel copy's. `-1` and `errno` when the copy
+/// is refused.
+fn with_image(p: *const c_char, searched: bool, f: impl FnOnce(*const c_char) -> c_int) -> c_int {
+    match image_for(p, searched) {
+        Ok(None) => f(p),
+        Ok(Some(image)) => f(image.path().as_ptr()),
+        Err(e) => {
+            real::set_errno(e);
+            -1
+        }
+    }
+}
+
+/// [`with_image`] for the spawns, which return an error number.
+fn spawn_image(p: *const c_char, searched: bool, f: impl FnOnce(*const c_char) -> c_int) -> c_int {
+    match image_for(p, searched) {
+        Ok(None) => f(p),
+        Ok(Some(image)) => f(image.path().as_ptr()),
+        Err(e) => e,
+    }
 }
 
 /// Hands the served descriptors over for an exec by this process; `None` when there is
@@ -153,39 +194,52 @@ hooks! {
     fn vfork() -> pid_t => (same_as fork);
 
     fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int => {
-        exec_with(
-            e,
-            // SAFETY: the program's path and arguments, and an environment built above.
-            |env| unsafe { real::execve(p, a, env) },
-            || pass!(),
-        )
+        with_image(p, false, |p| {
+            exec_with(
+                e,
+                // SAFETY: the program's path (or its image's) and arguments, and an
+                // environment built above.
+                |env| unsafe { real::execve(p, a, env) },
+                // SAFETY: as above, with the program's own environment.
+                || unsafe { real::execve(p, a, e) },
+            )
+        })
     }
 
     fn execv(p: *const c_char, a: *const *const c_char) -> c_int => {
-        exec_with(
-            std::ptr::null(),
-            // SAFETY: as in `execve`.
-            |env| unsafe { real::execve(p, a, env) },
-            || pass!(),
-        )
+        with_image(p, false, |p| {
+            exec_with(
+                std::ptr::null(),
+                // SAFETY: as in `execve`.
+                |env| unsafe { real::execve(p, a, env) },
+                // SAFETY: as in `execve`; `environ` is the process's environment.
+                || unsafe { real::execve(p, a, environ) },
+            )
+        })
     }
 
     fn execvp(p: *const c_char, a: *const *const c_char) -> c_int => {
-        exec_with(
-            std::ptr::null(),
-            // SAFETY: as in `execve`; `execvpe` searches PATH as `execvp` does.
-            |env| unsafe { real::execvpe(p, a, env) },
-            || pass!(),
-        )
+        with_image(p, true, |p| {
+            exec_with(
+                std::ptr::null(),
+                // SAFETY: as in `execve`; `execvpe` searches PATH as `execvp` does.
+                |env| unsafe { real::execvpe(p, a, env) },
+                // SAFETY: as above, with the process's environment.
+                || unsafe { real::execvpe(p, a, environ) },
+            )
+        })
     }
 
     fn execvpe(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int => {
-        exec_with(
-            e,
-            // SAFETY: as in `execve`.
-            |env| unsafe { real::execvpe(p, a, env) },
-            || pass!(),
-        )
+        with_image(p, true, |p| {
+            exec_with(
+                e,
+                // SAFETY: as in `execve`.
+                |env| unsafe { real::execvpe(p, a, env) },
+                // SAFETY: as above, with the program's own environment.
+                || unsafe { real::execvpe(p, a, e) },
+            )
+        })
     }
 
     fn fexecve(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int => {
@@ -205,13 +259,17 @@ hooks! {
         a: *const *mut c_char,
         e: *const *mut c_char,
     ) -> c_int, or crate::abi::base::eio_number => {
-        spawn_with(
-            pid,
-            e,
-            // SAFETY: the program's arguments, a pid slot of ours, and an environment built above.
-            |child, env| unsafe { real::posix_spawn(child, p, fa, at, a, env) },
-            || pass!(),
-        )
+        spawn_image(p, false, |p| {
+            spawn_with(
+                pid,
+                e,
+                // SAFETY: the program's path (or its image's) and arguments, a pid slot of
+                // ours, and an environment built above.
+                |child, env| unsafe { real::posix_spawn(child, p, fa, at, a, env) },
+                // SAFETY: as above, with the caller's pid slot and environment.
+                || unsafe { real::posix_spawn(pid, p, fa, at, a, e) },
+            )
+        })
     }
 
     fn posix_spawnp(
@@ -222,13 +280,16 @@ hooks! {
         a: *const *mut c_char,
         e: *const *mut c_char,
     ) -> c_int, or crate::abi::base::eio_number => {
-        spawn_with(
-            pid,
-            e,
-            // SAFETY: as in `posix_spawn`.
-            |child, env| unsafe { real::posix_spawnp(child, p, fa, at, a, env) },
-            || pass!(),
-        )
+        spawn_image(p, true, |p| {
+            spawn_with(
+                pid,
+                e,
+                // SAFETY: as in `posix_spawn`.
+                |child, env| unsafe { real::posix_spawnp(child, p, fa, at, a, env) },
+                // SAFETY: as in `posix_spawn`.
+                || unsafe { real::posix_spawnp(pid, p, fa, at, a, e) },
+            )
+        })
     }
 
     /// On a hand-over, done here on the hooked spawn (see `system_handing_over`).

@@ -16,6 +16,7 @@
 
 mod backend;
 mod dir;
+pub mod exec;
 mod locks;
 pub mod maps;
 pub mod ofd;
