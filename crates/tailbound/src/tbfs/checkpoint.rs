@@ -199,7 +199,9 @@ impl Inner {
         let seq = m.writer.seq;
         let mut records = Records::default();
         let mut written: Vec<Release> = Vec::new();
-        // Inodes with a change only a checkpoint records: their next sync waits for this one.
+        // Inodes with a change only a checkpoint records, or buffered data it writes: their
+        // later data-only logs build on this checkpoint (`DescKind::Depends`), so their next
+        // sync waits for it, and for every payload it needs to count.
         let mut changed: Vec<Arc<InodeCell>> = Vec::new();
         let now = now_ns();
         let flush = self.config.barrier != Barrier::Superblock;
@@ -254,7 +256,7 @@ impl Inner {
             st.attr_dirty = false;
             records.push(ino, st.record(ino));
             drop(guard);
-            if m.ns_changed.contains(&ino) {
+            if m.ns_changed.contains(&ino) || !done.is_empty() {
                 changed.push(cell.clone());
             }
             written.push((cell, done));
@@ -340,6 +342,8 @@ impl Inner {
             m.seg_dec(prev_root, seq, self.segment_blocks);
         }
         let tables = self.write_tables(m)?;
+        let depends: Vec<u64> = changed.iter().map(|c| c.ino).collect();
+        self.log_add_depends(m, &depends)?;
         // The root names the sequence of the log it ends: open the continuation log first if the
         // root would not fit in this one, so the sequence is final before the root is encoded.
         if !self.log_has_room(m, DescKind::Root, 0, 0, 0) {

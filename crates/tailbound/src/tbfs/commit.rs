@@ -25,8 +25,8 @@ impl Inner {
         cv.notify_all();
     }
 
-    /// Refreshes the superblock if enough bytes or time went by since the last one.
-    pub(crate) fn maybe_refresh(&self, m: &mut Meta) -> Result<()> {
+    /// Whether enough bytes or time went by since the last superblock for a refresh.
+    pub(crate) fn refresh_due(&self, m: &Meta) -> bool {
         // At most a quarter of the pool between superblocks, whatever the configuration: light
         // cleaning takes only victims out of the roll-forward chain, and a chain spanning the
         // whole pool leaves it none (then only a checkpoint, which may not fit, lets it go on).
@@ -39,7 +39,32 @@ impl Inner {
         let by_time = m.sb_bytes_since > 0
             && m.sb_written_at
                 .is_none_or(|t| t.elapsed() >= self.config.superblock_every);
-        if by_bytes || by_time {
+        by_bytes || by_time
+    }
+
+    /// A sync's refresh. A real-time thread's is left to the background thread (if there is
+    /// one), so its sync does not lay out a checkpoint of every file's buffered data and write
+    /// those payloads as its own. Other threads refresh here, as before: runs stay decided by
+    /// what the threads do, not by when the background thread wakes.
+    pub(crate) fn refresh_or_hand_off(&self, m: &mut Meta) -> Result<()> {
+        if !self.refresh_due(m) {
+            return Ok(());
+        }
+        let background = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if background && crate::sched::Prio::of_current_thread().class == crate::sched::Class::Rt {
+            self.wake_background(|w| w.refresh = true);
+            return Ok(());
+        }
+        self.maybe_refresh(m)
+    }
+
+    /// Refreshes the superblock if enough bytes or time went by since the last one.
+    pub(crate) fn maybe_refresh(&self, m: &mut Meta) -> Result<()> {
+        if self.refresh_due(m) {
             // The checkpoint is laid out now; its logs are written by the log writer after
             // `meta` is released, the flush and the superblock without it
             // (`Inner::take_superblock`). Only logs written after the newest

@@ -743,7 +743,7 @@ impl Inner {
                 }
                 true
             }
-            DescKind::Attr => false,
+            DescKind::Attr | DescKind::Depends => false,
         }
     }
 
