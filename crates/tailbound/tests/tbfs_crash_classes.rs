@@ -228,7 +228,7 @@ fn run_one(seed: u64) -> Result<u64, String> {
     }
     .apply_to_current_thread();
     let appends = rng.range(2, 8);
-    let cut_at = (seed % 3 == 0).then(|| rng.range(0, appends - 1));
+    let cut_at = seed.is_multiple_of(3).then(|| rng.range(0, appends - 1));
     let mut out_of_order = 0;
     let mut power_cut = false;
     let mut rt_failed: Option<Vec<u8>> = None;
