@@ -4117,3 +4117,50 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     }
     checked_clean(&dev, "released");
 }
+
+#[test]
+fn a_real_time_writers_small_write_leaves_a_buffer_others_filled_to_them() {
+    let config = Config {
+        dirty_bytes_max: 1 << 20,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(device(16 << 20), &config).unwrap();
+    let be = fs.open_file("/be", OpenFlags::create()).unwrap();
+    let rt = fs.open_file("/rt", OpenFlags::create()).unwrap();
+    fs.sync().unwrap();
+    // Another writer fills the buffer to just below its limit (below the write-behind size).
+    let filled = (1 << 20) - 4096;
+    be.pwrite(&pattern(1, filled), 0).unwrap();
+    let logs = fs.counters().logs;
+    let buffered = fs.inner.buffered_bytes();
+    assert!(buffered >= filled as u64, "buffered {buffered}");
+    // A real-time thread's small write takes the buffer past it.
+    let written = std::thread::scope(|s| {
+        s.spawn(|| {
+            crate::sched::Prio {
+                class: crate::sched::Class::Rt,
+                level: 0,
+            }
+            .apply_to_current_thread()
+            .expect("the real-time I/O class (this test needs the privilege to set it)");
+            rt.pwrite(&pattern(2, 8192), 0).unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(written, 8192);
+    assert_eq!(
+        fs.counters().logs,
+        logs,
+        "the real-time write sealed the other writer's buffered data"
+    );
+    assert!(fs.inner.buffered_bytes() > fs.inner.buffer_limit());
+    // The other writer's next write commits it; the real-time file's sync commits its own.
+    be.pwrite(&pattern(3, 4096), filled as u64).unwrap();
+    assert!(fs.counters().logs > logs);
+    rt.fdatasync().unwrap();
+    assert_eq!(read_all(&fs, "/rt"), pattern(2, 8192));
+    let mut want = pattern(1, filled);
+    want.extend_from_slice(&pattern(3, 4096));
+    assert_eq!(read_all(&fs, "/be"), want);
+}
