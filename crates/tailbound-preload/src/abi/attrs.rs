@@ -5,8 +5,8 @@ use libc::{c_char, c_int, mode_t};
 
 use tailbound::tbfs::SetAttr;
 
-use crate::abi::base::{bytes, int, lib_path, refused, sh};
-use crate::vfs::{Loc, Ofd, R};
+use crate::abi::base::{bytes, int, lib_path, refused, shim};
+use crate::vfs::{LibPath, Ofd, VfsResult};
 
 hooks! {
     fn chmod(p: *const c_char, mode: mode_t) -> c_int
@@ -133,23 +133,23 @@ hooks! {
 
 /// chmod, chown, utimens on a library path; `follow`: through a final symbolic link (no
 /// `AT_SYMLINK_NOFOLLOW`, not an l* call).
-fn set_path_attr(loc: R<Loc>, attr: R<SetAttr>, follow: bool) -> c_int {
-    int(loc.and_then(|l| attr.and_then(|a| sh().set_attr(&l, &a, follow))))
+fn set_path_attr(loc: VfsResult<LibPath>, attr: VfsResult<SetAttr>, follow: bool) -> c_int {
+    int(loc.and_then(|l| attr.and_then(|a| shim().set_attr(&l, &a, follow))))
 }
 
 /// fchmod, fchown, futimens on a library descriptor.
-fn set_fd_attr(o: &Ofd, attr: R<SetAttr>) -> c_int {
-    int(attr.and_then(|a| sh().fset_attr(o, &a)))
+fn set_fd_attr(o: &Ofd, attr: VfsResult<SetAttr>) -> c_int {
+    int(attr.and_then(|a| shim().fset_attr(o, &a)))
 }
 
-fn mode_attr(mode: mode_t) -> R<SetAttr> {
+fn mode_attr(mode: mode_t) -> VfsResult<SetAttr> {
     Ok(SetAttr {
         mode: Some(mode & 0o7777),
         ..SetAttr::default()
     })
 }
 
-fn owner_attr(u: libc::uid_t, g: libc::gid_t) -> R<SetAttr> {
+fn owner_attr(u: libc::uid_t, g: libc::gid_t) -> VfsResult<SetAttr> {
     Ok(SetAttr {
         uid: (u != u32::MAX).then_some(u),
         gid: (g != u32::MAX).then_some(g),
@@ -168,7 +168,7 @@ fn now_ns() -> i64 {
 ///
 /// # Safety
 /// `t` is NULL or points to two timespecs.
-unsafe fn timespec_attr(t: *const libc::timespec) -> R<SetAttr> {
+unsafe fn timespec_attr(t: *const libc::timespec) -> VfsResult<SetAttr> {
     if t.is_null() {
         let now = now_ns();
         return Ok(SetAttr {
@@ -179,7 +179,7 @@ unsafe fn timespec_attr(t: *const libc::timespec) -> R<SetAttr> {
     }
     // SAFETY: non-null here, and pointing to two timespecs by this function's contract.
     let ts = unsafe { std::slice::from_raw_parts(t, 2) };
-    let one = |t: &libc::timespec| -> R<Option<i64>> {
+    let one = |t: &libc::timespec| -> VfsResult<Option<i64>> {
         match t.tv_nsec {
             libc::UTIME_OMIT => Ok(None),
             libc::UTIME_NOW => Ok(Some(now_ns())),
@@ -198,14 +198,14 @@ unsafe fn timespec_attr(t: *const libc::timespec) -> R<SetAttr> {
 ///
 /// # Safety
 /// `t` is NULL or points to two timevals.
-unsafe fn timeval_attr(t: *const libc::timeval) -> R<SetAttr> {
+unsafe fn timeval_attr(t: *const libc::timeval) -> VfsResult<SetAttr> {
     if t.is_null() {
         // SAFETY: a NULL pointer, which means now.
         return unsafe { timespec_attr(std::ptr::null()) };
     }
     // SAFETY: non-null here, and pointing to two timevals by this function's contract.
     let tv = unsafe { std::slice::from_raw_parts(t, 2) };
-    let ns = |t: &libc::timeval| -> R<i64> {
+    let ns = |t: &libc::timeval| -> VfsResult<i64> {
         if !(0..1_000_000).contains(&t.tv_usec) {
             return Err(libc::EINVAL);
         }

@@ -13,7 +13,7 @@ use libc::{c_char, c_int, c_void, size_t, ssize_t};
 
 use crate::guard::{enter, Guard};
 use crate::real::{self, set_errno};
-use crate::vfs::{Loc, Ofd, Shim, Where, R};
+use crate::vfs::{LibPath, Ofd, Shim, VfsResult, Where};
 
 pub static SHIM: OnceLock<Shim> = OnceLock::new();
 static REPORT: AtomicBool = AtomicBool::new(false);
@@ -41,7 +41,7 @@ extern "C" fn in_forked_child() {
 }
 
 /// The shim's state, made on the first call.
-pub fn sh() -> &'static Shim {
+pub fn shim() -> &'static Shim {
     SHIM.get_or_init(|| {
         let s = Shim::from_env(register_exit_flush);
         REPORT.store(s.report, Ordering::Relaxed);
@@ -63,18 +63,18 @@ pub fn fail<T: From<i8>>(e: i32) -> T {
     T::from(-1)
 }
 
-pub fn int(r: R<()>) -> c_int {
+pub fn int(r: VfsResult<()>) -> c_int {
     match r {
         Ok(()) => 0,
         Err(e) => fail(e),
     }
 }
 
-pub fn num(r: R<i32>) -> c_int {
+pub fn num(r: VfsResult<i32>) -> c_int {
     r.unwrap_or_else(fail)
 }
 
-pub fn size(r: R<usize>) -> ssize_t {
+pub fn size(r: VfsResult<usize>) -> ssize_t {
     match r {
         Ok(n) => n as ssize_t,
         Err(e) => fail(e),
@@ -282,13 +282,13 @@ pub unsafe fn lib_path(
     name: &'static str,
     dirfd: c_int,
     p: *const c_char,
-) -> Option<(Guard, R<Loc>)> {
+) -> Option<(Guard, VfsResult<LibPath>)> {
     let g = enter()?;
     if p.is_null() {
         return None;
     }
     // SAFETY: `p` is non-null, and this function's caller passes it NUL-terminated.
-    match sh().resolve(dirfd, unsafe { bytes(p) }) {
+    match shim().resolve(dirfd, unsafe { bytes(p) }) {
         Where::Kernel => {
             count(name, false);
             None
@@ -304,7 +304,7 @@ pub unsafe fn lib_path(
 /// A library descriptor: `Some((guard, ofd))`, else `None` to pass through.
 pub fn lib_fd(name: &'static str, fd: c_int) -> Option<(Guard, Arc<Ofd>)> {
     let g = enter()?;
-    let s = sh();
+    let s = shim();
     match s.ofd(fd) {
         Some(o) => {
             count(name, true);
@@ -347,9 +347,9 @@ pub unsafe fn slice<'a>(buf: *const c_void, n: size_t) -> &'a [u8] {
 
 /// A call on a library path or descriptor that tbfs cannot honour: fails with `errno` (or, for a
 /// refused path, the errno that refuses it), or aborts under `TAILBOUND_STRICT=1`.
-pub fn refused(name: &str, loc: R<Loc>, errno: i32) -> c_int {
+pub fn refused(name: &str, loc: VfsResult<LibPath>, errno: i32) -> c_int {
     match loc {
-        Ok(_) => fail(sh().unsupported(name, errno)),
+        Ok(_) => fail(shim().unsupported(name, errno)),
         Err(e) => fail(e),
     }
 }

@@ -8,14 +8,14 @@ use std::sync::Mutex;
 
 use libc::{c_char, c_int, c_long, c_void, size_t, ssize_t};
 
-use crate::abi::base::{count, eio_number, int, lib_path, sh, size, slice_mut};
+use crate::abi::base::{count, eio_number, int, lib_path, shim, size, slice_mut};
 use crate::guard::enter;
 use crate::real::{errno, set_errno, DirCompare, DirFilter};
 
 hooks! {
     fn opendir(path: *const c_char) -> *mut libc::DIR
         => (path "opendir", libc::AT_FDCWD, path, |loc| match loc.and_then(|l| {
-            sh().open(&l, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)
+            shim().open(&l, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)
         }) {
             Ok(fd) => new_lib_dir(fd),
             Err(e) => {
@@ -95,7 +95,7 @@ hooks! {
                 NDIRS.fetch_sub(1, Ordering::AcqRel);
                 // SAFETY: made by Box::into_raw in new_lib_dir, now unregistered.
                 drop(unsafe { Box::from_raw(d as *mut LibDir) });
-                let r = sh().close(fd).unwrap_or(Err(libc::EBADF));
+                let r = shim().close(fd).unwrap_or(Err(libc::EBADF));
                 drop(g);
                 return int(r);
             }
@@ -115,7 +115,7 @@ hooks! {
     fn rewinddir(d: *mut libc::DIR) -> () => {
         if let Some(_g) = enter() {
             if let Some(fd) = lib_dir(d) {
-                if let Some(o) = sh().ofd(fd) {
+                if let Some(o) = shim().ofd(fd) {
                     o.dir_seek(0);
                 }
                 return;
@@ -127,7 +127,7 @@ hooks! {
     fn telldir(d: *mut libc::DIR) -> c_long => {
         if let Some(_g) = enter() {
             if let Some(fd) = lib_dir(d) {
-                return sh().ofd(fd).map_or(-1, |o| o.dir_tell() as c_long);
+                return shim().ofd(fd).map_or(-1, |o| o.dir_tell() as c_long);
             }
         }
         pass!()
@@ -136,7 +136,7 @@ hooks! {
     fn seekdir(d: *mut libc::DIR, at: c_long) -> () => {
         if let Some(_g) = enter() {
             if let Some(fd) = lib_dir(d) {
-                if let Some(o) = sh().ofd(fd) {
+                if let Some(o) = shim().ofd(fd) {
                     o.dir_seek(at.max(0) as u64);
                 }
                 return;
@@ -281,7 +281,7 @@ fn new_lib_dir(fd: c_int) -> *mut libc::DIR {
 
 /// Fills the `DIR`'s entry with the next one; null at the end (errno untouched) or on error.
 fn next_dirent(d: *mut libc::DIR, fd: c_int) -> *mut libc::dirent64 {
-    let s = sh();
+    let s = shim();
     let Some(o) = s.ofd(fd) else {
         set_errno(libc::EBADF);
         return std::ptr::null_mut();

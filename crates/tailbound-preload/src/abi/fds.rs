@@ -4,7 +4,7 @@
 
 use libc::{c_int, c_uint, c_ulong, c_void, off_t};
 
-use crate::abi::base::{count, eio_and, eio_number, fail, int, lib_fd, num, sh};
+use crate::abi::base::{count, eio_and, eio_number, fail, int, lib_fd, num, shim};
 use crate::abi::streams::{rebind_std_stream, restore_std_stream};
 use crate::guard::enter;
 use crate::real::{self, errno, set_errno};
@@ -13,7 +13,7 @@ use crate::vfs::Ofd;
 hooks! {
     fn close(fd: c_int) -> c_int => {
         if let Some(g) = enter() {
-            if let Some(r) = sh().close(fd) {
+            if let Some(r) = shim().close(fd) {
                 count("close", true);
                 drop(g);
                 return int(r);
@@ -30,7 +30,7 @@ hooks! {
     fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int => {
         if let Some(_g) = enter() {
             count("close_range", false);
-            sh().forget_range(first, last, flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0);
+            shim().forget_range(first, last, flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0);
         }
         pass!()
     }
@@ -42,21 +42,21 @@ hooks! {
     fn closefrom(low: c_int) -> () => {
         if let Some(_g) = enter() {
             count("closefrom", false);
-            sh().forget_range(low.max(0) as c_uint, c_uint::MAX, false);
+            shim().forget_range(low.max(0) as c_uint, c_uint::MAX, false);
         }
         pass!()
     }
 
     fn ftruncate64(fd: c_int, len: off_t) -> c_int
-        => (fd "ftruncate", fd, |o| int(sh().ftruncate(&o, len)));
+        => (fd "ftruncate", fd, |o| int(shim().ftruncate(&o, len)));
 
     fn ftruncate(fd: c_int, len: off_t) -> c_int => (same_as ftruncate64);
 
-    fn fsync(fd: c_int) -> c_int => (fd "fsync", fd, |o| int(sh().fsync(&o)));
+    fn fsync(fd: c_int) -> c_int => (fd "fsync", fd, |o| int(shim().fsync(&o)));
 
-    fn fdatasync(fd: c_int) -> c_int => (fd "fdatasync", fd, |o| int(sh().fsync(&o)));
+    fn fdatasync(fd: c_int) -> c_int => (fd "fdatasync", fd, |o| int(shim().fsync(&o)));
 
-    fn syncfs(fd: c_int) -> c_int => (fd "syncfs", fd, |o| int(sh().syncfs(&o)));
+    fn syncfs(fd: c_int) -> c_int => (fd "syncfs", fd, |o| int(shim().syncfs(&o)));
 
     fn sync_file_range(fd: c_int, off: off_t, n: off_t, fl: c_uint) -> c_int
         => (fd "sync_file_range", fd, |o| {
@@ -64,21 +64,21 @@ hooks! {
                 return fail(libc::EINVAL);
             }
             // The whole file is made durable, which covers the range.
-            int(sh().fsync(&o))
+            int(shim().fsync(&o))
         });
 
     fn fallocate64(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int
         => (fd "fallocate", fd, |o| {
             if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
-                return fail(sh().unsupported("fallocate (punch/zero/collapse)", libc::EOPNOTSUPP));
+                return fail(shim().unsupported("fallocate (punch/zero/collapse)", libc::EOPNOTSUPP));
             }
-            int(sh().allocate(&o, off, len, mode & libc::FALLOC_FL_KEEP_SIZE != 0))
+            int(shim().allocate(&o, off, len, mode & libc::FALLOC_FL_KEEP_SIZE != 0))
         });
 
     fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int => (same_as fallocate64);
 
     fn posix_fallocate64(fd: c_int, off: off_t, len: off_t) -> c_int, or eio_number
-        => (fd "posix_fallocate", fd, |o| sh().allocate(&o, off, len, false).err().unwrap_or(0));
+        => (fd "posix_fallocate", fd, |o| shim().allocate(&o, off, len, false).err().unwrap_or(0));
 
     fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int, or eio_number => {
         // SAFETY: the program's own arguments, to the hook `posix_fallocate64` with the same
@@ -106,7 +106,7 @@ hooks! {
 
     fn dup(fd: c_int) -> c_int => {
         if let Some((_g, _)) = lib_fd("dup", fd) {
-            return num(sh().dup(fd, 0, false));
+            return num(shim().dup(fd, 0, false));
         }
         pass!()
     }
@@ -131,7 +131,7 @@ hooks! {
 
     /// `ioctl` (variadic in C; see the module notes on variadic entry points).
     fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int => (fd "ioctl", fd, |o| {
-        let s = sh();
+        let s = shim();
         match request {
             libc::FIONREAD => {
                 if arg.is_null() {
@@ -162,7 +162,7 @@ hooks! {
     fn flock(fd: c_int, op: c_int) -> c_int => (fd "flock", fd, |o| int(o.flock(op)));
 
     fn lockf64(fd: c_int, cmd: c_int, len: off_t) -> c_int => (fd "lockf", fd, |o| {
-        let s = sh();
+        let s = shim();
         match cmd {
             libc::F_LOCK => {
                 int(o.set_lock(false, libc::F_WRLCK, libc::SEEK_CUR, 0, len, true, || s.size(&o)))
@@ -203,7 +203,7 @@ unsafe fn dup_onto(
     real_call: impl FnOnce() -> c_int,
 ) -> c_int {
     if let Some(g) = enter() {
-        let s = sh();
+        let s = shim();
         if s.is_fd(fd) {
             count(name, true);
             let r = num(s.dup_onto(fd, new, cloexec));
@@ -247,7 +247,7 @@ unsafe fn lock_cmd(o: &Ofd, cmd: c_int, arg: *mut c_void) -> c_int {
     }
     // SAFETY: the caller passes a struct flock for these commands.
     let f = unsafe { &mut *fl };
-    let s = sh();
+    let s = shim();
     let ofd_lock = matches!(
         cmd,
         libc::F_OFD_GETLK | libc::F_OFD_SETLK | libc::F_OFD_SETLKW
@@ -297,7 +297,7 @@ unsafe fn lock_cmd(o: &Ofd, cmd: c_int, arg: *mut c_void) -> c_int {
 
 unsafe fn fcntl_any(fd: c_int, cmd: c_int, arg: *mut c_void) -> c_int {
     if let Some((_g, o)) = lib_fd("fcntl", fd) {
-        let s = sh();
+        let s = shim();
         let iarg = arg as usize as c_int;
         return match cmd {
             libc::F_DUPFD => num(s.dup(fd, iarg, false)),

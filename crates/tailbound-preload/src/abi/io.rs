@@ -4,15 +4,15 @@
 
 use libc::{c_int, c_uint, c_void, off_t, size_t, ssize_t};
 
-use crate::abi::base::{count, fail, lib_fd, sh, size, slice, slice_mut};
+use crate::abi::base::{count, fail, lib_fd, shim, size, slice, slice_mut};
 use crate::guard::{enter, Guard};
 use crate::real::{self, errno};
-use crate::vfs::{Ofd, R};
+use crate::vfs::{Ofd, VfsResult};
 
 hooks! {
     fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t => (fd "read", fd, |o| {
         // SAFETY: read's caller passes `buf` writable for `n` bytes.
-        size(sh().read(&o, unsafe { slice_mut(buf, n) }))
+        size(shim().read(&o, unsafe { slice_mut(buf, n) }))
     });
 
     fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, _len: size_t) -> ssize_t
@@ -20,7 +20,7 @@ hooks! {
 
     fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t => (fd "write", fd, |o| {
         // SAFETY: write's caller passes `buf` readable for `n` bytes.
-        size(sh().write(&o, unsafe { slice(buf, n) }))
+        size(shim().write(&o, unsafe { slice(buf, n) }))
     });
 
     fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t
@@ -29,7 +29,7 @@ hooks! {
                 return fail(libc::EINVAL);
             }
             // SAFETY: pread64's caller passes `buf` writable for `n` bytes.
-            size(sh().pread(&o, unsafe { slice_mut(buf, n) }, off as u64))
+            size(shim().pread(&o, unsafe { slice_mut(buf, n) }, off as u64))
         });
 
     fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t => (same_as pread64);
@@ -46,7 +46,7 @@ hooks! {
                 return fail(libc::EINVAL);
             }
             // SAFETY: pwrite64's caller passes `buf` readable for `n` bytes.
-            size(sh().pwrite(&o, unsafe { slice(buf, n) }, off as u64))
+            size(shim().pwrite(&o, unsafe { slice(buf, n) }, off as u64))
         });
 
     fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t
@@ -119,7 +119,7 @@ hooks! {
         => (same_as pwritev64v2);
 
     fn lseek64(fd: c_int, off: off_t, whence: c_int) -> off_t
-        => (fd "lseek", fd, |o| sh().lseek(&o, off, whence).unwrap_or_else(fail));
+        => (fd "lseek", fd, |o| shim().lseek(&o, off, whence).unwrap_or_else(fail));
 
     fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t => (same_as lseek64);
 
@@ -165,7 +165,7 @@ hooks! {
     }
 }
 
-unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> R<&'a [libc::iovec]> {
+unsafe fn iovecs<'a>(iov: *const libc::iovec, n: c_int) -> VfsResult<&'a [libc::iovec]> {
     if !(0..=libc::UIO_MAXIOV).contains(&n) {
         return Err(libc::EINVAL);
     }
@@ -183,11 +183,11 @@ unsafe fn vector_io(
     n: c_int,
     off: Option<u64>,
     writing: bool,
-) -> R<usize> {
+) -> VfsResult<usize> {
     // SAFETY: this function's caller passes `n` iovecs at `iov`, each a buffer valid for its
     // length.
     let v = unsafe { iovecs(iov, n) }?;
-    let s = sh();
+    let s = shim();
     let mut done = 0usize;
     for b in v {
         let r = if writing {
@@ -241,13 +241,13 @@ unsafe fn pvector(
     // RWF_APPEND and flags this library does not know are refused, as the kernel does.
     let known = libc::RWF_HIPRI | libc::RWF_NOWAIT | libc::RWF_DSYNC | libc::RWF_SYNC;
     if flags & !known != 0 {
-        return Some(fail(sh().unsupported(name, libc::EOPNOTSUPP)));
+        return Some(fail(shim().unsupported(name, libc::EOPNOTSUPP)));
     }
     // SAFETY: this function's caller passes `n` iovecs at `iov`, each a buffer valid for its
     // length.
     let r = unsafe { vector_io(&o, iov, n, at, writing) };
     if writing && flags & (libc::RWF_DSYNC | libc::RWF_SYNC) != 0 {
-        if let Err(e) = sh().fsync(&o) {
+        if let Err(e) = shim().fsync(&o) {
             return Some(fail(e));
         }
     }
@@ -255,8 +255,8 @@ unsafe fn pvector(
 }
 
 /// Reads from any descriptor (library or kernel) at `off` (or its offset).
-unsafe fn read_any(fd: c_int, buf: &mut [u8], off: Option<u64>) -> R<usize> {
-    let s = sh();
+unsafe fn read_any(fd: c_int, buf: &mut [u8], off: Option<u64>) -> VfsResult<usize> {
+    let s = shim();
     if let Some(o) = s.ofd(fd) {
         return match off {
             Some(at) => s.pread(&o, buf, at),
@@ -277,8 +277,8 @@ unsafe fn read_any(fd: c_int, buf: &mut [u8], off: Option<u64>) -> R<usize> {
     }
 }
 
-unsafe fn write_any(fd: c_int, buf: &[u8], off: Option<u64>) -> R<usize> {
-    let s = sh();
+unsafe fn write_any(fd: c_int, buf: &[u8], off: Option<u64>) -> VfsResult<usize> {
+    let s = shim();
     if let Some(o) = s.ofd(fd) {
         return match off {
             Some(at) => s.pwrite(&o, buf, at),
@@ -306,7 +306,7 @@ unsafe fn copy_between(
     out: c_int,
     out_off: *mut off_t,
     n: size_t,
-) -> R<usize> {
+) -> VfsResult<usize> {
     let mut buf = vec![0u8; n.min(1 << 20)];
     let mut done = 0usize;
     while done < n {
@@ -361,7 +361,7 @@ unsafe fn copy_between(
 
 fn either_lib(name: &'static str, a: c_int, b: c_int) -> Option<Guard> {
     let g = enter()?;
-    let s = sh();
+    let s = shim();
     let lib = s.is_fd(a) || s.is_fd(b);
     count(name, lib);
     lib.then_some(g)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use libc::{c_int, c_void, off_t, size_t};
 
-use crate::abi::base::{count, eio_and, fail, int, lib_fd, sh, SHIM};
+use crate::abi::base::{count, eio_and, fail, int, lib_fd, shim, SHIM};
 use crate::guard::enter;
 use crate::real::{self, errno, set_errno};
 use crate::vfs::Ofd;
@@ -83,7 +83,7 @@ unsafe fn map_library(
     flags: c_int,
     off: off_t,
 ) -> *mut c_void {
-    let s = sh();
+    let s = shim();
     let bad = |e: i32| {
         set_errno(e);
         libc::MAP_FAILED

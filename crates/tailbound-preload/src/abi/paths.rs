@@ -6,36 +6,36 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use libc::{c_char, c_int, c_uint, mode_t, off_t, size_t, ssize_t};
 
-use crate::abi::base::{bytes, count, fail, int, lib_path, num, sh};
+use crate::abi::base::{bytes, count, fail, int, lib_path, num, shim};
 use crate::guard::enter;
 use crate::real::{self, errno, set_errno};
-use crate::vfs::{Loc, Where, R};
+use crate::vfs::{LibPath, VfsResult, Where};
 
 hooks! {
     fn mkdir(path: *const c_char, mode: mode_t) -> c_int
-        => (path "mkdir", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| sh().mkdir(&l, mode))));
+        => (path "mkdir", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| shim().mkdir(&l, mode))));
 
     fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int
-        => (path "mkdirat", dirfd, path, |loc| int(loc.and_then(|l| sh().mkdir(&l, mode))));
+        => (path "mkdirat", dirfd, path, |loc| int(loc.and_then(|l| shim().mkdir(&l, mode))));
 
     fn rmdir(path: *const c_char) -> c_int
-        => (path "rmdir", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| sh().rmdir(&l))));
+        => (path "rmdir", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| shim().rmdir(&l))));
 
     fn unlink(path: *const c_char) -> c_int
-        => (path "unlink", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| sh().unlink(&l))));
+        => (path "unlink", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| shim().unlink(&l))));
 
     fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int
         => (path "unlinkat", dirfd, path, |loc| int(loc.and_then(|l| {
             if flags & libc::AT_REMOVEDIR != 0 {
-                sh().rmdir(&l)
+                shim().rmdir(&l)
             } else {
-                sh().unlink(&l)
+                shim().unlink(&l)
             }
         })));
 
     fn remove(path: *const c_char) -> c_int
-        => (path "remove", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| match sh().unlink(&l) {
-            Err(libc::EISDIR) => sh().rmdir(&l),
+        => (path "remove", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| match shim().unlink(&l) {
+            Err(libc::EISDIR) => shim().rmdir(&l),
             r => r,
         })));
 
@@ -67,14 +67,14 @@ hooks! {
 
     fn truncate64(path: *const c_char, len: off_t) -> c_int
         => (path "truncate", libc::AT_FDCWD, path, |loc| {
-            int(loc.and_then(|l| sh().truncate(&l, len)))
+            int(loc.and_then(|l| shim().truncate(&l, len)))
         });
 
     fn truncate(path: *const c_char, len: off_t) -> c_int => (same_as truncate64);
 
     fn chdir(path: *const c_char) -> c_int => {
         if let Some(g) = enter() {
-            let s = sh();
+            let s = shim();
             // SAFETY: chdir's caller passes its path arguments NUL-terminated (or NULL); they are
             // only read.
             match s.resolve(libc::AT_FDCWD, unsafe { bytes(path) }) {
@@ -99,14 +99,14 @@ hooks! {
 
     fn fchdir(fd: c_int) -> c_int => {
         if let Some(g) = enter() {
-            let s = sh();
+            let s = shim();
             if let Some(o) = s.ofd(fd) {
                 count("fchdir", true);
                 if !o.dir {
                     return fail(libc::ENOTDIR);
                 }
-                let loc = Loc {
-                    m: o.m,
+                let loc = LibPath {
+                    mount: o.mount,
                     rel: o.rel.clone(),
                     abs: o.abs.clone(),
                 };
@@ -125,7 +125,7 @@ hooks! {
 
     fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char => {
         if let Some(_g) = enter() {
-            if let Some(c) = sh().library_cwd() {
+            if let Some(c) = shim().library_cwd() {
                 count("getcwd", true);
                 // SAFETY: getcwd's caller passes `buf` NULL or writable for `n` bytes, as
                 // getcwd(3) requires.
@@ -148,7 +148,7 @@ hooks! {
 
     fn get_current_dir_name() -> *mut c_char => {
         if let Some(_g) = enter() {
-            if let Some(c) = sh().library_cwd() {
+            if let Some(c) = shim().library_cwd() {
                 // SAFETY: a malloc'd copy.
                 return unsafe { give_cwd(&c, std::ptr::null_mut(), 0) };
             }
@@ -157,7 +157,7 @@ hooks! {
     }
 
     fn realpath(p: *const c_char, out: *mut c_char) -> *mut c_char
-        => (path "realpath", libc::AT_FDCWD, p, |loc| match loc.and_then(|l| sh().realpath(&l)) {
+        => (path "realpath", libc::AT_FDCWD, p, |loc| match loc.and_then(|l| shim().realpath(&l)) {
             // SAFETY: `out` is PATH_MAX bytes when given.
             Ok(path) => unsafe {
                 give_cwd(
@@ -335,7 +335,7 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: c_uint)
     // SAFETY: this function's caller passes its path arguments NUL-terminated (or NULL); they are
     // only read.
     if let Some((_g, loc)) = unsafe { lib_path("open", dirfd, path) } {
-        return num(loc.and_then(|l| sh().open(&l, flags, mode)));
+        return num(loc.and_then(|l| shim().open(&l, flags, mode)));
     }
     // SAFETY: the program's own arguments, unchanged, to libc's openat: `path` is NUL-terminated
     // and the mode is passed as the flags ask.
@@ -360,11 +360,11 @@ pub unsafe fn open_library_path(
     let (_g, loc) = unsafe { lib_path(name, dirfd, path) }?;
     Some(num(loc.and_then(|l| {
         if resolve != 0 {
-            return Err(sh().unsupported("openat2 with RESOLVE_* flags", libc::EOPNOTSUPP));
+            return Err(shim().unsupported("openat2 with RESOLVE_* flags", libc::EOPNOTSUPP));
         }
         let flags = c_int::try_from(flags).map_err(|_| libc::EINVAL)?;
         let mode = c_uint::try_from(mode).map_err(|_| libc::EINVAL)?;
-        sh().open(&l, flags, mode)
+        shim().open(&l, flags, mode)
     })))
 }
 
@@ -377,7 +377,7 @@ unsafe fn rename_any(
     flags: c_uint,
 ) -> Option<c_int> {
     let g = enter()?;
-    let s = sh();
+    let s = shim();
     // SAFETY: this function's caller passes its path arguments NUL-terminated (or NULL); they are
     // only read.
     let (wa, wb) = unsafe { (s.resolve(da, bytes(a)), s.resolve(db, bytes(b))) };
@@ -439,7 +439,7 @@ unsafe fn symlink_any(target: *const c_char, dirfd: c_int, p: *const c_char) -> 
         if t.is_empty() {
             return Err(libc::ENOENT);
         }
-        sh().symlink(t, &l)
+        shim().symlink(t, &l)
     })))
 }
 
@@ -452,7 +452,7 @@ unsafe fn readlink_any(
     // SAFETY: this function's caller passes its path arguments NUL-terminated (or NULL); they are
     // only read.
     let (_g, loc) = unsafe { lib_path("readlink", dirfd, p) }?;
-    Some(match loc.and_then(|l| sh().readlink(&l)) {
+    Some(match loc.and_then(|l| shim().readlink(&l)) {
         Ok(t) => {
             // readlink truncates silently and does not terminate.
             let k = t.len().min(n);
@@ -472,7 +472,7 @@ unsafe fn link_any(
     b: *const c_char,
 ) -> Option<c_int> {
     let g = enter()?;
-    let s = sh();
+    let s = shim();
     // SAFETY: this function's caller passes its path arguments NUL-terminated (or NULL); they are
     // only read.
     let (wa, wb) = unsafe { (s.resolve(da, bytes(a)), s.resolve(db, bytes(b))) };
@@ -494,7 +494,12 @@ static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// mkstemp and friends for a template under a mount: `XXXXXX` before `suffix` bytes replaced
 /// until an `O_EXCL` create succeeds.
-unsafe fn make_temp(t: *mut c_char, suffix: c_int, flags: c_int, dir: bool) -> Option<R<c_int>> {
+unsafe fn make_temp(
+    t: *mut c_char,
+    suffix: c_int,
+    flags: c_int,
+    dir: bool,
+) -> Option<VfsResult<c_int>> {
     if t.is_null() {
         return None;
     }

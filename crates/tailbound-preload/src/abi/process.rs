@@ -3,7 +3,7 @@
 
 use libc::{c_int, mode_t};
 
-use crate::abi::base::{boundary, eio_and, flush_at_exit, sh};
+use crate::abi::base::{boundary, eio_and, flush_at_exit, shim};
 use crate::guard::enter;
 
 hooks! {
@@ -12,7 +12,7 @@ hooks! {
         // The mask is the kernel's already: a panic below must not change what the call returns.
         boundary(|| {
             if let Some(_g) = enter() {
-                sh().set_umask(mask);
+                shim().set_umask(mask);
             }
         });
         old

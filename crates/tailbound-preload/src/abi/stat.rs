@@ -3,26 +3,26 @@
 
 use libc::{c_char, c_int, c_uint};
 
-use crate::abi::base::{bytes, fail, int, lib_fd, lib_path, sh};
+use crate::abi::base::{bytes, fail, int, lib_fd, lib_path, shim};
 use crate::guard::Guard;
-use crate::vfs::{Attr, R};
+use crate::vfs::{Attr, VfsResult};
 
 hooks! {
     fn fstat64(fd: c_int, st: *mut libc::stat64) -> c_int
-        => (fd "fstat", fd, |o| stat_result(sh().fstat(&o), st));
+        => (fd "fstat", fd, |o| stat_result(shim().fstat(&o), st));
 
     fn fstat(fd: c_int, st: *mut libc::stat64) -> c_int => (same_as fstat64);
 
     fn stat64(path: *const c_char, st: *mut libc::stat64) -> c_int
         => (path "stat", libc::AT_FDCWD, path, |loc| {
-            stat_result(loc.and_then(|l| sh().stat(&l)), st)
+            stat_result(loc.and_then(|l| shim().stat(&l)), st)
         });
 
     fn stat(path: *const c_char, st: *mut libc::stat64) -> c_int => (same_as stat64);
 
     fn lstat64(path: *const c_char, st: *mut libc::stat64) -> c_int
         => (path "lstat", libc::AT_FDCWD, path, |loc| {
-            stat_result(loc.and_then(|l| sh().lstat(&l)), st)
+            stat_result(loc.and_then(|l| shim().lstat(&l)), st)
         });
 
     fn lstat(path: *const c_char, st: *mut libc::stat64) -> c_int => (same_as lstat64);
@@ -42,9 +42,9 @@ hooks! {
             return stat_result(
                 loc.and_then(|l| {
                     if nofollow {
-                        sh().lstat(&l)
+                        shim().lstat(&l)
                     } else {
-                        sh().stat(&l)
+                        shim().stat(&l)
                     }
                 }),
                 st,
@@ -59,7 +59,7 @@ hooks! {
     // glibc < 2.33 programs call the versioned __xstat family.
     fn __xstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int
         => (path "stat", libc::AT_FDCWD, path, |loc| {
-            stat_result(loc.and_then(|l| sh().stat(&l)), st)
+            stat_result(loc.and_then(|l| shim().stat(&l)), st)
         });
 
     fn __xstat(ver: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int
@@ -67,14 +67,14 @@ hooks! {
 
     fn __lxstat64(ver: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int
         => (path "lstat", libc::AT_FDCWD, path, |loc| {
-            stat_result(loc.and_then(|l| sh().lstat(&l)), st)
+            stat_result(loc.and_then(|l| shim().lstat(&l)), st)
         });
 
     fn __lxstat(ver: c_int, path: *const c_char, st: *mut libc::stat64) -> c_int
         => (same_as __lxstat64);
 
     fn __fxstat64(ver: c_int, fd: c_int, st: *mut libc::stat64) -> c_int
-        => (fd "fstat", fd, |o| stat_result(sh().fstat(&o), st));
+        => (fd "fstat", fd, |o| stat_result(shim().fstat(&o), st));
 
     fn __fxstat(ver: c_int, fd: c_int, st: *mut libc::stat64) -> c_int => (same_as __fxstat64);
 
@@ -98,9 +98,9 @@ hooks! {
             return stat_result(
                 loc.and_then(|l| {
                     if nofollow {
-                        sh().lstat(&l)
+                        shim().lstat(&l)
                     } else {
-                        sh().stat(&l)
+                        shim().stat(&l)
                     }
                 }),
                 st,
@@ -128,7 +128,7 @@ hooks! {
         // read.
         let empty = unsafe { bytes(path) }.is_empty();
         let r = if flags & libc::AT_EMPTY_PATH != 0 && empty {
-            lib_fd("statx", dirfd).map(|(g, o)| (g, sh().fstat(&o)))
+            lib_fd("statx", dirfd).map(|(g, o)| (g, shim().fstat(&o)))
         } else {
             // SAFETY: statx's caller passes its path arguments NUL-terminated (or NULL); they are
             // only read.
@@ -138,9 +138,9 @@ hooks! {
                     g,
                     loc.and_then(|l| {
                         if nofollow {
-                            sh().lstat(&l)
+                            shim().lstat(&l)
                         } else {
-                            sh().stat(&l)
+                            shim().stat(&l)
                         }
                     }),
                 )
@@ -206,18 +206,18 @@ hooks! {
 
     fn access(path: *const c_char, mode: c_int) -> c_int
         => (path "access", libc::AT_FDCWD, path, |loc| {
-            int(loc.and_then(|l| sh().access(&l, mode)))
+            int(loc.and_then(|l| shim().access(&l, mode)))
         });
 
     fn euidaccess(path: *const c_char, mode: c_int) -> c_int
         => (path "access", libc::AT_FDCWD, path, |loc| {
-            int(loc.and_then(|l| sh().access(&l, mode)))
+            int(loc.and_then(|l| shim().access(&l, mode)))
         });
 
     fn eaccess(path: *const c_char, mode: c_int) -> c_int => (same_as euidaccess);
 
     fn faccessat(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int
-        => (path "faccessat", dirfd, path, |loc| int(loc.and_then(|l| sh().access(&l, mode))));
+        => (path "faccessat", dirfd, path, |loc| int(loc.and_then(|l| shim().access(&l, mode))));
 }
 
 unsafe fn put_stat(a: &Attr, st: *mut libc::stat64) {
@@ -242,7 +242,7 @@ unsafe fn put_stat(a: &Attr, st: *mut libc::stat64) {
     unsafe { st.write(s) };
 }
 
-fn stat_result(r: R<Attr>, st: *mut libc::stat64) -> c_int {
+fn stat_result(r: VfsResult<Attr>, st: *mut libc::stat64) -> c_int {
     match r {
         Ok(a) => {
             if st.is_null() {
@@ -288,20 +288,23 @@ unsafe fn put_statx(a: &Attr, out: *mut libc::statx) {
 /// `f_type` of a tbfs mount ("tbfs").
 const TBFS_MAGIC: i64 = 0x7462_6673;
 
-fn vfs_of_fd(name: &'static str, fd: c_int) -> Option<(Guard, R<tailbound::tbfs::StatVfs>)> {
-    lib_fd(name, fd).map(|(g, o)| (g, sh().statvfs(o.m)))
+fn vfs_of_fd(
+    name: &'static str,
+    fd: c_int,
+) -> Option<(Guard, VfsResult<tailbound::tbfs::StatVfs>)> {
+    lib_fd(name, fd).map(|(g, o)| (g, shim().statvfs(o.mount)))
 }
 
 unsafe fn vfs_of_path(
     name: &'static str,
     p: *const c_char,
-) -> Option<(Guard, R<tailbound::tbfs::StatVfs>)> {
+) -> Option<(Guard, VfsResult<tailbound::tbfs::StatVfs>)> {
     // SAFETY: this function's caller passes its path arguments NUL-terminated (or NULL); they are
     // only read.
     unsafe { lib_path(name, libc::AT_FDCWD, p) }.map(|(g, loc)| {
         (
             g,
-            loc.and_then(|l| sh().stat(&l).and_then(|_| sh().statvfs(l.m))),
+            loc.and_then(|l| shim().stat(&l).and_then(|_| shim().statvfs(l.mount))),
         )
     })
 }

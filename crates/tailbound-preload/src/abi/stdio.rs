@@ -3,7 +3,7 @@
 
 use libc::{c_char, c_int};
 
-use crate::abi::base::{bytes, lib_fd, lib_path, sh, SHIM};
+use crate::abi::base::{bytes, lib_fd, lib_path, shim, SHIM};
 use crate::abi::fds::{close, dup2};
 use crate::abi::paths::{mkostemp, open, unlink};
 use crate::abi::streams::{fopen_flags, rebind_std_stream, std_stream_var, stream_for};
@@ -119,7 +119,7 @@ unsafe fn fopen_any(
             return Some(std::ptr::null_mut());
         }
     };
-    let fd = match loc.and_then(|l| sh().open(&l, flags, 0o666)) {
+    let fd = match loc.and_then(|l| shim().open(&l, flags, 0o666)) {
         Ok(fd) => fd,
         Err(e) => {
             set_errno(e);
@@ -133,7 +133,7 @@ unsafe fn fopen_any(
     if fp.is_null() {
         let e = errno();
         let _g = enter();
-        sh().close(fd);
+        shim().close(fd);
         set_errno(e);
     }
     Some(fp)
@@ -162,7 +162,7 @@ unsafe fn freopen_std_stream(
         let _g = enter()?;
         // SAFETY: this function's caller passes its path arguments NUL-terminated (or NULL); they
         // are only read.
-        if !sh().is_library_path(unsafe { bytes(path) }) {
+        if !shim().is_library_path(unsafe { bytes(path) }) {
             return None;
         }
     }
@@ -205,7 +205,7 @@ fn fail_ptr<T>(e: i32) -> *mut T {
 unsafe fn tmpfile_in_pool() -> Option<*mut libc::FILE> {
     {
         let _g = enter()?;
-        if !sh().is_library_path(b"/tmp/tmpf") {
+        if !shim().is_library_path(b"/tmp/tmpf") {
             return None;
         }
     }
@@ -230,7 +230,7 @@ unsafe fn tmpfile_in_pool() -> Option<*mut libc::FILE> {
 
 unsafe fn freopen_refused(path: *const c_char, fp: *mut libc::FILE) -> bool {
     let Some(_g) = enter() else { return false };
-    let s = sh();
+    let s = shim();
     // SAFETY: this function's caller passes `path` NULL or NUL-terminated; it is only read.
     s.stream_fd(fp as usize).is_some()
         || (!path.is_null() && s.is_library_path(unsafe { bytes(path) }))

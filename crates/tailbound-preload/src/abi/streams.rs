@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 
-use crate::abi::base::{boundary, fail, int, sh, size, slice, slice_mut};
+use crate::abi::base::{boundary, fail, int, shim, size, slice, slice_mut};
 use crate::guard::enter;
-use crate::vfs::R;
+use crate::vfs::VfsResult;
 
 /// glibc's `cookie_io_functions_t`.
 #[repr(C)]
@@ -96,13 +96,13 @@ pub unsafe fn stream_for(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
     let fp = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
     if !fp.is_null() {
         let _g = enter();
-        sh().stream_register(fp as usize, fd);
+        shim().stream_register(fp as usize, fd);
     }
     fp
 }
 
 /// Parses an fopen mode into open flags.
-pub fn fopen_flags(mode: &[u8]) -> R<c_int> {
+pub fn fopen_flags(mode: &[u8]) -> VfsResult<c_int> {
     let mut flags = match mode.first() {
         Some(b'r') => libc::O_RDONLY,
         Some(b'w') => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
@@ -128,7 +128,7 @@ unsafe extern "C" fn cookie_read(c: *mut c_void, buf: *mut c_char, n: size_t) ->
     boundary(|| {
         let fd = c as usize as c_int;
         let _g = enter();
-        let s = sh();
+        let s = shim();
         match s.ofd(fd) {
             // SAFETY: glibc passes its stream buffer.
             Some(o) => size(s.read(&o, unsafe { slice_mut(buf.cast(), n) })),
@@ -141,7 +141,7 @@ unsafe extern "C" fn cookie_write(c: *mut c_void, buf: *const c_char, n: size_t)
     boundary(|| {
         let fd = c as usize as c_int;
         let _g = enter();
-        let s = sh();
+        let s = shim();
         match s.ofd(fd) {
             // SAFETY: glibc passes its stream buffer.
             Some(o) => match s.write(&o, unsafe { slice(buf.cast(), n) }) {
@@ -158,7 +158,7 @@ unsafe extern "C" fn cookie_seek(c: *mut c_void, pos: *mut i64, whence: c_int) -
     boundary(|| {
         let fd = c as usize as c_int;
         let _g = enter();
-        let s = sh();
+        let s = shim();
         match s.ofd(fd) {
             // SAFETY: glibc's fopencookie passes a pointer to its own `off64_t` local, valid and
             // unshared for the call.
@@ -179,6 +179,6 @@ unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
     boundary(|| {
         let fd = c as usize as c_int;
         let _g = enter();
-        int(sh().close(fd).unwrap_or(Err(libc::EBADF)))
+        int(shim().close(fd).unwrap_or(Err(libc::EBADF)))
     })
 }

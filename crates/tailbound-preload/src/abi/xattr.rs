@@ -3,7 +3,7 @@
 
 use libc::{c_char, c_int, c_void, size_t, ssize_t};
 
-use crate::abi::base::{fail, refused, sh};
+use crate::abi::base::{fail, refused, shim};
 
 hooks! {
     fn getxattr(p: *const c_char, n: *const c_char, v: *mut c_void, s: size_t) -> ssize_t
@@ -48,19 +48,19 @@ hooks! {
 
     fn fgetxattr(fd: c_int, n: *const c_char, v: *mut c_void, s: size_t) -> ssize_t
         => (fd "fgetxattr", fd, |_o| {
-            fail::<c_int>(sh().unsupported("fgetxattr", libc::ENOTSUP)) as ssize_t
+            fail::<c_int>(shim().unsupported("fgetxattr", libc::ENOTSUP)) as ssize_t
         });
 
     fn fsetxattr(fd: c_int, n: *const c_char, v: *const c_void, s: size_t, f: c_int) -> c_int
         => (fd "fsetxattr", fd, |_o| {
-            fail::<c_int>(sh().unsupported("fsetxattr", libc::ENOTSUP))
+            fail::<c_int>(shim().unsupported("fsetxattr", libc::ENOTSUP))
         });
 
     fn flistxattr(fd: c_int, l: *mut c_char, s: size_t) -> ssize_t => (fd "flistxattr", fd, |_o| {
-        fail::<c_int>(sh().unsupported("flistxattr", libc::ENOTSUP)) as ssize_t
+        fail::<c_int>(shim().unsupported("flistxattr", libc::ENOTSUP)) as ssize_t
     });
 
     fn fremovexattr(fd: c_int, n: *const c_char) -> c_int => (fd "fremovexattr", fd, |_o| {
-        fail::<c_int>(sh().unsupported("fremovexattr", libc::ENOTSUP))
+        fail::<c_int>(shim().unsupported("fremovexattr", libc::ENOTSUP))
     });
 }

@@ -3,10 +3,10 @@
 
 use tailbound::tbfs::FileKind;
 
-use crate::vfs::ofd::{lock, Ent, Ofd, R};
+use crate::vfs::ofd::{lock, Ent, Ofd, VfsResult};
 
 impl Ofd {
-    fn entries(&self) -> R<Vec<Ent>> {
+    fn entries(&self) -> VfsResult<Vec<Ent>> {
         let parent = match self.rel.rfind('/') {
             Some(i) => &self.rel[..i],
             None => "",
@@ -47,7 +47,7 @@ impl Ofd {
     }
 
     /// The next entry of a directory descriptor and the position after it; `None` at the end.
-    pub fn next_entry(&self) -> R<Option<(Ent, u64)>> {
+    pub fn next_entry(&self) -> VfsResult<Option<(Ent, u64)>> {
         if !self.dir {
             return Err(libc::ENOTDIR);
         }
@@ -84,7 +84,7 @@ impl Ofd {
     }
 
     /// `getdents64`: packs `struct linux_dirent64` records into `buf`.
-    pub fn getdents(&self, buf: &mut [u8]) -> R<usize> {
+    pub fn getdents(&self, buf: &mut [u8]) -> VfsResult<usize> {
         let mut at = 0usize;
         while let Some((e, next)) = self.next_entry()? {
             let reclen = (19 + e.name.len() + 1).div_ceil(8) * 8;

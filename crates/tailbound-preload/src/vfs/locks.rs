@@ -5,7 +5,7 @@
 use tailbound::tbfs::locks::{self, Kind, Owner, Request, Space};
 
 use crate::real;
-use crate::vfs::ofd::{lock, Ofd, R};
+use crate::vfs::ofd::{lock, Ofd, VfsResult};
 
 impl Ofd {
     /// Converts an `flock` record's range (relative to `whence`) to `start..end`.
@@ -14,8 +14,8 @@ impl Ofd {
         whence: i32,
         start: i64,
         len: i64,
-        size: impl FnOnce() -> R<u64>,
-    ) -> R<(u64, u64)> {
+        size: impl FnOnce() -> VfsResult<u64>,
+    ) -> VfsResult<(u64, u64)> {
         let base = match whence {
             libc::SEEK_SET => 0,
             libc::SEEK_CUR => *lock(&self.pos) as i64,
@@ -47,8 +47,8 @@ impl Ofd {
         start: i64,
         len: i64,
         wait: bool,
-        size: impl FnOnce() -> R<u64>,
-    ) -> R<()> {
+        size: impl FnOnce() -> VfsResult<u64>,
+    ) -> VfsResult<()> {
         let kind = match ltype {
             libc::F_RDLCK => {
                 if self.acc == libc::O_WRONLY || self.acc == libc::O_PATH {
@@ -96,8 +96,8 @@ impl Ofd {
         whence: i32,
         start: i64,
         len: i64,
-        size: impl FnOnce() -> R<u64>,
-    ) -> R<Option<(i32, i64, i64, i32)>> {
+        size: impl FnOnce() -> VfsResult<u64>,
+    ) -> VfsResult<Option<(i32, i64, i64, i32)>> {
         let kind = match ltype {
             libc::F_RDLCK => Kind::Read,
             libc::F_WRLCK => Kind::Write,
@@ -145,7 +145,7 @@ impl Ofd {
             }))
     }
 
-    pub fn flock(&self, op: i32) -> R<()> {
+    pub fn flock(&self, op: i32) -> VfsResult<()> {
         let wait = op & libc::LOCK_NB == 0;
         let kind = match op & !libc::LOCK_NB {
             libc::LOCK_SH => Kind::Read,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::real;
-use crate::vfs::ofd::{lock, Ofd, R};
+use crate::vfs::ofd::{lock, Ofd, VfsResult};
 
 /// A writable shared mapping's backing: one memfd per inode, holding the file's bytes while it is
 /// mapped, so every mapping and every read/write of the file see the same bytes.
@@ -42,13 +42,13 @@ impl Mappings {
 
     /// The memfd backing every shared mapping of `o`'s inode, made (and filled with the file's
     /// bytes) by the first one.
-    pub fn backing_for_map(&self, o: &Arc<Ofd>) -> R<Arc<Backing>> {
+    pub fn backing_for_map(&self, o: &Arc<Ofd>) -> VfsResult<Arc<Backing>> {
         let mut all = lock(&self.backings);
-        if let Some(b) = all.get(&(o.m, o.ino)) {
+        if let Some(b) = all.get(&(o.mount, o.ino)) {
             return Ok(b.clone());
         }
         let memfd = real::memfd(c"tailbound-shared-mapping")?;
-        let fill = || -> R<()> {
+        let fill = || -> VfsResult<()> {
             let size = o.file.stat().map_err(|e| e.errno())?.size;
             let mut buf = vec![0u8; 1 << 20];
             let mut off = 0u64;
@@ -75,7 +75,7 @@ impl Mappings {
             ofd: o.clone(),
             maps: AtomicUsize::new(0),
         });
-        all.insert((o.m, o.ino), b.clone());
+        all.insert((o.mount, o.ino), b.clone());
         self.nbackings.fetch_add(1, Ordering::AcqRel);
         Ok(b)
     }
@@ -86,7 +86,7 @@ impl Mappings {
     }
 
     /// Copies a backing's bytes into the file.
-    pub fn write_back(&self, b: &Backing) -> R<()> {
+    pub fn write_back(&self, b: &Backing) -> VfsResult<()> {
         let size = real::kernel_size(b.memfd)?;
         let f = &b.ofd.file;
         let mut buf = vec![0u8; 1 << 20];
@@ -107,7 +107,7 @@ impl Mappings {
     }
 
     /// `msync` over `addr..addr+len`: writes back every backing mapped there.
-    pub fn msync(&self, addr: usize, len: usize) -> R<()> {
+    pub fn msync(&self, addr: usize, len: usize) -> VfsResult<()> {
         let hit: Vec<Arc<Backing>> = lock(&self.maps)
             .iter()
             .filter(|(&a, (l, _))| a < addr + len.max(1) && addr < a + l)
@@ -121,7 +121,7 @@ impl Mappings {
 
     /// `munmap` over `addr..addr+len` (after the kernel unmapped it): writes back, and drops a
     /// backing whose last mapping this was.
-    pub fn munmap(&self, addr: usize, len: usize) -> R<()> {
+    pub fn munmap(&self, addr: usize, len: usize) -> VfsResult<()> {
         let gone: Vec<(usize, Arc<Backing>)> = {
             let mut maps = lock(&self.maps);
             let keys: Vec<usize> = maps
@@ -141,10 +141,10 @@ impl Mappings {
             if b.maps.fetch_sub(1, Ordering::AcqRel) == 1 {
                 let mut all = lock(&self.backings);
                 if all
-                    .get(&(b.ofd.m, b.ofd.ino))
+                    .get(&(b.ofd.mount, b.ofd.ino))
                     .is_some_and(|x| Arc::ptr_eq(x, &b))
                 {
-                    all.remove(&(b.ofd.m, b.ofd.ino));
+                    all.remove(&(b.ofd.mount, b.ofd.ino));
                     self.nbackings.fetch_sub(1, Ordering::AcqRel);
                     real::release_fd(b.memfd);
                 }

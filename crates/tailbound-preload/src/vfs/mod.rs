@@ -20,7 +20,7 @@ pub mod ofd;
 pub mod path;
 
 pub use maps::Backing;
-pub use ofd::{Attr, Ent, Loc, Ofd, Where, R};
+pub use ofd::{Attr, Ent, LibPath, Ofd, VfsResult, Where};
 pub use path::{normalize, parse_mounts};
 
 use std::collections::HashMap;
@@ -151,7 +151,7 @@ impl Shim {
                 let rel = abs[self.mounts[m].prefix.len()..]
                     .trim_start_matches('/')
                     .to_string();
-                Where::Lib(Loc { m, rel, abs })
+                Where::Lib(LibPath { mount: m, rel, abs })
             }
         }
     }
@@ -198,7 +198,7 @@ impl Shim {
     }
 
     /// The pool of mount `m`, opened on first use.
-    pub fn fs(&self, m: usize) -> R<&Fs> {
+    pub fn fs(&self, m: usize) -> VfsResult<&Fs> {
         let mount = &self.mounts[m];
         let r = mount.fs.get_or_init(|| {
             let r = open_pool(&mount.pool);
@@ -322,7 +322,7 @@ impl Shim {
     }
 
     /// `close` of a library descriptor. `None` if `fd` is not one.
-    pub fn close(&self, fd: i32) -> Option<R<()>> {
+    pub fn close(&self, fd: i32) -> Option<VfsResult<()>> {
         let ofd = self.remove(fd)?;
         real::park_fd(fd);
         self.closed(ofd);
@@ -418,8 +418,8 @@ impl Shim {
         self.umask.store(mask & 0o777, Ordering::Relaxed);
     }
 
-    pub fn open(&self, loc: &Loc, flags: i32, mode: u32) -> R<i32> {
-        let fs = self.fs(loc.m)?;
+    pub fn open(&self, loc: &LibPath, flags: i32, mode: u32) -> VfsResult<i32> {
+        let fs = self.fs(loc.mount)?;
         if flags & libc::O_TMPFILE == libc::O_TMPFILE {
             return Err(libc::EOPNOTSUPP);
         }
@@ -470,7 +470,7 @@ impl Shim {
         let fd = real::reserve_fd()?;
         let ofd = Arc::new(Ofd {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            m: loc.m,
+            mount: loc.mount,
             ino: st.ino,
             abs: loc.abs.clone(),
             rel: loc.rel.clone(),
@@ -497,7 +497,7 @@ impl Shim {
 
     // ---- data ----
 
-    fn readable(o: &Ofd) -> R<()> {
+    fn readable(o: &Ofd) -> VfsResult<()> {
         if o.dir {
             return Err(libc::EISDIR);
         }
@@ -507,16 +507,16 @@ impl Shim {
         Ok(())
     }
 
-    fn writable(o: &Ofd) -> R<()> {
+    fn writable(o: &Ofd) -> VfsResult<()> {
         if o.acc == libc::O_RDONLY || o.acc == libc::O_PATH || o.dir {
             return Err(libc::EBADF);
         }
         Ok(())
     }
 
-    pub fn pread(&self, o: &Ofd, buf: &mut [u8], off: u64) -> R<usize> {
+    pub fn pread(&self, o: &Ofd, buf: &mut [u8], off: u64) -> VfsResult<usize> {
         Self::readable(o)?;
-        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
+        if let Some(b) = self.maps.backing_of(o.mount, o.ino) {
             let size = real::kernel_size(b.memfd)?;
             if off >= size {
                 return Ok(0);
@@ -527,13 +527,13 @@ impl Shim {
         o.file.pread(buf, off).map_err(|e| e.errno())
     }
 
-    pub fn pwrite(&self, o: &Ofd, buf: &[u8], off: u64) -> R<usize> {
+    pub fn pwrite(&self, o: &Ofd, buf: &[u8], off: u64) -> VfsResult<usize> {
         Self::writable(o)?;
         if o.status.load(Ordering::Relaxed) & libc::O_APPEND != 0 {
             // Linux: pwrite on an O_APPEND descriptor appends.
             return self.append(o, buf).map(|(_, n)| n);
         }
-        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
+        if let Some(b) = self.maps.backing_of(o.mount, o.ino) {
             real::kernel_pwrite(b.memfd, buf, off)?;
             return Ok(buf.len());
         }
@@ -547,8 +547,8 @@ impl Shim {
         o.status.load(Ordering::Relaxed) & libc::O_DIRECT != 0
     }
 
-    fn append(&self, o: &Ofd, buf: &[u8]) -> R<(u64, usize)> {
-        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
+    fn append(&self, o: &Ofd, buf: &[u8]) -> VfsResult<(u64, usize)> {
+        if let Some(b) = self.maps.backing_of(o.mount, o.ino) {
             let size = real::kernel_size(b.memfd)?;
             real::kernel_pwrite(b.memfd, buf, size)?;
             return Ok((size + buf.len() as u64, buf.len()));
@@ -560,14 +560,14 @@ impl Shim {
         Ok((end, buf.len()))
     }
 
-    pub fn read(&self, o: &Ofd, buf: &mut [u8]) -> R<usize> {
+    pub fn read(&self, o: &Ofd, buf: &mut [u8]) -> VfsResult<usize> {
         let mut pos = lock(&o.pos);
         let n = self.pread(o, buf, *pos)?;
         *pos += n as u64;
         Ok(n)
     }
 
-    pub fn write(&self, o: &Ofd, buf: &[u8]) -> R<usize> {
+    pub fn write(&self, o: &Ofd, buf: &[u8]) -> VfsResult<usize> {
         Self::writable(o)?;
         let mut pos = lock(&o.pos);
         if o.status.load(Ordering::Relaxed) & libc::O_APPEND != 0 {
@@ -580,14 +580,14 @@ impl Shim {
         Ok(n)
     }
 
-    pub fn size(&self, o: &Ofd) -> R<u64> {
-        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
+    pub fn size(&self, o: &Ofd) -> VfsResult<u64> {
+        if let Some(b) = self.maps.backing_of(o.mount, o.ino) {
             return real::kernel_size(b.memfd);
         }
         Ok(o.file.stat().map_err(|e| e.errno())?.size)
     }
 
-    pub fn lseek(&self, o: &Ofd, off: i64, whence: i32) -> R<i64> {
+    pub fn lseek(&self, o: &Ofd, off: i64, whence: i32) -> VfsResult<i64> {
         let mut pos = lock(&o.pos);
         let base: i64 = match whence {
             libc::SEEK_SET => 0,
@@ -615,21 +615,21 @@ impl Shim {
         Ok(target)
     }
 
-    pub fn ftruncate(&self, o: &Ofd, len: i64) -> R<()> {
+    pub fn ftruncate(&self, o: &Ofd, len: i64) -> VfsResult<()> {
         if len < 0 {
             return Err(libc::EINVAL);
         }
         if o.dir || o.acc == libc::O_RDONLY || o.acc == libc::O_PATH {
             return Err(libc::EINVAL);
         }
-        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
+        if let Some(b) = self.maps.backing_of(o.mount, o.ino) {
             return real::kernel_ftruncate(b.memfd, len as u64);
         }
         o.file.set_len(len as u64).map_err(|e| e.errno())
     }
 
-    pub fn fsync(&self, o: &Ofd) -> R<()> {
-        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
+    pub fn fsync(&self, o: &Ofd) -> VfsResult<()> {
+        if let Some(b) = self.maps.backing_of(o.mount, o.ino) {
             self.maps.write_back(&b)?;
         }
         if o.dir {
@@ -639,11 +639,11 @@ impl Shim {
         o.file.fsync().map_err(|e| e.errno())
     }
 
-    pub fn syncfs(&self, o: &Ofd) -> R<()> {
+    pub fn syncfs(&self, o: &Ofd) -> VfsResult<()> {
         o.fs.sync().map_err(|e| e.errno())
     }
 
-    pub fn allocate(&self, o: &Ofd, off: i64, len: i64, keep_size: bool) -> R<()> {
+    pub fn allocate(&self, o: &Ofd, off: i64, len: i64, keep_size: bool) -> VfsResult<()> {
         if off < 0 || len <= 0 {
             return Err(libc::EINVAL);
         }
@@ -657,7 +657,7 @@ impl Shim {
             }
             return Ok(());
         }
-        if self.maps.backing_of(o.m, o.ino).is_some() {
+        if self.maps.backing_of(o.mount, o.ino).is_some() {
             let size = self.size(o)?;
             if (off + len) as u64 > size {
                 self.ftruncate(o, off + len)?;
@@ -688,20 +688,20 @@ impl Shim {
         }
     }
 
-    pub fn fstat(&self, o: &Ofd) -> R<Attr> {
+    pub fn fstat(&self, o: &Ofd) -> VfsResult<Attr> {
         let st = o.file.stat().map_err(|e| e.errno())?;
-        let mut a = self.attr_of(o.m, &st);
-        if let Some(b) = self.maps.backing_of(o.m, o.ino) {
+        let mut a = self.attr_of(o.mount, &st);
+        if let Some(b) = self.maps.backing_of(o.mount, o.ino) {
             a.size = real::kernel_size(b.memfd)?;
         }
         Ok(a)
     }
 
-    pub fn stat(&self, loc: &Loc) -> R<Attr> {
-        let fs = self.fs(loc.m)?;
+    pub fn stat(&self, loc: &LibPath) -> VfsResult<Attr> {
+        let fs = self.fs(loc.mount)?;
         let st = fs.stat(&loc.rel).map_err(|e| e.errno())?;
-        let mut a = self.attr_of(loc.m, &st);
-        if let Some(b) = self.maps.backing_of(loc.m, st.ino) {
+        let mut a = self.attr_of(loc.mount, &st);
+        if let Some(b) = self.maps.backing_of(loc.mount, st.ino) {
             a.size = real::kernel_size(b.memfd)?;
         }
         Ok(a)
@@ -710,8 +710,8 @@ impl Shim {
     /// chmod, chown, utimens on a path. Only root or the owner may change them (`EPERM`).
     /// `follow`: through a final symbolic link (chmod, chown, utimensat without
     /// `AT_SYMLINK_NOFOLLOW`). A symbolic link's own mode cannot change (`EOPNOTSUPP`, as Linux).
-    pub fn set_attr(&self, loc: &Loc, attr: &tbfs::SetAttr, follow: bool) -> R<()> {
-        let fs = self.fs(loc.m)?;
+    pub fn set_attr(&self, loc: &LibPath, attr: &tbfs::SetAttr, follow: bool) -> VfsResult<()> {
+        let fs = self.fs(loc.mount)?;
         let st = if follow {
             fs.stat(&loc.rel)
         } else {
@@ -730,13 +730,13 @@ impl Shim {
     }
 
     /// fchmod, fchown, futimens on a descriptor.
-    pub fn fset_attr(&self, o: &Ofd, attr: &tbfs::SetAttr) -> R<()> {
+    pub fn fset_attr(&self, o: &Ofd, attr: &tbfs::SetAttr) -> VfsResult<()> {
         let st = o.file.stat().map_err(|e| e.errno())?;
         Self::may_change(&st, attr)?;
         o.file.set_attr(attr).map_err(|e| e.errno())
     }
 
-    fn may_change(st: &tbfs::Stat, attr: &tbfs::SetAttr) -> R<()> {
+    fn may_change(st: &tbfs::Stat, attr: &tbfs::SetAttr) -> VfsResult<()> {
         let euid = real::euid();
         if euid == 0 {
             return Ok(());
@@ -753,33 +753,33 @@ impl Shim {
     }
 
     /// `lstat`: a symbolic link itself.
-    pub fn lstat(&self, loc: &Loc) -> R<Attr> {
-        let fs = self.fs(loc.m)?;
+    pub fn lstat(&self, loc: &LibPath) -> VfsResult<Attr> {
+        let fs = self.fs(loc.mount)?;
         let st = fs.lstat(&loc.rel).map_err(|e| e.errno())?;
         if st.kind == FileKind::Symlink {
-            return Ok(self.attr_of(loc.m, &st));
+            return Ok(self.attr_of(loc.mount, &st));
         }
         self.stat(loc)
     }
 
-    pub fn symlink(&self, target: &str, loc: &Loc) -> R<()> {
-        let fs = self.fs(loc.m)?;
+    pub fn symlink(&self, target: &str, loc: &LibPath) -> VfsResult<()> {
+        let fs = self.fs(loc.mount)?;
         if loc.rel.is_empty() {
             return Err(libc::EEXIST);
         }
         fs.symlink(target, &loc.rel).map_err(|e| e.errno())
     }
 
-    pub fn readlink(&self, loc: &Loc) -> R<String> {
-        let fs = self.fs(loc.m)?;
+    pub fn readlink(&self, loc: &LibPath) -> VfsResult<String> {
+        let fs = self.fs(loc.mount)?;
         fs.readlink(&loc.rel).map_err(|e| e.errno())
     }
 
-    pub fn link(&self, from: &Loc, to: &Loc) -> R<()> {
-        if from.m != to.m {
+    pub fn link(&self, from: &LibPath, to: &LibPath) -> VfsResult<()> {
+        if from.mount != to.mount {
             return Err(libc::EXDEV);
         }
-        let fs = self.fs(from.m)?;
+        let fs = self.fs(from.mount)?;
         if to.rel.is_empty() {
             return Err(libc::EEXIST);
         }
@@ -788,9 +788,9 @@ impl Shim {
 
     /// The canonical absolute path of a library path: symbolic links followed, `.` and `..`
     /// resolved. A link that leaves the mount is not followed further (`EXDEV`).
-    pub fn realpath(&self, loc: &Loc) -> R<String> {
-        let fs = self.fs(loc.m)?;
-        let prefix = &self.mounts[loc.m].prefix;
+    pub fn realpath(&self, loc: &LibPath) -> VfsResult<String> {
+        let fs = self.fs(loc.mount)?;
+        let prefix = &self.mounts[loc.mount].prefix;
         let mut done: Vec<String> = Vec::new();
         let mut todo: Vec<String> = loc
             .rel
@@ -827,7 +827,7 @@ impl Shim {
             if target.starts_with('/') {
                 let t = normalize(&target);
                 match self.mount_of(&t) {
-                    Some(m) if m == loc.m => {
+                    Some(m) if m == loc.mount => {
                         done.clear();
                         let inner = t[prefix.len()..].trim_start_matches('/').to_string();
                         todo.extend(
@@ -857,7 +857,7 @@ impl Shim {
         })
     }
 
-    pub fn access(&self, loc: &Loc, mode: i32) -> R<()> {
+    pub fn access(&self, loc: &LibPath, mode: i32) -> VfsResult<()> {
         let a = self.stat(loc)?;
         if mode & libc::X_OK != 0 && a.mode & 0o111 == 0 && a.mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(libc::EACCES);
@@ -873,14 +873,14 @@ impl Shim {
         Ok(())
     }
 
-    pub fn statvfs(&self, m: usize) -> R<tbfs::StatVfs> {
+    pub fn statvfs(&self, m: usize) -> VfsResult<tbfs::StatVfs> {
         self.fs(m)?.statvfs().map_err(|e| e.errno())
     }
 
     // ---- namespace ----
 
-    pub fn mkdir(&self, loc: &Loc, mode: u32) -> R<()> {
-        let fs = self.fs(loc.m)?;
+    pub fn mkdir(&self, loc: &LibPath, mode: u32) -> VfsResult<()> {
+        let fs = self.fs(loc.mount)?;
         if loc.rel.is_empty() {
             return Err(libc::EEXIST);
         }
@@ -888,27 +888,27 @@ impl Shim {
             .map_err(|e| e.errno())
     }
 
-    pub fn rmdir(&self, loc: &Loc) -> R<()> {
-        let fs = self.fs(loc.m)?;
+    pub fn rmdir(&self, loc: &LibPath) -> VfsResult<()> {
+        let fs = self.fs(loc.mount)?;
         if loc.rel.is_empty() {
             return Err(libc::EBUSY);
         }
         fs.rmdir(&loc.rel).map_err(|e| e.errno())
     }
 
-    pub fn unlink(&self, loc: &Loc) -> R<()> {
-        let fs = self.fs(loc.m)?;
+    pub fn unlink(&self, loc: &LibPath) -> VfsResult<()> {
+        let fs = self.fs(loc.mount)?;
         if loc.rel.is_empty() {
             return Err(libc::EISDIR);
         }
         fs.unlink(&loc.rel).map_err(|e| e.errno())
     }
 
-    pub fn rename(&self, from: &Loc, to: &Loc, flags: u32) -> R<()> {
-        if from.m != to.m {
+    pub fn rename(&self, from: &LibPath, to: &LibPath, flags: u32) -> VfsResult<()> {
+        if from.mount != to.mount {
             return Err(libc::EXDEV);
         }
-        let fs = self.fs(from.m)?;
+        let fs = self.fs(from.mount)?;
         if from.rel.is_empty() || to.rel.is_empty() {
             return Err(libc::EBUSY);
         }
@@ -922,16 +922,16 @@ impl Shim {
         fs.rename(&from.rel, &to.rel).map_err(|e| e.errno())
     }
 
-    pub fn truncate(&self, loc: &Loc, len: i64) -> R<()> {
+    pub fn truncate(&self, loc: &LibPath, len: i64) -> VfsResult<()> {
         if len < 0 {
             return Err(libc::EINVAL);
         }
-        let fs = self.fs(loc.m)?;
+        let fs = self.fs(loc.mount)?;
         let st = fs.stat(&loc.rel).map_err(|e| e.errno())?;
         if st.kind == FileKind::Dir {
             return Err(libc::EISDIR);
         }
-        if let Some(b) = self.maps.backing_of(loc.m, st.ino) {
+        if let Some(b) = self.maps.backing_of(loc.mount, st.ino) {
             return real::kernel_ftruncate(b.memfd, len as u64);
         }
         fs.truncate(&loc.rel, len as u64).map_err(|e| e.errno())
@@ -941,7 +941,7 @@ impl Shim {
 
     // ---- working directory ----
 
-    pub fn chdir(&self, loc: &Loc) -> R<()> {
+    pub fn chdir(&self, loc: &LibPath) -> VfsResult<()> {
         let a = self.stat(loc)?;
         if a.mode & libc::S_IFMT != libc::S_IFDIR {
             return Err(libc::ENOTDIR);
@@ -966,7 +966,7 @@ impl Shim {
 
     // ---- descriptors ----
 
-    pub fn dup(&self, fd: i32, min: i32, cloexec: bool) -> R<i32> {
+    pub fn dup(&self, fd: i32, min: i32, cloexec: bool) -> VfsResult<i32> {
         let o = self.ofd(fd).ok_or(libc::EBADF)?;
         let new = real::reserve_dup(fd, min)?;
         self.insert(new, o, cloexec);
@@ -974,7 +974,7 @@ impl Shim {
     }
 
     /// `dup2`/`dup3` from a library descriptor.
-    pub fn dup_onto(&self, fd: i32, new: i32, cloexec: bool) -> R<i32> {
+    pub fn dup_onto(&self, fd: i32, new: i32, cloexec: bool) -> VfsResult<i32> {
         let o = self.ofd(fd).ok_or(libc::EBADF)?;
         if fd == new {
             return Ok(new);
@@ -992,7 +992,7 @@ impl Shim {
         Ok(new)
     }
 
-    pub fn get_cloexec(&self, fd: i32) -> R<bool> {
+    pub fn get_cloexec(&self, fd: i32) -> VfsResult<bool> {
         self.fds
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -1001,7 +1001,7 @@ impl Shim {
             .ok_or(libc::EBADF)
     }
 
-    pub fn set_cloexec(&self, fd: i32, on: bool) -> R<()> {
+    pub fn set_cloexec(&self, fd: i32, on: bool) -> VfsResult<()> {
         self.fds
             .write()
             .unwrap_or_else(|p| p.into_inner())

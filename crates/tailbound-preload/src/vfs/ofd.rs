@@ -8,7 +8,7 @@ use tailbound::tbfs::locks::Owner;
 use tailbound::tbfs::{self, Fs};
 
 /// `Err(errno)`.
-pub type R<T> = Result<T, i32>;
+pub type VfsResult<T> = Result<T, i32>;
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -18,16 +18,16 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub enum Where {
     /// Not under a mount: the kernel's.
     Kernel,
-    /// Under mount `m`, at `rel` inside the pool (`""` is its root); `abs` is the full path.
-    Lib(Loc),
+    /// Under mount number `mount`, at `rel` inside the pool (`""` is its root); `abs` is the full path.
+    Lib(LibPath),
     /// Under a mount this process may not use (a forked child): fail with this errno.
     Refused(i32),
 }
 
-/// A library path: mount `m`, `rel` inside its pool, `abs` the whole path.
+/// A library path: mount number `mount`, `rel` inside its pool, `abs` the whole path.
 #[derive(Clone, Debug)]
-pub struct Loc {
-    pub m: usize,
+pub struct LibPath {
+    pub mount: usize,
     pub rel: String,
     pub abs: String,
 }
@@ -35,7 +35,7 @@ pub struct Loc {
 /// An open file description.
 pub struct Ofd {
     pub id: u64,
-    pub m: usize,
+    pub mount: usize,
     pub ino: u64,
     pub abs: String,
     pub rel: String,

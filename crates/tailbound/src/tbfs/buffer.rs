@@ -12,7 +12,7 @@ use crate::tbfs::log::*;
 use crate::tbfs::state::*;
 use crate::tbfs::*;
 
-/// One piece of a direct write, sealed ([`Inner::direct_piece`]).
+/// One piece of a direct write, sealed ([`Engine::direct_piece`]).
 pub(crate) struct DirectPiece {
     /// The end of the write so far.
     end: u64,
@@ -33,7 +33,7 @@ pub(crate) fn write_end(ino: u64, offset: u64, len: usize) -> Result<u64> {
         })
 }
 
-impl Inner {
+impl Engine {
     /// Notes that inode `ino` has buffers or attributes to write; called under its inode lock,
     /// after the change.
     pub(crate) fn mark_dirty(&self, ino: u64) {
@@ -139,7 +139,7 @@ impl Inner {
         Ok(len)
     }
 
-    /// Writes `buf` at `offset`; `direct` as `O_DIRECT` ([`Inner::write_direct`]).
+    /// Writes `buf` at `offset`; `direct` as `O_DIRECT` ([`Engine::write_direct`]).
     pub fn pwrite(&self, cell: &InodeCell, buf: &[u8], offset: u64, direct: bool) -> Result<usize> {
         self.write_at(cell, buf, Some(offset), direct)
             .map(|(_, n)| n)
@@ -244,10 +244,10 @@ impl Inner {
     }
 
     /// Writes at `offset`, or at the end of the file for `None`; returns the end and the count.
-    /// A file left holding [`Inner::write_behind_bytes`] or more goes out right after the
+    /// A file left holding [`Engine::write_behind_bytes`] or more goes out right after the
     /// write (written behind, as its writer's I/O) instead of waiting in the buffer for
     /// whichever commit comes next; a write is never split, so what a crash leaves of it is
-    /// all or nothing. A `direct` write goes out before the call returns ([`Inner::write_direct`]).
+    /// all or nothing. A `direct` write goes out before the call returns ([`Engine::write_direct`]).
     pub(crate) fn write_at(
         &self,
         cell: &InodeCell,
@@ -339,7 +339,7 @@ impl Inner {
     }
 
     /// Before a write of `len` bytes that is large against the buffer limit (the write is
-    /// large, or space is short: [`Inner::set_buffer_limit`]) or would take the buffer past
+    /// large, or space is short: [`Engine::set_buffer_limit`]) or would take the buffer past
     /// it, makes sure the checkpoint that
     /// will carry it, and a cleaning pass's, find room: if the free space is short for what is
     /// buffered and the write, what is buffered goes out first and the space check cleans for
@@ -387,7 +387,7 @@ impl Inner {
     /// under `meta`, so no other thread's commit takes them half-written (a checkpoint seals
     /// every buffered block: the tenant refreshing the superblock wrote the other's data, and
     /// the other waited for it). The summaries are left to the background thread, as its I/O
-    /// ([`Inner::write_logs_behind`]): a summary the writer wrote itself waited for a turn in
+    /// ([`Engine::write_logs_behind`]): a summary the writer wrote itself waited for a turn in
     /// `sched` with nothing of the writer's data queued, and a summary behind a checkpoint
     /// waits for every payload before it, other writers' included. The write's buffers stay
     /// until its summaries are written (a sync writes them at once).
@@ -519,7 +519,7 @@ impl Inner {
 
     /// Bytes writers may buffer before they commit: `Config::dirty_bytes_max`, or, while a
     /// cleaning pass would have to write the buffer in its checkpoint (a namespace change is
-    /// pending, or passes are full), what the free space allows ([`Inner::set_buffer_limit`]).
+    /// pending, or passes are full), what the free space allows ([`Engine::set_buffer_limit`]).
     /// Light passes write no buffered data, so overwrites keep the whole buffer however short
     /// space is (writing it out sooner raised `bench cleaner`'s hot/cold write
     /// amplification).
@@ -538,7 +538,7 @@ impl Inner {
     }
 
     /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
-    /// Notes a file's buffers spanning `blocks` blocks ([`Inner::widest`]).
+    /// Notes a file's buffers spanning `blocks` blocks ([`Engine::widest`]).
     pub(crate) fn note_width(&self, blocks: u64) {
         // A plain load first: growth is rare, and every writer passes here.
         if blocks > self.widest.load(AtomicOrdering::Relaxed) {

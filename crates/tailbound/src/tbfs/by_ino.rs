@@ -14,7 +14,7 @@ use super::{
 };
 use crate::tbfs::inode::{now_ns, InodeCell, ROOT_INO};
 use crate::tbfs::namespace::{kind_in, parent_links};
-use crate::tbfs::state::{Inner, Meta};
+use crate::tbfs::state::{Engine, State};
 
 /// The root directory's inode number.
 pub const ROOT: u64 = ROOT_INO;
@@ -38,9 +38,9 @@ fn check_name(parent: u64, name: &str) -> Result<()> {
     Ok(())
 }
 
-impl Inner {
+impl Engine {
     /// Checks that `dir` is a directory of the tree.
-    fn dir_of(&self, m: &Meta, dir: u64) -> Result<()> {
+    fn dir_of(&self, m: &State, dir: u64) -> Result<()> {
         if m.dirs.contains_key(&dir) {
             Ok(())
         } else if m.inodes.contains_key(&dir) {
@@ -53,7 +53,7 @@ impl Inner {
     /// A new inode named `name` in `parent`, which must not have that name yet.
     fn new_in(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         parent: u64,
         name: &str,
         kind: FileKind,
@@ -72,7 +72,7 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rename_entry(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         src_parent: u64,
         src_name: &str,
         dst_parent: u64,

@@ -15,7 +15,7 @@ use crate::tbfs::map::BlockMap;
 use crate::tbfs::state::*;
 use crate::tbfs::*;
 
-impl Inner {
+impl Engine {
     /// Debug builds: every slot of cached inode page `p` that this checkpoint does not write
     /// holds its inode's current record, or that inode changed after the checkpoint took the
     /// dirty set (a writer marks the inode dirty under the same lock hold as its change, and
@@ -25,7 +25,7 @@ impl Inner {
     /// on the device, are the right ones to write there.
     pub(crate) fn check_cached_page(
         &self,
-        m: &Meta,
+        m: &State,
         page: &format::Block,
         p: u64,
         records: &Records,
@@ -52,7 +52,7 @@ impl Inner {
 
     /// Tests: a checkpoint's two bounds for the inodes it would write now, quick and counted.
     #[cfg(test)]
-    pub(crate) fn checkpoint_inode_bounds(&self, m: &Meta) -> (u64, u64) {
+    pub(crate) fn checkpoint_inode_bounds(&self, m: &State) -> (u64, u64) {
         let work = checkpoint_work(m, self.dirty.lock().unwrap().all.clone());
         let dir_blocks = encode_changed_dirs(m, &work);
         (
@@ -63,10 +63,10 @@ impl Inner {
 
     /// An upper bound on the blocks a checkpoint writes for the inodes of `work` (their
     /// buffered blocks and map nodes, and a slot each), from totals alone: every block buffered
-    /// (`Inner::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
+    /// (`Engine::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
     /// being buffered meanwhile), and for every inode the whole tree of the widest map the
-    /// pool has had ([`Inner::widest`]). It visits no inode: counting inode by inode
-    /// ([`Inner::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
+    /// pool has had ([`Engine::widest`]). It visits no inode: counting inode by inode
+    /// ([`Engine::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
     /// `meta`.
     pub(crate) fn quick_inode_bound(
         &self,
@@ -89,8 +89,8 @@ impl Inner {
     }
 
     /// Whether the space check for `blocks` would find room at once, without refreshing,
-    /// cleaning or waiting ([`Inner::ensure_space`]'s first test).
-    pub(crate) fn space_is_ample(&self, m: &Meta, blocks: u64) -> bool {
+    /// cleaning or waiting ([`Engine::ensure_space`]'s first test).
+    pub(crate) fn space_is_ample(&self, m: &State, blocks: u64) -> bool {
         let (reserve, low_water) = self.space_margins(m);
         let want = self.space_needed(blocks) + reserve + low_water;
         self.free_blocks_up_to(m, want) >= want
@@ -101,7 +101,7 @@ impl Inner {
     /// the leaves whose children change).
     pub(crate) fn counted_inode_bound(
         &self,
-        m: &Meta,
+        m: &State,
         work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
     ) -> u64 {
@@ -118,7 +118,7 @@ impl Inner {
 
     /// Writes every buffered block, every changed directory, block map and inode, and a new
     /// checkpoint root, as one or more logs ending in a checkpoint log.
-    pub(crate) fn commit_checkpoint(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn commit_checkpoint(&self, m: &mut State) -> Result<()> {
         m.checkpoint_depth += 1;
         let result = self.in_section(m, Section::Checkpoint, |m| {
             self.commit_checkpoint_at_depth(m)
@@ -127,9 +127,9 @@ impl Inner {
         result
     }
 
-    /// [`Inner::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
+    /// [`Engine::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
     /// (through the space check's cleaning).
-    pub(crate) fn commit_checkpoint_at_depth(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn commit_checkpoint_at_depth(&self, m: &mut State) -> Result<()> {
         let taken: DenseSet =
             std::mem::take(&mut self.dirty.lock().unwrap_or_else(|p| p.into_inner()).all);
         let mut work = checkpoint_work(m, taken);
@@ -245,7 +245,7 @@ impl Inner {
                     m.seg_dec_at(old, seq, self.segment_blocks, now);
                 }
                 // A directory's map is as wide as its blocks until the next rewrite: the quick
-                // bound must know it, as it knows files' ([`Inner::widest`]).
+                // bound must know it, as it knows files' ([`Engine::widest`]).
                 self.note_width(count);
                 st.size = count * BLOCK_U64;
             }
@@ -373,7 +373,7 @@ impl Inner {
         m.seg_inc(addr, self.segment_blocks);
         m.life.list.insert(
             number,
-            super::retention::Kept {
+            super::retention::Retained {
                 time_ns,
                 root: addr,
                 snapshot: false,
@@ -381,7 +381,7 @@ impl Inner {
             },
         );
         m.life.since_ckpt = vec![(
-            Meta::seg_of(m.writer.pos, self.segment_blocks),
+            State::seg_of(m.writer.pos, self.segment_blocks),
             m.writer.pos,
         )];
         m.checkpoint = number;
@@ -406,7 +406,7 @@ impl Inner {
     /// Writes the changed nodes of a block map bottom-up and updates its root.
     pub(crate) fn write_map(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         kind: DescKind,
         ino: u64,
         map: &mut BlockMap,
@@ -417,7 +417,7 @@ impl Inner {
         let seq = m.writer.seq;
         let sb = self.segment_blocks;
         // Only the newest checkpoint's tables are read, so their old nodes pin nothing.
-        let dec = |m: &mut Meta, a: u64| {
+        let dec = |m: &mut State, a: u64| {
             if kind == DescKind::TableNode {
                 m.seg_dec_unpinned(a, seq, sb)
             } else {
@@ -517,7 +517,7 @@ impl Inner {
 
 /// The inodes a checkpoint writes: those `taken` from the dirty set, those with data in
 /// data-only logs since the last checkpoint, and the changed directories, while they exist.
-pub(crate) fn checkpoint_work(m: &Meta, mut taken: DenseSet) -> DenseSet {
+pub(crate) fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
     taken.extend(m.pending.iter());
     taken.extend(m.dirs_dirty.iter());
     taken.retain(|ino| m.inodes.contains_key(ino));
@@ -526,7 +526,7 @@ pub(crate) fn checkpoint_work(m: &Meta, mut taken: DenseSet) -> DenseSet {
 
 /// The changed directories of `work`, each encoded as directory blocks.
 pub(crate) fn encode_changed_dirs(
-    m: &Meta,
+    m: &State,
     work: &DenseSet,
 ) -> HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>> {
     m.dirs_dirty
@@ -580,7 +580,7 @@ impl Records {
 }
 
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
-pub(crate) fn current_record(m: &Meta, ino: u64) -> InodeRecord {
+pub(crate) fn current_record(m: &State, ino: u64) -> InodeRecord {
     m.inodes
         .get(&ino)
         .map(|c| c.lock().record(ino))

@@ -17,7 +17,7 @@ use crate::tbfs::log::*;
 use crate::tbfs::state::*;
 use crate::tbfs::*;
 
-impl Inner {
+impl Engine {
     /// Wakes the background thread for what `why` marks.
     pub(crate) fn wake_background(&self, why: impl FnOnce(&mut crate::tbfs::state::Wake)) {
         let (lock, cv) = &*self.wake;
@@ -26,7 +26,7 @@ impl Inner {
     }
 
     /// Whether enough bytes or time went by since the last superblock for a refresh.
-    pub(crate) fn refresh_due(&self, m: &Meta) -> bool {
+    pub(crate) fn refresh_due(&self, m: &State) -> bool {
         // At most a quarter of the pool between superblocks, whatever the configuration: light
         // cleaning takes only victims out of the roll-forward chain, and a chain spanning the
         // whole pool leaves it none (then only a checkpoint, which may not fit, lets it go on).
@@ -46,7 +46,7 @@ impl Inner {
     /// one), so its sync does not lay out a checkpoint of every file's buffered data and write
     /// those payloads as its own. Other threads refresh here, as before: runs stay decided by
     /// what the threads do, not by when the background thread wakes.
-    pub(crate) fn refresh_or_hand_off(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn refresh_or_hand_off(&self, m: &mut State) -> Result<()> {
         if !self.refresh_due(m) {
             return Ok(());
         }
@@ -63,11 +63,11 @@ impl Inner {
     }
 
     /// Refreshes the superblock if enough bytes or time went by since the last one.
-    pub(crate) fn maybe_refresh(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn maybe_refresh(&self, m: &mut State) -> Result<()> {
         if self.refresh_due(m) {
             // The checkpoint is laid out now; its logs are written by the log writer after
             // `meta` is released, the flush and the superblock without it
-            // (`Inner::take_superblock`). Only logs written after the newest
+            // (`Engine::take_superblock`). Only logs written after the newest
             // checkpoint need a new one: what is still buffered is not on the device, and right
             // after a buffer-full checkpoint (other writers having filled the buffer again
             // meanwhile) a second one would only repeat its work.
@@ -84,13 +84,13 @@ impl Inner {
 
     /// Writes a checkpoint if anything happened since the last one, then a superblock naming it,
     /// with device flushes before and after: afterwards everything written so far is durable.
-    pub(crate) fn refresh_superblock(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn refresh_superblock(&self, m: &mut State) -> Result<()> {
         self.commit_if_changed(m)?;
         self.write_superblock(m)
     }
 
     /// Writes a checkpoint if anything happened since the last one.
-    pub(crate) fn commit_if_changed(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn commit_if_changed(&self, m: &mut State) -> Result<()> {
         let dirty = !self
             .dirty
             .lock()
@@ -111,7 +111,7 @@ impl Inner {
     /// the log writer (`write_superblock_locked`); a sync of a file it holds flushes for
     /// itself (`wait_sealed`). Flushed on their own, under the log writer, every log sealed
     /// after them waited for that flush.
-    pub(crate) fn commit_checkpoint_for_superblock(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn commit_checkpoint_for_superblock(&self, m: &mut State) -> Result<()> {
         let was = std::mem::replace(&mut m.writer.refreshing, true);
         let committed = self.commit_checkpoint(m);
         m.writer.refreshing = was;
@@ -120,13 +120,13 @@ impl Inner {
 
     /// Writes a superblock naming the newest checkpoint now: sealed like the periodic one, then
     /// written with everything queued before it.
-    pub(crate) fn write_superblock(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn write_superblock(&self, m: &mut State) -> Result<()> {
         self.seal_superblock(m);
         self.write_logs_until(m.writer.seq + 1)
     }
 
     /// Queues a superblock naming the newest checkpoint for the log writer.
-    pub(crate) fn seal_superblock(&self, m: &mut Meta) {
+    pub(crate) fn seal_superblock(&self, m: &mut State) {
         let sb = self.superblock_now(m);
         m.sb_generation = sb.generation;
         m.sb_bytes_since = 0;
@@ -136,7 +136,7 @@ impl Inner {
 
     /// The superblock naming the newest checkpoint, the next generation, and the writer's
     /// position right after it (the previous log's CRC is left for the writer to fill in).
-    pub(crate) fn superblock_now(&self, m: &Meta) -> Superblock {
+    pub(crate) fn superblock_now(&self, m: &State) -> Superblock {
         let generation = m.sb_generation + 1;
         let sb = Superblock {
             version: format::VERSION,

@@ -14,7 +14,7 @@ use super::format::{height_for, BLOCK, INODES_PER_PAGE};
 use super::map::tree_nodes;
 use super::{Error, Result};
 use crate::tbfs::checkpoint::map_nodes_bound;
-use crate::tbfs::state::{Inner, Meta};
+use crate::tbfs::state::{Engine, State};
 
 /// The largest directory entry: its fixed part and a name of 255 bytes.
 const DIR_ENTRY_MAX: u64 = 10 + 255;
@@ -30,12 +30,12 @@ const CHANGE_BLOCKS: u64 = 4;
 /// Blocks the checkpoint header, root and the log's ends take beside what is counted.
 const FIXED_BLOCKS: u64 = 6;
 
-impl Inner {
+impl Engine {
     /// An upper bound on the blocks the next checkpoint writes beyond unsealed file data.
     /// `exact` counts inode by inode and entry by entry (a walk of every changed inode);
     /// otherwise the bound comes from totals: every changed inode as wide as the widest map the
     /// pool has had, every directory entry as long as a name can be.
-    pub(crate) fn checkpoint_debt(&self, m: &Meta, exact: bool) -> u64 {
+    pub(crate) fn checkpoint_debt(&self, m: &State, exact: bool) -> u64 {
         let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
         let mut debt = FIXED_BLOCKS + m.table_estimate();
         if !exact {
@@ -86,7 +86,7 @@ impl Inner {
     /// records it rewrites the directory (unless a change pending already does), a page of
     /// inodes and the inode file's map. A pool whose room that would take answers `NoSpace`,
     /// after paying the debt with a checkpoint if that is what stands in the way.
-    pub(crate) fn make_room_for_change(&self, m: &mut Meta, dir: u64) -> Result<()> {
+    pub(crate) fn make_room_for_change(&self, m: &mut State, dir: u64) -> Result<()> {
         let dir_blocks = if m.dirs_dirty.contains(&dir) {
             0
         } else {
@@ -107,7 +107,7 @@ impl Inner {
 
 /// The inode file's map nodes a checkpoint writing `pages` inode pages rewrites: a path per
 /// page, never more than its whole tree.
-fn ifile_nodes(m: &Meta, pages: u64) -> u64 {
+fn ifile_nodes(m: &State, pages: u64) -> u64 {
     let len = (m.ifile.blocks.len() as u64).max(m.ifile_pages) + 1;
     ((height_for(len) as u64 + 1) * pages.max(1)).min(tree_nodes(len) + 1)
 }

@@ -12,7 +12,7 @@ use crate::tbfs::state::*;
 use crate::tbfs::*;
 use std::io::SeekFrom;
 
-impl Inner {
+impl Engine {
     /// Makes one file durable: a checkpoint, or in relaxed ordering a data-only log when no
     /// metadata changed.
     pub fn sync_file(&self, cell: &InodeCell) -> Result<()> {
@@ -73,13 +73,13 @@ impl Inner {
 /// An open pool. Cheap to clone; all clones share one file tree. Thread-safe.
 #[derive(Clone, Debug)]
 pub struct Fs {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Engine>,
 }
 
 /// An open file. Dropping it closes it.
 #[derive(Debug)]
 pub struct File {
-    inner: Arc<Inner>,
+    inner: Arc<Engine>,
     cell: Arc<InodeCell>,
     flags: OpenFlags,
     pos: u64,
@@ -99,7 +99,7 @@ impl Fs {
         Ok(Fs::start(inner))
     }
 
-    pub(crate) fn start(inner: Arc<Inner>) -> Fs {
+    pub(crate) fn start(inner: Arc<Engine>) -> Fs {
         // A panic in any thread using the pool then names its site when it poisons the pool.
         crate::panics::install_hook();
         // Recovery's checkpoint ran before `meta` was a lock: only holds count.
@@ -187,7 +187,7 @@ impl Fs {
                 // call under the lock is a point where its holder may be preempted.
                 let owner = flags.create.then(crate::sys::proc::effective_ids);
                 let mut m = inner.lock_meta();
-                let create = |m: &mut Meta, parent: u64, name: &str| {
+                let create = |m: &mut State, parent: u64, name: &str| {
                     let owner = owner.unwrap_or_else(crate::sys::proc::effective_ids);
                     inner.create_inode(m, parent, name, FileKind::File, flags.mode, owner)
                 };
@@ -526,7 +526,7 @@ impl Fs {
     }
 }
 
-pub(crate) fn stop_background(inner: &Inner) {
+pub(crate) fn stop_background(inner: &Engine) {
     {
         let (lock, cv) = &*inner.wake;
         lock.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
@@ -546,7 +546,7 @@ pub(crate) fn stop_background(inner: &Inner) {
 
 /// Writes checkpoints and refreshes the superblock on the configured schedule. Holds the pool only
 /// while it works, so dropping the last handle drops the pool at once.
-pub(crate) fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Duration) {
+pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, period: Duration) {
     // Background checkpoints and cleaning are idle-class I/O (in the kernel, and in `sched` through the
     // thread's ioprio); a thread that waits for one lends it its own priority (`lock_meta`).
     let _ = crate::sched::Prio {
@@ -634,7 +634,7 @@ pub(crate) fn background(weak: Weak<Inner>, wake: Arc<(Mutex<Wake>, Condvar)>, p
     }
 }
 
-impl Drop for Inner {
+impl Drop for Engine {
     fn drop(&mut self) {
         // Dropped by a panic's unwinding: what is in memory cannot be trusted to write.
         self.poison_if_unwinding("a thread that dropped the pool's last handle");
@@ -651,7 +651,7 @@ impl Drop for Inner {
 
 impl File {
     /// A handle to `cell`, whose open count the caller raised (the count this handle drops).
-    pub(crate) fn of_cell(inner: Arc<Inner>, cell: Arc<InodeCell>, flags: OpenFlags) -> File {
+    pub(crate) fn of_cell(inner: Arc<Engine>, cell: Arc<InodeCell>, flags: OpenFlags) -> File {
         File {
             inner,
             cell,

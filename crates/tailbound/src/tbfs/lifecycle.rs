@@ -27,9 +27,9 @@ use super::map::BlockMap;
 use super::*;
 use crate::tbfs::inode::{now_ns, InodeCell};
 use crate::tbfs::retention::*;
-use crate::tbfs::state::{Inner, Meta};
+use crate::tbfs::state::{Engine, State};
 
-/// Fewer blocks than this dropped together are pinned one at a time ([`Meta::pin_all`]).
+/// Fewer blocks than this dropped together are pinned one at a time ([`State::pin_all`]).
 const PIN_BATCH_MIN: usize = 64;
 
 /// One checkpoint, as `Fs::checkpoints` lists it.
@@ -77,7 +77,7 @@ pub struct GcReport {
     pub free_fraction_after: f64,
 }
 
-impl Meta {
+impl State {
     /// An upper bound on the blocks the next checkpoint's tables take.
     pub fn table_estimate(&self) -> u64 {
         let snaps = self.life.list.values().filter(|k| k.snapshot).count() as u64;
@@ -112,13 +112,13 @@ impl Meta {
         let born = self.born_of(block, segment_blocks);
         let died = self.checkpoint;
         if let Some(anchor) = self.life.anchor(born, died) {
-            self.pin(block, Pin { born, died, anchor }, segment_blocks);
+            self.pin(block, BlockPin { born, died, anchor }, segment_blocks);
         }
     }
 
-    /// Pins many blocks at once, as [`Meta::pin`] does one: blocks dropped together (a deleted
+    /// Pins many blocks at once, as [`State::pin`] does one: blocks dropped together (a deleted
     /// or truncated file's) go into the two trees as one merge each rather than a search each.
-    pub fn pin_all(&mut self, mut pins: Vec<(u64, Pin)>, segment_blocks: u64) {
+    pub fn pin_all(&mut self, mut pins: Vec<(u64, BlockPin)>, segment_blocks: u64) {
         if pins.len() < PIN_BATCH_MIN {
             for (block, pin) in pins {
                 self.pin(block, pin, segment_blocks);
@@ -147,7 +147,7 @@ impl Meta {
         self.life.pins.append_new(pins, pages.into_iter());
     }
 
-    pub fn pin(&mut self, block: u64, pin: Pin, segment_blocks: u64) {
+    pub fn pin(&mut self, block: u64, pin: BlockPin, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
         let page = self.life.pinned_page(block, segment_blocks);
         // Dropped twice (cannot happen for a block the tree referenced once): the pin is
@@ -265,10 +265,10 @@ fn superseded(number: u64) -> Error {
     ))
 }
 
-impl Inner {
+impl Engine {
     /// Writes the three tables and returns where they are. Called by `commit_checkpoint` just
     /// before the root; the pinned table goes last, after everything that may pin a block.
-    pub(crate) fn write_tables(&self, m: &mut Meta) -> Result<[TableRef; TABLES]> {
+    pub(crate) fn write_tables(&self, m: &mut State) -> Result<[TableRef; TABLES]> {
         let sb = self.segment_blocks;
         // Snapshots.
         if m.life.snap_dirty
@@ -364,7 +364,7 @@ impl Inner {
     /// Writes table pages (`None`: the page becomes a hole) and the table's map.
     fn write_table_pages(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         id: u8,
         map: &mut BlockMap,
         pages: Vec<(u64, Option<Box<format::Block>>)>,
@@ -409,7 +409,7 @@ impl Inner {
     }
 
     /// Bytes the pool's space divides into (see [`SpaceReport`]).
-    pub(crate) fn space_report(&self, m: &Meta) -> SpaceReport {
+    pub(crate) fn space_report(&self, m: &State) -> SpaceReport {
         let sb = self.segment_blocks;
         let now = now_ns();
         let free = self.free_blocks(m).min(sb * self.segment_count);
@@ -469,10 +469,10 @@ impl Inner {
 /// A read-only view of a retained checkpoint. While it exists the checkpoint stays retained.
 #[derive(Debug)]
 pub struct Snapshot {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Engine>,
     number: u64,
     time_ns: i64,
-    pub(crate) tree: Meta,
+    pub(crate) tree: State,
 }
 
 impl Snapshot {
@@ -747,10 +747,10 @@ impl Fs {
         };
         let tree = super::recovery::tree::load_tree(&inner.dev, &geo, root)?;
         std::mem::forget(hold);
-        let mut meta = Meta {
+        let mut meta = State {
             inodes: tree.cells,
             dirs: tree.dirs,
-            ..Meta::default()
+            ..State::default()
         };
         meta.checkpoint = number;
         Ok(Snapshot {
@@ -810,7 +810,7 @@ impl Fs {
 
 /// Drops a view's hold if loading it fails.
 struct HoldGuard<'a> {
-    inner: &'a Arc<Inner>,
+    inner: &'a Arc<Engine>,
     number: u64,
 }
 
@@ -829,13 +829,13 @@ impl Drop for HoldGuard<'_> {
 }
 
 #[cfg(test)]
-impl Inner {
+impl Engine {
     /// Every segment's live count recomputed from the tree in memory (what recovery would find,
     /// plus what is not yet in a checkpoint). For checks.
-    pub(crate) fn recount_live(&self, m: &Meta) -> Vec<u32> {
+    pub(crate) fn recount_live(&self, m: &State) -> Vec<u32> {
         let sb = self.segment_blocks;
         let mut live = vec![0u32; self.segment_count as usize];
-        let mut add = |a: u64| live[Meta::seg_of(a, sb)] += 1;
+        let mut add = |a: u64| live[State::seg_of(a, sb)] += 1;
         for cell in m.inodes.values() {
             let st = cell.lock();
             st.map

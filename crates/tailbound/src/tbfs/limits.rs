@@ -10,11 +10,11 @@ pub const FILE_BYTES_MAX: u64 = 64 << 30;
 /// Data-only logs with at least this many payload blocks have their payload written by the
 /// thread that sealed them, apart from the summary; smaller ones go whole with the log writer.
 pub(crate) const AHEAD_MIN_BLOCKS: usize = 16;
-/// Blocks sealed in one part of a full buffer ([`Inner::commit_data_logs_in_parts`]), so a
+/// Blocks sealed in one part of a full buffer ([`Engine::commit_data_logs_in_parts`]), so a
 /// hold of `meta` stays short.
 pub(crate) const SEAL_PART_BLOCKS: u64 = 1024;
 /// Blocks a checkpoint's quick bound allows for writes being buffered while it is taken
-/// ([`Inner::quick_inode_bound`]).
+/// ([`Engine::quick_inode_bound`]).
 pub(crate) const QUICK_BOUND_SLACK_BLOCKS: u64 = 1024;
 /// An ahead payload goes to a device that does not take blocks in place this many blocks per
 /// request (`sched` splits further as its policy says).
@@ -29,11 +29,11 @@ pub(crate) const SUPERBLOCK_POOL_DIVISOR: u64 = 4;
 pub(crate) const DESCRIPTORS_RESERVED: usize = 2;
 
 /// Direct writes leave their summaries to the background thread until this many write
-/// buffers' worth of sealed data is unwritten ([`Inner::write_logs_behind`]). Each direct
+/// buffers' worth of sealed data is unwritten ([`Engine::write_logs_behind`]). Each direct
 /// writer has up to two pieces of [`DIRECT_PIECE_BYTES`] sealed while they are in the device,
 /// so a few writers alone hold more than the default buffer; at one buffer they wrote their own
 /// summaries again and lost their shares. In a memory pool, also how far the log writer may fall behind buffered writers before they wait
-/// for it ([`Inner::in_flight_max`]).
+/// for it ([`Engine::in_flight_max`]).
 pub(crate) const BEHIND_BUFFERS: u64 = 4;
 
 /// Blocks a buffered write's space check asks for beyond its own and a thirty-second of them
@@ -41,12 +41,12 @@ pub(crate) const BEHIND_BUFFERS: u64 = 4;
 /// carries it.
 pub(crate) const WRITE_COMMIT_SLACK_BLOCKS: u64 = 8;
 /// A file holding 1/this of the write buffer is written on its own when the buffer fills, and
-/// behind its writes (see [`Inner::write_behind_bytes`]).
+/// behind its writes (see [`Engine::write_behind_bytes`]).
 pub(crate) const OWN_FLUSH_DIVISOR: u64 = 8;
 /// The least a file must hold to be written on its own or behind its writes (one payload chunk).
 pub(crate) const WRITE_BEHIND_MIN: u64 = 1 << 20;
 /// A direct write goes out in pieces of at most this many bytes, each made while the one before
-/// it is in the device ([`Inner::write_direct`]).
+/// it is in the device ([`Engine::write_direct`]).
 pub(crate) const DIRECT_PIECE_BYTES: u64 = 8 << 20;
 
 /// A direct write's first piece is at most this many bytes, and each next one twice the one

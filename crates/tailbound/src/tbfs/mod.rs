@@ -6,7 +6,7 @@
 //!   byte; `limits`: every size, bound and tuning constant.
 //! - `inode`, `names`, `retention`, `space::segments`, `log`: each part's state (an inode in
 //!   memory, the path cache, retained checkpoints and pins, the segment table, logs in flight).
-//! - `state`: `Inner` and `Meta`, the pool's shared state and what the `meta` lock guards.
+//! - `state`: `Engine` and `State`, the pool's shared state and what the `meta` lock guards.
 //! - `buffer`, `namespace`, `log::{build, write, data}`, `checkpoint`, `space`, [`lifecycle`],
 //!   [`recovery`]: the operations on that state. Only the log writer (`log::write`) writes to
 //!   the device.

@@ -9,10 +9,10 @@ use crate::tbfs::inode::*;
 use crate::tbfs::state::*;
 use crate::tbfs::*;
 
-impl Inner {
+impl Engine {
     /// Resolves a path to its inode, following symbolic links; `/`, empty components and `.`
     /// are ignored, `..` goes to the parent.
-    pub fn lookup(&self, m: &Meta, path: &str) -> Result<u64> {
+    pub fn lookup(&self, m: &State, path: &str) -> Result<u64> {
         self.resolve(m, path, true)
     }
 
@@ -20,13 +20,13 @@ impl Inner {
     /// `follow_last`. A relative link target is resolved from the link's directory; an absolute
     /// one from the pool's root, after removing the mount point set with
     /// [`Fs::set_mount_point`] (a target outside it is not found). At most 40 links are followed.
-    pub fn resolve(&self, m: &Meta, path: &str, follow_last: bool) -> Result<u64> {
+    pub fn resolve(&self, m: &State, path: &str, follow_last: bool) -> Result<u64> {
         self.resolve_traced(m, path, follow_last)
             .map(|(ino, _)| ino)
     }
 
-    /// [`Inner::resolve`], also telling whether no symbolic link was followed on the way.
-    pub fn resolve_traced(&self, m: &Meta, path: &str, follow_last: bool) -> Result<(u64, bool)> {
+    /// [`Engine::resolve`], also telling whether no symbolic link was followed on the way.
+    pub fn resolve_traced(&self, m: &State, path: &str, follow_last: bool) -> Result<(u64, bool)> {
         if let Some(found) = self.resolve_plain(m, path, follow_last) {
             return found;
         }
@@ -96,11 +96,11 @@ impl Inner {
         Ok((cur, links == 0))
     }
 
-    /// [`Inner::resolve_traced`] without allocating, for a path with no `..` that meets no
+    /// [`Engine::resolve_traced`] without allocating, for a path with no `..` that meets no
     /// symbolic link to follow (the common case); `None` sends the others the general way.
     pub(crate) fn resolve_plain(
         &self,
-        m: &Meta,
+        m: &State,
         path: &str,
         follow_last: bool,
     ) -> Option<Result<(u64, bool)>> {
@@ -166,13 +166,13 @@ impl Inner {
     }
 
     /// Splits a path into its parent directory's inode and the last name.
-    pub fn parent_of<'p>(&self, m: &Meta, path: &'p str) -> Result<(u64, &'p str)> {
+    pub fn parent_of<'p>(&self, m: &State, path: &'p str) -> Result<(u64, &'p str)> {
         self.parent_of_traced(m, path)
             .map(|(parent, name, _)| (parent, name))
     }
 
-    /// [`Inner::parent_of`], also telling whether no symbolic link was followed to the parent.
-    pub fn parent_of_traced<'p>(&self, m: &Meta, path: &'p str) -> Result<(u64, &'p str, bool)> {
+    /// [`Engine::parent_of`], also telling whether no symbolic link was followed to the parent.
+    pub fn parent_of_traced<'p>(&self, m: &State, path: &'p str) -> Result<(u64, &'p str, bool)> {
         let trimmed = path.trim_end_matches('/');
         let (dir, name) = match trimmed.rfind('/') {
             Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
@@ -193,14 +193,14 @@ impl Inner {
         Ok((parent, name, plain))
     }
 
-    pub fn cell(&self, m: &Meta, ino: u64) -> Result<Arc<InodeCell>> {
+    pub fn cell(&self, m: &State, ino: u64) -> Result<Arc<InodeCell>> {
         m.inodes
             .get(&ino)
             .cloned()
             .ok_or_else(|| Error::Corrupt(format!("directory entry names missing inode {ino}")))
     }
 
-    pub(crate) fn alloc_ino(&self, m: &mut Meta) -> u64 {
+    pub(crate) fn alloc_ino(&self, m: &mut State) -> u64 {
         if let Some(ino) = m.free_inos.pop_first() {
             return ino;
         }
@@ -212,7 +212,7 @@ impl Inner {
     /// Adds a new inode to the tree under `parent`.
     pub fn create_inode(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         parent: u64,
         name: &str,
         kind: FileKind,
@@ -242,7 +242,7 @@ impl Inner {
         Ok(cell)
     }
 
-    pub fn touch_dir(&self, m: &mut Meta, dir: u64) {
+    pub fn touch_dir(&self, m: &mut State, dir: u64) {
         m.dirs_dirty.insert(dir);
         m.namespace_changed(dir);
         if let Some(c) = m.inodes.get(&dir) {
@@ -253,7 +253,7 @@ impl Inner {
     }
 
     /// Drops one link to `ino`; frees it if nothing holds it open.
-    pub fn drop_link(&self, m: &mut Meta, ino: u64) -> Result<()> {
+    pub fn drop_link(&self, m: &mut State, ino: u64) -> Result<()> {
         let cell = self.cell(m, ino)?;
         let free = {
             let mut st = cell.lock();
@@ -274,7 +274,7 @@ impl Inner {
     }
 
     /// Releases an inode's blocks and number.
-    pub fn free_inode(&self, m: &mut Meta, cell: &InodeCell) {
+    pub fn free_inode(&self, m: &mut State, cell: &InodeCell) {
         let mut st = cell.lock();
         if st.freed {
             return;
@@ -327,12 +327,12 @@ pub(crate) fn dir_entries(
 }
 
 /// The kind of inode `ino` in `m`, for [`dir_entries`].
-pub(crate) fn kind_in(m: &Meta, ino: u64) -> Option<FileKind> {
+pub(crate) fn kind_in(m: &State, ino: u64) -> Option<FileKind> {
     m.inodes.get(&ino).map(|c| c.lock().kind)
 }
 
 /// Child → parent links of every directory.
-pub(crate) fn parent_links(m: &Meta) -> HashMap<u64, u64> {
+pub(crate) fn parent_links(m: &State) -> HashMap<u64, u64> {
     let mut parents = HashMap::new();
     for (&dir, entries) in &m.dirs {
         for &(child, is_dir) in entries.values() {

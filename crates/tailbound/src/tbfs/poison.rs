@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use crate::tbfs::fs::Fs;
 use crate::tbfs::log::AheadPayload;
-use crate::tbfs::state::Inner;
+use crate::tbfs::state::Engine;
 
 impl Fs {
     /// Poisons the pool: every later call on it (and on its other handles and files) fails with
@@ -33,7 +33,7 @@ impl Fs {
     }
 }
 
-impl Inner {
+impl Engine {
     /// Poisons the pool with `reason`, unless it is poisoned already.
     pub(crate) fn poison_reason(&self, reason: String) {
         let mut p = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
@@ -56,7 +56,7 @@ impl Inner {
 /// pool is poisoned and the payload marked failed, so the threads waiting for it return the
 /// error instead of waiting for ever.
 pub(crate) struct FailOnUnwind<'a> {
-    pub inner: &'a Inner,
+    pub inner: &'a Engine,
     pub payload: &'a AheadPayload,
 }
 

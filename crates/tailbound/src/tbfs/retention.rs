@@ -1,5 +1,5 @@
-//! Retention: the retained checkpoints ([`Kept`]), the pinned blocks ([`Pin`]) and the state
-//! that ties them together ([`Life`]).
+//! Retention: the retained checkpoints ([`Retained`]), the pinned blocks ([`BlockPin`]) and the state
+//! that ties them together ([`Retention`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -9,7 +9,7 @@ use crate::tbfs::map::BlockMap;
 
 /// A retained checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Kept {
+pub(crate) struct Retained {
     pub time_ns: i64,
     pub root: u64,
     pub snapshot: bool,
@@ -19,7 +19,7 @@ pub(crate) struct Kept {
 /// A pinned block: the checkpoints that may reference it, and the newest retained one among
 /// them (`anchor`), under which it is indexed so releasing a checkpoint revisits only its blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pin {
+pub(crate) struct BlockPin {
     pub born: u64,
     pub died: u64,
     pub anchor: u64,
@@ -30,10 +30,10 @@ pub(crate) struct Pin {
 /// exactly one `(anchor, block)` entry, its pin's anchor.
 #[derive(Debug, Default)]
 pub(crate) struct Pins {
-    by_block: BTreeMap<u64, Pin>,
+    by_block: BTreeMap<u64, BlockPin>,
     by_anchor: BTreeSet<(u64, u64)>,
     /// Pinned-table pages to rewrite: page `j` of segment `s` is `s·k + j` (`k` =
-    /// `Life::pinned_pages_per_segment`) and holds the pins of the segment's blocks `170·j ..`.
+    /// `Retention::pinned_pages_per_segment`) and holds the pins of the segment's blocks `170·j ..`.
     dirty_pages: BTreeSet<u64>,
 }
 
@@ -51,7 +51,7 @@ impl Pins {
         self.by_block.contains_key(&block)
     }
 
-    pub fn values(&self) -> impl Iterator<Item = &Pin> {
+    pub fn values(&self) -> impl Iterator<Item = &BlockPin> {
         self.by_block.values()
     }
 
@@ -67,7 +67,7 @@ impl Pins {
     }
 
     /// The pinned blocks in `start .. end`, in block order, with their pins.
-    pub fn in_range(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, &Pin)> {
+    pub fn in_range(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, &BlockPin)> {
         self.by_block.range(start..end).map(|(&b, p)| (b, p))
     }
 
@@ -80,7 +80,7 @@ impl Pins {
     }
 
     /// The blocks anchored at checkpoint `c`, with their pins.
-    pub fn anchored_at(&self, c: u64) -> Vec<(u64, Pin)> {
+    pub fn anchored_at(&self, c: u64) -> Vec<(u64, BlockPin)> {
         self.by_anchor
             .range((c, 0)..=(c, u64::MAX))
             .map(|&(_, b)| (b, self.by_block[&b]))
@@ -89,7 +89,7 @@ impl Pins {
 
     /// Pins `block` (its pinned-table page `page`): `false` if it was pinned already, its pin
     /// then replaced.
-    pub fn insert(&mut self, block: u64, pin: Pin, page: u64) -> bool {
+    pub fn insert(&mut self, block: u64, pin: BlockPin, page: u64) -> bool {
         let old = self.by_block.insert(block, pin);
         if let Some(old) = old {
             self.by_anchor.remove(&(old.anchor, block));
@@ -102,7 +102,7 @@ impl Pins {
 
     /// Pins every block of `pins`, sorted by block, none of them pinned yet, with `pages` their
     /// pinned-table pages: one merge into each index rather than a search per block.
-    pub fn append_new(&mut self, pins: Vec<(u64, Pin)>, pages: impl Iterator<Item = u64>) {
+    pub fn append_new(&mut self, pins: Vec<(u64, BlockPin)>, pages: impl Iterator<Item = u64>) {
         if let (Some(&(first, _)), Some(&(last, _))) = (pins.first(), pins.last()) {
             assert!(
                 !self.any_in(first, last),
@@ -113,13 +113,13 @@ impl Pins {
         let mut anchors: BTreeSet<(u64, u64)> =
             pins.iter().map(|&(block, p)| (p.anchor, block)).collect();
         self.by_anchor.append(&mut anchors);
-        let mut by_block: BTreeMap<u64, Pin> = pins.into_iter().collect();
+        let mut by_block: BTreeMap<u64, BlockPin> = pins.into_iter().collect();
         self.by_block.append(&mut by_block);
         self.check();
     }
 
     /// Unpins `block` (its pinned-table page `page`), returning its pin if it was pinned.
-    pub fn remove(&mut self, block: u64, page: u64) -> Option<Pin> {
+    pub fn remove(&mut self, block: u64, page: u64) -> Option<BlockPin> {
         let p = self.by_block.remove(&block)?;
         self.by_anchor.remove(&(p.anchor, block));
         self.dirty_pages.insert(page);
@@ -170,9 +170,9 @@ impl Pins {
 
 /// Retention state, kept under the `meta` lock.
 #[derive(Debug, Default)]
-pub(crate) struct Life {
+pub(crate) struct Retention {
     /// Retained checkpoints by number (the newest is always here).
-    pub list: BTreeMap<u64, Kept>,
+    pub list: BTreeMap<u64, Retained>,
     /// Checkpoints open [`Snapshot`] views read, with their view counts.
     pub holds: BTreeMap<u64, usize>,
     /// The pinned blocks.
@@ -196,15 +196,15 @@ pub(crate) struct Life {
     pub pinned_pages_per_segment: u64,
 }
 
-impl Life {
-    pub fn new(segment_count: usize, segment_blocks: u64, protection: Duration) -> Life {
-        Life {
+impl Retention {
+    pub fn new(segment_count: usize, segment_blocks: u64, protection: Duration) -> Retention {
+        Retention {
             seg_born: vec![0; segment_count],
             seg_written: vec![0; segment_count],
             protection,
             pinned_pages_per_segment: segment_blocks
                 .div_ceil(table_entries_per_page(TABLE_PINNED) as u64),
-            ..Life::default()
+            ..Retention::default()
         }
     }
 
@@ -255,7 +255,7 @@ impl Life {
 
     /// Blocks a retained checkpoint pins, each with the only retained checkpoint that references
     /// it (`None` if several do).
-    pub(crate) fn sole_owner(&self, p: &Pin) -> Option<u64> {
+    pub(crate) fn sole_owner(&self, p: &BlockPin) -> Option<u64> {
         let mut it = self
             .list
             .range(p.born..=p.died)
@@ -274,7 +274,7 @@ impl Life {
     }
 }
 
-impl Life {
+impl Retention {
     /// The pinned-table page that holds `block`'s pin.
     pub fn pinned_page(&self, block: u64, segment_blocks: u64) -> u64 {
         let within = (block - format::FIRST_SEGMENT_BLOCK) % segment_blocks;
@@ -286,10 +286,10 @@ impl Life {
 
 #[cfg(test)]
 mod tests {
-    use super::{Pin, Pins};
+    use super::{BlockPin, Pins};
 
-    fn pin(anchor: u64) -> Pin {
-        Pin {
+    fn pin(anchor: u64) -> BlockPin {
+        BlockPin {
             born: 1,
             died: 5,
             anchor,

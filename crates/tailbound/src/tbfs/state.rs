@@ -1,4 +1,4 @@
-//! The pool's shared state: [`Inner`], everything under the `meta` lock ([`Meta`]), and the
+//! The pool's shared state: [`Engine`], everything under the `meta` lock ([`State`]), and the
 //! guard that writes what a hold of `meta` sealed once it is let go.
 //!
 //! Locking: one `meta` mutex guards the namespace, the inode table, the log writer and segment
@@ -22,11 +22,11 @@ use crate::tbfs::space::segments::*;
 use crate::tbfs::*;
 use std::thread::JoinHandle;
 
-/// Inode pages kept in [`Meta::ifile_cache`] (16 MiB); past it the cache starts over.
+/// Inode pages kept in [`State::ifile_cache`] (16 MiB); past it the cache starts over.
 pub(crate) const IFILE_CACHE_PAGES: usize = 4096;
 
 /// Work under `meta` whose share of the lock's hold time is counted apart
-/// ([`Inner::in_section`]).
+/// ([`Engine::in_section`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Section {
     Checkpoint = 0,
@@ -37,7 +37,7 @@ pub(crate) enum Section {
 
 /// Everything guarded by the `meta` lock.
 #[derive(Debug, Default)]
-pub(crate) struct Meta {
+pub(crate) struct State {
     pub inodes: HashMap<u64, Arc<InodeCell>>,
     pub dirs: HashMap<u64, DirEntries>,
     pub dirs_dirty: DenseSet,
@@ -79,7 +79,7 @@ pub(crate) struct Meta {
     /// Checkpoints in progress: 2 while one runs inside another's space check.
     pub checkpoint_depth: u32,
     /// Retention, snapshots, pinned blocks and the checkpoint's tables.
-    pub life: super::retention::Life,
+    pub life: super::retention::Retention,
     /// The cleaner is running (no nested cleaning from `ensure_space`).
     pub in_clean: bool,
     /// The space check running is a checkpoint's, before it writes anything (which may use the
@@ -95,7 +95,7 @@ pub(crate) struct Meta {
     /// Blocks the live tree dropped since the newest checkpoint (deleted, truncated or
     /// superseded), and pins released (a snapshot dropped): a checkpoint may use as much of the
     /// space reserve as these give back
-    /// ([`Inner::ensure_space`]), so a full pool still takes the deletes that make room.
+    /// ([`Engine::ensure_space`]), so a full pool still takes the deletes that make room.
     pub dropped_since_ckpt: u64,
     /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a
     /// pass changes maps and marks blocks it must write.
@@ -119,7 +119,7 @@ pub(crate) struct Meta {
     /// one marks it (`InodeState::ckpt_seq`) for its file's syncs to wait for.
     pub ns_changed: DenseSet,
     /// The timed sections of the present hold, innermost last, each with when its own time last
-    /// started running ([`Inner::in_section`]).
+    /// started running ([`Engine::in_section`]).
     pub sections: Vec<(Section, Instant)>,
     /// Tests: segments the writer may still enter before it finds none free (`None`: no limit),
     /// to stage what happens when the space check fell short.
@@ -129,16 +129,16 @@ pub(crate) struct Meta {
 
 /// Shared by every clone of an [`Fs`] and every [`File`].
 #[derive(Debug)]
-pub(crate) struct Inner {
+pub(crate) struct Engine {
     pub dev: DeviceRef,
     pub config: Config,
     pub pool_id: [u8; 16],
     pub segment_blocks: u64,
     pub segment_count: u64,
     pub read_only: bool,
-    /// A fair-capable lock ([`MetaGuard::unlock_fair_and_write`]): long holds hand it over
+    /// A fair-capable lock ([`StateGuard::unlock_fair_and_write`]): long holds hand it over
     /// between their parts instead of taking it straight back.
-    pub meta: parking_lot::Mutex<Meta>,
+    pub meta: parking_lot::Mutex<State>,
     /// Logs sealed under `meta`, in sequence order, waiting for the log writer.
     pub log_queue: Mutex<std::collections::VecDeque<Queued>>,
     /// Entries ever put in `log_queue` (a guard that saw it move writes them on release).
@@ -154,7 +154,7 @@ pub(crate) struct Inner {
     /// first: put here under the log writer by whoever takes one, then written by that thread
     /// ([`crate::tbfs::log::Superblocks::Write`]), or left to the background thread by a thread
     /// on its way to its own logs, or written by whichever thread calls
-    /// [`Inner::write_handed_off_superblocks`] first.
+    /// [`Engine::write_handed_off_superblocks`] first.
     pub sb_handoff: Mutex<Vec<(format::Superblock, bool)>>,
     /// Tests: stops the next thread that takes a superblock to write it, between letting the
     /// log writer go and writing it.
@@ -175,7 +175,7 @@ pub(crate) struct Inner {
     /// An ahead payload was written since the last flush began.
     pub ahead_unflushed: AtomicBool,
     /// Buffers sealed logs release, by the log's sequence: they go once `written_seq` passes
-    /// it (every log up to it complete), with their bytes for [`Inner::in_flight`].
+    /// it (every log up to it complete), with their bytes for [`Engine::in_flight`].
     pub releases: Mutex<BTreeMap<u64, (Vec<Release>, u64)>>,
     /// Every log with a sequence below this is durable (a device flush followed it).
     pub durable_seq: AtomicU64,
@@ -183,36 +183,36 @@ pub(crate) struct Inner {
     /// reason to commit.
     pub in_flight: AtomicU64,
     /// In a memory pool, free space was within twice the low-water mark (and the reserve) of
-    /// running out at the last space check ([`Inner::urgent_mark`]): its writers then wait for
-    /// the log writer at one buffer in flight again ([`Inner::in_flight_max`]).
+    /// running out at the last space check ([`Engine::urgent_mark`]): its writers then wait for
+    /// the log writer at one buffer in flight again ([`Engine::in_flight_max`]).
     pub space_tight: AtomicBool,
     /// Bytes writers may buffer before they commit while a cleaning pass would carry the buffer
-    /// ([`Inner::buffer_limit`]), set at each space check ([`Inner::set_buffer_limit`]):
+    /// ([`Engine::buffer_limit`]), set at each space check ([`Engine::set_buffer_limit`]):
     /// `Config::dirty_bytes_max`, or less when free space is short, so the checkpoint such a
     /// pass writes always finds room.
     pub buffer_limit: AtomicU64,
     /// Bytes writers may buffer whatever cleaning carries: half of what was free beyond the
     /// space reserve at the last space check, so buffered data always has room to go
-    /// ([`Inner::set_buffer_limit`]).
+    /// ([`Engine::set_buffer_limit`]).
     pub buffer_fit_limit: AtomicU64,
     /// The cleaner's copies of file data whose logs are not written yet: reads find them here.
     pub copies: super::copies::CopiesInFlight,
     /// The most blocks any file's map or buffers in this pool have spanned (holes included):
     /// every map as loaded at open, raised where a file buffers a block past its map. Only
     /// grows; a checkpoint's quick space bound assumes every map it writes may be this wide
-    /// (`Inner::quick_inode_bound`).
+    /// (`Engine::quick_inode_bound`).
     pub widest: AtomicU64,
-    /// A namespace change was pending when `meta` was last let go (`Meta::ns_dirty`): a
-    /// cleaning pass would write what is buffered in its checkpoint ([`Inner::buffer_limit`]).
+    /// A namespace change was pending when `meta` was last let go (`State::ns_dirty`): a
+    /// cleaning pass would write what is buffered in its checkpoint ([`Engine::buffer_limit`]).
     pub ns_pending: AtomicBool,
     /// The last space check found that cleaning passes are full ones (not
-    /// [`Inner::light_cleaning`]), which also write what is buffered in their checkpoint.
+    /// [`Engine::light_cleaning`]), which also write what is buffered in their checkpoint.
     pub full_passes: AtomicBool,
-    /// Device flushes running without the log writer ([`Inner::flush_written`]): until they
+    /// Device flushes running without the log writer ([`Engine::flush_written`]): until they
     /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
     pub flushes_running: AtomicU64,
     /// Held for a whole background cleaning pass: one at a time (the background thread and
-    /// `Fs::clean_step`), since a pass's marks and pre-read victims live in `Meta::bg_clean`.
+    /// `Fs::clean_step`), since a pass's marks and pre-read victims live in `State::bg_clean`.
     pub bg_pass: Mutex<()>,
     /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
     pub dirty: Mutex<DirtySet>,
@@ -232,7 +232,7 @@ pub(crate) struct Inner {
     pub report: Mutex<RecoveryReport>,
     pub background: Mutex<Option<JoinHandle<()>>>,
     /// Wakes the background thread (to stop, write a sealed superblock or clean); shared with
-    /// it so it waits without holding `Inner`.
+    /// it so it waits without holding `Engine`.
     pub wake: Arc<(Mutex<Wake>, Condvar)>,
     /// Priorities lent to whoever holds `meta` (and so does the commit) by threads waiting for it.
     pub inherit: Arc<crate::sched::inherit::Inheritance>,
@@ -264,41 +264,41 @@ pub(crate) struct Wake {
 /// waits for it: a commit an RT thread waits on runs at RT, in `sched` and in the kernel.
 ///
 /// Logs sealed while it is held are written when it is released (after `meta` is unlocked, so
-/// other threads go on meanwhile); [`MetaGuard::unlock_and_write`] does that and reports how it
+/// other threads go on meanwhile); [`StateGuard::unlock_and_write`] does that and reports how it
 /// went.
-pub(crate) struct MetaGuard<'a> {
-    guard: Option<parking_lot::MutexGuard<'a, Meta>>,
+pub(crate) struct StateGuard<'a> {
+    guard: Option<parking_lot::MutexGuard<'a, State>>,
     /// Unlock fairly: hand `meta` to the longest waiter, if any, instead of letting whoever
     /// comes first (this thread again, most often) take it.
     fair: bool,
-    /// When the lock was taken ([`Inner::meta_held_ns`]).
+    /// When the lock was taken ([`Engine::meta_held_ns`]).
     acquired: Instant,
     hold: Option<crate::sched::inherit::Hold>,
-    inner: &'a Inner,
-    /// [`Inner::queued_total`] when the lock was taken.
+    inner: &'a Engine,
+    /// [`Engine::queued_total`] when the lock was taken.
     start_queued: u64,
 }
 
-impl std::ops::Deref for MetaGuard<'_> {
-    type Target = Meta;
-    fn deref(&self) -> &Meta {
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
         self.guard.as_ref().expect("held")
     }
 }
 
-impl std::ops::DerefMut for MetaGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Meta {
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
         self.guard.as_mut().expect("held")
     }
 }
 
-impl MetaGuard<'_> {
+impl StateGuard<'_> {
     /// Unlocks `meta`, then writes the logs sealed while it was held (and any before them).
     pub fn unlock_and_write(mut self) -> Result<()> {
         self.release()
     }
 
-    /// [`MetaGuard::unlock_and_write`], handing `meta` to the thread that waited longest for
+    /// [`StateGuard::unlock_and_write`], handing `meta` to the thread that waited longest for
     /// it, if any. A long piece of work done in parts under `meta` (sealing a full buffer)
     /// lets waiters through between its parts this way: with a plain unlock the holder took the
     /// lock straight back before any waiter woke, and every thread that needed `meta` for a
@@ -324,7 +324,7 @@ impl MetaGuard<'_> {
     /// for the caller to write: if every log sealed has its payload apart from its summary
     /// (`FLAG_AHEAD`). A checkpoint or superblock queued meanwhile (a refresh) is left to
     /// whoever writes the queue next, the background thread included. Otherwise (logs written
-    /// whole) as [`MetaGuard::unlock_and_write`], and `None`.
+    /// whole) as [`StateGuard::unlock_and_write`], and `None`.
     pub fn unlock_taking_payloads(mut self) -> Result<Option<Vec<Arc<AheadPayload>>>> {
         let payloads_only = self
             .guard
@@ -387,7 +387,7 @@ impl MetaGuard<'_> {
     }
 }
 
-/// What one hold of `meta` sealed, taken when it is let go ([`MetaGuard`]).
+/// What one hold of `meta` sealed, taken when it is let go ([`StateGuard`]).
 pub(crate) struct Sealed {
     /// The sequence after the last log sealed.
     end: u64,
@@ -399,7 +399,7 @@ pub(crate) struct Sealed {
     queued: bool,
 }
 
-impl Drop for MetaGuard<'_> {
+impl Drop for StateGuard<'_> {
     fn drop(&mut self) {
         // What a panicking holder changed is half done: none of it may reach the device.
         self.inner
@@ -446,16 +446,16 @@ pub(crate) fn lending_while<R>(
     wait()
 }
 
-impl Inner {
+impl Engine {
     /// Locks the metadata (and with it the commit path). A thread that has to wait lends its
     /// I/O priority to the holder until it gets the lock.
-    pub fn lock_meta(&self) -> MetaGuard<'_> {
+    pub fn lock_meta(&self) -> StateGuard<'_> {
         let guard = self
             .meta
             .try_lock()
             .unwrap_or_else(|| lending_while(&self.inherit, || self.meta.lock()));
         let start_queued = self.queued_total.load(AtomicOrdering::Acquire);
-        MetaGuard {
+        StateGuard {
             guard: Some(guard),
             fair: false,
             acquired: Instant::now(),
@@ -470,9 +470,9 @@ impl Inner {
     /// and the others).
     pub(crate) fn in_section<R>(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         section: Section,
-        f: impl FnOnce(&mut Meta) -> R,
+        f: impl FnOnce(&mut State) -> R,
     ) -> R {
         let start = Instant::now();
         if let Some(&(outer, since)) = m.sections.last() {
@@ -503,7 +503,7 @@ impl Inner {
         Ok(())
     }
 
-    /// Fails once a write failed (see [`Inner::poison`]).
+    /// Fails once a write failed (see [`Engine::poison`]).
     pub fn check_not_poisoned(&self) -> Result<()> {
         if !self.poisoned_set.load(AtomicOrdering::Acquire) {
             return Ok(());
@@ -537,7 +537,7 @@ impl Inner {
     }
 }
 
-impl Meta {
+impl State {
     /// `ino`'s record changed in a way only a checkpoint records (creation, a name or link, an
     /// attribute or size set): the next checkpoint writes it, and the file's syncs wait for
     /// that checkpoint (`InodeState::ckpt_seq`).
@@ -555,10 +555,10 @@ pub(crate) struct DirtySet {
     /// Every inode dirtied since a checkpoint took them: the next checkpoint's work.
     pub all: DenseSet,
     /// Those that may still have something a data-only log can take: buffers in no sealed log,
-    /// or attributes, unless only a checkpoint may record the file (`Meta::ns_changed`). What
+    /// or attributes, unless only a checkpoint may record the file (`State::ns_changed`). What
     /// sealing a full buffer looks through. Entries are added with `all` (under the inode's
     /// lock, after the change, or under `meta`) and dropped under `meta` and the inode's lock
-    /// by a seal that finds nothing more to take (`Inner::settle_sealed`; never for a freed
+    /// by a seal that finds nothing more to take (`Engine::settle_sealed`; never for a freed
     /// inode, whose number may be a newer file's by then); a checkpoint leaves them for the
     /// next seal to drop. Without it, sealing went through every file written since the last
     /// checkpoint, most of them sealed already and placed (their attributes wait for the

@@ -3123,7 +3123,7 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(&f.ino()).cloned().unwrap();
     let old = cell.lock().map.get(0);
-    let s = crate::tbfs::state::Meta::seg_of(old, inner.segment_blocks);
+    let s = crate::tbfs::state::State::seg_of(old, inner.segment_blocks);
     // A run supersedes the block, then stops before its last log (as `?` on an error does).
     inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
     let seq = m.writer.seq;
@@ -3809,7 +3809,7 @@ fn a_renamed_files_data_goes_out_placed_and_what_it_superseded_waits_for_a_check
         assert_ne!(block0(&fs), first, "block 0 was rewritten");
         let inner = &fs.inner;
         let m = inner.lock_meta();
-        let s = state::Meta::seg_of(first, inner.segment_blocks);
+        let s = state::State::seg_of(first, inner.segment_blocks);
         assert!(
             m.seg.dead_at(s)
                 > inner
@@ -4078,7 +4078,7 @@ fn a_full_pool_answers_no_space_and_stays_usable() {
 #[test]
 fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     // A large file's blocks are pinned together when it is deleted under a snapshot
-    // (`Meta::pin_all`): every block must be pinned once, counted in its segment, written to the
+    // (`State::pin_all`): every block must be pinned once, counted in its segment, written to the
     // pinned table, readable through the snapshot, and given back when the snapshot goes.
     let dev = device(16 << 20);
     let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();

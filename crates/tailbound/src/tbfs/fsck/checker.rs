@@ -146,7 +146,7 @@ pub(super) struct Checker<'a> {
     /// File blocks (inode, block) that data-only logs later in the roll-forward chain rewrote,
     /// for the checkpoint being checked: recovery replays those logs over its pointers, so the
     /// blocks it names there are not part of the recovered state, and their space may have been
-    /// reused (see `Meta::seg_supersede`).
+    /// reused (see `State::seg_supersede`).
     pub(super) superseded: HashSet<(u64, u64)>,
 }
 

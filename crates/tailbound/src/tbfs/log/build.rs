@@ -9,15 +9,15 @@ use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
 use crate::tbfs::state::*;
 
-impl Inner {
-    pub(crate) fn pick_free_segment(&self, m: &Meta) -> Option<u64> {
+impl Engine {
+    pub(crate) fn pick_free_segment(&self, m: &State) -> Option<u64> {
         let n = self.segment_count;
         (1..=n)
             .map(|i| (m.writer.next_seg + i) % n)
             .find(|&s| self.segment_free(m, s as usize))
     }
 
-    pub(crate) fn advance_segment(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn advance_segment(&self, m: &mut State) -> Result<()> {
         let staged_full = staged_no_segment(m);
         let Some(next) = self.pick_free_segment(m).filter(|_| !staged_full) else {
             // The space check before every commit keeps room for all it writes, so this is a
@@ -54,10 +54,10 @@ impl Inner {
         Ok(())
     }
 
-    pub(crate) fn log_open(&self, m: &mut Meta, flags: u16) {
+    pub(crate) fn log_open(&self, m: &mut State, flags: u16) {
         debug_assert!(m.writer.log.is_none());
         if flags & FLAG_BEGIN != 0 && !m.run_soft_dead.is_empty() {
-            // A run an error cut short before its last log (see `Meta::soft_dead_to_checkpoint`).
+            // A run an error cut short before its last log (see `State::soft_dead_to_checkpoint`).
             let cut = std::mem::take(&mut m.run_soft_dead);
             m.soft_dead_to_checkpoint.extend(cut);
         }
@@ -77,7 +77,7 @@ impl Inner {
     /// Whether the open log can take one more block of this kind without being closed.
     pub(crate) fn log_has_room(
         &self,
-        m: &Meta,
+        m: &State,
         kind: DescKind,
         ino: u64,
         level: u8,
@@ -98,7 +98,7 @@ impl Inner {
     }
 
     /// Closes the open log and opens its continuation.
-    pub(crate) fn log_roll(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn log_roll(&self, m: &mut State) -> Result<()> {
         let flags = m.writer.log.as_ref().expect("log open").flags & !FLAG_BEGIN;
         self.log_close(m, 0)?;
         self.log_open(m, flags);
@@ -109,7 +109,7 @@ impl Inner {
     /// and returns the address the block will have once the log writer writes the log.
     pub(crate) fn log_add(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         kind: DescKind,
         ino: u64,
         level: u8,
@@ -127,12 +127,12 @@ impl Inner {
         )
     }
 
-    /// [`Inner::log_add`] for a block already shared (a buffered block of a file): the log
+    /// [`Engine::log_add`] for a block already shared (a buffered block of a file): the log
     /// keeps a reference, not a copy, and its CRC if known (`DirtyBlock::crc`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn log_add_shared(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         kind: DescKind,
         ino: u64,
         level: u8,
@@ -175,7 +175,7 @@ impl Inner {
     /// which bring a record and no block.
     pub(crate) fn log_add_attr(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         ino: u64,
         size: u64,
         mtime_ns: i64,
@@ -198,7 +198,7 @@ impl Inner {
     /// Adds to the open checkpoint log that files `inos` depend on this checkpoint
     /// ([`DescKind::Depends`]): each has a change here that its later data-only logs build on.
     /// Rolls to a continuation log when the summary is full.
-    pub(crate) fn log_add_depends(&self, m: &mut Meta, inos: &[u64]) -> Result<()> {
+    pub(crate) fn log_add_depends(&self, m: &mut State, inos: &[u64]) -> Result<()> {
         for &ino in inos {
             if m.writer.log.as_ref().expect("log open").descriptors.len() >= DESCRIPTORS_MAX {
                 self.log_roll(m)?;
@@ -216,9 +216,9 @@ impl Inner {
         Ok(())
     }
 
-    /// Seals the open log and queues it for the log writer ([`Inner::write_logs_until`]), which
+    /// Seals the open log and queues it for the log writer ([`Engine::write_logs_until`]), which
     /// writes it (flushing as the barrier policy says) after `meta` is released; moves on.
-    pub(crate) fn log_close(&self, m: &mut Meta, end_flags: u16) -> Result<()> {
+    pub(crate) fn log_close(&self, m: &mut State, end_flags: u16) -> Result<()> {
         let mut log = m.writer.log.take().expect("log open");
         let mut flags = log.flags | end_flags;
         // Data-only logs depend on no other log but the earlier ones of their own files: their
@@ -370,9 +370,9 @@ impl Inner {
     }
 }
 
-/// Tests: whether the writer finds no free segment this time (`Meta::segment_picks_left`).
+/// Tests: whether the writer finds no free segment this time (`State::segment_picks_left`).
 #[cfg(test)]
-pub(crate) fn staged_no_segment(m: &mut Meta) -> bool {
+pub(crate) fn staged_no_segment(m: &mut State) -> bool {
     match m.segment_picks_left.as_mut() {
         Some(0) => true,
         Some(left) => {
@@ -384,6 +384,6 @@ pub(crate) fn staged_no_segment(m: &mut Meta) -> bool {
 }
 
 #[cfg(not(test))]
-pub(crate) fn staged_no_segment(_: &mut Meta) -> bool {
+pub(crate) fn staged_no_segment(_: &mut State) -> bool {
     false
 }

@@ -8,15 +8,15 @@ use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
 use crate::tbfs::state::*;
 
-impl Inner {
+impl Engine {
     /// Writes one file's buffered data as a data-only log (relaxed ordering), recovered by
     /// roll-forward. The block map nodes follow at the next checkpoint.
-    pub(crate) fn commit_data_log(&self, m: &mut Meta, cell: &InodeCell) -> Result<()> {
+    pub(crate) fn commit_data_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
         self.in_section(m, Section::Sealing, |m| self.seal_data_log(m, cell))
     }
 
-    /// [`Inner::commit_data_log`], timed as sealing.
-    pub(crate) fn seal_data_log(&self, m: &mut Meta, cell: &InodeCell) -> Result<()> {
+    /// [`Engine::commit_data_log`], timed as sealing.
+    pub(crate) fn seal_data_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
         // The log's release list keeps the inode's cell until the log is written.
         let Some(cell) = m.inodes.get(&cell.ino).cloned() else {
             return Ok(());
@@ -53,7 +53,7 @@ impl Inner {
     /// inodes follow at the next checkpoint. How buffered data goes out when the buffer is
     /// full: map nodes and inode pages are written once per checkpoint, not once per flush.
     /// With `if_room`, does nothing when the space check fails (nothing is written then).
-    pub(crate) fn commit_data_logs(&self, m: &mut Meta, if_room: bool) -> Result<()> {
+    pub(crate) fn commit_data_logs(&self, m: &mut State, if_room: bool) -> Result<()> {
         let cells = self.dirty_cells(m);
         self.in_section(m, Section::Sealing, |m| {
             self.seal_data_logs(m, &cells, if_room, u64::MAX)
@@ -61,16 +61,16 @@ impl Inner {
         })
     }
 
-    /// [`Inner::commit_data_logs`] in parts of about [`SEAL_PART_BLOCKS`] blocks, each its own
+    /// [`Engine::commit_data_logs`] in parts of about [`SEAL_PART_BLOCKS`] blocks, each its own
     /// run, handing `meta` to the threads waiting for it between the parts
-    /// ([`MetaGuard::unlock_fair_and_write`]) and writing the part's logs meanwhile; returns
+    /// ([`StateGuard::unlock_fair_and_write`]) and writing the part's logs meanwhile; returns
     /// with `meta` held again. How a writer that found the buffer full seals it: in one hold,
     /// every create and delete of the other threads waited for the whole buffer (milliseconds),
     /// and with all of them asleep a core stood idle.
     pub(crate) fn commit_data_logs_in_parts<'a>(
         &'a self,
-        mut m: MetaGuard<'a>,
-    ) -> Result<MetaGuard<'a>> {
+        mut m: StateGuard<'a>,
+    ) -> Result<StateGuard<'a>> {
         let cells = self.dirty_cells(&m);
         let mut from = 0;
         while from < cells.len() {
@@ -88,7 +88,7 @@ impl Inner {
 
     /// The cells of the files a seal looks through ([`crate::tbfs::state::DirtySet::to_seal`]), in
     /// inode order.
-    pub(crate) fn dirty_cells(&self, m: &Meta) -> Vec<Arc<InodeCell>> {
+    pub(crate) fn dirty_cells(&self, m: &State) -> Vec<Arc<InodeCell>> {
         if cfg!(debug_assertions) {
             self.check_to_seal(m);
         }
@@ -124,7 +124,7 @@ impl Inner {
     /// Debug builds: every file a data-only log could take something from is among those a
     /// seal looks through ([`crate::tbfs::state::DirtySet::to_seal`]). Each inode's lock is taken
     /// before the set's, as a writer takes them.
-    pub(crate) fn check_to_seal(&self, m: &Meta) {
+    pub(crate) fn check_to_seal(&self, m: &State) {
         let others: Vec<u64> = {
             let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
             dirty.all.difference(&dirty.to_seal).collect()
@@ -161,7 +161,7 @@ impl Inner {
     /// A freed inode's entry is left alone: a seal in parts lets `meta` go between its parts,
     /// and the number may belong to a newer file by then (the next list drops numbers no file
     /// has).
-    pub(crate) fn settle_sealed(&self, m: &Meta, ino: u64, st: &crate::tbfs::inode::InodeState) {
+    pub(crate) fn settle_sealed(&self, m: &State, ino: u64, st: &crate::tbfs::inode::InodeState) {
         if st.freed {
             return;
         }
@@ -183,7 +183,7 @@ impl Inner {
     /// when the space check fails (nothing is written then).
     pub(crate) fn seal_data_logs(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         cells: &[Arc<InodeCell>],
         if_room: bool,
         most: u64,
@@ -245,7 +245,7 @@ impl Inner {
     /// I/O of the file's last writer; returns the release list for them (in one pass over the
     /// buffers, not a look-up per block: this runs under `meta` for every block written).
     ///
-    /// A file with a change only a checkpoint records (`Meta::ns_changed`: created, renamed,
+    /// A file with a change only a checkpoint records (`State::ns_changed`: created, renamed,
     /// linked, attributes or size set) may not be in the newest checkpoint before the log, or
     /// another file may be there under its number: its blocks are only placed
     /// ([`DescKind::Placed`]), with no attributes record, for the next checkpoint to map.
@@ -253,7 +253,7 @@ impl Inner {
     /// durable (`seg_dec`), and the file's sync is that checkpoint.
     pub(crate) fn seal_file_data(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         ino: u64,
         st: &mut crate::tbfs::inode::InodeState,
     ) -> Result<Vec<(u64, u64)>> {
@@ -332,7 +332,7 @@ pub(crate) fn has_unsealed(st: &crate::tbfs::inode::InodeState) -> bool {
 }
 
 /// Whether a data-only log can take something from file `ino` now: buffers in no sealed log, or
-/// attributes, unless only a checkpoint may record the file ([`Inner::seal_file_data`]).
-pub(crate) fn sealable(m: &Meta, ino: u64, st: &crate::tbfs::inode::InodeState) -> bool {
+/// attributes, unless only a checkpoint may record the file ([`Engine::seal_file_data`]).
+pub(crate) fn sealable(m: &State, ino: u64, st: &crate::tbfs::inode::InodeState) -> bool {
     has_unsealed(st) || (st.attr_dirty && !m.ns_changed.contains(&ino))
 }

@@ -16,7 +16,7 @@ pub(crate) mod data;
 pub(crate) mod write;
 
 /// Where the next log goes and the log being built (under `meta`). Logs are laid out here and
-/// sealed into [`Inner::log_queue`]; the log writer ([`LogWriter`]) writes them in order.
+/// sealed into [`Engine::log_queue`]; the log writer ([`LogWriter`]) writes them in order.
 #[derive(Debug, Default)]
 pub(crate) struct Writer {
     pub pos: u64,
@@ -29,7 +29,7 @@ pub(crate) struct Writer {
     /// generation)])`, set by a commit just before its last log is sealed.
     pub release: Vec<Release>,
     /// Ahead payloads sealed under the current hold of `meta`: the holder writes them after
-    /// it lets go ([`MetaGuard`]).
+    /// it lets go ([`StateGuard`]).
     pub sealed_ahead: Vec<Arc<AheadPayload>>,
     /// Smaller ahead logs sealed under the current hold, written whole by the log writer:
     /// `(sequence, inodes, flush)`.
@@ -39,11 +39,11 @@ pub(crate) struct Writer {
     pub charge: Option<crate::sched::Charge>,
     /// A checkpoint a superblock follows at once is being laid out: its logs are not flushed on
     /// their own under `every-checkpoint`, the superblock's flush covers them (see
-    /// [`Inner::commit_checkpoint_for_superblock`]).
+    /// [`Engine::commit_checkpoint_for_superblock`]).
     pub refreshing: bool,
     /// A direct write's logs are being laid out: every one with a payload has it written apart
     /// from its summary, however small, so the write waits for no other log
-    /// ([`Inner::write_direct`]).
+    /// ([`Engine::write_direct`]).
     pub direct: bool,
 }
 
@@ -62,8 +62,8 @@ pub(crate) struct LogBuild {
     pub crcs: Vec<Option<u32>>,
 }
 
-/// What waits in [`Inner::log_queue`], in the order the log writer writes it. No log waits for
-/// an earlier payload; a superblock does, written apart ([`Inner::write_handed_off_superblocks`]).
+/// What waits in [`Engine::log_queue`], in the order the log writer writes it. No log waits for
+/// an earlier payload; a superblock does, written apart ([`Engine::write_handed_off_superblocks`]).
 #[derive(Debug)]
 pub(crate) enum Queued {
     Log(SealedLog),
@@ -144,7 +144,7 @@ pub(crate) struct AheadPayload {
     pub state: parking_lot::Mutex<AheadState>,
     pub done: parking_lot::Condvar,
     /// Its chunks in the device, once started and until a thread takes them to wait for them
-    /// ([`Inner::start_ahead`]): whoever needs the payload complete finishes it, so the thread
+    /// ([`Engine::start_ahead`]): whoever needs the payload complete finishes it, so the thread
     /// that started it may go on meanwhile (a direct write makes its next piece) without
     /// anyone waiting on it.
     pub started: Mutex<Option<Result<Vec<crate::dev::PendingWrite>>>>,
@@ -189,7 +189,7 @@ impl AheadPayload {
     }
 
     /// Hands over its chunks in the device (under the state lock, so a thread waiting for the
-    /// payload sees them: [`Inner::wait_payload`]).
+    /// payload sees them: [`Engine::wait_payload`]).
     pub fn set_started(&self, started: Result<Vec<crate::dev::PendingWrite>>) {
         let _st = self.state.lock();
         *self.started.lock().unwrap_or_else(|p| p.into_inner()) = Some(started);
@@ -197,7 +197,7 @@ impl AheadPayload {
     }
 }
 
-/// The log writer's state, under [`Inner::log_writer`]: the chain of summary CRCs and whether
+/// The log writer's state, under [`Engine::log_writer`]: the chain of summary CRCs and whether
 /// a written log still waits for a device flush.
 #[derive(Debug, Default)]
 pub(crate) struct LogWriter {

@@ -11,8 +11,8 @@ use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
 use crate::tbfs::state::*;
 
-/// Where [`Inner::write_queued`] stopped before the sequence it was asked to reach: at a
-/// superblock, taken from the queue ([`Inner::take_superblock`]) and put with the handed-off
+/// Where [`Engine::write_queued`] stopped before the sequence it was asked to reach: at a
+/// superblock, taken from the queue ([`Engine::take_superblock`]) and put with the handed-off
 /// ones, to be written without the log writer once every payload before it is complete.
 #[derive(Debug)]
 pub(crate) struct AtSuperblock;
@@ -27,7 +27,7 @@ pub(crate) enum Superblocks {
     HandOff,
 }
 
-impl Inner {
+impl Engine {
     pub(crate) fn enqueue(&self, entry: Queued) {
         self.log_queue
             .lock()
@@ -118,7 +118,7 @@ impl Inner {
     /// Writes an ahead payload if nobody has taken it on yet (this thread's I/O), or finishes it
     /// if another thread started it and nobody waits for its chunks yet; then releases what its
     /// completion lets go. A payload another thread is finishing is left to it
-    /// ([`Inner::wait_payload`] waits for it).
+    /// ([`Engine::wait_payload`] waits for it).
     pub(crate) fn write_ahead(&self, a: &AheadPayload) -> Result<()> {
         self.start_ahead(a);
         self.finish_ahead(a)
@@ -126,7 +126,7 @@ impl Inner {
 
     /// Starts writing an ahead payload if nobody has taken it on yet (this thread's I/O): on a
     /// device that takes requests in flight its chunks are queued, and whoever needs the
-    /// payload complete waits for them ([`Inner::finish_ahead`]).
+    /// payload complete waits for them ([`Engine::finish_ahead`]).
     pub(crate) fn start_ahead(&self, a: &AheadPayload) {
         if !a.claim() {
             return;
@@ -304,11 +304,11 @@ impl Inner {
         crate::tbfs::blocks::recycle_blocks(spare);
     }
 
-    /// Sealed bytes not yet written ([`Inner::in_flight`]) above which a writer that buffers
-    /// waits for the log writer ([`Inner::wait_in_flight`]), so the memory held stays bounded
+    /// Sealed bytes not yet written ([`Engine::in_flight`]) above which a writer that buffers
+    /// waits for the log writer ([`Engine::wait_in_flight`]), so the memory held stays bounded
     /// when writers outpace it: one write buffer when the log writer does device I/O;
     /// [`BEHIND_BUFFERS`] buffers in a memory pool, where it writes by copying memory, while
-    /// space is not tight ([`Inner::space_tight`]). At one buffer there, every buffer-full
+    /// space is not tight ([`Engine::space_tight`]). At one buffer there, every buffer-full
     /// checkpoint sealed a whole buffer and so stopped every writer until the copy of it was
     /// done. Without the space condition, writers used space faster than the cleaner freed it,
     /// and could leave no room for the checkpoint (with the buffered data) a cleaning pass needs.
@@ -322,7 +322,7 @@ impl Inner {
         self.config.dirty_bytes_max.saturating_mul(buffers)
     }
 
-    /// Called when more than [`Inner::in_flight_max`] of sealed data is unwritten: writes the
+    /// Called when more than [`Engine::in_flight_max`] of sealed data is unwritten: writes the
     /// queued summaries and whole logs with the log writer, then, oldest first, the ahead
     /// payloads nobody has started while that is still so. Payloads their sealers are writing
     /// are not waited for: each sealer waits for its own, which bounds them, and waiting here
@@ -469,7 +469,7 @@ impl Inner {
 
     /// Takes a superblock the log writer reached (`w` held): every summary before it is
     /// written; payloads may still be in flight, and its writer waits for them
-    /// ([`Inner::write_handed_off_superblocks`]). Fills in the last log's CRC and says whether
+    /// ([`Engine::write_handed_off_superblocks`]). Fills in the last log's CRC and says whether
     /// a flush must make those logs durable first (counted as running, so a flush under the
     /// log writer meanwhile does not take it for done): always, if payloads are in flight.
     pub(crate) fn take_superblock(
@@ -488,7 +488,7 @@ impl Inner {
     }
 
     /// Tests: stops a thread that took a superblock from the queue, after it let the log writer
-    /// go and before it writes the superblock, while [`Inner::sb_taken_gate`] is set: it says
+    /// go and before it writes the superblock, while [`Engine::sb_taken_gate`] is set: it says
     /// so on the gate's first channel and goes on when told on the second.
     #[cfg(test)]
     pub(crate) fn stop_at_superblock_gate(&self) {
@@ -539,7 +539,7 @@ impl Inner {
         result
     }
 
-    /// Writes a superblock taken by [`Inner::take_superblock`], without the log writer, with
+    /// Writes a superblock taken by [`Engine::take_superblock`], without the log writer, with
     /// the superblock writer's lock held (`newest`: the newest generation written): a flush
     /// makes the logs before it durable, then the superblock goes, flushed too. The logs after
     /// it are written meanwhile; a flush covers at least every write that completed before it
@@ -689,7 +689,7 @@ impl Inner {
 
     /// Flushes the device if a log was written since the last flush: every log so far is then
     /// durable.
-    pub(crate) fn flush_logs(&self, m: &mut Meta, why: &str) -> Result<()> {
+    pub(crate) fn flush_logs(&self, m: &mut State, why: &str) -> Result<()> {
         // Every entry queued is below this while `meta` is held (superblocks included).
         self.flush_written(m.writer.seq, why)
     }
@@ -721,7 +721,7 @@ impl Inner {
         needed
     }
 
-    /// Without the log writer: runs the flush [`Inner::start_flush`] counted, if any; after it
+    /// Without the log writer: runs the flush [`Engine::start_flush`] counted, if any; after it
     /// every log below `durable` is durable.
     pub(crate) fn finish_flush(&self, started: bool, why: &str, durable: u64) -> Result<()> {
         if started {
@@ -734,7 +734,7 @@ impl Inner {
     }
 
     /// Whether a log sealed so far is not yet durable (written and flushed).
-    pub(crate) fn logs_unflushed(&self, m: &Meta) -> bool {
+    pub(crate) fn logs_unflushed(&self, m: &State) -> bool {
         self.durable_seq.load(AtomicOrdering::Acquire) < m.writer.seq
             && (self.written_seq.load(AtomicOrdering::Acquire) < m.writer.seq
                 || self.ahead_unflushed.load(AtomicOrdering::Acquire)

@@ -46,9 +46,9 @@ fn new_inner(
     segment_blocks: u64,
     segment_count: u64,
     read_only: bool,
-    meta: Meta,
+    meta: State,
     log: LogWriter,
-) -> Inner {
+) -> Engine {
     let written = meta.writer.seq;
     // Threads waiting for `meta` or the log writer lend their I/O priority to the holder, unless
     // the pool is memory, whose commits are copies with no I/O priority to raise.
@@ -68,7 +68,7 @@ fn new_inner(
         .map(|c| c.lock().map.blocks.len() as u64)
         .max()
         .unwrap_or(0);
-    Inner {
+    Engine {
         dev,
         config,
         pool_id,
@@ -121,7 +121,7 @@ fn new_inner(
 }
 
 /// Lays a new pool on `dev`: both superblocks, an empty root directory and its checkpoint.
-pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
+pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
     let blocks = dev.len() / BLOCK_U64;
     let segment_blocks = config.segment_bytes / BLOCK_U64;
     if !config.segment_bytes.is_multiple_of(BLOCK_U64)
@@ -143,10 +143,10 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
         )));
     }
     let now = now_ns();
-    let mut meta = Meta {
+    let mut meta = State {
         next_ino: ROOT_INO + 1,
         seg: SegmentTable::new(segment_count as usize, segment_blocks),
-        life: Life::new(
+        life: Retention::new(
             segment_count as usize,
             segment_blocks,
             config.protection_period,
@@ -160,7 +160,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
             ..Writer::default()
         },
         created_ns: now,
-        ..Meta::default()
+        ..State::default()
     };
     let root = Arc::new(InodeCell {
         ino: ROOT_INO,
@@ -211,7 +211,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Inner>> {
 ///    checkpoints;
 /// 7. the memory state: segment usage of everything the tree references, pins;
 /// 8. orphans freed, and a fresh checkpoint and superblock.
-pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> {
+pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Engine>> {
     let started = Instant::now();
     let dev_bytes = dev.len();
     let mut report = RecoveryReport::default();
@@ -412,7 +412,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     // Blocks of the base checkpoint that roll-forward replaced: pinned if it stays retained.
     let mut replaced: Vec<u64> = Vec::new();
     // Of those, file data a data-only log rewrote, with the log's sequence: as in normal
-    // operation (`Meta::seg_supersede`), these need no pin while the base checkpoint is the only
+    // operation (`State::seg_supersede`), these need no pin while the base checkpoint is the only
     // one naming them.
     let mut rewritten: Vec<(u64, u64)> = Vec::new();
     let replayed: Vec<&ScannedLog> = applied
@@ -478,12 +478,12 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
     // 6. The checkpoint's tables: snapshots, segment ages, pinned blocks; and the plain
     // checkpoints kept for the protection period, down the chain of roots.
     let tables = load_tables(&dev, &geo, &root)?;
-    let mut life = Life::new(
+    let mut life = Retention::new(
         segment_count_of(&sb),
         sb.segment_blocks,
         config.protection_period,
     );
-    let mut kept: BTreeMap<u64, Kept> = BTreeMap::new();
+    let mut kept: BTreeMap<u64, Retained> = BTreeMap::new();
     if let Some(snaps) = read_snapshots(&dev, &tables[2])? {
         for e in snaps {
             if e.number > root.number || !geo.contains(e.root) {
@@ -494,7 +494,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             }
             kept.insert(
                 e.number,
-                Kept {
+                Retained {
                     time_ns: e.time_ns,
                     root: e.root,
                     snapshot: true,
@@ -503,7 +503,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             );
         }
     }
-    kept.entry(root.number).or_insert(Kept {
+    kept.entry(root.number).or_insert(Retained {
         time_ns: root.time_ns,
         root: base_root,
         snapshot: false,
@@ -528,7 +528,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
                     format!("holds checkpoint {}, expected {number}", r.number),
                 ));
             }
-            kept.entry(number).or_insert(Kept {
+            kept.entry(number).or_insert(Retained {
                 time_ns: r.time_ns,
                 root: prev,
                 snapshot: false,
@@ -635,7 +635,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         cells[&ino].lock().nlink = n;
         pending.insert(ino);
     }
-    let mut meta = Meta {
+    let mut meta = State {
         inodes: cells,
         dirs,
         pending,
@@ -658,7 +658,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
         sb_generation: sb.generation,
         created_ns: sb.created_ns,
         life,
-        ..Meta::default()
+        ..State::default()
     };
     // Pinned blocks: the stored ones still some retained checkpoint's, and what roll-forward
     // replaced.
@@ -676,7 +676,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Inner>> 
             }
             meta.pin(
                 e.block,
-                super::retention::Pin {
+                super::retention::BlockPin {
                     born: e.born,
                     died: e.died,
                     anchor,

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-/// The background cleaner's pass, split around `meta` (see [`Inner::background_clean`]).
+/// The background cleaner's pass, split around `meta` (see [`Engine::background_clean`]).
 #[derive(Debug, Default)]
 pub(crate) struct BackgroundPass {
     /// Victims being read without `meta`: no segment here is reused meanwhile.

@@ -23,7 +23,7 @@ use crate::tbfs::inode::{now_ns, DirtyBlock};
 use crate::tbfs::lifecycle::GcReport;
 use crate::tbfs::limits::MIN_RECLAIMABLE;
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::state::{Inner, Meta, Section};
+use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::{Error, FileKind, Result};
 
 /// Most segments emptied by one cleaning checkpoint. Every pass writes a checkpoint, whose map
@@ -35,7 +35,7 @@ const VICTIMS_PER_PASS: usize = 32;
 /// writers'.
 const BACKGROUND_VICTIMS: usize = 4;
 
-/// The priority of a background pass made under pressure ([`Inner::cleaning_is_urgent`]):
+/// The priority of a background pass made under pressure ([`Engine::cleaning_is_urgent`]):
 /// best effort, lowest level, so it shares the device with best-effort writers by weight
 /// instead of waiting for them to pause.
 pub const URGENT_PRIO: crate::sched::Prio = crate::sched::Prio {
@@ -115,17 +115,17 @@ pub(crate) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f64)>) -> b
     age_spread(segments) > AGE_SIGNAL_SPREAD
 }
 
-impl Inner {
+impl Engine {
     /// Cleans until `want` blocks are free or nothing more can be cleaned. With `pressure`, plain
     /// checkpoints lose their protection if that is what stands in the way (writers are waiting).
-    pub(crate) fn clean(&self, m: &mut Meta, want: u64, pressure: bool) -> Result<GcReport> {
+    pub(crate) fn clean(&self, m: &mut State, want: u64, pressure: bool) -> Result<GcReport> {
         self.clean_at_most(m, want, pressure, VICTIMS_PER_PASS, u64::MAX)
     }
 
     /// `clean` with at most `passes` passes of at most `per_pass` victims.
     fn clean_at_most(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         want: u64,
         pressure: bool,
         per_pass: usize,
@@ -150,7 +150,7 @@ impl Inner {
 
     fn clean_passes(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         want: u64,
         pressure: bool,
         per_pass: usize,
@@ -345,7 +345,7 @@ impl Inner {
     /// In a background pass on a device whose reads are I/O, keeps only the victims read
     /// ahead: reading another under `meta` would first write every log sealed so far, and the
     /// namespace would wait for that. The rest are left to a later pass.
-    fn keep_read_ahead(&self, m: &Meta, victims: &mut Vec<usize>) {
+    fn keep_read_ahead(&self, m: &State, victims: &mut Vec<usize>) {
         if m.bg_clean.defer_io && !self.dev.writes_are_copies() {
             victims.retain(|v| m.bg_clean.read.contains_key(v));
         }
@@ -353,7 +353,7 @@ impl Inner {
 
     /// A new checkpoint and a superblock naming it, which may use the space reserve: afterwards
     /// every segment that died before is reusable.
-    pub(crate) fn refresh_for_cleaner(&self, m: &mut Meta) -> Result<()> {
+    pub(crate) fn refresh_for_cleaner(&self, m: &mut State) -> Result<()> {
         let was = m.in_refresh;
         m.in_refresh = true;
         let r = self.commit_checkpoint_for_superblock(m).and_then(|()| {
@@ -379,7 +379,7 @@ impl Inner {
     /// and the budget is for data-only logs, not a checkpoint.
     pub(crate) fn pick_victims(
         &self,
-        m: &Meta,
+        m: &State,
         skip: &BTreeSet<usize>,
         most: usize,
         light: bool,
@@ -468,7 +468,7 @@ impl Inner {
     /// logs (no attribute records: a copy changes no size), which roll-forward replays; the
     /// caller makes them durable. Buffered data stays buffered, so a pass needs room only for
     /// its copies.
-    fn move_live(&self, m: &mut Meta, victims: &[usize], light: bool) -> Result<(u64, u64)> {
+    fn move_live(&self, m: &mut State, victims: &[usize], light: bool) -> Result<(u64, u64)> {
         let sb = self.segment_blocks;
         let mut buf = Vec::new();
         let (mut moved, mut metadata) = (0u64, 0u64);
@@ -589,7 +589,7 @@ impl Inner {
     /// regular file (the block is moved as metadata), else whether it was copied.
     fn copy_file_block(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         ino: u64,
         index: u64,
         a: u64,
@@ -627,7 +627,7 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     fn move_block(
         &self,
-        m: &mut Meta,
+        m: &mut State,
         kind: DescKind,
         ino: u64,
         level: u8,
@@ -750,7 +750,7 @@ impl Inner {
     /// Whether file `ino` (of any kind) still maps any of its blocks `offset..offset + blocks`
     /// at `addr..addr + blocks`, where a data descriptor put them. A block nothing maps there
     /// is dead, whatever the file is now: no per-block step copies or moves it.
-    fn any_block_live(&self, m: &Meta, ino: u64, offset: u64, addr: u64, blocks: u32) -> bool {
+    fn any_block_live(&self, m: &State, ino: u64, offset: u64, addr: u64, blocks: u32) -> bool {
         m.inodes.get(&ino).is_some_and(|c| {
             let st = c.lock();
             (0..u64::from(blocks)).any(|i| st.map.get(offset + i) == addr + i)
@@ -758,9 +758,9 @@ impl Inner {
     }
 
     /// Whether block `index` of file `ino` is still at `a` and its bytes are carried by
-    /// [`Inner::move_block`] or [`Inner::copy_file_block`]: a regular file's or a symbolic
+    /// [`Engine::move_block`] or [`Engine::copy_file_block`]: a regular file's or a symbolic
     /// link's (whose target is its data). Directories are rewritten whole from memory.
-    fn live_file_block(&self, m: &Meta, ino: u64, index: u64, a: u64) -> bool {
+    fn live_file_block(&self, m: &State, ino: u64, index: u64, a: u64) -> bool {
         m.inodes.get(&ino).is_some_and(|c| {
             let st = c.lock();
             st.kind != FileKind::Dir && st.map.get(index) == a
@@ -806,13 +806,13 @@ impl Inner {
 
     /// Whether free space is within twice the low-water mark (and the reserve) of running out:
     /// below the mark, a writer's commit cleans in the foreground, holding `meta` while it does.
-    pub(crate) fn cleaning_is_urgent(&self, m: &Meta) -> bool {
+    pub(crate) fn cleaning_is_urgent(&self, m: &State) -> bool {
         let mark = self.urgent_mark(m);
         self.free_blocks_up_to(m, mark) < mark
     }
 
-    /// The free blocks below which cleaning is urgent ([`Inner::cleaning_is_urgent`]).
-    pub(crate) fn urgent_mark(&self, m: &Meta) -> u64 {
+    /// The free blocks below which cleaning is urgent ([`Engine::cleaning_is_urgent`]).
+    pub(crate) fn urgent_mark(&self, m: &State) -> u64 {
         2 * self.low_water(m) + self.reserve_blocks()
     }
 
@@ -821,7 +821,7 @@ impl Inner {
     /// between passes and the cleaner's I/O is throttled to [`BACKGROUND_VICTIMS`] segments per
     /// period.
     ///
-    /// A pass made while [`Inner::cleaning_is_urgent`] runs as best-effort I/O at the lowest
+    /// A pass made while [`Engine::cleaning_is_urgent`] runs as best-effort I/O at the lowest
     /// level ([`URGENT_PRIO`]) if its thread is idle-class, and goes back to idle after it; and
     /// if it emptied anything, the background thread makes the next pass at once.
     ///
@@ -831,7 +831,7 @@ impl Inner {
     /// writer that needs `meta` waits for memory work, not for the cleaner's device I/O.
     ///
     /// In a memory pool the pass's victims are cleaned one per hold of `meta`, handing it to the
-    /// threads waiting for it between them ([`crate::tbfs::state::MetaGuard::unlock_fair_and_write`]):
+    /// threads waiting for it between them ([`crate::tbfs::state::StateGuard::unlock_fair_and_write`]):
     /// a pass of [`BACKGROUND_VICTIMS`] in one hold kept every create and delete waiting 3 to
     /// 10 ms.
     pub(crate) fn background_clean(&self) -> Result<()> {
@@ -849,7 +849,7 @@ impl Inner {
         Ok(())
     }
 
-    /// One background pass of at most `victims_max` victims ([`Inner::background_clean`]);
+    /// One background pass of at most `victims_max` victims ([`Engine::background_clean`]);
     /// returns whether it emptied any segment and more cleaning is wanted.
     fn background_pass(&self, victims_max: usize) -> Result<bool> {
         let total = self.segment_blocks * self.segment_count;

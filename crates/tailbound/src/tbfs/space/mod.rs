@@ -1,5 +1,5 @@
 //! Space: what is free, the reserve and the low-water room kept beside what is written, and
-//! the check every commit makes before it writes (`Inner::ensure_space`).
+//! the check every commit makes before it writes (`Engine::ensure_space`).
 
 pub(crate) mod background;
 pub(crate) mod cleaner;
@@ -24,23 +24,23 @@ const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
 /// Smallest space reserve, in blocks, whatever the segment size.
 const RESERVE_BLOCKS_MIN: u64 = 64;
 /// The least a writer may buffer before it commits however short space is
-/// ([`Inner::set_buffer_limit`]): 1 MiB, so a pool near full still commits in logs of some size.
+/// ([`Engine::set_buffer_limit`]): 1 MiB, so a pool near full still commits in logs of some size.
 const BUFFER_LIMIT_MIN_BLOCKS: u64 = 256;
 
-impl Inner {
+impl Engine {
     /// Blocks the writer can still fill without reusing anything not yet reclaimable.
     ///
     /// The rest of the current segment, and a segment's worth for each free segment. The next
     /// segment, chosen already, does not count: the writer enters it only once it has chosen
     /// the one after (every log's summary names the segment that follows its own), so the
     /// last free segment is always the next one and is never written.
-    pub(crate) fn free_blocks(&self, m: &Meta) -> u64 {
+    pub(crate) fn free_blocks(&self, m: &State) -> u64 {
         self.free_blocks_up_to(m, u64::MAX)
     }
 
     /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
     /// check on every sync does not walk the whole segment table.
-    pub(crate) fn free_blocks_up_to(&self, m: &Meta, enough: u64) -> u64 {
+    pub(crate) fn free_blocks_up_to(&self, m: &State, enough: u64) -> u64 {
         let mut free = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos;
         for s in 0..self.segment_count as usize {
             if free >= enough {
@@ -54,7 +54,7 @@ impl Inner {
     }
 
     /// Segments that would be free after the next durable superblock.
-    pub(crate) fn pending_free_segments(&self, m: &Meta) -> usize {
+    pub(crate) fn pending_free_segments(&self, m: &State) -> usize {
         (0..self.segment_count as usize)
             .filter(|&s| {
                 s as u64 != m.writer.cur_seg
@@ -71,11 +71,11 @@ impl Inner {
         blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2
     }
 
-    /// What [`Inner::ensure_space`] wants free beyond what is written: the reserve kept for the
+    /// What [`Engine::ensure_space`] wants free beyond what is written: the reserve kept for the
     /// checkpoints that make dead segments reusable (and for recovery's), and the low-water mark
     /// below which the writer cleans (and waits for it) while there is still room for the
     /// cleaner to work in (see `low_water`). A refresh may use both.
-    pub(super) fn space_margins(&self, m: &Meta) -> (u64, u64) {
+    pub(super) fn space_margins(&self, m: &State) -> (u64, u64) {
         if m.in_refresh {
             (0, 0)
         } else {
@@ -89,13 +89,13 @@ impl Inner {
     /// Room kept for a checkpoint of deletes: every inode page and the inode file's map. Files
     /// deleted all over the tree rewrite every page holding one of them, and such a checkpoint
     /// is what gives their blocks back.
-    pub(super) fn deletes_reserve(m: &Meta) -> u64 {
+    pub(super) fn deletes_reserve(m: &State) -> u64 {
         m.ifile_pages + crate::tbfs::map::tree_nodes(m.ifile_pages) + 1
     }
 
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
     /// that helps. Fails with `NoSpace` before anything is written.
-    pub(crate) fn ensure_space(&self, m: &mut Meta, blocks: u64) -> Result<()> {
+    pub(crate) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
         // Taken, so the checks the cleaning below runs are their own.
         let for_checkpoint = std::mem::take(&mut m.checking_checkpoint);
         let need = self.space_needed(blocks);
@@ -203,23 +203,23 @@ impl Inner {
         )))
     }
 
-    /// The free blocks `blocks` of buffered data need as [`Inner::set_buffer_limit`] counts
+    /// The free blocks `blocks` of buffered data need as [`Engine::set_buffer_limit`] counts
     /// them: twice over, beyond the reserve and a full pass's copies.
-    pub(super) fn buffer_room(&self, m: &Meta, blocks: u64) -> u64 {
+    pub(super) fn buffer_room(&self, m: &State, blocks: u64) -> u64 {
         2 * blocks
             + self.reserve_blocks()
             + Self::deletes_reserve(m)
             + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks
     }
 
-    /// Whether `blocks` of buffered data fit the free space ([`Inner::buffer_room`]).
-    pub(crate) fn buffer_fits(&self, m: &Meta, blocks: u64) -> bool {
+    /// Whether `blocks` of buffered data fit the free space ([`Engine::buffer_room`]).
+    pub(crate) fn buffer_fits(&self, m: &State, blocks: u64) -> bool {
         let want = self.buffer_room(m, blocks);
         self.free_blocks_up_to(m, want) >= want
     }
 
-    /// Sets [`Inner::buffer_limit`] from the blocks left free once the commit being checked is
-    /// written (counted up to the room a whole buffer needs, [`Inner::buffer_room`]). When
+    /// Sets [`Engine::buffer_limit`] from the blocks left free once the commit being checked is
+    /// written (counted up to the room a whole buffer needs, [`Engine::buffer_room`]). When
     /// every cleaning pass is a checkpoint (full passes), a checkpoint writes every buffered
     /// block before the victims it frees are reusable: if the buffer could outgrow the free
     /// space, the cleaner would have no room left to free any, and writers would get `NoSpace`
@@ -234,7 +234,7 @@ impl Inner {
     /// what is free beyond `reserve`: what writers buffer then always fits, so a write there is
     /// no room for gets `NoSpace` before it is buffered (`make_room_for_write`), never data
     /// acknowledged to a writer that has nowhere to go.
-    pub(super) fn set_buffer_limit(&self, m: &Meta, free_after: u64, reserve: u64) {
+    pub(super) fn set_buffer_limit(&self, m: &State, free_after: u64, reserve: u64) {
         let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
         let room = free_after.saturating_sub(self.buffer_room(m, 0)) / 2;
         let fit = free_after.saturating_sub(reserve) / 2;
@@ -253,7 +253,7 @@ impl Inner {
     /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
     /// checkpoint nothing keeps (no snapshot, open view or protection period), so the blocks
     /// the copies supersede need no pin.
-    pub(crate) fn light_cleaning(&self, m: &Meta) -> bool {
+    pub(crate) fn light_cleaning(&self, m: &State) -> bool {
         self.config.ordering == crate::tbfs::Ordering::Relaxed
             && m.life
                 .only_newest_unkept(m.checkpoint, m.checkpoint, now_ns())
@@ -273,7 +273,7 @@ impl Inner {
     /// Free blocks kept, beyond what a write needs and the reserve, before writers clean: room
     /// for the cleaner to make progress. Every block kept free beyond that raises the live
     /// fraction of the segments it cleans.
-    pub(crate) fn low_water(&self, m: &Meta) -> u64 {
+    pub(crate) fn low_water(&self, m: &State) -> u64 {
         let sb = self.segment_blocks;
         let flush = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
         let want = if !self.light_cleaning(m) {
@@ -298,7 +298,7 @@ impl Inner {
     }
 }
 
-impl Meta {
+impl State {
     pub fn seg_of(block: u64, segment_blocks: u64) -> usize {
         segments::segment_of(block, segment_blocks)
     }
@@ -313,7 +313,7 @@ impl Meta {
         self.seg_dec_at(block, seq, segment_blocks, now_ns());
     }
 
-    /// [`Meta::seg_dec_at`] for every block of `blocks` (a deleted file's): whether nothing
+    /// [`State::seg_dec_at`] for every block of `blocks` (a deleted file's): whether nothing
     /// keeps the checkpoints that may reference a block depends only on the checkpoint it was
     /// born after, the same for most blocks of a file, so it is looked up once per run of
     /// blocks born alike instead of once per block.
@@ -360,7 +360,10 @@ impl Meta {
                     }
                 };
                 if let Some(anchor) = anchor {
-                    pins.push((block, crate::tbfs::retention::Pin { born, died, anchor }));
+                    pins.push((
+                        block,
+                        crate::tbfs::retention::BlockPin { born, died, anchor },
+                    ));
                 }
             }
         }
@@ -369,7 +372,7 @@ impl Meta {
         }
     }
 
-    /// [`Meta::seg_dec`] with the time read once by a caller dropping many blocks.
+    /// [`State::seg_dec`] with the time read once by a caller dropping many blocks.
     pub fn seg_dec_at(&mut self, block: u64, seq: u64, segment_blocks: u64, now: i64) {
         self.seg_dec_all_at(std::iter::once(block), seq, segment_blocks, now);
     }
@@ -390,7 +393,7 @@ impl Meta {
     /// the only retained checkpoint that can reference the block is the newest and nothing keeps
     /// that one (no snapshot, open view or protection period), the block needs no pin and its
     /// segment may be reused as soon as the last log of the run holding that log is durable
-    /// (`Inner::segment_free`; recovery replays a run's parts only whole), without waiting for a
+    /// (`Engine::segment_free`; recovery replays a run's parts only whole), without waiting for a
     /// checkpoint. Otherwise as `seg_dec`.
     pub fn seg_supersede(&mut self, block: u64, seq: u64, segment_blocks: u64) {
         let born = self.born_of(block, segment_blocks);
@@ -414,17 +417,17 @@ impl Meta {
     }
 }
 
-impl Inner {
+impl Engine {
     pub(super) fn seg_start(&self, seg: u64) -> u64 {
         format::FIRST_SEGMENT_BLOCK + seg * self.segment_blocks
     }
 
-    pub(crate) fn segment_free(&self, m: &Meta, s: usize) -> bool {
+    pub(crate) fn segment_free(&self, m: &State, s: usize) -> bool {
         self.segment_free_if_durable(m, s, self.durable_seq.load(AtomicOrdering::Acquire))
     }
 
     /// Whether segment `s` would be free once every log below `durable` is durable.
-    pub(crate) fn segment_free_if_durable(&self, m: &Meta, s: usize, durable: u64) -> bool {
+    pub(crate) fn segment_free_if_durable(&self, m: &State, s: usize, durable: u64) -> bool {
         let w = &m.writer;
         s as u64 != w.cur_seg
             && s as u64 != w.next_seg
