@@ -7,7 +7,8 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
 
 use super::{check_request, Device, SECTOR_SIZE};
 
@@ -44,6 +45,11 @@ struct State {
     faults: SimFaults,
     /// Successful writes left before the power goes out.
     power_writes_left: Option<u64>,
+    /// Writes of this thread stay in flight (its call blocks, nothing reaches the device) until
+    /// [`SimDevice::release_held`]: a slow request of one writer while others go on.
+    hold: Option<ThreadId>,
+    /// Writes blocked by `hold` now.
+    held: u64,
     stats: SimStats,
 }
 
@@ -54,6 +60,8 @@ pub struct SimDevice {
     state: Mutex<State>,
     /// What [`Device::writes_are_copies`] says (see [`SimDevice::set_writes_are_copies`]).
     copies: AtomicBool,
+    /// Signalled when a held write arrives or the hold is released.
+    held_cv: Condvar,
 }
 
 fn eio(what: &str) -> io::Error {
@@ -76,9 +84,12 @@ impl SimDevice {
                 pending: Vec::new(),
                 faults: SimFaults::default(),
                 power_writes_left: None,
+                hold: None,
+                held: 0,
                 stats: SimStats::default(),
             }),
             copies: AtomicBool::new(false),
+            held_cv: Condvar::new(),
         }
     }
 
@@ -146,6 +157,23 @@ impl SimDevice {
         self.lock().power_writes_left == Some(0)
     }
 
+    /// Holds every write the thread `thread` issues from now on in flight: the call blocks and
+    /// nothing of it reaches the device (or a crash image) until [`SimDevice::release_held`].
+    pub fn hold_writes_of(&self, thread: ThreadId) {
+        self.lock().hold = Some(thread);
+    }
+
+    /// How many writes [`SimDevice::hold_writes_of`] holds now.
+    pub fn held_writes(&self) -> u64 {
+        self.lock().held
+    }
+
+    /// Ends the hold: the held writes go on to the device, in the order they resume.
+    pub fn release_held(&self) {
+        self.lock().hold = None;
+        self.held_cv.notify_all();
+    }
+
     pub fn set_faults(&self, faults: SimFaults) {
         self.lock().faults = faults;
     }
@@ -189,6 +217,14 @@ impl Device for SimDevice {
     fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         check_request(self, offset, buf.len())?;
         let mut s = self.lock();
+        if s.hold.is_some_and(|t| t == std::thread::current().id()) {
+            s.held += 1;
+            self.held_cv.notify_all();
+            while s.hold.is_some_and(|t| t == std::thread::current().id()) {
+                s = self.held_cv.wait(s).unwrap_or_else(|p| p.into_inner());
+            }
+            s.held -= 1;
+        }
         if s.power_writes_left == Some(0) {
             return Err(eio("write after the power went out"));
         }

@@ -270,7 +270,13 @@ impl Engine {
         // is no room for fails with `NoSpace` before any of it is buffered, rather than after
         // (its data would then stay buffered with nowhere to go).
         let limit = self.buffer_limit();
-        let room_checked = len > limit / 2 || self.buffered_bytes() + len > limit;
+        // A real-time writer's small write does not seal and write every file's buffered data
+        // when others filled the buffer: those writers commit it (their next write finds it full),
+        // and its own sync commits its own data. The buffer goes past its limit by its writes only.
+        let over = len <= limit / 2 && self.buffered_bytes() + len > limit;
+        let urgent =
+            over && crate::sched::Prio::of_current_thread().class == crate::sched::Class::Rt;
+        let room_checked = !urgent && (len > limit / 2 || over);
         if room_checked {
             self.make_room_for_write(len)?;
         }
@@ -281,7 +287,7 @@ impl Engine {
             end = self.buffer_write(cell, &mut st, buf, offset, Vec::new(), charge)?;
             held = st.dirty.len() as u64 * BLOCK_U64;
         }
-        if self.buffered_bytes() > self.buffer_limit() {
+        if self.buffered_bytes() > self.buffer_limit() && !urgent {
             match self.commit_over_limit(cell) {
                 // The room for this write was found before it was buffered: it is written, and
                 // what is buffered goes out at the next commit that finds room (a sync, or the

@@ -170,7 +170,8 @@ impl Engine {
         let (records, written, changed) =
             self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now)?;
         self.checkpoint_inode_pages(m, &records, seq, now)?;
-        let root = self.checkpoint_root_log(m, seq, written)?;
+        let depends: Vec<u64> = changed.iter().map(|c| c.ino).collect();
+        let root = self.checkpoint_root_log(m, seq, written, &depends)?;
         self.checkpoint_written(m, root, changed);
         self.count(|c| c.checkpoints += 1);
         Ok(())
@@ -232,6 +233,9 @@ impl Engine {
     ) -> Result<(Records, Vec<Release>, Vec<Arc<InodeCell>>)> {
         let mut records = Records::default();
         let mut written: Vec<Release> = Vec::new();
+        // Inodes with a change only a checkpoint records, or buffered data it writes: their
+        // later data-only logs build on this checkpoint (`DescKind::Depends`), so their next
+        // sync waits for it, and for every payload it needs to count.
         let mut changed: Vec<Arc<InodeCell>> = Vec::new();
         let flush = self.config.barrier != Barrier::Superblock;
         for ino in work.iter() {
@@ -285,7 +289,7 @@ impl Engine {
             st.attr_dirty = false;
             records.push(ino, st.record(ino));
             drop(guard);
-            if m.ns_changed.contains(&ino) {
+            if m.ns_changed.contains(&ino) || !done.is_empty() {
                 changed.push(cell.clone());
             }
             written.push((cell, done));
@@ -371,12 +375,14 @@ impl Engine {
         Ok(())
     }
 
-    /// Retention, the tables and the checkpoint root, in the log the root closes.
+    /// Retention, the tables, the files whose later logs build on this checkpoint (`depends`)
+    /// and the checkpoint root, in the log the root closes.
     fn checkpoint_root_log(
         &self,
         m: &mut State,
         seq: u64,
         written: Vec<Release>,
+        depends: &[u64],
     ) -> Result<RootLogged> {
         let number = m.checkpoint + 1;
         // Retention: release what the protection period no longer covers, then drop the old
@@ -391,6 +397,7 @@ impl Engine {
             m.seg_dec(prev_root, seq, self.segment_blocks);
         }
         let tables = self.write_tables(m)?;
+        self.log_add_depends(m, depends)?;
         // The root names the sequence of the log it ends: open the continuation log first if the
         // root would not fit in this one, so the sequence is final before the root is encoded.
         if !self.log_has_room(m, DescKind::Root, 0, 0, 0) {

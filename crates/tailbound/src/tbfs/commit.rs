@@ -23,8 +23,8 @@ impl Engine {
         cv.notify_all();
     }
 
-    /// Refreshes the superblock if enough bytes or time went by since the last one.
-    pub(super) fn maybe_refresh(&self, m: &mut State) -> Result<()> {
+    /// Whether enough bytes or time went by since the last superblock for a refresh.
+    pub(crate) fn refresh_due(&self, m: &State) -> bool {
         // At most a quarter of the pool between superblocks, whatever the configuration: light
         // cleaning takes only victims out of the roll-forward chain, and a chain spanning the
         // whole pool leaves it none (then only a checkpoint, which may not fit, lets it go on).
@@ -33,7 +33,32 @@ impl Engine {
             .config
             .superblock_every_bytes
             .min(pool_bytes / SUPERBLOCK_POOL_DIVISOR);
-        if m.refresh.due(every, self.config.superblock_every) {
+        m.refresh.due(every, self.config.superblock_every)
+    }
+
+    /// A sync's refresh. A real-time thread's is left to the background thread (if there is
+    /// one), so its sync does not lay out a checkpoint of every file's buffered data and write
+    /// those payloads as its own. Other threads refresh here, as before: runs stay decided by
+    /// what the threads do, not by when the background thread wakes.
+    pub(crate) fn refresh_or_hand_off(&self, m: &mut State) -> Result<()> {
+        if !self.refresh_due(m) {
+            return Ok(());
+        }
+        let background = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if background && crate::sched::Prio::of_current_thread().class == crate::sched::Class::Rt {
+            self.wake_background(|w| w.refresh = true);
+            return Ok(());
+        }
+        self.maybe_refresh(m)
+    }
+
+    /// Refreshes the superblock if enough bytes or time went by since the last one.
+    pub(crate) fn maybe_refresh(&self, m: &mut State) -> Result<()> {
+        if self.refresh_due(m) {
             // The checkpoint is laid out now; its logs are written by the log writer after
             // `meta` is released, the flush and the superblock without it
             // (`Engine::take_superblock`). Only logs written after the newest

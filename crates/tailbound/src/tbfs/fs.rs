@@ -45,7 +45,7 @@ impl Engine {
                 r => r?,
             }
         }
-        self.maybe_refresh(&mut m)?;
+        self.refresh_or_hand_off(&mut m)?;
         // The newest checkpoint that wrote a change of the file only a checkpoint records (its
         // creation, a name, an attribute set), whoever sealed it: recovered only once its last
         // log is written. Waiting for later checkpoints too would wait for every payload
@@ -57,9 +57,10 @@ impl Engine {
         );
         // Durable once written: the log writer writes (and flushes) after `meta` is released.
         m.unlock_and_write()?;
-        self.wait_sealed(newest.0, newest.1, cell.ino)?;
+        // A checkpoint counts only with every payload before it: all of them are waited for.
+        self.wait_sealed(newest.0, newest.1, cell.ino, true)?;
         sealed.map_or(Ok(()), |(seq, flush)| {
-            self.wait_sealed(seq, flush, cell.ino)
+            self.wait_sealed(seq, flush, cell.ino, false)
         })
     }
 
@@ -561,7 +562,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
             let why = lock.lock().unwrap_or_else(|p| p.into_inner());
             let (mut why, _) = cv
                 .wait_timeout_while(why, period.saturating_sub(last_periodic.elapsed()), |w| {
-                    !w.stop && !w.logs && !w.clean
+                    !w.stop && !w.logs && !w.clean && !w.refresh
                 })
                 .unwrap_or_else(|p| p.into_inner());
             if why.stop {
@@ -569,6 +570,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
             }
             let logs = std::mem::take(&mut why.logs);
             let clean = std::mem::take(&mut why.clean);
+            let refresh = std::mem::take(&mut why.refresh);
             drop(why);
             if logs {
                 // A writer sealed a superblock, or left its logs, and went on: write them (and
@@ -581,7 +583,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
                 if inner.write_handed_off_superblocks().is_err() {
                     return;
                 }
-                if last_periodic.elapsed() < period && !clean {
+                if last_periodic.elapsed() < period && !clean && !refresh {
                     continue;
                 }
             }

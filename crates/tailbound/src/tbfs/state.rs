@@ -238,6 +238,8 @@ pub(crate) struct Wake {
     pub logs: bool,
     /// Free space is below the low-water mark: clean now.
     pub clean: bool,
+    /// A superblock refresh is due: a sync left it to the background thread.
+    pub refresh: bool,
 }
 
 /// `meta` locked by the calling thread, which meanwhile inherits the priority of any thread that
@@ -291,6 +293,11 @@ impl StateGuard<'_> {
     /// Unlocks `meta` and leaves what was sealed in the queue (tests stage the log writer).
     #[cfg(test)]
     pub fn unlock_without_writing(mut self) {
+        // What was sealed is nobody's to write: whoever needs it writes it.
+        if let Some(g) = self.guard.as_mut() {
+            g.writer.sealed_ahead.clear();
+            g.writer.sealed_small.clear();
+        }
         self.guard = None;
         self.hold = None;
     }

@@ -591,8 +591,11 @@ fn opening_an_image_cut_short_or_zeroed_never_panics() {
 }
 
 #[test]
-fn strict_recovery_refuses_damage_before_the_tail_and_tolerate_tail_keeps_the_prefix() {
-    // Strict ordering: every fsync a checkpoint, none of which is written ahead of its payload.
+fn damage_to_a_checkpoint_payload_before_the_tail_keeps_the_prefix_in_either_recovery_mode() {
+    // Strict ordering: every fsync a checkpoint. A checkpoint's log is written ahead of earlier
+    // payloads (format version 4), so a damaged payload with valid logs after it cannot be told
+    // from one in flight at a crash: in either mode that checkpoint and every later one do not
+    // count, and the one before is loaded.
     let dev = device(4 << 20);
     let fs = Fs::format(
         dev.clone(),
@@ -602,42 +605,37 @@ fn strict_recovery_refuses_damage_before_the_tail_and_tolerate_tail_keeps_the_pr
     let f = fs.open_file("/f", OpenFlags::create()).unwrap();
     f.pwrite(&pattern(1, 4096), 0).unwrap();
     f.fsync().unwrap();
-    let mut data_log_payloads = Vec::new();
+    let mut payloads = Vec::new();
     for i in 0..3u64 {
         f.pwrite(&pattern(10 + i, 4096), 0).unwrap();
         f.fsync().unwrap();
-        data_log_payloads.push(pattern(10 + i, 4096));
+        payloads.push(pattern(10 + i, 4096));
     }
     let mut image = dev.image();
-    // Damage the second data-only log's payload: valid logs follow it.
+    // Damage the second checkpoint's file data: valid logs follow it.
     let at = image
         .windows(4096)
         .step_by(4096)
-        .position(|b| b == &data_log_payloads[1][..])
-        .expect("the second log's payload is on storage");
+        .position(|b| b == &payloads[1][..])
+        .expect("the second checkpoint's payload is on storage");
     image[at * 4096 + 10] ^= 0xff;
-    let strict = OpenOptions {
-        recovery: RecoveryMode::Strict,
-        ..OpenOptions::default()
-    };
-    let d1 = from_image(image.clone());
-    let err = Fs::open(d1, &strict).unwrap_err();
-    assert!(
-        matches!(err, Error::Corrupt(_)) && err.to_string().contains("valid logs after it"),
-        "{err}"
-    );
-    let d2 = from_image(image);
-    let fs2 = Fs::open(d2, &OpenOptions::default()).unwrap();
-    assert_eq!(
-        read_all(&fs2, "/f"),
-        data_log_payloads[0],
-        "the prefix before the damage is kept"
-    );
-    assert!(
-        fs2.recovery_report().stop_reason.contains("dropped"),
-        "{:?}",
-        fs2.recovery_report()
-    );
+    for recovery in [RecoveryMode::Strict, RecoveryMode::TolerateTail] {
+        let options = OpenOptions {
+            recovery,
+            ..OpenOptions::default()
+        };
+        let fs2 = Fs::open(from_image(image.clone()), &options).unwrap();
+        assert_eq!(
+            read_all(&fs2, "/f"),
+            payloads[0],
+            "the checkpoint before the damage is loaded ({recovery:?})"
+        );
+        assert!(
+            fs2.recovery_report().logs_skipped > 0,
+            "{:?}",
+            fs2.recovery_report()
+        );
+    }
 }
 
 #[test]
@@ -4122,4 +4120,51 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
         assert!(m.seg.pinned_counts().iter().all(|&n| n == 0));
     }
     checked_clean(&dev, "released");
+}
+
+#[test]
+fn a_real_time_writers_small_write_leaves_a_buffer_others_filled_to_them() {
+    let config = Config {
+        dirty_bytes_max: 1 << 20,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(device(16 << 20), &config).unwrap();
+    let be = fs.open_file("/be", OpenFlags::create()).unwrap();
+    let rt = fs.open_file("/rt", OpenFlags::create()).unwrap();
+    fs.sync().unwrap();
+    // Another writer fills the buffer to just below its limit (below the write-behind size).
+    let filled = (1 << 20) - 4096;
+    be.pwrite(&pattern(1, filled), 0).unwrap();
+    let logs = fs.counters().logs;
+    let buffered = fs.inner.buffered_bytes();
+    assert!(buffered >= filled as u64, "buffered {buffered}");
+    // A real-time thread's small write takes the buffer past it.
+    let written = std::thread::scope(|s| {
+        s.spawn(|| {
+            crate::sched::Prio {
+                class: crate::sched::Class::Rt,
+                level: 0,
+            }
+            .apply_to_current_thread()
+            .expect("the real-time I/O class (this test needs the privilege to set it)");
+            rt.pwrite(&pattern(2, 8192), 0).unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(written, 8192);
+    assert_eq!(
+        fs.counters().logs,
+        logs,
+        "the real-time write sealed the other writer's buffered data"
+    );
+    assert!(fs.inner.buffered_bytes() > fs.inner.buffer_limit());
+    // The other writer's next write commits it; the real-time file's sync commits its own.
+    be.pwrite(&pattern(3, 4096), filled as u64).unwrap();
+    assert!(fs.counters().logs > logs);
+    rt.fdatasync().unwrap();
+    assert_eq!(read_all(&fs, "/rt"), pattern(2, 8192));
+    let mut want = pattern(1, filled);
+    want.extend_from_slice(&pattern(3, 4096));
+    assert_eq!(read_all(&fs, "/be"), want);
 }

@@ -176,11 +176,13 @@ pub struct RecoveryReport {
     pub bytes_rolled_forward: u64,
     /// Data-only logs written ahead of their payloads whose payload was incomplete, and the
     /// later logs of the same files: part of the chain, not replayed (nothing they held was
-    /// acknowledged durable).
+    /// acknowledged durable). Also the logs of checkpoints after the one loaded, written ahead
+    /// of a payload that turned out incomplete (format version 4): they do not count.
     pub logs_skipped: u64,
     /// Files' parts of runs of data-only logs left out because the run stopped before their
     /// attributes record (or its end): a write spread over several logs is replayed whole or
-    /// not at all. Counted per log and file.
+    /// not at all. Also parts of files that depend on a checkpoint that does not count (see
+    /// `logs_skipped`). Counted per log and file.
     pub run_parts_dropped: u64,
     /// Why roll-forward stopped (`end of log chain`, `CRC mismatch at block N`, ...).
     pub stop_reason: String,

@@ -10,10 +10,13 @@ pub const BLOCK_U64: u64 = BLOCK as u64;
 /// ([`DescKind::Placed`](super::DescKind::Placed)), which a version-1 build would take for the end of the log chain.
 /// Version 3 added block maps kept in the inode record ([`Extents`](super::Extents)), which an older build
 /// would read as an empty file.
-pub const VERSION: u32 = 3;
-/// The oldest version this build reads. A version-1 or -2 pool has no placed data or inode
-/// extents; opening it for writing makes it version 3 (both superblock copies, before any log
-/// of this build).
+/// Version 4 writes checkpoint logs ahead of earlier payloads (`FLAG_AHEAD` on a log that is not
+/// data-only) with their dependencies (`DescKind::Depends`); an older build would end the log
+/// chain at such a checkpoint after an incomplete payload, and lose the acknowledged logs after it.
+pub const VERSION: u32 = 4;
+/// The oldest version this build reads. A version-1, -2 or -3 pool has no placed data, inode
+/// extents or checkpoint written ahead; opening it for writing makes it version 4 (both
+/// superblock copies, before any log of this build).
 pub const VERSION_OLDEST: u32 = 1;
 pub const SUPER_MAGIC: &[u8; 8] = b"TBFSSUPR";
 pub const LOG_MAGIC: &[u8; 8] = b"TBFSLOG1";
@@ -41,7 +44,9 @@ pub const FLAG_DATA_ONLY: u16 = 8;
 pub const FLAG_PAD: u16 = 16;
 /// A data-only log whose summary may be written before its payload is complete, so that
 /// independent logs need not wait for each other: roll-forward skips one whose payload fails its
-/// CRC (and the later logs of its files) instead of ending the chain there.
+/// CRC (and the later logs of its files) instead of ending the chain there. On a log that is not
+/// data-only (a checkpoint's, version 4): written without waiting for earlier payloads, so the
+/// checkpoint counts only if they and its own are complete, and the chain goes on past it.
 pub const FLAG_AHEAD: u16 = 32;
 pub(super) const FLAGS_KNOWN: u16 = 63;
 

@@ -20,6 +20,11 @@ pub enum DescKind {
     /// attributes or size set) when it was written. The newest checkpoint before the log may
     /// not hold that file, or hold another file under its number (version 2).
     Placed = 9,
+    /// In a checkpoint's logs, no blocks: file `ino` has a change in this checkpoint that its
+    /// later data-only logs build on (a change only a checkpoint records, or buffered data the
+    /// checkpoint wrote). Recovery replays none of those logs of the file over an older
+    /// checkpoint when this one is incomplete (version 4).
+    Depends = 10,
 }
 
 impl DescKind {
@@ -34,6 +39,7 @@ impl DescKind {
             7 => DescKind::TablePage,
             8 => DescKind::TableNode,
             9 => DescKind::Placed,
+            10 => DescKind::Depends,
             _ => return None,
         })
     }
@@ -142,7 +148,8 @@ impl Summary {
                 offset: get_u64(b, at + 16),
                 extra: get_u64(b, at + 24) as i64,
             };
-            if (kind == DescKind::Attr) != (d.blocks == 0) {
+            let blockless = matches!(kind, DescKind::Attr | DescKind::Depends);
+            if blockless != (d.blocks == 0) {
                 return invalid(format!(
                     "descriptor {i}: block count {} for {kind:?}",
                     d.blocks

@@ -412,6 +412,8 @@ pub(super) fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>
     let mut chain = Vec::new();
     // Files of skipped ahead logs (see recovery): their later logs are skipped too.
     let mut torn: BTreeSet<u64> = BTreeSet::new();
+    // A payload of the chain is incomplete: no checkpoint after it counts.
+    let mut incomplete = false;
     let mut skipped = 0usize;
     let mut pos = sb.next.block;
     let mut seq = sb.next.sequence;
@@ -474,8 +476,11 @@ pub(super) fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>
         let end = l.end();
         let f = l.summary.flags;
         let ahead = f & FLAG_AHEAD != 0 && f & FLAG_DATA_ONLY != 0;
+        // A checkpoint's log written ahead of earlier payloads (version 4): the chain goes on;
+        // the checkpoint does not count after an incomplete payload, as recovery has it.
+        let checkpoint_ahead = f & FLAG_AHEAD != 0 && f & FLAG_DATA_ONLY == 0;
         let pad = f & FLAG_PAD != 0 && l.summary.payload_blocks == 0;
-        if !ahead && !pad && !torn.is_empty() {
+        if !ahead && !checkpoint_ahead && !pad && !torn.is_empty() {
             ck.push(
                 Severity::Note,
                 here,
@@ -486,11 +491,15 @@ pub(super) fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>
                 format!("log {seq} at block {pos} follows an incomplete data-only log"),
             );
         }
-        let skip =
-            ahead && (!l.payload_ok || l.summary.descriptors.iter().any(|d| torn.contains(&d.ino)));
+        let skip = (checkpoint_ahead && (!l.payload_ok || incomplete))
+            || (ahead
+                && (!l.payload_ok || l.summary.descriptors.iter().any(|d| torn.contains(&d.ino))));
         if skip {
             let (payload_ok, next_seg, crc) = (l.payload_ok, l.summary.segment_next, l.crc);
-            torn.extend(l.summary.descriptors.iter().map(|d| d.ino));
+            incomplete = true;
+            if ahead {
+                torn.extend(l.summary.descriptors.iter().map(|d| d.ino));
+            }
             skipped += 1;
             if next_seg >= sb.segment_count {
                 ck.damage(
@@ -503,7 +512,7 @@ pub(super) fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>
                 ck.push(
                     Severity::Note,
                     here,
-                    "data-only log written ahead of its payload, which is incomplete: recovery skips it and the later logs of its files (none was acknowledged durable)",
+                    "log written ahead of its payload, which is incomplete: recovery skips it and the later logs of its files (none was acknowledged durable)",
                 );
             }
             seq += 1;

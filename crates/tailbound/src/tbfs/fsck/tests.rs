@@ -648,13 +648,14 @@ fn damage_in_the_log_chain_before_its_tail_is_found() {
         [pattern(1, 8192), pattern(2, 4096)].concat()
     );
     drop(fs);
-    // A log that is not written ahead (here a checkpoint log's payload) damaged with valid
-    // logs after it is damage.
+    // A checkpoint log's payload (written ahead of earlier payloads since version 4, but named
+    // by the superblock, which is written only once every payload before it is complete)
+    // damaged is damage.
     let ckpt = a
         .index
         .logs
         .iter()
-        .filter(|l| l.summary.flags & format::FLAG_AHEAD == 0 && l.summary.payload_blocks > 0)
+        .filter(|l| l.summary.flags & format::FLAG_DATA_ONLY == 0 && l.summary.payload_blocks > 0)
         .max_by_key(|l| l.summary.sequence)
         .expect("a checkpoint log");
     let mut bad = image.clone();

@@ -195,6 +195,27 @@ impl Engine {
         Ok(())
     }
 
+    /// Adds to the open checkpoint log that files `inos` depend on this checkpoint
+    /// ([`DescKind::Depends`]): each has a change here that its later data-only logs build on.
+    /// Rolls to a continuation log when the summary is full.
+    pub(crate) fn log_add_depends(&self, m: &mut State, inos: &[u64]) -> Result<()> {
+        for &ino in inos {
+            if m.writer.log.as_ref().expect("log open").descriptors.len() >= DESCRIPTORS_MAX {
+                self.log_roll(m)?;
+            }
+            let log = m.writer.log.as_mut().expect("log open");
+            log.descriptors.push(Descriptor {
+                kind: DescKind::Depends,
+                level: 0,
+                blocks: 0,
+                ino,
+                offset: 0,
+                extra: 0,
+            });
+        }
+        Ok(())
+    }
+
     /// Seals the open log and queues it for the log writer ([`Engine::write_logs_until`]), which
     /// writes it (flushing as the barrier policy says) after `meta` is released; moves on.
     pub(crate) fn log_close(&self, m: &mut State, end_flags: u16) -> Result<()> {
@@ -211,6 +232,13 @@ impl Engine {
                     m.seg.set_soft_dead(s, seq + 1);
                 }
             }
+        }
+        if flags & (FLAG_DATA_ONLY | FLAG_PAD) == 0 {
+            // A checkpoint's log is written without waiting for earlier payloads: recovery
+            // counts the checkpoint only once they are all complete, and replays no later log of
+            // a file that depends on it (`DescKind::Depends`) over an older one. A sync that
+            // depends on it waits for those payloads (`wait_sealed` with `all`).
+            flags |= FLAG_AHEAD;
         }
         if flags & FLAG_CHECKPOINT != 0 && flags & FLAG_END != 0 {
             // The maps in memory are in this checkpoint, runs cut short included.
@@ -258,9 +286,17 @@ impl Engine {
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(m.writer.seq, (release, release_bytes));
         }
-        // The inodes an ahead log names: later logs of the same files wait for it.
+        // The inodes an ahead log names: later logs of the same files wait for it. Of a
+        // checkpoint's log, the files whose data it carries: their buffers go only once it is
+        // written, and their later logs depend on the checkpoint anyway.
+        let data_only = flags & FLAG_DATA_ONLY != 0;
         let inos = (flags & FLAG_AHEAD != 0).then(|| {
-            let mut inos: Vec<u64> = summary.descriptors.iter().map(|d| d.ino).collect();
+            let mut inos: Vec<u64> = summary
+                .descriptors
+                .iter()
+                .filter(|d| data_only || d.kind == DescKind::Data)
+                .map(|d| d.ino)
+                .collect();
             inos.sort_unstable();
             inos.dedup();
             inos

@@ -62,7 +62,8 @@ pub(crate) struct LogBuild {
     pub crcs: Vec<Option<u32>>,
 }
 
-/// What waits in [`Engine::log_queue`], in the order the log writer writes it.
+/// What waits in [`Engine::log_queue`], in the order the log writer writes it. No log waits for
+/// an earlier payload; a superblock does, written apart ([`Engine::write_handed_off_superblocks`]).
 #[derive(Debug)]
 pub(crate) enum Queued {
     Log(SealedLog),
@@ -79,18 +80,6 @@ impl Queued {
         match self {
             Queued::Log(l) => l.summary.sequence,
             Queued::Superblock(sb) => sb.next.sequence,
-        }
-    }
-
-    /// For what may name blocks of earlier logs (a log that is not data-only, a superblock):
-    /// the sequence below which every ahead payload must be complete before it is written.
-    pub fn barrier(&self) -> Option<u64> {
-        match self {
-            Queued::Log(l) if l.summary.flags & (format::FLAG_AHEAD | format::FLAG_PAD) == 0 => {
-                Some(l.summary.sequence)
-            }
-            Queued::Log(_) => None,
-            Queued::Superblock(sb) => Some(sb.next.sequence),
         }
     }
 }

@@ -11,15 +11,11 @@ use crate::tbfs::limits::*;
 use crate::tbfs::log::*;
 use crate::tbfs::state::*;
 
-/// Where [`Engine::write_queued`] stopped before the sequence it was asked to reach.
+/// Where [`Engine::write_queued`] stopped before the sequence it was asked to reach: at a
+/// superblock, taken from the queue ([`Engine::take_superblock`]) and put with the handed-off
+/// ones, to be written without the log writer once every payload before it is complete.
 #[derive(Debug)]
-pub(crate) enum Stop {
-    /// Before a log or superblock that needs every ahead payload below this sequence complete.
-    Barrier(u64),
-    /// At a superblock, taken from the queue ([`Engine::take_superblock`]) and put with the
-    /// handed-off ones, to be written without the log writer.
-    Superblock,
-}
+pub(crate) struct AtSuperblock;
 
 /// What a thread writing queued logs does with a superblock it reaches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,14 +60,17 @@ impl Engine {
     }
 
     /// Returns once the logs up to `seq` that hold buffers of inode `ino` are written (the
-    /// summaries up to `seq`, and the payloads naming `ino`), and durable too if `flush` (the
-    /// barrier policy flushes after that log).
-    pub(crate) fn wait_sealed(&self, seq: u64, flush: bool, ino: u64) -> Result<()> {
+    /// summaries up to `seq`, and the payloads naming `ino`; with `all`, every payload up to
+    /// `seq`, as a checkpoint needs them to count), and durable too if `flush` (the barrier
+    /// policy flushes after that log). Payloads of other files sealed before are not waited
+    /// for without `all`: recovery replays this file's logs whether or not they are complete.
+    pub(crate) fn wait_sealed(&self, seq: u64, flush: bool, ino: u64, all: bool) -> Result<()> {
         if self.durable_seq.load(AtomicOrdering::Acquire) > seq {
             return self.check_not_poisoned();
         }
         self.write_queued_until(seq + 1, Superblocks::HandOff)?;
-        self.wait_ahead(seq + 1, Some(&[ino]))?;
+        let inos = [ino];
+        self.wait_ahead(seq + 1, (!all).then_some(&inos[..]))?;
         if flush && self.durable_seq.load(AtomicOrdering::Acquire) <= seq {
             self.flush_ahead()?;
         }
@@ -405,14 +404,7 @@ impl Engine {
             };
             match stop {
                 None => return Ok(()),
-                // The next log or superblock needs the payloads before it complete: wait for
-                // them (writing those nobody took on) with the log writer released, so that a
-                // thread whose own logs another thread has written meanwhile finds that out
-                // without waiting for payloads that are not its own.
-                Some(Stop::Barrier(barrier)) => {
-                    self.wait_ahead(barrier, None)?;
-                }
-                Some(Stop::Superblock) => match superblocks {
+                Some(AtSuperblock) => match superblocks {
                     Superblocks::Write => {
                         #[cfg(test)]
                         self.stop_at_superblock_gate();
@@ -424,24 +416,17 @@ impl Engine {
         }
     }
 
-    /// Writes the queued logs below sequence `seq` with the log writer held (`w`). Stops
-    /// before a log or superblock that needs payloads still in flight, returning the sequence
-    /// they must all be complete below; and at a superblock, which it takes from the queue for
-    /// the caller to write once the log writer is released.
-    pub(crate) fn write_queued(&self, w: &mut LogWriter, seq: u64) -> Result<Option<Stop>> {
+    /// Writes the queued logs below sequence `seq` with the log writer held (`w`), whatever
+    /// payloads are still in flight: no log waits for another's payload (a checkpoint counts
+    /// only once they are complete, see `FLAG_AHEAD`). Stops at a superblock, which it takes
+    /// from the queue for the caller to write once the log writer is released.
+    pub(crate) fn write_queued(&self, w: &mut LogWriter, seq: u64) -> Result<Option<AtSuperblock>> {
         loop {
             // Up to `seq` only: later logs are their sealers' to wait for.
             let next = {
                 let mut q = self.log_queue.lock().unwrap_or_else(|p| p.into_inner());
                 match q.front() {
-                    Some(e) if e.order() < seq => {
-                        if let Some(barrier) = e.barrier() {
-                            if self.payloads_in_flight_below(barrier) {
-                                return Ok(Some(Stop::Barrier(barrier)));
-                            }
-                        }
-                        q.pop_front()
-                    }
+                    Some(e) if e.order() < seq => q.pop_front(),
                     _ => None,
                 }
             };
@@ -458,7 +443,7 @@ impl Engine {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push((sb, flush_first));
-                    return Ok(Some(Stop::Superblock));
+                    return Ok(Some(AtSuperblock));
                 }
             };
             if let Err(e) = written {
@@ -482,19 +467,24 @@ impl Engine {
             .is_some()
     }
 
-    /// Takes a superblock the log writer reached (`w` held): every log before it is written,
-    /// payloads too (`write_queued` waited for them). Fills in the last log's CRC and says
-    /// whether a flush must make those logs durable first (counted as running, so a flush
-    /// under the log writer meanwhile does not take it for done).
+    /// Takes a superblock the log writer reached (`w` held): every summary before it is
+    /// written; payloads may still be in flight, and its writer waits for them
+    /// ([`Engine::write_handed_off_superblocks`]). Fills in the last log's CRC and says whether
+    /// a flush must make those logs durable first (counted as running, so a flush under the
+    /// log writer meanwhile does not take it for done): always, if payloads are in flight.
     pub(crate) fn take_superblock(
         &self,
         w: &mut LogWriter,
         mut sb: Superblock,
     ) -> Result<(Superblock, bool)> {
         self.check_not_poisoned()?;
-        debug_assert!(!self.payloads_in_flight_below(sb.next.sequence));
         sb.next.prev_crc = w.prev_crc;
-        Ok((sb, self.start_flush(w)))
+        let in_flight = self.payloads_in_flight_below(sb.next.sequence);
+        let started = self.start_flush(w);
+        if in_flight && !started {
+            self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
+        }
+        Ok((sb, started || in_flight))
     }
 
     /// Tests: stops a thread that took a superblock from the queue, after it let the log writer
@@ -526,7 +516,18 @@ impl Engine {
         for (sb, flush_first) in taken {
             // Each one counted a flush as running: each ends it, even after an error.
             let written = if result.is_ok() {
-                self.write_superblock_locked(&mut newest, sb, flush_first)
+                // A superblock names a checkpoint, which counts only once every payload before
+                // it is complete: the payloads still in flight are waited for here, by the
+                // thread writing superblocks, not by the writers of later logs.
+                match self.wait_ahead(sb.next.sequence, None) {
+                    Ok(_) => self.write_superblock_locked(&mut newest, sb, flush_first),
+                    Err(e) => {
+                        if flush_first {
+                            self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
+                        }
+                        Err(e)
+                    }
+                }
             } else if flush_first {
                 self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
                 Ok(())
@@ -637,11 +638,6 @@ impl Engine {
             self.advance_written();
             return Ok(());
         }
-        // A log that is not data-only may name blocks of earlier payloads: `write_queued`
-        // waited for them.
-        debug_assert!(
-            summary.flags & (FLAG_AHEAD | FLAG_PAD) != 0 || !self.payloads_in_flight_below(seq)
-        );
         let complete = self.written_seq.load(AtomicOrdering::Acquire);
         let crc = crate::tbfs::log::payload_crc(&payload, &crcs);
         w.buf.clear();

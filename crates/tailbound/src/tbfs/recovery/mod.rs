@@ -223,7 +223,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Engine>>
     let mut report = RecoveryReport::default();
     let (sb, config) = newest_superblock(&dev, options, &mut report)?;
     let chain = scan_chain(&dev, &sb, options, &mut report)?;
-    let base = newest_checkpoint(&sb, &chain.logs);
+    let base = newest_checkpoint(&sb, &chain.logs, chain.first_incomplete);
     // 4. Load that checkpoint: its root, the inode file, every map and directory.
     let geo = Geometry {
         segment_blocks: sb.segment_blocks,
@@ -232,7 +232,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Engine>>
     let tree = load_tree(&dev, &geo, base.root)?;
     report.checkpoint = tree.root.number;
     let applied = &chain.logs[base.index..];
-    let rolled = roll_forward(applied, &tree.cells, &mut report);
+    let rolled = roll_forward(applied, chain.first_incomplete, &tree.cells, &mut report);
     let retained = load_retention(&dev, &geo, &sb, &config, &tree.root, base.root, &mut report)?;
     let meta = memory_state(&sb, options, tree, &chain, &base, retained, rolled)?;
     let cur_seg = meta.writer.cur_seg;
@@ -316,6 +316,8 @@ fn newest_superblock(
 /// sequence, previous-summary CRC and the segment after the current one.
 struct Chain {
     logs: Vec<ScannedLog>,
+    /// The first log whose payload is incomplete: no checkpoint at or after it counts.
+    first_incomplete: Option<usize>,
     pos: u64,
     seq: u64,
     prev: u32,
@@ -342,6 +344,9 @@ fn scan_chain(
     let mut window = Window::default();
     // Files of ahead logs skipped so far: their later logs are skipped too.
     let mut torn: BTreeSet<u64> = BTreeSet::new();
+    // The first log of the chain whose payload is incomplete: no checkpoint at or after it
+    // counts, since it may name blocks of that payload.
+    let mut first_incomplete: Option<usize> = None;
     let stop_reason;
     loop {
         if scanned_blocks > total_blocks {
@@ -370,9 +375,14 @@ fn scan_chain(
         }
         let payload = window.get(dev, pos + 1, summary.payload_blocks as u64, seg_end)?;
         let ahead = summary.flags & FLAG_AHEAD != 0 && summary.flags & FLAG_DATA_ONLY != 0;
+        // A checkpoint's log written without waiting for earlier payloads (version 4): the
+        // chain goes on past it whatever they are; the checkpoint counts only if they and its
+        // own payload are complete (step 3).
+        let checkpoint_ahead =
+            summary.flags & FLAG_AHEAD != 0 && summary.flags & FLAG_DATA_ONLY == 0;
         let payload_ok = format::crc_blocks(payload) == summary.payload_crc;
         let pad = summary.flags & FLAG_PAD != 0 && summary.payload_blocks == 0;
-        if !ahead && !pad && !torn.is_empty() {
+        if !ahead && !checkpoint_ahead && !pad && !torn.is_empty() {
             // Written only once every earlier payload was: this log cannot have been
             // acknowledged, and it may name blocks of the payload that is missing.
             stop_reason = format!(
@@ -381,9 +391,16 @@ fn scan_chain(
             );
             break;
         }
-        let skipped =
-            ahead && (!payload_ok || summary.descriptors.iter().any(|d| torn.contains(&d.ino)));
-        if skipped {
+        let skipped = (checkpoint_ahead && !payload_ok)
+            || (ahead
+                && (!payload_ok || summary.descriptors.iter().any(|d| torn.contains(&d.ino))));
+        if skipped && checkpoint_ahead {
+            // Its checkpoint does not count (step 3); later logs of the files depending on it
+            // are left out of roll-forward (step 5).
+            first_incomplete.get_or_insert(logs.len());
+            report.logs_skipped += 1;
+        } else if skipped {
+            first_incomplete.get_or_insert(logs.len());
             torn.extend(summary.descriptors.iter().map(|d| d.ino));
             report.logs_skipped += 1;
         } else if !payload_ok {
@@ -426,6 +443,7 @@ fn scan_chain(
     report.stop_reason = stop_reason;
     Ok(Chain {
         logs,
+        first_incomplete,
         pos,
         seq,
         prev,
@@ -441,13 +459,21 @@ struct Base {
     index: usize,
 }
 
-/// Step 3: the newest complete checkpoint: the superblock's, or one found in the chain.
-fn newest_checkpoint(sb: &Superblock, logs: &[ScannedLog]) -> Base {
+/// Step 3: the newest complete checkpoint: the superblock's, or one found in the chain before
+/// any incomplete payload (`first_incomplete`, the index of the first log whose payload is).
+fn newest_checkpoint(
+    sb: &Superblock,
+    logs: &[ScannedLog],
+    first_incomplete: Option<usize>,
+) -> Base {
     let mut base_root = sb.checkpoint_root;
     let mut base_seq = sb.checkpoint_sequence;
     let mut base_index = 0usize;
     for (i, log) in logs.iter().enumerate() {
         let f = log.summary.flags;
+        if first_incomplete.is_some_and(|t| t <= i) {
+            break;
+        }
         if f & FLAG_CHECKPOINT != 0 && f & FLAG_END != 0 {
             base_root = log.start + log.summary.payload_blocks as u64;
             base_seq = log.summary.sequence;
@@ -472,6 +498,7 @@ struct RolledForward {
 /// Step 5: roll forward the data-only logs after the base checkpoint (`applied`) over its tree.
 fn roll_forward(
     applied: &[ScannedLog],
+    first_incomplete: Option<usize>,
     cells: &HashMap<u64, Arc<InodeCell>>,
     report: &mut RecoveryReport,
 ) -> RolledForward {
@@ -492,8 +519,20 @@ fn roll_forward(
         .iter()
         .filter(|l| l.summary.flags & FLAG_DATA_ONLY != 0 && !l.skipped)
         .collect();
-    let unfinished = unfinished_run_data(&replayed.iter().map(|l| &l.summary).collect::<Vec<_>>());
+    let mut unfinished =
+        unfinished_run_data(&replayed.iter().map(|l| &l.summary).collect::<Vec<_>>());
     report.run_parts_dropped = unfinished.len() as u64;
+    // Checkpoint logs after the loaded one belong to checkpoints that do not count (or to one
+    // the chain ends in, before its last log).
+    let dependent = dependent_data(applied);
+    if first_incomplete.is_some() {
+        report.logs_skipped += applied
+            .iter()
+            .filter(|l| !l.skipped && l.summary.flags & (FLAG_DATA_ONLY | FLAG_PAD) == 0)
+            .count() as u64;
+    }
+    report.run_parts_dropped += dependent.difference(&unfinished).count() as u64;
+    unfinished.extend(dependent);
     for (k, log) in replayed.into_iter().enumerate() {
         let mut addr = log.start + 1;
         for d in &log.summary.descriptors {

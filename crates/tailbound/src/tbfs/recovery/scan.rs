@@ -106,6 +106,50 @@ pub(in crate::tbfs) fn unfinished_run_data(logs: &[&Summary]) -> BTreeSet<(usize
     dropped
 }
 
+/// Which file data of the data-only logs after the loaded checkpoint roll-forward must leave
+/// out because the file depends on a checkpoint after it that does not count (format version 4):
+/// the `(position among the replayed logs, inode)` pairs, positions counted as
+/// [`unfinished_run_data`] counts them (data-only logs not skipped, in chain order).
+///
+/// `logs` are the scanned logs after the loaded checkpoint. Any checkpoint log among them belongs
+/// to a checkpoint that does not count (a payload before it, or its own, is incomplete), and its
+/// [`DescKind::Depends`] records name the files whose later data-only logs build on it: a
+/// creation, a name, an attribute or size change, or buffered data the checkpoint wrote. Replayed
+/// over an older checkpoint, such a log could be applied to another file under the same number
+/// or lack the data it builds on; a sync of such a file waits for the checkpoint to count, so
+/// none of it was acknowledged. Other files' logs are replayed: they build only on their own
+/// earlier logs, which are replayed too.
+pub(crate) fn dependent_data(logs: &[ScannedLog]) -> BTreeSet<(usize, u64)> {
+    let mut dropped = BTreeSet::new();
+    let mut depends: BTreeSet<u64> = BTreeSet::new();
+    let mut k = 0;
+    for log in logs {
+        let s = &log.summary;
+        if s.flags & FLAG_DATA_ONLY == 0 {
+            depends.extend(
+                s.descriptors
+                    .iter()
+                    .filter(|d| d.kind == DescKind::Depends)
+                    .map(|d| d.ino),
+            );
+            continue;
+        }
+        if log.skipped {
+            continue;
+        }
+        if !depends.is_empty() {
+            dropped.extend(
+                s.descriptors
+                    .iter()
+                    .filter(|d| depends.contains(&d.ino))
+                    .map(|d| (k, d.ino)),
+            );
+        }
+        k += 1;
+    }
+    dropped
+}
+
 /// One log found by the scan.
 pub(crate) struct ScannedLog {
     pub(crate) start: u64,

@@ -747,7 +747,7 @@ impl Engine {
                 }
                 true
             }
-            DescKind::Attr => false,
+            DescKind::Attr | DescKind::Depends => false,
         }
     }
 
