@@ -3,7 +3,6 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
@@ -122,15 +121,15 @@ impl Engine {
     /// Writes every buffered block, every changed directory, block map and inode, and a new
     /// checkpoint root, as one or more logs ending in a checkpoint log.
     pub(crate) fn commit_checkpoint(&self, m: &mut State) -> Result<()> {
-        m.checkpoint_depth += 1;
+        m.ckpt.enter();
         let result = self.in_section(m, Section::Checkpoint, |m| {
             self.commit_checkpoint_at_depth(m)
         });
-        m.checkpoint_depth -= 1;
+        m.ckpt.leave();
         result
     }
 
-    /// [`Engine::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
+    /// [`Engine::commit_checkpoint`]; `Checkpoints::depth` says whether it runs inside another
     /// (through the space check's cleaning).
     fn commit_checkpoint_at_depth(&self, m: &mut State) -> Result<()> {
         let taken: DenseSet =
@@ -327,7 +326,7 @@ impl Engine {
             // only if the log is not written by then.
             let page = match m.ifile.take_cached(p) {
                 Some(mut shared) => {
-                    if cfg!(debug_assertions) && m.checkpoint_depth == 1 {
+                    if cfg!(debug_assertions) && m.ckpt.depth() == 1 {
                         self.check_cached_page(m, &shared, p, records);
                     }
                     let page = Arc::make_mut(&mut shared);
@@ -378,7 +377,7 @@ impl Engine {
         seq: u64,
         written: Vec<Release>,
     ) -> Result<RootLogged> {
-        let number = m.checkpoint + 1;
+        let number = m.ckpt.next_number();
         // Retention: release what the protection period no longer covers, then drop the old
         // root from the live tree (pinned if its checkpoint stays retained) before the pinned
         // table is written.
@@ -386,7 +385,7 @@ impl Engine {
         if m.life.pressure {
             self.count(|c| c.protection_released += released);
         }
-        let prev_root = m.checkpoint_root;
+        let prev_root = m.ckpt.root();
         if prev_root != 0 {
             m.seg_dec(prev_root, seq, self.segment_blocks);
         }
@@ -448,21 +447,15 @@ impl Engine {
             State::seg_of(m.writer.pos, self.segment_blocks),
             m.writer.pos,
         )];
-        m.checkpoint = number;
-        m.dropped_since_ckpt = 0;
-        m.checkpoint_root = addr;
-        m.checkpoint_seq = root_seq;
         for cell in changed {
             cell.lock().ckpt_seq = root_seq;
         }
         m.ns_changed.clear();
-        m.checkpoint_next_seq = m.writer.seq;
-        m.checkpoint_at = Some(Instant::now());
+        m.ckpt.written(number, addr, root_seq, m.writer.seq);
         m.ifile.freed_slots_written();
         m.dirs_dirty.clear();
         m.pending.clear();
         m.ns_dirty = false;
-        m.superseded_since_ckpt = false;
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.

@@ -596,7 +596,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
         let due_checkpoint = inner
             .config
             .checkpoint_every
-            .is_some_and(|every| m.checkpoint_at.is_none_or(|t| t.elapsed() >= every));
+            .is_some_and(|every| m.ckpt.due(every));
         let dirty = !m.pending.is_empty()
             || m.ns_dirty
             || !inner

@@ -49,36 +49,21 @@ pub(crate) struct State {
     pub ns_dirty: bool,
     pub writer: Writer,
     pub seg: SegmentTable,
-    pub checkpoint: u64,
-    pub checkpoint_root: u64,
-    pub checkpoint_seq: u64,
-    /// The writer's sequence right after the last checkpoint (and any pad log after it): while it
-    /// is unchanged, that checkpoint is the newest state on storage.
-    pub checkpoint_next_seq: u64,
+    /// The newest checkpoint, what happened since, and the checkpoints running.
+    pub ckpt: crate::tbfs::checkpoints::Checkpoints,
     /// The superblock's generation, when a refresh is due, whether one is running.
     pub refresh: crate::tbfs::refresh::Refresh,
-    pub checkpoint_at: Option<Instant>,
-    /// Checkpoints in progress: 2 while one runs inside another's space check.
-    pub checkpoint_depth: u32,
     /// Retention, snapshots, pinned blocks and the checkpoint's tables.
     pub life: super::retention::Retention,
     /// The cleaner is running (no nested cleaning from `ensure_space`).
     pub in_clean: bool,
     /// The space check running is a checkpoint's, before it writes anything (which may use the
-    /// reserve its dropped blocks give back, `dropped_since_ckpt`). Cleared for what that check
+    /// reserve its dropped blocks give back, `Checkpoints::dropped`). Cleared for what that check
     /// runs: cleaning passes and nested checkpoints set their own.
     pub checking_checkpoint: bool,
     /// Blocks a light cleaning pass's victims give back beyond its copies, while its space
     /// check runs: the copies may use that much of the reserve.
     pub clean_gain: u64,
-    /// A block the newest checkpoint references was superseded without a pin since it was
-    /// written (`seg_supersede`): that checkpoint may no longer be read on its own.
-    pub superseded_since_ckpt: bool,
-    /// Blocks the live tree dropped since the newest checkpoint (deleted, truncated or
-    /// superseded), and pins released (a snapshot dropped): a checkpoint may use as much of the
-    /// space reserve as these give back
-    /// ([`Engine::ensure_space`]), so a full pool still takes the deletes that make room.
-    pub dropped_since_ckpt: u64,
     /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a
     /// pass changes maps and marks blocks it must write.
     pub clean_passes: u64,

@@ -2015,7 +2015,7 @@ fn an_inode_page_a_queued_checkpoint_shares_is_copied_before_the_next_checkpoint
     a.pwrite(&pattern(2, 300), 0).unwrap();
     let mut m = inner.lock_meta();
     inner.commit_checkpoint(&mut m).unwrap();
-    let first = m.checkpoint;
+    let first = m.ckpt.newest();
     let first_end = m.writer.seq;
     m.unlock_without_writing();
     // The next checkpoint changes `/b`'s slot while the first one's log still holds the page.
@@ -2026,7 +2026,7 @@ fn an_inode_page_a_queued_checkpoint_shares_is_copied_before_the_next_checkpoint
         "the first checkpoint is still queued"
     );
     inner.commit_checkpoint(&mut m).unwrap();
-    let second = m.checkpoint;
+    let second = m.ckpt.newest();
     m.unlock_without_writing();
     fs.sync().unwrap();
     let view = fs.at(first).unwrap();

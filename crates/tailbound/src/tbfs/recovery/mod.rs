@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::tbfs::checkpoints::Checkpoints;
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::ifile::InodeFile;
@@ -707,9 +708,7 @@ fn memory_state(
             ..Writer::default()
         },
         seg,
-        checkpoint: root.number,
-        checkpoint_root: base.root,
-        checkpoint_seq: base.seq,
+        ckpt: Checkpoints::loaded(root.number, base.root, base.seq),
         refresh: Refresh::new(sb.generation, sb.created_ns),
         life,
         ..State::default()
@@ -839,7 +838,11 @@ fn restore_pins(
             );
         }
     }
-    meta.checkpoint = checkpoint;
+    debug_assert_eq!(
+        meta.ckpt.newest(),
+        checkpoint,
+        "pins restored at another checkpoint"
+    );
     for b in rolled.replaced {
         if !meta.life.pins.contains(b) {
             meta.pin_if_retained(b, sb.segment_blocks);
@@ -852,14 +855,14 @@ fn restore_pins(
         }
         let born = meta.born_of(b, sb.segment_blocks);
         // (A read-only open writes nothing: the pin keeps the base checkpoint readable.)
-        if !options.read_only && meta.life.only_newest_unkept(born, meta.checkpoint, now) {
+        if !options.read_only && meta.life.only_newest_unkept(born, meta.ckpt.newest(), now) {
             // Recovery replays the log over the base checkpoint's pointer, so the old copy's
             // segment is reusable once that log is durable (a flush before recovery writes).
             // Pinning it would make every segment light cleaning reused since the superblock
             // unusable here, and can leave recovery no room for its checkpoint.
             let s = seg_of(b) as usize;
             meta.seg.raise_soft_dead(s, seq + 1);
-            meta.superseded_since_ckpt = true;
+            meta.ckpt.note_superseded();
         } else {
             meta.pin_if_retained(b, sb.segment_blocks);
         }

@@ -163,7 +163,7 @@ impl Engine {
         // Checkpoints whose protection ran out since the last checkpoint go first; a checkpoint
         // makes that durable (and releases the newest before it, if that too is unprotected).
         let seq = m.writer.seq;
-        let newest = m.checkpoint;
+        let newest = m.ckpt.newest();
         let newest_pins = m.life.pins.any_anchored_at(newest)
             && m.life.list.get(&newest).is_some_and(|k| {
                 !k.snapshot
@@ -398,7 +398,7 @@ impl Engine {
                         || (m.seg.last_seq(s) <= sb_seq
                             && m.seg.dead_at(s) <= sb_seq
                             && m.life
-                                .only_newest_unkept(m.life.seg_born[s], m.checkpoint, now)))
+                                .only_newest_unkept(m.life.seg_born[s], m.ckpt.newest(), now)))
             })
             .collect();
         let age_of = |s: usize| (now - m.life.seg_written[s]).max(1) as f64;
@@ -711,7 +711,7 @@ impl Engine {
                 dirty_node(m.ifile.map_mut(), level, index);
                 true
             }
-            DescKind::Root => a == m.checkpoint_root,
+            DescKind::Root => a == m.ckpt.root(),
             DescKind::TablePage => {
                 let t = ino as usize;
                 if !(1..=format::TABLES).contains(&t) || m.life.tables[t - 1].get(index) != a {

@@ -163,7 +163,7 @@ impl Engine {
         // (deleted, truncated, superseded) give back: it is what makes them reusable, and
         // without it a pool filled to the reserve could not take the deletes that make room.
         let keep = if for_checkpoint {
-            reserve.saturating_sub(m.dropped_since_ckpt)
+            reserve.saturating_sub(m.ckpt.dropped())
         } else if m.in_clean {
             // A light pass's copies may use as much of the reserve as their victims give back
             // once the copies are durable (`clean_gain`).
@@ -256,7 +256,7 @@ impl Engine {
     pub(super) fn light_cleaning(&self, m: &State) -> bool {
         self.config.ordering == crate::tbfs::Ordering::Relaxed
             && m.life
-                .only_newest_unkept(m.checkpoint, m.checkpoint, now_ns())
+                .only_newest_unkept(m.ckpt.newest(), m.ckpt.newest(), now_ns())
     }
 
     /// Blocks kept for the checkpoints that make dead segments reusable (and for recovery's).
@@ -327,7 +327,7 @@ impl State {
         let mut known: Option<(u64, bool)> = None;
         // Blocks born alike have the same anchor: one look-up per run of them.
         let mut anchored: Option<(u64, Option<u64>)> = None;
-        let died = self.checkpoint;
+        let died = self.ckpt.newest();
         let mut pins = Vec::new();
         for block in blocks {
             self.seg_dec_unpinned(block, seq, segment_blocks);
@@ -335,8 +335,7 @@ impl State {
             let unkept = match known {
                 Some((b, unkept)) if b == born => unkept,
                 _ => {
-                    let unkept = born <= self.checkpoint
-                        && self.life.only_newest_unkept(born, self.checkpoint, now);
+                    let unkept = born <= died && self.life.only_newest_unkept(born, died, now);
                     known = Some((born, unkept));
                     unkept
                 }
@@ -349,7 +348,7 @@ impl State {
                 // block of every file deleted or overwritten, dropped again at the next
                 // checkpoint); the newest checkpoint just cannot be opened as a view or made a
                 // snapshot any more.
-                self.superseded_since_ckpt = true;
+                self.ckpt.note_superseded();
             } else {
                 let anchor = match anchored {
                     Some((b, anchor)) if b == born => anchor,
@@ -382,7 +381,7 @@ impl State {
     pub fn seg_dec_unpinned(&mut self, block: u64, seq: u64, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
         self.seg.drop_live(s);
-        self.dropped_since_ckpt += 1;
+        self.ckpt.note_dropped(1);
         // Every such drop counts, not only the last: the durable checkpoint may reference any
         // block that died after it, whatever killed the segment's last block.
         self.seg.note_dead(s, seq);
@@ -399,7 +398,7 @@ impl State {
         let born = self.born_of(block, segment_blocks);
         if !self
             .life
-            .only_newest_unkept(born, self.checkpoint, now_ns())
+            .only_newest_unkept(born, self.ckpt.newest(), now_ns())
         {
             self.seg_dec(block, seq, segment_blocks);
             return;
@@ -411,8 +410,8 @@ impl State {
         if self.run_soft_dead.last() != Some(&s) {
             self.run_soft_dead.push(s);
         }
-        if born <= self.checkpoint {
-            self.superseded_since_ckpt = true;
+        if born <= self.ckpt.newest() {
+            self.ckpt.note_superseded();
         }
     }
 }
