@@ -623,8 +623,7 @@ impl Engine {
             for b in &dropped {
                 st.dirty.remove(b);
             }
-            self.dirty_bytes
-                .fetch_sub(dropped.len() as u64 * BLOCK_U64, AtomicOrdering::AcqRel);
+            self.release_dirty_bytes(dropped.len() as u64 * BLOCK_U64);
             // The kept tail block must read as zeros past the new size if the file grows again.
             let within = (len % BLOCK_U64) as usize;
             if within != 0 {

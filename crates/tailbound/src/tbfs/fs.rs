@@ -272,8 +272,7 @@ impl Fs {
         self.inner.names.dirs_changed();
         m.dirs.get_mut(&parent).expect("parent").remove(name);
         if let Some(p) = m.inodes.get(&parent) {
-            let mut st = p.lock();
-            st.nlink = st.nlink.saturating_sub(1);
+            self.inner.drop_nlink(&mut p.lock().nlink, parent)?;
         }
         self.inner.touch_dir(&mut m, parent);
         self.inner.drop_link(&mut m, ino)

@@ -62,4 +62,6 @@ pub use types::{
 #[cfg(test)]
 mod by_ino_tests;
 #[cfg(test)]
+mod checked_tests;
+#[cfg(test)]
 mod tests;
