@@ -332,7 +332,6 @@ fn scan_chain(
     report: &mut RecoveryReport,
 ) -> Result<Chain> {
     let seg_start = |s: u64| format::FIRST_SEGMENT_BLOCK + s * sb.segment_blocks;
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     let mut logs: Vec<ScannedLog> = Vec::new();
     let mut pos = sb.next.block;
     let mut seq = sb.next.sequence;
@@ -349,7 +348,7 @@ fn scan_chain(
             stop_reason = "log chain longer than the pool".to_string();
             break;
         }
-        let seg_end = seg_start(seg_of(pos)) + sb.segment_blocks;
+        let seg_end = seg_start(segment_of(pos, sb.segment_blocks) as u64) + sb.segment_blocks;
         let b = window.get(dev, pos, 1, seg_end)?;
         let (summary, crc) = match Summary::decode(b) {
             Ok(x) => x,
@@ -660,25 +659,26 @@ fn memory_state(
         tables,
         pinned: pinned_entries,
     } = retained;
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     let (mut seg, mut pending) = segment_usage(sb, &root, &cells, &ifile, base.root, &tables)?;
     let logs = chain.logs.as_slice();
     let applied = &logs[base.index..];
     let (pos, seq, segment_next) = (chain.pos, chain.seq, chain.segment_next);
     for log in logs {
-        let s = seg_of(log.start) as usize;
+        let s = segment_of(log.start, sb.segment_blocks);
         seg.note_written(s, log.summary.sequence);
         life.seg_written[s] = life.seg_written[s].max(log.summary.time_ns);
     }
     // Logs after the base checkpoint hold blocks no retained checkpoint references.
     for log in applied {
-        let s = seg_of(log.start) as usize;
+        let s = segment_of(log.start, sb.segment_blocks);
         if !life.since_ckpt.iter().any(|&(seg, _)| seg == s) {
             life.since_ckpt.push((s, log.start));
         }
     }
-    let cur_seg = seg_of(pos);
-    let next_seg = if logs.last().is_some_and(|l| seg_of(l.start) == cur_seg)
+    let cur_seg = segment_of(pos, sb.segment_blocks) as u64;
+    let next_seg = if logs
+        .last()
+        .is_some_and(|l| segment_of(l.start, sb.segment_blocks) as u64 == cur_seg)
         || (logs.is_empty() && pos == sb.next.block)
     {
         segment_next
@@ -729,14 +729,13 @@ fn segment_usage(
     base_root: u64,
     tables: &[BlockMap; format::TABLES],
 ) -> Result<(SegmentTable, DenseSet)> {
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     let segment_count = sb.segment_count as usize;
     let mut seg = SegmentTable::new(segment_count, sb.segment_blocks);
     let mut pending = DenseSet::default();
     let mut overfull = None;
     {
         let mut live = |a: u64| {
-            let s = seg_of(a) as usize;
+            let s = segment_of(a, sb.segment_blocks);
             if !seg.add_live_loaded(s) {
                 overfull.get_or_insert(s);
             }
@@ -815,7 +814,6 @@ fn restore_pins(
     pinned_entries: Vec<(u64, format::PinnedEntry)>,
     rolled: RolledForward,
 ) -> Result<()> {
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     for (page, e) in pinned_entries {
         // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
         // range holds entries the page for their range now holds.
@@ -860,7 +858,7 @@ fn restore_pins(
             // segment is reusable once that log is durable (a flush before recovery writes).
             // Pinning it would make every segment light cleaning reused since the superblock
             // unusable here, and can leave recovery no room for its checkpoint.
-            let s = seg_of(b) as usize;
+            let s = segment_of(b, sb.segment_blocks);
             meta.seg.raise_soft_dead(s, seq + 1);
             meta.ckpt.note_superseded();
         } else {
@@ -880,7 +878,6 @@ fn settle(
     options: &OpenOptions,
     report: &mut RecoveryReport,
 ) -> Result<()> {
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     let mut m = inner.lock_meta();
     let orphans: Vec<Arc<InodeCell>> = m
         .inodes
@@ -906,7 +903,9 @@ fn settle(
                 .find(|&s| {
                     s != cur_seg
                         && m.seg.live(s as usize) == 0
-                        && !logs.iter().any(|l| seg_of(l.start) == s)
+                        && !logs
+                            .iter()
+                            .any(|l| segment_of(l.start, sb.segment_blocks) as u64 == s)
                 });
             match pick {
                 Some(s) => m.writer.next_seg = s,
