@@ -140,10 +140,10 @@ impl Engine {
         // directories are encoded here, for the sealing below).
         let mut dir_blocks = encode_changed_dirs(m, &work);
         let estimate = self.checkpoint_estimate(m, &work, &dir_blocks);
-        let passes = m.clean_passes;
-        m.checking_checkpoint = true;
+        let passes = m.cleaning.passes();
+        m.cleaning.checkpoint_checks_space();
         let space = self.ensure_space(m, estimate);
-        if space.is_err() || m.clean_passes != passes {
+        if space.is_err() || m.cleaning.passes() != passes {
             // Nothing was written: the files taken from the dirty set stay in it, or a later
             // sync would not see their buffered data.
             self.dirty
@@ -155,9 +155,9 @@ impl Engine {
             // The space check cleaned: the passes changed maps and marked blocks this
             // checkpoint must write, so it starts over with them (without cleaning again if
             // it comes to that twice: a space check cleans only outside cleaning).
-            m.in_clean = true;
+            m.cleaning.start();
             let again = self.commit_checkpoint(m);
-            m.in_clean = false;
+            m.cleaning.end();
             return again;
         }
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.

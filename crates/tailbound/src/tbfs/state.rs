@@ -55,18 +55,9 @@ pub(crate) struct State {
     pub refresh: crate::tbfs::refresh::Refresh,
     /// Retention, snapshots, pinned blocks and the checkpoint's tables.
     pub life: super::retention::Retention,
-    /// The cleaner is running (no nested cleaning from `ensure_space`).
-    pub in_clean: bool,
-    /// The space check running is a checkpoint's, before it writes anything (which may use the
-    /// reserve its dropped blocks give back, `Checkpoints::dropped`). Cleared for what that check
-    /// runs: cleaning passes and nested checkpoints set their own.
-    pub checking_checkpoint: bool,
-    /// Blocks a light cleaning pass's victims give back beyond its copies, while its space
-    /// check runs: the copies may use that much of the reserve.
-    pub clean_gain: u64,
-    /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a
-    /// pass changes maps and marks blocks it must write.
-    pub clean_passes: u64,
+    /// Whether cleaning runs, its passes so far, and what the space check running may take
+    /// from the reserve on a pass's or a checkpoint's behalf.
+    pub cleaning: crate::tbfs::space::cleaning::Cleaning,
     /// The background cleaner's victims read without `meta`, and what its pass leaves to do
     /// after `meta` is released.
     pub bg_clean: crate::tbfs::space::background::BackgroundPass,

@@ -1629,13 +1629,13 @@ fn with_the_background_cleaner_a_small_write_leaves_cleaning_to_it_and_a_large_o
         free >= 1 + 1 + 4 + reserve + low_water / 2,
         "free {free} fell below half the low-water mark {low_water}"
     );
-    let passes = m.clean_passes;
+    let passes = m.cleaning.passes();
     inner.ensure_space(&mut m, 1).unwrap();
-    assert_eq!(m.clean_passes, passes, "a one-block write cleaned");
+    assert_eq!(m.cleaning.passes(), passes, "a one-block write cleaned");
     let large = low_water / 4 + 1;
     inner.ensure_space(&mut m, large).unwrap();
     assert!(
-        m.clean_passes > passes,
+        m.cleaning.passes() > passes,
         "a {large}-block write under the low-water mark did not clean"
     );
 }
@@ -2561,9 +2561,9 @@ fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
         crate::tbfs::fs::stop_background(&fs.inner);
         let expect_cold = hot_and_cold_history(&fs);
         fs.inner.write_logs_until(u64::MAX).unwrap();
-        let before = (fs.counters(), fs.inner.lock_meta().clean_passes);
+        let before = (fs.counters(), fs.inner.lock_meta().cleaning.passes());
         fs.inner.background_clean().unwrap();
-        let after = (fs.counters(), fs.inner.lock_meta().clean_passes);
+        let after = (fs.counters(), fs.inner.lock_meta().cleaning.passes());
         let cleaned = after.0.segments_cleaned - before.0.segments_cleaned;
         // Light or not: whether a victim holds live metadata depends on which ones
         // cost-benefit picks, by age, so on the history's timing.

@@ -131,12 +131,12 @@ impl Engine {
         per_pass: usize,
         passes: u64,
     ) -> Result<GcReport> {
-        m.in_clean = true;
+        m.cleaning.start();
         let before = self.free_blocks(m);
         let r = self.in_section(m, Section::Cleaning, |m| {
             self.clean_passes(m, want, pressure, per_pass, passes)
         });
-        m.in_clean = false;
+        m.cleaning.end();
         if m.life.pressure {
             m.life.pressure = false;
         }
@@ -253,7 +253,7 @@ impl Engine {
                 break;
             }
             let free_before = self.free_blocks(m);
-            m.clean_passes += 1;
+            m.cleaning.pass_started();
             // The copies are as old as the youngest data they come from.
             m.life.copy_age = victims.iter().map(|&v| m.life.seg_written[v]).max();
             let moved = self
@@ -473,9 +473,10 @@ impl Engine {
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
             let live: u64 = victims.iter().map(|&v| m.seg.live(v) as u64).sum();
-            m.clean_gain = (victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2);
+            m.cleaning
+                .set_gain((victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2));
             let room = self.ensure_space(m, live + live / 64 + 2);
-            m.clean_gain = 0;
+            m.cleaning.set_gain(0);
             room?;
         }
         let mut open = false;

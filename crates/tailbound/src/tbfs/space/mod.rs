@@ -5,6 +5,7 @@ pub(crate) mod background;
 pub(crate) mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
+pub(crate) mod cleaning;
 pub(crate) mod segments;
 
 use std::sync::atomic::Ordering as AtomicOrdering;
@@ -97,13 +98,13 @@ impl Engine {
     /// that helps. Fails with `NoSpace` before anything is written.
     pub(super) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
         // Taken, so the checks the cleaning below runs are their own.
-        let for_checkpoint = std::mem::take(&mut m.checking_checkpoint);
+        let for_checkpoint = m.cleaning.take_checkpoint_check();
         let need = self.space_needed(blocks);
         let (reserve, low_water) = self.space_margins(m);
         // A write keeps the room the next checkpoint needs, which pays for its maps (see
         // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
         // write is refused that would leave less than the reserve and the counted debt.
-        let pays_debt = !for_checkpoint && !m.in_clean && !m.refresh.running();
+        let pays_debt = !for_checkpoint && !m.cleaning.running() && !m.refresh.running();
         let quick_debt = if pays_debt {
             self.checkpoint_debt(m, false)
         } else {
@@ -139,7 +140,7 @@ impl Engine {
                 return Ok(());
             }
         }
-        if !m.refresh.running() && !m.in_clean {
+        if !m.refresh.running() && !m.cleaning.running() {
             let urgent = need + reserve + low_water / 2;
             if self.config.background_gc
                 && need <= low_water / 4
@@ -164,10 +165,10 @@ impl Engine {
         // without it a pool filled to the reserve could not take the deletes that make room.
         let keep = if for_checkpoint {
             reserve.saturating_sub(m.ckpt.dropped())
-        } else if m.in_clean {
+        } else if m.cleaning.running() {
             // A light pass's copies may use as much of the reserve as their victims give back
-            // once the copies are durable (`clean_gain`).
-            reserve.saturating_sub(m.clean_gain)
+            // once the copies are durable (`Cleaning::gain`).
+            reserve.saturating_sub(m.cleaning.gain())
         } else if pays_debt {
             reserve + self.checkpoint_debt(m, true)
         } else {
