@@ -1,7 +1,6 @@
 //! Counts that must not go below zero: a bug that would take one there poisons the pool with a
 //! reason naming it, where the count used to saturate or wrap.
 
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,10 +65,9 @@ fn releasing_more_buffered_bytes_than_counted_poisons_the_pool() {
     let fs = pool();
     let f = fs.open_file("/f", OpenFlags::create()).unwrap();
     f.pwrite(&vec![7u8; 3 * BLOCK_U64 as usize], 0).unwrap();
-    // A count one block short of the three buffered, as a release counted twice would leave it.
-    fs.inner
-        .dirty_bytes
-        .store(2 * BLOCK_U64, AtomicOrdering::Release);
+    // A count one block short of the three buffered, as a release counted twice leaves it.
+    fs.inner.release_dirty_bytes(BLOCK_U64);
+    assert!(fs.poisoned().is_none());
     let _ = f.set_len(0);
     let why = fs.poisoned().expect("the pool is poisoned");
     assert!(
@@ -77,7 +75,7 @@ fn releasing_more_buffered_bytes_than_counted_poisons_the_pool() {
         "poisoned for {why:?}"
     );
     assert_eq!(
-        fs.inner.dirty_bytes.load(AtomicOrdering::Acquire),
+        fs.inner.budget.buffered(),
         2 * BLOCK_U64,
         "the count is left as it was, not wrapped"
     );

@@ -1,7 +1,6 @@
 //! Checkpoints: laying out every changed inode, directory and map, the tables and the root.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 
 use crate::tbfs::dense::DenseSet;
@@ -67,7 +66,7 @@ impl Engine {
     /// buffered blocks and map nodes, and a slot each), from totals alone: every block buffered
     /// (`Engine::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
     /// being buffered meanwhile), and for every inode the whole tree of the widest map the
-    /// pool has had ([`Engine::widest`]). It visits no inode: counting inode by inode
+    /// pool has had (`BufferBudget::widest`). It visits no inode: counting inode by inode
     /// ([`Engine::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
     /// `meta`.
     pub(super) fn quick_inode_bound(
@@ -80,13 +79,10 @@ impl Engine {
             .map(|b| b.len() as u64)
             .max()
             .unwrap_or(0);
-        let widest = self.widest.load(AtomicOrdering::Relaxed);
+        let widest = self.budget.widest();
         // An inode's slot is in its page, counted apart.
         let per_inode = super::map::tree_nodes(widest.max(widest_dir));
-        let buffered = self
-            .dirty_bytes
-            .load(AtomicOrdering::Acquire)
-            .div_ceil(BLOCK_U64);
+        let buffered = self.budget.buffered().div_ceil(BLOCK_U64);
         buffered + QUICK_BOUND_SLACK_BLOCKS + work.len() as u64 * per_inode
     }
 
@@ -273,7 +269,7 @@ impl Engine {
                     m.seg_dec_at(old, seq, self.segment_blocks, now);
                 }
                 // A directory's map is as wide as its blocks until the next rewrite: the quick
-                // bound must know it, as it knows files' ([`Engine::widest`]).
+                // bound must know it, as it knows files' (`BufferBudget::widest`).
                 self.note_width(count);
                 st.size = count * BLOCK_U64;
             }

@@ -14,7 +14,6 @@
 //! root's link to the root before it.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -453,7 +452,7 @@ impl Engine {
         let by_snapshots = by_snapshots.min(total - live.min(total));
         let _ = now;
         let reclaimable = total.saturating_sub(live + by_snapshots + free);
-        let buffered = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64;
+        let buffered = self.budget.buffered() / BLOCK_U64;
         let available =
             (free + reclaimable).saturating_sub(stranded + self.kept_blocks() + buffered);
         SpaceReport {

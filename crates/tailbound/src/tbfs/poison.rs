@@ -92,14 +92,9 @@ impl Engine {
     }
 
     /// `bytes` of buffered data left memory (written, dropped or freed): they leave
-    /// `dirty_bytes`. More than it holds poisons the pool, and the count is left as it was.
+    /// the buffered bytes. More than are counted poisons the pool, and the count is left as it was.
     pub(crate) fn release_dirty_bytes(&self, bytes: u64) {
-        let taken = self
-            .dirty_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_sub(bytes)
-            });
-        if let Err(held) = taken {
+        if let Err(held) = self.budget.release(bytes) {
             self.poison_bug(format!(
                 "{bytes} buffered bytes released of the {held} counted"
             ));

@@ -137,35 +137,11 @@ pub(crate) struct Engine {
     pub releases: Mutex<BTreeMap<u64, (Vec<Release>, u64)>>,
     /// Every log with a sequence below this is durable (a device flush followed it).
     pub durable_seq: AtomicU64,
-    /// Buffered bytes in sealed logs not yet written: still in `dirty_bytes`, but no longer a
+    /// Buffered bytes in sealed logs not yet written: still in `budget`'s buffered bytes, but no longer a
     /// reason to commit.
     pub in_flight: AtomicU64,
-    /// In a memory pool, free space was within twice the low-water mark (and the reserve) of
-    /// running out at the last space check ([`Engine::urgent_mark`]): its writers then wait for
-    /// the log writer at one buffer in flight again ([`Engine::in_flight_max`]).
-    pub space_tight: AtomicBool,
-    /// Bytes writers may buffer before they commit while a cleaning pass would carry the buffer
-    /// ([`Engine::buffer_limit`]), set at each space check ([`Engine::set_buffer_limit`]):
-    /// `Config::dirty_bytes_max`, or less when free space is short, so the checkpoint such a
-    /// pass writes always finds room.
-    pub buffer_limit: AtomicU64,
-    /// Bytes writers may buffer whatever cleaning carries: half of what was free beyond the
-    /// space reserve at the last space check, so buffered data always has room to go
-    /// ([`Engine::set_buffer_limit`]).
-    pub buffer_fit_limit: AtomicU64,
     /// The cleaner's copies of file data whose logs are not written yet: reads find them here.
     pub copies: super::copies::CopiesInFlight,
-    /// The most blocks any file's map or buffers in this pool have spanned (holes included):
-    /// every map as loaded at open, raised where a file buffers a block past its map. Only
-    /// grows; a checkpoint's quick space bound assumes every map it writes may be this wide
-    /// (`Engine::quick_inode_bound`).
-    pub widest: AtomicU64,
-    /// A namespace change was pending when `meta` was last let go (`State::ns_dirty`): a
-    /// cleaning pass would write what is buffered in its checkpoint ([`Engine::buffer_limit`]).
-    pub ns_pending: AtomicBool,
-    /// The last space check found that cleaning passes are full ones (not
-    /// [`Engine::light_cleaning`]), which also write what is buffered in their checkpoint.
-    pub full_passes: AtomicBool,
     /// Device flushes running without the log writer ([`Engine::flush_written`]): until they
     /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
     pub flushes_running: AtomicU64,
@@ -174,7 +150,8 @@ pub(crate) struct Engine {
     pub bg_pass: Mutex<()>,
     /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
     pub dirty: Mutex<DirtySet>,
-    pub dirty_bytes: AtomicU64,
+    /// Bytes buffered, the limits on them, the widest map: read by every writer.
+    pub budget: crate::tbfs::budget::BufferBudget,
     /// Nanoseconds `meta` was held, over every hold (`FsCounters::meta_held_ns`): the share of
     /// the time every operation that needs it may have to wait.
     pub meta_held_ns: AtomicU64,
@@ -303,11 +280,7 @@ impl StateGuard<'_> {
         };
         let garbage = std::mem::take(&mut guard.drop_later);
         // Stored only when it changes: most holds leave it as it was, and every writer reads it.
-        if self.inner.ns_pending.load(AtomicOrdering::Relaxed) != guard.ns_dirty {
-            self.inner
-                .ns_pending
-                .store(guard.ns_dirty, AtomicOrdering::Release);
-        }
+        self.inner.budget.set_ns_pending(guard.ns_dirty);
         if self.fair {
             parking_lot::MutexGuard::unlock_fair(guard);
         } else {

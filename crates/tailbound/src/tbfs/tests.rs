@@ -1909,7 +1909,7 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     f.fsync().unwrap();
     assert!(inner.written_seq.load(std::sync::atomic::Ordering::Acquire) >= first_end);
     assert_eq!(
-        inner.dirty_bytes.load(std::sync::atomic::Ordering::Acquire),
+        inner.budget.buffered(),
         0,
         "the buffers go once their log is written"
     );
@@ -1962,9 +1962,7 @@ fn small_write_returns_with_more_than_a_buffer_in_flight(
         "more than a buffer is in flight: {in_flight}"
     );
     // What the last space check found (the staged checkpoints made one).
-    inner
-        .space_tight
-        .store(tight, std::sync::atomic::Ordering::Release);
+    inner.budget.set_tight(tight);
     files[2].pwrite(&pattern(9, 4096), 0).unwrap();
     let queued = inner.written_seq.load(std::sync::atomic::Ordering::Acquire) < end;
     fs.sync().unwrap();
@@ -2278,10 +2276,7 @@ fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     f.pwrite(&small, 0).unwrap();
     let before = fs.counters();
     assert!(
-        fs.inner
-            .dirty_bytes
-            .load(std::sync::atomic::Ordering::Acquire)
-            >= 512 << 10,
+        fs.inner.budget.buffered() >= 512 << 10,
         "512 KiB stays buffered"
     );
     let data = pattern(9, 1280 << 10);
@@ -2292,13 +2287,7 @@ fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
         before.data_only_logs + 1,
         "the whole write, once, after it was copied in"
     );
-    assert_eq!(
-        fs.inner
-            .dirty_bytes
-            .load(std::sync::atomic::Ordering::Acquire),
-        0,
-        "nothing stays buffered"
-    );
+    assert_eq!(fs.inner.budget.buffered(), 0, "nothing stays buffered");
     // Nothing was synced: the written-behind log rolls forward after a process crash.
     assert_eq!(read_all(&reopen(&dev), "/big"), data);
     // A new file's data is written behind too, placed: a crash before the checkpoint that

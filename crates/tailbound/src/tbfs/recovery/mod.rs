@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::tbfs::budget::BufferBudget;
 use crate::tbfs::checkpoints::Checkpoints;
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
@@ -67,7 +68,6 @@ fn new_inner(
             crate::sched::inherit::Inheritance::new()
         }
     };
-    let buffer_limit = AtomicU64::new(config.dirty_bytes_max);
     // Every map as loaded (and rolled forward); writes raise it from here.
     let widest = meta
         .inodes
@@ -75,6 +75,7 @@ fn new_inner(
         .map(|c| c.lock().map.blocks.len() as u64)
         .max()
         .unwrap_or(0);
+    let budget = BufferBudget::new(config.dirty_bytes_max, widest);
     Engine {
         dev,
         config,
@@ -99,17 +100,11 @@ fn new_inner(
         sb_taken_gate: Mutex::new(None),
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
-        space_tight: AtomicBool::new(false),
         copies: Default::default(),
-        buffer_fit_limit: AtomicU64::new(buffer_limit.load(AtomicOrdering::Relaxed)),
-        buffer_limit,
-        widest: AtomicU64::new(widest),
-        ns_pending: AtomicBool::new(true),
-        full_passes: AtomicBool::new(true),
         flushes_running: AtomicU64::new(0),
         bg_pass: Mutex::new(()),
         dirty: Mutex::new(Default::default()),
-        dirty_bytes: AtomicU64::new(0),
+        budget,
         meta_held_ns: AtomicU64::new(0),
         meta_section_ns: Default::default(),
         poisoned: Mutex::new(None),

@@ -432,7 +432,7 @@ impl Engine {
             // to 123 extents. Buffered data is not written with them.
             free.saturating_sub(self.reserve_blocks() + 16)
         } else {
-            let pending = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64
+            let pending = self.budget.buffered() / BLOCK_U64
                 + m.pending.len() as u64 * 4
                 + m.dirs_dirty.len() as u64 * 2
                 + m.table_estimate()
@@ -663,8 +663,7 @@ impl Engine {
                     st.next_gen += 1;
                     let data = crate::tbfs::blocks::shared_copy(data);
                     st.dirty.insert(index, DirtyBlock::new(gen, data));
-                    self.dirty_bytes
-                        .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+                    self.budget.add(BLOCK_U64);
                 }
                 drop(st);
                 m.pending.insert(ino);

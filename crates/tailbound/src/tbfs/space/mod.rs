@@ -118,13 +118,11 @@ impl Engine {
         let room_mark = need + self.buffer_room(m, self.config.dirty_bytes_max.div_ceil(BLOCK_U64));
         let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)).max(room_mark));
         if let Some(mark) = tight_mark {
-            self.space_tight.store(free < mark, AtomicOrdering::Release);
+            self.budget.set_tight(free < mark);
         }
         self.set_buffer_limit(m, free.saturating_sub(need), reserve);
         let full = !self.light_cleaning(m);
-        if self.full_passes.load(AtomicOrdering::Relaxed) != full {
-            self.full_passes.store(full, AtomicOrdering::Release);
-        }
+        self.budget.set_full_passes(full);
         if free >= want {
             return Ok(());
         }
@@ -242,13 +240,7 @@ impl Engine {
         let floor = BUFFER_LIMIT_MIN_BLOCKS.min(full).min(fit);
         let bytes = room.clamp(floor, full) * BLOCK_U64;
         let fit_bytes = fit.min(full) * BLOCK_U64;
-        if self.buffer_fit_limit.load(AtomicOrdering::Relaxed) != fit_bytes {
-            self.buffer_fit_limit
-                .store(fit_bytes, AtomicOrdering::Release);
-        }
-        if self.buffer_limit.load(AtomicOrdering::Relaxed) != bytes {
-            self.buffer_limit.store(bytes, AtomicOrdering::Release);
-        }
+        self.budget.set_limits(bytes, fit_bytes);
     }
 
     /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
