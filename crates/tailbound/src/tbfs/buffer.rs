@@ -211,8 +211,7 @@ impl Engine {
                 fresh.gen = gen;
                 st.dirty.insert(block, fresh);
                 // Counted under the inode lock, so a commit dropping it subtracts after.
-                self.dirty_bytes
-                    .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+                self.budget.add(BLOCK_U64);
             }
             done += n;
         }
@@ -524,31 +523,18 @@ impl Engine {
     /// space is (writing it out sooner raised `bench cleaner`'s hot/cold write
     /// amplification).
     pub(super) fn buffer_limit(&self) -> u64 {
-        let fit = self.buffer_fit_limit.load(AtomicOrdering::Acquire);
-        if self.ns_pending.load(AtomicOrdering::Acquire)
-            || self.full_passes.load(AtomicOrdering::Acquire)
-        {
-            self.buffer_limit
-                .load(AtomicOrdering::Acquire)
-                .min(self.config.dirty_bytes_max)
-                .min(fit)
-        } else {
-            self.config.dirty_bytes_max.min(fit)
-        }
+        self.budget.limit()
     }
 
     /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
-    /// Notes a file's buffers spanning `blocks` blocks ([`Engine::widest`]).
+    /// Notes a file's buffers spanning `blocks` blocks (`BufferBudget::widest`).
     pub(super) fn note_width(&self, blocks: u64) {
-        // A plain load first: growth is rare, and every writer passes here.
-        if blocks > self.widest.load(AtomicOrdering::Relaxed) {
-            self.widest.fetch_max(blocks, AtomicOrdering::Relaxed);
-        }
+        self.budget.widen(blocks);
     }
 
     pub(super) fn buffered_bytes(&self) -> u64 {
-        self.dirty_bytes
-            .load(AtomicOrdering::Acquire)
+        self.budget
+            .buffered()
             .saturating_sub(self.in_flight.load(AtomicOrdering::Acquire))
     }
 
@@ -629,8 +615,7 @@ impl Engine {
             for b in &dropped {
                 st.dirty.remove(b);
             }
-            self.dirty_bytes
-                .fetch_sub(dropped.len() as u64 * BLOCK_U64, AtomicOrdering::AcqRel);
+            self.release_dirty_bytes(dropped.len() as u64 * BLOCK_U64);
             // The kept tail block must read as zeros past the new size if the file grows again.
             let within = (len % BLOCK_U64) as usize;
             if within != 0 {
@@ -644,8 +629,7 @@ impl Engine {
                 let fresh = DirtyBlock::new(gen, data);
                 self.note_width(block + 1);
                 if st.dirty.insert(block, fresh).is_none() {
-                    self.dirty_bytes
-                        .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+                    self.budget.add(BLOCK_U64);
                 }
                 // A buffer to seal, as after a write.
                 self.mark_dirty(cell.ino);

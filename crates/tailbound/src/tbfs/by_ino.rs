@@ -155,20 +155,20 @@ impl Engine {
             .insert(dst_name.into(), (ino, is_dir));
         if src_parent != dst_parent {
             // A directory's `..` is a link of its parent.
-            let shift = |from: u64, to: u64| {
+            let shift = |from: u64, to: u64| -> Result<()> {
                 if let Some(p) = m.inodes.get(&from) {
-                    let mut st = p.lock();
-                    st.nlink = st.nlink.saturating_sub(1);
+                    self.drop_nlink(&mut p.lock().nlink, from)?;
                 }
                 if let Some(p) = m.inodes.get(&to) {
                     p.lock().nlink += 1;
                 }
+                Ok(())
             };
             if is_dir {
-                shift(src_parent, dst_parent);
+                shift(src_parent, dst_parent)?;
             }
             if let (RenameMode::Exchange, Some((_, true))) = (how, replaced) {
-                shift(dst_parent, src_parent);
+                shift(dst_parent, src_parent)?;
             }
         }
         self.touch_dir(m, src_parent);
@@ -180,8 +180,7 @@ impl Engine {
             if let Some((old, old_is_dir)) = replaced {
                 if old_is_dir {
                     if let Some(p) = m.inodes.get(&dst_parent) {
-                        let mut st = p.lock();
-                        st.nlink = st.nlink.saturating_sub(1);
+                        self.drop_nlink(&mut p.lock().nlink, dst_parent)?;
                     }
                 }
                 self.drop_link(m, old)?;
@@ -454,8 +453,7 @@ impl Fs {
         inner.names.dirs_changed();
         m.dirs.get_mut(&parent).expect("parent").remove(name);
         if let Some(p) = m.inodes.get(&parent) {
-            let mut st = p.lock();
-            st.nlink = st.nlink.saturating_sub(1);
+            inner.drop_nlink(&mut p.lock().nlink, parent)?;
         }
         inner.touch_dir(&mut m, parent);
         inner.drop_link(&mut m, ino)

@@ -1,9 +1,7 @@
 //! Checkpoints: laying out every changed inode, directory and map, the tables and the root.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
@@ -68,7 +66,7 @@ impl Engine {
     /// buffered blocks and map nodes, and a slot each), from totals alone: every block buffered
     /// (`Engine::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
     /// being buffered meanwhile), and for every inode the whole tree of the widest map the
-    /// pool has had ([`Engine::widest`]). It visits no inode: counting inode by inode
+    /// pool has had (`BufferBudget::widest`). It visits no inode: counting inode by inode
     /// ([`Engine::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
     /// `meta`.
     pub(super) fn quick_inode_bound(
@@ -81,13 +79,10 @@ impl Engine {
             .map(|b| b.len() as u64)
             .max()
             .unwrap_or(0);
-        let widest = self.widest.load(AtomicOrdering::Relaxed);
+        let widest = self.budget.widest();
         // An inode's slot is in its page, counted apart.
         let per_inode = super::map::tree_nodes(widest.max(widest_dir));
-        let buffered = self
-            .dirty_bytes
-            .load(AtomicOrdering::Acquire)
-            .div_ceil(BLOCK_U64);
+        let buffered = self.budget.buffered().div_ceil(BLOCK_U64);
         buffered + QUICK_BOUND_SLACK_BLOCKS + work.len() as u64 * per_inode
     }
 
@@ -122,15 +117,15 @@ impl Engine {
     /// Writes every buffered block, every changed directory, block map and inode, and a new
     /// checkpoint root, as one or more logs ending in a checkpoint log.
     pub(crate) fn commit_checkpoint(&self, m: &mut State) -> Result<()> {
-        m.checkpoint_depth += 1;
+        m.ckpt.enter();
         let result = self.in_section(m, Section::Checkpoint, |m| {
             self.commit_checkpoint_at_depth(m)
         });
-        m.checkpoint_depth -= 1;
+        m.ckpt.leave();
         result
     }
 
-    /// [`Engine::commit_checkpoint`]; `m.checkpoint_depth` says whether it runs inside another
+    /// [`Engine::commit_checkpoint`]; `Checkpoints::depth` says whether it runs inside another
     /// (through the space check's cleaning).
     fn commit_checkpoint_at_depth(&self, m: &mut State) -> Result<()> {
         let taken: DenseSet =
@@ -141,10 +136,10 @@ impl Engine {
         // directories are encoded here, for the sealing below).
         let mut dir_blocks = encode_changed_dirs(m, &work);
         let estimate = self.checkpoint_estimate(m, &work, &dir_blocks);
-        let passes = m.clean_passes;
-        m.checking_checkpoint = true;
+        let passes = m.cleaning.passes();
+        m.cleaning.checkpoint_checks_space();
         let space = self.ensure_space(m, estimate);
-        if space.is_err() || m.clean_passes != passes {
+        if space.is_err() || m.cleaning.passes() != passes {
             // Nothing was written: the files taken from the dirty set stay in it, or a later
             // sync would not see their buffered data.
             self.dirty
@@ -156,9 +151,9 @@ impl Engine {
             // The space check cleaned: the passes changed maps and marked blocks this
             // checkpoint must write, so it starts over with them (without cleaning again if
             // it comes to that twice: a space check cleans only outside cleaning).
-            m.in_clean = true;
+            m.cleaning.start();
             let again = self.commit_checkpoint(m);
-            m.in_clean = false;
+            m.cleaning.end();
             return again;
         }
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
@@ -278,7 +273,7 @@ impl Engine {
                     m.seg_dec_at(old, seq, self.segment_blocks, now);
                 }
                 // A directory's map is as wide as its blocks until the next rewrite: the quick
-                // bound must know it, as it knows files' ([`Engine::widest`]).
+                // bound must know it, as it knows files' (`BufferBudget::widest`).
                 self.note_width(count);
                 st.size = count * BLOCK_U64;
             }
@@ -331,7 +326,7 @@ impl Engine {
             // only if the log is not written by then.
             let page = match m.ifile.take_cached(p) {
                 Some(mut shared) => {
-                    if cfg!(debug_assertions) && m.checkpoint_depth == 1 {
+                    if cfg!(debug_assertions) && m.ckpt.depth() == 1 {
                         self.check_cached_page(m, &shared, p, records);
                     }
                     let page = Arc::make_mut(&mut shared);
@@ -384,7 +379,7 @@ impl Engine {
         written: Vec<Release>,
         depends: &[u64],
     ) -> Result<RootLogged> {
-        let number = m.checkpoint + 1;
+        let number = m.ckpt.next_number();
         // Retention: release what the protection period no longer covers, then drop the old
         // root from the live tree (pinned if its checkpoint stays retained) before the pinned
         // table is written.
@@ -392,7 +387,7 @@ impl Engine {
         if m.life.pressure {
             self.count(|c| c.protection_released += released);
         }
-        let prev_root = m.checkpoint_root;
+        let prev_root = m.ckpt.root();
         if prev_root != 0 {
             m.seg_dec(prev_root, seq, self.segment_blocks);
         }
@@ -455,21 +450,15 @@ impl Engine {
             State::seg_of(m.writer.pos, self.segment_blocks),
             m.writer.pos,
         )];
-        m.checkpoint = number;
-        m.dropped_since_ckpt = 0;
-        m.checkpoint_root = addr;
-        m.checkpoint_seq = root_seq;
         for cell in changed {
             cell.lock().ckpt_seq = root_seq;
         }
         m.ns_changed.clear();
-        m.checkpoint_next_seq = m.writer.seq;
-        m.checkpoint_at = Some(Instant::now());
+        m.ckpt.written(number, addr, root_seq, m.writer.seq);
         m.ifile.freed_slots_written();
         m.dirs_dirty.clear();
         m.pending.clear();
         m.ns_dirty = false;
-        m.superseded_since_ckpt = false;
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.

@@ -65,7 +65,7 @@ impl Engine {
             // checkpoint need a new one: what is still buffered is not on the device, and right
             // after a buffer-full checkpoint (other writers having filled the buffer again
             // meanwhile) a second one would only repeat its work.
-            if m.writer.seq != m.checkpoint_next_seq {
+            if !m.ckpt.is_newest_state(m.writer.seq) {
                 self.commit_checkpoint_for_superblock(m)?;
             }
             self.seal_superblock(m);
@@ -94,7 +94,7 @@ impl Engine {
             || m.ns_dirty
             || !m.ifile.freed_slots().is_empty()
             || m.life.snap_dirty;
-        if dirty || m.writer.seq != m.checkpoint_next_seq {
+        if dirty || !m.ckpt.is_newest_state(m.writer.seq) {
             self.commit_checkpoint_for_superblock(m)?;
         }
         Ok(())
@@ -147,9 +147,9 @@ impl Engine {
                 .checkpoint_every
                 .map_or(0, |d| d.as_millis().max(1) as u64),
             dirty_bytes_max: self.config.dirty_bytes_max,
-            checkpoint: m.checkpoint,
-            checkpoint_root: m.checkpoint_root,
-            checkpoint_sequence: m.checkpoint_seq,
+            checkpoint: m.ckpt.newest(),
+            checkpoint_root: m.ckpt.root(),
+            checkpoint_sequence: m.ckpt.seq(),
             next: format::LogPosition {
                 block: m.writer.pos,
                 sequence: m.writer.seq,
@@ -162,8 +162,8 @@ impl Engine {
             background_gc: self.config.background_gc,
             gc_free_percent: self.config.gc_free_percent.min(90) as u8,
         };
-        debug_assert_eq!(
-            m.writer.seq, m.checkpoint_next_seq,
+        debug_assert!(
+            m.ckpt.is_newest_state(m.writer.seq),
             "a superblock names the newest checkpoint"
         );
         sb

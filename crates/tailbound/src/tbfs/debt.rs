@@ -46,7 +46,7 @@ impl Engine {
                 debt += blocks;
                 widest_dir = widest_dir.max(blocks);
             }
-            let widest = self.widest.load(std::sync::atomic::Ordering::Relaxed);
+            let widest = self.budget.widest();
             let pages =
                 (changed + m.ifile.freed_slots().len() as u64 + m.ifile.pages_dirty().len() as u64)
                     .min(m.ifile.pages() + 1);

@@ -273,8 +273,7 @@ impl Fs {
         self.inner.names.dirs_changed();
         m.dirs.get_mut(&parent).expect("parent").remove(name);
         if let Some(p) = m.inodes.get(&parent) {
-            let mut st = p.lock();
-            st.nlink = st.nlink.saturating_sub(1);
+            self.inner.drop_nlink(&mut p.lock().nlink, parent)?;
         }
         self.inner.touch_dir(&mut m, parent);
         self.inner.drop_link(&mut m, ino)
@@ -598,7 +597,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
         let due_checkpoint = inner
             .config
             .checkpoint_every
-            .is_some_and(|every| m.checkpoint_at.is_none_or(|t| t.elapsed() >= every));
+            .is_some_and(|every| m.ckpt.due(every));
         let dirty = !m.pending.is_empty()
             || m.ns_dirty
             || !inner

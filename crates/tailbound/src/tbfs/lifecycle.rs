@@ -14,7 +14,6 @@
 //! root's link to the root before it.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +23,7 @@ use super::format::{
     TABLES, TABLE_PINNED, TABLE_SNAPSHOTS, TABLE_USAGE,
 };
 use super::map::BlockMap;
+use crate::tbfs::checkpoints::Checkpoints;
 use crate::tbfs::inode::{now_ns, InodeCell};
 use crate::tbfs::retention::*;
 use crate::tbfs::state::{Engine, State};
@@ -102,7 +102,7 @@ impl State {
             .iter()
             .any(|&(seg, from)| seg == s && block >= from)
         {
-            return self.checkpoint + 1;
+            return self.ckpt.next_number();
         }
         self.life.seg_born[s]
     }
@@ -110,7 +110,7 @@ impl State {
     /// Called when the live tree drops `block`: pins it if a retained checkpoint references it.
     pub fn pin_if_retained(&mut self, block: u64, segment_blocks: u64) {
         let born = self.born_of(block, segment_blocks);
-        let died = self.checkpoint;
+        let died = self.ckpt.newest();
         if let Some(anchor) = self.life.anchor(born, died) {
             self.pin(block, BlockPin { born, died, anchor }, segment_blocks);
         }
@@ -161,7 +161,7 @@ impl State {
         let page = self.life.pinned_page(block, segment_blocks);
         if self.life.pins.remove(block, page).is_some() {
             // The checkpoint recording the release gives the block back, as a delete's does.
-            self.dropped_since_ckpt += 1;
+            self.ckpt.note_dropped(1);
             let s = Self::seg_of(block, segment_blocks);
             self.seg.drop_pinned(s);
             self.seg.note_dead(s, seq);
@@ -211,7 +211,7 @@ impl State {
     /// becomes the newest). Returns how many were released.
     pub fn prune(&mut self, seq: u64, segment_blocks: u64, in_commit: bool) -> u64 {
         let cutoff = self.life.protection_cutoff(now_ns());
-        let newest = self.checkpoint;
+        let newest = self.ckpt.newest();
         let mut out = Vec::new();
         for (&c, k) in &self.life.list {
             if k.snapshot || self.life.holds.contains_key(&c) {
@@ -241,7 +241,7 @@ impl State {
         }
         let born = self.life.seg_born[s];
         let cutoff = self.life.protection_cutoff(now);
-        let newest = self.checkpoint;
+        let newest = self.ckpt.newest();
         !self
             .life
             .list
@@ -452,7 +452,7 @@ impl Engine {
         let by_snapshots = by_snapshots.min(total - live.min(total));
         let _ = now;
         let reclaimable = total.saturating_sub(live + by_snapshots + free);
-        let buffered = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64;
+        let buffered = self.budget.buffered() / BLOCK_U64;
         let available =
             (free + reclaimable).saturating_sub(stranded + self.kept_blocks() + buffered);
         SpaceReport {
@@ -647,7 +647,7 @@ impl Fs {
         let mut m = inner.lock_meta();
         inner.check_usable()?;
         inner.commit_checkpoint(&mut m)?;
-        let number = m.checkpoint;
+        let number = m.ckpt.newest();
         if let Some(k) = m.life.list.get_mut(&number) {
             k.snapshot = true;
             k.name = name.map(str::to_string);
@@ -664,7 +664,7 @@ impl Fs {
         inner.check_writable()?;
         let mut m = inner.lock_meta();
         inner.check_usable()?;
-        if keep && number == m.checkpoint && m.superseded_since_ckpt {
+        if keep && m.ckpt.superseded(number) {
             return Err(superseded(number));
         }
         let Some(k) = m.life.list.get_mut(&number) else {
@@ -682,10 +682,10 @@ impl Fs {
         }
         let was_snap_dirty = std::mem::replace(&mut m.life.snap_dirty, true);
         // A drop gives back what only the snapshot pinned once the checkpoint recording it
-        // releases it: that checkpoint may use as much of the reserve (`dropped_since_ckpt`),
+        // releases it: that checkpoint may use as much of the reserve (`Checkpoints::dropped`),
         // or a pool that snapshots fill could not take the drop that makes room.
         let credit = if keep { 0 } else { m.release_gain(number) };
-        m.dropped_since_ckpt += credit;
+        m.ckpt.note_dropped(credit);
         if !keep {
             // No longer a snapshot: the next checkpoint releases it if it is past the protection
             // period, with what only it pinned. While it is retained every pin it covers keeps
@@ -699,17 +699,17 @@ impl Fs {
                 "a retained checkpoint's drop unpinned"
             );
         }
-        let before = m.checkpoint;
+        let before = m.ckpt.newest();
         let written = inner.refresh_superblock(&mut m);
         if let Err(Error::NoSpace(_)) = written {
-            if m.checkpoint != before {
+            if m.ckpt.newest() != before {
                 // A checkpoint was written with the change (by a cleaning pass the space check
                 // ran) before a later one found no room: the change stands, made durable by
                 // the superblock naming it, which takes no room.
                 return inner.write_superblock(&mut m);
             }
             // Refused whole: nothing was written, and memory goes back to what storage holds.
-            m.dropped_since_ckpt = m.dropped_since_ckpt.saturating_sub(credit);
+            m.ckpt.withdraw_dropped(credit);
             m.life.snap_dirty = was_snap_dirty;
             if let Some(k) = m.life.list.get_mut(&number) {
                 k.snapshot = !keep;
@@ -725,7 +725,7 @@ impl Fs {
         inner.check_usable()?;
         let (root, time_ns, sealed) = {
             let mut m = inner.lock_meta();
-            if number == m.checkpoint && m.superseded_since_ckpt {
+            if m.ckpt.superseded(number) {
                 return Err(superseded(number));
             }
             let Some(k) = m.life.list.get(&number) else {
@@ -747,12 +747,12 @@ impl Fs {
         };
         let tree = super::recovery::tree::load_tree(&inner.dev, &geo, root)?;
         std::mem::forget(hold);
-        let mut meta = State {
+        let meta = State {
             inodes: tree.cells,
             dirs: tree.dirs,
+            ckpt: Checkpoints::viewed(number),
             ..State::default()
         };
-        meta.checkpoint = number;
         Ok(Snapshot {
             inner: inner.clone(),
             number,
@@ -856,8 +856,8 @@ impl Engine {
             t.blocks.iter().filter(|&&a| a != 0).for_each(|&a| add(a));
             t.node_addrs().for_each(&mut add);
         }
-        if m.checkpoint_root != 0 {
-            add(m.checkpoint_root);
+        if m.ckpt.root() != 0 {
+            add(m.ckpt.root());
         }
         live
     }

@@ -6,9 +6,11 @@
 //! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for
 //!   byte; `limits`: every size, bound and tuning constant; `types`: the public types, which
 //!   this file re-exports by name (it names no part itself).
-//! - `inode`, `names`, `retention`, `refresh`, `ifile`, `space::segments`, `log`: each part's
-//!   state (an inode in memory, the path cache, retained checkpoints and pins, the superblock's
-//!   bookkeeping, the inode file, the segment table, logs in flight).
+//! - `inode`, `names`, `retention`, `refresh`, `checkpoints`, `ifile`, `space::segments`,
+//!   `space::cleaning`, `log`: each part's state (an inode in memory, the path cache, retained
+//!   checkpoints and pins, the superblock's bookkeeping, the newest checkpoint's, the inode
+//!   file, the segment table, the cleaner's, logs in flight); `budget`: the buffered bytes and
+//!   their limits.
 //! - `state`: `Engine` and `State`, the pool's shared state and what the `meta` lock guards.
 //! - `buffer`, `namespace`, `log::{build, write, data}`, `checkpoint`, `space`, [`lifecycle`],
 //!   [`recovery`]: the operations on that state. Only the log writer (`log::write`) writes to
@@ -21,9 +23,11 @@
 //! [`Device`](crate::dev::Device).
 
 mod blocks;
+mod budget;
 mod buffer;
 pub mod by_ino;
 mod checkpoint;
+mod checkpoints;
 mod commit;
 mod copies;
 mod debt;
@@ -59,5 +63,7 @@ pub use types::{
 
 #[cfg(test)]
 mod by_ino_tests;
+#[cfg(test)]
+mod checked_tests;
 #[cfg(test)]
 mod tests;

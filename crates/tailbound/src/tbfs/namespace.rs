@@ -1,7 +1,6 @@
 //! The namespace: path resolution, directories, inode allocation, links.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Mutex};
 
 use crate::tbfs::format::*;
@@ -258,11 +257,11 @@ impl Engine {
         let free = {
             let mut st = cell.lock();
             st.names_gen += 1;
-            st.nlink = if st.kind == FileKind::Dir {
-                0
+            if st.kind == FileKind::Dir {
+                st.nlink = 0;
             } else {
-                st.nlink.saturating_sub(1)
-            };
+                self.drop_nlink(&mut st.nlink, ino)?;
+            }
             st.ctime_ns = now_ns();
             st.nlink == 0 && st.open == 0
         };
@@ -295,7 +294,7 @@ impl Engine {
         if !buffers.is_empty() {
             m.drop_later.push(buffers);
         }
-        self.dirty_bytes.fetch_sub(released, AtomicOrdering::AcqRel);
+        self.release_dirty_bytes(released);
         m.inodes.remove(&cell.ino);
         m.dirs.remove(&cell.ino);
         m.dirs_dirty.remove(&cell.ino);

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use crate::tbfs::fs::Fs;
 use crate::tbfs::log::AheadPayload;
 use crate::tbfs::state::Engine;
+use crate::tbfs::{Error, Result};
 
 impl Fs {
     /// Poisons the pool: every later call on it (and on its other handles and files) fails with
@@ -65,6 +66,38 @@ impl Drop for FailOnUnwind<'_> {
         if std::thread::panicking() {
             self.inner.poison_if_unwinding("writing a log payload:");
             self.payload.finish(false);
+        }
+    }
+}
+
+impl Engine {
+    /// A count that must not go below zero was about to: its bookkeeping has a bug, and memory
+    /// no longer matches what was counted. Poisons the pool with `what` and returns the error.
+    pub(super) fn poison_bug(&self, what: String) -> Error {
+        let why = format!("bug: {what}");
+        self.poison_reason(why.clone());
+        Error::Poisoned(why)
+    }
+
+    /// Takes one link from `nlink`, inode `ino`'s link count; at zero the pool is poisoned
+    /// instead (the count stays at zero, never wraps).
+    pub(super) fn drop_nlink(&self, nlink: &mut u32, ino: u64) -> Result<()> {
+        match nlink.checked_sub(1) {
+            Some(n) => {
+                *nlink = n;
+                Ok(())
+            }
+            None => Err(self.poison_bug(format!("inode {ino}'s link count would go below zero"))),
+        }
+    }
+
+    /// `bytes` of buffered data left memory (written, dropped or freed): they leave
+    /// the buffered bytes. More than are counted poisons the pool, and the count is left as it was.
+    pub(crate) fn release_dirty_bytes(&self, bytes: u64) {
+        if let Err(held) = self.budget.release(bytes) {
+            self.poison_bug(format!(
+                "{bytes} buffered bytes released of the {held} counted"
+            ));
         }
     }
 }

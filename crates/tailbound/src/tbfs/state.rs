@@ -49,39 +49,15 @@ pub(crate) struct State {
     pub ns_dirty: bool,
     pub writer: Writer,
     pub seg: SegmentTable,
-    pub checkpoint: u64,
-    pub checkpoint_root: u64,
-    pub checkpoint_seq: u64,
-    /// The writer's sequence right after the last checkpoint (and any pad log after it): while it
-    /// is unchanged, that checkpoint is the newest state on storage.
-    pub checkpoint_next_seq: u64,
+    /// The newest checkpoint, what happened since, and the checkpoints running.
+    pub ckpt: crate::tbfs::checkpoints::Checkpoints,
     /// The superblock's generation, when a refresh is due, whether one is running.
     pub refresh: crate::tbfs::refresh::Refresh,
-    pub checkpoint_at: Option<Instant>,
-    /// Checkpoints in progress: 2 while one runs inside another's space check.
-    pub checkpoint_depth: u32,
     /// Retention, snapshots, pinned blocks and the checkpoint's tables.
     pub life: super::retention::Retention,
-    /// The cleaner is running (no nested cleaning from `ensure_space`).
-    pub in_clean: bool,
-    /// The space check running is a checkpoint's, before it writes anything (which may use the
-    /// reserve its dropped blocks give back, `dropped_since_ckpt`). Cleared for what that check
-    /// runs: cleaning passes and nested checkpoints set their own.
-    pub checking_checkpoint: bool,
-    /// Blocks a light cleaning pass's victims give back beyond its copies, while its space
-    /// check runs: the copies may use that much of the reserve.
-    pub clean_gain: u64,
-    /// A block the newest checkpoint references was superseded without a pin since it was
-    /// written (`seg_supersede`): that checkpoint may no longer be read on its own.
-    pub superseded_since_ckpt: bool,
-    /// Blocks the live tree dropped since the newest checkpoint (deleted, truncated or
-    /// superseded), and pins released (a snapshot dropped): a checkpoint may use as much of the
-    /// space reserve as these give back
-    /// ([`Engine::ensure_space`]), so a full pool still takes the deletes that make room.
-    pub dropped_since_ckpt: u64,
-    /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a
-    /// pass changes maps and marks blocks it must write.
-    pub clean_passes: u64,
+    /// Whether cleaning runs, its passes so far, and what the space check running may take
+    /// from the reserve on a pass's or a checkpoint's behalf.
+    pub cleaning: crate::tbfs::space::cleaning::Cleaning,
     /// The background cleaner's victims read without `meta`, and what its pass leaves to do
     /// after `meta` is released.
     pub bg_clean: crate::tbfs::space::background::BackgroundPass,
@@ -161,35 +137,11 @@ pub(crate) struct Engine {
     pub releases: Mutex<BTreeMap<u64, (Vec<Release>, u64)>>,
     /// Every log with a sequence below this is durable (a device flush followed it).
     pub durable_seq: AtomicU64,
-    /// Buffered bytes in sealed logs not yet written: still in `dirty_bytes`, but no longer a
+    /// Buffered bytes in sealed logs not yet written: still in `budget`'s buffered bytes, but no longer a
     /// reason to commit.
     pub in_flight: AtomicU64,
-    /// In a memory pool, free space was within twice the low-water mark (and the reserve) of
-    /// running out at the last space check ([`Engine::urgent_mark`]): its writers then wait for
-    /// the log writer at one buffer in flight again ([`Engine::in_flight_max`]).
-    pub space_tight: AtomicBool,
-    /// Bytes writers may buffer before they commit while a cleaning pass would carry the buffer
-    /// ([`Engine::buffer_limit`]), set at each space check ([`Engine::set_buffer_limit`]):
-    /// `Config::dirty_bytes_max`, or less when free space is short, so the checkpoint such a
-    /// pass writes always finds room.
-    pub buffer_limit: AtomicU64,
-    /// Bytes writers may buffer whatever cleaning carries: half of what was free beyond the
-    /// space reserve at the last space check, so buffered data always has room to go
-    /// ([`Engine::set_buffer_limit`]).
-    pub buffer_fit_limit: AtomicU64,
     /// The cleaner's copies of file data whose logs are not written yet: reads find them here.
     pub copies: super::copies::CopiesInFlight,
-    /// The most blocks any file's map or buffers in this pool have spanned (holes included):
-    /// every map as loaded at open, raised where a file buffers a block past its map. Only
-    /// grows; a checkpoint's quick space bound assumes every map it writes may be this wide
-    /// (`Engine::quick_inode_bound`).
-    pub widest: AtomicU64,
-    /// A namespace change was pending when `meta` was last let go (`State::ns_dirty`): a
-    /// cleaning pass would write what is buffered in its checkpoint ([`Engine::buffer_limit`]).
-    pub ns_pending: AtomicBool,
-    /// The last space check found that cleaning passes are full ones (not
-    /// [`Engine::light_cleaning`]), which also write what is buffered in their checkpoint.
-    pub full_passes: AtomicBool,
     /// Device flushes running without the log writer ([`Engine::flush_written`]): until they
     /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
     pub flushes_running: AtomicU64,
@@ -198,7 +150,8 @@ pub(crate) struct Engine {
     pub bg_pass: Mutex<()>,
     /// Inodes the write path dirtied (buffers or attributes) since the last commit took them.
     pub dirty: Mutex<DirtySet>,
-    pub dirty_bytes: AtomicU64,
+    /// Bytes buffered, the limits on them, the widest map: read by every writer.
+    pub budget: crate::tbfs::budget::BufferBudget,
     /// Nanoseconds `meta` was held, over every hold (`FsCounters::meta_held_ns`): the share of
     /// the time every operation that needs it may have to wait.
     pub meta_held_ns: AtomicU64,
@@ -334,11 +287,7 @@ impl StateGuard<'_> {
         };
         let garbage = std::mem::take(&mut guard.drop_later);
         // Stored only when it changes: most holds leave it as it was, and every writer reads it.
-        if self.inner.ns_pending.load(AtomicOrdering::Relaxed) != guard.ns_dirty {
-            self.inner
-                .ns_pending
-                .store(guard.ns_dirty, AtomicOrdering::Release);
-        }
+        self.inner.budget.set_ns_pending(guard.ns_dirty);
         if self.fair {
             parking_lot::MutexGuard::unlock_fair(guard);
         } else {

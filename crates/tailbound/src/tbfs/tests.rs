@@ -1627,13 +1627,13 @@ fn with_the_background_cleaner_a_small_write_leaves_cleaning_to_it_and_a_large_o
         free >= 1 + 1 + 4 + reserve + low_water / 2,
         "free {free} fell below half the low-water mark {low_water}"
     );
-    let passes = m.clean_passes;
+    let passes = m.cleaning.passes();
     inner.ensure_space(&mut m, 1).unwrap();
-    assert_eq!(m.clean_passes, passes, "a one-block write cleaned");
+    assert_eq!(m.cleaning.passes(), passes, "a one-block write cleaned");
     let large = low_water / 4 + 1;
     inner.ensure_space(&mut m, large).unwrap();
     assert!(
-        m.clean_passes > passes,
+        m.cleaning.passes() > passes,
         "a {large}-block write under the low-water mark did not clean"
     );
 }
@@ -1907,7 +1907,7 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     f.fsync().unwrap();
     assert!(inner.written_seq.load(std::sync::atomic::Ordering::Acquire) >= first_end);
     assert_eq!(
-        inner.dirty_bytes.load(std::sync::atomic::Ordering::Acquire),
+        inner.budget.buffered(),
         0,
         "the buffers go once their log is written"
     );
@@ -1960,9 +1960,7 @@ fn small_write_returns_with_more_than_a_buffer_in_flight(
         "more than a buffer is in flight: {in_flight}"
     );
     // What the last space check found (the staged checkpoints made one).
-    inner
-        .space_tight
-        .store(tight, std::sync::atomic::Ordering::Release);
+    inner.budget.set_tight(tight);
     files[2].pwrite(&pattern(9, 4096), 0).unwrap();
     let queued = inner.written_seq.load(std::sync::atomic::Ordering::Acquire) < end;
     fs.sync().unwrap();
@@ -2013,7 +2011,7 @@ fn an_inode_page_a_queued_checkpoint_shares_is_copied_before_the_next_checkpoint
     a.pwrite(&pattern(2, 300), 0).unwrap();
     let mut m = inner.lock_meta();
     inner.commit_checkpoint(&mut m).unwrap();
-    let first = m.checkpoint;
+    let first = m.ckpt.newest();
     let first_end = m.writer.seq;
     m.unlock_without_writing();
     // The next checkpoint changes `/b`'s slot while the first one's log still holds the page.
@@ -2024,7 +2022,7 @@ fn an_inode_page_a_queued_checkpoint_shares_is_copied_before_the_next_checkpoint
         "the first checkpoint is still queued"
     );
     inner.commit_checkpoint(&mut m).unwrap();
-    let second = m.checkpoint;
+    let second = m.ckpt.newest();
     m.unlock_without_writing();
     fs.sync().unwrap();
     let view = fs.at(first).unwrap();
@@ -2276,10 +2274,7 @@ fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     f.pwrite(&small, 0).unwrap();
     let before = fs.counters();
     assert!(
-        fs.inner
-            .dirty_bytes
-            .load(std::sync::atomic::Ordering::Acquire)
-            >= 512 << 10,
+        fs.inner.budget.buffered() >= 512 << 10,
         "512 KiB stays buffered"
     );
     let data = pattern(9, 1280 << 10);
@@ -2290,13 +2285,7 @@ fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
         before.data_only_logs + 1,
         "the whole write, once, after it was copied in"
     );
-    assert_eq!(
-        fs.inner
-            .dirty_bytes
-            .load(std::sync::atomic::Ordering::Acquire),
-        0,
-        "nothing stays buffered"
-    );
+    assert_eq!(fs.inner.budget.buffered(), 0, "nothing stays buffered");
     // Nothing was synced: the written-behind log rolls forward after a process crash.
     assert_eq!(read_all(&reopen(&dev), "/big"), data);
     // A new file's data is written behind too, placed: a crash before the checkpoint that
@@ -2559,9 +2548,9 @@ fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
         crate::tbfs::fs::stop_background(&fs.inner);
         let expect_cold = hot_and_cold_history(&fs);
         fs.inner.write_logs_until(u64::MAX).unwrap();
-        let before = (fs.counters(), fs.inner.lock_meta().clean_passes);
+        let before = (fs.counters(), fs.inner.lock_meta().cleaning.passes());
         fs.inner.background_clean().unwrap();
-        let after = (fs.counters(), fs.inner.lock_meta().clean_passes);
+        let after = (fs.counters(), fs.inner.lock_meta().cleaning.passes());
         let cleaned = after.0.segments_cleaned - before.0.segments_cleaned;
         // Light or not: whether a victim holds live metadata depends on which ones
         // cost-benefit picks, by age, so on the history's timing.

@@ -44,7 +44,7 @@ impl Engine {
             self.segment_blocks * BLOCK_U64,
         );
         let seg = m.writer.cur_seg as usize;
-        m.life.seg_born[seg] = m.checkpoint + 1;
+        m.life.seg_born[seg] = m.ckpt.next_number();
         // Its age is that of the newest data its logs hold (set as they close).
         m.life.seg_written[seg] = 0;
         m.life.since_ckpt.push((seg, m.writer.pos));
@@ -260,7 +260,7 @@ impl Engine {
             payload_blocks,
             pool_id: self.pool_id,
             sequence: m.writer.seq,
-            checkpoint: m.checkpoint + u64::from(flags & FLAG_CHECKPOINT != 0),
+            checkpoint: m.ckpt.newest() + u64::from(flags & FLAG_CHECKPOINT != 0),
             segment_next: m.writer.next_seg,
             // Filled in by the log writer.
             prev_crc: 0,

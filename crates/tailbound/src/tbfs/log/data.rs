@@ -1,6 +1,5 @@
 //! Data-only logs: sealing buffered file data without a checkpoint.
 
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 
 use crate::tbfs::format::{self, *};
@@ -317,7 +316,7 @@ impl Engine {
                 released += BLOCK_U64;
             }
         }
-        self.dirty_bytes.fetch_sub(released, AtomicOrdering::AcqRel);
+        self.release_dirty_bytes(released);
     }
 }
 

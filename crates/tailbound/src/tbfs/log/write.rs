@@ -308,17 +308,16 @@ impl Engine {
     /// waits for the log writer ([`Engine::wait_in_flight`]), so the memory held stays bounded
     /// when writers outpace it: one write buffer when the log writer does device I/O;
     /// [`BEHIND_BUFFERS`] buffers in a memory pool, where it writes by copying memory, while
-    /// space is not tight ([`Engine::space_tight`]). At one buffer there, every buffer-full
+    /// space is not tight (`BufferBudget::tight`). At one buffer there, every buffer-full
     /// checkpoint sealed a whole buffer and so stopped every writer until the copy of it was
     /// done. Without the space condition, writers used space faster than the cleaner freed it,
     /// and could leave no room for the checkpoint (with the buffered data) a cleaning pass needs.
     pub(crate) fn in_flight_max(&self) -> u64 {
-        let buffers =
-            if self.dev.writes_are_copies() && !self.space_tight.load(AtomicOrdering::Acquire) {
-                BEHIND_BUFFERS
-            } else {
-                1
-            };
+        let buffers = if self.dev.writes_are_copies() && !self.budget.tight() {
+            BEHIND_BUFFERS
+        } else {
+            1
+        };
         self.config.dirty_bytes_max.saturating_mul(buffers)
     }
 

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::tbfs::budget::BufferBudget;
+use crate::tbfs::checkpoints::Checkpoints;
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::ifile::InodeFile;
@@ -66,7 +68,6 @@ fn new_inner(
             crate::sched::inherit::Inheritance::new()
         }
     };
-    let buffer_limit = AtomicU64::new(config.dirty_bytes_max);
     // Every map as loaded (and rolled forward); writes raise it from here.
     let widest = meta
         .inodes
@@ -74,6 +75,7 @@ fn new_inner(
         .map(|c| c.lock().map.blocks.len() as u64)
         .max()
         .unwrap_or(0);
+    let budget = BufferBudget::new(config.dirty_bytes_max, widest);
     Engine {
         dev,
         config,
@@ -98,17 +100,11 @@ fn new_inner(
         sb_taken_gate: Mutex::new(None),
         durable_seq: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
-        space_tight: AtomicBool::new(false),
         copies: Default::default(),
-        buffer_fit_limit: AtomicU64::new(buffer_limit.load(AtomicOrdering::Relaxed)),
-        buffer_limit,
-        widest: AtomicU64::new(widest),
-        ns_pending: AtomicBool::new(true),
-        full_passes: AtomicBool::new(true),
         flushes_running: AtomicU64::new(0),
         bg_pass: Mutex::new(()),
         dirty: Mutex::new(Default::default()),
-        dirty_bytes: AtomicU64::new(0),
+        budget,
         meta_held_ns: AtomicU64::new(0),
         meta_section_ns: Default::default(),
         poisoned: Mutex::new(None),
@@ -333,7 +329,6 @@ fn scan_chain(
     report: &mut RecoveryReport,
 ) -> Result<Chain> {
     let seg_start = |s: u64| format::FIRST_SEGMENT_BLOCK + s * sb.segment_blocks;
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     let mut logs: Vec<ScannedLog> = Vec::new();
     let mut pos = sb.next.block;
     let mut seq = sb.next.sequence;
@@ -353,7 +348,7 @@ fn scan_chain(
             stop_reason = "log chain longer than the pool".to_string();
             break;
         }
-        let seg_end = seg_start(seg_of(pos)) + sb.segment_blocks;
+        let seg_end = seg_start(segment_of(pos, sb.segment_blocks) as u64) + sb.segment_blocks;
         let b = window.get(dev, pos, 1, seg_end)?;
         let (summary, crc) = match Summary::decode(b) {
             Ok(x) => x,
@@ -698,25 +693,26 @@ fn memory_state(
         tables,
         pinned: pinned_entries,
     } = retained;
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     let (mut seg, mut pending) = segment_usage(sb, &root, &cells, &ifile, base.root, &tables)?;
     let logs = chain.logs.as_slice();
     let applied = &logs[base.index..];
     let (pos, seq, segment_next) = (chain.pos, chain.seq, chain.segment_next);
     for log in logs {
-        let s = seg_of(log.start) as usize;
+        let s = segment_of(log.start, sb.segment_blocks);
         seg.note_written(s, log.summary.sequence);
         life.seg_written[s] = life.seg_written[s].max(log.summary.time_ns);
     }
     // Logs after the base checkpoint hold blocks no retained checkpoint references.
     for log in applied {
-        let s = seg_of(log.start) as usize;
+        let s = segment_of(log.start, sb.segment_blocks);
         if !life.since_ckpt.iter().any(|&(seg, _)| seg == s) {
             life.since_ckpt.push((s, log.start));
         }
     }
-    let cur_seg = seg_of(pos);
-    let next_seg = if logs.last().is_some_and(|l| seg_of(l.start) == cur_seg)
+    let cur_seg = segment_of(pos, sb.segment_blocks) as u64;
+    let next_seg = if logs
+        .last()
+        .is_some_and(|l| segment_of(l.start, sb.segment_blocks) as u64 == cur_seg)
         || (logs.is_empty() && pos == sb.next.block)
     {
         segment_next
@@ -746,9 +742,7 @@ fn memory_state(
             ..Writer::default()
         },
         seg,
-        checkpoint: root.number,
-        checkpoint_root: base.root,
-        checkpoint_seq: base.seq,
+        ckpt: Checkpoints::loaded(root.number, base.root, base.seq),
         refresh: Refresh::new(sb.generation, sb.created_ns),
         life,
         ..State::default()
@@ -769,14 +763,13 @@ fn segment_usage(
     base_root: u64,
     tables: &[BlockMap; format::TABLES],
 ) -> Result<(SegmentTable, DenseSet)> {
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     let segment_count = sb.segment_count as usize;
     let mut seg = SegmentTable::new(segment_count, sb.segment_blocks);
     let mut pending = DenseSet::default();
     let mut overfull = None;
     {
         let mut live = |a: u64| {
-            let s = seg_of(a) as usize;
+            let s = segment_of(a, sb.segment_blocks);
             if !seg.add_live_loaded(s) {
                 overfull.get_or_insert(s);
             }
@@ -855,7 +848,6 @@ fn restore_pins(
     pinned_entries: Vec<(u64, format::PinnedEntry)>,
     rolled: RolledForward,
 ) -> Result<()> {
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     for (page, e) in pinned_entries {
         // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
         // range holds entries the page for their range now holds.
@@ -878,7 +870,11 @@ fn restore_pins(
             );
         }
     }
-    meta.checkpoint = checkpoint;
+    debug_assert_eq!(
+        meta.ckpt.newest(),
+        checkpoint,
+        "pins restored at another checkpoint"
+    );
     for b in rolled.replaced {
         if !meta.life.pins.contains(b) {
             meta.pin_if_retained(b, sb.segment_blocks);
@@ -891,14 +887,14 @@ fn restore_pins(
         }
         let born = meta.born_of(b, sb.segment_blocks);
         // (A read-only open writes nothing: the pin keeps the base checkpoint readable.)
-        if !options.read_only && meta.life.only_newest_unkept(born, meta.checkpoint, now) {
+        if !options.read_only && meta.life.only_newest_unkept(born, meta.ckpt.newest(), now) {
             // Recovery replays the log over the base checkpoint's pointer, so the old copy's
             // segment is reusable once that log is durable (a flush before recovery writes).
             // Pinning it would make every segment light cleaning reused since the superblock
             // unusable here, and can leave recovery no room for its checkpoint.
-            let s = seg_of(b) as usize;
+            let s = segment_of(b, sb.segment_blocks);
             meta.seg.raise_soft_dead(s, seq + 1);
-            meta.superseded_since_ckpt = true;
+            meta.ckpt.note_superseded();
         } else {
             meta.pin_if_retained(b, sb.segment_blocks);
         }
@@ -916,7 +912,6 @@ fn settle(
     options: &OpenOptions,
     report: &mut RecoveryReport,
 ) -> Result<()> {
-    let seg_of = |b: u64| (b - format::FIRST_SEGMENT_BLOCK) / sb.segment_blocks;
     let mut m = inner.lock_meta();
     let orphans: Vec<Arc<InodeCell>> = m
         .inodes
@@ -942,7 +937,9 @@ fn settle(
                 .find(|&s| {
                     s != cur_seg
                         && m.seg.live(s as usize) == 0
-                        && !logs.iter().any(|l| seg_of(l.start) == s)
+                        && !logs
+                            .iter()
+                            .any(|l| segment_of(l.start, sb.segment_blocks) as u64 == s)
                 });
             match pick {
                 Some(s) => m.writer.next_seg = s,

@@ -131,12 +131,12 @@ impl Engine {
         per_pass: usize,
         passes: u64,
     ) -> Result<GcReport> {
-        m.in_clean = true;
+        m.cleaning.start();
         let before = self.free_blocks(m);
         let r = self.in_section(m, Section::Cleaning, |m| {
             self.clean_passes(m, want, pressure, per_pass, passes)
         });
-        m.in_clean = false;
+        m.cleaning.end();
         if m.life.pressure {
             m.life.pressure = false;
         }
@@ -163,7 +163,7 @@ impl Engine {
         // Checkpoints whose protection ran out since the last checkpoint go first; a checkpoint
         // makes that durable (and releases the newest before it, if that too is unprotected).
         let seq = m.writer.seq;
-        let newest = m.checkpoint;
+        let newest = m.ckpt.newest();
         let newest_pins = m.life.pins.any_anchored_at(newest)
             && m.life.list.get(&newest).is_some_and(|k| {
                 !k.snapshot
@@ -253,7 +253,7 @@ impl Engine {
                 break;
             }
             let free_before = self.free_blocks(m);
-            m.clean_passes += 1;
+            m.cleaning.pass_started();
             // The copies are as old as the youngest data they come from.
             m.life.copy_age = victims.iter().map(|&v| m.life.seg_written[v]).max();
             let moved = self
@@ -398,7 +398,7 @@ impl Engine {
                         || (m.seg.last_seq(s) <= sb_seq
                             && m.seg.dead_at(s) <= sb_seq
                             && m.life
-                                .only_newest_unkept(m.life.seg_born[s], m.checkpoint, now)))
+                                .only_newest_unkept(m.life.seg_born[s], m.ckpt.newest(), now)))
             })
             .collect();
         let age_of = |s: usize| (now - m.life.seg_written[s]).max(1) as f64;
@@ -432,7 +432,7 @@ impl Engine {
             // to 123 extents. Buffered data is not written with them.
             free.saturating_sub(self.reserve_blocks() + 16)
         } else {
-            let pending = self.dirty_bytes.load(AtomicOrdering::Acquire) / BLOCK_U64
+            let pending = self.budget.buffered() / BLOCK_U64
                 + m.pending.len() as u64 * 4
                 + m.dirs_dirty.len() as u64 * 2
                 + m.table_estimate()
@@ -473,9 +473,10 @@ impl Engine {
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
             let live: u64 = victims.iter().map(|&v| m.seg.live(v) as u64).sum();
-            m.clean_gain = (victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2);
+            m.cleaning
+                .set_gain((victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2));
             let room = self.ensure_space(m, live + live / 64 + 2);
-            m.clean_gain = 0;
+            m.cleaning.set_gain(0);
             room?;
         }
         let mut open = false;
@@ -662,8 +663,7 @@ impl Engine {
                     st.next_gen += 1;
                     let data = crate::tbfs::blocks::shared_copy(data);
                     st.dirty.insert(index, DirtyBlock::new(gen, data));
-                    self.dirty_bytes
-                        .fetch_add(BLOCK_U64, AtomicOrdering::AcqRel);
+                    self.budget.add(BLOCK_U64);
                 }
                 drop(st);
                 m.pending.insert(ino);
@@ -711,7 +711,7 @@ impl Engine {
                 dirty_node(m.ifile.map_mut(), level, index);
                 true
             }
-            DescKind::Root => a == m.checkpoint_root,
+            DescKind::Root => a == m.ckpt.root(),
             DescKind::TablePage => {
                 let t = ino as usize;
                 if !(1..=format::TABLES).contains(&t) || m.life.tables[t - 1].get(index) != a {

@@ -5,6 +5,7 @@ pub(crate) mod background;
 pub(crate) mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
+pub(crate) mod cleaning;
 pub(crate) mod segments;
 
 use std::sync::atomic::Ordering as AtomicOrdering;
@@ -97,13 +98,13 @@ impl Engine {
     /// that helps. Fails with `NoSpace` before anything is written.
     pub(super) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
         // Taken, so the checks the cleaning below runs are their own.
-        let for_checkpoint = std::mem::take(&mut m.checking_checkpoint);
+        let for_checkpoint = m.cleaning.take_checkpoint_check();
         let need = self.space_needed(blocks);
         let (reserve, low_water) = self.space_margins(m);
         // A write keeps the room the next checkpoint needs, which pays for its maps (see
         // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
         // write is refused that would leave less than the reserve and the counted debt.
-        let pays_debt = !for_checkpoint && !m.in_clean && !m.refresh.running();
+        let pays_debt = !for_checkpoint && !m.cleaning.running() && !m.refresh.running();
         let quick_debt = if pays_debt {
             self.checkpoint_debt(m, false)
         } else {
@@ -117,13 +118,11 @@ impl Engine {
         let room_mark = need + self.buffer_room(m, self.config.dirty_bytes_max.div_ceil(BLOCK_U64));
         let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)).max(room_mark));
         if let Some(mark) = tight_mark {
-            self.space_tight.store(free < mark, AtomicOrdering::Release);
+            self.budget.set_tight(free < mark);
         }
         self.set_buffer_limit(m, free.saturating_sub(need), reserve);
         let full = !self.light_cleaning(m);
-        if self.full_passes.load(AtomicOrdering::Relaxed) != full {
-            self.full_passes.store(full, AtomicOrdering::Release);
-        }
+        self.budget.set_full_passes(full);
         if free >= want {
             return Ok(());
         }
@@ -139,7 +138,7 @@ impl Engine {
                 return Ok(());
             }
         }
-        if !m.refresh.running() && !m.in_clean {
+        if !m.refresh.running() && !m.cleaning.running() {
             let urgent = need + reserve + low_water / 2;
             if self.config.background_gc
                 && need <= low_water / 4
@@ -163,11 +162,11 @@ impl Engine {
         // (deleted, truncated, superseded) give back: it is what makes them reusable, and
         // without it a pool filled to the reserve could not take the deletes that make room.
         let keep = if for_checkpoint {
-            reserve.saturating_sub(m.dropped_since_ckpt)
-        } else if m.in_clean {
+            reserve.saturating_sub(m.ckpt.dropped())
+        } else if m.cleaning.running() {
             // A light pass's copies may use as much of the reserve as their victims give back
-            // once the copies are durable (`clean_gain`).
-            reserve.saturating_sub(m.clean_gain)
+            // once the copies are durable (`Cleaning::gain`).
+            reserve.saturating_sub(m.cleaning.gain())
         } else if pays_debt {
             reserve + self.checkpoint_debt(m, true)
         } else {
@@ -241,13 +240,7 @@ impl Engine {
         let floor = BUFFER_LIMIT_MIN_BLOCKS.min(full).min(fit);
         let bytes = room.clamp(floor, full) * BLOCK_U64;
         let fit_bytes = fit.min(full) * BLOCK_U64;
-        if self.buffer_fit_limit.load(AtomicOrdering::Relaxed) != fit_bytes {
-            self.buffer_fit_limit
-                .store(fit_bytes, AtomicOrdering::Release);
-        }
-        if self.buffer_limit.load(AtomicOrdering::Relaxed) != bytes {
-            self.buffer_limit.store(bytes, AtomicOrdering::Release);
-        }
+        self.budget.set_limits(bytes, fit_bytes);
     }
 
     /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
@@ -256,7 +249,7 @@ impl Engine {
     pub(super) fn light_cleaning(&self, m: &State) -> bool {
         self.config.ordering == crate::tbfs::Ordering::Relaxed
             && m.life
-                .only_newest_unkept(m.checkpoint, m.checkpoint, now_ns())
+                .only_newest_unkept(m.ckpt.newest(), m.ckpt.newest(), now_ns())
     }
 
     /// Blocks kept for the checkpoints that make dead segments reusable (and for recovery's).
@@ -327,7 +320,7 @@ impl State {
         let mut known: Option<(u64, bool)> = None;
         // Blocks born alike have the same anchor: one look-up per run of them.
         let mut anchored: Option<(u64, Option<u64>)> = None;
-        let died = self.checkpoint;
+        let died = self.ckpt.newest();
         let mut pins = Vec::new();
         for block in blocks {
             self.seg_dec_unpinned(block, seq, segment_blocks);
@@ -335,8 +328,7 @@ impl State {
             let unkept = match known {
                 Some((b, unkept)) if b == born => unkept,
                 _ => {
-                    let unkept = born <= self.checkpoint
-                        && self.life.only_newest_unkept(born, self.checkpoint, now);
+                    let unkept = born <= died && self.life.only_newest_unkept(born, died, now);
                     known = Some((born, unkept));
                     unkept
                 }
@@ -349,7 +341,7 @@ impl State {
                 // block of every file deleted or overwritten, dropped again at the next
                 // checkpoint); the newest checkpoint just cannot be opened as a view or made a
                 // snapshot any more.
-                self.superseded_since_ckpt = true;
+                self.ckpt.note_superseded();
             } else {
                 let anchor = match anchored {
                     Some((b, anchor)) if b == born => anchor,
@@ -382,7 +374,7 @@ impl State {
     pub fn seg_dec_unpinned(&mut self, block: u64, seq: u64, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
         self.seg.drop_live(s);
-        self.dropped_since_ckpt += 1;
+        self.ckpt.note_dropped(1);
         // Every such drop counts, not only the last: the durable checkpoint may reference any
         // block that died after it, whatever killed the segment's last block.
         self.seg.note_dead(s, seq);
@@ -399,7 +391,7 @@ impl State {
         let born = self.born_of(block, segment_blocks);
         if !self
             .life
-            .only_newest_unkept(born, self.checkpoint, now_ns())
+            .only_newest_unkept(born, self.ckpt.newest(), now_ns())
         {
             self.seg_dec(block, seq, segment_blocks);
             return;
@@ -411,8 +403,8 @@ impl State {
         if self.run_soft_dead.last() != Some(&s) {
             self.run_soft_dead.push(s);
         }
-        if born <= self.checkpoint {
-            self.superseded_since_ckpt = true;
+        if born <= self.ckpt.newest() {
+            self.ckpt.note_superseded();
         }
     }
 }
