@@ -22,6 +22,8 @@ pub struct ServerOptions {
     pub allow_other: bool,
     /// The socket's owner (user, group): the pool file's. `None`: the server's own.
     pub owner: Option<(u32, u32)>,
+    /// Refuse the shared-memory rings: every session's requests travel on its socket.
+    pub no_ring: bool,
 }
 
 /// The pool server: start it on an open pool with [`Server::start`].
@@ -90,6 +92,7 @@ impl Server {
             server_ids,
             owner_uid: opts.owner.map_or(server_ids.0, |o| o.0),
             observer,
+            rings: !opts.no_ring,
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;
@@ -173,7 +176,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         let spawned = std::thread::Builder::new()
             .name(format!("tbfs-session-{id}"))
             .spawn(move || {
-                super::session::run(&for_session, stream, id, cred);
+                super::dispatch::run(&for_session, stream, id, cred);
                 for_session.sessions().remove(&id);
                 for_session.ended.notify_all();
             });

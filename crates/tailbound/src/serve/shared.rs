@@ -36,6 +36,8 @@ pub(super) struct Shared {
     pub owner_uid: u32,
     /// Told of every change a session makes (a FUSE mount of the same pool drops its caches).
     pub observer: Option<Observer>,
+    /// Sessions may move to the shared-memory rings (`hello`'s feature bit).
+    pub rings: bool,
 }
 
 impl Shared {
