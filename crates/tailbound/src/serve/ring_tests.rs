@@ -314,6 +314,59 @@ fn a_client_that_vanishes_while_parked_or_waiting_is_cleaned_up() {
     theirs.lock(range(0, 20, Kind::Write), false).unwrap();
 }
 
+/// Names the server's socket to [`ring_client_process`] when a test starts it.
+const CHILD_SOCKET: &str = "TAILBOUND_RING_TEST_SOCKET";
+/// What it prints once it holds its lock.
+const HOLDING: &str = "ring client process: holding its lock";
+
+#[test]
+#[ignore = "the client process that a_client_killed_by_sigkill_while_parked starts and kills"]
+fn ring_client_process() {
+    let socket = std::env::var_os(CHILD_SOCKET).expect("started by its parent test only");
+    let c = Client::connect(std::path::Path::new(&socket)).unwrap();
+    assert_eq!(c.transport(), Transport::Ring);
+    let f = c.open_file("/k", OpenFlags::create()).unwrap();
+    f.lock(range(0, 10, Kind::Write), false).unwrap();
+    // libtest prints the test's name on the same line first.
+    println!("{HOLDING}");
+    // The parent holds this range: the call parks until the process is killed.
+    let _ = f.lock(range(10, 20, Kind::Write), true);
+}
+
+#[test]
+fn a_client_killed_by_sigkill_while_parked_is_cleaned_up() {
+    use std::io::BufRead;
+    let f = fixture(false);
+    let me = Client::connect(&f.socket).unwrap();
+    let mine = me.open_file("/k", OpenFlags::create()).unwrap();
+    mine.lock(range(10, 20, Kind::Write), false).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "serve::ring_tests::ring_client_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_SOCKET, &f.socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.ends_with(HOLDING))),
+        "the client process did not take its lock"
+    );
+    await_sessions(&f.server, 2);
+    assert!(mine.test_lock(range(0, 10, Kind::Write)).unwrap().is_some());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    await_sessions(&f.server, 1);
+    // Its lock went with it; its wait took nothing.
+    mine.lock(range(0, 10, Kind::Write), false).unwrap();
+    assert!(mine.test_lock(range(0, 20, Kind::Write)).unwrap().is_none());
+}
+
 #[test]
 fn a_position_outside_the_ring_ends_that_session_only() {
     let f = fixture(false);

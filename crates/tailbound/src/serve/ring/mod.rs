@@ -21,6 +21,7 @@ mod queue;
 #[allow(unsafe_code)]
 mod shm;
 
+pub use queue::{set_spin, DEFAULT_SPIN};
 pub(crate) use queue::{Consumer, Producer, RingError};
 use queue::{Ctrl, Queue};
 use shm::Mapping;

@@ -12,16 +12,29 @@
 //! does not fit is [`RingError::Corrupt`].
 
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::shm::{futex_wait, futex_wake, Mapping};
 
 /// A fragment header's "more fragments follow" bit.
 const MORE: u32 = 1 << 31;
-/// Looks at a word this many times before parking on it.
-const SPINS: u32 = 100;
+/// How long a side with nothing to do looks at the other side's position before parking, in
+/// ns: [`set_spin`].
+static SPIN_NS: AtomicU64 = AtomicU64::new(DEFAULT_SPIN.as_nanos() as u64);
+/// Short: on a machine with fewer free cores than busy threads, spinning only delays the side
+/// it waits for.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(2);
+
+/// Sets how long every ring of this process spins before parking (zero: parks at once). A
+/// waiting side that spins while its peer runs on another core answers without a system call.
+pub fn set_spin(spin: Duration) {
+    SPIN_NS.store(
+        u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+}
 /// How long a parked side sleeps before it looks whether its peer hung up. Only bounds how soon a
 /// vanished peer is noticed; a live peer's wake ends the sleep at once.
 const PARK: Duration = Duration::from_millis(100);
@@ -127,11 +140,20 @@ impl Queue {
         peer: &UnixStream,
     ) -> Result<(), RingError> {
         let w = self.word(word);
-        for _ in 0..SPINS {
-            if w.load(Ordering::Acquire) != seen {
-                return Ok(());
+        let spin = SPIN_NS.load(Ordering::Relaxed);
+        if spin > 0 {
+            let start = Instant::now();
+            'spin: loop {
+                for _ in 0..64 {
+                    if w.load(Ordering::Acquire) != seen {
+                        return Ok(());
+                    }
+                    std::hint::spin_loop();
+                }
+                if start.elapsed().as_nanos() as u64 >= spin {
+                    break 'spin;
+                }
             }
-            std::hint::spin_loop();
         }
         let flag = self.word(waiter);
         flag.store(1, Ordering::SeqCst);
