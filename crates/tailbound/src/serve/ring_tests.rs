@@ -430,3 +430,97 @@ fn garbage_in_the_memfd_never_stops_the_server() {
         .unwrap();
     assert!(good.stat("/").is_ok());
 }
+
+/// What the forking client process prints once its child and it have checked everything.
+const FORKED_OK: &str = "ring fork process: parent and child as expected";
+
+/// Checks in a forked child: its copy of the parent's connection, abandoned, reaches nothing
+/// (not even the close its file's drop sends), and a session of its own is on rings.
+fn forked_child_checks(c: &Client, f: RemoteFile, socket: &std::path::Path) -> bool {
+    c.abandon();
+    let fd_gone = c.socket_fd().is_none();
+    // The drop's close of the parent's handle must not reach the server.
+    drop(f);
+    let refused = c.stat("/forked").is_err();
+    let fresh = Client::connect(socket);
+    let own = fresh
+        .as_ref()
+        .is_ok_and(|n| n.transport() == Transport::Ring && n.stat("/forked").is_ok());
+    fd_gone && refused && own
+}
+
+/// `fork`: `None` in the child, its pid in the parent.
+#[allow(unsafe_code)]
+fn fork_here() -> Option<u32> {
+    // SAFETY: called from the helper process's test thread; its only other thread is libtest's
+    // main thread, blocked waiting for the test and holding no lock the child goes on to take
+    // (the child's allocations use glibc's malloc, which is reset for the child at fork).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    (pid > 0).then_some(pid as u32)
+}
+
+#[test]
+#[ignore = "the client process that a_forked_child_leaves_its_parents_rings_alone starts"]
+fn ring_fork_process() {
+    use crate::sys::proc::wait_child;
+    let socket = std::env::var_os(CHILD_SOCKET).expect("started by its parent test only");
+    let socket = std::path::Path::new(&socket);
+    let c = Client::connect(socket).unwrap();
+    assert_eq!(c.transport(), Transport::Ring);
+    let f = c.open_file("/forked", OpenFlags::create()).unwrap();
+    f.pwrite(b"the parent's bytes", 0).unwrap();
+    let before = c.socket_fd().unwrap();
+    match fork_here() {
+        None => {
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                forked_child_checks(&c, f, socket)
+            }))
+            .unwrap_or(false);
+            // The child must not go on into the test harness's copy of the parent's state.
+            std::process::exit(if ok { 0 } else { 1 });
+        }
+        Some(pid) => {
+            assert_eq!(
+                wait_child(pid).unwrap(),
+                0,
+                "the forked child's checks failed"
+            );
+            // The parent's handle is still open and its rings answer in order.
+            assert_eq!(c.socket_fd(), Some(before));
+            let mut buf = [0u8; 18];
+            assert_eq!(f.pread(&mut buf, 0).unwrap(), 18);
+            assert_eq!(&buf, b"the parent's bytes");
+            for _ in 0..100 {
+                c.stat("/forked").unwrap();
+            }
+            f.close().unwrap();
+            println!("{FORKED_OK}");
+        }
+    }
+}
+
+#[test]
+fn a_forked_child_leaves_its_parents_rings_alone() {
+    let f = fixture(false);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "serve::ring_tests::ring_fork_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_SOCKET, &f.socket)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(FORKED_OK),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Both processes' sessions end with them.
+    await_sessions(&f.server, 0);
+}
