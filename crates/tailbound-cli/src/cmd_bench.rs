@@ -145,6 +145,7 @@ enum Experiment {
     /// every run) follows the table. --quick: 16 and 64 MiB, one run (seconds).
     Delete(DeleteArgs),
     SchedOverhead(crate::cmd_bench_overhead::SchedOverheadArgs),
+    ServeCall(crate::cmd_bench_serve_call::ServeCallArgs),
     /// Shipping to Apache Kafka (issue 44): backlog MB/s to a local broker it starts, the
     /// broker's own ceiling with Kafka's ProducerPerformance in the same run, and the recorder's
     /// write() latency with live shipping off and on. `--faults N` runs the fault loop instead.
@@ -163,6 +164,7 @@ pub fn run(args: BenchArgs) -> CliResult {
         Experiment::Soak(args) => crate::cmd_bench_soak::run(args),
         Experiment::Delete(args) => run_delete(args),
         Experiment::SchedOverhead(args) => crate::cmd_bench_overhead::run(args),
+        Experiment::ServeCall(args) => crate::cmd_bench_serve_call::run(args),
         Experiment::Ship(args) => crate::cmd_ship::run_bench(args),
     }
 }

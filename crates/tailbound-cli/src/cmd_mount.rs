@@ -216,6 +216,7 @@ fn mount_and_serve(
                 ServerOptions {
                     allow_other: args.allow_other,
                     owner: Some(owner),
+                    ..ServerOptions::default()
                 },
                 Some(invalidator.observer()),
             )

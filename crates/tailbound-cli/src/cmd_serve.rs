@@ -35,6 +35,9 @@ pub struct ServeArgs {
     /// rules on the tree. Without it only the pool file's owner and root can connect.
     #[arg(long)]
     allow_other: bool,
+    /// Keep every session on its socket: refuse the shared-memory rings clients ask for.
+    #[arg(long)]
+    no_ring: bool,
     /// Stay in the foreground instead of detaching.
     #[arg(long)]
     foreground: bool,
@@ -78,6 +81,7 @@ pub fn run(args: ServeArgs) -> CliResult {
         ServerOptions {
             allow_other: args.allow_other,
             owner: Some(owner),
+            no_ring: args.no_ring,
         },
     )
     .map_err(|e| format!("{}: {e}", args.pool.display()))?;
@@ -132,6 +136,9 @@ fn detach(args: &ServeArgs) -> CliResult {
     }
     if args.exit_when_idle {
         cmd.arg("--exit-when-idle");
+    }
+    if args.no_ring {
+        cmd.arg("--no-ring");
     }
     let mut child = cmd
         .stdin(Stdio::null())

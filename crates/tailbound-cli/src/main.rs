@@ -10,6 +10,7 @@ mod cmd_bench_fileserver;
 mod cmd_bench_overhead;
 mod cmd_bench_record;
 mod cmd_bench_sched;
+mod cmd_bench_serve_call;
 mod cmd_bench_soak;
 mod cmd_bench_tbfs;
 mod cmd_calibrate;

@@ -9,6 +9,8 @@
 //!   hot/cold overwrites at several pool utilisations.
 //! - [`delete`]: how long deleting a large file holds tbfs's metadata lock.
 //! - [`sched_overhead`]: the scheduler's CPU per request against a device that completes at once.
+//! - [`serve_call`]: µs per call through the pool server, on its socket and on its rings, beside
+//!   the kernel's calls on tmpfs.
 //! - [`fairness`]: weighted shares of huge direct I/Os, BFQ with cgroup weights against `none` (seed 003).
 //! - [`priority`]: high-priority O_SYNC append latency under a low-priority copy, per kernel
 //!   scheduler (seed 004).
@@ -30,6 +32,7 @@ pub mod priority;
 pub mod record;
 pub mod recovery;
 pub mod sched_overhead;
+pub mod serve_call;
 pub mod ship;
 pub mod soak;
 pub mod soak_model;

@@ -1,83 +1,17 @@
 //! A client of a pool server: the calls of [`Fs`](crate::tbfs::Fs), [`File`](crate::tbfs::File)
-//! and [`Snapshot`](crate::tbfs::Snapshot) over the socket, with the same errors.
+//! and [`Snapshot`](crate::tbfs::Snapshot) through a server, with the same errors.
 
-use std::io;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
-use super::codec::{read_frame, IO_MAX};
-use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
-use crate::sys::sock::send_all;
+use super::codec::IO_MAX;
+use super::conn::{Conn, Transport};
+use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request};
+use super::ring::RingSizes;
 use crate::tbfs::{
     CheckpointInfo, DirEntry, Error, GcReport, OpenFlags, Result, SetAttr, SpaceReport, Stat,
     StatVfs,
 };
-
-struct Conn {
-    socket: PathBuf,
-    /// The stream and the next request id; `None` once the stream failed (a reply may be
-    /// half read, so nothing later on it could be trusted).
-    stream: Mutex<Option<(UnixStream, u64)>>,
-    session: u64,
-    server_pid: u32,
-}
-
-impl Conn {
-    fn lost(&self, e: impl std::fmt::Display, kind: io::ErrorKind) -> Error {
-        Error::Io {
-            what: format!("pool server at {}", self.socket.display()),
-            source: io::Error::new(kind, e.to_string()),
-        }
-    }
-
-    fn call(&self, req: &Request) -> Result<Reply> {
-        let mut guard = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((stream, next)) = guard.as_mut() else {
-            return Err(self.lost("connection lost earlier", io::ErrorKind::NotConnected));
-        };
-        let id = *next;
-        *next += 1;
-        let result = send_all(stream, &req.encode(id))
-            .and_then(|()| read_frame(stream))
-            .and_then(|f| {
-                f.ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the server closed the session",
-                    )
-                })
-            });
-        let body = match result {
-            Ok(b) => b,
-            Err(e) => {
-                *guard = None;
-                return Err(self.lost(e, io::ErrorKind::BrokenPipe));
-            }
-        };
-        match Reply::decode(&body) {
-            Ok((rid, reply)) if rid == id => reply,
-            Ok((rid, _)) => {
-                *guard = None;
-                Err(self.lost(
-                    format!("reply to request {rid}, expected {id}"),
-                    io::ErrorKind::InvalidData,
-                ))
-            }
-            Err(e) => {
-                *guard = None;
-                Err(self.lost(e, io::ErrorKind::InvalidData))
-            }
-        }
-    }
-
-    fn unexpected(&self, r: &Reply) -> Error {
-        self.lost(
-            format!("unexpected reply {r:?}"),
-            io::ErrorKind::InvalidData,
-        )
-    }
-}
 
 macro_rules! expect {
     ($conn:expr, $req:expr, $pat:pat => $val:expr) => {
@@ -89,7 +23,8 @@ macro_rules! expect {
 }
 
 /// A session with a pool server. Cheap to clone; clones share the session (its files and
-/// locks), and calls from several threads take turns on the one connection.
+/// locks). Calls from several threads are in flight at once: one waiting for a lock or an
+/// fsync holds up no other.
 #[derive(Clone)]
 pub struct Client {
     conn: Arc<Conn>,
@@ -105,34 +40,23 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// Connects to the server at `socket` and opens a session.
+    /// Connects to the server at `socket` and opens a session, on the shared-memory rings if
+    /// the server offers them.
     pub fn connect(socket: &Path) -> Result<Client> {
-        let stream = UnixStream::connect(socket)
-            .map_err(|e| Error::io(format!("pool server at {}", socket.display()), e))?;
-        let mut conn = Conn {
-            socket: socket.to_path_buf(),
-            stream: Mutex::new(Some((stream, 1))),
-            session: 0,
-            server_pid: 0,
-        };
-        let hello = Request::Hello {
-            version: VERSION,
-            features: 0,
-        };
-        match conn.call(&hello)? {
-            Reply::Hello {
-                server_pid,
-                session,
-                ..
-            } => {
-                conn.server_pid = server_pid;
-                conn.session = session;
-            }
-            other => return Err(conn.unexpected(&other)),
-        }
+        Client::connect_with(socket, Some(RingSizes::default()))
+    }
+
+    /// [`Client::connect`], asking for rings of `rings`' sizes, or (`None`) keeping to the
+    /// socket.
+    pub fn connect_with(socket: &Path, rings: Option<RingSizes>) -> Result<Client> {
         Ok(Client {
-            conn: Arc::new(conn),
+            conn: Arc::new(Conn::connect(socket, rings)?),
         })
+    }
+
+    /// How this session's calls travel.
+    pub fn transport(&self) -> Transport {
+        self.conn.transport()
     }
 
     /// A session with the server of the pool at `pool`, if one answers on its socket.
@@ -155,18 +79,16 @@ impl Client {
     /// The connection's socket descriptor, while it stands (the shim keeps a program from
     /// closing it under the client).
     pub fn socket_fd(&self) -> Option<std::os::fd::RawFd> {
-        use std::os::fd::AsRawFd;
-        let g = self.conn.stream.lock().unwrap_or_else(|p| p.into_inner());
-        g.as_ref().map(|(s, _)| s.as_raw_fd())
+        self.conn.socket_fd()
     }
 
     /// Closes this process's copy of the connection without a word to the server: a forked
     /// child's copy of its parent's session, which stays the parent's (and ends when the parent
-    /// goes). Calls on it fail afterwards.
+    /// goes). Its rings are unmapped here without touching them. Calls on it fail afterwards.
+    /// Takes no lock, so a child forked while another thread was in a call may use it; no
+    /// other thread of this process may be in a call on it meanwhile.
     pub fn abandon(&self) {
-        if let Ok(mut g) = self.conn.stream.try_lock() {
-            *g = None;
-        }
+        self.conn.abandon();
     }
 
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<RemoteFile> {

@@ -3,7 +3,6 @@
 //! expect; it never panics and never allocates more than the frame it was given holds.
 
 use std::io::{self, Read};
-use std::os::unix::net::UnixStream;
 
 /// The largest frame body either side accepts: the largest read or write payload plus room for
 /// the request around it.
@@ -206,7 +205,7 @@ impl<'a> Dec<'a> {
 
 /// Reads one frame body. `Ok(None)` at a clean end of stream (between frames); a frame longer
 /// than [`FRAME_MAX`] is an `InvalidData` error, and so is a stream that ends inside a frame.
-pub fn read_frame(stream: &mut UnixStream) -> io::Result<Option<Vec<u8>>> {
+pub fn read_frame(stream: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {

@@ -6,9 +6,13 @@
 //!   [`Reply`](protocol::Reply).
 //! - [`protocol`], `protocol_fields`, `protocol_replies`: their bytes (docs/PROTOCOL.md).
 //! - `server`: the socket, the accept loop, stopping ([`Server::start`], [`ServerHandle`]).
+//! - `dispatch`: a session's transport on the server: `hello`, the rings, reading requests and
+//!   sending completions, requests that may wait long run on threads of their own.
+//! - [`ring`]: the shared-memory rings (a memfd per session) and their one file of `unsafe`.
 //! - `session`: one client's open files, views and locks; released when the client goes.
 //! - `shared`: what the accept loop and the sessions share (the pool, the session table).
-//! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server.
+//! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server; `conn`: its
+//!   connection, calls from many threads at once matched to completions by id.
 //! - `access`: permission checks by the kernel's rules, for clients other than root.
 //! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
 //!
@@ -22,20 +26,25 @@ use std::path::{Path, PathBuf};
 mod access;
 mod client;
 mod codec;
+mod conn;
 mod descs;
+mod dispatch;
 mod messages;
 mod observe;
 pub mod protocol;
 mod protocol_fields;
 mod protocol_replies;
+pub mod ring;
 mod server;
 mod session;
 mod shared;
 
 pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};
+pub use conn::Transport;
 pub use descs::STATUS_APPEND;
 pub use observe::{Change, Observer};
+pub use ring::RingSizes;
 pub use server::{Server, ServerHandle, ServerOptions};
 
 /// The socket a pool's server listens on: the pool's path with `.sock` added.
@@ -45,5 +54,7 @@ pub fn socket_path(pool: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+#[cfg(test)]
+mod ring_tests;
 #[cfg(test)]
 mod tests;

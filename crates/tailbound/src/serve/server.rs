@@ -22,6 +22,8 @@ pub struct ServerOptions {
     pub allow_other: bool,
     /// The socket's owner (user, group): the pool file's. `None`: the server's own.
     pub owner: Option<(u32, u32)>,
+    /// Refuse the shared-memory rings: every session's requests travel on its socket.
+    pub no_ring: bool,
 }
 
 /// The pool server: start it on an open pool with [`Server::start`].
@@ -92,6 +94,7 @@ impl Server {
             observer,
             next_handle: AtomicU64::new(1),
             holds: Default::default(),
+            rings: !opts.no_ring,
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;
@@ -175,7 +178,7 @@ fn accept_loop(shared: Arc<Shared>, listener: UnixListener) {
         let spawned = std::thread::Builder::new()
             .name(format!("tbfs-session-{id}"))
             .spawn(move || {
-                super::session::run(&for_session, stream, id, cred);
+                super::dispatch::run(&for_session, stream, id, cred);
                 for_session.sessions().remove(&id);
                 for_session.ended.notify_all();
             });

@@ -1,5 +1,5 @@
-//! One client's session: its open files, snapshot views and locks, and the requests it sends,
-//! answered in order. When the client goes (end of stream, a broken frame, or the server
+//! One client's session: its open files, snapshot views and locks, and the requests it sends
+//! (read and answered by `dispatch`). When the client goes (end of stream, a broken frame, or the server
 //! stopping) its files are closed and its locks released; what it wrote stays in the pool's
 //! buffers, as a killed process's writes stay in the kernel's page cache.
 
@@ -10,20 +10,20 @@ use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use super::access::{Who, EXEC, READ, WRITE};
-use super::codec::{read_frame, IO_MAX};
+use super::codec::IO_MAX;
 use super::descs::Desc;
 use super::observe::{self, Change};
-use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request, VERSION};
+use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request};
 use super::shared::Shared;
 use crate::dev::BLOCK_SIZE;
-use crate::sys::sock::{send_all, PeerCred};
+use crate::sys::sock::PeerCred;
 use crate::tbfs::locks::{Owner, Request as LockRequest};
 use crate::tbfs::{Error, File, Fs, OpenFlags, Result, SetAttr, Snapshot};
 
 /// A reply to a directory listing is cut at about this many bytes of names.
 const ENTRIES_BYTES: usize = 1 << 20;
 
-struct Session<'a> {
+pub(super) struct Session<'a> {
     shared: &'a Shared,
     fs: &'a Fs,
     id: u64,
@@ -32,59 +32,68 @@ struct Session<'a> {
     who: Who,
     /// The session's socket, watched for a hang-up while a request waits for a lock.
     watch: UnixStream,
-    /// The descriptions this session refers to, by their (server-wide) handles.
+    /// The descriptions this session refers to, by their (server-wide) handles; shared with
+    /// other sessions and with requests running apart (an fsync may outlive the handle's close).
     files: HashMap<u64, Arc<Desc>>,
     views: HashMap<u64, Snapshot>,
     next_handle: u64,
 }
 
-/// Serves one client until it goes, then cleans up after it.
-pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCred) {
-    let Ok(watch) = stream.try_clone() else {
-        return;
-    };
-    let mut s = Session {
-        shared,
-        fs: &shared.fs,
-        id,
-        cred,
-        who: Who::of_process(cred.pid, cred.uid, cred.gid),
-        watch,
-        files: HashMap::new(),
-        views: HashMap::new(),
-        next_handle: 1,
-    };
-    let mut greeted = false;
-    // A frame too long or cut short cannot be skipped safely: the session ends.
-    while let Ok(Some(body)) = read_frame(&mut stream) {
-        let (req_id, decoded) = Request::decode(&body);
-        let req_id = req_id.unwrap_or(0);
-        let reply = match decoded {
-            Err(e) => Err(Error::Invalid(e.to_string())),
-            Ok(Request::Hello { version, .. }) if version != VERSION => Err(Error::Invalid(
-                format!("protocol version {version}: this server speaks version {VERSION}"),
-            )),
-            Ok(Request::Hello { .. }) => {
-                greeted = true;
-                Ok(Reply::Hello {
-                    version: VERSION,
-                    features: 0,
-                    server_pid: std::process::id(),
-                    session: id,
-                })
-            }
-            Ok(_) if !greeted => Err(Error::Invalid("the first request must be hello".into())),
-            Ok(req) => s.serve(req),
-        };
-        let frame = match &reply {
-            Ok(r) => r.encode(req_id),
-            Err(e) => Reply::encode_error(req_id, e),
-        };
-        if send_all(&stream, &frame).is_err() || !greeted {
-            break;
+/// A request run on a thread of its own: it holds what it needs, not the session.
+pub(super) type Apart<'a> = Box<dyn FnOnce() -> Result<Reply> + Send + 'a>;
+
+impl<'a> Session<'a> {
+    pub(super) fn new(shared: &'a Shared, id: u64, cred: PeerCred, watch: UnixStream) -> Self {
+        Session {
+            shared,
+            fs: &shared.fs,
+            id,
+            cred,
+            who: Who::of_process(cred.pid, cred.uid, cred.gid),
+            watch,
+            files: HashMap::new(),
+            views: HashMap::new(),
+            next_handle: 1,
         }
     }
-    s.end();
+
+    pub(super) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// `req` as a job for a thread of its own, if it may wait long (a lock wait, an fsync, a
+    /// sync), so the client's other requests are answered meanwhile. `None`: the session's
+    /// thread answers it (also when it names no open handle: the answer is an error at once).
+    pub(super) fn apart(&self, req: &Request) -> Option<Apart<'a>> {
+        use Request as R;
+        if !self.who.is_root() && self.allow(req).is_err() {
+            return None;
+        }
+        let shared = self.shared;
+        Some(match req {
+            R::Fsync { handle } => {
+                let desc = self.files.get(handle)?.clone();
+                Box::new(move || desc.file.fsync().map(|()| Reply::Done))
+            }
+            R::Fdatasync { handle } => {
+                let desc = self.files.get(handle)?.clone();
+                Box::new(move || desc.file.fdatasync().map(|()| Reply::Done))
+            }
+            R::Sync => Box::new(move || shared.fs.sync().map(|()| Reply::Done)),
+            R::Lock {
+                handle,
+                lock,
+                wait: true,
+            } => {
+                let ino = self.files.get(handle)?.file.ino();
+                let r = self.lock_request(*handle, lock);
+                let watch = self.watch.try_clone().ok()?;
+                let id = self.id;
+                Box::new(move || lock_waiting(shared, &watch, id, ino, &r).map(|()| Reply::Done))
+            }
+            _ => return None,
+        })
+    }
 }
 
 fn lock_error(e: crate::tbfs::locks::LockError) -> Error {
@@ -118,6 +127,16 @@ impl Session<'_> {
                 session: self.id,
                 description: 0,
             }
+        }
+    }
+
+    fn lock_request(&self, handle: u64, lock: &LockArgs) -> LockRequest {
+        LockRequest {
+            owner: self.owner(handle, lock),
+            space: lock.space,
+            kind: lock.kind,
+            start: lock.start,
+            end: lock.end,
         }
     }
 
@@ -263,7 +282,7 @@ impl Session<'_> {
         Ok(())
     }
 
-    fn serve(&mut self, req: Request) -> Result<Reply> {
+    pub(super) fn serve(&mut self, req: Request) -> Result<Reply> {
         use Request as R;
         if !self.who.is_root() {
             self.allow(&req)?;
@@ -360,15 +379,9 @@ impl Session<'_> {
             R::Fstat { handle } => Reply::Stat(self.file(handle)?.stat()?),
             R::Lock { handle, lock, wait } => {
                 let ino = self.file(handle)?.ino();
-                let r = LockRequest {
-                    owner: self.owner(handle, &lock),
-                    space: lock.space,
-                    kind: lock.kind,
-                    start: lock.start,
-                    end: lock.end,
-                };
+                let r = self.lock_request(handle, &lock);
                 if wait {
-                    self.lock_waiting(ino, &r)?;
+                    lock_waiting(self.shared, &self.watch, self.id, ino, &r)?;
                 } else {
                     fs.locks().set(ino, &r, false).map_err(lock_error)?;
                 }
@@ -571,39 +584,6 @@ impl Session<'_> {
         })
     }
 
-    /// Takes a lock, waiting for it, unless the client goes meanwhile: then its session must
-    /// end (releasing what else it holds) rather than wait on, as a killed process's `F_SETLKW`
-    /// ends. A watcher thread sees the hang-up and wakes the wait.
-    fn lock_waiting(&self, ino: u64, r: &LockRequest) -> Result<()> {
-        let watched = self
-            .watch
-            .try_clone()
-            .map_err(|e| Error::io("lock: watching the client", e))?;
-        let gone = Arc::new(AtomicBool::new(false));
-        let done = Arc::new(AtomicBool::new(false));
-        let fs = self.shared.fs.clone();
-        let watcher = {
-            let (gone, done) = (gone.clone(), done.clone());
-            std::thread::Builder::new()
-                .name(format!("tbfs-lockwait-{}", self.id))
-                .spawn(move || {
-                    // Woken every so often to see whether the lock came.
-                    while !done.load(AtomicOrdering::Acquire) {
-                        if crate::sys::sock::wait_hangup(&watched, 100).unwrap_or(true) {
-                            gone.store(true, AtomicOrdering::Release);
-                            fs.locks().wake_waiters();
-                            return;
-                        }
-                    }
-                })
-                .map_err(|e| Error::io("lock: watching the client", e))?
-        };
-        let got = self.fs.locks().set_or_give_up(ino, r, true, Some(&gone));
-        done.store(true, AtomicOrdering::Release);
-        let _ = watcher.join();
-        got.map_err(lock_error)
-    }
-
     /// Tells the server's observer, if it has one, of a change made.
     fn changed(&self, change: &Change<'_>) {
         if let Some(o) = &self.shared.observer {
@@ -663,12 +643,50 @@ impl Session<'_> {
     }
 
     /// The client is gone: every lock it held is released and every file it had open closed.
-    fn end(&mut self) {
+    pub(super) fn end(&mut self) {
         self.fs.locks().release_session(self.id);
         self.files.clear();
         self.views.clear();
         self.shared.holds.session_ended(self.id);
     }
+}
+
+/// Takes a lock, waiting for it, unless the client goes meanwhile: then its session must
+/// end (releasing what else it holds) rather than wait on, as a killed process's `F_SETLKW`
+/// ends. A watcher thread sees the hang-up and wakes the wait.
+fn lock_waiting(
+    shared: &Shared,
+    watch: &UnixStream,
+    id: u64,
+    ino: u64,
+    r: &LockRequest,
+) -> Result<()> {
+    let watched = watch
+        .try_clone()
+        .map_err(|e| Error::io("lock: watching the client", e))?;
+    let gone = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let fs = shared.fs.clone();
+    let watcher = {
+        let (gone, done) = (gone.clone(), done.clone());
+        std::thread::Builder::new()
+            .name(format!("tbfs-lockwait-{}", id))
+            .spawn(move || {
+                // Woken every so often to see whether the lock came.
+                while !done.load(AtomicOrdering::Acquire) {
+                    if crate::sys::sock::wait_hangup(&watched, 100).unwrap_or(true) {
+                        gone.store(true, AtomicOrdering::Release);
+                        fs.locks().wake_waiters();
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| Error::io("lock: watching the client", e))?
+    };
+    let got = shared.fs.locks().set_or_give_up(ino, r, true, Some(&gone));
+    done.store(true, AtomicOrdering::Release);
+    let _ = watcher.join();
+    got.map_err(lock_error)
 }
 
 /// The entries after `after`, as many as fit in a reply.

@@ -41,6 +41,8 @@ pub(super) struct Shared {
     pub next_handle: AtomicU64,
     /// Descriptions held for a forked child or an exec'd image to adopt.
     pub holds: Holds,
+    /// Sessions may move to the shared-memory rings (`hello`'s feature bit).
+    pub rings: bool,
 }
 
 impl Shared {

@@ -393,7 +393,7 @@ fn the_socket_is_private_unless_allowed() {
         &other,
         ServerOptions {
             allow_other: true,
-            owner: None,
+            ..ServerOptions::default()
         },
     )
     .unwrap();

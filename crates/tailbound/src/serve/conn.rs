@@ -1,0 +1,324 @@
+//! A client's connection: the `hello` that opens a session and picks its transport (the rings
+//! when both sides want them, else the socket), and calls from any number of threads at once.
+//!
+//! Every call sends its request with a fresh id and waits for the completion with that id.
+//! Completions may come in any order: one waiting thread at a time (the reader) takes them off
+//! the transport, keeps its own and hands the others to their threads. So a thread whose call
+//! waits for a lock or an fsync holds up no other thread's call.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use super::codec::{read_frame, FRAME_MAX};
+use super::protocol::{Reply, Request, VERSION};
+use super::ring::{self, ClientRings, Consumer, Mapping, Producer, RingSizes, FEATURE_RING};
+use crate::sys::sock::send_all;
+use crate::tbfs::{Error, Result};
+
+/// How a session's requests and completions travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Frames on the Unix socket.
+    Socket,
+    /// The shared-memory rings beside the socket.
+    Ring,
+}
+
+/// Either way the session holds one descriptor, its socket (the shim keeps a program from
+/// closing it): the memfd is closed once the server has it, the mapping keeps the memory.
+enum Wire {
+    Socket {
+        stream: UnixStream,
+        /// Taken by a thread writing a frame, and by the thread reading one.
+        send: Mutex<()>,
+        recv: Mutex<()>,
+    },
+    Ring {
+        /// Watched for the server's hang-up while a side waits; carries nothing else.
+        socket: UnixStream,
+        send: Mutex<Producer>,
+        recv: Mutex<Consumer>,
+        /// The rings' mapping, reached here without their locks (see [`Conn::abandon`]).
+        map: Arc<Mapping>,
+    },
+}
+
+impl Wire {
+    fn socket(&self) -> &UnixStream {
+        match self {
+            Wire::Socket { stream, .. } => stream,
+            Wire::Ring { socket, .. } => socket,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Replies {
+    /// Completions taken off the transport by the reader for other threads, by id.
+    pending: HashMap<u64, Vec<u8>>,
+    /// A thread is reading the transport.
+    reading: bool,
+    /// Set once the transport failed: no later call can trust it.
+    broken: Option<String>,
+}
+
+pub(super) struct Conn {
+    pub socket: PathBuf,
+    pub session: u64,
+    pub server_pid: u32,
+    wire: Wire,
+    /// Given up in this process (a forked child's copy of its parent's connection).
+    abandoned: AtomicBool,
+    next_id: AtomicU64,
+    replies: Mutex<Replies>,
+    arrived: Condvar,
+}
+
+fn lost_error(socket: &Path, e: impl std::fmt::Display, kind: io::ErrorKind) -> Error {
+    Error::Io {
+        what: format!("pool server at {}", socket.display()),
+        source: io::Error::new(kind, e.to_string()),
+    }
+}
+
+impl Conn {
+    /// Connects and says hello, asking for the rings when `rings` is given.
+    pub fn connect(socket: &Path, rings: Option<RingSizes>) -> Result<Conn> {
+        let mut stream = UnixStream::connect(socket)
+            .map_err(|e| Error::io(format!("pool server at {}", socket.display()), e))?;
+        let lost = |e: &dyn std::fmt::Display, kind| lost_error(socket, e, kind);
+        let hello = Request::Hello {
+            version: VERSION,
+            features: if rings.is_some() { FEATURE_RING } else { 0 },
+        };
+        send_all(&stream, &hello.encode(1)).map_err(|e| lost(&e, io::ErrorKind::BrokenPipe))?;
+        let body = read_frame(&mut stream)
+            .map_err(|e| lost(&e, io::ErrorKind::BrokenPipe))?
+            .ok_or_else(|| {
+                lost(
+                    &"the server closed the session",
+                    io::ErrorKind::UnexpectedEof,
+                )
+            })?;
+        let (features, server_pid, session) = match Reply::decode(&body) {
+            Ok((
+                1,
+                Ok(Reply::Hello {
+                    features,
+                    server_pid,
+                    session,
+                    ..
+                }),
+            )) => (features, server_pid, session),
+            Ok((_, Err(e))) => return Err(e),
+            Ok((_, Ok(other))) => {
+                return Err(lost(
+                    &format!("unexpected reply {other:?}"),
+                    io::ErrorKind::InvalidData,
+                ))
+            }
+            Err(e) => return Err(lost(&e, io::ErrorKind::InvalidData)),
+        };
+        let wire = match rings.filter(|_| features & FEATURE_RING != 0) {
+            Some(sizes) => ring_wire(stream, sizes).map_err(|e| lost(&e, e.kind()))?,
+            None => socket_wire(stream).map_err(|e| lost(&e, e.kind()))?,
+        };
+        Ok(Conn {
+            socket: socket.to_path_buf(),
+            session,
+            server_pid,
+            wire,
+            abandoned: AtomicBool::new(false),
+            next_id: AtomicU64::new(2),
+            replies: Mutex::new(Replies::default()),
+            arrived: Condvar::new(),
+        })
+    }
+
+    pub fn transport(&self) -> Transport {
+        match self.wire {
+            Wire::Socket { .. } => Transport::Socket,
+            Wire::Ring { .. } => Transport::Ring,
+        }
+    }
+
+    /// The session's socket descriptor, unless the connection was abandoned.
+    pub fn socket_fd(&self) -> Option<RawFd> {
+        if self.abandoned.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(self.wire.socket().as_raw_fd())
+    }
+
+    /// Lets go of this process's copy of the connection without a word to the server, and
+    /// without taking a lock (a thread of the parent may have held one at the fork): the socket
+    /// descriptor is pointed at /dev/null, so the session stays the parent's; the rings' pages
+    /// are replaced by private ones, so nothing here writes the parent's positions or wakes its
+    /// futex, and the mapping's later unmapping touches only those private pages.
+    pub fn abandon(&self) {
+        if self.abandoned.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Neither can fail short of descriptor or memory exhaustion; calls fail from now on
+        // whatever they did.
+        let _ = ring::detach_fd(self.wire.socket().as_raw_fd());
+        if let Wire::Ring { map, .. } = &self.wire {
+            let _ = map.forsake();
+        }
+    }
+
+    pub fn lost(&self, e: impl std::fmt::Display, kind: io::ErrorKind) -> Error {
+        lost_error(&self.socket, e, kind)
+    }
+
+    pub fn unexpected(&self, r: &Reply) -> Error {
+        self.lost(
+            format!("unexpected reply {r:?}"),
+            io::ErrorKind::InvalidData,
+        )
+    }
+
+    fn replies(&self) -> MutexGuard<'_, Replies> {
+        self.replies.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn broken(&self, why: String) -> Error {
+        let mut r = self.replies();
+        r.broken.get_or_insert(why.clone());
+        r.reading = false;
+        drop(r);
+        self.arrived.notify_all();
+        self.lost(why, io::ErrorKind::BrokenPipe)
+    }
+
+    pub fn call(&self, req: &Request) -> Result<Reply> {
+        if self.abandoned.load(Ordering::Acquire) {
+            return Err(self.lost(
+                "connection given up in this process",
+                io::ErrorKind::NotConnected,
+            ));
+        }
+        if let Some(why) = &self.replies().broken {
+            return Err(self.lost(
+                format!("connection lost earlier: {why}"),
+                io::ErrorKind::NotConnected,
+            ));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = req.encode(id);
+        self.send(&frame).map_err(|why| self.broken(why))?;
+        let body = self.completion(id)?;
+        match Reply::decode(&body) {
+            Ok((_, reply)) => reply,
+            Err(e) => Err(self.broken(e.to_string())),
+        }
+    }
+
+    fn send(&self, frame: &[u8]) -> std::result::Result<(), String> {
+        match &self.wire {
+            Wire::Socket { stream, send, .. } => {
+                let _turn = send.lock().unwrap_or_else(|p| p.into_inner());
+                send_all(stream, frame).map_err(|e| e.to_string())
+            }
+            Wire::Ring { socket, send, .. } => {
+                let mut p = send.lock().unwrap_or_else(|p| p.into_inner());
+                p.push(frame, socket).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// One completion's body off the transport, or `None` at the end of the stream.
+    fn receive(&self) -> std::result::Result<Vec<u8>, String> {
+        match &self.wire {
+            Wire::Socket { stream, recv, .. } => {
+                let _turn = recv.lock().unwrap_or_else(|p| p.into_inner());
+                match read_frame(&mut &*stream) {
+                    Ok(Some(body)) => Ok(body),
+                    Ok(None) => Err("the server closed the session".into()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Wire::Ring { socket, recv, .. } => {
+                let mut c = recv.lock().unwrap_or_else(|p| p.into_inner());
+                let frame = c.pop(FRAME_MAX + 4, socket).map_err(|e| e.to_string())?;
+                ring::frame_body(frame)
+            }
+        }
+    }
+
+    /// Waits for the completion of request `id`, reading the transport whenever no other
+    /// thread is.
+    fn completion(&self, id: u64) -> Result<Vec<u8>> {
+        let mut r = self.replies();
+        loop {
+            if let Some(body) = r.pending.remove(&id) {
+                return Ok(body);
+            }
+            if let Some(why) = &r.broken {
+                let why = why.clone();
+                return Err(self.lost(why, io::ErrorKind::BrokenPipe));
+            }
+            if r.reading {
+                r = self.arrived.wait(r).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            r.reading = true;
+            drop(r);
+            loop {
+                let body = self.receive().map_err(|why| self.broken(why))?;
+                let Some(rid) = body.get(..8).map(|b| {
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(b);
+                    u64::from_le_bytes(a)
+                }) else {
+                    return Err(self.broken("a completion too short for its id".into()));
+                };
+                let mut g = self.replies();
+                if rid == id {
+                    g.reading = false;
+                    drop(g);
+                    // Another waiter takes over reading.
+                    self.arrived.notify_all();
+                    return Ok(body);
+                }
+                g.pending.insert(rid, body);
+                drop(g);
+                self.arrived.notify_all();
+            }
+        }
+    }
+}
+
+fn socket_wire(stream: UnixStream) -> io::Result<Wire> {
+    Ok(Wire::Socket {
+        stream,
+        send: Mutex::new(()),
+        recv: Mutex::new(()),
+    })
+}
+
+/// Sends the memfd and reads the server's answer: rings, or (it could not use them) the socket.
+fn ring_wire(mut stream: UnixStream, sizes: RingSizes) -> io::Result<Wire> {
+    let rings = ClientRings::create(sizes).ok();
+    ring::send_memfd(&stream, rings.as_ref().map(|r| &r.memfd))?;
+    let mut answer = [0u8];
+    stream.read_exact(&mut answer)?;
+    match (answer[0], rings) {
+        (ring::ANSWER_RINGS, Some(r)) => Ok(Wire::Ring {
+            socket: stream,
+            map: r.requests.mapping().clone(),
+            send: Mutex::new(r.requests),
+            recv: Mutex::new(r.completions),
+        }),
+        (ring::ANSWER_SOCKET, _) => socket_wire(stream),
+        (other, _) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("answer {other} to the rings"),
+        )),
+    }
+}

@@ -1,0 +1,224 @@
+//! The shared-memory transport: a session's request and completion rings, with their data, in one
+//! memfd the client makes and hands to the server over the session's socket (docs/PROTOCOL.md,
+//! "Rings").
+//!
+//! - `shm`: every `unsafe` of the transport (the memfd, its mapping, atomics, futexes, passing
+//!   the descriptor).
+//! - `queue`: one ring: records, fragments, positions, parking and waking.
+//! - here: the memfd's layout and header, and the two ends of a session's pair of rings.
+//!
+//! Layout: a 4 KiB header (magic, version, the two data areas' sizes, then each ring's control
+//! words on cache lines of their own), the request ring's data area, the completion ring's.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+mod queue;
+#[allow(unsafe_code)]
+mod shm;
+
+pub use queue::{set_spin, DEFAULT_SPIN};
+pub(crate) use queue::{Consumer, Producer, RingError};
+use queue::{Ctrl, Queue};
+pub(crate) use shm::{detach_fd, Mapping};
+
+/// The `hello` feature bit that asks for (and, answered, grants) the rings.
+pub const FEATURE_RING: u64 = 1;
+
+/// The byte the client sends with the memfd, and the server's answers to it.
+pub(crate) const TAG_MEMFD: u8 = b'R';
+pub(crate) const ANSWER_RINGS: u8 = 1;
+pub(crate) const ANSWER_SOCKET: u8 = 0;
+
+const MAGIC: u32 = u32::from_le_bytes(*b"TBRG");
+const LAYOUT_VERSION: u32 = 1;
+const HEADER_BYTES: usize = 4096;
+const MAGIC_AT: usize = 0;
+const VERSION_AT: usize = 4;
+const REQUEST_BYTES_AT: usize = 8;
+const COMPLETION_BYTES_AT: usize = 12;
+const REQUEST_CTRL: Ctrl = Ctrl {
+    tail: 64,
+    space_waiter: 68,
+    head: 128,
+    data_waiter: 132,
+};
+const COMPLETION_CTRL: Ctrl = Ctrl {
+    tail: 192,
+    space_waiter: 196,
+    head: 256,
+    data_waiter: 260,
+};
+
+/// The smallest and largest data area either side accepts.
+pub const AREA_MIN: u32 = 4 << 10;
+pub const AREA_MAX: u32 = 64 << 20;
+
+/// The sizes of a session's two data areas (powers of two, [`AREA_MIN`]..=[`AREA_MAX`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingSizes {
+    pub request: u32,
+    pub completion: u32,
+}
+
+impl Default for RingSizes {
+    fn default() -> RingSizes {
+        RingSizes {
+            request: 256 << 10,
+            completion: 256 << 10,
+        }
+    }
+}
+
+impl RingSizes {
+    fn check(&self) -> Result<(), String> {
+        for (what, n) in [("request", self.request), ("completion", self.completion)] {
+            if !n.is_power_of_two() || !(AREA_MIN..=AREA_MAX).contains(&n) {
+                return Err(format!(
+                    "{what} ring of {n} bytes: a power of two from {AREA_MIN} to {AREA_MAX}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn total(&self) -> usize {
+        HEADER_BYTES + self.request as usize + self.completion as usize
+    }
+}
+
+fn queues(map: &Arc<Mapping>, sizes: RingSizes) -> Option<(Queue, Queue)> {
+    let req = Queue::new(
+        map.clone(),
+        REQUEST_CTRL,
+        HEADER_BYTES,
+        sizes.request as usize,
+    )?;
+    let cmp = Queue::new(
+        map.clone(),
+        COMPLETION_CTRL,
+        HEADER_BYTES + sizes.request as usize,
+        sizes.completion as usize,
+    )?;
+    Some((req, cmp))
+}
+
+/// The client's end: it writes requests and reads completions.
+#[derive(Debug)]
+pub(crate) struct ClientRings {
+    pub memfd: File,
+    pub requests: Producer,
+    pub completions: Consumer,
+}
+
+impl ClientRings {
+    /// A fresh memfd laid out for `sizes`, its header written.
+    pub fn create(sizes: RingSizes) -> io::Result<ClientRings> {
+        sizes
+            .check()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let (memfd, map) = Mapping::create(sizes.total())?;
+        let map = Arc::new(map);
+        for (at, v) in [
+            (MAGIC_AT, MAGIC),
+            (VERSION_AT, LAYOUT_VERSION),
+            (REQUEST_BYTES_AT, sizes.request),
+            (COMPLETION_BYTES_AT, sizes.completion),
+        ] {
+            if let Some(w) = map.word(at) {
+                w.store(v, Ordering::Relaxed);
+            }
+        }
+        let (req, cmp) = queues(&map, sizes)
+            .ok_or_else(|| io::Error::other("ring layout does not fit its memfd"))?;
+        Ok(ClientRings {
+            memfd,
+            requests: Producer::new(req),
+            completions: Consumer::new(cmp),
+        })
+    }
+}
+
+/// The server's end: it reads requests and writes completions.
+#[derive(Debug)]
+pub(crate) struct ServerRings {
+    pub requests: Consumer,
+    pub completions: Producer,
+}
+
+impl ServerRings {
+    /// Takes the memfd a client sent: checks it is one sealed memfd, maps it, and reads its
+    /// header once (the sizes are kept here; later writes to the header change nothing).
+    pub fn attach(fds: Vec<OwnedFd>) -> Result<ServerRings, String> {
+        let mut fds = fds.into_iter();
+        let (Some(fd), None) = (fds.next(), fds.next()) else {
+            return Err("not exactly one descriptor came with the ring's tag".into());
+        };
+        let file = File::from(fd);
+        let len = file
+            .metadata()
+            .map_err(|e| format!("the ring's memfd: {e}"))?
+            .len();
+        let most = (HEADER_BYTES + 2 * AREA_MAX as usize) as u64;
+        if !(HEADER_BYTES as u64..=most).contains(&len) {
+            return Err(format!(
+                "a memfd of {len} bytes: rings take {HEADER_BYTES} to {most}"
+            ));
+        }
+        let map = Arc::new(Mapping::attach(&file, len as usize).map_err(|e| e.to_string())?);
+        let read = |at: usize| map.word(at).map_or(0, |w| w.load(Ordering::Relaxed));
+        if read(MAGIC_AT) != MAGIC || read(VERSION_AT) != LAYOUT_VERSION {
+            return Err("the memfd's header is not a version 1 ring header".into());
+        }
+        let sizes = RingSizes {
+            request: read(REQUEST_BYTES_AT),
+            completion: read(COMPLETION_BYTES_AT),
+        };
+        sizes.check()?;
+        if sizes.total() as u64 > len {
+            return Err(format!(
+                "rings of {} and {} bytes do not fit a memfd of {len}",
+                sizes.request, sizes.completion
+            ));
+        }
+        let (req, cmp) = queues(&map, sizes).ok_or("ring layout does not fit its memfd")?;
+        Ok(ServerRings {
+            requests: Consumer::new(req),
+            completions: Producer::new(cmp),
+        })
+    }
+}
+
+/// Sends the client's memfd over the session's socket (a client that could not make one sends
+/// the tag alone, and the session stays on the socket).
+pub(crate) fn send_memfd(stream: &UnixStream, memfd: Option<&File>) -> io::Result<()> {
+    match memfd {
+        Some(f) => shm::send_fd(stream, TAG_MEMFD, f),
+        None => crate::sys::sock::send_all(stream, &[TAG_MEMFD]),
+    }
+}
+
+/// Receives the tag and the descriptors sent with it (`None` at the end of the stream).
+pub(crate) fn recv_memfd(stream: &UnixStream) -> io::Result<Option<(u8, Vec<OwnedFd>)>> {
+    shm::recv_fds(stream)
+}
+
+/// A ring frame's body: the frame travels as on the socket, length and all; the length is
+/// checked against the record's and stripped.
+pub(crate) fn frame_body(mut frame: Vec<u8>) -> Result<Vec<u8>, String> {
+    let len = frame
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    if len != Some(frame.len().wrapping_sub(4)) {
+        return Err("a frame whose length disagrees with its records'".into());
+    }
+    frame.drain(..4);
+    Ok(frame)
+}
+
+#[cfg(test)]
+pub(crate) mod testing;

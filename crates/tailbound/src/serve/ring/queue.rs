@@ -1,0 +1,325 @@
+//! One direction of a session's rings: a byte ring of records in the shared memfd, written by one
+//! producer and read by one consumer, each keeping its own position and publishing it.
+//!
+//! A record is a `u32` header (bit 31: more fragments of the same frame follow; the rest: the
+//! fragment's length), the fragment, and padding to 4 bytes. A frame longer than half the ring is
+//! cut into fragments, written back to back, so a frame of any length up to the reader's limit
+//! passes through a ring of any size. Positions are free-running `u32` byte counts; the data area
+//! is a power of two, so a position's offset is its low bits.
+//!
+//! Neither side trusts what it reads from the other: every length and position is checked
+//! against the ring's size and the bytes published before anything is copied, and a value that
+//! does not fit is [`RingError::Corrupt`].
+
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::shm::{futex_wait, futex_wake, Mapping};
+
+/// A fragment header's "more fragments follow" bit.
+const MORE: u32 = 1 << 31;
+/// How long a side with nothing to do looks at the other side's position before parking, in
+/// ns: [`set_spin`].
+static SPIN_NS: AtomicU64 = AtomicU64::new(DEFAULT_SPIN.as_nanos() as u64);
+/// Short: on a machine with fewer free cores than busy threads, spinning only delays the side
+/// it waits for.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(2);
+
+/// Sets how long every ring of this process spins before parking (zero: parks at once). A
+/// waiting side that spins while its peer runs on another core answers without a system call.
+pub fn set_spin(spin: Duration) {
+    SPIN_NS.store(
+        u64::try_from(spin.as_nanos()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+}
+/// How long a parked side sleeps before it looks whether its peer hung up. Only bounds how soon a
+/// vanished peer is noticed; a live peer's wake ends the sleep at once.
+const PARK: Duration = Duration::from_millis(100);
+
+/// Why a ring cannot be used any more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RingError {
+    /// The other side wrote something a ring cannot hold.
+    Corrupt(String),
+    /// The other side hung up its socket.
+    Gone,
+}
+
+impl std::fmt::Display for RingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RingError::Corrupt(why) => write!(f, "corrupt ring: {why}"),
+            RingError::Gone => f.write_str("the other side hung up"),
+        }
+    }
+}
+
+/// Byte offsets of one ring's control words in the header.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ctrl {
+    /// The producer's position: bytes published.
+    pub tail: usize,
+    /// Set by a producer parked for room.
+    pub space_waiter: usize,
+    /// The consumer's position: bytes consumed.
+    pub head: usize,
+    /// Set by a consumer parked for data.
+    pub data_waiter: usize,
+}
+
+/// Where one ring lives in a mapping: its control words and data area (checked at construction).
+#[derive(Debug, Clone)]
+pub(crate) struct Queue {
+    map: Arc<Mapping>,
+    ctrl: Ctrl,
+    base: usize,
+    cap: usize,
+}
+
+impl Queue {
+    /// `None` unless the data area is a power of two lying inside the mapping and the control
+    /// words are aligned words inside it.
+    pub fn new(map: Arc<Mapping>, ctrl: Ctrl, base: usize, cap: usize) -> Option<Queue> {
+        let inside = cap.is_power_of_two()
+            && (64..=1 << 30).contains(&cap)
+            && base.checked_add(cap)? <= map.len()
+            && [ctrl.tail, ctrl.space_waiter, ctrl.head, ctrl.data_waiter]
+                .iter()
+                .all(|&o| map.word(o).is_some());
+        inside.then_some(Queue {
+            map,
+            ctrl,
+            base,
+            cap,
+        })
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU32 {
+        // Every offset used was checked in `new`: the fallback is never reached.
+        self.map.word(offset).unwrap_or(&FALLBACK)
+    }
+
+    fn offset(&self, pos: u32) -> usize {
+        pos as usize & (self.cap - 1)
+    }
+
+    /// Copies out `out.len()` bytes at `pos`, wrapping at the end of the data area.
+    fn read(&self, pos: u32, out: &mut [u8]) -> Result<(), RingError> {
+        let off = self.offset(pos);
+        let first = out.len().min(self.cap - off);
+        let (a, b) = out.split_at_mut(first);
+        if self.map.read(self.base + off, a) && self.map.read(self.base, b) {
+            Ok(())
+        } else {
+            Err(RingError::Corrupt("a record outside the data area".into()))
+        }
+    }
+
+    fn write(&self, pos: u32, bytes: &[u8]) -> Result<(), RingError> {
+        let off = self.offset(pos);
+        let first = bytes.len().min(self.cap - off);
+        if self.map.write(self.base + off, &bytes[..first])
+            && self.map.write(self.base, &bytes[first..])
+        {
+            Ok(())
+        } else {
+            Err(RingError::Corrupt("a record outside the data area".into()))
+        }
+    }
+
+    /// Waits until `word` no longer holds `seen`: spins a while, then parks on it with
+    /// `waiter` set so the other side knows to wake it. `Gone` once the peer hung up.
+    fn wait_change(
+        &self,
+        word: usize,
+        seen: u32,
+        waiter: usize,
+        peer: &UnixStream,
+    ) -> Result<(), RingError> {
+        let w = self.word(word);
+        let spin = SPIN_NS.load(Ordering::Relaxed);
+        if spin > 0 {
+            let start = Instant::now();
+            'spin: loop {
+                for _ in 0..64 {
+                    if w.load(Ordering::Acquire) != seen {
+                        return Ok(());
+                    }
+                    std::hint::spin_loop();
+                }
+                if start.elapsed().as_nanos() as u64 >= spin {
+                    break 'spin;
+                }
+            }
+        }
+        let flag = self.word(waiter);
+        flag.store(1, Ordering::SeqCst);
+        // Pairs with the fence after the other side's publish: either it sees the flag and wakes
+        // us, or we see its new position here and do not sleep.
+        if w.load(Ordering::SeqCst) == seen {
+            futex_wait(w, seen, PARK);
+        }
+        flag.store(0, Ordering::Relaxed);
+        if w.load(Ordering::Acquire) == seen
+            && crate::sys::sock::wait_hangup(peer, 0).unwrap_or(true)
+        {
+            return Err(RingError::Gone);
+        }
+        Ok(())
+    }
+
+    /// Publishes `pos` in `word` and wakes the other side if it parked on it.
+    fn publish(&self, word: usize, pos: u32, waiter: usize) {
+        let w = self.word(word);
+        w.store(pos, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if self.word(waiter).load(Ordering::SeqCst) != 0 {
+            futex_wake(w);
+        }
+    }
+}
+
+static FALLBACK: AtomicU32 = AtomicU32::new(0);
+
+fn padded(len: usize) -> usize {
+    4 + len.div_ceil(4) * 4
+}
+
+/// The writing end of a ring.
+#[derive(Debug)]
+pub(crate) struct Producer {
+    q: Queue,
+    /// Bytes published: ours, never read back from the shared word.
+    tail: u32,
+}
+
+impl Producer {
+    pub fn new(q: Queue) -> Producer {
+        Producer { q, tail: 0 }
+    }
+
+    /// Writes `frame` as one or more records, waiting for room as the consumer reads.
+    pub fn push(&mut self, frame: &[u8], peer: &UnixStream) -> Result<(), RingError> {
+        let max = self.q.cap / 2 - 4;
+        let mut rest = frame;
+        loop {
+            let n = rest.len().min(max);
+            let (piece, after) = rest.split_at(n);
+            let need = padded(n);
+            self.room(need, peer)?;
+            let header = n as u32 | if after.is_empty() { 0 } else { MORE };
+            self.q.write(self.tail, &header.to_le_bytes())?;
+            self.q.write(self.tail.wrapping_add(4), piece)?;
+            self.tail = self.tail.wrapping_add(need as u32);
+            self.q
+                .publish(self.q.ctrl.tail, self.tail, self.q.ctrl.data_waiter);
+            rest = after;
+            if rest.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn room(&self, need: usize, peer: &UnixStream) -> Result<(), RingError> {
+        loop {
+            let head = self.q.word(self.q.ctrl.head).load(Ordering::Acquire);
+            let used = self.tail.wrapping_sub(head) as usize;
+            if used > self.q.cap {
+                return Err(RingError::Corrupt(format!(
+                    "consumer position {head} is not within the ring behind {}",
+                    self.tail
+                )));
+            }
+            if self.q.cap - used >= need {
+                return Ok(());
+            }
+            self.q
+                .wait_change(self.q.ctrl.head, head, self.q.ctrl.space_waiter, peer)?;
+        }
+    }
+}
+
+/// The reading end of a ring.
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    q: Queue,
+    /// Bytes consumed: ours, never read back from the shared word.
+    head: u32,
+    /// The fragments of a frame read so far.
+    partial: Vec<u8>,
+}
+
+impl Consumer {
+    pub fn new(q: Queue) -> Consumer {
+        Consumer {
+            q,
+            head: 0,
+            partial: Vec::new(),
+        }
+    }
+
+    /// The next whole frame, waiting for it; a frame longer than `limit` is corrupt.
+    pub fn pop(&mut self, limit: usize, peer: &UnixStream) -> Result<Vec<u8>, RingError> {
+        loop {
+            let tail = self.q.word(self.q.ctrl.tail).load(Ordering::Acquire);
+            let avail = tail.wrapping_sub(self.head) as usize;
+            if avail > self.q.cap {
+                return Err(RingError::Corrupt(format!(
+                    "producer position {tail} is not within the ring ahead of {}",
+                    self.head
+                )));
+            }
+            if avail == 0 {
+                self.q
+                    .wait_change(self.q.ctrl.tail, tail, self.q.ctrl.data_waiter, peer)?;
+                continue;
+            }
+            if avail < 4 {
+                return Err(RingError::Corrupt(format!(
+                    "{avail} bytes published: not a record"
+                )));
+            }
+            let mut h = [0u8; 4];
+            self.q.read(self.head, &mut h)?;
+            let header = u32::from_le_bytes(h);
+            let n = (header & !MORE) as usize;
+            let need = padded(n);
+            if need > avail {
+                return Err(RingError::Corrupt(format!(
+                    "a record of {n} bytes where {avail} are published"
+                )));
+            }
+            if self.partial.len() + n > limit {
+                return Err(RingError::Corrupt(format!(
+                    "a frame longer than {limit} bytes"
+                )));
+            }
+            if self.partial.is_empty() {
+                // Zeroed memory from the allocator, not filled byte by byte.
+                self.partial = vec![0u8; n];
+                self.q.read(self.head.wrapping_add(4), &mut self.partial)?;
+            } else {
+                let at = self.partial.len();
+                self.partial.resize(at + n, 0);
+                self.q
+                    .read(self.head.wrapping_add(4), &mut self.partial[at..])?;
+            }
+            self.head = self.head.wrapping_add(need as u32);
+            self.q
+                .publish(self.q.ctrl.head, self.head, self.q.ctrl.space_waiter);
+            if header & MORE == 0 {
+                return Ok(std::mem::take(&mut self.partial));
+            }
+        }
+    }
+}
+
+impl Producer {
+    /// The mapping under the ring (a client giving up its copy; tests writing garbage).
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.q.map
+    }
+}

@@ -1,0 +1,526 @@
+//! The shared-memory transport: rings on their own (wrap-around, a full ring, frames longer than
+//! the ring), sessions on rings (negotiation, big frames, many threads with one blocked, a client
+//! that vanishes while parked), and a hostile client writing garbage into its memfd.
+
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PropConfig, TestRunner};
+
+use super::codec::read_frame;
+use super::protocol::{LockArgs, Reply, Request, VERSION};
+use super::ring::{self, testing, ClientRings, RingError, RingSizes, ServerRings, FEATURE_RING};
+use super::*;
+use crate::dev::memory::MemoryPool;
+use crate::tbfs::locks::{Kind, Space};
+use crate::tbfs::{Config, Fs, OpenFlags};
+
+const SMALL: RingSizes = RingSizes {
+    request: 4096,
+    completion: 4096,
+};
+
+struct Fixture {
+    server: ServerHandle,
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture(no_ring: bool) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Arc::new(MemoryPool::anonymous(64 << 20).unwrap());
+    let fs = Arc::new(
+        Fs::format(
+            dev,
+            &Config {
+                segment_bytes: 1 << 20,
+                ..Config::memory_pool()
+            },
+        )
+        .unwrap(),
+    );
+    let socket = dir.path().join("pool.sock");
+    let opts = ServerOptions {
+        no_ring,
+        ..ServerOptions::default()
+    };
+    let server = Server::start(fs, &socket, opts).unwrap();
+    Fixture {
+        server,
+        socket,
+        _dir: dir,
+    }
+}
+
+/// Waits until the server counts `n` sessions. The bound only turns a hang into a failure.
+fn await_sessions(server: &ServerHandle, n: usize) {
+    let start = Instant::now();
+    while server.sessions() != n {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{} sessions, {n} expected",
+            server.sessions()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn range(start: u64, end: u64, kind: Kind) -> LockArgs {
+    LockArgs {
+        space: Space::Record,
+        kind,
+        start,
+        end,
+        per_handle: false,
+    }
+}
+
+#[test]
+fn frames_of_any_length_wrap_around_a_small_ring_intact() {
+    let rings = ClientRings::create(SMALL).unwrap();
+    let memfd = rings.memfd.try_clone().unwrap();
+    let server = ServerRings::attach(vec![memfd.into()]).unwrap();
+    let (a, b) = UnixStream::pair().unwrap();
+    let (mut producer, mut consumer) = (rings.requests, server.requests);
+    // Lengths from empty to several times the data area, so records wrap at every offset and
+    // long frames go as fragments.
+    let lengths: Vec<usize> = (0..400).map(|i| (i * 97) % 13_000).collect();
+    let frame = |i: usize, n: usize| -> Vec<u8> { (0..n).map(|j| (i * 31 + j) as u8).collect() };
+    let sent = lengths.clone();
+    // The producer runs ahead of a consumer that starts late, so it fills the ring and waits for
+    // room many times.
+    let t = std::thread::spawn(move || {
+        for (i, &n) in sent.iter().enumerate() {
+            producer.push(&frame(i, n), &a).unwrap();
+        }
+        a
+    });
+    for (i, &n) in lengths.iter().enumerate() {
+        let got = consumer.pop(1 << 20, &b).unwrap();
+        assert_eq!(got, frame(i, n), "frame {i} of {n} bytes");
+    }
+    let a = t.join().unwrap();
+    // The producer went: a consumer waiting on an empty ring is told so.
+    drop(a);
+    assert_eq!(consumer.pop(1 << 20, &b), Err(RingError::Gone));
+}
+
+#[test]
+fn a_frame_longer_than_the_readers_limit_is_corrupt() {
+    let rings = ClientRings::create(SMALL).unwrap();
+    let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
+    let (a, b) = UnixStream::pair().unwrap();
+    let (mut producer, mut consumer) = (rings.requests, server.requests);
+    let t = std::thread::spawn(move || {
+        // Fails once the reader stops reading and hangs up.
+        let _ = producer.push(&vec![7u8; 20_000], &a);
+    });
+    let err = consumer.pop(10_000, &b).unwrap_err();
+    assert!(matches!(err, RingError::Corrupt(_)), "{err:?}");
+    drop(b);
+    t.join().unwrap();
+}
+
+#[test]
+fn hello_picks_the_rings_unless_either_side_declines() {
+    let f = fixture(false);
+    let c = Client::connect(&f.socket).unwrap();
+    assert_eq!(c.transport(), Transport::Ring);
+    let old = Client::connect_with(&f.socket, None).unwrap();
+    assert_eq!(old.transport(), Transport::Socket);
+    c.mkdir("/d", 0o755).unwrap();
+    assert!(old.stat("/d").unwrap().kind == crate::tbfs::FileKind::Dir);
+
+    let no = fixture(true);
+    let c = Client::connect(&no.socket).unwrap();
+    assert_eq!(c.transport(), Transport::Socket);
+    c.mkdir("/d", 0o755).unwrap();
+}
+
+#[test]
+fn a_megabyte_write_and_read_go_through_rings_smaller_than_them() {
+    let f = fixture(false);
+    let c = Client::connect_with(&f.socket, Some(SMALL)).unwrap();
+    assert_eq!(c.transport(), Transport::Ring);
+    let file = c.open_file("/big", OpenFlags::create()).unwrap();
+    let data: Vec<u8> = (0..(1 << 20) + 333).map(|i| (i % 253) as u8).collect();
+    assert_eq!(file.pwrite(&data, 0).unwrap(), data.len());
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(file.pread(&mut back, 0).unwrap(), data.len());
+    assert!(back == data);
+    // Many small calls after: the positions keep wrapping.
+    for i in 0..2000u64 {
+        file.pwrite(&i.to_le_bytes(), i * 8).unwrap();
+    }
+    let mut word = [0u8; 8];
+    file.pread(&mut word, 1999 * 8).unwrap();
+    assert_eq!(u64::from_le_bytes(word), 1999);
+}
+
+/// One thread of a client waits for a lock another client holds; the client's other threads'
+/// calls are answered meanwhile, and the waiter gets the lock once it is let go.
+fn others_go_on_while_one_thread_waits(transport: Option<RingSizes>) {
+    let f = fixture(false);
+    let holder = Client::connect(&f.socket).unwrap();
+    let held = holder.open_file("/l", OpenFlags::create()).unwrap();
+    held.lock(range(0, 10, Kind::Write), false).unwrap();
+
+    let c = Client::connect_with(&f.socket, transport).unwrap();
+    let file = Arc::new(c.open_file("/l", OpenFlags::create()).unwrap());
+    let (got_tx, got_rx) = mpsc::channel();
+    let waiter = {
+        let file = file.clone();
+        std::thread::spawn(move || {
+            file.lock(range(0, 10, Kind::Write), true).unwrap();
+            got_tx.send(()).unwrap();
+        })
+    };
+    let (done_tx, done_rx) = mpsc::channel();
+    for t in 0..4u64 {
+        let (c, file, done_tx) = (c.clone(), file.clone(), done_tx.clone());
+        std::thread::spawn(move || {
+            for i in 0..50u64 {
+                let path = format!("/t{t}-{i}");
+                c.mkdir(&path, 0o755).unwrap();
+                assert!(c.stat(&path).is_ok());
+                file.pwrite(&[t as u8; 16], 100 + t * 16).unwrap();
+                file.fsync().unwrap();
+            }
+            done_tx.send(t).unwrap();
+        });
+    }
+    for _ in 0..4 {
+        // Without requests running apart, these wait behind the lock wait for ever.
+        done_rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("a thread's calls held up behind another's lock wait");
+    }
+    // The lock is still held, so the waiter still waits.
+    assert!(got_rx.try_recv().is_err());
+    held.lock(range(0, 10, Kind::Unlock), false).unwrap();
+    got_rx.recv().unwrap();
+    waiter.join().unwrap();
+    assert!(held.test_lock(range(0, 10, Kind::Write)).unwrap().is_some());
+}
+
+#[test]
+fn a_lock_wait_holds_up_no_other_thread_on_the_rings() {
+    others_go_on_while_one_thread_waits(Some(SMALL));
+}
+
+#[test]
+fn a_lock_wait_holds_up_no_other_thread_on_the_socket() {
+    others_go_on_while_one_thread_waits(None);
+}
+
+/// A client on the rings, by hand: a test plays it to vanish or misbehave.
+struct RawRings {
+    socket: UnixStream,
+    rings: ClientRings,
+}
+
+fn raw_rings(socket: &std::path::Path) -> RawRings {
+    let mut s = UnixStream::connect(socket).unwrap();
+    let hello = Request::Hello {
+        version: VERSION,
+        features: FEATURE_RING,
+    };
+    crate::sys::sock::send_all(&s, &hello.encode(1)).unwrap();
+    let (_, r) = Reply::decode(&read_frame(&mut s).unwrap().unwrap()).unwrap();
+    let Ok(Reply::Hello { features, .. }) = r else {
+        panic!("hello: {r:?}")
+    };
+    assert_eq!(features & FEATURE_RING, FEATURE_RING);
+    let rings = ClientRings::create(SMALL).unwrap();
+    ring::send_memfd(&s, Some(&rings.memfd)).unwrap();
+    let mut answer = [0u8];
+    s.read_exact(&mut answer).unwrap();
+    assert_eq!(answer[0], ring::ANSWER_RINGS);
+    RawRings { socket: s, rings }
+}
+
+impl RawRings {
+    fn call(&mut self, req: &Request, id: u64) -> Result<Reply, crate::tbfs::Error> {
+        self.rings
+            .requests
+            .push(&req.encode(id), &self.socket)
+            .unwrap();
+        let body = ring::frame_body(self.rings.completions.pop(1 << 23, &self.socket).unwrap());
+        let (rid, r) = Reply::decode(&body.unwrap()).unwrap();
+        assert_eq!(rid, id);
+        r
+    }
+
+    fn send(&mut self, req: &Request, id: u64) {
+        self.rings
+            .requests
+            .push(&req.encode(id), &self.socket)
+            .unwrap();
+    }
+}
+
+#[test]
+fn a_client_that_vanishes_while_parked_or_waiting_is_cleaned_up() {
+    let f = fixture(false);
+    // Parked: the server's reader sleeps on an empty ring when the client goes.
+    let idle = raw_rings(&f.socket);
+    await_sessions(&f.server, 1);
+    drop(idle);
+    await_sessions(&f.server, 0);
+
+    // Waiting: it holds one lock and waits for another when it goes.
+    let other = Client::connect(&f.socket).unwrap();
+    let theirs = other.open_file("/l", OpenFlags::create()).unwrap();
+    theirs.lock(range(10, 20, Kind::Write), false).unwrap();
+    let mut raw = raw_rings(&f.socket);
+    let open = Request::Open {
+        path: "/l".into(),
+        flags: OpenFlags::create(),
+    };
+    let Ok(Reply::Opened { handle, .. }) = raw.call(&open, 2) else {
+        panic!("open")
+    };
+    let lock = |start, end, wait| Request::Lock {
+        handle,
+        lock: range(start, end, Kind::Write),
+        wait,
+    };
+    assert_eq!(raw.call(&lock(0, 10, false), 3).unwrap(), Reply::Done);
+    raw.send(&lock(10, 20, true), 4);
+    // The wait is in: the server answers the next request while it goes on.
+    assert!(matches!(
+        raw.call(
+            &Request::Stat {
+                path: "/l".into(),
+                follow: true
+            },
+            5
+        ),
+        Ok(Reply::Stat(_))
+    ));
+    assert!(theirs
+        .test_lock(range(0, 10, Kind::Write))
+        .unwrap()
+        .is_some());
+    drop(raw);
+    await_sessions(&f.server, 1);
+    // Its lock went with it, and its wait took nothing.
+    theirs.lock(range(0, 10, Kind::Write), false).unwrap();
+    theirs.lock(range(10, 20, Kind::Unlock), false).unwrap();
+    theirs.lock(range(0, 20, Kind::Write), false).unwrap();
+}
+
+/// Names the server's socket to [`ring_client_process`] when a test starts it.
+const CHILD_SOCKET: &str = "TAILBOUND_RING_TEST_SOCKET";
+/// What it prints once it holds its lock.
+const HOLDING: &str = "ring client process: holding its lock";
+
+#[test]
+#[ignore = "the client process that a_client_killed_by_sigkill_while_parked starts and kills"]
+fn ring_client_process() {
+    let socket = std::env::var_os(CHILD_SOCKET).expect("started by its parent test only");
+    let c = Client::connect(std::path::Path::new(&socket)).unwrap();
+    assert_eq!(c.transport(), Transport::Ring);
+    let f = c.open_file("/k", OpenFlags::create()).unwrap();
+    f.lock(range(0, 10, Kind::Write), false).unwrap();
+    // libtest prints the test's name on the same line first.
+    println!("{HOLDING}");
+    // The parent holds this range: the call parks until the process is killed.
+    let _ = f.lock(range(10, 20, Kind::Write), true);
+}
+
+#[test]
+fn a_client_killed_by_sigkill_while_parked_is_cleaned_up() {
+    use std::io::BufRead;
+    let f = fixture(false);
+    let me = Client::connect(&f.socket).unwrap();
+    let mine = me.open_file("/k", OpenFlags::create()).unwrap();
+    mine.lock(range(10, 20, Kind::Write), false).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "serve::ring_tests::ring_client_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_SOCKET, &f.socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.ends_with(HOLDING))),
+        "the client process did not take its lock"
+    );
+    await_sessions(&f.server, 2);
+    assert!(mine.test_lock(range(0, 10, Kind::Write)).unwrap().is_some());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    await_sessions(&f.server, 1);
+    // Its lock went with it; its wait took nothing.
+    mine.lock(range(0, 10, Kind::Write), false).unwrap();
+    assert!(mine.test_lock(range(0, 20, Kind::Write)).unwrap().is_none());
+}
+
+#[test]
+fn a_position_outside_the_ring_ends_that_session_only() {
+    let f = fixture(false);
+    let good = Client::connect(&f.socket).unwrap();
+    let mut bad = raw_rings(&f.socket);
+    // Published past the data area's end.
+    testing::poke(&bad.rings, testing::REQUEST_TAIL_AT, SMALL.request + 64);
+    // The server ends the session by itself: the socket reaches its end.
+    let mut rest = Vec::new();
+    assert_eq!(bad.socket.read_to_end(&mut rest).unwrap(), 0);
+    await_sessions(&f.server, 1);
+    assert!(good.stat("/").is_ok());
+}
+
+#[test]
+fn garbage_in_the_memfd_never_stops_the_server() {
+    let f = fixture(false);
+    let good = Client::connect(&f.socket).unwrap();
+    let len = testing::len(&raw_rings(&f.socket).rings);
+    await_sessions(&f.server, 1);
+    let scribbles = prop::collection::vec(
+        (
+            prop_oneof![
+                0..testing::REQUEST_DATA_AT,
+                testing::REQUEST_DATA_AT..testing::REQUEST_DATA_AT + 64,
+                0..len,
+            ],
+            prop::collection::vec(any::<u8>(), 1..64),
+        ),
+        1..8,
+    );
+    let mut runner = TestRunner::new(PropConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..PropConfig::default()
+    });
+    runner
+        .run(
+            &(
+                scribbles,
+                prop_oneof![0..SMALL.request + 16, any::<u32>()],
+                any::<bool>(),
+            ),
+            |(scribbles, tail, valid_first)| {
+                let mut raw = raw_rings(&f.socket);
+                if valid_first {
+                    let r = raw.call(&Request::Statvfs, 2);
+                    prop_assert!(r.is_ok());
+                }
+                for (at, bytes) in &scribbles {
+                    testing::scribble(&raw.rings, *at, bytes);
+                }
+                testing::poke(&raw.rings, testing::REQUEST_TAIL_AT, tail);
+                // Whatever the garbage did to that session, the others are answered.
+                prop_assert!(good.stat("/").is_ok());
+                drop(raw);
+                await_sessions(&f.server, 1);
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert!(good.stat("/").is_ok());
+}
+
+/// What the forking client process prints once its child and it have checked everything.
+const FORKED_OK: &str = "ring fork process: parent and child as expected";
+
+/// Checks in a forked child: its copy of the parent's connection, abandoned, reaches nothing
+/// (not even the close its file's drop sends), and a session of its own is on rings.
+fn forked_child_checks(c: &Client, f: RemoteFile, socket: &std::path::Path) -> bool {
+    c.abandon();
+    let fd_gone = c.socket_fd().is_none();
+    // The drop's close of the parent's handle must not reach the server.
+    drop(f);
+    let refused = c.stat("/forked").is_err();
+    let fresh = Client::connect(socket);
+    let own = fresh
+        .as_ref()
+        .is_ok_and(|n| n.transport() == Transport::Ring && n.stat("/forked").is_ok());
+    fd_gone && refused && own
+}
+
+/// `fork`: `None` in the child, its pid in the parent.
+#[allow(unsafe_code)]
+fn fork_here() -> Option<u32> {
+    // SAFETY: called from the helper process's test thread; its only other thread is libtest's
+    // main thread, blocked waiting for the test and holding no lock the child goes on to take
+    // (the child's allocations use glibc's malloc, which is reset for the child at fork).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    (pid > 0).then_some(pid as u32)
+}
+
+#[test]
+#[ignore = "the client process that a_forked_child_leaves_its_parents_rings_alone starts"]
+fn ring_fork_process() {
+    use crate::sys::proc::wait_child;
+    let socket = std::env::var_os(CHILD_SOCKET).expect("started by its parent test only");
+    let socket = std::path::Path::new(&socket);
+    let c = Client::connect(socket).unwrap();
+    assert_eq!(c.transport(), Transport::Ring);
+    let f = c.open_file("/forked", OpenFlags::create()).unwrap();
+    f.pwrite(b"the parent's bytes", 0).unwrap();
+    let before = c.socket_fd().unwrap();
+    match fork_here() {
+        None => {
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                forked_child_checks(&c, f, socket)
+            }))
+            .unwrap_or(false);
+            // The child must not go on into the test harness's copy of the parent's state.
+            std::process::exit(if ok { 0 } else { 1 });
+        }
+        Some(pid) => {
+            assert_eq!(
+                wait_child(pid).unwrap(),
+                0,
+                "the forked child's checks failed"
+            );
+            // The parent's handle is still open and its rings answer in order.
+            assert_eq!(c.socket_fd(), Some(before));
+            let mut buf = [0u8; 18];
+            assert_eq!(f.pread(&mut buf, 0).unwrap(), 18);
+            assert_eq!(&buf, b"the parent's bytes");
+            for _ in 0..100 {
+                c.stat("/forked").unwrap();
+            }
+            f.close().unwrap();
+            println!("{FORKED_OK}");
+        }
+    }
+}
+
+#[test]
+fn a_forked_child_leaves_its_parents_rings_alone() {
+    let f = fixture(false);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "serve::ring_tests::ring_fork_process",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_SOCKET, &f.socket)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(FORKED_OK),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Both processes' sessions end with them.
+    await_sessions(&f.server, 0);
+}
