@@ -1,5 +1,5 @@
 //! The values the shim's operations take and return: a path's location, an open file description
-//! and what `stat` and `readdir` report. Names only [`crate::vfs::backend`] of [`crate::vfs`].
+//! and what `stat` and `readdir` report. Names only `backend` of [`crate::vfs`].
 
 use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex, MutexGuard};
