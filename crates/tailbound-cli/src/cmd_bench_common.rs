@@ -29,17 +29,6 @@ pub(crate) fn run_with_progress<R: serde::Serialize>(
     Ok(())
 }
 
-/// Where experiments put their files when not told: /var/tmp, which is on disk where /tmp may be
-/// a tmpfs.
-pub(crate) fn scratch_parent() -> PathBuf {
-    let var_tmp = Path::new("/var/tmp");
-    if var_tmp.is_dir() {
-        var_tmp.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
-}
-
 /// A directory an experiment works in, and what must be undone when it is done with.
 pub(crate) enum WorkDir {
     Loop(LoopFs),
@@ -56,7 +45,10 @@ impl WorkDir {
         dir: Option<PathBuf>,
     ) -> Result<WorkDir, Box<dyn std::error::Error + Send + Sync>> {
         if loop_ext4 {
-            let fs = LoopFs::create_ext4(&scratch_parent(), loop_bytes)?;
+            let fs = LoopFs::create_ext4(
+                &tailbound_bench::experiments::fairness::default_scratch_parent(),
+                loop_bytes,
+            )?;
             eprintln!(
                 "working on ext4 (noatime,lazytime) on {} at {}",
                 fs.device().unwrap_or("a loop device"),
@@ -70,7 +62,7 @@ impl WorkDir {
         } else {
             let scratch = tempfile::Builder::new()
                 .prefix("tailbound-bench-")
-                .tempdir_in(scratch_parent())
+                .tempdir_in(tailbound_bench::experiments::fairness::default_scratch_parent())
                 .map_err(|e| format!("creating a temporary directory: {e}"))?;
             Ok(WorkDir::Scratch(scratch))
         }

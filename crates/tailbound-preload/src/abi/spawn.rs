@@ -85,26 +85,30 @@ fn image_for(p: *const c_char, searched: bool) -> Result<Option<ExecImage>, c_in
     shim().exec_image(path).transpose()
 }
 
-/// Runs `f` with the path to exec: `p`, or its kernel copy's. `-1` and `errno` when the copy
-/// is refused.
-fn with_image(p: *const c_char, searched: bool, f: impl FnOnce(*const c_char) -> c_int) -> c_int {
+/// Runs `f` with the path to exec: `p`, or its kernel copy's. When the copy is refused,
+/// `refused` turns its errno into the call's return.
+fn with_image(
+    p: *const c_char,
+    searched: bool,
+    f: impl FnOnce(*const c_char) -> c_int,
+    refused: impl FnOnce(c_int) -> c_int,
+) -> c_int {
     match image_for(p, searched) {
         Ok(None) => f(p),
         Ok(Some(image)) => f(image.path().as_ptr()),
-        Err(e) => {
-            real::set_errno(e);
-            -1
-        }
+        Err(e) => refused(e),
     }
 }
 
-/// [`with_image`] for the spawns, which return an error number.
-fn spawn_image(p: *const c_char, searched: bool, f: impl FnOnce(*const c_char) -> c_int) -> c_int {
-    match image_for(p, searched) {
-        Ok(None) => f(p),
-        Ok(Some(image)) => f(image.path().as_ptr()),
-        Err(e) => e,
-    }
+/// For the exec family: `-1` with `errno`.
+fn refused_exec(e: c_int) -> c_int {
+    real::set_errno(e);
+    -1
+}
+
+/// For the spawns, which return the error number.
+fn refused_spawn(e: c_int) -> c_int {
+    e
 }
 
 /// Hands the served descriptors over for an exec by this process; `None` when there is
@@ -194,52 +198,72 @@ hooks! {
     fn vfork() -> pid_t => (same_as fork);
 
     fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int => {
-        with_image(p, false, |p| {
-            exec_with(
-                e,
-                // SAFETY: the program's path (or its image's) and arguments, and an
-                // environment built above.
-                |env| unsafe { real::execve(p, a, env) },
-                // SAFETY: as above, with the program's own environment.
-                || unsafe { real::execve(p, a, e) },
-            )
-        })
+        with_image(
+            p,
+            false,
+            |p| {
+                exec_with(
+                    e,
+                    // SAFETY: the program's path (or its image's) and arguments, and an
+                    // environment built above.
+                    |env| unsafe { real::execve(p, a, env) },
+                    // SAFETY: as above, with the program's own environment.
+                    || unsafe { real::execve(p, a, e) },
+                )
+            },
+            refused_exec,
+        )
     }
 
     fn execv(p: *const c_char, a: *const *const c_char) -> c_int => {
-        with_image(p, false, |p| {
-            exec_with(
-                std::ptr::null(),
-                // SAFETY: as in `execve`.
-                |env| unsafe { real::execve(p, a, env) },
-                // SAFETY: as in `execve`; `environ` is the process's environment.
-                || unsafe { real::execve(p, a, environ) },
-            )
-        })
+        with_image(
+            p,
+            false,
+            |p| {
+                exec_with(
+                    std::ptr::null(),
+                    // SAFETY: as in `execve`.
+                    |env| unsafe { real::execve(p, a, env) },
+                    // SAFETY: as in `execve`; `environ` is the process's environment.
+                    || unsafe { real::execve(p, a, environ) },
+                )
+            },
+            refused_exec,
+        )
     }
 
     fn execvp(p: *const c_char, a: *const *const c_char) -> c_int => {
-        with_image(p, true, |p| {
-            exec_with(
-                std::ptr::null(),
-                // SAFETY: as in `execve`; `execvpe` searches PATH as `execvp` does.
-                |env| unsafe { real::execvpe(p, a, env) },
-                // SAFETY: as above, with the process's environment.
-                || unsafe { real::execvpe(p, a, environ) },
-            )
-        })
+        with_image(
+            p,
+            true,
+            |p| {
+                exec_with(
+                    std::ptr::null(),
+                    // SAFETY: as in `execve`; `execvpe` searches PATH as `execvp` does.
+                    |env| unsafe { real::execvpe(p, a, env) },
+                    // SAFETY: as above, with the process's environment.
+                    || unsafe { real::execvpe(p, a, environ) },
+                )
+            },
+            refused_exec,
+        )
     }
 
     fn execvpe(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int => {
-        with_image(p, true, |p| {
-            exec_with(
-                e,
-                // SAFETY: as in `execve`.
-                |env| unsafe { real::execvpe(p, a, env) },
-                // SAFETY: as above, with the program's own environment.
-                || unsafe { real::execvpe(p, a, e) },
-            )
-        })
+        with_image(
+            p,
+            true,
+            |p| {
+                exec_with(
+                    e,
+                    // SAFETY: as in `execve`.
+                    |env| unsafe { real::execvpe(p, a, env) },
+                    // SAFETY: as above, with the program's own environment.
+                    || unsafe { real::execvpe(p, a, e) },
+                )
+            },
+            refused_exec,
+        )
     }
 
     fn fexecve(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int => {
@@ -259,17 +283,22 @@ hooks! {
         a: *const *mut c_char,
         e: *const *mut c_char,
     ) -> c_int, or crate::abi::base::eio_number => {
-        spawn_image(p, false, |p| {
-            spawn_with(
-                pid,
-                e,
-                // SAFETY: the program's path (or its image's) and arguments, a pid slot of
-                // ours, and an environment built above.
-                |child, env| unsafe { real::posix_spawn(child, p, fa, at, a, env) },
-                // SAFETY: as above, with the caller's pid slot and environment.
-                || unsafe { real::posix_spawn(pid, p, fa, at, a, e) },
-            )
-        })
+        with_image(
+            p,
+            false,
+            |p| {
+                spawn_with(
+                    pid,
+                    e,
+                    // SAFETY: the program's path (or its image's) and arguments, a pid slot of
+                    // ours, and an environment built above.
+                    |child, env| unsafe { real::posix_spawn(child, p, fa, at, a, env) },
+                    // SAFETY: as above, with the caller's pid slot and environment.
+                    || unsafe { real::posix_spawn(pid, p, fa, at, a, e) },
+                )
+            },
+            refused_spawn,
+        )
     }
 
     fn posix_spawnp(
@@ -280,16 +309,21 @@ hooks! {
         a: *const *mut c_char,
         e: *const *mut c_char,
     ) -> c_int, or crate::abi::base::eio_number => {
-        spawn_image(p, true, |p| {
-            spawn_with(
-                pid,
-                e,
-                // SAFETY: as in `posix_spawn`.
-                |child, env| unsafe { real::posix_spawnp(child, p, fa, at, a, env) },
-                // SAFETY: as in `posix_spawn`.
-                || unsafe { real::posix_spawnp(pid, p, fa, at, a, e) },
-            )
-        })
+        with_image(
+            p,
+            true,
+            |p| {
+                spawn_with(
+                    pid,
+                    e,
+                    // SAFETY: as in `posix_spawn`.
+                    |child, env| unsafe { real::posix_spawnp(child, p, fa, at, a, env) },
+                    // SAFETY: as in `posix_spawn`.
+                    || unsafe { real::posix_spawnp(pid, p, fa, at, a, e) },
+                )
+            },
+            refused_spawn,
+        )
     }
 
     /// On a hand-over, done here on the hooked spawn (see `system_handing_over`).
