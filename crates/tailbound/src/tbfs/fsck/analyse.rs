@@ -143,6 +143,9 @@ pub(super) fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<A
     // For each of those from the chain: where in the chain the logs replayed over it begin.
     let mut replayed_from: Vec<usize> = Vec::new();
     let mut chain: Vec<usize> = Vec::new();
+    // (chain position, inode): that file's data in data-only logs from there on builds on a
+    // checkpoint that does not count, so recovery leaves it out (`recovery::dependent_data`).
+    let mut depends: Vec<(usize, u64)> = Vec::new();
     if let Some(sb) = &sb {
         stats.generation = sb.generation;
         retained.push((
@@ -150,8 +153,9 @@ pub(super) fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<A
             Some((sb.checkpoint, Some(sb.checkpoint_sequence))),
         ));
         replayed_from.push(0);
-        let (c, end) = follow_chain(&mut ck, sb);
+        let (c, end, uncounted) = follow_chain(&mut ck, sb);
         chain = c;
+        depends = uncounted;
         stats.chain_end = end;
         for (p, &i) in chain.iter().enumerate() {
             let l = &ck.index.logs[i];
@@ -193,22 +197,43 @@ pub(super) fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<A
         let f = ck.index.logs[i].summary.flags;
         f & FLAG_CHECKPOINT != 0 && f & FLAG_END != 0
     });
-    let tail = replayed_data_logs(&ck.index, &chain[newest_ckpt_pos.map_or(0, |p| p + 1)..]);
-    for (i, dropped) in &tail {
-        let (seq, start) = (ck.index.logs[*i].summary.sequence, ck.index.logs[*i].start);
-        for &ino in dropped {
+    let tail_from = newest_ckpt_pos.map_or(0, |p| p + 1);
+    // Checkpoint logs after the newest complete one in the chain belong to one that does not
+    // count (the chain ends inside it).
+    for (p, &i) in chain.iter().enumerate().skip(tail_from) {
+        depends.extend(depends_of(&ck.index.logs[i].summary).map(|ino| (p + 1, ino)));
+    }
+    let tail = replayed_data_logs(&ck.index, &chain, tail_from, &depends);
+    for t in &tail {
+        let (seq, start) = (
+            ck.index.logs[t.log].summary.sequence,
+            ck.index.logs[t.log].start,
+        );
+        let at = |ino| Location {
+            log: Some(seq),
+            block: Some(start),
+            inode: Some(ino),
+            ..Location::default()
+        };
+        for &ino in &t.unfinished {
             ck.push(
                 Severity::Note,
-                Location {
-                    log: Some(seq),
-                    block: Some(start),
-                    inode: Some(ino),
-                    ..Location::default()
-                },
+                at(ino),
                 "file data in a run of data-only logs that stops before the file's attributes record: recovery leaves it out, so the write it belongs to is not kept in part (none of it was acknowledged durable)",
             );
         }
+        for &ino in t.dependent.difference(&t.unfinished) {
+            ck.push(
+                Severity::Note,
+                at(ino),
+                "file data that builds on a checkpoint that does not count: recovery leaves it out (none of it was acknowledged durable)",
+            );
+        }
     }
+    let tail: Vec<(usize, BTreeSet<u64>)> = tail
+        .into_iter()
+        .map(|t| (t.log, t.unfinished.union(&t.dependent).copied().collect()))
+        .collect();
 
     let newest = retained.iter().filter_map(|r| r.1.map(|e| e.0)).max();
     let mut views: Vec<CheckpointView> = Vec::new();
@@ -217,7 +242,7 @@ pub(super) fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<A
         let tables = expect.is_some_and(|e| Some(e.0) == newest);
         ck.superseded = replayed_from
             .get(k)
-            .map(|&from| superseded_after(&ck.index, &chain[from.min(chain.len())..]))
+            .map(|&from| superseded_after(&ck.index, &chain, from.min(chain.len()), &depends))
             .unwrap_or_default();
         if let Some(v) = ck.checkpoint(root, expect, tables) {
             views.push(v);
@@ -377,12 +402,20 @@ pub(super) fn analyse(dev: &dyn Device, progress: &dyn Fn(u64, u64)) -> Result<A
     })
 }
 
-/// The file blocks the data-only logs among `logs` (indices into the index) write.
-pub(super) fn superseded_after(index: &LogIndex, logs: &[usize]) -> HashSet<(u64, u64)> {
+/// The file blocks the data-only logs of `chain[from..]` write and recovery keeps.
+pub(super) fn superseded_after(
+    index: &LogIndex,
+    chain: &[usize],
+    from: usize,
+    depends: &[(usize, u64)],
+) -> HashSet<(u64, u64)> {
     let mut out = HashSet::new();
-    for (i, dropped) in replayed_data_logs(index, logs) {
-        for d in index.logs[i].summary.descriptors.iter() {
-            if d.kind == DescKind::Data && !dropped.contains(&d.ino) {
+    for t in replayed_data_logs(index, chain, from, depends) {
+        for d in index.logs[t.log].summary.descriptors.iter() {
+            if d.kind == DescKind::Data
+                && !t.unfinished.contains(&d.ino)
+                && !t.dependent.contains(&d.ino)
+            {
                 out.extend((0..d.blocks as u64).map(|b| (d.ino, d.offset + b)));
             }
         }
@@ -390,25 +423,79 @@ pub(super) fn superseded_after(index: &LogIndex, logs: &[usize]) -> HashSet<(u64
     out
 }
 
-/// The data-only logs among `logs` (indices into `index`, in chain order, starting after a
-/// checkpoint), each with the files whose data in it recovery leaves out: their part of a run
-/// of data-only logs never completed (`recovery::unfinished_run_data`).
-pub(super) fn replayed_data_logs(index: &LogIndex, logs: &[usize]) -> Vec<(usize, BTreeSet<u64>)> {
-    let data: Vec<usize> = logs
+/// A data-only log of the chain and the files whose data in it recovery leaves out.
+pub(super) struct TailLog {
+    /// Index into the log index.
+    pub(super) log: usize,
+    /// Their part of a run of data-only logs never completed (`recovery::unfinished_run_data`).
+    pub(super) unfinished: BTreeSet<u64>,
+    /// Their data builds on a checkpoint that does not count (`recovery::dependent_data`).
+    pub(super) dependent: BTreeSet<u64>,
+}
+
+/// The files a checkpoint log names as building on it ([`DescKind::Depends`]).
+fn depends_of(s: &Summary) -> impl Iterator<Item = u64> + '_ {
+    let checkpoint = s.flags & FLAG_DATA_ONLY == 0;
+    s.descriptors
+        .iter()
+        .filter(move |d| checkpoint && d.kind == DescKind::Depends)
+        .map(|d| d.ino)
+}
+
+/// The data-only logs of `chain[from..]` (indices into `index`; `from` is just after a
+/// checkpoint), each with the files whose data in it recovery leaves out. `depends`: (chain
+/// position, inode) pairs, each leaving out that file's data from that position on.
+pub(super) fn replayed_data_logs(
+    index: &LogIndex,
+    chain: &[usize],
+    from: usize,
+    depends: &[(usize, u64)],
+) -> Vec<TailLog> {
+    let data: Vec<(usize, usize)> = chain
         .iter()
         .copied()
-        .filter(|&i| index.logs[i].summary.flags & FLAG_DATA_ONLY != 0)
+        .enumerate()
+        .skip(from)
+        .filter(|&(_, i)| index.logs[i].summary.flags & FLAG_DATA_ONLY != 0)
         .collect();
-    let summaries: Vec<&Summary> = data.iter().map(|&i| &index.logs[i].summary).collect();
-    let mut dropped: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); data.len()];
+    let summaries: Vec<&Summary> = data.iter().map(|&(_, i)| &index.logs[i].summary).collect();
+    let mut out: Vec<TailLog> = data
+        .iter()
+        .map(|&(pos, i)| TailLog {
+            log: i,
+            unfinished: BTreeSet::new(),
+            dependent: index.logs[i]
+                .summary
+                .descriptors
+                .iter()
+                .map(|d| d.ino)
+                .filter(|ino| depends.iter().any(|&(p, dep)| p <= pos && dep == *ino))
+                .collect(),
+        })
+        .collect();
     for (k, ino) in crate::tbfs::recovery::scan::unfinished_run_data(&summaries) {
-        dropped[k].insert(ino);
+        out[k].unfinished.insert(ino);
     }
-    data.into_iter().zip(dropped).collect()
+    out
 }
 
 /// Follows the roll-forward chain from the superblock; returns its logs and why it ends.
-pub(super) fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>, String) {
+/// Besides, (chain position, inode) pairs: the files whose data in data-only logs from that
+/// position on builds on a checkpoint log skipped before it.
+pub(super) fn follow_chain(
+    ck: &mut Checker<'_>,
+    sb: &Superblock,
+) -> (Vec<usize>, String, Vec<(usize, u64)>) {
+    let mut uncounted: Vec<(usize, u64)> = Vec::new();
+    let (chain, end) = follow_chain_logs(ck, sb, &mut uncounted);
+    (chain, end, uncounted)
+}
+
+fn follow_chain_logs(
+    ck: &mut Checker<'_>,
+    sb: &Superblock,
+    uncounted: &mut Vec<(usize, u64)>,
+) -> (Vec<usize>, String) {
     let mut chain = Vec::new();
     // Files of skipped ahead logs (see recovery): their later logs are skipped too.
     let mut torn: BTreeSet<u64> = BTreeSet::new();
@@ -495,6 +582,7 @@ pub(super) fn follow_chain(ck: &mut Checker<'_>, sb: &Superblock) -> (Vec<usize>
             || (ahead
                 && (!l.payload_ok || l.summary.descriptors.iter().any(|d| torn.contains(&d.ino))));
         if skip {
+            uncounted.extend(depends_of(&l.summary).map(|ino| (chain.len(), ino)));
             let (payload_ok, next_seg, crc) = (l.payload_ok, l.summary.segment_next, l.crc);
             incomplete = true;
             if ahead {
