@@ -683,3 +683,32 @@ fn fs_commands_work_while_mounted_and_the_mount_sees_what_they_change() {
     let _pool = PoolFile(m.unmount());
     assert!(!socket.exists(), "the socket outlived the mount");
 }
+
+#[test]
+fn a_file_the_mount_has_open_outlives_a_socket_clients_unlink() {
+    let Some(m) = Mounted::new("unlinked") else {
+        return;
+    };
+    let pool = m.pool.to_str().unwrap().to_string();
+    // Written through the socket, so the kernel has none of its pages: the read below must
+    // reach the pool.
+    let host = PoolFile(m.pool.with_extension("host"));
+    let data = b"kept while the mount has it open\n";
+    std::fs::write(&host.0, data).unwrap();
+    ok(
+        "fs put",
+        &tailbound(&["fs", "put", &pool, host.0.to_str().unwrap(), "/f"]),
+    );
+    // Opened through the mount without a read: with no-open the pool does not know of it.
+    let mut held = std::fs::File::open(m.path("f")).unwrap();
+    ok("fs rm", &tailbound(&["fs", "rm", &pool, "/f"]));
+    assert!(!m.path("f").exists());
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut held, &mut got).unwrap();
+    assert_eq!(
+        got, data,
+        "the open file lost its data to another client's unlink"
+    );
+    drop(held);
+    let _pool = PoolFile(m.unmount());
+}

@@ -9,11 +9,14 @@ use std::sync::{Arc, OnceLock};
 use fuser::{INodeNo, Notifier};
 use tailbound::serve::{Change, Observer};
 
+use crate::ops::Keeper;
+
 /// Tells the kernel of a mount what changed behind its back. It does nothing until
 /// [`crate::serve`] has mounted and given it the mount's channel.
 #[derive(Default)]
 pub struct Invalidator {
     notifier: OnceLock<Notifier>,
+    keeper: OnceLock<Keeper>,
 }
 
 impl Invalidator {
@@ -23,8 +26,9 @@ impl Invalidator {
         Arc::new(move |c: &Change<'_>| me.changed(c))
     }
 
-    pub(crate) fn attach(&self, notifier: Notifier) {
+    pub(crate) fn attach(&self, notifier: Notifier, keeper: Keeper) {
         let _ = self.notifier.set(notifier);
+        let _ = self.keeper.set(keeper);
     }
 
     /// Drops what the kernel caches about `change`. An inode or name the kernel does not hold
@@ -34,6 +38,11 @@ impl Invalidator {
             return;
         };
         match *change {
+            Change::Unlinking { ino } => {
+                if let Some(k) = self.keeper.get() {
+                    k.keep(ino);
+                }
+            }
             Change::Written { ino, offset, data } => {
                 let len = i64::try_from(data.len()).unwrap_or(i64::MAX);
                 let _ = n.inval_inode(INodeNo(ino), i64::try_from(offset).unwrap_or(0), len);

@@ -71,8 +71,9 @@ pub fn serve(
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = true;
     let fuse = TbFuse::new(fs, options);
+    let keeper = fuse.keeper();
     let mut session = fuser::Session::new(fuse, dir, &config)?;
-    invalidator.attach(session.notifier());
+    invalidator.attach(session.notifier(), keeper);
     mounted(Unmounter(Arc::new(Mutex::new(session.unmount_callable()))));
     session.run()
 }

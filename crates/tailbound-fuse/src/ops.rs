@@ -39,15 +39,43 @@ enum Target {
     View(Arc<Snapshot>, u64),
 }
 
+/// Keeps a file the kernel may have open from being freed by the loss of its last name. With
+/// no-open the server does not know which inodes the kernel has open: any inode the kernel
+/// holds (its lookup count above zero) gets its pool handle before it loses a name, and keeps
+/// its data until the kernel forgets it.
+#[derive(Clone)]
+pub struct Keeper {
+    fs: Arc<Fs>,
+    inodes: Arc<Inodes>,
+    generations: Arc<Generations>,
+    no_open: bool,
+}
+
+impl Keeper {
+    /// Inode `ino` is about to lose a name, by this mount's request or another front end's.
+    pub fn keep(&self, ino: u64) {
+        if !self.no_open || !self.generations.holds(ino) {
+            return;
+        }
+        if self
+            .fs
+            .stat_ino(ino)
+            .is_ok_and(|st| st.kind == FileKind::File)
+        {
+            let _ = self.inodes.get(&self.fs, ino);
+        }
+    }
+}
+
 /// The FUSE file system over one pool.
 pub struct TbFuse {
     fs: Arc<Fs>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     /// Pool handles of files the kernel opened without asking ([`crate::inodes`]).
-    inodes: Inodes,
+    inodes: Arc<Inodes>,
 
-    generations: Generations,
+    generations: Arc<Generations>,
     /// The process that last took a lock as each lock owner, for `F_GETLK`.
     lock_pids: Arc<Mutex<HashMap<u64, u32>>>,
     views: Views,
@@ -162,8 +190,8 @@ impl TbFuse {
             fs,
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
-            inodes: Inodes::default(),
-            generations: Generations::default(),
+            inodes: Arc::default(),
+            generations: Arc::default(),
             lock_pids: Arc::new(Mutex::new(HashMap::new())),
             views: Views::default(),
             ttl: options.ttl,
@@ -300,17 +328,20 @@ impl TbFuse {
         }
     }
 
-    /// Before `name` in `parent` may lose its last link: if the kernel holds its inode, a
-    /// process may have it open without the server knowing (no-open), so the inode gets its
-    /// pool handle now and keeps its data until the kernel forgets it.
+    /// Before `name` in `parent` may lose its last link: see [`Keeper`].
     fn keep_if_held(&self, parent: u64, name: &str) {
-        if !self.no_open() {
-            return;
-        }
         if let Ok(st) = self.fs.lookup_in(parent, name) {
-            if st.kind == FileKind::File && self.generations.holds(st.ino) {
-                let _ = self.inodes.get(&self.fs, st.ino);
-            }
+            self.keeper().keep(st.ino);
+        }
+    }
+
+    /// What keeps inodes the kernel may have open alive across another front end's unlinks.
+    pub fn keeper(&self) -> Keeper {
+        Keeper {
+            fs: self.fs.clone(),
+            inodes: self.inodes.clone(),
+            generations: self.generations.clone(),
+            no_open: self.no_open(),
         }
     }
 

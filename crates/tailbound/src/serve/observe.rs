@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::tbfs::Fs;
 
-/// One change a client made, after the pool applied it.
+/// One change a client made, after the pool applied it (`Unlinking`: before).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change<'a> {
     /// Bytes written at `offset` of inode `ino` (its size may have grown to cover them).
@@ -18,6 +18,10 @@ pub enum Change<'a> {
     Inode { ino: u64 },
     /// The name `name` in directory `parent` was made, removed or pointed elsewhere.
     Name { parent: u64, name: &'a str },
+    /// Inode `ino` is about to lose a name (an unlink, a rename over it), told before the pool
+    /// applies it: a front end whose users may hold the inode open without the pool knowing
+    /// keeps it now, or it is freed with its last name.
+    Unlinking { ino: u64 },
 }
 
 /// Told of every change a session makes, from the session's thread.

@@ -603,10 +603,13 @@ impl Session<'_> {
         }
     }
 
-    /// The inode a name that is about to go names, when an observer will want it.
+    /// The inode a name that is about to go names, when an observer will want it; the
+    /// observer is told first, so it can keep the inode ([`Change::Unlinking`]).
     fn ino_before(&self, path: &str) -> Option<u64> {
         self.shared.observer.as_ref()?;
-        self.fs.lstat(path).ok().map(|st| st.ino)
+        let ino = self.fs.lstat(path).ok()?.ino;
+        self.changed(&Change::Unlinking { ino });
+        Some(ino)
     }
 
     /// An inode lost a name (its link count changed).
