@@ -384,7 +384,7 @@ impl Engine {
         // root from the live tree (pinned if its checkpoint stays retained) before the pinned
         // table is written.
         let released = m.prune(seq, self.segment_blocks, true);
-        if m.life.pressure {
+        if m.life.under_pressure() {
             self.count(|c| c.protection_released += released);
         }
         let prev_root = m.ckpt.root();
@@ -437,7 +437,7 @@ impl Engine {
             time_ns,
         } = root;
         m.seg_inc(addr, self.segment_blocks);
-        m.life.list.insert(
+        m.life.retain(
             number,
             super::retention::Retained {
                 time_ns,
@@ -446,10 +446,10 @@ impl Engine {
                 name: None,
             },
         );
-        m.life.since_ckpt = vec![(
+        m.life.checkpoint_written(
             State::seg_of(m.writer.pos, self.segment_blocks),
             m.writer.pos,
-        )];
+        );
         for cell in changed {
             cell.lock().ckpt_seq = root_seq;
         }

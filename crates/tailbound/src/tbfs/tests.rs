@@ -1404,7 +1404,7 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
     let n = fs.checkpoints().unwrap().last().unwrap().number;
     fs.unlink("/f").unwrap();
     assert!(
-        fs.inner.lock_meta().life.pins.is_empty(),
+        fs.inner.lock_meta().life.pins().is_empty(),
         "the deleted file's blocks were pinned"
     );
     assert_refused_as_overwritten(&fs, n);
@@ -1440,7 +1440,7 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
     let n = fs.checkpoints().unwrap().last().unwrap().number;
     fs.unlink("/f").unwrap();
     // Its 16 data blocks and its block-map nodes.
-    assert!(fs.inner.lock_meta().life.pins.len() >= 16);
+    assert!(fs.inner.lock_meta().life.pins().len() >= 16);
     assert_eq!(
         fs.at(n).unwrap().read_file("/f").unwrap(),
         pattern(1, 64 << 10)
@@ -4085,10 +4085,10 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     {
         let m = fs.inner.lock_meta();
         // The files' data, and the metadata blocks the snapshot references that changed.
-        let pins = m.life.pins.len() as u64;
+        let pins = m.life.pins().len() as u64;
         assert!(pins >= (data.len() / BLOCK + 2) as u64, "{pins} pins");
         assert_eq!(
-            m.life.pins.anchor_entries() as u64,
+            m.life.pins().anchor_entries() as u64,
             pins,
             "one anchor entry per pin"
         );
@@ -4105,7 +4105,7 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     fs.sync().unwrap();
     {
         let m = fs.inner.lock_meta();
-        assert!(m.life.pins.is_empty() && m.life.pins.anchor_entries() == 0);
+        assert!(m.life.pins().is_empty() && m.life.pins().anchor_entries() == 0);
         assert!(m.seg.pinned_counts().iter().all(|&n| n == 0));
     }
     checked_clean(&dev, "released");

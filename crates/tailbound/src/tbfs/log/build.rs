@@ -44,13 +44,10 @@ impl Engine {
             self.segment_blocks * BLOCK_U64,
         );
         let seg = m.writer.cur_seg as usize;
-        m.life.seg_born[seg] = m.ckpt.next_number();
+        let next = m.ckpt.next_number();
+        let pos = m.writer.pos;
         // Its age is that of the newest data its logs hold (set as they close).
-        m.life.seg_written[seg] = 0;
-        m.life.since_ckpt.push((seg, m.writer.pos));
-        m.life
-            .usage_dirty
-            .insert(seg as u64 / format::table_entries_per_page(format::TABLE_USAGE) as u64);
+        m.life.entered_segment(seg, next, pos);
         Ok(())
     }
 
@@ -341,11 +338,7 @@ impl Engine {
         m.seg.note_written(seg, m.writer.seq);
         // The cleaner's copies keep the age of the segments they come from, so data that stays
         // cold looks old to cost-benefit wherever it is moved.
-        let age = m.life.copy_age.unwrap_or(summary_time);
-        m.life.seg_written[seg] = m.life.seg_written[seg].max(age);
-        m.life
-            .usage_dirty
-            .insert(seg as u64 / format::table_entries_per_page(format::TABLE_USAGE) as u64);
+        m.life.log_closed(seg, summary_time);
         m.writer.seq += 1;
         m.writer.pos = log.start + 1 + payload_blocks as u64;
         let log_bytes = (1 + payload_blocks as u64) * BLOCK_U64;

@@ -173,8 +173,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
             crate::sys::proc::effective_ids(),
         )),
     });
-    meta.life.since_ckpt = vec![(0, format::FIRST_SEGMENT_BLOCK)];
-    meta.life.seg_born[0] = 1;
+    meta.life.entered_segment(0, 1, format::FIRST_SEGMENT_BLOCK);
     meta.inodes.insert(ROOT_INO, root);
     meta.dirs.insert(ROOT_INO, DirEntries::new());
     meta.dirs_dirty.insert(ROOT_INO);
@@ -655,11 +654,10 @@ fn load_retention(
         }
     }
     report.checkpoints_retained = kept.len() as u64;
-    life.list = kept;
+    life.load_retained(kept);
     let usage = read_usage(dev, &tables[0], sb.segment_count)?;
     for (s, u) in usage.into_iter().enumerate() {
-        life.seg_born[s] = u.born.min(root.number);
-        life.seg_written[s] = u.written_ns;
+        life.load_segment(s, u.born.min(root.number), u.written_ns);
     }
     let pinned_entries = read_pinned(dev, &tables[1], geo)?;
     Ok(LoadedRetention {
@@ -700,14 +698,12 @@ fn memory_state(
     for log in logs {
         let s = segment_of(log.start, sb.segment_blocks);
         seg.note_written(s, log.summary.sequence);
-        life.seg_written[s] = life.seg_written[s].max(log.summary.time_ns);
+        life.recovered_log(s, log.summary.time_ns);
     }
     // Logs after the base checkpoint hold blocks no retained checkpoint references.
     for log in applied {
         let s = segment_of(log.start, sb.segment_blocks);
-        if !life.since_ckpt.iter().any(|&(seg, _)| seg == s) {
-            life.since_ckpt.push((s, log.start));
-        }
+        life.recovered_since_checkpoint(s, log.start);
     }
     let cur_seg = segment_of(pos, sb.segment_blocks) as u64;
     let next_seg = if logs
@@ -748,8 +744,7 @@ fn memory_state(
         ..State::default()
     };
     restore_pins(&mut meta, sb, options, root.number, pinned_entries, rolled)?;
-    meta.life.tables = tables;
-    meta.life.usage_dirty.clear();
+    meta.life.load_tables(tables);
     Ok(meta)
 }
 
@@ -851,9 +846,9 @@ fn restore_pins(
     for (page, e) in pinned_entries {
         // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
         // range holds entries the page for their range now holds.
-        meta.life.pins.mark_page_dirty(page);
+        meta.life.mark_pinned_page_dirty(page);
         if let Some(anchor) = meta.life.anchor(e.born, e.died) {
-            if meta.life.pins.contains(e.block) {
+            if meta.life.pins().contains(e.block) {
                 return Err(corrupt(
                     "pinned table",
                     format!("block {} listed twice", e.block),
@@ -876,13 +871,13 @@ fn restore_pins(
         "pins restored at another checkpoint"
     );
     for b in rolled.replaced {
-        if !meta.life.pins.contains(b) {
+        if !meta.life.pins().contains(b) {
             meta.pin_if_retained(b, sb.segment_blocks);
         }
     }
     let now = now_ns();
     for (b, seq) in rolled.rewritten {
-        if meta.life.pins.contains(b) {
+        if meta.life.pins().contains(b) {
             continue;
         }
         let born = meta.born_of(b, sb.segment_blocks);

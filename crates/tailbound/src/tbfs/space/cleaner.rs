@@ -137,8 +137,8 @@ impl Engine {
             self.clean_passes(m, want, pressure, per_pass, passes)
         });
         m.cleaning.end();
-        if m.life.pressure {
-            m.life.pressure = false;
+        if m.life.under_pressure() {
+            m.life.set_pressure(false);
         }
         let mut report = r?;
         let after = self.free_blocks(m);
@@ -164,11 +164,11 @@ impl Engine {
         // makes that durable (and releases the newest before it, if that too is unprotected).
         let seq = m.writer.seq;
         let newest = m.ckpt.newest();
-        let newest_pins = m.life.pins.any_anchored_at(newest)
-            && m.life.list.get(&newest).is_some_and(|k| {
+        let newest_pins = m.life.pins().any_anchored_at(newest)
+            && m.life.retained(newest).is_some_and(|k| {
                 !k.snapshot
-                    && !m.life.holds.contains_key(&newest)
-                    && k.time_ns < now_ns().saturating_sub(m.life.protection.as_nanos() as i64)
+                    && !m.life.is_held(newest)
+                    && k.time_ns < now_ns().saturating_sub(m.life.protection().as_nanos() as i64)
             });
         if m.prune(seq, self.segment_blocks, false) > 0 || newest_pins {
             self.refresh_for_cleaner(m)?;
@@ -240,11 +240,11 @@ impl Engine {
                 self.keep_read_ahead(m, &mut victims);
             }
             if victims.is_empty() {
-                if pressure && !m.life.pressure {
+                if pressure && !m.life.under_pressure() {
                     // Give up the protection period: release every plain checkpoint but the
                     // newest now (the next checkpoint releases that one too), and make the
                     // release durable so the segments it empties can be reused.
-                    m.life.pressure = true;
+                    m.life.set_pressure(true);
                     let seq = m.writer.seq;
                     let released = m.prune(seq, self.segment_blocks, false);
                     self.count(|c| c.protection_released += released);
@@ -255,7 +255,8 @@ impl Engine {
             let free_before = self.free_blocks(m);
             m.cleaning.pass_started();
             // The copies are as old as the youngest data they come from.
-            m.life.copy_age = victims.iter().map(|&v| m.life.seg_written[v]).max();
+            let age = victims.iter().map(|&v| m.life.segment_written(v)).max();
+            m.life.start_copies(age);
             let moved = self
                 .move_live(m, &victims, light)
                 .and_then(|(copied, metadata)| {
@@ -277,7 +278,7 @@ impl Engine {
                     }
                     Ok((copied, metadata == 0))
                 });
-            m.life.copy_age = None;
+            m.life.end_copies();
             let (copied, was_light) = moved?;
             // The newest checkpoint before the cleaning one may still pin the old copies (it
             // was the newest when they died); the next checkpoint releases it.
@@ -397,11 +398,14 @@ impl Engine {
                     && (!light
                         || (m.seg.last_seq(s) <= sb_seq
                             && m.seg.dead_at(s) <= sb_seq
-                            && m.life
-                                .only_newest_unkept(m.life.seg_born[s], m.ckpt.newest(), now)))
+                            && m.life.only_newest_unkept(
+                                m.life.segment_born(s),
+                                m.ckpt.newest(),
+                                now,
+                            )))
             })
             .collect();
-        let age_of = |s: usize| (now - m.life.seg_written[s]).max(1) as f64;
+        let age_of = |s: usize| (now - m.life.segment_written(s)).max(1) as f64;
         // Cost-benefit only when ages tell segments apart (hot and cold data): for data that
         // dies at one rate it picks fuller victims than greedy does, for no gain.
         let greedy = greedy
@@ -714,17 +718,17 @@ impl Engine {
             DescKind::Root => a == m.ckpt.root(),
             DescKind::TablePage => {
                 let t = ino as usize;
-                if !(1..=format::TABLES).contains(&t) || m.life.tables[t - 1].get(index) != a {
+                if !(1..=format::TABLES).contains(&t) || m.life.table(t - 1).get(index) != a {
                     return false;
                 }
                 match ino as u8 {
                     format::TABLE_USAGE => {
-                        m.life.usage_dirty.insert(index);
+                        m.life.mark_usage_page_dirty(index);
                     }
                     format::TABLE_PINNED => {
-                        m.life.pins.mark_page_dirty(index);
+                        m.life.mark_pinned_page_dirty(index);
                     }
-                    _ => m.life.snap_dirty = true,
+                    _ => m.life.mark_snapshots_dirty(),
                 }
                 true
             }
@@ -733,7 +737,8 @@ impl Engine {
                 let l = level as usize;
                 if level == 0
                     || !(1..=format::TABLES).contains(&t)
-                    || m.life.tables[t - 1]
+                    || m.life
+                        .table(t - 1)
                         .nodes
                         .get(l - 1)
                         .and_then(|n| n.get(index as usize))
@@ -741,9 +746,9 @@ impl Engine {
                 {
                     return false;
                 }
-                dirty_node(&mut m.life.tables[t - 1], level, index);
+                dirty_node(m.life.table_mut(t - 1), level, index);
                 if ino as u8 == format::TABLE_SNAPSHOTS {
-                    m.life.snap_dirty = true;
+                    m.life.mark_snapshots_dirty();
                 }
                 true
             }

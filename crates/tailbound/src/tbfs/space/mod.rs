@@ -176,8 +176,8 @@ impl Engine {
             return Ok(());
         }
         let space = self.space_report(m);
-        let snapshots = m.life.list.values().filter(|k| k.snapshot).count();
-        let holds = m.life.holds.len();
+        let snapshots = m.life.snapshot_count();
+        let holds = m.life.held_count();
         Err(Error::NoSpace(format!(
             "{} bytes to write, {} bytes free after cleaning; live data holds {} and {} snapshot(s){} pin {} of {} bytes{}",
             need * BLOCK_U64,
