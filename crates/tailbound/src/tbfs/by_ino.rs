@@ -253,7 +253,7 @@ impl Fs {
                     "inode {ino}: a special file has no data to open"
                 )));
             }
-            st.open += 1;
+            st.open_handle(ino)?;
         }
         let flags = OpenFlags {
             create: false,
@@ -295,7 +295,7 @@ impl Fs {
             }
             None => inner.create_inode(&mut m, parent, name, FileKind::File, flags.mode, owner)?,
         };
-        cell.lock().open += 1;
+        cell.lock().open_handle(cell.ino)?;
         drop(m);
         self.finish_open(
             cell,

@@ -226,7 +226,7 @@ impl Fs {
                     if st.kind == FileKind::Dir && (flags.write || flags.truncate) {
                         return Err(Error::IsDir(path.to_string()));
                     }
-                    st.open += 1;
+                    st.open_handle(cell.ino)?;
                 }
                 drop(m);
                 cell
@@ -354,7 +354,7 @@ impl Fs {
         if st.kind == FileKind::Dir && (flags.write || flags.truncate) {
             return Err(Error::IsDir(path.to_string()));
         }
-        st.open += 1;
+        st.open_handle(hit.cell.ino)?;
         drop(st);
         Ok(Some(hit.cell))
     }
@@ -559,6 +559,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
         {
             let (lock, cv) = &*wake;
             let why = lock.lock().unwrap_or_else(|p| p.into_inner());
+            // Saturating: once the period has passed, the periodic work is due now.
             let (mut why, _) = cv
                 .wait_timeout_while(why, period.saturating_sub(last_periodic.elapsed()), |w| {
                     !w.stop && !w.logs && !w.clean && !w.refresh

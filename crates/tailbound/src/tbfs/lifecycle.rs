@@ -417,7 +417,11 @@ impl Engine {
             if used == 0 {
                 continue;
             }
-            let dead = sb.saturating_sub(used);
+            let dead = sb.checked_sub(used).unwrap_or_else(|| {
+                // Each block is live or pinned, never both (a pin is taken as the live tree
+                // drops it): the counts cannot add up to more than the segment.
+                panic!("segment {s}: {used} blocks live or pinned, more than its {sb}")
+            });
             if (dead as f64) < sb as f64 * crate::tbfs::limits::MIN_RECLAIMABLE {
                 stranded += dead;
             }
@@ -431,8 +435,11 @@ impl Engine {
         let total = sb * self.segment_count;
         let by_snapshots = by_snapshots.min(total - live.min(total));
         let _ = now;
+        // Clamped, not checked: `free` comes from segment states and the rest from block counts,
+        // and a report is not where a mismatch between the two should stop the pool.
         let reclaimable = total.saturating_sub(live + by_snapshots + free);
         let buffered = self.budget.buffered() / BLOCK_U64;
+        // Saturating: what must stay free may exceed what is free; then nothing is available.
         let available =
             (free + reclaimable).saturating_sub(stranded + self.kept_blocks() + buffered);
         SpaceReport {

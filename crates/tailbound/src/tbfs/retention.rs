@@ -615,7 +615,7 @@ impl Retention {
         }
         // The protection period as configured: a checkpoint released only under pressure may
         // be protected again once the pressure is over.
-        let cutoff = now.saturating_sub(self.protection.as_nanos().min(i64::MAX as u128) as i64);
+        let cutoff = self.unprotected_before(now);
         self.holds.range(born..=newest).next().is_none()
             && self
                 .list
@@ -627,8 +627,15 @@ impl Retention {
         if self.pressure {
             i64::MAX
         } else {
-            now.saturating_sub(self.protection.as_nanos().min(i64::MAX as u128) as i64)
+            self.unprotected_before(now)
         }
+    }
+
+    /// Plain checkpoints written before this time are past the protection period as configured
+    /// (pressure aside).
+    pub fn unprotected_before(&self, now: i64) -> i64 {
+        // Saturating: a period longer than the clock's age protects every checkpoint.
+        now.saturating_sub(self.protection.as_nanos().min(i64::MAX as u128) as i64)
     }
 
     /// The oldest plain checkpoint kept because it is younger than the protection period (or

@@ -61,7 +61,14 @@ impl Engine {
         // Room for as many blocks as the log can take, so it does not grow (and reallocate)
         // block by block under `meta`.
         let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
-        let blocks = (seg_end.saturating_sub(m.writer.pos + 1) as usize).min(LOG_BLOCKS_MAX);
+        // `log_close` leaves at least one block (a pad log's) before the segment's end.
+        let room = seg_end.checked_sub(m.writer.pos + 1).unwrap_or_else(|| {
+            panic!(
+                "a log opened at block {} with segment {} ending at {seg_end}",
+                m.writer.pos, m.writer.cur_seg
+            )
+        });
+        let blocks = (room as usize).min(LOG_BLOCKS_MAX);
         m.writer.log = Some(LogBuild {
             start: m.writer.pos,
             flags,

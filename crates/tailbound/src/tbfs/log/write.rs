@@ -299,7 +299,7 @@ impl Engine {
             for (cell, blocks) in release {
                 self.drop_written(&mut cell.lock(), &blocks, &mut spare);
             }
-            self.in_flight.fetch_sub(bytes, AtomicOrdering::AcqRel);
+            self.release_in_flight(bytes);
         }
         crate::tbfs::blocks::recycle_blocks(spare);
     }

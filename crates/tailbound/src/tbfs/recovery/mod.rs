@@ -135,6 +135,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
             format::SEGMENT_BLOCKS_MIN * BLOCK_U64
         )));
     }
+    // Saturating: a device smaller than the superblocks holds no segment (refused below).
     let segment_count = blocks.saturating_sub(format::FIRST_SEGMENT_BLOCK) / segment_blocks;
     if segment_count < SEGMENTS_MIN {
         return Err(Error::NoSpace(format!(

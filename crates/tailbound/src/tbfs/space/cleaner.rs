@@ -142,6 +142,7 @@ impl Engine {
         }
         let mut report = r?;
         let after = self.free_blocks(m);
+        // Saturating: a pass whose copies took more than it freed freed nothing.
         report.bytes_freed = after.saturating_sub(before) * BLOCK_U64;
         report.free_fraction_after = after.min(self.segment_blocks * self.segment_count) as f64
             / (self.segment_blocks * self.segment_count) as f64;
@@ -168,7 +169,7 @@ impl Engine {
             && m.life.retained(newest).is_some_and(|k| {
                 !k.snapshot
                     && !m.life.is_held(newest)
-                    && k.time_ns < now_ns().saturating_sub(m.life.protection().as_nanos() as i64)
+                    && k.time_ns < m.life.unprotected_before(now_ns())
             });
         if m.prune(seq, self.segment_blocks, false) > 0 || newest_pins {
             self.refresh_for_cleaner(m)?;
@@ -434,6 +435,8 @@ impl Engine {
         let mut budget = if light {
             // The copies' space check keeps the reserve; their summaries take a block per up
             // to 123 extents. Buffered data is not written with them.
+            // Saturating here and below: no budget for copies once free space is at what must
+            // stay free.
             free.saturating_sub(self.reserve_blocks() + 16)
         } else {
             let pending = self.budget.buffered() / BLOCK_U64
@@ -477,6 +480,7 @@ impl Engine {
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
             let live: u64 = victims.iter().map(|&v| m.seg.live(v) as u64).sum();
+            // Saturating: victims whose copies take (about) all they hold give nothing back.
             m.cleaning
                 .set_gain((victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2));
             let room = self.ensure_space(m, live + live / 64 + 2);
