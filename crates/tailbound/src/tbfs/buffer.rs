@@ -8,7 +8,7 @@ use crate::tbfs::blocks::*;
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
-use crate::tbfs::log::*;
+use crate::tbfs::log::AheadPayload;
 use crate::tbfs::state::Engine;
 use crate::tbfs::{AtimePolicy, Error, FileKind, Ordering, Result, SetAttr, Stat};
 

@@ -8,7 +8,7 @@ use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::data::unsealed_count;
-use crate::tbfs::log::*;
+use crate::tbfs::log::Release;
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::{Barrier, Result};

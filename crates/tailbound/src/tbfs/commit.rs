@@ -11,7 +11,7 @@
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
-use crate::tbfs::log::*;
+use crate::tbfs::log::Queued;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::Result;
 

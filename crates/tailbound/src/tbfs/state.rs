@@ -16,7 +16,7 @@ use crate::tbfs::blocks::*;
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self};
 use crate::tbfs::inode::*;
-use crate::tbfs::log::*;
+use crate::tbfs::log::{AheadPayload, LogWriter, Queued, Release, Writer};
 use crate::tbfs::space::segments::*;
 use crate::tbfs::{Config, DeviceRef, Error, FsCounters, RecoveryReport, Result};
 use std::thread::JoinHandle;

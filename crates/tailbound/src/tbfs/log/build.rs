@@ -3,11 +3,15 @@
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Mutex};
 
-use crate::tbfs::format::{self, *};
-use crate::tbfs::inode::*;
-use crate::tbfs::limits::*;
-use crate::tbfs::log::*;
-use crate::tbfs::state::*;
+use crate::tbfs::format::{
+    self, DescKind, Descriptor, Summary, BLOCK_U64, DESCRIPTORS_MAX, FLAG_AHEAD, FLAG_BEGIN,
+    FLAG_CHECKPOINT, FLAG_DATA_ONLY, FLAG_END, FLAG_PAD,
+};
+use crate::tbfs::inode::now_ns;
+use crate::tbfs::limits::{AHEAD_MIN_BLOCKS, DESCRIPTORS_RESERVED, LOG_BLOCKS_MAX};
+use crate::tbfs::log::{AheadPayload, AheadState, LogBuild, Queued, SealedLog};
+use crate::tbfs::state::{Engine, State};
+use crate::tbfs::{Barrier, Error, Result};
 
 impl Engine {
     pub(crate) fn pick_free_segment(&self, m: &State) -> Option<u64> {

@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
-use crate::tbfs::format::{self, *};
-use crate::tbfs::limits::*;
-use crate::tbfs::log::*;
-use crate::tbfs::state::*;
+use crate::tbfs::format::{self, DescKind, BLOCK_U64, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
+use crate::tbfs::inode::InodeCell;
+use crate::tbfs::limits::SEAL_PART_BLOCKS;
+use crate::tbfs::state::{Engine, Section, State, StateGuard};
+use crate::tbfs::{Barrier, Error, Result};
 
 impl Engine {
     /// Writes one file's buffered data as a data-only log (relaxed ordering), recovered by

@@ -17,7 +17,7 @@ use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode::*;
-use crate::tbfs::log::*;
+use crate::tbfs::log::{LogWriter, Writer};
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::refresh::Refresh;
 use crate::tbfs::retention::*;
