@@ -43,7 +43,7 @@ impl Engine {
     fn dir_of(&self, m: &State, dir: u64) -> Result<()> {
         if m.dirs.contains_key(&dir) {
             Ok(())
-        } else if m.inodes.contains_key(&dir) {
+        } else if m.inodes.contains(dir) {
             Err(Error::NotDir(format!("inode {dir}")))
         } else {
             Err(Error::NotFound(format!("inode {dir}")))
@@ -137,7 +137,7 @@ impl Engine {
             self.names.dirs_changed();
         }
         for &(moved, _, _) in &moving {
-            if let Some(c) = m.inodes.get(&moved) {
+            if let Some(c) = m.inodes.get(moved) {
                 let mut st = c.lock();
                 st.names_gen += 1;
                 st.ctime_ns = now_ns();
@@ -156,10 +156,10 @@ impl Engine {
         if src_parent != dst_parent {
             // A directory's `..` is a link of its parent.
             let shift = |from: u64, to: u64| -> Result<()> {
-                if let Some(p) = m.inodes.get(&from) {
+                if let Some(p) = m.inodes.get(from) {
                     self.drop_nlink(&mut p.lock().nlink, from)?;
                 }
-                if let Some(p) = m.inodes.get(&to) {
+                if let Some(p) = m.inodes.get(to) {
                     p.lock().nlink += 1;
                 }
                 Ok(())
@@ -179,7 +179,7 @@ impl Engine {
         if how != RenameMode::Exchange {
             if let Some((old, old_is_dir)) = replaced {
                 if old_is_dir {
-                    if let Some(p) = m.inodes.get(&dst_parent) {
+                    if let Some(p) = m.inodes.get(dst_parent) {
                         self.drop_nlink(&mut p.lock().nlink, dst_parent)?;
                     }
                 }
@@ -226,7 +226,7 @@ impl Fs {
     fn cell_of(&self, ino: u64) -> Result<Arc<InodeCell>> {
         let m = self.inner.lock_meta();
         m.inodes
-            .get(&ino)
+            .get(ino)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("inode {ino}")))
     }
@@ -377,7 +377,7 @@ impl Fs {
         check_name(parent, name)?;
         let cell = m
             .inodes
-            .get(&ino)
+            .get(ino)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("inode {ino}")))?;
         {
@@ -452,7 +452,7 @@ impl Fs {
         }
         inner.names.dirs_changed();
         m.dirs.get_mut(&parent).expect("parent").remove(name);
-        if let Some(p) = m.inodes.get(&parent) {
+        if let Some(p) = m.inodes.get(parent) {
             inner.drop_nlink(&mut p.lock().nlink, parent)?;
         }
         inner.touch_dir(&mut m, parent);
@@ -542,7 +542,7 @@ impl Snapshot {
         self.inner.check_usable()?;
         self.tree
             .inodes
-            .get(&ino)
+            .get(ino)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("checkpoint {}: inode {ino}", self.number())))
     }

@@ -157,7 +157,7 @@ impl Engine {
             return again;
         }
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
-        work.retain(|ino| m.inodes.contains_key(ino));
+        work.retain(|ino| m.inodes.contains(*ino));
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq;
@@ -360,7 +360,7 @@ impl Engine {
                 m.seg_dec_at(old, seq, self.segment_blocks, now);
             }
         }
-        let next_ino = m.next_ino;
+        let next_ino = m.inodes.next_ino();
         m.ifile.cover(next_ino);
         let mut ifile = m.ifile.take_map();
         let result = self.write_map(m, DescKind::InodeMapNode, 0, &mut ifile);
@@ -406,7 +406,7 @@ impl Engine {
             ifile_root: m.ifile.map().root,
             ifile_height: m.ifile.map().height,
             ifile_pages: m.ifile.pages(),
-            next_ino: m.next_ino,
+            next_ino: m.inodes.next_ino(),
             inodes: m.inodes.len() as u64,
             prev_root,
             oldest_protected: m.life.oldest_protected(time_ns, number),
@@ -578,7 +578,7 @@ impl Engine {
 fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
     taken.extend(m.pending.iter());
     taken.extend(m.dirs_dirty.iter());
-    taken.retain(|ino| m.inodes.contains_key(ino));
+    taken.retain(|ino| m.inodes.contains(*ino));
     taken
 }
 
@@ -640,7 +640,7 @@ impl Records {
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
 fn current_record(m: &State, ino: u64) -> InodeRecord {
     m.inodes
-        .get(&ino)
+        .get(ino)
         .map(|c| c.lock().record(ino))
         .unwrap_or_default()
 }

@@ -59,7 +59,7 @@ impl Engine {
         drop(dirty);
         work.extend(m.pending.iter());
         work.extend(m.dirs_dirty.iter());
-        work.retain(|ino| m.inodes.contains_key(ino));
+        work.retain(|ino| m.inodes.contains(*ino));
         let pages = m.ifile.pages_to_write(work.iter());
         debt += pages.len() as u64 + ifile_nodes(m, pages.len() as u64);
         for ino in work.iter() {

@@ -272,7 +272,7 @@ impl Fs {
         }
         self.inner.names.dirs_changed();
         m.dirs.get_mut(&parent).expect("parent").remove(name);
-        if let Some(p) = m.inodes.get(&parent) {
+        if let Some(p) = m.inodes.get(parent) {
             self.inner.drop_nlink(&mut p.lock().nlink, parent)?;
         }
         self.inner.touch_dir(&mut m, parent);

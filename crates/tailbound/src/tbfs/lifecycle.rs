@@ -712,7 +712,7 @@ impl Fs {
         let tree = super::recovery::tree::load_tree(&inner.dev, &geo, root)?;
         std::mem::forget(hold);
         let meta = State {
-            inodes: tree.cells,
+            inodes: crate::tbfs::inode_table::InodeTable::viewed(tree.cells),
             dirs: tree.dirs,
             ckpt: Checkpoints::viewed(number),
             ..State::default()

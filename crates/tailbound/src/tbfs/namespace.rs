@@ -120,7 +120,7 @@ impl Engine {
             };
             let last = parts.peek().is_none();
             if !is_dir && (follow_last || !last) {
-                let cell = m.inodes.get(&child)?;
+                let cell = m.inodes.get(child)?;
                 if cell.lock().kind == FileKind::Symlink {
                     return None;
                 }
@@ -194,18 +194,9 @@ impl Engine {
 
     pub fn cell(&self, m: &State, ino: u64) -> Result<Arc<InodeCell>> {
         m.inodes
-            .get(&ino)
+            .get(ino)
             .cloned()
             .ok_or_else(|| Error::Corrupt(format!("directory entry names missing inode {ino}")))
-    }
-
-    fn alloc_ino(&self, m: &mut State) -> u64 {
-        if let Some(ino) = m.free_inos.pop_first() {
-            return ino;
-        }
-        let ino = m.next_ino;
-        m.next_ino += 1;
-        ino
     }
 
     /// Adds a new inode to the tree under `parent`.
@@ -219,16 +210,15 @@ impl Engine {
         owner: (u32, u32),
     ) -> Result<Arc<InodeCell>> {
         self.make_room_for_change(m, parent)?;
-        let ino = self.alloc_ino(m);
-        let cell = Arc::new(InodeCell {
+        let cell = m.inodes.create(|ino| InodeCell {
             ino,
             st: Mutex::new(InodeState::new(kind, mode, now_ns(), owner)),
         });
-        m.inodes.insert(ino, cell.clone());
+        let ino = cell.ino;
         if kind == FileKind::Dir {
             m.dirs.insert(ino, DirEntries::new());
             m.dirs_dirty.insert(ino);
-            if let Some(p) = m.inodes.get(&parent) {
+            if let Some(p) = m.inodes.get(parent) {
                 p.lock().nlink += 1;
             }
         }
@@ -244,7 +234,7 @@ impl Engine {
     pub fn touch_dir(&self, m: &mut State, dir: u64) {
         m.dirs_dirty.insert(dir);
         m.namespace_changed(dir);
-        if let Some(c) = m.inodes.get(&dir) {
+        if let Some(c) = m.inodes.get(dir) {
             let mut st = c.lock();
             st.mtime_ns = now_ns();
             st.ctime_ns = st.mtime_ns;
@@ -295,12 +285,11 @@ impl Engine {
             m.drop_later.push(buffers);
         }
         self.release_dirty_bytes(released);
-        m.inodes.remove(&cell.ino);
+        m.inodes.free(cell.ino);
         m.dirs.remove(&cell.ino);
         m.dirs_dirty.remove(&cell.ino);
         m.pending.remove(&cell.ino);
         m.ifile.slot_freed(cell.ino);
-        m.free_inos.insert(cell.ino);
         m.ns_dirty = true;
     }
 }
@@ -327,7 +316,7 @@ pub(super) fn dir_entries(
 
 /// The kind of inode `ino` in `m`, for [`dir_entries`].
 pub(super) fn kind_in(m: &State, ino: u64) -> Option<FileKind> {
-    m.inodes.get(&ino).map(|c| c.lock().kind)
+    m.inodes.get(ino).map(|c| c.lock().kind)
 }
 
 /// Child → parent links of every directory.

@@ -1886,7 +1886,7 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     let inner = &fs.inner;
     // One commit seals the buffered blocks; another comes before the log writer got to it.
     let mut m = inner.lock_meta();
-    let cell = m.inodes.get(&f.ino()).cloned().unwrap();
+    let cell = m.inodes.get(f.ino()).cloned().unwrap();
     inner.commit_data_log(&mut m, &cell).unwrap();
     let first_end = m.writer.seq;
     inner.commit_data_log(&mut m, &cell).unwrap();
@@ -3007,7 +3007,7 @@ fn segments_a_run_superseded_are_reused_only_once_its_last_log_is_durable() {
     f.pwrite(&pattern(2, 6 << 20), 0).unwrap();
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
-    let cell = m.inodes.get(&f.ino()).cloned().unwrap();
+    let cell = m.inodes.get(f.ino()).cloned().unwrap();
     let first = m.writer.seq;
     inner.commit_data_log(&mut m, &cell).unwrap();
     let last = m.writer.seq - 1;
@@ -3114,7 +3114,7 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     let (fs, f) = pool_with_synced_x(&device(48 << 20), 64 << 20, &pattern(1, 1 << 20));
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
-    let cell = m.inodes.get(&f.ino()).cloned().unwrap();
+    let cell = m.inodes.get(f.ino()).cloned().unwrap();
     let old = cell.lock().map.get(0);
     let s = crate::tbfs::state::State::seg_of(old, inner.segment_blocks);
     // A run supersedes the block, then stops before its last log (as `?` on an error does).

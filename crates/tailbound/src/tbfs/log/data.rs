@@ -18,7 +18,7 @@ impl Engine {
     /// [`Engine::commit_data_log`], timed as sealing.
     pub(crate) fn seal_data_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
         // The log's release list keeps the inode's cell until the log is written.
-        let Some(cell) = m.inodes.get(&cell.ino).cloned() else {
+        let Some(cell) = m.inodes.get(cell.ino).cloned() else {
             return Ok(());
         };
         let count = {
@@ -105,7 +105,7 @@ impl Engine {
         let mut cells = Vec::with_capacity(listed.len());
         let mut freed = Vec::new();
         for ino in listed {
-            match m.inodes.get(&ino) {
+            match m.inodes.get(ino) {
                 Some(cell) => cells.push(cell.clone()),
                 None => freed.push(ino),
             }
@@ -130,7 +130,7 @@ impl Engine {
             dirty.all.difference(&dirty.to_seal).collect()
         };
         for ino in others {
-            let Some(cell) = m.inodes.get(&ino) else {
+            let Some(cell) = m.inodes.get(ino) else {
                 continue;
             };
             let st = cell.lock();

@@ -6,6 +6,7 @@
 pub(crate) mod scan;
 pub(crate) mod tree;
 
+use crate::tbfs::inode_table::InodeTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -147,7 +148,6 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
     }
     let now = now_ns();
     let mut meta = State {
-        next_ino: ROOT_INO + 1,
         seg: SegmentTable::new(segment_count as usize, segment_blocks),
         life: Retention::new(
             segment_count as usize,
@@ -175,7 +175,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
         )),
     });
     meta.life.entered_segment(0, 1, format::FIRST_SEGMENT_BLOCK);
-    meta.inodes.insert(ROOT_INO, root);
+    meta.inodes = InodeTable::formatted(root);
     meta.dirs.insert(ROOT_INO, DirEntries::new());
     meta.dirs_dirty.insert(ROOT_INO);
     meta.pending.insert(ROOT_INO);
@@ -718,17 +718,20 @@ fn memory_state(
         u64::MAX
     };
 
-    let next_ino = root.next_ino.max(ROOT_INO + 1);
-    let free_inos: BTreeSet<u64> = (ROOT_INO + 1..next_ino)
-        .filter(|i| !cells.contains_key(i))
-        .collect();
     link_counts(&cells, &reached, &subdirs, &mut pending);
+    let inodes = InodeTable::loaded(cells, root.next_ino).map_err(|ino| {
+        corrupt(
+            &format!("checkpoint {}", root.number),
+            format!(
+                "inode {ino} is numbered past the next number, {}",
+                root.next_ino
+            ),
+        )
+    })?;
     let mut meta = State {
-        inodes: cells,
+        inodes,
         dirs,
         pending,
-        free_inos,
-        next_ino,
         ifile: InodeFile::loaded(ifile, root.ifile_pages),
         writer: Writer {
             pos,

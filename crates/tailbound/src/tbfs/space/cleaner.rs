@@ -604,7 +604,7 @@ impl Engine {
         data: &[u8],
         open: &mut bool,
     ) -> Result<Option<bool>> {
-        let Some(cell) = m.inodes.get(&ino).cloned() else {
+        let Some(cell) = m.inodes.get(ino).cloned() else {
             return Ok(Some(false));
         };
         let mut st = cell.lock();
@@ -645,7 +645,7 @@ impl Engine {
     ) -> bool {
         match kind {
             DescKind::Data | DescKind::Placed => {
-                let Some(cell) = m.inodes.get(&ino).cloned() else {
+                let Some(cell) = m.inodes.get(ino).cloned() else {
                     return false;
                 };
                 let mut st = cell.lock();
@@ -682,7 +682,7 @@ impl Engine {
                 true
             }
             DescKind::MapNode => {
-                let Some(cell) = m.inodes.get(&ino).cloned() else {
+                let Some(cell) = m.inodes.get(ino).cloned() else {
                     return false;
                 };
                 let mut st = cell.lock();
@@ -764,7 +764,7 @@ impl Engine {
     /// at `addr..addr + blocks`, where a data descriptor put them. A block nothing maps there
     /// is dead, whatever the file is now: no per-block step copies or moves it.
     fn any_block_live(&self, m: &State, ino: u64, offset: u64, addr: u64, blocks: u32) -> bool {
-        m.inodes.get(&ino).is_some_and(|c| {
+        m.inodes.get(ino).is_some_and(|c| {
             let st = c.lock();
             (0..u64::from(blocks)).any(|i| st.map.get(offset + i) == addr + i)
         })
@@ -774,7 +774,7 @@ impl Engine {
     /// [`Engine::move_block`] or [`Engine::copy_file_block`]: a regular file's or a symbolic
     /// link's (whose target is its data). Directories are rewritten whole from memory.
     fn live_file_block(&self, m: &State, ino: u64, index: u64, a: u64) -> bool {
-        m.inodes.get(&ino).is_some_and(|c| {
+        m.inodes.get(ino).is_some_and(|c| {
             let st = c.lock();
             st.kind != FileKind::Dir && st.map.get(index) == a
         })
