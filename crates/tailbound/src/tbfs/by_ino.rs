@@ -41,7 +41,7 @@ fn check_name(parent: u64, name: &str) -> Result<()> {
 impl Engine {
     /// Checks that `dir` is a directory of the tree.
     fn dir_of(&self, m: &State, dir: u64) -> Result<()> {
-        if m.dirs.contains_key(&dir) {
+        if m.dirs.contains(dir) {
             Ok(())
         } else if m.inodes.contains(dir) {
             Err(Error::NotDir(format!("inode {dir}")))
@@ -143,16 +143,12 @@ impl Engine {
                 st.ctime_ns = now_ns();
             }
         }
-        let src = m.dirs.get_mut(&src_parent).expect("parent checked");
-        src.remove(src_name);
+        m.dirs.remove_entry(src_parent, src_name);
         if how == RenameMode::Exchange {
             let (other, other_dir) = replaced.expect("checked above");
-            src.insert(src_name.into(), (other, other_dir));
+            m.dirs.insert_entry(src_parent, src_name, other, other_dir);
         }
-        m.dirs
-            .get_mut(&dst_parent)
-            .expect("parent checked")
-            .insert(dst_name.into(), (ino, is_dir));
+        m.dirs.insert_entry(dst_parent, dst_name, ino, is_dir);
         if src_parent != dst_parent {
             // A directory's `..` is a link of its parent.
             let shift = |from: u64, to: u64| -> Result<()> {
@@ -396,10 +392,7 @@ impl Fs {
             return Err(Error::Exists(entry_name(parent, name)));
         }
         inner.make_room_for_change(&mut m, parent)?;
-        m.dirs
-            .get_mut(&parent)
-            .expect("parent checked")
-            .insert(name.into(), (ino, false));
+        m.dirs.insert_entry(parent, name, ino, false);
         {
             let mut st = cell.lock();
             st.nlink += 1;
@@ -424,7 +417,7 @@ impl Fs {
         if is_dir {
             return Err(Error::IsDir(entry_name(parent, name)));
         }
-        m.dirs.get_mut(&parent).expect("parent").remove(name);
+        m.dirs.remove_entry(parent, name);
         inner.touch_dir(&mut m, parent);
         inner.drop_link(&mut m, ino)
     }
@@ -451,7 +444,7 @@ impl Fs {
             return Err(Error::NotEmpty(entry_name(parent, name)));
         }
         inner.names.dirs_changed();
-        m.dirs.get_mut(&parent).expect("parent").remove(name);
+        m.dirs.remove_entry(parent, name);
         if let Some(p) = m.inodes.get(parent) {
             inner.drop_nlink(&mut p.lock().nlink, parent)?;
         }
@@ -550,7 +543,7 @@ impl Snapshot {
     /// The inode `name` names in directory `parent` of the view (`.` and `..` as in
     /// [`Fs::lookup_in`]).
     pub fn lookup_in(&self, parent: u64, name: &str) -> Result<Stat> {
-        let Some(entries) = self.tree.dirs.get(&parent) else {
+        let Some(entries) = self.tree.dirs.get(parent) else {
             self.view_cell(parent)?;
             return Err(Error::NotDir(format!(
                 "checkpoint {}: inode {parent}",
@@ -580,7 +573,7 @@ impl Snapshot {
     /// Entries of directory `ino` in the view, sorted by name, without `.` and `..`.
     pub fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
         self.inner.check_usable()?;
-        match self.tree.dirs.get(&ino) {
+        match self.tree.dirs.get(ino) {
             Some(entries) => Ok(crate::tbfs::namespace::dir_entries(entries, |i| {
                 kind_in(&self.tree, i)
             })),

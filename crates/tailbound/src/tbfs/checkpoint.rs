@@ -456,7 +456,7 @@ impl Engine {
         m.ns_changed.clear();
         m.ckpt.written(number, addr, root_seq, m.writer.seq);
         m.ifile.freed_slots_written();
-        m.dirs_dirty.clear();
+        m.dirs.written();
         m.pending.clear();
         m.ns_dirty = false;
     }
@@ -577,7 +577,7 @@ impl Engine {
 /// data-only logs since the last checkpoint, and the changed directories, while they exist.
 fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
     taken.extend(m.pending.iter());
-    taken.extend(m.dirs_dirty.iter());
+    taken.extend(m.dirs.dirty().iter());
     taken.retain(|ino| m.inodes.contains(*ino));
     taken
 }
@@ -587,11 +587,12 @@ fn encode_changed_dirs(
     m: &State,
     work: &DenseSet,
 ) -> HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>> {
-    m.dirs_dirty
+    m.dirs
+        .dirty()
         .iter()
         .filter(|ino| work.contains(ino))
         .filter_map(|ino| {
-            let entries = m.dirs.get(&ino)?;
+            let entries = m.dirs.get(ino)?;
             let blocks = format::encode_dir_entries_in(
                 entries
                     .iter()

@@ -202,7 +202,7 @@ impl Fs {
                     .then(|| inner.parent_of_traced(&m, path).ok())
                     .flatten()
                     .filter(|&(parent, name, _)| {
-                        m.dirs.get(&parent).is_some_and(|d| !d.contains_key(name))
+                        m.dirs.get(parent).is_some_and(|d| !d.contains_key(name))
                     });
                 let (cell, plain) = match new {
                     Some((parent, name, plain)) => (create(&mut m, parent, name)?, plain),
@@ -271,7 +271,7 @@ impl Fs {
             return Err(Error::NotEmpty(path.to_string()));
         }
         self.inner.names.dirs_changed();
-        m.dirs.get_mut(&parent).expect("parent").remove(name);
+        m.dirs.remove_entry(parent, name);
         if let Some(p) = m.inodes.get(parent) {
             self.inner.drop_nlink(&mut p.lock().nlink, parent)?;
         }
@@ -290,7 +290,7 @@ impl Fs {
         if is_dir {
             return Err(Error::IsDir(path.to_string()));
         }
-        m.dirs.get_mut(&parent).expect("parent").remove(name);
+        m.dirs.remove_entry(parent, name);
         self.inner.touch_dir(&mut m, parent);
         self.inner.drop_link(&mut m, ino)
     }
@@ -444,10 +444,7 @@ impl Fs {
             return Err(Error::Exists(new.to_string()));
         }
         self.inner.make_room_for_change(&mut m, parent)?;
-        m.dirs
-            .get_mut(&parent)
-            .expect("parent checked")
-            .insert(name.into(), (ino, false));
+        m.dirs.insert_entry(parent, name, ino, false);
         {
             let mut st = cell.lock();
             st.nlink += 1;
@@ -485,7 +482,7 @@ impl Fs {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
         let ino = self.inner.lookup(&m, path)?;
-        let Some(entries) = m.dirs.get(&ino) else {
+        let Some(entries) = m.dirs.get(ino) else {
             return Err(Error::NotDir(path.to_string()));
         };
         Ok(dir_entries(entries, |ino| kind_in(&m, ino)))

@@ -481,7 +481,7 @@ impl Snapshot {
     /// Entries of a directory, sorted by name.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let ino = self.lookup(path)?;
-        let Some(entries) = self.tree.dirs.get(&ino) else {
+        let Some(entries) = self.tree.dirs.get(ino) else {
             return Err(Error::NotDir(self.name(path)));
         };
         Ok(crate::tbfs::namespace::dir_entries(entries, |ino| {
@@ -713,7 +713,7 @@ impl Fs {
         std::mem::forget(hold);
         let meta = State {
             inodes: crate::tbfs::inode_table::InodeTable::viewed(tree.cells),
-            dirs: tree.dirs,
+            dirs: crate::tbfs::directories::Directories::loaded(tree.dirs),
             ckpt: Checkpoints::viewed(number),
             ..State::default()
         };

@@ -6,9 +6,9 @@
 //! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for
 //!   byte; `limits`: every size, bound and tuning constant; `types`: the public types, which
 //!   this file re-exports by name (it names no part itself).
-//! - `inode`, `inode_table`, `names`, `retention`, `refresh`, `checkpoints`, `ifile`,
-//!   `space::segments`, `space::cleaning`, `log`: each part's state (an inode in memory, the
-//!   inodes by number, the path cache, retained checkpoints and pins, the superblock's
+//! - `inode`, `inode_table`, `directories`, `names`, `retention`, `refresh`, `checkpoints`,
+//!   `ifile`, `space::segments`, `space::cleaning`, `log`: each part's state (an inode in memory,
+//!   the inodes by number, the directories' entries, the path cache, retained checkpoints and pins, the superblock's
 //!   bookkeeping, the newest checkpoint's, the inode file, the segment table, the cleaner's, logs
 //!   in flight); `budget`: the buffered bytes and their limits.
 //! - `state`: `Engine` and `State`, the pool's shared state and what the `meta` lock guards.
@@ -32,6 +32,7 @@ mod commit;
 mod copies;
 mod debt;
 mod dense;
+mod directories;
 pub mod format;
 mod fs;
 pub mod fsck;

@@ -43,7 +43,7 @@ impl Engine {
             if part == "." {
                 continue;
             }
-            let Some(entries) = m.dirs.get(&cur) else {
+            let Some(entries) = m.dirs.get(cur) else {
                 return Err(Error::NotDir(path.to_string()));
             };
             if part == ".." {
@@ -112,7 +112,7 @@ impl Engine {
             if part == ".." {
                 return None;
             }
-            let Some(entries) = m.dirs.get(&cur) else {
+            let Some(entries) = m.dirs.get(cur) else {
                 return Some(Err(Error::NotDir(path.to_string())));
             };
             let Some(&(child, is_dir)) = entries.get(part) else {
@@ -186,7 +186,7 @@ impl Engine {
             return Err(Error::NameTooLong(path.to_string()));
         }
         let (parent, plain) = self.resolve_traced(m, dir, true)?;
-        if !m.dirs.contains_key(&parent) {
+        if !m.dirs.contains(parent) {
             return Err(Error::NotDir(path.to_string()));
         }
         Ok((parent, name, plain))
@@ -216,23 +216,20 @@ impl Engine {
         });
         let ino = cell.ino;
         if kind == FileKind::Dir {
-            m.dirs.insert(ino, DirEntries::new());
-            m.dirs_dirty.insert(ino);
+            m.dirs.create(ino);
             if let Some(p) = m.inodes.get(parent) {
                 p.lock().nlink += 1;
             }
         }
         m.dirs
-            .get_mut(&parent)
-            .expect("parent checked")
-            .insert(name.into(), (ino, kind == FileKind::Dir));
+            .insert_entry(parent, name, ino, kind == FileKind::Dir);
         self.touch_dir(m, parent);
         m.namespace_changed(ino);
         Ok(cell)
     }
 
     pub fn touch_dir(&self, m: &mut State, dir: u64) {
-        m.dirs_dirty.insert(dir);
+        m.dirs.mark_dirty(dir);
         m.namespace_changed(dir);
         if let Some(c) = m.inodes.get(dir) {
             let mut st = c.lock();
@@ -286,8 +283,7 @@ impl Engine {
         }
         self.release_dirty_bytes(released);
         m.inodes.free(cell.ino);
-        m.dirs.remove(&cell.ino);
-        m.dirs_dirty.remove(&cell.ino);
+        m.dirs.forget(cell.ino);
         m.pending.remove(&cell.ino);
         m.ifile.slot_freed(cell.ino);
         m.ns_dirty = true;
@@ -322,7 +318,7 @@ pub(super) fn kind_in(m: &State, ino: u64) -> Option<FileKind> {
 /// Child → parent links of every directory.
 pub(super) fn parent_links(m: &State) -> HashMap<u64, u64> {
     let mut parents = HashMap::new();
-    for (&dir, entries) in &m.dirs {
+    for (dir, entries) in m.dirs.iter() {
         for &(child, is_dir) in entries.values() {
             if is_dir {
                 parents.insert(child, dir);

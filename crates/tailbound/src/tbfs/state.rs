@@ -7,7 +7,7 @@
 //! copies into buffers happen outside any global lock, and so does a close unless it is the last
 //! handle to an unlinked file. Storage is written only by the log writer (`log`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -36,8 +36,8 @@ pub(crate) enum Section {
 pub(crate) struct State {
     /// The inodes by number, and the numbering.
     pub inodes: crate::tbfs::inode_table::InodeTable,
-    pub dirs: HashMap<u64, DirEntries>,
-    pub dirs_dirty: DenseSet,
+    /// The directories' entries, and which the next checkpoint writes.
+    pub dirs: crate::tbfs::directories::Directories,
     /// Inodes whose record, data or map must go into the next checkpoint.
     pub pending: DenseSet,
     /// The inode file: its map, its pages, the pages the next checkpoint writes again.

@@ -6,6 +6,7 @@
 pub(crate) mod scan;
 pub(crate) mod tree;
 
+use crate::tbfs::directories::Directories;
 use crate::tbfs::inode_table::InodeTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
@@ -176,8 +177,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
     });
     meta.life.entered_segment(0, 1, format::FIRST_SEGMENT_BLOCK);
     meta.inodes = InodeTable::formatted(root);
-    meta.dirs.insert(ROOT_INO, DirEntries::new());
-    meta.dirs_dirty.insert(ROOT_INO);
+    meta.dirs.create(ROOT_INO);
     meta.pending.insert(ROOT_INO);
     meta.ns_dirty = true;
     let inner = Arc::new(new_inner(
@@ -730,7 +730,7 @@ fn memory_state(
     })?;
     let mut meta = State {
         inodes,
-        dirs,
+        dirs: Directories::loaded(dirs),
         pending,
         ifile: InodeFile::loaded(ifile, root.ifile_pages),
         writer: Writer {

@@ -441,7 +441,7 @@ impl Engine {
         } else {
             let pending = self.budget.buffered() / BLOCK_U64
                 + m.pending.len() as u64 * 4
-                + m.dirs_dirty.len() as u64 * 2
+                + m.dirs.dirty().len() as u64 * 2
                 + m.table_estimate()
                 + 16;
             free.saturating_sub(pending + sb / 2)
@@ -655,7 +655,7 @@ impl Engine {
                 if st.kind == FileKind::Dir {
                     // Directories are rewritten whole.
                     drop(st);
-                    m.dirs_dirty.insert(ino);
+                    m.dirs.mark_dirty(ino);
                     m.pending.insert(ino);
                     return true;
                 }
