@@ -8,9 +8,9 @@
 //!   this file re-exports by name (it names no part itself).
 //! - `inode`, `inode_table`, `directories`, `names`, `retention`, `refresh`, `checkpoints`,
 //!   `ifile`, `space::segments`, `space::cleaning`, `log`: each part's state (an inode in memory,
-//!   the inodes by number, the directories' entries, the path cache, retained checkpoints and pins, the superblock's
-//!   bookkeeping, the newest checkpoint's, the inode file, the segment table, the cleaner's, logs
-//!   in flight); `budget`: the buffered bytes and their limits.
+//!   the inodes by number, the directories' entries, the path cache, retained checkpoints and
+//!   pins, the superblock's bookkeeping, the newest checkpoint's, the inode file, the segment
+//!   table, the cleaner's, logs in flight); `budget`: the buffered bytes and their limits.
 //! - `state`: `Engine` and `State`, the pool's shared state and what the `meta` lock guards.
 //! - `buffer`, `namespace`, `log::{build, write, data}`, `checkpoint`, `space`, [`lifecycle`],
 //!   [`recovery`]: the operations on that state. Only the log writer (`log::write`) writes to
