@@ -183,7 +183,8 @@ impl State {
         }
     }
 
-    /// Stops retaining checkpoint `c` (unless a view holds it) and frees what only it pinned.
+    /// Stops retaining checkpoint `c` (pruning found it kept by nothing) and frees what only it
+    /// pinned.
     pub fn release(&mut self, c: u64, seq: u64, segment_blocks: u64) {
         if self.life.release(c) {
             self.reanchor(c, seq, segment_blocks);
