@@ -34,6 +34,7 @@ pub(super) fn recycle_blocks(blocks: Vec<Arc<Block>>) {
     // not fit to the shared spares in one go.
     let _ = LOCAL_SPARE.try_with(|local| {
         if let Ok(mut local) = local.try_borrow_mut() {
+            // Room under a cache's cap: none once it is full, whatever filled it.
             let room = (2 * LOCAL_SPARE_BATCH).saturating_sub(local.len());
             local.extend(unique.by_ref().take(room));
         }
@@ -43,6 +44,7 @@ pub(super) fn recycle_blocks(blocks: Vec<Arc<Block>>) {
         return;
     }
     let mut spare = SPARE_BLOCKS.lock().unwrap_or_else(|p| p.into_inner());
+    // As above: none once the shared spares are at their cap.
     let room = SPARE_BLOCKS_MAX.saturating_sub(spare.len());
     spare.extend(rest.take(room));
 }
@@ -53,6 +55,7 @@ pub(super) fn take_spare() -> Option<Arc<Block>> {
         let mut local = local.try_borrow_mut().ok()?;
         if local.is_empty() {
             let mut spare = SPARE_BLOCKS.lock().unwrap_or_else(|p| p.into_inner());
+            // A batch, or all there are if fewer.
             let from = spare.len().saturating_sub(LOCAL_SPARE_BATCH);
             local.extend(spare.drain(from..));
         }

@@ -8,7 +8,7 @@ use crate::tbfs::blocks::*;
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
-use crate::tbfs::log::*;
+use crate::tbfs::log::AheadPayload;
 use crate::tbfs::state::Engine;
 use crate::tbfs::{AtimePolicy, Error, FileKind, Ordering, Result, SetAttr, Stat};
 
@@ -533,6 +533,8 @@ impl Engine {
     }
 
     pub(super) fn buffered_bytes(&self) -> u64 {
+        // Saturating: the two counts are read apart, and data buffered and sealed in between
+        // may put `in_flight` ahead of the buffered bytes for a moment.
         self.budget
             .buffered()
             .saturating_sub(self.in_flight.load(AtomicOrdering::Acquire))
@@ -673,7 +675,10 @@ impl Engine {
         // the later one sees both counts at zero and frees.
         let maybe_free = {
             let mut st = cell.lock();
-            st.open = st.open.saturating_sub(1);
+            if self.drop_open(&mut st.open, cell.ino).is_err() {
+                // Poisoned: nothing is freed on a count that went wrong.
+                return;
+            }
             st.open == 0 && st.nlink == 0 && !st.freed
         };
         if !maybe_free || self.read_only {

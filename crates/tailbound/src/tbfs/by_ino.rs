@@ -41,9 +41,9 @@ fn check_name(parent: u64, name: &str) -> Result<()> {
 impl Engine {
     /// Checks that `dir` is a directory of the tree.
     fn dir_of(&self, m: &State, dir: u64) -> Result<()> {
-        if m.dirs.contains_key(&dir) {
+        if m.dirs.contains(dir) {
             Ok(())
-        } else if m.inodes.contains_key(&dir) {
+        } else if m.inodes.contains(dir) {
             Err(Error::NotDir(format!("inode {dir}")))
         } else {
             Err(Error::NotFound(format!("inode {dir}")))
@@ -137,29 +137,25 @@ impl Engine {
             self.names.dirs_changed();
         }
         for &(moved, _, _) in &moving {
-            if let Some(c) = m.inodes.get(&moved) {
+            if let Some(c) = m.inodes.get(moved) {
                 let mut st = c.lock();
                 st.names_gen += 1;
                 st.ctime_ns = now_ns();
             }
         }
-        let src = m.dirs.get_mut(&src_parent).expect("parent checked");
-        src.remove(src_name);
+        m.dirs.remove_entry(src_parent, src_name);
         if how == RenameMode::Exchange {
             let (other, other_dir) = replaced.expect("checked above");
-            src.insert(src_name.into(), (other, other_dir));
+            m.dirs.insert_entry(src_parent, src_name, other, other_dir);
         }
-        m.dirs
-            .get_mut(&dst_parent)
-            .expect("parent checked")
-            .insert(dst_name.into(), (ino, is_dir));
+        m.dirs.insert_entry(dst_parent, dst_name, ino, is_dir);
         if src_parent != dst_parent {
             // A directory's `..` is a link of its parent.
             let shift = |from: u64, to: u64| -> Result<()> {
-                if let Some(p) = m.inodes.get(&from) {
+                if let Some(p) = m.inodes.get(from) {
                     self.drop_nlink(&mut p.lock().nlink, from)?;
                 }
-                if let Some(p) = m.inodes.get(&to) {
+                if let Some(p) = m.inodes.get(to) {
                     p.lock().nlink += 1;
                 }
                 Ok(())
@@ -179,7 +175,7 @@ impl Engine {
         if how != RenameMode::Exchange {
             if let Some((old, old_is_dir)) = replaced {
                 if old_is_dir {
-                    if let Some(p) = m.inodes.get(&dst_parent) {
+                    if let Some(p) = m.inodes.get(dst_parent) {
                         self.drop_nlink(&mut p.lock().nlink, dst_parent)?;
                     }
                 }
@@ -226,7 +222,7 @@ impl Fs {
     fn cell_of(&self, ino: u64) -> Result<Arc<InodeCell>> {
         let m = self.inner.lock_meta();
         m.inodes
-            .get(&ino)
+            .get(ino)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("inode {ino}")))
     }
@@ -253,7 +249,7 @@ impl Fs {
                     "inode {ino}: a special file has no data to open"
                 )));
             }
-            st.open += 1;
+            st.open_handle(ino)?;
         }
         let flags = OpenFlags {
             create: false,
@@ -295,7 +291,7 @@ impl Fs {
             }
             None => inner.create_inode(&mut m, parent, name, FileKind::File, flags.mode, owner)?,
         };
-        cell.lock().open += 1;
+        cell.lock().open_handle(cell.ino)?;
         drop(m);
         self.finish_open(
             cell,
@@ -377,7 +373,7 @@ impl Fs {
         check_name(parent, name)?;
         let cell = m
             .inodes
-            .get(&ino)
+            .get(ino)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("inode {ino}")))?;
         {
@@ -396,10 +392,7 @@ impl Fs {
             return Err(Error::Exists(entry_name(parent, name)));
         }
         inner.make_room_for_change(&mut m, parent)?;
-        m.dirs
-            .get_mut(&parent)
-            .expect("parent checked")
-            .insert(name.into(), (ino, false));
+        m.dirs.insert_entry(parent, name, ino, false);
         {
             let mut st = cell.lock();
             st.nlink += 1;
@@ -424,7 +417,7 @@ impl Fs {
         if is_dir {
             return Err(Error::IsDir(entry_name(parent, name)));
         }
-        m.dirs.get_mut(&parent).expect("parent").remove(name);
+        m.dirs.remove_entry(parent, name);
         inner.touch_dir(&mut m, parent);
         inner.drop_link(&mut m, ino)
     }
@@ -451,8 +444,8 @@ impl Fs {
             return Err(Error::NotEmpty(entry_name(parent, name)));
         }
         inner.names.dirs_changed();
-        m.dirs.get_mut(&parent).expect("parent").remove(name);
-        if let Some(p) = m.inodes.get(&parent) {
+        m.dirs.remove_entry(parent, name);
+        if let Some(p) = m.inodes.get(parent) {
             inner.drop_nlink(&mut p.lock().nlink, parent)?;
         }
         inner.touch_dir(&mut m, parent);
@@ -542,7 +535,7 @@ impl Snapshot {
         self.inner.check_usable()?;
         self.tree
             .inodes
-            .get(&ino)
+            .get(ino)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("checkpoint {}: inode {ino}", self.number())))
     }
@@ -550,7 +543,7 @@ impl Snapshot {
     /// The inode `name` names in directory `parent` of the view (`.` and `..` as in
     /// [`Fs::lookup_in`]).
     pub fn lookup_in(&self, parent: u64, name: &str) -> Result<Stat> {
-        let Some(entries) = self.tree.dirs.get(&parent) else {
+        let Some(entries) = self.tree.dirs.get(parent) else {
             self.view_cell(parent)?;
             return Err(Error::NotDir(format!(
                 "checkpoint {}: inode {parent}",
@@ -580,7 +573,7 @@ impl Snapshot {
     /// Entries of directory `ino` in the view, sorted by name, without `.` and `..`.
     pub fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
         self.inner.check_usable()?;
-        match self.tree.dirs.get(&ino) {
+        match self.tree.dirs.get(ino) {
             Some(entries) => Ok(crate::tbfs::namespace::dir_entries(entries, |i| {
                 kind_in(&self.tree, i)
             })),

@@ -80,3 +80,45 @@ fn releasing_more_buffered_bytes_than_counted_poisons_the_pool() {
         "the count is left as it was, not wrapped"
     );
 }
+
+#[test]
+fn closing_a_handle_of_a_file_with_no_open_handles_poisons_the_pool() {
+    let fs = pool();
+    let f = fs.open_file("/a", OpenFlags::create()).unwrap();
+    let ino = fs.stat("/a").unwrap().ino;
+    // The count a close counted twice leaves.
+    fs.inner.lock_meta().inodes[&ino].lock().open = 0;
+    drop(f);
+    let why = fs.poisoned().expect("the pool is poisoned");
+    assert!(
+        why.contains(&format!("inode {ino}'s open handles")),
+        "poisoned for {why:?}"
+    );
+    assert_eq!(
+        fs.inner.lock_meta().inodes[&ino].lock().open,
+        0,
+        "the count is left at zero, not wrapped"
+    );
+}
+
+#[test]
+fn releasing_more_bytes_in_flight_than_counted_poisons_the_pool() {
+    let fs = pool();
+    let held = fs
+        .inner
+        .in_flight
+        .load(std::sync::atomic::Ordering::Acquire);
+    fs.inner.release_in_flight(held + BLOCK_U64);
+    let why = fs.poisoned().expect("the pool is poisoned");
+    assert!(
+        why.contains("bytes in flight released"),
+        "poisoned for {why:?}"
+    );
+    assert_eq!(
+        fs.inner
+            .in_flight
+            .load(std::sync::atomic::Ordering::Acquire),
+        held,
+        "the count is left as it was, not wrapped"
+    );
+}

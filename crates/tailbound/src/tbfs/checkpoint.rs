@@ -8,7 +8,7 @@ use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::data::unsealed_count;
-use crate::tbfs::log::*;
+use crate::tbfs::log::Release;
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::{Barrier, Result};
@@ -157,7 +157,7 @@ impl Engine {
             return again;
         }
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
-        work.retain(|ino| m.inodes.contains_key(ino));
+        work.retain(|ino| m.inodes.contains(*ino));
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq;
@@ -360,7 +360,7 @@ impl Engine {
                 m.seg_dec_at(old, seq, self.segment_blocks, now);
             }
         }
-        let next_ino = m.next_ino;
+        let next_ino = m.inodes.next_ino();
         m.ifile.cover(next_ino);
         let mut ifile = m.ifile.take_map();
         let result = self.write_map(m, DescKind::InodeMapNode, 0, &mut ifile);
@@ -384,7 +384,7 @@ impl Engine {
         // root from the live tree (pinned if its checkpoint stays retained) before the pinned
         // table is written.
         let released = m.prune(seq, self.segment_blocks, true);
-        if m.life.pressure {
+        if m.life.under_pressure() {
             self.count(|c| c.protection_released += released);
         }
         let prev_root = m.ckpt.root();
@@ -406,7 +406,7 @@ impl Engine {
             ifile_root: m.ifile.map().root,
             ifile_height: m.ifile.map().height,
             ifile_pages: m.ifile.pages(),
-            next_ino: m.next_ino,
+            next_ino: m.inodes.next_ino(),
             inodes: m.inodes.len() as u64,
             prev_root,
             oldest_protected: m.life.oldest_protected(time_ns, number),
@@ -437,7 +437,7 @@ impl Engine {
             time_ns,
         } = root;
         m.seg_inc(addr, self.segment_blocks);
-        m.life.list.insert(
+        m.life.retain(
             number,
             super::retention::Retained {
                 time_ns,
@@ -446,17 +446,17 @@ impl Engine {
                 name: None,
             },
         );
-        m.life.since_ckpt = vec![(
+        m.life.checkpoint_written(
             State::seg_of(m.writer.pos, self.segment_blocks),
             m.writer.pos,
-        )];
+        );
         for cell in changed {
             cell.lock().ckpt_seq = root_seq;
         }
         m.ns_changed.clear();
         m.ckpt.written(number, addr, root_seq, m.writer.seq);
         m.ifile.freed_slots_written();
-        m.dirs_dirty.clear();
+        m.dirs.written();
         m.pending.clear();
         m.ns_dirty = false;
     }
@@ -577,8 +577,8 @@ impl Engine {
 /// data-only logs since the last checkpoint, and the changed directories, while they exist.
 fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
     taken.extend(m.pending.iter());
-    taken.extend(m.dirs_dirty.iter());
-    taken.retain(|ino| m.inodes.contains_key(ino));
+    taken.extend(m.dirs.dirty().iter());
+    taken.retain(|ino| m.inodes.contains(*ino));
     taken
 }
 
@@ -587,11 +587,12 @@ fn encode_changed_dirs(
     m: &State,
     work: &DenseSet,
 ) -> HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>> {
-    m.dirs_dirty
+    m.dirs
+        .dirty()
         .iter()
         .filter(|ino| work.contains(ino))
         .filter_map(|ino| {
-            let entries = m.dirs.get(&ino)?;
+            let entries = m.dirs.get(ino)?;
             let blocks = format::encode_dir_entries_in(
                 entries
                     .iter()
@@ -640,7 +641,7 @@ impl Records {
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
 fn current_record(m: &State, ino: u64) -> InodeRecord {
     m.inodes
-        .get(&ino)
+        .get(ino)
         .map(|c| c.lock().record(ino))
         .unwrap_or_default()
 }

@@ -11,7 +11,7 @@
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
-use crate::tbfs::log::*;
+use crate::tbfs::log::Queued;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::Result;
 
@@ -93,7 +93,7 @@ impl Engine {
             || !m.pending.is_empty()
             || m.ns_dirty
             || !m.ifile.freed_slots().is_empty()
-            || m.life.snap_dirty;
+            || m.life.snapshots_dirty();
         if dirty || !m.ckpt.is_newest_state(m.writer.seq) {
             self.commit_checkpoint_for_superblock(m)?;
         }
@@ -158,7 +158,7 @@ impl Engine {
             },
             created_ns: m.refresh.created_ns(),
             written_ns: now_ns(),
-            protection_ms: m.life.protection.as_millis().min(u64::MAX as u128) as u64,
+            protection_ms: m.life.protection().as_millis().min(u64::MAX as u128) as u64,
             background_gc: self.config.background_gc,
             gc_free_percent: self.config.gc_free_percent.min(90) as u8,
         };

@@ -37,10 +37,10 @@ impl Engine {
         let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
         let mut debt = FIXED_BLOCKS + m.table_estimate();
         if !exact {
-            let changed = (dirty.all.len() + m.pending.len() + m.dirs_dirty.len()) as u64;
+            let changed = (dirty.all.len() + m.pending.len() + m.dirs.dirty().len()) as u64;
             let mut widest_dir = 0;
-            for ino in m.dirs_dirty.iter() {
-                let blocks = m.dirs.get(&ino).map_or(0, |e| {
+            for ino in m.dirs.dirty().iter() {
+                let blocks = m.dirs.get(ino).map_or(0, |e| {
                     (e.len() as u64 * DIR_ENTRY_MAX).div_ceil(DIR_BLOCK_FILL)
                 });
                 debt += blocks;
@@ -58,13 +58,13 @@ impl Engine {
         let mut work: DenseSet = dirty.all.clone();
         drop(dirty);
         work.extend(m.pending.iter());
-        work.extend(m.dirs_dirty.iter());
-        work.retain(|ino| m.inodes.contains_key(ino));
+        work.extend(m.dirs.dirty().iter());
+        work.retain(|ino| m.inodes.contains(*ino));
         let pages = m.ifile.pages_to_write(work.iter());
         debt += pages.len() as u64 + ifile_nodes(m, pages.len() as u64);
         for ino in work.iter() {
-            let dir_len = if m.dirs_dirty.contains(&ino) {
-                m.dirs.get(&ino).map_or(0, |e| {
+            let dir_len = if m.dirs.dirty().contains(&ino) {
+                m.dirs.get(ino).map_or(0, |e| {
                     let bytes: u64 = e.keys().map(|name| 10 + name.len() as u64).sum();
                     bytes.div_ceil(DIR_BLOCK_FILL)
                 })
@@ -81,10 +81,10 @@ impl Engine {
     /// inodes and the inode file's map. A pool whose room that would take answers `NoSpace`,
     /// after paying the debt with a checkpoint if that is what stands in the way.
     pub(super) fn make_room_for_change(&self, m: &mut State, dir: u64) -> Result<()> {
-        let dir_blocks = if m.dirs_dirty.contains(&dir) {
+        let dir_blocks = if m.dirs.dirty().contains(&dir) {
             0
         } else {
-            m.dirs.get(&dir).map_or(1, |e| {
+            m.dirs.get(dir).map_or(1, |e| {
                 ((e.len() as u64 + 1) * DIR_ENTRY_MAX).div_ceil(DIR_BLOCK_FILL)
             })
         };

@@ -202,7 +202,7 @@ impl Fs {
                     .then(|| inner.parent_of_traced(&m, path).ok())
                     .flatten()
                     .filter(|&(parent, name, _)| {
-                        m.dirs.get(&parent).is_some_and(|d| !d.contains_key(name))
+                        m.dirs.get(parent).is_some_and(|d| !d.contains_key(name))
                     });
                 let (cell, plain) = match new {
                     Some((parent, name, plain)) => (create(&mut m, parent, name)?, plain),
@@ -226,7 +226,7 @@ impl Fs {
                     if st.kind == FileKind::Dir && (flags.write || flags.truncate) {
                         return Err(Error::IsDir(path.to_string()));
                     }
-                    st.open += 1;
+                    st.open_handle(cell.ino)?;
                 }
                 drop(m);
                 cell
@@ -271,8 +271,8 @@ impl Fs {
             return Err(Error::NotEmpty(path.to_string()));
         }
         self.inner.names.dirs_changed();
-        m.dirs.get_mut(&parent).expect("parent").remove(name);
-        if let Some(p) = m.inodes.get(&parent) {
+        m.dirs.remove_entry(parent, name);
+        if let Some(p) = m.inodes.get(parent) {
             self.inner.drop_nlink(&mut p.lock().nlink, parent)?;
         }
         self.inner.touch_dir(&mut m, parent);
@@ -290,7 +290,7 @@ impl Fs {
         if is_dir {
             return Err(Error::IsDir(path.to_string()));
         }
-        m.dirs.get_mut(&parent).expect("parent").remove(name);
+        m.dirs.remove_entry(parent, name);
         self.inner.touch_dir(&mut m, parent);
         self.inner.drop_link(&mut m, ino)
     }
@@ -354,7 +354,7 @@ impl Fs {
         if st.kind == FileKind::Dir && (flags.write || flags.truncate) {
             return Err(Error::IsDir(path.to_string()));
         }
-        st.open += 1;
+        st.open_handle(hit.cell.ino)?;
         drop(st);
         Ok(Some(hit.cell))
     }
@@ -444,10 +444,7 @@ impl Fs {
             return Err(Error::Exists(new.to_string()));
         }
         self.inner.make_room_for_change(&mut m, parent)?;
-        m.dirs
-            .get_mut(&parent)
-            .expect("parent checked")
-            .insert(name.into(), (ino, false));
+        m.dirs.insert_entry(parent, name, ino, false);
         {
             let mut st = cell.lock();
             st.nlink += 1;
@@ -485,7 +482,7 @@ impl Fs {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
         let ino = self.inner.lookup(&m, path)?;
-        let Some(entries) = m.dirs.get(&ino) else {
+        let Some(entries) = m.dirs.get(ino) else {
             return Err(Error::NotDir(path.to_string()));
         };
         Ok(dir_entries(entries, |ino| kind_in(&m, ino)))
@@ -559,6 +556,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
         {
             let (lock, cv) = &*wake;
             let why = lock.lock().unwrap_or_else(|p| p.into_inner());
+            // Saturating: once the period has passed, the periodic work is due now.
             let (mut why, _) = cv
                 .wait_timeout_while(why, period.saturating_sub(last_periodic.elapsed()), |w| {
                     !w.stop && !w.logs && !w.clean && !w.refresh

@@ -137,6 +137,15 @@ impl InodeState {
         }
     }
 
+    /// A handle to the inode (number `ino`) opens; refused once the count is at its limit,
+    /// which only a caller that never closes reaches.
+    pub fn open_handle(&mut self, ino: u64) -> crate::tbfs::Result<()> {
+        self.open = self.open.checked_add(1).ok_or_else(|| {
+            crate::tbfs::Error::Invalid(format!("inode {ino}: {} handles open", self.open))
+        })?;
+        Ok(())
+    }
+
     pub fn record(&self, ino: u64) -> InodeRecord {
         InodeRecord {
             ino,

@@ -80,14 +80,14 @@ pub struct GcReport {
 impl State {
     /// An upper bound on the blocks the next checkpoint's tables take.
     pub fn table_estimate(&self) -> u64 {
-        let snaps = self.life.list.values().filter(|k| k.snapshot).count() as u64;
-        self.life.usage_dirty.len() as u64
+        let snaps = self.life.snapshot_count() as u64;
+        self.life.dirty_usage_page_count() as u64
             + 1
-            + self.life.pins.dirty_page_count() as u64
+            + self.life.pins().dirty_page_count() as u64
             + snaps.div_ceil(table_entries_per_page(TABLE_SNAPSHOTS) as u64)
             + self
                 .life
-                .tables
+                .tables()
                 .iter()
                 .map(|t| t.height as u64 + 1)
                 .sum::<u64>()
@@ -96,15 +96,10 @@ impl State {
     /// The first checkpoint that can reference `block`.
     pub fn born_of(&self, block: u64, segment_blocks: u64) -> u64 {
         let s = Self::seg_of(block, segment_blocks);
-        if self
-            .life
-            .since_ckpt
-            .iter()
-            .any(|&(seg, from)| seg == s && block >= from)
-        {
+        if self.life.written_since_checkpoint(s, block) {
             return self.ckpt.next_number();
         }
-        self.life.seg_born[s]
+        self.life.segment_born(s)
     }
 
     /// Called when the live tree drops `block`: pins it if a retained checkpoint references it.
@@ -128,7 +123,7 @@ impl State {
         pins.sort_unstable_by_key(|&(block, _)| block);
         pins.dedup_by_key(|&mut (block, _)| block);
         let (first, last) = (pins[0].0, pins[pins.len() - 1].0);
-        if self.life.pins.any_in(first, last) {
+        if self.life.pins().any_in(first, last) {
             // Some are pinned already (cannot happen for blocks the tree referenced once): one
             // at a time keeps the counts right.
             for (block, pin) in pins {
@@ -136,30 +131,23 @@ impl State {
             }
             return;
         }
-        let mut pages = Vec::new();
         for &(block, _) in &pins {
             self.seg.add_pinned(Self::seg_of(block, segment_blocks));
-            let page = self.life.pinned_page(block, segment_blocks);
-            if pages.last() != Some(&page) {
-                pages.push(page);
-            }
         }
-        self.life.pins.append_new(pins, pages.into_iter());
+        self.life.pin_all_new(pins, segment_blocks);
     }
 
     pub fn pin(&mut self, block: u64, pin: BlockPin, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
-        let page = self.life.pinned_page(block, segment_blocks);
         // Dropped twice (cannot happen for a block the tree referenced once): the pin is
         // replaced, and counted once.
-        if self.life.pins.insert(block, pin, page) {
+        if self.life.pin(block, pin, segment_blocks) {
             self.seg.add_pinned(s);
         }
     }
 
     fn unpin(&mut self, block: u64, seq: u64, segment_blocks: u64) {
-        let page = self.life.pinned_page(block, segment_blocks);
-        if self.life.pins.remove(block, page).is_some() {
+        if self.life.unpin(block, segment_blocks).is_some() {
             // The checkpoint recording the release gives the block back, as a delete's does.
             self.ckpt.note_dropped(1);
             let s = Self::seg_of(block, segment_blocks);
@@ -171,17 +159,15 @@ impl State {
     /// The blocks only retained checkpoint `c` pins, if the next checkpoint releases it (a plain
     /// checkpoint past the protection period that no view holds): what releasing it gives back.
     pub fn release_gain(&self, c: u64) -> u64 {
-        let Some(k) = self.life.list.get(&c) else {
+        let Some(k) = self.life.retained(c) else {
             return 0;
         };
-        if k.snapshot
-            || self.life.holds.contains_key(&c)
-            || k.time_ns >= self.life.protection_cutoff(now_ns())
+        if k.snapshot || self.life.is_held(c) || k.time_ns >= self.life.protection_cutoff(now_ns())
         {
             return 0;
         }
         self.life
-            .pins
+            .pins()
             .values()
             .filter(|p| self.life.sole_owner(p) == Some(c))
             .count() as u64
@@ -190,18 +176,17 @@ impl State {
     /// Re-anchors or unpins the blocks anchored at `c`, which is no longer retained (or no longer
     /// the newest retained checkpoint of their range).
     pub fn reanchor(&mut self, c: u64, seq: u64, segment_blocks: u64) {
-        for (b, p) in self.life.pins.anchored_at(c) {
-            match self.life.anchor(p.born, p.died) {
-                Some(a) if a == c => {}
-                Some(a) => self.life.pins.reanchor(b, c, a),
-                None => self.unpin(b, seq, segment_blocks),
+        for (b, p) in self.life.pins().anchored_at(c) {
+            if self.life.reanchor_pin(b, c, &p).is_none() {
+                self.unpin(b, seq, segment_blocks);
             }
         }
     }
 
-    /// Stops retaining checkpoint `c` (unless a view holds it) and frees what only it pinned.
+    /// Stops retaining checkpoint `c` (pruning found it kept by nothing) and frees what only it
+    /// pinned.
     pub fn release(&mut self, c: u64, seq: u64, segment_blocks: u64) {
-        if self.life.list.remove(&c).is_some() {
+        if self.life.release(c) {
             self.reanchor(c, seq, segment_blocks);
         }
     }
@@ -213,8 +198,8 @@ impl State {
         let cutoff = self.life.protection_cutoff(now_ns());
         let newest = self.ckpt.newest();
         let mut out = Vec::new();
-        for (&c, k) in &self.life.list {
-            if k.snapshot || self.life.holds.contains_key(&c) {
+        for (c, k) in self.life.retained_all() {
+            if k.snapshot || self.life.is_held(c) {
                 continue;
             }
             if c == newest && !in_commit {
@@ -239,20 +224,18 @@ impl State {
         if self.seg.pinned(s) != 0 {
             return false;
         }
-        let born = self.life.seg_born[s];
+        let born = self.life.segment_born(s);
         let cutoff = self.life.protection_cutoff(now);
         let newest = self.ckpt.newest();
         !self
             .life
-            .list
-            .range(born..)
-            .any(|(&c, k)| k.snapshot || (c != newest && k.time_ns >= cutoff))
-            && self.life.holds.range(born..).next().is_none()
+            .retained_from(born)
+            .any(|(c, k)| k.snapshot || (c != newest && k.time_ns >= cutoff))
+            && !self.life.any_held_from(born)
             // The newest checkpoint is released at the cleaning checkpoint only if unprotected.
             && self
                 .life
-                .list
-                .get(&newest)
+                .retained(newest)
                 .is_none_or(|k| k.snapshot || k.time_ns < cutoff || newest < born)
     }
 }
@@ -271,15 +254,14 @@ impl Engine {
     pub(super) fn write_tables(&self, m: &mut State) -> Result<[TableRef; TABLES]> {
         let sb = self.segment_blocks;
         // Snapshots.
-        if m.life.snap_dirty
-            || m.life.tables[2].blocks.is_empty() && m.life.list.values().any(|k| k.snapshot)
+        if m.life.snapshots_dirty()
+            || m.life.table(2).blocks.is_empty() && m.life.snapshot_count() > 0
         {
             let entries: Vec<SnapshotEntry> = m
                 .life
-                .list
-                .iter()
+                .retained_all()
                 .filter(|(_, k)| k.snapshot)
-                .map(|(&number, k)| SnapshotEntry {
+                .map(|(number, k)| SnapshotEntry {
                     number,
                     root: k.root,
                     time_ns: k.time_ns,
@@ -289,7 +271,7 @@ impl Engine {
             let per = table_entries_per_page(TABLE_SNAPSHOTS);
             let pages: Vec<Box<format::Block>> =
                 entries.chunks(per).map(encode_snapshot_page).collect();
-            let mut map = std::mem::take(&mut m.life.tables[2]);
+            let mut map = m.life.take_table(2);
             let r = self.write_table_pages(
                 m,
                 TABLE_SNAPSHOTS,
@@ -300,37 +282,36 @@ impl Engine {
                     .map(|(i, p)| (i as u64, Some(p)))
                     .collect(),
             );
-            m.life.tables[2] = map;
+            m.life.put_table(2, map);
             r?;
-            m.life.snap_dirty = false;
+            m.life.snapshots_written();
         }
         // Segment usage: age and birth of every segment whose entry changed.
         let per = table_entries_per_page(TABLE_USAGE) as u64;
-        if m.life.tables[0].blocks.is_empty() {
-            m.life.usage_dirty = (0..self.segment_count.div_ceil(per)).collect();
-        }
-        let dirty = std::mem::take(&mut m.life.usage_dirty);
+        let dirty = m
+            .life
+            .take_dirty_usage_pages(self.segment_count.div_ceil(per));
         let mut pages = Vec::with_capacity(dirty.len());
         for p in dirty {
             let first = p * per;
             let last = (first + per).min(self.segment_count);
             let entries: Vec<UsageEntry> = (first..last)
                 .map(|s| UsageEntry {
-                    born: m.life.seg_born[s as usize],
-                    written_ns: m.life.seg_written[s as usize],
+                    born: m.life.segment_born(s as usize),
+                    written_ns: m.life.segment_written(s as usize),
                 })
                 .collect();
             pages.push((p, Some(encode_usage_page(&entries))));
         }
-        let mut map = std::mem::take(&mut m.life.tables[0]);
+        let mut map = m.life.take_table(0);
         let r = self.write_table_pages(m, TABLE_USAGE, &mut map, pages);
-        m.life.tables[0] = map;
+        m.life.put_table(0, map);
         r?;
         // Pinned blocks: each page holds the pins of a fixed range of its segment's blocks, so a
         // pin or an unpin rewrites one page, not every pin of the segment.
-        let pps = m.life.pinned_pages_per_segment;
+        let pps = m.life.pinned_pages_per_segment();
         let per = table_entries_per_page(TABLE_PINNED) as u64;
-        let dirty = m.life.pins.take_dirty_pages();
+        let dirty = m.life.take_dirty_pinned_pages();
         let mut pages = Vec::with_capacity(dirty.len());
         for p in dirty {
             let seg_start = format::FIRST_SEGMENT_BLOCK + p / pps * sb;
@@ -338,7 +319,7 @@ impl Engine {
             let end = (start + per).min(seg_start + sb);
             let entries: Vec<PinnedEntry> = m
                 .life
-                .pins
+                .pins()
                 .in_range(start, end)
                 .map(|(block, p)| PinnedEntry {
                     block,
@@ -351,13 +332,13 @@ impl Engine {
                 (!entries.is_empty()).then(|| encode_pinned_page(&entries)),
             ));
         }
-        let mut map = std::mem::take(&mut m.life.tables[1]);
+        let mut map = m.life.take_table(1);
         let r = self.write_table_pages(m, TABLE_PINNED, &mut map, pages);
-        m.life.tables[1] = map;
+        m.life.put_table(1, map);
         r?;
         Ok(std::array::from_fn(|i| TableRef {
-            root: m.life.tables[i].root,
-            height: m.life.tables[i].height,
+            root: m.life.table(i).root,
+            height: m.life.table(i).height,
         }))
     }
 
@@ -415,7 +396,7 @@ impl Engine {
         let free = self.free_blocks(m).min(sb * self.segment_count);
         let live: u64 = m.seg.live_counts().iter().map(|&l| l as u64).sum();
         let mut by_snapshots = 0u64;
-        for p in m.life.pins.values() {
+        for p in m.life.pins().values() {
             if m.life.snapshot_in(p.born, p.died) {
                 by_snapshots += 1;
             }
@@ -437,13 +418,17 @@ impl Engine {
             if used == 0 {
                 continue;
             }
-            let dead = sb.saturating_sub(used);
+            let dead = sb.checked_sub(used).unwrap_or_else(|| {
+                // Each block is live or pinned, never both (a pin is taken as the live tree
+                // drops it): the counts cannot add up to more than the segment.
+                panic!("segment {s}: {used} blocks live or pinned, more than its {sb}")
+            });
             if (dead as f64) < sb as f64 * crate::tbfs::limits::MIN_RECLAIMABLE {
                 stranded += dead;
             }
-            let born = m.life.seg_born[s];
-            let locked = m.life.list.range(born..).any(|(_, k)| k.snapshot)
-                || m.life.holds.range(born..).next().is_some();
+            let born = m.life.segment_born(s);
+            let locked =
+                m.life.retained_from(born).any(|(_, k)| k.snapshot) || m.life.any_held_from(born);
             if locked {
                 by_snapshots += sb - used;
             }
@@ -451,8 +436,11 @@ impl Engine {
         let total = sb * self.segment_count;
         let by_snapshots = by_snapshots.min(total - live.min(total));
         let _ = now;
+        // Clamped, not checked: `free` comes from segment states and the rest from block counts,
+        // and a report is not where a mismatch between the two should stop the pool.
         let reclaimable = total.saturating_sub(live + by_snapshots + free);
         let buffered = self.budget.buffered() / BLOCK_U64;
+        // Saturating: what must stay free may exceed what is free; then nothing is available.
         let available =
             (free + reclaimable).saturating_sub(stranded + self.kept_blocks() + buffered);
         SpaceReport {
@@ -494,7 +482,7 @@ impl Snapshot {
     /// Entries of a directory, sorted by name.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let ino = self.lookup(path)?;
-        let Some(entries) = self.tree.dirs.get(&ino) else {
+        let Some(entries) = self.tree.dirs.get(ino) else {
             return Err(Error::NotDir(self.name(path)));
         };
         Ok(crate::tbfs::namespace::dir_entries(entries, |ino| {
@@ -588,18 +576,7 @@ impl Drop for Snapshot {
     fn drop(&mut self) {
         let mut m = self.inner.lock_meta();
         let c = self.number;
-        let gone = match m.life.holds.get_mut(&c) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            Some(_) => {
-                m.life.holds.remove(&c);
-                true
-            }
-            None => false,
-        };
-        if gone {
+        if m.life.unhold(c) {
             let seq = m.writer.seq;
             m.reanchor(c, seq, self.inner.segment_blocks);
             m.prune(seq, self.inner.segment_blocks, false);
@@ -614,15 +591,14 @@ impl Fs {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
         let mut alone: HashMap<u64, u64> = HashMap::new();
-        for p in m.life.pins.values() {
+        for p in m.life.pins().values() {
             if let Some(c) = m.life.sole_owner(p) {
                 *alone.entry(c).or_default() += 1;
             }
         }
         Ok(m.life
-            .list
-            .iter()
-            .map(|(&number, k)| CheckpointInfo {
+            .retained_all()
+            .map(|(number, k)| CheckpointInfo {
                 number,
                 time_ns: k.time_ns,
                 snapshot: k.snapshot,
@@ -647,12 +623,9 @@ impl Fs {
         let mut m = inner.lock_meta();
         inner.check_usable()?;
         inner.commit_checkpoint(&mut m)?;
+        // The newest checkpoint is always retained: the commit just made it.
         let number = m.ckpt.newest();
-        if let Some(k) = m.life.list.get_mut(&number) {
-            k.snapshot = true;
-            k.name = name.map(str::to_string);
-        }
-        m.life.snap_dirty = true;
+        m.life.set_snapshot(number, true, name.map(str::to_string));
         inner.refresh_superblock(&mut m)?;
         Ok(number)
     }
@@ -667,7 +640,7 @@ impl Fs {
         if keep && m.ckpt.superseded(number) {
             return Err(superseded(number));
         }
-        let Some(k) = m.life.list.get_mut(&number) else {
+        let Some(k) = m.life.retained(number) else {
             return Err(Error::NotFound(format!(
                 "checkpoint {number} (not retained; see `checkpoints`)"
             )));
@@ -675,12 +648,8 @@ impl Fs {
         if k.snapshot == keep {
             return Ok(());
         }
-        let was_name = k.name.clone();
-        k.snapshot = keep;
-        if !keep {
-            k.name = None;
-        }
-        let was_snap_dirty = std::mem::replace(&mut m.life.snap_dirty, true);
+        let name = if keep { k.name.clone() } else { None };
+        let was = m.life.set_snapshot(number, keep, name);
         // A drop gives back what only the snapshot pinned once the checkpoint recording it
         // releases it: that checkpoint may use as much of the reserve (`Checkpoints::dropped`),
         // or a pool that snapshots fill could not take the drop that makes room.
@@ -691,10 +660,10 @@ impl Fs {
             // period, with what only it pinned. While it is retained every pin it covers keeps
             // an anchor, so this unpins nothing, and marking it a snapshot again undoes it.
             let seq = m.writer.seq;
-            let pins = m.life.pins.len();
+            let pins = m.life.pins().len();
             m.reanchor(number, seq, inner.segment_blocks);
             assert_eq!(
-                m.life.pins.len(),
+                m.life.pins().len(),
                 pins,
                 "a retained checkpoint's drop unpinned"
             );
@@ -710,11 +679,7 @@ impl Fs {
             }
             // Refused whole: nothing was written, and memory goes back to what storage holds.
             m.ckpt.withdraw_dropped(credit);
-            m.life.snap_dirty = was_snap_dirty;
-            if let Some(k) = m.life.list.get_mut(&number) {
-                k.snapshot = !keep;
-                k.name = was_name;
-            }
+            m.life.restore_snapshot(number, was);
         }
         written
     }
@@ -728,13 +693,13 @@ impl Fs {
             if m.ckpt.superseded(number) {
                 return Err(superseded(number));
             }
-            let Some(k) = m.life.list.get(&number) else {
+            let Some(k) = m.life.retained(number) else {
                 return Err(Error::NotFound(format!(
                     "checkpoint {number} (not retained; see `checkpoints`)"
                 )));
             };
             let found = (k.root, k.time_ns, m.writer.seq);
-            *m.life.holds.entry(number).or_default() += 1;
+            m.life.hold(number);
             found
         };
         // From here the hold keeps every block of the checkpoint; a failed load drops it.
@@ -748,8 +713,8 @@ impl Fs {
         let tree = super::recovery::tree::load_tree(&inner.dev, &geo, root)?;
         std::mem::forget(hold);
         let meta = State {
-            inodes: tree.cells,
-            dirs: tree.dirs,
+            inodes: crate::tbfs::inode_table::InodeTable::viewed(tree.cells),
+            dirs: crate::tbfs::directories::Directories::loaded(tree.dirs),
             ckpt: Checkpoints::viewed(number),
             ..State::default()
         };
@@ -772,12 +737,12 @@ impl Fs {
     /// refresh).
     pub fn set_protection_period(&self, d: Duration) {
         let mut m = self.inner.lock_meta();
-        m.life.protection = d;
+        m.life.set_protection(d);
     }
 
     /// The protection period in effect.
     pub fn protection_period(&self) -> Duration {
-        self.inner.lock_meta().life.protection
+        self.inner.lock_meta().life.protection()
     }
 
     /// Runs the cleaner until at least `target_free_fraction` of the pool is free or nothing
@@ -817,13 +782,9 @@ struct HoldGuard<'a> {
 impl Drop for HoldGuard<'_> {
     fn drop(&mut self) {
         let mut m = self.inner.lock_meta();
-        if let Some(n) = m.life.holds.get_mut(&self.number) {
-            *n -= 1;
-            if *n == 0 {
-                m.life.holds.remove(&self.number);
-                let seq = m.writer.seq;
-                m.reanchor(self.number, seq, self.inner.segment_blocks);
-            }
+        if m.life.unhold(self.number) {
+            let seq = m.writer.seq;
+            m.reanchor(self.number, seq, self.inner.segment_blocks);
         }
     }
 }
@@ -852,7 +813,7 @@ impl Engine {
             .filter(|&&a| a != 0)
             .for_each(|&a| add(a));
         m.ifile.map().node_addrs().for_each(&mut add);
-        for t in &m.life.tables {
+        for t in m.life.tables() {
             t.blocks.iter().filter(|&&a| a != 0).for_each(|&a| add(a));
             t.node_addrs().for_each(&mut add);
         }

@@ -6,11 +6,11 @@
 //! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for
 //!   byte; `limits`: every size, bound and tuning constant; `types`: the public types, which
 //!   this file re-exports by name (it names no part itself).
-//! - `inode`, `names`, `retention`, `refresh`, `checkpoints`, `ifile`, `space::segments`,
-//!   `space::cleaning`, `log`: each part's state (an inode in memory, the path cache, retained
-//!   checkpoints and pins, the superblock's bookkeeping, the newest checkpoint's, the inode
-//!   file, the segment table, the cleaner's, logs in flight); `budget`: the buffered bytes and
-//!   their limits.
+//! - `inode`, `inode_table`, `directories`, `names`, `retention`, `refresh`, `checkpoints`,
+//!   `ifile`, `space::segments`, `space::cleaning`, `log`: each part's state (an inode in memory,
+//!   the inodes by number, the directories' entries, the path cache, retained checkpoints and
+//!   pins, the superblock's bookkeeping, the newest checkpoint's, the inode file, the segment
+//!   table, the cleaner's, logs in flight); `budget`: the buffered bytes and their limits.
 //! - `state`: `Engine` and `State`, the pool's shared state and what the `meta` lock guards.
 //! - `buffer`, `namespace`, `log::{build, write, data}`, `checkpoint`, `space`, [`lifecycle`],
 //!   [`recovery`]: the operations on that state. Only the log writer (`log::write`) writes to
@@ -32,11 +32,13 @@ mod commit;
 mod copies;
 mod debt;
 mod dense;
+mod directories;
 pub mod format;
 mod fs;
 pub mod fsck;
 mod ifile;
 mod inode;
+mod inode_table;
 pub mod lifecycle;
 mod limits;
 pub mod locks;

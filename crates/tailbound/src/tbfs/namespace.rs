@@ -43,7 +43,7 @@ impl Engine {
             if part == "." {
                 continue;
             }
-            let Some(entries) = m.dirs.get(&cur) else {
+            let Some(entries) = m.dirs.get(cur) else {
                 return Err(Error::NotDir(path.to_string()));
             };
             if part == ".." {
@@ -112,7 +112,7 @@ impl Engine {
             if part == ".." {
                 return None;
             }
-            let Some(entries) = m.dirs.get(&cur) else {
+            let Some(entries) = m.dirs.get(cur) else {
                 return Some(Err(Error::NotDir(path.to_string())));
             };
             let Some(&(child, is_dir)) = entries.get(part) else {
@@ -120,7 +120,7 @@ impl Engine {
             };
             let last = parts.peek().is_none();
             if !is_dir && (follow_last || !last) {
-                let cell = m.inodes.get(&child)?;
+                let cell = m.inodes.get(child)?;
                 if cell.lock().kind == FileKind::Symlink {
                     return None;
                 }
@@ -186,7 +186,7 @@ impl Engine {
             return Err(Error::NameTooLong(path.to_string()));
         }
         let (parent, plain) = self.resolve_traced(m, dir, true)?;
-        if !m.dirs.contains_key(&parent) {
+        if !m.dirs.contains(parent) {
             return Err(Error::NotDir(path.to_string()));
         }
         Ok((parent, name, plain))
@@ -194,18 +194,9 @@ impl Engine {
 
     pub fn cell(&self, m: &State, ino: u64) -> Result<Arc<InodeCell>> {
         m.inodes
-            .get(&ino)
+            .get(ino)
             .cloned()
             .ok_or_else(|| Error::Corrupt(format!("directory entry names missing inode {ino}")))
-    }
-
-    fn alloc_ino(&self, m: &mut State) -> u64 {
-        if let Some(ino) = m.free_inos.pop_first() {
-            return ino;
-        }
-        let ino = m.next_ino;
-        m.next_ino += 1;
-        ino
     }
 
     /// Adds a new inode to the tree under `parent`.
@@ -219,32 +210,28 @@ impl Engine {
         owner: (u32, u32),
     ) -> Result<Arc<InodeCell>> {
         self.make_room_for_change(m, parent)?;
-        let ino = self.alloc_ino(m);
-        let cell = Arc::new(InodeCell {
+        let cell = m.inodes.create(|ino| InodeCell {
             ino,
             st: Mutex::new(InodeState::new(kind, mode, now_ns(), owner)),
         });
-        m.inodes.insert(ino, cell.clone());
+        let ino = cell.ino;
         if kind == FileKind::Dir {
-            m.dirs.insert(ino, DirEntries::new());
-            m.dirs_dirty.insert(ino);
-            if let Some(p) = m.inodes.get(&parent) {
+            m.dirs.create(ino);
+            if let Some(p) = m.inodes.get(parent) {
                 p.lock().nlink += 1;
             }
         }
         m.dirs
-            .get_mut(&parent)
-            .expect("parent checked")
-            .insert(name.into(), (ino, kind == FileKind::Dir));
+            .insert_entry(parent, name, ino, kind == FileKind::Dir);
         self.touch_dir(m, parent);
         m.namespace_changed(ino);
         Ok(cell)
     }
 
     pub fn touch_dir(&self, m: &mut State, dir: u64) {
-        m.dirs_dirty.insert(dir);
+        m.dirs.mark_dirty(dir);
         m.namespace_changed(dir);
-        if let Some(c) = m.inodes.get(&dir) {
+        if let Some(c) = m.inodes.get(dir) {
             let mut st = c.lock();
             st.mtime_ns = now_ns();
             st.ctime_ns = st.mtime_ns;
@@ -295,12 +282,10 @@ impl Engine {
             m.drop_later.push(buffers);
         }
         self.release_dirty_bytes(released);
-        m.inodes.remove(&cell.ino);
-        m.dirs.remove(&cell.ino);
-        m.dirs_dirty.remove(&cell.ino);
+        m.inodes.free(cell.ino);
+        m.dirs.forget(cell.ino);
         m.pending.remove(&cell.ino);
         m.ifile.slot_freed(cell.ino);
-        m.free_inos.insert(cell.ino);
         m.ns_dirty = true;
     }
 }
@@ -327,13 +312,13 @@ pub(super) fn dir_entries(
 
 /// The kind of inode `ino` in `m`, for [`dir_entries`].
 pub(super) fn kind_in(m: &State, ino: u64) -> Option<FileKind> {
-    m.inodes.get(&ino).map(|c| c.lock().kind)
+    m.inodes.get(ino).map(|c| c.lock().kind)
 }
 
 /// Child → parent links of every directory.
 pub(super) fn parent_links(m: &State) -> HashMap<u64, u64> {
     let mut parents = HashMap::new();
-    for (&dir, entries) in &m.dirs {
+    for (dir, entries) in m.dirs.iter() {
         for &(child, is_dir) in entries.values() {
             if is_dir {
                 parents.insert(child, dir);

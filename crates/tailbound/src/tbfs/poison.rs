@@ -91,6 +91,33 @@ impl Engine {
         }
     }
 
+    /// A handle to inode `ino` closed: takes it from `open`, the inode's count of open handles;
+    /// at zero the pool is poisoned instead (the count stays at zero, never wraps).
+    pub(super) fn drop_open(&self, open: &mut u32, ino: u64) -> Result<()> {
+        match open.checked_sub(1) {
+            Some(n) => {
+                *open = n;
+                Ok(())
+            }
+            None => Err(self.poison_bug(format!("inode {ino}'s open handles would go below zero"))),
+        }
+    }
+
+    /// `bytes` of sealed data are written: they leave [`Engine::in_flight`]. More than are
+    /// counted poisons the pool, and the count is left as it was.
+    pub(crate) fn release_in_flight(&self, bytes: u64) {
+        let taken = self.in_flight.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |held| held.checked_sub(bytes),
+        );
+        if let Err(held) = taken {
+            self.poison_bug(format!(
+                "{bytes} bytes in flight released of the {held} counted"
+            ));
+        }
+    }
+
     /// `bytes` of buffered data left memory (written, dropped or freed): they leave
     /// the buffered bytes. More than are counted poisons the pool, and the count is left as it was.
     pub(crate) fn release_dirty_bytes(&self, bytes: u64) {

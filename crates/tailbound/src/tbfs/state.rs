@@ -7,7 +7,7 @@
 //! copies into buffers happen outside any global lock, and so does a close unless it is the last
 //! handle to an unlinked file. Storage is written only by the log writer (`log`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use crate::tbfs::blocks::*;
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self};
 use crate::tbfs::inode::*;
-use crate::tbfs::log::*;
+use crate::tbfs::log::{AheadPayload, LogWriter, Queued, Release, Writer};
 use crate::tbfs::space::segments::*;
 use crate::tbfs::{Config, DeviceRef, Error, FsCounters, RecoveryReport, Result};
 use std::thread::JoinHandle;
@@ -34,13 +34,12 @@ pub(crate) enum Section {
 /// Everything guarded by the `meta` lock.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    pub inodes: HashMap<u64, Arc<InodeCell>>,
-    pub dirs: HashMap<u64, DirEntries>,
-    pub dirs_dirty: DenseSet,
+    /// The inodes by number, and the numbering.
+    pub inodes: crate::tbfs::inode_table::InodeTable,
+    /// The directories' entries, and which the next checkpoint writes.
+    pub dirs: crate::tbfs::directories::Directories,
     /// Inodes whose record, data or map must go into the next checkpoint.
     pub pending: DenseSet,
-    pub free_inos: BTreeSet<u64>,
-    pub next_ino: u64,
     /// The inode file: its map, its pages, the pages the next checkpoint writes again.
     pub ifile: crate::tbfs::ifile::InodeFile,
     /// A namespace or size change of some file not yet in a checkpoint: buffered data of many

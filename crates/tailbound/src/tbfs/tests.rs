@@ -1404,7 +1404,7 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
     let n = fs.checkpoints().unwrap().last().unwrap().number;
     fs.unlink("/f").unwrap();
     assert!(
-        fs.inner.lock_meta().life.pins.is_empty(),
+        fs.inner.lock_meta().life.pins().is_empty(),
         "the deleted file's blocks were pinned"
     );
     assert_refused_as_overwritten(&fs, n);
@@ -1440,7 +1440,7 @@ fn without_protection_a_deleted_file_pins_nothing_and_the_newest_checkpoint_is_r
     let n = fs.checkpoints().unwrap().last().unwrap().number;
     fs.unlink("/f").unwrap();
     // Its 16 data blocks and its block-map nodes.
-    assert!(fs.inner.lock_meta().life.pins.len() >= 16);
+    assert!(fs.inner.lock_meta().life.pins().len() >= 16);
     assert_eq!(
         fs.at(n).unwrap().read_file("/f").unwrap(),
         pattern(1, 64 << 10)
@@ -1886,7 +1886,7 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     let inner = &fs.inner;
     // One commit seals the buffered blocks; another comes before the log writer got to it.
     let mut m = inner.lock_meta();
-    let cell = m.inodes.get(&f.ino()).cloned().unwrap();
+    let cell = m.inodes.get(f.ino()).cloned().unwrap();
     inner.commit_data_log(&mut m, &cell).unwrap();
     let first_end = m.writer.seq;
     inner.commit_data_log(&mut m, &cell).unwrap();
@@ -3007,7 +3007,7 @@ fn segments_a_run_superseded_are_reused_only_once_its_last_log_is_durable() {
     f.pwrite(&pattern(2, 6 << 20), 0).unwrap();
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
-    let cell = m.inodes.get(&f.ino()).cloned().unwrap();
+    let cell = m.inodes.get(f.ino()).cloned().unwrap();
     let first = m.writer.seq;
     inner.commit_data_log(&mut m, &cell).unwrap();
     let last = m.writer.seq - 1;
@@ -3114,7 +3114,7 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     let (fs, f) = pool_with_synced_x(&device(48 << 20), 64 << 20, &pattern(1, 1 << 20));
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
-    let cell = m.inodes.get(&f.ino()).cloned().unwrap();
+    let cell = m.inodes.get(f.ino()).cloned().unwrap();
     let old = cell.lock().map.get(0);
     let s = crate::tbfs::state::State::seg_of(old, inner.segment_blocks);
     // A run supersedes the block, then stops before its last log (as `?` on an error does).
@@ -4085,10 +4085,10 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     {
         let m = fs.inner.lock_meta();
         // The files' data, and the metadata blocks the snapshot references that changed.
-        let pins = m.life.pins.len() as u64;
+        let pins = m.life.pins().len() as u64;
         assert!(pins >= (data.len() / BLOCK + 2) as u64, "{pins} pins");
         assert_eq!(
-            m.life.pins.anchor_entries() as u64,
+            m.life.pins().anchor_entries() as u64,
             pins,
             "one anchor entry per pin"
         );
@@ -4105,7 +4105,7 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     fs.sync().unwrap();
     {
         let m = fs.inner.lock_meta();
-        assert!(m.life.pins.is_empty() && m.life.pins.anchor_entries() == 0);
+        assert!(m.life.pins().is_empty() && m.life.pins().anchor_entries() == 0);
         assert!(m.seg.pinned_counts().iter().all(|&n| n == 0));
     }
     checked_clean(&dev, "released");

@@ -27,6 +27,7 @@ impl Reader<'_> {
     /// Blocks `[from, to)` clipped to the device.
     pub(super) fn range(&self, from: u64, to: u64) -> Result<Vec<u8>> {
         let to = to.min(self.blocks);
+        // Saturating: a range that starts past the device's end reads nothing.
         let mut out = vec![0u8; (to.saturating_sub(from) * BLOCK_U64) as usize];
         let mut at = 0usize;
         while at < out.len() {
@@ -209,6 +210,7 @@ pub(super) fn guess_geometry(rd: &Reader<'_>) -> Result<Option<Geometry>> {
     Ok(best.map(|(_, pool_id)| Geometry {
         pool_id,
         segments: vec![(0, format::FIRST_SEGMENT_BLOCK, rd.blocks)],
+        // Saturating: the device is what fsck was given, however small.
         segment_blocks: rd.blocks.saturating_sub(format::FIRST_SEGMENT_BLOCK).max(1),
         first: format::FIRST_SEGMENT_BLOCK,
         end: rd.blocks,

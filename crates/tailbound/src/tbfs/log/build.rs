@@ -3,11 +3,15 @@
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Mutex};
 
-use crate::tbfs::format::{self, *};
-use crate::tbfs::inode::*;
-use crate::tbfs::limits::*;
-use crate::tbfs::log::*;
-use crate::tbfs::state::*;
+use crate::tbfs::format::{
+    self, DescKind, Descriptor, Summary, BLOCK_U64, DESCRIPTORS_MAX, FLAG_AHEAD, FLAG_BEGIN,
+    FLAG_CHECKPOINT, FLAG_DATA_ONLY, FLAG_END, FLAG_PAD,
+};
+use crate::tbfs::inode::now_ns;
+use crate::tbfs::limits::{AHEAD_MIN_BLOCKS, DESCRIPTORS_RESERVED, LOG_BLOCKS_MAX};
+use crate::tbfs::log::{AheadPayload, AheadState, LogBuild, Queued, SealedLog};
+use crate::tbfs::state::{Engine, State};
+use crate::tbfs::{Barrier, Error, Result};
 
 impl Engine {
     pub(crate) fn pick_free_segment(&self, m: &State) -> Option<u64> {
@@ -44,13 +48,10 @@ impl Engine {
             self.segment_blocks * BLOCK_U64,
         );
         let seg = m.writer.cur_seg as usize;
-        m.life.seg_born[seg] = m.ckpt.next_number();
+        let next = m.ckpt.next_number();
+        let pos = m.writer.pos;
         // Its age is that of the newest data its logs hold (set as they close).
-        m.life.seg_written[seg] = 0;
-        m.life.since_ckpt.push((seg, m.writer.pos));
-        m.life
-            .usage_dirty
-            .insert(seg as u64 / format::table_entries_per_page(format::TABLE_USAGE) as u64);
+        m.life.entered_segment(seg, next, pos);
         Ok(())
     }
 
@@ -64,7 +65,14 @@ impl Engine {
         // Room for as many blocks as the log can take, so it does not grow (and reallocate)
         // block by block under `meta`.
         let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
-        let blocks = (seg_end.saturating_sub(m.writer.pos + 1) as usize).min(LOG_BLOCKS_MAX);
+        // `log_close` leaves at least one block (a pad log's) before the segment's end.
+        let room = seg_end.checked_sub(m.writer.pos + 1).unwrap_or_else(|| {
+            panic!(
+                "a log opened at block {} with segment {} ending at {seg_end}",
+                m.writer.pos, m.writer.cur_seg
+            )
+        });
+        let blocks = (room as usize).min(LOG_BLOCKS_MAX);
         m.writer.log = Some(LogBuild {
             start: m.writer.pos,
             flags,
@@ -341,11 +349,7 @@ impl Engine {
         m.seg.note_written(seg, m.writer.seq);
         // The cleaner's copies keep the age of the segments they come from, so data that stays
         // cold looks old to cost-benefit wherever it is moved.
-        let age = m.life.copy_age.unwrap_or(summary_time);
-        m.life.seg_written[seg] = m.life.seg_written[seg].max(age);
-        m.life
-            .usage_dirty
-            .insert(seg as u64 / format::table_entries_per_page(format::TABLE_USAGE) as u64);
+        m.life.log_closed(seg, summary_time);
         m.writer.seq += 1;
         m.writer.pos = log.start + 1 + payload_blocks as u64;
         let log_bytes = (1 + payload_blocks as u64) * BLOCK_U64;

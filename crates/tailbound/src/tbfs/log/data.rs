@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
-use crate::tbfs::format::{self, *};
-use crate::tbfs::limits::*;
-use crate::tbfs::log::*;
-use crate::tbfs::state::*;
+use crate::tbfs::format::{self, DescKind, BLOCK_U64, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
+use crate::tbfs::inode::InodeCell;
+use crate::tbfs::limits::SEAL_PART_BLOCKS;
+use crate::tbfs::state::{Engine, Section, State, StateGuard};
+use crate::tbfs::{Barrier, Error, Result};
 
 impl Engine {
     /// Writes one file's buffered data as a data-only log (relaxed ordering), recovered by
@@ -17,7 +18,7 @@ impl Engine {
     /// [`Engine::commit_data_log`], timed as sealing.
     pub(crate) fn seal_data_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
         // The log's release list keeps the inode's cell until the log is written.
-        let Some(cell) = m.inodes.get(&cell.ino).cloned() else {
+        let Some(cell) = m.inodes.get(cell.ino).cloned() else {
             return Ok(());
         };
         let count = {
@@ -104,7 +105,7 @@ impl Engine {
         let mut cells = Vec::with_capacity(listed.len());
         let mut freed = Vec::new();
         for ino in listed {
-            match m.inodes.get(&ino) {
+            match m.inodes.get(ino) {
                 Some(cell) => cells.push(cell.clone()),
                 None => freed.push(ino),
             }
@@ -129,7 +130,7 @@ impl Engine {
             dirty.all.difference(&dirty.to_seal).collect()
         };
         for ino in others {
-            let Some(cell) = m.inodes.get(&ino) else {
+            let Some(cell) = m.inodes.get(ino) else {
                 continue;
             };
             let st = cell.lock();

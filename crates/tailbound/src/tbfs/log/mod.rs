@@ -6,10 +6,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::tbfs::blocks::*;
-use crate::tbfs::format::{self, *};
-use crate::tbfs::inode::*;
-use crate::tbfs::*;
+use crate::tbfs::blocks::recycle_blocks;
+use crate::tbfs::format::{self, Block};
+use crate::tbfs::inode::InodeCell;
+use crate::tbfs::Result;
 
 pub(crate) mod build;
 pub(crate) mod data;

@@ -5,11 +5,12 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 
 use crate::dev::PendingWrite;
-use crate::tbfs::format::*;
-use crate::tbfs::inode::*;
-use crate::tbfs::limits::*;
-use crate::tbfs::log::*;
-use crate::tbfs::state::*;
+use crate::tbfs::format::{Superblock, BLOCK, BLOCK_U64};
+use crate::tbfs::inode::now_ns;
+use crate::tbfs::limits::{AHEAD_CHUNKS_IN_FLIGHT, AHEAD_CHUNK_BLOCKS, BEHIND_BUFFERS};
+use crate::tbfs::log::{AheadPayload, AheadState, LogWriter, Queued, SealedLog};
+use crate::tbfs::state::{Engine, State};
+use crate::tbfs::{Error, Result};
 
 /// Where [`Engine::write_queued`] stopped before the sequence it was asked to reach: at a
 /// superblock, taken from the queue ([`Engine::take_superblock`]) and put with the handed-off
@@ -299,7 +300,7 @@ impl Engine {
             for (cell, blocks) in release {
                 self.drop_written(&mut cell.lock(), &blocks, &mut spare);
             }
-            self.in_flight.fetch_sub(bytes, AtomicOrdering::AcqRel);
+            self.release_in_flight(bytes);
         }
         crate::tbfs::blocks::recycle_blocks(spare);
     }

@@ -6,6 +6,8 @@
 pub(crate) mod scan;
 pub(crate) mod tree;
 
+use crate::tbfs::directories::Directories;
+use crate::tbfs::inode_table::InodeTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -17,7 +19,7 @@ use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode::*;
-use crate::tbfs::log::*;
+use crate::tbfs::log::{LogWriter, Writer};
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::refresh::Refresh;
 use crate::tbfs::retention::*;
@@ -135,6 +137,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
             format::SEGMENT_BLOCKS_MIN * BLOCK_U64
         )));
     }
+    // Saturating: a device smaller than the superblocks holds no segment (refused below).
     let segment_count = blocks.saturating_sub(format::FIRST_SEGMENT_BLOCK) / segment_blocks;
     if segment_count < SEGMENTS_MIN {
         return Err(Error::NoSpace(format!(
@@ -146,7 +149,6 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
     }
     let now = now_ns();
     let mut meta = State {
-        next_ino: ROOT_INO + 1,
         seg: SegmentTable::new(segment_count as usize, segment_blocks),
         life: Retention::new(
             segment_count as usize,
@@ -173,11 +175,9 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
             crate::sys::proc::effective_ids(),
         )),
     });
-    meta.life.since_ckpt = vec![(0, format::FIRST_SEGMENT_BLOCK)];
-    meta.life.seg_born[0] = 1;
-    meta.inodes.insert(ROOT_INO, root);
-    meta.dirs.insert(ROOT_INO, DirEntries::new());
-    meta.dirs_dirty.insert(ROOT_INO);
+    meta.life.entered_segment(0, 1, format::FIRST_SEGMENT_BLOCK);
+    meta.inodes = InodeTable::formatted(root);
+    meta.dirs.create(ROOT_INO);
     meta.pending.insert(ROOT_INO);
     meta.ns_dirty = true;
     let inner = Arc::new(new_inner(
@@ -655,11 +655,10 @@ fn load_retention(
         }
     }
     report.checkpoints_retained = kept.len() as u64;
-    life.list = kept;
+    life.load_retained(kept);
     let usage = read_usage(dev, &tables[0], sb.segment_count)?;
     for (s, u) in usage.into_iter().enumerate() {
-        life.seg_born[s] = u.born.min(root.number);
-        life.seg_written[s] = u.written_ns;
+        life.load_segment(s, u.born.min(root.number), u.written_ns);
     }
     let pinned_entries = read_pinned(dev, &tables[1], geo)?;
     Ok(LoadedRetention {
@@ -700,14 +699,12 @@ fn memory_state(
     for log in logs {
         let s = segment_of(log.start, sb.segment_blocks);
         seg.note_written(s, log.summary.sequence);
-        life.seg_written[s] = life.seg_written[s].max(log.summary.time_ns);
+        life.recovered_log(s, log.summary.time_ns);
     }
     // Logs after the base checkpoint hold blocks no retained checkpoint references.
     for log in applied {
         let s = segment_of(log.start, sb.segment_blocks);
-        if !life.since_ckpt.iter().any(|&(seg, _)| seg == s) {
-            life.since_ckpt.push((s, log.start));
-        }
+        life.recovered_since_checkpoint(s, log.start);
     }
     let cur_seg = segment_of(pos, sb.segment_blocks) as u64;
     let next_seg = if logs
@@ -721,17 +718,20 @@ fn memory_state(
         u64::MAX
     };
 
-    let next_ino = root.next_ino.max(ROOT_INO + 1);
-    let free_inos: BTreeSet<u64> = (ROOT_INO + 1..next_ino)
-        .filter(|i| !cells.contains_key(i))
-        .collect();
     link_counts(&cells, &reached, &subdirs, &mut pending);
+    let inodes = InodeTable::loaded(cells, root.next_ino).map_err(|ino| {
+        corrupt(
+            &format!("checkpoint {}", root.number),
+            format!(
+                "inode {ino} is numbered past the next number, {}",
+                root.next_ino
+            ),
+        )
+    })?;
     let mut meta = State {
-        inodes: cells,
-        dirs,
+        inodes,
+        dirs: Directories::loaded(dirs),
         pending,
-        free_inos,
-        next_ino,
         ifile: InodeFile::loaded(ifile, root.ifile_pages),
         writer: Writer {
             pos,
@@ -748,8 +748,7 @@ fn memory_state(
         ..State::default()
     };
     restore_pins(&mut meta, sb, options, root.number, pinned_entries, rolled)?;
-    meta.life.tables = tables;
-    meta.life.usage_dirty.clear();
+    meta.life.load_tables(tables);
     Ok(meta)
 }
 
@@ -851,9 +850,9 @@ fn restore_pins(
     for (page, e) in pinned_entries {
         // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
         // range holds entries the page for their range now holds.
-        meta.life.pins.mark_page_dirty(page);
+        meta.life.mark_pinned_page_dirty(page);
         if let Some(anchor) = meta.life.anchor(e.born, e.died) {
-            if meta.life.pins.contains(e.block) {
+            if meta.life.pins().contains(e.block) {
                 return Err(corrupt(
                     "pinned table",
                     format!("block {} listed twice", e.block),
@@ -876,13 +875,13 @@ fn restore_pins(
         "pins restored at another checkpoint"
     );
     for b in rolled.replaced {
-        if !meta.life.pins.contains(b) {
+        if !meta.life.pins().contains(b) {
             meta.pin_if_retained(b, sb.segment_blocks);
         }
     }
     let now = now_ns();
     for (b, seq) in rolled.rewritten {
-        if meta.life.pins.contains(b) {
+        if meta.life.pins().contains(b) {
             continue;
         }
         let born = meta.born_of(b, sb.segment_blocks);

@@ -137,11 +137,12 @@ impl Engine {
             self.clean_passes(m, want, pressure, per_pass, passes)
         });
         m.cleaning.end();
-        if m.life.pressure {
-            m.life.pressure = false;
+        if m.life.under_pressure() {
+            m.life.set_pressure(false);
         }
         let mut report = r?;
         let after = self.free_blocks(m);
+        // Saturating: a pass whose copies took more than it freed freed nothing.
         report.bytes_freed = after.saturating_sub(before) * BLOCK_U64;
         report.free_fraction_after = after.min(self.segment_blocks * self.segment_count) as f64
             / (self.segment_blocks * self.segment_count) as f64;
@@ -164,11 +165,11 @@ impl Engine {
         // makes that durable (and releases the newest before it, if that too is unprotected).
         let seq = m.writer.seq;
         let newest = m.ckpt.newest();
-        let newest_pins = m.life.pins.any_anchored_at(newest)
-            && m.life.list.get(&newest).is_some_and(|k| {
+        let newest_pins = m.life.pins().any_anchored_at(newest)
+            && m.life.retained(newest).is_some_and(|k| {
                 !k.snapshot
-                    && !m.life.holds.contains_key(&newest)
-                    && k.time_ns < now_ns().saturating_sub(m.life.protection.as_nanos() as i64)
+                    && !m.life.is_held(newest)
+                    && k.time_ns < m.life.unprotected_before(now_ns())
             });
         if m.prune(seq, self.segment_blocks, false) > 0 || newest_pins {
             self.refresh_for_cleaner(m)?;
@@ -240,11 +241,11 @@ impl Engine {
                 self.keep_read_ahead(m, &mut victims);
             }
             if victims.is_empty() {
-                if pressure && !m.life.pressure {
+                if pressure && !m.life.under_pressure() {
                     // Give up the protection period: release every plain checkpoint but the
                     // newest now (the next checkpoint releases that one too), and make the
                     // release durable so the segments it empties can be reused.
-                    m.life.pressure = true;
+                    m.life.set_pressure(true);
                     let seq = m.writer.seq;
                     let released = m.prune(seq, self.segment_blocks, false);
                     self.count(|c| c.protection_released += released);
@@ -255,7 +256,8 @@ impl Engine {
             let free_before = self.free_blocks(m);
             m.cleaning.pass_started();
             // The copies are as old as the youngest data they come from.
-            m.life.copy_age = victims.iter().map(|&v| m.life.seg_written[v]).max();
+            let age = victims.iter().map(|&v| m.life.segment_written(v)).max();
+            m.life.start_copies(age);
             let moved = self
                 .move_live(m, &victims, light)
                 .and_then(|(copied, metadata)| {
@@ -277,7 +279,7 @@ impl Engine {
                     }
                     Ok((copied, metadata == 0))
                 });
-            m.life.copy_age = None;
+            m.life.end_copies();
             let (copied, was_light) = moved?;
             // The newest checkpoint before the cleaning one may still pin the old copies (it
             // was the newest when they died); the next checkpoint releases it.
@@ -397,11 +399,14 @@ impl Engine {
                     && (!light
                         || (m.seg.last_seq(s) <= sb_seq
                             && m.seg.dead_at(s) <= sb_seq
-                            && m.life
-                                .only_newest_unkept(m.life.seg_born[s], m.ckpt.newest(), now)))
+                            && m.life.only_newest_unkept(
+                                m.life.segment_born(s),
+                                m.ckpt.newest(),
+                                now,
+                            )))
             })
             .collect();
-        let age_of = |s: usize| (now - m.life.seg_written[s]).max(1) as f64;
+        let age_of = |s: usize| (now - m.life.segment_written(s)).max(1) as f64;
         // Cost-benefit only when ages tell segments apart (hot and cold data): for data that
         // dies at one rate it picks fuller victims than greedy does, for no gain.
         let greedy = greedy
@@ -430,11 +435,13 @@ impl Engine {
         let mut budget = if light {
             // The copies' space check keeps the reserve; their summaries take a block per up
             // to 123 extents. Buffered data is not written with them.
+            // Saturating here and below: no budget for copies once free space is at what must
+            // stay free.
             free.saturating_sub(self.reserve_blocks() + 16)
         } else {
             let pending = self.budget.buffered() / BLOCK_U64
                 + m.pending.len() as u64 * 4
-                + m.dirs_dirty.len() as u64 * 2
+                + m.dirs.dirty().len() as u64 * 2
                 + m.table_estimate()
                 + 16;
             free.saturating_sub(pending + sb / 2)
@@ -473,6 +480,7 @@ impl Engine {
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
             let live: u64 = victims.iter().map(|&v| m.seg.live(v) as u64).sum();
+            // Saturating: victims whose copies take (about) all they hold give nothing back.
             m.cleaning
                 .set_gain((victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2));
             let room = self.ensure_space(m, live + live / 64 + 2);
@@ -596,7 +604,7 @@ impl Engine {
         data: &[u8],
         open: &mut bool,
     ) -> Result<Option<bool>> {
-        let Some(cell) = m.inodes.get(&ino).cloned() else {
+        let Some(cell) = m.inodes.get(ino).cloned() else {
             return Ok(Some(false));
         };
         let mut st = cell.lock();
@@ -637,7 +645,7 @@ impl Engine {
     ) -> bool {
         match kind {
             DescKind::Data | DescKind::Placed => {
-                let Some(cell) = m.inodes.get(&ino).cloned() else {
+                let Some(cell) = m.inodes.get(ino).cloned() else {
                     return false;
                 };
                 let mut st = cell.lock();
@@ -647,7 +655,7 @@ impl Engine {
                 if st.kind == FileKind::Dir {
                     // Directories are rewritten whole.
                     drop(st);
-                    m.dirs_dirty.insert(ino);
+                    m.dirs.mark_dirty(ino);
                     m.pending.insert(ino);
                     return true;
                 }
@@ -674,7 +682,7 @@ impl Engine {
                 true
             }
             DescKind::MapNode => {
-                let Some(cell) = m.inodes.get(&ino).cloned() else {
+                let Some(cell) = m.inodes.get(ino).cloned() else {
                     return false;
                 };
                 let mut st = cell.lock();
@@ -714,17 +722,17 @@ impl Engine {
             DescKind::Root => a == m.ckpt.root(),
             DescKind::TablePage => {
                 let t = ino as usize;
-                if !(1..=format::TABLES).contains(&t) || m.life.tables[t - 1].get(index) != a {
+                if !(1..=format::TABLES).contains(&t) || m.life.table(t - 1).get(index) != a {
                     return false;
                 }
                 match ino as u8 {
                     format::TABLE_USAGE => {
-                        m.life.usage_dirty.insert(index);
+                        m.life.mark_usage_page_dirty(index);
                     }
                     format::TABLE_PINNED => {
-                        m.life.pins.mark_page_dirty(index);
+                        m.life.mark_pinned_page_dirty(index);
                     }
-                    _ => m.life.snap_dirty = true,
+                    _ => m.life.mark_snapshots_dirty(),
                 }
                 true
             }
@@ -733,7 +741,8 @@ impl Engine {
                 let l = level as usize;
                 if level == 0
                     || !(1..=format::TABLES).contains(&t)
-                    || m.life.tables[t - 1]
+                    || m.life
+                        .table(t - 1)
                         .nodes
                         .get(l - 1)
                         .and_then(|n| n.get(index as usize))
@@ -741,9 +750,9 @@ impl Engine {
                 {
                     return false;
                 }
-                dirty_node(&mut m.life.tables[t - 1], level, index);
+                dirty_node(m.life.table_mut(t - 1), level, index);
                 if ino as u8 == format::TABLE_SNAPSHOTS {
-                    m.life.snap_dirty = true;
+                    m.life.mark_snapshots_dirty();
                 }
                 true
             }
@@ -755,7 +764,7 @@ impl Engine {
     /// at `addr..addr + blocks`, where a data descriptor put them. A block nothing maps there
     /// is dead, whatever the file is now: no per-block step copies or moves it.
     fn any_block_live(&self, m: &State, ino: u64, offset: u64, addr: u64, blocks: u32) -> bool {
-        m.inodes.get(&ino).is_some_and(|c| {
+        m.inodes.get(ino).is_some_and(|c| {
             let st = c.lock();
             (0..u64::from(blocks)).any(|i| st.map.get(offset + i) == addr + i)
         })
@@ -765,7 +774,7 @@ impl Engine {
     /// [`Engine::move_block`] or [`Engine::copy_file_block`]: a regular file's or a symbolic
     /// link's (whose target is its data). Directories are rewritten whole from memory.
     fn live_file_block(&self, m: &State, ino: u64, index: u64, a: u64) -> bool {
-        m.inodes.get(&ino).is_some_and(|c| {
+        m.inodes.get(ino).is_some_and(|c| {
             let st = c.lock();
             st.kind != FileKind::Dir && st.map.get(index) == a
         })

@@ -120,6 +120,7 @@ impl Engine {
         if let Some(mark) = tight_mark {
             self.budget.set_tight(free < mark);
         }
+        // Saturating: with less free than the commit needs, nothing is left for buffers.
         self.set_buffer_limit(m, free.saturating_sub(need), reserve);
         let full = !self.light_cleaning(m);
         self.budget.set_full_passes(full);
@@ -161,6 +162,7 @@ impl Engine {
         // A checkpoint may use as much of the reserve as the blocks it records dropped
         // (deleted, truncated, superseded) give back: it is what makes them reusable, and
         // without it a pool filled to the reserve could not take the deletes that make room.
+        // Saturating: a credit larger than the reserve leaves none to keep.
         let keep = if for_checkpoint {
             reserve.saturating_sub(m.ckpt.dropped())
         } else if m.cleaning.running() {
@@ -176,11 +178,12 @@ impl Engine {
             return Ok(());
         }
         let space = self.space_report(m);
-        let snapshots = m.life.list.values().filter(|k| k.snapshot).count();
-        let holds = m.life.holds.len();
+        let snapshots = m.life.snapshot_count();
+        let holds = m.life.held_count();
         Err(Error::NoSpace(format!(
             "{} bytes to write, {} bytes free after cleaning; live data holds {} and {} snapshot(s){} pin {} of {} bytes{}",
             need * BLOCK_U64,
+            // What is free beyond the reserve, none if the reserve is not all there.
             self.free_blocks(m).saturating_sub(reserve) * BLOCK_U64,
             space.live,
             snapshots,
@@ -235,6 +238,7 @@ impl Engine {
     /// acknowledged to a writer that has nowhere to go.
     pub(super) fn set_buffer_limit(&self, m: &State, free_after: u64, reserve: u64) {
         let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
+        // Saturating: no room beyond what must stay free is no room.
         let room = free_after.saturating_sub(self.buffer_room(m, 0)) / 2;
         let fit = free_after.saturating_sub(reserve) / 2;
         let floor = BUFFER_LIMIT_MIN_BLOCKS.min(full).min(fit);
