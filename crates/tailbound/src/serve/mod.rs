@@ -29,6 +29,11 @@ mod codec;
 mod conn;
 mod descs;
 mod dispatch;
+mod lease;
+mod lease_client;
+mod lease_server;
+#[allow(unsafe_code)]
+mod lease_shm;
 mod messages;
 mod observe;
 pub mod protocol;
@@ -43,6 +48,8 @@ pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};
 pub use conn::Transport;
 pub use descs::STATUS_APPEND;
+pub use lease::{DataLease, LeaseTableInfo, LeasedStat};
+pub use lease_client::LeaseCounters;
 pub use observe::{Change, Observer};
 pub use ring::RingSizes;
 pub use server::{Server, ServerHandle, ServerOptions};
@@ -54,6 +61,8 @@ pub fn socket_path(pool: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod ring_tests;
 #[cfg(test)]

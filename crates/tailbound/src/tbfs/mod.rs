@@ -37,6 +37,7 @@ mod fs;
 pub mod fsck;
 mod ifile;
 mod inode;
+mod lease_map;
 pub mod lifecycle;
 mod limits;
 pub mod locks;
@@ -51,8 +52,10 @@ mod retention;
 mod space;
 mod state;
 mod types;
+mod watch;
 
 pub use fs::{File, Fs};
+pub use lease_map::{BlockLease, ASK};
 pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
 pub use limits::FILE_BYTES_MAX;
 pub use types::{
@@ -60,6 +63,7 @@ pub use types::{
     OpenOptions, Ordering, RecoveryMode, RecoveryReport, RenameMode, Result, SetAttr, Stat,
     StatVfs, SyncMode,
 };
+pub use watch::Watcher;
 
 #[cfg(test)]
 mod by_ino_tests;
