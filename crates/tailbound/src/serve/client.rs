@@ -121,6 +121,17 @@ impl Client {
         self.leases.counters()
     }
 
+    /// Whether this session answers stats and reads itself under leases where the server
+    /// grants them (the default, unless `TAILBOUND_NO_LEASES=1`), or crosses for each.
+    pub fn use_leases(&self, on: bool) {
+        self.leases.set_on(on);
+    }
+
+    /// Drops every answer kept under a lease: the next call of each kind crosses.
+    pub fn forget_leases(&self) {
+        self.leases.forget();
+    }
+
     /// The data lease this session keeps for inode `ino` (tests).
     #[cfg(test)]
     pub(super) fn data_lease(&self, ino: u64) -> Option<Arc<super::lease::DataLease>> {

@@ -5,7 +5,7 @@
 //! size, attributes, names in it for a directory, its access time) is made and before the
 //! change is acknowledged, and a segment's word before the log writer writes into it again.
 //! A lease names the words it depends on and their values when it was granted; it holds while
-//! they are unchanged.
+//! they are unchanged. Words are 64 bits wide, so none comes back to a value it had.
 //!
 //! - here: the leases and their bytes on the wire;
 //! - `lease_shm`: every `unsafe` of them (the table's memfd, read-only mappings of it and of
@@ -28,17 +28,17 @@ pub(super) const LEASE_BLOCKS: u64 = 1024;
 
 /// The table's byte length.
 pub(super) fn table_bytes(inode_slots: u32, segment_slots: u32) -> usize {
-    HEADER_BYTES + 4 * (inode_slots as usize + segment_slots as usize)
+    HEADER_BYTES + 8 * (inode_slots as usize + segment_slots as usize)
 }
 
 /// The offset of an inode slot's word.
 pub(super) fn inode_word(slots: u32, ino: u64) -> usize {
-    HEADER_BYTES + 4 * (ino % u64::from(slots.max(1))) as usize
+    HEADER_BYTES + 8 * (ino % u64::from(slots.max(1))) as usize
 }
 
 /// The offset of a segment slot's word.
 pub(super) fn segment_word(inode_slots: u32, segment_slots: u32, seg: u64) -> usize {
-    HEADER_BYTES + 4 * (inode_slots as usize + (seg % u64::from(segment_slots.max(1))) as usize)
+    HEADER_BYTES + 8 * (inode_slots as usize + (seg % u64::from(segment_slots.max(1))) as usize)
 }
 
 /// The table's shape, as the server tells a client (with the descriptors on the socket).
@@ -46,13 +46,12 @@ pub(super) fn segment_word(inode_slots: u32, segment_slots: u32, seg: u64) -> us
 pub struct LeaseTableInfo {
     pub inode_slots: u32,
     pub segment_slots: u32,
-    pub segment_blocks: u64,
     /// The pool's bytes, when its read-only descriptor follows the table's; 0: no direct reads.
     pub pool_bytes: u64,
 }
 
 /// Words a lease depends on: (byte offset of the word in the table, its value at the grant).
-pub type Words = Vec<(u32, u32)>;
+pub type Words = Vec<(u32, u64)>;
 
 /// A stat the client may answer again while `words` hold (empty: not to be kept).
 #[derive(Debug, Clone, PartialEq)]
@@ -66,42 +65,38 @@ pub struct LeasedStat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataLease {
     /// The inode's word and its value.
-    pub inode: (u32, u32),
+    pub inode: (u32, u64),
     pub size: u64,
     pub first: u64,
-    /// Per block from `first`: its device address (0 a hole, `tbfs::ASK` ask the server) and
-    /// the value of its segment's word (0 where no address).
-    pub blocks: Vec<(u64, u32)>,
+    /// Per block from `first`: its device address (0 a hole, `tbfs::ASK` ask the server),
+    /// its segment's word and that word's value (0 and 0 where no address).
+    pub blocks: Vec<(u64, u32, u64)>,
 }
 
 pub(super) fn words_enc(e: &mut Enc, words: &Words) {
     e.u32(words.len() as u32);
     for (at, v) in words {
-        e.u32(*at).u32(*v);
+        e.u32(*at).u64(*v);
     }
 }
 
 pub(super) fn words_dec(d: &mut Dec<'_>) -> WireResult<Words> {
-    let n = d.count("lease words", 8)?;
+    let n = d.count("lease words", 12)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        out.push((d.u32("word")?, d.u32("generation")?));
+        out.push((d.u32("word")?, d.u64("generation")?));
     }
     Ok(out)
 }
 
 pub(super) fn table_enc(e: &mut Enc, t: &LeaseTableInfo) {
-    e.u32(t.inode_slots)
-        .u32(t.segment_slots)
-        .u64(t.segment_blocks)
-        .u64(t.pool_bytes);
+    e.u32(t.inode_slots).u32(t.segment_slots).u64(t.pool_bytes);
 }
 
 pub(super) fn table_dec(d: &mut Dec<'_>) -> WireResult<LeaseTableInfo> {
     Ok(LeaseTableInfo {
         inode_slots: d.u32("inode slots")?,
         segment_slots: d.u32("segment slots")?,
-        segment_blocks: d.u64("segment blocks")?,
         pool_bytes: d.u64("pool bytes")?,
     })
 }
@@ -122,12 +117,12 @@ pub(super) fn data_enc(e: &mut Enc, data: &[u8], lease: Option<&DataLease>) {
     e.bytes(data).bool(lease.is_some());
     if let Some(l) = lease {
         e.u32(l.inode.0)
-            .u32(l.inode.1)
+            .u64(l.inode.1)
             .u64(l.size)
             .u64(l.first)
             .u32(l.blocks.len() as u32);
-        for (addr, g) in &l.blocks {
-            e.u64(*addr).u32(*g);
+        for (addr, at, g) in &l.blocks {
+            e.u64(*addr).u32(*at).u64(*g);
         }
     }
 }
@@ -137,13 +132,17 @@ pub(super) fn data_dec(d: &mut Dec<'_>) -> WireResult<(Vec<u8>, Option<DataLease
     if !d.bool("lease")? {
         return Ok((data, None));
     }
-    let inode = (d.u32("inode word")?, d.u32("inode generation")?);
+    let inode = (d.u32("inode word")?, d.u64("inode generation")?);
     let size = d.u64("size")?;
     let first = d.u64("first block")?;
-    let n = d.count("leased blocks", 12)?;
+    let n = d.count("leased blocks", 20)?;
     let mut blocks = Vec::with_capacity(n);
     for _ in 0..n {
-        blocks.push((d.u64("address")?, d.u32("segment generation")?));
+        blocks.push((
+            d.u64("address")?,
+            d.u32("segment word")?,
+            d.u64("segment generation")?,
+        ));
     }
     Ok((
         data,

@@ -5,11 +5,11 @@
 //! (a seqlock); anything else crosses to the server, which grants a new lease with its answer.
 
 use std::collections::HashMap;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use super::conn::{Conn, Transport};
-use super::lease::{segment_word, DataLease, LeaseTableInfo, LeasedStat, Words};
+use super::lease::{DataLease, LeasedStat, Words};
 use super::lease_shm::{recv_on, Map};
 use super::protocol::{Reply, Request};
 use crate::dev::BLOCK_SIZE;
@@ -29,14 +29,13 @@ pub struct LeaseCounters {
 
 /// The table (and the pool) as this client maps them.
 struct Tables {
-    info: LeaseTableInfo,
     table: Map,
     pool: Option<Map>,
 }
 
 /// One session's leases, shared by its `Client` clones and open files.
 pub(super) struct ClientLeases {
-    off: bool,
+    off: AtomicBool,
     tables: OnceLock<Option<Tables>>,
     stats: [RwLock<HashMap<String, LeasedStat>>; 2],
     fstats: RwLock<HashMap<u64, LeasedStat>>,
@@ -64,7 +63,7 @@ impl ClientLeases {
     /// `TAILBOUND_NO_LEASES=1` turns them off (every call crosses), to compare.
     pub fn new() -> ClientLeases {
         ClientLeases {
-            off: std::env::var_os("TAILBOUND_NO_LEASES").is_some_and(|v| v == "1"),
+            off: AtomicBool::new(std::env::var_os("TAILBOUND_NO_LEASES").is_some_and(|v| v == "1")),
             tables: OnceLock::new(),
             stats: Default::default(),
             fstats: Default::default(),
@@ -89,6 +88,20 @@ impl ClientLeases {
         read(&self.data).get(&ino).cloned()
     }
 
+    /// Leases used from now on or not (every call crosses).
+    pub fn set_on(&self, on: bool) {
+        self.off.store(!on, Ordering::Relaxed);
+    }
+
+    /// Drops every kept answer (the next call of each kind crosses).
+    pub fn forget(&self) {
+        for m in &self.stats {
+            write(m).clear();
+        }
+        write(&self.fstats).clear();
+        write(&self.data).clear();
+    }
+
     fn count(&self, i: usize) {
         self.counts[i].fetch_add(1, Ordering::Relaxed);
     }
@@ -96,7 +109,7 @@ impl ClientLeases {
     /// The tables, asked for once per session: only on the rings, where the socket carries
     /// nothing else and so can bring their descriptors.
     fn tables(&self, conn: &Conn) -> Option<&Tables> {
-        if self.off {
+        if self.off.load(Ordering::Relaxed) {
             return None;
         }
         self.tables.get_or_init(|| Self::fetch(conn)).as_ref()
@@ -128,7 +141,7 @@ impl ClientLeases {
         } else {
             None
         };
-        Some(Tables { info, table, pool })
+        Some(Tables { table, pool })
     }
 
     fn holds(t: &Tables, words: &Words) -> bool {
@@ -232,11 +245,6 @@ impl ClientLeases {
         })
     }
 
-    fn segment_word(t: &Tables, addr: u64) -> usize {
-        let seg = addr / t.info.segment_blocks.max(1);
-        segment_word(t.info.inode_slots, t.info.segment_slots, seg)
-    }
-
     /// The read from the pool, if the lease covers it and holds before and after the copy.
     fn read_pool(
         &self,
@@ -262,7 +270,7 @@ impl ClientLeases {
         }
         let blocks = &l.blocks[(first - l.first) as usize..(end - l.first) as usize];
         let mut done = 0usize;
-        for &(addr, gen) in blocks {
+        for &(addr, word, gen) in blocks {
             let pos = offset + done as u64;
             let within = pos % BLOCK_SIZE;
             let n = ((BLOCK_SIZE - within) as usize).min(len - done);
@@ -271,7 +279,7 @@ impl ClientLeases {
                 ASK => return None,
                 0 => out.fill(0),
                 a => {
-                    let w = t.table.word(Self::segment_word(t, a))?;
+                    let w = t.table.word(word as usize)?;
                     if w.load(Ordering::Acquire) != gen
                         || !pool.copy(a.checked_mul(BLOCK_SIZE)? + within, out)
                     {
@@ -285,10 +293,10 @@ impl ClientLeases {
         // raised its word before its first byte changed.
         fence(Ordering::Acquire);
         let still = inode.load(Ordering::Relaxed) == l.inode.1
-            && blocks.iter().all(|&(addr, gen)| {
+            && blocks.iter().all(|&(addr, word, gen)| {
                 addr == 0
                     || t.table
-                        .word(Self::segment_word(t, addr))
+                        .word(word as usize)
                         .is_some_and(|w| w.load(Ordering::Relaxed) == gen)
             });
         still.then_some(len)

@@ -32,7 +32,6 @@ use crate::tbfs::{Error, File, FileKind, Fs, Result, Watcher, ASK};
 pub(super) struct LeaseTable {
     map: Map,
     file: StdFile,
-    segment_blocks: u64,
     /// The pool read-only, for clients that may read it whole; its length.
     pool: Option<(StdFile, u64)>,
 }
@@ -49,15 +48,10 @@ impl LeaseTable {
             }
             None => None,
         };
-        Ok(LeaseTable {
-            map,
-            file,
-            segment_blocks: fs.inner.segment_blocks,
-            pool,
-        })
+        Ok(LeaseTable { map, file, pool })
     }
 
-    fn load(&self, at: usize) -> u32 {
+    fn load(&self, at: usize) -> u64 {
         self.map.word(at).map_or(0, |w| w.load(Ordering::Acquire))
     }
 
@@ -81,7 +75,7 @@ impl LeaseTable {
         }
     }
 
-    fn inode_lease_word(&self, ino: u64) -> (u32, u32) {
+    fn inode_lease_word(&self, ino: u64) -> (u32, u64) {
         let at = inode_word(INODE_SLOTS, ino);
         (at as u32, self.load(at))
     }
@@ -99,7 +93,6 @@ impl LeaseTable {
         Ok(LeaseTableInfo {
             inode_slots: INODE_SLOTS,
             segment_slots: SEGMENT_SLOTS,
-            segment_blocks: self.segment_blocks,
             pool_bytes: pool.map_or(0, |(_, len)| *len),
         })
     }
@@ -190,13 +183,14 @@ impl LeaseTable {
         let mut gens = Vec::new();
         let lease = file.lease_blocks(first, LEASE_BLOCKS, &mut |l| {
             gens = l
-                .blocks
+                .segments
                 .iter()
-                .map(|&a| {
-                    if a == 0 || a == ASK {
-                        0
+                .map(|&seg| {
+                    if seg == ASK {
+                        (0, 0)
                     } else {
-                        self.load(self.segment_word_of(a, l.segment_blocks))
+                        let at = segment_word(INODE_SLOTS, SEGMENT_SLOTS, seg);
+                        (at as u32, self.load(at))
                     }
                 })
                 .collect();
@@ -207,16 +201,16 @@ impl LeaseTable {
                 inode,
                 size: lease.size,
                 first,
-                blocks: lease.blocks.into_iter().zip(gens).collect(),
+                blocks: lease
+                    .blocks
+                    .into_iter()
+                    .zip(gens)
+                    .map(|(a, (at, g))| (a, at, g))
+                    .collect(),
             }),
         ))
     }
-
-    fn segment_word_of(&self, addr: u64, segment_blocks: u64) -> usize {
-        segment_word(INODE_SLOTS, SEGMENT_SLOTS, addr / segment_blocks.max(1))
-    }
 }
-
 impl Watcher for LeaseTable {
     fn segment_reused(&self, seg: u64) {
         self.raise(segment_word(INODE_SLOTS, SEGMENT_SLOTS, seg));

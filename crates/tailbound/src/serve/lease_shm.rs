@@ -11,7 +11,7 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::AtomicU64;
 
 use crate::sys::cvt;
 
@@ -87,17 +87,17 @@ impl Map {
         })
     }
 
-    /// The 32-bit word at byte `offset`, or `None` outside the mapping or unaligned.
-    pub fn word(&self, offset: usize) -> Option<&AtomicU32> {
-        if !offset.is_multiple_of(4) || offset.checked_add(4)? > self.len {
+    /// The 64-bit word at byte `offset`, or `None` outside the mapping or unaligned.
+    pub fn word(&self, offset: usize) -> Option<&AtomicU64> {
+        if !offset.is_multiple_of(8) || offset.checked_add(8)? > self.len {
             return None;
         }
-        // SAFETY: the word lies inside the live mapping (checked above) and is 4-aligned (the
+        // SAFETY: the word lies inside the live mapping (checked above) and is 8-aligned (the
         // mapping is page-aligned); the reference lives no longer than `self`, which keeps the
         // mapping, and the word is only ever used as an atomic, here and in the other process.
-        // A read-only mapping's words are only loaded: a 32-bit atomic load is a plain load,
-        // allowed on read-only memory.
-        Some(unsafe { &*self.addr.add(offset).cast::<AtomicU32>() })
+        // A read-only mapping's words are only loaded: a 64-bit atomic load is a plain load on
+        // the 64-bit targets tailbound builds for, allowed on read-only memory.
+        Some(unsafe { &*self.addr.add(offset).cast::<AtomicU64>() })
     }
 
     /// Copies `out.len()` bytes from `offset`; `false` (nothing copied) outside the mapping.

@@ -114,7 +114,15 @@ fn a_kept_stat_sees_rename_unlink_and_chmod() {
     let kept = b.lease_counters().stats_kept;
     assert!(kept >= 1, "{:?}", b.lease_counters());
 
+    let handle = b.open_file("/d/x", OpenFlags::read_only()).unwrap();
+    let ctime = handle.stat().unwrap().ctime_ns;
+    assert_eq!(handle.stat().unwrap().ctime_ns, ctime);
     a.rename("/d/x", "/d/y").unwrap();
+    assert_ne!(
+        handle.stat().unwrap().ctime_ns,
+        ctime,
+        "a rename changes the moved file's change time"
+    );
     assert!(matches!(b.stat("/d/x"), Err(Error::NotFound(_))));
     assert_eq!(b.stat("/d/y").unwrap().ino, ino);
     assert_eq!(b.stat("/d/y").unwrap().ino, ino);
@@ -209,4 +217,132 @@ fn a_kept_read_is_revoked_when_the_cleaner_writes_its_segment_again() {
         asked + 1,
         "revoked, so asked"
     );
+}
+
+/// What one session does to the tree between another session's checks.
+#[derive(Debug, Clone)]
+enum Op {
+    Write {
+        file: usize,
+        at: u64,
+        len: usize,
+        byte: u8,
+    },
+    Truncate {
+        file: usize,
+        len: u64,
+    },
+    Rename {
+        from: usize,
+        to: usize,
+    },
+    Unlink {
+        file: usize,
+    },
+    Chmod {
+        file: usize,
+        mode: u32,
+    },
+    Sync,
+    Clean,
+}
+
+const NAMES: [&str; 4] = ["/p/a", "/p/b", "/q/c", "/q/d"];
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    let file = 0..NAMES.len();
+    prop_oneof![
+        4 => (file.clone(), 0u64..40_000, 1usize..20_000, any::<u8>())
+            .prop_map(|(file, at, len, byte)| Op::Write { file, at, len, byte }),
+        1 => (file.clone(), 0u64..30_000).prop_map(|(file, len)| Op::Truncate { file, len }),
+        1 => (file.clone(), file.clone()).prop_map(|(from, to)| Op::Rename { from, to }),
+        1 => file.clone().prop_map(|file| Op::Unlink { file }),
+        1 => (file, 0o400u32..0o777).prop_map(|(file, mode)| Op::Chmod { file, mode }),
+        1 => Just(Op::Sync),
+        1 => Just(Op::Clean),
+    ]
+}
+
+/// Checks every path through the leasing session `b` against the same calls through `c`,
+/// which crosses for each: the same stat (or error) and the same bytes.
+fn same_answers(b: &Client, c: &Client) {
+    for name in NAMES {
+        let (kept, asked) = (b.stat(name), c.stat(name));
+        match (&kept, &asked) {
+            (Ok(x), Ok(y)) => assert_eq!(x, y, "{name}"),
+            (Err(x), Err(y)) => assert_eq!(x.errno(), y.errno(), "{name}"),
+            _ => panic!("{name}: leased {kept:?}, asked {asked:?}"),
+        }
+        let (Ok(fb), Ok(fc)) = (
+            b.open_file(name, OpenFlags::read_only()),
+            c.open_file(name, OpenFlags::read_only()),
+        ) else {
+            continue;
+        };
+        // Twice: the second is answered from the lease the first was granted.
+        for _ in 0..2 {
+            assert_eq!(read_all(&fb, 64 << 10), read_all(&fc, 64 << 10), "{name}");
+        }
+        assert_eq!(fb.stat().unwrap(), fc.stat().unwrap(), "{name}");
+    }
+}
+
+#[test]
+fn leased_answers_match_a_session_that_crosses_for_each() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config as PropConfig, TestRunner};
+    let mut runner = TestRunner::new(PropConfig {
+        cases: 12,
+        ..PropConfig::default()
+    });
+    runner
+        .run(&proptest::collection::vec(op(), 1..40), |ops| {
+            let f = fixture(16 << 20);
+            let a = Client::connect(&f.socket).unwrap();
+            let b = Client::connect(&f.socket).unwrap();
+            let c = Client::connect(&f.socket).unwrap();
+            c.use_leases(false);
+            a.mkdir("/p", 0o755).unwrap();
+            a.mkdir("/q", 0o755).unwrap();
+            for op in ops {
+                match op {
+                    Op::Write {
+                        file,
+                        at,
+                        len,
+                        byte,
+                    } => {
+                        let w = a.open_file(NAMES[file], OpenFlags::create()).unwrap();
+                        w.pwrite(&vec![byte; len], at).unwrap();
+                    }
+                    Op::Truncate { file, len } => drop(a.truncate(NAMES[file], len)),
+                    Op::Rename { from, to } => drop(a.rename(NAMES[from], NAMES[to])),
+                    Op::Unlink { file } => drop(a.unlink(NAMES[file])),
+                    Op::Chmod { file, mode } => drop(a.set_attr(
+                        NAMES[file],
+                        &SetAttr {
+                            mode: Some(mode),
+                            ..SetAttr::default()
+                        },
+                    )),
+                    Op::Sync => a.sync().unwrap(),
+                    Op::Clean => {
+                        a.sync().unwrap();
+                        f.fs.gc(0.9).unwrap();
+                    }
+                }
+                same_answers(&b, &c);
+            }
+            // At least one file in the pool, checked twice: the second check is all kept.
+            let w = a.open_file(NAMES[0], OpenFlags::create()).unwrap();
+            w.pwrite(&[7u8; 10_000], 0).unwrap();
+            a.sync().unwrap();
+            same_answers(&b, &c);
+            same_answers(&b, &c);
+            let used = b.lease_counters();
+            prop_assert!(used.stats_kept > 0 && used.reads_kept > 0, "{used:?}");
+            Ok(())
+        })
+        .unwrap();
 }

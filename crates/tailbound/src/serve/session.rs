@@ -448,6 +448,8 @@ impl Session<'_> {
                 fs.rename(&from, &to)?;
                 self.name_changed(&from);
                 self.name_changed(&to);
+                // The moved inode's change time (and a directory's `..`).
+                self.inode_changed(&to, false);
                 self.inode_gone(replaced);
                 Reply::Done
             }
