@@ -63,6 +63,16 @@ impl LeaseTable {
         }
     }
 
+    /// Revokes every lease: the server stops (no session is left to grant another), so a
+    /// client's next call crosses and learns the server is gone instead of answering from
+    /// what it kept.
+    pub fn revoke_all(&self) {
+        let words = INODE_SLOTS as usize + SEGMENT_SLOTS as usize;
+        for i in 0..words {
+            self.raise(super::lease::HEADER_BYTES + 8 * i);
+        }
+    }
+
     pub fn inode_changed(&self, ino: u64) {
         self.raise(inode_word(INODE_SLOTS, ino));
     }

@@ -219,6 +219,24 @@ fn a_kept_read_is_revoked_when_the_cleaner_writes_its_segment_again() {
     );
 }
 
+#[test]
+fn a_server_that_stops_revokes_every_lease() {
+    let f = fixture(16 << 20);
+    let b = Client::connect(&f.socket).unwrap();
+    drop(b.open_file("/f", rw()).unwrap());
+    b.stat("/f").unwrap();
+    b.stat("/f").unwrap();
+    assert_eq!(b.lease_counters().stats_kept, 1);
+    let Fixture {
+        _server: server, ..
+    } = f;
+    server.stop();
+    assert!(
+        b.stat("/f").is_err(),
+        "the server is gone: the stat crossed and failed"
+    );
+}
+
 /// What one session does to the tree between another session's checks.
 #[derive(Debug, Clone)]
 enum Op {

@@ -307,6 +307,7 @@ impl ServerHandle {
         if let Some(t) = &self.shared.leases {
             let w: Arc<dyn crate::tbfs::Watcher> = t.clone();
             self.shared.fs.unwatch(&w);
+            t.revoke_all();
         }
     }
 }
