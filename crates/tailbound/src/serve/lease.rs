@@ -19,6 +19,9 @@ use crate::tbfs::Stat;
 
 /// Bytes before the first generation word.
 pub(super) const HEADER_BYTES: usize = 4096;
+/// The liveness word: a `u32` in the header the server holds as a robust futex (its thread's
+/// id; the kernel sets bit 30 when that thread ends, however the server ends).
+pub(super) const LIVENESS_AT: usize = 0;
 /// Inode slots: inode `i`'s word is slot `i % INODE_SLOTS`.
 pub(super) const INODE_SLOTS: u32 = 1 << 16;
 /// Segment slots: segment `s`'s word is slot `s % SEGMENT_SLOTS`, after the inode slots.

@@ -9,8 +9,8 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use super::conn::{Conn, Transport};
-use super::lease::{DataLease, LeasedStat, Words};
-use super::lease_shm::{recv_on, Map};
+use super::lease::{DataLease, LeasedStat, Words, LIVENESS_AT};
+use super::lease_shm::{recv_on, Map, OWNER_DIED};
 use super::protocol::{Reply, Request};
 use crate::dev::BLOCK_SIZE;
 use crate::tbfs::{Result, Stat, ASK};
@@ -144,8 +144,17 @@ impl ClientLeases {
         Some(Tables { table, pool })
     }
 
+    /// The server still holds the liveness word (it has not stopped or died).
+    fn live(t: &Tables) -> bool {
+        t.table
+            .word32(LIVENESS_AT)
+            .map(|w| w.load(Ordering::Acquire))
+            .is_some_and(|v| v != 0 && v & OWNER_DIED == 0)
+    }
+
     fn holds(t: &Tables, words: &Words) -> bool {
         !words.is_empty()
+            && Self::live(t)
             && words.iter().all(|&(at, v)| {
                 t.table
                     .word(at as usize)
@@ -255,7 +264,7 @@ impl ClientLeases {
         offset: u64,
     ) -> Option<usize> {
         let inode = t.table.word(l.inode.0 as usize)?;
-        if inode.load(Ordering::Acquire) != l.inode.1 {
+        if inode.load(Ordering::Acquire) != l.inode.1 || !Self::live(t) {
             return None;
         }
         if offset >= l.size {
@@ -293,6 +302,7 @@ impl ClientLeases {
         // raised its word before its first byte changed.
         fence(Ordering::Acquire);
         let still = inode.load(Ordering::Relaxed) == l.inode.1
+            && Self::live(t)
             && blocks.iter().all(|&(addr, word, gen)| {
                 addr == 0
                     || t.table

@@ -2,6 +2,9 @@
 //! granting leases.
 //!
 //! Why a lease can never answer stale:
+//! - A thread of the server holds the table's liveness word as a robust futex: when the server
+//!   stops, or dies however it dies, the kernel marks the word and clients answer nothing from
+//!   what they kept.
 //! - A change made through a session raises the changed inode's word (a directory's for a name
 //!   made, removed or moved in it) once the pool has applied it and before its reply goes
 //!   (the server's observer, `observe.rs`). A grant reads the words it hands out *before* it
@@ -17,20 +20,23 @@ use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc, Mutex};
 
 use super::codec::IO_MAX;
 use super::lease::{
     inode_word, segment_word, table_bytes, DataLease, LeaseTableInfo, LeasedStat, Words,
-    INODE_SLOTS, LEASE_BLOCKS, SEGMENT_SLOTS,
+    INODE_SLOTS, LEASE_BLOCKS, LIVENESS_AT, SEGMENT_SLOTS,
 };
-use super::lease_shm::{reopen_read_only, Map};
+use super::lease_shm::{hold_liveness, reopen_read_only, Map};
 use super::observe::Change;
 use crate::dev::BLOCK_SIZE;
 use crate::tbfs::{Error, File, FileKind, Fs, Result, Watcher, ASK};
 
 /// One pool's generation table, shared read-only with every leasing client.
 pub(super) struct LeaseTable {
-    map: Map,
+    map: Arc<Map>,
+    /// Stops the thread that holds the liveness word, and the thread.
+    live: Mutex<Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
     file: StdFile,
     /// The pool read-only, for clients that may read it whole; its length.
     pool: Option<(StdFile, u64)>,
@@ -39,6 +45,9 @@ pub(super) struct LeaseTable {
 impl LeaseTable {
     pub fn new(fs: &Fs) -> io::Result<LeaseTable> {
         let (file, map) = Map::table(table_bytes(INODE_SLOTS, SEGMENT_SLOTS))?;
+        let map = Arc::new(map);
+        let (stop, stopped) = mpsc::channel();
+        let thread = hold_liveness(map.clone(), LIVENESS_AT, stopped)?;
         let dev = &fs.inner.dev;
         let pool = match dev.share_read_only() {
             Some(Ok(f)) => Some((f, dev.len())),
@@ -48,7 +57,12 @@ impl LeaseTable {
             }
             None => None,
         };
-        Ok(LeaseTable { map, file, pool })
+        Ok(LeaseTable {
+            map,
+            live: Mutex::new(Some((stop, thread))),
+            file,
+            pool,
+        })
     }
 
     fn load(&self, at: usize) -> u64 {
@@ -67,9 +81,20 @@ impl LeaseTable {
     /// client's next call crosses and learns the server is gone instead of answering from
     /// what it kept.
     pub fn revoke_all(&self) {
+        self.stop_liveness();
         let words = INODE_SLOTS as usize + SEGMENT_SLOTS as usize;
         for i in 0..words {
             self.raise(super::lease::HEADER_BYTES + 8 * i);
+        }
+    }
+
+    /// Ends the thread holding the liveness word: once it has exited the kernel has marked
+    /// the word, and every client stops answering from what it kept.
+    fn stop_liveness(&self) {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((stop, thread)) = live {
+            let _ = stop.send(());
+            let _ = thread.join();
         }
     }
 
@@ -221,6 +246,12 @@ impl LeaseTable {
         ))
     }
 }
+impl Drop for LeaseTable {
+    fn drop(&mut self) {
+        self.stop_liveness();
+    }
+}
+
 impl Watcher for LeaseTable {
     fn segment_reused(&self, seg: u64) {
         self.raise(segment_word(INODE_SLOTS, SEGMENT_SLOTS, seg));

@@ -11,7 +11,7 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::sys::cvt;
 
@@ -100,6 +100,16 @@ impl Map {
         Some(unsafe { &*self.addr.add(offset).cast::<AtomicU64>() })
     }
 
+    /// The 32-bit word at byte `offset` (the liveness word), or `None` outside or unaligned.
+    pub fn word32(&self, offset: usize) -> Option<&AtomicU32> {
+        if !offset.is_multiple_of(4) || offset.checked_add(4)? > self.len {
+            return None;
+        }
+        // SAFETY: as `word`: inside the live mapping, 4-aligned, used only as an atomic (by the
+        // kernel too, which writes it with a compare-and-exchange when the holder dies).
+        Some(unsafe { &*self.addr.add(offset).cast::<AtomicU32>() })
+    }
+
     /// Copies `out.len()` bytes from `offset`; `false` (nothing copied) outside the mapping.
     pub fn copy(&self, offset: u64, out: &mut [u8]) -> bool {
         let Ok(offset) = usize::try_from(offset) else {
@@ -145,4 +155,93 @@ pub(super) fn recv_on(fd: RawFd) -> io::Result<Option<(u8, Vec<OwnedFd>)>> {
     // stream from closing it.
     let stream = ManuallyDrop::new(unsafe { UnixStream::from_raw_fd(fd) });
     super::ring::recv_memfd(&stream)
+}
+
+/// The bit the kernel sets in a robust futex word whose holder died (`FUTEX_OWNER_DIED`).
+pub(super) const OWNER_DIED: u32 = 0x4000_0000;
+
+#[repr(C)]
+struct RobustList {
+    next: *mut RobustList,
+}
+
+#[repr(C)]
+struct RobustListHead {
+    list: RobustList,
+    futex_offset: libc::c_long,
+    list_op_pending: *mut RobustList,
+}
+
+/// Holds the word at `offset` of `map` as a robust futex from a thread of its own until `stop`
+/// says so: the word holds the thread's id, and when the thread ends, however the process
+/// ends (`SIGKILL` too), the kernel sets [`OWNER_DIED`] in it. A client reads the word to
+/// know, without a system call, that the server is still there.
+pub(super) fn hold_liveness(
+    map: std::sync::Arc<Map>,
+    offset: usize,
+    stop: std::sync::mpsc::Receiver<()>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    if map.word32(offset).is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no liveness word",
+        ));
+    }
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name("tbfs-lease-live".into())
+        .spawn(move || {
+            let word = map
+                .word32(offset)
+                .expect("checked before the thread started");
+            // SAFETY: gettid takes no argument and cannot fail.
+            let tid = unsafe { libc::gettid() } as u32;
+            // The list lives as long as the thread and after it: the kernel walks it as the
+            // thread exits, after this closure returns, so it is leaked (two words, once per
+            // server).
+            let entry: &'static mut RobustList = Box::leak(Box::new(RobustList {
+                next: std::ptr::null_mut(),
+            }));
+            let head: &'static mut RobustListHead = Box::leak(Box::new(RobustListHead {
+                list: RobustList {
+                    next: std::ptr::null_mut(),
+                },
+                futex_offset: 0,
+                list_op_pending: std::ptr::null_mut(),
+            }));
+            let entry_ptr: *mut RobustList = entry;
+            head.list.next = entry_ptr;
+            entry.next = &mut head.list;
+            head.futex_offset = (word as *const AtomicU32 as isize - entry_ptr as isize) as _;
+            word.store(tid, Ordering::SeqCst);
+            // SAFETY: `head` is a well-formed robust list head (a circular list of one entry
+            // whose futex word, at `futex_offset` from it, is `word`, inside the mapping that
+            // this thread keeps alive through `map` until it exits), valid for the thread's
+            // whole life and after (leaked). This thread takes no robust pthread mutex, so
+            // replacing the C library's list for it loses nothing.
+            let set = unsafe {
+                libc::syscall(
+                    libc::SYS_set_robust_list,
+                    head as *mut RobustListHead,
+                    std::mem::size_of::<RobustListHead>(),
+                )
+            };
+            let _ = ready_tx.send(if set == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            });
+            if set == 0 {
+                // Until the server stops (or its end drops the sender).
+                let _ = stop.recv();
+            }
+        })?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(handle),
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            Err(e)
+        }
+        Err(_) => Err(io::Error::other("the liveness thread ended early")),
+    }
 }

@@ -237,6 +237,27 @@ fn a_server_that_stops_revokes_every_lease() {
     );
 }
 
+#[test]
+fn the_kernel_marks_the_liveness_word_when_its_thread_ends() {
+    use super::lease_shm::{hold_liveness, Map, OWNER_DIED};
+    use std::sync::atomic::Ordering;
+    let (_file, map) = Map::table(8192).unwrap();
+    let map = Arc::new(map);
+    let (stop, stopped) = std::sync::mpsc::channel();
+    let thread = hold_liveness(map.clone(), 0, stopped).unwrap();
+    let word = map.word32(0).unwrap();
+    let held = word.load(Ordering::Acquire);
+    assert!(
+        held != 0 && held & OWNER_DIED == 0,
+        "held by a thread: {held:#x}"
+    );
+    // The thread ends without touching the word: the kernel marks it (as it does for every
+    // thread of a process killed with SIGKILL).
+    stop.send(()).unwrap();
+    thread.join().unwrap();
+    assert_eq!(word.load(Ordering::Acquire), OWNER_DIED);
+}
+
 /// What one session does to the tree between another session's checks.
 #[derive(Debug, Clone)]
 enum Op {
