@@ -9,7 +9,9 @@
 //!   made, removed or moved in it) once the pool has applied it and before its reply goes
 //!   (the server's observer, `observe.rs`). A grant reads the words it hands out *before* it
 //!   reads what they guard, so a change it missed raises a word after the value it handed out.
-//! - A read that sets an access time raises the inode's word from inside the engine.
+//! - A read that sets an access time raises the inode's word from inside the engine, and so
+//!   does freeing an inode: every lease of it is revoked before its number names a new file
+//!   (leases are kept by inode number, across a client's handles).
 //! - A block named by a data lease keeps its bytes until its segment is written again: tbfs
 //!   never writes over a live block, and the engine raises the segment's word when it picks
 //!   the segment as the next to fill (`Watcher::segment_reused`), before a byte of it changes.
@@ -258,6 +260,10 @@ impl Watcher for LeaseTable {
     }
 
     fn atime_touched(&self, ino: u64) {
+        self.inode_changed(ino);
+    }
+
+    fn inode_freed(&self, ino: u64) {
         self.inode_changed(ino);
     }
 }

@@ -220,6 +220,38 @@ fn a_kept_read_is_revoked_when_the_cleaner_writes_its_segment_again() {
 }
 
 #[test]
+fn a_lease_of_a_freed_inode_does_not_answer_for_the_file_given_its_number() {
+    let f = fixture(16 << 20);
+    let (a, b) = (
+        Client::connect(&f.socket).unwrap(),
+        Client::connect(&f.socket).unwrap(),
+    );
+    let w = a.open_file("/x", rw()).unwrap();
+    w.pwrite(&[1u8; 10_000], 0).unwrap();
+    drop(w);
+    a.sync().unwrap();
+    let r = b.open_file("/x", OpenFlags::read_only()).unwrap();
+    let ino = r.ino();
+    a.unlink("/x").unwrap();
+    // Leased again after the unlink: the open handle keeps the file.
+    for _ in 0..2 {
+        assert_eq!(read_all(&r, 20_000), vec![1u8; 10_000]);
+        assert_eq!(r.stat().unwrap().nlink, 0);
+    }
+    let kept = b.lease_counters();
+    assert!(kept.reads_kept >= 1 && kept.stats_kept >= 1, "{kept:?}");
+    drop(r);
+    // Made empty, with nothing written through a session: only the free revokes.
+    let y = a.open_file("/y", rw()).unwrap();
+    assert_eq!(y.ino(), ino, "the freed number is given to the next file");
+    let r = b.open_file("/y", OpenFlags::read_only()).unwrap();
+    assert_eq!(r.ino(), ino);
+    let st = r.stat().unwrap();
+    assert_eq!((st.size, st.nlink), (0, 1));
+    assert_eq!(read_all(&r, 20_000), Vec::<u8>::new());
+}
+
+#[test]
 fn a_server_that_stops_revokes_every_lease() {
     let f = fixture(16 << 20);
     let b = Client::connect(&f.socket).unwrap();

@@ -1,5 +1,5 @@
 //! Who outside the engine is told of changes no request shows: a segment chosen to be written
-//! again, and an access time a read set. A server whose clients read a memory pool's bytes and
+//! again, an access time a read set, an inode freed (its number free for a new file). A server whose clients read a memory pool's bytes and
 //! cache attributes themselves (`serve/lease.rs`) revokes their leases from here.
 //!
 //! Plain data: names no other part.
@@ -14,6 +14,8 @@ pub trait Watcher: Send + Sync {
     fn segment_reused(&self, seg: u64);
     /// A read set inode `ino`'s access time.
     fn atime_touched(&self, ino: u64);
+    /// Inode `ino` was freed (its number may be given to a new file).
+    fn inode_freed(&self, ino: u64);
 }
 
 /// The watchers of one pool.
@@ -44,6 +46,12 @@ impl Watchers {
     pub fn atime_touched(&self, ino: u64) {
         for w in self.0.read().iter() {
             w.atime_touched(ino);
+        }
+    }
+
+    pub fn inode_freed(&self, ino: u64) {
+        for w in self.0.read().iter() {
+            w.inode_freed(ino);
         }
     }
 }
