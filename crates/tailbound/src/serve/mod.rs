@@ -9,6 +9,8 @@
 //! - `dispatch`: a session's transport on the server: `hello`, the rings, reading requests and
 //!   sending completions, requests that may wait long run on threads of their own.
 //! - [`ring`]: the shared-memory rings (a memfd per session) and their one file of `unsafe`.
+//! - `lease`, `lease_wire`, `lease_server`, `lease_client`, `lease_shm`: leases, under which a
+//!   client answers stats and reads of a memory pool itself until the server revokes them.
 //! - `session`: one client's open files, views and locks; released when the client goes.
 //! - `shared`: what the accept loop and the sessions share (the pool, the session table).
 //! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server; `conn`: its
@@ -34,6 +36,7 @@ mod lease_client;
 mod lease_server;
 #[allow(unsafe_code)]
 mod lease_shm;
+mod lease_wire;
 mod messages;
 mod observe;
 pub mod protocol;

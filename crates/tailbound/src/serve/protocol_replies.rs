@@ -4,7 +4,7 @@ use std::io;
 use std::time::Duration;
 
 use super::codec::{Dec, Enc, WireError, WireResult};
-use super::lease;
+use super::lease_wire as lease;
 use super::messages::{Adopted, LockHolder, PoolInfo, Reply};
 use super::protocol_fields::{
     config_dec, config_enc, duration_ns, kind_code, kind_dec, stat_dec, stat_enc,
