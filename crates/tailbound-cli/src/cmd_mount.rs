@@ -216,6 +216,8 @@ fn mount_and_serve(
                 ServerOptions {
                     allow_other: args.allow_other,
                     owner: Some(owner),
+                    // The mount changes the pool itself, raising no lease's word.
+                    no_leases: true,
                     ..ServerOptions::default()
                 },
                 Some(invalidator.observer()),

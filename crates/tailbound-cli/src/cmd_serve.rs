@@ -82,6 +82,7 @@ pub fn run(args: ServeArgs) -> CliResult {
             allow_other: args.allow_other,
             owner: Some(owner),
             no_ring: args.no_ring,
+            no_leases: false,
         },
     )
     .map_err(|e| format!("{}: {e}", args.pool.display()))?;

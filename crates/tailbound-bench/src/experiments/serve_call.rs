@@ -13,6 +13,11 @@
 //! - `pread 4 KiB`: 4 KiB at a 4 KiB-aligned offset of a 1 MiB file, offsets in a fixed
 //!   shuffled order.
 //!
+//! The rings are measured twice more: spinning longer, and with leases (the client answers
+//! stats and reads itself while the server has not revoked them; `serve/lease.rs`). Without
+//! leases every call crosses. The uncached stat drops the kept answers before each run, so
+//! with leases it measures a call that crosses and is granted a lease.
+//!
 //! Each repeat times a run of calls per case and divides; cases alternate within a repeat, and
 //! the figure is the median over repeats.
 
@@ -35,12 +40,13 @@ const OPS: [&str; 5] = [
     "fstat",
     "pread 4 KiB",
 ];
-const PATHS: [&str; 5] = [
+const PATHS: [&str; 6] = [
     "kernel tmpfs",
     "tbfs in process",
     "socket",
     "rings",
     "rings, spinning",
+    "rings, leases",
 ];
 /// How long the spinning rings look before parking.
 const LONG_SPIN: Duration = Duration::from_micros(50);
@@ -96,6 +102,8 @@ pub struct CallRow {
     pub rings_us: f64,
     /// Both ends of the rings spinning up to 50 µs before parking.
     pub rings_spinning_us: f64,
+    /// The rings with leases: stats and reads answered in the client while they hold.
+    pub rings_leases_us: f64,
     /// Every repeat's figure, per path in the order of the columns.
     pub runs_us: Vec<Vec<f64>>,
 }
@@ -119,6 +127,8 @@ trait Calls {
     }
     /// Called before each run of calls.
     fn prepare(&self) {}
+    /// Forgets what the client keeps (before a run of uncached stats).
+    fn forget(&self) {}
 }
 
 struct Kernel {
@@ -187,6 +197,9 @@ impl Calls for Remote {
     fn prepare(&self) {
         ring::set_spin(self.spin);
     }
+    fn forget(&self) {
+        self.client.forget_leases();
+    }
     fn round_trip(&mut self) -> Result<(), String> {
         self.client
             .protection_period()
@@ -250,6 +263,9 @@ fn time_op(
     next_file: &mut u32,
 ) -> Result<f64, String> {
     path.prepare();
+    if op == 2 {
+        path.forget();
+    }
     let offsets = offsets();
     let mut buf = vec![0u8; BLOCK];
     let names: Vec<String> = if op == 2 {
@@ -304,8 +320,11 @@ impl ServeCallBench {
             self.files,
         )?;
 
-        let dev =
-            Arc::new(MemoryPool::anonymous(256 << 20).map_err(|e| format!("memory pool: {e}"))?);
+        // A pool file in tmpfs, so a client with leases can map it and read it itself.
+        let dev = Arc::new(
+            MemoryPool::create(kernel_root.path().join("pool"), 256 << 20)
+                .map_err(|e| format!("memory pool: {e}"))?,
+        );
         let fs =
             Arc::new(Fs::format(dev, &Config::memory_pool()).map_err(|e| format!("format: {e}"))?);
         make_tree(
@@ -318,13 +337,16 @@ impl ServeCallBench {
             },
             self.files,
         )?;
+        // In the pool, not only in the server's buffers: a lease's blocks are then readable.
+        fs.sync().map_err(|e| format!("sync: {e}"))?;
         let socket = scratch.path().join("pool.sock");
         let server = Server::start(fs.clone(), &socket, ServerOptions::default())
             .map_err(|e| format!("server: {e}"))?;
 
-        let remote = |rings: bool, spin: Duration| -> Result<Remote, String> {
+        let remote = |rings: bool, spin: Duration, leases: bool| -> Result<Remote, String> {
             let client = Client::connect_with(&socket, rings.then(Default::default))
                 .map_err(|e| e.to_string())?;
+            client.use_leases(leases);
             let want = if rings {
                 Transport::Ring
             } else {
@@ -349,9 +371,10 @@ impl ServeCallBench {
                     .open_file("/data", OpenFlags::read_only())
                     .map_err(|e| e.to_string())?,
             }),
-            Box::new(remote(false, ring::DEFAULT_SPIN)?),
-            Box::new(remote(true, ring::DEFAULT_SPIN)?),
-            Box::new(remote(true, LONG_SPIN)?),
+            Box::new(remote(false, ring::DEFAULT_SPIN, false)?),
+            Box::new(remote(true, ring::DEFAULT_SPIN, false)?),
+            Box::new(remote(true, LONG_SPIN, false)?),
+            Box::new(remote(true, ring::DEFAULT_SPIN, true)?),
         ];
 
         // runs[op][path] = µs per call of each repeat.
@@ -392,6 +415,7 @@ impl ServeCallBench {
                     socket_us: m(2),
                     rings_us: m(3),
                     rings_spinning_us: m(4),
+                    rings_leases_us: m(5),
                     runs_us: runs[op].clone(),
                 }
             })
@@ -418,13 +442,14 @@ impl ServeCallReport {
                 "server, socket µs",
                 "server, rings µs",
                 "rings, spinning µs",
+                "rings + leases µs",
                 "socket / rings",
                 "socket / spinning",
             ]
             .map(String::from)
             .to_vec(),
         );
-        for c in 1..8 {
+        for c in 1..9 {
             t.set_align(c, Align::Right);
         }
         let us = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.2}"));
@@ -436,6 +461,7 @@ impl ServeCallReport {
                 us(Some(r.socket_us)),
                 us(Some(r.rings_us)),
                 us(Some(r.rings_spinning_us)),
+                us(Some(r.rings_leases_us)),
                 format!("{:.1}x", r.socket_us / r.rings_us),
                 format!("{:.1}x", r.socket_us / r.rings_spinning_us),
             ]);
@@ -447,7 +473,9 @@ impl ServeCallReport {
         format!(
             "{}\nMedians of {} repeats of {} calls each, one client thread; uncached stats go \
              round {} files. Rings: both ends spin {} µs before parking on a futex (the \
-             default); spinning: {} µs.\n",
+             default); spinning: {} µs. Leases: the rings at the default spin, with stats and \
+             reads answered in the client while the server has not revoked them (an uncached \
+             stat crosses and is granted one).\n",
             self.table().to_markdown(),
             self.repeats,
             self.calls,

@@ -284,6 +284,18 @@ impl Device for MemoryPool {
         true
     }
 
+    fn share_read_only(&self) -> Option<io::Result<std::fs::File>> {
+        // Opened again through /proc read-only: a new description that cannot be mapped
+        // writable, whoever holds it.
+        use std::os::fd::AsRawFd;
+        let file = self._file.as_ref()?;
+        Some(
+            OpenOptions::new()
+                .read(true)
+                .open(format!("/proc/self/fd/{}", file.as_raw_fd())),
+        )
+    }
+
     fn prepare_write(&self, offset: u64, len: u64) {
         // Only tmpfs: populating a disk file's mapping would read it in. Best effort: kernels
         // before 5.14 lack MADV_POPULATE_WRITE and fault the pages in on first use instead.

@@ -64,6 +64,12 @@ pub trait Device: Send + Sync + fmt::Debug {
     fn charged(&self) -> bool {
         false
     }
+    /// A read-only descriptor of the storage itself, for another process to map and read
+    /// blocks from (`serve`'s direct reads of a memory pool): the byte at device offset `o` is
+    /// the byte at offset `o` of the descriptor. `None` where that is not how it is stored.
+    fn share_read_only(&self) -> Option<io::Result<std::fs::File>> {
+        None
+    }
     /// Starts writing `buf` at `offset`; [`PendingWrite::wait`] returns once the device holds it.
     /// A backend that queues requests (`sched`) returns at once, so a caller can have several
     /// in flight; the others write before returning.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::codec::IO_MAX;
 use super::conn::{Conn, Transport};
+use super::lease_client::{ClientLeases, LeaseCounters};
 use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request};
 use super::ring::RingSizes;
 use crate::tbfs::{
@@ -28,6 +29,7 @@ macro_rules! expect {
 #[derive(Clone)]
 pub struct Client {
     conn: Arc<Conn>,
+    leases: Arc<ClientLeases>,
 }
 
 impl std::fmt::Debug for Client {
@@ -51,6 +53,7 @@ impl Client {
     pub fn connect_with(socket: &Path, rings: Option<RingSizes>) -> Result<Client> {
         Ok(Client {
             conn: Arc::new(Conn::connect(socket, rings)?),
+            leases: Arc::new(ClientLeases::new()),
         })
     }
 
@@ -100,6 +103,8 @@ impl Client {
             expect!(self.conn, req, Reply::Opened { handle, ino } => (handle, ino))?;
         Ok(RemoteFile {
             conn: self.conn.clone(),
+            leases: self.leases.clone(),
+            readable: flags.read,
             handle,
             ino,
             let_go: false,
@@ -110,7 +115,33 @@ impl Client {
         expect!(self.conn, req, Reply::Done => ())
     }
 
+    /// How often this session answered a stat or a read itself (under a lease) and how often
+    /// it crossed to the server.
+    pub fn lease_counters(&self) -> LeaseCounters {
+        self.leases.counters()
+    }
+
+    /// Whether this session answers stats and reads itself under leases where the server
+    /// grants them (the default, unless `TAILBOUND_NO_LEASES=1`), or crosses for each.
+    pub fn use_leases(&self, on: bool) {
+        self.leases.set_on(on);
+    }
+
+    /// Drops every answer kept under a lease: the next call of each kind crosses.
+    pub fn forget_leases(&self) {
+        self.leases.forget();
+    }
+
+    /// The data lease this session keeps for inode `ino` (tests).
+    #[cfg(test)]
+    pub(super) fn data_lease(&self, ino: u64) -> Option<Arc<super::lease::DataLease>> {
+        self.leases.data_lease(ino)
+    }
+
     pub fn stat(&self, path: &str) -> Result<Stat> {
+        if let Some(r) = self.leases.stat(&self.conn, path, true) {
+            return r;
+        }
         let req = Request::Stat {
             path: path.into(),
             follow: true,
@@ -118,6 +149,9 @@ impl Client {
         expect!(self.conn, req, Reply::Stat(s) => s)
     }
     pub fn lstat(&self, path: &str) -> Result<Stat> {
+        if let Some(r) = self.leases.stat(&self.conn, path, false) {
+            return r;
+        }
         let req = Request::Stat {
             path: path.into(),
             follow: false,
@@ -164,6 +198,8 @@ impl Client {
                 (
                     RemoteFile {
                         conn: self.conn.clone(),
+                        leases: self.leases.clone(),
+                        readable: false,
                         handle,
                         ino,
                         let_go: false,
@@ -178,6 +214,8 @@ impl Client {
     pub fn file_by_handle(&self, handle: u64, ino: u64) -> RemoteFile {
         RemoteFile {
             conn: self.conn.clone(),
+            leases: self.leases.clone(),
+            readable: false,
             handle,
             ino,
             let_go: false,
@@ -292,6 +330,10 @@ fn readdir_pages(
 /// A file open through a pool server. Dropping it closes it.
 pub struct RemoteFile {
     conn: Arc<Conn>,
+    leases: Arc<ClientLeases>,
+    /// Opened for reading here: only then may a read be answered from a lease (an adopted
+    /// description's mode is the server's to check).
+    readable: bool,
     handle: u64,
     ino: u64,
     /// Closed already, or not this process's to close: the drop says nothing to the server.
@@ -388,6 +430,14 @@ impl RemoteFile {
 
     /// Reads up to `buf.len()` bytes at `offset` (less only at the end of the file).
     pub fn pread(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        if self.readable && buf.len() <= IO_MAX {
+            if let Some(r) = self
+                .leases
+                .pread(&self.conn, self.handle, self.ino, buf, offset)
+            {
+                return r;
+            }
+        }
         let mut done = 0;
         while done < buf.len() {
             let want = (buf.len() - done).min(IO_MAX);
@@ -459,6 +509,9 @@ impl RemoteFile {
         })
     }
     pub fn stat(&self) -> Result<Stat> {
+        if let Some(r) = self.leases.fstat(&self.conn, self.handle, self.ino) {
+            return r;
+        }
         let req = Request::Fstat {
             handle: self.handle,
         };

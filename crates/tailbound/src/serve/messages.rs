@@ -1,6 +1,7 @@
 //! The pool server's messages: what a client asks ([`Request`]) and what the server answers
 //! ([`Reply`]), with the fields they share. Their bytes are in `protocol` (docs/PROTOCOL.md).
 
+use super::lease::{DataLease, LeaseTableInfo, LeasedStat};
 use crate::tbfs::locks::{Kind, Space};
 use crate::tbfs::{
     CheckpointInfo, Config, DirEntry, GcReport, OpenFlags, RecoveryReport, SetAttr, SpaceReport,
@@ -229,6 +230,23 @@ pub enum Request {
         handle: u64,
         attr: SetAttr,
     },
+    /// The lease table (and the pool) read-only, their descriptors on the socket (`lease.rs`).
+    LeaseTable,
+    /// `Stat` with the words the answer depends on.
+    StatLeased {
+        path: String,
+        follow: bool,
+    },
+    /// `Fstat` with the words the answer depends on.
+    FstatLeased {
+        handle: u64,
+    },
+    /// `Read`, with the blocks around it as a data lease when the client may read the pool.
+    ReadLeased {
+        handle: u64,
+        offset: u64,
+        len: u32,
+    },
 }
 
 /// One adopted description: its handle, inode, offset and the note it was held with.
@@ -267,4 +285,10 @@ pub enum Reply {
     Lock(Option<LockHolder>),
     Info(Box<PoolInfo>),
     Held(Vec<Adopted>),
+    LeaseTable(LeaseTableInfo),
+    LeasedStat(LeasedStat),
+    LeasedData {
+        data: Vec<u8>,
+        lease: Option<DataLease>,
+    },
 }

@@ -9,6 +9,8 @@
 //! - `dispatch`: a session's transport on the server: `hello`, the rings, reading requests and
 //!   sending completions, requests that may wait long run on threads of their own.
 //! - [`ring`]: the shared-memory rings (a memfd per session) and their one file of `unsafe`.
+//! - `lease`, `lease_wire`, `lease_server`, `lease_client`, `lease_shm`: leases, under which a
+//!   client answers stats and reads of a memory pool itself until the server revokes them.
 //! - `session`: one client's open files, views and locks; released when the client goes.
 //! - `shared`: what the accept loop and the sessions share (the pool, the session table).
 //! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server; `conn`: its
@@ -29,6 +31,12 @@ mod codec;
 mod conn;
 mod descs;
 mod dispatch;
+mod lease;
+mod lease_client;
+mod lease_server;
+#[allow(unsafe_code)]
+mod lease_shm;
+mod lease_wire;
 mod messages;
 mod observe;
 pub mod protocol;
@@ -43,6 +51,8 @@ pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};
 pub use conn::Transport;
 pub use descs::STATUS_APPEND;
+pub use lease::{DataLease, LeaseTableInfo, LeasedStat};
+pub use lease_client::LeaseCounters;
 pub use observe::{Change, Observer};
 pub use ring::RingSizes;
 pub use server::{Server, ServerHandle, ServerOptions};
@@ -54,6 +64,8 @@ pub fn socket_path(pool: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod ring_tests;
 #[cfg(test)]

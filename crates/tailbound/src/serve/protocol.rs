@@ -203,6 +203,22 @@ impl Request {
                 e.u8(48).u64(*handle);
                 attr_enc(&mut e, attr);
             }
+            R::LeaseTable => {
+                e.u8(60);
+            }
+            R::StatLeased { path, follow } => {
+                e.u8(61).str(path).bool(*follow);
+            }
+            R::FstatLeased { handle } => {
+                e.u8(62).u64(*handle);
+            }
+            R::ReadLeased {
+                handle,
+                offset,
+                len,
+            } => {
+                e.u8(63).u64(*handle).u64(*offset).u32(*len);
+            }
         }
         e.finish()
     }
@@ -408,6 +424,19 @@ impl Request {
             48 => R::FsetAttr {
                 handle: d.u64("handle")?,
                 attr: attr_dec(d)?,
+            },
+            60 => R::LeaseTable,
+            61 => R::StatLeased {
+                path: d.str("path")?,
+                follow: d.bool("follow")?,
+            },
+            62 => R::FstatLeased {
+                handle: d.u64("handle")?,
+            },
+            63 => R::ReadLeased {
+                handle: d.u64("handle")?,
+                offset: d.u64("offset")?,
+                len: d.u32("length")?,
             },
             other => return Err(WireError(format!("unknown operation {other}"))),
         })

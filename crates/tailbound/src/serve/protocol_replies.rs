@@ -4,6 +4,7 @@ use std::io;
 use std::time::Duration;
 
 use super::codec::{Dec, Enc, WireError, WireResult};
+use super::lease_wire as lease;
 use super::messages::{Adopted, LockHolder, PoolInfo, Reply};
 use super::protocol_fields::{
     config_dec, config_enc, duration_ns, kind_code, kind_dec, stat_dec, stat_enc,
@@ -118,6 +119,18 @@ pub(super) fn encode_reply(e: &mut Enc, r: &Reply) {
             for a in items {
                 e.u64(a.handle).u64(a.ino).str(&a.note);
             }
+        }
+        Reply::LeaseTable(t) => {
+            e.u8(30);
+            lease::table_enc(e, t);
+        }
+        Reply::LeasedStat(s) => {
+            e.u8(31);
+            lease::stat_lease_enc(e, s);
+        }
+        Reply::LeasedData { data, lease: l } => {
+            e.u8(32);
+            lease::data_enc(e, data, l.as_ref());
         }
     }
 }
@@ -235,6 +248,12 @@ pub(super) fn decode_reply(d: &mut Dec<'_>) -> WireResult<Reply> {
                 });
             }
             Reply::Held(items)
+        }
+        30 => Reply::LeaseTable(lease::table_dec(d)?),
+        31 => Reply::LeasedStat(lease::stat_lease_dec(d)?),
+        32 => {
+            let (data, l) = lease::data_dec(d)?;
+            Reply::LeasedData { data, lease: l }
         }
         v => return Err(WireError(format!("reply kind {v}"))),
     })

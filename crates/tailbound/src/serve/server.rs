@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use super::observe::Observer;
+use super::lease_server::LeaseTable;
+use super::observe::{Change, Observer};
 use super::shared::{SessionEntry, Shared};
 use crate::sys::sock::{peer_cred, PeerCred};
 use crate::tbfs::Fs;
@@ -24,6 +25,9 @@ pub struct ServerOptions {
     pub owner: Option<(u32, u32)>,
     /// Refuse the shared-memory rings: every session's requests travel on its socket.
     pub no_ring: bool,
+    /// Grant no leases (`lease.rs`): a front end in the same process that changes the pool
+    /// itself, not through a session, sets this, since its changes raise no lease's word.
+    pub no_leases: bool,
 }
 
 /// The pool server: start it on an open pool with [`Server::start`].
@@ -81,6 +85,31 @@ impl Server {
         }
         let listener = bind_private(socket, opts)?;
         let server_ids = crate::sys::proc::effective_ids();
+        let leases = if opts.no_leases {
+            None
+        } else {
+            match LeaseTable::new(&fs) {
+                Ok(t) => Some(Arc::new(t)),
+                Err(e) => {
+                    eprintln!("tailbound serve: no leases: {e}");
+                    None
+                }
+            }
+        };
+        let observer = match &leases {
+            None => observer,
+            Some(t) => {
+                fs.watch(t.clone());
+                let t = t.clone();
+                let chained: Observer = Arc::new(move |c: &Change<'_>| {
+                    t.observe(c);
+                    if let Some(o) = &observer {
+                        o(c);
+                    }
+                });
+                Some(chained)
+            }
+        };
         let shared = Arc::new(Shared {
             fs,
             sessions: Mutex::new(HashMap::new()),
@@ -95,6 +124,7 @@ impl Server {
             next_handle: AtomicU64::new(1),
             holds: Default::default(),
             rings: !opts.no_ring,
+            leases,
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;
@@ -273,6 +303,11 @@ impl ServerHandle {
         );
         for t in threads {
             let _ = t.join();
+        }
+        if let Some(t) = &self.shared.leases {
+            let w: Arc<dyn crate::tbfs::Watcher> = t.clone();
+            self.shared.fs.unwatch(&w);
+            t.revoke_all();
         }
     }
 }

@@ -205,7 +205,7 @@ impl Session<'_> {
                     None => {}
                 }
             }
-            R::Stat { path, follow } => {
+            R::Stat { path, follow } | R::StatLeased { path, follow } => {
                 who.walk(fs, path, *follow)?;
             }
             R::Readlink { path } => {
@@ -448,6 +448,8 @@ impl Session<'_> {
                 fs.rename(&from, &to)?;
                 self.name_changed(&from);
                 self.name_changed(&to);
+                // The moved inode's change time (and a directory's `..`).
+                self.inode_changed(&to, false);
                 self.inode_gone(replaced);
                 Reply::Done
             }
@@ -581,7 +583,38 @@ impl Session<'_> {
                 self.changed(&Change::Inode { ino: file.ino() });
                 Reply::Done
             }
+            R::LeaseTable => {
+                Reply::LeaseTable(self.leases()?.hand_over(&self.watch, self.whole_pool())?)
+            }
+            R::StatLeased { path, follow } => {
+                Reply::LeasedStat(self.leases()?.stat(fs, &path, follow)?)
+            }
+            R::FstatLeased { handle } => {
+                Reply::LeasedStat(self.leases()?.fstat(self.file(handle)?)?)
+            }
+            R::ReadLeased {
+                handle,
+                offset,
+                len,
+            } => {
+                let (data, lease) =
+                    self.leases()?
+                        .read(fs, self.file(handle)?, offset, len, self.whole_pool())?;
+                Reply::LeasedData { data, lease }
+            }
         })
+    }
+
+    fn leases(&self) -> Result<&super::lease_server::LeaseTable> {
+        self.shared
+            .leases
+            .as_deref()
+            .ok_or_else(|| Error::Invalid("this server grants no leases".into()))
+    }
+
+    /// Whether the client may read the whole pool (its owner, or root), and so its blocks.
+    fn whole_pool(&self) -> bool {
+        self.cred.uid == 0 || self.cred.uid == self.shared.owner_uid
     }
 
     /// Tells the server's observer, if it has one, of a change made.

@@ -43,6 +43,8 @@ pub(super) struct Shared {
     pub holds: Holds,
     /// Sessions may move to the shared-memory rings (`hello`'s feature bit).
     pub rings: bool,
+    /// The lease table, when the server grants leases (`lease_server.rs`).
+    pub leases: Option<Arc<super::lease_server::LeaseTable>>,
 }
 
 impl Shared {

@@ -557,6 +557,7 @@ impl Engine {
             st.atime_ns = now;
             st.attr_dirty = true;
             self.mark_dirty(ino);
+            self.watchers.atime_touched(ino);
         }
     }
 

@@ -387,6 +387,21 @@ impl Fs {
             .store(policy as u8, AtomicOrdering::Relaxed);
     }
 
+    /// Whether reads set access times on every read ([`AtimePolicy::Strict`]).
+    pub fn atime_strict(&self) -> bool {
+        self.inner.atime.load(AtomicOrdering::Relaxed) == AtimePolicy::Strict as u8
+    }
+
+    /// Tells `w` of segments written again and access times reads set, until
+    /// [`Fs::unwatch`].
+    pub fn watch(&self, w: Arc<dyn super::Watcher>) {
+        self.inner.watchers.add(w);
+    }
+
+    pub fn unwatch(&self, w: &Arc<dyn super::Watcher>) {
+        self.inner.watchers.remove(w);
+    }
+
     /// Like [`Fs::stat`], but a symbolic link is described itself, not followed.
     pub fn lstat(&self, path: &str) -> Result<Stat> {
         self.stat_at(path, false)
@@ -658,6 +673,19 @@ impl File {
 
     pub fn ino(&self) -> u64 {
         self.cell.ino
+    }
+
+    /// The file's blocks from `first` (at most `count`) as the pool holds them
+    /// ([`Engine::lease_blocks`]), `under_lock` called on them before any can move.
+    pub fn lease_blocks(
+        &self,
+        first: u64,
+        count: u64,
+        under_lock: &mut dyn FnMut(&super::BlockLease),
+    ) -> Result<super::BlockLease> {
+        self.inner.check_usable()?;
+        self.inner
+            .lease_blocks(&self.cell, first, count, under_lock)
     }
 
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {

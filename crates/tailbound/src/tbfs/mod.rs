@@ -39,6 +39,7 @@ pub mod fsck;
 mod ifile;
 mod inode;
 mod inode_table;
+mod lease_map;
 pub mod lifecycle;
 mod limits;
 pub mod locks;
@@ -53,8 +54,10 @@ mod retention;
 mod space;
 mod state;
 mod types;
+mod watch;
 
 pub use fs::{File, Fs};
+pub use lease_map::{BlockLease, ASK};
 pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
 pub use limits::FILE_BYTES_MAX;
 pub use types::{
@@ -62,6 +65,7 @@ pub use types::{
     OpenOptions, Ordering, RecoveryMode, RecoveryReport, RenameMode, Result, SetAttr, Stat,
     StatVfs, SyncMode,
 };
+pub use watch::Watcher;
 
 #[cfg(test)]
 mod by_ino_tests;

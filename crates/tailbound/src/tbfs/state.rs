@@ -161,6 +161,8 @@ pub(crate) struct Engine {
     /// Whether `poisoned` holds a reason: read by every operation, so the mutex (one cache line
     /// every thread would take) is locked only once a write failed.
     pub poisoned_set: AtomicBool,
+    /// Told of segments written again and access times set (`watch.rs`).
+    pub watchers: super::watch::Watchers,
     pub closed: AtomicBool,
     pub counters: Mutex<FsCounters>,
     pub report: Mutex<RecoveryReport>,

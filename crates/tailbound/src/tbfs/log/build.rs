@@ -39,6 +39,9 @@ impl Engine {
         };
         m.writer.cur_seg = m.writer.next_seg;
         m.writer.next_seg = next;
+        // Before a byte of it changes: a client reading it straight from the pool must see its
+        // lease revoked (`Watcher::segment_reused`).
+        self.watchers.segment_reused(next);
         // Whatever the background cleaner read of it before is about to be overwritten.
         m.bg_clean.read.remove(&(next as usize));
         m.writer.pos = self.seg_start(m.writer.cur_seg);

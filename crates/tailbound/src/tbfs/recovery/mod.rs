@@ -111,6 +111,7 @@ fn new_inner(
         meta_section_ns: Default::default(),
         poisoned: Mutex::new(None),
         poisoned_set: AtomicBool::new(false),
+        watchers: Default::default(),
         closed: AtomicBool::new(false),
         counters: Mutex::new(FsCounters::default()),
         report: Mutex::new(RecoveryReport::default()),
