@@ -109,6 +109,8 @@ impl LeaseTable {
         match *change {
             Change::Written { ino, .. } | Change::Inode { ino } => self.inode_changed(ino),
             Change::Name { parent, .. } => self.inode_changed(parent),
+            // Told before the unlink; the `Inode` and `Name` changes after it revoke.
+            Change::Unlinking { .. } => {}
         }
     }
 
