@@ -64,6 +64,11 @@ pub trait Device: Send + Sync + fmt::Debug {
     fn charged(&self) -> bool {
         false
     }
+    /// The scheduler in front of the device, if there is one: a pool server charges its
+    /// clients' requests to tenants of it ([`crate::sched::clients`]).
+    fn scheduler(&self) -> Option<std::sync::Arc<crate::sched::Scheduler>> {
+        None
+    }
     /// Starts writing `buf` at `offset`; [`PendingWrite::wait`] returns once the device holds it.
     /// A backend that queues requests (`sched`) returns at once, so a caller can have several
     /// in flight; the others write before returning.

@@ -659,6 +659,16 @@ impl Charge {
         }
     }
 
+    /// The tenant charged, if the charge names one (else the priority's tenant is).
+    pub fn tenant(&self) -> Option<TenantId> {
+        self.tenant
+    }
+
+    /// The priority the charged work runs at.
+    pub fn prio(&self) -> Prio {
+        self.prio
+    }
+
     /// Charges the calling thread's requests to `self` until the guard is dropped.
     pub fn apply(self) -> Charged {
         Charged {
@@ -672,6 +682,14 @@ impl Drop for Charged {
     fn drop(&mut self) {
         CHARGED_TO.with(|c| c.set(self.previous));
     }
+}
+
+/// The priority the calling thread's work runs at: that of a [`Charge`] it applies (a pool
+/// server's, for a client's request), else its kernel I/O priority.
+pub fn current_prio() -> Prio {
+    CHARGED_TO
+        .with(Cell::get)
+        .map_or_else(Prio::of_current_thread, |c| c.prio)
 }
 
 /// Sets (or with `None` clears) the tenant the calling thread's [`SchedDevice`] requests use.
@@ -725,6 +743,10 @@ impl Device for SchedDevice {
 
     fn charged(&self) -> bool {
         true
+    }
+
+    fn scheduler(&self) -> Option<Arc<Scheduler>> {
+        Some(self.sched.clone())
     }
 
     fn start_write(&self, offset: u64, buf: Vec<u8>) -> PendingWrite {

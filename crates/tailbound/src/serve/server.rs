@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 
 use super::observe::Observer;
 use super::shared::{SessionEntry, Shared};
+use crate::sched::clients::ClientTenants;
 use crate::sys::sock::{peer_cred, PeerCred};
 use crate::tbfs::Fs;
 
@@ -81,6 +82,7 @@ impl Server {
         }
         let listener = bind_private(socket, opts)?;
         let server_ids = crate::sys::proc::effective_ids();
+        let tenants = fs.inner.dev.scheduler().map(ClientTenants::new);
         let shared = Arc::new(Shared {
             fs,
             sessions: Mutex::new(HashMap::new()),
@@ -95,6 +97,7 @@ impl Server {
             next_handle: AtomicU64::new(1),
             holds: Default::default(),
             rings: !opts.no_ring,
+            tenants,
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;

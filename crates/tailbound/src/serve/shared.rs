@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use super::descs::Holds;
 use super::observe::Observer;
+use crate::sched::clients::ClientTenants;
 use crate::tbfs::Fs;
 
 /// A live session as the server sees it.
@@ -43,6 +44,8 @@ pub(super) struct Shared {
     pub holds: Holds,
     /// Sessions may move to the shared-memory rings (`hello`'s feature bit).
     pub rings: bool,
+    /// Tenants of the pool's scheduler for the clients' requests (`None`: no scheduler).
+    pub tenants: Option<ClientTenants>,
 }
 
 impl Shared {
