@@ -692,6 +692,11 @@ pub fn current_prio() -> Prio {
         .map_or_else(Prio::of_current_thread, |c| c.prio)
 }
 
+/// The priority of the [`Charge`] the calling thread applies, if it applies one.
+pub(super) fn charged_prio() -> Option<Prio> {
+    CHARGED_TO.with(Cell::get).map(|c| c.prio)
+}
+
 /// Sets (or with `None` clears) the tenant the calling thread's [`SchedDevice`] requests use.
 pub fn set_thread_tenant(t: Option<TenantId>) {
     THREAD_TENANT.with(|c| c.set(t));
