@@ -542,6 +542,7 @@ impl PriorityBench {
             write_bytes: WRITE_BYTES as u64,
             copy_mb: self.copy_bytes / MIB,
             copy: self.copy_mode.name(),
+            processes: self.processes,
             tbfs_profile: profile.map(|p| TbfsProfile {
                 latency_goal_ms: self.latency_goal.as_secs_f64() * 1e3,
                 max_io_read: p.max_io_read,
