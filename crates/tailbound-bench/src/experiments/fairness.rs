@@ -605,8 +605,7 @@ impl FairnessBench {
         }
         if self.processes {
             drop(files);
-            let (open, close, ops) =
-                self.measure_served(&fs, &sched, weights, op, block, blocks, window)?;
+            let (open, close, ops) = self.measure_served(&fs, &sched, case, blocks)?;
             drop(fs);
             return Ok(row(
                 System::Tbfs(policy),

@@ -14,7 +14,7 @@ use tailbound::serve::{Client, Server, ServerOptions};
 use tailbound::sys::time::{monotonic_now, MonoNanos};
 use tailbound::tbfs::{Fs, OpenFlags};
 
-use super::{parse_ops, FairnessBench, IoOp, BFQ_WEIGHT_UNIT};
+use super::{parse_ops, Case, FairnessBench, IoOp, BFQ_WEIGHT_UNIT, MIB};
 use crate::experiments::blockdev::BlkioCgroup;
 use crate::experiments::tenants::{child_wait_go, sleep_watching, TenantProcess, DONE, GO, READY};
 
@@ -120,19 +120,23 @@ impl ServedTenantSpec {
 pub(super) type Measured = (MonoNanos, MonoNanos, Vec<Vec<(u64, u64, u64)>>);
 
 impl FairnessBench {
-    /// Serves `fs` on a socket in a scratch directory and runs one tenant process per weight,
-    /// each in a blkio cgroup of `100 x weight` made for the case, on the file `/tenant-I` of
-    /// `blocks` blocks. The tenants, then the cgroups, then the server go before it returns.
+    /// Serves `fs` on a socket in a scratch directory and runs one tenant process per weight of
+    /// `case`, each in a blkio cgroup of `100 x weight` made for the case, on the file
+    /// `/tenant-I` of `blocks` blocks. The tenants, then the cgroups, then the server go before it returns.
     pub(super) fn measure_served(
         &self,
         fs: &Fs,
         sched: &Scheduler,
-        weights: &[u32],
-        op: IoOp,
-        block_bytes: u64,
+        case: &Case<'_>,
         blocks: u64,
-        window: std::time::Duration,
     ) -> Result<Measured, String> {
+        let &Case {
+            weights,
+            op,
+            block_mib,
+            window,
+        } = case;
+        let block_bytes = block_mib * MIB;
         let exe = self.child_exe.as_ref().ok_or("no tailbound binary")?;
         let dir = tempfile::Builder::new()
             .prefix("tailbound-fairness-")
