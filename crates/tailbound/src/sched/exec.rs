@@ -671,6 +671,7 @@ impl Charge {
 
     /// Charges the calling thread's requests to `self` until the guard is dropped.
     pub fn apply(self) -> Charged {
+        super::inherit::set_charged_prio(Some(self.prio));
         Charged {
             previous: CHARGED_TO.with(|c| c.replace(Some(self))),
             _not_send: std::marker::PhantomData,
@@ -681,6 +682,7 @@ impl Charge {
 impl Drop for Charged {
     fn drop(&mut self) {
         CHARGED_TO.with(|c| c.set(self.previous));
+        super::inherit::set_charged_prio(self.previous.map(|c| c.prio));
     }
 }
 
@@ -690,11 +692,6 @@ pub fn current_prio() -> Prio {
     CHARGED_TO
         .with(Cell::get)
         .map_or_else(Prio::of_current_thread, |c| c.prio)
-}
-
-/// The priority of the [`Charge`] the calling thread applies, if it applies one.
-pub(super) fn charged_prio() -> Option<Prio> {
-    CHARGED_TO.with(Cell::get).map(|c| c.prio)
 }
 
 /// Sets (or with `None` clears) the tenant the calling thread's [`SchedDevice`] requests use.
@@ -748,10 +745,6 @@ impl Device for SchedDevice {
 
     fn charged(&self) -> bool {
         true
-    }
-
-    fn scheduler(&self) -> Option<Arc<Scheduler>> {
-        Some(self.sched.clone())
     }
 
     fn start_write(&self, offset: u64, buf: Vec<u8>) -> PendingWrite {

@@ -13,7 +13,7 @@
 //!
 //! Owns only the bookkeeping; it issues no I/O.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 
 use super::Prio;
@@ -148,11 +148,22 @@ pub fn is_holding() -> bool {
         .unwrap_or(false)
 }
 
+thread_local! {
+    /// The priority of the [`Charge`](super::Charge) the calling thread applies (kept here by
+    /// `Charge::apply`, so this file needs nothing of the executor's).
+    static CHARGED_PRIO: Cell<Option<Prio>> = const { Cell::new(None) };
+}
+
+/// Notes the priority of the charge the calling thread applies from now on (`None`: none).
+pub(super) fn set_charged_prio(p: Option<Prio>) {
+    CHARGED_PRIO.with(|c| c.set(p));
+}
+
 /// The calling thread's own priority: that of the [`Charge`](super::Charge) it applies (a pool
 /// server's thread doing a client's work lends the client's priority when it waits), else its
 /// kernel ioprio, or what that was before a boost raised it.
 pub fn own_prio() -> Prio {
-    if let Some(p) = super::exec::charged_prio() {
+    if let Some(p) = CHARGED_PRIO.with(Cell::get) {
         return p;
     }
     HOLDING

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use super::observe::Observer;
 use super::shared::{SessionEntry, Shared};
 use crate::sched::clients::ClientTenants;
+use crate::sched::SchedDevice;
 use crate::sys::sock::{peer_cred, PeerCred};
 use crate::tbfs::Fs;
 
@@ -82,7 +83,11 @@ impl Server {
         }
         let listener = bind_private(socket, opts)?;
         let server_ids = crate::sys::proc::effective_ids();
-        let tenants = fs.inner.dev.scheduler().map(ClientTenants::new);
+        // A pool behind a scheduler charges each client's requests to the client's tenant.
+        let dev: &dyn std::any::Any = &*fs.inner.dev;
+        let tenants = dev
+            .downcast_ref::<SchedDevice>()
+            .map(|d| ClientTenants::new(d.scheduler().clone()));
         let shared = Arc::new(Shared {
             fs,
             sessions: Mutex::new(HashMap::new()),
