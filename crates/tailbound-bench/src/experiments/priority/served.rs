@@ -266,6 +266,7 @@ impl PriorityBench {
         if !with_copy {
             writer.send(GO)?;
             let (hist, _, _) = parse_writer(&writer.finish()?)?;
+            writer_charged(&pool.scheduler)?;
             return Ok(PriorityRow {
                 with_copy: false,
                 ..PriorityRow::from_histogram("tbfs", policy.name().into(), rate, &hist, 0.0, 0.0)
@@ -318,6 +319,7 @@ impl PriorityBench {
         watched?;
         copy.wait_exit()?;
         let (hist, w0, w1) = result?;
+        writer_charged(&pool.scheduler)?;
         let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1, self.copy_alone);
         Ok(PriorityRow::from_histogram(
             "tbfs",
@@ -327,6 +329,20 @@ impl PriorityBench {
             under,
             alone,
         ))
+    }
+}
+
+/// The figures mean something only if the server charged the writer's I/O at the real-time
+/// class: none of the bench's own threads is in it, and only a real-time charge lends it.
+fn writer_charged(sched: &tailbound::sched::Scheduler) -> Result<(), String> {
+    let rt = sched
+        .stats()
+        .iter()
+        .any(|t| t.prio.class == tailbound::sched::Class::Rt && t.bytes > 0);
+    if rt {
+        Ok(())
+    } else {
+        Err("the pool's scheduler charged none of the writer's I/O at the real-time class".into())
     }
 }
 

@@ -20,6 +20,8 @@ use crate::stats::LatencyHistogram;
 /// file system, then the loop device's scheduler setting.
 pub(super) struct TbfsPool {
     pub(super) fs: tailbound::tbfs::Fs,
+    /// The scheduler in front of the pool (the served cases check whom it charged).
+    pub(super) scheduler: std::sync::Arc<tailbound::sched::Scheduler>,
     _work: CaseDir,
     _sched: SchedulerGuard,
 }
@@ -53,13 +55,14 @@ impl PriorityBench {
         // device, as the kernel side's `fdatasync` on ext4 does. Under the default barrier a
         // sync's data-only log is written but left in the device's cache until the next
         // checkpoint, which a power cut could lose.
-        let (_, tbfs) = crate::experiments::pool::format_behind_scheduler(
+        let (scheduler, tbfs) = crate::experiments::pool::format_behind_scheduler(
             file_dev,
             cfg,
             tailbound::tbfs::Barrier::EveryLog,
         )?;
         Ok(TbfsPool {
             fs: tbfs,
+            scheduler,
             _work: work,
             _sched: sched,
         })
