@@ -8,7 +8,9 @@ use clap::Args;
 use tailbound::units::{parse_bytes, parse_duration};
 use tailbound_bench::experiments::blockdev::KernelSched;
 use tailbound_bench::experiments::fairness::{self, FairnessBench, IoOp, TenantSpec};
-use tailbound_bench::experiments::priority::{CopyMode, CopySpec, PriorityBench, Rate};
+use tailbound_bench::experiments::priority::{
+    CopyMode, CopySpec, PriorityBench, Rate, ServedCopySpec, ServedWriterSpec,
+};
 use tailbound_bench::plot::{grouped_bar_svg, latency_boxplot_svg};
 use tailbound_bench::report::write_json;
 
@@ -55,6 +57,21 @@ pub(crate) struct FairnessArgs {
     /// Write grouped bars of each case's ratio error as SVG to this file.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// The tbfs cases' tenants are separate processes, each in a cgroup v1 blkio group of its
+    /// weight (100 x weight), all clients of one pool server in this process, which charges
+    /// their requests to their cgroups (seed 003's setting). Without it they are threads of
+    /// this process with tenants of their own. The kernel cases are processes either way.
+    #[arg(long)]
+    processes: bool,
+    /// Run as one tenant of --processes (internal).
+    #[arg(long, hide = true, requires_all = ["socket", "file", "op", "block_bytes", "blocks"])]
+    served_child: bool,
+    #[arg(long, hide = true)]
+    socket: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    file: Option<String>,
+    #[arg(long, hide = true)]
+    blocks: Option<u64>,
     /// Run as one tenant (internal).
     #[arg(long, hide = true, requires_all = ["device", "region_offset", "region_bytes", "op", "block_bytes"])]
     child: bool,
@@ -124,6 +141,24 @@ pub(crate) struct PriorityArgs {
     /// Write a box plot of write() latency per case (log scale) as SVG to this file.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// The tbfs cases' real-time writer and copy are separate processes, each setting its own
+    /// I/O priority, both clients of one pool server in this process, which charges their
+    /// requests at their classes (seed 004's setting). Without it they are threads of this
+    /// process. The kernel cases' copy is a process either way.
+    #[arg(long)]
+    processes: bool,
+    /// Run as the writer of --processes (internal).
+    #[arg(long, hide = true, requires_all = ["socket", "served_rate"])]
+    served_writer: bool,
+    /// Run as the copy of --processes (internal).
+    #[arg(long, hide = true, requires_all = ["socket", "chunks"])]
+    served_copy: bool,
+    #[arg(long, hide = true)]
+    socket: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    served_rate: Option<String>,
+    #[arg(long, hide = true)]
+    chunks: Option<u64>,
     /// Run as the background copy (internal).
     #[arg(long, hide = true, requires_all = ["src", "dst_dir", "chunk_bytes"])]
     child: bool,
@@ -160,9 +195,29 @@ fn parse_weight_set(text: &str) -> Result<Vec<u32>, String> {
         .collect()
 }
 
+/// A tenant of `--processes`: reads its orders on stdin and reports on stdout.
+fn run_fairness_served_child(args: &FairnessArgs) -> CliResult {
+    let op = args.op.as_deref().unwrap_or_default();
+    let spec = fairness::ServedTenantSpec {
+        socket: args.socket.clone().ok_or("--served-child needs --socket")?,
+        file: args.file.clone().ok_or("--served-child needs --file")?,
+        op: IoOp::parse(op).ok_or_else(|| format!("unknown --op {op:?} (read, write)"))?,
+        block_bytes: args
+            .block_bytes
+            .ok_or("--served-child needs --block-bytes")?,
+        blocks: args.blocks.ok_or("--served-child needs --blocks")?,
+    };
+    let input = std::io::BufReader::new(std::io::stdin());
+    spec.run(input, &mut std::io::stdout().lock())?;
+    Ok(())
+}
+
 pub(crate) fn run_fairness(args: FairnessArgs) -> CliResult {
     if args.child {
         return run_fairness_child(&args);
+    }
+    if args.served_child {
+        return run_fairness_served_child(&args);
     }
     let mut bench = if args.quick {
         FairnessBench::quick(PathBuf::new())
@@ -210,6 +265,10 @@ pub(crate) fn run_fairness(args: FairnessArgs) -> CliResult {
         .clone()
         .unwrap_or_else(fairness::default_scratch_parent);
     bench.child_exe = Some(current_exe()?);
+    bench.processes = args.processes;
+    if bench.processes {
+        fairness::served_supported()?;
+    }
     bench.validate()?;
     bench.interrupted = Some(interrupt_flag()?);
     let lengthened = if bench.min_blocks > 0 {
@@ -222,12 +281,17 @@ pub(crate) fn run_fairness(args: FairnessArgs) -> CliResult {
     };
     eprintln!(
         "bench fairness: {} cases, {:?} warm-up + {:?} window{lengthened} each, a {} MiB loop \
-         device over a file in {}",
+         device over a file in {}{}",
         bench.case_count(),
         bench.warmup,
         bench.window,
         bench.device_bytes() >> 20,
-        bench.scratch_parent.display()
+        bench.scratch_parent.display(),
+        if bench.processes {
+            "; tbfs tenants are processes in blkio cgroups, clients of one pool server"
+        } else {
+            ""
+        }
     );
     let report = bench.run(|r| {
         eprintln!(
@@ -282,9 +346,36 @@ pub(crate) fn run_priority_child(args: &PriorityArgs) -> CliResult {
     Ok(())
 }
 
+/// The writer or the copy of `--processes`: reads its orders on stdin, reports on stdout.
+fn run_priority_served_child(args: &PriorityArgs) -> CliResult {
+    let socket = args.socket.clone().ok_or("a served child needs --socket")?;
+    let input = std::io::BufReader::new(std::io::stdin());
+    let mut out = std::io::stdout().lock();
+    if args.served_writer {
+        let rate = args.served_rate.as_deref().unwrap_or_default();
+        let spec = ServedWriterSpec {
+            socket,
+            writes: args.writes.ok_or("--served-writer needs --writes")?,
+            rate: Rate::parse(rate).ok_or_else(|| format!("unknown rate {rate:?}"))?,
+        };
+        spec.run(input, &mut out)?;
+    } else {
+        let spec = ServedCopySpec {
+            socket,
+            chunks: args.chunks.ok_or("--served-copy needs --chunks")?,
+            mode: args.copy,
+        };
+        spec.run(input, &mut out)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn run_priority(args: PriorityArgs) -> CliResult {
     if args.child {
         return run_priority_child(&args);
+    }
+    if args.served_writer || args.served_copy {
+        return run_priority_served_child(&args);
     }
     let mut bench = if args.quick {
         PriorityBench::quick(PathBuf::new())
@@ -322,6 +413,7 @@ pub(crate) fn run_priority(args: PriorityArgs) -> CliResult {
     }
     bench.latency_goal = args.latency_goal;
     bench.writer_alone = !args.no_writer_alone;
+    bench.processes = args.processes;
     bench.scratch_parent = args
         .dir
         .clone()
@@ -331,13 +423,18 @@ pub(crate) fn run_priority(args: PriorityArgs) -> CliResult {
     bench.interrupted = Some(interrupt_flag()?);
     eprintln!(
         "bench priority: {} cases and {} writer-alone runs x {} writes, a {} MiB copy, about {:.0} \
-         s of measuring, on ext4 on a loop device over a file in {}",
+         s of measuring, on ext4 on a loop device over a file in {}{}",
         bench.case_count(),
         bench.alone_count(),
         bench.writes,
         bench.copy_bytes >> 20,
         bench.estimate().as_secs_f64(),
-        bench.scratch_parent.display()
+        bench.scratch_parent.display(),
+        if bench.processes {
+            "; the tbfs writer and copy are processes, clients of one pool server"
+        } else {
+            ""
+        }
     );
     let report = bench.run(|r| {
         if !r.with_copy {

@@ -38,11 +38,13 @@ use tailbound::sys::time::monotonic_now;
 
 mod report;
 mod row;
+mod served;
 #[cfg(test)]
 mod tests;
 
 pub use report::{check_targets, weights_label, FairnessReport};
 pub use row::{ratio_string, FairnessRow, RATIO_ERROR_MAX, TOTAL_VS_FIFO_MIN};
+pub use served::{served_supported, ServedTenantSpec};
 
 const MIB: u64 = 1 << 20;
 /// The paper's weight sets.
@@ -298,6 +300,9 @@ pub struct FairnessBench {
     pub min_blocks: u32,
     /// The `tailbound` binary the tenants run as.
     pub child_exe: Option<PathBuf>,
+    /// The tbfs cases' tenants are separate processes in blkio cgroups of their weights,
+    /// clients of a pool server (`--processes`), rather than threads with tenants of their own.
+    pub processes: bool,
     /// Set by SIGINT/SIGTERM: the run stops and cleans up.
     pub interrupted: Option<Arc<AtomicBool>>,
     pub progress: bool,
@@ -323,6 +328,7 @@ impl FairnessBench {
             window: Duration::from_secs(4),
             min_blocks: MIN_BLOCKS_FULL,
             child_exe: None,
+            processes: false,
             interrupted: None,
             progress: true,
         }
@@ -449,9 +455,16 @@ impl FairnessBench {
         progress.finish();
         drop(dev);
         let targets = check_targets(&rows);
+        let mut device = "loop device (direct I/O) over a file on the scratch disk".to_string();
+        if self.processes {
+            device.push_str(
+                "; tbfs tenants are processes in blkio cgroups of their weights, clients of one \
+                 pool server",
+            );
+        }
         Ok(FairnessReport {
             experiment: "fairness",
-            device: "loop device (direct I/O) over a file on the scratch disk".into(),
+            device,
             region_mb: self.region_bytes() / MIB,
             warmup_s: self.warmup.as_secs_f64(),
             window_s: self.window.as_secs_f64(),
@@ -586,8 +599,23 @@ impl FairnessBench {
             }
             f.fsync()
                 .map_err(|e| format!("filling tenant {i}'s file: {e}"))?;
-            let tenant = sched.add_tenant(&format!("tenant {i}"), Prio::DEFAULT, w);
+            let tenant = (!self.processes)
+                .then(|| sched.add_tenant(&format!("tenant {i}"), Prio::DEFAULT, w));
             files.push((f, tenant));
+        }
+        if self.processes {
+            drop(files);
+            let (open, close, ops) = self.measure_served(&fs, &sched, case, blocks)?;
+            drop(fs);
+            return Ok(row(
+                System::Tbfs(policy),
+                weights,
+                op,
+                block_mib,
+                open,
+                close,
+                ops,
+            ));
         }
         let stop = AtomicBool::new(false);
         let start = std::sync::Barrier::new(weights.len() + 1);
@@ -597,7 +625,7 @@ impl FairnessBench {
                 .map(|(f, tenant)| {
                     let (stop, start, data) = (&stop, &start, &data);
                     s.spawn(move || -> Result<Vec<(u64, u64, u64)>, String> {
-                        tailbound::sched::set_thread_tenant(Some(*tenant));
+                        tailbound::sched::set_thread_tenant(*tenant);
                         let mut buf = vec![0u8; block as usize];
                         let mut ops = Vec::new();
                         start.wait();
@@ -649,23 +677,45 @@ impl FairnessBench {
         {
             return Err("interrupted".into());
         }
-        let seconds = close.since(open).as_secs_f64();
-        let mut shares = Vec::new();
-        for r in results {
-            shares.push(bytes_in_window(&r?, open.0, close.0) / MIB as f64 / seconds);
-        }
+        let ops = results.into_iter().collect::<Result<Vec<_>, String>>()?;
         drop(files);
         drop(fs);
-        Ok(FairnessRow {
-            system: System::Tbfs(policy).name(),
-            weights: weights.to_vec(),
-            op: op.name(),
-            block_mb: block_mib,
-            window_s: seconds,
-            ratio_error: ratio_error(weights, &shares),
-            total_mb_per_s: shares.iter().sum(),
-            shares_mb_per_s: shares,
-        })
+        Ok(row(
+            System::Tbfs(policy),
+            weights,
+            op,
+            block_mib,
+            open,
+            close,
+            ops,
+        ))
+    }
+}
+
+/// A case's row from each tenant's operations and the window.
+fn row(
+    system: System,
+    weights: &[u32],
+    op: IoOp,
+    block_mib: u64,
+    open: tailbound::sys::time::MonoNanos,
+    close: tailbound::sys::time::MonoNanos,
+    ops: Vec<Vec<(u64, u64, u64)>>,
+) -> FairnessRow {
+    let seconds = close.since(open).as_secs_f64();
+    let shares: Vec<f64> = ops
+        .iter()
+        .map(|o| bytes_in_window(o, open.0, close.0) / MIB as f64 / seconds)
+        .collect();
+    FairnessRow {
+        system: system.name(),
+        weights: weights.to_vec(),
+        op: op.name(),
+        block_mb: block_mib,
+        window_s: seconds,
+        ratio_error: ratio_error(weights, &shares),
+        total_mb_per_s: shares.iter().sum(),
+        shares_mb_per_s: shares,
     }
 }
 

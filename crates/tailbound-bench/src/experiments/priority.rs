@@ -43,6 +43,7 @@ use tailbound::sys::time::monotonic_now;
 mod io;
 mod model;
 mod report;
+mod served;
 mod tbfs;
 #[cfg(test)]
 mod tests;
@@ -54,6 +55,7 @@ pub use model::{
     WRITE_BYTES,
 };
 pub use report::{check_targets, PriorityReport, TbfsProfile};
+pub use served::{ServedCopySpec, ServedWriterSpec};
 
 /// The paper's rate: 111 synchronous writes per second (400,000 BHCA).
 pub const PAPER_RATE_PER_S: u32 = 111;
@@ -339,6 +341,9 @@ pub struct PriorityBench {
     /// loop device under `none`) and in a tbfs pool per policy: what the device gives a lone
     /// writer in this run, the floor under any scheduler's figures.
     pub writer_alone: bool,
+    /// The tbfs cases' writer and copy are separate processes, clients of a pool server, each
+    /// at its own I/O priority (`--processes`), rather than threads of this process.
+    pub processes: bool,
     pub child_exe: Option<PathBuf>,
     pub interrupted: Option<Arc<AtomicBool>>,
     pub progress: bool,
@@ -359,6 +364,7 @@ impl PriorityBench {
             copy_alone: Duration::from_secs(5),
             latency_goal: LATENCY_GOAL_DEFAULT,
             writer_alone: true,
+            processes: false,
             child_exe: None,
             interrupted: None,
             progress: true,
@@ -495,7 +501,13 @@ impl PriorityBench {
                     for &rate in &self.rates {
                         run_case(
                             format!("tbfs {} writer alone {}", policy.name(), rate.name()),
-                            &|| self.run_tbfs_alone(&fs, &device, profile, policy, rate),
+                            &|| {
+                                if self.processes {
+                                    self.run_tbfs_served_alone(&fs, &device, profile, policy, rate)
+                                } else {
+                                    self.run_tbfs_alone(&fs, &device, profile, policy, rate)
+                                }
+                            },
                         )?;
                     }
                 }
@@ -513,7 +525,11 @@ impl PriorityBench {
             for &policy in &self.tbfs_policies {
                 for &rate in &self.rates {
                     run_case(format!("tbfs {} {}", policy.name(), rate.name()), &|| {
-                        self.run_tbfs_case(&fs, &device, profile, policy, rate)
+                        if self.processes {
+                            self.run_tbfs_served_case(&fs, &device, profile, policy, rate)
+                        } else {
+                            self.run_tbfs_case(&fs, &device, profile, policy, rate)
+                        }
                     })?;
                 }
             }
@@ -526,6 +542,7 @@ impl PriorityBench {
             write_bytes: WRITE_BYTES as u64,
             copy_mb: self.copy_bytes / MIB,
             copy: self.copy_mode.name(),
+            processes: self.processes,
             tbfs_profile: profile.map(|p| TbfsProfile {
                 latency_goal_ms: self.latency_goal.as_secs_f64() * 1e3,
                 max_io_read: p.max_io_read,

@@ -30,8 +30,10 @@ pub const SECTOR_SIZE: u64 = 512;
 /// device holds the data (possibly in a volatile cache that a power loss may lose); after `flush`
 /// returns, every write that completed before the call is durable. Offsets and lengths are multiples
 /// of [`BLOCK_SIZE`]; buffers may have any alignment.
+/// A device is `Any`, so a holder of `dyn Device` can find what is behind it (a pool server looks
+/// for the scheduler in front of its pool's device).
 #[allow(clippy::len_without_is_empty)] // a device is never empty
-pub trait Device: Send + Sync + fmt::Debug {
+pub trait Device: Send + Sync + fmt::Debug + std::any::Any {
     /// What kind of backend this is, for messages: `memory`, `file`, `sim`.
     fn kind(&self) -> &'static str;
     /// The usable size in bytes, a multiple of [`BLOCK_SIZE`].

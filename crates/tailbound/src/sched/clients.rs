@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::exec::{Charge, Scheduler};
-use super::model::{Prio, TenantId};
+use super::model::{Class, Prio, TenantId};
 
 /// The kernel's default cgroup I/O weight.
 pub const CGROUP_WEIGHT_DEFAULT: u32 = 100;
@@ -103,6 +103,44 @@ pub fn scaled_weight(cgroup_weight: u32) -> u32 {
     w.clamp(1, u64::from(u32::MAX)) as u32
 }
 
+/// Whether process `pid` may put a thread in the real-time I/O class (`CAP_SYS_NICE` or
+/// `CAP_SYS_ADMIN` in its effective set, as `ioprio_set` asks); `false` when it cannot be told.
+pub fn may_take_rt(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .as_deref()
+        .and_then(effective_caps)
+        .is_some_and(|caps| caps & (CAP_SYS_ADMIN | CAP_SYS_NICE) != 0)
+}
+
+const CAP_SYS_ADMIN: u64 = 1 << 21;
+const CAP_SYS_NICE: u64 = 1 << 23;
+
+/// The `CapEff` mask of a `/proc/PID/status` text.
+pub fn effective_caps(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+}
+
+/// The priority a client's request runs at: the one its thread claims, unless that is real
+/// time and the process may not take it ([`may_take_rt`]). Then it is the thread's own as the
+/// kernel has it (`own`: `None` when the thread is not the client's), for a privileged process
+/// may have put it there; failing that, best effort at the claimed level.
+pub fn allowed_prio(claim: Prio, may_rt: bool, own: impl FnOnce() -> Option<Prio>) -> Prio {
+    if claim.class != Class::Rt || may_rt {
+        return claim;
+    }
+    match own() {
+        Some(p) if p.class == Class::Rt => p,
+        _ => Prio {
+            class: Class::Be,
+            level: claim.level,
+        },
+    }
+}
+
 /// Tenants of one scheduler for the requests of client processes.
 pub struct ClientTenants {
     sched: Arc<Scheduler>,
@@ -143,10 +181,17 @@ impl ClientTenants {
             .entry(pid)
             .or_insert_with(|| weighted_cgroup(&self.cgroup_root, pid))
             .clone();
+        drop(state);
+        self.tenant_in(cgroup.as_ref(), prio)
+    }
+
+    /// The tenant of requests made at `prio` by a thread in `cgroup` (`None`: in no weighted
+    /// cgroup, so the priority's own tenant).
+    pub fn tenant_in(&self, cgroup: Option<&WeightedCgroup>, prio: Prio) -> TenantId {
         let Some(cgroup) = cgroup else {
-            drop(state);
             return self.sched.tenant_for_prio(prio);
         };
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         *state
             .tenants
             .entry((cgroup.dir.clone(), prio))
@@ -157,6 +202,24 @@ impl ClientTenants {
                     scaled_weight(cgroup.weight),
                 )
             })
+    }
+
+    /// The charge for requests made at `prio` by a thread in `cgroup`.
+    pub fn charge_in(&self, cgroup: Option<&WeightedCgroup>, prio: Prio) -> Charge {
+        Charge::to(self.tenant_in(cgroup, prio), prio)
+    }
+
+    /// The weighted cgroup thread `tid` of process `pid` is in (a v1 `blkio` group holds
+    /// threads, not processes, as the kernel charges a thread's I/O); `None` when `tid` is not a
+    /// thread of `pid` (or is gone), `Some(None)` when it is in no weighted group.
+    pub fn thread_cgroup(&self, pid: u32, tid: u32) -> Option<Option<WeightedCgroup>> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/cgroup")).ok()?;
+        Some(weighted_cgroup_of(&self.cgroup_root, &text))
+    }
+
+    /// The weighted cgroup of process `pid` (its main thread's).
+    pub fn process_cgroup(&self, pid: u32) -> Option<WeightedCgroup> {
+        weighted_cgroup(&self.cgroup_root, pid)
     }
 
     /// The charge for such a request ([`Charge::apply`] it on the thread that does the work).
@@ -192,6 +255,82 @@ mod tests {
                 ("memory", "/x:y"),
                 ("", "/user.slice"),
             ]
+        );
+    }
+
+    #[test]
+    fn effective_capabilities_parse() {
+        let status = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t0000000000a00000\n";
+        assert_eq!(effective_caps(status), Some(0xa0_0000));
+        assert_eq!(effective_caps("Name:\tx\n"), None);
+        assert_eq!(effective_caps("CapEff:\tzz\n"), None);
+    }
+
+    #[test]
+    fn a_real_time_claim_holds_only_with_the_right_to_it() {
+        let rt = Prio {
+            class: Class::Rt,
+            level: 2,
+        };
+        let be7 = Prio {
+            class: Class::Be,
+            level: 7,
+        };
+        let idle = Prio {
+            class: Class::Idle,
+            level: 7,
+        };
+        assert_eq!(allowed_prio(rt, true, || None), rt, "a privileged process");
+        assert_eq!(
+            allowed_prio(be7, false, || None),
+            be7,
+            "no privilege needed"
+        );
+        assert_eq!(allowed_prio(idle, false, || Some(rt)), idle);
+        assert_eq!(
+            allowed_prio(rt, false, || Some(be7)),
+            Prio {
+                class: Class::Be,
+                level: 2
+            },
+            "the thread is not real time: best effort at the claimed level"
+        );
+        assert_eq!(
+            allowed_prio(rt, false, || None),
+            Prio {
+                class: Class::Be,
+                level: 2
+            }
+        );
+        let rt0 = Prio {
+            class: Class::Rt,
+            level: 0,
+        };
+        assert_eq!(
+            allowed_prio(rt0, false, || Some(rt)),
+            rt,
+            "real time as the kernel has it, not as claimed"
+        );
+    }
+
+    #[test]
+    fn a_thread_of_another_process_has_no_cgroup_here() {
+        let dev = Arc::new(crate::dev::sim::SimDevice::new(1 << 20));
+        let sched = Scheduler::new(dev, crate::sched::Config::default()).unwrap();
+        let clients = ClientTenants::new(sched);
+        let me = std::process::id();
+        let tid = crate::sys::proc::thread_id() as u32;
+        assert!(clients.thread_cgroup(me, tid).is_some());
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let theirs = clients.thread_cgroup(me, child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(
+            theirs, None,
+            "the child's thread is not one of this process"
         );
     }
 

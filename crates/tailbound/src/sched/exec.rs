@@ -659,8 +659,19 @@ impl Charge {
         }
     }
 
+    /// The tenant charged, if the charge names one (else the priority's tenant is).
+    pub fn tenant(&self) -> Option<TenantId> {
+        self.tenant
+    }
+
+    /// The priority the charged work runs at.
+    pub fn prio(&self) -> Prio {
+        self.prio
+    }
+
     /// Charges the calling thread's requests to `self` until the guard is dropped.
     pub fn apply(self) -> Charged {
+        super::inherit::set_charged_prio(Some(self.prio));
         Charged {
             previous: CHARGED_TO.with(|c| c.replace(Some(self))),
             _not_send: std::marker::PhantomData,
@@ -671,7 +682,16 @@ impl Charge {
 impl Drop for Charged {
     fn drop(&mut self) {
         CHARGED_TO.with(|c| c.set(self.previous));
+        super::inherit::set_charged_prio(self.previous.map(|c| c.prio));
     }
+}
+
+/// The priority the calling thread's work runs at: that of a [`Charge`] it applies (a pool
+/// server's, for a client's request), else its kernel I/O priority.
+pub fn current_prio() -> Prio {
+    CHARGED_TO
+        .with(Cell::get)
+        .map_or_else(Prio::of_current_thread, |c| c.prio)
 }
 
 /// Sets (or with `None` clears) the tenant the calling thread's [`SchedDevice`] requests use.

@@ -13,7 +13,7 @@
 //!
 //! Owns only the bookkeeping; it issues no I/O.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 
 use super::Prio;
@@ -148,8 +148,24 @@ pub fn is_holding() -> bool {
         .unwrap_or(false)
 }
 
-/// The calling thread's own priority: its kernel ioprio, or what it was before a boost raised it.
+thread_local! {
+    /// The priority of the [`Charge`](super::Charge) the calling thread applies (kept here by
+    /// `Charge::apply`, so this file needs nothing of the executor's).
+    static CHARGED_PRIO: Cell<Option<Prio>> = const { Cell::new(None) };
+}
+
+/// Notes the priority of the charge the calling thread applies from now on (`None`: none).
+pub(super) fn set_charged_prio(p: Option<Prio>) {
+    CHARGED_PRIO.with(|c| c.set(p));
+}
+
+/// The calling thread's own priority: that of the [`Charge`](super::Charge) it applies (a pool
+/// server's thread doing a client's work lends the client's priority when it waits), else its
+/// kernel ioprio, or what that was before a boost raised it.
 pub fn own_prio() -> Prio {
+    if let Some(p) = CHARGED_PRIO.with(Cell::get) {
+        return p;
+    }
     HOLDING
         .try_with(|h| h.borrow().restore)
         .ok()
@@ -232,6 +248,25 @@ mod tests {
         assert_eq!(cell.highest(), Some(BE));
         drop(a);
         assert_eq!(cell.highest(), None);
+    }
+
+    /// A pool server's thread doing a real-time client's work, itself best effort, lends the
+    /// client's class to whatever it waits for.
+    #[test]
+    fn a_charged_thread_lends_its_charges_priority() {
+        let cell = Inheritance::new();
+        let kernel = own_prio();
+        assert_ne!(
+            kernel.class,
+            Class::Rt,
+            "tests run outside the real-time class"
+        );
+        {
+            let _charged = crate::sched::Charge::to(crate::sched::TenantId(0), RT).apply();
+            let _lent = cell.lend(own_prio());
+            assert_eq!(cell.highest(), Some(RT));
+        }
+        assert_eq!(own_prio(), kernel);
     }
 
     #[test]

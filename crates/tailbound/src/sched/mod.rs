@@ -38,7 +38,9 @@ pub mod sim;
 #[cfg(test)]
 mod tests;
 
-pub use exec::{set_thread_tenant, thread_tenant, Charge, Charged, SchedDevice, Scheduler};
+pub use exec::{
+    current_prio, set_thread_tenant, thread_tenant, Charge, Charged, SchedDevice, Scheduler,
+};
 pub use model::{
     Class, Config, DeviceProfile, Op, Policy, Prio, TenantId, TenantStats, AGING_DEFAULT,
     DEPTH_DEFAULT, DEPTH_MAX, FLUSH_DEBT_MAX, FLUSH_OVERHEAD_INVERSE, LEVEL_MAX, MERGE_CAP_DEFAULT,

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::codec::{read_frame, FRAME_MAX};
-use super::protocol::{Reply, Request, VERSION};
+use super::protocol::{Reply, Request, FEATURE_CALLER, VERSION};
 use super::ring::{self, ClientRings, Consumer, Mapping, Producer, RingSizes, FEATURE_RING};
 use crate::sys::sock::send_all;
 use crate::tbfs::{Error, Result};
@@ -72,6 +72,8 @@ pub(super) struct Conn {
     pub session: u64,
     pub server_pid: u32,
     wire: Wire,
+    /// Each request names its caller (the server has a scheduler to charge).
+    called: bool,
     /// Given up in this process (a forked child's copy of its parent's connection).
     abandoned: AtomicBool,
     next_id: AtomicU64,
@@ -94,8 +96,9 @@ impl Conn {
         let lost = |e: &dyn std::fmt::Display, kind| lost_error(socket, e, kind);
         let hello = Request::Hello {
             version: VERSION,
-            features: if rings.is_some() { FEATURE_RING } else { 0 },
+            features: if rings.is_some() { FEATURE_RING } else { 0 } | FEATURE_CALLER,
         };
+        super::caller::connected();
         send_all(&stream, &hello.encode(1)).map_err(|e| lost(&e, io::ErrorKind::BrokenPipe))?;
         let body = read_frame(&mut stream)
             .map_err(|e| lost(&e, io::ErrorKind::BrokenPipe))?
@@ -133,6 +136,7 @@ impl Conn {
             session,
             server_pid,
             wire,
+            called: features & FEATURE_CALLER != 0,
             abandoned: AtomicBool::new(false),
             next_id: AtomicU64::new(2),
             replies: Mutex::new(Replies::default()),
@@ -210,7 +214,8 @@ impl Conn {
             ));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = req.encode(id);
+        let caller = self.called.then(super::caller::current);
+        let frame = req.encode_from(id, caller.as_ref());
         self.send(&frame).map_err(|why| self.broken(why))?;
         let body = self.completion(id)?;
         match Reply::decode(&body) {

@@ -11,11 +11,13 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use super::caller::{self, Callers};
 use super::codec::{read_frame, FRAME_MAX};
-use super::protocol::{Reply, Request, VERSION};
+use super::protocol::{Reply, Request, FEATURE_CALLER, VERSION};
 use super::ring::{self, Consumer, Producer, RingError, ServerRings, FEATURE_RING};
 use super::session::Session;
 use super::shared::Shared;
+use crate::sched::Charge;
 use crate::sys::sock::{send_all, PeerCred};
 use crate::tbfs::{Error, Result};
 
@@ -29,18 +31,28 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
         return;
     };
     let mut s = Session::new(shared, id, cred, watch);
-    let ending = match greet(shared, &mut stream, id) {
-        None => None,
-        Some(None) => {
+    let Some((rings, called)) = greet(shared, &mut stream, id) else {
+        s.end();
+        return;
+    };
+    // With the caller in each request's header, the I/O done for it is charged to the
+    // caller's tenant.
+    let mut callers = shared
+        .tenants
+        .as_ref()
+        .filter(|_| called)
+        .map(|t| Callers::new(t, cred.pid as u32));
+    let ending = match rings {
+        None => {
             let out = SocketOut {
                 stream: Mutex::new(&stream),
             };
             let mut inbound = SocketIn {
                 stream: stream.try_clone().ok(),
             };
-            serve(&mut s, &stream, &mut inbound, &out)
+            serve(&mut s, &mut callers, &stream, &mut inbound, &out)
         }
-        Some(Some(rings)) => {
+        Some(rings) => {
             let out = RingOut {
                 socket: &stream,
                 producer: Mutex::new(rings.completions),
@@ -49,7 +61,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
                 socket: &stream,
                 consumer: rings.requests,
             };
-            serve(&mut s, &stream, &mut inbound, &out)
+            serve(&mut s, &mut callers, &stream, &mut inbound, &out)
         }
     };
     if let Some(why) = ending {
@@ -59,12 +71,14 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
 }
 
 /// Answers the client's `hello`; then, if the rings were granted, takes its memfd. `None`: the
-/// session ends; `Some(None)`: it goes on over the socket; `Some(Some(_))`: over the rings.
-fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<Option<ServerRings>> {
+/// session ends; else it goes on over the rings if given, the socket if not, and with the
+/// caller in each request's header if `true`.
+fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<(Option<ServerRings>, bool)> {
     let body = read_frame(stream).ok()??;
     let (req_id, decoded) = Request::decode(&body);
     let req_id = req_id.unwrap_or(0);
-    let offered = if shared.rings { FEATURE_RING } else { 0 };
+    let offered =
+        if shared.rings { FEATURE_RING } else { 0 } | caller::offered(shared.tenants.as_ref());
     let reply = match decoded {
         Err(e) => Err(Error::Invalid(e.to_string())),
         Ok(Request::Hello { version, .. }) if version != VERSION => Err(Error::Invalid(format!(
@@ -82,8 +96,9 @@ fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<Option<Ser
     let Ok(Reply::Hello { features, .. }) = reply else {
         return None;
     };
+    let called = features & FEATURE_CALLER != 0;
     if features & FEATURE_RING == 0 {
-        return Some(None);
+        return Some((None, called));
     }
     // The client's next bytes on the socket are the tag and its memfd.
     let (tag, fds) = ring::recv_memfd(stream).ok()??;
@@ -93,12 +108,12 @@ fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<Option<Ser
     match ServerRings::attach(fds) {
         Ok(rings) => {
             send_all(stream, &[ring::ANSWER_RINGS]).ok()?;
-            Some(Some(rings))
+            Some((Some(rings), called))
         }
         Err(why) => {
             eprintln!("tailbound serve: session {id}: rings refused, the socket serves: {why}");
             send_all(stream, &[ring::ANSWER_SOCKET]).ok()?;
-            Some(None)
+            Some((None, called))
         }
     }
 }
@@ -182,6 +197,7 @@ impl Outbound for RingOut<'_> {
 /// it returns.
 fn serve(
     s: &mut Session<'_>,
+    callers: &mut Option<Callers<'_>>,
     socket: &UnixStream,
     inbound: &mut dyn Inbound,
     out: &dyn Outbound,
@@ -208,23 +224,38 @@ fn serve(
                     break;
                 }
             };
-            let (req_id, decoded) = Request::decode(&body);
+            let (req_id, decoded) = match callers {
+                Some(callers) => {
+                    let (id, d) = Request::decode_from(&body);
+                    (id, d.map(|(c, r)| (Some(callers.charge(&c)), r)))
+                }
+                None => {
+                    let (id, d) = Request::decode(&body);
+                    (id, d.map(|r| (None, r)))
+                }
+            };
             let req_id = req_id.unwrap_or(0);
             let reply = match decoded {
                 Err(e) => Err(Error::Invalid(e.to_string())),
-                Ok(req) => {
+                Ok((charge, req)) => {
                     let job = (apart.load(Ordering::Acquire) < MOST_APART)
                         .then(|| s.apart(&req))
                         .flatten();
                     match job {
-                        None => s.serve(req),
+                        None => {
+                            let _charged = charge.map(Charge::apply);
+                            s.serve(req)
+                        }
                         Some(job) => {
                             apart.fetch_add(1, Ordering::AcqRel);
                             let (apart, fail) = (&apart, &fail);
                             let spawned = std::thread::Builder::new()
                                 .name(format!("tbfs-session-{}-apart", s.id()))
                                 .spawn_scoped(scope, move || {
-                                    if let Err(why) = out.send(&completion(req_id, &job())) {
+                                    let charged = charge.map(Charge::apply);
+                                    let reply = job();
+                                    drop(charged);
+                                    if let Err(why) = out.send(&completion(req_id, &reply)) {
                                         fail(why);
                                     }
                                     apart.fetch_sub(1, Ordering::AcqRel);

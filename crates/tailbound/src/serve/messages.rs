@@ -12,6 +12,20 @@ use crate::tbfs::{
 pub const MAGIC: [u8; 4] = *b"TBSV";
 /// The protocol version this build speaks.
 pub const VERSION: u16 = 1;
+/// The `hello` feature bit that asks for (and, answered, grants) a [`Caller`] in the header of
+/// every later request.
+pub const FEATURE_CALLER: u64 = 1 << 1;
+
+/// Who makes a request: the client's calling thread and the I/O priority it says that thread
+/// has (the kernel's class number, 1 real time, 2 best effort, 3 idle, and level 0-7). The
+/// server knows the process from the socket; it checks what would raise the priority beyond
+/// what the process may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Caller {
+    pub tid: u32,
+    pub class: u8,
+    pub level: u8,
+}
 
 /// A byte-range or whole-file lock request on an open handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

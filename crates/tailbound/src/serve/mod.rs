@@ -16,6 +16,8 @@
 //! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server; `conn`: its
 //!   connection, calls from many threads at once matched to completions by id.
 //! - `access`: permission checks by the kernel's rules, for clients other than root.
+//! - `caller`: whose a request is: the client's thread and priority in its header, resolved
+//!   to the tenant of the pool's scheduler its I/O is charged to.
 //! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
 //!
 //! Every request is applied to the shared [`Fs`](crate::tbfs::Fs) before it is answered, so a
@@ -26,6 +28,7 @@
 use std::path::{Path, PathBuf};
 
 mod access;
+mod caller;
 mod client;
 mod codec;
 mod conn;
@@ -64,6 +67,8 @@ pub fn socket_path(pool: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+#[cfg(test)]
+mod caller_tests;
 #[cfg(test)]
 mod lease_tests;
 #[cfg(test)]

@@ -9,7 +9,7 @@
 
 use super::codec::{Dec, Enc, WireError, WireResult};
 pub use super::messages::{
-    Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request, MAGIC, VERSION,
+    Adopted, Caller, LockArgs, LockHolder, PoolInfo, Reply, Request, FEATURE_CALLER, MAGIC, VERSION,
 };
 use super::protocol_fields::{flags_dec, flags_enc, lock_dec, lock_enc};
 use crate::tbfs::{Error, SetAttr};
@@ -20,9 +20,18 @@ use crate::tbfs::{Error, SetAttr};
 impl Request {
     /// The request as a frame with id `id`.
     pub fn encode(&self, id: u64) -> Vec<u8> {
+        self.encode_from(id, None)
+    }
+
+    /// The request as a frame with id `id` and, in a session that agreed to
+    /// [`FEATURE_CALLER`], its caller after the id.
+    pub fn encode_from(&self, id: u64, caller: Option<&Caller>) -> Vec<u8> {
         use Request as R;
         let mut e = Enc::new();
         e.u64(id);
+        if let Some(c) = caller {
+            e.u32(c.tid).u8(c.class).u8(c.level);
+        }
         match self {
             R::Hello { version, features } => {
                 e.u8(1);
@@ -232,6 +241,27 @@ impl Request {
             Err(e) => return (None, Err(e)),
         };
         let r = Request::decode_rest(&mut d).and_then(|r| d.end("request").map(|()| r));
+        (Some(id), r)
+    }
+
+    /// A request frame's body in a session that agreed to [`FEATURE_CALLER`]: its id, its
+    /// caller and the request.
+    pub fn decode_from(body: &[u8]) -> (Option<u64>, WireResult<(Caller, Request)>) {
+        let mut d = Dec::new(body);
+        let id = match d.u64("request id") {
+            Ok(id) => id,
+            Err(e) => return (None, Err(e)),
+        };
+        let r = (|| {
+            let caller = Caller {
+                tid: d.u32("caller's thread")?,
+                class: d.u8("caller's class")?,
+                level: d.u8("caller's level")?,
+            };
+            let r = Request::decode_rest(&mut d)?;
+            d.end("request")?;
+            Ok((caller, r))
+        })();
         (Some(id), r)
     }
 

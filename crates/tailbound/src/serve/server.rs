@@ -12,6 +12,8 @@ use std::thread::JoinHandle;
 use super::lease_server::LeaseTable;
 use super::observe::{Change, Observer};
 use super::shared::{SessionEntry, Shared};
+use crate::sched::clients::ClientTenants;
+use crate::sched::SchedDevice;
 use crate::sys::sock::{peer_cred, PeerCred};
 use crate::tbfs::Fs;
 
@@ -110,6 +112,11 @@ impl Server {
                 Some(chained)
             }
         };
+        // A pool behind a scheduler charges each client's requests to the client's tenant.
+        let dev: &dyn std::any::Any = &*fs.inner.dev;
+        let tenants = dev
+            .downcast_ref::<SchedDevice>()
+            .map(|d| ClientTenants::new(d.scheduler().clone()));
         let shared = Arc::new(Shared {
             fs,
             sessions: Mutex::new(HashMap::new()),
@@ -125,6 +132,7 @@ impl Server {
             holds: Default::default(),
             rings: !opts.no_ring,
             leases,
+            tenants,
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use super::descs::Holds;
 use super::observe::Observer;
+use crate::sched::clients::ClientTenants;
 use crate::tbfs::Fs;
 
 /// A live session as the server sees it.
@@ -45,6 +46,8 @@ pub(super) struct Shared {
     pub rings: bool,
     /// The lease table, when the server grants leases (`lease_server.rs`).
     pub leases: Option<Arc<super::lease_server::LeaseTable>>,
+    /// Tenants of the pool's scheduler for the clients' requests (`None`: no scheduler).
+    pub tenants: Option<ClientTenants>,
 }
 
 impl Shared {

@@ -273,8 +273,7 @@ impl Engine {
         // when others filled the buffer: those writers commit it (their next write finds it full),
         // and its own sync commits its own data. The buffer goes past its limit by its writes only.
         let over = len <= limit / 2 && self.buffered_bytes() + len > limit;
-        let urgent =
-            over && crate::sched::Prio::of_current_thread().class == crate::sched::Class::Rt;
+        let urgent = over && crate::sched::current_prio().class == crate::sched::Class::Rt;
         let room_checked = !urgent && (len > limit / 2 || over);
         if room_checked {
             self.make_room_for_write(len)?;

@@ -49,7 +49,7 @@ impl Engine {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some();
-        if background && crate::sched::Prio::of_current_thread().class == crate::sched::Class::Rt {
+        if background && crate::sched::current_prio().class == crate::sched::Class::Rt {
             self.wake_background(|w| w.refresh = true);
             return Ok(());
         }

@@ -146,6 +146,8 @@ pub struct PriorityReport {
     pub copy_mb: u64,
     /// `buffered` (coreutils' `cp` through the page cache) or `direct` (`O_DIRECT`).
     pub copy: &'static str,
+    /// The tbfs cases' writer and copy were processes, clients of a pool server.
+    pub processes: bool,
     /// What the tbfs cases' scheduler was calibrated to (none without tbfs cases).
     pub tbfs_profile: Option<TbfsProfile>,
     pub cases: Vec<PriorityRow>,
@@ -248,12 +250,17 @@ impl PriorityReport {
             )
         });
         format!(
-            "High-priority {} B O_SYNC appends under a {} MiB {} copy (latencies in µs; copy MB/s \
-             under the writer, alone, and the share kept; MB = 2^20 bytes)\n\n{}\n{alone}{profile}\
-             Targets\n\n{}",
+            "High-priority {} B O_SYNC appends under a {} MiB {} copy{} (latencies in µs; copy \
+             MB/s under the writer, alone, and the share kept; MB = 2^20 bytes)\n\n{}\n{alone}\
+             {profile}Targets\n\n{}",
             self.write_bytes,
             self.copy_mb,
             self.copy,
+            if self.processes {
+                "; the tbfs writer and copy are processes, clients of one pool server"
+            } else {
+                ""
+            },
             table.to_markdown(),
             targets_markdown(&self.targets)
         )

@@ -18,8 +18,10 @@ use crate::stats::LatencyHistogram;
 
 /// A tbfs case's pool, dropped in this order: the file system, then its directory on the loop
 /// file system, then the loop device's scheduler setting.
-struct TbfsPool {
-    fs: tailbound::tbfs::Fs,
+pub(super) struct TbfsPool {
+    pub(super) fs: tailbound::tbfs::Fs,
+    /// The scheduler in front of the pool (the served cases check whom it charged).
+    pub(super) scheduler: std::sync::Arc<tailbound::sched::Scheduler>,
     _work: CaseDir,
     _sched: SchedulerGuard,
 }
@@ -28,7 +30,7 @@ impl PriorityBench {
     /// A fresh pool for a tbfs case: a pool file on the loop file system (the loop device's
     /// scheduler set to `none`, so only tailbound's orders the I/O) behind tailbound's scheduler
     /// with `policy` and depth 1, flushing every log (so a sync is durable on return).
-    fn tbfs_pool(
+    pub(super) fn tbfs_pool(
         &self,
         fs: &LoopFs,
         device: &str,
@@ -53,13 +55,14 @@ impl PriorityBench {
         // device, as the kernel side's `fdatasync` on ext4 does. Under the default barrier a
         // sync's data-only log is written but left in the device's cache until the next
         // checkpoint, which a power cut could lose.
-        let (_, tbfs) = crate::experiments::pool::format_behind_scheduler(
+        let (scheduler, tbfs) = crate::experiments::pool::format_behind_scheduler(
             file_dev,
             cfg,
             tailbound::tbfs::Barrier::EveryLog,
         )?;
         Ok(TbfsPool {
             fs: tbfs,
+            scheduler,
             _work: work,
             _sched: sched,
         })
@@ -99,19 +102,7 @@ impl PriorityBench {
         let pool = self.tbfs_pool(fs, device, profile, policy)?;
         let tbfs = &pool.fs;
         let chunk = COPY_CHUNK_BYTES as usize;
-        let pattern: Vec<u8> = (0..chunk).map(|i| (i % 239) as u8 | 0x40).collect();
-        let chunks = (self.copy_bytes / COPY_CHUNK_BYTES).max(1);
-        {
-            let src = tbfs
-                .open_file("/source", OpenFlags::create())
-                .map_err(|e| format!("creating the copy's source: {e}"))?;
-            for k in 0..chunks {
-                src.pwrite(&pattern, k * COPY_CHUNK_BYTES)
-                    .map_err(|e| format!("writing the copy's source: {e}"))?;
-            }
-            src.fsync()
-                .map_err(|e| format!("writing the copy's source: {e}"))?;
-        }
+        let chunks = self.tbfs_source(tbfs)?;
         let stop = AtomicBool::new(false);
         let copy_mode = self.copy_mode;
         let (samples, go, alone_end, result) = std::thread::scope(|s| {
@@ -199,6 +190,24 @@ impl PriorityBench {
             under,
             alone,
         ))
+    }
+
+    /// Writes the copy's source, `/source`, in the pool and syncs it; returns its chunks.
+    pub(super) fn tbfs_source(&self, tbfs: &tailbound::tbfs::Fs) -> Result<u64, String> {
+        use tailbound::tbfs::OpenFlags;
+        let chunk = COPY_CHUNK_BYTES as usize;
+        let pattern: Vec<u8> = (0..chunk).map(|i| (i % 239) as u8 | 0x40).collect();
+        let chunks = (self.copy_bytes / COPY_CHUNK_BYTES).max(1);
+        let src = tbfs
+            .open_file("/source", OpenFlags::create())
+            .map_err(|e| format!("creating the copy's source: {e}"))?;
+        for k in 0..chunks {
+            src.pwrite(&pattern, k * COPY_CHUNK_BYTES)
+                .map_err(|e| format!("writing the copy's source: {e}"))?;
+        }
+        src.fsync()
+            .map_err(|e| format!("writing the copy's source: {e}"))?;
+        Ok(chunks)
     }
 
     /// The writer of a tbfs case, on the calling thread in the real-time I/O class: `writes`

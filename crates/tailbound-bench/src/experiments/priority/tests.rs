@@ -169,6 +169,7 @@ fn targets_hold_tbfs_to_its_own_writer_alone_and_below_every_kernel_scheduler() 
         write_bytes: 4096,
         copy_mb: 64,
         copy: "buffered",
+        processes: false,
         tbfs_profile: Some(TbfsProfile {
             latency_goal_ms: 5.0,
             max_io_read: 1 << 20,
