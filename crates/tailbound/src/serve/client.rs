@@ -213,6 +213,14 @@ impl Client {
             path: path.into(),
         })
     }
+    /// `mknod`: `mode` carries the file type bits (FIFO, socket, device, or regular).
+    pub fn mknod(&self, path: &str, mode: u32, rdev: u32) -> Result<()> {
+        self.done(Request::Mknod {
+            path: path.into(),
+            mode,
+            rdev,
+        })
+    }
     pub fn readlink(&self, path: &str) -> Result<String> {
         let req = Request::Readlink { path: path.into() };
         expect!(self.conn, req, Reply::Text(t) => t)

@@ -229,6 +229,12 @@ pub enum Request {
         handle: u64,
         attr: SetAttr,
     },
+    /// `mknod`: a FIFO, socket, device or empty regular file; `mode` carries the type bits.
+    Mknod {
+        path: String,
+        mode: u32,
+        rdev: u32,
+    },
 }
 
 /// One adopted description: its handle, inode, offset and the note it was held with.

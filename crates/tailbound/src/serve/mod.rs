@@ -14,6 +14,7 @@
 //! - `client`: [`Client`], the same calls as [`crate::tbfs::Fs`] through a server; `conn`: its
 //!   connection, calls from many threads at once matched to completions by id.
 //! - `access`: permission checks by the kernel's rules, for clients other than root.
+//! - `nodes`: `mknod` by path (FIFOs, sockets, devices).
 //! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
 //!
 //! Every request is applied to the shared [`Fs`](crate::tbfs::Fs) before it is answered, so a
@@ -30,6 +31,7 @@ mod conn;
 mod descs;
 mod dispatch;
 mod messages;
+mod nodes;
 mod observe;
 pub mod protocol;
 mod protocol_fields;
@@ -43,6 +45,7 @@ pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};
 pub use conn::Transport;
 pub use descs::STATUS_APPEND;
+pub use nodes::{mknod_kind, mknod_path};
 pub use observe::{Change, Observer};
 pub use ring::RingSizes;
 pub use server::{Server, ServerHandle, ServerOptions};

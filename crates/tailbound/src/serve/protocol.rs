@@ -203,6 +203,9 @@ impl Request {
                 e.u8(48).u64(*handle);
                 attr_enc(&mut e, attr);
             }
+            R::Mknod { path, mode, rdev } => {
+                e.u8(60).str(path).u32(*mode).u32(*rdev);
+            }
         }
         e.finish()
     }
@@ -408,6 +411,11 @@ impl Request {
             48 => R::FsetAttr {
                 handle: d.u64("handle")?,
                 attr: attr_dec(d)?,
+            },
+            60 => R::Mknod {
+                path: d.str("path")?,
+                mode: d.u32("mode")?,
+                rdev: d.u32("rdev")?,
             },
             other => return Err(WireError(format!("unknown operation {other}"))),
         })

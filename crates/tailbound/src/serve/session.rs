@@ -269,6 +269,16 @@ impl Session<'_> {
                     .ok_or_else(|| Error::NotFound(path.clone()))?;
                 who.check(&st, READ, path)?;
             }
+            R::Mknod { path, mode, .. } => {
+                let kind = super::nodes::mknod_kind(*mode)?;
+                if matches!(
+                    kind,
+                    crate::tbfs::FileKind::CharDevice | crate::tbfs::FileKind::BlockDevice
+                ) {
+                    return Err(Error::NotPermitted(format!("{path}: mknod of a device")));
+                }
+                who.check(&who.walk(fs, path, false)?.dir, WRITE | EXEC, path)?;
+            }
             // The pool's retention and cleaning are its owner's to change.
             R::Snapshot { .. } | R::SetSnapshot { .. } | R::Gc { .. }
                 if self.cred.uid != self.shared.owner_uid =>
@@ -282,10 +292,11 @@ impl Session<'_> {
         Ok(())
     }
 
-    pub(super) fn serve(&mut self, req: Request) -> Result<Reply> {
+    pub(super) fn serve(&mut self, mut req: Request) -> Result<Reply> {
         use Request as R;
         if !self.who.is_root() {
             self.allow(&req)?;
+            self.as_the_kernel(&mut req)?;
         }
         let fs = self.fs;
         Ok(match req {
@@ -581,7 +592,65 @@ impl Session<'_> {
                 self.changed(&Change::Inode { ino: file.ino() });
                 Reply::Done
             }
+            R::Mknod { path, mode, rdev } => {
+                let owner = (self.cred.uid, self.cred.gid);
+                super::nodes::mknod_path(fs, &path, mode, rdev, owner)?;
+                self.name_changed(&path);
+                Reply::Done
+            }
         })
+    }
+
+    /// What the kernel does beside a call of a client other than root: a write or a truncation
+    /// clears the file's set-user-ID bit, and its set-group-ID bit when group execute is set
+    /// (`file_remove_privs`); a chmod that sets set-group-ID on a file whose group the caller
+    /// is not in drops that bit (`setattr_prepare`).
+    fn as_the_kernel(&self, req: &mut Request) -> Result<()> {
+        use Request as R;
+        match req {
+            R::Write { handle, .. }
+            | R::WriteOn { handle, .. }
+            | R::Append { handle, .. }
+            | R::SetLen { handle, .. } => {
+                let Some(desc) = self.files.get(handle) else {
+                    return Ok(());
+                };
+                let st = desc.file.stat()?;
+                let kept = without_privs(st.mode);
+                if kept != st.mode {
+                    desc.file.set_attr(&SetAttr {
+                        mode: Some(kept),
+                        ..SetAttr::default()
+                    })?;
+                    self.changed(&Change::Inode { ino: st.ino });
+                }
+            }
+            R::SetAttr {
+                path, attr, follow, ..
+            } if attr.mode.is_some_and(|m| m & libc::S_ISGID != 0) => {
+                let st = if *follow {
+                    self.fs.stat(path)
+                } else {
+                    self.fs.lstat(path)
+                };
+                if let Ok(st) = st {
+                    self.drop_sgid(&st, attr);
+                }
+            }
+            R::FsetAttr { handle, attr } if attr.mode.is_some_and(|m| m & libc::S_ISGID != 0) => {
+                if let Some(st) = self.files.get(handle).and_then(|d| d.file.stat().ok()) {
+                    self.drop_sgid(&st, attr);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn drop_sgid(&self, st: &crate::tbfs::Stat, attr: &mut SetAttr) {
+        if st.kind != crate::tbfs::FileKind::Dir && !self.who.in_group(st.gid) {
+            attr.mode = attr.mode.map(|m| m & !libc::S_ISGID);
+        }
     }
 
     /// Tells the server's observer, if it has one, of a change made.
@@ -703,4 +772,13 @@ fn entries_page(entries: Vec<crate::tbfs::DirEntry>, after: Option<&str>) -> Rep
         entries: page,
         more: rest.peek().is_some(),
     }
+}
+
+/// `mode` as a write by a client other than root leaves it (the kernel's `should_remove_suid`).
+fn without_privs(mode: u32) -> u32 {
+    let mut m = mode & !libc::S_ISUID;
+    if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+        m &= !libc::S_ISGID;
+    }
+    m
 }
