@@ -159,11 +159,14 @@ pub mod base;
 
 pub mod attrs;
 pub mod dirs;
+#[cfg(target_arch = "x86_64")]
+pub mod execl;
 pub mod fds;
 pub mod io;
 pub mod mmap;
 pub mod paths;
 pub mod process;
+pub mod sockets;
 pub mod spawn;
 pub mod stat;
 pub mod stdio;

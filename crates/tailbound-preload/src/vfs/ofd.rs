@@ -83,4 +83,6 @@ pub struct Attr {
     pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// A device's number: (major, minor).
+    pub rdev: (u32, u32),
 }
