@@ -237,6 +237,17 @@ fn serve_pool(pool: &Path, backend: &str, allow_other: bool) -> Result<Served, S
     }
     if !line.starts_with("serving ") {
         let status = child.wait().map_err(|e| e.to_string())?;
+        // Another `run` of the same pool may have started its server a moment before (it holds
+        // the pool, its socket not answering yet): that one serves this program too.
+        for _ in 0..100 {
+            if let Ok(session) = Client::connect(&socket) {
+                return Ok(Served {
+                    session,
+                    started: None,
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         return Err(format!(
             "{}: its server did not start ({status})",
             pool.display()

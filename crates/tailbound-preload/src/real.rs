@@ -656,6 +656,26 @@ pub fn memfd(name: &std::ffi::CStr) -> Result<c_int, i32> {
     }
 }
 
+/// Opens a kernel path for reading and writing, close-on-exec (another process's memfd, as
+/// `/proc/PID/fd/N`).
+pub fn kernel_open_rw(path: &str) -> Result<c_int, i32> {
+    let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
+    // SAFETY: `c` is NUL-terminated; no mode is needed without O_CREAT.
+    let fd = unsafe {
+        openat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
 /// A fresh memfd that stays open across an exec (a program image the exec runs).
 pub fn memfd_inheritable(name: &std::ffi::CStr) -> Result<c_int, i32> {
     // SAFETY: `name` is NUL-terminated.

@@ -500,11 +500,23 @@ impl Shim {
             // the access mode is enforced here instead.
             of.read = true;
         }
-        let file = fs.open_file(&loc.rel, of).map_err(|e| e.errno())?;
+        let file = match fs.open_file(&loc.rel, of) {
+            // A server checks the access the handle asks for: a write-only file opened for
+            // writing only is the caller's to open.
+            Err(e)
+                if e.errno() == libc::EACCES && acc == libc::O_WRONLY && fs.remote().is_some() =>
+            {
+                of.read = false;
+                fs.open_file(&loc.rel, of)
+            }
+            r => r,
+        }
+        .map_err(|e| e.errno())?;
         let st = file.stat().map_err(|e| e.errno())?;
         if create && st.kind == FileKind::Dir {
             return Err(libc::EISDIR);
         }
+        nodes::may_open(st.kind, flags)?;
         let status = flags
             & (libc::O_APPEND
                 | libc::O_NONBLOCK

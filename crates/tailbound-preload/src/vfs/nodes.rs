@@ -53,6 +53,20 @@ impl Shim {
     }
 }
 
+/// Opening a special file, as the kernel answers when nothing serves it here: a socket cannot
+/// be opened (`ENXIO`), nor a FIFO for writing without blocking while no process reads it
+/// (the pool's FIFOs have no readers).
+pub fn may_open(kind: tailbound::tbfs::FileKind, flags: i32) -> VfsResult<()> {
+    use tailbound::tbfs::FileKind;
+    let nonblocking_writer =
+        flags & libc::O_NONBLOCK != 0 && flags & libc::O_ACCMODE == libc::O_WRONLY;
+    match kind {
+        FileKind::Socket if flags & libc::O_PATH == 0 => Err(libc::ENXIO),
+        FileKind::Fifo if nonblocking_writer => Err(libc::ENXIO),
+        _ => Ok(()),
+    }
+}
+
 /// The abstract Unix address (without its leading NUL) of a socket bound at inode `ino` of
 /// mount number `m`'s pool: the same in every process with the same pool.
 fn socket_name(pool: &std::path::Path, ino: u64) -> Vec<u8> {

@@ -382,6 +382,21 @@ impl RemoteFile {
         expect!(self.conn, req, Reply::Number(n) => n as u32)
     }
 
+    /// The server's memory for every process's shared mappings of this file: `op` 0 attach
+    /// (answers the server's descriptor number, to open as `/proc/SERVER/fd/N`), 1 write it
+    /// back into the pool, 2 let go of it once.
+    pub fn shared_memory(&self, op: u8) -> Result<u64> {
+        let req = Request::SharedMemory {
+            handle: self.handle,
+            op,
+        };
+        match self.conn.call(&req)? {
+            Reply::Number(n) => Ok(n),
+            Reply::Done => Ok(0),
+            other => Err(self.conn.unexpected(&other)),
+        }
+    }
+
     /// `fchmod`, `fchown`, `futimens`.
     pub fn set_attr(&self, attr: &SetAttr) -> Result<()> {
         self.done(Request::FsetAttr {

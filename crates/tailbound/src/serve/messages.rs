@@ -229,6 +229,13 @@ pub enum Request {
         handle: u64,
         attr: SetAttr,
     },
+    /// The memory of the handle's inode shared by every process that maps it: `op` 0 attach
+    /// (answers the server's descriptor number of it), 1 write it back into the pool, 2 let go
+    /// of it once (written back; dropped after its last user).
+    SharedMemory {
+        handle: u64,
+        op: u8,
+    },
     /// `mknod`: a FIFO, socket, device or empty regular file; `mode` carries the type bits.
     Mknod {
         path: String,

@@ -15,6 +15,7 @@
 //!   connection, calls from many threads at once matched to completions by id.
 //! - `access`: permission checks by the kernel's rules, for clients other than root.
 //! - `nodes`: `mknod` by path (FIFOs, sockets, devices).
+//! - `shmem`: one memfd per inode for clients' `MAP_SHARED` mappings, shared across them.
 //! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
 //!
 //! Every request is applied to the shared [`Fs`](crate::tbfs::Fs) before it is answered, so a
@@ -40,6 +41,7 @@ pub mod ring;
 mod server;
 mod session;
 mod shared;
+mod shmem;
 
 pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};

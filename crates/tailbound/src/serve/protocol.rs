@@ -203,6 +203,9 @@ impl Request {
                 e.u8(48).u64(*handle);
                 attr_enc(&mut e, attr);
             }
+            R::SharedMemory { handle, op } => {
+                e.u8(61).u64(*handle).u8(*op);
+            }
             R::Mknod { path, mode, rdev } => {
                 e.u8(60).str(path).u32(*mode).u32(*rdev);
             }
@@ -411,6 +414,10 @@ impl Request {
             48 => R::FsetAttr {
                 handle: d.u64("handle")?,
                 attr: attr_dec(d)?,
+            },
+            61 => R::SharedMemory {
+                handle: d.u64("handle")?,
+                op: d.u8("op")?,
             },
             60 => R::Mknod {
                 path: d.str("path")?,

@@ -95,6 +95,7 @@ impl Server {
             next_handle: AtomicU64::new(1),
             holds: Default::default(),
             rings: !opts.no_ring,
+            shmem: Default::default(),
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;

@@ -39,6 +39,9 @@ pub(super) struct Session<'a> {
     next_handle: u64,
 }
 
+#[path = "session_shmem.rs"]
+mod session_shmem;
+
 /// A request run on a thread of its own: it holds what it needs, not the session.
 pub(super) type Apart<'a> = Box<dyn FnOnce() -> Result<Reply> + Send + 'a>;
 
@@ -297,6 +300,9 @@ impl Session<'_> {
         if !self.who.is_root() {
             self.allow(&req)?;
             self.as_the_kernel(&mut req)?;
+        }
+        if let Some(reply) = self.through_shared_memory(&req)? {
+            return Ok(reply);
         }
         let fs = self.fs;
         Ok(match req {
@@ -592,6 +598,24 @@ impl Session<'_> {
                 self.changed(&Change::Inode { ino: file.ino() });
                 Reply::Done
             }
+            R::SharedMemory { handle, op } => {
+                let ino = self.file(handle)?.ino();
+                let shmem = &self.shared.shmem;
+                match op {
+                    0 => Reply::Number(shmem.attach(fs, self.id, ino)? as u64),
+                    1 => {
+                        if let Some(sf) = shmem.get(ino) {
+                            sf.write_back()?;
+                        }
+                        Reply::Done
+                    }
+                    2 => {
+                        shmem.detach(self.id, ino)?;
+                        Reply::Done
+                    }
+                    _ => return Err(Error::Invalid(format!("shared memory: op {op}"))),
+                }
+            }
             R::Mknod { path, mode, rdev } => {
                 let owner = (self.cred.uid, self.cred.gid);
                 super::nodes::mknod_path(fs, &path, mode, rdev, owner)?;
@@ -604,7 +628,8 @@ impl Session<'_> {
     /// What the kernel does beside a call of a client other than root: a write or a truncation
     /// clears the file's set-user-ID bit, and its set-group-ID bit when group execute is set
     /// (`file_remove_privs`); a chmod that sets set-group-ID on a file whose group the caller
-    /// is not in drops that bit (`setattr_prepare`).
+    /// is not in drops that bit (`setattr_prepare`), and a chown clears the set-ID bits of a
+    /// file that is not a directory.
     fn as_the_kernel(&self, req: &mut Request) -> Result<()> {
         use Request as R;
         match req {
@@ -627,19 +652,19 @@ impl Session<'_> {
             }
             R::SetAttr {
                 path, attr, follow, ..
-            } if attr.mode.is_some_and(|m| m & libc::S_ISGID != 0) => {
+            } if touches_privs(attr) => {
                 let st = if *follow {
                     self.fs.stat(path)
                 } else {
                     self.fs.lstat(path)
                 };
                 if let Ok(st) = st {
-                    self.drop_sgid(&st, attr);
+                    self.drop_privs(&st, attr);
                 }
             }
-            R::FsetAttr { handle, attr } if attr.mode.is_some_and(|m| m & libc::S_ISGID != 0) => {
+            R::FsetAttr { handle, attr } if touches_privs(attr) => {
                 if let Some(st) = self.files.get(handle).and_then(|d| d.file.stat().ok()) {
-                    self.drop_sgid(&st, attr);
+                    self.drop_privs(&st, attr);
                 }
             }
             _ => {}
@@ -647,9 +672,20 @@ impl Session<'_> {
         Ok(())
     }
 
-    fn drop_sgid(&self, st: &crate::tbfs::Stat, attr: &mut SetAttr) {
-        if st.kind != crate::tbfs::FileKind::Dir && !self.who.in_group(st.gid) {
+    /// A chmod's set-group-ID bit on a file of a group the caller is not in goes; a chown of
+    /// a file that is not a directory clears its set-ID bits (`ATTR_KILL_SUID`/`SGID`).
+    fn drop_privs(&self, st: &crate::tbfs::Stat, attr: &mut SetAttr) {
+        if st.kind == crate::tbfs::FileKind::Dir {
+            return;
+        }
+        if attr.mode.is_some() && !self.who.in_group(attr.gid.unwrap_or(st.gid)) {
             attr.mode = attr.mode.map(|m| m & !libc::S_ISGID);
+        }
+        if attr.uid.is_some() || attr.gid.is_some() {
+            let kept = without_privs(attr.mode.unwrap_or(st.mode));
+            if kept != attr.mode.unwrap_or(st.mode) {
+                attr.mode = Some(kept);
+            }
         }
     }
 
@@ -717,6 +753,7 @@ impl Session<'_> {
         self.files.clear();
         self.views.clear();
         self.shared.holds.session_ended(self.id);
+        self.shared.shmem.session_ended(self.id);
     }
 }
 
@@ -772,6 +809,12 @@ fn entries_page(entries: Vec<crate::tbfs::DirEntry>, after: Option<&str>) -> Rep
         entries: page,
         more: rest.peek().is_some(),
     }
+}
+
+/// Whether a set-attributes request may need set-ID bits dropped: a chmod setting
+/// set-group-ID, or a chown.
+fn touches_privs(attr: &SetAttr) -> bool {
+    attr.mode.is_some_and(|m| m & libc::S_ISGID != 0) || attr.uid.is_some() || attr.gid.is_some()
 }
 
 /// `mode` as a write by a client other than root leaves it (the kernel's `should_remove_suid`).

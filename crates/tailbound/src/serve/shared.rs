@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use super::descs::Holds;
 use super::observe::Observer;
+use super::shmem::SharedFiles;
 use crate::tbfs::Fs;
 
 /// A live session as the server sees it.
@@ -43,6 +44,8 @@ pub(super) struct Shared {
     pub holds: Holds,
     /// Sessions may move to the shared-memory rings (`hello`'s feature bit).
     pub rings: bool,
+    /// The memory of files mapped `MAP_SHARED` by clients, by inode.
+    pub shmem: SharedFiles,
 }
 
 impl Shared {
