@@ -4,16 +4,15 @@
 //! out as an array and calls the hooked `execv`, `execvp` or `execve`.
 //!
 //! x86_64 only: the System V calling convention passes the first six arguments in registers
-//! and the rest on the stack, one 8-byte slot each, so pushing the five argument registers
-//! after the path below the caller's stack slots makes `arg0, arg1, ...` one array. Elsewhere
-//! libc's own are used (no hand-over).
+//! and the rest on the stack, one 8-byte slot each. Each stub takes the return address off the
+//! stack, pushes the five argument registers after the path (so they precede the caller's stack
+//! slots and `arg0, arg1, ...` is one array), puts the return address back (the stack is then
+//! 16-byte aligned for the call), calls [`exec_list`], and undoes the pushes if it returns.
+//! Elsewhere libc's own are used (no hand-over).
 
 use libc::{c_char, c_int};
 
 use crate::abi::spawn::{execv, execve, execvp};
-
-/// The exported symbols this file defines.
-pub const EXPORTED: &[&str] = &["execl", "execlp", "execle"];
 
 const LIST: c_int = 0;
 const SEARCH: c_int = 1;
@@ -46,41 +45,19 @@ unsafe extern "C" fn exec_list(
     }
 }
 
-/// One stub: keeps the return address, pushes the argument registers after the path so they
-/// precede the caller's stack arguments, calls [`exec_list`] (the stack 16-byte aligned at the
-/// call), and takes the pushes back.
-macro_rules! stub {
-    ($name:ident, $how:expr) => {
-        /// The libc function of the same name, handing served descriptors over.
-        ///
-        /// # Safety
-        /// The libc function's contract: a path and a NULL-terminated list of strings (and,
-        /// for `execle`, an environment after the NULL).
-        #[unsafe(naked)]
-        #[no_mangle]
-        pub unsafe extern "C" fn $name() -> c_int {
-            core::arch::naked_asm!(
-                "pop r10",
-                "push r9",
-                "push r8",
-                "push rcx",
-                "push rdx",
-                "push rsi",
-                "mov rsi, rsp",
-                "mov edx, {how}",
-                "push r10",
-                "call {list}",
-                "pop r10",
-                "add rsp, 40",
-                "push r10",
-                "ret",
-                how = const $how,
-                list = sym exec_list,
-            )
-        }
-    };
-}
+hooks! {
+    fn execl() -> c_int => (naked
+        "pop r10", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "mov rsi, rsp",
+        "mov edx, {how}", "push r10", "call {list}", "pop r10", "add rsp, 40", "push r10", "ret",
+        how = const LIST, list = sym exec_list);
 
-stub!(execl, LIST);
-stub!(execlp, SEARCH);
-stub!(execle, WITH_ENV);
+    fn execlp() -> c_int => (naked
+        "pop r10", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "mov rsi, rsp",
+        "mov edx, {how}", "push r10", "call {list}", "pop r10", "add rsp, 40", "push r10", "ret",
+        how = const SEARCH, list = sym exec_list);
+
+    fn execle() -> c_int => (naked
+        "pop r10", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "mov rsi, rsp",
+        "mov edx, {how}", "push r10", "call {list}", "pop r10", "add rsp, 40", "push r10", "ret",
+        how = const WITH_ENV, list = sym exec_list);
+}

@@ -516,7 +516,7 @@ impl Shim {
         if create && st.kind == FileKind::Dir {
             return Err(libc::EISDIR);
         }
-        nodes::may_open(st.kind, flags)?;
+        ofd::may_open(st.kind, flags)?;
         let status = flags
             & (libc::O_APPEND
                 | libc::O_NONBLOCK
@@ -756,7 +756,7 @@ impl Shim {
             atime_ns: st.atime_ns,
             mtime_ns: st.mtime_ns,
             ctime_ns: st.ctime_ns,
-            rdev: nodes::split_dev(st.rdev),
+            rdev: ofd::split_dev(st.rdev),
         }
     }
 

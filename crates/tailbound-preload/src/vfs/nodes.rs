@@ -7,6 +7,8 @@
 //! finds again. Unlinking the node leaves the bound socket alone, as the kernel does.
 
 use crate::real;
+#[cfg(test)]
+use crate::vfs::ofd::split_dev;
 use crate::vfs::ofd::VfsResult;
 use crate::vfs::{LibPath, Shim};
 
@@ -18,14 +20,6 @@ pub fn join_dev(dev: u64) -> VfsResult<u32> {
         return Err(libc::EINVAL);
     }
     Ok((minor & 0xff) | (major << 8) | ((minor & !0xff) << 12))
-}
-
-/// The (major, minor) of a device number a pool keeps.
-pub fn split_dev(rdev: u32) -> (u32, u32) {
-    (
-        (rdev & 0xf_ff00) >> 8,
-        (rdev & 0xff) | ((rdev >> 12) & 0xf_ff00),
-    )
 }
 
 impl Shim {
@@ -50,20 +44,6 @@ impl Shim {
         }
         let mode = kind | (mode & 0o7777 & !self.umask());
         fs.mknod(&loc.rel, mode, rdev).map_err(|e| e.errno())
-    }
-}
-
-/// Opening a special file, as the kernel answers when nothing serves it here: a socket cannot
-/// be opened (`ENXIO`), nor a FIFO for writing without blocking while no process reads it
-/// (the pool's FIFOs have no readers).
-pub fn may_open(kind: tailbound::tbfs::FileKind, flags: i32) -> VfsResult<()> {
-    use tailbound::tbfs::FileKind;
-    let nonblocking_writer =
-        flags & libc::O_NONBLOCK != 0 && flags & libc::O_ACCMODE == libc::O_WRONLY;
-    match kind {
-        FileKind::Socket if flags & libc::O_PATH == 0 => Err(libc::ENXIO),
-        FileKind::Fifo if nonblocking_writer => Err(libc::ENXIO),
-        _ => Ok(()),
     }
 }
 
