@@ -149,6 +149,12 @@ fn pjdfstest_under_tailbound_run_passes_what_passes_on_tmpfs() {
 
     let tmpfs = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     let pool_dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
+    // The suite's processes that switch to other users reach the pool's socket through it.
+    std::fs::set_permissions(
+        pool_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let pool = pool_dir.path().join("pjdfstest.pool");
     let mount = format!("/tailbound-pjdfstest-{}", std::process::id());
     assert!(!Path::new(&mount).exists());
