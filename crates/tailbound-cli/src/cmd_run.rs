@@ -71,6 +71,11 @@ pub struct RunArgs {
     /// Syscall User Dispatch (Linux 5.11+, x86_64): slower, every system call becomes a signal.
     #[arg(long)]
     catch_all: bool,
+    /// Let processes of other users reach a pool's server `run` starts (as `serve
+    /// --allow-other`), held to the kernel's permission rules: for a program that switches
+    /// users, such as a file system test suite run as root.
+    #[arg(long)]
+    allow_other: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<String>,
@@ -204,7 +209,7 @@ struct Served {
 }
 
 /// Connects to the server of `pool`, starting one (that exits once idle) if none answers.
-fn serve_pool(pool: &Path, backend: &str) -> Result<Served, String> {
+fn serve_pool(pool: &Path, backend: &str, allow_other: bool) -> Result<Served, String> {
     let socket = serve::socket_path(pool);
     if let Ok(session) = Client::connect(&socket) {
         return Ok(Served {
@@ -217,6 +222,7 @@ fn serve_pool(pool: &Path, backend: &str) -> Result<Served, String> {
     cmd.arg("serve")
         .arg(pool)
         .args(["--foreground", "--exit-when-idle", "--backend", backend])
+        .args(allow_other.then_some("--allow-other"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -231,6 +237,17 @@ fn serve_pool(pool: &Path, backend: &str) -> Result<Served, String> {
     }
     if !line.starts_with("serving ") {
         let status = child.wait().map_err(|e| e.to_string())?;
+        // Another `run` of the same pool may have started its server a moment before (it holds
+        // the pool, its socket not answering yet): that one serves this program too.
+        for _ in 0..100 {
+            if let Ok(session) = Client::connect(&socket) {
+                return Ok(Served {
+                    session,
+                    started: None,
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
         return Err(format!(
             "{}: its server did not start ({status})",
             pool.display()
@@ -267,7 +284,7 @@ pub fn run(args: RunArgs) -> CliResult {
             );
         }
         if !args.private {
-            served.push(serve_pool(&pool, &args.backend)?);
+            served.push(serve_pool(&pool, &args.backend, args.allow_other)?);
         }
         spec.push(format!("{dir}={}", pool.display()));
     }

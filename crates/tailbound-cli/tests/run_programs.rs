@@ -179,16 +179,24 @@ fn make_j4_builds_and_runs_a_small_c_project_in_the_mount() {
 }
 
 #[test]
-fn two_sqlite3_processes_write_one_database_at_once() {
+fn two_sqlite3_processes_write_one_wal_database_at_once() {
     let m = Shared::new();
     let db = format!("{}/shared.db", m.dir);
-    let out = m.sh(
-        "sqlite3 shared.db 'PRAGMA journal_mode=DELETE; CREATE TABLE t(writer TEXT, n INTEGER);'",
-    );
-    ok("create", &out);
+    // WAL mode: both writers map the -shm file MAP_SHARED and coordinate through it, so this
+    // needs one memory for both processes' mappings.
+    let out = m
+        .sh("sqlite3 shared.db 'PRAGMA journal_mode=WAL; CREATE TABLE t(writer TEXT, n INTEGER);'");
+    assert_eq!(ok("create", &out), "wal\n");
     const ROWS: usize = 100;
-    let script = |who: &str| {
-        let mut s = String::from(".timeout 30000\n");
+    let dir = m.dir.clone();
+    let script = |who: &str, other: &str| {
+        // Each opens the database (mapping the -shm file) and then waits for the other to have
+        // done so, so both write while both hold their mappings (a minute at most: a writer
+        // that failed must not leave the other waiting).
+        let mut s = format!(
+            ".timeout 30000\nSELECT count(*) FROM t;\n\
+             .shell touch {dir}/ready-{who}; i=0; while [ ! -e {dir}/ready-{other} ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done\n"
+        );
         for n in 0..ROWS {
             s.push_str(&format!(
                 "BEGIN IMMEDIATE; INSERT INTO t VALUES('{who}', {n}); COMMIT;\n"
@@ -196,12 +204,12 @@ fn two_sqlite3_processes_write_one_database_at_once() {
         }
         s
     };
-    let writers: Vec<_> = ["a", "b"]
+    let writers: Vec<_> = [("a", "b"), ("b", "a")]
         .into_iter()
-        .map(|who| {
+        .map(|(who, other)| {
             let mut child = m.spawn("sqlite3", &["-bail", &db]);
             let mut stdin = child.stdin.take().unwrap();
-            let text = script(who);
+            let text = script(who, other);
             let feeder = std::thread::spawn(move || {
                 use std::io::Write;
                 stdin.write_all(text.as_bytes()).unwrap();
@@ -213,12 +221,14 @@ fn two_sqlite3_processes_write_one_database_at_once() {
         feeder.join().unwrap();
         ok("a writer", &child.wait_with_output().unwrap());
     }
+    // Every row of both writers, each number once.
     let check = m.sh(
-        "sqlite3 shared.db 'PRAGMA integrity_check; SELECT writer, count(*), count(DISTINCT n) FROM t GROUP BY writer;'",
+        "sqlite3 shared.db 'PRAGMA journal_mode; PRAGMA integrity_check; SELECT writer, count(*), count(DISTINCT n), min(n), max(n) FROM t GROUP BY writer;'",
     );
+    let last = ROWS - 1;
     assert_eq!(
         ok("check", &check),
-        format!("ok\na|{ROWS}|{ROWS}\nb|{ROWS}|{ROWS}\n")
+        format!("wal\nok\na|{ROWS}|{ROWS}|0|{last}\nb|{ROWS}|{ROWS}|0|{last}\n")
     );
 }
 

@@ -40,11 +40,14 @@ pub fn exported() -> Vec<&'static str> {
     let families: &[&[&str]] = &[
         abi::attrs::EXPORTED,
         abi::dirs::EXPORTED,
+        #[cfg(target_arch = "x86_64")]
+        abi::execl::EXPORTED,
         abi::fds::EXPORTED,
         abi::io::EXPORTED,
         abi::mmap::EXPORTED,
         abi::paths::EXPORTED,
         abi::process::EXPORTED,
+        abi::sockets::EXPORTED,
         abi::spawn::EXPORTED,
         abi::stat::EXPORTED,
         abi::stdio::EXPORTED,

@@ -231,6 +231,8 @@ real! {
     fn mknodat(dirfd: c_int, p: *const c_char, m: mode_t, d: libc::dev_t) -> c_int;
     fn mkfifo(p: *const c_char, m: mode_t) -> c_int;
     fn mkfifoat(dirfd: c_int, p: *const c_char, m: mode_t) -> c_int;
+    fn bind(fd: c_int, a: *const libc::sockaddr, n: libc::socklen_t) -> c_int;
+    fn connect(fd: c_int, a: *const libc::sockaddr, n: libc::socklen_t) -> c_int;
     fn pathconf(p: *const c_char, name: c_int) -> c_long;
     fn fpathconf(fd: c_int, name: c_int) -> c_long;
     fn execve(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
@@ -243,6 +245,9 @@ real! {
     fn pclose(f: *mut libc::FILE) -> c_int;
     fn posix_spawn(pid: *mut libc::pid_t, p: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, a: *const *mut c_char, e: *const *mut c_char) -> c_int;
     fn posix_spawnp(pid: *mut libc::pid_t, p: *const c_char, fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t, a: *const *mut c_char, e: *const *mut c_char) -> c_int;
+    fn posix_spawn_file_actions_adddup2(fa: *mut libc::posix_spawn_file_actions_t, fd: c_int, to: c_int) -> c_int;
+    fn posix_spawn_file_actions_init(fa: *mut libc::posix_spawn_file_actions_t) -> c_int;
+    fn posix_spawn_file_actions_destroy(fa: *mut libc::posix_spawn_file_actions_t) -> c_int;
     fn _exit(code: c_int) -> ();
     fn pthread_create(t: *mut libc::pthread_t, attr: *const libc::pthread_attr_t, f: extern "C" fn(*mut c_void) -> *mut c_void, arg: *mut c_void) -> c_int;
     fn fileno(f: *mut libc::FILE) -> c_int;
@@ -644,6 +649,26 @@ pub fn pid() -> i32 {
 pub fn memfd(name: &std::ffi::CStr) -> Result<c_int, i32> {
     // SAFETY: `name` is NUL-terminated.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Opens a kernel path for reading and writing, close-on-exec (another process's memfd, as
+/// `/proc/PID/fd/N`).
+pub fn kernel_open_rw(path: &str) -> Result<c_int, i32> {
+    let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
+    // SAFETY: `c` is NUL-terminated; no mode is needed without O_CREAT.
+    let fd = unsafe {
+        openat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::O_RDWR | libc::O_CLOEXEC,
+            0,
+        )
+    };
     if fd < 0 {
         Err(errno())
     } else {

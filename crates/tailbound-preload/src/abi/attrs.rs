@@ -1,11 +1,11 @@
 //! Attributes: modes, owners and times (`chmod`, `chown`, `utimensat` and their forms), and the
-//! file types a pool cannot hold (`mknod`, `mkfifo`: `EPERM`).
+//! special files (`mknod`, `mkfifo`).
 
 use libc::{c_char, c_int, mode_t};
 
 use tailbound::tbfs::SetAttr;
 
-use crate::abi::base::{bytes, int, lib_path, refused, shim};
+use crate::abi::base::{bytes, int, lib_path, shim};
 use crate::vfs::{LibPath, Ofd, VfsResult};
 
 hooks! {
@@ -117,18 +117,22 @@ hooks! {
             set_path_attr(loc, attr, true)
         });
 
-    // Device nodes and FIFOs are not supported in a pool.
     fn mknod(p: *const c_char, m: mode_t, d: libc::dev_t) -> c_int
-        => (path "mknod", libc::AT_FDCWD, p, |loc| refused("mknod", loc, libc::EPERM));
+        => (path "mknod", libc::AT_FDCWD, p, |loc| make_node(loc, m, d));
 
     fn mknodat(dirfd: c_int, p: *const c_char, m: mode_t, d: libc::dev_t) -> c_int
-        => (path "mknodat", dirfd, p, |loc| refused("mknodat", loc, libc::EPERM));
+        => (path "mknodat", dirfd, p, |loc| make_node(loc, m, d));
 
     fn mkfifo(p: *const c_char, m: mode_t) -> c_int
-        => (path "mkfifo", libc::AT_FDCWD, p, |loc| refused("mkfifo", loc, libc::EPERM));
+        => (path "mkfifo", libc::AT_FDCWD, p, |loc| make_node(loc, libc::S_IFIFO | (m & 0o7777), 0));
 
     fn mkfifoat(dirfd: c_int, p: *const c_char, m: mode_t) -> c_int
-        => (path "mkfifoat", dirfd, p, |loc| refused("mkfifoat", loc, libc::EPERM));
+        => (path "mkfifoat", dirfd, p, |loc| make_node(loc, libc::S_IFIFO | (m & 0o7777), 0));
+}
+
+/// mknod and mkfifo on a library path.
+fn make_node(loc: VfsResult<LibPath>, mode: mode_t, dev: libc::dev_t) -> c_int {
+    int(loc.and_then(|l| shim().mknod(&l, mode, dev)))
 }
 
 /// chmod, chown, utimens on a library path; `follow`: through a final symbolic link (no

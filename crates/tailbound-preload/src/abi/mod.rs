@@ -31,7 +31,9 @@
 ///   location or the errno refusing it); any other path is passed through;
 /// - `(same_as OTHER)` or `(same_as OTHER(ARGS))`: an alias of hook `OTHER`;
 /// - `(exit_after { BODY })`: `BODY`, then the libc function, which does not return;
-/// - `{ BODY }`: a body of its own, which routes itself and may end in `pass!()`.
+/// - `{ BODY }`: a body of its own, which routes itself and may end in `pass!()`;
+/// - `(naked ASM...)`: a function of no arguments of its own whose whole body is `naked_asm!`
+///   with these operands (the `execl` stubs, which read the caller's arguments themselves).
 macro_rules! hooks {
     ($(
         $(#[$attr:meta])*
@@ -46,12 +48,16 @@ macro_rules! hooks {
 
 /// One item of [`hooks!`].
 macro_rules! hook {
+    (@no_mangle $item:item) => {
+        #[no_mangle]
+        $item
+    };
     (@export $(#[$attr:meta])* fn $name:ident ( $($a:ident : $t:ty),* ) -> $r:ty $body:block) => {
+        hook!(@no_mangle
         $(#[$attr])*
         ///
         /// # Safety
         /// The contract of the libc function of the same name.
-        #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
             #[allow(unused_macros)]
             macro_rules! pass {
@@ -62,7 +68,18 @@ macro_rules! hook {
                 };
             }
             $body
-        }
+        });
+    };
+    ($(#[$attr:meta])* fn $name:ident ( ) -> $r:ty => (naked $($asm:tt)*)) => {
+        hook!(@no_mangle
+        $(#[$attr])*
+        ///
+        /// # Safety
+        /// The contract of the libc function of the same name.
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name() -> $r {
+            core::arch::naked_asm!($($asm)*)
+        });
     };
     (@failed $r:ty) => { <$r as $crate::abi::base::Failed>::failed };
     (@failed $r:ty, $failed:expr) => { $failed };
@@ -159,11 +176,14 @@ pub mod base;
 
 pub mod attrs;
 pub mod dirs;
+#[cfg(target_arch = "x86_64")]
+pub mod execl;
 pub mod fds;
 pub mod io;
 pub mod mmap;
 pub mod paths;
 pub mod process;
+pub mod sockets;
 pub mod spawn;
 pub mod stat;
 pub mod stdio;

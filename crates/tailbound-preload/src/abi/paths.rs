@@ -19,7 +19,14 @@ hooks! {
         => (path "mkdirat", dirfd, path, |loc| int(loc.and_then(|l| shim().mkdir(&l, mode))));
 
     fn rmdir(path: *const c_char) -> c_int
-        => (path "rmdir", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| shim().rmdir(&l))));
+        => (path "rmdir", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| {
+            // SAFETY: rmdir's caller passes `path` NUL-terminated (non-NULL: it was routed).
+            match last_is_dot(unsafe { bytes(path) }) {
+                Some(1) => Err(libc::EINVAL),
+                Some(_) => Err(libc::ENOTEMPTY),
+                None => shim().rmdir(&l),
+            }
+        })));
 
     fn unlink(path: *const c_char) -> c_int
         => (path "unlink", libc::AT_FDCWD, path, |loc| int(loc.and_then(|l| shim().unlink(&l))));
@@ -380,12 +387,17 @@ unsafe fn rename_any(
     let s = shim();
     // SAFETY: this function's caller passes its path arguments NUL-terminated (or NULL); they are
     // only read.
-    let (wa, wb) = unsafe { (s.resolve(da, bytes(a)), s.resolve(db, bytes(b))) };
+    let (pa, pb) = unsafe { (bytes(a), bytes(b)) };
+    let (wa, wb) = (s.resolve(da, pa), s.resolve(db, pb));
     let r = match (wa, wb) {
         (Where::Kernel, Where::Kernel) => {
             count(name, false);
             return None;
         }
+        // As the kernel: a path it cannot read, and a last component `.` or `..`, which
+        // normalizing would otherwise turn into its directory.
+        _ if a.is_null() || b.is_null() => Err(libc::EFAULT),
+        _ if last_is_dot(pa).is_some() || last_is_dot(pb).is_some() => Err(libc::EINVAL),
         (Where::Refused(e), _) | (_, Where::Refused(e)) => Err(e),
         (Where::Lib(x), Where::Lib(y)) => s.rename(&x, &y, flags),
         // Across file systems: `mv` copies and removes on EXDEV.
@@ -435,6 +447,12 @@ unsafe fn symlink_any(target: *const c_char, dirfd: c_int, p: *const c_char) -> 
     // only read.
     let t = unsafe { bytes(target) };
     Some(int(loc.and_then(|l| {
+        if target.is_null() {
+            return Err(libc::EFAULT);
+        }
+        if t.len() >= libc::PATH_MAX as usize {
+            return Err(libc::ENAMETOOLONG);
+        }
         let t = std::str::from_utf8(t).map_err(|_| libc::EINVAL)?;
         if t.is_empty() {
             return Err(libc::ENOENT);
@@ -481,6 +499,7 @@ unsafe fn link_any(
             count(name, false);
             return None;
         }
+        _ if a.is_null() || b.is_null() => Err(libc::EFAULT),
         (Where::Refused(e), _) | (_, Where::Refused(e)) => Err(e),
         (Where::Lib(x), Where::Lib(y)) => s.link(&x, &y),
         _ => Err(libc::EXDEV),
@@ -488,6 +507,16 @@ unsafe fn link_any(
     count(name, true);
     drop(g);
     Some(int(r))
+}
+
+/// The length of a path's last component when it is `.` or `..` (trailing slashes aside).
+fn last_is_dot(p: &[u8]) -> Option<usize> {
+    let p = p.strip_suffix(b"/").map_or(p, |_| {
+        let end = p.iter().rposition(|&c| c != b'/').map_or(0, |i| i + 1);
+        &p[..end]
+    });
+    let last = p.rsplit(|&c| c == b'/').next().unwrap_or(p);
+    matches!(last, b"." | b"..").then_some(last.len())
 }
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -3,11 +3,12 @@
 //! ([`crate::vfs::Shim::hand_over`]): a fork's child adopts them in the `atfork` child handler,
 //! a new image at its shim's start, from its environment.
 //!
-//! `execl`, `execlp` and `execle` take their arguments as a variable list and call libc's
-//! internal `execve`, which no hook sees: a program that uses them gets no hand-over. `system()`
+//! `execl`, `execlp` and `execle` (x86_64) are stubs in `execl.rs` that call the hooks here.
+//! `system()`
 //! and `popen()` (with `pclose()`) are done here on the hooked spawn when there is something to
 //! hand over, since glibc's own start their shell where no hook sees it.
 
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::sync::Mutex;
 
@@ -25,7 +26,8 @@ extern "C" {
 }
 
 /// An environment for the new image: `base` (NULL: this process's) without the shim's
-/// hand-over variables, with `add` after it.
+/// hand-over variables, with `add` after it (and, when `add` hands something over, the shim's
+/// own variables `base` lacks).
 ///
 /// # Safety
 /// `base` is NULL or a NULL-terminated array of NUL-terminated strings.
@@ -60,6 +62,30 @@ unsafe fn with_env(
             }
             i += 1;
         }
+    }
+    if !add.is_empty() {
+        // A hand-over needs the shim in the new image: an environment the program made (an
+        // `execle`, `env -i`) keeps the shim's own variables it lacks.
+        let has = |name: &str| {
+            keep.iter().any(|e| {
+                let e = e.to_bytes();
+                e.len() > name.len() && e.starts_with(name.as_bytes()) && e[name.len()] == b'='
+            })
+        };
+        let missing: Vec<CString> = std::env::vars_os()
+            .filter_map(|(k, v)| {
+                let k = k.into_string().ok()?;
+                let shim_var = k == "LD_PRELOAD"
+                    || (k.starts_with("TAILBOUND_") && k != ADOPT_ENV && k != CWD_ENV);
+                (shim_var && !has(&k)).then(|| {
+                    let mut e = k.into_bytes();
+                    e.push(b'=');
+                    e.extend_from_slice(std::os::unix::ffi::OsStrExt::as_bytes(v.as_os_str()));
+                    CString::new(e).ok()
+                })?
+            })
+            .collect();
+        keep.extend(missing);
     }
     keep.extend(add.iter().filter_map(|a| CString::new(a.as_str()).ok()));
     let mut ptrs: Vec<*const c_char> = keep.iter().map(|c| c.as_ptr()).collect();
@@ -114,11 +140,16 @@ fn refused_spawn(e: c_int) -> c_int {
 /// Hands the served descriptors over for an exec by this process; `None` when there is
 /// nothing to hand over (no mount, or none served and the working directory outside them).
 fn hand_over_for(pid: Option<i32>) -> Option<HandOver> {
+    hand_over_with(pid, &[])
+}
+
+/// [`hand_over_for`] with a spawn's `dup2` file actions.
+fn hand_over_with(pid: Option<i32>, dup2s: &[(i32, i32)]) -> Option<HandOver> {
     let s = shim();
     if s.mounts.is_empty() {
         return None;
     }
-    let h = s.hand_over(pid);
+    let h = s.hand_over(pid, dup2s);
     if h.env.is_empty() {
         s.hand_over_done(h, false);
         return None;
@@ -154,6 +185,7 @@ fn exec_with(
 /// A spawn with the hand-over's environment, tied to the child once it exists.
 fn spawn_with(
     pid: *mut pid_t,
+    fa: *const libc::posix_spawn_file_actions_t,
     base: *const *mut c_char,
     spawn: impl FnOnce(*mut pid_t, *const *mut c_char) -> c_int,
     fallback: impl FnOnce() -> c_int,
@@ -161,7 +193,13 @@ fn spawn_with(
     let Some(g) = enter() else {
         return fallback();
     };
-    let Some(h) = hand_over_for(None) else {
+    let dup2s = DUP2S
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(fa as usize))
+        .cloned()
+        .unwrap_or_default();
+    let Some(h) = hand_over_with(None, &dup2s) else {
         drop(g);
         return fallback();
     };
@@ -289,6 +327,7 @@ hooks! {
             |p| {
                 spawn_with(
                     pid,
+                    fa,
                     e,
                     // SAFETY: the program's path (or its image's) and arguments, a pid slot of
                     // ours, and an environment built above.
@@ -315,6 +354,7 @@ hooks! {
             |p| {
                 spawn_with(
                     pid,
+                    fa,
                     e,
                     // SAFETY: as in `posix_spawn`.
                     |child, env| unsafe { real::posix_spawnp(child, p, fa, at, a, env) },
@@ -324,6 +364,35 @@ hooks! {
             },
             refused_spawn,
         )
+    }
+
+    /// Noted for the spawn (a library descriptor duplicated in the child is handed over
+    /// under its new number), then libc's.
+    fn posix_spawn_file_actions_adddup2(
+        fa: *mut libc::posix_spawn_file_actions_t,
+        fd: c_int,
+        to: c_int,
+    ) -> c_int, or crate::abi::base::eio_number => {
+        let r = pass!();
+        if r == 0 {
+            let mut t = DUP2S.lock().unwrap_or_else(|p| p.into_inner());
+            t.entry(fa as usize).or_default().push((fd, to));
+        }
+        r
+    }
+
+    fn posix_spawn_file_actions_init(
+        fa: *mut libc::posix_spawn_file_actions_t
+    ) -> c_int, or crate::abi::base::eio_number => {
+        DUP2S.lock().unwrap_or_else(|p| p.into_inner()).remove(&(fa as usize));
+        pass!()
+    }
+
+    fn posix_spawn_file_actions_destroy(
+        fa: *mut libc::posix_spawn_file_actions_t
+    ) -> c_int, or crate::abi::base::eio_number => {
+        DUP2S.lock().unwrap_or_else(|p| p.into_inner()).remove(&(fa as usize));
+        pass!()
     }
 
     /// On a hand-over, done here on the hooked spawn (see `system_handing_over`).
@@ -508,6 +577,9 @@ fn spawn_shell(
     }
     wait_for(pid)
 }
+
+/// The `dup2` actions of each live `posix_spawn_file_actions_t` (by address): `(from, to)`.
+static DUP2S: Mutex<BTreeMap<usize, Vec<(c_int, c_int)>>> = Mutex::new(BTreeMap::new());
 
 /// Streams `popen` made here and their shells' pids, for `pclose`.
 static POPENED: Mutex<Vec<(usize, pid_t)>> = Mutex::new(Vec::new());

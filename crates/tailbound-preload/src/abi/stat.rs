@@ -230,6 +230,7 @@ unsafe fn put_stat(a: &Attr, st: *mut libc::stat64) {
     s.st_uid = a.uid;
     s.st_gid = a.gid;
     s.st_size = a.size as i64;
+    s.st_rdev = libc::makedev(a.rdev.0, a.rdev.1);
     s.st_blksize = tailbound::dev::BLOCK_SIZE as i64;
     s.st_blocks = a.blocks512 as i64;
     s.st_atime = a.atime_ns.div_euclid(1_000_000_000);
@@ -279,6 +280,7 @@ unsafe fn put_statx(a: &Attr, out: *mut libc::statx) {
     s.stx_atime = ts(a.atime_ns);
     s.stx_mtime = ts(a.mtime_ns);
     s.stx_ctime = ts(a.ctime_ns);
+    (s.stx_rdev_major, s.stx_rdev_minor) = a.rdev;
     s.stx_dev_major = (a.dev >> 32) as u32;
     s.stx_dev_minor = a.dev as u32;
     // SAFETY: the caller passes a writable statx buffer.

@@ -155,6 +155,17 @@ impl Pool {
     pub fn symlink(&self, target: &str, path: &str) -> Result<()> {
         both!(self, fs => fs.symlink(target, path))
     }
+    /// `mknod`; `mode` carries the type bits. A pool opened here gives the node to this
+    /// process's effective user, as the server gives it to its client's.
+    pub fn mknod(&self, path: &str, mode: u32, rdev: u32) -> Result<()> {
+        match self {
+            Pool::Local(fs) => {
+                let owner = tailbound::sys::proc::effective_ids();
+                tailbound::serve::mknod_path(fs, path, mode, rdev, owner)
+            }
+            Pool::Remote(r) => r.client().mknod(path, mode, rdev),
+        }
+    }
     pub fn readlink(&self, path: &str) -> Result<String> {
         both!(self, fs => fs.readlink(path))
     }

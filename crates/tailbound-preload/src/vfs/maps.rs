@@ -1,6 +1,11 @@
 //! Writable shared mappings of library files: one memfd per inode holds the file's bytes while
 //! it is mapped, so every mapping and every read or write of the file see the same bytes; it is
 //! written back into the pool on `msync`, `munmap`, `fsync` and at exit.
+//!
+//! On a served mount the memfd is the server's, one per inode for every process (opened here as
+//! `/proc/SERVER/fd/N`), so two processes' mappings are the same pages, and the server answers
+//! other processes' calls on the inode from it; the server writes it back when asked. Where
+//! that cannot be opened (a server of another user) the memfd is this process's own.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,7 +20,28 @@ pub struct Backing {
     pub memfd: i32,
     ofd: Arc<Ofd>,
     maps: AtomicUsize,
+    /// The server's memfd, shared with every process that maps the inode.
+    served: bool,
 }
+
+/// The server's memory for `o`'s inode, opened here, if the mount is served and it can be.
+fn served_memory(o: &Ofd) -> Option<i32> {
+    let f = o.file.remote()?;
+    let pid = o.fs.remote()?.client().server_pid();
+    let n = f.shared_memory(ATTACH).ok()?;
+    match real::kernel_open_rw(&format!("/proc/{pid}/fd/{n}")) {
+        Ok(fd) => Some(fd),
+        Err(_) => {
+            let _ = f.shared_memory(LET_GO);
+            None
+        }
+    }
+}
+
+/// `RemoteFile::shared_memory`'s operations.
+const ATTACH: u8 = 0;
+const WRITE_BACK: u8 = 1;
+const LET_GO: u8 = 2;
 
 /// The backings and the mappings of them, owned here: only these methods change them.
 #[derive(Default)]
@@ -47,6 +73,23 @@ impl Mappings {
         if let Some(b) = all.get(&(o.mount, o.ino)) {
             return Ok(b.clone());
         }
+        let (memfd, served) = match served_memory(o) {
+            Some(fd) => (fd, true),
+            None => (self.own_memory(o)?, false),
+        };
+        let b = Arc::new(Backing {
+            memfd,
+            ofd: o.clone(),
+            maps: AtomicUsize::new(0),
+            served,
+        });
+        all.insert((o.mount, o.ino), b.clone());
+        self.nbackings.fetch_add(1, Ordering::AcqRel);
+        Ok(b)
+    }
+
+    /// A memfd of this process's own holding `o`'s bytes.
+    fn own_memory(&self, o: &Arc<Ofd>) -> VfsResult<i32> {
         let memfd = real::memfd(c"tailbound-shared-mapping")?;
         let fill = || -> VfsResult<()> {
             let size = o.file.stat().map_err(|e| e.errno())?.size;
@@ -70,14 +113,7 @@ impl Mappings {
             real::release_fd(memfd);
             return Err(e);
         }
-        let b = Arc::new(Backing {
-            memfd,
-            ofd: o.clone(),
-            maps: AtomicUsize::new(0),
-        });
-        all.insert((o.mount, o.ino), b.clone());
-        self.nbackings.fetch_add(1, Ordering::AcqRel);
-        Ok(b)
+        Ok(memfd)
     }
 
     pub fn mapped(&self, addr: usize, len: usize, b: Arc<Backing>) {
@@ -87,6 +123,13 @@ impl Mappings {
 
     /// Copies a backing's bytes into the file.
     pub fn write_back(&self, b: &Backing) -> VfsResult<()> {
+        if b.served {
+            let f = b.ofd.file.remote().ok_or(libc::EIO)?;
+            return f
+                .shared_memory(WRITE_BACK)
+                .map(|_| ())
+                .map_err(|e| e.errno());
+        }
         let size = real::kernel_size(b.memfd)?;
         let f = &b.ofd.file;
         let mut buf = vec![0u8; 1 << 20];
@@ -135,10 +178,18 @@ impl Mappings {
         };
         let mut result = Ok(());
         for (_, b) in gone {
-            if let Err(e) = self.write_back(&b) {
+            let last = b.maps.fetch_sub(1, Ordering::AcqRel) == 1;
+            let r = match b.ofd.file.remote() {
+                // The server writes it back, and drops it after its last process.
+                Some(f) if b.served && last => {
+                    f.shared_memory(LET_GO).map(|_| ()).map_err(|e| e.errno())
+                }
+                _ => self.write_back(&b),
+            };
+            if let Err(e) = r {
                 result = Err(e);
             }
-            if b.maps.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if last {
                 let mut all = lock(&self.backings);
                 if all
                     .get(&(b.ofd.mount, b.ofd.ino))

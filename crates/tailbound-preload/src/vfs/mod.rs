@@ -19,6 +19,7 @@ mod dir;
 pub mod exec;
 mod locks;
 pub mod maps;
+pub mod nodes;
 pub mod ofd;
 pub mod path;
 pub mod procs;
@@ -168,6 +169,10 @@ impl Shim {
                 let rel = abs[self.mounts[m].prefix.len()..]
                     .trim_start_matches('/')
                     .to_string();
+                // As the kernel's walk: a name longer than a directory entry can hold.
+                if rel.split('/').any(|c| c.len() > NAME_MAX) {
+                    return Where::Refused(libc::ENAMETOOLONG);
+                }
                 Where::Lib(LibPath { mount: m, rel, abs })
             }
         }
@@ -182,6 +187,16 @@ impl Shim {
         let Ok(p) = std::str::from_utf8(path) else {
             return Where::Kernel;
         };
+        match self.resolve_str(dirfd, p) {
+            // The kernel refuses a path string of PATH_MAX bytes or more before it walks it.
+            Where::Lib(_) if path.len() >= libc::PATH_MAX as usize => {
+                Where::Refused(libc::ENAMETOOLONG)
+            }
+            w => w,
+        }
+    }
+
+    fn resolve_str(&self, dirfd: i32, p: &str) -> Where {
         if p.starts_with('/') {
             return self.classify(normalize(p));
         }
@@ -485,11 +500,23 @@ impl Shim {
             // the access mode is enforced here instead.
             of.read = true;
         }
-        let file = fs.open_file(&loc.rel, of).map_err(|e| e.errno())?;
+        let file = match fs.open_file(&loc.rel, of) {
+            // A server checks the access the handle asks for: a write-only file opened for
+            // writing only is the caller's to open.
+            Err(e)
+                if e.errno() == libc::EACCES && acc == libc::O_WRONLY && fs.remote().is_some() =>
+            {
+                of.read = false;
+                fs.open_file(&loc.rel, of)
+            }
+            r => r,
+        }
+        .map_err(|e| e.errno())?;
         let st = file.stat().map_err(|e| e.errno())?;
         if create && st.kind == FileKind::Dir {
             return Err(libc::EISDIR);
         }
+        ofd::may_open(st.kind, flags)?;
         let status = flags
             & (libc::O_APPEND
                 | libc::O_NONBLOCK
@@ -729,6 +756,7 @@ impl Shim {
             atime_ns: st.atime_ns,
             mtime_ns: st.mtime_ns,
             ctime_ns: st.ctime_ns,
+            rdev: ofd::split_dev(st.rdev),
         }
     }
 
@@ -1092,6 +1120,9 @@ impl Shim {
 }
 
 /// Why a forked child's mount without a server refuses its calls.
+/// The longest name a directory entry holds (the kernel's `NAME_MAX`).
+const NAME_MAX: usize = 255;
+
 const FORKED: &str = "a forked child cannot open a pool in-process";
 
 /// Opens a pool file: `TAILBOUND_BACKEND=file` for the O_DIRECT file backend, else a memory pool.

@@ -83,4 +83,28 @@ pub struct Attr {
     pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// A device's number: (major, minor).
+    pub rdev: (u32, u32),
+}
+
+/// The (major, minor) of a device number a pool keeps.
+pub fn split_dev(rdev: u32) -> (u32, u32) {
+    (
+        (rdev & 0xf_ff00) >> 8,
+        (rdev & 0xff) | ((rdev >> 12) & 0xf_ff00),
+    )
+}
+
+/// Opening a special file, as the kernel answers when nothing serves it here: a socket cannot
+/// be opened (`ENXIO`), nor a FIFO for writing without blocking while no process reads it
+/// (the pool's FIFOs have no readers).
+pub fn may_open(kind: tailbound::tbfs::FileKind, flags: i32) -> VfsResult<()> {
+    use tailbound::tbfs::FileKind;
+    let nonblocking_writer =
+        flags & libc::O_NONBLOCK != 0 && flags & libc::O_ACCMODE == libc::O_WRONLY;
+    match kind {
+        FileKind::Socket if flags & libc::O_PATH == 0 => Err(libc::ENXIO),
+        FileKind::Fifo if nonblocking_writer => Err(libc::ENXIO),
+        _ => Ok(()),
+    }
 }

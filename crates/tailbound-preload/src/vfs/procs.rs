@@ -231,16 +231,39 @@ impl Shim {
     /// Before an exec or a spawn of a new image: holds the descriptions of served descriptors
     /// without close-on-exec (tied to `pid`, the process that will run the image), keeps their
     /// reserved descriptors open across the exec, and says in `env` what the new image adopts.
-    pub fn hand_over(&self, pid: Option<i32>) -> HandOver {
+    ///
+    /// `dup2s` are a spawn's `dup2` file actions, `(from, to)`: a library descriptor `from`
+    /// arrives in the child as `to` (its reserved descriptor duplicated there by the kernel), so
+    /// its description is held under `to` too, and what the parent has at `to` is not.
+    pub fn hand_over(&self, pid: Option<i32>, dup2s: &[(i32, i32)]) -> HandOver {
         let mut h = HandOver::default();
         let mut lines = Vec::new();
-        for (m, fds) in self.served_fds(true) {
-            let Some(token) = self.hold(m, &fds) else {
+        let mut by_mount = self.served_fds(true);
+        let mut moved: HashMap<usize, Vec<(i32, Arc<Ofd>)>> = HashMap::new();
+        for &(from, to) in dup2s {
+            let Some(o) = self.ofd(from).filter(|o| o.file.remote().is_some()) else {
+                continue;
+            };
+            for fds in by_mount.values_mut() {
+                fds.retain(|(fd, _)| *fd != to);
+            }
+            by_mount.entry(o.mount).or_default();
+            moved.entry(o.mount).or_default().push((to, o));
+        }
+        for (m, fds) in by_mount {
+            let moved = moved.remove(&m).unwrap_or_default();
+            let all: Vec<(i32, Arc<Ofd>)> = fds.iter().chain(&moved).cloned().collect();
+            if all.is_empty() {
+                continue;
+            }
+            let Some(token) = self.hold(m, &all) else {
                 continue;
             };
             if let (Some(pid), Some(r)) = (pid, self.remote(m)) {
                 let _ = r.client().hold_for(token, pid);
             }
+            // Only the parent's own descriptors: a dup2's target is the kernel's doing in the
+            // child.
             for (fd, _) in &fds {
                 if real::set_kernel_cloexec(*fd, false).is_ok() {
                     h.opened.push(*fd);

@@ -86,7 +86,7 @@ impl Who {
         self.uid == 0
     }
 
-    fn in_group(&self, gid: u32) -> bool {
+    pub fn in_group(&self, gid: u32) -> bool {
         self.gid == gid || self.groups.contains(&gid)
     }
 

@@ -251,6 +251,14 @@ impl Client {
             path: path.into(),
         })
     }
+    /// `mknod`: `mode` carries the file type bits (FIFO, socket, device, or regular).
+    pub fn mknod(&self, path: &str, mode: u32, rdev: u32) -> Result<()> {
+        self.done(Request::Mknod {
+            path: path.into(),
+            mode,
+            rdev,
+        })
+    }
     pub fn readlink(&self, path: &str) -> Result<String> {
         let req = Request::Readlink { path: path.into() };
         expect!(self.conn, req, Reply::Text(t) => t)
@@ -414,6 +422,21 @@ impl RemoteFile {
             handle: self.handle,
         };
         expect!(self.conn, req, Reply::Number(n) => n as u32)
+    }
+
+    /// The server's memory for every process's shared mappings of this file: `op` 0 attach
+    /// (answers the server's descriptor number, to open as `/proc/SERVER/fd/N`), 1 write it
+    /// back into the pool, 2 let go of it once.
+    pub fn shared_memory(&self, op: u8) -> Result<u64> {
+        let req = Request::SharedMemory {
+            handle: self.handle,
+            op,
+        };
+        match self.conn.call(&req)? {
+            Reply::Number(n) => Ok(n),
+            Reply::Done => Ok(0),
+            other => Err(self.conn.unexpected(&other)),
+        }
     }
 
     /// `fchmod`, `fchown`, `futimens`.

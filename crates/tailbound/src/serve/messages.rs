@@ -261,6 +261,19 @@ pub enum Request {
         offset: u64,
         len: u32,
     },
+    /// The memory of the handle's inode shared by every process that maps it: `op` 0 attach
+    /// (answers the server's descriptor number of it), 1 write it back into the pool, 2 let go
+    /// of it once (written back; dropped after its last user).
+    SharedMemory {
+        handle: u64,
+        op: u8,
+    },
+    /// `mknod`: a FIFO, socket, device or empty regular file; `mode` carries the type bits.
+    Mknod {
+        path: String,
+        mode: u32,
+        rdev: u32,
+    },
 }
 
 /// One adopted description: its handle, inode, offset and the note it was held with.

@@ -18,6 +18,8 @@
 //! - `access`: permission checks by the kernel's rules, for clients other than root.
 //! - `caller`: whose a request is: the client's thread and priority in its header, resolved
 //!   to the tenant of the pool's scheduler its I/O is charged to.
+//! - `nodes`: `mknod` by path (FIFOs, sockets, devices).
+//! - `shmem`: one memfd per inode for clients' `MAP_SHARED` mappings, shared across them.
 //! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
 //!
 //! Every request is applied to the shared [`Fs`](crate::tbfs::Fs) before it is answered, so a
@@ -41,6 +43,7 @@ mod lease_server;
 mod lease_shm;
 mod lease_wire;
 mod messages;
+mod nodes;
 mod observe;
 pub mod protocol;
 mod protocol_fields;
@@ -49,6 +52,7 @@ pub mod ring;
 mod server;
 mod session;
 mod shared;
+mod shmem;
 
 pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};
@@ -56,6 +60,7 @@ pub use conn::Transport;
 pub use descs::STATUS_APPEND;
 pub use lease::{DataLease, LeaseTableInfo, LeasedStat};
 pub use lease_client::LeaseCounters;
+pub use nodes::{mknod_kind, mknod_path};
 pub use observe::{Change, Observer};
 pub use ring::RingSizes;
 pub use server::{Server, ServerHandle, ServerOptions};

@@ -228,6 +228,12 @@ impl Request {
             } => {
                 e.u8(63).u64(*handle).u64(*offset).u32(*len);
             }
+            R::SharedMemory { handle, op } => {
+                e.u8(65).u64(*handle).u8(*op);
+            }
+            R::Mknod { path, mode, rdev } => {
+                e.u8(64).str(path).u32(*mode).u32(*rdev);
+            }
         }
         e.finish()
     }
@@ -467,6 +473,15 @@ impl Request {
                 handle: d.u64("handle")?,
                 offset: d.u64("offset")?,
                 len: d.u32("length")?,
+            },
+            65 => R::SharedMemory {
+                handle: d.u64("handle")?,
+                op: d.u8("op")?,
+            },
+            64 => R::Mknod {
+                path: d.str("path")?,
+                mode: d.u32("mode")?,
+                rdev: d.u32("rdev")?,
             },
             other => return Err(WireError(format!("unknown operation {other}"))),
         })

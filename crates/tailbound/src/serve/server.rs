@@ -133,6 +133,7 @@ impl Server {
             rings: !opts.no_ring,
             leases,
             tenants,
+            shmem: Default::default(),
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;

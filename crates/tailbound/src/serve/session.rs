@@ -39,6 +39,9 @@ pub(super) struct Session<'a> {
     next_handle: u64,
 }
 
+#[path = "session_shmem.rs"]
+mod session_shmem;
+
 /// A request run on a thread of its own: it holds what it needs, not the session.
 pub(super) type Apart<'a> = Box<dyn FnOnce() -> Result<Reply> + Send + 'a>;
 
@@ -269,6 +272,16 @@ impl Session<'_> {
                     .ok_or_else(|| Error::NotFound(path.clone()))?;
                 who.check(&st, READ, path)?;
             }
+            R::Mknod { path, mode, .. } => {
+                let kind = super::nodes::mknod_kind(*mode)?;
+                if matches!(
+                    kind,
+                    crate::tbfs::FileKind::CharDevice | crate::tbfs::FileKind::BlockDevice
+                ) {
+                    return Err(Error::NotPermitted(format!("{path}: mknod of a device")));
+                }
+                who.check(&who.walk(fs, path, false)?.dir, WRITE | EXEC, path)?;
+            }
             // The pool's retention and cleaning are its owner's to change.
             R::Snapshot { .. } | R::SetSnapshot { .. } | R::Gc { .. }
                 if self.cred.uid != self.shared.owner_uid =>
@@ -282,10 +295,14 @@ impl Session<'_> {
         Ok(())
     }
 
-    pub(super) fn serve(&mut self, req: Request) -> Result<Reply> {
+    pub(super) fn serve(&mut self, mut req: Request) -> Result<Reply> {
         use Request as R;
         if !self.who.is_root() {
             self.allow(&req)?;
+            self.as_the_kernel(&mut req)?;
+        }
+        if let Some(reply) = self.through_shared_memory(&req)? {
+            return Ok(reply);
         }
         let fs = self.fs;
         Ok(match req {
@@ -602,6 +619,30 @@ impl Session<'_> {
                         .read(fs, self.file(handle)?, offset, len, self.whole_pool())?;
                 Reply::LeasedData { data, lease }
             }
+            R::SharedMemory { handle, op } => {
+                let ino = self.file(handle)?.ino();
+                let shmem = &self.shared.shmem;
+                match op {
+                    0 => Reply::Number(shmem.attach(fs, self.id, ino)? as u64),
+                    1 => {
+                        if let Some(sf) = shmem.get(ino) {
+                            sf.write_back()?;
+                        }
+                        Reply::Done
+                    }
+                    2 => {
+                        shmem.detach(self.id, ino)?;
+                        Reply::Done
+                    }
+                    _ => return Err(Error::Invalid(format!("shared memory: op {op}"))),
+                }
+            }
+            R::Mknod { path, mode, rdev } => {
+                let owner = (self.cred.uid, self.cred.gid);
+                super::nodes::mknod_path(fs, &path, mode, rdev, owner)?;
+                self.name_changed(&path);
+                Reply::Done
+            }
         })
     }
 
@@ -615,6 +656,70 @@ impl Session<'_> {
     /// Whether the client may read the whole pool (its owner, or root), and so its blocks.
     fn whole_pool(&self) -> bool {
         self.cred.uid == 0 || self.cred.uid == self.shared.owner_uid
+    }
+
+    /// What the kernel does beside a call of a client other than root: a write or a truncation
+    /// clears the file's set-user-ID bit, and its set-group-ID bit when group execute is set
+    /// (`file_remove_privs`); a chmod that sets set-group-ID on a file whose group the caller
+    /// is not in drops that bit (`setattr_prepare`), and a chown clears the set-ID bits of a
+    /// file that is not a directory.
+    fn as_the_kernel(&self, req: &mut Request) -> Result<()> {
+        use Request as R;
+        match req {
+            R::Write { handle, .. }
+            | R::WriteOn { handle, .. }
+            | R::Append { handle, .. }
+            | R::SetLen { handle, .. } => {
+                let Some(desc) = self.files.get(handle) else {
+                    return Ok(());
+                };
+                let st = desc.file.stat()?;
+                let kept = without_privs(st.mode);
+                if kept != st.mode {
+                    desc.file.set_attr(&SetAttr {
+                        mode: Some(kept),
+                        ..SetAttr::default()
+                    })?;
+                    self.changed(&Change::Inode { ino: st.ino });
+                }
+            }
+            R::SetAttr {
+                path, attr, follow, ..
+            } if touches_privs(attr) => {
+                let st = if *follow {
+                    self.fs.stat(path)
+                } else {
+                    self.fs.lstat(path)
+                };
+                if let Ok(st) = st {
+                    self.drop_privs(&st, attr);
+                }
+            }
+            R::FsetAttr { handle, attr } if touches_privs(attr) => {
+                if let Some(st) = self.files.get(handle).and_then(|d| d.file.stat().ok()) {
+                    self.drop_privs(&st, attr);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A chmod's set-group-ID bit on a file of a group the caller is not in goes; a chown of
+    /// a file that is not a directory clears its set-ID bits (`ATTR_KILL_SUID`/`SGID`).
+    fn drop_privs(&self, st: &crate::tbfs::Stat, attr: &mut SetAttr) {
+        if st.kind == crate::tbfs::FileKind::Dir {
+            return;
+        }
+        if attr.mode.is_some() && !self.who.in_group(attr.gid.unwrap_or(st.gid)) {
+            attr.mode = attr.mode.map(|m| m & !libc::S_ISGID);
+        }
+        if attr.uid.is_some() || attr.gid.is_some() {
+            let kept = without_privs(attr.mode.unwrap_or(st.mode));
+            if kept != attr.mode.unwrap_or(st.mode) {
+                attr.mode = Some(kept);
+            }
+        }
     }
 
     /// Tells the server's observer, if it has one, of a change made.
@@ -684,6 +789,7 @@ impl Session<'_> {
         self.files.clear();
         self.views.clear();
         self.shared.holds.session_ended(self.id);
+        self.shared.shmem.session_ended(self.id);
     }
 }
 
@@ -739,4 +845,19 @@ fn entries_page(entries: Vec<crate::tbfs::DirEntry>, after: Option<&str>) -> Rep
         entries: page,
         more: rest.peek().is_some(),
     }
+}
+
+/// Whether a set-attributes request may need set-ID bits dropped: a chmod setting
+/// set-group-ID, or a chown.
+fn touches_privs(attr: &SetAttr) -> bool {
+    attr.mode.is_some_and(|m| m & libc::S_ISGID != 0) || attr.uid.is_some() || attr.gid.is_some()
+}
+
+/// `mode` as a write by a client other than root leaves it (the kernel's `should_remove_suid`).
+fn without_privs(mode: u32) -> u32 {
+    let mut m = mode & !libc::S_ISUID;
+    if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+        m &= !libc::S_ISGID;
+    }
+    m
 }

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use super::descs::Holds;
 use super::observe::Observer;
+use super::shmem::SharedFiles;
 use crate::sched::clients::ClientTenants;
 use crate::tbfs::Fs;
 
@@ -48,6 +49,8 @@ pub(super) struct Shared {
     pub leases: Option<Arc<super::lease_server::LeaseTable>>,
     /// Tenants of the pool's scheduler for the clients' requests (`None`: no scheduler).
     pub tenants: Option<ClientTenants>,
+    /// The memory of files mapped `MAP_SHARED` by clients, by inode.
+    pub shmem: SharedFiles,
 }
 
 impl Shared {

@@ -497,6 +497,11 @@ fn arb_request() -> impl Strategy<Value = Request> {
                 ..SetAttr::default()
             },
         }),
+        (path, any::<u32>(), any::<u32>()).prop_map(|(p, mode, rdev)| Request::Mknod {
+            path: p,
+            mode,
+            rdev
+        }),
     ]
 }
 

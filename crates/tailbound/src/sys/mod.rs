@@ -26,6 +26,17 @@ pub(crate) fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// A new memfd named `name`, close-on-exec and unsealed (its size may change): memory a server
+/// shares with its clients, which open it as `/proc/PID/fd/N`.
+pub fn memfd(name: &std::ffi::CStr) -> io::Result<std::fs::File> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: `name` is NUL-terminated (a CStr) and MFD_CLOEXEC a valid flag; the result is
+    // checked before use.
+    let fd = cvt(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by nothing else.
+    Ok(std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
 /// The size in bytes of a block device (`BLKGETSIZE64`).
 pub fn blockdev_bytes(file: &std::fs::File) -> io::Result<u64> {
     use std::os::fd::AsRawFd;
