@@ -417,3 +417,35 @@ fn leased_answers_match_a_session_that_crosses_for_each() {
         })
         .unwrap();
 }
+
+#[test]
+fn a_kept_read_sees_stores_into_the_files_shared_memory() {
+    let f = fixture(32 << 20);
+    let (a, b) = (
+        Client::connect(&f.socket).unwrap(),
+        Client::connect(&f.socket).unwrap(),
+    );
+    let w = a.open_file("/f", rw()).unwrap();
+    w.pwrite(&[1u8; 8192], 0).unwrap();
+    a.sync().unwrap();
+    let r = b.open_file("/f", OpenFlags::read_only()).unwrap();
+    assert_eq!(read_all(&r, 8192), vec![1u8; 8192]);
+    assert_eq!(read_all(&r, 8192), vec![1u8; 8192]);
+    assert!(b.lease_counters().reads_kept >= 1, "no read was kept");
+
+    // A process's MAP_SHARED mapping stores into the server's memory for the file, which the
+    // server never hears of: the server in this process, so its descriptor is ours.
+    let fd = w.shared_memory(0).unwrap();
+    let memory = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/self/fd/{fd}"))
+        .unwrap();
+    memory.write_at(&[3u8; 100], 1000).unwrap();
+    let mut want = vec![1u8; 8192];
+    want[1000..1100].fill(3);
+    assert_eq!(read_all(&r, 8192), want, "a kept read missed a store");
+    assert_eq!(read_all(&r, 8192), want, "a read leased the pool's bytes");
+    assert_eq!(r.stat().unwrap().size, 8192);
+    w.shared_memory(2).unwrap();
+}

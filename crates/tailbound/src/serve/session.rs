@@ -623,7 +623,12 @@ impl Session<'_> {
                 let ino = self.file(handle)?.ino();
                 let shmem = &self.shared.shmem;
                 match op {
-                    0 => Reply::Number(shmem.attach(fs, self.id, ino)? as u64),
+                    0 => {
+                        let fd = shmem.attach(fs, self.id, ino)?;
+                        // Leases taken before go: from now on the memory answers.
+                        self.changed(&Change::Inode { ino });
+                        Reply::Number(fd as u64)
+                    }
                     1 => {
                         if let Some(sf) = shmem.get(ino) {
                             sf.write_back()?;

@@ -132,15 +132,15 @@ impl Session<'_> {
                 }
                 Reply::Done
             }
-            R::Fstat { handle } => {
+            R::Fstat { handle } | R::FstatLeased { handle } => {
                 let Some((d, sf)) = of(handle) else {
                     return Ok(None);
                 };
                 let mut st = d.file.stat()?;
                 st.size = sf.size()?;
-                Reply::Stat(st)
+                unleased_stat(req, st)
             }
-            R::Stat { path, follow } => {
+            R::Stat { path, follow } | R::StatLeased { path, follow } => {
                 let st = if *follow {
                     self.fs.stat(path)
                 } else {
@@ -151,7 +151,25 @@ impl Session<'_> {
                     return Ok(None);
                 };
                 st.size = sf.size()?;
-                Reply::Stat(st)
+                unleased_stat(req, st)
+            }
+            // Stores through a mapping reach the memory, not the pool, and raise no word: no
+            // lease while the inode has shared memory.
+            R::ReadLeased {
+                handle,
+                offset,
+                len,
+            } => {
+                let Some((_, sf)) = of(handle) else {
+                    return Ok(None);
+                };
+                let mut buf = vec![0u8; (*len as usize).min(IO_MAX)];
+                let n = sf.read(&mut buf, *offset)?;
+                buf.truncate(n);
+                Reply::LeasedData {
+                    data: buf,
+                    lease: None,
+                }
             }
             R::Truncate { path, len } => {
                 let Some((ino, sf)) = self
@@ -176,5 +194,19 @@ impl Session<'_> {
             offset,
             data,
         });
+    }
+}
+
+/// A stat answered from shared memory: as asked, with no words for a leased one (the client
+/// keeps nothing of it).
+fn unleased_stat(req: &Request, stat: crate::tbfs::Stat) -> Reply {
+    match req {
+        Request::StatLeased { .. } | Request::FstatLeased { .. } => {
+            Reply::LeasedStat(crate::serve::lease::LeasedStat {
+                stat,
+                words: Vec::new(),
+            })
+        }
+        _ => Reply::Stat(stat),
     }
 }
