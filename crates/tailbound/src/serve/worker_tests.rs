@@ -346,6 +346,16 @@ fn busy_client_process() {
     }
 }
 
+/// A child process killed however the test ends: the busy client never exits by itself.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A client killed while its threads' calls run and wait: its session ends, its process and
 /// description locks go, and every description it had open is let go.
 #[test]
@@ -355,19 +365,21 @@ fn a_client_killed_with_requests_in_flight_leaves_nothing() {
     let me = Client::connect(&f.socket).unwrap();
     let mine = me.open_file("/k", OpenFlags::create()).unwrap();
     mine.lock(range(20, 30, Kind::Write, false), false).unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "serve::worker_tests::busy_client_process",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_SOCKET, &f.socket)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "serve::worker_tests::busy_client_process",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_SOCKET, &f.socket)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
     assert!(
         lines.any(|l| l.is_ok_and(|l| l.ends_with(BUSY))),
         "the client process did not get going"
@@ -379,8 +391,8 @@ fn a_client_killed_with_requests_in_flight_leaves_nothing() {
     ] {
         assert!(mine.test_lock(held).unwrap().is_some());
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     await_sessions(&f.server, 1);
     // Its process lock and its description's lock went with it; its waits took nothing.
     mine.lock(range(0, 20, Kind::Write, false), false).unwrap();
