@@ -3,10 +3,11 @@
 //!
 //! Every call sends its request with a fresh id and waits for the completion with that id.
 //! Completions may come in any order: one waiting thread at a time (the reader) takes them off
-//! the transport, keeps its own and hands the others to their threads. So a thread whose call
-//! waits for a lock or an fsync holds up no other thread's call.
+//! the transport, keeps its own and hands the others to their threads, waking only the thread
+//! (or the few threads) a completion is for. So a thread whose call waits for a lock or an fsync
+//! holds up no other thread's call.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -61,6 +62,8 @@ impl Wire {
 struct Replies {
     /// Completions taken off the transport by the reader for other threads, by id.
     pending: HashMap<u64, Vec<u8>>,
+    /// The ids whose threads wait for a completion not yet taken off the transport.
+    waiting: HashSet<u64>,
     /// A thread is reading the transport.
     reading: bool,
     /// Set once the transport failed: no later call can trust it.
@@ -78,8 +81,13 @@ pub(super) struct Conn {
     abandoned: AtomicBool,
     next_id: AtomicU64,
     replies: Mutex<Replies>,
-    arrived: Condvar,
+    /// A waiting thread sleeps on the slot of its id: a completion wakes the threads of one
+    /// slot, not every waiting thread.
+    arrived: [Condvar; SLOTS],
 }
+
+/// Condition variables a connection's waiting threads are spread over.
+const SLOTS: usize = 64;
 
 fn lost_error(socket: &Path, e: impl std::fmt::Display, kind: io::ErrorKind) -> Error {
     Error::Io {
@@ -140,7 +148,7 @@ impl Conn {
             abandoned: AtomicBool::new(false),
             next_id: AtomicU64::new(2),
             replies: Mutex::new(Replies::default()),
-            arrived: Condvar::new(),
+            arrived: std::array::from_fn(|_| Condvar::new()),
         })
     }
 
@@ -191,12 +199,30 @@ impl Conn {
         self.replies.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn slot(&self, id: u64) -> &Condvar {
+        &self.arrived[(id % SLOTS as u64) as usize]
+    }
+
+    /// When no thread reads the transport, wakes one that waits for a completion not yet
+    /// taken off it, to read (every id in `waiting` is such a one).
+    fn pass_reading(&self, r: MutexGuard<'_, Replies>) {
+        let next = (!r.reading)
+            .then(|| r.waiting.iter().next().copied())
+            .flatten();
+        drop(r);
+        if let Some(next) = next {
+            self.slot(next).notify_all();
+        }
+    }
+
     fn broken(&self, why: String) -> Error {
         let mut r = self.replies();
         r.broken.get_or_insert(why.clone());
         r.reading = false;
         drop(r);
-        self.arrived.notify_all();
+        for slot in &self.arrived {
+            slot.notify_all();
+        }
         self.lost(why, io::ErrorKind::BrokenPipe)
     }
 
@@ -262,16 +288,21 @@ impl Conn {
         let mut r = self.replies();
         loop {
             if let Some(body) = r.pending.remove(&id) {
+                r.waiting.remove(&id);
+                self.pass_reading(r);
                 return Ok(body);
             }
             if let Some(why) = &r.broken {
                 let why = why.clone();
+                r.waiting.remove(&id);
                 return Err(self.lost(why, io::ErrorKind::BrokenPipe));
             }
             if r.reading {
-                r = self.arrived.wait(r).unwrap_or_else(|p| p.into_inner());
+                r.waiting.insert(id);
+                r = self.slot(id).wait(r).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
+            r.waiting.remove(&id);
             r.reading = true;
             drop(r);
             loop {
@@ -286,14 +317,16 @@ impl Conn {
                 let mut g = self.replies();
                 if rid == id {
                     g.reading = false;
-                    drop(g);
-                    // Another waiter takes over reading.
-                    self.arrived.notify_all();
+                    self.pass_reading(g);
                     return Ok(body);
                 }
                 g.pending.insert(rid, body);
+                // Its thread no longer waits to read: it has its completion.
+                let waits = g.waiting.remove(&rid);
                 drop(g);
-                self.arrived.notify_all();
+                if waits {
+                    self.slot(rid).notify_all();
+                }
             }
         }
     }

@@ -8,6 +8,7 @@
 //! (a forked child's, or the new image after an exec): it is tied to the process expected to
 //! adopt it, and dropped if that process exits first.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -54,10 +55,8 @@ impl Desc {
     /// description interleaves with.
     pub fn read_on(&self, len: usize) -> Result<Vec<u8>> {
         let mut pos = self.pos();
-        let mut buf = vec![0u8; len];
-        let n = self.file.pread(&mut buf, *pos)?;
-        buf.truncate(n);
-        *pos += n as u64;
+        let buf = read_reply(len, |buf| self.file.pread(buf, *pos))?;
+        *pos += buf.len() as u64;
         Ok(buf)
     }
 
@@ -93,6 +92,36 @@ impl Desc {
         *pos = target as u64;
         Ok(target as u64)
     }
+}
+
+/// Reads of up to this many bytes go through a buffer the thread keeps.
+const SCRATCH_MAX: usize = 1 << 20;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The bytes one `read(buf)` (at most `len`) returns, as a reply's data. A read asks for as
+/// much as the caller's buffer holds, often far more than the file has: it goes into a buffer
+/// the thread keeps, so only what was read is copied out, rather than a buffer of `len` being
+/// zeroed for every request.
+pub(super) fn read_reply(
+    len: usize,
+    read: impl FnOnce(&mut [u8]) -> Result<usize>,
+) -> Result<Vec<u8>> {
+    if len > SCRATCH_MAX {
+        let mut buf = vec![0u8; len];
+        let n = read(&mut buf)?;
+        buf.truncate(n);
+        return Ok(buf);
+    }
+    SCRATCH.with_borrow_mut(|scratch| {
+        if scratch.len() < len {
+            scratch.resize(len, 0);
+        }
+        let n = read(&mut scratch[..len])?;
+        Ok(scratch[..n.min(len)].to_vec())
+    })
 }
 
 impl Drop for Desc {

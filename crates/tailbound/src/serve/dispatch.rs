@@ -1,14 +1,14 @@
 //! A session's transport on the server: the `hello`, taking the client's rings when it asks for
 //! them, and the loop that reads requests and sends completions.
 //!
-//! One thread (the session's) reads requests and answers most of them itself, in order. A
-//! request that may wait long (a lock wait, an fsync, a sync) runs on a thread of its own, and
-//! its completion goes out when it is done, so the client's other threads' requests are answered
-//! meanwhile. Completions carry their request's id; the client matches them.
+//! A session's requests are answered by a few worker threads at once (the session's own thread
+//! and those it starts as requests pile up, up to a bound), so one client's threads do not queue
+//! behind each other's calls. A request that may wait long (a lock wait, an fsync, a sync) runs
+//! on a thread of its own besides. Completions carry their request's id; the client matches them.
 
 use std::io;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::caller::{self, Callers};
@@ -23,21 +23,21 @@ use crate::tbfs::{Error, Result};
 
 /// At most this many of a session's requests run on threads of their own at once; beyond it,
 /// the session's thread runs them itself (and so reads nothing more until one is done).
-const MOST_APART: usize = 64;
+pub(super) const MOST_APART: usize = 64;
 
 /// Serves one client until it goes, then cleans up after it.
 pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCred) {
     let Ok(watch) = stream.try_clone() else {
         return;
     };
-    let mut s = Session::new(shared, id, cred, watch);
+    let s = Session::new(shared, id, cred, watch);
     let Some((rings, called)) = greet(shared, &mut stream, id) else {
         s.end();
         return;
     };
     // With the caller in each request's header, the I/O done for it is charged to the
     // caller's tenant.
-    let mut callers = shared
+    let callers = shared
         .tenants
         .as_ref()
         .filter(|_| called)
@@ -50,7 +50,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
             let mut inbound = SocketIn {
                 stream: stream.try_clone().ok(),
             };
-            serve(&mut s, &mut callers, &stream, &mut inbound, &out)
+            serve(&s, callers, &stream, &mut inbound, &out)
         }
         Some(rings) => {
             let out = RingOut {
@@ -61,7 +61,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
                 socket: &stream,
                 consumer: rings.requests,
             };
-            serve(&mut s, &mut callers, &stream, &mut inbound, &out)
+            serve(&s, callers, &stream, &mut inbound, &out)
         }
     };
     if let Some(why) = ending {
@@ -126,7 +126,7 @@ fn completion(id: u64, reply: &Result<Reply>) -> Vec<u8> {
 }
 
 /// Where requests come from. `Ok(None)`: the client went; `Err`: why the session must end.
-trait Inbound {
+trait Inbound: Send {
     fn next(&mut self) -> std::result::Result<Option<Vec<u8>>, String>;
 }
 
@@ -192,95 +192,191 @@ impl Outbound for RingOut<'_> {
     }
 }
 
-/// Reads and answers requests until the client goes or the transport fails; returns why it
-/// failed, if it did. Requests running apart are finished (or given up, for a lock wait) before
-/// it returns.
-fn serve(
-    s: &mut Session<'_>,
-    callers: &mut Option<Callers<'_>>,
-    socket: &UnixStream,
-    inbound: &mut dyn Inbound,
-    out: &dyn Outbound,
-) -> Option<String> {
-    let failed: Mutex<Option<String>> = Mutex::new(None);
-    let apart = AtomicUsize::new(0);
-    let fail = |why: Option<String>| {
+/// The most threads that answer one session's requests at once: enough to keep the cores busy
+/// while some of them wait on the device or on a lock of the engine's, few enough that a
+/// session cannot take the machine's threads.
+pub(super) fn most_workers() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (2 * cores).clamp(4, 32)
+}
+
+/// What a session's workers share while it is served.
+struct Workers<'w> {
+    inbound: Mutex<&'w mut dyn Inbound>,
+    /// With the caller in each request's header: whose tenant its I/O is charged to.
+    callers: Option<Mutex<Callers<'w>>>,
+    out: &'w dyn Outbound,
+    socket: &'w UnixStream,
+    /// Set once the client went or the transport failed: no worker reads again.
+    ending: AtomicBool,
+    /// Why the session must end, if the transport failed.
+    failed: Mutex<Option<String>>,
+    /// Workers not answering a request (reading, or waiting for their turn to read).
+    idle: AtomicUsize,
+    /// Workers started, the session's own thread included.
+    started: AtomicUsize,
+    most: usize,
+    /// Requests running on threads of their own (they may wait long).
+    apart: AtomicUsize,
+}
+
+impl Workers<'_> {
+    /// Records why the session ends (if it must) and wakes whatever waits on the client: the
+    /// reader and lock waits watch the socket.
+    fn fail(&self, why: Option<String>) {
+        self.ending.store(true, Ordering::Release);
         if let Some(why) = why {
-            failed
+            self.failed
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get_or_insert(why);
         }
-        // Wakes whatever waits on the client: the reader, lock waits (they watch the socket).
-        let _ = socket.shutdown(std::net::Shutdown::Both);
-    };
-    std::thread::scope(|scope| {
-        loop {
-            let body = match inbound.next() {
-                Ok(Some(b)) => b,
-                Ok(None) => break,
-                Err(why) => {
-                    fail(Some(why));
-                    break;
-                }
-            };
-            let (req_id, decoded) = match callers {
-                Some(callers) => {
-                    let (id, d) = Request::decode_from(&body);
-                    (id, d.map(|(c, r)| (Some(callers.charge(&c)), r)))
-                }
-                None => {
-                    let (id, d) = Request::decode(&body);
-                    (id, d.map(|r| (None, r)))
-                }
-            };
-            let req_id = req_id.unwrap_or(0);
-            let reply = match decoded {
-                Err(e) => Err(Error::Invalid(e.to_string())),
-                Ok((charge, req)) => {
-                    let job = (apart.load(Ordering::Acquire) < MOST_APART)
-                        .then(|| s.apart(&req))
-                        .flatten();
-                    match job {
-                        None => {
-                            let _charged = charge.map(Charge::apply);
-                            s.serve(req)
-                        }
-                        Some(job) => {
-                            apart.fetch_add(1, Ordering::AcqRel);
-                            let (apart, fail) = (&apart, &fail);
-                            let spawned = std::thread::Builder::new()
-                                .name(format!("tbfs-session-{}-apart", s.id()))
-                                .spawn_scoped(scope, move || {
-                                    let charged = charge.map(Charge::apply);
-                                    let reply = job();
-                                    drop(charged);
-                                    if let Err(why) = out.send(&completion(req_id, &reply)) {
-                                        fail(why);
-                                    }
-                                    apart.fetch_sub(1, Ordering::AcqRel);
-                                });
-                            match spawned {
-                                Ok(_) => continue,
-                                Err(e) => {
-                                    apart.fetch_sub(1, Ordering::AcqRel);
-                                    Err(Error::io(
-                                        "no thread for a request that may wait",
-                                        io::Error::new(e.kind(), e.to_string()),
-                                    ))
-                                }
-                            }
-                        }
-                    }
-                }
-            };
-            if let Err(why) = out.send(&completion(req_id, &reply)) {
-                fail(why);
-                break;
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// The next request, read by one worker at a time; `None` once the session ends.
+    fn next(&self) -> Option<Vec<u8>> {
+        let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
+        if self.ending.load(Ordering::Acquire) {
+            return None;
+        }
+        match inbound.next() {
+            Ok(Some(body)) => Some(body),
+            Ok(None) => {
+                self.fail(None);
+                None
+            }
+            Err(why) => {
+                self.fail(Some(why));
+                None
             }
         }
+    }
+}
+
+/// Reads and answers requests until the client goes or the transport fails; returns why it
+/// failed, if it did. Every request of the session is answered before it returns (a lock wait
+/// gives up once the client is gone).
+///
+/// Workers take turns reading the transport; one that takes a request answers it itself, after
+/// starting another worker if none is left to read (up to [`most_workers`]). So a request that
+/// takes long holds up no other: the next is read and answered meanwhile. Each client thread
+/// waits for its completion before it sends again, so a client's requests that must stay in
+/// order are never in flight together.
+fn serve<'w>(
+    s: &Session<'_>,
+    callers: Option<Callers<'w>>,
+    socket: &'w UnixStream,
+    inbound: &'w mut dyn Inbound,
+    out: &'w dyn Outbound,
+) -> Option<String> {
+    let w = Workers {
+        inbound: Mutex::new(inbound),
+        callers: callers.map(Mutex::new),
+        out,
+        socket,
+        ending: AtomicBool::new(false),
+        failed: Mutex::new(None),
+        idle: AtomicUsize::new(1),
+        started: AtomicUsize::new(1),
+        most: most_workers(),
+        apart: AtomicUsize::new(0),
+    };
+    std::thread::scope(|scope| {
+        work(scope, s, &w);
         // The client is gone or must be: requests still waiting on it give up.
         let _ = socket.shutdown(std::net::Shutdown::Both);
     });
-    failed.into_inner().unwrap_or_else(|p| p.into_inner())
+    w.failed.into_inner().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One worker: reads a request when its turn comes, answers it, and again, until the session
+/// ends.
+fn work<'scope, 'env, 'w: 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    s: &'env Session<'_>,
+    w: &'env Workers<'w>,
+) {
+    while let Some(body) = w.next() {
+        // This worker is about to answer: if it was the last one reading, another takes over.
+        if w.idle.fetch_sub(1, Ordering::AcqRel) == 1 && w.started.load(Ordering::Acquire) < w.most
+        {
+            w.started.fetch_add(1, Ordering::AcqRel);
+            w.idle.fetch_add(1, Ordering::AcqRel);
+            let spawned = std::thread::Builder::new()
+                .name(format!("tbfs-session-{}-worker", s.id()))
+                .spawn_scoped(scope, move || work(scope, s, w));
+            if spawned.is_err() {
+                // This worker reads again once it has answered.
+                w.started.fetch_sub(1, Ordering::AcqRel);
+                w.idle.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        answer(scope, s, w, &body);
+        w.idle.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Answers one request, or hands it to a thread of its own when it may wait long.
+fn answer<'scope, 'env, 'w: 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    s: &'env Session<'_>,
+    w: &'env Workers<'w>,
+    body: &[u8],
+) {
+    let (req_id, decoded) = match &w.callers {
+        Some(callers) => {
+            let (id, d) = Request::decode_from(body);
+            let charge = |c| callers.lock().unwrap_or_else(|p| p.into_inner()).charge(&c);
+            (id, d.map(|(c, r)| (Some(charge(c)), r)))
+        }
+        None => {
+            let (id, d) = Request::decode(body);
+            (id, d.map(|r| (None, r)))
+        }
+    };
+    let req_id = req_id.unwrap_or(0);
+    let reply = match decoded {
+        Err(e) => Err(Error::Invalid(e.to_string())),
+        Ok((charge, req)) => {
+            // A lock wait may last until another of the client's requests lets the lock go:
+            // it must not hold a worker, or enough of them would stall the session.
+            let job = (w.apart.load(Ordering::Acquire) < MOST_APART)
+                .then(|| s.apart(&req))
+                .flatten();
+            match job {
+                None => {
+                    let _charged = charge.map(Charge::apply);
+                    s.serve(req)
+                }
+                Some(job) => {
+                    w.apart.fetch_add(1, Ordering::AcqRel);
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("tbfs-session-{}-apart", s.id()))
+                        .spawn_scoped(scope, move || {
+                            let charged = charge.map(Charge::apply);
+                            let reply = job();
+                            drop(charged);
+                            if let Err(why) = w.out.send(&completion(req_id, &reply)) {
+                                w.fail(why);
+                            }
+                            w.apart.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    match spawned {
+                        Ok(_) => return,
+                        Err(e) => {
+                            w.apart.fetch_sub(1, Ordering::AcqRel);
+                            Err(Error::io(
+                                "no thread for a request that may wait",
+                                io::Error::new(e.kind(), e.to_string()),
+                            ))
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if let Err(why) = w.out.send(&completion(req_id, &reply)) {
+        w.fail(why);
+    }
 }

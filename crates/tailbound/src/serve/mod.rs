@@ -6,8 +6,9 @@
 //!   [`Reply`](protocol::Reply).
 //! - [`protocol`], `protocol_fields`, `protocol_replies`: their bytes (docs/PROTOCOL.md).
 //! - `server`: the socket, the accept loop, stopping ([`Server::start`], [`ServerHandle`]).
-//! - `dispatch`: a session's transport on the server: `hello`, the rings, reading requests and
-//!   sending completions, requests that may wait long run on threads of their own.
+//! - `dispatch`: a session's transport on the server: `hello`, the rings, the session's worker
+//!   threads that read requests and answer them several at once, requests that may wait long
+//!   on threads of their own.
 //! - [`ring`]: the shared-memory rings (a memfd per session) and their one file of `unsafe`.
 //! - `lease`, `lease_wire`, `lease_server`, `lease_client`, `lease_shm`: leases, under which a
 //!   client answers stats and reads of a memory pool itself until the server revokes them.
@@ -80,3 +81,5 @@ mod lease_tests;
 mod ring_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod worker_tests;

@@ -56,7 +56,7 @@ impl std::fmt::Debug for ServerHandle {
 }
 
 impl Server {
-    /// Listens on `socket` for clients of `fs`, each served by a session on its own thread.
+    /// Listens on `socket` for clients of `fs`, each served by a session on threads of its own.
     /// Refuses (`AddrInUse`) when a server already answers on `socket`; a socket file left by
     /// a server that died is replaced.
     pub fn start(fs: Arc<Fs>, socket: &Path, opts: ServerOptions) -> io::Result<ServerHandle> {

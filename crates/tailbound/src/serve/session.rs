@@ -6,12 +6,12 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use super::access::{Who, EXEC, READ, WRITE};
 use super::codec::IO_MAX;
-use super::descs::Desc;
+use super::descs::{read_reply, Desc};
 use super::observe::{self, Change};
 use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request};
 use super::shared::Shared;
@@ -34,9 +34,11 @@ pub(super) struct Session<'a> {
     watch: UnixStream,
     /// The descriptions this session refers to, by their (server-wide) handles; shared with
     /// other sessions and with requests running apart (an fsync may outlive the handle's close).
-    files: HashMap<u64, Arc<Desc>>,
-    views: HashMap<u64, Snapshot>,
-    next_handle: u64,
+    /// Several threads answer the session's requests at once: the tables are locked only to
+    /// look up, insert or remove, never while a request runs.
+    files: RwLock<HashMap<u64, Arc<Desc>>>,
+    views: Mutex<HashMap<u64, Arc<Snapshot>>>,
+    next_handle: AtomicU64,
 }
 
 #[path = "session_shmem.rs"]
@@ -54,9 +56,9 @@ impl<'a> Session<'a> {
             cred,
             who: Who::of_process(cred.pid, cred.uid, cred.gid),
             watch,
-            files: HashMap::new(),
-            views: HashMap::new(),
-            next_handle: 1,
+            files: RwLock::new(HashMap::new()),
+            views: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
         }
     }
 
@@ -67,7 +69,7 @@ impl<'a> Session<'a> {
     /// `req` as a job for a thread of its own, if it may wait long (a lock wait, an fsync, a
     /// sync), so the client's other requests are answered meanwhile. `None`: the session's
     /// thread answers it (also when it names no open handle: the answer is an error at once).
-    pub(super) fn apart(&self, req: &Request) -> Option<Apart<'a>> {
+    pub(super) fn apart<'s>(&'s self, req: &Request) -> Option<Apart<'s>> {
         use Request as R;
         if !self.who.is_root() && self.allow(req).is_err() {
             return None;
@@ -75,11 +77,11 @@ impl<'a> Session<'a> {
         let shared = self.shared;
         Some(match req {
             R::Fsync { handle } => {
-                let desc = self.files.get(handle)?.clone();
+                let desc = self.desc(*handle).ok()?;
                 Box::new(move || desc.file.fsync().map(|()| Reply::Done))
             }
             R::Fdatasync { handle } => {
-                let desc = self.files.get(handle)?.clone();
+                let desc = self.desc(*handle).ok()?;
                 Box::new(move || desc.file.fdatasync().map(|()| Reply::Done))
             }
             R::Sync => Box::new(move || shared.fs.sync().map(|()| Reply::Done)),
@@ -88,11 +90,15 @@ impl<'a> Session<'a> {
                 lock,
                 wait: true,
             } => {
-                let ino = self.files.get(handle)?.file.ino();
-                let r = self.lock_request(*handle, lock);
+                let handle = *handle;
+                let ino = self.desc(handle).ok()?.file.ino();
+                let r = self.lock_request(handle, lock);
                 let watch = self.watch.try_clone().ok()?;
-                let id = self.id;
-                Box::new(move || lock_waiting(shared, &watch, id, ino, &r).map(|()| Reply::Done))
+                Box::new(move || {
+                    lock_waiting(shared, &watch, self.id, ino, &r)?;
+                    self.closed_meanwhile(handle, ino, &r);
+                    Ok(Reply::Done)
+                })
             }
             _ => return None,
         })
@@ -104,20 +110,39 @@ fn lock_error(e: crate::tbfs::locks::LockError) -> Error {
 }
 
 impl Session<'_> {
-    fn desc(&self, handle: u64) -> Result<&Arc<Desc>> {
-        self.files
+    fn files(&self) -> std::sync::RwLockReadGuard<'_, HashMap<u64, Arc<Desc>>> {
+        self.files.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn files_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<u64, Arc<Desc>>> {
+        self.files.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn views(&self) -> MutexGuard<'_, HashMap<u64, Arc<Snapshot>>> {
+        self.views.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn desc(&self, handle: u64) -> Result<Arc<Desc>> {
+        self.files()
             .get(&handle)
+            .cloned()
             .ok_or_else(|| Error::BadHandle(format!("handle {handle}")))
     }
 
-    fn file(&self, handle: u64) -> Result<&File> {
-        Ok(&self.desc(handle)?.file)
+    fn view(&self, view: u64) -> Result<Arc<Snapshot>> {
+        self.views()
+            .get(&view)
+            .cloned()
+            .ok_or_else(|| Error::BadHandle(format!("view {view}")))
     }
 
-    fn view(&self, view: u64) -> Result<&Snapshot> {
-        self.views
-            .get(&view)
-            .ok_or_else(|| Error::BadHandle(format!("view {view}")))
+    /// A process lock taken on `handle` while another of the client's threads closed it: that
+    /// close let the process's locks on the file go, so this one goes too, as if it had come
+    /// first (the kernel undoes an `fcntl` lock that races a `close` the same way).
+    fn closed_meanwhile(&self, handle: u64, ino: u64, r: &LockRequest) {
+        if matches!(r.owner, Owner::Client { .. }) && !self.files().contains_key(&handle) {
+            self.release_handle(ino);
+        }
     }
 
     /// A handle's own locks belong to the description, whichever sessions share it; the
@@ -153,7 +178,7 @@ impl Session<'_> {
         })
     }
 
-    fn open(&mut self, path: &str, flags: OpenFlags) -> Result<File> {
+    fn open(&self, path: &str, flags: OpenFlags) -> Result<File> {
         let Some(owner) = self.other_user().filter(|_| flags.create) else {
             return self.fs.open_file(path, flags);
         };
@@ -263,11 +288,11 @@ impl Session<'_> {
                 who.check(&st, READ, path)?;
             }
             R::ViewStat { view, path } => {
-                who.walk(self.view(*view)?, path, true)?;
+                who.walk(&*self.view(*view)?, path, true)?;
             }
             R::ViewReaddir { view, path, .. } | R::ViewRead { view, path, .. } => {
                 let st = who
-                    .walk(self.view(*view)?, path, true)?
+                    .walk(&*self.view(*view)?, path, true)?
                     .last
                     .ok_or_else(|| Error::NotFound(path.clone()))?;
                 who.check(&st, READ, path)?;
@@ -295,7 +320,7 @@ impl Session<'_> {
         Ok(())
     }
 
-    pub(super) fn serve(&mut self, mut req: Request) -> Result<Reply> {
+    pub(super) fn serve(&self, mut req: Request) -> Result<Reply> {
         use Request as R;
         if !self.who.is_root() {
             self.allow(&req)?;
@@ -320,7 +345,7 @@ impl Session<'_> {
                     .next_handle
                     .fetch_add(1, AtomicOrdering::Relaxed);
                 let ino = file.ino();
-                self.files.insert(
+                self.files_mut().insert(
                     handle,
                     Arc::new(Desc::new(handle, file, self.shared.fs.clone())),
                 );
@@ -328,7 +353,7 @@ impl Session<'_> {
             }
             R::Close { handle } => {
                 let file = self
-                    .files
+                    .files_mut()
                     .remove(&handle)
                     .ok_or_else(|| Error::BadHandle(format!("handle {handle}")))?;
                 self.release_handle(file.file.ino());
@@ -340,17 +365,18 @@ impl Session<'_> {
                 offset,
                 len,
             } => {
-                let mut buf = vec![0u8; (len as usize).min(IO_MAX)];
-                let n = self.file(handle)?.pread(&mut buf, offset)?;
-                buf.truncate(n);
-                Reply::Data(buf)
+                let desc = self.desc(handle)?;
+                Reply::Data(read_reply((len as usize).min(IO_MAX), |buf| {
+                    desc.file.pread(buf, offset)
+                })?)
             }
             R::Write {
                 handle,
                 offset,
                 data,
             } => {
-                let file = self.file(handle)?;
+                let desc = self.desc(handle)?;
+                let file = &desc.file;
                 let n = file.pwrite(&data, offset)?;
                 self.changed(&Change::Written {
                     ino: file.ino(),
@@ -360,7 +386,8 @@ impl Session<'_> {
                 Reply::Number(n as u64)
             }
             R::Append { handle, data } => {
-                let file = self.file(handle)?;
+                let desc = self.desc(handle)?;
+                let file = &desc.file;
                 let offset = file.append(&data)?;
                 self.changed(&Change::Written {
                     ino: file.ino(),
@@ -370,15 +397,16 @@ impl Session<'_> {
                 Reply::Number(offset)
             }
             R::Fsync { handle } => {
-                self.file(handle)?.fsync()?;
+                self.desc(handle)?.file.fsync()?;
                 Reply::Done
             }
             R::Fdatasync { handle } => {
-                self.file(handle)?.fdatasync()?;
+                self.desc(handle)?.file.fdatasync()?;
                 Reply::Done
             }
             R::SetLen { handle, len } => {
-                let file = self.file(handle)?;
+                let desc = self.desc(handle)?;
+                let file = &desc.file;
                 file.set_len(len)?;
                 self.changed(&Change::Inode { ino: file.ino() });
                 Reply::Done
@@ -388,24 +416,26 @@ impl Session<'_> {
                 offset,
                 len,
             } => {
-                let file = self.file(handle)?;
+                let desc = self.desc(handle)?;
+                let file = &desc.file;
                 file.allocate(offset, len)?;
                 self.changed(&Change::Inode { ino: file.ino() });
                 Reply::Done
             }
-            R::Fstat { handle } => Reply::Stat(self.file(handle)?.stat()?),
+            R::Fstat { handle } => Reply::Stat(self.desc(handle)?.file.stat()?),
             R::Lock { handle, lock, wait } => {
-                let ino = self.file(handle)?.ino();
+                let ino = self.desc(handle)?.file.ino();
                 let r = self.lock_request(handle, &lock);
                 if wait {
                     lock_waiting(self.shared, &self.watch, self.id, ino, &r)?;
                 } else {
                     fs.locks().set(ino, &r, false).map_err(lock_error)?;
                 }
+                self.closed_meanwhile(handle, ino, &r);
                 Reply::Done
             }
             R::TestLock { handle, lock } => {
-                let ino = self.file(handle)?.ino();
+                let ino = self.desc(handle)?.file.ino();
                 let r = LockRequest {
                     owner: self.owner(handle, &lock),
                     space: lock.space,
@@ -510,13 +540,12 @@ impl Session<'_> {
             R::Info => Reply::Info(Box::new(self.info()?)),
             R::ViewOpen { number } => {
                 let view = fs.at(number)?;
-                let id = self.next_handle;
-                self.next_handle += 1;
-                self.views.insert(id, view);
+                let id = self.next_handle.fetch_add(1, AtomicOrdering::Relaxed);
+                self.views().insert(id, Arc::new(view));
                 Reply::Number(id)
             }
             R::ViewClose { view } => {
-                self.views
+                self.views()
                     .remove(&view)
                     .ok_or_else(|| Error::BadHandle(format!("view {view}")))?;
                 Reply::Done
@@ -531,10 +560,10 @@ impl Session<'_> {
                 offset,
                 len,
             } => {
-                let mut buf = vec![0u8; (len as usize).min(IO_MAX)];
-                let n = self.view(view)?.pread(&path, &mut buf, offset)?;
-                buf.truncate(n);
-                Reply::Data(buf)
+                let view = self.view(view)?;
+                Reply::Data(read_reply((len as usize).min(IO_MAX), |buf| {
+                    view.pread(&path, buf, offset)
+                })?)
             }
             R::ReadOn { handle, len } => {
                 Reply::Data(self.desc(handle)?.read_on((len as usize).min(IO_MAX))?)
@@ -583,7 +612,7 @@ impl Session<'_> {
                         ino: d.file.ino(),
                         note,
                     });
-                    self.files.entry(d.id).or_insert(d);
+                    self.files_mut().entry(d.id).or_insert(d);
                 }
                 Reply::Held(out)
             }
@@ -592,7 +621,8 @@ impl Session<'_> {
                 Reply::Done
             }
             R::FsetAttr { handle, attr } => {
-                let file = self.file(handle)?;
+                let desc = self.desc(handle)?;
+                let file = &desc.file;
                 if !self.who.is_root() {
                     self.who.may_set_attr(&file.stat()?, &attr, "")?;
                 }
@@ -607,20 +637,24 @@ impl Session<'_> {
                 Reply::LeasedStat(self.leases()?.stat(fs, &path, follow)?)
             }
             R::FstatLeased { handle } => {
-                Reply::LeasedStat(self.leases()?.fstat(self.file(handle)?)?)
+                Reply::LeasedStat(self.leases()?.fstat(&self.desc(handle)?.file)?)
             }
             R::ReadLeased {
                 handle,
                 offset,
                 len,
             } => {
-                let (data, lease) =
-                    self.leases()?
-                        .read(fs, self.file(handle)?, offset, len, self.whole_pool())?;
+                let (data, lease) = self.leases()?.read(
+                    fs,
+                    &self.desc(handle)?.file,
+                    offset,
+                    len,
+                    self.whole_pool(),
+                )?;
                 Reply::LeasedData { data, lease }
             }
             R::SharedMemory { handle, op } => {
-                let ino = self.file(handle)?.ino();
+                let ino = self.desc(handle)?.file.ino();
                 let shmem = &self.shared.shmem;
                 match op {
                     0 => {
@@ -675,7 +709,7 @@ impl Session<'_> {
             | R::WriteOn { handle, .. }
             | R::Append { handle, .. }
             | R::SetLen { handle, .. } => {
-                let Some(desc) = self.files.get(handle) else {
+                let Ok(desc) = self.desc(*handle) else {
                     return Ok(());
                 };
                 let st = desc.file.stat()?;
@@ -701,7 +735,7 @@ impl Session<'_> {
                 }
             }
             R::FsetAttr { handle, attr } if touches_privs(attr) => {
-                if let Some(st) = self.files.get(handle).and_then(|d| d.file.stat().ok()) {
+                if let Some(st) = self.desc(*handle).ok().and_then(|d| d.file.stat().ok()) {
                     self.drop_privs(&st, attr);
                 }
             }
@@ -789,10 +823,13 @@ impl Session<'_> {
     }
 
     /// The client is gone: every lock it held is released and every file it had open closed.
-    pub(super) fn end(&mut self) {
+    pub(super) fn end(&self) {
         self.fs.locks().release_session(self.id);
-        self.files.clear();
-        self.views.clear();
+        // Taken out before they drop: a description's drop takes the lock table's lock.
+        let files = std::mem::take(&mut *self.files_mut());
+        drop(files);
+        let views = std::mem::take(&mut *self.views());
+        drop(views);
         self.shared.holds.session_ended(self.id);
         self.shared.shmem.session_ended(self.id);
     }

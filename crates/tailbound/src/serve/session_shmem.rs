@@ -23,8 +23,9 @@ impl Session<'_> {
             return Ok(None);
         }
         let of = |handle: &u64| -> Option<(Arc<Desc>, Arc<SharedFile>)> {
-            let d = self.files.get(handle)?;
-            Some((d.clone(), shmem.get(d.file.ino())?))
+            let d = self.desc(*handle).ok()?;
+            let sf = shmem.get(d.file.ino())?;
+            Some((d, sf))
         };
         Ok(Some(match req {
             R::Read {
