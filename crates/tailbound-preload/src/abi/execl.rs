@@ -7,7 +7,7 @@
 //! and the rest on the stack, one 8-byte slot each. Each stub takes the return address off the
 //! stack, pushes the five argument registers after the path (so they precede the caller's stack
 //! slots and `arg0, arg1, ...` is one array), puts the return address back (the stack is then
-//! 16-byte aligned for the call), calls [`exec_list`], and undoes the pushes if it returns.
+//! 16-byte aligned for the call), calls `exec_list`, and undoes the pushes if it returns.
 //! Elsewhere libc's own are used (no hand-over).
 
 use libc::{c_char, c_int};
