@@ -293,9 +293,7 @@ impl Engine {
     /// cleaning the room for a flush is room for the cleaner to write the buffer before its
     /// copies (`clean_passes`); a write of buffered data already asks for its own blocks, so
     /// counting them again in the flush term kept that much more of the pool free for nothing,
-    /// which is as if the pool were fuller to the cleaner's victims. Only where the mark is not
-    /// capped: in a pool small against the buffer, taking the seal's blocks off the capped mark
-    /// left a filled pool's cleaner too little room to empty anything after deletes.
+    /// which is as if the pool were fuller to the cleaner's victims.
     pub(super) fn low_water_carrying(&self, m: &State, carried: u64) -> u64 {
         let sb = self.segment_blocks;
         let flush = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
@@ -313,14 +311,7 @@ impl Engine {
             // A light pass needs room for one victim's copies. A victim that holds live map
             // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
             // a flush, its summaries and the nodes.
-            let full = flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb;
-            // A mark capped at a share of the pool holds less than a flush already, and is all
-            // the room the cleaner has in a small pool: it is kept whole.
-            if full <= sb * self.segment_count / LOW_WATER_DIVISOR {
-                full - carried.min(flush)
-            } else {
-                full
-            }
+            flush.saturating_sub(carried) + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
             .max(2 * sb)
