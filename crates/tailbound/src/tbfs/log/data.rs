@@ -29,7 +29,7 @@ impl Engine {
             }
             count as u64
         };
-        self.ensure_space_for_buffered(m, count + 1)?;
+        self.ensure_space(m, count + 1)?;
         let mut st = cell.lock();
         if st.freed || (!has_unsealed(&st) && !st.attr_dirty) {
             // The superblock refresh `ensure_space` ran took everything already.
@@ -207,7 +207,7 @@ impl Engine {
         if count == 0 {
             return Ok(taken);
         }
-        match self.ensure_space_for_buffered(m, count + count / 64 + 1) {
+        match self.ensure_space(m, count + count / 64 + 1) {
             Err(Error::NoSpace(_)) if if_room => return Ok(taken),
             r => r?,
         }

@@ -6,8 +6,6 @@ pub(crate) mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
 pub(crate) mod cleaning;
-#[cfg(test)]
-mod margin_tests;
 pub(crate) mod segments;
 
 use std::sync::atomic::Ordering as AtomicOrdering;
@@ -79,18 +77,12 @@ impl Engine {
     /// below which the writer cleans (and waits for it) while there is still room for the
     /// cleaner to work in (see `low_water`). A refresh may use both.
     pub(super) fn space_margins(&self, m: &State) -> (u64, u64) {
-        self.space_margins_carrying(m, 0)
-    }
-
-    /// [`Engine::space_margins`] for a write of `carried` buffered blocks
-    /// ([`Engine::low_water_carrying`]).
-    fn space_margins_carrying(&self, m: &State, carried: u64) -> (u64, u64) {
         if m.refresh.running() {
             (0, 0)
         } else {
             (
                 self.reserve_blocks() + Self::deletes_reserve(m),
-                self.low_water_carrying(m, carried),
+                self.low_water(m),
             )
         }
     }
@@ -105,21 +97,10 @@ impl Engine {
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
     /// that helps. Fails with `NoSpace` before anything is written.
     pub(super) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
-        self.ensure_space_carrying(m, blocks, 0)
-    }
-
-    /// [`Engine::ensure_space`] for a write whose blocks are buffered file data going out as
-    /// data-only logs: the low-water room kept for writing the buffer while cleaning is not
-    /// asked for again for the part of the buffer this write is ([`Engine::low_water_carrying`]).
-    pub(super) fn ensure_space_for_buffered(&self, m: &mut State, blocks: u64) -> Result<()> {
-        self.ensure_space_carrying(m, blocks, blocks)
-    }
-
-    fn ensure_space_carrying(&self, m: &mut State, blocks: u64, carried: u64) -> Result<()> {
         // Taken, so the checks the cleaning below runs are their own.
         let for_checkpoint = m.cleaning.take_checkpoint_check();
         let need = self.space_needed(blocks);
-        let (reserve, low_water) = self.space_margins_carrying(m, carried);
+        let (reserve, low_water) = self.space_margins(m);
         // A write keeps the room the next checkpoint needs, which pays for its maps (see
         // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
         // write is refused that would leave less than the reserve and the counted debt.
@@ -290,17 +271,6 @@ impl Engine {
     /// for the cleaner to make progress. Every block kept free beyond that raises the live
     /// fraction of the segments it cleans.
     pub(super) fn low_water(&self, m: &State) -> u64 {
-        self.low_water_carrying(m, 0)
-    }
-
-    /// [`Engine::low_water`] for a write of `carried` blocks of the buffer itself. In light
-    /// cleaning the room for a flush is room for the cleaner to write the buffer before its
-    /// copies (`clean_passes`); a write of buffered data already asks for its own blocks, so
-    /// counting them again in the flush term kept that much more of the pool free for nothing,
-    /// which is as if the pool were fuller to the cleaner's victims. Only where the mark is not
-    /// capped: in a pool small against the buffer, taking the seal's blocks off the capped mark
-    /// left a filled pool's cleaner too little room to empty anything after deletes.
-    pub(super) fn low_water_carrying(&self, m: &State, carried: u64) -> u64 {
         let sb = self.segment_blocks;
         let flush = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
         let want = if !self.light_cleaning(m) {
@@ -317,14 +287,7 @@ impl Engine {
             // A light pass needs room for one victim's copies. A victim that holds live map
             // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
             // a flush, its summaries and the nodes.
-            let full = flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb;
-            // A mark capped at a share of the pool holds less than a flush already, and is all
-            // the room the cleaner has in a small pool: it is kept whole.
-            if full <= sb * self.segment_count / LOW_WATER_DIVISOR {
-                full - carried.min(flush)
-            } else {
-                full
-            }
+            flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
             .max(2 * sb)
