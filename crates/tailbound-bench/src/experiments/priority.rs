@@ -308,6 +308,34 @@ fn say(out: &mut dyn Write, line: &str) -> Result<(), String> {
 /// How often the buffered copy reports its progress.
 pub const CP_POLL: Duration = Duration::from_millis(20);
 
+/// The copy's progress lines ([`parse_copied`]), collected until it is done.
+pub(crate) type CopyProgress = std::thread::JoinHandle<Vec<(u64, u64)>>;
+
+/// Starts the copy process with `args` once it is ready, and a thread that collects its
+/// progress lines ([`parse_copied`]) until it says it is done.
+pub(crate) fn start_copy(
+    exe: &Path,
+    args: &[String],
+) -> Result<(TenantProcess, CopyProgress), String> {
+    let mut copy = TenantProcess::spawn(exe, args, "copy")?;
+    copy.wait_ready()?;
+    let lines = copy.take_lines().ok_or("the copy's output is gone")?;
+    let reader = std::thread::spawn(move || {
+        let mut samples = Vec::new();
+        for line in lines {
+            let Ok(line) = line else { break };
+            if line == DONE {
+                break;
+            }
+            if let Some(s) = parse_copied(&line) {
+                samples.push(s);
+            }
+        }
+        samples
+    });
+    Ok((copy, reader))
+}
+
 /// Parses the copy's progress lines into `(time_ns, total_bytes)`.
 pub fn parse_copied(line: &str) -> Option<(u64, u64)> {
     let mut words = line.split_whitespace();
@@ -596,22 +624,7 @@ impl PriorityBench {
             chunk_bytes: COPY_CHUNK_BYTES,
             mode: self.copy_mode,
         };
-        let mut copy = TenantProcess::spawn(exe, &spec.args(), "copy")?;
-        copy.wait_ready()?;
-        let lines = copy.take_lines().ok_or("the copy's output is gone")?;
-        let reader = std::thread::spawn(move || {
-            let mut samples = Vec::new();
-            for line in lines {
-                let Ok(line) = line else { break };
-                if line == DONE {
-                    break;
-                }
-                if let Some(s) = parse_copied(&line) {
-                    samples.push(s);
-                }
-            }
-            samples
-        });
+        let (mut copy, reader) = start_copy(exe, &spec.args())?;
         copy.send(GO)?;
         let go = monotonic_now();
         let alone_end = go.plus(self.copy_alone);

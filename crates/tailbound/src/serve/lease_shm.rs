@@ -13,8 +13,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::sys::cvt;
-
 /// A `MAP_SHARED` mapping of the first `len` bytes of a file.
 #[derive(Debug)]
 pub(super) struct Map {
@@ -33,18 +31,7 @@ impl Map {
     /// The server's table: a new memfd of `len` zero bytes, sealed so it can neither shrink
     /// nor grow (a client's load can never fault), mapped writable.
     pub fn table(len: usize) -> io::Result<(File, Map)> {
-        let name = c"tailbound-leases";
-        // SAFETY: `name` is a NUL-terminated literal; the flags are valid memfd_create flags and
-        // the result is checked.
-        let fd = cvt(unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        })?;
-        // SAFETY: `fd` was just returned by the kernel and is owned by nothing else.
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        file.set_len(len as u64)?;
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on a descriptor we own, with an integer argument.
-        cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+        let file = super::ring::sealed_memfd(c"tailbound-leases", len)?;
         let map = Map::of(&file, len, libc::PROT_READ | libc::PROT_WRITE)?;
         Ok((file, map))
     }

@@ -14,7 +14,7 @@ use tailbound::sys::time::monotonic_now;
 use tailbound::tbfs::OpenFlags;
 
 use super::{
-    copy_rates, parse_copied, timed_appends, CopyMode, LogStep, PriorityBench, PriorityRow, Rate,
+    copy_rates, timed_appends, CopyMode, LogStep, PriorityBench, PriorityRow, Rate,
     COPY_CHUNK_BYTES, COPY_PRIO, WRITER_PRIO, WRITE_BYTES,
 };
 use crate::experiments::loopfs::LoopFs;
@@ -277,22 +277,7 @@ impl PriorityBench {
             chunks,
             mode: self.copy_mode,
         };
-        let mut copy = TenantProcess::spawn(exe, &copy_spec.args(), "copy")?;
-        copy.wait_ready()?;
-        let lines = copy.take_lines().ok_or("the copy's output is gone")?;
-        let reader = std::thread::spawn(move || {
-            let mut samples = Vec::new();
-            for line in lines {
-                let Ok(line) = line else { break };
-                if line == DONE {
-                    break;
-                }
-                if let Some(s) = parse_copied(&line) {
-                    samples.push(s);
-                }
-            }
-            samples
-        });
+        let (mut copy, reader) = super::start_copy(exe, &copy_spec.args())?;
         copy.send(GO)?;
         let go = monotonic_now();
         let alone_end = go.plus(self.copy_alone);

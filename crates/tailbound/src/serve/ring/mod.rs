@@ -24,7 +24,7 @@ mod shm;
 pub use queue::{set_spin, DEFAULT_SPIN};
 pub(crate) use queue::{Consumer, Producer, RingError};
 use queue::{Ctrl, Queue};
-pub(crate) use shm::{detach_fd, Mapping};
+pub(crate) use shm::{detach_fd, sealed_memfd, Mapping};
 
 /// The `hello` feature bit that asks for (and, answered, grants) the rings.
 pub const FEATURE_RING: u64 = 1;

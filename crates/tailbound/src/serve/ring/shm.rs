@@ -15,6 +15,23 @@ use std::time::Duration;
 
 use crate::sys::cvt;
 
+/// A new memfd of `len` zero bytes named `name`, sealed so it can neither shrink nor grow: a
+/// process that maps it can never fault on a load another process's resize made.
+pub(crate) fn sealed_memfd(name: &std::ffi::CStr, len: usize) -> io::Result<File> {
+    // SAFETY: `name` is NUL-terminated; the flags are valid memfd_create flags and the result is
+    // checked.
+    let fd = cvt(unsafe {
+        libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+    })?;
+    // SAFETY: `fd` was just returned by the kernel and is owned by nothing else.
+    let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.set_len(len as u64)?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor we own, with an integer argument.
+    cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+    Ok(file)
+}
+
 /// A `MAP_SHARED` read-write mapping of a whole memfd.
 #[derive(Debug)]
 pub(crate) struct Mapping {
@@ -33,18 +50,7 @@ impl Mapping {
     /// A new memfd of `len` bytes, sealed so that neither side can shrink or grow it (a shrink
     /// would turn the other side's loads into SIGBUS), and its mapping.
     pub fn create(len: usize) -> io::Result<(File, Mapping)> {
-        let name = c"tailbound-ring";
-        // SAFETY: `name` is a NUL-terminated literal; the flags are valid memfd_create flags and
-        // the result is checked.
-        let fd = cvt(unsafe {
-            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        })?;
-        // SAFETY: `fd` was just returned by the kernel and is owned by nothing else.
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        file.set_len(len as u64)?;
-        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-        // SAFETY: fcntl on a descriptor we own, with an integer argument.
-        cvt(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) })?;
+        let file = sealed_memfd(c"tailbound-ring", len)?;
         let map = Mapping::map(&file, len)?;
         Ok((file, map))
     }
