@@ -308,6 +308,37 @@ fn say(out: &mut dyn Write, line: &str) -> Result<(), String> {
 /// How often the buffered copy reports its progress.
 pub const CP_POLL: Duration = Duration::from_millis(20);
 
+impl PriorityBench {
+    /// After the writer's run (`writer_ok`: it ran to its end), lets the copy run alone again
+    /// as long as before, stops it and returns its progress; an error if it ended early.
+    pub(crate) fn copy_after(
+        &self,
+        copy: TenantProcess,
+        reader: CopyProgress,
+        writer_ok: bool,
+    ) -> Result<Vec<(u64, u64)>, String> {
+        let after_end = monotonic_now().plus(self.copy_alone);
+        let mut copies = [copy];
+        let watched = if writer_ok {
+            sleep_watching(after_end, &self.interrupted, &mut copies)
+        } else {
+            Ok(())
+        };
+        let [mut copy] = copies;
+        let stopped_early = copy.exited();
+        copy.stop();
+        let samples = reader
+            .join()
+            .map_err(|_| "the copy's reader panicked".to_string())?;
+        if stopped_early {
+            return Err(copy.failure("ended while the writer ran"));
+        }
+        watched?;
+        copy.wait_exit()?;
+        Ok(samples)
+    }
+}
+
 /// The copy's progress lines ([`parse_copied`]), collected until it is done.
 pub(crate) type CopyProgress = std::thread::JoinHandle<Vec<(u64, u64)>>;
 
@@ -634,23 +665,7 @@ impl PriorityBench {
         let result = self.kernel_writer(&work, rate)?;
         // The copy runs alone again as long, so its speed alone is measured on both sides of
         // the writer's run (a shared disk drifts).
-        let after_end = monotonic_now().plus(self.copy_alone);
-        let mut copies = [copy];
-        let watched = match &result {
-            Ok(_) => sleep_watching(after_end, &self.interrupted, &mut copies),
-            Err(_) => Ok(()),
-        };
-        let [mut copy] = copies;
-        let stopped_early = copy.exited();
-        copy.stop();
-        let samples = reader
-            .join()
-            .map_err(|_| "the copy's reader panicked".to_string())?;
-        if stopped_early {
-            return Err(copy.failure("ended while the writer ran"));
-        }
-        watched?;
-        copy.wait_exit()?;
+        let samples = self.copy_after(copy, reader, result.is_ok())?;
         let (hist, w0, w1) = result?;
         let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1, self.copy_alone);
         Ok(PriorityRow::from_histogram(

@@ -286,23 +286,7 @@ impl PriorityBench {
         let [copy, mut writer] = both;
         writer.send(GO)?;
         let result = writer.finish().and_then(|l| parse_writer(&l));
-        let after_end = monotonic_now().plus(self.copy_alone);
-        let mut copies = [copy];
-        let watched = match &result {
-            Ok(_) => sleep_watching(after_end, &self.interrupted, &mut copies),
-            Err(_) => Ok(()),
-        };
-        let [mut copy] = copies;
-        let stopped_early = copy.exited();
-        copy.stop();
-        let samples = reader
-            .join()
-            .map_err(|_| "the copy's reader panicked".to_string())?;
-        if stopped_early {
-            return Err(copy.failure("ended while the writer ran"));
-        }
-        watched?;
-        copy.wait_exit()?;
+        let samples = self.copy_after(copy, reader, result.is_ok())?;
         let (hist, w0, w1) = result?;
         writer_charged(&pool.scheduler)?;
         let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1, self.copy_alone);
