@@ -676,7 +676,7 @@ impl File {
     }
 
     /// The file's blocks from `first` (at most `count`) as the pool holds them
-    /// ([`Engine::lease_blocks`]), `under_lock` called on them before any can move.
+    /// (`Engine::lease_blocks`), `under_lock` called on them before any can move.
     pub fn lease_blocks(
         &self,
         first: u64,
