@@ -9,10 +9,10 @@
 //! (`CI` set) a machine that cannot run it fails the test; elsewhere it says why and passes
 //! without running.
 //!
-//! The whole suite takes longer than CI's budget (each of its thousands of commands is a new
-//! process through the shim, and many wait out a second for times to differ): under CI it runs
-//! every third test file (sorted by path, the same files each time; the output says so), and
-//! the whole suite where `CI` is not set or `TAILBOUND_PJDFSTEST_ALL` is.
+//! It is marked `#[ignore]`: the suite comes only from GitHub, which the CI machines cannot
+//! reach (there is no package of it), and no copy of it may live in this repository. Run it
+//! with `cargo test -p tailbound-cli --test run_pjdfstest -- --ignored` (about 20 minutes in a
+//! debug build); docs/results/pjdfstest.md holds its runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,11 +20,6 @@ use std::process::Command;
 
 const REPO: &str = "https://github.com/pjd/pjdfstest";
 const COMMIT: &str = "85a8aea9e685999ef0540392fd80535f873d7ff7";
-
-/// Under CI, one test file in this many runs.
-const CI_EVERY: usize = 3;
-/// Set, the whole suite runs under CI too.
-const ALL: &str = "TAILBOUND_PJDFSTEST_ALL";
 
 /// A test's result: passed (without a TODO or SKIP directive), or not.
 type Results = BTreeMap<(String, u32), bool>;
@@ -152,26 +147,11 @@ fn parse(out: &str, suite: &Path) -> Results {
 }
 
 #[test]
+#[ignore = "needs the pjdfstest suite from GitHub, which CI cannot reach; run with --ignored"]
 fn pjdfstest_under_tailbound_run_passes_what_passes_on_tmpfs() {
     let Some(suite) = suite() else { return };
-    let all = test_files(&suite);
-    assert!(!all.is_empty(), "no test files in {}", suite.display());
-    let whole = std::env::var_os("CI").is_none() || std::env::var_os(ALL).is_some();
-    let files: Vec<String> = if whole {
-        all.clone()
-    } else {
-        all.iter().step_by(CI_EVERY).cloned().collect()
-    };
-    eprintln!(
-        "pjdfstest: {} of its {} test files{}",
-        files.len(),
-        all.len(),
-        if whole {
-            String::new()
-        } else {
-            format!(" (every {CI_EVERY}rd under CI; {ALL}=1 runs all)")
-        }
-    );
+    let files = test_files(&suite);
+    assert!(!files.is_empty(), "no test files in {}", suite.display());
 
     let tmpfs = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
     let pool_dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
