@@ -178,6 +178,12 @@ impl Fs {
     }
 
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<File> {
+        self.open_file_after_links(path, flags, 0)
+    }
+
+    /// `open_file`, `links` dangling symbolic links into a create already (see
+    /// [`Fs::create_through_link`]).
+    fn open_file_after_links(&self, path: &str, flags: OpenFlags, links: u32) -> Result<File> {
         let inner = &self.inner;
         inner.check_usable()?;
         if (flags.write || flags.create || flags.truncate) && inner.read_only {
@@ -212,6 +218,17 @@ impl Fs {
                                 return Err(Error::Exists(path.to_string()));
                             }
                             (inner.cell(&m, ino)?, plain)
+                        }
+                        // A dangling symbolic link at the last name (POSIX): with O_EXCL it
+                        // is there (`EEXIST`); without, the file is made where it points.
+                        Err(Error::NotFound(_))
+                            if flags.create && inner.resolve_traced(&m, path, false).is_ok() =>
+                        {
+                            if flags.exclusive {
+                                return Err(Error::Exists(path.to_string()));
+                            }
+                            drop(m);
+                            return self.create_through_link(path, flags, links);
                         }
                         Err(Error::NotFound(_)) if flags.create => {
                             let (parent, name, plain) = inner.parent_of_traced(&m, path)?;
@@ -334,6 +351,25 @@ impl Fs {
         self.inner.remember(path, plain, &cell);
         drop(m);
         self.inner.stat_cell(&cell)
+    }
+
+    /// `open_file` with `O_CREAT` (not `O_EXCL`) of `path`, whose last name is a dangling
+    /// symbolic link: the file is made where the link points, as the kernel does (a chain of
+    /// such links followed up to the kernel's 40).
+    fn create_through_link(&self, path: &str, flags: OpenFlags, links: u32) -> Result<File> {
+        const LINKS_MAX: u32 = 40;
+        if links >= LINKS_MAX {
+            return Err(Error::Loop(path.to_string()));
+        }
+        let target = self.readlink(path)?;
+        let next = if target.starts_with('/') {
+            target
+        } else {
+            let dir = path.trim_end_matches('/');
+            let dir = &dir[..dir.rfind('/').map_or(0, |i| i)];
+            format!("{dir}/{target}")
+        };
+        self.open_file_after_links(&next, flags, links + 1)
     }
 
     /// `open_file` of a path the path cache holds, without `meta`: `None` sends it the long way

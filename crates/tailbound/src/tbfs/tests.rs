@@ -471,6 +471,38 @@ fn bad_paths_and_handles_give_posix_errors() {
         ..OpenFlags::create()
     };
     assert_eq!(fs.open_file("/f", excl).unwrap_err().errno(), libc::EEXIST);
+    // A symbolic link at the last name, dangling or not, is there: O_EXCL creates nothing.
+    fs.symlink("/target", "/dangling").unwrap();
+    assert_eq!(
+        fs.open_file("/dangling", excl).unwrap_err().errno(),
+        libc::EEXIST
+    );
+    assert_eq!(fs.stat("/target").unwrap_err().errno(), libc::ENOENT);
+    fs.symlink("/f", "/to-f").unwrap();
+    assert_eq!(
+        fs.open_file("/to-f", excl).unwrap_err().errno(),
+        libc::EEXIST
+    );
+    // Without O_EXCL, a dangling link's target is created, as the kernel does.
+    fs.open_file("/dangling", OpenFlags::create()).unwrap();
+    assert!(fs.stat("/target").is_ok());
+    assert_eq!(fs.lstat("/dangling").unwrap().kind, FileKind::Symlink);
+    fs.mkdir("/d", 0o755).unwrap();
+    fs.symlink("next", "/d/first").unwrap();
+    fs.symlink("../made", "/d/next").unwrap();
+    fs.open_file("/d/first", OpenFlags::create()).unwrap();
+    assert!(
+        fs.stat("/made").is_ok(),
+        "a chain of relative dangling links"
+    );
+    fs.symlink("/loop-b", "/loop-a").unwrap();
+    fs.symlink("/loop-a", "/loop-b").unwrap();
+    assert_eq!(
+        fs.open_file("/loop-a", OpenFlags::create())
+            .unwrap_err()
+            .errno(),
+        libc::ELOOP
+    );
     let ro = fs.open_file("/f", OpenFlags::read_only()).unwrap();
     assert_eq!(ro.pwrite(b"x", 0).unwrap_err().errno(), libc::EBADF);
     assert_eq!(fs.unlink("/").unwrap_err().errno(), libc::EINVAL);
