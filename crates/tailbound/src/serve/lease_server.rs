@@ -210,9 +210,7 @@ impl LeaseTable {
         len: u32,
         whole_pool: bool,
     ) -> Result<(Vec<u8>, Option<DataLease>)> {
-        let mut buf = vec![0u8; (len as usize).min(IO_MAX)];
-        let n = file.pread(&mut buf, offset)?;
-        buf.truncate(n);
+        let buf = super::descs::read_reply((len as usize).min(IO_MAX), |b| file.pread(b, offset))?;
         if !whole_pool || self.pool.is_none() || fs.atime_strict() {
             return Ok((buf, None));
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::Session;
 use crate::serve::codec::IO_MAX;
-use crate::serve::descs::{Desc, STATUS_APPEND};
+use crate::serve::descs::{read_reply, Desc, STATUS_APPEND};
 use crate::serve::observe::Change;
 use crate::serve::protocol::{Reply, Request};
 use crate::serve::shmem::SharedFile;
@@ -36,20 +36,17 @@ impl Session<'_> {
                 let Some((_, sf)) = of(handle) else {
                     return Ok(None);
                 };
-                let mut buf = vec![0u8; (*len as usize).min(IO_MAX)];
-                let n = sf.read(&mut buf, *offset)?;
-                buf.truncate(n);
-                Reply::Data(buf)
+                Reply::Data(read_reply((*len as usize).min(IO_MAX), |buf| {
+                    sf.read(buf, *offset)
+                })?)
             }
             R::ReadOn { handle, len } => {
                 let Some((d, sf)) = of(handle) else {
                     return Ok(None);
                 };
                 let mut pos = d.pos();
-                let mut buf = vec![0u8; (*len as usize).min(IO_MAX)];
-                let n = sf.read(&mut buf, *pos)?;
-                buf.truncate(n);
-                *pos += n as u64;
+                let buf = read_reply((*len as usize).min(IO_MAX), |buf| sf.read(buf, *pos))?;
+                *pos += buf.len() as u64;
                 Reply::Data(buf)
             }
             R::Write {
@@ -164,11 +161,8 @@ impl Session<'_> {
                 let Some((_, sf)) = of(handle) else {
                     return Ok(None);
                 };
-                let mut buf = vec![0u8; (*len as usize).min(IO_MAX)];
-                let n = sf.read(&mut buf, *offset)?;
-                buf.truncate(n);
                 Reply::LeasedData {
-                    data: buf,
+                    data: read_reply((*len as usize).min(IO_MAX), |buf| sf.read(buf, *offset))?,
                     lease: None,
                 }
             }

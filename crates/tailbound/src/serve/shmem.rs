@@ -60,16 +60,11 @@ impl SharedFile {
     /// Copies the memory into the pool's file.
     pub fn write_back(&self) -> Result<()> {
         let size = self.size()?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut off = 0u64;
-        while off < size {
-            let n = self.read(&mut buf, off)?;
-            if n == 0 {
-                break;
-            }
-            self.file.pwrite(&buf[..n], off)?;
-            off += n as u64;
-        }
+        copy_range(
+            size,
+            |b, off| self.read(b, off),
+            |b, off| self.file.pwrite(b, off),
+        )?;
         if self.file.stat()?.size != size {
             self.file.set_len(size)?;
         }
@@ -130,16 +125,11 @@ impl SharedFiles {
                     appending: Mutex::new(()),
                 });
                 let size = sf.file.stat()?.size;
-                let mut buf = vec![0u8; 1 << 20];
-                let mut off = 0u64;
-                while off < size {
-                    let n = sf.file.pread(&mut buf, off)?.min((size - off) as usize);
-                    if n == 0 {
-                        break;
-                    }
-                    sf.write(&buf[..n], off)?;
-                    off += n as u64;
-                }
+                copy_range(
+                    size,
+                    |b, off| sf.file.pread(b, off),
+                    |b, off| sf.write(b, off),
+                )?;
                 sf.set_len(size)?;
                 t.insert(ino, sf.clone());
                 self.count.fetch_add(1, Ordering::AcqRel);
@@ -209,4 +199,24 @@ impl SharedFiles {
             }
         }
     }
+}
+
+/// Copies the first `size` bytes from `read` to `write`, a MiB at a time (less if `read` ends
+/// early).
+fn copy_range(
+    size: u64,
+    read: impl Fn(&mut [u8], u64) -> Result<usize>,
+    write: impl Fn(&[u8], u64) -> Result<usize>,
+) -> Result<()> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < size {
+        let n = read(&mut buf, off)?.min((size - off) as usize);
+        if n == 0 {
+            break;
+        }
+        write(&buf[..n], off)?;
+        off += n as u64;
+    }
+    Ok(())
 }
