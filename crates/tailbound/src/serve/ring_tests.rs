@@ -24,13 +24,15 @@ const SMALL: RingSizes = RingSizes {
     completion: 4096,
 };
 
-struct Fixture {
-    server: ServerHandle,
-    socket: std::path::PathBuf,
+/// A server of a fresh memory pool (also used by `worker_tests`).
+pub(super) struct Fixture {
+    pub(super) server: ServerHandle,
+    pub(super) socket: std::path::PathBuf,
+    pub(super) fs: Arc<Fs>,
     _dir: tempfile::TempDir,
 }
 
-fn fixture(no_ring: bool) -> Fixture {
+pub(super) fn fixture(no_ring: bool) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let dev = Arc::new(MemoryPool::anonymous(64 << 20).unwrap());
     let fs = Arc::new(
@@ -48,16 +50,17 @@ fn fixture(no_ring: bool) -> Fixture {
         no_ring,
         ..ServerOptions::default()
     };
-    let server = Server::start(fs, &socket, opts).unwrap();
+    let server = Server::start(fs.clone(), &socket, opts).unwrap();
     Fixture {
         server,
         socket,
+        fs,
         _dir: dir,
     }
 }
 
 /// Waits until the server counts `n` sessions. The bound only turns a hang into a failure.
-fn await_sessions(server: &ServerHandle, n: usize) {
+pub(super) fn await_sessions(server: &ServerHandle, n: usize) {
     let start = Instant::now();
     while server.sessions() != n {
         assert!(

@@ -7,66 +7,23 @@ use std::io::Read;
 use std::os::unix::net::UnixStream;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::codec::read_frame;
 use super::dispatch::{most_workers, MOST_APART};
 use super::protocol::{LockArgs, Reply, Request, VERSION};
 use super::ring::{self, ClientRings, RingSizes, FEATURE_RING};
+use super::ring_tests::{await_sessions, fixture};
 use super::*;
-use crate::dev::memory::MemoryPool;
 use crate::sys::sock::send_all;
 use crate::tbfs::locks::{Kind, Space};
-use crate::tbfs::{Config, Error, Fs, OpenFlags};
+use crate::tbfs::{Error, OpenFlags};
 
 /// Room for every request the tests send before reading a completion.
 const ROOMY: RingSizes = RingSizes {
     request: 1 << 16,
     completion: 1 << 16,
 };
-
-struct Fixture {
-    server: ServerHandle,
-    socket: std::path::PathBuf,
-    fs: Arc<Fs>,
-    _dir: tempfile::TempDir,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let dev = Arc::new(MemoryPool::anonymous(64 << 20).unwrap());
-    let fs = Arc::new(
-        Fs::format(
-            dev,
-            &Config {
-                segment_bytes: 1 << 20,
-                ..Config::memory_pool()
-            },
-        )
-        .unwrap(),
-    );
-    let socket = dir.path().join("pool.sock");
-    let server = Server::start(fs.clone(), &socket, ServerOptions::default()).unwrap();
-    Fixture {
-        server,
-        socket,
-        fs,
-        _dir: dir,
-    }
-}
-
-/// Waits until the server counts `n` sessions. The bound only turns a hang into a failure.
-fn await_sessions(server: &ServerHandle, n: usize) {
-    let start = Instant::now();
-    while server.sessions() != n {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{} sessions, {n} expected",
-            server.sessions()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 fn range(start: u64, end: u64, kind: Kind, per_handle: bool) -> LockArgs {
     LockArgs {
@@ -134,7 +91,7 @@ impl Raw {
 /// A request sent after them is answered while they wait, by a worker still free; once the lock
 /// is let go, every wait gets it.
 fn a_blocked_worker_holds_up_no_other_request(rings: bool) {
-    let f = fixture();
+    let f = fixture(false);
     let holder = Client::connect(&f.socket).unwrap();
     let held = holder.open_file("/l", OpenFlags::create()).unwrap();
     held.lock(range(0, 10, Kind::Write, false), false).unwrap();
@@ -223,7 +180,7 @@ fn record(t: u64, i: u64) -> [u8; RECORD] {
 /// at a shared description's offset, opens, closes, renames and lists, and reads everything
 /// back; a write seen by one thread is seen by every other once its call returned.
 fn many_threads_of_one_session(transport: Option<RingSizes>) {
-    let f = fixture();
+    let f = fixture(false);
     let c = Client::connect_with(&f.socket, transport).unwrap();
     let shared = Arc::new(c.open_file("/shared", OpenFlags::create()).unwrap());
     let on = Arc::new(c.open_file("/on", OpenFlags::create()).unwrap());
@@ -361,7 +318,7 @@ impl Drop for KillOnDrop {
 #[test]
 fn a_client_killed_with_requests_in_flight_leaves_nothing() {
     use std::io::BufRead;
-    let f = fixture();
+    let f = fixture(false);
     let me = Client::connect(&f.socket).unwrap();
     let mine = me.open_file("/k", OpenFlags::create()).unwrap();
     mine.lock(range(20, 30, Kind::Write, false), false).unwrap();
