@@ -476,6 +476,7 @@ impl Filesystem for TbFuse {
                 gid,
                 atime_ns: atime.map(ns_of),
                 mtime_ns: mtime.map(ns_of),
+                ..SetAttr::default()
             };
             if attr != SetAttr::default() {
                 st = Some(self.fs.set_attr_ino(ino.0, &attr)?);

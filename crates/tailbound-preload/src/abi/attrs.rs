@@ -178,6 +178,7 @@ unsafe fn timespec_attr(t: *const libc::timespec) -> VfsResult<SetAttr> {
         return Ok(SetAttr {
             atime_ns: Some(now),
             mtime_ns: Some(now),
+            touch: true,
             ..SetAttr::default()
         });
     }
@@ -191,9 +192,12 @@ unsafe fn timespec_attr(t: *const libc::timespec) -> VfsResult<SetAttr> {
             _ => Err(libc::EINVAL),
         }
     };
+    // Only both at now is a touch; now beside an omitted time is an explicit change (the kernel's
+    // `vfs_utimes`).
     Ok(SetAttr {
         atime_ns: one(&ts[0])?,
         mtime_ns: one(&ts[1])?,
+        touch: ts.iter().all(|t| t.tv_nsec == libc::UTIME_NOW),
         ..SetAttr::default()
     })
 }

@@ -819,7 +819,13 @@ impl Shim {
             return Err(libc::EPERM);
         }
         if !owner && (attr.atime_ns.is_some() || attr.mtime_ns.is_some()) {
-            return Err(libc::EPERM);
+            if !attr.touch {
+                return Err(libc::EPERM);
+            }
+            let class = if st.gid == real::egid() { 3 } else { 0 };
+            if (st.mode >> class) & 2 == 0 {
+                return Err(libc::EACCES);
+            }
         }
         Ok(())
     }

@@ -204,7 +204,7 @@ impl Who {
     }
 
     /// What changing `st`'s attributes as `attr` asks needs (chmod, chown, utimens to given
-    /// times: the kernel's `setattr_prepare` rules).
+    /// times: the kernel's `setattr_prepare` rules; times set to now need only write permission).
     pub fn may_set_attr(&self, st: &Stat, attr: &SetAttr, what: &str) -> Result<()> {
         if self.is_root() {
             return Ok(());
@@ -218,12 +218,15 @@ impl Who {
                 return refuse();
             }
         }
-        let owner_only = attr.mode.is_some()
-            || attr.uid.is_some()
-            || attr.atime_ns.is_some()
-            || attr.mtime_ns.is_some();
-        if owner_only && st.uid != self.uid {
+        let times = attr.atime_ns.is_some() || attr.mtime_ns.is_some();
+        if st.uid == self.uid {
+            return Ok(());
+        }
+        if attr.mode.is_some() || attr.uid.is_some() || (times && !attr.touch) {
             return refuse();
+        }
+        if times && !self.may(st, WRITE) {
+            return Err(denied(what));
         }
         Ok(())
     }
@@ -300,5 +303,37 @@ mod tests {
         };
         assert!(who.may_set_attr(&mine, &group(27), "x").is_ok());
         assert!(who.may_set_attr(&mine, &group(28), "x").is_err());
+    }
+
+    #[test]
+    fn times_set_to_now_need_write_permission_not_ownership() {
+        let who = Who {
+            uid: 1000,
+            gid: 100,
+            groups: vec![],
+        };
+        let writable = st(FileKind::File, 0o666, 5, 6);
+        let read_only = st(FileKind::File, 0o644, 5, 6);
+        let at = |touch| SetAttr {
+            atime_ns: Some(1),
+            mtime_ns: Some(1),
+            touch,
+            ..SetAttr::default()
+        };
+        assert!(who.may_set_attr(&writable, &at(true), "x").is_ok());
+        // Without write permission a touch is EACCES, and a given time is EPERM, as utimensat(2).
+        let errno = |r: Result<()>| r.map_err(|e| e.errno()).err();
+        assert_eq!(
+            errno(who.may_set_attr(&read_only, &at(true), "x")),
+            Some(libc::EACCES)
+        );
+        assert_eq!(
+            errno(who.may_set_attr(&writable, &at(false), "x")),
+            Some(libc::EPERM)
+        );
+        assert_eq!(
+            errno(who.may_set_attr(&read_only, &at(false), "x")),
+            Some(libc::EPERM)
+        );
     }
 }

@@ -11,7 +11,7 @@ use crate::tbfs::{
 /// The bytes a `Hello` starts with.
 pub const MAGIC: [u8; 4] = *b"TBSV";
 /// The protocol version this build speaks.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The `hello` feature bit that asks for (and, answered, grants) a [`Caller`] in the header of
 /// every later request.
 pub const FEATURE_CALLER: u64 = 1 << 1;

@@ -497,6 +497,7 @@ fn attr_enc(e: &mut Enc, attr: &SetAttr) {
     opt32(e, attr.gid);
     e.opt_u64(attr.atime_ns.map(|t| t as u64));
     e.opt_u64(attr.mtime_ns.map(|t| t as u64));
+    e.bool(attr.touch);
 }
 
 fn attr_dec(d: &mut Dec<'_>) -> WireResult<SetAttr> {
@@ -511,6 +512,7 @@ fn attr_dec(d: &mut Dec<'_>) -> WireResult<SetAttr> {
         gid: opt32(d, "gid")?,
         atime_ns: d.opt_u64("atime")?.map(|t| t as i64),
         mtime_ns: d.opt_u64("mtime")?.map(|t| t as i64),
+        touch: d.bool("touch")?,
     })
 }
 

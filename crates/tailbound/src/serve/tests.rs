@@ -465,7 +465,8 @@ fn arb_request() -> impl Strategy<Value = Request> {
                     uid: mode,
                     gid: None,
                     atime_ns: t,
-                    mtime_ns: t
+                    mtime_ns: t,
+                    touch: follow
                 },
                 follow
             }),

@@ -775,6 +775,7 @@ fn symbolic_links_hard_links_and_attributes_work_and_survive_a_reopen() {
             gid: Some(99),
             atime_ns: Some(1_000_000_007),
             mtime_ns: Some(2_000_000_009),
+            touch: false,
         },
     )
     .unwrap();

@@ -278,6 +278,9 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub atime_ns: Option<i64>,
     pub mtime_ns: Option<i64>,
+    /// The times given are the current time (`utimensat` with NULL or `UTIME_NOW`): then a
+    /// caller who does not own the file may set them if it may write to it, as the kernel lets it.
+    pub touch: bool,
 }
 
 /// When reads update a file's access time.
