@@ -225,7 +225,7 @@ fn serve_pool(pool: &Path, backend: &str, allow_other: bool) -> Result<Served, S
         .args(allow_other.then_some("--allow-other"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+        .stderr(Stdio::piped());
     // Its own process group: the terminal's Ctrl-C is for the program, whose exit ends it.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd
@@ -235,8 +235,13 @@ fn serve_pool(pool: &Path, backend: &str, allow_other: bool) -> Result<Served, S
     if let Some(out) = child.stdout.take() {
         let _ = std::io::BufReader::new(out).read_line(&mut line);
     }
+    let mut errors = child.stderr.take();
     if !line.starts_with("serving ") {
         let status = child.wait().map_err(|e| e.to_string())?;
+        let mut said = String::new();
+        if let Some(e) = errors.as_mut() {
+            let _ = std::io::Read::read_to_string(e, &mut said);
+        }
         // Another `run` of the same pool may have started its server a moment before (it holds
         // the pool, its socket not answering yet): that one serves this program too.
         for _ in 0..100 {
@@ -249,9 +254,15 @@ fn serve_pool(pool: &Path, backend: &str, allow_other: bool) -> Result<Served, S
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         return Err(format!(
-            "{}: its server did not start ({status})",
-            pool.display()
+            "{}: its server did not start ({status}): {}",
+            pool.display(),
+            said.trim()
         ));
+    }
+    // What the server says later (a pool poisoned, a session refused) reaches the terminal;
+    // only a server that lost the start race to another `run`'s is kept quiet, above.
+    if let Some(mut e) = errors {
+        std::thread::spawn(move || std::io::copy(&mut e, &mut std::io::stderr()));
     }
     let session = Client::connect(&socket).map_err(|e| format!("{}: {e}", pool.display()))?;
     Ok(Served {

@@ -722,3 +722,60 @@ fn programs_that_fill_a_pool_get_enospc_and_the_pool_stays_usable() {
         .unwrap();
     ok("fsck", &fsck);
 }
+
+#[test]
+fn fifos_join_processes_of_separate_runs_and_device_nodes_open_the_device() {
+    let m = Mount::new();
+    let fifo = format!("{}/pipe", m.dir);
+    ok("mkfifo", &m.run("mkfifo", &[&fifo]));
+    // The writer blocks in its open until a reader opens the same pipe from another `run`.
+    let writer = Command::new(tailbound())
+        .args(["run", "--mount"])
+        .arg(format!("{}={}", m.dir, m.pool.display()))
+        .args(["--", "sh", "-c", &format!("echo through-the-pipe > {fifo}")])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the writer");
+    let read = m.run("cat", &[&fifo]);
+    let wrote = writer.wait_with_output().unwrap();
+    ok("the writer", &wrote);
+    assert_eq!(ok("cat of the FIFO", &read), "through-the-pipe\n");
+    let listed = ok("ls -l", &m.run("ls", &["-l", &fifo]));
+    assert!(listed.starts_with('p'), "not a FIFO in the pool: {listed}");
+    // What went through the pipe was never stored in the pool's node.
+    let size = ok("stat", &m.run("stat", &["-c", "%s", &fifo]));
+    assert_eq!(size.trim(), "0");
+    for out in [&read, &wrote] {
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !said.contains("in use"),
+            "the run that lost the race to start the server says so: {said}"
+        );
+    }
+
+    // A device node is the device (here /dev/zero and /dev/null); making one takes root, as on
+    // the kernel.
+    let script = format!(
+        "cd {d} && mknod zero c 1 5 && mknod null c 1 3 && echo gone > null && \
+         head -c 3 zero | od -An -tx1 && wc -c < null",
+        d = m.dir
+    );
+    let out = m.run("sh", &["-c", &script]);
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        let text = ok("device nodes", &out);
+        let words: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(words, ["00", "00", "00", "0"], "{text}");
+    } else {
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Operation not permitted"),
+            "mknod of a device by a user must be refused"
+        );
+    }
+    let fifos = tailbound::serve::fifo_dir(&m.pool);
+    assert!(
+        !fifos.exists(),
+        "the server leaves {} behind",
+        fifos.display()
+    );
+}

@@ -676,6 +676,43 @@ pub fn kernel_open_rw(path: &str) -> Result<c_int, i32> {
     }
 }
 
+/// Opens a kernel path with a program's own open flags (a special file's kernel end); `O_CREAT`
+/// and `O_EXCL` are the pool node's business and are dropped.
+pub fn kernel_open(path: &std::ffi::CStr, flags: c_int) -> Result<c_int, i32> {
+    let flags = flags & !(libc::O_CREAT | libc::O_EXCL);
+    // SAFETY: `path` is NUL-terminated; no mode is needed without O_CREAT.
+    let fd = unsafe { openat(libc::AT_FDCWD, path.as_ptr(), flags, 0) };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+/// Makes a kernel FIFO or directory at `path` with exactly `mode` (the umask undone), or
+/// keeps the one there.
+pub fn kernel_make(path: &std::ffi::CStr, dir: bool, mode: u32) -> Result<(), i32> {
+    // SAFETY: `path` is NUL-terminated.
+    let r = unsafe {
+        if dir {
+            mkdir(path.as_ptr(), mode)
+        } else {
+            mkfifo(path.as_ptr(), mode)
+        }
+    };
+    match (r, errno()) {
+        (0, _) => {
+            // SAFETY: as above.
+            if unsafe { chmod(path.as_ptr(), mode) } < 0 {
+                return Err(errno());
+            }
+            Ok(())
+        }
+        (_, libc::EEXIST) => Ok(()),
+        (_, e) => Err(e),
+    }
+}
+
 /// A fresh memfd that stays open across an exec (a program image the exec runs).
 pub fn memfd_inheritable(name: &std::ffi::CStr) -> Result<c_int, i32> {
     // SAFETY: `name` is NUL-terminated.

@@ -517,6 +517,11 @@ impl Shim {
             return Err(libc::EISDIR);
         }
         ofd::may_open(st.kind, flags)?;
+        if acc != libc::O_PATH {
+            if let Some(r) = nodes::open_special(&self.mounts[loc.mount].pool, &st, flags) {
+                return r;
+            }
+        }
         let status = flags
             & (libc::O_APPEND
                 | libc::O_NONBLOCK

@@ -95,16 +95,11 @@ pub fn split_dev(rdev: u32) -> (u32, u32) {
     )
 }
 
-/// Opening a special file, as the kernel answers when nothing serves it here: a socket cannot
-/// be opened (`ENXIO`), nor a FIFO for writing without blocking while no process reads it
-/// (the pool's FIFOs have no readers).
+/// Opening a special file: a socket cannot be opened (`ENXIO`), as the kernel answers; FIFOs
+/// and devices open their kernel ends ([`crate::vfs::nodes::open_special`]).
 pub fn may_open(kind: tailbound::tbfs::FileKind, flags: i32) -> VfsResult<()> {
-    use tailbound::tbfs::FileKind;
-    let nonblocking_writer =
-        flags & libc::O_NONBLOCK != 0 && flags & libc::O_ACCMODE == libc::O_WRONLY;
     match kind {
-        FileKind::Socket if flags & libc::O_PATH == 0 => Err(libc::ENXIO),
-        FileKind::Fifo if nonblocking_writer => Err(libc::ENXIO),
+        tailbound::tbfs::FileKind::Socket if flags & libc::O_PATH == 0 => Err(libc::ENXIO),
         _ => Ok(()),
     }
 }

@@ -73,6 +73,15 @@ pub fn socket_path(pool: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// The directory beside a pool where the kernel's ends of its FIFOs live (the pool keeps only
+/// their inodes): the pool's path with `.fifos` added. A FIFO opened through the shim is the
+/// kernel's FIFO there named after its inode number, so every process meets in the same pipe.
+pub fn fifo_dir(pool: &Path) -> PathBuf {
+    let mut s = pool.as_os_str().to_owned();
+    s.push(".fifos");
+    PathBuf::from(s)
+}
+
 #[cfg(test)]
 mod caller_tests;
 #[cfg(test)]

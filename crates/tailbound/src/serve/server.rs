@@ -42,6 +42,8 @@ pub struct Server;
 pub struct ServerHandle {
     shared: Arc<Shared>,
     socket: PathBuf,
+    /// The FIFO directory this server made, removed when it stops.
+    fifos: Option<PathBuf>,
     /// A second handle on the listening socket, shut down to wake the accept loop.
     listener: UnixListener,
     accept: Option<JoinHandle<()>>,
@@ -86,6 +88,7 @@ impl Server {
             std::fs::remove_file(socket)?;
         }
         let listener = bind_private(socket, opts)?;
+        let fifos = make_fifo_dir(socket, opts)?;
         let server_ids = crate::sys::proc::effective_ids();
         let leases = if opts.no_leases {
             None
@@ -143,10 +146,42 @@ impl Server {
         Ok(ServerHandle {
             shared,
             socket: socket.to_path_buf(),
+            fifos,
             listener: second,
             accept: Some(accept),
         })
     }
+}
+
+/// Makes the FIFO directory ([`super::fifo_dir`]) of the pool `socket` serves, for the clients
+/// this server lets in: only the owner's (mode 0700), or every user's (1733: anyone may make a
+/// FIFO there, nobody may list them). `None` for a socket not named after its pool.
+fn make_fifo_dir(socket: &Path, opts: ServerOptions) -> io::Result<Option<PathBuf>> {
+    let Some(pool) = socket.to_str().and_then(|s| s.strip_suffix(".sock")) else {
+        return Ok(None);
+    };
+    let dir = super::fifo_dir(Path::new(pool));
+    let made = || -> io::Result<()> {
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            r => r?,
+        }
+        let mode = if opts.allow_other { 0o1733 } else { 0o700 };
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))?;
+        if let Some((uid, gid)) = opts.owner {
+            if (uid, gid) != crate::sys::proc::effective_ids() {
+                std::os::unix::fs::chown(&dir, Some(uid), Some(gid))?;
+            }
+        }
+        Ok(())
+    };
+    made().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("{}: making the FIFO directory: {e}", dir.display()),
+        )
+    })?;
+    Ok(Some(dir))
 }
 
 /// Binds the socket under a temporary name, sets its mode and owner, then renames it into
@@ -289,6 +324,10 @@ impl ServerHandle {
         }
         let _ = accept.join();
         let _ = std::fs::remove_file(&self.socket);
+        if let Some(dir) = &self.fifos {
+            // The FIFOs hold no data; a process with one open keeps its pipe.
+            let _ = std::fs::remove_dir_all(dir);
+        }
         let mut sessions = self.shared.sessions();
         for s in sessions.values() {
             let _ = s.stream.shutdown(std::net::Shutdown::Both);
