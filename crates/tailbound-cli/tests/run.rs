@@ -779,3 +779,33 @@ fn fifos_join_processes_of_separate_runs_and_device_nodes_open_the_device() {
         fifos.display()
     );
 }
+
+/// A store through a shared mapping, then an `O_TRUNC` open by another process.
+const MAPPED_THEN_TRUNCATED: &str = r#"
+import mmap, os, subprocess, sys
+f = sys.argv[1] + "/mapped"
+fd = os.open(f, os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096, mmap.MAP_SHARED)
+m[0:5] = b"hello"
+print(subprocess.run(["head", "-c", "5", f], capture_output=True, check=True).stdout.decode())
+subprocess.run(["sh", "-c", ": > " + f], check=True)
+print(os.fstat(fd).st_size, os.stat(f).st_size)
+m.close()
+"#;
+
+#[test]
+fn an_o_trunc_open_by_another_process_truncates_a_mapped_file() {
+    let m = Mount::new();
+    let out = ok(
+        "python3",
+        &m.run("python3", &["-c", MAPPED_THEN_TRUNCATED, &m.dir]),
+    );
+    let words: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(words, ["hello", "0", "0"], "{out}");
+    let size = ok(
+        "stat",
+        &m.run("stat", &["-c", "%s", &format!("{}/mapped", m.dir)]),
+    );
+    assert_eq!(size.trim(), "0", "the pool's file after the program");
+}

@@ -516,6 +516,12 @@ impl Shim {
         if create && st.kind == FileKind::Dir {
             return Err(libc::EISDIR);
         }
+        if of.truncate {
+            // This process's mappings' memory is the file's data (a server truncates its own).
+            if let Some(b) = self.maps.backing_of(loc.mount, st.ino) {
+                real::kernel_ftruncate(b.memfd, 0)?;
+            }
+        }
         ofd::may_open(st.kind, flags)?;
         if acc != libc::O_PATH {
             if let Some(r) = nodes::open_special(&self.mounts[loc.mount].pool, &st, flags) {

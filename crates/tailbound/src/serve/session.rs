@@ -338,6 +338,11 @@ impl Session<'_> {
                     self.name_changed(&path);
                 }
                 if flags.truncate {
+                    // Shared memory is the file's data while it exists: the pool's file was
+                    // truncated, the memory must be too.
+                    if let Some(sf) = self.shared.shmem.get(file.ino()) {
+                        sf.set_len(0)?;
+                    }
                     self.changed(&Change::Inode { ino: file.ino() });
                 }
                 let handle = self
