@@ -26,6 +26,62 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e };
 }
 
+thread_local! {
+    /// Pages this thread found mapped lately ([`readable_cstr`]), round robin.
+    static MAPPED: std::cell::Cell<([usize; 16], usize)> =
+        const { std::cell::Cell::new(([usize::MAX; 16], 0)) };
+}
+
+/// Whether the page at `page` (page-aligned) is mapped: the thread's recent answers first, then
+/// `mincore(2)`, which says `ENOMEM` for an unmapped range.
+fn page_mapped(page: usize, page_size: usize) -> bool {
+    let (mut seen, next) = MAPPED.with(|m| m.get());
+    if seen.contains(&page) {
+        return true;
+    }
+    let mut vec = [0u8; 1];
+    // SAFETY: `mincore` only inspects the range's mapping and writes one byte per page into
+    // `vec`, which holds one: the range is exactly one page.
+    let r = unsafe { libc::mincore(page as *mut c_void, page_size, vec.as_mut_ptr()) };
+    if r != 0 {
+        return false;
+    }
+    seen[next] = page;
+    MAPPED.with(|m| m.set((seen, (next + 1) % seen.len())));
+    true
+}
+
+/// Whether a C string argument can be read: non-null, and every page up to its NUL mapped. A
+/// program that passes a pointer to nowhere gets the kernel's `EFAULT` (its call is passed
+/// through) rather than a fault inside the shim. A mapped page the program made unreadable
+/// (`PROT_NONE`) is not detected.
+pub fn readable_cstr(p: *const c_char) -> bool {
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    let mut page_size = PAGE.load(Ordering::Relaxed);
+    if page_size == 0 {
+        // SAFETY: sysconf has no preconditions.
+        page_size = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as usize;
+        PAGE.store(page_size, Ordering::Relaxed);
+    }
+    if p.is_null() {
+        return false;
+    }
+    let mut at = p as usize;
+    loop {
+        let page = at & !(page_size - 1);
+        if !page_mapped(page, page_size) {
+            return false;
+        }
+        let left = page + page_size - at;
+        // SAFETY: `[at, at + left)` lies in one page that `page_mapped` found mapped.
+        let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, left) };
+        if bytes.contains(&0) {
+            return true;
+        }
+        at = page + page_size;
+    }
+}
+
 /// `scandir`'s filter, as `<dirent.h>` declares it.
 pub type DirFilter = Option<unsafe extern "C" fn(*const libc::dirent64) -> c_int>;
 /// `scandir`'s comparison, as `<dirent.h>` declares it.

@@ -536,6 +536,29 @@ int main(int argc, char **argv) {
     CHECK(e1 && strcmp(e1->d_name, first) == 0, "seekdir back to %s", first);
     closedir(sd);
     ok("getwd telldir seekdir");
+
+    /* A path pointer to unmapped memory is EFAULT, as the kernel says, not a fault in the shim;
+       so is a string that runs from a mapped page into an unmapped one. */
+    long pg = sysconf(_SC_PAGESIZE);
+    char *two = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(two != MAP_FAILED && munmap(two + pg, pg) == 0, "a page, then a hole");
+    char *gone = two + pg, *runs_on = two + pg - 8;
+    memset(runs_on, 'a', 8);
+    CHECK(chdir(M) == 0, "chdir M");
+    errno = 0;
+    CHECK(open(gone, O_RDONLY) == -1 && errno == EFAULT, "open: %s", strerror(errno));
+    errno = 0;
+    CHECK(open(runs_on, O_RDONLY) == -1 && errno == EFAULT, "open across: %s", strerror(errno));
+    errno = 0;
+    CHECK(mkdir(gone, 0755) == -1 && errno == EFAULT, "mkdir: %s", strerror(errno));
+    errno = 0;
+    CHECK(rename(gone, at("f")) == -1 && errno == EFAULT, "rename: %s", strerror(errno));
+    errno = 0;
+    CHECK(link(at("f"), gone) == -1 && errno == EFAULT, "link: %s", strerror(errno));
+    errno = 0;
+    CHECK(symlink(gone, at("s")) == -1 && errno == EFAULT, "symlink: %s", strerror(errno));
+    CHECK(chdir("/") == 0 && munmap(two, pg) == 0, "chdir /");
+    ok("unmapped path pointers");
     printf("all edge cases passed\n");
     return 0;
 }

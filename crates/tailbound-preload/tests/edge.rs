@@ -85,6 +85,7 @@ fn library_descriptors_behave_like_kernel_ones_in_the_edge_cases() {
 /// Every check `tests/edge.c` names when all pass.
 const ALL_CHECKS: &[&str] = &[
     "numbers",
+    "unmapped path pointers",
     "raw syscalls fail with EBADF",
     "dup, dup2, fcntl flags",
     "closed numbers",

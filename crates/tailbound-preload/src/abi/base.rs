@@ -265,12 +265,14 @@ fn register_exit_flush() {
 
 // ---- routing helpers ----
 
-/// The bytes of a C string argument (empty for NULL).
+/// The bytes of a C string argument (empty for NULL or a pointer to unmapped memory, which
+/// [`lib_path`] passes to the kernel for its `EFAULT`).
 ///
 /// # Safety
-/// `p` is NULL or a NUL-terminated string that outlives the call.
+/// `p` is NULL, points to unmapped memory, or is a NUL-terminated string that outlives the
+/// call.
 pub unsafe fn bytes<'a>(p: *const c_char) -> &'a [u8] {
-    if p.is_null() {
+    if !crate::real::readable_cstr(p) {
         return &[];
     }
     // SAFETY: non-null here, and NUL-terminated by this function's contract; only read.
@@ -288,10 +290,11 @@ pub unsafe fn lib_path(
     p: *const c_char,
 ) -> Option<(Guard, VfsResult<LibPath>)> {
     let g = enter()?;
-    if p.is_null() {
+    if !crate::real::readable_cstr(p) {
+        // The kernel answers `EFAULT` (or whatever NULL means to this call).
         return None;
     }
-    // SAFETY: `p` is non-null, and this function's caller passes it NUL-terminated.
+    // SAFETY: `p` is readable, and this function's caller passes it NUL-terminated.
     match shim().resolve(dirfd, unsafe { bytes(p) }) {
         Where::Kernel => {
             count(name, false);

@@ -8,7 +8,7 @@ use libc::{c_char, c_int, c_uint, mode_t, off_t, size_t, ssize_t};
 
 use crate::abi::base::{bytes, count, fail, int, lib_path, num, shim};
 use crate::guard::enter;
-use crate::real::{self, errno, set_errno};
+use crate::real::{self, errno, readable_cstr, set_errno};
 use crate::vfs::{LibPath, VfsResult, Where};
 
 hooks! {
@@ -396,7 +396,7 @@ unsafe fn rename_any(
         }
         // As the kernel: a path it cannot read, and a last component `.` or `..`, which
         // normalizing would otherwise turn into its directory.
-        _ if a.is_null() || b.is_null() => Err(libc::EFAULT),
+        _ if !readable_cstr(a) || !readable_cstr(b) => Err(libc::EFAULT),
         _ if last_is_dot(pa).is_some() || last_is_dot(pb).is_some() => Err(libc::EINVAL),
         (Where::Refused(e), _) | (_, Where::Refused(e)) => Err(e),
         (Where::Lib(x), Where::Lib(y)) => s.rename(&x, &y, flags),
@@ -447,7 +447,7 @@ unsafe fn symlink_any(target: *const c_char, dirfd: c_int, p: *const c_char) -> 
     // only read.
     let t = unsafe { bytes(target) };
     Some(int(loc.and_then(|l| {
-        if target.is_null() {
+        if !readable_cstr(target) {
             return Err(libc::EFAULT);
         }
         if t.len() >= libc::PATH_MAX as usize {
@@ -499,7 +499,7 @@ unsafe fn link_any(
             count(name, false);
             return None;
         }
-        _ if a.is_null() || b.is_null() => Err(libc::EFAULT),
+        _ if !readable_cstr(a) || !readable_cstr(b) => Err(libc::EFAULT),
         (Where::Refused(e), _) | (_, Where::Refused(e)) => Err(e),
         (Where::Lib(x), Where::Lib(y)) => s.link(&x, &y),
         _ => Err(libc::EXDEV),
