@@ -119,6 +119,21 @@ impl SegmentTable {
         self.pinned[s] -= 1;
     }
 
+    /// `n` blocks of segment `s` the live tree dropped are pinned (a run of them).
+    pub fn add_pinned_blocks(&mut self, s: usize, n: u32) {
+        assert!(
+            u64::from(self.pinned[s]) + u64::from(n) <= self.segment_blocks,
+            "segment {s}: more pinned blocks than the segment holds"
+        );
+        self.pinned[s] += n;
+    }
+
+    /// `n` pinned blocks of segment `s` were released.
+    pub fn drop_pinned_blocks(&mut self, s: usize, n: u32) {
+        assert!(self.pinned[s] >= n, "segment {s}: pinned count underflow");
+        self.pinned[s] -= n;
+    }
+
     /// Log `seq` dropped a block of segment `s` in a way roll-forward does not replay.
     pub fn note_dead(&mut self, s: usize, seq: u64) {
         self.dead_at[s] = self.dead_at[s].max(seq);
