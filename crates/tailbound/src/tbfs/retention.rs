@@ -1010,7 +1010,8 @@ mod tests {
         assert_eq!(pins.in_range(50, 100).count(), 0);
         let whole = pins.remove_run(100, std::iter::empty());
         assert_eq!((whole.start, whole.len), (100, 110));
-        assert!(pins.is_empty() && pins.len() == 0 && pins.anchor_entries() == 0);
+        assert!(pins.is_empty() && pins.anchor_entries() == 0);
+        assert_eq!(pins.len(), 0);
     }
 
     #[test]
