@@ -29,9 +29,6 @@ use crate::tbfs::retention::*;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{DirEntry, Error, FileKind, Fs, Result, Stat};
 
-/// Fewer blocks than this dropped together are pinned one at a time ([`State::pin_all`]).
-const PIN_BATCH_MIN: usize = 64;
-
 /// One checkpoint, as `Fs::checkpoints` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointInfo {
@@ -111,30 +108,29 @@ impl State {
         }
     }
 
-    /// Pins many blocks at once, as [`State::pin`] does one: blocks dropped together (a deleted
-    /// or truncated file's) go into the two trees as one merge each rather than a search each.
-    pub fn pin_all(&mut self, mut pins: Vec<(u64, BlockPin)>, segment_blocks: u64) {
-        if pins.len() < PIN_BATCH_MIN {
-            for (block, pin) in pins {
-                self.pin(block, pin, segment_blocks);
+    /// Pins runs of blocks at once, as [`State::pin`] does one block: the blocks dropped
+    /// together (a deleted or truncated file's) are mostly a few runs of adjacent blocks pinned
+    /// alike, each one entry.
+    pub fn pin_all(&mut self, mut runs: Vec<PinRun>, segment_blocks: u64) {
+        runs.sort_unstable_by_key(|r| r.start);
+        let overlap = runs.windows(2).any(|w| w[0].end() > w[1].start)
+            || runs
+                .iter()
+                .any(|r| self.life.pins().any_in(r.start, r.end() - 1));
+        if overlap {
+            // Some are pinned already, or listed twice (cannot happen for blocks the tree
+            // referenced once): one at a time keeps the counts right.
+            for r in runs {
+                for block in r.start..r.end() {
+                    self.pin(block, r.pin, segment_blocks);
+                }
             }
             return;
         }
-        pins.sort_unstable_by_key(|&(block, _)| block);
-        pins.dedup_by_key(|&mut (block, _)| block);
-        let (first, last) = (pins[0].0, pins[pins.len() - 1].0);
-        if self.life.pins().any_in(first, last) {
-            // Some are pinned already (cannot happen for blocks the tree referenced once): one
-            // at a time keeps the counts right.
-            for (block, pin) in pins {
-                self.pin(block, pin, segment_blocks);
-            }
-            return;
+        for r in runs {
+            self.count_pinned(r.start, r.len, segment_blocks, true);
+            self.life.pin_new_run(r, segment_blocks);
         }
-        for &(block, _) in &pins {
-            self.seg.add_pinned(Self::seg_of(block, segment_blocks));
-        }
-        self.life.pin_all_new(pins, segment_blocks);
     }
 
     pub fn pin(&mut self, block: u64, pin: BlockPin, segment_blocks: u64) {
@@ -146,12 +142,33 @@ impl State {
         }
     }
 
-    fn unpin(&mut self, block: u64, seq: u64, segment_blocks: u64) {
-        if self.life.unpin(block, segment_blocks).is_some() {
-            // The checkpoint recording the release gives the block back, as a delete's does.
-            self.ckpt.note_dropped(1);
-            let s = Self::seg_of(block, segment_blocks);
-            self.seg.drop_pinned(s);
+    /// Counts blocks `start .. start + len` pinned (`true`) or released in their segments.
+    fn count_pinned(&mut self, start: u64, len: u64, segment_blocks: u64, pinned: bool) {
+        let mut b = start;
+        while b < start + len {
+            let s = Self::seg_of(b, segment_blocks);
+            let seg_end = format::FIRST_SEGMENT_BLOCK + (s as u64 + 1) * segment_blocks;
+            let n = (seg_end.min(start + len) - b) as u32;
+            if pinned {
+                self.seg.add_pinned_blocks(s, n);
+            } else {
+                self.seg.drop_pinned_blocks(s, n);
+            }
+            b += u64::from(n);
+        }
+    }
+
+    /// Releases the run of pinned blocks starting at `start`.
+    fn unpin_run(&mut self, start: u64, seq: u64, segment_blocks: u64) {
+        let r = self.life.unpin_run(start, segment_blocks);
+        // The checkpoint recording the release gives the blocks back, as a delete's does.
+        self.ckpt.note_dropped(r.len);
+        self.count_pinned(r.start, r.len, segment_blocks, false);
+        let (first, last) = (
+            Self::seg_of(r.start, segment_blocks),
+            Self::seg_of(r.end() - 1, segment_blocks),
+        );
+        for s in first..=last {
             self.seg.note_dead(s, seq);
         }
     }
@@ -168,17 +185,18 @@ impl State {
         }
         self.life
             .pins()
-            .values()
-            .filter(|p| self.life.sole_owner(p) == Some(c))
-            .count() as u64
+            .runs()
+            .filter(|r| self.life.sole_owner(&r.pin) == Some(c))
+            .map(|r| r.len)
+            .sum()
     }
 
     /// Re-anchors or unpins the blocks anchored at `c`, which is no longer retained (or no longer
     /// the newest retained checkpoint of their range).
     pub fn reanchor(&mut self, c: u64, seq: u64, segment_blocks: u64) {
-        for (b, p) in self.life.pins().anchored_at(c) {
-            if self.life.reanchor_pin(b, c, &p).is_none() {
-                self.unpin(b, seq, segment_blocks);
+        for r in self.life.pins().anchored_at(c) {
+            if self.life.reanchor_run(r.start, c, &r.pin).is_none() {
+                self.unpin_run(r.start, seq, segment_blocks);
             }
         }
     }
@@ -396,9 +414,9 @@ impl Engine {
         let free = self.free_blocks(m).min(sb * self.segment_count);
         let live: u64 = m.seg.live_counts().iter().map(|&l| l as u64).sum();
         let mut by_snapshots = 0u64;
-        for p in m.life.pins().values() {
-            if m.life.snapshot_in(p.born, p.died) {
-                by_snapshots += 1;
+        for r in m.life.pins().runs() {
+            if m.life.snapshot_in(r.pin.born, r.pin.died) {
+                by_snapshots += r.len;
             }
         }
         // Dead space the cleaner cannot reach: segments a snapshot or view holds blocks in.
@@ -591,9 +609,9 @@ impl Fs {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
         let mut alone: HashMap<u64, u64> = HashMap::new();
-        for p in m.life.pins().values() {
-            if let Some(c) = m.life.sole_owner(p) {
-                *alone.entry(c).or_default() += 1;
+        for r in m.life.pins().runs() {
+            if let Some(c) = m.life.sole_owner(&r.pin) {
+                *alone.entry(c).or_default() += r.len;
             }
         }
         Ok(m.life

@@ -25,50 +25,96 @@ pub(crate) struct BlockPin {
     pub anchor: u64,
 }
 
-/// The pinned blocks, indexed by block and by anchor, and the pinned-table pages to rewrite.
-/// Changed only through its methods, which keep the two indexes in step: every pinned block has
-/// exactly one `(anchor, block)` entry, its pin's anchor.
+/// A run of blocks pinned alike: `start .. start + len`, every one with `pin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PinRun {
+    pub start: u64,
+    pub len: u64,
+    pub pin: BlockPin,
+}
+
+impl PinRun {
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+/// The pinned blocks, kept as runs of adjacent blocks pinned alike (a deleted file's blocks are
+/// mostly a few long runs, so pinning, re-anchoring and releasing them is a handful of entries,
+/// not one per block), indexed by first block and by anchor, and the pinned-table pages to
+/// rewrite. Changed only through its methods, which keep the runs from overlapping, merge
+/// adjacent runs pinned alike, and keep the two indexes in step: every run has exactly one
+/// `(anchor, start)` entry, its pin's anchor.
 #[derive(Debug, Default)]
 pub(crate) struct Pins {
-    by_block: BTreeMap<u64, BlockPin>,
+    /// Runs by first block: start -> (length, pin).
+    runs: BTreeMap<u64, (u64, BlockPin)>,
     by_anchor: BTreeSet<(u64, u64)>,
+    /// Pinned blocks, over all runs.
+    blocks: u64,
     /// Pinned-table pages to rewrite: page `j` of segment `s` is `s·k + j` (`k` =
     /// `Retention::pinned_pages_per_segment`) and holds the pins of the segment's blocks `170·j ..`.
     dirty_pages: BTreeSet<u64>,
 }
 
 impl Pins {
-    pub fn len(&self) -> usize {
-        self.by_block.len()
+    /// Pinned blocks.
+    pub fn len(&self) -> u64 {
+        self.blocks
     }
 
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.by_block.is_empty()
+        self.runs.is_empty()
     }
 
-    pub fn contains(&self, block: u64) -> bool {
-        self.by_block.contains_key(&block)
+    /// Runs of blocks pinned alike.
+    #[cfg(test)]
+    pub fn run_count(&self) -> usize {
+        self.runs.len()
     }
 
-    pub fn values(&self) -> impl Iterator<Item = &BlockPin> {
-        self.by_block.values()
-    }
-
-    /// Entries of the anchor index (one per pinned block, when the indexes agree).
+    /// Entries of the anchor index (one per run, when the indexes agree).
     #[cfg(test)]
     pub fn anchor_entries(&self) -> usize {
         self.by_anchor.len()
     }
 
+    /// The run holding `block`, if it is pinned.
+    pub fn run_at(&self, block: u64) -> Option<PinRun> {
+        let (&start, &(len, pin)) = self.runs.range(..=block).next_back()?;
+        (block < start + len).then_some(PinRun { start, len, pin })
+    }
+
+    pub fn contains(&self, block: u64) -> bool {
+        self.run_at(block).is_some()
+    }
+
+    /// The runs, in block order.
+    pub fn runs(&self) -> impl Iterator<Item = PinRun> + '_ {
+        self.runs
+            .iter()
+            .map(|(&start, &(len, pin))| PinRun { start, len, pin })
+    }
+
     /// Whether any block in `first ..= last` is pinned.
     pub fn any_in(&self, first: u64, last: u64) -> bool {
-        self.by_block.range(first..=last).next().is_some()
+        self.contains(first) || self.runs.range(first..=last).next().is_some()
     }
 
     /// The pinned blocks in `start .. end`, in block order, with their pins.
     pub fn in_range(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, &BlockPin)> {
-        self.by_block.range(start..end).map(|(&b, p)| (b, p))
+        // From the run holding `start`, if one does (a run ending before it yields nothing).
+        let from = self
+            .runs
+            .range(..=start)
+            .next_back()
+            .map_or(start, |(&s, _)| s);
+        self.runs
+            .range(from..end.max(from))
+            .flat_map(move |(&s, (len, pin))| {
+                (s.max(start)..(s + len).min(end)).map(move |b| (b, pin))
+            })
     }
 
     /// Whether any block is anchored at checkpoint `c`.
@@ -79,67 +125,60 @@ impl Pins {
             .is_some()
     }
 
-    /// The blocks anchored at checkpoint `c`, with their pins.
-    pub fn anchored_at(&self, c: u64) -> Vec<(u64, BlockPin)> {
+    /// The runs anchored at checkpoint `c`.
+    pub fn anchored_at(&self, c: u64) -> Vec<PinRun> {
         self.by_anchor
             .range((c, 0)..=(c, u64::MAX))
-            .map(|&(_, b)| (b, self.by_block[&b]))
+            .map(|&(_, start)| {
+                let (len, pin) = self.runs[&start];
+                PinRun { start, len, pin }
+            })
             .collect()
     }
 
     /// Pins `block` (its pinned-table page `page`): `false` if it was pinned already, its pin
     /// then replaced.
     pub fn insert(&mut self, block: u64, pin: BlockPin, page: u64) -> bool {
-        let old = self.by_block.insert(block, pin);
-        if let Some(old) = old {
-            self.by_anchor.remove(&(old.anchor, block));
-        }
-        self.by_anchor.insert((pin.anchor, block));
+        let old = self.cut(block);
+        self.add(block, 1, pin);
         self.dirty_pages.insert(page);
         self.check();
         old.is_none()
     }
 
-    /// Pins every block of `pins`, sorted by block, none of them pinned yet, with `pages` their
-    /// pinned-table pages: one merge into each index rather than a search per block.
-    pub fn append_new(&mut self, pins: Vec<(u64, BlockPin)>, pages: impl Iterator<Item = u64>) {
-        if let (Some(&(first, _)), Some(&(last, _))) = (pins.first(), pins.last()) {
-            assert!(
-                !self.any_in(first, last),
-                "blocks {first}..={last}: a batch of new pins overlaps pinned blocks"
-            );
-        }
-        self.dirty_pages.extend(pages);
-        let mut anchors: BTreeSet<(u64, u64)> =
-            pins.iter().map(|&(block, p)| (p.anchor, block)).collect();
-        self.by_anchor.append(&mut anchors);
-        let mut by_block: BTreeMap<u64, BlockPin> = pins.into_iter().collect();
-        self.by_block.append(&mut by_block);
-        self.check();
-    }
-
-    /// Unpins `block` (its pinned-table page `page`), returning its pin if it was pinned.
-    pub fn remove(&mut self, block: u64, page: u64) -> Option<BlockPin> {
-        let p = self.by_block.remove(&block)?;
-        self.by_anchor.remove(&(p.anchor, block));
-        self.dirty_pages.insert(page);
-        self.check();
-        Some(p)
-    }
-
-    /// Moves pinned `block` from anchor `from` to anchor `to`.
-    pub fn reanchor(&mut self, block: u64, from: u64, to: u64) {
-        let p = self
-            .by_block
-            .get_mut(&block)
-            .expect("re-anchoring a pinned block");
-        assert_eq!(
-            p.anchor, from,
-            "block {block}: re-anchored from the wrong anchor"
+    /// Pins the blocks of `run`, none of them pinned yet, with `pages` their pinned-table pages.
+    pub fn insert_new_run(&mut self, run: PinRun, pages: impl Iterator<Item = u64>) {
+        assert!(
+            run.len > 0 && !self.any_in(run.start, run.end() - 1),
+            "blocks {}..{}: a run of new pins overlaps pinned blocks",
+            run.start,
+            run.end()
         );
-        p.anchor = to;
-        self.by_anchor.remove(&(from, block));
-        self.by_anchor.insert((to, block));
+        self.add(run.start, run.len, run.pin);
+        self.dirty_pages.extend(pages);
+        self.check();
+    }
+
+    /// Unpins the whole run starting at `start` (its pinned-table pages `pages`).
+    pub fn remove_run(&mut self, start: u64, pages: impl Iterator<Item = u64>) -> PinRun {
+        let (len, pin) = self.take(start).expect("unpinning a pinned run");
+        self.dirty_pages.extend(pages);
+        self.check();
+        PinRun { start, len, pin }
+    }
+
+    /// Moves the run starting at `start` from anchor `from` to anchor `to`. The pinned table
+    /// does not store anchors: no page changes.
+    pub fn reanchor(&mut self, start: u64, from: u64, to: u64) {
+        let (len, mut pin) = self.take(start).expect("re-anchoring a pinned run");
+        assert_eq!(
+            pin.anchor,
+            from,
+            "blocks {start}..{}: re-anchored from the wrong anchor",
+            start + len
+        );
+        pin.anchor = to;
+        self.add(start, len, pin);
         self.check();
     }
 
@@ -157,11 +196,59 @@ impl Pins {
         std::mem::take(&mut self.dirty_pages)
     }
 
-    /// The indexes agree: a block pinned without its anchor entry would never be released, one
+    /// Adds a run over blocks none of which is pinned, merged with the runs just before and
+    /// after it if they are pinned alike.
+    fn add(&mut self, mut start: u64, mut len: u64, pin: BlockPin) {
+        if let Some((&s, &(l, p))) = self.runs.range(..start).next_back() {
+            if s + l == start && p == pin {
+                self.take(s);
+                start = s;
+                len += l;
+            }
+        }
+        let end = start + len;
+        if let Some(&(l, p)) = self.runs.get(&end) {
+            if p == pin {
+                self.take(end);
+                len += l;
+            }
+        }
+        self.runs.insert(start, (len, pin));
+        self.by_anchor.insert((pin.anchor, start));
+        self.blocks += len;
+    }
+
+    /// Removes the run starting at `start` from both indexes.
+    fn take(&mut self, start: u64) -> Option<(u64, BlockPin)> {
+        let (len, pin) = self.runs.remove(&start)?;
+        self.by_anchor.remove(&(pin.anchor, start));
+        self.blocks -= len;
+        Some((len, pin))
+    }
+
+    /// Unpins `block` alone, splitting its run: its pin, if it was pinned.
+    fn cut(&mut self, block: u64) -> Option<BlockPin> {
+        let run = self.run_at(block)?;
+        self.take(run.start);
+        // The parts either side stay as they were: no merge can apply to them.
+        for (s, l) in [
+            (run.start, block - run.start),
+            (block + 1, run.end() - block - 1),
+        ] {
+            if l > 0 {
+                self.runs.insert(s, (l, run.pin));
+                self.by_anchor.insert((run.pin.anchor, s));
+                self.blocks += l;
+            }
+        }
+        Some(run.pin)
+    }
+
+    /// The indexes agree: a run pinned without its anchor entry would never be released, one
     /// released without it would leave a stale entry to re-anchor.
     fn check(&self) {
         assert_eq!(
-            self.by_block.len(),
+            self.runs.len(),
             self.by_anchor.len(),
             "the pin indexes disagree"
         );
@@ -401,35 +488,30 @@ impl Retention {
         self.pins.insert(block, pin, page)
     }
 
-    /// Pins every block of `pins`, sorted by block, none of them pinned yet.
-    pub fn pin_all_new(&mut self, pins: Vec<(u64, BlockPin)>, segment_blocks: u64) {
-        let mut pages = Vec::new();
-        let mut checked = None;
-        for (block, pin) in &pins {
-            // Blocks dropped together mostly share a range: one look-up per run of them.
-            if checked != Some((pin.born, pin.died, pin.anchor)) {
-                self.check_anchor(*block, pin);
-                checked = Some((pin.born, pin.died, pin.anchor));
-            }
-            let page = self.pinned_page(*block, segment_blocks);
-            if pages.last() != Some(&page) {
-                pages.push(page);
-            }
-        }
-        self.pins.append_new(pins, pages.into_iter());
+    /// Pins the blocks of `run`, none of them pinned yet.
+    pub fn pin_new_run(&mut self, run: PinRun, segment_blocks: u64) {
+        self.check_anchor(run.start, &run.pin);
+        let pages = self.pinned_pages(run.start, run.len, segment_blocks);
+        self.pins.insert_new_run(run, pages);
     }
 
-    /// Unpins `block`, returning its pin if it was pinned.
-    pub fn unpin(&mut self, block: u64, segment_blocks: u64) -> Option<BlockPin> {
-        let page = self.pinned_page(block, segment_blocks);
-        self.pins.remove(block, page)
+    /// Unpins the whole run starting at `start`.
+    pub fn unpin_run(&mut self, start: u64, segment_blocks: u64) -> PinRun {
+        let len = self
+            .pins
+            .run_at(start)
+            .filter(|r| r.start == start)
+            .map_or(0, |r| r.len);
+        let pages = self.pinned_pages(start, len, segment_blocks);
+        self.pins.remove_run(start, pages)
     }
 
-    /// Moves pinned `block` from anchor `from` to the newest retained checkpoint of its range.
-    pub fn reanchor_pin(&mut self, block: u64, from: u64, pin: &BlockPin) -> Option<u64> {
+    /// Moves the run starting at `start` from anchor `from` to the newest retained checkpoint of
+    /// its range: that checkpoint, or `None` (nothing changed) if none is retained.
+    pub fn reanchor_run(&mut self, start: u64, from: u64, pin: &BlockPin) -> Option<u64> {
         let to = self.anchor(pin.born, pin.died)?;
         if to != from {
-            self.pins.reanchor(block, from, to);
+            self.pins.reanchor(start, from, to);
         }
         Some(to)
     }
@@ -677,11 +759,22 @@ impl Retention {
             * self.pinned_pages_per_segment
             + within / table_entries_per_page(TABLE_PINNED) as u64
     }
+
+    /// The pinned-table pages that hold the pins of blocks `start .. start + len`: pages are
+    /// numbered in block order with none skipped (a segment's last page holds its last
+    /// block), so they are the range from the first block's page to the last one's.
+    fn pinned_pages(&self, start: u64, len: u64, segment_blocks: u64) -> std::ops::Range<u64> {
+        if len == 0 {
+            return 0..0;
+        }
+        self.pinned_page(start, segment_blocks)
+            ..self.pinned_page(start + len - 1, segment_blocks) + 1
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{BlockPin, Pins, Retained, Retention};
+    use super::{BlockPin, PinRun, Pins, Retained, Retention};
     use std::collections::BTreeMap;
     use std::time::Duration;
 
@@ -734,15 +827,15 @@ mod tests {
         assert_eq!(r.snapshot_count(), 1);
         assert!(!r.snapshots_dirty(), "the table mark is put back too");
         assert!(r.release(4));
-        let pin = r.pins().anchored_at(5)[0].1;
-        assert_eq!(r.reanchor_pin(b, 5, &pin), Some(5));
+        let pin = r.pins().anchored_at(5)[0].pin;
+        assert_eq!(r.reanchor_run(b, 5, &pin), Some(5));
         assert!(r.release(5));
         assert_eq!(
-            r.reanchor_pin(b, 5, &pin),
+            r.reanchor_run(b, 5, &pin),
             None,
             "nothing retained in 3..=5"
         );
-        assert!(r.unpin(b, SEGMENT_BLOCKS).is_some());
+        assert_eq!(r.unpin_run(b, SEGMENT_BLOCKS).len, 1);
         assert_eq!(
             r.retained_all().map(|(c, _)| c).collect::<Vec<_>>(),
             vec![2]
@@ -809,28 +902,20 @@ mod tests {
 
     #[test]
     #[should_panic(expected = "under the wrong anchor")]
-    fn a_batch_of_pins_under_the_wrong_anchor_is_caught() {
-        let b = first_block();
+    fn a_run_of_pins_under_the_wrong_anchor_is_caught() {
         let mut r = retention();
-        let pins = vec![
-            (
-                b,
-                BlockPin {
-                    born: 2,
-                    died: 4,
-                    anchor: 4,
-                },
-            ),
-            (
-                b + 1,
-                BlockPin {
+        r.pin_new_run(
+            PinRun {
+                start: first_block(),
+                len: 8,
+                pin: BlockPin {
                     born: 3,
                     died: 4,
                     anchor: 2,
                 },
-            ),
-        ];
-        r.pin_all_new(pins, SEGMENT_BLOCKS);
+            },
+            SEGMENT_BLOCKS,
+        );
     }
 
     #[test]
@@ -849,6 +934,20 @@ mod tests {
         }
     }
 
+    fn run(start: u64, len: u64, anchor: u64) -> PinRun {
+        PinRun {
+            start,
+            len,
+            pin: pin(anchor),
+        }
+    }
+
+    fn runs(pins: &Pins) -> Vec<(u64, u64, u64)> {
+        pins.runs()
+            .map(|r| (r.start, r.len, r.pin.anchor))
+            .collect()
+    }
+
     #[test]
     fn the_pin_indexes_move_together() {
         let mut pins = Pins::default();
@@ -857,19 +956,19 @@ mod tests {
             !pins.insert(10, pin(4), 0),
             "a second pin of a block replaces the first"
         );
-        pins.append_new(vec![(20, pin(4)), (21, pin(4))], [1].into_iter());
-        assert_eq!((pins.len(), pins.anchor_entries()), (3, 3));
+        pins.insert_new_run(run(20, 2, 4), [1].into_iter());
+        assert_eq!((pins.len(), pins.anchor_entries()), (3, 2));
         assert!(
             !pins.any_anchored_at(3),
             "the replaced pin left no anchor entry"
         );
         pins.reanchor(20, 4, 5);
-        let at4: Vec<u64> = pins.anchored_at(4).iter().map(|&(b, _)| b).collect();
-        assert_eq!(at4, vec![10, 21]);
-        assert_eq!(pins.anchored_at(5)[0].1.anchor, 5);
-        assert_eq!(pins.remove(21, 1).map(|p| p.anchor), Some(4));
-        assert_eq!(pins.remove(21, 1), None);
-        assert_eq!(pins.in_range(0, 100).count(), 2);
+        let at4: Vec<u64> = pins.anchored_at(4).iter().map(|r| r.start).collect();
+        assert_eq!(at4, vec![10]);
+        assert_eq!(pins.anchored_at(5)[0].pin.anchor, 5);
+        assert_eq!(pins.remove_run(20, [1].into_iter()).len, 2);
+        assert!(!pins.any_anchored_at(5));
+        assert_eq!(pins.in_range(0, 100).count(), 1);
         assert_eq!(
             pins.take_dirty_pages().into_iter().collect::<Vec<_>>(),
             vec![0, 1]
@@ -878,10 +977,80 @@ mod tests {
     }
 
     #[test]
+    fn runs_merge_split_and_move_whole() {
+        let mut pins = Pins::default();
+        pins.insert_new_run(run(100, 50, 4), std::iter::empty());
+        pins.insert_new_run(run(150, 50, 4), std::iter::empty());
+        pins.insert_new_run(run(200, 10, 5), std::iter::empty());
+        assert_eq!(
+            runs(&pins),
+            vec![(100, 100, 4), (200, 10, 5)],
+            "adjacent runs pinned alike are one"
+        );
+        assert_eq!(pins.len(), 110);
+        // A block pinned otherwise in the middle splits its run; pinned alike again, they join.
+        assert!(!pins.insert(120, pin(5), 0));
+        assert_eq!(
+            runs(&pins),
+            vec![(100, 20, 4), (120, 1, 5), (121, 79, 4), (200, 10, 5)]
+        );
+        assert_eq!((pins.len(), pins.anchor_entries()), (110, 4));
+        assert_eq!(pins.run_at(120).map(|r| r.pin.anchor), Some(5));
+        assert!(pins.any_in(95, 100) && pins.any_in(209, 300));
+        assert!(!pins.any_in(90, 99) && !pins.any_in(210, 300));
+        assert!(!pins.insert(120, pin(4), 0));
+        assert_eq!(runs(&pins), vec![(100, 100, 4), (200, 10, 5)]);
+        // Re-anchoring moves a run whole, and it joins a neighbour now pinned alike.
+        pins.reanchor(200, 5, 4);
+        assert_eq!(runs(&pins), vec![(100, 110, 4)]);
+        assert_eq!((pins.anchor_entries(), pins.len()), (1, 110));
+        // The blocks of a range, each with its pin, from inside a run.
+        let blocks: Vec<u64> = pins.in_range(205, 215).map(|(b, _)| b).collect();
+        assert_eq!(blocks, (205..210).collect::<Vec<_>>());
+        assert_eq!(pins.in_range(50, 100).count(), 0);
+        let whole = pins.remove_run(100, std::iter::empty());
+        assert_eq!((whole.start, whole.len), (100, 110));
+        assert!(pins.is_empty() && pins.anchor_entries() == 0);
+        assert_eq!(pins.len(), 0);
+    }
+
+    #[test]
+    fn a_run_is_pinned_on_every_table_page_it_covers() {
+        let mut r = retention();
+        // The run crosses from segment 0 into segment 1.
+        let start = first_block() + SEGMENT_BLOCKS - 3;
+        r.pin_new_run(
+            PinRun {
+                start,
+                len: 6,
+                pin: BlockPin {
+                    born: 3,
+                    died: 4,
+                    anchor: 4,
+                },
+            },
+            SEGMENT_BLOCKS,
+        );
+        let pages: Vec<u64> = r.take_dirty_pinned_pages().into_iter().collect();
+        let want: Vec<u64> = (start..start + 6)
+            .map(|b| r.pinned_page(b, SEGMENT_BLOCKS))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(pages, want);
+        assert_eq!(pages.len(), 2);
+        assert_eq!(r.unpin_run(start, SEGMENT_BLOCKS).len, 6);
+        assert_eq!(
+            r.take_dirty_pinned_pages().into_iter().collect::<Vec<_>>(),
+            want
+        );
+    }
+
+    #[test]
     #[should_panic(expected = "overlaps pinned blocks")]
-    fn a_batch_of_new_pins_over_a_pinned_block_is_caught() {
+    fn a_run_of_new_pins_over_a_pinned_block_is_caught() {
         let mut pins = Pins::default();
         pins.insert(15, pin(3), 0);
-        pins.append_new(vec![(10, pin(3)), (20, pin(3))], [0].into_iter());
+        pins.insert_new_run(run(10, 11, 3), [0].into_iter());
     }
 }

@@ -4104,26 +4104,45 @@ fn a_full_pool_answers_no_space_and_stays_usable() {
 #[test]
 fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     // A large file's blocks are pinned together when it is deleted under a snapshot
-    // (`State::pin_all`): every block must be pinned once, counted in its segment, written to the
-    // pinned table, readable through the snapshot, and given back when the snapshot goes.
+    // (`State::pin_all`), as runs of adjacent blocks: every block must be pinned once, counted in
+    // its segment, written to the pinned table, readable through the snapshot, and given back
+    // when the snapshot goes.
     let dev = device(16 << 20);
     let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();
     let data = pattern(5, 2 << 20);
     write_file(&fs, "/big", &data);
     write_file(&fs, "/small", &pattern(6, 8 << 10));
     let snap = fs.snapshot(Some("keep")).unwrap();
+    // Stretches of adjacent blocks in the file's map: the runs its pins may take at most.
+    let file_runs = {
+        let m = fs.inner.lock_meta();
+        let ino = fs.inner.lookup(&m, "/big").unwrap();
+        let blocks = m.inodes[&ino].lock().map.blocks.clone();
+        1 + blocks.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64
+    };
     fs.unlink("/big").unwrap();
     fs.unlink("/small").unwrap();
     fs.sync().unwrap();
     {
         let m = fs.inner.lock_meta();
         // The files' data, and the metadata blocks the snapshot references that changed.
-        let pins = m.life.pins().len() as u64;
-        assert!(pins >= (data.len() / BLOCK + 2) as u64, "{pins} pins");
+        let pins = m.life.pins().len();
+        let file_blocks = (data.len() / BLOCK) as u64;
+        assert!(pins >= file_blocks + 2, "{pins} pins");
+        let runs = m.life.pins().run_count() as u64;
         assert_eq!(
             m.life.pins().anchor_entries() as u64,
-            pins,
-            "one anchor entry per pin"
+            runs,
+            "one anchor entry per run"
+        );
+        // One run per stretch of the file's blocks, and at most one per other pinned block.
+        assert!(
+            runs <= file_runs + (pins - file_blocks),
+            "{runs} runs for {pins} pins, the file in {file_runs} stretches"
+        );
+        assert!(
+            file_runs * 8 < file_blocks,
+            "the file is in {file_runs} stretches"
         );
         let per_segment: u64 = m.seg.pinned_counts().iter().map(|&n| u64::from(n)).sum();
         assert_eq!(per_segment, pins, "every pin counted in its segment once");
@@ -4142,6 +4161,114 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
         assert!(m.seg.pinned_counts().iter().all(|&n| n == 0));
     }
     checked_clean(&dev, "released");
+}
+
+#[test]
+fn the_cleaner_works_around_a_deleted_file_a_snapshot_keeps_and_moves_its_neighbours_after() {
+    // A file deleted under a snapshot shares its segments with a live file. The cleaner must
+    // leave the pinned runs where they are (the snapshot names them), still reclaim what it can
+    // elsewhere, and once the snapshot is dropped, move the live neighbours out and reuse the
+    // space. At every step the snapshot (while it exists) and the live file read back whole, the
+    // pin counts agree with the runs, and fsck finds the pool clean.
+    let dev = device(16 << 20);
+    let fs = Fs::format(dev.clone(), &life_config(Duration::ZERO)).unwrap();
+    let kept_data = pattern(7, 1 << 20);
+    let live_data = pattern(8, 1 << 20);
+    let kept = fs.open_file("/kept", OpenFlags::create()).unwrap();
+    let live = fs.open_file("/live", OpenFlags::create()).unwrap();
+    // Interleaved, so each segment holds some of both files.
+    for (i, (k, l)) in kept_data
+        .chunks(32 << 10)
+        .zip(live_data.chunks(32 << 10))
+        .enumerate()
+    {
+        let at = (i * (32 << 10)) as u64;
+        kept.pwrite(k, at).unwrap();
+        kept.fsync().unwrap();
+        live.pwrite(l, at).unwrap();
+        live.fsync().unwrap();
+    }
+    drop((kept, live));
+    let snap = fs.snapshot(Some("keeps /kept")).unwrap();
+    fs.unlink("/kept").unwrap();
+    fs.sync().unwrap();
+    // Garbage elsewhere for the cleaner to reclaim.
+    let filler = half_live_files(&fs, 40, 64 << 10);
+    let live_ino = fs.stat("/live").unwrap().ino;
+    let live_map = |fs: &Fs| {
+        let m = fs.inner.lock_meta();
+        let blocks = m.inodes[&live_ino].lock().map.blocks.clone();
+        blocks
+    };
+    let check_pins = |fs: &Fs, ctx: &str| {
+        let m = fs.inner.lock_meta();
+        let sb = fs.inner.segment_blocks;
+        let mut per_segment = vec![0u64; fs.inner.segment_count as usize];
+        for r in m.life.pins().runs() {
+            for b in r.start..r.end() {
+                let s = crate::tbfs::state::State::seg_of(b, sb);
+                per_segment[s] += 1;
+                assert!(
+                    !fs.inner.segment_free(&m, s),
+                    "{ctx}: pinned block {b} in free segment {s}"
+                );
+            }
+        }
+        let counted: Vec<u64> = m
+            .seg
+            .pinned_counts()
+            .iter()
+            .map(|&n| u64::from(n))
+            .collect();
+        assert_eq!(
+            counted, per_segment,
+            "{ctx}: pinned counts and runs disagree"
+        );
+        m.life.pins().len()
+    };
+    let pinned = check_pins(&fs, "before cleaning");
+    assert!(pinned >= (kept_data.len() / BLOCK) as u64, "{pinned} pins");
+    let before = live_map(&fs);
+    let report = fs.gc(0.9).unwrap();
+    assert!(report.segments_cleaned > 0, "{report:?}");
+    assert_eq!(
+        check_pins(&fs, "after cleaning"),
+        pinned,
+        "the cleaner released pins"
+    );
+    assert_eq!(fs.at(snap).unwrap().read_file("/kept").unwrap(), kept_data);
+    assert_eq!(read_all(&fs, "/live"), live_data);
+    for (path, data) in &filler {
+        assert_eq!(&read_all(&fs, path), data, "{path}");
+    }
+    let (image, _) = checked_clean(&dev, "cleaned around the pins");
+    let reopened = Fs::open(image, &OpenOptions::default()).unwrap();
+    assert_eq!(
+        reopened.at(snap).unwrap().read_file("/kept").unwrap(),
+        kept_data
+    );
+    assert_eq!(
+        reopened.inner.lock_meta().life.pins().len(),
+        pinned,
+        "the pins as recovery finds them"
+    );
+    check_pins(&reopened, "reopened");
+    drop(reopened);
+
+    // The snapshot goes: its pins are released and the segments they were in can be cleaned,
+    // which moves the live file's blocks out of them.
+    fs.set_snapshot(snap, false).unwrap();
+    fs.sync().unwrap();
+    assert_eq!(check_pins(&fs, "dropped"), 0);
+    fs.gc(0.9).unwrap();
+    let after = live_map(&fs);
+    let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
+    assert!(moved > 0, "the cleaner left every block of /live in place");
+    assert_eq!(read_all(&fs, "/live"), live_data);
+    let (image, _) = checked_clean(&dev, "cleaned after the drop");
+    let reopened = Fs::open(image, &OpenOptions::default()).unwrap();
+    assert_eq!(read_all(&reopened, "/live"), live_data);
+    assert!(matches!(reopened.at(snap), Err(Error::NotFound(_))));
 }
 
 #[test]

@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
+use crate::tbfs::retention::{BlockPin, PinRun};
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
 
@@ -325,7 +326,7 @@ impl State {
         // Blocks born alike have the same anchor: one look-up per run of them.
         let mut anchored: Option<(u64, Option<u64>)> = None;
         let died = self.ckpt.newest();
-        let mut pins = Vec::new();
+        let mut runs: Vec<PinRun> = Vec::new();
         for block in blocks {
             self.seg_dec_unpinned(block, seq, segment_blocks);
             let born = self.born_of(block, segment_blocks);
@@ -356,15 +357,21 @@ impl State {
                     }
                 };
                 if let Some(anchor) = anchor {
-                    pins.push((
-                        block,
-                        crate::tbfs::retention::BlockPin { born, died, anchor },
-                    ));
+                    let pin = BlockPin { born, died, anchor };
+                    // A file's blocks mostly follow each other: one run for each stretch.
+                    match runs.last_mut() {
+                        Some(r) if r.end() == block && r.pin == pin => r.len += 1,
+                        _ => runs.push(PinRun {
+                            start: block,
+                            len: 1,
+                            pin,
+                        }),
+                    }
                 }
             }
         }
-        if !pins.is_empty() {
-            self.pin_all(pins, segment_blocks);
+        if !runs.is_empty() {
+            self.pin_all(runs, segment_blocks);
         }
     }
 

@@ -113,10 +113,19 @@ impl SegmentTable {
         self.pinned[s] += 1;
     }
 
-    /// A pinned block of segment `s` was released.
-    pub fn drop_pinned(&mut self, s: usize) {
-        assert!(self.pinned[s] > 0, "segment {s}: pinned count underflow");
-        self.pinned[s] -= 1;
+    /// `n` blocks of segment `s` the live tree dropped are pinned (a run of them).
+    pub fn add_pinned_blocks(&mut self, s: usize, n: u32) {
+        assert!(
+            u64::from(self.pinned[s]) + u64::from(n) <= self.segment_blocks,
+            "segment {s}: more pinned blocks than the segment holds"
+        );
+        self.pinned[s] += n;
+    }
+
+    /// `n` pinned blocks of segment `s` were released.
+    pub fn drop_pinned_blocks(&mut self, s: usize, n: u32) {
+        assert!(self.pinned[s] >= n, "segment {s}: pinned count underflow");
+        self.pinned[s] -= n;
     }
 
     /// Log `seq` dropped a block of segment `s` in a way roll-forward does not replay.
@@ -165,7 +174,7 @@ mod tests {
         t.add_pinned(1);
         assert!(!t.is_empty(1));
         t.drop_live(1);
-        t.drop_pinned(1);
+        t.drop_pinned_blocks(1, 1);
         assert!(t.is_empty(1) && t.is_empty(0));
     }
 
@@ -178,7 +187,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "pinned count underflow")]
     fn releasing_a_pin_of_a_segment_with_none_is_caught() {
-        SegmentTable::new(1, 4).drop_pinned(0);
+        SegmentTable::new(1, 4).drop_pinned_blocks(0, 1);
     }
 
     #[test]
