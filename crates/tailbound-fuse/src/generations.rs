@@ -29,11 +29,7 @@ impl Generations {
     /// The kernel is given `ino` in an entry (one more lookup); `new`: an inode just created.
     /// Returns the generation to give with it.
     pub fn given(&self, ino: u64, new: bool) -> u64 {
-        let fresh = new.then(|| {
-            let mut n = self.next.lock().unwrap_or_else(|p| p.into_inner());
-            *n += 1;
-            *n - 1
-        });
+        let fresh = new.then(|| self.fresh());
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
         let e = t.entry(ino).or_insert((0, 0));
         if let Some(g) = fresh {
@@ -41,6 +37,23 @@ impl Generations {
         }
         e.1 += 1;
         e.0
+    }
+
+    /// The inode the kernel caches as `ino` is not to be used again: its next entry carries a
+    /// new generation, so the kernel drops the cached inode (its size and pages with it) when
+    /// it revalidates a name of it, and takes a new one.
+    pub fn renew(&self, ino: u64) {
+        let fresh = self.fresh();
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = t.get_mut(&ino) {
+            e.0 = fresh;
+        }
+    }
+
+    fn fresh(&self) -> u64 {
+        let mut n = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        *n += 1;
+        *n - 1
     }
 
     /// The kernel dropped `lookups` of its lookups of `ino`. Returns whether it now holds
@@ -99,5 +112,26 @@ mod tests {
         g.forget(7, 1);
         assert_eq!(g.len(), 0, "nothing is kept once the kernel holds nothing");
         g.forget(9, 1);
+    }
+
+    #[test]
+    fn a_renewed_number_keeps_its_lookups_under_a_new_generation() {
+        let g = Generations::default();
+        let first = g.given(5, false);
+        g.renew(5);
+        let second = g.given(5, false);
+        assert_ne!(second, first);
+        assert_eq!(
+            g.given(5, false),
+            second,
+            "renewed once, not at every entry"
+        );
+        assert!(!g.forget(5, 2), "the lookups of both generations count");
+        assert!(g.forget(5, 1));
+        g.renew(6);
+        assert!(
+            !g.holds(6),
+            "a number the kernel does not hold is not added"
+        );
     }
 }

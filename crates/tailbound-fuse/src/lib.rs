@@ -72,7 +72,9 @@ pub fn serve(
     config.clone_fd = true;
     let fuse = TbFuse::new(fs, options);
     let keeper = fuse.keeper();
+    let notifier = fuse.notifier_slot();
     let mut session = fuser::Session::new(fuse, dir, &config)?;
+    let _ = notifier.set(session.notifier());
     invalidator.attach(session.notifier(), keeper);
     mounted(Unmounter(Arc::new(Mutex::new(session.unmount_callable()))));
     session.run()

@@ -4,14 +4,14 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    KernelConfig, LockOwner, Notifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use tailbound::tbfs::by_ino::ROOT;
 use tailbound::tbfs::locks::{Kind, Owner, Request as LockRequest, Space};
@@ -79,6 +79,8 @@ pub struct TbFuse {
     /// The process that last took a lock as each lock owner, for `F_GETLK`.
     lock_pids: Arc<Mutex<HashMap<u64, u32>>>,
     views: Views,
+    /// The mount's channel for dropping what the kernel caches, once mounted.
+    notifier: Arc<OnceLock<Notifier>>,
     ttl: Duration,
     writeback_cache: bool,
     max_write: u32,
@@ -194,11 +196,17 @@ impl TbFuse {
             generations: Arc::default(),
             lock_pids: Arc::new(Mutex::new(HashMap::new())),
             views: Views::default(),
+            notifier: Arc::default(),
             ttl: options.ttl,
             writeback_cache: options.writeback_cache,
             max_write: options.max_write,
             stats: options.stats.clone(),
         }
+    }
+
+    /// Where [`crate::serve`] puts the mount's channel once the kernel has the mount.
+    pub(crate) fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
     }
 
     fn count(&self, kind: Req) {
@@ -285,7 +293,14 @@ impl TbFuse {
 
     fn entry(&self, st: &Stat, reply: ReplyEntry, new: bool) {
         let generation = Generation(self.generations.given(st.ino, new));
-        reply.entry(&self.ttl, &attr_of(st), generation);
+        // A snapshot's names are looked up at every walk, so a renewed inode (see `setattr`)
+        // is taken up at once.
+        let ttl = if st.ino > snapshots::DIR_INO {
+            Duration::ZERO
+        } else {
+            self.ttl
+        };
+        reply.entry(&ttl, &attr_of(st), generation);
     }
 
     fn add_handle(&self, h: Handle) -> FileHandle {
@@ -461,8 +476,28 @@ impl Filesystem for TbFuse {
         reply: ReplyAttr,
     ) {
         self.count(Req::Setattr);
-        let ino = match self.live(ino) {
-            Ok(i) => INodeNo(i),
+        let ino = match self.views.place(ino.0) {
+            Ok(Place::Live(i)) => INodeNo(i),
+            Ok(Place::View(..)) => {
+                // Root's open of a snapshot's file for writing is not refused (no-open: the
+                // kernel opens it without asking, and root passes its permission check), so
+                // its write lands in the kernel's page cache. The pool refuses the pages when
+                // they are written back, and the kernel then flushes the times the write set:
+                // this request. Its pages are no longer under writeback now, so the kernel can
+                // drop them. The size the write gave stays (with the writeback cache the kernel
+                // keeps its own), so the inode is renewed too: the next walk to the file (view
+                // entries are not cached) takes a new inode, which reads as the snapshot has it.
+                // Not for a size change: the kernel holds back writeback during one, and
+                // dropping a dirty page waits for its writeback.
+                if size.is_none() {
+                    self.generations.renew(ino.0);
+                    if let Some(n) = self.notifier.get() {
+                        let _ = n.inval_inode(ino, 0, 0);
+                    }
+                }
+                return reply.error(Errno::EROFS);
+            }
+            Ok(Place::Dir) => return reply.error(Errno::EROFS),
             Err(e) => return reply.error(e),
         };
         let run = || -> tbfs::Result<Stat> {
