@@ -494,7 +494,7 @@ impl Snapshot {
     pub fn pread(&self, path: &str, buf: &mut [u8], offset: u64) -> Result<usize> {
         self.inner.check_usable()?;
         let cell = self.cell(path)?;
-        if cell.lock().kind == FileKind::Dir {
+        if cell.lock().kind() == FileKind::Dir {
             return Err(Error::IsDir(self.name(path)));
         }
         self.inner.pread_at_rest(&cell, buf, offset)
@@ -503,8 +503,8 @@ impl Snapshot {
     /// A whole file.
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let cell = self.cell(path)?;
-        let size = cell.lock().size;
-        if cell.lock().kind == FileKind::Dir {
+        let size = cell.lock().size();
+        if cell.lock().kind() == FileKind::Dir {
             return Err(Error::IsDir(self.name(path)));
         }
         let len = usize::try_from(size)
@@ -518,7 +518,7 @@ impl Snapshot {
     /// A read-only handle to a file in the view.
     pub fn open_file(&self, path: &str) -> Result<SnapshotFile<'_>> {
         let cell = self.cell(path)?;
-        if cell.lock().kind == FileKind::Dir {
+        if cell.lock().kind() == FileKind::Dir {
             return Err(Error::IsDir(self.name(path)));
         }
         Ok(SnapshotFile {
@@ -799,12 +799,12 @@ impl Engine {
         let mut add = |a: u64| live[State::seg_of(a, sb)] += 1;
         for cell in m.inodes.values() {
             let st = cell.lock();
-            st.map
+            st.map()
                 .blocks
                 .iter()
                 .filter(|&&a| a != 0)
                 .for_each(|&a| add(a));
-            st.map.node_addrs().for_each(&mut add);
+            st.map().node_addrs().for_each(&mut add);
         }
         m.ifile
             .map()

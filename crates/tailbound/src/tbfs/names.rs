@@ -38,9 +38,9 @@ pub(crate) struct Hit {
 impl Hit {
     /// The entry still names this inode: it is not freed and no name on its path moved.
     pub fn valid(&self, st: &InodeState, cache: &NameCache) -> bool {
-        !st.freed
-            && st.nlink > 0
-            && st.names_gen == self.names_gen
+        !st.freed()
+            && st.nlink() > 0
+            && st.names_gen() == self.names_gen
             && cache.dirs_gen.load(Ordering::Acquire) == self.dirs_gen
     }
 }
@@ -92,7 +92,7 @@ impl NameCache {
         };
         let entry = Hit {
             cell: cell.clone(),
-            names_gen: st.names_gen,
+            names_gen: st.names_gen(),
             dirs_gen: self.dirs_gen.load(Ordering::Acquire),
         };
         let mut shard = self.shard(key).write().unwrap_or_else(|p| p.into_inner());

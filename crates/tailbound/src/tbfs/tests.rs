@@ -1091,7 +1091,7 @@ fn the_cleaner_skips_old_data_of_a_reused_inode_number_and_copies_what_is_still_
         let half_ino = fs.stat("/half").unwrap().ino;
         let half_map = |fs: &Fs| {
             let m = fs.inner.lock_meta();
-            let blocks = m.inodes[&half_ino].lock().map.blocks.clone();
+            let blocks = m.inodes[&half_ino].lock().map().blocks.clone();
             blocks
         };
         let tail_before = half_map(&fs)[16..].to_vec();
@@ -2804,7 +2804,7 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
         let sealed_in = |i: usize| {
             let cell = fs.inner.cell(&m, files[i].ino()).unwrap();
             let st = cell.lock();
-            st.dirty
+            st.dirty()
                 .values()
                 .filter_map(|d| d.sealed_in)
                 .max()
@@ -3147,7 +3147,7 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(f.ino()).cloned().unwrap();
-    let old = cell.lock().map.get(0);
+    let old = cell.lock().map().get(0);
     let s = crate::tbfs::state::State::seg_of(old, inner.segment_blocks);
     // A run supersedes the block, then stops before its last log (as `?` on an error does).
     inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
@@ -3817,7 +3817,7 @@ fn a_renamed_files_data_goes_out_placed_and_what_it_superseded_waits_for_a_check
     let block0 = |fs: &Fs| {
         let m = fs.inner.lock_meta();
         let cell = fs.inner.cell(&m, ino).unwrap();
-        let at = cell.lock().map.get(0);
+        let at = cell.lock().map().get(0);
         at
     };
     let first = block0(&fs);

@@ -74,7 +74,7 @@ fn new_inner(
     let widest = meta
         .inodes
         .values()
-        .map(|c| c.lock().map.blocks.len() as u64)
+        .map(|c| c.lock().map().blocks.len() as u64)
         .max()
         .unwrap_or(0);
     let budget = BufferBudget::new(config.dirty_bytes_max, widest);
@@ -539,11 +539,11 @@ fn roll_forward(
                 DescKind::Data => {
                     if let Some(cell) = cell {
                         let mut st = cell.lock();
-                        if st.kind == FileKind::File
+                        if st.kind() == FileKind::File
                             && d.offset + d.blocks as u64 <= file_blocks_max
                         {
                             for i in 0..d.blocks as u64 {
-                                let old = st.map.set(d.offset + i, addr + i);
+                                let old = st.map_mut().set(d.offset + i, addr + i);
                                 if old != 0 {
                                     rewritten.push((old, log.summary.sequence));
                                 }
@@ -555,14 +555,12 @@ fn roll_forward(
                 DescKind::Attr => {
                     if let Some(cell) = cell {
                         let mut st = cell.lock();
-                        if st.kind == FileKind::File
+                        if st.kind() == FileKind::File
                             && d.offset <= crate::tbfs::limits::FILE_BYTES_MAX
                         {
-                            st.size = d.offset;
-                            st.mtime_ns = d.extra;
                             // Blocks wholly past the logged size were dropped before this log.
-                            let keep = st.size.div_ceil(BLOCK_U64);
-                            replaced.extend(st.map.truncate(keep));
+                            replaced.extend(st.truncate(d.offset).unmapped);
+                            st.set_mtime_ns(d.extra);
                         }
                     }
                 }
@@ -776,13 +774,13 @@ fn segment_usage(
         };
         for (&ino, cell) in cells {
             let st = cell.lock();
-            st.map
+            st.map()
                 .blocks
                 .iter()
                 .filter(|&&a| a != 0)
                 .for_each(|&a| live(a));
-            st.map.node_addrs().for_each(&mut live);
-            if st.map.is_dirty() {
+            st.map().node_addrs().for_each(&mut live);
+            if st.map().is_dirty() {
                 pending.insert(ino);
             }
         }
@@ -818,7 +816,7 @@ fn link_counts(
     let mut nlinks = Vec::new();
     for (&ino, cell) in cells {
         let st = cell.lock();
-        let n = if st.kind == FileKind::Dir {
+        let n = if st.kind() == FileKind::Dir {
             2 + subdirs.get(&ino).copied().unwrap_or(0)
         } else {
             reached.get(&ino).copied().unwrap_or(0)
@@ -828,12 +826,12 @@ fn link_counts(
         } else {
             n
         };
-        if n != st.nlink {
+        if n != st.nlink() {
             nlinks.push((ino, n));
         }
     }
     for &(ino, n) in &nlinks {
-        cells[&ino].lock().nlink = n;
+        cells[&ino].lock().set_nlink(n);
         pending.insert(ino);
     }
 }
@@ -916,7 +914,7 @@ fn settle(
     let orphans: Vec<Arc<InodeCell>> = m
         .inodes
         .values()
-        .filter(|c| c.ino != ROOT_INO && c.lock().nlink == 0)
+        .filter(|c| c.ino != ROOT_INO && c.lock().nlink() == 0)
         .cloned()
         .collect();
     report.orphans_reclaimed = orphans.len() as u64;

@@ -608,10 +608,10 @@ impl Engine {
             return Ok(Some(false));
         };
         let mut st = cell.lock();
-        if st.kind != FileKind::File {
+        if st.kind() != FileKind::File {
             return Ok(None);
         }
-        if st.map.get(index) != a {
+        if st.map().get(index) != a {
             return Ok(Some(false));
         }
         if !*open {
@@ -621,7 +621,7 @@ impl Engine {
         let copy = crate::tbfs::blocks::shared_copy(data);
         let addr = self.log_add_shared(m, DescKind::Data, ino, 0, index, copy.clone(), None)?;
         self.copies.note(addr, m.writer.seq, copy);
-        st.map.set(index, addr);
+        st.map_mut().set(index, addr);
         drop(st);
         m.seg_inc(addr, self.segment_blocks);
         let seq = m.writer.seq;
@@ -649,10 +649,10 @@ impl Engine {
                     return false;
                 };
                 let mut st = cell.lock();
-                if st.map.get(index) != a {
+                if st.map().get(index) != a {
                     return false;
                 }
-                if st.kind == FileKind::Dir {
+                if st.kind() == FileKind::Dir {
                     // Directories are rewritten whole.
                     drop(st);
                     m.dirs.mark_dirty(ino);
@@ -661,16 +661,15 @@ impl Engine {
                 }
                 // A newer version may be buffered already; either way the next checkpoint must
                 // write this inode (a commit in progress may have taken it from the dirty set).
-                if !st.dirty.contains_key(&index) {
+                if !st.dirty().contains_key(&index) {
                     assert_eq!(
                         data.len(),
                         BLOCK,
                         "the cleaner read no bytes for live block {index} of inode {ino} at {a}"
                     );
-                    let gen = st.next_gen;
-                    st.next_gen += 1;
+                    let gen = st.take_gen();
                     let data = crate::tbfs::blocks::shared_copy(data);
-                    st.dirty.insert(index, DirtyBlock::new(gen, data));
+                    st.dirty_mut().insert(index, DirtyBlock::new(gen, data));
                     self.budget.add(BLOCK_U64);
                 }
                 drop(st);
@@ -688,11 +687,16 @@ impl Engine {
                 let mut st = cell.lock();
                 let l = level as usize;
                 if level == 0
-                    || st.map.nodes.get(l - 1).and_then(|n| n.get(index as usize)) != Some(&a)
+                    || st
+                        .map()
+                        .nodes
+                        .get(l - 1)
+                        .and_then(|n| n.get(index as usize))
+                        != Some(&a)
                 {
                     return false;
                 }
-                dirty_node(&mut st.map, level, index);
+                dirty_node(st.map_mut(), level, index);
                 drop(st);
                 m.pending.insert(ino);
                 true
@@ -766,7 +770,7 @@ impl Engine {
     fn any_block_live(&self, m: &State, ino: u64, offset: u64, addr: u64, blocks: u32) -> bool {
         m.inodes.get(ino).is_some_and(|c| {
             let st = c.lock();
-            (0..u64::from(blocks)).any(|i| st.map.get(offset + i) == addr + i)
+            (0..u64::from(blocks)).any(|i| st.map().get(offset + i) == addr + i)
         })
     }
 
@@ -776,7 +780,7 @@ impl Engine {
     fn live_file_block(&self, m: &State, ino: u64, index: u64, a: u64) -> bool {
         m.inodes.get(ino).is_some_and(|c| {
             let st = c.lock();
-            st.kind != FileKind::Dir && st.map.get(index) == a
+            st.kind() != FileKind::Dir && st.map().get(index) == a
         })
     }
 
