@@ -482,9 +482,9 @@ impl Engine {
                 started: Vec::new(),
             });
         }
-        m.writer.direct = true;
+        m.writer.set_direct(true);
         let committed = self.commit_data_log(&mut m, cell);
-        m.writer.direct = false;
+        m.writer.set_direct(false);
         committed?;
         self.maybe_refresh(&mut m)?;
         let started = m.unlock_taking_payloads()?.unwrap_or_default();
@@ -604,7 +604,7 @@ impl Engine {
             return Err(Error::IsDir(format!("inode {}", cell.ino)));
         }
         if len < st.size() {
-            let seq = m.writer.seq;
+            let seq = m.writer.seq();
             let trimmed = st.truncate(len);
             for a in trimmed.unmapped {
                 m.seg_dec(a, seq, self.segment_blocks);

@@ -160,7 +160,7 @@ impl Engine {
         work.retain(|ino| m.inodes.contains(*ino));
 
         self.log_open(m, FLAG_BEGIN);
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let now = now_ns();
         let (records, written, changed) =
             self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now)?;
@@ -251,7 +251,7 @@ impl Engine {
                     d.share_with_log(),
                     Some(d.crc()),
                 )?;
-                d.sealed_in = Some((m.writer.seq, flush));
+                d.sealed_in = Some((m.writer.seq(), flush));
                 let old = map.set(block, addr);
                 m.seg_inc(addr, self.segment_blocks);
                 if old != 0 {
@@ -403,7 +403,7 @@ impl Engine {
         let time_ns = now_ns();
         let root = CheckpointRoot {
             number,
-            sequence: m.writer.seq,
+            sequence: m.writer.seq(),
             time_ns,
             ifile_root: m.ifile.map().root,
             ifile_height: m.ifile.map().height,
@@ -414,12 +414,16 @@ impl Engine {
             oldest_protected: m.life.oldest_protected(time_ns, number),
             tables,
         };
-        let before = m.writer.seq;
+        let before = m.writer.seq();
         let addr = self.log_add(m, DescKind::Root, 0, 0, 0, &root.encode()[..])?;
-        debug_assert_eq!(m.writer.seq, before, "the root went into the log it names");
-        let root_seq = m.writer.seq;
+        debug_assert_eq!(
+            m.writer.seq(),
+            before,
+            "the root went into the log it names"
+        );
+        let root_seq = m.writer.seq();
         // The buffers go once the checkpoint is written.
-        m.writer.release = written;
+        m.writer.hand_release(written);
         self.log_close(m, FLAG_END | FLAG_CHECKPOINT)?;
         Ok(RootLogged {
             number,
@@ -449,14 +453,14 @@ impl Engine {
             },
         );
         m.life.checkpoint_written(
-            State::seg_of(m.writer.pos, self.segment_blocks),
-            m.writer.pos,
+            State::seg_of(m.writer.pos(), self.segment_blocks),
+            m.writer.pos(),
         );
         for cell in changed {
             cell.lock().set_ckpt_seq(root_seq);
         }
         m.ns_changed.clear();
-        m.ckpt.written(number, addr, root_seq, m.writer.seq);
+        m.ckpt.written(number, addr, root_seq, m.writer.seq());
         m.ifile.freed_slots_written();
         m.dirs.written();
         m.pending.clear();
@@ -474,7 +478,7 @@ impl Engine {
         if !map.is_dirty() {
             return Ok(());
         }
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let sb = self.segment_blocks;
         // Only the newest checkpoint's tables are read, so their old nodes pin nothing.
         let dec = |m: &mut State, a: u64| {

@@ -350,7 +350,7 @@ impl Engine {
         map: &mut BlockMap,
         pages: Vec<(u64, Option<Box<format::Block>>)>,
     ) -> Result<()> {
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let sb = self.segment_blocks;
         let mut highest_written = None;
         for (index, page) in pages {
@@ -408,10 +408,7 @@ impl Engine {
         // Dead blocks in segments the cleaner passes over as giving back too little.
         let mut stranded = 0u64;
         for s in 0..self.segment_count as usize {
-            if free_segs.contains(&s)
-                || s as u64 == m.writer.cur_seg
-                || s as u64 == m.writer.next_seg
-            {
+            if free_segs.contains(&s) || m.writer.holds_segment(s as u64) {
                 continue;
             }
             let used = m.seg.live(s) as u64 + m.seg.pinned(s) as u64;
@@ -577,7 +574,7 @@ impl Drop for Snapshot {
         let mut m = self.inner.lock_meta();
         let c = self.number;
         if m.life.unhold(c) {
-            let seq = m.writer.seq;
+            let seq = m.writer.seq();
             m.reanchor(c, seq, self.inner.segment_blocks);
             m.prune(seq, self.inner.segment_blocks, false);
         }
@@ -659,7 +656,7 @@ impl Fs {
             // No longer a snapshot: the next checkpoint releases it if it is past the protection
             // period, with what only it pinned. While it is retained every pin it covers keeps
             // an anchor, so this unpins nothing, and marking it a snapshot again undoes it.
-            let seq = m.writer.seq;
+            let seq = m.writer.seq();
             let pins = m.life.pins().len();
             m.reanchor(number, seq, inner.segment_blocks);
             assert_eq!(
@@ -698,7 +695,7 @@ impl Fs {
                     "checkpoint {number} (not retained; see `checkpoints`)"
                 )));
             };
-            let found = (k.root, k.time_ns, m.writer.seq);
+            let found = (k.root, k.time_ns, m.writer.seq());
             m.life.hold(number);
             found
         };
@@ -783,7 +780,7 @@ impl Drop for HoldGuard<'_> {
     fn drop(&mut self) {
         let mut m = self.inner.lock_meta();
         if m.life.unhold(self.number) {
-            let seq = m.writer.seq;
+            let seq = m.writer.seq();
             m.reanchor(self.number, seq, self.inner.segment_blocks);
         }
     }

@@ -271,7 +271,7 @@ impl Engine {
         st.mark_freed();
         // Its number may be given to a new file: what was leased of this one goes first.
         self.watchers.inode_freed(cell.ino);
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let now = now_ns();
         let blocks = st.map().blocks.iter().copied().filter(|&a| a != 0);
         m.seg_dec_all_at(

@@ -1920,10 +1920,11 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(f.ino()).cloned().unwrap();
     inner.commit_data_log(&mut m, &cell).unwrap();
-    let first_end = m.writer.seq;
+    let first_end = m.writer.seq();
     inner.commit_data_log(&mut m, &cell).unwrap();
     assert_eq!(
-        m.writer.seq, first_end,
+        m.writer.seq(),
+        first_end,
         "the second commit sealed the same buffers again"
     );
     m.unlock_without_writing();
@@ -1947,10 +1948,13 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     f.pwrite(&pattern(4, 4096), 0).unwrap();
     let mut m = inner.lock_meta();
     inner.commit_data_log(&mut m, &cell).unwrap();
-    let second_end = m.writer.seq;
+    let second_end = m.writer.seq();
     f.pwrite(&pattern(5, 4096), 0).unwrap();
     inner.commit_data_log(&mut m, &cell).unwrap();
-    assert!(m.writer.seq > second_end, "the changed buffer was left out");
+    assert!(
+        m.writer.seq() > second_end,
+        "the changed buffer was left out"
+    );
     m.unlock_without_writing();
     f.fsync().unwrap();
     drop(f);
@@ -1983,7 +1987,7 @@ fn small_write_returns_with_more_than_a_buffer_in_flight(
         f.pwrite(&pattern(i as u64, 900 << 10), 0).unwrap();
         let mut m = inner.lock_meta();
         inner.commit_checkpoint(&mut m).unwrap();
-        end = m.writer.seq;
+        end = m.writer.seq();
         m.unlock_without_writing();
     }
     let in_flight = inner.in_flight.load(std::sync::atomic::Ordering::Acquire);
@@ -2044,7 +2048,7 @@ fn an_inode_page_a_queued_checkpoint_shares_is_copied_before_the_next_checkpoint
     let mut m = inner.lock_meta();
     inner.commit_checkpoint(&mut m).unwrap();
     let first = m.ckpt.newest();
-    let first_end = m.writer.seq;
+    let first_end = m.writer.seq();
     m.unlock_without_writing();
     // The next checkpoint changes `/b`'s slot while the first one's log still holds the page.
     b.pwrite(&pattern(3, 5000), 0).unwrap();
@@ -2249,13 +2253,17 @@ fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_l
         small.pwrite(&pattern(4, 8 * 4096), 0).unwrap();
         let small_log = {
             let mut m = fs.inner.lock_meta();
-            let small_log = m.writer.seq;
+            let small_log = m.writer.seq();
             let ino = fs.inner.lookup(&m, "/small").unwrap();
             let cell = fs.inner.cell(&m, ino).unwrap();
             fs.inner.commit_data_log(&mut m, &cell).unwrap();
             fs.inner.commit_checkpoint(&mut m).unwrap();
             // Left queued for the thread below (nobody here waits on the small log).
-            m.writer.sealed_small.clear();
+            let (_, small) = m.writer.take_sealed();
+            assert!(
+                !small.is_empty(),
+                "the small log was sealed under this hold"
+            );
             m.unlock_without_writing();
             small_log
         };
@@ -2933,7 +2941,7 @@ fn a_sync_of_what_another_checkpoint_sealed_waits_for_all_of_it() {
             "creations pending: the next commit is a checkpoint"
         );
         inner.commit_checkpoint(&mut m).unwrap();
-        let end = m.writer.seq;
+        let end = m.writer.seq();
         m.unlock_without_writing();
         f.fsync().unwrap();
         let written = inner.written_seq.load(std::sync::atomic::Ordering::Acquire);
@@ -3040,9 +3048,9 @@ fn segments_a_run_superseded_are_reused_only_once_its_last_log_is_durable() {
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(f.ino()).cloned().unwrap();
-    let first = m.writer.seq;
+    let first = m.writer.seq();
     inner.commit_data_log(&mut m, &cell).unwrap();
-    let last = m.writer.seq - 1;
+    let last = m.writer.seq() - 1;
     assert!(last > first, "the overwrite went out in one log");
     // Segments that only the old copy of /x kept in use.
     let freed: Vec<usize> = (0..inner.segment_count as usize)
@@ -3151,7 +3159,7 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     let s = crate::tbfs::state::State::seg_of(old, inner.segment_blocks);
     // A run supersedes the block, then stops before its last log (as `?` on an error does).
     inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
-    let seq = m.writer.seq;
+    let seq = m.writer.seq();
     m.seg_supersede(old, seq, inner.segment_blocks);
     m.seg_inc(old, inner.segment_blocks); // the test's block stays the file's
     assert_eq!(
@@ -3170,7 +3178,7 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     );
     // A checkpoint writes the maps in memory: from its last log on, the segment may go.
     inner.commit_checkpoint(&mut m).unwrap();
-    assert!(m.seg.soft_dead_at(s) <= m.writer.seq);
+    assert!(m.seg.soft_dead_at(s) <= m.writer.seq());
     m.unlock_and_write().unwrap();
     f.fsync().unwrap();
 }
@@ -3256,8 +3264,8 @@ fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
             let ino = fs.inner.lookup(&m, "/other").unwrap();
             let cell = fs.inner.cell(&m, ino).unwrap();
             fs.inner.commit_data_log(&mut m, &cell).unwrap();
-            let end = m.writer.seq;
-            let own = std::mem::take(&mut m.writer.sealed_ahead);
+            let end = m.writer.seq();
+            let (own, _) = m.writer.take_sealed();
             fs.inner.commit_checkpoint(&mut m).unwrap();
             m.unlock_without_writing();
             (own, end)

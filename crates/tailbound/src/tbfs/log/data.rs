@@ -233,7 +233,7 @@ impl Engine {
         }
         let closed = if open {
             // Buffers go once the last log is written.
-            m.writer.release = done;
+            m.writer.hand_release(done);
             self.log_close(m, FLAG_END)
         } else {
             Ok(())

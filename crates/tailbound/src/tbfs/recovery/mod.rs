@@ -59,7 +59,7 @@ fn new_inner(
     meta: State,
     log: LogWriter,
 ) -> Engine {
-    let written = meta.writer.seq;
+    let written = meta.writer.seq();
     // Threads waiting for `meta` or the log writer lend their I/O priority to the holder, unless
     // the pool is memory, whose commits are copies with no I/O priority to raise.
     let copies = dev.writes_are_copies();
@@ -156,14 +156,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
             segment_blocks,
             config.protection_period,
         ),
-        writer: Writer {
-            pos: format::FIRST_SEGMENT_BLOCK,
-            cur_seg: 0,
-            next_seg: 1,
-            seq: 1,
-            log: None,
-            ..Writer::default()
-        },
+        writer: Writer::new(format::FIRST_SEGMENT_BLOCK, 0, 1, 1),
         refresh: Refresh::new(0, now),
         ..State::default()
     };
@@ -232,7 +225,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Engine>>
     let rolled = roll_forward(applied, chain.first_incomplete, &tree.cells, &mut report);
     let retained = load_retention(&dev, &geo, &sb, &config, &tree.root, base.root, &mut report)?;
     let meta = memory_state(&sb, options, tree, &chain, &base, retained, rolled)?;
-    let cur_seg = meta.writer.cur_seg;
+    let cur_seg = meta.writer.cur_seg();
     let prev = chain.prev;
     let inner = Arc::new(new_inner(
         dev,
@@ -732,14 +725,7 @@ fn memory_state(
         dirs: Directories::loaded(dirs),
         pending,
         ifile: InodeFile::loaded(ifile, root.ifile_pages),
-        writer: Writer {
-            pos,
-            cur_seg,
-            next_seg,
-            seq,
-            log: None,
-            ..Writer::default()
-        },
+        writer: Writer::new(pos, cur_seg, next_seg, seq),
         seg,
         ckpt: Checkpoints::loaded(root.number, base.root, base.seq),
         refresh: Refresh::new(sb.generation, sb.created_ns),
@@ -923,13 +909,12 @@ fn settle(
         inner.sb_checkpoint_seq.store(0, AtomicOrdering::Release);
         // The chain rolled forward is durable from here on, so the segments its data-only
         // logs emptied may be reused by what recovery writes.
-        let end = m.writer.seq;
+        let end = m.writer.seq();
         inner.flush_written(end, "before recovery writes")?;
         for o in &orphans {
             inner.free_inode(&mut m, o);
         }
-        if m.writer.next_seg == u64::MAX {
-            m.writer.next_seg = m.writer.cur_seg;
+        if m.writer.next_seg() == u64::MAX {
             let pick = (1..=sb.segment_count)
                 .map(|i| (cur_seg + i) % sb.segment_count)
                 .find(|&s| {
@@ -940,7 +925,7 @@ fn settle(
                             .any(|l| segment_of(l.start, sb.segment_blocks) as u64 == s)
                 });
             match pick {
-                Some(s) => m.writer.next_seg = s,
+                Some(s) => m.writer.set_next_seg(s),
                 None => {
                     return Err(Error::NoSpace(
                         "recovery: no free segment to continue the log".into(),

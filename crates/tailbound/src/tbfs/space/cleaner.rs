@@ -163,7 +163,7 @@ impl Engine {
         let mut refreshed = false;
         // Checkpoints whose protection ran out since the last checkpoint go first; a checkpoint
         // makes that durable (and releases the newest before it, if that too is unprotected).
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let newest = m.ckpt.newest();
         let newest_pins = m.life.pins().any_anchored_at(newest)
             && m.life.retained(newest).is_some_and(|k| {
@@ -246,7 +246,7 @@ impl Engine {
                     // newest now (the next checkpoint releases that one too), and make the
                     // release durable so the segments it empties can be reused.
                     m.life.set_pressure(true);
-                    let seq = m.writer.seq;
+                    let seq = m.writer.seq();
                     let released = m.prune(seq, self.segment_blocks, false);
                     self.count(|c| c.protection_released += released);
                     continue;
@@ -294,7 +294,7 @@ impl Engine {
             // not avoid): a checkpoint releases them, if there is room for it now.
             // (A deferred flush makes every log so far durable.)
             let durable = if m.bg_clean.defer_io {
-                m.writer.seq
+                m.writer.seq()
             } else {
                 self.durable_seq.load(AtomicOrdering::Acquire)
             };
@@ -391,8 +391,7 @@ impl Engine {
         let sb_seq = self.sb_checkpoint_seq.load(AtomicOrdering::Acquire);
         let candidates: Vec<usize> = (0..self.segment_count as usize)
             .filter(|&s| {
-                s as u64 != m.writer.cur_seg
-                    && s as u64 != m.writer.next_seg
+                !m.writer.holds_segment(s as u64)
                     && m.seg.live(s) > 0
                     && !skip.contains(&s)
                     && m.cleanable(s, now)
@@ -509,7 +508,7 @@ impl Engine {
                         .map(|&v| m.seg.last_seq(v))
                         .max()
                         .unwrap_or(0);
-                    self.write_logs_until((newest + 1).min(m.writer.seq))?;
+                    self.write_logs_until((newest + 1).min(m.writer.seq()))?;
                     logs_written = true;
                 }
                 if !by_block {
@@ -620,11 +619,11 @@ impl Engine {
         }
         let copy = crate::tbfs::blocks::shared_copy(data);
         let addr = self.log_add_shared(m, DescKind::Data, ino, 0, index, copy.clone(), None)?;
-        self.copies.note(addr, m.writer.seq, copy);
+        self.copies.note(addr, m.writer.seq(), copy);
         st.map_mut().set(index, addr);
         drop(st);
         m.seg_inc(addr, self.segment_blocks);
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         m.seg_supersede(a, seq, self.segment_blocks);
         m.pending.insert(ino);
         Ok(Some(true))
@@ -889,7 +888,7 @@ impl Engine {
             };
             let victims = if light.is_empty() { full } else { light };
             m.bg_clean.reading.extend(victims.iter().copied());
-            (victims, m.writer.seq, self.cleaning_is_urgent(&m))
+            (victims, m.writer.seq(), self.cleaning_is_urgent(&m))
         };
         // Under pressure the pass is no longer idle-class I/O: held back behind best-effort
         // writers, it fell behind a steady copy until a writer's commit found too little room
@@ -918,7 +917,7 @@ impl Engine {
         m.bg_clean.read.clear();
         m.bg_clean.defer_io = false;
         let flush = std::mem::take(&mut m.bg_clean.flush);
-        let end = m.writer.seq;
+        let end = m.writer.seq();
         let more = self.free_blocks_up_to(&m, want) < want;
         m.unlock_fair_and_write()?;
         let cleaned = cleaned?;

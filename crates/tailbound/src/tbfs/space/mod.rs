@@ -42,7 +42,7 @@ impl Engine {
     /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
     /// check on every sync does not walk the whole segment table.
     pub(super) fn free_blocks_up_to(&self, m: &State, enough: u64) -> u64 {
-        let mut free = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos;
+        let mut free = self.seg_start(m.writer.cur_seg()) + self.segment_blocks - m.writer.pos();
         for s in 0..self.segment_count as usize {
             if free >= enough {
                 break;
@@ -58,10 +58,7 @@ impl Engine {
     pub(super) fn pending_free_segments(&self, m: &State) -> usize {
         (0..self.segment_count as usize)
             .filter(|&s| {
-                s as u64 != m.writer.cur_seg
-                    && s as u64 != m.writer.next_seg
-                    && m.seg.is_empty(s)
-                    && !self.segment_free(m, s)
+                !m.writer.holds_segment(s as u64) && m.seg.is_empty(s) && !self.segment_free(m, s)
             })
             .count()
     }
@@ -134,7 +131,7 @@ impl Engine {
         // background pass does no device I/O under `meta`: what it sealed is written once it
         // lets `meta` go, and it works in the room there is now.
         if !m.bg_clean.defer_io {
-            self.write_logs_until(m.writer.seq + 1)?;
+            self.write_logs_until(m.writer.seq() + 1)?;
             if self.free_blocks_up_to(m, want) >= want {
                 return Ok(());
             }
@@ -425,8 +422,7 @@ impl Engine {
     /// Whether segment `s` would be free once every log below `durable` is durable.
     pub(super) fn segment_free_if_durable(&self, m: &State, s: usize, durable: u64) -> bool {
         let w = &m.writer;
-        s as u64 != w.cur_seg
-            && s as u64 != w.next_seg
+        !w.holds_segment(s as u64)
             && m.seg.is_empty(s)
             && m.seg.dead_at(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
             && m.seg.last_seq(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
