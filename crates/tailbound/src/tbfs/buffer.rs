@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::tbfs::blocks::*;
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::RELATIME_AGE_NS;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::AheadPayload;
 use crate::tbfs::state::Engine;
@@ -538,7 +539,6 @@ impl Engine {
     /// Updates the access time of a file being read, per the pool's [`AtimePolicy`]. The new
     /// time is written with the file's next checkpoint.
     fn touch_atime(&self, ino: u64, st: &mut InodeState) {
-        const DAY_NS: i64 = 24 * 3600 * 1_000_000_000;
         let policy = self.atime.load(AtomicOrdering::Relaxed);
         if policy == AtimePolicy::Never as u8 || self.read_only {
             return;
@@ -547,7 +547,7 @@ impl Engine {
         let due = policy == AtimePolicy::Strict as u8
             || st.atime_ns() <= st.mtime_ns()
             || st.atime_ns() <= st.ctime_ns()
-            || now - st.atime_ns() >= DAY_NS;
+            || now - st.atime_ns() >= RELATIME_AGE_NS;
         if due {
             st.set_atime_ns(now);
             st.mark_attr_dirty();

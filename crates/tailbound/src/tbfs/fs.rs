@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::SYMLINK_HOPS_MAX;
 use crate::tbfs::limits::*;
 use crate::tbfs::namespace::{dir_entries, kind_in};
 use crate::tbfs::state::{Engine, Section, State, Wake};
@@ -355,10 +356,9 @@ impl Fs {
 
     /// `open_file` with `O_CREAT` (not `O_EXCL`) of `path`, whose last name is a dangling
     /// symbolic link: the file is made where the link points, as the kernel does (a chain of
-    /// such links followed up to the kernel's 40).
+    /// such links followed up to [`SYMLINK_HOPS_MAX`], as the kernel's).
     fn create_through_link(&self, path: &str, flags: OpenFlags, links: u32) -> Result<File> {
-        const LINKS_MAX: u32 = 40;
-        if links >= LINKS_MAX {
+        if links >= SYMLINK_HOPS_MAX {
             return Err(Error::Loop(path.to_string()));
         }
         let target = self.readlink(path)?;

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::SYMLINK_HOPS_MAX;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{DirEntry, Error, FileKind, Result};
 
@@ -29,7 +30,6 @@ impl Engine {
         if let Some(found) = self.resolve_plain(m, path, follow_last) {
             return found;
         }
-        const LINKS_MAX: u32 = 40;
         let mut todo: Vec<String> = path
             .split('/')
             .rev()
@@ -58,7 +58,7 @@ impl Engine {
                 let cell = self.cell(m, child)?;
                 if cell.lock().kind() == FileKind::Symlink {
                     links += 1;
-                    if links > LINKS_MAX {
+                    if links > SYMLINK_HOPS_MAX {
                         return Err(Error::Loop(path.to_string()));
                     }
                     let target = self.link_target(&cell)?;

@@ -2479,7 +2479,8 @@ fn a_buffer_is_changed_in_place_until_a_log_shares_it_and_never_under_the_log() 
 
 #[test]
 fn a_thread_reuses_the_buffers_it_released_itself_up_to_its_own_cap_whatever_other_threads_take() {
-    use crate::tbfs::blocks::{recycle_blocks, zeroed_block, LOCAL_SPARE_BATCH, SPARE_BLOCKS_MAX};
+    use crate::tbfs::blocks::{recycle_blocks, zeroed_block};
+    use crate::tbfs::limits::{LOCAL_SPARE_BATCH, SPARE_BLOCKS_MAX};
     let cap = 2 * LOCAL_SPARE_BATCH;
     let (released_tx, released_rx) = std::sync::mpsc::channel();
     let (drained_tx, drained_rx) = std::sync::mpsc::channel::<()>();

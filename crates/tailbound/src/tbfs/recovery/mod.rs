@@ -19,6 +19,7 @@ use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::SEGMENTS_MIN;
 use crate::tbfs::log::{LogWriter, Writer};
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::refresh::Refresh;
@@ -31,9 +32,6 @@ use crate::tbfs::{
 };
 use scan::*;
 use tree::*;
-
-/// Smallest pool: superblocks and a handful of segments.
-const SEGMENTS_MIN: u64 = 4;
 
 fn pool_id() -> [u8; 16] {
     let mut id = [0u8; 16];
