@@ -119,3 +119,34 @@ const _: () = {
     assert!(SEGMENTS_MIN >= 2);
     assert!(NAME_CACHE_SHARDS > 0);
 };
+
+/// The low-water mark is at most 1/this of the pool.
+pub(crate) const LOW_WATER_DIVISOR: u64 = 10;
+/// Segments of copies the low-water mark keeps room for in relaxed ordering: one victim's live
+/// blocks, what a light cleaning pass needs to make progress.
+pub(crate) const CLEAN_ROOM_SEGMENTS: u64 = 1;
+/// Segments of copies it keeps room for in strict ordering, where every pass is a checkpoint.
+pub(crate) const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
+/// Smallest space reserve, in blocks, whatever the segment size.
+pub(crate) const RESERVE_BLOCKS_MIN: u64 = 64;
+/// The least a writer may buffer before it commits however short space is
+/// (`Engine::set_buffer_limit`), so a pool near full still commits in logs of some size.
+pub(crate) const BUFFER_LIMIT_MIN_BLOCKS: u64 = 256;
+/// Most segments emptied by one cleaning checkpoint. Every pass writes a checkpoint, whose map
+/// nodes and inode pages are paid once per pass: fewer, larger passes copy the same blocks with
+/// less metadata. The space there is bounds a pass well before this.
+pub(crate) const VICTIMS_PER_PASS: usize = 32;
+/// Most segments the background cleaner empties per wake-up, so it holds the metadata lock for
+/// short spells and its idle-class I/O stays a trickle beside the writers'.
+pub(crate) const BACKGROUND_VICTIMS: usize = 4;
+/// The spread of `ln λ` (`space::cleaner::age_spread`) above which victims are chosen by
+/// cost-benefit, below which greedily.
+pub(crate) const AGE_SIGNAL_SPREAD: f64 = 1.3;
+
+// A background pass is a light one: no more victims than a full pass; strict ordering keeps at
+// least the room relaxed ordering does; the low-water mark is a fraction of the pool.
+const _: () = {
+    assert!(BACKGROUND_VICTIMS <= VICTIMS_PER_PASS);
+    assert!(CLEAN_ROOM_SEGMENTS <= FULL_PASS_ROOM_SEGMENTS);
+    assert!(LOW_WATER_DIVISOR >= 2);
+};

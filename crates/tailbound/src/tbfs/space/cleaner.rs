@@ -21,19 +21,12 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 use crate::tbfs::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
 use crate::tbfs::inode::{now_ns, DirtyBlock};
 use crate::tbfs::lifecycle::GcReport;
-use crate::tbfs::limits::MIN_RECLAIMABLE;
+use crate::tbfs::limits::{
+    AGE_SIGNAL_SPREAD, BACKGROUND_VICTIMS, MIN_RECLAIMABLE, VICTIMS_PER_PASS,
+};
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::{Error, FileKind, Result};
-
-/// Most segments emptied by one cleaning checkpoint. Every pass writes a checkpoint, whose map
-/// nodes and inode pages are paid once per pass: fewer, larger passes copy the same blocks with
-/// less metadata. The space there is bounds a pass well before this.
-const VICTIMS_PER_PASS: usize = 32;
-/// Most segments the background cleaner empties per wake-up (it wakes every 100 ms), so it
-/// holds the metadata lock for short spells and its idle-class I/O stays a trickle beside the
-/// writers'.
-const BACKGROUND_VICTIMS: usize = 4;
 
 /// The priority of a background pass made under pressure ([`Engine::cleaning_is_urgent`]):
 /// best effort, lowest level, so it shares the device with best-effort writers by weight
@@ -105,10 +98,6 @@ fn age_spread(segments: impl Iterator<Item = (f64, f64)>) -> f64 {
     let mean = sum / n;
     (sq / n - mean * mean).max(0.0).sqrt()
 }
-
-/// The spread of `ln λ` ([`age_spread`]) above which victims are chosen by cost-benefit, below
-/// which greedily.
-pub(crate) const AGE_SIGNAL_SPREAD: f64 = 1.3;
 
 /// Whether segment ages carry a signal worth choosing victims by ([`age_spread`]).
 pub(in crate::tbfs) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f64)>) -> bool {

@@ -12,21 +12,12 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::{
+    BUFFER_LIMIT_MIN_BLOCKS, CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR,
+    RESERVE_BLOCKS_MIN,
+};
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
-
-/// The low-water mark is at most 1/this of the pool.
-const LOW_WATER_DIVISOR: u64 = 10;
-/// Segments of copies the low-water mark keeps room for in relaxed ordering: one victim's live
-/// blocks, what a light cleaning pass needs to make progress.
-const CLEAN_ROOM_SEGMENTS: u64 = 1;
-/// Segments of copies it keeps room for in strict ordering, where every pass is a checkpoint.
-const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
-/// Smallest space reserve, in blocks, whatever the segment size.
-const RESERVE_BLOCKS_MIN: u64 = 64;
-/// The least a writer may buffer before it commits however short space is
-/// ([`Engine::set_buffer_limit`]): 1 MiB, so a pool near full still commits in logs of some size.
-const BUFFER_LIMIT_MIN_BLOCKS: u64 = 256;
 
 impl Engine {
     /// Blocks the writer can still fill without reusing anything not yet reclaimable.
