@@ -1,6 +1,7 @@
 //! Counts that must not go below zero: a bug that would take one there poisons the pool with a
 //! reason naming it, where the count used to saturate or wrap.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,5 +121,19 @@ fn releasing_more_bytes_in_flight_than_counted_poisons_the_pool() {
             .load(std::sync::atomic::Ordering::Acquire),
         held,
         "the count is left as it was, not wrapped"
+    );
+}
+
+#[test]
+fn a_flush_ended_with_none_running_poisons_the_pool() {
+    let fs = pool();
+    assert_eq!(fs.inner.flushes_running.load(Ordering::Acquire), 0);
+    fs.inner.flush_ended();
+    let why = fs.poisoned().expect("the pool is poisoned");
+    assert!(why.contains("a flush ended"), "poisoned for {why:?}");
+    assert_eq!(
+        fs.inner.flushes_running.load(Ordering::Acquire),
+        0,
+        "the count is left at zero, not wrapped"
     );
 }

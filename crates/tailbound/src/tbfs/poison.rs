@@ -115,6 +115,19 @@ impl Engine {
         }
     }
 
+    /// A flush counted in [`Engine::flushes_running`] ended (or will not run). With none
+    /// counted the pool is poisoned, and the count is left at zero.
+    pub(crate) fn flush_ended(&self) {
+        let taken = self.flushes_running.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |running| running.checked_sub(1),
+        );
+        if taken.is_err() {
+            self.poison_bug("a flush ended with none counted running".to_string());
+        }
+    }
+
     /// `bytes` of buffered data left memory (written, dropped or freed): they leave
     /// the buffered bytes. More than are counted poisons the pool, and the count is left as it was.
     pub(crate) fn release_dirty_bytes(&self, bytes: u64) {
