@@ -9,7 +9,11 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{stderr, stdout, tailbound};
+use common::programs::{
+    check_fio_report, feed, make_project_script, sqlite_writer, FIO_ARGS, FIO_FILES,
+    GIT_OUTPUT_END, GIT_SCRIPT, MAKE_OUTPUT, TREE_SCRIPT,
+};
+use common::{ok, stderr, stdout, tailbound};
 
 /// A pool mounted for one test, unmounted and removed when dropped (also when the test fails).
 struct Mounted {
@@ -138,17 +142,6 @@ impl Drop for Mounted {
     }
 }
 
-fn ok(what: &str, out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        stdout(out),
-        stderr(out)
-    );
-    stdout(out)
-}
-
 /// A pool file removed at the end of a test.
 struct PoolFile(PathBuf);
 
@@ -163,22 +156,18 @@ fn a_shell_script_runs_on_the_mount_and_its_files_outlive_the_mount() {
     let Some(m) = Mounted::new("shell") else {
         return;
     };
-    let out = m.sh("mkdir -p a/b/c
-         for i in 1 2 3 4 5; do echo line$i >> a/log; done
-         (cd a/b && echo nested > c/file)
-         printf 'z\\ny\\nx\\n' | sort > a/sorted
-         mv a/sorted a/b/sorted
-         ln -s b/sorted a/link
-         ln a/log a/hard
-         cp a/log a/copy && rm a/copy
-         mkfifo a/fifo
+    let out = m.sh(&[
+        TREE_SCRIPT,
+        "mkfifo a/fifo
          (echo through-a-fifo > a/fifo &) ; read v < a/fifo; echo \"$v\" > a/fifo-said
          chmod 600 a/log
          wc -l < a/hard
          cat a/link
          cat a/fifo-said
          find a | sort
-         stat -c '%a %h' a/log");
+         stat -c '%a %h' a/log",
+    ]
+    .join("\n"));
     let text = ok("the script", &out);
     assert_eq!(
         text,
@@ -196,25 +185,8 @@ fn git_init_add_commit_log_and_gc_work_on_the_mount() {
     let Some(m) = Mounted::new("git") else {
         return;
     };
-    let out = m.sh("export GIT_CONFIG_NOSYSTEM=1 HOME=\"$PWD\"
-         git init -q -b main repo
-         cd repo
-         git config user.email t@example.invalid
-         git config user.name tester
-         for i in $(seq 1 20); do echo \"file $i\" > f$i.txt; done
-         mkdir sub && echo deep > sub/deep.txt
-         git add .
-         git commit -q -m first
-         echo changed >> f3.txt
-         git rm -q f4.txt
-         git commit -q -am second
-         git gc -q --aggressive
-         git fsck --full 2>&1
-         git log --format=%s
-         git ls-files | wc -l
-         git status --porcelain | wc -l");
-    let text = ok("git", &out);
-    assert!(text.ends_with("second\nfirst\n20\n0\n"), "{text}");
+    let text = ok("git", &m.sh(GIT_SCRIPT));
+    assert!(text.ends_with(GIT_OUTPUT_END), "{text}");
 }
 
 #[test]
@@ -222,41 +194,8 @@ fn make_j4_builds_and_runs_a_small_c_project_on_the_mount() {
     let Some(m) = Mounted::new("make") else {
         return;
     };
-    let src = m.path("proj");
-    std::fs::create_dir(&src).unwrap();
-    let mut objs = Vec::new();
-    let mut calls = String::new();
-    for i in 0..8 {
-        std::fs::write(
-            src.join(format!("part{i}.c")),
-            format!("#include \"parts.h\"\nint part{i}(void) {{ return {i} * 10; }}\n"),
-        )
-        .unwrap();
-        objs.push(format!("part{i}.o"));
-        calls.push_str(&format!(" + part{i}()"));
-    }
-    let decls: String = (0..8).map(|i| format!("int part{i}(void);\n")).collect();
-    std::fs::write(src.join("parts.h"), decls).unwrap();
-    std::fs::write(
-        src.join("main.c"),
-        format!(
-            "#include <stdio.h>\n#include \"parts.h\"\nint main(void) {{ printf(\"%d\\n\", 0{calls}); return 0; }}\n"
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        src.join("Makefile"),
-        format!(
-            "OBJS = main.o {}\nprog: $(OBJS)\n\tcc -o $@ $(OBJS)\n%.o: %.c parts.h\n\tcc -O1 -c -o $@ $<\n",
-            objs.join(" ")
-        ),
-    )
-    .unwrap();
-    let out = m.sh("cd proj && make -s -j4 && ./prog && make -q && echo up-to-date");
-    assert_eq!(ok("make", &out), "280\nup-to-date\n");
-    // A changed header rebuilds what depends on it, by its newer modification time.
-    let out = m.sh("cd proj && touch -d 'now + 1 hour' parts.h && make -q || echo stale");
-    assert_eq!(ok("make -q", &out), "stale\n");
+    let out = m.sh(&make_project_script());
+    assert_eq!(ok("make", &out), MAKE_OUTPUT);
 }
 
 #[test]
@@ -272,17 +211,8 @@ fn two_sqlite3_processes_write_one_database_at_once() {
         .unwrap();
     ok("create", &create);
     const ROWS: usize = 150;
-    let script = |who: &str| {
-        let mut s = String::from(".timeout 30000\n");
-        for n in 0..ROWS {
-            s.push_str(&format!(
-                "BEGIN IMMEDIATE; INSERT INTO t VALUES('{who}', {n}); COMMIT;\n"
-            ));
-        }
-        s
-    };
     let spawn = |who: &str| {
-        let mut child = Command::new("sqlite3")
+        let child = Command::new("sqlite3")
             .arg("-bail")
             .arg(&db)
             .stdin(std::process::Stdio::piped())
@@ -290,13 +220,7 @@ fn two_sqlite3_processes_write_one_database_at_once() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let text = script(who);
-        let feeder = std::thread::spawn(move || {
-            use std::io::Write;
-            stdin.write_all(text.as_bytes()).unwrap();
-        });
-        (child, feeder)
+        feed(child, sqlite_writer(who, ROWS, ""))
     };
     let (a, fa) = spawn("a");
     let (b, fb) = spawn("b");
@@ -323,32 +247,13 @@ fn fio_in_its_default_process_mode_writes_and_verifies_on_the_mount() {
         return;
     };
     let out = Command::new("fio")
-        .args([
-            "--name=mixed",
-            "--rw=randwrite",
-            "--bs=4k",
-            "--size=8M",
-            "--numjobs=3",
-            "--verify=crc32c",
-            "--do_verify=1",
-            "--fsync=64",
-            "--group_reporting",
-            "--output-format=json",
-        ])
+        .args(FIO_ARGS)
         .arg(format!("--directory={}", m.dir.display()))
         .output()
         .unwrap();
-    let text = ok("fio", &out);
-    let report: serde_json::Value = serde_json::from_str(&text).expect("fio's JSON");
-    let job = &report["jobs"][0];
-    assert_eq!(job["error"], 0, "{text}");
-    assert_eq!(
-        job["write"]["io_bytes"].as_u64(),
-        Some(3 * (8 << 20)),
-        "three processes wrote their 8 MiB each"
-    );
+    check_fio_report(&ok("fio", &out));
     let files = std::fs::read_dir(&m.dir).unwrap().count();
-    assert_eq!(files, 3, "one file per job");
+    assert_eq!(files, FIO_FILES, "one file per job");
 }
 
 #[test]

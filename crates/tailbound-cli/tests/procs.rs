@@ -4,85 +4,33 @@
 //! directory exists nowhere on the kernel file system, so nothing can reach the kernel by
 //! accident and still pass.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::mount::Mount;
+use common::ok;
 
 fn tailbound() -> &'static str {
     env!("CARGO_BIN_EXE_tailbound")
 }
 
-struct Mount {
-    _pool_dir: tempfile::TempDir,
-    pool: PathBuf,
-    dir: String,
+fn mount() -> Mount {
+    Mount::new("procs", "64M")
 }
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-impl Mount {
-    fn new() -> Mount {
-        let pool_dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
-        let pool = pool_dir.path().join("procs.pool");
-        let dir = format!(
-            "/tailbound-procs-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        assert!(!Path::new(&dir).exists());
-        Mount {
-            _pool_dir: pool_dir,
-            pool,
-            dir,
-        }
-    }
-
-    fn command(&self, program: &str, args: &[&str]) -> Command {
-        let mut c = Command::new(tailbound());
-        c.args(["run", "--pool-size", "64M", "--mount"])
-            .arg(format!("{}={}", self.dir, self.pool.display()))
-            .arg("--")
-            .arg(program)
-            .args(args);
-        c
-    }
-
-    fn run(&self, program: &str, args: &[&str]) -> Output {
-        let out = self
-            .command(program, args)
-            .output()
-            .expect("running tailbound run");
-        assert!(
-            !Path::new(&self.dir).exists(),
-            "{program} created {} on the kernel file system",
-            self.dir
-        );
-        out
-    }
-
-    /// Runs a Python program (from a file on the kernel's file system, so that
-    /// `multiprocessing`'s spawned workers can import its functions) with `MNT` the mount.
-    fn python(&self, script: &str) -> String {
-        let file = tempfile::Builder::new()
-            .suffix(".py")
-            .tempfile()
-            .expect("a script file");
-        std::fs::write(file.path(), script.replace("MNT", &self.dir)).expect("writing the script");
-        let path = file.path().display().to_string();
-        ok("python3", &self.run("python3", &[&path]))
-    }
-}
-
-fn ok(what: &str, out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// Runs a Python program (from a file on the kernel's file system, so that `multiprocessing`'s
+/// spawned workers can import its functions) with `MNT` the mount.
+fn python(m: &Mount, script: &str) -> String {
+    let file = tempfile::Builder::new()
+        .suffix(".py")
+        .tempfile()
+        .expect("a script file");
+    std::fs::write(file.path(), script.replace("MNT", &m.dir)).expect("writing the script");
+    let path = file.path().display().to_string();
+    ok("python3", &m.run("python3", &[&path]))
 }
 
 /// Every process `run` started is gone, and the pool is consistent.
@@ -101,7 +49,7 @@ fn fsck_clean(m: &Mount) {
 
 #[test]
 fn a_shell_script_with_pipes_subshells_and_redirections_works_in_the_mount() {
-    let m = Mount::new();
+    let m = mount();
     let script = format!(
         "set -e; cd {d}; mkdir sub; echo hello > a; cat a | tr a-z A-Z > b; \
          (cd sub && echo inner > c && ls); cat b sub/c; echo second >> a; wc -l < a; \
@@ -123,8 +71,9 @@ fn a_shell_script_with_pipes_subshells_and_redirections_works_in_the_mount() {
 
 #[test]
 fn a_fork_child_and_its_parent_share_an_offset_and_exec_keeps_an_inherited_descriptor() {
-    let m = Mount::new();
-    let out = m.python(
+    let m = mount();
+    let out = python(
+        &m,
         r#"
 import os, sys
 fd = os.open("MNT/shared", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -194,8 +143,9 @@ print(len(lines), len(set(lines)))
 
 #[test]
 fn python_subprocess_system_and_multiprocessing_work_on_the_mount() {
-    let m = Mount::new();
-    let out = m.python(
+    let m = mount();
+    let out = python(
+        &m,
         r#"
 import os, subprocess, multiprocessing
 
@@ -230,7 +180,7 @@ if __name__ == "__main__":
 
 #[test]
 fn two_unrelated_runs_share_the_tree() {
-    let m = Mount::new();
+    let m = mount();
     // The first run starts the server and waits on its stdin while the second works.
     let first = format!(
         "import sys\nopen('{d}/from-a','w').write('a')\nprint('ready', flush=True)\n\
@@ -263,8 +213,9 @@ fn two_unrelated_runs_share_the_tree() {
 
 #[test]
 fn locks_follow_the_kernels_rules_across_fork() {
-    let m = Mount::new();
-    let out = m.python(
+    let m = mount();
+    let out = python(
+        &m,
         r#"
 import os, fcntl
 fd = os.open("MNT/lockme", os.O_RDWR | os.O_CREAT, 0o644)
@@ -316,7 +267,7 @@ print("released")
 /// write it was told had landed is there, and the pool checks clean.
 #[test]
 fn clients_killed_mid_write_rename_and_lock_leave_no_locks_and_lose_nothing() {
-    let m = Mount::new();
+    let m = mount();
     // `run` makes the pool; then a server of its own, which outlives every killed client.
     ok("making the pool", &m.run("true", &[]));
     let mut server = Command::new(tailbound())
@@ -368,11 +319,11 @@ while True:
             out.read_line(&mut l).expect("a client's line");
             acked.push(l.trim().to_string());
         }
-        let python = Command::new("pgrep")
+        let client = Command::new("pgrep")
             .args(["-P", &run.id().to_string(), "python3"])
             .output()
             .expect("pgrep");
-        let pid = String::from_utf8_lossy(&python.stdout).trim().to_string();
+        let pid = String::from_utf8_lossy(&client.stdout).trim().to_string();
         assert!(!pid.is_empty(), "the client's process");
         ok(
             "kill",
@@ -382,7 +333,7 @@ while True:
         // Blocking: granted once the server has freed the killed client's locks.
         let check = "import fcntl, os\nfd = os.open('MNT/lock', os.O_RDWR)\n\
                      fcntl.flock(fd, fcntl.LOCK_EX)\nfcntl.lockf(fd, fcntl.LOCK_EX)\nprint('free')\n";
-        assert_eq!(m.python(check), "free\n");
+        assert_eq!(python(&m, check), "free\n");
     }
     let log = ok("cat", &m.run("cat", &[&format!("{}/log", m.dir)]));
     let written: std::collections::HashSet<&str> = log.lines().collect();
@@ -407,7 +358,7 @@ while True:
 /// `pclose` gives back its exit status.
 #[test]
 fn popen_runs_its_shell_in_the_mount_and_pclose_waits_for_it() {
-    let m = Mount::new();
+    let m = mount();
     let src = r#"
 #include <stdio.h>
 #include <sys/wait.h>

@@ -3,70 +3,21 @@
 //! same and leave the same files. The mount directory does not exist on the kernel file system, so
 //! nothing can reach the kernel by accident and still pass.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
+
+use common::mount::Mount;
+use common::ok;
 
 fn tailbound() -> &'static str {
     env!("CARGO_BIN_EXE_tailbound")
 }
 
 /// A pool in /dev/shm and a mount directory that exists nowhere on the kernel file system.
-struct Mount {
-    _pool_dir: tempfile::TempDir,
-    pool: PathBuf,
-    dir: String,
-}
-
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-impl Mount {
-    fn new() -> Mount {
-        let pool_dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
-        let pool = pool_dir.path().join("test.pool");
-        let dir = format!(
-            "/tailbound-run-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        assert!(!Path::new(&dir).exists());
-        Mount {
-            _pool_dir: pool_dir,
-            pool,
-            dir,
-        }
-    }
-
-    /// Runs a program under the shim with this mount.
-    fn run(&self, program: &str, args: &[&str]) -> Output {
-        self.run_with(&[], program, args)
-    }
-
-    /// Runs a program under the shim with this mount and more `tailbound run` options.
-    fn run_with(&self, options: &[&str], program: &str, args: &[&str]) -> Output {
-        let size = if options.contains(&"--pool-size") {
-            &[][..]
-        } else {
-            &["--pool-size", "64M"][..]
-        };
-        let out = Command::new(tailbound())
-            .arg("run")
-            .args(size)
-            .args(options)
-            .arg("--mount")
-            .arg(format!("{}={}", self.dir, self.pool.display()))
-            .arg("--")
-            .arg(program)
-            .args(args)
-            .output()
-            .expect("running tailbound run");
-        assert!(
-            !Path::new(&self.dir).exists(),
-            "{program} created {} on the kernel file system",
-            self.dir
-        );
-        out
-    }
+fn mount() -> Mount {
+    Mount::new("run", "64M")
 }
 
 fn kernel(program: &str, args: &[&str]) -> Output {
@@ -74,17 +25,6 @@ fn kernel(program: &str, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {program}: {e} (is it installed? .ci/run installs it)"))
-}
-
-fn ok(what: &str, out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Lists a tree: relative path, type, permission bits, size and a digest of the content. Run with
@@ -160,7 +100,7 @@ fn cp_find_and_du_see_the_same_tree_as_on_a_kernel_directory() {
     let s = src.path().to_str().unwrap();
     let k = tempfile::tempdir().unwrap();
     let kdst = k.path().join("copy");
-    let m = Mount::new();
+    let m = mount();
     let mdst = format!("{}/copy", m.dir);
 
     ok(
@@ -264,7 +204,7 @@ fn tar_creates_and_extracts_in_the_pool_like_on_a_kernel_directory() {
     let src = source_tree();
     let s = src.path().to_str().unwrap();
     let k = tempfile::tempdir().unwrap();
-    let m = Mount::new();
+    let m = mount();
     let ktar = k.path().join("a.tar");
     let mtar = format!("{}/a.tar", m.dir);
     // --mtime and --owner make the archives comparable byte for byte.
@@ -325,7 +265,7 @@ fn sort_and_gzip_write_the_same_bytes_as_on_a_kernel_directory() {
     let src = source_tree();
     let input = src.path().join("numbers.txt");
     let k = tempfile::tempdir().unwrap();
-    let m = Mount::new();
+    let m = mount();
     ok(
         "cp (tbfs)",
         &m.run(
@@ -454,7 +394,7 @@ print(sorted(os.listdir(R)))
 #[test]
 fn python_file_io_walk_copytree_tempfile_and_sqlite_match_a_kernel_directory() {
     let k = tempfile::tempdir().unwrap();
-    let m = Mount::new();
+    let m = mount();
     let kout = ok(
         "python3 (kernel)",
         &kernel("python3", &["-c", PY, k.path().to_str().unwrap()]),
@@ -495,13 +435,10 @@ fn python_file_io_walk_copytree_tempfile_and_sqlite_match_a_kernel_directory() {
 
 #[test]
 fn the_program_gets_a_high_heap_trim_threshold_unless_it_chose_one() {
-    let m = Mount::new();
+    let m = mount();
     let tunables = |own: Option<&str>| {
-        let mut cmd = Command::new(tailbound());
-        cmd.args(["run", "--pool-size", "64M", "--mount"])
-            .arg(format!("{}={}", m.dir, m.pool.display()))
-            .args(["--", "sh", "-c", "echo \"$GLIBC_TUNABLES\""])
-            .env_remove("GLIBC_TUNABLES");
+        let mut cmd = m.command("sh", &["-c", "echo \"$GLIBC_TUNABLES\""]);
+        cmd.env_remove("GLIBC_TUNABLES");
         if let Some(own) = own {
             cmd.env("GLIBC_TUNABLES", own);
         }
@@ -516,7 +453,7 @@ fn the_program_gets_a_high_heap_trim_threshold_unless_it_chose_one() {
 
 #[test]
 fn the_exit_status_is_passed_through_and_a_missing_pool_is_created() {
-    let m = Mount::new();
+    let m = mount();
     assert!(!m.pool.exists());
     let out = m.run("sh", &["-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
@@ -537,7 +474,7 @@ fn the_exit_status_is_passed_through_and_a_missing_pool_is_created() {
 
 #[test]
 fn catch_all_serves_raw_system_calls_and_python_still_matches_a_kernel_directory() {
-    let m = Mount::new();
+    let m = mount();
     // openat (257), write (1), close (3) as raw system calls: no symbol hook sees them.
     let raw = format!(
         "import ctypes\nl=ctypes.CDLL(None,use_errno=True)\nl.syscall.restype=ctypes.c_long\n\
@@ -562,7 +499,7 @@ fn catch_all_serves_raw_system_calls_and_python_still_matches_a_kernel_directory
         "python3 (kernel)",
         &kernel("python3", &["-c", PY, k.path().to_str().unwrap()]),
     );
-    let m = Mount::new();
+    let m = mount();
     let mout = ok(
         "python3 (tbfs, catch-all)",
         &m.run_with(&["--catch-all"], "python3", &["-c", PY, &m.dir]),
@@ -584,12 +521,7 @@ fn a_file_pool_behind_the_io_scheduler_keeps_what_cp_wrote_across_runs() {
     );
     // A file pool (O_DIRECT through io_uring, every request through tailbound's scheduler) on the
     // disk, not in /dev/shm.
-    let pool_dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let m = Mount {
-        pool: pool_dir.path().join("file.pool"),
-        _pool_dir: pool_dir,
-        dir: format!("/tailbound-run-file-{}", std::process::id()),
-    };
+    let m = Mount::new_in("/var/tmp", "run-file", "64M");
     let mcopy = format!("{}/copy", m.dir);
     ok(
         "cp -r (tbfs file pool)",
@@ -667,7 +599,7 @@ fn programs_that_fill_a_pool_get_enospc_and_the_pool_stays_usable() {
     // Unmodified programs fill a 256 MiB pool: python's writes end in ENOSPC, tar's report "No
     // space left on device" (never an I/O error: the pool is not poisoned), everything that was
     // acknowledged reads back, deletes make room for new writes, and fsck finds the pool clean.
-    let m = Mount::new();
+    let m = mount();
     let k = tempfile::tempdir().unwrap();
     let listing = k.path().join("written");
     let listing = listing.to_str().unwrap();

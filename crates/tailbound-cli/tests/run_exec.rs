@@ -4,8 +4,12 @@
 //! the calls directly (libc's own `execl*` call its internal `execve`, which no hook sees).
 //! The mount directory exists nowhere on the kernel file system.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+use common::ok;
 
 const PROGRAM: &str = r#"
 #include <fcntl.h>
@@ -56,17 +60,6 @@ int main(int argc, char **argv) {
     return 2;
 }
 "#;
-
-fn ok(what: &str, out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The program above, built with the system's C compiler.
 fn build(dir: &Path) -> PathBuf {

@@ -5,108 +5,36 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::Stdio;
 
-use common::{stderr, stdout, tailbound};
+use common::mount::Mount;
+use common::programs::{
+    check_fio_report, feed, make_project_script, sqlite_writer, FIO_ARGS, FIO_FILES,
+    GIT_OUTPUT_END, GIT_SCRIPT, MAKE_OUTPUT, TREE_SCRIPT,
+};
+use common::{ok, tailbound};
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
-/// A pool in /dev/shm and a mount directory that exists nowhere on the kernel file system.
-struct Shared {
-    _pool_dir: tempfile::TempDir,
-    pool: PathBuf,
-    dir: String,
+/// A pool for one test, large enough for the programs' files.
+fn mount() -> Mount {
+    Mount::new("programs", "256M")
 }
 
-impl Shared {
-    fn new() -> Shared {
-        let pool_dir = tempfile::tempdir_in("/dev/shm").expect("tempdir in /dev/shm");
-        let pool = pool_dir.path().join("test.pool");
-        let dir = format!(
-            "/tailbound-procs-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        assert!(!Path::new(&dir).exists());
-        Shared {
-            _pool_dir: pool_dir,
-            pool,
-            dir,
-        }
-    }
-
-    fn mount_arg(&self) -> String {
-        format!("{}={}", self.dir, self.pool.display())
-    }
-
-    /// Runs `script` with `sh -ec` under `tailbound run`, in the mount directory.
-    fn sh(&self, script: &str) -> Output {
-        let out = Command::new(env!("CARGO_BIN_EXE_tailbound"))
-            .args([
-                "run",
-                "--pool-size",
-                "256M",
-                "--mount",
-                &self.mount_arg(),
-                "--",
-            ])
-            .args(["sh", "-ec", &format!("cd {}\n{script}", self.dir)])
-            .output()
-            .expect("running tailbound run");
-        assert!(
-            !Path::new(&self.dir).exists(),
-            "the script created {} on the kernel file system",
-            self.dir
-        );
-        out
-    }
-
-    /// A program started under `tailbound run` with piped standard streams.
-    fn spawn(&self, program: &str, args: &[&str]) -> std::process::Child {
-        Command::new(env!("CARGO_BIN_EXE_tailbound"))
-            .args([
-                "run",
-                "--pool-size",
-                "256M",
-                "--mount",
-                &self.mount_arg(),
-                "--",
-            ])
-            .arg(program)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting tailbound run")
-    }
-}
-
-fn ok(what: &str, out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        stdout(out),
-        stderr(out)
-    );
-    stdout(out)
+/// A program started under `tailbound run` with piped standard streams.
+fn spawn(m: &Mount, program: &str, args: &[&str]) -> std::process::Child {
+    m.command(program, args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting tailbound run")
 }
 
 #[test]
 fn a_shell_script_with_pipes_and_subshells_works_in_the_mount() {
-    let m = Shared::new();
-    let out = m.sh("mkdir -p a/b/c
-         for i in 1 2 3 4 5; do echo line$i >> a/log; done
-         (cd a/b && echo nested > c/file)
-         printf 'z\\ny\\nx\\n' | sort > a/sorted
-         mv a/sorted a/b/sorted
-         ln -s b/sorted a/link
-         ln a/log a/hard
-         cp a/log a/copy && rm a/copy
-         chmod 600 a/log
+    let m = mount();
+    let out = m.sh(&[
+        TREE_SCRIPT,
+        "chmod 600 a/log
          cat a/log | grep line | wc -l
          cat a/link
          (cd a && cat b/c/file) | tr a-z A-Z
@@ -114,7 +42,9 @@ fn a_shell_script_with_pipes_and_subshells_works_in_the_mount() {
          stat -c '%a %h' a/log
          printf '#!/bin/sh\\necho script ran $1\\n' > a/run.sh
          chmod 755 a/run.sh && ./a/run.sh here
-         chmod 644 a/run.sh && { ./a/run.sh 2>/dev/null || echo refused; }");
+         chmod 644 a/run.sh && { ./a/run.sh 2>/dev/null || echo refused; }",
+    ]
+    .join("\n"));
     let text = ok("the script", &out);
     assert_eq!(
         text,
@@ -127,60 +57,21 @@ fn a_shell_script_with_pipes_and_subshells_works_in_the_mount() {
 
 #[test]
 fn git_init_add_commit_log_and_gc_work_in_the_mount() {
-    let m = Shared::new();
-    let out = m.sh("export GIT_CONFIG_NOSYSTEM=1 HOME=\"$PWD\"
-         git init -q -b main repo
-         cd repo
-         git config user.email t@example.invalid
-         git config user.name tester
-         for i in $(seq 1 20); do echo \"file $i\" > f$i.txt; done
-         mkdir sub && echo deep > sub/deep.txt
-         git add .
-         git commit -q -m first
-         echo changed >> f3.txt
-         git rm -q f4.txt
-         git commit -q -am second
-         git gc -q --aggressive
-         git fsck --full 2>&1
-         git log --format=%s
-         git ls-files | wc -l
-         git status --porcelain | wc -l");
-    let text = ok("git", &out);
-    assert!(text.ends_with("second\nfirst\n20\n0\n"), "{text}");
+    let m = mount();
+    let text = ok("git", &m.sh(GIT_SCRIPT));
+    assert!(text.ends_with(GIT_OUTPUT_END), "{text}");
 }
 
 #[test]
 fn make_j4_builds_and_runs_a_small_c_project_in_the_mount() {
-    let m = Shared::new();
-    let mut script = String::from("mkdir proj && cd proj\n");
-    let mut objs = Vec::new();
-    let mut calls = String::new();
-    for i in 0..8 {
-        script.push_str(&format!(
-            "printf '#include \"parts.h\"\\nint part{i}(void) {{ return {i} * 10; }}\\n' > part{i}.c\n"
-        ));
-        objs.push(format!("part{i}.o"));
-        calls.push_str(&format!(" + part{i}()"));
-    }
-    for i in 0..8 {
-        script.push_str(&format!("echo 'int part{i}(void);' >> parts.h\n"));
-    }
-    script.push_str(&format!(
-        "printf '#include <stdio.h>\\n#include \"parts.h\"\\nint main(void) {{ printf(\"%%d\\\\n\", 0{calls}); return 0; }}\\n' > main.c\n"
-    ));
-    script.push_str(&format!(
-        "printf 'OBJS = main.o {}\\nprog: $(OBJS)\\n\\tcc -o $@ $(OBJS)\\n%%.o: %%.c parts.h\\n\\tcc -O1 -c -o $@ $<\\n' > Makefile\n",
-        objs.join(" ")
-    ));
-    script.push_str("make -s -j4 && ./prog && make -q && echo up-to-date\n");
-    script.push_str("touch -d 'now + 1 hour' parts.h && { make -q || echo stale; }\n");
-    let out = m.sh(&script);
-    assert_eq!(ok("make", &out), "280\nup-to-date\nstale\n");
+    let m = mount();
+    let out = m.sh(&make_project_script());
+    assert_eq!(ok("make", &out), MAKE_OUTPUT);
 }
 
 #[test]
 fn two_sqlite3_processes_write_one_wal_database_at_once() {
-    let m = Shared::new();
+    let m = mount();
     let db = format!("{}/shared.db", m.dir);
     // WAL mode: both writers map the -shm file MAP_SHARED and coordinate through it, so this
     // needs one memory for both processes' mappings.
@@ -193,29 +84,15 @@ fn two_sqlite3_processes_write_one_wal_database_at_once() {
         // Each opens the database (mapping the -shm file) and then waits for the other to have
         // done so, so both write while both hold their mappings (a minute at most: a writer
         // that failed must not leave the other waiting).
-        let mut s = format!(
-            ".timeout 30000\nSELECT count(*) FROM t;\n\
+        let wait = format!(
+            "SELECT count(*) FROM t;\n\
              .shell touch {dir}/ready-{who}; i=0; while [ ! -e {dir}/ready-{other} ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done\n"
         );
-        for n in 0..ROWS {
-            s.push_str(&format!(
-                "BEGIN IMMEDIATE; INSERT INTO t VALUES('{who}', {n}); COMMIT;\n"
-            ));
-        }
-        s
+        sqlite_writer(who, ROWS, &wait)
     };
     let writers: Vec<_> = [("a", "b"), ("b", "a")]
         .into_iter()
-        .map(|(who, other)| {
-            let mut child = m.spawn("sqlite3", &["-bail", &db]);
-            let mut stdin = child.stdin.take().unwrap();
-            let text = script(who, other);
-            let feeder = std::thread::spawn(move || {
-                use std::io::Write;
-                stdin.write_all(text.as_bytes()).unwrap();
-            });
-            (child, feeder)
-        })
+        .map(|(who, other)| feed(spawn(&m, "sqlite3", &["-bail", &db]), script(who, other)))
         .collect();
     for (child, feeder) in writers {
         feeder.join().unwrap();
@@ -234,22 +111,31 @@ fn two_sqlite3_processes_write_one_wal_database_at_once() {
 
 #[test]
 fn fio_in_its_default_process_mode_writes_and_verifies_in_the_mount() {
-    let m = Shared::new();
-    let out = m.sh(
-        "fio --name=mixed --rw=randwrite --bs=4k --size=8M --numjobs=3 --verify=crc32c \
-         --do_verify=1 --fsync=64 --group_reporting --output-format=json --output=fio.json \
-         --directory=.
+    let m = mount();
+    let out = m.sh(&format!(
+        "fio {} --output=fio.json --directory=.
          ls mixed.* | wc -l
-         grep -c '\"error\" : 0' fio.json
-         grep -c '\"io_bytes\" : 25165824' fio.json",
+         cat fio.json",
+        FIO_ARGS.join(" ")
+    ));
+    let text = ok("fio", &out);
+    let (files, report) = text
+        .split_once('\n')
+        .expect("the file count, then the report");
+    assert_eq!(files.parse::<usize>(), Ok(FIO_FILES), "one file per job");
+    check_fio_report(report);
+    // Read back as written, by the verification.
+    let read: serde_json::Value = serde_json::from_str(report).expect("fio's JSON");
+    assert_eq!(
+        read["jobs"][0]["read"]["io_bytes"].as_u64(),
+        Some(FIO_FILES as u64 * (8 << 20)),
+        "{report}"
     );
-    // Three processes, one file each; no error; 24 MiB written and the same read back.
-    assert_eq!(ok("fio", &out), "3\n1\n2\n");
 }
 
 #[test]
 fn python_subprocess_and_multiprocessing_work_in_the_mount() {
-    let m = Shared::new();
+    let m = mount();
     let program = r#"
 import multiprocessing, os, subprocess, sys
 

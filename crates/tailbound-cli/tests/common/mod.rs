@@ -7,6 +7,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+pub mod mount;
+pub mod programs;
+
 pub fn tailbound(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tailbound"))
         .args(args)
@@ -46,4 +49,16 @@ pub fn require_root(test: &str) -> bool {
     );
     eprintln!("skipping {test}: needs root");
     false
+}
+
+/// The program's standard output, once it succeeded; its status and both streams otherwise.
+pub fn ok(what: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        stdout(out),
+        stderr(out)
+    );
+    stdout(out)
 }

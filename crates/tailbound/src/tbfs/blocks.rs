@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::tbfs::format::*;
+use crate::tbfs::limits::{LOCAL_SPARE_BATCH, SPARE_BLOCKS_MAX};
 
 /// Block buffers written and released, kept for the next writes: the write buffer's memory
 /// turns over every few milliseconds, and handing it back to the allocator had it trim and
@@ -10,13 +11,6 @@ use crate::tbfs::format::*;
 /// every pool of the process, at most [`SPARE_BLOCKS_MAX`]; each thread keeps a few of its own
 /// in front of it ([`LOCAL_SPARE`]).
 pub(crate) static SPARE_BLOCKS: Mutex<Vec<Arc<Block>>> = Mutex::new(Vec::new());
-/// 32 MiB of spare buffers at most.
-pub(crate) const SPARE_BLOCKS_MAX: usize = 8192;
-/// Buffers a thread keeps for itself, and moves from and to the shared spares at once: one
-/// trip to [`SPARE_BLOCKS`]'s mutex per this many blocks, not one per block. A thread taking
-/// it was often preempted holding it (20 writers on 2 cores), and whoever waited behind it
-/// (a checkpoint holding `meta` among them) waited a time slice.
-pub(crate) const LOCAL_SPARE_BATCH: usize = 64;
 
 thread_local! {
     /// This thread's spare buffers, at most 2 × [`LOCAL_SPARE_BATCH`] (512 KiB).

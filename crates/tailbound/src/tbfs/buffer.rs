@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::tbfs::blocks::*;
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::RELATIME_AGE_NS;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::AheadPayload;
 use crate::tbfs::state::Engine;
@@ -51,11 +52,11 @@ impl Engine {
         block: u64,
         out: &mut [u8],
     ) -> Result<()> {
-        if let Some(d) = st.dirty.get(&block) {
+        if let Some(d) = st.dirty().get(&block) {
             out.copy_from_slice(&d.data()[..]);
             return Ok(());
         }
-        let addr = st.map.get(block);
+        let addr = st.map().get(block);
         if addr == 0 {
             out.fill(0);
             return Ok(());
@@ -86,16 +87,16 @@ impl Engine {
         touch: bool,
     ) -> Result<usize> {
         let mut st = cell.lock();
-        if st.freed {
+        if st.freed() {
             return Err(Error::BadHandle(format!("inode {}", cell.ino)));
         }
         if touch {
             self.touch_atime(cell.ino, &mut st);
         }
-        if offset >= st.size {
+        if offset >= st.size() {
             return Ok(0);
         }
-        let len = (buf.len() as u64).min(st.size - offset) as usize;
+        let len = (buf.len() as u64).min(st.size() - offset) as usize;
         let mut done = 0usize;
         let mut scratch = [0u8; BLOCK];
         while done < len {
@@ -107,15 +108,15 @@ impl Engine {
             // request, unless the cleaner has copies whose logs are not written yet.
             if within == 0
                 && n == BLOCK
-                && !st.dirty.contains_key(&block)
-                && st.map.get(block) != 0
+                && !st.dirty().contains_key(&block)
+                && st.map().get(block) != 0
                 && !self.copies.any()
             {
-                let first = st.map.get(block);
+                let first = st.map().get(block);
                 let mut run = 1u64;
                 while (done + (run as usize + 1) * BLOCK) <= len
-                    && !st.dirty.contains_key(&(block + run))
-                    && st.map.get(block + run) == first + run
+                    && !st.dirty().contains_key(&(block + run))
+                    && st.map().get(block + run) == first + run
                     && run < 256
                 {
                     run += 1;
@@ -164,10 +165,10 @@ impl Engine {
         whole: Vec<(u64, DirtyBlock)>,
         charge: Option<crate::sched::Charge>,
     ) -> Result<u64> {
-        if st.freed {
+        if st.freed() {
             return Err(Error::BadHandle(format!("inode {}", cell.ino)));
         }
-        let offset = offset.unwrap_or(st.size);
+        let offset = offset.unwrap_or(st.size());
         let end = write_end(cell.ino, offset, buf.len())?;
         // The buffers may reach past the file's map (noted before any is put in).
         self.note_width(end.div_ceil(BLOCK_U64));
@@ -180,10 +181,9 @@ impl Engine {
             let block = pos / BLOCK_U64;
             let within = (pos % BLOCK_U64) as usize;
             let n = (BLOCK - within).min(buf.len() - done);
-            let gen = st.next_gen;
-            st.next_gen += 1;
+            let gen = st.take_gen();
             let made = whole.next_if(|(b, _)| *b == block).map(|(_, d)| d);
-            if let Some(d) = st.dirty.get_mut(&block) {
+            if let Some(d) = st.dirty_mut().get_mut(&block) {
                 match made {
                     // Made already: it takes the old buffer's place (a sealed log keeps its
                     // own reference), instead of being copied again.
@@ -201,7 +201,7 @@ impl Engine {
                     None => {
                         let mut data = zeroed_block();
                         let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
-                        if block * BLOCK_U64 < st.size {
+                        if block * BLOCK_U64 < st.size() {
                             self.read_block(cell.ino, st, block, &mut bytes[..])?;
                         }
                         bytes[within..within + n].copy_from_slice(&buf[done..done + n]);
@@ -209,27 +209,24 @@ impl Engine {
                     }
                 };
                 fresh.gen = gen;
-                st.dirty.insert(block, fresh);
+                st.dirty_mut().insert(block, fresh);
                 // Counted under the inode lock, so a commit dropping it subtracts after.
                 self.budget.add(BLOCK_U64);
             }
             done += n;
         }
         recycle_blocks(replaced);
-        if end > st.size {
-            st.size = end;
-        }
+        st.grow_to(end);
         // Room in the map for the blocks written, made here under the inode lock: sealing and
         // checkpoints set the blocks' addresses under `meta` and find the room made.
         let mapped = end.div_ceil(BLOCK_U64) as usize;
-        if mapped > st.map.blocks.len() {
-            let len = st.map.blocks.len();
-            st.map.blocks.reserve(mapped - len);
+        if mapped > st.map().blocks.len() {
+            let len = st.map().blocks.len();
+            st.map_mut().blocks.reserve(mapped - len);
         }
-        st.mtime_ns = now_ns();
-        st.ctime_ns = st.mtime_ns;
-        st.attr_dirty = true;
-        st.charge = charge;
+        st.touch_modified(now_ns());
+        st.mark_attr_dirty();
+        st.set_charge(charge);
         self.mark_dirty(cell.ino);
         Ok(end)
     }
@@ -283,7 +280,7 @@ impl Engine {
         {
             let mut st = cell.lock();
             end = self.buffer_write(cell, &mut st, buf, offset, Vec::new(), charge)?;
-            held = st.dirty.len() as u64 * BLOCK_U64;
+            held = st.dirty().len() as u64 * BLOCK_U64;
         }
         if self.buffered_bytes() > self.buffer_limit() && !urgent {
             match self.commit_over_limit(cell) {
@@ -320,7 +317,7 @@ impl Engine {
                 // A writer holding a good part of the buffer writes its own file first (its
                 // I/O, at its priority and weight); other files' data only if that is not
                 // enough. Many small files go out together, in fewer logs.
-                let own = cell.lock().dirty.len() as u64 * BLOCK_U64;
+                let own = cell.lock().dirty().len() as u64 * BLOCK_U64;
                 if own >= self.write_behind_bytes() {
                     self.commit_data_log(&mut m, cell)?;
                 }
@@ -486,9 +483,9 @@ impl Engine {
                 started: Vec::new(),
             });
         }
-        m.writer.direct = true;
+        m.writer.set_direct(true);
         let committed = self.commit_data_log(&mut m, cell);
-        m.writer.direct = false;
+        m.writer.set_direct(false);
         committed?;
         self.maybe_refresh(&mut m)?;
         let started = m.unlock_taking_payloads()?.unwrap_or_default();
@@ -542,19 +539,18 @@ impl Engine {
     /// Updates the access time of a file being read, per the pool's [`AtimePolicy`]. The new
     /// time is written with the file's next checkpoint.
     fn touch_atime(&self, ino: u64, st: &mut InodeState) {
-        const DAY_NS: i64 = 24 * 3600 * 1_000_000_000;
         let policy = self.atime.load(AtomicOrdering::Relaxed);
         if policy == AtimePolicy::Never as u8 || self.read_only {
             return;
         }
         let now = now_ns();
         let due = policy == AtimePolicy::Strict as u8
-            || st.atime_ns <= st.mtime_ns
-            || st.atime_ns <= st.ctime_ns
-            || now - st.atime_ns >= DAY_NS;
+            || st.atime_ns() <= st.mtime_ns()
+            || st.atime_ns() <= st.ctime_ns()
+            || now - st.atime_ns() >= RELATIME_AGE_NS;
         if due {
-            st.atime_ns = now;
-            st.attr_dirty = true;
+            st.set_atime_ns(now);
+            st.mark_attr_dirty();
             self.mark_dirty(ino);
             self.watchers.atime_touched(ino);
         }
@@ -566,26 +562,26 @@ impl Engine {
         let mut m = self.lock_meta();
         {
             let mut st = cell.lock();
-            if st.freed {
+            if st.freed() {
                 return Err(Error::BadHandle(format!("inode {}", cell.ino)));
             }
             if let Some(mode) = attr.mode {
-                st.mode = mode & 0o7777;
+                st.set_mode(mode);
             }
             if let Some(uid) = attr.uid {
-                st.uid = uid;
+                st.set_uid(uid);
             }
             if let Some(gid) = attr.gid {
-                st.gid = gid;
+                st.set_gid(gid);
             }
             if let Some(t) = attr.atime_ns {
-                st.atime_ns = t;
+                st.set_atime_ns(t);
             }
             if let Some(t) = attr.mtime_ns {
-                st.mtime_ns = t;
+                st.set_mtime_ns(t);
             }
-            st.ctime_ns = now_ns();
-            st.attr_dirty = true;
+            st.set_ctime_ns(now_ns());
+            st.mark_attr_dirty();
         }
         m.namespace_changed(cell.ino);
         Ok(())
@@ -601,23 +597,19 @@ impl Engine {
         }
         let mut m = self.lock_meta();
         let mut st = cell.lock();
-        if st.freed {
+        if st.freed() {
             return Err(Error::BadHandle(format!("inode {}", cell.ino)));
         }
-        if st.kind == FileKind::Dir {
+        if st.kind() == FileKind::Dir {
             return Err(Error::IsDir(format!("inode {}", cell.ino)));
         }
-        if len < st.size {
-            let keep = len.div_ceil(BLOCK_U64);
-            let seq = m.writer.seq;
-            for a in st.map.truncate(keep) {
+        if len < st.size() {
+            let seq = m.writer.seq();
+            let trimmed = st.truncate(len);
+            for a in trimmed.unmapped {
                 m.seg_dec(a, seq, self.segment_blocks);
             }
-            let dropped: Vec<u64> = st.dirty.range(keep..).map(|(&b, _)| b).collect();
-            for b in &dropped {
-                st.dirty.remove(b);
-            }
-            self.release_dirty_bytes(dropped.len() as u64 * BLOCK_U64);
+            self.release_dirty_bytes(trimmed.dropped * BLOCK_U64);
             // The kept tail block must read as zeros past the new size if the file grows again.
             let within = (len % BLOCK_U64) as usize;
             if within != 0 {
@@ -626,21 +618,19 @@ impl Engine {
                 let bytes = Arc::get_mut(&mut data).expect("a new block is not shared");
                 self.read_block(cell.ino, &st, block, &mut bytes[..])?;
                 bytes[within..].fill(0);
-                let gen = st.next_gen;
-                st.next_gen += 1;
+                let gen = st.take_gen();
                 let fresh = DirtyBlock::new(gen, data);
                 self.note_width(block + 1);
-                if st.dirty.insert(block, fresh).is_none() {
+                if st.dirty_mut().insert(block, fresh).is_none() {
                     self.budget.add(BLOCK_U64);
                 }
                 // A buffer to seal, as after a write.
                 self.mark_dirty(cell.ino);
             }
         }
-        st.size = len;
-        st.mtime_ns = now_ns();
-        st.ctime_ns = st.mtime_ns;
-        st.attr_dirty = true;
+        st.grow_to(len);
+        st.touch_modified(now_ns());
+        st.mark_attr_dirty();
         drop(st);
         m.namespace_changed(cell.ino);
         Ok(())
@@ -648,23 +638,23 @@ impl Engine {
 
     pub fn stat_cell(&self, cell: &InodeCell) -> Result<Stat> {
         let st = cell.lock();
-        if st.freed {
+        if st.freed() {
             return Err(Error::BadHandle(format!("inode {}", cell.ino)));
         }
-        let extra = st.dirty.keys().filter(|&&b| st.map.get(b) == 0).count() as u64;
+        let extra = st.dirty().keys().filter(|&&b| st.map().get(b) == 0).count() as u64;
         Ok(Stat {
             ino: cell.ino,
-            kind: st.kind,
-            mode: st.mode & 0o7777,
-            nlink: st.nlink,
-            size: st.size,
-            blocks: st.map.mapped_blocks() + extra,
-            mtime_ns: st.mtime_ns,
-            ctime_ns: st.ctime_ns,
-            atime_ns: st.atime_ns,
-            uid: st.uid,
-            gid: st.gid,
-            rdev: st.rdev,
+            kind: st.kind(),
+            mode: st.mode() & 0o7777,
+            nlink: st.nlink(),
+            size: st.size(),
+            blocks: st.map().mapped_blocks() + extra,
+            mtime_ns: st.mtime_ns(),
+            ctime_ns: st.ctime_ns(),
+            atime_ns: st.atime_ns(),
+            uid: st.uid(),
+            gid: st.gid(),
+            rdev: st.rdev(),
         })
     }
 
@@ -675,11 +665,11 @@ impl Engine {
         // the later one sees both counts at zero and frees.
         let maybe_free = {
             let mut st = cell.lock();
-            if self.drop_open(&mut st.open, cell.ino).is_err() {
+            if self.drop_open(&mut st, cell.ino).is_err() {
                 // Poisoned: nothing is freed on a count that went wrong.
                 return;
             }
-            st.open == 0 && st.nlink == 0 && !st.freed
+            st.unreferenced()
         };
         if !maybe_free || self.read_only {
             return;
@@ -687,7 +677,7 @@ impl Engine {
         let mut m = self.lock_meta();
         let free = {
             let st = cell.lock();
-            st.open == 0 && st.nlink == 0 && !st.freed
+            st.unreferenced()
         };
         if free {
             self.free_inode(&mut m, cell);

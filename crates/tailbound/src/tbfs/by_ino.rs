@@ -139,8 +139,8 @@ impl Engine {
         for &(moved, _, _) in &moving {
             if let Some(c) = m.inodes.get(moved) {
                 let mut st = c.lock();
-                st.names_gen += 1;
-                st.ctime_ns = now_ns();
+                st.names_changed();
+                st.set_ctime_ns(now_ns());
             }
         }
         m.dirs.remove_entry(src_parent, src_name);
@@ -153,10 +153,10 @@ impl Engine {
             // A directory's `..` is a link of its parent.
             let shift = |from: u64, to: u64| -> Result<()> {
                 if let Some(p) = m.inodes.get(from) {
-                    self.drop_nlink(&mut p.lock().nlink, from)?;
+                    self.drop_nlink(&mut p.lock(), from)?;
                 }
                 if let Some(p) = m.inodes.get(to) {
-                    p.lock().nlink += 1;
+                    p.lock().add_link(to)?;
                 }
                 Ok(())
             };
@@ -176,7 +176,7 @@ impl Engine {
             if let Some((old, old_is_dir)) = replaced {
                 if old_is_dir {
                     if let Some(p) = m.inodes.get(dst_parent) {
-                        self.drop_nlink(&mut p.lock().nlink, dst_parent)?;
+                        self.drop_nlink(&mut p.lock(), dst_parent)?;
                     }
                 }
                 self.drop_link(m, old)?;
@@ -238,13 +238,13 @@ impl Fs {
         let cell = self.cell_of(ino)?;
         {
             let mut st = cell.lock();
-            if st.freed {
+            if st.freed() {
                 return Err(Error::NotFound(format!("inode {ino}")));
             }
-            if st.kind == FileKind::Dir && (flags.write || flags.truncate) {
+            if st.kind() == FileKind::Dir && (flags.write || flags.truncate) {
                 return Err(Error::IsDir(format!("inode {ino}")));
             }
-            if st.kind.is_special() {
+            if st.kind().is_special() {
                 return Err(Error::Invalid(format!(
                     "inode {ino}: a special file has no data to open"
                 )));
@@ -261,7 +261,7 @@ impl Fs {
 
     /// A handle to `cell`, whose open count the caller raised.
     fn finish_open(&self, cell: Arc<InodeCell>, flags: OpenFlags) -> Result<File> {
-        let truncate = flags.truncate && flags.write && cell.lock().size > 0;
+        let truncate = flags.truncate && flags.write && cell.lock().size() > 0;
         let file = File::of_cell(self.inner.clone(), cell, flags);
         if truncate {
             file.set_len(0)?;
@@ -335,7 +335,7 @@ impl Fs {
         let mut m = self.inner.lock_meta();
         let cell = self.inner.new_in(&mut m, parent, name, kind, mode, owner)?;
         if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
-            cell.lock().rdev = rdev;
+            cell.lock().set_rdev(rdev);
         }
         drop(m);
         self.inner.stat_cell(&cell)
@@ -378,12 +378,12 @@ impl Fs {
             .ok_or_else(|| Error::NotFound(format!("inode {ino}")))?;
         {
             let st = cell.lock();
-            if st.kind == FileKind::Dir {
+            if st.kind() == FileKind::Dir {
                 return Err(Error::NotPermitted(format!(
                     "inode {ino}: a hard link to a directory"
                 )));
             }
-            if st.nlink == 0 {
+            if st.nlink() == 0 {
                 return Err(Error::NotFound(format!("inode {ino}: unlinked")));
             }
         }
@@ -392,12 +392,12 @@ impl Fs {
             return Err(Error::Exists(entry_name(parent, name)));
         }
         inner.make_room_for_change(&mut m, parent)?;
-        m.dirs.insert_entry(parent, name, ino, false);
         {
             let mut st = cell.lock();
-            st.nlink += 1;
-            st.ctime_ns = now_ns();
+            st.add_link(ino)?;
+            st.set_ctime_ns(now_ns());
         }
+        m.dirs.insert_entry(parent, name, ino, false);
         inner.touch_dir(&mut m, parent);
         m.namespace_changed(ino);
         drop(m);
@@ -446,7 +446,7 @@ impl Fs {
         inner.names.dirs_changed();
         m.dirs.remove_entry(parent, name);
         if let Some(p) = m.inodes.get(parent) {
-            inner.drop_nlink(&mut p.lock().nlink, parent)?;
+            inner.drop_nlink(&mut p.lock(), parent)?;
         }
         inner.touch_dir(&mut m, parent);
         inner.drop_link(&mut m, ino)
@@ -509,7 +509,7 @@ impl Fs {
     pub fn set_len_ino(&self, ino: u64, len: u64) -> Result<Stat> {
         self.inner.check_writable()?;
         let cell = self.cell_of(ino)?;
-        let kind = cell.lock().kind;
+        let kind = cell.lock().kind();
         if kind != FileKind::File {
             return Err(if kind == FileKind::Dir {
                 Error::IsDir(format!("inode {ino}"))
@@ -590,7 +590,7 @@ impl Snapshot {
     /// Reads regular file `ino` of the view at `offset`.
     pub fn pread_ino(&self, ino: u64, buf: &mut [u8], offset: u64) -> Result<usize> {
         let cell = self.view_cell(ino)?;
-        if cell.lock().kind != FileKind::File {
+        if cell.lock().kind() != FileKind::File {
             return Err(Error::Invalid(format!(
                 "checkpoint {}: inode {ino} is not a regular file",
                 self.number()
@@ -604,13 +604,13 @@ impl Snapshot {
         let cell = self.view_cell(ino)?;
         let size = {
             let st = cell.lock();
-            if st.kind != FileKind::Symlink {
+            if st.kind() != FileKind::Symlink {
                 return Err(Error::Invalid(format!(
                     "checkpoint {}: inode {ino} is not a symbolic link",
                     self.number()
                 )));
             }
-            st.size
+            st.size()
         };
         let mut buf = vec![0u8; size as usize];
         let n = self.inner.pread_at_rest(&cell, &mut buf, 0)?;

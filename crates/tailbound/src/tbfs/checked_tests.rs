@@ -1,6 +1,7 @@
 //! Counts that must not go below zero: a bug that would take one there poisons the pool with a
 //! reason naming it, where the count used to saturate or wrap.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ fn pool() -> Fs {
 /// Sets inode `ino`'s link count as a bug in the link bookkeeping would have left it.
 fn set_nlink(fs: &Fs, ino: u64, nlink: u32) {
     let m = fs.inner.lock_meta();
-    m.inodes[&ino].lock().nlink = nlink;
+    m.inodes[&ino].lock().set_nlink(nlink);
 }
 
 fn poisoned_naming(result: Result<()>, fs: &Fs, what: &str) {
@@ -87,7 +88,7 @@ fn closing_a_handle_of_a_file_with_no_open_handles_poisons_the_pool() {
     let f = fs.open_file("/a", OpenFlags::create()).unwrap();
     let ino = fs.stat("/a").unwrap().ino;
     // The count a close counted twice leaves.
-    fs.inner.lock_meta().inodes[&ino].lock().open = 0;
+    assert!(fs.inner.lock_meta().inodes[&ino].lock().close_handle());
     drop(f);
     let why = fs.poisoned().expect("the pool is poisoned");
     assert!(
@@ -95,7 +96,7 @@ fn closing_a_handle_of_a_file_with_no_open_handles_poisons_the_pool() {
         "poisoned for {why:?}"
     );
     assert_eq!(
-        fs.inner.lock_meta().inodes[&ino].lock().open,
+        fs.inner.lock_meta().inodes[&ino].lock().open_handles(),
         0,
         "the count is left at zero, not wrapped"
     );
@@ -120,5 +121,19 @@ fn releasing_more_bytes_in_flight_than_counted_poisons_the_pool() {
             .load(std::sync::atomic::Ordering::Acquire),
         held,
         "the count is left as it was, not wrapped"
+    );
+}
+
+#[test]
+fn a_flush_ended_with_none_running_poisons_the_pool() {
+    let fs = pool();
+    assert_eq!(fs.inner.flushes_running.load(Ordering::Acquire), 0);
+    fs.inner.flush_ended();
+    let why = fs.poisoned().expect("the pool is poisoned");
+    assert!(why.contains("a flush ended"), "poisoned for {why:?}");
+    assert_eq!(
+        fs.inner.flushes_running.load(Ordering::Acquire),
+        0,
+        "the count is left at zero, not wrapped"
     );
 }

@@ -160,7 +160,7 @@ impl Engine {
         work.retain(|ino| m.inodes.contains(*ino));
 
         self.log_open(m, FLAG_BEGIN);
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let now = now_ns();
         let (records, written, changed) =
             self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now)?;
@@ -240,7 +240,8 @@ impl Engine {
             // Blocks already in a sealed log stay there: the map names that copy, and this
             // checkpoint is written after it. One pass over the buffers seals the others.
             let mut done = Vec::new();
-            for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
+            let (map, dirty) = st.map_and_dirty_mut();
+            for (&block, d) in dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
                 let addr = self.log_add_shared(
                     m,
                     DescKind::Data,
@@ -250,8 +251,8 @@ impl Engine {
                     d.share_with_log(),
                     Some(d.crc()),
                 )?;
-                d.sealed_in = Some((m.writer.seq, flush));
-                let old = st.map.set(block, addr);
+                d.sealed_in = Some((m.writer.seq(), flush));
+                let old = map.set(block, addr);
                 m.seg_inc(addr, self.segment_blocks);
                 if old != 0 {
                     m.seg_dec_at(old, seq, self.segment_blocks, now);
@@ -263,25 +264,26 @@ impl Engine {
                 for (i, b) in blocks.into_iter().enumerate() {
                     let addr =
                         self.log_add_shared(m, DescKind::Data, ino, 0, i as u64, b.0, None)?;
-                    let old = st.map.set(i as u64, addr);
+                    let old = st.map_mut().set(i as u64, addr);
                     m.seg_inc(addr, self.segment_blocks);
                     if old != 0 {
                         m.seg_dec_at(old, seq, self.segment_blocks, now);
                     }
                 }
-                for old in st.map.truncate(count) {
+                let trimmed = st.truncate(count * BLOCK_U64);
+                debug_assert_eq!(trimmed.dropped, 0, "a directory holds no buffered blocks");
+                for old in trimmed.unmapped {
                     m.seg_dec_at(old, seq, self.segment_blocks, now);
                 }
                 // A directory's map is as wide as its blocks until the next rewrite: the quick
                 // bound must know it, as it knows files' (`BufferBudget::widest`).
                 self.note_width(count);
-                st.size = count * BLOCK_U64;
             }
-            let mut map = std::mem::take(&mut st.map);
+            let mut map = std::mem::take(st.map_mut());
             let result = self.write_map(m, DescKind::MapNode, ino, &mut map);
-            st.map = map;
+            *st.map_mut() = map;
             result?;
-            st.attr_dirty = false;
+            st.attr_logged();
             records.push(ino, st.record(ino));
             drop(guard);
             if m.ns_changed.contains(&ino) || !done.is_empty() {
@@ -401,7 +403,7 @@ impl Engine {
         let time_ns = now_ns();
         let root = CheckpointRoot {
             number,
-            sequence: m.writer.seq,
+            sequence: m.writer.seq(),
             time_ns,
             ifile_root: m.ifile.map().root,
             ifile_height: m.ifile.map().height,
@@ -412,12 +414,16 @@ impl Engine {
             oldest_protected: m.life.oldest_protected(time_ns, number),
             tables,
         };
-        let before = m.writer.seq;
+        let before = m.writer.seq();
         let addr = self.log_add(m, DescKind::Root, 0, 0, 0, &root.encode()[..])?;
-        debug_assert_eq!(m.writer.seq, before, "the root went into the log it names");
-        let root_seq = m.writer.seq;
+        debug_assert_eq!(
+            m.writer.seq(),
+            before,
+            "the root went into the log it names"
+        );
+        let root_seq = m.writer.seq();
         // The buffers go once the checkpoint is written.
-        m.writer.release = written;
+        m.writer.hand_release(written);
         self.log_close(m, FLAG_END | FLAG_CHECKPOINT)?;
         Ok(RootLogged {
             number,
@@ -447,14 +453,14 @@ impl Engine {
             },
         );
         m.life.checkpoint_written(
-            State::seg_of(m.writer.pos, self.segment_blocks),
-            m.writer.pos,
+            State::seg_of(m.writer.pos(), self.segment_blocks),
+            m.writer.pos(),
         );
         for cell in changed {
-            cell.lock().ckpt_seq = root_seq;
+            cell.lock().set_ckpt_seq(root_seq);
         }
         m.ns_changed.clear();
-        m.ckpt.written(number, addr, root_seq, m.writer.seq);
+        m.ckpt.written(number, addr, root_seq, m.writer.seq());
         m.ifile.freed_slots_written();
         m.dirs.written();
         m.pending.clear();
@@ -472,7 +478,7 @@ impl Engine {
         if !map.is_dirty() {
             return Ok(());
         }
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let sb = self.segment_blocks;
         // Only the newest checkpoint's tables are read, so their old nodes pin nothing.
         let dec = |m: &mut State, a: u64| {
@@ -650,31 +656,31 @@ fn current_record(m: &State, ino: u64) -> InodeRecord {
 /// file): the whole tree if its shape changes, else the paths above the leaves whose children
 /// change.
 pub(super) fn map_nodes_bound(st: &crate::tbfs::inode::InodeState, dir_len: usize) -> u64 {
-    if dir_len == 0 && st.dirty.is_empty() && !st.map.is_dirty() {
+    if dir_len == 0 && st.dirty().is_empty() && !st.map().is_dirty() {
         // Its record holds the map as it is (inline, or naming the nodes written last).
         return 0;
     }
     let n = st
-        .map
+        .map()
         .blocks
         .len()
-        .max(st.dirty.keys().next_back().map_or(0, |&b| b as usize + 1))
+        .max(st.dirty().keys().next_back().map_or(0, |&b| b as usize + 1))
         .max(dir_len) as u64;
     let h = height_for(n) as u64;
     let total = super::map::tree_nodes(n);
-    if st.map.all_dirty || h != st.map.height as u64 || dir_len > 0 {
+    if st.map().all_dirty || h != st.map().height as u64 || dir_len > 0 {
         return total;
     }
     // The leaves marked dirty plus the distinct leaves of the buffers (in order, so counted
     // without a set): an upper bound, as a leaf may be in both.
     let mut buffered = 0u64;
     let mut last = None;
-    for &b in st.dirty.keys() {
+    for &b in st.dirty().keys() {
         let leaf = b / FANOUT as u64;
         if last != Some(leaf) {
             buffered += 1;
             last = Some(leaf);
         }
     }
-    ((st.map.dirty_leaves.len() as u64 + buffered) * h).min(total)
+    ((st.map().dirty_leaves.len() as u64 + buffered) * h).min(total)
 }

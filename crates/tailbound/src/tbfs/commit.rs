@@ -65,7 +65,7 @@ impl Engine {
             // checkpoint need a new one: what is still buffered is not on the device, and right
             // after a buffer-full checkpoint (other writers having filled the buffer again
             // meanwhile) a second one would only repeat its work.
-            if !m.ckpt.is_newest_state(m.writer.seq) {
+            if !m.ckpt.is_newest_state(m.writer.seq()) {
                 self.commit_checkpoint_for_superblock(m)?;
             }
             self.seal_superblock(m);
@@ -94,7 +94,7 @@ impl Engine {
             || m.ns_dirty
             || !m.ifile.freed_slots().is_empty()
             || m.life.snapshots_dirty();
-        if dirty || !m.ckpt.is_newest_state(m.writer.seq) {
+        if dirty || !m.ckpt.is_newest_state(m.writer.seq()) {
             self.commit_checkpoint_for_superblock(m)?;
         }
         Ok(())
@@ -106,9 +106,9 @@ impl Engine {
     /// itself (`wait_sealed`). Flushed on their own, under the log writer, every log sealed
     /// after them waited for that flush.
     pub(super) fn commit_checkpoint_for_superblock(&self, m: &mut State) -> Result<()> {
-        let was = std::mem::replace(&mut m.writer.refreshing, true);
+        let was = m.writer.set_refreshing(true);
         let committed = self.commit_checkpoint(m);
-        m.writer.refreshing = was;
+        m.writer.set_refreshing(was);
         committed
     }
 
@@ -116,7 +116,7 @@ impl Engine {
     /// written with everything queued before it.
     pub(super) fn write_superblock(&self, m: &mut State) -> Result<()> {
         self.seal_superblock(m);
-        self.write_logs_until(m.writer.seq + 1)
+        self.write_logs_until(m.writer.seq() + 1)
     }
 
     /// Queues a superblock naming the newest checkpoint for the log writer.
@@ -151,10 +151,10 @@ impl Engine {
             checkpoint_root: m.ckpt.root(),
             checkpoint_sequence: m.ckpt.seq(),
             next: format::LogPosition {
-                block: m.writer.pos,
-                sequence: m.writer.seq,
+                block: m.writer.pos(),
+                sequence: m.writer.seq(),
                 prev_crc: 0,
-                segment_next: m.writer.next_seg,
+                segment_next: m.writer.next_seg(),
             },
             created_ns: m.refresh.created_ns(),
             written_ns: now_ns(),
@@ -163,7 +163,7 @@ impl Engine {
             gc_free_percent: self.config.gc_free_percent.min(90) as u8,
         };
         debug_assert!(
-            m.ckpt.is_newest_state(m.writer.seq),
+            m.ckpt.is_newest_state(m.writer.seq()),
             "a superblock names the newest checkpoint"
         );
         sb

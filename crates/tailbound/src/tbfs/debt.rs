@@ -8,25 +8,12 @@
 //! what stands between them and the room they need.
 
 use super::dense::DenseSet;
-use super::format::{height_for, BLOCK};
+use super::format::height_for;
 use super::map::tree_nodes;
 use super::{Error, Result};
 use crate::tbfs::checkpoint::map_nodes_bound;
+use crate::tbfs::limits::{CHANGE_BLOCKS, DIR_BLOCK_FILL, DIR_ENTRY_MAX, FIXED_BLOCKS};
 use crate::tbfs::state::{Engine, State};
-
-/// The largest directory entry: its fixed part and a name of 255 bytes.
-const DIR_ENTRY_MAX: u64 = 10 + 255;
-
-/// Bytes of a directory block entries fill at least: all but its count, its CRC and the
-/// largest entry that did not fit.
-const DIR_BLOCK_FILL: u64 = BLOCK as u64 - 6 - DIR_ENTRY_MAX;
-
-/// Blocks a new name adds to the debt beside its directory: a page of inodes, the inode file's
-/// map path to it, and the new inode's map.
-const CHANGE_BLOCKS: u64 = 4;
-
-/// Blocks the checkpoint header, root and the log's ends take beside what is counted.
-const FIXED_BLOCKS: u64 = 6;
 
 impl Engine {
     /// An upper bound on the blocks the next checkpoint writes beyond unsealed file data.

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::SYMLINK_HOPS_MAX;
 use crate::tbfs::limits::*;
 use crate::tbfs::namespace::{dir_entries, kind_in};
 use crate::tbfs::state::{Engine, Section, State, Wake};
@@ -25,7 +26,7 @@ impl Engine {
         // Buffers another thread's commit sealed already stay in its logs: waited for below.
         let sealed = cell
             .lock()
-            .dirty
+            .dirty()
             .values()
             .filter_map(|d| d.sealed_in)
             .reduce(|a, b| (a.0.max(b.0), a.1 || b.1));
@@ -52,7 +53,7 @@ impl Engine {
         // sealed before them, other writers' included: a checkpoint is written only once all
         // of those are.
         let newest = (
-            cell.lock().ckpt_seq,
+            cell.lock().ckpt_seq(),
             self.config.barrier != Barrier::Superblock,
         );
         // Durable once written: the log writer writes (and flushes) after `meta` is released.
@@ -240,7 +241,7 @@ impl Fs {
                 inner.remember(path, plain, &cell);
                 {
                     let mut st = cell.lock();
-                    if st.kind == FileKind::Dir && (flags.write || flags.truncate) {
+                    if st.kind() == FileKind::Dir && (flags.write || flags.truncate) {
                         return Err(Error::IsDir(path.to_string()));
                     }
                     st.open_handle(cell.ino)?;
@@ -255,7 +256,7 @@ impl Fs {
             flags,
             pos: 0,
         };
-        if flags.truncate && flags.write && file.cell.lock().size > 0 {
+        if flags.truncate && flags.write && file.cell.lock().size() > 0 {
             inner.set_len(&file.cell, 0)?;
         }
         Ok(file)
@@ -290,7 +291,7 @@ impl Fs {
         self.inner.names.dirs_changed();
         m.dirs.remove_entry(parent, name);
         if let Some(p) = m.inodes.get(parent) {
-            self.inner.drop_nlink(&mut p.lock().nlink, parent)?;
+            self.inner.drop_nlink(&mut p.lock(), parent)?;
         }
         self.inner.touch_dir(&mut m, parent);
         self.inner.drop_link(&mut m, ino)
@@ -355,10 +356,9 @@ impl Fs {
 
     /// `open_file` with `O_CREAT` (not `O_EXCL`) of `path`, whose last name is a dangling
     /// symbolic link: the file is made where the link points, as the kernel does (a chain of
-    /// such links followed up to the kernel's 40).
+    /// such links followed up to [`SYMLINK_HOPS_MAX`], as the kernel's).
     fn create_through_link(&self, path: &str, flags: OpenFlags, links: u32) -> Result<File> {
-        const LINKS_MAX: u32 = 40;
-        if links >= LINKS_MAX {
+        if links >= SYMLINK_HOPS_MAX {
             return Err(Error::Loop(path.to_string()));
         }
         let target = self.readlink(path)?;
@@ -387,7 +387,7 @@ impl Fs {
         if flags.create && flags.exclusive {
             return Err(Error::Exists(path.to_string()));
         }
-        if st.kind == FileKind::Dir && (flags.write || flags.truncate) {
+        if st.kind() == FileKind::Dir && (flags.write || flags.truncate) {
             return Err(Error::IsDir(path.to_string()));
         }
         st.open_handle(hit.cell.ino)?;
@@ -473,7 +473,7 @@ impl Fs {
         let ino = self.inner.resolve(&m, path, false)?;
         let cell = self.inner.cell(&m, ino)?;
         drop(m);
-        if cell.lock().kind != FileKind::Symlink {
+        if cell.lock().kind() != FileKind::Symlink {
             return Err(Error::Invalid(format!("{path}: not a symbolic link")));
         }
         self.inner.link_target(&cell)
@@ -485,7 +485,7 @@ impl Fs {
         let mut m = self.inner.lock_meta();
         let ino = self.inner.resolve(&m, existing, false)?;
         let cell = self.inner.cell(&m, ino)?;
-        if cell.lock().kind == FileKind::Dir {
+        if cell.lock().kind() == FileKind::Dir {
             return Err(Error::NotPermitted(format!(
                 "{existing}: a hard link to a directory"
             )));
@@ -495,12 +495,12 @@ impl Fs {
             return Err(Error::Exists(new.to_string()));
         }
         self.inner.make_room_for_change(&mut m, parent)?;
-        m.dirs.insert_entry(parent, name, ino, false);
         {
             let mut st = cell.lock();
-            st.nlink += 1;
-            st.ctime_ns = now_ns();
+            st.add_link(ino)?;
+            st.set_ctime_ns(now_ns());
         }
+        m.dirs.insert_entry(parent, name, ino, false);
         self.inner.touch_dir(&mut m, parent);
         m.namespace_changed(ino);
         Ok(())
@@ -751,7 +751,7 @@ impl File {
                 self.cell.ino
             )));
         }
-        if self.cell.lock().kind == FileKind::Dir {
+        if self.cell.lock().kind() == FileKind::Dir {
             return Err(Error::IsDir(format!("inode {}", self.cell.ino)));
         }
         self.inner.pread(&self.cell, buf, offset)
@@ -803,7 +803,7 @@ impl File {
     }
 
     pub fn seek(&mut self, pos: SeekFrom) -> Result<u64> {
-        let size = self.cell.lock().size;
+        let size = self.cell.lock().size();
         let target = match pos {
             SeekFrom::Start(p) => Some(p),
             SeekFrom::End(d) => size.checked_add_signed(d),
@@ -862,7 +862,7 @@ impl File {
                 free * BLOCK_U64
             )));
         }
-        if end > self.cell.lock().size {
+        if end > self.cell.lock().size() {
             self.inner.set_len(&self.cell, end)?;
         }
         Ok(())

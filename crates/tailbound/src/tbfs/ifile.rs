@@ -7,10 +7,8 @@ use std::sync::Arc;
 
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, INODES_PER_PAGE};
+use crate::tbfs::limits::IFILE_CACHE_PAGES;
 use crate::tbfs::map::BlockMap;
-
-/// Inode pages kept in the page cache (16 MiB); past it the cache starts over.
-pub(crate) const IFILE_CACHE_PAGES: usize = 4096;
 
 /// The inode file in memory.
 #[derive(Debug, Default)]

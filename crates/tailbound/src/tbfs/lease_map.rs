@@ -34,16 +34,19 @@ impl Engine {
         under_lock: &mut dyn FnMut(&BlockLease),
     ) -> Result<BlockLease> {
         let st = cell.lock();
-        if st.freed {
+        if st.freed() {
             return Err(Error::BadHandle(format!("inode {}", cell.ino)));
         }
-        let end = st.size.div_ceil(BLOCK_U64).min(first.saturating_add(count));
+        let end = st
+            .size()
+            .div_ceil(BLOCK_U64)
+            .min(first.saturating_add(count));
         let blocks: Vec<u64> = (first..end.max(first))
             .map(|b| {
-                if st.dirty.contains_key(&b) {
+                if st.dirty().contains_key(&b) {
                     return ASK;
                 }
-                match st.map.get(b) {
+                match st.map().get(b) {
                     0 => 0,
                     a if self.copies.get(a).is_some() => ASK,
                     a => a,
@@ -58,7 +61,7 @@ impl Engine {
             })
             .collect();
         let lease = BlockLease {
-            size: st.size,
+            size: st.size(),
             first,
             blocks,
             segments,

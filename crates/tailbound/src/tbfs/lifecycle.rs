@@ -368,7 +368,7 @@ impl Engine {
         map: &mut BlockMap,
         pages: Vec<(u64, Option<Box<format::Block>>)>,
     ) -> Result<()> {
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let sb = self.segment_blocks;
         let mut highest_written = None;
         for (index, page) in pages {
@@ -426,10 +426,7 @@ impl Engine {
         // Dead blocks in segments the cleaner passes over as giving back too little.
         let mut stranded = 0u64;
         for s in 0..self.segment_count as usize {
-            if free_segs.contains(&s)
-                || s as u64 == m.writer.cur_seg
-                || s as u64 == m.writer.next_seg
-            {
+            if free_segs.contains(&s) || m.writer.holds_segment(s as u64) {
                 continue;
             }
             let used = m.seg.live(s) as u64 + m.seg.pinned(s) as u64;
@@ -512,7 +509,7 @@ impl Snapshot {
     pub fn pread(&self, path: &str, buf: &mut [u8], offset: u64) -> Result<usize> {
         self.inner.check_usable()?;
         let cell = self.cell(path)?;
-        if cell.lock().kind == FileKind::Dir {
+        if cell.lock().kind() == FileKind::Dir {
             return Err(Error::IsDir(self.name(path)));
         }
         self.inner.pread_at_rest(&cell, buf, offset)
@@ -521,8 +518,8 @@ impl Snapshot {
     /// A whole file.
     pub fn read_file(&self, path: &str) -> Result<Vec<u8>> {
         let cell = self.cell(path)?;
-        let size = cell.lock().size;
-        if cell.lock().kind == FileKind::Dir {
+        let size = cell.lock().size();
+        if cell.lock().kind() == FileKind::Dir {
             return Err(Error::IsDir(self.name(path)));
         }
         let len = usize::try_from(size)
@@ -536,7 +533,7 @@ impl Snapshot {
     /// A read-only handle to a file in the view.
     pub fn open_file(&self, path: &str) -> Result<SnapshotFile<'_>> {
         let cell = self.cell(path)?;
-        if cell.lock().kind == FileKind::Dir {
+        if cell.lock().kind() == FileKind::Dir {
             return Err(Error::IsDir(self.name(path)));
         }
         Ok(SnapshotFile {
@@ -595,7 +592,7 @@ impl Drop for Snapshot {
         let mut m = self.inner.lock_meta();
         let c = self.number;
         if m.life.unhold(c) {
-            let seq = m.writer.seq;
+            let seq = m.writer.seq();
             m.reanchor(c, seq, self.inner.segment_blocks);
             m.prune(seq, self.inner.segment_blocks, false);
         }
@@ -677,7 +674,7 @@ impl Fs {
             // No longer a snapshot: the next checkpoint releases it if it is past the protection
             // period, with what only it pinned. While it is retained every pin it covers keeps
             // an anchor, so this unpins nothing, and marking it a snapshot again undoes it.
-            let seq = m.writer.seq;
+            let seq = m.writer.seq();
             let pins = m.life.pins().len();
             m.reanchor(number, seq, inner.segment_blocks);
             assert_eq!(
@@ -716,7 +713,7 @@ impl Fs {
                     "checkpoint {number} (not retained; see `checkpoints`)"
                 )));
             };
-            let found = (k.root, k.time_ns, m.writer.seq);
+            let found = (k.root, k.time_ns, m.writer.seq());
             m.life.hold(number);
             found
         };
@@ -801,7 +798,7 @@ impl Drop for HoldGuard<'_> {
     fn drop(&mut self) {
         let mut m = self.inner.lock_meta();
         if m.life.unhold(self.number) {
-            let seq = m.writer.seq;
+            let seq = m.writer.seq();
             m.reanchor(self.number, seq, self.inner.segment_blocks);
         }
     }
@@ -817,12 +814,12 @@ impl Engine {
         let mut add = |a: u64| live[State::seg_of(a, sb)] += 1;
         for cell in m.inodes.values() {
             let st = cell.lock();
-            st.map
+            st.map()
                 .blocks
                 .iter()
                 .filter(|&&a| a != 0)
                 .for_each(|&a| add(a));
-            st.map.node_addrs().for_each(&mut add);
+            st.map().node_addrs().for_each(&mut add);
         }
         m.ifile
             .map()

@@ -2,7 +2,7 @@
 //! relate. The format's own constants (block size, descriptors per summary, ...) are in
 //! `format`.
 
-use crate::tbfs::format::{BLOCK_U64, DESCRIPTORS_MAX};
+use crate::tbfs::format::{BLOCK_U64, DESCRIPTORS_MAX, NAME_MAX};
 
 /// Largest file, so a block map always fits in memory (16 Mi blocks).
 pub const FILE_BYTES_MAX: u64 = 64 << 30;
@@ -70,4 +70,83 @@ const _: () = {
     assert!(AHEAD_MIN_BLOCKS <= AHEAD_CHUNK_BLOCKS && AHEAD_MIN_BLOCKS <= LOG_BLOCKS_MAX);
     assert!(DESCRIPTORS_RESERVED < DESCRIPTORS_MAX);
     assert!(FILE_BYTES_MAX.is_multiple_of(BLOCK_U64));
+};
+
+/// Symbolic links followed while resolving one path, as the kernel allows, before `ELOOP`.
+pub(crate) const SYMLINK_HOPS_MAX: u32 = 40;
+/// Under the relatime policy an access time older than this is updated even if it is after
+/// the file's last change.
+pub(crate) const RELATIME_AGE_NS: i64 = 24 * 3600 * 1_000_000_000;
+
+/// Smallest pool: superblocks and a handful of segments.
+pub(crate) const SEGMENTS_MIN: u64 = 4;
+/// Blocks a recovery scan reads ahead at once (within the current segment).
+pub(crate) const SCAN_WINDOW_BLOCKS: u64 = 256;
+/// Bytes fsck reads per request while scanning segments.
+pub(crate) const FSCK_READ_BYTES: u64 = 4 << 20;
+
+/// Spare block buffers kept for reuse by every pool of the process together.
+pub(crate) const SPARE_BLOCKS_MAX: usize = 8192;
+/// Buffers a thread keeps for itself, and moves from and to the shared spares at once: one
+/// trip to the shared spares' mutex per this many blocks, not one per block. A thread taking
+/// it was often preempted holding it, and whoever waited behind it (a checkpoint holding
+/// `meta` among them) waited a time slice.
+pub(crate) const LOCAL_SPARE_BATCH: usize = 64;
+/// Inode pages kept in the inode file's page cache; past it the cache starts over.
+pub(crate) const IFILE_CACHE_PAGES: usize = 4096;
+/// Shards of the path cache (`names`), each behind its own lock.
+pub(crate) const NAME_CACHE_SHARDS: usize = 16;
+/// Entries per path cache shard; a full shard is emptied (the cache is only ever a shortcut).
+pub(crate) const NAME_CACHE_SHARD_ENTRIES_MAX: usize = 8192;
+
+/// The largest directory entry: its fixed part and a name of [`NAME_MAX`] bytes.
+pub(crate) const DIR_ENTRY_MAX: u64 = 10 + NAME_MAX as u64;
+/// Bytes of a directory block entries fill at least: all but its count, its CRC and the
+/// largest entry that did not fit.
+pub(crate) const DIR_BLOCK_FILL: u64 = BLOCK_U64 - 6 - DIR_ENTRY_MAX;
+/// Blocks a new name adds to the checkpoint debt beside its directory: a page of inodes, the
+/// inode file's map path to it, and the new inode's map.
+pub(crate) const CHANGE_BLOCKS: u64 = 4;
+/// Blocks the checkpoint header, root and the log's ends take beside what the debt counts.
+pub(crate) const FIXED_BLOCKS: u64 = 6;
+
+// A thread's spares (up to two batches) fit the shared ones; a directory block holds at least
+// one entry of the largest size; the smallest pool has room for the writer's current and next
+// segments, which differ; a path's shard is picked by a remainder.
+const _: () = {
+    assert!(2 * LOCAL_SPARE_BATCH <= SPARE_BLOCKS_MAX);
+    assert!(DIR_ENTRY_MAX <= DIR_BLOCK_FILL);
+    assert!(SEGMENTS_MIN >= 2);
+    assert!(NAME_CACHE_SHARDS > 0);
+};
+
+/// The low-water mark is at most 1/this of the pool.
+pub(crate) const LOW_WATER_DIVISOR: u64 = 10;
+/// Segments of copies the low-water mark keeps room for in relaxed ordering: one victim's live
+/// blocks, what a light cleaning pass needs to make progress.
+pub(crate) const CLEAN_ROOM_SEGMENTS: u64 = 1;
+/// Segments of copies it keeps room for in strict ordering, where every pass is a checkpoint.
+pub(crate) const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
+/// Smallest space reserve, in blocks, whatever the segment size.
+pub(crate) const RESERVE_BLOCKS_MIN: u64 = 64;
+/// The least a writer may buffer before it commits however short space is
+/// (`Engine::set_buffer_limit`), so a pool near full still commits in logs of some size.
+pub(crate) const BUFFER_LIMIT_MIN_BLOCKS: u64 = 256;
+/// Most segments emptied by one cleaning checkpoint. Every pass writes a checkpoint, whose map
+/// nodes and inode pages are paid once per pass: fewer, larger passes copy the same blocks with
+/// less metadata. The space there is bounds a pass well before this.
+pub(crate) const VICTIMS_PER_PASS: usize = 32;
+/// Most segments the background cleaner empties per wake-up, so it holds the metadata lock for
+/// short spells and its idle-class I/O stays a trickle beside the writers'.
+pub(crate) const BACKGROUND_VICTIMS: usize = 4;
+/// The spread of `ln λ` (`space::cleaner::age_spread`) above which victims are chosen by
+/// cost-benefit, below which greedily.
+pub(crate) const AGE_SIGNAL_SPREAD: f64 = 1.3;
+
+// A background pass is a light one: no more victims than a full pass; strict ordering keeps at
+// least the room relaxed ordering does; the low-water mark is a fraction of the pool.
+const _: () = {
+    assert!(BACKGROUND_VICTIMS <= VICTIMS_PER_PASS);
+    assert!(CLEAN_ROOM_SEGMENTS <= FULL_PASS_ROOM_SEGMENTS);
+    assert!(LOW_WATER_DIVISOR >= 2);
 };

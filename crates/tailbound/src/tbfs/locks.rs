@@ -197,7 +197,9 @@ impl LockTable {
                 self.waiting.fetch_add(1, Ordering::AcqRel);
                 table = self.changed.wait(table).unwrap_or_else(|p| p.into_inner());
                 #[cfg(test)]
-                self.waiting.fetch_sub(1, Ordering::AcqRel);
+                self.waiting
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                    .expect("a lock waiter left with none counted");
             }
         }
         let list = table.entry(ino).or_default();

@@ -22,10 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::tbfs::inode::{InodeCell, InodeState};
-
-const SHARDS: usize = 16;
-/// Entries per shard; a full shard is emptied (the cache is only ever a shortcut).
-const SHARD_ENTRIES_MAX: usize = 8192;
+use crate::tbfs::limits::{NAME_CACHE_SHARDS, NAME_CACHE_SHARD_ENTRIES_MAX};
 
 /// A cached inode, to be checked with [`Hit::valid`] under its lock before use.
 #[derive(Debug, Clone)]
@@ -38,9 +35,9 @@ pub(crate) struct Hit {
 impl Hit {
     /// The entry still names this inode: it is not freed and no name on its path moved.
     pub fn valid(&self, st: &InodeState, cache: &NameCache) -> bool {
-        !st.freed
-            && st.nlink > 0
-            && st.names_gen == self.names_gen
+        !st.freed()
+            && st.nlink() > 0
+            && st.names_gen() == self.names_gen
             && cache.dirs_gen.load(Ordering::Acquire) == self.dirs_gen
     }
 }
@@ -55,7 +52,9 @@ pub(crate) struct NameCache {
 impl Default for NameCache {
     fn default() -> NameCache {
         NameCache {
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            shards: (0..NAME_CACHE_SHARDS)
+                .map(|_| RwLock::new(HashMap::new()))
+                .collect(),
             hasher: Default::default(),
             dirs_gen: AtomicU64::new(0),
         }
@@ -75,7 +74,7 @@ fn plain(path: &str) -> Option<&str> {
 
 impl NameCache {
     fn shard(&self, key: &str) -> &RwLock<HashMap<String, Hit>> {
-        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+        &self.shards[self.hasher.hash_one(key) as usize % NAME_CACHE_SHARDS]
     }
 
     pub fn get(&self, path: &str) -> Option<Hit> {
@@ -92,11 +91,11 @@ impl NameCache {
         };
         let entry = Hit {
             cell: cell.clone(),
-            names_gen: st.names_gen,
+            names_gen: st.names_gen(),
             dirs_gen: self.dirs_gen.load(Ordering::Acquire),
         };
         let mut shard = self.shard(key).write().unwrap_or_else(|p| p.into_inner());
-        if shard.len() >= SHARD_ENTRIES_MAX && !shard.contains_key(key) {
+        if shard.len() >= NAME_CACHE_SHARD_ENTRIES_MAX && !shard.contains_key(key) {
             shard.clear();
         }
         shard.insert(key.to_string(), entry);

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::SYMLINK_HOPS_MAX;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{DirEntry, Error, FileKind, Result};
 
@@ -29,7 +30,6 @@ impl Engine {
         if let Some(found) = self.resolve_plain(m, path, follow_last) {
             return found;
         }
-        const LINKS_MAX: u32 = 40;
         let mut todo: Vec<String> = path
             .split('/')
             .rev()
@@ -56,9 +56,9 @@ impl Engine {
             let last = todo.is_empty();
             if !is_dir && (follow_last || !last) {
                 let cell = self.cell(m, child)?;
-                if cell.lock().kind == FileKind::Symlink {
+                if cell.lock().kind() == FileKind::Symlink {
                     links += 1;
-                    if links > LINKS_MAX {
+                    if links > SYMLINK_HOPS_MAX {
                         return Err(Error::Loop(path.to_string()));
                     }
                     let target = self.link_target(&cell)?;
@@ -121,7 +121,7 @@ impl Engine {
             let last = parts.peek().is_none();
             if !is_dir && (follow_last || !last) {
                 let cell = m.inodes.get(child)?;
-                if cell.lock().kind == FileKind::Symlink {
+                if cell.lock().kind() == FileKind::Symlink {
                     return None;
                 }
             }
@@ -135,7 +135,7 @@ impl Engine {
     pub(super) fn remember(&self, path: &str, plain: bool, cell: &Arc<InodeCell>) {
         if plain {
             let st = cell.lock();
-            if st.kind != FileKind::Symlink && !st.freed {
+            if st.kind() != FileKind::Symlink && !st.freed() {
                 self.names.insert(path, cell, &st);
             }
         }
@@ -145,13 +145,13 @@ impl Engine {
     pub fn link_target(&self, cell: &InodeCell) -> Result<String> {
         let size = {
             let st = cell.lock();
-            if st.kind != FileKind::Symlink {
+            if st.kind() != FileKind::Symlink {
                 return Err(Error::Invalid(format!(
                     "inode {}: not a symbolic link",
                     cell.ino
                 )));
             }
-            st.size
+            st.size()
         };
         let mut buf = vec![0u8; size as usize];
         let n = self.pread(cell, &mut buf, 0)?;
@@ -210,6 +210,13 @@ impl Engine {
         owner: (u32, u32),
     ) -> Result<Arc<InodeCell>> {
         self.make_room_for_change(m, parent)?;
+        // A new directory's `..` links its parent, counted before anything is created so a
+        // refusal leaves nothing half made.
+        if kind == FileKind::Dir {
+            if let Some(p) = m.inodes.get(parent) {
+                p.lock().add_link(parent)?;
+            }
+        }
         let cell = m.inodes.create(|ino| InodeCell {
             ino,
             st: Mutex::new(InodeState::new(kind, mode, now_ns(), owner)),
@@ -217,9 +224,6 @@ impl Engine {
         let ino = cell.ino;
         if kind == FileKind::Dir {
             m.dirs.create(ino);
-            if let Some(p) = m.inodes.get(parent) {
-                p.lock().nlink += 1;
-            }
         }
         m.dirs
             .insert_entry(parent, name, ino, kind == FileKind::Dir);
@@ -233,8 +237,7 @@ impl Engine {
         m.namespace_changed(dir);
         if let Some(c) = m.inodes.get(dir) {
             let mut st = c.lock();
-            st.mtime_ns = now_ns();
-            st.ctime_ns = st.mtime_ns;
+            st.touch_modified(now_ns());
         }
     }
 
@@ -243,14 +246,14 @@ impl Engine {
         let cell = self.cell(m, ino)?;
         let free = {
             let mut st = cell.lock();
-            st.names_gen += 1;
-            if st.kind == FileKind::Dir {
-                st.nlink = 0;
+            st.names_changed();
+            if st.kind() == FileKind::Dir {
+                st.drop_dir_links();
             } else {
-                self.drop_nlink(&mut st.nlink, ino)?;
+                self.drop_nlink(&mut st, ino)?;
             }
-            st.ctime_ns = now_ns();
-            st.nlink == 0 && st.open == 0
+            st.set_ctime_ns(now_ns());
+            st.nlink() == 0 && st.open_handles() == 0
         };
         m.namespace_changed(ino);
         if free {
@@ -262,23 +265,23 @@ impl Engine {
     /// Releases an inode's blocks and number.
     pub fn free_inode(&self, m: &mut State, cell: &InodeCell) {
         let mut st = cell.lock();
-        if st.freed {
+        if st.freed() {
             return;
         }
-        st.freed = true;
+        st.mark_freed();
         // Its number may be given to a new file: what was leased of this one goes first.
         self.watchers.inode_freed(cell.ino);
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let now = now_ns();
-        let blocks = st.map.blocks.iter().copied().filter(|&a| a != 0);
+        let blocks = st.map().blocks.iter().copied().filter(|&a| a != 0);
         m.seg_dec_all_at(
-            blocks.chain(st.map.node_addrs()),
+            blocks.chain(st.map().node_addrs()),
             seq,
             self.segment_blocks,
             now,
         );
-        let released = st.dirty.len() as u64 * BLOCK_U64;
-        let buffers = std::mem::take(&mut st.dirty);
+        let released = st.dirty().len() as u64 * BLOCK_U64;
+        let buffers = std::mem::take(st.dirty_mut());
         drop(st);
         if !buffers.is_empty() {
             m.drop_later.push(buffers);
@@ -314,7 +317,7 @@ pub(super) fn dir_entries(
 
 /// The kind of inode `ino` in `m`, for [`dir_entries`].
 pub(super) fn kind_in(m: &State, ino: u64) -> Option<FileKind> {
-    m.inodes.get(ino).map(|c| c.lock().kind)
+    m.inodes.get(ino).map(|c| c.lock().kind())
 }
 
 /// Child → parent links of every directory.

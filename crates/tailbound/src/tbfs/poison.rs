@@ -9,6 +9,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::tbfs::fs::Fs;
+use crate::tbfs::inode::InodeState;
 use crate::tbfs::log::AheadPayload;
 use crate::tbfs::state::Engine;
 use crate::tbfs::{Error, Result};
@@ -79,27 +80,23 @@ impl Engine {
         Error::Poisoned(why)
     }
 
-    /// Takes one link from `nlink`, inode `ino`'s link count; at zero the pool is poisoned
+    /// Takes one link from `st`, inode `ino`'s state; at zero the pool is poisoned
     /// instead (the count stays at zero, never wraps).
-    pub(super) fn drop_nlink(&self, nlink: &mut u32, ino: u64) -> Result<()> {
-        match nlink.checked_sub(1) {
-            Some(n) => {
-                *nlink = n;
-                Ok(())
-            }
-            None => Err(self.poison_bug(format!("inode {ino}'s link count would go below zero"))),
+    pub(super) fn drop_nlink(&self, st: &mut InodeState, ino: u64) -> Result<()> {
+        if st.drop_link() {
+            Ok(())
+        } else {
+            Err(self.poison_bug(format!("inode {ino}'s link count would go below zero")))
         }
     }
 
-    /// A handle to inode `ino` closed: takes it from `open`, the inode's count of open handles;
+    /// A handle to inode `ino` closed: takes it from `st`'s count of open handles;
     /// at zero the pool is poisoned instead (the count stays at zero, never wraps).
-    pub(super) fn drop_open(&self, open: &mut u32, ino: u64) -> Result<()> {
-        match open.checked_sub(1) {
-            Some(n) => {
-                *open = n;
-                Ok(())
-            }
-            None => Err(self.poison_bug(format!("inode {ino}'s open handles would go below zero"))),
+    pub(super) fn drop_open(&self, st: &mut InodeState, ino: u64) -> Result<()> {
+        if st.close_handle() {
+            Ok(())
+        } else {
+            Err(self.poison_bug(format!("inode {ino}'s open handles would go below zero")))
         }
     }
 
@@ -115,6 +112,19 @@ impl Engine {
             self.poison_bug(format!(
                 "{bytes} bytes in flight released of the {held} counted"
             ));
+        }
+    }
+
+    /// A flush counted in [`Engine::flushes_running`] ended (or will not run). With none
+    /// counted the pool is poisoned, and the count is left at zero.
+    pub(crate) fn flush_ended(&self) {
+        let taken = self.flushes_running.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |running| running.checked_sub(1),
+        );
+        if taken.is_err() {
+            self.poison_bug("a flush ended with none counted running".to_string());
         }
     }
 

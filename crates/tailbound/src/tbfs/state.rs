@@ -249,8 +249,7 @@ impl StateGuard<'_> {
     pub fn unlock_without_writing(mut self) {
         // What was sealed is nobody's to write: whoever needs it writes it.
         if let Some(g) = self.guard.as_mut() {
-            g.writer.sealed_ahead.clear();
-            g.writer.sealed_small.clear();
+            g.writer.take_sealed();
         }
         self.guard = None;
         self.hold = None;
@@ -265,7 +264,7 @@ impl StateGuard<'_> {
         let payloads_only = self
             .guard
             .as_ref()
-            .is_some_and(|g| !g.writer.sealed_ahead.is_empty() && g.writer.sealed_small.is_empty());
+            .is_some_and(|g| g.writer.only_ahead_sealed());
         if !payloads_only {
             return self.release().map(|()| None);
         }
@@ -280,10 +279,11 @@ impl StateGuard<'_> {
             self.acquired.elapsed().as_nanos() as u64,
             AtomicOrdering::Relaxed,
         );
+        let (own, small) = guard.writer.take_sealed();
         let sealed = Sealed {
-            end: guard.writer.seq,
-            own: std::mem::take(&mut guard.writer.sealed_ahead),
-            small: std::mem::take(&mut guard.writer.sealed_small),
+            end: guard.writer.seq(),
+            own,
+            small,
             queued: self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued,
         };
         let garbage = std::mem::take(&mut guard.drop_later);

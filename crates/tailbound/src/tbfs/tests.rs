@@ -1092,7 +1092,7 @@ fn the_cleaner_skips_old_data_of_a_reused_inode_number_and_copies_what_is_still_
         let half_ino = fs.stat("/half").unwrap().ino;
         let half_map = |fs: &Fs| {
             let m = fs.inner.lock_meta();
-            let blocks = m.inodes[&half_ino].lock().map.blocks.clone();
+            let blocks = m.inodes[&half_ino].lock().map().blocks.clone();
             blocks
         };
         let tail_before = half_map(&fs)[16..].to_vec();
@@ -1921,10 +1921,11 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(f.ino()).cloned().unwrap();
     inner.commit_data_log(&mut m, &cell).unwrap();
-    let first_end = m.writer.seq;
+    let first_end = m.writer.seq();
     inner.commit_data_log(&mut m, &cell).unwrap();
     assert_eq!(
-        m.writer.seq, first_end,
+        m.writer.seq(),
+        first_end,
         "the second commit sealed the same buffers again"
     );
     m.unlock_without_writing();
@@ -1948,10 +1949,13 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     f.pwrite(&pattern(4, 4096), 0).unwrap();
     let mut m = inner.lock_meta();
     inner.commit_data_log(&mut m, &cell).unwrap();
-    let second_end = m.writer.seq;
+    let second_end = m.writer.seq();
     f.pwrite(&pattern(5, 4096), 0).unwrap();
     inner.commit_data_log(&mut m, &cell).unwrap();
-    assert!(m.writer.seq > second_end, "the changed buffer was left out");
+    assert!(
+        m.writer.seq() > second_end,
+        "the changed buffer was left out"
+    );
     m.unlock_without_writing();
     f.fsync().unwrap();
     drop(f);
@@ -1984,7 +1988,7 @@ fn small_write_returns_with_more_than_a_buffer_in_flight(
         f.pwrite(&pattern(i as u64, 900 << 10), 0).unwrap();
         let mut m = inner.lock_meta();
         inner.commit_checkpoint(&mut m).unwrap();
-        end = m.writer.seq;
+        end = m.writer.seq();
         m.unlock_without_writing();
     }
     let in_flight = inner.in_flight.load(std::sync::atomic::Ordering::Acquire);
@@ -2045,7 +2049,7 @@ fn an_inode_page_a_queued_checkpoint_shares_is_copied_before_the_next_checkpoint
     let mut m = inner.lock_meta();
     inner.commit_checkpoint(&mut m).unwrap();
     let first = m.ckpt.newest();
-    let first_end = m.writer.seq;
+    let first_end = m.writer.seq();
     m.unlock_without_writing();
     // The next checkpoint changes `/b`'s slot while the first one's log still holds the page.
     b.pwrite(&pattern(3, 5000), 0).unwrap();
@@ -2250,13 +2254,17 @@ fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_l
         small.pwrite(&pattern(4, 8 * 4096), 0).unwrap();
         let small_log = {
             let mut m = fs.inner.lock_meta();
-            let small_log = m.writer.seq;
+            let small_log = m.writer.seq();
             let ino = fs.inner.lookup(&m, "/small").unwrap();
             let cell = fs.inner.cell(&m, ino).unwrap();
             fs.inner.commit_data_log(&mut m, &cell).unwrap();
             fs.inner.commit_checkpoint(&mut m).unwrap();
             // Left queued for the thread below (nobody here waits on the small log).
-            m.writer.sealed_small.clear();
+            let (_, small) = m.writer.take_sealed();
+            assert!(
+                !small.is_empty(),
+                "the small log was sealed under this hold"
+            );
             m.unlock_without_writing();
             small_log
         };
@@ -2472,7 +2480,8 @@ fn a_buffer_is_changed_in_place_until_a_log_shares_it_and_never_under_the_log() 
 
 #[test]
 fn a_thread_reuses_the_buffers_it_released_itself_up_to_its_own_cap_whatever_other_threads_take() {
-    use crate::tbfs::blocks::{recycle_blocks, zeroed_block, LOCAL_SPARE_BATCH, SPARE_BLOCKS_MAX};
+    use crate::tbfs::blocks::{recycle_blocks, zeroed_block};
+    use crate::tbfs::limits::{LOCAL_SPARE_BATCH, SPARE_BLOCKS_MAX};
     let cap = 2 * LOCAL_SPARE_BATCH;
     let (released_tx, released_rx) = std::sync::mpsc::channel();
     let (drained_tx, drained_rx) = std::sync::mpsc::channel::<()>();
@@ -2805,7 +2814,7 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
         let sealed_in = |i: usize| {
             let cell = fs.inner.cell(&m, files[i].ino()).unwrap();
             let st = cell.lock();
-            st.dirty
+            st.dirty()
                 .values()
                 .filter_map(|d| d.sealed_in)
                 .max()
@@ -2934,7 +2943,7 @@ fn a_sync_of_what_another_checkpoint_sealed_waits_for_all_of_it() {
             "creations pending: the next commit is a checkpoint"
         );
         inner.commit_checkpoint(&mut m).unwrap();
-        let end = m.writer.seq;
+        let end = m.writer.seq();
         m.unlock_without_writing();
         f.fsync().unwrap();
         let written = inner.written_seq.load(std::sync::atomic::Ordering::Acquire);
@@ -3041,9 +3050,9 @@ fn segments_a_run_superseded_are_reused_only_once_its_last_log_is_durable() {
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(f.ino()).cloned().unwrap();
-    let first = m.writer.seq;
+    let first = m.writer.seq();
     inner.commit_data_log(&mut m, &cell).unwrap();
-    let last = m.writer.seq - 1;
+    let last = m.writer.seq() - 1;
     assert!(last > first, "the overwrite went out in one log");
     // Segments that only the old copy of /x kept in use.
     let freed: Vec<usize> = (0..inner.segment_count as usize)
@@ -3148,11 +3157,11 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     let inner = &fs.inner;
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(f.ino()).cloned().unwrap();
-    let old = cell.lock().map.get(0);
+    let old = cell.lock().map().get(0);
     let s = crate::tbfs::state::State::seg_of(old, inner.segment_blocks);
     // A run supersedes the block, then stops before its last log (as `?` on an error does).
     inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
-    let seq = m.writer.seq;
+    let seq = m.writer.seq();
     m.seg_supersede(old, seq, inner.segment_blocks);
     m.seg_inc(old, inner.segment_blocks); // the test's block stays the file's
     assert_eq!(
@@ -3171,7 +3180,7 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     );
     // A checkpoint writes the maps in memory: from its last log on, the segment may go.
     inner.commit_checkpoint(&mut m).unwrap();
-    assert!(m.seg.soft_dead_at(s) <= m.writer.seq);
+    assert!(m.seg.soft_dead_at(s) <= m.writer.seq());
     m.unlock_and_write().unwrap();
     f.fsync().unwrap();
 }
@@ -3257,8 +3266,8 @@ fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
             let ino = fs.inner.lookup(&m, "/other").unwrap();
             let cell = fs.inner.cell(&m, ino).unwrap();
             fs.inner.commit_data_log(&mut m, &cell).unwrap();
-            let end = m.writer.seq;
-            let own = std::mem::take(&mut m.writer.sealed_ahead);
+            let end = m.writer.seq();
+            let (own, _) = m.writer.take_sealed();
             fs.inner.commit_checkpoint(&mut m).unwrap();
             m.unlock_without_writing();
             (own, end)
@@ -3818,7 +3827,7 @@ fn a_renamed_files_data_goes_out_placed_and_what_it_superseded_waits_for_a_check
     let block0 = |fs: &Fs| {
         let m = fs.inner.lock_meta();
         let cell = fs.inner.cell(&m, ino).unwrap();
-        let at = cell.lock().map.get(0);
+        let at = cell.lock().map().get(0);
         at
     };
     let first = block0(&fs);
@@ -4117,7 +4126,7 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     let file_runs = {
         let m = fs.inner.lock_meta();
         let ino = fs.inner.lookup(&m, "/big").unwrap();
-        let blocks = m.inodes[&ino].lock().map.blocks.clone();
+        let blocks = m.inodes[&ino].lock().map().blocks.clone();
         1 + blocks.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64
     };
     fs.unlink("/big").unwrap();
@@ -4197,7 +4206,7 @@ fn the_cleaner_works_around_a_deleted_file_a_snapshot_keeps_and_moves_its_neighb
     let live_ino = fs.stat("/live").unwrap().ino;
     let live_map = |fs: &Fs| {
         let m = fs.inner.lock_meta();
-        let blocks = m.inodes[&live_ino].lock().map.blocks.clone();
+        let blocks = m.inodes[&live_ino].lock().map().blocks.clone();
         blocks
     };
     let check_pins = |fs: &Fs, ctx: &str| {

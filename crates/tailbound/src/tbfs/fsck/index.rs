@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
-use super::report::*;
 use crate::dev::Device;
 use crate::tbfs::format::{self, *};
+use crate::tbfs::limits::FSCK_READ_BYTES;
 use crate::tbfs::{Error, Result};
 
 pub(super) struct Reader<'a> {
@@ -31,7 +31,7 @@ impl Reader<'_> {
         let mut out = vec![0u8; (to.saturating_sub(from) * BLOCK_U64) as usize];
         let mut at = 0usize;
         while at < out.len() {
-            let n = (out.len() - at).min(READ_CHUNK as usize);
+            let n = (out.len() - at).min(FSCK_READ_BYTES as usize);
             let off = from * BLOCK_U64 + at as u64;
             self.dev.read_at(off, &mut out[at..at + n]).map_err(|e| {
                 Error::io(
@@ -192,7 +192,7 @@ pub(super) fn guess_geometry(rd: &Reader<'_>) -> Result<Option<Geometry>> {
     let mut best: Option<(u64, [u8; 16])> = None;
     let mut b = format::FIRST_SEGMENT_BLOCK;
     while b < rd.blocks {
-        let to = (b + READ_CHUNK / BLOCK_U64).min(rd.blocks);
+        let to = (b + FSCK_READ_BYTES / BLOCK_U64).min(rd.blocks);
         let bytes = rd.range(b, to)?;
         for (i, blk) in bytes.chunks_exact(BLOCK).enumerate() {
             if &blk[0..8] != format::LOG_MAGIC {

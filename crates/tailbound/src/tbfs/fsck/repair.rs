@@ -10,6 +10,7 @@ use super::index::*;
 use super::report::*;
 use crate::dev::Device;
 use crate::tbfs::format::{self, *};
+use crate::tbfs::limits::FSCK_READ_BYTES;
 use crate::tbfs::{Config, Error, Fs, OpenFlags, OpenOptions, RecoveryMode, Result};
 
 /// Checks the pool and, if it is damaged, repairs it (see the module documentation), then checks
@@ -505,10 +506,10 @@ pub(super) fn rebuild(
     lost.push("checkpoint history before the rebuild, and modification times".into());
     // Replace the device's contents: segments first, the superblocks last.
     let len = dev.len();
-    let mut buf = vec![0u8; READ_CHUNK as usize];
+    let mut buf = vec![0u8; FSCK_READ_BYTES as usize];
     let mut off = format::SUPERBLOCKS * BLOCK_U64;
     while off < len {
-        let n = (len - off).min(READ_CHUNK) as usize;
+        let n = (len - off).min(FSCK_READ_BYTES) as usize;
         scratch
             .read_at(off, &mut buf[..n])
             .map_err(|e| Error::io("reading the rebuilt pool", e))?;

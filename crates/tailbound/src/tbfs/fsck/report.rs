@@ -6,8 +6,6 @@ use std::fmt;
 pub(super) const ROOT_INO: u64 = 1;
 /// Where `repair` reattaches inodes it cannot reach from the root.
 pub const LOST_FOUND: &str = "lost+found";
-/// Bytes read per request while scanning segments.
-pub(super) const READ_CHUNK: u64 = 4 << 20;
 
 /// How serious a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]

@@ -37,14 +37,13 @@ impl Engine {
             self.poison(&err);
             return Err(err);
         };
-        m.writer.cur_seg = m.writer.next_seg;
-        m.writer.next_seg = next;
+        let start = self.seg_start(m.writer.next_seg);
+        m.writer.enter_next_segment(next, start);
         // Before a byte of it changes: a client reading it straight from the pool must see its
         // lease revoked (`Watcher::segment_reused`).
         self.watchers.segment_reused(next);
         // Whatever the background cleaner read of it before is about to be overwritten.
         m.bg_clean.read.remove(&(next as usize));
-        m.writer.pos = self.seg_start(m.writer.cur_seg);
         // The writer enters `next` after this segment: let the device get it ready now.
         self.dev.prepare_write(
             self.seg_start(next) * BLOCK_U64,
@@ -353,8 +352,13 @@ impl Engine {
         // The cleaner's copies keep the age of the segments they come from, so data that stays
         // cold looks old to cost-benefit wherever it is moved.
         m.life.log_closed(seg, summary_time);
-        m.writer.seq += 1;
-        m.writer.pos = log.start + 1 + payload_blocks as u64;
+        debug_assert_eq!(
+            log.start, m.writer.pos,
+            "a log starts where the writer stood"
+        );
+        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
+        m.writer
+            .log_closed(log.start + 1 + payload_blocks as u64, seg_end);
         let log_bytes = (1 + payload_blocks as u64) * BLOCK_U64;
         m.refresh.note_logged(log_bytes);
         self.count(|c| {
@@ -366,7 +370,6 @@ impl Engine {
         });
         // Keep at least two blocks ahead (a summary and a payload block); a lone last block
         // becomes a pad log so logs keep tiling the segment.
-        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
         if seg_end - m.writer.pos == 1 {
             self.log_open(m, FLAG_PAD);
             self.log_close(m, 0)?;

@@ -24,14 +24,14 @@ impl Engine {
         let count = {
             let st = cell.lock();
             let count = unsealed_count(&st);
-            if st.freed || (count == 0 && !st.attr_dirty) {
+            if st.freed() || (count == 0 && !st.attr_dirty()) {
                 return Ok(());
             }
             count as u64
         };
         self.ensure_space(m, count + 1)?;
         let mut st = cell.lock();
-        if st.freed || (!has_unsealed(&st) && !st.attr_dirty) {
+        if st.freed() || (!has_unsealed(&st) && !st.attr_dirty()) {
             // The superblock refresh `ensure_space` ran took everything already.
             return Ok(());
         }
@@ -142,16 +142,16 @@ impl Engine {
                 .contains(&ino);
             debug_assert!(
                 listed
-                    || st.freed
-                    || st.kind != crate::tbfs::FileKind::File
+                    || st.freed()
+                    || st.kind() != crate::tbfs::FileKind::File
                     || !sealable(m, ino, &st),
                 "inode {ino} has data to seal and is not listed to be sealed (unsealed buffers: \
                  {}, attributes changed: {}, placed: {}, pending: {}, open: {})",
                 has_unsealed(&st),
-                st.attr_dirty,
+                st.attr_dirty(),
                 m.ns_changed.contains(&ino),
                 m.pending.contains(&ino),
-                st.open
+                st.open_handles()
             );
         }
     }
@@ -162,10 +162,10 @@ impl Engine {
     /// and the number may belong to a newer file by then (the next list drops numbers no file
     /// has).
     pub(crate) fn settle_sealed(&self, m: &State, ino: u64, st: &crate::tbfs::inode::InodeState) {
-        if st.freed {
+        if st.freed() {
             return;
         }
-        if st.kind != crate::tbfs::FileKind::File || !sealable(m, ino, st) {
+        if st.kind() != crate::tbfs::FileKind::File || !sealable(m, ino, st) {
             self.dirty
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -196,11 +196,11 @@ impl Engine {
             }
             taken += 1;
             let st = cell.lock();
-            if !st.freed && st.kind == crate::tbfs::FileKind::File {
+            if !st.freed() && st.kind() == crate::tbfs::FileKind::File {
                 // Every buffer, sealed ones still in flight too: a bound taken without walking
                 // the buffers, which the loop below walks anyway (walking them here as well was
                 // a third of sealing's time under `meta`).
-                count += st.dirty.len() as u64 + 1;
+                count += st.dirty().len() as u64 + 1;
             }
         }
         let cells = &cells[..taken];
@@ -215,7 +215,8 @@ impl Engine {
         let mut done = Vec::with_capacity(cells.len());
         for cell in cells {
             let mut st = cell.lock();
-            if st.freed || st.kind != crate::tbfs::FileKind::File || !sealable(m, cell.ino, &st) {
+            if st.freed() || st.kind() != crate::tbfs::FileKind::File || !sealable(m, cell.ino, &st)
+            {
                 // A placed file's attributes wait for the checkpoint: no log is opened for it.
                 self.settle_sealed(m, cell.ino, &st);
                 continue;
@@ -232,7 +233,7 @@ impl Engine {
         }
         let closed = if open {
             // Buffers go once the last log is written.
-            m.writer.release = done;
+            m.writer.hand_release(done);
             self.log_close(m, FLAG_END)
         } else {
             Ok(())
@@ -257,7 +258,7 @@ impl Engine {
         ino: u64,
         st: &mut crate::tbfs::inode::InodeState,
     ) -> Result<Vec<(u64, u64)>> {
-        m.writer.charge = st.charge;
+        m.writer.charge = st.charge();
         let flush = self.config.barrier == Barrier::EveryLog;
         let placed = m.ns_changed.contains(&ino);
         let kind = if placed {
@@ -265,13 +266,14 @@ impl Engine {
         } else {
             DescKind::Data
         };
-        let mut written = Vec::with_capacity(st.dirty.len());
-        for (&block, d) in st.dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
+        let mut written = Vec::with_capacity(st.dirty().len());
+        let (map, dirty) = st.map_and_dirty_mut();
+        for (&block, d) in dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
             let (gen, data, crc) = (d.gen, d.share_with_log(), d.crc());
             let addr = self.log_add_shared(m, kind, ino, 0, block, data, Some(crc))?;
             // The log the block went into (`log_add_shared` may have rolled to a new one).
             d.sealed_in = Some((m.writer.seq, flush));
-            let old = st.map.set(block, addr);
+            let old = map.set(block, addr);
             m.seg_inc(addr, self.segment_blocks);
             match (old, placed) {
                 (0, _) => {}
@@ -285,13 +287,13 @@ impl Engine {
             self.count(|c| c.placed_blocks += n);
             return Ok(written);
         }
-        self.log_add_attr(m, ino, st.size, st.mtime_ns)?;
-        st.attr_dirty = false;
+        self.log_add_attr(m, ino, st.size(), st.mtime_ns())?;
+        st.attr_logged();
         // Recovery replays the file's part of the run only with its attributes record
         // (`recovery::unfinished_run_data`). The record always joins the log of the file's last
         // block (descriptors are kept for it), which a sync of the file waits for.
         debug_assert!(written.last().is_none_or(|&(block, _)| {
-            st.dirty[&block]
+            st.dirty()[&block]
                 .sealed_in
                 .is_some_and(|(seq, _)| seq == m.writer.seq)
         }));
@@ -310,8 +312,8 @@ impl Engine {
         for &(block, gen) in written {
             // A buffer is sealed once per generation (`DirtyBlock::sealed_in`), so the same
             // generation is never waiting in a later log.
-            if st.dirty.get(&block).is_some_and(|d| d.gen == gen) {
-                if let Some(d) = st.dirty.remove(&block) {
+            if st.dirty().get(&block).is_some_and(|d| d.gen == gen) {
+                if let Some(d) = st.dirty_mut().remove(&block) {
                     spare.push(d.into_data());
                 }
                 released += BLOCK_U64;
@@ -323,16 +325,19 @@ impl Engine {
 
 /// How many of a file's buffered blocks are not yet in a sealed log.
 pub(crate) fn unsealed_count(st: &crate::tbfs::inode::InodeState) -> usize {
-    st.dirty.values().filter(|d| d.sealed_in.is_none()).count()
+    st.dirty()
+        .values()
+        .filter(|d| d.sealed_in.is_none())
+        .count()
 }
 
 /// Whether any of a file's buffered blocks is not yet in a sealed log.
 pub(crate) fn has_unsealed(st: &crate::tbfs::inode::InodeState) -> bool {
-    st.dirty.values().any(|d| d.sealed_in.is_none())
+    st.dirty().values().any(|d| d.sealed_in.is_none())
 }
 
 /// Whether a data-only log can take something from file `ino` now: buffers in no sealed log, or
 /// attributes, unless only a checkpoint may record the file ([`Engine::seal_file_data`]).
 pub(crate) fn sealable(m: &State, ino: u64, st: &crate::tbfs::inode::InodeState) -> bool {
-    has_unsealed(st) || (st.attr_dirty && !m.ns_changed.contains(&ino))
+    has_unsealed(st) || (st.attr_dirty() && !m.ns_changed.contains(&ino))
 }

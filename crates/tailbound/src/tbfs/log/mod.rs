@@ -19,32 +19,150 @@ pub(crate) mod write;
 /// sealed into [`Engine::log_queue`]; the log writer ([`LogWriter`]) writes them in order.
 #[derive(Debug, Default)]
 pub(crate) struct Writer {
-    pub pos: u64,
-    pub cur_seg: u64,
-    pub next_seg: u64,
+    pos: u64,
+    cur_seg: u64,
+    next_seg: u64,
     /// Sequence of the next log.
-    pub seq: u64,
-    pub log: Option<LogBuild>,
+    seq: u64,
+    log: Option<LogBuild>,
     /// Buffered blocks the next sealed log releases once it is written: `(inode, [(block,
     /// generation)])`, set by a commit just before its last log is sealed.
-    pub release: Vec<Release>,
+    release: Vec<Release>,
     /// Ahead payloads sealed under the current hold of `meta`: the holder writes them after
     /// it lets go ([`StateGuard`]).
-    pub sealed_ahead: Vec<Arc<AheadPayload>>,
+    sealed_ahead: Vec<Arc<AheadPayload>>,
     /// Smaller ahead logs sealed under the current hold, written whole by the log writer:
     /// `(sequence, inodes, flush)`.
-    pub sealed_small: Vec<(u64, Vec<u64>, bool)>,
+    sealed_small: Vec<SealedSmall>,
     /// Whose I/O the data-only logs being laid out are (their files' last writer's); `None`
     /// outside a data commit, so other logs stay the I/O of the thread writing them.
-    pub charge: Option<crate::sched::Charge>,
+    charge: Option<crate::sched::Charge>,
     /// A checkpoint a superblock follows at once is being laid out: its logs are not flushed on
     /// their own under `every-checkpoint`, the superblock's flush covers them (see
     /// [`Engine::commit_checkpoint_for_superblock`]).
-    pub refreshing: bool,
+    refreshing: bool,
     /// A direct write's logs are being laid out: every one with a payload has it written apart
     /// from its summary, however small, so the write waits for no other log
     /// ([`Engine::write_direct`]).
-    pub direct: bool,
+    direct: bool,
+}
+
+/// A small ahead log sealed under the current hold of `meta`: `(sequence, inodes, flush)`.
+pub(crate) type SealedSmall = (u64, Vec<u64>, bool);
+
+/// The rules of the writer's place, kept by the methods that move it (in `build`):
+///
+/// - The position only moves forward within the current segment, and a log's sequence is one
+///   above the one before it: [`Writer::log_closed`].
+/// - The next segment is never the current one: [`Writer::enter_next_segment`],
+///   [`Writer::set_next_seg`].
+/// - A commit hands the buffers its last log releases to the writer once, and the log sealed
+///   next takes them all ([`Writer::hand_release`]).
+impl Writer {
+    /// A writer at block `pos` of segment `cur_seg`, going to `next_seg` after it (`u64::MAX`
+    /// while recovery has not chosen one), whose next log is numbered `seq`.
+    pub fn new(pos: u64, cur_seg: u64, next_seg: u64, seq: u64) -> Writer {
+        Writer {
+            pos,
+            cur_seg,
+            next_seg,
+            seq,
+            ..Writer::default()
+        }
+    }
+
+    /// The sequence of the next log.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The block the next log starts at.
+    pub fn pos(&self) -> u64 {
+        self.pos
+    }
+
+    pub fn cur_seg(&self) -> u64 {
+        self.cur_seg
+    }
+
+    pub fn next_seg(&self) -> u64 {
+        self.next_seg
+    }
+
+    /// Segment `s` is the one being written or the one the writer goes to next: neither may be
+    /// cleaned or handed out.
+    pub fn holds_segment(&self, s: u64) -> bool {
+        s == self.cur_seg || s == self.next_seg
+    }
+
+    /// Recovery chose the segment to go to after the current one (the superblock named none).
+    pub fn set_next_seg(&mut self, s: u64) {
+        assert!(s != self.cur_seg, "segment {s} chosen to follow itself");
+        self.next_seg = s;
+    }
+
+    /// The writer enters its next segment at block `start`, and `next` becomes the one after.
+    fn enter_next_segment(&mut self, next: u64, start: u64) {
+        assert!(
+            next != self.next_seg,
+            "segment {next} chosen to follow itself"
+        );
+        self.cur_seg = self.next_seg;
+        self.next_seg = next;
+        self.pos = start;
+    }
+
+    /// The open log was sealed, and the next one starts at `next_pos`, at most `seg_end`.
+    fn log_closed(&mut self, next_pos: u64, seg_end: u64) {
+        assert!(
+            self.pos < next_pos && next_pos <= seg_end,
+            "a log sealed at block {} moves the writer to {next_pos} (segment {} ends at \
+             {seg_end})",
+            self.pos,
+            self.cur_seg
+        );
+        self.seq = self.seq.checked_add(1).expect("log sequences ran out");
+        self.pos = next_pos;
+    }
+
+    /// The buffers the next sealed log releases once written (a commit's, just before it seals
+    /// its last log). Nothing else may be waiting for release then.
+    pub fn hand_release(&mut self, release: Vec<Release>) {
+        assert!(
+            self.release.is_empty(),
+            "{} inodes' buffers handed for release twice",
+            self.release.len()
+        );
+        self.release = release;
+    }
+
+    /// Marks the checkpoint being laid out as one a superblock follows at once; returns what it
+    /// was, for the caller to put back.
+    pub fn set_refreshing(&mut self, on: bool) -> bool {
+        std::mem::replace(&mut self.refreshing, on)
+    }
+
+    /// A direct write's logs begin (`true`) or end being laid out; they do not nest.
+    pub fn set_direct(&mut self, on: bool) {
+        assert!(
+            self.direct != on,
+            "a direct write's logs laid out within another's"
+        );
+        self.direct = on;
+    }
+
+    /// Ahead payloads were sealed under this hold of `meta`, and no smaller logs.
+    pub fn only_ahead_sealed(&self) -> bool {
+        !self.sealed_ahead.is_empty() && self.sealed_small.is_empty()
+    }
+
+    /// What was sealed under this hold of `meta`, for its holder to write after letting go.
+    pub fn take_sealed(&mut self) -> (Vec<Arc<AheadPayload>>, Vec<SealedSmall>) {
+        (
+            std::mem::take(&mut self.sealed_ahead),
+            std::mem::take(&mut self.sealed_small),
+        )
+    }
 }
 
 /// Buffered blocks of one inode a log writes, as `(block, generation)`: they go once it is
@@ -205,4 +323,65 @@ pub(crate) struct LogWriter {
     pub unflushed: bool,
     /// A log's summary and payload, for devices that do not take each block in place.
     pub buf: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tbfs::inode::InodeState;
+    use crate::tbfs::FileKind;
+
+    #[test]
+    fn a_sealed_log_moves_the_writer_forward_and_numbers_the_next() {
+        let mut w = Writer::new(10, 0, 1, 5);
+        w.log_closed(13, 64);
+        assert_eq!((w.pos(), w.seq()), (13, 6));
+        w.enter_next_segment(2, 64);
+        assert_eq!((w.cur_seg(), w.next_seg(), w.pos()), (1, 2, 64));
+        assert!(w.holds_segment(1) && w.holds_segment(2) && !w.holds_segment(0));
+    }
+
+    #[test]
+    #[should_panic(expected = "moves the writer to")]
+    fn a_log_sealed_without_moving_the_writer_fires_the_assertion() {
+        Writer::new(10, 0, 1, 5).log_closed(10, 64);
+    }
+
+    #[test]
+    #[should_panic(expected = "moves the writer to")]
+    fn a_log_sealed_past_its_segment_fires_the_assertion() {
+        Writer::new(60, 0, 1, 5).log_closed(65, 64);
+    }
+
+    #[test]
+    #[should_panic(expected = "chosen to follow itself")]
+    fn entering_a_segment_that_follows_itself_fires_the_assertion() {
+        Writer::new(10, 0, 1, 5).enter_next_segment(1, 64);
+    }
+
+    #[test]
+    #[should_panic(expected = "chosen to follow itself")]
+    fn recovery_choosing_the_current_segment_next_fires_the_assertion() {
+        Writer::new(10, 3, u64::MAX, 5).set_next_seg(3);
+    }
+
+    #[test]
+    #[should_panic(expected = "handed for release twice")]
+    fn buffers_handed_for_release_twice_fire_the_assertion() {
+        let cell = Arc::new(InodeCell {
+            ino: 2,
+            st: Mutex::new(InodeState::new(FileKind::File, 0o644, 0, (0, 0))),
+        });
+        let mut w = Writer::default();
+        w.hand_release(vec![(cell.clone(), vec![(0, 1)])]);
+        w.hand_release(vec![(cell, vec![(1, 2)])]);
+    }
+
+    #[test]
+    #[should_panic(expected = "within another's")]
+    fn nested_direct_writes_fire_the_assertion() {
+        let mut w = Writer::default();
+        w.set_direct(true);
+        w.set_direct(true);
+    }
 }

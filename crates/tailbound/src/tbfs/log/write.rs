@@ -362,7 +362,7 @@ impl Engine {
             .flush()
             .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
             .inspect_err(|e| self.poison(e));
-        self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
+        self.flush_ended();
         flushed?;
         self.count(|c| c.device_flushes += 1);
         self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
@@ -523,13 +523,13 @@ impl Engine {
                     Ok(_) => self.write_superblock_locked(&mut newest, sb, flush_first),
                     Err(e) => {
                         if flush_first {
-                            self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
+                            self.flush_ended();
                         }
                         Err(e)
                     }
                 }
             } else if flush_first {
-                self.flushes_running.fetch_sub(1, AtomicOrdering::AcqRel);
+                self.flush_ended();
                 Ok(())
             } else {
                 Ok(())

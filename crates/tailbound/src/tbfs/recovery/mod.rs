@@ -19,6 +19,7 @@ use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::SEGMENTS_MIN;
 use crate::tbfs::log::{LogWriter, Writer};
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::refresh::Refresh;
@@ -31,9 +32,6 @@ use crate::tbfs::{
 };
 use scan::*;
 use tree::*;
-
-/// Smallest pool: superblocks and a handful of segments.
-const SEGMENTS_MIN: u64 = 4;
 
 fn pool_id() -> [u8; 16] {
     let mut id = [0u8; 16];
@@ -59,7 +57,7 @@ fn new_inner(
     meta: State,
     log: LogWriter,
 ) -> Engine {
-    let written = meta.writer.seq;
+    let written = meta.writer.seq();
     // Threads waiting for `meta` or the log writer lend their I/O priority to the holder, unless
     // the pool is memory, whose commits are copies with no I/O priority to raise.
     let copies = dev.writes_are_copies();
@@ -74,7 +72,7 @@ fn new_inner(
     let widest = meta
         .inodes
         .values()
-        .map(|c| c.lock().map.blocks.len() as u64)
+        .map(|c| c.lock().map().blocks.len() as u64)
         .max()
         .unwrap_or(0);
     let budget = BufferBudget::new(config.dirty_bytes_max, widest);
@@ -156,14 +154,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
             segment_blocks,
             config.protection_period,
         ),
-        writer: Writer {
-            pos: format::FIRST_SEGMENT_BLOCK,
-            cur_seg: 0,
-            next_seg: 1,
-            seq: 1,
-            log: None,
-            ..Writer::default()
-        },
+        writer: Writer::new(format::FIRST_SEGMENT_BLOCK, 0, 1, 1),
         refresh: Refresh::new(0, now),
         ..State::default()
     };
@@ -232,7 +223,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Engine>>
     let rolled = roll_forward(applied, chain.first_incomplete, &tree.cells, &mut report);
     let retained = load_retention(&dev, &geo, &sb, &config, &tree.root, base.root, &mut report)?;
     let meta = memory_state(&sb, options, tree, &chain, &base, retained, rolled)?;
-    let cur_seg = meta.writer.cur_seg;
+    let cur_seg = meta.writer.cur_seg();
     let prev = chain.prev;
     let inner = Arc::new(new_inner(
         dev,
@@ -539,11 +530,11 @@ fn roll_forward(
                 DescKind::Data => {
                     if let Some(cell) = cell {
                         let mut st = cell.lock();
-                        if st.kind == FileKind::File
+                        if st.kind() == FileKind::File
                             && d.offset + d.blocks as u64 <= file_blocks_max
                         {
                             for i in 0..d.blocks as u64 {
-                                let old = st.map.set(d.offset + i, addr + i);
+                                let old = st.map_mut().set(d.offset + i, addr + i);
                                 if old != 0 {
                                     rewritten.push((old, log.summary.sequence));
                                 }
@@ -555,14 +546,12 @@ fn roll_forward(
                 DescKind::Attr => {
                     if let Some(cell) = cell {
                         let mut st = cell.lock();
-                        if st.kind == FileKind::File
+                        if st.kind() == FileKind::File
                             && d.offset <= crate::tbfs::limits::FILE_BYTES_MAX
                         {
-                            st.size = d.offset;
-                            st.mtime_ns = d.extra;
                             // Blocks wholly past the logged size were dropped before this log.
-                            let keep = st.size.div_ceil(BLOCK_U64);
-                            replaced.extend(st.map.truncate(keep));
+                            replaced.extend(st.truncate(d.offset).unmapped);
+                            st.set_mtime_ns(d.extra);
                         }
                     }
                 }
@@ -734,14 +723,7 @@ fn memory_state(
         dirs: Directories::loaded(dirs),
         pending,
         ifile: InodeFile::loaded(ifile, root.ifile_pages),
-        writer: Writer {
-            pos,
-            cur_seg,
-            next_seg,
-            seq,
-            log: None,
-            ..Writer::default()
-        },
+        writer: Writer::new(pos, cur_seg, next_seg, seq),
         seg,
         ckpt: Checkpoints::loaded(root.number, base.root, base.seq),
         refresh: Refresh::new(sb.generation, sb.created_ns),
@@ -776,13 +758,13 @@ fn segment_usage(
         };
         for (&ino, cell) in cells {
             let st = cell.lock();
-            st.map
+            st.map()
                 .blocks
                 .iter()
                 .filter(|&&a| a != 0)
                 .for_each(|&a| live(a));
-            st.map.node_addrs().for_each(&mut live);
-            if st.map.is_dirty() {
+            st.map().node_addrs().for_each(&mut live);
+            if st.map().is_dirty() {
                 pending.insert(ino);
             }
         }
@@ -818,7 +800,7 @@ fn link_counts(
     let mut nlinks = Vec::new();
     for (&ino, cell) in cells {
         let st = cell.lock();
-        let n = if st.kind == FileKind::Dir {
+        let n = if st.kind() == FileKind::Dir {
             2 + subdirs.get(&ino).copied().unwrap_or(0)
         } else {
             reached.get(&ino).copied().unwrap_or(0)
@@ -828,12 +810,12 @@ fn link_counts(
         } else {
             n
         };
-        if n != st.nlink {
+        if n != st.nlink() {
             nlinks.push((ino, n));
         }
     }
     for &(ino, n) in &nlinks {
-        cells[&ino].lock().nlink = n;
+        cells[&ino].lock().set_nlink(n);
         pending.insert(ino);
     }
 }
@@ -916,7 +898,7 @@ fn settle(
     let orphans: Vec<Arc<InodeCell>> = m
         .inodes
         .values()
-        .filter(|c| c.ino != ROOT_INO && c.lock().nlink == 0)
+        .filter(|c| c.ino != ROOT_INO && c.lock().nlink() == 0)
         .cloned()
         .collect();
     report.orphans_reclaimed = orphans.len() as u64;
@@ -925,13 +907,12 @@ fn settle(
         inner.sb_checkpoint_seq.store(0, AtomicOrdering::Release);
         // The chain rolled forward is durable from here on, so the segments its data-only
         // logs emptied may be reused by what recovery writes.
-        let end = m.writer.seq;
+        let end = m.writer.seq();
         inner.flush_written(end, "before recovery writes")?;
         for o in &orphans {
             inner.free_inode(&mut m, o);
         }
-        if m.writer.next_seg == u64::MAX {
-            m.writer.next_seg = m.writer.cur_seg;
+        if m.writer.next_seg() == u64::MAX {
             let pick = (1..=sb.segment_count)
                 .map(|i| (cur_seg + i) % sb.segment_count)
                 .find(|&s| {
@@ -942,7 +923,7 @@ fn settle(
                             .any(|l| segment_of(l.start, sb.segment_blocks) as u64 == s)
                 });
             match pick {
-                Some(s) => m.writer.next_seg = s,
+                Some(s) => m.writer.set_next_seg(s),
                 None => {
                     return Err(Error::NoSpace(
                         "recovery: no free segment to continue the log".into(),

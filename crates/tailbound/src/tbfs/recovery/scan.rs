@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::tbfs::format::{self, *};
+use crate::tbfs::limits::SCAN_WINDOW_BLOCKS;
 use crate::tbfs::{DeviceRef, Error, Result};
 
 /// Blocks read ahead in large requests, so scanning many small logs costs few device reads.
@@ -11,9 +12,6 @@ pub(crate) struct Window {
     start: u64,
     buf: Vec<u8>,
 }
-
-/// Blocks a scan reads ahead at once (within the current segment).
-pub(crate) const SCAN_WINDOW_BLOCKS: u64 = 256;
 
 impl Window {
     /// Blocks `[block, block + count)`, all inside the segment ending at `seg_end`.

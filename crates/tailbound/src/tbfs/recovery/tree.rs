@@ -199,27 +199,7 @@ pub(in crate::tbfs) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64
             }
             dirs.insert(ino, d);
         }
-        let st = InodeState {
-            kind,
-            mode: r.mode & 0o7777,
-            nlink: r.nlink,
-            size: r.size,
-            mtime_ns: r.mtime_ns,
-            ctime_ns: r.ctime_ns,
-            atime_ns: r.atime_ns,
-            uid: r.uid,
-            gid: r.gid,
-            rdev: r.rdev,
-            map,
-            dirty: BTreeMap::new(),
-            next_gen: 1,
-            attr_dirty: false,
-            open: 0,
-            freed: false,
-            charge: None,
-            names_gen: 0,
-            ckpt_seq: 0,
-        };
+        let st = InodeState::from_record(kind, r, map);
         cells.insert(
             ino,
             Arc::new(InodeCell {
@@ -243,7 +223,7 @@ pub(in crate::tbfs) fn load_tree(dev: &DeviceRef, geo: &Geometry, base_root: u64
                     format!("{name:?} names missing inode {child}"),
                 ));
             };
-            if (cell.lock().kind == FileKind::Dir) != is_dir {
+            if (cell.lock().kind() == FileKind::Dir) != is_dir {
                 return Err(corrupt(
                     &format!("directory {dir}"),
                     format!("{name:?} has the wrong type"),

@@ -21,19 +21,12 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 use crate::tbfs::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
 use crate::tbfs::inode::{now_ns, DirtyBlock};
 use crate::tbfs::lifecycle::GcReport;
-use crate::tbfs::limits::MIN_RECLAIMABLE;
+use crate::tbfs::limits::{
+    AGE_SIGNAL_SPREAD, BACKGROUND_VICTIMS, MIN_RECLAIMABLE, VICTIMS_PER_PASS,
+};
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::{Error, FileKind, Result};
-
-/// Most segments emptied by one cleaning checkpoint. Every pass writes a checkpoint, whose map
-/// nodes and inode pages are paid once per pass: fewer, larger passes copy the same blocks with
-/// less metadata. The space there is bounds a pass well before this.
-const VICTIMS_PER_PASS: usize = 32;
-/// Most segments the background cleaner empties per wake-up (it wakes every 100 ms), so it
-/// holds the metadata lock for short spells and its idle-class I/O stays a trickle beside the
-/// writers'.
-const BACKGROUND_VICTIMS: usize = 4;
 
 /// The priority of a background pass made under pressure ([`Engine::cleaning_is_urgent`]):
 /// best effort, lowest level, so it shares the device with best-effort writers by weight
@@ -106,10 +99,6 @@ fn age_spread(segments: impl Iterator<Item = (f64, f64)>) -> f64 {
     (sq / n - mean * mean).max(0.0).sqrt()
 }
 
-/// The spread of `ln λ` ([`age_spread`]) above which victims are chosen by cost-benefit, below
-/// which greedily.
-pub(crate) const AGE_SIGNAL_SPREAD: f64 = 1.3;
-
 /// Whether segment ages carry a signal worth choosing victims by ([`age_spread`]).
 pub(in crate::tbfs) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f64)>) -> bool {
     age_spread(segments) > AGE_SIGNAL_SPREAD
@@ -163,7 +152,7 @@ impl Engine {
         let mut refreshed = false;
         // Checkpoints whose protection ran out since the last checkpoint go first; a checkpoint
         // makes that durable (and releases the newest before it, if that too is unprotected).
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         let newest = m.ckpt.newest();
         let newest_pins = m.life.pins().any_anchored_at(newest)
             && m.life.retained(newest).is_some_and(|k| {
@@ -246,7 +235,7 @@ impl Engine {
                     // newest now (the next checkpoint releases that one too), and make the
                     // release durable so the segments it empties can be reused.
                     m.life.set_pressure(true);
-                    let seq = m.writer.seq;
+                    let seq = m.writer.seq();
                     let released = m.prune(seq, self.segment_blocks, false);
                     self.count(|c| c.protection_released += released);
                     continue;
@@ -294,7 +283,7 @@ impl Engine {
             // not avoid): a checkpoint releases them, if there is room for it now.
             // (A deferred flush makes every log so far durable.)
             let durable = if m.bg_clean.defer_io {
-                m.writer.seq
+                m.writer.seq()
             } else {
                 self.durable_seq.load(AtomicOrdering::Acquire)
             };
@@ -391,8 +380,7 @@ impl Engine {
         let sb_seq = self.sb_checkpoint_seq.load(AtomicOrdering::Acquire);
         let candidates: Vec<usize> = (0..self.segment_count as usize)
             .filter(|&s| {
-                s as u64 != m.writer.cur_seg
-                    && s as u64 != m.writer.next_seg
+                !m.writer.holds_segment(s as u64)
                     && m.seg.live(s) > 0
                     && !skip.contains(&s)
                     && m.cleanable(s, now)
@@ -509,7 +497,7 @@ impl Engine {
                         .map(|&v| m.seg.last_seq(v))
                         .max()
                         .unwrap_or(0);
-                    self.write_logs_until((newest + 1).min(m.writer.seq))?;
+                    self.write_logs_until((newest + 1).min(m.writer.seq()))?;
                     logs_written = true;
                 }
                 if !by_block {
@@ -608,10 +596,10 @@ impl Engine {
             return Ok(Some(false));
         };
         let mut st = cell.lock();
-        if st.kind != FileKind::File {
+        if st.kind() != FileKind::File {
             return Ok(None);
         }
-        if st.map.get(index) != a {
+        if st.map().get(index) != a {
             return Ok(Some(false));
         }
         if !*open {
@@ -620,11 +608,11 @@ impl Engine {
         }
         let copy = crate::tbfs::blocks::shared_copy(data);
         let addr = self.log_add_shared(m, DescKind::Data, ino, 0, index, copy.clone(), None)?;
-        self.copies.note(addr, m.writer.seq, copy);
-        st.map.set(index, addr);
+        self.copies.note(addr, m.writer.seq(), copy);
+        st.map_mut().set(index, addr);
         drop(st);
         m.seg_inc(addr, self.segment_blocks);
-        let seq = m.writer.seq;
+        let seq = m.writer.seq();
         m.seg_supersede(a, seq, self.segment_blocks);
         m.pending.insert(ino);
         Ok(Some(true))
@@ -649,10 +637,10 @@ impl Engine {
                     return false;
                 };
                 let mut st = cell.lock();
-                if st.map.get(index) != a {
+                if st.map().get(index) != a {
                     return false;
                 }
-                if st.kind == FileKind::Dir {
+                if st.kind() == FileKind::Dir {
                     // Directories are rewritten whole.
                     drop(st);
                     m.dirs.mark_dirty(ino);
@@ -661,16 +649,15 @@ impl Engine {
                 }
                 // A newer version may be buffered already; either way the next checkpoint must
                 // write this inode (a commit in progress may have taken it from the dirty set).
-                if !st.dirty.contains_key(&index) {
+                if !st.dirty().contains_key(&index) {
                     assert_eq!(
                         data.len(),
                         BLOCK,
                         "the cleaner read no bytes for live block {index} of inode {ino} at {a}"
                     );
-                    let gen = st.next_gen;
-                    st.next_gen += 1;
+                    let gen = st.take_gen();
                     let data = crate::tbfs::blocks::shared_copy(data);
-                    st.dirty.insert(index, DirtyBlock::new(gen, data));
+                    st.dirty_mut().insert(index, DirtyBlock::new(gen, data));
                     self.budget.add(BLOCK_U64);
                 }
                 drop(st);
@@ -688,11 +675,16 @@ impl Engine {
                 let mut st = cell.lock();
                 let l = level as usize;
                 if level == 0
-                    || st.map.nodes.get(l - 1).and_then(|n| n.get(index as usize)) != Some(&a)
+                    || st
+                        .map()
+                        .nodes
+                        .get(l - 1)
+                        .and_then(|n| n.get(index as usize))
+                        != Some(&a)
                 {
                     return false;
                 }
-                dirty_node(&mut st.map, level, index);
+                dirty_node(st.map_mut(), level, index);
                 drop(st);
                 m.pending.insert(ino);
                 true
@@ -766,7 +758,7 @@ impl Engine {
     fn any_block_live(&self, m: &State, ino: u64, offset: u64, addr: u64, blocks: u32) -> bool {
         m.inodes.get(ino).is_some_and(|c| {
             let st = c.lock();
-            (0..u64::from(blocks)).any(|i| st.map.get(offset + i) == addr + i)
+            (0..u64::from(blocks)).any(|i| st.map().get(offset + i) == addr + i)
         })
     }
 
@@ -776,7 +768,7 @@ impl Engine {
     fn live_file_block(&self, m: &State, ino: u64, index: u64, a: u64) -> bool {
         m.inodes.get(ino).is_some_and(|c| {
             let st = c.lock();
-            st.kind != FileKind::Dir && st.map.get(index) == a
+            st.kind() != FileKind::Dir && st.map().get(index) == a
         })
     }
 
@@ -885,7 +877,7 @@ impl Engine {
             };
             let victims = if light.is_empty() { full } else { light };
             m.bg_clean.reading.extend(victims.iter().copied());
-            (victims, m.writer.seq, self.cleaning_is_urgent(&m))
+            (victims, m.writer.seq(), self.cleaning_is_urgent(&m))
         };
         // Under pressure the pass is no longer idle-class I/O: held back behind best-effort
         // writers, it fell behind a steady copy until a writer's commit found too little room
@@ -914,7 +906,7 @@ impl Engine {
         m.bg_clean.read.clear();
         m.bg_clean.defer_io = false;
         let flush = std::mem::take(&mut m.bg_clean.flush);
-        let end = m.writer.seq;
+        let end = m.writer.seq();
         let more = self.free_blocks_up_to(&m, want) < want;
         m.unlock_fair_and_write()?;
         let cleaned = cleaned?;

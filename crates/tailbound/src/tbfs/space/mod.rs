@@ -12,22 +12,13 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
+use crate::tbfs::limits::{
+    BUFFER_LIMIT_MIN_BLOCKS, CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR,
+    RESERVE_BLOCKS_MIN,
+};
 use crate::tbfs::retention::{BlockPin, PinRun};
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
-
-/// The low-water mark is at most 1/this of the pool.
-const LOW_WATER_DIVISOR: u64 = 10;
-/// Segments of copies the low-water mark keeps room for in relaxed ordering: one victim's live
-/// blocks, what a light cleaning pass needs to make progress.
-const CLEAN_ROOM_SEGMENTS: u64 = 1;
-/// Segments of copies it keeps room for in strict ordering, where every pass is a checkpoint.
-const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
-/// Smallest space reserve, in blocks, whatever the segment size.
-const RESERVE_BLOCKS_MIN: u64 = 64;
-/// The least a writer may buffer before it commits however short space is
-/// ([`Engine::set_buffer_limit`]): 1 MiB, so a pool near full still commits in logs of some size.
-const BUFFER_LIMIT_MIN_BLOCKS: u64 = 256;
 
 impl Engine {
     /// Blocks the writer can still fill without reusing anything not yet reclaimable.
@@ -43,7 +34,7 @@ impl Engine {
     /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
     /// check on every sync does not walk the whole segment table.
     pub(super) fn free_blocks_up_to(&self, m: &State, enough: u64) -> u64 {
-        let mut free = self.seg_start(m.writer.cur_seg) + self.segment_blocks - m.writer.pos;
+        let mut free = self.seg_start(m.writer.cur_seg()) + self.segment_blocks - m.writer.pos();
         for s in 0..self.segment_count as usize {
             if free >= enough {
                 break;
@@ -59,10 +50,7 @@ impl Engine {
     pub(super) fn pending_free_segments(&self, m: &State) -> usize {
         (0..self.segment_count as usize)
             .filter(|&s| {
-                s as u64 != m.writer.cur_seg
-                    && s as u64 != m.writer.next_seg
-                    && m.seg.is_empty(s)
-                    && !self.segment_free(m, s)
+                !m.writer.holds_segment(s as u64) && m.seg.is_empty(s) && !self.segment_free(m, s)
             })
             .count()
     }
@@ -135,7 +123,7 @@ impl Engine {
         // background pass does no device I/O under `meta`: what it sealed is written once it
         // lets `meta` go, and it works in the room there is now.
         if !m.bg_clean.defer_io {
-            self.write_logs_until(m.writer.seq + 1)?;
+            self.write_logs_until(m.writer.seq() + 1)?;
             if self.free_blocks_up_to(m, want) >= want {
                 return Ok(());
             }
@@ -432,8 +420,7 @@ impl Engine {
     /// Whether segment `s` would be free once every log below `durable` is durable.
     pub(super) fn segment_free_if_durable(&self, m: &State, s: usize, durable: u64) -> bool {
         let w = &m.writer;
-        s as u64 != w.cur_seg
-            && s as u64 != w.next_seg
+        !w.holds_segment(s as u64)
             && m.seg.is_empty(s)
             && m.seg.dead_at(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
             && m.seg.last_seq(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
