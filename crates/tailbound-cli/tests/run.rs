@@ -657,14 +657,12 @@ fn programs_that_fill_a_pool_get_enospc_and_the_pool_stays_usable() {
 
 #[test]
 fn fifos_join_processes_of_separate_runs_and_device_nodes_open_the_device() {
-    let m = Mount::new();
+    let m = mount();
     let fifo = format!("{}/pipe", m.dir);
     ok("mkfifo", &m.run("mkfifo", &[&fifo]));
     // The writer blocks in its open until a reader opens the same pipe from another `run`.
-    let writer = Command::new(tailbound())
-        .args(["run", "--mount"])
-        .arg(format!("{}={}", m.dir, m.pool.display()))
-        .args(["--", "sh", "-c", &format!("echo through-the-pipe > {fifo}")])
+    let writer = m
+        .command("sh", &["-c", &format!("echo through-the-pipe > {fifo}")])
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("starting the writer");
@@ -728,7 +726,7 @@ m.close()
 
 #[test]
 fn an_o_trunc_open_by_another_process_truncates_a_mapped_file() {
-    let m = Mount::new();
+    let m = mount();
     let out = ok(
         "python3",
         &m.run("python3", &["-c", MAPPED_THEN_TRUNCATED, &m.dir]),
