@@ -126,6 +126,66 @@ pub struct CleanerCase {
     /// Checkpoints written while measuring (each cleaning pass writes one).
     pub checkpoints: u64,
     pub user_bytes: u64,
+    /// What the cleaner saw while measuring (`FsCounters::cleaning_passes` and beside it).
+    pub seen: CleanerSeen,
+}
+
+/// What the cleaner saw, averaged over its passes while measuring: what tells its write
+/// amplification apart from the greedy model's.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CleanerSeen {
+    pub passes: u64,
+    /// Free segments as a pass began: space the writer keeps unused, which the live data does
+    /// not fill and the cleaner does not choose from.
+    pub free_segments: f64,
+    /// Live blocks over the blocks of the segments not free as a pass began.
+    pub effective_utilisation: f64,
+    /// Live fraction of the victims chosen, and of as many of the emptiest written segments.
+    pub victim_live_fraction: f64,
+    pub greedy_live_fraction: f64,
+    /// Of the victims' blocks, the share past the end of what had been written in them.
+    pub unwritten_fraction: f64,
+    /// Of the victims, the share holding both the host's data and the cleaner's copies.
+    pub mixed_fraction: f64,
+}
+
+impl CleanerSeen {
+    fn between(
+        before: &tailbound::tbfs::FsCounters,
+        after: &tailbound::tbfs::FsCounters,
+        segment_blocks: u64,
+        total_blocks: u64,
+    ) -> CleanerSeen {
+        let passes = after.cleaning_passes - before.cleaning_passes;
+        let victims = after.victims_chosen - before.victims_chosen;
+        // A ratio of nothing is reported as nothing.
+        let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
+        let free = per(after.pass_free_blocks - before.pass_free_blocks, passes);
+        let live = per(after.pass_live_blocks - before.pass_live_blocks, passes);
+        let victim_blocks = victims * segment_blocks;
+        CleanerSeen {
+            passes,
+            free_segments: free / segment_blocks as f64,
+            effective_utilisation: if total_blocks as f64 > free {
+                live / (total_blocks as f64 - free)
+            } else {
+                0.0
+            },
+            victim_live_fraction: per(
+                after.victim_live_blocks - before.victim_live_blocks,
+                victim_blocks,
+            ),
+            greedy_live_fraction: per(
+                after.greedy_live_blocks - before.greedy_live_blocks,
+                victim_blocks,
+            ),
+            unwritten_fraction: per(
+                after.victim_unwritten_blocks - before.victim_unwritten_blocks,
+                victim_blocks,
+            ),
+            mixed_fraction: per(after.victims_mixed - before.victims_mixed, victims),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -148,6 +208,7 @@ struct Run {
     metadata_blocks: u64,
     checkpoints: u64,
     user_bytes: u64,
+    seen: CleanerSeen,
 }
 
 /// SplitMix64.
@@ -422,6 +483,12 @@ impl CleanerBench {
             metadata_blocks: after.metadata_blocks - before.metadata_blocks,
             checkpoints: after.checkpoints - before.checkpoints,
             user_bytes: user,
+            seen: CleanerSeen::between(
+                &before,
+                &after,
+                self.segment_bytes / BLOCK,
+                capacity_blocks,
+            ),
         })
     }
 
@@ -473,6 +540,7 @@ impl CleanerBench {
                     blocks_copied: med.blocks_copied,
                     checkpoints: med.checkpoints,
                     user_bytes: med.user_bytes,
+                    seen: med.seen,
                 });
                 i += 1;
             }
@@ -554,10 +622,79 @@ impl CleanerReport {
                 c.checkpoints.to_string(),
             ]);
         }
+        let mut seen = Table::new(vec![
+            "workload".into(),
+            "utilisation".into(),
+            "passes".into(),
+            "free segments at a pass".into(),
+            "effective utilisation".into(),
+            "victims' live fraction".into(),
+            "greedy's".into(),
+            "unwritten".into(),
+            "mixed victims".into(),
+        ]);
+        for c in &self.cases {
+            let s = &c.seen;
+            seen.push(vec![
+                c.workload.into(),
+                format!("{:.0} %", c.utilisation * 100.0),
+                s.passes.to_string(),
+                format!("{:.1}", s.free_segments),
+                format!("{:.3}", s.effective_utilisation),
+                format!("{:.3}", s.victim_live_fraction),
+                format!("{:.3}", s.greedy_live_fraction),
+                format!("{:.3}", s.unwritten_fraction),
+                format!("{:.2}", s.mixed_fraction),
+            ]);
+        }
         format!(
-            "{}\n{}",
+            "{}\nWhat the cleaner saw (the median run, averaged over its passes):\n\n{}\n{}",
             t.to_markdown(),
+            seen.to_markdown(),
             crate::report::targets_markdown(&self.targets)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CleanerSeen;
+    use tailbound::tbfs::FsCounters;
+
+    #[test]
+    fn what_the_cleaner_saw_is_averaged_over_its_passes_and_victims() {
+        let before = FsCounters {
+            cleaning_passes: 10,
+            pass_free_blocks: 5_000,
+            pass_live_blocks: 1_000_000,
+            victims_chosen: 100,
+            victim_live_blocks: 12_800,
+            greedy_live_blocks: 12_000,
+            victims_mixed: 3,
+            ..Default::default()
+        };
+        // 2 passes of 4 victims of 256 blocks, 1,024 blocks free and 3,584 live at each, in a
+        // pool of 8,192 blocks.
+        let after = FsCounters {
+            cleaning_passes: 12,
+            pass_free_blocks: 5_000 + 2 * 1_024,
+            pass_live_blocks: 1_000_000 + 2 * 3_584,
+            victims_chosen: 108,
+            victim_live_blocks: 12_800 + 1_024,
+            greedy_live_blocks: 12_000 + 512,
+            victim_unwritten_blocks: 256,
+            victims_mixed: 5,
+            ..before
+        };
+        let s = CleanerSeen::between(&before, &after, 256, 8_192);
+        assert_eq!(s.passes, 2);
+        assert_eq!(s.free_segments, 4.0);
+        assert_eq!(s.effective_utilisation, 0.5);
+        assert_eq!(s.victim_live_fraction, 0.5);
+        assert_eq!(s.greedy_live_fraction, 0.25);
+        assert_eq!(s.unwritten_fraction, 0.125);
+        assert_eq!(s.mixed_fraction, 0.25);
+        let none = CleanerSeen::between(&after, &after, 256, 8_192);
+        assert_eq!((none.passes, none.victim_live_fraction), (0, 0.0));
     }
 }

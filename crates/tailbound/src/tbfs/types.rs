@@ -473,6 +473,20 @@ pub struct FsCounters {
     pub blocks_copied: u64,
     /// Cleaning passes whose copies went out as data-only logs, with no checkpoint.
     pub light_cleaning_passes: u64,
+    /// What the cleaner saw, summed over its passes (`cleaning_passes`), to tell its write
+    /// amplification apart: the free blocks and the live blocks in the pool as each pass began;
+    /// the victims it chose and their live blocks, and the live blocks of as many of the
+    /// emptiest segments (greedy's choice over every written segment but the writer's, had it
+    /// been free to take any); the blocks of its victims past the end of what had been written
+    /// in them; and the victims that held both the host's data and the cleaner's copies.
+    pub cleaning_passes: u64,
+    pub pass_free_blocks: u64,
+    pub pass_live_blocks: u64,
+    pub victims_chosen: u64,
+    pub victim_live_blocks: u64,
+    pub greedy_live_blocks: u64,
+    pub victim_unwritten_blocks: u64,
+    pub victims_mixed: u64,
     /// File blocks written in data-only logs as placed data, for the next checkpoint to map:
     /// buffered data of files with a change only a checkpoint records.
     pub placed_blocks: u64,

@@ -54,6 +54,7 @@ impl Engine {
         let pos = m.writer.pos;
         // Its age is that of the newest data its logs hold (set as they close).
         m.life.entered_segment(seg, next, pos);
+        m.seg.entered(seg);
         Ok(())
     }
 
@@ -349,6 +350,9 @@ impl Engine {
         }));
         let seg = m.writer.cur_seg as usize;
         m.seg.note_written(seg, m.writer.seq);
+        // The summary is metadata: what else is not is file or directory data.
+        let data_blocks = (1 + payload_blocks as u64).saturating_sub(metadata_blocks);
+        m.seg.note_data(seg, data_blocks, m.cleaning.copying());
         // The cleaner's copies keep the age of the segments they come from, so data that stays
         // cold looks old to cost-benefit wherever it is moved.
         m.life.log_closed(seg, summary_time);

@@ -29,6 +29,7 @@ impl Engine {
             }
             count as u64
         };
+        m.cleaning.buffer_seal_checks_space();
         self.ensure_space(m, count + 1)?;
         let mut st = cell.lock();
         if st.freed() || (!has_unsealed(&st) && !st.attr_dirty()) {
@@ -207,6 +208,7 @@ impl Engine {
         if count == 0 {
             return Ok(taken);
         }
+        m.cleaning.buffer_seal_checks_space();
         match self.ensure_space(m, count + count / 64 + 1) {
             Err(Error::NoSpace(_)) if if_room => return Ok(taken),
             r => r?,

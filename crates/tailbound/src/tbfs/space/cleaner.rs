@@ -166,8 +166,15 @@ impl Engine {
         // Buffered data goes out first, in its own logs, so the copies that follow fill
         // segments of their own and keep their age (without room for it now, it waits for the
         // cleaning checkpoint).
+        let mut want = want;
         if self.buffer_in_data_logs() {
+            let free = self.free_blocks(m);
             self.commit_data_logs(m, true)?;
+            // When the space check that runs this cleaning is a buffer seal's, it asked room
+            // for that very buffer: written, it is not cleaned for a second time.
+            // (Saturating: a seal that freed segments took nothing.)
+            let sealed = free.saturating_sub(self.free_blocks(m));
+            want = want.saturating_sub(m.cleaning.note_sealed_first(sealed));
         }
         // Light passes (`light_cleaning`: relaxed ordering and a newest checkpoint nothing keeps)
         // write the copies of file data as data-only logs, which roll-forward replays over the
@@ -244,30 +251,32 @@ impl Engine {
             }
             let free_before = self.free_blocks(m);
             m.cleaning.pass_started();
+            self.count_pass(m, &victims, free_before);
             // The copies are as old as the youngest data they come from.
             let age = victims.iter().map(|&v| m.life.segment_written(v)).max();
             m.life.start_copies(age);
-            let moved = self
-                .move_live(m, &victims, light)
-                .and_then(|(copied, metadata)| {
-                    if !light {
-                        return self.refresh_for_cleaner(m).map(|()| (copied, false));
+            m.cleaning.set_copying(true);
+            let moved = self.move_live(m, &victims, light);
+            m.cleaning.set_copying(false);
+            let moved = moved.and_then(|(copied, metadata)| {
+                if !light {
+                    return self.refresh_for_cleaner(m).map(|()| (copied, false));
+                }
+                if m.bg_clean.defer_io {
+                    m.bg_clean.flush = true;
+                } else {
+                    self.flush_logs(m, "after cleaning")?;
+                }
+                if metadata > 0 {
+                    // Live metadata moves at a checkpoint; without room for one now (it
+                    // writes the buffered data too), at a later one.
+                    match self.refresh_for_cleaner(m) {
+                        Ok(()) | Err(Error::NoSpace(_)) => {}
+                        Err(e) => return Err(e),
                     }
-                    if m.bg_clean.defer_io {
-                        m.bg_clean.flush = true;
-                    } else {
-                        self.flush_logs(m, "after cleaning")?;
-                    }
-                    if metadata > 0 {
-                        // Live metadata moves at a checkpoint; without room for one now (it
-                        // writes the buffered data too), at a later one.
-                        match self.refresh_for_cleaner(m) {
-                            Ok(()) | Err(Error::NoSpace(_)) => {}
-                            Err(e) => return Err(e),
-                        }
-                    }
-                    Ok((copied, metadata == 0))
-                });
+                }
+                Ok((copied, metadata == 0))
+            });
             m.life.end_copies();
             let (copied, was_light) = moved?;
             // The newest checkpoint before the cleaning one may still pin the old copies (it
@@ -331,6 +340,36 @@ impl Engine {
             }
         }
         Ok(report)
+    }
+
+    /// Counts what a pass about to clean `victims` sees (`FsCounters::cleaning_passes` and
+    /// the figures beside it), with `free` blocks free.
+    fn count_pass(&self, m: &State, victims: &[usize], free: u64) {
+        let w = &m.writer;
+        let mut written: Vec<u32> = (0..self.segment_count as usize)
+            .filter(|&s| s as u64 != w.cur_seg && s as u64 != w.next_seg && m.seg.live(s) > 0)
+            .map(|s| m.seg.live(s))
+            .collect();
+        let n = victims.len().min(written.len());
+        let greedy: u64 = if n == 0 {
+            0
+        } else {
+            written.select_nth_unstable(n - 1);
+            written[..n].iter().map(|&l| u64::from(l)).sum()
+        };
+        let live: u64 = m.seg.live_counts().iter().map(|&l| u64::from(l)).sum();
+        let chosen: u64 = victims.iter().map(|&v| u64::from(m.seg.live(v))).sum();
+        let mixed = victims.iter().filter(|&&v| m.seg.mixed(v)).count() as u64;
+        let total = self.segment_blocks * self.segment_count;
+        self.count(|c| {
+            c.cleaning_passes += 1;
+            c.pass_free_blocks += free.min(total);
+            c.pass_live_blocks += live;
+            c.victims_chosen += victims.len() as u64;
+            c.victim_live_blocks += chosen;
+            c.greedy_live_blocks += greedy;
+            c.victims_mixed += mixed;
+        });
     }
 
     /// In a background pass on a device whose reads are I/O, keeps only the victims read
@@ -573,6 +612,9 @@ impl Engine {
                 }
                 pos = end;
             }
+            // What the writer left unwritten in the victim (a segment it left early).
+            let unwritten = sb - pos.min(sb);
+            self.count(|c| c.victim_unwritten_blocks += unwritten);
         }
         if open {
             self.log_close(m, format::FLAG_END)?;

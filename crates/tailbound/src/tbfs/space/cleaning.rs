@@ -17,6 +17,17 @@ pub(crate) struct Cleaning {
     /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a pass
     /// changes maps and marks blocks it must write.
     passes: u64,
+    /// A pass is copying live blocks: the logs closed meanwhile carry the cleaner's output, not
+    /// the host's (counted apart per segment, `SegmentTable::note_data`).
+    copying: bool,
+    /// The space check about to run is for sealing the buffered data. Taken by that check.
+    buffer_check: bool,
+    /// The room a buffer seal's space check asked for, when that check runs the cleaning
+    /// running (0 otherwise): what the cleaner seals of the buffer before its passes is what
+    /// the check asked room for, up to this much.
+    for_buffer: u64,
+    /// Blocks the cleaner's seal of the buffer before its passes took, up to `for_buffer`.
+    sealed_first: u64,
 }
 
 impl Cleaning {
@@ -49,6 +60,59 @@ impl Cleaning {
             .passes
             .checked_add(1)
             .expect("cleaning pass count overflow");
+    }
+
+    /// Whether a pass is copying live blocks.
+    pub(crate) fn copying(&self) -> bool {
+        self.copying
+    }
+
+    /// A pass starts (`true`) or ends copying live blocks.
+    pub(crate) fn set_copying(&mut self, copying: bool) {
+        assert!(
+            self.running || !copying,
+            "a cleaning pass's copies outside cleaning"
+        );
+        self.copying = copying;
+    }
+
+    /// The next space check is for sealing the buffered data.
+    pub(crate) fn buffer_seal_checks_space(&mut self) {
+        self.buffer_check = true;
+    }
+
+    /// Whether the space check starting is for sealing the buffered data; cleared for what it
+    /// runs.
+    pub(crate) fn take_buffer_check(&mut self) -> bool {
+        std::mem::take(&mut self.buffer_check)
+    }
+
+    /// The cleaning about to start is a buffer seal's that asked room for `need` blocks (0: it
+    /// is not a buffer seal's); `sealed_first` starts again from nothing.
+    pub(crate) fn set_for_buffer(&mut self, need: u64) {
+        assert!(
+            !self.running,
+            "a buffer seal's cleaning set inside cleaning"
+        );
+        self.for_buffer = need;
+        self.sealed_first = 0;
+    }
+
+    /// The cleaner sealed the buffer before its passes, taking `blocks`; returns what of them
+    /// the buffer seal whose space check runs this cleaning asked room for (none if no buffer
+    /// seal's did).
+    pub(crate) fn note_sealed_first(&mut self, blocks: u64) -> u64 {
+        assert!(self.running, "a buffer sealed first outside cleaning");
+        let counted = blocks.min(self.for_buffer - self.sealed_first);
+        self.sealed_first += counted;
+        counted
+    }
+
+    /// The blocks the cleaner's seal of the buffer took for the buffer seal whose space check
+    /// ran it, at most the room it asked for; that cleaning is over.
+    pub(crate) fn take_sealed_first(&mut self) -> u64 {
+        self.for_buffer = 0;
+        std::mem::take(&mut self.sealed_first)
     }
 
     /// The next space check is a checkpoint's.
@@ -89,10 +153,43 @@ mod tests {
         c.set_gain(12);
         assert_eq!((c.running(), c.passes(), c.gain()), (true, 1, 12));
         c.set_gain(0);
+        c.set_copying(true);
+        assert!(c.copying());
+        c.set_copying(false);
         c.end();
         c.checkpoint_checks_space();
         assert!(c.take_checkpoint_check());
         assert!(!c.take_checkpoint_check());
+    }
+
+    #[test]
+    fn a_buffer_sealed_first_counts_for_the_buffer_seal_that_cleaned_only() {
+        let mut c = Cleaning::default();
+        c.buffer_seal_checks_space();
+        assert!(c.take_buffer_check());
+        assert!(!c.take_buffer_check(), "taken once");
+        c.set_for_buffer(50);
+        c.start();
+        assert_eq!(c.note_sealed_first(40), 40);
+        assert_eq!(
+            c.note_sealed_first(30),
+            10,
+            "no more than the seal asked room for"
+        );
+        c.end();
+        assert_eq!(c.take_sealed_first(), 50);
+        assert_eq!(c.take_sealed_first(), 0, "taken once");
+        c.set_for_buffer(0);
+        c.start();
+        assert_eq!(c.note_sealed_first(7), 0, "another check's cleaning");
+        c.end();
+        assert_eq!(c.take_sealed_first(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside cleaning")]
+    fn a_buffer_sealed_first_outside_cleaning_is_caught() {
+        Cleaning::default().note_sealed_first(1);
     }
 
     #[test]

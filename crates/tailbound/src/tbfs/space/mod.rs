@@ -6,6 +6,8 @@ pub(crate) mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
 pub(crate) mod cleaning;
+#[cfg(test)]
+mod room_tests;
 pub(crate) mod segments;
 
 use std::sync::atomic::Ordering as AtomicOrdering;
@@ -88,7 +90,8 @@ impl Engine {
     pub(super) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
         // Taken, so the checks the cleaning below runs are their own.
         let for_checkpoint = m.cleaning.take_checkpoint_check();
-        let need = self.space_needed(blocks);
+        let for_buffer = m.cleaning.take_buffer_check();
+        let mut need = self.space_needed(blocks);
         let (reserve, low_water) = self.space_margins(m);
         // A write keeps the room the next checkpoint needs, which pays for its maps (see
         // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
@@ -143,7 +146,13 @@ impl Engine {
             }
             // Writers wait for the cleaner rather than fail. Cleaning that finds no room of its
             // own leaves the answer to the check below.
-            match self.clean(m, want, true) {
+            m.cleaning.set_for_buffer(if for_buffer { need } else { 0 });
+            let cleaned = self.clean(m, want, true);
+            // What the cleaner sealed of the buffer before its passes is written: a buffer seal
+            // needs room only for what is left of it (never below nothing: it is counted up to
+            // `need`).
+            need -= m.cleaning.take_sealed_first();
+            match cleaned {
                 Ok(_) | Err(Error::NoSpace(_)) => {}
                 Err(e) => return Err(e),
             }

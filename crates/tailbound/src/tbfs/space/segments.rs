@@ -27,6 +27,11 @@ pub(crate) struct SegmentTable {
     /// Blocks in each segment that the live tree no longer references but a retained checkpoint
     /// does (see `retention`).
     pinned: Vec<u32>,
+    /// File and directory data blocks written into each segment since the writer last entered
+    /// it: by the host (`host`), and copied by the cleaner (`copied`). Counts for the cleaner's
+    /// figures (a victim holding both mixes data of different ages), not for reuse.
+    host: Vec<u32>,
+    copied: Vec<u32>,
 }
 
 impl SegmentTable {
@@ -39,6 +44,8 @@ impl SegmentTable {
             soft_dead_at: vec![0; count],
             last_seq: vec![0; count],
             pinned: vec![0; count],
+            host: vec![0; count],
+            copied: vec![0; count],
         }
     }
 
@@ -144,6 +151,29 @@ impl SegmentTable {
         self.soft_dead_at[s] = self.soft_dead_at[s].max(at);
     }
 
+    /// The writer entered segment `s`: what it held before is gone.
+    pub fn entered(&mut self, s: usize) {
+        self.host[s] = 0;
+        self.copied[s] = 0;
+    }
+
+    /// `blocks` of data were written into segment `s`, copied by the cleaner or by the host.
+    pub fn note_data(&mut self, s: usize, blocks: u64, copied: bool) {
+        let count = if copied {
+            &mut self.copied[s]
+        } else {
+            &mut self.host[s]
+        };
+        // Saturating: a figure, and a segment holds far fewer blocks than this bounds.
+        *count = count.saturating_add(u32::try_from(blocks).unwrap_or(u32::MAX));
+    }
+
+    /// Whether segment `s` holds data both of the host and copied by the cleaner since the
+    /// writer last entered it.
+    pub fn mixed(&self, s: usize) -> bool {
+        self.host[s] > 0 && self.copied[s] > 0
+    }
+
     /// Log `seq` was laid out in segment `s`.
     pub fn note_written(&mut self, s: usize, seq: u64) {
         self.last_seq[s] = self.last_seq[s].max(seq);
@@ -176,6 +206,19 @@ mod tests {
         t.drop_live(1);
         t.drop_pinned_blocks(1, 1);
         assert!(t.is_empty(1) && t.is_empty(0));
+    }
+
+    #[test]
+    fn a_segment_is_mixed_once_it_holds_host_data_and_copies_until_entered_again() {
+        let mut t = SegmentTable::new(2, 8);
+        t.note_data(0, 3, false);
+        assert!(!t.mixed(0), "host data alone");
+        t.note_data(0, 2, true);
+        assert!(t.mixed(0) && !t.mixed(1));
+        t.entered(0);
+        assert!(!t.mixed(0), "entered again: nothing of before counts");
+        t.note_data(1, 4, true);
+        assert!(!t.mixed(1), "copies alone");
     }
 
     #[test]
