@@ -177,6 +177,12 @@ impl Fs {
         c
     }
 
+    /// Writes by tenant: bytes, and the time their writers waited for `meta`, cleaned inline
+    /// and waited for their payloads, since the pool was opened.
+    pub fn tenant_writes(&self) -> Vec<crate::tbfs::TenantWrites> {
+        self.inner.writes.snapshot()
+    }
+
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<File> {
         self.open_file_after_links(path, flags, 0)
     }
