@@ -28,9 +28,11 @@ impl WriterKey {
         }
     }
 
-    /// The key of the calling thread's work.
-    pub fn of_current_thread() -> WriterKey {
-        WriterKey::of(Charge::of_current_thread())
+    /// The key of the calling thread's work on `dev`, if it is charged to a tenant there (a
+    /// scheduler in front of it).
+    pub(crate) fn of_current_thread_on(dev: &dyn crate::dev::Device) -> Option<WriterKey> {
+        dev.charged()
+            .then(|| WriterKey::of(Charge::of_current_thread()))
     }
 }
 
@@ -81,8 +83,9 @@ fn nanos(d: Duration) -> u64 {
 }
 
 impl WriteCounts {
-    /// Adds to `key`'s counts.
-    pub(crate) fn add(&self, key: WriterKey, f: impl FnOnce(&mut TenantWrites)) {
+    /// Adds to `key`'s counts; nothing without a key (a pool without a scheduler).
+    pub(crate) fn add(&self, key: Option<WriterKey>, f: impl FnOnce(&mut TenantWrites)) {
+        let Some(key) = key else { return };
         let mut all = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
         // A handful of tenants: a linear search beats hashing.
         let at = match all.iter().position(|t| t.key == key) {
@@ -95,33 +98,33 @@ impl WriteCounts {
         f(&mut all[at]);
     }
 
-    pub(crate) fn wrote(&self, key: WriterKey, bytes: u64) {
+    pub(crate) fn wrote(&self, key: Option<WriterKey>, bytes: u64) {
         self.add(key, |t| {
             t.bytes = t.bytes.saturating_add(bytes);
             t.writes += 1;
         });
     }
 
-    pub(crate) fn waited_for_meta(&self, key: WriterKey, d: Duration) {
+    pub(crate) fn waited_for_meta(&self, key: Option<WriterKey>, d: Duration) {
         self.add(key, |t| {
             t.meta_wait_ns = t.meta_wait_ns.saturating_add(nanos(d))
         });
     }
 
-    pub(crate) fn cleaned(&self, key: WriterKey, d: Duration, blocks: u64) {
+    pub(crate) fn cleaned(&self, key: Option<WriterKey>, d: Duration, blocks: u64) {
         self.add(key, |t| {
             t.clean_ns = t.clean_ns.saturating_add(nanos(d));
             t.clean_blocks = t.clean_blocks.saturating_add(blocks);
         });
     }
 
-    pub(crate) fn waited_for_payloads(&self, key: WriterKey, d: Duration) {
+    pub(crate) fn waited_for_payloads(&self, key: Option<WriterKey>, d: Duration) {
         self.add(key, |t| {
             t.payload_wait_ns = t.payload_wait_ns.saturating_add(nanos(d))
         });
     }
 
-    pub(crate) fn waited_for_logs(&self, key: WriterKey, d: Duration) {
+    pub(crate) fn waited_for_logs(&self, key: Option<WriterKey>, d: Duration) {
         self.add(key, |t| {
             t.logs_wait_ns = t.logs_wait_ns.saturating_add(nanos(d))
         });
@@ -325,10 +328,11 @@ impl Engine {
     /// every weight.
     pub(crate) fn room_turn(
         &self,
-        key: WriterKey,
+        key: Option<WriterKey>,
         charge: Option<Charge>,
         blocks: u64,
     ) -> Option<Turn<'_>> {
+        let key = key?;
         if !self.budget.room_short() {
             return None;
         }

@@ -264,7 +264,9 @@ impl Engine {
             .dev
             .charged()
             .then(crate::sched::Charge::of_current_thread);
-        let key = charge.map_or_else(WriterKey::of_current_thread, WriterKey::of);
+        // Counted by tenant only behind a scheduler: without one there is no tenant, and the
+        // priority would cost the system calls `charged` spares.
+        let key = charge.map(WriterKey::of);
         if direct && !buf.is_empty() {
             let written = self.write_direct(cell, buf, offset, charge, key)?;
             self.writes.wrote(key, buf.len() as u64);
@@ -327,7 +329,7 @@ impl Engine {
     }
 
     /// Commits what is buffered once writers took the buffer past its limit.
-    fn commit_over_limit(&self, cell: &InodeCell, key: WriterKey) -> Result<()> {
+    fn commit_over_limit(&self, cell: &InodeCell, key: Option<WriterKey>) -> Result<()> {
         let mut m = self.lock_meta_for_write(key);
         if self.buffered_bytes() > self.buffer_limit() {
             // Relaxed ordering writes a full buffer as data-only logs; the maps follow at the
@@ -361,7 +363,7 @@ impl Engine {
     /// no room for the checkpoint that frees anything (every block buffered goes into it while a
     /// namespace change is pending), and fail with most of the pool dead. A write there is no
     /// room for fails here with `NoSpace`, having changed nothing.
-    pub(super) fn make_room_for_write(&self, len: u64, key: WriterKey) -> Result<()> {
+    pub(super) fn make_room_for_write(&self, len: u64, key: Option<WriterKey>) -> Result<()> {
         let mut m = self.lock_meta_for_write(key);
         let buffered = self.buffered_bytes();
         if self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
@@ -412,7 +414,7 @@ impl Engine {
         buf: &[u8],
         offset: Option<u64>,
         charge: Option<crate::sched::Charge>,
-        key: WriterKey,
+        key: Option<WriterKey>,
     ) -> Result<(u64, usize)> {
         if let Some(offset) = offset {
             // Checked before the pieces are cut (an append is checked as it is buffered).
@@ -475,7 +477,7 @@ impl Engine {
         buf: &[u8],
         offset: Option<u64>,
         charge: Option<crate::sched::Charge>,
-        key: WriterKey,
+        key: Option<WriterKey>,
     ) -> Result<DirectPiece<'_>> {
         // Whole blocks of a write at a known offset are made here, without any lock.
         let whole: Vec<(u64, DirtyBlock)> = match offset {
@@ -525,7 +527,7 @@ impl Engine {
     }
 
     /// Waits for a direct write's payloads (finishing those nobody is finishing yet).
-    fn finish_direct(&self, started: Vec<Arc<AheadPayload>>, key: WriterKey) -> Result<()> {
+    fn finish_direct(&self, started: Vec<Arc<AheadPayload>>, key: Option<WriterKey>) -> Result<()> {
         let start = std::time::Instant::now();
         let mut result = Ok(());
         for a in started {

@@ -178,7 +178,8 @@ impl Fs {
     }
 
     /// Writes by tenant: bytes, and the time their writers waited for `meta`, cleaned inline
-    /// and waited for their payloads, since the pool was opened.
+    /// and waited for their payloads, since the pool was opened. Counted only in a pool behind
+    /// a scheduler, where writes are charged to tenants.
     pub fn tenant_writes(&self) -> Vec<crate::tbfs::TenantWrites> {
         self.inner.writes.snapshot()
     }

@@ -402,11 +402,17 @@ impl Engine {
     }
 
     /// [`Engine::lock_meta`] for the write path: the time it waited is counted to the writer's
-    /// tenant (`key`).
-    pub fn lock_meta_for_write(&self, key: crate::tbfs::admission::WriterKey) -> StateGuard<'_> {
+    /// tenant (`key`), if it has one.
+    pub fn lock_meta_for_write(
+        &self,
+        key: Option<crate::tbfs::admission::WriterKey>,
+    ) -> StateGuard<'_> {
+        let Some(key) = key else {
+            return self.lock_meta();
+        };
         let start = Instant::now();
         let m = self.lock_meta();
-        self.writes.waited_for_meta(key, start.elapsed());
+        self.writes.waited_for_meta(Some(key), start.elapsed());
         m
     }
 

@@ -140,7 +140,7 @@ impl Engine {
             let start = std::time::Instant::now();
             let written = self.write_logs_until(m.writer.seq + 1);
             self.writes.waited_for_logs(
-                crate::tbfs::admission::WriterKey::of_current_thread(),
+                crate::tbfs::admission::WriterKey::of_current_thread_on(&*self.dev),
                 start.elapsed(),
             );
             written?;
@@ -167,7 +167,7 @@ impl Engine {
             let cleaned = self.clean(m, want, true);
             let copied = cleaned.as_ref().map_or(0, |r| r.blocks_copied);
             self.writes.cleaned(
-                crate::tbfs::admission::WriterKey::of_current_thread(),
+                crate::tbfs::admission::WriterKey::of_current_thread_on(&*self.dev),
                 start.elapsed(),
                 copied,
             );
