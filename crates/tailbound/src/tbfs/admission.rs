@@ -7,8 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::sched::turns::Next;
-use crate::sched::{Charge, Class, SchedDevice};
-use crate::tbfs::state::Engine;
+use crate::sched::{Charge, Class};
 
 /// Whose writes a count is: a scheduler tenant, or (without one) a priority's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -318,36 +317,6 @@ impl Drop for Writing<'_> {
         }
         drop(st);
         self.gate.changed.notify_all();
-    }
-}
-
-impl Engine {
-    /// A writer's turn for room (`blocks` of it) while the last space check found it short,
-    /// by its tenant's weight; `None` (no wait) while room is not short, for a device without a
-    /// scheduler (no weights to follow), and for a real-time writer, whose class goes before
-    /// every weight.
-    pub(crate) fn room_turn(
-        &self,
-        key: Option<WriterKey>,
-        charge: Option<Charge>,
-        blocks: u64,
-    ) -> Option<Turn<'_>> {
-        let key = key?;
-        if !self.budget.room_short() {
-            return None;
-        }
-        let dev: &dyn std::any::Any = &*self.dev;
-        let sched = dev.downcast_ref::<SchedDevice>()?.scheduler();
-        let prio = charge.map_or_else(crate::sched::current_prio, |c| c.prio());
-        if prio.class == Class::Rt {
-            return None;
-        }
-        let weight = charge
-            .and_then(|c| c.tenant())
-            .and_then(|t| sched.tenant_weight(t))
-            .unwrap_or_else(|| prio.default_weight());
-        let think = sched.anticipation().unwrap_or(Duration::ZERO);
-        Some(self.room_gate.enter(key, weight, blocks, think))
     }
 }
 

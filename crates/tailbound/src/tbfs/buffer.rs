@@ -328,6 +328,34 @@ impl Engine {
         Ok((end, buf.len()))
     }
 
+    /// A writer's turn for room (`blocks` of it) while the last space check found it short,
+    /// by its tenant's weight; `None` (no wait) while room is not short, for a device without a
+    /// scheduler (no weights to follow), and for a real-time writer, whose class goes before
+    /// every weight.
+    pub(crate) fn room_turn(
+        &self,
+        key: Option<WriterKey>,
+        charge: Option<crate::sched::Charge>,
+        blocks: u64,
+    ) -> Option<Turn<'_>> {
+        let key = key?;
+        if !self.budget.room_short() {
+            return None;
+        }
+        let dev: &dyn std::any::Any = &*self.dev;
+        let sched = dev.downcast_ref::<crate::sched::SchedDevice>()?.scheduler();
+        let prio = charge.map_or_else(crate::sched::current_prio, |c| c.prio());
+        if prio.class == crate::sched::Class::Rt {
+            return None;
+        }
+        let weight = charge
+            .and_then(|c| c.tenant())
+            .and_then(|t| sched.tenant_weight(t))
+            .unwrap_or_else(|| prio.default_weight());
+        let think = sched.anticipation().unwrap_or(std::time::Duration::ZERO);
+        Some(self.room_gate.enter(key, weight, blocks, think))
+    }
+
     /// Commits what is buffered once writers took the buffer past its limit.
     fn commit_over_limit(&self, cell: &InodeCell, key: Option<WriterKey>) -> Result<()> {
         let mut m = self.lock_meta_for_write(key);
