@@ -36,12 +36,14 @@ use tailbound::sched::Policy;
 use tailbound::sys::file::{AlignedBuf, O_DIRECT};
 use tailbound::sys::time::monotonic_now;
 
+mod counts;
 mod report;
 mod row;
 mod served;
 #[cfg(test)]
 mod tests;
 
+pub use counts::WriterCounts;
 pub use report::{check_targets, weights_label, FairnessReport};
 pub use row::{ratio_string, FairnessRow, RATIO_ERROR_MAX, TOTAL_VS_FIFO_MIN};
 pub use served::{served_supported, ServedTenantSpec};
@@ -540,6 +542,7 @@ impl FairnessBench {
             ratio_error: ratio_error(weights, &shares),
             total_mb_per_s: shares.iter().sum(),
             shares_mb_per_s: shares,
+            writers: Vec::new(),
         })
     }
 }
@@ -603,11 +606,13 @@ impl FairnessBench {
                 .then(|| sched.add_tenant(&format!("tenant {i}"), Prio::DEFAULT, w));
             files.push((f, tenant));
         }
+        let before = counts::Snapshot::take(&fs, &sched);
         if self.processes {
             drop(files);
             let (open, close, ops) = self.measure_served(&fs, &sched, case, blocks)?;
+            let writers = before.until(&counts::Snapshot::take(&fs, &sched), &sched);
             drop(fs);
-            return Ok(row(
+            let mut row = row(
                 System::Tbfs(policy),
                 weights,
                 op,
@@ -615,7 +620,9 @@ impl FairnessBench {
                 open,
                 close,
                 ops,
-            ));
+            );
+            row.writers = writers;
+            return Ok(row);
         }
         let stop = AtomicBool::new(false);
         let start = std::sync::Barrier::new(weights.len() + 1);
@@ -678,9 +685,10 @@ impl FairnessBench {
             return Err("interrupted".into());
         }
         let ops = results.into_iter().collect::<Result<Vec<_>, String>>()?;
+        let writers = before.until(&counts::Snapshot::take(&fs, &sched), &sched);
         drop(files);
         drop(fs);
-        Ok(row(
+        let mut row = row(
             System::Tbfs(policy),
             weights,
             op,
@@ -688,7 +696,9 @@ impl FairnessBench {
             open,
             close,
             ops,
-        ))
+        );
+        row.writers = writers;
+        Ok(row)
     }
 }
 
@@ -716,6 +726,7 @@ fn row(
         ratio_error: ratio_error(weights, &shares),
         total_mb_per_s: shares.iter().sum(),
         shares_mb_per_s: shares,
+        writers: Vec::new(),
     }
 }
 

@@ -179,6 +179,17 @@ impl Scheduler {
         explicit.unwrap_or_else(|| self.tenant_for_prio(own))
     }
 
+    /// How long the device is held for a tenant between its requests ([`Config::anticipation`]).
+    pub fn anticipation(&self) -> Option<std::time::Duration> {
+        self.shared.lock().queue.anticipation()
+    }
+
+    /// The weight of tenant `t`, if it exists.
+    pub fn tenant_weight(&self, t: TenantId) -> Option<u32> {
+        let inner = self.shared.lock();
+        ((t.0 as usize) < inner.queue.tenant_count()).then(|| inner.queue.tenant_weight(t))
+    }
+
     /// The priority of tenant `t`, if it exists.
     pub fn tenant_prio(&self, t: TenantId) -> Option<Prio> {
         let inner = self.shared.lock();

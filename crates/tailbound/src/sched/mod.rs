@@ -37,6 +37,7 @@ pub mod queue;
 pub mod sim;
 #[cfg(test)]
 mod tests;
+pub mod turns;
 
 pub use exec::{
     current_prio, set_thread_tenant, thread_tenant, Charge, Charged, SchedDevice, Scheduler,

@@ -280,6 +280,11 @@ impl Queue {
         self.last_done = None;
     }
 
+    /// The anticipation window ([`Config::anticipation`]).
+    pub fn anticipation(&self) -> Option<std::time::Duration> {
+        self.anticipation_ns.map(std::time::Duration::from_nanos)
+    }
+
     pub fn policy(&self) -> Policy {
         self.policy
     }
@@ -306,6 +311,10 @@ impl Queue {
 
     pub fn tenant_count(&self) -> usize {
         self.tenants.len()
+    }
+
+    pub fn tenant_weight(&self, t: TenantId) -> u32 {
+        self.tenants[t.0 as usize].weight
     }
 
     pub fn tenant_prio(&self, t: TenantId) -> Prio {

@@ -22,6 +22,10 @@ pub(crate) struct BufferBudget {
     /// running out at the last space check (`Engine::urgent_mark`): its writers then wait for
     /// the log writer at one buffer in flight again (`Engine::in_flight_max`).
     tight: AtomicBool,
+    /// The last space check of a write found less free than it wants (the cleaner's low-water
+    /// mark and the reserve beside the write): writers then take turns by weight for the room
+    /// (`Engine::room_turn`).
+    room_short: AtomicBool,
     /// The most blocks any file's map or buffers in this pool have spanned (holes included):
     /// every map as loaded at open, raised where a file buffers a block past its map. Only
     /// grows; a checkpoint's quick space bound assumes every map it writes may be this wide
@@ -46,6 +50,7 @@ impl BufferBudget {
             limit: AtomicU64::new(max),
             fit_limit: AtomicU64::new(max),
             tight: AtomicBool::new(false),
+            room_short: AtomicBool::new(false),
             widest: AtomicU64::new(widest),
             ns_pending: AtomicBool::new(true),
             full_passes: AtomicBool::new(true),
@@ -109,6 +114,18 @@ impl BufferBudget {
 
     pub(crate) fn set_tight(&self, tight: bool) {
         self.tight.store(tight, Ordering::Release);
+    }
+
+    /// Whether the last space check of a write found room short.
+    pub(crate) fn room_short(&self) -> bool {
+        self.room_short.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_room_short(&self, short: bool) {
+        // Stored only when it changes: every writer reads it.
+        if self.room_short.load(Ordering::Relaxed) != short {
+            self.room_short.store(short, Ordering::Release);
+        }
     }
 
     /// Whether the last space check found cleaning passes full.

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 
+use crate::tbfs::admission::{Turn, WriterKey, Writing};
 use crate::tbfs::blocks::*;
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
@@ -14,11 +15,13 @@ use crate::tbfs::state::Engine;
 use crate::tbfs::{AtimePolicy, Error, FileKind, Ordering, Result, SetAttr, Stat};
 
 /// One piece of a direct write, sealed ([`Engine::direct_piece`]).
-pub(crate) struct DirectPiece {
+pub(crate) struct DirectPiece<'a> {
     /// The end of the write so far.
     end: u64,
     /// Its payloads, started.
     started: Vec<Arc<AheadPayload>>,
+    /// It had a turn for room: its tenant is expected back until the payloads are written.
+    _writing: Option<Writing<'a>>,
 }
 
 /// The end of a write of `len` bytes at `offset` to inode `ino`, if it stays within the largest
@@ -258,8 +261,13 @@ impl Engine {
             .dev
             .charged()
             .then(crate::sched::Charge::of_current_thread);
+        // Counted by tenant only behind a scheduler: without one there is no tenant, and the
+        // priority would cost the system calls `charged` spares.
+        let key = charge.map(WriterKey::of);
         if direct && !buf.is_empty() {
-            return self.write_direct(cell, buf, offset, charge);
+            let written = self.write_direct(cell, buf, offset, charge, key)?;
+            self.writes.wrote(key, buf.len() as u64);
+            return Ok(written);
         }
         let len = buf.len() as u64;
         // A write that would take the buffer past its limit finds room first, so a write there
@@ -272,8 +280,12 @@ impl Engine {
         let over = len <= limit / 2 && self.buffered_bytes() + len > limit;
         let urgent = over && crate::sched::current_prio().class == crate::sched::Class::Rt;
         let room_checked = !urgent && (len > limit / 2 || over);
+        // A write that had a turn for room keeps its tenant expected back until it returns.
+        let mut _writing = None;
         if room_checked {
-            self.make_room_for_write(len)?;
+            let turn = self.room_turn(key, charge, len.div_ceil(BLOCK_U64));
+            self.make_room_for_write(len, key)?;
+            _writing = turn.map(Turn::done);
         }
         let end;
         let held;
@@ -282,8 +294,14 @@ impl Engine {
             end = self.buffer_write(cell, &mut st, buf, offset, Vec::new(), charge)?;
             held = st.dirty().len() as u64 * BLOCK_U64;
         }
+        self.writes.wrote(key, len);
         if self.buffered_bytes() > self.buffer_limit() && !urgent {
-            match self.commit_over_limit(cell) {
+            let turn = self.room_turn(key, charge, len.div_ceil(BLOCK_U64));
+            let committed = self.commit_over_limit(cell, key);
+            if let Some(turn) = turn {
+                _writing = Some(turn.done());
+            }
+            match committed {
                 // The room for this write was found before it was buffered: it is written, and
                 // what is buffered goes out at the next commit that finds room (a sync, or the
                 // next write's check). A commit's estimate counts more than it writes.
@@ -307,9 +325,37 @@ impl Engine {
         Ok((end, buf.len()))
     }
 
+    /// A writer's turn for room (`blocks` of it) while the last space check found it short,
+    /// by its tenant's weight; `None` (no wait) while room is not short, for a device without a
+    /// scheduler (no weights to follow), and for a real-time writer, whose class goes before
+    /// every weight.
+    pub(crate) fn room_turn(
+        &self,
+        key: Option<WriterKey>,
+        charge: Option<crate::sched::Charge>,
+        blocks: u64,
+    ) -> Option<Turn<'_>> {
+        let key = key?;
+        if !self.budget.room_short() {
+            return None;
+        }
+        let dev: &dyn std::any::Any = &*self.dev;
+        let sched = dev.downcast_ref::<crate::sched::SchedDevice>()?.scheduler();
+        let prio = charge.map_or_else(crate::sched::current_prio, |c| c.prio());
+        if prio.class == crate::sched::Class::Rt {
+            return None;
+        }
+        let weight = charge
+            .and_then(|c| c.tenant())
+            .and_then(|t| sched.tenant_weight(t))
+            .unwrap_or_else(|| prio.default_weight());
+        let think = sched.anticipation().unwrap_or(std::time::Duration::ZERO);
+        Some(self.room_gate.enter(key, weight, blocks, think))
+    }
+
     /// Commits what is buffered once writers took the buffer past its limit.
-    fn commit_over_limit(&self, cell: &InodeCell) -> Result<()> {
-        let mut m = self.lock_meta();
+    fn commit_over_limit(&self, cell: &InodeCell, key: Option<WriterKey>) -> Result<()> {
+        let mut m = self.lock_meta_for_write(key);
         if self.buffered_bytes() > self.buffer_limit() {
             // Relaxed ordering writes a full buffer as data-only logs; the maps follow at the
             // next checkpoint.
@@ -342,8 +388,8 @@ impl Engine {
     /// no room for the checkpoint that frees anything (every block buffered goes into it while a
     /// namespace change is pending), and fail with most of the pool dead. A write there is no
     /// room for fails here with `NoSpace`, having changed nothing.
-    pub(super) fn make_room_for_write(&self, len: u64) -> Result<()> {
-        let mut m = self.lock_meta();
+    pub(super) fn make_room_for_write(&self, len: u64, key: Option<WriterKey>) -> Result<()> {
+        let mut m = self.lock_meta_for_write(key);
         let buffered = self.buffered_bytes();
         if self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
             return m.unlock_and_write();
@@ -393,6 +439,7 @@ impl Engine {
         buf: &[u8],
         offset: Option<u64>,
         charge: Option<crate::sched::Charge>,
+        key: Option<WriterKey>,
     ) -> Result<(u64, usize)> {
         if let Some(offset) = offset {
             // Checked before the pieces are cut (an append is checked as it is buffered).
@@ -419,10 +466,10 @@ impl Engine {
             };
             pieces += 1;
             let at = offset.map(|o| o + done as u64);
-            match self.direct_piece(cell, &buf[done..done + n], at, charge) {
+            match self.direct_piece(cell, &buf[done..done + n], at, charge, key) {
                 Ok(piece) => {
                     end = piece.end;
-                    in_flight.push_back(piece.started);
+                    in_flight.push_back((piece.started, piece._writing));
                 }
                 Err(e) => {
                     written = Err(e);
@@ -431,13 +478,14 @@ impl Engine {
             }
             // The piece before this one: the device has had it while this one was made.
             while in_flight.len() > 1 && written.is_ok() {
-                written = self.finish_direct(in_flight.pop_front().expect("two in flight"));
+                let (started, _writing) = in_flight.pop_front().expect("two in flight");
+                written = self.finish_direct(started, key);
             }
             done += n;
         }
         // Every payload started is waited for, also after an error.
-        for started in in_flight {
-            let finished = self.finish_direct(started);
+        for (started, _writing) in in_flight {
+            let finished = self.finish_direct(started, key);
             written = written.and(finished);
         }
         written?;
@@ -454,7 +502,8 @@ impl Engine {
         buf: &[u8],
         offset: Option<u64>,
         charge: Option<crate::sched::Charge>,
-    ) -> Result<DirectPiece> {
+        key: Option<WriterKey>,
+    ) -> Result<DirectPiece<'_>> {
         // Whole blocks of a write at a known offset are made here, without any lock.
         let whole: Vec<(u64, DirtyBlock)> = match offset {
             Some(offset) => {
@@ -469,7 +518,9 @@ impl Engine {
             }
             None => Vec::new(),
         };
-        let mut m = self.lock_meta();
+        // Held until the piece's payloads are started.
+        let turn = self.room_turn(key, charge, (buf.len() as u64).div_ceil(BLOCK_U64));
+        let mut m = self.lock_meta_for_write(key);
         self.check_usable()?;
         let end = {
             let mut st = cell.lock();
@@ -481,6 +532,7 @@ impl Engine {
             return Ok(DirectPiece {
                 end,
                 started: Vec::new(),
+                _writing: turn.map(Turn::done),
             });
         }
         m.writer.set_direct(true);
@@ -492,15 +544,21 @@ impl Engine {
         for a in &started {
             self.start_ahead(a);
         }
-        Ok(DirectPiece { end, started })
+        Ok(DirectPiece {
+            end,
+            started,
+            _writing: turn.map(Turn::done),
+        })
     }
 
     /// Waits for a direct write's payloads (finishing those nobody is finishing yet).
-    fn finish_direct(&self, started: Vec<Arc<AheadPayload>>) -> Result<()> {
+    fn finish_direct(&self, started: Vec<Arc<AheadPayload>>, key: Option<WriterKey>) -> Result<()> {
+        let start = std::time::Instant::now();
         let mut result = Ok(());
         for a in started {
             result = result.and(self.wait_payload(&a));
         }
+        self.writes.waited_for_payloads(key, start.elapsed());
         result
     }
 

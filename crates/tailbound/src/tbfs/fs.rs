@@ -178,6 +178,13 @@ impl Fs {
         c
     }
 
+    /// Writes by tenant: bytes, and the time their writers waited for `meta`, cleaned inline
+    /// and waited for their payloads, since the pool was opened. Counted only in a pool behind
+    /// a scheduler, where writes are charged to tenants.
+    pub fn tenant_writes(&self) -> Vec<crate::tbfs::TenantWrites> {
+        self.inner.writes.snapshot()
+    }
+
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<File> {
         self.open_file_after_links(path, flags, 0)
     }

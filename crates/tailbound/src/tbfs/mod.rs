@@ -22,6 +22,7 @@
 //! This module owns the pool's contents. It must not touch the device except through
 //! [`Device`](crate::dev::Device).
 
+pub mod admission;
 mod blocks;
 mod budget;
 mod buffer;
@@ -56,6 +57,7 @@ mod state;
 mod types;
 mod watch;
 
+pub use admission::{TenantWrites, WriterKey};
 pub use fs::{File, Fs};
 pub use lease_map::{BlockLease, ASK};
 pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};

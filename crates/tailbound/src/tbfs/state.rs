@@ -165,6 +165,10 @@ pub(crate) struct Engine {
     pub watchers: super::watch::Watchers,
     pub closed: AtomicBool,
     pub counters: Mutex<FsCounters>,
+    /// Writes by tenant, and where their time went ([`crate::tbfs::Fs::tenant_writes`]).
+    pub writes: crate::tbfs::admission::WriteCounts,
+    /// Writers take turns here, by their tenants' weights, while room is short.
+    pub room_gate: crate::tbfs::admission::RoomGate,
     pub report: Mutex<RecoveryReport>,
     pub background: Mutex<Option<JoinHandle<()>>>,
     /// Wakes the background thread (to stop, write a sealed superblock or clean); shared with
@@ -395,6 +399,21 @@ impl Engine {
             inner: self,
             start_queued,
         }
+    }
+
+    /// [`Engine::lock_meta`] for the write path: the time it waited is counted to the writer's
+    /// tenant (`key`), if it has one.
+    pub fn lock_meta_for_write(
+        &self,
+        key: Option<crate::tbfs::admission::WriterKey>,
+    ) -> StateGuard<'_> {
+        let Some(key) = key else {
+            return self.lock_meta();
+        };
+        let start = Instant::now();
+        let m = self.lock_meta();
+        self.writes.waited_for_meta(Some(key), start.elapsed());
+        m
     }
 
     /// Runs `f` as a timed section of the present hold of `meta` (`m`): its time, less that of

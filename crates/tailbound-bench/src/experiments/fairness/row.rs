@@ -41,4 +41,7 @@ pub struct FairnessRow {
     pub shares_mb_per_s: Vec<f64>,
     pub ratio_error: f64,
     pub total_mb_per_s: f64,
+    /// tbfs cases: each writer's counts over the case ([`super::WriterCounts`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub writers: Vec<super::WriterCounts>,
 }

@@ -97,6 +97,7 @@ fn the_throughput_target_compares_each_tbfs_case_with_its_fifo_case() {
         shares_mb_per_s: vec![total * 2.0 / 3.0, total / 3.0],
         ratio_error: 0.0,
         total_mb_per_s: total,
+        writers: Vec::new(),
     };
     let rows = [
         row("tbfs", 1, 99.0),
@@ -125,6 +126,7 @@ fn targets_are_not_met_without_tailbounds_rows() {
         shares_mb_per_s: vec![2.0, 1.0],
         ratio_error: 0.0,
         total_mb_per_s: 3.0,
+        writers: Vec::new(),
     };
     let checks = check_targets(std::slice::from_ref(&row));
     assert!(checks.iter().all(|c| !c.met), "{checks:?}");

@@ -112,6 +112,8 @@ fn new_inner(
         watchers: Default::default(),
         closed: AtomicBool::new(false),
         counters: Mutex::new(FsCounters::default()),
+        writes: Default::default(),
+        room_gate: Default::default(),
         report: Mutex::new(RecoveryReport::default()),
         background: Mutex::new(None),
         wake: Arc::new((Mutex::new(Wake::default()), Condvar::new())),

@@ -347,7 +347,7 @@ impl Engine {
     fn count_pass(&self, m: &State, victims: &[usize], free: u64) {
         let w = &m.writer;
         let mut written: Vec<u32> = (0..self.segment_count as usize)
-            .filter(|&s| s as u64 != w.cur_seg && s as u64 != w.next_seg && m.seg.live(s) > 0)
+            .filter(|&s| s as u64 != w.cur_seg() && s as u64 != w.next_seg() && m.seg.live(s) > 0)
             .map(|s| m.seg.live(s))
             .collect();
         let n = victims.len().min(written.len());

@@ -116,6 +116,9 @@ impl Engine {
         self.set_buffer_limit(m, free.saturating_sub(need), reserve);
         let full = !self.light_cleaning(m);
         self.budget.set_full_passes(full);
+        if pays_debt {
+            self.budget.set_room_short(free < want);
+        }
         if free >= want {
             return Ok(());
         }
@@ -126,7 +129,13 @@ impl Engine {
         // background pass does no device I/O under `meta`: what it sealed is written once it
         // lets `meta` go, and it works in the room there is now.
         if !m.bg_clean.defer_io {
-            self.write_logs_until(m.writer.seq() + 1)?;
+            let start = std::time::Instant::now();
+            let written = self.write_logs_until(m.writer.seq() + 1);
+            self.writes.waited_for_logs(
+                crate::tbfs::admission::WriterKey::of_current_thread_on(&*self.dev),
+                start.elapsed(),
+            );
+            written?;
             if self.free_blocks_up_to(m, want) >= want {
                 return Ok(());
             }
@@ -147,7 +156,14 @@ impl Engine {
             // Writers wait for the cleaner rather than fail. Cleaning that finds no room of its
             // own leaves the answer to the check below.
             m.cleaning.set_for_buffer(if for_buffer { need } else { 0 });
+            let start = std::time::Instant::now();
             let cleaned = self.clean(m, want, true);
+            let copied = cleaned.as_ref().map_or(0, |r| r.blocks_copied);
+            self.writes.cleaned(
+                crate::tbfs::admission::WriterKey::of_current_thread_on(&*self.dev),
+                start.elapsed(),
+                copied,
+            );
             // What the cleaner sealed of the buffer before its passes is written: a buffer seal
             // needs room only for what is left of it (never below nothing: it is counted up to
             // `need`).
