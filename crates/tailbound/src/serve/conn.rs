@@ -276,8 +276,7 @@ impl Conn {
             }
             Wire::Ring { socket, recv, .. } => {
                 let mut c = recv.lock().unwrap_or_else(|p| p.into_inner());
-                let frame = c.pop(FRAME_MAX + 4, socket).map_err(|e| e.to_string())?;
-                ring::frame_body(frame)
+                c.pop_frame(FRAME_MAX, socket).map_err(|e| e.to_string())
             }
         }
     }
