@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use super::caller::{self, Callers};
 use super::codec::{read_frame, FRAME_MAX};
 use super::protocol::{Reply, Request, FEATURE_CALLER, VERSION};
-use super::ring::{self, Consumer, Producer, RingError, ServerRings, FEATURE_RING};
+use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, FEATURE_RING};
 use super::session::Session;
 use super::shared::Shared;
 use crate::sched::Charge;
@@ -58,7 +58,6 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
                 producer: Mutex::new(rings.completions),
             };
             let mut inbound = RingIn {
-                socket: &stream,
                 consumer: rings.requests,
             };
             serve(&s, callers, &stream, &mut inbound, &out)
@@ -125,9 +124,26 @@ fn completion(id: u64, reply: &Result<Reply>) -> Vec<u8> {
     }
 }
 
+/// What a look at the transport found.
+enum Next {
+    /// A request's body.
+    Body(Vec<u8>),
+    /// Nothing yet: park on the [`Inbound::parking`] until the ring moves from this position.
+    Wait(u32),
+}
+
 /// Where requests come from. `Ok(None)`: the client went; `Err`: why the session must end.
 trait Inbound: Send {
-    fn next(&mut self) -> std::result::Result<Option<Vec<u8>>, String>;
+    fn next(&mut self) -> std::result::Result<Option<Next>, String>;
+    /// Where workers park while the transport has nothing, without holding it (`None`: a
+    /// transport that blocks in [`Inbound::next`] instead).
+    fn parking(&self) -> Option<Parking> {
+        None
+    }
+    /// Whether requests wait beyond the one just taken.
+    fn has_more(&self) -> bool {
+        false
+    }
 }
 
 /// Where completions go, from the session's thread and the threads it started. `Err(None)`:
@@ -141,13 +157,13 @@ struct SocketIn {
 }
 
 impl Inbound for SocketIn {
-    fn next(&mut self) -> std::result::Result<Option<Vec<u8>>, String> {
+    fn next(&mut self) -> std::result::Result<Option<Next>, String> {
         let Some(stream) = self.stream.as_mut() else {
             return Ok(None);
         };
         // A frame too long or cut short cannot be skipped safely: the session ends, quietly, as
         // a client that sent it has no one to read a complaint.
-        Ok(read_frame(stream).ok().flatten())
+        Ok(read_frame(stream).ok().flatten().map(Next::Body))
     }
 }
 
@@ -162,18 +178,24 @@ impl Outbound for SocketOut<'_> {
     }
 }
 
-struct RingIn<'a> {
-    socket: &'a UnixStream,
+struct RingIn {
     consumer: Consumer,
 }
 
-impl Inbound for RingIn<'_> {
-    fn next(&mut self) -> std::result::Result<Option<Vec<u8>>, String> {
-        match self.consumer.pop(FRAME_MAX + 4, self.socket) {
-            Ok(frame) => ring::frame_body(frame).map(Some),
+impl Inbound for RingIn {
+    fn next(&mut self) -> std::result::Result<Option<Next>, String> {
+        match self.consumer.try_frame(FRAME_MAX) {
+            Ok(Ok(body)) => Ok(Some(Next::Body(body))),
+            Ok(Err(seen)) => Ok(Some(Next::Wait(seen))),
             Err(RingError::Gone) => Ok(None),
             Err(e) => Err(e.to_string()),
         }
+    }
+    fn parking(&self) -> Option<Parking> {
+        Some(self.consumer.parking())
+    }
+    fn has_more(&self) -> bool {
+        self.consumer.has_more()
     }
 }
 
@@ -203,6 +225,9 @@ pub(super) fn most_workers() -> usize {
 /// What a session's workers share while it is served.
 struct Workers<'w> {
     inbound: Mutex<&'w mut dyn Inbound>,
+    /// Where idle workers park on the rings: each request then wakes at most one of them, and
+    /// a worker that takes one hands nothing over to another.
+    parking: Option<Parking>,
     /// With the caller in each request's header: whose tenant its I/O is charged to.
     callers: Option<Mutex<Callers<'w>>>,
     out: &'w dyn Outbound,
@@ -232,23 +257,54 @@ impl Workers<'_> {
                 .get_or_insert(why);
         }
         let _ = self.socket.shutdown(std::net::Shutdown::Both);
+        if let Some(p) = &self.parking {
+            p.wake_all();
+        }
     }
 
-    /// The next request, read by one worker at a time; `None` once the session ends.
+    /// The next request, taken by one worker at a time; `None` once the session ends. On the
+    /// rings a worker parks without holding them, so the next request goes to whichever
+    /// worker is free first.
     fn next(&self) -> Option<Vec<u8>> {
-        let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
-        if self.ending.load(Ordering::Acquire) {
-            return None;
-        }
-        match inbound.next() {
-            Ok(Some(body)) => Some(body),
-            Ok(None) => {
-                self.fail(None);
-                None
+        loop {
+            let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
+            if self.ending.load(Ordering::Acquire) {
+                return None;
             }
-            Err(why) => {
-                self.fail(Some(why));
-                None
+            let seen = match inbound.next() {
+                Ok(Some(Next::Body(body))) => {
+                    let more = inbound.has_more();
+                    drop(inbound);
+                    if let (true, Some(p)) = (more, &self.parking) {
+                        p.wake_one();
+                    }
+                    return Some(body);
+                }
+                Ok(Some(Next::Wait(seen))) => seen,
+                Ok(None) => {
+                    self.fail(None);
+                    return None;
+                }
+                Err(why) => {
+                    self.fail(Some(why));
+                    return None;
+                }
+            };
+            drop(inbound);
+            let Some(p) = &self.parking else {
+                self.fail(Some("a transport that cannot wait".into()));
+                return None;
+            };
+            match p.wait(seen, self.socket) {
+                Ok(()) => {}
+                Err(RingError::Gone) => {
+                    self.fail(None);
+                    return None;
+                }
+                Err(e) => {
+                    self.fail(Some(e.to_string()));
+                    return None;
+                }
             }
         }
     }
@@ -271,6 +327,7 @@ fn serve<'w>(
     out: &'w dyn Outbound,
 ) -> Option<String> {
     let w = Workers {
+        parking: inbound.parking(),
         inbound: Mutex::new(inbound),
         callers: callers.map(Mutex::new),
         out,

@@ -87,6 +87,8 @@ mod caller_tests;
 #[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
+mod post_tests;
+#[cfg(test)]
 mod ring_tests;
 #[cfg(test)]
 mod tests;

@@ -128,6 +128,105 @@ fn a_frame_longer_than_the_readers_limit_is_corrupt() {
     t.join().unwrap();
 }
 
+/// A frame as it travels on the socket and the rings: its body's length, then the body.
+fn framed(body: &[u8], announced: usize) -> Vec<u8> {
+    let mut f = (announced as u32).to_le_bytes().to_vec();
+    f.extend_from_slice(body);
+    f
+}
+
+#[test]
+fn framed_bodies_come_without_their_length_and_a_wrong_length_is_corrupt() {
+    let rings = ClientRings::create(SMALL).unwrap();
+    let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
+    let (a, b) = UnixStream::pair().unwrap();
+    let (mut producer, mut consumer) = (rings.requests, server.requests);
+    // From empty to several times the data area: bodies in one record and in fragments.
+    let lengths: Vec<usize> = (0..120).map(|i| (i * 211) % 13_000).collect();
+    let body = |i: usize, n: usize| -> Vec<u8> { (0..n).map(|j| (i * 7 + j) as u8).collect() };
+    let sent = lengths.clone();
+    let t = std::thread::spawn(move || {
+        for (i, &n) in sent.iter().enumerate() {
+            producer.push(&framed(&body(i, n), n), &a).unwrap();
+        }
+        // A length that disagrees with the records', after the good frames.
+        producer.push(&framed(&[1, 2, 3], 2), &a).unwrap();
+        (producer, a)
+    });
+    for (i, &n) in lengths.iter().enumerate() {
+        assert_eq!(
+            consumer.pop_frame(1 << 20, &b).unwrap(),
+            body(i, n),
+            "body {i}"
+        );
+    }
+    let err = consumer.pop_frame(1 << 20, &b).unwrap_err();
+    assert!(matches!(err, RingError::Corrupt(_)), "{err:?}");
+    t.join().unwrap();
+    // A length beyond the reader's limit, and a first record too short to hold a length.
+    for (raw, limit) in [(framed(&[0; 8], 8), 4), (vec![9, 9], 1 << 20)] {
+        let rings = ClientRings::create(SMALL).unwrap();
+        let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        let (mut producer, mut consumer) = (rings.requests, server.requests);
+        producer.push(&raw, &a).unwrap();
+        let err = consumer.pop_frame(limit, &b).unwrap_err();
+        assert!(matches!(err, RingError::Corrupt(_)), "{raw:?}: {err:?}");
+    }
+}
+
+#[test]
+fn threads_parked_on_one_ring_take_every_frame_once() {
+    let rings = ClientRings::create(SMALL).unwrap();
+    let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
+    let (a, b) = UnixStream::pair().unwrap();
+    let mut producer = rings.requests;
+    let consumer = std::sync::Mutex::new(server.requests);
+    let parking = consumer.lock().unwrap().parking();
+    let frames = 2_000usize;
+    let t = std::thread::spawn(move || {
+        for i in 0..frames {
+            // Some long enough to go as fragments.
+            let n = if i % 50 == 0 { 5_000 } else { 8 };
+            let mut body = vec![0u8; n];
+            body[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            producer.push(&framed(&body, n), &a).unwrap();
+        }
+        // Hanging up tells every parked thread the ring is done.
+        drop(a);
+    });
+    // Each thread takes a frame, parks on the ring without holding it when there is none, as
+    // a session's workers do.
+    let taken: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut got = Vec::new();
+                    loop {
+                        let seen = match consumer.lock().unwrap().try_frame(1 << 20).unwrap() {
+                            Ok(body) => {
+                                got.push(u64::from_le_bytes(body[..8].try_into().unwrap()));
+                                continue;
+                            }
+                            Err(seen) => seen,
+                        };
+                        match parking.wait(seen, &b) {
+                            Ok(()) => {}
+                            Err(RingError::Gone) => return got,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    t.join().unwrap();
+    let mut all: Vec<u64> = taken.into_iter().flatten().collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..frames as u64).collect::<Vec<_>>());
+}
+
 #[test]
 fn hello_picks_the_rings_unless_either_side_declines() {
     let f = fixture(false);
@@ -252,7 +351,7 @@ impl RawRings {
             .requests
             .push(&req.encode(id), &self.socket)
             .unwrap();
-        let body = ring::frame_body(self.rings.completions.pop(1 << 23, &self.socket).unwrap());
+        let body = self.rings.completions.pop_frame(1 << 23, &self.socket);
         let (rid, r) = Reply::decode(&body.unwrap()).unwrap();
         assert_eq!(rid, id);
         r

@@ -74,7 +74,7 @@ impl Raw {
     fn recv(&mut self) -> (u64, Result<Reply, crate::tbfs::Error>) {
         let body = match self {
             Raw::Socket(s) => read_frame(s).unwrap().unwrap(),
-            Raw::Rings(s, r) => ring::frame_body(r.completions.pop(1 << 23, s).unwrap()).unwrap(),
+            Raw::Rings(s, r) => r.completions.pop_frame(1 << 23, s).unwrap(),
         };
         Reply::decode(&body).unwrap()
     }

@@ -22,7 +22,7 @@ mod queue;
 mod shm;
 
 pub use queue::{set_spin, DEFAULT_SPIN};
-pub(crate) use queue::{Consumer, Producer, RingError};
+pub(crate) use queue::{Consumer, Parking, Producer, RingError};
 use queue::{Ctrl, Queue};
 pub(crate) use shm::{detach_fd, sealed_memfd, Mapping};
 
@@ -205,19 +205,6 @@ pub(crate) fn send_memfd(stream: &UnixStream, memfd: Option<&File>) -> io::Resul
 /// Receives the tag and the descriptors sent with it (`None` at the end of the stream).
 pub(crate) fn recv_memfd(stream: &UnixStream) -> io::Result<Option<(u8, Vec<OwnedFd>)>> {
     shm::recv_fds(stream)
-}
-
-/// A ring frame's body: the frame travels as on the socket, length and all; the length is
-/// checked against the record's and stripped.
-pub(crate) fn frame_body(mut frame: Vec<u8>) -> Result<Vec<u8>, String> {
-    let len = frame
-        .get(..4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
-    if len != Some(frame.len().wrapping_sub(4)) {
-        return Err("a frame whose length disagrees with its records'".into());
-    }
-    frame.drain(..4);
-    Ok(frame)
 }
 
 #[cfg(test)]

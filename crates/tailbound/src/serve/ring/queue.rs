@@ -118,6 +118,19 @@ impl Queue {
         }
     }
 
+    /// Appends `len` bytes at `pos` to `out`, wrapping at the end of the data area.
+    fn read_append(&self, pos: u32, len: usize, out: &mut Vec<u8>) -> Result<(), RingError> {
+        let off = self.offset(pos);
+        let first = len.min(self.cap - off);
+        if self.map.read_append(self.base + off, first, out)
+            && self.map.read_append(self.base, len - first, out)
+        {
+            Ok(())
+        } else {
+            Err(RingError::Corrupt("a record outside the data area".into()))
+        }
+    }
+
     fn write(&self, pos: u32, bytes: &[u8]) -> Result<(), RingError> {
         let off = self.offset(pos);
         let first = bytes.len().min(self.cap - off);
@@ -155,14 +168,16 @@ impl Queue {
                 }
             }
         }
-        let flag = self.word(waiter);
-        flag.store(1, Ordering::SeqCst);
-        // Pairs with the fence after the other side's publish: either it sees the flag and wakes
-        // us, or we see its new position here and do not sleep.
+        // A count, not a flag: several threads of one side (a session's workers) may park on
+        // the same word, and one leaving must not hide the others from the waker.
+        let count = self.word(waiter);
+        count.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence after the other side's publish: either it sees the count and
+        // wakes one of us, or we see its new position here and do not sleep.
         if w.load(Ordering::SeqCst) == seen {
             futex_wait(w, seen, PARK);
         }
-        flag.store(0, Ordering::Relaxed);
+        count.fetch_sub(1, Ordering::SeqCst);
         if w.load(Ordering::Acquire) == seen
             && crate::sys::sock::wait_hangup(peer, 0).unwrap_or(true)
         {
@@ -171,13 +186,18 @@ impl Queue {
         Ok(())
     }
 
-    /// Publishes `pos` in `word` and wakes the other side if it parked on it.
+    /// Publishes `pos` in `word` and wakes one thread of the other side if any parked on it.
     fn publish(&self, word: usize, pos: u32, waiter: usize) {
         let w = self.word(word);
         w.store(pos, Ordering::Release);
         fence(Ordering::SeqCst);
+        self.wake_one(word, waiter);
+    }
+
+    /// Wakes one thread parked on `word`, if the count at `waiter` says any is.
+    fn wake_one(&self, word: usize, waiter: usize) {
         if self.word(waiter).load(Ordering::SeqCst) != 0 {
-            futex_wake(w);
+            futex_wake(self.word(word), 1);
         }
     }
 }
@@ -250,6 +270,41 @@ pub(crate) struct Consumer {
     head: u32,
     /// The fragments of a frame read so far.
     partial: Vec<u8>,
+    /// In a framed read, the body length the frame being read announced in its first 4 bytes.
+    announced: Option<usize>,
+}
+
+/// What one look at a ring found.
+enum Polled {
+    /// A whole frame.
+    Frame(Vec<u8>),
+    /// No whole frame yet; the producer's position seen.
+    Wait(u32),
+}
+
+/// A consumer's way to park until its ring has more, held apart from the consumer so that
+/// several threads may park on the ring while another reads it.
+#[derive(Debug, Clone)]
+pub(crate) struct Parking {
+    q: Queue,
+}
+
+impl Parking {
+    /// Waits until the producer's position moves from `seen`. `Gone` once the peer hung up.
+    pub fn wait(&self, seen: u32, peer: &UnixStream) -> Result<(), RingError> {
+        self.q
+            .wait_change(self.q.ctrl.tail, seen, self.q.ctrl.data_waiter, peer)
+    }
+
+    /// Wakes one thread parked in [`Parking::wait`], if any is.
+    pub fn wake_one(&self) {
+        self.q.wake_one(self.q.ctrl.tail, self.q.ctrl.data_waiter);
+    }
+
+    /// Wakes every thread parked in [`Parking::wait`] (the session ends).
+    pub fn wake_all(&self) {
+        futex_wake(self.q.word(self.q.ctrl.tail), i32::MAX);
+    }
 }
 
 impl Consumer {
@@ -258,11 +313,62 @@ impl Consumer {
             q,
             head: 0,
             partial: Vec::new(),
+            announced: None,
         }
     }
 
-    /// The next whole frame, waiting for it; a frame longer than `limit` is corrupt.
+    /// The next whole record-level frame, waiting for it; a frame longer than `limit` is
+    /// corrupt.
+    #[cfg(test)]
     pub fn pop(&mut self, limit: usize, peer: &UnixStream) -> Result<Vec<u8>, RingError> {
+        self.pop_as(limit, false, peer)
+    }
+
+    /// The body of the next frame, which travels as on the socket (a `u32` length, then the
+    /// body), waiting for it. The length is checked and left out as the bytes are copied; a
+    /// body longer than `limit` is corrupt.
+    pub fn pop_frame(&mut self, limit: usize, peer: &UnixStream) -> Result<Vec<u8>, RingError> {
+        self.pop_as(limit, true, peer)
+    }
+
+    fn pop_as(
+        &mut self,
+        limit: usize,
+        framed: bool,
+        peer: &UnixStream,
+    ) -> Result<Vec<u8>, RingError> {
+        loop {
+            match self.poll(limit, framed)? {
+                Polled::Frame(f) => return Ok(f),
+                Polled::Wait(tail) => {
+                    self.q
+                        .wait_change(self.q.ctrl.tail, tail, self.q.ctrl.data_waiter, peer)?
+                }
+            }
+        }
+    }
+
+    /// [`Consumer::pop_frame`] without waiting: `Ok(Err(seen))` when no whole frame is
+    /// published yet (fragments already published are taken meanwhile), with the producer's
+    /// position seen, for [`Parking::wait`].
+    pub fn try_frame(&mut self, limit: usize) -> Result<Result<Vec<u8>, u32>, RingError> {
+        Ok(match self.poll(limit, true)? {
+            Polled::Frame(f) => Ok(f),
+            Polled::Wait(tail) => Err(tail),
+        })
+    }
+
+    /// Whether the producer published bytes not read yet.
+    pub fn has_more(&self) -> bool {
+        self.q.word(self.q.ctrl.tail).load(Ordering::Acquire) != self.head
+    }
+
+    pub fn parking(&self) -> Parking {
+        Parking { q: self.q.clone() }
+    }
+
+    /// Takes the records published until a frame is whole.
+    fn poll(&mut self, limit: usize, framed: bool) -> Result<Polled, RingError> {
         loop {
             let tail = self.q.word(self.q.ctrl.tail).load(Ordering::Acquire);
             let avail = tail.wrapping_sub(self.head) as usize;
@@ -273,9 +379,7 @@ impl Consumer {
                 )));
             }
             if avail == 0 {
-                self.q
-                    .wait_change(self.q.ctrl.tail, tail, self.q.ctrl.data_waiter, peer)?;
-                continue;
+                return Ok(Polled::Wait(tail));
             }
             if avail < 4 {
                 return Err(RingError::Corrupt(format!(
@@ -292,26 +396,48 @@ impl Consumer {
                     "a record of {n} bytes where {avail} are published"
                 )));
             }
+            let mut at = self.head.wrapping_add(4);
+            let mut n = n;
+            if framed && self.announced.is_none() {
+                // A frame's first fragment starts with the body's length.
+                if n < 4 {
+                    return Err(RingError::Corrupt(format!(
+                        "a frame's first record of {n} bytes holds no length"
+                    )));
+                }
+                let mut l = [0u8; 4];
+                self.q.read(at, &mut l)?;
+                let len = u32::from_le_bytes(l) as usize;
+                if len > limit {
+                    return Err(RingError::Corrupt(format!(
+                        "a frame longer than {limit} bytes"
+                    )));
+                }
+                // The whole body at once: assembling fragments then moves nothing.
+                self.partial = Vec::with_capacity(len);
+                self.announced = Some(len);
+                at = at.wrapping_add(4);
+                n -= 4;
+            }
             if self.partial.len() + n > limit {
                 return Err(RingError::Corrupt(format!(
                     "a frame longer than {limit} bytes"
                 )));
             }
-            if self.partial.is_empty() {
-                // Zeroed memory from the allocator, not filled byte by byte.
-                self.partial = vec![0u8; n];
-                self.q.read(self.head.wrapping_add(4), &mut self.partial)?;
-            } else {
-                let at = self.partial.len();
-                self.partial.resize(at + n, 0);
-                self.q
-                    .read(self.head.wrapping_add(4), &mut self.partial[at..])?;
-            }
+            self.q.read_append(at, n, &mut self.partial)?;
             self.head = self.head.wrapping_add(need as u32);
             self.q
                 .publish(self.q.ctrl.head, self.head, self.q.ctrl.space_waiter);
             if header & MORE == 0 {
-                return Ok(std::mem::take(&mut self.partial));
+                let body = std::mem::take(&mut self.partial);
+                if let Some(len) = self.announced.take() {
+                    if len != body.len() {
+                        return Err(RingError::Corrupt(
+                            "a frame whose length disagrees with its records'".into(),
+                        ));
+                    }
+                }
+                return Ok(Polled::Frame(body));
             }
         }
     }

@@ -135,6 +135,25 @@ impl Mapping {
         true
     }
 
+    /// Appends `len` bytes from `offset` to `out`, without zeroing them first; `false` (and
+    /// nothing appended) outside the mapping.
+    pub fn read_append(&self, offset: usize, len: usize, out: &mut Vec<u8>) -> bool {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        out.reserve(len);
+        let at = out.len();
+        // SAFETY: the source range is inside the live mapping (checked above); the destination
+        // is the vector's spare capacity, reserved above for `len` bytes and distinct from the
+        // mapping. The copy initializes those bytes (any value is a valid `u8`), so the length
+        // may then cover them. A concurrent writer in the other process only makes them garbage.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.addr.add(offset), out.as_mut_ptr().add(at), len);
+            out.set_len(at + len);
+        }
+        true
+    }
+
     /// Copies `bytes` to `offset`; `false` (and nothing copied) outside the mapping.
     pub fn write(&self, offset: usize, bytes: &[u8]) -> bool {
         if offset
@@ -224,8 +243,8 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
-/// Wakes every thread, of any process, sleeping on `word`.
-pub fn futex_wake(word: &AtomicU32) {
+/// Wakes up to `n` threads, of any process, sleeping on `word`.
+pub fn futex_wake(word: &AtomicU32, n: i32) {
     // SAFETY: `word` is a live, aligned 32-bit word; FUTEX_WAKE does not access memory through
     // it beyond identifying the futex.
     unsafe {
@@ -233,7 +252,7 @@ pub fn futex_wake(word: &AtomicU32) {
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAKE,
-            i32::MAX,
+            n,
             std::ptr::null::<libc::timespec>(),
             std::ptr::null::<u32>(),
             0u32,

@@ -23,7 +23,7 @@ pub fn scribble(rings: &ClientRings, offset: usize, bytes: &[u8]) {
         map.write(offset, &bytes[..end - offset]);
     }
     if let Some(w) = map.word(REQUEST_CTRL.tail) {
-        futex_wake(w);
+        futex_wake(w, i32::MAX);
     }
 }
 
@@ -34,6 +34,6 @@ pub fn poke(rings: &ClientRings, offset: usize, v: u32) {
         w.store(v, Ordering::SeqCst);
     }
     if let Some(w) = map.word(REQUEST_CTRL.tail) {
-        futex_wake(w);
+        futex_wake(w, i32::MAX);
     }
 }
