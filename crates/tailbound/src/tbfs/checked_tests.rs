@@ -104,10 +104,7 @@ fn closing_a_handle_of_a_file_with_no_open_handles_poisons_the_pool() {
 #[test]
 fn releasing_more_bytes_in_flight_than_counted_poisons_the_pool() {
     let fs = pool();
-    let held = fs
-        .inner
-        .in_flight
-        .load(std::sync::atomic::Ordering::Acquire);
+    let held = fs.inner.logs.in_flight();
     fs.inner.release_in_flight(held + BLOCK_U64);
     let why = fs.poisoned().expect("the pool is poisoned");
     assert!(
@@ -115,9 +112,7 @@ fn releasing_more_bytes_in_flight_than_counted_poisons_the_pool() {
         "poisoned for {why:?}"
     );
     assert_eq!(
-        fs.inner
-            .in_flight
-            .load(std::sync::atomic::Ordering::Acquire),
+        fs.inner.logs.in_flight(),
         held,
         "the count is left as it was, not wrapped"
     );

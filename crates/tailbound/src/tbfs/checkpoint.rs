@@ -284,7 +284,7 @@ impl Engine {
             st.attr_dirty = false;
             records.push(ino, st.record(ino));
             drop(guard);
-            if m.ns_changed.contains(&ino) || !done.is_empty() {
+            if m.changes.only_checkpoint_records(ino) || !done.is_empty() {
                 changed.push(cell.clone());
             }
             written.push((cell, done));
@@ -453,12 +453,10 @@ impl Engine {
         for cell in changed {
             cell.lock().ckpt_seq = root_seq;
         }
-        m.ns_changed.clear();
         m.ckpt.written(number, addr, root_seq, m.writer.seq);
         m.ifile.freed_slots_written();
         m.dirs.written();
-        m.pending.clear();
-        m.ns_dirty = false;
+        m.changes.checkpointed();
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.
@@ -576,7 +574,7 @@ impl Engine {
 /// The inodes a checkpoint writes: those `taken` from the dirty set, those with data in
 /// data-only logs since the last checkpoint, and the changed directories, while they exist.
 fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
-    taken.extend(m.pending.iter());
+    taken.extend(m.changes.pending().iter());
     taken.extend(m.dirs.dirty().iter());
     taken.retain(|ino| m.inodes.contains(*ino));
     taken

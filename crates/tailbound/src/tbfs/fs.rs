@@ -8,7 +8,7 @@ use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::namespace::{dir_entries, kind_in};
-use crate::tbfs::state::{Engine, Section, State, Wake};
+use crate::tbfs::state::{Engine, State, Wake};
 use crate::tbfs::{
     AtimePolicy, Barrier, Config, DeviceRef, DirEntry, Error, FileKind, FsCounters, OpenFlags,
     OpenOptions, Ordering, RecoveryReport, Result, SetAttr, Stat, StatVfs, SyncMode,
@@ -35,7 +35,7 @@ impl Engine {
         // Other files' pending changes are theirs to sync: a real-time writer's sync does not
         // become a checkpoint, which waits for every payload in flight, because another
         // process created a file.
-        if self.config.ordering == Ordering::Strict || m.ns_changed.contains(&cell.ino) {
+        if self.config.ordering == Ordering::Strict || m.changes.only_checkpoint_records(cell.ino) {
             self.commit_checkpoint(&mut m)?;
         } else {
             match self.commit_data_log(&mut m, cell) {
@@ -106,9 +106,7 @@ impl Fs {
         // A panic in any thread using the pool then names its site when it poisons the pool.
         crate::panics::install_hook();
         // Recovery's checkpoint ran before `meta` was a lock: only holds count.
-        for ns in &inner.meta_section_ns {
-            ns.store(0, AtomicOrdering::Relaxed);
-        }
+        inner.stats.reset_sections();
         if !inner.read_only {
             let period = [
                 inner.config.checkpoint_every,
@@ -144,11 +142,7 @@ impl Fs {
     }
 
     pub fn recovery_report(&self) -> RecoveryReport {
-        self.inner
-            .report
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.inner.stats.report()
     }
 
     /// The advisory lock table every handle to this pool shares (POSIX, OFD and `flock` locks,
@@ -163,18 +157,7 @@ impl Fs {
     }
 
     pub fn counters(&self) -> FsCounters {
-        let mut c = *self
-            .inner
-            .counters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        c.meta_held_ns = self.inner.meta_held_ns.load(AtomicOrdering::Relaxed);
-        let section =
-            |s: Section| self.inner.meta_section_ns[s as usize].load(AtomicOrdering::Relaxed);
-        c.meta_checkpoint_ns = section(Section::Checkpoint);
-        c.meta_cleaning_ns = section(Section::Cleaning);
-        c.meta_sealing_ns = section(Section::Sealing);
-        c
+        self.inner.stats.counters()
     }
 
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<File> {
@@ -647,8 +630,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
             .config
             .checkpoint_every
             .is_some_and(|every| m.ckpt.due(every));
-        let dirty = !m.pending.is_empty()
-            || m.ns_dirty
+        let dirty = m.changes.any()
             || !inner
                 .dirty
                 .lock()

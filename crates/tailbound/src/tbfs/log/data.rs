@@ -44,7 +44,7 @@ impl Engine {
         let closed = self.log_close(m, FLAG_END);
         m.writer.charge = None;
         closed?;
-        m.pending.insert(cell.ino);
+        m.changes.changed(cell.ino);
         Ok(())
     }
 
@@ -149,8 +149,8 @@ impl Engine {
                  {}, attributes changed: {}, placed: {}, pending: {}, open: {})",
                 has_unsealed(&st),
                 st.attr_dirty,
-                m.ns_changed.contains(&ino),
-                m.pending.contains(&ino),
+                m.changes.only_checkpoint_records(ino),
+                m.changes.pending().contains(&ino),
                 st.open
             );
         }
@@ -227,7 +227,7 @@ impl Engine {
             let written = self.seal_file_data(m, cell.ino, &mut st)?;
             self.settle_sealed(m, cell.ino, &st);
             drop(st);
-            m.pending.insert(cell.ino);
+            m.changes.changed(cell.ino);
             done.push((cell.clone(), written));
         }
         let closed = if open {
@@ -245,7 +245,7 @@ impl Engine {
     /// I/O of the file's last writer; returns the release list for them (in one pass over the
     /// buffers, not a look-up per block: this runs under `meta` for every block written).
     ///
-    /// A file with a change only a checkpoint records (`State::ns_changed`: created, renamed,
+    /// A file with a change only a checkpoint records (`Changes::only_checkpoint_records`: created, renamed,
     /// linked, attributes or size set) may not be in the newest checkpoint before the log, or
     /// another file may be there under its number: its blocks are only placed
     /// ([`DescKind::Placed`]), with no attributes record, for the next checkpoint to map.
@@ -259,7 +259,7 @@ impl Engine {
     ) -> Result<Vec<(u64, u64)>> {
         m.writer.charge = st.charge;
         let flush = self.config.barrier == Barrier::EveryLog;
-        let placed = m.ns_changed.contains(&ino);
+        let placed = m.changes.only_checkpoint_records(ino);
         let kind = if placed {
             DescKind::Placed
         } else {
@@ -334,5 +334,5 @@ pub(crate) fn has_unsealed(st: &crate::tbfs::inode::InodeState) -> bool {
 /// Whether a data-only log can take something from file `ino` now: buffers in no sealed log, or
 /// attributes, unless only a checkpoint may record the file ([`Engine::seal_file_data`]).
 pub(crate) fn sealable(m: &State, ino: u64, st: &crate::tbfs::inode::InodeState) -> bool {
-    has_unsealed(st) || (st.attr_dirty && !m.ns_changed.contains(&ino))
+    has_unsealed(st) || (st.attr_dirty && !m.changes.only_checkpoint_records(ino))
 }

@@ -13,6 +13,8 @@ use crate::tbfs::Result;
 
 pub(crate) mod build;
 pub(crate) mod data;
+pub(crate) mod pipeline;
+pub(crate) mod superblocks;
 pub(crate) mod write;
 
 /// Where the next log goes and the log being built (under `meta`). Logs are laid out here and
