@@ -8,9 +8,8 @@ use crate::tbfs::space::segments::SegmentTable;
 
 /// The segments a data-only run left unusable until a later log is durable.
 ///
-/// Rules: a segment listed here has no reuse bound but `u64::MAX` in the segment table until
-/// the log it waits for is sealed, and only this part lowers it; a segment a cut-short run left
-/// for a checkpoint is not made reusable by a later run's end.
+/// Rule: a segment in the open run has no reuse bound but `u64::MAX` in the segment table until
+/// the run's last log is sealed, and only this part lowers it.
 #[derive(Debug, Default)]
 pub(crate) struct SoftDead {
     /// Segments in which the open run of data-only logs superseded blocks
@@ -43,38 +42,27 @@ impl SoftDead {
     }
 
     /// The run's last log, `seq`, was sealed: what the run superseded may be reused once that
-    /// log is durable, except where a cut-short run's blocks wait for a checkpoint.
+    /// log is durable.
     pub(crate) fn run_ended(&mut self, seg: &mut SegmentTable, seq: u64) {
         let mut run = std::mem::take(&mut self.run);
         run.sort_unstable();
         run.dedup();
         for s in run {
-            if !self.to_checkpoint.contains(&s) {
-                Self::reusable_after(seg, s, seq);
-            }
+            assert_eq!(
+                seg.soft_dead_at(s),
+                u64::MAX,
+                "segment {s}: its soft-dead bound was lowered while a run still held it"
+            );
+            seg.set_soft_dead(s, seq + 1);
         }
     }
 
     /// A checkpoint's last log, `seq`, was sealed: the maps in memory are in it, cut-short runs
     /// included, so their segments may be reused once it is durable.
     pub(crate) fn checkpoint_ended(&mut self, seg: &mut SegmentTable, seq: u64) {
-        let mut cut = std::mem::take(&mut self.to_checkpoint);
-        cut.sort_unstable();
-        cut.dedup();
-        for s in cut {
-            Self::reusable_after(seg, s, seq);
+        for s in std::mem::take(&mut self.to_checkpoint) {
+            seg.set_soft_dead(s, seq + 1);
         }
-    }
-
-    /// Segment `s`, held since a run superseded a block of it, may be reused once log `seq` is
-    /// durable.
-    fn reusable_after(seg: &mut SegmentTable, s: usize, seq: u64) {
-        assert_eq!(
-            seg.soft_dead_at(s),
-            u64::MAX,
-            "segment {s}: its soft-dead bound was lowered while a run still held it"
-        );
-        seg.set_soft_dead(s, seq + 1);
     }
 }
 
@@ -98,23 +86,17 @@ mod tests {
     }
 
     #[test]
-    fn a_cut_short_runs_segments_wait_for_a_checkpoint_even_past_a_later_runs_end() {
+    fn a_cut_short_runs_segments_are_reusable_once_a_checkpoint_is_durable() {
         let mut seg = SegmentTable::new(4, 8);
         let mut d = SoftDead::default();
         d.run_begins();
         d.superseded(&mut seg, 1);
-        // An error ends the run before its last log; the next run supersedes in the same
-        // segment and ends.
+        // An error ends the run before its last log; the next run ends.
         d.run_begins();
-        d.superseded(&mut seg, 1);
         d.superseded(&mut seg, 3);
         d.run_ended(&mut seg, 20);
         assert_eq!(seg.soft_dead_at(3), 21);
-        assert_eq!(
-            seg.soft_dead_at(1),
-            u64::MAX,
-            "the cut-short run's blocks need a checkpoint"
-        );
+        assert_eq!(seg.soft_dead_at(1), u64::MAX, "waits for a checkpoint");
         d.checkpoint_ended(&mut seg, 30);
         assert_eq!(seg.soft_dead_at(1), 31);
     }
