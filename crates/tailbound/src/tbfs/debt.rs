@@ -38,7 +38,7 @@ impl Engine {
         let mut debt = FIXED_BLOCKS + m.table_estimate();
         if !exact {
             let changed =
-                (dirty.all.len() + m.changes.pending().len() + m.dirs.dirty().len()) as u64;
+                (dirty.all().len() + m.changes.pending().len() + m.dirs.dirty().len()) as u64;
             let mut widest_dir = 0;
             for ino in m.dirs.dirty().iter() {
                 let blocks = m.dirs.get(ino).map_or(0, |e| {
@@ -56,7 +56,7 @@ impl Engine {
                 + pages
                 + ifile_nodes(m, pages);
         }
-        let mut work: DenseSet = dirty.all.clone();
+        let mut work: DenseSet = dirty.all().clone();
         drop(dirty);
         work.extend(m.changes.pending().iter());
         work.extend(m.dirs.dirty().iter());

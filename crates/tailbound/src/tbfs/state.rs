@@ -419,7 +419,7 @@ impl State {
 #[derive(Debug, Default)]
 pub(crate) struct DirtySet {
     /// Every inode dirtied since a checkpoint took them: the next checkpoint's work.
-    pub all: DenseSet,
+    all: DenseSet,
     /// Those that may still have something a data-only log can take: buffers in no sealed log,
     /// or attributes, unless only a checkpoint may record the file (`Changes::only_checkpoint_records`). What
     /// sealing a full buffer looks through. Entries are added with `all` (under the inode's
@@ -429,7 +429,7 @@ pub(crate) struct DirtySet {
     /// next seal to drop. Without it, sealing went through every file written since the last
     /// checkpoint, most of them sealed already and placed (their attributes wait for the
     /// checkpoint).
-    pub to_seal: DenseSet,
+    to_seal: DenseSet,
 }
 
 impl DirtySet {
@@ -440,5 +440,36 @@ impl DirtySet {
 
     pub fn is_empty(&self) -> bool {
         self.all.is_empty()
+    }
+
+    /// Every inode dirtied since a checkpoint took them.
+    pub fn all(&self) -> &DenseSet {
+        &self.all
+    }
+
+    /// A checkpoint takes every inode dirtied so far; those listed to seal stay listed, for
+    /// the next seal to drop.
+    pub fn take_all(&mut self) -> DenseSet {
+        std::mem::take(&mut self.all)
+    }
+
+    /// A checkpoint that wrote nothing puts back what it took.
+    pub fn put_back(&mut self, inos: impl Iterator<Item = u64>) {
+        self.all.extend(inos);
+    }
+
+    /// The inodes a seal looks through.
+    pub fn to_seal(&self) -> &DenseSet {
+        &self.to_seal
+    }
+
+    /// Inode `ino` has nothing a data-only log can take now (or was freed).
+    pub fn settled(&mut self, ino: u64) {
+        self.to_seal.remove(&ino);
+    }
+
+    /// The inodes dirtied since a checkpoint that a seal does not look through.
+    pub fn not_to_seal(&self) -> Vec<u64> {
+        self.all.difference(&self.to_seal).collect()
     }
 }

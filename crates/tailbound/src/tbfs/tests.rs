@@ -2672,8 +2672,9 @@ fn a_seal_looks_only_at_files_it_can_still_take_something_from() {
     for (i, f) in old.iter().chain(&new).enumerate() {
         f.pwrite(&pattern(i as u64, 3 * BLOCK), 0).unwrap();
     }
-    let to_seal = |fs: &Fs| -> Vec<u64> { fs.inner.dirty.lock().unwrap().to_seal.iter().collect() };
-    let all = |fs: &Fs| fs.inner.dirty.lock().unwrap().all.len();
+    let to_seal =
+        |fs: &Fs| -> Vec<u64> { fs.inner.dirty.lock().unwrap().to_seal().iter().collect() };
+    let all = |fs: &Fs| fs.inner.dirty.lock().unwrap().all().len();
     let mut written: Vec<u64> = old.iter().chain(&new).map(|f| f.ino()).collect();
     written.sort_unstable();
     assert_eq!(to_seal(&fs), written);

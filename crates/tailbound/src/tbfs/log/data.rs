@@ -86,7 +86,7 @@ impl Engine {
         Ok(m)
     }
 
-    /// The cells of the files a seal looks through ([`crate::tbfs::state::DirtySet::to_seal`]), in
+    /// The cells of the files a seal looks through (`DirtySet::to_seal`), in
     /// inode order.
     pub(crate) fn dirty_cells(&self, m: &State) -> Vec<Arc<InodeCell>> {
         if cfg!(debug_assertions) {
@@ -99,7 +99,7 @@ impl Engine {
             .dirty
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .to_seal
+            .to_seal()
             .iter()
             .collect();
         let mut cells = Vec::with_capacity(listed.len());
@@ -115,19 +115,19 @@ impl Engine {
         if !freed.is_empty() {
             let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
             for ino in &freed {
-                dirty.to_seal.remove(ino);
+                dirty.settled(*ino);
             }
         }
         cells
     }
 
     /// Debug builds: every file a data-only log could take something from is among those a
-    /// seal looks through ([`crate::tbfs::state::DirtySet::to_seal`]). Each inode's lock is taken
+    /// seal looks through (`DirtySet::to_seal`). Each inode's lock is taken
     /// before the set's, as a writer takes them.
     pub(crate) fn check_to_seal(&self, m: &State) {
         let others: Vec<u64> = {
             let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-            dirty.all.difference(&dirty.to_seal).collect()
+            dirty.not_to_seal()
         };
         for ino in others {
             let Some(cell) = m.inodes.get(ino) else {
@@ -138,7 +138,7 @@ impl Engine {
                 .dirty
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .to_seal
+                .to_seal()
                 .contains(&ino);
             debug_assert!(
                 listed
@@ -169,8 +169,7 @@ impl Engine {
             self.dirty
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .to_seal
-                .remove(&ino);
+                .settled(ino);
         }
     }
 
