@@ -117,3 +117,14 @@ fn releasing_more_bytes_in_flight_than_counted_poisons_the_pool() {
         "the count is left as it was, not wrapped"
     );
 }
+
+#[test]
+fn ending_a_device_flush_that_never_started_poisons_the_pool() {
+    let fs = pool();
+    fs.inner.end_flush();
+    let why = fs.poisoned().expect("the pool is poisoned");
+    assert!(
+        why.contains("a device flush ended that was not counted as running"),
+        "poisoned for {why:?}"
+    );
+}
