@@ -585,11 +585,11 @@ fn a_tbfs_commit_an_urgent_thread_waits_for_runs_at_its_priority() {
             fs.inner
                 .commit_checkpoint(&mut fs.inner.meta.lock())
                 .expect("checkpoint");
-            let mut w = fs.inner.log_writer.lock().expect("log writer");
-            let hold = fs.inner.log_inherit.hold();
+            let mut w = fs.inner.logs.lock_writer();
+            let hold = fs.inner.logs.inheritance().hold();
             locked_tx.send(()).expect("signal");
             // Wait (without a clock) until the other thread is blocked on the log writer.
-            while fs.inner.log_inherit.highest().is_none() {
+            while fs.inner.logs.inheritance().highest().is_none() {
                 std::thread::yield_now();
             }
             fs.inner.write_queued(&mut w, u64::MAX).expect("write");

@@ -31,7 +31,7 @@ pub(crate) struct BufferBudget {
     /// grows; a checkpoint's quick space bound assumes every map it writes may be this wide
     /// (`Engine::quick_inode_bound`).
     widest: AtomicU64,
-    /// A namespace change was pending when `meta` was last let go (`State::ns_dirty`): a
+    /// A namespace change was pending when `meta` was last let go (`Changes::namespace_dirty`): a
     /// cleaning pass would write what is buffered in its checkpoint.
     ns_pending: AtomicBool,
     /// The last space check found that cleaning passes are full ones (not

@@ -317,7 +317,7 @@ impl Engine {
                 self.maybe_refresh(&mut m)?;
             }
             m.unlock_and_write()?;
-        } else if self.in_flight.load(AtomicOrdering::Acquire) > self.in_flight_max() {
+        } else if self.logs.in_flight() > self.in_flight_max() {
             // More than that waits for the log writer: wait with it, so the memory buffered
             // stays bounded when writers outpace the device.
             self.wait_in_flight()?;
@@ -526,7 +526,7 @@ impl Engine {
             let mut st = cell.lock();
             self.buffer_write(cell, &mut st, buf, offset, whole, charge)?
         };
-        if self.config.ordering == Ordering::Strict || m.ns_changed.contains(&cell.ino) {
+        if self.config.ordering == Ordering::Strict || m.changes.only_checkpoint_records(cell.ino) {
             drop(m);
             self.sync_file(cell)?;
             return Ok(DirectPiece {
@@ -589,9 +589,7 @@ impl Engine {
     pub(super) fn buffered_bytes(&self) -> u64 {
         // Saturating: the two counts are read apart, and data buffered and sealed in between
         // may put `in_flight` ahead of the buffered bytes for a moment.
-        self.budget
-            .buffered()
-            .saturating_sub(self.in_flight.load(AtomicOrdering::Acquire))
+        self.budget.buffered().saturating_sub(self.logs.in_flight())
     }
 
     /// Updates the access time of a file being read, per the pool's [`AtimePolicy`]. The new

@@ -44,7 +44,7 @@ impl Engine {
                         .dirty
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .all
+                        .all()
                         .contains(&ino),
                 "inode {ino} changed and is in no checkpoint's work"
             );
@@ -54,7 +54,7 @@ impl Engine {
     /// Tests: a checkpoint's two bounds for the inodes it would write now, quick and counted.
     #[cfg(test)]
     pub(super) fn checkpoint_inode_bounds(&self, m: &State) -> (u64, u64) {
-        let work = checkpoint_work(m, self.dirty.lock().unwrap().all.clone());
+        let work = checkpoint_work(m, self.dirty.lock().unwrap().all().clone());
         let dir_blocks = encode_changed_dirs(m, &work);
         (
             self.quick_inode_bound(&work, &dir_blocks),
@@ -128,8 +128,11 @@ impl Engine {
     /// [`Engine::commit_checkpoint`]; `Checkpoints::depth` says whether it runs inside another
     /// (through the space check's cleaning).
     fn commit_checkpoint_at_depth(&self, m: &mut State) -> Result<()> {
-        let taken: DenseSet =
-            std::mem::take(&mut self.dirty.lock().unwrap_or_else(|p| p.into_inner()).all);
+        let taken: DenseSet = self
+            .dirty
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take_all();
         let mut work = checkpoint_work(m, taken);
 
         // An upper bound on what this checkpoint writes, checked before anything changes (the
@@ -145,8 +148,7 @@ impl Engine {
             self.dirty
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .all
-                .extend(work.iter());
+                .put_back(work.iter());
             space?;
             // The space check cleaned: the passes changed maps and marked blocks this
             // checkpoint must write, so it starts over with them (without cleaning again if
@@ -286,7 +288,7 @@ impl Engine {
             st.attr_logged();
             records.push(ino, st.record(ino));
             drop(guard);
-            if m.ns_changed.contains(&ino) || !done.is_empty() {
+            if m.changes.only_checkpoint_records(ino) || !done.is_empty() {
                 changed.push(cell.clone());
             }
             written.push((cell, done));
@@ -459,12 +461,10 @@ impl Engine {
         for cell in changed {
             cell.lock().set_ckpt_seq(root_seq);
         }
-        m.ns_changed.clear();
         m.ckpt.written(number, addr, root_seq, m.writer.seq());
         m.ifile.freed_slots_written();
         m.dirs.written();
-        m.pending.clear();
-        m.ns_dirty = false;
+        m.changes.checkpointed();
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.
@@ -582,7 +582,7 @@ impl Engine {
 /// The inodes a checkpoint writes: those `taken` from the dirty set, those with data in
 /// data-only logs since the last checkpoint, and the changed directories, while they exist.
 fn checkpoint_work(m: &State, mut taken: DenseSet) -> DenseSet {
-    taken.extend(m.pending.iter());
+    taken.extend(m.changes.pending().iter());
     taken.extend(m.dirs.dirty().iter());
     taken.retain(|ino| m.inodes.contains(*ino));
     taken

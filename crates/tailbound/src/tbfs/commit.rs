@@ -90,8 +90,7 @@ impl Engine {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_empty()
-            || !m.pending.is_empty()
-            || m.ns_dirty
+            || m.changes.any()
             || !m.ifile.freed_slots().is_empty()
             || m.life.snapshots_dirty();
         if dirty || !m.ckpt.is_newest_state(m.writer.seq()) {

@@ -24,7 +24,8 @@ impl Engine {
         let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
         let mut debt = FIXED_BLOCKS + m.table_estimate();
         if !exact {
-            let changed = (dirty.all.len() + m.pending.len() + m.dirs.dirty().len()) as u64;
+            let changed =
+                (dirty.all().len() + m.changes.pending().len() + m.dirs.dirty().len()) as u64;
             let mut widest_dir = 0;
             for ino in m.dirs.dirty().iter() {
                 let blocks = m.dirs.get(ino).map_or(0, |e| {
@@ -42,9 +43,9 @@ impl Engine {
                 + pages
                 + ifile_nodes(m, pages);
         }
-        let mut work: DenseSet = dirty.all.clone();
+        let mut work: DenseSet = dirty.all().clone();
         drop(dirty);
-        work.extend(m.pending.iter());
+        work.extend(m.changes.pending().iter());
         work.extend(m.dirs.dirty().iter());
         work.retain(|ino| m.inodes.contains(*ino));
         let pages = m.ifile.pages_to_write(work.iter());

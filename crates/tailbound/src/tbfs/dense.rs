@@ -1,5 +1,5 @@
 //! A set of small, dense numbers kept as a bitmap: the sets a checkpoint's work is gathered in
-//! (`State::pending`, `State::ns_changed`, `Directories::dirty`, `State::freed_slots`, the dirty
+//! (`Changes`' pending and `ns_changed`, `Directories::dirty`, `State::freed_slots`, the dirty
 //! set), and a block map's changed leaves (`BlockMap::dirty_leaves`). Inode numbers are dense
 //! (a freed number is the next one handed out, and the root's record bounds them by the inode
 //! file's size), as are a map's leaf indices, so the bitmap spans no more than the pool's

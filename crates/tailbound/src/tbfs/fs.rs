@@ -9,7 +9,7 @@ use crate::tbfs::inode::*;
 use crate::tbfs::limits::SYMLINK_HOPS_MAX;
 use crate::tbfs::limits::*;
 use crate::tbfs::namespace::{dir_entries, kind_in};
-use crate::tbfs::state::{Engine, Section, State, Wake};
+use crate::tbfs::state::{Engine, State, Wake};
 use crate::tbfs::{
     AtimePolicy, Barrier, Config, DeviceRef, DirEntry, Error, FileKind, FsCounters, OpenFlags,
     OpenOptions, Ordering, RecoveryReport, Result, SetAttr, Stat, StatVfs, SyncMode,
@@ -36,7 +36,7 @@ impl Engine {
         // Other files' pending changes are theirs to sync: a real-time writer's sync does not
         // become a checkpoint, which waits for every payload in flight, because another
         // process created a file.
-        if self.config.ordering == Ordering::Strict || m.ns_changed.contains(&cell.ino) {
+        if self.config.ordering == Ordering::Strict || m.changes.only_checkpoint_records(cell.ino) {
             self.commit_checkpoint(&mut m)?;
         } else {
             match self.commit_data_log(&mut m, cell) {
@@ -107,9 +107,7 @@ impl Fs {
         // A panic in any thread using the pool then names its site when it poisons the pool.
         crate::panics::install_hook();
         // Recovery's checkpoint ran before `meta` was a lock: only holds count.
-        for ns in &inner.meta_section_ns {
-            ns.store(0, AtomicOrdering::Relaxed);
-        }
+        inner.stats.reset_sections();
         if !inner.read_only {
             let period = [
                 inner.config.checkpoint_every,
@@ -145,11 +143,7 @@ impl Fs {
     }
 
     pub fn recovery_report(&self) -> RecoveryReport {
-        self.inner
-            .report
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.inner.stats.report()
     }
 
     /// The advisory lock table every handle to this pool shares (POSIX, OFD and `flock` locks,
@@ -164,18 +158,7 @@ impl Fs {
     }
 
     pub fn counters(&self) -> FsCounters {
-        let mut c = *self
-            .inner
-            .counters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        c.meta_held_ns = self.inner.meta_held_ns.load(AtomicOrdering::Relaxed);
-        let section =
-            |s: Section| self.inner.meta_section_ns[s as usize].load(AtomicOrdering::Relaxed);
-        c.meta_checkpoint_ns = section(Section::Checkpoint);
-        c.meta_cleaning_ns = section(Section::Cleaning);
-        c.meta_sealing_ns = section(Section::Sealing);
-        c
+        self.inner.stats.counters()
     }
 
     /// Writes by tenant: bytes, and the time their writers waited for `meta`, cleaned inline
@@ -654,8 +637,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
             .config
             .checkpoint_every
             .is_some_and(|every| m.ckpt.due(every));
-        let dirty = !m.pending.is_empty()
-            || m.ns_dirty
+        let dirty = m.changes.any()
             || !inner
                 .dirty
                 .lock()

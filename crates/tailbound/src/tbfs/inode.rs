@@ -118,8 +118,8 @@ pub(crate) struct InodeState {
     /// for it are stale from then (see `names`).
     names_gen: u64,
     /// The last log of the newest checkpoint that wrote a change of this inode only a
-    /// checkpoint records (`State::ns_changed`); 0 if none did in this process. A sync of the
-    /// file waits for it. Its data, size and times need no checkpoint: its data-only logs
+    /// checkpoint records (`Changes::only_checkpoint_records`); 0 if none did in this process.
+    /// A sync of the file waits for it. Its data, size and times need no checkpoint: its data-only logs
     /// carry them, and recovery replays those over whichever checkpoint it starts from.
     ckpt_seq: u64,
 }

@@ -6,9 +6,10 @@
 //! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for
 //!   byte; `limits`: every size, bound and tuning constant; `types`: the public types, which
 //!   this file re-exports by name (it names no part itself).
-//! - `inode`, `inode_table`, `directories`, `names`, `retention`, `refresh`, `checkpoints`,
-//!   `ifile`, `space::segments`, `space::cleaning`, `log`: each part's state (an inode in memory,
-//!   the inodes by number, the directories' entries, the path cache, retained checkpoints and
+//! - `inode`, `inode_table`, `directories`, `changes`, `names`, `retention`, `refresh`,
+//!   `checkpoints`, `ifile`, `space::segments`, `space::cleaning`, `log`: each part's state (an
+//!   inode in memory, the inodes by number, the directories' entries, the changes not yet
+//!   checkpointed, the path cache, retained checkpoints and
 //!   pins, the superblock's bookkeeping, the newest checkpoint's, the inode file, the segment
 //!   table, the cleaner's, logs in flight); `budget`: the buffered bytes and their limits.
 //! - `state`: `Engine` and `State`, the pool's shared state and what the `meta` lock guards.
@@ -27,6 +28,7 @@ mod blocks;
 mod budget;
 mod buffer;
 pub mod by_ino;
+mod changes;
 mod checkpoint;
 mod checkpoints;
 mod commit;
@@ -41,6 +43,7 @@ mod ifile;
 mod inode;
 mod inode_table;
 mod lease_map;
+mod lending;
 pub mod lifecycle;
 mod limits;
 pub mod locks;
@@ -49,11 +52,13 @@ mod map;
 mod names;
 mod namespace;
 mod poison;
+mod poisoned;
 pub mod recovery;
 mod refresh;
 mod retention;
 mod space;
 mod state;
+mod stats;
 mod types;
 mod watch;
 

@@ -283,15 +283,12 @@ impl Engine {
         let released = st.dirty().len() as u64 * BLOCK_U64;
         let buffers = std::mem::take(st.dirty_mut());
         drop(st);
-        if !buffers.is_empty() {
-            m.drop_later.push(buffers);
-        }
+        m.drop_after_release(buffers);
         self.release_dirty_bytes(released);
         m.inodes.free(cell.ino);
         m.dirs.forget(cell.ino);
-        m.pending.remove(&cell.ino);
+        m.changes.freed(cell.ino);
         m.ifile.slot_freed(cell.ino);
-        m.ns_dirty = true;
     }
 }
 

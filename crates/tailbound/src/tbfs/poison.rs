@@ -6,8 +6,6 @@
 //! A panic poisons the pool before anything else is written: whatever the panicking thread
 //! holds (`meta`, an ahead payload, the last handle) poisons it as the panic unwinds through it.
 
-use std::sync::atomic::Ordering;
-
 use crate::tbfs::fs::Fs;
 use crate::tbfs::inode::InodeState;
 use crate::tbfs::log::AheadPayload;
@@ -24,25 +22,14 @@ impl Fs {
 
     /// Why the pool is poisoned, if it is.
     pub fn poisoned(&self) -> Option<String> {
-        if !self.inner.poisoned_set.load(Ordering::Acquire) {
-            return None;
-        }
-        self.inner
-            .poisoned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.inner.poison.reason()
     }
 }
 
 impl Engine {
     /// Poisons the pool with `reason`, unless it is poisoned already.
     pub(super) fn poison_reason(&self, reason: String) {
-        let mut p = self.poisoned.lock().unwrap_or_else(|p| p.into_inner());
-        if p.is_none() {
-            *p = Some(reason);
-            self.poisoned_set.store(true, Ordering::Release);
-        }
+        self.poison.set(reason);
     }
 
     /// Poisons the pool if this thread is unwinding from a panic (called from a `Drop` that
@@ -100,31 +87,22 @@ impl Engine {
         }
     }
 
-    /// `bytes` of sealed data are written: they leave [`Engine::in_flight`]. More than are
-    /// counted poisons the pool, and the count is left as it was.
+    /// `bytes` of sealed data are written: they leave the bytes in flight
+    /// (`LogPipeline::in_flight`). More than are counted poisons the pool, and the count is
+    /// left as it was.
     pub(crate) fn release_in_flight(&self, bytes: u64) {
-        let taken = self.in_flight.fetch_update(
-            std::sync::atomic::Ordering::AcqRel,
-            std::sync::atomic::Ordering::Acquire,
-            |held| held.checked_sub(bytes),
-        );
-        if let Err(held) = taken {
+        if let Err(held) = self.logs.release_in_flight(bytes) {
             self.poison_bug(format!(
                 "{bytes} bytes in flight released of the {held} counted"
             ));
         }
     }
 
-    /// A flush counted in [`Engine::flushes_running`] ended (or will not run). With none
-    /// counted the pool is poisoned, and the count is left at zero.
-    pub(crate) fn flush_ended(&self) {
-        let taken = self.flushes_running.fetch_update(
-            std::sync::atomic::Ordering::AcqRel,
-            std::sync::atomic::Ordering::Acquire,
-            |running| running.checked_sub(1),
-        );
-        if taken.is_err() {
-            self.poison_bug("a flush ended with none counted running".to_string());
+    /// A device flush counted as running ended. One ending more than were counted poisons the
+    /// pool, and the count is left at zero.
+    pub(crate) fn end_flush(&self) {
+        if self.logs.flush_ended().is_err() {
+            self.poison_bug("a device flush ended that was not counted as running".into());
         }
     }
 

@@ -8,28 +8,19 @@
 //! handle to an unlinked file. Storage is written only by the log writer (`log`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::tbfs::blocks::*;
 use crate::tbfs::dense::DenseSet;
-use crate::tbfs::format::{self};
 use crate::tbfs::inode::*;
-use crate::tbfs::log::{AheadPayload, LogWriter, Queued, Release, Writer};
+use crate::tbfs::log::{AheadPayload, Writer};
 use crate::tbfs::space::segments::*;
-use crate::tbfs::{Config, DeviceRef, Error, FsCounters, RecoveryReport, Result};
+use crate::tbfs::{Config, DeviceRef, Error, FsCounters, Result};
 use std::thread::JoinHandle;
 
-/// Work under `meta` whose share of the lock's hold time is counted apart
-/// ([`Engine::in_section`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Section {
-    Checkpoint = 0,
-    Cleaning = 1,
-    /// Sealing buffered file data as data-only logs.
-    Sealing = 2,
-}
+pub(crate) use crate::tbfs::stats::Section;
 
 /// Everything guarded by the `meta` lock.
 #[derive(Debug, Default)]
@@ -38,14 +29,10 @@ pub(crate) struct State {
     pub inodes: crate::tbfs::inode_table::InodeTable,
     /// The directories' entries, and which the next checkpoint writes.
     pub dirs: crate::tbfs::directories::Directories,
-    /// Inodes whose record, data or map must go into the next checkpoint.
-    pub pending: DenseSet,
+    /// The namespace changes not yet checkpointed.
+    pub changes: crate::tbfs::changes::Changes,
     /// The inode file: its map, its pages, the pages the next checkpoint writes again.
     pub ifile: crate::tbfs::ifile::InodeFile,
-    /// A namespace or size change of some file not yet in a checkpoint: buffered data of many
-    /// files goes out in a checkpoint rather than data-only logs (a sync of one file looks at
-    /// that file's own changes, `ns_changed`).
-    pub ns_dirty: bool,
     pub writer: Writer,
     pub seg: SegmentTable,
     /// The newest checkpoint, what happened since, and the checkpoints running.
@@ -60,28 +47,27 @@ pub(crate) struct State {
     /// The background cleaner's victims read without `meta`, and what its pass leaves to do
     /// after `meta` is released.
     pub bg_clean: crate::tbfs::space::background::BackgroundPass,
+    /// Segments whose superseded blocks wait for the end of a data-only run, or for a
+    /// checkpoint, before the segment may be reused.
+    pub soft_dead: crate::tbfs::space::soft_dead::SoftDead,
+    /// What the present hold of `meta` leaves for its release, and tests' staging: reached
+    /// only through `State`'s methods.
+    pub hold: HoldScratch,
+}
+
+/// What the present hold of `meta` leaves for its release, and tests' staging: no part's state.
+#[derive(Debug, Default)]
+pub(crate) struct HoldScratch {
     /// Buffers of freed inodes, dropped once `meta` is released (freeing a file's buffers is
     /// memory work no other thread needs to wait for).
-    pub drop_later: Vec<BTreeMap<u64, DirtyBlock>>,
-    /// Segments in which the open run of data-only logs superseded blocks (`seg_supersede`):
-    /// unusable until the run's last log is durable (`log_close` sets when), since recovery
-    /// replays a file's part of a run only whole (`recovery::unfinished_run_data`).
-    pub run_soft_dead: Vec<usize>,
-    /// The same for a run an error cut short before its last log: the maps in memory name what
-    /// recovery would leave out, so these wait for a checkpoint (which writes those maps) to be
-    /// durable.
-    pub soft_dead_to_checkpoint: Vec<usize>,
-    /// Inodes whose record changed, since the last checkpoint, in a way only a checkpoint
-    /// records (creation, names and links, attributes or size set): the checkpoint that writes
-    /// one marks it (`InodeState::ckpt_seq`) for its file's syncs to wait for.
-    pub ns_changed: DenseSet,
+    drop_later: Vec<BTreeMap<u64, DirtyBlock>>,
     /// The timed sections of the present hold, innermost last, each with when its own time last
     /// started running ([`Engine::in_section`]).
-    pub sections: Vec<(Section, Instant)>,
+    sections: Vec<(Section, Instant)>,
     /// Tests: segments the writer may still enter before it finds none free (`None`: no limit),
     /// to stage what happens when the space check fell short.
     #[cfg(test)]
-    pub segment_picks_left: Option<u64>,
+    segment_picks_left: Option<u64>,
 }
 
 /// Shared by every clone of an [`Fs`] and every [`File`].
@@ -96,54 +82,14 @@ pub(crate) struct Engine {
     /// A fair-capable lock ([`StateGuard::unlock_fair_and_write`]): long holds hand it over
     /// between their parts instead of taking it straight back.
     pub meta: parking_lot::Mutex<State>,
-    /// Logs sealed under `meta`, in sequence order, waiting for the log writer.
-    pub log_queue: Mutex<std::collections::VecDeque<Queued>>,
-    /// Entries ever put in `log_queue` (a guard that saw it move writes them on release).
-    pub queued_total: AtomicU64,
-    /// The checkpoint sequence the newest durable superblock names: segments that died before
-    /// it are reusable.
-    pub sb_checkpoint_seq: AtomicU64,
-    /// Taken by whoever writes a superblock (without the log writer), with the newest
-    /// generation written: superblocks go out in generation order, an older one found after a
-    /// newer is left out.
-    pub sb_writer: Mutex<u64>,
-    /// Superblocks taken from the queue and not yet written, with whether a flush must go
-    /// first: put here under the log writer by whoever takes one, then written by that thread
-    /// ([`crate::tbfs::log::Superblocks::Write`]), or left to the background thread by a thread
-    /// on its way to its own logs, or written by whichever thread calls
-    /// [`Engine::write_handed_off_superblocks`] first.
-    pub sb_handoff: Mutex<Vec<(format::Superblock, bool)>>,
-    /// Tests: stops the next thread that takes a superblock to write it, between letting the
-    /// log writer go and writing it.
-    #[cfg(test)]
-    pub sb_taken_gate: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
-    /// The log writer: whoever holds it writes the queue's logs in order, without `meta`.
-    pub log_writer: Mutex<LogWriter>,
-    /// Priorities lent to whoever holds `log_writer` by threads waiting for their logs.
-    pub log_inherit: Arc<crate::sched::inherit::Inheritance>,
-    /// Every log with a sequence below this is written (not necessarily flushed): its summary
-    /// and its payload.
-    pub written_seq: AtomicU64,
-    /// Every summary with a sequence below this is written (the log writer's progress); ahead
-    /// payloads below it may still be in flight.
-    pub summary_seq: AtomicU64,
-    /// Ahead payloads not yet written, by sequence.
-    pub ahead_pending: Mutex<BTreeMap<u64, Arc<AheadPayload>>>,
-    /// An ahead payload was written since the last flush began.
-    pub ahead_unflushed: AtomicBool,
-    /// Buffers sealed logs release, by the log's sequence: they go once `written_seq` passes
-    /// it (every log up to it complete), with their bytes for [`Engine::in_flight`].
-    pub releases: Mutex<BTreeMap<u64, (Vec<Release>, u64)>>,
-    /// Every log with a sequence below this is durable (a device flush followed it).
-    pub durable_seq: AtomicU64,
-    /// Buffered bytes in sealed logs not yet written: still in `budget`'s buffered bytes, but no longer a
-    /// reason to commit.
-    pub in_flight: AtomicU64,
+    /// The queue of sealed logs, the log writer, the payloads and buffers in flight, and the
+    /// written and durable watermarks.
+    pub logs: crate::tbfs::log::pipeline::LogPipeline,
+    /// Superblocks taken from the queue and not yet written, the newest generation written,
+    /// and the checkpoint the newest durable superblock names.
+    pub superblocks: crate::tbfs::log::superblocks::SuperblockWriter,
     /// The cleaner's copies of file data whose logs are not written yet: reads find them here.
     pub copies: super::copies::CopiesInFlight,
-    /// Device flushes running without the log writer ([`Engine::flush_written`]): until they
-    /// end, `LogWriter::unflushed` being false does not mean the writes are durable.
-    pub flushes_running: AtomicU64,
     /// Held for a whole background cleaning pass: one at a time (the background thread and
     /// `Fs::clean_step`), since a pass's marks and pre-read victims live in `State::bg_clean`.
     pub bg_pass: Mutex<()>,
@@ -151,25 +97,17 @@ pub(crate) struct Engine {
     pub dirty: Mutex<DirtySet>,
     /// Bytes buffered, the limits on them, the widest map: read by every writer.
     pub budget: crate::tbfs::budget::BufferBudget,
-    /// Nanoseconds `meta` was held, over every hold (`FsCounters::meta_held_ns`): the share of
-    /// the time every operation that needs it may have to wait.
-    pub meta_held_ns: AtomicU64,
-    /// Of that, the nanoseconds of each [`Section`] (`FsCounters::meta_checkpoint_ns` and the
-    /// others), in `Section` order.
-    pub meta_section_ns: [AtomicU64; 3],
-    pub poisoned: Mutex<Option<String>>,
-    /// Whether `poisoned` holds a reason: read by every operation, so the mutex (one cache line
-    /// every thread would take) is locked only once a write failed.
-    pub poisoned_set: AtomicBool,
+    /// The counters, the time `meta` was held, and what recovery found.
+    pub stats: super::stats::Statistics,
+    /// Why the pool is poisoned, if it is.
+    pub poison: super::poisoned::Poison,
     /// Told of segments written again and access times set (`watch.rs`).
     pub watchers: super::watch::Watchers,
     pub closed: AtomicBool,
-    pub counters: Mutex<FsCounters>,
     /// Writes by tenant, and where their time went ([`crate::tbfs::Fs::tenant_writes`]).
     pub writes: crate::tbfs::admission::WriteCounts,
     /// Writers take turns here, by their tenants' weights, while room is short.
     pub room_gate: crate::tbfs::admission::RoomGate,
-    pub report: Mutex<RecoveryReport>,
     pub background: Mutex<Option<JoinHandle<()>>>,
     /// Wakes the background thread (to stop, write a sealed superblock or clean); shared with
     /// it so it waits without holding `Engine`.
@@ -211,11 +149,11 @@ pub(crate) struct StateGuard<'a> {
     /// Unlock fairly: hand `meta` to the longest waiter, if any, instead of letting whoever
     /// comes first (this thread again, most often) take it.
     fair: bool,
-    /// When the lock was taken ([`Engine::meta_held_ns`]).
+    /// When the lock was taken (`Statistics::meta_held`).
     acquired: Instant,
     hold: Option<crate::sched::inherit::Hold>,
     inner: &'a Engine,
-    /// [`Engine::queued_total`] when the lock was taken.
+    /// `LogPipeline::queued_total` when the lock was taken.
     start_queued: u64,
 }
 
@@ -279,20 +217,21 @@ impl StateGuard<'_> {
     /// freed inodes are recycled after.
     pub(crate) fn unlock(&mut self) -> Option<Sealed> {
         let mut guard = self.guard.take()?;
-        self.inner.meta_held_ns.fetch_add(
-            self.acquired.elapsed().as_nanos() as u64,
-            AtomicOrdering::Relaxed,
-        );
+        self.inner
+            .stats
+            .meta_held(self.acquired.elapsed().as_nanos() as u64);
         let (own, small) = guard.writer.take_sealed();
         let sealed = Sealed {
             end: guard.writer.seq(),
             own,
             small,
-            queued: self.inner.queued_total.load(AtomicOrdering::Acquire) != self.start_queued,
+            queued: self.inner.logs.queued_total() != self.start_queued,
         };
-        let garbage = std::mem::take(&mut guard.drop_later);
+        let garbage = std::mem::take(&mut guard.hold.drop_later);
         // Stored only when it changes: most holds leave it as it was, and every writer reads it.
-        self.inner.budget.set_ns_pending(guard.ns_dirty);
+        self.inner
+            .budget
+            .set_ns_pending(guard.changes.namespace_dirty());
         if self.fair {
             parking_lot::MutexGuard::unlock_fair(guard);
         } else {
@@ -357,40 +296,14 @@ fn recycle_dropped(garbage: Vec<BTreeMap<u64, DirtyBlock>>) {
     }
 }
 
-/// Locks `lock`; a thread that has to wait lends its I/O priority to the holder (registered
-/// with `inherit`) until it gets it.
-pub(super) fn lock_lending<'a, T>(
-    lock: &'a Mutex<T>,
-    inherit: &Arc<crate::sched::inherit::Inheritance>,
-) -> MutexGuard<'a, T> {
-    match lock.try_lock() {
-        Ok(g) => g,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => {
-            lending_while(inherit, || lock.lock().unwrap_or_else(|p| p.into_inner()))
-        }
-    }
-}
-
-/// Runs `wait` (a thread waiting for a lock) lending the thread's I/O priority to the lock's
-/// holder (registered with `inherit`) meanwhile.
-fn lending_while<R>(
-    inherit: &Arc<crate::sched::inherit::Inheritance>,
-    wait: impl FnOnce() -> R,
-) -> R {
-    let _lend = (!inherit.is_inert()).then(|| inherit.lend(crate::sched::inherit::own_prio()));
-    wait()
-}
-
 impl Engine {
     /// Locks the metadata (and with it the commit path). A thread that has to wait lends its
     /// I/O priority to the holder until it gets the lock.
     pub fn lock_meta(&self) -> StateGuard<'_> {
-        let guard = self
-            .meta
-            .try_lock()
-            .unwrap_or_else(|| lending_while(&self.inherit, || self.meta.lock()));
-        let start_queued = self.queued_total.load(AtomicOrdering::Acquire);
+        let guard = self.meta.try_lock().unwrap_or_else(|| {
+            crate::tbfs::lending::lending_while(&self.inherit, || self.meta.lock())
+        });
+        let start_queued = self.logs.queued_total();
         StateGuard {
             guard: Some(guard),
             fair: false,
@@ -426,24 +339,23 @@ impl Engine {
         f: impl FnOnce(&mut State) -> R,
     ) -> R {
         let start = Instant::now();
-        if let Some(&(outer, since)) = m.sections.last() {
+        if let Some(&(outer, since)) = m.hold.sections.last() {
             self.count_section(outer, start - since);
         }
-        m.sections.push((section, start));
+        m.hold.sections.push((section, start));
         let result = f(m);
         let end = Instant::now();
-        if let Some((inner, since)) = m.sections.pop() {
+        if let Some((inner, since)) = m.hold.sections.pop() {
             self.count_section(inner, end - since);
         }
-        if let Some(outer) = m.sections.last_mut() {
+        if let Some(outer) = m.hold.sections.last_mut() {
             outer.1 = end;
         }
         result
     }
 
     fn count_section(&self, section: Section, time: Duration) {
-        self.meta_section_ns[section as usize]
-            .fetch_add(time.as_nanos() as u64, AtomicOrdering::Relaxed);
+        self.stats.section_ran(section, time.as_nanos() as u64);
     }
 
     pub fn check_usable(&self) -> Result<()> {
@@ -456,16 +368,8 @@ impl Engine {
 
     /// Fails once a write failed (see [`Engine::poison`]).
     pub fn check_not_poisoned(&self) -> Result<()> {
-        if !self.poisoned_set.load(AtomicOrdering::Acquire) {
-            return Ok(());
-        }
-        match self
-            .poisoned
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            Some(why) => Err(Error::Poisoned(why.clone())),
+        match self.poison.reason() {
+            Some(why) => Err(Error::Poisoned(why)),
             None => Ok(()),
         }
     }
@@ -484,18 +388,48 @@ impl Engine {
     }
 
     pub fn count(&self, f: impl FnOnce(&mut FsCounters)) {
-        f(&mut self.counters.lock().unwrap_or_else(|p| p.into_inner()));
+        self.stats.count(f);
     }
 }
 
 impl State {
+    /// Leaves a freed inode's buffers to be dropped once `meta` is released.
+    pub fn drop_after_release(&mut self, buffers: BTreeMap<u64, DirtyBlock>) {
+        if !buffers.is_empty() {
+            self.hold.drop_later.push(buffers);
+        }
+    }
+
+    /// Tests: the timed sections open in the present hold.
+    #[cfg(test)]
+    pub fn sections_open(&self) -> usize {
+        self.hold.sections.len()
+    }
+
+    /// Tests: lets the writer enter `picks` more segments before it finds none free (`None`:
+    /// no limit), to stage what happens when the space check fell short.
+    #[cfg(test)]
+    pub fn stage_segment_picks(&mut self, picks: Option<u64>) {
+        self.hold.segment_picks_left = picks;
+    }
+
+    /// Whether the writer finds no free segment this time (tests stage it,
+    /// [`State::stage_segment_picks`]).
+    pub fn staged_no_segment(&mut self) -> bool {
+        #[cfg(test)]
+        match self.hold.segment_picks_left.as_mut() {
+            Some(0) => return true,
+            Some(left) => *left -= 1,
+            None => {}
+        }
+        false
+    }
+
     /// `ino`'s record changed in a way only a checkpoint records (creation, a name or link, an
     /// attribute or size set): the next checkpoint writes it, and the file's syncs wait for
     /// that checkpoint (`InodeState::ckpt_seq`).
     pub fn namespace_changed(&mut self, ino: u64) {
-        self.pending.insert(ino);
-        self.ns_changed.insert(ino);
-        self.ns_dirty = true;
+        self.changes.namespace_changed(ino);
     }
 }
 
@@ -504,9 +438,9 @@ impl State {
 #[derive(Debug, Default)]
 pub(crate) struct DirtySet {
     /// Every inode dirtied since a checkpoint took them: the next checkpoint's work.
-    pub all: DenseSet,
+    all: DenseSet,
     /// Those that may still have something a data-only log can take: buffers in no sealed log,
-    /// or attributes, unless only a checkpoint may record the file (`State::ns_changed`). What
+    /// or attributes, unless only a checkpoint may record the file (`Changes::only_checkpoint_records`). What
     /// sealing a full buffer looks through. Entries are added with `all` (under the inode's
     /// lock, after the change, or under `meta`) and dropped under `meta` and the inode's lock
     /// by a seal that finds nothing more to take (`Engine::settle_sealed`; never for a freed
@@ -514,7 +448,7 @@ pub(crate) struct DirtySet {
     /// next seal to drop. Without it, sealing went through every file written since the last
     /// checkpoint, most of them sealed already and placed (their attributes wait for the
     /// checkpoint).
-    pub to_seal: DenseSet,
+    to_seal: DenseSet,
 }
 
 impl DirtySet {
@@ -525,5 +459,36 @@ impl DirtySet {
 
     pub fn is_empty(&self) -> bool {
         self.all.is_empty()
+    }
+
+    /// Every inode dirtied since a checkpoint took them.
+    pub fn all(&self) -> &DenseSet {
+        &self.all
+    }
+
+    /// A checkpoint takes every inode dirtied so far; those listed to seal stay listed, for
+    /// the next seal to drop.
+    pub fn take_all(&mut self) -> DenseSet {
+        std::mem::take(&mut self.all)
+    }
+
+    /// A checkpoint that wrote nothing puts back what it took.
+    pub fn put_back(&mut self, inos: impl Iterator<Item = u64>) {
+        self.all.extend(inos);
+    }
+
+    /// The inodes a seal looks through.
+    pub fn to_seal(&self) -> &DenseSet {
+        &self.to_seal
+    }
+
+    /// Inode `ino` has nothing a data-only log can take now (or was freed).
+    pub fn settled(&mut self, ino: u64) {
+        self.to_seal.remove(&ino);
+    }
+
+    /// The inodes dirtied since a checkpoint that a seal does not look through.
+    pub fn not_to_seal(&self) -> Vec<u64> {
+        self.all.difference(&self.to_seal).collect()
     }
 }

@@ -1218,7 +1218,7 @@ fn a_section_nested_in_another_is_counted_once_as_its_own() {
             });
             spin(Duration::from_millis(1));
         });
-        assert!(m.sections.is_empty(), "a section left open");
+        assert_eq!(m.sections_open(), 0, "a section left open");
     }
     let elapsed = outer.elapsed().as_nanos() as u64;
     let c = fs.counters();
@@ -1548,12 +1548,12 @@ fn waiters_lend_their_io_priority_except_on_a_memory_pool() {
         &small_config(Ordering::Relaxed, Barrier::EveryLog),
     )
     .unwrap();
-    assert!(!fs.inner.inherit.is_inert() && !fs.inner.log_inherit.is_inert());
+    assert!(!fs.inner.inherit.is_inert() && !fs.inner.logs.inheritance().is_inert());
     drop(fs);
     // The same pool as memory: its commits are copies, and nothing has an I/O priority.
     dev.set_writes_are_copies(true);
     let fs = Fs::open(dev, &OpenOptions::default()).unwrap();
-    assert!(fs.inner.inherit.is_inert() && fs.inner.log_inherit.is_inert());
+    assert!(fs.inner.inherit.is_inert() && fs.inner.logs.inheritance().is_inert());
     let _hold = fs.inner.inherit.hold();
     assert!(
         !crate::sched::inherit::is_holding(),
@@ -1577,7 +1577,7 @@ fn logs_are_written_after_the_metadata_lock_is_released() {
         let (fs, data, synced) = (&fs, &data, &synced);
         // Stands for a log writer busy with a slow device: holds the log writer until told.
         s.spawn(move || {
-            let w = fs.inner.log_writer.lock().unwrap();
+            let w = fs.inner.logs.lock_writer();
             held_tx.send(()).unwrap();
             go_rx.recv().unwrap();
             drop(w);
@@ -1590,7 +1590,7 @@ fn logs_are_written_after_the_metadata_lock_is_released() {
             synced.store(true, std::sync::atomic::Ordering::SeqCst);
         });
         // The fsync's logs are sealed and queued while the log writer is busy...
-        while fs.inner.log_queue.lock().unwrap().is_empty() {
+        while fs.inner.logs.queue_is_empty() {
             std::thread::yield_now();
         }
         // ...and meanwhile the namespace stays usable: `meta` is not held across the write.
@@ -1930,7 +1930,7 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     );
     m.unlock_without_writing();
     assert!(
-        inner.written_seq.load(std::sync::atomic::Ordering::Acquire) < first_end,
+        inner.logs.written() < first_end,
         "the sealed log is still queued"
     );
     assert!(
@@ -1939,7 +1939,7 @@ fn a_buffer_already_in_a_sealed_log_is_not_sealed_again_and_a_sync_waits_for_tha
     );
     // A sync finds nothing left to seal and waits for the log that holds its buffers.
     f.fsync().unwrap();
-    assert!(inner.written_seq.load(std::sync::atomic::Ordering::Acquire) >= first_end);
+    assert!(inner.logs.written() >= first_end);
     assert_eq!(
         inner.budget.buffered(),
         0,
@@ -1991,7 +1991,7 @@ fn small_write_returns_with_more_than_a_buffer_in_flight(
         end = m.writer.seq();
         m.unlock_without_writing();
     }
-    let in_flight = inner.in_flight.load(std::sync::atomic::Ordering::Acquire);
+    let in_flight = inner.logs.in_flight();
     assert!(
         in_flight > inner.config.dirty_bytes_max,
         "more than a buffer is in flight: {in_flight}"
@@ -1999,7 +1999,7 @@ fn small_write_returns_with_more_than_a_buffer_in_flight(
     // What the last space check found (the staged checkpoints made one).
     inner.budget.set_tight(tight);
     files[2].pwrite(&pattern(9, 4096), 0).unwrap();
-    let queued = inner.written_seq.load(std::sync::atomic::Ordering::Acquire) < end;
+    let queued = inner.logs.written() < end;
     fs.sync().unwrap();
     assert_eq!(read_all(&fs, "/a"), pattern(0, 900 << 10));
     assert_eq!(read_all(&fs, "/b"), pattern(1, 900 << 10));
@@ -2055,7 +2055,7 @@ fn an_inode_page_a_queued_checkpoint_shares_is_copied_before_the_next_checkpoint
     b.pwrite(&pattern(3, 5000), 0).unwrap();
     let mut m = inner.lock_meta();
     assert!(
-        inner.written_seq.load(std::sync::atomic::Ordering::Acquire) < first_end,
+        inner.logs.written() < first_end,
         "the first checkpoint is still queued"
     );
     inner.commit_checkpoint(&mut m).unwrap();
@@ -2271,12 +2271,7 @@ fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_l
         // A thread writes the queue: `/small`'s log, then it has to wait for the payload.
         let inner = &fs.inner;
         let queue = s.spawn(move || inner.write_logs_until(u64::MAX));
-        while fs
-            .inner
-            .summary_seq
-            .load(std::sync::atomic::Ordering::Acquire)
-            <= small_log
-        {
+        while fs.inner.logs.summaries() <= small_log {
             std::thread::yield_now();
         }
         let small = &small;
@@ -2687,8 +2682,9 @@ fn a_seal_looks_only_at_files_it_can_still_take_something_from() {
     for (i, f) in old.iter().chain(&new).enumerate() {
         f.pwrite(&pattern(i as u64, 3 * BLOCK), 0).unwrap();
     }
-    let to_seal = |fs: &Fs| -> Vec<u64> { fs.inner.dirty.lock().unwrap().to_seal.iter().collect() };
-    let all = |fs: &Fs| fs.inner.dirty.lock().unwrap().all.len();
+    let to_seal =
+        |fs: &Fs| -> Vec<u64> { fs.inner.dirty.lock().unwrap().to_seal().iter().collect() };
+    let all = |fs: &Fs| fs.inner.dirty.lock().unwrap().all().len();
     let mut written: Vec<u64> = old.iter().chain(&new).map(|f| f.ino()).collect();
     written.sort_unstable();
     assert_eq!(to_seal(&fs), written);
@@ -2831,9 +2827,7 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
         fs.inner.write_logs_until(first + 1).unwrap();
         fs.inner.dev.flush().unwrap();
         assert_eq!(
-            fs.inner
-                .written_seq
-                .load(std::sync::atomic::Ordering::Acquire),
+            fs.inner.logs.written(),
             first + 1,
             "only the first log written"
         );
@@ -2939,14 +2933,14 @@ fn a_sync_of_what_another_checkpoint_sealed_waits_for_all_of_it() {
         let inner = &fs.inner;
         let mut m = inner.lock_meta();
         assert!(
-            m.ns_dirty,
+            m.changes.namespace_dirty(),
             "creations pending: the next commit is a checkpoint"
         );
         inner.commit_checkpoint(&mut m).unwrap();
         let end = m.writer.seq();
         m.unlock_without_writing();
         f.fsync().unwrap();
-        let written = inner.written_seq.load(std::sync::atomic::Ordering::Acquire);
+        let written = inner.logs.written();
         assert!(
             written >= end,
             "with data {with_data}: the sync returned with the checkpoint's logs \
@@ -3205,7 +3199,7 @@ fn a_commit_that_finds_no_segment_between_its_logs_stops_the_pool() {
         f.pwrite(&old, 0).unwrap();
         fs.sync().unwrap();
         // Room for two more segments only, whatever the space check counted.
-        fs.inner.lock_meta().segment_picks_left = Some(2);
+        fs.inner.lock_meta().stage_segment_picks(Some(2));
         let err = f
             .pwrite(&new, 0)
             .and_then(|_| f.fsync())
@@ -3215,7 +3209,7 @@ fn a_commit_that_finds_no_segment_between_its_logs_stops_the_pool() {
             "{ordering:?}: {err}"
         );
         // Room again (as if the cleaner had freed segments): the pool still takes nothing.
-        fs.inner.lock_meta().segment_picks_left = None;
+        fs.inner.lock_meta().stage_segment_picks(None);
         for (what, r) in [
             ("write", f.pwrite(b"more", 0).map(|_| ())),
             ("sync", f.fsync()),
@@ -3276,12 +3270,7 @@ fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
         // Another thread writes the queue: the summaries, then the checkpoint, which waits.
         let inner = &fs.inner;
         let queue = s.spawn(move || inner.write_logs_until(u64::MAX));
-        while fs
-            .inner
-            .summary_seq
-            .load(std::sync::atomic::Ordering::Acquire)
-            < end
-        {
+        while fs.inner.logs.summaries() < end {
             std::thread::yield_now();
         }
         let (finished, _, sealer) = run_while_stopped(s, &sim, &resume_tx, move || {
@@ -3703,7 +3692,7 @@ fn a_superblock_another_thread_took_is_written_before_writing_the_logs_returns()
     }
     let (taken_tx, taken_rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel();
-    *fs.inner.sb_taken_gate.lock().unwrap() = Some((taken_tx, go_rx));
+    fs.inner.superblocks.set_gate((taken_tx, go_rx));
     std::thread::scope(|s| {
         let inner = &fs.inner;
         // Takes the superblock from the queue and stops before writing it.
@@ -3846,10 +3835,7 @@ fn a_renamed_files_data_goes_out_placed_and_what_it_superseded_waits_for_a_check
         let m = inner.lock_meta();
         let s = state::State::seg_of(first, inner.segment_blocks);
         assert!(
-            m.seg.dead_at(s)
-                > inner
-                    .sb_checkpoint_seq
-                    .load(std::sync::atomic::Ordering::Acquire),
+            m.seg.dead_at(s) > inner.superblocks.checkpoint_seq(),
             "segment {s} is reusable before a checkpoint"
         );
         assert!(!inner.segment_free_if_durable(&m, s, u64::MAX));

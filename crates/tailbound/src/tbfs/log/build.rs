@@ -1,6 +1,5 @@
 //! Laying out logs: opening, filling and closing a log in the current segment.
 
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Mutex};
 
 use crate::tbfs::format::{
@@ -22,7 +21,7 @@ impl Engine {
     }
 
     pub(crate) fn advance_segment(&self, m: &mut State) -> Result<()> {
-        let staged_full = staged_no_segment(m);
+        let staged_full = m.staged_no_segment();
         let Some(next) = self.pick_free_segment(m).filter(|_| !staged_full) else {
             // The space check before every commit keeps room for all it writes, so this is a
             // commit whose estimate fell short. Its first logs are sealed and the maps in
@@ -60,10 +59,8 @@ impl Engine {
 
     pub(crate) fn log_open(&self, m: &mut State, flags: u16) {
         debug_assert!(m.writer.log.is_none());
-        if flags & FLAG_BEGIN != 0 && !m.run_soft_dead.is_empty() {
-            // A run an error cut short before its last log (see `State::soft_dead_to_checkpoint`).
-            let cut = std::mem::take(&mut m.run_soft_dead);
-            m.soft_dead_to_checkpoint.extend(cut);
+        if flags & FLAG_BEGIN != 0 {
+            m.soft_dead.run_begins();
         }
         // Room for as many blocks as the log can take, so it does not grow (and reallocate)
         // block by block under `meta`.
@@ -239,9 +236,7 @@ impl Engine {
             if flags & FLAG_END != 0 {
                 // The run ends here: what it superseded may be reused once this log is durable.
                 let seq = m.writer.seq;
-                for s in std::mem::take(&mut m.run_soft_dead) {
-                    m.seg.set_soft_dead(s, seq + 1);
-                }
+                m.soft_dead.run_ended(&mut m.seg, seq);
             }
         }
         if flags & (FLAG_DATA_ONLY | FLAG_PAD) == 0 {
@@ -254,9 +249,7 @@ impl Engine {
         if flags & FLAG_CHECKPOINT != 0 && flags & FLAG_END != 0 {
             // The maps in memory are in this checkpoint, runs cut short included.
             let seq = m.writer.seq;
-            for s in std::mem::take(&mut m.soft_dead_to_checkpoint) {
-                m.seg.set_soft_dead(s, seq + 1);
-            }
+            m.soft_dead.checkpoint_ended(&mut m.seg, seq);
         }
         let payload_blocks = log.payload.len() as u32;
         let summary_time = now_ns();
@@ -289,14 +282,7 @@ impl Engine {
             .iter()
             .map(|(_, blocks)| blocks.len() as u64 * BLOCK_U64)
             .sum::<u64>();
-        self.in_flight
-            .fetch_add(release_bytes, AtomicOrdering::AcqRel);
-        if !release.is_empty() {
-            self.releases
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(m.writer.seq, (release, release_bytes));
-        }
+        self.logs.sealed(m.writer.seq, release, release_bytes);
         // The inodes an ahead log names: later logs of the same files wait for it. Of a
         // checkpoint's log, the files whose data it carries: their buffers go only once it is
         // written, and their later logs depend on the checkpoint anyway.
@@ -333,10 +319,7 @@ impl Engine {
                 done: parking_lot::Condvar::new(),
                 started: Mutex::new(None),
             });
-            self.ahead_pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(a.seq, a.clone());
+            self.logs.ahead_sealed(a.clone());
             m.writer.sealed_ahead.push(a.clone());
             Some(a)
         });
@@ -382,22 +365,4 @@ impl Engine {
         }
         Ok(())
     }
-}
-
-/// Tests: whether the writer finds no free segment this time (`State::segment_picks_left`).
-#[cfg(test)]
-pub(crate) fn staged_no_segment(m: &mut State) -> bool {
-    match m.segment_picks_left.as_mut() {
-        Some(0) => true,
-        Some(left) => {
-            *left -= 1;
-            false
-        }
-        None => false,
-    }
-}
-
-#[cfg(not(test))]
-pub(crate) fn staged_no_segment(_: &mut State) -> bool {
-    false
 }

@@ -45,7 +45,7 @@ impl Engine {
         let closed = self.log_close(m, FLAG_END);
         m.writer.charge = None;
         closed?;
-        m.pending.insert(cell.ino);
+        m.changes.changed(cell.ino);
         Ok(())
     }
 
@@ -87,7 +87,7 @@ impl Engine {
         Ok(m)
     }
 
-    /// The cells of the files a seal looks through ([`crate::tbfs::state::DirtySet::to_seal`]), in
+    /// The cells of the files a seal looks through (`DirtySet::to_seal`), in
     /// inode order.
     pub(crate) fn dirty_cells(&self, m: &State) -> Vec<Arc<InodeCell>> {
         if cfg!(debug_assertions) {
@@ -100,7 +100,7 @@ impl Engine {
             .dirty
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .to_seal
+            .to_seal()
             .iter()
             .collect();
         let mut cells = Vec::with_capacity(listed.len());
@@ -116,19 +116,19 @@ impl Engine {
         if !freed.is_empty() {
             let mut dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
             for ino in &freed {
-                dirty.to_seal.remove(ino);
+                dirty.settled(*ino);
             }
         }
         cells
     }
 
     /// Debug builds: every file a data-only log could take something from is among those a
-    /// seal looks through ([`crate::tbfs::state::DirtySet::to_seal`]). Each inode's lock is taken
+    /// seal looks through (`DirtySet::to_seal`). Each inode's lock is taken
     /// before the set's, as a writer takes them.
     pub(crate) fn check_to_seal(&self, m: &State) {
         let others: Vec<u64> = {
             let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-            dirty.all.difference(&dirty.to_seal).collect()
+            dirty.not_to_seal()
         };
         for ino in others {
             let Some(cell) = m.inodes.get(ino) else {
@@ -139,7 +139,7 @@ impl Engine {
                 .dirty
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .to_seal
+                .to_seal()
                 .contains(&ino);
             debug_assert!(
                 listed
@@ -150,8 +150,8 @@ impl Engine {
                  {}, attributes changed: {}, placed: {}, pending: {}, open: {})",
                 has_unsealed(&st),
                 st.attr_dirty(),
-                m.ns_changed.contains(&ino),
-                m.pending.contains(&ino),
+                m.changes.only_checkpoint_records(ino),
+                m.changes.pending().contains(&ino),
                 st.open_handles()
             );
         }
@@ -170,8 +170,7 @@ impl Engine {
             self.dirty
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .to_seal
-                .remove(&ino);
+                .settled(ino);
         }
     }
 
@@ -230,7 +229,7 @@ impl Engine {
             let written = self.seal_file_data(m, cell.ino, &mut st)?;
             self.settle_sealed(m, cell.ino, &st);
             drop(st);
-            m.pending.insert(cell.ino);
+            m.changes.changed(cell.ino);
             done.push((cell.clone(), written));
         }
         let closed = if open {
@@ -248,7 +247,7 @@ impl Engine {
     /// I/O of the file's last writer; returns the release list for them (in one pass over the
     /// buffers, not a look-up per block: this runs under `meta` for every block written).
     ///
-    /// A file with a change only a checkpoint records (`State::ns_changed`: created, renamed,
+    /// A file with a change only a checkpoint records (`Changes::only_checkpoint_records`: created, renamed,
     /// linked, attributes or size set) may not be in the newest checkpoint before the log, or
     /// another file may be there under its number: its blocks are only placed
     /// ([`DescKind::Placed`]), with no attributes record, for the next checkpoint to map.
@@ -262,7 +261,7 @@ impl Engine {
     ) -> Result<Vec<(u64, u64)>> {
         m.writer.charge = st.charge();
         let flush = self.config.barrier == Barrier::EveryLog;
-        let placed = m.ns_changed.contains(&ino);
+        let placed = m.changes.only_checkpoint_records(ino);
         let kind = if placed {
             DescKind::Placed
         } else {
@@ -341,5 +340,5 @@ pub(crate) fn has_unsealed(st: &crate::tbfs::inode::InodeState) -> bool {
 /// Whether a data-only log can take something from file `ino` now: buffers in no sealed log, or
 /// attributes, unless only a checkpoint may record the file ([`Engine::seal_file_data`]).
 pub(crate) fn sealable(m: &State, ino: u64, st: &crate::tbfs::inode::InodeState) -> bool {
-    has_unsealed(st) || (st.attr_dirty() && !m.ns_changed.contains(&ino))
+    has_unsealed(st) || (st.attr_dirty() && !m.changes.only_checkpoint_records(ino))
 }

@@ -13,10 +13,12 @@ use crate::tbfs::Result;
 
 pub(crate) mod build;
 pub(crate) mod data;
+pub(crate) mod pipeline;
+pub(crate) mod superblocks;
 pub(crate) mod write;
 
 /// Where the next log goes and the log being built (under `meta`). Logs are laid out here and
-/// sealed into [`Engine::log_queue`]; the log writer ([`LogWriter`]) writes them in order.
+/// sealed into the log queue (`LogPipeline`); the log writer ([`LogWriter`]) writes them in order.
 #[derive(Debug, Default)]
 pub(crate) struct Writer {
     pos: u64,
@@ -180,8 +182,9 @@ pub(crate) struct LogBuild {
     pub crcs: Vec<Option<u32>>,
 }
 
-/// What waits in [`Engine::log_queue`], in the order the log writer writes it. No log waits for
-/// an earlier payload; a superblock does, written apart ([`Engine::write_handed_off_superblocks`]).
+/// What waits in the log queue (`LogPipeline`), in the order the log writer writes it. No log
+/// waits for an earlier payload; a superblock does, written apart
+/// ([`Engine::write_handed_off_superblocks`]).
 #[derive(Debug)]
 pub(crate) enum Queued {
     Log(SealedLog),
@@ -315,8 +318,8 @@ impl AheadPayload {
     }
 }
 
-/// The log writer's state, under [`Engine::log_writer`]: the chain of summary CRCs and whether
-/// a written log still waits for a device flush.
+/// The log writer's state, under the log writer's lock (`LogPipeline::lock_writer`): the chain
+/// of summary CRCs and whether a written log still waits for a device flush.
 #[derive(Debug, Default)]
 pub(crate) struct LogWriter {
     pub prev_crc: u32,

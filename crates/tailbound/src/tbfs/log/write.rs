@@ -1,7 +1,6 @@
 //! The log queue and the log writer: writing sealed logs in order, ahead payloads, superblocks,
 //! device flushes, and the written/durable watermarks.
 
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 
 use crate::dev::PendingWrite;
@@ -30,11 +29,7 @@ pub(crate) enum Superblocks {
 
 impl Engine {
     pub(crate) fn enqueue(&self, entry: Queued) {
-        self.log_queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(entry);
-        self.queued_total.fetch_add(1, AtomicOrdering::AcqRel);
+        self.logs.enqueue(entry);
     }
 
     /// Writes every sealed log up to sequence `seq` (exclusive), in order, with the CRC chain;
@@ -42,7 +37,7 @@ impl Engine {
     /// writer's and the queue's, so it runs with or without `meta`. A failed write poisons the
     /// pool: the logs behind it are dropped and every caller gets the error.
     pub(crate) fn write_logs_until(&self, seq: u64) -> Result<()> {
-        if self.written_seq.load(AtomicOrdering::Acquire) >= seq {
+        if self.logs.written() >= seq {
             // A superblock below `seq` was taken from the queue: written, or handed off.
             self.write_handed_off_superblocks()?;
             self.check_not_poisoned()?;
@@ -66,13 +61,13 @@ impl Engine {
     /// policy flushes after that log). Payloads of other files sealed before are not waited
     /// for without `all`: recovery replays this file's logs whether or not they are complete.
     pub(crate) fn wait_sealed(&self, seq: u64, flush: bool, ino: u64, all: bool) -> Result<()> {
-        if self.durable_seq.load(AtomicOrdering::Acquire) > seq {
+        if self.logs.durable() > seq {
             return self.check_not_poisoned();
         }
         self.write_queued_until(seq + 1, Superblocks::HandOff)?;
         let inos = [ino];
         self.wait_ahead(seq + 1, (!all).then_some(&inos[..]))?;
-        if flush && self.durable_seq.load(AtomicOrdering::Acquire) <= seq {
+        if flush && self.logs.durable() <= seq {
             self.flush_ahead()?;
         }
         self.check_not_poisoned()
@@ -217,11 +212,7 @@ impl Engine {
                 .try_for_each(PendingWrite::wait)
                 .map_err(|e| self.payload_error(a, e))
         });
-        self.ahead_unflushed.store(true, AtomicOrdering::Release);
-        self.ahead_pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&a.seq);
+        self.logs.ahead_written(a.seq);
         a.finish(written.is_ok());
         self.advance_written();
         written
@@ -245,14 +236,7 @@ impl Engine {
     /// Waits until the ahead payloads below `seq` (of the inodes `inos` only, if given) are
     /// written, writing those nobody has taken on.
     pub(crate) fn wait_ahead(&self, seq: u64, inos: Option<&[u64]>) -> Result<bool> {
-        let waiting: Vec<Arc<AheadPayload>> = self
-            .ahead_pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .range(..seq)
-            .filter(|(_, a)| inos.is_none_or(|inos| a.inos.iter().any(|i| inos.contains(i))))
-            .map(|(_, a)| a.clone())
-            .collect();
+        let waiting = self.logs.ahead_below(seq, inos);
         for a in &waiting {
             self.write_ahead(a)?;
         }
@@ -266,35 +250,7 @@ impl Engine {
     /// Moves `written_seq` up to the first log not complete (summary and payload), and releases
     /// the buffers of the logs it passed.
     pub(crate) fn advance_written(&self) {
-        let due = {
-            let pending = self.ahead_pending.lock().unwrap_or_else(|p| p.into_inner());
-            let summaries = self.summary_seq.load(AtomicOrdering::Acquire);
-            let written = pending
-                .keys()
-                .next()
-                .map_or(summaries, |&k| k.min(summaries));
-            self.written_seq.fetch_max(written, AtomicOrdering::AcqRel);
-            // A log's buffers go once it and every earlier log naming one of their files are
-            // written: a run of data-only logs releases with its last log, and the others
-            // may have been written by other threads.
-            let mut releases = self.releases.lock().unwrap_or_else(|p| p.into_inner());
-            let due: Vec<u64> = releases
-                .iter()
-                .filter(|&(&seq, (release, _))| {
-                    seq < written
-                        || (seq < summaries
-                            && !pending.range(..=seq).any(|(_, a)| {
-                                release
-                                    .iter()
-                                    .any(|(cell, _)| a.inos.binary_search(&cell.ino).is_ok())
-                            }))
-                })
-                .map(|(&seq, _)| seq)
-                .collect();
-            due.into_iter()
-                .filter_map(|seq| releases.remove(&seq))
-                .collect::<Vec<_>>()
-        };
+        let due = self.logs.take_due_releases();
         let mut spare = Vec::new();
         for (release, bytes) in due {
             for (cell, blocks) in release {
@@ -305,7 +261,7 @@ impl Engine {
         crate::tbfs::blocks::recycle_blocks(spare);
     }
 
-    /// Sealed bytes not yet written ([`Engine::in_flight`]) above which a writer that buffers
+    /// Sealed bytes not yet written ((`LogPipeline::in_flight`)) above which a writer that buffers
     /// waits for the log writer ([`Engine::wait_in_flight`]), so the memory held stays bounded
     /// when writers outpace it: one write buffer when the log writer does device I/O;
     /// [`BEHIND_BUFFERS`] buffers in a memory pool, where it writes by copying memory, while
@@ -329,15 +285,8 @@ impl Engine {
     /// would tie every writer's pace to the slowest payload in the device.
     pub(crate) fn wait_in_flight(&self) -> Result<()> {
         self.write_queued_until(u64::MAX, Superblocks::HandOff)?;
-        let pending: Vec<Arc<AheadPayload>> = self
-            .ahead_pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for a in pending {
-            if self.in_flight.load(AtomicOrdering::Acquire) <= self.in_flight_max() {
+        for a in self.logs.ahead_below(u64::MAX, None) {
+            if self.logs.in_flight() <= self.in_flight_max() {
                 break;
             }
             // Nothing if its sealer (or anyone) has it; else written here, as its owner's I/O.
@@ -348,9 +297,9 @@ impl Engine {
 
     /// A flush after ahead payloads: every log complete when it starts is durable after it.
     pub(crate) fn flush_ahead(&self) -> Result<()> {
-        let complete = self.written_seq.load(AtomicOrdering::Acquire);
-        self.ahead_unflushed.store(false, AtomicOrdering::Release);
-        self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
+        let complete = self.logs.written();
+        self.logs.ahead_flushed();
+        self.logs.flush_started();
         self.flush_counted("after a log", complete)
     }
 
@@ -362,10 +311,10 @@ impl Engine {
             .flush()
             .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
             .inspect_err(|e| self.poison(e));
-        self.flush_ended();
+        self.end_flush();
         flushed?;
         self.count(|c| c.device_flushes += 1);
-        self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
+        self.logs.made_durable(durable);
         Ok(())
     }
 
@@ -377,7 +326,7 @@ impl Engine {
     /// writes with them, lending its priority, so the memory held stays bounded.
     pub(crate) fn write_logs_behind(&self) -> Result<()> {
         let most = self.config.dirty_bytes_max.saturating_mul(BEHIND_BUFFERS);
-        if self.in_flight.load(AtomicOrdering::Acquire) > most {
+        if self.logs.in_flight() > most {
             return self.wait_in_flight();
         }
         let background = self
@@ -398,8 +347,8 @@ impl Engine {
     pub(crate) fn write_queued_until(&self, seq: u64, superblocks: Superblocks) -> Result<()> {
         loop {
             let stop = {
-                let mut w = crate::tbfs::state::lock_lending(&self.log_writer, &self.log_inherit);
-                let _hold = self.log_inherit.hold();
+                let mut w = self.logs.lock_writer();
+                let _hold = self.logs.inheritance().hold();
                 self.write_queued(&mut w, seq)?
             };
             match stop {
@@ -423,14 +372,7 @@ impl Engine {
     pub(crate) fn write_queued(&self, w: &mut LogWriter, seq: u64) -> Result<Option<AtSuperblock>> {
         loop {
             // Up to `seq` only: later logs are their sealers' to wait for.
-            let next = {
-                let mut q = self.log_queue.lock().unwrap_or_else(|p| p.into_inner());
-                match q.front() {
-                    Some(e) if e.order() < seq => q.pop_front(),
-                    _ => None,
-                }
-            };
-            let written = match next {
+            let written = match self.logs.pop_below(seq) {
                 None => break,
                 Some(Queued::Log(log)) => self.write_sealed(w, log),
                 Some(Queued::Superblock(sb)) => {
@@ -439,18 +381,12 @@ impl Engine {
                     // one writing it (`write_handed_off_superblocks` writes under the
                     // superblock writer's lock), instead of taking it for written.
                     let (sb, flush_first) = self.take_superblock(w, sb)?;
-                    self.sb_handoff
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((sb, flush_first));
+                    self.superblocks.hand_off(sb, flush_first);
                     return Ok(Some(AtSuperblock));
                 }
             };
             if let Err(e) = written {
-                self.log_queue
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clear();
+                self.logs.clear_queue();
                 return Err(e);
             }
         }
@@ -459,12 +395,7 @@ impl Engine {
 
     /// Whether an ahead payload below sequence `seq` is not written yet.
     pub(crate) fn payloads_in_flight_below(&self, seq: u64) -> bool {
-        self.ahead_pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .range(..seq)
-            .next()
-            .is_some()
+        self.logs.payloads_in_flight_below(seq)
     }
 
     /// Takes a superblock the log writer reached (`w` held): every summary before it is
@@ -482,22 +413,18 @@ impl Engine {
         let in_flight = self.payloads_in_flight_below(sb.next.sequence);
         let started = self.start_flush(w);
         if in_flight && !started {
-            self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
+            self.logs.flush_started();
         }
         Ok((sb, started || in_flight))
     }
 
     /// Tests: stops a thread that took a superblock from the queue, after it let the log writer
-    /// go and before it writes the superblock, while [`Engine::sb_taken_gate`] is set: it says
-    /// so on the gate's first channel and goes on when told on the second.
+    /// go and before it writes the superblock, while a gate is set
+    /// (`SuperblockWriter::set_gate`): it says so on the gate's first channel and goes on when
+    /// told on the second.
     #[cfg(test)]
     pub(crate) fn stop_at_superblock_gate(&self) {
-        let gate = self
-            .sb_taken_gate
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some((taken, go_on)) = gate {
+        if let Some((taken, go_on)) = self.superblocks.take_gate() {
             let _ = taken.send(());
             let _ = go_on.recv();
         }
@@ -508,10 +435,7 @@ impl Engine {
     /// superblock writer's lock, so a thread finding the list empty while another writes what
     /// it took waits for that write.
     pub(crate) fn write_handed_off_superblocks(&self) -> Result<()> {
-        let mut newest = self.sb_writer.lock().unwrap_or_else(|p| p.into_inner());
-        let mut taken =
-            std::mem::take(&mut *self.sb_handoff.lock().unwrap_or_else(|p| p.into_inner()));
-        taken.sort_by_key(|(sb, _)| sb.generation);
+        let (mut writing, taken) = self.superblocks.take_handed_off();
         let mut result = Ok(());
         for (sb, flush_first) in taken {
             // Each one counted a flush as running: each ends it, even after an error.
@@ -520,16 +444,16 @@ impl Engine {
                 // it is complete: the payloads still in flight are waited for here, by the
                 // thread writing superblocks, not by the writers of later logs.
                 match self.wait_ahead(sb.next.sequence, None) {
-                    Ok(_) => self.write_superblock_locked(&mut newest, sb, flush_first),
+                    Ok(_) => self.write_superblock_locked(&mut writing, sb, flush_first),
                     Err(e) => {
                         if flush_first {
-                            self.flush_ended();
+                            self.end_flush();
                         }
                         Err(e)
                     }
                 }
             } else if flush_first {
-                self.flush_ended();
+                self.end_flush();
                 Ok(())
             } else {
                 Ok(())
@@ -540,19 +464,19 @@ impl Engine {
     }
 
     /// Writes a superblock taken by [`Engine::take_superblock`], without the log writer, with
-    /// the superblock writer's lock held (`newest`: the newest generation written): a flush
+    /// the superblock writer's lock held (`writing`): a flush
     /// makes the logs before it durable, then the superblock goes, flushed too. The logs after
     /// it are written meanwhile; a flush covers at least every write that completed before it
     /// began, so those before the superblock are covered.
     pub(crate) fn write_superblock_locked(
         &self,
-        newest: &mut u64,
+        writing: &mut crate::tbfs::log::superblocks::Writing<'_>,
         mut sb: Superblock,
         flush_first: bool,
     ) -> Result<()> {
         self.finish_flush(flush_first, "before superblock", sb.next.sequence)?;
         self.check_not_poisoned()?;
-        if *newest >= sb.generation {
+        if writing.superseded(sb.generation) {
             // A later superblock, taken after this one, got here first: it supersedes it.
             return Ok(());
         }
@@ -567,9 +491,7 @@ impl Engine {
                 )
             })
             .inspect_err(|e| self.poison(e))?;
-        *newest = sb.generation;
-        self.sb_checkpoint_seq
-            .fetch_max(sb.checkpoint_sequence, AtomicOrdering::AcqRel);
+        writing.written(sb.generation, sb.checkpoint_sequence);
         self.count(|c| {
             c.superblock_writes += 1;
             c.device_flushes += 1;
@@ -580,8 +502,8 @@ impl Engine {
     /// Flushes the device if a log was written since the last flush (`w` held).
     pub(crate) fn flush_device(&self, w: &mut LogWriter, why: &str) -> Result<()> {
         // A flush running without the log writer may not have reached the device yet.
-        let ahead = self.ahead_unflushed.swap(false, AtomicOrdering::AcqRel);
-        if w.unflushed || ahead || self.flushes_running.load(AtomicOrdering::Acquire) > 0 {
+        let ahead = self.logs.take_ahead_unflushed();
+        if w.unflushed || ahead || self.logs.flushes_running() {
             self.dev
                 .flush()
                 .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
@@ -609,13 +531,13 @@ impl Engine {
             self.poison(&err);
             err
         };
-        if flush && self.durable_seq.load(AtomicOrdering::Acquire) < seq {
+        if flush && self.logs.durable() < seq {
             // A log the barrier policy flushes goes only after the logs before it are durable,
             // so a power cut between its write and its flush cannot leave it behind an earlier
             // summary that was lost or torn.
-            let complete = self.written_seq.load(AtomicOrdering::Acquire);
+            let complete = self.logs.written();
             self.flush_device(w, "before a flushed log")?;
-            self.durable_seq.fetch_max(complete, AtomicOrdering::AcqRel);
+            self.logs.made_durable(complete);
         }
         if let Some(a) = ahead {
             // Only the summary: the payload is its sealer's to write (`write_ahead`).
@@ -634,11 +556,11 @@ impl Engine {
                 })?;
             w.prev_crc = summary_crc;
             w.unflushed = true;
-            self.summary_seq.store(seq + 1, AtomicOrdering::Release);
+            self.logs.summary_written(seq);
             self.advance_written();
             return Ok(());
         }
-        let complete = self.written_seq.load(AtomicOrdering::Acquire);
+        let complete = self.logs.written();
         let crc = crate::tbfs::log::payload_crc(&payload, &crcs);
         w.buf.clear();
         w.buf.resize(BLOCK, 0);
@@ -671,17 +593,17 @@ impl Engine {
         written.map_err(|e| fail(format!("writing log {seq} at block {start}"), e))?;
         w.prev_crc = summary_crc;
         w.unflushed = !flush;
+        self.logs.summary_written(seq);
         if flush {
             // Everything complete before the write is durable with it; ahead payloads of
             // earlier logs still in flight are not.
             let ahead_in_flight = complete < seq;
             if !ahead_in_flight {
-                self.ahead_unflushed.store(false, AtomicOrdering::Release);
+                self.logs.ahead_flushed();
             }
             let durable = if ahead_in_flight { complete } else { seq + 1 };
-            self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
+            self.logs.made_durable(durable);
         }
-        self.summary_seq.store(seq + 1, AtomicOrdering::Release);
         // Buffers go once their blocks are on the device (`advance_written`).
         self.advance_written();
         Ok(())
@@ -702,7 +624,7 @@ impl Engine {
     pub(crate) fn flush_written(&self, seq: u64, why: &str) -> Result<()> {
         self.write_logs_until(seq + 1)?;
         let started = {
-            let mut w = crate::tbfs::state::lock_lending(&self.log_writer, &self.log_inherit);
+            let mut w = self.logs.lock_writer();
             self.start_flush(&mut w)
         };
         self.finish_flush(started, why, seq)
@@ -712,11 +634,11 @@ impl Engine {
     /// durable, counted as running if so (a flush under the log writer meanwhile then does not
     /// take the writes for flushed).
     pub(crate) fn start_flush(&self, w: &mut LogWriter) -> bool {
-        let ahead = self.ahead_unflushed.swap(false, AtomicOrdering::AcqRel);
-        let needed = w.unflushed || ahead || self.flushes_running.load(AtomicOrdering::Acquire) > 0;
+        let ahead = self.logs.take_ahead_unflushed();
+        let needed = w.unflushed || ahead || self.logs.flushes_running();
         if needed {
             w.unflushed = false;
-            self.flushes_running.fetch_add(1, AtomicOrdering::AcqRel);
+            self.logs.flush_started();
         }
         needed
     }
@@ -728,20 +650,16 @@ impl Engine {
             self.flush_counted(why, durable)
         } else {
             // Every write so far was covered by a flush that has ended.
-            self.durable_seq.fetch_max(durable, AtomicOrdering::AcqRel);
+            self.logs.made_durable(durable);
             Ok(())
         }
     }
 
     /// Whether a log sealed so far is not yet durable (written and flushed).
     pub(crate) fn logs_unflushed(&self, m: &State) -> bool {
-        self.durable_seq.load(AtomicOrdering::Acquire) < m.writer.seq
-            && (self.written_seq.load(AtomicOrdering::Acquire) < m.writer.seq
-                || self.ahead_unflushed.load(AtomicOrdering::Acquire)
-                || self
-                    .log_writer
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .unflushed)
+        self.logs.durable() < m.writer.seq
+            && (self.logs.written() < m.writer.seq
+                || self.logs.ahead_unflushed()
+                || self.logs.lock_writer().unflushed)
     }
 }

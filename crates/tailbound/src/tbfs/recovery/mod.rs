@@ -9,17 +9,19 @@ pub(crate) mod tree;
 use crate::tbfs::directories::Directories;
 use crate::tbfs::inode_table::InodeTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::tbfs::budget::BufferBudget;
+use crate::tbfs::changes::Changes;
 use crate::tbfs::checkpoints::Checkpoints;
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::SEGMENTS_MIN;
+use crate::tbfs::log::pipeline::LogPipeline;
 use crate::tbfs::log::{LogWriter, Writer};
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::refresh::Refresh;
@@ -27,8 +29,8 @@ use crate::tbfs::retention::*;
 use crate::tbfs::space::segments::*;
 use crate::tbfs::state::{Engine, State, Wake};
 use crate::tbfs::{
-    AtimePolicy, Barrier, Config, DeviceRef, Error, FileKind, FsCounters, OpenOptions, Ordering,
-    RecoveryMode, RecoveryReport, Result,
+    AtimePolicy, Barrier, Config, DeviceRef, Error, FileKind, OpenOptions, Ordering, RecoveryMode,
+    RecoveryReport, Result,
 };
 use scan::*;
 use tree::*;
@@ -84,37 +86,18 @@ fn new_inner(
         segment_count,
         read_only,
         meta: parking_lot::Mutex::new(meta),
-        log_queue: Mutex::new(std::collections::VecDeque::new()),
-        log_writer: Mutex::new(log),
-        log_inherit: inheritance(),
-        written_seq: AtomicU64::new(written),
-        summary_seq: AtomicU64::new(written),
-        ahead_pending: Mutex::new(BTreeMap::new()),
-        ahead_unflushed: AtomicBool::new(false),
-        releases: Mutex::new(BTreeMap::new()),
-        queued_total: AtomicU64::new(0),
-        sb_checkpoint_seq: AtomicU64::new(0),
-        sb_writer: Mutex::new(0),
-        sb_handoff: Mutex::new(Vec::new()),
-        #[cfg(test)]
-        sb_taken_gate: Mutex::new(None),
-        durable_seq: AtomicU64::new(0),
-        in_flight: AtomicU64::new(0),
+        logs: LogPipeline::new(written, log, inheritance()),
+        superblocks: Default::default(),
         copies: Default::default(),
-        flushes_running: AtomicU64::new(0),
         bg_pass: Mutex::new(()),
         dirty: Mutex::new(Default::default()),
         budget,
-        meta_held_ns: AtomicU64::new(0),
-        meta_section_ns: Default::default(),
-        poisoned: Mutex::new(None),
-        poisoned_set: AtomicBool::new(false),
+        stats: Default::default(),
+        poison: Default::default(),
         watchers: Default::default(),
         closed: AtomicBool::new(false),
-        counters: Mutex::new(FsCounters::default()),
         writes: Default::default(),
         room_gate: Default::default(),
-        report: Mutex::new(RecoveryReport::default()),
         background: Mutex::new(None),
         wake: Arc::new((Mutex::new(Wake::default()), Condvar::new())),
         inherit: inheritance(),
@@ -172,8 +155,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
     meta.life.entered_segment(0, 1, format::FIRST_SEGMENT_BLOCK);
     meta.inodes = InodeTable::formatted(root);
     meta.dirs.create(ROOT_INO);
-    meta.pending.insert(ROOT_INO);
-    meta.ns_dirty = true;
+    meta.changes.formatted(ROOT_INO);
     let inner = Arc::new(new_inner(
         dev,
         config.clone(),
@@ -242,12 +224,10 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Engine>>
             buf: Vec::new(),
         },
     ));
-    inner
-        .sb_checkpoint_seq
-        .store(sb.checkpoint_sequence, AtomicOrdering::Release);
+    inner.superblocks.recovered(sb.checkpoint_sequence);
     settle(&inner, &sb, &chain.logs, cur_seg, options, &mut report)?;
     report.elapsed = started.elapsed();
-    *inner.report.lock().unwrap_or_else(|p| p.into_inner()) = report;
+    inner.stats.set_report(report);
     Ok(inner)
 }
 
@@ -723,7 +703,7 @@ fn memory_state(
     let mut meta = State {
         inodes,
         dirs: Directories::loaded(dirs),
-        pending,
+        changes: Changes::loaded(pending),
         ifile: InodeFile::loaded(ifile, root.ifile_pages),
         writer: Writer::new(pos, cur_seg, next_seg, seq),
         seg,
@@ -906,7 +886,7 @@ fn settle(
     report.orphans_reclaimed = orphans.len() as u64;
     if !options.read_only {
         // Everything before the tail is settled once the recovery superblock is durable.
-        inner.sb_checkpoint_seq.store(0, AtomicOrdering::Release);
+        inner.superblocks.recovered(0);
         // The chain rolled forward is durable from here on, so the segments its data-only
         // logs emptied may be reused by what recovery writes.
         let end = m.writer.seq();

@@ -16,7 +16,6 @@
 //! whose blocks are all still in place.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::Ordering as AtomicOrdering;
 
 use crate::tbfs::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
 use crate::tbfs::inode::{now_ns, DirtyBlock};
@@ -294,7 +293,7 @@ impl Engine {
             let durable = if m.bg_clean.defer_io {
                 m.writer.seq()
             } else {
-                self.durable_seq.load(AtomicOrdering::Acquire)
+                self.logs.durable()
             };
             if was_light
                 && victims
@@ -416,7 +415,7 @@ impl Engine {
     ) -> Vec<usize> {
         let now = now_ns();
         let sb = self.segment_blocks;
-        let sb_seq = self.sb_checkpoint_seq.load(AtomicOrdering::Acquire);
+        let sb_seq = self.superblocks.checkpoint_seq();
         let candidates: Vec<usize> = (0..self.segment_count as usize)
             .filter(|&s| {
                 !m.writer.holds_segment(s as u64)
@@ -467,7 +466,7 @@ impl Engine {
             free.saturating_sub(self.reserve_blocks() + 16)
         } else {
             let pending = self.budget.buffered() / BLOCK_U64
-                + m.pending.len() as u64 * 4
+                + m.changes.pending().len() as u64 * 4
                 + m.dirs.dirty().len() as u64 * 2
                 + m.table_estimate()
                 + 16;
@@ -656,7 +655,7 @@ impl Engine {
         m.seg_inc(addr, self.segment_blocks);
         let seq = m.writer.seq();
         m.seg_supersede(a, seq, self.segment_blocks);
-        m.pending.insert(ino);
+        m.changes.changed(ino);
         Ok(Some(true))
     }
 
@@ -686,7 +685,7 @@ impl Engine {
                     // Directories are rewritten whole.
                     drop(st);
                     m.dirs.mark_dirty(ino);
-                    m.pending.insert(ino);
+                    m.changes.changed(ino);
                     return true;
                 }
                 // A newer version may be buffered already; either way the next checkpoint must
@@ -703,7 +702,7 @@ impl Engine {
                     self.budget.add(BLOCK_U64);
                 }
                 drop(st);
-                m.pending.insert(ino);
+                m.changes.changed(ino);
                 self.dirty
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -728,7 +727,7 @@ impl Engine {
                 }
                 dirty_node(st.map_mut(), level, index);
                 drop(st);
-                m.pending.insert(ino);
+                m.changes.changed(ino);
                 true
             }
             DescKind::InodePage => {

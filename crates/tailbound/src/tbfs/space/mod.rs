@@ -9,8 +9,7 @@ pub(crate) mod cleaning;
 #[cfg(test)]
 mod room_tests;
 pub(crate) mod segments;
-
-use std::sync::atomic::Ordering as AtomicOrdering;
+pub(crate) mod soft_dead;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
@@ -291,7 +290,7 @@ impl Engine {
             // Every pass is a checkpoint with the buffered data and a pass's copies (strict
             // ordering, or a newest checkpoint something keeps).
             flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
-        } else if m.ns_dirty {
+        } else if m.changes.namespace_dirty() {
             // A namespace change is pending: room for the whole buffer as `set_buffer_limit`
             // counts it (the reserve is added by the space check), so writers clean before the
             // buffer must shrink. (Every pass was then a checkpoint carrying the buffer; passes
@@ -422,11 +421,7 @@ impl State {
         }
         let s = Self::seg_of(block, segment_blocks);
         self.seg.drop_live(s);
-        // Not reusable at all until the run's last log is sealed, which says from when.
-        self.seg.set_soft_dead(s, u64::MAX);
-        if self.run_soft_dead.last() != Some(&s) {
-            self.run_soft_dead.push(s);
-        }
+        self.soft_dead.superseded(&mut self.seg, s);
         if born <= self.ckpt.newest() {
             self.ckpt.note_superseded();
         }
@@ -439,7 +434,7 @@ impl Engine {
     }
 
     pub(super) fn segment_free(&self, m: &State, s: usize) -> bool {
-        self.segment_free_if_durable(m, s, self.durable_seq.load(AtomicOrdering::Acquire))
+        self.segment_free_if_durable(m, s, self.logs.durable())
     }
 
     /// Whether segment `s` would be free once every log below `durable` is durable.
@@ -447,8 +442,8 @@ impl Engine {
         let w = &m.writer;
         !w.holds_segment(s as u64)
             && m.seg.is_empty(s)
-            && m.seg.dead_at(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
-            && m.seg.last_seq(s) <= self.sb_checkpoint_seq.load(AtomicOrdering::Acquire)
+            && m.seg.dead_at(s) <= self.superblocks.checkpoint_seq()
+            && m.seg.last_seq(s) <= self.superblocks.checkpoint_seq()
             && m.seg.soft_dead_at(s) <= durable
             // The background cleaner is reading it without `meta`.
             && !m.bg_clean.reading.contains(&s)
