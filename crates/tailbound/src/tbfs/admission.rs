@@ -57,7 +57,8 @@ pub struct TenantWrites {
 }
 
 impl TenantWrites {
-    fn new(key: WriterKey) -> TenantWrites {
+    /// Nothing written yet by `key`.
+    pub fn new(key: WriterKey) -> TenantWrites {
         TenantWrites {
             key,
             bytes: 0,

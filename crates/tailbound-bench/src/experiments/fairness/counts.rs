@@ -51,16 +51,7 @@ impl Snapshot {
             .writes
             .iter()
             .map(|now| {
-                let zero = TenantWrites {
-                    key: now.key,
-                    bytes: 0,
-                    writes: 0,
-                    meta_wait_ns: 0,
-                    clean_ns: 0,
-                    clean_blocks: 0,
-                    payload_wait_ns: 0,
-                    logs_wait_ns: 0,
-                };
+                let zero = TenantWrites::new(now.key);
                 let was = self
                     .writes
                     .iter()
