@@ -108,17 +108,11 @@ impl Client {
             handle,
             ino,
             let_go: false,
-            opened_here: true,
         })
     }
 
     fn done(&self, req: Request) -> Result<()> {
         expect!(self.conn, req, Reply::Done => ())
-    }
-
-    /// How many closes this session sent without waiting for the server's answer.
-    pub fn closes_posted(&self) -> u64 {
-        self.conn.posted()
     }
 
     /// How often this session answered a stat or a read itself (under a lease) and how often
@@ -183,7 +177,6 @@ impl Client {
     /// Keeps open files' descriptions alive for another session to adopt (a forked child or
     /// an exec'd image), each with a note for the adopter; returns the hold's token.
     pub fn hold(&self, items: Vec<(u64, String)>) -> Result<u64> {
-        self.conn.mark_held(items.iter().map(|(h, _)| *h));
         expect!(self.conn, Request::Hold { items }, Reply::Number(t) => t)
     }
     /// Ties a hold to the process that will adopt it: the server drops it if that process
@@ -210,7 +203,6 @@ impl Client {
                         handle,
                         ino,
                         let_go: false,
-                        opened_here: false,
                     },
                     note,
                 )
@@ -227,7 +219,6 @@ impl Client {
             handle,
             ino,
             let_go: false,
-            opened_here: false,
         }
     }
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
@@ -355,9 +346,6 @@ pub struct RemoteFile {
     ino: u64,
     /// Closed already, or not this process's to close: the drop says nothing to the server.
     let_go: bool,
-    /// Opened in this session (not adopted or inherited): its drop may close it without
-    /// waiting, unless the description was shared or a lock may go with it.
-    opened_here: bool,
 }
 
 impl std::fmt::Debug for RemoteFile {
@@ -555,7 +543,6 @@ impl RemoteFile {
     /// Takes, changes or drops a lock (`wait`: until no other owner's lock conflicts). A
     /// conflict without `wait` is an error with errno `EAGAIN`.
     pub fn lock(&self, lock: LockArgs, wait: bool) -> Result<()> {
-        self.conn.mark_locked();
         self.done(Request::Lock {
             handle: self.handle,
             lock,
@@ -584,16 +571,9 @@ impl Drop for RemoteFile {
         if self.let_go {
             return;
         }
-        let close = Request::Close {
+        let _ = self.done(Request::Close {
             handle: self.handle,
-        };
-        // A drop reports no error, and a close of a description no other session refers to,
-        // in a session holding no lock, changes nothing another call of this process or
-        // another's could see before the server applies it: it need not wait for the answer.
-        if self.opened_here && self.conn.may_post_close(self.handle) && self.conn.post(&close) {
-            return;
-        }
-        let _ = self.done(close);
+        });
     }
 }
 

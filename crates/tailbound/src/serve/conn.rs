@@ -64,9 +64,6 @@ struct Replies {
     pending: HashMap<u64, Vec<u8>>,
     /// The ids whose threads wait for a completion not yet taken off the transport.
     waiting: HashSet<u64>,
-    /// The ids of requests sent without waiting ([`Conn::post`]): their completions are
-    /// dropped as they are read.
-    posted: HashSet<u64>,
     /// A thread is reading the transport.
     reading: bool,
     /// Set once the transport failed: no later call can trust it.
@@ -82,13 +79,6 @@ pub(super) struct Conn {
     called: bool,
     /// Given up in this process (a forked child's copy of its parent's connection).
     abandoned: AtomicBool,
-    /// A lock was asked for in this session: a close may release one, so none is posted.
-    locked: AtomicBool,
-    /// Handles put in a hold for another session: their descriptions are shared, so closes
-    /// of them are not posted.
-    held: Mutex<HashSet<u64>>,
-    /// Requests posted without waiting, since the session began.
-    posted: AtomicU64,
     next_id: AtomicU64,
     replies: Mutex<Replies>,
     /// A waiting thread sleeps on the slot of its id: a completion wakes the threads of one
@@ -98,10 +88,6 @@ pub(super) struct Conn {
 
 /// Condition variables a connection's waiting threads are spread over.
 const SLOTS: usize = 64;
-
-/// The most requests posted without waiting whose completions are not read yet: a bound far
-/// below what the completion ring holds, so the server never waits for room for them.
-const MOST_POSTED: usize = 64;
 
 fn lost_error(socket: &Path, e: impl std::fmt::Display, kind: io::ErrorKind) -> Error {
     Error::Io {
@@ -160,9 +146,6 @@ impl Conn {
             wire,
             called: features & FEATURE_CALLER != 0,
             abandoned: AtomicBool::new(false),
-            locked: AtomicBool::new(false),
-            held: Mutex::new(HashSet::new()),
-            posted: AtomicU64::new(0),
             next_id: AtomicU64::new(2),
             replies: Mutex::new(Replies::default()),
             arrived: std::array::from_fn(|_| Condvar::new()),
@@ -241,66 +224,6 @@ impl Conn {
             slot.notify_all();
         }
         self.lost(why, io::ErrorKind::BrokenPipe)
-    }
-
-    /// Notes that this session asked for a lock: from now on its closes wait for the server.
-    pub fn mark_locked(&self) {
-        self.locked.store(true, Ordering::Release);
-    }
-
-    /// Notes handles put in a hold: their closes wait for the server.
-    pub fn mark_held(&self, handles: impl IntoIterator<Item = u64>) {
-        self.held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(handles);
-    }
-
-    /// Whether the close of `handle` may go without waiting for the server: its description
-    /// is this session's alone and no lock of the session's can go with it.
-    pub fn may_post_close(&self, handle: u64) -> bool {
-        !self.locked.load(Ordering::Acquire)
-            && !self
-                .held
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(&handle)
-    }
-
-    /// Sends `req` without waiting for its completion, which is dropped when read. `false`:
-    /// not sent (too many posted requests are unanswered, or the connection is lost); the
-    /// caller makes the call instead.
-    pub fn post(&self, req: &Request) -> bool {
-        if self.abandoned.load(Ordering::Acquire) {
-            return false;
-        }
-        let id = {
-            let mut r = self.replies();
-            if r.broken.is_some() || r.posted.len() >= MOST_POSTED {
-                return false;
-            }
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            r.posted.insert(id);
-            id
-        };
-        let caller = self.called.then(super::caller::current);
-        let frame = req.encode_from(id, caller.as_ref());
-        match self.send(&frame) {
-            Ok(()) => {
-                self.posted.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(why) => {
-                // Lost: no completion comes for it.
-                let _ = self.broken(why);
-                false
-            }
-        }
-    }
-
-    /// Requests posted without waiting since the session began.
-    pub fn posted(&self) -> u64 {
-        self.posted.load(Ordering::Relaxed)
     }
 
     pub fn call(&self, req: &Request) -> Result<Reply> {
@@ -391,9 +314,6 @@ impl Conn {
                     return Err(self.broken("a completion too short for its id".into()));
                 };
                 let mut g = self.replies();
-                if g.posted.remove(&rid) {
-                    continue;
-                }
                 if rid == id {
                     g.reading = false;
                     self.pass_reading(g);

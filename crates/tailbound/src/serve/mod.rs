@@ -87,8 +87,6 @@ mod caller_tests;
 #[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
-mod post_tests;
-#[cfg(test)]
 mod ring_tests;
 #[cfg(test)]
 mod tests;
