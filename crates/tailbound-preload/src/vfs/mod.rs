@@ -23,6 +23,7 @@ pub mod nodes;
 pub mod ofd;
 pub mod path;
 pub mod procs;
+mod special;
 
 pub use backend::{Handle, Pool};
 pub use maps::Backing;
@@ -524,7 +525,7 @@ impl Shim {
         }
         ofd::may_open(st.kind, flags)?;
         if acc != libc::O_PATH {
-            if let Some(r) = nodes::open_special(&self.mounts[loc.mount].pool, &st, flags) {
+            if let Some(r) = special::open_special(&self.mounts[loc.mount].pool, &st, flags) {
                 return r;
             }
         }

@@ -96,7 +96,7 @@ pub fn split_dev(rdev: u32) -> (u32, u32) {
 }
 
 /// Opening a special file: a socket cannot be opened (`ENXIO`), as the kernel answers; FIFOs
-/// and devices open their kernel ends ([`crate::vfs::nodes::open_special`]).
+/// and devices open their kernel ends (`vfs::special`).
 pub fn may_open(kind: tailbound::tbfs::FileKind, flags: i32) -> VfsResult<()> {
     match kind {
         tailbound::tbfs::FileKind::Socket if flags & libc::O_PATH == 0 => Err(libc::ENXIO),
