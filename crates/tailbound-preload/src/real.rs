@@ -716,20 +716,7 @@ pub fn memfd(name: &std::ffi::CStr) -> Result<c_int, i32> {
 /// `/proc/PID/fd/N`).
 pub fn kernel_open_rw(path: &str) -> Result<c_int, i32> {
     let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
-    // SAFETY: `c` is NUL-terminated; no mode is needed without O_CREAT.
-    let fd = unsafe {
-        openat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            libc::O_RDWR | libc::O_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
-        Err(errno())
-    } else {
-        Ok(fd)
-    }
+    kernel_open(&c, libc::O_RDWR | libc::O_CLOEXEC)
 }
 
 /// Opens a kernel path with a program's own open flags (a special file's kernel end); `O_CREAT`

@@ -265,18 +265,28 @@ fn register_exit_flush() {
 
 // ---- routing helpers ----
 
-/// The bytes of a C string argument (empty for NULL or a pointer to unmapped memory, which
-/// [`lib_path`] passes to the kernel for its `EFAULT`).
+/// The bytes of a C string argument: `None` for NULL or a pointer to unmapped memory, which
+/// the kernel answers with `EFAULT` (see [`crate::real::readable_cstr`]).
 ///
 /// # Safety
 /// `p` is NULL, points to unmapped memory, or is a NUL-terminated string that outlives the
 /// call.
-pub unsafe fn bytes<'a>(p: *const c_char) -> &'a [u8] {
+pub unsafe fn path_bytes<'a>(p: *const c_char) -> Option<&'a [u8]> {
     if !crate::real::readable_cstr(p) {
-        return &[];
+        return None;
     }
-    // SAFETY: non-null here, and NUL-terminated by this function's contract; only read.
-    unsafe { CStr::from_ptr(p) }.to_bytes()
+    // SAFETY: readable up to its NUL here, and NUL-terminated by this function's contract;
+    // only read.
+    Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// The bytes of a C string argument (empty for NULL or a pointer to unmapped memory).
+///
+/// # Safety
+/// As [`path_bytes`].
+pub unsafe fn bytes<'a>(p: *const c_char) -> &'a [u8] {
+    // SAFETY: this function's contract is `path_bytes`'.
+    unsafe { path_bytes(p) }.unwrap_or(&[])
 }
 
 /// A library path: `Some((guard, Ok(loc)))`, or `Some((guard, Err(errno)))` for a refused one;
@@ -290,12 +300,10 @@ pub unsafe fn lib_path(
     p: *const c_char,
 ) -> Option<(Guard, VfsResult<LibPath>)> {
     let g = enter()?;
-    if !crate::real::readable_cstr(p) {
-        // The kernel answers `EFAULT` (or whatever NULL means to this call).
-        return None;
-    }
-    // SAFETY: `p` is readable, and this function's caller passes it NUL-terminated.
-    match shim().resolve(dirfd, unsafe { bytes(p) }) {
+    // Unreadable: the kernel answers `EFAULT` (or whatever NULL means to this call).
+    // SAFETY: this function's caller passes `p` NULL or NUL-terminated.
+    let path = unsafe { path_bytes(p) }?;
+    match shim().resolve(dirfd, path) {
         Where::Kernel => {
             count(name, false);
             None

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use libc::{c_char, c_int, c_uint, mode_t, off_t, size_t, ssize_t};
 
-use crate::abi::base::{bytes, count, fail, int, lib_path, num, shim};
+use crate::abi::base::{bytes, count, fail, int, lib_path, num, path_bytes, shim};
 use crate::guard::enter;
-use crate::real::{self, errno, readable_cstr, set_errno};
+use crate::real::{self, errno, set_errno};
 use crate::vfs::{LibPath, VfsResult, Where};
 
 hooks! {
@@ -387,7 +387,9 @@ unsafe fn rename_any(
     let s = shim();
     // SAFETY: this function's caller passes its path arguments NUL-terminated (or NULL); they are
     // only read.
-    let (pa, pb) = unsafe { (bytes(a), bytes(b)) };
+    let (pa, pb) = unsafe { (path_bytes(a), path_bytes(b)) };
+    let unreadable = pa.is_none() || pb.is_none();
+    let (pa, pb) = (pa.unwrap_or(&[]), pb.unwrap_or(&[]));
     let (wa, wb) = (s.resolve(da, pa), s.resolve(db, pb));
     let r = match (wa, wb) {
         (Where::Kernel, Where::Kernel) => {
@@ -396,7 +398,7 @@ unsafe fn rename_any(
         }
         // As the kernel: a path it cannot read, and a last component `.` or `..`, which
         // normalizing would otherwise turn into its directory.
-        _ if !readable_cstr(a) || !readable_cstr(b) => Err(libc::EFAULT),
+        _ if unreadable => Err(libc::EFAULT),
         _ if last_is_dot(pa).is_some() || last_is_dot(pb).is_some() => Err(libc::EINVAL),
         (Where::Refused(e), _) | (_, Where::Refused(e)) => Err(e),
         (Where::Lib(x), Where::Lib(y)) => s.rename(&x, &y, flags),
@@ -445,11 +447,9 @@ unsafe fn symlink_any(target: *const c_char, dirfd: c_int, p: *const c_char) -> 
     let (_g, loc) = unsafe { lib_path("symlink", dirfd, p) }?;
     // SAFETY: this function's caller passes `target` NUL-terminated, as symlink(2) requires; it is
     // only read.
-    let t = unsafe { bytes(target) };
+    let t = unsafe { path_bytes(target) };
     Some(int(loc.and_then(|l| {
-        if !readable_cstr(target) {
-            return Err(libc::EFAULT);
-        }
+        let t = t.ok_or(libc::EFAULT)?;
         if t.len() >= libc::PATH_MAX as usize {
             return Err(libc::ENAMETOOLONG);
         }
@@ -493,13 +493,18 @@ unsafe fn link_any(
     let s = shim();
     // SAFETY: this function's caller passes its path arguments NUL-terminated (or NULL); they are
     // only read.
-    let (wa, wb) = unsafe { (s.resolve(da, bytes(a)), s.resolve(db, bytes(b))) };
+    let (pa, pb) = unsafe { (path_bytes(a), path_bytes(b)) };
+    let unreadable = pa.is_none() || pb.is_none();
+    let (wa, wb) = (
+        s.resolve(da, pa.unwrap_or(&[])),
+        s.resolve(db, pb.unwrap_or(&[])),
+    );
     let r = match (wa, wb) {
         (Where::Kernel, Where::Kernel) => {
             count(name, false);
             return None;
         }
-        _ if !readable_cstr(a) || !readable_cstr(b) => Err(libc::EFAULT),
+        _ if unreadable => Err(libc::EFAULT),
         (Where::Refused(e), _) | (_, Where::Refused(e)) => Err(e),
         (Where::Lib(x), Where::Lib(y)) => s.link(&x, &y),
         _ => Err(libc::EXDEV),

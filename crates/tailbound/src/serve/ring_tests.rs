@@ -416,6 +416,38 @@ fn a_client_that_vanishes_while_parked_or_waiting_is_cleaned_up() {
     theirs.lock(range(0, 20, Kind::Write), false).unwrap();
 }
 
+/// The lines a started client process prints, kept open while the test runs.
+pub(super) type ChildLines = std::io::Lines<std::io::BufReader<std::process::ChildStdout>>;
+
+/// Starts this test binary's ignored test `name` as a client process, with `socket` in the
+/// environment variable `env`, and waits until it prints a line ending with `ready`.
+pub(super) fn start_client_process(
+    name: &str,
+    env: &str,
+    socket: &std::path::Path,
+    ready: &str,
+) -> (std::process::Child, ChildLines) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(env, socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l.ends_with(ready))),
+        "the client process {name} did not get going"
+    );
+    (child, lines)
+}
+
 /// Names the server's socket to [`ring_client_process`] when a test starts it.
 const CHILD_SOCKET: &str = "TAILBOUND_RING_TEST_SOCKET";
 /// What it prints once it holds its lock.
@@ -437,27 +469,15 @@ fn ring_client_process() {
 
 #[test]
 fn a_client_killed_by_sigkill_while_parked_is_cleaned_up() {
-    use std::io::BufRead;
     let f = fixture(false);
     let me = Client::connect(&f.socket).unwrap();
     let mine = me.open_file("/k", OpenFlags::create()).unwrap();
     mine.lock(range(10, 20, Kind::Write), false).unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "serve::ring_tests::ring_client_process",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_SOCKET, &f.socket)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.is_ok_and(|l| l.ends_with(HOLDING))),
-        "the client process did not take its lock"
+    let (mut child, _lines) = start_client_process(
+        "serve::ring_tests::ring_client_process",
+        CHILD_SOCKET,
+        &f.socket,
+        HOLDING,
     );
     await_sessions(&f.server, 2);
     assert!(mine.test_lock(range(0, 10, Kind::Write)).unwrap().is_some());

@@ -28,7 +28,14 @@ impl Session<'_> {
             Some((d, sf))
         };
         Ok(Some(match req {
+            // Stores through a mapping reach the memory, not the pool, and raise no word: no
+            // lease while the inode has shared memory.
             R::Read {
+                handle,
+                offset,
+                len,
+            }
+            | R::ReadLeased {
                 handle,
                 offset,
                 len,
@@ -36,9 +43,11 @@ impl Session<'_> {
                 let Some((_, sf)) = of(handle) else {
                     return Ok(None);
                 };
-                Reply::Data(read_reply((*len as usize).min(IO_MAX), |buf| {
-                    sf.read(buf, *offset)
-                })?)
+                let data = read_reply((*len as usize).min(IO_MAX), |buf| sf.read(buf, *offset))?;
+                match req {
+                    R::ReadLeased { .. } => Reply::LeasedData { data, lease: None },
+                    _ => Reply::Data(data),
+                }
             }
             R::ReadOn { handle, len } => {
                 let Some((d, sf)) = of(handle) else {
@@ -150,21 +159,6 @@ impl Session<'_> {
                 };
                 st.size = sf.size()?;
                 unleased_stat(req, st)
-            }
-            // Stores through a mapping reach the memory, not the pool, and raise no word: no
-            // lease while the inode has shared memory.
-            R::ReadLeased {
-                handle,
-                offset,
-                len,
-            } => {
-                let Some((_, sf)) = of(handle) else {
-                    return Ok(None);
-                };
-                Reply::LeasedData {
-                    data: read_reply((*len as usize).min(IO_MAX), |buf| sf.read(buf, *offset))?,
-                    lease: None,
-                }
             }
             R::Truncate { path, len } => {
                 let Some((ino, sf)) = self

@@ -13,7 +13,7 @@ use super::codec::read_frame;
 use super::dispatch::{most_workers, MOST_APART};
 use super::protocol::{LockArgs, Reply, Request, VERSION};
 use super::ring::{self, ClientRings, RingSizes, FEATURE_RING};
-use super::ring_tests::{await_sessions, fixture};
+use super::ring_tests::{await_sessions, fixture, start_client_process};
 use super::*;
 use crate::sys::sock::send_all;
 use crate::tbfs::locks::{Kind, Space};
@@ -317,30 +317,17 @@ impl Drop for KillOnDrop {
 /// description locks go, and every description it had open is let go.
 #[test]
 fn a_client_killed_with_requests_in_flight_leaves_nothing() {
-    use std::io::BufRead;
     let f = fixture(false);
     let me = Client::connect(&f.socket).unwrap();
     let mine = me.open_file("/k", OpenFlags::create()).unwrap();
     mine.lock(range(20, 30, Kind::Write, false), false).unwrap();
-    let mut child = KillOnDrop(
-        std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "serve::worker_tests::busy_client_process",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_SOCKET, &f.socket)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let (child, _lines) = start_client_process(
+        "serve::worker_tests::busy_client_process",
+        CHILD_SOCKET,
+        &f.socket,
+        BUSY,
     );
-    let mut lines = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.is_ok_and(|l| l.ends_with(BUSY))),
-        "the client process did not get going"
-    );
+    let mut child = KillOnDrop(child);
     await_sessions(&f.server, 2);
     for held in [
         range(0, 10, Kind::Write, false),
