@@ -42,7 +42,9 @@ impl SoftDead {
     }
 
     /// The run's last log, `seq`, was sealed: what the run superseded may be reused once that
-    /// log is durable.
+    /// log is durable, unless a run cut short also superseded blocks there: recovery leaves
+    /// that run out and reads the blocks it superseded, so the segment still waits for a
+    /// checkpoint.
     pub(crate) fn run_ended(&mut self, seg: &mut SegmentTable, seq: u64) {
         let mut run = std::mem::take(&mut self.run);
         run.sort_unstable();
@@ -53,7 +55,9 @@ impl SoftDead {
                 u64::MAX,
                 "segment {s}: its soft-dead bound was lowered while a run still held it"
             );
-            seg.set_soft_dead(s, seq + 1);
+            if !self.to_checkpoint.contains(&s) {
+                seg.set_soft_dead(s, seq + 1);
+            }
         }
     }
 
@@ -97,6 +101,27 @@ mod tests {
         d.run_ended(&mut seg, 20);
         assert_eq!(seg.soft_dead_at(3), 21);
         assert_eq!(seg.soft_dead_at(1), u64::MAX, "waits for a checkpoint");
+        d.checkpoint_ended(&mut seg, 30);
+        assert_eq!(seg.soft_dead_at(1), 31);
+    }
+
+    #[test]
+    fn a_segment_a_cut_short_run_holds_waits_for_a_checkpoint_when_a_later_run_ends() {
+        let mut seg = SegmentTable::new(4, 8);
+        let mut d = SoftDead::default();
+        d.run_begins();
+        d.superseded(&mut seg, 1);
+        // Cut short; the next run supersedes another block of the same segment and ends.
+        d.run_begins();
+        d.superseded(&mut seg, 1);
+        d.superseded(&mut seg, 2);
+        d.run_ended(&mut seg, 20);
+        assert_eq!(seg.soft_dead_at(2), 21);
+        assert_eq!(
+            seg.soft_dead_at(1),
+            u64::MAX,
+            "the cut run's superseded blocks are still what recovery reads"
+        );
         d.checkpoint_ended(&mut seg, 30);
         assert_eq!(seg.soft_dead_at(1), 31);
     }
