@@ -32,29 +32,49 @@ thread_local! {
         const { std::cell::Cell::new(([usize::MAX; 16], 0)) };
 }
 
-/// Whether the page at `page` (page-aligned) is mapped: the thread's recent answers first, then
-/// `mincore(2)`, which says `ENOMEM` for an unmapped range.
+/// Whether the page at `page` (page-aligned) can be read: the thread's recent answers first,
+/// then a one-byte `process_vm_readv(2)` from it into this process, which the kernel answers
+/// with `EFAULT` for an unmapped page and for one the program made unreadable (`PROT_NONE`),
+/// without a fault. Where that call is refused (a seccomp filter), `mincore(2)` says whether
+/// the page is mapped at least.
 fn page_mapped(page: usize, page_size: usize) -> bool {
     let (mut seen, next) = MAPPED.with(|m| m.get());
     if seen.contains(&page) {
         return true;
     }
-    let mut vec = [0u8; 1];
-    // SAFETY: `mincore` only inspects the range's mapping and writes one byte per page into
-    // `vec`, which holds one: the range is exactly one page.
-    let r = unsafe { libc::mincore(page as *mut c_void, page_size, vec.as_mut_ptr()) };
-    if r != 0 {
-        return false;
+    let mut byte = 0u8;
+    let local = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: page as *mut c_void,
+        iov_len: 1,
+    };
+    // SAFETY: the kernel writes at most one byte, into `byte`, and reads `page` through the
+    // process's own page tables, answering EFAULT instead of faulting.
+    let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let readable = if r == 1 {
+        true
+    } else if errno() == libc::EFAULT {
+        false
+    } else {
+        let mut vec = [0u8; 1];
+        // SAFETY: `mincore` only inspects the range's mapping and writes one byte per page
+        // into `vec`, which holds one: the range is exactly one page.
+        (unsafe { libc::mincore(page as *mut c_void, page_size, vec.as_mut_ptr()) }) == 0
+    };
+    if readable {
+        seen[next] = page;
+        MAPPED.with(|m| m.set((seen, (next + 1) % seen.len())));
     }
-    seen[next] = page;
-    MAPPED.with(|m| m.set((seen, (next + 1) % seen.len())));
-    true
+    readable
 }
 
-/// Whether a C string argument can be read: non-null, and every page up to its NUL mapped. A
-/// program that passes a pointer to nowhere gets the kernel's `EFAULT` (its call is passed
-/// through) rather than a fault inside the shim. A mapped page the program made unreadable
-/// (`PROT_NONE`) is not detected.
+/// Whether a C string argument can be read: non-null, and every page up to its NUL readable. A
+/// program that passes a pointer to nowhere or to a `PROT_NONE` page gets the kernel's `EFAULT`
+/// (its call is passed through) rather than a fault inside the shim. A page this thread read
+/// lately and the program unmapped or protected since is not noticed.
 pub fn readable_cstr(p: *const c_char) -> bool {
     static PAGE: AtomicUsize = AtomicUsize::new(0);
     let mut page_size = PAGE.load(Ordering::Relaxed);

@@ -557,7 +557,18 @@ int main(int argc, char **argv) {
     CHECK(link(at("f"), gone) == -1 && errno == EFAULT, "link: %s", strerror(errno));
     errno = 0;
     CHECK(symlink(gone, at("s")) == -1 && errno == EFAULT, "symlink: %s", strerror(errno));
-    CHECK(chdir("/") == 0 && munmap(two, pg) == 0, "chdir /");
+    /* The same for a page the program made unreadable. */
+    char *none = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(none != MAP_FAILED, "two pages");
+    memset(none, 'b', 2 * pg);
+    CHECK(mprotect(none + pg, pg, PROT_NONE) == 0, "PROT_NONE");
+    errno = 0;
+    CHECK(open(none + pg, O_RDONLY) == -1 && errno == EFAULT, "open PROT_NONE: %s",
+          strerror(errno));
+    errno = 0;
+    CHECK(mkdir(none + pg - 8, 0755) == -1 && errno == EFAULT, "mkdir into PROT_NONE: %s",
+          strerror(errno));
+    CHECK(chdir("/") == 0 && munmap(two, pg) == 0 && munmap(none, 2 * pg) == 0, "chdir /");
     ok("unmapped path pointers");
     printf("all edge cases passed\n");
     return 0;
