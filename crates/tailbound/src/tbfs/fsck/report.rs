@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-pub(super) const ROOT_INO: u64 = 1;
+pub(super) use crate::tbfs::inode::ROOT_INO;
 /// Where `repair` reattaches inodes it cannot reach from the root.
 pub const LOST_FOUND: &str = "lost+found";
 
