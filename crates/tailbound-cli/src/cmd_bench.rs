@@ -58,7 +58,8 @@ enum Experiment {
     /// File-system throughput under filebench's workloads (seed 002): ops/s, MB/s, mean latency
     /// per flowop and the user/system CPU split, for tmpfs, XFS and ext4 on DRAM (loop devices
     /// backed by /dev/shm, root), tbfs's native API on a memory pool, and tbfs through the
-    /// LD_PRELOAD shim, in one run. For the native runs it also reports what the engine did:
+    /// LD_PRELOAD shim (tbfs-shim through the pool's server, tbfs-shim-private in the program's
+    /// own process with `run --private`), in one run. For the native runs it also reports what the engine did:
     /// checkpoints, data-only log runs, placed data, cleaning, and the share of the time its
     /// metadata lock was held, split into checkpoints, cleaning, sealing buffered data, and the
     /// namespace with the rest.
@@ -73,11 +74,12 @@ enum Experiment {
     ///
     /// Each system runs on a fresh file system that is removed afterwards. With --repeats the
     /// systems take turns each round and each case reports its median run. The default run
-    /// (fileserver, 20 and 50 threads, 60 s, six systems) takes about 13 minutes; --quick
+    /// (fileserver, 20 and 50 threads, 60 s, seven systems) takes about 15 minutes; --quick
     /// (1,000 files, 20 threads, 1 s) takes seconds. Systems that cannot run here are reported
-    /// as unavailable with the reason. The targets (tbfs-shim >= 1.73x xfs-ram and >= 1.3x
-    /// tmpfs at fileserver, 20 threads, 128 KiB; > 90 % user CPU; tbfs-fuse >= 0.7x ext4-ram)
-    /// follow the tables.
+    /// as unavailable with the reason. The targets follow the tables: tbfs-shim-private at
+    /// least 1.73x xfs-ram and 1.3x tmpfs at fileserver, 20 threads, 128 KiB, with more than
+    /// 90 % user CPU; tbfs-fuse at least 0.7x ext4-ram; with --processes, tbfs-shim at least
+    /// 1.0x tmpfs and 1.5x xfs-ram at 1 x 20, and 1.0x tmpfs at 4 x 5.
     Fileserver(FileserverArgs),
     /// Weighted fair shares (seed 003): tenants with weights 2:1, 3:2 and 3:2:2:1, each a
     /// separate process streaming O_DIRECT reads (then writes) of 1, 10, 30, 50 or 100 MiB

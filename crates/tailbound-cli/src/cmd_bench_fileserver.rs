@@ -35,16 +35,19 @@ pub(crate) struct FileserverArgs {
     /// Files in the fileset. Default: the workload's (10,000 or 1,000), or 1,000 with --quick.
     #[arg(long)]
     files: Option<u64>,
-    /// Comma-separated systems: tmpfs, xfs-ram, ext4-ram, tbfs-native, tbfs-shim, tbfs-fuse (root).
+    /// Comma-separated systems: tmpfs, xfs-ram, ext4-ram, tbfs-native, tbfs-shim (through the
+    /// pool's server), tbfs-shim-private (`run --private`, one process, no server), tbfs-fuse
+    /// (root).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "tmpfs,xfs-ram,ext4-ram,tbfs-native,tbfs-shim,tbfs-fuse"
+        default_value = "tmpfs,xfs-ram,ext4-ram,tbfs-native,tbfs-shim,tbfs-shim-private,tbfs-fuse"
     )]
     systems: Vec<String>,
     /// filebench's process model: a generator makes the fileset (deleting the old one through
     /// `system()` first) and forks this many worker processes of --threads threads each, which
-    /// share the file system (tbfs-shim: through the pool's server). tbfs-native is left out.
+    /// share the file system (tbfs-shim: through the pool's server). tbfs-native and
+    /// tbfs-shim-private, which serve one process, are left out.
     #[arg(long)]
     processes: Option<u32>,
     /// Runs of every case; each case reports its median run.
@@ -67,7 +70,7 @@ pub(crate) struct FileserverArgs {
     #[arg(long)]
     svg: Option<PathBuf>,
     /// Run one case on POSIX calls under --dir and print its result as JSON (internal: the child
-    /// the tbfs-shim system runs under the shim).
+    /// the tbfs-shim systems run under the shim).
     #[arg(long, hide = true, requires = "dir")]
     child: bool,
     /// The child's directory (internal).
@@ -131,7 +134,8 @@ pub(crate) fn run_fileserver(args: FileserverArgs) -> CliResult {
         .map(|name| {
             System::parse(name).ok_or_else(|| {
                 format!(
-                    "unknown system {name:?} (tmpfs, xfs-ram, ext4-ram, tbfs-native, tbfs-shim, tbfs-fuse)"
+                    "unknown system {name:?} (tmpfs, xfs-ram, ext4-ram, tbfs-native, tbfs-shim, \
+                     tbfs-shim-private, tbfs-fuse)"
                 )
             })
         })

@@ -556,6 +556,7 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
             "tbfs-fuse",
             "tbfs-native",
             "tbfs-shim",
+            "tbfs-shim-private",
             "tmpfs",
             "xfs-ram"
         ],
@@ -563,6 +564,12 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
     );
     let measured = |s: &str| cases.iter().any(|c| c["system"] == s);
     assert!(measured("tmpfs") && measured("tbfs-native"));
+    // The single-process shim runs wherever the served one does (one binary, one library).
+    assert_eq!(
+        measured("tbfs-shim-private"),
+        measured("tbfs-shim"),
+        "{report}"
+    );
     // The engine's figures come with its native runs only; the run takes the metadata lock.
     for c in cases {
         let engine = c["median_run"].get("engine");
@@ -833,7 +840,7 @@ fn fileserver_process_mode_leaves_the_native_api_out_and_names_processes() {
         "--duration",
         "200ms",
         "--systems",
-        "tmpfs,tbfs-native",
+        "tmpfs,tbfs-native,tbfs-shim-private",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -843,8 +850,10 @@ fn fileserver_process_mode_leaves_the_native_api_out_and_names_processes() {
     assert_eq!(cases.len(), 1, "{report}");
     assert_eq!(cases[0]["system"], "tmpfs");
     assert_eq!(cases[0]["processes"], 2);
+    // Both serve one process: the forked workers cannot share them.
     let unavailable = report["unavailable"].as_array().unwrap();
     assert_eq!(unavailable[0]["system"], "tbfs-native", "{report}");
+    assert_eq!(unavailable[1]["system"], "tbfs-shim-private", "{report}");
     assert!(stdout(&out).contains(" 2x2 |"), "{}", stdout(&out));
 }
 

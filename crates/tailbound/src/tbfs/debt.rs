@@ -26,14 +26,8 @@ impl Engine {
         if !exact {
             let changed =
                 (dirty.all().len() + m.changes.pending().len() + m.dirs.dirty().len()) as u64;
-            let mut widest_dir = 0;
-            for ino in m.dirs.dirty().iter() {
-                let blocks = m.dirs.get(ino).map_or(0, |e| {
-                    (e.len() as u64 * DIR_ENTRY_MAX).div_ceil(DIR_BLOCK_FILL)
-                });
-                debt += blocks;
-                widest_dir = widest_dir.max(blocks);
-            }
+            let (dir_blocks, widest_dir) = m.dirs.dirty_bound();
+            debt += dir_blocks;
             let widest = self.budget.widest();
             let pages =
                 (changed + m.ifile.freed_slots().len() as u64 + m.ifile.pages_dirty().len() as u64)

@@ -6,7 +6,7 @@ fn tiny() -> FileserverBench {
         mean_sizes: vec![16 << 10],
         duration: Duration::from_millis(200),
         files: Some(100),
-        systems: vec![System::Tmpfs, System::TbfsNative, System::TbfsShim],
+        systems: vec![System::Tmpfs, System::TbfsNative, System::TbfsShimPrivate],
         repeats: 3,
         pool_bytes_override: Some(256 << 20),
         ..FileserverBench::paper()
@@ -41,11 +41,13 @@ fn a_run_reports_medians_and_names_what_could_not_run() {
         );
     }
     assert_eq!(report.unavailable.len(), 1);
-    assert_eq!(report.unavailable[0].system, "tbfs-shim");
+    assert_eq!(report.unavailable[0].system, "tbfs-shim-private");
     // The targets name the missing shim and are not met.
     assert_eq!(report.targets.len(), 4);
     assert!(report.targets.iter().all(|t| !t.met));
-    assert!(report.targets[0].measured.contains("tbfs-shim unavailable"));
+    assert!(report.targets[0]
+        .measured
+        .contains("tbfs-shim-private unavailable"));
     let md = report.to_markdown();
     assert!(md.contains("tbfs-native/tmpfs"), "{md}");
     assert!(md.contains("createfile1"));
@@ -80,11 +82,14 @@ fn targets_compare_the_shim_with_the_baselines_of_the_same_run() {
     let cases = vec![
         CaseRow::from_runs(System::XfsRam, vec![run(1000.0, 0.2, 1.6)]),
         CaseRow::from_runs(System::Tmpfs, vec![run(1500.0, 0.3, 1.5)]),
-        CaseRow::from_runs(System::TbfsShim, vec![run(1800.0, 1.9, 0.1)]),
+        CaseRow::from_runs(System::TbfsShimPrivate, vec![run(1800.0, 1.9, 0.1)]),
     ];
     let t = targets(&cases, &[]);
     assert!(t[0].met, "{:?}", t[0]);
     assert!(t[0].measured.starts_with("1.80x"));
+    assert!(t[..3]
+        .iter()
+        .all(|t| t.target.starts_with("tbfs-shim-private ")));
     assert!(!t[1].met, "1.2x tmpfs is short of 1.3x");
     assert!(t[2].met, "95 % user");
     assert!(t[3].measured.contains("tbfs-fuse not run"), "{:?}", t[3]);
@@ -104,6 +109,64 @@ fn targets_compare_the_shim_with_the_baselines_of_the_same_run() {
     let t = targets(&cases[..2], &[]);
     assert!(t.iter().all(|t| !t.met));
     assert!(t[0].measured.contains("not run"));
+    // The served shim's figures are not the single-process shim's: at 20 threads in one
+    // process they meet none of its targets.
+    let mut served = cases.clone();
+    served[2] = CaseRow::from_runs(System::TbfsShim, vec![run(1800.0, 1.9, 0.1)]);
+    let t = targets(&served, &[]);
+    assert!(t[..3].iter().all(|t| !t.met), "{t:?}");
+    assert!(
+        t[0].measured.contains("tbfs-shim-private not run"),
+        "{:?}",
+        t[0]
+    );
+}
+
+#[test]
+fn the_process_model_targets_name_the_served_shim() {
+    let run = |system: System, processes: u32, threads: u32, ops: f64| {
+        let r = RunResult {
+            workload: Workload::Fileserver,
+            processes,
+            threads,
+            files: 10,
+            mean_file_kib: 128,
+            elapsed_s: 1.0,
+            setup_s: 0.0,
+            mkfs_s: 0.0,
+            ops: ops as u64,
+            ops_per_s: ops,
+            bytes: 0,
+            mb_per_s: 0.0,
+            user_cpu_s: 1.0,
+            sys_cpu_s: 0.1,
+            cpus: 2,
+            user_cpu_pct: 50.0,
+            sys_cpu_pct: 5.0,
+            flowops: Vec::new(),
+            engine: None,
+        };
+        CaseRow::from_runs(system, vec![r])
+    };
+    let cases = vec![
+        run(System::Tmpfs, 1, 20, 1000.0),
+        run(System::XfsRam, 1, 20, 600.0),
+        run(System::TbfsShim, 1, 20, 1000.0),
+        run(System::Tmpfs, 4, 5, 1000.0),
+        run(System::TbfsShim, 4, 5, 900.0),
+    ];
+    let t = targets(&cases, &[]);
+    assert_eq!(t.len(), 3);
+    assert!(
+        t.iter().all(|t| t.target.starts_with("tbfs-shim >= ")),
+        "{t:?}"
+    );
+    assert!(t[0].met && t[1].met, "{t:?}");
+    assert!(
+        !t[2].met && t[2].measured.starts_with("0.90x"),
+        "{:?}",
+        t[2]
+    );
 }
 
 #[test]
@@ -131,6 +194,19 @@ fn the_child_prints_one_json_line_the_parent_reads_back() {
     // The arguments name everything the child needs.
     let args = child_args(Path::new("/m"), &p, None);
     assert_eq!(args[..2], ["--dir", "/m"]);
+    // The private system's child runs under `run --private`; the served one's does not.
+    for private in [false, true] {
+        let shim = ShimPool {
+            pool: Path::new("/shm/p"),
+            mount: Path::new("/m"),
+            bytes: 1 << 30,
+            private,
+        };
+        let run = shim_run_args(&shim);
+        assert_eq!(run[..3], ["run", "--mount", "/m=/shm/p"]);
+        assert_eq!(run.last().map(String::as_str), Some("--"));
+        assert_eq!(run.iter().any(|a| a == "--private"), private);
+    }
     assert!(args.windows(2).any(|w| w == ["--duration", "100ms"]));
 }
 
@@ -166,4 +242,17 @@ fn bad_parameters_are_refused() {
     }
     assert_eq!(System::parse("XFS-RAM"), Some(System::XfsRam));
     assert_eq!(System::parse("xfs"), None);
+    assert_eq!(
+        System::parse("tbfs-shim-private"),
+        Some(System::TbfsShimPrivate)
+    );
+    // The private shim serves one process: the process model cannot run it.
+    let forked = FileserverBench {
+        processes: Some(2),
+        exe: Some(PathBuf::from("/bin/true")),
+        ..tiny()
+    };
+    assert!(forked
+        .unavailable(System::TbfsShimPrivate)
+        .is_some_and(|why| why.contains("one process")));
 }
