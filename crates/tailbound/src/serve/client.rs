@@ -392,7 +392,7 @@ impl RemoteFile {
         for piece in buf.chunks(IO_MAX) {
             let req = Request::WriteOn {
                 handle: self.handle,
-                data: piece.to_vec(),
+                data: piece.into(),
             };
             end = expect!(self.conn, req, Reply::Number(at) => at)? + piece.len() as u64;
         }
@@ -486,7 +486,7 @@ impl RemoteFile {
             let req = Request::Write {
                 handle: self.handle,
                 offset: offset + (i * IO_MAX) as u64,
-                data: piece.to_vec(),
+                data: piece.into(),
             };
             expect!(self.conn, req, Reply::Number(_) => ())?;
         }
@@ -503,7 +503,7 @@ impl RemoteFile {
         }
         let req = Request::Append {
             handle: self.handle,
-            data: buf.to_vec(),
+            data: buf.into(),
         };
         expect!(self.conn, req, Reply::Number(n) => n)
     }

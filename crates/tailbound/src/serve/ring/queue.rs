@@ -223,21 +223,44 @@ impl Producer {
 
     /// Writes `frame` as one or more records, waiting for room as the consumer reads.
     pub fn push(&mut self, frame: &[u8], peer: &UnixStream) -> Result<(), RingError> {
+        self.push_parts(&[frame], peer)
+    }
+
+    /// Writes the frame `parts` make one after the other, as [`Producer::push`] writes one:
+    /// each part is copied into the ring from where it lies.
+    pub fn push_parts(&mut self, parts: &[&[u8]], peer: &UnixStream) -> Result<(), RingError> {
         let max = self.q.cap / 2 - 4;
-        let mut rest = frame;
+        let mut left: usize = parts.iter().map(|p| p.len()).sum();
+        let mut parts = parts.iter().copied().filter(|p| !p.is_empty());
+        let mut part: &[u8] = parts.next().unwrap_or(&[]);
         loop {
-            let n = rest.len().min(max);
-            let (piece, after) = rest.split_at(n);
+            let n = left.min(max);
+            left -= n;
             let need = padded(n);
             self.room(need, peer)?;
-            let header = n as u32 | if after.is_empty() { 0 } else { MORE };
+            let header = n as u32 | if left == 0 { 0 } else { MORE };
             self.q.write(self.tail, &header.to_le_bytes())?;
-            self.q.write(self.tail.wrapping_add(4), piece)?;
+            let mut at = self.tail.wrapping_add(4);
+            let mut want = n;
+            while want > 0 {
+                if part.is_empty() {
+                    part = parts.next().unwrap_or(&[]);
+                    if part.is_empty() {
+                        // The parts held fewer bytes than they added up to: cannot happen.
+                        return Err(RingError::Corrupt("a frame shorter than its parts".into()));
+                    }
+                }
+                let k = want.min(part.len());
+                let (piece, rest) = part.split_at(k);
+                self.q.write(at, piece)?;
+                at = at.wrapping_add(k as u32);
+                part = rest;
+                want -= k;
+            }
             self.tail = self.tail.wrapping_add(need as u32);
             self.q
                 .publish(self.q.ctrl.tail, self.tail, self.q.ctrl.data_waiter);
-            rest = after;
-            if rest.is_empty() {
+            if left == 0 {
                 return Ok(());
             }
         }
