@@ -131,9 +131,9 @@ fn complete(
     match reply {
         Ok(r) => {
             let (head, tail) = r.encode_parts(id);
-            out.send(&head, tail)
+            out.send(id, &head, tail)
         }
-        Err(e) => out.send(&Reply::encode_error(id, e), &[]),
+        Err(e) => out.send(id, &Reply::encode_error(id, e), &[]),
     }
 }
 
@@ -162,8 +162,8 @@ trait Inbound: Send {
 /// Where completions go, from the session's thread and the threads it started. `Err(None)`:
 /// the client went; `Err(Some(_))`: why the session must end.
 trait Outbound: Sync {
-    /// Sends the frame `head` and `tail` make together.
-    fn send(&self, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>>;
+    /// Sends the frame `head` and `tail` make together, the completion of request `id`.
+    fn send(&self, id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>>;
 }
 
 struct SocketIn {
@@ -186,7 +186,7 @@ struct SocketOut<'a> {
 }
 
 impl Outbound for SocketOut<'_> {
-    fn send(&self, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>> {
+    fn send(&self, _id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>> {
         let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
         send_all(&s, head).map_err(|_| None)?;
         if tail.is_empty() {
@@ -223,9 +223,11 @@ struct RingOut<'a> {
 }
 
 impl Outbound for RingOut<'_> {
-    fn send(&self, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>> {
+    fn send(&self, id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>> {
         let mut p = self.producer.lock().unwrap_or_else(|p| p.into_inner());
-        p.push_parts(&[head, tail], self.socket)
+        // Only the client's thread that waits for this completion is woken.
+        let bits = Some(ring::waiter_bits(id));
+        p.push_parts(&[head, tail], bits, self.socket)
             .map_err(|e| match e {
                 RingError::Gone => None,
                 RingError::Corrupt(_) => Some(e.to_string()),

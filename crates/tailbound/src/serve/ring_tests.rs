@@ -568,10 +568,65 @@ fn a_frame_pushed_in_parts_pops_whole_across_wraps_and_fragments() {
         // The consumer reads as the producer writes: the frame may be longer than the ring.
         std::thread::scope(|s| {
             let reader = s.spawn(|| server.requests.pop_frame(1 << 20, &a));
-            requests.push_parts(&[&framed_head, &tail], &a).unwrap();
+            requests
+                .push_parts(&[&framed_head, &tail], None, &a)
+                .unwrap();
             assert_eq!(reader.join().unwrap().unwrap(), whole, "round {round}");
         });
     }
+}
+
+/// Waits until the thread at `/proc/<task>` sleeps in a futex call (the kernel shows the call
+/// it is blocked in); `false` once the thread is gone.
+fn await_futex_sleep(task: &std::path::Path) -> bool {
+    loop {
+        let Ok(call) = std::fs::read_to_string(task.join("syscall")) else {
+            return false;
+        };
+        if call.starts_with(&format!("{} ", libc::SYS_futex)) {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_completion_wakes_only_the_thread_waiting_for_it() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let rings = ClientRings::create(SMALL).unwrap();
+    let parking = rings.completions.parking();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tx.send(std::fs::read_link("/proc/thread-self").unwrap())
+                .unwrap();
+            // Nothing is ever published: only a wake (or the park's bound) ends each wait.
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                parking.wait_bits(0, ring::waiter_bits(5), &a).unwrap();
+            }
+        });
+        let task = std::path::Path::new("/proc").join(rx.recv().unwrap());
+        // A completion for another id, on another bit, leaves the thread asleep.
+        let others: Vec<usize> = (0..3)
+            .map(|_| {
+                assert!(await_futex_sleep(&task));
+                parking.wake_bits(ring::waiter_bits(6))
+            })
+            .collect();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Its own wakes it (tried again if the park's bound ended a sleep in between).
+        let own = loop {
+            if !await_futex_sleep(&task) {
+                break 0;
+            }
+            let n = parking.wake_bits(ring::waiter_bits(5));
+            if n == 1 {
+                break n;
+            }
+        };
+        assert_eq!((others, own), (vec![0, 0, 0], 1));
+    });
 }
 
 #[test]
