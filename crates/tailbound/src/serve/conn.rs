@@ -237,6 +237,12 @@ impl Conn {
     }
 
     pub fn call(&self, req: &Request) -> Result<Reply> {
+        self.call_with(req, None)
+    }
+
+    /// [`Conn::call`] of a write whose data is `data`, sent from where it lies (the request's
+    /// own data is left out).
+    pub fn call_with(&self, req: &Request, data: Option<&[u8]>) -> Result<Reply> {
         if self.abandoned.load(Ordering::Acquire) {
             return Err(self.lost(
                 "connection given up in this process",
@@ -251,8 +257,8 @@ impl Conn {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let caller = self.called.then(super::caller::current);
-        let frame = req.encode_from(id, caller.as_ref());
-        self.send(&frame).map_err(|why| self.broken(why))?;
+        let (head, tail) = req.encode_with(id, caller.as_ref(), data);
+        self.send(&head, tail).map_err(|why| self.broken(why))?;
         let body = match &self.wire {
             Wire::Ring {
                 socket,
@@ -268,15 +274,21 @@ impl Conn {
         }
     }
 
-    fn send(&self, frame: &[u8]) -> std::result::Result<(), String> {
+    /// Sends the frame `head` and `tail` make together.
+    fn send(&self, head: &[u8], tail: &[u8]) -> std::result::Result<(), String> {
         match &self.wire {
             Wire::Socket { stream, send, .. } => {
                 let _turn = send.lock().unwrap_or_else(|p| p.into_inner());
-                send_all(stream, frame).map_err(|e| e.to_string())
+                send_all(stream, head).map_err(|e| e.to_string())?;
+                if tail.is_empty() {
+                    return Ok(());
+                }
+                send_all(stream, tail).map_err(|e| e.to_string())
             }
             Wire::Ring { socket, send, .. } => {
                 let mut p = send.lock().unwrap_or_else(|p| p.into_inner());
-                p.push(frame, socket).map_err(|e| e.to_string())
+                p.push_parts(&[head, tail], None, socket)
+                    .map_err(|e| e.to_string())
             }
         }
     }

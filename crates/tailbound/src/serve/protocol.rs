@@ -27,7 +27,27 @@ impl Request {
     /// The request as a frame with id `id` and, in a session that agreed to
     /// [`FEATURE_CALLER`], its caller after the id.
     pub fn encode_from(&self, id: u64, caller: Option<&Caller>) -> Vec<u8> {
+        let (mut head, tail) = self.encode_with(id, caller, None);
+        head.extend_from_slice(tail);
+        head
+    }
+
+    /// [`Request::encode_from`] as a frame's start and its tail: a write's data is the tail,
+    /// sent from where it lies rather than copied into the frame first. With `data`, a write's
+    /// data is that instead of the request's own (left empty by a caller that lends its
+    /// buffer); other requests take no data and have no tail.
+    pub fn encode_with<'a>(
+        &'a self,
+        id: u64,
+        caller: Option<&Caller>,
+        data: Option<&'a [u8]>,
+    ) -> (Vec<u8>, &'a [u8]) {
         use Request as R;
+        let mut tail: &[u8] = &[];
+        let mut outside = |e: &mut Enc, own: &'a Payload| {
+            tail = data.unwrap_or(own.as_slice());
+            e.u32(u32::try_from(tail.len()).unwrap_or(u32::MAX));
+        };
         let mut e = Enc::new();
         e.u64(id);
         if let Some(c) = caller {
@@ -60,10 +80,12 @@ impl Request {
                 offset,
                 data,
             } => {
-                e.u8(5).u64(*handle).u64(*offset).bytes(data);
+                e.u8(5).u64(*handle).u64(*offset);
+                outside(&mut e, data);
             }
             R::Append { handle, data } => {
-                e.u8(6).u64(*handle).bytes(data);
+                e.u8(6).u64(*handle);
+                outside(&mut e, data);
             }
             R::Fsync { handle } => {
                 e.u8(7).u64(*handle);
@@ -179,7 +201,8 @@ impl Request {
                 e.u8(39).u64(*handle).u32(*len);
             }
             R::WriteOn { handle, data } => {
-                e.u8(40).u64(*handle).bytes(data);
+                e.u8(40).u64(*handle);
+                outside(&mut e, data);
             }
             R::Seek {
                 handle,
@@ -236,7 +259,7 @@ impl Request {
                 e.u8(64).str(path).u32(*mode).u32(*rdev);
             }
         }
-        e.finish()
+        (e.finish_before(tail.len()), tail)
     }
 
     /// A request frame's body: its id and the request. An id that decodes with a request that

@@ -530,6 +530,23 @@ proptest! {
     }
 
     #[test]
+    fn a_write_sent_from_the_callers_buffer_is_the_same_frame(
+        handle in any::<u64>(),
+        offset in any::<u64>(),
+        data in prop::collection::vec(any::<u8>(), 0..300),
+        id in any::<u64>(),
+    ) {
+        let caller = Caller { tid: 9, class: 1, level: 3 };
+        let lent = Request::Write { handle, offset, data: Default::default() };
+        let whole = Request::Write { handle, offset, data: data.clone().into() };
+        let (head, tail) = lent.encode_with(id, Some(&caller), Some(&data));
+        prop_assert_eq!(tail.as_ptr(), data.as_ptr());
+        prop_assert_eq!([head, tail.to_vec()].concat(), whole.encode_from(id, Some(&caller)));
+        let (_, got) = Request::decode_from(&whole.encode_from(id, Some(&caller))[4..]);
+        prop_assert_eq!(got.unwrap(), (caller, whole));
+    }
+
+    #[test]
     fn the_decoders_never_panic_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
         let _ = Request::decode(&bytes);
         let _ = Reply::decode(&bytes);

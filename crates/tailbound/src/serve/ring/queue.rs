@@ -242,6 +242,7 @@ impl Producer {
     }
 
     /// Writes `frame` as one or more records, waiting for room as the consumer reads.
+    #[cfg(test)]
     pub fn push(&mut self, frame: &[u8], peer: &UnixStream) -> Result<(), RingError> {
         self.push_parts(&[frame], None, peer)
     }
