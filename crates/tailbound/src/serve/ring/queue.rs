@@ -176,14 +176,18 @@ impl Queue {
         count.fetch_add(1, Ordering::SeqCst);
         // Pairs with the fence after the other side's publish: either it sees the count and
         // wakes one of us, or we see its new position here and do not sleep.
+        // A waiter with bits is woken without the word moving (another thread of its side
+        // drained its record): it looks at the peer only when it slept the whole bound.
+        let mut look = true;
         if w.load(Ordering::SeqCst) == seen {
             match bits {
                 None => futex_wait(w, seen, PARK),
-                Some(bits) => futex_wait_bits(w, seen, PARK, bits),
+                Some(bits) => look = futex_wait_bits(w, seen, PARK, bits),
             }
         }
         count.fetch_sub(1, Ordering::SeqCst);
-        if w.load(Ordering::Acquire) == seen
+        if look
+            && w.load(Ordering::Acquire) == seen
             && crate::sys::sock::wait_hangup(peer, 0).unwrap_or(true)
         {
             return Err(RingError::Gone);

@@ -249,8 +249,8 @@ const FUTEX_WAIT_BITSET: libc::c_int = 9;
 const FUTEX_WAKE_BITSET: libc::c_int = 10;
 
 /// [`futex_wait`] for a waiter that only wakes named by one of `bits` ([`futex_wake_bits`]), or
-/// by a plain [`futex_wake`].
-pub fn futex_wait_bits(word: &AtomicU32, expected: u32, timeout: Duration, bits: u32) {
+/// by a plain [`futex_wake`]; `true` if it slept until `timeout` ran out.
+pub fn futex_wait_bits(word: &AtomicU32, expected: u32, timeout: Duration, bits: u32) -> bool {
     // FUTEX_WAIT_BITSET takes an absolute time on the monotonic clock.
     let mut now = libc::timespec {
         tv_sec: 0,
@@ -268,7 +268,7 @@ pub fn futex_wait_bits(word: &AtomicU32, expected: u32, timeout: Duration, bits:
     // SAFETY: `word` is a live, aligned 32-bit word of a shared mapping and `ts` a live local;
     // FUTEX_WAIT_BITSET only reads both. As for `futex_wait`, the caller re-reads the word
     // whatever the result.
-    unsafe {
+    let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -277,8 +277,9 @@ pub fn futex_wait_bits(word: &AtomicU32, expected: u32, timeout: Duration, bits:
             &ts as *const libc::timespec,
             std::ptr::null::<u32>(),
             bits,
-        );
-    }
+        )
+    };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
 }
 
 /// Wakes every thread, of any process, sleeping on `word` whose bits share one with `bits`
