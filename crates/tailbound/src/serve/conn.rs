@@ -49,8 +49,9 @@ enum Wire {
         send: Mutex<Producer>,
         /// Taken only to drain what is published, never held while parked.
         recv: Mutex<Consumer>,
-        /// Where a thread waits for its completion, with its id's bits.
-        parking: Parking,
+        /// Where a thread waits for its completion, with its id's bits (boxed: it would make
+        /// this variant much larger than the socket's).
+        parking: Box<Parking>,
         /// The rings' mapping, reached here without their locks (see [`Conn::abandon`]).
         map: Arc<Mapping>,
     },
@@ -436,7 +437,7 @@ fn ring_wire(mut stream: UnixStream, sizes: RingSizes) -> io::Result<Wire> {
         (ring::ANSWER_RINGS, Some(r)) => Ok(Wire::Ring {
             socket: stream,
             map: r.requests.mapping().clone(),
-            parking: r.completions.parking(),
+            parking: Box::new(r.completions.parking()),
             send: Mutex::new(r.requests),
             recv: Mutex::new(r.completions),
         }),
