@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::codec::IO_MAX;
 use super::conn::{Conn, Transport};
 use super::lease_client::{ClientLeases, LeaseCounters};
-use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request};
+use super::protocol::{Adopted, LockArgs, LockHolder, Payload, PoolInfo, Reply, Request};
 use super::ring::RingSizes;
 use crate::tbfs::{
     CheckpointInfo, DirEntry, Error, GcReport, OpenFlags, Result, SetAttr, SpaceReport, Stat,
@@ -17,6 +17,12 @@ use crate::tbfs::{
 macro_rules! expect {
     ($conn:expr, $req:expr, $pat:pat => $val:expr) => {
         match $conn.call(&$req)? {
+            $pat => Ok($val),
+            other => Err($conn.unexpected(&other)),
+        }
+    };
+    ($conn:expr, $req:expr, data $data:expr, $pat:pat => $val:expr) => {
+        match $conn.call_with(&$req, Some($data))? {
             $pat => Ok($val),
             other => Err($conn.unexpected(&other)),
         }
@@ -390,11 +396,13 @@ impl RemoteFile {
     pub fn write_on(&self, buf: &[u8]) -> Result<u64> {
         let mut end = 0;
         for piece in buf.chunks(IO_MAX) {
+            // The data goes from the caller's buffer into the transport.
             let req = Request::WriteOn {
                 handle: self.handle,
-                data: piece.to_vec(),
+                data: Payload::default(),
             };
-            end = expect!(self.conn, req, Reply::Number(at) => at)? + piece.len() as u64;
+            end =
+                expect!(self.conn, req, data piece, Reply::Number(at) => at)? + piece.len() as u64;
         }
         Ok(end)
     }
@@ -486,9 +494,9 @@ impl RemoteFile {
             let req = Request::Write {
                 handle: self.handle,
                 offset: offset + (i * IO_MAX) as u64,
-                data: piece.to_vec(),
+                data: Payload::default(),
             };
-            expect!(self.conn, req, Reply::Number(_) => ())?;
+            expect!(self.conn, req, data piece, Reply::Number(_) => ())?;
         }
         Ok(buf.len())
     }
@@ -503,9 +511,9 @@ impl RemoteFile {
         }
         let req = Request::Append {
             handle: self.handle,
-            data: buf.to_vec(),
+            data: Payload::default(),
         };
-        expect!(self.conn, req, Reply::Number(n) => n)
+        expect!(self.conn, req, data buf, Reply::Number(n) => n)
     }
 
     pub fn fsync(&self) -> Result<()> {

@@ -97,8 +97,14 @@ impl Enc {
     }
 
     /// The finished frame, length filled in.
-    pub fn finish(mut self) -> Vec<u8> {
-        let body = (self.buf.len() - 4) as u32;
+    pub fn finish(self) -> Vec<u8> {
+        self.finish_before(0)
+    }
+
+    /// The start of a frame whose last `tail` bytes are sent after it from elsewhere, the
+    /// length filled in for the whole.
+    pub fn finish_before(mut self, tail: usize) -> Vec<u8> {
+        let body = (self.buf.len() - 4 + tail) as u32;
         self.buf[..4].copy_from_slice(&body.to_le_bytes());
         self.buf
     }
@@ -108,11 +114,21 @@ impl Enc {
 #[derive(Debug)]
 pub struct Dec<'a> {
     buf: &'a [u8],
+    /// The body's whole length, for [`Dec::position`].
+    whole: usize,
 }
 
 impl<'a> Dec<'a> {
     pub fn new(buf: &'a [u8]) -> Dec<'a> {
-        Dec { buf }
+        Dec {
+            buf,
+            whole: buf.len(),
+        }
+    }
+
+    /// How many bytes of the body were read.
+    pub fn position(&self) -> usize {
+        self.whole - self.buf.len()
     }
 
     fn take(&mut self, n: usize, what: &str) -> WireResult<&'a [u8]> {

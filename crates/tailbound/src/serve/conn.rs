@@ -2,10 +2,12 @@
 //! when both sides want them, else the socket), and calls from any number of threads at once.
 //!
 //! Every call sends its request with a fresh id and waits for the completion with that id.
-//! Completions may come in any order: one waiting thread at a time (the reader) takes them off
-//! the transport, keeps its own and hands the others to their threads, waking only the thread
-//! (or the few threads) a completion is for. So a thread whose call waits for a lock or an fsync
-//! holds up no other thread's call.
+//! Completions may come in any order. On the socket, one waiting thread at a time (the reader)
+//! takes them off the transport, keeps its own and hands the others to their threads, waking
+//! only the thread (or the few threads) a completion is for. On the rings, every waiting thread
+//! parks on the completion ring and the server wakes the thread a completion is for, which
+//! drains what is published. So a thread whose call waits for a lock or an fsync holds up no
+//! other thread's call.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read};
@@ -17,7 +19,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::codec::{read_frame, FRAME_MAX};
 use super::protocol::{Reply, Request, FEATURE_CALLER, VERSION};
-use super::ring::{self, ClientRings, Consumer, Mapping, Producer, RingSizes, FEATURE_RING};
+use super::ring::{
+    self, ClientRings, Consumer, Mapping, Parking, Producer, RingSizes, FEATURE_RING,
+};
 use crate::sys::sock::send_all;
 use crate::tbfs::{Error, Result};
 
@@ -43,7 +47,11 @@ enum Wire {
         /// Watched for the server's hang-up while a side waits; carries nothing else.
         socket: UnixStream,
         send: Mutex<Producer>,
+        /// Taken only to drain what is published, never held while parked.
         recv: Mutex<Consumer>,
+        /// Where a thread waits for its completion, with its id's bits (boxed: it would make
+        /// this variant much larger than the socket's).
+        parking: Box<Parking>,
         /// The rings' mapping, reached here without their locks (see [`Conn::abandon`]).
         map: Arc<Mapping>,
     },
@@ -223,10 +231,19 @@ impl Conn {
         for slot in &self.arrived {
             slot.notify_all();
         }
+        if let Wire::Ring { parking, .. } = &self.wire {
+            parking.wake_all();
+        }
         self.lost(why, io::ErrorKind::BrokenPipe)
     }
 
     pub fn call(&self, req: &Request) -> Result<Reply> {
+        self.call_with(req, None)
+    }
+
+    /// [`Conn::call`] of a write whose data is `data`, sent from where it lies (the request's
+    /// own data is left out).
+    pub fn call_with(&self, req: &Request, data: Option<&[u8]>) -> Result<Reply> {
         if self.abandoned.load(Ordering::Acquire) {
             return Err(self.lost(
                 "connection given up in this process",
@@ -241,29 +258,98 @@ impl Conn {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let caller = self.called.then(super::caller::current);
-        let frame = req.encode_from(id, caller.as_ref());
-        self.send(&frame).map_err(|why| self.broken(why))?;
-        let body = self.completion(id)?;
+        let (head, tail) = req.encode_with(id, caller.as_ref(), data);
+        self.send(&head, tail).map_err(|why| self.broken(why))?;
+        let body = match &self.wire {
+            Wire::Ring {
+                socket,
+                recv,
+                parking,
+                ..
+            } => self.ring_completion(id, socket, recv, parking)?,
+            Wire::Socket { .. } => self.completion(id)?,
+        };
         match Reply::decode(&body) {
             Ok((_, reply)) => reply,
             Err(e) => Err(self.broken(e.to_string())),
         }
     }
 
-    fn send(&self, frame: &[u8]) -> std::result::Result<(), String> {
+    /// Sends the frame `head` and `tail` make together.
+    fn send(&self, head: &[u8], tail: &[u8]) -> std::result::Result<(), String> {
         match &self.wire {
             Wire::Socket { stream, send, .. } => {
                 let _turn = send.lock().unwrap_or_else(|p| p.into_inner());
-                send_all(stream, frame).map_err(|e| e.to_string())
+                send_all(stream, head).map_err(|e| e.to_string())?;
+                if tail.is_empty() {
+                    return Ok(());
+                }
+                send_all(stream, tail).map_err(|e| e.to_string())
             }
             Wire::Ring { socket, send, .. } => {
                 let mut p = send.lock().unwrap_or_else(|p| p.into_inner());
-                p.push(frame, socket).map_err(|e| e.to_string())
+                p.push_parts(&[head, tail], None, socket)
+                    .map_err(|e| e.to_string())
             }
         }
     }
 
-    /// One completion's body off the transport, or `None` at the end of the stream.
+    /// Waits for the completion of request `id` on the rings. Every waiting thread parks on
+    /// the completion ring with its id's bits, and the server wakes only the thread a
+    /// completion is for; a thread that wakes drains whatever is published and hands others'
+    /// completions to their threads, waking each. So a completion costs its own thread one
+    /// wakeup and no other thread any, and no thread is woken only to take over reading.
+    fn ring_completion(
+        &self,
+        id: u64,
+        socket: &UnixStream,
+        recv: &Mutex<Consumer>,
+        parking: &Parking,
+    ) -> Result<Vec<u8>> {
+        let bits = ring::waiter_bits(id);
+        loop {
+            // Others' completions are put where their threads look before the ring is let go:
+            // a thread that takes the ring after this one finds them.
+            let seen = {
+                let mut c = recv.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    let body = match c.try_frame(FRAME_MAX) {
+                        Ok(Ok(body)) => body,
+                        Ok(Err(seen)) => break seen,
+                        Err(e) => {
+                            drop(c);
+                            return Err(self.broken(e.to_string()));
+                        }
+                    };
+                    let Some(rid) = completion_id(&body) else {
+                        drop(c);
+                        return Err(self.broken("a completion too short for its id".into()));
+                    };
+                    if rid == id {
+                        return Ok(body);
+                    }
+                    self.replies().pending.insert(rid, body);
+                    parking.wake_bits(ring::waiter_bits(rid));
+                }
+            };
+            {
+                let mut r = self.replies();
+                if let Some(body) = r.pending.remove(&id) {
+                    return Ok(body);
+                }
+                if let Some(why) = &r.broken {
+                    return Err(self.lost(why.clone(), io::ErrorKind::BrokenPipe));
+                }
+            }
+            // A completion published after `seen` ends the wait at once; one published before
+            // was drained above, here or by the thread that had the ring.
+            if let Err(e) = parking.wait_bits(seen, bits, socket) {
+                return Err(self.broken(e.to_string()));
+            }
+        }
+    }
+
+    /// One completion's body off the socket, or `None` at the end of the stream.
     fn receive(&self) -> std::result::Result<Vec<u8>, String> {
         match &self.wire {
             Wire::Socket { stream, recv, .. } => {
@@ -306,11 +392,7 @@ impl Conn {
             drop(r);
             loop {
                 let body = self.receive().map_err(|why| self.broken(why))?;
-                let Some(rid) = body.get(..8).map(|b| {
-                    let mut a = [0u8; 8];
-                    a.copy_from_slice(b);
-                    u64::from_le_bytes(a)
-                }) else {
+                let Some(rid) = completion_id(&body) else {
                     return Err(self.broken("a completion too short for its id".into()));
                 };
                 let mut g = self.replies();
@@ -331,6 +413,12 @@ impl Conn {
     }
 }
 
+/// The id a completion's body starts with.
+fn completion_id(body: &[u8]) -> Option<u64> {
+    let b: [u8; 8] = body.get(..8)?.try_into().ok()?;
+    Some(u64::from_le_bytes(b))
+}
+
 fn socket_wire(stream: UnixStream) -> io::Result<Wire> {
     Ok(Wire::Socket {
         stream,
@@ -349,6 +437,7 @@ fn ring_wire(mut stream: UnixStream, sizes: RingSizes) -> io::Result<Wire> {
         (ring::ANSWER_RINGS, Some(r)) => Ok(Wire::Ring {
             socket: stream,
             map: r.requests.mapping().clone(),
+            parking: Box::new(r.completions.parking()),
             send: Mutex::new(r.requests),
             recv: Mutex::new(r.completions),
         }),

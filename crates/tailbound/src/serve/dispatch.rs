@@ -91,7 +91,11 @@ fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<(Option<Se
         }),
         Ok(_) => Err(Error::Invalid("the first request must be hello".into())),
     };
-    send_all(stream, &completion(req_id, &reply)).ok()?;
+    let frame = match &reply {
+        Ok(r) => r.encode(req_id),
+        Err(e) => Reply::encode_error(req_id, e),
+    };
+    send_all(stream, &frame).ok()?;
     let Ok(Reply::Hello { features, .. }) = reply else {
         return None;
     };
@@ -117,10 +121,19 @@ fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<(Option<Se
     }
 }
 
-fn completion(id: u64, reply: &Result<Reply>) -> Vec<u8> {
+/// Sends the completion of request `id`: a reply's data goes from where it lies into the
+/// transport, not through a frame first.
+fn complete(
+    out: &dyn Outbound,
+    id: u64,
+    reply: &Result<Reply>,
+) -> std::result::Result<(), Option<String>> {
     match reply {
-        Ok(r) => r.encode(id),
-        Err(e) => Reply::encode_error(id, e),
+        Ok(r) => {
+            let (head, tail) = r.encode_parts(id);
+            out.send(id, &head, tail)
+        }
+        Err(e) => out.send(id, &Reply::encode_error(id, e), &[]),
     }
 }
 
@@ -149,7 +162,8 @@ trait Inbound: Send {
 /// Where completions go, from the session's thread and the threads it started. `Err(None)`:
 /// the client went; `Err(Some(_))`: why the session must end.
 trait Outbound: Sync {
-    fn send(&self, frame: &[u8]) -> std::result::Result<(), Option<String>>;
+    /// Sends the frame `head` and `tail` make together, the completion of request `id`.
+    fn send(&self, id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>>;
 }
 
 struct SocketIn {
@@ -172,9 +186,13 @@ struct SocketOut<'a> {
 }
 
 impl Outbound for SocketOut<'_> {
-    fn send(&self, frame: &[u8]) -> std::result::Result<(), Option<String>> {
+    fn send(&self, _id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>> {
         let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        send_all(&s, frame).map_err(|_| None)
+        send_all(&s, head).map_err(|_| None)?;
+        if tail.is_empty() {
+            return Ok(());
+        }
+        send_all(&s, tail).map_err(|_| None)
     }
 }
 
@@ -205,12 +223,15 @@ struct RingOut<'a> {
 }
 
 impl Outbound for RingOut<'_> {
-    fn send(&self, frame: &[u8]) -> std::result::Result<(), Option<String>> {
+    fn send(&self, id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>> {
         let mut p = self.producer.lock().unwrap_or_else(|p| p.into_inner());
-        p.push(frame, self.socket).map_err(|e| match e {
-            RingError::Gone => None,
-            RingError::Corrupt(_) => Some(e.to_string()),
-        })
+        // Only the client's thread that waits for this completion is woken.
+        let bits = Some(ring::waiter_bits(id));
+        p.push_parts(&[head, tail], bits, self.socket)
+            .map_err(|e| match e {
+                RingError::Gone => None,
+                RingError::Corrupt(_) => Some(e.to_string()),
+            })
     }
 }
 
@@ -369,7 +390,7 @@ fn work<'scope, 'env, 'w: 'env>(
                 w.idle.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        answer(scope, s, w, &body);
+        answer(scope, s, w, body);
         w.idle.fetch_add(1, Ordering::AcqRel);
     }
 }
@@ -379,19 +400,15 @@ fn answer<'scope, 'env, 'w: 'env>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
     s: &'env Session<'_>,
     w: &'env Workers<'w>,
-    body: &[u8],
+    body: Vec<u8>,
 ) {
-    let (req_id, decoded) = match &w.callers {
-        Some(callers) => {
-            let (id, d) = Request::decode_from(body);
-            let charge = |c| callers.lock().unwrap_or_else(|p| p.into_inner()).charge(&c);
-            (id, d.map(|(c, r)| (Some(charge(c)), r)))
-        }
-        None => {
-            let (id, d) = Request::decode(body);
-            (id, d.map(|r| (None, r)))
-        }
-    };
+    let (req_id, decoded) = Request::decode_owned(body, w.callers.is_some());
+    let decoded = decoded.map(|(caller, r)| {
+        let charge = caller
+            .zip(w.callers.as_ref())
+            .map(|(c, callers)| callers.lock().unwrap_or_else(|p| p.into_inner()).charge(&c));
+        (charge, r)
+    });
     let req_id = req_id.unwrap_or(0);
     let reply = match decoded {
         Err(e) => Err(Error::Invalid(e.to_string())),
@@ -414,7 +431,7 @@ fn answer<'scope, 'env, 'w: 'env>(
                             let charged = charge.map(Charge::apply);
                             let reply = job();
                             drop(charged);
-                            if let Err(why) = w.out.send(&completion(req_id, &reply)) {
+                            if let Err(why) = complete(w.out, req_id, &reply) {
                                 w.fail(why);
                             }
                             w.apart.fetch_sub(1, Ordering::AcqRel);
@@ -433,7 +450,7 @@ fn answer<'scope, 'env, 'w: 'env>(
             }
         }
     };
-    if let Err(why) = w.out.send(&completion(req_id, &reply)) {
+    if let Err(why) = complete(w.out, req_id, &reply) {
         w.fail(why);
     }
 }

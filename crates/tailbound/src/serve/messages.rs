@@ -82,11 +82,11 @@ pub enum Request {
     Write {
         handle: u64,
         offset: u64,
-        data: Vec<u8>,
+        data: Payload,
     },
     Append {
         handle: u64,
-        data: Vec<u8>,
+        data: Payload,
     },
     Fsync {
         handle: u64,
@@ -204,7 +204,7 @@ pub enum Request {
     /// the offset the data went to.
     WriteOn {
         handle: u64,
-        data: Vec<u8>,
+        data: Payload,
     },
     /// `lseek`: `whence` 0 (start), 1 (offset), 2 (end); answers the new offset.
     Seek {
@@ -274,6 +274,57 @@ pub enum Request {
         mode: u32,
         rdev: u32,
     },
+}
+
+/// A write's data. Decoded on the server, it is the tail of the request's frame body, kept in
+/// place: the body was copied once out of the client's ring, and its data is not copied again
+/// before the engine takes it.
+#[derive(Clone, Default)]
+pub struct Payload {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Payload {
+    /// The bytes of `buf` from `start` on (none if `start` is past its end).
+    pub(super) fn tail_of(buf: Vec<u8>, start: usize) -> Payload {
+        Payload { buf, start }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        self.buf.get(self.start..).unwrap_or(&[])
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(buf: Vec<u8>) -> Payload {
+        Payload { buf, start: 0 }
+    }
+}
+
+impl From<&[u8]> for Payload {
+    fn from(b: &[u8]) -> Payload {
+        Payload::from(b.to_vec())
+    }
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_slice().fmt(f)
+    }
 }
 
 /// One adopted description: its handle, inode, offset and the note it was held with.

@@ -9,7 +9,8 @@
 
 use super::codec::{Dec, Enc, WireError, WireResult};
 pub use super::messages::{
-    Adopted, Caller, LockArgs, LockHolder, PoolInfo, Reply, Request, FEATURE_CALLER, MAGIC, VERSION,
+    Adopted, Caller, LockArgs, LockHolder, Payload, PoolInfo, Reply, Request, FEATURE_CALLER,
+    MAGIC, VERSION,
 };
 use super::protocol_fields::{flags_dec, flags_enc, lock_dec, lock_enc};
 use crate::tbfs::{Error, SetAttr};
@@ -26,7 +27,27 @@ impl Request {
     /// The request as a frame with id `id` and, in a session that agreed to
     /// [`FEATURE_CALLER`], its caller after the id.
     pub fn encode_from(&self, id: u64, caller: Option<&Caller>) -> Vec<u8> {
+        let (mut head, tail) = self.encode_with(id, caller, None);
+        head.extend_from_slice(tail);
+        head
+    }
+
+    /// [`Request::encode_from`] as a frame's start and its tail: a write's data is the tail,
+    /// sent from where it lies rather than copied into the frame first. With `data`, a write's
+    /// data is that instead of the request's own (left empty by a caller that lends its
+    /// buffer); other requests take no data and have no tail.
+    pub fn encode_with<'a>(
+        &'a self,
+        id: u64,
+        caller: Option<&Caller>,
+        data: Option<&'a [u8]>,
+    ) -> (Vec<u8>, &'a [u8]) {
         use Request as R;
+        let mut tail: &[u8] = &[];
+        let mut outside = |e: &mut Enc, own: &'a Payload| {
+            tail = data.unwrap_or(own.as_slice());
+            e.u32(u32::try_from(tail.len()).unwrap_or(u32::MAX));
+        };
         let mut e = Enc::new();
         e.u64(id);
         if let Some(c) = caller {
@@ -59,10 +80,12 @@ impl Request {
                 offset,
                 data,
             } => {
-                e.u8(5).u64(*handle).u64(*offset).bytes(data);
+                e.u8(5).u64(*handle).u64(*offset);
+                outside(&mut e, data);
             }
             R::Append { handle, data } => {
-                e.u8(6).u64(*handle).bytes(data);
+                e.u8(6).u64(*handle);
+                outside(&mut e, data);
             }
             R::Fsync { handle } => {
                 e.u8(7).u64(*handle);
@@ -178,7 +201,8 @@ impl Request {
                 e.u8(39).u64(*handle).u32(*len);
             }
             R::WriteOn { handle, data } => {
-                e.u8(40).u64(*handle).bytes(data);
+                e.u8(40).u64(*handle);
+                outside(&mut e, data);
             }
             R::Seek {
                 handle,
@@ -235,7 +259,7 @@ impl Request {
                 e.u8(64).str(path).u32(*mode).u32(*rdev);
             }
         }
-        e.finish()
+        (e.finish_before(tail.len()), tail)
     }
 
     /// A request frame's body: its id and the request. An id that decodes with a request that
@@ -246,7 +270,7 @@ impl Request {
             Ok(id) => id,
             Err(e) => return (None, Err(e)),
         };
-        let r = Request::decode_rest(&mut d).and_then(|r| d.end("request").map(|()| r));
+        let r = Request::decode_rest(&mut d, &mut None).and_then(|r| d.end("request").map(|()| r));
         (Some(id), r)
     }
 
@@ -258,22 +282,81 @@ impl Request {
             Ok(id) => id,
             Err(e) => return (None, Err(e)),
         };
-        let r = (|| {
-            let caller = Caller {
-                tid: d.u32("caller's thread")?,
-                class: d.u8("caller's class")?,
-                level: d.u8("caller's level")?,
-            };
-            let r = Request::decode_rest(&mut d)?;
-            d.end("request")?;
-            Ok((caller, r))
-        })();
+        let r = Request::caller_and_rest(&mut d, &mut None);
         (Some(id), r)
     }
 
-    fn decode_rest(d: &mut Dec<'_>) -> WireResult<Request> {
+    /// [`Request::decode`] or, with `called`, [`Request::decode_from`] of a body the caller
+    /// gives up: a write's data stays where it is in the body instead of being copied out.
+    pub fn decode_owned(
+        body: Vec<u8>,
+        called: bool,
+    ) -> (Option<u64>, WireResult<(Option<Caller>, Request)>) {
+        let mut data_at = Some(0);
+        let (id, r) = {
+            let mut d = Dec::new(&body);
+            let id = match d.u64("request id") {
+                Ok(id) => id,
+                Err(e) => return (None, Err(e)),
+            };
+            let r = if called {
+                Request::caller_and_rest(&mut d, &mut data_at).map(|(c, r)| (Some(c), r))
+            } else {
+                Request::decode_rest(&mut d, &mut data_at)
+                    .and_then(|r| d.end("request").map(|()| (None, r)))
+            };
+            (id, r)
+        };
+        // The data is the body's last field (the whole body was used): it is the body's tail.
+        let r = r.map(|(c, mut r)| {
+            if let (Some(at), Some(p)) = (data_at, r.payload_mut()) {
+                *p = Payload::tail_of(body, at);
+            }
+            (c, r)
+        });
+        (Some(id), r)
+    }
+
+    fn caller_and_rest(
+        d: &mut Dec<'_>,
+        data_at: &mut Option<usize>,
+    ) -> WireResult<(Caller, Request)> {
+        let caller = Caller {
+            tid: d.u32("caller's thread")?,
+            class: d.u8("caller's class")?,
+            level: d.u8("caller's level")?,
+        };
+        let r = Request::decode_rest(d, data_at)?;
+        d.end("request")?;
+        Ok((caller, r))
+    }
+
+    /// A write's data, if the request carries any.
+    fn payload_mut(&mut self) -> Option<&mut Payload> {
+        match self {
+            Request::Write { data, .. }
+            | Request::Append { data, .. }
+            | Request::WriteOn { data, .. } => Some(data),
+            _ => None,
+        }
+    }
+
+    /// The request after the id (and caller). With `data_at` given, a write's data is left
+    /// out (an empty placeholder) and its position in the body put in `data_at`; else it is
+    /// copied.
+    fn decode_rest(d: &mut Dec<'_>, data_at: &mut Option<usize>) -> WireResult<Request> {
         use Request as R;
         let op = d.u8("operation")?;
+        let mut data = |d: &mut Dec<'_>| -> WireResult<Payload> {
+            let bytes = d.bytes("data")?;
+            Ok(match data_at {
+                Some(at) => {
+                    *at = d.position() - bytes.len();
+                    Payload::default()
+                }
+                None => Payload::from(bytes),
+            })
+        };
         Ok(match op {
             1 => {
                 let mut magic = [0u8; 4];
@@ -303,11 +386,11 @@ impl Request {
             5 => R::Write {
                 handle: d.u64("handle")?,
                 offset: d.u64("offset")?,
-                data: d.bytes("data")?.to_vec(),
+                data: data(d)?,
             },
             6 => R::Append {
                 handle: d.u64("handle")?,
-                data: d.bytes("data")?.to_vec(),
+                data: data(d)?,
             },
             7 => R::Fsync {
                 handle: d.u64("handle")?,
@@ -425,7 +508,7 @@ impl Request {
             },
             40 => R::WriteOn {
                 handle: d.u64("handle")?,
-                data: d.bytes("data")?.to_vec(),
+                data: data(d)?,
             },
             41 => R::Seek {
                 handle: d.u64("handle")?,
@@ -526,6 +609,22 @@ impl Reply {
         e.u64(id).u8(0);
         super::protocol_replies::encode_reply(&mut e, self);
         e.finish()
+    }
+
+    /// A successful reply to request `id` as a frame's start and its tail: a reply's data is
+    /// the tail, sent from where it lies rather than copied into the frame first.
+    pub fn encode_parts(&self, id: u64) -> (Vec<u8>, &[u8]) {
+        match self {
+            Reply::Data(b) => {
+                let mut e = Enc::new();
+                e.u64(id)
+                    .u8(0)
+                    .u8(4)
+                    .u32(u32::try_from(b.len()).unwrap_or(u32::MAX));
+                (e.finish_before(b.len()), b)
+            }
+            other => (other.encode(id), &[]),
+        }
     }
 
     /// A failed reply to request `id`, as a frame.

@@ -489,6 +489,146 @@ fn a_client_killed_by_sigkill_while_parked_is_cleaned_up() {
     assert!(mine.test_lock(range(0, 20, Kind::Write)).unwrap().is_none());
 }
 
+/// A request's body with the `u32` at `at` (counted in the body) set to `v`, framed.
+fn with_u32_at(req: &Request, id: u64, at: usize, v: u32) -> Vec<u8> {
+    let mut frame = req.encode(id);
+    frame[4 + at..4 + at + 4].copy_from_slice(&v.to_le_bytes());
+    frame
+}
+
+#[test]
+fn malformed_requests_on_the_rings_are_errors_of_that_request_only() {
+    let f = fixture(false);
+    let mut raw = raw_rings(&f.socket);
+    let open = Request::Open {
+        path: "/f".into(),
+        flags: OpenFlags {
+            read: true,
+            write: true,
+            create: true,
+            ..OpenFlags::default()
+        },
+    };
+    let Ok(Reply::Opened { handle, .. }) = raw.call(&open, 2) else {
+        panic!("open")
+    };
+    let write = Request::Write {
+        handle,
+        offset: 0,
+        data: vec![7u8; 100].into(),
+    };
+    // Body: id 8, operation 1, handle 8, offset 8, then the data's length.
+    let past_the_end = with_u32_at(&write, 3, 25, 101);
+    // Body: id 8, operation 1, then the path's length.
+    let stat = Request::Stat {
+        path: "/f".into(),
+        follow: true,
+    };
+    let unended = with_u32_at(&stat, 4, 9, 4000);
+    // A length so large that adding it to a position would overflow.
+    let huge = with_u32_at(&write, 5, 25, u32::MAX);
+    for (id, frame) in [(3, past_the_end), (4, unended), (5, huge)] {
+        raw.rings.requests.push(&frame, &raw.socket).unwrap();
+        let body = raw.rings.completions.pop_frame(1 << 23, &raw.socket);
+        let (rid, r) = Reply::decode(&body.unwrap()).unwrap();
+        assert_eq!(rid, id);
+        assert!(
+            matches!(r, Err(crate::tbfs::Error::Invalid(_))),
+            "{id}: {r:?}"
+        );
+    }
+    // The session goes on, and nothing of the malformed writes reached the file.
+    assert_eq!(raw.call(&write, 6).unwrap(), Reply::Number(100));
+    let read = Request::Read {
+        handle,
+        offset: 0,
+        len: 1000,
+    };
+    assert_eq!(raw.call(&read, 7).unwrap(), Reply::Data(vec![7u8; 100]));
+    assert_eq!(f.server.sessions(), 1);
+}
+
+#[test]
+fn a_frame_pushed_in_parts_pops_whole_across_wraps_and_fragments() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let rings = ClientRings::create(SMALL).unwrap();
+    let ClientRings {
+        mut requests,
+        memfd,
+        ..
+    } = rings;
+    let mut server = ServerRings::attach(vec![memfd.into()]).unwrap();
+    let mut rng = fastrand::Rng::with_seed(42);
+    for round in 0..200 {
+        let head: Vec<u8> = (0..rng.usize(0..40)).map(|_| rng.u8(..)).collect();
+        let tail: Vec<u8> = (0..rng.usize(0..6000)).map(|_| rng.u8(..)).collect();
+        let whole = [&head[..], &tail[..]].concat();
+        let mut framed_head = ((whole.len()) as u32).to_le_bytes().to_vec();
+        framed_head.extend_from_slice(&head);
+        // The consumer reads as the producer writes: the frame may be longer than the ring.
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| server.requests.pop_frame(1 << 20, &a));
+            requests
+                .push_parts(&[&framed_head, &tail], None, &a)
+                .unwrap();
+            assert_eq!(reader.join().unwrap().unwrap(), whole, "round {round}");
+        });
+    }
+}
+
+/// Waits until the thread at `/proc/<task>` sleeps in a futex call (the kernel shows the call
+/// it is blocked in); `false` once the thread is gone.
+fn await_futex_sleep(task: &std::path::Path) -> bool {
+    loop {
+        let Ok(call) = std::fs::read_to_string(task.join("syscall")) else {
+            return false;
+        };
+        if call.starts_with(&format!("{} ", libc::SYS_futex)) {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_completion_wakes_only_the_thread_waiting_for_it() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let rings = ClientRings::create(SMALL).unwrap();
+    let parking = rings.completions.parking();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tx.send(std::fs::read_link("/proc/thread-self").unwrap())
+                .unwrap();
+            // Nothing is ever published: only a wake (or the park's bound) ends each wait.
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                parking.wait_bits(0, ring::waiter_bits(5), &a).unwrap();
+            }
+        });
+        let task = std::path::Path::new("/proc").join(rx.recv().unwrap());
+        // A completion for another id, on another bit, leaves the thread asleep.
+        let others: Vec<usize> = (0..3)
+            .map(|_| {
+                assert!(await_futex_sleep(&task));
+                parking.wake_bits(ring::waiter_bits(6))
+            })
+            .collect();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Its own wakes it (tried again if the park's bound ended a sleep in between).
+        let own = loop {
+            if !await_futex_sleep(&task) {
+                break 0;
+            }
+            let n = parking.wake_bits(ring::waiter_bits(5));
+            if n == 1 {
+                break n;
+            }
+        };
+        assert_eq!((others, own), (vec![0, 0, 0], 1));
+    });
+}
+
 #[test]
 fn a_position_outside_the_ring_ends_that_session_only() {
     let f = fixture(false);

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::codec::Enc;
 use super::descs::STATUS_APPEND;
-use super::protocol::{LockArgs, Reply, Request, VERSION};
+use super::protocol::{Caller, LockArgs, Reply, Request, VERSION};
 use super::*;
 use crate::dev::memory::MemoryPool;
 use crate::tbfs::locks::{Kind, Space};
@@ -429,7 +429,7 @@ fn arb_request() -> impl Strategy<Value = Request> {
             .prop_map(|(handle, offset, data)| Request::Write {
                 handle,
                 offset,
-                data
+                data: data.into()
             }),
         (
             any::<u64>(),
@@ -480,8 +480,12 @@ fn arb_request() -> impl Strategy<Value = Request> {
             }
         }),
         Just(Request::Info),
-        (any::<u64>(), prop::collection::vec(any::<u8>(), 0..64))
-            .prop_map(|(handle, data)| Request::WriteOn { handle, data }),
+        (any::<u64>(), prop::collection::vec(any::<u8>(), 0..64)).prop_map(|(handle, data)| {
+            Request::WriteOn {
+                handle,
+                data: data.into(),
+            }
+        }),
         (any::<u64>(), any::<i64>(), 0u8..3).prop_map(|(handle, offset, whence)| {
             Request::Seek {
                 handle,
@@ -517,6 +521,32 @@ proptest! {
     }
 
     #[test]
+    fn a_body_given_up_decodes_as_one_lent(req in arb_request(), id in any::<u64>(), called in any::<bool>()) {
+        let caller = Caller { tid: 7, class: 2, level: 4 };
+        let frame = req.encode_from(id, called.then_some(&caller));
+        let (got_id, got) = Request::decode_owned(frame[4..].to_vec(), called);
+        prop_assert_eq!(got_id, Some(id));
+        prop_assert_eq!(got.unwrap(), (called.then_some(caller), req));
+    }
+
+    #[test]
+    fn a_write_sent_from_the_callers_buffer_is_the_same_frame(
+        handle in any::<u64>(),
+        offset in any::<u64>(),
+        data in prop::collection::vec(any::<u8>(), 0..300),
+        id in any::<u64>(),
+    ) {
+        let caller = Caller { tid: 9, class: 1, level: 3 };
+        let lent = Request::Write { handle, offset, data: Default::default() };
+        let whole = Request::Write { handle, offset, data: data.clone().into() };
+        let (head, tail) = lent.encode_with(id, Some(&caller), Some(&data));
+        prop_assert_eq!(tail.as_ptr(), data.as_ptr());
+        prop_assert_eq!([head, tail.to_vec()].concat(), whole.encode_from(id, Some(&caller)));
+        let (_, got) = Request::decode_from(&whole.encode_from(id, Some(&caller))[4..]);
+        prop_assert_eq!(got.unwrap(), (caller, whole));
+    }
+
+    #[test]
     fn the_decoders_never_panic_on_arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
         let _ = Request::decode(&bytes);
         let _ = Reply::decode(&bytes);
@@ -534,9 +564,64 @@ proptest! {
             frame[i] ^= b;
         }
         let _ = Request::decode(&frame);
+        let _ = Request::decode_owned(frame.clone(), false);
+        let _ = Request::decode_owned(frame.clone(), true);
         let keep = cut.index(frame.len() + 1);
         let _ = Request::decode(&frame[..keep]);
+        let _ = Request::decode_owned(frame[..keep].to_vec(), false);
         let _ = Reply::decode(&frame[..keep]);
+    }
+}
+
+#[test]
+fn a_writes_data_is_decoded_in_place_in_the_body() {
+    let data: Vec<u8> = (0..=255u8).cycle().take(64 << 10).collect();
+    for (req, called) in [
+        (
+            Request::Write {
+                handle: 3,
+                offset: 9,
+                data: data.clone().into(),
+            },
+            false,
+        ),
+        (
+            Request::Append {
+                handle: 3,
+                data: data.clone().into(),
+            },
+            true,
+        ),
+        (
+            Request::WriteOn {
+                handle: 3,
+                data: data.clone().into(),
+            },
+            true,
+        ),
+    ] {
+        let caller = Caller {
+            tid: 1,
+            class: 2,
+            level: 0,
+        };
+        let body = req.encode_from(5, called.then_some(&caller))[4..].to_vec();
+        // Where the data lies in the body: its last bytes.
+        let at = body.as_ptr() as usize + body.len() - data.len();
+        let (_, got) = Request::decode_owned(body, called);
+        let (_, got) = got.unwrap();
+        let (Request::Write { data: d, .. }
+        | Request::Append { data: d, .. }
+        | Request::WriteOn { data: d, .. }) = &got
+        else {
+            panic!("{got:?}")
+        };
+        assert_eq!(&d[..], &data[..]);
+        assert_eq!(
+            d.as_ptr() as usize,
+            at,
+            "the data was copied out of the body"
+        );
     }
 }
 

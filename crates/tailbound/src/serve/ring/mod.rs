@@ -54,6 +54,13 @@ const COMPLETION_CTRL: Ctrl = Ctrl {
     data_waiter: 260,
 };
 
+/// The futex bits a client's thread waiting for the completion of request `id` parks with,
+/// and the server wakes with when it pushes that completion: each thread sleeps until its own
+/// completion (or one of the few sharing its bit) is there.
+pub(crate) fn waiter_bits(id: u64) -> u32 {
+    1 << (id % 32)
+}
+
 /// The smallest and largest data area either side accepts.
 pub const AREA_MIN: u32 = 4 << 10;
 pub const AREA_MAX: u32 = 64 << 20;

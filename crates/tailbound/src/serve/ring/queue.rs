@@ -16,7 +16,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::shm::{futex_wait, futex_wake, Mapping};
+use super::shm::{futex_wait, futex_wait_bits, futex_wake, futex_wake_bits, Mapping};
 
 /// A fragment header's "more fragments follow" bit.
 const MORE: u32 = 1 << 31;
@@ -144,12 +144,14 @@ impl Queue {
     }
 
     /// Waits until `word` no longer holds `seen`: spins a while, then parks on it with
-    /// `waiter` set so the other side knows to wake it. `Gone` once the peer hung up.
+    /// `waiter` set so the other side knows to wake it (with `bits`, only a wake naming one of
+    /// them, or a plain one, ends the sleep). `Gone` once the peer hung up.
     fn wait_change(
         &self,
         word: usize,
         seen: u32,
         waiter: usize,
+        bits: Option<u32>,
         peer: &UnixStream,
     ) -> Result<(), RingError> {
         let w = self.word(word);
@@ -174,11 +176,18 @@ impl Queue {
         count.fetch_add(1, Ordering::SeqCst);
         // Pairs with the fence after the other side's publish: either it sees the count and
         // wakes one of us, or we see its new position here and do not sleep.
+        // A waiter with bits is woken without the word moving (another thread of its side
+        // drained its record): it looks at the peer only when it slept the whole bound.
+        let mut look = true;
         if w.load(Ordering::SeqCst) == seen {
-            futex_wait(w, seen, PARK);
+            match bits {
+                None => futex_wait(w, seen, PARK),
+                Some(bits) => look = futex_wait_bits(w, seen, PARK, bits),
+            }
         }
         count.fetch_sub(1, Ordering::SeqCst);
-        if w.load(Ordering::Acquire) == seen
+        if look
+            && w.load(Ordering::Acquire) == seen
             && crate::sys::sock::wait_hangup(peer, 0).unwrap_or(true)
         {
             return Err(RingError::Gone);
@@ -186,12 +195,27 @@ impl Queue {
         Ok(())
     }
 
-    /// Publishes `pos` in `word` and wakes one thread of the other side if any parked on it.
-    fn publish(&self, word: usize, pos: u32, waiter: usize) {
+    /// Publishes `pos` in `word` and wakes one thread of the other side if any parked on it
+    /// (with `bits`: every thread parked with one of them).
+    fn publish(&self, word: usize, pos: u32, waiter: usize, bits: Option<u32>) {
         let w = self.word(word);
         w.store(pos, Ordering::Release);
         fence(Ordering::SeqCst);
-        self.wake_one(word, waiter);
+        match bits {
+            None => self.wake_one(word, waiter),
+            Some(bits) => {
+                self.wake_bits(word, waiter, bits);
+            }
+        }
+    }
+
+    /// Wakes the threads parked on `word` with one of `bits`, if the count at `waiter` says
+    /// any thread is parked; returns how many it woke.
+    fn wake_bits(&self, word: usize, waiter: usize, bits: u32) -> usize {
+        if self.word(waiter).load(Ordering::SeqCst) == 0 {
+            return 0;
+        }
+        futex_wake_bits(self.word(word), bits)
     }
 
     /// Wakes one thread parked on `word`, if the count at `waiter` says any is.
@@ -222,22 +246,52 @@ impl Producer {
     }
 
     /// Writes `frame` as one or more records, waiting for room as the consumer reads.
+    #[cfg(test)]
     pub fn push(&mut self, frame: &[u8], peer: &UnixStream) -> Result<(), RingError> {
+        self.push_parts(&[frame], None, peer)
+    }
+
+    /// Writes the frame `parts` make one after the other, as [`Producer::push`] writes one:
+    /// each part is copied into the ring from where it lies. With `bits`, each record wakes
+    /// only the readers parked with one of them ([`Parking::wait_bits`]), else one reader.
+    pub fn push_parts(
+        &mut self,
+        parts: &[&[u8]],
+        bits: Option<u32>,
+        peer: &UnixStream,
+    ) -> Result<(), RingError> {
         let max = self.q.cap / 2 - 4;
-        let mut rest = frame;
+        let mut left: usize = parts.iter().map(|p| p.len()).sum();
+        let mut parts = parts.iter().copied().filter(|p| !p.is_empty());
+        let mut part: &[u8] = parts.next().unwrap_or(&[]);
         loop {
-            let n = rest.len().min(max);
-            let (piece, after) = rest.split_at(n);
+            let n = left.min(max);
+            left -= n;
             let need = padded(n);
             self.room(need, peer)?;
-            let header = n as u32 | if after.is_empty() { 0 } else { MORE };
+            let header = n as u32 | if left == 0 { 0 } else { MORE };
             self.q.write(self.tail, &header.to_le_bytes())?;
-            self.q.write(self.tail.wrapping_add(4), piece)?;
+            let mut at = self.tail.wrapping_add(4);
+            let mut want = n;
+            while want > 0 {
+                if part.is_empty() {
+                    part = parts.next().unwrap_or(&[]);
+                    if part.is_empty() {
+                        // The parts held fewer bytes than they added up to: cannot happen.
+                        return Err(RingError::Corrupt("a frame shorter than its parts".into()));
+                    }
+                }
+                let k = want.min(part.len());
+                let (piece, rest) = part.split_at(k);
+                self.q.write(at, piece)?;
+                at = at.wrapping_add(k as u32);
+                part = rest;
+                want -= k;
+            }
             self.tail = self.tail.wrapping_add(need as u32);
             self.q
-                .publish(self.q.ctrl.tail, self.tail, self.q.ctrl.data_waiter);
-            rest = after;
-            if rest.is_empty() {
+                .publish(self.q.ctrl.tail, self.tail, self.q.ctrl.data_waiter, bits);
+            if left == 0 {
                 return Ok(());
             }
         }
@@ -257,7 +311,7 @@ impl Producer {
                 return Ok(());
             }
             self.q
-                .wait_change(self.q.ctrl.head, head, self.q.ctrl.space_waiter, peer)?;
+                .wait_change(self.q.ctrl.head, head, self.q.ctrl.space_waiter, None, peer)?;
         }
     }
 }
@@ -293,7 +347,27 @@ impl Parking {
     /// Waits until the producer's position moves from `seen`. `Gone` once the peer hung up.
     pub fn wait(&self, seen: u32, peer: &UnixStream) -> Result<(), RingError> {
         self.q
-            .wait_change(self.q.ctrl.tail, seen, self.q.ctrl.data_waiter, peer)
+            .wait_change(self.q.ctrl.tail, seen, self.q.ctrl.data_waiter, None, peer)
+    }
+
+    /// [`Parking::wait`] that only a record pushed for `bits`, a [`Parking::wake_bits`] naming
+    /// one of them, or a plain wake ends: the threads of a client that wait for their own
+    /// completions each sleep until theirs is there.
+    pub fn wait_bits(&self, seen: u32, bits: u32, peer: &UnixStream) -> Result<(), RingError> {
+        self.q.wait_change(
+            self.q.ctrl.tail,
+            seen,
+            self.q.ctrl.data_waiter,
+            Some(bits),
+            peer,
+        )
+    }
+
+    /// Wakes the threads parked in [`Parking::wait_bits`] with one of `bits`, if any is;
+    /// returns how many it woke.
+    pub fn wake_bits(&self, bits: u32) -> usize {
+        self.q
+            .wake_bits(self.q.ctrl.tail, self.q.ctrl.data_waiter, bits)
     }
 
     /// Wakes one thread parked in [`Parking::wait`], if any is.
@@ -340,10 +414,13 @@ impl Consumer {
         loop {
             match self.poll(limit, framed)? {
                 Polled::Frame(f) => return Ok(f),
-                Polled::Wait(tail) => {
-                    self.q
-                        .wait_change(self.q.ctrl.tail, tail, self.q.ctrl.data_waiter, peer)?
-                }
+                Polled::Wait(tail) => self.q.wait_change(
+                    self.q.ctrl.tail,
+                    tail,
+                    self.q.ctrl.data_waiter,
+                    None,
+                    peer,
+                )?,
             }
         }
     }
@@ -427,7 +504,7 @@ impl Consumer {
             self.q.read_append(at, n, &mut self.partial)?;
             self.head = self.head.wrapping_add(need as u32);
             self.q
-                .publish(self.q.ctrl.head, self.head, self.q.ctrl.space_waiter);
+                .publish(self.q.ctrl.head, self.head, self.q.ctrl.space_waiter, None);
             if header & MORE == 0 {
                 let body = std::mem::take(&mut self.partial);
                 if let Some(len) = self.announced.take() {

@@ -243,6 +243,64 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
+/// The futex operations with a waiter's bits (linux/futex.h), which the `libc` crate names
+/// only for Android.
+const FUTEX_WAIT_BITSET: libc::c_int = 9;
+const FUTEX_WAKE_BITSET: libc::c_int = 10;
+
+/// [`futex_wait`] for a waiter that only wakes named by one of `bits` ([`futex_wake_bits`]), or
+/// by a plain [`futex_wake`]; `true` if it slept until `timeout` ran out.
+pub fn futex_wait_bits(word: &AtomicU32, expected: u32, timeout: Duration, bits: u32) -> bool {
+    // FUTEX_WAIT_BITSET takes an absolute time on the monotonic clock.
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a live local clock_gettime writes; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let nanos = now.tv_nsec as u64 + u64::from(timeout.subsec_nanos());
+    let ts = libc::timespec {
+        tv_sec: now.tv_sec
+            + timeout.as_secs() as libc::time_t
+            + (nanos / 1_000_000_000) as libc::time_t,
+        tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned 32-bit word of a shared mapping and `ts` a live local;
+    // FUTEX_WAIT_BITSET only reads both. As for `futex_wait`, the caller re-reads the word
+    // whatever the result.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            FUTEX_WAIT_BITSET,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            bits,
+        )
+    };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
+}
+
+/// Wakes every thread, of any process, sleeping on `word` whose bits share one with `bits`
+/// (and every plain [`futex_wait`]er); returns how many it woke.
+pub fn futex_wake_bits(word: &AtomicU32, bits: u32) -> usize {
+    // SAFETY: `word` is a live, aligned 32-bit word; FUTEX_WAKE_BITSET does not access memory
+    // through it beyond identifying the futex.
+    let woken = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            FUTEX_WAKE_BITSET,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            bits,
+        )
+    };
+    usize::try_from(woken).unwrap_or(0)
+}
+
 /// Wakes up to `n` threads, of any process, sleeping on `word`.
 pub fn futex_wake(word: &AtomicU32, n: i32) {
     // SAFETY: `word` is a live, aligned 32-bit word; FUTEX_WAKE does not access memory through
