@@ -41,6 +41,8 @@ pub const TARGET_PROCESSES_VS_XFS: f64 = 1.5;
 pub const TARGET_USER_SHARE_PCT: f64 = 90.0;
 /// Where RAM-backed file systems and pools go.
 pub const SHM_DIR: &str = "/dev/shm";
+/// The system that measures FUSE's own floor ([`passthrough`]).
+pub const FUSE_FLOOR: &str = "fuse-passthrough";
 /// The hidden child mode's subcommand arguments, after the binary.
 pub const CHILD_ARGS: [&str; 3] = ["bench", "fileserver", "--child"];
 
@@ -53,16 +55,18 @@ pub enum System {
     TbfsNative,
     TbfsShim,
     TbfsFuse,
+    FusePassthrough,
 }
 
 impl System {
-    pub const ALL: [System; 6] = [
+    pub const ALL: [System; 7] = [
         System::Tmpfs,
         System::XfsRam,
         System::Ext4Ram,
         System::TbfsNative,
         System::TbfsShim,
         System::TbfsFuse,
+        System::FusePassthrough,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +77,7 @@ impl System {
             System::TbfsNative => "tbfs-native",
             System::TbfsShim => "tbfs-shim",
             System::TbfsFuse => "tbfs-fuse",
+            System::FusePassthrough => FUSE_FLOOR,
         }
     }
 
@@ -93,6 +98,9 @@ impl System {
             }
             System::TbfsFuse => {
                 "tbfs through FUSE (`tailbound mount`, a server process), the generator on its path (root)"
+            }
+            System::FusePassthrough => {
+                "FUSE's floor: a minimal FUSE server passing requests to /dev/shm, mounted as tbfs-fuse is (root)"
             }
         }
     }
@@ -256,7 +264,7 @@ impl FileserverBench {
                 None => Some("the tailbound binary was not found to run the child".into()),
                 Some(exe) => shim_missing(exe),
             },
-            System::TbfsFuse => {
+            System::TbfsFuse | System::FusePassthrough => {
                 if self.exe.is_none() {
                     Some("the tailbound binary was not found to run the server".into())
                 } else if !tailbound::sys::proc::is_root() {
@@ -418,6 +426,15 @@ impl FileserverBench {
                 unmounted?;
                 (result, mkfs_s)
             }
+            System::FusePassthrough => {
+                let dir = scratch("tailbound-fileserver-passthrough-")?;
+                (self.run_passthrough(dir.path(), p, made)?, 0.0)
+            }
+        };
+        let mkfs_s = if system == System::FusePassthrough {
+            result.mkfs_s
+        } else {
+            mkfs_s
         };
         Ok(RunResult { mkfs_s, ..result })
     }
@@ -822,7 +839,7 @@ fn targets(cases: &[CaseRow], unavailable: &[Unavailable]) -> Vec<TargetCheck> {
             met: false,
         },
     });
-    out.push(ratio_target(
+    let mut fuse = ratio_target(
         format!(
             "tbfs-fuse >= {TARGET_FUSE_VS_EXT4}x ext4-ram ops/s (fileserver, 20 threads, 128 KiB)"
         ),
@@ -830,7 +847,15 @@ fn targets(cases: &[CaseRow], unavailable: &[Unavailable]) -> Vec<TargetCheck> {
         ("ext4-ram", find("ext4-ram", 0, 20)),
         TARGET_FUSE_VS_EXT4,
         &missing,
-    ));
+    );
+    if let Some(note) = passthrough::floor_note(
+        find(FUSE_FLOOR, 0, 20),
+        find("tbfs-fuse", 0, 20),
+        find("ext4-ram", 0, 20),
+    ) {
+        fuse.measured.push_str(&note);
+    }
+    out.push(fuse);
     out
 }
 
@@ -953,8 +978,11 @@ impl FileserverReport {
             }
             out.push_str(&t.to_markdown());
             let mut ratios = Vec::new();
-            for m in members.iter().filter(|m| m.system.starts_with("tbfs")) {
-                for b in members.iter().filter(|b| !b.system.starts_with("tbfs")) {
+            for m in &members {
+                for b in members
+                    .iter()
+                    .filter(|b| passthrough::ratio_shown(m.system, b.system))
+                {
                     if b.ops_per_s > 0.0 {
                         ratios.push(format!(
                             "{}/{} {:.2}x",
@@ -1019,6 +1047,7 @@ impl FileserverReport {
     }
 }
 
+pub mod passthrough;
 pub mod processes;
 
 #[cfg(test)]
