@@ -23,6 +23,7 @@ use serde::Serialize;
 use crate::experiments::loopfs::{LoopFs, LoopKind};
 use crate::report::{targets_markdown, Align, Table, TargetCheck};
 use crate::workload::{self, EngineFigures, Params, PosixFs, RunResult, TbfsFs, Workload};
+use passthrough::FUSE_FLOOR;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::tbfs::{Config, Fs};
 
@@ -41,8 +42,6 @@ pub const TARGET_PROCESSES_VS_XFS: f64 = 1.5;
 pub const TARGET_USER_SHARE_PCT: f64 = 90.0;
 /// Where RAM-backed file systems and pools go.
 pub const SHM_DIR: &str = "/dev/shm";
-/// The system that measures FUSE's own floor ([`passthrough`]).
-pub const FUSE_FLOOR: &str = "fuse-passthrough";
 /// The hidden child mode's subcommand arguments, after the binary.
 pub const CHILD_ARGS: [&str; 3] = ["bench", "fileserver", "--child"];
 
@@ -427,14 +426,10 @@ impl FileserverBench {
                 (result, mkfs_s)
             }
             System::FusePassthrough => {
+                let exe = self.exe.as_deref().ok_or("no tailbound binary")?;
                 let dir = scratch("tailbound-fileserver-passthrough-")?;
-                (self.run_passthrough(dir.path(), p, made)?, 0.0)
+                passthrough::run_case(exe, dir.path(), made, |mnt| self.run_posix(mnt, p))?
             }
-        };
-        let mkfs_s = if system == System::FusePassthrough {
-            result.mkfs_s
-        } else {
-            mkfs_s
         };
         Ok(RunResult { mkfs_s, ..result })
     }
@@ -848,11 +843,9 @@ fn targets(cases: &[CaseRow], unavailable: &[Unavailable]) -> Vec<TargetCheck> {
         TARGET_FUSE_VS_EXT4,
         &missing,
     );
-    if let Some(note) = passthrough::floor_note(
-        find(FUSE_FLOOR, 0, 20),
-        find("tbfs-fuse", 0, 20),
-        find("ext4-ram", 0, 20),
-    ) {
+    let ops = |system: &str| find(system, 0, 20).map(|c| c.ops_per_s);
+    if let Some(note) = passthrough::floor_note(ops(FUSE_FLOOR), ops("tbfs-fuse"), ops("ext4-ram"))
+    {
         fuse.measured.push_str(&note);
     }
     out.push(fuse);

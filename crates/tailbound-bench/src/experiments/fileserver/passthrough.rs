@@ -35,12 +35,13 @@ use tailbound_fuse::fuser::{
 };
 use tailbound_fuse::Options;
 
-use super::{CaseRow, FileserverBench, CHILD_ARGS, FUSE_FLOOR};
-use crate::workload::{Params, RunResult};
+use crate::workload::RunResult;
 
-/// The hidden flag of `bench fileserver` that runs the server: `--passthrough-server BACKING
-/// --dir DIR`.
-pub const SERVER_FLAG: &str = "--passthrough-server";
+/// The system's name in `bench fileserver --systems`.
+pub const FUSE_FLOOR: &str = "fuse-passthrough";
+/// The server's subcommand arguments, after the binary: `bench fileserver --passthrough-server
+/// BACKING --dir DIR` (a hidden flag).
+pub const SERVER_ARGS: [&str; 3] = ["bench", "fileserver", "--passthrough-server"];
 /// What the server prints on stdout once the kernel has the mount.
 const MOUNTED: &str = "mounted";
 
@@ -712,8 +713,7 @@ impl PassthroughMount {
     /// serves the mount.
     pub fn new(exe: &Path, backing: &Path, dir: &Path) -> Result<PassthroughMount, String> {
         let mut child = Command::new(exe)
-            .args(CHILD_ARGS)
-            .arg(SERVER_FLAG)
+            .args(SERVER_ARGS)
             .arg(backing)
             .arg("--dir")
             .arg(dir)
@@ -773,58 +773,52 @@ impl Drop for PassthroughMount {
     }
 }
 
-impl FileserverBench {
-    /// One run on a passthrough mount of a new directory under `scratch`: the backing
-    /// directory and the mount point both live there. `made` is when the case began.
-    pub(super) fn run_passthrough(
-        &self,
-        scratch: &Path,
-        p: &Params,
-        made: Instant,
-    ) -> Result<RunResult, String> {
-        let exe = self.exe.as_deref().ok_or("no tailbound binary")?;
-        let (backing, dir) = (scratch.join("data"), scratch.join("mnt"));
-        for d in [&backing, &dir] {
-            std::fs::create_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
-        }
-        let mount = PassthroughMount::new(exe, &backing, &dir)?;
-        let mkfs_s = made.elapsed().as_secs_f64();
-        let result = self.run_posix(&mount.dir, p);
-        let unmounted = mount.unmount();
-        let result = result?;
-        unmounted?;
-        Ok(RunResult { mkfs_s, ..result })
+/// One run on a passthrough mount of a new directory under `scratch` (the backing directory
+/// and the mount point both go there): `run` runs the workload at the mount point. Returns its
+/// result and the seconds from `made` (when the case began) until the mount was served.
+pub fn run_case(
+    exe: &Path,
+    scratch: &Path,
+    made: Instant,
+    run: impl FnOnce(&Path) -> Result<RunResult, String>,
+) -> Result<(RunResult, f64), String> {
+    let (backing, dir) = (scratch.join("data"), scratch.join("mnt"));
+    for d in [&backing, &dir] {
+        std::fs::create_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
+    let mount = PassthroughMount::new(exe, &backing, &dir)?;
+    let mkfs_s = made.elapsed().as_secs_f64();
+    let result = run(&mount.dir);
+    let unmounted = mount.unmount();
+    let result = result?;
+    unmounted?;
+    Ok((result, mkfs_s))
 }
 
 /// Whether the report's ratios set `a` against `b`: tbfs and the FUSE floor against the
 /// kernel's file systems, and tbfs-fuse against the floor.
-pub(super) fn ratio_shown(a: &str, b: &str) -> bool {
+pub fn ratio_shown(a: &str, b: &str) -> bool {
     let kernel = |s: &str| !s.starts_with("tbfs") && s != FUSE_FLOOR;
     ((a.starts_with("tbfs") || a == FUSE_FLOOR) && kernel(b))
         || (a == "tbfs-fuse" && b == FUSE_FLOOR)
 }
 
-/// What the FUSE target's line adds when the floor ran in the same run: the floor against
-/// ext4-ram (what any FUSE file system here can reach) and tbfs-fuse against the floor.
-pub(super) fn floor_note(
-    floor: Option<&CaseRow>,
-    fuse: Option<&CaseRow>,
-    ext4: Option<&CaseRow>,
-) -> Option<String> {
-    let floor = floor.filter(|f| f.ops_per_s > 0.0)?;
+/// What the FUSE target's line adds when the floor ran in the same run (ops/s of the floor,
+/// tbfs-fuse and ext4-ram): the floor against ext4-ram (what any FUSE file system here can
+/// reach) and tbfs-fuse against the floor.
+pub fn floor_note(floor: Option<f64>, fuse: Option<f64>, ext4: Option<f64>) -> Option<String> {
+    let floor = floor.filter(|f| *f > 0.0)?;
     let mut parts = Vec::new();
-    if let Some(e) = ext4.filter(|e| e.ops_per_s > 0.0) {
+    if let Some(e) = ext4.filter(|e| *e > 0.0) {
         parts.push(format!(
             "FUSE's floor {FUSE_FLOOR} {:.2}x ext4-ram",
-            floor.ops_per_s / e.ops_per_s
+            floor / e
         ));
     }
     if let Some(t) = fuse {
         parts.push(format!(
-            "tbfs-fuse {:.2}x {FUSE_FLOOR} ({:.0} ops/s)",
-            t.ops_per_s / floor.ops_per_s,
-            floor.ops_per_s
+            "tbfs-fuse {:.2}x {FUSE_FLOOR} ({floor:.0} ops/s)",
+            t / floor
         ));
     }
     (!parts.is_empty()).then(|| format!("; {}", parts.join(", ")))
