@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tailbound::units::{parse_bytes, parse_duration};
-use tailbound_bench::experiments::fileserver::{self, FileserverBench, System};
+use tailbound_bench::experiments::fileserver::{self, passthrough, FileserverBench, System};
 use tailbound_bench::plot::grouped_bar_svg;
 use tailbound_bench::report::write_json;
 use tailbound_bench::workload::{Params, Workload as FsWorkload};
@@ -37,11 +37,12 @@ pub(crate) struct FileserverArgs {
     files: Option<u64>,
     /// Comma-separated systems: tmpfs, xfs-ram, ext4-ram, tbfs-native, tbfs-shim (through the
     /// pool's server), tbfs-shim-private (`run --private`, one process, no server), tbfs-fuse
-    /// (root).
+    /// (root), fuse-passthrough (root: FUSE's floor, a minimal FUSE server over /dev/shm mounted
+    /// as tbfs-fuse is).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "tmpfs,xfs-ram,ext4-ram,tbfs-native,tbfs-shim,tbfs-shim-private,tbfs-fuse"
+        default_value = "tmpfs,xfs-ram,ext4-ram,tbfs-native,tbfs-shim,tbfs-shim-private,tbfs-fuse,fuse-passthrough"
     )]
     systems: Vec<String>,
     /// filebench's process model: a generator makes the fileset (deleting the old one through
@@ -76,6 +77,10 @@ pub(crate) struct FileserverArgs {
     /// The child's directory (internal).
     #[arg(long, hide = true)]
     dir: Option<PathBuf>,
+    /// Serve this directory at --dir through FUSE until unmounted (internal: the server of the
+    /// fuse-passthrough system).
+    #[arg(long, hide = true, requires = "dir")]
+    passthrough_server: Option<PathBuf>,
 }
 
 pub(crate) fn run_fileserver(args: FileserverArgs) -> CliResult {
@@ -86,6 +91,14 @@ pub(crate) fn run_fileserver(args: FileserverArgs) -> CliResult {
         )
     })?;
     let base = Params::for_workload(workload);
+    if let Some(backing) = &args.passthrough_server {
+        let dir = args
+            .dir
+            .as_deref()
+            .ok_or("--passthrough-server needs --dir")?;
+        passthrough::run_server(backing, dir, &mut std::io::stdout().lock())?;
+        return Ok(());
+    }
     if args.child {
         let dir = args.dir.as_deref().ok_or("--child needs --dir")?;
         let [threads] = args.threads[..] else {
@@ -135,7 +148,7 @@ pub(crate) fn run_fileserver(args: FileserverArgs) -> CliResult {
             System::parse(name).ok_or_else(|| {
                 format!(
                     "unknown system {name:?} (tmpfs, xfs-ram, ext4-ram, tbfs-native, tbfs-shim, \
-                     tbfs-shim-private, tbfs-fuse)"
+                     tbfs-shim-private, tbfs-fuse, fuse-passthrough)"
                 )
             })
         })

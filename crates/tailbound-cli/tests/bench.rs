@@ -553,6 +553,7 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
         systems,
         [
             "ext4-ram",
+            "fuse-passthrough",
             "tbfs-fuse",
             "tbfs-native",
             "tbfs-shim",
@@ -597,6 +598,7 @@ fn fileserver_quick_reports_every_system_or_why_not_and_leaves_nothing_behind() 
     assert_eq!(measured("xfs-ram"), root);
     assert_eq!(measured("ext4-ram"), root);
     assert_eq!(measured("tbfs-fuse"), root);
+    assert_eq!(measured("fuse-passthrough"), root);
     // The targets are always checked and printed.
     assert_eq!(report["targets"].as_array().unwrap().len(), 4);
     let text = stdout(&out);

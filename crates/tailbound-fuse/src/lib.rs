@@ -16,7 +16,6 @@ use std::io;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use fuser::{Config, MountOption, SessionACL};
 use tailbound::tbfs::Fs;
 
 mod generations;
@@ -27,6 +26,8 @@ mod options;
 mod snapshots;
 mod stats;
 
+/// The `fuser` this crate is built on, for other FUSE file systems mounted the same way.
+pub use fuser;
 pub use invalidate::Invalidator;
 pub use ops::TbFuse;
 pub use options::{Options, DEFAULT_THREADS};
@@ -54,22 +55,7 @@ pub fn serve(
     invalidator: &Invalidator,
     mounted: impl FnOnce(Unmounter),
 ) -> io::Result<()> {
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName(options.source.clone()),
-        MountOption::Subtype("tailbound".to_string()),
-        MountOption::DefaultPermissions,
-        MountOption::Dev,
-        MountOption::Suid,
-        MountOption::RW,
-    ];
-    config.acl = if options.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(options.threads.max(1));
-    config.clone_fd = true;
+    let config = options.session_config();
     let fuse = TbFuse::new(fs, options);
     let keeper = fuse.keeper();
     let notifier = fuse.notifier_slot();

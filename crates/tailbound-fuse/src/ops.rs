@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, Notifier, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
@@ -81,9 +81,8 @@ pub struct TbFuse {
     views: Views,
     /// The mount's channel for dropping what the kernel caches, once mounted.
     notifier: Arc<OnceLock<Notifier>>,
-    ttl: Duration,
-    writeback_cache: bool,
-    max_write: u32,
+    /// How the pool is mounted (its TTL, writeback cache, request sizes).
+    options: Options,
     stats: Option<Arc<RequestCounts>>,
 }
 
@@ -197,9 +196,7 @@ impl TbFuse {
             lock_pids: Arc::new(Mutex::new(HashMap::new())),
             views: Views::default(),
             notifier: Arc::default(),
-            ttl: options.ttl,
-            writeback_cache: options.writeback_cache,
-            max_write: options.max_write,
+            options: options.clone(),
             stats: options.stats.clone(),
         }
     }
@@ -298,7 +295,7 @@ impl TbFuse {
         let ttl = if st.ino > snapshots::DIR_INO {
             Duration::ZERO
         } else {
-            self.ttl
+            self.options.ttl
         };
         reply.entry(&ttl, &attr_of(st), generation);
     }
@@ -316,11 +313,9 @@ impl TbFuse {
         }
     }
 
-    /// The kernel opens files without asking (no-open): with the writeback cache, where the
-    /// kernel places appends and calls fsync for O_SYNC, so no open file carries a flag the
-    /// pool must act on.
+    /// The kernel opens files without asking ([`Options::no_open`]).
     fn no_open(&self) -> bool {
-        self.writeback_cache
+        self.options.no_open()
     }
 
     /// What a read, write or sync of `fh` on `ino` goes to: the handle the server gave at
@@ -378,7 +373,7 @@ impl TbFuse {
     fn open_flags(&self, flags: i32, mode: u32) -> OpenFlags {
         let mut f = OpenFlags::from_libc(flags, mode);
         f.read = true;
-        if self.writeback_cache {
+        if self.options.writeback_cache {
             f.append = false;
             f.sync = tbfs::SyncMode::None;
         }
@@ -388,26 +383,8 @@ impl TbFuse {
 
 impl Filesystem for TbFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut wanted = InitFlags::FUSE_POSIX_LOCKS
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_MAX_PAGES;
-        if self.writeback_cache {
-            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
-        }
-        // The kernel truncates an O_TRUNC open itself (a SETATTR) unless the server does it at
-        // OPEN, which it is not sent with no-open.
-        if !self.no_open() {
-            wanted |= InitFlags::FUSE_ATOMIC_O_TRUNC;
-        }
-        // Each on its own: a kernel without one still gets the others.
-        for flag in wanted.iter() {
-            let _ = config.add_capabilities(flag);
-        }
-        let _ = config.set_max_write(self.max_write);
-        let _ = config.set_max_readahead(self.max_write);
-        let _ = config.set_max_background(64);
+        // POSIX locks go to the pool's lock table, which other front ends share.
+        self.options.negotiate(config, true);
         Ok(())
     }
 
@@ -452,7 +429,7 @@ impl Filesystem for TbFuse {
             None => self.stat_any(ino.0),
         };
         match st {
-            Ok(st) => reply.attr(&self.ttl, &attr_of(&st)),
+            Ok(st) => reply.attr(&self.options.ttl, &attr_of(&st)),
             Err(e) => reply.error(e),
         }
     }
@@ -522,7 +499,7 @@ impl Filesystem for TbFuse {
             }
         };
         match run() {
-            Ok(st) => reply.attr(&self.ttl, &attr_of(&st)),
+            Ok(st) => reply.attr(&self.options.ttl, &attr_of(&st)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -753,7 +730,7 @@ impl Filesystem for TbFuse {
                 let fh = self.add_handle(Handle::File(Arc::new(f)));
                 let generation = Generation(self.generations.given(st.ino, true));
                 reply.created(
-                    &self.ttl,
+                    &self.options.ttl,
                     &attr_of(&st),
                     generation,
                     fh,

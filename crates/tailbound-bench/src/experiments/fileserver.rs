@@ -24,6 +24,7 @@ use serde::Serialize;
 use crate::experiments::loopfs::{LoopFs, LoopKind};
 use crate::report::{targets_markdown, Align, Table, TargetCheck};
 use crate::workload::{self, EngineFigures, Params, PosixFs, RunResult, TbfsFs, Workload};
+use passthrough::FUSE_FLOOR;
 use tailbound::dev::memory::MemoryPool;
 use tailbound::tbfs::{Config, Fs};
 
@@ -59,6 +60,7 @@ pub enum System {
     TbfsShim,
     TbfsShimPrivate,
     TbfsFuse,
+    FusePassthrough,
 }
 
 impl System {
@@ -70,6 +72,7 @@ impl System {
         System::TbfsShim,
         System::TbfsShimPrivate,
         System::TbfsFuse,
+        System::FusePassthrough,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -81,6 +84,7 @@ impl System {
             System::TbfsShim => "tbfs-shim",
             System::TbfsShimPrivate => "tbfs-shim-private",
             System::TbfsFuse => "tbfs-fuse",
+            System::FusePassthrough => FUSE_FLOOR,
         }
     }
 
@@ -106,6 +110,9 @@ impl System {
             }
             System::TbfsFuse => {
                 "tbfs through FUSE (`tailbound mount`, a server process), the generator on its path (root)"
+            }
+            System::FusePassthrough => {
+                "FUSE's floor: a minimal FUSE server passing requests to /dev/shm, mounted as tbfs-fuse is (root)"
             }
         }
     }
@@ -272,7 +279,7 @@ impl FileserverBench {
                 None => Some("the tailbound binary was not found to run the child".into()),
                 Some(exe) => shim_missing(exe, system == System::TbfsShimPrivate),
             },
-            System::TbfsFuse => {
+            System::TbfsFuse | System::FusePassthrough => {
                 if self.exe.is_none() {
                     Some("the tailbound binary was not found to run the server".into())
                 } else if !tailbound::sys::proc::is_root() {
@@ -436,6 +443,11 @@ impl FileserverBench {
                 let result = result?;
                 unmounted?;
                 (result, mkfs_s)
+            }
+            System::FusePassthrough => {
+                let exe = self.exe.as_deref().ok_or("no tailbound binary")?;
+                let dir = scratch("tailbound-fileserver-passthrough-")?;
+                passthrough::run_case(exe, dir.path(), made, |mnt| self.run_posix(mnt, p))?
             }
         };
         Ok(RunResult { mkfs_s, ..result })
@@ -871,7 +883,7 @@ fn targets(cases: &[CaseRow], unavailable: &[Unavailable]) -> Vec<TargetCheck> {
             met: false,
         },
     });
-    out.push(ratio_target(
+    let mut fuse = ratio_target(
         format!(
             "tbfs-fuse >= {TARGET_FUSE_VS_EXT4}x ext4-ram ops/s (fileserver, 20 threads, 128 KiB)"
         ),
@@ -879,7 +891,13 @@ fn targets(cases: &[CaseRow], unavailable: &[Unavailable]) -> Vec<TargetCheck> {
         ("ext4-ram", find("ext4-ram", 0, 20)),
         TARGET_FUSE_VS_EXT4,
         &missing,
-    ));
+    );
+    let ops = |system: &str| find(system, 0, 20).map(|c| c.ops_per_s);
+    if let Some(note) = passthrough::floor_note(ops(FUSE_FLOOR), ops("tbfs-fuse"), ops("ext4-ram"))
+    {
+        fuse.measured.push_str(&note);
+    }
+    out.push(fuse);
     out
 }
 
@@ -1002,8 +1020,11 @@ impl FileserverReport {
             }
             out.push_str(&t.to_markdown());
             let mut ratios = Vec::new();
-            for m in members.iter().filter(|m| m.system.starts_with("tbfs")) {
-                for b in members.iter().filter(|b| !b.system.starts_with("tbfs")) {
+            for m in &members {
+                for b in members
+                    .iter()
+                    .filter(|b| passthrough::ratio_shown(m.system, b.system))
+                {
                     if b.ops_per_s > 0.0 {
                         ratios.push(format!(
                             "{}/{} {:.2}x",
@@ -1068,6 +1089,7 @@ impl FileserverReport {
     }
 }
 
+pub mod passthrough;
 pub mod processes;
 
 #[cfg(test)]

@@ -104,6 +104,29 @@ fn targets_compare_the_shim_with_the_baselines_of_the_same_run() {
     ));
     let t = targets(&with_fuse, &[]);
     assert!(t[3].met && t[3].measured.starts_with("0.80x"), "{:?}", t[3]);
+    assert!(
+        !t[3].measured.contains("floor"),
+        "no floor measured: {:?}",
+        t[3]
+    );
+    // With FUSE's floor in the same run, the FUSE target's line gives both of its ratios.
+    let mut with_floor = with_fuse.clone();
+    with_floor.push(CaseRow::from_runs(
+        System::FusePassthrough,
+        vec![run(400.0, 0.1, 1.0)],
+    ));
+    let t = targets(&with_floor, &[]);
+    assert!(
+        t[3].measured
+            .ends_with("; FUSE's floor fuse-passthrough 0.40x ext4-ram, tbfs-fuse 2.00x fuse-passthrough (400 ops/s)"),
+        "{:?}",
+        t[3]
+    );
+    assert_eq!(
+        t[3].met,
+        targets(&with_fuse, &[])[3].met,
+        "the floor is not a target"
+    );
     with_fuse.last_mut().unwrap().ops_per_s = 600.0;
     assert!(!targets(&with_fuse, &[])[3].met, "0.6x is short of 0.7x");
     let t = targets(&cases[..2], &[]);
@@ -255,4 +278,22 @@ fn bad_parameters_are_refused() {
     assert!(forked
         .unavailable(System::TbfsShimPrivate)
         .is_some_and(|why| why.contains("one process")));
+}
+
+#[test]
+fn ratios_set_tbfs_and_the_fuse_floor_against_kernel_file_systems() {
+    use passthrough::ratio_shown;
+    assert!(ratio_shown("tbfs-native", "tmpfs"));
+    assert!(ratio_shown("fuse-passthrough", "ext4-ram"));
+    assert!(ratio_shown("tbfs-fuse", "fuse-passthrough"));
+    // The floor is FUSE's: only the FUSE front end is set against it.
+    assert!(!ratio_shown("tbfs-shim", "fuse-passthrough"));
+    assert!(!ratio_shown("tbfs-native", "fuse-passthrough"));
+    assert!(!ratio_shown("ext4-ram", "fuse-passthrough"));
+    assert!(!ratio_shown("tmpfs", "xfs-ram"));
+    assert!(!ratio_shown("fuse-passthrough", "tbfs-fuse"));
+    assert_eq!(
+        System::parse("fuse-passthrough"),
+        Some(System::FusePassthrough)
+    );
 }
