@@ -64,7 +64,7 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 7] = [
+    pub const ALL: [System; 8] = [
         System::Tmpfs,
         System::XfsRam,
         System::Ext4Ram,
