@@ -234,7 +234,7 @@ impl Engine {
         // later data-only logs build on this checkpoint (`DescKind::Depends`), so their next
         // sync waits for it, and for every payload it needs to count.
         let mut changed: Vec<Arc<InodeCell>> = Vec::new();
-        let flush = self.config.barrier != Barrier::Superblock;
+        let flush = self.config().barrier != Barrier::Superblock;
         for ino in work.iter() {
             let cell = m.inodes[&ino].clone();
             let mut guard = cell.lock();
@@ -255,9 +255,9 @@ impl Engine {
                 )?;
                 d.sealed_in = Some((m.writer.seq(), flush));
                 let old = map.set(block, addr);
-                m.seg_inc(addr, self.segment_blocks);
+                m.seg_inc(addr, self.segment_blocks());
                 if old != 0 {
-                    m.seg_dec_at(old, seq, self.segment_blocks, now);
+                    m.seg_dec_at(old, seq, self.segment_blocks(), now);
                 }
                 done.push((block, d.gen));
             }
@@ -267,15 +267,15 @@ impl Engine {
                     let addr =
                         self.log_add_shared(m, DescKind::Data, ino, 0, i as u64, b.0, None)?;
                     let old = st.map_mut().set(i as u64, addr);
-                    m.seg_inc(addr, self.segment_blocks);
+                    m.seg_inc(addr, self.segment_blocks());
                     if old != 0 {
-                        m.seg_dec_at(old, seq, self.segment_blocks, now);
+                        m.seg_dec_at(old, seq, self.segment_blocks(), now);
                     }
                 }
                 let trimmed = st.truncate(count * BLOCK_U64);
                 debug_assert_eq!(trimmed.dropped, 0, "a directory holds no buffered blocks");
                 for old in trimmed.unmapped {
-                    m.seg_dec_at(old, seq, self.segment_blocks, now);
+                    m.seg_dec_at(old, seq, self.segment_blocks(), now);
                 }
                 // A directory's map is as wide as its blocks until the next rewrite: the quick
                 // bound must know it, as it knows files' (`BufferBudget::widest`).
@@ -359,9 +359,9 @@ impl Engine {
             m.ifile.cache(p, page);
             let addr = addr?;
             let old = m.ifile.map_mut().set(p, addr);
-            m.seg_inc(addr, self.segment_blocks);
+            m.seg_inc(addr, self.segment_blocks());
             if old != 0 {
-                m.seg_dec_at(old, seq, self.segment_blocks, now);
+                m.seg_dec_at(old, seq, self.segment_blocks(), now);
             }
         }
         let next_ino = m.inodes.next_ino();
@@ -387,13 +387,13 @@ impl Engine {
         // Retention: release what the protection period no longer covers, then drop the old
         // root from the live tree (pinned if its checkpoint stays retained) before the pinned
         // table is written.
-        let released = m.prune(seq, self.segment_blocks, true);
+        let released = m.prune(seq, self.segment_blocks(), true);
         if m.life.under_pressure() {
             self.count(|c| c.protection_released += released);
         }
         let prev_root = m.ckpt.root();
         if prev_root != 0 {
-            m.seg_dec(prev_root, seq, self.segment_blocks);
+            m.seg_dec(prev_root, seq, self.segment_blocks());
         }
         let tables = self.write_tables(m)?;
         self.log_add_depends(m, depends)?;
@@ -444,7 +444,7 @@ impl Engine {
             root_seq,
             time_ns,
         } = root;
-        m.seg_inc(addr, self.segment_blocks);
+        m.seg_inc(addr, self.segment_blocks());
         m.life.retain(
             number,
             super::retention::Retained {
@@ -455,7 +455,7 @@ impl Engine {
             },
         );
         m.life.checkpoint_written(
-            State::seg_of(m.writer.pos(), self.segment_blocks),
+            State::seg_of(m.writer.pos(), self.segment_blocks()),
             m.writer.pos(),
         );
         for cell in changed {
@@ -479,7 +479,7 @@ impl Engine {
             return Ok(());
         }
         let seq = m.writer.seq();
-        let sb = self.segment_blocks;
+        let sb = self.segment_blocks();
         // Only the newest checkpoint's tables are read, so their old nodes pin nothing.
         let dec = |m: &mut State, a: u64| {
             if kind == DescKind::TableNode {
@@ -554,7 +554,7 @@ impl Engine {
                     format::encode_node_into(b, level, &children[i * FANOUT..end])
                 });
                 let addr = self.log_add_shared(m, kind, ino, level, i as u64, node, None)?;
-                m.seg_inc(addr, self.segment_blocks);
+                m.seg_inc(addr, self.segment_blocks());
                 if addrs[i] != 0 {
                     dec(m, addrs[i]);
                 }

@@ -65,7 +65,7 @@ impl Engine {
                     let rest = if let Some(abs) = target.strip_prefix('/') {
                         cur = ROOT_INO;
                         trail.clear();
-                        let mount = self.mount_point.lock().unwrap_or_else(|p| p.into_inner());
+                        let mount = self.mount_point();
                         match mount.as_deref() {
                             None => abs.to_string(),
                             Some(mp) => match target.strip_prefix(mp) {
@@ -277,7 +277,7 @@ impl Engine {
         m.seg_dec_all_at(
             blocks.chain(st.map().node_addrs()),
             seq,
-            self.segment_blocks,
+            self.segment_blocks(),
             now,
         );
         let released = st.dirty().len() as u64 * BLOCK_U64;

@@ -132,8 +132,8 @@ impl Engine {
         let after = self.free_blocks(m);
         // Saturating: a pass whose copies took more than it freed freed nothing.
         report.bytes_freed = after.saturating_sub(before) * BLOCK_U64;
-        report.free_fraction_after = after.min(self.segment_blocks * self.segment_count) as f64
-            / (self.segment_blocks * self.segment_count) as f64;
+        report.free_fraction_after = after.min(self.segment_blocks() * self.segment_count()) as f64
+            / (self.segment_blocks() * self.segment_count()) as f64;
         Ok(report)
     }
 
@@ -159,7 +159,7 @@ impl Engine {
                     && !m.life.is_held(newest)
                     && k.time_ns < m.life.unprotected_before(now_ns())
             });
-        if m.prune(seq, self.segment_blocks, false) > 0 || newest_pins {
+        if m.prune(seq, self.segment_blocks(), false) > 0 || newest_pins {
             self.refresh_for_cleaner(m)?;
         }
         // Buffered data goes out first, in its own logs, so the copies that follow fill
@@ -242,7 +242,7 @@ impl Engine {
                     // release durable so the segments it empties can be reused.
                     m.life.set_pressure(true);
                     let seq = m.writer.seq();
-                    let released = m.prune(seq, self.segment_blocks, false);
+                    let released = m.prune(seq, self.segment_blocks(), false);
                     self.count(|c| c.protection_released += released);
                     continue;
                 }
@@ -333,7 +333,7 @@ impl Engine {
             if (cleaned == 0 && !was_light)
                 || stalled >= 2
                 || passes >= passes_max
-                || passes > self.segment_count
+                || passes > self.segment_count()
             {
                 break;
             }
@@ -345,7 +345,7 @@ impl Engine {
     /// the figures beside it), with `free` blocks free.
     fn count_pass(&self, m: &State, victims: &[usize], free: u64) {
         let w = &m.writer;
-        let mut written: Vec<u32> = (0..self.segment_count as usize)
+        let mut written: Vec<u32> = (0..self.segment_count() as usize)
             .filter(|&s| s as u64 != w.cur_seg() && s as u64 != w.next_seg() && m.seg.live(s) > 0)
             .map(|s| m.seg.live(s))
             .collect();
@@ -359,7 +359,7 @@ impl Engine {
         let live: u64 = m.seg.live_counts().iter().map(|&l| u64::from(l)).sum();
         let chosen: u64 = victims.iter().map(|&v| u64::from(m.seg.live(v))).sum();
         let mixed = victims.iter().filter(|&&v| m.seg.mixed(v)).count() as u64;
-        let total = self.segment_blocks * self.segment_count;
+        let total = self.segment_blocks() * self.segment_count();
         self.count(|c| {
             c.cleaning_passes += 1;
             c.pass_free_blocks += free.min(total);
@@ -375,7 +375,7 @@ impl Engine {
     /// ahead: reading another under `meta` would first write every log sealed so far, and the
     /// namespace would wait for that. The rest are left to a later pass.
     fn keep_read_ahead(&self, m: &State, victims: &mut Vec<usize>) {
-        if m.bg_clean.defer_io && !self.dev.writes_are_copies() {
+        if m.bg_clean.defer_io && !self.dev().writes_are_copies() {
             victims.retain(|v| m.bg_clean.read.contains_key(v));
         }
     }
@@ -414,9 +414,9 @@ impl Engine {
         greedy: bool,
     ) -> Vec<usize> {
         let now = now_ns();
-        let sb = self.segment_blocks;
+        let sb = self.segment_blocks();
         let sb_seq = self.superblocks.checkpoint_seq();
-        let candidates: Vec<usize> = (0..self.segment_count as usize)
+        let candidates: Vec<usize> = (0..self.segment_count() as usize)
             .filter(|&s| {
                 !m.writer.holds_segment(s as u64)
                     && m.seg.live(s) > 0
@@ -501,7 +501,7 @@ impl Engine {
     /// caller makes them durable. Buffered data stays buffered, so a pass needs room only for
     /// its copies.
     fn move_live(&self, m: &mut State, victims: &[usize], light: bool) -> Result<(u64, u64)> {
-        let sb = self.segment_blocks;
+        let sb = self.segment_blocks();
         let mut buf = Vec::new();
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
@@ -518,7 +518,7 @@ impl Engine {
         // On a device whose reads are memory copies, a victim not read ahead is read a block at
         // a time: its summaries, and only the file data still live in it (a victim is mostly
         // dead, and copying all of it under `meta` was most of a pass).
-        let by_block = self.dev.writes_are_copies();
+        let by_block = self.dev().writes_are_copies();
         let mut one = vec![0u8; BLOCK];
         for &s in victims {
             let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
@@ -558,7 +558,7 @@ impl Engine {
                     break;
                 };
                 let end = pos + 1 + summary.payload_blocks as u64;
-                if summary.pool_id != self.pool_id || end > sb {
+                if summary.pool_id != self.pool_id() || end > sb {
                     break;
                 }
                 let mut addr = start + pos + 1;
@@ -652,9 +652,9 @@ impl Engine {
         self.copies.note(addr, m.writer.seq(), copy);
         st.map_mut().set(index, addr);
         drop(st);
-        m.seg_inc(addr, self.segment_blocks);
+        m.seg_inc(addr, self.segment_blocks());
         let seq = m.writer.seq();
-        m.seg_supersede(a, seq, self.segment_blocks);
+        m.seg_supersede(a, seq, self.segment_blocks());
         m.changes.changed(ino);
         Ok(Some(true))
     }
@@ -815,11 +815,11 @@ impl Engine {
 
     /// Reads block `a` of victim segment `s` into `out`.
     fn read_block_of(&self, s: usize, a: u64, out: &mut [u8]) -> Result<()> {
-        self.dev.read_at(a * BLOCK_U64, out).map_err(|e| {
+        self.dev().read_at(a * BLOCK_U64, out).map_err(|e| {
             Error::io(
                 format!(
                     "{} device: cleaner reading block {a} of segment {s}",
-                    self.dev.kind()
+                    self.dev().kind()
                 ),
                 e,
             )
@@ -832,7 +832,7 @@ impl Engine {
         self.write_logs_until(seq).and_then(|()| {
             let mut read = HashMap::with_capacity(victims.len());
             for &s in victims {
-                let mut buf = vec![0u8; (self.segment_blocks * BLOCK_U64) as usize];
+                let mut buf = vec![0u8; (self.segment_blocks() * BLOCK_U64) as usize];
                 self.read_segment(s, &mut buf)?;
                 read.insert(s, buf);
             }
@@ -841,10 +841,10 @@ impl Engine {
     }
 
     fn read_segment(&self, s: usize, buf: &mut [u8]) -> Result<()> {
-        let start = format::FIRST_SEGMENT_BLOCK + s as u64 * self.segment_blocks;
-        self.dev.read_at(start * BLOCK_U64, buf).map_err(|e| {
+        let start = format::FIRST_SEGMENT_BLOCK + s as u64 * self.segment_blocks();
+        self.dev().read_at(start * BLOCK_U64, buf).map_err(|e| {
             Error::io(
-                format!("{} device: cleaner reading segment {s}", self.dev.kind()),
+                format!("{} device: cleaner reading segment {s}", self.dev().kind()),
                 e,
             )
         })
@@ -882,7 +882,7 @@ impl Engine {
     /// 10 ms.
     pub(in crate::tbfs) fn background_clean(&self) -> Result<()> {
         let _one_pass = self.bg_pass.lock().unwrap_or_else(|p| p.into_inner());
-        let (holds, per_hold) = if self.dev.writes_are_copies() {
+        let (holds, per_hold) = if self.dev().writes_are_copies() {
             (BACKGROUND_VICTIMS, 1)
         } else {
             (1, BACKGROUND_VICTIMS)
@@ -898,8 +898,8 @@ impl Engine {
     /// One background pass of at most `victims_max` victims ([`Engine::background_clean`]);
     /// returns whether it emptied any segment and more cleaning is wanted.
     fn background_pass(&self, victims_max: usize) -> Result<bool> {
-        let total = self.segment_blocks * self.segment_count;
-        let want = total * self.config.gc_free_percent.min(90) as u64 / 100;
+        let total = self.segment_blocks() * self.segment_count();
+        let want = total * self.config().gc_free_percent.min(90) as u64 / 100;
         let (victims, seq, urgent) = {
             let mut m = self.lock_meta();
             if self.free_blocks_up_to(&m, want) >= want {
@@ -925,11 +925,11 @@ impl Engine {
         // and cleaned in the foreground, holding `meta` for up to a whole pass (with a real-time
         // writer waiting on it). A memory pool does no
         // device I/O, so it keeps its thread's priority.
-        let _raised = (urgent && !self.dev.writes_are_copies()).then(RaisedPrio::raise);
+        let _raised = (urgent && !self.dev().writes_are_copies()).then(RaisedPrio::raise);
         // Every log in the victims was sealed before `seq`. A memory pool's victims are not
         // read ahead: the pass reads their summaries and live file data a block at a time
         // (`move_live`), a fraction of copying every victim whole into fresh memory.
-        let read = if self.dev.writes_are_copies() {
+        let read = if self.dev().writes_are_copies() {
             Ok(HashMap::new())
         } else {
             self.read_victims(&victims, seq)
@@ -953,7 +953,7 @@ impl Engine {
         let cleaned = cleaned?;
         // Under pressure the next pass follows at once, not a period later, while passes
         // empty segments.
-        if urgent && cleaned > 0 && self.config.background_gc {
+        if urgent && cleaned > 0 && self.config().background_gc {
             self.wake_background(|w| w.clean = true);
         }
         if flush {
