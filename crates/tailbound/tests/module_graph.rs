@@ -133,7 +133,6 @@ const ORCHESTRATION: &[&str] = &["tbfs/fs.rs", "tbfs/commit/", "tbfs/state.rs"];
 const KNOWN_MULTI_PART: &[&str] = &[
     "tbfs/buffer.rs: changes writer",
     "tbfs/by_ino.rs: dirs inodes",
-    "tbfs/checkpoint.rs: changes ckpt cleaning dirs ifile inodes life writer",
     "tbfs/debt.rs: changes dirs ifile inodes",
     "tbfs/lifecycle.rs: ckpt dirs inodes life seg writer",
     "tbfs/log/build.rs: bg_clean ckpt cleaning life refresh seg soft_dead writer",

@@ -29,7 +29,6 @@ mod budget;
 mod buffer;
 pub mod by_ino;
 mod changes;
-mod checkpoint;
 mod checkpoints;
 mod commit;
 mod copies;

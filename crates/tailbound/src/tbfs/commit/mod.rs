@@ -8,6 +8,8 @@
 //! What is left here is the orchestration: refreshing the superblock and waking the background
 //! thread; the parts are `log` (building and writing logs), `checkpoint` and `space`.
 
+pub(in crate::tbfs) mod checkpoint;
+
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
