@@ -43,7 +43,6 @@ mod inode;
 mod inode_table;
 mod lease_map;
 mod lending;
-pub mod lifecycle;
 mod limits;
 pub mod locks;
 mod log;
@@ -62,9 +61,9 @@ mod types;
 mod watch;
 
 pub use admission::{TenantWrites, WriterKey};
+pub use commit::lifecycle::{self, CheckpointInfo, GcReport, Snapshot, SpaceReport};
 pub use fs::{File, Fs};
 pub use lease_map::{BlockLease, ASK};
-pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
 pub use limits::FILE_BYTES_MAX;
 pub use types::{
     AtimePolicy, Barrier, Config, DeviceRef, DirEntry, Error, FileKind, FsCounters, OpenFlags,

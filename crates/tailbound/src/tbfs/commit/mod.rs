@@ -9,6 +9,7 @@
 //! thread; the parts are `log` (building and writing logs), `checkpoint` and `space`.
 
 pub(in crate::tbfs) mod checkpoint;
+pub mod lifecycle;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;

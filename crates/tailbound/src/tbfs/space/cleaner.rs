@@ -19,12 +19,12 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::tbfs::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
 use crate::tbfs::inode::{now_ns, DirtyBlock};
-use crate::tbfs::lifecycle::GcReport;
 use crate::tbfs::limits::{
     AGE_SIGNAL_SPREAD, BACKGROUND_VICTIMS, MIN_RECLAIMABLE, VICTIMS_PER_PASS,
 };
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::state::{Engine, Section, State};
+use crate::tbfs::GcReport;
 use crate::tbfs::{Error, FileKind, Result};
 
 /// The priority of a background pass made under pressure ([`Engine::cleaning_is_urgent`]):

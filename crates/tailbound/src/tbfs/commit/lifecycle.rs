@@ -17,14 +17,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::format::{
+use crate::tbfs::checkpoints::Checkpoints;
+use crate::tbfs::format::{
     self, encode_pinned_page, encode_snapshot_page, encode_usage_page, table_entries_per_page,
     DescKind, PinnedEntry, SnapshotEntry, TableRef, UsageEntry, BLOCK_U64, SNAPSHOT_NAME_MAX,
     TABLES, TABLE_PINNED, TABLE_SNAPSHOTS, TABLE_USAGE,
 };
-use super::map::BlockMap;
-use crate::tbfs::checkpoints::Checkpoints;
 use crate::tbfs::inode::{now_ns, InodeCell};
+use crate::tbfs::map::BlockMap;
 use crate::tbfs::retention::*;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{DirEntry, Error, FileKind, Fs, Result, Stat};
@@ -269,7 +269,7 @@ fn superseded(number: u64) -> Error {
 impl Engine {
     /// Writes the three tables and returns where they are. Called by `commit_checkpoint` just
     /// before the root; the pinned table goes last, after everything that may pin a block.
-    pub(super) fn write_tables(&self, m: &mut State) -> Result<[TableRef; TABLES]> {
+    pub(in crate::tbfs) fn write_tables(&self, m: &mut State) -> Result<[TableRef; TABLES]> {
         let sb = self.segment_blocks();
         // Snapshots.
         if m.life.snapshots_dirty()
@@ -408,7 +408,7 @@ impl Engine {
     }
 
     /// Bytes the pool's space divides into (see [`SpaceReport`]).
-    pub(super) fn space_report(&self, m: &State) -> SpaceReport {
+    pub(in crate::tbfs) fn space_report(&self, m: &State) -> SpaceReport {
         let sb = self.segment_blocks();
         let now = now_ns();
         let free = self.free_blocks(m).min(sb * self.segment_count());
@@ -721,11 +721,11 @@ impl Fs {
         let hold = HoldGuard { inner, number };
         // The checkpoint is read from the device: its logs must be on it.
         inner.write_logs_until(sealed)?;
-        let geo = super::recovery::tree::Geometry {
+        let geo = crate::tbfs::recovery::tree::Geometry {
             segment_blocks: inner.segment_blocks(),
             segment_count: inner.segment_count(),
         };
-        let tree = super::recovery::tree::load_tree(&inner.dev(), &geo, root)?;
+        let tree = crate::tbfs::recovery::tree::load_tree(&inner.dev(), &geo, root)?;
         std::mem::forget(hold);
         let meta = State {
             inodes: crate::tbfs::inode_table::InodeTable::viewed(tree.cells),
@@ -808,7 +808,7 @@ impl Drop for HoldGuard<'_> {
 impl Engine {
     /// Every segment's live count recomputed from the tree in memory (what recovery would find,
     /// plus what is not yet in a checkpoint). For checks.
-    pub(super) fn recount_live(&self, m: &State) -> Vec<u32> {
+    pub(in crate::tbfs) fn recount_live(&self, m: &State) -> Vec<u32> {
         let sb = self.segment_blocks();
         let mut live = vec![0u32; self.segment_count() as usize];
         let mut add = |a: u64| live[State::seg_of(a, sb)] += 1;
