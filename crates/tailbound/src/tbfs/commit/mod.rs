@@ -10,6 +10,7 @@
 
 pub(in crate::tbfs) mod checkpoint;
 pub mod lifecycle;
+mod unlink;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
