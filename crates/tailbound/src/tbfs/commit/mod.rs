@@ -9,6 +9,7 @@
 //! thread; the parts are `log` (building and writing logs), `checkpoint` and `space`.
 
 pub(in crate::tbfs) mod checkpoint;
+mod clean;
 pub mod lifecycle;
 mod unlink;
 
