@@ -13,11 +13,12 @@
 //!   pins, the superblock's bookkeeping, the newest checkpoint's, the inode file, the segment
 //!   table, the cleaner's, logs in flight); `budget`: the buffered bytes and their limits.
 //! - `state`: `Engine` and `State`, the pool's shared state and what the `meta` lock guards.
-//! - `buffer`, `namespace`, `log::{build, write, data}`, `checkpoint`, `space`, [`lifecycle`],
-//!   [`recovery`]: the operations on that state. Only the log writer (`log::write`) writes to
-//!   the device.
-//! - `commit` and `fs` (the [`Fs`] / [`File`] API): the orchestration; [`by_ino`]: the same tree
-//!   by inode number.
+//! - `buffer`, `namespace`, `log::{build, write, data}`, `space`, [`recovery`]: the operations
+//!   on that state, each meant to name one part (those that still name more are listed in
+//!   `tests/module_graph.rs`). Only the log writer (`log::write`) writes to the device.
+//! - `commit` (the superblock refresh, and under it `checkpoint`, [`lifecycle`], `unlink` and
+//!   `clean`) and `fs` (the [`Fs`] / [`File`] API): the orchestration, the only modules that
+//!   name more than one part of `State`; [`by_ino`]: the same tree by inode number.
 //! - [`fsck`]: checking a pool without changing it, and repairing a damaged one.
 //!
 //! This module owns the pool's contents. It must not touch the device except through

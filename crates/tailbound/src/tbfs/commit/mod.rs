@@ -5,8 +5,12 @@
 //! log's write completes before the next is issued, and a segment is reused only when nothing in
 //! memory references it and a durable superblock names a checkpoint written after it died.
 //!
-//! What is left here is the orchestration: refreshing the superblock and waking the background
-//! thread; the parts are `log` (building and writing logs), `checkpoint` and `space`.
+//! This module and those under it are the orchestration: the only tbfs modules besides `fs` and
+//! `state` that name more than one part of `State` (`tests/module_graph.rs` checks it). Here:
+//! refreshing the superblock; `checkpoint`: laying out a checkpoint; `lifecycle`: retention,
+//! snapshots, views and pins; `unlink`: dropping links and freeing inodes; `clean`: the
+//! cleaner's pass that moves live blocks. The parts are `log` (building and writing logs),
+//! `space` and the rest of `State`'s fields.
 
 pub(in crate::tbfs) mod checkpoint;
 mod clean;
