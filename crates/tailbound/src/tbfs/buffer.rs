@@ -338,7 +338,7 @@ impl Engine {
         if !self.budget.room_short() {
             return None;
         }
-        let dev: &dyn std::any::Any = &*self.dev();
+        let dev: &dyn std::any::Any = &**self.dev();
         let sched = dev.downcast_ref::<crate::sched::SchedDevice>()?.scheduler();
         let prio = charge.map_or_else(crate::sched::current_prio, |c| c.prio());
         if prio.class == crate::sched::Class::Rt {

@@ -725,7 +725,7 @@ impl Fs {
             segment_blocks: inner.segment_blocks(),
             segment_count: inner.segment_count(),
         };
-        let tree = crate::tbfs::recovery::tree::load_tree(&inner.dev(), &geo, root)?;
+        let tree = crate::tbfs::recovery::tree::load_tree(inner.dev(), &geo, root)?;
         std::mem::forget(hold);
         let meta = State {
             inodes: crate::tbfs::inode_table::InodeTable::viewed(tree.cells),
