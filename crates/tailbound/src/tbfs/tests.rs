@@ -4312,3 +4312,28 @@ fn a_real_time_writers_small_write_leaves_a_buffer_others_filled_to_them() {
     want.extend_from_slice(&pattern(3, 4096));
     assert_eq!(read_all(&fs, "/be"), want);
 }
+
+/// The engine finds the scheduler behind its device (a downcast of the device itself, not of
+/// the `Arc` holding it): while room is short, a best-effort writer on a scheduled pool takes a
+/// turn by its tenant's weight, and on a pool without a scheduler it does not.
+#[test]
+fn a_writer_on_a_scheduled_pool_takes_a_turn_for_room_while_it_is_short() {
+    use crate::sched::{Charge, SchedDevice, Scheduler};
+    let cfg = small_config(Ordering::Strict, Barrier::EveryCheckpoint);
+    let sched = Scheduler::new(
+        Arc::new(SimDevice::new(16 << 20)),
+        crate::sched::Config::default(),
+    )
+    .expect("scheduler");
+    let scheduled: Arc<dyn Device> = Arc::new(SchedDevice::new(sched));
+    let plain: Arc<dyn Device> = Arc::new(SimDevice::new(16 << 20));
+    let charge = Charge::of_current_thread();
+    for (dev, turns) in [(scheduled, true), (plain, false)] {
+        let fs = Fs::format(dev, &cfg).expect("format");
+        fs.inner.budget.set_room_short(true);
+        let turn = fs
+            .inner
+            .room_turn(Some(WriterKey::of(charge)), Some(charge), 1);
+        assert_eq!(turn.is_some(), turns);
+    }
+}
