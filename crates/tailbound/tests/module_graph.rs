@@ -122,6 +122,271 @@ fn a_bare_child_path_and_a_facade_that_uses_its_reexport_are_dependencies() {
     assert!(g.cycles().is_empty(), "{:?}", g.cycles());
 }
 
+/// The tbfs modules that orchestrate: they alone may name two or more parts of `State` (see
+/// docs/ARCHITECTURE.md, "tbfs: parts and orchestration"). A path ending in `/` is a directory.
+const ORCHESTRATION: &[&str] = &["tbfs/fs.rs", "tbfs/commit/", "tbfs/state.rs"];
+
+/// Known tbfs modules that name more than one part of `State` without being orchestration: the
+/// file, then the parts it names, sorted. A file that names more parts than its line, or that is
+/// not listed and names two, fails the test; so does a line that names more than the file does
+/// (shorten or delete it). The list only shrinks.
+const KNOWN_MULTI_PART: &[&str] = &[
+    "tbfs/buffer.rs: changes writer",
+    "tbfs/by_ino.rs: dirs inodes",
+    "tbfs/debt.rs: changes dirs ifile inodes",
+    "tbfs/log/build.rs: bg_clean ckpt cleaning life refresh seg soft_dead writer",
+    "tbfs/log/data.rs: changes cleaning inodes writer",
+    "tbfs/namespace.rs: dirs inodes",
+    "tbfs/recovery/mod.rs: changes ckpt dirs ifile inodes life refresh seg writer",
+    "tbfs/space/cleaner.rs: bg_clean changes ckpt cleaning dirs life refresh seg writer",
+    "tbfs/space/mod.rs: bg_clean changes ckpt cleaning ifile life refresh seg soft_dead writer",
+];
+
+#[test]
+fn only_the_orchestration_names_more_than_one_part_of_the_state() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = multi_part_modules(&src);
+    let known: BTreeSet<String> = KNOWN_MULTI_PART.iter().map(|s| s.to_string()).collect();
+    let mut report = String::new();
+    for line in &found {
+        if !known.contains(line) {
+            report.push_str(&format!("names more than one part: {line}\n"));
+        }
+    }
+    for line in &known {
+        if !found.contains(line) {
+            report.push_str(&format!("not so any more (shorten or delete it): {line}\n"));
+        }
+    }
+    assert!(report.is_empty(), "{report}");
+}
+
+#[test]
+fn the_part_scanner_sees_bindings_of_the_state_and_skips_the_rest() {
+    let dir = std::env::temp_dir().join(format!("tb-parts-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("tbfs/commit")).unwrap();
+    let write = |rel: &str, text: &str| fs::write(dir.join(rel), text).unwrap();
+    write(
+        "tbfs/state.rs",
+        "pub struct State {\n    pub seg: Seg,\n    /// doc\n    pub(crate) life: L<u8, u8>,\n    hold: H,\n}\nfn f(g: &mut State) { g.seg; g.life; }\n",
+    );
+    // One part through a parameter, one through a lock's guard, one through a closure's
+    // parameter of the same name: three.
+    write(
+        "tbfs/a.rs",
+        "fn f(&self, m: &mut State) { m.seg.x(); self.in_section(m, |m| m.life.y()); }\nfn g(&self) { let mut meta = self.lock_meta(); meta\n    .hold.z(); }\n",
+    );
+    // Fields of other values, comments, strings and tests do not count; `self` counts only in
+    // `impl State`.
+    write(
+        "tbfs/b.rs",
+        "fn f(t: &Tree, m: &State) { t.life; m.seg; \"m.life\"; /* m.hold */ self.life; }\n#[cfg(test)]\nfn t(m: &State) { m.life; }\nimpl State { fn g(&self) { self.hold; } }\n",
+    );
+    write(
+        "tbfs/c.rs",
+        "fn f() -> State { State { seg: s(), life: l(), ..State::default() } }\nfn g() -> State { x }\n",
+    );
+    write(
+        "tbfs/commit/d.rs",
+        "fn f(m: &mut State) { m.seg; m.life; m.hold; }\n",
+    );
+    let found = multi_part_modules(&dir);
+    let _ = fs::remove_dir_all(&dir);
+    assert_eq!(
+        found,
+        BTreeSet::from([
+            "tbfs/a.rs: hold life seg".to_string(),
+            "tbfs/b.rs: hold seg".to_string(),
+            "tbfs/c.rs: life seg".to_string(),
+        ])
+    );
+}
+
+/// Each non-orchestration tbfs file under `src` that names two or more parts of `State`, as
+/// `file: part part ...`.
+fn multi_part_modules(src: &Path) -> BTreeSet<String> {
+    let parts = state_parts(&fs::read_to_string(src.join("tbfs/state.rs")).expect("state.rs"));
+    assert!(parts.len() >= 2, "State's fields: {parts:?}");
+    let mut all = Vec::new();
+    walk(&src.join("tbfs"), &mut all);
+    let mut out = BTreeSet::new();
+    for path in all {
+        let rel = path
+            .strip_prefix(src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let orchestration = ORCHESTRATION.iter().any(|o| {
+            if o.ends_with('/') {
+                rel.starts_with(o)
+            } else {
+                rel == *o
+            }
+        });
+        let name = rel.rsplit('/').next().unwrap_or_default();
+        if orchestration || name.ends_with("tests.rs") {
+            continue;
+        }
+        let named = parts_named(&fs::read_to_string(&path).unwrap(), &parts);
+        if named.len() > 1 {
+            let list: Vec<&str> = named.iter().map(String::as_str).collect();
+            out.insert(format!("{rel}: {}", list.join(" ")));
+        }
+    }
+    out
+}
+
+/// The fields of `struct State` in `text`.
+fn state_parts(text: &str) -> BTreeSet<String> {
+    let toks: Vec<Tok> = lex(text).into_iter().map(|t| t.0).collect();
+    let ident = |s: &str| Tok::Ident(s.to_string());
+    let mut out = BTreeSet::new();
+    let Some(start) = toks
+        .windows(3)
+        .position(|w| w[0] == ident("struct") && w[1] == ident("State") && w[2] == Tok::Punct('{'))
+    else {
+        return out;
+    };
+    // Depth counts every bracket, so a field's type (`L<u8, u8>`, `[u8; 16]`) is never read
+    // as a field.
+    let mut depth = 0i32;
+    for (i, t) in toks.iter().enumerate().skip(start + 2) {
+        match t {
+            Tok::Punct('{' | '(' | '[' | '<') => depth += 1,
+            Tok::Punct('}' | ')' | ']' | '>') => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            Tok::Ident(name) if depth == 1 && toks.get(i + 1) == Some(&Tok::Punct(':')) => {
+                out.insert(name.clone());
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The parts of `State` (`parts`) that one file names, outside its tests: a field read through
+/// a binding of the state (a parameter or variable typed `State` or `StateGuard`, a variable
+/// bound to a `lock_meta*` call, any binding of the same name in the file, and `self` in an
+/// `impl State`), or set in a `State { .. }` literal.
+fn parts_named(text: &str, parts: &BTreeSet<String>) -> BTreeSet<String> {
+    let toks: Vec<Tok> = strip_test_items(lex(text), &mut BTreeSet::new())
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    let ident = |s: &str| Tok::Ident(s.to_string());
+    let is_state =
+        |t: Option<&Tok>| matches!(t, Some(Tok::Ident(n)) if n == "State" || n == "StateGuard");
+    let mut bindings: BTreeSet<String> = BTreeSet::new();
+    for (i, t) in toks.iter().enumerate() {
+        let Tok::Ident(name) = t else { continue };
+        // `name: &State`, `name: &mut StateGuard<'_>` (the lexer drops lifetimes).
+        if toks.get(i + 1) == Some(&Tok::Punct(':')) && toks.get(i + 2) == Some(&Tok::Punct('&')) {
+            let ty = if toks.get(i + 3) == Some(&ident("mut")) {
+                i + 4
+            } else {
+                i + 3
+            };
+            if is_state(toks.get(ty)) {
+                bindings.insert(name.clone());
+            }
+        }
+        // `let [mut] name = ... lock_meta...(..) ... ;`
+        if name == "let" {
+            let mut j = i + 1;
+            if toks.get(j) == Some(&ident("mut")) {
+                j += 1;
+            }
+            if let (Some(Tok::Ident(bound)), Some(Tok::Punct('='))) = (toks.get(j), toks.get(j + 1))
+            {
+                let end = toks[j..]
+                    .iter()
+                    .position(|t| *t == Tok::Punct(';'))
+                    .map_or(toks.len(), |p| j + p);
+                let locks = toks[j..end]
+                    .iter()
+                    .any(|t| matches!(t, Tok::Ident(w) if w.starts_with("lock_meta")));
+                if locks {
+                    bindings.insert(bound.clone());
+                }
+            }
+        }
+    }
+    // `self` inside `impl State { .. }`.
+    let mut self_is_state = vec![false; toks.len()];
+    let mut i = 0;
+    while i + 2 < toks.len() {
+        if toks[i] == ident("impl") && is_state(toks.get(i + 1)) && toks[i + 2] == Tok::Punct('{') {
+            let mut depth = 0;
+            let mut j = i + 2;
+            while j < toks.len() {
+                match toks[j] {
+                    Tok::Punct('{') => depth += 1,
+                    Tok::Punct('}') => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                self_is_state[j] = true;
+                j += 1;
+            }
+            i = j;
+        }
+        i += 1;
+    }
+    let mut named = BTreeSet::new();
+    for (i, t) in toks.iter().enumerate() {
+        let Tok::Ident(name) = t else { continue };
+        let state_binding = bindings.contains(name) || (name == "self" && self_is_state[i]);
+        if state_binding && toks.get(i + 1) == Some(&Tok::Punct('.')) {
+            if let Some(Tok::Ident(field)) = toks.get(i + 2) {
+                if parts.contains(field) && toks.get(i + 3) != Some(&Tok::Punct('(')) {
+                    named.insert(field.clone());
+                }
+            }
+        }
+        // `State { field: .., field, .. }`, not `impl State {` nor `struct State {`.
+        let literal = name == "State"
+            && toks.get(i + 1) == Some(&Tok::Punct('{'))
+            && !matches!(
+                i.checked_sub(1).map(|p| &toks[p]),
+                Some(Tok::Ident(k)) if k == "impl" || k == "struct" || k == "for"
+            )
+            // `-> State {`: a return type, then the body.
+            && i.checked_sub(1).map(|p| &toks[p]) != Some(&Tok::Punct('>'));
+        if literal {
+            let mut depth = 0;
+            for (j, u) in toks.iter().enumerate().skip(i + 1) {
+                match u {
+                    Tok::Punct('{' | '(' | '[') => depth += 1,
+                    Tok::Punct('}' | ')' | ']') => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    Tok::Ident(field)
+                        if depth == 1
+                            && parts.contains(field)
+                            && matches!(toks.get(j + 1), Some(Tok::Punct(':' | ',' | '}'))) =>
+                    {
+                        named.insert(field.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    named
+}
+
 struct File {
     module: Vec<String>,
     /// Items defined here: structs, functions, traits and the like, and child modules.

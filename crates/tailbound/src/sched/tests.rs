@@ -583,7 +583,7 @@ fn a_tbfs_commit_an_urgent_thread_waits_for_runs_at_its_priority() {
             // Seal a checkpoint's logs (the raw lock: a guard would write them on release),
             // then hold the log writer as a thread writing them does.
             fs.inner
-                .commit_checkpoint(&mut fs.inner.meta.lock())
+                .commit_checkpoint(&mut fs.inner.lock_meta_raw())
                 .expect("checkpoint");
             let mut w = fs.inner.logs.lock_writer();
             let hold = fs.inner.logs.inheritance().hold();

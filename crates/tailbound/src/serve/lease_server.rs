@@ -50,7 +50,7 @@ impl LeaseTable {
         let map = Arc::new(map);
         let (stop, stopped) = mpsc::channel();
         let thread = hold_liveness(map.clone(), LIVENESS_AT, stopped)?;
-        let dev = &fs.inner.dev;
+        let dev = fs.inner.dev();
         let pool = match dev.share_read_only() {
             Some(Ok(f)) => Some((f, dev.len())),
             Some(Err(e)) => {

@@ -116,7 +116,7 @@ impl Server {
             }
         };
         // A pool behind a scheduler charges each client's requests to the client's tenant.
-        let dev: &dyn std::any::Any = &*fs.inner.dev;
+        let dev: &dyn std::any::Any = &**fs.inner.dev();
         let tenants = dev
             .downcast_ref::<SchedDevice>()
             .map(|d| ClientTenants::new(d.scheduler().clone()));

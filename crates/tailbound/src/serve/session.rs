@@ -802,7 +802,7 @@ impl Session<'_> {
     }
 
     fn info(&self) -> Result<PoolInfo> {
-        let dev = &self.fs.inner.dev;
+        let dev = self.fs.inner.dev();
         let mut superblocks = vec![0u8; 2 * BLOCK_SIZE as usize];
         dev.read_at(0, &mut superblocks)
             .map_err(|e| Error::io("reading the superblocks", e))?;

@@ -1,7 +1,6 @@
 //! Buffered and direct file I/O: reads, writes into the write buffer, direct writes, and the
 //! per-file operations (attributes, size, stat, close).
 
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::Arc;
 
 use crate::tbfs::admission::{Turn, WriterKey, Writing};
@@ -68,7 +67,7 @@ impl Engine {
             out.copy_from_slice(&copy[..]);
             return Ok(());
         }
-        self.dev
+        self.dev()
             .read_at(addr * BLOCK_U64, out)
             .map_err(|e| Error::io(format!("inode {ino}: reading block {block} at {addr}"), e))
     }
@@ -125,7 +124,7 @@ impl Engine {
                     run += 1;
                 }
                 let bytes = run as usize * BLOCK;
-                self.dev
+                self.dev()
                     .read_at(first * BLOCK_U64, &mut buf[done..done + bytes])
                     .map_err(|e| {
                         Error::io(
@@ -239,7 +238,7 @@ impl Engine {
     /// [`WRITE_BEHIND_MIN`], so small files and small buffers keep their data together in
     /// fewer logs.
     pub(super) fn write_behind_bytes(&self) -> u64 {
-        (self.config.dirty_bytes_max / OWN_FLUSH_DIVISOR).max(WRITE_BEHIND_MIN)
+        (self.config().dirty_bytes_max / OWN_FLUSH_DIVISOR).max(WRITE_BEHIND_MIN)
     }
 
     /// Writes at `offset`, or at the end of the file for `None`; returns the end and the count.
@@ -258,7 +257,7 @@ impl Engine {
         // Taken before the inode lock: without a tenant it asks the kernel for the ioprio. A
         // device without a scheduler charges nothing, so nothing is asked.
         let charge = self
-            .dev
+            .dev()
             .charged()
             .then(crate::sched::Charge::of_current_thread);
         // Counted by tenant only behind a scheduler: without one there is no tenant, and the
@@ -308,7 +307,7 @@ impl Engine {
                 Err(Error::NoSpace(_)) if room_checked && self.check_not_poisoned().is_ok() => {}
                 r => r?,
             }
-        } else if self.config.ordering == Ordering::Relaxed && held >= self.write_behind_bytes() {
+        } else if self.config().ordering == Ordering::Relaxed && held >= self.write_behind_bytes() {
             // Write-behind: a file with a large amount buffered goes out now as data-only logs,
             // its writer's I/O.
             let mut m = self.lock_meta();
@@ -339,7 +338,7 @@ impl Engine {
         if !self.budget.room_short() {
             return None;
         }
-        let dev: &dyn std::any::Any = &*self.dev;
+        let dev: &dyn std::any::Any = &**self.dev();
         let sched = dev.downcast_ref::<crate::sched::SchedDevice>()?.scheduler();
         let prio = charge.map_or_else(crate::sched::current_prio, |c| c.prio());
         if prio.class == crate::sched::Class::Rt {
@@ -526,7 +525,8 @@ impl Engine {
             let mut st = cell.lock();
             self.buffer_write(cell, &mut st, buf, offset, whole, charge)?
         };
-        if self.config.ordering == Ordering::Strict || m.changes.only_checkpoint_records(cell.ino) {
+        if self.config().ordering == Ordering::Strict || m.changes.only_checkpoint_records(cell.ino)
+        {
             drop(m);
             self.sync_file(cell)?;
             return Ok(DirectPiece {
@@ -567,7 +567,7 @@ impl Engine {
     /// change only a checkpoint records goes out placed, not replayed (`seal_file_data`), so a
     /// pending namespace change no longer makes a full buffer a checkpoint.
     pub(super) fn buffer_in_data_logs(&self) -> bool {
-        self.config.ordering == Ordering::Relaxed
+        self.config().ordering == Ordering::Relaxed
     }
 
     /// Bytes writers may buffer before they commit: `Config::dirty_bytes_max`, or, while a
@@ -595,8 +595,8 @@ impl Engine {
     /// Updates the access time of a file being read, per the pool's [`AtimePolicy`]. The new
     /// time is written with the file's next checkpoint.
     fn touch_atime(&self, ino: u64, st: &mut InodeState) {
-        let policy = self.atime.load(AtomicOrdering::Relaxed);
-        if policy == AtimePolicy::Never as u8 || self.read_only {
+        let policy = self.atime_policy();
+        if policy == AtimePolicy::Never as u8 || self.read_only() {
             return;
         }
         let now = now_ns();
@@ -663,7 +663,7 @@ impl Engine {
             let seq = m.writer.seq();
             let trimmed = st.truncate(len);
             for a in trimmed.unmapped {
-                m.seg_dec(a, seq, self.segment_blocks);
+                m.seg_dec(a, seq, self.segment_blocks());
             }
             self.release_dirty_bytes(trimmed.dropped * BLOCK_U64);
             // The kept tail block must read as zeros past the new size if the file grows again.
@@ -727,7 +727,7 @@ impl Engine {
             }
             st.unreferenced()
         };
-        if !maybe_free || self.read_only {
+        if !maybe_free || self.read_only() {
             return;
         }
         let mut m = self.lock_meta();

@@ -232,7 +232,7 @@ impl Fs {
     pub fn open_ino(&self, ino: u64, flags: OpenFlags) -> Result<File> {
         let inner = &self.inner;
         inner.check_usable()?;
-        if (flags.write || flags.truncate) && inner.read_only {
+        if (flags.write || flags.truncate) && inner.read_only() {
             return Err(Error::ReadOnly(format!("inode {ino}")));
         }
         let cell = self.cell_of(ino)?;

@@ -11,7 +11,7 @@ use super::dense::DenseSet;
 use super::format::height_for;
 use super::map::tree_nodes;
 use super::{Error, Result};
-use crate::tbfs::checkpoint::map_nodes_bound;
+use crate::tbfs::commit::checkpoint::map_nodes_bound;
 use crate::tbfs::limits::{CHANGE_BLOCKS, DIR_BLOCK_FILL, DIR_ENTRY_MAX, FIXED_BLOCKS};
 use crate::tbfs::state::{Engine, State};
 

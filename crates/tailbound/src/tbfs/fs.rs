@@ -1,6 +1,5 @@
 //! The public [`Fs`] / [`File`] API, and the background thread.
 
-use std::sync::atomic::Ordering as AtomicOrdering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -36,7 +35,8 @@ impl Engine {
         // Other files' pending changes are theirs to sync: a real-time writer's sync does not
         // become a checkpoint, which waits for every payload in flight, because another
         // process created a file.
-        if self.config.ordering == Ordering::Strict || m.changes.only_checkpoint_records(cell.ino) {
+        if self.config().ordering == Ordering::Strict || m.changes.only_checkpoint_records(cell.ino)
+        {
             self.commit_checkpoint(&mut m)?;
         } else {
             match self.commit_data_log(&mut m, cell) {
@@ -54,7 +54,7 @@ impl Engine {
         // of those are.
         let newest = (
             cell.lock().ckpt_seq(),
-            self.config.barrier != Barrier::Superblock,
+            self.config().barrier != Barrier::Superblock,
         );
         // Durable once written: the log writer writes (and flushes) after `meta` is released.
         m.unlock_and_write()?;
@@ -108,16 +108,16 @@ impl Fs {
         crate::panics::install_hook();
         // Recovery's checkpoint ran before `meta` was a lock: only holds count.
         inner.stats.reset_sections();
-        if !inner.read_only {
+        if !inner.read_only() {
             let period = [
-                inner.config.checkpoint_every,
-                Some(inner.config.superblock_every),
+                inner.config().checkpoint_every,
+                Some(inner.config().superblock_every),
             ]
             .into_iter()
             .flatten()
             .min()
             .unwrap_or(Duration::from_secs(5))
-            .min(if inner.config.background_gc {
+            .min(if inner.config().background_gc {
                 // The cleaner looks at the free space this often.
                 Duration::from_millis(100)
             } else {
@@ -125,7 +125,7 @@ impl Fs {
             })
             .max(Duration::from_millis(10));
             let weak = Arc::downgrade(&inner);
-            let wake = inner.wake.clone();
+            let wake = inner.waker();
             let handle = std::thread::Builder::new()
                 .name("tbfs-checkpoint".into())
                 .spawn(move || {
@@ -137,7 +137,7 @@ impl Fs {
                     }
                 })
                 .ok();
-            *inner.background.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+            inner.set_background(handle);
         }
         Fs { inner }
     }
@@ -154,7 +154,7 @@ impl Fs {
 
     /// The configuration in effect.
     pub fn config(&self) -> Config {
-        self.inner.config.clone()
+        self.inner.config().clone()
     }
 
     pub fn counters(&self) -> FsCounters {
@@ -177,7 +177,7 @@ impl Fs {
     fn open_file_after_links(&self, path: &str, flags: OpenFlags, links: u32) -> Result<File> {
         let inner = &self.inner;
         inner.check_usable()?;
-        if (flags.write || flags.create || flags.truncate) && inner.read_only {
+        if (flags.write || flags.create || flags.truncate) && inner.read_only() {
             return Err(Error::ReadOnly(path.to_string()));
         }
         let cell = match self.open_cached(path, flags)? {
@@ -408,14 +408,12 @@ impl Fs {
 
     /// When reads update access times, from now on in this process (default: relatime).
     pub fn set_atime_policy(&self, policy: AtimePolicy) {
-        self.inner
-            .atime
-            .store(policy as u8, AtomicOrdering::Relaxed);
+        self.inner.set_atime_policy(policy);
     }
 
     /// Whether reads set access times on every read ([`AtimePolicy::Strict`]).
     pub fn atime_strict(&self) -> bool {
-        self.inner.atime.load(AtomicOrdering::Relaxed) == AtimePolicy::Strict as u8
+        self.inner.atime_policy() == AtimePolicy::Strict as u8
     }
 
     /// Tells `w` of segments written again and access times reads set, until
@@ -500,12 +498,7 @@ impl Fs {
     /// `/mnt/fast/x` then resolves to `/x` in the pool. `None` (the default): absolute targets
     /// start at the pool's root.
     pub fn set_mount_point(&self, mount: Option<&str>) {
-        *self
-            .inner
-            .mount_point
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) =
-            mount.map(|s| s.trim_end_matches('/').to_string());
+        *self.inner.mount_point() = mount.map(|s| s.trim_end_matches('/').to_string());
     }
 
     pub fn truncate(&self, path: &str, len: u64) -> Result<()> {
@@ -532,7 +525,7 @@ impl Fs {
     pub fn statvfs(&self) -> Result<StatVfs> {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
-        let total = self.inner.segment_blocks * self.inner.segment_count;
+        let total = self.inner.segment_blocks() * self.inner.segment_count();
         // What can really be written (`SpaceReport::available`), not what is not live.
         let available = self.inner.space_report(&m).available / BLOCK_U64;
         Ok(StatVfs {
@@ -551,32 +544,14 @@ impl Fs {
 
     /// Syncs, stops background work and releases the device. Later calls on clones fail.
     pub fn close(self) -> Result<()> {
-        let result = if self.inner.read_only {
+        let result = if self.inner.read_only() {
             self.inner.check_usable()
         } else {
             self.inner.sync_all()
         };
-        self.inner.closed.store(true, AtomicOrdering::Release);
-        stop_background(&self.inner);
+        self.inner.mark_closed();
+        self.inner.stop_background();
         result
-    }
-}
-
-pub(crate) fn stop_background(inner: &Engine) {
-    {
-        let (lock, cv) = &*inner.wake;
-        lock.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
-        cv.notify_all();
-    }
-    let handle = inner
-        .background
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
-    if let Some(h) = handle {
-        if h.thread().id() != std::thread::current().id() {
-            let _ = h.join();
-        }
     }
 }
 
@@ -634,7 +609,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
         let mut m = inner.lock_meta();
         crate::failpoint::hit("tbfs.background");
         let due_checkpoint = inner
-            .config
+            .config()
             .checkpoint_every
             .is_some_and(|every| m.ckpt.due(every));
         let dirty = m.changes.any()
@@ -652,7 +627,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
         };
         let result = result.and_then(|()| m.unlock_and_write());
         let result = result.and_then(|()| {
-            if inner.config.background_gc {
+            if inner.config().background_gc {
                 inner.background_clean()
             } else {
                 Ok(())
@@ -676,10 +651,7 @@ impl Drop for Engine {
         self.poison_if_unwinding("a thread that dropped the pool's last handle");
         // A pool dropped without `close` still writes what it buffered, like a process exiting
         // after its last write; errors have nowhere to go.
-        if !self.read_only
-            && !self.closed.load(AtomicOrdering::Acquire)
-            && self.check_usable().is_ok()
-        {
+        if !self.read_only() && !self.is_closed() && self.check_usable().is_ok() {
             let _ = self.sync_all();
         }
     }

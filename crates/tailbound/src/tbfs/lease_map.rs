@@ -57,7 +57,7 @@ impl Engine {
             .iter()
             .map(|&a: &u64| match a {
                 0 | ASK => ASK,
-                a => (a - FIRST_SEGMENT_BLOCK) / self.segment_blocks,
+                a => (a - FIRST_SEGMENT_BLOCK) / self.segment_blocks(),
             })
             .collect();
         let lease = BlockLease {
@@ -99,10 +99,10 @@ mod tests {
             assert!(a != 0 && a != ASK && s != ASK, "synced: in the pool");
             let start = inner.seg_start(s);
             assert!(
-                (start..start + inner.segment_blocks).contains(&a),
+                (start..start + inner.segment_blocks()).contains(&a),
                 "block {a} named with segment {s}, which starts at {start}"
             );
-            ends += usize::from(a + 1 == start + inner.segment_blocks);
+            ends += usize::from(a + 1 == start + inner.segment_blocks());
         }
         assert!(ends > 0, "some block is the last of its segment");
     }

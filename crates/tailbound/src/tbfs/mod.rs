@@ -13,11 +13,12 @@
 //!   pins, the superblock's bookkeeping, the newest checkpoint's, the inode file, the segment
 //!   table, the cleaner's, logs in flight); `budget`: the buffered bytes and their limits.
 //! - `state`: `Engine` and `State`, the pool's shared state and what the `meta` lock guards.
-//! - `buffer`, `namespace`, `log::{build, write, data}`, `checkpoint`, `space`, [`lifecycle`],
-//!   [`recovery`]: the operations on that state. Only the log writer (`log::write`) writes to
-//!   the device.
-//! - `commit` and `fs` (the [`Fs`] / [`File`] API): the orchestration; [`by_ino`]: the same tree
-//!   by inode number.
+//! - `buffer`, `namespace`, `log::{build, write, data}`, `space`, [`recovery`]: the operations
+//!   on that state, each meant to name one part (those that still name more are listed in
+//!   `tests/module_graph.rs`). Only the log writer (`log::write`) writes to the device.
+//! - `commit` (the superblock refresh, and under it `checkpoint`, [`lifecycle`], `unlink` and
+//!   `clean`) and `fs` (the [`Fs`] / [`File`] API): the orchestration, the only modules that
+//!   name more than one part of `State`; [`by_ino`]: the same tree by inode number.
 //! - [`fsck`]: checking a pool without changing it, and repairing a damaged one.
 //!
 //! This module owns the pool's contents. It must not touch the device except through
@@ -29,7 +30,6 @@ mod budget;
 mod buffer;
 pub mod by_ino;
 mod changes;
-mod checkpoint;
 mod checkpoints;
 mod commit;
 mod copies;
@@ -44,7 +44,6 @@ mod inode;
 mod inode_table;
 mod lease_map;
 mod lending;
-pub mod lifecycle;
 mod limits;
 pub mod locks;
 mod log;
@@ -63,9 +62,9 @@ mod types;
 mod watch;
 
 pub use admission::{TenantWrites, WriterKey};
+pub use commit::lifecycle::{self, CheckpointInfo, GcReport, Snapshot, SpaceReport};
 pub use fs::{File, Fs};
 pub use lease_map::{BlockLease, ASK};
-pub use lifecycle::{CheckpointInfo, GcReport, Snapshot, SpaceReport};
 pub use limits::FILE_BYTES_MAX;
 pub use types::{
     AtimePolicy, Barrier, Config, DeviceRef, DirEntry, Error, FileKind, FsCounters, OpenFlags,

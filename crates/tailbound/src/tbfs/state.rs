@@ -13,11 +13,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::tbfs::blocks::*;
+use crate::tbfs::budget::BufferBudget;
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::inode::*;
-use crate::tbfs::log::{AheadPayload, Writer};
+use crate::tbfs::log::pipeline::LogPipeline;
+use crate::tbfs::log::{AheadPayload, LogWriter, Writer};
 use crate::tbfs::space::segments::*;
-use crate::tbfs::{Config, DeviceRef, Error, FsCounters, Result};
+use crate::tbfs::{AtimePolicy, Config, DeviceRef, Error, FsCounters, Result};
 use std::thread::JoinHandle;
 
 pub(crate) use crate::tbfs::stats::Section;
@@ -73,15 +75,15 @@ pub(crate) struct HoldScratch {
 /// Shared by every clone of an [`Fs`] and every [`File`].
 #[derive(Debug)]
 pub(crate) struct Engine {
-    pub dev: DeviceRef,
-    pub config: Config,
-    pub pool_id: [u8; 16],
-    pub segment_blocks: u64,
-    pub segment_count: u64,
-    pub read_only: bool,
+    dev: DeviceRef,
+    config: Config,
+    pool_id: [u8; 16],
+    segment_blocks: u64,
+    segment_count: u64,
+    read_only: bool,
     /// A fair-capable lock ([`StateGuard::unlock_fair_and_write`]): long holds hand it over
     /// between their parts instead of taking it straight back.
-    pub meta: parking_lot::Mutex<State>,
+    meta: parking_lot::Mutex<State>,
     /// The queue of sealed logs, the log writer, the payloads and buffers in flight, and the
     /// written and durable watermarks.
     pub logs: crate::tbfs::log::pipeline::LogPipeline,
@@ -103,24 +105,24 @@ pub(crate) struct Engine {
     pub poison: super::poisoned::Poison,
     /// Told of segments written again and access times set (`watch.rs`).
     pub watchers: super::watch::Watchers,
-    pub closed: AtomicBool,
+    closed: AtomicBool,
     /// Writes by tenant, and where their time went ([`crate::tbfs::Fs::tenant_writes`]).
     pub writes: crate::tbfs::admission::WriteCounts,
     /// Writers take turns here, by their tenants' weights, while room is short.
     pub room_gate: crate::tbfs::admission::RoomGate,
-    pub background: Mutex<Option<JoinHandle<()>>>,
+    background: Mutex<Option<JoinHandle<()>>>,
     /// Wakes the background thread (to stop, write a sealed superblock or clean); shared with
     /// it so it waits without holding `Engine`.
-    pub wake: Arc<(Mutex<Wake>, Condvar)>,
+    wake: Arc<(Mutex<Wake>, Condvar)>,
     /// Priorities lent to whoever holds `meta` (and so does the commit) by threads waiting for it.
-    pub inherit: Arc<crate::sched::inherit::Inheritance>,
+    inherit: Arc<crate::sched::inherit::Inheritance>,
     /// Advisory locks of the process on this pool's files.
     pub locks: super::locks::LockTable,
     /// Where the pool is mounted in the process's paths (absolute symbolic links under it
     /// resolve inside the pool).
-    pub mount_point: Mutex<Option<String>>,
+    mount_point: Mutex<Option<String>>,
     /// [`AtimePolicy`] as its code.
-    pub atime: std::sync::atomic::AtomicU8,
+    atime: std::sync::atomic::AtomicU8,
     /// Paths of the live tree to inodes, for lookups without `meta`.
     pub names: super::names::NameCache,
 }
@@ -389,6 +391,182 @@ impl Engine {
 
     pub fn count(&self, f: impl FnOnce(&mut FsCounters)) {
         self.stats.count(f);
+    }
+}
+
+/// The pool's configuration, set once when it is made or opened; the background thread; how
+/// the path walk and reads behave (mount point, access times).
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dev: DeviceRef,
+        config: Config,
+        pool_id: [u8; 16],
+        segment_blocks: u64,
+        segment_count: u64,
+        read_only: bool,
+        meta: State,
+        log: LogWriter,
+    ) -> Engine {
+        let written = meta.writer.seq();
+        // Threads waiting for `meta` or the log writer lend their I/O priority to the holder, unless
+        // the pool is memory, whose commits are copies with no I/O priority to raise.
+        let copies = dev.writes_are_copies();
+        let inheritance = || {
+            if copies {
+                crate::sched::inherit::Inheritance::inert()
+            } else {
+                crate::sched::inherit::Inheritance::new()
+            }
+        };
+        // Every map as loaded (and rolled forward); writes raise it from here.
+        let widest = meta
+            .inodes
+            .values()
+            .map(|c| c.lock().map().blocks.len() as u64)
+            .max()
+            .unwrap_or(0);
+        let budget = BufferBudget::new(config.dirty_bytes_max, widest);
+        Engine {
+            dev,
+            config,
+            pool_id,
+            segment_blocks,
+            segment_count,
+            read_only,
+            meta: parking_lot::Mutex::new(meta),
+            logs: LogPipeline::new(written, log, inheritance()),
+            superblocks: Default::default(),
+            copies: Default::default(),
+            bg_pass: Mutex::new(()),
+            dirty: Mutex::new(Default::default()),
+            budget,
+            stats: Default::default(),
+            poison: Default::default(),
+            watchers: Default::default(),
+            closed: AtomicBool::new(false),
+            writes: Default::default(),
+            room_gate: Default::default(),
+            background: Mutex::new(None),
+            wake: Arc::new((Mutex::new(Wake::default()), Condvar::new())),
+            inherit: inheritance(),
+            locks: super::locks::LockTable::new(),
+            names: Default::default(),
+            mount_point: Mutex::new(None),
+            atime: std::sync::atomic::AtomicU8::new(AtimePolicy::Relatime as u8),
+        }
+    }
+
+    pub fn dev(&self) -> &DeviceRef {
+        &self.dev
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn pool_id(&self) -> [u8; 16] {
+        self.pool_id
+    }
+
+    /// Blocks in a segment.
+    pub fn segment_blocks(&self) -> u64 {
+        self.segment_blocks
+    }
+
+    /// Segments in the pool.
+    pub fn segment_count(&self) -> u64 {
+        self.segment_count
+    }
+
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Later calls fail ([`Engine::check_usable`]).
+    pub fn mark_closed(&self) {
+        self.closed.store(true, AtomicOrdering::Release);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(AtomicOrdering::Acquire)
+    }
+
+    /// Tests: priorities lent to whoever holds `meta`.
+    #[cfg(test)]
+    pub fn inheritance(&self) -> &Arc<crate::sched::inherit::Inheritance> {
+        &self.inherit
+    }
+
+    /// What the background thread waits on, for the thread itself.
+    pub fn waker(&self) -> Arc<(Mutex<Wake>, Condvar)> {
+        self.wake.clone()
+    }
+
+    /// Whether a background thread runs for this pool (not for a read-only one).
+    pub fn has_background(&self) -> bool {
+        self.background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// The background thread started for this pool.
+    pub fn set_background(&self, handle: Option<JoinHandle<()>>) {
+        *self.background.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+    }
+
+    /// Wakes the background thread for what `why` marks.
+    pub(super) fn wake_background(&self, why: impl FnOnce(&mut crate::tbfs::state::Wake)) {
+        let (lock, cv) = &*self.wake;
+        why(&mut lock.lock().unwrap_or_else(|p| p.into_inner()));
+        cv.notify_all();
+    }
+
+    /// Tells the background thread to stop, and waits for it unless this is it.
+    pub(crate) fn stop_background(&self) {
+        {
+            let (lock, cv) = &*self.wake;
+            lock.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
+            cv.notify_all();
+        }
+        let handle = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Tests: why the background thread would wake now.
+    #[cfg(test)]
+    pub fn wake_reasons(&self) -> std::sync::MutexGuard<'_, Wake> {
+        self.wake.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tests: `meta` itself, whose guard writes nothing on release (a [`StateGuard`] writes
+    /// what was sealed).
+    #[cfg(test)]
+    pub fn lock_meta_raw(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.meta.lock()
+    }
+
+    /// Where the pool is mounted in the process's paths ([`crate::tbfs::Fs::set_mount_point`]).
+    pub fn mount_point(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.mount_point.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_atime_policy(&self, policy: AtimePolicy) {
+        self.atime.store(policy as u8, AtomicOrdering::Relaxed);
+    }
+
+    /// [`AtimePolicy`] as its code.
+    pub fn atime_policy(&self) -> u8 {
+        self.atime.load(AtomicOrdering::Relaxed)
     }
 }
 

@@ -1177,7 +1177,7 @@ fn the_cleaner_moves_symbolic_links_whose_target_is_a_data_block() {
 #[test]
 fn the_metadata_locks_hold_is_split_into_checkpoints_cleaning_and_sealing() {
     let fs = Fs::format(device(8 << 20), &life_config(Duration::ZERO)).unwrap();
-    crate::tbfs::fs::stop_background(&fs.inner);
+    fs.inner.stop_background();
     let start = fs.counters();
     // Synced files (checkpoints), half of them deleted and cleaned away, and a file larger than
     // the write-behind size written without a sync (sealed as data-only logs).
@@ -1199,7 +1199,7 @@ fn the_metadata_locks_hold_is_split_into_checkpoints_cleaning_and_sealing() {
 #[test]
 fn a_section_nested_in_another_is_counted_once_as_its_own() {
     let fs = Fs::format(device(8 << 20), &life_config(Duration::ZERO)).unwrap();
-    crate::tbfs::fs::stop_background(&fs.inner);
+    fs.inner.stop_background();
     let inner = &fs.inner;
     let before = fs.counters();
     let spin = |d: Duration| {
@@ -1548,13 +1548,13 @@ fn waiters_lend_their_io_priority_except_on_a_memory_pool() {
         &small_config(Ordering::Relaxed, Barrier::EveryLog),
     )
     .unwrap();
-    assert!(!fs.inner.inherit.is_inert() && !fs.inner.logs.inheritance().is_inert());
+    assert!(!fs.inner.inheritance().is_inert() && !fs.inner.logs.inheritance().is_inert());
     drop(fs);
     // The same pool as memory: its commits are copies, and nothing has an I/O priority.
     dev.set_writes_are_copies(true);
     let fs = Fs::open(dev, &OpenOptions::default()).unwrap();
-    assert!(fs.inner.inherit.is_inert() && fs.inner.logs.inheritance().is_inert());
-    let _hold = fs.inner.inherit.hold();
+    assert!(fs.inner.inheritance().is_inert() && fs.inner.logs.inheritance().is_inert());
+    let _hold = fs.inner.inheritance().hold();
     assert!(
         !crate::sched::inherit::is_holding(),
         "a holder of inert work is not registered"
@@ -1993,7 +1993,7 @@ fn small_write_returns_with_more_than_a_buffer_in_flight(
     }
     let in_flight = inner.logs.in_flight();
     assert!(
-        in_flight > inner.config.dirty_bytes_max,
+        in_flight > inner.config().dirty_bytes_max,
         "more than a buffer is in flight: {in_flight}"
     );
     // What the last space check found (the staged checkpoints made one).
@@ -2582,7 +2582,7 @@ fn a_background_pass_in_a_memory_pool_cleans_one_victim_per_hold_of_meta() {
         let dev = device(32 << 20);
         dev.set_writes_are_copies(copies);
         let fs = Fs::format(dev.clone(), &cfg).unwrap();
-        crate::tbfs::fs::stop_background(&fs.inner);
+        fs.inner.stop_background();
         let expect_cold = hot_and_cold_history(&fs);
         fs.inner.write_logs_until(u64::MAX).unwrap();
         let before = (fs.counters(), fs.inner.lock_meta().cleaning.passes());
@@ -2611,7 +2611,7 @@ fn a_checkpoints_quick_space_bound_covers_what_it_counts_inode_by_inode() {
     // too. (Debug builds also compare the two bounds at every checkpoint.)
     let dev = device(256 << 20);
     let fs = Fs::format(dev.clone(), &large_file_config(64 << 20)).unwrap();
-    crate::tbfs::fs::stop_background(&fs.inner);
+    fs.inner.stop_background();
     fs.mkdir("/d", 0o755).unwrap();
     for i in 0..300 {
         let f = fs
@@ -2671,7 +2671,7 @@ fn a_seal_looks_only_at_files_it_can_still_take_something_from() {
         ..large_file_config(1 << 20)
     };
     let fs = Fs::format(dev.clone(), &cfg).unwrap();
-    crate::tbfs::fs::stop_background(&fs.inner);
+    fs.inner.stop_background();
     let old = synced_files(&fs, 3);
     let new: Vec<File> = (0..3)
         .map(|i| {
@@ -2734,7 +2734,7 @@ fn a_full_buffer_is_sealed_in_parts_each_a_run_that_roll_forward_recovers() {
     let dev = device(128 << 20);
     let limit = 12u64 << 20;
     let fs = Fs::format(dev.clone(), &large_file_config(limit)).unwrap();
-    crate::tbfs::fs::stop_background(&fs.inner);
+    fs.inner.stop_background();
     let files_to_fill = (limit / (FILE_BLOCKS * BLOCK) as u64) as usize + 1;
     // Their creation durable: their data goes out as replayed data, not placed.
     let files = synced_files(&fs, files_to_fill);
@@ -2764,7 +2764,7 @@ fn a_full_buffer_is_sealed_in_parts_each_a_run_that_roll_forward_recovers() {
         "no checkpoint since the sync"
     );
     // The parts' logs alone bring every file back.
-    fs.inner.dev.flush().unwrap();
+    fs.inner.dev().flush().unwrap();
     let again = reopen(&dev);
     for (i, d) in data.iter().enumerate() {
         assert_eq!(&read_all(&again, &format!("/f{i}")), d, "file {i}");
@@ -2786,7 +2786,7 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
         // Room in a segment for a log of every file's block, and no superblock refresh (its
         // checkpoint would write every log before it).
         let fs = Fs::format(dev.clone(), &large_file_config(1 << 20)).unwrap();
-        crate::tbfs::fs::stop_background(&fs.inner);
+        fs.inner.stop_background();
         let n = format::DESCRIPTORS_MAX;
         // Their creation durable: their data is replayed, not placed, so it has records.
         let files = synced_files(&fs, n);
@@ -2825,7 +2825,7 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
         // A crash once that log is durable and no later one keeps the file, record and all.
         // (With the record in the next log, the file read back empty.)
         fs.inner.write_logs_until(first + 1).unwrap();
-        fs.inner.dev.flush().unwrap();
+        fs.inner.dev().flush().unwrap();
         assert_eq!(
             fs.inner.logs.written(),
             first + 1,
@@ -2839,7 +2839,7 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
         );
         drop(crashed);
         fs.inner.write_logs_until(u64::MAX).unwrap();
-        fs.inner.dev.flush().unwrap();
+        fs.inner.dev().flush().unwrap();
         // The run alone (no checkpoint after it) brings every file back.
         let again = reopen(&dev);
         for (i, data) in expect.iter().enumerate() {
@@ -3049,7 +3049,7 @@ fn segments_a_run_superseded_are_reused_only_once_its_last_log_is_durable() {
     let last = m.writer.seq() - 1;
     assert!(last > first, "the overwrite went out in one log");
     // Segments that only the old copy of /x kept in use.
-    let freed: Vec<usize> = (0..inner.segment_count as usize)
+    let freed: Vec<usize> = (0..inner.segment_count() as usize)
         .filter(|&s| inner.segment_free_if_durable(&m, s, u64::MAX))
         .filter(|&s| !inner.segment_free_if_durable(&m, s, first))
         .collect();
@@ -3152,12 +3152,12 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     let mut m = inner.lock_meta();
     let cell = m.inodes.get(f.ino()).cloned().unwrap();
     let old = cell.lock().map().get(0);
-    let s = crate::tbfs::state::State::seg_of(old, inner.segment_blocks);
+    let s = crate::tbfs::state::State::seg_of(old, inner.segment_blocks());
     // A run supersedes the block, then stops before its last log (as `?` on an error does).
     inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
     let seq = m.writer.seq();
-    m.seg_supersede(old, seq, inner.segment_blocks);
-    m.seg_inc(old, inner.segment_blocks); // the test's block stays the file's
+    m.seg_supersede(old, seq, inner.segment_blocks());
+    m.seg_inc(old, inner.segment_blocks()); // the test's block stays the file's
     assert_eq!(
         m.seg.soft_dead_at(s),
         u64::MAX,
@@ -3619,7 +3619,7 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
             seen: std::sync::Mutex::new(Vec::new()),
         });
         let fs = Fs::format(dev.clone(), &cfg).unwrap();
-        crate::tbfs::fs::stop_background(&fs.inner);
+        fs.inner.stop_background();
         let expect_cold = hot_and_cold_history(&fs);
         // Superblocks handed to the background thread decide which segments are reusable.
         fs.inner.write_logs_until(u64::MAX).unwrap();
@@ -3642,7 +3642,7 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
         assert_eq!(urgent, pressed, "pool of {pool_bytes} bytes");
         dev.seen.lock().unwrap().clear();
         let cleaned = fs.counters().segments_cleaned;
-        fs.inner.wake.0.lock().unwrap().clean = false;
+        fs.inner.wake_reasons().clean = false;
         let after = std::thread::scope(|s| {
             s.spawn(|| {
                 idle.apply_to_current_thread().unwrap();
@@ -3660,7 +3660,7 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
             "the pass under pressure emptied nothing"
         );
         assert_eq!(
-            fs.inner.wake.0.lock().unwrap().clean,
+            fs.inner.wake_reasons().clean,
             pressed,
             "pool of {pool_bytes} bytes: the next pass asked for at once"
         );
@@ -3688,7 +3688,7 @@ fn a_superblock_another_thread_took_is_written_before_writing_the_logs_returns()
     )
     .unwrap();
     // Only the test's threads write the queue.
-    crate::tbfs::fs::stop_background(&fs.inner);
+    fs.inner.stop_background();
     let f = fs.open_file("/a", OpenFlags::create()).unwrap();
     f.pwrite(&pattern(3, 8192), 0).unwrap();
     fs.sync().unwrap();
@@ -3842,7 +3842,7 @@ fn a_renamed_files_data_goes_out_placed_and_what_it_superseded_waits_for_a_check
         assert_ne!(block0(&fs), first, "block 0 was rewritten");
         let inner = &fs.inner;
         let m = inner.lock_meta();
-        let s = state::State::seg_of(first, inner.segment_blocks);
+        let s = state::State::seg_of(first, inner.segment_blocks());
         assert!(
             m.seg.dead_at(s) > inner.superblocks.checkpoint_seq(),
             "segment {s} is reusable before a checkpoint"
@@ -4206,8 +4206,8 @@ fn the_cleaner_works_around_a_deleted_file_a_snapshot_keeps_and_moves_its_neighb
     };
     let check_pins = |fs: &Fs, ctx: &str| {
         let m = fs.inner.lock_meta();
-        let sb = fs.inner.segment_blocks;
-        let mut per_segment = vec![0u64; fs.inner.segment_count as usize];
+        let sb = fs.inner.segment_blocks();
+        let mut per_segment = vec![0u64; fs.inner.segment_count() as usize];
         for r in m.life.pins().runs() {
             for b in r.start..r.end() {
                 let s = crate::tbfs::state::State::seg_of(b, sb);
@@ -4320,4 +4320,29 @@ fn a_real_time_writers_small_write_leaves_a_buffer_others_filled_to_them() {
     let mut want = pattern(1, filled);
     want.extend_from_slice(&pattern(3, 4096));
     assert_eq!(read_all(&fs, "/be"), want);
+}
+
+/// The engine finds the scheduler behind its device (a downcast of the device itself, not of
+/// the `Arc` holding it): while room is short, a best-effort writer on a scheduled pool takes a
+/// turn by its tenant's weight, and on a pool without a scheduler it does not.
+#[test]
+fn a_writer_on_a_scheduled_pool_takes_a_turn_for_room_while_it_is_short() {
+    use crate::sched::{Charge, SchedDevice, Scheduler};
+    let cfg = small_config(Ordering::Strict, Barrier::EveryCheckpoint);
+    let sched = Scheduler::new(
+        Arc::new(SimDevice::new(16 << 20)),
+        crate::sched::Config::default(),
+    )
+    .expect("scheduler");
+    let scheduled: Arc<dyn Device> = Arc::new(SchedDevice::new(sched));
+    let plain: Arc<dyn Device> = Arc::new(SimDevice::new(16 << 20));
+    let charge = Charge::of_current_thread();
+    for (dev, turns) in [(scheduled, true), (plain, false)] {
+        let fs = Fs::format(dev, &cfg).expect("format");
+        fs.inner.budget.set_room_short(true);
+        let turn = fs
+            .inner
+            .room_turn(Some(WriterKey::of(charge)), Some(charge), 1);
+        assert_eq!(turn.is_some(), turns);
+    }
 }

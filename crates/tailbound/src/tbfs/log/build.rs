@@ -14,7 +14,7 @@ use crate::tbfs::{Barrier, Error, Result};
 
 impl Engine {
     pub(crate) fn pick_free_segment(&self, m: &State) -> Option<u64> {
-        let n = self.segment_count;
+        let n = self.segment_count();
         (1..=n)
             .map(|i| (m.writer.next_seg + i) % n)
             .find(|&s| self.segment_free(m, s as usize))
@@ -44,9 +44,9 @@ impl Engine {
         // Whatever the background cleaner read of it before is about to be overwritten.
         m.bg_clean.read.remove(&(next as usize));
         // The writer enters `next` after this segment: let the device get it ready now.
-        self.dev.prepare_write(
+        self.dev().prepare_write(
             self.seg_start(next) * BLOCK_U64,
-            self.segment_blocks * BLOCK_U64,
+            self.segment_blocks() * BLOCK_U64,
         );
         let seg = m.writer.cur_seg as usize;
         let next = m.ckpt.next_number();
@@ -64,7 +64,7 @@ impl Engine {
         }
         // Room for as many blocks as the log can take, so it does not grow (and reallocate)
         // block by block under `meta`.
-        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
+        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks();
         // `log_close` leaves at least one block (a pad log's) before the segment's end.
         let room = seg_end.checked_sub(m.writer.pos + 1).unwrap_or_else(|| {
             panic!(
@@ -91,7 +91,7 @@ impl Engine {
         level: u8,
         offset: u64,
     ) -> bool {
-        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
+        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks();
         let log = m.writer.log.as_ref().expect("log open");
         let blocks = log.payload.len();
         let merges = log.descriptors.last().is_some_and(|d| {
@@ -262,7 +262,7 @@ impl Engine {
         let summary = Summary {
             flags,
             payload_blocks,
-            pool_id: self.pool_id,
+            pool_id: self.pool_id(),
             sequence: m.writer.seq,
             checkpoint: m.ckpt.newest() + u64::from(flags & FLAG_CHECKPOINT != 0),
             segment_next: m.writer.next_seg,
@@ -272,7 +272,7 @@ impl Engine {
             time_ns: summary_time,
             descriptors: log.descriptors,
         };
-        let flush = match self.config.barrier {
+        let flush = match self.config().barrier {
             Barrier::EveryLog => true,
             Barrier::EveryCheckpoint => flags & FLAG_CHECKPOINT != 0 && !m.writer.refreshing,
             Barrier::Superblock => false,
@@ -343,7 +343,7 @@ impl Engine {
             log.start, m.writer.pos,
             "a log starts where the writer stood"
         );
-        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks;
+        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks();
         m.writer
             .log_closed(log.start + 1 + payload_blocks as u64, seg_end);
         let log_bytes = (1 + payload_blocks as u64) * BLOCK_U64;

@@ -260,7 +260,7 @@ impl Engine {
         st: &mut crate::tbfs::inode::InodeState,
     ) -> Result<Vec<(u64, u64)>> {
         m.writer.charge = st.charge();
-        let flush = self.config.barrier == Barrier::EveryLog;
+        let flush = self.config().barrier == Barrier::EveryLog;
         let placed = m.changes.only_checkpoint_records(ino);
         let kind = if placed {
             DescKind::Placed
@@ -275,11 +275,11 @@ impl Engine {
             // The log the block went into (`log_add_shared` may have rolled to a new one).
             d.sealed_in = Some((m.writer.seq, flush));
             let old = map.set(block, addr);
-            m.seg_inc(addr, self.segment_blocks);
+            m.seg_inc(addr, self.segment_blocks());
             match (old, placed) {
                 (0, _) => {}
-                (_, true) => m.seg_dec(old, m.writer.seq, self.segment_blocks),
-                (_, false) => m.seg_supersede(old, m.writer.seq, self.segment_blocks),
+                (_, true) => m.seg_dec(old, m.writer.seq, self.segment_blocks()),
+                (_, false) => m.seg_supersede(old, m.writer.seq, self.segment_blocks()),
             }
             written.push((block, gen));
         }

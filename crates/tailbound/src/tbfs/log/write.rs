@@ -136,9 +136,9 @@ impl Engine {
             a.crc();
             let base = (a.start + 1) * BLOCK_U64;
             let mut started = Vec::new();
-            if self.dev.writes_are_copies() {
+            if self.dev().writes_are_copies() {
                 for (i, block) in a.blocks.iter().enumerate() {
-                    self.dev
+                    self.dev()
                         .write_at(base + i as u64 * BLOCK_U64, &block[..])
                         .map_err(|e| self.payload_error(a, e))?;
                 }
@@ -158,7 +158,7 @@ impl Engine {
                         buf.extend_from_slice(&block[..]);
                     }
                     let at = base + (k * AHEAD_CHUNK_BLOCKS) as u64 * BLOCK_U64;
-                    window.push_back(self.dev.start_write(at, buf));
+                    window.push_back(self.dev().start_write(at, buf));
                 }
                 started.extend(window);
             }
@@ -223,7 +223,7 @@ impl Engine {
         let err = Error::io(
             format!(
                 "{} device: writing the payload of log {} at block {}",
-                self.dev.kind(),
+                self.dev().kind(),
                 a.seq,
                 a.start + 1
             ),
@@ -270,12 +270,12 @@ impl Engine {
     /// done. Without the space condition, writers used space faster than the cleaner freed it,
     /// and could leave no room for the checkpoint (with the buffered data) a cleaning pass needs.
     pub(crate) fn in_flight_max(&self) -> u64 {
-        let buffers = if self.dev.writes_are_copies() && !self.budget.tight() {
+        let buffers = if self.dev().writes_are_copies() && !self.budget.tight() {
             BEHIND_BUFFERS
         } else {
             1
         };
-        self.config.dirty_bytes_max.saturating_mul(buffers)
+        self.config().dirty_bytes_max.saturating_mul(buffers)
     }
 
     /// Called when more than [`Engine::in_flight_max`] of sealed data is unwritten: writes the
@@ -307,9 +307,9 @@ impl Engine {
     /// every log below `durable` is durable.
     pub(crate) fn flush_counted(&self, why: &str, durable: u64) -> Result<()> {
         let flushed = self
-            .dev
+            .dev()
             .flush()
-            .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
+            .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev().kind()), e))
             .inspect_err(|e| self.poison(e));
         self.end_flush();
         flushed?;
@@ -325,15 +325,11 @@ impl Engine {
     /// thread's idle-class writes wait in `sched` behind busier classes, say), the writer
     /// writes with them, lending its priority, so the memory held stays bounded.
     pub(crate) fn write_logs_behind(&self) -> Result<()> {
-        let most = self.config.dirty_bytes_max.saturating_mul(BEHIND_BUFFERS);
+        let most = self.config().dirty_bytes_max.saturating_mul(BEHIND_BUFFERS);
         if self.logs.in_flight() > most {
             return self.wait_in_flight();
         }
-        let background = self
-            .background
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some();
+        let background = self.has_background();
         if background {
             self.wake_background(|w| w.logs = true);
             self.check_not_poisoned()
@@ -482,11 +478,11 @@ impl Engine {
         }
         sb.written_ns = now_ns();
         let copy = sb.generation % 2;
-        self.dev
+        self.dev()
             .write_and_flush(copy * BLOCK_U64, &sb.encode()[..])
             .map_err(|e| {
                 Error::io(
-                    format!("{} device: writing superblock {copy}", self.dev.kind()),
+                    format!("{} device: writing superblock {copy}", self.dev().kind()),
                     e,
                 )
             })
@@ -504,9 +500,9 @@ impl Engine {
         // A flush running without the log writer may not have reached the device yet.
         let ahead = self.logs.take_ahead_unflushed();
         if w.unflushed || ahead || self.logs.flushes_running() {
-            self.dev
+            self.dev()
                 .flush()
-                .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev.kind()), e))
+                .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev().kind()), e))
                 .inspect_err(|e| self.poison(e))?;
             w.unflushed = false;
             self.count(|c| c.device_flushes += 1);
@@ -527,7 +523,7 @@ impl Engine {
         } = log;
         let seq = summary.sequence;
         let fail = |what: String, e: std::io::Error| {
-            let err = Error::io(format!("{} device: {what}", self.dev.kind()), e);
+            let err = Error::io(format!("{} device: {what}", self.dev().kind()), e);
             self.poison(&err);
             err
         };
@@ -546,7 +542,7 @@ impl Engine {
             w.buf.clear();
             w.buf.resize(BLOCK, 0);
             let summary_crc = summary.encode_into(&mut w.buf[..BLOCK]);
-            self.dev
+            self.dev()
                 .write_at(start * BLOCK_U64, &w.buf[..BLOCK])
                 .map_err(|e| {
                     fail(
@@ -564,11 +560,11 @@ impl Engine {
         let crc = crate::tbfs::log::payload_crc(&payload, &crcs);
         w.buf.clear();
         w.buf.resize(BLOCK, 0);
-        let copies = self.dev.writes_are_copies();
+        let copies = self.dev().writes_are_copies();
         for (i, block) in payload.iter().enumerate() {
             if copies {
                 let addr = start + 1 + i as u64;
-                self.dev
+                self.dev()
                     .write_at(addr * BLOCK_U64, &block[..])
                     .map_err(|e| fail(format!("writing block {addr} of log {seq}"), e))?;
             } else {
@@ -586,9 +582,9 @@ impl Engine {
         let bytes = if copies { &w.buf[..BLOCK] } else { &w.buf[..] };
         let offset = start * BLOCK_U64;
         let written = if flush {
-            self.dev.write_and_flush(offset, bytes)
+            self.dev().write_and_flush(offset, bytes)
         } else {
-            self.dev.write_at(offset, bytes)
+            self.dev().write_at(offset, bytes)
         };
         written.map_err(|e| fail(format!("writing log {seq} at block {start}"), e))?;
         w.prev_crc = summary_crc;

@@ -9,11 +9,9 @@ pub(crate) mod tree;
 use crate::tbfs::directories::Directories;
 use crate::tbfs::inode_table::InodeTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::tbfs::budget::BufferBudget;
 use crate::tbfs::changes::Changes;
 use crate::tbfs::checkpoints::Checkpoints;
 use crate::tbfs::dense::DenseSet;
@@ -21,15 +19,14 @@ use crate::tbfs::format::{self, *};
 use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode::*;
 use crate::tbfs::limits::SEGMENTS_MIN;
-use crate::tbfs::log::pipeline::LogPipeline;
 use crate::tbfs::log::{LogWriter, Writer};
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::refresh::Refresh;
 use crate::tbfs::retention::*;
 use crate::tbfs::space::segments::*;
-use crate::tbfs::state::{Engine, State, Wake};
+use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{
-    AtimePolicy, Barrier, Config, DeviceRef, Error, FileKind, OpenOptions, Ordering, RecoveryMode,
+    Barrier, Config, DeviceRef, Error, FileKind, OpenOptions, Ordering, RecoveryMode,
     RecoveryReport, Result,
 };
 use scan::*;
@@ -46,66 +43,6 @@ fn pool_id() -> [u8; 16] {
     let t = now_ns() as u128 ^ ((std::process::id() as u128) << 64);
     id.copy_from_slice(&t.to_le_bytes());
     id
-}
-
-#[allow(clippy::too_many_arguments)]
-fn new_inner(
-    dev: DeviceRef,
-    config: Config,
-    pool_id: [u8; 16],
-    segment_blocks: u64,
-    segment_count: u64,
-    read_only: bool,
-    meta: State,
-    log: LogWriter,
-) -> Engine {
-    let written = meta.writer.seq();
-    // Threads waiting for `meta` or the log writer lend their I/O priority to the holder, unless
-    // the pool is memory, whose commits are copies with no I/O priority to raise.
-    let copies = dev.writes_are_copies();
-    let inheritance = || {
-        if copies {
-            crate::sched::inherit::Inheritance::inert()
-        } else {
-            crate::sched::inherit::Inheritance::new()
-        }
-    };
-    // Every map as loaded (and rolled forward); writes raise it from here.
-    let widest = meta
-        .inodes
-        .values()
-        .map(|c| c.lock().map().blocks.len() as u64)
-        .max()
-        .unwrap_or(0);
-    let budget = BufferBudget::new(config.dirty_bytes_max, widest);
-    Engine {
-        dev,
-        config,
-        pool_id,
-        segment_blocks,
-        segment_count,
-        read_only,
-        meta: parking_lot::Mutex::new(meta),
-        logs: LogPipeline::new(written, log, inheritance()),
-        superblocks: Default::default(),
-        copies: Default::default(),
-        bg_pass: Mutex::new(()),
-        dirty: Mutex::new(Default::default()),
-        budget,
-        stats: Default::default(),
-        poison: Default::default(),
-        watchers: Default::default(),
-        closed: AtomicBool::new(false),
-        writes: Default::default(),
-        room_gate: Default::default(),
-        background: Mutex::new(None),
-        wake: Arc::new((Mutex::new(Wake::default()), Condvar::new())),
-        inherit: inheritance(),
-        locks: super::locks::LockTable::new(),
-        names: Default::default(),
-        mount_point: Mutex::new(None),
-        atime: std::sync::atomic::AtomicU8::new(AtimePolicy::Relatime as u8),
-    }
 }
 
 /// Lays a new pool on `dev`: both superblocks, an empty root directory and its checkpoint.
@@ -156,7 +93,7 @@ pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
     meta.inodes = InodeTable::formatted(root);
     meta.dirs.create(ROOT_INO);
     meta.changes.formatted(ROOT_INO);
-    let inner = Arc::new(new_inner(
+    let inner = Arc::new(Engine::new(
         dev,
         config.clone(),
         pool_id(),
@@ -209,7 +146,7 @@ pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Engine>>
     let meta = memory_state(&sb, options, tree, &chain, &base, retained, rolled)?;
     let cur_seg = meta.writer.cur_seg();
     let prev = chain.prev;
-    let inner = Arc::new(new_inner(
+    let inner = Arc::new(Engine::new(
         dev,
         config,
         sb.pool_id,

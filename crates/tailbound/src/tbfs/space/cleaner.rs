@@ -17,15 +17,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::tbfs::format::{self, DescKind, Summary, BLOCK, BLOCK_U64, FANOUT};
-use crate::tbfs::inode::{now_ns, DirtyBlock};
-use crate::tbfs::lifecycle::GcReport;
+use crate::tbfs::format::{self, BLOCK_U64};
+use crate::tbfs::inode::now_ns;
 use crate::tbfs::limits::{
     AGE_SIGNAL_SPREAD, BACKGROUND_VICTIMS, MIN_RECLAIMABLE, VICTIMS_PER_PASS,
 };
-use crate::tbfs::map::BlockMap;
 use crate::tbfs::state::{Engine, Section, State};
-use crate::tbfs::{Error, FileKind, Result};
+use crate::tbfs::GcReport;
+use crate::tbfs::{Error, Result};
 
 /// The priority of a background pass made under pressure ([`Engine::cleaning_is_urgent`]):
 /// best effort, lowest level, so it shares the device with best-effort writers by weight
@@ -56,23 +55,6 @@ impl Drop for RaisedPrio {
             let _ = before.apply_to_current_thread();
         }
     }
-}
-
-/// Marks the map node at `level`/`index` (and the path above it) to be rewritten.
-fn dirty_node(map: &mut BlockMap, level: u8, index: u64) -> bool {
-    let Some(nodes) = map.nodes.get(level as usize - 1) else {
-        return false;
-    };
-    if index as usize >= nodes.len() {
-        return false;
-    }
-    let leaf = (index as usize).saturating_mul(FANOUT.pow(level as u32 - 1));
-    if leaf >= map.blocks.len().div_ceil(FANOUT) {
-        map.all_dirty = true;
-    } else {
-        map.dirty_leaves.insert(leaf as u64);
-    }
-    true
 }
 
 /// How far apart the rates at which segments lose their live blocks are: the standard deviation
@@ -132,8 +114,8 @@ impl Engine {
         let after = self.free_blocks(m);
         // Saturating: a pass whose copies took more than it freed freed nothing.
         report.bytes_freed = after.saturating_sub(before) * BLOCK_U64;
-        report.free_fraction_after = after.min(self.segment_blocks * self.segment_count) as f64
-            / (self.segment_blocks * self.segment_count) as f64;
+        report.free_fraction_after = after.min(self.segment_blocks() * self.segment_count()) as f64
+            / (self.segment_blocks() * self.segment_count()) as f64;
         Ok(report)
     }
 
@@ -159,7 +141,7 @@ impl Engine {
                     && !m.life.is_held(newest)
                     && k.time_ns < m.life.unprotected_before(now_ns())
             });
-        if m.prune(seq, self.segment_blocks, false) > 0 || newest_pins {
+        if m.prune(seq, self.segment_blocks(), false) > 0 || newest_pins {
             self.refresh_for_cleaner(m)?;
         }
         // Buffered data goes out first, in its own logs, so the copies that follow fill
@@ -242,7 +224,7 @@ impl Engine {
                     // release durable so the segments it empties can be reused.
                     m.life.set_pressure(true);
                     let seq = m.writer.seq();
-                    let released = m.prune(seq, self.segment_blocks, false);
+                    let released = m.prune(seq, self.segment_blocks(), false);
                     self.count(|c| c.protection_released += released);
                     continue;
                 }
@@ -333,7 +315,7 @@ impl Engine {
             if (cleaned == 0 && !was_light)
                 || stalled >= 2
                 || passes >= passes_max
-                || passes > self.segment_count
+                || passes > self.segment_count()
             {
                 break;
             }
@@ -345,7 +327,7 @@ impl Engine {
     /// the figures beside it), with `free` blocks free.
     fn count_pass(&self, m: &State, victims: &[usize], free: u64) {
         let w = &m.writer;
-        let mut written: Vec<u32> = (0..self.segment_count as usize)
+        let mut written: Vec<u32> = (0..self.segment_count() as usize)
             .filter(|&s| s as u64 != w.cur_seg() && s as u64 != w.next_seg() && m.seg.live(s) > 0)
             .map(|s| m.seg.live(s))
             .collect();
@@ -359,7 +341,7 @@ impl Engine {
         let live: u64 = m.seg.live_counts().iter().map(|&l| u64::from(l)).sum();
         let chosen: u64 = victims.iter().map(|&v| u64::from(m.seg.live(v))).sum();
         let mixed = victims.iter().filter(|&&v| m.seg.mixed(v)).count() as u64;
-        let total = self.segment_blocks * self.segment_count;
+        let total = self.segment_blocks() * self.segment_count();
         self.count(|c| {
             c.cleaning_passes += 1;
             c.pass_free_blocks += free.min(total);
@@ -375,7 +357,7 @@ impl Engine {
     /// ahead: reading another under `meta` would first write every log sealed so far, and the
     /// namespace would wait for that. The rest are left to a later pass.
     fn keep_read_ahead(&self, m: &State, victims: &mut Vec<usize>) {
-        if m.bg_clean.defer_io && !self.dev.writes_are_copies() {
+        if m.bg_clean.defer_io && !self.dev().writes_are_copies() {
             victims.retain(|v| m.bg_clean.read.contains_key(v));
         }
     }
@@ -414,9 +396,9 @@ impl Engine {
         greedy: bool,
     ) -> Vec<usize> {
         let now = now_ns();
-        let sb = self.segment_blocks;
+        let sb = self.segment_blocks();
         let sb_seq = self.superblocks.checkpoint_seq();
-        let candidates: Vec<usize> = (0..self.segment_count as usize)
+        let candidates: Vec<usize> = (0..self.segment_count() as usize)
             .filter(|&s| {
                 !m.writer.holds_segment(s as u64)
                     && m.seg.live(s) > 0
@@ -492,347 +474,13 @@ impl Engine {
         out
     }
 
-    /// Makes every live block of the victims dirty, so the next checkpoint writes it elsewhere.
-    /// Returns how many blocks will move, and how many of them were marked dirty and so wait for
-    /// a checkpoint (in a light pass, all but regular files' data).
-    ///
-    /// With `light`, regular files' data is not made dirty but copied at once into data-only
-    /// logs (no attribute records: a copy changes no size), which roll-forward replays; the
-    /// caller makes them durable. Buffered data stays buffered, so a pass needs room only for
-    /// its copies.
-    fn move_live(&self, m: &mut State, victims: &[usize], light: bool) -> Result<(u64, u64)> {
-        let sb = self.segment_blocks;
-        let mut buf = Vec::new();
-        let (mut moved, mut metadata) = (0u64, 0u64);
-        if light {
-            let live: u64 = victims.iter().map(|&v| m.seg.live(v) as u64).sum();
-            // Saturating: victims whose copies take (about) all they hold give nothing back.
-            m.cleaning
-                .set_gain((victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2));
-            let room = self.ensure_space(m, live + live / 64 + 2);
-            m.cleaning.set_gain(0);
-            room?;
-        }
-        let mut open = false;
-        let mut logs_written = false;
-        // On a device whose reads are memory copies, a victim not read ahead is read a block at
-        // a time: its summaries, and only the file data still live in it (a victim is mostly
-        // dead, and copying all of it under `meta` was most of a pass).
-        let by_block = self.dev.writes_are_copies();
-        let mut one = vec![0u8; BLOCK];
-        for &s in victims {
-            let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
-            let whole = if let Some(read) = m.bg_clean.read.remove(&s) {
-                buf = read;
-                true
-            } else {
-                if !logs_written {
-                    // The victims are read from the device: every log in them must be on it.
-                    // Only those: writing every log sealed so far, other writers' payloads
-                    // included, took about a fifth of a memory pool's passes under `meta`.
-                    let newest = victims
-                        .iter()
-                        .map(|&v| m.seg.last_seq(v))
-                        .max()
-                        .unwrap_or(0);
-                    self.write_logs_until((newest + 1).min(m.writer.seq()))?;
-                    logs_written = true;
-                }
-                if !by_block {
-                    buf.resize((sb * BLOCK_U64) as usize, 0);
-                    self.read_segment(s, &mut buf)?;
-                }
-                !by_block
-            };
-            let mut pos = 0u64;
-            while pos < sb {
-                let at = (pos * BLOCK_U64) as usize;
-                let head = if whole {
-                    &buf[at..at + BLOCK]
-                } else {
-                    self.read_block_of(s, start + pos, &mut one)?;
-                    &one[..]
-                };
-                // The logs tile the segment; the first that does not decode ends what was written.
-                let Ok((summary, _)) = Summary::decode(head) else {
-                    break;
-                };
-                let end = pos + 1 + summary.payload_blocks as u64;
-                if summary.pool_id != self.pool_id || end > sb {
-                    break;
-                }
-                let mut addr = start + pos + 1;
-                for d in &summary.descriptors {
-                    // Placed data is file data like any other once the live tree maps it.
-                    let kind = match d.kind {
-                        DescKind::Placed => DescKind::Data,
-                        k => k,
-                    };
-                    if kind == DescKind::Data
-                        && !self.any_block_live(m, d.ino, d.offset, addr, d.blocks)
-                    {
-                        // A deleted file's data (most of a victim), or data its file no longer
-                        // maps there (the number may belong to a newer file): none of it is
-                        // live. One look under the inode lock, not one per block.
-                        addr += d.blocks as u64;
-                        continue;
-                    }
-                    for i in 0..d.blocks as u64 {
-                        let a = addr + i;
-                        let data = if whole {
-                            let off = ((a - start) * BLOCK_U64) as usize;
-                            &buf[off..off + BLOCK]
-                        } else if kind == DescKind::Data
-                            && self.live_file_block(m, d.ino, d.offset + i, a)
-                        {
-                            self.read_block_of(s, a, &mut one)?;
-                            &one[..]
-                        } else {
-                            // Not read: neither `copy_file_block` nor `move_block` uses the
-                            // bytes of anything but a live block of a file or symbolic link.
-                            &[][..]
-                        };
-                        if light && kind == DescKind::Data {
-                            match self.copy_file_block(m, d.ino, d.offset + i, a, data, &mut open) {
-                                Ok(Some(copied)) => {
-                                    moved += u64::from(copied);
-                                    continue;
-                                }
-                                Ok(None) => {}
-                                Err(e) => return Err(e),
-                            }
-                        }
-                        if self.move_block(m, kind, d.ino, d.level, d.offset + i, a, data) {
-                            moved += 1;
-                            metadata += 1;
-                        }
-                    }
-                    addr += d.blocks as u64;
-                }
-                pos = end;
-            }
-            // What the writer left unwritten in the victim (a segment it left early).
-            let unwritten = sb - pos.min(sb);
-            self.count(|c| c.victim_unwritten_blocks += unwritten);
-        }
-        if open {
-            self.log_close(m, format::FLAG_END)?;
-        }
-        Ok((moved, metadata))
-    }
-
-    /// Copies block `index` of regular file `ino` from `a` into the open data-only log (opening
-    /// one if `open` is false) if the file still maps it there. `None` if `ino` is not a
-    /// regular file (the block is moved as metadata), else whether it was copied.
-    fn copy_file_block(
-        &self,
-        m: &mut State,
-        ino: u64,
-        index: u64,
-        a: u64,
-        data: &[u8],
-        open: &mut bool,
-    ) -> Result<Option<bool>> {
-        let Some(cell) = m.inodes.get(ino).cloned() else {
-            return Ok(Some(false));
-        };
-        let mut st = cell.lock();
-        if st.kind() != FileKind::File {
-            return Ok(None);
-        }
-        if st.map().get(index) != a {
-            return Ok(Some(false));
-        }
-        if !*open {
-            self.log_open(m, format::FLAG_BEGIN | format::FLAG_DATA_ONLY);
-            *open = true;
-        }
-        let copy = crate::tbfs::blocks::shared_copy(data);
-        let addr = self.log_add_shared(m, DescKind::Data, ino, 0, index, copy.clone(), None)?;
-        self.copies.note(addr, m.writer.seq(), copy);
-        st.map_mut().set(index, addr);
-        drop(st);
-        m.seg_inc(addr, self.segment_blocks);
-        let seq = m.writer.seq();
-        m.seg_supersede(a, seq, self.segment_blocks);
-        m.changes.changed(ino);
-        Ok(Some(true))
-    }
-
-    /// If the live tree references block `a` (described by a summary as `kind`, `ino`, `level`,
-    /// `index`), marks what holds it dirty and returns true.
-    #[allow(clippy::too_many_arguments)]
-    fn move_block(
-        &self,
-        m: &mut State,
-        kind: DescKind,
-        ino: u64,
-        level: u8,
-        index: u64,
-        a: u64,
-        data: &[u8],
-    ) -> bool {
-        match kind {
-            DescKind::Data | DescKind::Placed => {
-                let Some(cell) = m.inodes.get(ino).cloned() else {
-                    return false;
-                };
-                let mut st = cell.lock();
-                if st.map().get(index) != a {
-                    return false;
-                }
-                if st.kind() == FileKind::Dir {
-                    // Directories are rewritten whole.
-                    drop(st);
-                    m.dirs.mark_dirty(ino);
-                    m.changes.changed(ino);
-                    return true;
-                }
-                // A newer version may be buffered already; either way the next checkpoint must
-                // write this inode (a commit in progress may have taken it from the dirty set).
-                if !st.dirty().contains_key(&index) {
-                    assert_eq!(
-                        data.len(),
-                        BLOCK,
-                        "the cleaner read no bytes for live block {index} of inode {ino} at {a}"
-                    );
-                    let gen = st.take_gen();
-                    let data = crate::tbfs::blocks::shared_copy(data);
-                    st.dirty_mut().insert(index, DirtyBlock::new(gen, data));
-                    self.budget.add(BLOCK_U64);
-                }
-                drop(st);
-                m.changes.changed(ino);
-                self.dirty
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(ino);
-                true
-            }
-            DescKind::MapNode => {
-                let Some(cell) = m.inodes.get(ino).cloned() else {
-                    return false;
-                };
-                let mut st = cell.lock();
-                let l = level as usize;
-                if level == 0
-                    || st
-                        .map()
-                        .nodes
-                        .get(l - 1)
-                        .and_then(|n| n.get(index as usize))
-                        != Some(&a)
-                {
-                    return false;
-                }
-                dirty_node(st.map_mut(), level, index);
-                drop(st);
-                m.changes.changed(ino);
-                true
-            }
-            DescKind::InodePage => {
-                if m.ifile.map().get(index) != a {
-                    return false;
-                }
-                m.ifile.page_moved(index);
-                true
-            }
-            DescKind::InodeMapNode => {
-                let l = level as usize;
-                if level == 0
-                    || m.ifile
-                        .map()
-                        .nodes
-                        .get(l - 1)
-                        .and_then(|n| n.get(index as usize))
-                        != Some(&a)
-                {
-                    return false;
-                }
-                dirty_node(m.ifile.map_mut(), level, index);
-                true
-            }
-            DescKind::Root => a == m.ckpt.root(),
-            DescKind::TablePage => {
-                let t = ino as usize;
-                if !(1..=format::TABLES).contains(&t) || m.life.table(t - 1).get(index) != a {
-                    return false;
-                }
-                match ino as u8 {
-                    format::TABLE_USAGE => {
-                        m.life.mark_usage_page_dirty(index);
-                    }
-                    format::TABLE_PINNED => {
-                        m.life.mark_pinned_page_dirty(index);
-                    }
-                    _ => m.life.mark_snapshots_dirty(),
-                }
-                true
-            }
-            DescKind::TableNode => {
-                let t = ino as usize;
-                let l = level as usize;
-                if level == 0
-                    || !(1..=format::TABLES).contains(&t)
-                    || m.life
-                        .table(t - 1)
-                        .nodes
-                        .get(l - 1)
-                        .and_then(|n| n.get(index as usize))
-                        != Some(&a)
-                {
-                    return false;
-                }
-                dirty_node(m.life.table_mut(t - 1), level, index);
-                if ino as u8 == format::TABLE_SNAPSHOTS {
-                    m.life.mark_snapshots_dirty();
-                }
-                true
-            }
-            DescKind::Attr | DescKind::Depends => false,
-        }
-    }
-
-    /// Whether file `ino` (of any kind) still maps any of its blocks `offset..offset + blocks`
-    /// at `addr..addr + blocks`, where a data descriptor put them. A block nothing maps there
-    /// is dead, whatever the file is now: no per-block step copies or moves it.
-    fn any_block_live(&self, m: &State, ino: u64, offset: u64, addr: u64, blocks: u32) -> bool {
-        m.inodes.get(ino).is_some_and(|c| {
-            let st = c.lock();
-            (0..u64::from(blocks)).any(|i| st.map().get(offset + i) == addr + i)
-        })
-    }
-
-    /// Whether block `index` of file `ino` is still at `a` and its bytes are carried by
-    /// [`Engine::move_block`] or [`Engine::copy_file_block`]: a regular file's or a symbolic
-    /// link's (whose target is its data). Directories are rewritten whole from memory.
-    fn live_file_block(&self, m: &State, ino: u64, index: u64, a: u64) -> bool {
-        m.inodes.get(ino).is_some_and(|c| {
-            let st = c.lock();
-            st.kind() != FileKind::Dir && st.map().get(index) == a
-        })
-    }
-
-    /// Reads block `a` of victim segment `s` into `out`.
-    fn read_block_of(&self, s: usize, a: u64, out: &mut [u8]) -> Result<()> {
-        self.dev.read_at(a * BLOCK_U64, out).map_err(|e| {
-            Error::io(
-                format!(
-                    "{} device: cleaner reading block {a} of segment {s}",
-                    self.dev.kind()
-                ),
-                e,
-            )
-        })
-    }
-
     /// Reads the background pass's victims whole, without `meta`, once every log sealed
     /// before `seq` is written.
     fn read_victims(&self, victims: &[usize], seq: u64) -> Result<HashMap<usize, Vec<u8>>> {
         self.write_logs_until(seq).and_then(|()| {
             let mut read = HashMap::with_capacity(victims.len());
             for &s in victims {
-                let mut buf = vec![0u8; (self.segment_blocks * BLOCK_U64) as usize];
+                let mut buf = vec![0u8; (self.segment_blocks() * BLOCK_U64) as usize];
                 self.read_segment(s, &mut buf)?;
                 read.insert(s, buf);
             }
@@ -840,11 +488,11 @@ impl Engine {
         })
     }
 
-    fn read_segment(&self, s: usize, buf: &mut [u8]) -> Result<()> {
-        let start = format::FIRST_SEGMENT_BLOCK + s as u64 * self.segment_blocks;
-        self.dev.read_at(start * BLOCK_U64, buf).map_err(|e| {
+    pub(in crate::tbfs) fn read_segment(&self, s: usize, buf: &mut [u8]) -> Result<()> {
+        let start = format::FIRST_SEGMENT_BLOCK + s as u64 * self.segment_blocks();
+        self.dev().read_at(start * BLOCK_U64, buf).map_err(|e| {
             Error::io(
-                format!("{} device: cleaner reading segment {s}", self.dev.kind()),
+                format!("{} device: cleaner reading segment {s}", self.dev().kind()),
                 e,
             )
         })
@@ -882,7 +530,7 @@ impl Engine {
     /// 10 ms.
     pub(in crate::tbfs) fn background_clean(&self) -> Result<()> {
         let _one_pass = self.bg_pass.lock().unwrap_or_else(|p| p.into_inner());
-        let (holds, per_hold) = if self.dev.writes_are_copies() {
+        let (holds, per_hold) = if self.dev().writes_are_copies() {
             (BACKGROUND_VICTIMS, 1)
         } else {
             (1, BACKGROUND_VICTIMS)
@@ -898,8 +546,8 @@ impl Engine {
     /// One background pass of at most `victims_max` victims ([`Engine::background_clean`]);
     /// returns whether it emptied any segment and more cleaning is wanted.
     fn background_pass(&self, victims_max: usize) -> Result<bool> {
-        let total = self.segment_blocks * self.segment_count;
-        let want = total * self.config.gc_free_percent.min(90) as u64 / 100;
+        let total = self.segment_blocks() * self.segment_count();
+        let want = total * self.config().gc_free_percent.min(90) as u64 / 100;
         let (victims, seq, urgent) = {
             let mut m = self.lock_meta();
             if self.free_blocks_up_to(&m, want) >= want {
@@ -925,11 +573,11 @@ impl Engine {
         // and cleaned in the foreground, holding `meta` for up to a whole pass (with a real-time
         // writer waiting on it). A memory pool does no
         // device I/O, so it keeps its thread's priority.
-        let _raised = (urgent && !self.dev.writes_are_copies()).then(RaisedPrio::raise);
+        let _raised = (urgent && !self.dev().writes_are_copies()).then(RaisedPrio::raise);
         // Every log in the victims was sealed before `seq`. A memory pool's victims are not
         // read ahead: the pass reads their summaries and live file data a block at a time
         // (`move_live`), a fraction of copying every victim whole into fresh memory.
-        let read = if self.dev.writes_are_copies() {
+        let read = if self.dev().writes_are_copies() {
             Ok(HashMap::new())
         } else {
             self.read_victims(&victims, seq)
@@ -953,7 +601,7 @@ impl Engine {
         let cleaned = cleaned?;
         // Under pressure the next pass follows at once, not a period later, while passes
         // empty segments.
-        if urgent && cleaned > 0 && self.config.background_gc {
+        if urgent && cleaned > 0 && self.config().background_gc {
             self.wake_background(|w| w.clean = true);
         }
         if flush {

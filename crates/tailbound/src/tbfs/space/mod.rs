@@ -35,13 +35,13 @@ impl Engine {
     /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
     /// check on every sync does not walk the whole segment table.
     pub(super) fn free_blocks_up_to(&self, m: &State, enough: u64) -> u64 {
-        let mut free = self.seg_start(m.writer.cur_seg()) + self.segment_blocks - m.writer.pos();
-        for s in 0..self.segment_count as usize {
+        let mut free = self.seg_start(m.writer.cur_seg()) + self.segment_blocks() - m.writer.pos();
+        for s in 0..self.segment_count() as usize {
             if free >= enough {
                 break;
             }
             if self.segment_free(m, s) {
-                free += self.segment_blocks;
+                free += self.segment_blocks();
             }
         }
         free
@@ -49,7 +49,7 @@ impl Engine {
 
     /// Segments that would be free after the next durable superblock.
     pub(super) fn pending_free_segments(&self, m: &State) -> usize {
-        (0..self.segment_count as usize)
+        (0..self.segment_count() as usize)
             .filter(|&s| {
                 !m.writer.holds_segment(s as u64) && m.seg.is_empty(s) && !self.segment_free(m, s)
             })
@@ -59,7 +59,7 @@ impl Engine {
     /// The blocks writing `blocks` takes: summaries, pads at segment ends, and room for the
     /// checkpoint a refresh needs.
     pub(super) fn space_needed(&self, blocks: u64) -> u64 {
-        blocks + blocks / 100 + 4 + blocks / self.segment_blocks.max(1) * 2
+        blocks + blocks / 100 + 4 + blocks / self.segment_blocks().max(1) * 2
     }
 
     /// What [`Engine::ensure_space`] wants free beyond what is written: the reserve kept for the
@@ -105,8 +105,9 @@ impl Engine {
         // A memory pool also notes whether space is tight, for its in-flight bound
         // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
         // buffer needs so it also sets the buffer limit.
-        let tight_mark = self.dev.writes_are_copies().then(|| self.urgent_mark(m));
-        let room_mark = need + self.buffer_room(m, self.config.dirty_bytes_max.div_ceil(BLOCK_U64));
+        let tight_mark = self.dev().writes_are_copies().then(|| self.urgent_mark(m));
+        let room_mark =
+            need + self.buffer_room(m, self.config().dirty_bytes_max.div_ceil(BLOCK_U64));
         let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)).max(room_mark));
         if let Some(mark) = tight_mark {
             self.budget.set_tight(free < mark);
@@ -131,7 +132,7 @@ impl Engine {
             let start = std::time::Instant::now();
             let written = self.write_logs_until(m.writer.seq() + 1);
             self.writes.waited_for_logs(
-                crate::tbfs::admission::WriterKey::of_current_thread_on(&*self.dev),
+                crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev()),
                 start.elapsed(),
             );
             written?;
@@ -141,7 +142,7 @@ impl Engine {
         }
         if !m.refresh.running() && !m.cleaning.running() {
             let urgent = need + reserve + low_water / 2;
-            if self.config.background_gc
+            if self.config().background_gc
                 && need <= low_water / 4
                 && self.free_blocks_up_to(m, urgent) >= urgent
             {
@@ -159,7 +160,7 @@ impl Engine {
             let cleaned = self.clean(m, want, true);
             let copied = cleaned.as_ref().map_or(0, |r| r.blocks_copied);
             self.writes.cleaned(
-                crate::tbfs::admission::WriterKey::of_current_thread_on(&*self.dev),
+                crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev()),
                 start.elapsed(),
                 copied,
             );
@@ -224,7 +225,7 @@ impl Engine {
         2 * blocks
             + self.reserve_blocks()
             + Self::deletes_reserve(m)
-            + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks
+            + FULL_PASS_ROOM_SEGMENTS * self.segment_blocks()
     }
 
     /// Whether `blocks` of buffered data fit the free space ([`Engine::buffer_room`]).
@@ -250,7 +251,7 @@ impl Engine {
     /// no room for gets `NoSpace` before it is buffered (`make_room_for_write`), never data
     /// acknowledged to a writer that has nowhere to go.
     pub(super) fn set_buffer_limit(&self, m: &State, free_after: u64, reserve: u64) {
-        let full = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
+        let full = self.config().dirty_bytes_max.div_ceil(BLOCK_U64);
         // Saturating: no room beyond what must stay free is no room.
         let room = free_after.saturating_sub(self.buffer_room(m, 0)) / 2;
         let fit = free_after.saturating_sub(reserve) / 2;
@@ -264,14 +265,14 @@ impl Engine {
     /// checkpoint nothing keeps (no snapshot, open view or protection period), so the blocks
     /// the copies supersede need no pin.
     pub(super) fn light_cleaning(&self, m: &State) -> bool {
-        self.config.ordering == crate::tbfs::Ordering::Relaxed
+        self.config().ordering == crate::tbfs::Ordering::Relaxed
             && m.life
                 .only_newest_unkept(m.ckpt.newest(), m.ckpt.newest(), now_ns())
     }
 
     /// Blocks kept for the checkpoints that make dead segments reusable (and for recovery's).
     pub(super) fn reserve_blocks(&self) -> u64 {
-        (2 * self.segment_blocks).max(RESERVE_BLOCKS_MIN)
+        (2 * self.segment_blocks()).max(RESERVE_BLOCKS_MIN)
     }
 
     /// Blocks a user cannot fill (`SpaceReport::available`): the reserve, and slack for what
@@ -284,8 +285,8 @@ impl Engine {
     /// for the cleaner to make progress. Every block kept free beyond that raises the live
     /// fraction of the segments it cleans.
     pub(super) fn low_water(&self, m: &State) -> u64 {
-        let sb = self.segment_blocks;
-        let flush = self.config.dirty_bytes_max.div_ceil(BLOCK_U64);
+        let sb = self.segment_blocks();
+        let flush = self.config().dirty_bytes_max.div_ceil(BLOCK_U64);
         let want = if !self.light_cleaning(m) {
             // Every pass is a checkpoint with the buffered data and a pass's copies (strict
             // ordering, or a newest checkpoint something keeps).
@@ -302,7 +303,7 @@ impl Engine {
             // a flush, its summaries and the nodes.
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
-        want.min(sb * self.segment_count / LOW_WATER_DIVISOR)
+        want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)
             .max(2 * sb)
             .max(RESERVE_BLOCKS_MIN)
     }
@@ -430,7 +431,7 @@ impl State {
 
 impl Engine {
     pub(super) fn seg_start(&self, seg: u64) -> u64 {
-        format::FIRST_SEGMENT_BLOCK + seg * self.segment_blocks
+        format::FIRST_SEGMENT_BLOCK + seg * self.segment_blocks()
     }
 
     pub(super) fn segment_free(&self, m: &State, s: usize) -> bool {

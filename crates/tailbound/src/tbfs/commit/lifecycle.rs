@@ -17,14 +17,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::format::{
+use crate::tbfs::checkpoints::Checkpoints;
+use crate::tbfs::format::{
     self, encode_pinned_page, encode_snapshot_page, encode_usage_page, table_entries_per_page,
     DescKind, PinnedEntry, SnapshotEntry, TableRef, UsageEntry, BLOCK_U64, SNAPSHOT_NAME_MAX,
     TABLES, TABLE_PINNED, TABLE_SNAPSHOTS, TABLE_USAGE,
 };
-use super::map::BlockMap;
-use crate::tbfs::checkpoints::Checkpoints;
 use crate::tbfs::inode::{now_ns, InodeCell};
+use crate::tbfs::map::BlockMap;
 use crate::tbfs::retention::*;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{DirEntry, Error, FileKind, Fs, Result, Stat};
@@ -269,8 +269,8 @@ fn superseded(number: u64) -> Error {
 impl Engine {
     /// Writes the three tables and returns where they are. Called by `commit_checkpoint` just
     /// before the root; the pinned table goes last, after everything that may pin a block.
-    pub(super) fn write_tables(&self, m: &mut State) -> Result<[TableRef; TABLES]> {
-        let sb = self.segment_blocks;
+    pub(in crate::tbfs) fn write_tables(&self, m: &mut State) -> Result<[TableRef; TABLES]> {
+        let sb = self.segment_blocks();
         // Snapshots.
         if m.life.snapshots_dirty()
             || m.life.table(2).blocks.is_empty() && m.life.snapshot_count() > 0
@@ -308,11 +308,11 @@ impl Engine {
         let per = table_entries_per_page(TABLE_USAGE) as u64;
         let dirty = m
             .life
-            .take_dirty_usage_pages(self.segment_count.div_ceil(per));
+            .take_dirty_usage_pages(self.segment_count().div_ceil(per));
         let mut pages = Vec::with_capacity(dirty.len());
         for p in dirty {
             let first = p * per;
-            let last = (first + per).min(self.segment_count);
+            let last = (first + per).min(self.segment_count());
             let entries: Vec<UsageEntry> = (first..last)
                 .map(|s| UsageEntry {
                     born: m.life.segment_born(s as usize),
@@ -369,7 +369,7 @@ impl Engine {
         pages: Vec<(u64, Option<Box<format::Block>>)>,
     ) -> Result<()> {
         let seq = m.writer.seq();
-        let sb = self.segment_blocks;
+        let sb = self.segment_blocks();
         let mut highest_written = None;
         for (index, page) in pages {
             let addr = match page {
@@ -408,10 +408,10 @@ impl Engine {
     }
 
     /// Bytes the pool's space divides into (see [`SpaceReport`]).
-    pub(super) fn space_report(&self, m: &State) -> SpaceReport {
-        let sb = self.segment_blocks;
+    pub(in crate::tbfs) fn space_report(&self, m: &State) -> SpaceReport {
+        let sb = self.segment_blocks();
         let now = now_ns();
-        let free = self.free_blocks(m).min(sb * self.segment_count);
+        let free = self.free_blocks(m).min(sb * self.segment_count());
         let live: u64 = m.seg.live_counts().iter().map(|&l| l as u64).sum();
         let mut by_snapshots = 0u64;
         for r in m.life.pins().runs() {
@@ -420,12 +420,12 @@ impl Engine {
             }
         }
         // Dead space the cleaner cannot reach: segments a snapshot or view holds blocks in.
-        let free_segs: BTreeSet<usize> = (0..self.segment_count as usize)
+        let free_segs: BTreeSet<usize> = (0..self.segment_count() as usize)
             .filter(|&s| self.segment_free(m, s))
             .collect();
         // Dead blocks in segments the cleaner passes over as giving back too little.
         let mut stranded = 0u64;
-        for s in 0..self.segment_count as usize {
+        for s in 0..self.segment_count() as usize {
             if free_segs.contains(&s) || m.writer.holds_segment(s as u64) {
                 continue;
             }
@@ -448,7 +448,7 @@ impl Engine {
                 by_snapshots += sb - used;
             }
         }
-        let total = sb * self.segment_count;
+        let total = sb * self.segment_count();
         let by_snapshots = by_snapshots.min(total - live.min(total));
         let _ = now;
         // Clamped, not checked: `free` comes from segment states and the rest from block counts,
@@ -593,8 +593,8 @@ impl Drop for Snapshot {
         let c = self.number;
         if m.life.unhold(c) {
             let seq = m.writer.seq();
-            m.reanchor(c, seq, self.inner.segment_blocks);
-            m.prune(seq, self.inner.segment_blocks, false);
+            m.reanchor(c, seq, self.inner.segment_blocks());
+            m.prune(seq, self.inner.segment_blocks(), false);
         }
     }
 }
@@ -676,7 +676,7 @@ impl Fs {
             // an anchor, so this unpins nothing, and marking it a snapshot again undoes it.
             let seq = m.writer.seq();
             let pins = m.life.pins().len();
-            m.reanchor(number, seq, inner.segment_blocks);
+            m.reanchor(number, seq, inner.segment_blocks());
             assert_eq!(
                 m.life.pins().len(),
                 pins,
@@ -721,11 +721,11 @@ impl Fs {
         let hold = HoldGuard { inner, number };
         // The checkpoint is read from the device: its logs must be on it.
         inner.write_logs_until(sealed)?;
-        let geo = super::recovery::tree::Geometry {
-            segment_blocks: inner.segment_blocks,
-            segment_count: inner.segment_count,
+        let geo = crate::tbfs::recovery::tree::Geometry {
+            segment_blocks: inner.segment_blocks(),
+            segment_count: inner.segment_count(),
         };
-        let tree = super::recovery::tree::load_tree(&inner.dev, &geo, root)?;
+        let tree = crate::tbfs::recovery::tree::load_tree(inner.dev(), &geo, root)?;
         std::mem::forget(hold);
         let meta = State {
             inodes: crate::tbfs::inode_table::InodeTable::viewed(tree.cells),
@@ -772,7 +772,7 @@ impl Fs {
         }
         let mut m = inner.lock_meta();
         inner.check_usable()?;
-        let total = inner.segment_blocks * inner.segment_count;
+        let total = inner.segment_blocks() * inner.segment_count();
         let want = (target_free_fraction * total as f64).ceil() as u64;
         let report = inner.clean(&mut m, want, false)?;
         Ok(report)
@@ -799,7 +799,7 @@ impl Drop for HoldGuard<'_> {
         let mut m = self.inner.lock_meta();
         if m.life.unhold(self.number) {
             let seq = m.writer.seq();
-            m.reanchor(self.number, seq, self.inner.segment_blocks);
+            m.reanchor(self.number, seq, self.inner.segment_blocks());
         }
     }
 }
@@ -808,9 +808,9 @@ impl Drop for HoldGuard<'_> {
 impl Engine {
     /// Every segment's live count recomputed from the tree in memory (what recovery would find,
     /// plus what is not yet in a checkpoint). For checks.
-    pub(super) fn recount_live(&self, m: &State) -> Vec<u32> {
-        let sb = self.segment_blocks;
-        let mut live = vec![0u32; self.segment_count as usize];
+    pub(in crate::tbfs) fn recount_live(&self, m: &State) -> Vec<u32> {
+        let sb = self.segment_blocks();
+        let mut live = vec![0u32; self.segment_count() as usize];
         let mut add = |a: u64| live[State::seg_of(a, sb)] += 1;
         for cell in m.inodes.values() {
             let st = cell.lock();

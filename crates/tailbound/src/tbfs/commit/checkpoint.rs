@@ -53,7 +53,7 @@ impl Engine {
 
     /// Tests: a checkpoint's two bounds for the inodes it would write now, quick and counted.
     #[cfg(test)]
-    pub(super) fn checkpoint_inode_bounds(&self, m: &State) -> (u64, u64) {
+    pub(in crate::tbfs) fn checkpoint_inode_bounds(&self, m: &State) -> (u64, u64) {
         let work = checkpoint_work(m, self.dirty.lock().unwrap().all().clone());
         let dir_blocks = encode_changed_dirs(m, &work);
         (
@@ -69,7 +69,7 @@ impl Engine {
     /// pool has had (`BufferBudget::widest`). It visits no inode: counting inode by inode
     /// ([`Engine::counted_inode_bound`]) takes a cache miss or more per inode, all of it holding
     /// `meta`.
-    pub(super) fn quick_inode_bound(
+    pub(in crate::tbfs) fn quick_inode_bound(
         &self,
         work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
@@ -81,7 +81,7 @@ impl Engine {
             .unwrap_or(0);
         let widest = self.budget.widest();
         // An inode's slot is in its page, counted apart.
-        let per_inode = super::map::tree_nodes(widest.max(widest_dir));
+        let per_inode = crate::tbfs::map::tree_nodes(widest.max(widest_dir));
         let buffered = self.budget.buffered().div_ceil(BLOCK_U64);
         buffered + QUICK_BOUND_SLACK_BLOCKS + work.len() as u64 * per_inode
     }
@@ -192,7 +192,7 @@ impl Engine {
         let ifile_len =
             (m.ifile.map().blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
         let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
-            .min(super::map::tree_nodes(ifile_len) + 1);
+            .min(crate::tbfs::map::tree_nodes(ifile_len) + 1);
         estimate += pages.len() as u64 + ifile_nodes + 4;
         estimate += m.table_estimate();
         // The inodes' part: a bound from totals when the free space covers it with room to
@@ -234,7 +234,7 @@ impl Engine {
         // later data-only logs build on this checkpoint (`DescKind::Depends`), so their next
         // sync waits for it, and for every payload it needs to count.
         let mut changed: Vec<Arc<InodeCell>> = Vec::new();
-        let flush = self.config.barrier != Barrier::Superblock;
+        let flush = self.config().barrier != Barrier::Superblock;
         for ino in work.iter() {
             let cell = m.inodes[&ino].clone();
             let mut guard = cell.lock();
@@ -255,9 +255,9 @@ impl Engine {
                 )?;
                 d.sealed_in = Some((m.writer.seq(), flush));
                 let old = map.set(block, addr);
-                m.seg_inc(addr, self.segment_blocks);
+                m.seg_inc(addr, self.segment_blocks());
                 if old != 0 {
-                    m.seg_dec_at(old, seq, self.segment_blocks, now);
+                    m.seg_dec_at(old, seq, self.segment_blocks(), now);
                 }
                 done.push((block, d.gen));
             }
@@ -267,15 +267,15 @@ impl Engine {
                     let addr =
                         self.log_add_shared(m, DescKind::Data, ino, 0, i as u64, b.0, None)?;
                     let old = st.map_mut().set(i as u64, addr);
-                    m.seg_inc(addr, self.segment_blocks);
+                    m.seg_inc(addr, self.segment_blocks());
                     if old != 0 {
-                        m.seg_dec_at(old, seq, self.segment_blocks, now);
+                        m.seg_dec_at(old, seq, self.segment_blocks(), now);
                     }
                 }
                 let trimmed = st.truncate(count * BLOCK_U64);
                 debug_assert_eq!(trimmed.dropped, 0, "a directory holds no buffered blocks");
                 for old in trimmed.unmapped {
-                    m.seg_dec_at(old, seq, self.segment_blocks, now);
+                    m.seg_dec_at(old, seq, self.segment_blocks(), now);
                 }
                 // A directory's map is as wide as its blocks until the next rewrite: the quick
                 // bound must know it, as it knows files' (`BufferBudget::widest`).
@@ -359,9 +359,9 @@ impl Engine {
             m.ifile.cache(p, page);
             let addr = addr?;
             let old = m.ifile.map_mut().set(p, addr);
-            m.seg_inc(addr, self.segment_blocks);
+            m.seg_inc(addr, self.segment_blocks());
             if old != 0 {
-                m.seg_dec_at(old, seq, self.segment_blocks, now);
+                m.seg_dec_at(old, seq, self.segment_blocks(), now);
             }
         }
         let next_ino = m.inodes.next_ino();
@@ -387,13 +387,13 @@ impl Engine {
         // Retention: release what the protection period no longer covers, then drop the old
         // root from the live tree (pinned if its checkpoint stays retained) before the pinned
         // table is written.
-        let released = m.prune(seq, self.segment_blocks, true);
+        let released = m.prune(seq, self.segment_blocks(), true);
         if m.life.under_pressure() {
             self.count(|c| c.protection_released += released);
         }
         let prev_root = m.ckpt.root();
         if prev_root != 0 {
-            m.seg_dec(prev_root, seq, self.segment_blocks);
+            m.seg_dec(prev_root, seq, self.segment_blocks());
         }
         let tables = self.write_tables(m)?;
         self.log_add_depends(m, depends)?;
@@ -444,10 +444,10 @@ impl Engine {
             root_seq,
             time_ns,
         } = root;
-        m.seg_inc(addr, self.segment_blocks);
+        m.seg_inc(addr, self.segment_blocks());
         m.life.retain(
             number,
-            super::retention::Retained {
+            crate::tbfs::retention::Retained {
                 time_ns,
                 root: addr,
                 snapshot: false,
@@ -455,7 +455,7 @@ impl Engine {
             },
         );
         m.life.checkpoint_written(
-            State::seg_of(m.writer.pos(), self.segment_blocks),
+            State::seg_of(m.writer.pos(), self.segment_blocks()),
             m.writer.pos(),
         );
         for cell in changed {
@@ -468,7 +468,7 @@ impl Engine {
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.
-    pub(super) fn write_map(
+    pub(in crate::tbfs) fn write_map(
         &self,
         m: &mut State,
         kind: DescKind,
@@ -479,7 +479,7 @@ impl Engine {
             return Ok(());
         }
         let seq = m.writer.seq();
-        let sb = self.segment_blocks;
+        let sb = self.segment_blocks();
         // Only the newest checkpoint's tables are read, so their old nodes pin nothing.
         let dec = |m: &mut State, a: u64| {
             if kind == DescKind::TableNode {
@@ -554,7 +554,7 @@ impl Engine {
                     format::encode_node_into(b, level, &children[i * FANOUT..end])
                 });
                 let addr = self.log_add_shared(m, kind, ino, level, i as u64, node, None)?;
-                m.seg_inc(addr, self.segment_blocks);
+                m.seg_inc(addr, self.segment_blocks());
                 if addrs[i] != 0 {
                     dec(m, addrs[i]);
                 }
@@ -639,7 +639,7 @@ impl Records {
         self.0[from..to].iter().map(|(i, r)| (*i, r))
     }
 
-    pub(super) fn inos(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(in crate::tbfs) fn inos(&self) -> impl Iterator<Item = u64> + '_ {
         self.0.iter().map(|&(i, _)| i)
     }
 }
@@ -655,7 +655,7 @@ fn current_record(m: &State, ino: u64) -> InodeRecord {
 /// The map nodes a checkpoint writes for an inode holding `dir_len` directory blocks (0 for a
 /// file): the whole tree if its shape changes, else the paths above the leaves whose children
 /// change.
-pub(super) fn map_nodes_bound(st: &crate::tbfs::inode::InodeState, dir_len: usize) -> u64 {
+pub(in crate::tbfs) fn map_nodes_bound(st: &crate::tbfs::inode::InodeState, dir_len: usize) -> u64 {
     if dir_len == 0 && st.dirty().is_empty() && !st.map().is_dirty() {
         // Its record holds the map as it is (inline, or naming the nodes written last).
         return 0;
@@ -667,7 +667,7 @@ pub(super) fn map_nodes_bound(st: &crate::tbfs::inode::InodeState, dir_len: usiz
         .max(st.dirty().keys().next_back().map_or(0, |&b| b as usize + 1))
         .max(dir_len) as u64;
     let h = height_for(n) as u64;
-    let total = super::map::tree_nodes(n);
+    let total = crate::tbfs::map::tree_nodes(n);
     if st.map().all_dirty || h != st.map().height as u64 || dir_len > 0 {
         return total;
     }

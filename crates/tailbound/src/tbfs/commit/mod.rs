@@ -5,8 +5,17 @@
 //! log's write completes before the next is issued, and a segment is reused only when nothing in
 //! memory references it and a durable superblock names a checkpoint written after it died.
 //!
-//! What is left here is the orchestration: refreshing the superblock and waking the background
-//! thread; the parts are `log` (building and writing logs), `checkpoint` and `space`.
+//! This module and those under it are the orchestration: the only tbfs modules besides `fs` and
+//! `state` that name more than one part of `State` (`tests/module_graph.rs` checks it). Here:
+//! refreshing the superblock; `checkpoint`: laying out a checkpoint; `lifecycle`: retention,
+//! snapshots, views and pins; `unlink`: dropping links and freeing inodes; `clean`: the
+//! cleaner's pass that moves live blocks. The parts are `log` (building and writing logs),
+//! `space` and the rest of `State`'s fields.
+
+pub(in crate::tbfs) mod checkpoint;
+mod clean;
+pub mod lifecycle;
+mod unlink;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
@@ -16,24 +25,17 @@ use crate::tbfs::state::{Engine, State};
 use crate::tbfs::Result;
 
 impl Engine {
-    /// Wakes the background thread for what `why` marks.
-    pub(super) fn wake_background(&self, why: impl FnOnce(&mut crate::tbfs::state::Wake)) {
-        let (lock, cv) = &*self.wake;
-        why(&mut lock.lock().unwrap_or_else(|p| p.into_inner()));
-        cv.notify_all();
-    }
-
     /// Whether enough bytes or time went by since the last superblock for a refresh.
     pub(crate) fn refresh_due(&self, m: &State) -> bool {
         // At most a quarter of the pool between superblocks, whatever the configuration: light
         // cleaning takes only victims out of the roll-forward chain, and a chain spanning the
         // whole pool leaves it none (then only a checkpoint, which may not fit, lets it go on).
-        let pool_bytes = self.segment_blocks * self.segment_count * BLOCK_U64;
+        let pool_bytes = self.segment_blocks() * self.segment_count() * BLOCK_U64;
         let every = self
-            .config
+            .config()
             .superblock_every_bytes
             .min(pool_bytes / SUPERBLOCK_POOL_DIVISOR);
-        m.refresh.due(every, self.config.superblock_every)
+        m.refresh.due(every, self.config().superblock_every)
     }
 
     /// A sync's refresh. A real-time thread's is left to the background thread (if there is
@@ -44,11 +46,7 @@ impl Engine {
         if !self.refresh_due(m) {
             return Ok(());
         }
-        let background = self
-            .background
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some();
+        let background = self.has_background();
         if background && crate::sched::current_prio().class == crate::sched::Class::Rt {
             self.wake_background(|w| w.refresh = true);
             return Ok(());
@@ -131,21 +129,22 @@ impl Engine {
         let generation = m.refresh.next_generation();
         let sb = Superblock {
             version: format::VERSION,
-            pool_id: self.pool_id,
+            pool_id: self.pool_id(),
             generation,
-            pool_bytes: (format::FIRST_SEGMENT_BLOCK + self.segment_blocks * self.segment_count)
+            pool_bytes: (format::FIRST_SEGMENT_BLOCK
+                + self.segment_blocks() * self.segment_count())
                 * BLOCK_U64,
-            segment_blocks: self.segment_blocks,
-            segment_count: self.segment_count,
-            ordering: self.config.ordering as u8,
-            barrier: self.config.barrier as u8,
-            superblock_every_bytes: self.config.superblock_every_bytes,
-            superblock_every_ms: self.config.superblock_every.as_millis() as u64,
+            segment_blocks: self.segment_blocks(),
+            segment_count: self.segment_count(),
+            ordering: self.config().ordering as u8,
+            barrier: self.config().barrier as u8,
+            superblock_every_bytes: self.config().superblock_every_bytes,
+            superblock_every_ms: self.config().superblock_every.as_millis() as u64,
             checkpoint_every_ms: self
-                .config
+                .config()
                 .checkpoint_every
                 .map_or(0, |d| d.as_millis().max(1) as u64),
-            dirty_bytes_max: self.config.dirty_bytes_max,
+            dirty_bytes_max: self.config().dirty_bytes_max,
             checkpoint: m.ckpt.newest(),
             checkpoint_root: m.ckpt.root(),
             checkpoint_sequence: m.ckpt.seq(),
@@ -158,8 +157,8 @@ impl Engine {
             created_ns: m.refresh.created_ns(),
             written_ns: now_ns(),
             protection_ms: m.life.protection().as_millis().min(u64::MAX as u128) as u64,
-            background_gc: self.config.background_gc,
-            gc_free_percent: self.config.gc_free_percent.min(90) as u8,
+            background_gc: self.config().background_gc,
+            gc_free_percent: self.config().gc_free_percent.min(90) as u8,
         };
         debug_assert!(
             m.ckpt.is_newest_state(m.writer.seq()),
