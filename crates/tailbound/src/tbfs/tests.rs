@@ -3168,13 +3168,13 @@ fn what_a_run_cut_short_superseded_waits_for_a_checkpoint() {
     // segment still waits.
     let next = cell.lock().map().get(1);
     assert_eq!(
-        crate::tbfs::state::State::seg_of(next, inner.segment_blocks),
+        crate::tbfs::state::State::seg_of(next, inner.segment_blocks()),
         s
     );
     inner.log_open(&mut m, FLAG_BEGIN | FLAG_DATA_ONLY);
     let seq = m.writer.seq();
-    m.seg_supersede(next, seq, inner.segment_blocks);
-    m.seg_inc(next, inner.segment_blocks);
+    m.seg_supersede(next, seq, inner.segment_blocks());
+    m.seg_inc(next, inner.segment_blocks());
     inner.log_close(&mut m, FLAG_END).unwrap();
     assert_eq!(
         m.seg.soft_dead_at(s),
