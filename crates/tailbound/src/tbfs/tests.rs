@@ -3069,10 +3069,16 @@ fn segments_a_run_superseded_are_reused_only_once_its_last_log_is_durable() {
 /// descriptors as (inode, has data, has record))` in, the `(log, inode)` parts left out.
 #[test]
 fn roll_forward_keeps_a_files_part_of_a_run_only_whole() {
-    use super::format::{DescKind, Descriptor, Summary, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
+    use super::format::{
+        DescKind, Descriptor, Summary, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END, FLAG_PAD,
+    };
     type Log = (u64, u16, Vec<(u64, bool, bool)>);
     let summary = |(sequence, flags, files): &Log| Summary {
-        flags: flags | FLAG_DATA_ONLY,
+        flags: if flags & FLAG_PAD != 0 {
+            *flags
+        } else {
+            flags | FLAG_DATA_ONLY
+        },
         payload_blocks: 0,
         pool_id: [0; 16],
         sequence: *sequence,
@@ -3140,6 +3146,29 @@ fn roll_forward_keeps_a_files_part_of_a_run_only_whole() {
     assert_eq!(left_out(&copies[1..]), vec![(0, 8)]);
     // A record alone (an access time) leaves nothing out.
     assert_eq!(left_out(&[(1, be, vec![(7, false, true)])]), vec![]);
+    // A run that crosses a segment's end has a pad log between its logs: the sequence is whole,
+    // so a cleaning pass's copies on both sides count...
+    let padded: Vec<Log> = vec![
+        (1, b, vec![(7, true, false)]),
+        (2, FLAG_PAD, vec![]),
+        (3, e, vec![(8, true, false)]),
+    ];
+    assert_eq!(left_out(&padded), vec![]);
+    // ... and positions count data-only logs only, the pad not among them.
+    assert_eq!(left_out(&padded[..2]), vec![(0, 7)]);
+    let cut_after_pad = vec![
+        padded[0].clone(),
+        padded[1].clone(),
+        (3, 0, vec![(8, true, false)]),
+    ];
+    assert_eq!(left_out(&cut_after_pad), vec![(0, 7), (1, 8)]);
+    // A log missing after the pad is still missing.
+    let gap_after_pad = vec![
+        padded[0].clone(),
+        padded[1].clone(),
+        (4, e, vec![(8, true, false)]),
+    ];
+    assert_eq!(left_out(&gap_after_pad), vec![(0, 7), (1, 8)]);
 }
 
 /// A run an error cut short before its last log leaves maps in memory that recovery would not

@@ -458,7 +458,12 @@ pub(super) fn replayed_data_logs(
         .skip(from)
         .filter(|&(_, i)| index.logs[i].summary.flags & FLAG_DATA_ONLY != 0)
         .collect();
-    let summaries: Vec<&Summary> = data.iter().map(|&(_, i)| &index.logs[i].summary).collect();
+    // With the pads between them, which keep a run's sequence whole where it crosses a segment.
+    let summaries: Vec<&Summary> = chain[from.min(chain.len())..]
+        .iter()
+        .map(|&i| &index.logs[i].summary)
+        .filter(|s| s.flags & (FLAG_DATA_ONLY | FLAG_PAD) != 0)
+        .collect();
     let mut out: Vec<TailLog> = data
         .iter()
         .map(|&(pos, i)| TailLog {

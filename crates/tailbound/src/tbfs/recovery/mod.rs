@@ -425,8 +425,14 @@ fn roll_forward(
         .iter()
         .filter(|l| l.summary.flags & FLAG_DATA_ONLY != 0 && !l.skipped)
         .collect();
-    let mut unfinished =
-        unfinished_run_data(&replayed.iter().map(|l| &l.summary).collect::<Vec<_>>());
+    // With the pads between them, which keep a run's sequence whole where it crosses a segment.
+    let mut unfinished = unfinished_run_data(
+        &applied
+            .iter()
+            .filter(|l| l.summary.flags & (FLAG_DATA_ONLY | FLAG_PAD) != 0 && !l.skipped)
+            .map(|l| &l.summary)
+            .collect::<Vec<_>>(),
+    );
     report.run_parts_dropped = unfinished.len() as u64;
     // Checkpoint logs after the loaded one belong to checkpoints that do not count (or to one
     // the chain ends in, before its last log).

@@ -40,8 +40,10 @@ impl Window {
 }
 
 /// Which file data of the data-only logs `logs` (the replayed ones after a checkpoint, in chain
-/// order) roll-forward must leave out: the `(position in logs, inode)` pairs of a file whose part
-/// of a run never completed.
+/// order, with the pad logs between them) roll-forward must leave out: the `(position among the
+/// data-only logs, inode)` pairs of a file whose part of a run never completed. A pad (a
+/// segment's last block, which a run crosses) carries no data and is never skipped: it only
+/// keeps the run's sequence whole.
 ///
 /// A run of data-only logs (`FLAG_BEGIN` … `FLAG_END`, sealed under one hold of the metadata
 /// lock, so consecutive in the chain) lays out each file's buffered blocks and then its
@@ -65,7 +67,19 @@ pub(in crate::tbfs) fn unfinished_run_data(logs: &[&Summary]) -> BTreeSet<(usize
     };
     // The sequence of the open run's latest log, and whether a log of the run is missing.
     let mut run: Option<(u64, bool)> = None;
-    for (i, s) in logs.iter().enumerate() {
+    let mut data_logs = 0;
+    for s in logs {
+        if s.flags & FLAG_DATA_ONLY == 0 {
+            assert!(
+                s.flags & FLAG_PAD != 0,
+                "log {}: only data-only and pad logs count for a run",
+                s.sequence
+            );
+            run = run.map(|(prev, missing)| (s.sequence, missing || s.sequence != prev + 1));
+            continue;
+        }
+        let i = data_logs;
+        data_logs += 1;
         run = if s.flags & FLAG_BEGIN != 0 {
             // The run before (if open) never reached its last log.
             give_up(&mut open, &mut dropped);
