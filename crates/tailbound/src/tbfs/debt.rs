@@ -12,7 +12,8 @@ use super::format::height_for;
 use super::map::tree_nodes;
 use super::{Error, Result};
 use crate::tbfs::commit::checkpoint::map_nodes_bound;
-use crate::tbfs::limits::{CHANGE_BLOCKS, DIR_BLOCK_FILL, DIR_ENTRY_MAX, FIXED_BLOCKS};
+use crate::tbfs::directories::bound_blocks;
+use crate::tbfs::limits::{CHANGE_BLOCKS, DIR_BLOCK_FILL, FIXED_BLOCKS};
 use crate::tbfs::state::{Engine, State};
 
 impl Engine {
@@ -66,9 +67,7 @@ impl Engine {
         let dir_blocks = if m.dirs.dirty().contains(&dir) {
             0
         } else {
-            m.dirs.get(dir).map_or(1, |e| {
-                ((e.len() as u64 + 1) * DIR_ENTRY_MAX).div_ceil(DIR_BLOCK_FILL)
-            })
+            m.dirs.get(dir).map_or(1, |e| bound_blocks(e.len() + 1))
         };
         let blocks = dir_blocks + CHANGE_BLOCKS;
         match self.ensure_space(m, blocks) {
