@@ -265,25 +265,18 @@ impl Request {
     /// A request frame's body: its id and the request. An id that decodes with a request that
     /// does not is returned with the error, so the reply can name it.
     pub fn decode(body: &[u8]) -> (Option<u64>, WireResult<Request>) {
-        let mut d = Dec::new(body);
-        let id = match d.u64("request id") {
-            Ok(id) => id,
-            Err(e) => return (None, Err(e)),
-        };
-        let r = Request::decode_rest(&mut d, &mut None).and_then(|r| d.end("request").map(|()| r));
-        (Some(id), r)
+        let (id, r) = Request::decode_body(body, false, &mut None);
+        (id, r.map(|(_, r)| r))
     }
 
     /// A request frame's body in a session that agreed to [`FEATURE_CALLER`]: its id, its
     /// caller and the request.
     pub fn decode_from(body: &[u8]) -> (Option<u64>, WireResult<(Caller, Request)>) {
-        let mut d = Dec::new(body);
-        let id = match d.u64("request id") {
-            Ok(id) => id,
-            Err(e) => return (None, Err(e)),
-        };
-        let r = Request::caller_and_rest(&mut d, &mut None);
-        (Some(id), r)
+        let (id, r) = Request::decode_body(body, true, &mut None);
+        (
+            id,
+            r.map(|(c, r)| (c.expect("a called body decodes its caller"), r)),
+        )
     }
 
     /// [`Request::decode`] or, with `called`, [`Request::decode_from`] of a body the caller
@@ -293,20 +286,7 @@ impl Request {
         called: bool,
     ) -> (Option<u64>, WireResult<(Option<Caller>, Request)>) {
         let mut data_at = Some(0);
-        let (id, r) = {
-            let mut d = Dec::new(&body);
-            let id = match d.u64("request id") {
-                Ok(id) => id,
-                Err(e) => return (None, Err(e)),
-            };
-            let r = if called {
-                Request::caller_and_rest(&mut d, &mut data_at).map(|(c, r)| (Some(c), r))
-            } else {
-                Request::decode_rest(&mut d, &mut data_at)
-                    .and_then(|r| d.end("request").map(|()| (None, r)))
-            };
-            (id, r)
-        };
+        let (id, r) = Request::decode_body(&body, called, &mut data_at);
         // The data is the body's last field (the whole body was used): it is the body's tail.
         let r = r.map(|(c, mut r)| {
             if let (Some(at), Some(p)) = (data_at, r.payload_mut()) {
@@ -314,21 +294,36 @@ impl Request {
             }
             (c, r)
         });
-        (Some(id), r)
+        (id, r)
     }
 
-    fn caller_and_rest(
-        d: &mut Dec<'_>,
+    /// The id, then (with `called`) the caller, then the request, which must end the body;
+    /// `data_at` as [`Request::decode_rest`] takes it.
+    fn decode_body(
+        body: &[u8],
+        called: bool,
         data_at: &mut Option<usize>,
-    ) -> WireResult<(Caller, Request)> {
-        let caller = Caller {
-            tid: d.u32("caller's thread")?,
-            class: d.u8("caller's class")?,
-            level: d.u8("caller's level")?,
+    ) -> (Option<u64>, WireResult<(Option<Caller>, Request)>) {
+        let mut d = Dec::new(body);
+        let id = match d.u64("request id") {
+            Ok(id) => id,
+            Err(e) => return (None, Err(e)),
         };
-        let r = Request::decode_rest(d, data_at)?;
-        d.end("request")?;
-        Ok((caller, r))
+        let r = (|| {
+            let caller = if called {
+                Some(Caller {
+                    tid: d.u32("caller's thread")?,
+                    class: d.u8("caller's class")?,
+                    level: d.u8("caller's level")?,
+                })
+            } else {
+                None
+            };
+            let r = Request::decode_rest(&mut d, data_at)?;
+            d.end("request")?;
+            Ok((caller, r))
+        })();
+        (Some(id), r)
     }
 
     /// A write's data, if the request carries any.
