@@ -336,25 +336,49 @@ fn snapshots_are_browsable_read_only_under_dot_snapshots() {
         "two\none\nfirst\na.txt\n.\n./a.txt\n./later\nrefused-create\nrefused-rm\n-r--r--r--\n"
     );
     // The kernel opens files without asking the server: its permission check refuses a writer
-    // at open, except root, whose write the pool refuses when the kernel writes it back.
+    // at open, except root, whose write itself the pool refuses.
     let snap = m.path(".snapshots/first/a.txt");
-    let refused = std::fs::OpenOptions::new()
+    let mut opened = std::fs::OpenOptions::new()
         .append(true)
         .open(&snap)
-        .and_then(|mut f| {
-            use std::io::Write;
-            f.write_all(b"x\n")?;
-            f.sync_all()
-        });
-    assert!(refused.is_err(), "a write to a snapshot was taken");
+        .unwrap();
+    let refused = {
+        use std::io::Write;
+        opened.write(b"x\n")
+    };
+    assert_eq!(
+        refused.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EROFS)),
+        "root's write to a snapshot's file"
+    );
+    drop(opened);
     // Closed, the refused bytes are gone from the kernel's cache too: the same mount reads the
     // snapshot as it is, not what root wrote over it.
     assert_eq!(std::fs::read_to_string(&snap).unwrap(), "one\n");
-    let out = m.sh("echo more >> .snapshots/first/a.txt 2>/dev/null || true
-         cat .snapshots/first/a.txt");
-    assert_eq!(ok("after a second write", &out), "one\n");
+    let out = m.sh(
+        "echo more >> .snapshots/first/a.txt 2>/dev/null || echo refused-append
+         cat .snapshots/first/a.txt",
+    );
+    assert_eq!(ok("after a second write", &out), "refused-append\none\n");
     m.mount_again();
     assert_eq!(std::fs::read_to_string(&snap).unwrap(), "one\n");
+}
+
+#[test]
+fn a_write_by_another_user_and_a_chown_clear_set_id_bits() {
+    let Some(m) = Mounted::with("setid", |_| {}, &["--allow-other"]) else {
+        return;
+    };
+    // The kernel leaves this to the pool: set-user-ID goes on a write by a caller without
+    // CAP_FSETID and on any chown; set-group-ID only where group execute is set.
+    let out = m.sh(
+        "touch a b c d && chmod 6777 a && chmod 4755 b c && chmod 2745 d
+         setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'echo x >> a'
+         echo x >> c
+         chown 65534 b d
+         stat -c %a a b c d",
+    );
+    assert_eq!(ok("set-ID bits", &out), "777\n755\n4755\n2745\n");
 }
 
 #[test]

@@ -23,6 +23,7 @@ mod inodes;
 mod invalidate;
 mod ops;
 mod options;
+mod privs;
 mod snapshots;
 mod stats;
 

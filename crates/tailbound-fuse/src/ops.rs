@@ -19,6 +19,7 @@ use tailbound::tbfs::{self, File, FileKind, Fs, OpenFlags, RenameMode, SetAttr, 
 
 use crate::generations::Generations;
 use crate::inodes::Inodes;
+use crate::privs;
 use crate::snapshots::{self, Place, Views};
 use crate::stats::{Kind as Req, RequestCounts};
 use crate::Options;
@@ -84,6 +85,9 @@ pub struct TbFuse {
     /// How the pool is mounted (its TTL, writeback cache, request sizes).
     options: Options,
     stats: Option<Arc<RequestCounts>>,
+    /// The kernel leaves set-ID bits to the server and asks about capabilities once per inode
+    /// (`FUSE_HANDLE_KILLPRIV_V2`, [`crate::privs`]).
+    killpriv: bool,
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -198,6 +202,7 @@ impl TbFuse {
             notifier: Arc::default(),
             options: options.clone(),
             stats: options.stats.clone(),
+            killpriv: false,
         }
     }
 
@@ -210,6 +215,12 @@ impl TbFuse {
         if let Some(s) = &self.stats {
             s.count(kind);
         }
+    }
+
+    /// The permission bits a live inode's set-ID bits leave after `change`, if any go.
+    fn cleared_mode(&self, ino: u64, change: privs::Change) -> tbfs::Result<Option<u32>> {
+        let st = self.fs.stat_ino(ino)?;
+        Ok(privs::cleared(st.mode, st.kind == FileKind::Dir, change))
     }
 
     /// A live inode that may change: a snapshot's is read-only.
@@ -385,6 +396,9 @@ impl Filesystem for TbFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // POSIX locks go to the pool's lock table, which other front ends share.
         self.options.negotiate(config, true);
+        self.killpriv = config
+            .add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
         Ok(())
     }
 
@@ -436,7 +450,7 @@ impl Filesystem for TbFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -457,8 +471,9 @@ impl Filesystem for TbFuse {
             Ok(Place::Live(i)) => INodeNo(i),
             Ok(Place::View(..)) => {
                 // Root's open of a snapshot's file for writing is not refused (no-open: the
-                // kernel opens it without asking, and root passes its permission check), so
-                // its write lands in the kernel's page cache. The pool refuses the pages when
+                // kernel opens it without asking, and root passes its permission check). A
+                // `write()` is refused at the call (`privs`), but a store through a shared
+                // mapping lands in the kernel's page cache. The pool refuses the pages when
                 // they are written back, and the kernel then flushes the times the write set:
                 // this request. Its pages are no longer under writeback now, so the kernel can
                 // drop them. The size the write gave stays (with the writeback cache the kernel
@@ -477,11 +492,24 @@ impl Filesystem for TbFuse {
             Ok(Place::Dir) => return reply.error(Errno::EROFS),
             Err(e) => return reply.error(e),
         };
+        // The set-ID bits the kernel leaves to the pool (`privs`): an owner change clears them,
+        // and so does a truncate by a caller other than root (taken as the one with CAP_FSETID).
+        let change = if uid.is_some() || gid.is_some() {
+            Some(privs::Change::Owner)
+        } else if size.is_some() && req.uid() != 0 {
+            Some(privs::Change::Data)
+        } else {
+            None
+        };
         let run = || -> tbfs::Result<Stat> {
             let mut st = None;
             if let Some(len) = size {
                 st = Some(self.fs.set_len_ino(ino.0, len)?);
             }
+            let mode = match (mode, change) {
+                (None, Some(change)) => self.cleared_mode(ino.0, change)?,
+                (mode, _) => mode,
+            };
             let attr = SetAttr {
                 mode: mode.map(|m| m & 0o7777),
                 uid,
@@ -775,7 +803,7 @@ impl Filesystem for TbFuse {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: fuser::OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
@@ -804,6 +832,23 @@ impl Filesystem for TbFuse {
         } else {
             f.pwrite(data, offset)
         };
+        let written = written.and_then(|n| {
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+                if let Some(m) = self.cleared_mode(ino.0, privs::Change::Data)? {
+                    let attr = SetAttr {
+                        mode: Some(m),
+                        ..SetAttr::default()
+                    };
+                    self.fs.set_attr_ino(ino.0, &attr)?;
+                    // The kernel keeps its own copy of the mode: drop it (offset -1: the
+                    // attributes only, as the written pages are still locked by this write).
+                    if let Some(notifier) = self.notifier.get() {
+                        let _ = notifier.inval_inode(ino, -1, 0);
+                    }
+                }
+            }
+            Ok(n)
+        });
         match written {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
@@ -1027,17 +1072,35 @@ impl Filesystem for TbFuse {
         }
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        // The pool stores no extended attributes; ENOSYS makes the kernel stop asking.
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        // The pool stores no extended attributes; a snapshot's file shows a capability so
+        // that a write to it is refused at the call (`privs`).
         self.count(Req::Getxattr);
-        reply.error(Errno::ENOSYS);
+        if !self.killpriv {
+            // Without it the kernel would ask before every write: ENOSYS makes it stop asking.
+            return reply.error(Errno::ENOSYS);
+        }
+        match self.views.place(ino.0) {
+            Ok(Place::View(..)) if name == privs::CAPABILITY => {
+                let value = privs::empty_capability();
+                match size {
+                    0 => reply.size(value.len() as u32),
+                    n if (n as usize) < value.len() => reply.error(Errno::ERANGE),
+                    _ => reply.data(&value),
+                }
+            }
+            Ok(_) => reply.error(Errno::ENODATA),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        self.count(Req::Removexattr);
+        match self.views.place(ino.0) {
+            Ok(Place::Live(_)) => reply.error(Errno::ENODATA),
+            Ok(_) => reply.error(Errno::EROFS),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {

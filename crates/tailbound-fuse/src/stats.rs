@@ -32,6 +32,7 @@ pub enum Kind {
     Statfs,
     Getxattr,
     Listxattr,
+    Removexattr,
     Create,
     Getlk,
     Setlk,
@@ -39,7 +40,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 29] = [
+    pub const ALL: [Kind; 30] = [
         Kind::Lookup,
         Kind::Forget,
         Kind::Getattr,
@@ -65,6 +66,7 @@ impl Kind {
         Kind::Statfs,
         Kind::Getxattr,
         Kind::Listxattr,
+        Kind::Removexattr,
         Kind::Create,
         Kind::Getlk,
         Kind::Setlk,
@@ -98,6 +100,7 @@ impl Kind {
             Kind::Statfs => "STATFS",
             Kind::Getxattr => "GETXATTR",
             Kind::Listxattr => "LISTXATTR",
+            Kind::Removexattr => "REMOVEXATTR",
             Kind::Create => "CREATE",
             Kind::Getlk => "GETLK",
             Kind::Setlk => "SETLK",
