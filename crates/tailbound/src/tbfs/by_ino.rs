@@ -98,7 +98,7 @@ impl Engine {
             moving.push((other, other_dir, src_parent));
         }
         if moving.iter().any(|&(_, d, _)| d) {
-            let parents = parent_links(m);
+            let parents = parent_links(&m.dirs);
             for &(dir, _, into) in moving.iter().filter(|&&(_, d, _)| d) {
                 let mut probe = into;
                 loop {
@@ -196,7 +196,10 @@ impl Fs {
         inner.dir_of(&m, parent)?;
         let ino = match name {
             "." | "" => parent,
-            ".." => parent_links(&m).get(&parent).copied().unwrap_or(ROOT_INO),
+            ".." => parent_links(&m.dirs)
+                .get(&parent)
+                .copied()
+                .unwrap_or(ROOT_INO),
             _ => {
                 if name.len() > NAME_MAX {
                     return Err(Error::NameTooLong(entry_name(parent, name)));
@@ -207,7 +210,7 @@ impl Fs {
                 }
             }
         };
-        let cell = inner.cell(&m, ino)?;
+        let cell = inner.cell(&m.inodes, ino)?;
         drop(m);
         inner.stat_cell(&cell)
     }
@@ -484,7 +487,7 @@ impl Fs {
         let m = self.inner.lock_meta();
         self.inner.dir_of(&m, ino)?;
         Ok(crate::tbfs::namespace::dir_entries(&m.dirs[&ino], |i| {
-            kind_in(&m, i)
+            kind_in(&m.inodes, i)
         }))
     }
 
@@ -492,7 +495,7 @@ impl Fs {
     pub fn dir_parents(&self) -> Result<HashMap<u64, u64>> {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
-        let mut parents = parent_links(&m);
+        let mut parents = parent_links(&m.dirs);
         parents.insert(ROOT_INO, ROOT_INO);
         Ok(parents)
     }
@@ -552,7 +555,7 @@ impl Snapshot {
         };
         let ino = match name {
             "." | "" => parent,
-            ".." => parent_links(&self.tree)
+            ".." => parent_links(&self.tree.dirs)
                 .get(&parent)
                 .copied()
                 .unwrap_or(ROOT_INO),
@@ -575,7 +578,7 @@ impl Snapshot {
         self.inner.check_usable()?;
         match self.tree.dirs.get(ino) {
             Some(entries) => Ok(crate::tbfs::namespace::dir_entries(entries, |i| {
-                kind_in(&self.tree, i)
+                kind_in(&self.tree.inodes, i)
             })),
             None => {
                 self.view_cell(ino)?;

@@ -501,7 +501,7 @@ impl Snapshot {
             return Err(Error::NotDir(self.name(path)));
         };
         Ok(crate::tbfs::namespace::dir_entries(entries, |ino| {
-            crate::tbfs::namespace::kind_in(&self.tree, ino)
+            crate::tbfs::namespace::kind_in(&self.tree.inodes, ino)
         }))
     }
 
@@ -548,17 +548,19 @@ impl Snapshot {
     }
 
     fn lookup(&self, path: &str) -> Result<u64> {
-        self.inner.lookup(&self.tree, path).map_err(|e| match e {
-            Error::NotFound(_) => Error::NotFound(self.name(path)),
-            Error::NotDir(_) => Error::NotDir(self.name(path)),
-            other => other,
-        })
+        self.inner
+            .lookup(&self.tree.dirs, &self.tree.inodes, path)
+            .map_err(|e| match e {
+                Error::NotFound(_) => Error::NotFound(self.name(path)),
+                Error::NotDir(_) => Error::NotDir(self.name(path)),
+                other => other,
+            })
     }
 
     fn cell(&self, path: &str) -> Result<Arc<InodeCell>> {
         self.inner.check_usable()?;
         let ino = self.lookup(path)?;
-        self.inner.cell(&self.tree, ino)
+        self.inner.cell(&self.tree.inodes, ino)
     }
 }
 
