@@ -247,12 +247,12 @@ pub(super) fn dir_entries(
 }
 
 /// The kind of inode `ino` in `inodes`, for [`dir_entries`].
-pub(super) fn kind_in(inodes: &InodeTable, ino: u64) -> Option<FileKind> {
+pub(in crate::tbfs) fn kind_in(inodes: &InodeTable, ino: u64) -> Option<FileKind> {
     inodes.get(ino).map(|c| c.lock().kind())
 }
 
 /// Child → parent links of every directory.
-pub(super) fn parent_links(dirs: &Directories) -> HashMap<u64, u64> {
+pub(in crate::tbfs) fn parent_links(dirs: &Directories) -> HashMap<u64, u64> {
     let mut parents = HashMap::new();
     for (dir, entries) in dirs.iter() {
         for &(child, is_dir) in entries.values() {
