@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::format::NAME_MAX;
 use super::{DirEntry, Error, File, FileKind, Fs, OpenFlags, Result, SetAttr, Snapshot, Stat};
 use crate::tbfs::inode::{InodeCell, ROOT_INO};
-use crate::tbfs::namespace::{kind_in, parent_links};
+use crate::tbfs::namespace::{dir_entries, dir_of, kind_in, parent_links};
 
 /// The root directory's inode number.
 pub const ROOT: u64 = ROOT_INO;
@@ -43,26 +43,23 @@ impl Fs {
     pub fn lookup_in(&self, parent: u64, name: &str) -> Result<Stat> {
         let inner = &self.inner;
         inner.check_usable()?;
-        let m = inner.lock_meta();
-        inner.dir_of(&m, parent)?;
-        let ino = match name {
-            "." | "" => parent,
-            ".." => parent_links(&m.dirs)
-                .get(&parent)
-                .copied()
-                .unwrap_or(ROOT_INO),
-            _ => {
-                if name.len() > NAME_MAX {
-                    return Err(Error::NameTooLong(entry_name(parent, name)));
+        let cell = inner.read_names(|dirs, inodes| {
+            dir_of(dirs, inodes, parent)?;
+            let ino = match name {
+                "." | "" => parent,
+                ".." => parent_links(dirs).get(&parent).copied().unwrap_or(ROOT_INO),
+                _ => {
+                    if name.len() > NAME_MAX {
+                        return Err(Error::NameTooLong(entry_name(parent, name)));
+                    }
+                    match dirs[&parent].get(name) {
+                        Some(&(ino, _)) => ino,
+                        None => return Err(Error::NotFound(entry_name(parent, name))),
+                    }
                 }
-                match m.dirs[&parent].get(name) {
-                    Some(&(ino, _)) => ino,
-                    None => return Err(Error::NotFound(entry_name(parent, name))),
-                }
-            }
-        };
-        let cell = inner.cell(&m.inodes, ino)?;
-        drop(m);
+            };
+            inner.cell(inodes, ino)
+        })?;
         inner.stat_cell(&cell)
     }
 
@@ -74,11 +71,12 @@ impl Fs {
     }
 
     fn cell_of(&self, ino: u64) -> Result<Arc<InodeCell>> {
-        let m = self.inner.lock_meta();
-        m.inodes
-            .get(ino)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("inode {ino}")))
+        self.inner.read_names(|_, inodes| {
+            inodes
+                .get(ino)
+                .cloned()
+                .ok_or_else(|| Error::NotFound(format!("inode {ino}")))
+        })
     }
 
     /// Opens inode `ino` (never creates: `flags.create` and `flags.exclusive` are ignored). A
@@ -130,18 +128,16 @@ impl Fs {
     /// Entries of directory `ino`, sorted by name, without `.` and `..`.
     pub fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
         self.inner.check_usable()?;
-        let m = self.inner.lock_meta();
-        self.inner.dir_of(&m, ino)?;
-        Ok(crate::tbfs::namespace::dir_entries(&m.dirs[&ino], |i| {
-            kind_in(&m.inodes, i)
-        }))
+        self.inner.read_names(|dirs, inodes| {
+            dir_of(dirs, inodes, ino)?;
+            Ok(dir_entries(&dirs[&ino], |i| kind_in(inodes, i)))
+        })
     }
 
     /// The parent of every directory (the root is its own), for `..` entries.
     pub fn dir_parents(&self) -> Result<HashMap<u64, u64>> {
         self.inner.check_usable()?;
-        let m = self.inner.lock_meta();
-        let mut parents = parent_links(&m.dirs);
+        let mut parents = self.inner.read_names(|dirs, _| parent_links(dirs));
         parents.insert(ROOT_INO, ROOT_INO);
         Ok(parents)
     }
@@ -182,8 +178,8 @@ impl Fs {
 impl Snapshot {
     fn view_cell(&self, ino: u64) -> Result<Arc<InodeCell>> {
         self.inner.check_usable()?;
-        self.tree
-            .inodes
+        let (_, inodes) = self.names();
+        inodes
             .get(ino)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("checkpoint {}: inode {ino}", self.number())))
@@ -192,7 +188,8 @@ impl Snapshot {
     /// The inode `name` names in directory `parent` of the view (`.` and `..` as in
     /// [`Fs::lookup_in`]).
     pub fn lookup_in(&self, parent: u64, name: &str) -> Result<Stat> {
-        let Some(entries) = self.tree.dirs.get(parent) else {
+        let (dirs, _) = self.names();
+        let Some(entries) = dirs.get(parent) else {
             self.view_cell(parent)?;
             return Err(Error::NotDir(format!(
                 "checkpoint {}: inode {parent}",
@@ -201,10 +198,7 @@ impl Snapshot {
         };
         let ino = match name {
             "." | "" => parent,
-            ".." => parent_links(&self.tree.dirs)
-                .get(&parent)
-                .copied()
-                .unwrap_or(ROOT_INO),
+            ".." => parent_links(dirs).get(&parent).copied().unwrap_or(ROOT_INO),
             _ => match entries.get(name) {
                 Some(&(ino, _)) => ino,
                 None => return Err(Error::NotFound(entry_name(parent, name))),
@@ -222,10 +216,9 @@ impl Snapshot {
     /// Entries of directory `ino` in the view, sorted by name, without `.` and `..`.
     pub fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
         self.inner.check_usable()?;
-        match self.tree.dirs.get(ino) {
-            Some(entries) => Ok(crate::tbfs::namespace::dir_entries(entries, |i| {
-                kind_in(&self.tree.inodes, i)
-            })),
+        let (dirs, inodes) = self.names();
+        match dirs.get(ino) {
+            Some(entries) => Ok(dir_entries(entries, |i| kind_in(inodes, i))),
             None => {
                 self.view_cell(ino)?;
                 Err(Error::NotDir(format!(

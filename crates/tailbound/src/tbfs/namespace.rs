@@ -251,6 +251,17 @@ pub(in crate::tbfs) fn kind_in(inodes: &InodeTable, ino: u64) -> Option<FileKind
     inodes.get(ino).map(|c| c.lock().kind())
 }
 
+/// Checks that `dir` is a directory of the tree.
+pub(in crate::tbfs) fn dir_of(dirs: &Directories, inodes: &InodeTable, dir: u64) -> Result<()> {
+    if dirs.contains(dir) {
+        Ok(())
+    } else if inodes.contains(dir) {
+        Err(Error::NotDir(format!("inode {dir}")))
+    } else {
+        Err(Error::NotFound(format!("inode {dir}")))
+    }
+}
+
 /// Child → parent links of every directory.
 pub(in crate::tbfs) fn parent_links(dirs: &Directories) -> HashMap<u64, u64> {
     let mut parents = HashMap::new();

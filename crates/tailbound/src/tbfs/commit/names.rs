@@ -6,12 +6,24 @@
 use std::sync::{Arc, Mutex};
 
 use crate::tbfs::by_ino::{check_name, entry_name};
+use crate::tbfs::directories::Directories;
 use crate::tbfs::inode::*;
-use crate::tbfs::namespace::parent_links;
+use crate::tbfs::inode_table::InodeTable;
+use crate::tbfs::namespace::{dir_of, parent_links};
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, File, FileKind, Fs, OpenFlags, RenameMode, Result, Stat};
 
 impl Engine {
+    /// Hands the directories and the inode table to `f` under `meta`: how the calls by inode
+    /// number that only read the tree get the two parts they read.
+    pub(in crate::tbfs) fn read_names<R>(
+        &self,
+        f: impl FnOnce(&Directories, &InodeTable) -> R,
+    ) -> R {
+        let m = self.lock_meta();
+        f(&m.dirs, &m.inodes)
+    }
+
     /// Adds a new inode to the tree under `parent`.
     pub fn create_inode(
         &self,
@@ -54,17 +66,6 @@ impl Engine {
         }
     }
 
-    /// Checks that `dir` is a directory of the tree.
-    pub(in crate::tbfs) fn dir_of(&self, m: &State, dir: u64) -> Result<()> {
-        if m.dirs.contains(dir) {
-            Ok(())
-        } else if m.inodes.contains(dir) {
-            Err(Error::NotDir(format!("inode {dir}")))
-        } else {
-            Err(Error::NotFound(format!("inode {dir}")))
-        }
-    }
-
     /// A new inode named `name` in `parent`, which must not have that name yet.
     fn new_in(
         &self,
@@ -76,7 +77,7 @@ impl Engine {
         owner: (u32, u32),
     ) -> Result<Arc<InodeCell>> {
         check_name(parent, name)?;
-        self.dir_of(m, parent)?;
+        dir_of(&m.dirs, &m.inodes, parent)?;
         if m.dirs[&parent].contains_key(name) {
             return Err(Error::Exists(entry_name(parent, name)));
         }
@@ -216,7 +217,7 @@ impl Fs {
         inner.check_writable()?;
         let mut m = inner.lock_meta();
         check_name(parent, name)?;
-        inner.dir_of(&m, parent)?;
+        dir_of(&m.dirs, &m.inodes, parent)?;
         let cell = match m.dirs[&parent].get(name) {
             Some(_) if flags.exclusive => return Err(Error::Exists(entry_name(parent, name))),
             Some(&(ino, _)) => {
@@ -321,7 +322,7 @@ impl Fs {
                 return Err(Error::NotFound(format!("inode {ino}: unlinked")));
             }
         }
-        inner.dir_of(&m, parent)?;
+        dir_of(&m.dirs, &m.inodes, parent)?;
         if m.dirs[&parent].contains_key(name) {
             return Err(Error::Exists(entry_name(parent, name)));
         }
@@ -344,7 +345,7 @@ impl Fs {
         let inner = &self.inner;
         inner.check_writable()?;
         let mut m = inner.lock_meta();
-        inner.dir_of(&m, parent)?;
+        dir_of(&m.dirs, &m.inodes, parent)?;
         let Some(&(ino, is_dir)) = m.dirs[&parent].get(name) else {
             return Err(Error::NotFound(entry_name(parent, name)));
         };
@@ -361,7 +362,7 @@ impl Fs {
         let inner = &self.inner;
         inner.check_writable()?;
         let mut m = inner.lock_meta();
-        inner.dir_of(&m, parent)?;
+        dir_of(&m.dirs, &m.inodes, parent)?;
         if name == "." {
             return Err(Error::Invalid(entry_name(parent, name)));
         }
@@ -400,8 +401,8 @@ impl Fs {
         check_name(parent, name)?;
         check_name(new_parent, new_name)?;
         let mut m = inner.lock_meta();
-        inner.dir_of(&m, parent)?;
-        inner.dir_of(&m, new_parent)?;
+        dir_of(&m.dirs, &m.inodes, parent)?;
+        dir_of(&m.dirs, &m.inodes, new_parent)?;
         let what = |dst: bool| {
             if dst {
                 entry_name(new_parent, new_name)
