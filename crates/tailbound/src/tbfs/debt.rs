@@ -10,10 +10,8 @@
 use super::dense::DenseSet;
 use super::format::height_for;
 use super::map::tree_nodes;
-use super::{Error, Result};
 use crate::tbfs::commit::checkpoint::map_nodes_bound;
-use crate::tbfs::directories::bound_blocks;
-use crate::tbfs::limits::{CHANGE_BLOCKS, DIR_BLOCK_FILL, FIXED_BLOCKS};
+use crate::tbfs::limits::{DIR_BLOCK_FILL, FIXED_BLOCKS};
 use crate::tbfs::state::{Engine, State};
 
 impl Engine {
@@ -57,26 +55,6 @@ impl Engine {
             debt += dir_len + map_nodes_bound(&m.inodes[&ino].lock(), dir_len as usize);
         }
         debt
-    }
-
-    /// Makes room for a new name in directory `dir` before it is made: the checkpoint that
-    /// records it rewrites the directory (unless a change pending already does), a page of
-    /// inodes and the inode file's map. A pool whose room that would take answers `NoSpace`,
-    /// after paying the debt with a checkpoint if that is what stands in the way.
-    pub(super) fn make_room_for_change(&self, m: &mut State, dir: u64) -> Result<()> {
-        let dir_blocks = if m.dirs.dirty().contains(&dir) {
-            0
-        } else {
-            m.dirs.get(dir).map_or(1, |e| bound_blocks(e.len() + 1))
-        };
-        let blocks = dir_blocks + CHANGE_BLOCKS;
-        match self.ensure_space(m, blocks) {
-            Err(Error::NoSpace(_)) => {
-                self.commit_checkpoint(m)?;
-                self.ensure_space(m, blocks)
-            }
-            r => r,
-        }
     }
 }
 
