@@ -132,7 +132,6 @@ const ORCHESTRATION: &[&str] = &["tbfs/fs.rs", "tbfs/commit/", "tbfs/state.rs"];
 /// (shorten or delete it). The list only shrinks.
 const KNOWN_MULTI_PART: &[&str] = &[
     "tbfs/buffer.rs: changes writer",
-    "tbfs/debt.rs: changes dirs ifile inodes",
     "tbfs/log/build.rs: bg_clean ckpt cleaning life refresh seg soft_dead writer",
     "tbfs/log/data.rs: changes cleaning inodes writer",
     "tbfs/recovery/mod.rs: changes ckpt dirs ifile inodes life refresh seg writer",

@@ -1,5 +1,6 @@
-//! Paying the checkpoint debt (`tbfs/debt.rs` bounds it): a change that needs room may take a
-//! checkpoint first, which touches every part, so it is orchestration.
+//! The checkpoint debt of the state held (`tbfs/debt.rs` bounds it from the parts), and paying
+//! it: a change that needs room may take a checkpoint first, which touches every part, so it is
+//! orchestration.
 
 use crate::tbfs::directories::bound_blocks;
 use crate::tbfs::limits::CHANGE_BLOCKS;
@@ -7,6 +8,19 @@ use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
 
 impl Engine {
+    /// An upper bound on the blocks the next checkpoint writes beyond unsealed file data
+    /// ([`Engine::debt_bound`] over the state held).
+    pub(in crate::tbfs) fn checkpoint_debt(&self, m: &State, exact: bool) -> u64 {
+        self.debt_bound(
+            &m.inodes,
+            &m.dirs,
+            &m.changes,
+            &m.ifile,
+            m.table_estimate(),
+            exact,
+        )
+    }
+
     /// Makes room for a new name in directory `dir` before it is made: the checkpoint that
     /// records it rewrites the directory (unless a change pending already does), a page of
     /// inodes and the inode file's map. A pool whose room that would take answers `NoSpace`,
