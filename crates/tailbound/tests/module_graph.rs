@@ -133,7 +133,6 @@ const ORCHESTRATION: &[&str] = &["tbfs/fs.rs", "tbfs/commit/", "tbfs/state.rs"];
 const KNOWN_MULTI_PART: &[&str] = &[
     "tbfs/buffer.rs: changes writer",
     "tbfs/log/build.rs: bg_clean ckpt cleaning life refresh seg soft_dead writer",
-    "tbfs/log/data.rs: changes cleaning inodes writer",
     "tbfs/recovery/mod.rs: changes ckpt dirs ifile inodes life refresh seg writer",
     "tbfs/space/cleaner.rs: bg_clean changes ckpt cleaning dirs life refresh seg writer",
     "tbfs/space/mod.rs: bg_clean changes ckpt cleaning ifile life refresh seg soft_dead writer",

@@ -9,7 +9,7 @@
 //! `state` that name more than one part of `State` (`tests/module_graph.rs` checks it). Here:
 //! refreshing the superblock; `checkpoint`: laying out a checkpoint; `lifecycle`: retention,
 //! snapshots, views and pins; `debt`: paying the checkpoint debt; `names`: making, moving and
-//! removing names; `unlink`: dropping links and freeing inodes; `clean`: the cleaner's pass that
+//! removing names; `seal`: sealing buffered data as data-only logs; `unlink`: dropping links and freeing inodes; `clean`: the cleaner's pass that
 //! moves live blocks. The parts are `log` (building and writing logs), `space` and the rest of
 //! `State`'s fields.
 
@@ -18,6 +18,7 @@ mod clean;
 mod debt;
 pub mod lifecycle;
 mod names;
+mod seal;
 mod unlink;
 
 use crate::tbfs::format::{self, *};
