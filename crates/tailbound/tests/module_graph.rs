@@ -131,7 +131,6 @@ const ORCHESTRATION: &[&str] = &["tbfs/fs.rs", "tbfs/commit/", "tbfs/state.rs"];
 /// not listed and names two, fails the test; so does a line that names more than the file does
 /// (shorten or delete it). The list only shrinks.
 const KNOWN_MULTI_PART: &[&str] = &[
-    "tbfs/buffer.rs: changes writer",
     "tbfs/log/build.rs: bg_clean ckpt cleaning life refresh seg soft_dead writer",
     "tbfs/recovery/mod.rs: changes ckpt dirs ifile inodes life refresh seg writer",
     "tbfs/space/cleaner.rs: bg_clean changes ckpt cleaning dirs life refresh seg writer",

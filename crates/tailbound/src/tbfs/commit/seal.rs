@@ -19,6 +19,19 @@ impl Engine {
         self.in_section(m, Section::Sealing, |m| self.seal_data_log(m, cell))
     }
 
+    /// Seals a direct write's piece of `cell` as a data-only log laid out as a direct write's;
+    /// `false`, with nothing sealed, when only a checkpoint may record the file (its sync is
+    /// that checkpoint).
+    pub(crate) fn commit_direct_log(&self, m: &mut State, cell: &InodeCell) -> Result<bool> {
+        if m.changes.only_checkpoint_records(cell.ino) {
+            return Ok(false);
+        }
+        m.writer.set_direct(true);
+        let committed = self.commit_data_log(m, cell);
+        m.writer.set_direct(false);
+        committed.map(|()| true)
+    }
+
     /// [`Engine::commit_data_log`], timed as sealing.
     pub(crate) fn seal_data_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
         // The log's release list keeps the inode's cell until the log is written.
