@@ -525,8 +525,9 @@ impl Engine {
             let mut st = cell.lock();
             self.buffer_write(cell, &mut st, buf, offset, whole, charge)?
         };
-        if self.config().ordering == Ordering::Strict || m.changes.only_checkpoint_records(cell.ino)
-        {
+        let sealed =
+            self.config().ordering != Ordering::Strict && self.commit_direct_log(&mut m, cell)?;
+        if !sealed {
             drop(m);
             self.sync_file(cell)?;
             return Ok(DirectPiece {
@@ -535,10 +536,6 @@ impl Engine {
                 _writing: turn.map(Turn::done),
             });
         }
-        m.writer.set_direct(true);
-        let committed = self.commit_data_log(&mut m, cell);
-        m.writer.set_direct(false);
-        committed?;
         self.maybe_refresh(&mut m)?;
         let started = m.unlock_taking_payloads()?.unwrap_or_default();
         for a in &started {

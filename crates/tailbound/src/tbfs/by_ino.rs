@@ -4,28 +4,27 @@
 //!
 //! Every call here takes the same locks, and leaves the tree in the same states, as its path-based
 //! twin in `fs` ([`Fs::mkdir`], [`Fs::rename`], ...): the two may be used on one pool at once.
+//! The calls that change names (`create_in`, `mkdir_in`, `rename_in`, ...) change several parts
+//! of the state, and live with the orchestration in `commit/names.rs`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::format::NAME_MAX;
-use super::{
-    DirEntry, Error, File, FileKind, Fs, OpenFlags, RenameMode, Result, SetAttr, Snapshot, Stat,
-};
-use crate::tbfs::inode::{now_ns, InodeCell, ROOT_INO};
-use crate::tbfs::namespace::{kind_in, parent_links};
-use crate::tbfs::state::{Engine, State};
+use super::{DirEntry, Error, File, FileKind, Fs, OpenFlags, Result, SetAttr, Snapshot, Stat};
+use crate::tbfs::inode::{InodeCell, ROOT_INO};
+use crate::tbfs::namespace::{dir_entries, dir_of, kind_in, parent_links};
 
 /// The root directory's inode number.
 pub const ROOT: u64 = ROOT_INO;
 
 /// How an entry is named in errors: its directory's inode and its name.
-fn entry_name(parent: u64, name: &str) -> String {
+pub(in crate::tbfs) fn entry_name(parent: u64, name: &str) -> String {
     format!("inode {parent}/{name}")
 }
 
 /// A name that can be created or removed in a directory.
-fn check_name(parent: u64, name: &str) -> Result<()> {
+pub(in crate::tbfs) fn check_name(parent: u64, name: &str) -> Result<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
         return Err(Error::Invalid(format!(
             "{}: not a name that can be created or removed",
@@ -38,177 +37,29 @@ fn check_name(parent: u64, name: &str) -> Result<()> {
     Ok(())
 }
 
-impl Engine {
-    /// Checks that `dir` is a directory of the tree.
-    fn dir_of(&self, m: &State, dir: u64) -> Result<()> {
-        if m.dirs.contains(dir) {
-            Ok(())
-        } else if m.inodes.contains(dir) {
-            Err(Error::NotDir(format!("inode {dir}")))
-        } else {
-            Err(Error::NotFound(format!("inode {dir}")))
-        }
-    }
-
-    /// A new inode named `name` in `parent`, which must not have that name yet.
-    fn new_in(
-        &self,
-        m: &mut State,
-        parent: u64,
-        name: &str,
-        kind: FileKind,
-        mode: u32,
-        owner: (u32, u32),
-    ) -> Result<Arc<InodeCell>> {
-        check_name(parent, name)?;
-        self.dir_of(m, parent)?;
-        if m.dirs[&parent].contains_key(name) {
-            return Err(Error::Exists(entry_name(parent, name)));
-        }
-        self.create_inode(m, parent, name, kind, mode, owner)
-    }
-
-    /// Renames `src_parent/src_name` to `dst_parent/dst_name` (`what` names the two in errors).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn rename_entry(
-        &self,
-        m: &mut State,
-        src_parent: u64,
-        src_name: &str,
-        dst_parent: u64,
-        dst_name: &str,
-        how: RenameMode,
-        what: &dyn Fn(bool) -> String,
-    ) -> Result<()> {
-        let Some(&(ino, is_dir)) = m.dirs[&src_parent].get(src_name) else {
-            return Err(Error::NotFound(what(false)));
-        };
-        let replaced = m.dirs[&dst_parent].get(dst_name).copied();
-        match (how, replaced) {
-            (RenameMode::NoReplace, Some(_)) => return Err(Error::Exists(what(true))),
-            (RenameMode::Exchange, None) => return Err(Error::NotFound(what(true))),
-            _ => {}
-        }
-        if src_parent == dst_parent && src_name == dst_name {
-            return Ok(());
-        }
-        // A directory cannot move under itself; in an exchange, neither can the other one.
-        let mut moving = vec![(ino, is_dir, dst_parent)];
-        if let (RenameMode::Exchange, Some((other, other_dir))) = (how, replaced) {
-            moving.push((other, other_dir, src_parent));
-        }
-        if moving.iter().any(|&(_, d, _)| d) {
-            let parents = parent_links(m);
-            for &(dir, _, into) in moving.iter().filter(|&&(_, d, _)| d) {
-                let mut probe = into;
-                loop {
-                    if probe == dir {
-                        return Err(Error::Invalid(format!(
-                            "{}: a directory cannot move into itself",
-                            what(false)
-                        )));
-                    }
-                    match parents.get(&probe) {
-                        Some(&p) if probe != ROOT_INO => probe = p,
-                        _ => break,
-                    }
-                }
-            }
-        }
-        if let Some((old, old_is_dir)) = replaced {
-            if old == ino {
-                // Two names of one file: POSIX leaves both in place.
-                return Ok(());
-            }
-            if how == RenameMode::Replace {
-                match (is_dir, old_is_dir) {
-                    (false, true) => return Err(Error::IsDir(what(true))),
-                    (true, false) => return Err(Error::NotDir(what(true))),
-                    (true, true) if !m.dirs[&old].is_empty() => {
-                        return Err(Error::NotEmpty(what(true)))
-                    }
-                    _ => {}
-                }
-            }
-        }
-        // Paths through a moved or replaced directory change meaning; a moved inode's old path
-        // is gone (a replaced one's is counted by `drop_link`).
-        if is_dir || replaced.is_some_and(|(_, d)| d) {
-            self.names.dirs_changed();
-        }
-        for &(moved, _, _) in &moving {
-            if let Some(c) = m.inodes.get(moved) {
-                let mut st = c.lock();
-                st.names_changed();
-                st.set_ctime_ns(now_ns());
-            }
-        }
-        m.dirs.remove_entry(src_parent, src_name);
-        if how == RenameMode::Exchange {
-            let (other, other_dir) = replaced.expect("checked above");
-            m.dirs.insert_entry(src_parent, src_name, other, other_dir);
-        }
-        m.dirs.insert_entry(dst_parent, dst_name, ino, is_dir);
-        if src_parent != dst_parent {
-            // A directory's `..` is a link of its parent.
-            let shift = |from: u64, to: u64| -> Result<()> {
-                if let Some(p) = m.inodes.get(from) {
-                    self.drop_nlink(&mut p.lock(), from)?;
-                }
-                if let Some(p) = m.inodes.get(to) {
-                    p.lock().add_link(to)?;
-                }
-                Ok(())
-            };
-            if is_dir {
-                shift(src_parent, dst_parent)?;
-            }
-            if let (RenameMode::Exchange, Some((_, true))) = (how, replaced) {
-                shift(dst_parent, src_parent)?;
-            }
-        }
-        self.touch_dir(m, src_parent);
-        self.touch_dir(m, dst_parent);
-        for &(moved, _, _) in &moving {
-            m.namespace_changed(moved);
-        }
-        if how != RenameMode::Exchange {
-            if let Some((old, old_is_dir)) = replaced {
-                if old_is_dir {
-                    if let Some(p) = m.inodes.get(dst_parent) {
-                        self.drop_nlink(&mut p.lock(), dst_parent)?;
-                    }
-                }
-                self.drop_link(m, old)?;
-            }
-        }
-        Ok(())
-    }
-}
-
 impl Fs {
     /// The inode `name` names in directory `parent` (`.` is the directory itself, `..` its
     /// parent), without following a symbolic link.
     pub fn lookup_in(&self, parent: u64, name: &str) -> Result<Stat> {
         let inner = &self.inner;
         inner.check_usable()?;
-        let m = inner.lock_meta();
-        inner.dir_of(&m, parent)?;
-        let ino = match name {
-            "." | "" => parent,
-            ".." => parent_links(&m).get(&parent).copied().unwrap_or(ROOT_INO),
-            _ => {
-                if name.len() > NAME_MAX {
-                    return Err(Error::NameTooLong(entry_name(parent, name)));
+        let cell = inner.read_names(|dirs, inodes| {
+            dir_of(dirs, inodes, parent)?;
+            let ino = match name {
+                "." | "" => parent,
+                ".." => parent_links(dirs).get(&parent).copied().unwrap_or(ROOT_INO),
+                _ => {
+                    if name.len() > NAME_MAX {
+                        return Err(Error::NameTooLong(entry_name(parent, name)));
+                    }
+                    match dirs[&parent].get(name) {
+                        Some(&(ino, _)) => ino,
+                        None => return Err(Error::NotFound(entry_name(parent, name))),
+                    }
                 }
-                match m.dirs[&parent].get(name) {
-                    Some(&(ino, _)) => ino,
-                    None => return Err(Error::NotFound(entry_name(parent, name))),
-                }
-            }
-        };
-        let cell = inner.cell(&m, ino)?;
-        drop(m);
+            };
+            inner.cell(inodes, ino)
+        })?;
         inner.stat_cell(&cell)
     }
 
@@ -220,11 +71,12 @@ impl Fs {
     }
 
     fn cell_of(&self, ino: u64) -> Result<Arc<InodeCell>> {
-        let m = self.inner.lock_meta();
-        m.inodes
-            .get(ino)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("inode {ino}")))
+        self.inner.read_names(|_, inodes| {
+            inodes
+                .get(ino)
+                .cloned()
+                .ok_or_else(|| Error::NotFound(format!("inode {ino}")))
+        })
     }
 
     /// Opens inode `ino` (never creates: `flags.create` and `flags.exclusive` are ignored). A
@@ -260,7 +112,11 @@ impl Fs {
     }
 
     /// A handle to `cell`, whose open count the caller raised.
-    fn finish_open(&self, cell: Arc<InodeCell>, flags: OpenFlags) -> Result<File> {
+    pub(in crate::tbfs) fn finish_open(
+        &self,
+        cell: Arc<InodeCell>,
+        flags: OpenFlags,
+    ) -> Result<File> {
         let truncate = flags.truncate && flags.write && cell.lock().size() > 0;
         let file = File::of_cell(self.inner.clone(), cell, flags);
         if truncate {
@@ -269,230 +125,19 @@ impl Fs {
         Ok(file)
     }
 
-    /// Creates a regular file `name` in `parent` and opens it (`open` with `O_CREAT`): with
-    /// `flags.exclusive` an existing name fails with `Exists`, otherwise it is opened.
-    pub fn create_in(
-        &self,
-        parent: u64,
-        name: &str,
-        flags: OpenFlags,
-        owner: (u32, u32),
-    ) -> Result<File> {
-        let inner = &self.inner;
-        inner.check_writable()?;
-        let mut m = inner.lock_meta();
-        check_name(parent, name)?;
-        inner.dir_of(&m, parent)?;
-        let cell = match m.dirs[&parent].get(name) {
-            Some(_) if flags.exclusive => return Err(Error::Exists(entry_name(parent, name))),
-            Some(&(ino, _)) => {
-                drop(m);
-                return self.open_ino(ino, flags);
-            }
-            None => inner.create_inode(&mut m, parent, name, FileKind::File, flags.mode, owner)?,
-        };
-        cell.lock().open_handle(cell.ino)?;
-        drop(m);
-        self.finish_open(
-            cell,
-            OpenFlags {
-                create: false,
-                exclusive: false,
-                ..flags
-            },
-        )
-    }
-
-    /// Makes directory `name` in `parent`.
-    pub fn mkdir_in(&self, parent: u64, name: &str, mode: u32, owner: (u32, u32)) -> Result<Stat> {
-        self.inner.check_writable()?;
-        let mut m = self.inner.lock_meta();
-        let cell = self
-            .inner
-            .new_in(&mut m, parent, name, FileKind::Dir, mode, owner)?;
-        drop(m);
-        self.inner.stat_cell(&cell)
-    }
-
-    /// Makes a FIFO, device, socket or empty regular file `name` in `parent` (`mknod`); `rdev`
-    /// is kept for a device only.
-    pub fn mknod_in(
-        &self,
-        parent: u64,
-        name: &str,
-        kind: FileKind,
-        mode: u32,
-        rdev: u32,
-        owner: (u32, u32),
-    ) -> Result<Stat> {
-        self.inner.check_writable()?;
-        if !(kind.is_special() || kind == FileKind::File) {
-            return Err(Error::Invalid(format!(
-                "{}: mknod makes no {kind:?}",
-                entry_name(parent, name)
-            )));
-        }
-        let mut m = self.inner.lock_meta();
-        let cell = self.inner.new_in(&mut m, parent, name, kind, mode, owner)?;
-        if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
-            cell.lock().set_rdev(rdev);
-        }
-        drop(m);
-        self.inner.stat_cell(&cell)
-    }
-
-    /// Makes symbolic link `name` in `parent` to `target` (stored as given).
-    pub fn symlink_in(
-        &self,
-        parent: u64,
-        name: &str,
-        target: &str,
-        owner: (u32, u32),
-    ) -> Result<Stat> {
-        let inner = &self.inner;
-        inner.check_writable()?;
-        if target.is_empty() || target.len() > 4095 {
-            return Err(Error::Invalid(format!(
-                "{}: link target of {} bytes",
-                entry_name(parent, name),
-                target.len()
-            )));
-        }
-        let mut m = inner.lock_meta();
-        let cell = inner.new_in(&mut m, parent, name, FileKind::Symlink, 0o777, owner)?;
-        drop(m);
-        inner.pwrite(&cell, target.as_bytes(), 0, false)?;
-        inner.stat_cell(&cell)
-    }
-
-    /// Gives inode `ino` (not a directory) another name, `name` in `parent`.
-    pub fn link_in(&self, ino: u64, parent: u64, name: &str) -> Result<Stat> {
-        let inner = &self.inner;
-        inner.check_writable()?;
-        let mut m = inner.lock_meta();
-        check_name(parent, name)?;
-        let cell = m
-            .inodes
-            .get(ino)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(format!("inode {ino}")))?;
-        {
-            let st = cell.lock();
-            if st.kind() == FileKind::Dir {
-                return Err(Error::NotPermitted(format!(
-                    "inode {ino}: a hard link to a directory"
-                )));
-            }
-            if st.nlink() == 0 {
-                return Err(Error::NotFound(format!("inode {ino}: unlinked")));
-            }
-        }
-        inner.dir_of(&m, parent)?;
-        if m.dirs[&parent].contains_key(name) {
-            return Err(Error::Exists(entry_name(parent, name)));
-        }
-        inner.make_room_for_change(&mut m, parent)?;
-        {
-            let mut st = cell.lock();
-            st.add_link(ino)?;
-            st.set_ctime_ns(now_ns());
-        }
-        m.dirs.insert_entry(parent, name, ino, false);
-        inner.touch_dir(&mut m, parent);
-        m.namespace_changed(ino);
-        drop(m);
-        inner.stat_cell(&cell)
-    }
-
-    /// Removes name `name` (not a directory) from `parent`; the inode goes with its last name
-    /// and its last open handle.
-    pub fn unlink_in(&self, parent: u64, name: &str) -> Result<()> {
-        let inner = &self.inner;
-        inner.check_writable()?;
-        let mut m = inner.lock_meta();
-        inner.dir_of(&m, parent)?;
-        let Some(&(ino, is_dir)) = m.dirs[&parent].get(name) else {
-            return Err(Error::NotFound(entry_name(parent, name)));
-        };
-        if is_dir {
-            return Err(Error::IsDir(entry_name(parent, name)));
-        }
-        m.dirs.remove_entry(parent, name);
-        inner.touch_dir(&mut m, parent);
-        inner.drop_link(&mut m, ino)
-    }
-
-    /// Removes the empty directory `name` from `parent`.
-    pub fn rmdir_in(&self, parent: u64, name: &str) -> Result<()> {
-        let inner = &self.inner;
-        inner.check_writable()?;
-        let mut m = inner.lock_meta();
-        inner.dir_of(&m, parent)?;
-        if name == "." {
-            return Err(Error::Invalid(entry_name(parent, name)));
-        }
-        if name == ".." {
-            return Err(Error::NotEmpty(entry_name(parent, name)));
-        }
-        let Some(&(ino, is_dir)) = m.dirs[&parent].get(name) else {
-            return Err(Error::NotFound(entry_name(parent, name)));
-        };
-        if !is_dir {
-            return Err(Error::NotDir(entry_name(parent, name)));
-        }
-        if !m.dirs[&ino].is_empty() {
-            return Err(Error::NotEmpty(entry_name(parent, name)));
-        }
-        inner.names.dirs_changed();
-        m.dirs.remove_entry(parent, name);
-        if let Some(p) = m.inodes.get(parent) {
-            inner.drop_nlink(&mut p.lock(), parent)?;
-        }
-        inner.touch_dir(&mut m, parent);
-        inner.drop_link(&mut m, ino)
-    }
-
-    /// Renames `parent/name` to `new_parent/new_name`, atomically, as `renameat2` with `how`.
-    pub fn rename_in(
-        &self,
-        parent: u64,
-        name: &str,
-        new_parent: u64,
-        new_name: &str,
-        how: RenameMode,
-    ) -> Result<()> {
-        let inner = &self.inner;
-        inner.check_writable()?;
-        check_name(parent, name)?;
-        check_name(new_parent, new_name)?;
-        let mut m = inner.lock_meta();
-        inner.dir_of(&m, parent)?;
-        inner.dir_of(&m, new_parent)?;
-        let what = |dst: bool| {
-            if dst {
-                entry_name(new_parent, new_name)
-            } else {
-                entry_name(parent, name)
-            }
-        };
-        inner.rename_entry(&mut m, parent, name, new_parent, new_name, how, &what)
-    }
-
     /// Entries of directory `ino`, sorted by name, without `.` and `..`.
     pub fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
         self.inner.check_usable()?;
-        let m = self.inner.lock_meta();
-        self.inner.dir_of(&m, ino)?;
-        Ok(crate::tbfs::namespace::dir_entries(&m.dirs[&ino], |i| {
-            kind_in(&m, i)
-        }))
+        self.inner.read_names(|dirs, inodes| {
+            dir_of(dirs, inodes, ino)?;
+            Ok(dir_entries(&dirs[&ino], |i| kind_in(inodes, i)))
+        })
     }
 
     /// The parent of every directory (the root is its own), for `..` entries.
     pub fn dir_parents(&self) -> Result<HashMap<u64, u64>> {
         self.inner.check_usable()?;
-        let m = self.inner.lock_meta();
-        let mut parents = parent_links(&m);
+        let mut parents = self.inner.read_names(|dirs, _| parent_links(dirs));
         parents.insert(ROOT_INO, ROOT_INO);
         Ok(parents)
     }
@@ -533,8 +178,8 @@ impl Fs {
 impl Snapshot {
     fn view_cell(&self, ino: u64) -> Result<Arc<InodeCell>> {
         self.inner.check_usable()?;
-        self.tree
-            .inodes
+        let (_, inodes) = self.names();
+        inodes
             .get(ino)
             .cloned()
             .ok_or_else(|| Error::NotFound(format!("checkpoint {}: inode {ino}", self.number())))
@@ -543,7 +188,8 @@ impl Snapshot {
     /// The inode `name` names in directory `parent` of the view (`.` and `..` as in
     /// [`Fs::lookup_in`]).
     pub fn lookup_in(&self, parent: u64, name: &str) -> Result<Stat> {
-        let Some(entries) = self.tree.dirs.get(parent) else {
+        let (dirs, _) = self.names();
+        let Some(entries) = dirs.get(parent) else {
             self.view_cell(parent)?;
             return Err(Error::NotDir(format!(
                 "checkpoint {}: inode {parent}",
@@ -552,10 +198,7 @@ impl Snapshot {
         };
         let ino = match name {
             "." | "" => parent,
-            ".." => parent_links(&self.tree)
-                .get(&parent)
-                .copied()
-                .unwrap_or(ROOT_INO),
+            ".." => parent_links(dirs).get(&parent).copied().unwrap_or(ROOT_INO),
             _ => match entries.get(name) {
                 Some(&(ino, _)) => ino,
                 None => return Err(Error::NotFound(entry_name(parent, name))),
@@ -573,10 +216,9 @@ impl Snapshot {
     /// Entries of directory `ino` in the view, sorted by name, without `.` and `..`.
     pub fn readdir_ino(&self, ino: u64) -> Result<Vec<DirEntry>> {
         self.inner.check_usable()?;
-        match self.tree.dirs.get(ino) {
-            Some(entries) => Ok(crate::tbfs::namespace::dir_entries(entries, |i| {
-                kind_in(&self.tree, i)
-            })),
+        let (dirs, inodes) = self.names();
+        match dirs.get(ino) {
+            Some(entries) => Ok(dir_entries(entries, |i| kind_in(inodes, i))),
             None => {
                 self.view_cell(ino)?;
                 Err(Error::NotDir(format!(

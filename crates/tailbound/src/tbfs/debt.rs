@@ -10,79 +10,70 @@
 use super::dense::DenseSet;
 use super::format::height_for;
 use super::map::tree_nodes;
-use super::{Error, Result};
+use crate::tbfs::changes::Changes;
 use crate::tbfs::commit::checkpoint::map_nodes_bound;
-use crate::tbfs::directories::bound_blocks;
-use crate::tbfs::limits::{CHANGE_BLOCKS, DIR_BLOCK_FILL, FIXED_BLOCKS};
-use crate::tbfs::state::{Engine, State};
+use crate::tbfs::directories::Directories;
+use crate::tbfs::ifile::InodeFile;
+use crate::tbfs::inode_table::InodeTable;
+use crate::tbfs::limits::{DIR_BLOCK_FILL, FIXED_BLOCKS};
+use crate::tbfs::state::Engine;
 
 impl Engine {
     /// An upper bound on the blocks the next checkpoint writes beyond unsealed file data.
     /// `exact` counts inode by inode and entry by entry (a walk of every changed inode);
     /// otherwise the bound comes from totals: every changed inode as wide as the widest map the
-    /// pool has had, every directory entry as long as a name can be.
-    pub(super) fn checkpoint_debt(&self, m: &State, exact: bool) -> u64 {
+    /// pool has had, every directory entry as long as a name can be. `tables` is what the
+    /// checkpoint's tables take (`State::table_estimate`); the parts are those of the state held
+    /// (`Engine::checkpoint_debt` passes them).
+    pub(in crate::tbfs) fn debt_bound(
+        &self,
+        inodes: &InodeTable,
+        dirs: &Directories,
+        changes: &Changes,
+        ifile: &InodeFile,
+        tables: u64,
+        exact: bool,
+    ) -> u64 {
         let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-        let mut debt = FIXED_BLOCKS + m.table_estimate();
+        let mut debt = FIXED_BLOCKS + tables;
         if !exact {
-            let changed =
-                (dirty.all().len() + m.changes.pending().len() + m.dirs.dirty().len()) as u64;
-            let (dir_blocks, widest_dir) = m.dirs.dirty_bound();
+            let changed = (dirty.all().len() + changes.pending().len() + dirs.dirty().len()) as u64;
+            let (dir_blocks, widest_dir) = dirs.dirty_bound();
             debt += dir_blocks;
             let widest = self.budget.widest();
             let pages =
-                (changed + m.ifile.freed_slots().len() as u64 + m.ifile.pages_dirty().len() as u64)
-                    .min(m.ifile.pages() + 1);
+                (changed + ifile.freed_slots().len() as u64 + ifile.pages_dirty().len() as u64)
+                    .min(ifile.pages() + 1);
             return debt
                 + changed * tree_nodes(widest.max(widest_dir))
                 + pages
-                + ifile_nodes(m, pages);
+                + ifile_nodes(ifile, pages);
         }
         let mut work: DenseSet = dirty.all().clone();
         drop(dirty);
-        work.extend(m.changes.pending().iter());
-        work.extend(m.dirs.dirty().iter());
-        work.retain(|ino| m.inodes.contains(*ino));
-        let pages = m.ifile.pages_to_write(work.iter());
-        debt += pages.len() as u64 + ifile_nodes(m, pages.len() as u64);
+        work.extend(changes.pending().iter());
+        work.extend(dirs.dirty().iter());
+        work.retain(|ino| inodes.contains(*ino));
+        let pages = ifile.pages_to_write(work.iter());
+        debt += pages.len() as u64 + ifile_nodes(ifile, pages.len() as u64);
         for ino in work.iter() {
-            let dir_len = if m.dirs.dirty().contains(&ino) {
-                m.dirs.get(ino).map_or(0, |e| {
+            let dir_len = if dirs.dirty().contains(&ino) {
+                dirs.get(ino).map_or(0, |e| {
                     let bytes: u64 = e.keys().map(|name| 10 + name.len() as u64).sum();
                     bytes.div_ceil(DIR_BLOCK_FILL)
                 })
             } else {
                 0
             };
-            debt += dir_len + map_nodes_bound(&m.inodes[&ino].lock(), dir_len as usize);
+            debt += dir_len + map_nodes_bound(&inodes[&ino].lock(), dir_len as usize);
         }
         debt
-    }
-
-    /// Makes room for a new name in directory `dir` before it is made: the checkpoint that
-    /// records it rewrites the directory (unless a change pending already does), a page of
-    /// inodes and the inode file's map. A pool whose room that would take answers `NoSpace`,
-    /// after paying the debt with a checkpoint if that is what stands in the way.
-    pub(super) fn make_room_for_change(&self, m: &mut State, dir: u64) -> Result<()> {
-        let dir_blocks = if m.dirs.dirty().contains(&dir) {
-            0
-        } else {
-            m.dirs.get(dir).map_or(1, |e| bound_blocks(e.len() + 1))
-        };
-        let blocks = dir_blocks + CHANGE_BLOCKS;
-        match self.ensure_space(m, blocks) {
-            Err(Error::NoSpace(_)) => {
-                self.commit_checkpoint(m)?;
-                self.ensure_space(m, blocks)
-            }
-            r => r,
-        }
     }
 }
 
 /// The inode file's map nodes a checkpoint writing `pages` inode pages rewrites: a path per
 /// page, never more than its whole tree.
-fn ifile_nodes(m: &State, pages: u64) -> u64 {
-    let len = (m.ifile.map().blocks.len() as u64).max(m.ifile.pages()) + 1;
+fn ifile_nodes(ifile: &InodeFile, pages: u64) -> u64 {
+    let len = (ifile.map().blocks.len() as u64).max(ifile.pages()) + 1;
     ((height_for(len) as u64 + 1) * pages.max(1)).min(tree_nodes(len) + 1)
 }

@@ -196,24 +196,27 @@ impl Fs {
                 // Anything else (the name exists, or is `.` or `..`) takes the full walk.
                 let new = flags
                     .create
-                    .then(|| inner.parent_of_traced(&m, path).ok())
+                    .then(|| inner.parent_of_traced(&m.dirs, &m.inodes, path).ok())
                     .flatten()
                     .filter(|&(parent, name, _)| {
                         m.dirs.get(parent).is_some_and(|d| !d.contains_key(name))
                     });
                 let (cell, plain) = match new {
                     Some((parent, name, plain)) => (create(&mut m, parent, name)?, plain),
-                    None => match inner.resolve_traced(&m, path, true) {
+                    None => match inner.resolve_traced(&m.dirs, &m.inodes, path, true) {
                         Ok((ino, plain)) => {
                             if flags.create && flags.exclusive {
                                 return Err(Error::Exists(path.to_string()));
                             }
-                            (inner.cell(&m, ino)?, plain)
+                            (inner.cell(&m.inodes, ino)?, plain)
                         }
                         // A dangling symbolic link at the last name (POSIX): with O_EXCL it
                         // is there (`EEXIST`); without, the file is made where it points.
                         Err(Error::NotFound(_))
-                            if flags.create && inner.resolve_traced(&m, path, false).is_ok() =>
+                            if flags.create
+                                && inner
+                                    .resolve_traced(&m.dirs, &m.inodes, path, false)
+                                    .is_ok() =>
                         {
                             if flags.exclusive {
                                 return Err(Error::Exists(path.to_string()));
@@ -222,7 +225,8 @@ impl Fs {
                             return self.create_through_link(path, flags, links);
                         }
                         Err(Error::NotFound(_)) if flags.create => {
-                            let (parent, name, plain) = inner.parent_of_traced(&m, path)?;
+                            let (parent, name, plain) =
+                                inner.parent_of_traced(&m.dirs, &m.inodes, path)?;
                             (create(&mut m, parent, name)?, plain)
                         }
                         Err(e) => return Err(e),
@@ -256,7 +260,7 @@ impl Fs {
         self.inner.check_writable()?;
         let owner = crate::sys::proc::effective_ids();
         let mut m = self.inner.lock_meta();
-        let (parent, name) = self.inner.parent_of(&m, path)?;
+        let (parent, name) = self.inner.parent_of(&m.dirs, &m.inodes, path)?;
         if m.dirs[&parent].contains_key(name) {
             return Err(Error::Exists(path.to_string()));
         }
@@ -268,7 +272,7 @@ impl Fs {
     pub fn rmdir(&self, path: &str) -> Result<()> {
         self.inner.check_writable()?;
         let mut m = self.inner.lock_meta();
-        let (parent, name) = self.inner.parent_of(&m, path)?;
+        let (parent, name) = self.inner.parent_of(&m.dirs, &m.inodes, path)?;
         let Some(&(ino, is_dir)) = m.dirs[&parent].get(name) else {
             return Err(Error::NotFound(path.to_string()));
         };
@@ -291,7 +295,7 @@ impl Fs {
     pub fn unlink(&self, path: &str) -> Result<()> {
         self.inner.check_writable()?;
         let mut m = self.inner.lock_meta();
-        let (parent, name) = self.inner.parent_of(&m, path)?;
+        let (parent, name) = self.inner.parent_of(&m.dirs, &m.inodes, path)?;
         let Some(&(ino, is_dir)) = m.dirs[&parent].get(name) else {
             return Err(Error::NotFound(path.to_string()));
         };
@@ -308,8 +312,8 @@ impl Fs {
         let inner = &self.inner;
         inner.check_writable()?;
         let mut m = inner.lock_meta();
-        let (src_parent, src_name) = inner.parent_of(&m, from)?;
-        let (dst_parent, dst_name) = inner.parent_of(&m, to)?;
+        let (src_parent, src_name) = inner.parent_of(&m.dirs, &m.inodes, from)?;
+        let (dst_parent, dst_name) = inner.parent_of(&m.dirs, &m.inodes, to)?;
         let what = |dst: bool| if dst { to } else { from }.to_string();
         inner.rename_entry(
             &mut m,
@@ -337,8 +341,10 @@ impl Fs {
             self.inner.names.forget(path);
         }
         let m = self.inner.lock_meta();
-        let (ino, plain) = self.inner.resolve_traced(&m, path, follow)?;
-        let cell = self.inner.cell(&m, ino)?;
+        let (ino, plain) = self
+            .inner
+            .resolve_traced(&m.dirs, &m.inodes, path, follow)?;
+        let cell = self.inner.cell(&m.inodes, ino)?;
         self.inner.remember(path, plain, &cell);
         drop(m);
         self.inner.stat_cell(&cell)
@@ -400,8 +406,8 @@ impl Fs {
         self.inner.check_writable()?;
         let cell = {
             let m = self.inner.lock_meta();
-            let ino = self.inner.resolve(&m, path, follow)?;
-            self.inner.cell(&m, ino)?
+            let ino = self.inner.resolve(&m.dirs, &m.inodes, path, follow)?;
+            self.inner.cell(&m.inodes, ino)?
         };
         self.inner.set_attr(&cell, attr)
     }
@@ -442,7 +448,7 @@ impl Fs {
         }
         let owner = crate::sys::proc::effective_ids();
         let mut m = self.inner.lock_meta();
-        let (parent, name) = self.inner.parent_of(&m, path)?;
+        let (parent, name) = self.inner.parent_of(&m.dirs, &m.inodes, path)?;
         if m.dirs[&parent].contains_key(name) {
             return Err(Error::Exists(path.to_string()));
         }
@@ -458,8 +464,8 @@ impl Fs {
     pub fn readlink(&self, path: &str) -> Result<String> {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
-        let ino = self.inner.resolve(&m, path, false)?;
-        let cell = self.inner.cell(&m, ino)?;
+        let ino = self.inner.resolve(&m.dirs, &m.inodes, path, false)?;
+        let cell = self.inner.cell(&m.inodes, ino)?;
         drop(m);
         if cell.lock().kind() != FileKind::Symlink {
             return Err(Error::Invalid(format!("{path}: not a symbolic link")));
@@ -471,14 +477,14 @@ impl Fs {
     pub fn link(&self, existing: &str, new: &str) -> Result<()> {
         self.inner.check_writable()?;
         let mut m = self.inner.lock_meta();
-        let ino = self.inner.resolve(&m, existing, false)?;
-        let cell = self.inner.cell(&m, ino)?;
+        let ino = self.inner.resolve(&m.dirs, &m.inodes, existing, false)?;
+        let cell = self.inner.cell(&m.inodes, ino)?;
         if cell.lock().kind() == FileKind::Dir {
             return Err(Error::NotPermitted(format!(
                 "{existing}: a hard link to a directory"
             )));
         }
-        let (parent, name) = self.inner.parent_of(&m, new)?;
+        let (parent, name) = self.inner.parent_of(&m.dirs, &m.inodes, new)?;
         if m.dirs[&parent].contains_key(name) {
             return Err(Error::Exists(new.to_string()));
         }
@@ -505,8 +511,8 @@ impl Fs {
         self.inner.check_writable()?;
         let cell = {
             let m = self.inner.lock_meta();
-            let ino = self.inner.lookup(&m, path)?;
-            self.inner.cell(&m, ino)?
+            let ino = self.inner.lookup(&m.dirs, &m.inodes, path)?;
+            self.inner.cell(&m.inodes, ino)?
         };
         self.inner.set_len(&cell, len)
     }
@@ -515,11 +521,11 @@ impl Fs {
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
-        let ino = self.inner.lookup(&m, path)?;
+        let ino = self.inner.lookup(&m.dirs, &m.inodes, path)?;
         let Some(entries) = m.dirs.get(ino) else {
             return Err(Error::NotDir(path.to_string()));
         };
-        Ok(dir_entries(entries, |ino| kind_in(&m, ino)))
+        Ok(dir_entries(entries, |ino| kind_in(&m.inodes, ino)))
     }
 
     pub fn statvfs(&self) -> Result<StatVfs> {

@@ -1,33 +1,47 @@
-//! The namespace: path resolution, directories, inode allocation, links.
+//! The namespace: path resolution, link targets, the path cache's entries, directory listings.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use crate::tbfs::directories::Directories;
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
+use crate::tbfs::inode_table::InodeTable;
 use crate::tbfs::limits::SYMLINK_HOPS_MAX;
-use crate::tbfs::state::{Engine, State};
+use crate::tbfs::state::Engine;
 use crate::tbfs::{DirEntry, Error, FileKind, Result};
 
 impl Engine {
     /// Resolves a path to its inode, following symbolic links; `/`, empty components and `.`
     /// are ignored, `..` goes to the parent.
-    pub fn lookup(&self, m: &State, path: &str) -> Result<u64> {
-        self.resolve(m, path, true)
+    pub fn lookup(&self, dirs: &Directories, inodes: &InodeTable, path: &str) -> Result<u64> {
+        self.resolve(dirs, inodes, path, true)
     }
 
     /// Resolves a path, following symbolic links in every component but the last unless
     /// `follow_last`. A relative link target is resolved from the link's directory; an absolute
     /// one from the pool's root, after removing the mount point set with
     /// [`Fs::set_mount_point`] (a target outside it is not found). At most 40 links are followed.
-    pub fn resolve(&self, m: &State, path: &str, follow_last: bool) -> Result<u64> {
-        self.resolve_traced(m, path, follow_last)
+    pub fn resolve(
+        &self,
+        dirs: &Directories,
+        inodes: &InodeTable,
+        path: &str,
+        follow_last: bool,
+    ) -> Result<u64> {
+        self.resolve_traced(dirs, inodes, path, follow_last)
             .map(|(ino, _)| ino)
     }
 
     /// [`Engine::resolve`], also telling whether no symbolic link was followed on the way.
-    pub fn resolve_traced(&self, m: &State, path: &str, follow_last: bool) -> Result<(u64, bool)> {
-        if let Some(found) = self.resolve_plain(m, path, follow_last) {
+    pub fn resolve_traced(
+        &self,
+        dirs: &Directories,
+        inodes: &InodeTable,
+        path: &str,
+        follow_last: bool,
+    ) -> Result<(u64, bool)> {
+        if let Some(found) = self.resolve_plain(dirs, inodes, path, follow_last) {
             return found;
         }
         let mut todo: Vec<String> = path
@@ -43,7 +57,7 @@ impl Engine {
             if part == "." {
                 continue;
             }
-            let Some(entries) = m.dirs.get(cur) else {
+            let Some(entries) = dirs.get(cur) else {
                 return Err(Error::NotDir(path.to_string()));
             };
             if part == ".." {
@@ -55,7 +69,7 @@ impl Engine {
             };
             let last = todo.is_empty();
             if !is_dir && (follow_last || !last) {
-                let cell = self.cell(m, child)?;
+                let cell = self.cell(inodes, child)?;
                 if cell.lock().kind() == FileKind::Symlink {
                     links += 1;
                     if links > SYMLINK_HOPS_MAX {
@@ -99,7 +113,8 @@ impl Engine {
     /// symbolic link to follow (the common case); `None` sends the others the general way.
     fn resolve_plain(
         &self,
-        m: &State,
+        dirs: &Directories,
+        inodes: &InodeTable,
         path: &str,
         follow_last: bool,
     ) -> Option<Result<(u64, bool)>> {
@@ -112,7 +127,7 @@ impl Engine {
             if part == ".." {
                 return None;
             }
-            let Some(entries) = m.dirs.get(cur) else {
+            let Some(entries) = dirs.get(cur) else {
                 return Some(Err(Error::NotDir(path.to_string())));
             };
             let Some(&(child, is_dir)) = entries.get(part) else {
@@ -120,7 +135,7 @@ impl Engine {
             };
             let last = parts.peek().is_none();
             if !is_dir && (follow_last || !last) {
-                let cell = m.inodes.get(child)?;
+                let cell = inodes.get(child)?;
                 if cell.lock().kind() == FileKind::Symlink {
                     return None;
                 }
@@ -165,13 +180,23 @@ impl Engine {
     }
 
     /// Splits a path into its parent directory's inode and the last name.
-    pub fn parent_of<'p>(&self, m: &State, path: &'p str) -> Result<(u64, &'p str)> {
-        self.parent_of_traced(m, path)
+    pub fn parent_of<'p>(
+        &self,
+        dirs: &Directories,
+        inodes: &InodeTable,
+        path: &'p str,
+    ) -> Result<(u64, &'p str)> {
+        self.parent_of_traced(dirs, inodes, path)
             .map(|(parent, name, _)| (parent, name))
     }
 
     /// [`Engine::parent_of`], also telling whether no symbolic link was followed to the parent.
-    pub fn parent_of_traced<'p>(&self, m: &State, path: &'p str) -> Result<(u64, &'p str, bool)> {
+    pub fn parent_of_traced<'p>(
+        &self,
+        dirs: &Directories,
+        inodes: &InodeTable,
+        path: &'p str,
+    ) -> Result<(u64, &'p str, bool)> {
         let trimmed = path.trim_end_matches('/');
         let (dir, name) = match trimmed.rfind('/') {
             Some(i) => (&trimmed[..i], &trimmed[i + 1..]),
@@ -185,60 +210,19 @@ impl Engine {
         if name.len() > NAME_MAX {
             return Err(Error::NameTooLong(path.to_string()));
         }
-        let (parent, plain) = self.resolve_traced(m, dir, true)?;
-        if !m.dirs.contains(parent) {
+        let (parent, plain) = self.resolve_traced(dirs, inodes, dir, true)?;
+        if !dirs.contains(parent) {
             return Err(Error::NotDir(path.to_string()));
         }
         Ok((parent, name, plain))
     }
 
-    pub fn cell(&self, m: &State, ino: u64) -> Result<Arc<InodeCell>> {
-        m.inodes
+    /// The inode a directory entry names.
+    pub fn cell(&self, inodes: &InodeTable, ino: u64) -> Result<Arc<InodeCell>> {
+        inodes
             .get(ino)
             .cloned()
             .ok_or_else(|| Error::Corrupt(format!("directory entry names missing inode {ino}")))
-    }
-
-    /// Adds a new inode to the tree under `parent`.
-    pub fn create_inode(
-        &self,
-        m: &mut State,
-        parent: u64,
-        name: &str,
-        kind: FileKind,
-        mode: u32,
-        owner: (u32, u32),
-    ) -> Result<Arc<InodeCell>> {
-        self.make_room_for_change(m, parent)?;
-        // A new directory's `..` links its parent, counted before anything is created so a
-        // refusal leaves nothing half made.
-        if kind == FileKind::Dir {
-            if let Some(p) = m.inodes.get(parent) {
-                p.lock().add_link(parent)?;
-            }
-        }
-        let cell = m.inodes.create(|ino| InodeCell {
-            ino,
-            st: Mutex::new(InodeState::new(kind, mode, now_ns(), owner)),
-        });
-        let ino = cell.ino;
-        if kind == FileKind::Dir {
-            m.dirs.create(ino);
-        }
-        m.dirs
-            .insert_entry(parent, name, ino, kind == FileKind::Dir);
-        self.touch_dir(m, parent);
-        m.namespace_changed(ino);
-        Ok(cell)
-    }
-
-    pub fn touch_dir(&self, m: &mut State, dir: u64) {
-        m.dirs.mark_dirty(dir);
-        m.namespace_changed(dir);
-        if let Some(c) = m.inodes.get(dir) {
-            let mut st = c.lock();
-            st.touch_modified(now_ns());
-        }
     }
 }
 
@@ -262,15 +246,26 @@ pub(super) fn dir_entries(
         .collect()
 }
 
-/// The kind of inode `ino` in `m`, for [`dir_entries`].
-pub(super) fn kind_in(m: &State, ino: u64) -> Option<FileKind> {
-    m.inodes.get(ino).map(|c| c.lock().kind())
+/// The kind of inode `ino` in `inodes`, for [`dir_entries`].
+pub(in crate::tbfs) fn kind_in(inodes: &InodeTable, ino: u64) -> Option<FileKind> {
+    inodes.get(ino).map(|c| c.lock().kind())
+}
+
+/// Checks that `dir` is a directory of the tree.
+pub(in crate::tbfs) fn dir_of(dirs: &Directories, inodes: &InodeTable, dir: u64) -> Result<()> {
+    if dirs.contains(dir) {
+        Ok(())
+    } else if inodes.contains(dir) {
+        Err(Error::NotDir(format!("inode {dir}")))
+    } else {
+        Err(Error::NotFound(format!("inode {dir}")))
+    }
 }
 
 /// Child → parent links of every directory.
-pub(super) fn parent_links(m: &State) -> HashMap<u64, u64> {
+pub(in crate::tbfs) fn parent_links(dirs: &Directories) -> HashMap<u64, u64> {
     let mut parents = HashMap::new();
-    for (dir, entries) in m.dirs.iter() {
+    for (dir, entries) in dirs.iter() {
         for &(child, is_dir) in entries.values() {
             if is_dir {
                 parents.insert(child, dir);

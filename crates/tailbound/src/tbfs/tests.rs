@@ -2255,8 +2255,8 @@ fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_l
         let small_log = {
             let mut m = fs.inner.lock_meta();
             let small_log = m.writer.seq();
-            let ino = fs.inner.lookup(&m, "/small").unwrap();
-            let cell = fs.inner.cell(&m, ino).unwrap();
+            let ino = fs.inner.lookup(&m.dirs, &m.inodes, "/small").unwrap();
+            let cell = fs.inner.cell(&m.inodes, ino).unwrap();
             fs.inner.commit_data_log(&mut m, &cell).unwrap();
             fs.inner.commit_checkpoint(&mut m).unwrap();
             // Left queued for the thread below (nobody here waits on the small log).
@@ -2808,7 +2808,7 @@ fn a_files_attributes_record_joins_the_log_of_its_last_block_where_the_descripto
         let mut m = fs.inner.lock_meta();
         fs.inner.commit_data_logs(&mut m, false).unwrap();
         let sealed_in = |i: usize| {
-            let cell = fs.inner.cell(&m, files[i].ino()).unwrap();
+            let cell = fs.inner.cell(&m.inodes, files[i].ino()).unwrap();
             let st = cell.lock();
             st.dirty()
                 .values()
@@ -3295,8 +3295,8 @@ fn the_log_writer_is_not_held_while_a_checkpoint_waits_for_other_payloads() {
         other.pwrite(&pattern(5, 20 * 4096), 0).unwrap();
         let (own, end) = {
             let mut m = fs.inner.lock_meta();
-            let ino = fs.inner.lookup(&m, "/other").unwrap();
-            let cell = fs.inner.cell(&m, ino).unwrap();
+            let ino = fs.inner.lookup(&m.dirs, &m.inodes, "/other").unwrap();
+            let cell = fs.inner.cell(&m.inodes, ino).unwrap();
             fs.inner.commit_data_log(&mut m, &cell).unwrap();
             let end = m.writer.seq();
             let (own, _) = m.writer.take_sealed();
@@ -3853,7 +3853,7 @@ fn a_renamed_files_data_goes_out_placed_and_what_it_superseded_waits_for_a_check
     let ino = fs.stat("/a").unwrap().ino;
     let block0 = |fs: &Fs| {
         let m = fs.inner.lock_meta();
-        let cell = fs.inner.cell(&m, ino).unwrap();
+        let cell = fs.inner.cell(&m.inodes, ino).unwrap();
         let at = cell.lock().map().get(0);
         at
     };
@@ -4149,7 +4149,7 @@ fn a_deleted_file_a_snapshot_keeps_is_pinned_whole_and_released_whole() {
     // Stretches of adjacent blocks in the file's map: the runs its pins may take at most.
     let file_runs = {
         let m = fs.inner.lock_meta();
-        let ino = fs.inner.lookup(&m, "/big").unwrap();
+        let ino = fs.inner.lookup(&m.dirs, &m.inodes, "/big").unwrap();
         let blocks = m.inodes[&ino].lock().map().blocks.clone();
         1 + blocks.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64
     };

@@ -18,12 +18,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::tbfs::checkpoints::Checkpoints;
+use crate::tbfs::directories::Directories;
 use crate::tbfs::format::{
     self, encode_pinned_page, encode_snapshot_page, encode_usage_page, table_entries_per_page,
     DescKind, PinnedEntry, SnapshotEntry, TableRef, UsageEntry, BLOCK_U64, SNAPSHOT_NAME_MAX,
     TABLES, TABLE_PINNED, TABLE_SNAPSHOTS, TABLE_USAGE,
 };
 use crate::tbfs::inode::{now_ns, InodeCell};
+use crate::tbfs::inode_table::InodeTable;
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::retention::*;
 use crate::tbfs::state::{Engine, State};
@@ -479,6 +481,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The view's directories and inode table, for the lookups by inode number.
+    pub(crate) fn names(&self) -> (&Directories, &InodeTable) {
+        (&self.tree.dirs, &self.tree.inodes)
+    }
+
     /// The checkpoint this view shows.
     pub fn number(&self) -> u64 {
         self.number
@@ -501,7 +508,7 @@ impl Snapshot {
             return Err(Error::NotDir(self.name(path)));
         };
         Ok(crate::tbfs::namespace::dir_entries(entries, |ino| {
-            crate::tbfs::namespace::kind_in(&self.tree, ino)
+            crate::tbfs::namespace::kind_in(&self.tree.inodes, ino)
         }))
     }
 
@@ -548,17 +555,19 @@ impl Snapshot {
     }
 
     fn lookup(&self, path: &str) -> Result<u64> {
-        self.inner.lookup(&self.tree, path).map_err(|e| match e {
-            Error::NotFound(_) => Error::NotFound(self.name(path)),
-            Error::NotDir(_) => Error::NotDir(self.name(path)),
-            other => other,
-        })
+        self.inner
+            .lookup(&self.tree.dirs, &self.tree.inodes, path)
+            .map_err(|e| match e {
+                Error::NotFound(_) => Error::NotFound(self.name(path)),
+                Error::NotDir(_) => Error::NotDir(self.name(path)),
+                other => other,
+            })
     }
 
     fn cell(&self, path: &str) -> Result<Arc<InodeCell>> {
         self.inner.check_usable()?;
         let ino = self.lookup(path)?;
-        self.inner.cell(&self.tree, ino)
+        self.inner.cell(&self.tree.inodes, ino)
     }
 }
 

@@ -8,13 +8,17 @@
 //! This module and those under it are the orchestration: the only tbfs modules besides `fs` and
 //! `state` that name more than one part of `State` (`tests/module_graph.rs` checks it). Here:
 //! refreshing the superblock; `checkpoint`: laying out a checkpoint; `lifecycle`: retention,
-//! snapshots, views and pins; `unlink`: dropping links and freeing inodes; `clean`: the
-//! cleaner's pass that moves live blocks. The parts are `log` (building and writing logs),
-//! `space` and the rest of `State`'s fields.
+//! snapshots, views and pins; `debt`: paying the checkpoint debt; `names`: making, moving and
+//! removing names; `seal`: sealing buffered data as data-only logs; `unlink`: dropping links and freeing inodes; `clean`: the cleaner's pass that
+//! moves live blocks. The parts are `log` (building and writing logs), `space` and the rest of
+//! `State`'s fields.
 
 pub(in crate::tbfs) mod checkpoint;
 mod clean;
+mod debt;
 pub mod lifecycle;
+mod names;
+mod seal;
 mod unlink;
 
 use crate::tbfs::format::{self, *};

@@ -10,7 +10,7 @@ use crate::tbfs::{FileKind, Result};
 impl Engine {
     /// Drops one link to `ino`; frees it if nothing holds it open.
     pub fn drop_link(&self, m: &mut State, ino: u64) -> Result<()> {
-        let cell = self.cell(m, ino)?;
+        let cell = self.cell(&m.inodes, ino)?;
         let free = {
             let mut st = cell.lock();
             st.names_changed();

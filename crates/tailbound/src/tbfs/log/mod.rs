@@ -2,7 +2,8 @@
 //!
 //! - `build`: laying out a log in the current segment, and advancing segments.
 //! - `write`: the queue, the log writer, ahead payloads, flushes and the durability watermarks.
-//! - `data`: sealing buffered file data as data-only logs.
+//! - `data`: what of a file's buffers a data-only log may take, and dropping those written
+//!   (`commit/seal.rs` seals them).
 
 use std::sync::{Arc, Mutex};
 
@@ -136,6 +137,17 @@ impl Writer {
             self.release.len()
         );
         self.release = release;
+    }
+
+    /// Adds one file's buffers to those the next sealed log releases once written (a data-only
+    /// log's, before it is sealed).
+    pub fn add_release(&mut self, release: Release) {
+        self.release.push(release);
+    }
+
+    /// Whose I/O the logs laid out from now on are charged to (`None`: nobody's).
+    pub fn set_charge(&mut self, charge: Option<crate::sched::Charge>) {
+        self.charge = charge;
     }
 
     /// Marks the checkpoint being laid out as one a superblock follows at once; returns what it
