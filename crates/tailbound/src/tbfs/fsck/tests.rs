@@ -994,3 +994,40 @@ fn a_damaged_table_page_is_found() {
     );
     assert_eq!(f.location.block, Some(usage.root));
 }
+
+/// The segment size `mkfs` picks: as many segments as the 256 KiB floor allows up to 1,024 (the
+/// cleaner's victims are emptier among more, and the room the engine keeps in segments is a
+/// smaller share), never segments so small that a log's summary is a large share of them, and
+/// at least 256 segments in any pool large enough for 64 KiB ones.
+#[test]
+fn default_segments_are_many_but_not_tiny() {
+    let sizes = (20..=36).flat_map(|shift| {
+        let len = 1u64 << shift;
+        [len, len + len / 2 - 5 * 4096]
+    });
+    for len in sizes {
+        let seg = default_segment_bytes(len);
+        let count = len / seg;
+        assert!(
+            seg.is_power_of_two() && (64 << 10..=8 << 20).contains(&seg),
+            "{len}: {seg}"
+        );
+        if seg > 256 << 10 {
+            assert!(count >= 1024, "{len}: {count} segments of {seg}");
+        }
+        if seg > 64 << 10 {
+            assert!(count >= 256, "{len}: {count} segments of {seg}");
+        }
+        if len >= 64 << 20 {
+            assert!(seg >= 256 << 10, "{len}: segments of {seg}");
+        }
+        if seg < 8 << 20 {
+            // Halved only as far as needed: twice the size would break a rule above.
+            let twice = seg * 2;
+            assert!(
+                len / twice < 1024 && twice > 256 << 10 || len / twice < 256,
+                "{len}: {seg} is smaller than it needs to be"
+            );
+        }
+    }
+}
