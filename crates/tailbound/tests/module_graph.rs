@@ -134,7 +134,6 @@ const KNOWN_MULTI_PART: &[&str] = &[
     "tbfs/buffer.rs: changes writer",
     "tbfs/by_ino.rs: dirs inodes",
     "tbfs/debt.rs: changes dirs ifile inodes",
-    "tbfs/log/build.rs: bg_clean ckpt cleaning life refresh seg soft_dead writer",
     "tbfs/log/data.rs: changes cleaning inodes writer",
     "tbfs/namespace.rs: dirs inodes",
     "tbfs/space/cleaner.rs: bg_clean changes ckpt cleaning dirs life refresh seg writer",

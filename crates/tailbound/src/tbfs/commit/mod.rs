@@ -16,6 +16,7 @@ pub(in crate::tbfs) mod checkpoint;
 mod clean;
 pub mod lifecycle;
 pub(in crate::tbfs) mod open;
+mod seal;
 mod unlink;
 
 use crate::tbfs::format::{self, *};
