@@ -137,7 +137,6 @@ const KNOWN_MULTI_PART: &[&str] = &[
     "tbfs/log/data.rs: changes cleaning inodes writer",
     "tbfs/namespace.rs: dirs inodes",
     "tbfs/space/cleaner.rs: bg_clean changes ckpt cleaning dirs life refresh seg writer",
-    "tbfs/space/mod.rs: bg_clean changes ckpt cleaning ifile life refresh seg soft_dead writer",
 ];
 
 #[test]

@@ -16,8 +16,10 @@ pub(in crate::tbfs) mod checkpoint;
 mod clean;
 pub mod lifecycle;
 pub(in crate::tbfs) mod open;
+mod room;
 mod seal;
 mod unlink;
+mod usage;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
