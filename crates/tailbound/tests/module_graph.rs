@@ -136,7 +136,6 @@ const KNOWN_MULTI_PART: &[&str] = &[
     "tbfs/debt.rs: changes dirs ifile inodes",
     "tbfs/log/data.rs: changes cleaning inodes writer",
     "tbfs/namespace.rs: dirs inodes",
-    "tbfs/space/cleaner.rs: bg_clean changes ckpt cleaning dirs life refresh seg writer",
 ];
 
 #[test]

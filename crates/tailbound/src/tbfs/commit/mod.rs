@@ -14,6 +14,7 @@
 
 pub(in crate::tbfs) mod checkpoint;
 mod clean;
+mod cleaning;
 pub mod lifecycle;
 pub(in crate::tbfs) mod open;
 mod room;
