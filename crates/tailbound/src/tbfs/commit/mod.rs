@@ -9,8 +9,11 @@
 //! `state` that name more than one part of `State` (`tests/module_graph.rs` checks it). Here:
 //! refreshing the superblock; `checkpoint`: laying out a checkpoint; `lifecycle`: retention,
 //! snapshots, views and pins; `unlink`: dropping links and freeing inodes; `clean`: the
-//! cleaner's pass that moves live blocks. The parts are `log` (building and writing logs),
-//! `space` and the rest of `State`'s fields.
+//! cleaner's pass that moves live blocks; `cleaning`: when to clean, and the passes; `room`: the
+//! space check; `usage`: the live tree's blocks in the segment counts; `seal`: closing logs and
+//! entering segments; `open`: making and opening a pool (recovery's steps, then `State`
+//! assembled). The parts are `log` (building and writing logs), `space` and the rest of
+//! `State`'s fields.
 
 pub(in crate::tbfs) mod checkpoint;
 mod clean;
