@@ -213,6 +213,7 @@ impl Engine {
             .max(2 * sb)
             .max(RESERVE_BLOCKS_MIN)
     }
+
     /// Whether segment `s` may be written again ([`Engine::segment_reusable`]).
     pub(in crate::tbfs) fn segment_free(&self, m: &State, s: usize) -> bool {
         self.segment_free_if_durable(m, s, self.logs.durable())
