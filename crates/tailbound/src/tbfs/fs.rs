@@ -92,14 +92,14 @@ pub struct File {
 impl Fs {
     /// Makes a new, empty pool on `dev` (destroying what was there) and opens it.
     pub fn format(dev: DeviceRef, config: &Config) -> Result<Fs> {
-        let inner = super::recovery::format(dev, config)?;
+        let inner = super::commit::open::format(dev, config)?;
         Ok(Fs::start(inner))
     }
 
     /// Opens an existing pool, recovering it: newest valid superblock, its checkpoint,
     /// roll-forward over the logs after it, and a fresh checkpoint.
     pub fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Fs> {
-        let inner = super::recovery::open(dev, options)?;
+        let inner = super::commit::open::open(dev, options)?;
         Ok(Fs::start(inner))
     }
 

@@ -16,8 +16,8 @@
 //! - `buffer`, `namespace`, `log::{build, write, data}`, `space`, [`recovery`]: the operations
 //!   on that state, each meant to name one part (those that still name more are listed in
 //!   `tests/module_graph.rs`). Only the log writer (`log::write`) writes to the device.
-//! - `commit` (the superblock refresh, and under it `checkpoint`, [`lifecycle`], `unlink` and
-//!   `clean`) and `fs` (the [`Fs`] / [`File`] API): the orchestration, the only modules that
+//! - `commit` (the superblock refresh, and under it `checkpoint`, [`lifecycle`], `unlink`,
+//!   `clean`, `cleaning`, `room`, `usage`, `seal` and `open`) and `fs` (the [`Fs`] / [`File`] API): the orchestration, the only modules that
 //!   name more than one part of `State`; [`by_ino`]: the same tree by inode number.
 //! - [`fsck`]: checking a pool without changing it, and repairing a damaged one.
 //!

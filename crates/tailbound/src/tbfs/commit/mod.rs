@@ -9,17 +9,26 @@
 //! `state` that name more than one part of `State` (`tests/module_graph.rs` checks it). Here:
 //! refreshing the superblock; `checkpoint`: laying out a checkpoint; `lifecycle`: retention,
 //! snapshots, views and pins; `debt`: paying the checkpoint debt; `names`: making, moving and
-//! removing names; `seal`: sealing buffered data as data-only logs; `unlink`: dropping links and freeing inodes; `clean`: the cleaner's pass that
-//! moves live blocks. The parts are `log` (building and writing logs), `space` and the rest of
+//! removing names; `seal`: sealing buffered data as data-only logs; `unlink`: dropping links and
+//! freeing inodes; `clean`: the cleaner's pass that moves live blocks; `cleaning`: when to clean,
+//! and the passes; `room`: the space check; `usage`: the live tree's blocks in the segment
+//! counts; `logs`: closing logs and entering segments; `open`: making and opening a pool
+//! (recovery's steps, then `State` assembled). The parts are `log` (building and writing logs),
+//! `space` and the rest of
 //! `State`'s fields.
 
 pub(in crate::tbfs) mod checkpoint;
 mod clean;
+mod cleaning;
 mod debt;
 pub mod lifecycle;
+mod logs;
 mod names;
+pub(in crate::tbfs) mod open;
+mod room;
 mod seal;
 mod unlink;
+mod usage;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;

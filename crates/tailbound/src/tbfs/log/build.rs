@@ -8,73 +8,34 @@ use crate::tbfs::format::{
 };
 use crate::tbfs::inode::now_ns;
 use crate::tbfs::limits::{AHEAD_MIN_BLOCKS, DESCRIPTORS_RESERVED, LOG_BLOCKS_MAX};
-use crate::tbfs::log::{AheadPayload, AheadState, LogBuild, Queued, SealedLog};
+use crate::tbfs::log::{AheadPayload, AheadState, LogBuild, Queued, SealedLog, Writer};
 use crate::tbfs::state::{Engine, State};
-use crate::tbfs::{Barrier, Error, Result};
+use crate::tbfs::{Barrier, Result};
 
 impl Engine {
-    pub(crate) fn pick_free_segment(&self, m: &State) -> Option<u64> {
-        let n = self.segment_count();
-        (1..=n)
-            .map(|i| (m.writer.next_seg + i) % n)
-            .find(|&s| self.segment_free(m, s as usize))
+    /// Moves the writer into its next segment, `next` to follow it; the caller (the
+    /// orchestration's `advance_segment`) chose `next` and tells the other parts.
+    pub(crate) fn enter_segment(&self, w: &mut Writer, next: u64) {
+        let start = self.seg_start(w.next_seg);
+        w.enter_next_segment(next, start);
     }
 
-    pub(crate) fn advance_segment(&self, m: &mut State) -> Result<()> {
-        let staged_full = m.staged_no_segment();
-        let Some(next) = self.pick_free_segment(m).filter(|_| !staged_full) else {
-            // The space check before every commit keeps room for all it writes, so this is a
-            // commit whose estimate fell short. Its first logs are sealed and the maps in
-            // memory name them, but the rest of the commit has nowhere to go: memory no longer
-            // matches what can reach storage. The pool stops here, as after a failed write;
-            // reopening it recovers every write that was acknowledged.
-            let err = Error::NoSpace(
-                "no free segment for the next log in the middle of a commit; the pool takes no \
-                 more writes until it is reopened, and recovery keeps every acknowledged write"
-                    .into(),
-            );
-            self.poison(&err);
-            return Err(err);
-        };
-        let start = self.seg_start(m.writer.next_seg);
-        m.writer.enter_next_segment(next, start);
-        // Before a byte of it changes: a client reading it straight from the pool must see its
-        // lease revoked (`Watcher::segment_reused`).
-        self.watchers.segment_reused(next);
-        // Whatever the background cleaner read of it before is about to be overwritten.
-        m.bg_clean.read.remove(&(next as usize));
-        // The writer enters `next` after this segment: let the device get it ready now.
-        self.dev().prepare_write(
-            self.seg_start(next) * BLOCK_U64,
-            self.segment_blocks() * BLOCK_U64,
-        );
-        let seg = m.writer.cur_seg as usize;
-        let next = m.ckpt.next_number();
-        let pos = m.writer.pos;
-        // Its age is that of the newest data its logs hold (set as they close).
-        m.life.entered_segment(seg, next, pos);
-        m.seg.entered(seg);
-        Ok(())
-    }
-
-    pub(crate) fn log_open(&self, m: &mut State, flags: u16) {
-        debug_assert!(m.writer.log.is_none());
-        if flags & FLAG_BEGIN != 0 {
-            m.soft_dead.run_begins();
-        }
+    /// Opens a log with `flags` where the writer stands (the orchestration's `log_open`).
+    pub(crate) fn open_log(&self, w: &mut Writer, flags: u16) {
+        debug_assert!(w.log.is_none());
         // Room for as many blocks as the log can take, so it does not grow (and reallocate)
         // block by block under `meta`.
-        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks();
+        let seg_end = self.seg_start(w.cur_seg) + self.segment_blocks();
         // `log_close` leaves at least one block (a pad log's) before the segment's end.
-        let room = seg_end.checked_sub(m.writer.pos + 1).unwrap_or_else(|| {
+        let room = seg_end.checked_sub(w.pos + 1).unwrap_or_else(|| {
             panic!(
                 "a log opened at block {} with segment {} ending at {seg_end}",
-                m.writer.pos, m.writer.cur_seg
+                w.pos, w.cur_seg
             )
         });
         let blocks = (room as usize).min(LOG_BLOCKS_MAX);
-        m.writer.log = Some(LogBuild {
-            start: m.writer.pos,
+        w.log = Some(LogBuild {
+            start: w.pos,
             flags,
             descriptors: Vec::with_capacity(DESCRIPTORS_MAX.min(blocks + DESCRIPTORS_RESERVED)),
             payload: Vec::with_capacity(blocks),
@@ -224,20 +185,18 @@ impl Engine {
         Ok(())
     }
 
-    /// Seals the open log and queues it for the log writer ([`Engine::write_logs_until`]), which
-    /// writes it (flushing as the barrier policy says) after `meta` is released; moves on.
-    pub(crate) fn log_close(&self, m: &mut State, end_flags: u16) -> Result<()> {
-        let mut log = m.writer.log.take().expect("log open");
+    /// Seals the writer's open log and queues it for the log writer
+    /// ([`Engine::write_logs_until`]), which writes it (flushing as the barrier policy says) after
+    /// `meta` is released, and moves the writer past it. `newest` is the newest checkpoint's
+    /// number. What the other parts learn of the log is returned for the orchestration
+    /// (`log_close`) to tell them.
+    pub(crate) fn seal_log(&self, w: &mut Writer, end_flags: u16, newest: u64) -> ClosedLog {
+        let mut log = w.log.take().expect("log open");
         let mut flags = log.flags | end_flags;
         // Data-only logs depend on no other log but the earlier ones of their own files: their
         // summaries may go before their payloads, and a torn one is skipped at recovery.
         if flags & FLAG_DATA_ONLY != 0 {
             flags |= FLAG_AHEAD;
-            if flags & FLAG_END != 0 {
-                // The run ends here: what it superseded may be reused once this log is durable.
-                let seq = m.writer.seq;
-                m.soft_dead.run_ended(&mut m.seg, seq);
-            }
         }
         if flags & (FLAG_DATA_ONLY | FLAG_PAD) == 0 {
             // A checkpoint's log is written without waiting for earlier payloads: recovery
@@ -245,11 +204,6 @@ impl Engine {
             // a file that depends on it (`DescKind::Depends`) over an older one. A sync that
             // depends on it waits for those payloads (`wait_sealed` with `all`).
             flags |= FLAG_AHEAD;
-        }
-        if flags & FLAG_CHECKPOINT != 0 && flags & FLAG_END != 0 {
-            // The maps in memory are in this checkpoint, runs cut short included.
-            let seq = m.writer.seq;
-            m.soft_dead.checkpoint_ended(&mut m.seg, seq);
         }
         let payload_blocks = log.payload.len() as u32;
         let summary_time = now_ns();
@@ -263,9 +217,9 @@ impl Engine {
             flags,
             payload_blocks,
             pool_id: self.pool_id(),
-            sequence: m.writer.seq,
-            checkpoint: m.ckpt.newest() + u64::from(flags & FLAG_CHECKPOINT != 0),
-            segment_next: m.writer.next_seg,
+            sequence: w.seq,
+            checkpoint: newest + u64::from(flags & FLAG_CHECKPOINT != 0),
+            segment_next: w.next_seg,
             // Filled in by the log writer.
             prev_crc: 0,
             payload_crc: 0,
@@ -274,15 +228,15 @@ impl Engine {
         };
         let flush = match self.config().barrier {
             Barrier::EveryLog => true,
-            Barrier::EveryCheckpoint => flags & FLAG_CHECKPOINT != 0 && !m.writer.refreshing,
+            Barrier::EveryCheckpoint => flags & FLAG_CHECKPOINT != 0 && !w.refreshing,
             Barrier::Superblock => false,
         };
-        let release = std::mem::take(&mut m.writer.release);
+        let release = std::mem::take(&mut w.release);
         let release_bytes = release
             .iter()
             .map(|(_, blocks)| blocks.len() as u64 * BLOCK_U64)
             .sum::<u64>();
-        self.logs.sealed(m.writer.seq, release, release_bytes);
+        self.logs.sealed(w.seq, release, release_bytes);
         // The inodes an ahead log names: later logs of the same files wait for it. Of a
         // checkpoint's log, the files whose data it carries: their buffers go only once it is
         // written, and their later logs depend on the checkpoint anyway.
@@ -300,27 +254,27 @@ impl Engine {
         });
         let ahead = inos.and_then(|inos| {
             // A direct write's logs all have their payloads apart, so it waits for no other.
-            let direct = m.writer.direct && !log.payload.is_empty();
+            let direct = w.direct && !log.payload.is_empty();
             if log.payload.len() < AHEAD_MIN_BLOCKS && !direct {
                 // Written whole by the log writer.
-                m.writer.sealed_small.push((m.writer.seq, inos, flush));
+                w.sealed_small.push((w.seq, inos, flush));
                 return None;
             }
             let a = Arc::new(AheadPayload {
-                seq: m.writer.seq,
+                seq: w.seq,
                 start: log.start,
                 blocks: std::mem::take(&mut log.payload),
                 crcs: std::mem::take(&mut log.crcs),
                 inos,
                 flush,
-                charge: m.writer.charge,
+                charge: w.charge,
                 crc: std::sync::OnceLock::new(),
                 state: parking_lot::Mutex::new(AheadState::Pending),
                 done: parking_lot::Condvar::new(),
                 started: Mutex::new(None),
             });
             self.logs.ahead_sealed(a.clone());
-            m.writer.sealed_ahead.push(a.clone());
+            w.sealed_ahead.push(a.clone());
             Some(a)
         });
         self.enqueue(Queued::Log(SealedLog {
@@ -331,38 +285,44 @@ impl Engine {
             ahead,
             flush,
         }));
-        let seg = m.writer.cur_seg as usize;
-        m.seg.note_written(seg, m.writer.seq);
-        // The summary is metadata: what else is not is file or directory data.
-        let data_blocks = (1 + payload_blocks as u64).saturating_sub(metadata_blocks);
-        m.seg.note_data(seg, data_blocks, m.cleaning.copying());
-        // The cleaner's copies keep the age of the segments they come from, so data that stays
-        // cold looks old to cost-benefit wherever it is moved.
-        m.life.log_closed(seg, summary_time);
-        debug_assert_eq!(
-            log.start, m.writer.pos,
-            "a log starts where the writer stood"
-        );
-        let seg_end = self.seg_start(m.writer.cur_seg) + self.segment_blocks();
-        m.writer
-            .log_closed(log.start + 1 + payload_blocks as u64, seg_end);
-        let log_bytes = (1 + payload_blocks as u64) * BLOCK_U64;
-        m.refresh.note_logged(log_bytes);
+        let closed = ClosedLog {
+            seq: w.seq,
+            seg: w.cur_seg as usize,
+            flags,
+            // The summary is metadata: what else is not is file or directory data.
+            data_blocks: (1 + payload_blocks as u64).saturating_sub(metadata_blocks),
+            time_ns: summary_time,
+            seg_end: self.seg_start(w.cur_seg) + self.segment_blocks(),
+            bytes: (1 + payload_blocks as u64) * BLOCK_U64,
+        };
+        debug_assert_eq!(log.start, w.pos, "a log starts where the writer stood");
+        w.log_closed(log.start + 1 + payload_blocks as u64, closed.seg_end);
         self.count(|c| {
             c.logs += 1;
-            c.bytes_written += log_bytes;
+            c.bytes_written += closed.bytes;
             c.metadata_blocks += metadata_blocks;
             c.device_flushes += u64::from(flush);
             c.data_only_logs += u64::from(flags & FLAG_DATA_ONLY != 0 && flags & FLAG_END != 0);
         });
-        // Keep at least two blocks ahead (a summary and a payload block); a lone last block
-        // becomes a pad log so logs keep tiling the segment.
-        if seg_end - m.writer.pos == 1 {
-            self.log_open(m, FLAG_PAD);
-            self.log_close(m, 0)?;
-        } else if m.writer.pos == seg_end {
-            self.advance_segment(m)?;
-        }
-        Ok(())
+        closed
     }
+}
+
+/// What sealing a log ([`Engine::seal_log`]) tells the parts besides the writer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClosedLog {
+    /// The log's sequence.
+    pub seq: u64,
+    /// The segment it is in.
+    pub seg: usize,
+    /// Its flags, as sealed.
+    pub flags: u16,
+    /// Its blocks of file or directory data (not the summary, nor other metadata).
+    pub data_blocks: u64,
+    /// Its summary's time.
+    pub time_ns: i64,
+    /// Where its segment ends.
+    pub seg_end: u64,
+    /// Its bytes on the device: the summary and the payload.
+    pub bytes: u64,
 }

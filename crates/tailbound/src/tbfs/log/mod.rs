@@ -18,6 +18,23 @@ pub(crate) mod pipeline;
 pub(crate) mod superblocks;
 pub(crate) mod write;
 
+/// Where the writer stands ([`Writer::place`]): its block, its segment and the segment it goes
+/// to next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriterPlace {
+    pub pos: u64,
+    pub cur_seg: u64,
+    pub next_seg: u64,
+}
+
+impl WriterPlace {
+    /// Segment `s` is the one being written or the one the writer goes to next
+    /// ([`Writer::holds_segment`]).
+    pub fn holds_segment(&self, s: u64) -> bool {
+        s == self.cur_seg || s == self.next_seg
+    }
+}
+
 /// Where the next log goes and the log being built (under `meta`). Logs are laid out here and
 /// sealed into the log queue (`LogPipeline`); the log writer ([`LogWriter`]) writes them in order.
 #[derive(Debug, Default)]
@@ -96,6 +113,15 @@ impl Writer {
     /// cleaned or handed out.
     pub fn holds_segment(&self, s: u64) -> bool {
         s == self.cur_seg || s == self.next_seg
+    }
+
+    /// Where the writer stands, as a value for the parts that count space around it.
+    pub fn place(&self) -> WriterPlace {
+        WriterPlace {
+            pos: self.pos,
+            cur_seg: self.cur_seg,
+            next_seg: self.next_seg,
+        }
     }
 
     /// Recovery chose the segment to go to after the current one (the superblock named none).

@@ -6,25 +6,18 @@
 pub(crate) mod scan;
 pub(crate) mod tree;
 
-use crate::tbfs::directories::Directories;
 use crate::tbfs::inode_table::InodeTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::tbfs::changes::Changes;
-use crate::tbfs::checkpoints::Checkpoints;
 use crate::tbfs::dense::DenseSet;
 use crate::tbfs::format::{self, *};
-use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode::*;
-use crate::tbfs::limits::SEGMENTS_MIN;
-use crate::tbfs::log::{LogWriter, Writer};
+use crate::tbfs::log::Writer;
 use crate::tbfs::map::BlockMap;
-use crate::tbfs::refresh::Refresh;
 use crate::tbfs::retention::*;
 use crate::tbfs::space::segments::*;
-use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{
     Barrier, Config, DeviceRef, Error, FileKind, OpenOptions, Ordering, RecoveryMode,
     RecoveryReport, Result,
@@ -32,7 +25,7 @@ use crate::tbfs::{
 use scan::*;
 use tree::*;
 
-fn pool_id() -> [u8; 16] {
+pub(in crate::tbfs) fn pool_id() -> [u8; 16] {
     let mut id = [0u8; 16];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
         use std::io::Read;
@@ -45,132 +38,9 @@ fn pool_id() -> [u8; 16] {
     id
 }
 
-/// Lays a new pool on `dev`: both superblocks, an empty root directory and its checkpoint.
-pub(crate) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Engine>> {
-    let blocks = dev.len() / BLOCK_U64;
-    let segment_blocks = config.segment_bytes / BLOCK_U64;
-    if !config.segment_bytes.is_multiple_of(BLOCK_U64)
-        || segment_blocks < format::SEGMENT_BLOCKS_MIN
-    {
-        return Err(Error::Invalid(format!(
-            "segment size {} (a multiple of {BLOCK} bytes, at least {} bytes)",
-            config.segment_bytes,
-            format::SEGMENT_BLOCKS_MIN * BLOCK_U64
-        )));
-    }
-    // Saturating: a device smaller than the superblocks holds no segment (refused below).
-    let segment_count = blocks.saturating_sub(format::FIRST_SEGMENT_BLOCK) / segment_blocks;
-    if segment_count < SEGMENTS_MIN {
-        return Err(Error::NoSpace(format!(
-            "a {} device of {} bytes holds {segment_count} segments of {} bytes; tbfs needs at least {SEGMENTS_MIN}",
-            dev.kind(),
-            dev.len(),
-            config.segment_bytes
-        )));
-    }
-    let now = now_ns();
-    let mut meta = State {
-        seg: SegmentTable::new(segment_count as usize, segment_blocks),
-        life: Retention::new(
-            segment_count as usize,
-            segment_blocks,
-            config.protection_period,
-        ),
-        writer: Writer::new(format::FIRST_SEGMENT_BLOCK, 0, 1, 1),
-        refresh: Refresh::new(0, now),
-        ..State::default()
-    };
-    let root = Arc::new(InodeCell {
-        ino: ROOT_INO,
-        st: Mutex::new(InodeState::new(
-            FileKind::Dir,
-            0o755,
-            now,
-            crate::sys::proc::effective_ids(),
-        )),
-    });
-    meta.life.entered_segment(0, 1, format::FIRST_SEGMENT_BLOCK);
-    meta.inodes = InodeTable::formatted(root);
-    meta.dirs.create(ROOT_INO);
-    meta.changes.formatted(ROOT_INO);
-    let inner = Arc::new(Engine::new(
-        dev,
-        config.clone(),
-        pool_id(),
-        segment_blocks,
-        segment_count,
-        false,
-        meta,
-        LogWriter::default(),
-    ));
-    {
-        let mut m = inner.lock_meta();
-        m.refresh.set_running(true);
-        inner.commit_checkpoint(&mut m)?;
-        // Both copies valid from the start, so a torn first refresh still leaves one.
-        inner.write_superblock(&mut m)?;
-        inner.write_superblock(&mut m)?;
-        m.refresh.set_running(false);
-    }
-    Ok(inner)
-}
-
-/// Opens and recovers a pool, in eight steps, each a function below but for the fourth
-/// (`tree::load_tree`):
-///
-/// 1. the newest valid superblock;
-/// 2. the log chain after the superblock's checkpoint;
-/// 3. the newest complete checkpoint in it;
-/// 4. loading that checkpoint's tree;
-/// 5. roll-forward: the data-only logs after it are replayed over the tree;
-/// 6. the checkpoint's tables (snapshots, segment ages, pinned blocks) and the retained
-///    checkpoints;
-/// 7. the memory state: segment usage of everything the tree references, pins;
-/// 8. orphans freed, and a fresh checkpoint and superblock.
-pub(crate) fn open(dev: DeviceRef, options: &OpenOptions) -> Result<Arc<Engine>> {
-    let started = Instant::now();
-    let mut report = RecoveryReport::default();
-    let (sb, config) = newest_superblock(&dev, options, &mut report)?;
-    let chain = scan_chain(&dev, &sb, options, &mut report)?;
-    let base = newest_checkpoint(&sb, &chain.logs, chain.first_incomplete);
-    // 4. Load that checkpoint: its root, the inode file, every map and directory.
-    let geo = Geometry {
-        segment_blocks: sb.segment_blocks,
-        segment_count: sb.segment_count,
-    };
-    let tree = load_tree(&dev, &geo, base.root)?;
-    report.checkpoint = tree.root.number;
-    let applied = &chain.logs[base.index..];
-    let rolled = roll_forward(applied, chain.first_incomplete, &tree.cells, &mut report);
-    let retained = load_retention(&dev, &geo, &sb, &config, &tree.root, base.root, &mut report)?;
-    let meta = memory_state(&sb, options, tree, &chain, &base, retained, rolled)?;
-    let cur_seg = meta.writer.cur_seg();
-    let prev = chain.prev;
-    let inner = Arc::new(Engine::new(
-        dev,
-        config,
-        sb.pool_id,
-        sb.segment_blocks,
-        sb.segment_count,
-        options.read_only,
-        meta,
-        // What was recovered may not be durable yet: the first superblock flushes first.
-        LogWriter {
-            prev_crc: prev,
-            unflushed: true,
-            buf: Vec::new(),
-        },
-    ));
-    inner.superblocks.recovered(sb.checkpoint_sequence);
-    settle(&inner, &sb, &chain.logs, cur_seg, options, &mut report)?;
-    report.elapsed = started.elapsed();
-    inner.stats.set_report(report);
-    Ok(inner)
-}
-
 /// Step 1: the newest valid superblock, and the configuration it records (with what `options`
 /// overrides).
-fn newest_superblock(
+pub(in crate::tbfs) fn newest_superblock(
     dev: &DeviceRef,
     options: &OpenOptions,
     report: &mut RecoveryReport,
@@ -221,19 +91,19 @@ fn newest_superblock(
 
 /// The log chain after the superblock's checkpoint, and where the next log goes: its block,
 /// sequence, previous-summary CRC and the segment after the current one.
-struct Chain {
-    logs: Vec<ScannedLog>,
+pub(in crate::tbfs) struct Chain {
+    pub logs: Vec<ScannedLog>,
     /// The first log whose payload is incomplete: no checkpoint at or after it counts.
-    first_incomplete: Option<usize>,
-    pos: u64,
-    seq: u64,
-    prev: u32,
-    segment_next: u64,
+    pub first_incomplete: Option<usize>,
+    pub pos: u64,
+    pub seq: u64,
+    pub prev: u32,
+    pub segment_next: u64,
 }
 
 /// Step 2: scans the log chain after the superblock's checkpoint, up to the first log that does not
 /// verify (which ends it, or fails the open in strict mode when valid logs follow).
-fn scan_chain(
+pub(in crate::tbfs) fn scan_chain(
     dev: &DeviceRef,
     sb: &Superblock,
     options: &OpenOptions,
@@ -359,15 +229,15 @@ fn scan_chain(
 
 /// The checkpoint recovery starts from: its root block, its sequence, and the index in the
 /// chain of the first log after it.
-struct Base {
-    root: u64,
-    seq: u64,
-    index: usize,
+pub(in crate::tbfs) struct Base {
+    pub root: u64,
+    pub seq: u64,
+    pub index: usize,
 }
 
 /// Step 3: the newest complete checkpoint: the superblock's, or one found in the chain before
 /// any incomplete payload (`first_incomplete`, the index of the first log whose payload is).
-fn newest_checkpoint(
+pub(in crate::tbfs) fn newest_checkpoint(
     sb: &Superblock,
     logs: &[ScannedLog],
     first_incomplete: Option<usize>,
@@ -394,15 +264,15 @@ fn newest_checkpoint(
 }
 
 /// What roll-forward replaced in the base checkpoint's tree.
-struct RolledForward {
+pub(in crate::tbfs) struct RolledForward {
     /// Blocks of the base checkpoint that roll-forward replaced: pinned if it stays retained.
-    replaced: Vec<u64>,
+    pub replaced: Vec<u64>,
     /// Of those, file data a data-only log rewrote, with the log's sequence.
-    rewritten: Vec<(u64, u64)>,
+    pub rewritten: Vec<(u64, u64)>,
 }
 
 /// Step 5: roll forward the data-only logs after the base checkpoint (`applied`) over its tree.
-fn roll_forward(
+pub(in crate::tbfs) fn roll_forward(
     applied: &[ScannedLog],
     first_incomplete: Option<usize>,
     cells: &HashMap<u64, Arc<InodeCell>>,
@@ -492,15 +362,15 @@ fn roll_forward(
 
 /// What step 6 reads: the retention state, the checkpoint's tables, and the stored pinned
 /// entries with their pages.
-struct LoadedRetention {
-    life: Retention,
-    tables: [BlockMap; format::TABLES],
-    pinned: Vec<(u64, format::PinnedEntry)>,
+pub(in crate::tbfs) struct LoadedRetention {
+    pub life: Retention,
+    pub tables: [BlockMap; format::TABLES],
+    pub pinned: Vec<(u64, format::PinnedEntry)>,
 }
 
 /// Step 6: the checkpoint's tables: snapshots, segment ages, pinned blocks; and the plain
 /// checkpoints kept for the protection period, down the chain of roots.
-fn load_retention(
+pub(in crate::tbfs) fn load_retention(
     dev: &DeviceRef,
     geo: &Geometry,
     sb: &Superblock,
@@ -581,83 +451,6 @@ fn load_retention(
         tables,
         pinned: pinned_entries,
     })
-}
-
-/// Step 7: memory state: segment usage from everything the tree references, link counts, where
-/// the writer continues, and the pins.
-fn memory_state(
-    sb: &Superblock,
-    options: &OpenOptions,
-    tree: Tree,
-    chain: &Chain,
-    base: &Base,
-    retained: LoadedRetention,
-    rolled: RolledForward,
-) -> Result<State> {
-    let Tree {
-        root,
-        ifile,
-        cells,
-        dirs,
-        reached,
-        subdirs,
-    } = tree;
-    let LoadedRetention {
-        mut life,
-        tables,
-        pinned: pinned_entries,
-    } = retained;
-    let (mut seg, mut pending) = segment_usage(sb, &root, &cells, &ifile, base.root, &tables)?;
-    let logs = chain.logs.as_slice();
-    let applied = &logs[base.index..];
-    let (pos, seq, segment_next) = (chain.pos, chain.seq, chain.segment_next);
-    for log in logs {
-        let s = segment_of(log.start, sb.segment_blocks);
-        seg.note_written(s, log.summary.sequence);
-        life.recovered_log(s, log.summary.time_ns);
-    }
-    // Logs after the base checkpoint hold blocks no retained checkpoint references.
-    for log in applied {
-        let s = segment_of(log.start, sb.segment_blocks);
-        life.recovered_since_checkpoint(s, log.start);
-    }
-    let cur_seg = segment_of(pos, sb.segment_blocks) as u64;
-    let next_seg = if logs
-        .last()
-        .is_some_and(|l| segment_of(l.start, sb.segment_blocks) as u64 == cur_seg)
-        || (logs.is_empty() && pos == sb.next.block)
-    {
-        segment_next
-    } else {
-        // The chain just entered this segment; its successor is chosen below.
-        u64::MAX
-    };
-
-    link_counts(&cells, &reached, &subdirs, &mut pending);
-    let inodes = InodeTable::loaded(cells, root.next_ino).map_err(|ino| {
-        corrupt(
-            &format!("checkpoint {}", root.number),
-            format!(
-                "inode {ino} is numbered past the next number, {}",
-                root.next_ino
-            ),
-        )
-    })?;
-    let mut meta = State {
-        inodes,
-        dirs: Directories::loaded(dirs),
-        changes: Changes::loaded(pending),
-        ifile: InodeFile::loaded(ifile, root.ifile_pages),
-        writer: Writer::new(pos, cur_seg, next_seg, seq),
-        seg,
-        ckpt: Checkpoints::loaded(root.number, base.root, base.seq),
-        refresh: Refresh::new(sb.generation, sb.created_ns),
-        life,
-        ..State::default()
-    };
-    restore_pins(&mut meta, sb, options, root.number, pinned_entries, rolled)?;
-    meta.life.load_tables(tables);
-    Ok(meta)
 }
 
 /// Step 7, first part: each segment's live count from every block the loaded tree, the inode file,
@@ -745,136 +538,81 @@ fn link_counts(
     }
 }
 
-/// Step 7, last part: the pinned blocks: the stored ones still some retained checkpoint's, and
-/// what roll-forward replaced.
-fn restore_pins(
-    meta: &mut State,
+/// Step 7: the segment table from every block the loaded tree references
+/// ([`segment_usage`]) and the logs the chain wrote in each segment.
+pub(in crate::tbfs) fn recovered_segments(
     sb: &Superblock,
-    options: &OpenOptions,
-    checkpoint: u64,
-    pinned_entries: Vec<(u64, format::PinnedEntry)>,
-    rolled: RolledForward,
-) -> Result<()> {
-    for (page, e) in pinned_entries {
-        // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
-        // range holds entries the page for their range now holds.
-        meta.life.mark_pinned_page_dirty(page);
-        if let Some(anchor) = meta.life.anchor(e.born, e.died) {
-            if meta.life.pins().contains(e.block) {
-                return Err(corrupt(
-                    "pinned table",
-                    format!("block {} listed twice", e.block),
-                ));
-            }
-            meta.pin(
-                e.block,
-                BlockPin {
-                    born: e.born,
-                    died: e.died,
-                    anchor,
-                },
-                sb.segment_blocks,
-            );
-        }
+    tree: &Tree,
+    chain: &Chain,
+    base: &Base,
+    tables: &[BlockMap; format::TABLES],
+) -> Result<(SegmentTable, DenseSet)> {
+    let (mut seg, pending) =
+        segment_usage(sb, &tree.root, &tree.cells, &tree.ifile, base.root, tables)?;
+    for log in &chain.logs {
+        seg.note_written(
+            segment_of(log.start, sb.segment_blocks),
+            log.summary.sequence,
+        );
     }
-    debug_assert_eq!(
-        meta.ckpt.newest(),
-        checkpoint,
-        "pins restored at another checkpoint"
-    );
-    for b in rolled.replaced {
-        if !meta.life.pins().contains(b) {
-            meta.pin_if_retained(b, sb.segment_blocks);
-        }
-    }
-    let now = now_ns();
-    for (b, seq) in rolled.rewritten {
-        if meta.life.pins().contains(b) {
-            continue;
-        }
-        let born = meta.born_of(b, sb.segment_blocks);
-        // (A read-only open writes nothing: the pin keeps the base checkpoint readable.)
-        if !options.read_only && meta.life.only_newest_unkept(born, meta.ckpt.newest(), now) {
-            // Recovery replays the log over the base checkpoint's pointer, so the old copy's
-            // segment is reusable once that log is durable (a flush before recovery writes).
-            // Pinning it would make every segment light cleaning reused since the superblock
-            // unusable here, and can leave recovery no room for its checkpoint.
-            let s = segment_of(b, sb.segment_blocks);
-            meta.seg.raise_soft_dead(s, seq + 1);
-            meta.ckpt.note_superseded();
-        } else {
-            meta.pin_if_retained(b, sb.segment_blocks);
-        }
-    }
-    Ok(())
+    Ok((seg, pending))
 }
 
-/// Step 8: orphans (unlinked while open when the pool went down) are freed; then a fresh
-/// checkpoint and superblock make the recovered state the new base.
-fn settle(
-    inner: &Arc<Engine>,
+/// Step 7: the segments' ages from the logs of the chain, and which segments hold blocks no
+/// retained checkpoint references (those of the logs after the base checkpoint).
+pub(in crate::tbfs) fn note_chain_in_retention(
+    life: &mut Retention,
     sb: &Superblock,
-    logs: &[ScannedLog],
-    cur_seg: u64,
-    options: &OpenOptions,
-    report: &mut RecoveryReport,
-) -> Result<()> {
-    let mut m = inner.lock_meta();
-    let orphans: Vec<Arc<InodeCell>> = m
-        .inodes
-        .values()
-        .filter(|c| c.ino != ROOT_INO && c.lock().nlink() == 0)
-        .cloned()
-        .collect();
-    report.orphans_reclaimed = orphans.len() as u64;
-    if !options.read_only {
-        // Everything before the tail is settled once the recovery superblock is durable.
-        inner.superblocks.recovered(0);
-        // The chain rolled forward is durable from here on, so the segments its data-only
-        // logs emptied may be reused by what recovery writes.
-        let end = m.writer.seq();
-        inner.flush_written(end, "before recovery writes")?;
-        for o in &orphans {
-            inner.free_inode(&mut m, o);
-        }
-        if m.writer.next_seg() == u64::MAX {
-            let pick = (1..=sb.segment_count)
-                .map(|i| (cur_seg + i) % sb.segment_count)
-                .find(|&s| {
-                    s != cur_seg
-                        && m.seg.live(s as usize) == 0
-                        && !logs
-                            .iter()
-                            .any(|l| segment_of(l.start, sb.segment_blocks) as u64 == s)
-                });
-            match pick {
-                Some(s) => m.writer.set_next_seg(s),
-                None => {
-                    return Err(Error::NoSpace(
-                        "recovery: no free segment to continue the log".into(),
-                    ))
-                }
-            }
-        }
-        m.refresh.set_running(true);
-        // Segments with nothing live may be overwritten only after this superblock; the
-        // recovery checkpoint goes where the chain ended.
-        let result = inner
-            .commit_checkpoint(&mut m)
-            .and_then(|()| inner.write_superblock(&mut m))
-            // An older version's pool is upgraded here, before any log of this build's:
-            // both copies, or a build of that version would take the one it still reads
-            // and stop its log chain at the first descriptor it does not know.
-            .and_then(|()| {
-                if sb.version < format::VERSION {
-                    inner.write_superblock(&mut m)
-                } else {
-                    Ok(())
-                }
-            });
-        m.refresh.set_running(false);
-        result?;
+    chain: &Chain,
+    base: &Base,
+) {
+    for log in &chain.logs {
+        let s = segment_of(log.start, sb.segment_blocks);
+        life.recovered_log(s, log.summary.time_ns);
     }
+    // Logs after the base checkpoint hold blocks no retained checkpoint references.
+    for log in &chain.logs[base.index..] {
+        let s = segment_of(log.start, sb.segment_blocks);
+        life.recovered_since_checkpoint(s, log.start);
+    }
+}
 
-    Ok(())
+/// Step 7: where the writer continues, after the chain's last log. Its next segment is
+/// `u64::MAX` when the chain just entered the current one: step 8 chooses it.
+pub(in crate::tbfs) fn writer_after_chain(sb: &Superblock, chain: &Chain) -> Writer {
+    let logs = chain.logs.as_slice();
+    let (pos, seq, segment_next) = (chain.pos, chain.seq, chain.segment_next);
+    let cur_seg = segment_of(pos, sb.segment_blocks) as u64;
+    let next_seg = if logs
+        .last()
+        .is_some_and(|l| segment_of(l.start, sb.segment_blocks) as u64 == cur_seg)
+        || (logs.is_empty() && pos == sb.next.block)
+    {
+        segment_next
+    } else {
+        // The chain just entered this segment; its successor is chosen below.
+        u64::MAX
+    };
+    Writer::new(pos, cur_seg, next_seg, seq)
+}
+
+/// Step 7: the inode table of the loaded tree, its link counts set as the tree names them
+/// ([`link_counts`]; a changed one joins `pending`).
+pub(in crate::tbfs) fn recovered_inodes(
+    root: &CheckpointRoot,
+    cells: HashMap<u64, Arc<InodeCell>>,
+    reached: &HashMap<u64, u32>,
+    subdirs: &HashMap<u64, u32>,
+    pending: &mut DenseSet,
+) -> Result<InodeTable> {
+    link_counts(&cells, reached, subdirs, pending);
+    InodeTable::loaded(cells, root.next_ino).map_err(|ino| {
+        corrupt(
+            &format!("checkpoint {}", root.number),
+            format!(
+                "inode {ino} is numbered past the next number, {}",
+                root.next_ino
+            ),
+        )
+    })
 }

@@ -1,0 +1,448 @@
+//! Cleaning passes: when to clean, and a pass from victim choice to the checkpoint or flush
+//! that makes the emptied segments reusable. The cleaner's own parts are `space::cleaner`
+//! (victim choice from the segment table, reading victims) and `commit::clean` (moving their
+//! live blocks); a pass also asks retention, the checkpoints and the writer, which is why it
+//! lives in the orchestration.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::tbfs::format::BLOCK_U64;
+use crate::tbfs::inode::now_ns;
+use crate::tbfs::limits::{BACKGROUND_VICTIMS, VICTIMS_PER_PASS};
+use crate::tbfs::state::{Engine, Section, State};
+use crate::tbfs::GcReport;
+use crate::tbfs::{Error, Result};
+
+impl Engine {
+    /// Cleans until `want` blocks are free or nothing more can be cleaned. With `pressure`, plain
+    /// checkpoints lose their protection if that is what stands in the way (writers are waiting).
+    pub(crate) fn clean(&self, m: &mut State, want: u64, pressure: bool) -> Result<GcReport> {
+        self.clean_at_most(m, want, pressure, VICTIMS_PER_PASS, u64::MAX)
+    }
+
+    /// `clean` with at most `passes` passes of at most `per_pass` victims.
+    fn clean_at_most(
+        &self,
+        m: &mut State,
+        want: u64,
+        pressure: bool,
+        per_pass: usize,
+        passes: u64,
+    ) -> Result<GcReport> {
+        m.cleaning.start();
+        let before = self.free_blocks(m);
+        let r = self.in_section(m, Section::Cleaning, |m| {
+            self.clean_passes(m, want, pressure, per_pass, passes)
+        });
+        m.cleaning.end();
+        if m.life.under_pressure() {
+            m.life.set_pressure(false);
+        }
+        let mut report = r?;
+        let after = self.free_blocks(m);
+        // Saturating: a pass whose copies took more than it freed freed nothing.
+        report.bytes_freed = after.saturating_sub(before) * BLOCK_U64;
+        report.free_fraction_after = after.min(self.segment_blocks() * self.segment_count()) as f64
+            / (self.segment_blocks() * self.segment_count()) as f64;
+        Ok(report)
+    }
+
+    fn clean_passes(
+        &self,
+        m: &mut State,
+        want: u64,
+        pressure: bool,
+        per_pass: usize,
+        passes_max: u64,
+    ) -> Result<GcReport> {
+        let mut report = GcReport::default();
+        let mut skip = BTreeSet::new();
+        let (mut passes, mut stalled) = (0u64, 0u32);
+        let mut refreshed = false;
+        // Checkpoints whose protection ran out since the last checkpoint go first; a checkpoint
+        // makes that durable (and releases the newest before it, if that too is unprotected).
+        let seq = m.writer.seq();
+        let newest = m.ckpt.newest();
+        let newest_pins = m.life.pins().any_anchored_at(newest)
+            && m.life.retained(newest).is_some_and(|k| {
+                !k.snapshot
+                    && !m.life.is_held(newest)
+                    && k.time_ns < m.life.unprotected_before(now_ns())
+            });
+        if m.prune(seq, self.segment_blocks(), false) > 0 || newest_pins {
+            self.refresh_for_cleaner(m)?;
+        }
+        // Buffered data goes out first, in its own logs, so the copies that follow fill
+        // segments of their own and keep their age (without room for it now, it waits for the
+        // cleaning checkpoint).
+        let mut want = want;
+        if self.buffer_in_data_logs() {
+            let free = self.free_blocks(m);
+            self.commit_data_logs(m, true)?;
+            // When the space check that runs this cleaning is a buffer seal's, it asked room
+            // for that very buffer: written, it is not cleaned for a second time.
+            // (Saturating: a seal that freed segments took nothing.)
+            let sealed = free.saturating_sub(self.free_blocks(m));
+            want = want.saturating_sub(m.cleaning.note_sealed_first(sealed));
+        }
+        // Light passes (`light_cleaning`: relaxed ordering and a newest checkpoint nothing keeps)
+        // write the copies of file data as data-only logs, which roll-forward replays over the
+        // newest checkpoint: once they are durable the victims are reusable, with no checkpoint
+        // and so no map nodes per pass. Their victims are segments only a flush stands between
+        // and reuse (`pick_victims`); live metadata in them still needs a checkpoint. Otherwise
+        // a full pass: the copies go out in a checkpoint, followed by a superblock.
+        //
+        // A pending namespace change does not stop a light pass. Its victims are out of the
+        // roll-forward chain, so a block still live in one was written before the superblock's
+        // checkpoint and not rewritten since: that checkpoint holds it, with these bytes, under
+        // the same file and number (a file created, or a number reused, since has all its blocks
+        // in the chain). Replaying the copy over it changes no file's contents, whatever was
+        // renamed, truncated or had its attributes set since.
+        loop {
+            if self.free_blocks_up_to(m, want) >= want {
+                break;
+            }
+            if self.logs_unflushed(m) && self.pending_free_segments(m) > 0 {
+                // Segments emptied by superseded blocks wait only for their logs to be durable.
+                if m.bg_clean.defer_io {
+                    // The background thread flushes once `meta` is released.
+                    m.bg_clean.flush = true;
+                    break;
+                }
+                self.flush_logs(m, "for the cleaner")?;
+                if self.free_blocks_up_to(m, want) >= want {
+                    break;
+                }
+            }
+            let light_ok = self.light_cleaning(m);
+            let mut victims = if light_ok {
+                self.pick_victims(m, &skip, per_pass, true, stalled > 0)
+            } else {
+                Vec::new()
+            };
+            self.keep_read_ahead(m, &mut victims);
+            if light_ok && (victims.is_empty() || stalled > 0) && !refreshed {
+                // Segments in the roll-forward chain, or that lost blocks in a checkpoint since
+                // the superblock's, become light victims once a superblock names a newer one:
+                // when there are no others, or the others gave nothing back (recently written
+                // segments are where hot data dies).
+                refreshed = true;
+                match self.refresh_for_cleaner(m) {
+                    Ok(()) => continue,
+                    Err(Error::NoSpace(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let light = !victims.is_empty();
+            if !light {
+                if self.pending_free_segments(m) > 0 {
+                    // Dead segments wait only for a checkpoint and a superblock.
+                    self.refresh_for_cleaner(m)?;
+                    if self.free_blocks_up_to(m, want) >= want {
+                        break;
+                    }
+                }
+                victims = self.pick_victims(m, &skip, per_pass, false, stalled > 0);
+                self.keep_read_ahead(m, &mut victims);
+            }
+            if victims.is_empty() {
+                if pressure && !m.life.under_pressure() {
+                    // Give up the protection period: release every plain checkpoint but the
+                    // newest now (the next checkpoint releases that one too), and make the
+                    // release durable so the segments it empties can be reused.
+                    m.life.set_pressure(true);
+                    let seq = m.writer.seq();
+                    let released = m.prune(seq, self.segment_blocks(), false);
+                    self.count(|c| c.protection_released += released);
+                    continue;
+                }
+                break;
+            }
+            let free_before = self.free_blocks(m);
+            m.cleaning.pass_started();
+            self.count_pass(&m.seg, m.writer.place(), &victims, free_before);
+            // The copies are as old as the youngest data they come from.
+            let age = victims.iter().map(|&v| m.life.segment_written(v)).max();
+            m.life.start_copies(age);
+            m.cleaning.set_copying(true);
+            let moved = self.move_live(m, &victims, light);
+            m.cleaning.set_copying(false);
+            let moved = moved.and_then(|(copied, metadata)| {
+                if !light {
+                    return self.refresh_for_cleaner(m).map(|()| (copied, false));
+                }
+                if m.bg_clean.defer_io {
+                    m.bg_clean.flush = true;
+                } else {
+                    self.flush_logs(m, "after cleaning")?;
+                }
+                if metadata > 0 {
+                    // Live metadata moves at a checkpoint; without room for one now (it
+                    // writes the buffered data too), at a later one.
+                    match self.refresh_for_cleaner(m) {
+                        Ok(()) | Err(Error::NoSpace(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok((copied, metadata == 0))
+            });
+            m.life.end_copies();
+            let (copied, was_light) = moved?;
+            // The newest checkpoint before the cleaning one may still pin the old copies (it
+            // was the newest when they died); the next checkpoint releases it.
+            if !was_light
+                && victims
+                    .iter()
+                    .any(|&v| m.seg.live(v) == 0 && m.seg.pinned(v) != 0)
+            {
+                self.refresh_for_cleaner(m)?;
+            }
+            // A light pass whose victims are empty but not reusable (a pin the soft rule could
+            // not avoid): a checkpoint releases them, if there is room for it now.
+            // (A deferred flush makes every log so far durable.)
+            let durable = if m.bg_clean.defer_io {
+                m.writer.seq()
+            } else {
+                self.logs.durable()
+            };
+            if was_light
+                && victims
+                    .iter()
+                    .any(|&v| m.seg.live(v) == 0 && !self.segment_free_if_durable(m, v, durable))
+            {
+                match self.refresh_for_cleaner(m) {
+                    Ok(()) | Err(Error::NoSpace(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            self.count(|c| c.light_cleaning_passes += u64::from(was_light));
+            let mut cleaned = 0;
+            for &v in &victims {
+                if m.seg.is_empty(v) {
+                    cleaned += 1;
+                } else {
+                    skip.insert(v);
+                }
+            }
+            report.segments_cleaned += cleaned;
+            report.blocks_copied += copied;
+            self.count(|c| {
+                c.segments_cleaned += cleaned;
+                c.blocks_copied += copied;
+            });
+            // Stop when passes stop emptying segments (or gain nothing, twice in a row: what is
+            // left to clean is what cleaning writes).
+            passes += 1;
+            stalled = if self.free_blocks(m) <= free_before {
+                stalled + 1
+            } else {
+                0
+            };
+            // A light pass that emptied nothing (its victims hold metadata) left them in `skip`:
+            // the next pass tries others.
+            if (cleaned == 0 && !was_light)
+                || stalled >= 2
+                || passes >= passes_max
+                || passes > self.segment_count()
+            {
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    /// In a background pass on a device whose reads are I/O, keeps only the victims read
+    /// ahead: reading another under `meta` would first write every log sealed so far, and the
+    /// namespace would wait for that. The rest are left to a later pass.
+    fn keep_read_ahead(&self, m: &State, victims: &mut Vec<usize>) {
+        if m.bg_clean.defer_io && !self.dev().writes_are_copies() {
+            victims.retain(|v| m.bg_clean.read.contains_key(v));
+        }
+    }
+
+    /// The best segments to clean, best first, as many as one checkpoint can move with the
+    /// space there is ([`Engine::choose_victims`], given the segments that may be cleaned and
+    /// the room for their copies).
+    ///
+    /// With `greedy`, by free fraction alone.
+    ///
+    /// With `light`, only segments a light pass can release (see `clean_passes`): nothing in
+    /// them is in the roll-forward chain or lost by a checkpoint the superblock does not name,
+    /// and the budget is for data-only logs, not a checkpoint.
+    fn pick_victims(
+        &self,
+        m: &State,
+        skip: &BTreeSet<usize>,
+        most: usize,
+        light: bool,
+        greedy: bool,
+    ) -> Vec<usize> {
+        let now = now_ns();
+        let sb = self.segment_blocks();
+        let sb_seq = self.superblocks.checkpoint_seq();
+        let candidates: Vec<usize> = (0..self.segment_count() as usize)
+            .filter(|&s| {
+                !m.writer.holds_segment(s as u64)
+                    && m.seg.live(s) > 0
+                    && !skip.contains(&s)
+                    && m.cleanable(s, now)
+                    && (!light
+                        || (m.seg.last_seq(s) <= sb_seq
+                            && m.seg.dead_at(s) <= sb_seq
+                            && m.life.only_newest_unkept(
+                                m.life.segment_born(s),
+                                m.ckpt.newest(),
+                                now,
+                            )))
+            })
+            .collect();
+        // The copies and the checkpoint that writes them (with whatever else is buffered and
+        // pending) must fit in what is free now.
+        let free = self.free_blocks(m);
+        let budget = if light {
+            // The copies' space check keeps the reserve; their summaries take a block per up
+            // to 123 extents. Buffered data is not written with them.
+            // Saturating here and below: no budget for copies once free space is at what must
+            // stay free.
+            free.saturating_sub(self.reserve_blocks() + 16)
+        } else {
+            let pending = self.budget.buffered() / BLOCK_U64
+                + m.changes.pending().len() as u64 * 4
+                + m.dirs.dirty().len() as u64 * 2
+                + m.table_estimate()
+                + 16;
+            free.saturating_sub(pending + sb / 2)
+        };
+        self.choose_victims(
+            &m.seg,
+            candidates,
+            |s| m.life.segment_written(s),
+            now,
+            budget,
+            most,
+            light,
+            greedy,
+        )
+    }
+
+    /// A new checkpoint and a superblock naming it, which may use the space reserve: afterwards
+    /// every segment that died before is reusable.
+    fn refresh_for_cleaner(&self, m: &mut State) -> Result<()> {
+        let was = m.refresh.set_running(true);
+        let r = self.commit_checkpoint_for_superblock(m).and_then(|()| {
+            if m.bg_clean.defer_io {
+                // Written with the pass's logs once `meta` is released.
+                self.seal_superblock(m);
+                Ok(())
+            } else {
+                self.write_superblock(m)
+            }
+        });
+        m.refresh.set_running(was);
+        r
+    }
+
+    /// Background work (on the idle-class thread, called without `meta`): while less than the
+    /// configured share of the pool is free, one small pass per wake-up, so writers get the lock
+    /// between passes and the cleaner's I/O is throttled to [`BACKGROUND_VICTIMS`] segments per
+    /// period.
+    ///
+    /// A pass made while [`Engine::cleaning_is_urgent`] runs as best-effort I/O at the lowest
+    /// level ([`URGENT_PRIO`]) if its thread is idle-class, and goes back to idle after it; and
+    /// if it emptied anything, the background thread makes the next pass at once.
+    ///
+    /// Only the pass's bookkeeping holds `meta`: the victims it is expected to pick are read
+    /// before it takes the lock (marked so that none is reused meanwhile), and the flush and
+    /// superblock that make the emptied segments reusable are written after it lets go. So a
+    /// writer that needs `meta` waits for memory work, not for the cleaner's device I/O.
+    ///
+    /// In a memory pool the pass's victims are cleaned one per hold of `meta`, handing it to the
+    /// threads waiting for it between them ([`crate::tbfs::state::StateGuard::unlock_fair_and_write`]):
+    /// a pass of [`BACKGROUND_VICTIMS`] in one hold kept every create and delete waiting 3 to
+    /// 10 ms.
+    pub(in crate::tbfs) fn background_clean(&self) -> Result<()> {
+        let _one_pass = self.bg_pass.lock().unwrap_or_else(|p| p.into_inner());
+        let (holds, per_hold) = if self.dev().writes_are_copies() {
+            (BACKGROUND_VICTIMS, 1)
+        } else {
+            (1, BACKGROUND_VICTIMS)
+        };
+        for _ in 0..holds {
+            if !self.background_pass(per_hold)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One background pass of at most `victims_max` victims ([`Engine::background_clean`]);
+    /// returns whether it emptied any segment and more cleaning is wanted.
+    fn background_pass(&self, victims_max: usize) -> Result<bool> {
+        let total = self.segment_blocks() * self.segment_count();
+        let want = total * self.config().gc_free_percent.min(90) as u64 / 100;
+        let (victims, seq, urgent) = {
+            let mut m = self.lock_meta();
+            if self.free_blocks_up_to(&m, want) >= want {
+                return Ok(false);
+            }
+            let none = BTreeSet::new();
+            let full = self.pick_victims(&m, &none, victims_max, false, false);
+            if full.is_empty() {
+                return Ok(false);
+            }
+            // What the pass will most likely pick (it cleans no others: see `keep_read_ahead`).
+            let light = if self.light_cleaning(&m) {
+                self.pick_victims(&m, &none, victims_max, true, false)
+            } else {
+                Vec::new()
+            };
+            let victims = if light.is_empty() { full } else { light };
+            m.bg_clean.reading.extend(victims.iter().copied());
+            (victims, m.writer.seq(), self.cleaning_is_urgent(&m))
+        };
+        // Under pressure the pass is no longer idle-class I/O: held back behind best-effort
+        // writers, it fell behind a steady copy until a writer's commit found too little room
+        // and cleaned in the foreground, holding `meta` for up to a whole pass (with a real-time
+        // writer waiting on it). A memory pool does no
+        // device I/O, so it keeps its thread's priority.
+        let _raised = (urgent && !self.dev().writes_are_copies())
+            .then(crate::tbfs::space::cleaner::RaisedPrio::raise);
+        // Every log in the victims was sealed before `seq`. A memory pool's victims are not
+        // read ahead: the pass reads their summaries and live file data a block at a time
+        // (`move_live`), a fraction of copying every victim whole into fresh memory.
+        let read = if self.dev().writes_are_copies() {
+            Ok(HashMap::new())
+        } else {
+            self.read_victims(&victims, seq)
+        };
+        let mut m = self.lock_meta();
+        m.bg_clean.reading.clear();
+        m.bg_clean.read = read?;
+        m.bg_clean.defer_io = true;
+        let cleaned = if self.free_blocks_up_to(&m, want) >= want {
+            Ok(0)
+        } else {
+            self.clean_at_most(&mut m, want, false, victims_max, 1)
+                .map(|r| r.segments_cleaned)
+        };
+        m.bg_clean.read.clear();
+        m.bg_clean.defer_io = false;
+        let flush = std::mem::take(&mut m.bg_clean.flush);
+        let end = m.writer.seq();
+        let more = self.free_blocks_up_to(&m, want) < want;
+        m.unlock_fair_and_write()?;
+        let cleaned = cleaned?;
+        // Under pressure the next pass follows at once, not a period later, while passes
+        // empty segments.
+        if urgent && cleaned > 0 && self.config().background_gc {
+            self.wake_background(|w| w.clean = true);
+        }
+        if flush {
+            self.flush_written(end, "after background cleaning")?;
+        } else {
+            // Every log and superblock the pass sealed is below `end + 1`.
+            self.write_logs_until(end + 1)?;
+        }
+        Ok(cleaned > 0 && more)
+    }
+}

@@ -1,0 +1,91 @@
+//! Opening and closing logs, and entering segments: what the writer's log building (`log::build`)
+//! does told to the other parts: the segment table, retention's segment ages, soft-dead runs,
+//! the refresh's byte count and the background cleaner's read-ahead.
+
+use crate::tbfs::format::BLOCK_U64;
+use crate::tbfs::format::{FLAG_BEGIN, FLAG_CHECKPOINT, FLAG_DATA_ONLY, FLAG_END, FLAG_PAD};
+use crate::tbfs::state::{Engine, State};
+use crate::tbfs::{Error, Result};
+
+impl Engine {
+    /// The free segment to follow the writer's next one: the first free after it.
+    pub(crate) fn pick_free_segment(&self, m: &State) -> Option<u64> {
+        let n = self.segment_count();
+        (1..=n)
+            .map(|i| (m.writer.next_seg() + i) % n)
+            .find(|&s| self.segment_free(m, s as usize))
+    }
+
+    pub(crate) fn advance_segment(&self, m: &mut State) -> Result<()> {
+        let staged_full = m.staged_no_segment();
+        let Some(next) = self.pick_free_segment(m).filter(|_| !staged_full) else {
+            // The space check before every commit keeps room for all it writes, so this is a
+            // commit whose estimate fell short. Its first logs are sealed and the maps in
+            // memory name them, but the rest of the commit has nowhere to go: memory no longer
+            // matches what can reach storage. The pool stops here, as after a failed write;
+            // reopening it recovers every write that was acknowledged.
+            let err = Error::NoSpace(
+                "no free segment for the next log in the middle of a commit; the pool takes no \
+                 more writes until it is reopened, and recovery keeps every acknowledged write"
+                    .into(),
+            );
+            self.poison(&err);
+            return Err(err);
+        };
+        self.enter_segment(&mut m.writer, next);
+        // Before a byte of it changes: a client reading it straight from the pool must see its
+        // lease revoked (`Watcher::segment_reused`).
+        self.watchers.segment_reused(next);
+        // Whatever the background cleaner read of it before is about to be overwritten.
+        m.bg_clean.read.remove(&(next as usize));
+        // The writer enters `next` after this segment: let the device get it ready now.
+        self.dev().prepare_write(
+            self.seg_start(next) * BLOCK_U64,
+            self.segment_blocks() * BLOCK_U64,
+        );
+        let seg = m.writer.cur_seg() as usize;
+        let next = m.ckpt.next_number();
+        let pos = m.writer.pos();
+        // Its age is that of the newest data its logs hold (set as they close).
+        m.life.entered_segment(seg, next, pos);
+        m.seg.entered(seg);
+        Ok(())
+    }
+
+    pub(crate) fn log_open(&self, m: &mut State, flags: u16) {
+        if flags & FLAG_BEGIN != 0 {
+            m.soft_dead.run_begins();
+        }
+        self.open_log(&mut m.writer, flags);
+    }
+
+    /// Seals the open log and queues it for the log writer ([`Engine::seal_log`]); moves on.
+    pub(crate) fn log_close(&self, m: &mut State, end_flags: u16) -> Result<()> {
+        let closed = self.seal_log(&mut m.writer, end_flags, m.ckpt.newest());
+        let flags = closed.flags;
+        if flags & FLAG_DATA_ONLY != 0 && flags & FLAG_END != 0 {
+            // The run ends here: what it superseded may be reused once this log is durable.
+            m.soft_dead.run_ended(&mut m.seg, closed.seq);
+        }
+        if flags & FLAG_CHECKPOINT != 0 && flags & FLAG_END != 0 {
+            // The maps in memory are in this checkpoint, runs cut short included.
+            m.soft_dead.checkpoint_ended(&mut m.seg, closed.seq);
+        }
+        m.seg.note_written(closed.seg, closed.seq);
+        m.seg
+            .note_data(closed.seg, closed.data_blocks, m.cleaning.copying());
+        // The cleaner's copies keep the age of the segments they come from, so data that stays
+        // cold looks old to cost-benefit wherever it is moved.
+        m.life.log_closed(closed.seg, closed.time_ns);
+        m.refresh.note_logged(closed.bytes);
+        // Keep at least two blocks ahead (a summary and a payload block); a lone last block
+        // becomes a pad log so logs keep tiling the segment.
+        if closed.seg_end - m.writer.pos() == 1 {
+            self.log_open(m, FLAG_PAD);
+            self.log_close(m, 0)?;
+        } else if m.writer.pos() == closed.seg_end {
+            self.advance_segment(m)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,231 @@
+//! Room: the space check every commit makes before it writes ([`Engine::ensure_space`]), which
+//! cleans when room is short, and the margins it keeps. The free-space counts themselves are
+//! `space`'s, of the segment table and the inputs gathered here from the other parts.
+
+use crate::tbfs::format::*;
+use crate::tbfs::inode::*;
+use crate::tbfs::limits::{
+    CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, RESERVE_BLOCKS_MIN,
+};
+use crate::tbfs::state::{Engine, State};
+use crate::tbfs::{Error, Result};
+
+impl Engine {
+    /// Blocks the writer can still fill without reusing anything not yet reclaimable
+    /// ([`Engine::free_blocks_in`]).
+    pub(in crate::tbfs) fn free_blocks(&self, m: &State) -> u64 {
+        self.free_blocks_up_to(m, u64::MAX)
+    }
+
+    /// Like `free_blocks`, but stops counting segments once `enough` blocks are found, so the
+    /// check on every sync does not walk the whole segment table.
+    pub(in crate::tbfs) fn free_blocks_up_to(&self, m: &State, enough: u64) -> u64 {
+        self.free_blocks_in(&m.seg, m.writer.place(), &m.bg_clean.reading, enough)
+    }
+
+    /// Segments that would be free after the next durable superblock.
+    pub(in crate::tbfs) fn pending_free_segments(&self, m: &State) -> usize {
+        self.pending_free_in(&m.seg, m.writer.place(), &m.bg_clean.reading)
+    }
+
+    /// What [`Engine::ensure_space`] wants free beyond what is written: the reserve kept for the
+    /// checkpoints that make dead segments reusable (and for recovery's), and the low-water mark
+    /// below which the writer cleans (and waits for it) while there is still room for the
+    /// cleaner to work in (see `low_water`). A refresh may use both.
+    pub(in crate::tbfs) fn space_margins(&self, m: &State) -> (u64, u64) {
+        if m.refresh.running() {
+            (0, 0)
+        } else {
+            (
+                self.reserve_blocks() + Self::deletes_reserve(m),
+                self.low_water(m),
+            )
+        }
+    }
+
+    /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
+    /// that helps. Fails with `NoSpace` before anything is written.
+    pub(in crate::tbfs) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
+        // Taken, so the checks the cleaning below runs are their own.
+        let for_checkpoint = m.cleaning.take_checkpoint_check();
+        let for_buffer = m.cleaning.take_buffer_check();
+        let mut need = self.space_needed(blocks);
+        let (reserve, low_water) = self.space_margins(m);
+        // A write keeps the room the next checkpoint needs, which pays for its maps (see
+        // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
+        // write is refused that would leave less than the reserve and the counted debt.
+        let pays_debt = !for_checkpoint && !m.cleaning.running() && !m.refresh.running();
+        let quick_debt = if pays_debt {
+            self.checkpoint_debt(m, false)
+        } else {
+            0
+        };
+        let want = need + reserve + low_water.max(quick_debt);
+        // A memory pool also notes whether space is tight, for its in-flight bound
+        // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
+        // buffer needs so it also sets the buffer limit.
+        let tight_mark = self.dev().writes_are_copies().then(|| self.urgent_mark(m));
+        let room_mark =
+            need + self.buffer_room(m, self.config().dirty_bytes_max.div_ceil(BLOCK_U64));
+        let free = self.free_blocks_up_to(m, want.max(tight_mark.unwrap_or(0)).max(room_mark));
+        if let Some(mark) = tight_mark {
+            self.budget.set_tight(free < mark);
+        }
+        // Saturating: with less free than the commit needs, nothing is left for buffers.
+        self.set_buffer_limit(m, free.saturating_sub(need), reserve);
+        let full = !self.light_cleaning(m);
+        self.budget.set_full_passes(full);
+        if pays_debt {
+            self.budget.set_room_short(free < want);
+        }
+        if free >= want {
+            return Ok(());
+        }
+        // When space is short, what is sealed is written first (as when logs and refreshes
+        // were written under `meta`): a written superblock releases segments, and written and
+        // flushed logs let superseded segments go, so the space check and the cleaner below see
+        // what is reusable. (Every entry queued is below `seq + 1` while `meta` is held.) A
+        // background pass does no device I/O under `meta`: what it sealed is written once it
+        // lets `meta` go, and it works in the room there is now.
+        if !m.bg_clean.defer_io {
+            let start = std::time::Instant::now();
+            let written = self.write_logs_until(m.writer.seq() + 1);
+            self.writes.waited_for_logs(
+                crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev()),
+                start.elapsed(),
+            );
+            written?;
+            if self.free_blocks_up_to(m, want) >= want {
+                return Ok(());
+            }
+        }
+        if !m.refresh.running() && !m.cleaning.running() {
+            let urgent = need + reserve + low_water / 2;
+            if self.config().background_gc
+                && need <= low_water / 4
+                && self.free_blocks_up_to(m, urgent) >= urgent
+            {
+                // A small write (a synchronous append, not a buffer-full commit) above half the
+                // low-water mark leaves the cleaning to the background thread, woken now: it
+                // does not wait for passes it does not need. Large writes still clean, so the
+                // cleaner keeps room to work in.
+                self.wake_background(|w| w.clean = true);
+                return Ok(());
+            }
+            // Writers wait for the cleaner rather than fail. Cleaning that finds no room of its
+            // own leaves the answer to the check below.
+            m.cleaning.set_for_buffer(if for_buffer { need } else { 0 });
+            let start = std::time::Instant::now();
+            let cleaned = self.clean(m, want, true);
+            let copied = cleaned.as_ref().map_or(0, |r| r.blocks_copied);
+            self.writes.cleaned(
+                crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev()),
+                start.elapsed(),
+                copied,
+            );
+            // What the cleaner sealed of the buffer before its passes is written: a buffer seal
+            // needs room only for what is left of it (never below nothing: it is counted up to
+            // `need`).
+            need -= m.cleaning.take_sealed_first();
+            match cleaned {
+                Ok(_) | Err(Error::NoSpace(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // A checkpoint may use as much of the reserve as the blocks it records dropped
+        // (deleted, truncated, superseded) give back: it is what makes them reusable, and
+        // without it a pool filled to the reserve could not take the deletes that make room.
+        // Saturating: a credit larger than the reserve leaves none to keep.
+        let keep = if for_checkpoint {
+            reserve.saturating_sub(m.ckpt.dropped())
+        } else if m.cleaning.running() {
+            // A light pass's copies may use as much of the reserve as their victims give back
+            // once the copies are durable (`Cleaning::gain`).
+            reserve.saturating_sub(m.cleaning.gain())
+        } else if pays_debt {
+            reserve + self.checkpoint_debt(m, true)
+        } else {
+            reserve
+        };
+        if self.free_blocks_up_to(m, need + keep) >= need + keep {
+            return Ok(());
+        }
+        let space = self.space_report(m);
+        let snapshots = m.life.snapshot_count();
+        let holds = m.life.held_count();
+        Err(Error::NoSpace(format!(
+            "{} bytes to write, {} bytes free after cleaning; live data holds {} and {} snapshot(s){} pin {} of {} bytes{}",
+            need * BLOCK_U64,
+            // What is free beyond the reserve, none if the reserve is not all there.
+            self.free_blocks(m).saturating_sub(reserve) * BLOCK_U64,
+            space.live,
+            snapshots,
+            if holds > 0 { format!(" and {holds} open view(s)") } else { String::new() },
+            space.pinned_by_snapshots,
+            space.size,
+            if space.pinned_by_snapshots > space.size / 10 {
+                " (drop snapshots to make room)".to_string()
+            } else if space.reclaimable >= need * BLOCK_U64 {
+                // The room exists, as dead blocks spread thinly over nearly full segments: each
+                // pass copies almost a segment to give back a few blocks, and ran out of room.
+                format!(
+                    " ({} bytes are dead but spread over nearly full segments the cleaner could not empty in the room left: a larger pool, or a smaller write buffer, leaves it room)",
+                    space.reclaimable
+                )
+            } else {
+                " (the live data fills the pool)".to_string()
+            }
+        )))
+    }
+
+    /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
+    /// checkpoint nothing keeps (no snapshot, open view or protection period), so the blocks
+    /// the copies supersede need no pin.
+    pub(in crate::tbfs) fn light_cleaning(&self, m: &State) -> bool {
+        self.config().ordering == crate::tbfs::Ordering::Relaxed
+            && m.life
+                .only_newest_unkept(m.ckpt.newest(), m.ckpt.newest(), now_ns())
+    }
+
+    /// Free blocks kept, beyond what a write needs and the reserve, before writers clean: room
+    /// for the cleaner to make progress. Every block kept free beyond that raises the live
+    /// fraction of the segments it cleans.
+    pub(in crate::tbfs) fn low_water(&self, m: &State) -> u64 {
+        let sb = self.segment_blocks();
+        let flush = self.config().dirty_bytes_max.div_ceil(BLOCK_U64);
+        let want = if !self.light_cleaning(m) {
+            // Every pass is a checkpoint with the buffered data and a pass's copies (strict
+            // ordering, or a newest checkpoint something keeps).
+            flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
+        } else if m.changes.namespace_dirty() {
+            // A namespace change is pending: room for the whole buffer as `set_buffer_limit`
+            // counts it (the reserve is added by the space check), so writers clean before the
+            // buffer must shrink. (Every pass was then a checkpoint carrying the buffer; passes
+            // are light now whatever is pending, and this margin is kept, not measured again.)
+            self.buffer_room(m, flush) - self.reserve_blocks() - Self::deletes_reserve(m)
+        } else {
+            // A light pass needs room for one victim's copies. A victim that holds live map
+            // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
+            // a flush, its summaries and the nodes.
+            flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
+        };
+        want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)
+            .max(2 * sb)
+            .max(RESERVE_BLOCKS_MIN)
+    }
+
+    /// Whether segment `s` may be written again ([`Engine::segment_reusable`]).
+    pub(in crate::tbfs) fn segment_free(&self, m: &State, s: usize) -> bool {
+        self.segment_free_if_durable(m, s, self.logs.durable())
+    }
+
+    /// Whether segment `s` would be free once every log below `durable` is durable.
+    pub(in crate::tbfs) fn segment_free_if_durable(
+        &self,
+        m: &State,
+        s: usize,
+        durable: u64,
+    ) -> bool {
+        self.segment_reusable(&m.seg, m.writer.place(), &m.bg_clean.reading, s, durable)
+    }
+}
