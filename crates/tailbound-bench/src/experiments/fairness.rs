@@ -36,6 +36,7 @@ use tailbound::sched::Policy;
 use tailbound::sys::file::{AlignedBuf, O_DIRECT};
 use tailbound::sys::time::monotonic_now;
 
+mod accounting;
 mod counts;
 mod report;
 mod row;
@@ -43,6 +44,7 @@ mod served;
 #[cfg(test)]
 mod tests;
 
+pub use accounting::{account, Accounting, Sample, SAMPLE_EVERY};
 pub use counts::WriterCounts;
 pub use report::{check_targets, weights_label, FairnessReport};
 pub use row::{ratio_string, FairnessRow, RATIO_ERROR_MAX, TOTAL_VS_FIFO_MIN};
@@ -528,11 +530,14 @@ impl FairnessBench {
             t.stop();
         }
         let mut shares = Vec::new();
+        let mut all_ops = Vec::new();
         let seconds = close.since(open).as_secs_f64();
         for t in tenants {
             let ops = parse_ops(&t.finish()?)?;
             shares.push(bytes_in_window(&ops, open.0, close.0) / MIB as f64 / seconds);
+            all_ops.push(ops);
         }
+        let accounting = Some(account(weights, &all_ops, open.0, close.0, &[]));
         Ok(FairnessRow {
             system: System::Kernel(sched).name(),
             weights: weights.to_vec(),
@@ -543,6 +548,7 @@ impl FairnessBench {
             total_mb_per_s: shares.iter().sum(),
             shares_mb_per_s: shares,
             writers: Vec::new(),
+            accounting,
         })
     }
 }
@@ -620,13 +626,14 @@ impl FairnessBench {
                 open,
                 close,
                 ops,
+                &[],
             );
             row.writers = writers;
             return Ok(row);
         }
         let stop = AtomicBool::new(false);
         let start = std::sync::Barrier::new(weights.len() + 1);
-        let (open, close, results) = std::thread::scope(|s| {
+        let (open, close, results, samples) = std::thread::scope(|s| {
             let handles: Vec<_> = files
                 .iter()
                 .map(|(f, tenant)| {
@@ -652,6 +659,27 @@ impl FairnessBench {
                     })
                 })
                 .collect();
+            // The scheduler's bytes per tenant and the pool's flushes, over the case.
+            let sampler = s.spawn(|| {
+                let ids: Vec<Option<usize>> =
+                    files.iter().map(|(_, t)| t.map(|t| t.0 as usize)).collect();
+                let mut samples = Vec::new();
+                loop {
+                    let stats = sched.stats();
+                    samples.push(Sample {
+                        at: monotonic_now().0,
+                        device_bytes: ids
+                            .iter()
+                            .map(|i| i.and_then(|i| stats.get(i)).map_or(0, |t| t.bytes))
+                            .collect(),
+                        flushes: fs.counters().device_flushes,
+                    });
+                    if stop.load(Ordering::Relaxed) {
+                        return samples;
+                    }
+                    std::thread::sleep(SAMPLE_EVERY);
+                }
+            });
             start.wait();
             let go = monotonic_now();
             let open = go.plus(self.warmup);
@@ -668,6 +696,7 @@ impl FairnessBench {
             }
             let close = monotonic_now();
             stop.store(true, Ordering::Relaxed);
+            let samples = sampler.join().unwrap_or_default();
             let results: Vec<_> = handles
                 .into_iter()
                 .map(|h| {
@@ -675,7 +704,7 @@ impl FairnessBench {
                         .unwrap_or_else(|_| Err("a tenant thread panicked".into()))
                 })
                 .collect();
-            (open, close, results)
+            (open, close, results, samples)
         });
         if self
             .interrupted
@@ -696,6 +725,7 @@ impl FairnessBench {
             open,
             close,
             ops,
+            &samples,
         );
         row.writers = writers;
         Ok(row)
@@ -711,6 +741,7 @@ fn row(
     open: tailbound::sys::time::MonoNanos,
     close: tailbound::sys::time::MonoNanos,
     ops: Vec<Vec<(u64, u64, u64)>>,
+    samples: &[Sample],
 ) -> FairnessRow {
     let seconds = close.since(open).as_secs_f64();
     let shares: Vec<f64> = ops
@@ -727,6 +758,7 @@ fn row(
         total_mb_per_s: shares.iter().sum(),
         shares_mb_per_s: shares,
         writers: Vec::new(),
+        accounting: Some(account(weights, &ops, open.0, close.0, samples)),
     }
 }
 

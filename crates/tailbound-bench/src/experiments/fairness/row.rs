@@ -44,4 +44,7 @@ pub struct FairnessRow {
     /// tbfs cases: each writer's counts over the case ([`super::WriterCounts`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub writers: Vec<super::WriterCounts>,
+    /// The shares counted other ways ([`super::Accounting`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<super::Accounting>,
 }

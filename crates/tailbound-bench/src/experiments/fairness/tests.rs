@@ -98,6 +98,7 @@ fn the_throughput_target_compares_each_tbfs_case_with_its_fifo_case() {
         ratio_error: 0.0,
         total_mb_per_s: total,
         writers: Vec::new(),
+        accounting: None,
     };
     let rows = [
         row("tbfs", 1, 99.0),
@@ -127,6 +128,7 @@ fn targets_are_not_met_without_tailbounds_rows() {
         ratio_error: 0.0,
         total_mb_per_s: 3.0,
         writers: Vec::new(),
+        accounting: None,
     };
     let checks = check_targets(std::slice::from_ref(&row));
     assert!(checks.iter().all(|c| !c.met), "{checks:?}");
