@@ -38,6 +38,7 @@ use tailbound::sys::time::monotonic_now;
 
 mod accounting;
 mod counts;
+mod ratio;
 mod report;
 mod row;
 mod served;
@@ -46,6 +47,7 @@ mod tests;
 
 pub use accounting::{account, Accounting, Sample, SAMPLE_EVERY};
 pub use counts::WriterCounts;
+pub use ratio::ratio_error;
 pub use report::{check_targets, weights_label, FairnessReport};
 pub use row::{ratio_string, FairnessRow, RATIO_ERROR_MAX, TOTAL_VS_FIFO_MIN};
 pub use served::{served_supported, ServedTenantSpec};
@@ -265,23 +267,6 @@ pub fn parse_ops(lines: &[String]) -> Result<Vec<(u64, u64, u64)>, String> {
             }
         })
         .collect()
-}
-
-/// The largest relative deviation of any share from its weight's share; NaN when nothing moved.
-pub fn ratio_error(weights: &[u32], shares: &[f64]) -> f64 {
-    let w_total: f64 = weights.iter().map(|&w| f64::from(w)).sum();
-    let s_total: f64 = shares.iter().sum();
-    if w_total <= 0.0 || s_total <= 0.0 || weights.len() != shares.len() {
-        return f64::NAN;
-    }
-    weights
-        .iter()
-        .zip(shares)
-        .map(|(&w, &s)| {
-            let expected = f64::from(w) / w_total;
-            (s / s_total - expected).abs() / expected
-        })
-        .fold(0.0, f64::max)
 }
 
 /// The experiment's parameters.

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::ratio_error;
+use super::ratio::ratio_error;
 use crate::experiments::tenants::{bytes_in_window, growth_in_window};
 
 /// A case's shares counted other ways, as ratio errors (see the module).
@@ -150,7 +150,7 @@ mod tests {
             .collect();
         let a = account(&[2, 1], &[t0, t1], 10 * s, 13 * s, &samples);
         // Second by second: 2 against 2, 2 against 2, 2 against 1.
-        let err = |x: f64, y: f64| super::ratio_error(&[2, 1], &[x, y]);
+        let err = |x: f64, y: f64| crate::experiments::fairness::ratio_error(&[2, 1], &[x, y]);
         let near = |got: f64, want: f64| (got - want).abs() < 1e-9;
         assert_eq!(a.per_second_errors.len(), 3);
         assert!(near(a.per_second_errors[0], err(2.0, 2.0)));
