@@ -608,8 +608,7 @@ impl FairnessBench {
                 weights,
                 op,
                 block_mib,
-                open,
-                close,
+                (open, close),
                 ops,
                 &[],
             );
@@ -707,8 +706,7 @@ impl FairnessBench {
             weights,
             op,
             block_mib,
-            open,
-            close,
+            (open, close),
             ops,
             &samples,
         );
@@ -723,8 +721,10 @@ fn row(
     weights: &[u32],
     op: IoOp,
     block_mib: u64,
-    open: tailbound::sys::time::MonoNanos,
-    close: tailbound::sys::time::MonoNanos,
+    (open, close): (
+        tailbound::sys::time::MonoNanos,
+        tailbound::sys::time::MonoNanos,
+    ),
     ops: Vec<Vec<(u64, u64, u64)>>,
     samples: &[Sample],
 ) -> FairnessRow {
