@@ -140,6 +140,9 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
             assert!(system.starts_with("tbfs"), "{case}");
             expected.insert("writers".to_string());
         }
+        // Every case counts its shares other ways too (the bench's `accounting`).
+        expected.insert("accounting".to_string());
+        assert!(case["accounting"]["at_return_error"].is_number(), "{case}");
         assert_eq!(keys(case), expected, "{case}");
         if system == "tbfs" && op == "write" {
             let written: f64 = case["writers"]
