@@ -267,7 +267,7 @@ impl Conn {
                 parking,
                 ..
             } => self.ring_completion(id, socket, recv, parking)?,
-            Wire::Socket { .. } => self.completion(id)?,
+            Wire::Socket { stream, recv, .. } => self.completion(id, stream, recv)?,
         };
         match Reply::decode(&body) {
             Ok((_, reply)) => reply,
@@ -349,27 +349,20 @@ impl Conn {
         }
     }
 
-    /// One completion's body off the socket, or `None` at the end of the stream.
-    fn receive(&self) -> std::result::Result<Vec<u8>, String> {
-        match &self.wire {
-            Wire::Socket { stream, recv, .. } => {
-                let _turn = recv.lock().unwrap_or_else(|p| p.into_inner());
-                match read_frame(&mut &*stream) {
-                    Ok(Some(body)) => Ok(body),
-                    Ok(None) => Err("the server closed the session".into()),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-            Wire::Ring { socket, recv, .. } => {
-                let mut c = recv.lock().unwrap_or_else(|p| p.into_inner());
-                c.pop_frame(FRAME_MAX, socket).map_err(|e| e.to_string())
-            }
+    /// One completion's body off the socket, taking the reader's turn `recv`. (On the rings
+    /// there is no reader: every waiting thread drains them itself, `ring_completion`.)
+    fn receive(stream: &UnixStream, recv: &Mutex<()>) -> std::result::Result<Vec<u8>, String> {
+        let _turn = recv.lock().unwrap_or_else(|p| p.into_inner());
+        match read_frame(&mut &*stream) {
+            Ok(Some(body)) => Ok(body),
+            Ok(None) => Err("the server closed the session".into()),
+            Err(e) => Err(e.to_string()),
         }
     }
 
-    /// Waits for the completion of request `id`, reading the transport whenever no other
-    /// thread is.
-    fn completion(&self, id: u64) -> Result<Vec<u8>> {
+    /// Waits for the completion of request `id` on the socket `stream`, reading it whenever
+    /// no other thread is.
+    fn completion(&self, id: u64, stream: &UnixStream, recv: &Mutex<()>) -> Result<Vec<u8>> {
         let mut r = self.replies();
         loop {
             if let Some(body) = r.pending.remove(&id) {
@@ -391,7 +384,7 @@ impl Conn {
             r.reading = true;
             drop(r);
             loop {
-                let body = self.receive().map_err(|why| self.broken(why))?;
+                let body = Self::receive(stream, recv).map_err(|why| self.broken(why))?;
                 let Some(rid) = completion_id(&body) else {
                     return Err(self.broken("a completion too short for its id".into()));
                 };

@@ -400,11 +400,14 @@ impl Consumer {
 
     /// The body of the next frame, which travels as on the socket (a `u32` length, then the
     /// body), waiting for it. The length is checked and left out as the bytes are copied; a
-    /// body longer than `limit` is corrupt.
+    /// body longer than `limit` is corrupt. Tests only: the client and the server wait
+    /// their own ways, after [`Consumer::try_frame`].
+    #[cfg(test)]
     pub fn pop_frame(&mut self, limit: usize, peer: &UnixStream) -> Result<Vec<u8>, RingError> {
         self.pop_as(limit, true, peer)
     }
 
+    #[cfg(test)]
     fn pop_as(
         &mut self,
         limit: usize,
