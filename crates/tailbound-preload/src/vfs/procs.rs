@@ -13,6 +13,7 @@
 //! A mount whose pool is open in this process (the private mode) cannot be shared: a forked
 //! child's calls on it fail with `EACCES`, and exec drops its descriptors, as before.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -183,7 +184,14 @@ impl Shim {
                     continue;
                 }
                 for (f, _) in client.adopt(token).unwrap_or_default() {
-                    adopted.insert((m, f.handle()), f);
+                    match adopted.entry((m, f.handle())) {
+                        // A second descriptor of the same description (a dup): the session
+                        // has the description once, and dropping this file would close it.
+                        Entry::Occupied(_) => f.forget(),
+                        Entry::Vacant(v) => {
+                            v.insert(f);
+                        }
+                    }
                 }
             }
             connected.insert(m, client);
