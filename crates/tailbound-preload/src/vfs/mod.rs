@@ -513,7 +513,7 @@ impl Shim {
             r => r,
         }
         .map_err(|e| e.errno())?;
-        let st = file.stat().map_err(|e| e.errno())?;
+        let st = file.stat_at_open().map_err(|e| e.errno())?;
         if create && st.kind == FileKind::Dir {
             return Err(libc::EISDIR);
         }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::codec::{read_frame, FRAME_MAX};
-use super::protocol::{Reply, Request, FEATURE_CALLER, VERSION};
+use super::protocol::{Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, VERSION};
 use super::ring::{
     self, ClientRings, Consumer, Mapping, Parking, Producer, RingSizes, FEATURE_RING,
 };
@@ -85,6 +85,8 @@ pub(super) struct Conn {
     wire: Wire,
     /// Each request names its caller (the server has a scheduler to charge).
     called: bool,
+    /// The server answers `OpenStat`.
+    pub open_stat: bool,
     /// Given up in this process (a forked child's copy of its parent's connection).
     abandoned: AtomicBool,
     next_id: AtomicU64,
@@ -112,7 +114,9 @@ impl Conn {
         let lost = |e: &dyn std::fmt::Display, kind| lost_error(socket, e, kind);
         let hello = Request::Hello {
             version: VERSION,
-            features: if rings.is_some() { FEATURE_RING } else { 0 } | FEATURE_CALLER,
+            features: if rings.is_some() { FEATURE_RING } else { 0 }
+                | FEATURE_CALLER
+                | FEATURE_OPEN_STAT,
         };
         super::caller::connected();
         send_all(&stream, &hello.encode(1)).map_err(|e| lost(&e, io::ErrorKind::BrokenPipe))?;
@@ -153,6 +157,7 @@ impl Conn {
             server_pid,
             wire,
             called: features & FEATURE_CALLER != 0,
+            open_stat: features & FEATURE_OPEN_STAT != 0,
             abandoned: AtomicBool::new(false),
             next_id: AtomicU64::new(2),
             replies: Mutex::new(Replies::default()),
