@@ -14,7 +14,7 @@ use std::io::{self, Read};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::codec::{read_frame, FRAME_MAX};
@@ -90,6 +90,8 @@ pub(super) struct Conn {
     /// Given up in this process (a forked child's copy of its parent's connection).
     abandoned: AtomicBool,
     next_id: AtomicU64,
+    /// Calls on the rings between their send and their completion.
+    in_flight: AtomicUsize,
     replies: Mutex<Replies>,
     /// A waiting thread sleeps on the slot of its id: a completion wakes the threads of one
     /// slot, not every waiting thread.
@@ -160,6 +162,7 @@ impl Conn {
             open_stat: features & FEATURE_OPEN_STAT != 0,
             abandoned: AtomicBool::new(false),
             next_id: AtomicU64::new(2),
+            in_flight: AtomicUsize::new(0),
             replies: Mutex::new(Replies::default()),
             arrived: std::array::from_fn(|_| Condvar::new()),
         })
@@ -264,15 +267,25 @@ impl Conn {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let caller = self.called.then(super::caller::current);
         let (head, tail) = req.encode_with(id, caller.as_ref(), data);
-        self.send(&head, tail).map_err(|why| self.broken(why))?;
         let body = match &self.wire {
             Wire::Ring {
                 socket,
                 recv,
                 parking,
                 ..
-            } => self.ring_completion(id, socket, recv, parking)?,
-            Wire::Socket { stream, recv, .. } => self.completion(id, stream, recv)?,
+            } => {
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
+                let body = self
+                    .send(&head, tail)
+                    .map_err(|why| self.broken(why))
+                    .and_then(|()| self.ring_completion(id, socket, recv, parking));
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                body?
+            }
+            Wire::Socket { stream, recv, .. } => {
+                self.send(&head, tail).map_err(|why| self.broken(why))?;
+                self.completion(id, stream, recv)?
+            }
         };
         match Reply::decode(&body) {
             Ok((_, reply)) => reply,
@@ -347,8 +360,11 @@ impl Conn {
                 }
             }
             // A completion published after `seen` ends the wait at once; one published before
-            // was drained above, here or by the thread that had the ring.
-            if let Err(e) = parking.wait_bits(seen, bits, socket) {
+            // was drained above, here or by the thread that had the ring. Only a call alone in
+            // flight spins first: with others, a spinner is sent back to drain by every
+            // completion published, mostly not its own, and holds a core its peer may need.
+            let alone = self.in_flight.load(Ordering::Relaxed) <= 1;
+            if let Err(e) = parking.wait_bits(seen, bits, alone, socket) {
                 return Err(self.broken(e.to_string()));
             }
         }
