@@ -141,6 +141,57 @@ print(len(lines), len(set(lines)))
     fsck_clean(&m);
 }
 
+/// A description this process opened keeps its offset in the process until it is handed to
+/// another one; the hand-over (fork, a spawn's exec) gives the offset to the server first, so
+/// the other process starts where this one was, and this one sees what the other moved.
+#[test]
+fn an_offset_kept_in_the_process_is_handed_over_at_fork_and_spawn() {
+    let m = mount();
+    let out = python(
+        &m,
+        r#"
+import os, subprocess, sys
+def say(*a):
+    print(*a, flush=True)
+fd = os.open("MNT/f", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"0123456789")
+os.lseek(fd, 4, os.SEEK_SET)
+say(os.read(fd, 2).decode())
+dup = os.dup(fd)
+say(os.lseek(dup, 0, os.SEEK_CUR))
+pid = os.fork()
+if pid == 0:
+    say("child", os.lseek(fd, 0, os.SEEK_CUR), os.read(dup, 2).decode())
+    os._exit(0)
+os.waitpid(pid, 0)
+say(os.lseek(fd, 0, os.SEEK_CUR), os.read(fd, 1).decode())
+# Past the end, then a spawned program (fork and exec) writes there.
+g = os.open("MNT/g", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(g, b"abcdef")
+os.lseek(g, 2, os.SEEK_END)
+code = f"import os; os.write({g}, b'X'); print(os.lseek({g}, 0, os.SEEK_CUR), flush=True)"
+subprocess.run([sys.executable, "-c", code], pass_fds=[g], check=True)
+say(os.lseek(g, 0, os.SEEK_CUR), open("MNT/g", "rb").read())
+# An append-only description: its offset follows the end, here and after the hand-over.
+a = os.open("MNT/a", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+os.write(a, b"one ")
+say(os.lseek(a, 0, os.SEEK_CUR))
+pid = os.fork()
+if pid == 0:
+    os.write(a, b"two ")
+    os._exit(0)
+os.waitpid(pid, 0)
+os.write(a, b"three")
+say(os.lseek(a, 0, os.SEEK_CUR), open("MNT/a").read())
+"#,
+    );
+    assert_eq!(
+        out,
+        "45\n6\nchild 6 67\n8 8\n9\n9 b'abcdef\\x00\\x00X'\n4\n13 one two three\n"
+    );
+    fsck_clean(&m);
+}
+
 #[test]
 fn python_subprocess_system_and_multiprocessing_work_on_the_mount() {
     let m = mount();

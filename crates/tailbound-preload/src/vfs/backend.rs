@@ -234,6 +234,14 @@ impl Handle {
             Handle::Remote(f) => f.stat(),
         }
     }
+    /// The attributes as the open found them, for the open's own checks: a server's open
+    /// answers with them (no second trip).
+    pub fn stat_at_open(&self) -> Result<Stat> {
+        match self {
+            Handle::Local(f) => f.stat(),
+            Handle::Remote(f) => f.stat_at_open(),
+        }
+    }
     pub fn set_len(&self, len: u64) -> Result<()> {
         match self {
             Handle::Local(f) => f.set_len(len),

@@ -6,7 +6,7 @@ use tailbound::serve::protocol::LockArgs;
 use tailbound::tbfs::locks::{self, Kind, LockTable, Owner, Request, Space};
 
 use crate::real;
-use crate::vfs::ofd::{lock, Ofd, VfsResult};
+use crate::vfs::ofd::{Ofd, VfsResult};
 
 impl Ofd {
     fn table(&self) -> VfsResult<&LockTable> {
@@ -23,7 +23,7 @@ impl Ofd {
     ) -> VfsResult<(u64, u64)> {
         let base = match whence {
             libc::SEEK_SET => 0,
-            libc::SEEK_CUR => *lock(&self.pos) as i64,
+            libc::SEEK_CUR => i64::try_from(self.offset()?).map_err(|_| libc::EOVERFLOW)?,
             libc::SEEK_END => size()? as i64,
             _ => return Err(libc::EINVAL),
         };

@@ -513,7 +513,7 @@ impl Shim {
             r => r,
         }
         .map_err(|e| e.errno())?;
-        let st = file.stat().map_err(|e| e.errno())?;
+        let st = file.stat_at_open().map_err(|e| e.errno())?;
         if create && st.kind == FileKind::Dir {
             return Err(libc::EISDIR);
         }
@@ -552,6 +552,7 @@ impl Shim {
             acc,
             status: AtomicI32::new(status),
             pos: Mutex::new(0),
+            offset_shared: AtomicBool::new(false),
             listing: Mutex::new(None),
             fs: fs.clone(),
         });
@@ -625,18 +626,11 @@ impl Shim {
     }
 
     pub fn read(&self, o: &Ofd, buf: &mut [u8]) -> VfsResult<usize> {
-        if let Some(f) = o.file.remote() {
-            // The offset is the server's description's, shared with other processes.
-            Self::readable(o)?;
-            if self.maps.backing_of(o.mount, o.ino).is_none() {
-                return f.read_on(buf).map_err(|e| e.errno());
-            }
-            let at = f.seek(0, 1).map_err(|e| e.errno())?;
-            let n = self.pread(o, buf, at)?;
-            f.seek((at + n as u64) as i64, 0).map_err(|e| e.errno())?;
-            return Ok(n);
-        }
         let mut pos = lock(&o.pos);
+        if let Some(f) = o.file.remote().filter(|_| o.offset_is_servers()) {
+            drop(pos);
+            return self.read_shared(o, f, buf);
+        }
         let n = self.pread(o, buf, *pos)?;
         *pos += n as u64;
         Ok(n)
@@ -644,12 +638,11 @@ impl Shim {
 
     pub fn write(&self, o: &Ofd, buf: &[u8]) -> VfsResult<usize> {
         Self::writable(o)?;
-        if let (Some(f), None) = (o.file.remote(), self.maps.backing_of(o.mount, o.ino)) {
-            // One request places the data and advances the shared offset.
-            f.write_on(buf).map_err(|e| e.errno())?;
-            return Ok(buf.len());
-        }
         let mut pos = lock(&o.pos);
+        if let Some(f) = o.file.remote().filter(|_| o.offset_is_servers()) {
+            drop(pos);
+            return self.write_shared(o, f, buf);
+        }
         if o.status.load(Ordering::Relaxed) & libc::O_APPEND != 0 {
             let (end, n) = self.append(o, buf)?;
             *pos = end;
@@ -668,10 +661,11 @@ impl Shim {
     }
 
     pub fn lseek(&self, o: &Ofd, off: i64, whence: i32) -> VfsResult<i64> {
-        if let (Some(f), false) = (o.file.remote(), o.dir) {
+        let mut pos = lock(&o.pos);
+        if let Some(f) = o.file.remote().filter(|_| o.offset_is_servers() && !o.dir) {
+            drop(pos);
             return self.remote_seek(o, f, off, whence);
         }
-        let mut pos = lock(&o.pos);
         let base: i64 = match whence {
             libc::SEEK_SET => 0,
             libc::SEEK_CUR => *pos as i64,

@@ -1,7 +1,7 @@
 //! The values the shim's operations take and return: a path's location, an open file description
 //! and what `stat` and `readdir` report. Names only `backend` of [`crate::vfs`].
 
-use std::sync::atomic::AtomicI32;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tailbound::tbfs::locks::Owner;
@@ -46,7 +46,11 @@ pub struct Ofd {
     pub acc: i32,
     /// The status flags F_GETFL reports (O_APPEND, O_NONBLOCK, ...), without the access mode.
     pub status: AtomicI32,
+    /// The offset, while it is this process's (see [`Ofd::offset_is_servers`]).
     pub pos: Mutex<u64>,
+    /// A served description's offset is kept by the server (`pos` is unused): set once the
+    /// description may be shared with another process, and never cleared.
+    pub offset_shared: AtomicBool,
     pub listing: Mutex<Option<Vec<Ent>>>,
     pub(super) fs: Arc<Pool>,
 }
@@ -56,6 +60,47 @@ impl Drop for Ofd {
         // A server's description lets its own locks go when its last reference closes.
         if let Some(locks) = self.fs.locks() {
             locks.release_everywhere(Owner::Description(self.id));
+        }
+    }
+}
+
+impl Ofd {
+    /// Whether reads, writes and seeks must use the server's offset. A description opened by
+    /// this process and never handed to another keeps its offset here, so its reads and
+    /// writes go as positioned calls (a read then may be answered under a lease, and a seek
+    /// costs no crossing); once it may be shared (fork, exec, spawn) the server's offset is
+    /// the only one every sharer sees.
+    pub fn offset_is_servers(&self) -> bool {
+        self.file.remote().is_some() && self.offset_shared.load(Ordering::Acquire)
+    }
+
+    /// Before the description is handed to another process: the offset kept here becomes the
+    /// server's, under `pos`'s lock so no read or write of this process's moves it meanwhile.
+    /// A call that takes `pos` after this finds the offset the server's.
+    pub fn share_offset(&self) -> VfsResult<()> {
+        // A directory's position is its listing's, kept here whoever shares it.
+        let Some(f) = self.file.remote().filter(|_| !self.dir) else {
+            return Ok(());
+        };
+        let pos = lock(&self.pos);
+        if self.offset_shared.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let at = i64::try_from(*pos).map_err(|_| libc::EOVERFLOW)?;
+        f.seek(at, 0).map_err(|e| e.errno())?;
+        self.offset_shared.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The offset now: the server's for a shared description, else the one kept here.
+    pub fn offset(&self) -> VfsResult<u64> {
+        let pos = lock(&self.pos);
+        match self.file.remote() {
+            Some(f) if self.offset_shared.load(Ordering::Acquire) => {
+                drop(pos);
+                f.seek(0, 1).map_err(|e| e.errno())
+            }
+            _ => Ok(*pos),
         }
     }
 }

@@ -13,8 +13,9 @@
 //! A mount whose pool is open in this process (the private mode) cannot be shared: a forked
 //! child's calls on it fail with `EACCES`, and exec drops its descriptors, as before.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tailbound::serve::RemoteFile;
@@ -41,7 +42,38 @@ pub struct HandOver {
 }
 
 impl Shim {
-    /// `lseek` on a served description: the offset is the server's.
+    /// `read` on a description whose offset is the server's (shared with other processes).
+    pub(super) fn read_shared(&self, o: &Ofd, f: &RemoteFile, buf: &mut [u8]) -> VfsResult<usize> {
+        Self::readable(o)?;
+        if self.maps.backing_of(o.mount, o.ino).is_none() {
+            // One request reads at the offset and advances it.
+            return f.read_on(buf).map_err(|e| e.errno());
+        }
+        let at = f.seek(0, 1).map_err(|e| e.errno())?;
+        let n = self.pread(o, buf, at)?;
+        f.seek((at + n as u64) as i64, 0).map_err(|e| e.errno())?;
+        Ok(n)
+    }
+
+    /// `write` on a description whose offset is the server's.
+    pub(super) fn write_shared(&self, o: &Ofd, f: &RemoteFile, buf: &[u8]) -> VfsResult<usize> {
+        if self.maps.backing_of(o.mount, o.ino).is_none() {
+            // One request places the data and advances the shared offset.
+            f.write_on(buf).map_err(|e| e.errno())?;
+            return Ok(buf.len());
+        }
+        let end = if o.status.load(Ordering::Relaxed) & libc::O_APPEND != 0 {
+            self.append(o, buf)?.0
+        } else {
+            let at = f.seek(0, 1).map_err(|e| e.errno())?;
+            at + self.pwrite(o, buf, at)? as u64
+        };
+        let end = i64::try_from(end).map_err(|_| libc::EOVERFLOW)?;
+        f.seek(end, 0).map_err(|e| e.errno())?;
+        Ok(buf.len())
+    }
+
+    /// `lseek` on a description whose offset is the server's.
     pub(super) fn remote_seek(
         &self,
         o: &Ofd,
@@ -95,13 +127,16 @@ impl Shim {
         out
     }
 
-    /// Holds the descriptions of `fds` on mount number `mount`'s server, each noted with its descriptor.
+    /// Holds the descriptions of `fds` on mount number `mount`'s server, each noted with its
+    /// descriptor. Each one's offset becomes the server's first (the process it goes to shares
+    /// it); one whose offset cannot be handed over is left out, as a failed hold would be.
     fn hold(&self, m: usize, fds: &[(i32, Arc<Ofd>)]) -> Option<u64> {
         let remote = self.remote(m)?;
         let items = fds
             .iter()
             .filter_map(|(fd, o)| {
                 let f = o.file.remote()?;
+                o.share_offset().ok()?;
                 Some((
                     f.handle(),
                     format!("{fd} {} {} {}", o.acc, o.dir as u8, o.abs),
@@ -183,7 +218,14 @@ impl Shim {
                     continue;
                 }
                 for (f, _) in client.adopt(token).unwrap_or_default() {
-                    adopted.insert((m, f.handle()), f);
+                    match adopted.entry((m, f.handle())) {
+                        // A second descriptor of the same description (a dup): the session
+                        // has the description once, and dropping this file would close it.
+                        Entry::Occupied(_) => f.forget(),
+                        Entry::Vacant(v) => {
+                            v.insert(f);
+                        }
+                    }
                 }
             }
             connected.insert(m, client);
@@ -373,6 +415,8 @@ impl Shim {
                         acc,
                         status: AtomicI32::new(status),
                         pos: Mutex::new(0),
+                        // Handed over: the previous image's process may still share it.
+                        offset_shared: AtomicBool::new(true),
                         listing: Mutex::new(None),
                         fs: pool.clone(),
                     });
@@ -398,6 +442,8 @@ fn rebind(o: &Ofd, f: RemoteFile) -> Ofd {
         acc: o.acc,
         status: AtomicI32::new(o.status.load(Ordering::Relaxed)),
         pos: Mutex::new(*lock(&o.pos)),
+        // Held before the fork, so the offset is the server's.
+        offset_shared: AtomicBool::new(true),
         listing: Mutex::new(lock(&o.listing).clone()),
         fs: o.fs.clone(),
     }

@@ -100,19 +100,30 @@ impl Client {
         self.conn.abandon();
     }
 
+    /// Opens `path`. Where the server answers `OpenStat`, the file's attributes come with the
+    /// handle ([`RemoteFile::stat_at_open`]) and are kept under their lease for later `fstat`s.
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<RemoteFile> {
-        let req = Request::Open {
-            path: path.into(),
-            flags,
+        let path = path.into();
+        let (handle, ino, at_open) = if self.conn.open_stat {
+            let req = Request::OpenStat { path, flags };
+            let (handle, ino, s) = expect!(self.conn, req,
+                Reply::OpenedStat { handle, ino, stat } => (handle, ino, stat))?;
+            let stat = s.stat;
+            self.leases.opened(ino, s);
+            (handle, ino, Some(stat))
+        } else {
+            let req = Request::Open { path, flags };
+            let (handle, ino) =
+                expect!(self.conn, req, Reply::Opened { handle, ino } => (handle, ino))?;
+            (handle, ino, None)
         };
-        let (handle, ino) =
-            expect!(self.conn, req, Reply::Opened { handle, ino } => (handle, ino))?;
         Ok(RemoteFile {
             conn: self.conn.clone(),
             leases: self.leases.clone(),
             readable: flags.read,
             handle,
             ino,
+            at_open,
             let_go: false,
         })
     }
@@ -208,6 +219,7 @@ impl Client {
                         readable: false,
                         handle,
                         ino,
+                        at_open: None,
                         let_go: false,
                     },
                     note,
@@ -224,6 +236,7 @@ impl Client {
             readable: false,
             handle,
             ino,
+            at_open: None,
             let_go: false,
         }
     }
@@ -350,6 +363,8 @@ pub struct RemoteFile {
     readable: bool,
     handle: u64,
     ino: u64,
+    /// The attributes the open answered with, if it did.
+    at_open: Option<Stat>,
     /// Closed already, or not this process's to close: the drop says nothing to the server.
     let_go: bool,
 }
@@ -539,6 +554,15 @@ impl RemoteFile {
             len,
         })
     }
+    /// The attributes as the open found them (asked now if it did not say): for the opener's
+    /// own checks as part of its open, not for a later `fstat`, which must see later changes.
+    pub fn stat_at_open(&self) -> Result<Stat> {
+        match self.at_open {
+            Some(s) => Ok(s),
+            None => self.stat(),
+        }
+    }
+
     pub fn stat(&self) -> Result<Stat> {
         if let Some(r) = self.leases.fstat(&self.conn, self.handle, self.ino) {
             return r;

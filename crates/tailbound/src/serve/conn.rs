@@ -14,11 +14,11 @@ use std::io::{self, Read};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::codec::{read_frame, FRAME_MAX};
-use super::protocol::{Reply, Request, FEATURE_CALLER, VERSION};
+use super::protocol::{Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, VERSION};
 use super::ring::{
     self, ClientRings, Consumer, Mapping, Parking, Producer, RingSizes, FEATURE_RING,
 };
@@ -85,9 +85,13 @@ pub(super) struct Conn {
     wire: Wire,
     /// Each request names its caller (the server has a scheduler to charge).
     called: bool,
+    /// The server answers `OpenStat`.
+    pub open_stat: bool,
     /// Given up in this process (a forked child's copy of its parent's connection).
     abandoned: AtomicBool,
     next_id: AtomicU64,
+    /// Calls on the rings between their send and their completion.
+    in_flight: AtomicUsize,
     replies: Mutex<Replies>,
     /// A waiting thread sleeps on the slot of its id: a completion wakes the threads of one
     /// slot, not every waiting thread.
@@ -112,7 +116,9 @@ impl Conn {
         let lost = |e: &dyn std::fmt::Display, kind| lost_error(socket, e, kind);
         let hello = Request::Hello {
             version: VERSION,
-            features: if rings.is_some() { FEATURE_RING } else { 0 } | FEATURE_CALLER,
+            features: if rings.is_some() { FEATURE_RING } else { 0 }
+                | FEATURE_CALLER
+                | FEATURE_OPEN_STAT,
         };
         super::caller::connected();
         send_all(&stream, &hello.encode(1)).map_err(|e| lost(&e, io::ErrorKind::BrokenPipe))?;
@@ -153,8 +159,10 @@ impl Conn {
             server_pid,
             wire,
             called: features & FEATURE_CALLER != 0,
+            open_stat: features & FEATURE_OPEN_STAT != 0,
             abandoned: AtomicBool::new(false),
             next_id: AtomicU64::new(2),
+            in_flight: AtomicUsize::new(0),
             replies: Mutex::new(Replies::default()),
             arrived: std::array::from_fn(|_| Condvar::new()),
         })
@@ -259,15 +267,25 @@ impl Conn {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let caller = self.called.then(super::caller::current);
         let (head, tail) = req.encode_with(id, caller.as_ref(), data);
-        self.send(&head, tail).map_err(|why| self.broken(why))?;
         let body = match &self.wire {
             Wire::Ring {
                 socket,
                 recv,
                 parking,
                 ..
-            } => self.ring_completion(id, socket, recv, parking)?,
-            Wire::Socket { .. } => self.completion(id)?,
+            } => {
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
+                let body = self
+                    .send(&head, tail)
+                    .map_err(|why| self.broken(why))
+                    .and_then(|()| self.ring_completion(id, socket, recv, parking));
+                self.in_flight.fetch_sub(1, Ordering::Relaxed);
+                body?
+            }
+            Wire::Socket { stream, recv, .. } => {
+                self.send(&head, tail).map_err(|why| self.broken(why))?;
+                self.completion(id, stream, recv)?
+            }
         };
         match Reply::decode(&body) {
             Ok((_, reply)) => reply,
@@ -342,34 +360,30 @@ impl Conn {
                 }
             }
             // A completion published after `seen` ends the wait at once; one published before
-            // was drained above, here or by the thread that had the ring.
-            if let Err(e) = parking.wait_bits(seen, bits, socket) {
+            // was drained above, here or by the thread that had the ring. Only a call alone in
+            // flight spins first: with others, a spinner is sent back to drain by every
+            // completion published, mostly not its own, and holds a core its peer may need.
+            let alone = self.in_flight.load(Ordering::Relaxed) <= 1;
+            if let Err(e) = parking.wait_bits(seen, bits, alone, socket) {
                 return Err(self.broken(e.to_string()));
             }
         }
     }
 
-    /// One completion's body off the socket, or `None` at the end of the stream.
-    fn receive(&self) -> std::result::Result<Vec<u8>, String> {
-        match &self.wire {
-            Wire::Socket { stream, recv, .. } => {
-                let _turn = recv.lock().unwrap_or_else(|p| p.into_inner());
-                match read_frame(&mut &*stream) {
-                    Ok(Some(body)) => Ok(body),
-                    Ok(None) => Err("the server closed the session".into()),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-            Wire::Ring { socket, recv, .. } => {
-                let mut c = recv.lock().unwrap_or_else(|p| p.into_inner());
-                c.pop_frame(FRAME_MAX, socket).map_err(|e| e.to_string())
-            }
+    /// One completion's body off the socket, taking the reader's turn `recv`. (On the rings
+    /// there is no reader: every waiting thread drains them itself, `ring_completion`.)
+    fn receive(stream: &UnixStream, recv: &Mutex<()>) -> std::result::Result<Vec<u8>, String> {
+        let _turn = recv.lock().unwrap_or_else(|p| p.into_inner());
+        match read_frame(&mut &*stream) {
+            Ok(Some(body)) => Ok(body),
+            Ok(None) => Err("the server closed the session".into()),
+            Err(e) => Err(e.to_string()),
         }
     }
 
-    /// Waits for the completion of request `id`, reading the transport whenever no other
-    /// thread is.
-    fn completion(&self, id: u64) -> Result<Vec<u8>> {
+    /// Waits for the completion of request `id` on the socket `stream`, reading it whenever
+    /// no other thread is.
+    fn completion(&self, id: u64, stream: &UnixStream, recv: &Mutex<()>) -> Result<Vec<u8>> {
         let mut r = self.replies();
         loop {
             if let Some(body) = r.pending.remove(&id) {
@@ -391,7 +405,7 @@ impl Conn {
             r.reading = true;
             drop(r);
             loop {
-                let body = self.receive().map_err(|why| self.broken(why))?;
+                let body = Self::receive(stream, recv).map_err(|why| self.broken(why))?;
                 let Some(rid) = completion_id(&body) else {
                     return Err(self.broken("a completion too short for its id".into()));
                 };

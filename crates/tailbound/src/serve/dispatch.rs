@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use super::caller::{self, Callers};
 use super::codec::{read_frame, FRAME_MAX};
-use super::protocol::{Reply, Request, FEATURE_CALLER, VERSION};
+use super::protocol::{Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, VERSION};
 use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, FEATURE_RING};
 use super::session::Session;
 use super::shared::Shared;
@@ -76,8 +76,9 @@ fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<(Option<Se
     let body = read_frame(stream).ok()??;
     let (req_id, decoded) = Request::decode(&body);
     let req_id = req_id.unwrap_or(0);
-    let offered =
-        if shared.rings { FEATURE_RING } else { 0 } | caller::offered(shared.tenants.as_ref());
+    let offered = if shared.rings { FEATURE_RING } else { 0 }
+        | caller::offered(shared.tenants.as_ref())
+        | FEATURE_OPEN_STAT;
     let reply = match decoded {
         Err(e) => Err(Error::Invalid(e.to_string())),
         Ok(Request::Hello { version, .. }) if version != VERSION => Err(Error::Invalid(format!(

@@ -212,6 +212,14 @@ impl ClientLeases {
         })
     }
 
+    /// An open's answer (`OpenedStat`): kept as an `fstat`'s would be, so the next `fstat` of
+    /// the file is answered here while its words hold.
+    pub fn opened(&self, ino: u64, s: LeasedStat) {
+        if !self.off.load(Ordering::Relaxed) && !s.words.is_empty() && s.stat.ino == ino {
+            keep(&self.fstats, ino, s);
+        }
+    }
+
     /// Reads up to `buf.len()` bytes at `offset` of the file open as `handle`: from the pool
     /// under the file's data lease, or (none, or revoked) from the server, which grants a new
     /// one. `None`: no leases in this session; the caller reads as before.

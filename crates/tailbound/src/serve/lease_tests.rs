@@ -100,6 +100,38 @@ fn a_kept_read_sees_another_sessions_write_and_truncate() {
     assert_eq!(b.stat("/f").unwrap().size, 100);
 }
 
+/// An open answers with the file's stat under a lease: the opener's look at it and the next
+/// `fstat` cross no more, and a write by another session after it is still seen.
+#[test]
+fn an_open_brings_its_stat_and_a_later_fstat_sees_another_sessions_write() {
+    let f = fixture(32 << 20);
+    let (a, b) = (
+        Client::connect(&f.socket).unwrap(),
+        Client::connect(&f.socket).unwrap(),
+    );
+    let w = a.open_file("/f", rw()).unwrap();
+    w.pwrite(&[7u8; 5000], 0).unwrap();
+    let r = b.open_file("/f", OpenFlags::read_only()).unwrap();
+    assert_eq!(r.stat_at_open().unwrap().size, 5000);
+    assert_eq!(r.stat().unwrap().size, 5000);
+    let c = b.lease_counters();
+    assert_eq!(
+        (c.stats_kept, c.stats_asked),
+        (1, 0),
+        "the fstat was the open's answer: {c:?}"
+    );
+    w.pwrite(&[7u8; 3000], 5000).unwrap();
+    assert_eq!(r.stat().unwrap().size, 8000);
+    assert_eq!(b.lease_counters().stats_asked, 1);
+    // Without leases the open still answers for itself, and nothing is kept.
+    let c = Client::connect(&f.socket).unwrap();
+    c.use_leases(false);
+    let r = c.open_file("/f", OpenFlags::read_only()).unwrap();
+    assert_eq!(r.stat_at_open().unwrap().size, 8000);
+    w.set_len(10).unwrap();
+    assert_eq!(r.stat().unwrap().size, 10);
+}
+
 #[test]
 fn a_kept_stat_sees_rename_unlink_and_chmod() {
     let f = fixture(32 << 20);

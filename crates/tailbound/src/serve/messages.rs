@@ -15,6 +15,8 @@ pub const VERSION: u16 = 2;
 /// The `hello` feature bit that asks for (and, answered, grants) a [`Caller`] in the header of
 /// every later request.
 pub const FEATURE_CALLER: u64 = 1 << 1;
+/// The `hello` feature bit that asks for (and, answered, grants) [`Request::OpenStat`].
+pub const FEATURE_OPEN_STAT: u64 = 1 << 2;
 
 /// Who makes a request: the client's calling thread and the I/O priority it says that thread
 /// has (the kernel's class number, 1 real time, 2 best effort, 3 idle, and level 0-7). The
@@ -68,6 +70,13 @@ pub enum Request {
         features: u64,
     },
     Open {
+        path: String,
+        flags: OpenFlags,
+    },
+    /// `Open` answered with the new handle's `FstatLeased` (`Reply::OpenedStat`), so the
+    /// opener's look at what it opened is no second trip. Only where [`FEATURE_OPEN_STAT`] was
+    /// granted.
+    OpenStat {
         path: String,
         flags: OpenFlags,
     },
@@ -347,6 +356,11 @@ pub enum Reply {
     Opened {
         handle: u64,
         ino: u64,
+    },
+    OpenedStat {
+        handle: u64,
+        ino: u64,
+        stat: LeasedStat,
     },
     Data(Vec<u8>),
     Number(u64),

@@ -10,7 +10,7 @@
 use super::codec::{Dec, Enc, WireError, WireResult};
 pub use super::messages::{
     Adopted, Caller, LockArgs, LockHolder, Payload, PoolInfo, Reply, Request, FEATURE_CALLER,
-    MAGIC, VERSION,
+    FEATURE_OPEN_STAT, MAGIC, VERSION,
 };
 use super::protocol_fields::{flags_dec, flags_enc, lock_dec, lock_enc};
 use crate::tbfs::{Error, SetAttr};
@@ -63,6 +63,10 @@ impl Request {
             }
             R::Open { path, flags } => {
                 e.u8(2).str(path);
+                flags_enc(&mut e, flags);
+            }
+            R::OpenStat { path, flags } => {
+                e.u8(66).str(path);
                 flags_enc(&mut e, flags);
             }
             R::Close { handle } => {
@@ -367,6 +371,10 @@ impl Request {
                 }
             }
             2 => R::Open {
+                path: d.str("path")?,
+                flags: flags_dec(d)?,
+            },
+            66 => R::OpenStat {
                 path: d.str("path")?,
                 flags: flags_dec(d)?,
             },

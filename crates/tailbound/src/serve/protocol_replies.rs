@@ -33,6 +33,10 @@ pub(super) fn encode_reply(e: &mut Enc, r: &Reply) {
         Reply::Opened { handle, ino } => {
             e.u8(3).u64(*handle).u64(*ino);
         }
+        Reply::OpenedStat { handle, ino, stat } => {
+            e.u8(33).u64(*handle).u64(*ino);
+            lease::stat_lease_enc(e, stat);
+        }
         Reply::Data(b) => {
             e.u8(4).bytes(b);
         }
@@ -147,6 +151,11 @@ pub(super) fn decode_reply(d: &mut Dec<'_>) -> WireResult<Reply> {
         3 => Reply::Opened {
             handle: d.u64("handle")?,
             ino: d.u64("ino")?,
+        },
+        33 => Reply::OpenedStat {
+            handle: d.u64("handle")?,
+            ino: d.u64("ino")?,
+            stat: lease::stat_lease_dec(d)?,
         },
         4 => Reply::Data(d.bytes("data")?.to_vec()),
         5 => Reply::Number(d.u64("number")?),

@@ -603,7 +603,9 @@ fn a_completion_wakes_only_the_thread_waiting_for_it() {
                 .unwrap();
             // Nothing is ever published: only a wake (or the park's bound) ends each wait.
             while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                parking.wait_bits(0, ring::waiter_bits(5), &a).unwrap();
+                parking
+                    .wait_bits(0, ring::waiter_bits(5), true, &a)
+                    .unwrap();
             }
         });
         let task = std::path::Path::new("/proc").join(rx.recv().unwrap());

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use super::access::{Who, EXEC, READ, WRITE};
 use super::codec::IO_MAX;
 use super::descs::{read_reply, Desc};
+use super::lease::LeasedStat;
 use super::observe::{self, Change};
 use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request};
 use super::shared::Shared;
@@ -178,6 +179,29 @@ impl Session<'_> {
         })
     }
 
+    /// Opens `path` as a new description of this session: its handle.
+    fn open_handle(&self, path: &str, flags: OpenFlags) -> Result<(u64, Arc<Desc>)> {
+        let file = self.open(path, flags)?;
+        if flags.create {
+            self.name_changed(path);
+        }
+        if flags.truncate {
+            // Shared memory is the file's data while it exists: the pool's file was
+            // truncated, the memory must be too.
+            if let Some(sf) = self.shared.shmem.get(file.ino()) {
+                sf.set_len(0)?;
+            }
+            self.changed(&Change::Inode { ino: file.ino() });
+        }
+        let handle = self
+            .shared
+            .next_handle
+            .fetch_add(1, AtomicOrdering::Relaxed);
+        let desc = Arc::new(Desc::new(handle, file, self.shared.fs.clone()));
+        self.files_mut().insert(handle, desc.clone());
+        Ok((handle, desc))
+    }
+
     fn open(&self, path: &str, flags: OpenFlags) -> Result<File> {
         let Some(owner) = self.other_user().filter(|_| flags.create) else {
             return self.fs.open_file(path, flags);
@@ -216,7 +240,7 @@ impl Session<'_> {
                 .ok_or_else(|| Error::NotFound(path.to_string()))
         };
         match req {
-            R::Open { path, flags } => {
+            R::Open { path, flags } | R::OpenStat { path, flags } => {
                 let w = who.walk(fs, path, true)?;
                 match &w.last {
                     Some(_) if flags.create && flags.exclusive => {}
@@ -333,28 +357,27 @@ impl Session<'_> {
         Ok(match req {
             R::Hello { .. } => return Err(Error::Invalid("hello twice".into())),
             R::Open { path, flags } => {
-                let file = self.open(&path, flags)?;
-                if flags.create {
-                    self.name_changed(&path);
-                }
-                if flags.truncate {
-                    // Shared memory is the file's data while it exists: the pool's file was
-                    // truncated, the memory must be too.
-                    if let Some(sf) = self.shared.shmem.get(file.ino()) {
-                        sf.set_len(0)?;
-                    }
-                    self.changed(&Change::Inode { ino: file.ino() });
-                }
-                let handle = self
-                    .shared
-                    .next_handle
-                    .fetch_add(1, AtomicOrdering::Relaxed);
-                let ino = file.ino();
-                self.files_mut().insert(
+                let (handle, desc) = self.open_handle(&path, flags)?;
+                Reply::Opened {
                     handle,
-                    Arc::new(Desc::new(handle, file, self.shared.fs.clone())),
-                );
-                Reply::Opened { handle, ino }
+                    ino: desc.file.ino(),
+                }
+            }
+            R::OpenStat { path, flags } => {
+                let (handle, desc) = self.open_handle(&path, flags)?;
+                // As `FstatLeased` answers; a server without leases gives no words to keep.
+                let stat = match self.shared.leases.as_deref() {
+                    Some(l) => l.fstat(&desc.file)?,
+                    None => LeasedStat {
+                        stat: desc.file.stat()?,
+                        words: Vec::new(),
+                    },
+                };
+                Reply::OpenedStat {
+                    handle,
+                    ino: desc.file.ino(),
+                    stat,
+                }
             }
             R::Close { handle } => {
                 let file = self

@@ -143,19 +143,24 @@ impl Queue {
         }
     }
 
-    /// Waits until `word` no longer holds `seen`: spins a while, then parks on it with
-    /// `waiter` set so the other side knows to wake it (with `bits`, only a wake naming one of
-    /// them, or a plain one, ends the sleep). `Gone` once the peer hung up.
+    /// Waits until `word` no longer holds `seen`: spins a while (if `spin`), then parks on it
+    /// with `waiter` set so the other side knows to wake it (with `bits`, only a wake naming one
+    /// of them, or a plain one, ends the sleep). `Gone` once the peer hung up.
     fn wait_change(
         &self,
         word: usize,
         seen: u32,
         waiter: usize,
         bits: Option<u32>,
+        spin: bool,
         peer: &UnixStream,
     ) -> Result<(), RingError> {
         let w = self.word(word);
-        let spin = SPIN_NS.load(Ordering::Relaxed);
+        let spin = if spin {
+            SPIN_NS.load(Ordering::Relaxed)
+        } else {
+            0
+        };
         if spin > 0 {
             let start = Instant::now();
             'spin: loop {
@@ -310,8 +315,14 @@ impl Producer {
             if self.q.cap - used >= need {
                 return Ok(());
             }
-            self.q
-                .wait_change(self.q.ctrl.head, head, self.q.ctrl.space_waiter, None, peer)?;
+            self.q.wait_change(
+                self.q.ctrl.head,
+                head,
+                self.q.ctrl.space_waiter,
+                None,
+                true,
+                peer,
+            )?;
         }
     }
 }
@@ -346,19 +357,33 @@ pub(crate) struct Parking {
 impl Parking {
     /// Waits until the producer's position moves from `seen`. `Gone` once the peer hung up.
     pub fn wait(&self, seen: u32, peer: &UnixStream) -> Result<(), RingError> {
-        self.q
-            .wait_change(self.q.ctrl.tail, seen, self.q.ctrl.data_waiter, None, peer)
+        self.q.wait_change(
+            self.q.ctrl.tail,
+            seen,
+            self.q.ctrl.data_waiter,
+            None,
+            true,
+            peer,
+        )
     }
 
     /// [`Parking::wait`] that only a record pushed for `bits`, a [`Parking::wake_bits`] naming
     /// one of them, or a plain wake ends: the threads of a client that wait for their own
-    /// completions each sleep until theirs is there.
-    pub fn wait_bits(&self, seen: u32, bits: u32, peer: &UnixStream) -> Result<(), RingError> {
+    /// completions each sleep until theirs is there. `spin`: look a while before parking
+    /// (worth it only while the record waited for is the next one likely published).
+    pub fn wait_bits(
+        &self,
+        seen: u32,
+        bits: u32,
+        spin: bool,
+        peer: &UnixStream,
+    ) -> Result<(), RingError> {
         self.q.wait_change(
             self.q.ctrl.tail,
             seen,
             self.q.ctrl.data_waiter,
             Some(bits),
+            spin,
             peer,
         )
     }
@@ -400,11 +425,14 @@ impl Consumer {
 
     /// The body of the next frame, which travels as on the socket (a `u32` length, then the
     /// body), waiting for it. The length is checked and left out as the bytes are copied; a
-    /// body longer than `limit` is corrupt.
+    /// body longer than `limit` is corrupt. Tests only: the client and the server wait
+    /// their own ways, after [`Consumer::try_frame`].
+    #[cfg(test)]
     pub fn pop_frame(&mut self, limit: usize, peer: &UnixStream) -> Result<Vec<u8>, RingError> {
         self.pop_as(limit, true, peer)
     }
 
+    #[cfg(test)]
     fn pop_as(
         &mut self,
         limit: usize,
@@ -419,6 +447,7 @@ impl Consumer {
                     tail,
                     self.q.ctrl.data_waiter,
                     None,
+                    true,
                     peer,
                 )?,
             }
