@@ -437,6 +437,7 @@ impl Engine {
             })
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let cheap: Vec<usize> = scored.iter().map(|&(_, s)| s).collect();
         // The copies and the checkpoint that writes them (with whatever else is buffered and
         // pending) must fit in what is free now.
         let free = self.free_blocks(m);
@@ -470,6 +471,11 @@ impl Engine {
             }
             budget -= cost;
             out.push(s);
+        }
+        if light && out.is_empty() {
+            // Free space is below the reserve and the copies' cost: victims that give back
+            // what their copies borrow of it may still be cleaned.
+            return self.light_victims_repaying_reserve(m, &cheap, most);
         }
         out
     }

@@ -6,6 +6,7 @@ pub(crate) mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
 pub(crate) mod cleaning;
+mod light_gain;
 #[cfg(test)]
 mod room_tests;
 pub(crate) mod segments;
