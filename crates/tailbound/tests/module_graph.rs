@@ -130,8 +130,7 @@ const ORCHESTRATION: &[&str] = &["tbfs/fs.rs", "tbfs/commit/", "tbfs/state.rs"];
 /// file, then the parts it names, sorted. A file that names more parts than its line, or that is
 /// not listed and names two, fails the test; so does a line that names more than the file does
 /// (shorten or delete it). The list only shrinks.
-const KNOWN_MULTI_PART: &[&str] = &[
-];
+const KNOWN_MULTI_PART: &[&str] = &[];
 
 #[test]
 fn only_the_orchestration_names_more_than_one_part_of_the_state() {

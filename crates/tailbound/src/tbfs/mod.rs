@@ -78,4 +78,6 @@ mod by_ino_tests;
 #[cfg(test)]
 mod checked_tests;
 #[cfg(test)]
+mod cut_run_tests;
+#[cfg(test)]
 mod tests;

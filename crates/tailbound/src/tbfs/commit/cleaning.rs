@@ -313,16 +313,22 @@ impl Engine {
                 + 16;
             free.saturating_sub(pending + sb / 2)
         };
-        self.choose_victims(
+        let chosen = self.choose_victims(
             &m.seg,
-            candidates,
+            candidates.clone(),
             |s| m.life.segment_written(s),
             now,
             budget,
             most,
             light,
             greedy,
-        )
+        );
+        if light && chosen.is_empty() {
+            // Free space is below the reserve and the copies' cost: victims that give back
+            // what their copies borrow of it may still be cleaned.
+            return self.light_victims_repaying_reserve(m, &candidates, most);
+        }
+        chosen
     }
 
     /// A new checkpoint and a superblock naming it, which may use the space reserve: afterwards

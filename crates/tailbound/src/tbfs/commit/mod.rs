@@ -11,7 +11,7 @@
 //! snapshots, views and pins; `debt`: paying the checkpoint debt; `names`: making, moving and
 //! removing names; `seal`: sealing buffered data as data-only logs; `unlink`: dropping links and
 //! freeing inodes; `clean`: the cleaner's pass that moves live blocks; `cleaning`: when to clean,
-//! and the passes; `room`: the space check; `usage`: the live tree's blocks in the segment
+//! and the passes; `light_gain`: light victims below the reserve; `room`: the space check; `usage`: the live tree's blocks in the segment
 //! counts; `logs`: closing logs and entering segments; `open`: making and opening a pool
 //! (recovery's steps, then `State` assembled). The parts are `log` (building and writing logs),
 //! `space` and the rest of
@@ -22,6 +22,7 @@ mod clean;
 mod cleaning;
 mod debt;
 pub mod lifecycle;
+mod light_gain;
 mod logs;
 mod names;
 pub(in crate::tbfs) mod open;
