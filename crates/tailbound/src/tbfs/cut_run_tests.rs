@@ -51,7 +51,7 @@ fn addresses(fs: &Fs) -> Vec<Vec<u64>> {
     let m = fs.inner.lock_meta();
     (0..FILES)
         .map(|f| {
-            let ino = fs.inner.lookup(&m, &path(f)).unwrap();
+            let ino = fs.inner.lookup(&m.dirs, &m.inodes, &path(f)).unwrap();
             let st = m.inodes[&ino].lock();
             (0..FILE_BLOCKS).map(|i| st.map().get(i)).collect()
         })

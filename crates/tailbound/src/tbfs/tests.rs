@@ -4145,7 +4145,7 @@ fn spend_free_blocks_on_moves(fs: &Fs, kept: &[(String, Vec<u8>)], target: u64) 
         if inner.free_blocks(&m) <= target {
             break;
         }
-        let ino = inner.lookup(&m, path).unwrap();
+        let ino = inner.lookup(&m.dirs, &m.inodes, path).unwrap();
         let cell = m.inodes[&ino].clone();
         {
             let mut st = cell.lock();
