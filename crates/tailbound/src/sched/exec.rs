@@ -39,7 +39,9 @@ struct Job {
     reply: mpsc::Sender<PieceDone>,
 }
 
-struct Inner {
+/// What the dispatcher threads and callers share under one lock: the queue, the jobs waiting
+/// for their pieces, dispatches ready for a dispatcher thread, and whether to stop.
+struct QueueState {
     queue: Queue,
     jobs: HashMap<ReqId, Job>,
     /// Dispatches a caller took from the queue that were not its own, for a dispatcher thread
@@ -55,7 +57,7 @@ struct Inner {
 
 struct Shared {
     dev: Arc<dyn Device>,
-    inner: Mutex<Inner>,
+    inner: Mutex<QueueState>,
     work: Condvar,
     start: Instant,
 }
@@ -65,7 +67,7 @@ impl Shared {
         u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
         // A panic in a dispatcher cannot leave the queue half-updated: every update is done
         // before any I/O, so the state behind a poisoned lock is still consistent.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -99,7 +101,7 @@ impl Scheduler {
         })?;
         let shared = Arc::new(Shared {
             dev,
-            inner: Mutex::new(Inner {
+            inner: Mutex::new(QueueState {
                 queue: Queue::new(&cfg),
                 jobs: HashMap::new(),
                 ready: VecDeque::new(),
@@ -311,7 +313,7 @@ impl Scheduler {
     /// The queue decides as it would for a dispatcher thread; the first dispatch that is not all
     /// `id`'s is left to the dispatcher threads (one is free: there are as many as the depth),
     /// so a caller never performs another tenant's I/O.
-    fn run_own<'a>(&'a self, mut inner: MutexGuard<'a, Inner>, id: ReqId) {
+    fn run_own<'a>(&'a self, mut inner: MutexGuard<'a, QueueState>, id: ReqId) {
         let shared = &*self.shared;
         while !inner.shutdown && inner.ready.is_empty() {
             let Some(d) = inner.queue.pop(shared.now()) else {
@@ -472,9 +474,9 @@ fn dispatcher(shared: &Shared) {
 /// replies to every piece's caller. Takes the lock held and returns it held.
 fn execute<'a>(
     shared: &'a Shared,
-    mut inner: MutexGuard<'a, Inner>,
+    mut inner: MutexGuard<'a, QueueState>,
     d: Dispatch,
-) -> MutexGuard<'a, Inner> {
+) -> MutexGuard<'a, QueueState> {
     // Gather what the I/O needs while the lock is held.
     let replies: Vec<mpsc::Sender<PieceDone>> = d
         .pieces
