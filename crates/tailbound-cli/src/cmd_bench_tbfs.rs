@@ -111,7 +111,7 @@ pub(crate) struct CleanerArgs {
     /// Pool size. Default 256MiB (64MiB with --quick).
     #[arg(long, value_parser = parse_bytes)]
     pool_size: Option<u64>,
-    /// Segment size. Default: what `fs format` gives the pool (256KiB for 256MiB and for 64MiB).
+    /// Segment size. Default 1MiB (256KiB with --quick).
     #[arg(long, value_parser = parse_bytes)]
     segment_size: Option<u64>,
     /// Comma-separated utilisations, fractions of the pool the live data fills.
@@ -328,7 +328,6 @@ pub(crate) fn run_cleaner(args: CleanerArgs) -> CliResult {
     };
     if let Some(v) = args.pool_size {
         bench.pool_bytes = v;
-        bench.segment_bytes = tailbound::tbfs::fsck::default_segment_bytes(v);
     }
     if let Some(v) = args.segment_size {
         bench.segment_bytes = v;

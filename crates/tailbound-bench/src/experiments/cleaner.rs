@@ -22,7 +22,7 @@ use crate::progress::Progress;
 use crate::report::{Table, TargetCheck};
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
-use tailbound::tbfs::{fsck, Barrier, Config, File, Fs, OpenFlags, Ordering};
+use tailbound::tbfs::{Barrier, Config, File, Fs, OpenFlags, Ordering};
 
 /// Which blocks the overwrites hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -75,12 +75,11 @@ pub struct CleanerBench {
 }
 
 impl CleanerBench {
-    /// The default run: a 256 MiB pool of the segments `mkfs` gives it, 2 capacities of warm-up,
-    /// 4 measured.
+    /// The default run: a 256 MiB pool of 1 MiB segments, 2 capacities of warm-up, 4 measured.
     pub fn full() -> CleanerBench {
         CleanerBench {
             pool_bytes: 256 << 20,
-            segment_bytes: fsck::default_segment_bytes(256 << 20),
+            segment_bytes: 1 << 20,
             utilisations: vec![0.5, 0.7, 0.8, 0.9],
             workloads: vec![Access::Uniform, Access::HotCold, Access::Mixed],
             warmup: 2.0,
@@ -92,12 +91,12 @@ impl CleanerBench {
         }
     }
 
-    /// Seconds: a 64 MiB pool of the segments `mkfs` gives it (256 KiB), one repeat (at 90 % a 32 MiB pool has no room
+    /// Seconds: a 64 MiB pool of 256 KiB segments, one repeat (at 90 % a 32 MiB pool has no room
     /// for a flush of buffered data besides the reserve and the low-water mark).
     pub fn quick() -> CleanerBench {
         CleanerBench {
             pool_bytes: 64 << 20,
-            segment_bytes: fsck::default_segment_bytes(64 << 20),
+            segment_bytes: 256 << 10,
             warmup: 1.0,
             measure: 2.0,
             repeats: 1,

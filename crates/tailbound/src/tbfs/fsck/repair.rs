@@ -533,19 +533,12 @@ pub(super) fn rebuild(
     Ok(())
 }
 
-/// The segment size `mkfs` picks for a pool of `len` bytes: 8 MiB, or less so that the pool has at
-/// least 1,024 segments (never below 256 KiB), and then less again so that it has at least 256
-/// (never below 64 KiB). What the engine keeps free is counted partly in segments (two open ones,
-/// a reserve of two, a segment of copies in the low-water mark), and the cleaner frees whole
-/// segments: with fewer, larger segments the kept room takes a larger share of the pool and the
-/// emptiest segments are fuller, so the cleaner copies more. The 256 KiB floor keeps a log's
-/// summary a small share of what it writes (a log never crosses a segment end) and the
-/// segment-usage and pin tables small.
+/// The segment size `mkfs` picks for a pool of `len` bytes: 8 MiB, or less so that a pool under
+/// 2 GiB still has at least 256 segments (never below 64 KiB). What the engine keeps free is
+/// counted in segments (two open ones, a reserve of two), so with fewer segments it takes a
+/// larger share of the pool, and a pool with few segments could not fill.
 pub fn default_segment_bytes(len: u64) -> u64 {
     let mut seg: u64 = 8 << 20;
-    while seg > 256 << 10 && len / seg < 1024 {
-        seg /= 2;
-    }
     while seg > 64 << 10 && len / seg < 256 {
         seg /= 2;
     }

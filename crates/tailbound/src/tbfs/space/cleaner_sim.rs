@@ -1,10 +1,8 @@
 //! A model of a log-structured pool with no metadata, to hold the engine's cleaner against: what
 //! greedy and cost-benefit victim selection give for 4 KiB overwrites in the terms of
 //! `bench cleaner` (utilisation = live blocks / the pool's blocks), and what the free space an
-//! engine keeps unused, or a separate log for the cleaner's copies, changes; and, for choosing a
-//! segment size, what the free room the engine keeps in blocks and the summary block each log
-//! spends cost in segments of a given size. Test-only: it explains the benchmark's figures, it is
-//! not the engine.
+//! engine keeps unused, or a separate log for the cleaner's copies, changes. Test-only: it
+//! explains the benchmark's figures, it is not the engine.
 
 /// How victims are chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -34,13 +32,6 @@ pub(crate) struct Model {
     /// Free segments the writer never fills (a reserve, a low-water mark): cleaning runs
     /// whenever fewer than this many plus one are free.
     pub kept_free: usize,
-    /// Free blocks kept on top of `kept_free`, rounded up to whole segments: the engine's
-    /// low-water mark is mostly a flush of buffered data, a number of blocks whatever the
-    /// segment size.
-    pub kept_blocks: usize,
-    /// Each segment spends a summary block on every log it holds, at least one per
-    /// [`LOG_BLOCKS_MAX`] blocks (a log never crosses a segment end), and they count as written.
-    pub summaries: bool,
     pub policy: Policy,
     /// The cleaner's copies go to a log head of their own.
     pub cleaner_log: bool,
@@ -48,10 +39,6 @@ pub(crate) struct Model {
 }
 
 const NONE: u32 = u32::MAX;
-
-/// A summary and its descriptors' most blocks when no two blocks are adjacent in their file
-/// (`format::layout::DESCRIPTORS_MAX` + 1), as under random overwrites.
-pub(crate) const LOG_BLOCKS_MAX: usize = 126;
 
 struct Head {
     seg: usize,
@@ -74,10 +61,6 @@ struct Sim {
     now: u64,
     copies: u64,
     cleaned: u64,
-    /// Summary blocks written (with `summaries`).
-    summary_writes: u64,
-    /// Blocks of a segment that hold data.
-    data_blocks: usize,
 }
 
 impl Sim {
@@ -96,8 +79,6 @@ impl Sim {
             now: 0,
             copies: 0,
             cleaned: 0,
-            summary_writes: 0,
-            data_blocks: m.segment_blocks - m.summary_blocks(),
         };
         let blocks = (slots as f64 * m.utilisation) as usize;
         s.at = vec![NONE; blocks];
@@ -108,22 +89,16 @@ impl Sim {
         s
     }
 
-    /// Free segments kept beyond the two the heads enter next.
-    fn kept_segments(&self) -> usize {
-        self.m.kept_free + self.m.kept_blocks.div_ceil(self.m.segment_blocks)
-    }
-
     fn head_of(&self, copy: bool) -> usize {
         usize::from(copy && self.m.cleaner_log)
     }
 
     fn append(&mut self, h: usize, b: u32) {
-        if self.heads[h].pos == self.data_blocks {
+        if self.heads[h].pos == self.m.segment_blocks {
             let seg = self.free.pop().expect("the model ran out of free segments");
             self.is_free[seg] = false;
             self.heads[h] = Head { seg, pos: 0 };
             self.seg_time[seg] = 0;
-            self.summary_writes += self.m.summary_blocks() as u64;
         }
         let (seg, pos) = (self.heads[h].seg, self.heads[h].pos);
         self.heads[h].pos += 1;
@@ -140,11 +115,13 @@ impl Sim {
     }
 
     fn victim(&self) -> Option<usize> {
-        let sb = self.data_blocks as f64;
+        let sb = self.m.segment_blocks as f64;
         let open = [self.heads[0].seg, self.heads[1].seg];
         let candidates: Vec<usize> = (0..self.m.segments)
             .filter(|&s| {
-                !open.contains(&s) && !self.is_free[s] && (self.live[s] as usize) < self.data_blocks
+                !open.contains(&s)
+                    && !self.is_free[s]
+                    && (self.live[s] as usize) < self.m.segment_blocks
             })
             .collect();
         let policy = match self.m.policy {
@@ -183,11 +160,11 @@ impl Sim {
     fn clean(&mut self) {
         // Two free segments beyond those kept: one for the open head that fills next, one
         // for the copies.
-        while self.free.len() < self.kept_segments() + 2 {
+        while self.free.len() < self.m.kept_free + 2 {
             let v = self.victim().expect("nothing left to clean");
             let sb = self.m.segment_blocks;
             let h = self.head_of(true);
-            for slot in v * sb..v * sb + self.data_blocks {
+            for slot in v * sb..(v + 1) * sb {
                 let b = self.owner[slot];
                 if b != NONE {
                     self.append(h, b);
@@ -215,18 +192,7 @@ impl Sim {
     }
 }
 
-impl Model {
-    /// Summary blocks each segment spends (none without `summaries`).
-    fn summary_blocks(&self) -> usize {
-        if self.summaries {
-            self.segment_blocks.div_ceil(LOG_BLOCKS_MAX)
-        } else {
-            0
-        }
-    }
-}
-
-/// Write amplification (user writes plus copies, and summaries where modelled, over user writes) after `warmup` pool
+/// Write amplification (user writes plus copies, over user writes) after `warmup` pool
 /// capacities of overwrites, over `measure` more.
 pub(crate) fn write_amplification(m: Model, warmup: f64, measure: f64, seed: u64) -> f64 {
     run(m, warmup, measure, seed).0
@@ -248,16 +214,15 @@ pub(crate) fn run(m: Model, warmup: f64, measure: f64, seed: u64) -> (f64, f64) 
     for _ in 0..(warmup * cap) as u64 {
         sim.write(next());
     }
-    let (copies, cleaned, summaries) = (sim.copies, sim.cleaned, sim.summary_writes);
+    let (copies, cleaned) = (sim.copies, sim.cleaned);
     let n = (measure * cap) as u64;
     for _ in 0..n {
         sim.write(next());
     }
     let copied = sim.copies - copies;
-    let summaries = sim.summary_writes - summaries;
-    let victim_blocks = (sim.cleaned - cleaned) * sim.data_blocks as u64;
+    let victim_blocks = (sim.cleaned - cleaned) * m.segment_blocks as u64;
     (
-        (n + copied + summaries) as f64 / n as f64,
+        (n + copied) as f64 / n as f64,
         if victim_blocks == 0 {
             0.0
         } else {
@@ -277,8 +242,6 @@ mod tests {
             segment_blocks: 256,
             utilisation: u,
             kept_free,
-            kept_blocks: 0,
-            summaries: false,
             policy,
             cleaner_log,
             access,
@@ -392,52 +355,6 @@ mod tests {
         assert!(
             cb < greedy,
             "hot-cold at 80 %: cost-benefit with a cleaner log {cb}, greedy {greedy}"
-        );
-    }
-    /// The segment size of a 256 MiB pool (65,536 blocks), with what the engine keeps free
-    /// (a reserve of two segments, the two open ones, and a low-water mark of a 4 MiB flush, an
-    /// eighth more and a segment of copies) and a summary per log: smaller segments take less
-    /// of that room and leave emptier victims, until their summaries cost more than that gains.
-    /// Prints the table in docs/results/cleaner.md (2026-11-29, 14:00) and checks its order.
-    #[test]
-    fn segment_size_under_the_engines_kept_room() {
-        let flush = 1024;
-        let geometry = |segment_blocks: usize, u: f64| {
-            run(
-                Model {
-                    segments: 65_536 / segment_blocks,
-                    segment_blocks,
-                    kept_free: 3,
-                    kept_blocks: flush + flush / 8,
-                    summaries: true,
-                    ..model(u, 0, Policy::Greedy, false, Access::Uniform)
-                },
-                2.0,
-                2.0,
-                0xc1ea,
-            )
-        };
-        let mut at90 = Vec::new();
-        for sb in [256, 64, 16] {
-            let row: Vec<(f64, f64)> = [0.7, 0.8, 0.9].iter().map(|&u| geometry(sb, u)).collect();
-            println!(
-                "uniform, greedy, {} segments of {sb} blocks, engine's room kept, summaries: {}",
-                65_536 / sb,
-                row.iter()
-                    .map(|(wa, l)| format!("{wa:.2} ({l:.2})"))
-                    .collect::<Vec<_>>()
-                    .join(" / ")
-            );
-            at90.push(row[2].0);
-        }
-        // 1,024 segments of 64 blocks beat both 256 of 256 (kept room and fuller victims) and
-        // 4,096 of 16 (a summary per 16 blocks) at 90 %.
-        assert!(
-            at90[1] < at90[0] && at90[1] < at90[2],
-            "at 90 %: 256 KiB segments {}, 1 MiB {}, 64 KiB {}",
-            at90[1],
-            at90[0],
-            at90[2]
         );
     }
 }
