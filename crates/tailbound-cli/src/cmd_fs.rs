@@ -72,7 +72,7 @@ enum FsCommand {
         #[arg(long, default_value = "256MiB", value_parser = parse_bytes)]
         size: u64,
         /// Segment size: the unit of log placement and reuse (default 8 MiB, smaller for pools
-        /// under 8 GiB so they have 1,024 segments down to 256 KiB, then 256 down to 64 KiB).
+        /// under 256 MiB so they have at least 32 segments).
         #[arg(long, value_parser = parse_bytes)]
         segment_size: Option<u64>,
         /// When fsync writes a checkpoint.
