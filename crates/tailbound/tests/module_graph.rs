@@ -204,6 +204,12 @@ fn the_part_scanner_sees_bindings_of_the_state_and_skips_the_rest() {
 fn multi_part_modules(src: &Path) -> BTreeSet<String> {
     let parts = state_parts(&fs::read_to_string(src.join("tbfs/state.rs")).expect("state.rs"));
     assert!(parts.len() >= 2, "State's fields: {parts:?}");
+    files_naming_two(src, |text| parts_named(text, &parts))
+}
+
+/// Each non-orchestration, non-test tbfs file under `src` for which `named` finds two or more
+/// parts, as `file: part part ...`.
+fn files_naming_two(src: &Path, named: impl Fn(&str) -> BTreeSet<String>) -> BTreeSet<String> {
     let mut all = Vec::new();
     walk(&src.join("tbfs"), &mut all);
     let mut out = BTreeSet::new();
@@ -224,9 +230,9 @@ fn multi_part_modules(src: &Path) -> BTreeSet<String> {
         if orchestration || name.ends_with("tests.rs") {
             continue;
         }
-        let named = parts_named(&fs::read_to_string(&path).unwrap(), &parts);
-        if named.len() > 1 {
-            let list: Vec<&str> = named.iter().map(String::as_str).collect();
+        let found = named(&fs::read_to_string(&path).unwrap());
+        if found.len() > 1 {
+            let list: Vec<&str> = found.iter().map(String::as_str).collect();
             out.insert(format!("{rel}: {}", list.join(" ")));
         }
     }
@@ -460,33 +466,7 @@ fn the_engine_part_scanner_sees_bindings_of_the_engine_and_skips_the_rest() {
 fn multi_engine_part_modules(src: &Path) -> BTreeSet<String> {
     let parts = engine_parts(&fs::read_to_string(src.join("tbfs/state.rs")).expect("state.rs"));
     assert!(parts.len() >= 2, "Engine's pub fields: {parts:?}");
-    let mut all = Vec::new();
-    walk(&src.join("tbfs"), &mut all);
-    let mut out = BTreeSet::new();
-    for path in all {
-        let rel = path
-            .strip_prefix(src)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
-        let orchestration = ORCHESTRATION.iter().any(|o| {
-            if o.ends_with('/') {
-                rel.starts_with(o)
-            } else {
-                rel == *o
-            }
-        });
-        let name = rel.rsplit('/').next().unwrap_or_default();
-        if orchestration || name.ends_with("tests.rs") {
-            continue;
-        }
-        let named = engine_parts_named(&fs::read_to_string(&path).unwrap(), &parts);
-        if named.len() > 1 {
-            let list: Vec<&str> = named.iter().map(String::as_str).collect();
-            out.insert(format!("{rel}: {}", list.join(" ")));
-        }
-    }
-    out
+    files_naming_two(src, |text| engine_parts_named(text, &parts))
 }
 
 /// The `pub` fields (`pub`, `pub(crate)`, `pub(in ..)`) of `struct Engine` in `text`.
