@@ -16,59 +16,59 @@ use crate::tbfs::directories::Directories;
 use crate::tbfs::ifile::InodeFile;
 use crate::tbfs::inode_table::InodeTable;
 use crate::tbfs::limits::{DIR_BLOCK_FILL, FIXED_BLOCKS};
-use crate::tbfs::state::Engine;
 
-impl Engine {
-    /// An upper bound on the blocks the next checkpoint writes beyond unsealed file data.
-    /// `exact` counts inode by inode and entry by entry (a walk of every changed inode);
-    /// otherwise the bound comes from totals: every changed inode as wide as the widest map the
-    /// pool has had, every directory entry as long as a name can be. `tables` is what the
-    /// checkpoint's tables take (`State::table_estimate`); the parts are those of the state held
-    /// (`Engine::checkpoint_debt` passes them).
-    pub(in crate::tbfs) fn debt_bound(
-        &self,
-        inodes: &InodeTable,
-        dirs: &Directories,
-        changes: &Changes,
-        ifile: &InodeFile,
-        tables: u64,
-        exact: bool,
-    ) -> u64 {
-        let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
-        let mut debt = FIXED_BLOCKS + tables;
-        if !exact {
-            let changed = (dirty.all().len() + changes.pending().len() + dirs.dirty().len()) as u64;
-            let (dir_blocks, widest_dir) = dirs.dirty_bound();
-            debt += dir_blocks;
-            let widest = self.budget.widest();
-            let pages =
-                (changed + ifile.freed_slots().len() as u64 + ifile.pages_dirty().len() as u64)
-                    .min(ifile.pages() + 1);
-            return debt
-                + changed * tree_nodes(widest.max(widest_dir))
-                + pages
-                + ifile_nodes(ifile, pages);
-        }
-        let mut work: DenseSet = dirty.all().clone();
-        drop(dirty);
-        work.extend(changes.pending().iter());
-        work.extend(dirs.dirty().iter());
-        work.retain(|ino| inodes.contains(*ino));
-        let pages = ifile.pages_to_write(work.iter());
-        debt += pages.len() as u64 + ifile_nodes(ifile, pages.len() as u64);
-        for ino in work.iter() {
-            let dir_len = if dirs.dirty().contains(&ino) {
-                dirs.get(ino).map_or(0, |e| {
-                    let bytes: u64 = e.keys().map(|name| 10 + name.len() as u64).sum();
-                    bytes.div_ceil(DIR_BLOCK_FILL)
-                })
-            } else {
-                0
-            };
-            debt += dir_len + map_nodes_bound(&inodes[&ino].lock(), dir_len as usize);
-        }
-        debt
+/// An upper bound on the blocks the next checkpoint writes beyond unsealed file data, from
+/// totals: every changed inode as wide as the widest map the pool has had (`widest`), every
+/// directory entry as long as a name can be. `dirtied` is how many inodes the write path
+/// dirtied since the last checkpoint took them (`DirtySet::all`); `tables` is what the
+/// checkpoint's tables take (`State::table_estimate`). The orchestration passes the parts
+/// (`Engine::checkpoint_debt`).
+pub(in crate::tbfs) fn quick_bound(
+    dirtied: usize,
+    dirs: &Directories,
+    changes: &Changes,
+    ifile: &InodeFile,
+    widest: u64,
+    tables: u64,
+) -> u64 {
+    let mut debt = FIXED_BLOCKS + tables;
+    let changed = (dirtied + changes.pending().len() + dirs.dirty().len()) as u64;
+    let (dir_blocks, widest_dir) = dirs.dirty_bound();
+    debt += dir_blocks;
+    let pages = (changed + ifile.freed_slots().len() as u64 + ifile.pages_dirty().len() as u64)
+        .min(ifile.pages() + 1);
+    debt + changed * tree_nodes(widest.max(widest_dir)) + pages + ifile_nodes(ifile, pages)
+}
+
+/// The bound of [`quick_bound`] counted inode by inode and entry by entry: a walk of every
+/// changed inode. `work` is the inodes the write path dirtied (a copy of `DirtySet::all`, taken
+/// so its lock is not held while the inodes' are).
+pub(in crate::tbfs) fn exact_bound(
+    mut work: DenseSet,
+    inodes: &InodeTable,
+    dirs: &Directories,
+    changes: &Changes,
+    ifile: &InodeFile,
+    tables: u64,
+) -> u64 {
+    let mut debt = FIXED_BLOCKS + tables;
+    work.extend(changes.pending().iter());
+    work.extend(dirs.dirty().iter());
+    work.retain(|ino| inodes.contains(*ino));
+    let pages = ifile.pages_to_write(work.iter());
+    debt += pages.len() as u64 + ifile_nodes(ifile, pages.len() as u64);
+    for ino in work.iter() {
+        let dir_len = if dirs.dirty().contains(&ino) {
+            dirs.get(ino).map_or(0, |e| {
+                let bytes: u64 = e.keys().map(|name| 10 + name.len() as u64).sum();
+                bytes.div_ceil(DIR_BLOCK_FILL)
+            })
+        } else {
+            0
+        };
+        debt += dir_len + map_nodes_bound(&inodes[&ino].lock(), dir_len as usize);
     }
+    debt
 }
 
 /// The inode file's map nodes a checkpoint writing `pages` inode pages rewrites: a path per

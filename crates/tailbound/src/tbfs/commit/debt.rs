@@ -1,24 +1,37 @@
-//! The checkpoint debt of the state held (`tbfs/debt.rs` bounds it from the parts), and paying
-//! it: a change that needs room may take a checkpoint first, which touches every part, so it is
+//! The checkpoint debt of the state held (`tbfs/debt.rs` bounds it from the parts and values
+//! passed in: the state's, the dirty set's, the budget's widest map), and paying it: a change
+//! that needs room may take a checkpoint first, which touches every part, so it is
 //! orchestration.
 
+use crate::tbfs::debt::{exact_bound, quick_bound};
 use crate::tbfs::directories::bound_blocks;
 use crate::tbfs::limits::CHANGE_BLOCKS;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
 
 impl Engine {
-    /// An upper bound on the blocks the next checkpoint writes beyond unsealed file data
-    /// ([`Engine::debt_bound`] over the state held).
+    /// An upper bound on the blocks the next checkpoint writes beyond unsealed file data.
+    /// `exact` counts inode by inode and entry by entry (a walk of every changed inode,
+    /// [`exact_bound`]); otherwise the bound comes from totals ([`quick_bound`]). Reads the
+    /// state held, the inodes the write path dirtied and the widest map the budget has seen.
     pub(in crate::tbfs) fn checkpoint_debt(&self, m: &State, exact: bool) -> u64 {
-        self.debt_bound(
-            &m.inodes,
-            &m.dirs,
-            &m.changes,
-            &m.ifile,
-            m.table_estimate(),
-            exact,
-        )
+        let tables = m.table_estimate();
+        let dirty = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        if !exact {
+            let widest = self.budget.widest();
+            return quick_bound(
+                dirty.all().len(),
+                &m.dirs,
+                &m.changes,
+                &m.ifile,
+                widest,
+                tables,
+            );
+        }
+        // Copied, so the set's lock is not held while the walk takes the inodes' locks.
+        let work = dirty.all().clone();
+        drop(dirty);
+        exact_bound(work, &m.inodes, &m.dirs, &m.changes, &m.ifile, tables)
     }
 
     /// Makes room for a new name in directory `dir` before it is made: the checkpoint that
