@@ -400,7 +400,6 @@ fn parts_named(text: &str, parts: &BTreeSet<String>) -> BTreeSet<String> {
 const KNOWN_MULTI_ENGINE_PART: &[&str] = &[
     "tbfs/buffer.rs: budget copies dirty logs room_gate watchers writes",
     "tbfs/log/write.rs: budget copies logs superblocks",
-    "tbfs/poison.rs: budget logs poison",
     "tbfs/space/mod.rs: budget logs superblocks",
 ];
 

@@ -13,13 +13,15 @@
 //! freeing inodes; `clean`: the cleaner's pass that moves live blocks; `cleaning`: when to clean,
 //! and the passes; `light_gain`: light victims below the reserve; `room`: the space check; `usage`: the live tree's blocks in the segment
 //! counts; `logs`: closing logs and entering segments; `open`: making and opening a pool
-//! (recovery's steps, then `State` assembled). The parts are `log` (building and writing logs),
+//! (recovery's steps, then `State` assembled); `counts`: releasing the log pipeline's and the
+//! budget's counts, which poison the pool past zero. The parts are `log` (building and writing logs),
 //! `space` and the rest of
 //! `State`'s fields.
 
 pub(in crate::tbfs) mod checkpoint;
 mod clean;
 mod cleaning;
+mod counts;
 mod debt;
 pub mod lifecycle;
 mod light_gain;
