@@ -399,7 +399,6 @@ fn parts_named(text: &str, parts: &BTreeSet<String>) -> BTreeSet<String> {
 /// as in [`KNOWN_MULTI_PART`]. The list only shrinks.
 const KNOWN_MULTI_ENGINE_PART: &[&str] = &[
     "tbfs/buffer.rs: budget copies dirty logs room_gate watchers writes",
-    "tbfs/log/write.rs: budget copies logs superblocks",
     "tbfs/space/mod.rs: budget logs superblocks",
 ];
 

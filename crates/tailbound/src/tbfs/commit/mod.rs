@@ -14,7 +14,8 @@
 //! and the passes; `light_gain`: light victims below the reserve; `room`: the space check; `usage`: the live tree's blocks in the segment
 //! counts; `logs`: closing logs and entering segments; `open`: making and opening a pool
 //! (recovery's steps, then `State` assembled); `counts`: releasing the log pipeline's and the
-//! budget's counts, which poison the pool past zero. The parts are `log` (building and writing logs),
+//! budget's counts, which poison the pool past zero; `writing`: writing the queued logs up
+//! to a sequence, handing superblocks to the superblock writer, and the bytes in flight allowed. The parts are `log` (building and writing logs),
 //! `space` and the rest of
 //! `State`'s fields.
 
@@ -32,6 +33,7 @@ mod room;
 mod seal;
 mod unlink;
 mod usage;
+mod writing;
 
 use crate::tbfs::format::{self, *};
 use crate::tbfs::inode::*;
