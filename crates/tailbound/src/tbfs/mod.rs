@@ -52,6 +52,7 @@ mod names;
 mod namespace;
 mod poison;
 mod poisoned;
+mod read;
 pub mod recovery;
 mod refresh;
 mod retention;
