@@ -6,20 +6,20 @@
 //! memory references it and a durable superblock names a checkpoint written after it died.
 //!
 //! This module and those under it are the orchestration: the only tbfs modules besides `fs` and
-//! `state` that name more than one part of `State` or of `Engine` (`tests/module_graph.rs`
-//! checks it). Here: refreshing the superblock; `checkpoint`: laying out a checkpoint;
-//! `lifecycle`: retention, snapshots, views and pins; `debt`: the checkpoint debt, and paying
-//! it; `names`: making, moving and removing names; `seal`: sealing buffered data as data-only
-//! logs; `unlink`: dropping links and freeing inodes; `clean`: the cleaner's pass that moves
-//! live blocks; `cleaning`: when to clean, and the passes; `light_gain`: light victims below
-//! the reserve; `room`: the space check; `usage`: the live tree's blocks in the segment counts;
-//! `logs`: closing logs and entering segments; `open`: making and opening a pool (recovery's
-//! steps, then `State` assembled); `counts`: releasing the log pipeline's and the budget's
-//! counts, which poison the pool past zero; `writing`: writing the queued logs up to a
-//! sequence, handing superblocks to the superblock writer, and the bytes in flight allowed;
-//! `write_path`: a write's turn for room, the room it finds, commits past the buffer limit,
-//! write-behind and direct writes. The parts are `log` (building and writing logs), `space`
-//! and the rest of `State`'s and `Engine`'s fields.
+//! `state` that name more than one part of `State` or of `Engine` (`tests/module_graph.rs` checks
+//! it). Here: refreshing the superblock; `checkpoint`: laying out a checkpoint; `lifecycle`:
+//! retention, snapshots, views and pins; `debt`: the checkpoint debt, and paying it; `names`:
+//! making, moving and removing names; `seal`: sealing buffered data as data-only logs; `unlink`:
+//! dropping links and freeing inodes; `clean`: the cleaner's pass that moves live blocks;
+//! `cleaning`: when to clean, and the passes; `light_gain`: light victims below the reserve;
+//! `reuse`: which segments may be written again; `room`: the space check; `usage`: the live tree's
+//! blocks in the segment counts; `logs`: closing logs and entering segments; `open`: making and
+//! opening a pool (recovery's steps, then `State` assembled); `counts`: releasing the log
+//! pipeline's and the budget's counts, which poison the pool past zero; `writing`: writing the
+//! queued logs up to a sequence, handing superblocks to the superblock writer, and the bytes in
+//! flight allowed; `write_path`: a write's turn for room, the room it finds, commits past the
+//! buffer limit, write-behind and direct writes. The parts are `log` (building and writing logs),
+//! `space` and the rest of `State`'s and `Engine`'s fields.
 
 pub(in crate::tbfs) mod checkpoint;
 mod clean;
@@ -31,6 +31,7 @@ mod light_gain;
 mod logs;
 mod names;
 pub(in crate::tbfs) mod open;
+mod reuse;
 mod room;
 mod seal;
 mod unlink;
