@@ -455,12 +455,130 @@ fn the_engine_part_scanner_sees_bindings_of_the_engine_and_skips_the_rest() {
     );
 }
 
+#[test]
+fn the_engine_part_scanner_sees_the_engine_through_a_trait_impl_and_a_holder_elsewhere() {
+    let dir = std::env::temp_dir().join(format!("tb-engine-holders-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(dir.join("tbfs")).unwrap();
+    let write = |rel: &str, text: &str| fs::write(dir.join(rel), text).unwrap();
+    write(
+        "tbfs/state.rs",
+        "pub(crate) struct Engine {\n    pub logs: L,\n    pub budget: B,\n    pub stats: S,\n}\n",
+    );
+    // `Fs` and `File` hold the engine; they are defined in the orchestration.
+    write(
+        "tbfs/fs.rs",
+        "pub struct Fs { pub(crate) inner: Arc<Engine> }\npub struct File<'a> { e: &'a Engine, n: u64 }\n",
+    );
+    // `self.inner` in an `impl Fs` of another file, with no binding of the engine in it.
+    write(
+        "tbfs/a.rs",
+        "impl Fs { fn f(&self) { self.inner.logs.x(); self.inner.budget.y(); } }\n",
+    );
+    // `self` in a trait's impl for the engine, and `self.e` in an `impl<'a>` of a holder.
+    write(
+        "tbfs/b.rs",
+        "impl Drop for Engine { fn drop(&mut self) { self.stats.x(); } }\nimpl<'a> File<'a> { fn g(&self) { self.e.logs.y(); } }\n",
+    );
+    // Not holders: another struct's `inner`, a holder's other field, a method of the engine.
+    write(
+        "tbfs/c.rs",
+        "impl Other { fn f(&self) { self.inner.logs; self.inner.budget; } }\nimpl File<'_> { fn g(&self) { self.n.logs; self.e.stats(); self.e.budget.z(); } }\n",
+    );
+    let found = multi_engine_part_modules(&dir);
+    let _ = fs::remove_dir_all(&dir);
+    assert_eq!(
+        found,
+        BTreeSet::from([
+            "tbfs/a.rs: budget logs".to_string(),
+            "tbfs/b.rs: logs stats".to_string(),
+        ])
+    );
+}
+
 /// Each non-orchestration tbfs file under `src` that names two or more parts of `Engine`, as
 /// `file: part part ...`.
 fn multi_engine_part_modules(src: &Path) -> BTreeSet<String> {
     let parts = engine_parts(&fs::read_to_string(src.join("tbfs/state.rs")).expect("state.rs"));
     assert!(parts.len() >= 2, "Engine's pub fields: {parts:?}");
-    files_naming_two(src, |text| engine_parts_named(text, &parts))
+    let mut all = Vec::new();
+    walk(&src.join("tbfs"), &mut all);
+    let mut holders = BTreeSet::new();
+    for path in all {
+        holders.extend(engine_holders(&fs::read_to_string(&path).unwrap()));
+    }
+    files_naming_two(src, |text| engine_parts_named(text, &parts, &holders))
+}
+
+/// The fields that hold the engine (typed `Engine`, `&Engine`, `Arc<Engine>` or
+/// `&Arc<Engine>`) of the structs `text` defines, as (struct, field): `Fs::inner`, say, which
+/// an `impl Fs` in another file reaches as `self.inner`.
+fn engine_holders(text: &str) -> BTreeSet<(String, String)> {
+    let toks: Vec<Tok> = lex(text).into_iter().map(|t| t.0).collect();
+    let ident = |s: &str| Tok::Ident(s.to_string());
+    let mut out = BTreeSet::new();
+    let mut i = 0;
+    while i + 1 < toks.len() {
+        let Tok::Ident(name) = &toks[i + 1] else {
+            i += 1;
+            continue;
+        };
+        if toks[i] != ident("struct") {
+            i += 1;
+            continue;
+        }
+        // `struct S {` or `struct S<'a> {` (the lexer drops lifetimes: `struct S < > {`).
+        let mut j = i + 2;
+        if toks.get(j) == Some(&Tok::Punct('<')) {
+            while j < toks.len() && toks[j] != Tok::Punct('>') {
+                j += 1;
+            }
+            j += 1;
+        }
+        if toks.get(j) != Some(&Tok::Punct('{')) {
+            i += 1;
+            continue;
+        }
+        let mut depth = 0i32;
+        while j < toks.len() {
+            match &toks[j] {
+                Tok::Punct('{' | '(' | '[' | '<') => depth += 1,
+                Tok::Punct('}' | ')' | ']' | '>') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                Tok::Ident(field)
+                    if depth == 1
+                        && toks.get(j + 1) == Some(&Tok::Punct(':'))
+                        && holds_engine(&toks, j + 2) =>
+                {
+                    out.insert((name.clone(), field.clone()));
+                }
+                _ => {}
+            }
+            j += 1;
+        }
+        i = j;
+    }
+    out
+}
+
+/// Whether the type at `toks[j]` is `Engine`, `&Engine`, `&mut Engine`, `Arc<Engine>` or
+/// `&Arc<Engine>`.
+fn holds_engine(toks: &[Tok], mut j: usize) -> bool {
+    let ident = |s: &str| Tok::Ident(s.to_string());
+    if toks.get(j) == Some(&Tok::Punct('&')) {
+        j += 1;
+        if toks.get(j) == Some(&ident("mut")) {
+            j += 1;
+        }
+    }
+    if toks.get(j) == Some(&ident("Arc")) && toks.get(j + 1) == Some(&Tok::Punct('<')) {
+        j += 2;
+    }
+    toks.get(j) == Some(&ident("Engine"))
 }
 
 /// The `pub` fields (`pub`, `pub(crate)`, `pub(in ..)`) of `struct Engine` in `text`.
@@ -505,9 +623,15 @@ fn engine_parts(text: &str) -> BTreeSet<String> {
 }
 
 /// The parts of `Engine` (`parts`) that one file names, outside its tests: a field read through
-/// `self` in an `impl Engine`, or through any binding typed `&Engine`, `&Arc<Engine>` or
-/// `Arc<Engine>` (a parameter or a field, and any binding of the same name in the file).
-fn engine_parts_named(text: &str, parts: &BTreeSet<String>) -> BTreeSet<String> {
+/// `self` in an `impl Engine` (or an `impl Trait for Engine`), through any binding typed
+/// `&Engine`, `&Arc<Engine>` or `Arc<Engine>` (a parameter or a field, and any binding of the
+/// same name in the file), or through `self.field` in an impl of a struct whose `field` holds the
+/// engine (`holders`, from every tbfs file: `self.inner` in an `impl Fs`).
+fn engine_parts_named(
+    text: &str,
+    parts: &BTreeSet<String>,
+    holders: &BTreeSet<(String, String)>,
+) -> BTreeSet<String> {
     let toks: Vec<Tok> = strip_test_items(lex(text), &mut BTreeSet::new())
         .into_iter()
         .map(|t| t.0)
@@ -535,39 +659,81 @@ fn engine_parts_named(text: &str, parts: &BTreeSet<String>) -> BTreeSet<String> 
             bindings.insert(name.clone());
         }
     }
-    // `self` inside `impl Engine { .. }`.
-    let mut self_is_engine = vec![false; toks.len()];
+    // The type each `impl` block is for: `impl Engine {`, `impl Drop for Engine {`,
+    // `impl<'a> Fs {` (the lexer drops lifetimes): the name just before the block's `{`.
+    let mut impl_of: Vec<Option<String>> = vec![None; toks.len()];
     let mut i = 0;
-    while i + 2 < toks.len() {
-        if toks[i] == ident("impl") && toks[i + 1] == engine && toks[i + 2] == Tok::Punct('{') {
+    while i < toks.len() {
+        if toks[i] != ident("impl") {
+            i += 1;
+            continue;
+        }
+        let Some(open) = toks[i..].iter().position(|t| *t == Tok::Punct('{')) else {
+            break;
+        };
+        let open = i + open;
+        // Past the type's own generics: `File<'a> {` is `File < > {`.
+        let mut last = open - 1;
+        if toks[last] == Tok::Punct('>') {
             let mut depth = 0;
-            let mut j = i + 2;
-            while j < toks.len() {
-                match toks[j] {
-                    Tok::Punct('{') => depth += 1,
-                    Tok::Punct('}') => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
+            while last > i {
+                match toks[last] {
+                    Tok::Punct('>') => depth += 1,
+                    Tok::Punct('<') => depth -= 1,
                     _ => {}
                 }
-                self_is_engine[j] = true;
-                j += 1;
+                last -= 1;
+                if depth == 0 {
+                    break;
+                }
             }
-            i = j;
         }
-        i += 1;
+        let of = match &toks[last] {
+            Tok::Ident(n) => Some(n.clone()),
+            _ => None,
+        };
+        let mut depth = 0;
+        let mut j = open;
+        while j < toks.len() {
+            match toks[j] {
+                Tok::Punct('{') => depth += 1,
+                Tok::Punct('}') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            impl_of[j].clone_from(&of);
+            j += 1;
+        }
+        i = j + 1;
     }
     let mut named = BTreeSet::new();
+    let part_at = |k: usize| match toks.get(k) {
+        Some(Tok::Ident(field))
+            if parts.contains(field) && toks.get(k + 1) != Some(&Tok::Punct('(')) =>
+        {
+            Some(field.clone())
+        }
+        _ => None,
+    };
     for (i, t) in toks.iter().enumerate() {
         let Tok::Ident(name) = t else { continue };
-        let bound = bindings.contains(name) || (name == "self" && self_is_engine[i]);
-        if bound && toks.get(i + 1) == Some(&Tok::Punct('.')) {
-            if let Some(Tok::Ident(field)) = toks.get(i + 2) {
-                if parts.contains(field) && toks.get(i + 3) != Some(&Tok::Punct('(')) {
-                    named.insert(field.clone());
+        if toks.get(i + 1) != Some(&Tok::Punct('.')) {
+            continue;
+        }
+        let in_impl_of = impl_of[i].as_deref();
+        let bound = bindings.contains(name) || (name == "self" && in_impl_of == Some("Engine"));
+        if bound {
+            named.extend(part_at(i + 2));
+        }
+        // `self.field.part` where `field` of the impl's struct holds the engine.
+        if name == "self" && toks.get(i + 3) == Some(&Tok::Punct('.')) {
+            if let (Some(of), Some(Tok::Ident(field))) = (in_impl_of, toks.get(i + 2)) {
+                if holders.contains(&(of.to_string(), field.clone())) {
+                    named.extend(part_at(i + 4));
                 }
             }
         }
