@@ -480,6 +480,11 @@ fn the_engine_part_scanner_sees_the_engine_through_a_trait_impl_and_a_holder_els
         "tbfs/b.rs",
         "impl Drop for Engine { fn drop(&mut self) { self.stats.x(); } }\nimpl<'a> File<'a> { fn g(&self) { self.e.logs.y(); } }\n",
     );
+    // The holder's engine bound to a variable first, as the orchestration does.
+    write(
+        "tbfs/d.rs",
+        "impl Fs { fn f(&self) { let inner = &self.inner; inner.logs.x(); let e = self.inner.clone(); e.stats.y(); } }\n",
+    );
     // Not holders: another struct's `inner`, a holder's other field, a method of the engine.
     write(
         "tbfs/c.rs",
@@ -492,6 +497,7 @@ fn the_engine_part_scanner_sees_the_engine_through_a_trait_impl_and_a_holder_els
         BTreeSet::from([
             "tbfs/a.rs: budget logs".to_string(),
             "tbfs/b.rs: logs stats".to_string(),
+            "tbfs/d.rs: logs stats".to_string(),
         ])
     );
 }
@@ -626,7 +632,8 @@ fn engine_parts(text: &str) -> BTreeSet<String> {
 /// `self` in an `impl Engine` (or an `impl Trait for Engine`), through any binding typed
 /// `&Engine`, `&Arc<Engine>` or `Arc<Engine>` (a parameter or a field, and any binding of the
 /// same name in the file), or through `self.field` in an impl of a struct whose `field` holds the
-/// engine (`holders`, from every tbfs file: `self.inner` in an `impl Fs`).
+/// engine (`holders`, from every tbfs file: `self.inner` in an `impl Fs`), or a variable bound
+/// to it there (`let inner = &self.inner;`).
 fn engine_parts_named(
     text: &str,
     parts: &BTreeSet<String>,
@@ -709,6 +716,42 @@ fn engine_parts_named(
             j += 1;
         }
         i = j + 1;
+    }
+    // `let [mut] name = [&][*]self.field[.clone()];` in an impl of a holder: the engine too.
+    for (i, t) in toks.iter().enumerate() {
+        if *t != ident("let") {
+            continue;
+        }
+        let mut j = i + 1;
+        if toks.get(j) == Some(&ident("mut")) {
+            j += 1;
+        }
+        let (Some(Tok::Ident(bound)), Some(Tok::Punct('='))) = (toks.get(j), toks.get(j + 1))
+        else {
+            continue;
+        };
+        let mut k = j + 2;
+        while matches!(toks.get(k), Some(Tok::Punct('&' | '*'))) {
+            k += 1;
+        }
+        let Some(end) = toks[k..].iter().position(|t| *t == Tok::Punct(';')) else {
+            continue;
+        };
+        let rhs = &toks[k..k + end];
+        let clone = [
+            Tok::Punct('.'),
+            ident("clone"),
+            Tok::Punct('('),
+            Tok::Punct(')'),
+        ];
+        let plain = rhs.len() == 3 || (rhs.len() == 7 && rhs[3..] == clone);
+        if let (true, Some(of), [s, Tok::Punct('.'), Tok::Ident(field), ..]) =
+            (plain, impl_of[i].as_deref(), rhs)
+        {
+            if *s == ident("self") && holders.contains(&(of.to_string(), field.clone())) {
+                bindings.insert(bound.clone());
+            }
+        }
     }
     let mut named = BTreeSet::new();
     let part_at = |k: usize| match toks.get(k) {
