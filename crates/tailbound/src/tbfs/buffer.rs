@@ -226,7 +226,7 @@ impl Engine {
             let len = st.map().blocks.len();
             st.map_mut().blocks.reserve(mapped - len);
         }
-        st.touch_modified(now_ns());
+        st.touch_modified(self.now_ns());
         st.mark_attr_dirty();
         st.set_charge(charge);
         self.mark_dirty(cell.ino);
@@ -596,7 +596,7 @@ impl Engine {
         if policy == AtimePolicy::Never as u8 || self.read_only() {
             return;
         }
-        let now = now_ns();
+        let now = self.now_ns();
         let due = policy == AtimePolicy::Strict as u8
             || st.atime_ns() <= st.mtime_ns()
             || st.atime_ns() <= st.ctime_ns()
@@ -633,7 +633,7 @@ impl Engine {
             if let Some(t) = attr.mtime_ns {
                 st.set_mtime_ns(t);
             }
-            st.set_ctime_ns(now_ns());
+            st.set_ctime_ns(self.now_ns());
             st.mark_attr_dirty();
         }
         m.namespace_changed(cell.ino);
@@ -682,7 +682,7 @@ impl Engine {
             }
         }
         st.grow_to(len);
-        st.touch_modified(now_ns());
+        st.touch_modified(self.now_ns());
         st.mark_attr_dirty();
         drop(st);
         m.namespace_changed(cell.ino);
