@@ -1035,16 +1035,15 @@ fn on_a_stepped_clock_plain_checkpoints_are_kept_until_it_passes_their_protectio
     clock.advance(Duration::from_secs(3599));
     write_file(&fs, "/f", &pattern(7, 40 << 10));
     fs.sync().unwrap();
-    let listed = |fs: &Fs| -> Vec<u64> {
-        fs.checkpoints()
-            .unwrap()
-            .iter()
-            .map(|c| c.number)
-            .collect()
-    };
+    let listed =
+        |fs: &Fs| -> Vec<u64> { fs.checkpoints().unwrap().iter().map(|c| c.number).collect() };
     let kept = listed(&fs);
     for c in &early {
-        assert!(kept.contains(&c.number), "{} released early: {kept:?}", c.number);
+        assert!(
+            kept.contains(&c.number),
+            "{} released early: {kept:?}",
+            c.number
+        );
     }
     // Past it: the next checkpoint releases those written before, and keeps the younger.
     clock.advance(Duration::from_secs(2));
@@ -1052,7 +1051,11 @@ fn on_a_stepped_clock_plain_checkpoints_are_kept_until_it_passes_their_protectio
     fs.sync().unwrap();
     let late = listed(&fs);
     for c in &early {
-        assert!(!late.contains(&c.number), "{} still kept: {late:?}", c.number);
+        assert!(
+            !late.contains(&c.number),
+            "{} still kept: {late:?}",
+            c.number
+        );
     }
     let young = *kept.last().unwrap();
     assert!(late.contains(&young), "{young} released: {late:?}");
