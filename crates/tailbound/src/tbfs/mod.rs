@@ -83,4 +83,6 @@ mod checked_tests;
 #[cfg(test)]
 mod cut_run_tests;
 #[cfg(test)]
+mod pad_run_tests;
+#[cfg(test)]
 mod tests;
