@@ -15,7 +15,7 @@ mod common;
 use common::Rng;
 
 use tailbound::dev::sim::SimDevice;
-use tailbound::tbfs::{Barrier, Config, Error, Fs, OpenFlags, OpenOptions, Ordering};
+use tailbound::tbfs::{Barrier, Clock, Config, Error, Fs, OpenFlags, OpenOptions, Ordering};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -84,6 +84,7 @@ fn churn_at_twice_the_live_data_never_runs_out_and_reads_back() {
         // Deterministic: only writers and `gc` clean.
         background_gc: false,
         gc_free_percent: 20,
+        clock: Clock::wall(),
     };
     let fs = Fs::format(dev.clone(), &config).unwrap();
     let size = fs.space().unwrap().size;

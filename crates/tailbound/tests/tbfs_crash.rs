@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use tailbound::dev::sim::{SimDevice, SimFaults};
 use tailbound::dev::BLOCK_SIZE;
 use tailbound::tbfs::{
-    Barrier, Config, Error, File, FileKind, Fs, OpenFlags, OpenOptions, Ordering, SyncMode,
+    Barrier, Clock, Config, Error, File, FileKind, Fs, OpenFlags, OpenOptions, Ordering, SyncMode,
 };
 
 const BLOCK: usize = BLOCK_SIZE as usize;
@@ -1169,6 +1169,7 @@ fn config_for(ordering: Ordering, barrier: Barrier, rng: &mut Rng) -> Config {
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 20,
+        clock: Clock::wall(),
     }
 }
 
@@ -1541,6 +1542,7 @@ fn small_config(barrier: Barrier) -> Config {
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 20,
+        clock: Clock::wall(),
     }
 }
 
@@ -1869,6 +1871,7 @@ fn lifecycle_crash_state(seed: u64, barrier: Barrier) -> Result<(), String> {
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 20,
+        clock: Clock::wall(),
     };
     let err = |what: &str, e: Error| format!("seed {seed:#x}: {what}: {e}");
     let fs = Fs::format(dev.clone(), &config).map_err(|e| err("format", e))?;

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tailbound::dev::sim::SimDevice;
 use tailbound::dev::BLOCK_SIZE;
 use tailbound::sched::{Class, Prio, LEVEL_MAX};
-use tailbound::tbfs::{fsck, Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering};
+use tailbound::tbfs::{fsck, Barrier, Clock, Config, Fs, OpenFlags, OpenOptions, Ordering};
 
 const BLOCK: usize = BLOCK_SIZE as usize;
 const DEVICE_BYTES: u64 = 16 << 20;
@@ -74,6 +74,7 @@ fn config() -> Config {
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 20,
+        clock: Clock::wall(),
     }
 }
 

@@ -13,7 +13,7 @@ mod common;
 use common::Rng;
 
 use tailbound::dev::sim::{SimDevice, SimFaults};
-use tailbound::tbfs::{fsck, Barrier, Config, Error, Fs, OpenFlags, OpenOptions, Ordering};
+use tailbound::tbfs::{fsck, Barrier, Clock, Config, Error, Fs, OpenFlags, OpenOptions, Ordering};
 
 const BLOCK: usize = 4096;
 const DEVICE_BYTES: u64 = 4 << 20;
@@ -35,6 +35,7 @@ fn config() -> Config {
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 20,
+        clock: Clock::wall(),
     }
 }
 

@@ -15,7 +15,7 @@ use common::Rng;
 
 use tailbound::dev::sim::SimDevice;
 use tailbound::tbfs::fsck;
-use tailbound::tbfs::{Barrier, Config, Fs, OpenFlags, OpenOptions, Ordering, SetAttr};
+use tailbound::tbfs::{Barrier, Clock, Config, Fs, OpenFlags, OpenOptions, Ordering, SetAttr};
 
 const BLOCK: usize = 4096;
 const DEVICE_BYTES: u64 = 8 << 20;
@@ -40,6 +40,7 @@ fn config(barrier: Barrier) -> Config {
         background_gc: false,
         // The background pass (`Fs::clean_step`) cleans while less than this is free.
         gc_free_percent: 40,
+        clock: Clock::wall(),
     }
 }
 

@@ -22,7 +22,7 @@ use crate::progress::Progress;
 use crate::report::{Table, TargetCheck};
 use tailbound::dev::memory::MemoryPool;
 use tailbound::dev::Device;
-use tailbound::tbfs::{Barrier, Config, File, Fs, OpenFlags, Ordering};
+use tailbound::tbfs::{Barrier, Clock, Config, File, Fs, OpenFlags, Ordering};
 
 /// Which blocks the overwrites hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -429,6 +429,7 @@ impl CleanerBench {
             // Writers clean when they need room, so every copy is one the workload caused.
             background_gc: false,
             gc_free_percent: 0,
+            clock: Clock::wall(),
         }
     }
 

@@ -171,6 +171,7 @@ pub(super) fn config_dec(d: &mut Dec<'_>) -> WireResult<Config> {
         protection_period: Duration::from_nanos(d.u64("protection")?),
         background_gc: d.bool("background gc")?,
         gc_free_percent: d.u32("gc free percent")?,
+        clock: crate::tbfs::Clock::wall(),
     })
 }
 

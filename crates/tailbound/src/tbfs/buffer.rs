@@ -110,7 +110,7 @@ impl Engine {
             let len = st.map().blocks.len();
             st.map_mut().blocks.reserve(mapped - len);
         }
-        st.touch_modified(now_ns());
+        st.touch_modified(self.now_ns());
         st.mark_attr_dirty();
         st.set_charge(charge);
         self.mark_dirty(cell.ino);
@@ -172,7 +172,7 @@ impl Engine {
             if let Some(t) = attr.mtime_ns {
                 st.set_mtime_ns(t);
             }
-            st.set_ctime_ns(now_ns());
+            st.set_ctime_ns(self.now_ns());
             st.mark_attr_dirty();
         }
         m.namespace_changed(cell.ino);
@@ -221,7 +221,7 @@ impl Engine {
             }
         }
         st.grow_to(len);
-        st.touch_modified(now_ns());
+        st.touch_modified(self.now_ns());
         st.mark_attr_dirty();
         drop(st);
         m.namespace_changed(cell.ino);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::dev::sim::{SimDevice, SimFaults};
 use crate::tbfs::state::State;
-use crate::tbfs::{Barrier, Config, Error, Fs, OpenFlags, OpenOptions, Ordering};
+use crate::tbfs::{Barrier, Clock, Config, Error, Fs, OpenFlags, OpenOptions, Ordering};
 
 const BLOCK: usize = 4096;
 const FILES: u64 = 6;
@@ -26,6 +26,7 @@ fn config() -> Config {
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 20,
+        clock: Clock::wall(),
     }
 }
 

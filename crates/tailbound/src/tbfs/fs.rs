@@ -492,7 +492,7 @@ impl Fs {
         {
             let mut st = cell.lock();
             st.add_link(ino)?;
-            st.set_ctime_ns(now_ns());
+            st.set_ctime_ns(self.inner.now_ns());
         }
         m.dirs.insert_entry(parent, name, ino, false);
         self.inner.touch_dir(&mut m, parent);

@@ -474,13 +474,6 @@ impl InodeCell {
 /// A directory's entries: name → (inode, is a directory).
 pub(crate) type DirEntries = BTreeMap<compact_str::CompactString, (u64, bool)>;
 
-pub(crate) fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0)
-}
-
 /// The kind of a stored mode (the record decoder admits only the kinds there are).
 pub(super) fn mode_kind(mode: u32) -> FileKind {
     FileKind::from_mode(mode).unwrap_or(FileKind::File)

@@ -5,7 +5,8 @@
 //!
 //! - [`format`](mod@format): the on-storage format (superblocks, logs, checkpoints), byte for
 //!   byte; `limits`: every size, bound and tuning constant; `types`: the public types, which
-//!   this file re-exports by name (it names no part itself).
+//!   this file re-exports by name (it names no part itself); `clock`: where the engine reads
+//!   the time ([`Clock`]).
 //! - `inode`, `inode_table`, `directories`, `changes`, `names`, `retention`, `refresh`,
 //!   `checkpoints`, `ifile`, `space::segments`, `space::cleaning`, `log`: each part's state (an
 //!   inode in memory, the inodes by number, the directories' entries, the changes not yet
@@ -31,6 +32,7 @@ mod buffer;
 pub mod by_ino;
 mod changes;
 mod checkpoints;
+mod clock;
 mod commit;
 mod copies;
 mod debt;
@@ -63,6 +65,7 @@ mod types;
 mod watch;
 
 pub use admission::{TenantWrites, WriterKey};
+pub use clock::Clock;
 pub use commit::lifecycle::{self, CheckpointInfo, GcReport, Snapshot, SpaceReport};
 pub use fs::{File, Fs};
 pub use lease_map::{BlockLease, ASK};
@@ -80,5 +83,7 @@ mod by_ino_tests;
 mod checked_tests;
 #[cfg(test)]
 mod cut_run_tests;
+#[cfg(test)]
+mod pad_run_tests;
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::tbfs::clock::Clock;
 use crate::tbfs::format::{self, *};
 use crate::tbfs::map::BlockMap;
 
@@ -286,6 +287,8 @@ pub(crate) struct Retention {
     /// The checkpoint's tables: segment usage, pinned blocks, snapshots.
     tables: [BlockMap; TABLES],
     protection: Duration,
+    /// Where segment ages and protection cut-offs read the time (the engine's clock).
+    clock: Clock,
     /// The pool is short of space: plain checkpoints are not protected.
     pressure: bool,
     /// While the cleaner writes its copies: the age (newest log time) of the segments they come
@@ -304,15 +307,26 @@ pub(crate) struct SnapshotMark {
 }
 
 impl Retention {
-    pub fn new(segment_count: usize, segment_blocks: u64, protection: Duration) -> Retention {
+    pub fn new(
+        segment_count: usize,
+        segment_blocks: u64,
+        protection: Duration,
+        clock: Clock,
+    ) -> Retention {
         Retention {
             seg_born: vec![0; segment_count],
             seg_written: vec![0; segment_count],
             protection,
+            clock,
             pinned_pages_per_segment: segment_blocks
                 .div_ceil(table_entries_per_page(TABLE_PINNED) as u64),
             ..Retention::default()
         }
+    }
+
+    /// Now, by the engine's clock: what segment ages and protection periods are measured to.
+    pub fn now_ns(&self) -> i64 {
+        self.clock.now_ns()
     }
 
     /// Recovery: the retained checkpoints found in the snapshot table and down the chain of
@@ -791,7 +805,12 @@ mod tests {
 
     /// Checkpoints 2 (a snapshot) and 4 retained.
     fn retention() -> Retention {
-        let mut r = Retention::new(4, SEGMENT_BLOCKS, Duration::ZERO);
+        let mut r = Retention::new(
+            4,
+            SEGMENT_BLOCKS,
+            Duration::ZERO,
+            crate::tbfs::Clock::wall(),
+        );
         r.load_retained(BTreeMap::from([(2, retained(true)), (4, retained(false))]));
         r
     }

@@ -465,6 +465,12 @@ impl Engine {
         &self.config
     }
 
+    /// Now, by the pool's clock ([`Config::clock`]): every time the engine records or
+    /// measures an age against.
+    pub(crate) fn now_ns(&self) -> i64 {
+        self.config.clock.now_ns()
+    }
+
     pub fn pool_id(&self) -> [u8; 16] {
         self.pool_id
     }

@@ -6,6 +6,7 @@ use std::io;
 use std::time::Duration;
 
 use crate::dev::Device;
+use crate::tbfs::clock::Clock;
 use crate::tbfs::format;
 
 /// What a rename does when the new name exists (`renameat2` flags).
@@ -108,6 +109,8 @@ pub struct Config {
     pub background_gc: bool,
     /// Free space (percent of the pool, at most 90) the background cleaner aims for.
     pub gc_free_percent: u32,
+    /// Where the engine reads the time (not recorded: `open` takes [`OpenOptions::clock`]).
+    pub clock: Clock,
 }
 
 impl Default for Config {
@@ -123,6 +126,7 @@ impl Default for Config {
             protection_period: Duration::from_secs(3600),
             background_gc: true,
             gc_free_percent: 20,
+            clock: Clock::wall(),
         }
     }
 }
@@ -161,6 +165,8 @@ pub struct OpenOptions {
     pub read_only: bool,
     /// Run the background cleaner or not, instead of what the pool recorded.
     pub background_gc: Option<bool>,
+    /// Where the engine reads the time ([`Config::clock`]).
+    pub clock: Clock,
 }
 
 /// What recovery found and did when a pool was opened.

@@ -163,7 +163,7 @@ impl Engine {
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq();
-        let now = now_ns();
+        let now = self.now_ns();
         let (records, written, changed) =
             self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now)?;
         self.checkpoint_inode_pages(m, &records, seq, now)?;
@@ -402,7 +402,7 @@ impl Engine {
         if !self.log_has_room(m, DescKind::Root, 0, 0, 0) {
             self.log_roll(m)?;
         }
-        let time_ns = now_ns();
+        let time_ns = self.now_ns();
         let root = CheckpointRoot {
             number,
             sequence: m.writer.seq(),

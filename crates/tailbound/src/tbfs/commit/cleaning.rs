@@ -7,7 +7,6 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::tbfs::format::BLOCK_U64;
-use crate::tbfs::inode::now_ns;
 use crate::tbfs::limits::{BACKGROUND_VICTIMS, VICTIMS_PER_PASS};
 use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::GcReport;
@@ -67,7 +66,7 @@ impl Engine {
             && m.life.retained(newest).is_some_and(|k| {
                 !k.snapshot
                     && !m.life.is_held(newest)
-                    && k.time_ns < m.life.unprotected_before(now_ns())
+                    && k.time_ns < m.life.unprotected_before(self.now_ns())
             });
         if m.prune(seq, self.segment_blocks(), false) > 0 || newest_pins {
             self.refresh_for_cleaner(m)?;
@@ -277,7 +276,7 @@ impl Engine {
         light: bool,
         greedy: bool,
     ) -> Vec<usize> {
-        let now = now_ns();
+        let now = self.now_ns();
         let sb = self.segment_blocks();
         let sb_seq = self.superblocks.checkpoint_seq();
         let candidates: Vec<usize> = (0..self.segment_count() as usize)

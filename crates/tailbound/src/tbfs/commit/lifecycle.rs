@@ -24,7 +24,7 @@ use crate::tbfs::format::{
     DescKind, PinnedEntry, SnapshotEntry, TableRef, UsageEntry, BLOCK_U64, SNAPSHOT_NAME_MAX,
     TABLES, TABLE_PINNED, TABLE_SNAPSHOTS, TABLE_USAGE,
 };
-use crate::tbfs::inode::{now_ns, InodeCell};
+use crate::tbfs::inode::InodeCell;
 use crate::tbfs::inode_table::InodeTable;
 use crate::tbfs::map::BlockMap;
 use crate::tbfs::retention::*;
@@ -181,7 +181,9 @@ impl State {
         let Some(k) = self.life.retained(c) else {
             return 0;
         };
-        if k.snapshot || self.life.is_held(c) || k.time_ns >= self.life.protection_cutoff(now_ns())
+        if k.snapshot
+            || self.life.is_held(c)
+            || k.time_ns >= self.life.protection_cutoff(self.life.now_ns())
         {
             return 0;
         }
@@ -215,7 +217,7 @@ impl State {
     /// except the ones views hold, and the newest unless a checkpoint is being written (which
     /// becomes the newest). Returns how many were released.
     pub fn prune(&mut self, seq: u64, segment_blocks: u64, in_commit: bool) -> u64 {
-        let cutoff = self.life.protection_cutoff(now_ns());
+        let cutoff = self.life.protection_cutoff(self.life.now_ns());
         let newest = self.ckpt.newest();
         let mut out = Vec::new();
         for (c, k) in self.life.retained_all() {
@@ -412,7 +414,7 @@ impl Engine {
     /// Bytes the pool's space divides into (see [`SpaceReport`]).
     pub(in crate::tbfs) fn space_report(&self, m: &State) -> SpaceReport {
         let sb = self.segment_blocks();
-        let now = now_ns();
+        let now = self.now_ns();
         let free = self.free_blocks(m).min(sb * self.segment_count());
         let live: u64 = m.seg.live_counts().iter().map(|&l| l as u64).sum();
         let mut by_snapshots = 0u64;

@@ -40,7 +40,6 @@ mod write_path;
 mod writing;
 
 use crate::tbfs::format::{self, *};
-use crate::tbfs::inode::*;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::Queued;
 use crate::tbfs::state::{Engine, State};
@@ -177,7 +176,7 @@ impl Engine {
                 segment_next: m.writer.next_seg(),
             },
             created_ns: m.refresh.created_ns(),
-            written_ns: now_ns(),
+            written_ns: self.now_ns(),
             protection_ms: m.life.protection().as_millis().min(u64::MAX as u128) as u64,
             background_gc: self.config().background_gc,
             gc_free_percent: self.config().gc_free_percent.min(90) as u8,

@@ -44,7 +44,7 @@ impl Engine {
         }
         let cell = m.inodes.create(|ino| InodeCell {
             ino,
-            st: Mutex::new(InodeState::new(kind, mode, now_ns(), owner)),
+            st: Mutex::new(InodeState::new(kind, mode, self.now_ns(), owner)),
         });
         let ino = cell.ino;
         if kind == FileKind::Dir {
@@ -62,7 +62,7 @@ impl Engine {
         m.namespace_changed(dir);
         if let Some(c) = m.inodes.get(dir) {
             let mut st = c.lock();
-            st.touch_modified(now_ns());
+            st.touch_modified(self.now_ns());
         }
     }
 
@@ -156,7 +156,7 @@ impl Engine {
             if let Some(c) = m.inodes.get(moved) {
                 let mut st = c.lock();
                 st.names_changed();
-                st.set_ctime_ns(now_ns());
+                st.set_ctime_ns(self.now_ns());
             }
         }
         m.dirs.remove_entry(src_parent, src_name);
@@ -330,7 +330,7 @@ impl Fs {
         {
             let mut st = cell.lock();
             st.add_link(ino)?;
-            st.set_ctime_ns(now_ns());
+            st.set_ctime_ns(self.inner.now_ns());
         }
         m.dirs.insert_entry(parent, name, ino, false);
         inner.touch_dir(&mut m, parent);

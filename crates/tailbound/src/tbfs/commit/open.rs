@@ -47,13 +47,14 @@ pub(in crate::tbfs) fn format(dev: DeviceRef, config: &Config) -> Result<Arc<Eng
             config.segment_bytes
         )));
     }
-    let now = now_ns();
+    let now = config.clock.now_ns();
     let mut meta = State {
         seg: SegmentTable::new(segment_count as usize, segment_blocks),
         life: Retention::new(
             segment_count as usize,
             segment_blocks,
             config.protection_period,
+            config.clock.clone(),
         ),
         writer: Writer::new(format::FIRST_SEGMENT_BLOCK, 0, 1, 1),
         refresh: Refresh::new(0, now),
@@ -233,7 +234,7 @@ fn restore_pins(
             meta.pin_if_retained(b, sb.segment_blocks);
         }
     }
-    let now = now_ns();
+    let now = meta.life.now_ns();
     for (b, seq) in rolled.rewritten {
         if meta.life.pins().contains(b) {
             continue;

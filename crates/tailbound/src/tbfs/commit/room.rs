@@ -3,7 +3,6 @@
 //! `space`'s, of the segment table and the inputs gathered here from the other parts.
 
 use crate::tbfs::format::*;
-use crate::tbfs::inode::*;
 use crate::tbfs::limits::{
     CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, RESERVE_BLOCKS_MIN,
 };
@@ -184,7 +183,7 @@ impl Engine {
     pub(in crate::tbfs) fn light_cleaning(&self, m: &State) -> bool {
         self.config().ordering == crate::tbfs::Ordering::Relaxed
             && m.life
-                .only_newest_unkept(m.ckpt.newest(), m.ckpt.newest(), now_ns())
+                .only_newest_unkept(m.ckpt.newest(), m.ckpt.newest(), self.now_ns())
     }
 
     /// Free blocks kept, beyond what a write needs and the reserve, before writers clean: room

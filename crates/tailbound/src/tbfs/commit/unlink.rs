@@ -19,7 +19,7 @@ impl Engine {
             } else {
                 self.drop_nlink(&mut st, ino)?;
             }
-            st.set_ctime_ns(now_ns());
+            st.set_ctime_ns(self.now_ns());
             st.nlink() == 0 && st.open_handles() == 0
         };
         m.namespace_changed(ino);
@@ -39,7 +39,7 @@ impl Engine {
         // Its number may be given to a new file: what was leased of this one goes first.
         self.watchers.inode_freed(cell.ino);
         let seq = m.writer.seq();
-        let now = now_ns();
+        let now = self.now_ns();
         let blocks = st.map().blocks.iter().copied().filter(|&a| a != 0);
         m.seg_dec_all_at(
             blocks.chain(st.map().node_addrs()),

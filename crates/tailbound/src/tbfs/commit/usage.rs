@@ -3,7 +3,6 @@
 //! pins it for the retained checkpoints that reference it, or marks it soft-dead when only a
 //! durable log stands between its segment and reuse.
 
-use crate::tbfs::inode::now_ns;
 use crate::tbfs::retention::{BlockPin, PinRun};
 use crate::tbfs::space::segments;
 use crate::tbfs::state::State;
@@ -20,7 +19,7 @@ impl State {
 
     /// The live tree drops `block`. A retained checkpoint that references it keeps it pinned.
     pub fn seg_dec(&mut self, block: u64, seq: u64, segment_blocks: u64) {
-        self.seg_dec_at(block, seq, segment_blocks, now_ns());
+        self.seg_dec_at(block, seq, segment_blocks, self.life.now_ns());
     }
 
     /// [`State::seg_dec_at`] for every block of `blocks` (a deleted file's): whether nothing
@@ -114,7 +113,7 @@ impl State {
         let born = self.born_of(block, segment_blocks);
         if !self
             .life
-            .only_newest_unkept(born, self.ckpt.newest(), now_ns())
+            .only_newest_unkept(born, self.ckpt.newest(), self.life.now_ns())
         {
             self.seg_dec(block, seq, segment_blocks);
             return;

@@ -374,7 +374,7 @@ impl Engine {
         if policy == AtimePolicy::Never as u8 || self.read_only() {
             return;
         }
-        let now = now_ns();
+        let now = self.now_ns();
         let due = policy == AtimePolicy::Strict as u8
             || st.atime_ns() <= st.mtime_ns()
             || st.atime_ns() <= st.ctime_ns()

@@ -333,6 +333,7 @@ pub(super) fn rebuild(
             protection_period: std::time::Duration::from_millis(sb.protection_ms),
             background_gc: sb.background_gc,
             gc_free_percent: sb.gc_free_percent as u32,
+            clock: crate::tbfs::Clock::wall(),
         },
         None => Config {
             segment_bytes: default_segment_bytes(dev.len()),

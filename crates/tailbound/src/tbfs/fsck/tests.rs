@@ -15,7 +15,7 @@ use crate::tbfs::format;
 use crate::tbfs::format::Extents;
 use crate::tbfs::format::*;
 use crate::tbfs::Error;
-use crate::tbfs::{Barrier, Config, FileKind, Fs, OpenFlags, OpenOptions, Ordering};
+use crate::tbfs::{Barrier, Clock, Config, FileKind, Fs, OpenFlags, OpenOptions, Ordering};
 
 fn config(ordering: Ordering, barrier: Barrier) -> Config {
     Config {
@@ -29,6 +29,7 @@ fn config(ordering: Ordering, barrier: Barrier) -> Config {
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 20,
+        clock: Clock::wall(),
     }
 }
 

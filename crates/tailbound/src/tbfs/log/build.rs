@@ -6,7 +6,6 @@ use crate::tbfs::format::{
     self, DescKind, Descriptor, Summary, BLOCK_U64, DESCRIPTORS_MAX, FLAG_AHEAD, FLAG_BEGIN,
     FLAG_CHECKPOINT, FLAG_DATA_ONLY, FLAG_END, FLAG_PAD,
 };
-use crate::tbfs::inode::now_ns;
 use crate::tbfs::limits::{AHEAD_MIN_BLOCKS, DESCRIPTORS_RESERVED, LOG_BLOCKS_MAX};
 use crate::tbfs::log::{AheadPayload, AheadState, LogBuild, Queued, SealedLog, Writer};
 use crate::tbfs::state::{Engine, State};
@@ -206,7 +205,7 @@ impl Engine {
             flags |= FLAG_AHEAD;
         }
         let payload_blocks = log.payload.len() as u32;
-        let summary_time = now_ns();
+        let summary_time = self.now_ns();
         let metadata_blocks = 1 + log
             .descriptors
             .iter()

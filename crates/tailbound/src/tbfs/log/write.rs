@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use crate::dev::PendingWrite;
 use crate::tbfs::format::{Superblock, BLOCK, BLOCK_U64};
-use crate::tbfs::inode::now_ns;
 use crate::tbfs::limits::{AHEAD_CHUNKS_IN_FLIGHT, AHEAD_CHUNK_BLOCKS, BEHIND_BUFFERS};
 use crate::tbfs::log::{AheadPayload, AheadState, LogWriter, Queued, SealedLog};
 use crate::tbfs::state::{Engine, State};
@@ -366,7 +365,7 @@ impl Engine {
             // A later superblock, taken after this one, got here first: it supersedes it.
             return Ok(());
         }
-        sb.written_ns = now_ns();
+        sb.written_ns = self.now_ns();
         let copy = sb.generation % 2;
         self.dev()
             .write_and_flush(copy * BLOCK_U64, &sb.encode()[..])

@@ -33,7 +33,7 @@ pub(in crate::tbfs) fn pool_id() -> [u8; 16] {
             return id;
         }
     }
-    let t = now_ns() as u128 ^ ((std::process::id() as u128) << 64);
+    let t = crate::tbfs::clock::wall_ns() as u128 ^ ((std::process::id() as u128) << 64);
     id.copy_from_slice(&t.to_le_bytes());
     id
 }
@@ -71,6 +71,7 @@ pub(in crate::tbfs) fn newest_superblock(
         protection_period: Duration::from_millis(sb.protection_ms),
         background_gc: options.background_gc.unwrap_or(sb.background_gc),
         gc_free_percent: sb.gc_free_percent as u32,
+        clock: options.clock.clone(),
         ordering: Ordering::from_code(sb.ordering),
         barrier: Barrier::from_code(sb.barrier),
         segment_bytes: sb.segment_blocks * BLOCK_U64,
@@ -384,6 +385,7 @@ pub(in crate::tbfs) fn load_retention(
         segment_count_of(sb),
         sb.segment_blocks,
         config.protection_period,
+        config.clock.clone(),
     );
     let mut kept: BTreeMap<u64, Retained> = BTreeMap::new();
     if let Some(snaps) = read_snapshots(dev, &tables[2])? {

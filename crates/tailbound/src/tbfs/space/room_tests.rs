@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::dev::sim::SimDevice;
 use crate::tbfs::format::BLOCK_U64;
 use crate::tbfs::state::Engine;
-use crate::tbfs::{Barrier, Config, Fs, OpenFlags, Ordering};
+use crate::tbfs::{Barrier, Clock, Config, Fs, OpenFlags, Ordering};
 
 /// A 32 MiB pool of 256 KiB segments with a 1 MiB buffer, cleaned only by writers.
 fn config() -> Config {
@@ -21,6 +21,7 @@ fn config() -> Config {
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 0,
+        clock: Clock::wall(),
     }
 }
 
