@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use super::caller::{self, Callers};
 use super::codec::{read_frame, FRAME_MAX};
 use super::protocol::{Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, VERSION};
-use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, FEATURE_RING};
+use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, Waker, FEATURE_RING};
 use super::session::Session;
 use super::shared::Shared;
 use crate::sched::Charge;
@@ -55,6 +55,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
         Some(rings) => {
             let out = RingOut {
                 socket: &stream,
+                waker: rings.completions.waker(),
                 producer: Mutex::new(rings.completions),
             };
             let mut inbound = RingIn {
@@ -221,18 +222,25 @@ impl Inbound for RingIn {
 struct RingOut<'a> {
     socket: &'a UnixStream,
     producer: Mutex<Producer>,
+    waker: Waker,
 }
 
 impl Outbound for RingOut<'_> {
     fn send(&self, id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>> {
-        let mut p = self.producer.lock().unwrap_or_else(|p| p.into_inner());
-        // Only the client's thread that waits for this completion is woken.
+        // Only the client's thread that waits for this completion is woken, and only once the
+        // producer is let go: the session's other workers wait for it to push theirs, not
+        // for the wake-up too.
         let bits = Some(ring::waiter_bits(id));
-        p.push_parts(&[head, tail], bits, self.socket)
+        self.producer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_parts_unwoken(&[head, tail], bits, self.socket)
             .map_err(|e| match e {
                 RingError::Gone => None,
                 RingError::Corrupt(_) => Some(e.to_string()),
-            })
+            })?;
+        self.waker.wake(bits);
+        Ok(())
     }
 }
 
