@@ -289,7 +289,7 @@ impl Conn {
                 self.completion(id, stream, recv)?
             }
         };
-        match Reply::decode(&body) {
+        match Reply::decode_owned(body) {
             Ok((_, reply)) => reply,
             Err(e) => Err(self.broken(e.to_string())),
         }
