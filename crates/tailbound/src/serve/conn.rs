@@ -20,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use super::codec::{read_frame, FRAME_MAX};
 use super::protocol::{Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, VERSION};
 use super::ring::{
-    self, ClientRings, Consumer, Mapping, Parking, Producer, RingSizes, FEATURE_RING,
+    self, ClientRings, Consumer, Mapping, Parking, Producer, RingSizes, Waker, FEATURE_RING,
 };
 use crate::sys::sock::send_all;
 use crate::tbfs::{Error, Result};
@@ -47,6 +47,8 @@ enum Wire {
         /// Watched for the server's hang-up while a side waits; carries nothing else.
         socket: UnixStream,
         send: Mutex<Producer>,
+        /// Wakes a parked worker of the session after a send, outside `send`.
+        waker: Box<Waker>,
         /// Taken only to drain what is published, never held while parked.
         recv: Mutex<Consumer>,
         /// Where a thread waits for its completion, with its id's bits (boxed: it would make
@@ -287,7 +289,7 @@ impl Conn {
                 self.completion(id, stream, recv)?
             }
         };
-        match Reply::decode(&body) {
+        match Reply::decode_owned(body) {
             Ok((_, reply)) => reply,
             Err(e) => Err(self.broken(e.to_string())),
         }
@@ -304,10 +306,20 @@ impl Conn {
                 }
                 send_all(stream, tail).map_err(|e| e.to_string())
             }
-            Wire::Ring { socket, send, .. } => {
-                let mut p = send.lock().unwrap_or_else(|p| p.into_inner());
-                p.push_parts(&[head, tail], None, socket)
-                    .map_err(|e| e.to_string())
+            Wire::Ring {
+                socket,
+                send,
+                waker,
+                ..
+            } => {
+                // The wake-up's system call is made once the ring is let go, so the client's
+                // other threads waiting to send do not wait for it too.
+                send.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_parts_unwoken(&[head, tail], None, socket)
+                    .map_err(|e| e.to_string())?;
+                waker.wake(None);
+                Ok(())
             }
         }
     }
@@ -452,6 +464,7 @@ fn ring_wire(mut stream: UnixStream, sizes: RingSizes) -> io::Result<Wire> {
             socket: stream,
             map: r.requests.mapping().clone(),
             parking: Box::new(r.completions.parking()),
+            waker: Box::new(r.requests.waker()),
             send: Mutex::new(r.requests),
             recv: Mutex::new(r.completions),
         }),

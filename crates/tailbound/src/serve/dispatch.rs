@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use super::caller::{self, Callers};
 use super::codec::{read_frame, FRAME_MAX};
 use super::protocol::{Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, VERSION};
-use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, FEATURE_RING};
+use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, Waker, FEATURE_RING};
 use super::session::Session;
 use super::shared::Shared;
 use crate::sched::Charge;
@@ -55,6 +55,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
         Some(rings) => {
             let out = RingOut {
                 socket: &stream,
+                waker: rings.completions.waker(),
                 producer: Mutex::new(rings.completions),
             };
             let mut inbound = RingIn {
@@ -131,10 +132,10 @@ fn complete(
 ) -> std::result::Result<(), Option<String>> {
     match reply {
         Ok(r) => {
-            let (head, tail) = r.encode_parts(id);
-            out.send(id, &head, tail)
+            let (head, data, after) = r.encode_parts(id);
+            out.send(id, &[&head, data, &after])
         }
-        Err(e) => out.send(id, &Reply::encode_error(id, e), &[]),
+        Err(e) => out.send(id, &[&Reply::encode_error(id, e)]),
     }
 }
 
@@ -163,8 +164,8 @@ trait Inbound: Send {
 /// Where completions go, from the session's thread and the threads it started. `Err(None)`:
 /// the client went; `Err(Some(_))`: why the session must end.
 trait Outbound: Sync {
-    /// Sends the frame `head` and `tail` make together, the completion of request `id`.
-    fn send(&self, id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>>;
+    /// Sends the frame `parts` make one after the other, the completion of request `id`.
+    fn send(&self, id: u64, parts: &[&[u8]]) -> std::result::Result<(), Option<String>>;
 }
 
 struct SocketIn {
@@ -187,13 +188,12 @@ struct SocketOut<'a> {
 }
 
 impl Outbound for SocketOut<'_> {
-    fn send(&self, _id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>> {
+    fn send(&self, _id: u64, parts: &[&[u8]]) -> std::result::Result<(), Option<String>> {
         let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        send_all(&s, head).map_err(|_| None)?;
-        if tail.is_empty() {
-            return Ok(());
+        for part in parts.iter().filter(|p| !p.is_empty()) {
+            send_all(&s, part).map_err(|_| None)?;
         }
-        send_all(&s, tail).map_err(|_| None)
+        Ok(())
     }
 }
 
@@ -221,18 +221,25 @@ impl Inbound for RingIn {
 struct RingOut<'a> {
     socket: &'a UnixStream,
     producer: Mutex<Producer>,
+    waker: Waker,
 }
 
 impl Outbound for RingOut<'_> {
-    fn send(&self, id: u64, head: &[u8], tail: &[u8]) -> std::result::Result<(), Option<String>> {
-        let mut p = self.producer.lock().unwrap_or_else(|p| p.into_inner());
-        // Only the client's thread that waits for this completion is woken.
+    fn send(&self, id: u64, parts: &[&[u8]]) -> std::result::Result<(), Option<String>> {
+        // Only the client's thread that waits for this completion is woken, and only once the
+        // producer is let go: the session's other workers wait for it to push theirs, not
+        // for the wake-up too.
         let bits = Some(ring::waiter_bits(id));
-        p.push_parts(&[head, tail], bits, self.socket)
+        self.producer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_parts_unwoken(parts, bits, self.socket)
             .map_err(|e| match e {
                 RingError::Gone => None,
                 RingError::Corrupt(_) => Some(e.to_string()),
-            })
+            })?;
+        self.waker.wake(bits);
+        Ok(())
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::codec::{Dec, Enc, WireResult};
 use super::lease::{DataLease, LeaseTableInfo, LeasedStat, Words};
+use super::messages::Payload;
 use super::protocol_fields::{stat_dec, stat_enc};
 
 pub(super) fn words_enc(e: &mut Enc, words: &Words) {
@@ -45,7 +46,13 @@ pub(super) fn stat_lease_dec(d: &mut Dec<'_>) -> WireResult<LeasedStat> {
 }
 
 pub(super) fn data_enc(e: &mut Enc, data: &[u8], lease: Option<&DataLease>) {
-    e.bytes(data).bool(lease.is_some());
+    e.bytes(data);
+    data_lease_enc(e, lease);
+}
+
+/// What follows a leased read's data on the wire: whether a lease came, and the lease.
+pub(super) fn data_lease_enc(e: &mut Enc, lease: Option<&DataLease>) {
+    e.bool(lease.is_some());
     if let Some(l) = lease {
         e.u32(l.inode.0)
             .u64(l.inode.1)
@@ -58,8 +65,21 @@ pub(super) fn data_enc(e: &mut Enc, data: &[u8], lease: Option<&DataLease>) {
     }
 }
 
-pub(super) fn data_dec(d: &mut Dec<'_>) -> WireResult<(Vec<u8>, Option<DataLease>)> {
-    let data = d.bytes("data")?.to_vec();
+/// A leased read's data and lease. With `data_at` given, the data is left out (empty) and its
+/// place in the body put there, for the caller to keep the body instead of copying it.
+pub(super) fn data_dec(
+    d: &mut Dec<'_>,
+    data_at: Option<&mut Option<(usize, usize)>>,
+) -> WireResult<(Payload, Option<DataLease>)> {
+    let bytes = d.bytes("data")?;
+    let data = match data_at {
+        Some(at) => {
+            let end = d.position();
+            *at = Some((end - bytes.len(), end));
+            Payload::default()
+        }
+        None => Payload::from(bytes),
+    };
     if !d.bool("lease")? {
         return Ok((data, None));
     }

@@ -285,29 +285,38 @@ pub enum Request {
     },
 }
 
-/// A write's data. Decoded on the server, it is the tail of the request's frame body, kept in
-/// place: the body was copied once out of the client's ring, and its data is not copied again
-/// before the engine takes it.
+/// A write's data, or a leased read's. Decoded on the server, a write's data is the tail of the
+/// request's frame body, kept in place: the body was copied once out of the client's ring, and
+/// its data is not copied again before the engine takes it. Decoded on the client, a leased
+/// read's data stays in the completion's body until it is copied to the caller's buffer.
 #[derive(Clone, Default)]
 pub struct Payload {
     buf: Vec<u8>,
     start: usize,
+    end: usize,
 }
 
 impl Payload {
     /// The bytes of `buf` from `start` on (none if `start` is past its end).
     pub(super) fn tail_of(buf: Vec<u8>, start: usize) -> Payload {
-        Payload { buf, start }
+        let end = buf.len();
+        Payload { buf, start, end }
+    }
+
+    /// The bytes of `buf` in `start..end` (none if that is not a range within it).
+    pub(super) fn range_of(buf: Vec<u8>, start: usize, end: usize) -> Payload {
+        Payload { buf, start, end }
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        self.buf.get(self.start..).unwrap_or(&[])
+        self.buf.get(self.start..self.end).unwrap_or(&[])
     }
 }
 
 impl From<Vec<u8>> for Payload {
     fn from(buf: Vec<u8>) -> Payload {
-        Payload { buf, start: 0 }
+        let end = buf.len();
+        Payload { buf, start: 0, end }
     }
 }
 
@@ -380,7 +389,7 @@ pub enum Reply {
     LeaseTable(LeaseTableInfo),
     LeasedStat(LeasedStat),
     LeasedData {
-        data: Vec<u8>,
+        data: Payload,
         lease: Option<DataLease>,
     },
 }

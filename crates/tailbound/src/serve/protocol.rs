@@ -614,19 +614,28 @@ impl Reply {
         e.finish()
     }
 
-    /// A successful reply to request `id` as a frame's start and its tail: a reply's data is
-    /// the tail, sent from where it lies rather than copied into the frame first.
-    pub fn encode_parts(&self, id: u64) -> (Vec<u8>, &[u8]) {
+    /// A successful reply to request `id` as a frame in three parts, sent one after the
+    /// other: a reply's data is the middle one, sent from where it lies rather than copied
+    /// into the frame first (the other two own what comes before and after it).
+    pub fn encode_parts(&self, id: u64) -> (Vec<u8>, &[u8], Vec<u8>) {
+        let head = |kind: u8, data: &[u8], after: usize| {
+            let mut e = Enc::new();
+            e.u64(id)
+                .u8(0)
+                .u8(kind)
+                .u32(u32::try_from(data.len()).unwrap_or(u32::MAX));
+            e.finish_before(data.len() + after)
+        };
         match self {
-            Reply::Data(b) => {
+            Reply::Data(b) => (head(4, b, 0), b, Vec::new()),
+            Reply::LeasedData { data, lease } => {
                 let mut e = Enc::new();
-                e.u64(id)
-                    .u8(0)
-                    .u8(4)
-                    .u32(u32::try_from(b.len()).unwrap_or(u32::MAX));
-                (e.finish_before(b.len()), b)
+                super::lease_wire::data_lease_enc(&mut e, lease.as_ref());
+                // Not a frame of its own: its bytes without the length `Enc` starts with.
+                let after = e.finish().split_off(4);
+                (head(32, data, after.len()), data, after)
             }
-            other => (other.encode(id), &[]),
+            other => (other.encode(id), &[], Vec::new()),
         }
     }
 
@@ -640,10 +649,28 @@ impl Reply {
 
     /// A reply frame's body: its id, and the reply or the error the server sent.
     pub fn decode(body: &[u8]) -> WireResult<(u64, Result<Reply, Error>)> {
+        Reply::decode_body(body, None)
+    }
+
+    /// [`Reply::decode`] of a body the caller gives up: a leased read's data stays where it is
+    /// in the body instead of being copied out.
+    pub fn decode_owned(body: Vec<u8>) -> WireResult<(u64, Result<Reply, Error>)> {
+        let mut data_at = None;
+        let (id, mut r) = Reply::decode_body(&body, Some(&mut data_at))?;
+        if let (Some((start, end)), Ok(Reply::LeasedData { data, .. })) = (data_at, &mut r) {
+            *data = Payload::range_of(body, start, end);
+        }
+        Ok((id, r))
+    }
+
+    fn decode_body(
+        body: &[u8],
+        data_at: Option<&mut Option<(usize, usize)>>,
+    ) -> WireResult<(u64, Result<Reply, Error>)> {
         let mut d = Dec::new(body);
         let id = d.u64("reply id")?;
         let r = match d.u8("status")? {
-            0 => Ok(super::protocol_replies::decode_reply(&mut d)?),
+            0 => Ok(super::protocol_replies::decode_reply(&mut d, data_at)?),
             1 => {
                 let kind = d.u8("error kind")?;
                 let errno = d.i32("errno")?;

@@ -139,7 +139,12 @@ pub(super) fn encode_reply(e: &mut Enc, r: &Reply) {
     }
 }
 
-pub(super) fn decode_reply(d: &mut Dec<'_>) -> WireResult<Reply> {
+/// A successful reply's kind and fields. With `data_at` given, a leased read's data is left out
+/// and its place in the body put there ([`lease::data_dec`]).
+pub(super) fn decode_reply(
+    d: &mut Dec<'_>,
+    data_at: Option<&mut Option<(usize, usize)>>,
+) -> WireResult<Reply> {
     Ok(match d.u8("reply")? {
         1 => Reply::Hello {
             version: d.u16("version")?,
@@ -261,7 +266,7 @@ pub(super) fn decode_reply(d: &mut Dec<'_>) -> WireResult<Reply> {
         30 => Reply::LeaseTable(lease::table_dec(d)?),
         31 => Reply::LeasedStat(lease::stat_lease_dec(d)?),
         32 => {
-            let (data, l) = lease::data_dec(d)?;
+            let (data, l) = lease::data_dec(d, data_at)?;
             Reply::LeasedData { data, lease: l }
         }
         v => return Err(WireError(format!("reply kind {v}"))),

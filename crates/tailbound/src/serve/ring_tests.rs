@@ -788,3 +788,49 @@ fn a_forked_child_leaves_its_parents_rings_alone() {
     // Both processes' sessions end with them.
     await_sessions(&f.server, 0);
 }
+
+#[test]
+fn a_frame_pushed_unwoken_wakes_its_reader_only_through_the_waker() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let ClientRings {
+        mut requests,
+        memfd,
+        ..
+    } = ClientRings::create(SMALL).unwrap();
+    let mut server = ServerRings::attach(vec![memfd.into()]).unwrap();
+    let parking = server.requests.parking();
+    let waker = requests.waker();
+    let bits = ring::waiter_bits(7);
+    // How many readers the waker woke in each round: the push left the reader asleep unless
+    // the park's bound ended its sleep in between (then it saw the frame and left, and the
+    // waker finds no one), so some round must show the waker's one.
+    let mut woken = Vec::new();
+    for round in 0..20u8 {
+        let Ok(Err(seen)) = server.requests.try_frame(1 << 20) else {
+            panic!("round {round}: a frame before any was pushed");
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                tx.send(std::fs::read_link("/proc/thread-self").unwrap())
+                    .unwrap();
+                parking.wait_bits(seen, bits, false, &a)
+            });
+            let task = std::path::Path::new("/proc").join(rx.recv().unwrap());
+            assert!(await_futex_sleep(&task), "round {round}");
+            requests
+                .push_parts_unwoken(&[&framed(&[round], 1)], Some(bits), &a)
+                .unwrap();
+            woken.push(waker.wake(Some(bits)));
+            reader.join().unwrap().unwrap();
+        });
+        // The frame was published whole by the push alone.
+        assert_eq!(
+            server.requests.try_frame(1 << 20).unwrap(),
+            Ok(vec![round]),
+            "round {round}"
+        );
+    }
+    assert!(woken.iter().all(|&n| n <= 1), "{woken:?}");
+    assert!(woken.contains(&1), "{woken:?}");
+}

@@ -679,7 +679,10 @@ impl Session<'_> {
                     len,
                     self.whole_pool(),
                 )?;
-                Reply::LeasedData { data, lease }
+                Reply::LeasedData {
+                    data: data.into(),
+                    lease,
+                }
             }
             R::SharedMemory { handle, op } => {
                 let ino = self.desc(handle)?.file.ino();

@@ -45,7 +45,10 @@ impl Session<'_> {
                 };
                 let data = read_reply((*len as usize).min(IO_MAX), |buf| sf.read(buf, *offset))?;
                 match req {
-                    R::ReadLeased { .. } => Reply::LeasedData { data, lease: None },
+                    R::ReadLeased { .. } => Reply::LeasedData {
+                        data: data.into(),
+                        lease: None,
+                    },
                     _ => Reply::Data(data),
                 }
             }

@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use super::codec::Enc;
 use super::descs::STATUS_APPEND;
 use super::protocol::{Caller, LockArgs, Reply, Request, VERSION};
+use super::DataLease;
 use super::*;
 use crate::dev::memory::MemoryPool;
 use crate::tbfs::locks::{Kind, Space};
@@ -570,6 +571,34 @@ proptest! {
         let _ = Request::decode(&frame[..keep]);
         let _ = Request::decode_owned(frame[..keep].to_vec(), false);
         let _ = Reply::decode(&frame[..keep]);
+        let _ = Reply::decode_owned(frame[..keep].to_vec());
+    }
+
+    #[test]
+    fn a_leased_read_in_parts_is_the_same_frame_and_decodes_in_place(
+        data in prop::collection::vec(any::<u8>(), 0..300),
+        blocks in prop::option::of(prop::collection::vec((any::<u64>(), any::<u32>(), any::<u64>()), 0..4)),
+        id in any::<u64>(),
+    ) {
+        let reply = Reply::LeasedData {
+            data: data.clone().into(),
+            lease: blocks.map(|blocks| DataLease { inode: (3, 9), size: 77, first: 2, blocks }),
+        };
+        let (head, middle, after) = reply.encode_parts(id);
+        let Reply::LeasedData { data: sent, .. } = &reply else { unreachable!() };
+        // The data goes from where the reply holds it, not through a copy.
+        prop_assert_eq!(middle.as_ptr(), sent.as_ptr());
+        let frame = [&head[..], middle, &after[..]].concat();
+        prop_assert_eq!(&frame, &reply.encode(id));
+        let body = frame[4..].to_vec();
+        let at = body.as_ptr() as usize + head.len() - 4;
+        let (got_id, got) = Reply::decode_owned(body).unwrap();
+        prop_assert_eq!(got_id, id);
+        let got = got.unwrap();
+        let Reply::LeasedData { data: kept, .. } = &got else { panic!("{got:?}") };
+        // Left in the body: not copied out.
+        prop_assert_eq!(kept.as_ptr() as usize, at);
+        prop_assert_eq!(got, reply);
     }
 }
 

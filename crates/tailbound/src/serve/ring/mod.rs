@@ -22,7 +22,7 @@ mod queue;
 mod shm;
 
 pub use queue::{set_spin, DEFAULT_SPIN};
-pub(crate) use queue::{Consumer, Parking, Producer, RingError};
+pub(crate) use queue::{Consumer, Parking, Producer, RingError, Waker};
 use queue::{Ctrl, Queue};
 pub(crate) use shm::{detach_fd, sealed_memfd, Mapping};
 

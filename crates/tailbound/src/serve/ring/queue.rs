@@ -203,14 +203,27 @@ impl Queue {
     /// Publishes `pos` in `word` and wakes one thread of the other side if any parked on it
     /// (with `bits`: every thread parked with one of them).
     fn publish(&self, word: usize, pos: u32, waiter: usize, bits: Option<u32>) {
-        let w = self.word(word);
-        w.store(pos, Ordering::Release);
+        self.publish_unwoken(word, pos);
+        self.wake(word, waiter, bits);
+    }
+
+    /// Publishes `pos` in `word`; the wake is the caller's, after it ([`Queue::wake`]).
+    fn publish_unwoken(&self, word: usize, pos: u32) {
+        self.word(word).store(pos, Ordering::Release);
+        // Pairs with a parking side raising its count before its last look at `word`: either
+        // a wake after this sees the count, or the parking side sees `pos` and does not sleep.
         fence(Ordering::SeqCst);
+    }
+
+    /// Wakes one thread parked on `word` (with `bits`: every thread parked with one of them),
+    /// if the count at `waiter` says any is; returns how many it woke (with `bits`; else 0).
+    fn wake(&self, word: usize, waiter: usize, bits: Option<u32>) -> usize {
         match bits {
-            None => self.wake_one(word, waiter),
-            Some(bits) => {
-                self.wake_bits(word, waiter, bits);
+            None => {
+                self.wake_one(word, waiter);
+                0
             }
+            Some(bits) => self.wake_bits(word, waiter, bits),
         }
     }
 
@@ -259,10 +272,41 @@ impl Producer {
     /// Writes the frame `parts` make one after the other, as [`Producer::push`] writes one:
     /// each part is copied into the ring from where it lies. With `bits`, each record wakes
     /// only the readers parked with one of them ([`Parking::wait_bits`]), else one reader.
+    #[cfg(test)]
     pub fn push_parts(
         &mut self,
         parts: &[&[u8]],
         bits: Option<u32>,
+        peer: &UnixStream,
+    ) -> Result<(), RingError> {
+        self.push_parts_as(parts, bits, true, peer)
+    }
+
+    /// [`Producer::push_parts`] that publishes the frame's last record without waking anyone:
+    /// the caller wakes the reader with [`Waker::wake`] once it has let go of whatever lock
+    /// guards this producer, so the other threads waiting for that lock do not wait out a
+    /// wake-up system call too. Records before the last still wake as they are published (the
+    /// reader must take them to make room for the rest).
+    pub fn push_parts_unwoken(
+        &mut self,
+        parts: &[&[u8]],
+        bits: Option<u32>,
+        peer: &UnixStream,
+    ) -> Result<(), RingError> {
+        self.push_parts_as(parts, bits, false, peer)
+    }
+
+    /// Wakes the readers of this ring after [`Producer::push_parts_unwoken`], without the
+    /// producer.
+    pub fn waker(&self) -> Waker {
+        Waker { q: self.q.clone() }
+    }
+
+    fn push_parts_as(
+        &mut self,
+        parts: &[&[u8]],
+        bits: Option<u32>,
+        wake_last: bool,
         peer: &UnixStream,
     ) -> Result<(), RingError> {
         let max = self.q.cap / 2 - 4;
@@ -294,6 +338,10 @@ impl Producer {
                 want -= k;
             }
             self.tail = self.tail.wrapping_add(need as u32);
+            if left == 0 && !wake_last {
+                self.q.publish_unwoken(self.q.ctrl.tail, self.tail);
+                return Ok(());
+            }
             self.q
                 .publish(self.q.ctrl.tail, self.tail, self.q.ctrl.data_waiter, bits);
             if left == 0 {
@@ -324,6 +372,23 @@ impl Producer {
                 peer,
             )?;
         }
+    }
+}
+
+/// Wakes a ring's readers after a frame was published unwoken
+/// ([`Producer::push_parts_unwoken`]); held apart from the producer so that no lock guarding
+/// the producer is held through the system call.
+#[derive(Debug, Clone)]
+pub(crate) struct Waker {
+    q: Queue,
+}
+
+impl Waker {
+    /// Wakes the readers a frame pushed with `bits` is for (`None`: one reader), if any
+    /// parked; returns how many it woke when `bits` are given, else 0. Waking when the
+    /// frame's reader already went costs nothing but the look at the count.
+    pub fn wake(&self, bits: Option<u32>) -> usize {
+        self.q.wake(self.q.ctrl.tail, self.q.ctrl.data_waiter, bits)
     }
 }
 
