@@ -42,6 +42,7 @@ use tailbound::sys::time::monotonic_now;
 
 mod io;
 mod model;
+mod phases;
 mod report;
 mod served;
 mod tbfs;

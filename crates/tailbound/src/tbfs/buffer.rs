@@ -334,6 +334,7 @@ impl Engine {
         charge: Option<crate::sched::Charge>,
         blocks: u64,
     ) -> Option<Turn<'_>> {
+        let _turn = crate::phases::enter(crate::phases::Phase::Turn);
         let key = key?;
         if !self.budget.room_short() {
             return None;
@@ -388,6 +389,7 @@ impl Engine {
     /// namespace change is pending), and fail with most of the pool dead. A write there is no
     /// room for fails here with `NoSpace`, having changed nothing.
     pub(super) fn make_room_for_write(&self, len: u64, key: Option<WriterKey>) -> Result<()> {
+        let _room = crate::phases::enter(crate::phases::Phase::Room);
         let mut m = self.lock_meta_for_write(key);
         let buffered = self.buffered_bytes();
         if self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
