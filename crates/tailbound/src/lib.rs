@@ -18,6 +18,7 @@ pub mod dev;
 pub mod doctor;
 pub mod failpoint;
 pub mod panics;
+pub mod phases;
 pub mod record;
 pub mod sched;
 pub mod serve;

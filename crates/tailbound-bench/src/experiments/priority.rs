@@ -42,8 +42,10 @@ use tailbound::sys::time::monotonic_now;
 
 mod io;
 mod model;
+mod phases;
 mod report;
 mod served;
+mod settle;
 mod tbfs;
 #[cfg(test)]
 mod tests;
@@ -56,6 +58,7 @@ pub use model::{
 };
 pub use report::{check_targets, PriorityReport, TbfsProfile};
 pub use served::{ServedCopySpec, ServedWriterSpec};
+use settle::settled_case;
 
 /// The paper's rate: 111 synchronous writes per second (400,000 BHCA).
 pub const PAPER_RATE_PER_S: u32 = 111;
@@ -533,11 +536,13 @@ impl PriorityBench {
         };
         let mut rows = Vec::new();
         let mut alone_rows = Vec::new();
+        let mut settle = || tailbound::sys::fs::syncfs(fs.mount_point());
         let mut run_case = |case: String,
                             run: &dyn Fn() -> Result<PriorityRow, String>|
          -> Result<(), PriorityError> {
             progress.set_message(case.clone());
-            let row = run().map_err(|message| PriorityError::Case { case, message })?;
+            let row = settled_case(&mut settle, run)
+                .map_err(|message| PriorityError::Case { case, message })?;
             on_row(&row);
             if row.with_copy {
                 rows.push(row);

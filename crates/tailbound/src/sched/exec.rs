@@ -26,6 +26,9 @@ struct PieceDone {
     len: u64,
     data: Option<Vec<u8>>,
     result: io::Result<()>,
+    /// How long the device took for the dispatch that carried the piece (its time queued in
+    /// the scheduler is the rest of the caller's wait).
+    served_ns: u64,
 }
 
 enum Payload {
@@ -201,6 +204,7 @@ impl Scheduler {
     /// Reads `buf.len()` bytes at `offset` for tenant `t`; blocks until done.
     pub fn read_at(&self, t: TenantId, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         check_request(self.shared.dev.as_ref(), offset, buf.len())?;
+        let _io = crate::phases::enter(crate::phases::Phase::DeviceIo);
         let sub = self.submit(t, Op::Read, offset, buf.len() as u64, Payload::Read, true)?;
         self.wait(sub, buf.len() as u64, Some(buf), "read", offset)
     }
@@ -208,6 +212,7 @@ impl Scheduler {
     /// Writes `buf` at `offset` for tenant `t`; blocks until the device holds it.
     pub fn write_at(&self, t: TenantId, offset: u64, buf: &[u8]) -> io::Result<()> {
         check_request(self.shared.dev.as_ref(), offset, buf.len())?;
+        let _io = crate::phases::enter(crate::phases::Phase::DeviceIo);
         let data = Arc::new(buf.to_vec());
         let sub = self.submit(
             t,
@@ -241,12 +246,14 @@ impl Scheduler {
         )?;
         let sched = Arc::clone(self);
         Ok(PendingWrite::new(move || {
+            let _io = crate::phases::enter(crate::phases::Phase::DeviceIo);
             sched.wait(sub, len, None, "write", offset)
         }))
     }
 
     /// Flushes the device for tenant `t`; blocks until done.
     pub fn flush(&self, t: TenantId) -> io::Result<()> {
+        let _flush = crate::phases::enter(crate::phases::Phase::DeviceFlush);
         let sub = self.submit(t, Op::Flush, 0, 0, Payload::Flush, true)?;
         self.wait(sub, 0, None, "flush", 0)
     }
@@ -344,6 +351,7 @@ impl Scheduler {
         offset: u64,
     ) -> io::Result<()> {
         let Submitted { id, mut tenant, rx } = sub;
+        crate::phases::count(|t| t.requests += 1);
         let holding = super::inherit::is_holding();
         let mut covered = 0u64;
         let mut first_error = None;
@@ -367,6 +375,7 @@ impl Scheduler {
                 let at = done.req_offset as usize;
                 buf[at..at + data.len()].copy_from_slice(data);
             }
+            crate::phases::count(|t| t.served_ns = t.served_ns.saturating_add(done.served_ns));
             if let Err(e) = done.result {
                 first_error.get_or_insert(e);
             }
@@ -399,6 +408,7 @@ impl Scheduler {
         let now = self.shared.now();
         inner.queue.boost(now, id, now_tenant);
         drop(inner);
+        crate::phases::count(|t| t.boosts += 1);
         now_tenant
     }
 
@@ -497,11 +507,13 @@ fn execute<'a>(
     drop(inner);
     // A panic in the device's call fails this dispatch's requests: unwinding past here would
     // leave their callers waiting for ever (their reply senders stay in `jobs`).
+    let started = Instant::now();
     let outcome = crate::panics::catch(|| {
         crate::failpoint::hit("sched.dispatch");
         perform(shared.dev.as_ref(), &d, &write_data)
     })
     .unwrap_or_else(|p| Err(io::Error::other(format!("scheduler: a dispatcher {p}"))));
+    let served_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     inner = shared.lock();
     // Flush requests that rode on this flush get its outcome; a failure of the queue's own
     // flush, or one kept from before, is theirs as a caller's flush.
@@ -549,9 +561,10 @@ fn execute<'a>(
             len: 0,
             data: None,
             result: rider_error.as_ref().map_or(Ok(()), |e| Err(copy_error(e))),
+            served_ns,
         });
     }
-    send_results(&d, outcome, replies);
+    send_results(&d, outcome, replies, served_ns);
     shared.lock()
 }
 
@@ -589,6 +602,7 @@ fn send_results(
     d: &Dispatch,
     outcome: io::Result<Option<Vec<u8>>>,
     replies: Vec<mpsc::Sender<PieceDone>>,
+    served_ns: u64,
 ) {
     match outcome {
         Ok(Some(mut data)) if d.pieces.len() == 1 => {
@@ -599,6 +613,7 @@ fn send_results(
                 len: p.len,
                 data: Some(data),
                 result: Ok(()),
+                served_ns,
             });
         }
         Ok(data) => {
@@ -613,6 +628,7 @@ fn send_results(
                     len: p.len,
                     data: piece,
                     result: Ok(()),
+                    served_ns,
                 });
             }
         }
@@ -623,6 +639,7 @@ fn send_results(
                     len: p.len,
                     data: None,
                     result: Err(io::Error::new(e.kind(), e.to_string())),
+                    served_ns,
                 });
             }
         }

@@ -28,3 +28,51 @@ pub(crate) fn lending_while<R>(
     let _lend = (!inherit.is_inert()).then(|| inherit.lend(crate::sched::inherit::own_prio()));
     wait()
 }
+
+/// The calling thread's name and I/O priority, for the longest holds of a lock
+/// (`phases::note_hold`).
+pub(crate) fn holder() -> String {
+    let prio = crate::sched::current_prio();
+    format!(
+        "{} ({:?} {})",
+        std::thread::current().name().unwrap_or("unnamed"),
+        prio.class,
+        prio.level
+    )
+}
+
+/// Times a hold of the log writer, with the holder in [`Phase::LogWriter`] meanwhile; its end
+/// is noted among the longest holds (`phases::note_hold`).
+///
+/// [`Phase::LogWriter`]: crate::phases::Phase::LogWriter
+pub(crate) struct HoldNoted {
+    start: std::time::Instant,
+    at_start: crate::phases::PhaseTimes,
+    taken_at: &'static std::panic::Location<'static>,
+    _phase: crate::phases::InPhase,
+}
+
+impl HoldNoted {
+    #[track_caller]
+    pub(crate) fn log_writer() -> HoldNoted {
+        HoldNoted {
+            start: std::time::Instant::now(),
+            at_start: crate::phases::peek(),
+            taken_at: std::panic::Location::caller(),
+            _phase: crate::phases::enter(crate::phases::Phase::LogWriter),
+        }
+    }
+}
+
+impl Drop for HoldNoted {
+    fn drop(&mut self) {
+        let held_ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        crate::phases::note_hold(
+            crate::phases::Lock::LogWriter,
+            held_ns,
+            &self.at_start,
+            self.taken_at,
+            holder,
+        );
+    }
+}

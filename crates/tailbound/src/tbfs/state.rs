@@ -157,6 +157,10 @@ pub(crate) struct StateGuard<'a> {
     inner: &'a Engine,
     /// `LogPipeline::queued_total` when the lock was taken.
     start_queued: u64,
+    /// The holder's phase clock when it took the lock, and where it took it: the longest
+    /// holds are noted with what they did (`phases::note_hold`).
+    phases_at: crate::phases::PhaseTimes,
+    taken_at: &'static std::panic::Location<'static>,
 }
 
 impl std::ops::Deref for StateGuard<'_> {
@@ -219,9 +223,15 @@ impl StateGuard<'_> {
     /// freed inodes are recycled after.
     pub(crate) fn unlock(&mut self) -> Option<Sealed> {
         let mut guard = self.guard.take()?;
-        self.inner
-            .stats
-            .meta_held(self.acquired.elapsed().as_nanos() as u64);
+        let held_ns = self.acquired.elapsed().as_nanos() as u64;
+        self.inner.stats.meta_held(held_ns);
+        crate::phases::note_hold(
+            crate::phases::Lock::Meta,
+            held_ns,
+            &self.phases_at,
+            self.taken_at,
+            crate::tbfs::lending::holder,
+        );
         let (own, small) = guard.writer.take_sealed();
         let sealed = Sealed {
             end: guard.writer.seq(),
@@ -301,8 +311,10 @@ fn recycle_dropped(garbage: Vec<BTreeMap<u64, DirtyBlock>>) {
 impl Engine {
     /// Locks the metadata (and with it the commit path). A thread that has to wait lends its
     /// I/O priority to the holder until it gets the lock.
+    #[track_caller]
     pub fn lock_meta(&self) -> StateGuard<'_> {
         let guard = self.meta.try_lock().unwrap_or_else(|| {
+            let _waiting = crate::phases::enter(crate::phases::Phase::MetaWait);
             crate::tbfs::lending::lending_while(&self.inherit, || self.meta.lock())
         });
         let start_queued = self.logs.queued_total();
@@ -313,11 +325,14 @@ impl Engine {
             hold: Some(self.inherit.hold()),
             inner: self,
             start_queued,
+            phases_at: crate::phases::peek(),
+            taken_at: std::panic::Location::caller(),
         }
     }
 
     /// [`Engine::lock_meta`] for the write path: the time it waited is counted to the writer's
     /// tenant (`key`), if it has one.
+    #[track_caller]
     pub fn lock_meta_for_write(
         &self,
         key: Option<crate::tbfs::admission::WriterKey>,

@@ -76,6 +76,18 @@ pub struct PriorityRow {
     pub background_mb_per_s: f64,
     /// The copy's throughput alone, just before the writer and again just after it.
     pub background_alone_mb_per_s: f64,
+    /// tbfs rows: the writer's slowest appends by phase, slowest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub slowest: Vec<super::phases::SlowWrite>,
+    /// tbfs rows: every append's phases summed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phases_sum: Option<super::phases::SlowWrite>,
+    /// tbfs rows: the longest holds of the pool's `meta` lock while the writer ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub meta_holds: Vec<super::phases::MetaHold>,
+    /// tbfs rows: the longest holds of the pool's log writer while the writer ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub log_writer_holds: Vec<super::phases::MetaHold>,
     #[serde(skip)]
     pub box_stats: Option<BoxStats>,
     /// Whether the copy ran (false for the writer-alone rows, whose copy figures are 0).
@@ -126,6 +138,10 @@ impl PriorityRow {
             background_mb_per_s: background,
             background_alone_mb_per_s: alone,
             box_stats: (!h.is_empty()).then(|| hist.box_stats()),
+            slowest: Vec::new(),
+            phases_sum: None,
+            meta_holds: Vec::new(),
+            log_writer_holds: Vec::new(),
         }
     }
 }

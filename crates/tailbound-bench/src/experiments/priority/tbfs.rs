@@ -7,6 +7,7 @@ use std::time::Duration;
 use tailbound::sched::{Policy, Prio};
 use tailbound::sys::time::monotonic_now;
 
+use super::phases::PhaseLog;
 use super::{
     copy_rates, timed_appends, CaseDir, CopyMode, LogStep, PriorityBench, PriorityRow, Rate,
     COPY_CHUNK_BYTES, COPY_PRIO, WRITER_PRIO, WRITE_BYTES,
@@ -15,6 +16,7 @@ use crate::experiments::blockdev::{KernelSched, SchedulerGuard};
 use crate::experiments::loopfs::LoopFs;
 use crate::experiments::tenants::interrupted;
 use crate::stats::LatencyHistogram;
+use tailbound::phases::Lock;
 
 /// A tbfs case's pool, dropped in this order: the file system, then its directory on the loop
 /// file system, then the loop device's scheduler setting.
@@ -78,9 +80,13 @@ impl PriorityBench {
         rate: Rate,
     ) -> Result<PriorityRow, String> {
         let pool = self.tbfs_pool(fs, device, profile, policy)?;
-        let (hist, _, _) = self.tbfs_writer(&pool.fs, rate)?;
+        let ((hist, _, _), phases) = self.tbfs_writer(&pool.fs, rate)?;
         Ok(PriorityRow {
             with_copy: false,
+            slowest: phases.slowest(),
+            phases_sum: Some(phases.sum()),
+            meta_holds: phases.holds(),
+            log_writer_holds: phases.log_writer_holds(),
             ..PriorityRow::from_histogram("tbfs", policy.name().into(), rate, &hist, 0.0, 0.0)
         })
     }
@@ -177,19 +183,18 @@ impl PriorityBench {
             (samples, go, alone_end, result)
         });
         let samples = samples?;
-        let (hist, w0, w1) = result?;
+        let ((hist, w0, w1), phases) = result?;
         if interrupted(&self.interrupted) {
             return Err("interrupted".into());
         }
         let (alone, under) = copy_rates(&samples, go, alone_end, w0, w1, self.copy_alone);
-        Ok(PriorityRow::from_histogram(
-            "tbfs",
-            policy.name().into(),
-            rate,
-            &hist,
-            under,
-            alone,
-        ))
+        Ok(PriorityRow {
+            slowest: phases.slowest(),
+            phases_sum: Some(phases.sum()),
+            meta_holds: phases.holds(),
+            log_writer_holds: phases.log_writer_holds(),
+            ..PriorityRow::from_histogram("tbfs", policy.name().into(), rate, &hist, under, alone)
+        })
     }
 
     /// Writes the copy's source, `/source`, in the pool and syncs it; returns its chunks.
@@ -212,12 +217,12 @@ impl PriorityBench {
 
     /// The writer of a tbfs case, on the calling thread in the real-time I/O class: `writes`
     /// appends of 4 KiB to `/log`, each followed by `fdatasync`, paced or flat out; the log is
-    /// started afresh every [`LOG_BYTES_MAX`].
+    /// started afresh every [`LOG_BYTES_MAX`]. Each append's phases go to the [`PhaseLog`].
     fn tbfs_writer(
         &self,
         tbfs: &tailbound::tbfs::Fs,
         rate: Rate,
-    ) -> Result<(LatencyHistogram, u64, u64), String> {
+    ) -> Result<((LatencyHistogram, u64, u64), PhaseLog), String> {
         use tailbound::tbfs::OpenFlags;
         let before = Prio::of_current_thread();
         WRITER_PRIO
@@ -236,15 +241,28 @@ impl PriorityBench {
                 .map_err(|e| format!("creating /log: {e}"))
             };
             let mut log = open_log()?;
-            timed_appends(self.writes, rate, &self.interrupted, |step| {
+            let mut phases = PhaseLog::default();
+            let _ = tailbound::phases::take_longest_holds(Lock::Meta);
+            let _ = tailbound::phases::take_longest_holds(Lock::LogWriter);
+            let timed = timed_appends(self.writes, rate, &self.interrupted, |step| {
                 if step == LogStep::NewLog {
                     log = open_log()?;
                     return Ok(());
                 }
-                log.append(&data)
+                // The clock starts again here, so what it holds after is this append's.
+                let _ = tailbound::phases::take();
+                let done = log
+                    .append(&data)
                     .and_then(|_| log.fdatasync())
-                    .map_err(|e| format!("appending to /log: {e}"))
-            })
+                    .map_err(|e| format!("appending to /log: {e}"));
+                phases.record(tailbound::phases::take());
+                done
+            })?;
+            phases.set_holds(
+                &tailbound::phases::take_longest_holds(Lock::Meta),
+                &tailbound::phases::take_longest_holds(Lock::LogWriter),
+            );
+            Ok((timed, phases))
         })();
         // The calling thread goes back to the priority it had.
         let _ = before.apply_to_current_thread();

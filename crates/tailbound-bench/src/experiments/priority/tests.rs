@@ -74,6 +74,10 @@ fn row(system: &'static str, sched: &str, max_us: f64, p9999: f64, kept: f64) ->
         background_mb_per_s: 100.0 * kept,
         background_alone_mb_per_s: 100.0,
         box_stats: None,
+        slowest: Vec::new(),
+        phases_sum: None,
+        meta_holds: Vec::new(),
+        log_writer_holds: Vec::new(),
         with_copy: true,
     }
 }

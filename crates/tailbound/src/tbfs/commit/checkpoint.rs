@@ -117,6 +117,8 @@ impl Engine {
     /// Writes every buffered block, every changed directory, block map and inode, and a new
     /// checkpoint root, as one or more logs ending in a checkpoint log.
     pub(crate) fn commit_checkpoint(&self, m: &mut State) -> Result<()> {
+        let _laying_out = crate::phases::enter(crate::phases::Phase::Checkpoint);
+        crate::phases::count(|t| t.checkpoints += 1);
         m.ckpt.enter();
         let result = self.in_section(m, Section::Checkpoint, |m| {
             self.commit_checkpoint_at_depth(m)

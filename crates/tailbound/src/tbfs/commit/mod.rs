@@ -64,6 +64,7 @@ impl Engine {
     /// those payloads as its own. Other threads refresh here, as before: runs stay decided by
     /// what the threads do, not by when the background thread wakes.
     pub(crate) fn refresh_or_hand_off(&self, m: &mut State) -> Result<()> {
+        let _refresh = crate::phases::enter(crate::phases::Phase::Refresh);
         if !self.refresh_due(m) {
             return Ok(());
         }

@@ -16,6 +16,7 @@ impl Engine {
     /// Writes one file's buffered data as a data-only log (relaxed ordering), recovered by
     /// roll-forward. The block map nodes follow at the next checkpoint.
     pub(crate) fn commit_data_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
+        let _sealing = crate::phases::enter(crate::phases::Phase::Seal);
         self.in_section(m, Section::Sealing, |m| self.seal_data_log(m, cell))
     }
 

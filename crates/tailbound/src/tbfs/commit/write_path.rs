@@ -131,6 +131,7 @@ impl Engine {
         charge: Option<crate::sched::Charge>,
         blocks: u64,
     ) -> Option<Turn<'_>> {
+        let _turn = crate::phases::enter(crate::phases::Phase::Turn);
         let key = key?;
         if !self.budget.room_short() {
             return None;
@@ -189,6 +190,7 @@ impl Engine {
         len: u64,
         key: Option<WriterKey>,
     ) -> Result<()> {
+        let _room = crate::phases::enter(crate::phases::Phase::Room);
         let mut m = self.lock_meta_for_write(key);
         let buffered = self.buffered_bytes();
         if self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {

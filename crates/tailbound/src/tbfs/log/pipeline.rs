@@ -105,6 +105,7 @@ impl LogPipeline {
 
     /// Takes the log writer; a thread that has to wait lends its I/O priority to the holder.
     pub(crate) fn lock_writer(&self) -> MutexGuard<'_, LogWriter> {
+        let _waiting = crate::phases::enter(crate::phases::Phase::LogWriterWait);
         crate::tbfs::lending::lock_lending(&self.writer, &self.inherit)
     }
 

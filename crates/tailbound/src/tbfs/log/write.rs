@@ -95,6 +95,7 @@ impl Engine {
     /// completion lets go. A payload another thread is finishing is left to it
     /// ([`Engine::wait_payload`] waits for it).
     pub(crate) fn write_ahead(&self, a: &AheadPayload) -> Result<()> {
+        let _writing = crate::phases::enter(crate::phases::Phase::Payload);
         self.start_ahead(a);
         self.finish_ahead(a)
     }
@@ -168,6 +169,7 @@ impl Engine {
                     {
                         continue;
                     }
+                    let _waiting = crate::phases::enter(crate::phases::Phase::PayloadWait);
                     a.done.wait(&mut st);
                 }
             }
@@ -229,11 +231,16 @@ impl Engine {
     /// Moves `written_seq` up to the first log not complete (summary and payload), and releases
     /// the buffers of the logs it passed.
     pub(crate) fn advance_written(&self) {
+        let _releasing = crate::phases::enter(crate::phases::Phase::Release);
         let due = self.logs.take_due_releases();
         let mut spare = Vec::new();
         for (release, bytes) in due {
             for (cell, blocks) in release {
-                self.drop_written(&mut cell.lock(), &blocks, &mut spare);
+                let mut st = {
+                    let _waiting = crate::phases::enter(crate::phases::Phase::InodeWait);
+                    cell.lock()
+                };
+                self.drop_written(&mut st, &blocks, &mut spare);
             }
             self.release_in_flight(bytes);
         }
@@ -307,6 +314,7 @@ impl Engine {
             let stop = {
                 let mut w = self.logs.lock_writer();
                 let _hold = self.logs.inheritance().hold();
+                let _writing = crate::tbfs::lending::HoldNoted::log_writer();
                 self.write_queued(&mut w, seq)?
             };
             match stop {

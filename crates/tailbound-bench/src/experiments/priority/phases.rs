@@ -1,0 +1,165 @@
+//! Where the tbfs writer's slowest appends spent their time: each append and its `fdatasync`
+//! split into the phases tbfs and `sched` mark ([`tailbound::phases`]), the slowest few kept for
+//! the JSON report, and every append's phases summed.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tailbound::phases::{Hold, PhaseTimes, PHASES};
+
+/// How many of a case's slowest appends keep their breakdown.
+pub const SLOWEST_KEPT: usize = 5;
+
+/// One append's (with its sync) time by phase, in µs; phases with no time are left out.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SlowWrite {
+    /// Which append of the case (from 0).
+    pub index: u64,
+    pub total_us: f64,
+    pub phases_us: BTreeMap<&'static str, f64>,
+    /// Checkpoints the writer laid out in it, device requests it waited for, and how often one
+    /// of those was moved to a priority lent to the writer.
+    pub checkpoints: u32,
+    pub requests: u32,
+    pub boosts: u32,
+    /// Of `device_io` and `device_flush`, the device's own time for the dispatches that carried
+    /// the requests; the rest was spent queued in the scheduler.
+    pub served_us: f64,
+}
+
+/// One of the longest holds of the pool's `meta` lock while the writer ran, by any thread.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MetaHold {
+    pub held_us: f64,
+    /// Where the lock was taken (file:line in tailbound).
+    pub taken_at: String,
+    /// The holding thread's name and I/O priority.
+    pub holder: String,
+    /// What the holder did meanwhile (its phases, as [`SlowWrite`]'s).
+    pub phases: SlowWrite,
+}
+
+impl MetaHold {
+    pub fn of(h: &Hold) -> MetaHold {
+        MetaHold {
+            held_us: us(h.held_ns),
+            taken_at: format!("{}:{}", h.taken_at.file(), h.taken_at.line()),
+            holder: h.holder.clone(),
+            phases: SlowWrite::of(0, &h.phases),
+        }
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+impl SlowWrite {
+    fn of(index: u64, t: &PhaseTimes) -> SlowWrite {
+        SlowWrite {
+            index,
+            total_us: us(t.total()),
+            phases_us: PHASES
+                .iter()
+                .filter(|p| t.get(**p) > 0)
+                .map(|p| (p.name(), us(t.get(*p))))
+                .collect(),
+            checkpoints: t.checkpoints,
+            requests: t.requests,
+            boosts: t.boosts,
+            served_us: us(t.served_ns),
+        }
+    }
+}
+
+/// A case's appends by phase: the slowest [`SLOWEST_KEPT`], and the sum over all.
+#[derive(Debug, Default, Clone)]
+pub struct PhaseLog {
+    count: u64,
+    sum: PhaseTimes,
+    slowest: Vec<(u64, PhaseTimes)>,
+    holds: Vec<MetaHold>,
+    log_writer_holds: Vec<MetaHold>,
+}
+
+impl PhaseLog {
+    /// Notes the next append's phases.
+    pub fn record(&mut self, t: PhaseTimes) {
+        let index = self.count;
+        self.count += 1;
+        for (s, n) in self.sum.ns.iter_mut().zip(t.ns) {
+            *s = s.saturating_add(n);
+        }
+        self.sum.checkpoints += t.checkpoints;
+        self.sum.requests += t.requests;
+        self.sum.boosts += t.boosts;
+        self.sum.served_ns += t.served_ns;
+        self.slowest.push((index, t));
+        // Slowest first; ties keep the earlier append.
+        self.slowest
+            .sort_by(|a, b| b.1.total().cmp(&a.1.total()).then(a.0.cmp(&b.0)));
+        self.slowest.truncate(SLOWEST_KEPT);
+    }
+
+    /// The longest holds of `meta` while the appends ran.
+    pub fn set_holds(&mut self, meta: &[Hold], log_writer: &[Hold]) {
+        self.holds = meta.iter().map(MetaHold::of).collect();
+        self.log_writer_holds = log_writer.iter().map(MetaHold::of).collect();
+    }
+
+    pub fn holds(&self) -> Vec<MetaHold> {
+        self.holds.clone()
+    }
+
+    pub fn log_writer_holds(&self) -> Vec<MetaHold> {
+        self.log_writer_holds.clone()
+    }
+
+    /// The slowest appends, slowest first.
+    pub fn slowest(&self) -> Vec<SlowWrite> {
+        self.slowest
+            .iter()
+            .map(|(i, t)| SlowWrite::of(*i, t))
+            .collect()
+    }
+
+    /// Every append's phases summed (its `index` is the number of appends).
+    pub fn sum(&self) -> SlowWrite {
+        SlowWrite::of(self.count, &self.sum)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailbound::phases::Phase;
+
+    fn times(flush_ns: u64, meta_ns: u64) -> PhaseTimes {
+        let mut t = PhaseTimes::default();
+        t.ns[Phase::DeviceFlush as usize] = flush_ns;
+        t.ns[Phase::MetaWait as usize] = meta_ns;
+        t.requests = 1;
+        t
+    }
+
+    #[test]
+    fn the_slowest_appends_are_kept_with_their_phases_and_all_are_summed() {
+        let mut log = PhaseLog::default();
+        for k in 0..20u64 {
+            log.record(times(1_000 * k, if k == 3 { 900_000 } else { 0 }));
+        }
+        let slowest = log.slowest();
+        assert_eq!(slowest.len(), SLOWEST_KEPT);
+        assert_eq!(slowest[0].index, 3);
+        assert_eq!(slowest[0].phases_us["meta_wait"], 900.0);
+        assert_eq!(slowest[0].phases_us["device_flush"], 3.0);
+        assert!(!slowest[0].phases_us.contains_key("checkpoint"));
+        let order: Vec<u64> = slowest.iter().map(|s| s.index).collect();
+        assert_eq!(order, vec![3, 19, 18, 17, 16]);
+        let sum = log.sum();
+        assert_eq!(sum.index, 20);
+        assert_eq!(sum.requests, 20);
+        assert_eq!(sum.phases_us["device_flush"], 190.0);
+        assert_eq!(sum.phases_us["meta_wait"], 900.0);
+    }
+}

@@ -1,0 +1,295 @@
+//! Where one thread's call spends its time: a per-thread clock split into [`Phase`]s, each
+//! counted without the phases nested in it. tbfs and `sched` mark their waits and their I/O
+//! with [`enter`]; a caller that wants one call's breakdown (the priority bench's writer) calls
+//! [`take`] before and after it. Nothing is shared between threads, so marking a phase costs two
+//! clock reads and no lock.
+
+use std::cell::RefCell;
+use std::panic::Location;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// What a thread is doing. Time in no marked phase is [`Phase::Other`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Not in a marked phase (copying into buffers, bookkeeping).
+    Other = 0,
+    /// Waiting for the `meta` lock.
+    MetaWait,
+    /// A writer's turn for room while room is short (`Engine::room_turn`).
+    Turn,
+    /// Finding room for a write (the space check, the cleaning it runs).
+    Room,
+    /// Laying out a checkpoint under `meta`.
+    Checkpoint,
+    /// Sealing buffered data as data-only logs under `meta`.
+    Seal,
+    /// Waiting for the log writer's lock.
+    LogWriterWait,
+    /// Holding the log writer: writing queued summaries and whole logs.
+    LogWriter,
+    /// Writing an ahead payload (this thread's own, or one it took over).
+    Payload,
+    /// Waiting for another thread's payload (an earlier log, a checkpoint's).
+    PayloadWait,
+    /// A write or read of the device through the scheduler: queued, then served.
+    DeviceIo,
+    /// A device flush through the scheduler.
+    DeviceFlush,
+    /// Handing off or running a superblock refresh.
+    Refresh,
+    /// Releasing the buffers of logs found written (`Engine::advance_written`), whoever's.
+    Release,
+    /// Waiting for an inode's lock to release its buffers.
+    InodeWait,
+}
+
+/// The phases, in order, for reports.
+pub const PHASES: [Phase; 15] = [
+    Phase::Other,
+    Phase::MetaWait,
+    Phase::Turn,
+    Phase::Room,
+    Phase::Checkpoint,
+    Phase::Seal,
+    Phase::LogWriterWait,
+    Phase::LogWriter,
+    Phase::Payload,
+    Phase::PayloadWait,
+    Phase::DeviceIo,
+    Phase::DeviceFlush,
+    Phase::Refresh,
+    Phase::Release,
+    Phase::InodeWait,
+];
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Other => "other",
+            Phase::MetaWait => "meta_wait",
+            Phase::Turn => "turn",
+            Phase::Room => "room",
+            Phase::Checkpoint => "checkpoint",
+            Phase::Seal => "seal",
+            Phase::LogWriterWait => "log_writer_wait",
+            Phase::LogWriter => "log_writer",
+            Phase::Payload => "payload",
+            Phase::PayloadWait => "payload_wait",
+            Phase::DeviceIo => "device_io",
+            Phase::DeviceFlush => "device_flush",
+            Phase::Refresh => "refresh",
+            Phase::Release => "release",
+            Phase::InodeWait => "inode_wait",
+        }
+    }
+}
+
+/// One thread's time by phase since the last [`take`], in nanoseconds, and its counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    /// Indexed by `Phase as usize`.
+    pub ns: [u64; PHASES.len()],
+    /// Checkpoints this thread laid out.
+    pub checkpoints: u32,
+    /// Device requests (writes, reads, flushes) this thread waited for.
+    pub requests: u32,
+    /// Times a request this thread waited for was moved to a higher priority lent to it.
+    pub boosts: u32,
+    /// Of [`Phase::DeviceIo`] and [`Phase::DeviceFlush`], the time the device took for the
+    /// dispatches carrying this thread's requests; the rest was spent queued in the scheduler.
+    pub served_ns: u64,
+}
+
+impl PhaseTimes {
+    pub fn get(&self, phase: Phase) -> u64 {
+        self.ns[phase as usize]
+    }
+
+    /// What happened between `earlier` (a [`peek`] of the same thread) and `self`.
+    pub fn since(&self, earlier: &PhaseTimes) -> PhaseTimes {
+        let mut d = PhaseTimes {
+            checkpoints: self.checkpoints.saturating_sub(earlier.checkpoints),
+            requests: self.requests.saturating_sub(earlier.requests),
+            boosts: self.boosts.saturating_sub(earlier.boosts),
+            served_ns: self.served_ns.saturating_sub(earlier.served_ns),
+            ..PhaseTimes::default()
+        };
+        for (k, ns) in d.ns.iter_mut().enumerate() {
+            // A `take` in between restarts the clock; the hold's time is then only partly
+            // known, never negative.
+            *ns = self.ns[k].saturating_sub(earlier.ns[k]);
+        }
+        d
+    }
+
+    pub fn total(&self) -> u64 {
+        self.ns.iter().sum()
+    }
+}
+
+struct Clock {
+    current: Phase,
+    since: Instant,
+    times: PhaseTimes,
+}
+
+impl Clock {
+    /// Counts the time since the last switch to the phase running, and switches to `next`.
+    fn switch(&mut self, next: Phase) -> Phase {
+        let now = Instant::now();
+        let ns = u64::try_from(now.duration_since(self.since).as_nanos()).unwrap_or(u64::MAX);
+        let slot = &mut self.times.ns[self.current as usize];
+        *slot = slot.saturating_add(ns);
+        self.since = now;
+        std::mem::replace(&mut self.current, next)
+    }
+}
+
+thread_local! {
+    static CLOCK: RefCell<Clock> = RefCell::new(Clock {
+        current: Phase::Other,
+        since: Instant::now(),
+        times: PhaseTimes::default(),
+    });
+}
+
+/// Marks the calling thread as in `phase` until the guard drops; the phase it was in before
+/// resumes then.
+#[must_use = "the phase ends when the guard drops"]
+pub struct InPhase {
+    previous: Phase,
+}
+
+pub fn enter(phase: Phase) -> InPhase {
+    let previous = CLOCK.with(|c| c.borrow_mut().switch(phase));
+    InPhase { previous }
+}
+
+impl Drop for InPhase {
+    fn drop(&mut self) {
+        CLOCK.with(|c| {
+            c.borrow_mut().switch(self.previous);
+        });
+    }
+}
+
+/// Counts an event of the calling thread's (a checkpoint laid out, a request, a boost).
+pub fn count(f: impl FnOnce(&mut PhaseTimes)) {
+    CLOCK.with(|c| f(&mut c.borrow_mut().times));
+}
+
+/// The calling thread's times since the last [`take`], left running.
+pub fn peek() -> PhaseTimes {
+    CLOCK.with(|c| {
+        let mut c = c.borrow_mut();
+        let current = c.current;
+        c.switch(current);
+        c.times
+    })
+}
+
+/// A lock of tbfs's whose longest holds are noted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lock {
+    /// The `meta` lock (the namespace and the commit path).
+    Meta = 0,
+    /// The log writer (summaries written in sequence).
+    LogWriter = 1,
+}
+
+/// One of the longest holds of a lock: how long, where it was taken, who held it, and the
+/// holder's phases meanwhile.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub held_ns: u64,
+    pub taken_at: &'static Location<'static>,
+    /// The holding thread's name and I/O priority.
+    pub holder: String,
+    pub phases: PhaseTimes,
+}
+
+/// How many of the longest holds are kept, per lock.
+pub const HOLDS_KEPT: usize = 5;
+
+/// The longest holds of each lock since the last [`take_longest_holds`], process-wide,
+/// longest first; and the shortest of them once there are [`HOLDS_KEPT`], so a shorter hold
+/// costs one atomic load.
+static HOLDS: [Mutex<Vec<Hold>>; 2] = [Mutex::new(Vec::new()), Mutex::new(Vec::new())];
+static HOLD_FLOOR: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// A hold of `lock` ended after `held_ns`; `at_start` is the holder's [`peek`] when it took the
+/// lock at `taken_at`; `holder` names it, asked only for a hold that is kept.
+pub fn note_hold(
+    lock: Lock,
+    held_ns: u64,
+    at_start: &PhaseTimes,
+    taken_at: &'static Location<'static>,
+    holder: impl FnOnce() -> String,
+) {
+    let k = lock as usize;
+    if held_ns <= HOLD_FLOOR[k].load(Ordering::Relaxed) {
+        return;
+    }
+    let hold = Hold {
+        held_ns,
+        taken_at,
+        holder: holder(),
+        phases: peek().since(at_start),
+    };
+    let mut holds = HOLDS[k].lock().unwrap_or_else(|p| p.into_inner());
+    holds.push(hold);
+    holds.sort_by_key(|h| std::cmp::Reverse(h.held_ns));
+    holds.truncate(HOLDS_KEPT);
+    if holds.len() == HOLDS_KEPT {
+        HOLD_FLOOR[k].store(holds[HOLDS_KEPT - 1].held_ns, Ordering::Relaxed);
+    }
+}
+
+/// The longest holds of `lock` since the last call, longest first; the next call starts anew.
+pub fn take_longest_holds(lock: Lock) -> Vec<Hold> {
+    let k = lock as usize;
+    let mut holds = HOLDS[k].lock().unwrap_or_else(|p| p.into_inner());
+    HOLD_FLOOR[k].store(0, Ordering::Relaxed);
+    std::mem::take(&mut *holds)
+}
+
+/// The calling thread's times since the last call, which start again from zero.
+pub fn take() -> PhaseTimes {
+    CLOCK.with(|c| {
+        let mut c = c.borrow_mut();
+        let current = c.current;
+        c.switch(current);
+        std::mem::take(&mut c.times)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_phases_count_apart_and_take_starts_again() {
+        let _ = take();
+        {
+            let _outer = enter(Phase::MetaWait);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            {
+                let _inner = enter(Phase::DeviceFlush);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            count(|t| t.requests += 1);
+        }
+        let t = take();
+        // Each phase's time excludes the other's: both hold at least their own sleep, and the
+        // outer one does not also count the inner one's.
+        assert!(t.get(Phase::MetaWait) >= 2_000_000);
+        assert!(t.get(Phase::DeviceFlush) >= 2_000_000);
+        assert_eq!(t.total(), t.ns.iter().sum::<u64>());
+        assert_eq!(t.requests, 1);
+        let again = take();
+        assert_eq!(again.requests, 0);
+        assert!(again.get(Phase::DeviceFlush) == 0 && again.get(Phase::MetaWait) == 0);
+    }
+}
