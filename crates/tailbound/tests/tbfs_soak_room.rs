@@ -1,0 +1,459 @@
+//! The soak's room, on one thread (issue 38, item 5): a memory pool churned at 85 % live with
+//! files of 4 KiB to 8 MiB (created, overwritten in place, appended to, truncated, deleted),
+//! snapshots taken and dropped, syncs, and a simulated power cut and reopen, with only writers
+//! cleaning. The pool may answer `NoSpace` only once live data and what snapshots pin reach
+//! 90 % of it; a snapshot drop, a delete and a truncate never answer it, nor does the sync
+//! after recovery; the pool closes, fsck finds it clean, and it reopens.
+//!
+//! Ignored: it fails on this tree, and is the single-threaded reproduction of the soak's
+//! spurious `NoSpace` (docs/results/soak.md, 2026-11-29 17:45). `SOAK_ROOM_SEED`,
+//! `SOAK_ROOM_OPS`, `SOAK_ROOM_POOL_MIB` and `SOAK_ROOM_SEGMENT_KIB` vary the run. The cleaner
+//! picks victims by their ages where ages tell segments apart, and ages come from the clock,
+//! so a seed's run is not bit-for-bit the same each time (a test clock for victim ages is
+//! issue 38's other branch).
+
+use std::sync::Arc;
+
+mod common;
+use common::{data, read, Rng};
+
+use tailbound::dev::sim::SimDevice;
+use tailbound::tbfs::{fsck, Config, Error, Fs, OpenFlags, OpenOptions};
+
+/// Files as programs leave them: most small, most bytes in large ones, 4 KiB to 8 MiB.
+fn size(rng: &mut Rng) -> u64 {
+    let (lo, hi) = match rng.below(100) {
+        0..=69 => (4u64 << 10, 64u64 << 10),
+        70..=91 => (64 << 10, 1 << 20),
+        _ => (1 << 20, 8 << 20),
+    };
+    let u = rng.below(1 << 30) as f64 / (1u64 << 30) as f64;
+    let len = (lo as f64 * (hi as f64 / lo as f64).powf(u)) as u64;
+    if rng.below(2) == 0 {
+        len.div_ceil(4096) * 4096
+    } else {
+        len
+    }
+}
+
+/// A file the model holds: its path, the stream its bytes come from, and its length (an
+/// overwrite writes the bytes the file already holds, so the content is always a prefix of
+/// the stream).
+#[derive(Clone)]
+struct File {
+    path: String,
+    seed: u64,
+    len: u64,
+}
+
+struct Soak {
+    dev: Arc<SimDevice>,
+    fs: Fs,
+    pool: u64,
+    rng: Rng,
+    files: Vec<File>,
+    live: u64,
+    next: u64,
+    snapshots: Vec<u64>,
+    refused: u64,
+    /// Operations so far.
+    ops: u64,
+    /// What went wrong, as it happened: spurious `NoSpace` and failed calls.
+    failures: Vec<String>,
+}
+
+impl Soak {
+    fn pinned(&self) -> u64 {
+        self.fs.space().map_or(0, |s| s.pinned_by_snapshots)
+    }
+
+    /// A `NoSpace` answer to a call that would write `len` more bytes of files: allowed only
+    /// at 90 % of the pool live and pinned (and never for calls that free space).
+    fn no_space(&mut self, what: &str, len: u64, frees: bool, e: &Error) {
+        self.refused += 1;
+        let used = self.live + len + self.pinned();
+        if frees || used * 10 < self.pool * 9 {
+            let s = self.fs.space().unwrap();
+            self.failures.push(format!(
+                "op {}: {what}: {e} at {:.1} % live + pinned ({} live, {} pinned, {} free, {} reclaimable of {})",
+                self.ops,
+                used as f64 * 100.0 / self.pool as f64,
+                self.live,
+                s.pinned_by_snapshots,
+                s.free,
+                s.reclaimable,
+                self.pool
+            ));
+        }
+    }
+
+    fn write_new(&mut self, len: u64) {
+        self.next += 1;
+        let dir = ["/a", "/b", "/b/c"][self.rng.below(3) as usize];
+        let path = format!("{dir}/f{}", self.next);
+        let seed = self.rng.next();
+        let bytes = data(seed, len as usize);
+        let r = self.fs.open_file(&path, OpenFlags::create()).and_then(|f| {
+            for (i, piece) in bytes.chunks(1 << 20).enumerate() {
+                f.pwrite(piece, (i as u64) << 20)?;
+            }
+            if self.rng.below(4) == 0 {
+                f.fsync()?;
+            }
+            Ok(())
+        });
+        match r {
+            Ok(()) => {
+                self.live += len;
+                self.files.push(File { path, seed, len });
+            }
+            Err(e @ Error::NoSpace(_)) => {
+                self.no_space(&format!("create {path} ({len} bytes)"), len, false, &e);
+                // Whatever of it was taken is not the model's: it goes.
+                if let Err(e) = self.fs.unlink(&path) {
+                    if !matches!(e, Error::NotFound(_)) {
+                        self.failures.push(format!("unlink refused {path}: {e}"));
+                    }
+                }
+            }
+            Err(e) => panic!("create {path}: {e}"),
+        }
+    }
+
+    fn delete(&mut self) {
+        let i = self.rng.below(self.files.len() as u64) as usize;
+        let f = self.files.swap_remove(i);
+        match self.fs.unlink(&f.path) {
+            Ok(()) => self.live -= f.len,
+            Err(e @ Error::NoSpace(_)) => {
+                self.no_space(&format!("unlink {}", f.path), 0, true, &e);
+                self.files.push(f);
+            }
+            Err(e) => panic!("unlink {}: {e}", f.path),
+        }
+    }
+
+    /// A random piece of a large file written again with the bytes it holds.
+    fn overwrite(&mut self) {
+        let mut i = self.rng.below(self.files.len() as u64) as usize;
+        for _ in 0..8 {
+            let j = self.rng.below(self.files.len() as u64) as usize;
+            if self.files[j].len > self.files[i].len {
+                i = j;
+            }
+        }
+        let f = self.files[i].clone();
+        let at = self.rng.below(f.len) & !4095;
+        let n = (f.len - at).min(4096 * (1 + self.rng.below(64)));
+        let bytes = data(f.seed, (at + n) as usize);
+        let r = self
+            .fs
+            .open_file(&f.path, OpenFlags::create())
+            .and_then(|h| h.pwrite(&bytes[at as usize..], at).map(|_| ()));
+        match r {
+            Ok(()) => {}
+            Err(e @ Error::NoSpace(_)) => {
+                self.no_space(&format!("overwrite {} at {at}", f.path), n, false, &e)
+            }
+            Err(e) => panic!("overwrite {}: {e}", f.path),
+        }
+    }
+
+    fn append(&mut self, room: u64) {
+        let i = self.rng.below(self.files.len() as u64) as usize;
+        let f = self.files[i].clone();
+        let n = (1 + self.rng.below(64 << 10)).min(room.max(1));
+        let bytes = data(f.seed, (f.len + n) as usize);
+        let r = self
+            .fs
+            .open_file(&f.path, OpenFlags::create())
+            .and_then(|h| h.pwrite(&bytes[f.len as usize..], f.len).map(|_| ()));
+        match r {
+            Ok(()) => {
+                self.files[i].len += n;
+                self.live += n;
+            }
+            Err(e @ Error::NoSpace(_)) => {
+                self.no_space(&format!("append to {}", f.path), n, false, &e)
+            }
+            Err(e) => panic!("append to {}: {e}", f.path),
+        }
+    }
+
+    fn truncate(&mut self) {
+        let i = self.rng.below(self.files.len() as u64) as usize;
+        let f = self.files[i].clone();
+        let len = self.rng.below(f.len + 1);
+        match self.fs.truncate(&f.path, len) {
+            Ok(()) => {
+                self.files[i].len = len;
+                self.live -= f.len - len;
+            }
+            Err(e @ Error::NoSpace(_)) => {
+                self.no_space(&format!("truncate {}", f.path), 0, true, &e)
+            }
+            Err(e) => panic!("truncate {}: {e}", f.path),
+        }
+    }
+
+    fn sync(&mut self) {
+        if let Err(e) = self.fs.sync() {
+            match e {
+                Error::NoSpace(_) => self.no_space("sync", 0, false, &e),
+                e => panic!("sync: {e}"),
+            }
+        }
+    }
+
+    fn snapshot(&mut self) {
+        if self.snapshots.len() >= 2 {
+            return self.drop_snapshot();
+        }
+        match self.fs.snapshot(None) {
+            Ok(n) => self.snapshots.push(n),
+            Err(e @ Error::NoSpace(_)) => self.no_space("snapshot", 0, false, &e),
+            Err(e) => panic!("snapshot: {e}"),
+        }
+    }
+
+    fn drop_snapshot(&mut self) {
+        if self.snapshots.is_empty() {
+            return;
+        }
+        let n = self.snapshots.remove(0);
+        if let Err(e) = self.fs.set_snapshot(n, false) {
+            match e {
+                Error::NoSpace(_) => {
+                    self.no_space(&format!("dropping snapshot {n}"), 0, true, &e);
+                    self.snapshots.insert(0, n);
+                }
+                e => self.failures.push(format!("dropping snapshot {n}: {e}")),
+            }
+        }
+    }
+
+    /// One operation, steering the live data to `target` bytes.
+    fn step(&mut self, target: u64) {
+        self.ops += 1;
+        match self.rng.below(1000) {
+            0..=3 => return self.sync(),
+            4..=5 => return self.snapshot(),
+            6..=7 => return self.drop_snapshot(),
+            _ => {}
+        }
+        let room = target.saturating_sub(self.live);
+        let r = self.rng.below(100);
+        if self.files.is_empty() {
+            let len = size(&mut self.rng).min(room.max(4096));
+            return self.write_new(len);
+        }
+        if self.live > target {
+            match r {
+                0..=69 => self.delete(),
+                70..=84 => self.truncate(),
+                _ => self.overwrite(),
+            }
+        } else {
+            match r {
+                0..=29 => {
+                    let len = size(&mut self.rng);
+                    if len <= room {
+                        self.write_new(len)
+                    } else {
+                        self.overwrite()
+                    }
+                }
+                30..=39 => self.delete(),
+                40..=69 => self.overwrite(),
+                70..=79 => self.append(room),
+                80..=84 => self.truncate(),
+                _ => {
+                    let i = self.rng.below(self.files.len() as u64) as usize;
+                    let f = self.files[i].clone();
+                    assert!(
+                        read(&self.fs, &f.path) == data(f.seed, f.len as usize),
+                        "{} differs",
+                        f.path
+                    );
+                }
+            }
+        }
+    }
+
+    /// The power goes out: the pool is opened again from what the device kept. The model
+    /// keeps the files that came back whole (a sync before the cut made all of them durable,
+    /// and the writes since may or may not have reached the device).
+    fn power_cut(self, crash_seed: u64) -> Soak {
+        let Soak {
+            dev,
+            fs,
+            pool,
+            rng,
+            files,
+            next,
+            refused,
+            ops,
+            failures,
+            ..
+        } = self;
+        dev.cut_power_after(0);
+        let crashed = Arc::new(dev.crash(crash_seed));
+        drop(fs);
+        crashed.set_writes_are_copies(true);
+        let report = fsck::check(crashed.as_ref()).unwrap();
+        let damage: Vec<String> = report.damage().map(|f| f.to_string()).collect();
+        assert!(damage.is_empty(), "fsck after the cut: {damage:#?}");
+        let fs = Fs::open(crashed.clone(), &OpenOptions::default())
+            .unwrap_or_else(|e| panic!("opening the pool after the power cut: {e}"));
+        let mut soak = Soak {
+            dev: crashed,
+            fs,
+            pool,
+            rng,
+            files: Vec::new(),
+            live: 0,
+            next,
+            snapshots: Vec::new(),
+            refused,
+            ops,
+            failures,
+        };
+        soak.snapshots = soak
+            .fs
+            .checkpoints()
+            .unwrap()
+            .iter()
+            .filter(|c| c.snapshot)
+            .map(|c| c.number)
+            .collect();
+        for f in files {
+            let whole = soak
+                .fs
+                .open_file(&f.path, OpenFlags::read_only())
+                .is_ok_and(|h| h.stat().is_ok_and(|s| s.size == f.len))
+                && read(&soak.fs, &f.path) == data(f.seed, f.len as usize);
+            if whole {
+                soak.live += f.len;
+                soak.files.push(f);
+            } else {
+                match soak.fs.unlink(&f.path) {
+                    Ok(()) | Err(Error::NotFound(_)) => {}
+                    Err(e) => soak
+                        .failures
+                        .push(format!("unlink {} after the cut: {e}", f.path)),
+                }
+            }
+        }
+        // Nothing new is written beyond the deletes: the sync must find room.
+        if let Err(e) = soak.fs.sync() {
+            soak.failures
+                .push(format!("the sync after recovering from the cut: {e}"));
+        }
+        soak
+    }
+}
+
+/// Churns a `pool`-byte memory pool in segments of `segment` bytes at 85 % live for `ops`
+/// operations after reaching it, with a power cut half-way; returns the failures.
+fn soak(pool: u64, segment: u64, seed: u64, ops: u64) -> Vec<String> {
+    let dev = Arc::new(SimDevice::new(pool));
+    dev.set_writes_are_copies(true);
+    let config = Config {
+        segment_bytes: segment,
+        // Deterministic: only writers clean.
+        background_gc: false,
+        ..Config::memory_pool()
+    };
+    let fs = Fs::format(dev.clone(), &config).unwrap();
+    for d in ["/a", "/b", "/b/c"] {
+        fs.mkdir(d, 0o755).unwrap();
+    }
+    let size = fs.space().unwrap().size;
+    let mut s = Soak {
+        dev,
+        fs,
+        pool: size,
+        rng: Rng(seed),
+        files: Vec::new(),
+        live: 0,
+        next: 0,
+        snapshots: Vec::new(),
+        refused: 0,
+        ops: 0,
+        failures: Vec::new(),
+    };
+    let target = size * 85 / 100;
+    while s.live + (8 << 20) < target {
+        s.step(target);
+    }
+    for n in 0..ops {
+        if n == ops / 2 {
+            s.sync();
+            for _ in 0..50 {
+                s.step(target);
+            }
+            let crash_seed = s.rng.next();
+            s = s.power_cut(crash_seed);
+        }
+        s.step(target);
+        if s.failures.len() > 20 {
+            break;
+        }
+    }
+    let space = s.fs.space().unwrap();
+    eprintln!(
+        "seed {seed}: {} files, {} live of {}, {} refused; {space:?}",
+        s.files.len(),
+        s.live,
+        s.pool,
+        s.refused
+    );
+    for n in std::mem::take(&mut s.snapshots) {
+        if let Err(e) = s.fs.set_snapshot(n, false) {
+            s.failures
+                .push(format!("dropping snapshot {n} at the end: {e}"));
+        }
+    }
+    let Soak {
+        dev,
+        fs,
+        files,
+        mut failures,
+        ..
+    } = s;
+    if let Err(e) = fs.close() {
+        failures.push(format!("closing the pool: {e}"));
+        return failures;
+    }
+    let report = fsck::check(dev.as_ref()).unwrap();
+    let damage: Vec<String> = report.damage().map(|f| f.to_string()).collect();
+    assert!(damage.is_empty(), "fsck at the end: {damage:#?}");
+    let fs = Fs::open(dev, &OpenOptions::default())
+        .unwrap_or_else(|e| panic!("reopening the closed pool: {e}"));
+    for f in files.iter().step_by(13) {
+        assert!(
+            read(&fs, &f.path) == data(f.seed, f.len as usize),
+            "{} differs after reopening",
+            f.path
+        );
+    }
+    failures
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+#[ignore = "reproduces issue 38's spurious NoSpace at 85 %, not fixed yet; see the module doc"]
+fn a_pool_churned_at_85_percent_answers_no_space_only_at_90() {
+    let pool = env("SOAK_ROOM_POOL_MIB", 256) << 20;
+    let segment = env("SOAK_ROOM_SEGMENT_KIB", 1024) << 10;
+    let seed = env("SOAK_ROOM_SEED", 1);
+    let ops = env("SOAK_ROOM_OPS", 20_000);
+    let failures = soak(pool, segment, seed, ops);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
