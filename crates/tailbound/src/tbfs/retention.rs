@@ -294,6 +294,9 @@ pub(crate) struct Retention {
     /// While the cleaner writes its copies: the age (newest log time) of the segments they come
     /// from, given to the segments they go to.
     copy_age: Option<i64>,
+    /// A snapshot being dropped: only the checkpoint that records the drop releases it, so a
+    /// drop refused for room (which may clean, and prune, first) can be put back.
+    dropping: Option<u64>,
     pinned_pages_per_segment: u64,
 }
 
@@ -476,6 +479,17 @@ impl Retention {
     /// Whether a view holds checkpoint `c`.
     pub fn is_held(&self, c: u64) -> bool {
         self.holds.contains_key(&c)
+    }
+
+    /// Marks checkpoint `c` as the snapshot whose drop is being made durable (`None` when it
+    /// is done, or refused): returns the mark before.
+    pub fn set_dropping(&mut self, c: Option<u64>) -> Option<u64> {
+        std::mem::replace(&mut self.dropping, c)
+    }
+
+    /// Whether checkpoint `c`'s drop is being made durable (see [`Retention::set_dropping`]).
+    pub fn is_dropping(&self, c: u64) -> bool {
+        self.dropping == Some(c)
     }
 
     /// Whether a view holds a checkpoint numbered `from` or later.

@@ -214,14 +214,19 @@ impl State {
     }
 
     /// Releases plain checkpoints past the protection period (all of them under pressure),
-    /// except the ones views hold, and the newest unless a checkpoint is being written (which
-    /// becomes the newest). Returns how many were released.
+    /// except the ones views hold, the newest unless a checkpoint is being written (which
+    /// becomes the newest), and a snapshot being dropped unless it is that checkpoint. Returns
+    /// how many were released.
     pub fn prune(&mut self, seq: u64, segment_blocks: u64, in_commit: bool) -> u64 {
         let cutoff = self.life.protection_cutoff(self.life.now_ns());
         let newest = self.ckpt.newest();
         let mut out = Vec::new();
         for (c, k) in self.life.retained_all() {
             if k.snapshot || self.life.is_held(c) {
+                continue;
+            }
+            if !in_commit && self.life.is_dropping(c) {
+                // Released with the checkpoint that records its drop, not before it.
                 continue;
             }
             if c == newest && !in_commit {
@@ -695,7 +700,10 @@ impl Fs {
             );
         }
         let before = m.ckpt.newest();
+        let dropping = if keep { None } else { Some(number) };
+        let dropping_was = m.life.set_dropping(dropping);
         let written = inner.refresh_superblock(&mut m);
+        m.life.set_dropping(dropping_was);
         if let Err(Error::NoSpace(_)) = written {
             if m.ckpt.newest() != before {
                 // A checkpoint was written with the change (by a cleaning pass the space check
