@@ -312,10 +312,17 @@ impl Drop for Turn<'_> {
 impl Drop for Writing<'_> {
     fn drop(&mut self) {
         let mut st = self.gate.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(a) = st.away.iter_mut().find(|a| a.key == self.key) {
-            a.writing = a.writing.saturating_sub(1);
-            a.since = Instant::now();
-        }
+        // `enter` put the tenant in `away` (which only grows) and counted this write.
+        let a = st
+            .away
+            .iter_mut()
+            .find(|a| a.key == self.key)
+            .expect("a writing tenant is in the away list");
+        a.writing = a
+            .writing
+            .checked_sub(1)
+            .expect("one end for each write a turn began");
+        a.since = Instant::now();
         drop(st);
         self.gate.changed.notify_all();
     }
