@@ -57,10 +57,9 @@ fn no_import_cycle_outside_the_known_list() {
 
 #[test]
 fn the_scanner_sees_a_cycle_and_follows_reexports() {
-    let dir = std::env::temp_dir().join(format!("tb-modgraph-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(dir.join("p")).unwrap();
-    let write = |rel: &str, text: &str| fs::write(dir.join(rel), text).unwrap();
+    let tree = Scratch::new("tb-modgraph", "p");
+    let dir = tree.dir();
+    let write = |rel: &str, text: &str| tree.write(rel, text);
     write(
         "lib.rs",
         "mod a;\nmod p;\npub use p::Q;\n#[cfg(test)]\nmod t;\n",
@@ -73,9 +72,8 @@ fn the_scanner_sees_a_cycle_and_follows_reexports() {
     write("p/q.rs", "pub struct Q(crate::a::A);\n");
     write("p/r.rs", "use super::Own;\n// crate::a::A in a comment\nlet s = \"crate::a::A\";\npub struct R;\n#[cfg(test)]\nmod tests { use crate::a::A; }\n");
     write("t.rs", "use crate::a::A;\n");
-    let g = Graph::of_crate(&dir);
+    let g = Graph::of_crate(dir);
     let cycles = g.cycles();
-    let _ = fs::remove_dir_all(&dir);
     // a -> p/q.rs (Q followed through p's re-export) -> a, and a -> p/r.rs -> p/mod.rs only.
     assert_eq!(cycles, vec![vec!["a.rs".to_string(), "p/q.rs".to_string()]]);
     assert!(g.edges["p/r.rs"].contains_key("p/mod.rs"));
@@ -91,10 +89,9 @@ fn the_scanner_sees_a_cycle_and_follows_reexports() {
 
 #[test]
 fn a_bare_child_path_and_a_facade_that_uses_its_reexport_are_dependencies() {
-    let dir = std::env::temp_dir().join(format!("tb-modgraph-bare-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(dir.join("m")).unwrap();
-    let write = |rel: &str, text: &str| fs::write(dir.join(rel), text).unwrap();
+    let tree = Scratch::new("tb-modgraph-bare", "m");
+    let dir = tree.dir();
+    let write = |rel: &str, text: &str| tree.write(rel, text);
     // `m.rs` beside `m/` is a root; it uses what it re-exports from `c`, and names `d` bare.
     write("lib.rs", "mod m;\nmod n;\n");
     write(
@@ -107,8 +104,7 @@ fn a_bare_child_path_and_a_facade_that_uses_its_reexport_are_dependencies() {
         "pub struct Y;\npub fn make() -> super::X { super::X }\n",
     );
     write("n.rs", "use crate::m::Y;\n");
-    let g = Graph::of_crate(&dir);
-    let _ = fs::remove_dir_all(&dir);
+    let g = Graph::of_crate(dir);
     assert!(g.edges["m.rs"].contains_key("m/c.rs"), "X is used in m.rs");
     assert!(
         g.edges["m.rs"].contains_key("m/d.rs"),
@@ -136,27 +132,15 @@ const KNOWN_MULTI_PART: &[&str] = &[];
 fn only_the_orchestration_names_more_than_one_part_of_the_state() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let found = multi_part_modules(&src);
-    let known: BTreeSet<String> = KNOWN_MULTI_PART.iter().map(|s| s.to_string()).collect();
-    let mut report = String::new();
-    for line in &found {
-        if !known.contains(line) {
-            report.push_str(&format!("names more than one part: {line}\n"));
-        }
-    }
-    for line in &known {
-        if !found.contains(line) {
-            report.push_str(&format!("not so any more (shorten or delete it): {line}\n"));
-        }
-    }
+    let report = against_known(&found, KNOWN_MULTI_PART, "names more than one part");
     assert!(report.is_empty(), "{report}");
 }
 
 #[test]
 fn the_part_scanner_sees_bindings_of_the_state_and_skips_the_rest() {
-    let dir = std::env::temp_dir().join(format!("tb-parts-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(dir.join("tbfs/commit")).unwrap();
-    let write = |rel: &str, text: &str| fs::write(dir.join(rel), text).unwrap();
+    let tree = Scratch::new("tb-parts", "tbfs/commit");
+    let dir = tree.dir();
+    let write = |rel: &str, text: &str| tree.write(rel, text);
     write(
         "tbfs/state.rs",
         "pub struct State {\n    pub seg: Seg,\n    /// doc\n    pub(crate) life: L<u8, u8>,\n    hold: H,\n}\nfn f(g: &mut State) { g.seg; g.life; }\n",
@@ -186,8 +170,7 @@ fn the_part_scanner_sees_bindings_of_the_state_and_skips_the_rest() {
         "tbfs/commit/d.rs",
         "fn f(m: &mut State) { m.seg; m.life; m.hold; }\n",
     );
-    let found = multi_part_modules(&dir);
-    let _ = fs::remove_dir_all(&dir);
+    let found = multi_part_modules(dir);
     assert_eq!(
         found,
         BTreeSet::from([
@@ -403,30 +386,19 @@ const KNOWN_MULTI_ENGINE_PART: &[&str] = &[];
 fn only_the_orchestration_names_more_than_one_part_of_the_engine() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let found = multi_engine_part_modules(&src);
-    let known: BTreeSet<String> = KNOWN_MULTI_ENGINE_PART
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let mut report = String::new();
-    for line in &found {
-        if !known.contains(line) {
-            report.push_str(&format!("names more than one part of Engine: {line}\n"));
-        }
-    }
-    for line in &known {
-        if !found.contains(line) {
-            report.push_str(&format!("not so any more (shorten or delete it): {line}\n"));
-        }
-    }
+    let report = against_known(
+        &found,
+        KNOWN_MULTI_ENGINE_PART,
+        "names more than one part of Engine",
+    );
     assert!(report.is_empty(), "{report}");
 }
 
 #[test]
 fn the_engine_part_scanner_sees_bindings_of_the_engine_and_skips_the_rest() {
-    let dir = std::env::temp_dir().join(format!("tb-engine-parts-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(dir.join("tbfs/commit")).unwrap();
-    let write = |rel: &str, text: &str| fs::write(dir.join(rel), text).unwrap();
+    let tree = Scratch::new("tb-engine-parts", "tbfs/commit");
+    let dir = tree.dir();
+    let write = |rel: &str, text: &str| tree.write(rel, text);
     // Only `pub` fields are parts; a private one (`meta`) is `Engine`'s own.
     write(
         "tbfs/state.rs",
@@ -447,8 +419,7 @@ fn the_engine_part_scanner_sees_bindings_of_the_engine_and_skips_the_rest() {
         "tbfs/commit/c.rs",
         "impl Engine { fn f(&self) { self.logs; self.budget; self.stats; } }\n",
     );
-    let found = multi_engine_part_modules(&dir);
-    let _ = fs::remove_dir_all(&dir);
+    let found = multi_engine_part_modules(dir);
     assert_eq!(
         found,
         BTreeSet::from(["tbfs/a.rs: budget logs stats".to_string()])
@@ -457,10 +428,9 @@ fn the_engine_part_scanner_sees_bindings_of_the_engine_and_skips_the_rest() {
 
 #[test]
 fn the_engine_part_scanner_sees_the_engine_through_a_trait_impl_and_a_holder_elsewhere() {
-    let dir = std::env::temp_dir().join(format!("tb-engine-holders-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(dir.join("tbfs")).unwrap();
-    let write = |rel: &str, text: &str| fs::write(dir.join(rel), text).unwrap();
+    let tree = Scratch::new("tb-engine-holders", "tbfs");
+    let dir = tree.dir();
+    let write = |rel: &str, text: &str| tree.write(rel, text);
     write(
         "tbfs/state.rs",
         "pub(crate) struct Engine {\n    pub logs: L,\n    pub budget: B,\n    pub stats: S,\n}\n",
@@ -490,8 +460,7 @@ fn the_engine_part_scanner_sees_the_engine_through_a_trait_impl_and_a_holder_els
         "tbfs/c.rs",
         "impl Other { fn f(&self) { self.inner.logs; self.inner.budget; } }\nimpl File<'_> { fn g(&self) { self.n.logs; self.e.stats(); self.e.budget.z(); } }\n",
     );
-    let found = multi_engine_part_modules(&dir);
-    let _ = fs::remove_dir_all(&dir);
+    let found = multi_engine_part_modules(dir);
     assert_eq!(
         found,
         BTreeSet::from([
@@ -1412,4 +1381,46 @@ fn tarjan(adj: &[Vec<usize>]) -> Vec<Vec<usize>> {
         }
     }
     s.out
+}
+
+/// What `found` has that `known` does not (each line after `what`), and the lines of `known`
+/// that are not so any more: empty when the two agree.
+fn against_known(found: &BTreeSet<String>, known: &[&str], what: &str) -> String {
+    let known: BTreeSet<String> = known.iter().map(|s| s.to_string()).collect();
+    let mut report = String::new();
+    for line in found.difference(&known) {
+        report.push_str(&format!("{what}: {line}\n"));
+    }
+    for line in known.difference(found) {
+        report.push_str(&format!("not so any more (shorten or delete it): {line}\n"));
+    }
+    report
+}
+
+/// A source tree for a scanner test, under the temporary directory, removed when dropped (a
+/// failing test's too).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    /// A new tree named `name` (and the process id), with the directory `sub` made in it.
+    fn new(name: &str, sub: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join(sub)).unwrap();
+        Scratch(dir)
+    }
+
+    fn dir(&self) -> &Path {
+        &self.0
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        fs::write(self.0.join(rel), text).unwrap();
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
 }
