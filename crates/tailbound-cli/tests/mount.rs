@@ -382,6 +382,29 @@ fn a_write_by_another_user_and_a_chown_clear_set_id_bits() {
 }
 
 #[test]
+fn a_chown_that_changes_nothing_still_marks_the_change_time() {
+    let Some(m) = Mounted::with("chown-ctime", |_| {}, &[]) else {
+        return;
+    };
+    // POSIX: a successful chown marks the change time for update even when owner and group
+    // stay (-1, -1). A second apart, so whole seconds tell the update.
+    let out = m.sh("touch f
+         before=$(stat -c %Z f)
+         sleep 1
+         python3 -c 'import os; os.chown(\"f\", -1, -1)'
+         after=$(stat -c %Z f)
+         [ \"$after\" -gt \"$before\" ] && echo updated || echo \"kept $before $after\"
+         echo $after");
+    let out = ok("chown -1 -1", &out);
+    let (seen, after) = out.split_once('\n').unwrap();
+    assert_eq!(seen, "updated");
+    // The pool holds it, not only the kernel's cache of the inode.
+    m.mount_again();
+    let out = m.sh("stat -c %Z f");
+    assert_eq!(ok("after mounting again", &out), after);
+}
+
+#[test]
 fn opening_and_closing_files_costs_no_open_or_release_request() {
     let stats = std::env::temp_dir().join(format!("tb-fuse-requests-{}.txt", std::process::id()));
     let Some(m) = Mounted::with("stats", |_| {}, &["--stats", stats.to_str().unwrap()]) else {

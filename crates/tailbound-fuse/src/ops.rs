@@ -458,7 +458,7 @@ impl Filesystem for TbFuse {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -518,7 +518,9 @@ impl Filesystem for TbFuse {
                 mtime_ns: mtime.map(ns_of),
                 ..SetAttr::default()
             };
-            if attr != SetAttr::default() {
+            // A request carrying only the change time (`chown(f, -1, -1)`, which POSIX says
+            // marks it for update) still changes it: the pool sets it to now.
+            if attr != SetAttr::default() || (st.is_none() && ctime.is_some()) {
                 st = Some(self.fs.set_attr_ino(ino.0, &attr)?);
             }
             match st {
