@@ -60,18 +60,39 @@ fn machine_is_clean(scratch: &Path, pid: u32, schedulers_before: &[(String, Stri
         .filter(|n| n.starts_with(&format!("tailbound-fairness-{pid}-")))
         .collect();
     assert!(cgroups.is_empty(), "cgroups left: {cgroups:?}");
+    // A loop device another program holds now (not this run's: none of those is left, above)
+    // may have had its scheduler set by that program.
+    let busy = attached_loops();
     for (path, before) in schedulers_before {
+        if busy.iter().any(|name| path.contains(&format!("/{name}/"))) {
+            continue;
+        }
         if let Ok(now) = std::fs::read_to_string(path) {
             assert_eq!(&now, before, "{path} changed");
         }
     }
 }
 
+/// Names (`loop3`) of the loop devices attached to a file now.
+fn attached_loops() -> Vec<String> {
+    let out = Command::new("losetup")
+        .args(["--list", "--noheadings", "-O", "NAME"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("/dev/").map(String::from))
+        .collect()
+}
+
+/// The schedulers of the loop devices no program holds now: the run's own devices come from
+/// these, and it must leave each as it found it.
 fn loop_schedulers() -> Vec<(String, String)> {
+    let busy = attached_loops();
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/sys/block").unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with("loop") {
+        if name.starts_with("loop") && !busy.contains(&name) {
             let path = format!("/sys/block/{name}/queue/scheduler");
             if let Ok(s) = std::fs::read_to_string(&path) {
                 out.push((path, s));
