@@ -17,6 +17,7 @@ use super::protocol::{Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, VERSION
 use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, Waker, FEATURE_RING};
 use super::session::Session;
 use super::shared::Shared;
+use super::tally::{Event, Tally};
 use crate::sched::Charge;
 use crate::sys::sock::{send_all, PeerCred};
 use crate::tbfs::{Error, Result};
@@ -31,6 +32,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
         return;
     };
     let s = Session::new(shared, id, cred, watch);
+    let tally = Tally::from_env();
     let Some((rings, called)) = greet(shared, &mut stream, id) else {
         s.end();
         return;
@@ -50,20 +52,24 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
             let mut inbound = SocketIn {
                 stream: stream.try_clone().ok(),
             };
-            serve(&s, callers, &stream, &mut inbound, &out)
+            serve(&s, callers, &stream, &mut inbound, &out, tally.as_ref())
         }
         Some(rings) => {
             let out = RingOut {
                 socket: &stream,
                 waker: rings.completions.waker(),
                 producer: Mutex::new(rings.completions),
+                tally: tally.as_ref(),
             };
             let mut inbound = RingIn {
                 consumer: rings.requests,
             };
-            serve(&s, callers, &stream, &mut inbound, &out)
+            serve(&s, callers, &stream, &mut inbound, &out, tally.as_ref())
         }
     };
+    if let Some(t) = &tally {
+        t.write(id);
+    }
     if let Some(why) = ending {
         eprintln!("tailbound serve: session {id} ended: {why}");
     }
@@ -155,10 +161,6 @@ trait Inbound: Send {
     fn parking(&self) -> Option<Parking> {
         None
     }
-    /// Whether requests wait beyond the one just taken.
-    fn has_more(&self) -> bool {
-        false
-    }
 }
 
 /// Where completions go, from the session's thread and the threads it started. `Err(None)`:
@@ -213,15 +215,13 @@ impl Inbound for RingIn {
     fn parking(&self) -> Option<Parking> {
         Some(self.consumer.parking())
     }
-    fn has_more(&self) -> bool {
-        self.consumer.has_more()
-    }
 }
 
 struct RingOut<'a> {
     socket: &'a UnixStream,
     producer: Mutex<Producer>,
     waker: Waker,
+    tally: Option<&'a Tally>,
 }
 
 impl Outbound for RingOut<'_> {
@@ -238,7 +238,13 @@ impl Outbound for RingOut<'_> {
                 RingError::Gone => None,
                 RingError::Corrupt(_) => Some(e.to_string()),
             })?;
-        self.waker.wake(bits);
+        let woke = self.waker.wake(bits);
+        if let Some(t) = self.tally {
+            t.event(Event::Completion);
+            if woke > 0 {
+                t.event(Event::CompletionWake);
+            }
+        }
         Ok(())
     }
 }
@@ -272,9 +278,16 @@ struct Workers<'w> {
     most: usize,
     /// Requests running on threads of their own (they may wait long).
     apart: AtomicUsize,
+    tally: Option<&'w Tally>,
 }
 
 impl Workers<'_> {
+    fn count(&self, e: Event) {
+        if let Some(t) = self.tally {
+            t.event(e);
+        }
+    }
+
     /// Records why the session ends (if it must) and wakes whatever waits on the client: the
     /// reader and lock waits watch the socket.
     fn fail(&self, why: Option<String>) {
@@ -293,23 +306,27 @@ impl Workers<'_> {
 
     /// The next request, taken by one worker at a time; `None` once the session ends. On the
     /// rings a worker parks without holding them, so the next request goes to whichever
-    /// worker is free first.
+    /// worker is free first. A worker wakes no other: the client's push of a request wakes
+    /// one parked worker if any is parked, so a wake-up here would be a second one for the
+    /// same request (the one that finds nothing, or a `FUTEX_WAKE` that finds no one).
     fn next(&self) -> Option<Vec<u8>> {
+        let mut woken = false;
         loop {
             let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
             if self.ending.load(Ordering::Acquire) {
                 return None;
             }
             let seen = match inbound.next() {
-                Ok(Some(Next::Body(body))) => {
-                    let more = inbound.has_more();
-                    drop(inbound);
-                    if let (true, Some(p)) = (more, &self.parking) {
-                        p.wake_one();
+                // No other worker is woken for the requests behind this one: each request's
+                // push woke a parked worker when one was parked, and when none was, every
+                // worker is awake and reads again once it has answered.
+                Ok(Some(Next::Body(body))) => return Some(body),
+                Ok(Some(Next::Wait(seen))) => {
+                    if woken {
+                        self.count(Event::EmptyWake);
                     }
-                    return Some(body);
+                    seen
                 }
-                Ok(Some(Next::Wait(seen))) => seen,
                 Ok(None) => {
                     self.fail(None);
                     return None;
@@ -324,8 +341,9 @@ impl Workers<'_> {
                 self.fail(Some("a transport that cannot wait".into()));
                 return None;
             };
+            self.count(Event::Park);
             match p.wait(seen, self.socket) {
-                Ok(()) => {}
+                Ok(()) => woken = true,
                 Err(RingError::Gone) => {
                     self.fail(None);
                     return None;
@@ -354,6 +372,7 @@ fn serve<'w>(
     socket: &'w UnixStream,
     inbound: &'w mut dyn Inbound,
     out: &'w dyn Outbound,
+    tally: Option<&'w Tally>,
 ) -> Option<String> {
     let w = Workers {
         parking: inbound.parking(),
@@ -367,6 +386,7 @@ fn serve<'w>(
         started: AtomicUsize::new(1),
         most: most_workers(),
         apart: AtomicUsize::new(0),
+        tally,
     };
     std::thread::scope(|scope| {
         work(scope, s, &w);
@@ -410,6 +430,13 @@ fn answer<'scope, 'env, 'w: 'env>(
     w: &'env Workers<'w>,
     body: Vec<u8>,
 ) {
+    if let Some(t) = w.tally {
+        // The operation's byte follows the id and, when requests carry it, the caller.
+        let at = if w.callers.is_some() { 14 } else { 8 };
+        if let Some(&op) = body.get(at) {
+            t.request(op);
+        }
+    }
     let (req_id, decoded) = Request::decode_owned(body, w.callers.is_some());
     let decoded = decoded.map(|(caller, r)| {
         let charge = caller

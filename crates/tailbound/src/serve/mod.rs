@@ -22,6 +22,7 @@
 //! - `nodes`: `mknod` by path (FIFOs, sockets, devices).
 //! - `shmem`: one memfd per inode for clients' `MAP_SHARED` mappings, shared across them.
 //! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
+//! - `tally`: a session's requests and wake-ups counted, when [`COUNTS_ENV`] names a file.
 //!
 //! Every request is applied to the shared [`Fs`](crate::tbfs::Fs) before it is answered, so a
 //! client sees every other client's writes, synced or not, as processes do through the kernel's
@@ -54,6 +55,7 @@ mod server;
 mod session;
 mod shared;
 mod shmem;
+mod tally;
 
 pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};
@@ -65,6 +67,7 @@ pub use nodes::{mknod_kind, mknod_path};
 pub use observe::{Change, Observer};
 pub use ring::RingSizes;
 pub use server::{Server, ServerHandle, ServerOptions};
+pub use tally::ENV as COUNTS_ENV;
 
 /// The socket a pool's server listens on: the pool's path with `.sock` added.
 pub fn socket_path(pool: &Path) -> PathBuf {

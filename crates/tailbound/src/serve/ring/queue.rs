@@ -460,11 +460,6 @@ impl Parking {
             .wake_bits(self.q.ctrl.tail, self.q.ctrl.data_waiter, bits)
     }
 
-    /// Wakes one thread parked in [`Parking::wait`], if any is.
-    pub fn wake_one(&self) {
-        self.q.wake_one(self.q.ctrl.tail, self.q.ctrl.data_waiter);
-    }
-
     /// Wakes every thread parked in [`Parking::wait`] (the session ends).
     pub fn wake_all(&self) {
         futex_wake(self.q.word(self.q.ctrl.tail), i32::MAX);
@@ -527,11 +522,6 @@ impl Consumer {
             Polled::Frame(f) => Ok(f),
             Polled::Wait(tail) => Err(tail),
         })
-    }
-
-    /// Whether the producer published bytes not read yet.
-    pub fn has_more(&self) -> bool {
-        self.q.word(self.q.ctrl.tail).load(Ordering::Acquire) != self.head
     }
 
     pub fn parking(&self) -> Parking {
