@@ -20,7 +20,8 @@ use crate::CliResult;
 /// of 256 MiB or more; each is printed with the pool's df figures); every acknowledged write
 /// reads back (files now and then, all of them after each level, snapshots' files before
 /// they are dropped); after each power cut, fsck of the crashed image is clean and what was
-/// durable reads back; fsck is clean at the end. Progress goes to stderr, the summary (ops
+/// durable reads back (each cut logs the files lost, and apart from them those not durable it
+/// kept, rolled back, removed or took); fsck is clean at the end. Progress goes to stderr, the summary (ops
 /// by kind, bytes written, ENOSPC total and spurious, checks, power cuts) to stdout.
 #[derive(Args)]
 pub struct SoakArgs {

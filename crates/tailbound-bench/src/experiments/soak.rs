@@ -17,8 +17,12 @@
 //! - snapshots read back as the files were when they were taken;
 //! - at each power cut (the simulated device loses, keeps or tears every unflushed write), `fsck`
 //!   of the crashed image is clean, it opens, every file made durable and not changed since reads
-//!   back, nothing deleted durably comes back, and every snapshot is there. The run then goes on
-//!   from the recovered pool, under the next ordering and barrier policy;
+//!   back, nothing deleted durably comes back, and every snapshot is there. A file not durable
+//!   may come back as last acknowledged or as last made durable (kept), in another state
+//!   (removed), or not at all: each cut counts these apart from lost durable files, which fail
+//!   the run ([`CutCheck`]). A refused call changes nothing, so it leaves a durable file
+//!   durable. The run then goes on from the recovered pool, under the next ordering and barrier
+//!   policy;
 //! - at the end, `fsck` of the closed pool is clean.
 //!
 //! An error that stops the pool (a poisoned pool, say) is a failure; the run then reopens the
