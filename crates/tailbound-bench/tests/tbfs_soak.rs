@@ -32,7 +32,7 @@ fn soak_holds_60_75_85_percent_live_through_power_cuts() {
     cfg.power_cuts = env_u64("TBFS_SOAK_CUTS", 3) as u32;
     cfg.seed = env_u64("TBFS_SOAK_SEED", 0x50a4_0001);
     cfg.background_gc = env_u64("TBFS_SOAK_BACKGROUND_GC", 1) != 0;
-    let report = soak::run(&cfg, &|line| eprintln!("soak: {line}"));
+    let report = soak::run(&cfg, &|line| eprintln!("soak: {line}")).expect("the pool formats");
     let summary = report.to_markdown();
     eprintln!("{summary}");
     assert!(

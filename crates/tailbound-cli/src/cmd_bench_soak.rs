@@ -20,7 +20,8 @@ use crate::CliResult;
 /// of 256 MiB or more; each is printed with the pool's df figures); every acknowledged write
 /// reads back (files now and then, all of them after each level, snapshots' files before
 /// they are dropped); after each power cut, fsck of the crashed image is clean and what was
-/// durable reads back; fsck is clean at the end. Progress goes to stderr, the summary (ops
+/// durable reads back (each cut logs the files lost, and apart from them those not durable it
+/// kept, rolled back, removed or took); fsck is clean at the end. Progress goes to stderr, the summary (ops
 /// by kind, bytes written, ENOSPC total and spurious, checks, power cuts) to stdout.
 #[derive(Args)]
 pub struct SoakArgs {
@@ -34,6 +35,11 @@ pub struct SoakArgs {
     /// and a power cut briefly once more).
     #[arg(long, value_parser = parse_bytes, default_value = "1GiB")]
     pool_size: u64,
+    /// The pool's segment size (bytes, or with KiB/MiB): a multiple of 4 KiB, at least
+    /// 32 KiB, and small enough for the pool to hold the segments tbfs needs. Default: what
+    /// `fs mkfs` picks for the pool's size (4 MiB for 1 GiB, 1 MiB for 256 MiB).
+    #[arg(long, value_parser = parse_bytes)]
+    segment_size: Option<u64>,
     /// Writer threads.
     #[arg(long, default_value_t = 4)]
     threads: usize,
@@ -66,9 +72,11 @@ pub fn run(args: SoakArgs) -> CliResult {
     cfg.threads = args.threads;
     cfg.power_cuts = args.power_cuts;
     cfg.seed = args.seed;
+    cfg.segment_bytes = args.segment_size;
     eprintln!(
-        "bench soak: {} MiB pool (simulated device), {} threads, live {} for {} s each, {} power cut(s), seed {:#x}",
+        "bench soak: {} MiB pool (simulated device) in {} KiB segments, {} threads, live {} for {} s each, {} power cut(s), seed {:#x}",
         args.pool_size >> 20,
+        cfg.segment_bytes() >> 10,
         args.threads,
         args.live
             .iter()
@@ -79,7 +87,13 @@ pub fn run(args: SoakArgs) -> CliResult {
         args.power_cuts,
         args.seed
     );
-    let report = soak::run(&cfg, &|line| eprintln!("soak: {line}"));
+    let report = soak::run(&cfg, &|line| eprintln!("soak: {line}")).map_err(|e| {
+        format!(
+            "bench soak: a {}-byte pool in segments of {} bytes: {e}",
+            args.pool_size,
+            cfg.segment_bytes()
+        )
+    })?;
     println!("{}", report.to_markdown());
     if let Some(path) = &args.json {
         write_json(path, &report)?;

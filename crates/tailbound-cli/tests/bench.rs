@@ -871,3 +871,54 @@ fn walk_files(dir: &Path) -> usize {
     }
     n
 }
+
+#[test]
+fn soak_takes_a_segment_size_and_refuses_one_the_format_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("soak.json");
+    let out = tailbound(&[
+        "bench",
+        "soak",
+        "--pool-size",
+        "64MiB",
+        "--segment-size",
+        "256KiB",
+        "--live",
+        "0.5",
+        "--duration",
+        "2s",
+        "--threads",
+        "1",
+        "--power-cuts",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("in 256 KiB segments"),
+        "{}",
+        stderr(&out)
+    );
+    let report = read_json(&json);
+    assert_eq!(report["segment_bytes"], 256 << 10);
+    assert_eq!(report["after_cuts"]["durable_lost"], 0);
+    for (size, says) in [
+        ("16KiB", "segment size 16384"),
+        ("5000", "segment size 5000"),
+        ("64MiB", "tbfs needs at least"),
+    ] {
+        let out = tailbound(&[
+            "bench",
+            "soak",
+            "--pool-size",
+            "64MiB",
+            "--segment-size",
+            size,
+            "--duration",
+            "1s",
+        ]);
+        assert!(!out.status.success(), "--segment-size {size} ran");
+        assert!(stderr(&out).contains(says), "{size}: {}", stderr(&out));
+    }
+}

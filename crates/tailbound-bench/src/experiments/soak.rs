@@ -17,8 +17,12 @@
 //! - snapshots read back as the files were when they were taken;
 //! - at each power cut (the simulated device loses, keeps or tears every unflushed write), `fsck`
 //!   of the crashed image is clean, it opens, every file made durable and not changed since reads
-//!   back, nothing deleted durably comes back, and every snapshot is there. The run then goes on
-//!   from the recovered pool, under the next ordering and barrier policy;
+//!   back, nothing deleted durably comes back, and every snapshot is there. A file not durable
+//!   may come back as last acknowledged or as last made durable (kept), in another state
+//!   (removed), or not at all: each cut counts these apart from lost durable files, which fail
+//!   the run ([`CutCheck`]). A refused call changes nothing, so it leaves a durable file
+//!   durable. The run then goes on from the recovered pool, under the next ordering and barrier
+//!   policy;
 //! - at the end, `fsck` of the closed pool is clean.
 //!
 //! An error that stops the pool (a poisoned pool, say) is a failure; the run then reopens the
@@ -92,6 +96,9 @@ pub struct SoakConfig {
     /// Run the engine's background cleaner (the default, as programs get it); off, writers
     /// clean when they need room.
     pub background_gc: bool,
+    /// The pool's segment size; `None`: what `mkfs` picks for the pool's size
+    /// ([`fsck::default_segment_bytes`]).
+    pub segment_bytes: Option<u64>,
 }
 
 impl SoakConfig {
@@ -105,7 +112,14 @@ impl SoakConfig {
             seed: 0x50a4,
             mix: SizeMix::default(),
             background_gc: true,
+            segment_bytes: None,
         }
+    }
+
+    /// The segment size the pool is formatted with.
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+            .unwrap_or_else(|| fsck::default_segment_bytes(self.pool_bytes))
     }
 }
 
@@ -201,6 +215,7 @@ pub struct SoakReport {
     pub experiment: &'static str,
     pub seed: u64,
     pub pool_bytes: u64,
+    pub segment_bytes: u64,
     pub threads: usize,
     pub levels: Vec<LevelReport>,
     pub enospc: u64,
@@ -208,10 +223,13 @@ pub struct SoakReport {
     /// The first spurious refusals, in detail.
     pub spurious: Vec<EnospcEvent>,
     /// Files read back and compared (whole), snapshot files compared, durable files checked
-    /// after power cuts, full checks of every file, fsck runs.
+    /// after power cuts (and reopens), full checks of every file, fsck runs.
     pub files_checked: u64,
     pub snapshot_files_checked: u64,
     pub durable_files_checked: u64,
+    /// The checks after power cuts and reopens, summed: durable files lost (each also a
+    /// failure), and what the cuts took or left of changes not made durable.
+    pub after_cuts: CutCheck,
     pub full_checks: u64,
     pub fsck_runs: u64,
     pub power_cuts_planned: u32,
@@ -232,6 +250,7 @@ impl SoakReport {
     /// No failed check: no panic or error, no spurious `NoSpace`, nothing lost, fsck clean.
     pub fn passed(&self) -> bool {
         self.failures_total == 0
+            && self.after_cuts.durable_lost == 0
             && self.enospc_spurious == 0
             && self.fsck_final == "clean"
             && self.power_cuts_survived == self.power_cuts_planned
@@ -273,7 +292,12 @@ impl SoakReport {
             ("seed", format!("{:#x}", self.seed)),
             (
                 "pool",
-                format!("{} MiB, {} threads", self.pool_bytes >> 20, self.threads),
+                format!(
+                    "{} MiB in {} KiB segments, {} threads",
+                    self.pool_bytes >> 20,
+                    self.segment_bytes >> 10,
+                    self.threads
+                ),
             ),
             (
                 "ENOSPC (total / spurious)",
@@ -286,7 +310,31 @@ impl SoakReport {
             ),
             (
                 "durable files checked after power cuts",
-                self.durable_files_checked.to_string(),
+                format!(
+                    "{} ({:.1} MiB)",
+                    self.durable_files_checked,
+                    mib(self.after_cuts.durable_bytes)
+                ),
+            ),
+            (
+                "durable files lost (acknowledged data)",
+                format!(
+                    "{} ({:.1} MiB)",
+                    self.after_cuts.durable_lost,
+                    mib(self.after_cuts.durable_lost_bytes)
+                ),
+            ),
+            (
+                "not durable after power cuts: kept / rolled back / removed / absent",
+                format!(
+                    "{} / {} / {} ({:.1} MiB) / {} ({:.1} MiB)",
+                    self.after_cuts.acknowledged_kept,
+                    self.after_cuts.rolled_back,
+                    self.after_cuts.removed,
+                    mib(self.after_cuts.removed_bytes),
+                    self.after_cuts.absent,
+                    mib(self.after_cuts.absent_bytes)
+                ),
             ),
             ("full checks of every file", self.full_checks.to_string()),
             ("fsck runs", self.fsck_runs.to_string()),
@@ -372,6 +420,21 @@ struct ThreadModel {
 }
 
 impl ThreadModel {
+    /// Thread `id`'s model, its choices drawn from `seed`.
+    fn new(id: usize, seed: u64) -> ThreadModel {
+        ThreadModel {
+            id,
+            rng: SplitMix64::new(seed ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9)),
+            files: Vec::new(),
+            next_name: 0,
+            next_stamp: 0,
+            gone: Vec::new(),
+            gone_durable: VecDeque::new(),
+            hold_ops: 0,
+            reach_ops: 0,
+        }
+    }
+
     fn dir(&self) -> String {
         format!("/t{}", self.id)
     }
@@ -414,7 +477,6 @@ struct Tally {
     spurious: AtomicU64,
     files_checked: AtomicU64,
     snapshot_files_checked: AtomicU64,
-    durable_files_checked: AtomicU64,
     full_checks: AtomicU64,
     fsck_runs: AtomicU64,
     /// A write was refused for room: the next thread to finish an operation drops a snapshot.
@@ -670,12 +732,18 @@ impl Drop for InFlight<'_> {
     }
 }
 
+#[path = "soak_cut.rs"]
+mod cut_check;
 #[path = "soak_ops.rs"]
 mod ops;
+pub use cut_check::CutCheck;
 #[path = "soak_run.rs"]
 mod run_loop;
 
 /// Runs the soak. `log` gets one line per event (level reached, power cut, failure).
-pub fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
+///
+/// An error is the format's refusal of the pool `cfg` asks for (a segment size it does not
+/// take, say): no run. Everything that goes wrong after is in the report.
+pub fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> Result<SoakReport, Error> {
     run_loop::run(cfg, log)
 }

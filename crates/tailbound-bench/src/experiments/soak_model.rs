@@ -295,9 +295,29 @@ pub struct FileModel {
     /// What a power cut must leave at `path`, if the file has been made durable and neither its
     /// content nor its name changed since.
     pub durable: Option<Content>,
+    /// The content it had when last made durable at `path`, changed since or not: a state a
+    /// power cut may leave (it may also leave the acknowledged `content`).
+    pub last_durable: Option<Content>,
 }
 
 impl FileModel {
+    /// A file just created at `path`, holding nothing durable.
+    pub fn new(path: String) -> FileModel {
+        FileModel {
+            path,
+            content: Content::default(),
+            durable: None,
+            last_durable: None,
+        }
+    }
+
+    /// An fsync (under a policy where it is durable) or a sync returned: the content as it is
+    /// now must survive a power cut.
+    pub fn made_durable(&mut self) {
+        self.durable = Some(self.content.clone());
+        self.last_durable = self.durable.clone();
+    }
+
     /// Bytes the file's data holds in the pool, counted in whole blocks.
     pub fn bytes(&self) -> u64 {
         self.content.len().div_ceil(4 * KIB) * 4 * KIB

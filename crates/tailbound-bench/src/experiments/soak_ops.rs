@@ -180,11 +180,7 @@ fn create(ctx: &Ctx<'_>, m: &mut ThreadModel, room: u64) {
         Ok(f) => f,
         Err(e) => return ctx.failed(Op::Create, &path, 0, e.into()),
     };
-    m.files.push(FileModel {
-        path: path.clone(),
-        content: Content::default(),
-        durable: None,
-    });
+    m.files.push(FileModel::new(path.clone()));
     let i = m.files.len() - 1;
     let mut off = 0;
     while off < size {
@@ -385,6 +381,8 @@ fn rename(ctx: &Ctx<'_>, m: &mut ThreadModel) {
     match ctx.fs.rename(&from, &to) {
         Ok(()) => {
             touched(m, i);
+            // Nothing was made durable under the new name.
+            m.files[i].last_durable = None;
             m.files[i].path = to;
             m.gone.push(from);
         }
@@ -496,7 +494,11 @@ fn remove(ctx: &Ctx<'_>, m: &mut ThreadModel, i: usize, op: Op) {
             m.gone.push(path);
         }
         Err(e) => {
-            touched(m, i);
+            // A refused unlink left the file as it was (durable still); another error may
+            // have left it either way.
+            if !matches!(e, Error::NoSpace(_)) {
+                touched(m, i);
+            }
             ctx.failed(op, &path, 0, e.into())
         }
     }
@@ -523,7 +525,7 @@ fn finish_fsync(ctx: &Ctx<'_>, m: &mut ThreadModel, i: usize, f: &tailbound::tbf
     match f.fsync() {
         Ok(()) => {
             if fsync_is_durable(ctx.policy.0, ctx.policy.1) {
-                m.files[i].durable = Some(m.files[i].content.clone());
+                m.files[i].made_durable();
             }
         }
         Err(e) => {
@@ -563,7 +565,7 @@ fn global_sync(ctx: &Ctx<'_>) {
             for m in ctx.models {
                 let mut m = m.lock();
                 for f in &mut m.files {
-                    f.durable = Some(f.content.clone());
+                    f.made_durable();
                 }
                 let gone = std::mem::take(&mut m.gone);
                 m.gone_durable.extend(gone);

@@ -4,7 +4,7 @@ use super::ops::worker;
 use super::*;
 
 /// The run: format, the levels in turn (each split into epochs by power cuts), the final checks.
-pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
+pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> Result<SoakReport, Error> {
     let started = Instant::now();
     let mut rng = SplitMix64::new(cfg.seed);
     let threads = cfg.threads.max(1);
@@ -24,19 +24,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
     let (live, in_flight) = (AtomicU64::new(0), AtomicU64::new(0));
     let world = RwLock::new(());
     let models: Vec<Mutex<ThreadModel>> = (0..threads)
-        .map(|id| {
-            Mutex::new(ThreadModel {
-                id,
-                rng: SplitMix64::new(cfg.seed ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9)),
-                files: Vec::new(),
-                next_name: 0,
-                next_stamp: 0,
-                gone: Vec::new(),
-                gone_durable: VecDeque::new(),
-                hold_ops: 0,
-                reach_ops: 0,
-            })
-        })
+        .map(|id| Mutex::new(ThreadModel::new(id, cfg.seed)))
         .collect();
     // Power cuts: each at a random level and a random point of it.
     let levels = cfg.levels.len().max(1);
@@ -52,6 +40,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
         experiment: "soak",
         seed: cfg.seed,
         pool_bytes: cfg.pool_bytes,
+        segment_bytes: cfg.segment_bytes(),
         threads,
         levels: Vec::new(),
         enospc: 0,
@@ -60,6 +49,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
         files_checked: 0,
         snapshot_files_checked: 0,
         durable_files_checked: 0,
+        after_cuts: CutCheck::default(),
         full_checks: 0,
         fsck_runs: 0,
         power_cuts_planned: cfg.power_cuts,
@@ -82,17 +72,11 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
     let config = Config {
         ordering: POLICIES[0].0,
         barrier: POLICIES[0].1,
-        segment_bytes: fsck::default_segment_bytes(cfg.pool_bytes),
+        segment_bytes: cfg.segment_bytes(),
         background_gc: cfg.background_gc,
         ..Config::memory_pool()
     };
-    let mut fs = match Fs::format(dev.clone(), &config) {
-        Ok(fs) => Some(fs),
-        Err(e) => {
-            fail(format!("seed {:#x}: format: {e}", cfg.seed));
-            None
-        }
-    };
+    let mut fs = Some(Fs::format(dev.clone(), &config)?);
     if let Some(f) = &fs {
         for t in 0..threads {
             for dir in [format!("/t{t}"), format!("/t{t}/sub")] {
@@ -253,7 +237,19 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
                 policy.1
             ));
             match recover(
-                cfg, &dev, policy, &models, &snaps, &live, &tally, &writes, level, &what, &fail,
+                cfg,
+                &dev,
+                policy,
+                &models,
+                &snaps,
+                &live,
+                &tally,
+                &writes,
+                level,
+                &what,
+                &fail,
+                log,
+                &mut report.after_cuts,
             ) {
                 Some(f) => {
                     if was_cut {
@@ -363,7 +359,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
     report.spurious = spurious.into_inner();
     report.files_checked = tally.files_checked.load(AtOrd::Relaxed);
     report.snapshot_files_checked = tally.snapshot_files_checked.load(AtOrd::Relaxed);
-    report.durable_files_checked = tally.durable_files_checked.load(AtOrd::Relaxed);
+    report.durable_files_checked = report.after_cuts.durable;
     report.full_checks = tally.full_checks.load(AtOrd::Relaxed);
     report.fsck_runs = tally.fsck_runs.load(AtOrd::Relaxed);
     let f = failures.into_inner();
@@ -372,7 +368,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> SoakReport {
     report.seconds = started.elapsed().as_secs_f64();
     report.reopens = reopens;
     report.passed = report.passed();
-    report
+    Ok(report)
 }
 
 /// Reads every file back and compares the directory listings with the model.
@@ -510,6 +506,8 @@ fn recover(
     level: f64,
     what: &str,
     fail: &dyn Fn(String),
+    log: &(dyn Fn(&str) + Sync),
+    after_cuts: &mut CutCheck,
 ) -> Option<Fs> {
     let at = format!("seed {:#x}, level {:.0} %, {what}", cfg.seed, level * 100.0);
     tally.fsck_runs.fetch_add(1, AtOrd::Relaxed);
@@ -569,84 +567,33 @@ fn recover(
         }
         Err(e) => fail(format!("{at}: listing checkpoints: {e}")),
     }
+    let rec = fs.recovery_report();
+    log(&format!(
+        "{at}: recovered from checkpoint {} (the superblock named {}), {} logs rolled forward, {} skipped ({}); the model held {:.1} MiB live; the pool: {}",
+        rec.checkpoint,
+        rec.superblock_checkpoint,
+        rec.logs_rolled_forward,
+        rec.logs_skipped,
+        rec.stop_reason,
+        mib(live.load(AtOrd::Relaxed)),
+        df(&fs)
+    ));
     let mut total = 0u64;
+    let mut found = CutCheck::default();
     for m in models {
         let mut m = m.lock();
-        let mut kept: Vec<FileModel> = Vec::new();
-        for f in std::mem::take(&mut m.files) {
-            // A pool that stops while being checked fails every later read: say it once.
-            if let Err(e) = fs.statvfs() {
+        match cut_check::check_thread(&fs, cfg, &mut m, writes, &at, fail) {
+            Ok(c) => found.add(&c),
+            Err(e) => {
                 fail(format!("{at}: the recovered pool stopped: {e}"));
+                after_cuts.add(&found);
                 return None;
             }
-            let got = read_all(&fs, &f.path, cfg.pool_bytes);
-            if let Some(want) = &f.durable {
-                tally.durable_files_checked.fetch_add(1, AtOrd::Relaxed);
-                match &got {
-                    Ok(bytes) => {
-                        if let Some(bad) = want.mismatch(bytes) {
-                            fail(format!(
-                                "{at}: {} was durable: {}",
-                                f.path,
-                                explain(writes, bytes, &bad)
-                            ));
-                        }
-                    }
-                    Err(e) => fail(format!("{at}: {} was durable: {e}", f.path)),
-                }
-            }
-            match got {
-                Ok(bytes) if f.content.mismatch(&bytes).is_none() => kept.push(FileModel {
-                    durable: Some(f.content.clone()),
-                    ..f
-                }),
-                Ok(bytes) => {
-                    // What the crash left of a change not made durable: as a program would
-                    // after a crash, remove it unless it is exactly a state the model knows.
-                    if f.durable
-                        .as_ref()
-                        .is_some_and(|d| d.mismatch(&bytes).is_none())
-                    {
-                        let d = f.durable.clone().unwrap_or_default();
-                        kept.push(FileModel {
-                            content: d.clone(),
-                            durable: Some(d),
-                            ..f
-                        });
-                    } else if let Err(e) = fs.unlink(&f.path) {
-                        fail(format!("{at}: unlinking {}: {e}", f.path));
-                    }
-                }
-                Err(Error::NotFound(_)) => {}
-                Err(e) => fail(format!("{at}: reading {}: {e}", f.path)),
-            }
         }
-        // Names the model does not know (a replace's temporary, a create cut short) go too.
-        let keep: std::collections::HashSet<&str> = kept.iter().map(|f| f.path.as_str()).collect();
-        for dir in [m.dir(), format!("{}/sub", m.dir())] {
-            match fs.readdir(&dir) {
-                Ok(list) => {
-                    for e in list.into_iter().filter(|e| e.name != "sub") {
-                        let p = format!("{dir}/{}", e.name);
-                        if m.gone_durable.contains(&p) {
-                            fail(format!("{at}: {p} was deleted durably and is back"));
-                        }
-                        if !keep.contains(p.as_str()) {
-                            if let Err(e) = fs.unlink(&p) {
-                                fail(format!("{at}: unlinking {p}: {e}"));
-                            }
-                        }
-                    }
-                }
-                Err(e) => fail(format!("{at}: readdir {dir}: {e}")),
-            }
-        }
-        drop(keep);
-        m.files = kept;
-        m.gone.clear();
-        m.gone_durable.clear();
         total += m.files.iter().map(FileModel::bytes).sum::<u64>();
     }
+    log(&format!("{at}: {}", found.summary()));
+    after_cuts.add(&found);
     live.store(total, AtOrd::Release);
     if let Err(e) = fs.sync() {
         fail(format!("{at}: sync after recovery: {e}"));
