@@ -160,6 +160,8 @@ pub struct PriorityReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct TbfsProfile {
     pub latency_goal_ms: f64,
+    /// The scheduler's dispatch depth.
+    pub depth: usize,
     pub max_io_read: u64,
     pub max_io_write: u64,
     /// Largest write piece of a lower class while a real-time tenant is active
@@ -243,9 +245,11 @@ impl PriorityReport {
         };
         let profile = self.tbfs_profile.as_ref().map_or(String::new(), |p| {
             format!(
-                "tbfs's scheduler, calibrated on the loop file system for a {:.1} ms goal: reads \
+                "tbfs's scheduler at depth {}, calibrated on the loop file system for a {:.1} ms \
+                 goal: reads \
                  split to {}, writes to {} ({} while the writer is active: writes cost {:.0} µs \
                  + {:.3} ns per byte), a flush after {} written ({:.2} ns per byte cached)\n\n",
+                p.depth,
                 p.latency_goal_ms,
                 tailbound::units::Bytes(p.max_io_read),
                 tailbound::units::Bytes(p.max_io_write),

@@ -176,6 +176,7 @@ fn targets_hold_tbfs_to_its_own_writer_alone_and_below_every_kernel_scheduler() 
         processes: false,
         tbfs_profile: Some(TbfsProfile {
             latency_goal_ms: 5.0,
+            depth: 1,
             max_io_read: 1 << 20,
             max_io_write: 1 << 20,
             guard_write: 192 << 10,
@@ -206,7 +207,7 @@ fn targets_hold_tbfs_to_its_own_writer_alone_and_below_every_kernel_scheduler() 
     assert!(md.contains("| NO "), "{md}");
     assert!(
         md.contains(
-            "for a 5.0 ms goal: reads split to 1 MiB, writes to 1 MiB (192 KiB while the writer \
+            "at depth 1, calibrated on the loop file system for a 5.0 ms goal: reads split to 1 MiB, writes to 1 MiB (192 KiB while the writer \
              is active: writes cost 200 µs + 4.000 ns per byte), a flush after 900 KiB"
         ),
         "{md}"
