@@ -128,6 +128,10 @@ pub(crate) struct PriorityArgs {
     /// write piece's time.
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
     latency_goal: Duration,
+    /// Dispatch depth of tbfs's scheduler in the tbfs cases (1 to 64). At 2 or more the copy
+    /// leaves one slot free for the writer while it is active.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    tbfs_depth: u16,
     /// Skip the writer-alone runs (no copy) made before the cases.
     #[arg(long)]
     no_writer_alone: bool,
@@ -412,6 +416,7 @@ pub(crate) fn run_priority(args: PriorityArgs) -> CliResult {
         bench.copy_alone = alone;
     }
     bench.latency_goal = args.latency_goal;
+    bench.tbfs_depth = usize::from(args.tbfs_depth);
     bench.writer_alone = !args.no_writer_alone;
     bench.processes = args.processes;
     bench.scratch_parent = args

@@ -399,6 +399,10 @@ pub struct PriorityBench {
     /// The tbfs cases' scheduler uses a profile calibrated on the loop file system at the start
     /// of the run with this latency goal (split sizes and flush debt).
     pub latency_goal: Duration,
+    /// Most requests the tbfs cases' scheduler keeps in the device (`--tbfs-depth`; 1, BFQ's
+    /// `strict_guarantees`, by default). At 2 or more the copy leaves one slot free while the
+    /// writer is active (`sched::Config::rt_window`).
+    pub tbfs_depth: usize,
     /// Before the cases, the writer runs alone (no copy) at each rate, on the kernel path (the
     /// loop device under `none`) and in a tbfs pool per policy: what the device gives a lone
     /// writer in this run, the floor under any scheduler's figures.
@@ -425,6 +429,7 @@ impl PriorityBench {
             copy_mode: CopyMode::Buffered,
             copy_alone: Duration::from_secs(5),
             latency_goal: LATENCY_GOAL_DEFAULT,
+            tbfs_depth: 1,
             writer_alone: true,
             processes: false,
             child_exe: None,
@@ -609,8 +614,12 @@ impl PriorityBench {
             processes: self.processes,
             tbfs_profile: profile.map(|p| TbfsProfile {
                 latency_goal_ms: self.latency_goal.as_secs_f64() * 1e3,
+                depth: self.tbfs_depth,
                 max_io_read: p.max_io_read,
                 max_io_write: p.max_io_write,
+                guard_write: p.guard_piece(tailbound::sched::Op::Write),
+                write_io_ns: p.write_io_ns,
+                write_byte_ns: p.write_byte_ns,
                 flush_debt: p.flush_debt(),
                 flush_byte_ns: p.flush_byte_ns,
             }),

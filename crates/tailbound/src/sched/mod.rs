@@ -17,6 +17,13 @@
 //! Splitting applies to every policy but `fifo`; `max_io` comes from [`Config::max_io`] or else
 //! the device profile (read and write apart). Merges never build a dispatch larger than that.
 //!
+//! Real-time guard ([`Config::rt_window`], `priority` and `default`): while a real-time tenant is
+//! active (a request of it queued or in the device, or one arrived or completed within the
+//! window), lower classes are dispatched in pieces of at most [`DeviceProfile::guard_piece`], the
+//! size whose transfer costs [`RT_GUARD_TRANSFER`] times a request's fixed cost, and at a depth
+//! of 2 or more they leave one slot free: a real-time request waits for at most one such piece,
+//! or none. Once the tenant has been quiet a window long, they go back to full pieces.
+//!
 //! Aging: when the request at the head of a tenant's queue has waited `aging` (default 10 s) while
 //! a higher class kept the device busy, it is dispatched next regardless of class, so a tenant of a
 //! starved class still moves at least one piece per `aging` interval.
@@ -31,6 +38,8 @@ use std::sync::Arc;
 pub mod calibrate;
 pub mod clients;
 mod exec;
+#[cfg(test)]
+mod guard_tests;
 pub mod inherit;
 mod model;
 pub mod queue;
@@ -45,6 +54,7 @@ pub use exec::{
 pub use model::{
     Class, Config, DeviceProfile, Op, Policy, Prio, TenantId, TenantStats, AGING_DEFAULT,
     DEPTH_DEFAULT, DEPTH_MAX, FLUSH_DEBT_MAX, FLUSH_OVERHEAD_INVERSE, LEVEL_MAX, MERGE_CAP_DEFAULT,
+    RT_GUARD_TRANSFER, RT_WINDOW_DEFAULT,
 };
 
 impl Config {

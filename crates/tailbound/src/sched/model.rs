@@ -279,6 +279,28 @@ impl DeviceProfile {
         Some((bytes as u64 / block * block).max(block))
     }
 
+    /// The largest piece of `op` a lower class is dispatched in while a real-time tenant is
+    /// active ([`Config::rt_window`]): the size whose transfer costs [`RT_GUARD_TRANSFER`]
+    /// times the request's fixed cost (whole blocks, at least one, at most [`DeviceProfile::max_io`]).
+    /// A real-time request then waits for at most `1 + RT_GUARD_TRANSFER` fixed costs of device
+    /// time behind one such piece, and the piece still spends at least
+    /// `RT_GUARD_TRANSFER / (1 + RT_GUARD_TRANSFER)` of its time moving bytes (4/5), so a copy
+    /// cut to it keeps that share of what the device gives it in the model. A profile whose
+    /// bytes cost nothing gives the full size: size does not hold the device longer.
+    pub fn guard_piece(&self, op: Op) -> u64 {
+        let full = self.max_io(op);
+        let (io_ns, byte_ns) = match op {
+            Op::Read => (self.read_io_ns, self.read_byte_ns),
+            Op::Write | Op::Flush => (self.write_io_ns, self.write_byte_ns),
+        };
+        if byte_ns <= 0.0 {
+            return full;
+        }
+        let block = crate::dev::BLOCK_SIZE;
+        let bytes = (RT_GUARD_TRANSFER * io_ns / byte_ns).min(full as f64);
+        (bytes as u64 / block * block).clamp(block, full.max(block))
+    }
+
     /// The modelled time of a flush after `cached` bytes were written since the previous one.
     pub fn flush_cost_ns(&self, cached: u64) -> f64 {
         self.flush_ns + self.flush_byte_ns * cached as f64
@@ -408,8 +430,28 @@ pub struct Config {
     /// never flushes unasked ([`Config::default`]); [`Config::for_device`] takes the profile's
     /// [`DeviceProfile::flush_debt`].
     pub flush_debt: Option<u64>,
+    /// How long a real-time tenant counts as active after its last request arrived or
+    /// completed (it is active, too, while one is queued or in the device). Meanwhile, under
+    /// `priority` and `default`, lower classes are dispatched in pieces of at most
+    /// [`DeviceProfile::guard_piece`] (cut when dispatched, so pieces queued before stay
+    /// whole only until then), and with a depth of 2 or more they leave one slot of the device
+    /// free, so a real-time request never queues behind a lower class's dispatch. `None`: no
+    /// such guard. See [`RT_WINDOW_DEFAULT`].
+    pub rt_window: Option<Duration>,
     pub profile: DeviceProfile,
 }
+
+/// A lower-class piece's transfer time while real time is active, in fixed costs of a request
+/// ([`DeviceProfile::guard_piece`]): 4 keeps 4/5 of the copy's modelled throughput, the issue's
+/// floor for what a best-effort copy keeps beside a real-time writer.
+pub const RT_GUARD_TRANSFER: f64 = 4.0;
+
+/// Default [`Config::rt_window`]. The guard costs lower classes at most a fifth of their modelled
+/// throughput while it holds, so holding it long is cheap; a window of a second keeps it on for
+/// any real-time tenant issuing at least once a second (a 111/s writer's gaps are 9 ms, so it
+/// never lapses between its requests, when a full piece would go in first), and a tenant that
+/// stopped costs the others that fifth for one second.
+pub const RT_WINDOW_DEFAULT: Duration = Duration::from_secs(1);
 
 /// Largest flush debt a profile derives.
 pub const FLUSH_DEBT_MAX: u64 = 64 << 20;
@@ -436,6 +478,7 @@ impl Default for Config {
             aging: AGING_DEFAULT,
             anticipation: None,
             flush_debt: None,
+            rt_window: Some(RT_WINDOW_DEFAULT),
             profile: DeviceProfile::conservative(),
         }
     }

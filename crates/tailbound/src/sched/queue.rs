@@ -197,6 +197,12 @@ pub struct Queue {
     /// The flush dispatches in the device.
     flushes_in_flight: Vec<FlushInFlight>,
     next_flight: u64,
+    /// [`Config::rt_window`], when the policy ranks classes.
+    rt_window_ns: Option<Nanos>,
+    /// When a real-time request last arrived or a real-time dispatch last completed.
+    rt_seen: Option<Nanos>,
+    /// Real-time dispatches in the device.
+    rt_in_flight: usize,
 }
 
 /// A flush dispatch in the device.
@@ -251,7 +257,35 @@ impl Queue {
             writes_done: 0,
             flushes_in_flight: Vec::new(),
             next_flight: 0,
+            rt_window_ns: cfg
+                .rt_window
+                .filter(|_| matches!(cfg.policy, Policy::Priority | Policy::Default))
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            rt_seen: None,
+            rt_in_flight: 0,
         }
+    }
+
+    /// Whether a real-time tenant is active at `now` ([`Config::rt_window`]): one of its requests
+    /// is queued or in the device, or one arrived or completed less than the window ago. Always
+    /// false under `fifo` and `fair`, which do not rank classes, or without a window.
+    pub fn rt_active(&self, now: Nanos) -> bool {
+        let Some(window) = self.rt_window_ns else {
+            return false;
+        };
+        self.rt_in_flight > 0
+            || self.rt_seen.is_some_and(|s| now < s.saturating_add(window))
+            || self
+                .tenants
+                .iter()
+                .any(|s| s.prio.class == Class::Rt && !s.queue.is_empty())
+    }
+
+    /// The largest dispatch of `op` a lower class gets while a real-time tenant is active: the
+    /// split size cut to [`DeviceProfile::guard_piece`] (`None` where nothing is split).
+    pub fn guard_size(&self, op: Op) -> Option<u64> {
+        self.split_size(op)
+            .map(|full| full.min(self.profile.guard_piece(op)))
     }
 
     /// Flushes dispatched on the queue's own account ([`Config::flush_debt`]): dispatches with
@@ -379,6 +413,9 @@ impl Queue {
         assert!(t < self.tenants.len(), "unknown tenant {}", req.tenant.0);
         let id = self.next_req;
         self.next_req += 1;
+        if self.tenants[t].prio.class == Class::Rt {
+            self.rt_seen = Some(now);
+        }
         if req.op == Op::Flush {
             let writes_done = self.writes_done;
             if let Some(flush) = self
@@ -564,6 +601,14 @@ impl Queue {
             return None;
         }
         let class = self.tenants[t].prio.class;
+        // An aged dispatch keeps aging's promise (one full piece per interval): it is neither
+        // cut nor kept out of the slot left for real time, or a real-time tenant that never
+        // lets the device go idle would starve the others outright.
+        let guarded = !aged && class != Class::Rt && self.rt_active(now);
+        if guarded && self.depth.limit() >= 2 && self.in_flight + 1 >= self.depth.limit() {
+            // The last slot stays free for the real-time tenant's next request.
+            return None;
+        }
         if self.tenants[t]
             .queue
             .front()
@@ -577,6 +622,9 @@ impl Queue {
             self.debt_flushes += 1;
             self.in_flight += 1;
             let flight = self.new_flight(Op::Flush);
+            if class == Class::Rt {
+                self.rt_in_flight += 1;
+            }
             return Some(Dispatch {
                 class,
                 op: Op::Flush,
@@ -589,6 +637,17 @@ impl Queue {
                 flight,
             });
         }
+        let guard = if guarded {
+            self.tenants[t]
+                .queue
+                .front()
+                .and_then(|p| self.guard_size(p.op))
+        } else {
+            None
+        };
+        if let Some(limit) = guard {
+            self.cut_head(t, limit);
+        }
         let head = self.tenants[t].queue.pop_front()?;
         self.queued -= 1;
         let op = head.op;
@@ -600,7 +659,7 @@ impl Queue {
         let mut pieces = vec![head];
         let mut touched = vec![t];
         if self.policy != Policy::Fifo && op != Op::Flush {
-            let limit = self.split_size(op).unwrap_or(MERGED_BYTES_MAX);
+            let limit = guard.or(self.split_size(op)).unwrap_or(MERGED_BYTES_MAX);
             let cap = if class == Class::Rt {
                 usize::MAX
             } else {
@@ -648,6 +707,9 @@ impl Queue {
             }
         }
         self.in_flight += 1;
+        if class == Class::Rt {
+            self.rt_in_flight += 1;
+        }
         let flight = self.new_flight(op);
         Some(Dispatch {
             class,
@@ -660,6 +722,32 @@ impl Queue {
             aged,
             flight,
         })
+    }
+
+    /// Cuts the head piece of tenant `t` to `limit` bytes if it is longer: the rest stays at the
+    /// head of its queue as a piece of the same request (a piece split at `push` to the full
+    /// size, queued before a real-time tenant became active).
+    fn cut_head(&mut self, t: usize, limit: u64) {
+        let q = &mut self.tenants[t].queue;
+        let Some(head) = q.front_mut() else { return };
+        if head.op == Op::Flush || head.len <= limit {
+            return;
+        }
+        let rest = Piece {
+            offset: head.offset + limit,
+            len: head.len - limit,
+            req_offset: head.req_offset + limit,
+            ..head.clone()
+        };
+        head.len = limit;
+        let req = head.req;
+        q.insert(1, rest);
+        self.queued += 1;
+        if let Some(r) = self.reqs.get_mut(&req) {
+            r.pieces_left += 1;
+            let owner = r.tenant.0 as usize;
+            self.tenants[owner].splits += 1;
+        }
     }
 
     /// Numbers a dispatch of `op`; a flush is recorded with the writes it makes durable.
@@ -819,6 +907,14 @@ impl Queue {
     pub fn complete(&mut self, now: Nanos, d: &Dispatch) -> Vec<Completed> {
         debug_assert!(self.in_flight > 0, "completion without a dispatch");
         self.in_flight = self.in_flight.saturating_sub(1);
+        if d.class == Class::Rt {
+            debug_assert!(
+                self.rt_in_flight > 0,
+                "a real-time completion without its dispatch"
+            );
+            self.rt_in_flight = self.rt_in_flight.saturating_sub(1);
+            self.rt_seen = Some(now);
+        }
         if d.op == Op::Write {
             self.unflushed = self.unflushed.saturating_add(d.len);
             self.writes_done += 1;

@@ -1055,9 +1055,11 @@ fn the_flush_debt_is_what_a_flush_writes_back_in_one_write_piece_time() {
 #[test]
 fn a_flush_asked_for_during_one_no_write_completed_since_rides_on_it() {
     for policy in Policy::ALL {
+        // Without the real-time guard, which would keep the second slot for `b`.
         let mut q = Queue::new(&Config {
             policy,
             depth: 2,
+            rt_window: None,
             ..Config::default()
         });
         let a = q.add_tenant("a", prio(Class::Be), 1);

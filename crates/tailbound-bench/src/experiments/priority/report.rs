@@ -160,8 +160,16 @@ pub struct PriorityReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct TbfsProfile {
     pub latency_goal_ms: f64,
+    /// The scheduler's dispatch depth.
+    pub depth: usize,
     pub max_io_read: u64,
     pub max_io_write: u64,
+    /// Largest write piece of a lower class while a real-time tenant is active
+    /// (`DeviceProfile::guard_piece`).
+    pub guard_write: u64,
+    /// The calibrated write costs the guard piece comes from.
+    pub write_io_ns: f64,
+    pub write_byte_ns: f64,
     /// Bytes written before the scheduler flushes on its own (`None`: flushes did not grow with
     /// what was written).
     pub flush_debt: Option<u64>,
@@ -237,11 +245,17 @@ impl PriorityReport {
         };
         let profile = self.tbfs_profile.as_ref().map_or(String::new(), |p| {
             format!(
-                "tbfs's scheduler, calibrated on the loop file system for a {:.1} ms goal: reads \
-                 split to {}, writes to {}, a flush after {} written ({:.2} ns per byte cached)\n\n",
+                "tbfs's scheduler at depth {}, calibrated on the loop file system for a {:.1} ms \
+                 goal: reads \
+                 split to {}, writes to {} ({} while the writer is active: writes cost {:.0} µs \
+                 + {:.3} ns per byte), a flush after {} written ({:.2} ns per byte cached)\n\n",
+                p.depth,
                 p.latency_goal_ms,
                 tailbound::units::Bytes(p.max_io_read),
                 tailbound::units::Bytes(p.max_io_write),
+                tailbound::units::Bytes(p.guard_write),
+                p.write_io_ns / 1e3,
+                p.write_byte_ns,
                 p.flush_debt
                     .map_or("never (flushes did not grow)".to_string(), |d| {
                         tailbound::units::Bytes(d).to_string()

@@ -45,12 +45,12 @@ impl PriorityBench {
         let file_dev =
             crate::experiments::pool::create_file_pool(&pool, 2 * self.copy_bytes + (512 << 20))
                 .map_err(|e| format!("creating the pool {}: {e}", pool.display()))?;
-        // One request in the device at a time (BFQ's strict_guarantees): an RT request waits for
-        // at most one piece of the copy, or one flush of the debt. The copy is one thread doing
-        // one request at a time, so it loses nothing by it.
+        // By default one request in the device at a time (BFQ's strict_guarantees): an RT request
+        // waits for at most one piece of the copy, or one flush of the debt. The copy is one
+        // thread doing one request at a time, so it loses little by it.
         let cfg = tailbound::sched::Config {
             policy,
-            depth: 1,
+            depth: self.tbfs_depth,
             ..tailbound::sched::Config::with_profile(profile.clone())
         };
         // Every log flushed (`every-log`): a sync returns once its append is durable on the

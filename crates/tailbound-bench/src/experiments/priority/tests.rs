@@ -176,8 +176,12 @@ fn targets_hold_tbfs_to_its_own_writer_alone_and_below_every_kernel_scheduler() 
         processes: false,
         tbfs_profile: Some(TbfsProfile {
             latency_goal_ms: 5.0,
+            depth: 1,
             max_io_read: 1 << 20,
             max_io_write: 1 << 20,
+            guard_write: 192 << 10,
+            write_io_ns: 200_000.0,
+            write_byte_ns: 4.0,
             flush_debt: Some(900 << 10),
             flush_byte_ns: 1.7,
         }),
@@ -203,7 +207,8 @@ fn targets_hold_tbfs_to_its_own_writer_alone_and_below_every_kernel_scheduler() 
     assert!(md.contains("| NO "), "{md}");
     assert!(
         md.contains(
-            "for a 5.0 ms goal: reads split to 1 MiB, writes to 1 MiB, a flush after 900 KiB"
+            "at depth 1, calibrated on the loop file system for a 5.0 ms goal: reads split to 1 MiB, writes to 1 MiB (192 KiB while the writer \
+             is active: writes cost 200 µs + 4.000 ns per byte), a flush after 900 KiB"
         ),
         "{md}"
     );
