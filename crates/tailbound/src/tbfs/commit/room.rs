@@ -43,6 +43,22 @@ impl Engine {
         }
     }
 
+    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map, and
+    /// while a snapshot or a view keeps what deletes drop, every page of the pinned table.
+    /// Deletes and truncates never answer `NoSpace`, yet add these to the next checkpoint
+    /// without a space check: files deleted all over the tree rewrite every page holding one
+    /// of them, and under a snapshot every pinned-table page their blocks fall in. Such a
+    /// checkpoint (a sync's, a snapshot drop's) is what gives their blocks back.
+    pub(in crate::tbfs) fn deletes_reserve(m: &State) -> u64 {
+        let pins = if m.life.snapshot_count() > 0 || m.life.held_count() > 0 {
+            let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
+            pages + crate::tbfs::map::tree_nodes(pages) + 1
+        } else {
+            0
+        };
+        m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1 + pins
+    }
+
     /// A refresh outside cleaning: the checkpoint and superblocks of `format` and of recovery,
     /// which may use every free block (nothing else can run before them).
     fn recovering(&self, m: &State) -> bool {

@@ -25,22 +25,6 @@ impl Engine {
         blocks + blocks / 100 + 4 + blocks / self.segment_blocks().max(1) * 2
     }
 
-    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map, and
-    /// while a snapshot or a view keeps what deletes drop, every page of the pinned table.
-    /// Deletes and truncates never answer `NoSpace`, yet add these to the next checkpoint
-    /// without a space check: files deleted all over the tree rewrite every page holding one
-    /// of them, and under a snapshot every pinned-table page their blocks fall in. Such a
-    /// checkpoint (a sync's, a snapshot drop's) is what gives their blocks back.
-    pub(super) fn deletes_reserve(m: &State) -> u64 {
-        let pins = if m.life.snapshot_count() > 0 || m.life.held_count() > 0 {
-            let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
-            pages + crate::tbfs::map::tree_nodes(pages) + 1
-        } else {
-            0
-        };
-        m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1 + pins
-    }
-
     /// The free blocks `blocks` of buffered data need as [`Engine::set_buffer_limit`] counts
     /// them: twice over, beyond the reserve and a full pass's copies.
     pub(super) fn buffer_room(&self, m: &State, blocks: u64) -> u64 {
