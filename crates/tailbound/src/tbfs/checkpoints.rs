@@ -21,11 +21,6 @@ pub(crate) struct Checkpoints {
     at: Option<Instant>,
     /// Checkpoints in progress: 2 while one runs inside another's space check.
     depth: u32,
-    /// Blocks the live tree dropped since it (deleted, truncated or superseded), and pins
-    /// released (a snapshot dropped): the next checkpoint may use as much of the space reserve
-    /// as these give back ([`crate::tbfs::state::Engine::ensure_space`]), so a full pool still
-    /// takes the deletes that make room.
-    dropped: u64,
     /// A block it references was superseded without a pin since it was written
     /// (`seg_supersede`): it may no longer be read on its own (as a view or a snapshot).
     superseded: bool,
@@ -106,7 +101,6 @@ impl Checkpoints {
         self.seq = seq;
         self.next_seq = next_seq;
         self.at = Some(Instant::now());
-        self.dropped = 0;
         self.superseded = false;
     }
 
@@ -131,30 +125,6 @@ impl Checkpoints {
         self.depth
     }
 
-    /// The live tree dropped `blocks` since the newest checkpoint (or released their pins).
-    pub(crate) fn note_dropped(&mut self, blocks: u64) {
-        self.dropped = self
-            .dropped
-            .checked_add(blocks)
-            .expect("blocks dropped since the checkpoint overflow");
-    }
-
-    /// A change refused whole takes back the `blocks` it noted as dropped; no checkpoint may have
-    /// been written meanwhile.
-    pub(crate) fn withdraw_dropped(&mut self, blocks: u64) {
-        self.dropped = self.dropped.checked_sub(blocks).unwrap_or_else(|| {
-            panic!(
-                "{blocks} blocks withdrawn from the {} dropped since checkpoint {}",
-                self.dropped, self.number
-            )
-        });
-    }
-
-    /// Blocks dropped since the newest checkpoint: what the next one may take from the reserve.
-    pub(crate) fn dropped(&self) -> u64 {
-        self.dropped
-    }
-
     /// A block the newest checkpoint references was superseded without a pin.
     pub(crate) fn note_superseded(&mut self) {
         self.superseded = true;
@@ -176,11 +146,8 @@ mod tests {
         let mut c = Checkpoints::loaded(4, 900, 30);
         assert!(c.due(Duration::from_secs(3600)), "none written here yet");
         assert!(!c.is_newest_state(30));
-        c.note_dropped(3);
         c.note_superseded();
         assert!(c.superseded(4) && !c.superseded(3));
-        c.withdraw_dropped(1);
-        assert_eq!(c.dropped(), 2);
         c.written(5, 1200, 41, 42);
         assert_eq!(
             (c.newest(), c.root(), c.seq(), c.next_number()),
@@ -188,7 +155,6 @@ mod tests {
         );
         assert!(c.is_newest_state(42) && !c.is_newest_state(43));
         assert!(!c.due(Duration::from_secs(3600)));
-        assert_eq!(c.dropped(), 0);
         assert!(!c.superseded(5));
     }
 
@@ -214,13 +180,5 @@ mod tests {
         assert_eq!(c.depth(), 1);
         c.leave();
         c.leave();
-    }
-
-    #[test]
-    #[should_panic(expected = "withdrawn")]
-    fn withdrawing_more_than_was_dropped_is_caught() {
-        let mut c = Checkpoints::default();
-        c.note_dropped(2);
-        c.withdraw_dropped(3);
     }
 }

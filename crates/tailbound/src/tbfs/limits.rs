@@ -109,6 +109,10 @@ pub(crate) const DIR_BLOCK_FILL: u64 = BLOCK_U64 - 6 - DIR_ENTRY_MAX;
 pub(crate) const CHANGE_BLOCKS: u64 = 4;
 /// Blocks the checkpoint header, root and the log's ends take beside what the debt counts.
 pub(crate) const FIXED_BLOCKS: u64 = 6;
+/// Blocks a checkpoint with nothing changed takes at most: the header, root and the log's
+/// ends, the segment-usage page and the tables' roots. Every checkpoint leaves at least this
+/// free, so the one after it can be written (`Engine::checkpoint_floor`).
+pub(crate) const CHECKPOINT_FLOOR_BLOCKS: u64 = 16;
 
 // A thread's spares (up to two batches) fit the shared ones; a directory block holds at least
 // one entry of the largest size; the smallest pool has room for the writer's current and next
@@ -118,6 +122,9 @@ const _: () = {
     assert!(DIR_ENTRY_MAX <= DIR_BLOCK_FILL);
     assert!(SEGMENTS_MIN >= 2);
     assert!(NAME_CACHE_SHARDS > 0);
+    assert!(
+        FIXED_BLOCKS < CHECKPOINT_FLOOR_BLOCKS && CHECKPOINT_FLOOR_BLOCKS <= RESERVE_BLOCKS_MIN
+    );
 };
 
 /// The low-water mark is at most 1/this of the pool.

@@ -492,6 +492,11 @@ impl Retention {
         self.dropping == Some(c)
     }
 
+    /// Whether a snapshot's drop is being made durable (see [`Retention::set_dropping`]).
+    pub fn drop_in_progress(&self) -> bool {
+        self.dropping.is_some()
+    }
+
     /// Whether a view holds a checkpoint numbered `from` or later.
     pub fn any_held_from(&self, from: u64) -> bool {
         self.holds.range(from..).next().is_some()

@@ -47,9 +47,10 @@ impl Engine {
         let (mut moved, mut metadata) = (0u64, 0u64);
         if light {
             let live: u64 = victims.iter().map(|&v| m.seg.live(v) as u64).sum();
-            // Saturating: victims whose copies take (about) all they hold give nothing back.
-            m.cleaning
-                .set_gain((victims.len() as u64 * sb).saturating_sub(live + live / 64 + 2));
+            // The copies keep room for the checkpoint they add to (`Engine::copies_floor`),
+            // less what their victims give back once the copies are durable.
+            m.cleaning.copies_check_space();
+            m.cleaning.set_gain(victims.len() as u64 * sb);
             let room = self.ensure_space(m, live + live / 64 + 2);
             m.cleaning.set_gain(0);
             room?;

@@ -7,7 +7,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::tbfs::format::BLOCK_U64;
-use crate::tbfs::limits::{BACKGROUND_VICTIMS, VICTIMS_PER_PASS};
+use crate::tbfs::limits::{BACKGROUND_VICTIMS, CHECKPOINT_FLOOR_BLOCKS, VICTIMS_PER_PASS};
 use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::GcReport;
 use crate::tbfs::{Error, Result};
@@ -168,7 +168,13 @@ impl Engine {
             m.cleaning.set_copying(false);
             let moved = moved.and_then(|(copied, metadata)| {
                 if !light {
-                    return self.refresh_for_cleaner(m).map(|()| (copied, false));
+                    // The checkpoint empties the victims: it may leave that much less of the
+                    // next cycle's room (`Engine::checkpoint_floor`).
+                    m.cleaning
+                        .set_gain(victims.len() as u64 * self.segment_blocks());
+                    let written = self.refresh_for_cleaner(m);
+                    m.cleaning.set_gain(0);
+                    return written.map(|()| (copied, false));
                 }
                 if m.bg_clean.defer_io {
                     m.bg_clean.flush = true;
@@ -299,11 +305,14 @@ impl Engine {
         // pending) must fit in what is free now.
         let free = self.free_blocks(m);
         let budget = if light {
-            // The copies' space check keeps the reserve; their summaries take a block per up
-            // to 123 extents. Buffered data is not written with them.
+            // The copies' space check keeps room for the next checkpoint and what the copies
+            // add to it (`Engine::copies_floor`; `choose_victims` charges the latter per
+            // victim); their summaries take a block per up to 123 extents.
             // Saturating here and below: no budget for copies once free space is at what must
             // stay free.
-            free.saturating_sub(self.reserve_blocks() + 16)
+            free.saturating_sub(
+                self.checkpoint_debt(m, true) + self.budget.buffered().div_ceil(BLOCK_U64) + 16,
+            )
         } else {
             let pending = self.budget.buffered() / BLOCK_U64
                 + m.changes.pending().len() as u64 * 4
@@ -323,9 +332,20 @@ impl Engine {
             greedy,
         );
         if light && chosen.is_empty() {
-            // Free space is below the reserve and the copies' cost: victims that give back
-            // what their copies borrow of it may still be cleaned.
-            return self.light_victims_repaying_reserve(m, &candidates, most);
+            // Free space is below the room the copies keep (recovery, or deletes, may leave a
+            // pool there): the emptiest victim whose copies fit at all, which its space check
+            // admits if it gives back more than it copies (`Engine::ensure_space`).
+            let physical = free.saturating_sub(CHECKPOINT_FLOOR_BLOCKS + 16);
+            return self.choose_victims(
+                &m.seg,
+                candidates,
+                |s| m.life.segment_written(s),
+                now,
+                physical,
+                1,
+                light,
+                true,
+            );
         }
         chosen
     }

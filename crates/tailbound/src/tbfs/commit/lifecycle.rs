@@ -163,8 +163,6 @@ impl State {
     /// Releases the run of pinned blocks starting at `start`.
     fn unpin_run(&mut self, start: u64, seq: u64, segment_blocks: u64) {
         let r = self.life.unpin_run(start, segment_blocks);
-        // The checkpoint recording the release gives the blocks back, as a delete's does.
-        self.ckpt.note_dropped(r.len);
         self.count_pinned(r.start, r.len, segment_blocks, false);
         let (first, last) = (
             Self::seg_of(r.start, segment_blocks),
@@ -173,26 +171,6 @@ impl State {
         for s in first..=last {
             self.seg.note_dead(s, seq);
         }
-    }
-
-    /// The blocks only retained checkpoint `c` pins, if the next checkpoint releases it (a plain
-    /// checkpoint past the protection period that no view holds): what releasing it gives back.
-    pub fn release_gain(&self, c: u64) -> u64 {
-        let Some(k) = self.life.retained(c) else {
-            return 0;
-        };
-        if k.snapshot
-            || self.life.is_held(c)
-            || k.time_ns >= self.life.protection_cutoff(self.life.now_ns())
-        {
-            return 0;
-        }
-        self.life
-            .pins()
-            .runs()
-            .filter(|r| self.life.sole_owner(&r.pin) == Some(c))
-            .map(|r| r.len)
-            .sum()
     }
 
     /// Re-anchors or unpins the blocks anchored at `c`, which is no longer retained (or no longer
@@ -681,11 +659,6 @@ impl Fs {
         }
         let name = if keep { k.name.clone() } else { None };
         let was = m.life.set_snapshot(number, keep, name);
-        // A drop gives back what only the snapshot pinned once the checkpoint recording it
-        // releases it: that checkpoint may use as much of the reserve (`Checkpoints::dropped`),
-        // or a pool that snapshots fill could not take the drop that makes room.
-        let credit = if keep { 0 } else { m.release_gain(number) };
-        m.ckpt.note_dropped(credit);
         if !keep {
             // No longer a snapshot: the next checkpoint releases it if it is past the protection
             // period, with what only it pinned. While it is retained every pin it covers keeps
@@ -712,7 +685,6 @@ impl Fs {
                 return inner.write_superblock(&mut m);
             }
             // Refused whole: nothing was written, and memory goes back to what storage holds.
-            m.ckpt.withdraw_dropped(credit);
             m.life.restore_snapshot(number, was);
         }
         written

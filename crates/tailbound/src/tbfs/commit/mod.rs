@@ -11,7 +11,7 @@
 //! retention, snapshots, views and pins; `debt`: the checkpoint debt, and paying it; `names`:
 //! making, moving and removing names; `seal`: sealing buffered data as data-only logs; `unlink`:
 //! dropping links and freeing inodes; `clean`: the cleaner's pass that moves live blocks;
-//! `cleaning`: when to clean, and the passes; `light_gain`: light victims below the reserve;
+//! `cleaning`: when to clean, and the passes;
 //! `reuse`: which segments may be written again; `room`: the space check; `usage`: the live tree's
 //! blocks in the segment counts; `logs`: closing logs and entering segments; `open`: making and
 //! opening a pool (recovery's steps, then `State` assembled); `counts`: releasing the log
@@ -27,12 +27,11 @@ mod cleaning;
 mod counts;
 mod debt;
 pub mod lifecycle;
-mod light_gain;
 mod logs;
 mod names;
 pub(in crate::tbfs) mod open;
 mod reuse;
-mod room;
+pub(in crate::tbfs) mod room;
 mod seal;
 mod unlink;
 mod usage;

@@ -4,7 +4,8 @@
 
 use crate::tbfs::format::*;
 use crate::tbfs::limits::{
-    CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, RESERVE_BLOCKS_MIN,
+    CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR,
+    MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
 };
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
@@ -32,7 +33,7 @@ impl Engine {
     /// below which the writer cleans (and waits for it) while there is still room for the
     /// cleaner to work in (see `low_water`). A refresh may use both.
     pub(in crate::tbfs) fn space_margins(&self, m: &State) -> (u64, u64) {
-        if m.refresh.running() {
+        if self.recovering(m) {
             (0, 0)
         } else {
             (
@@ -42,12 +43,108 @@ impl Engine {
         }
     }
 
+    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map, and
+    /// while a snapshot or a view keeps what deletes drop, every page of the pinned table.
+    /// Deletes and truncates never answer `NoSpace`, yet add these to the next checkpoint
+    /// without a space check: files deleted all over the tree rewrite every page holding one
+    /// of them, and under a snapshot every pinned-table page their blocks fall in. Such a
+    /// checkpoint (a sync's, a snapshot drop's) is what gives their blocks back.
+    pub(in crate::tbfs) fn deletes_reserve(m: &State) -> u64 {
+        let pins = if m.life.snapshot_count() > 0 || m.life.held_count() > 0 {
+            let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
+            pages + crate::tbfs::map::tree_nodes(pages) + 1
+        } else {
+            0
+        };
+        m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1 + pins
+    }
+
+    /// A refresh outside cleaning: the checkpoint and superblocks of `format` and of recovery,
+    /// which may use every free block (nothing else can run before them).
+    fn recovering(&self, m: &State) -> bool {
+        m.refresh.running() && !m.cleaning.running()
+    }
+
+    /// Blocks one cleaning cycle of the best victim needs: its live blocks copied, their
+    /// summaries, and the map nodes and inode pages the copies add to the next checkpoint. The
+    /// best victim is the emptiest segment the writer does not hold with nothing pinned in it
+    /// and enough dead to be worth cleaning, whatever retention keeps from the cleaner now (a
+    /// snapshot drop or the end of a protection period makes it a victim). None (0): nothing
+    /// is left to clean, and no cycle needs room.
+    pub(in crate::tbfs) fn cycle_room(&self, m: &State) -> u64 {
+        let sb = self.segment_blocks();
+        (0..self.segment_count() as usize)
+            .filter(|&s| {
+                !m.writer.holds_segment(s as u64) && m.seg.pinned(s) == 0 && m.seg.live(s) > 0
+            })
+            .map(|s| u64::from(m.seg.live(s)))
+            .filter(|&live| (sb - live) as f64 >= sb as f64 * MIN_RECLAIMABLE)
+            .min()
+            .map_or(0, cycle_cost)
+    }
+
+    /// What the next checkpoint writes: its counted debt and the buffered data it carries.
+    fn next_checkpoint_blocks(&self, m: &State) -> u64 {
+        self.checkpoint_debt(m, true) + self.budget.buffered().div_ceil(BLOCK_U64)
+    }
+
+    /// What a checkpoint paying `paid` blocks of debt must leave free: the room deletes may
+    /// add to the next checkpoint without a check (`Engine::deletes_reserve`), less what this
+    /// one pays of it; and the room of the next cleaning cycle, less the whole
+    /// segments the checkpoint makes reusable (those waiting only for it and its superblock,
+    /// and a full pass's victims), and never less than a checkpoint with nothing changed
+    /// takes ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the debt, so that is all the invariant asks of it. A snapshot's drop
+    /// keeps only the latter: it gives back what the snapshot held, which the cleaner could
+    /// not reach before, and must not be refused.
+    fn checkpoint_floor(&self, m: &State, paid: u64) -> u64 {
+        let least = CHECKPOINT_FLOOR_BLOCKS;
+        if m.life.drop_in_progress() {
+            return least;
+        }
+        let given_back =
+            self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
+        self.cycle_room(m).saturating_sub(given_back).max(least)
+            + Self::deletes_reserve(m).saturating_sub(paid)
+    }
+
+    /// What a light pass copying `need` blocks must leave free: the next checkpoint, with the
+    /// map nodes and inode pages its copies add to it, or the room deletes may add to it if
+    /// that is more, and a checkpoint's floor after it. Its victims are reusable only once the
+    /// copies are durable, and those holding metadata only after that checkpoint.
+    fn copies_floor(&self, m: &State, need: u64) -> u64 {
+        (self.next_checkpoint_blocks(m) + copies_debt(need)).max(Self::deletes_reserve(m))
+            + CHECKPOINT_FLOOR_BLOCKS
+    }
+
+    /// The room invariant, checked where writers are admitted (debug builds): with `free`
+    /// blocks free after the commit being admitted and `debt` a bound of the next checkpoint's,
+    /// there is room for that checkpoint and then for one cleaning cycle of the best victim,
+    /// so the cleaner can always make progress and a checkpoint can always be written.
+    fn debug_assert_room_kept(&self, m: &State, free: u64, debt: u64) {
+        if cfg!(debug_assertions) {
+            let cycle = self.cycle_room(m);
+            assert!(
+                free >= debt + cycle,
+                "room invariant: {free} blocks free after a write, the next checkpoint's {debt} and a cleaning cycle's {cycle} not kept"
+            );
+        }
+    }
+
     /// Makes sure `blocks` can be written, refreshing the superblock to release dead segments if
     /// that helps. Fails with `NoSpace` before anything is written.
+    ///
+    /// What each kind of commit must leave free keeps one invariant: after any admitted
+    /// operation the free blocks hold the next checkpoint (its counted debt and buffered data)
+    /// and one cleaning cycle of the best victim (`cycle_room`). Writes and new names keep the
+    /// reserve (which covers a cycle) and the counted debt; a checkpoint pays the debt and
+    /// keeps a cycle less the segments it gives back (`checkpoint_floor`); a light pass's
+    /// copies keep the checkpoint they add to (`copies_floor`); recovery's and `format`'s
+    /// checkpoints keep nothing.
     pub(in crate::tbfs) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
         // Taken, so the checks the cleaning below runs are their own.
         let for_checkpoint = m.cleaning.take_checkpoint_check();
         let for_buffer = m.cleaning.take_buffer_check();
+        let for_copies = m.cleaning.take_copies_check();
         let mut need = self.space_needed(blocks);
         let (reserve, low_water) = self.space_margins(m);
         // A write keeps the room the next checkpoint needs, which pays for its maps (see
@@ -77,7 +174,10 @@ impl Engine {
         if pays_debt {
             self.budget.set_room_short(free < want);
         }
-        if free >= want {
+        if free >= want && !for_copies {
+            if pays_debt {
+                self.debug_assert_room_kept(m, free - need, quick_debt);
+            }
             return Ok(());
         }
         // When space is short, what is sealed is written first (as when logs and refreshes
@@ -94,7 +194,10 @@ impl Engine {
                 start.elapsed(),
             );
             written?;
-            if self.free_blocks_up_to(m, want) >= want {
+            if !for_copies && self.free_blocks_up_to(m, want) >= want {
+                if pays_debt {
+                    self.debug_assert_room_kept(m, self.free_blocks(m) - need, quick_debt);
+                }
                 return Ok(());
             }
         }
@@ -131,22 +234,31 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
-        // A checkpoint may use as much of the reserve as the blocks it records dropped
-        // (deleted, truncated, superseded) give back: it is what makes them reusable, and
-        // without it a pool filled to the reserve could not take the deletes that make room.
-        // Saturating: a credit larger than the reserve leaves none to keep.
-        let keep = if for_checkpoint {
-            reserve.saturating_sub(m.ckpt.dropped())
-        } else if m.cleaning.running() {
-            // A light pass's copies may use as much of the reserve as their victims give back
-            // once the copies are durable (`Cleaning::gain`).
-            reserve.saturating_sub(m.cleaning.gain())
-        } else if pays_debt {
-            reserve + self.checkpoint_debt(m, true)
+        // What this commit must leave free (see the doc above).
+        let debt = if pays_debt {
+            self.checkpoint_debt(m, true)
         } else {
-            reserve
+            0
+        };
+        let keep = if self.recovering(m) {
+            0
+        } else if for_checkpoint {
+            self.checkpoint_floor(m, blocks)
+        } else if for_copies {
+            // Below the floor (recovery may leave a pool there), a pass whose victims give
+            // back more than it copies still climbs towards it: what it must leave, once its
+            // victims are reusable, is the floor, and meanwhile a checkpoint's.
+            let floor = self.copies_floor(m, blocks);
+            floor
+                .saturating_sub(m.cleaning.gain().saturating_sub(copies_debt(blocks)))
+                .max(CHECKPOINT_FLOOR_BLOCKS)
+        } else {
+            reserve + debt
         };
         if self.free_blocks_up_to(m, need + keep) >= need + keep {
+            if pays_debt {
+                self.debug_assert_room_kept(m, self.free_blocks(m) - need, debt);
+            }
             return Ok(());
         }
         let space = self.space_report(m);
@@ -227,4 +339,17 @@ impl Engine {
     ) -> bool {
         self.segment_reusable(&m.seg, m.writer.place(), &m.bg_clean.reading, s, durable)
     }
+}
+
+/// The map nodes and inode pages copying `blocks` live blocks adds to the next checkpoint, at
+/// most: a leaf path per run of a file's blocks, bounded as a full pass's victims are charged
+/// (`Engine::choose_victims`).
+pub(in crate::tbfs) fn copies_debt(blocks: u64) -> u64 {
+    blocks / 4 + 8
+}
+
+/// Blocks one cleaning cycle of a victim with `live` live blocks needs: the copies, their
+/// summaries and pads, and what they add to the next checkpoint ([`copies_debt`]).
+pub(in crate::tbfs) fn cycle_cost(live: u64) -> u64 {
+    live + live / 32 + 8 + copies_debt(live)
 }

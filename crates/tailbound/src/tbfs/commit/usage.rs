@@ -96,7 +96,6 @@ impl State {
     pub fn seg_dec_unpinned(&mut self, block: u64, seq: u64, segment_blocks: u64) {
         let s = Self::seg_of(block, segment_blocks);
         self.seg.drop_live(s);
-        self.ckpt.note_dropped(1);
         // Every such drop counts, not only the last: the durable checkpoint may reference any
         // block that died after it, whatever killed the segment's last block.
         self.seg.note_dead(s, seq);

@@ -167,8 +167,9 @@ impl Engine {
             // What the logs' estimate charges for moving them: the blocks, and for a checkpoint
             // the map nodes and inode records of the files they belong to.
             let cost = if light {
-                // At least what `ensure_space` asks for them (their summaries, pads).
-                live + live / 32 + 8
+                // At least what `ensure_space` asks for them (their summaries, pads) and
+                // keeps for what they add to the next checkpoint.
+                crate::tbfs::commit::room::cycle_cost(live)
             } else {
                 live + live / 4 + 16
             };

@@ -11,9 +11,13 @@ pub(crate) struct Cleaning {
     /// the reserve its dropped blocks give back, `Checkpoints::dropped`). Taken by that check,
     /// so what it runs (cleaning passes, nested checkpoints) sets its own.
     checkpoint_check: bool,
-    /// Blocks a light cleaning pass's victims give back beyond its copies, while its space
-    /// check runs: the copies may use that much of the reserve.
+    /// Blocks of whole segments the running pass makes reusable (its victims), while the space
+    /// check of its copies or of its checkpoint runs: that check may leave that much less of
+    /// the room the invariant keeps (`Engine::ensure_space`).
     gain: u64,
+    /// The space check about to run is for a light pass's copies, which keep room for the
+    /// checkpoint they add to (`Engine::copies_floor`). Taken by that check.
+    copies_check: bool,
     /// Cleaning passes so far: a checkpoint whose space check cleaned starts over, since a pass
     /// changes maps and marks blocks it must write.
     passes: u64,
@@ -125,19 +129,30 @@ impl Cleaning {
         std::mem::take(&mut self.checkpoint_check)
     }
 
-    /// What a light pass's copies may use of the reserve.
+    /// Blocks of whole segments the checkpoint of the running pass makes reusable.
     pub(crate) fn gain(&self) -> u64 {
         self.gain
     }
 
-    /// A light pass's space check starts (`gain` blocks its victims give back beyond its
-    /// copies) or ends (0); only a running pass has one.
+    /// A pass's space check starts (`gain` blocks of victims it empties) or ends (0); only a
+    /// running pass has one.
     pub(crate) fn set_gain(&mut self, gain: u64) {
         assert!(
             self.running || gain == 0,
-            "a light pass's gain set outside cleaning"
+            "a cleaning pass's gain set outside cleaning"
         );
         self.gain = gain;
+    }
+
+    /// The next space check is for a light pass's copies; only a running pass makes them.
+    pub(crate) fn copies_check_space(&mut self) {
+        assert!(self.running, "a light pass's copies outside cleaning");
+        self.copies_check = true;
+    }
+
+    /// Whether the space check starting is for a light pass's copies; cleared for what it runs.
+    pub(crate) fn take_copies_check(&mut self) -> bool {
+        std::mem::take(&mut self.copies_check)
     }
 }
 

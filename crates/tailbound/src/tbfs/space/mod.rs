@@ -25,13 +25,6 @@ impl Engine {
         blocks + blocks / 100 + 4 + blocks / self.segment_blocks().max(1) * 2
     }
 
-    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map. Files
-    /// deleted all over the tree rewrite every page holding one of them, and such a checkpoint
-    /// is what gives their blocks back.
-    pub(super) fn deletes_reserve(m: &State) -> u64 {
-        m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1
-    }
-
     /// The free blocks `blocks` of buffered data need as [`Engine::set_buffer_limit`] counts
     /// them: twice over, beyond the reserve and a full pass's copies.
     pub(super) fn buffer_room(&self, m: &State, blocks: u64) -> u64 {
