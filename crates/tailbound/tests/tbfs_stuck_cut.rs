@@ -20,26 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod common;
-use common::{data, read, Rng};
+use common::{data, program_file_size as size, read, Rng};
 
 use tailbound::dev::sim::SimDevice;
 use tailbound::tbfs::{fsck, Barrier, Clock, Config, Error, Fs, OpenFlags, OpenOptions, Ordering};
-
-/// Files as programs leave them: most small, most bytes in large ones, 4 KiB to 8 MiB.
-fn size(rng: &mut Rng) -> u64 {
-    let (lo, hi) = match rng.below(100) {
-        0..=69 => (4u64 << 10, 64u64 << 10),
-        70..=91 => (64 << 10, 1 << 20),
-        _ => (1 << 20, 8 << 20),
-    };
-    let u = rng.below(1 << 30) as f64 / (1u64 << 30) as f64;
-    let len = (lo as f64 * (hi as f64 / lo as f64).powf(u)) as u64;
-    if rng.below(2) == 0 {
-        len.div_ceil(4096) * 4096
-    } else {
-        len.max(1)
-    }
-}
 
 /// A file the model holds: its bytes are the first `len` of the stream seeded with `seed` (an
 /// overwrite writes the bytes the file already holds). `durable`: the length it had when an

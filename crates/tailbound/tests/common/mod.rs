@@ -41,3 +41,21 @@ pub fn read(fs: &tailbound::tbfs::Fs, path: &str) -> Vec<u8> {
     assert_eq!(f.pread(&mut buf, 0).unwrap(), size, "{path}");
     buf
 }
+
+/// A file size as programs leave them: most files small, most bytes in large ones, 4 KiB to
+/// 8 MiB, half of them whole blocks.
+#[allow(dead_code)] // only the churn tests draw file sizes
+pub fn program_file_size(rng: &mut Rng) -> u64 {
+    let (lo, hi) = match rng.below(100) {
+        0..=69 => (4u64 << 10, 64u64 << 10),
+        70..=91 => (64 << 10, 1 << 20),
+        _ => (1 << 20, 8 << 20),
+    };
+    let u = rng.below(1 << 30) as f64 / (1u64 << 30) as f64;
+    let len = (lo as f64 * (hi as f64 / lo as f64).powf(u)) as u64;
+    if rng.below(2) == 0 {
+        len.div_ceil(4096) * 4096
+    } else {
+        len
+    }
+}
