@@ -6,25 +6,13 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::queue::{Dispatch, Queue, Request};
+use super::queue::{Dispatch, Queue};
+use super::tests::{prio, write};
 use super::*;
 use crate::dev::BLOCK_SIZE;
 
 const MS: u64 = 1_000_000;
 const MIB: u64 = 1 << 20;
-
-fn prio(class: Class) -> Prio {
-    Prio { class, level: 4 }
-}
-
-fn write(tenant: TenantId, offset: u64, len: u64) -> Request {
-    Request {
-        tenant,
-        op: Op::Write,
-        offset,
-        len,
-    }
-}
 
 fn queue(policy: Policy, depth: usize) -> Queue {
     Queue::new(&Config {

@@ -12,7 +12,7 @@ use super::*;
 use crate::dev::sim::{SimDevice, SimFaults};
 use crate::dev::{Device, BLOCK_SIZE};
 
-fn prio(class: Class) -> Prio {
+pub(super) fn prio(class: Class) -> Prio {
     Prio { class, level: 4 }
 }
 
@@ -808,7 +808,7 @@ fn anticipating_fair_queue() -> Queue {
     })
 }
 
-fn write(tenant: TenantId, offset: u64, len: u64) -> Request {
+pub(super) fn write(tenant: TenantId, offset: u64, len: u64) -> Request {
     Request {
         tenant,
         op: Op::Write,

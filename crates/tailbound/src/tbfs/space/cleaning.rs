@@ -7,9 +7,9 @@
 pub(crate) struct Cleaning {
     /// The cleaner is running (no nested cleaning from `ensure_space`).
     running: bool,
-    /// The space check about to run is a checkpoint's, before it writes anything (which may use
-    /// the reserve its dropped blocks give back, `Checkpoints::dropped`). Taken by that check,
-    /// so what it runs (cleaning passes, nested checkpoints) sets its own.
+    /// The space check about to run is a checkpoint's, before it writes anything (which keeps
+    /// only `Engine::checkpoint_floor`, since it pays the debt). Taken by that check, so what it
+    /// runs (cleaning passes, nested checkpoints) sets its own.
     checkpoint_check: bool,
     /// Blocks of whole segments the running pass makes reusable (its victims), while the space
     /// check of its copies or of its checkpoint runs: that check may leave that much less of
