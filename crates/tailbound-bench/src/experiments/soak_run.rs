@@ -595,9 +595,49 @@ fn recover(
     log(&format!("{at}: {}", found.summary()));
     after_cuts.add(&found);
     live.store(total, AtOrd::Release);
-    if let Err(e) = fs.sync() {
-        fail(format!("{at}: sync after recovery: {e}"));
-        return None;
+    match fs.sync() {
+        Ok(()) => {}
+        Err(e @ Error::NoSpace(_)) => {
+            // The cut may have undone deletes, so the recovered tree can hold more than the
+            // pool did: the 90 % rule judges the refusal, and dropping the snapshots (which
+            // never answers NoSpace) must let the sync through.
+            tally.enospc.fetch_add(1, AtOrd::Relaxed);
+            let pinned = fs.space().map(|s| s.pinned_by_snapshots).unwrap_or(0);
+            let fraction = (total + pinned) as f64 / cfg.pool_bytes as f64;
+            if cfg.pool_bytes >= ENOSPC_RULE_MIN_POOL && fraction < ENOSPC_FLOOR {
+                tally.spurious.fetch_add(1, AtOrd::Relaxed);
+                fail(format!(
+                    "{at}: sync after recovery at {:.1} % of the pool live + pinned: {e}; {}",
+                    fraction * 100.0,
+                    df(&fs)
+                ));
+                return None;
+            }
+            log(&format!(
+                "{at}: sync after recovery refused at {:.1} % of the pool live + pinned ({e}); dropping the snapshots",
+                fraction * 100.0
+            ));
+            let mut sn = snaps.lock();
+            for s in std::mem::take(&mut sn.held) {
+                if let Err(e) = fs.set_snapshot(s.number, false) {
+                    fail(format!("{at}: dropping snapshot {}: {e}", s.number));
+                    return None;
+                }
+                sn.dropped.push(s.number);
+            }
+            drop(sn);
+            if let Err(e) = fs.sync() {
+                fail(format!(
+                    "{at}: sync after recovery, the snapshots dropped: {e}; {}",
+                    df(&fs)
+                ));
+                return None;
+            }
+        }
+        Err(e) => {
+            fail(format!("{at}: sync after recovery: {e}"));
+            return None;
+        }
     }
     Some(fs)
 }
