@@ -1,7 +1,8 @@
 //! Crash safety with writers of two classes, on the simulated device: a best-effort writer
-//! creates a file, writes it and syncs it, which seals a checkpoint; that checkpoint's payload
-//! stays in flight in the device (the best-effort thread's writes held) while a real-time writer
-//! appends to another file and syncs, its logs behind the checkpoint. The real-time syncs must
+//! creates a file, writes it and syncs it, which seals a checkpoint (or, for half the seeds,
+//! writes a file that exists already, which seals data-only logs, as a copy's full buffer does);
+//! that payload stays in flight in the device (the best-effort thread's writes held) while a
+//! real-time writer appends to another file and syncs, its logs behind the best-effort ones. The real-time syncs must
 //! return without that payload (logs of independent files reach the device out of order), and
 //! every crash image taken meanwhile, or after a power cut in the middle of a real-time
 //! operation, must hold every write either writer had acknowledged.
@@ -12,7 +13,8 @@
 //! whose payload is incomplete and still replayed real-time logs written after a checkpoint that
 //! follows it.
 //!
-//! Replay one run with `TBFS_CRASH_SEED=<seed> cargo test -p tailbound --test tbfs_crash_classes`.
+//! Replay one run with `TBFS_CRASH_SEED=<seed> cargo test -p tailbound --test tbfs_crash_classes`;
+//! run more than the default number with `TBFS_CRASH_RUNS=<n>`.
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -220,6 +222,7 @@ fn run_one(seed: u64) -> Result<Totals, String> {
     let mut rng = Rng(seed);
     let dev = Arc::new(SimDevice::new(DEVICE_BYTES));
     dev.set_writes_are_copies(seed % 2 == 1);
+    let existing = (seed >> 4).is_multiple_of(2);
     let fs = Fs::format(dev.clone(), &config()).map_err(|e| format!("format: {e}"))?;
     let mut acked = Acked::default();
     {
@@ -230,10 +233,16 @@ fn run_one(seed: u64) -> Result<Totals, String> {
         be.pwrite(&acked.be, 0).map_err(|e| e.to_string())?;
         fs.open_file("/rt", OpenFlags::create())
             .map_err(|e| e.to_string())?;
+        if existing {
+            fs.open_file("/be-new", OpenFlags::create())
+                .map_err(|e| e.to_string())?;
+            acked.be_new = Some(Vec::new());
+        }
         fs.sync().map_err(|e| format!("Fs::sync: {e}"))?;
     }
-    // The best-effort write: a new file, so its sync is a checkpoint holding its data, in
-    // payloads written apart from the summaries (16 blocks or more); the first one is held.
+    // The best-effort write: to a new file, so its sync is a checkpoint holding its data, or to
+    // an empty file made durable above, so its sync is a run of data-only logs; either way in
+    // payloads written apart from the summaries (16 blocks or more), the first one held.
     // Below the write-behind size (an eighth of the buffer), so nothing goes out before the sync.
     let be_blocks = rng.range(32, 200);
     let be_new = pattern(seed ^ 0xbe, be_blocks as usize * BLOCK);
@@ -269,9 +278,9 @@ fn run_one(seed: u64) -> Result<Totals, String> {
         std::thread::yield_now();
     }
     // For half the seeds, a best-effort thread whose writes are not held appends to the new file
-    // and syncs. Its data-only log builds on the held checkpoint (the file's creation), so its
-    // sync waits for it, and a crash image without that checkpoint's payload must leave the
-    // append out: recovery and fsck must agree on it.
+    // and syncs. Its data-only log builds on the held checkpoint (the file's creation) or follows
+    // the held data-only log of the same file, so its sync waits for it, and a crash image
+    // without that payload must leave the append out: recovery and fsck must agree on it.
     let mut be_whole = be_new.clone();
     let dep = (seed >> 8).is_multiple_of(2).then(|| {
         let extra = pattern(seed ^ 0xde, rng.range(1, 3 * BLOCK as u64) as usize);
@@ -364,6 +373,9 @@ fn run_one(seed: u64) -> Result<Totals, String> {
     be_thread
         .join()
         .map_err(|_| "best-effort thread panicked")?;
+    // A cut armed during the real-time appends that they did not use up falls here.
+    power_cut |= dev.power_is_out();
+    let be_acked = be_done.is_ok();
     match be_done {
         Ok(()) => acked.be_new = Some(be_new.clone()),
         Err(e) if !power_cut => return Err(format!("best-effort write failed: {e}")),
@@ -374,9 +386,10 @@ fn run_one(seed: u64) -> Result<Totals, String> {
             .recv_timeout(STUCK_AFTER)
             .map_err(|_| "the best-effort append never finished".to_string())?;
         thread.join().map_err(|_| "best-effort append panicked")?;
+        power_cut |= dev.power_is_out();
         match done {
-            Ok(()) if acked.be_new.is_some() => acked.be_new = Some(be_whole.clone()),
-            Ok(()) => return Err("the append was acknowledged, the file's creation not".into()),
+            Ok(()) if be_acked => acked.be_new = Some(be_whole.clone()),
+            Ok(()) => return Err("the append was acknowledged, the write it follows not".into()),
             Err(e) if !power_cut => return Err(format!("best-effort append failed: {e}")),
             Err(_) => {}
         }
@@ -393,7 +406,12 @@ fn run_one(seed: u64) -> Result<Totals, String> {
         )?);
     }
     if !power_cut {
-        fs.close().map_err(|e| format!("close: {e}"))?;
+        match fs.close() {
+            Ok(()) => {}
+            // The armed cut landed in the close's own writes: the images above stand.
+            Err(_) if dev.power_is_out() => return Ok(seen),
+            Err(e) => return Err(format!("close: {e}")),
+        }
         seen.add(check_image(
             dev.durable_image(),
             &acked,
@@ -412,7 +430,13 @@ fn real_time_syncs_pass_a_best_effort_payload_in_flight_and_crashes_keep_both() 
         .and_then(|s| u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok());
     let mut seeds = Rng(0x1a9e5);
     let mut seen = Totals::default();
-    let runs = if replay.is_some() { 1 } else { RUNS_DEFAULT };
+    let runs = match replay {
+        Some(_) => 1,
+        None => std::env::var("TBFS_CRASH_RUNS")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(RUNS_DEFAULT),
+    };
     for _ in 0..runs {
         let seed = replay.unwrap_or_else(|| seeds.next_u64());
         match run_one(seed) {
@@ -434,4 +458,82 @@ fn real_time_syncs_pass_a_best_effort_payload_in_flight_and_crashes_keep_both() 
         seen.out_of_order > 0,
         "no crash image showed a real-time log durable past an incomplete earlier payload"
     );
+}
+
+/// A real-time sync whose log follows another file's log not yet durable (a best-effort
+/// checkpoint whose summary is written and whose payload is held in the device) makes one device
+/// flush, its own: no flush before it for the other file's lane. And every crash image taken
+/// right after it returns holds the append.
+#[test]
+fn a_real_time_sync_behind_another_files_lane_makes_one_flush() {
+    const ROUNDS: u64 = 4;
+    let dev = Arc::new(SimDevice::new(DEVICE_BYTES));
+    let fs = Fs::format(dev.clone(), &config()).expect("format");
+    fs.open_file("/rt", OpenFlags::create())
+        .expect("create /rt");
+    fs.sync().expect("Fs::sync");
+    let _ = Prio {
+        class: Class::Rt,
+        level: 0,
+    }
+    .apply_to_current_thread();
+    let rt = fs.open_file("/rt", OpenFlags::create()).expect("open /rt");
+    let mut acked = Vec::new();
+    for round in 0..ROUNDS {
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let be = {
+            let fs = fs.clone();
+            let data = pattern(round, 48 * BLOCK);
+            std::thread::spawn(move || {
+                let _ = Prio {
+                    class: Class::Be,
+                    level: LEVEL_MAX,
+                }
+                .apply_to_current_thread();
+                let _ = go_rx.recv();
+                fs.open_file(&format!("/be-{round}"), OpenFlags::create())
+                    .and_then(|f| f.pwrite(&data, 0).and_then(|_| f.fdatasync()))
+                    .map_err(|e| e.to_string())
+            })
+        };
+        dev.hold_writes_of(be.thread().id());
+        go_tx.send(()).expect("the best-effort thread ended early");
+        while dev.held_writes() == 0 {
+            assert!(
+                !be.is_finished(),
+                "round {round}: the best-effort sync ended before a write of it was held"
+            );
+            std::thread::yield_now();
+        }
+        let chunk = pattern(round ^ 0x77, BLOCK + 100);
+        let before = dev.stats().flushes;
+        rt.append(&chunk)
+            .and_then(|_| rt.fdatasync())
+            .expect("real-time append");
+        let flushes = dev.stats().flushes - before;
+        acked.extend_from_slice(&chunk);
+        assert_eq!(
+            flushes, 1,
+            "round {round}: the real-time append and its fdatasync made {flushes} device flushes"
+        );
+        for k in 0..IMAGES_PER_POINT {
+            let image = SimDevice::from_image(dev.crash_image(round << 8 | k));
+            let recovered = Fs::open(Arc::new(image), &OpenOptions::default())
+                .unwrap_or_else(|e| panic!("round {round}, image {k}: open: {e}"));
+            let got = read_file(&recovered, "/rt")
+                .unwrap_or_else(|e| panic!("round {round}, image {k}: {e}"));
+            assert!(
+                got == acked,
+                "round {round}, image {k}: /rt has {} bytes, acknowledged {}",
+                got.len(),
+                acked.len()
+            );
+            recovered.close().expect("close the recovered pool");
+        }
+        dev.release_held();
+        be.join()
+            .expect("best-effort thread panicked")
+            .unwrap_or_else(|e| panic!("round {round}: best-effort write: {e}"));
+    }
+    fs.close().expect("close");
 }

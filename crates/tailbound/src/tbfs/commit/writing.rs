@@ -60,7 +60,20 @@ impl Engine {
             // Up to `seq` only: later logs are their sealers' to wait for.
             let written = match self.logs.pop_below(seq) {
                 None => break,
-                Some(Queued::Log(log)) => self.write_sealed(w, log),
+                Some(Queued::Log(mut log)) => {
+                    // A later log of this run (no superblock between), written whole and flushed
+                    // after by this thread, makes this one durable too: one flush for the run,
+                    // not one each, so a real-time sync writing a lower class's logs on its way
+                    // to its own pays for its own flush only. An ahead log's flush is its
+                    // sealer's, after its payload.
+                    if log.flush
+                        && log.ahead.is_none()
+                        && self.logs.flushed_whole_log_next_below(seq)
+                    {
+                        log.flush = false;
+                    }
+                    self.write_sealed(w, log)
+                }
                 Some(Queued::Superblock(sb)) => {
                     // Put with the handed-off superblocks before the log writer is let go: a
                     // thread that then finds it gone from the queue writes it, or waits for the

@@ -9,6 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::sched::inherit::Inheritance;
 use crate::tbfs::log::{AheadPayload, LogWriter, Queued, Release};
 
+/// Queued entries looked at for a later flushed log ([`LogPipeline::flushed_whole_log_next_below`]):
+/// bounds the look per log written.
+const FLUSH_COVER_SCAN: usize = 64;
+
 /// Rules: the watermarks only rise, and `durable <= written <= summaries`: a log is written
 /// once its summary and its payload are, and durable once a flush followed that. A flush
 /// (counted in `flushes_running` while it runs) ends only once for each start.
@@ -87,6 +91,21 @@ impl LogPipeline {
             Some(e) if e.order() < seq => q.pop_front(),
             _ => None,
         }
+    }
+
+    /// Whether a log the log writer writes whole and flushes after (no ahead payload) is
+    /// queued before `seq` with no superblock before it, among the next [`FLUSH_COVER_SCAN`]
+    /// entries: the holder of the log writer writes it in the same run as the logs before it,
+    /// and its flush makes them durable too.
+    pub(crate) fn flushed_whole_log_next_below(&self, seq: u64) -> bool {
+        let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.iter()
+            .take(FLUSH_COVER_SCAN)
+            .map_while(|e| match e {
+                Queued::Log(l) if l.summary.sequence < seq => Some(l.flush && l.ahead.is_none()),
+                _ => None,
+            })
+            .any(|covers| covers)
     }
 
     /// Drops every queued entry (a write failed: the pool is poisoned).

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::dev::PendingWrite;
-use crate::tbfs::format::{Superblock, BLOCK, BLOCK_U64};
+use crate::tbfs::format::{Superblock, BLOCK, BLOCK_U64, FLAG_AHEAD};
 use crate::tbfs::limits::{AHEAD_CHUNKS_IN_FLIGHT, AHEAD_CHUNK_BLOCKS, BEHIND_BUFFERS};
 use crate::tbfs::log::{AheadPayload, AheadState, LogWriter, Queued, SealedLog};
 use crate::tbfs::state::{Engine, State};
@@ -392,21 +392,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Flushes the device if a log was written since the last flush (`w` held).
-    pub(crate) fn flush_device(&self, w: &mut LogWriter, why: &str) -> Result<()> {
-        // A flush running without the log writer may not have reached the device yet.
-        let ahead = self.logs.take_ahead_unflushed();
-        if w.unflushed || ahead || self.logs.flushes_running() {
-            self.dev()
-                .flush()
-                .map_err(|e| Error::io(format!("{} device: flush {why}", self.dev().kind()), e))
-                .inspect_err(|e| self.poison(e))?;
-            w.unflushed = false;
-            self.count(|c| c.device_flushes += 1);
-        }
-        Ok(())
-    }
-
     /// Writes one sealed log: payload first, then the summary that makes it a log.
     pub(crate) fn write_sealed(&self, w: &mut LogWriter, log: SealedLog) -> Result<()> {
         self.check_not_poisoned()?;
@@ -424,14 +409,18 @@ impl Engine {
             self.poison(&err);
             err
         };
-        if flush && self.logs.durable() < seq {
-            // A log the barrier policy flushes goes only after the logs before it are durable,
-            // so a power cut between its write and its flush cannot leave it behind an earlier
-            // summary that was lost or torn.
-            let complete = self.logs.written();
-            self.flush_device(w, "before a flushed log")?;
-            self.logs.made_durable(complete);
-        }
+        // No flush before a flushed log, whatever earlier logs are not durable yet. Every
+        // earlier summary completed before this write is issued (the log writer writes them in
+        // order, one at a time), so this log's own flush makes them durable with it, and a power
+        // cut before that flush returns leaves this log unacknowledged. An earlier payload still
+        // in flight (another file's lane) is covered by no flush issued now, before or after:
+        // every log with a payload carries the ahead flag, so recovery skips such a log and the
+        // later logs of its files instead of ending the chain there, and a sync that depends on
+        // it waits for it and flushes after (`write_own_logs`, `wait_sealed`).
+        assert!(
+            summary.flags & FLAG_AHEAD != 0 || summary.payload_blocks == 0,
+            "log {seq} has a payload but not the ahead flag: a torn payload would end the chain"
+        );
         if let Some(a) = ahead {
             // Only the summary: the payload is its sealer's to write (`write_ahead`).
             summary.prev_crc = w.prev_crc;
