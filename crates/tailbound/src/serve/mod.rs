@@ -47,6 +47,7 @@ mod lease_wire;
 mod messages;
 mod nodes;
 mod observe;
+mod posted;
 pub mod protocol;
 mod protocol_fields;
 mod protocol_replies;
@@ -89,6 +90,8 @@ pub fn fifo_dir(pool: &Path) -> PathBuf {
 mod caller_tests;
 #[cfg(test)]
 mod lease_tests;
+#[cfg(test)]
+mod post_tests;
 #[cfg(test)]
 mod ring_tests;
 #[cfg(test)]
