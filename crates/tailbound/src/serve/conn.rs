@@ -340,7 +340,9 @@ impl Conn {
         let caller = self.called.then(super::caller::current);
         let close = Request::ClosePosted { handle };
         let (head, tail) = close.encode_with(id, caller.as_ref(), None);
-        if let Err(why) = self.send(&head, tail) {
+        // No worker is woken for it: nothing waits for it but a removal, which wakes them, and
+        // the session's next request, which is taken after it.
+        if let Err(why) = self.send_as(&head, tail, false) {
             // Lost: the session's end closes it.
             let _ = self.broken(why);
             return true;
@@ -399,6 +401,13 @@ impl Conn {
 
     /// Sends the frame `head` and `tail` make together.
     fn send(&self, head: &[u8], tail: &[u8]) -> std::result::Result<(), String> {
+        self.send_as(head, tail, true)
+    }
+
+    /// [`Conn::send`]; on the rings, without `wake` no parked worker of the session is woken
+    /// for the frame: one takes it with the next frame that wakes one, or when it looks again
+    /// on its own.
+    fn send_as(&self, head: &[u8], tail: &[u8], wake: bool) -> std::result::Result<(), String> {
         match &self.wire {
             Wire::Socket { stream, send, .. } => {
                 let _turn = send.lock().unwrap_or_else(|p| p.into_inner());
@@ -420,7 +429,9 @@ impl Conn {
                     .unwrap_or_else(|p| p.into_inner())
                     .push_parts_unwoken(&[head, tail], None, socket)
                     .map_err(|e| e.to_string())?;
-                waker.wake(None);
+                if wake {
+                    waker.wake(None);
+                }
                 Ok(())
             }
         }

@@ -104,11 +104,17 @@ impl Gate {
     }
 
     /// Raises the session's closes word, then reads how far the client published: every
-    /// close the client published before it looked at the word is before that position.
+    /// close the client published before it looked at the word is before that position. A
+    /// client publishes a posted close without waking a worker, so the session's parked
+    /// workers are woken to take it.
     fn raise(&self) -> u32 {
         self.word.raise();
         fence(Ordering::SeqCst);
-        self.requests.published()
+        let target = self.requests.published();
+        if !self.reached(target) {
+            self.requests.wake_all();
+        }
+        target
     }
 
     fn wait_for(&self, target: u32) {

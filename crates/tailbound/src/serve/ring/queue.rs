@@ -465,7 +465,8 @@ impl Parking {
         self.q.word(self.q.ctrl.tail).load(Ordering::SeqCst)
     }
 
-    /// Wakes every thread parked in [`Parking::wait`] (the session ends).
+    /// Wakes every thread parked in [`Parking::wait`] (the session ends, or a removal waits
+    /// for posted closes published without a wake-up).
     pub fn wake_all(&self) {
         futex_wake(self.q.word(self.q.ctrl.tail), i32::MAX);
     }
