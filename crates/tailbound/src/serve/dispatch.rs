@@ -477,6 +477,12 @@ fn serve<'w>(
     };
     std::thread::scope(|scope| {
         work(scope, s, &w);
+        // No request of the session is taken from now on (what the client published before it
+        // hung up was taken): a removal waiting for it goes on, rather than wait for the
+        // session's end, which waits for that removal's thread.
+        if let Some(g) = gate {
+            g.end();
+        }
         // The client is gone or must be: requests still waiting on it give up.
         let _ = socket.shutdown(std::net::Shutdown::Both);
     });

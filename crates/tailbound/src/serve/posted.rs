@@ -44,7 +44,8 @@ pub(super) struct Gate {
     requests: Parking,
     /// The request ring's position up to which every request is taken, posted closes applied.
     applied: AtomicU32,
-    /// The session ended: everything it had open is closed.
+    /// The session takes no more requests (its client went, or the server stops): what it
+    /// published before was taken, and its end closes everything it had open.
     ended: AtomicBool,
     /// Removals waiting on this gate.
     waiters: AtomicUsize,
@@ -130,7 +131,8 @@ impl Gate {
         }
     }
 
-    fn end(&self) {
+    /// The session takes no more requests: it counts as caught up.
+    pub fn end(&self) {
         self.ended.store(true, Ordering::SeqCst);
         let _g = self.guard();
         self.moved.notify_all();
