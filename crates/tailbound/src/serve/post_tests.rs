@@ -140,6 +140,45 @@ fn a_lock_is_free_to_another_session_once_its_holders_close_returns() {
     assert_eq!(a.closes_posted(), 0);
 }
 
+/// Makes what [`remove`] renames over `path`, if it renames.
+fn prepare(c: &Client, path: &str, by_rename: bool) {
+    if by_rename {
+        drop(c.open_file(&format!("{path}.new"), rw()).unwrap());
+    }
+}
+
+/// How a test's other session takes the name of a file away: unlinking it, or renaming
+/// another file (made by [`prepare`]) over it and unlinking that.
+fn remove(c: &Client, path: &str, by_rename: bool) {
+    if by_rename {
+        c.rename(&format!("{path}.new"), path).unwrap();
+    }
+    c.unlink(path).unwrap();
+}
+
+#[test]
+fn the_last_close_after_another_sessions_rename_over_it_frees_the_inode() {
+    let f = fixture();
+    let (a, b) = (connect(&f), connect(&f));
+    let before = files(&a);
+    let w = b.open_file("/x", rw()).unwrap();
+    let ino = w.ino();
+    prepare(&a, "/x", true);
+    a.rename("/x.new", "/x").unwrap();
+    assert_eq!(files(&a), before + 2, "/x, and the old /x open in b");
+    a.unlink("/x").unwrap();
+    assert_eq!(files(&a), before + 1, "open in b");
+    drop(w);
+    assert_eq!(
+        b.closes_posted(),
+        0,
+        "a close after a rename over its file waits"
+    );
+    assert_eq!(files(&a), before);
+    let y = a.open_file("/y", rw()).unwrap();
+    assert_eq!(y.ino(), ino, "the freed number is given to the next file");
+}
+
 #[test]
 fn the_last_close_after_another_sessions_unlink_frees_the_inode_before_it_returns() {
     let f = fixture();
@@ -172,11 +211,24 @@ fn the_last_close_after_another_sessions_unlink_frees_the_inode_before_it_return
 
 #[test]
 fn an_unlink_returns_only_once_a_close_posted_before_it_is_applied() {
+    // The remover on the rings or on the socket (which posts no closes but removes as well),
+    // by unlink or by a rename over the name.
+    for (rings, by_rename) in [(true, false), (false, false), (true, true)] {
+        removal_waits_for_a_posted_close(rings, by_rename);
+    }
+}
+
+fn removal_waits_for_a_posted_close(rings: bool, by_rename: bool) {
     let f = fixture();
-    let (a, b) = (connect(&f), connect(&f));
+    let a = Client::connect_with(&f.socket, rings.then(RingSizes::default)).unwrap();
+    let b = connect(&f);
     let before = files(&a);
     let w = b.open_file("/x", rw()).unwrap();
     w.pwrite(&[1u8; 4096], 0).unwrap();
+    // Made before the stall, and its close taken (a posted close wakes no worker: a's next
+    // request does): a's own close of it must not wait behind the stall.
+    prepare(&a, "/x", by_rename);
+    a.statvfs().unwrap();
     let stall = f
         .server
         .closes()
@@ -189,7 +241,7 @@ fn an_unlink_returns_only_once_a_close_posted_before_it_is_applied() {
     let unlinker = {
         let a = a.clone();
         std::thread::spawn(move || {
-            a.unlink("/x").unwrap();
+            remove(&a, "/x", by_rename);
             files(&a)
         })
     };
@@ -201,7 +253,7 @@ fn an_unlink_returns_only_once_a_close_posted_before_it_is_applied() {
     assert_eq!(
         unlinker.join().unwrap(),
         before,
-        "the unlink returned with the file it removed still open"
+        "rings {rings}, rename {by_rename}: the removal returned with its file still open"
     );
 }
 
