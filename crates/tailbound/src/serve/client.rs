@@ -104,6 +104,8 @@ impl Client {
     /// handle ([`RemoteFile::stat_at_open`]) and are kept under their lease for later `fstat`s.
     pub fn open_file(&self, path: &str, flags: OpenFlags) -> Result<RemoteFile> {
         let path = path.into();
+        // Before the open is sent: a removal that leaves the file open later moves it.
+        let closes_seen = self.conn.closes_word();
         let (handle, ino, at_open) = if self.conn.open_stat {
             let req = Request::OpenStat { path, flags };
             let (handle, ino, s) = expect!(self.conn, req,
@@ -125,11 +127,17 @@ impl Client {
             ino,
             at_open,
             let_go: false,
+            closes_seen,
         })
     }
 
     fn done(&self, req: Request) -> Result<()> {
         expect!(self.conn, req, Reply::Done => ())
+    }
+
+    /// How many closes this session sent without waiting for the server.
+    pub fn closes_posted(&self) -> u64 {
+        self.conn.posted()
     }
 
     /// How often this session answered a stat or a read itself (under a lease) and how often
@@ -194,6 +202,7 @@ impl Client {
     /// Keeps open files' descriptions alive for another session to adopt (a forked child or
     /// an exec'd image), each with a note for the adopter; returns the hold's token.
     pub fn hold(&self, items: Vec<(u64, String)>) -> Result<u64> {
+        self.conn.mark_held(items.iter().map(|(h, _)| *h));
         expect!(self.conn, Request::Hold { items }, Reply::Number(t) => t)
     }
     /// Ties a hold to the process that will adopt it: the server drops it if that process
@@ -221,6 +230,7 @@ impl Client {
                         ino,
                         at_open: None,
                         let_go: false,
+                        closes_seen: None,
                     },
                     note,
                 )
@@ -238,6 +248,7 @@ impl Client {
             ino,
             at_open: None,
             let_go: false,
+            closes_seen: None,
         }
     }
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
@@ -367,6 +378,9 @@ pub struct RemoteFile {
     at_open: Option<Stat>,
     /// Closed already, or not this process's to close: the drop says nothing to the server.
     let_go: bool,
+    /// The closes word before this session opened it (`None`: adopted or inherited, or the
+    /// session posts no closes): its drop may post the close.
+    closes_seen: Option<u32>,
 }
 
 impl std::fmt::Debug for RemoteFile {
@@ -575,6 +589,7 @@ impl RemoteFile {
     /// Takes, changes or drops a lock (`wait`: until no other owner's lock conflicts). A
     /// conflict without `wait` is an error with errno `EAGAIN`.
     pub fn lock(&self, lock: LockArgs, wait: bool) -> Result<()> {
+        self.conn.mark_locked(self.ino);
         self.done(Request::Lock {
             handle: self.handle,
             lock,
@@ -602,6 +617,13 @@ impl Drop for RemoteFile {
     fn drop(&mut self) {
         if self.let_go {
             return;
+        }
+        // A drop reports no error: where nothing another call sees depends on when the server
+        // applies it, the close goes without waiting (`Conn::post_close`).
+        if let Some(seen) = self.closes_seen {
+            if self.conn.post_close(self.handle, self.ino, seen) {
+                return;
+            }
         }
         let _ = self.done(Request::Close {
             handle: self.handle,

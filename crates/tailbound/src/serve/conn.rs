@@ -18,9 +18,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::codec::{read_frame, FRAME_MAX};
-use super::protocol::{Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, VERSION};
+use super::protocol::{
+    Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, FEATURE_POSTED_CLOSE, VERSION,
+};
 use super::ring::{
-    self, ClientRings, Consumer, Mapping, Parking, Producer, RingSizes, Waker, FEATURE_RING,
+    self, ClientRings, Consumer, HeaderWord, Mapping, Parking, Producer, RingSizes, Waker,
+    FEATURE_RING,
 };
 use crate::sys::sock::send_all;
 use crate::tbfs::{Error, Result};
@@ -56,6 +59,8 @@ enum Wire {
         parking: Box<Parking>,
         /// The rings' mapping, reached here without their locks (see [`Conn::abandon`]).
         map: Arc<Mapping>,
+        /// The closes word the server raises when a removal leaves an inode open.
+        closes: Box<HeaderWord>,
     },
 }
 
@@ -91,6 +96,15 @@ pub(super) struct Conn {
     pub open_stat: bool,
     /// Given up in this process (a forked child's copy of its parent's connection).
     abandoned: AtomicBool,
+    /// Closes may be posted: the server granted it, on the rings.
+    posts: bool,
+    /// Inodes this session asked a lock of: a close of them may let a lock go, so it waits.
+    locked: Mutex<HashSet<u64>>,
+    /// Handles put in a hold for another session: their descriptions are shared, so a close
+    /// of them waits.
+    held: Mutex<HashSet<u64>>,
+    /// Closes posted since the session began.
+    posted: AtomicU64,
     next_id: AtomicU64,
     /// Calls on the rings between their send and their completion.
     in_flight: AtomicUsize,
@@ -120,7 +134,12 @@ impl Conn {
             version: VERSION,
             features: if rings.is_some() { FEATURE_RING } else { 0 }
                 | FEATURE_CALLER
-                | FEATURE_OPEN_STAT,
+                | FEATURE_OPEN_STAT
+                | if rings.is_some() {
+                    FEATURE_POSTED_CLOSE
+                } else {
+                    0
+                },
         };
         super::caller::connected();
         send_all(&stream, &hello.encode(1)).map_err(|e| lost(&e, io::ErrorKind::BrokenPipe))?;
@@ -155,6 +174,7 @@ impl Conn {
             Some(sizes) => ring_wire(stream, sizes).map_err(|e| lost(&e, e.kind()))?,
             None => socket_wire(stream).map_err(|e| lost(&e, e.kind()))?,
         };
+        let posts = features & FEATURE_POSTED_CLOSE != 0 && matches!(wire, Wire::Ring { .. });
         Ok(Conn {
             socket: socket.to_path_buf(),
             session,
@@ -163,6 +183,10 @@ impl Conn {
             called: features & FEATURE_CALLER != 0,
             open_stat: features & FEATURE_OPEN_STAT != 0,
             abandoned: AtomicBool::new(false),
+            posts,
+            locked: Mutex::new(HashSet::new()),
+            held: Mutex::new(HashSet::new()),
+            posted: AtomicU64::new(0),
             next_id: AtomicU64::new(2),
             in_flight: AtomicUsize::new(0),
             replies: Mutex::new(Replies::default()),
@@ -251,6 +275,86 @@ impl Conn {
         self.call_with(req, None)
     }
 
+    /// The closes word now, where closes may be posted: read before an open is sent, so a
+    /// removal that leaves the file open afterwards moves it.
+    pub fn closes_word(&self) -> Option<u32> {
+        match &self.wire {
+            Wire::Ring { closes, .. } if self.posts => Some(closes.load()),
+            _ => None,
+        }
+    }
+
+    /// Notes that this session asked for a lock on inode `ino`: its closes of the inode wait.
+    pub fn mark_locked(&self, ino: u64) {
+        self.locked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ino);
+    }
+
+    /// Notes handles put in a hold: their closes wait.
+    pub fn mark_held(&self, handles: impl IntoIterator<Item = u64>) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(handles);
+    }
+
+    /// Closes posted since the session began.
+    pub fn posted(&self) -> u64 {
+        self.posted.load(Ordering::Relaxed)
+    }
+
+    /// Closes `handle` (of inode `ino`, opened when the closes word read `seen`) without
+    /// waiting for the server, when nothing another call could see depends on when it is
+    /// applied. `false`: not sent; the caller closes it the waiting way.
+    ///
+    /// A close waits when a lock of the session's may go with it (the kernel lets a process's
+    /// locks go before `close` returns), when its description is shared with another session,
+    /// and when it may be the last close of an unlinked file (its inode and space are freed
+    /// then, and another process may look next): the server raised the closes word since
+    /// the open. The word is read again after the close is published: a removal that raised it
+    /// meanwhile may have missed this close, so the client waits for the server to take it.
+    pub fn post_close(&self, handle: u64, ino: u64, seen: u32) -> bool {
+        let Wire::Ring { closes, .. } = &self.wire else {
+            return false;
+        };
+        if !self.posts
+            || self.abandoned.load(Ordering::Acquire)
+            || closes.load() != seen
+            || self
+                .locked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&ino)
+            || self
+                .held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&handle)
+            || self.replies().broken.is_some()
+        {
+            return false;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let caller = self.called.then(super::caller::current);
+        let close = Request::ClosePosted { handle };
+        let (head, tail) = close.encode_with(id, caller.as_ref(), None);
+        // No worker is woken for it: nothing waits for it but a removal, which wakes them, and
+        // the session's next request, which is taken after it.
+        if let Err(why) = self.send_as(&head, tail, false) {
+            // Lost: the session's end closes it.
+            let _ = self.broken(why);
+            return true;
+        }
+        self.posted.fetch_add(1, Ordering::Relaxed);
+        // The publish is ordered before this look (the ring's fence after a publish).
+        if closes.load() != seen {
+            let _ = self.call(&Request::Barrier);
+        }
+        true
+    }
+
     /// [`Conn::call`] of a write whose data is `data`, sent from where it lies (the request's
     /// own data is left out).
     pub fn call_with(&self, req: &Request, data: Option<&[u8]>) -> Result<Reply> {
@@ -297,6 +401,13 @@ impl Conn {
 
     /// Sends the frame `head` and `tail` make together.
     fn send(&self, head: &[u8], tail: &[u8]) -> std::result::Result<(), String> {
+        self.send_as(head, tail, true)
+    }
+
+    /// [`Conn::send`]; on the rings, without `wake` no parked worker of the session is woken
+    /// for the frame: one takes it with the next frame that wakes one, or when it looks again
+    /// on its own.
+    fn send_as(&self, head: &[u8], tail: &[u8], wake: bool) -> std::result::Result<(), String> {
         match &self.wire {
             Wire::Socket { stream, send, .. } => {
                 let _turn = send.lock().unwrap_or_else(|p| p.into_inner());
@@ -318,7 +429,9 @@ impl Conn {
                     .unwrap_or_else(|p| p.into_inner())
                     .push_parts_unwoken(&[head, tail], None, socket)
                     .map_err(|e| e.to_string())?;
-                waker.wake(None);
+                if wake {
+                    waker.wake(None);
+                }
                 Ok(())
             }
         }
@@ -463,6 +576,7 @@ fn ring_wire(mut stream: UnixStream, sizes: RingSizes) -> io::Result<Wire> {
         (ring::ANSWER_RINGS, Some(r)) => Ok(Wire::Ring {
             socket: stream,
             map: r.requests.mapping().clone(),
+            closes: Box::new(r.closes),
             parking: Box::new(r.completions.parking()),
             waker: Box::new(r.requests.waker()),
             send: Mutex::new(r.requests),

@@ -9,11 +9,14 @@
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::caller::{self, Callers};
 use super::codec::{read_frame, FRAME_MAX};
-use super::protocol::{Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, VERSION};
+use super::posted::Gate;
+use super::protocol::{
+    Reply, Request, CLOSE_POSTED, FEATURE_CALLER, FEATURE_OPEN_STAT, FEATURE_POSTED_CLOSE, VERSION,
+};
 use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, Waker, FEATURE_RING};
 use super::session::Session;
 use super::shared::Shared;
@@ -33,7 +36,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
     };
     let s = Session::new(shared, id, cred, watch);
     let tally = Tally::from_env();
-    let Some((rings, called)) = greet(shared, &mut stream, id) else {
+    let Some((rings, called, posts)) = greet(shared, &mut stream, id) else {
         s.end();
         return;
     };
@@ -52,9 +55,22 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
             let mut inbound = SocketIn {
                 stream: stream.try_clone().ok(),
             };
-            serve(&s, callers, &stream, &mut inbound, &out, tally.as_ref())
+            serve(
+                &s,
+                callers,
+                &stream,
+                &mut inbound,
+                &out,
+                None,
+                tally.as_ref(),
+            )
         }
         Some(rings) => {
+            let gate = posts.then(|| {
+                let g = Arc::new(Gate::new(rings.closes.clone(), rings.requests.parking()));
+                shared.closes.register(id, g.clone());
+                g
+            });
             let out = RingOut {
                 socket: &stream,
                 waker: rings.completions.waker(),
@@ -64,7 +80,15 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
             let mut inbound = RingIn {
                 consumer: rings.requests,
             };
-            serve(&s, callers, &stream, &mut inbound, &out, tally.as_ref())
+            serve(
+                &s,
+                callers,
+                &stream,
+                &mut inbound,
+                &out,
+                gate.as_deref(),
+                tally.as_ref(),
+            )
         }
     };
     if let Some(t) = &tally {
@@ -74,18 +98,30 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
         eprintln!("tailbound serve: session {id} ended: {why}");
     }
     s.end();
+    // Everything it had open is closed: a removal waiting for its posted closes goes on.
+    shared.closes.ended(id);
 }
 
 /// Answers the client's `hello`; then, if the rings were granted, takes its memfd. `None`: the
-/// session ends; else it goes on over the rings if given, the socket if not, and with the
-/// caller in each request's header if `true`.
-fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<(Option<ServerRings>, bool)> {
+/// session ends; else it goes on over the rings if given, the socket if not, with the caller
+/// in each request's header if the first `bool`, and with posted closes if the second (only
+/// on the rings).
+fn greet(
+    shared: &Shared,
+    stream: &mut UnixStream,
+    id: u64,
+) -> Option<(Option<ServerRings>, bool, bool)> {
     let body = read_frame(stream).ok()??;
     let (req_id, decoded) = Request::decode(&body);
     let req_id = req_id.unwrap_or(0);
     let offered = if shared.rings { FEATURE_RING } else { 0 }
         | caller::offered(shared.tenants.as_ref())
-        | FEATURE_OPEN_STAT;
+        | FEATURE_OPEN_STAT
+        | if shared.posts_closes {
+            FEATURE_POSTED_CLOSE
+        } else {
+            0
+        };
     let reply = match decoded {
         Err(e) => Err(Error::Invalid(e.to_string())),
         Ok(Request::Hello { version, .. }) if version != VERSION => Err(Error::Invalid(format!(
@@ -108,8 +144,9 @@ fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<(Option<Se
         return None;
     };
     let called = features & FEATURE_CALLER != 0;
+    let posts = features & FEATURE_POSTED_CLOSE != 0;
     if features & FEATURE_RING == 0 {
-        return Some((None, called));
+        return Some((None, called, false));
     }
     // The client's next bytes on the socket are the tag and its memfd.
     let (tag, fds) = ring::recv_memfd(stream).ok()??;
@@ -119,12 +156,12 @@ fn greet(shared: &Shared, stream: &mut UnixStream, id: u64) -> Option<(Option<Se
     match ServerRings::attach(fds) {
         Ok(rings) => {
             send_all(stream, &[ring::ANSWER_RINGS]).ok()?;
-            Some((Some(rings), called))
+            Some((Some(rings), called, posts))
         }
         Err(why) => {
             eprintln!("tailbound serve: session {id}: rings refused, the socket serves: {why}");
             send_all(stream, &[ring::ANSWER_SOCKET]).ok()?;
-            Some((None, called))
+            Some((None, called, false))
         }
     }
 }
@@ -159,6 +196,10 @@ trait Inbound: Send {
     /// Where workers park while the transport has nothing, without holding it (`None`: a
     /// transport that blocks in [`Inbound::next`] instead).
     fn parking(&self) -> Option<Parking> {
+        None
+    }
+    /// How far the transport's requests are taken (`None`: a transport without positions).
+    fn position(&self) -> Option<u32> {
         None
     }
 }
@@ -214,6 +255,9 @@ impl Inbound for RingIn {
     }
     fn parking(&self) -> Option<Parking> {
         Some(self.consumer.parking())
+    }
+    fn position(&self) -> Option<u32> {
+        Some(self.consumer.position())
     }
 }
 
@@ -278,6 +322,8 @@ struct Workers<'w> {
     most: usize,
     /// Requests running on threads of their own (they may wait long).
     apart: AtomicUsize,
+    /// The session's posted closes (on the rings, where granted).
+    gate: Option<&'w Gate>,
     tally: Option<&'w Tally>,
 }
 
@@ -309,19 +355,37 @@ impl Workers<'_> {
     /// worker is free first. A worker wakes no other: the client's push of a request wakes
     /// one parked worker if any is parked, so a wake-up here would be a second one for the
     /// same request (the one that finds nothing, or a `FUTEX_WAKE` that finds no one).
-    fn next(&self) -> Option<Vec<u8>> {
+    ///
+    /// A posted close is applied here, by the reader, before the reader's turn goes to the
+    /// next: no later request of the session is taken before it is applied.
+    fn next(&self, s: &Session<'_>) -> Option<Vec<u8>> {
         let mut woken = false;
         loop {
             let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
             if self.ending.load(Ordering::Acquire) {
                 return None;
             }
-            let seen = match inbound.next() {
+            let got = inbound.next();
+            let seen = match got {
+                Ok(Some(Next::Body(body))) if self.gate.is_some() && self.posted(s, &body) => {
+                    if let (Some(g), Some(pos)) = (self.gate, inbound.position()) {
+                        g.applied(pos);
+                    }
+                    continue;
+                }
                 // No other worker is woken for the requests behind this one: each request's
                 // push woke a parked worker when one was parked, and when none was, every
                 // worker is awake and reads again once it has answered.
-                Ok(Some(Next::Body(body))) => return Some(body),
+                Ok(Some(Next::Body(body))) => {
+                    if let (Some(g), Some(pos)) = (self.gate, inbound.position()) {
+                        g.applied(pos);
+                    }
+                    return Some(body);
+                }
                 Ok(Some(Next::Wait(seen))) => {
+                    if let (Some(g), Some(pos)) = (self.gate, inbound.position()) {
+                        g.applied(pos);
+                    }
                     if woken {
                         self.count(Event::EmptyWake);
                     }
@@ -357,6 +421,27 @@ impl Workers<'_> {
     }
 }
 
+impl Workers<'_> {
+    /// If `body` is a posted close, applies it and says so. It has no completion: an error
+    /// (a handle already closed) has no one to go to.
+    fn posted(&self, s: &Session<'_>, body: &[u8]) -> bool {
+        // The operation's byte follows the id and, when requests carry it, the caller.
+        let at = if self.callers.is_some() { 14 } else { 8 };
+        if body.get(at) != Some(&CLOSE_POSTED) {
+            return false;
+        }
+        let (_, decoded) = Request::decode_owned(body.to_vec(), self.callers.is_some());
+        let Ok((_, req @ Request::ClosePosted { .. })) = decoded else {
+            return false;
+        };
+        if let Some(t) = self.tally {
+            t.request(CLOSE_POSTED);
+        }
+        s.close_posted(req);
+        true
+    }
+}
+
 /// Reads and answers requests until the client goes or the transport fails; returns why it
 /// failed, if it did. Every request of the session is answered before it returns (a lock wait
 /// gives up once the client is gone).
@@ -372,6 +457,7 @@ fn serve<'w>(
     socket: &'w UnixStream,
     inbound: &'w mut dyn Inbound,
     out: &'w dyn Outbound,
+    gate: Option<&'w Gate>,
     tally: Option<&'w Tally>,
 ) -> Option<String> {
     let w = Workers {
@@ -386,10 +472,17 @@ fn serve<'w>(
         started: AtomicUsize::new(1),
         most: most_workers(),
         apart: AtomicUsize::new(0),
+        gate,
         tally,
     };
     std::thread::scope(|scope| {
         work(scope, s, &w);
+        // No request of the session is taken from now on (what the client published before it
+        // hung up was taken): a removal waiting for it goes on, rather than wait for the
+        // session's end, which waits for that removal's thread.
+        if let Some(g) = gate {
+            g.end();
+        }
         // The client is gone or must be: requests still waiting on it give up.
         let _ = socket.shutdown(std::net::Shutdown::Both);
     });
@@ -403,7 +496,7 @@ fn work<'scope, 'env, 'w: 'env>(
     s: &'env Session<'_>,
     w: &'env Workers<'w>,
 ) {
-    while let Some(body) = w.next() {
+    while let Some(body) = w.next(s) {
         // This worker is about to answer: if it was the last one reading, another takes over.
         if w.idle.fetch_sub(1, Ordering::AcqRel) == 1 && w.started.load(Ordering::Acquire) < w.most
         {
@@ -456,7 +549,41 @@ fn answer<'scope, 'env, 'w: 'env>(
             match job {
                 None => {
                     let _charged = charge.map(Charge::apply);
-                    s.serve(req)
+                    if matches!(req, Request::ClosePosted { .. }) {
+                        // Sent without waiting: it has no completion.
+                        s.close_posted(req);
+                        return;
+                    }
+                    match s.serve_ordered(req) {
+                        (reply, None) => reply,
+                        (reply, Some(drain)) => {
+                            w.count(Event::Raise);
+                            // The wait is on a thread of its own: this worker may be the one
+                            // its own session needs to take the closes waited for.
+                            let held = Arc::new(Mutex::new(Some((drain, reply))));
+                            let theirs = held.clone();
+                            let spawned = std::thread::Builder::new()
+                                .name(format!("tbfs-session-{}-drain", s.id()))
+                                .spawn_scoped(scope, move || {
+                                    let taken =
+                                        theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
+                                    if let Some((d, reply)) = taken {
+                                        d.wait();
+                                        if let Err(why) = complete(w.out, req_id, &reply) {
+                                            w.fail(why);
+                                        }
+                                    }
+                                });
+                            if spawned.is_ok() {
+                                return;
+                            }
+                            // No thread (its closure never ran): this one waits.
+                            let taken = held.lock().unwrap_or_else(|p| p.into_inner()).take();
+                            let Some((d, reply)) = taken else { return };
+                            d.wait();
+                            reply
+                        }
+                    }
                 }
                 Some(job) => {
                     w.apart.fetch_add(1, Ordering::AcqRel);

@@ -17,6 +17,11 @@ pub const VERSION: u16 = 2;
 pub const FEATURE_CALLER: u64 = 1 << 1;
 /// The `hello` feature bit that asks for (and, answered, grants) [`Request::OpenStat`].
 pub const FEATURE_OPEN_STAT: u64 = 1 << 2;
+/// The `hello` feature bit that asks for (and, answered, grants) [`Request::ClosePosted`] and
+/// the closes word in the rings' header. Granted only with the rings.
+pub const FEATURE_POSTED_CLOSE: u64 = 1 << 3;
+/// [`Request::ClosePosted`]'s operation code: the server's reader looks for it.
+pub const CLOSE_POSTED: u8 = 67;
 
 /// Who makes a request: the client's calling thread and the I/O priority it says that thread
 /// has (the kernel's class number, 1 real time, 2 best effort, 3 idle, and level 0-7). The
@@ -83,6 +88,15 @@ pub enum Request {
     Close {
         handle: u64,
     },
+    /// A close the client does not wait for: no completion is sent. The server applies it
+    /// before it takes any request the session published after it (docs/PROTOCOL.md, "Posted
+    /// closes"). Only where [`FEATURE_POSTED_CLOSE`] was granted, on the rings.
+    ClosePosted {
+        handle: u64,
+    },
+    /// Answered `Done` once every request the session published before it was taken: after
+    /// it, the session's posted closes are applied.
+    Barrier,
     Read {
         handle: u64,
         offset: u64,

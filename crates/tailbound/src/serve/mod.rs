@@ -23,6 +23,8 @@
 //! - `shmem`: one memfd per inode for clients' `MAP_SHARED` mappings, shared across them.
 //! - `observe`: what a session changed ([`Change`]), for a front end that caches the tree.
 //! - `tally`: a session's requests and wake-ups counted, when [`COUNTS_ENV`] names a file.
+//! - `posted`: closes a client does not wait for, applied in order, and the removals that wait
+//!   for them (docs/PROTOCOL.md, "Posted closes").
 //!
 //! Every request is applied to the shared [`Fs`](crate::tbfs::Fs) before it is answered, so a
 //! client sees every other client's writes, synced or not, as processes do through the kernel's
@@ -47,6 +49,7 @@ mod lease_wire;
 mod messages;
 mod nodes;
 mod observe;
+mod posted;
 pub mod protocol;
 mod protocol_fields;
 mod protocol_replies;
@@ -89,6 +92,8 @@ pub fn fifo_dir(pool: &Path) -> PathBuf {
 mod caller_tests;
 #[cfg(test)]
 mod lease_tests;
+#[cfg(test)]
+mod post_tests;
 #[cfg(test)]
 mod ring_tests;
 #[cfg(test)]

@@ -9,8 +9,8 @@
 
 use super::codec::{Dec, Enc, WireError, WireResult};
 pub use super::messages::{
-    Adopted, Caller, LockArgs, LockHolder, Payload, PoolInfo, Reply, Request, FEATURE_CALLER,
-    FEATURE_OPEN_STAT, MAGIC, VERSION,
+    Adopted, Caller, LockArgs, LockHolder, Payload, PoolInfo, Reply, Request, CLOSE_POSTED,
+    FEATURE_CALLER, FEATURE_OPEN_STAT, FEATURE_POSTED_CLOSE, MAGIC, VERSION,
 };
 use super::protocol_fields::{flags_dec, flags_enc, lock_dec, lock_enc};
 use crate::tbfs::{Error, SetAttr};
@@ -71,6 +71,12 @@ impl Request {
             }
             R::Close { handle } => {
                 e.u8(3).u64(*handle);
+            }
+            R::ClosePosted { handle } => {
+                e.u8(CLOSE_POSTED).u64(*handle);
+            }
+            R::Barrier => {
+                e.u8(68);
             }
             R::Read {
                 handle,
@@ -381,6 +387,10 @@ impl Request {
             3 => R::Close {
                 handle: d.u64("handle")?,
             },
+            CLOSE_POSTED => R::ClosePosted {
+                handle: d.u64("handle")?,
+            },
+            68 => R::Barrier,
             4 => R::Read {
                 handle: d.u64("handle")?,
                 offset: d.u64("offset")?,

@@ -101,6 +101,9 @@ impl Server {
                 }
             }
         };
+        // A front end in this process that watches the sessions' changes (FUSE) changes the
+        // pool beside them too: a removal there cannot raise the closes words.
+        let posts_closes = !opts.no_ring && observer.is_none();
         let observer = match &leases {
             None => observer,
             Some(t) => {
@@ -137,6 +140,8 @@ impl Server {
             leases,
             tenants,
             shmem: Default::default(),
+            closes: Default::default(),
+            posts_closes,
         });
         let for_loop = shared.clone();
         let second = listener.try_clone()?;
@@ -293,6 +298,12 @@ impl ServerHandle {
     /// Sessions open now.
     pub fn sessions(&self) -> usize {
         self.shared.sessions().len()
+    }
+
+    /// The posted closes' side of the server (tests stall and watch it).
+    #[cfg(test)]
+    pub(super) fn closes(&self) -> &super::posted::Closes {
+        &self.shared.closes
     }
 
     /// How many sessions have started since the server did.

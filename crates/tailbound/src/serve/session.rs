@@ -14,6 +14,7 @@ use super::codec::IO_MAX;
 use super::descs::{read_reply, Desc};
 use super::lease::LeasedStat;
 use super::observe::{self, Change};
+use super::posted::{Drain, Names};
 use super::protocol::{Adopted, LockArgs, LockHolder, PoolInfo, Reply, Request};
 use super::shared::Shared;
 use crate::dev::BLOCK_SIZE;
@@ -65,6 +66,37 @@ impl<'a> Session<'a> {
 
     pub(super) fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Answers `req` as [`Session::serve`] does. A removal that leaves its inode open (a close
+    /// another session posted may be that inode's last) comes with the [`Drain`] its answer
+    /// must wait for (`posted.rs`).
+    pub(super) fn serve_ordered(&self, req: Request) -> (Result<Reply>, Option<Drain<'a>>) {
+        let closes = &self.shared.closes;
+        if !self.shared.posts_closes {
+            return (self.serve(req), None);
+        }
+        match closes.names(&req) {
+            Names::Untouched => (self.serve(req), None),
+            Names::Makes(_made) => (self.serve(req), None),
+            Names::Removes(path, removing) => {
+                // No name appears meanwhile: what the name is now is what goes.
+                let victim = self.fs.lstat(&path).ok().map(|st| st.ino);
+                let reply = self.serve(req);
+                let left_open = reply.is_ok()
+                    && victim
+                        .is_some_and(|ino| self.fs.stat_ino(ino).is_ok_and(|st| st.nlink == 0));
+                drop(removing);
+                (reply, left_open.then(|| closes.raise()))
+            }
+        }
+    }
+
+    /// Applies a posted close (its reader calls this before it takes the session's next
+    /// request); an error has no one to go to.
+    pub(super) fn close_posted(&self, req: Request) {
+        self.shared.closes.before_applying();
+        let _ = self.serve(req);
     }
 
     /// `req` as a job for a thread of its own, if it may wait long (a lock wait, an fsync, a
@@ -379,7 +411,7 @@ impl Session<'_> {
                     stat,
                 }
             }
-            R::Close { handle } => {
+            R::Close { handle } | R::ClosePosted { handle } => {
                 let file = self
                     .files_mut()
                     .remove(&handle)
@@ -554,6 +586,8 @@ impl Session<'_> {
                 Reply::Done
             }
             R::Statvfs => Reply::StatVfs(fs.statvfs()?),
+            // Answered once taken: every request published before it was taken earlier.
+            R::Barrier => Reply::Done,
             R::Space => Reply::Space(fs.space()?),
             R::Checkpoints => Reply::Checkpoints(fs.checkpoints()?),
             R::Snapshot { name } => Reply::Number(fs.snapshot(name.as_deref())?),

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 
 use super::descs::Holds;
 use super::observe::Observer;
+use super::posted::Closes;
 use super::shmem::SharedFiles;
 use crate::sched::clients::ClientTenants;
 use crate::tbfs::Fs;
@@ -51,6 +52,11 @@ pub(super) struct Shared {
     pub tenants: Option<ClientTenants>,
     /// The memory of files mapped `MAP_SHARED` by clients, by inode.
     pub shmem: SharedFiles,
+    /// The sessions that may post closes, and what removals wait for (`posted.rs`).
+    pub closes: Closes,
+    /// Sessions on the rings may post closes: only where every name is removed through a
+    /// session (no front end in this process changes the pool beside them).
+    pub posts_closes: bool,
 }
 
 impl Shared {

@@ -24,6 +24,9 @@ pub(super) struct Tally {
     completions: AtomicU64,
     /// Completions whose push woke a parked client thread.
     completion_wakes: AtomicU64,
+    /// Removals of the session's that left an inode open, so raised every session's closes
+    /// word and waited for their posted closes.
+    raises: AtomicU64,
 }
 
 /// The events counted besides requests.
@@ -33,6 +36,7 @@ pub(super) enum Event {
     EmptyWake,
     Completion,
     CompletionWake,
+    Raise,
 }
 
 impl Tally {
@@ -51,6 +55,7 @@ impl Tally {
             empty_wakes: AtomicU64::new(0),
             completions: AtomicU64::new(0),
             completion_wakes: AtomicU64::new(0),
+            raises: AtomicU64::new(0),
         }
     }
 
@@ -65,6 +70,7 @@ impl Tally {
             Event::EmptyWake => &self.empty_wakes,
             Event::Completion => &self.completions,
             Event::CompletionWake => &self.completion_wakes,
+            Event::Raise => &self.raises,
         };
         c.fetch_add(1, Ordering::Relaxed);
     }
@@ -83,11 +89,12 @@ impl Tally {
         }
         format!(
             "session {session} requests {total}{ops} parks {} empty_wakes {} completions {} \
-             completion_wakes {}",
+             completion_wakes {} raises {}",
             get(&self.parks),
             get(&self.empty_wakes),
             get(&self.completions),
             get(&self.completion_wakes),
+            get(&self.raises),
         )
     }
 
@@ -127,7 +134,7 @@ mod tests {
         }
         t.event(Event::CompletionWake);
         let want = "session 7 requests 4 op3=2 op66=1 op255=1 parks 2 empty_wakes 1 \
-                    completions 1 completion_wakes 1";
+                    completions 1 completion_wakes 1 raises 0";
         assert_eq!(t.line(7), want);
         t.write(7);
         t.request(5);

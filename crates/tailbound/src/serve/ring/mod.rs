@@ -8,13 +8,14 @@
 //! - here: the memfd's layout and header, and the two ends of a session's pair of rings.
 //!
 //! Layout: a 4 KiB header (magic, version, the two data areas' sizes, then each ring's control
-//! words on cache lines of their own), the request ring's data area, the completion ring's.
+//! words on cache lines of their own, then the closes word), the request ring's data area, the
+//! completion ring's.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 mod queue;
@@ -53,6 +54,46 @@ const COMPLETION_CTRL: Ctrl = Ctrl {
     head: 256,
     data_waiter: 260,
 };
+/// The closes word: the server raises it when an unlink or a rename leaves an inode open, so
+/// that a client whose posted close may be that inode's last waits for it (docs/PROTOCOL.md,
+/// "Posted closes"). Written by the server only; on a cache line of its own.
+const CLOSES_AT: usize = 320;
+
+/// A word of a session's header that one side raises and the other reads.
+#[derive(Debug, Clone)]
+pub(crate) struct HeaderWord {
+    map: Arc<Mapping>,
+    at: usize,
+}
+
+impl HeaderWord {
+    fn new(map: &Arc<Mapping>, at: usize) -> Option<HeaderWord> {
+        map.word(at)?;
+        Some(HeaderWord {
+            map: map.clone(),
+            at,
+        })
+    }
+
+    fn word(&self) -> &AtomicU32 {
+        // Checked in `new`: the fallback is never reached.
+        self.map.word(self.at).unwrap_or(&NO_WORD)
+    }
+
+    /// Its value, ordered after every store before it (a client's publish of a posted close
+    /// comes before its look at the closes word).
+    pub fn load(&self) -> u32 {
+        self.word().load(Ordering::SeqCst)
+    }
+
+    /// Moves it on, ordered before every load after it (the server's look at how far the
+    /// client published).
+    pub fn raise(&self) {
+        self.word().fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+static NO_WORD: AtomicU32 = AtomicU32::new(0);
 
 /// The futex bits a client's thread waiting for the completion of request `id` parks with,
 /// and the server wakes with when it pushes that completion: each thread sleeps until its own
@@ -120,6 +161,8 @@ pub(crate) struct ClientRings {
     pub memfd: File,
     pub requests: Producer,
     pub completions: Consumer,
+    /// The closes word, which the server raises.
+    pub closes: HeaderWord,
 }
 
 impl ClientRings {
@@ -142,10 +185,13 @@ impl ClientRings {
         }
         let (req, cmp) = queues(&map, sizes)
             .ok_or_else(|| io::Error::other("ring layout does not fit its memfd"))?;
+        let closes = HeaderWord::new(&map, CLOSES_AT)
+            .ok_or_else(|| io::Error::other("ring header does not fit its memfd"))?;
         Ok(ClientRings {
             memfd,
             requests: Producer::new(req),
             completions: Consumer::new(cmp),
+            closes,
         })
     }
 }
@@ -155,6 +201,8 @@ impl ClientRings {
 pub(crate) struct ServerRings {
     pub requests: Consumer,
     pub completions: Producer,
+    /// The closes word, which this side raises.
+    pub closes: HeaderWord,
 }
 
 impl ServerRings {
@@ -193,9 +241,12 @@ impl ServerRings {
             ));
         }
         let (req, cmp) = queues(&map, sizes).ok_or("ring layout does not fit its memfd")?;
+        let closes =
+            HeaderWord::new(&map, CLOSES_AT).ok_or("ring header does not fit its memfd")?;
         Ok(ServerRings {
             requests: Consumer::new(req),
             completions: Producer::new(cmp),
+            closes,
         })
     }
 }

@@ -460,7 +460,13 @@ impl Parking {
             .wake_bits(self.q.ctrl.tail, self.q.ctrl.data_waiter, bits)
     }
 
-    /// Wakes every thread parked in [`Parking::wait`] (the session ends).
+    /// The producer's position as published now: the bytes the other side wrote so far.
+    pub fn published(&self) -> u32 {
+        self.q.word(self.q.ctrl.tail).load(Ordering::SeqCst)
+    }
+
+    /// Wakes every thread parked in [`Parking::wait`] (the session ends, or a removal waits
+    /// for posted closes published without a wake-up).
     pub fn wake_all(&self) {
         futex_wake(self.q.word(self.q.ctrl.tail), i32::MAX);
     }
@@ -526,6 +532,11 @@ impl Consumer {
 
     pub fn parking(&self) -> Parking {
         Parking { q: self.q.clone() }
+    }
+
+    /// The bytes consumed so far (every frame before it taken whole or in part).
+    pub fn position(&self) -> u32 {
+        self.head
     }
 
     /// Takes the records published until a frame is whole.
