@@ -246,7 +246,13 @@ fn removal_waits_for_a_posted_close(rings: bool, by_rename: bool) {
         })
     };
     // The unlink left the inode open (b's close is not applied): it waits for b's session.
+    // A bound only so a regression fails rather than hangs the suite.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while f.server.closes().waiting() == 0 && !unlinker.is_finished() {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "rings {rings}, rename {by_rename}: the removal neither waited nor returned"
+        );
         std::thread::yield_now();
     }
     drop(stall);
