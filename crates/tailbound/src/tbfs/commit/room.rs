@@ -52,6 +52,13 @@ impl Engine {
     /// checkpoint that makes a snapshot counts the pinned table already, so deletes under the
     /// new snapshot find its room kept.
     pub(in crate::tbfs) fn deletes_reserve(m: &State) -> u64 {
+        let (inodes, pins) = Self::deletes_reserve_parts(m);
+        inodes + pins
+    }
+
+    /// [`Engine::deletes_reserve`] in its two parts: the inode pages with the inode file's
+    /// map, and the pinned table's pages (none while nothing keeps what deletes drop).
+    fn deletes_reserve_parts(m: &State) -> (u64, u64) {
         let pins =
             if m.life.snapshot_count() > 0 || m.life.held_count() > 0 || m.life.snapshot_coming() {
                 let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
@@ -59,7 +66,10 @@ impl Engine {
             } else {
                 0
             };
-        m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1 + pins
+        (
+            m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1,
+            pins,
+        )
     }
 
     /// A refresh outside cleaning: the checkpoint and superblocks of `format` and of recovery,
@@ -101,33 +111,38 @@ impl Engine {
         self.checkpoint_debt(m, true) + self.budget.buffered().div_ceil(BLOCK_U64)
     }
 
-    /// What a checkpoint must leave free: the room a snapshot drop's checkpoint needs after
-    /// it (`Engine::deletes_reserve`: deletes and truncates may dirty every page it counts
-    /// again, without a check, once this checkpoint has written them), and the room of the
-    /// next cleaning cycle, less the whole segments the checkpoint makes reusable (those
-    /// waiting only for it and its superblock, and a full pass's victims), never less than a
-    /// checkpoint with nothing changed takes ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the debt,
-    /// so that is all the invariant asks of it. A snapshot's drop keeps only the floor: it
-    /// gives back what the snapshot held, which the cleaner could not reach before, and must
-    /// not be refused; every other checkpoint leaving it room is what makes that hold.
-    fn checkpoint_floor(&self, m: &State) -> u64 {
+    /// What a checkpoint paying `paid` blocks of debt must leave free: the pinned table's part
+    /// of the deletes' room whole (`Engine::deletes_reserve`: once this checkpoint has written
+    /// the pages deletes under a snapshot marked, they may mark every one again before the
+    /// snapshot's drop must write them) and its inode pages' part less what this checkpoint
+    /// pays; and the room of the next cleaning cycle, less the whole segments the checkpoint
+    /// makes reusable (those waiting only for it and its superblock, and a full pass's
+    /// victims), never less than a checkpoint with nothing changed takes
+    /// ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the debt, so that is all the invariant asks of
+    /// it. A snapshot's drop keeps only the floor: it gives back what the snapshot held, which
+    /// the cleaner could not reach before, and must not be refused; every other checkpoint
+    /// leaving the pinned table's room is what makes that hold.
+    fn checkpoint_floor(&self, m: &State, paid: u64) -> u64 {
         let least = CHECKPOINT_FLOOR_BLOCKS;
         if m.life.drop_in_progress() {
             return least;
         }
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
-        self.cycle_room(m).saturating_sub(given_back).max(least) + Self::deletes_reserve(m)
+        let (inodes, pins) = Self::deletes_reserve_parts(m);
+        self.cycle_room(m).saturating_sub(given_back).max(least)
+            + inodes.saturating_sub(paid)
+            + pins
     }
 
     /// What a light pass copying `need` blocks must leave free: the next checkpoint, with the
-    /// map nodes and inode pages its copies add to it, then the room deletes may add to it
-    /// and a checkpoint's floor. Its victims are reusable only once the copies are durable,
-    /// and those holding metadata only after that checkpoint.
+    /// map nodes and inode pages its copies add to it, or the room deletes may add to it if
+    /// that is more, and a checkpoint's floor after it. Its victims are reusable only once the
+    /// copies are durable, and those holding metadata only after that checkpoint. (Light
+    /// passes run only while nothing keeps what deletes drop, so that room holds no pinned
+    /// table.)
     fn copies_floor(&self, m: &State, need: u64) -> u64 {
-        self.next_checkpoint_blocks(m)
-            + copies_debt(need)
-            + Self::deletes_reserve(m)
+        (self.next_checkpoint_blocks(m) + copies_debt(need)).max(Self::deletes_reserve(m))
             + CHECKPOINT_FLOOR_BLOCKS
     }
 
@@ -260,7 +275,7 @@ impl Engine {
         let keep = if self.recovering(m) {
             0
         } else if for_checkpoint {
-            self.checkpoint_floor(m)
+            self.checkpoint_floor(m, blocks)
         } else if for_copies {
             // Below the floor (recovery may leave a pool there), a pass whose victims give
             // back more than it copies still climbs towards it: what it must leave, once its
