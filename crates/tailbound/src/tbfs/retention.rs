@@ -297,6 +297,10 @@ pub(crate) struct Retention {
     /// A snapshot being dropped: only the checkpoint that records the drop releases it, so a
     /// drop refused for room (which may clean, and prune, first) can be put back.
     dropping: Option<u64>,
+    /// The checkpoint being written is to become a snapshot: its space check keeps the room
+    /// deletes under it will take in the pinned table.
+    snapshot_coming: bool,
+    segment_blocks: u64,
     pinned_pages_per_segment: u64,
 }
 
@@ -321,6 +325,7 @@ impl Retention {
             seg_written: vec![0; segment_count],
             protection,
             clock,
+            segment_blocks,
             pinned_pages_per_segment: segment_blocks
                 .div_ceil(table_entries_per_page(TABLE_PINNED) as u64),
             ..Retention::default()
@@ -490,6 +495,44 @@ impl Retention {
     /// Whether checkpoint `c`'s drop is being made durable (see [`Retention::set_dropping`]).
     pub fn is_dropping(&self, c: u64) -> bool {
         self.dropping == Some(c)
+    }
+
+    /// Marks whether the checkpoint being written is to become a snapshot: returns the mark
+    /// before.
+    pub fn set_snapshot_coming(&mut self, coming: bool) -> bool {
+        std::mem::replace(&mut self.snapshot_coming, coming)
+    }
+
+    /// Whether the checkpoint being written is to become a snapshot
+    /// ([`Retention::set_snapshot_coming`]).
+    pub fn snapshot_coming(&self) -> bool {
+        self.snapshot_coming
+    }
+
+    /// The pinned-table pages a checkpoint that releases the checkpoints `released` writes:
+    /// of the pages marked dirty and those holding a run the release unpins, the ones that
+    /// still hold a pin afterwards (a page left with none becomes a hole, which takes no
+    /// block), and up to `more` of the other pages holding pins, for the blocks the
+    /// checkpoint itself supersedes that a kept checkpoint references.
+    pub fn pinned_pages_after_release(&self, released: &BTreeSet<u64>, more: u64) -> u64 {
+        let kept = |p: &BlockPin| {
+            self.list
+                .range(p.born..=p.died)
+                .any(|(c, _)| !released.contains(c))
+                || self.holds.range(p.born..=p.died).next().is_some()
+        };
+        let mut touched = self.pins.dirty_pages.clone();
+        let mut holding = BTreeSet::new();
+        for r in self.pins.runs() {
+            let pages = self.pinned_pages(r.start, r.len, self.segment_blocks);
+            if kept(&r.pin) {
+                holding.extend(pages);
+            } else {
+                touched.extend(pages);
+            }
+        }
+        let written = touched.intersection(&holding).count() as u64;
+        written + (holding.len() as u64 - written).min(more)
     }
 
     /// Whether a snapshot's drop is being made durable (see [`Retention::set_dropping`]).

@@ -210,11 +210,19 @@ impl Engine {
             quick >= counted_first,
             "the quick bound {quick} is below the count {counted_first}"
         );
-        if self.space_is_ample(m, estimate + quick) {
+        let estimate = if self.space_is_ample(m, estimate + quick) {
             estimate + quick
         } else {
             estimate + self.counted_inode_bound(m, work, dir_blocks)
+        };
+        if !m.life.drop_in_progress() {
+            return estimate;
         }
+        // A snapshot's drop: its pinned-table pages as they will be once the release empties
+        // most of them (the table estimate counts every page marked), so the drop that gives
+        // the space back is not refused for pages it will not write.
+        let rest = estimate - m.life.pins().dirty_page_count() as u64;
+        rest + m.pinned_pages_at_drop(rest)
     }
 
     /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks, its

@@ -196,6 +196,24 @@ impl State {
     /// becomes the newest), and a snapshot being dropped unless it is that checkpoint. Returns
     /// how many were released.
     pub fn prune(&mut self, seq: u64, segment_blocks: u64, in_commit: bool) -> u64 {
+        let out = self.to_prune(in_commit);
+        for &c in &out {
+            self.release(c, seq, segment_blocks);
+        }
+        out.len() as u64
+    }
+
+    /// The pinned-table pages the checkpoint recording a snapshot's drop writes, with up to
+    /// `more` pages for what it supersedes ([`Retention::pinned_pages_after_release`]): the
+    /// release it makes empties most pages the drop and the deletes under the snapshot
+    /// marked, and an empty page takes no block.
+    pub fn pinned_pages_at_drop(&self, more: u64) -> u64 {
+        let released = self.to_prune(true).into_iter().collect();
+        self.life.pinned_pages_after_release(&released, more)
+    }
+
+    /// The checkpoints [`State::prune`] releases.
+    fn to_prune(&self, in_commit: bool) -> Vec<u64> {
         let cutoff = self.life.protection_cutoff(self.life.now_ns());
         let newest = self.ckpt.newest();
         let mut out = Vec::new();
@@ -216,10 +234,7 @@ impl State {
             }
             out.push(c);
         }
-        for &c in &out {
-            self.release(c, seq, segment_blocks);
-        }
-        out.len() as u64
+        out
     }
 
     /// Segment `s` can be emptied without pinning its live blocks' old copies: no retained
@@ -631,7 +646,12 @@ impl Fs {
         }
         let mut m = inner.lock_meta();
         inner.check_usable()?;
-        inner.commit_checkpoint(&mut m)?;
+        // Its checkpoint keeps room for the pinned table that deletes under the snapshot fill
+        // (`Engine::deletes_reserve`), so the snapshot's drop can always be written.
+        let coming_was = m.life.set_snapshot_coming(true);
+        let committed = inner.commit_checkpoint(&mut m);
+        m.life.set_snapshot_coming(coming_was);
+        committed?;
         // The newest checkpoint is always retained: the commit just made it.
         let number = m.ckpt.newest();
         m.life.set_snapshot(number, true, name.map(str::to_string));

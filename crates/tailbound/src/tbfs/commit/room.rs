@@ -48,15 +48,28 @@ impl Engine {
     /// Deletes and truncates never answer `NoSpace`, yet add these to the next checkpoint
     /// without a space check: files deleted all over the tree rewrite every page holding one
     /// of them, and under a snapshot every pinned-table page their blocks fall in. Such a
-    /// checkpoint (a sync's, a snapshot drop's) is what gives their blocks back.
+    /// checkpoint (a sync's, a snapshot drop's) is what gives their blocks back. The
+    /// checkpoint that makes a snapshot counts the pinned table already, so deletes under the
+    /// new snapshot find its room kept.
     pub(in crate::tbfs) fn deletes_reserve(m: &State) -> u64 {
-        let pins = if m.life.snapshot_count() > 0 || m.life.held_count() > 0 {
-            let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
-            pages + crate::tbfs::map::tree_nodes(pages) + 1
-        } else {
-            0
-        };
-        m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1 + pins
+        let (inodes, pins) = Self::deletes_reserve_parts(m);
+        inodes + pins
+    }
+
+    /// [`Engine::deletes_reserve`] in its two parts: the inode pages with the inode file's
+    /// map, and the pinned table's pages (none while nothing keeps what deletes drop).
+    fn deletes_reserve_parts(m: &State) -> (u64, u64) {
+        let pins =
+            if m.life.snapshot_count() > 0 || m.life.held_count() > 0 || m.life.snapshot_coming() {
+                let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
+                pages + crate::tbfs::map::tree_nodes(pages) + 1
+            } else {
+                0
+            };
+        (
+            m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1,
+            pins,
+        )
     }
 
     /// A refresh outside cleaning: the checkpoint and superblocks of `format` and of recovery,
@@ -68,19 +81,29 @@ impl Engine {
     /// Blocks one cleaning cycle of the best victim needs: its live blocks copied, their
     /// summaries, and the map nodes and inode pages the copies add to the next checkpoint. The
     /// best victim is the emptiest segment the writer does not hold with nothing pinned in it
-    /// and enough dead to be worth cleaning, whatever retention keeps from the cleaner now (a
-    /// snapshot drop or the end of a protection period makes it a victim). None (0): nothing
-    /// is left to clean, and no cycle needs room.
+    /// and enough dead to be worth cleaning, among those the cleaner may clean now; only when
+    /// retention keeps every such segment from it (a snapshot or a protection period), among
+    /// all of them, since the drop or the end of the period that frees the space also makes
+    /// them victims. A nearly empty segment a snapshot locks does not stand for the cycle the
+    /// cleaner must run meanwhile. None (0): nothing is left to clean, and no cycle needs room.
     pub(in crate::tbfs) fn cycle_room(&self, m: &State) -> u64 {
         let sb = self.segment_blocks();
-        (0..self.segment_count() as usize)
-            .filter(|&s| {
-                !m.writer.holds_segment(s as u64) && m.seg.pinned(s) == 0 && m.seg.live(s) > 0
-            })
-            .map(|s| u64::from(m.seg.live(s)))
-            .filter(|&live| (sb - live) as f64 >= sb as f64 * MIN_RECLAIMABLE)
-            .min()
-            .map_or(0, cycle_cost)
+        let now = self.now_ns();
+        let victims = (0..self.segment_count() as usize).filter(|&s| {
+            !m.writer.holds_segment(s as u64)
+                && m.seg.pinned(s) == 0
+                && m.seg.live(s) > 0
+                && (sb - u64::from(m.seg.live(s))) as f64 >= sb as f64 * MIN_RECLAIMABLE
+        });
+        let (mut now_best, mut later_best) = (None::<u64>, None::<u64>);
+        for s in victims {
+            let live = u64::from(m.seg.live(s));
+            later_best = Some(later_best.map_or(live, |b| b.min(live)));
+            if m.cleanable(s, now) {
+                now_best = Some(now_best.map_or(live, |b| b.min(live)));
+            }
+        }
+        now_best.or(later_best).map_or(0, cycle_cost)
     }
 
     /// What the next checkpoint writes: its counted debt and the buffered data it carries.
@@ -88,14 +111,17 @@ impl Engine {
         self.checkpoint_debt(m, true) + self.budget.buffered().div_ceil(BLOCK_U64)
     }
 
-    /// What a checkpoint paying `paid` blocks of debt must leave free: the room deletes may
-    /// add to the next checkpoint without a check (`Engine::deletes_reserve`), less what this
-    /// one pays of it; and the room of the next cleaning cycle, less the whole
-    /// segments the checkpoint makes reusable (those waiting only for it and its superblock,
-    /// and a full pass's victims), and never less than a checkpoint with nothing changed
-    /// takes ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the debt, so that is all the invariant asks of it. A snapshot's drop
-    /// keeps only the latter: it gives back what the snapshot held, which the cleaner could
-    /// not reach before, and must not be refused.
+    /// What a checkpoint paying `paid` blocks of debt must leave free: the pinned table's part
+    /// of the deletes' room whole (`Engine::deletes_reserve`: once this checkpoint has written
+    /// the pages deletes under a snapshot marked, they may mark every one again before the
+    /// snapshot's drop must write them) and its inode pages' part less what this checkpoint
+    /// pays; and the room of the next cleaning cycle, less the whole segments the checkpoint
+    /// makes reusable (those waiting only for it and its superblock, and a full pass's
+    /// victims), never less than a checkpoint with nothing changed takes
+    /// ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the debt, so that is all the invariant asks of
+    /// it. A snapshot's drop keeps only the floor: it gives back what the snapshot held, which
+    /// the cleaner could not reach before, and must not be refused; every other checkpoint
+    /// leaving the pinned table's room is what makes that hold.
     fn checkpoint_floor(&self, m: &State, paid: u64) -> u64 {
         let least = CHECKPOINT_FLOOR_BLOCKS;
         if m.life.drop_in_progress() {
@@ -103,14 +129,18 @@ impl Engine {
         }
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
+        let (inodes, pins) = Self::deletes_reserve_parts(m);
         self.cycle_room(m).saturating_sub(given_back).max(least)
-            + Self::deletes_reserve(m).saturating_sub(paid)
+            + inodes.saturating_sub(paid)
+            + pins
     }
 
     /// What a light pass copying `need` blocks must leave free: the next checkpoint, with the
     /// map nodes and inode pages its copies add to it, or the room deletes may add to it if
     /// that is more, and a checkpoint's floor after it. Its victims are reusable only once the
-    /// copies are durable, and those holding metadata only after that checkpoint.
+    /// copies are durable, and those holding metadata only after that checkpoint. (Light
+    /// passes run only while nothing keeps what deletes drop, so that room holds no pinned
+    /// table.)
     fn copies_floor(&self, m: &State, need: u64) -> u64 {
         (self.next_checkpoint_blocks(m) + copies_debt(need)).max(Self::deletes_reserve(m))
             + CHECKPOINT_FLOOR_BLOCKS
@@ -118,14 +148,16 @@ impl Engine {
 
     /// The room invariant, checked where writers are admitted (debug builds): with `free`
     /// blocks free after the commit being admitted and `debt` a bound of the next checkpoint's,
-    /// there is room for that checkpoint and then for one cleaning cycle of the best victim,
-    /// so the cleaner can always make progress and a checkpoint can always be written.
+    /// there is room for that checkpoint, then for one cleaning cycle of the best victim and
+    /// for what deletes may add to it (`Engine::deletes_reserve`), so the cleaner can always
+    /// make progress and a checkpoint, a snapshot drop's above all, can always be written.
     fn debug_assert_room_kept(&self, m: &State, free: u64, debt: u64) {
         if cfg!(debug_assertions) {
             let cycle = self.cycle_room(m);
+            let deletes = Self::deletes_reserve(m);
             assert!(
-                free >= debt + cycle,
-                "room invariant: {free} blocks free after a write, the next checkpoint's {debt} and a cleaning cycle's {cycle} not kept"
+                free >= debt + cycle + deletes,
+                "room invariant: {free} blocks free after a write, the next checkpoint's {debt}, a cleaning cycle's {cycle} and the deletes' {deletes} not kept"
             );
         }
     }
