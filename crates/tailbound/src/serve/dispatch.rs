@@ -366,26 +366,26 @@ impl Workers<'_> {
                 return None;
             }
             let got = inbound.next();
+            // What the session published up to here is taken (a posted close: applied).
+            let taken = || {
+                if let (Some(g), Some(pos)) = (self.gate, inbound.position()) {
+                    g.applied(pos);
+                }
+            };
             let seen = match got {
                 Ok(Some(Next::Body(body))) if self.gate.is_some() && self.posted(s, &body) => {
-                    if let (Some(g), Some(pos)) = (self.gate, inbound.position()) {
-                        g.applied(pos);
-                    }
+                    taken();
                     continue;
                 }
                 // No other worker is woken for the requests behind this one: each request's
                 // push woke a parked worker when one was parked, and when none was, every
                 // worker is awake and reads again once it has answered.
                 Ok(Some(Next::Body(body))) => {
-                    if let (Some(g), Some(pos)) = (self.gate, inbound.position()) {
-                        g.applied(pos);
-                    }
+                    taken();
                     return Some(body);
                 }
                 Ok(Some(Next::Wait(seen))) => {
-                    if let (Some(g), Some(pos)) = (self.gate, inbound.position()) {
-                        g.applied(pos);
-                    }
+                    taken();
                     if woken {
                         self.count(Event::EmptyWake);
                     }
