@@ -40,6 +40,9 @@ pub struct Superblock {
     pub gc_free_percent: u8,
 }
 
+/// Where the CRC of the superblock's first sector (bytes `0..SUPER_SECTOR_CRC`) is kept.
+pub const SUPER_SECTOR_CRC: usize = crate::dev::SECTOR_SIZE as usize - 4;
+
 impl Superblock {
     pub fn encode(&self) -> Box<Block> {
         let mut b = Box::new([0u8; BLOCK]);
@@ -70,6 +73,15 @@ impl Superblock {
         put_u64(&mut b[..], 184, self.protection_ms);
         b[192] = u8::from(self.background_gc);
         b[193] = self.gc_free_percent;
+        // The first sector's own CRC: a write torn at sector granularity then leaves the copy
+        // old or new, never invalid, since every field lives in that sector. The block's CRC
+        // keeps it readable by builds that check only that one.
+        assert!(
+            b[SUPER_SECTOR_CRC..].iter().all(|&x| x == 0),
+            "every superblock field lies in its first sector"
+        );
+        let c = crc(&b[..SUPER_SECTOR_CRC]);
+        put_u32(&mut b[..], SUPER_SECTOR_CRC, c);
         let c = crc(&b[..BLOCK - 4]);
         put_u32(&mut b[..], BLOCK - 4, c);
         b
@@ -83,7 +95,9 @@ impl Superblock {
         if &b[0..8] != SUPER_MAGIC {
             return invalid("bad magic (not a tbfs pool)");
         }
-        if get_u32(b, BLOCK - 4) != crc(&b[..BLOCK - 4]) {
+        // A pool written before the sector CRC has zeros there and only the block's CRC.
+        let sector_whole = get_u32(b, SUPER_SECTOR_CRC) == crc(&b[..SUPER_SECTOR_CRC]);
+        if !sector_whole && get_u32(b, BLOCK - 4) != crc(&b[..BLOCK - 4]) {
             return invalid("CRC mismatch");
         }
         let version = get_u32(b, 8);

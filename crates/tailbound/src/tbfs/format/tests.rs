@@ -61,6 +61,53 @@ fn superblock_round_trips_and_rejects_damage() {
 }
 
 #[test]
+fn a_superblock_write_torn_by_sectors_leaves_the_old_copy_or_the_new() {
+    let old = sample_sb();
+    let new = Superblock {
+        generation: old.generation + 2,
+        checkpoint: old.checkpoint + 5,
+        written_ns: old.written_ns + 1,
+        ..old.clone()
+    };
+    let (a, b) = (old.encode(), new.encode());
+    let sectors = BLOCK / crate::dev::SECTOR_SIZE as usize;
+    for applied in 0u32..1 << sectors {
+        let mut torn = a.clone();
+        for i in (0..sectors).filter(|i| applied & (1 << i) != 0) {
+            let at =
+                i * crate::dev::SECTOR_SIZE as usize..(i + 1) * crate::dev::SECTOR_SIZE as usize;
+            torn[at.clone()].copy_from_slice(&b[at]);
+        }
+        let got = Superblock::decode(&torn[..], 64 << 20)
+            .unwrap_or_else(|e| panic!("sectors {applied:#b} applied: {}", e.0));
+        assert_eq!(
+            got,
+            if applied & 1 != 0 {
+                new.clone()
+            } else {
+                old.clone()
+            }
+        );
+    }
+}
+
+#[test]
+fn a_superblock_with_only_the_block_crc_is_read() {
+    // As builds before the sector CRC wrote it.
+    let sb = sample_sb();
+    let mut b = sb.encode();
+    put_u32(&mut b[..], SUPER_SECTOR_CRC, 0);
+    let c = crc(&b[..BLOCK - 4]);
+    put_u32(&mut b[..], BLOCK - 4, c);
+    assert_eq!(Superblock::decode(&b[..], 64 << 20).unwrap(), sb);
+    b[100] ^= 1;
+    assert!(Superblock::decode(&b[..], 64 << 20)
+        .unwrap_err()
+        .0
+        .contains("CRC"));
+}
+
+#[test]
 fn summary_round_trips_and_checks_counts() {
     let s = Summary {
         flags: FLAG_BEGIN | FLAG_END | FLAG_DATA_ONLY,
