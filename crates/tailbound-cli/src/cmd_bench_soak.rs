@@ -28,7 +28,7 @@ pub struct SoakArgs {
     /// Comma-separated fractions of the pool the live data is held at, in turn.
     #[arg(long, value_delimiter = ',', default_value = "0.6,0.75,0.85")]
     live: Vec<f64>,
-    /// How long each level runs, reaching it included (10m is the run).
+    /// How long each level is held once reached (10m is the run).
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     duration: Duration,
     /// The pool's size (in memory, on the simulated device: it takes about twice this in RAM,

@@ -77,7 +77,7 @@ const CUT_WRITES_MAX: u64 = 48;
 pub enum Budget {
     /// Operations per thread once the level is reached: the same work on any machine.
     Ops(u64),
-    /// Wall time per level, reaching it included.
+    /// Wall time each level is held, counted from when it is first reached.
     Time(Duration),
 }
 
@@ -493,8 +493,9 @@ struct Ctx<'a> {
     target: u64,
     /// Live data counted as reached (target minus the largest file).
     reach_at: u64,
-    deadline: Option<Instant>,
     level_start: Instant,
+    /// When the level was first reached (a time budget counts from there).
+    held_from: &'a Mutex<Option<Instant>>,
     /// Points of the level (fractions of its budget) where thread 0 cuts the power.
     cuts: &'a Mutex<VecDeque<f64>>,
     armed: &'a AtomicBool,

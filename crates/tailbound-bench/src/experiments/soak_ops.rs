@@ -11,15 +11,18 @@ pub(super) fn worker(ctx: &Ctx<'_>, t: usize) {
             return;
         }
         let reached = ctx.reached.load(AtOrd::Acquire);
+        let held_from = *ctx.held_from.lock();
         let progress = {
             let m = ctx.models[t].lock();
-            match (ctx.cfg.budget, ctx.deadline) {
+            // A level that is not reached in many times the operations it needs never will
+            // be: give up and report it. Reaching it takes no part of the budget, so a slow
+            // machine holds the level as long as a fast one.
+            let needed = ctx.target / (ctx.cfg.mix.mean() as u64).max(1) + 1;
+            let give_up = |extra: u64| m.reach_ops > 20 * needed / ctx.models.len() as u64 + extra;
+            match (ctx.cfg.budget, held_from) {
                 (Budget::Ops(n), _) => {
                     if !reached {
-                        // A level that is not reached in many times the operations it needs
-                        // never will be: give up and report it.
-                        let needed = ctx.target / (ctx.cfg.mix.mean() as u64).max(1) + 1;
-                        if m.reach_ops > 20 * needed / ctx.models.len() as u64 + n {
+                        if give_up(n) {
                             return;
                         }
                         0.0
@@ -30,17 +33,26 @@ pub(super) fn worker(ctx: &Ctx<'_>, t: usize) {
                         m.hold_ops as f64 / n.max(1) as f64
                     }
                 }
-                (Budget::Time(d), Some(end)) => {
-                    let now = Instant::now();
-                    if now >= end {
+                (Budget::Time(_), None) => {
+                    if give_up(0) {
                         return;
                     }
-                    (now - ctx.level_start).as_secs_f64() / d.as_secs_f64()
+                    0.0
                 }
-                (Budget::Time(_), None) => return,
+                (Budget::Time(d), Some(from)) => {
+                    let held = from.elapsed();
+                    if held >= d {
+                        return;
+                    }
+                    held.as_secs_f64() / d.as_secs_f64()
+                }
             }
         };
-        if t == 0 && (reached || matches!(ctx.cfg.budget, Budget::Time(_))) {
+        let cut_due = match ctx.cfg.budget {
+            Budget::Ops(_) => reached,
+            Budget::Time(_) => held_from.is_some(),
+        };
+        if t == 0 && cut_due {
             let mut cuts = ctx.cuts.lock();
             if cuts.front().is_some_and(|&p| progress >= p) && !ctx.armed.load(AtOrd::Acquire) {
                 cuts.pop_front();
@@ -68,6 +80,7 @@ pub(super) fn worker(ctx: &Ctx<'_>, t: usize) {
         drop(m);
         if !reached && ctx.live.load(AtOrd::Relaxed) >= ctx.reach_at {
             ctx.reached.store(true, AtOrd::Release);
+            ctx.held_from.lock().get_or_insert_with(Instant::now);
             if t == 0 || ctx.models.len() == 1 {
                 (ctx.log)(&format!(
                     "level {:.0} % reached ({} MiB live) after {:.1} s",

@@ -103,6 +103,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> Result<SoakR
         let target = (level * cfg.pool_bytes as f64) as u64;
         let reach_at = target.saturating_sub(cfg.mix.max().min(target / 8));
         reached.store(live.load(AtOrd::Relaxed) >= reach_at, AtOrd::Release);
+        let held_from = Mutex::new(reached.load(AtOrd::Acquire).then_some(level_start));
         for m in &models {
             let mut m = m.lock();
             m.hold_ops = 0;
@@ -128,11 +129,8 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> Result<SoakR
                 level,
                 target,
                 reach_at,
-                deadline: match cfg.budget {
-                    Budget::Time(d) => Some(level_start + d),
-                    Budget::Ops(_) => None,
-                },
                 level_start,
+                held_from: &held_from,
                 cuts: &cuts,
                 armed: &armed,
                 stop: &stop,
@@ -257,6 +255,9 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> Result<SoakR
                     }
                     // What the crash took is written again before the level counts as held.
                     reached.store(live.load(AtOrd::Relaxed) >= reach_at, AtOrd::Release);
+                    if reached.load(AtOrd::Acquire) {
+                        held_from.lock().get_or_insert_with(Instant::now);
+                    }
                     fs_now = f.clone();
                     fs = Some(f);
                 }
