@@ -451,12 +451,6 @@ impl Conn {
     ) -> Result<Vec<u8>> {
         let bits = ring::waiter_bits(id);
         loop {
-            // A thread woken because another drained its completion finds it here, without
-            // queueing for the ring behind that thread, which is still draining (and copying
-            // the data of) the completions after it.
-            if let Some(body) = self.replies().pending.remove(&id) {
-                return Ok(body);
-            }
             // Others' completions are put where their threads look before the ring is let go:
             // a thread that takes the ring after this one finds them.
             let seen = {
