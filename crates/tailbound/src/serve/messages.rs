@@ -327,6 +327,13 @@ impl Payload {
     }
 }
 
+impl Drop for Payload {
+    fn drop(&mut self) {
+        // A frame's buffer, large when it carried data: kept for the thread's next frame.
+        super::ring::give_spare(std::mem::take(&mut self.buf));
+    }
+}
+
 impl From<Vec<u8>> for Payload {
     fn from(buf: Vec<u8>) -> Payload {
         let end = buf.len();

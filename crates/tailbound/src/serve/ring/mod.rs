@@ -5,6 +5,7 @@
 //! - `shm`: every `unsafe` of the transport (the memfd, its mapping, atomics, futexes, passing
 //!   the descriptor).
 //! - `queue`: one ring: records, fragments, positions, parking and waking.
+//! - `spare`: frame buffers kept per thread for the next frame.
 //! - here: the memfd's layout and header, and the two ends of a session's pair of rings.
 //!
 //! Layout: a 4 KiB header (magic, version, the two data areas' sizes, then each ring's control
@@ -21,11 +22,13 @@ use std::sync::Arc;
 mod queue;
 #[allow(unsafe_code)]
 mod shm;
+mod spare;
 
 pub use queue::{set_spin, DEFAULT_SPIN};
 pub(crate) use queue::{Consumer, Parking, Producer, RingError, Waker};
 use queue::{Ctrl, Queue};
 pub(crate) use shm::{detach_fd, sealed_memfd, Mapping};
+pub(crate) use spare::give as give_spare;
 
 /// The `hello` feature bit that asks for (and, answered, grants) the rings.
 pub const FEATURE_RING: u64 = 1;

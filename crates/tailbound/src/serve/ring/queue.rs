@@ -586,7 +586,7 @@ impl Consumer {
                     )));
                 }
                 // The whole body at once: assembling fragments then moves nothing.
-                self.partial = Vec::with_capacity(len);
+                self.partial = super::spare::take(len);
                 self.announced = Some(len);
                 at = at.wrapping_add(4);
                 n -= 4;
