@@ -5,7 +5,7 @@
 //! - `shm`: every `unsafe` of the transport (the memfd, its mapping, atomics, futexes, passing
 //!   the descriptor).
 //! - `queue`: one ring: records, fragments, positions, parking and waking.
-//! - `spare`: frame buffers kept per thread for the next frame.
+//! - `spare`: frame buffers kept, one set per process, for the next frame.
 //! - here: the memfd's layout and header, and the two ends of a session's pair of rings.
 //!
 //! Layout: a 4 KiB header (magic, version, the two data areas' sizes, then each ring's control
