@@ -1,6 +1,7 @@
 //! The same case's shares counted other ways, to tell the scheduler's error from the machine's
 //! and from the point at which a write is counted: each whole second of the window on its own
-//! (how much the shares move between 1 s windows of one run), each request counted when it was
+//! (how much the shares move between 1 s windows of one run), the window moved earlier (how much
+//! the error depends on where its ends fall), each request counted when it was
 //! issued or when it returned rather than spread over its time, and for tbfs's thread cases the
 //! scheduler's own bytes per tenant and each write counted once a device flush after its return
 //! made it durable.
