@@ -298,8 +298,25 @@ pub(crate) fn run_fairness(args: FairnessArgs) -> CliResult {
         }
     );
     let report = bench.run(|r| {
+        // The same run's error with the window placed earlier (into the warm-up).
+        let shifted = r
+            .accounting
+            .as_ref()
+            .map(|a| &a.shifted_errors[..])
+            .filter(|e| e.len() > 1)
+            .map_or(String::new(), |e| {
+                let lo = e.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = e.iter().copied().fold(0.0, f64::max);
+                let back = fairness::SHIFT_STEP * (e.len() as u32 - 1);
+                format!(
+                    "; window up to {} ms earlier: {:.1}–{:.1} %",
+                    back.as_millis(),
+                    lo * 100.0,
+                    hi * 100.0
+                )
+            });
         eprintln!(
-            "  {} {} {} {} MiB, {:.1} s window: {} MB/s, ratio {} (error {:.1} %)",
+            "  {} {} {} {} MiB, {:.1} s window: {} MB/s, ratio {} (error {:.1} %{shifted})",
             r.system,
             fairness::weights_label(&r.weights),
             r.op,

@@ -45,7 +45,7 @@ mod served;
 #[cfg(test)]
 mod tests;
 
-pub use accounting::{account, Accounting, Sample, SAMPLE_EVERY};
+pub use accounting::{account, Accounting, Sample, SAMPLE_EVERY, SHIFT_STEP};
 pub use counts::WriterCounts;
 pub use ratio::ratio_error;
 pub use report::{check_targets, weights_label, FairnessReport};

@@ -1,6 +1,7 @@
 //! The same case's shares counted other ways, to tell the scheduler's error from the machine's
 //! and from the point at which a write is counted: each whole second of the window on its own
-//! (how much the shares move between 1 s windows of one run), each request counted when it was
+//! (how much the shares move between 1 s windows of one run), the window moved earlier (how much
+//! the error depends on where its ends fall), each request counted when it was
 //! issued or when it returned rather than spread over its time, and for tbfs's thread cases the
 //! scheduler's own bytes per tenant and each write counted once a device flush after its return
 //! made it durable.
@@ -15,6 +16,11 @@ use crate::experiments::tenants::{bytes_in_window, growth_in_window};
 pub struct Accounting {
     /// Each whole second of the window on its own, in order (none under 2 s).
     pub per_second_errors: Vec<f64>,
+    /// The window moved earlier in steps of [`SHIFT_STEP`], its length kept, as far back as
+    /// the case's first request (into the warm-up), starting with the window itself: how much
+    /// one run's error depends on where the window's ends fall among the requests (a request
+    /// that spans a stall is counted evenly over it) rather than on the shares the tenants got.
+    pub shifted_errors: Vec<f64>,
     /// Every request's bytes counted when it was issued, and when it returned.
     pub at_issue_error: f64,
     pub at_return_error: f64,
@@ -45,6 +51,12 @@ pub struct Sample {
 
 const NS_PER_S: u64 = 1_000_000_000;
 
+/// How far apart the windows of [`Accounting::shifted_errors`] start.
+pub const SHIFT_STEP: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// At most this many windows in [`Accounting::shifted_errors`].
+const SHIFTS_MAX: u64 = 40;
+
 /// The accounting of a case whose tenants did `ops` (`(start, end, bytes)` each) with the
 /// window `[open, close]`, and `samples` (sorted by time) for a tbfs thread case.
 pub fn account(
@@ -66,6 +78,19 @@ pub fn account(
     } else {
         Vec::new()
     };
+    let first = ops
+        .iter()
+        .flat_map(|o| o.iter().map(|op| op.0))
+        .min()
+        .unwrap_or(open);
+    let step = SHIFT_STEP.as_nanos() as u64;
+    let shifts = (open.saturating_sub(first) / step + 1).min(SHIFTS_MAX);
+    let shifted_errors = (0..shifts)
+        .map(|k| {
+            let (lo, hi) = (open - k * step, close - k * step);
+            err(ops.iter().map(|o| bytes_in_window(o, lo, hi)).collect())
+        })
+        .collect();
     let counted_at = |pick: fn(&(u64, u64, u64)) -> u64| {
         err(ops
             .iter()
@@ -82,6 +107,7 @@ pub fn account(
     if samples.len() < 2 {
         return Accounting {
             per_second_errors,
+            shifted_errors,
             at_issue_error,
             at_return_error,
             device_error: None,
@@ -118,6 +144,7 @@ pub fn account(
         |t: u64| after(t).map_or(samples[samples.len() - 1].flushes, |i| samples[i].flushes);
     Accounting {
         per_second_errors,
+        shifted_errors,
         at_issue_error,
         at_return_error,
         device_error: Some(device_error),
@@ -155,6 +182,12 @@ mod tests {
         assert_eq!(a.per_second_errors.len(), 3);
         assert!(near(a.per_second_errors[0], err(2.0, 2.0)));
         assert!(near(a.per_second_errors[2], err(2.0, 1.0)));
+        // The window moved back 0, 50, … 500 ms, to the first request (9.5 s). Unmoved: tenant
+        // 0's 1 + 2 + 2 + 1 against 4 + 1. Moved back 500 ms, to [9.5 s, 12.5 s): tenant 0's first
+        // three (6) against 4 and half of 1.
+        assert_eq!(a.shifted_errors.len(), 11);
+        assert!(near(a.shifted_errors[0], err(6.0, 5.0)), "{a:?}");
+        assert!(near(a.shifted_errors[10], err(6.0, 4.5)), "{a:?}");
         // Issued in the window: tenant 0's last three (6), tenant 1's both (5).
         assert!(near(a.at_issue_error, err(6.0, 5.0)), "{a:?}");
         // Returned in the window: tenant 0's first three (6), tenant 1's first (4).
