@@ -61,7 +61,8 @@ impl Engine {
     fn deletes_reserve_parts(m: &State) -> (u64, u64) {
         let pins =
             if m.life.snapshot_count() > 0 || m.life.held_count() > 0 || m.life.snapshot_coming() {
-                Self::pinned_table_room(m)
+                let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
+                pages + crate::tbfs::map::tree_nodes(pages) + 1
             } else {
                 0
             };
@@ -69,29 +70,6 @@ impl Engine {
             m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1,
             pins,
         )
-    }
-
-    /// Every page of the pinned table, with its map.
-    fn pinned_table_room(m: &State) -> u64 {
-        let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
-        pages + crate::tbfs::map::tree_nodes(pages) + 1
-    }
-
-    /// The pinned-table pages a snapshot's drop may have to write, whatever deletes mark
-    /// before it: the pages holding a pin that outlives the drop. A pin outlives it only if a
-    /// checkpoint the drop does not release references its block: another snapshot, one a
-    /// view holds, or a plain checkpoint inside a protection period (new ones keep coming, so
-    /// with a period every page counts). With a single snapshot (or the one being made), no
-    /// view and no protection period, the drop's checkpoint releases every pin there is, each
-    /// page it empties becomes a hole, and it writes none (`State::pinned_pages_at_drop`).
-    fn drop_pinned_room(m: &State) -> u64 {
-        let keepers =
-            m.life.snapshot_count() + m.life.held_count() + usize::from(m.life.snapshot_coming());
-        if keepers <= 1 && m.life.protection().is_zero() {
-            0
-        } else {
-            Self::deletes_reserve_parts(m).1
-        }
     }
 
     /// A refresh outside cleaning: the checkpoint and superblocks of `format` and of recovery,
@@ -133,20 +111,17 @@ impl Engine {
         self.checkpoint_debt(m, true) + self.budget.buffered().div_ceil(BLOCK_U64)
     }
 
-    /// What a checkpoint paying `paid` blocks of debt must leave free: the inode pages' part of
-    /// the deletes' room (`Engine::deletes_reserve`) less what this checkpoint pays, the
-    /// pinned-table pages a snapshot's drop may write after it (`drop_pinned_room`: once this
-    /// checkpoint has written the pages deletes under a snapshot marked, they may mark them
-    /// again before the drop), and the room of the next cleaning cycle, less the whole
-    /// segments the checkpoint makes reusable (those waiting only for it and its superblock,
-    /// and a full pass's victims), never less than a checkpoint with nothing changed takes
+    /// What a checkpoint paying `paid` blocks of debt must leave free: the pinned table's part
+    /// of the deletes' room whole (`Engine::deletes_reserve`: once this checkpoint has written
+    /// the pages deletes under a snapshot marked, they may mark every one again before the
+    /// snapshot's drop must write them) and its inode pages' part less what this checkpoint
+    /// pays; and the room of the next cleaning cycle, less the whole segments the checkpoint
+    /// makes reusable (those waiting only for it and its superblock, and a full pass's
+    /// victims), never less than a checkpoint with nothing changed takes
     /// ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the debt, so that is all the invariant asks of
-    /// it. The rest of the pinned table's room is the writes' to keep: a write is refused
-    /// until cleaning has it back, and cleaning under a snapshot is checkpoints, which must
-    /// not be held up for pages only a plain checkpoint after further deletes would write. A
-    /// snapshot's drop keeps only the floor: it gives back what the snapshot held, which the
-    /// cleaner could not reach before, and must not be refused; every other checkpoint
-    /// leaving the drop's pages is what makes that hold.
+    /// it. A snapshot's drop keeps only the floor: it gives back what the snapshot held, which
+    /// the cleaner could not reach before, and must not be refused; every other checkpoint
+    /// leaving the pinned table's room is what makes that hold.
     fn checkpoint_floor(&self, m: &State, paid: u64) -> u64 {
         let least = CHECKPOINT_FLOOR_BLOCKS;
         if m.life.drop_in_progress() {
@@ -154,10 +129,10 @@ impl Engine {
         }
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
-        let (inodes, _) = Self::deletes_reserve_parts(m);
+        let (inodes, pins) = Self::deletes_reserve_parts(m);
         self.cycle_room(m).saturating_sub(given_back).max(least)
             + inodes.saturating_sub(paid)
-            + Self::drop_pinned_room(m)
+            + pins
     }
 
     /// What a light pass copying `need` blocks must leave free: the next checkpoint, with the
