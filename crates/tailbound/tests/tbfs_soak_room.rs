@@ -5,23 +5,24 @@
 //! 90 % of it; a snapshot drop, a delete and a truncate never answer it, nor does the sync
 //! after recovery; the pool closes, fsck finds it clean, and it reopens.
 //!
-//! The long run is ignored: it takes minutes in release, and seed 4 still fails (writes
-//! refused at 89.5–89.7 % by the model's file bytes, 90.3 % by the pool's own count of live
-//! blocks; docs/results/soak.md, 2026-11-30 00:35); it is the single-threaded reproduction of
-//! the soak's spurious `NoSpace` (docs/results/soak.md, 2026-11-29 17:45). `SOAK_ROOM_SEED`,
-//! `SOAK_ROOM_OPS`, `SOAK_ROOM_POOL_MIB` and `SOAK_ROOM_SEGMENT_KIB` vary the run. The quick
-//! test below, not ignored, makes the snapshot drop seed 7 saw refused. The cleaner
+//! The long run is ignored: it takes minutes in release; it is the single-threaded
+//! reproduction of the soak's spurious `NoSpace` (docs/results/soak.md, 2026-11-29 17:45).
+//! `SOAK_ROOM_SEED`, `SOAK_ROOM_OPS`, `SOAK_ROOM_POOL_MIB` and `SOAK_ROOM_SEGMENT_KIB` vary the
+//! run; seed 4 still fails. The quick test below, not ignored, makes the snapshot drop seed 7
+//! saw refused; the one after it, ignored, the writes under a snapshot seed 4 sees refused
+//! (docs/results/soak.md). The cleaner
 //! picks victims by their ages where ages tell segments apart, and ages come from the clock,
 //! so a seed's run is not bit-for-bit the same each time (a test clock for victim ages is
 //! issue 38's other branch).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 mod common;
 use common::{data, program_file_size as size, read, Rng};
 
 use tailbound::dev::sim::SimDevice;
-use tailbound::tbfs::{fsck, Config, Error, FileKind, Fs, OpenFlags, OpenOptions};
+use tailbound::tbfs::{fsck, Clock, Config, Error, FileKind, Fs, OpenFlags, OpenOptions};
 
 /// A file the model holds: its path, the stream its bytes come from, and its length (an
 /// overwrite writes the bytes the file already holds, so the content is always a prefix of
@@ -568,6 +569,115 @@ fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
         assert!(
             read(&fs, &format!("/d/f{n}")) == data(*n, len as usize),
             "/d/f{n} differs"
+        );
+    }
+}
+
+/// Seed 4's refusal, made quickly (issue 38): under one snapshot, the files written since
+/// it are deleted and every other file it holds too. The first give their space back, but
+/// only once a checkpoint releases the newest plain one, which pins them; the others mark
+/// the pinned table's pages all over the pool. Every cleaning pass under a snapshot is a
+/// checkpoint, and it must fit the room there is: writes of half what was deleted, far
+/// below 90 % live + pinned, should all go through. They are refused: the cleaner's
+/// checkpoint keeps room for the whole pinned table again, beside the pages it writes.
+#[test]
+#[ignore = "fails: seed 4's refusal is not fixed; the fix tried let seed 6's drop be refused (docs/results/soak.md, 2026-11-30 03:50)"]
+fn writes_under_a_snapshot_get_the_space_deletes_under_it_give_back() {
+    let dev = Arc::new(SimDevice::new(32 << 20));
+    dev.set_writes_are_copies(true);
+    let config = Config {
+        segment_bytes: 128 << 10,
+        background_gc: false,
+        dirty_bytes_max: 1 << 20,
+        clock: Clock::stepped(1_700_000_000_000_000_000, Duration::from_micros(10)),
+        ..Config::memory_pool()
+    };
+    let fs = Fs::format(dev.clone(), &config).unwrap();
+    fs.mkdir("/old", 0o755).unwrap();
+    fs.mkdir("/new", 0o755).unwrap();
+    let size = fs.space().unwrap().size;
+    // Half a segment each: deleting every other one touches every segment they fill.
+    let len = 64u64 << 10;
+    let write = |fs: &Fs, path: &str, seed: u64| -> Result<(), Error> {
+        let f = fs.open_file(path, OpenFlags::create())?;
+        f.pwrite(&data(seed, len as usize), 0).map(|_| ())
+    };
+    let old: Vec<u64> = (0..size * 7 / 10 / len).collect();
+    for &n in &old {
+        write(&fs, &format!("/old/f{n}"), n).unwrap();
+    }
+    fs.sync().unwrap();
+    let snapshot = fs.snapshot(None).unwrap();
+    // Files written under the snapshot: up to 80 % of the pool, made durable by a plain
+    // checkpoint (once they are deleted, their segments wait for the next checkpoint to
+    // release it), then more until the pool refuses one.
+    let mut new = 0u64;
+    while (old.len() as u64 + new) * len < size * 4 / 5 {
+        write(&fs, &format!("/new/f{new}"), 1 << 32 | new).unwrap();
+        new += 1;
+    }
+    fs.sync().unwrap();
+    loop {
+        assert!(new * len < size, "the pool never filled under the snapshot");
+        match write(&fs, &format!("/new/f{new}"), 1 << 32 | new) {
+            Ok(()) => new += 1,
+            Err(Error::NoSpace(_)) => {
+                // Refused at the create, or at the write with the name made.
+                match fs.unlink(&format!("/new/f{new}")) {
+                    Ok(()) | Err(Error::NotFound(_)) => break,
+                    Err(e) => panic!("unlink after a refused write: {e}"),
+                }
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    let durable = (size * 4 / 5).div_ceil(len) - old.len() as u64;
+    assert!(new > durable + 8, "{new} files written under the snapshot");
+    for n in 0..new {
+        fs.unlink(&format!("/new/f{n}")).unwrap();
+    }
+    let (gone, kept): (Vec<u64>, Vec<u64>) = old.iter().partition(|&&n| n % 2 == 0);
+    for n in &gone {
+        fs.unlink(&format!("/old/f{n}")).unwrap();
+    }
+    let space = fs.space().unwrap();
+    let used = |s: &tailbound::tbfs::SpaceReport| {
+        (s.live + s.pinned_by_snapshots) as f64 * 100.0 / s.size as f64
+    };
+    let more = (new / 2 * len) as f64 * 100.0 / space.size as f64;
+    assert!(
+        used(&space) + more < 85.0,
+        "{:.1} % live + pinned after the deletes, {more:.1} % to write",
+        used(&space)
+    );
+    for n in 0..new / 2 {
+        write(&fs, &format!("/new/g{n}"), 2 << 32 | n).unwrap_or_else(|e| {
+            let now = fs.space().unwrap();
+            panic!(
+                "write {n} of {} under the snapshot, at {:.1} % live + pinned ({:.1} % after the deletes): {e}; {now:?}",
+                new / 2,
+                used(&now),
+                used(&space)
+            )
+        });
+    }
+    fs.sync().unwrap();
+    fs.set_snapshot(snapshot, false).unwrap();
+    fs.close().unwrap();
+    let report = fsck::check(dev.as_ref()).unwrap();
+    let damage: Vec<String> = report.damage().map(|f| f.to_string()).collect();
+    assert!(damage.is_empty(), "fsck: {damage:#?}");
+    let fs = Fs::open(dev, &OpenOptions::default()).unwrap();
+    for n in &kept {
+        assert!(
+            read(&fs, &format!("/old/f{n}")) == data(*n, len as usize),
+            "/old/f{n} differs"
+        );
+    }
+    for n in 0..new / 2 {
+        assert!(
+            read(&fs, &format!("/new/g{n}")) == data(2 << 32 | n, len as usize),
+            "/new/g{n} differs"
         );
     }
 }
