@@ -46,6 +46,9 @@ pub(crate) struct State {
     /// Whether cleaning runs, its passes so far, and what the space check running may take
     /// from the reserve on a pass's or a checkpoint's behalf.
     pub cleaning: crate::tbfs::space::cleaning::Cleaning,
+    /// The last call refused for room after cleaning, so calls like it are refused without
+    /// cleaning again until blocks are freed.
+    pub refusals: crate::tbfs::space::refusals::Refusals,
     /// The background cleaner's victims read without `meta`, and what its pass leaves to do
     /// after `meta` is released.
     pub bg_clean: crate::tbfs::space::background::BackgroundPass,

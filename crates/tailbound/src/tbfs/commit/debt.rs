@@ -46,7 +46,8 @@ impl Engine {
         };
         let blocks = dir_blocks + CHANGE_BLOCKS;
         match self.ensure_space(m, blocks) {
-            Err(Error::NoSpace(_)) => {
+            // With nothing changed since the newest checkpoint there is no debt to pay.
+            Err(Error::NoSpace(_)) if self.changed_since_checkpoint(m) => {
                 self.commit_checkpoint(m)?;
                 self.ensure_space(m, blocks)
             }

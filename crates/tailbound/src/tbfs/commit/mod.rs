@@ -104,18 +104,24 @@ impl Engine {
 
     /// Writes a checkpoint if anything happened since the last one.
     fn commit_if_changed(&self, m: &mut State) -> Result<()> {
-        let dirty = !self
+        if self.changed_since_checkpoint(m) {
+            self.commit_checkpoint_for_superblock(m)?;
+        }
+        Ok(())
+    }
+
+    /// Whether anything happened since the newest checkpoint: a checkpoint now would record
+    /// something.
+    fn changed_since_checkpoint(&self, m: &State) -> bool {
+        !self
             .dirty
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_empty()
             || m.changes.any()
             || !m.ifile.freed_slots().is_empty()
-            || m.life.snapshots_dirty();
-        if dirty || !m.ckpt.is_newest_state(m.writer.seq()) {
-            self.commit_checkpoint_for_superblock(m)?;
-        }
-        Ok(())
+            || m.life.snapshots_dirty()
+            || !m.ckpt.is_newest_state(m.writer.seq())
     }
 
     /// A checkpoint a superblock naming it follows at once (a refresh): its logs are not

@@ -233,7 +233,15 @@ impl Engine {
                 return Ok(());
             }
         }
-        if !m.refresh.running() && !m.cleaning.running() {
+        // A call like one cleaning could not make room for, with no block freed since, is
+        // refused without cleaning again (`Refusals`): near full, each attempt would copy
+        // nearly whole segments and write checkpoints for nothing.
+        let ordinary = !for_checkpoint && !for_copies;
+        let asked = need;
+        let futile = ordinary && m.refusals.futile(asked, m.seg.used_blocks());
+        // Only a refusal that cleaning ran for (here, or for the one it repeats) stands.
+        let mut cleaned_for_it = futile;
+        if !m.refresh.running() && !m.cleaning.running() && !futile {
             let urgent = need + reserve + low_water / 2;
             if self.config().background_gc
                 && need <= low_water / 4
@@ -251,6 +259,7 @@ impl Engine {
             m.cleaning.set_for_buffer(if for_buffer { need } else { 0 });
             let start = std::time::Instant::now();
             let cleaned = self.clean(m, want, true);
+            cleaned_for_it = true;
             let copied = cleaned.as_ref().map_or(0, |r| r.blocks_copied);
             self.writes.cleaned(
                 crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev()),
@@ -292,6 +301,9 @@ impl Engine {
                 self.debug_assert_room_kept(m, self.free_blocks(m) - need, debt);
             }
             return Ok(());
+        }
+        if ordinary && cleaned_for_it {
+            m.refusals.refused(asked, m.seg.used_blocks());
         }
         let space = self.space_report(m);
         let snapshots = m.life.snapshot_count();

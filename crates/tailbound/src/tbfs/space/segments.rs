@@ -62,6 +62,12 @@ impl SegmentTable {
         self.pinned[s]
     }
 
+    /// Blocks live or pinned, over every segment: what no cleaning can give back.
+    pub fn used_blocks(&self) -> u64 {
+        let live: u64 = self.live.iter().map(|&n| u64::from(n)).sum();
+        live + self.pinned.iter().map(|&n| u64::from(n)).sum::<u64>()
+    }
+
     /// Every segment's pinned count, in segment order.
     #[cfg(test)]
     pub fn pinned_counts(&self) -> &[u32] {
