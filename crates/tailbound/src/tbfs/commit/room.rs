@@ -233,10 +233,11 @@ impl Engine {
                 return Ok(());
             }
         }
-        // A call like one cleaning could not make room for, with no block freed since, is
-        // refused without cleaning again (`Refusals`): near full, each attempt would copy
-        // nearly whole segments and write checkpoints for nothing.
-        let ordinary = !for_checkpoint && !for_copies;
+        // A new write or name like one cleaning could not make room for, with no block freed
+        // since, is refused without cleaning again (`Refusals`): near full, each attempt would
+        // copy nearly whole segments and write checkpoints for nothing. Seals of data already
+        // acknowledged (a sync's, a full buffer's) always clean.
+        let ordinary = !for_checkpoint && !for_copies && !for_buffer;
         let asked = need;
         let futile = ordinary && m.refusals.futile(asked, m.seg.used_blocks());
         // Only a refusal that cleaning ran for (here, or for the one it repeats) stands.

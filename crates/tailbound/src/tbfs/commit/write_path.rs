@@ -208,7 +208,7 @@ impl Engine {
         let blocks = len.div_ceil(BLOCK_U64);
         let room = blocks + blocks / 32 + WRITE_COMMIT_SLACK_BLOCKS;
         match self.ensure_space(&mut m, room) {
-            Err(Error::NoSpace(_)) => {
+            Err(Error::NoSpace(_)) if self.changed_since_checkpoint(&m) => {
                 // The room the next checkpoint needs may be what is missing: paid, it is free
                 // again (beyond what the checkpoint wrote).
                 self.commit_checkpoint(&mut m)?;
