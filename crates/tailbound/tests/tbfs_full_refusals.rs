@@ -66,10 +66,7 @@ fn refusals_in_a_full_pool_write_nothing_until_something_is_freed() {
     assert!(matches!(refused, Error::NoSpace(_)), "{refused}");
     // What the unlink above freed is taken, until a call is refused again (that one may
     // clean).
-    let settled = (0..1000).find_map(|k| match fs.mkdir(&format!("/settle{k}"), 0o755) {
-        Ok(()) => None,
-        Err(e) => Some(e),
-    });
+    let settled = (0..1000).find_map(|k| fs.mkdir(&format!("/settle{k}"), 0o755).err());
     assert!(matches!(settled, Some(Error::NoSpace(_))), "{settled:?}");
     let before = written(&fs.counters());
     for i in 1..=20 {
