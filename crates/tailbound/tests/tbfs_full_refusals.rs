@@ -94,3 +94,45 @@ fn refusals_in_a_full_pool_write_nothing_until_something_is_freed() {
     }
     fs.close().unwrap();
 }
+
+#[test]
+fn the_background_cleaner_stops_in_a_full_pool_whose_passes_gain_nothing() {
+    let pool_bytes = 24 << 20;
+    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
+    let config = Config {
+        segment_bytes: fsck::default_segment_bytes(pool_bytes),
+        // The passes below are the test's own (`clean_step`, the background thread's pass).
+        background_gc: false,
+        ..Config::memory_pool()
+    };
+    let fs = Fs::format(dev, &config).unwrap();
+    let mut rng = Rng(43);
+    let mut n = 0;
+    loop {
+        n += 1;
+        let (seed, len) = (rng.next(), 1024 + rng.below(64 << 10) as usize);
+        if write_file(&fs, &format!("/f{n}"), &data(seed, len), n % 10 == 0).is_err() {
+            let _ = fs.unlink(&format!("/f{n}"));
+            break;
+        }
+    }
+    // Nothing is freed from here on. Passes may gain at first, then each gains nothing: a
+    // step runs at most one such pass, not the rest of its victims' holds.
+    let mut steps = Vec::new();
+    for _ in 0..12 {
+        let before = fs.counters();
+        fs.clean_step().unwrap();
+        let after = fs.counters();
+        steps.push((
+            after.cleaning_passes - before.cleaning_passes,
+            after.blocks_copied - before.blocks_copied,
+        ));
+    }
+    let tail = &steps[steps.len() - 4..];
+    assert!(
+        tail.iter().all(|&(passes, _)| passes <= 1),
+        "steps in a full pool with nothing freed still ran several passes each \
+         (passes, blocks copied): {steps:?}"
+    );
+    fs.close().unwrap();
+}

@@ -401,7 +401,7 @@ impl Engine {
     }
 
     /// One background pass of at most `victims_max` victims ([`Engine::background_clean`]);
-    /// returns whether it emptied any segment and more cleaning is wanted.
+    /// returns whether it gave back more blocks than it wrote and more cleaning is wanted.
     fn background_pass(&self, victims_max: usize) -> Result<bool> {
         let total = self.segment_blocks() * self.segment_count();
         let want = total * self.config().gc_free_percent.min(90) as u64 / 100;
@@ -444,11 +444,20 @@ impl Engine {
         m.bg_clean.reading.clear();
         m.bg_clean.read = read?;
         m.bg_clean.defer_io = true;
-        let cleaned = if self.free_blocks_up_to(&m, want) >= want {
-            Ok(0)
+        // Whether the pass gave back more than it wrote: near full, a pass empties its victims
+        // but its copies and checkpoint take as much again, and passes run back to back would
+        // rewrite the pool for nothing while it sits idle. (Counted under `meta`, so the
+        // metadata sealed meanwhile is the pass's.)
+        let gained = if self.free_blocks_up_to(&m, want) >= want {
+            Ok(false)
         } else {
+            let metadata = self.stats.counters().metadata_blocks;
             self.clean_at_most(&mut m, want, false, victims_max, 1)
-                .map(|r| r.segments_cleaned)
+                .map(|r| {
+                    let wrote =
+                        r.blocks_copied + (self.stats.counters().metadata_blocks - metadata);
+                    r.segments_cleaned * self.segment_blocks() > wrote
+                })
         };
         m.bg_clean.read.clear();
         m.bg_clean.defer_io = false;
@@ -456,10 +465,10 @@ impl Engine {
         let end = m.writer.seq();
         let more = self.free_blocks_up_to(&m, want) < want;
         m.unlock_fair_and_write()?;
-        let cleaned = cleaned?;
+        let gained = gained?;
         // Under pressure the next pass follows at once, not a period later, while passes
-        // empty segments.
-        if urgent && cleaned > 0 && self.config().background_gc {
+        // give space back.
+        if urgent && gained && self.config().background_gc {
             self.wake_background(|w| w.clean = true);
         }
         if flush {
@@ -468,6 +477,6 @@ impl Engine {
             // Every log and superblock the pass sealed is below `end + 1`.
             self.write_logs_until(end + 1)?;
         }
-        Ok(cleaned > 0 && more)
+        Ok(gained && more)
     }
 }
