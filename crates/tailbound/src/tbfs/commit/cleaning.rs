@@ -410,6 +410,10 @@ impl Engine {
             if self.free_blocks_up_to(&m, want) >= want {
                 return Ok(false);
             }
+            let dead = self.dead_blocks(&m);
+            if !m.bg_clean.may_run(dead) {
+                return Ok(false);
+            }
             let none = BTreeSet::new();
             let full = self.pick_victims(&m, &none, victims_max, false, false);
             if full.is_empty() {
@@ -448,7 +452,8 @@ impl Engine {
         // but its copies and checkpoint take as much again, and passes run back to back would
         // rewrite the pool for nothing while it sits idle. (Counted under `meta`, so the
         // metadata sealed meanwhile is the pass's.)
-        let gained = if self.free_blocks_up_to(&m, want) >= want {
+        let ran = self.free_blocks_up_to(&m, want) < want;
+        let gained = if !ran {
             Ok(false)
         } else {
             let metadata = self.stats.counters().metadata_blocks;
@@ -477,6 +482,18 @@ impl Engine {
             // Every log and superblock the pass sealed is below `end + 1`.
             self.write_logs_until(end + 1)?;
         }
+        if ran && !gained {
+            // Counted once the pass's writes are out, when its victims are reusable.
+            let mut m = self.lock_meta();
+            let dead = self.dead_blocks(&m);
+            m.bg_clean.gained_nothing(dead);
+        }
         Ok(gained && more)
+    }
+
+    /// Blocks neither free, live nor pinned: what cleaning could give back at best.
+    fn dead_blocks(&self, m: &State) -> u64 {
+        let total = self.segment_blocks() * self.segment_count();
+        total.saturating_sub(self.free_blocks(m) + m.seg.used_blocks())
     }
 }

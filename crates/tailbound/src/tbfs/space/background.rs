@@ -15,4 +15,25 @@ pub(crate) struct BackgroundPass {
     pub defer_io: bool,
     /// The pass left a flush to do.
     pub flush: bool,
+    /// The blocks neither free, live nor pinned after the last pass that gained nothing: passes
+    /// wait until more than these are dead, since from the same dead blocks the next one would
+    /// gain nothing either.
+    futile_at: Option<u64>,
+}
+
+impl BackgroundPass {
+    /// A pass that gained nothing ended with `dead` blocks dead.
+    pub fn gained_nothing(&mut self, dead: u64) {
+        self.futile_at = Some(dead);
+    }
+
+    /// Whether a pass may run with `dead` blocks dead: not while no more have died since the
+    /// last pass that gained nothing (one that runs clears it).
+    pub fn may_run(&mut self, dead: u64) -> bool {
+        if self.futile_at.is_some_and(|at| dead <= at) {
+            return false;
+        }
+        self.futile_at = None;
+        true
+    }
 }
