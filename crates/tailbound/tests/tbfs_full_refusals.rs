@@ -29,17 +29,22 @@ fn written(c: &FsCounters) -> [u64; 4] {
     ]
 }
 
-#[test]
-fn refusals_in_a_full_pool_write_nothing_until_something_is_freed() {
+/// A fresh 24 MiB memory pool with no background cleaner: only the calls a test makes clean,
+/// so what is written is theirs.
+fn small_pool() -> Fs {
     let pool_bytes = 24 << 20;
     let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
     let config = Config {
         segment_bytes: fsck::default_segment_bytes(pool_bytes),
-        // Only the calls below clean, so what they write is theirs.
         background_gc: false,
         ..Config::memory_pool()
     };
-    let fs = Fs::format(dev, &config).unwrap();
+    Fs::format(dev, &config).unwrap()
+}
+
+#[test]
+fn refusals_in_a_full_pool_write_nothing_until_something_is_freed() {
+    let fs = small_pool();
     // As an archive unpacks: directories of small files, until the pool refuses one.
     let mut rng = Rng(38);
     let mut files: Vec<(String, u64, usize)> = Vec::new();
@@ -97,15 +102,7 @@ fn refusals_in_a_full_pool_write_nothing_until_something_is_freed() {
 
 #[test]
 fn the_background_cleaner_stops_in_a_full_pool_whose_passes_gain_nothing() {
-    let pool_bytes = 24 << 20;
-    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
-    let config = Config {
-        segment_bytes: fsck::default_segment_bytes(pool_bytes),
-        // The passes below are the test's own (`clean_step`, the background thread's pass).
-        background_gc: false,
-        ..Config::memory_pool()
-    };
-    let fs = Fs::format(dev, &config).unwrap();
+    let fs = small_pool();
     let mut rng = Rng(43);
     let mut n = 0;
     loop {
