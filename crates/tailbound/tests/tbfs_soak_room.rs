@@ -483,14 +483,9 @@ fn a_pool_churned_at_85_percent_answers_no_space_only_at_90() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// The drop the soak's seed 7 saw refused, made quickly (issue 38): a memory pool filled to
-/// 85 % under a snapshot until it refuses writes, then files deleted all over it, which marks
-/// every page of the pinned table, with no sync after. The snapshot's drop must be written
-/// (its release empties those pages, and every checkpoint before it left the room deletes
-/// may take), and then the pool takes writes again, fsck finds it clean, and every file
-/// reads back.
-#[test]
-fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
+/// The quick tests' pool: a 32 MiB simulated device that writes as a memory pool does, in
+/// 128 KiB segments, with a 1 MiB write buffer and no background cleaner.
+fn small_pool() -> (Arc<SimDevice>, Config) {
     let dev = Arc::new(SimDevice::new(32 << 20));
     dev.set_writes_are_copies(true);
     let config = Config {
@@ -499,6 +494,18 @@ fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
         dirty_bytes_max: 1 << 20,
         ..Config::memory_pool()
     };
+    (dev, config)
+}
+
+/// The drop the soak's seed 7 saw refused, made quickly (issue 38): a memory pool filled to
+/// 85 % under a snapshot until it refuses writes, then files deleted all over it, which marks
+/// every page of the pinned table, with no sync after. The snapshot's drop must be written
+/// (its release empties those pages, and every checkpoint before it left the room deletes
+/// may take), and then the pool takes writes again, fsck finds it clean, and every file
+/// reads back.
+#[test]
+fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
+    let (dev, config) = small_pool();
     let fs = Fs::format(dev.clone(), &config).unwrap();
     fs.mkdir("/d", 0o755).unwrap();
     let size = fs.space().unwrap().size;
@@ -583,15 +590,8 @@ fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
 #[test]
 #[ignore = "fails: seed 4's refusal is not fixed; the fix tried let seed 6's drop be refused (docs/results/soak.md, 2026-11-30 03:50)"]
 fn writes_under_a_snapshot_get_the_space_deletes_under_it_give_back() {
-    let dev = Arc::new(SimDevice::new(32 << 20));
-    dev.set_writes_are_copies(true);
-    let config = Config {
-        segment_bytes: 128 << 10,
-        background_gc: false,
-        dirty_bytes_max: 1 << 20,
-        clock: Clock::stepped(1_700_000_000_000_000_000, Duration::from_micros(10)),
-        ..Config::memory_pool()
-    };
+    let (dev, mut config) = small_pool();
+    config.clock = Clock::stepped(1_700_000_000_000_000_000, Duration::from_micros(10));
     let fs = Fs::format(dev.clone(), &config).unwrap();
     fs.mkdir("/old", 0o755).unwrap();
     fs.mkdir("/new", 0o755).unwrap();

@@ -239,7 +239,7 @@ impl Engine {
         // acknowledged (a sync's, a full buffer's) always clean.
         let ordinary = !for_checkpoint && !for_copies && !for_buffer;
         let asked = need;
-        let futile = ordinary && m.refusals.futile(asked, m.seg.used_blocks());
+        let futile = ordinary && m.refusals.futile(asked, || m.seg.used_blocks());
         // Only a refusal that cleaning ran for (here, or for the one it repeats) stands.
         let mut cleaned_for_it = futile;
         if !m.refresh.running() && !m.cleaning.running() && !futile {

@@ -236,7 +236,13 @@ mod tests {
     use super::*;
 
     /// The pool of `bench cleaner`: 256 MiB of 1 MiB segments.
-    fn model(u: f64, kept_free: usize, policy: Policy, cleaner_log: bool, access: Access) -> Model {
+    pub(super) fn model(
+        u: f64,
+        kept_free: usize,
+        policy: Policy,
+        cleaner_log: bool,
+        access: Access,
+    ) -> Model {
         Model {
             segments: 256,
             segment_blocks: 256,
@@ -361,19 +367,8 @@ mod tests {
 
 #[cfg(test)]
 mod gap {
+    use super::tests::model;
     use super::*;
-
-    fn model(u: f64, kept_free: usize, policy: Policy, cleaner_log: bool, access: Access) -> Model {
-        Model {
-            segments: 256,
-            segment_blocks: 256,
-            utilisation: u,
-            kept_free,
-            policy,
-            cleaner_log,
-            access,
-        }
-    }
 
     /// The rows the engine's gap to greedy is accounted against (docs/results/cleaner.md):
     /// `bench cleaner`'s default geometry, 70 / 80 / 90 %, with 0 to 7 segments kept free, for

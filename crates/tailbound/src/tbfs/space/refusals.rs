@@ -24,10 +24,18 @@ impl Refusals {
         self.last = Some(Refused { need, used });
     }
 
-    /// Whether cleaning for `need` blocks, with `used` live or pinned, is known to end as the
-    /// last refusal did: it needs as much, and no fewer blocks are in use.
-    pub(crate) fn futile(&self, need: u64, used: u64) -> bool {
-        self.last.is_some_and(|r| need >= r.need && used >= r.used)
+    /// Whether cleaning for `need` blocks is known to end as the last refusal did: it needs
+    /// as much, and no fewer blocks are in use (`used`, counted only while a refusal stands).
+    /// Once blocks were freed the refusal is forgotten.
+    pub(crate) fn futile(&mut self, need: u64, used: impl FnOnce() -> u64) -> bool {
+        let Some(r) = self.last else {
+            return false;
+        };
+        if used() < r.used {
+            self.last = None;
+            return false;
+        }
+        need >= r.need
     }
 }
 
@@ -38,11 +46,12 @@ mod tests {
     #[test]
     fn a_refusal_stands_until_blocks_are_freed_or_less_is_asked() {
         let mut r = Refusals::default();
-        assert!(!r.futile(10, 1000));
+        assert!(!r.futile(10, || 1000));
         r.refused(10, 1000);
-        assert!(r.futile(10, 1000));
-        assert!(r.futile(11, 1001));
-        assert!(!r.futile(9, 1000), "a smaller call may fit");
-        assert!(!r.futile(10, 999), "a block was freed");
+        assert!(r.futile(10, || 1000));
+        assert!(r.futile(11, || 1001));
+        assert!(!r.futile(9, || 1000), "a smaller call may fit");
+        assert!(!r.futile(10, || 999), "a block was freed");
+        assert!(!r.futile(10, || 1000), "forgotten once a block was freed");
     }
 }
