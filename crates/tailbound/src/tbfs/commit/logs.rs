@@ -4,6 +4,8 @@
 
 use crate::tbfs::format::BLOCK_U64;
 use crate::tbfs::format::{FLAG_BEGIN, FLAG_CHECKPOINT, FLAG_DATA_ONLY, FLAG_END, FLAG_PAD};
+use crate::tbfs::limits::COPY_HEAD_MIN_SEGMENTS;
+use crate::tbfs::log::build::ClosedLog;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
 
@@ -33,6 +35,13 @@ impl Engine {
             return Err(err);
         };
         self.enter_segment(&mut m.writer, next);
+        self.entered_fresh_segment(m, next);
+        Ok(())
+    }
+
+    /// The writer entered a fresh segment (the one it was to go to next), and picked `next` to
+    /// follow it: tells the other parts.
+    fn entered_fresh_segment(&self, m: &mut State, next: u64) {
         // Before a byte of it changes: a client reading it straight from the pool must see its
         // lease revoked (`Watcher::segment_reused`).
         self.watchers.segment_reused(next);
@@ -49,6 +58,89 @@ impl Engine {
         // Its age is that of the newest data its logs hold (set as they close).
         m.life.entered_segment(seg, next, pos);
         m.seg.entered(seg);
+    }
+
+    /// Whether a light pass's copies may go to a log head of their own, and the room that
+    /// takes beyond the copies: a whole segment less the rest of the cleaner's parked head (the
+    /// copies fill that rest first, and the segments the head then enters are free space gone
+    /// at once). `None`: the pool has too few segments, or no free segment to open the head in.
+    pub(crate) fn copy_head_room(&self, m: &State) -> Option<u64> {
+        if self.segment_count() < COPY_HEAD_MIN_SEGMENTS {
+            return None;
+        }
+        let sb = self.segment_blocks();
+        match m.writer.parked() {
+            Some((pos, seg)) => Some(sb - (self.seg_start(seg) + sb - pos)),
+            None => self.pick_free_segment(m).map(|_| sb),
+        }
+    }
+
+    /// Moves the log chain into the cleaner's log head, before a light pass's first copy: the
+    /// parked head, or else a fresh segment, the one the writer was to go to next. Its copies
+    /// then share no segment with the writers' logs (docs/ARCHITECTURE.md, "Cleaner").
+    pub(crate) fn copies_enter(&self, m: &mut State) -> Result<()> {
+        assert!(
+            !m.writer.in_copies(),
+            "the cleaner's log head entered twice"
+        );
+        match m.writer.parked() {
+            Some((pos, seg)) => {
+                self.jump(m, pos, seg, None, true)?;
+                self.count(|c| c.light_passes_apart += 1);
+                Ok(())
+            }
+            None => {
+                // `copy_head_room` found one under this hold of `meta`; without it the copies
+                // stay with the writers' logs.
+                let Some(next) = self.pick_free_segment(m) else {
+                    return Ok(());
+                };
+                let seg = m.writer.next_seg();
+                self.jump(m, self.seg_start(seg), seg, Some(next), true)?;
+                self.entered_fresh_segment(m, next);
+                self.count(|c| c.light_passes_apart += 1);
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves the log chain back to the writers' log head after a light pass's copies; the
+    /// cleaner's head stays parked for the next pass. Nothing to do when the chain is not in
+    /// the cleaner's head.
+    pub(crate) fn copies_leave(&self, m: &mut State) -> Result<()> {
+        if !m.writer.in_copies() {
+            return Ok(());
+        }
+        match m.writer.parked() {
+            Some((pos, seg)) => self.jump(m, pos, seg, None, false),
+            None => {
+                m.writer.copies_become_writers();
+                Ok(())
+            }
+        }
+    }
+
+    /// Seals a jump log where the chain stands, naming block `pos` of segment `seg`, and moves
+    /// the chain there ([`Writer::jumped`] for `next` and `copies`).
+    fn jump(
+        &self,
+        m: &mut State,
+        pos: u64,
+        seg: u64,
+        next: Option<u64>,
+        copies: bool,
+    ) -> Result<()> {
+        self.log_open(m, FLAG_PAD);
+        self.add_jump(&mut m.writer, pos);
+        let closed = self.log_noted(m, 0);
+        // A log takes at least two blocks (a summary and a payload block).
+        let keep_left = closed.seg_end - m.writer.pos() >= 2;
+        m.writer.jumped(pos, seg, next, copies, keep_left);
+        if next.is_none() {
+            // What the chain writes from `pos` on is newer than the newest checkpoint, as
+            // recovery finds it (`State::born_of`).
+            m.life.recovered_since_checkpoint(seg as usize, pos);
+        }
         Ok(())
     }
 
@@ -61,6 +153,20 @@ impl Engine {
 
     /// Seals the open log and queues it for the log writer ([`Engine::seal_log`]); moves on.
     pub(crate) fn log_close(&self, m: &mut State, end_flags: u16) -> Result<()> {
+        let closed = self.log_noted(m, end_flags);
+        // Keep at least two blocks ahead (a summary and a payload block); a lone last block
+        // becomes a pad log so logs keep tiling the segment.
+        if closed.seg_end - m.writer.pos() == 1 {
+            self.log_open(m, FLAG_PAD);
+            self.log_close(m, 0)?;
+        } else if m.writer.pos() == closed.seg_end {
+            self.advance_segment(m)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the open log ([`Engine::seal_log`]) and tells the other parts.
+    fn log_noted(&self, m: &mut State, end_flags: u16) -> ClosedLog {
         let closed = self.seal_log(&mut m.writer, end_flags, m.ckpt.newest());
         let flags = closed.flags;
         if flags & FLAG_DATA_ONLY != 0 && flags & FLAG_END != 0 {
@@ -78,14 +184,6 @@ impl Engine {
         // cold looks old to cost-benefit wherever it is moved.
         m.life.log_closed(closed.seg, closed.time_ns);
         m.refresh.note_logged(closed.bytes);
-        // Keep at least two blocks ahead (a summary and a payload block); a lone last block
-        // becomes a pad log so logs keep tiling the segment.
-        if closed.seg_end - m.writer.pos() == 1 {
-            self.log_open(m, FLAG_PAD);
-            self.log_close(m, 0)?;
-        } else if m.writer.pos() == closed.seg_end {
-            self.advance_segment(m)?;
-        }
-        Ok(())
+        closed
     }
 }

@@ -94,7 +94,7 @@ impl Engine {
         free: u64,
     ) {
         let mut written: Vec<u32> = (0..self.segment_count() as usize)
-            .filter(|&s| s as u64 != w.cur_seg && s as u64 != w.next_seg && seg.live(s) > 0)
+            .filter(|&s| !w.holds_segment(s as u64) && seg.live(s) > 0)
             .map(|s| seg.live(s))
             .collect();
         let n = victims.len().min(written.len());
