@@ -479,8 +479,9 @@ pub struct FsCounters {
     pub blocks_copied: u64,
     /// Cleaning passes whose copies went out as data-only logs, with no checkpoint.
     pub light_cleaning_passes: u64,
-    /// Of those, the passes whose copies went to the cleaner's own log head, in segments that
-    /// hold no writer's logs.
+    /// Cleaning passes whose copies of file data went to the cleaner's own log head, in
+    /// segments that hold no writer's logs (light passes that also moved metadata included,
+    /// which `light_cleaning_passes` leaves out).
     pub light_passes_apart: u64,
     /// What the cleaner saw, summed over its passes (`cleaning_passes`), to tell its write
     /// amplification apart: the free blocks and the live blocks in the pool as each pass began;

@@ -158,6 +158,9 @@ impl Engine {
                 break;
             }
             let free_before = self.free_blocks(m);
+            // What the pass gains: the cleaner's head takes whole segments from the free count
+            // and fills them over several passes, so its rest counts here too.
+            let room_before = free_before + self.copy_head_rest(m);
             m.cleaning.pass_started();
             self.count_pass(&m.seg, m.writer.place(), &victims, free_before);
             // The copies are as old as the youngest data they come from.
@@ -238,7 +241,7 @@ impl Engine {
             // Stop when passes stop emptying segments (or gain nothing, twice in a row: what is
             // left to clean is what cleaning writes).
             passes += 1;
-            stalled = if self.free_blocks(m) <= free_before {
+            stalled = if self.free_blocks(m) + self.copy_head_rest(m) <= room_before {
                 stalled + 1
             } else {
                 0

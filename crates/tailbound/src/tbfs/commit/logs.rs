@@ -70,8 +70,19 @@ impl Engine {
         }
         let sb = self.segment_blocks();
         match m.writer.parked() {
-            Some((pos, seg)) => Some(sb - (self.seg_start(seg) + sb - pos)),
+            Some(_) => Some(sb - self.copy_head_rest(m)),
             None => self.pick_free_segment(m).map(|_| sb),
+        }
+    }
+
+    /// The blocks left in the cleaner's parked log head: free space the free count leaves out
+    /// (only copies may fill it).
+    pub(crate) fn copy_head_rest(&self, m: &State) -> u64 {
+        match m.writer.parked() {
+            Some((pos, seg)) if !m.writer.in_copies() => {
+                self.seg_start(seg) + self.segment_blocks() - pos
+            }
+            _ => 0,
         }
     }
 
