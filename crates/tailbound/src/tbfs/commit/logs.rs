@@ -71,7 +71,7 @@ impl Engine {
     pub(crate) fn copy_head_room(&self, m: &State) -> Option<u64> {
         let history = m.life.snapshot_count() > 0
             || m.life.held_count() > 0
-            || !m.life.pins().is_empty()
+            || m.life.pins().runs().next().is_some()
             || !m.life.protection().is_zero();
         if self.segment_count() < COPY_HEAD_MIN_SEGMENTS || history {
             return None;
