@@ -68,6 +68,13 @@ impl Engine {
     /// pins recovery derives after a pass in the head were found to differ by one from the
     /// running engine's (`the_cleaner_works_around_a_deleted_file_a_snapshot_keeps_and_moves_
     /// its_neighbours_after`), not yet explained, so the copies follow the writers' logs.
+    ///
+    /// Only while segment ages tell short-lived data from long-lived
+    /// (`Cleaning::ages_differ`) is a head opened: where every block dies at one rate (uniform
+    /// overwrites) keeping copies apart gains nothing, and the head's rest, held out of the
+    /// free count, is kept room that costs. Once ages stop differing, a head still parked takes
+    /// the copies once more and becomes the writers' head ([`Engine::copies_enter`]), so no
+    /// rest stays held.
     pub(crate) fn copy_head_room(&self, m: &State) -> Option<u64> {
         let history = m.life.snapshot_count() > 0
             || m.life.held_count() > 0
@@ -79,7 +86,8 @@ impl Engine {
         let sb = self.segment_blocks();
         match m.writer.parked() {
             Some(_) => Some(sb - self.copy_head_rest(m)),
-            None => self.pick_free_segment(m).map(|_| sb),
+            None if m.cleaning.ages_differ() => self.pick_free_segment(m).map(|_| sb),
+            None => None,
         }
     }
 
@@ -104,7 +112,11 @@ impl Engine {
         );
         match m.writer.parked() {
             Some((pos, seg)) => {
-                self.jump(m, pos, seg, None, true)?;
+                // Once ages stop differing, the writers' head is given up here (its rest stays
+                // unwritten, for the cleaner) and the cleaner's becomes theirs after the pass
+                // (`copies_leave`): no head is held apart for copies that gain nothing by it.
+                let keep = m.cleaning.ages_differ();
+                self.jump(m, pos, seg, None, true, keep)?;
                 self.count(|c| c.light_passes_apart += 1);
                 Ok(())
             }
@@ -115,7 +127,7 @@ impl Engine {
                     return Ok(());
                 };
                 let seg = m.writer.next_seg();
-                self.jump(m, self.seg_start(seg), seg, Some(next), true)?;
+                self.jump(m, self.seg_start(seg), seg, Some(next), true, true)?;
                 self.entered_fresh_segment(m, next);
                 self.count(|c| c.light_passes_apart += 1);
                 Ok(())
@@ -131,7 +143,7 @@ impl Engine {
             return Ok(());
         }
         match m.writer.parked() {
-            Some((pos, seg)) => self.jump(m, pos, seg, None, false),
+            Some((pos, seg)) => self.jump(m, pos, seg, None, false, true),
             None => {
                 m.writer.copies_become_writers();
                 Ok(())
@@ -140,7 +152,8 @@ impl Engine {
     }
 
     /// Seals a jump log where the chain stands, naming block `pos` of segment `seg`, and moves
-    /// the chain there ([`Writer::jumped`] for `next` and `copies`).
+    /// the chain there ([`Writer::jumped`] for `next` and `copies`). With `keep`, the head left
+    /// is parked if a log still fits in its segment; without, it is given up.
     fn jump(
         &self,
         m: &mut State,
@@ -148,12 +161,13 @@ impl Engine {
         seg: u64,
         next: Option<u64>,
         copies: bool,
+        keep: bool,
     ) -> Result<()> {
         self.log_open(m, FLAG_PAD);
         self.add_jump(&mut m.writer, pos);
         let closed = self.log_noted(m, 0);
         // A log takes at least two blocks (a summary and a payload block).
-        let keep_left = closed.seg_end - m.writer.pos() >= 2;
+        let keep_left = keep && closed.seg_end - m.writer.pos() >= 2;
         m.writer.jumped(pos, seg, next, copies, keep_left);
         if next.is_none() {
             // What the chain writes from `pos` on is newer than the newest checkpoint, as
