@@ -456,6 +456,33 @@ mod tests {
     }
 
     #[test]
+    fn a_jump_that_gives_up_the_writers_head_leaves_one_head_held() {
+        // Writers at block 10 of segment 0; the cleaner's head opens at segment 1 (the next),
+        // and the chain comes back: the cleaner's head is parked where it stopped.
+        let mut w = Writer::new(10, 0, 1, 5);
+        w.jumped(64, 1, Some(2), true, true);
+        assert_eq!(
+            (w.cur_seg(), w.next_seg(), w.parked()),
+            (1, 2, Some((10, 0)))
+        );
+        w.jumped(10, 0, None, false, true);
+        assert_eq!(w.parked(), Some((64, 1)));
+        assert!(w.holds_segment(0) && w.holds_segment(1) && w.holds_segment(2));
+        // Ages stopped differing: the jump into the parked head gives up the writers', and
+        // after the copies the cleaner's head is the writers'. Segment 0's rest is no head's.
+        w.jumped(64, 1, None, true, false);
+        assert_eq!(w.parked(), None);
+        w.copies_become_writers();
+        assert!(!w.in_copies());
+        let place = w.place();
+        assert_eq!(
+            (place.pos, place.cur_seg, place.next_seg, place.copies_seg),
+            (64, 1, 2, None)
+        );
+        assert!(!w.holds_segment(0) && w.holds_segment(1) && w.holds_segment(2));
+    }
+
+    #[test]
     #[should_panic(expected = "moves the writer to")]
     fn a_log_sealed_without_moving_the_writer_fires_the_assertion() {
         Writer::new(10, 0, 1, 5).log_closed(10, 64);
