@@ -134,6 +134,10 @@ pub(crate) const LOW_WATER_DIVISOR: u64 = 10;
 pub(crate) const CLEAN_ROOM_SEGMENTS: u64 = 1;
 /// Segments of copies it keeps room for in strict ordering, where every pass is a checkpoint.
 pub(crate) const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
+/// Segments a pool needs for a light pass's copies to go to a log head of their own. The
+/// cleaner's head holds the rest of its segment between passes, room the space checks do not
+/// count as free; in a pool of fewer segments that is too large a share of it.
+pub(crate) const COPY_HEAD_MIN_SEGMENTS: u64 = 128;
 /// Smallest space reserve, in blocks, whatever the segment size.
 pub(crate) const RESERVE_BLOCKS_MIN: u64 = 64;
 /// The least a writer may buffer before it commits however short space is

@@ -479,6 +479,10 @@ pub struct FsCounters {
     pub blocks_copied: u64,
     /// Cleaning passes whose copies went out as data-only logs, with no checkpoint.
     pub light_cleaning_passes: u64,
+    /// Cleaning passes whose copies of file data went to the cleaner's own log head, in
+    /// segments that hold no writer's logs (light passes that also moved metadata included,
+    /// which `light_cleaning_passes` leaves out).
+    pub light_passes_apart: u64,
     /// What the cleaner saw, summed over its passes (`cleaning_passes`), to tell its write
     /// amplification apart: the free blocks and the live blocks in the pool as each pass began;
     /// the victims it chose and their live blocks, and the live blocks of as many of the

@@ -45,13 +45,27 @@ impl Engine {
         let sb = self.segment_blocks();
         let mut buf = Vec::new();
         let (mut moved, mut metadata) = (0u64, 0u64);
+        // Whether the copies go to the cleaner's own log head.
+        let mut apart = false;
         if light {
             let live: u64 = victims.iter().map(|&v| m.seg.live(v) as u64).sum();
+            let copies = live + live / 64 + 2;
             // The copies keep room for the checkpoint they add to (`Engine::copies_floor`),
             // less what their victims give back once the copies are durable.
-            m.cleaning.copies_check_space();
             m.cleaning.set_gain(victims.len() as u64 * sb);
-            let room = self.ensure_space(m, live + live / 64 + 2);
+            let mut room = Err(crate::tbfs::Error::NoSpace(String::new()));
+            if let Some(head) = self.copy_head_room(m) {
+                // In a head of their own the copies may take a whole segment more of the free
+                // space than they fill, and its two jumps: without that room, they go with the
+                // writers' logs.
+                m.cleaning.copies_check_space();
+                room = self.ensure_space(m, copies + head + 2);
+                apart = room.is_ok();
+            }
+            if matches!(room, Err(Error::NoSpace(_))) {
+                m.cleaning.copies_check_space();
+                room = self.ensure_space(m, copies);
+            }
             m.cleaning.set_gain(0);
             room?;
         }
@@ -145,6 +159,7 @@ impl Engine {
                                     a,
                                     data,
                                     &mut open,
+                                    apart,
                                 ) {
                                     Ok(Some(copied)) => {
                                         moved += u64::from(copied);
@@ -178,14 +193,18 @@ impl Engine {
         } else {
             Ok(())
         };
+        // Back to the writers' head, whose next logs are theirs again.
+        let left = closed.and_then(|()| self.copies_leave(m));
         walked?;
-        closed?;
+        left?;
         Ok((moved, metadata))
     }
 
     /// Copies block `index` of regular file `ino` from `a` into the open data-only log (opening
-    /// one if `open` is false) if the file still maps it there. `None` if `ino` is not a
-    /// regular file (the block is moved as metadata), else whether it was copied.
+    /// one if `open` is false, in the cleaner's own log head if `apart`) if the file still maps
+    /// it there. `None` if `ino` is not a regular file (the block is moved as metadata), else
+    /// whether it was copied.
+    #[allow(clippy::too_many_arguments)]
     fn copy_file_block(
         &self,
         m: &mut State,
@@ -194,6 +213,7 @@ impl Engine {
         a: u64,
         data: &[u8],
         open: &mut bool,
+        apart: bool,
     ) -> Result<Option<bool>> {
         let Some(cell) = m.inodes.get(ino).cloned() else {
             return Ok(Some(false));
@@ -206,6 +226,9 @@ impl Engine {
             return Ok(Some(false));
         }
         if !*open {
+            if apart {
+                self.copies_enter(m)?;
+            }
             self.log_open(m, format::FLAG_BEGIN | format::FLAG_DATA_ONLY);
             *open = true;
         }
@@ -351,7 +374,7 @@ impl Engine {
                 }
                 true
             }
-            DescKind::Attr | DescKind::Depends => false,
+            DescKind::Attr | DescKind::Depends | DescKind::Jump => false,
         }
     }
 

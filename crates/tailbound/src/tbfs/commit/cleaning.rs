@@ -115,7 +115,9 @@ impl Engine {
             }
             let light_ok = self.light_cleaning(m);
             let mut victims = if light_ok {
-                self.pick_victims(m, &skip, per_pass, true, stalled > 0)
+                let (victims, spread) = self.pick_victims(m, &skip, per_pass, true, stalled > 0);
+                m.cleaning.note_age_spread(spread);
+                victims
             } else {
                 Vec::new()
             };
@@ -141,7 +143,9 @@ impl Engine {
                         break;
                     }
                 }
-                victims = self.pick_victims(m, &skip, per_pass, false, stalled > 0);
+                let spread;
+                (victims, spread) = self.pick_victims(m, &skip, per_pass, false, stalled > 0);
+                m.cleaning.note_age_spread(spread);
                 self.keep_read_ahead(m, &mut victims);
             }
             if victims.is_empty() {
@@ -158,6 +162,9 @@ impl Engine {
                 break;
             }
             let free_before = self.free_blocks(m);
+            // What the pass gains: the cleaner's head takes whole segments from the free count
+            // and fills them over several passes, so its rest counts here too.
+            let room_before = free_before + self.copy_head_rest(m);
             m.cleaning.pass_started();
             self.count_pass(&m.seg, m.writer.place(), &victims, free_before);
             // The copies are as old as the youngest data they come from.
@@ -238,7 +245,7 @@ impl Engine {
             // Stop when passes stop emptying segments (or gain nothing, twice in a row: what is
             // left to clean is what cleaning writes).
             passes += 1;
-            stalled = if self.free_blocks(m) <= free_before {
+            stalled = if self.free_blocks(m) + self.copy_head_rest(m) <= room_before {
                 stalled + 1
             } else {
                 0
@@ -269,7 +276,8 @@ impl Engine {
     /// space there is ([`Engine::choose_victims`], given the segments that may be cleaned and
     /// the room for their copies).
     ///
-    /// With `greedy`, by free fraction alone.
+    /// With `greedy`, by free fraction alone. Also returns the spread of the candidates' ages
+    /// (`Engine::choose_victims`).
     ///
     /// With `light`, only segments a light pass can release (see `clean_passes`): nothing in
     /// them is in the roll-forward chain or lost by a checkpoint the superblock does not name,
@@ -281,7 +289,7 @@ impl Engine {
         most: usize,
         light: bool,
         greedy: bool,
-    ) -> Vec<usize> {
+    ) -> (Vec<usize>, Option<f64>) {
         let now = self.now_ns();
         let sb = self.segment_blocks();
         let sb_seq = self.superblocks.checkpoint_seq();
@@ -321,7 +329,7 @@ impl Engine {
                 + 16;
             free.saturating_sub(pending + sb / 2)
         };
-        let chosen = self.choose_victims(
+        let (chosen, spread) = self.choose_victims(
             &m.seg,
             candidates.clone(),
             |s| m.life.segment_written(s),
@@ -336,7 +344,7 @@ impl Engine {
             // pool there): the emptiest victim whose copies fit at all, which its space check
             // admits if it gives back more than it copies (`Engine::ensure_space`).
             let physical = free.saturating_sub(CHECKPOINT_FLOOR_BLOCKS + 16);
-            return self.choose_victims(
+            let (one, _) = self.choose_victims(
                 &m.seg,
                 candidates,
                 |s| m.life.segment_written(s),
@@ -346,8 +354,9 @@ impl Engine {
                 light,
                 true,
             );
+            return (one, spread);
         }
-        chosen
+        (chosen, spread)
     }
 
     /// A new checkpoint and a superblock naming it, which may use the space reserve: afterwards
@@ -415,13 +424,13 @@ impl Engine {
                 return Ok(false);
             }
             let none = BTreeSet::new();
-            let full = self.pick_victims(&m, &none, victims_max, false, false);
+            let (full, _) = self.pick_victims(&m, &none, victims_max, false, false);
             if full.is_empty() {
                 return Ok(false);
             }
             // What the pass will most likely pick (it cleans no others: see `keep_read_ahead`).
             let light = if self.light_cleaning(&m) {
-                self.pick_victims(&m, &none, victims_max, true, false)
+                self.pick_victims(&m, &none, victims_max, true, false).0
             } else {
                 Vec::new()
             };

@@ -4,6 +4,8 @@
 
 use crate::tbfs::format::BLOCK_U64;
 use crate::tbfs::format::{FLAG_BEGIN, FLAG_CHECKPOINT, FLAG_DATA_ONLY, FLAG_END, FLAG_PAD};
+use crate::tbfs::limits::COPY_HEAD_MIN_SEGMENTS;
+use crate::tbfs::log::build::ClosedLog;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
 
@@ -33,6 +35,13 @@ impl Engine {
             return Err(err);
         };
         self.enter_segment(&mut m.writer, next);
+        self.entered_fresh_segment(m, next);
+        Ok(())
+    }
+
+    /// The writer entered a fresh segment (the one it was to go to next), and picked `next` to
+    /// follow it: tells the other parts.
+    fn entered_fresh_segment(&self, m: &mut State, next: u64) {
         // Before a byte of it changes: a client reading it straight from the pool must see its
         // lease revoked (`Watcher::segment_reused`).
         self.watchers.segment_reused(next);
@@ -49,6 +58,122 @@ impl Engine {
         // Its age is that of the newest data its logs hold (set as they close).
         m.life.entered_segment(seg, next, pos);
         m.seg.entered(seg);
+    }
+
+    /// Whether a light pass's copies may go to a log head of their own, and the room that
+    /// takes beyond the copies: a whole segment less the rest of the cleaner's parked head (the
+    /// copies fill that rest first, and the segments the head then enters are free space gone
+    /// at once). `None`: the pool has too few segments, or no free segment to open the head in,
+    /// or history is kept (a snapshot, a view, pinned blocks or a protection period): there the
+    /// pins recovery derives after a pass in the head were found to differ by one from the
+    /// running engine's (`the_cleaner_works_around_a_deleted_file_a_snapshot_keeps_and_moves_
+    /// its_neighbours_after`), not yet explained, so the copies follow the writers' logs.
+    ///
+    /// Only while segment ages tell short-lived data from long-lived
+    /// (`Cleaning::ages_differ`) is a head opened: where every block dies at one rate (uniform
+    /// overwrites) keeping copies apart gains nothing, and the head's rest, held out of the
+    /// free count, is kept room that costs. Once ages stop differing, a head still parked takes
+    /// the copies once more and becomes the writers' head ([`Engine::copies_enter`]), so no
+    /// rest stays held.
+    pub(crate) fn copy_head_room(&self, m: &State) -> Option<u64> {
+        let history = m.life.snapshot_count() > 0
+            || m.life.held_count() > 0
+            || m.life.pins().runs().next().is_some()
+            || !m.life.protection().is_zero();
+        if self.segment_count() < COPY_HEAD_MIN_SEGMENTS || history {
+            return None;
+        }
+        let sb = self.segment_blocks();
+        match m.writer.parked() {
+            Some(_) => Some(sb - self.copy_head_rest(m)),
+            None if m.cleaning.ages_differ() => self.pick_free_segment(m).map(|_| sb),
+            None => None,
+        }
+    }
+
+    /// The blocks left in the cleaner's parked log head: free space the free count leaves out
+    /// (only copies may fill it).
+    pub(crate) fn copy_head_rest(&self, m: &State) -> u64 {
+        match m.writer.parked() {
+            Some((pos, seg)) if !m.writer.in_copies() => {
+                self.seg_start(seg) + self.segment_blocks() - pos
+            }
+            _ => 0,
+        }
+    }
+
+    /// Moves the log chain into the cleaner's log head, before a light pass's first copy: the
+    /// parked head, or else a fresh segment, the one the writer was to go to next. Its copies
+    /// then share no segment with the writers' logs (docs/ARCHITECTURE.md, "Cleaner").
+    pub(crate) fn copies_enter(&self, m: &mut State) -> Result<()> {
+        assert!(
+            !m.writer.in_copies(),
+            "the cleaner's log head entered twice"
+        );
+        match m.writer.parked() {
+            Some((pos, seg)) => {
+                // Once ages stop differing, the writers' head is given up here (its rest stays
+                // unwritten, for the cleaner) and the cleaner's becomes theirs after the pass
+                // (`copies_leave`): no head is held apart for copies that gain nothing by it.
+                let keep = m.cleaning.ages_differ();
+                self.jump(m, pos, seg, None, true, keep)?;
+                self.count(|c| c.light_passes_apart += 1);
+                Ok(())
+            }
+            None => {
+                // `copy_head_room` found one under this hold of `meta`; without it the copies
+                // stay with the writers' logs.
+                let Some(next) = self.pick_free_segment(m) else {
+                    return Ok(());
+                };
+                let seg = m.writer.next_seg();
+                self.jump(m, self.seg_start(seg), seg, Some(next), true, true)?;
+                self.entered_fresh_segment(m, next);
+                self.count(|c| c.light_passes_apart += 1);
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves the log chain back to the writers' log head after a light pass's copies; the
+    /// cleaner's head stays parked for the next pass. Nothing to do when the chain is not in
+    /// the cleaner's head.
+    pub(crate) fn copies_leave(&self, m: &mut State) -> Result<()> {
+        if !m.writer.in_copies() {
+            return Ok(());
+        }
+        match m.writer.parked() {
+            Some((pos, seg)) => self.jump(m, pos, seg, None, false, true),
+            None => {
+                m.writer.copies_become_writers();
+                Ok(())
+            }
+        }
+    }
+
+    /// Seals a jump log where the chain stands, naming block `pos` of segment `seg`, and moves
+    /// the chain there ([`Writer::jumped`] for `next` and `copies`). With `keep`, the head left
+    /// is parked if a log still fits in its segment; without, it is given up.
+    fn jump(
+        &self,
+        m: &mut State,
+        pos: u64,
+        seg: u64,
+        next: Option<u64>,
+        copies: bool,
+        keep: bool,
+    ) -> Result<()> {
+        self.log_open(m, FLAG_PAD);
+        self.add_jump(&mut m.writer, pos);
+        let closed = self.log_noted(m, 0);
+        // A log takes at least two blocks (a summary and a payload block).
+        let keep_left = keep && closed.seg_end - m.writer.pos() >= 2;
+        m.writer.jumped(pos, seg, next, copies, keep_left);
+        if next.is_none() {
+            // What the chain writes from `pos` on is newer than the newest checkpoint, as
+            // recovery finds it (`State::born_of`).
+            m.life.recovered_since_checkpoint(seg as usize, pos);
+        }
         Ok(())
     }
 
@@ -61,6 +186,20 @@ impl Engine {
 
     /// Seals the open log and queues it for the log writer ([`Engine::seal_log`]); moves on.
     pub(crate) fn log_close(&self, m: &mut State, end_flags: u16) -> Result<()> {
+        let closed = self.log_noted(m, end_flags);
+        // Keep at least two blocks ahead (a summary and a payload block); a lone last block
+        // becomes a pad log so logs keep tiling the segment.
+        if closed.seg_end - m.writer.pos() == 1 {
+            self.log_open(m, FLAG_PAD);
+            self.log_close(m, 0)?;
+        } else if m.writer.pos() == closed.seg_end {
+            self.advance_segment(m)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the open log ([`Engine::seal_log`]) and tells the other parts.
+    fn log_noted(&self, m: &mut State, end_flags: u16) -> ClosedLog {
         let closed = self.seal_log(&mut m.writer, end_flags, m.ckpt.newest());
         let flags = closed.flags;
         if flags & FLAG_DATA_ONLY != 0 && flags & FLAG_END != 0 {
@@ -78,14 +217,6 @@ impl Engine {
         // cold looks old to cost-benefit wherever it is moved.
         m.life.log_closed(closed.seg, closed.time_ns);
         m.refresh.note_logged(closed.bytes);
-        // Keep at least two blocks ahead (a summary and a payload block); a lone last block
-        // becomes a pad log so logs keep tiling the segment.
-        if closed.seg_end - m.writer.pos() == 1 {
-            self.log_open(m, FLAG_PAD);
-            self.log_close(m, 0)?;
-        } else if m.writer.pos() == closed.seg_end {
-            self.advance_segment(m)?;
-        }
-        Ok(())
+        closed
     }
 }

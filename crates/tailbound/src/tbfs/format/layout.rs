@@ -13,10 +13,13 @@ pub const BLOCK_U64: u64 = BLOCK as u64;
 /// Version 4 writes checkpoint logs ahead of earlier payloads (`FLAG_AHEAD` on a log that is not
 /// data-only) with their dependencies (`DescKind::Depends`); an older build would end the log
 /// chain at such a checkpoint after an incomplete payload, and lose the acknowledged logs after it.
-pub const VERSION: u32 = 4;
-/// The oldest version this build reads. A version-1, -2 or -3 pool has no placed data, inode
-/// extents or checkpoint written ahead; opening it for writing makes it version 4 (both
-/// superblock copies, before any log of this build).
+/// Version 5 adds the jump ([`DescKind::Jump`](super::DescKind::Jump)): a pad log after which the
+/// chain goes on at a block it names, so the cleaner's copies have a segment of their own beside
+/// the writers' logs; an older build would end the chain at the first jump.
+pub const VERSION: u32 = 5;
+/// The oldest version this build reads. A version-1 to -4 pool has no jump (nor, before
+/// versions 2, 3 and 4, placed data, inode extents or checkpoints written ahead); opening it
+/// for writing makes it version 5 (both superblock copies, before any log of this build).
 pub const VERSION_OLDEST: u32 = 1;
 pub const SUPER_MAGIC: &[u8; 8] = b"TBFSSUPR";
 pub const LOG_MAGIC: &[u8; 8] = b"TBFSLOG1";

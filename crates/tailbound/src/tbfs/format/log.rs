@@ -25,6 +25,9 @@ pub enum DescKind {
     /// checkpoint wrote). Recovery replays none of those logs of the file over an older
     /// checkpoint when this one is incomplete (version 4).
     Depends = 10,
+    /// In a pad log, no blocks: the log chain goes on at block `offset` instead of after the
+    /// pad (version 5). Moves the chain between the writers' log head and the cleaner's.
+    Jump = 11,
 }
 
 impl DescKind {
@@ -40,6 +43,7 @@ impl DescKind {
             8 => DescKind::TableNode,
             9 => DescKind::Placed,
             10 => DescKind::Depends,
+            11 => DescKind::Jump,
             _ => return None,
         })
     }
@@ -148,7 +152,7 @@ impl Summary {
                 offset: get_u64(b, at + 16),
                 extra: get_u64(b, at + 24) as i64,
             };
-            let blockless = matches!(kind, DescKind::Attr | DescKind::Depends);
+            let blockless = matches!(kind, DescKind::Attr | DescKind::Depends | DescKind::Jump);
             if blockless != (d.blocks == 0) {
                 return invalid(format!(
                     "descriptor {i}: block count {} for {kind:?}",
@@ -179,6 +183,14 @@ impl Summary {
             time_ns: get_u64(b, 72) as i64,
             descriptors,
         };
+        let jumps = s
+            .descriptors
+            .iter()
+            .filter(|d| d.kind == DescKind::Jump)
+            .count();
+        if jumps > 0 && (s.flags & FLAG_PAD == 0 || s.payload_blocks != 0 || count != 1) {
+            return invalid("a jump that is not the only record of a pad log");
+        }
         if s.flags & FLAG_CHECKPOINT != 0
             && s.descriptors
                 .last()
@@ -187,6 +199,15 @@ impl Summary {
             return invalid("checkpoint log does not end with its root");
         }
         Ok((s, stored))
+    }
+
+    /// Where the chain goes on after this log when it is a jump ([`DescKind::Jump`]): the
+    /// block its next log starts at.
+    pub fn jump_to(&self) -> Option<u64> {
+        self.descriptors
+            .iter()
+            .find(|d| d.kind == DescKind::Jump)
+            .map(|d| d.offset)
     }
 }
 

@@ -658,10 +658,18 @@ fn follow_chain_logs(
             );
             return (chain, format!("log {seq} at block {pos}: bad next segment"));
         }
+        let jump = l.summary.jump_to();
+        if let Some(t) = jump.filter(|&t| !ck.geo.contains(t)) {
+            ck.damage(here, format!("jumps to block {t}, past the segments"));
+            return (chain, format!("log {seq} at block {pos}: bad jump"));
+        }
         chain.push(i);
         seq += 1;
         prev = l.crc;
-        pos = if end == seg_end(pos) {
+        pos = if let Some(t) = jump {
+            // The chain goes on in the other log head (version 5).
+            t
+        } else if end == seg_end(pos) {
             format::FIRST_SEGMENT_BLOCK + l.summary.segment_next * seg_blocks
         } else {
             end

@@ -163,6 +163,24 @@ impl Engine {
         Ok(())
     }
 
+    /// Makes the open log, a pad's, a jump: the chain goes on at block `to`
+    /// ([`DescKind::Jump`]).
+    pub(crate) fn add_jump(&self, w: &mut Writer, to: u64) {
+        let log = w.log.as_mut().expect("log open");
+        assert!(
+            log.flags == FLAG_PAD && log.descriptors.is_empty() && log.payload.is_empty(),
+            "a jump in a log that is not an empty pad"
+        );
+        log.descriptors.push(Descriptor {
+            kind: DescKind::Jump,
+            level: 0,
+            blocks: 0,
+            ino: 0,
+            offset: to,
+            extra: 0,
+        });
+    }
+
     /// Adds to the open checkpoint log that files `inos` depend on this checkpoint
     /// ([`DescKind::Depends`]): each has a change here that its later data-only logs build on.
     /// Rolls to a continuation log when the summary is full.

@@ -18,20 +18,21 @@ pub(crate) mod pipeline;
 pub(crate) mod superblocks;
 pub(crate) mod write;
 
-/// Where the writer stands ([`Writer::place`]): its block, its segment and the segment it goes
-/// to next.
+/// Where the writer stands ([`Writer::place`]): the writers' log head (its block and segment),
+/// the segment it goes to next, and the cleaner's log head's segment if it has one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WriterPlace {
     pub pos: u64,
     pub cur_seg: u64,
     pub next_seg: u64,
+    pub copies_seg: Option<u64>,
 }
 
 impl WriterPlace {
-    /// Segment `s` is the one being written or the one the writer goes to next
+    /// Segment `s` is one a log head is in or the one the writer goes to next
     /// ([`Writer::holds_segment`]).
     pub fn holds_segment(&self, s: u64) -> bool {
-        s == self.cur_seg || s == self.next_seg
+        s == self.cur_seg || s == self.next_seg || self.copies_seg == Some(s)
     }
 }
 
@@ -44,6 +45,13 @@ pub(crate) struct Writer {
     next_seg: u64,
     /// Sequence of the next log.
     seq: u64,
+    /// The log head the chain is not in, `(block, segment)`: the cleaner's while the chain is
+    /// in the writers' head, the writers' while it is in the cleaner's (`copies`). The chain
+    /// moves between them by jumps (`format::DescKind::Jump`); `pos` and `cur_seg` are the
+    /// head it is in.
+    parked: Option<(u64, u64)>,
+    /// The chain is in the cleaner's log head: a light pass is laying out its copies.
+    copies: bool,
     log: Option<LogBuild>,
     /// Buffered blocks the next sealed log releases once it is written: `(inode, [(block,
     /// generation)])`, set by a commit just before its last log is sealed.
@@ -109,19 +117,80 @@ impl Writer {
         self.next_seg
     }
 
-    /// Segment `s` is the one being written or the one the writer goes to next: neither may be
-    /// cleaned or handed out.
+    /// Segment `s` is one a log head is in or the one the writer goes to next: none of them
+    /// may be cleaned or handed out.
     pub fn holds_segment(&self, s: u64) -> bool {
-        s == self.cur_seg || s == self.next_seg
+        s == self.cur_seg || s == self.next_seg || self.parked.is_some_and(|(_, p)| p == s)
     }
 
-    /// Where the writer stands, as a value for the parts that count space around it.
+    /// Where the writer stands, as a value for the parts that count space around it: the
+    /// writers' head (the cleaner's, when it has become the only one), whichever the chain
+    /// is in.
     pub fn place(&self) -> WriterPlace {
+        let (pos, cur_seg, copies_seg) = match (self.copies, self.parked) {
+            (true, Some((pos, seg))) => (pos, seg, Some(self.cur_seg)),
+            (false, parked) => (self.pos, self.cur_seg, parked.map(|(_, seg)| seg)),
+            (true, None) => (self.pos, self.cur_seg, None),
+        };
         WriterPlace {
-            pos: self.pos,
-            cur_seg: self.cur_seg,
+            pos,
+            cur_seg,
             next_seg: self.next_seg,
+            copies_seg,
         }
+    }
+
+    /// The log head the chain is not in, `(block, segment)`, if there is one.
+    pub fn parked(&self) -> Option<(u64, u64)> {
+        self.parked
+    }
+
+    /// Whether the chain is in the cleaner's log head.
+    pub fn in_copies(&self) -> bool {
+        self.copies
+    }
+
+    /// A jump log was sealed: the chain goes on at block `pos` of segment `seg`, the cleaner's
+    /// log head if `copies`. `seg` is either the parked head's (at its block) or, with `next`,
+    /// the segment the writer was to go to next, entered at `pos`, its start, with `next` to
+    /// follow it. The head left is parked where the jump left it if `keep_left` (room for a
+    /// log is left in its segment), else given up: its segment's rest stays unwritten.
+    pub fn jumped(&mut self, pos: u64, seg: u64, next: Option<u64>, copies: bool, keep_left: bool) {
+        assert!(
+            self.copies != copies,
+            "a jump that stays in the {} log head",
+            if copies { "cleaner's" } else { "writers'" }
+        );
+        assert!(self.log.is_none(), "a jump with a log open");
+        match next {
+            Some(next) => {
+                assert!(
+                    seg == self.next_seg && next != seg && self.parked.is_none(),
+                    "a jump into segment {seg}, the writer's next being {} and one parked",
+                    self.next_seg
+                );
+                self.next_seg = next;
+            }
+            None => assert_eq!(
+                self.parked,
+                Some((pos, seg)),
+                "a jump to where no log head is parked"
+            ),
+        }
+        self.parked = keep_left.then_some((self.pos, self.cur_seg));
+        self.pos = pos;
+        self.cur_seg = seg;
+        self.copies = copies;
+    }
+
+    /// The cleaner's log head becomes the writers' (the writers' head was given up: no room
+    /// for a log was left in it).
+    pub fn copies_become_writers(&mut self) {
+        assert!(
+            self.copies && self.parked.is_none(),
+            "the cleaner's head taken over with the writers' parked"
+        );
+        self.copies = false;
     }
 
     /// Recovery chose the segment to go to after the current one (the superblock named none).
@@ -135,6 +204,10 @@ impl Writer {
         assert!(
             next != self.next_seg,
             "segment {next} chosen to follow itself"
+        );
+        assert!(
+            self.parked.is_none_or(|(_, p)| p != next),
+            "segment {next}, a parked log head's, chosen next"
         );
         self.cur_seg = self.next_seg;
         self.next_seg = next;
@@ -380,6 +453,33 @@ mod tests {
         w.enter_next_segment(2, 64);
         assert_eq!((w.cur_seg(), w.next_seg(), w.pos()), (1, 2, 64));
         assert!(w.holds_segment(1) && w.holds_segment(2) && !w.holds_segment(0));
+    }
+
+    #[test]
+    fn a_jump_that_gives_up_the_writers_head_leaves_one_head_held() {
+        // Writers at block 10 of segment 0; the cleaner's head opens at segment 1 (the next),
+        // and the chain comes back: the cleaner's head is parked where it stopped.
+        let mut w = Writer::new(10, 0, 1, 5);
+        w.jumped(64, 1, Some(2), true, true);
+        assert_eq!(
+            (w.cur_seg(), w.next_seg(), w.parked()),
+            (1, 2, Some((10, 0)))
+        );
+        w.jumped(10, 0, None, false, true);
+        assert_eq!(w.parked(), Some((64, 1)));
+        assert!(w.holds_segment(0) && w.holds_segment(1) && w.holds_segment(2));
+        // Ages stopped differing: the jump into the parked head gives up the writers', and
+        // after the copies the cleaner's head is the writers'. Segment 0's rest is no head's.
+        w.jumped(64, 1, None, true, false);
+        assert_eq!(w.parked(), None);
+        w.copies_become_writers();
+        assert!(!w.in_copies());
+        let place = w.place();
+        assert_eq!(
+            (place.pos, place.cur_seg, place.next_seg, place.copies_seg),
+            (64, 1, 2, None)
+        );
+        assert!(!w.holds_segment(0) && w.holds_segment(1) && w.holds_segment(2));
     }
 
     #[test]

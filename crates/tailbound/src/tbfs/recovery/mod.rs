@@ -150,6 +150,13 @@ pub(in crate::tbfs) fn scan_chain(
             stop_reason = format!("log {seq} at block {pos} runs past its segment");
             break;
         }
+        let jump = summary.jump_to();
+        if jump.is_some_and(|t| {
+            t < format::FIRST_SEGMENT_BLOCK || t >= format::FIRST_SEGMENT_BLOCK + total_blocks
+        }) {
+            stop_reason = format!("log {seq} at block {pos} jumps past the pool");
+            break;
+        }
         let payload = window.get(dev, pos + 1, summary.payload_blocks as u64, seg_end)?;
         let ahead = summary.flags & FLAG_AHEAD != 0 && summary.flags & FLAG_DATA_ONLY != 0;
         // A checkpoint's log written without waiting for earlier payloads (version 4): the
@@ -213,7 +220,10 @@ pub(in crate::tbfs) fn scan_chain(
         seq += 1;
         prev = crc;
         pos = end;
-        if pos == seg_end {
+        if let Some(t) = jump {
+            // The chain goes on in the other log head (version 5).
+            pos = t;
+        } else if pos == seg_end {
             pos = seg_start(segment_next);
         }
     }

@@ -78,7 +78,9 @@ fn age_spread(segments: impl Iterator<Item = (f64, f64)>) -> f64 {
     (sq / n - mean * mean).max(0.0).sqrt()
 }
 
-/// Whether segment ages carry a signal worth choosing victims by ([`age_spread`]).
+/// Whether segment ages carry a signal worth choosing victims by ([`age_spread`]), as
+/// [`Engine::choose_victims`] decides it (the cleaner model's adaptive policy).
+#[cfg(test)]
 pub(in crate::tbfs) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f64)>) -> bool {
     age_spread(segments) > AGE_SIGNAL_SPREAD
 }
@@ -94,7 +96,7 @@ impl Engine {
         free: u64,
     ) {
         let mut written: Vec<u32> = (0..self.segment_count() as usize)
-            .filter(|&s| s as u64 != w.cur_seg && s as u64 != w.next_seg && seg.live(s) > 0)
+            .filter(|&s| !w.holds_segment(s as u64) && seg.live(s) > 0)
             .map(|s| seg.live(s))
             .collect();
         let n = victims.len().min(written.len());
@@ -123,7 +125,9 @@ impl Engine {
     /// best first, as many as `budget` blocks of copies pay for and at most `most`: by
     /// cost-benefit when segment ages (from `written`, when each was last written, and `now`)
     /// carry a signal and `greedy` is not asked for, else by free fraction alone. `light`: the
-    /// copies go out as data-only logs, not in a checkpoint, and cost less.
+    /// copies go out as data-only logs, not in a checkpoint, and cost less. Also returns the
+    /// spread of the candidates' ages ([`age_spread`]), whatever `greedy` asked (`None`: fewer
+    /// than two candidates to tell).
     #[allow(clippy::too_many_arguments)]
     pub(in crate::tbfs) fn choose_victims(
         &self,
@@ -135,17 +139,19 @@ impl Engine {
         most: usize,
         light: bool,
         greedy: bool,
-    ) -> Vec<usize> {
+    ) -> (Vec<usize>, Option<f64>) {
         let sb = self.segment_blocks();
         let age_of = |s: usize| (now - written(s)).max(1) as f64;
         // Cost-benefit only when ages tell segments apart (hot and cold data): for data that
         // dies at one rate it picks fuller victims than greedy does, for no gain.
-        let greedy = greedy
-            || !ages_carry_signal(
+        let spread = (candidates.len() >= 2).then(|| {
+            age_spread(
                 candidates
                     .iter()
                     .map(|&s| (seg.live(s) as f64 / sb as f64, age_of(s))),
-            );
+            )
+        });
+        let greedy = greedy || spread.is_none_or(|d| d <= AGE_SIGNAL_SPREAD);
         let mut scored: Vec<(f64, usize)> = candidates
             .into_iter()
             .filter_map(|s| {
@@ -179,7 +185,7 @@ impl Engine {
             budget -= cost;
             out.push(s);
         }
-        out
+        (out, spread)
     }
 
     /// Reads the background pass's victims whole, without `meta`, once every log sealed

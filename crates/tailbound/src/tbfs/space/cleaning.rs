@@ -2,6 +2,12 @@
 //! the space check running may take from the reserve on a pass's or a checkpoint's behalf.
 //! Changed only through [`Cleaning`]'s methods.
 
+use crate::tbfs::limits::AGE_SIGNAL_SPREAD;
+
+/// How many of victim choice's recent findings the averaged age spread weighs
+/// ([`Cleaning::note_age_spread`]).
+const AGE_SPREAD_WEIGHT: f64 = 16.0;
+
 /// Whether cleaning runs, and what the space check it or a checkpoint runs may use.
 #[derive(Debug, Default)]
 pub(crate) struct Cleaning {
@@ -32,6 +38,10 @@ pub(crate) struct Cleaning {
     for_buffer: u64,
     /// Blocks the cleaner's seal of the buffer before its passes took, up to `for_buffer`.
     sealed_first: u64,
+    /// The spread of segment ages victim choice found (`Engine::choose_victims`), averaged
+    /// over its recent choices: one choice among few or odd candidates may find none where
+    /// lifetimes do differ. `None` until a choice had two candidates to tell.
+    age_spread: Option<f64>,
 }
 
 impl Cleaning {
@@ -119,6 +129,24 @@ impl Cleaning {
         std::mem::take(&mut self.sealed_first)
     }
 
+    /// Victim choice found `spread` among its candidates (`None`: too few to tell, which
+    /// changes nothing).
+    pub(crate) fn note_age_spread(&mut self, spread: Option<f64>) {
+        if let Some(d) = spread {
+            self.age_spread = Some(match self.age_spread {
+                Some(avg) => avg + (d - avg) / AGE_SPREAD_WEIGHT,
+                None => d,
+            });
+        }
+    }
+
+    /// Whether segment ages, as victim choice has recently found them, tell short-lived data
+    /// from long-lived (above [`AGE_SIGNAL_SPREAD`]): then a light pass's copies, old data,
+    /// are worth a log head apart from the writers' new data (`Engine::copy_head_room`).
+    pub(crate) fn ages_differ(&self) -> bool {
+        self.age_spread.is_some_and(|d| d > AGE_SIGNAL_SPREAD)
+    }
+
     /// The next space check is a checkpoint's.
     pub(crate) fn checkpoint_checks_space(&mut self) {
         self.checkpoint_check = true;
@@ -175,6 +203,27 @@ mod tests {
         c.checkpoint_checks_space();
         assert!(c.take_checkpoint_check());
         assert!(!c.take_checkpoint_check());
+    }
+
+    #[test]
+    fn the_age_signal_is_an_average_of_the_choices_that_could_tell() {
+        let mut c = Cleaning::default();
+        assert!(!c.ages_differ(), "nothing found yet");
+        c.note_age_spread(Some(2.0));
+        assert!(c.ages_differ());
+        c.note_age_spread(None);
+        assert!(
+            c.ages_differ(),
+            "a choice that could not tell changes nothing"
+        );
+        // One choice finding no spread does not turn the signal off ...
+        c.note_age_spread(Some(0.0));
+        assert!(c.ages_differ());
+        // ... a run of them does.
+        for _ in 0..16 {
+            c.note_age_spread(Some(0.0));
+        }
+        assert!(!c.ages_differ());
     }
 
     #[test]
