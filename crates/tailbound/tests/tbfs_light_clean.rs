@@ -283,11 +283,7 @@ fn run(seed: u64, barrier: Barrier, work: Workload) -> Outcome {
     let what = format!("seed {seed:#x}, {barrier:?}, power cut after {cut} writes");
     // The raw image: only what the cut leaves (with background passes superblocks are written
     // often, so a cut tears one more often). The recovered pool is checked below.
-    assert_damage_only_from_the_cut(
-        image.clone(),
-        true,
-        &format!("{what}: the crash image"),
-    );
+    assert_damage_only_from_the_cut(image.clone(), true, &format!("{what}: the crash image"));
     let crashed = Arc::new(SimDevice::from_image(image));
     let fs = Fs::open(crashed.clone(), &OpenOptions::default())
         .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
