@@ -106,7 +106,7 @@ fn round_trip(pool: &Path, backend: &str, host: &Path) {
     assert!(fsck.contains("clean: 0 damage"), "{fsck}");
     let info = ok(&[&["fs", "info", p][..], &b].concat());
     assert!(
-        info.contains("tbfs version 4") && info.contains("ordering relaxed"),
+        info.contains("tbfs version 5") && info.contains("ordering relaxed"),
         "{info}"
     );
     let back2 = host.join("out2.bin");
@@ -153,16 +153,16 @@ fn info_reports_an_older_pools_version_until_a_write_upgrades_it() {
     assert!(info.contains("tbfs version 1"), "{info}");
     with(&["fs", "mkdir", "-p", p, "/d"]);
     let info = with(&["fs", "info", p]);
-    assert!(info.contains("tbfs version 4"), "{info}");
+    assert!(info.contains("tbfs version 5"), "{info}");
     let cat = run_with(&["fs", "cat", p, "/f"]);
     assert!(cat.status.success() && cat.stdout == data, "{}", text(&cat));
     // A version this build does not know is refused with the reason.
-    set_superblock_versions(&pool, 5);
+    set_superblock_versions(&pool, 6);
     for cmd in [&["fs", "info", p][..], &["fs", "ls", p][..]] {
         let o = run_with(cmd);
         assert!(!o.status.success(), "{}", text(&o));
         assert!(
-            text(&o).contains("format version 5, this build reads 1 to 4"),
+            text(&o).contains("format version 6, this build reads 1 to 5"),
             "{}",
             text(&o)
         );
@@ -430,7 +430,7 @@ fn listings_write_their_json_schemas() {
     let info = dir.path().join("info.json");
     ok(&["fs", "info", p, "--json", s(&info), "--backend", "file"]);
     let j = json(&info);
-    assert_eq!(j["format_version"], 4);
+    assert_eq!(j["format_version"], 5);
     assert_eq!(j["backend"], "file");
     let fsck = dir.path().join("fsck.json");
     ok(&["fs", "fsck", p, "--json", s(&fsck), "--backend", "file"]);
