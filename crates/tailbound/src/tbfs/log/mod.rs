@@ -120,7 +120,7 @@ impl Writer {
     /// Segment `s` is one a log head is in or the one the writer goes to next: none of them
     /// may be cleaned or handed out.
     pub fn holds_segment(&self, s: u64) -> bool {
-        s == self.cur_seg || s == self.next_seg || self.parked.is_some_and(|(_, p)| p == s)
+        self.place().holds_segment(s)
     }
 
     /// Where the writer stands, as a value for the parts that count space around it: the

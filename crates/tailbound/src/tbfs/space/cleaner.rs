@@ -18,8 +18,9 @@
 use std::collections::HashMap;
 
 use crate::tbfs::format::{self, BLOCK_U64};
-use crate::tbfs::limits::{AGE_SIGNAL_SPREAD, MIN_RECLAIMABLE};
+use crate::tbfs::limits::MIN_RECLAIMABLE;
 use crate::tbfs::log::WriterPlace;
+use crate::tbfs::space::cleaning::spread_is_signal;
 use crate::tbfs::space::segments::SegmentTable;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
@@ -82,7 +83,7 @@ fn age_spread(segments: impl Iterator<Item = (f64, f64)>) -> f64 {
 /// [`Engine::choose_victims`] decides it (the cleaner model's adaptive policy).
 #[cfg(test)]
 pub(in crate::tbfs) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f64)>) -> bool {
-    age_spread(segments) > AGE_SIGNAL_SPREAD
+    spread_is_signal(age_spread(segments))
 }
 
 impl Engine {
@@ -151,7 +152,7 @@ impl Engine {
                     .map(|&s| (seg.live(s) as f64 / sb as f64, age_of(s))),
             )
         });
-        let greedy = greedy || spread.is_none_or(|d| d <= AGE_SIGNAL_SPREAD);
+        let greedy = greedy || !spread.is_some_and(spread_is_signal);
         let mut scored: Vec<(f64, usize)> = candidates
             .into_iter()
             .filter_map(|s| {

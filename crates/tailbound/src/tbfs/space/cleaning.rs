@@ -8,6 +8,12 @@ use crate::tbfs::limits::AGE_SIGNAL_SPREAD;
 /// ([`Cleaning::note_age_spread`]).
 const AGE_SPREAD_WEIGHT: f64 = 16.0;
 
+/// Whether a spread of segment ages tells short-lived data from long-lived (above
+/// [`AGE_SIGNAL_SPREAD`]): the one mark victim choice and the cleaner's log head both go by.
+pub(crate) fn spread_is_signal(spread: f64) -> bool {
+    spread > AGE_SIGNAL_SPREAD
+}
+
 /// Whether cleaning runs, and what the space check it or a checkpoint runs may use.
 #[derive(Debug, Default)]
 pub(crate) struct Cleaning {
@@ -144,7 +150,7 @@ impl Cleaning {
     /// from long-lived (above [`AGE_SIGNAL_SPREAD`]): then a light pass's copies, old data,
     /// are worth a log head apart from the writers' new data (`Engine::copy_head_room`).
     pub(crate) fn ages_differ(&self) -> bool {
-        self.age_spread.is_some_and(|d| d > AGE_SIGNAL_SPREAD)
+        self.age_spread.is_some_and(spread_is_signal)
     }
 
     /// The next space check is a checkpoint's.
