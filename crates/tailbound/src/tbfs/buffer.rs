@@ -195,6 +195,8 @@ impl Engine {
         if st.kind() == FileKind::Dir {
             return Err(Error::IsDir(format!("inode {}", cell.ino)));
         }
+        // What the truncate adds to the checkpoint debt is charged to deletes' room.
+        let debt_before = Self::truncate_debt(&st);
         if len < st.size() {
             let seq = m.writer.seq();
             let trimmed = st.truncate(len);
@@ -223,9 +225,10 @@ impl Engine {
         st.grow_to(len);
         st.touch_modified(self.now_ns());
         st.mark_attr_dirty();
+        Self::charge_truncate(&mut m, debt_before, &st);
         drop(st);
         m.namespace_changed(cell.ino);
-        Ok(())
+        self.settle_deletes_debt(&mut m)
     }
 
     pub fn stat_cell(&self, cell: &InodeCell) -> Result<Stat> {
