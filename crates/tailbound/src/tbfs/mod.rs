@@ -88,4 +88,6 @@ mod drop_tests;
 #[cfg(test)]
 mod pad_run_tests;
 #[cfg(test)]
+mod recovery_pins_tests;
+#[cfg(test)]
 mod tests;
