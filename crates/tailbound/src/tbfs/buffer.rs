@@ -276,6 +276,12 @@ impl Engine {
         };
         if free {
             self.free_inode(&mut m, cell);
+            // Under a snapshot the freed blocks are pinned, marking pinned-table pages that
+            // deletes' charge counts: paid here as after an unlink. `NoSpace` leaves the debt
+            // counted unpaid; a write error has poisoned the pool where it happened.
+            if let Err(e) = self.settle_deletes_debt(&mut m) {
+                self.poison(&e);
+            }
         }
     }
 }

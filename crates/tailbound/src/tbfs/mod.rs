@@ -84,6 +84,8 @@ mod checked_tests;
 #[cfg(test)]
 mod cut_run_tests;
 #[cfg(test)]
+mod deletes_debt_tests;
+#[cfg(test)]
 mod drop_tests;
 #[cfg(test)]
 mod pad_run_tests;
