@@ -56,67 +56,9 @@ pub(crate) struct Pins {
     /// Pinned-table pages to rewrite: page `j` of segment `s` is `s·k + j` (`k` =
     /// `Retention::pinned_pages_per_segment`) and holds the pins of the segment's blocks `170·j ..`.
     dirty_pages: BTreeSet<u64>,
-    /// Blocks per segment (0: pages are not counted, as in tests of the runs alone).
-    segment_blocks: u64,
-    /// Pinned blocks per pinned-table page, for the pages that hold any: what the checkpoint
-    /// that records a snapshot's drop writes at most of the table.
-    per_page: BTreeMap<u64, u32>,
 }
 
 impl Pins {
-    /// No pins, in a pool of `segment_blocks`-block segments: its pages are counted.
-    pub fn new(segment_blocks: u64) -> Pins {
-        Pins {
-            segment_blocks,
-            ..Pins::default()
-        }
-    }
-
-    /// Pinned-table pages that hold a pin.
-    pub fn pages_holding(&self) -> u64 {
-        assert!(
-            self.segment_blocks > 0,
-            "pages holding pins asked of pins made without the pool's geometry"
-        );
-        self.per_page.len() as u64
-    }
-
-    /// Counts blocks `start .. start + len`, just pinned (`true`) or unpinned, in their pages.
-    fn count_pages(&mut self, start: u64, len: u64, pinned: bool) {
-        let sb = self.segment_blocks;
-        if sb == 0 {
-            return;
-        }
-        let per = table_entries_per_page(TABLE_PINNED) as u64;
-        let pps = sb.div_ceil(per);
-        let end = start + len;
-        let mut b = start;
-        while b < end {
-            let seg = (b - FIRST_SEGMENT_BLOCK) / sb;
-            let within = (b - FIRST_SEGMENT_BLOCK) % sb;
-            let page = seg * pps + within / per;
-            let page_end = (b - within + (within / per + 1) * per)
-                .min(b - within + sb)
-                .min(end);
-            let n = (page_end - b) as u32;
-            if pinned {
-                *self.per_page.entry(page).or_default() += n;
-            } else {
-                let held = self
-                    .per_page
-                    .get_mut(&page)
-                    .expect("unpinning blocks of a page that holds none");
-                *held = held
-                    .checked_sub(n)
-                    .expect("unpinning more blocks than a page holds");
-                if *held == 0 {
-                    self.per_page.remove(&page);
-                }
-            }
-            b = page_end;
-        }
-    }
-
     /// Pinned blocks.
     pub fn len(&self) -> u64 {
         self.blocks
@@ -286,7 +228,6 @@ impl Pins {
         self.runs.insert(start, (len, pin));
         self.by_anchor.insert((pin.anchor, start));
         self.blocks += len;
-        self.count_pages(start, len, true);
     }
 
     /// Removes the run starting at `start` from both indexes.
@@ -294,7 +235,6 @@ impl Pins {
         let (len, pin) = self.runs.remove(&start)?;
         self.by_anchor.remove(&(pin.anchor, start));
         self.blocks -= len;
-        self.count_pages(start, len, false);
         Some((len, pin))
     }
 
@@ -311,7 +251,6 @@ impl Pins {
                 self.runs.insert(s, (l, run.pin));
                 self.by_anchor.insert((run.pin.anchor, s));
                 self.blocks += l;
-                self.count_pages(s, l, true);
             }
         }
         Some(run.pin)
@@ -325,13 +264,6 @@ impl Pins {
             self.by_anchor.len(),
             "the pin indexes disagree"
         );
-        if cfg!(debug_assertions) && self.segment_blocks > 0 {
-            assert_eq!(
-                self.per_page.values().map(|&n| u64::from(n)).sum::<u64>(),
-                self.blocks,
-                "the pages' counts of pinned blocks disagree with the runs"
-            );
-        }
     }
 }
 
@@ -405,7 +337,6 @@ impl Retention {
             protection,
             clock,
             segment_blocks,
-            pins: Pins::new(segment_blocks),
             pinned_pages_per_segment: segment_blocks
                 .div_ceil(table_entries_per_page(TABLE_PINNED) as u64),
             ..Retention::default()
@@ -1221,34 +1152,5 @@ mod tests {
         let mut pins = Pins::default();
         pins.insert(15, pin(3), 0);
         pins.insert_new_run(run(10, 11, 3), [0].into_iter());
-    }
-
-    #[test]
-    fn the_pages_holding_pins_follow_runs_as_they_merge_split_and_go() {
-        // Segments of 400 blocks: three pages each (170, 170 and 60 blocks).
-        let mut pins = Pins::new(400);
-        let b = |seg: u64, within: u64| super::FIRST_SEGMENT_BLOCK + seg * 400 + within;
-        assert_eq!(pins.pages_holding(), 0);
-        // A run over the end of segment 0's first page and into its second.
-        pins.insert_new_run(run(b(0, 160), 20, 3), std::iter::empty());
-        assert_eq!(pins.pages_holding(), 2);
-        // One crossing from segment 0's last page into segment 1's first.
-        pins.insert_new_run(run(b(0, 390), 20, 3), std::iter::empty());
-        assert_eq!(pins.pages_holding(), 4);
-        // Merged with the first run, which keeps the same pages.
-        pins.insert_new_run(run(b(0, 180), 5, 3), std::iter::empty());
-        assert_eq!((pins.run_count(), pins.pages_holding()), (2, 4));
-        // A block of the first run pinned anew splits it: still the same pages.
-        pins.insert(b(0, 170), pin(4), 0);
-        assert_eq!((pins.run_count(), pins.pages_holding()), (4, 4));
-        // Segment 0's first page holds only the run before the split block (170 is the
-        // second page's first): it empties when that run goes.
-        pins.remove_run(b(0, 160), std::iter::empty());
-        assert_eq!(pins.pages_holding(), 3);
-        pins.remove_run(b(0, 390), std::iter::empty());
-        assert_eq!(pins.pages_holding(), 1);
-        pins.remove_run(b(0, 170), std::iter::empty());
-        pins.remove_run(b(0, 171), std::iter::empty());
-        assert_eq!((pins.len(), pins.pages_holding()), (0, 0));
     }
 }

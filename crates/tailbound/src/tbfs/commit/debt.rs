@@ -75,8 +75,8 @@ impl Engine {
 
     /// Called once a delete, a truncate, a rename that replaced a name or a directory's
     /// removal is made: while a snapshot or a view keeps what deletes drop, if what such
-    /// changes added to the checkpoint debt since it was last counted is past half the
-    /// allowance the room keeps for it ([`DELETES_ALLOWANCE_BLOCKS`]), the debt is paid with a
+    /// changes added to the checkpoint debt since it was last counted is past the allowance
+    /// the room keeps for it ([`DELETES_ALLOWANCE_BLOCKS`]), the debt is paid with a
     /// checkpoint now. So the debt beyond what the last space check counted stays within the
     /// inode pages, the allowance and one change's own, and the checkpoints that must not be
     /// refused (a snapshot's drop above all) find it in the room kept. The change itself is
@@ -89,9 +89,7 @@ impl Engine {
             return Ok(());
         }
         let charged = m.deletes_debt.charged(Self::deletes_probe(m));
-        // Half: a checkpoint writes the pages deletes marked and, for a later snapshot drop,
-        // keeps room for those of them that now hold a pin (`Engine::drop_pinned_room`).
-        if charged <= DELETES_ALLOWANCE_BLOCKS / 2 || !self.changed_since_checkpoint(m) {
+        if charged <= DELETES_ALLOWANCE_BLOCKS || !self.changed_since_checkpoint(m) {
             return Ok(());
         }
         match self.commit_checkpoint(m) {
