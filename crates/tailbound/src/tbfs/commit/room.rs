@@ -43,26 +43,30 @@ impl Engine {
         }
     }
 
-    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map, and
-    /// while a snapshot or a view keeps what deletes drop, the allowance for the rest of what
-    /// they add ([`DELETES_ALLOWANCE_BLOCKS`]). Deletes and truncates never answer `NoSpace`,
-    /// yet add to the next checkpoint without a space check: files deleted all over the tree
-    /// rewrite every page holding one of them, and under a snapshot the pinned-table pages of
-    /// the blocks they pin, their directories and a truncated file's map. Inode pages are
-    /// bounded by the inode file; the rest is charged as it is added (`DeletesDebt`), and a
-    /// change that takes the charge past the allowance pays the debt with a checkpoint
+    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map; while
+    /// a snapshot or a view keeps what deletes drop, the allowance for the rest of what they
+    /// add ([`DELETES_ALLOWANCE_BLOCKS`]); and while a pin may outlive a snapshot's drop, every
+    /// page of the pinned table (`drop_pinned_room`). Deletes and truncates never answer
+    /// `NoSpace`, yet add to the next checkpoint without a space check: files deleted all over
+    /// the tree rewrite every page holding one of them, and under a snapshot the pinned-table
+    /// pages of the blocks they pin, their directories and a truncated file's map. Inode pages
+    /// are bounded by the inode file; the rest is charged as it is added (`DeletesDebt`), and
+    /// a change that takes the charge past the allowance pays the debt with a checkpoint
     /// (`Engine::settle_deletes_debt`). So the debt a checkpoint (a sync's, a snapshot drop's)
     /// finds beyond what the last space check counted is at most the inode pages, the
-    /// allowance and one change's own. Without a snapshot or a view deletes give their blocks
-    /// back with the checkpoint that writes their debt, and nothing is charged.
+    /// allowance and one change's own, while those checkpoints find room; in a pool full of
+    /// live and pinned blocks they do not, and what a drop must then write of the pinned table
+    /// is held by its own part. Without a snapshot or a view deletes give their blocks back
+    /// with the checkpoint that writes their debt, and nothing is charged.
     pub(in crate::tbfs) fn deletes_reserve(m: &State) -> u64 {
-        let (inodes, allowance) = Self::deletes_reserve_parts(m);
-        inodes + allowance
+        let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
+        inodes + allowance + pins
     }
 
-    /// [`Engine::deletes_reserve`] in its two parts: the inode pages with the inode file's
-    /// map, and the allowance for the rest (none while nothing keeps what deletes drop).
-    fn deletes_reserve_parts(m: &State) -> (u64, u64) {
+    /// [`Engine::deletes_reserve`] in its three parts: the inode pages with the inode file's
+    /// map, the allowance for what deletes charge (none while nothing keeps what they drop),
+    /// and the pinned table a drop may write (`drop_pinned_room`).
+    fn deletes_reserve_parts(m: &State) -> (u64, u64, u64) {
         let allowance = if Self::keeps_dropped(m) {
             DELETES_ALLOWANCE_BLOCKS
         } else {
@@ -71,7 +75,32 @@ impl Engine {
         (
             m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1,
             allowance,
+            Self::drop_pinned_room(m),
         )
+    }
+
+    /// The pinned-table pages a snapshot's drop may write, whatever deletes mark before it:
+    /// those holding a pin that outlives the drop. A pin outlives it only if a checkpoint the
+    /// drop does not release references its block: another snapshot, one a view holds, or a
+    /// plain checkpoint inside a protection period. With a single snapshot (or the one being
+    /// made), no view and no protection period, the drop's checkpoint releases every pin, each
+    /// page it empties becomes a hole, and it writes none (`State::pinned_pages_at_drop`): the
+    /// pages deletes mark are then only debt for plain checkpoints, charged and paid as they
+    /// go. Otherwise every page of the table with its map: deletes may mark all of them after
+    /// the last checkpoint that found room, and a drop must still be written. (The pages
+    /// holding a pin are no bound there: near full the checkpoints that pay deletes' charge
+    /// find no room, and deletes go on adding pins to new pages.) Recovery after a power cut
+    /// writes only the pages its roll-forward changes (`commit::open`), which the debt
+    /// counted before the cut, so under a single snapshot it needs none of the table's room.
+    fn drop_pinned_room(m: &State) -> u64 {
+        let keepers =
+            m.life.snapshot_count() + m.life.held_count() + usize::from(m.life.snapshot_coming());
+        if keepers == 0 || keepers == 1 && m.life.protection().is_zero() {
+            0
+        } else {
+            let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
+            pages + crate::tbfs::map::tree_nodes(pages) + 1
+        }
     }
 
     /// Whether a snapshot, a view or the snapshot being made keeps what deletes drop, so they
@@ -134,17 +163,19 @@ impl Engine {
     }
 
     /// What a checkpoint paying `paid` blocks of debt must leave free: the deletes' room
-    /// (`Engine::deletes_reserve`), its inode pages' part less what this checkpoint pays and
-    /// its allowance whole (the checkpoint pays what deletes charged, and they may charge the
-    /// allowance again before the next checkpoint, a snapshot's drop, must write it); and the
+    /// (`Engine::deletes_reserve`), its inode pages' part less what this checkpoint pays, and
+    /// its allowance and pinned-table part whole (the checkpoint pays what deletes charged and
+    /// the pages they marked, and they may charge and mark as much again before the next
+    /// checkpoint, a snapshot's drop, must write it); and the
     /// room of the next cleaning cycle, less the whole segments the checkpoint makes reusable
     /// (those waiting only for it and its superblock, and a full pass's victims), never less
     /// than a checkpoint with nothing changed takes ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the
     /// debt, so that is all the invariant asks of it. A snapshot's drop keeps only the floor:
     /// it gives back what the snapshot held, which the cleaner could not reach before, and
     /// must not be refused; every other checkpoint leaving the deletes' room is what makes
-    /// that hold. The pinned table's pages need no room of their own: those deletes mark are
-    /// charged against the allowance, and a drop's release empties most of them.
+    /// that hold. Under a single snapshot the pinned table's pages need no room of their own
+    /// (`drop_pinned_room`): those deletes mark are charged against the allowance, and the
+    /// drop's release empties them.
     fn checkpoint_floor(&self, m: &State, paid: u64) -> u64 {
         let least = CHECKPOINT_FLOOR_BLOCKS;
         if m.life.drop_in_progress() {
@@ -152,10 +183,11 @@ impl Engine {
         }
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
-        let (inodes, allowance) = Self::deletes_reserve_parts(m);
+        let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
         self.cycle_room(m).saturating_sub(given_back).max(least)
             + inodes.saturating_sub(paid)
             + allowance
+            + pins
     }
 
     /// What a light pass copying `need` blocks must leave free: the next checkpoint, with the
