@@ -142,7 +142,8 @@ pub(crate) const COPY_HEAD_MIN_SEGMENTS: u64 = 128;
 pub(crate) const RESERVE_BLOCKS_MIN: u64 = 64;
 /// Blocks of checkpoint debt deletes and truncates may add without a space check while a
 /// snapshot or a view keeps what they drop (`DeletesDebt`): the room keeps this beyond the
-/// counted debt, and a change that takes the charge past it pays the debt with a checkpoint.
+/// counted debt, and a change that takes the charge past half of it pays the debt with a
+/// checkpoint.
 /// Small, since every checkpoint keeps it free after what it writes; large enough that a
 /// delete of a file of a few MiB (a pinned-table page per 170 blocks) stays under it.
 pub(crate) const DELETES_ALLOWANCE_BLOCKS: u64 = 64;

@@ -51,7 +51,7 @@ impl Engine {
     /// the tree rewrite every page holding one of them, and under a snapshot the pinned-table
     /// pages of the blocks they pin, their directories and a truncated file's map. Inode pages
     /// are bounded by the inode file; the rest is charged as it is added (`DeletesDebt`), and
-    /// a change that takes the charge past the allowance pays the debt with a checkpoint
+    /// a change that takes the charge past half the allowance pays the debt with a checkpoint
     /// (`Engine::settle_deletes_debt`). So the debt a checkpoint (a sync's, a snapshot drop's)
     /// finds beyond what the last space check counted is at most the inode pages, the
     /// allowance and one change's own, while those checkpoints find room; in a pool full of
