@@ -195,6 +195,8 @@ impl Engine {
         if st.kind() == FileKind::Dir {
             return Err(Error::IsDir(format!("inode {}", cell.ino)));
         }
+        // What the truncate adds to the checkpoint debt is charged to deletes' room.
+        let debt_before = Self::truncate_debt(&st);
         if len < st.size() {
             let seq = m.writer.seq();
             let trimmed = st.truncate(len);
@@ -223,9 +225,10 @@ impl Engine {
         st.grow_to(len);
         st.touch_modified(self.now_ns());
         st.mark_attr_dirty();
+        Self::charge_truncate(&mut m, debt_before, &st);
         drop(st);
         m.namespace_changed(cell.ino);
-        Ok(())
+        self.settle_deletes_debt(&mut m)
     }
 
     pub fn stat_cell(&self, cell: &InodeCell) -> Result<Stat> {
@@ -273,6 +276,12 @@ impl Engine {
         };
         if free {
             self.free_inode(&mut m, cell);
+            // Under a snapshot the freed blocks are pinned, marking pinned-table pages that
+            // deletes' charge counts: paid here as after an unlink. `NoSpace` leaves the debt
+            // counted unpaid; a write error has poisoned the pool where it happened.
+            if let Err(e) = self.settle_deletes_debt(&mut m) {
+                self.poison(&e);
+            }
         }
     }
 }

@@ -288,7 +288,8 @@ impl Fs {
             self.inner.drop_nlink(&mut p.lock(), parent)?;
         }
         self.inner.touch_dir(&mut m, parent);
-        self.inner.drop_link(&mut m, ino)
+        self.inner.drop_link(&mut m, ino)?;
+        self.inner.settle_deletes_debt(&mut m)
     }
 
     /// Removes the name now; the inode is freed when the last open handle closes.
@@ -304,7 +305,8 @@ impl Fs {
         }
         m.dirs.remove_entry(parent, name);
         self.inner.touch_dir(&mut m, parent);
-        self.inner.drop_link(&mut m, ino)
+        self.inner.drop_link(&mut m, ino)?;
+        self.inner.settle_deletes_debt(&mut m)
     }
 
     /// Atomically renames, replacing an existing file (or empty directory) at `to`.

@@ -140,6 +140,13 @@ pub(crate) const FULL_PASS_ROOM_SEGMENTS: u64 = 4;
 pub(crate) const COPY_HEAD_MIN_SEGMENTS: u64 = 128;
 /// Smallest space reserve, in blocks, whatever the segment size.
 pub(crate) const RESERVE_BLOCKS_MIN: u64 = 64;
+/// Blocks of checkpoint debt deletes and truncates may add without a space check while a
+/// snapshot or a view keeps what they drop (`DeletesDebt`): the room keeps this beyond the
+/// counted debt, and a change that takes the charge past half of it pays the debt with a
+/// checkpoint.
+/// Small, since every checkpoint keeps it free after what it writes; large enough that a
+/// delete of a file of a few MiB (a pinned-table page per 170 blocks) stays under it.
+pub(crate) const DELETES_ALLOWANCE_BLOCKS: u64 = 64;
 /// The least a writer may buffer before it commits however short space is
 /// (`Engine::set_buffer_limit`), so a pool near full still commits in logs of some size.
 pub(crate) const BUFFER_LIMIT_MIN_BLOCKS: u64 = 256;

@@ -84,8 +84,12 @@ mod checked_tests;
 #[cfg(test)]
 mod cut_run_tests;
 #[cfg(test)]
+mod deletes_debt_tests;
+#[cfg(test)]
 mod drop_tests;
 #[cfg(test)]
 mod pad_run_tests;
+#[cfg(test)]
+mod recovery_pins_tests;
 #[cfg(test)]
 mod tests;

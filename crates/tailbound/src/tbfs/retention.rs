@@ -147,6 +147,17 @@ impl Pins {
         old.is_none()
     }
 
+    /// Recovery: `block`'s pin as the newest checkpoint's pinned table stores it. No page is
+    /// marked: the stored page already holds it. `false` if it was pinned already.
+    pub fn load(&mut self, block: u64, pin: BlockPin) -> bool {
+        if self.contains(block) {
+            return false;
+        }
+        self.add(block, 1, pin);
+        self.check();
+        true
+    }
+
     /// Pins the blocks of `run`, none of them pinned yet, with `pages` their pinned-table pages.
     pub fn insert_new_run(&mut self, run: PinRun, pages: impl Iterator<Item = u64>) {
         assert!(
@@ -562,6 +573,14 @@ impl Retention {
         self.check_anchor(block, &pin);
         let page = self.pinned_page(block, segment_blocks);
         self.pins.insert(block, pin, page)
+    }
+
+    /// Recovery: `block`'s pin as the pinned table of the checkpoint recovery starts from
+    /// stores it, in the page that holds it: no page is marked, since none changes (recovery
+    /// writes only the pages its own changes mark). `false` if it was pinned already.
+    pub fn load_pin(&mut self, block: u64, pin: BlockPin) -> bool {
+        self.check_anchor(block, &pin);
+        self.pins.load(block, pin)
     }
 
     /// Pins the blocks of `run`, none of them pinned yet.

@@ -49,6 +49,9 @@ pub(crate) struct State {
     /// The last call refused for room after cleaning, so calls like it are refused without
     /// cleaning again until blocks are freed.
     pub refusals: crate::tbfs::space::refusals::Refusals,
+    /// What deletes and truncates added to the checkpoint debt since it was last counted
+    /// whole, charged against the room kept for them.
+    pub deletes_debt: crate::tbfs::space::deletes_debt::DeletesDebt,
     /// The background cleaner's victims read without `meta`, and what its pass leaves to do
     /// after `meta` is released.
     pub bg_clean: crate::tbfs::space::background::BackgroundPass,

@@ -505,6 +505,15 @@ pub struct FsCounters {
     pub metadata_blocks: u64,
     /// Plain checkpoints released before their protection period ended because the pool was full.
     pub protection_released: u64,
+    /// Checkpoints written to pay what deletes and truncates under a snapshot or a view added
+    /// to the checkpoint debt past the room kept for it, and such payments that found no room
+    /// (the debt then stood unpaid until the next space check counted it).
+    pub deletes_debt_checkpoints: u64,
+    pub deletes_debt_unpaid: u64,
+    /// Pinned-table pages the recovery that opened the pool marked for its checkpoint: those
+    /// holding a pin roll-forward or the orphans it freed added (or a pool of the older
+    /// layout's pages), not every page holding a pin.
+    pub recovery_pinned_pages: u64,
     /// Nanoseconds the metadata lock was held, summed over every hold: most operations (creates,
     /// deletes, commits, cleaning) need it, so its share of the wall time bounds how much they
     /// overlap.

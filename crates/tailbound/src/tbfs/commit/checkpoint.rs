@@ -475,6 +475,9 @@ impl Engine {
         m.ifile.freed_slots_written();
         m.dirs.written();
         m.changes.checkpointed();
+        // The debt deletes charged is paid, and the checkpoint's space check kept their
+        // allowance beyond it (`Engine::checkpoint_floor`).
+        Self::deletes_debt_counted(m);
     }
 
     /// Writes the changed nodes of a block map bottom-up and updates its root.

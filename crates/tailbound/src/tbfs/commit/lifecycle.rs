@@ -144,6 +144,17 @@ impl State {
         }
     }
 
+    /// Recovery: a pin as the pinned table stores it ([`Retention::load_pin`]): counted in its
+    /// segment, no page marked. `false` if the block was pinned already.
+    pub fn load_pin(&mut self, block: u64, pin: BlockPin, segment_blocks: u64) -> bool {
+        let s = Self::seg_of(block, segment_blocks);
+        let new = self.life.load_pin(block, pin);
+        if new {
+            self.seg.add_pinned(s);
+        }
+        new
+    }
+
     /// Counts blocks `start .. start + len` pinned (`true`) or released in their segments.
     fn count_pinned(&mut self, start: u64, len: u64, segment_blocks: u64, pinned: bool) {
         let mut b = start;

@@ -198,7 +198,7 @@ impl Engine {
                 self.drop_link(m, old)?;
             }
         }
-        Ok(())
+        self.settle_deletes_debt(m)
     }
 }
 
@@ -354,7 +354,8 @@ impl Fs {
         }
         m.dirs.remove_entry(parent, name);
         inner.touch_dir(&mut m, parent);
-        inner.drop_link(&mut m, ino)
+        inner.drop_link(&mut m, ino)?;
+        inner.settle_deletes_debt(&mut m)
     }
 
     /// Removes the empty directory `name` from `parent`.
@@ -384,7 +385,8 @@ impl Fs {
             inner.drop_nlink(&mut p.lock(), parent)?;
         }
         inner.touch_dir(&mut m, parent);
-        inner.drop_link(&mut m, ino)
+        inner.drop_link(&mut m, ino)?;
+        inner.settle_deletes_debt(&mut m)
     }
 
     /// Renames `parent/name` to `new_parent/new_name`, atomically, as `renameat2` with `how`.

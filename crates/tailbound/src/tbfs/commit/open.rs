@@ -194,6 +194,14 @@ fn memory_state(
 
 /// Step 7, last part: the pinned blocks: the stored ones still some retained checkpoint's, and
 /// what roll-forward replaced.
+///
+/// Recovery's checkpoint writes only the pinned-table pages that change: those holding a pin
+/// roll-forward adds, and those of a pool written before pages held fixed block ranges (each
+/// page an entry was read from and the page that holds it now). A stored entry no retained
+/// checkpoint covers (one a view kept, which is not stored) is passed over and stays in its
+/// page until that page is next written: no checkpoint made later can be in its range, so
+/// every later load passes over it too. So after a power cut recovery needs room only for
+/// the changes it replays, not for every page holding a pin.
 fn restore_pins(
     meta: &mut State,
     sb: &Superblock,
@@ -202,33 +210,41 @@ fn restore_pins(
     pinned_entries: Vec<(u64, format::PinnedEntry)>,
     rolled: RolledForward,
 ) -> Result<()> {
+    let mut moved_pages = std::collections::BTreeSet::new();
     for (page, e) in pinned_entries {
-        // Rewritten at the recovery checkpoint: a page stored before pins were kept by block
-        // range holds entries the page for their range now holds.
-        meta.life.mark_pinned_page_dirty(page);
+        let home = meta.life.pinned_page(e.block, sb.segment_blocks);
+        if page != home {
+            // The older layout packed a segment's entries into its first pages.
+            moved_pages.extend([page, home]);
+        }
         if let Some(anchor) = meta.life.anchor(e.born, e.died) {
-            if meta.life.pins().contains(e.block) {
+            let pin = BlockPin {
+                born: e.born,
+                died: e.died,
+                anchor,
+            };
+            if !meta.load_pin(e.block, pin, sb.segment_blocks) {
                 return Err(corrupt(
                     "pinned table",
                     format!("block {} listed twice", e.block),
                 ));
             }
-            meta.pin(
-                e.block,
-                BlockPin {
-                    born: e.born,
-                    died: e.died,
-                    anchor,
-                },
-                sb.segment_blocks,
-            );
         }
+    }
+    assert_eq!(
+        meta.life.pins().dirty_page_count(),
+        0,
+        "loading the pinned table marked pages"
+    );
+    for &page in &moved_pages {
+        meta.life.mark_pinned_page_dirty(page);
     }
     debug_assert_eq!(
         meta.ckpt.newest(),
         checkpoint,
         "pins restored at another checkpoint"
     );
+    let loaded = meta.life.pins().len();
     for b in rolled.replaced {
         if !meta.life.pins().contains(b) {
             meta.pin_if_retained(b, sb.segment_blocks);
@@ -253,6 +269,15 @@ fn restore_pins(
             meta.pin_if_retained(b, sb.segment_blocks);
         }
     }
+    // Each block roll-forward pinned marks one page: what recovery writes of the table is
+    // bounded by what it replays.
+    let pinned = meta.life.pins().len() - loaded;
+    assert!(
+        meta.life.pins().dirty_page_count() as u64 <= moved_pages.len() as u64 + pinned,
+        "recovery marked {} pinned-table pages for {pinned} blocks pinned by roll-forward and {} moved",
+        meta.life.pins().dirty_page_count(),
+        moved_pages.len()
+    );
     Ok(())
 }
 
@@ -281,9 +306,21 @@ fn settle(
         // logs emptied may be reused by what recovery writes.
         let end = m.writer.seq();
         inner.flush_written(end, "before recovery writes")?;
+        // The orphans' blocks a retained checkpoint references are pinned, each marking one
+        // page at most.
+        let (pinned, marked) = (m.life.pins().len(), m.life.pins().dirty_page_count());
         for o in &orphans {
             inner.free_inode(&mut m, o);
         }
+        let pages = m.life.pins().dirty_page_count();
+        assert!(
+            (pages - marked) as u64 <= m.life.pins().len() - pinned,
+            "freeing {} orphans marked {} pinned-table pages for {} blocks pinned",
+            orphans.len(),
+            pages - marked,
+            m.life.pins().len() - pinned
+        );
+        inner.count(|c| c.recovery_pinned_pages = pages as u64);
         if m.writer.next_seg() == u64::MAX {
             let pick = (1..=sb.segment_count)
                 .map(|i| (cur_seg + i) % sb.segment_count)

@@ -4,8 +4,8 @@
 
 use crate::tbfs::format::*;
 use crate::tbfs::limits::{
-    CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR,
-    MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
+    CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, DELETES_ALLOWANCE_BLOCKS,
+    FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
 };
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
@@ -43,33 +43,84 @@ impl Engine {
         }
     }
 
-    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map, and
-    /// while a snapshot or a view keeps what deletes drop, every page of the pinned table.
-    /// Deletes and truncates never answer `NoSpace`, yet add these to the next checkpoint
-    /// without a space check: files deleted all over the tree rewrite every page holding one
-    /// of them, and under a snapshot every pinned-table page their blocks fall in. Such a
-    /// checkpoint (a sync's, a snapshot drop's) is what gives their blocks back. The
-    /// checkpoint that makes a snapshot counts the pinned table already, so deletes under the
-    /// new snapshot find its room kept.
+    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map; while
+    /// a snapshot or a view keeps what deletes drop, the allowance for the rest of what they
+    /// add ([`DELETES_ALLOWANCE_BLOCKS`]); and while a pin may outlive a snapshot's drop, every
+    /// page of the pinned table (`drop_pinned_room`). Deletes and truncates never answer
+    /// `NoSpace`, yet add to the next checkpoint without a space check: files deleted all over
+    /// the tree rewrite every page holding one of them, and under a snapshot the pinned-table
+    /// pages of the blocks they pin, their directories and a truncated file's map. Inode pages
+    /// are bounded by the inode file; the rest is charged as it is added (`DeletesDebt`), and
+    /// a change that takes the charge past half the allowance pays the debt with a checkpoint
+    /// (`Engine::settle_deletes_debt`). So the debt a checkpoint (a sync's, a snapshot drop's)
+    /// finds beyond what the last space check counted is at most the inode pages, the
+    /// allowance and one change's own, while those checkpoints find room; in a pool full of
+    /// live and pinned blocks they do not, and what a drop must then write of the pinned table
+    /// is held by its own part. Without a snapshot or a view deletes give their blocks back
+    /// with the checkpoint that writes their debt, and nothing is charged.
     pub(in crate::tbfs) fn deletes_reserve(m: &State) -> u64 {
-        let (inodes, pins) = Self::deletes_reserve_parts(m);
-        inodes + pins
+        let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
+        inodes + allowance + pins
     }
 
-    /// [`Engine::deletes_reserve`] in its two parts: the inode pages with the inode file's
-    /// map, and the pinned table's pages (none while nothing keeps what deletes drop).
-    fn deletes_reserve_parts(m: &State) -> (u64, u64) {
-        let pins =
-            if m.life.snapshot_count() > 0 || m.life.held_count() > 0 || m.life.snapshot_coming() {
-                let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
-                pages + crate::tbfs::map::tree_nodes(pages) + 1
-            } else {
-                0
-            };
+    /// [`Engine::deletes_reserve`] in its three parts: the inode pages with the inode file's
+    /// map, the allowance for what deletes charge (none while nothing keeps what they drop),
+    /// and the pinned table a drop may write (`drop_pinned_room`).
+    fn deletes_reserve_parts(m: &State) -> (u64, u64, u64) {
+        let allowance = if Self::keeps_dropped(m) {
+            DELETES_ALLOWANCE_BLOCKS
+        } else {
+            0
+        };
         (
             m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1,
-            pins,
+            allowance,
+            Self::drop_pinned_room(m),
         )
+    }
+
+    /// The pinned-table pages a snapshot's drop may write, whatever deletes mark before it:
+    /// those holding a pin that outlives the drop. A pin outlives it only if a checkpoint the
+    /// drop does not release references its block: another snapshot, one a view holds, or a
+    /// plain checkpoint inside a protection period. With a single snapshot (or the one being
+    /// made), no view and no protection period, the drop's checkpoint releases every pin, each
+    /// page it empties becomes a hole, and it writes none (`State::pinned_pages_at_drop`): the
+    /// pages deletes mark are then only debt for plain checkpoints, charged and paid as they
+    /// go. Otherwise every page of the table with its map: deletes may mark all of them after
+    /// the last checkpoint that found room, and a drop must still be written. (The pages
+    /// holding a pin are no bound there: near full the checkpoints that pay deletes' charge
+    /// find no room, and deletes go on adding pins to new pages.) Recovery after a power cut
+    /// writes only the pages its roll-forward changes (`commit::open`), which the debt
+    /// counted before the cut, so under a single snapshot it needs none of the table's room.
+    fn drop_pinned_room(m: &State) -> u64 {
+        let keepers =
+            m.life.snapshot_count() + m.life.held_count() + usize::from(m.life.snapshot_coming());
+        if keepers == 0 || keepers == 1 && m.life.protection().is_zero() {
+            0
+        } else {
+            let pages = m.seg.live_counts().len() as u64 * m.life.pinned_pages_per_segment();
+            pages + crate::tbfs::map::tree_nodes(pages) + 1
+        }
+    }
+
+    /// Whether a snapshot, a view or the snapshot being made keeps what deletes drop, so they
+    /// pin it and give nothing back.
+    pub(in crate::tbfs) fn keeps_dropped(m: &State) -> bool {
+        m.life.snapshot_count() > 0 || m.life.held_count() > 0 || m.life.snapshot_coming()
+    }
+
+    /// The totals the deletes' charge is read from: the pinned-table pages marked and the
+    /// dirty directories' bound, both part of the checkpoint debt (`State::table_estimate`,
+    /// `Directories::dirty_bound`).
+    pub(in crate::tbfs) fn deletes_probe(m: &State) -> u64 {
+        m.life.pins().dirty_page_count() as u64 + m.dirs.dirty_bound().0
+    }
+
+    /// The whole debt was counted with the allowance kept beyond it (an admitted write or
+    /// name) or paid (a checkpoint): the deletes' charge starts again.
+    pub(in crate::tbfs) fn deletes_debt_counted(m: &mut State) {
+        let probe = Self::deletes_probe(m);
+        m.deletes_debt.counted(probe);
     }
 
     /// A refresh outside cleaning: the checkpoint and superblocks of `format` and of recovery,
@@ -111,17 +162,20 @@ impl Engine {
         self.checkpoint_debt(m, true) + self.budget.buffered().div_ceil(BLOCK_U64)
     }
 
-    /// What a checkpoint paying `paid` blocks of debt must leave free: the pinned table's part
-    /// of the deletes' room whole (`Engine::deletes_reserve`: once this checkpoint has written
-    /// the pages deletes under a snapshot marked, they may mark every one again before the
-    /// snapshot's drop must write them) and its inode pages' part less what this checkpoint
-    /// pays; and the room of the next cleaning cycle, less the whole segments the checkpoint
-    /// makes reusable (those waiting only for it and its superblock, and a full pass's
-    /// victims), never less than a checkpoint with nothing changed takes
-    /// ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the debt, so that is all the invariant asks of
-    /// it. A snapshot's drop keeps only the floor: it gives back what the snapshot held, which
-    /// the cleaner could not reach before, and must not be refused; every other checkpoint
-    /// leaving the pinned table's room is what makes that hold.
+    /// What a checkpoint paying `paid` blocks of debt must leave free: the deletes' room
+    /// (`Engine::deletes_reserve`), its inode pages' part less what this checkpoint pays, and
+    /// its allowance and pinned-table part whole (the checkpoint pays what deletes charged and
+    /// the pages they marked, and they may charge and mark as much again before the next
+    /// checkpoint, a snapshot's drop, must write it); and the
+    /// room of the next cleaning cycle, less the whole segments the checkpoint makes reusable
+    /// (those waiting only for it and its superblock, and a full pass's victims), never less
+    /// than a checkpoint with nothing changed takes ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the
+    /// debt, so that is all the invariant asks of it. A snapshot's drop keeps only the floor:
+    /// it gives back what the snapshot held, which the cleaner could not reach before, and
+    /// must not be refused; every other checkpoint leaving the deletes' room is what makes
+    /// that hold. Under a single snapshot the pinned table's pages need no room of their own
+    /// (`drop_pinned_room`): those deletes mark are charged against the allowance, and the
+    /// drop's release empties them.
     fn checkpoint_floor(&self, m: &State, paid: u64) -> u64 {
         let least = CHECKPOINT_FLOOR_BLOCKS;
         if m.life.drop_in_progress() {
@@ -129,9 +183,10 @@ impl Engine {
         }
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
-        let (inodes, pins) = Self::deletes_reserve_parts(m);
+        let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
         self.cycle_room(m).saturating_sub(given_back).max(least)
             + inodes.saturating_sub(paid)
+            + allowance
             + pins
     }
 
@@ -139,8 +194,8 @@ impl Engine {
     /// map nodes and inode pages its copies add to it, or the room deletes may add to it if
     /// that is more, and a checkpoint's floor after it. Its victims are reusable only once the
     /// copies are durable, and those holding metadata only after that checkpoint. (Light
-    /// passes run only while nothing keeps what deletes drop, so that room holds no pinned
-    /// table.)
+    /// passes run only while nothing keeps what deletes drop, so that room holds no
+    /// allowance.)
     fn copies_floor(&self, m: &State, need: u64) -> u64 {
         (self.next_checkpoint_blocks(m) + copies_debt(need)).max(Self::deletes_reserve(m))
             + CHECKPOINT_FLOOR_BLOCKS
@@ -209,6 +264,7 @@ impl Engine {
         if free >= want && !for_copies {
             if pays_debt {
                 self.debug_assert_room_kept(m, free - need, quick_debt);
+                Self::deletes_debt_counted(m);
             }
             return Ok(());
         }
@@ -229,6 +285,7 @@ impl Engine {
             if !for_copies && self.free_blocks_up_to(m, want) >= want {
                 if pays_debt {
                     self.debug_assert_room_kept(m, self.free_blocks(m) - need, quick_debt);
+                    Self::deletes_debt_counted(m);
                 }
                 return Ok(());
             }
@@ -300,11 +357,22 @@ impl Engine {
         if self.free_blocks_up_to(m, need + keep) >= need + keep {
             if pays_debt {
                 self.debug_assert_room_kept(m, self.free_blocks(m) - need, debt);
+                Self::deletes_debt_counted(m);
             }
             return Ok(());
         }
         if ordinary && cleaned_for_it {
             m.refusals.refused(asked, m.seg.used_blocks());
+        }
+        // The deletes' bound is what keeps a snapshot's drop from being refused: while every
+        // charge past the allowance was paid, the room kept holds what the drop writes.
+        if cfg!(debug_assertions) && for_checkpoint && m.life.drop_in_progress() {
+            assert!(
+                !m.deletes_debt.within_bound(),
+                "a snapshot's drop refused with the deletes' debt within its bound: {} blocks to write, {} free",
+                need,
+                self.free_blocks(m)
+            );
         }
         let space = self.space_report(m);
         let snapshots = m.life.snapshot_count();

@@ -9,6 +9,7 @@ pub(crate) mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
 pub(crate) mod cleaning;
+pub(crate) mod deletes_debt;
 pub(crate) mod refusals;
 #[cfg(test)]
 mod room_tests;
