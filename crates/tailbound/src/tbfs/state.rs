@@ -49,6 +49,8 @@ pub(crate) struct State {
     /// The last call refused for room after cleaning, so calls like it are refused without
     /// cleaning again until blocks are freed.
     pub refusals: crate::tbfs::space::refusals::Refusals,
+    /// The cleaning each writer owes for what it wrote while the pool needed cleaning.
+    pub tax: crate::tbfs::tax::CleaningTax,
     /// The background cleaner's victims read without `meta`, and what its pass leaves to do
     /// after `meta` is released.
     pub bg_clean: crate::tbfs::space::background::BackgroundPass,
