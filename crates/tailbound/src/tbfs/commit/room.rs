@@ -206,19 +206,18 @@ impl Engine {
         if pays_debt {
             self.budget.set_room_short(free < want);
         }
-        // While the pool needs cleaning, a write above the floor pays its share (`commit::tax`)
-        // and goes on, without waiting for the logs sealed so far (below): its pieces write
-        // what they need written. Once only, and cleaning until there is room only if its
-        // pieces left less than the floor.
+        // While the pool still needs cleaning, a write above the mark pays its share too
+        // (`commit::tax`), and goes on as a write the tax admits does (below): once only, and
+        // cleaning until there is room only if its pieces left less than the floor.
         let mut taxed_above = false;
-        let floor = need + reserve + (low_water / 2).max(quick_debt);
-        if free >= floor
-            && (free < want || m.tax.needed())
+        if free >= want
             && !for_copies
+            && m.tax.needed()
             && !m.cleaning.running()
             && !m.refresh.running()
         {
             if let Some(key) = self.taxed_writer(true) {
+                let floor = need + reserve + (low_water / 2).max(quick_debt);
                 let paid = self.pay_cleaning_tax(m, key, need, free, floor, want, for_buffer)?;
                 need -= paid.sealed_first;
                 taxed_above = true;
