@@ -5,12 +5,11 @@
 //! timing. Counted per tenant from `Fs::tenant_writes`: the blocks written and the blocks its
 //! writers copied cleaning inline.
 //!
-//! Cleaning is paid by what each tenant writes when, over every stretch of the run as long as a
-//! few cleaning pieces, each tenant's share of the copies is near what its blocks written owe:
-//! per block, the lighter four times the heavier (`CleaningTax::share`), so a third of the
-//! copies the heavier's. Before the cleaning tax (`tbfs::tax`) the writer that found room short
-//! cleaned until there was room again, in passes of as many victims as fitted, and so paid for
-//! several writes' worth of everyone's at once.
+//! Cleaning is paid in proportion to what each tenant writes when, over every stretch of the
+//! run as long as a few cleaning pieces, each tenant's share of the copies is near its share of
+//! the blocks written. Before the cleaning tax (`tbfs::tax`) the writer that found room short
+//! cleaned until there was room again, in passes of as many victims as fitted, and so paid
+//! for several writes' worth of everyone's at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,7 +112,7 @@ fn run(rounds: usize) -> Vec<Step> {
 }
 
 /// Over windows of `window` writes, how far the heavier tenant's share of the copies was from
-/// what its blocks written owe at worst, and each window's copies (heavier / lighter).
+/// its share of the blocks written at worst, and each window's copies (heavier / lighter).
 fn worst_share_off(steps: &[Step], window: usize) -> (f64, Vec<String>) {
     let mut worst = 0.0f64;
     let mut windows = Vec::new();
@@ -127,9 +126,7 @@ fn worst_share_off(steps: &[Step], window: usize) -> (f64, Vec<String>) {
             continue;
         }
         let share = c[0] as f64 / (c[0] + c[1]) as f64;
-        // Per block the lighter (weight 1) owes (3 - 1) / 1 = 2, the heavier (3 - 2) / 2 = 0.5
-        // (`CleaningTax::share`).
-        let due = b[0] as f64 * 0.5 / (b[0] as f64 * 0.5 + b[1] as f64 * 2.0);
+        let due = b[0] as f64 / (b[0] + b[1]) as f64;
         worst = worst.max((share - due).abs());
         windows.push(format!("{i}: {} / {} ({share:.2})", c[0], c[1]));
     }

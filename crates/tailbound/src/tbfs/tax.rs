@@ -1,7 +1,7 @@
-//! The cleaning tax: while the pool needs cleaning, every writer admitted owes cleaning for the
-//! blocks it writes, at the current rate (copies per block written) and its tenant's share of it
-//! ([`CleaningTax::share`]), and pays it in small pieces on its own thread
-//! ([`crate::tbfs::state::Engine`]'s `pay_cleaning_tax`), instead of cleaning falling on
+//! The cleaning tax: while the pool needs cleaning, every writer admitted owes cleaning in
+//! proportion to the blocks it writes, at the current rate (copies per block written), and pays
+//! it in small pieces on its own thread ([`crate::tbfs::state::Engine`]'s `pay_cleaning_tax`).
+//! So each tenant's time lost to cleaning follows what it writes, instead of falling on
 //! whichever writer found room short. What is owed, by writer, lives here; it is changed only
 //! under `meta`.
 
@@ -23,15 +23,7 @@ pub(crate) struct CleaningTax {
     /// first): raised by how deep each admission found free space, the one after another
     /// tenant's would pay more for the same blocks.
     raise: Option<f64>,
-    /// The writers admitted lately: weight, and the admission that last saw each.
-    writers: Vec<(WriterKey, u32, u64)>,
-    /// Admissions so far.
-    admissions: u64,
 }
-
-/// A writer not admitted in this many admissions no longer counts among those sharing the
-/// cleaning ([`CleaningTax::share`]).
-const ACTIVE_ADMISSIONS: u64 = 64;
 
 /// The weight of the newest admission in the average raise.
 const RAISE_WEIGHT: f64 = 0.05;
@@ -60,34 +52,6 @@ impl CleaningTax {
         };
         self.raise = Some(r);
         r
-    }
-
-    /// `key`, of `weight`, is admitted: the factor of its copies per block written. While a
-    /// writer cleans under `meta` the others' writes already in the device go on alone, so
-    /// what a tenant loses to cleaning is what the others gain; the shares hold their weights
-    /// when each tenant's time cleaning follows the others' weight rather than its own. With
-    /// shares by weight that is `(W - w) / (w (n - 1))` per block (`W` the weights of the `n`
-    /// writers admitted lately): at 2:1 the lighter pays four times the heavier's per block,
-    /// twice its time, and all together pay the rate.
-    pub(crate) fn share(&mut self, key: WriterKey, weight: u32) -> f64 {
-        assert!(weight > 0, "a writer of weight 0");
-        self.admissions += 1;
-        let now = self.admissions;
-        match self.writers.iter_mut().find(|w| w.0 == key) {
-            Some(w) => {
-                w.1 = weight;
-                w.2 = now;
-            }
-            None => self.writers.push((key, weight, now)),
-        }
-        self.writers.retain(|w| now - w.2 < ACTIVE_ADMISSIONS);
-        let n = self.writers.len() as f64;
-        if n < 2.0 {
-            return 1.0;
-        }
-        let all: f64 = self.writers.iter().map(|w| f64::from(w.1)).sum();
-        let w = f64::from(weight);
-        (all - w) / (w * (n - 1.0))
     }
 
     /// Whether the pool needs cleaning (see `needed`).
@@ -144,7 +108,7 @@ impl CleaningTax {
 
 #[cfg(test)]
 mod tests {
-    use super::{CleaningTax, ACTIVE_ADMISSIONS};
+    use super::CleaningTax;
     use crate::tbfs::admission::WriterKey;
 
     const A: WriterKey = WriterKey::Tenant(0);
@@ -176,20 +140,6 @@ mod tests {
         assert_eq!(t.owed(B), 50.0, "B's debt is its own");
         t.forgive(B);
         assert_eq!(t.owed(B), 0.0);
-    }
-
-    #[test]
-    fn at_2_to_1_the_lighter_pays_four_times_per_block_and_alone_the_rate() {
-        let mut t = CleaningTax::default();
-        assert_eq!(t.share(A, 2), 1.0, "alone");
-        assert_eq!(t.share(B, 1), 2.0);
-        assert_eq!(t.share(A, 2), 0.5);
-        // Two blocks of A's and one of B's pay three blocks at the rate.
-        assert_eq!(2.0 * t.share(A, 2) + t.share(B, 1), 3.0);
-        for _ in 0..ACTIVE_ADMISSIONS {
-            t.share(A, 2);
-        }
-        assert_eq!(t.share(A, 2), 1.0, "B wrote nothing lately");
     }
 
     #[test]

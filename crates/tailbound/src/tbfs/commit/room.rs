@@ -216,9 +216,9 @@ impl Engine {
             && !m.cleaning.running()
             && !m.refresh.running()
         {
-            if let Some(writer) = self.taxed_writer(true) {
+            if let Some(key) = self.taxed_writer(true) {
                 let floor = need + reserve + (low_water / 2).max(quick_debt);
-                let paid = self.pay_cleaning_tax(m, writer, need, free, floor, want, for_buffer)?;
+                let paid = self.pay_cleaning_tax(m, key, need, free, floor, want, for_buffer)?;
                 need -= paid.sealed_first;
                 taxed_above = true;
                 let floor = need + reserve + (low_water / 2).max(quick_debt);
@@ -275,8 +275,8 @@ impl Engine {
             // A checkpoint a writer's commit runs pays as a write does (cleaning and refreshes
             // are outside this branch).
             let taxed = self.taxed_writer(!for_copies && !taxed_above);
-            if let Some(writer) = taxed.filter(|_| free >= floor && free < want) {
-                let paid = self.pay_cleaning_tax(m, writer, need, free, floor, want, for_buffer)?;
+            if let Some(key) = taxed.filter(|_| free >= floor && free < want) {
+                let paid = self.pay_cleaning_tax(m, key, need, free, floor, want, for_buffer)?;
                 need -= paid.sealed_first;
                 if self.config().background_gc {
                     self.wake_background(|w| w.clean = true);

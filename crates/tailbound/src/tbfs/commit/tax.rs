@@ -33,22 +33,13 @@ impl Engine {
     /// priority behind a scheduler (`WriterKey::of_current_thread_on`), not a real-time one
     /// (its class goes before every weight, and it leaves cleaning to the others, as it skips
     /// the turns for room).
-    /// With its weight (its tenant's, else its priority's default).
-    pub(in crate::tbfs) fn taxed_writer(&self, is_write: bool) -> Option<(WriterKey, u32)> {
+    pub(in crate::tbfs) fn taxed_writer(&self, is_write: bool) -> Option<WriterKey> {
         if !is_write {
             return None;
         }
         let key = WriterKey::of_current_thread_on(&**self.dev())?;
-        let charge = crate::sched::Charge::of_current_thread();
-        if charge.prio().class == crate::sched::Class::Rt {
-            return None;
-        }
-        let dev: &dyn std::any::Any = &**self.dev();
-        let weight = dev
-            .downcast_ref::<crate::sched::SchedDevice>()
-            .and_then(|d| d.scheduler().tenant_weight(charge.tenant()?))
-            .unwrap_or_else(|| charge.prio().default_weight());
-        Some((key, weight.max(1)))
+        let class = crate::sched::Charge::of_current_thread().prio().class;
+        (class != crate::sched::Class::Rt).then_some(key)
     }
 
     /// The live blocks of the victim a piece would clean now (the emptiest segment the writer
@@ -71,9 +62,9 @@ impl Engine {
         Some((live, live as f64 / (sb - live) as f64))
     }
 
-    /// A writer of `key` (of `weight`) admitted to write `need` blocks, with `free` blocks free above
+    /// A writer of `key` admitted to write `need` blocks, with `free` blocks free above
     /// `floor`, while the pool needs cleaning (less free than `want`, or not yet as much again
-    /// above it since there was: see the module doc): it owes `need` times the rate and its share (`CleaningTax::share`), the rate raised the
+    /// above it since there was: see the module doc): it owes `need` times the rate, raised the
     /// nearer `free` is to `floor` ([`DEPTH_GAIN`]) so that free space climbs back rather than
     /// reach the floor where a writer cleans until there is room, and pays what it owes one
     /// victim at a time while it owes at least half what a piece copies. `for_buffer`: the
@@ -82,7 +73,7 @@ impl Engine {
     pub(in crate::tbfs) fn pay_cleaning_tax(
         &self,
         m: &mut State,
-        (key, weight): (WriterKey, u32),
+        key: WriterKey,
         need: u64,
         free: u64,
         floor: u64,
@@ -119,8 +110,7 @@ impl Engine {
         let rate = piece / (sb - piece);
         let depth = want.saturating_sub(free) as f64 / (want - floor).max(1) as f64;
         let raise = m.tax.raise(1.0 + DEPTH_GAIN * depth);
-        let share = m.tax.share(key, weight);
-        m.tax.accrue(key, need, rate * raise * share);
+        m.tax.accrue(key, need, rate * raise);
         let mut pieces = 0;
         while m.tax.owed(key) >= piece / 2.0 && pieces < PIECES_PER_ADMISSION_MAX {
             m.cleaning.set_for_buffer(if for_buffer {
