@@ -1,10 +1,10 @@
 //! Paying the cleaning tax on the writer path (`tbfs::tax`): a writer admitted while the pool
-//! needs cleaning (its space check found less free than the low-water mark wants, but more than
-//! the floor below which a writer cleans until there is room again) owes copies in proportion to
-//! the blocks it writes, at the rate cleaning the best victim costs now, and pays them on its own
-//! thread one victim at a time once it owes a victim's worth. As log-structured systems throttle
-//! their writers, so that each writer's time lost to cleaning follows what it writes: the writer
-//! that happened to find room short no longer pays for everyone's writes in one long cleaning.
+//! needs cleaning (a space check found less free than the low-water mark wants, and it has more
+//! than the floor below which a writer cleans until there is room again) owes copies in
+//! proportion to the blocks it writes, at the rate cleaning costs now, and pays them on its own
+//! thread one victim at a time once it owes half what a piece copies. As log-structured systems
+//! throttle their writers, so that each writer's time lost to cleaning follows what it writes:
+//! the writer that happened to find room short no longer pays for everyone's writes at once.
 
 use std::time::Instant;
 
@@ -67,7 +67,9 @@ impl Engine {
     /// above it since there was: see the module doc): it owes `need` times the rate, raised the
     /// nearer `free` is to `floor` ([`DEPTH_GAIN`]) so that free space climbs back rather than
     /// reach the floor where a writer cleans until there is room, and pays what it owes one
-    /// victim at a time while it owes at least half what a piece copies. `for_buffer`: the
+    /// victim at a time while it owes at least half what a piece copies and less than `want`
+    /// is free (a piece cleans only below the mark: above it a write only adds to what it
+    /// owes, though the piece it tries seals the buffered data first). `for_buffer`: the
     /// space check is a buffer seal's (`Cleaning::set_for_buffer`).
     #[allow(clippy::too_many_arguments)]
     pub(in crate::tbfs) fn pay_cleaning_tax(
