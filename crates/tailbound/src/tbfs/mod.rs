@@ -61,6 +61,7 @@ mod retention;
 mod space;
 mod state;
 mod stats;
+mod tax;
 mod types;
 mod watch;
 

@@ -52,6 +52,8 @@ pub(crate) struct State {
     /// What deletes and truncates added to the checkpoint debt since it was last counted
     /// whole, charged against the room kept for them.
     pub deletes_debt: crate::tbfs::space::deletes_debt::DeletesDebt,
+    /// The cleaning each writer owes for what it wrote while the pool needed cleaning.
+    pub tax: crate::tbfs::tax::CleaningTax,
     /// The background cleaner's victims read without `meta`, and what its pass leaves to do
     /// after `meta` is released.
     pub bg_clean: crate::tbfs::space::background::BackgroundPass,

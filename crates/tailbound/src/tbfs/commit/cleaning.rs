@@ -19,6 +19,12 @@ impl Engine {
         self.clean_at_most(m, want, pressure, VICTIMS_PER_PASS, u64::MAX)
     }
 
+    /// One pass of one victim, unless `want` blocks are free already: a piece of the cleaning
+    /// tax a writer pays (`commit::tax`).
+    pub(in crate::tbfs) fn clean_one_victim(&self, m: &mut State, want: u64) -> Result<GcReport> {
+        self.clean_at_most(m, want, false, 1, 1)
+    }
+
     /// `clean` with at most `passes` passes of at most `per_pass` victims.
     fn clean_at_most(
         &self,

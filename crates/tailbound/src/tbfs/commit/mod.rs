@@ -12,7 +12,8 @@
 //! making, moving and removing names; `seal`: sealing buffered data as data-only logs; `unlink`:
 //! dropping links and freeing inodes; `clean`: the cleaner's pass that moves live blocks;
 //! `cleaning`: when to clean, and the passes;
-//! `reuse`: which segments may be written again; `room`: the space check; `usage`: the live tree's
+//! `reuse`: which segments may be written again; `room`: the space check; `tax`: the cleaning writers pay
+//! by what they write while the pool needs cleaning; `usage`: the live tree's
 //! blocks in the segment counts; `logs`: closing logs and entering segments; `open`: making and
 //! opening a pool (recovery's steps, then `State` assembled); `counts`: releasing the log
 //! pipeline's and the budget's counts, which poison the pool past zero; `writing`: writing the
@@ -33,6 +34,7 @@ pub(in crate::tbfs) mod open;
 mod reuse;
 pub(in crate::tbfs) mod room;
 mod seal;
+mod tax;
 mod unlink;
 mod usage;
 mod write_path;

@@ -261,7 +261,31 @@ impl Engine {
         if pays_debt {
             self.budget.set_room_short(free < want);
         }
-        if free >= want && !for_copies {
+        // While the pool still needs cleaning, a write above the mark pays its share too
+        // (`commit::tax`), and goes on as a write the tax admits does (below): once only, and
+        // cleaning until there is room only if its pieces left less than the floor.
+        let mut taxed_above = false;
+        if free >= want
+            && !for_copies
+            && m.tax.needed()
+            && !m.cleaning.running()
+            && !m.refresh.running()
+        {
+            if let Some(key) = self.taxed_writer(true) {
+                let floor = need + reserve + (low_water / 2).max(quick_debt);
+                let paid = self.pay_cleaning_tax(m, key, need, free, floor, want, for_buffer)?;
+                need -= paid.sealed_first;
+                taxed_above = true;
+                let floor = need + reserve + (low_water / 2).max(quick_debt);
+                if self.free_blocks_up_to(m, floor) >= floor {
+                    if pays_debt {
+                        self.debug_assert_room_kept(m, self.free_blocks(m) - need, quick_debt);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        if free >= want && !for_copies && !taxed_above {
             if pays_debt {
                 self.debug_assert_room_kept(m, free - need, quick_debt);
                 Self::deletes_debt_counted(m);
@@ -300,6 +324,28 @@ impl Engine {
         // Only a refusal that cleaning ran for (here, or for the one it repeats) stands.
         let mut cleaned_for_it = futile;
         if !m.refresh.running() && !m.cleaning.running() && !futile {
+            // Between the floor and the mark a write pays the cleaning tax, a share of cleaning
+            // by the blocks it writes (`commit::tax`); below the floor it cleans until there is
+            // room, the last resort.
+            let floor = need + reserve + (low_water / 2).max(quick_debt);
+            let free = self.free_blocks_up_to(m, want);
+            // A checkpoint a writer's commit runs pays as a write does (cleaning and refreshes
+            // are outside this branch).
+            let taxed = self.taxed_writer(!for_copies && !taxed_above);
+            if let Some(key) = taxed.filter(|_| free >= floor && free < want) {
+                let paid = self.pay_cleaning_tax(m, key, need, free, floor, want, for_buffer)?;
+                need -= paid.sealed_first;
+                if self.config().background_gc {
+                    self.wake_background(|w| w.clean = true);
+                }
+                let floor = need + reserve + (low_water / 2).max(quick_debt);
+                if self.free_blocks_up_to(m, floor) >= floor {
+                    if pays_debt {
+                        self.debug_assert_room_kept(m, self.free_blocks(m) - need, quick_debt);
+                    }
+                    return Ok(());
+                }
+            }
             let urgent = need + reserve + low_water / 2;
             if self.config().background_gc
                 && need <= low_water / 4
