@@ -2407,6 +2407,50 @@ fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     assert_eq!(read_all(&reopen(&dev), "/new"), data);
 }
 
+#[test]
+fn a_large_write_to_a_memory_pool_goes_out_at_once_and_small_ones_stay_buffered() {
+    // On a device whose writes are copies, a write of `HOT_SEAL_BYTES` or more is sealed and
+    // copied by its writer right away (its bytes still in the cache); smaller writes, and any
+    // write to a device that is not a memory copy, wait for the buffer to fill.
+    for copies in [true, false] {
+        let dev = device(32 << 20);
+        dev.set_writes_are_copies(copies);
+        let fs = Fs::format(dev.clone(), &large_file_config(8 << 20)).unwrap();
+        let f = fs.open_file("/f", OpenFlags::create()).unwrap();
+        f.fsync().unwrap(); // the creation's checkpoint: no namespace change pending after it
+        let small = pattern(1, HOT_SEAL_BYTES as usize - BLOCK);
+        f.pwrite(&small, 0).unwrap();
+        let before = fs.counters();
+        assert!(
+            fs.inner.budget.buffered() >= small.len() as u64,
+            "a write under the threshold stays buffered (copies {copies})"
+        );
+        let large = pattern(2, HOT_SEAL_BYTES as usize);
+        f.pwrite(&large, small.len() as u64).unwrap();
+        let after = fs.counters();
+        let mut whole = small.clone();
+        whole.extend_from_slice(&large);
+        if copies {
+            assert_eq!(
+                after.data_only_logs,
+                before.data_only_logs + 1,
+                "the large write and the file's earlier buffers, in one log"
+            );
+            assert_eq!(fs.inner.budget.buffered(), 0, "nothing stays buffered");
+            // Not synced: the log rolls forward after a crash of the process.
+            assert_eq!(read_all(&reopen(&dev), "/f"), whole);
+        } else {
+            assert_eq!(after.data_only_logs, before.data_only_logs);
+            assert!(fs.inner.budget.buffered() >= whole.len() as u64);
+            // Not synced and not written: a crash keeps the file empty.
+            assert_eq!(read_all(&reopen(&dev), "/f"), Vec::<u8>::new());
+        }
+        assert_eq!(read_all(&fs, "/f"), whole);
+        f.fsync().unwrap();
+        assert_eq!(read_all(&reopen(&dev), "/f"), whole);
+    }
+}
+
 /// Opens `path` read-only and returns its contents, or the error.
 fn try_read(fs: &Fs, path: &str) -> Result<Vec<u8>> {
     let f = fs.open_file(path, OpenFlags::read_only())?;
