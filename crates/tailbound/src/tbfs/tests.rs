@@ -7,6 +7,7 @@ use super::*;
 use crate::dev::sim::SimDevice;
 use crate::dev::Device;
 use crate::tbfs::format::{BLOCK, INODES_PER_PAGE};
+use crate::tbfs::limits::HOT_SEAL_BYTES;
 
 fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
     Config {
