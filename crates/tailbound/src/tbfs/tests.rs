@@ -2053,7 +2053,12 @@ fn small_write_returns_with_more_than_a_buffer_in_flight(
     let inner = &fs.inner;
     let mut end = 0;
     for (i, f) in files[..2].iter().enumerate() {
-        f.pwrite(&pattern(i as u64, 900 << 10), 0).unwrap();
+        // In writes under `HOT_SEAL_BYTES`, so a memory pool keeps them buffered too.
+        let data = pattern(i as u64, 900 << 10);
+        for (k, piece) in data.chunks(HOT_SEAL_BYTES as usize / 2).enumerate() {
+            f.pwrite(piece, (k * HOT_SEAL_BYTES as usize / 2) as u64)
+                .unwrap();
+        }
         let mut m = inner.lock_meta();
         inner.commit_checkpoint(&mut m).unwrap();
         end = m.writer.seq();
