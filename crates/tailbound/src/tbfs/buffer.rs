@@ -130,9 +130,11 @@ impl Engine {
     /// the pool by its writer then, its bytes are still in the cache from the copy into the
     /// buffers; left until the buffer fills, they had left the cache, and the copy into the pool
     /// waited on their loads. Small writes stay buffered, so overwrites of a few blocks still
-    /// meet in the buffer.
+    /// meet in the buffer; so do large ones while space is tight (`BufferBudget::tight`), when
+    /// every block written out early that is then overwritten, truncated or deleted is a block
+    /// the cleaner must copy past or free.
     pub(super) fn seals_hot(&self, len: u64) -> bool {
-        len >= HOT_SEAL_BYTES && self.dev().writes_are_copies()
+        len >= HOT_SEAL_BYTES && self.dev().writes_are_copies() && !self.budget.tight()
     }
 
     /// Whether buffered data may go out as data-only logs (a full buffer, write-behind, the
