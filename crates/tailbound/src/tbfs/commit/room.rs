@@ -4,8 +4,8 @@
 
 use crate::tbfs::format::*;
 use crate::tbfs::limits::{
-    CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR,
-    MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
+    BUFFER_LIMIT_MIN_BLOCKS, CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS,
+    LOW_WATER_DIVISOR, MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
 };
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
@@ -353,16 +353,15 @@ impl Engine {
             // Every pass is a checkpoint with the buffered data and a pass's copies (strict
             // ordering, or a newest checkpoint something keeps).
             flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
-        } else if m.changes.namespace_dirty() {
-            // A namespace change is pending: room for the whole buffer as `set_buffer_limit`
-            // counts it (the reserve is added by the space check), so writers clean before the
-            // buffer must shrink. (Every pass was then a checkpoint carrying the buffer; passes
-            // are light now whatever is pending, and this margin is kept, not measured again.)
-            self.buffer_room(m, flush) - self.reserve_blocks() - Self::deletes_reserve(m)
         } else {
-            // A light pass needs room for one victim's copies. A victim that holds live map
-            // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
-            // a flush, its summaries and the nodes.
+            // A light pass needs room for one victim's copies, and a victim that holds live map
+            // nodes a checkpoint. A namespace change pending changes nothing: passes are light
+            // whatever is pending. The checkpoint writes what is buffered with the nodes, but
+            // the cleaner seals the buffer before its passes (`clean_passes`) and a checkpoint
+            // for metadata that finds no room waits for a later one, so the flush kept for it
+            // is the least a writer buffers, not a whole buffer: every segment kept free
+            // raises the live fraction of the victims (docs/results/cleaner.md, wt-wa10).
+            let flush = BUFFER_LIMIT_MIN_BLOCKS.min(flush);
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)
