@@ -90,15 +90,16 @@ fn light_passes_reach_the_segments_deletes_emptied() {
         "victims' live fraction {chosen:.3}, greedy's {greedy:.3}, {victims} victims, {kept} of greedy's kept by drops since the superblock"
     );
     // Deletes keep emptying segments the light passes may not take until a checkpoint. Without
-    // the checkpoint first, that rule kept most of greedy's choice from the passes (0.69 of it
-    // here) and the victims were 0.36 of a segment fuller than greedy's; what is left of the
-    // difference is victim choice's own (cost-benefit, since ages differ).
+    // the checkpoint first, that rule kept three quarters of greedy's choice from the passes
+    // and the victims were 0.45 of a segment fuller than greedy's (a run of this test before
+    // the change); with it, an eighth and 0.18. What is left of the difference is victim
+    // choice's own (cost-benefit, since ages differ; ages are wall time, hence the margins).
     assert!(
-        kept as f64 <= 0.2 * victims as f64,
+        kept as f64 <= 0.3 * victims as f64,
         "{kept} of greedy's {victims} segments kept from the passes by drops since the superblock"
     );
     assert!(
-        chosen <= greedy + 0.2,
+        chosen <= greedy + 0.3,
         "victims' live fraction {chosen:.3} against greedy's {greedy:.3}"
     );
 }

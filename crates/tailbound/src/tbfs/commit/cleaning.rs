@@ -130,7 +130,8 @@ impl Engine {
             let mut victims = if light_ok {
                 let (victims, spread) = self.pick_victims(m, &skip, per_pass, true, stalled > 0);
                 m.cleaning.note_age_spread(spread);
-                pays = !refreshed && self.refresh_pays(m, &skip, &victims, stalled > 0);
+                let ahead = want.saturating_sub(self.free_blocks_up_to(m, want));
+                pays = !refreshed && self.refresh_pays(m, &skip, &victims, stalled > 0, ahead);
                 victims
             } else {
                 Vec::new()
@@ -377,19 +378,23 @@ impl Engine {
     }
 
     /// Whether a checkpoint and its superblock, written before a light pass about to clean
-    /// `chosen`, would save more copies than the checkpoint writes. Light passes may not take
+    /// `chosen`, would save more copies than the checkpoint costs. Light passes may not take
     /// segments in the roll-forward chain or that lost blocks since the superblock's checkpoint
     /// (`why_not_victim`); after deletes and truncates those are often the emptiest, and
-    /// segments emptied whole wait for that checkpoint too. Compared for the space this pass
-    /// frees alone (the segments stay within reach for the passes after it): the copies it
-    /// makes now, against what the same chooser would copy for as much with those segments
-    /// back, less what the waiting segments give back with no copy.
+    /// segments emptied whole wait for that checkpoint too. Compared over the space this
+    /// cleaning is to free (`ahead` blocks, at least what this pass frees): the copies per block
+    /// freed of this pass, against the same chooser's with those segments back (the waiting
+    /// segments counted as space freed with no copy); and the checkpoint's blocks at this
+    /// pass's rate, since they take space the cleaner must free again. The space compared over
+    /// is what this cleaning is to free (`ahead`), or if more, what the segments kept out that
+    /// are emptier than this pass's victims and the waiting ones would give back.
     fn refresh_pays(
         &self,
         m: &State,
         skip: &BTreeSet<usize>,
         chosen: &[usize],
         greedy: bool,
+        ahead: u64,
     ) -> bool {
         if chosen.is_empty() {
             return false;
@@ -402,14 +407,23 @@ impl Engine {
         let live_of = |v: &[usize]| v.iter().map(|&s| u64::from(m.seg.live(s))).sum::<u64>();
         let copies = live_of(chosen);
         let freed = chosen.len() as u64 * sb - copies;
-        let wider: Vec<usize> = (0..self.segment_count() as usize)
-            .filter(|&s| {
-                matches!(
-                    self.why_not_victim(m, skip, s, now, true),
-                    None | Some(NotVictim::Chain | NotVictim::DeadSinceSuperblock)
-                )
-            })
-            .collect();
+        // The segments those rules keep out, and the space the ones emptier than this pass's
+        // victims would give back: what a checkpoint brings within reach at a better rate.
+        let mut wider = Vec::new();
+        let mut within_reach = 0;
+        for s in 0..self.segment_count() as usize {
+            match self.why_not_victim(m, skip, s, now, true) {
+                None => wider.push(s),
+                Some(NotVictim::Chain | NotVictim::DeadSinceSuperblock) => {
+                    wider.push(s);
+                    let live = u64::from(m.seg.live(s));
+                    if live * (chosen.len() as u64) < copies {
+                        within_reach += sb - live;
+                    }
+                }
+                Some(_) => {}
+            }
+        }
         let waiting = self.pending_free_segments(m) as u64 * sb;
         let (alt, _) = self.choose_victims(
             &m.seg,
@@ -423,17 +437,14 @@ impl Engine {
         );
         let alt_copies = live_of(&alt);
         let alt_freed = (alt.len() as u64 * sb).saturating_sub(alt_copies) + waiting;
-        if alt_freed == 0 {
+        if freed == 0 || alt_freed == 0 {
             return false;
         }
-        // The copies the wider choice makes for the same space freed, and the checkpoint's
-        // blocks as cleaning them costs at this pass's rate: they take space the cleaner must
-        // free again (u128: products of block counts).
-        let alt_for_same =
-            (u128::from(alt_copies) * u128::from(freed)).div_ceil(u128::from(alt_freed));
-        let cost = (u128::from(cost) * u128::from(chosen.len() as u64 * sb))
-            .div_ceil(u128::from(freed.max(1)));
-        u128::from(copies) > alt_for_same + cost
+        // Estimates, as ratios of block counts.
+        let rate = copies as f64 / freed as f64;
+        let alt_rate = alt_copies as f64 / alt_freed as f64;
+        let ahead = ahead.max(freed).max(within_reach + waiting) as f64;
+        (rate - alt_rate) * ahead > cost as f64 * (1.0 + rate)
     }
 
     /// Why segment `s` may not be a victim of a pass now (light or full, see `pick_victims`):
