@@ -409,11 +409,16 @@ impl Engine {
         let freed = chosen.len() as u64 * sb - copies;
         // The segments those rules keep out, and the space the ones emptier than this pass's
         // victims would give back: what a checkpoint brings within reach at a better rate.
+        // The chain only while segment ages differ: there it holds the hot segments, which die
+        // fastest; under uniform overwrites it holds the fullest, and each checkpoint written
+        // for it rewrites metadata that later victims carry, which asks for more checkpoints.
+        let chain_too = m.cleaning.ages_differ();
         let mut wider = Vec::new();
         let mut within_reach = 0;
         for s in 0..self.segment_count() as usize {
             match self.why_not_victim(m, skip, s, now, true) {
                 None => wider.push(s),
+                Some(NotVictim::Chain) if !chain_too => {}
                 Some(NotVictim::Chain | NotVictim::DeadSinceSuperblock) => {
                     wider.push(s);
                     let live = u64::from(m.seg.live(s));

@@ -4,8 +4,8 @@
 
 use crate::tbfs::format::*;
 use crate::tbfs::limits::{
-    BUFFER_LIMIT_MIN_BLOCKS, CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS,
-    LOW_WATER_DIVISOR, MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
+    CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR,
+    MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
 };
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
@@ -354,14 +354,13 @@ impl Engine {
             // ordering, or a newest checkpoint something keeps).
             flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
         } else {
-            // A light pass needs room for one victim's copies, and a victim that holds live map
-            // nodes a checkpoint. A namespace change pending changes nothing: passes are light
-            // whatever is pending. The checkpoint writes what is buffered with the nodes, but
-            // the cleaner seals the buffer before its passes (`clean_passes`) and a checkpoint
-            // for metadata that finds no room waits for a later one, so the flush kept for it
-            // is the least a writer buffers, not a whole buffer: every segment kept free
-            // raises the live fraction of the victims (docs/results/cleaner.md, wt-wa10).
-            let flush = BUFFER_LIMIT_MIN_BLOCKS.min(flush);
+            // A light pass needs room for one victim's copies. A victim that holds live map
+            // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
+            // a flush, its summaries and the nodes. A namespace change pending changes nothing:
+            // passes are light whatever is pending. (A flush of the least a writer buffers
+            // instead lowered the victims' live fraction, but under uniform overwrites light
+            // victims then held live metadata far more often and the checkpoints for it cost
+            // more than that gained: docs/results/cleaner.md, wt-wa10.)
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)
