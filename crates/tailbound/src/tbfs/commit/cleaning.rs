@@ -131,7 +131,11 @@ impl Engine {
                 let (victims, spread) = self.pick_victims(m, &skip, per_pass, true, stalled > 0);
                 m.cleaning.note_age_spread(spread);
                 let ahead = want.saturating_sub(self.free_blocks_up_to(m, want));
-                pays = !refreshed && self.refresh_pays(m, &skip, &victims, stalled > 0, ahead);
+                // Not in a background pass: one small pass per wake-up, whose checkpoint would
+                // hold `meta` for the writers; theirs weighs it.
+                pays = !refreshed
+                    && !m.bg_clean.defer_io
+                    && self.refresh_pays(m, &skip, &victims, stalled > 0, ahead);
                 victims
             } else {
                 Vec::new()
