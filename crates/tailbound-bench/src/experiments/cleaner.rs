@@ -147,6 +147,22 @@ pub struct CleanerSeen {
     pub unwritten_fraction: f64,
     /// Of the victims, the share holding both the host's data and the cleaner's copies.
     pub mixed_fraction: f64,
+    /// Of greedy's choice (as many of the emptiest written segments as there were victims),
+    /// the share a rule kept from the pass: the roll-forward chain, a block dropped since the
+    /// superblock's checkpoint (both for light passes only), retention, an earlier pass that
+    /// could not empty it.
+    pub greedy_kept_by_chain: f64,
+    pub greedy_kept_by_dead: f64,
+    pub greedy_kept_by_retention: f64,
+    pub greedy_kept_by_skip: f64,
+    /// Segments holding nothing live or pinned but not yet free as a pass began.
+    pub pending_segments: f64,
+    /// Checkpoints the cleaner wrote while measuring: for light victims, for live metadata in
+    /// them, for anything else; the other checkpoints are the superblock's every so many bytes
+    /// and syncs'.
+    pub checkpoints_for_victims: u64,
+    pub checkpoints_for_metadata: u64,
+    pub checkpoints_other: u64,
 }
 
 impl CleanerSeen {
@@ -184,6 +200,31 @@ impl CleanerSeen {
                 victim_blocks,
             ),
             mixed_fraction: per(after.victims_mixed - before.victims_mixed, victims),
+            greedy_kept_by_chain: per(
+                after.greedy_kept_by_chain - before.greedy_kept_by_chain,
+                victims,
+            ),
+            greedy_kept_by_dead: per(
+                after.greedy_kept_by_dead - before.greedy_kept_by_dead,
+                victims,
+            ),
+            greedy_kept_by_retention: per(
+                after.greedy_kept_by_retention - before.greedy_kept_by_retention,
+                victims,
+            ),
+            greedy_kept_by_skip: per(
+                after.greedy_kept_by_skip - before.greedy_kept_by_skip,
+                victims,
+            ),
+            pending_segments: per(
+                after.pass_pending_blocks - before.pass_pending_blocks,
+                passes * segment_blocks,
+            ),
+            checkpoints_for_victims: after.cleaner_checkpoints_for_victims
+                - before.cleaner_checkpoints_for_victims,
+            checkpoints_for_metadata: after.cleaner_checkpoints_for_metadata
+                - before.cleaner_checkpoints_for_metadata,
+            checkpoints_other: after.cleaner_checkpoints_other - before.cleaner_checkpoints_other,
         }
     }
 }
@@ -633,6 +674,7 @@ impl CleanerReport {
             "greedy's".into(),
             "unwritten".into(),
             "mixed victims".into(),
+            "pending segments".into(),
         ]);
         for c in &self.cases {
             let s = &c.seen;
@@ -646,12 +688,39 @@ impl CleanerReport {
                 format!("{:.3}", s.greedy_live_fraction),
                 format!("{:.3}", s.unwritten_fraction),
                 format!("{:.2}", s.mixed_fraction),
+                format!("{:.1}", s.pending_segments),
+            ]);
+        }
+        let mut kept = Table::new(vec![
+            "workload".into(),
+            "utilisation".into(),
+            "greedy's kept by: chain".into(),
+            "dropped since superblock".into(),
+            "retention".into(),
+            "earlier pass".into(),
+            "cleaner's checkpoints: for victims".into(),
+            "for metadata".into(),
+            "other".into(),
+        ]);
+        for c in &self.cases {
+            let s = &c.seen;
+            kept.push(vec![
+                c.workload.into(),
+                format!("{:.0} %", c.utilisation * 100.0),
+                format!("{:.3}", s.greedy_kept_by_chain),
+                format!("{:.3}", s.greedy_kept_by_dead),
+                format!("{:.3}", s.greedy_kept_by_retention),
+                format!("{:.3}", s.greedy_kept_by_skip),
+                s.checkpoints_for_victims.to_string(),
+                s.checkpoints_for_metadata.to_string(),
+                s.checkpoints_other.to_string(),
             ]);
         }
         format!(
-            "{}\nWhat the cleaner saw (the median run, averaged over its passes):\n\n{}\n{}",
+            "{}\nWhat the cleaner saw (the median run, averaged over its passes):\n\n{}\nWhat kept greedy's choice from the passes (share of it), and the cleaner's checkpoints:\n\n{}\n{}",
             t.to_markdown(),
             seen.to_markdown(),
+            kept.to_markdown(),
             crate::report::targets_markdown(&self.targets)
         )
     }
@@ -685,6 +754,13 @@ mod tests {
             greedy_live_blocks: 12_000 + 512,
             victim_unwritten_blocks: 256,
             victims_mixed: 5,
+            // Of greedy's 8 segments, 4 in the chain and 2 dropped since the superblock; a
+            // segment waiting at each pass; one checkpoint for victims, two for metadata.
+            greedy_kept_by_chain: 4,
+            greedy_kept_by_dead: 2,
+            pass_pending_blocks: 2 * 256,
+            cleaner_checkpoints_for_victims: 1,
+            cleaner_checkpoints_for_metadata: 2,
             ..before
         };
         let s = CleanerSeen::between(&before, &after, 256, 8_192);
@@ -695,6 +771,23 @@ mod tests {
         assert_eq!(s.greedy_live_fraction, 0.25);
         assert_eq!(s.unwritten_fraction, 0.125);
         assert_eq!(s.mixed_fraction, 0.25);
+        assert_eq!(
+            (
+                s.greedy_kept_by_chain,
+                s.greedy_kept_by_dead,
+                s.greedy_kept_by_retention
+            ),
+            (0.5, 0.25, 0.0)
+        );
+        assert_eq!(s.pending_segments, 1.0);
+        assert_eq!(
+            (
+                s.checkpoints_for_victims,
+                s.checkpoints_for_metadata,
+                s.checkpoints_other
+            ),
+            (1, 2, 0)
+        );
         let none = CleanerSeen::between(&after, &after, 256, 8_192);
         assert_eq!((none.passes, none.victim_live_fraction), (0, 0.0));
     }

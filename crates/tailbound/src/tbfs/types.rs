@@ -497,6 +497,25 @@ pub struct FsCounters {
     pub greedy_live_blocks: u64,
     pub victim_unwritten_blocks: u64,
     pub victims_mixed: u64,
+    /// Of greedy's choice at each pass (the segments of `greedy_live_blocks`), how many a rule
+    /// kept from the pass: the roll-forward chain (a log written since the superblock's
+    /// checkpoint), a block dropped since that checkpoint (by a checkpoint's rewrite, a delete
+    /// or a truncate; both rules keep segments from light passes only), retention (a snapshot,
+    /// a view, a protection period, a pin), or an earlier pass that could not empty it.
+    pub greedy_kept_by_chain: u64,
+    pub greedy_kept_by_dead: u64,
+    pub greedy_kept_by_retention: u64,
+    pub greedy_kept_by_skip: u64,
+    /// Blocks of segments holding nothing live or pinned but not yet free (waiting for a flush,
+    /// or a checkpoint and its superblock), summed over passes as each began.
+    pub pass_pending_blocks: u64,
+    /// Checkpoints the cleaner wrote for light victims (none were left out of the
+    /// roll-forward chain, or passes stopped giving space back), for the live metadata of a
+    /// light pass's victims, and for anything else (full passes, retention, dead segments
+    /// waiting, pins).
+    pub cleaner_checkpoints_for_victims: u64,
+    pub cleaner_checkpoints_for_metadata: u64,
+    pub cleaner_checkpoints_other: u64,
     /// File blocks written in data-only logs as placed data, for the next checkpoint to map:
     /// buffered data of files with a change only a checkpoint records.
     pub placed_blocks: u64,

@@ -8,9 +8,21 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::tbfs::format::BLOCK_U64;
 use crate::tbfs::limits::{BACKGROUND_VICTIMS, CHECKPOINT_FLOOR_BLOCKS, VICTIMS_PER_PASS};
+use crate::tbfs::space::cleaner::{NotVictim, PassView};
 use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::GcReport;
 use crate::tbfs::{Error, Result};
+
+/// What the cleaner writes a checkpoint for (counted in `FsCounters`).
+#[derive(Debug, Clone, Copy)]
+enum RefreshFor {
+    /// Segments in the roll-forward chain become light victims.
+    Victims,
+    /// A light pass's victims hold live metadata.
+    Metadata,
+    /// A full pass, retention, dead segments waiting, pins.
+    Other,
+}
 
 impl Engine {
     /// Cleans until `want` blocks are free or nothing more can be cleaned. With `pressure`, plain
@@ -75,7 +87,7 @@ impl Engine {
                     && k.time_ns < m.life.unprotected_before(self.now_ns())
             });
         if m.prune(seq, self.segment_blocks(), false) > 0 || newest_pins {
-            self.refresh_for_cleaner(m)?;
+            self.refresh_for_cleaner(m, RefreshFor::Other)?;
         }
         // Buffered data goes out first, in its own logs, so the copies that follow fill
         // segments of their own and keep their age (without room for it now, it waits for the
@@ -120,21 +132,28 @@ impl Engine {
                 }
             }
             let light_ok = self.light_cleaning(m);
+            let mut pays = false;
             let mut victims = if light_ok {
                 let (victims, spread) = self.pick_victims(m, &skip, per_pass, true, stalled > 0);
                 m.cleaning.note_age_spread(spread);
+                let ahead = want.saturating_sub(self.free_blocks_up_to(m, want));
+                // Not in a background pass: one small pass per wake-up, whose checkpoint would
+                // hold `meta` for the writers; theirs weighs it.
+                pays = !refreshed
+                    && !m.bg_clean.defer_io
+                    && self.refresh_pays(m, &skip, &victims, stalled > 0, ahead);
                 victims
             } else {
                 Vec::new()
             };
             self.keep_read_ahead(m, &mut victims);
-            if light_ok && (victims.is_empty() || stalled > 0) && !refreshed {
+            if light_ok && (victims.is_empty() || stalled > 0 || pays) && !refreshed {
                 // Segments in the roll-forward chain, or that lost blocks in a checkpoint since
                 // the superblock's, become light victims once a superblock names a newer one:
                 // when there are no others, or the others gave nothing back (recently written
                 // segments are where hot data dies).
                 refreshed = true;
-                match self.refresh_for_cleaner(m) {
+                match self.refresh_for_cleaner(m, RefreshFor::Victims) {
                     Ok(()) => continue,
                     Err(Error::NoSpace(_)) => {}
                     Err(e) => return Err(e),
@@ -144,7 +163,7 @@ impl Engine {
             if !light {
                 if self.pending_free_segments(m) > 0 {
                     // Dead segments wait only for a checkpoint and a superblock.
-                    self.refresh_for_cleaner(m)?;
+                    self.refresh_for_cleaner(m, RefreshFor::Other)?;
                     if self.free_blocks_up_to(m, want) >= want {
                         break;
                     }
@@ -172,7 +191,24 @@ impl Engine {
             // and fills them over several passes, so its rest counts here too.
             let room_before = free_before + self.copy_head_rest(m);
             m.cleaning.pass_started();
-            self.count_pass(&m.seg, m.writer.place(), &victims, free_before);
+            let now = self.now_ns();
+            let pending = (0..self.segment_count() as usize)
+                .filter(|&s| {
+                    m.seg.is_empty(s)
+                        && !m.writer.holds_segment(s as u64)
+                        && !self.segment_free(m, s)
+                })
+                .count() as u64;
+            self.count_pass(
+                PassView {
+                    seg: &m.seg,
+                    writer: m.writer.place(),
+                    free: free_before,
+                    pending: pending * self.segment_blocks(),
+                    why_not: |s| self.why_not_victim(m, &skip, s, now, light),
+                },
+                &victims,
+            );
             // The copies are as old as the youngest data they come from.
             let age = victims.iter().map(|&v| m.life.segment_written(v)).max();
             m.life.start_copies(age);
@@ -185,7 +221,7 @@ impl Engine {
                     // next cycle's room (`Engine::checkpoint_floor`).
                     m.cleaning
                         .set_gain(victims.len() as u64 * self.segment_blocks());
-                    let written = self.refresh_for_cleaner(m);
+                    let written = self.refresh_for_cleaner(m, RefreshFor::Other);
                     m.cleaning.set_gain(0);
                     return written.map(|()| (copied, false));
                 }
@@ -197,7 +233,7 @@ impl Engine {
                 if metadata > 0 {
                     // Live metadata moves at a checkpoint; without room for one now (it
                     // writes the buffered data too), at a later one.
-                    match self.refresh_for_cleaner(m) {
+                    match self.refresh_for_cleaner(m, RefreshFor::Metadata) {
                         Ok(()) | Err(Error::NoSpace(_)) => {}
                         Err(e) => return Err(e),
                     }
@@ -213,7 +249,7 @@ impl Engine {
                     .iter()
                     .any(|&v| m.seg.live(v) == 0 && m.seg.pinned(v) != 0)
             {
-                self.refresh_for_cleaner(m)?;
+                self.refresh_for_cleaner(m, RefreshFor::Other)?;
             }
             // A light pass whose victims are empty but not reusable (a pin the soft rule could
             // not avoid): a checkpoint releases them, if there is room for it now.
@@ -228,7 +264,7 @@ impl Engine {
                     .iter()
                     .any(|&v| m.seg.live(v) == 0 && !self.segment_free_if_durable(m, v, durable))
             {
-                match self.refresh_for_cleaner(m) {
+                match self.refresh_for_cleaner(m, RefreshFor::Other) {
                     Ok(()) | Err(Error::NoSpace(_)) => {}
                     Err(e) => return Err(e),
                 }
@@ -298,22 +334,8 @@ impl Engine {
     ) -> (Vec<usize>, Option<f64>) {
         let now = self.now_ns();
         let sb = self.segment_blocks();
-        let sb_seq = self.superblocks.checkpoint_seq();
         let candidates: Vec<usize> = (0..self.segment_count() as usize)
-            .filter(|&s| {
-                !m.writer.holds_segment(s as u64)
-                    && m.seg.live(s) > 0
-                    && !skip.contains(&s)
-                    && m.cleanable(s, now)
-                    && (!light
-                        || (m.seg.last_seq(s) <= sb_seq
-                            && m.seg.dead_at(s) <= sb_seq
-                            && m.life.only_newest_unkept(
-                                m.life.segment_born(s),
-                                m.ckpt.newest(),
-                                now,
-                            )))
-            })
+            .filter(|&s| self.why_not_victim(m, skip, s, now, light).is_none())
             .collect();
         // The copies and the checkpoint that writes them (with whatever else is buffered and
         // pending) must fit in what is free now.
@@ -365,9 +387,124 @@ impl Engine {
         (chosen, spread)
     }
 
+    /// Whether a checkpoint and its superblock, written before a light pass about to clean
+    /// `chosen`, would save more copies than the checkpoint costs. Light passes may not take
+    /// segments in the roll-forward chain or that lost blocks since the superblock's checkpoint
+    /// (`why_not_victim`); after deletes and truncates those are often the emptiest, and
+    /// segments emptied whole wait for that checkpoint too. Compared over the space this
+    /// cleaning is to free (`ahead` blocks, at least what this pass frees): the copies per block
+    /// freed of this pass, against the same chooser's with those segments back (the waiting
+    /// segments counted as space freed with no copy); and the checkpoint's blocks at this
+    /// pass's rate, since they take space the cleaner must free again. The space compared over
+    /// is what this cleaning is to free (`ahead`), or if more, what the segments kept out that
+    /// are emptier than this pass's victims and the waiting ones would give back.
+    fn refresh_pays(
+        &self,
+        m: &State,
+        skip: &BTreeSet<usize>,
+        chosen: &[usize],
+        greedy: bool,
+        ahead: u64,
+    ) -> bool {
+        if chosen.is_empty() {
+            return false;
+        }
+        let now = self.now_ns();
+        let sb = self.segment_blocks();
+        let cost = self.checkpoint_debt(m, true)
+            + self.budget.buffered().div_ceil(BLOCK_U64)
+            + CHECKPOINT_FLOOR_BLOCKS;
+        let live_of = |v: &[usize]| v.iter().map(|&s| u64::from(m.seg.live(s))).sum::<u64>();
+        let copies = live_of(chosen);
+        let freed = chosen.len() as u64 * sb - copies;
+        // The segments those rules keep out, and the space the ones emptier than this pass's
+        // victims would give back: what a checkpoint brings within reach at a better rate.
+        // The chain only while segment ages differ: there it holds the hot segments, which die
+        // fastest; under uniform overwrites it holds the fullest, and each checkpoint written
+        // for it rewrites metadata that later victims carry, which asks for more checkpoints.
+        let chain_too = m.cleaning.ages_differ();
+        let mut wider = Vec::new();
+        let mut within_reach = 0;
+        for s in 0..self.segment_count() as usize {
+            match self.why_not_victim(m, skip, s, now, true) {
+                None => wider.push(s),
+                Some(NotVictim::Chain) if !chain_too => {}
+                Some(NotVictim::Chain | NotVictim::DeadSinceSuperblock) => {
+                    wider.push(s);
+                    let live = u64::from(m.seg.live(s));
+                    if live * (chosen.len() as u64) < copies {
+                        within_reach += sb - live;
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        let waiting = self.pending_free_segments(m) as u64 * sb;
+        let (alt, _) = self.choose_victims(
+            &m.seg,
+            wider,
+            |s| m.life.segment_written(s),
+            now,
+            u64::MAX,
+            chosen.len(),
+            true,
+            greedy,
+        );
+        let alt_copies = live_of(&alt);
+        let alt_freed = (alt.len() as u64 * sb).saturating_sub(alt_copies) + waiting;
+        if freed == 0 || alt_freed == 0 {
+            return false;
+        }
+        // Estimates, as ratios of block counts.
+        let rate = copies as f64 / freed as f64;
+        let alt_rate = alt_copies as f64 / alt_freed as f64;
+        let ahead = ahead.max(freed).max(within_reach + waiting) as f64;
+        (rate - alt_rate) * ahead > cost as f64 * (1.0 + rate)
+    }
+
+    /// Why segment `s` may not be a victim of a pass now (light or full, see `pick_victims`):
+    /// the first rule that keeps it out, `None` if none does.
+    pub(in crate::tbfs) fn why_not_victim(
+        &self,
+        m: &State,
+        skip: &BTreeSet<usize>,
+        s: usize,
+        now: i64,
+        light: bool,
+    ) -> Option<NotVictim> {
+        let sb_seq = self.superblocks.checkpoint_seq();
+        if m.writer.holds_segment(s as u64) {
+            Some(NotVictim::Writer)
+        } else if m.seg.live(s) == 0 {
+            Some(NotVictim::NothingLive)
+        } else if skip.contains(&s) {
+            Some(NotVictim::Skipped)
+        } else if !m.cleanable(s, now) {
+            Some(NotVictim::Retained)
+        } else if !light {
+            None
+        } else if m.seg.last_seq(s) > sb_seq {
+            Some(NotVictim::Chain)
+        } else if m.seg.dead_at(s) > sb_seq {
+            Some(NotVictim::DeadSinceSuperblock)
+        } else if !m
+            .life
+            .only_newest_unkept(m.life.segment_born(s), m.ckpt.newest(), now)
+        {
+            Some(NotVictim::Retained)
+        } else {
+            None
+        }
+    }
+
     /// A new checkpoint and a superblock naming it, which may use the space reserve: afterwards
     /// every segment that died before is reusable.
-    fn refresh_for_cleaner(&self, m: &mut State) -> Result<()> {
+    fn refresh_for_cleaner(&self, m: &mut State, why: RefreshFor) -> Result<()> {
+        self.count(|c| match why {
+            RefreshFor::Victims => c.cleaner_checkpoints_for_victims += 1,
+            RefreshFor::Metadata => c.cleaner_checkpoints_for_metadata += 1,
+            RefreshFor::Other => c.cleaner_checkpoints_other += 1,
+        });
         let was = m.refresh.set_running(true);
         let r = self.commit_checkpoint_for_superblock(m).and_then(|()| {
             if m.bg_clean.defer_io {

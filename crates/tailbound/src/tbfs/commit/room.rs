@@ -467,16 +467,14 @@ impl Engine {
             // Every pass is a checkpoint with the buffered data and a pass's copies (strict
             // ordering, or a newest checkpoint something keeps).
             flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
-        } else if m.changes.namespace_dirty() {
-            // A namespace change is pending: room for the whole buffer as `set_buffer_limit`
-            // counts it (the reserve is added by the space check), so writers clean before the
-            // buffer must shrink. (Every pass was then a checkpoint carrying the buffer; passes
-            // are light now whatever is pending, and this margin is kept, not measured again.)
-            self.buffer_room(m, flush) - self.reserve_blocks() - Self::deletes_reserve(m)
         } else {
             // A light pass needs room for one victim's copies. A victim that holds live map
             // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
-            // a flush, its summaries and the nodes.
+            // a flush, its summaries and the nodes. A namespace change pending changes nothing:
+            // passes are light whatever is pending. (A flush of the least a writer buffers
+            // instead lowered the victims' live fraction, but under uniform overwrites light
+            // victims then held live metadata far more often and the checkpoints for it cost
+            // more than that gained: docs/results/cleaner.md, wt-wa10.)
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)

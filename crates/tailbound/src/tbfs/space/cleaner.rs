@@ -86,39 +86,87 @@ pub(in crate::tbfs) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f6
     spread_is_signal(age_spread(segments))
 }
 
+/// Why a segment may not be a victim of a pass (the first rule that keeps it out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::tbfs) enum NotVictim {
+    /// A log head of the writer's or the cleaner's is in it.
+    Writer,
+    /// It holds no live block.
+    NothingLive,
+    /// An earlier pass of this cleaning could not empty it.
+    Skipped,
+    /// A snapshot, an open view, a protection period or a pin keeps what it holds.
+    Retained,
+    /// A light pass's only: a log in it was written after the superblock's checkpoint (the
+    /// roll-forward chain).
+    Chain,
+    /// A light pass's only: a block of it was dropped after the superblock's checkpoint in a
+    /// way roll-forward does not replay (a checkpoint's rewrite, a delete, a truncate).
+    DeadSinceSuperblock,
+}
+
+/// What a pass about to begin sees beside its victims ([`Engine::count_pass`]).
+pub(in crate::tbfs) struct PassView<'a, F: Fn(usize) -> Option<NotVictim>> {
+    pub seg: &'a SegmentTable,
+    pub writer: WriterPlace,
+    /// Blocks free.
+    pub free: u64,
+    /// Blocks of segments holding nothing live or pinned that are not free yet (they wait for
+    /// a flush, or a checkpoint and its superblock).
+    pub pending: u64,
+    /// Why a segment may not be one of this pass's victims.
+    pub why_not: F,
+}
+
 impl Engine {
     /// Counts what a pass about to clean `victims` sees (`FsCounters::cleaning_passes` and
-    /// the figures beside it), with `free` blocks free and the writer at `w`.
-    pub(in crate::tbfs) fn count_pass(
+    /// the figures beside it), among them which rules kept greedy's choice (as many of the
+    /// emptiest written segments) from the pass.
+    pub(in crate::tbfs) fn count_pass<F: Fn(usize) -> Option<NotVictim>>(
         &self,
-        seg: &SegmentTable,
-        w: WriterPlace,
+        view: PassView<'_, F>,
         victims: &[usize],
-        free: u64,
     ) {
-        let mut written: Vec<u32> = (0..self.segment_count() as usize)
-            .filter(|&s| !w.holds_segment(s as u64) && seg.live(s) > 0)
-            .map(|s| seg.live(s))
+        let seg = view.seg;
+        let mut written: Vec<(u32, usize)> = (0..self.segment_count() as usize)
+            .filter(|&s| !view.writer.holds_segment(s as u64) && seg.live(s) > 0)
+            .map(|s| (seg.live(s), s))
             .collect();
         let n = victims.len().min(written.len());
-        let greedy: u64 = if n == 0 {
-            0
+        let greedy: &[(u32, usize)] = if n == 0 {
+            &[]
         } else {
             written.select_nth_unstable(n - 1);
-            written[..n].iter().map(|&l| u64::from(l)).sum()
+            &written[..n]
         };
+        let mut out = [0u64; 4];
+        for &(_, s) in greedy {
+            match (view.why_not)(s) {
+                Some(NotVictim::Chain) => out[0] += 1,
+                Some(NotVictim::DeadSinceSuperblock) => out[1] += 1,
+                Some(NotVictim::Retained) => out[2] += 1,
+                Some(NotVictim::Skipped) => out[3] += 1,
+                Some(NotVictim::Writer | NotVictim::NothingLive) | None => {}
+            }
+        }
+        let greedy: u64 = greedy.iter().map(|&(l, _)| u64::from(l)).sum();
         let live: u64 = seg.live_counts().iter().map(|&l| u64::from(l)).sum();
         let chosen: u64 = victims.iter().map(|&v| u64::from(seg.live(v))).sum();
         let mixed = victims.iter().filter(|&&v| seg.mixed(v)).count() as u64;
         let total = self.segment_blocks() * self.segment_count();
         self.count(|c| {
             c.cleaning_passes += 1;
-            c.pass_free_blocks += free.min(total);
+            c.pass_free_blocks += view.free.min(total);
+            c.pass_pending_blocks += view.pending;
             c.pass_live_blocks += live;
             c.victims_chosen += victims.len() as u64;
             c.victim_live_blocks += chosen;
             c.greedy_live_blocks += greedy;
             c.victims_mixed += mixed;
+            c.greedy_kept_by_chain += out[0];
+            c.greedy_kept_by_dead += out[1];
+            c.greedy_kept_by_retention += out[2];
+            c.greedy_kept_by_skip += out[3];
         });
     }
 
