@@ -474,7 +474,7 @@ impl Engine {
             // passes are light whatever is pending. (A flush of the least a writer buffers
             // instead lowered the victims' live fraction, but under uniform overwrites light
             // victims then held live metadata far more often and the checkpoints for it cost
-            // more than that gained: docs/results/cleaner.md, wt-wa10.)
+            // more than that gained: docs/results/cleaner.md.)
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)
