@@ -3,31 +3,12 @@
 //! unlinked while open.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::dev::sim::SimDevice;
 use crate::dev::Device;
 use crate::tbfs::limits::DELETES_ALLOWANCE_BLOCKS;
 use crate::tbfs::state::Engine;
-use crate::tbfs::{fsck, Barrier, Clock, Config, Fs, OpenFlags, Ordering};
-
-/// 64 KiB segments: a pinned-table page each, so files in different segments mark different
-/// pages.
-fn config() -> Config {
-    Config {
-        ordering: Ordering::Relaxed,
-        barrier: Barrier::EveryCheckpoint,
-        segment_bytes: 64 << 10,
-        superblock_every_bytes: 64 << 20,
-        superblock_every: Duration::from_secs(3600),
-        checkpoint_every: None,
-        dirty_bytes_max: 1 << 20,
-        protection_period: Duration::ZERO,
-        background_gc: false,
-        gc_free_percent: 20,
-        clock: Clock::wall(),
-    }
-}
+use crate::tbfs::{fsck, Fs, OpenFlags};
 
 const FILES: u64 = 100;
 const LEN: usize = 48 << 10;
@@ -41,7 +22,7 @@ fn charged(fs: &Fs) -> u64 {
 #[test]
 fn the_last_close_of_files_unlinked_under_a_snapshot_pays_their_debt() {
     let dev = Arc::new(SimDevice::new(8 << 20));
-    let fs = Fs::format(dev.clone(), &config()).unwrap();
+    let fs = Fs::format(dev.clone(), &crate::tbfs::recovery_pins_tests::config()).unwrap();
     let files: Vec<_> = (0..FILES)
         .map(|n| {
             let f = fs

@@ -12,7 +12,8 @@ use crate::tbfs::{fsck, Barrier, Clock, Config, Fs, OpenFlags, OpenOptions, Orde
 
 /// 64 KiB segments (one pinned-table page each), relaxed ordering so an fsync of data is a
 /// data-only log recovery rolls forward, no superblock refresh in the way, no protection period.
-fn config() -> Config {
+/// Files in different segments mark different pinned-table pages (`deletes_debt_tests` too).
+pub(super) fn config() -> Config {
     Config {
         ordering: Ordering::Relaxed,
         barrier: Barrier::EveryCheckpoint,
