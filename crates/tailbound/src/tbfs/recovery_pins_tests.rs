@@ -170,11 +170,7 @@ fn recovery_writes_only_the_pinned_pages_roll_forward_changes() {
     recovered.close().unwrap();
     fsck_clean(&cut, "after recovery");
     // A clean reopen marks nothing.
-    let reopened = Fs::open(
-        Arc::new(SimDevice::from_image(cut.image())),
-        &OpenOptions::default(),
-    )
-    .unwrap();
+    let reopened = after_cut(&cut).1;
     assert_eq!(reopened.counters().recovery_pinned_pages, 0);
     // The snapshot's drop gives everything back.
     reopened.set_snapshot(snap, false).unwrap();
@@ -218,11 +214,7 @@ fn pins_only_a_view_kept_are_passed_over_after_a_cut() {
     recovered.close().unwrap();
     fsck_clean(&cut, "after recovery");
     // The stale entries stay in their pages and are passed over again.
-    let reopened = Fs::open(
-        Arc::new(SimDevice::from_image(cut.image())),
-        &OpenOptions::default(),
-    )
-    .unwrap();
+    let reopened = after_cut(&cut).1;
     assert!(pins(&reopened).is_empty(), "stale entries loaded as pins");
     let m = reopened.inner.lock_meta();
     let pinned: u64 = (0..reopened.inner.segment_count() as usize)
