@@ -73,6 +73,38 @@ impl Engine {
         }
     }
 
+    /// Called before a delete, a truncate, a rename that replaces a name or a directory's
+    /// removal changes anything: while a snapshot or a view keeps what deletes drop, a charge
+    /// still past half the allowance (the checkpoint meant to pay it after the last such
+    /// change found no room) is paid now, and if that checkpoint finds no room either the
+    /// change is refused with `NoSpace`, nothing changed. Otherwise each delete would add to
+    /// a debt nothing pays (pinned-table pages above all), until a close or a snapshot's drop,
+    /// which must write it, no longer fits in the room kept. So what the checkpoints that must
+    /// not be refused find beyond the last count stays within the inode pages, the allowance
+    /// and one change's own.
+    pub(in crate::tbfs) fn pay_deletes_debt_first(&self, m: &mut State) -> Result<()> {
+        if !Self::keeps_dropped(m) {
+            return Ok(());
+        }
+        let charged = m.deletes_debt.charged(Self::deletes_probe(m));
+        if charged <= DELETES_ALLOWANCE_BLOCKS / 2 || !self.changed_since_checkpoint(m) {
+            return Ok(());
+        }
+        match self.commit_checkpoint(m) {
+            Ok(()) => {
+                self.count(|c| c.deletes_debt_checkpoints += 1);
+                Ok(())
+            }
+            Err(Error::NoSpace(e)) => {
+                self.count(|c| c.deletes_refused += 1);
+                Err(Error::NoSpace(format!(
+                    "a snapshot keeps what this change would free, and the checkpoint that pays what earlier deletes under it added finds no room: {e}"
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Called once a delete, a truncate, a rename that replaced a name or a directory's
     /// removal is made: while a snapshot or a view keeps what deletes drop, if what such
     /// changes added to the checkpoint debt since it was last counted is past half the
