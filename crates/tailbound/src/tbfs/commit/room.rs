@@ -85,7 +85,7 @@ impl Engine {
     /// drop does not release references its block: another snapshot, one a view holds, or a
     /// plain checkpoint inside a protection period. With a single snapshot (or the one being
     /// made), no view and no protection period, the drop's checkpoint releases every pin, each
-    /// page it empties becomes a hole, and it writes none (`State::pinned_pages_at_drop`): the
+    /// page it empties becomes a hole, and it writes none (`State::pinned_pages_after_prune`): the
     /// pages deletes mark are then only debt for plain checkpoints, charged and paid as they
     /// go. Otherwise every page of the table with its map: deletes may mark all of them after
     /// the last checkpoint that found room, and a drop must still be written. (The pages
@@ -164,8 +164,7 @@ impl Engine {
     }
 
     /// What a checkpoint paying `paid` blocks of debt must leave free: the deletes' room
-    /// (`Engine::deletes_reserve`), its inode pages' part less what this checkpoint pays (whole
-    /// while a snapshot or a view is held, whose drop may follow deletes that mark them all), and
+    /// (`Engine::deletes_reserve`), its inode pages' part less what this checkpoint pays, and
     /// its allowance and pinned-table part whole (the checkpoint pays what deletes charged and
     /// the pages they marked, and they may charge and mark as much again before the next
     /// checkpoint, a snapshot's drop, must write it); and the
@@ -187,13 +186,7 @@ impl Engine {
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
         let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
-        // While a drop may follow, deletes may mark every inode page again after this
-        // checkpoint, whatever it paid, and the drop must write them.
-        let inodes = if Self::keeps_dropped(m) {
-            inodes
-        } else {
-            inodes.saturating_sub(paid)
-        };
+        let inodes = inodes.saturating_sub(paid);
         self.cycle_room(m).saturating_sub(given_back).max(least) + inodes + allowance + pins
     }
 
