@@ -195,6 +195,15 @@ impl Engine {
         if st.kind() == FileKind::Dir {
             return Err(Error::IsDir(format!("inode {}", cell.ino)));
         }
+        if len < st.size() && Self::keeps_dropped(&m) {
+            // The checkpoint it may write takes the inode's lock.
+            drop(st);
+            self.pay_deletes_debt_first(&mut m)?;
+            st = cell.lock();
+            if st.freed() {
+                return Err(Error::BadHandle(format!("inode {}", cell.ino)));
+            }
+        }
         // What the truncate adds to the checkpoint debt is charged to deletes' room.
         let debt_before = Self::truncate_debt(&st);
         if len < st.size() {

@@ -24,6 +24,8 @@ pub(crate) struct Checkpoints {
     /// A block it references was superseded without a pin since it was written
     /// (`seg_supersede`): it may no longer be read on its own (as a view or a snapshot).
     superseded: bool,
+    /// The pool is being closed: the checkpoint written now is the last before recovery's.
+    closing: bool,
 }
 
 impl Checkpoints {
@@ -44,6 +46,17 @@ impl Checkpoints {
             number,
             ..Checkpoints::default()
         }
+    }
+
+    /// Marks the pool as closing (`true`) or not: the checkpoints written meanwhile are the
+    /// last before the next open, whose recovery needs no room kept for it.
+    pub(crate) fn set_closing(&mut self, closing: bool) {
+        self.closing = closing;
+    }
+
+    /// Whether the pool is being closed ([`Checkpoints::set_closing`]).
+    pub(crate) fn closing(&self) -> bool {
+        self.closing
     }
 
     /// Number of the newest checkpoint.

@@ -72,6 +72,20 @@ impl Engine {
         self.refresh_superblock(&mut m)?;
         m.unlock_and_write()
     }
+
+    /// The sync a close makes: its checkpoint is the last before the next open, so it keeps
+    /// only a checkpoint's floor of room (`Engine::checkpoint_floor`): nothing is written after
+    /// it but the superblock, and recovery's checkpoint keeps nothing.
+    pub(crate) fn sync_to_close(&self) -> Result<()> {
+        self.check_writable()?;
+        let mut m = self.lock_meta();
+        self.check_usable()?;
+        m.ckpt.set_closing(true);
+        let refreshed = self.refresh_superblock(&mut m);
+        m.ckpt.set_closing(false);
+        refreshed?;
+        m.unlock_and_write()
+    }
 }
 
 /// An open pool. Cheap to clone; all clones share one file tree. Thread-safe.
@@ -282,6 +296,7 @@ impl Fs {
         if !m.dirs[&ino].is_empty() {
             return Err(Error::NotEmpty(path.to_string()));
         }
+        self.inner.pay_deletes_debt_first(&mut m)?;
         self.inner.names.dirs_changed();
         m.dirs.remove_entry(parent, name);
         if let Some(p) = m.inodes.get(parent) {
@@ -303,6 +318,7 @@ impl Fs {
         if is_dir {
             return Err(Error::IsDir(path.to_string()));
         }
+        self.inner.pay_deletes_debt_first(&mut m)?;
         m.dirs.remove_entry(parent, name);
         self.inner.touch_dir(&mut m, parent);
         self.inner.drop_link(&mut m, ino)?;
@@ -555,7 +571,7 @@ impl Fs {
         let result = if self.inner.read_only() {
             self.inner.check_usable()
         } else {
-            self.inner.sync_all()
+            self.inner.sync_to_close()
         };
         self.inner.mark_closed();
         self.inner.stop_background();

@@ -529,6 +529,13 @@ pub struct FsCounters {
     /// (the debt then stood unpaid until the next space check counted it).
     pub deletes_debt_checkpoints: u64,
     pub deletes_debt_unpaid: u64,
+    /// Checkpoints written under a snapshot or a view in the room a drop after them needs,
+    /// without the cleaning cycle beside it, which did not fit (`Engine::drop_floor`).
+    pub checkpoints_in_drop_floor: u64,
+    /// Deletes, truncates, replacing renames and directory removals refused with `NoSpace`
+    /// under a snapshot or a view because the debt earlier ones added could not be paid
+    /// (`Engine::pay_deletes_debt_first`).
+    pub deletes_refused: u64,
     /// Pinned-table pages the recovery that opened the pool marked for its checkpoint: those
     /// holding a pin roll-forward or the orphans it freed added (or a pool of the older
     /// layout's pages), not every page holding a pin.

@@ -215,14 +215,7 @@ impl Engine {
         } else {
             estimate + self.counted_inode_bound(m, work, dir_blocks)
         };
-        if !m.life.drop_in_progress() {
-            return estimate;
-        }
-        // A snapshot's drop: its pinned-table pages as they will be once the release empties
-        // most of them (the table estimate counts every page marked), so the drop that gives
-        // the space back is not refused for pages it will not write.
-        let rest = estimate - m.life.pins().dirty_page_count() as u64;
-        rest + m.pinned_pages_at_drop(rest)
+        pinned_pages_as_written(m, estimate)
     }
 
     /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks, its
@@ -696,4 +689,20 @@ pub(in crate::tbfs) fn map_nodes_bound(st: &crate::tbfs::inode::InodeState, dir_
         }
     }
     ((st.map().dirty_leaves.len() as u64 + buffered) * h).min(total)
+}
+
+/// A checkpoint's `estimate` with its pinned-table pages counted as it will write them: the
+/// table estimate counts every page marked, but the checkpoint first releases the checkpoints
+/// nothing keeps any more (`State::prune`: a dropped snapshot, the newest plain checkpoint
+/// past its protection period), and a page that release empties becomes a hole and takes no
+/// block. So a snapshot's drop is not refused for the pages deletes under it marked, nor a
+/// checkpoint after deletes of files written since the newest plain checkpoint (which pins
+/// them only until this one is written). Never more than `estimate`.
+pub(in crate::tbfs) fn pinned_pages_as_written(m: &State, estimate: u64) -> u64 {
+    let marked = m.life.pins().dirty_page_count() as u64;
+    if marked == 0 {
+        return estimate;
+    }
+    let rest = estimate - marked;
+    (rest + m.pinned_pages_after_prune(rest)).min(estimate)
 }

@@ -3,11 +3,12 @@
 //! that needs room may take a checkpoint first, which touches every part, so it is
 //! orchestration.
 
-use crate::tbfs::commit::checkpoint::map_nodes_bound;
+use crate::tbfs::commit::checkpoint::{map_nodes_bound, pinned_pages_as_written};
 use crate::tbfs::debt::{exact_bound, quick_bound};
 use crate::tbfs::directories::bound_blocks;
+use crate::tbfs::format::BLOCK_U64;
 use crate::tbfs::inode::InodeState;
-use crate::tbfs::limits::{CHANGE_BLOCKS, DELETES_ALLOWANCE_BLOCKS};
+use crate::tbfs::limits::{CHANGE_BLOCKS, CHECKPOINT_FLOOR_BLOCKS, DELETES_ALLOWANCE_BLOCKS};
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
 
@@ -71,6 +72,63 @@ impl Engine {
             m.deletes_debt
                 .charge(Self::truncate_debt(st).saturating_sub(before));
         }
+    }
+
+    /// Called before a delete, a truncate, a rename that replaces a name or a directory's
+    /// removal changes anything: while a snapshot or a view keeps what deletes drop and a
+    /// charge is still past half the allowance (the checkpoint meant to pay it after an
+    /// earlier change found no room), if the free blocks no longer hold the next checkpoint
+    /// with a change's few blocks beside it and a checkpoint's floor (what a close after this
+    /// change writes, which is more than a drop), the debt is paid now; if that checkpoint finds
+    /// no room either and the pool is full by the rule (90 % live + pinned), the change is
+    /// refused with `NoSpace`, nothing changed. Otherwise deletes would go on adding to a debt
+    /// nothing pays (pinned-table pages above all) until a close with the snapshot held, or
+    /// its drop, no longer fit. Below 90 % the change goes on with the debt unpaid, so there
+    /// the bound holds only while cleaning keeps up.
+    pub(in crate::tbfs) fn pay_deletes_debt_first(&self, m: &mut State) -> Result<()> {
+        if !Self::keeps_dropped(m) {
+            return Ok(());
+        }
+        let charged = m.deletes_debt.charged(Self::deletes_probe(m));
+        if charged <= DELETES_ALLOWANCE_BLOCKS / 2 || !self.changed_since_checkpoint(m) {
+            return Ok(());
+        }
+        let debt = pinned_pages_as_written(m, self.checkpoint_debt(m, true));
+        let close = self
+            .space_needed(debt + self.budget.buffered().div_ceil(BLOCK_U64) + CHANGE_BLOCKS)
+            + CHECKPOINT_FLOOR_BLOCKS;
+        if self.free_blocks_up_to(m, close) >= close {
+            return Ok(());
+        }
+        match self.commit_checkpoint(m) {
+            Ok(()) => {
+                self.count(|c| c.deletes_debt_checkpoints += 1);
+                Ok(())
+            }
+            Err(Error::NoSpace(_)) if !self.full_by_the_rule(m) => {
+                // Below the rule's 90 % the pool is not full: the change goes on, its debt
+                // left unpaid, rather than answer `NoSpace` while a tenth of the pool is dead
+                // (the cleaner, or a later checkpoint's release, gives it back).
+                self.count(|c| c.deletes_debt_unpaid += 1);
+                m.deletes_debt.left_unpaid();
+                Ok(())
+            }
+            Err(Error::NoSpace(e)) => {
+                self.count(|c| c.deletes_refused += 1);
+                Err(Error::NoSpace(format!(
+                    "a snapshot keeps what this change would free, and what earlier deletes under it added has to be written first, which finds no room: {e}"
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether live data and what snapshots pin fill 90 % of the pool or more: the pool is
+    /// full by the rule `NoSpace` answers keep (issue 38), and a change under a snapshot that
+    /// frees nothing may be refused.
+    fn full_by_the_rule(&self, m: &State) -> bool {
+        let space = self.space_report(m);
+        (space.live + space.pinned_by_snapshots) * 10 >= space.size * 9
     }
 
     /// Called once a delete, a truncate, a rename that replaced a name or a directory's

@@ -214,11 +214,11 @@ impl State {
         out.len() as u64
     }
 
-    /// The pinned-table pages the checkpoint recording a snapshot's drop writes, with up to
-    /// `more` pages for what it supersedes ([`Retention::pinned_pages_after_release`]): the
-    /// release it makes empties most pages the drop and the deletes under the snapshot
-    /// marked, and an empty page takes no block.
-    pub fn pinned_pages_at_drop(&self, more: u64) -> u64 {
+    /// The pinned-table pages the next checkpoint writes, with up to `more` pages for what it
+    /// supersedes ([`Retention::pinned_pages_after_release`]): the release it makes
+    /// ([`State::prune`]) empties the pages that held only pins of the checkpoints it releases
+    /// (a dropped snapshot's, the newest plain checkpoint's), and an empty page takes no block.
+    pub fn pinned_pages_after_prune(&self, more: u64) -> u64 {
         let released = self.to_prune(true).into_iter().collect();
         self.life.pinned_pages_after_release(&released, more)
     }
@@ -665,9 +665,22 @@ impl Fs {
         committed?;
         // The newest checkpoint is always retained: the commit just made it.
         let number = m.ckpt.newest();
-        m.life.set_snapshot(number, true, name.map(str::to_string));
-        inner.refresh_superblock(&mut m)?;
-        Ok(number)
+        let was = m.life.set_snapshot(number, true, name.map(str::to_string));
+        match inner.refresh_superblock(&mut m) {
+            // A checkpoint after it (a cleaning pass's) wrote the snapshot table before a later
+            // one found no room: the snapshot stands, made durable by a superblock naming it.
+            Err(Error::NoSpace(_)) if m.ckpt.newest() != number => {
+                inner.write_superblock(&mut m)?;
+                Ok(number)
+            }
+            // Nothing records the mark: it is undone, so a snapshot the caller was told was
+            // refused does not stay in memory and pin what deletes free from then on.
+            Err(e @ Error::NoSpace(_)) => {
+                m.life.restore_snapshot(number, was);
+                Err(e)
+            }
+            r => r.map(|()| number),
+        }
     }
 
     /// Makes a retained checkpoint a snapshot (`keep`) or a plain checkpoint again, which is

@@ -147,6 +147,9 @@ impl Engine {
                 }
             }
         }
+        if replaced.is_some() && how != RenameMode::Exchange {
+            self.pay_deletes_debt_first(m)?;
+        }
         // Paths through a moved or replaced directory change meaning; a moved inode's old path
         // is gone (a replaced one's is counted by `drop_link`).
         if is_dir || replaced.is_some_and(|(_, d)| d) {
@@ -352,6 +355,7 @@ impl Fs {
         if is_dir {
             return Err(Error::IsDir(entry_name(parent, name)));
         }
+        inner.pay_deletes_debt_first(&mut m)?;
         m.dirs.remove_entry(parent, name);
         inner.touch_dir(&mut m, parent);
         inner.drop_link(&mut m, ino)?;
@@ -379,6 +383,7 @@ impl Fs {
         if !m.dirs[&ino].is_empty() {
             return Err(Error::NotEmpty(entry_name(parent, name)));
         }
+        inner.pay_deletes_debt_first(&mut m)?;
         inner.names.dirs_changed();
         m.dirs.remove_entry(parent, name);
         if let Some(p) = m.inodes.get(parent) {

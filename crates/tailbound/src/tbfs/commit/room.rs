@@ -46,8 +46,9 @@ impl Engine {
     /// Room kept for a checkpoint of deletes: every inode page and the inode file's map; while
     /// a snapshot or a view keeps what deletes drop, the allowance for the rest of what they
     /// add ([`DELETES_ALLOWANCE_BLOCKS`]); and while a pin may outlive a snapshot's drop, every
-    /// page of the pinned table (`drop_pinned_room`). Deletes and truncates never answer
-    /// `NoSpace`, yet add to the next checkpoint without a space check: files deleted all over
+    /// page of the pinned table (`drop_pinned_room`). Deletes and truncates answer `NoSpace`
+    /// only under a snapshot or a view in a pool full by the 90 % rule, when what earlier ones
+    /// added cannot be paid (`Engine::pay_deletes_debt_first`), and add to the next checkpoint without a space check: files deleted all over
     /// the tree rewrite every page holding one of them, and under a snapshot the pinned-table
     /// pages of the blocks they pin, their directories and a truncated file's map. Inode pages
     /// are bounded by the inode file; the rest is charged as it is added (`DeletesDebt`), and
@@ -84,7 +85,7 @@ impl Engine {
     /// drop does not release references its block: another snapshot, one a view holds, or a
     /// plain checkpoint inside a protection period. With a single snapshot (or the one being
     /// made), no view and no protection period, the drop's checkpoint releases every pin, each
-    /// page it empties becomes a hole, and it writes none (`State::pinned_pages_at_drop`): the
+    /// page it empties becomes a hole, and it writes none (`State::pinned_pages_after_prune`): the
     /// pages deletes mark are then only debt for plain checkpoints, charged and paid as they
     /// go. Otherwise every page of the table with its map: deletes may mark all of them after
     /// the last checkpoint that found room, and a drop must still be written. (The pages
@@ -175,19 +176,29 @@ impl Engine {
     /// must not be refused; every other checkpoint leaving the deletes' room is what makes
     /// that hold. Under a single snapshot the pinned table's pages need no room of their own
     /// (`drop_pinned_room`): those deletes mark are charged against the allowance, and the
-    /// drop's release empties them.
+    /// drop's release empties them. A close keeps only the floor, as a drop does: nothing but
+    /// its superblock follows it.
     fn checkpoint_floor(&self, m: &State, paid: u64) -> u64 {
         let least = CHECKPOINT_FLOOR_BLOCKS;
-        if m.life.drop_in_progress() {
+        if m.life.drop_in_progress() || m.ckpt.closing() {
             return least;
         }
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
         let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
-        self.cycle_room(m).saturating_sub(given_back).max(least)
-            + inodes.saturating_sub(paid)
-            + allowance
-            + pins
+        let inodes = inodes.saturating_sub(paid);
+        self.cycle_room(m).saturating_sub(given_back).max(least) + inodes + allowance + pins
+    }
+
+    /// What a checkpoint must leave free at the least while a snapshot or a view keeps what
+    /// deletes drop: a checkpoint's floor for the drop after it, and the deletes' room whole
+    /// (`Engine::deletes_reserve`) for what deletes add before that drop. A checkpoint whose
+    /// whole floor (`checkpoint_floor`, which also keeps a cleaning cycle) does not fit is
+    /// written in this: it pays the debt every later checkpoint (a cleaning pass's above all)
+    /// would have to write first, so refusing it for the cycle keeps no cycle runnable, while
+    /// deletes under the snapshot go on adding to the debt until not even the drop fits.
+    fn drop_floor(&self, m: &State) -> u64 {
+        CHECKPOINT_FLOOR_BLOCKS + Self::deletes_reserve(m)
     }
 
     /// What a light pass copying `need` blocks must leave free: the next checkpoint, with the
@@ -407,15 +418,27 @@ impl Engine {
             }
             return Ok(());
         }
+        // A checkpoint under a snapshot that does not fit beside a cleaning cycle still pays
+        // the debt if the room a drop needs after it is kept (`drop_floor`).
+        if for_checkpoint && !self.recovering(m) && Self::keeps_dropped(m) {
+            let floor = self.drop_floor(m);
+            if floor < keep && self.free_blocks_up_to(m, need + floor) >= need + floor {
+                self.count(|c| c.checkpoints_in_drop_floor += 1);
+                return Ok(());
+            }
+        }
         if ordinary && cleaned_for_it {
             m.refusals.refused(asked, m.seg.used_blocks());
         }
-        // The deletes' bound is what keeps a snapshot's drop from being refused: while every
-        // charge past the allowance was paid, the room kept holds what the drop writes.
-        if cfg!(debug_assertions) && for_checkpoint && m.life.drop_in_progress() {
+        // The deletes' bound is what keeps a snapshot's drop and a close from being refused:
+        // while every charge past the allowance was paid, the room kept holds what they write.
+        if cfg!(debug_assertions)
+            && for_checkpoint
+            && (m.life.drop_in_progress() || m.ckpt.closing())
+        {
             assert!(
                 !m.deletes_debt.within_bound(),
-                "a snapshot's drop refused with the deletes' debt within its bound: {} blocks to write, {} free",
+                "a snapshot's drop or a close refused with the deletes' debt within its bound: {} blocks to write, {} free",
                 need,
                 self.free_blocks(m)
             );
