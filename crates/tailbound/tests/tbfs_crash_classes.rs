@@ -31,6 +31,8 @@ const DEVICE_BYTES: u64 = 16 << 20;
 /// payloads nobody has started, the held one's too, as its own.
 const SUPERBLOCK_EVERY_BYTES: u64 = 64 << 20;
 const RUNS_DEFAULT: u64 = 24;
+/// Room for the best-effort write without a commit before its sync.
+const DIRTY_BYTES_MAX: u64 = 8 << 20;
 /// Crash images checked at each point between operations.
 const IMAGES_PER_POINT: u64 = 3;
 /// How long a real-time sync may take before the test calls it stuck behind the held payload:
@@ -71,8 +73,7 @@ fn config() -> Config {
         superblock_every_bytes: SUPERBLOCK_EVERY_BYTES,
         superblock_every: Duration::from_secs(1 << 30),
         checkpoint_every: None,
-        // Room for the best-effort write without a commit before its sync.
-        dirty_bytes_max: 8 << 20,
+        dirty_bytes_max: DIRTY_BYTES_MAX,
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 20,
@@ -217,8 +218,24 @@ fn check_image(
     })
 }
 
+/// How the best-effort write reaches the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BeWrite {
+    /// Below the write-behind size (an eighth of the buffer): nothing goes out before its sync.
+    AtSync,
+    /// Above it: written behind at `pwrite`, as its writer's I/O, before its sync is called.
+    Behind,
+}
+
+/// The write-behind size of [`config`]: an eighth of the buffer, and at least 1 MiB.
+const WRITE_BEHIND_BLOCKS: u64 = if DIRTY_BYTES_MAX / 8 > 1 << 20 {
+    DIRTY_BYTES_MAX / 8
+} else {
+    1 << 20
+} / BLOCK_SIZE;
+
 /// One run: returns how many crash images showed each case.
-fn run_one(seed: u64) -> Result<Totals, String> {
+fn run_one(seed: u64, mode: BeWrite) -> Result<Totals, String> {
     let mut rng = Rng(seed);
     let dev = Arc::new(SimDevice::new(DEVICE_BYTES));
     dev.set_writes_are_copies(seed % 2 == 1);
@@ -243,8 +260,12 @@ fn run_one(seed: u64) -> Result<Totals, String> {
     // The best-effort write: to a new file, so its sync is a checkpoint holding its data, or to
     // an empty file made durable above, so its sync is a run of data-only logs; either way in
     // payloads written apart from the summaries (16 blocks or more), the first one held.
-    // Below the write-behind size (an eighth of the buffer), so nothing goes out before the sync.
-    let be_blocks = rng.range(32, 200);
+    // `AtSync`: below the write-behind size, so nothing goes out before the sync; `Behind`:
+    // above it, so it goes out at `pwrite`, and the payload held is that write-behind's.
+    let be_blocks = match mode {
+        BeWrite::AtSync => rng.range(32, 200),
+        BeWrite::Behind => WRITE_BEHIND_BLOCKS + rng.range(0, 168),
+    };
     let be_new = pattern(seed ^ 0xbe, be_blocks as usize * BLOCK);
     let (be_tx, be_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -423,12 +444,13 @@ fn run_one(seed: u64) -> Result<Totals, String> {
     Ok(seen)
 }
 
-#[test]
-fn real_time_syncs_pass_a_best_effort_payload_in_flight_and_crashes_keep_both() {
+/// Runs the seeded runs of `mode` (or the one `TBFS_CRASH_SEED` names) and checks that some
+/// crash image showed out-of-order durability.
+fn explore(mode: BeWrite, salt: u64) {
     let replay = std::env::var("TBFS_CRASH_SEED")
         .ok()
         .and_then(|s| u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok());
-    let mut seeds = Rng(0x1a9e5);
+    let mut seeds = Rng(0x1a9e5 ^ salt);
     let mut seen = Totals::default();
     let runs = match replay {
         Some(_) => 1,
@@ -439,25 +461,39 @@ fn real_time_syncs_pass_a_best_effort_payload_in_flight_and_crashes_keep_both() 
     };
     for _ in 0..runs {
         let seed = replay.unwrap_or_else(|| seeds.next_u64());
-        match run_one(seed) {
+        match run_one(seed, mode) {
             Ok(t) => {
                 seen.out_of_order += t.out_of_order;
                 seen.dependent += t.dependent;
             }
             Err(e) => panic!(
-                "seed {seed:#x}: {e}\nreplay: TBFS_CRASH_SEED={seed:#x} cargo test -p tailbound \
-                 --test tbfs_crash_classes"
+                "{mode:?}, seed {seed:#x}: {e}\nreplay: TBFS_CRASH_SEED={seed:#x} cargo test -p \
+                 tailbound --test tbfs_crash_classes"
             ),
         }
     }
     eprintln!(
-        "{} crash images out of order, {} with file data left out behind a checkpoint that does not count",
+        "{mode:?}: {} crash images out of order, {} with file data left out behind a checkpoint \
+         that does not count",
         seen.out_of_order, seen.dependent
     );
     assert!(
         seen.out_of_order > 0,
-        "no crash image showed a real-time log durable past an incomplete earlier payload"
+        "{mode:?}: no crash image showed a real-time log durable past an incomplete earlier payload"
     );
+}
+
+#[test]
+fn real_time_syncs_pass_a_best_effort_payload_in_flight_and_crashes_keep_both() {
+    explore(BeWrite::AtSync, 0);
+}
+
+/// The same with the best-effort write above the write-behind size: its payload goes out at
+/// `pwrite`, in its writer's lane, and the real-time syncs pass it as they pass one sealed at
+/// its sync.
+#[test]
+fn real_time_syncs_pass_a_best_effort_write_behind_in_flight_and_crashes_keep_both() {
+    explore(BeWrite::Behind, 0xbe41);
 }
 
 /// A real-time sync whose log follows another file's log not yet durable (a best-effort
