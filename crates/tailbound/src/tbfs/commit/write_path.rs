@@ -39,7 +39,8 @@ impl Engine {
     }
 
     /// Writes at `offset`, or at the end of the file for `None`; returns the end and the count.
-    /// A file left holding [`Engine::write_behind_bytes`] or more goes out right after the
+    /// A file left holding [`Engine::write_behind_bytes`] or more, or written
+    /// [`Engine::seals_hot`] bytes of a memory pool at once, goes out right after the
     /// write (written behind, as its writer's I/O) instead of waiting in the buffer for
     /// whichever commit comes next; a write is never split, so what a crash leaves of it is
     /// all or nothing. A `direct` write goes out before the call returns ([`Engine::write_direct`]).
@@ -104,9 +105,11 @@ impl Engine {
                 Err(Error::NoSpace(_)) if room_checked && self.check_not_poisoned().is_ok() => {}
                 r => r?,
             }
-        } else if self.config().ordering == Ordering::Relaxed && held >= self.write_behind_bytes() {
-            // Write-behind: a file with a large amount buffered goes out now as data-only logs,
-            // its writer's I/O.
+        } else if self.config().ordering == Ordering::Relaxed
+            && (held >= self.write_behind_bytes() || self.seals_hot(len))
+        {
+            // Write-behind: a file with a large amount buffered, or a large write to a memory
+            // pool (`seals_hot`), goes out now as data-only logs, its writer's I/O.
             let mut m = self.lock_meta();
             if self.buffer_in_data_logs() {
                 self.commit_data_log(&mut m, cell)?;
