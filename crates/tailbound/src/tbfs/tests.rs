@@ -2414,6 +2414,63 @@ fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
 }
 
 #[test]
+fn every_log_of_a_write_behind_has_its_payload_apart_and_its_writer_writes_it() {
+    // Written behind, a file's data goes out in logs that end at segment ends, so the last one
+    // in a segment may hold fewer than `AHEAD_MIN_BLOCKS` blocks. Each still has its payload
+    // apart from its summary: its writer writes it (its lane), and a sync of another file that
+    // writes the queue on its way to its own log writes only the summaries. The writer's writes
+    // are held from its first on, so every log of the run is still pending when it is looked at.
+    use crate::tbfs::limits::AHEAD_MIN_BLOCKS;
+    let mut small_seen = 0;
+    for extra in (0..64).step_by(7) {
+        let dev = device(32 << 20);
+        let cfg = Config {
+            segment_bytes: 256 << 10,
+            ..large_file_config(8 << 20)
+        };
+        let fs = Fs::format(dev.clone(), &cfg).unwrap();
+        let f = fs.open_file("/big", OpenFlags::create()).unwrap();
+        f.fsync().unwrap();
+        let ino = f.stat().unwrap().ino;
+        let data = pattern(extra, (256 + extra as usize) * BLOCK);
+        let before = fs.counters();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let writer = {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                go_rx.recv().unwrap();
+                f.pwrite(&data, 0).map(|_| f)
+            })
+        };
+        dev.hold_writes_of(writer.thread().id());
+        go_tx.send(()).unwrap();
+        while dev.held_writes() == 0 {
+            assert!(!writer.is_finished(), "the write ended before it was held");
+            std::thread::yield_now();
+        }
+        let logs = fs.counters().logs - before.logs;
+        let pending = fs.inner.logs.ahead_below(u64::MAX, Some(&[ino]));
+        assert!(logs > 1, "{} blocks in one log", data.len() / BLOCK);
+        // Every block of the write is in a payload written apart (a pad log at a segment's end
+        // has none).
+        assert_eq!(
+            pending.iter().map(|a| a.blocks.len()).sum::<usize>(),
+            data.len() / BLOCK,
+            "every log of the write has its payload apart (extra {extra})"
+        );
+        small_seen += pending
+            .iter()
+            .filter(|a| a.blocks.len() < AHEAD_MIN_BLOCKS)
+            .count();
+        dev.release_held();
+        let f = writer.join().unwrap().unwrap();
+        f.fsync().unwrap();
+        assert_eq!(read_all(&reopen(&dev), "/big"), data);
+    }
+    assert!(small_seen > 0, "no log of a write-behind was a small one");
+}
+
+#[test]
 fn a_large_write_to_a_memory_pool_goes_out_at_once_and_small_ones_stay_buffered() {
     // On a device whose writes are copies, a write of `HOT_SEAL_BYTES` or more is sealed and
     // copied by its writer right away (its bytes still in the cache) while space is not tight;

@@ -109,10 +109,11 @@ impl Engine {
             && (held >= self.write_behind_bytes() || self.seals_hot(len))
         {
             // Write-behind: a file with a large amount buffered, or a large write to a memory
-            // pool (`seals_hot`), goes out now as data-only logs, its writer's I/O.
+            // pool (`seals_hot`), goes out now as data-only logs, its writer's I/O, every
+            // payload of it in this writer's lane.
             let mut m = self.lock_meta();
             if self.buffer_in_data_logs() {
-                self.commit_data_log(&mut m, cell)?;
+                self.commit_behind_log(&mut m, cell)?;
                 self.maybe_refresh(&mut m)?;
             }
             m.unlock_and_write()?;
@@ -165,7 +166,7 @@ impl Engine {
                 // enough. Many small files go out together, in fewer logs.
                 let own = cell.lock().dirty().len() as u64 * BLOCK_U64;
                 if own >= self.write_behind_bytes() {
-                    self.commit_data_log(&mut m, cell)?;
+                    self.commit_behind_log(&mut m, cell)?;
                 }
                 if self.buffered_bytes() > self.buffer_limit() {
                     m = self.commit_data_logs_in_parts(m)?;
