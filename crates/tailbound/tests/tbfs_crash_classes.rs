@@ -2,7 +2,10 @@
 //! creates a file, writes it and syncs it, which seals a checkpoint (or, for half the seeds,
 //! writes a file that exists already, which seals data-only logs, as a copy's full buffer does);
 //! that payload stays in flight in the device (the best-effort thread's writes held) while a
-//! real-time writer appends to another file and syncs, its logs behind the best-effort ones. The real-time syncs must
+//! real-time writer appends to another file and syncs, its logs behind the best-effort ones.
+//! Three variants: the best-effort write goes out at its sync, or at `pwrite`, written behind
+//! (above the write-behind size) or sealed at once (64 KiB or more to a memory pool), and its
+//! payload is held there, before its sync is called. The real-time syncs must
 //! return without that payload (logs of independent files reach the device out of order), and
 //! every crash image taken meanwhile, or after a power cut in the middle of a real-time
 //! operation, must hold every write either writer had acknowledged.
@@ -16,6 +19,7 @@
 //! Replay one run with `TBFS_CRASH_SEED=<seed> cargo test -p tailbound --test tbfs_crash_classes`;
 //! run more than the default number with `TBFS_CRASH_RUNS=<n>`.
 
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +35,8 @@ const DEVICE_BYTES: u64 = 16 << 20;
 /// payloads nobody has started, the held one's too, as its own.
 const SUPERBLOCK_EVERY_BYTES: u64 = 64 << 20;
 const RUNS_DEFAULT: u64 = 24;
+/// Room for the best-effort write without a commit before its sync.
+const DIRTY_BYTES_MAX: u64 = 8 << 20;
 /// Crash images checked at each point between operations.
 const IMAGES_PER_POINT: u64 = 3;
 /// How long a real-time sync may take before the test calls it stuck behind the held payload:
@@ -71,8 +77,7 @@ fn config() -> Config {
         superblock_every_bytes: SUPERBLOCK_EVERY_BYTES,
         superblock_every: Duration::from_secs(1 << 30),
         checkpoint_every: None,
-        // Room for the best-effort write without a commit before its sync.
-        dirty_bytes_max: 8 << 20,
+        dirty_bytes_max: DIRTY_BYTES_MAX,
         protection_period: Duration::ZERO,
         background_gc: false,
         gc_free_percent: 20,
@@ -217,11 +222,41 @@ fn check_image(
     })
 }
 
+/// How the best-effort write reaches the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BeWrite {
+    /// Below the write-behind size (an eighth of the buffer): nothing goes out before its sync.
+    AtSync,
+    /// Above it: written behind at `pwrite`, as its writer's I/O, before its sync is called.
+    Behind,
+    /// Below it, in one `pwrite` of 64 KiB or more to a device whose writes are memory copies:
+    /// sealed at `pwrite` while its bytes are in cache, and written then as its writer's I/O.
+    SealedAtWrite,
+}
+
+impl BeWrite {
+    /// Whether the write goes out at `pwrite` rather than at its sync.
+    fn out_at_write(self) -> bool {
+        self != BeWrite::AtSync
+    }
+}
+
+/// The write-behind size of [`config`]: an eighth of the buffer, and at least 1 MiB.
+const WRITE_BEHIND_BLOCKS: u64 = if DIRTY_BYTES_MAX / 8 > 1 << 20 {
+    DIRTY_BYTES_MAX / 8
+} else {
+    1 << 20
+} / BLOCK_SIZE;
+
+/// tbfs's `HOT_SEAL_BYTES` in blocks: on a memory pool a write this large is sealed at once;
+/// `AtSync` writes in pieces below it.
+const HOT_SEAL_BLOCKS: u64 = 16;
+
 /// One run: returns how many crash images showed each case.
-fn run_one(seed: u64) -> Result<Totals, String> {
+fn run_one(seed: u64, mode: BeWrite) -> Result<Totals, String> {
     let mut rng = Rng(seed);
     let dev = Arc::new(SimDevice::new(DEVICE_BYTES));
-    dev.set_writes_are_copies(seed % 2 == 1);
+    dev.set_writes_are_copies(mode == BeWrite::SealedAtWrite || seed % 2 == 1);
     let existing = (seed >> 4).is_multiple_of(2);
     let fs = Fs::format(dev.clone(), &config()).map_err(|e| format!("format: {e}"))?;
     let mut acked = Acked::default();
@@ -243,12 +278,24 @@ fn run_one(seed: u64) -> Result<Totals, String> {
     // The best-effort write: to a new file, so its sync is a checkpoint holding its data, or to
     // an empty file made durable above, so its sync is a run of data-only logs; either way in
     // payloads written apart from the summaries (16 blocks or more), the first one held.
-    // Below the write-behind size (an eighth of the buffer), so nothing goes out before the sync.
-    let be_blocks = rng.range(32, 200);
+    // `AtSync`: below the write-behind size, in writes below the size a memory pool seals at
+    // once, so nothing goes out before the sync; `Behind` (above the write-behind size) and
+    // `SealedAtWrite` go out at `pwrite`, and the payload held is that write's.
+    let be_blocks = match mode {
+        BeWrite::AtSync | BeWrite::SealedAtWrite => rng.range(32, 200),
+        BeWrite::Behind => WRITE_BEHIND_BLOCKS + rng.range(0, 168),
+    };
+    let piece = match mode {
+        BeWrite::AtSync => (HOT_SEAL_BLOCKS / 2) as usize * BLOCK,
+        BeWrite::Behind | BeWrite::SealedAtWrite => be_blocks as usize * BLOCK,
+    };
     let be_new = pattern(seed ^ 0xbe, be_blocks as usize * BLOCK);
     let (be_tx, be_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
+    // Set once the best-effort thread's writes returned, before its sync.
+    let written = Arc::new(AtomicBool::new(false));
     let be_thread = {
+        let written = written.clone();
         let fs = fs.clone();
         let be_new = be_new.clone();
         std::thread::spawn(move || {
@@ -259,9 +306,13 @@ fn run_one(seed: u64) -> Result<Totals, String> {
             .apply_to_current_thread();
             // Its writes are held from the first on.
             let _ = go_rx.recv();
-            let done = fs
-                .open_file("/be-new", OpenFlags::create())
-                .and_then(|f| f.pwrite(&be_new, 0).and_then(|_| f.fdatasync()));
+            let done = fs.open_file("/be-new", OpenFlags::create()).and_then(|f| {
+                for (k, part) in be_new.chunks(piece).enumerate() {
+                    f.pwrite(part, (k * piece) as u64)?;
+                }
+                written.store(true, AtomicOrdering::SeqCst);
+                f.fdatasync()
+            });
             let _ = be_tx.send(done.map_err(|e| e.to_string()));
         })
     };
@@ -276,6 +327,18 @@ fn run_one(seed: u64) -> Result<Totals, String> {
             ));
         }
         std::thread::yield_now();
+    }
+    // The held write is the one the mode says: in `pwrite` (which has not returned), or in the
+    // sync.
+    if written.load(AtomicOrdering::SeqCst) == mode.out_at_write() {
+        return Err(format!(
+            "{mode:?}: the first best-effort write reached the device {}",
+            if mode.out_at_write() {
+                "only at its sync"
+            } else {
+                "before its sync"
+            }
+        ));
     }
     // For half the seeds, a best-effort thread whose writes are not held appends to the new file
     // and syncs. Its data-only log builds on the held checkpoint (the file's creation) or follows
@@ -423,12 +486,13 @@ fn run_one(seed: u64) -> Result<Totals, String> {
     Ok(seen)
 }
 
-#[test]
-fn real_time_syncs_pass_a_best_effort_payload_in_flight_and_crashes_keep_both() {
+/// Runs the seeded runs of `mode` (or the one `TBFS_CRASH_SEED` names) and checks that some
+/// crash image showed out-of-order durability.
+fn explore(mode: BeWrite, salt: u64) {
     let replay = std::env::var("TBFS_CRASH_SEED")
         .ok()
         .and_then(|s| u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok());
-    let mut seeds = Rng(0x1a9e5);
+    let mut seeds = Rng(0x1a9e5 ^ salt);
     let mut seen = Totals::default();
     let runs = match replay {
         Some(_) => 1,
@@ -439,25 +503,46 @@ fn real_time_syncs_pass_a_best_effort_payload_in_flight_and_crashes_keep_both() 
     };
     for _ in 0..runs {
         let seed = replay.unwrap_or_else(|| seeds.next_u64());
-        match run_one(seed) {
+        match run_one(seed, mode) {
             Ok(t) => {
                 seen.out_of_order += t.out_of_order;
                 seen.dependent += t.dependent;
             }
             Err(e) => panic!(
-                "seed {seed:#x}: {e}\nreplay: TBFS_CRASH_SEED={seed:#x} cargo test -p tailbound \
-                 --test tbfs_crash_classes"
+                "{mode:?}, seed {seed:#x}: {e}\nreplay: TBFS_CRASH_SEED={seed:#x} cargo test -p \
+                 tailbound --test tbfs_crash_classes"
             ),
         }
     }
     eprintln!(
-        "{} crash images out of order, {} with file data left out behind a checkpoint that does not count",
+        "{mode:?}: {} crash images out of order, {} with file data left out behind a checkpoint \
+         that does not count",
         seen.out_of_order, seen.dependent
     );
     assert!(
         seen.out_of_order > 0,
-        "no crash image showed a real-time log durable past an incomplete earlier payload"
+        "{mode:?}: no crash image showed a real-time log durable past an incomplete earlier payload"
     );
+}
+
+#[test]
+fn real_time_syncs_pass_a_best_effort_payload_in_flight_and_crashes_keep_both() {
+    explore(BeWrite::AtSync, 0);
+}
+
+/// The same with the best-effort write sealed at `pwrite` on a memory pool (64 KiB or more in
+/// one write): its writer writes the payload before its sync, in its own lane.
+#[test]
+fn real_time_syncs_pass_a_best_effort_write_sealed_at_pwrite_and_crashes_keep_both() {
+    explore(BeWrite::SealedAtWrite, 0x5ea1);
+}
+
+/// The same with the best-effort write above the write-behind size: its payload goes out at
+/// `pwrite`, in its writer's lane, and the real-time syncs pass it as they pass one sealed at
+/// its sync.
+#[test]
+fn real_time_syncs_pass_a_best_effort_write_behind_in_flight_and_crashes_keep_both() {
+    explore(BeWrite::Behind, 0xbe41);
 }
 
 /// A real-time sync whose log follows another file's log not yet durable (a best-effort

@@ -106,13 +106,17 @@ impl SharedMapping {
         }
     }
 
-    /// Copies `bytes` to `offset` in the mapping.
+    /// Copies `bytes` to `offset` in the mapping. Copies of [`STREAM_MIN`] bytes or more bypass
+    /// the CPU caches (non-temporal stores, then a store fence, or one fence at the end of the
+    /// [`stream_batch`] the call is in): a pool's log head moves through memory no cache holds,
+    /// so ordinary stores would first read every line they fill, and would push out what the
+    /// caller works on.
     pub fn write_at(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
         self.check(offset, bytes.len())?;
         // SAFETY: the range was checked to lie inside the mapping, which lives as long as `self`;
         // the source is a distinct Rust slice, so the regions cannot overlap.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.addr.add(offset), bytes.len());
+            copy_to_mapping(bytes.as_ptr(), self.addr.add(offset), bytes.len());
         }
         Ok(())
     }
@@ -183,6 +187,88 @@ impl SharedMapping {
     }
 }
 
+/// The shortest copy into a mapping made with non-temporal stores; shorter ones (superblock
+/// fields, a summary's few bytes) go through the cache as plain stores.
+pub const STREAM_MIN: usize = 1024;
+
+thread_local! {
+    /// Whether this thread is inside [`stream_batch`], which fences once at its end.
+    static IN_BATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, whose copies into mappings are fenced once when it ends (also if it unwinds)
+/// rather than each at its own end: for several copies of which no store of `f` depends on the
+/// order, such as a payload's blocks written to their places. Every store `f` made is then
+/// visible before any store this thread makes after it, as after a plain [`SharedMapping::write_at`].
+pub fn stream_batch<R>(f: impl FnOnce() -> R) -> R {
+    struct End(bool);
+    impl Drop for End {
+        fn drop(&mut self) {
+            IN_BATCH.set(self.0);
+            if !self.0 {
+                store_fence();
+            }
+        }
+    }
+    // A batch inside a batch leaves the fence to the outer one.
+    let _end = End(IN_BATCH.replace(true));
+    f()
+}
+
+/// Orders every earlier store of this thread, streaming ones included, before any later one.
+fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` only orders stores; SSE is part of x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst`, with non-temporal stores for [`STREAM_MIN`] bytes or
+/// more on x86_64. Every store is globally visible, in order before any later store of this
+/// thread, when it returns (the fence), or when the [`stream_batch`] it is in ends, so a summary
+/// written after its payload still lands after it for every other thread or process mapping
+/// the pool.
+///
+/// # Safety
+/// `src` must be valid for `len` bytes of reads, `dst` for `len` bytes of writes, and the two
+/// ranges must not overlap.
+unsafe fn copy_to_mapping(src: *const u8, dst: *mut u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if len >= STREAM_MIN {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        // A plain copy up to the first 16-byte boundary of the destination (at most 15 bytes).
+        let head = dst.align_offset(16).min(len);
+        // SAFETY (this block and the loop): every offset below stays under `len`, which the
+        // caller promised valid on both sides; `dst + head` is 16-byte aligned, as the streaming
+        // store requires, and the loads are unaligned ones; SSE2 is part of x86_64.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, head);
+            let mut done = head;
+            while done + 64 <= len {
+                let s = src.add(done).cast::<__m128i>();
+                let d = dst.add(done).cast::<__m128i>();
+                let a = _mm_loadu_si128(s);
+                let b = _mm_loadu_si128(s.add(1));
+                let c = _mm_loadu_si128(s.add(2));
+                let e = _mm_loadu_si128(s.add(3));
+                _mm_stream_si128(d, a);
+                _mm_stream_si128(d.add(1), b);
+                _mm_stream_si128(d.add(2), c);
+                _mm_stream_si128(d.add(3), e);
+                done += 64;
+            }
+            std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done);
+            if !IN_BATCH.get() {
+                _mm_sfence();
+            }
+        }
+        return;
+    }
+    // SAFETY: the caller's promise, as above.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
+}
+
 impl Drop for SharedMapping {
     fn drop(&mut self) {
         // SAFETY: `addr`/`len` are exactly what mmap returned, unmapped once here.
@@ -213,5 +299,69 @@ mod tests {
         file.read_exact_at(&mut back, 4000).unwrap();
         assert_eq!(&back, b"across a page boundary", "discard keeps the data");
         assert!(SharedMapping::new(&file, 0).is_err());
+    }
+
+    #[test]
+    fn a_batch_fences_once_at_its_end_and_its_copies_land() {
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(4 * 4096).unwrap();
+        let map = SharedMapping::new(&file, 4 * 4096).unwrap();
+        let blocks: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 4096]).collect();
+        let got = stream_batch(|| {
+            assert!(IN_BATCH.get());
+            stream_batch(|| assert!(IN_BATCH.get(), "an inner batch"));
+            assert!(IN_BATCH.get(), "the inner batch leaves the outer one open");
+            for (i, b) in blocks.iter().enumerate() {
+                map.write_at(i * 4096, b).unwrap();
+            }
+            7
+        });
+        assert_eq!(got, 7);
+        assert!(!IN_BATCH.get(), "closed after");
+        let mut back = vec![0u8; 3 * 4096];
+        file.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(back, blocks.concat());
+        let unwound = std::panic::catch_unwind(|| stream_batch(|| panic!("inside a batch")));
+        assert!(unwound.is_err());
+        assert!(!IN_BATCH.get(), "closed after unwinding");
+    }
+
+    #[test]
+    fn long_copies_land_whole_at_every_alignment_and_length() {
+        let len = 5 * 4096;
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(len as u64).unwrap();
+        let map = SharedMapping::new(&file, len).unwrap();
+        let src: Vec<u8> = (0..2 * 4096 + 200)
+            .map(|i| (i * 7 + i / 251) as u8)
+            .collect();
+        let lengths = [
+            STREAM_MIN - 1,
+            STREAM_MIN,
+            STREAM_MIN + 63,
+            4096,
+            4096 + 17,
+            2 * 4096 + 129,
+        ];
+        for (round, &n) in lengths.iter().enumerate() {
+            for (src_at, dst_at) in [(0, 0), (1, 4096 + 3), (13, 15), (64, 2 * 4096 - 9)] {
+                // Clear the area first, so what is read back can only be this copy's bytes.
+                map.write_at(0, &vec![0xEE; len]).unwrap();
+                let bytes = &src[src_at..src_at + n];
+                map.write_at(dst_at, bytes).unwrap();
+                let mut back = vec![0u8; len];
+                file.read_exact_at(&mut back, 0).unwrap();
+                assert_eq!(
+                    &back[dst_at..dst_at + n],
+                    bytes,
+                    "round {round}, at {dst_at}"
+                );
+                assert!(back[..dst_at].iter().all(|&b| b == 0xEE), "nothing before");
+                assert!(
+                    back[dst_at + n..].iter().all(|&b| b == 0xEE),
+                    "nothing after"
+                );
+            }
+        }
     }
 }

@@ -125,6 +125,18 @@ impl Engine {
         (self.config().dirty_bytes_max / OWN_FLUSH_DIVISOR).max(WRITE_BEHIND_MIN)
     }
 
+    /// Whether a write of `len` bytes is sealed and written right after it is buffered, on a
+    /// device whose writes are memory copies: a write of [`HOT_SEAL_BYTES`] or more. Copied into
+    /// the pool by its writer then, its bytes are still in the cache from the copy into the
+    /// buffers; left until the buffer fills, they had left the cache, and the copy into the pool
+    /// waited on their loads. Small writes stay buffered, so overwrites of a few blocks still
+    /// meet in the buffer; so do large ones while space is tight (`BufferBudget::tight`), when
+    /// every block written out early that is then overwritten, truncated or deleted is a block
+    /// the cleaner must copy past or free.
+    pub(super) fn seals_hot(&self, len: u64) -> bool {
+        len >= HOT_SEAL_BYTES && self.dev().writes_are_copies() && !self.budget.tight()
+    }
+
     /// Whether buffered data may go out as data-only logs (a full buffer, write-behind, the
     /// cleaner's flush of the buffer first): in relaxed ordering. The data of a file with a
     /// change only a checkpoint records goes out placed, not replayed (`seal_file_data`), so a

@@ -45,6 +45,10 @@ pub(crate) const WRITE_COMMIT_SLACK_BLOCKS: u64 = 8;
 pub(crate) const OWN_FLUSH_DIVISOR: u64 = 8;
 /// The least a file must hold to be written on its own or behind its writes (one payload chunk).
 pub(crate) const WRITE_BEHIND_MIN: u64 = 1 << 20;
+/// On a device whose writes are memory copies, a write of at least this many bytes (an ahead
+/// payload's worth) is sealed as soon as it is buffered, and its writer copies it into the pool
+/// while its bytes are still in the CPU's cache ([`Engine::seals_hot`]).
+pub(crate) const HOT_SEAL_BYTES: u64 = AHEAD_MIN_BLOCKS as u64 * BLOCK_U64;
 /// A direct write goes out in pieces of at most this many bytes, each made while the one before
 /// it is in the device ([`Engine::write_direct`]).
 pub(crate) const DIRECT_PIECE_BYTES: u64 = 8 << 20;
@@ -67,6 +71,7 @@ const _: () = {
             && DIRECT_PIECE_BYTES.is_multiple_of(BLOCK_U64)
     );
     assert!(WRITE_BEHIND_MIN == AHEAD_CHUNK_BLOCKS as u64 * BLOCK_U64);
+    assert!(HOT_SEAL_BYTES <= WRITE_BEHIND_MIN);
     assert!(AHEAD_MIN_BLOCKS <= AHEAD_CHUNK_BLOCKS && AHEAD_MIN_BLOCKS <= LOG_BLOCKS_MAX);
     assert!(DESCRIPTORS_RESERVED < DESCRIPTORS_MAX);
     assert!(FILE_BYTES_MAX.is_multiple_of(BLOCK_U64));

@@ -7,6 +7,7 @@ use super::*;
 use crate::dev::sim::SimDevice;
 use crate::dev::Device;
 use crate::tbfs::format::{BLOCK, INODES_PER_PAGE};
+use crate::tbfs::limits::HOT_SEAL_BYTES;
 
 fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
     Config {
@@ -2052,7 +2053,12 @@ fn small_write_returns_with_more_than_a_buffer_in_flight(
     let inner = &fs.inner;
     let mut end = 0;
     for (i, f) in files[..2].iter().enumerate() {
-        f.pwrite(&pattern(i as u64, 900 << 10), 0).unwrap();
+        // In writes under `HOT_SEAL_BYTES`, so a memory pool keeps them buffered too.
+        let data = pattern(i as u64, 900 << 10);
+        for (k, piece) in data.chunks(HOT_SEAL_BYTES as usize / 2).enumerate() {
+            f.pwrite(piece, (k * HOT_SEAL_BYTES as usize / 2) as u64)
+                .unwrap();
+        }
         let mut m = inner.lock_meta();
         inner.commit_checkpoint(&mut m).unwrap();
         end = m.writer.seq();
@@ -2405,6 +2411,120 @@ fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     g.fsync().unwrap();
     assert_eq!(fs.counters().checkpoints, placed.checkpoints + 1);
     assert_eq!(read_all(&reopen(&dev), "/new"), data);
+}
+
+#[test]
+fn every_log_of_a_write_behind_has_its_payload_apart_and_its_writer_writes_it() {
+    // Written behind, a file's data goes out in logs that end at segment ends, so the last one
+    // in a segment may hold fewer than `AHEAD_MIN_BLOCKS` blocks. Each still has its payload
+    // apart from its summary: its writer writes it (its lane), and a sync of another file that
+    // writes the queue on its way to its own log writes only the summaries. The writer's writes
+    // are held from its first on, so every log of the run is still pending when it is looked at.
+    use crate::tbfs::limits::AHEAD_MIN_BLOCKS;
+    let mut small_seen = 0;
+    for extra in (0..64).step_by(7) {
+        let dev = device(32 << 20);
+        let cfg = Config {
+            segment_bytes: 256 << 10,
+            ..large_file_config(8 << 20)
+        };
+        let fs = Fs::format(dev.clone(), &cfg).unwrap();
+        let f = fs.open_file("/big", OpenFlags::create()).unwrap();
+        f.fsync().unwrap();
+        let ino = f.stat().unwrap().ino;
+        let data = pattern(extra, (256 + extra as usize) * BLOCK);
+        let before = fs.counters();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let writer = {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                go_rx.recv().unwrap();
+                f.pwrite(&data, 0).map(|_| f)
+            })
+        };
+        dev.hold_writes_of(writer.thread().id());
+        go_tx.send(()).unwrap();
+        while dev.held_writes() == 0 {
+            assert!(!writer.is_finished(), "the write ended before it was held");
+            std::thread::yield_now();
+        }
+        let logs = fs.counters().logs - before.logs;
+        let pending = fs.inner.logs.ahead_below(u64::MAX, Some(&[ino]));
+        assert!(logs > 1, "{} blocks in one log", data.len() / BLOCK);
+        // Every block of the write is in a payload written apart (a pad log at a segment's end
+        // has none).
+        assert_eq!(
+            pending.iter().map(|a| a.blocks.len()).sum::<usize>(),
+            data.len() / BLOCK,
+            "every log of the write has its payload apart (extra {extra})"
+        );
+        small_seen += pending
+            .iter()
+            .filter(|a| a.blocks.len() < AHEAD_MIN_BLOCKS)
+            .count();
+        dev.release_held();
+        let f = writer.join().unwrap().unwrap();
+        f.fsync().unwrap();
+        assert_eq!(read_all(&reopen(&dev), "/big"), data);
+    }
+    assert!(small_seen > 0, "no log of a write-behind was a small one");
+}
+
+#[test]
+fn a_large_write_to_a_memory_pool_goes_out_at_once_and_small_ones_stay_buffered() {
+    // On a device whose writes are copies, a write of `HOT_SEAL_BYTES` or more is sealed and
+    // copied by its writer right away (its bytes still in the cache) while space is not tight;
+    // smaller writes, and any write to a device that is not a memory copy, wait for the buffer
+    // to fill.
+    for copies in [true, false] {
+        let dev = device(32 << 20);
+        dev.set_writes_are_copies(copies);
+        let fs = Fs::format(dev.clone(), &large_file_config(8 << 20)).unwrap();
+        let f = fs.open_file("/f", OpenFlags::create()).unwrap();
+        f.fsync().unwrap(); // the creation's checkpoint: no namespace change pending after it
+        let small = pattern(1, HOT_SEAL_BYTES as usize - BLOCK);
+        f.pwrite(&small, 0).unwrap();
+        let before = fs.counters();
+        assert!(
+            fs.inner.budget.buffered() >= small.len() as u64,
+            "a write under the threshold stays buffered (copies {copies})"
+        );
+        let large = pattern(2, HOT_SEAL_BYTES as usize);
+        f.pwrite(&large, small.len() as u64).unwrap();
+        let after = fs.counters();
+        let mut whole = small.clone();
+        whole.extend_from_slice(&large);
+        if copies {
+            assert_eq!(
+                after.data_only_logs,
+                before.data_only_logs + 1,
+                "the large write and the file's earlier buffers, in one log"
+            );
+            assert_eq!(fs.inner.budget.buffered(), 0, "nothing stays buffered");
+            // Not synced: the log rolls forward after a crash of the process.
+            assert_eq!(read_all(&reopen(&dev), "/f"), whole);
+        } else {
+            assert_eq!(after.data_only_logs, before.data_only_logs);
+            assert!(fs.inner.budget.buffered() >= whole.len() as u64);
+            // Not synced and not written: a crash keeps the file empty.
+            assert_eq!(read_all(&reopen(&dev), "/f"), Vec::<u8>::new());
+        }
+        assert_eq!(read_all(&fs, "/f"), whole);
+        f.fsync().unwrap();
+        assert_eq!(read_all(&reopen(&dev), "/f"), whole);
+        // While space is tight (what the last space check found), a large write stays
+        // buffered too: written out early, what is overwritten or deleted soon after is more
+        // for the cleaner.
+        fs.inner.budget.set_tight(true);
+        let before = fs.counters();
+        f.pwrite(&large, 0).unwrap();
+        assert_eq!(fs.counters().data_only_logs, before.data_only_logs);
+        assert!(fs.inner.budget.buffered() >= large.len() as u64);
+        fs.inner.budget.set_tight(false);
+        f.fsync().unwrap();
+        whole[..large.len()].copy_from_slice(&large);
+        assert_eq!(read_all(&reopen(&dev), "/f"), whole);
+    }
 }
 
 /// Opens `path` read-only and returns its contents, or the error.

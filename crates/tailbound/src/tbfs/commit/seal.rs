@@ -33,6 +33,18 @@ impl Engine {
         committed.map(|()| true)
     }
 
+    /// Seals what a file's writer leaves behind it (write-behind, a large write to a memory
+    /// pool) as data-only logs whose payloads all go apart from their summaries, however small
+    /// (the last log in a segment may be): its writer writes them as its own I/O, and another
+    /// file's sync that writes the queue on its way to its own log writes only their summaries,
+    /// none of this writer's data.
+    pub(crate) fn commit_behind_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
+        m.writer.set_direct(true);
+        let committed = self.commit_data_log(m, cell);
+        m.writer.set_direct(false);
+        committed
+    }
+
     /// [`Engine::commit_data_log`], timed as sealing.
     pub(crate) fn seal_data_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
         // The log's release list keeps the inode's cell until the log is written.

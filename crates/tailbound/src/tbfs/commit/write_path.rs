@@ -39,7 +39,8 @@ impl Engine {
     }
 
     /// Writes at `offset`, or at the end of the file for `None`; returns the end and the count.
-    /// A file left holding [`Engine::write_behind_bytes`] or more goes out right after the
+    /// A file left holding [`Engine::write_behind_bytes`] or more, or written
+    /// [`Engine::seals_hot`] bytes of a memory pool at once, goes out right after the
     /// write (written behind, as its writer's I/O) instead of waiting in the buffer for
     /// whichever commit comes next; a write is never split, so what a crash leaves of it is
     /// all or nothing. A `direct` write goes out before the call returns ([`Engine::write_direct`]).
@@ -104,12 +105,15 @@ impl Engine {
                 Err(Error::NoSpace(_)) if room_checked && self.check_not_poisoned().is_ok() => {}
                 r => r?,
             }
-        } else if self.config().ordering == Ordering::Relaxed && held >= self.write_behind_bytes() {
-            // Write-behind: a file with a large amount buffered goes out now as data-only logs,
-            // its writer's I/O.
+        } else if self.config().ordering == Ordering::Relaxed
+            && (held >= self.write_behind_bytes() || self.seals_hot(len))
+        {
+            // Write-behind: a file with a large amount buffered, or a large write to a memory
+            // pool (`seals_hot`), goes out now as data-only logs, its writer's I/O, every
+            // payload of it in this writer's lane.
             let mut m = self.lock_meta();
             if self.buffer_in_data_logs() {
-                self.commit_data_log(&mut m, cell)?;
+                self.commit_behind_log(&mut m, cell)?;
                 self.maybe_refresh(&mut m)?;
             }
             m.unlock_and_write()?;
@@ -162,7 +166,7 @@ impl Engine {
                 // enough. Many small files go out together, in fewer logs.
                 let own = cell.lock().dirty().len() as u64 * BLOCK_U64;
                 if own >= self.write_behind_bytes() {
-                    self.commit_data_log(&mut m, cell)?;
+                    self.commit_behind_log(&mut m, cell)?;
                 }
                 if self.buffered_bytes() > self.buffer_limit() {
                     m = self.commit_data_logs_in_parts(m)?;

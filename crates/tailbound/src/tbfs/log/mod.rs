@@ -69,9 +69,10 @@ pub(crate) struct Writer {
     /// their own under `every-checkpoint`, the superblock's flush covers them (see
     /// [`Engine::commit_checkpoint_for_superblock`]).
     refreshing: bool,
-    /// A direct write's logs are being laid out: every one with a payload has it written apart
-    /// from its summary, however small, so the write waits for no other log
-    /// ([`Engine::write_direct`]).
+    /// A direct write's logs, or a write-behind's, are being laid out: every one with a payload
+    /// has it written apart from its summary, however small, so the write waits for no other
+    /// log ([`Engine::write_direct`]) and no other writer writes its data
+    /// ([`Engine::commit_behind_log`]).
     direct: bool,
 }
 
@@ -255,7 +256,8 @@ impl Writer {
         std::mem::replace(&mut self.refreshing, on)
     }
 
-    /// A direct write's logs begin (`true`) or end being laid out; they do not nest.
+    /// A direct write's (or a write-behind's) logs begin (`true`) or end being laid out; they
+    /// do not nest.
     pub fn set_direct(&mut self, on: bool) {
         assert!(
             self.direct != on,

@@ -117,11 +117,16 @@ impl Engine {
             let base = (a.start + 1) * BLOCK_U64;
             let mut started = Vec::new();
             if self.dev().writes_are_copies() {
-                for (i, block) in a.blocks.iter().enumerate() {
-                    self.dev()
-                        .write_at(base + i as u64 * BLOCK_U64, &block[..])
-                        .map_err(|e| self.payload_error(a, e))?;
-                }
+                // The payload's blocks are fenced once, after the last: nothing is published
+                // between them.
+                crate::sys::mmap::stream_batch(|| {
+                    for (i, block) in a.blocks.iter().enumerate() {
+                        self.dev()
+                            .write_at(base + i as u64 * BLOCK_U64, &block[..])
+                            .map_err(|e| self.payload_error(a, e))?;
+                    }
+                    Ok::<(), Error>(())
+                })?;
             } else {
                 // Several chunks in flight, so a scheduler sees the writer backlogged for the
                 // whole payload; the window bounds the copies held.
