@@ -173,3 +173,6 @@ const _: () = {
     assert!(CLEAN_ROOM_SEGMENTS <= FULL_PASS_ROOM_SEGMENTS);
     assert!(LOW_WATER_DIVISOR >= 2);
 };
+/// Blocks of a file a seal looks at to tell whether the versions they replace lived long
+/// (`Engine::long_lived_files`).
+pub(crate) const LIFETIME_SAMPLE: usize = 16;

@@ -483,6 +483,9 @@ pub struct FsCounters {
     /// segments that hold no writer's logs (light passes that also moved metadata included,
     /// which `light_cleaning_passes` leaves out).
     pub light_passes_apart: u64,
+    /// Seals of buffered data whose files' last versions lived long went to that head, in a
+    /// run of their own (host writes parted by expected lifetime).
+    pub seals_apart: u64,
     /// What the cleaner saw, summed over its passes (`cleaning_passes`), to tell its write
     /// amplification apart: the free blocks and the live blocks in the pool as each pass began;
     /// the victims it chose and their live blocks, and the live blocks of as many of the

@@ -78,8 +78,24 @@ impl Engine {
         let mut one = vec![0u8; BLOCK];
         // An error part-way (a victim that cannot be read) leaves the copies so far in an
         // open log: it is closed below as a run cut short, not left for the next log to find.
+        // While host writes are parted by expected lifetime, a victim's copies go to the head
+        // that wrote it: short-lived data's to the writers' head, the rest to the cleaner's.
+        // Those victims first, so the chain enters the cleaner's head once.
+        let by_lifetime = apart && m.cleaning.ages_differ();
+        let mut order = victims.to_vec();
+        if by_lifetime {
+            order.sort_by_key(|&v| !m.seg.short_lived(v));
+        }
+        let mut open_apart = false;
         let mut walk = || -> Result<()> {
-            for &s in victims {
+            for &s in &order {
+                let here = apart && !(by_lifetime && m.seg.short_lived(s));
+                if open && here != open_apart {
+                    // The copies so far end their run where they are.
+                    self.log_close(m, format::FLAG_END)?;
+                    open = false;
+                }
+                open_apart = here;
                 let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
                 let whole = if let Some(read) = m.bg_clean.read.remove(&s) {
                     buf = read;
@@ -159,7 +175,7 @@ impl Engine {
                                     a,
                                     data,
                                     &mut open,
-                                    apart,
+                                    here,
                                 ) {
                                     Ok(Some(copied)) => {
                                         moved += u64::from(copied);
@@ -226,7 +242,7 @@ impl Engine {
             return Ok(Some(false));
         }
         if !*open {
-            if apart {
+            if apart && !m.writer.in_copies() {
                 self.copies_enter(m)?;
             }
             self.log_open(m, format::FLAG_BEGIN | format::FLAG_DATA_ONLY);

@@ -212,6 +212,7 @@ impl Engine {
             // The copies are as old as the youngest data they come from.
             let age = victims.iter().map(|&v| m.life.segment_written(v)).max();
             m.life.start_copies(age);
+            m.seg.start_copies(&victims);
             m.cleaning.set_copying(true);
             let moved = self.move_live(m, &victims, light);
             m.cleaning.set_copying(false);
@@ -241,6 +242,7 @@ impl Engine {
                 Ok((copied, metadata == 0))
             });
             m.life.end_copies();
+            m.seg.end_copies();
             let (copied, was_light) = moved?;
             // The newest checkpoint before the cleaning one may still pin the old copies (it
             // was the newest when they died); the next checkpoint releases it.

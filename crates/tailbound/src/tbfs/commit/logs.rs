@@ -106,6 +106,17 @@ impl Engine {
     /// parked head, or else a fresh segment, the one the writer was to go to next. Its copies
     /// then share no segment with the writers' logs (docs/ARCHITECTURE.md, "Cleaner").
     pub(crate) fn copies_enter(&self, m: &mut State) -> Result<()> {
+        if self.enter_long_lived(m)? {
+            self.count(|c| c.light_passes_apart += 1);
+        }
+        Ok(())
+    }
+
+    /// Moves the log chain into the long-lived log head (the cleaner's): a light pass's copies,
+    /// or a seal's run of host data whose files' last versions lived long
+    /// ([`Engine::long_lived_room`]). `false` when the chain stays where it is (no free segment
+    /// to open the head in).
+    pub(crate) fn enter_long_lived(&self, m: &mut State) -> Result<bool> {
         assert!(
             !m.writer.in_copies(),
             "the cleaner's log head entered twice"
@@ -117,22 +128,31 @@ impl Engine {
                 // (`copies_leave`): no head is held apart for copies that gain nothing by it.
                 let keep = m.cleaning.ages_differ();
                 self.jump(m, pos, seg, None, true, keep)?;
-                self.count(|c| c.light_passes_apart += 1);
-                Ok(())
+                Ok(true)
             }
             None => {
                 // `copy_head_room` found one under this hold of `meta`; without it the copies
                 // stay with the writers' logs.
                 let Some(next) = self.pick_free_segment(m) else {
-                    return Ok(());
+                    return Ok(false);
                 };
                 let seg = m.writer.next_seg();
                 self.jump(m, self.seg_start(seg), seg, Some(next), true, true)?;
                 self.entered_fresh_segment(m, next);
-                self.count(|c| c.light_passes_apart += 1);
-                Ok(())
+                Ok(true)
             }
         }
+    }
+
+    /// Whether a seal may part host writes by expected lifetime, and the room the long-lived
+    /// head takes beyond the data ([`Engine::copy_head_room`]): only while segment ages differ,
+    /// where the cleaner's head is open for copies too. Where every block dies at one rate
+    /// (uniform overwrites) there is no lifetime to part by, and nothing changes.
+    pub(crate) fn long_lived_room(&self, m: &State) -> Option<u64> {
+        if !m.cleaning.ages_differ() {
+            return None;
+        }
+        self.copy_head_room(m)
     }
 
     /// Moves the log chain back to the writers' log head after a light pass's copies; the

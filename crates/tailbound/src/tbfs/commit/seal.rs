@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::tbfs::format::{DescKind, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
 use crate::tbfs::inode::InodeCell;
-use crate::tbfs::limits::SEAL_PART_BLOCKS;
+use crate::tbfs::limits::{LIFETIME_SAMPLE, SEAL_PART_BLOCKS};
 use crate::tbfs::log::data::{has_unsealed, sealable, unsealed_count};
 use crate::tbfs::state::{Engine, Section, State, StateGuard};
 use crate::tbfs::{Barrier, Error, Result};
@@ -242,8 +242,106 @@ impl Engine {
             Err(Error::NoSpace(_)) if if_room => return Ok(taken),
             r => r?,
         }
+        // Files whose last versions lived long go to the long-lived head, in a run of their own,
+        // as far as the rest of its segment takes them (`long_lived_files`).
+        let long = self.long_lived_files(m, cells);
+        if !long.contains(&true) {
+            self.seal_run(m, cells.iter())?;
+            return Ok(taken);
+        }
+        let pick = |want: bool| {
+            cells
+                .iter()
+                .zip(&long)
+                .filter(move |&(_, &l)| l == want)
+                .map(|(c, _)| c)
+        };
+        m.seg.set_short_run(true);
+        let short = self.seal_run(m, pick(false));
+        m.seg.set_short_run(false);
+        short?;
+        let head = m.writer.parked().map(|(_, seg)| seg);
+        let entered = self.enter_long_lived(m)?;
+        assert!(entered, "a parked log head not entered");
+        self.count(|c| c.seals_apart += 1);
+        let sealed = self.seal_run(m, pick(true));
+        // The space check counted no room for a segment this head would enter.
+        assert!(
+            sealed.is_err() || head == Some(m.writer.cur_seg()),
+            "host data of long-lived files overran the rest of the long-lived head's segment"
+        );
+        // Back to the writers' head, whose next logs are theirs again.
+        let left = self.copies_leave(m);
+        sealed?;
+        left?;
+        Ok(taken)
+    }
+
+    /// For each file of `cells`: whether its buffered data goes to the long-lived log head (the
+    /// cleaner's), while segment ages differ and that head is parked (`long_lived_room`). A
+    /// file goes there when its buffered blocks replace versions that lived long, at least half
+    /// the live blocks' count in host writes (as the segments they are in tell it:
+    /// `SegmentTable::lived_less_than`), or are first written, which counts as long-lived
+    /// (docs/ARCHITECTURE.md, "Host writes by expected lifetime"); and only as far as the rest
+    /// of the head's segment takes them with their summaries and the jump back: the free count
+    /// leaves that rest out, so what goes there needs no room the space check did not count,
+    /// and the head never enters a segment for host data (the copies open it). A few of each
+    /// file's blocks are looked at, not all: a file's blocks are written alike more often than
+    /// not, and this runs under `meta`.
+    fn long_lived_files(&self, m: &State, cells: &[Arc<InodeCell>]) -> Vec<bool> {
+        let mut room = match (self.long_lived_room(m), m.writer.parked()) {
+            (Some(_), Some(_)) if !m.writer.in_copies() => {
+                // The jump back, and a summary per 64 blocks beside one per log begun.
+                self.copy_head_rest(m).saturating_sub(4)
+            }
+            _ => return vec![false; cells.len()],
+        };
+        let sb = self.segment_blocks();
+        let short_below = m.seg.used_blocks() / 2;
+        cells
+            .iter()
+            .map(|cell| {
+                let st = cell.lock();
+                if st.freed() || st.kind() != crate::tbfs::FileKind::File {
+                    return false;
+                }
+                let (mut long, mut short) = (0u32, 0u32);
+                let unsealed = st.dirty().iter().filter(|(_, d)| d.sealed_in.is_none());
+                for (&block, _) in unsealed.take(LIFETIME_SAMPLE) {
+                    let old = st.map().get(block);
+                    let lived_short = old >= crate::tbfs::format::FIRST_SEGMENT_BLOCK
+                        && m.seg.lived_less_than(
+                            crate::tbfs::space::segments::segment_of(old, sb),
+                            short_below,
+                        );
+                    if lived_short {
+                        short += 1;
+                    } else {
+                        long += 1;
+                    }
+                }
+                // Its blocks, its attributes record and a summary per 64 blocks.
+                let blocks = st.dirty().len() as u64 + 1;
+                let takes = blocks + blocks.div_ceil(64);
+                if long > short && takes <= room {
+                    room -= takes;
+                    true
+                } else {
+                    false
+                }
+            })
+            .collect()
+    }
+
+    /// Writes the buffered data of the files of `cells` as one run of data-only logs where the
+    /// chain stands (nothing if none has anything a data-only log may take).
+    fn seal_run<'c>(
+        &self,
+        m: &mut State,
+        cells: impl Iterator<Item = &'c Arc<InodeCell>>,
+    ) -> Result<()> {
         let mut open = false;
-        let mut done = Vec::with_capacity(cells.len());
+        let mut done = Vec::new();
         for cell in cells {
             let mut st = cell.lock();
             if st.freed() || st.kind() != crate::tbfs::FileKind::File || !sealable(m, cell.ino, &st)
@@ -270,7 +368,7 @@ impl Engine {
             Ok(())
         };
         m.writer.set_charge(None);
-        closed.map(|()| taken)
+        closed
     }
 
     /// Adds a file's unsealed buffers and its size and mtime to the open data-only log, as the

@@ -32,6 +32,20 @@ pub(crate) struct SegmentTable {
     /// figures (a victim holding both mixes data of different ages), not for reuse.
     host: Vec<u32>,
     copied: Vec<u32>,
+    /// Host data blocks written so far (since the pool was opened): the clock a block's
+    /// lifetime is counted in, as the cleaner's model counts it (in writes, not time).
+    clock: u64,
+    /// For each segment, `clock` at its newest data: a host write's, or the newest of the
+    /// victims a copy came from (`copy_stamp`). 0 for a segment entered since with no data.
+    stamp: Vec<u64>,
+    /// While a light pass copies: the newest stamp of its victims, which its copies keep.
+    copy_stamp: Option<u64>,
+    /// Segments holding host data a seal found short-lived (since the writer last entered
+    /// them): their copies stay with short-lived data, in the writers' head.
+    short: Vec<bool>,
+    /// A seal is laying out files found short-lived: the segments their data goes to are
+    /// marked `short`.
+    short_run: bool,
 }
 
 impl SegmentTable {
@@ -46,6 +60,11 @@ impl SegmentTable {
             pinned: vec![0; count],
             host: vec![0; count],
             copied: vec![0; count],
+            clock: 0,
+            stamp: vec![0; count],
+            copy_stamp: None,
+            short: vec![false; count],
+            short_run: false,
         }
     }
 
@@ -161,6 +180,8 @@ impl SegmentTable {
     pub fn entered(&mut self, s: usize) {
         self.host[s] = 0;
         self.copied[s] = 0;
+        self.stamp[s] = 0;
+        self.short[s] = false;
     }
 
     /// `blocks` of data were written into segment `s`, copied by the cleaner or by the host.
@@ -172,6 +193,53 @@ impl SegmentTable {
         };
         // Saturating: a figure, and a segment holds far fewer blocks than this bounds.
         *count = count.saturating_add(u32::try_from(blocks).unwrap_or(u32::MAX));
+        if blocks == 0 {
+            return;
+        }
+        if self.short_run && !copied {
+            self.short[s] = true;
+        }
+        let stamp = match (copied, self.copy_stamp) {
+            (true, Some(stamp)) => stamp,
+            (true, None) => self.clock,
+            (false, _) => {
+                self.clock = self.clock.saturating_add(blocks);
+                self.clock
+            }
+        };
+        self.stamp[s] = self.stamp[s].max(stamp);
+    }
+
+    /// A seal starts (`true`) or ends laying out the data of files found short-lived.
+    pub fn set_short_run(&mut self, on: bool) {
+        self.short_run = on;
+    }
+
+    /// Whether segment `s` holds host data a seal found short-lived.
+    pub fn short_lived(&self, s: usize) -> bool {
+        self.short[s]
+    }
+
+    /// A light pass starts copying live blocks out of `victims`: its copies keep their newest
+    /// stamp, so data that outlived a segment does not look freshly written.
+    pub fn start_copies(&mut self, victims: &[usize]) {
+        self.copy_stamp = Some(victims.iter().map(|&v| self.stamp[v]).max().unwrap_or(0));
+    }
+
+    /// The light pass's copies are laid out.
+    pub fn end_copies(&mut self) {
+        self.copy_stamp = None;
+    }
+
+    /// Whether the data of segment `s` was written (or, for copies, first written) less than
+    /// `than` host blocks ago: what a block replaced there lived, as well as the segment tells
+    /// it. The time since the segment's newest data, not since the block's own write: a
+    /// segment holds no per-block times, and the model found the estimate close
+    /// (`cleaner_sim::Heads::ByLifetimeOfSegment`).
+    pub fn lived_less_than(&self, s: usize, than: u64) -> bool {
+        self.stamp
+            .get(s)
+            .is_some_and(|&stamp| stamp != 0 && self.clock - stamp < than)
     }
 
     /// Whether segment `s` holds data both of the host and copied by the cleaner since the
@@ -225,6 +293,39 @@ mod tests {
         assert!(!t.mixed(0), "entered again: nothing of before counts");
         t.note_data(1, 4, true);
         assert!(!t.mixed(1), "copies alone");
+    }
+
+    #[test]
+    fn a_segment_tells_its_data_short_lived_by_host_writes_since_its_newest() {
+        let mut t = SegmentTable::new(3, 8);
+        assert!(!t.lived_less_than(0, 100), "nothing written: long-lived");
+        t.note_data(0, 4, false);
+        t.note_data(1, 4, false);
+        assert!(t.lived_less_than(0, 5) && !t.lived_less_than(0, 4));
+        assert!(t.lived_less_than(1, 1));
+        // Copies keep their victims' newest stamp, however late they are written.
+        t.start_copies(&[0]);
+        t.note_data(1, 50, false);
+        t.note_data(2, 2, true);
+        t.end_copies();
+        assert!(!t.lived_less_than(2, 54) && t.lived_less_than(2, 55));
+        t.entered(1);
+        assert!(
+            !t.lived_less_than(1, u64::MAX),
+            "entered again: its data is gone"
+        );
+        t.set_short_run(true);
+        t.note_data(1, 1, false);
+        t.note_data(2, 1, true);
+        t.set_short_run(false);
+        t.note_data(0, 1, false);
+        assert!(t.short_lived(1), "host data of a short-lived run");
+        assert!(
+            !t.short_lived(2) && !t.short_lived(0),
+            "copies, and host data of no such run"
+        );
+        t.entered(1);
+        assert!(!t.short_lived(1));
     }
 
     #[test]
