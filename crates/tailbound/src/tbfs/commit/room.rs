@@ -497,9 +497,15 @@ impl Engine {
             // cleaner seals the buffer before its passes (`clean_passes`) and a checkpoint for
             // metadata that finds no room waits for a later one (under uniform overwrites it
             // always does: `SegmentTable::metadata_waits`), so the flush kept is the least a
-            // writer buffers: every segment kept free raises the victims' live fraction. A
-            // namespace change pending changes nothing: passes are light whatever is pending.
-            let flush = BUFFER_LIMIT_MIN_BLOCKS.min(flush);
+            // writer buffers: every segment kept free raises the victims' live fraction. But
+            // while a namespace change is pending, the next sync is a checkpoint carrying
+            // every buffered block, which a smaller mark leaves no room for (a spurious
+            // `NoSpace` well below full: `writers_buffer_less_while_space_is_short_...`).
+            let flush = if m.changes.namespace_dirty() {
+                flush
+            } else {
+                BUFFER_LIMIT_MIN_BLOCKS.min(flush)
+            };
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)
