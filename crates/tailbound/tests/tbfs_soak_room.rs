@@ -532,6 +532,19 @@ fn a_pool_churned_at_85_percent_answers_no_space_only_at_90() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// Files `/d/f0`, `/d/f1`, … of `len` bytes each, written by `write` until the next would pass
+/// 85 % of the pool: their numbers.
+fn fill_to_85(fs: &Fs, len: u64, write: impl Fn(&Fs, u64) -> Result<(), Error>) -> Vec<u64> {
+    let size = fs.space().unwrap().size;
+    let mut files = Vec::new();
+    while (files.len() as u64 + 1) * len < size * 85 / 100 {
+        let n = files.len() as u64;
+        write(fs, n).unwrap();
+        files.push(n);
+    }
+    files
+}
+
 /// The quick tests' pool: a 32 MiB simulated device that writes as a memory pool does, in
 /// 128 KiB segments, with a 1 MiB write buffer and no background cleaner.
 fn small_pool() -> (Arc<SimDevice>, Config) {
@@ -557,19 +570,13 @@ fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
     let (dev, config) = small_pool();
     let fs = Fs::format(dev.clone(), &config).unwrap();
     fs.mkdir("/d", 0o755).unwrap();
-    let size = fs.space().unwrap().size;
     let len = 96u64 << 10;
     let write = |fs: &Fs, n: u64| -> Result<(), Error> {
         let f = fs.open_file(&format!("/d/f{n}"), OpenFlags::create())?;
         f.pwrite(&data(n, len as usize), 0).map(|_| ())
     };
-    let mut files = Vec::new();
-    let mut next = 0u64;
-    while (files.len() as u64 + 1) * len < size * 85 / 100 {
-        write(&fs, next).unwrap();
-        files.push(next);
-        next += 1;
-    }
+    let mut files = fill_to_85(&fs, len, write);
+    let mut next = files.len() as u64;
     fs.sync().unwrap();
     let snapshot = fs.snapshot(None).unwrap();
     // Churn under the snapshot: every delete pins what it frees, so the pool fills up.
@@ -674,7 +681,6 @@ fn a_close_after_deletes_under_a_snapshot_in_a_full_pool_is_written() {
     config.clock = Clock::stepped(1_700_000_000_000_000_000, Duration::from_micros(10));
     let fs = Fs::format(dev.clone(), &config).unwrap();
     fs.mkdir("/d", 0o755).unwrap();
-    let size = fs.space().unwrap().size;
     let len = 48u64 << 10;
     let write = |fs: &Fs, n: u64| -> Result<(), Error> {
         let f = fs.open_file(&format!("/d/f{n}"), OpenFlags::create())?;
@@ -688,13 +694,8 @@ fn a_close_after_deletes_under_a_snapshot_in_a_full_pool_is_written() {
             "a delete refused below 90 % live + pinned: {e}; {s:?}"
         );
     };
-    let mut files = Vec::new();
-    let mut next = 0u64;
-    while (files.len() as u64 + 1) * len < size * 85 / 100 {
-        write(&fs, next).unwrap();
-        files.push(next);
-        next += 1;
-    }
+    let mut files = fill_to_85(&fs, len, write);
+    let mut next = files.len() as u64;
     fs.sync().unwrap();
     let snapshot = fs.snapshot(None).unwrap();
     let mut rng = Rng(211);
