@@ -48,9 +48,10 @@ impl Engine {
     /// add ([`DELETES_ALLOWANCE_BLOCKS`]); and while a pin may outlive a snapshot's drop, every
     /// page of the pinned table (`drop_pinned_room`). Deletes and truncates answer `NoSpace`
     /// only under a snapshot or a view in a pool full by the 90 % rule, when what earlier ones
-    /// added cannot be paid (`Engine::pay_deletes_debt_first`), and add to the next checkpoint without a space check: files deleted all over
-    /// the tree rewrite every page holding one of them, and under a snapshot the pinned-table
-    /// pages of the blocks they pin, their directories and a truncated file's map. Inode pages
+    /// added cannot be paid (`Engine::pay_deletes_debt_first`), and add to the next checkpoint
+    /// without a space check: files deleted all over the tree rewrite every page holding one
+    /// of them, and under a snapshot the pinned-table pages of the blocks they pin, their
+    /// directories and a truncated file's map. Inode pages
     /// are bounded by the inode file; the rest is charged as it is added (`DeletesDebt`), and
     /// a change that takes the charge past half the allowance pays the debt with a checkpoint
     /// (`Engine::settle_deletes_debt`). So the debt a checkpoint (a sync's, a snapshot drop's)
