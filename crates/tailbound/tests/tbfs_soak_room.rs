@@ -28,7 +28,9 @@ mod common;
 use common::{data, program_file_size as size, read, Rng};
 
 use tailbound::dev::sim::SimDevice;
-use tailbound::tbfs::{fsck, Clock, Config, Error, FileKind, Fs, OpenFlags, OpenOptions};
+use tailbound::tbfs::{
+    fsck, Clock, Config, Error, FileKind, Fs, OpenFlags, OpenOptions, SpaceReport,
+};
 
 /// A file the model holds: its path, the stream its bytes come from, and its length (an
 /// overwrite writes the bytes the file already holds, so the content is always a prefix of
@@ -70,6 +72,17 @@ impl Soak {
 
     /// A `NoSpace` answer to a call that would write `len` more bytes of files: allowed only
     /// at 90 % of the pool live and pinned (and never for calls that free space).
+    /// Drops every snapshot the model holds (a drop is never refused), after a power cut's
+    /// recovery found the pool full under them.
+    fn drop_snapshots_after_the_cut(&mut self) {
+        for n in std::mem::take(&mut self.snapshots) {
+            if let Err(e) = self.fs.set_snapshot(n, false) {
+                self.failures
+                    .push(format!("dropping snapshot {n} after the cut: {e}"));
+            }
+        }
+    }
+
     fn no_space(&mut self, what: &str, len: u64, frees: bool, e: &Error) {
         self.refused += 1;
         let used = self.live + len + self.pinned();
@@ -377,18 +390,13 @@ impl Soak {
         // the snapshots, which is never refused, then lets it through.
         if !refused_unlinks.is_empty() {
             let s = soak.fs.space().unwrap();
-            if (s.live + s.pinned_by_snapshots) * 10 < s.size * 9 || soak.snapshots.is_empty() {
+            if !full_by_rule(&s) || soak.snapshots.is_empty() {
                 soak.failures.push(format!(
                     "{} unlinks after the cut refused below the 90 % rule or with no snapshot: {s:?}",
                     refused_unlinks.len()
                 ));
             }
-            for n in std::mem::take(&mut soak.snapshots) {
-                if let Err(e) = soak.fs.set_snapshot(n, false) {
-                    soak.failures
-                        .push(format!("dropping snapshot {n} after the cut: {e}"));
-                }
-            }
+            soak.drop_snapshots_after_the_cut();
             for path in refused_unlinks {
                 if let Err(e) = soak.fs.unlink(&path) {
                     soak.failures.push(format!(
@@ -405,12 +413,7 @@ impl Soak {
             Ok(()) => {}
             Err(e @ Error::NoSpace(_)) => {
                 soak.no_space("the sync after recovering from the cut", 0, false, &e);
-                for n in std::mem::take(&mut soak.snapshots) {
-                    if let Err(e) = soak.fs.set_snapshot(n, false) {
-                        soak.failures
-                            .push(format!("dropping snapshot {n} after the cut: {e}"));
-                    }
-                }
+                soak.drop_snapshots_after_the_cut();
                 if let Err(e) = soak.fs.sync() {
                     soak.failures.push(format!(
                         "the sync after recovering from the cut, the snapshots dropped: {e}"
@@ -532,17 +535,38 @@ fn a_pool_churned_at_85_percent_answers_no_space_only_at_90() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Files `/d/f0`, `/d/f1`, … of `len` bytes each, written by `write` until the next would pass
-/// 85 % of the pool: their numbers.
-fn fill_to_85(fs: &Fs, len: u64, write: impl Fn(&Fs, u64) -> Result<(), Error>) -> Vec<u64> {
+/// Writes `/d/f{n}`: `len` bytes of `data(n, …)`.
+fn write_numbered(fs: &Fs, n: u64, len: u64) -> Result<(), Error> {
+    let f = fs.open_file(&format!("/d/f{n}"), OpenFlags::create())?;
+    f.pwrite(&data(n, len as usize), 0).map(|_| ())
+}
+
+/// Files `/d/f0`, `/d/f1`, … of `len` bytes each ([`write_numbered`]), until the next would
+/// pass 85 % of the pool: their numbers.
+fn fill_to_85(fs: &Fs, len: u64) -> Vec<u64> {
     let size = fs.space().unwrap().size;
     let mut files = Vec::new();
     while (files.len() as u64 + 1) * len < size * 85 / 100 {
         let n = files.len() as u64;
-        write(fs, n).unwrap();
+        write_numbered(fs, n, len).unwrap();
         files.push(n);
     }
     files
+}
+
+/// Whether live data and what snapshots pin fill 90 % of the pool: the rule below which no
+/// write, and no delete under a snapshot, may be refused.
+fn full_by_rule(s: &SpaceReport) -> bool {
+    (s.live + s.pinned_by_snapshots) * 10 >= s.size * 9
+}
+
+/// Asserts that `e`, answered to `what`, is `NoSpace` in a pool full by the 90 % rule.
+fn assert_refused_at_90(fs: &Fs, what: &str, e: &Error) {
+    let s = fs.space().unwrap();
+    assert!(
+        matches!(e, Error::NoSpace(_)) && full_by_rule(&s),
+        "{what} refused below 90 % live + pinned: {e}; {s:?}"
+    );
 }
 
 /// The quick tests' pool: a 32 MiB simulated device that writes as a memory pool does, in
@@ -571,11 +595,7 @@ fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
     let fs = Fs::format(dev.clone(), &config).unwrap();
     fs.mkdir("/d", 0o755).unwrap();
     let len = 96u64 << 10;
-    let write = |fs: &Fs, n: u64| -> Result<(), Error> {
-        let f = fs.open_file(&format!("/d/f{n}"), OpenFlags::create())?;
-        f.pwrite(&data(n, len as usize), 0).map(|_| ())
-    };
-    let mut files = fill_to_85(&fs, len, write);
+    let mut files = fill_to_85(&fs, len);
     let mut next = files.len() as u64;
     fs.sync().unwrap();
     let snapshot = fs.snapshot(None).unwrap();
@@ -592,15 +612,10 @@ fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
                 files.swap_remove(i);
             }
             Err(e) => {
-                let s = fs.space().unwrap();
-                assert!(
-                    matches!(e, Error::NoSpace(_))
-                        && (s.live + s.pinned_by_snapshots) * 10 >= s.size * 9,
-                    "an unlink refused below 90 % live + pinned: {e}; {s:?}"
-                );
+                assert_refused_at_90(&fs, "an unlink", &e);
             }
         }
-        match write(&fs, next) {
+        match write_numbered(&fs, next, len) {
             Ok(()) => {
                 files.push(next);
                 refused_in_a_row = 0;
@@ -621,7 +636,7 @@ fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
     }
     let full = fs.space().unwrap();
     assert!(
-        (full.live + full.pinned_by_snapshots) * 10 >= full.size * 9,
+        full_by_rule(&full),
         "writes refused below 90 % live + pinned: {full:?}"
     );
     // Deletes all over the pool mark every pinned-table page; nothing writes them before
@@ -632,12 +647,7 @@ fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
     let mut refused = Vec::new();
     for n in &gone {
         if let Err(e) = fs.unlink(&format!("/d/f{n}")) {
-            let s = fs.space().unwrap();
-            assert!(
-                matches!(e, Error::NoSpace(_))
-                    && (s.live + s.pinned_by_snapshots) * 10 >= s.size * 9,
-                "unlink /d/f{n} refused below 90 % live + pinned: {e}; {s:?}"
-            );
+            assert_refused_at_90(&fs, &format!("unlink /d/f{n}"), &e);
             refused.push(*n);
         }
     }
@@ -652,7 +662,7 @@ fn a_snapshot_drop_after_deletes_under_it_in_a_full_pool_is_written() {
         fs.unlink(&format!("/d/f{n}"))
             .unwrap_or_else(|e| panic!("unlink /d/f{n} after the drop: {e}"));
     }
-    write(&fs, next).unwrap();
+    write_numbered(&fs, next, len).unwrap();
     fs.sync().unwrap();
     fs.close().unwrap();
     let report = fsck::check(dev.as_ref()).unwrap();
@@ -682,19 +692,8 @@ fn a_close_after_deletes_under_a_snapshot_in_a_full_pool_is_written() {
     let fs = Fs::format(dev.clone(), &config).unwrap();
     fs.mkdir("/d", 0o755).unwrap();
     let len = 48u64 << 10;
-    let write = |fs: &Fs, n: u64| -> Result<(), Error> {
-        let f = fs.open_file(&format!("/d/f{n}"), OpenFlags::create())?;
-        f.pwrite(&data(n, len as usize), 0).map(|_| ())
-    };
     // A delete under the snapshot may be refused, as a write is, only at 90 % live + pinned.
-    let at_90 = |fs: &Fs, e: &Error| {
-        let s = fs.space().unwrap();
-        assert!(
-            matches!(e, Error::NoSpace(_)) && (s.live + s.pinned_by_snapshots) * 10 >= s.size * 9,
-            "a delete refused below 90 % live + pinned: {e}; {s:?}"
-        );
-    };
-    let mut files = fill_to_85(&fs, len, write);
+    let mut files = fill_to_85(&fs, len);
     let mut next = files.len() as u64;
     fs.sync().unwrap();
     let snapshot = fs.snapshot(None).unwrap();
@@ -706,11 +705,11 @@ fn a_close_after_deletes_under_a_snapshot_in_a_full_pool_is_written() {
         assert!(ops < 10_000, "the pool never filled under the snapshot");
         let i = rng.below(files.len() as u64) as usize;
         if let Err(e) = fs.unlink(&format!("/d/f{}", files[i])) {
-            at_90(&fs, &e);
+            assert_refused_at_90(&fs, "a delete", &e);
         } else {
             files.swap_remove(i);
         }
-        match write(&fs, next) {
+        match write_numbered(&fs, next, len) {
             Ok(()) => {
                 files.push(next);
                 refused_in_a_row = 0;
@@ -748,7 +747,7 @@ fn a_close_after_deletes_under_a_snapshot_in_a_full_pool_is_written() {
             Ok(()) if l > 0 => kept.push((*n, l)),
             Ok(()) => {}
             Err(e) => {
-                at_90(&fs, &e);
+                assert_refused_at_90(&fs, "a delete", &e);
                 refused.push(*n);
             }
         }
@@ -855,9 +854,7 @@ fn writes_under_a_snapshot_get_the_space_deletes_under_it_give_back() {
         fs.unlink(&format!("/old/f{n}")).unwrap();
     }
     let space = fs.space().unwrap();
-    let used = |s: &tailbound::tbfs::SpaceReport| {
-        (s.live + s.pinned_by_snapshots) as f64 * 100.0 / s.size as f64
-    };
+    let used = |s: &SpaceReport| (s.live + s.pinned_by_snapshots) as f64 * 100.0 / s.size as f64;
     // New files up to 84 % live + pinned, far below the 90 % at which writes may be refused:
     // at least a quarter of the files the plain checkpoint made durable under the snapshot,
     // which stay pinned until a checkpoint releases it. (Not a share of every file written

@@ -86,11 +86,7 @@ impl Engine {
     /// its drop, no longer fit. Below 90 % the change goes on with the debt unpaid, so there
     /// the bound holds only while cleaning keeps up.
     pub(in crate::tbfs) fn pay_deletes_debt_first(&self, m: &mut State) -> Result<()> {
-        if !Self::keeps_dropped(m) {
-            return Ok(());
-        }
-        let charged = m.deletes_debt.charged(Self::deletes_probe(m));
-        if charged <= DELETES_ALLOWANCE_BLOCKS / 2 || !self.changed_since_checkpoint(m) {
+        if !self.deletes_debt_due(m) {
             return Ok(());
         }
         let debt = pinned_pages_as_written(m, self.checkpoint_debt(m, true));
@@ -123,6 +119,18 @@ impl Engine {
         }
     }
 
+    /// Whether the deletes' debt is due to be paid: a snapshot or a view keeps what deletes
+    /// drop, their charge is past half the allowance, and something changed since the last
+    /// checkpoint. At half, not the whole: the checkpoint that pays must keep the whole
+    /// allowance beside a cycle (`Engine::checkpoint_floor`), and near full it found that room
+    /// less often when the charge had taken all of it (writes were refused below 90 % live +
+    /// pinned).
+    fn deletes_debt_due(&self, m: &State) -> bool {
+        Self::keeps_dropped(m)
+            && m.deletes_debt.charged(Self::deletes_probe(m)) > DELETES_ALLOWANCE_BLOCKS / 2
+            && self.changed_since_checkpoint(m)
+    }
+
     /// Whether live data and what snapshots pin fill 90 % of the pool or more: the pool is
     /// full by the rule `NoSpace` answers keep (issue 38), and a change under a snapshot that
     /// frees nothing may be refused.
@@ -143,15 +151,7 @@ impl Engine {
     /// `FsCounters::deletes_debt_unpaid`) until the next space check counts it, and this never
     /// answers `NoSpace`.
     pub(in crate::tbfs) fn settle_deletes_debt(&self, m: &mut State) -> Result<()> {
-        if !Self::keeps_dropped(m) {
-            return Ok(());
-        }
-        let charged = m.deletes_debt.charged(Self::deletes_probe(m));
-        // At half the allowance, not the whole: the checkpoint that pays must keep the whole
-        // allowance beside a cycle (`Engine::checkpoint_floor`), and near full it found that
-        // room less often when the charge had taken all of it (seed 4 of `tbfs_soak_room` had
-        // writes refused at 89.5 % live + pinned).
-        if charged <= DELETES_ALLOWANCE_BLOCKS / 2 || !self.changed_since_checkpoint(m) {
+        if !self.deletes_debt_due(m) {
             return Ok(());
         }
         match self.commit_checkpoint(m) {
