@@ -16,7 +16,8 @@
 //! whose payload is incomplete and still replayed real-time logs written after a checkpoint that
 //! follows it.
 //!
-//! Replay one run with `TBFS_CRASH_SEED=<seed> cargo test -p tailbound --test tbfs_crash_classes`;
+//! Replay one run with `TBFS_CRASH_SEED=<seed> cargo test -p tailbound --test tbfs_crash_classes`
+//! (its own checks only: the out-of-order check above is across seeds);
 //! run more than the default number with `TBFS_CRASH_RUNS=<n>`.
 
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
@@ -486,8 +487,8 @@ fn run_one(seed: u64, mode: BeWrite) -> Result<Totals, String> {
     Ok(seen)
 }
 
-/// Runs the seeded runs of `mode` (or the one `TBFS_CRASH_SEED` names) and checks that some
-/// crash image showed out-of-order durability.
+/// Runs the seeded runs of `mode` (or the one `TBFS_CRASH_SEED` names) and, over the seeded
+/// runs, checks that some crash image showed out-of-order durability.
 fn explore(mode: BeWrite, salt: u64) {
     let replay = std::env::var("TBFS_CRASH_SEED")
         .ok()
@@ -519,6 +520,12 @@ fn explore(mode: BeWrite, salt: u64) {
          that does not count",
         seen.out_of_order, seen.dependent
     );
+    // The check is across seeds: one seed replayed may show no image out of order and still
+    // have passed every check of its own.
+    if replay.is_some() {
+        eprintln!("{mode:?}: one seed replayed, so the check across seeds is not made");
+        return;
+    }
     assert!(
         seen.out_of_order > 0,
         "{mode:?}: no crash image showed a real-time log durable past an incomplete earlier payload"
