@@ -690,11 +690,50 @@ pub fn run_child(
 ) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: mkdir: {e}", dir.display()))?;
     let result = match processes {
-        None => workload::run(&PosixFs::new(dir), p).map_err(|e| e.to_string())?,
+        None => {
+            let mut set_up = false;
+            workload::run_marked(&PosixFs::new(dir), p, || {
+                if !std::mem::replace(&mut set_up, true) {
+                    wait_for_pool_mapping(POOL_MAPPING_WAIT_MAX);
+                }
+            })
+            .map_err(|e| e.to_string())?
+        }
         Some(n) => processes::run_processes(dir, p, n)?,
     };
     let line = serde_json::to_string(&result).map_err(|e| e.to_string())?;
     writeln!(out, "{line}").map_err(|e| format!("writing the result: {e}"))
+}
+
+/// The name `tailbound::dev::memory::MemoryPool::open` gives the thread that maps a reopened
+/// tmpfs pool into the process in the background.
+pub const POOL_MAPPING_THREAD: &str = "tbfs-populate";
+
+/// How long the child waits for that thread at most.
+const POOL_MAPPING_WAIT_MAX: Duration = Duration::from_secs(60);
+
+/// Waits, at most `max`, until no thread of this process is mapping a pool, and returns how long
+/// it waited. The private shim's child opens its pool when the fileset is made, and the pool's
+/// pages are then mapped by that thread; tbfs-native's pool was mapped when it was made, before
+/// its clock started. Waiting here starts the child's clock with its pool mapped too, so a run
+/// of a second is not charged for mapping the whole pool once. Kernel file systems and the
+/// served shim (whose server maps the pool) have no such thread and do not wait.
+pub fn wait_for_pool_mapping(max: Duration) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < max && this_process_has_thread(POOL_MAPPING_THREAD) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    started.elapsed()
+}
+
+/// Whether a thread of this process is named `name` (`/proc/self/task/*/comm`).
+fn this_process_has_thread(name: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    tasks
+        .flatten()
+        .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name))
 }
 
 /// A system that did not run, and why.

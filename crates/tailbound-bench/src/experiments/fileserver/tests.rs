@@ -297,3 +297,51 @@ fn ratios_set_tbfs_and_the_fuse_floor_against_kernel_file_systems() {
         Some(System::FusePassthrough)
     );
 }
+
+/// Pages of this process's mapping of `path` that are in its page tables, and the mapping's
+/// size, in KiB (`/proc/self/smaps`).
+fn mapped_kib(path: &Path) -> Option<(u64, u64)> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = path.display().to_string();
+    let mut lines = smaps.lines().skip_while(|l| !l.ends_with(&name));
+    lines.next()?;
+    let field = |l: &str, key: &str| {
+        l.strip_prefix(key)
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    let (mut size, mut rss) = (None, None);
+    for l in lines.take_while(|l| !l.ends_with(&name)) {
+        size = size.or_else(|| field(l, "Size:"));
+        rss = rss.or_else(|| field(l, "Rss:"));
+    }
+    Some((rss?, size?))
+}
+
+#[test]
+fn the_child_starts_its_clock_once_a_reopened_pool_is_mapped() {
+    if !Path::new(SHM_DIR).is_dir() {
+        eprintln!("skipped: no {SHM_DIR}");
+        return;
+    }
+    let shm = tempfile::tempdir_in(SHM_DIR).unwrap();
+    let path = shm.path().join("mapped.pool");
+    let bytes = 256u64 << 20;
+    drop(MemoryPool::create(&path, bytes).unwrap());
+    // Reopened, as the private shim's child opens the pool the bench made: its pages are mapped
+    // by a background thread.
+    let pool = MemoryPool::open(&path).unwrap();
+    // The thread names itself once it runs: wait for that (or for its work, if it was quick).
+    while !this_process_has_thread(POOL_MAPPING_THREAD)
+        && mapped_kib(&path).is_some_and(|(rss, size)| rss < size)
+    {
+        std::thread::yield_now();
+    }
+    wait_for_pool_mapping(Duration::from_secs(600));
+    let (rss, size) = mapped_kib(&path).expect("the pool is mapped");
+    assert_eq!(size, bytes >> 10);
+    assert_eq!(
+        rss, size,
+        "every page of the pool is mapped once the wait returns"
+    );
+    drop(pool);
+}
