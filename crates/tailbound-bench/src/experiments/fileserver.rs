@@ -705,9 +705,8 @@ pub fn run_child(
     writeln!(out, "{line}").map_err(|e| format!("writing the result: {e}"))
 }
 
-/// The name `tailbound::dev::memory::MemoryPool::open` gives the thread that maps a reopened
-/// tmpfs pool into the process in the background.
-pub const POOL_MAPPING_THREAD: &str = "tbfs-populate";
+/// The thread that maps a reopened tmpfs pool into the process in the background.
+pub const POOL_MAPPING_THREAD: &str = tailbound::dev::memory::POPULATE_THREAD;
 
 /// How long the child waits for that thread at most.
 const POOL_MAPPING_WAIT_MAX: Duration = Duration::from_secs(60);

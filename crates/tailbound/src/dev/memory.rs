@@ -55,6 +55,10 @@ pub struct MemoryPool {
     populate_calls: std::sync::atomic::AtomicU64,
 }
 
+/// The name of the thread that maps a reopened pool in the background: a process can tell from
+/// its threads (`/proc/self/task/*/comm`) whether a pool is still being mapped into it.
+pub const POPULATE_THREAD: &str = "tbfs-populate";
+
 impl MemoryPool {
     /// Creates (or resizes) the file at `path` to `len` bytes (whole blocks) and maps it; see
     /// [`MemoryPool::create_with_progress`].
@@ -145,7 +149,7 @@ impl MemoryPool {
         let (map, populated, len) = (self.map.clone(), self.populated.clone(), self.len);
         let stopped = stop.clone();
         let spawned = std::thread::Builder::new()
-            .name("tbfs-populate".into())
+            .name(POPULATE_THREAD.into())
             .spawn(move || {
                 for c in 0..populated.len() as u64 {
                     if stopped.load(Ordering::Relaxed) {
