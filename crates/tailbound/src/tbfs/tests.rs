@@ -2389,7 +2389,8 @@ fn room_for(fs: &Fs, need: u64) -> (u64, u64, u64) {
 /// wants, more than the floor) complete while a best-effort writer's payload is stopped in the
 /// device: the space check does not wait, under `meta`, for the payloads in flight. Before, it
 /// wrote the queue and waited for every payload so the segments they free would count, the
-/// real-time sync with it, for as long as the best-effort payload took. A crash meanwhile
+/// real-time sync with it, for as long as the best-effort payload took. So does a best-effort
+/// thread's check while a real-time thread lends it its priority for `meta`. A crash meanwhile
 /// keeps the acknowledged append.
 #[test]
 fn a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload() {
@@ -2465,14 +2466,51 @@ fn a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload()
             let done = small
                 .pwrite(&pattern(4, 4096), 0)
                 .and_then(|_| small.fdatasync());
-            (room, floor, done, crate::phases::take())
+            let rt_phases = crate::phases::take();
+            // A best-effort thread's check, while a real-time thread waits on it for `meta`
+            // (its priority lent), goes on the same way: it would keep that thread waiting.
+            let lent = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let _be = Charge::to(
+                        TenantId(2),
+                        Prio {
+                            class: Class::Be,
+                            level: LEVEL_MAX,
+                        },
+                    )
+                    .apply();
+                    let room = room_for(fs, 16);
+                    let mut m = fs.inner.lock_meta();
+                    let _lent = fs.inner.inheritance().lend(Prio {
+                        class: Class::Rt,
+                        level: 0,
+                    });
+                    let _ = crate::phases::take();
+                    let checked = fs.inner.ensure_space(&mut m, 2);
+                    (room, checked, crate::phases::take())
+                })
+                .join()
+                .unwrap()
+            });
+            (room, floor, done, rt_phases, lent)
         });
         assert!(
             finished,
             "the real-time sync waited for the best-effort payload"
         );
-        let ((free, want, _), floor, done, phases) = synced.join().unwrap();
+        let ((free, want, _), floor, done, phases, lent) = synced.join().unwrap();
         done.unwrap();
+        let ((lent_free, lent_want, lent_floor), checked, lent_phases) = lent;
+        checked.unwrap();
+        assert!(
+            lent_free < lent_want && lent_free >= lent_floor,
+            "room short but above the floor for the lent check: {lent_free} free, {lent_want} wanted, floor {lent_floor}"
+        );
+        assert_eq!(
+            (lent_phases.space_waits, lent_phases.space_waits_left),
+            (0, 1),
+            "{lent_phases:?}"
+        );
         assert!(
             free < want && free >= floor,
             "room short but above the floor: {free} free, {want} wanted, floor {floor}"

@@ -315,7 +315,9 @@ impl Engine {
             // goes on without cleaning until there is room) does not wait here: the payloads
             // in flight may be a lower class's large ones, and every other writer waits for
             // `meta` meanwhile. It goes on as a write the tax admits, in the room there is now,
-            // and leaves the wait and the cleaning (it pays no tax) to the others.
+            // and leaves the wait and the cleaning (it pays no tax) to the others. So does a
+            // commit a real-time thread waits on (its priority lent for `meta`): waiting here,
+            // or paying its tax, it would keep that thread waiting.
             if pays_debt && !for_copies && self.leaves_space_wait_to_others() {
                 let floor = need + reserve + (low_water / 2).max(quick_debt);
                 if free >= floor {
@@ -492,9 +494,11 @@ impl Engine {
     }
 
     /// Whether the calling thread's space check goes on without waiting for the logs in flight
-    /// while the room is above the floor: a real-time one's (as it pays no cleaning tax).
+    /// while the room is above the floor: a real-time one's (as it pays no cleaning tax), or
+    /// one a real-time thread waits on, lending its priority for `meta`.
     fn leaves_space_wait_to_others(&self) -> bool {
-        crate::sched::current_prio().class == crate::sched::Class::Rt
+        let rt = |p: crate::sched::Prio| p.class == crate::sched::Class::Rt;
+        rt(crate::sched::current_prio()) || crate::sched::inherit::inherited().is_some_and(rt)
     }
 
     /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
