@@ -100,6 +100,10 @@ pub struct PhaseTimes {
     /// Of [`Phase::DeviceIo`] and [`Phase::DeviceFlush`], the time the device took for the
     /// dispatches carrying this thread's requests; the rest was spent queued in the scheduler.
     pub served_ns: u64,
+    /// Space checks of this thread that found room short and waited for every log in flight,
+    /// and those (a real-time thread's above the floor) that went on without that wait.
+    pub space_waits: u32,
+    pub space_waits_left: u32,
 }
 
 impl PhaseTimes {
@@ -114,6 +118,10 @@ impl PhaseTimes {
             requests: self.requests.saturating_sub(earlier.requests),
             boosts: self.boosts.saturating_sub(earlier.boosts),
             served_ns: self.served_ns.saturating_sub(earlier.served_ns),
+            space_waits: self.space_waits.saturating_sub(earlier.space_waits),
+            space_waits_left: self
+                .space_waits_left
+                .saturating_sub(earlier.space_waits_left),
             ..PhaseTimes::default()
         };
         for (k, ns) in d.ns.iter_mut().enumerate() {

@@ -2371,6 +2371,172 @@ fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_l
     assert_eq!(read_all(&back, "/small"), pattern(4, 8 * 4096));
 }
 
+/// The room a commit of `need` blocks finds (blocks free, what the space check wants free, and
+/// the floor below which a write cleans until there is room), as `Engine::ensure_space` counts
+/// them.
+fn room_for(fs: &Fs, need: u64) -> (u64, u64, u64) {
+    let m = fs.inner.lock_meta();
+    let (reserve, low_water) = fs.inner.space_margins(&m);
+    let debt = fs.inner.checkpoint_debt(&m, false);
+    (
+        fs.inner.free_blocks(&m),
+        need + reserve + low_water.max(debt),
+        need + reserve + (low_water / 2).max(debt),
+    )
+}
+
+/// A real-time writer's append and sync that find room short (less free than the low-water mark
+/// wants, more than the floor) complete while a best-effort writer's payload is stopped in the
+/// device: the space check does not wait, under `meta`, for the payloads in flight. Before, it
+/// wrote the queue and waited for every payload so the segments they free would count, the
+/// real-time sync with it, for as long as the best-effort payload took. So does a best-effort
+/// thread's check while a real-time thread lends it its priority for `meta`. A crash meanwhile
+/// keeps the acknowledged append.
+#[test]
+fn a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload() {
+    use crate::sched::{Charge, Class, Prio, TenantId, LEVEL_MAX};
+    let (sim, gated, stopped_rx, resume_tx) = gated_device();
+    // Background cleaning on, so a write between the floor and the mark leaves the cleaning to
+    // that thread; the thread itself stopped, so nothing cleans meanwhile and the room the
+    // test stages stays as it is.
+    let cfg = Config {
+        segment_bytes: 256 << 10,
+        superblock_every_bytes: 64 << 20,
+        background_gc: true,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    fs.inner.stop_background();
+    let big = fs.open_file("/big", OpenFlags::create()).unwrap();
+    let small = fs.open_file("/small", OpenFlags::create()).unwrap();
+    small.pwrite(&pattern(1, 4096), 0).unwrap();
+    big.pwrite(&pattern(2, 32 * 4096), 0).unwrap();
+    fs.sync().unwrap();
+    // Live data until less is free than the space check wants for the smallest commit (a
+    // sync's needs more), and still more than the floor of a larger one beside the best-effort
+    // write's 32 blocks and its summary.
+    let fill = fs.open_file("/fill", OpenFlags::create()).unwrap();
+    let mut at = 0;
+    loop {
+        let (free, want, _) = room_for(&fs, 2);
+        if free < want {
+            break;
+        }
+        assert!(at < 8 << 20, "the pool never got short of room");
+        fill.pwrite(&pattern(5, 4 * 4096), at).unwrap();
+        fill.fdatasync().unwrap();
+        at += 4 * 4096;
+    }
+    let (free, _, floor) = room_for(&fs, 16);
+    assert!(
+        free >= floor + 48,
+        "{free} blocks free, the floor {floor}: no room for the best-effort write above it"
+    );
+    let large = pattern(3, 32 * 4096);
+    *gated.min.lock().unwrap() = Some(16 * 4096);
+    let before = fs.counters();
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let _be = Charge::to(
+                TenantId(2),
+                Prio {
+                    class: Class::Be,
+                    level: LEVEL_MAX,
+                },
+            )
+            .apply();
+            big.pwrite(&large, 0).and_then(|_| big.fsync())
+        });
+        stopped_rx.recv().unwrap();
+        let (fs, small) = (&fs, &small);
+        let (finished, crashed, synced) = run_while_stopped(s, &sim, &resume_tx, move || {
+            let _rt = Charge::to(
+                TenantId(1),
+                Prio {
+                    class: Class::Rt,
+                    level: 0,
+                },
+            )
+            .apply();
+            // Room is still short with the payload held (and `meta` free).
+            let room = room_for(fs, 2);
+            let floor = room_for(fs, 16).2;
+            assert!(fs.inner.logs.payloads_in_flight_below(u64::MAX));
+            let _ = crate::phases::take();
+            let done = small
+                .pwrite(&pattern(4, 4096), 0)
+                .and_then(|_| small.fdatasync());
+            let rt_phases = crate::phases::take();
+            // A best-effort thread's check, while a real-time thread waits on it for `meta`
+            // (its priority lent), goes on the same way: it would keep that thread waiting.
+            let lent = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let _be = Charge::to(
+                        TenantId(2),
+                        Prio {
+                            class: Class::Be,
+                            level: LEVEL_MAX,
+                        },
+                    )
+                    .apply();
+                    let room = room_for(fs, 16);
+                    let mut m = fs.inner.lock_meta();
+                    let _lent = fs.inner.inheritance().lend(Prio {
+                        class: Class::Rt,
+                        level: 0,
+                    });
+                    let _ = crate::phases::take();
+                    let checked = fs.inner.ensure_space(&mut m, 2);
+                    (room, checked, crate::phases::take())
+                })
+                .join()
+                .unwrap()
+            });
+            (room, floor, done, rt_phases, lent)
+        });
+        assert!(
+            finished,
+            "the real-time sync waited for the best-effort payload"
+        );
+        let ((free, want, _), floor, done, phases, lent) = synced.join().unwrap();
+        done.unwrap();
+        let ((lent_free, lent_want, lent_floor), checked, lent_phases) = lent;
+        checked.unwrap();
+        assert!(
+            lent_free < lent_want && lent_free >= lent_floor,
+            "room short but above the floor for the lent check: {lent_free} free, {lent_want} wanted, floor {lent_floor}"
+        );
+        assert_eq!(
+            (lent_phases.space_waits, lent_phases.space_waits_left),
+            (0, 1),
+            "{lent_phases:?}"
+        );
+        assert!(
+            free < want && free >= floor,
+            "room short but above the floor: {free} free, {want} wanted, floor {floor}"
+        );
+        // Its space checks found the room short and went on without the wait.
+        assert_eq!(phases.space_waits, 0, "{phases:?}");
+        assert!(phases.space_waits_left >= 1, "{phases:?}");
+        assert!(fs.counters().space_waits_left > before.space_waits_left);
+        writer.join().unwrap().unwrap();
+        let after = Fs::open(from_image(crashed), &OpenOptions::default()).unwrap();
+        assert_eq!(
+            read_all(&after, "/small"),
+            pattern(4, 4096),
+            "the acknowledged sync"
+        );
+        assert_eq!(
+            read_all(&after, "/big"),
+            pattern(2, 32 * 4096),
+            "the unacknowledged write"
+        );
+    });
+    let back = reopen(&sim);
+    assert_eq!(read_all(&back, "/big"), large);
+    assert_eq!(read_all(&back, "/small"), pattern(4, 4096));
+}
+
 #[test]
 fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     // A buffer of 8 MiB: a file holding an eighth of it (1 MiB) after a write goes out.

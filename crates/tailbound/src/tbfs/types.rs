@@ -535,6 +535,11 @@ pub struct FsCounters {
     /// Checkpoints written under a snapshot or a view in the room a drop after them needs,
     /// without the cleaning cycle beside it, which did not fit (`Engine::drop_floor`).
     pub checkpoints_in_drop_floor: u64,
+    /// Space checks that found room short and waited, under `meta`, for every log sealed before
+    /// them to be written (other writers' payloads included), and those of real-time writers
+    /// that found the room above the floor and went on without that wait.
+    pub space_waits: u64,
+    pub space_waits_left: u64,
     /// Deletes, truncates, replacing renames and directory removals refused with `NoSpace`
     /// under a snapshot or a view because the debt earlier ones added could not be paid
     /// (`Engine::pay_deletes_debt_first`).

@@ -22,6 +22,11 @@ pub struct SlowWrite {
     pub checkpoints: u32,
     pub requests: u32,
     pub boosts: u32,
+    /// Space checks that found room short and waited, under `meta`, for every log in flight
+    /// (other writers' payloads included), and those that went on without that wait (a
+    /// real-time writer's, above the floor).
+    pub space_waits: u32,
+    pub space_waits_left: u32,
     /// Of `device_io` and `device_flush`, the device's own time for the dispatches that carried
     /// the requests; the rest was spent queued in the scheduler.
     pub served_us: f64,
@@ -67,6 +72,8 @@ impl SlowWrite {
             checkpoints: t.checkpoints,
             requests: t.requests,
             boosts: t.boosts,
+            space_waits: t.space_waits,
+            space_waits_left: t.space_waits_left,
             served_us: us(t.served_ns),
         }
     }
@@ -94,6 +101,8 @@ impl PhaseLog {
         self.sum.requests += t.requests;
         self.sum.boosts += t.boosts;
         self.sum.served_ns += t.served_ns;
+        self.sum.space_waits += t.space_waits;
+        self.sum.space_waits_left += t.space_waits_left;
         self.slowest.push((index, t));
         // Slowest first; ties keep the earlier append.
         self.slowest

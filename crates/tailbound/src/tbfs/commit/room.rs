@@ -311,6 +311,27 @@ impl Engine {
         // background pass does no device I/O under `meta`: what it sealed is written once it
         // lets `meta` go, and it works in the room there is now.
         if !m.bg_clean.defer_io {
+            // A real-time writer's commit that finds the room above the floor (where a write
+            // goes on without cleaning until there is room) does not wait here: the payloads
+            // in flight may be a lower class's large ones, and every other writer waits for
+            // `meta` meanwhile. It goes on as a write the tax admits, in the room there is now,
+            // and leaves the wait and the cleaning (it pays no tax) to the others. So does a
+            // commit a real-time thread waits on (its priority lent for `meta`): waiting here,
+            // or paying its tax, it would keep that thread waiting.
+            if pays_debt && !for_copies && self.leaves_space_wait_to_others() {
+                let floor = need + reserve + (low_water / 2).max(quick_debt);
+                if free >= floor {
+                    self.count(|c| c.space_waits_left += 1);
+                    crate::phases::count(|t| t.space_waits_left += 1);
+                    if self.config().background_gc {
+                        self.wake_background(|w| w.clean = true);
+                    }
+                    self.debug_assert_room_kept(m, free - need, quick_debt);
+                    return Ok(());
+                }
+            }
+            self.count(|c| c.space_waits += 1);
+            crate::phases::count(|t| t.space_waits += 1);
             let start = std::time::Instant::now();
             let written = self.write_logs_until(m.writer.seq() + 1);
             self.writes.waited_for_logs(
@@ -470,6 +491,14 @@ impl Engine {
                 " (the live data fills the pool)".to_string()
             }
         )))
+    }
+
+    /// Whether the calling thread's space check goes on without waiting for the logs in flight
+    /// while the room is above the floor: a real-time one's (as it pays no cleaning tax), or
+    /// one a real-time thread waits on, lending its priority for `meta`.
+    fn leaves_space_wait_to_others(&self) -> bool {
+        let rt = |p: crate::sched::Prio| p.class == crate::sched::Class::Rt;
+        rt(crate::sched::current_prio()) || crate::sched::inherit::inherited().is_some_and(rt)
     }
 
     /// Whether cleaning passes can be light (see `clean_passes`): relaxed ordering, and a newest
