@@ -143,6 +143,10 @@ pub struct CleanerSeen {
     /// Live fraction of the victims chosen, and of as many of the emptiest written segments.
     pub victim_live_fraction: f64,
     pub greedy_live_fraction: f64,
+    /// Live fraction of as many of the emptiest segments the passes were free to take.
+    pub reach_live_fraction: f64,
+    /// Written segments the roll-forward chain kept from a pass, per pass.
+    pub chain_segments: f64,
     /// Of the victims' blocks, the share past the end of what had been written in them.
     pub unwritten_fraction: f64,
     /// Of the victims, the share holding both the host's data and the cleaner's copies.
@@ -194,6 +198,14 @@ impl CleanerSeen {
             greedy_live_fraction: per(
                 after.greedy_live_blocks - before.greedy_live_blocks,
                 victim_blocks,
+            ),
+            reach_live_fraction: per(
+                after.reach_live_blocks - before.reach_live_blocks,
+                victim_blocks,
+            ),
+            chain_segments: per(
+                after.pass_chain_segments - before.pass_chain_segments,
+                passes,
             ),
             unwritten_fraction: per(
                 after.victim_unwritten_blocks - before.victim_unwritten_blocks,
@@ -672,6 +684,8 @@ impl CleanerReport {
             "effective utilisation".into(),
             "victims' live fraction".into(),
             "greedy's".into(),
+            "greedy's within the rules".into(),
+            "segments in the chain".into(),
             "unwritten".into(),
             "mixed victims".into(),
             "pending segments".into(),
@@ -686,6 +700,8 @@ impl CleanerReport {
                 format!("{:.3}", s.effective_utilisation),
                 format!("{:.3}", s.victim_live_fraction),
                 format!("{:.3}", s.greedy_live_fraction),
+                format!("{:.3}", s.reach_live_fraction),
+                format!("{:.1}", s.chain_segments),
                 format!("{:.3}", s.unwritten_fraction),
                 format!("{:.2}", s.mixed_fraction),
                 format!("{:.1}", s.pending_segments),
@@ -752,6 +768,8 @@ mod tests {
             victims_chosen: 108,
             victim_live_blocks: 12_800 + 1_024,
             greedy_live_blocks: 12_000 + 512,
+            reach_live_blocks: 768,
+            pass_chain_segments: 7,
             victim_unwritten_blocks: 256,
             victims_mixed: 5,
             // Of greedy's 8 segments, 4 in the chain and 2 dropped since the superblock; a
@@ -769,6 +787,8 @@ mod tests {
         assert_eq!(s.effective_utilisation, 0.5);
         assert_eq!(s.victim_live_fraction, 0.5);
         assert_eq!(s.greedy_live_fraction, 0.25);
+        assert_eq!(s.reach_live_fraction, 0.375);
+        assert_eq!(s.chain_segments, 3.5);
         assert_eq!(s.unwritten_fraction, 0.125);
         assert_eq!(s.mixed_fraction, 0.25);
         assert_eq!(

@@ -509,11 +509,19 @@ pub struct FsCounters {
     pub greedy_kept_by_dead: u64,
     pub greedy_kept_by_retention: u64,
     pub greedy_kept_by_skip: u64,
+    /// Live blocks of as many of the emptiest segments as each pass's victims among those
+    /// the pass may take (no rule keeps them out), summed over passes: greedy's choice within
+    /// the rules, between `greedy_live_blocks` and `victim_live_blocks`.
+    pub reach_live_blocks: u64,
+    /// Written segments the roll-forward chain kept from each pass (light passes only),
+    /// summed over passes.
+    pub pass_chain_segments: u64,
     /// Blocks of segments holding nothing live or pinned but not yet free (waiting for a flush,
     /// or a checkpoint and its superblock), summed over passes as each began.
     pub pass_pending_blocks: u64,
     /// Checkpoints the cleaner wrote for light victims (none were left out of the
-    /// roll-forward chain, or passes stopped giving space back), for the live metadata of a
+    /// roll-forward chain, passes stopped giving space back, a checkpoint saves more copies
+    /// than it writes, or the chain reached its bound while segment ages differ), for the live metadata of a
     /// light pass's victims, and for anything else (full passes, retention, dead segments
     /// waiting, pins).
     pub cleaner_checkpoints_for_victims: u64,

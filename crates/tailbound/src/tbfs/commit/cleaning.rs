@@ -132,6 +132,25 @@ impl Engine {
                 }
             }
             let light_ok = self.light_cleaning(m);
+            // The chain's bound (`refresh_due`) is the writers' to keep after a full buffer,
+            // but the cleaner seals the buffer before its passes, so under steady overwrites
+            // that refresh seldom runs and the chain grew to whatever the cleaner's own
+            // checkpoints left: while ages differ it holds the hot segments, the emptiest.
+            // (Not while they do not: under uniform overwrites each such checkpoint rewrites
+            // metadata later victims carry, see `refresh_pays`.)
+            if light_ok
+                && !refreshed
+                && !m.bg_clean.defer_io
+                && m.cleaning.ages_differ()
+                && self.refresh_due(m)
+            {
+                refreshed = true;
+                match self.refresh_for_cleaner(m, RefreshFor::Victims) {
+                    Ok(()) => continue,
+                    Err(Error::NoSpace(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let mut pays = false;
             let mut victims = if light_ok {
                 let (victims, spread) = self.pick_victims(m, &skip, per_pass, true, stalled > 0);

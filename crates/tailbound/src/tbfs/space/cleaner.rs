@@ -132,6 +132,24 @@ impl Engine {
             .filter(|&s| !view.writer.holds_segment(s as u64) && seg.live(s) > 0)
             .map(|s| (seg.live(s), s))
             .collect();
+        // The emptiest the pass may take, as many as its victims: what greedy would take
+        // within the rules, beside greedy's over every written segment.
+        let mut reach: Vec<u32> = written
+            .iter()
+            .filter(|&&(_, s)| (view.why_not)(s).is_none())
+            .map(|&(l, _)| l)
+            .collect();
+        let chain = written
+            .iter()
+            .filter(|&&(_, s)| (view.why_not)(s) == Some(NotVictim::Chain))
+            .count() as u64;
+        let r = victims.len().min(reach.len());
+        let reach: u64 = if r == 0 {
+            0
+        } else {
+            reach.select_nth_unstable(r - 1);
+            reach[..r].iter().map(|&l| u64::from(l)).sum()
+        };
         let n = victims.len().min(written.len());
         let greedy: &[(u32, usize)] = if n == 0 {
             &[]
@@ -162,6 +180,8 @@ impl Engine {
             c.victims_chosen += victims.len() as u64;
             c.victim_live_blocks += chosen;
             c.greedy_live_blocks += greedy;
+            c.reach_live_blocks += reach;
+            c.pass_chain_segments += chain;
             c.victims_mixed += mixed;
             c.greedy_kept_by_chain += out[0];
             c.greedy_kept_by_dead += out[1];
