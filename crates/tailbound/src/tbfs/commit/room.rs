@@ -492,13 +492,13 @@ impl Engine {
             // ordering, or a newest checkpoint something keeps).
             flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
         } else {
-            // A light pass needs room for one victim's copies. A victim that holds live map
-            // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
-            // a flush, its summaries and the nodes. A namespace change pending changes nothing:
-            // passes are light whatever is pending. (A flush of the least a writer buffers
-            // instead lowered the victims' live fraction, but under uniform overwrites light
-            // victims then held live metadata far more often and the checkpoints for it cost
-            // more than that gained: docs/results/cleaner.md.)
+            // A light pass needs room for one victim's copies, and a victim that holds live
+            // map nodes a checkpoint, which writes what is buffered with the nodes: room for a
+            // flush, its summaries and the nodes. (The least a writer buffers instead, with
+            // light victims' metadata left for the next checkpoint, lowered uniform
+            // overwrites' amplification, but a new file's sync, a checkpoint carrying every
+            // buffered block, then met `NoSpace` well below full:
+            // `writers_buffer_less_while_space_is_short_...`, docs/results/cleaner.md.)
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)
