@@ -167,6 +167,8 @@ pub struct CleanerSeen {
     /// metadata blocks they held (JSON only).
     pub victims_left_for_checkpoint: u64,
     pub metadata_left_for_checkpoint: u64,
+    /// Cleaner's checkpoints that ended that wait because cleaning would have stopped short.
+    pub metadata_waits_ended: u64,
 }
 
 impl CleanerSeen {
@@ -233,6 +235,7 @@ impl CleanerSeen {
                 - before.victims_left_for_checkpoint,
             metadata_left_for_checkpoint: after.metadata_left_for_checkpoint
                 - before.metadata_left_for_checkpoint,
+            metadata_waits_ended: after.metadata_waits_ended - before.metadata_waits_ended,
         }
     }
 }

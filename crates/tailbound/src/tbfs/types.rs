@@ -523,6 +523,9 @@ pub struct FsCounters {
     /// blocks so left.
     pub victims_left_for_checkpoint: u64,
     pub metadata_left_for_checkpoint: u64,
+    /// Of the cleaner's checkpoints for metadata, those written because cleaning would
+    /// otherwise have stopped short of the room asked while such victims waited.
+    pub metadata_waits_ended: u64,
     /// File blocks written in data-only logs as placed data, for the next checkpoint to map:
     /// buffered data of files with a change only a checkpoint records.
     pub placed_blocks: u64,

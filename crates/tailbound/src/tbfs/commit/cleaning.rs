@@ -81,6 +81,30 @@ impl Engine {
         Ok(emptied)
     }
 
+    /// Ends the wait of light victims' live metadata (`SegmentTable::metadata_waits`) when
+    /// cleaning would otherwise stop short of `want` free blocks: the checkpoint they wait for,
+    /// with its superblock, gives their room back now. Returns whether it was written (without
+    /// room for it, or with nothing waiting, nothing is). Waiting is worth it only while
+    /// another checkpoint comes before the room is needed; a writer must not be refused space
+    /// those victims hold. Not in a background pass: one small pass per wake-up, whose
+    /// checkpoint would hold `meta` for the writers, and which answers no writer.
+    fn end_metadata_wait(&self, m: &mut State, want: u64) -> Result<bool> {
+        if m.bg_clean.defer_io
+            || m.seg.metadata_waiting_room() == 0
+            || self.free_blocks_up_to(m, want) >= want
+        {
+            return Ok(false);
+        }
+        match self.refresh_for_cleaner(m, RefreshFor::Metadata) {
+            Ok(()) => {
+                self.count(|c| c.metadata_waits_ended += 1);
+                Ok(true)
+            }
+            Err(Error::NoSpace(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     fn clean_passes(
         &self,
         m: &mut State,
@@ -207,6 +231,9 @@ impl Engine {
                     let seq = m.writer.seq();
                     let released = m.prune(seq, self.segment_blocks(), false);
                     self.count(|c| c.protection_released += released);
+                    continue;
+                }
+                if self.end_metadata_wait(m, want)? {
                     continue;
                 }
                 break;
@@ -343,11 +370,14 @@ impl Engine {
             };
             // A light pass that emptied nothing (its victims hold metadata) left them in `skip`
             // and waiting for a checkpoint: the next pass tries others.
-            if (cleaned == 0 && !was_light)
-                || stalled >= 2
-                || passes >= passes_max
-                || passes > self.segment_count()
-            {
+            if passes >= passes_max || passes > self.segment_count() {
+                break;
+            }
+            if (cleaned == 0 && !was_light) || stalled >= 2 {
+                if self.end_metadata_wait(m, want)? {
+                    stalled = 0;
+                    continue;
+                }
                 break;
             }
         }
