@@ -4,8 +4,9 @@
 
 use crate::tbfs::format::*;
 use crate::tbfs::limits::{
-    CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, DELETES_ALLOWANCE_BLOCKS,
-    FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
+    BUFFER_LIMIT_MIN_BLOCKS, CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS,
+    DELETES_ALLOWANCE_BLOCKS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, MIN_RECLAIMABLE,
+    RESERVE_BLOCKS_MIN,
 };
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
@@ -506,12 +507,13 @@ impl Engine {
             flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
         } else {
             // A light pass needs room for one victim's copies, and a victim that holds live
-            // map nodes a checkpoint, which writes what is buffered with the nodes: room for a
-            // flush, its summaries and the nodes. (The least a writer buffers instead, with
-            // light victims' metadata left for the next checkpoint, lowered uniform
-            // overwrites' amplification, but a new file's sync, a checkpoint carrying every
-            // buffered block, then met `NoSpace` well below full:
-            // `writers_buffer_less_while_space_is_short_...`, docs/results/cleaner.md.)
+            // map nodes a checkpoint, which writes what is buffered with the nodes. The
+            // cleaner seals the buffer before its passes (`clean_passes`), and while segment
+            // ages do not differ such victims wait for the next checkpoint
+            // (`SegmentTable::metadata_waits`), which cleaning writes before it would stop
+            // short (`end_metadata_wait`): the flush kept is the least a writer buffers, since
+            // every segment kept free raises the victims' live fraction.
+            let flush = BUFFER_LIMIT_MIN_BLOCKS.min(flush);
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)
