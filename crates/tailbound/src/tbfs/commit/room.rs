@@ -185,16 +185,8 @@ impl Engine {
         if m.life.drop_in_progress() || m.ckpt.closing() {
             return least;
         }
-        // A refresh's superblock also makes reusable the light victims whose live metadata
-        // waits for a checkpoint (`SegmentTable::metadata_waits`): the checkpoint rewrites it.
-        let waiting = if m.refresh.running() {
-            m.seg.metadata_waiting_room()
-        } else {
-            0
-        };
-        let given_back = self.pending_free_segments(m) as u64 * self.segment_blocks()
-            + m.cleaning.gain()
-            + waiting;
+        let given_back =
+            self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
         let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
         let inodes = inodes.saturating_sub(paid);
         self.cycle_room(m).saturating_sub(given_back).max(least) + inodes + allowance + pins
@@ -341,12 +333,7 @@ impl Engine {
         // acknowledged (a sync's, a full buffer's) always clean.
         let ordinary = !for_checkpoint && !for_copies && !for_buffer;
         let asked = need;
-        // Nor is it futile while a refresh gives room back with no copy: segments emptied but
-        // for a superblock, or light victims whose metadata waits for a checkpoint.
-        let futile = ordinary
-            && m.refusals.futile(asked, || m.seg.used_blocks())
-            && m.seg.metadata_waiting_room() == 0
-            && self.pending_free_segments(m) == 0;
+        let futile = ordinary && m.refusals.futile(asked, || m.seg.used_blocks());
         // Only a refusal that cleaning ran for (here, or for the one it repeats) stands.
         let mut cleaned_for_it = futile;
         if !m.refresh.running() && !m.cleaning.running() && !futile {
