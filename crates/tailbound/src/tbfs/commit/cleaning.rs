@@ -89,8 +89,12 @@ impl Engine {
     /// those victims hold. Not in a background pass: one small pass per wake-up, whose
     /// checkpoint would hold `meta` for the writers, and which answers no writer.
     fn end_metadata_wait(&self, m: &mut State, want: u64) -> Result<bool> {
+        // Only when the victims give back more than the checkpoint writes.
+        let cost = self.checkpoint_debt(m, true)
+            + self.budget.buffered().div_ceil(BLOCK_U64)
+            + CHECKPOINT_FLOOR_BLOCKS;
         if m.bg_clean.defer_io
-            || m.seg.metadata_waiting_room() == 0
+            || m.seg.metadata_waiting_room() <= cost
             || self.free_blocks_up_to(m, want) >= want
         {
             return Ok(false);
