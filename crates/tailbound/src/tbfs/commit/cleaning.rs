@@ -137,11 +137,14 @@ impl Engine {
             // that refresh seldom runs and the chain grew to whatever the cleaner's own
             // checkpoints left: while ages differ it holds the hot segments, the emptiest.
             // (Not while they do not: under uniform overwrites each such checkpoint rewrites
-            // metadata later victims carry, see `refresh_pays`.)
+            // metadata later victims carry, see `refresh_pays`. Nor in a one-pass call, a
+            // cleaning tax's piece: a piece pays for one victim, and the checkpoint with what
+            // it brings in reach made one write pay for several.)
             if light_ok
                 && !refreshed
                 && !m.bg_clean.defer_io
                 && m.cleaning.ages_differ()
+                && passes_max > 1
                 && self.refresh_due(m)
             {
                 refreshed = true;
