@@ -521,9 +521,9 @@ pub struct FsCounters {
     pub pass_pending_blocks: u64,
     /// Checkpoints the cleaner wrote for light victims (none were left out of the
     /// roll-forward chain, passes stopped giving space back, a checkpoint saves more copies
-    /// than it writes, or the chain reached its bound while segment ages differ), for the live metadata of a
-    /// light pass's victims, and for anything else (full passes, retention, dead segments
-    /// waiting, pins).
+    /// than it writes, or the chain reached its bound while segment ages differ), for the live
+    /// metadata of a light pass's victims, and for anything else (full passes, retention, dead
+    /// segments waiting, pins).
     pub cleaner_checkpoints_for_victims: u64,
     pub cleaner_checkpoints_for_metadata: u64,
     pub cleaner_checkpoints_other: u64,
