@@ -690,15 +690,12 @@ pub fn run_child(
 ) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: mkdir: {e}", dir.display()))?;
     let result = match processes {
-        None => {
-            let mut set_up = false;
-            workload::run_marked(&PosixFs::new(dir), p, || {
-                if !std::mem::replace(&mut set_up, true) {
-                    wait_for_pool_mapping(POOL_MAPPING_WAIT_MAX);
-                }
-            })
-            .map_err(|e| e.to_string())?
-        }
+        // Marked after the set-up (and after the run, where the run's result is taken and
+        // the mapping long done).
+        None => workload::run_marked(&PosixFs::new(dir), p, || {
+            wait_for_pool_mapping(POOL_MAPPING_WAIT_MAX);
+        })
+        .map_err(|e| e.to_string())?,
         Some(n) => processes::run_processes(dir, p, n)?,
     };
     let line = serde_json::to_string(&result).map_err(|e| e.to_string())?;

@@ -2408,6 +2408,18 @@ fn room_for(fs: &Fs, need: u64) -> (u64, u64, u64) {
 #[test]
 fn a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload() {
     use crate::sched::{Charge, Class, Prio, TenantId, LEVEL_MAX};
+    let rt_prio = Prio {
+        class: Class::Rt,
+        level: 0,
+    };
+    let real_time = Charge::to(TenantId(1), rt_prio);
+    let best_effort = Charge::to(
+        TenantId(2),
+        Prio {
+            class: Class::Be,
+            level: LEVEL_MAX,
+        },
+    );
     let (sim, gated, stopped_rx, resume_tx) = gated_device();
     // Background cleaning on, so a write between the floor and the mark leaves the cleaning to
     // that thread; the thread itself stopped, so nothing cleans meanwhile and the room the
@@ -2450,27 +2462,13 @@ fn a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload()
     let before = fs.counters();
     std::thread::scope(|s| {
         let writer = s.spawn(|| {
-            let _be = Charge::to(
-                TenantId(2),
-                Prio {
-                    class: Class::Be,
-                    level: LEVEL_MAX,
-                },
-            )
-            .apply();
+            let _be = best_effort.apply();
             big.pwrite(&large, 0).and_then(|_| big.fsync())
         });
         stopped_rx.recv().unwrap();
         let (fs, small) = (&fs, &small);
         let (finished, crashed, synced) = run_while_stopped(s, &sim, &resume_tx, move || {
-            let _rt = Charge::to(
-                TenantId(1),
-                Prio {
-                    class: Class::Rt,
-                    level: 0,
-                },
-            )
-            .apply();
+            let _rt = real_time.apply();
             // Room is still short with the payload held (and `meta` free).
             let room = room_for(fs, 2);
             let floor = room_for(fs, 16).2;
@@ -2484,20 +2482,10 @@ fn a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload()
             // (its priority lent), goes on the same way: it would keep that thread waiting.
             let lent = std::thread::scope(|s| {
                 s.spawn(|| {
-                    let _be = Charge::to(
-                        TenantId(2),
-                        Prio {
-                            class: Class::Be,
-                            level: LEVEL_MAX,
-                        },
-                    )
-                    .apply();
+                    let _be = best_effort.apply();
                     let room = room_for(fs, 16);
                     let mut m = fs.inner.lock_meta();
-                    let _lent = fs.inner.inheritance().lend(Prio {
-                        class: Class::Rt,
-                        level: 0,
-                    });
+                    let _lent = fs.inner.inheritance().lend(rt_prio);
                     let _ = crate::phases::take();
                     let checked = fs.inner.ensure_space(&mut m, 2);
                     (room, checked, crate::phases::take())

@@ -256,6 +256,9 @@ impl Engine {
             0
         };
         let want = need + reserve + low_water.max(quick_debt);
+        // Below this a write for `need` blocks cleans until there is room; above it (and below
+        // `want`) it pays the cleaning tax.
+        let floor_for = |need: u64| need + reserve + (low_water / 2).max(quick_debt);
         // A memory pool also notes whether space is tight, for its in-flight bound
         // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
         // buffer needs so it also sets the buffer limit.
@@ -284,11 +287,11 @@ impl Engine {
             && !m.refresh.running()
         {
             if let Some(key) = self.taxed_writer(true) {
-                let floor = need + reserve + (low_water / 2).max(quick_debt);
+                let floor = floor_for(need);
                 let paid = self.pay_cleaning_tax(m, key, need, free, floor, want, for_buffer)?;
                 need -= paid.sealed_first;
                 taxed_above = true;
-                let floor = need + reserve + (low_water / 2).max(quick_debt);
+                let floor = floor_for(need);
                 if self.free_blocks_up_to(m, floor) >= floor {
                     if pays_debt {
                         self.debug_assert_room_kept(m, self.free_blocks(m) - need, quick_debt);
@@ -319,7 +322,7 @@ impl Engine {
             // commit a real-time thread waits on (its priority lent for `meta`): waiting here,
             // or paying its tax, it would keep that thread waiting.
             if pays_debt && !for_copies && self.leaves_space_wait_to_others() {
-                let floor = need + reserve + (low_water / 2).max(quick_debt);
+                let floor = floor_for(need);
                 if free >= floor {
                     self.count(|c| c.space_waits_left += 1);
                     crate::phases::count(|t| t.space_waits_left += 1);
@@ -360,7 +363,7 @@ impl Engine {
             // Between the floor and the mark a write pays the cleaning tax, a share of cleaning
             // by the blocks it writes (`commit::tax`); below the floor it cleans until there is
             // room, the last resort.
-            let floor = need + reserve + (low_water / 2).max(quick_debt);
+            let floor = floor_for(need);
             let free = self.free_blocks_up_to(m, want);
             // A checkpoint a writer's commit runs pays as a write does (cleaning and refreshes
             // are outside this branch).
@@ -371,7 +374,7 @@ impl Engine {
                 if self.config().background_gc {
                     self.wake_background(|w| w.clean = true);
                 }
-                let floor = need + reserve + (low_water / 2).max(quick_debt);
+                let floor = floor_for(need);
                 if self.free_blocks_up_to(m, floor) >= floor {
                     if pays_debt {
                         self.debug_assert_room_kept(m, self.free_blocks(m) - need, quick_debt);

@@ -134,29 +134,19 @@ impl Engine {
             .collect();
         // The emptiest the pass may take, as many as its victims: what greedy would take
         // within the rules, beside greedy's over every written segment.
+        let why: Vec<Option<NotVictim>> = written.iter().map(|&(_, s)| (view.why_not)(s)).collect();
         let mut reach: Vec<u32> = written
             .iter()
-            .filter(|&&(_, s)| (view.why_not)(s).is_none())
-            .map(|&(l, _)| l)
+            .zip(&why)
+            .filter(|(_, w)| w.is_none())
+            .map(|(&(l, _), _)| l)
             .collect();
-        let chain = written
+        let chain = why.iter().filter(|&&w| w == Some(NotVictim::Chain)).count() as u64;
+        let reach: u64 = emptiest(&mut reach, victims.len())
             .iter()
-            .filter(|&&(_, s)| (view.why_not)(s) == Some(NotVictim::Chain))
-            .count() as u64;
-        let r = victims.len().min(reach.len());
-        let reach: u64 = if r == 0 {
-            0
-        } else {
-            reach.select_nth_unstable(r - 1);
-            reach[..r].iter().map(|&l| u64::from(l)).sum()
-        };
-        let n = victims.len().min(written.len());
-        let greedy: &[(u32, usize)] = if n == 0 {
-            &[]
-        } else {
-            written.select_nth_unstable(n - 1);
-            &written[..n]
-        };
+            .map(|&l| u64::from(l))
+            .sum();
+        let greedy = emptiest(&mut written, victims.len());
         let mut out = [0u64; 4];
         for &(_, s) in greedy {
             match (view.why_not)(s) {
@@ -296,4 +286,13 @@ impl Engine {
     pub(in crate::tbfs) fn urgent_mark(&self, m: &State) -> u64 {
         2 * self.low_water(m) + self.reserve_blocks()
     }
+}
+
+/// The `n` smallest of `items` (all of them if fewer), in no order.
+fn emptiest<T: Ord>(items: &mut [T], n: usize) -> &[T] {
+    let n = n.min(items.len());
+    if n > 0 {
+        items.select_nth_unstable(n - 1);
+    }
+    &items[..n]
 }
