@@ -49,8 +49,9 @@ enum Wire {
     Ring {
         /// Watched for the server's hang-up while a side waits; carries nothing else.
         socket: UnixStream,
-        /// Pushed through by the client's threads at once.
-        send: Producer,
+        /// Pushed through by the client's threads at once (boxed: it would make this
+        /// variant much larger than the socket's).
+        send: Box<Producer>,
         /// Taken only to drain what is published, never held while parked.
         recv: Mutex<Consumer>,
         /// Where a thread waits for its completion, with its id's bits (boxed: it would make
@@ -592,7 +593,7 @@ fn ring_wire(mut stream: UnixStream, sizes: RingSizes) -> io::Result<Wire> {
             map: r.requests.mapping().clone(),
             closes: Box::new(r.closes),
             parking: Box::new(r.completions.parking()),
-            send: r.requests,
+            send: Box::new(r.requests),
             recv: Mutex::new(r.completions),
         }),
         (ring::ANSWER_SOCKET, _) => socket_wire(stream),

@@ -129,7 +129,7 @@ fn frames_pushed_by_many_threads_at_once_arrive_whole_and_in_each_threads_order(
     // A frame: the thread, its sequence number, then bytes derived from both; some longer
     // than a record (half the ring), which go as fragments.
     let frame = |t: usize, i: usize| -> Vec<u8> {
-        let n = 2 + (t * 131 + i * 977) % if i % 25 == 0 { 5000 } else { 900 };
+        let n = 2 + (t * 131 + i * 977) % if i.is_multiple_of(25) { 5000 } else { 900 };
         let mut f = vec![t as u8, (i % 256) as u8];
         f.extend((2..n).map(|j| (t * 7 + i * 13 + j) as u8));
         f

@@ -422,7 +422,7 @@ impl Producer {
     }
 
     /// Writes one record at `start`: its header (`more` set if fragments follow) and `n` bytes
-    /// taken from `parts`, `skip` bytes into the first.
+    /// taken from `parts` in order.
     fn write_record<'a>(
         &self,
         start: u32,
