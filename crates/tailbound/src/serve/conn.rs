@@ -22,7 +22,7 @@ use super::protocol::{
     Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, FEATURE_POSTED_CLOSE, VERSION,
 };
 use super::ring::{
-    self, ClientRings, Consumer, HeaderWord, Mapping, Parking, Producer, RingSizes, Waker,
+    self, ClientRings, Consumer, HeaderWord, Mapping, Parking, Producer, RingSizes, Wake,
     FEATURE_RING,
 };
 use crate::sys::sock::send_all;
@@ -49,9 +49,9 @@ enum Wire {
     Ring {
         /// Watched for the server's hang-up while a side waits; carries nothing else.
         socket: UnixStream,
-        send: Mutex<Producer>,
-        /// Wakes a parked worker of the session after a send, outside `send`.
-        waker: Box<Waker>,
+        /// Pushed through by the client's threads at once (boxed: it would make this
+        /// variant much larger than the socket's).
+        send: Box<Producer>,
         /// Taken only to drain what is published, never held while parked.
         recv: Mutex<Consumer>,
         /// Where a thread waits for its completion, with its id's bits (boxed: it would make
@@ -373,6 +373,9 @@ impl Conn {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let caller = self.called.then(super::caller::current);
         let (head, tail) = req.encode_with(id, caller.as_ref(), data);
+        let times = super::timing::client();
+        let t0 = times.map(|_| std::time::Instant::now());
+        let mut t1 = t0;
         let body = match &self.wire {
             Wire::Ring {
                 socket,
@@ -384,7 +387,12 @@ impl Conn {
                 let body = self
                     .send(&head, tail)
                     .map_err(|why| self.broken(why))
-                    .and_then(|()| self.ring_completion(id, socket, recv, parking));
+                    .and_then(|()| {
+                        if t1.is_some() {
+                            t1 = Some(std::time::Instant::now());
+                        }
+                        self.ring_completion(id, socket, recv, parking)
+                    });
                 self.in_flight.fetch_sub(1, Ordering::Relaxed);
                 body?
             }
@@ -393,7 +401,14 @@ impl Conn {
                 self.completion(id, stream, recv)?
             }
         };
-        match Reply::decode_owned(body) {
+        let t2 = t0.map(|_| std::time::Instant::now());
+        let decoded = Reply::decode_owned(body);
+        if let (Some(t), Some(t0), Some(t1), Some(t2)) = (times, t0, t1, t2) {
+            let op = head.get(if self.called { 18 } else { 12 }).copied();
+            let n = t.add(op.unwrap_or(0), &[t0, t1, t2, std::time::Instant::now()]);
+            super::timing::client_done(t, n);
+        }
+        match decoded {
             Ok((_, reply)) => reply,
             Err(e) => Err(self.broken(e.to_string())),
         }
@@ -417,21 +432,10 @@ impl Conn {
                 }
                 send_all(stream, tail).map_err(|e| e.to_string())
             }
-            Wire::Ring {
-                socket,
-                send,
-                waker,
-                ..
-            } => {
-                // The wake-up's system call is made once the ring is let go, so the client's
-                // other threads waiting to send do not wait for it too.
-                send.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push_parts_unwoken(&[head, tail], None, socket)
+            Wire::Ring { socket, send, .. } => {
+                let whom = if wake { Wake::One } else { Wake::Nobody };
+                send.push_parts(&[head, tail], whom, socket)
                     .map_err(|e| e.to_string())?;
-                if wake {
-                    waker.wake(None);
-                }
                 Ok(())
             }
         }
@@ -454,7 +458,11 @@ impl Conn {
             // Others' completions are put where their threads look before the ring is let go:
             // a thread that takes the ring after this one finds them.
             let seen = {
+                let tl = super::timing::client().map(|_| std::time::Instant::now());
                 let mut c = recv.lock().unwrap_or_else(|p| p.into_inner());
+                if let (Some(t), Some(tl)) = (super::timing::client(), tl) {
+                    t.extra(3, tl.elapsed().as_nanos() as u64);
+                }
                 loop {
                     let body = match c.try_frame(FRAME_MAX) {
                         Ok(Ok(body)) => body,
@@ -472,7 +480,11 @@ impl Conn {
                         return Ok(body);
                     }
                     self.replies().pending.insert(rid, body);
-                    parking.wake_bits(ring::waiter_bits(rid));
+                    let woke = parking.wake_bits(ring::waiter_bits(rid));
+                    if let Some(t) = super::timing::client() {
+                        t.extra(1, 1);
+                        t.extra(2, woke as u64);
+                    }
                 }
             };
             {
@@ -489,6 +501,9 @@ impl Conn {
             // flight spins first: with others, a spinner is sent back to drain by every
             // completion published, mostly not its own, and holds a core its peer may need.
             let alone = self.in_flight.load(Ordering::Relaxed) <= 1;
+            if let Some(t) = super::timing::client() {
+                t.extra(0, 1);
+            }
             if let Err(e) = parking.wait_bits(seen, bits, alone, socket) {
                 return Err(self.broken(e.to_string()));
             }
@@ -578,8 +593,7 @@ fn ring_wire(mut stream: UnixStream, sizes: RingSizes) -> io::Result<Wire> {
             map: r.requests.mapping().clone(),
             closes: Box::new(r.closes),
             parking: Box::new(r.completions.parking()),
-            waker: Box::new(r.requests.waker()),
-            send: Mutex::new(r.requests),
+            send: Box::new(r.requests),
             recv: Mutex::new(r.completions),
         }),
         (ring::ANSWER_SOCKET, _) => socket_wire(stream),

@@ -17,7 +17,7 @@ use super::posted::Gate;
 use super::protocol::{
     Reply, Request, CLOSE_POSTED, FEATURE_CALLER, FEATURE_OPEN_STAT, FEATURE_POSTED_CLOSE, VERSION,
 };
-use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, Waker, FEATURE_RING};
+use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, Wake, FEATURE_RING};
 use super::session::Session;
 use super::shared::Shared;
 use super::tally::{Event, Tally};
@@ -73,8 +73,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
             });
             let out = RingOut {
                 socket: &stream,
-                waker: rings.completions.waker(),
-                producer: Mutex::new(rings.completions),
+                producer: rings.completions,
                 tally: tally.as_ref(),
             };
             let mut inbound = RingIn {
@@ -263,26 +262,21 @@ impl Inbound for RingIn {
 
 struct RingOut<'a> {
     socket: &'a UnixStream,
-    producer: Mutex<Producer>,
-    waker: Waker,
+    /// Pushed through by the session's workers at once.
+    producer: Producer,
     tally: Option<&'a Tally>,
 }
 
 impl Outbound for RingOut<'_> {
     fn send(&self, id: u64, parts: &[&[u8]]) -> std::result::Result<(), Option<String>> {
-        // Only the client's thread that waits for this completion is woken, and only once the
-        // producer is let go: the session's other workers wait for it to push theirs, not
-        // for the wake-up too.
-        let bits = Some(ring::waiter_bits(id));
-        self.producer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_parts_unwoken(parts, bits, self.socket)
+        // Only the client's thread that waits for this completion is woken.
+        let woke = self
+            .producer
+            .push_parts(parts, Wake::Bits(ring::waiter_bits(id)), self.socket)
             .map_err(|e| match e {
                 RingError::Gone => None,
                 RingError::Corrupt(_) => Some(e.to_string()),
             })?;
-        let woke = self.waker.wake(bits);
         if let Some(t) = self.tally {
             t.event(Event::Completion);
             if woke > 0 {
@@ -325,6 +319,7 @@ struct Workers<'w> {
     /// The session's posted closes (on the rings, where granted).
     gate: Option<&'w Gate>,
     tally: Option<&'w Tally>,
+    times: Option<super::timing::Times>,
 }
 
 impl Workers<'_> {
@@ -361,7 +356,11 @@ impl Workers<'_> {
     fn next(&self, s: &Session<'_>) -> Option<Vec<u8>> {
         let mut woken = false;
         loop {
+            let tl = self.times.as_ref().map(|_| std::time::Instant::now());
             let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
+            if let (Some(t), Some(tl)) = (&self.times, tl) {
+                t.extra(0, tl.elapsed().as_nanos() as u64);
+            }
             if self.ending.load(Ordering::Acquire) {
                 return None;
             }
@@ -406,7 +405,13 @@ impl Workers<'_> {
                 return None;
             };
             self.count(Event::Park);
-            match p.wait(seen, self.socket) {
+            let tp = self.times.as_ref().map(|_| std::time::Instant::now());
+            let waited = p.wait(seen, self.socket);
+            if let (Some(t), Some(tp)) = (&self.times, tp) {
+                t.extra(1, tp.elapsed().as_nanos() as u64);
+                t.extra(2, 1);
+            }
+            match waited {
                 Ok(()) => woken = true,
                 Err(RingError::Gone) => {
                     self.fail(None);
@@ -474,6 +479,7 @@ fn serve<'w>(
         apart: AtomicUsize::new(0),
         gate,
         tally,
+        times: super::timing::session(),
     };
     std::thread::scope(|scope| {
         work(scope, s, &w);
@@ -486,6 +492,9 @@ fn serve<'w>(
         // The client is gone or must be: requests still waiting on it give up.
         let _ = socket.shutdown(std::net::Shutdown::Both);
     });
+    if let Some(t) = &w.times {
+        super::timing::session_done(t, s.id());
+    }
     w.failed.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -523,6 +532,8 @@ fn answer<'scope, 'env, 'w: 'env>(
     w: &'env Workers<'w>,
     body: Vec<u8>,
 ) {
+    let t0 = w.times.as_ref().map(|_| std::time::Instant::now());
+    let op = body.get(if w.callers.is_some() { 14 } else { 8 }).copied();
     if let Some(t) = w.tally {
         // The operation's byte follows the id and, when requests carry it, the caller.
         let at = if w.callers.is_some() { 14 } else { 8 };
@@ -554,8 +565,20 @@ fn answer<'scope, 'env, 'w: 'env>(
                         s.close_posted(req);
                         return;
                     }
+                    let t1 = t0.map(|_| std::time::Instant::now());
                     match s.serve_ordered(req) {
-                        (reply, None) => reply,
+                        (reply, None) => {
+                            if let (Some(t), Some(t0), Some(t1)) = (&w.times, t0, t1) {
+                                let t2 = std::time::Instant::now();
+                                let sent = complete(w.out, req_id, &reply);
+                                t.add(op.unwrap_or(0), &[t0, t1, t2, std::time::Instant::now()]);
+                                if let Err(why) = sent {
+                                    w.fail(why);
+                                }
+                                return;
+                            }
+                            reply
+                        }
                         (reply, Some(drain)) => {
                             w.count(Event::Raise);
                             // The wait is on a thread of its own: this worker may be the one

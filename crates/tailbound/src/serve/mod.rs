@@ -59,6 +59,7 @@ mod session;
 mod shared;
 mod shmem;
 mod tally;
+mod timing;
 
 pub use client::{Client, RemoteFile, RemoteView};
 pub use codec::{WireError, FRAME_MAX, IO_MAX};

@@ -13,7 +13,9 @@ use proptest::test_runner::{Config as PropConfig, TestRunner};
 
 use super::codec::read_frame;
 use super::protocol::{LockArgs, Reply, Request, VERSION};
-use super::ring::{self, testing, ClientRings, RingError, RingSizes, ServerRings, FEATURE_RING};
+use super::ring::{
+    self, testing, ClientRings, RingError, RingSizes, ServerRings, Wake, FEATURE_RING,
+};
 use super::*;
 use crate::dev::memory::MemoryPool;
 use crate::tbfs::locks::{Kind, Space};
@@ -88,7 +90,7 @@ fn frames_of_any_length_wrap_around_a_small_ring_intact() {
     let memfd = rings.memfd.try_clone().unwrap();
     let server = ServerRings::attach(vec![memfd.into()]).unwrap();
     let (a, b) = UnixStream::pair().unwrap();
-    let (mut producer, mut consumer) = (rings.requests, server.requests);
+    let (producer, mut consumer) = (rings.requests, server.requests);
     // Lengths from empty to several times the data area, so records wrap at every offset and
     // long frames go as fragments.
     let lengths: Vec<usize> = (0..400).map(|i| (i * 97) % 13_000).collect();
@@ -112,12 +114,59 @@ fn frames_of_any_length_wrap_around_a_small_ring_intact() {
     assert_eq!(consumer.pop(1 << 20, &b), Err(RingError::Gone));
 }
 
+/// Threads pushing through one producer at once copy their frames outside its lock: every
+/// frame still arrives whole, each thread's frames in the order it pushed them, short frames
+/// and fragmented ones mixed, through a ring small enough that pushes wait for room and for
+/// the records reserved before them.
+#[test]
+fn frames_pushed_by_many_threads_at_once_arrive_whole_and_in_each_threads_order() {
+    let rings = ClientRings::create(SMALL).unwrap();
+    let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
+    let (a, b) = UnixStream::pair().unwrap();
+    let (producer, mut consumer) = (rings.requests, server.requests);
+    const THREADS: usize = 6;
+    const EACH: usize = 300;
+    // A frame: the thread, its sequence number, then bytes derived from both; some longer
+    // than a record (half the ring), which go as fragments.
+    let frame = |t: usize, i: usize| -> Vec<u8> {
+        let n = 2 + (t * 131 + i * 977) % if i.is_multiple_of(25) { 5000 } else { 900 };
+        let mut f = vec![t as u8, (i % 256) as u8];
+        f.extend((2..n).map(|j| (t * 7 + i * 13 + j) as u8));
+        f
+    };
+    let mut next = [0usize; THREADS];
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (producer, a) = (&producer, &a);
+            s.spawn(move || {
+                for i in 0..EACH {
+                    producer
+                        .push_parts(&[&frame(t, i)[..1], &frame(t, i)[1..]], Wake::One, a)
+                        .unwrap();
+                }
+            });
+        }
+        for _ in 0..THREADS * EACH {
+            let got = consumer.pop(1 << 20, &b).unwrap();
+            let t = got[0] as usize;
+            assert!(
+                t < THREADS,
+                "a frame of no thread: {:?}",
+                &got[..got.len().min(8)]
+            );
+            assert_eq!(got, frame(t, next[t]), "thread {t}'s frame {}", next[t]);
+            next[t] += 1;
+        }
+    });
+    assert_eq!(next, [EACH; THREADS]);
+}
+
 #[test]
 fn a_frame_longer_than_the_readers_limit_is_corrupt() {
     let rings = ClientRings::create(SMALL).unwrap();
     let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
     let (a, b) = UnixStream::pair().unwrap();
-    let (mut producer, mut consumer) = (rings.requests, server.requests);
+    let (producer, mut consumer) = (rings.requests, server.requests);
     let t = std::thread::spawn(move || {
         // Fails once the reader stops reading and hangs up.
         let _ = producer.push(&vec![7u8; 20_000], &a);
@@ -140,7 +189,7 @@ fn framed_bodies_come_without_their_length_and_a_wrong_length_is_corrupt() {
     let rings = ClientRings::create(SMALL).unwrap();
     let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
     let (a, b) = UnixStream::pair().unwrap();
-    let (mut producer, mut consumer) = (rings.requests, server.requests);
+    let (producer, mut consumer) = (rings.requests, server.requests);
     // From empty to several times the data area: bodies in one record and in fragments.
     let lengths: Vec<usize> = (0..120).map(|i| (i * 211) % 13_000).collect();
     let body = |i: usize, n: usize| -> Vec<u8> { (0..n).map(|j| (i * 7 + j) as u8).collect() };
@@ -168,7 +217,7 @@ fn framed_bodies_come_without_their_length_and_a_wrong_length_is_corrupt() {
         let rings = ClientRings::create(SMALL).unwrap();
         let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
         let (a, b) = UnixStream::pair().unwrap();
-        let (mut producer, mut consumer) = (rings.requests, server.requests);
+        let (producer, mut consumer) = (rings.requests, server.requests);
         producer.push(&raw, &a).unwrap();
         let err = consumer.pop_frame(limit, &b).unwrap_err();
         assert!(matches!(err, RingError::Corrupt(_)), "{raw:?}: {err:?}");
@@ -180,7 +229,7 @@ fn threads_parked_on_one_ring_take_every_frame_once() {
     let rings = ClientRings::create(SMALL).unwrap();
     let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
     let (a, b) = UnixStream::pair().unwrap();
-    let mut producer = rings.requests;
+    let producer = rings.requests;
     let consumer = std::sync::Mutex::new(server.requests);
     let parking = consumer.lock().unwrap().parking();
     let frames = 2_000usize;
@@ -553,9 +602,7 @@ fn a_frame_pushed_in_parts_pops_whole_across_wraps_and_fragments() {
     let (a, _b) = UnixStream::pair().unwrap();
     let rings = ClientRings::create(SMALL).unwrap();
     let ClientRings {
-        mut requests,
-        memfd,
-        ..
+        requests, memfd, ..
     } = rings;
     let mut server = ServerRings::attach(vec![memfd.into()]).unwrap();
     let mut rng = fastrand::Rng::with_seed(42);
@@ -569,7 +616,7 @@ fn a_frame_pushed_in_parts_pops_whole_across_wraps_and_fragments() {
         std::thread::scope(|s| {
             let reader = s.spawn(|| server.requests.pop_frame(1 << 20, &a));
             requests
-                .push_parts(&[&framed_head, &tail], None, &a)
+                .push_parts(&[&framed_head, &tail], Wake::One, &a)
                 .unwrap();
             assert_eq!(reader.join().unwrap().unwrap(), whole, "round {round}");
         });
@@ -793,9 +840,7 @@ fn a_forked_child_leaves_its_parents_rings_alone() {
 fn a_frame_pushed_unwoken_wakes_its_reader_only_through_the_waker() {
     let (a, _b) = UnixStream::pair().unwrap();
     let ClientRings {
-        mut requests,
-        memfd,
-        ..
+        requests, memfd, ..
     } = ClientRings::create(SMALL).unwrap();
     let mut server = ServerRings::attach(vec![memfd.into()]).unwrap();
     let parking = server.requests.parking();
@@ -819,7 +864,7 @@ fn a_frame_pushed_unwoken_wakes_its_reader_only_through_the_waker() {
             let task = std::path::Path::new("/proc").join(rx.recv().unwrap());
             assert!(await_futex_sleep(&task), "round {round}");
             requests
-                .push_parts_unwoken(&[&framed(&[round], 1)], Some(bits), &a)
+                .push_parts(&[&framed(&[round], 1)], Wake::Nobody, &a)
                 .unwrap();
             woken.push(waker.wake(Some(bits)));
             reader.join().unwrap().unwrap();

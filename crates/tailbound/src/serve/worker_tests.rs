@@ -39,7 +39,7 @@ fn range(start: u64, end: u64, kind: Kind, per_handle: bool) -> LockArgs {
 /// completions, which the [`Client`] never does.
 enum Raw {
     Socket(UnixStream),
-    Rings(UnixStream, ClientRings),
+    Rings(UnixStream, Box<ClientRings>),
 }
 
 impl Raw {
@@ -60,7 +60,7 @@ impl Raw {
         let mut answer = [0u8];
         s.read_exact(&mut answer).unwrap();
         assert_eq!(answer[0], ring::ANSWER_RINGS);
-        Raw::Rings(s, rings)
+        Raw::Rings(s, Box::new(rings))
     }
 
     fn send(&mut self, req: &Request, id: u64) {

@@ -25,7 +25,7 @@ mod shm;
 mod spare;
 
 pub use queue::{set_spin, DEFAULT_SPIN};
-pub(crate) use queue::{Consumer, Parking, Producer, RingError, Waker};
+pub(crate) use queue::{Consumer, Parking, Producer, RingError, Wake};
 use queue::{Ctrl, Queue};
 pub(crate) use shm::{detach_fd, sealed_memfd, Mapping};
 pub(crate) use spare::give as give_spare;

@@ -11,9 +11,10 @@
 //! against the ring's size and the bytes published before anything is copied, and a value that
 //! does not fit is [`RingError::Corrupt`].
 
+use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::shm::{futex_wait, futex_wait_bits, futex_wake, futex_wake_bits, Mapping};
@@ -238,8 +239,13 @@ impl Queue {
 
     /// Wakes one thread parked on `word`, if the count at `waiter` says any is.
     fn wake_one(&self, word: usize, waiter: usize) {
+        self.wake_n(word, waiter, 1);
+    }
+
+    /// Wakes up to `n` threads parked on `word`, if the count at `waiter` says any is.
+    fn wake_n(&self, word: usize, waiter: usize, n: i32) {
         if self.word(waiter).load(Ordering::SeqCst) != 0 {
-            futex_wake(self.word(word), 1);
+            futex_wake(self.word(word), n);
         }
     }
 }
@@ -250,114 +256,287 @@ fn padded(len: usize) -> usize {
     4 + len.div_ceil(4) * 4
 }
 
-/// The writing end of a ring.
+/// Whom a frame's publication wakes on the reading side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// No one: the reader takes it with a later frame, or when it looks on its own.
+    Nobody,
+    /// One parked reader.
+    One,
+    /// The readers parked with one of these bits ([`Parking::wait_bits`]).
+    Bits(u32),
+}
+
+/// The writing end of a ring, pushed through by any number of threads at once.
+///
+/// A frame that fits one record reserves its room under a short lock, is copied outside it,
+/// and is published in the order reserved once every record reserved before it is written;
+/// the thread that publishes a run of records makes their wake-ups, after letting go of the
+/// lock. So threads do not queue behind one another's copies. A longer frame (fragments, which
+/// must follow each other and may wait for the reader between them) waits until every record
+/// reserved before it is published and then holds the lock throughout.
 #[derive(Debug)]
 pub(crate) struct Producer {
     q: Queue,
+    tails: Mutex<Tails>,
+    /// Told when the last record reserved is published, if a thread waits for that.
+    drained: Condvar,
+}
+
+/// A producer's positions, behind its lock.
+#[derive(Debug, Default)]
+struct Tails {
+    /// Bytes reserved: the next record starts here.
+    reserved: u32,
     /// Bytes published: ours, never read back from the shared word.
-    tail: u32,
+    published: u32,
+    /// Records reserved and not yet published, in the order reserved.
+    pending: VecDeque<Pending>,
+    /// Threads waiting for `pending` to empty (a long frame, or a frame waiting for room).
+    drain_waiters: usize,
+}
+
+#[derive(Debug)]
+struct Pending {
+    end: u32,
+    wake: Wake,
+    written: bool,
+}
+
+/// Wake-ups owed for records published.
+#[derive(Debug, Default)]
+struct Owed {
+    one: i32,
+    bits: u32,
+}
+
+impl Owed {
+    fn add(&mut self, w: Wake) {
+        match w {
+            Wake::Nobody => {}
+            Wake::One => self.one += 1,
+            Wake::Bits(b) => self.bits |= b,
+        }
+    }
 }
 
 impl Producer {
     pub fn new(q: Queue) -> Producer {
-        Producer { q, tail: 0 }
+        Producer {
+            q,
+            tails: Mutex::new(Tails::default()),
+            drained: Condvar::new(),
+        }
+    }
+
+    fn tails(&self) -> MutexGuard<'_, Tails> {
+        self.tails.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Writes `frame` as one or more records, waiting for room as the consumer reads.
     #[cfg(test)]
-    pub fn push(&mut self, frame: &[u8], peer: &UnixStream) -> Result<(), RingError> {
-        self.push_parts(&[frame], None, peer)
+    pub fn push(&self, frame: &[u8], peer: &UnixStream) -> Result<(), RingError> {
+        self.push_parts(&[frame], Wake::One, peer).map(|_| ())
     }
 
     /// Writes the frame `parts` make one after the other, as [`Producer::push`] writes one:
-    /// each part is copied into the ring from where it lies. With `bits`, each record wakes
-    /// only the readers parked with one of them ([`Parking::wait_bits`]), else one reader.
-    #[cfg(test)]
+    /// each part is copied into the ring from where it lies, and the frame is published
+    /// whole before this returns (by this thread, or by the one whose record was reserved
+    /// before it, which then also makes its wake-up). `wake` says whom its publication
+    /// wakes; returns how many threads the wake-ups this call made woke with bits. The
+    /// records of a frame too long for one record each wake as they go (the reader must take
+    /// them to make room for the rest).
     pub fn push_parts(
-        &mut self,
+        &self,
         parts: &[&[u8]],
-        bits: Option<u32>,
+        wake: Wake,
         peer: &UnixStream,
-    ) -> Result<(), RingError> {
-        self.push_parts_as(parts, bits, true, peer)
+    ) -> Result<usize, RingError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if len > self.q.cap / 2 - 4 {
+            return self.push_long(parts, len, wake, peer);
+        }
+        let need = padded(len);
+        let start = {
+            let mut t = self.tails();
+            // Waiting for room while holding the lock is only sound with no record of ours
+            // being written: its writer needs the lock to publish it, and the reader cannot
+            // make room past it until then.
+            while self.free(t.reserved)? < need {
+                if t.pending.is_empty() {
+                    self.room(t.reserved, need, peer)?;
+                    break;
+                }
+                t = self.wait_drained(t);
+            }
+            let start = t.reserved;
+            t.reserved = start.wrapping_add(need as u32);
+            let end = t.reserved;
+            t.pending.push_back(Pending {
+                end,
+                wake,
+                written: false,
+            });
+            start
+        };
+        let written = self.write_record(start, len, 0, &mut parts.iter().copied());
+        let end = start.wrapping_add(need as u32);
+        let mut owed = Owed::default();
+        {
+            let mut t = self.tails();
+            // Written or not, the record is let go: a failed copy is corrupt anyway, and the
+            // records behind it must not wait for it for ever.
+            if let Some(p) = t.pending.iter_mut().find(|p| p.end == end) {
+                p.written = true;
+            }
+            let before = t.published;
+            while t.pending.front().is_some_and(|p| p.written) {
+                if let Some(p) = t.pending.pop_front() {
+                    t.published = p.end;
+                    owed.add(p.wake);
+                }
+            }
+            if t.published != before {
+                self.q.publish_unwoken(self.q.ctrl.tail, t.published);
+            }
+            if t.pending.is_empty() && t.drain_waiters > 0 {
+                self.drained.notify_all();
+            }
+        }
+        written?;
+        Ok(self.pay(owed))
     }
 
-    /// [`Producer::push_parts`] that publishes the frame's last record without waking anyone:
-    /// the caller wakes the reader with [`Waker::wake`] once it has let go of whatever lock
-    /// guards this producer, so the other threads waiting for that lock do not wait out a
-    /// wake-up system call too. Records before the last still wake as they are published (the
-    /// reader must take them to make room for the rest).
-    pub fn push_parts_unwoken(
-        &mut self,
-        parts: &[&[u8]],
-        bits: Option<u32>,
-        peer: &UnixStream,
-    ) -> Result<(), RingError> {
-        self.push_parts_as(parts, bits, false, peer)
+    /// Makes the wake-ups `owed`; returns how many threads the bits woke.
+    fn pay(&self, owed: Owed) -> usize {
+        if owed.one > 0 {
+            self.q
+                .wake_n(self.q.ctrl.tail, self.q.ctrl.data_waiter, owed.one);
+        }
+        if owed.bits != 0 {
+            return self
+                .q
+                .wake_bits(self.q.ctrl.tail, self.q.ctrl.data_waiter, owed.bits);
+        }
+        0
     }
 
-    /// Wakes the readers of this ring after [`Producer::push_parts_unwoken`], without the
-    /// producer.
-    pub fn waker(&self) -> Waker {
-        Waker { q: self.q.clone() }
+    /// Writes one record at `start`: its header (`more` set if fragments follow) and `n` bytes
+    /// taken from `parts` in order.
+    fn write_record<'a>(
+        &self,
+        start: u32,
+        n: usize,
+        more: u32,
+        parts: &mut impl Iterator<Item = &'a [u8]>,
+    ) -> Result<(), RingError> {
+        self.q.write(start, &(n as u32 | more).to_le_bytes())?;
+        let mut at = start.wrapping_add(4);
+        let mut want = n;
+        while want > 0 {
+            let Some(part) = parts.next() else {
+                // The parts held fewer bytes than they added up to: cannot happen.
+                return Err(RingError::Corrupt("a frame shorter than its parts".into()));
+            };
+            let k = want.min(part.len());
+            self.q.write(at, &part[..k])?;
+            at = at.wrapping_add(k as u32);
+            want -= k;
+        }
+        Ok(())
     }
 
-    fn push_parts_as(
-        &mut self,
+    /// A frame longer than a record: its fragments written and published one after the other
+    /// under the lock, once every record reserved before it is published.
+    fn push_long(
+        &self,
         parts: &[&[u8]],
-        bits: Option<u32>,
-        wake_last: bool,
+        len: usize,
+        wake: Wake,
         peer: &UnixStream,
-    ) -> Result<(), RingError> {
+    ) -> Result<usize, RingError> {
         let max = self.q.cap / 2 - 4;
-        let mut left: usize = parts.iter().map(|p| p.len()).sum();
-        let mut parts = parts.iter().copied().filter(|p| !p.is_empty());
-        let mut part: &[u8] = parts.next().unwrap_or(&[]);
+        let mut t = self.tails();
+        while !t.pending.is_empty() {
+            t = self.wait_drained(t);
+        }
+        let mut left = len;
+        // Pieces of the parts, each at most a record's worth, in order.
+        let mut pieces = parts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .flat_map(|p| p.chunks(max));
+        let mut carry: &[u8] = &[];
         loop {
             let n = left.min(max);
             left -= n;
             let need = padded(n);
-            self.room(need, peer)?;
-            let header = n as u32 | if left == 0 { 0 } else { MORE };
-            self.q.write(self.tail, &header.to_le_bytes())?;
-            let mut at = self.tail.wrapping_add(4);
-            let mut want = n;
-            while want > 0 {
-                if part.is_empty() {
-                    part = parts.next().unwrap_or(&[]);
-                    if part.is_empty() {
-                        // The parts held fewer bytes than they added up to: cannot happen.
-                        return Err(RingError::Corrupt("a frame shorter than its parts".into()));
+            self.room(t.reserved, need, peer)?;
+            let more = if left == 0 { 0 } else { MORE };
+            // The record's bytes: what was left of the last piece, then whole pieces, the
+            // last one split where the record ends.
+            let mut take = n;
+            let mut chunks: Vec<&[u8]> = Vec::new();
+            while take > 0 {
+                if carry.is_empty() {
+                    match pieces.next() {
+                        Some(p) => carry = p,
+                        None => break,
                     }
                 }
-                let k = want.min(part.len());
-                let (piece, rest) = part.split_at(k);
-                self.q.write(at, piece)?;
-                at = at.wrapping_add(k as u32);
-                part = rest;
-                want -= k;
+                let k = take.min(carry.len());
+                chunks.push(&carry[..k]);
+                carry = &carry[k..];
+                take -= k;
             }
-            self.tail = self.tail.wrapping_add(need as u32);
-            if left == 0 && !wake_last {
-                self.q.publish_unwoken(self.q.ctrl.tail, self.tail);
-                return Ok(());
-            }
-            self.q
-                .publish(self.q.ctrl.tail, self.tail, self.q.ctrl.data_waiter, bits);
+            self.write_record(t.reserved, n, more, &mut chunks.into_iter())?;
+            t.reserved = t.reserved.wrapping_add(need as u32);
+            t.published = t.reserved;
             if left == 0 {
-                return Ok(());
+                self.q.publish_unwoken(self.q.ctrl.tail, t.published);
+                drop(t);
+                let mut owed = Owed::default();
+                owed.add(wake);
+                return Ok(self.pay(owed));
             }
+            let bits = match wake {
+                Wake::Bits(b) => Some(b),
+                _ => None,
+            };
+            self.q
+                .publish(self.q.ctrl.tail, t.published, self.q.ctrl.data_waiter, bits);
         }
     }
 
-    fn room(&self, need: usize, peer: &UnixStream) -> Result<(), RingError> {
+    /// Lets go of the lock until the records reserved are all published (or a spurious
+    /// wake-up: the caller looks again).
+    fn wait_drained<'a>(&self, mut t: MutexGuard<'a, Tails>) -> MutexGuard<'a, Tails> {
+        t.drain_waiters += 1;
+        let mut t = self.drained.wait(t).unwrap_or_else(|p| p.into_inner());
+        t.drain_waiters -= 1;
+        t
+    }
+
+    /// The bytes free after `reserved`, by the consumer's position now.
+    fn free(&self, reserved: u32) -> Result<usize, RingError> {
+        let head = self.q.word(self.q.ctrl.head).load(Ordering::Acquire);
+        let used = reserved.wrapping_sub(head) as usize;
+        if used > self.q.cap {
+            return Err(RingError::Corrupt(format!(
+                "consumer position {head} is not within the ring behind {reserved}"
+            )));
+        }
+        Ok(self.q.cap - used)
+    }
+
+    /// Waits until `need` bytes after `reserved` are free.
+    fn room(&self, reserved: u32, need: usize, peer: &UnixStream) -> Result<(), RingError> {
         loop {
             let head = self.q.word(self.q.ctrl.head).load(Ordering::Acquire);
-            let used = self.tail.wrapping_sub(head) as usize;
+            let used = reserved.wrapping_sub(head) as usize;
             if used > self.q.cap {
                 return Err(RingError::Corrupt(format!(
-                    "consumer position {head} is not within the ring behind {}",
-                    self.tail
+                    "consumer position {head} is not within the ring behind {reserved}"
                 )));
             }
             if self.q.cap - used >= need {
@@ -373,20 +552,26 @@ impl Producer {
             )?;
         }
     }
+
+    /// Wakes this ring's readers apart from a push (tests: a frame pushed with
+    /// [`Wake::Nobody`]).
+    #[cfg(test)]
+    pub fn waker(&self) -> Waker {
+        Waker { q: self.q.clone() }
+    }
 }
 
-/// Wakes a ring's readers after a frame was published unwoken
-/// ([`Producer::push_parts_unwoken`]); held apart from the producer so that no lock guarding
-/// the producer is held through the system call.
+/// Wakes a ring's readers apart from a push.
+#[cfg(test)]
 #[derive(Debug, Clone)]
 pub(crate) struct Waker {
     q: Queue,
 }
 
+#[cfg(test)]
 impl Waker {
     /// Wakes the readers a frame pushed with `bits` is for (`None`: one reader), if any
-    /// parked; returns how many it woke when `bits` are given, else 0. Waking when the
-    /// frame's reader already went costs nothing but the look at the count.
+    /// parked; returns how many it woke when `bits` are given, else 0.
     pub fn wake(&self, bits: Option<u32>) -> usize {
         self.q.wake(self.q.ctrl.tail, self.q.ctrl.data_waiter, bits)
     }
