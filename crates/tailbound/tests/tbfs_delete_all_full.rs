@@ -53,7 +53,7 @@ fn a_pool_emptied_by_deletes_in_passes_admits_writes_again() {
             Err(e) => panic!("{path}: {e}"),
         }
         n += 1;
-        if n % 256 == 0 {
+        if n.is_multiple_of(256) {
             fs.sync().unwrap();
         }
     }
