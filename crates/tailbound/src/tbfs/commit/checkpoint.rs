@@ -140,9 +140,9 @@ impl Engine {
         // An upper bound on what this checkpoint writes, checked before anything changes (the
         // directories are encoded here, for the sealing below).
         let mut dir_blocks = encode_changed_dirs(m, &work);
-        let estimate = self.checkpoint_estimate(m, &work, &dir_blocks);
+        let (estimate, pages_paid) = self.checkpoint_estimate(m, &work, &dir_blocks);
         let passes = m.cleaning.passes();
-        m.cleaning.checkpoint_checks_space();
+        m.cleaning.checkpoint_checks_space(pages_paid);
         let space = self.ensure_space(m, estimate);
         if space.is_err() || m.cleaning.passes() != passes {
             // Nothing was written: the files taken from the dirty set stay in it, or a later
@@ -179,12 +179,15 @@ impl Engine {
     /// An upper bound on the blocks a checkpoint of `work` writes: the directories (already
     /// encoded in `dir_blocks`), the inode pages, the inode file's map and the tables, and each
     /// inode's buffered blocks and map nodes.
+    ///
+    /// Also returns the inode pages and inode-file map nodes among them: what of the deletes'
+    /// room (`Engine::deletes_reserve`) this checkpoint pays (`Engine::checkpoint_floor`).
     fn checkpoint_estimate(
         &self,
         m: &State,
         work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
-    ) -> u64 {
+    ) -> (u64, u64) {
         // A freed inode costs its slot's page, counted with the pages: deleting many files must
         // not look like writing a block per file, or a full pool could not take the deletes
         // that make room.
@@ -195,7 +198,8 @@ impl Engine {
             (m.ifile.map().blocks.len() as u64 + 1).max(pages.last().map_or(0, |&p| p + 1));
         let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
             .min(crate::tbfs::map::tree_nodes(ifile_len) + 1);
-        estimate += pages.len() as u64 + ifile_nodes + 4;
+        let pages_paid = pages.len() as u64 + ifile_nodes;
+        estimate += pages_paid + 4;
         estimate += m.table_estimate();
         // The inodes' part: a bound from totals when the free space covers it with room to
         // spare, else one counted inode by inode.
@@ -215,7 +219,7 @@ impl Engine {
         } else {
             estimate + self.counted_inode_bound(m, work, dir_blocks)
         };
-        pinned_pages_as_written(m, estimate)
+        (pinned_pages_as_written(m, estimate), pages_paid)
     }
 
     /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks, its

@@ -164,8 +164,11 @@ impl Engine {
         self.checkpoint_debt(m, true) + self.budget.buffered().div_ceil(BLOCK_U64)
     }
 
-    /// What a checkpoint paying `paid` blocks of debt must leave free: the deletes' room
-    /// (`Engine::deletes_reserve`), its inode pages' part less what this checkpoint pays, and
+    /// What a checkpoint writing `paid` inode pages and inode-file map nodes must leave free:
+    /// the deletes' room (`Engine::deletes_reserve`), its inode pages' part less those (not
+    /// less the checkpoint's whole size: a sync's checkpoint carrying buffered data would then
+    /// spend the room of the inode pages deletes dirty later, and a pool emptied by deletes
+    /// could write no checkpoint again, `tests/tbfs_delete_all_full.rs`), and
     /// its allowance and pinned-table part whole (the checkpoint pays what deletes charged and
     /// the pages they marked, and they may charge and mark as much again before the next
     /// checkpoint, a snapshot's drop, must write it); and the
@@ -241,7 +244,8 @@ impl Engine {
     /// checkpoints keep nothing.
     pub(in crate::tbfs) fn ensure_space(&self, m: &mut State, blocks: u64) -> Result<()> {
         // Taken, so the checks the cleaning below runs are their own.
-        let for_checkpoint = m.cleaning.take_checkpoint_check();
+        let checkpoint_pages = m.cleaning.take_checkpoint_check();
+        let for_checkpoint = checkpoint_pages.is_some();
         let for_buffer = m.cleaning.take_buffer_check();
         let for_copies = m.cleaning.take_copies_check();
         let mut need = self.space_needed(blocks);
@@ -423,8 +427,8 @@ impl Engine {
         };
         let keep = if self.recovering(m) {
             0
-        } else if for_checkpoint {
-            self.checkpoint_floor(m, blocks)
+        } else if let Some(pages) = checkpoint_pages {
+            self.checkpoint_floor(m, pages)
         } else if for_copies {
             // Below the floor (recovery may leave a pool there), a pass whose victims give
             // back more than it copies still climbs towards it: what it must leave, once its

@@ -20,9 +20,10 @@ pub(crate) struct Cleaning {
     /// The cleaner is running (no nested cleaning from `ensure_space`).
     running: bool,
     /// The space check about to run is a checkpoint's, before it writes anything (which keeps
-    /// only `Engine::checkpoint_floor`, since it pays the debt). Taken by that check, so what it
-    /// runs (cleaning passes, nested checkpoints) sets its own.
-    checkpoint_check: bool,
+    /// only `Engine::checkpoint_floor`, since it pays the debt), with the inode pages and
+    /// inode-file map nodes it writes. Taken by that check, so what it runs (cleaning passes,
+    /// nested checkpoints) sets its own.
+    checkpoint_check: Option<u64>,
     /// Blocks of whole segments the running pass makes reusable (its victims), while the space
     /// check of its copies or of its checkpoint runs: that check may leave that much less of
     /// the room the invariant keeps (`Engine::ensure_space`).
@@ -153,14 +154,16 @@ impl Cleaning {
         self.age_spread.is_some_and(spread_is_signal)
     }
 
-    /// The next space check is a checkpoint's.
-    pub(crate) fn checkpoint_checks_space(&mut self) {
-        self.checkpoint_check = true;
+    /// The next space check is a checkpoint's, which writes `inode_pages` inode pages and
+    /// inode-file map nodes.
+    pub(crate) fn checkpoint_checks_space(&mut self, inode_pages: u64) {
+        self.checkpoint_check = Some(inode_pages);
     }
 
-    /// Whether the space check starting is a checkpoint's; cleared for what it runs.
-    pub(crate) fn take_checkpoint_check(&mut self) -> bool {
-        std::mem::take(&mut self.checkpoint_check)
+    /// The inode pages the checkpoint whose space check is starting writes, if it is a
+    /// checkpoint's; cleared for what it runs.
+    pub(crate) fn take_checkpoint_check(&mut self) -> Option<u64> {
+        self.checkpoint_check.take()
     }
 
     /// Blocks of whole segments the checkpoint of the running pass makes reusable.
@@ -206,9 +209,9 @@ mod tests {
         assert!(c.copying());
         c.set_copying(false);
         c.end();
-        c.checkpoint_checks_space();
-        assert!(c.take_checkpoint_check());
-        assert!(!c.take_checkpoint_check());
+        c.checkpoint_checks_space(3);
+        assert_eq!(c.take_checkpoint_check(), Some(3));
+        assert_eq!(c.take_checkpoint_check(), None);
     }
 
     #[test]

@@ -1,0 +1,93 @@
+//! A pool churned full of small files spread over every segment, then emptied by deletes in
+//! passes (each pass touching every inode page, a checkpoint after each, as `rm -rf` of a
+//! tree with the pool's timed checkpoints does), must give its space back: once every file is
+//! gone, a new file is admitted, and the deletes reach the device at close.
+
+use std::sync::Arc;
+
+mod common;
+use common::{data, Rng};
+
+use std::time::Duration;
+use tailbound::dev::memory::MemoryPool;
+
+use tailbound::tbfs::{fsck, Clock, Config, Error, Fs, OpenFlags, OpenOptions};
+
+fn write_file(fs: &Fs, path: &str, bytes: &[u8]) -> Result<(), Error> {
+    let f = fs.open_file(path, OpenFlags::create())?;
+    f.pwrite(bytes, 0)?;
+    Ok(())
+}
+
+#[test]
+fn a_pool_emptied_by_deletes_in_passes_admits_writes_again() {
+    let pool_bytes: u64 = 32 << 20;
+    // A stepped clock: the timed checkpoints fall where the calls do, not where the machine's
+    // load puts them.
+    let clock = Clock::stepped(1 << 40, Duration::from_micros(10));
+    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
+    let config = Config {
+        segment_bytes: fsck::default_segment_bytes(pool_bytes),
+        background_gc: false,
+        clock: clock.clone(),
+        ..Config::memory_pool()
+    };
+    let fs = Fs::format(dev.clone(), &config).unwrap();
+    let mut rng = Rng(13);
+    let dirs = 16;
+    for d in 0..dirs {
+        fs.mkdir(&format!("/d{d}"), 0o755).unwrap();
+    }
+    // Fill with small files, each directory's spread over the whole pool and every inode
+    // page, as an archive's files land when several programs write at once.
+    let mut n = 0u64;
+    loop {
+        let path = format!("/d{}/f{n}", n % dirs);
+        let len = 4096 * (1 + rng.below(2) as usize);
+        match write_file(&fs, &path, &data(n, len)) {
+            Ok(()) => {}
+            Err(Error::NoSpace(_)) => {
+                let _ = fs.unlink(&path);
+                break;
+            }
+            Err(e) => panic!("{path}: {e}"),
+        }
+        n += 1;
+        if n.is_multiple_of(256) {
+            fs.sync().unwrap();
+        }
+    }
+    let _ = fs.sync();
+    let before = fs.statvfs().unwrap();
+    eprintln!("filled: {n} files; {before:?}");
+    // `rm -rf`: one directory after another, each pass touching every inode page; the pool's
+    // timed checkpoints fall between them.
+    for d in 0..dirs {
+        let mut i = d;
+        while i < n {
+            fs.unlink(&format!("/d{d}/f{i}")).unwrap();
+            i += dirs;
+        }
+        fs.rmdir(&format!("/d{d}")).unwrap();
+        if let Err(e) = fs.sync() {
+            eprintln!("sync after /d{d}: {e}");
+        }
+    }
+    let after = fs.statvfs().unwrap();
+    eprintln!("emptied: {after:?}");
+    write_file(&fs, "/after", &data(1, 4096)).expect("a write into an emptied pool");
+    fs.close().unwrap();
+    let options = OpenOptions {
+        clock,
+        ..OpenOptions::default()
+    };
+    let fs = Fs::open(dev, &options).unwrap();
+    let names: Vec<String> = fs
+        .readdir("/")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["after"], "the deletes reached the device");
+    assert_eq!(common::read(&fs, "/after"), data(1, 4096));
+}
