@@ -470,6 +470,18 @@ fn the_exit_status_is_passed_through_and_a_missing_pool_is_created() {
         )],
     );
     assert_eq!(ok("fork", &out), "0 x\n");
+    // So does a program a child execs while the shell holds the pool open: the new image
+    // cannot open it in-process either.
+    let out = m.run_with(
+        &["--private"],
+        "sh",
+        &[
+            "-c",
+            &format!("exec 3<{d}/f; cat {d}/f 2>&1; true", d = m.dir),
+        ],
+    );
+    let said = ok("exec under --private", &out);
+    assert!(said.contains("Permission denied"), "{said}");
 }
 
 #[test]

@@ -268,18 +268,30 @@ impl Shim {
             Ok(fs) => Ok(fs),
             // As for a pool the parent opened in-process (`classify`).
             Err(e) if e == FORKED => Err(libc::EACCES),
+            // Another process opened it in-process (`--private`): the pool is that process's
+            // alone, as for a forked child, and an exec'd child sees the same errno.
+            Err(e) if e.starts_with(HELD) => {
+                self.say_once(m, e);
+                Err(libc::EACCES)
+            }
             Err(e) => {
-                let mut said = lock(&self.errors_said);
-                if !said.contains(e) {
-                    real::say(&format!(
-                        "tailbound: {} cannot be served from {}: {e}\n",
-                        mount.prefix,
-                        mount.pool.display()
-                    ));
-                    said.push(e.clone());
-                }
+                self.say_once(m, e);
                 Err(libc::EIO)
             }
+        }
+    }
+
+    /// Says why mount number `m`'s pool cannot be opened, once per reason.
+    fn say_once(&self, m: usize, e: &String) {
+        let mount = &self.mounts[m];
+        let mut said = lock(&self.errors_said);
+        if !said.contains(e) {
+            real::say(&format!(
+                "tailbound: {} cannot be served from {}: {e}\n",
+                mount.prefix,
+                mount.pool.display()
+            ));
+            said.push(e.clone());
         }
     }
 
@@ -1136,17 +1148,27 @@ impl Shim {
 const NAME_MAX: usize = 255;
 
 const FORKED: &str = "a forked child cannot open a pool in-process";
+/// How an in-process open's error starts when another process holds the pool's lock.
+const HELD: &str = "another process has the pool open in-process (--private): ";
 
 /// Opens a pool file: `TAILBOUND_BACKEND=file` for the O_DIRECT file backend, else a memory pool.
+/// An open's error as text, marked with [`HELD`] when another process holds the pool lock.
+fn held_or(e: std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        format!("{HELD}{e}")
+    } else {
+        e.to_string()
+    }
+}
+
 fn open_pool(path: &std::path::Path) -> Result<Fs, String> {
     let backend = std::env::var("TAILBOUND_BACKEND").unwrap_or_else(|_| "memory".into());
     let dev: Arc<dyn Device> = match backend.as_str() {
-        "memory" | "" => Arc::new(MemoryPool::open(path).map_err(|e| e.to_string())?),
-        "file" => tailbound::sched::scheduled(
-            Arc::new(FileDevice::open(path).map_err(|e| e.to_string())?),
-            path,
-        )
-        .map_err(|e| e.to_string())?,
+        "memory" | "" => Arc::new(MemoryPool::open(path).map_err(held_or)?),
+        "file" => {
+            tailbound::sched::scheduled(Arc::new(FileDevice::open(path).map_err(held_or)?), path)
+                .map_err(|e| e.to_string())?
+        }
         other => {
             return Err(format!(
                 "TAILBOUND_BACKEND={other}: not a backend (memory or file)"
