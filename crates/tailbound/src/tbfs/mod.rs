@@ -62,6 +62,7 @@ mod space;
 mod state;
 mod stats;
 mod tax;
+pub mod trace_hc13;
 mod types;
 mod watch;
 
