@@ -282,10 +282,6 @@ const BLOCK: u64 = 4096;
 trait Workload {
     /// Does one operation; returns the bytes it wrote.
     fn step(&mut self, fs: &Fs, rng: &mut Rng) -> Result<u64, String>;
-    /// TEMPORARY (hc13): the files' inode numbers, blocks per file, hot blocks.
-    fn layout(&self) -> Option<(Vec<u64>, u64, u64)> {
-        None
-    }
 }
 
 /// 4 KiB overwrites of files that fill the utilisation (uniform or hot/cold).
@@ -335,18 +331,6 @@ impl Overwrites {
 }
 
 impl Workload for Overwrites {
-    fn layout(&self) -> Option<(Vec<u64>, u64, u64)> {
-        let hot = match self.access {
-            Access::HotCold => (self.total_blocks / 10).max(1),
-            _ => 0,
-        };
-        Some((
-            self.files.iter().map(|f| f.ino()).collect(),
-            self.per_file,
-            hot,
-        ))
-    }
-
     fn step(&mut self, _: &Fs, rng: &mut Rng) -> Result<u64, String> {
         let r = rng.next();
         let total = self.total_blocks;
@@ -511,10 +495,6 @@ impl CleanerBench {
         let size = fs.space().map_err(|e| e.to_string())?.size;
         let capacity_blocks = size / BLOCK;
         let mut rng = Rng(seed);
-        let trace = std::env::var_os("TB_HC13_TRACE").is_some();
-        if trace {
-            tailbound::tbfs::trace_hc13::arm();
-        }
         let mut workload: Box<dyn Workload> = match access {
             Access::Uniform | Access::HotCold => Box::new(Overwrites::fill(
                 self,
@@ -536,10 +516,6 @@ impl CleanerBench {
         }
         fs.sync().map_err(|e| format!("sync: {e}"))?;
         let before = fs.counters();
-        if trace {
-            let (inos, per_file, hot) = workload.layout().unwrap_or_default();
-            tailbound::tbfs::trace_hc13::start(&inos, per_file, hot);
-        }
         let n = (self.measure * capacity_blocks as f64) as u64 * BLOCK;
         let started = Instant::now();
         let mut user = 0;
@@ -551,14 +527,6 @@ impl CleanerBench {
         fs.sync().map_err(|e| format!("sync: {e}"))?;
         let elapsed = started.elapsed().as_secs_f64();
         let after = fs.counters();
-        if trace {
-            eprintln!(
-                "hc13 {} {utilisation} seed {seed:#x}: wa {:.2}\n{}",
-                access.name(),
-                (after.bytes_written - before.bytes_written) as f64 / user as f64,
-                tailbound::tbfs::trace_hc13::report(self.segment_bytes / BLOCK)
-            );
-        }
         drop(workload);
         fs.close().map_err(|e| format!("close: {e}"))?;
         Ok(Run {

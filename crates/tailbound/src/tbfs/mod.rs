@@ -62,7 +62,6 @@ mod space;
 mod state;
 mod stats;
 mod tax;
-pub mod trace_hc13;
 mod types;
 mod watch;
 

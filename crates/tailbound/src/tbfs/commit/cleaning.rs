@@ -47,13 +47,6 @@ impl Engine {
         passes: u64,
     ) -> Result<GcReport> {
         m.cleaning.start();
-        crate::tbfs::trace_hc13::set_taker(if m.bg_clean.defer_io {
-            2
-        } else if passes == 1 && per_pass == 1 {
-            1
-        } else {
-            0
-        });
         let before = self.free_blocks(m);
         let r = self.in_section(m, Section::Cleaning, |m| {
             self.clean_passes(m, want, pressure, per_pass, passes)
@@ -228,8 +221,6 @@ impl Engine {
                         && !self.segment_free(m, s)
                 })
                 .count() as u64;
-            crate::tbfs::trace_hc13::set_light(light, m.cleaning.ages_differ());
-            crate::tbfs::trace_hc13::pool(m.seg.live_counts());
             self.count_pass(
                 PassView {
                     seg: &m.seg,

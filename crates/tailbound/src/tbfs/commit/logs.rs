@@ -58,7 +58,6 @@ impl Engine {
         // Its age is that of the newest data its logs hold (set as they close).
         m.life.entered_segment(seg, next, pos);
         m.seg.entered(seg);
-        crate::tbfs::trace_hc13::entered(seg);
     }
 
     /// Whether a light pass's copies may go to a log head of their own, and the room that
@@ -234,13 +233,6 @@ impl Engine {
         m.seg.note_written(closed.seg, closed.seq);
         m.seg
             .note_data(closed.seg, closed.data_blocks, m.cleaning.copying());
-        crate::tbfs::trace_hc13::wrote(
-            closed.seg,
-            closed.data_blocks,
-            (closed.bytes / BLOCK_U64).saturating_sub(closed.data_blocks + 1),
-            m.cleaning.copying(),
-            m.writer.in_copies(),
-        );
         // The cleaner's copies keep the age of the segments they come from, so data that stays
         // cold looks old to cost-benefit wherever it is moved.
         m.life.log_closed(closed.seg, closed.time_ns);

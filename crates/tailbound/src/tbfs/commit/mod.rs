@@ -56,7 +56,7 @@ impl Engine {
         let every = self
             .config()
             .superblock_every_bytes
-            .min(pool_bytes / crate::tbfs::trace_hc13::chain_divisor(SUPERBLOCK_POOL_DIVISOR));
+            .min(pool_bytes / SUPERBLOCK_POOL_DIVISOR);
         m.refresh.due(every, self.config().superblock_every)
     }
 

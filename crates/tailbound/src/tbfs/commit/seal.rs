@@ -246,14 +246,7 @@ impl Engine {
         // as far as the rest of its segment takes them (`long_lived_files`).
         let long = self.long_lived_files(m, cells);
         if !long.contains(&true) {
-            // Host data in the writers' head is short-lived data's, whether or not a file
-            // went apart: a light pass copies it back there (`move_live`), not into the
-            // long-lived head, where its survivors would die among cold data.
-            let hc13 = std::env::var_os("TB_HC13_OLD").is_none() && m.cleaning.ages_differ();
-            m.seg.set_short_run(hc13);
-            let sealed = self.seal_run(m, cells.iter());
-            m.seg.set_short_run(false);
-            sealed?;
+            self.seal_run(m, cells.iter())?;
             return Ok(taken);
         }
         let pick = |want: bool| {

@@ -161,7 +161,6 @@ impl Engine {
         let live: u64 = seg.live_counts().iter().map(|&l| u64::from(l)).sum();
         let chosen: u64 = victims.iter().map(|&v| u64::from(seg.live(v))).sum();
         let mixed = victims.iter().filter(|&&v| seg.mixed(v)).count() as u64;
-        crate::tbfs::trace_hc13::pass(victims.len() as u64, chosen, reach, greedy);
         let total = self.segment_blocks() * self.segment_count();
         self.count(|c| {
             c.cleaning_passes += 1;
