@@ -41,6 +41,7 @@ mod directories;
 pub mod format;
 mod fs;
 pub mod fsck;
+pub(crate) mod hc13x;
 mod ifile;
 mod inode;
 mod inode_table;
