@@ -41,7 +41,6 @@ mod directories;
 pub mod format;
 mod fs;
 pub mod fsck;
-pub(crate) mod hc13x;
 mod ifile;
 mod inode;
 mod inode_table;

@@ -88,132 +88,115 @@ impl Engine {
         }
         let mut open_apart = false;
         let mut walk = || -> Result<()> {
-            let route = by_lifetime && crate::tbfs::hc13x::on();
-            let short_below = m.seg.used_blocks() / 2;
-            let phases: &[u8] = if route { &[0, 1] } else { &[1] };
-            for &phase in phases {
-                for &s in &order {
-                    let here = if route {
-                        apart && phase == 1
-                    } else {
-                        apart && !(by_lifetime && m.seg.short_lived(s))
-                    };
-                    if open && here != open_apart {
-                        // The copies so far end their run where they are.
-                        self.log_close(m, format::FLAG_END)?;
-                        open = false;
-                    }
-                    open_apart = here;
-                    let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
-                    let whole = if let Some(read) = m.bg_clean.read.remove(&s) {
-                        buf = read;
-                        true
-                    } else {
-                        if !logs_written {
-                            // The victims are read from the device: every log in them must be on it.
-                            // Only those: writing every log sealed so far, other writers' payloads
-                            // included, took about a fifth of a memory pool's passes under `meta`.
-                            let newest = victims
-                                .iter()
-                                .map(|&v| m.seg.last_seq(v))
-                                .max()
-                                .unwrap_or(0);
-                            self.write_logs_until((newest + 1).min(m.writer.seq()))?;
-                            logs_written = true;
-                        }
-                        if !by_block {
-                            buf.resize((sb * BLOCK_U64) as usize, 0);
-                            self.read_segment(s, &mut buf)?;
-                        }
-                        !by_block
-                    };
-                    let mut pos = 0u64;
-                    while pos < sb {
-                        let at = (pos * BLOCK_U64) as usize;
-                        let head = if whole {
-                            &buf[at..at + BLOCK]
-                        } else {
-                            self.read_block_of(s, start + pos, &mut one)?;
-                            &one[..]
-                        };
-                        // The logs tile the segment; the first that does not decode ends what was written.
-                        let Ok((summary, _)) = Summary::decode(head) else {
-                            break;
-                        };
-                        let end = pos + 1 + summary.payload_blocks as u64;
-                        if summary.pool_id != self.pool_id() || end > sb {
-                            break;
-                        }
-                        let mut addr = start + pos + 1;
-                        for d in &summary.descriptors {
-                            let file_short = phase == 0
-                                && m.inodes.get(d.ino).is_some_and(|c| {
-                                    let blocks = c.lock().size().div_ceil(BLOCK_U64);
-                                    crate::tbfs::hc13x::short(d.ino, blocks, short_below)
-                                });
-                            // Placed data is file data like any other once the live tree maps it.
-                            let kind = match d.kind {
-                                DescKind::Placed => DescKind::Data,
-                                k => k,
-                            };
-                            if kind == DescKind::Data
-                                && !self.any_block_live(m, d.ino, d.offset, addr, d.blocks)
-                            {
-                                // A deleted file's data (most of a victim), or data its file no longer
-                                // maps there (the number may belong to a newer file): none of it is
-                                // live. One look under the inode lock, not one per block.
-                                addr += d.blocks as u64;
-                                continue;
-                            }
-                            for i in 0..d.blocks as u64 {
-                                let a = addr + i;
-                                let data = if whole {
-                                    let off = ((a - start) * BLOCK_U64) as usize;
-                                    &buf[off..off + BLOCK]
-                                } else if kind == DescKind::Data
-                                    && self.live_file_block(m, d.ino, d.offset + i, a)
-                                {
-                                    self.read_block_of(s, a, &mut one)?;
-                                    &one[..]
-                                } else {
-                                    // Not read: neither `copy_file_block` nor `move_block` uses the
-                                    // bytes of anything but a live block of a file or symbolic link.
-                                    &[][..]
-                                };
-                                if phase == 0 && !(kind == DescKind::Data && file_short) {
-                                    continue;
-                                }
-                                if light && kind == DescKind::Data {
-                                    match self.copy_file_block(
-                                        m,
-                                        d.ino,
-                                        d.offset + i,
-                                        a,
-                                        data,
-                                        &mut open,
-                                        here,
-                                    ) {
-                                        Ok(Some(copied)) => {
-                                            moved += u64::from(copied);
-                                            continue;
-                                        }
-                                        Ok(None) => {}
-                                        Err(e) => return Err(e),
-                                    }
-                                }
-                                if self.move_block(m, kind, d.ino, d.level, d.offset + i, a, data) {
-                                    moved += 1;
-                                    metadata += 1;
-                                }
-                            }
-                            addr += d.blocks as u64;
-                        }
-                        pos = end;
-                    }
-                    // What the writer left unwritten in the victim (a segment it left early).
-                    let unwritten = sb - pos.min(sb);
-                    self.count(|c| c.victim_unwritten_blocks += unwritten);
+            for &s in &order {
+                let here = apart && !(by_lifetime && m.seg.short_lived(s));
+                if open && here != open_apart {
+                    // The copies so far end their run where they are.
+                    self.log_close(m, format::FLAG_END)?;
+                    open = false;
                 }
+                open_apart = here;
+                let start = format::FIRST_SEGMENT_BLOCK + s as u64 * sb;
+                let whole = if let Some(read) = m.bg_clean.read.remove(&s) {
+                    buf = read;
+                    true
+                } else {
+                    if !logs_written {
+                        // The victims are read from the device: every log in them must be on it.
+                        // Only those: writing every log sealed so far, other writers' payloads
+                        // included, took about a fifth of a memory pool's passes under `meta`.
+                        let newest = victims
+                            .iter()
+                            .map(|&v| m.seg.last_seq(v))
+                            .max()
+                            .unwrap_or(0);
+                        self.write_logs_until((newest + 1).min(m.writer.seq()))?;
+                        logs_written = true;
+                    }
+                    if !by_block {
+                        buf.resize((sb * BLOCK_U64) as usize, 0);
+                        self.read_segment(s, &mut buf)?;
+                    }
+                    !by_block
+                };
+                let mut pos = 0u64;
+                while pos < sb {
+                    let at = (pos * BLOCK_U64) as usize;
+                    let head = if whole {
+                        &buf[at..at + BLOCK]
+                    } else {
+                        self.read_block_of(s, start + pos, &mut one)?;
+                        &one[..]
+                    };
+                    // The logs tile the segment; the first that does not decode ends what was written.
+                    let Ok((summary, _)) = Summary::decode(head) else {
+                        break;
+                    };
+                    let end = pos + 1 + summary.payload_blocks as u64;
+                    if summary.pool_id != self.pool_id() || end > sb {
+                        break;
+                    }
+                    let mut addr = start + pos + 1;
+                    for d in &summary.descriptors {
+                        // Placed data is file data like any other once the live tree maps it.
+                        let kind = match d.kind {
+                            DescKind::Placed => DescKind::Data,
+                            k => k,
+                        };
+                        if kind == DescKind::Data
+                            && !self.any_block_live(m, d.ino, d.offset, addr, d.blocks)
+                        {
+                            // A deleted file's data (most of a victim), or data its file no longer
+                            // maps there (the number may belong to a newer file): none of it is
+                            // live. One look under the inode lock, not one per block.
+                            addr += d.blocks as u64;
+                            continue;
+                        }
+                        for i in 0..d.blocks as u64 {
+                            let a = addr + i;
+                            let data = if whole {
+                                let off = ((a - start) * BLOCK_U64) as usize;
+                                &buf[off..off + BLOCK]
+                            } else if kind == DescKind::Data
+                                && self.live_file_block(m, d.ino, d.offset + i, a)
+                            {
+                                self.read_block_of(s, a, &mut one)?;
+                                &one[..]
+                            } else {
+                                // Not read: neither `copy_file_block` nor `move_block` uses the
+                                // bytes of anything but a live block of a file or symbolic link.
+                                &[][..]
+                            };
+                            if light && kind == DescKind::Data {
+                                match self.copy_file_block(
+                                    m,
+                                    d.ino,
+                                    d.offset + i,
+                                    a,
+                                    data,
+                                    &mut open,
+                                    here,
+                                ) {
+                                    Ok(Some(copied)) => {
+                                        moved += u64::from(copied);
+                                        continue;
+                                    }
+                                    Ok(None) => {}
+                                    Err(e) => return Err(e),
+                                }
+                            }
+                            if self.move_block(m, kind, d.ino, d.level, d.offset + i, a, data) {
+                                moved += 1;
+                                metadata += 1;
+                            }
+                        }
+                        addr += d.blocks as u64;
+                    }
+                    pos = end;
+                }
+                // What the writer left unwritten in the victim (a segment it left early).
+                let unwritten = sb - pos.min(sb);
+                self.count(|c| c.victim_unwritten_blocks += unwritten);
             }
             Ok(())
         };

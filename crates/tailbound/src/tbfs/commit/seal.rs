@@ -244,19 +244,6 @@ impl Engine {
         }
         // Files whose last versions lived long go to the long-lived head, in a run of their own,
         // as far as the rest of its segment takes them (`long_lived_files`).
-        if crate::tbfs::hc13x::on() {
-            for cell in cells {
-                let st = cell.lock();
-                if !st.freed() && st.kind() == crate::tbfs::FileKind::File {
-                    let n = st
-                        .dirty()
-                        .iter()
-                        .filter(|(_, d)| d.sealed_in.is_none())
-                        .count() as u64;
-                    crate::tbfs::hc13x::sealed(cell.ino, n);
-                }
-            }
-        }
         let long = self.long_lived_files(m, cells);
         if !long.contains(&true) {
             self.seal_run(m, cells.iter())?;
