@@ -151,6 +151,10 @@ pub struct CleanerSeen {
     pub unwritten_fraction: f64,
     /// Of the victims, the share holding both the host's data and the cleaner's copies.
     pub mixed_fraction: f64,
+    /// Of the host's blocks written (the workload's), the share sealed in the cleaner's log
+    /// head (parted by lifetime); of the blocks copied, the share written there.
+    pub host_apart_fraction: f64,
+    pub copies_apart_fraction: f64,
     /// Of greedy's choice (as many of the emptiest written segments as there were victims),
     /// the share a rule kept from the pass: the roll-forward chain, a block dropped since the
     /// superblock's checkpoint (both for light passes only), retention, an earlier pass that
@@ -175,6 +179,7 @@ impl CleanerSeen {
         after: &tailbound::tbfs::FsCounters,
         segment_blocks: u64,
         total_blocks: u64,
+        host_blocks: u64,
     ) -> CleanerSeen {
         let passes = after.cleaning_passes - before.cleaning_passes;
         let victims = after.victims_chosen - before.victims_chosen;
@@ -212,6 +217,14 @@ impl CleanerSeen {
                 victim_blocks,
             ),
             mixed_fraction: per(after.victims_mixed - before.victims_mixed, victims),
+            host_apart_fraction: per(
+                after.host_blocks_apart - before.host_blocks_apart,
+                host_blocks,
+            ),
+            copies_apart_fraction: per(
+                after.copies_apart - before.copies_apart,
+                after.blocks_copied - before.blocks_copied,
+            ),
             greedy_kept_by_chain: per(
                 after.greedy_kept_by_chain - before.greedy_kept_by_chain,
                 victims,
@@ -542,6 +555,7 @@ impl CleanerBench {
                 &after,
                 self.segment_bytes / BLOCK,
                 capacity_blocks,
+                user / BLOCK,
             ),
         })
     }
@@ -688,6 +702,8 @@ impl CleanerReport {
             "segments in the chain".into(),
             "unwritten".into(),
             "mixed victims".into(),
+            "host data apart".into(),
+            "copies apart".into(),
             "pending segments".into(),
         ]);
         for c in &self.cases {
@@ -704,6 +720,8 @@ impl CleanerReport {
                 format!("{:.1}", s.chain_segments),
                 format!("{:.3}", s.unwritten_fraction),
                 format!("{:.2}", s.mixed_fraction),
+                format!("{:.3}", s.host_apart_fraction),
+                format!("{:.3}", s.copies_apart_fraction),
                 format!("{:.1}", s.pending_segments),
             ]);
         }
@@ -757,6 +775,9 @@ mod tests {
             victim_live_blocks: 12_800,
             greedy_live_blocks: 12_000,
             victims_mixed: 3,
+            blocks_copied: 1_000,
+            copies_apart: 200,
+            host_blocks_apart: 50,
             ..Default::default()
         };
         // 2 passes of 4 victims of 256 blocks, 1,024 blocks free and 3,584 live at each, in a
@@ -779,9 +800,14 @@ mod tests {
             pass_pending_blocks: 2 * 256,
             cleaner_checkpoints_for_victims: 1,
             cleaner_checkpoints_for_metadata: 2,
+            // 800 blocks copied, 600 of them to the cleaner's head; 100 of the host's 4,000
+            // blocks sealed there.
+            blocks_copied: 1_800,
+            copies_apart: 800,
+            host_blocks_apart: 150,
             ..before
         };
-        let s = CleanerSeen::between(&before, &after, 256, 8_192);
+        let s = CleanerSeen::between(&before, &after, 256, 8_192, 4_000);
         assert_eq!(s.passes, 2);
         assert_eq!(s.free_segments, 4.0);
         assert_eq!(s.effective_utilisation, 0.5);
@@ -791,6 +817,10 @@ mod tests {
         assert_eq!(s.chain_segments, 3.5);
         assert_eq!(s.unwritten_fraction, 0.125);
         assert_eq!(s.mixed_fraction, 0.25);
+        assert_eq!(
+            (s.host_apart_fraction, s.copies_apart_fraction),
+            (0.025, 0.75)
+        );
         assert_eq!(
             (
                 s.greedy_kept_by_chain,
@@ -808,7 +838,7 @@ mod tests {
             ),
             (1, 2, 0)
         );
-        let none = CleanerSeen::between(&after, &after, 256, 8_192);
+        let none = CleanerSeen::between(&after, &after, 256, 8_192, 0);
         assert_eq!((none.passes, none.victim_live_fraction), (0, 0.0));
     }
 }

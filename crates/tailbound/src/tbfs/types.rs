@@ -486,6 +486,11 @@ pub struct FsCounters {
     /// Seals of buffered data whose files' last versions lived long went to that head, in a
     /// run of their own (host writes parted by expected lifetime).
     pub seals_apart: u64,
+    /// Blocks of file data written in the cleaner's log head: the host's (a seal's run of
+    /// long-lived files) and the cleaner's copies. Against the host's writes and
+    /// `blocks_copied`, how far data is parted by lifetime at all.
+    pub host_blocks_apart: u64,
+    pub copies_apart: u64,
     /// What the cleaner saw, summed over its passes (`cleaning_passes`), to tell its write
     /// amplification apart: the free blocks and the live blocks in the pool as each pass began;
     /// the victims it chose and their live blocks, and the live blocks of as many of the

@@ -233,6 +233,16 @@ impl Engine {
         m.seg.note_written(closed.seg, closed.seq);
         m.seg
             .note_data(closed.seg, closed.data_blocks, m.cleaning.copying());
+        if m.writer.in_copies() && closed.data_blocks > 0 {
+            let (blocks, copying) = (closed.data_blocks, m.cleaning.copying());
+            self.count(|c| {
+                if copying {
+                    c.copies_apart += blocks;
+                } else {
+                    c.host_blocks_apart += blocks;
+                }
+            });
+        }
         // The cleaner's copies keep the age of the segments they come from, so data that stays
         // cold looks old to cost-benefit wherever it is moved.
         m.life.log_closed(closed.seg, closed.time_ns);
