@@ -183,15 +183,17 @@ impl Engine {
             // The chain's bound (`refresh_due`) is the writers' to keep after a full buffer,
             // but the cleaner seals the buffer before its passes, so under steady overwrites
             // that refresh seldom runs and the chain grew to whatever the cleaner's own
-            // checkpoints left: while ages differ it holds the hot segments, the emptiest.
-            // (Not while they do not: under uniform overwrites each such checkpoint rewrites
-            // metadata later victims carry, see `refresh_pays`. Nor in a one-pass call, a
-            // cleaning tax's piece: a piece pays for one victim, and the checkpoint with what
-            // it brings in reach made one write pay for several.)
+            // checkpoints left. The bound is recovery's (roll-forward bounded by bytes) and
+            // light passes' reach, so it holds whatever segment ages say: gated on them, it
+            // stopped while victims waited for a checkpoint (`metadata_waits`) and the chain,
+            // which then held the hot segments, kept them out of the candidates whose ages
+            // make the signal. Under uniform overwrites its checkpoint is also the one the
+            // waiting victims get. (Not in a one-pass call, a cleaning tax's piece: a piece
+            // pays for one victim, and the checkpoint with what it brings in reach made one
+            // write pay for several.)
             if light_ok
                 && !refreshed
                 && !m.bg_clean.defer_io
-                && m.cleaning.ages_differ()
                 && passes_max > 1
                 && self.refresh_due(m)
             {
