@@ -312,7 +312,11 @@ impl Engine {
                 } else {
                     self.flush_logs(m, "after cleaning")?;
                 }
-                if metadata > 0 && !m.cleaning.ages_differ() {
+                // A cleaning tax's piece (one pass, not the background's) pays for its victim
+                // whole: left waiting, the room came back in a later writer's cleaning, and the
+                // tenants' shares of the copies no longer followed their writes.
+                let piece = passes_max == 1 && !m.bg_clean.defer_io;
+                if metadata > 0 && !m.cleaning.ages_differ() && !piece {
                     // Live metadata moves at a checkpoint. While segment ages do not differ
                     // (uniform overwrites), the next one, written when no other light victim is
                     // left or when it pays (`refresh_pays`): a checkpoint for these victims
