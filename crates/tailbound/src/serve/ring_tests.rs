@@ -120,6 +120,21 @@ fn frames_of_any_length_wrap_around_a_small_ring_intact() {
 /// the records reserved before them.
 #[test]
 fn frames_pushed_by_many_threads_at_once_arrive_whole_and_in_each_threads_order() {
+    // A lost or stuck record leaves the reader or a pusher waiting for ever: that must fail
+    // the test, not hang it.
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        many_threads_push_at_once();
+        done_tx.send(()).unwrap();
+    });
+    match done_rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(()) => {}
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the pushes or the reads failed"),
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("a push or a read waits for ever"),
+    }
+}
+
+fn many_threads_push_at_once() {
     let rings = ClientRings::create(SMALL).unwrap();
     let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
     let (a, b) = UnixStream::pair().unwrap();
