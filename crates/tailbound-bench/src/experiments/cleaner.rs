@@ -171,12 +171,6 @@ pub struct CleanerSeen {
     pub checkpoints_for_victims: u64,
     pub checkpoints_for_metadata: u64,
     pub checkpoints_other: u64,
-    /// Light passes' victims left holding live metadata for the next checkpoint, and the
-    /// metadata blocks they held (JSON only).
-    pub victims_left_for_checkpoint: u64,
-    pub metadata_left_for_checkpoint: u64,
-    /// Cleaner's checkpoints that ended that wait because cleaning would have stopped short.
-    pub metadata_waits_ended: u64,
 }
 
 impl CleanerSeen {
@@ -256,11 +250,6 @@ impl CleanerSeen {
             checkpoints_for_metadata: after.cleaner_checkpoints_for_metadata
                 - before.cleaner_checkpoints_for_metadata,
             checkpoints_other: after.cleaner_checkpoints_other - before.cleaner_checkpoints_other,
-            victims_left_for_checkpoint: after.victims_left_for_checkpoint
-                - before.victims_left_for_checkpoint,
-            metadata_left_for_checkpoint: after.metadata_left_for_checkpoint
-                - before.metadata_left_for_checkpoint,
-            metadata_waits_ended: after.metadata_waits_ended - before.metadata_waits_ended,
         }
     }
 }

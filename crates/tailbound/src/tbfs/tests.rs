@@ -1329,13 +1329,8 @@ fn half_dead_pool_short_of_space(dev: &Arc<SimDevice>) -> (Fs, Vec<(String, Vec<
     let fs = Fs::format(dev.clone(), &large_file_config(8 << 20)).unwrap();
     let kept = half_live_files(&fs, 300, 64 << 10);
     let space = fs.space().unwrap();
-    // Half a MiB over the free space, but under the buffer: the sync after the deletes cleans a
-    // segment or two more or less from run to run (victim choice follows segment ages, which
-    // follow the wall clock), leaving up to 7.6 MiB free.
-    let over = (space.free + (512 << 10))
-        .next_multiple_of(64 << 10)
-        .min((8 << 20) - (64 << 10));
-    assert!(over > space.free + (64 << 10), "{space:?}");
+    let over = (space.free + (512 << 10)).next_multiple_of(64 << 10);
+    assert!(over < 8 << 20, "{space:?}");
     // Cleaning can give back what the free space lacks.
     assert!(space.reclaimable > over - space.free, "{space:?}");
     (fs, kept, over as usize)

@@ -527,18 +527,11 @@ pub struct FsCounters {
     /// Checkpoints the cleaner wrote for light victims (none were left out of the
     /// roll-forward chain, passes stopped giving space back, a checkpoint saves more copies
     /// than it writes, or the chain reached its bound while segment ages differ), for the live
-    /// metadata light passes left in their victims (no other light victim was left while some
-    /// waited), and for anything else (full passes, retention, dead segments waiting, pins).
+    /// metadata of a light pass's victims, and for anything else (full passes, retention, dead
+    /// segments waiting, pins).
     pub cleaner_checkpoints_for_victims: u64,
     pub cleaner_checkpoints_for_metadata: u64,
     pub cleaner_checkpoints_other: u64,
-    /// Light passes' victims left holding live metadata for the next checkpoint, and their
-    /// blocks so left.
-    pub victims_left_for_checkpoint: u64,
-    pub metadata_left_for_checkpoint: u64,
-    /// Of the cleaner's checkpoints for metadata, those written because cleaning would
-    /// otherwise have stopped short of the room asked while such victims waited.
-    pub metadata_waits_ended: u64,
     /// File blocks written in data-only logs as placed data, for the next checkpoint to map:
     /// buffered data of files with a change only a checkpoint records.
     pub placed_blocks: u64,

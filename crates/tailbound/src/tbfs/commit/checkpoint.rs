@@ -469,8 +469,6 @@ impl Engine {
             cell.lock().set_ckpt_seq(root_seq);
         }
         m.ckpt.written(number, addr, root_seq, m.writer.seq());
-        // It rewrote the metadata light passes marked in their victims.
-        m.seg.checkpoint_took_waiting();
         m.ifile.freed_slots_written();
         m.dirs.written();
         m.changes.checkpointed();

@@ -18,8 +18,7 @@ use crate::tbfs::{Error, Result};
 enum RefreshFor {
     /// Segments in the roll-forward chain become light victims.
     Victims,
-    /// Light victims' live metadata waits for a checkpoint (`SegmentTable::metadata_waits`)
-    /// and no other victim is left.
+    /// A light pass's victims hold live metadata.
     Metadata,
     /// A full pass, retention, dead segments waiting, pins.
     Other,
@@ -65,50 +64,6 @@ impl Engine {
         Ok(report)
     }
 
-    /// Writes the checkpoint light victims' live metadata waits for, if any waits
-    /// (`SegmentTable::metadata_waits`), and returns how many of them it emptied: what a
-    /// caller that wants the cleaning done now (`Fs::gc`) adds to its passes' count.
-    pub(in crate::tbfs) fn settle_waiting_metadata(&self, m: &mut State) -> Result<u64> {
-        let waiting: Vec<usize> = (0..self.segment_count() as usize)
-            .filter(|&s| m.seg.metadata_waits(s))
-            .collect();
-        if waiting.is_empty() {
-            return Ok(0);
-        }
-        self.refresh_for_cleaner(m, RefreshFor::Metadata)?;
-        let emptied = waiting.iter().filter(|&&s| m.seg.is_empty(s)).count() as u64;
-        self.count(|c| c.segments_cleaned += emptied);
-        Ok(emptied)
-    }
-
-    /// Ends the wait of light victims' live metadata (`SegmentTable::metadata_waits`) when
-    /// cleaning would otherwise stop short of `want` free blocks: the checkpoint they wait for,
-    /// with its superblock, gives their room back now. Returns whether it was written (without
-    /// room for it, or with nothing waiting, nothing is). Waiting is worth it only while
-    /// another checkpoint comes before the room is needed; a writer must not be refused space
-    /// those victims hold. Not in a background pass: one small pass per wake-up, whose
-    /// checkpoint would hold `meta` for the writers, and which answers no writer.
-    fn end_metadata_wait(&self, m: &mut State, want: u64) -> Result<bool> {
-        // Only when the victims give back more than the checkpoint writes.
-        let cost = self.checkpoint_debt(m, true)
-            + self.budget.buffered().div_ceil(BLOCK_U64)
-            + CHECKPOINT_FLOOR_BLOCKS;
-        if m.bg_clean.defer_io
-            || m.seg.metadata_waiting_room() <= cost
-            || self.free_blocks_up_to(m, want) >= want
-        {
-            return Ok(false);
-        }
-        match self.refresh_for_cleaner(m, RefreshFor::Metadata) {
-            Ok(()) => {
-                self.count(|c| c.metadata_waits_ended += 1);
-                Ok(true)
-            }
-            Err(Error::NoSpace(_)) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-
     fn clean_passes(
         &self,
         m: &mut State,
@@ -121,9 +76,6 @@ impl Engine {
         let mut skip = BTreeSet::new();
         let (mut passes, mut stalled) = (0u64, 0u32);
         let mut refreshed = false;
-        // Victims left for the next checkpoint (their live metadata waits): cleaned once it
-        // empties them, in this call or a later one.
-        let mut left = BTreeSet::new();
         // Checkpoints whose protection ran out since the last checkpoint go first; a checkpoint
         // makes that durable (and releases the newest before it, if that too is unprotected).
         let seq = m.writer.seq();
@@ -183,17 +135,15 @@ impl Engine {
             // The chain's bound (`refresh_due`) is the writers' to keep after a full buffer,
             // but the cleaner seals the buffer before its passes, so under steady overwrites
             // that refresh seldom runs and the chain grew to whatever the cleaner's own
-            // checkpoints left. The bound is recovery's (roll-forward bounded by bytes) and
-            // light passes' reach, so it holds whatever segment ages say: gated on them, it
-            // stopped while victims waited for a checkpoint (`metadata_waits`) and the chain,
-            // which then held the hot segments, kept them out of the candidates whose ages
-            // make the signal. Under uniform overwrites its checkpoint is also the one the
-            // waiting victims get. (Not in a one-pass call, a cleaning tax's piece: a piece
-            // pays for one victim, and the checkpoint with what it brings in reach made one
-            // write pay for several.)
+            // checkpoints left: while ages differ it holds the hot segments, the emptiest.
+            // (Not while they do not: under uniform overwrites each such checkpoint rewrites
+            // metadata later victims carry, see `refresh_pays`. Nor in a one-pass call, a
+            // cleaning tax's piece: a piece pays for one victim, and the checkpoint with what
+            // it brings in reach made one write pay for several.)
             if light_ok
                 && !refreshed
                 && !m.bg_clean.defer_io
+                && m.cleaning.ages_differ()
                 && passes_max > 1
                 && self.refresh_due(m)
             {
@@ -225,12 +175,7 @@ impl Engine {
                 // when there are no others, or the others gave nothing back (recently written
                 // segments are where hot data dies).
                 refreshed = true;
-                let why = if m.seg.metadata_waiting_room() > 0 && victims.is_empty() {
-                    RefreshFor::Metadata
-                } else {
-                    RefreshFor::Victims
-                };
-                match self.refresh_for_cleaner(m, why) {
+                match self.refresh_for_cleaner(m, RefreshFor::Victims) {
                     Ok(()) => continue,
                     Err(Error::NoSpace(_)) => {}
                     Err(e) => return Err(e),
@@ -261,16 +206,12 @@ impl Engine {
                     self.count(|c| c.protection_released += released);
                     continue;
                 }
-                if self.end_metadata_wait(m, want)? {
-                    continue;
-                }
                 break;
             }
             let free_before = self.free_blocks(m);
             // What the pass gains: the cleaner's head takes whole segments from the free count
             // and fills them over several passes, so its rest counts here too.
-            // So does what segments left for the next checkpoint give back with it.
-            let room_before = free_before + self.copy_head_rest(m) + m.seg.metadata_waiting_room();
+            let room_before = free_before + self.copy_head_rest(m);
             m.cleaning.pass_started();
             let now = self.now_ns();
             let pending = (0..self.segment_count() as usize)
@@ -312,38 +253,15 @@ impl Engine {
                 } else {
                     self.flush_logs(m, "after cleaning")?;
                 }
-                // A cleaning tax's piece (one pass, not the background's) pays for its victim
-                // whole: left waiting, the room came back in a later writer's cleaning, and the
-                // tenants' shares of the copies no longer followed their writes.
-                let piece = passes_max == 1 && !m.bg_clean.defer_io;
-                if metadata > 0 && !m.cleaning.ages_differ() && !piece {
-                    // Live metadata moves at a checkpoint. While segment ages do not differ
-                    // (uniform overwrites), the next one, written when no other light victim is
-                    // left or when it pays (`refresh_pays`): a checkpoint for these victims
-                    // alone rewrote long-lived metadata (a checkpoint's map nodes, live until
-                    // the next) into a segment that later became a light victim in turn and
-                    // asked for another.
-                    for &v in &victims {
-                        if m.seg.live(v) > 0 {
-                            m.seg.note_metadata_waiting(v);
-                            left.insert(v);
-                            self.count(|c| {
-                                c.victims_left_for_checkpoint += 1;
-                                c.metadata_left_for_checkpoint += u64::from(m.seg.live(v));
-                            });
-                        }
-                    }
-                } else if metadata > 0 {
-                    // While ages differ, now: the checkpoint also brings within reach the
-                    // segments that deletes emptied since the superblock's (which waiting
-                    // cost more than it saved). Without room for one now (it writes the
-                    // buffered data too), at a later one.
+                if metadata > 0 {
+                    // Live metadata moves at a checkpoint; without room for one now (it
+                    // writes the buffered data too), at a later one.
                     match self.refresh_for_cleaner(m, RefreshFor::Metadata) {
                         Ok(()) | Err(Error::NoSpace(_)) => {}
                         Err(e) => return Err(e),
                     }
                 }
-                Ok((copied, true))
+                Ok((copied, metadata == 0))
             });
             m.life.end_copies();
             m.seg.end_copies();
@@ -393,29 +311,21 @@ impl Engine {
             // Stop when passes stop emptying segments (or gain nothing, twice in a row: what is
             // left to clean is what cleaning writes).
             passes += 1;
-            let room_after =
-                self.free_blocks(m) + self.copy_head_rest(m) + m.seg.metadata_waiting_room();
-            stalled = if room_after <= room_before {
+            stalled = if self.free_blocks(m) + self.copy_head_rest(m) <= room_before {
                 stalled + 1
             } else {
                 0
             };
-            // A light pass that emptied nothing (its victims hold metadata) left them in `skip`
-            // and waiting for a checkpoint: the next pass tries others.
-            if passes >= passes_max || passes > self.segment_count() {
-                break;
-            }
-            if (cleaned == 0 && !was_light) || stalled >= 2 {
-                if self.end_metadata_wait(m, want)? {
-                    stalled = 0;
-                    continue;
-                }
+            // A light pass that emptied nothing (its victims hold metadata) left them in `skip`:
+            // the next pass tries others.
+            if (cleaned == 0 && !was_light)
+                || stalled >= 2
+                || passes >= passes_max
+                || passes > self.segment_count()
+            {
                 break;
             }
         }
-        let emptied = left.iter().filter(|&&v| m.seg.is_empty(v)).count() as u64;
-        report.segments_cleaned += emptied;
-        self.count(|c| c.segments_cleaned += emptied);
         Ok(report)
     }
 
@@ -448,12 +358,8 @@ impl Engine {
     ) -> (Vec<usize>, Option<f64>) {
         let now = self.now_ns();
         let sb = self.segment_blocks();
-        // A light pass moves nothing of a segment whose live blocks wait for a checkpoint.
         let candidates: Vec<usize> = (0..self.segment_count() as usize)
-            .filter(|&s| {
-                self.why_not_victim(m, skip, s, now, light).is_none()
-                    && !(light && m.seg.metadata_waits(s))
-            })
+            .filter(|&s| self.why_not_victim(m, skip, s, now, light).is_none())
             .collect();
         // The copies and the checkpoint that writes them (with whatever else is buffered and
         // pending) must fit in what is free now.
@@ -544,10 +450,6 @@ impl Engine {
         let mut wider = Vec::new();
         let mut within_reach = 0;
         for s in 0..self.segment_count() as usize {
-            if m.seg.metadata_waits(s) {
-                // Counted below, as space the checkpoint gives back with no copy.
-                continue;
-            }
             match self.why_not_victim(m, skip, s, now, true) {
                 None => wider.push(s),
                 Some(NotVictim::Chain) if !chain_too => {}
@@ -561,7 +463,7 @@ impl Engine {
                 Some(_) => {}
             }
         }
-        let waiting = self.pending_free_segments(m) as u64 * sb + m.seg.metadata_waiting_room();
+        let waiting = self.pending_free_segments(m) as u64 * sb;
         let (alt, _) = self.choose_victims(
             &m.seg,
             wider,

@@ -809,16 +809,7 @@ impl Fs {
         inner.check_usable()?;
         let total = inner.segment_blocks() * inner.segment_count();
         let want = (target_free_fraction * total as f64).ceil() as u64;
-        let mut report = inner.clean(&mut m, want, false)?;
-        // Victims left for the next checkpoint are cleaned once it is written: gc writes it
-        // now, since its caller wants the space back.
-        let before = inner.free_blocks(&m);
-        let emptied = inner.settle_waiting_metadata(&mut m)?;
-        report.segments_cleaned += emptied;
-        let after = inner.free_blocks(&m);
-        report.bytes_freed += after.saturating_sub(before) * crate::tbfs::format::BLOCK_U64;
-        let total_blocks = inner.segment_blocks() * inner.segment_count();
-        report.free_fraction_after = after.min(total_blocks) as f64 / total_blocks as f64;
+        let report = inner.clean(&mut m, want, false)?;
         Ok(report)
     }
 

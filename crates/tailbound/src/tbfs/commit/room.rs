@@ -4,9 +4,8 @@
 
 use crate::tbfs::format::*;
 use crate::tbfs::limits::{
-    BUFFER_LIMIT_MIN_BLOCKS, CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS,
-    DELETES_ALLOWANCE_BLOCKS, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, MIN_RECLAIMABLE,
-    RESERVE_BLOCKS_MIN,
+    CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, DELETES_ALLOWANCE_BLOCKS,
+    FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
 };
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
@@ -529,20 +528,13 @@ impl Engine {
             // ordering, or a newest checkpoint something keeps).
             flush + flush / 4 + FULL_PASS_ROOM_SEGMENTS * sb
         } else {
-            // A light pass needs room for one victim's copies, and a victim that holds live
-            // map nodes a checkpoint, which writes what is buffered with the nodes. The
-            // cleaner seals the buffer before its passes (`clean_passes`), and while segment
-            // ages do not differ such victims wait for the next checkpoint
-            // (`SegmentTable::metadata_waits`), which cleaning writes before it would stop
-            // short (`end_metadata_wait`): the flush kept is then the least a writer buffers,
-            // since every segment kept free raises the victims' live fraction. While ages
-            // differ victims do not wait, and the whole flush is kept (the smaller one made
-            // hot/cold at 70 % worse: docs/results/cleaner.md).
-            let flush = if m.cleaning.ages_differ() {
-                flush
-            } else {
-                BUFFER_LIMIT_MIN_BLOCKS.min(flush)
-            };
+            // A light pass needs room for one victim's copies. A victim that holds live map
+            // nodes needs a checkpoint, which writes the buffered data with the nodes: room for
+            // a flush, its summaries and the nodes. A namespace change pending changes nothing:
+            // passes are light whatever is pending. (A flush of the least a writer buffers
+            // instead lowered the victims' live fraction, but under uniform overwrites light
+            // victims then held live metadata far more often and the checkpoints for it cost
+            // more than that gained: docs/results/cleaner.md.)
             flush + flush / 8 + CLEAN_ROOM_SEGMENTS * sb
         };
         want.min(sb * self.segment_count() / LOW_WATER_DIVISOR)

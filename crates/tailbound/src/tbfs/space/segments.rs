@@ -46,10 +46,6 @@ pub(crate) struct SegmentTable {
     /// A seal is laying out files found short-lived: the segments their data goes to are
     /// marked `short`.
     short_run: bool,
-    /// Live blocks a light pass left in each of its victims (metadata, marked to be rewritten)
-    /// for the next checkpoint, which empties the segment. A hint for victim choice, not for
-    /// reuse (that goes by `live`): cleared by every checkpoint, and 0 after recovery.
-    metadata_waiting: Vec<u32>,
 }
 
 impl SegmentTable {
@@ -69,7 +65,6 @@ impl SegmentTable {
             copy_stamp: None,
             short: vec![false; count],
             short_run: false,
-            metadata_waiting: vec![0; count],
         }
     }
 
@@ -257,36 +252,6 @@ impl SegmentTable {
     pub fn note_written(&mut self, s: usize, seq: u64) {
         self.last_seq[s] = self.last_seq[s].max(seq);
     }
-
-    /// A light pass left segment `s`'s live blocks, all marked to be rewritten, for the next
-    /// checkpoint.
-    pub fn note_metadata_waiting(&mut self, s: usize) {
-        assert!(
-            self.live[s] > 0,
-            "segment {s}: nothing live waits for a checkpoint"
-        );
-        self.metadata_waiting[s] = self.live[s];
-    }
-
-    /// Whether segment `s` holds only blocks waiting for the next checkpoint
-    /// ([`SegmentTable::note_metadata_waiting`]): another light pass would move nothing of it.
-    pub fn metadata_waits(&self, s: usize) -> bool {
-        self.metadata_waiting[s] > 0 && self.live[s] > 0
-    }
-
-    /// The blocks the next checkpoint gives back with no copy in the segments waiting for it:
-    /// theirs but what is still live or pinned.
-    pub fn metadata_waiting_room(&self) -> u64 {
-        (0..self.live.len())
-            .filter(|&s| self.metadata_waits(s))
-            .map(|s| self.segment_blocks - u64::from(self.live[s]) - u64::from(self.pinned[s]))
-            .sum()
-    }
-
-    /// A checkpoint was written: what waited for one is rewritten.
-    pub fn checkpoint_took_waiting(&mut self) {
-        self.metadata_waiting.fill(0);
-    }
 }
 
 /// The segment that holds `block` (a block of the segment area).
@@ -361,31 +326,6 @@ mod tests {
         );
         t.entered(1);
         assert!(!t.short_lived(1));
-    }
-
-    #[test]
-    fn segments_left_for_a_checkpoint_wait_until_one_is_written() {
-        let mut t = SegmentTable::new(3, 8);
-        t.add_live(0);
-        t.add_live(0);
-        t.add_live(1);
-        t.add_pinned(1);
-        t.note_metadata_waiting(0);
-        t.note_metadata_waiting(1);
-        assert!(t.metadata_waits(0) && t.metadata_waits(1) && !t.metadata_waits(2));
-        assert_eq!(t.metadata_waiting_room(), (8 - 2) + (8 - 2));
-        t.drop_live(1);
-        assert!(!t.metadata_waits(1), "nothing live is left to wait");
-        assert_eq!(t.metadata_waiting_room(), 6);
-        t.checkpoint_took_waiting();
-        assert!(!t.metadata_waits(0));
-        assert_eq!(t.metadata_waiting_room(), 0);
-    }
-
-    #[test]
-    #[should_panic(expected = "nothing live waits")]
-    fn an_empty_segment_cannot_wait_for_a_checkpoint() {
-        SegmentTable::new(1, 4).note_metadata_waiting(0);
     }
 
     #[test]
