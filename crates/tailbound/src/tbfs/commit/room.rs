@@ -190,7 +190,14 @@ impl Engine {
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
         let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
-        let inodes = inodes.saturating_sub(paid);
+        // With nothing keeping what deletes drop, a delete that would take the debt past what
+        // is free writes the checkpoint first (`Engine::record_deletes_first`): no room is
+        // kept for them here.
+        let inodes = if Self::keeps_dropped(m) {
+            inodes.saturating_sub(paid)
+        } else {
+            0
+        };
         self.cycle_room(m).saturating_sub(given_back).max(least) + inodes + allowance + pins
     }
 
@@ -212,8 +219,7 @@ impl Engine {
     /// passes run only while nothing keeps what deletes drop, so that room holds no
     /// allowance.)
     fn copies_floor(&self, m: &State, need: u64) -> u64 {
-        (self.next_checkpoint_blocks(m) + copies_debt(need)).max(Self::deletes_reserve(m))
-            + CHECKPOINT_FLOOR_BLOCKS
+        self.next_checkpoint_blocks(m) + copies_debt(need) + CHECKPOINT_FLOOR_BLOCKS
     }
 
     /// The room invariant, checked where writers are admitted (debug builds): with `free`
