@@ -140,8 +140,9 @@ impl Engine {
     /// between its deletes, rewrites them once per checkpoint while the pages each supersedes
     /// lie among live data; the debt then outgrew the free room, no checkpoint (a cleaning
     /// pass's included) fitted again, and the deletes never reached the device
-    /// (`tests/tbfs_delete_all_full.rs`). A checkpoint that finds no room leaves the change to
-    /// go on (`FsCounters::deletes_debt_unpaid`).
+    /// (`tests/tbfs_delete_all_full.rs`). A checkpoint that finds no room, or a debt already
+    /// past what a checkpoint's floor admits, leaves the change to go on
+    /// (`FsCounters::deletes_debt_unpaid`).
     fn record_deletes_first(&self, m: &mut State, dirs: &[u64]) -> Result<()> {
         if !self.changed_since_checkpoint(m) {
             return Ok(());
