@@ -296,7 +296,7 @@ impl Fs {
         if !m.dirs[&ino].is_empty() {
             return Err(Error::NotEmpty(path.to_string()));
         }
-        self.inner.pay_deletes_debt_first(&mut m)?;
+        self.inner.pay_deletes_debt_first(&mut m, &[parent])?;
         self.inner.names.dirs_changed();
         m.dirs.remove_entry(parent, name);
         if let Some(p) = m.inodes.get(parent) {
@@ -318,7 +318,7 @@ impl Fs {
         if is_dir {
             return Err(Error::IsDir(path.to_string()));
         }
-        self.inner.pay_deletes_debt_first(&mut m)?;
+        self.inner.pay_deletes_debt_first(&mut m, &[parent])?;
         m.dirs.remove_entry(parent, name);
         self.inner.touch_dir(&mut m, parent);
         self.inner.drop_link(&mut m, ino)?;

@@ -4517,7 +4517,8 @@ fn spend_free_blocks_on_moves(fs: &Fs, kept: &[(String, Vec<u8>)], target: u64) 
 #[test]
 fn a_sync_after_deletes_in_a_pool_below_its_reserve_does_not_answer_no_space() {
     // A pool whose free space fell below the reserve (the cleaner's checkpoints may use it)
-    // and whose every segment still holds live blocks after half its files are deleted. The
+    // before half its files are deleted, and whose every segment still holds live blocks
+    // after. The
     // sync's checkpoint may use the reserve on the strength of the deletes; the cleaning its
     // space check runs first writes a checkpoint of its own that records them, so the sync's
     // checkpoint, started again, has no such credit: cleaning must then give back room with
@@ -4539,6 +4540,16 @@ fn a_sync_after_deletes_in_a_pool_below_its_reserve_does_not_answer_no_space() {
     // nor those it goes to are emptied by the deletes below.
     let stay: Vec<_> = kept.iter().step_by(4).cloned().collect();
     spend_free_blocks_on_moves(&fs, &stay, reserve - 4);
+    // Checked before the deletes: those that would take the debt past the free room write
+    // their checkpoint first (`Engine::record_deletes_first`), whose space check may clean.
+    {
+        let m = fs.inner.lock_meta();
+        let (reserve, _) = fs.inner.space_margins(&m);
+        assert!(
+            fs.inner.free_blocks(&m) < reserve,
+            "the pool is below its reserve"
+        );
+    }
     let gone: Vec<_> = kept
         .iter()
         .skip(1)
@@ -4549,14 +4560,6 @@ fn a_sync_after_deletes_in_a_pool_below_its_reserve_does_not_answer_no_space() {
         fs.unlink(path).unwrap();
     }
     kept.retain(|(p, _)| !gone.contains(p));
-    {
-        let m = fs.inner.lock_meta();
-        let (reserve, _) = fs.inner.space_margins(&m);
-        assert!(
-            fs.inner.free_blocks(&m) < reserve,
-            "the pool is below its reserve"
-        );
-    }
     fs.sync()
         .unwrap_or_else(|e| panic!("sync after unlinks: {e}"));
     let again = pattern(99, len);

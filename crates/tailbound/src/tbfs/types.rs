@@ -541,8 +541,10 @@ pub struct FsCounters {
     /// Plain checkpoints released before their protection period ended because the pool was full.
     pub protection_released: u64,
     /// Checkpoints written to pay what deletes and truncates under a snapshot or a view added
-    /// to the checkpoint debt past the room kept for it, and such payments that found no room
-    /// (the debt then stood unpaid until the next space check counted it).
+    /// to the checkpoint debt past the room kept for it, or, with neither, before a delete
+    /// would take the debt past the free room (`Engine::record_deletes_first`); and such
+    /// payments that found no room (the debt then stood unpaid until the next space check
+    /// counted it).
     pub deletes_debt_checkpoints: u64,
     pub deletes_debt_unpaid: u64,
     /// Checkpoints written under a snapshot or a view in the room a drop after them needs,

@@ -85,7 +85,17 @@ impl Engine {
     /// nothing pays (pinned-table pages above all) until a close with the snapshot held, or
     /// its drop, no longer fit. Below 90 % the change goes on with the debt unpaid, so there
     /// the bound holds only while cleaning keeps up.
-    pub(in crate::tbfs) fn pay_deletes_debt_first(&self, m: &mut State) -> Result<()> {
+    ///
+    /// Without a snapshot or a view nothing is refused, and what the change in directories
+    /// `dirs` adds is kept writable instead: see `Engine::record_deletes_first`.
+    pub(in crate::tbfs) fn pay_deletes_debt_first(
+        &self,
+        m: &mut State,
+        dirs: &[u64],
+    ) -> Result<()> {
+        if !Self::keeps_dropped(m) {
+            return self.record_deletes_first(m, dirs);
+        }
         if !self.deletes_debt_due(m) {
             return Ok(());
         }
@@ -114,6 +124,66 @@ impl Engine {
                 Err(Error::NoSpace(format!(
                     "a snapshot keeps what this change would free, and what earlier deletes under it added has to be written first, which finds no room: {e}"
                 )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Before a delete, a truncate, a replacing rename or a directory's removal in directories
+    /// `dirs` with nothing keeping what it drops: if the free blocks no longer hold the next
+    /// checkpoint with this change's own blocks (its inode page and map path, its directories'
+    /// rewrites), a cleaning cycle and a checkpoint's floor, the checkpoint is written first,
+    /// keeping only the cycle (`Engine::checkpoint_floor`). Such changes are never refused, and
+    /// what they give back is reusable only once a checkpoint records them, so that checkpoint
+    /// must always fit: the deletes' room (`Engine::deletes_reserve`) holds one rewrite of every
+    /// inode page, but `rm -rf` of files spread over the pages, with checkpoints falling
+    /// between its deletes, rewrites them once per checkpoint while the pages each supersedes
+    /// lie among live data; the debt then outgrew the free room, no checkpoint (a cleaning
+    /// pass's included) fitted again, and the deletes never reached the device
+    /// (`tests/tbfs_delete_all_full.rs`). A checkpoint that finds no room, or a debt already
+    /// past what a checkpoint's floor admits, leaves the change to go on
+    /// (`FsCounters::deletes_debt_unpaid`).
+    fn record_deletes_first(&self, m: &mut State, dirs: &[u64]) -> Result<()> {
+        if !self.changed_since_checkpoint(m) {
+            return Ok(());
+        }
+        let own = CHANGE_BLOCKS
+            + dirs
+                .iter()
+                .filter(|d| !m.dirs.dirty().contains(d))
+                .map(|&d| m.dirs.get(d).map_or(1, |e| bound_blocks(e.len())))
+                .sum::<u64>();
+        let beside = self.budget.buffered().div_ceil(BLOCK_U64) + own;
+        let room = |debt: u64| {
+            self.space_needed(debt + beside) + self.cycle_room(m) + CHECKPOINT_FLOOR_BLOCKS
+        };
+        // The bound from totals first: it is above the count, and costs no walk of the inodes.
+        let quick = room(pinned_pages_as_written(m, self.checkpoint_debt(m, false)));
+        if self.free_blocks_up_to(m, quick) >= quick {
+            return Ok(());
+        }
+        let debt = pinned_pages_as_written(m, self.checkpoint_debt(m, true));
+        let counted = room(debt);
+        let free = self.free_blocks_up_to(m, counted);
+        if free >= counted {
+            return Ok(());
+        }
+        // Past what a checkpoint's floor admits (buffered data a full buffer's seal could not
+        // write), trying on every delete would only clean for nothing: the close, or cleaning
+        // once more is freed, writes it.
+        let buffered = self.budget.buffered().div_ceil(BLOCK_U64);
+        if free < self.space_needed(debt + buffered) + CHECKPOINT_FLOOR_BLOCKS {
+            self.count(|c| c.deletes_debt_unpaid += 1);
+            return Ok(());
+        }
+        match self.commit_checkpoint(m) {
+            Ok(()) => {
+                self.count(|c| c.deletes_debt_checkpoints += 1);
+                Ok(())
+            }
+            Err(Error::NoSpace(_)) => {
+                self.count(|c| c.deletes_debt_unpaid += 1);
+                Ok(())
             }
             Err(e) => Err(e),
         }

@@ -148,7 +148,7 @@ impl Engine {
             }
         }
         if replaced.is_some() && how != RenameMode::Exchange {
-            self.pay_deletes_debt_first(m)?;
+            self.pay_deletes_debt_first(m, &[src_parent, dst_parent])?;
         }
         // Paths through a moved or replaced directory change meaning; a moved inode's old path
         // is gone (a replaced one's is counted by `drop_link`).
@@ -355,7 +355,7 @@ impl Fs {
         if is_dir {
             return Err(Error::IsDir(entry_name(parent, name)));
         }
-        inner.pay_deletes_debt_first(&mut m)?;
+        inner.pay_deletes_debt_first(&mut m, &[parent])?;
         m.dirs.remove_entry(parent, name);
         inner.touch_dir(&mut m, parent);
         inner.drop_link(&mut m, ino)?;
@@ -383,7 +383,7 @@ impl Fs {
         if !m.dirs[&ino].is_empty() {
             return Err(Error::NotEmpty(entry_name(parent, name)));
         }
-        inner.pay_deletes_debt_first(&mut m)?;
+        inner.pay_deletes_debt_first(&mut m, &[parent])?;
         inner.names.dirs_changed();
         m.dirs.remove_entry(parent, name);
         if let Some(p) = m.inodes.get(parent) {

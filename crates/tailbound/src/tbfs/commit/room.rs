@@ -165,7 +165,10 @@ impl Engine {
     }
 
     /// What a checkpoint writing `paid` inode pages and inode-file map nodes must leave free:
-    /// the deletes' room (`Engine::deletes_reserve`), its inode pages' part less those (not
+    /// while a snapshot or a view keeps what deletes drop (without one, deletes that would
+    /// outgrow the free room write their checkpoint first, `Engine::record_deletes_first`,
+    /// and none of this is kept), the deletes' room (`Engine::deletes_reserve`), its inode
+    /// pages' part less those (not
     /// less the checkpoint's whole size: a sync's checkpoint carrying buffered data would then
     /// spend the room of the inode pages deletes dirty later, and a pool emptied by deletes
     /// could write no checkpoint again, `tests/tbfs_delete_all_full.rs`), and
@@ -190,7 +193,14 @@ impl Engine {
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
         let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
-        let inodes = inodes.saturating_sub(paid);
+        // With nothing keeping what deletes drop, a delete that would take the debt past what
+        // is free writes the checkpoint first (`Engine::record_deletes_first`): no room is
+        // kept for them here.
+        let inodes = if Self::keeps_dropped(m) {
+            inodes.saturating_sub(paid)
+        } else {
+            0
+        };
         self.cycle_room(m).saturating_sub(given_back).max(least) + inodes + allowance + pins
     }
 
@@ -206,14 +216,13 @@ impl Engine {
     }
 
     /// What a light pass copying `need` blocks must leave free: the next checkpoint, with the
-    /// map nodes and inode pages its copies add to it, or the room deletes may add to it if
-    /// that is more, and a checkpoint's floor after it. Its victims are reusable only once the
-    /// copies are durable, and those holding metadata only after that checkpoint. (Light
-    /// passes run only while nothing keeps what deletes drop, so that room holds no
-    /// allowance.)
+    /// map nodes and inode pages its copies add to it, and a checkpoint's floor after it. Its
+    /// victims are reusable only once the copies are durable, and those holding metadata only
+    /// after that checkpoint. (Light passes run only while nothing keeps what deletes drop,
+    /// and such deletes write their checkpoint first when they would outgrow the free room,
+    /// `Engine::record_deletes_first`, so no room is kept for them here.)
     fn copies_floor(&self, m: &State, need: u64) -> u64 {
-        (self.next_checkpoint_blocks(m) + copies_debt(need)).max(Self::deletes_reserve(m))
-            + CHECKPOINT_FLOOR_BLOCKS
+        self.next_checkpoint_blocks(m) + copies_debt(need) + CHECKPOINT_FLOOR_BLOCKS
     }
 
     /// The room invariant, checked where writers are admitted (debug builds): with `free`
