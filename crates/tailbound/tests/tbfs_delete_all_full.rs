@@ -19,11 +19,9 @@ fn write_file(fs: &Fs, path: &str, bytes: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
-#[test]
-fn a_pool_emptied_by_deletes_in_passes_admits_writes_again() {
-    let pool_bytes: u64 = 32 << 20;
-    // A stepped clock: the timed checkpoints fall where the calls do, not where the machine's
-    // load puts them.
+/// A memory pool formatted on a stepped clock: the timed checkpoints fall where the calls do,
+/// not where the machine's load puts them.
+fn stepped_pool(pool_bytes: u64) -> (Arc<MemoryPool>, Clock, Fs) {
     let clock = Clock::stepped(1 << 40, Duration::from_micros(10));
     let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
     let config = Config {
@@ -33,6 +31,33 @@ fn a_pool_emptied_by_deletes_in_passes_admits_writes_again() {
         ..Config::memory_pool()
     };
     let fs = Fs::format(dev.clone(), &config).unwrap();
+    (dev, clock, fs)
+}
+
+/// In an emptied pool a new file is admitted, and after a close and a reopen it is all there
+/// is: the deletes reached the device.
+fn only_a_new_write_is_left(fs: Fs, dev: Arc<MemoryPool>, clock: Clock) {
+    write_file(&fs, "/after", &data(1, 4096)).expect("a write into an emptied pool");
+    fs.close().unwrap();
+    let options = OpenOptions {
+        clock,
+        ..OpenOptions::default()
+    };
+    let fs = Fs::open(dev, &options).unwrap();
+    let names: Vec<String> = fs
+        .readdir("/")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, ["after"], "the deletes reached the device");
+    assert_eq!(common::read(&fs, "/after"), data(1, 4096));
+}
+
+#[test]
+fn a_pool_emptied_by_deletes_in_passes_admits_writes_again() {
+    let pool_bytes: u64 = 32 << 20;
+    let (dev, clock, fs) = stepped_pool(pool_bytes);
     let mut rng = Rng(13);
     let dirs = 16;
     for d in 0..dirs {
@@ -75,21 +100,7 @@ fn a_pool_emptied_by_deletes_in_passes_admits_writes_again() {
     }
     let after = fs.statvfs().unwrap();
     eprintln!("emptied: {after:?}");
-    write_file(&fs, "/after", &data(1, 4096)).expect("a write into an emptied pool");
-    fs.close().unwrap();
-    let options = OpenOptions {
-        clock,
-        ..OpenOptions::default()
-    };
-    let fs = Fs::open(dev, &options).unwrap();
-    let names: Vec<String> = fs
-        .readdir("/")
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
-    assert_eq!(names, ["after"], "the deletes reached the device");
-    assert_eq!(common::read(&fs, "/after"), data(1, 4096));
+    only_a_new_write_is_left(fs, dev, clock);
 }
 
 /// `rm -rf` of a churned full pool: files of one to three blocks, half of a first fill
@@ -103,15 +114,7 @@ fn a_pool_emptied_by_deletes_in_passes_admits_writes_again() {
 #[test]
 fn rm_rf_of_a_churned_full_pool_keeps_its_checkpoints_writable() {
     let pool_bytes: u64 = 32 << 20;
-    let clock = Clock::stepped(1 << 40, Duration::from_micros(10));
-    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
-    let config = Config {
-        segment_bytes: fsck::default_segment_bytes(pool_bytes),
-        background_gc: false,
-        clock: clock.clone(),
-        ..Config::memory_pool()
-    };
-    let fs = Fs::format(dev.clone(), &config).unwrap();
+    let (dev, clock, fs) = stepped_pool(pool_bytes);
     let mut rng = Rng(13);
     let per_dir = 64;
     let (mut n, mut dirs) = (0u64, 0u64);
@@ -197,19 +200,5 @@ fn rm_rf_of_a_churned_full_pool_keeps_its_checkpoints_writable() {
         after.blocks_free * 10 > after.blocks * 9,
         "emptied: {after:?}"
     );
-    write_file(&fs, "/after", &data(1, 4096)).expect("a write into an emptied pool");
-    fs.close().unwrap();
-    let options = OpenOptions {
-        clock,
-        ..OpenOptions::default()
-    };
-    let fs = Fs::open(dev, &options).unwrap();
-    let names: Vec<String> = fs
-        .readdir("/")
-        .unwrap()
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
-    assert_eq!(names, ["after"], "the deletes reached the device");
-    assert_eq!(common::read(&fs, "/after"), data(1, 4096));
+    only_a_new_write_is_left(fs, dev, clock);
 }
