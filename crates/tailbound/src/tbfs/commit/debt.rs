@@ -153,7 +153,8 @@ impl Engine {
                 .filter(|d| !m.dirs.dirty().contains(d))
                 .map(|&d| m.dirs.get(d).map_or(1, |e| bound_blocks(e.len())))
                 .sum::<u64>();
-        let beside = self.budget.buffered().div_ceil(BLOCK_U64) + own;
+        let buffered = self.budget.buffered().div_ceil(BLOCK_U64);
+        let beside = buffered + own;
         let room = |debt: u64| {
             self.space_needed(debt + beside) + self.cycle_room(m) + CHECKPOINT_FLOOR_BLOCKS
         };
@@ -171,7 +172,6 @@ impl Engine {
         // Past what a checkpoint's floor admits (buffered data a full buffer's seal could not
         // write), trying on every delete would only clean for nothing: the close, or cleaning
         // once more is freed, writes it.
-        let buffered = self.budget.buffered().div_ceil(BLOCK_U64);
         if free < self.space_needed(debt + buffered) + CHECKPOINT_FLOOR_BLOCKS {
             self.count(|c| c.deletes_debt_unpaid += 1);
             return Ok(());
