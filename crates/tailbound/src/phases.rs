@@ -104,6 +104,11 @@ pub struct PhaseTimes {
     /// and those (a real-time thread's above the floor) that went on without that wait.
     pub space_waits: u32,
     pub space_waits_left: u32,
+    /// Waits for the device (an I/O or flush, a payload, the log writer) this thread made while
+    /// it held `meta`, each counted once however deeply its phases nest, and their summed
+    /// time: every other thread needing `meta` waited for the device with it.
+    pub meta_device_waits: u32,
+    pub meta_device_wait_ns: u64,
 }
 
 impl PhaseTimes {
@@ -122,6 +127,12 @@ impl PhaseTimes {
             space_waits_left: self
                 .space_waits_left
                 .saturating_sub(earlier.space_waits_left),
+            meta_device_waits: self
+                .meta_device_waits
+                .saturating_sub(earlier.meta_device_waits),
+            meta_device_wait_ns: self
+                .meta_device_wait_ns
+                .saturating_sub(earlier.meta_device_wait_ns),
             ..PhaseTimes::default()
         };
         for (k, ns) in d.ns.iter_mut().enumerate() {
@@ -141,6 +152,28 @@ struct Clock {
     current: Phase,
     since: Instant,
     times: PhaseTimes,
+    /// The thread holds `meta` ([`set_meta_held`]).
+    meta_held: bool,
+    /// How many device-wait phases ([`Phase::waits_for_device`]) are entered and not left.
+    device_depth: u32,
+    /// When the outermost device wait begun while `meta` was held started.
+    meta_device_since: Option<Instant>,
+}
+
+impl Phase {
+    /// Whether the thread waits for the device in this phase: its own I/O or a flush, a
+    /// payload it writes or waits for, the log writer it holds or waits for.
+    pub fn waits_for_device(self) -> bool {
+        matches!(
+            self,
+            Phase::LogWriterWait
+                | Phase::LogWriter
+                | Phase::Payload
+                | Phase::PayloadWait
+                | Phase::DeviceIo
+                | Phase::DeviceFlush
+        )
+    }
 }
 
 impl Clock {
@@ -153,6 +186,29 @@ impl Clock {
         self.since = now;
         std::mem::replace(&mut self.current, next)
     }
+
+    /// A device wait started (`true`) or ended; only the outermost counts.
+    fn device_wait(&mut self, start: bool) {
+        if start {
+            self.device_depth += 1;
+            if self.device_depth == 1 && self.meta_held {
+                self.meta_device_since = Some(Instant::now());
+                self.times.meta_device_waits = self.times.meta_device_waits.saturating_add(1);
+            }
+        } else {
+            self.device_depth = self.device_depth.saturating_sub(1);
+            if self.device_depth == 0 {
+                self.end_meta_device_wait();
+            }
+        }
+    }
+
+    fn end_meta_device_wait(&mut self) {
+        if let Some(since) = self.meta_device_since.take() {
+            let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.times.meta_device_wait_ns = self.times.meta_device_wait_ns.saturating_add(ns);
+        }
+    }
 }
 
 thread_local! {
@@ -160,6 +216,9 @@ thread_local! {
         current: Phase::Other,
         since: Instant::now(),
         times: PhaseTimes::default(),
+        meta_held: false,
+        device_depth: 0,
+        meta_device_since: None,
     });
 }
 
@@ -168,19 +227,44 @@ thread_local! {
 #[must_use = "the phase ends when the guard drops"]
 pub struct InPhase {
     previous: Phase,
+    device: bool,
 }
 
 pub fn enter(phase: Phase) -> InPhase {
-    let previous = CLOCK.with(|c| c.borrow_mut().switch(phase));
-    InPhase { previous }
+    let device = phase.waits_for_device();
+    let previous = CLOCK.with(|c| {
+        let mut c = c.borrow_mut();
+        if device {
+            c.device_wait(true);
+        }
+        c.switch(phase)
+    });
+    InPhase { previous, device }
 }
 
 impl Drop for InPhase {
     fn drop(&mut self) {
         CLOCK.with(|c| {
-            c.borrow_mut().switch(self.previous);
+            let mut c = c.borrow_mut();
+            c.switch(self.previous);
+            if self.device {
+                c.device_wait(false);
+            }
         });
     }
+}
+
+/// Notes that the calling thread took (`true`) or let go of `meta`: a device wait it makes
+/// meanwhile counts in [`PhaseTimes::meta_device_waits`]. A wait running when `meta` is let
+/// go ends its count there.
+pub fn set_meta_held(held: bool) {
+    CLOCK.with(|c| {
+        let mut c = c.borrow_mut();
+        c.meta_held = held;
+        if !held {
+            c.end_meta_device_wait();
+        }
+    });
 }
 
 /// Counts an event of the calling thread's (a checkpoint laid out, a request, a boost).
@@ -299,5 +383,35 @@ mod tests {
         let again = take();
         assert_eq!(again.requests, 0);
         assert!(again.get(Phase::DeviceFlush) == 0 && again.get(Phase::MetaWait) == 0);
+    }
+
+    #[test]
+    fn device_waits_count_once_each_and_only_with_meta_held() {
+        let _ = take();
+        {
+            // Not holding `meta`: not counted.
+            let _io = enter(Phase::DeviceIo);
+        }
+        set_meta_held(true);
+        {
+            // A payload waited for, with the device I/O nested in it: one wait.
+            let _wait = enter(Phase::PayloadWait);
+            let _io = enter(Phase::DeviceIo);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        {
+            // Not a device wait.
+            let _seal = enter(Phase::Seal);
+        }
+        {
+            let _flush = enter(Phase::DeviceFlush);
+        }
+        set_meta_held(false);
+        {
+            let _io = enter(Phase::DeviceIo);
+        }
+        let t = take();
+        assert_eq!(t.meta_device_waits, 2);
+        assert!(t.meta_device_wait_ns >= 1_000_000);
     }
 }

@@ -22,6 +22,14 @@ impl Engine {
         self.check_writable()?;
         let mut m = self.lock_meta();
         self.check_usable()?;
+        if self.config().ordering != Ordering::Strict
+            && !m.changes.only_checkpoint_records(cell.ino)
+        {
+            // A data-only log's space check that would wait for the logs in flight waits with
+            // `meta` let go; what follows is decided in the hold taken again.
+            m = self.wait_for_room_outside(m, Self::data_log_blocks(cell))?;
+            self.check_usable()?;
+        }
         // Buffers another thread's commit sealed already stay in its logs: waited for below.
         let sealed = cell
             .lock()

@@ -74,6 +74,10 @@ pub(crate) struct HoldScratch {
     /// The timed sections of the present hold, innermost last, each with when its own time last
     /// started running ([`Engine::in_section`]).
     sections: Vec<(Section, Instant)>,
+    /// This hold was taken again after its thread waited, with `meta` let go, for the logs in
+    /// flight before it (`Engine::wait_for_room_outside`): its writers' space checks count
+    /// what that wait freed and do not wait for the device again under `meta`.
+    room_waited: bool,
     /// Tests: segments the writer may still enter before it finds none free (`None`: no limit),
     /// to stage what happens when the space check fell short.
     #[cfg(test)]
@@ -207,6 +211,7 @@ impl StateGuard<'_> {
         if let Some(g) = self.guard.as_mut() {
             g.writer.take_sealed();
         }
+        crate::phases::set_meta_held(false);
         self.guard = None;
         self.hold = None;
     }
@@ -233,6 +238,12 @@ impl StateGuard<'_> {
         let mut guard = self.guard.take()?;
         let held_ns = self.acquired.elapsed().as_nanos() as u64;
         self.inner.stats.meta_held(held_ns);
+        crate::phases::set_meta_held(false);
+        let during = crate::phases::peek().since(&self.phases_at);
+        self.inner.stats.meta_device_waited(
+            u64::from(during.meta_device_waits),
+            during.meta_device_wait_ns,
+        );
         crate::phases::note_hold(
             crate::phases::Lock::Meta,
             held_ns,
@@ -248,6 +259,7 @@ impl StateGuard<'_> {
             queued: self.inner.logs.queued_total() != self.start_queued,
         };
         let garbage = std::mem::take(&mut guard.hold.drop_later);
+        guard.hold.room_waited = false;
         // Stored only when it changes: most holds leave it as it was, and every writer reads it.
         self.inner
             .budget
@@ -326,6 +338,7 @@ impl Engine {
             crate::tbfs::lending::lending_while(&self.inherit, || self.meta.lock())
         });
         let start_queued = self.logs.queued_total();
+        crate::phases::set_meta_held(true);
         StateGuard {
             guard: Some(guard),
             fair: false,
@@ -605,6 +618,17 @@ impl State {
         if !buffers.is_empty() {
             self.hold.drop_later.push(buffers);
         }
+    }
+
+    /// Notes that this hold follows its thread's wait for the logs in flight with `meta` let
+    /// go (`Engine::wait_for_room_outside`), until it ends.
+    pub fn note_room_waited(&mut self) {
+        self.hold.room_waited = true;
+    }
+
+    /// Whether this hold follows such a wait.
+    pub fn room_waited(&self) -> bool {
+        self.hold.room_waited
     }
 
     /// Tests: the timed sections open in the present hold.

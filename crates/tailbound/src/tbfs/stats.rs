@@ -27,6 +27,10 @@ pub(crate) struct Statistics {
     /// Of that, the nanoseconds of each [`Section`] (`FsCounters::meta_checkpoint_ns` and the
     /// others), in `Section` order.
     meta_section_ns: [AtomicU64; 3],
+    /// Holds of `meta` that waited for the device, each wait counted, and the nanoseconds
+    /// waited (`FsCounters::meta_device_waits`, `FsCounters::meta_device_wait_ns`).
+    meta_device_waits: AtomicU64,
+    meta_device_wait_ns: AtomicU64,
     /// What recovery found and did when the pool was opened.
     report: Mutex<RecoveryReport>,
 }
@@ -40,6 +44,14 @@ impl Statistics {
     /// A hold of `meta` ended after `ns`.
     pub(crate) fn meta_held(&self, ns: u64) {
         self.meta_held_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// A hold of `meta` waited `waits` times for the device, `ns` in all.
+    pub(crate) fn meta_device_waited(&self, waits: u64, ns: u64) {
+        if waits > 0 || ns > 0 {
+            self.meta_device_waits.fetch_add(waits, Ordering::Relaxed);
+            self.meta_device_wait_ns.fetch_add(ns, Ordering::Relaxed);
+        }
     }
 
     /// `section` ran for `ns` under `meta`, the sections nested in it apart.
@@ -59,6 +71,8 @@ impl Statistics {
     pub(crate) fn counters(&self) -> FsCounters {
         let mut c = *self.counters.lock().unwrap_or_else(|p| p.into_inner());
         c.meta_held_ns = self.meta_held_ns.load(Ordering::Relaxed);
+        c.meta_device_waits = self.meta_device_waits.load(Ordering::Relaxed);
+        c.meta_device_wait_ns = self.meta_device_wait_ns.load(Ordering::Relaxed);
         let section = |s: Section| self.meta_section_ns[s as usize].load(Ordering::Relaxed);
         c.meta_checkpoint_ns = section(Section::Checkpoint);
         c.meta_cleaning_ns = section(Section::Cleaning);

@@ -2526,6 +2526,128 @@ fn a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload()
     reopen_after_release(&sim, &large);
 }
 
+/// A best-effort writer whose space check finds room short while another best-effort payload
+/// is stopped in the device waits for it with `meta` let go, so a real-time writer's append and
+/// sync meanwhile complete. Before, the check wrote the queue and waited for every payload in
+/// flight under `meta`, and the real-time writer waited for `meta` (lending its priority to a
+/// wait already under way) until the payload was let go. A crash meanwhile keeps the
+/// acknowledged append.
+#[test]
+fn a_best_effort_space_check_waits_for_a_held_payload_with_meta_let_go() {
+    use crate::sched::{Charge, Class, Prio, TenantId, LEVEL_MAX};
+    let real_time = Charge::to(
+        TenantId(1),
+        Prio {
+            class: Class::Rt,
+            level: 0,
+        },
+    );
+    let best_effort = Charge::to(
+        TenantId(2),
+        Prio {
+            class: Class::Be,
+            level: LEVEL_MAX,
+        },
+    );
+    let (sim, gated, stopped_rx, resume_tx) = gated_device();
+    // As in `a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload`: room
+    // short with the background thread stopped, so the room staged stays as it is.
+    let cfg = Config {
+        segment_bytes: 256 << 10,
+        superblock_every_bytes: 64 << 20,
+        background_gc: true,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    fs.inner.stop_background();
+    let big = fs.open_file("/big", OpenFlags::create()).unwrap();
+    let small = fs.open_file("/small", OpenFlags::create()).unwrap();
+    let copy = fs.open_file("/copy", OpenFlags::create()).unwrap();
+    small.pwrite(&pattern(1, 4096), 0).unwrap();
+    big.pwrite(&pattern(2, 32 * 4096), 0).unwrap();
+    copy.pwrite(&pattern(6, 4096), 0).unwrap();
+    fs.sync().unwrap();
+    let fill = fs.open_file("/fill", OpenFlags::create()).unwrap();
+    let mut at = 0;
+    loop {
+        let (free, want, _) = room_for(&fs, 2);
+        if free < want {
+            break;
+        }
+        assert!(at < 8 << 20, "the pool never got short of room");
+        fill.pwrite(&pattern(5, 4 * 4096), at).unwrap();
+        fill.fdatasync().unwrap();
+        at += 4 * 4096;
+    }
+    let (free, _, floor) = room_for(&fs, 16);
+    assert!(
+        free >= floor + 48,
+        "{free} blocks free, the floor {floor}: no room for the writes above it"
+    );
+    let large = pattern(3, 32 * 4096);
+    let copied = pattern(7, 4 * 4096);
+    *gated.min.lock().unwrap() = Some(16 * 4096);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let _be = best_effort.apply();
+            big.pwrite(&large, 0).and_then(|_| big.fsync())
+        });
+        stopped_rx.recv().unwrap();
+        // The held payload's writer is past its space check, waiting for the payload.
+        let before = fs.counters();
+        // A second best-effort writer syncs a few blocks: its space check finds room short
+        // with the payload held.
+        let copier = s.spawn(|| {
+            let _be = best_effort.apply();
+            copy.pwrite(&copied, 0).and_then(|_| copy.fsync())
+        });
+        // Its check has found room short and is waiting for the logs in flight.
+        while {
+            let c = fs.counters();
+            c.space_waits + c.space_waits_outside == before.space_waits + before.space_waits_outside
+        } {
+            assert!(
+                !copier.is_finished(),
+                "the copy's write went on without waiting"
+            );
+            std::thread::yield_now();
+        }
+        let (fs, small) = (&fs, &small);
+        let (finished, crashed, synced) = run_while_stopped(s, &sim, &resume_tx, move || {
+            let _rt = real_time.apply();
+            assert!(fs.inner.logs.payloads_in_flight_below(u64::MAX));
+            let _ = crate::phases::take();
+            let done = small
+                .pwrite(&pattern(4, 4096), 0)
+                .and_then(|_| small.fdatasync());
+            (done, crate::phases::take())
+        });
+        assert!(
+            finished,
+            "the real-time sync waited for meta behind the copy's space check"
+        );
+        let (done, phases) = synced.join().unwrap();
+        done.unwrap();
+        // The real-time writer's own check went on without the wait, as before.
+        assert_eq!(phases.space_waits, 0, "{phases:?}");
+        writer.join().unwrap().unwrap();
+        copier.join().unwrap().unwrap();
+        let after = fs.counters();
+        assert_eq!(
+            after.space_waits_outside,
+            before.space_waits_outside + 1,
+            "the copy's check waited with meta let go"
+        );
+        assert_eq!(
+            after.space_waits, before.space_waits,
+            "no check waited for the device under meta"
+        );
+        open_held_image(crashed);
+    });
+    let back = reopen_after_release(&sim, &large);
+    assert_eq!(read_all(&back, "/copy"), copied);
+}
+
 #[test]
 fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     // A buffer of 8 MiB: a file holding an eighth of it (1 MiB) after a write goes out.

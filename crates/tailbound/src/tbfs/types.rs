@@ -555,6 +555,9 @@ pub struct FsCounters {
     /// that found the room above the floor and went on without that wait.
     pub space_waits: u64,
     pub space_waits_left: u64,
+    /// Writers' space checks that would have waited for the logs in flight under `meta` and
+    /// waited with `meta` let go instead, before their commit (`Engine::wait_for_room_outside`).
+    pub space_waits_outside: u64,
     /// Deletes, truncates, replacing renames and directory removals refused with `NoSpace`
     /// under a snapshot or a view because the debt earlier ones added could not be paid
     /// (`Engine::pay_deletes_debt_first`).
@@ -567,6 +570,13 @@ pub struct FsCounters {
     /// deletes, commits, cleaning) need it, so its share of the wall time bounds how much they
     /// overlap.
     pub meta_held_ns: u64,
+    /// Waits for the device (an I/O or flush, a payload, the log writer) made by a thread
+    /// holding `meta`, each counted once however its phases nest, and the nanoseconds they
+    /// took: every thread needing `meta` meanwhile waited for the device too. Counted where
+    /// the waits are marked as phases (`phases::Phase::waits_for_device`): a device behind
+    /// `sched` marks its own I/O, a bare device only the payloads and the log writer.
+    pub meta_device_waits: u64,
+    pub meta_device_wait_ns: u64,
     /// Of `meta_held_ns`, the nanoseconds spent writing checkpoints, cleaning, and sealing
     /// buffered data as data-only logs, each without what is nested in it (a checkpoint a
     /// cleaning pass writes counts as a checkpoint, the buffer a pass writes first as sealing).

@@ -88,6 +88,9 @@ pub struct PriorityRow {
     /// tbfs rows: the longest holds of the pool's log writer while the writer ran.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub log_writer_holds: Vec<super::phases::MetaHold>,
+    /// tbfs rows: the pool's counts over the writer's appends, every thread's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_waits: Option<super::phases::PoolWaits>,
     #[serde(skip)]
     pub box_stats: Option<BoxStats>,
     /// Whether the copy ran (false for the writer-alone rows, whose copy figures are 0).
@@ -142,6 +145,7 @@ impl PriorityRow {
             phases_sum: None,
             meta_holds: Vec::new(),
             log_writer_holds: Vec::new(),
+            pool_waits: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use tailbound::phases::{Hold, PhaseTimes, PHASES};
+use tailbound::tbfs::FsCounters;
 
 /// How many of a case's slowest appends keep their breakdown.
 pub const SLOWEST_KEPT: usize = 5;
@@ -27,6 +28,9 @@ pub struct SlowWrite {
     /// real-time writer's, above the floor).
     pub space_waits: u32,
     pub space_waits_left: u32,
+    /// Waits for the device made while holding `meta`, and their summed time.
+    pub meta_device_waits: u32,
+    pub meta_device_wait_us: f64,
     /// Of `device_io` and `device_flush`, the device's own time for the dispatches that carried
     /// the requests; the rest was spent queued in the scheduler.
     pub served_us: f64,
@@ -74,7 +78,37 @@ impl SlowWrite {
             boosts: t.boosts,
             space_waits: t.space_waits,
             space_waits_left: t.space_waits_left,
+            meta_device_waits: t.meta_device_waits,
+            meta_device_wait_us: us(t.meta_device_wait_ns),
             served_us: us(t.served_ns),
+        }
+    }
+}
+
+/// The pool's counts over a case's appends, every thread's (the copy's included).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PoolWaits {
+    /// Waits for the device made by a thread holding `meta` (an I/O or flush, a payload, the
+    /// log writer), and their summed time: every thread needing `meta` waited with them.
+    pub meta_device_waits: u64,
+    pub meta_device_wait_ms: f64,
+    /// Space checks that waited for the logs in flight under `meta`, that went on without
+    /// that wait (a real-time writer's above the floor), and that waited with `meta` let go.
+    pub space_waits: u64,
+    pub space_waits_left: u64,
+    pub space_waits_outside: u64,
+}
+
+impl PoolWaits {
+    /// What changed between the pool's counters `before` and `after`.
+    pub fn between(before: &FsCounters, after: &FsCounters) -> PoolWaits {
+        PoolWaits {
+            meta_device_waits: after.meta_device_waits - before.meta_device_waits,
+            meta_device_wait_ms: (after.meta_device_wait_ns - before.meta_device_wait_ns) as f64
+                / 1e6,
+            space_waits: after.space_waits - before.space_waits,
+            space_waits_left: after.space_waits_left - before.space_waits_left,
+            space_waits_outside: after.space_waits_outside - before.space_waits_outside,
         }
     }
 }
@@ -87,6 +121,7 @@ pub struct PhaseLog {
     slowest: Vec<(u64, PhaseTimes)>,
     holds: Vec<MetaHold>,
     log_writer_holds: Vec<MetaHold>,
+    pool: Option<PoolWaits>,
 }
 
 impl PhaseLog {
@@ -103,6 +138,8 @@ impl PhaseLog {
         self.sum.served_ns += t.served_ns;
         self.sum.space_waits += t.space_waits;
         self.sum.space_waits_left += t.space_waits_left;
+        self.sum.meta_device_waits += t.meta_device_waits;
+        self.sum.meta_device_wait_ns += t.meta_device_wait_ns;
         self.slowest.push((index, t));
         // Slowest first; ties keep the earlier append.
         self.slowest
@@ -114,6 +151,15 @@ impl PhaseLog {
     pub fn set_holds(&mut self, meta: &[Hold], log_writer: &[Hold]) {
         self.holds = meta.iter().map(MetaHold::of).collect();
         self.log_writer_holds = log_writer.iter().map(MetaHold::of).collect();
+    }
+
+    /// The pool's counts over the appends.
+    pub fn set_pool(&mut self, waits: PoolWaits) {
+        self.pool = Some(waits);
+    }
+
+    pub fn pool(&self) -> Option<PoolWaits> {
+        self.pool.clone()
     }
 
     pub fn holds(&self) -> Vec<MetaHold> {

@@ -87,6 +87,7 @@ impl PriorityBench {
             phases_sum: Some(phases.sum()),
             meta_holds: phases.holds(),
             log_writer_holds: phases.log_writer_holds(),
+            pool_waits: phases.pool(),
             ..PriorityRow::from_histogram("tbfs", policy.name().into(), rate, &hist, 0.0, 0.0)
         })
     }
@@ -193,6 +194,7 @@ impl PriorityBench {
             phases_sum: Some(phases.sum()),
             meta_holds: phases.holds(),
             log_writer_holds: phases.log_writer_holds(),
+            pool_waits: phases.pool(),
             ..PriorityRow::from_histogram("tbfs", policy.name().into(), rate, &hist, under, alone)
         })
     }
@@ -244,6 +246,7 @@ impl PriorityBench {
             let mut phases = PhaseLog::default();
             let _ = tailbound::phases::take_longest_holds(Lock::Meta);
             let _ = tailbound::phases::take_longest_holds(Lock::LogWriter);
+            let counters_before = tbfs.counters();
             let timed = timed_appends(self.writes, rate, &self.interrupted, |step| {
                 if step == LogStep::NewLog {
                     log = open_log()?;
@@ -258,6 +261,10 @@ impl PriorityBench {
                 phases.record(tailbound::phases::take());
                 done
             })?;
+            phases.set_pool(super::phases::PoolWaits::between(
+                &counters_before,
+                &tbfs.counters(),
+            ));
             phases.set_holds(
                 &tailbound::phases::take_longest_holds(Lock::Meta),
                 &tailbound::phases::take_longest_holds(Lock::LogWriter),

@@ -78,6 +78,7 @@ fn row(system: &'static str, sched: &str, max_us: f64, p9999: f64, kept: f64) ->
         phases_sum: None,
         meta_holds: Vec::new(),
         log_writer_holds: Vec::new(),
+        pool_waits: None,
         with_copy: true,
     }
 }

@@ -7,7 +7,7 @@ use crate::tbfs::limits::{
     CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, DELETES_ALLOWANCE_BLOCKS,
     FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
 };
-use crate::tbfs::state::{Engine, State};
+use crate::tbfs::state::{Engine, State, StateGuard};
 use crate::tbfs::{Error, Result};
 
 impl Engine {
@@ -268,10 +268,10 @@ impl Engine {
         } else {
             0
         };
-        let want = need + reserve + low_water.max(quick_debt);
+        let want = want_of(need, reserve, low_water, quick_debt);
         // Below this a write for `need` blocks cleans until there is room; above it (and below
         // `want`) it pays the cleaning tax.
-        let floor_for = |need: u64| need + reserve + (low_water / 2).max(quick_debt);
+        let floor_for = |need: u64| floor_of(need, reserve, low_water, quick_debt);
         // A memory pool also notes whether space is tight, for its in-flight bound
         // (`in_flight_max`), from the same count of free segments, which goes as far as a whole
         // buffer needs so it also sets the buffer limit.
@@ -346,15 +346,29 @@ impl Engine {
                     return Ok(());
                 }
             }
-            self.count(|c| c.space_waits += 1);
-            crate::phases::count(|t| t.space_waits += 1);
-            let start = std::time::Instant::now();
-            let written = self.write_logs_until(m.writer.seq() + 1);
-            self.writes.waited_for_logs(
-                crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev()),
-                start.elapsed(),
-            );
-            written?;
+            // A writer's hold taken again after its thread waited for the logs in flight with
+            // `meta` let go (`wait_for_room_outside`) counts what that wait freed: it does not
+            // wait again under `meta`, where every other thread would wait with it. A check
+            // inside a cleaning pass or a refresh (the pass's copies, its checkpoint) that its
+            // room admits without the wait does not wait either: the wait only adds room, and
+            // that pass's answer would be the same.
+            let waited_outside = pays_debt && !for_copies && m.room_waited();
+            let nested_fits = (m.cleaning.running() || m.refresh.running()) && {
+                let keep = self.room_to_keep(m, blocks, checkpoint_pages, for_copies, reserve, 0);
+                (!for_copies && free >= want)
+                    || self.free_blocks_up_to(m, need + keep) >= need + keep
+            };
+            if !waited_outside && !nested_fits {
+                self.count(|c| c.space_waits += 1);
+                crate::phases::count(|t| t.space_waits += 1);
+                let start = std::time::Instant::now();
+                let written = self.write_logs_until(m.writer.seq() + 1);
+                self.writes.waited_for_logs(
+                    crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev()),
+                    start.elapsed(),
+                );
+                written?;
+            }
             if !for_copies && self.free_blocks_up_to(m, want) >= want {
                 if pays_debt {
                     self.debug_assert_room_kept(m, self.free_blocks(m) - need, quick_debt);
@@ -434,21 +448,7 @@ impl Engine {
         } else {
             0
         };
-        let keep = if self.recovering(m) {
-            0
-        } else if let Some(pages) = checkpoint_pages {
-            self.checkpoint_floor(m, pages)
-        } else if for_copies {
-            // Below the floor (recovery may leave a pool there), a pass whose victims give
-            // back more than it copies still climbs towards it: what it must leave, once its
-            // victims are reusable, is the floor, and meanwhile a checkpoint's.
-            let floor = self.copies_floor(m, blocks);
-            floor
-                .saturating_sub(m.cleaning.gain().saturating_sub(copies_debt(blocks)))
-                .max(CHECKPOINT_FLOOR_BLOCKS)
-        } else {
-            reserve + debt
-        };
+        let keep = self.room_to_keep(m, blocks, checkpoint_pages, for_copies, reserve, debt);
         if self.free_blocks_up_to(m, need + keep) >= need + keep {
             if pays_debt {
                 self.debug_assert_room_kept(m, self.free_blocks(m) - need, debt);
@@ -509,6 +509,89 @@ impl Engine {
         )))
     }
 
+    /// What a commit of `blocks` must leave free beside them (see [`Engine::ensure_space`]):
+    /// nothing for recovery's and `format`'s checkpoints, a checkpoint's floor for a checkpoint
+    /// writing `checkpoint_pages` inode pages, a light pass's copies' floor, and otherwise the
+    /// reserve and `debt`.
+    fn room_to_keep(
+        &self,
+        m: &State,
+        blocks: u64,
+        checkpoint_pages: Option<u64>,
+        for_copies: bool,
+        reserve: u64,
+        debt: u64,
+    ) -> u64 {
+        if self.recovering(m) {
+            0
+        } else if let Some(pages) = checkpoint_pages {
+            self.checkpoint_floor(m, pages)
+        } else if for_copies {
+            // Below the floor (recovery may leave a pool there), a pass whose victims give
+            // back more than it copies still climbs towards it: what it must leave, once its
+            // victims are reusable, is the floor, and meanwhile a checkpoint's.
+            let floor = self.copies_floor(m, blocks);
+            floor
+                .saturating_sub(m.cleaning.gain().saturating_sub(copies_debt(blocks)))
+                .max(CHECKPOINT_FLOOR_BLOCKS)
+        } else {
+            reserve + debt
+        }
+    }
+
+    /// The sequence below which a writer's space check for `blocks`, made now at the start of
+    /// a hold (`m`), would wait for every log to be written under `meta`: room short (below
+    /// what the check wants), and not a check that goes on without the wait above the floor
+    /// (`leaves_space_wait_to_others`); `None` if it would not wait, or nothing is in flight
+    /// to wait for. Mirrors [`Engine::ensure_space`]'s test.
+    fn space_wait_due(&self, m: &State, blocks: u64) -> Option<u64> {
+        if m.bg_clean.defer_io || m.cleaning.running() || m.refresh.running() || m.room_waited() {
+            return None;
+        }
+        let need = self.space_needed(blocks);
+        let (reserve, low_water) = self.space_margins(m);
+        let debt = self.checkpoint_debt(m, false);
+        let want = want_of(need, reserve, low_water, debt);
+        let free = self.free_blocks_up_to(m, want);
+        if free >= want {
+            return None;
+        }
+        if free >= floor_of(need, reserve, low_water, debt) && self.leaves_space_wait_to_others() {
+            return None;
+        }
+        let seq = m.writer.seq() + 1;
+        (self.logs.written() < seq || self.payloads_in_flight_below(seq)).then_some(seq)
+    }
+
+    /// Before a writer's commit of about `blocks` in the hold `m` (what it sealed is written
+    /// as it lets go, as at any release):
+    /// if its space check would wait for the logs in flight ([`Engine::space_wait_due`]), lets
+    /// go of `meta`, waits for them, and takes `meta` again. The check that follows counts what
+    /// they freed, in the state as it is now, and does not wait for the device under `meta`
+    /// (`State::room_waited`): waiting there, a best-effort writer behind a large payload kept
+    /// every other thread from `meta`, a real-time writer's sync included, for as long as the
+    /// payload took. The room invariant is the check's own: it decides under `meta`, as before.
+    #[track_caller]
+    pub(in crate::tbfs) fn wait_for_room_outside<'a>(
+        &'a self,
+        m: StateGuard<'a>,
+        blocks: u64,
+    ) -> Result<StateGuard<'a>> {
+        let Some(seq) = self.space_wait_due(&m, blocks) else {
+            return Ok(m);
+        };
+        self.count(|c| c.space_waits_outside += 1);
+        m.unlock_and_write()?;
+        let start = std::time::Instant::now();
+        let written = self.write_logs_until(seq);
+        let key = crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev());
+        self.writes.waited_for_logs(key, start.elapsed());
+        written?;
+        let mut m = self.lock_meta_for_write(key);
+        m.note_room_waited();
+        Ok(m)
+    }
+
     /// Whether the calling thread's space check goes on without waiting for the logs in flight
     /// while the room is above the floor: a real-time one's (as it pays no cleaning tax), or
     /// one a real-time thread waits on, lending its priority for `meta`.
@@ -565,6 +648,19 @@ impl Engine {
     ) -> bool {
         self.segment_reusable(&m.seg, m.writer.place(), &m.bg_clean.reading, s, durable)
     }
+}
+
+/// What a writer's space check for `need` blocks wants free: the reserve, and the low-water
+/// mark or the counted debt if more.
+fn want_of(need: u64, reserve: u64, low_water: u64, debt: u64) -> u64 {
+    need + reserve + low_water.max(debt)
+}
+
+/// Below this a writer's commit of `need` blocks cleans until there is room; between it and
+/// [`want_of`] it pays the cleaning tax: the reserve, and half the low-water mark or the
+/// counted debt if more.
+fn floor_of(need: u64, reserve: u64, low_water: u64, debt: u64) -> u64 {
+    need + reserve + (low_water / 2).max(debt)
 }
 
 /// The map nodes and inode pages copying `blocks` live blocks adds to the next checkpoint, at

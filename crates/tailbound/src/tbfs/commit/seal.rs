@@ -45,6 +45,17 @@ impl Engine {
         committed
     }
 
+    /// The blocks a data-only log of `cell`'s buffered data asks the space check for
+    /// ([`Engine::seal_data_log`]): its unsealed buffers and its attributes record.
+    pub(crate) fn data_log_blocks(cell: &InodeCell) -> u64 {
+        let st = cell.lock();
+        if st.freed() {
+            0
+        } else {
+            unsealed_count(&st) as u64 + 1
+        }
+    }
+
     /// [`Engine::commit_data_log`], timed as sealing.
     pub(crate) fn seal_data_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
         // The log's release list keeps the inode's cell until the log is written.
@@ -97,7 +108,8 @@ impl Engine {
     /// ([`StateGuard::unlock_fair_and_write`]) and writing the part's logs meanwhile; returns
     /// with `meta` held again. How a writer that found the buffer full seals it: in one hold,
     /// every create and delete of the other threads waited for the whole buffer (milliseconds),
-    /// and with all of them asleep a core stood idle.
+    /// and with all of them asleep a core stood idle. A part whose space check would wait for
+    /// the logs in flight waits for them with `meta` let go ([`Engine::wait_for_room_outside`]).
     pub(crate) fn commit_data_logs_in_parts<'a>(
         &'a self,
         mut m: StateGuard<'a>,
@@ -106,6 +118,7 @@ impl Engine {
         let mut from = 0;
         while from < cells.len() {
             let rest = &cells[from..];
+            m = self.wait_for_room_outside(m, run_room(run_blocks(rest, SEAL_PART_BLOCKS).0))?;
             from += self.in_section(&mut m, Section::Sealing, |m| {
                 self.seal_data_logs(m, rest, false, SEAL_PART_BLOCKS)
             })?;
@@ -218,27 +231,13 @@ impl Engine {
         if_room: bool,
         most: u64,
     ) -> Result<usize> {
-        let mut count = 0u64;
-        let mut taken = 0;
-        for cell in cells {
-            if count >= most {
-                break;
-            }
-            taken += 1;
-            let st = cell.lock();
-            if !st.freed() && st.kind() == crate::tbfs::FileKind::File {
-                // Every buffer, sealed ones still in flight too: a bound taken without walking
-                // the buffers, which the loop below walks anyway (walking them here as well was
-                // a third of sealing's time under `meta`).
-                count += st.dirty().len() as u64 + 1;
-            }
-        }
+        let (count, taken) = run_blocks(cells, most);
         let cells = &cells[..taken];
         if count == 0 {
             return Ok(taken);
         }
         m.cleaning.buffer_seal_checks_space();
-        match self.ensure_space(m, count + count / 64 + 1) {
+        match self.ensure_space(m, run_room(count)) {
             Err(Error::NoSpace(_)) if if_room => return Ok(taken),
             r => r?,
         }
@@ -428,4 +427,31 @@ impl Engine {
         }));
         Ok(written)
     }
+}
+
+/// The blocks the files at the front of `cells` hold buffered, until they hold `most`, and how
+/// many files that takes (a file is never split between runs): every buffer, sealed ones still
+/// in flight too, each file with its attributes record. A bound taken without walking the
+/// buffers, which sealing walks anyway (walking them here as well was a third of sealing's time
+/// under `meta`).
+fn run_blocks(cells: &[Arc<InodeCell>], most: u64) -> (u64, usize) {
+    let mut count = 0u64;
+    let mut taken = 0;
+    for cell in cells {
+        if count >= most {
+            break;
+        }
+        taken += 1;
+        let st = cell.lock();
+        if !st.freed() && st.kind() == crate::tbfs::FileKind::File {
+            count += st.dirty().len() as u64 + 1;
+        }
+    }
+    (count, taken)
+}
+
+/// What a run of data-only logs carrying `count` blocks asks the space check for: its blocks
+/// and their summaries.
+fn run_room(count: u64) -> u64 {
+    count + count / 64 + 1
 }

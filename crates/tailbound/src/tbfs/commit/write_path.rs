@@ -111,7 +111,9 @@ impl Engine {
             // Write-behind: a file with a large amount buffered, or a large write to a memory
             // pool (`seals_hot`), goes out now as data-only logs, its writer's I/O, every
             // payload of it in this writer's lane.
-            let mut m = self.lock_meta();
+            let m = self.lock_meta();
+            // A space check that would wait for the logs in flight waits with `meta` let go.
+            let mut m = self.wait_for_room_outside(m, Self::data_log_blocks(cell))?;
             if self.buffer_in_data_logs() {
                 self.commit_behind_log(&mut m, cell)?;
                 self.maybe_refresh(&mut m)?;
@@ -166,6 +168,7 @@ impl Engine {
                 // enough. Many small files go out together, in fewer logs.
                 let own = cell.lock().dirty().len() as u64 * BLOCK_U64;
                 if own >= self.write_behind_bytes() {
+                    m = self.wait_for_room_outside(m, Self::data_log_blocks(cell))?;
                     self.commit_behind_log(&mut m, cell)?;
                 }
                 if self.buffered_bytes() > self.buffer_limit() {
@@ -195,9 +198,20 @@ impl Engine {
         key: Option<WriterKey>,
     ) -> Result<()> {
         let _room = crate::phases::enter(crate::phases::Phase::Room);
-        let mut m = self.lock_meta_for_write(key);
+        let m = self.lock_meta_for_write(key);
+        if self.buffer_fits(&m, (self.buffered_bytes() + len).div_ceil(BLOCK_U64)) {
+            return m.unlock_and_write();
+        }
+        // Room for the commit that carries it: its logs' summaries and its map's nodes beside
+        // its blocks, so that commit does not fail once the write is buffered.
+        let blocks = len.div_ceil(BLOCK_U64);
+        let room = blocks + blocks / 32 + WRITE_COMMIT_SLACK_BLOCKS;
+        // Space checks (what is buffered, then this write's) that would wait for the logs in
+        // flight wait with `meta` let go, once, for the larger of the two.
+        let mut m =
+            self.wait_for_room_outside(m, room + self.buffered_bytes().div_ceil(BLOCK_U64))?;
         let buffered = self.buffered_bytes();
-        if self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
+        if m.room_waited() && self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
             return m.unlock_and_write();
         }
         if buffered > 0 {
@@ -207,10 +221,6 @@ impl Engine {
                 self.commit_checkpoint(&mut m)?;
             }
         }
-        // Room for the commit that carries it: its logs' summaries and its map's nodes beside
-        // its blocks, so that commit does not fail once the write is buffered.
-        let blocks = len.div_ceil(BLOCK_U64);
-        let room = blocks + blocks / 32 + WRITE_COMMIT_SLACK_BLOCKS;
         match self.ensure_space(&mut m, room) {
             Err(Error::NoSpace(_)) if self.changed_since_checkpoint(&m) => {
                 // The room the next checkpoint needs may be what is missing: paid, it is free
