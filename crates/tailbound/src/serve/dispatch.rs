@@ -166,20 +166,38 @@ fn greet(
 }
 
 /// Sends the completion of request `id`: a reply's data goes from where it lies into the
-/// transport, not through a frame first.
+/// transport, not through a frame first. `Later`: the wake-up of the thread waiting for it
+/// may wait for the sender's [`Outbound::wake_deferred`].
 fn complete(
     out: &dyn Outbound,
     id: u64,
     reply: &Result<Reply>,
+    when: Woken,
 ) -> std::result::Result<(), Option<String>> {
     match reply {
         Ok(r) => {
             let (head, data, after) = r.encode_parts(id);
-            out.send(id, &[&head, data, &after])
+            out.send(id, &[&head, data, &after], when)
         }
-        Err(e) => out.send(id, &[&Reply::encode_error(id, e)]),
+        Err(e) => out.send(id, &[&Reply::encode_error(id, e)], when),
     }
 }
+
+/// When a completion's waiting thread is woken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Woken {
+    /// As it is published.
+    Now,
+    /// By the sender's next [`Outbound::wake_deferred`], which a worker makes before it waits
+    /// for anything and after at most [`DEFER_MOST`] answers.
+    Later,
+}
+
+/// The most completions a worker publishes before it makes their wake-ups: a client thread's
+/// completion waits for at most the next answer of the worker that made it. A woken client
+/// thread tends to take the CPU of the worker that woke it; waking after the next answer
+/// lets the worker finish that answer first, and makes one wake-up call for both.
+const DEFER_MOST: usize = 2;
 
 /// What a look at the transport found.
 enum Next {
@@ -206,8 +224,17 @@ trait Inbound: Send {
 /// Where completions go, from the session's thread and the threads it started. `Err(None)`:
 /// the client went; `Err(Some(_))`: why the session must end.
 trait Outbound: Sync {
-    /// Sends the frame `parts` make one after the other, the completion of request `id`.
-    fn send(&self, id: u64, parts: &[&[u8]]) -> std::result::Result<(), Option<String>>;
+    /// Sends the frame `parts` make one after the other, the completion of request `id`,
+    /// waking its thread as `when` says.
+    fn send(
+        &self,
+        id: u64,
+        parts: &[&[u8]],
+        when: Woken,
+    ) -> std::result::Result<(), Option<String>>;
+    /// Makes the wake-ups of completions sent [`Woken::Later`] (by any thread) that are not
+    /// made yet.
+    fn wake_deferred(&self) {}
 }
 
 struct SocketIn {
@@ -230,7 +257,13 @@ struct SocketOut<'a> {
 }
 
 impl Outbound for SocketOut<'_> {
-    fn send(&self, _id: u64, parts: &[&[u8]]) -> std::result::Result<(), Option<String>> {
+    /// On the socket, the reader is woken by the bytes: nothing is deferred.
+    fn send(
+        &self,
+        _id: u64,
+        parts: &[&[u8]],
+        _when: Woken,
+    ) -> std::result::Result<(), Option<String>> {
         let s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
         for part in parts.iter().filter(|p| !p.is_empty()) {
             send_all(&s, part).map_err(|_| None)?;
@@ -268,15 +301,27 @@ struct RingOut<'a> {
 }
 
 impl Outbound for RingOut<'_> {
-    fn send(&self, id: u64, parts: &[&[u8]]) -> std::result::Result<(), Option<String>> {
+    fn send(
+        &self,
+        id: u64,
+        parts: &[&[u8]],
+        when: Woken,
+    ) -> std::result::Result<(), Option<String>> {
         // Only the client's thread that waits for this completion is woken.
-        let woke = self
-            .producer
-            .push_parts(parts, Wake::Bits(ring::waiter_bits(id)), self.socket)
-            .map_err(|e| match e {
-                RingError::Gone => None,
-                RingError::Corrupt(_) => Some(e.to_string()),
-            })?;
+        let bits = ring::waiter_bits(id);
+        let pushed = match when {
+            Woken::Now => self
+                .producer
+                .push_parts(parts, Wake::Bits(bits), self.socket),
+            Woken::Later => self
+                .producer
+                .push_deferred(parts, bits, self.socket)
+                .map(|()| 0),
+        };
+        let woke = pushed.map_err(|e| match e {
+            RingError::Gone => None,
+            RingError::Corrupt(_) => Some(e.to_string()),
+        })?;
         if let Some(t) = self.tally {
             t.event(Event::Completion);
             if woke > 0 {
@@ -284,6 +329,15 @@ impl Outbound for RingOut<'_> {
             }
         }
         Ok(())
+    }
+
+    fn wake_deferred(&self) {
+        let woke = self.producer.wake_deferred();
+        if let Some(t) = self.tally {
+            for _ in 0..woke {
+                t.event(Event::CompletionWake);
+            }
+        }
     }
 }
 
@@ -357,7 +411,16 @@ impl Workers<'_> {
         let mut woken = false;
         loop {
             let tl = self.times.as_ref().map(|_| std::time::Instant::now());
-            let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
+            let mut inbound = match self.inbound.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    // This worker may sleep for its turn: the wake-ups it deferred are made
+                    // first.
+                    self.out.wake_deferred();
+                    self.inbound.lock().unwrap_or_else(|p| p.into_inner())
+                }
+            };
             if let (Some(t), Some(tl)) = (&self.times, tl) {
                 t.extra(0, tl.elapsed().as_nanos() as u64);
             }
@@ -400,6 +463,9 @@ impl Workers<'_> {
                 }
             };
             drop(inbound);
+            // Nothing to answer: the completions whose wake-ups wait are woken before this
+            // worker parks.
+            self.out.wake_deferred();
             let Some(p) = &self.parking else {
                 self.fail(Some("a transport that cannot wait".into()));
                 return None;
@@ -505,6 +571,8 @@ fn work<'scope, 'env, 'w: 'env>(
     s: &'env Session<'_>,
     w: &'env Workers<'w>,
 ) {
+    // Answers since this worker last made its deferred wake-ups.
+    let mut unwoken = 0;
     while let Some(body) = w.next(s) {
         // This worker is about to answer: if it was the last one reading, another takes over.
         if w.idle.fetch_sub(1, Ordering::AcqRel) == 1 && w.started.load(Ordering::Acquire) < w.most
@@ -522,7 +590,13 @@ fn work<'scope, 'env, 'w: 'env>(
         }
         answer(scope, s, w, body);
         w.idle.fetch_add(1, Ordering::AcqRel);
+        unwoken += 1;
+        if unwoken >= DEFER_MOST {
+            w.out.wake_deferred();
+            unwoken = 0;
+        }
     }
+    w.out.wake_deferred();
 }
 
 /// Answers one request, or hands it to a thread of its own when it may wait long.
@@ -570,7 +644,7 @@ fn answer<'scope, 'env, 'w: 'env>(
                         (reply, None) => {
                             if let (Some(t), Some(t0), Some(t1)) = (&w.times, t0, t1) {
                                 let t2 = std::time::Instant::now();
-                                let sent = complete(w.out, req_id, &reply);
+                                let sent = complete(w.out, req_id, &reply, Woken::Later);
                                 t.add(op.unwrap_or(0), &[t0, t1, t2, std::time::Instant::now()]);
                                 if let Err(why) = sent {
                                     w.fail(why);
@@ -592,7 +666,9 @@ fn answer<'scope, 'env, 'w: 'env>(
                                         theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
                                     if let Some((d, reply)) = taken {
                                         d.wait();
-                                        if let Err(why) = complete(w.out, req_id, &reply) {
+                                        if let Err(why) =
+                                            complete(w.out, req_id, &reply, Woken::Now)
+                                        {
                                             w.fail(why);
                                         }
                                     }
@@ -603,6 +679,8 @@ fn answer<'scope, 'env, 'w: 'env>(
                             // No thread (its closure never ran): this one waits.
                             let taken = held.lock().unwrap_or_else(|p| p.into_inner()).take();
                             let Some((d, reply)) = taken else { return };
+                            // This worker sleeps: what it deferred is woken first.
+                            w.out.wake_deferred();
                             d.wait();
                             reply
                         }
@@ -616,7 +694,7 @@ fn answer<'scope, 'env, 'w: 'env>(
                             let charged = charge.map(Charge::apply);
                             let reply = job();
                             drop(charged);
-                            if let Err(why) = complete(w.out, req_id, &reply) {
+                            if let Err(why) = complete(w.out, req_id, &reply, Woken::Now) {
                                 w.fail(why);
                             }
                             w.apart.fetch_sub(1, Ordering::AcqRel);
@@ -635,7 +713,7 @@ fn answer<'scope, 'env, 'w: 'env>(
             }
         }
     };
-    if let Err(why) = complete(w.out, req_id, &reply) {
+    if let Err(why) = complete(w.out, req_id, &reply, Woken::Later) {
         w.fail(why);
     }
 }

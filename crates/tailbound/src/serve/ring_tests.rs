@@ -894,3 +894,139 @@ fn a_frame_pushed_unwoken_wakes_its_reader_only_through_the_waker() {
     assert!(woken.iter().all(|&n| n <= 1), "{woken:?}");
     assert!(woken.contains(&1), "{woken:?}");
 }
+
+/// Parks a thread on `server`'s completion ring with `bits` until it is asleep, then runs
+/// `act`; returns what `act` returned each round (a count of threads woken) until a round in
+/// which the thread was asleep when `act` ran (the park's bound may end a sleep in between:
+/// then the round is tried again).
+fn woken_while_parked(
+    client: &ClientRings,
+    bits: u32,
+    mut act: impl FnMut(u8) -> usize,
+) -> Vec<usize> {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let parking = client.completions.parking();
+    let mut woken = Vec::new();
+    for round in 0..20u8 {
+        let seen = parking.published();
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            let reader = s.spawn(|| {
+                tx.send(std::fs::read_link("/proc/thread-self").unwrap())
+                    .unwrap();
+                parking.wait_bits(seen, bits, false, &a)
+            });
+            let task = std::path::Path::new("/proc").join(rx.recv().unwrap());
+            assert!(await_futex_sleep(&task), "round {round}");
+            woken.push(act(round));
+            reader.join().unwrap().unwrap();
+        });
+        if woken.last() == Some(&1) {
+            break;
+        }
+    }
+    woken
+}
+
+#[test]
+fn a_deferred_wake_is_kept_until_made_and_then_wakes_its_reader() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let client = ClientRings::create(SMALL).unwrap();
+    let server = ServerRings::attach(vec![client.memfd.try_clone().unwrap().into()]).unwrap();
+    let bits = ring::waiter_bits(9);
+    let mut kept = Vec::new();
+    let woken = woken_while_parked(&client, bits, |round| {
+        server
+            .completions
+            .push_deferred(&[&framed(&[round], 1)], bits, &a)
+            .unwrap();
+        // Published, but its wake-up is kept: the reader still sleeps.
+        kept.push(server.completions.deferred_bits());
+        server.completions.wake_deferred()
+    });
+    assert!(kept.iter().all(|&k| k == bits), "{kept:?}");
+    assert_eq!(woken.last(), Some(&1), "{woken:?}");
+    assert_eq!(server.completions.deferred_bits(), 0);
+    // Made once: a second call finds nothing owed.
+    assert_eq!(server.completions.wake_deferred(), 0);
+    let mut consumer = client.completions;
+    for round in 0..woken.len() as u8 {
+        assert_eq!(consumer.try_frame(1 << 20).unwrap(), Ok(vec![round]));
+    }
+}
+
+#[test]
+fn a_plain_push_makes_its_wake_at_once_and_leaves_none_deferred() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let client = ClientRings::create(SMALL).unwrap();
+    let server = ServerRings::attach(vec![client.memfd.try_clone().unwrap().into()]).unwrap();
+    let bits = ring::waiter_bits(10);
+    let woken = woken_while_parked(&client, bits, |round| {
+        server
+            .completions
+            .push_parts(&[&framed(&[round], 1)], Wake::Bits(bits), &a)
+            .unwrap()
+    });
+    assert_eq!(woken.last(), Some(&1), "{woken:?}");
+    assert_eq!(server.completions.deferred_bits(), 0);
+}
+
+#[test]
+fn a_long_frame_pushed_deferred_keeps_the_wake_of_its_end() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let client = ClientRings::create(SMALL).unwrap();
+    let server = ServerRings::attach(vec![client.memfd.try_clone().unwrap().into()]).unwrap();
+    let bits = ring::waiter_bits(11);
+    // Longer than a record, shorter than the ring: its fragments go in without a wait.
+    let body = vec![7u8; SMALL.completion as usize / 2 + 64];
+    server
+        .completions
+        .push_deferred(&[&framed(&body, body.len())], bits, &a)
+        .unwrap();
+    assert_eq!(server.completions.deferred_bits(), bits);
+    server.completions.wake_deferred();
+    assert_eq!(server.completions.deferred_bits(), 0);
+    let mut consumer = client.completions;
+    assert_eq!(consumer.try_frame(1 << 20).unwrap(), Ok(body));
+}
+
+#[test]
+fn a_pusher_waiting_for_room_first_makes_the_wakes_kept_for_later() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let client = ClientRings::create(SMALL).unwrap();
+    let server = ServerRings::attach(vec![client.memfd.try_clone().unwrap().into()]).unwrap();
+    let (early, late) = (ring::waiter_bits(1), ring::waiter_bits(2));
+    // Three records of a quarter of the ring each, their wake-ups kept: the fourth finds no
+    // room (each record also takes its header and the frame's length).
+    let body = vec![3u8; SMALL.completion as usize / 4];
+    for _ in 0..3 {
+        server
+            .completions
+            .push_deferred(&[&framed(&body, body.len())], early, &a)
+            .unwrap();
+    }
+    assert_eq!(server.completions.deferred_bits(), early);
+    let mut consumer = client.completions;
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        let pusher = s.spawn(|| {
+            tx.send(std::fs::read_link("/proc/thread-self").unwrap())
+                .unwrap();
+            server
+                .completions
+                .push_deferred(&[&framed(&body, body.len())], late, &a)
+        });
+        let task = std::path::Path::new("/proc").join(rx.recv().unwrap());
+        assert!(await_futex_sleep(&task));
+        // The pusher sleeps for room: it made the kept wake-ups before it slept (looked at
+        // before the ring is drained, checked after, so a failure does not leave it asleep).
+        let kept = server.completions.deferred_bits();
+        for _ in 0..3 {
+            assert_eq!(consumer.try_frame(1 << 20).unwrap(), Ok(body.clone()));
+        }
+        pusher.join().unwrap().unwrap();
+        assert_eq!(kept, 0);
+    });
+    assert_eq!(server.completions.deferred_bits(), late);
+    assert_eq!(consumer.try_frame(1 << 20).unwrap(), Ok(body));
+}

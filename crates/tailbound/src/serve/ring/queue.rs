@@ -275,12 +275,21 @@ pub(crate) enum Wake {
 /// lock. So threads do not queue behind one another's copies. A longer frame (fragments, which
 /// must follow each other and may wait for the reader between them) waits until every record
 /// reserved before it is published and then holds the lock throughout.
+///
+/// A frame pushed with its wake-up deferred ([`Producer::push_deferred`]) is published as any
+/// other, but the wake-up it owes is kept in [`Producer::deferred`] until a
+/// [`Producer::wake_deferred`]: a pushing thread that goes on working wakes its reader when it
+/// is about to stop, not while it still has the CPU to give away.
 #[derive(Debug)]
 pub(crate) struct Producer {
     q: Queue,
     tails: Mutex<Tails>,
     /// Told when the last record reserved is published, if a thread waits for that.
     drained: Condvar,
+    /// The bits of wake-ups owed for frames published with their wake deferred. Only a thread
+    /// that pushed with its wake deferred adds to it, and each such thread calls
+    /// [`Producer::wake_deferred`] later, so no bit stays here for good.
+    deferred: AtomicU32,
 }
 
 /// A producer's positions, behind its lock.
@@ -300,6 +309,8 @@ struct Tails {
 struct Pending {
     end: u32,
     wake: Wake,
+    /// Its wake-up may wait for [`Producer::wake_deferred`].
+    defer: bool,
     written: bool,
 }
 
@@ -308,6 +319,8 @@ struct Pending {
 struct Owed {
     one: i32,
     bits: u32,
+    /// Bits of records pushed with their wake deferred.
+    deferred: u32,
 }
 
 impl Owed {
@@ -318,6 +331,15 @@ impl Owed {
             Wake::Bits(b) => self.bits |= b,
         }
     }
+
+    /// Adds a record's wake-up: one pushed with its wake deferred owes its bits to later
+    /// (only bits are ever deferred; a plain wake-up is made now).
+    fn add_record(&mut self, w: Wake, defer: bool) {
+        match (w, defer) {
+            (Wake::Bits(b), true) => self.deferred |= b,
+            _ => self.add(w),
+        }
+    }
 }
 
 impl Producer {
@@ -326,6 +348,7 @@ impl Producer {
             q,
             tails: Mutex::new(Tails::default()),
             drained: Condvar::new(),
+            deferred: AtomicU32::new(0),
         }
     }
 
@@ -352,9 +375,53 @@ impl Producer {
         wake: Wake,
         peer: &UnixStream,
     ) -> Result<usize, RingError> {
+        self.push_as(parts, wake, false, peer)
+    }
+
+    /// [`Producer::push_parts`] for the readers parked with one of `bits`, whose wake-up is
+    /// left in [`Producer::deferred`]: the caller must call [`Producer::wake_deferred`] later
+    /// (before it sleeps, and soon). Wake-ups owed for other threads' frames this call
+    /// publishes are made now, as theirs ask.
+    pub fn push_deferred(
+        &self,
+        parts: &[&[u8]],
+        bits: u32,
+        peer: &UnixStream,
+    ) -> Result<(), RingError> {
+        self.push_as(parts, Wake::Bits(bits), true, peer)
+            .map(|_| ())
+    }
+
+    /// Makes every wake-up deferred so far; returns how many threads it woke.
+    pub fn wake_deferred(&self) -> usize {
+        // Loaded first: most calls find nothing owed and make no write to the shared word.
+        if self.deferred.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        let bits = self.deferred.swap(0, Ordering::AcqRel);
+        if bits == 0 {
+            return 0;
+        }
+        self.q
+            .wake_bits(self.q.ctrl.tail, self.q.ctrl.data_waiter, bits)
+    }
+
+    /// The bits of the wake-ups deferred and not yet made.
+    #[cfg(test)]
+    pub fn deferred_bits(&self) -> u32 {
+        self.deferred.load(Ordering::Acquire)
+    }
+
+    fn push_as(
+        &self,
+        parts: &[&[u8]],
+        wake: Wake,
+        defer: bool,
+        peer: &UnixStream,
+    ) -> Result<usize, RingError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > self.q.cap / 2 - 4 {
-            return self.push_long(parts, len, wake, peer);
+            return self.push_long(parts, len, wake, defer, peer);
         }
         let need = padded(len);
         let start = {
@@ -375,6 +442,7 @@ impl Producer {
             t.pending.push_back(Pending {
                 end,
                 wake,
+                defer,
                 written: false,
             });
             start
@@ -393,7 +461,7 @@ impl Producer {
             while t.pending.front().is_some_and(|p| p.written) {
                 if let Some(p) = t.pending.pop_front() {
                     t.published = p.end;
-                    owed.add(p.wake);
+                    owed.add_record(p.wake, p.defer);
                 }
             }
             if t.published != before {
@@ -404,11 +472,20 @@ impl Producer {
             }
         }
         written?;
-        Ok(self.pay(owed))
+        Ok(self.pay(owed, defer))
     }
 
-    /// Makes the wake-ups `owed`; returns how many threads the bits woke.
-    fn pay(&self, owed: Owed) -> usize {
+    /// Makes the wake-ups `owed`; returns how many threads the bits woke. Those of records
+    /// pushed with their wake deferred are left in [`Producer::deferred`] if this thread
+    /// pushed so too (it will make them), made now if not (it may never come back).
+    fn pay(&self, mut owed: Owed, defer: bool) -> usize {
+        if defer {
+            if owed.deferred != 0 {
+                self.deferred.fetch_or(owed.deferred, Ordering::AcqRel);
+            }
+        } else {
+            owed.bits |= owed.deferred;
+        }
         if owed.one > 0 {
             self.q
                 .wake_n(self.q.ctrl.tail, self.q.ctrl.data_waiter, owed.one);
@@ -453,6 +530,7 @@ impl Producer {
         parts: &[&[u8]],
         len: usize,
         wake: Wake,
+        defer: bool,
         peer: &UnixStream,
     ) -> Result<usize, RingError> {
         let max = self.q.cap / 2 - 4;
@@ -496,8 +574,8 @@ impl Producer {
                 self.q.publish_unwoken(self.q.ctrl.tail, t.published);
                 drop(t);
                 let mut owed = Owed::default();
-                owed.add(wake);
-                return Ok(self.pay(owed));
+                owed.add_record(wake, defer);
+                return Ok(self.pay(owed, defer));
             }
             let bits = match wake {
                 Wake::Bits(b) => Some(b),
@@ -542,6 +620,9 @@ impl Producer {
             if self.q.cap - used >= need {
                 return Ok(());
             }
+            // The reader makes room only once woken for what is in the ring: wake-ups kept
+            // for later are made before this thread sleeps.
+            self.wake_deferred();
             self.q.wait_change(
                 self.q.ctrl.head,
                 head,
