@@ -155,6 +155,9 @@ pub struct CleanerSeen {
     /// head (parted by lifetime); of the blocks copied, the share written there.
     pub host_apart_fraction: f64,
     pub copies_apart_fraction: f64,
+    /// Of the blocks copied, the share a light pass sent to the other head than their
+    /// victim's, by their file's write rate.
+    pub copies_by_file_fraction: f64,
     /// Of greedy's choice (as many of the emptiest written segments as there were victims),
     /// the share a rule kept from the pass: the roll-forward chain, a block dropped since the
     /// superblock's checkpoint (both for light passes only), retention, an earlier pass that
@@ -223,6 +226,10 @@ impl CleanerSeen {
             ),
             copies_apart_fraction: per(
                 after.copies_apart - before.copies_apart,
+                after.blocks_copied - before.blocks_copied,
+            ),
+            copies_by_file_fraction: per(
+                after.copies_by_file - before.copies_by_file,
                 after.blocks_copied - before.blocks_copied,
             ),
             greedy_kept_by_chain: per(
@@ -704,6 +711,7 @@ impl CleanerReport {
             "mixed victims".into(),
             "host data apart".into(),
             "copies apart".into(),
+            "copies by file".into(),
             "pending segments".into(),
         ]);
         for c in &self.cases {
@@ -722,6 +730,7 @@ impl CleanerReport {
                 format!("{:.2}", s.mixed_fraction),
                 format!("{:.3}", s.host_apart_fraction),
                 format!("{:.3}", s.copies_apart_fraction),
+                format!("{:.3}", s.copies_by_file_fraction),
                 format!("{:.1}", s.pending_segments),
             ]);
         }

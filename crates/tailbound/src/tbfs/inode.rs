@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::tbfs::format::{self, *};
 use crate::tbfs::limits::FILE_BYTES_MAX;
 use crate::tbfs::map::BlockMap;
+use crate::tbfs::write_rate::WriteRate;
 use crate::tbfs::FileKind;
 
 /// The root directory's inode number.
@@ -122,6 +123,8 @@ pub(crate) struct InodeState {
     /// A sync of the file waits for it. Its data, size and times need no checkpoint: its data-only logs
     /// carry them, and recovery replays those over whichever checkpoint it starts from.
     ckpt_seq: u64,
+    /// How often its blocks are overwritten, for the cleaner's copies (`WriteRate`).
+    writes: WriteRate,
 }
 
 /// What [`InodeState::truncate`] took away: the addresses no longer mapped, and how many
@@ -154,6 +157,7 @@ impl InodeState {
             names_gen: 0,
             charge: None,
             ckpt_seq: 0,
+            writes: WriteRate::default(),
         }
     }
 
@@ -181,6 +185,7 @@ impl InodeState {
             charge: None,
             names_gen: 0,
             ckpt_seq: 0,
+            writes: WriteRate::default(),
         }
     }
 
@@ -416,6 +421,17 @@ impl InodeState {
     /// A checkpoint whose last log is `seq` wrote the inode's namespace change.
     pub fn set_ckpt_seq(&mut self, seq: u64) {
         self.ckpt_seq = seq;
+    }
+
+    /// How often the file's blocks are overwritten (a hint, not recorded).
+    pub fn writes(&self) -> &WriteRate {
+        &self.writes
+    }
+
+    /// A log took `overwrites` of the file's blocks replacing mapped versions, at host clock
+    /// `now` ([`WriteRate::note`]).
+    pub fn note_writes(&mut self, now: u64, overwrites: u64, window: u64) {
+        self.writes.note(now, overwrites, window);
     }
 
     pub fn map(&self) -> &BlockMap {

@@ -64,6 +64,7 @@ mod stats;
 mod tax;
 mod types;
 mod watch;
+mod write_rate;
 
 pub use admission::{TenantWrites, WriterKey};
 pub use clock::Clock;

@@ -491,6 +491,10 @@ pub struct FsCounters {
     /// `blocks_copied`, how far data is parted by lifetime at all.
     pub host_blocks_apart: u64,
     pub copies_apart: u64,
+    /// Copies a light pass sent to the other log head than their victim's, by their file's
+    /// write rate (a hot file's blocks out of a long-lived victim, a cold file's out of a
+    /// short-lived one).
+    pub copies_by_file: u64,
     /// What the cleaner saw, summed over its passes (`cleaning_passes`), to tell its write
     /// amplification apart: the free blocks and the live blocks in the pool as each pass began;
     /// the victims it chose and their live blocks, and the live blocks of as many of the

@@ -249,6 +249,7 @@ impl Engine {
             // Blocks already in a sealed log stay there: the map names that copy, and this
             // checkpoint is written after it. One pass over the buffers seals the others.
             let mut done = Vec::new();
+            let mut overwrites = 0u64;
             let (map, dirty) = st.map_and_dirty_mut();
             for (&block, d) in dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
                 let addr = self.log_add_shared(
@@ -265,8 +266,12 @@ impl Engine {
                 m.seg_inc(addr, self.segment_blocks());
                 if old != 0 {
                     m.seg_dec_at(old, seq, self.segment_blocks(), now);
+                    overwrites += 1;
                 }
                 done.push((block, d.gen));
+            }
+            if !done.is_empty() {
+                st.note_writes(m.seg.host_clock(), overwrites, self.rate_window());
             }
             if let Some(blocks) = dir_blocks.remove(&ino) {
                 let count = blocks.len() as u64;

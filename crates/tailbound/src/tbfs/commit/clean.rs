@@ -27,7 +27,45 @@ fn dirty_node(map: &mut BlockMap, level: u8, index: u64) -> bool {
     true
 }
 
+/// A live block of a regular file a light pass copies: the file, its block, and where it is.
+#[derive(Debug, Clone, Copy)]
+struct Copy {
+    ino: u64,
+    index: u64,
+    a: u64,
+}
+
+/// A copy that waits for the other log head, with the bytes read from its victim.
+type Waiting = (Copy, std::sync::Arc<crate::tbfs::format::Block>);
+
+/// What [`Engine::copy_file_block`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Copied {
+    Yes,
+    /// The file no longer maps the block there (or is gone): nothing to copy.
+    Gone,
+    /// Not a regular file's: the block is moved as metadata.
+    NotAFile,
+    /// The file's write rate sends it to the other log head.
+    Elsewhere,
+}
+
+/// How a light pass routes copies by their file's write rate (`WriteRate`): as of host clock
+/// `now`, a file whose blocks live less than `short_below` host blocks is short-lived.
+#[derive(Debug, Clone, Copy)]
+struct FileRoute {
+    now: u64,
+    short_below: u64,
+}
+
 impl Engine {
+    /// The span of host writes, in blocks, over which a file's write rate is counted before
+    /// it is halved (`WriteRate::note`): a pool's worth, about as long as cold data outlives
+    /// a cleaning cycle.
+    pub(in crate::tbfs) fn rate_window(&self) -> u64 {
+        self.segment_blocks() * self.segment_count()
+    }
+
     /// Makes every live block of the victims dirty, so the next checkpoint writes it elsewhere.
     /// Returns how many blocks will move, and how many of them were marked dirty and so wait for
     /// a checkpoint (in a light pass, all but regular files' data).
@@ -57,9 +95,10 @@ impl Engine {
             if let Some(head) = self.copy_head_room(m) {
                 // In a head of their own the copies may take a whole segment more of the free
                 // space than they fill, and its two jumps: without that room, they go with the
-                // writers' logs.
+                // writers' logs. Routed by their files, they may make one run more (a summary,
+                // and a pad where a run ends one block short of its segment's end).
                 m.cleaning.copies_check_space();
-                room = self.ensure_space(m, copies + head + 2);
+                room = self.ensure_space(m, copies + head + 2 + 2);
                 apart = room.is_ok();
             }
             if matches!(room, Err(Error::NoSpace(_))) {
@@ -82,6 +121,17 @@ impl Engine {
         // that wrote it: short-lived data's to the writers' head, the rest to the cleaner's.
         // Those victims first, so the chain enters the cleaner's head once.
         let by_lifetime = apart && m.cleaning.ages_differ();
+        // And while they do, a copy goes by its file's write rate where the file has one
+        // (`WriteRate`): a file whose blocks live less than half the live blocks' count in host
+        // writes to the writers' head, any other to the cleaner's, whichever head wrote the
+        // victim. Victims hold both, so the copies for the head the pass is not in wait in
+        // `elsewhere` and go after the walk, in one run per head.
+        let route = by_lifetime.then(|| FileRoute {
+            now: m.seg.host_clock(),
+            short_below: m.seg.used_blocks() / 2,
+        });
+        // For the writers' head, then for the cleaner's.
+        let mut elsewhere: [Vec<Waiting>; 2] = [Vec::new(), Vec::new()];
         let mut order = victims.to_vec();
         if by_lifetime {
             order.sort_by_key(|&v| !m.seg.short_lived(v));
@@ -168,21 +218,23 @@ impl Engine {
                                 &[][..]
                             };
                             if light && kind == DescKind::Data {
-                                match self.copy_file_block(
-                                    m,
-                                    d.ino,
-                                    d.offset + i,
+                                let copy = Copy {
+                                    ino: d.ino,
+                                    index: d.offset + i,
                                     a,
-                                    data,
-                                    &mut open,
-                                    here,
-                                ) {
-                                    Ok(Some(copied)) => {
-                                        moved += u64::from(copied);
+                                };
+                                match self.copy_file_block(m, copy, data, &mut open, here, route)? {
+                                    Copied::Yes => {
+                                        moved += 1;
                                         continue;
                                     }
-                                    Ok(None) => {}
-                                    Err(e) => return Err(e),
+                                    Copied::Gone => continue,
+                                    Copied::Elsewhere => {
+                                        let data = crate::tbfs::blocks::shared_copy(data);
+                                        elsewhere[usize::from(!here)].push((copy, data));
+                                        continue;
+                                    }
+                                    Copied::NotAFile => {}
                                 }
                             }
                             if self.move_block(m, kind, d.ino, d.level, d.offset + i, a, data) {
@@ -197,6 +249,29 @@ impl Engine {
                 // What the writer left unwritten in the victim (a segment it left early).
                 let unwritten = sb - pos.min(sb);
                 self.count(|c| c.victim_unwritten_blocks += unwritten);
+            }
+            // The copies routed away from their victim's head: the cleaner's first (the
+            // chain is there or enters it), then, after the jump back, the writers'.
+            let [for_writers, for_cleaner] = &mut elsewhere;
+            for (to_cleaner, waiting) in [(true, for_cleaner), (false, for_writers)] {
+                if waiting.is_empty() {
+                    continue;
+                }
+                if open && !(to_cleaner && m.writer.in_copies()) {
+                    self.log_close(m, format::FLAG_END)?;
+                    open = false;
+                }
+                if !to_cleaner {
+                    self.copies_leave(m)?;
+                }
+                let mut copied = 0u64;
+                for (copy, data) in waiting.drain(..) {
+                    let done =
+                        self.copy_file_block(m, copy, &data[..], &mut open, to_cleaner, None)?;
+                    copied += u64::from(done == Copied::Yes);
+                }
+                moved += copied;
+                self.count(|c| c.copies_by_file += copied);
             }
             Ok(())
         };
@@ -216,30 +291,36 @@ impl Engine {
         Ok((moved, metadata))
     }
 
-    /// Copies block `index` of regular file `ino` from `a` into the open data-only log (opening
-    /// one if `open` is false, in the cleaner's own log head if `apart`) if the file still maps
-    /// it there. `None` if `ino` is not a regular file (the block is moved as metadata), else
-    /// whether it was copied.
-    #[allow(clippy::too_many_arguments)]
+    /// Copies block `copy.index` of regular file `copy.ino` from `copy.a` into the open
+    /// data-only log (opening one if `open` is false, in the cleaner's own log head if `apart`)
+    /// if the file still maps it there. With `route`, a file whose write rate sends its blocks
+    /// to the other head is left for the caller ([`Copied::Elsewhere`]).
     fn copy_file_block(
         &self,
         m: &mut State,
-        ino: u64,
-        index: u64,
-        a: u64,
+        copy: Copy,
         data: &[u8],
         open: &mut bool,
         apart: bool,
-    ) -> Result<Option<bool>> {
+        route: Option<FileRoute>,
+    ) -> Result<Copied> {
+        let Copy { ino, index, a } = copy;
         let Some(cell) = m.inodes.get(ino).cloned() else {
-            return Ok(Some(false));
+            return Ok(Copied::Gone);
         };
         let mut st = cell.lock();
         if st.kind() != FileKind::File {
-            return Ok(None);
+            return Ok(Copied::NotAFile);
         }
         if st.map().get(index) != a {
-            return Ok(Some(false));
+            return Ok(Copied::Gone);
+        }
+        if let Some(r) = route {
+            let rate = st.writes();
+            let blocks = st.size().div_ceil(BLOCK_U64);
+            if rate.known() && rate.lives_less_than(r.now, blocks, r.short_below) == apart {
+                return Ok(Copied::Elsewhere);
+            }
         }
         if !*open {
             if apart && !m.writer.in_copies() {
@@ -257,7 +338,7 @@ impl Engine {
         let seq = m.writer.seq();
         m.seg_supersede(a, seq, self.segment_blocks());
         m.changes.changed(ino);
-        Ok(Some(true))
+        Ok(Copied::Yes)
     }
 
     /// If the live tree references block `a` (described by a summary as `kind`, `ino`, `level`,

@@ -395,6 +395,7 @@ impl Engine {
             DescKind::Data
         };
         let mut written = Vec::with_capacity(st.dirty().len());
+        let mut overwrites = 0u64;
         let (map, dirty) = st.map_and_dirty_mut();
         for (&block, d) in dirty.iter_mut().filter(|(_, d)| d.sealed_in.is_none()) {
             let (gen, data, crc) = (d.gen, d.share_with_log(), d.crc());
@@ -402,6 +403,7 @@ impl Engine {
             // The log the block went into (`log_add_shared` may have rolled to a new one).
             d.sealed_in = Some((m.writer.seq(), flush));
             let old = map.set(block, addr);
+            overwrites += u64::from(old != 0);
             m.seg_inc(addr, self.segment_blocks());
             match (old, placed) {
                 (0, _) => {}
@@ -410,6 +412,7 @@ impl Engine {
             }
             written.push((block, gen));
         }
+        st.note_writes(m.seg.host_clock(), overwrites, self.rate_window());
         if placed {
             let n = written.len() as u64;
             self.count(|c| c.placed_blocks += n);

@@ -242,6 +242,12 @@ impl SegmentTable {
             .is_some_and(|&stamp| stamp != 0 && self.clock - stamp < than)
     }
 
+    /// Host data blocks written so far: the clock segment stamps and files' write rates
+    /// (`WriteRate`) count in.
+    pub fn host_clock(&self) -> u64 {
+        self.clock
+    }
+
     /// Whether segment `s` holds data both of the host and copied by the cleaner since the
     /// writer last entered it.
     pub fn mixed(&self, s: usize) -> bool {
