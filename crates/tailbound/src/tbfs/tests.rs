@@ -4095,6 +4095,36 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
 }
 
 #[test]
+fn writing_a_superblock_does_not_move_a_stepped_clock() {
+    // A superblock is written by whichever thread gets to it first, most often the background
+    // one, at a time the machine's speed decides. Had its time moved a stepped clock, the
+    // times the calls read after it (segment ages, and so the cleaner's victims) would depend
+    // on that: `tests/tbfs_tax.rs` copied different amounts from run to run in debug builds.
+    let clock = Clock::stepped(1 << 40, Duration::from_millis(1));
+    let config = Config {
+        clock: clock.clone(),
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(device(16 << 20), &config).unwrap();
+    fs.inner.stop_background();
+    write_file(&fs, "/a", &pattern(5, 8192));
+    let superblocks = fs.counters().superblock_writes;
+    {
+        let mut m = fs.inner.lock_meta();
+        fs.inner.seal_superblock(&mut m);
+        m.unlock_without_writing();
+    }
+    let before = clock.peek_ns();
+    fs.inner.write_logs_until(u64::MAX).unwrap();
+    assert_eq!(fs.counters().superblock_writes, superblocks + 1);
+    assert_eq!(
+        clock.peek_ns(),
+        before,
+        "writing the superblock moved the pool's clock"
+    );
+}
+
+#[test]
 fn a_superblock_another_thread_took_is_written_before_writing_the_logs_returns() {
     let dev = device(16 << 20);
     let fs = Fs::format(
