@@ -14,7 +14,7 @@ use tailbound::serve::{Server, ServerOptions};
 use tailbound::tbfs::{Fs, OpenOptions};
 
 use crate::cmd_run::ensure_pool;
-use crate::CliResult;
+use crate::{CliResult, ExitStatus};
 
 /// Serve a pool at a directory through FUSE, for every process.
 ///
@@ -71,9 +71,10 @@ pub struct MountArgs {
 
 /// Unmount a directory `tailbound mount` serves, after its pool is synced.
 ///
-/// Returns once the server has synced the pool and let it go. A mount that a process still
-/// uses is refused (EBUSY) unless `--lazy`, which detaches it now and lets the server finish
-/// when the last user is done.
+/// Returns once the server has synced the pool and let it go; fails, naming the pool and the
+/// error, if that final sync failed (the pool's last writes may then not be durable). A mount
+/// that a process still uses is refused (EBUSY) unless `--lazy`, which detaches it now and lets
+/// the server finish when the last user is done.
 #[derive(clap::Args)]
 pub struct UmountArgs {
     /// The mounted directory.
@@ -86,7 +87,9 @@ pub struct UmountArgs {
     wait: u64,
 }
 
-fn open_pool(pool: &Path, backend: &str) -> Result<Fs, String> {
+/// Opens the pool; also returns its device, whose open file holds the pool's lock for as long
+/// as any handle to it lives.
+fn open_pool(pool: &Path, backend: &str) -> Result<(Fs, Arc<dyn Device>), String> {
     let dev: Arc<dyn Device> = match backend {
         "file" => tailbound::sched::scheduled(
             Arc::new(FileDevice::open(pool).map_err(|e| format!("{}: {e}", pool.display()))?),
@@ -95,7 +98,27 @@ fn open_pool(pool: &Path, backend: &str) -> Result<Fs, String> {
         .map_err(|e| format!("{}: {e}", pool.display()))?,
         _ => Arc::new(MemoryPool::open(pool).map_err(|e| format!("{}: {e}", pool.display()))?),
     };
-    Fs::open(dev, &OpenOptions::default()).map_err(|e| format!("{}: {e}", pool.display()))
+    let fs = Fs::open(dev.clone(), &OpenOptions::default())
+        .map_err(|e| format!("{}: {e}", pool.display()))?;
+    Ok((fs, dev))
+}
+
+/// Where a mount's server leaves the error of a final sync that failed, for `tailbound umount`
+/// to report: the pool's path with `.sync-failed` added. It is written while the server still
+/// holds the pool's lock, which `umount` waits for, and removed by whoever reports it: that
+/// `umount`, or the next mount of the pool.
+fn sync_failure_path(pool: &Path) -> PathBuf {
+    let mut s = pool.as_os_str().to_owned();
+    s.push(".sync-failed");
+    PathBuf::from(s)
+}
+
+/// Takes the report a server left in [`sync_failure_path`], if one is there.
+fn take_sync_failure(pool: &Path) -> Option<String> {
+    let path = sync_failure_path(pool);
+    let report = std::fs::read_to_string(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    Some(report)
 }
 
 pub fn run(args: MountArgs) -> CliResult {
@@ -113,10 +136,12 @@ pub fn run(args: MountArgs) -> CliResult {
     } else {
         Some(daemonize()?)
     };
+    let detached = ready.is_some();
     let result = mount_and_serve(&args, &pool, &dir, ready);
-    if let Err(e) = &result {
-        // The parent has the message if it is still waiting; otherwise stderr is /dev/null.
-        eprintln!("tailbound: error: {e}");
+    if detached && result.is_err() {
+        // Printed once: the parent prints what the server reported before the mount was made,
+        // and afterwards stderr is /dev/null.
+        return Err(ExitStatus(1).into());
     }
     result
 }
@@ -174,7 +199,15 @@ fn mount_and_serve(
             pool.display()
         );
     }
-    let fs = Arc::new(open_pool(pool, &args.backend).map_err(|e| fail(&mut ready, e))?);
+    let (fs, dev) = open_pool(pool, &args.backend).map_err(|e| fail(&mut ready, e))?;
+    let fs = Arc::new(fs);
+    // A report that no `umount` took: the last server's final sync failed.
+    if let Some(report) = take_sync_failure(pool) {
+        eprintln!(
+            "tailbound: warning: {}: the last mount's final sync failed: {report}",
+            pool.display()
+        );
+    }
     let mut options = tailbound_fuse::Options {
         source: pool.display().to_string(),
         allow_other: args.allow_other,
@@ -227,8 +260,11 @@ fn mount_and_serve(
     let served = serve(fs.clone(), dir, &options, &invalidator, |unmounter| {
         // SIGTERM (and ^C in the foreground) unmounts; the pool is synced below, once the
         // kernel has sent the last request.
+        // The loop holds the signals' wake-up socket open until `signal_handle.close()` ends
+        // it: closing a handle whose socket was dropped raised SIGPIPE, which killed the server
+        // before it synced the pool.
         std::thread::spawn(move || {
-            if signals.forever().next().is_some() {
+            for _ in signals.forever() {
                 let _ = unmounter.unmount();
             }
         });
@@ -250,8 +286,21 @@ fn mount_and_serve(
         return Err(fail(&mut ready, msg).into());
     }
     let fs = Arc::try_unwrap(fs).unwrap_or_else(|shared| (*shared).clone());
-    fs.close()
-        .map_err(|e| format!("{}: syncing the pool: {e}", pool.display()))?;
+    if let Err(e) = fs.close() {
+        // Reported while the device still holds the pool's lock: `umount` reads it once the
+        // lock is free.
+        let report = e.to_string();
+        if let Err(w) = std::fs::write(sync_failure_path(pool), &report) {
+            eprintln!("tailbound: {}: {w}", sync_failure_path(pool).display());
+        }
+        drop(dev);
+        return Err(format!(
+            "{}: the final sync failed, so the pool's last writes may not be durable: {report}",
+            pool.display()
+        )
+        .into());
+    }
+    drop(dev);
     Ok(())
 }
 
@@ -330,7 +379,7 @@ pub fn umount(args: UmountArgs) -> CliResult {
     let file = std::fs::File::open(&pool).map_err(|e| format!("{}: {e}", pool.display()))?;
     loop {
         match tailbound::sys::file::try_lock_exclusive(&file) {
-            Ok(true) => return Ok(()),
+            Ok(true) => break,
             Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
             Ok(false) => {
                 return Err(format!(
@@ -343,6 +392,16 @@ pub fn umount(args: UmountArgs) -> CliResult {
             }
             Err(e) => return Err(format!("{}: {e}", pool.display()).into()),
         }
+    }
+    match take_sync_failure(&pool) {
+        None => Ok(()),
+        Some(report) => Err(format!(
+            "{}: unmounted, but the final sync of {} failed, so its last writes may not be \
+             durable: {report}",
+            dir.display(),
+            pool.display()
+        )
+        .into()),
     }
 }
 

@@ -91,6 +91,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     tailbound::sys::proc::default_sigpipe();
+    // Fault tests arm failpoints in the servers this binary runs (`mount`, `serve`).
+    tailbound::failpoint::arm_from_env();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => cmd_demo::run(args),

@@ -35,6 +35,24 @@ impl Mounted {
 
     /// Like [`Mounted::with_pool`], with more arguments to `tailbound mount`.
     fn with(test: &str, prepare: impl FnOnce(&Path), more: &[&str]) -> Option<Mounted> {
+        let m = Mounted::unmounted(test)?;
+        prepare(&m.pool);
+        let mut args = vec![
+            "mount",
+            m.pool.to_str().unwrap(),
+            m.dir.to_str().unwrap(),
+            "--pool-size",
+            "512M",
+        ];
+        args.extend_from_slice(more);
+        let out = tailbound(&args);
+        assert!(out.status.success(), "mount: {}", stderr(&out));
+        Some(m)
+    }
+
+    /// A directory and the name of a pool for `test`, not mounted yet, or `None` when this
+    /// machine cannot mount (outside CI only).
+    fn unmounted(test: &str) -> Option<Mounted> {
         if let Err(why) = tailbound_fuse::can_mount() {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -48,19 +66,47 @@ impl Mounted {
         let pool = PathBuf::from("/dev/shm").join(format!("{tag}.pool"));
         let _ = std::fs::remove_file(&pool);
         std::fs::create_dir_all(&dir).unwrap();
-        let m = Mounted { dir, pool };
-        prepare(&m.pool);
-        let mut args = vec![
+        Some(Mounted { dir, pool })
+    }
+
+    /// `tailbound mount` of this pool, with the failpoint that poisons the pool at the server's
+    /// first background pass armed: every sync after it fails, the final one included.
+    fn mount_command_poisoned(&self, more: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tailbound"));
+        cmd.args([
             "mount",
-            m.pool.to_str().unwrap(),
-            m.dir.to_str().unwrap(),
-            "--pool-size",
-            "512M",
-        ];
-        args.extend_from_slice(more);
-        let out = tailbound(&args);
-        assert!(out.status.success(), "mount: {}", stderr(&out));
-        Some(m)
+            self.pool.to_str().unwrap(),
+            self.dir.to_str().unwrap(),
+        ])
+        .args(more)
+        .env("TAILBOUND_FAILPOINTS", "tbfs.background");
+        cmd
+    }
+
+    /// Waits (bounded) until a sync through the socket beside the mount fails: the pool is
+    /// poisoned, and so its final sync will fail too. Returns that sync's error.
+    fn wait_poisoned(&self) -> String {
+        let socket = tailbound::serve::socket_path(&self.pool);
+        let start = std::time::Instant::now();
+        loop {
+            if let Ok(client) = tailbound::serve::Client::connect(&socket) {
+                if let Err(e) = client.sync() {
+                    return e.to_string();
+                }
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "the armed failpoint never poisoned the pool"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Where the server leaves a failed final sync's report for `umount`.
+    fn sync_failure_report(&self) -> PathBuf {
+        let mut s = self.pool.as_os_str().to_owned();
+        s.push(".sync-failed");
+        PathBuf::from(s)
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -669,4 +715,103 @@ fn a_file_the_mount_has_open_outlives_a_socket_clients_unlink() {
     );
     drop(held);
     let _pool = PoolFile(m.unmount());
+}
+
+#[test]
+fn umount_fails_naming_the_pool_when_the_servers_final_sync_fails() {
+    let Some(m) = Mounted::unmounted("sync-fails") else {
+        return;
+    };
+    let out = m.mount_command_poisoned(&[]).output().unwrap();
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+    let why = m.wait_poisoned();
+    assert!(why.contains("failpoint tbfs.background"), "{why}");
+
+    let out = tailbound(&["umount", m.dir.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "umount succeeded: {err}");
+    assert!(err.contains(m.pool.to_str().unwrap()), "{err}");
+    assert!(err.contains("final sync"), "{err}");
+    assert!(err.contains("failpoint tbfs.background"), "{err}");
+    // The mount is gone all the same, and the report went with the umount that gave it.
+    let again = tailbound(&["umount", m.dir.to_str().unwrap()]);
+    assert!(
+        stderr(&again).contains("no tailbound mount there"),
+        "{}",
+        stderr(&again)
+    );
+    assert!(!m.sync_failure_report().exists());
+
+    // Mounted again, with nothing armed, the pool's final sync succeeds and so does umount.
+    let out = tailbound(&["mount", m.pool.to_str().unwrap(), m.dir.to_str().unwrap()]);
+    assert!(out.status.success(), "mount again: {}", stderr(&out));
+    assert!(!stderr(&out).contains("final sync"), "{}", stderr(&out));
+    let _pool = PoolFile(m.unmount());
+}
+
+#[test]
+fn a_foreground_mount_ended_by_sigterm_fails_when_its_final_sync_fails() {
+    let Some(m) = Mounted::unmounted("fg-sync-fails") else {
+        return;
+    };
+    let server = m
+        .mount_command_poisoned(&["--foreground"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    m.wait_poisoned();
+    // SAFETY (of the call below): kill(2) on our own child's pid, which is not yet reaped.
+    assert_eq!(unsafe { libc::kill(server.id() as i32, libc::SIGTERM) }, 0);
+    let out = server.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(!out.status.success(), "mount --foreground succeeded: {err}");
+    assert!(err.contains(m.pool.to_str().unwrap()), "{err}");
+    assert!(err.contains("final sync"), "{err}");
+    assert!(err.contains("failpoint tbfs.background"), "{err}");
+    // Nobody ran `umount`: the next mount says what the last one could not make durable.
+    let out = tailbound(&["mount", m.pool.to_str().unwrap(), m.dir.to_str().unwrap()]);
+    assert!(out.status.success(), "mount again: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the last mount's final sync failed"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!m.sync_failure_report().exists());
+    let _pool = PoolFile(m.unmount());
+}
+
+#[test]
+fn sigterm_to_the_mounts_server_syncs_what_a_client_never_synced() {
+    let Some(mut m) = Mounted::new("sigterm") else {
+        return;
+    };
+    let pool = m.pool.to_str().unwrap().to_string();
+    let server = m.server_pid();
+    {
+        let client =
+            tailbound::serve::Client::connect(&tailbound::serve::socket_path(&m.pool)).unwrap();
+        let f = client
+            .open_file("/unsynced", tailbound::tbfs::OpenFlags::create())
+            .unwrap();
+        f.pwrite(b"written, never synced by the client", 0).unwrap();
+    }
+    // SAFETY (of the call below): kill(2) with a pid read from /proc, of the server this test
+    // started.
+    assert_eq!(unsafe { libc::kill(server as i32, libc::SIGTERM) }, 0);
+    let start = std::time::Instant::now();
+    while Path::new(&format!("/proc/{server}")).exists() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the server did not exit after SIGTERM"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir(&m.dir);
+    m.dir = PathBuf::new();
+    assert_eq!(
+        ok("fs cat", &tailbound(&["fs", "cat", &pool, "/unsynced"])),
+        "written, never synced by the client"
+    );
+    let _pool = PoolFile(std::mem::take(&mut m.pool));
 }

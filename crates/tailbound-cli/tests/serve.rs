@@ -801,3 +801,57 @@ fn permissions_follow_the_kernels_rules() {
     assert!(me.stat("/private/f").is_ok());
     me.unlink("/tmp/roots").unwrap();
 }
+
+#[test]
+fn serve_ended_by_sigterm_fails_naming_the_pool_when_its_final_sync_fails() {
+    let pool = pool("memory");
+    // The failpoint poisons the pool at the server's first background pass: every sync after
+    // it fails, the final one included.
+    let mut child = tailbound()
+        .args([
+            "serve",
+            s(&pool.path),
+            "--foreground",
+            "--backend",
+            "memory",
+        ])
+        .env("TAILBOUND_FAILPOINTS", "tbfs.background")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let mut server = Proc(child);
+    assert!(line.starts_with("serving "), "serve said {line:?}");
+    let client = Client::connect(&pool.socket()).unwrap();
+    let start = Instant::now();
+    let why = loop {
+        if let Err(e) = client.sync() {
+            break e.to_string();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the armed failpoint never poisoned the pool"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(why.contains("failpoint tbfs.background"), "{why}");
+    drop(client);
+    server.signal(libc::SIGTERM);
+    let status = server.0.wait().unwrap();
+    let mut err = String::new();
+    server
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!status.success(), "serve after SIGTERM succeeded: {err}");
+    assert!(err.contains(s(&pool.path)), "{err}");
+    assert!(err.contains("syncing on exit"), "{err}");
+    assert!(err.contains("failpoint tbfs.background"), "{err}");
+}

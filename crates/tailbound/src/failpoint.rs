@@ -12,7 +12,7 @@
 //! recorder's flush thread, per job), `sched.dispatch` (a scheduler dispatcher, per device call).
 //!
 //! `TAILBOUND_FAILPOINTS=NAME[,NAME...]` arms them in a process that calls [`arm_from_env`]
-//! (the shim does, when it starts).
+//! (the shim does, when it starts, and so does the `tailbound` binary).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};

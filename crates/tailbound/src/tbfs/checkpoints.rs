@@ -2,7 +2,7 @@
 //! since it was written, and how many checkpoints are running. Changed only through
 //! [`Checkpoints`]'s methods, under the `meta` lock.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The newest checkpoint and what the live tree did since.
 #[derive(Debug, Default)]
@@ -17,8 +17,8 @@ pub(crate) struct Checkpoints {
     /// it): while the writer is there, that checkpoint is the newest state on storage. 0 until
     /// this process writes one.
     next_seq: u64,
-    /// When this process wrote it.
-    at: Option<Instant>,
+    /// When this process wrote it, by the pool's clock (ns).
+    at_ns: Option<i64>,
     /// Checkpoints in progress: 2 while one runs inside another's space check.
     depth: u32,
     /// A block it references was superseded without a pin since it was written
@@ -87,16 +87,18 @@ impl Checkpoints {
         self.next_seq == writer_seq
     }
 
-    /// Whether a checkpoint every `every` is due: none written by this process yet, or the
-    /// last one that long ago.
-    pub(crate) fn due(&self, every: Duration) -> bool {
-        self.at.is_none_or(|t| t.elapsed() >= every)
+    /// Whether a checkpoint every `every` is due at `now_ns` (the pool's clock): none written
+    /// by this process yet, the last one that long ago, or a clock set back since.
+    pub(crate) fn due(&self, every: Duration, now_ns: i64) -> bool {
+        let every_ns = i64::try_from(every.as_nanos()).unwrap_or(i64::MAX);
+        self.at_ns
+            .is_none_or(|t| now_ns < t || now_ns - t >= every_ns)
     }
 
     /// Checkpoint `number`, its root at block `root` closing the log of sequence `seq`, is
     /// written (sealed) and the writer is at `next_seq`: it is the newest, and nothing has
-    /// happened since.
-    pub(super) fn written(&mut self, number: u64, root: u64, seq: u64, next_seq: u64) {
+    /// happened since, at `now_ns` (the pool's clock).
+    pub(super) fn written(&mut self, number: u64, root: u64, seq: u64, next_seq: u64, now_ns: i64) {
         assert_eq!(
             number,
             self.next_number(),
@@ -113,7 +115,7 @@ impl Checkpoints {
         self.root = root;
         self.seq = seq;
         self.next_seq = next_seq;
-        self.at = Some(Instant::now());
+        self.at_ns = Some(now_ns);
         self.superseded = false;
     }
 
@@ -157,17 +159,19 @@ mod tests {
     #[test]
     fn a_written_checkpoint_is_the_newest_and_clears_what_happened_since() {
         let mut c = Checkpoints::loaded(4, 900, 30);
-        assert!(c.due(Duration::from_secs(3600)), "none written here yet");
+        assert!(c.due(Duration::from_secs(3600), 0), "none written here yet");
         assert!(!c.is_newest_state(30));
         c.note_superseded();
         assert!(c.superseded(4) && !c.superseded(3));
-        c.written(5, 1200, 41, 42);
+        c.written(5, 1200, 41, 42, 1_000);
         assert_eq!(
             (c.newest(), c.root(), c.seq(), c.next_number()),
             (5, 1200, 41, 6)
         );
         assert!(c.is_newest_state(42) && !c.is_newest_state(43));
-        assert!(!c.due(Duration::from_secs(3600)));
+        let hour_ns = 3_600_000_000_000;
+        assert!(!c.due(Duration::from_secs(3600), 1_000 + hour_ns - 1));
+        assert!(c.due(Duration::from_secs(3600), 1_000 + hour_ns));
         assert!(!c.superseded(5));
     }
 
@@ -175,14 +179,14 @@ mod tests {
     #[should_panic(expected = "number order")]
     fn a_checkpoint_out_of_number_order_is_caught() {
         let mut c = Checkpoints::loaded(4, 900, 30);
-        c.written(6, 1200, 41, 42);
+        c.written(6, 1200, 41, 42, 0);
     }
 
     #[test]
     #[should_panic(expected = "not past the previous")]
     fn a_checkpoint_whose_log_is_not_newer_is_caught() {
         let mut c = Checkpoints::loaded(4, 900, 30);
-        c.written(5, 1200, 30, 31);
+        c.written(5, 1200, 30, 31, 0);
     }
 
     #[test]

@@ -55,6 +55,15 @@ impl Clock {
         }
     }
 
+    /// Now, without moving a stepped clock: what the next [`Clock::now_ns`] would answer. For
+    /// deciding whether timed work is due, which is no event of its own.
+    pub fn peek_ns(&self) -> i64 {
+        match &self.stepped {
+            None => wall_ns(),
+            Some(s) => s.next_ns.load(Ordering::Relaxed),
+        }
+    }
+
     /// Moves a stepped clock forward by `by`; the wall clock is not moved.
     pub fn advance(&self, by: Duration) {
         if let Some(s) = &self.stepped {
@@ -117,6 +126,7 @@ mod tests {
     fn a_stepped_clock_moves_only_by_its_step_and_advance_and_clones_share_it() {
         let c = Clock::stepped(1_000, Duration::from_nanos(10));
         let twin = c.clone();
+        assert_eq!(c.peek_ns(), 1_000);
         assert_eq!(c.now_ns(), 1_000);
         assert_eq!(twin.now_ns(), 1_010);
         c.advance(Duration::from_secs(1));

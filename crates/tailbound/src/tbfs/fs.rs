@@ -601,6 +601,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
     // thread for their logs meanwhile.
     let mut last_periodic = Instant::now();
     loop {
+        let refresh_asked;
         {
             let (lock, cv) = &*wake;
             let why = lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -616,6 +617,7 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
             let logs = std::mem::take(&mut why.logs);
             let clean = std::mem::take(&mut why.clean);
             let refresh = std::mem::take(&mut why.refresh);
+            refresh_asked = refresh;
             drop(why);
             if logs {
                 // A writer sealed a superblock, or left its logs, and went on: write them (and
@@ -640,10 +642,15 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
         }
         let mut m = inner.lock_meta();
         crate::failpoint::hit("tbfs.background");
-        let due_checkpoint = inner
-            .config()
-            .checkpoint_every
-            .is_some_and(|every| m.ckpt.due(every));
+        // On a stepped clock, which moves only with the calls, timed work is theirs
+        // (`Engine::refresh_or_hand_off`): it falls where they do, not where the machine's speed
+        // puts this thread's wake-ups. Here only a refresh handed to this thread is done.
+        let timed = inner.config().clock.is_wall();
+        let due_checkpoint = timed
+            && inner
+                .config()
+                .checkpoint_every
+                .is_some_and(|every| m.ckpt.due(every, inner.config().clock.peek_ns()));
         let dirty = m.changes.any()
             || !inner
                 .dirty
@@ -654,8 +661,10 @@ pub(crate) fn background(weak: Weak<Engine>, wake: Arc<(Mutex<Wake>, Condvar)>, 
             inner
                 .commit_checkpoint(&mut m)
                 .and_then(|()| inner.maybe_refresh(&mut m))
-        } else {
+        } else if timed || refresh_asked {
             inner.maybe_refresh(&mut m)
+        } else {
+            Ok(())
         };
         let result = result.and_then(|()| m.unlock_and_write());
         let result = result.and_then(|()| {

@@ -1007,6 +1007,50 @@ fn plain_checkpoints_are_kept_for_the_protection_period_and_released_after() {
 }
 
 #[test]
+fn on_a_stepped_clock_timed_refreshes_and_checkpoints_wait_for_it_not_for_the_wall_clock() {
+    // A test on a stepped clock takes the same decisions however fast it runs: the superblock
+    // refresh and the checkpoint due every so often are due by the pool's clock. They were due
+    // by the wall clock, so a slower build (a debug one) took refreshes a faster one did not.
+    let clock = Clock::stepped(1 << 40, Duration::ZERO);
+    let every = Duration::from_millis(10);
+    let config = Config {
+        clock: clock.clone(),
+        superblock_every: every,
+        checkpoint_every: Some(every),
+        superblock_every_bytes: 1 << 40,
+        ..small_config(Ordering::Relaxed, Barrier::EveryCheckpoint)
+    };
+    let fs = Fs::format(device(8 << 20), &config).unwrap();
+    let sealed = |fs: &Fs| fs.inner.lock_meta().refresh.sealed_state().0;
+    let newest = |fs: &Fs| fs.inner.lock_meta().ckpt.newest();
+    write_file(&fs, "/f", &pattern(1, 8192));
+    let f = fs.open_file("/f", OpenFlags::create()).unwrap();
+    let overwrite = |seed: u64| {
+        f.pwrite(&pattern(seed, 8192), 0).unwrap();
+        f.fsync().unwrap();
+    };
+    overwrite(2);
+    let before = (sealed(&fs), newest(&fs));
+    // Many periods of the wall clock go by, and the background thread wakes in each; the
+    // pool's clock stands still.
+    std::thread::sleep(every * 10);
+    overwrite(3);
+    assert_eq!(
+        (sealed(&fs), newest(&fs)),
+        before,
+        "a refresh or a checkpoint came due by the wall clock"
+    );
+    // The pool's clock passes the period: the next fsync refreshes.
+    clock.advance(every * 2);
+    overwrite(4);
+    assert!(
+        sealed(&fs) > before.0,
+        "no refresh once the pool's clock passed superblock_every"
+    );
+    assert_eq!(read_all(&fs, "/f"), pattern(4, 8192));
+}
+
+#[test]
 fn on_a_stepped_clock_plain_checkpoints_are_kept_until_it_passes_their_protection() {
     // Every time the engine records or measures against comes from the pool's clock: the
     // checkpoints' and files' times are the stepped clock's, and the protection period runs
@@ -4170,6 +4214,36 @@ fn a_background_pass_under_pressure_runs_best_effort_and_one_with_room_stays_idl
         );
         assert_eq!(read_all(&fs, "/cold"), expect_cold);
     }
+}
+
+#[test]
+fn writing_a_superblock_does_not_move_a_stepped_clock() {
+    // A superblock is written by whichever thread gets to it first, most often the background
+    // one, at a time the machine's speed decides. Had its time moved a stepped clock, the
+    // times the calls read after it (segment ages, and so the cleaner's victims) would depend
+    // on that: `tests/tbfs_tax.rs` copied different amounts from run to run in debug builds.
+    let clock = Clock::stepped(1 << 40, Duration::from_millis(1));
+    let config = Config {
+        clock: clock.clone(),
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(device(16 << 20), &config).unwrap();
+    fs.inner.stop_background();
+    write_file(&fs, "/a", &pattern(5, 8192));
+    let superblocks = fs.counters().superblock_writes;
+    {
+        let mut m = fs.inner.lock_meta();
+        fs.inner.seal_superblock(&mut m);
+        m.unlock_without_writing();
+    }
+    let before = clock.peek_ns();
+    fs.inner.write_logs_until(u64::MAX).unwrap();
+    assert_eq!(fs.counters().superblock_writes, superblocks + 1);
+    assert_eq!(
+        clock.peek_ns(),
+        before,
+        "writing the superblock moved the pool's clock"
+    );
 }
 
 #[test]

@@ -473,7 +473,9 @@ impl Engine {
         for cell in changed {
             cell.lock().set_ckpt_seq(root_seq);
         }
-        m.ckpt.written(number, addr, root_seq, m.writer.seq());
+        let now_ns = self.config().clock.peek_ns();
+        m.ckpt
+            .written(number, addr, root_seq, m.writer.seq(), now_ns);
         m.ifile.freed_slots_written();
         m.dirs.written();
         m.changes.checkpointed();

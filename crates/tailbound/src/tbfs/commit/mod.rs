@@ -57,7 +57,11 @@ impl Engine {
             .config()
             .superblock_every_bytes
             .min(pool_bytes / SUPERBLOCK_POOL_DIVISOR);
-        m.refresh.due(every, self.config().superblock_every)
+        m.refresh.due(
+            every,
+            self.config().superblock_every,
+            self.config().clock.peek_ns(),
+        )
     }
 
     /// A sync's refresh. A real-time thread's is left to the background thread (if there is
@@ -148,7 +152,8 @@ impl Engine {
     /// Queues a superblock naming the newest checkpoint for the log writer.
     pub(super) fn seal_superblock(&self, m: &mut State) {
         let sb = self.superblock_now(m);
-        m.refresh.sealed(sb.generation);
+        m.refresh
+            .sealed(sb.generation, self.config().clock.peek_ns());
         self.enqueue(Queued::Superblock(sb));
     }
 

@@ -378,7 +378,10 @@ impl Engine {
             // A later superblock, taken after this one, got here first: it supersedes it.
             return Ok(());
         }
-        sb.written_ns = self.now_ns();
+        // Whichever thread gets here first writes it, often the background one: a read that
+        // moved a stepped clock would shift every time the calls read after it by when that
+        // thread ran.
+        sb.written_ns = self.config().clock.peek_ns();
         let copy = sb.generation % 2;
         self.dev()
             .write_and_flush(copy * BLOCK_U64, &sb.encode()[..])
