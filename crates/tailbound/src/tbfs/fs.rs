@@ -560,6 +560,8 @@ impl Fs {
         let total = self.inner.segment_blocks() * self.inner.segment_count();
         // What can really be written (`SpaceReport::available`), not what is not live.
         let available = self.inner.space_report(&m).available / BLOCK_U64;
+        // The report may have found the counts it adds up wrong (`Engine::space_report`).
+        self.inner.check_not_poisoned()?;
         Ok(StatVfs {
             block_size: BLOCK_U64,
             blocks: total,

@@ -140,6 +140,8 @@ impl State {
         // Dropped twice (cannot happen for a block the tree referenced once): the pin is
         // replaced, and counted once.
         if self.life.pin(block, pin, segment_blocks) {
+            // The block was just dropped from the live tree: it must fit beside the others.
+            self.seg.assert_fits(s, 1);
             self.seg.add_pinned(s);
         }
     }
@@ -420,7 +422,8 @@ impl Engine {
         self.write_map(m, DescKind::TableNode, id as u64, map)
     }
 
-    /// Bytes the pool's space divides into (see [`SpaceReport`]).
+    /// Bytes the pool's space divides into (see [`SpaceReport`]). A segment counted with more
+    /// blocks live or pinned than it holds poisons the pool, saying which and what it counts.
     pub(in crate::tbfs) fn space_report(&self, m: &State) -> SpaceReport {
         let sb = self.segment_blocks();
         let now = self.now_ns();
@@ -446,11 +449,19 @@ impl Engine {
             if used == 0 {
                 continue;
             }
-            let dead = sb.checked_sub(used).unwrap_or_else(|| {
+            let Some(dead) = sb.checked_sub(used) else {
                 // Each block is live or pinned, never both (a pin is taken as the live tree
-                // drops it): the counts cannot add up to more than the segment.
-                panic!("segment {s}: {used} blocks live or pinned, more than its {sb}")
-            });
+                // drops it): counts adding up to more than the segment no longer match the
+                // tree, and the cleaner would act on them. The pool is poisoned with what was
+                // found (the caller's call fails with it), not a panic in a statistics call.
+                self.poison_reason(format!(
+                    "segment table: segment {s} counts {} live and {} pinned blocks, more \
+                     than its {sb}",
+                    m.seg.live(s),
+                    m.seg.pinned(s)
+                ));
+                continue;
+            };
             if (dead as f64) < sb as f64 * crate::tbfs::limits::MIN_RECLAIMABLE {
                 stranded += dead;
             }
@@ -780,7 +791,10 @@ impl Fs {
     pub fn space(&self) -> Result<SpaceReport> {
         self.inner.check_usable()?;
         let m = self.inner.lock_meta();
-        Ok(self.inner.space_report(&m))
+        let report = self.inner.space_report(&m);
+        // The report may have found the counts it adds up wrong (`Engine::space_report`).
+        self.inner.check_not_poisoned()?;
+        Ok(report)
     }
 
     /// How long plain checkpoints are kept from now on (recorded in the superblock at its next

@@ -322,16 +322,11 @@ fn settle(
         );
         inner.count(|c| c.recovery_pinned_pages = pages as u64);
         if m.writer.next_seg() == u64::MAX {
-            let pick = (1..=sb.segment_count)
-                .map(|i| (cur_seg + i) % sb.segment_count)
-                .find(|&s| {
-                    s != cur_seg
-                        && m.seg.live(s as usize) == 0
-                        && !logs
-                            .iter()
-                            .any(|l| segment_of(l.start, sb.segment_blocks) as u64 == s)
-                });
-            match pick {
+            let in_chain = |s: u64| {
+                logs.iter()
+                    .any(|l| segment_of(l.start, sb.segment_blocks) as u64 == s)
+            };
+            match segment_to_follow(&m.seg, cur_seg, sb.segment_count, in_chain) {
                 Some(s) => m.writer.set_next_seg(s),
                 None => {
                     return Err(Error::NoSpace(
@@ -361,4 +356,46 @@ fn settle(
     }
 
     Ok(())
+}
+
+/// The segment recovery has the writer go to after `cur_seg` when the chain just entered it:
+/// the first after it (in segment order, round the pool) that holds nothing live or pinned and
+/// no log of the chain. A segment whose blocks a retained checkpoint pins (a snapshot's) holds
+/// nothing live, but writing there would overwrite what the checkpoint reads.
+fn segment_to_follow(
+    seg: &SegmentTable,
+    cur_seg: u64,
+    segment_count: u64,
+    in_chain: impl Fn(u64) -> bool,
+) -> Option<u64> {
+    (1..=segment_count)
+        .map(|i| (cur_seg + i) % segment_count)
+        .find(|&s| s != cur_seg && seg.is_empty(s as usize) && !in_chain(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovery_does_not_continue_the_log_in_a_segment_only_pins_hold() {
+        let mut seg = SegmentTable::new(5, 4);
+        // Segment 2: every block dropped by the live tree and pinned by a snapshot.
+        for _ in 0..4 {
+            seg.add_live(2);
+        }
+        for _ in 0..4 {
+            seg.drop_live(2);
+            seg.add_pinned(2);
+        }
+        // Segment 3 holds a log of the chain; 4 is empty.
+        assert_eq!(segment_to_follow(&seg, 1, 5, |s| s == 3), Some(4));
+        assert_eq!(
+            segment_to_follow(&seg, 1, 5, |s| s == 3 || s == 4),
+            Some(0),
+            "round the pool"
+        );
+        seg.add_live(0);
+        assert_eq!(segment_to_follow(&seg, 1, 5, |s| s >= 3), None);
+    }
 }

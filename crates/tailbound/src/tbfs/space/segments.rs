@@ -116,6 +116,7 @@ impl SegmentTable {
             u64::from(self.live[s]) < self.segment_blocks,
             "segment {s}: more live blocks than the segment holds"
         );
+        self.assert_fits(s, 1);
         self.live[s] += 1;
     }
 
@@ -128,6 +129,18 @@ impl SegmentTable {
         }
         self.live[s] += 1;
         true
+    }
+
+    /// Each block is live or pinned, never both: `n` more of either must fit in segment `s`.
+    pub fn assert_fits(&self, s: usize, n: u32) {
+        let used = u64::from(self.live[s]) + u64::from(self.pinned[s]);
+        assert!(
+            used + u64::from(n) <= self.segment_blocks,
+            "segment {s}: {} live and {} pinned blocks, {n} more would not fit in its {}",
+            self.live[s],
+            self.pinned[s],
+            self.segment_blocks
+        );
     }
 
     /// The live tree dropped a block of segment `s`.
@@ -151,6 +164,7 @@ impl SegmentTable {
             u64::from(self.pinned[s]) + u64::from(n) <= self.segment_blocks,
             "segment {s}: more pinned blocks than the segment holds"
         );
+        self.assert_fits(s, n);
         self.pinned[s] += n;
     }
 
@@ -352,5 +366,33 @@ mod tests {
         let mut t = SegmentTable::new(1, 1);
         t.add_live(0);
         t.add_live(0);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "segment 0: 3 live and 1 pinned blocks, 1 more would not fit in its 4"
+    )]
+    fn a_live_block_beside_a_full_segment_of_live_and_pinned_is_caught() {
+        let mut t = SegmentTable::new(1, 4);
+        for _ in 0..4 {
+            t.add_live(0);
+        }
+        t.drop_live(0);
+        t.add_pinned(0);
+        t.add_live(0);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "segment 0: 2 live and 1 pinned blocks, 2 more would not fit in its 4"
+    )]
+    fn pins_beside_a_full_segment_of_live_and_pinned_are_caught() {
+        let mut t = SegmentTable::new(1, 4);
+        for _ in 0..3 {
+            t.add_live(0);
+        }
+        t.drop_live(0);
+        t.add_pinned(0);
+        t.add_pinned_blocks(0, 2);
     }
 }
