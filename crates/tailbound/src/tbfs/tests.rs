@@ -2442,6 +2442,21 @@ fn room_for(fs: &Fs, need: u64) -> (u64, u64, u64) {
     )
 }
 
+/// A pool on `gated` in which a test stages room short by hand: background cleaning on, so a
+/// write between the floor and the mark leaves the cleaning to that thread; the thread itself
+/// stopped, so nothing cleans meanwhile and the room staged stays as it is.
+fn room_staging_pool(gated: &Arc<WriteGate>) -> Fs {
+    let cfg = Config {
+        segment_bytes: 256 << 10,
+        superblock_every_bytes: 64 << 20,
+        background_gc: true,
+        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
+    };
+    let fs = Fs::format(gated.clone(), &cfg).unwrap();
+    fs.inner.stop_background();
+    fs
+}
+
 /// A real-time writer's append and sync that find room short (less free than the low-water mark
 /// wants, more than the floor) complete while a best-effort writer's payload is stopped in the
 /// device: the space check does not wait, under `meta`, for the payloads in flight. Before, it
@@ -2465,17 +2480,7 @@ fn a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload()
         },
     );
     let (sim, gated, stopped_rx, resume_tx) = gated_device();
-    // Background cleaning on, so a write between the floor and the mark leaves the cleaning to
-    // that thread; the thread itself stopped, so nothing cleans meanwhile and the room the
-    // test stages stays as it is.
-    let cfg = Config {
-        segment_bytes: 256 << 10,
-        superblock_every_bytes: 64 << 20,
-        background_gc: true,
-        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
-    };
-    let fs = Fs::format(gated.clone(), &cfg).unwrap();
-    fs.inner.stop_background();
+    let fs = room_staging_pool(&gated);
     let big = fs.open_file("/big", OpenFlags::create()).unwrap();
     let small = fs.open_file("/small", OpenFlags::create()).unwrap();
     small.pwrite(&pattern(1, 4096), 0).unwrap();
@@ -2594,16 +2599,7 @@ fn a_best_effort_space_check_waits_for_a_held_payload_with_meta_let_go() {
         },
     );
     let (sim, gated, stopped_rx, resume_tx) = gated_device();
-    // As in `a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload`: room
-    // short with the background thread stopped, so the room staged stays as it is.
-    let cfg = Config {
-        segment_bytes: 256 << 10,
-        superblock_every_bytes: 64 << 20,
-        background_gc: true,
-        ..small_config(Ordering::Relaxed, Barrier::EveryLog)
-    };
-    let fs = Fs::format(gated.clone(), &cfg).unwrap();
-    fs.inner.stop_background();
+    let fs = room_staging_pool(&gated);
     let big = fs.open_file("/big", OpenFlags::create()).unwrap();
     let small = fs.open_file("/small", OpenFlags::create()).unwrap();
     let copy = fs.open_file("/copy", OpenFlags::create()).unwrap();
