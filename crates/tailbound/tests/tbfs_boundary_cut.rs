@@ -12,7 +12,9 @@
 //! round the pool. Every state between two calls whose log chain ends at the start of a
 //! segment is a power cut there: the image is recovered, written through more than two
 //! segments and checkpointed, and then every file of the snapshot must read back byte for
-//! byte and fsck must find the pool clean.
+//! byte and fsck must find the pool clean. One test cuts with every write issued (fsync
+//! flushes each log), the other with the writes since the last flush kept, dropped or torn
+//! (fsync flushes nothing), which ends the chain where a log of it was lost.
 //!
 //! Single-threaded with background cleaning off and a stepped clock: the run is the same each
 //! time.
@@ -43,13 +45,26 @@ const CHURN_CALLS: u64 = 700;
 /// chain ended in and fills the one recovery chose after it.
 const AFTER_BYTES: usize = 40 * BLOCK as usize;
 
-fn config(clock: &Clock) -> Config {
+/// Where the power goes.
+#[derive(Clone, Copy, PartialEq)]
+enum Cut {
+    /// Between two calls, every fsync having flushed its log (`every-log`): the image holds
+    /// every write issued.
+    BetweenCalls,
+    /// Between two calls, fsyncs flushing nothing (`every-checkpoint`): each write since the
+    /// last flush is kept whole, dropped or torn, seeded by the call.
+    DroppingUnflushed,
+}
+
+fn config(clock: &Clock, cut: Cut) -> Config {
     Config {
         segment_bytes: SEGMENT,
         background_gc: false,
         ordering: Ordering::Relaxed,
-        // Every fsync writes its log and flushes: between two calls the image is complete.
-        barrier: Barrier::EveryLog,
+        barrier: match cut {
+            Cut::BetweenCalls => Barrier::EveryLog,
+            Cut::DroppingUnflushed => Barrier::EveryCheckpoint,
+        },
         superblock_every_bytes: 1 << 20,
         superblock_every: Duration::from_secs(1 << 30),
         checkpoint_every: None,
@@ -141,12 +156,14 @@ fn recover_and_check(
     assert!(damage.is_empty(), "{what}: fsck: {damage:#?}");
 }
 
-#[test]
-fn a_power_cut_as_the_log_enters_a_segment_keeps_the_snapshot_segments_ahead_of_it() {
+/// Lays out the pool, then rewrites the churn file piece by piece with its own bytes, each
+/// piece fsynced; after every call whose crash image (`cut`) ends the log chain at a segment's
+/// start, a power cut there. Returns how many such cuts were checked.
+fn cuts_at_segment_starts(cut: Cut) -> u64 {
     let clock = Clock::stepped(1_700_000_000_000_000_000, Duration::from_micros(10));
     let dev = Arc::new(SimDevice::new(POOL));
     dev.set_writes_are_copies(true);
-    let fs = Fs::format(dev.clone(), &config(&clock)).unwrap();
+    let fs = Fs::format(dev.clone(), &config(&clock, cut)).unwrap();
     let opts = OpenOptions {
         clock: clock.clone(),
         ..OpenOptions::default()
@@ -193,8 +210,6 @@ fn a_power_cut_as_the_log_enters_a_segment_keeps_the_snapshot_segments_ahead_of_
     fs.gc(0.9).unwrap();
     fs.sync().unwrap();
 
-    // The churn file rewritten piece by piece with its own bytes, each piece fsynced; after
-    // every call whose log chain ends at a segment's start, a power cut there.
     let churn = data(churn_seed, CHURN_BYTES as usize);
     let churn_blocks = CHURN_BYTES / BLOCK;
     let mut cuts = 0;
@@ -209,11 +224,14 @@ fn a_power_cut_as_the_log_enters_a_segment_keeps_the_snapshot_segments_ahead_of_
         if call % 50 == 49 {
             fs.sync().unwrap();
         }
-        let image = dev.image();
+        let image = match cut {
+            Cut::BetweenCalls => dev.image(),
+            Cut::DroppingUnflushed => dev.crash_image(0xc07 ^ call),
+        };
         let Some(end) = chain_end(image.clone(), &opts) else {
             continue;
         };
-        if (end - FIRST_SEGMENT_BLOCK) % segment_blocks != 0 {
+        if !(end - FIRST_SEGMENT_BLOCK).is_multiple_of(segment_blocks) {
             continue;
         }
         cuts += 1;
@@ -226,11 +244,27 @@ fn a_power_cut_as_the_log_enters_a_segment_keeps_the_snapshot_segments_ahead_of_
             &format!("power cut after call {call}, the chain ending at the start of segment {seg}"),
         );
     }
+    assert_eq!(read(&fs, "/churn/c"), churn);
+    fs.close().unwrap();
+    cuts
+}
+
+#[test]
+fn a_power_cut_as_the_log_enters_a_segment_keeps_the_snapshot_segments_ahead_of_it() {
+    let cuts = cuts_at_segment_starts(Cut::BetweenCalls);
     eprintln!("{cuts} power cuts at a segment's start checked");
     assert!(
         cuts >= 5,
         "only {cuts} states between calls ended the log chain at a segment's start"
     );
-    assert_eq!(read(&fs, "/churn/c"), churn);
-    fs.close().unwrap();
+}
+
+#[test]
+fn a_power_cut_dropping_unflushed_logs_at_a_segment_start_keeps_the_snapshot() {
+    let cuts = cuts_at_segment_starts(Cut::DroppingUnflushed);
+    eprintln!("{cuts} power cuts at a segment's start checked");
+    assert!(
+        cuts >= 5,
+        "only {cuts} crash images ended the log chain at a segment's start"
+    );
 }
