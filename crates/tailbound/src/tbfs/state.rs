@@ -78,10 +78,6 @@ pub(crate) struct HoldScratch {
     /// flight before it (`Engine::wait_for_room_outside`): its writers' space checks count
     /// what that wait freed and do not wait for the device again under `meta`.
     room_waited: bool,
-    /// This hold was taken again after its thread paid the cleaning tax its commit owes with
-    /// `meta` let go for the device's part (`Engine::pay_tax_outside`): its writers' space
-    /// checks accrue and pay no tax again.
-    tax_paid: bool,
     /// Tests: segments the writer may still enter before it finds none free (`None`: no limit),
     /// to stage what happens when the space check fell short.
     #[cfg(test)]
@@ -266,7 +262,6 @@ impl StateGuard<'_> {
         };
         let garbage = std::mem::take(&mut guard.hold.drop_later);
         guard.hold.room_waited = false;
-        guard.hold.tax_paid = false;
         // Stored only when it changes: most holds leave it as it was, and every writer reads it.
         self.inner
             .budget
@@ -636,17 +631,6 @@ impl State {
     /// Whether this hold follows such a wait.
     pub fn room_waited(&self) -> bool {
         self.hold.room_waited
-    }
-
-    /// Notes that this hold follows its thread's payment of the cleaning tax with `meta` let
-    /// go for the device's part (`Engine::pay_tax_outside`), until it ends.
-    pub fn note_tax_paid(&mut self) {
-        self.hold.tax_paid = true;
-    }
-
-    /// Whether this hold follows such a payment.
-    pub fn tax_paid(&self) -> bool {
-        self.hold.tax_paid
     }
 
     /// Tests: the timed sections open in the present hold.

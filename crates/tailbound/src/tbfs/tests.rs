@@ -2202,11 +2202,6 @@ struct WriteGate {
     min: std::sync::Mutex<Option<usize>>,
     /// Stops the first write of exactly this many bytes instead (once set).
     exact: std::sync::Mutex<Option<usize>>,
-    /// Stops the first read of exactly this many bytes (once set).
-    read_exact: std::sync::Mutex<Option<usize>>,
-    /// Requests are charged to the calling thread's tenant and priority, as behind a
-    /// scheduler (`Device::charged`): writers pay the cleaning tax.
-    charged: std::sync::atomic::AtomicBool,
     stopped: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
     resume: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
 }
@@ -2219,22 +2214,7 @@ impl Device for WriteGate {
         self.inner.len()
     }
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        let hit = {
-            let mut exact = self.read_exact.lock().unwrap();
-            let hit = *exact == Some(buf.len());
-            if hit {
-                *exact = None;
-            }
-            hit
-        };
-        if hit {
-            self.stopped.lock().unwrap().send(()).unwrap();
-            self.resume.lock().unwrap().recv().unwrap();
-        }
         self.inner.read_at(offset, buf)
-    }
-    fn charged(&self) -> bool {
-        self.charged.load(std::sync::atomic::Ordering::Relaxed)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
         let hit = {
@@ -2273,8 +2253,6 @@ fn gated_device() -> (
         inner: sim.clone(),
         min: std::sync::Mutex::new(None),
         exact: std::sync::Mutex::new(None),
-        read_exact: std::sync::Mutex::new(None),
-        charged: std::sync::atomic::AtomicBool::new(false),
         stopped: std::sync::Mutex::new(stopped_tx),
         resume: std::sync::Mutex::new(resume_rx),
     });
@@ -2739,118 +2717,6 @@ fn best_effort_space_check_with_meta_let_go(direct: bool) {
     });
     let back = reopen_after_release(&sim, &large);
     assert_eq!(read_all(&back, "/copy"), copied);
-}
-
-/// A best-effort tenant's commit that owes the cleaning tax (room short, above the floor) pays
-/// its piece with `meta` let go for the piece's device I/O: with the piece's read of its victim
-/// stopped in the device, a real-time writer's append and sync complete. Before, the piece ran
-/// in the commit's space check under `meta`, and the real-time writer waited for `meta` until
-/// the read was let go. A crash meanwhile keeps the acknowledged append; once the read went
-/// through, the tenant's sync and the data the piece moved are there.
-#[test]
-fn a_cleaning_tax_piece_reads_its_victim_with_meta_let_go() {
-    use crate::sched::{Charge, Class, Prio, TenantId, LEVEL_MAX};
-    let real_time = Charge::to(
-        TenantId(1),
-        Prio {
-            class: Class::Rt,
-            level: 0,
-        },
-    );
-    let best_effort = Charge::to(
-        TenantId(2),
-        Prio {
-            class: Class::Be,
-            level: LEVEL_MAX,
-        },
-    );
-    let (sim, gated, stopped_rx, resume_tx) = gated_device();
-    let fs = room_staging_pool(&gated);
-    let small = fs.open_file("/small", OpenFlags::create()).unwrap();
-    let copy = fs.open_file("/copy", OpenFlags::create()).unwrap();
-    small.pwrite(&pattern(1, 4096), 0).unwrap();
-    copy.pwrite(&pattern(6, 4096), 0).unwrap();
-    fs.sync().unwrap();
-    // Two files written in turns until room is short, then one of them deleted: the segments
-    // they share are half dead, victims worth cleaning.
-    let keep = fs.open_file("/keep", OpenFlags::create()).unwrap();
-    let gone = fs.open_file("/gone", OpenFlags::create()).unwrap();
-    let mut kept = Vec::new();
-    loop {
-        let (free, want, _) = room_for(&fs, 2);
-        if free < want {
-            break;
-        }
-        assert!(kept.len() < 8 << 20, "the pool never got short of room");
-        let at = kept.len() as u64;
-        kept.extend_from_slice(&pattern(5, 4 * 4096));
-        keep.pwrite(&pattern(5, 4 * 4096), at).unwrap();
-        keep.fdatasync().unwrap();
-        gone.pwrite(&pattern(8, 4 * 4096), at).unwrap();
-        gone.fdatasync().unwrap();
-    }
-    drop(gone);
-    fs.unlink("/gone").unwrap();
-    fs.sync().unwrap();
-    let (free, want, floor) = room_for(&fs, 8);
-    assert!(
-        free < want && free >= floor,
-        "room short but above the floor: {free} free, {want} wanted, floor {floor}"
-    );
-    // Writers are charged to their tenants from here, and the first read of a whole segment
-    // (only the cleaner reads one) stops in the device.
-    gated
-        .charged
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    *gated.read_exact.lock().unwrap() = Some(256 << 10);
-    let copied = pattern(7, 4 * 4096);
-    let before = fs.counters();
-    std::thread::scope(|s| {
-        let copier = s.spawn(|| {
-            let _be = best_effort.apply();
-            {
-                // It owes more than a piece already: its next commit pays one.
-                let mut m = fs.inner.lock_meta();
-                let key = WriterKey::of_current_thread_on(&**fs.inner.dev()).unwrap();
-                m.tax.accrue(key, 256, 1.0);
-            }
-            copy.pwrite(&copied, 0).and_then(|_| copy.fsync())
-        });
-        // The piece's read of its victim is stopped.
-        stopped_rx.recv().unwrap();
-        let (fs, small) = (&fs, &small);
-        let (finished, crashed, synced) = run_while_stopped(s, &sim, &resume_tx, move || {
-            let _rt = real_time.apply();
-            small
-                .pwrite(&pattern(4, 4096), 0)
-                .and_then(|_| small.fdatasync())
-        });
-        assert!(
-            finished,
-            "the real-time sync waited for meta behind the tax piece's read"
-        );
-        synced.join().unwrap().unwrap();
-        copier.join().unwrap().unwrap();
-        let after = fs.counters();
-        assert!(
-            after.tax_pieces_outside > before.tax_pieces_outside,
-            "the piece was paid before the commit"
-        );
-        assert!(
-            after.blocks_copied > before.blocks_copied,
-            "it moved live data"
-        );
-        let held = Fs::open(from_image(crashed), &OpenOptions::default()).unwrap();
-        assert_eq!(
-            read_all(&held, "/small"),
-            pattern(4, 4096),
-            "the acknowledged sync"
-        );
-    });
-    let back = reopen(&sim);
-    assert_eq!(read_all(&back, "/small"), pattern(4, 4096));
-    assert_eq!(read_all(&back, "/copy"), copied);
-    assert_eq!(read_all(&back, "/keep"), kept);
 }
 
 #[test]

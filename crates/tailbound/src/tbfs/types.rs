@@ -562,9 +562,6 @@ pub struct FsCounters {
     /// Writers' space checks that would have waited for the logs in flight under `meta` and
     /// waited with `meta` let go instead, before their commit (`Engine::wait_for_room_outside`).
     pub space_waits_outside: u64,
-    /// Pieces of the cleaning tax writers paid before their commit with `meta` let go for the
-    /// piece's device I/O (`Engine::pay_tax_outside`).
-    pub tax_pieces_outside: u64,
     /// Deletes, truncates, replacing renames and directory removals refused with `NoSpace`
     /// under a snapshot or a view because the debt earlier ones added could not be paid
     /// (`Engine::pay_deletes_debt_first`).

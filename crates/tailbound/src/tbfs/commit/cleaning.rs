@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::tbfs::format::BLOCK_U64;
 use crate::tbfs::limits::{BACKGROUND_VICTIMS, CHECKPOINT_FLOOR_BLOCKS, VICTIMS_PER_PASS};
 use crate::tbfs::space::cleaner::{NotVictim, PassView};
-use crate::tbfs::state::{Engine, Section, State, StateGuard};
+use crate::tbfs::state::{Engine, Section, State};
 use crate::tbfs::GcReport;
 use crate::tbfs::{Error, Result};
 
@@ -543,53 +543,6 @@ impl Engine {
         r
     }
 
-    /// One piece of a writer's cleaning tax (`Engine::pay_tax_outside`) run as a background
-    /// pass is, with `meta` let go for its device I/O: its victim chosen in the hold `m` (not
-    /// one another such pass is reading, `victims_to_read`) and marked so it is not reused,
-    /// read with `meta` let go,
-    /// cleaned in a hold taken again with the I/O deferred (`bg_clean.defer_io`: the copies,
-    /// a checkpoint and a superblock are sealed, not written), and what that sealed written
-    /// and flushed with `meta` let go again. Each hold decides in the state it finds: a victim
-    /// another thread cleaned meanwhile is passed over. Returns `meta` taken again and the
-    /// pass's result.
-    pub(in crate::tbfs) fn clean_one_victim_outside<'a>(
-        &'a self,
-        mut m: StateGuard<'a>,
-        want: u64,
-        key: crate::tbfs::admission::WriterKey,
-    ) -> Result<(StateGuard<'a>, Result<GcReport>)> {
-        let victims = self.victims_to_read(&m, 1);
-        m.bg_clean.reading.extend(victims.iter().copied());
-        let seq = m.writer.seq();
-        m.unlock_and_write()?;
-        let read = if victims.is_empty() {
-            Ok(HashMap::new())
-        } else {
-            self.read_victims(&victims, seq)
-        };
-        let mut m = self.lock_meta_for_write(Some(key));
-        for v in &victims {
-            m.bg_clean.reading.remove(v);
-        }
-        m.bg_clean.read = read?;
-        m.bg_clean.defer_io = true;
-        let cleaned = {
-            let _work = crate::phases::meta_work(crate::phases::MetaWork::TaxPiece);
-            self.clean_one_victim(&mut m, want)
-        };
-        m.bg_clean.read.clear();
-        m.bg_clean.defer_io = false;
-        let flush = std::mem::take(&mut m.bg_clean.flush);
-        let end = m.writer.seq();
-        m.unlock_and_write()?;
-        if flush {
-            self.flush_written(end, "after a cleaning tax piece")?;
-        } else {
-            self.write_logs_until(end + 1)?;
-        }
-        Ok((self.lock_meta_for_write(Some(key)), cleaned))
-    }
-
     /// Background work (on the idle-class thread, called without `meta`): while less than the
     /// configured share of the pool is free, one small pass per wake-up, so writers get the lock
     /// between passes and the cleaner's I/O is throttled to [`BACKGROUND_VICTIMS`] segments per
@@ -637,11 +590,18 @@ impl Engine {
             if !m.bg_clean.may_run(dead) {
                 return Ok(false);
             }
-            // What the pass will most likely pick (it cleans no others: see `keep_read_ahead`).
-            let victims = self.victims_to_read(&m, victims_max);
-            if victims.is_empty() {
+            let none = BTreeSet::new();
+            let (full, _) = self.pick_victims(&m, &none, victims_max, false, false);
+            if full.is_empty() {
                 return Ok(false);
             }
+            // What the pass will most likely pick (it cleans no others: see `keep_read_ahead`).
+            let light = if self.light_cleaning(&m) {
+                self.pick_victims(&m, &none, victims_max, true, false).0
+            } else {
+                Vec::new()
+            };
+            let victims = if light.is_empty() { full } else { light };
             m.bg_clean.reading.extend(victims.iter().copied());
             (victims, m.writer.seq(), self.cleaning_is_urgent(&m))
         };
@@ -661,9 +621,7 @@ impl Engine {
             self.read_victims(&victims, seq)
         };
         let mut m = self.lock_meta();
-        for v in &victims {
-            m.bg_clean.reading.remove(v);
-        }
+        m.bg_clean.reading.clear();
         m.bg_clean.read = read?;
         m.bg_clean.defer_io = true;
         // Whether the pass gave back more than it wrote: near full, a pass empties its victims
@@ -707,28 +665,6 @@ impl Engine {
             m.bg_clean.gained_nothing(dead);
         }
         Ok(gained && more)
-    }
-
-    /// The victims a pass read with `meta` let go is expected to pick, at most `most` (the
-    /// light pass's if it has any, else the full one's; none if a full pass would find none),
-    /// leaving out those another such pass is reading: each pass unmarks only its own once it
-    /// takes `meta` again, so no segment is unmarked while another pass still reads it.
-    fn victims_to_read(&self, m: &State, most: usize) -> Vec<usize> {
-        let others = m.bg_clean.reading.clone();
-        let (full, _) = self.pick_victims(m, &others, most, false, false);
-        if full.is_empty() {
-            return full;
-        }
-        let light = if self.light_cleaning(m) {
-            self.pick_victims(m, &others, most, true, false).0
-        } else {
-            Vec::new()
-        };
-        if light.is_empty() {
-            full
-        } else {
-            light
-        }
     }
 
     /// Blocks neither free, live nor pinned: what cleaning could give back at best.

@@ -572,9 +572,7 @@ impl Engine {
     /// Before a writer's commit of about `blocks` in the hold `m` (what it sealed is written
     /// as it lets go, as at any release):
     /// if its space check would wait for the logs in flight ([`Engine::space_wait_due`]), lets
-    /// go of `meta`, waits for them, and takes `meta` again; then, if the check would pay the
-    /// cleaning tax, pays it with `meta` let go for each piece's device I/O
-    /// ([`Engine::pay_tax_outside`]). The check that follows counts what
+    /// go of `meta`, waits for them, and takes `meta` again. The check that follows counts what
     /// they freed, in the state as it is now, and does not wait for the device under `meta`
     /// (`State::room_waited`): waiting there, a best-effort writer behind a large payload kept
     /// every other thread from `meta`, a real-time writer's sync included, for as long as the
@@ -586,7 +584,7 @@ impl Engine {
         blocks: u64,
     ) -> Result<StateGuard<'a>> {
         let Some(seq) = self.space_wait_due(&m, blocks) else {
-            return self.pay_tax_outside(m, blocks);
+            return Ok(m);
         };
         self.count(|c| c.space_waits_outside += 1);
         m.unlock_and_write()?;
@@ -597,38 +595,7 @@ impl Engine {
         written?;
         let mut m = self.lock_meta_for_write(key);
         m.note_room_waited();
-        // And the cleaning tax it would pay, in the state found.
-        self.pay_tax_outside(m, blocks)
-    }
-
-    /// Whether a writer's space check for `blocks`, made now at the start of a hold (`m`),
-    /// would pay the cleaning tax: a taxed writer (`Engine::taxed_writer`) finding the room
-    /// above the floor and below the mark, or above the mark while the pool still needs
-    /// cleaning. Mirrors [`Engine::ensure_space`]'s test. Not on a device whose reads are
-    /// memory copies (no device I/O to let `meta` go for), nor in a cleaning pass, a refresh
-    /// or a background pass's hold. Returns the writer, the blocks the check would ask for,
-    /// the free blocks, the floor and the mark.
-    pub(in crate::tbfs) fn tax_due(
-        &self,
-        m: &State,
-        blocks: u64,
-    ) -> Option<(crate::tbfs::admission::WriterKey, u64, u64, u64, u64)> {
-        if m.bg_clean.defer_io
-            || m.cleaning.running()
-            || m.refresh.running()
-            || m.tax_paid()
-            || self.dev().writes_are_copies()
-        {
-            return None;
-        }
-        let key = self.taxed_writer(true)?;
-        let need = self.space_needed(blocks);
-        let (reserve, low_water) = self.space_margins(m);
-        let debt = self.checkpoint_debt(m, false);
-        let want = want_of(need, reserve, low_water, debt);
-        let floor = floor_of(need, reserve, low_water, debt);
-        let free = self.free_blocks_up_to(m, want);
-        (free >= floor && (free < want || m.tax.needed())).then_some((key, need, free, floor, want))
+        Ok(m)
     }
 
     /// Whether the calling thread's space check goes on without waiting for the logs in flight

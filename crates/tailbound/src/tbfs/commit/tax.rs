@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use crate::tbfs::admission::WriterKey;
 use crate::tbfs::limits::MIN_RECLAIMABLE;
-use crate::tbfs::state::{Engine, State, StateGuard};
+use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
 
 /// The most victims one admission pays for: what is owed beyond stays owed, for the writer's
@@ -82,14 +82,37 @@ impl Engine {
         want: u64,
         for_buffer: bool,
     ) -> Result<TaxPaid> {
+        assert!(
+            floor <= free && floor <= want,
+            "the cleaning tax is paid above the floor {floor} (the mark {want}), with {free} free"
+        );
         let mut paid = TaxPaid { sealed_first: 0 };
-        // Paid already, with `meta` let go for the device's part (`pay_tax_outside`).
-        if m.tax_paid() {
+        // The pool needs cleaning from the first write that finds less free than the mark
+        // until one finds as much again above it free: whether a write pays does not turn on
+        // whether the piece before it just lifted free space over the mark.
+        if free < want {
+            m.tax.set_needed(true);
+        } else if !m.tax.needed() {
             return Ok(paid);
+        } else {
+            let high = want + (want - floor);
+            if self.free_blocks_up_to(m, high) >= high {
+                m.tax.set_needed(false);
+                return Ok(paid);
+            }
         }
-        let Some(piece) = self.accrue_cleaning_tax(m, key, need, free, floor, want) else {
+        let Some((live, _)) = self.cleaning_rate(m) else {
+            m.tax.forgive(key);
             return Ok(paid);
         };
+        // What pieces copied lately, or before the first the emptiest victim's live blocks;
+        // the rate is a piece's copies against what its victim gives back.
+        let sb = self.segment_blocks() as f64;
+        let piece = m.tax.piece().unwrap_or(live as f64).min(sb - 1.0);
+        let rate = piece / (sb - piece);
+        let depth = want.saturating_sub(free) as f64 / (want - floor).max(1) as f64;
+        let raise = m.tax.raise(1.0 + DEPTH_GAIN * depth);
+        m.tax.accrue(key, need, rate * raise);
         let mut pieces = 0;
         while m.tax.owed(key) >= piece / 2.0 && pieces < PIECES_PER_ADMISSION_MAX {
             m.cleaning.set_for_buffer(if for_buffer {
@@ -123,99 +146,5 @@ impl Engine {
             }
         }
         Ok(paid)
-    }
-
-    /// What [`Engine::pay_cleaning_tax`] first notes: whether the pool needs cleaning, and what
-    /// the writer of `key` owes for `need` blocks. Returns the size a piece is reckoned at;
-    /// `None` when it owes nothing now (the pool needs no cleaning, or nothing may be cleaned).
-    fn accrue_cleaning_tax(
-        &self,
-        m: &mut State,
-        key: WriterKey,
-        need: u64,
-        free: u64,
-        floor: u64,
-        want: u64,
-    ) -> Option<f64> {
-        assert!(
-            floor <= free && floor <= want,
-            "the cleaning tax is paid above the floor {floor} (the mark {want}), with {free} free"
-        );
-        // The pool needs cleaning from the first write that finds less free than the mark
-        // until one finds as much again above it free: whether a write pays does not turn on
-        // whether the piece before it just lifted free space over the mark.
-        if free < want {
-            m.tax.set_needed(true);
-        } else if !m.tax.needed() {
-            return None;
-        } else {
-            let high = want + (want - floor);
-            if self.free_blocks_up_to(m, high) >= high {
-                m.tax.set_needed(false);
-                return None;
-            }
-        }
-        let Some((live, _)) = self.cleaning_rate(m) else {
-            m.tax.forgive(key);
-            return None;
-        };
-        // What pieces copied lately, or before the first the emptiest victim's live blocks;
-        // the rate is a piece's copies against what its victim gives back.
-        let sb = self.segment_blocks() as f64;
-        let piece = m.tax.piece().unwrap_or(live as f64).min(sb - 1.0);
-        let rate = piece / (sb - piece);
-        let depth = want.saturating_sub(free) as f64 / (want - floor).max(1) as f64;
-        let raise = m.tax.raise(1.0 + DEPTH_GAIN * depth);
-        m.tax.accrue(key, need, rate * raise);
-        Some(piece)
-    }
-
-    /// Before a writer's commit of about `blocks` in the hold `m`: if its space check would pay
-    /// the cleaning tax (`Engine::tax_due`), accrues what it owes and pays it here, each piece
-    /// with `meta` let go for its device I/O (`Engine::clean_one_victim_outside`), and returns
-    /// `meta` taken again. The check that follows pays nothing more for the commit
-    /// (`State::tax_paid`) and decides in the state it finds, under `meta`, as before: below
-    /// the floor it still cleans until there is room. Paid under `meta`, a piece's read of its
-    /// victim and the write and flush of its copies kept every other writer from `meta`, the
-    /// other tenants' next pieces and a real-time sync included.
-    pub(in crate::tbfs) fn pay_tax_outside<'a>(
-        &'a self,
-        mut m: StateGuard<'a>,
-        blocks: u64,
-    ) -> Result<StateGuard<'a>> {
-        let Some((key, need, free, floor, want)) = self.tax_due(&m, blocks) else {
-            return Ok(m);
-        };
-        let Some(piece) = self.accrue_cleaning_tax(&mut m, key, need, free, floor, want) else {
-            return Ok(m);
-        };
-        let waited = m.room_waited();
-        let mut pieces = 0;
-        while m.tax.owed(key) >= piece / 2.0 && pieces < PIECES_PER_ADMISSION_MAX {
-            let start = Instant::now();
-            let (back, cleaned) = self.clean_one_victim_outside(m, want, key)?;
-            m = back;
-            let copied = cleaned.as_ref().map_or(0, |r| r.blocks_copied);
-            self.writes.cleaned(Some(key), start.elapsed(), copied);
-            match cleaned {
-                Ok(_) | Err(Error::NoSpace(_)) => {}
-                Err(e) => return Err(e),
-            }
-            pieces += 1;
-            self.count(|c| c.tax_pieces_outside += 1);
-            if copied > 0 {
-                m.tax.paid(key, copied);
-            } else if self.free_blocks_up_to(&m, free.max(want)) < free.max(want) {
-                m.tax.forgive(key);
-                break;
-            } else {
-                break;
-            }
-        }
-        if waited {
-            m.note_room_waited();
-        }
-        m.note_tax_paid();
-        Ok(m)
     }
 }
