@@ -2583,21 +2583,6 @@ fn a_real_time_sync_finding_room_short_does_not_wait_for_a_best_effort_payload()
 /// acknowledged append.
 #[test]
 fn a_best_effort_space_check_waits_for_a_held_payload_with_meta_let_go() {
-    best_effort_space_check_with_meta_let_go(false);
-}
-
-/// The same for a direct write's piece (`O_DIRECT`): its space check waits for the held
-/// payload with `meta` let go. Before, the piece, buffered under `meta`, waited there in its
-/// seal's space check.
-#[test]
-fn a_direct_piece_space_check_waits_for_a_held_payload_with_meta_let_go() {
-    best_effort_space_check_with_meta_let_go(true);
-}
-
-/// A best-effort payload stopped in the device and room short; a second best-effort writer
-/// writes a few blocks (a direct write, or a write and an `fsync`) and a real-time writer
-/// appends and syncs meanwhile: see the two tests above.
-fn best_effort_space_check_with_meta_let_go(direct: bool) {
     use crate::sched::{Charge, Class, Prio, TenantId, LEVEL_MAX};
     let real_time = Charge::to(
         TenantId(1),
@@ -2617,15 +2602,7 @@ fn best_effort_space_check_with_meta_let_go(direct: bool) {
     let fs = room_staging_pool(&gated);
     let big = fs.open_file("/big", OpenFlags::create()).unwrap();
     let small = fs.open_file("/small", OpenFlags::create()).unwrap();
-    let copy = fs
-        .open_file(
-            "/copy",
-            OpenFlags {
-                direct,
-                ..OpenFlags::create()
-            },
-        )
-        .unwrap();
+    let copy = fs.open_file("/copy", OpenFlags::create()).unwrap();
     small.pwrite(&pattern(1, 4096), 0).unwrap();
     big.pwrite(&pattern(2, 32 * 4096), 0).unwrap();
     copy.pwrite(&pattern(6, 4096), 0).unwrap();
@@ -2658,15 +2635,11 @@ fn best_effort_space_check_with_meta_let_go(direct: bool) {
         stopped_rx.recv().unwrap();
         // The held payload's writer is past its space check, waiting for the payload.
         let before = fs.counters();
-        // A second best-effort writer writes a few blocks: its space check finds room short
+        // A second best-effort writer syncs a few blocks: its space check finds room short
         // with the payload held.
         let copier = s.spawn(|| {
             let _be = best_effort.apply();
-            if direct {
-                copy.pwrite(&copied, 0).map(drop)
-            } else {
-                copy.pwrite(&copied, 0).and_then(|_| copy.fsync())
-            }
+            copy.pwrite(&copied, 0).and_then(|_| copy.fsync())
         });
         // Its check has found room short and is waiting for the logs in flight.
         while {
@@ -2709,10 +2682,6 @@ fn best_effort_space_check_with_meta_let_go(direct: bool) {
             after.space_waits, before.space_waits,
             "no check waited for the device under meta"
         );
-        // A direct write is on the device, not yet durable.
-        if direct {
-            copy.fsync().unwrap();
-        }
         open_held_image(crashed);
     });
     let back = reopen_after_release(&sim, &large);

@@ -336,13 +336,8 @@ impl Engine {
         };
         // Held until the piece's payloads are started.
         let turn = self.room_turn(key, charge, (buf.len() as u64).div_ceil(BLOCK_U64));
-        let m = self.lock_meta_for_write(key);
+        let mut m = self.lock_meta_for_write(key);
         self.check_usable()?;
-        // The piece's space check, if it would wait for the logs in flight (other writers'
-        // payloads, and this write's piece before it), waits with `meta` let go: under it,
-        // every other writer's piece waited for this one's wait.
-        let blocks = Self::data_log_blocks(cell) + (buf.len() as u64).div_ceil(BLOCK_U64) + 1;
-        let mut m = self.wait_for_room_outside(m, blocks)?;
         let end = {
             let mut st = cell.lock();
             self.buffer_write(cell, &mut st, buf, offset, whole, charge)?
