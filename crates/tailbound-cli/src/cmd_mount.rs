@@ -72,7 +72,8 @@ pub struct MountArgs {
 /// Unmount a directory `tailbound mount` serves, after its pool is synced.
 ///
 /// Returns once the server has synced the pool and let it go; fails, naming the pool and the
-/// error, if that final sync failed (the pool's last writes may then not be durable). A mount
+/// error, if that final sync failed, or if the server ended (was killed) without confirming it
+/// (the pool's last writes may then not be durable; the next mount recovers what was). A mount
 /// that a process still uses is refused (EBUSY) unless `--lazy`, which detaches it now and lets
 /// the server finish when the last user is done.
 #[derive(clap::Args)]
@@ -119,6 +120,28 @@ fn take_sync_failure(pool: &Path) -> Option<String> {
     let report = std::fs::read_to_string(&path).ok()?;
     let _ = std::fs::remove_file(&path);
     Some(report)
+}
+
+/// Where a mount's server says it serves the pool: the pool's path with `.serving` added,
+/// holding the server's pid and directory. Written once the server holds the pool's lock,
+/// before the mount is made, and removed only once the final sync succeeded (or failed and
+/// left [`sync_failure_path`]), while the lock is still held. So a server that died before it
+/// confirmed its final sync (killed, or a panic) leaves it behind, and `umount`, which waits
+/// for the lock, finds it and fails; a mount ended otherwise leaves it to the next mount,
+/// which warns.
+fn serving_path(pool: &Path) -> PathBuf {
+    let mut s = pool.as_os_str().to_owned();
+    s.push(".serving");
+    PathBuf::from(s)
+}
+
+/// Takes what a server left in [`serving_path`], if anything is there: the server that wrote
+/// it ended without confirming its final sync.
+fn take_serving(pool: &Path) -> Option<String> {
+    let path = serving_path(pool);
+    let note = std::fs::read_to_string(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    Some(note.trim().to_string())
 }
 
 pub fn run(args: MountArgs) -> CliResult {
@@ -201,10 +224,18 @@ fn mount_and_serve(
     }
     let (fs, dev) = open_pool(pool, &args.backend).map_err(|e| fail(&mut ready, e))?;
     let fs = Arc::new(fs);
-    // A report that no `umount` took: the last server's final sync failed.
+    // A report that no `umount` took: the last server's final sync failed, or the server
+    // ended before it confirmed one.
     if let Some(report) = take_sync_failure(pool) {
         eprintln!(
             "tailbound: warning: {}: the last mount's final sync failed: {report}",
+            pool.display()
+        );
+    }
+    if let Some(note) = take_serving(pool) {
+        eprintln!(
+            "tailbound: warning: {}: the last mount's server ({note}) ended without confirming \
+             its final sync; the pool holds what was durable when it ended",
             pool.display()
         );
     }
@@ -257,7 +288,19 @@ fn mount_and_serve(
             )
         })
         .map_err(|e| fail(&mut ready, format!("{}: {e}", pool.display())))?;
+    // From here on the server ends only through the final sync below, which confirms itself
+    // by removing this note.
+    if let Err(e) = std::fs::write(
+        serving_path(pool),
+        format!("pid {}, mounted on {}\n", std::process::id(), dir.display()),
+    ) {
+        server.stop();
+        let msg = format!("{}: {e}", serving_path(pool).display());
+        return Err(fail(&mut ready, msg).into());
+    }
+    let mut mounted = false;
     let served = serve(fs.clone(), dir, &options, &invalidator, |unmounter| {
+        mounted = true;
         // SIGTERM (and ^C in the foreground) unmounts; the pool is synced below, once the
         // kernel has sent the last request.
         // The loop holds the signals' wake-up socket open until `signal_handle.close()` ends
@@ -282,17 +325,29 @@ fn mount_and_serve(
     // Its clients' files close and their locks go before the pool is synced.
     server.stop();
     if let Err(e) = served {
+        if !mounted {
+            // Never mounted: no final sync to confirm.
+            let _ = std::fs::remove_file(serving_path(pool));
+        }
         let msg = format!("mounting {} on {}: {e}", pool.display(), dir.display());
         return Err(fail(&mut ready, msg).into());
     }
     let fs = Arc::try_unwrap(fs).unwrap_or_else(|shared| (*shared).clone());
-    if let Err(e) = fs.close() {
-        // Reported while the device still holds the pool's lock: `umount` reads it once the
-        // lock is free.
-        let report = e.to_string();
-        if let Err(w) = std::fs::write(sync_failure_path(pool), &report) {
+    // Fault tests end the server here, as a kill in its final sync would.
+    tailbound::failpoint::hit("mount.final-sync");
+    let closed = fs.close();
+    // Reported while the device still holds the pool's lock: `umount` reads the reports once
+    // the lock is free.
+    if let Err(e) = &closed {
+        if let Err(w) = std::fs::write(sync_failure_path(pool), e.to_string()) {
             eprintln!("tailbound: {}: {w}", sync_failure_path(pool).display());
         }
+    }
+    if let Err(e) = std::fs::remove_file(serving_path(pool)) {
+        eprintln!("tailbound: {}: {e}", serving_path(pool).display());
+    }
+    if let Err(e) = closed {
+        let report = e.to_string();
         drop(dev);
         return Err(format!(
             "{}: the final sync failed, so the pool's last writes may not be durable: {report}",
@@ -393,11 +448,21 @@ pub fn umount(args: UmountArgs) -> CliResult {
             Err(e) => return Err(format!("{}: {e}", pool.display()).into()),
         }
     }
-    match take_sync_failure(&pool) {
-        None => Ok(()),
-        Some(report) => Err(format!(
+    let serving = take_serving(&pool);
+    if let Some(report) = take_sync_failure(&pool) {
+        return Err(format!(
             "{}: unmounted, but the final sync of {} failed, so its last writes may not be \
              durable: {report}",
+            dir.display(),
+            pool.display()
+        )
+        .into());
+    }
+    match serving {
+        None => Ok(()),
+        Some(note) => Err(format!(
+            "{}: unmounted, but the server of {} ({note}) ended without confirming its final \
+             sync, so its last writes may not be durable (the next mount recovers what was)",
             dir.display(),
             pool.display()
         )

@@ -102,6 +102,73 @@ impl Mounted {
         }
     }
 
+    /// `tailbound mount` of this pool with failpoint `mount.final-sync` armed: the server
+    /// panics (and exits) as its final sync begins, having confirmed nothing.
+    fn mount_dying_in_final_sync(&self) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_tailbound"))
+            .args([
+                "mount",
+                self.pool.to_str().unwrap(),
+                self.dir.to_str().unwrap(),
+            ])
+            .env("TAILBOUND_FAILPOINTS", "mount.final-sync")
+            .output()
+            .unwrap()
+    }
+
+    /// Writes `bytes` to `rel` in the mount and fsyncs it: durable once this returns.
+    fn write_fsynced(&self, rel: &str, bytes: &[u8]) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.path(rel)).unwrap();
+        f.write_all(bytes).unwrap();
+        f.sync_all().unwrap();
+    }
+
+    /// Kills the server with SIGKILL and waits (bounded) until it is gone.
+    fn kill_server(&self) {
+        let pid = self.server_pid();
+        // SAFETY (of the call below): kill(2) with a pid read from /proc, of the server this
+        // test started.
+        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+        let start = std::time::Instant::now();
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "the server did not die of SIGKILL"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Where the server notes that it serves the pool, until its final sync is confirmed.
+    fn serving_note(&self) -> PathBuf {
+        let mut s = self.pool.as_os_str().to_owned();
+        s.push(".serving");
+        PathBuf::from(s)
+    }
+
+    /// Checks a failed `umount` of a server that ended without confirming its final sync.
+    fn assert_umount_fails_unconfirmed(&self) {
+        let out = tailbound(&["umount", self.dir.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "umount succeeded: {err}");
+        assert!(err.contains(self.dir.to_str().unwrap()), "{err}");
+        assert!(err.contains(self.pool.to_str().unwrap()), "{err}");
+        assert!(
+            err.contains("ended without confirming its final sync"),
+            "{err}"
+        );
+        // The mount is gone all the same, and the note went with the umount that reported it.
+        let again = tailbound(&["umount", self.dir.to_str().unwrap()]);
+        assert!(
+            stderr(&again).contains("no tailbound mount there"),
+            "{}",
+            stderr(&again)
+        );
+        assert!(!self.serving_note().exists());
+        assert!(!self.sync_failure_report().exists());
+    }
+
     /// Where the server leaves a failed final sync's report for `umount`.
     fn sync_failure_report(&self) -> PathBuf {
         let mut s = self.pool.as_os_str().to_owned();
@@ -779,6 +846,86 @@ fn a_foreground_mount_ended_by_sigterm_fails_when_its_final_sync_fails() {
     );
     assert!(!m.sync_failure_report().exists());
     let _pool = PoolFile(m.unmount());
+}
+
+#[test]
+fn umount_fails_when_the_server_dies_as_its_final_sync_begins() {
+    let Some(m) = Mounted::unmounted("dies-in-sync") else {
+        return;
+    };
+    let out = m.mount_dying_in_final_sync();
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+    assert!(m.serving_note().exists(), "no note of the serving mount");
+    m.write_fsynced("durable", b"fsynced before the umount");
+    m.assert_umount_fails_unconfirmed();
+    // Mounted again, the pool holds what was durable, and its umount succeeds.
+    let out = tailbound(&["mount", m.pool.to_str().unwrap(), m.dir.to_str().unwrap()]);
+    assert!(out.status.success(), "mount again: {}", stderr(&out));
+    assert!(!stderr(&out).contains("final sync"), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(m.path("durable")).unwrap(),
+        b"fsynced before the umount"
+    );
+    let _pool = PoolFile(m.unmount());
+}
+
+#[test]
+fn umount_fails_after_the_server_was_killed() {
+    let Some(m) = Mounted::new("killed-umount") else {
+        return;
+    };
+    m.write_fsynced("durable", b"fsynced before the kill");
+    m.kill_server();
+    m.assert_umount_fails_unconfirmed();
+    let out = tailbound(&["mount", m.pool.to_str().unwrap(), m.dir.to_str().unwrap()]);
+    assert!(out.status.success(), "mount again: {}", stderr(&out));
+    assert_eq!(
+        std::fs::read(m.path("durable")).unwrap(),
+        b"fsynced before the kill"
+    );
+    let _pool = PoolFile(m.unmount());
+}
+
+#[test]
+fn the_next_mount_warns_when_no_umount_reported_a_killed_server() {
+    let Some(m) = Mounted::new("killed-remount") else {
+        return;
+    };
+    m.write_fsynced("durable", b"fsynced before the kill");
+    m.kill_server();
+    // The dead mount detached without `tailbound umount`: nobody took the note.
+    if common::is_root() {
+        tailbound::sys::fs::unmount(&m.dir, true).unwrap();
+    } else {
+        let st = Command::new("fusermount3")
+            .arg("-uz")
+            .arg(&m.dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "fusermount3 -uz: {st}");
+    }
+    assert!(
+        m.serving_note().exists(),
+        "the killed server's note is gone"
+    );
+    let out = tailbound(&["mount", m.pool.to_str().unwrap(), m.dir.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "mount again: {err}");
+    assert!(
+        err.contains("ended without confirming its final sync"),
+        "{err}"
+    );
+    assert!(err.contains(m.pool.to_str().unwrap()), "{err}");
+    assert_eq!(
+        std::fs::read(m.path("durable")).unwrap(),
+        b"fsynced before the kill"
+    );
+    // The note now is this mount's, removed by its confirmed final sync.
+    let pool = m.unmount();
+    let mut note = pool.as_os_str().to_owned();
+    note.push(".serving");
+    assert!(!Path::new(&note).exists());
+    let _pool = PoolFile(pool);
 }
 
 #[test]

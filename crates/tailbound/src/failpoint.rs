@@ -9,7 +9,8 @@
 //! library descriptor), `capi.<function>` (each C ABI function, e.g. `capi.tb_recorder_write`),
 //! `tbfs.background` (a pass of tbfs's background thread, with the metadata lock held),
 //! `record.writer` (a decoupled recorder's writer thread, per record), `record.flush` (a
-//! recorder's flush thread, per job), `sched.dispatch` (a scheduler dispatcher, per device call).
+//! recorder's flush thread, per job), `sched.dispatch` (a scheduler dispatcher, per device call),
+//! `mount.final-sync` (a `tailbound mount` server as it begins its final sync).
 //!
 //! `TAILBOUND_FAILPOINTS=NAME[,NAME...]` arms them in a process that calls [`arm_from_env`]
 //! (the shim does, when it starts, and so does the `tailbound` binary).

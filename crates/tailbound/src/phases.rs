@@ -86,6 +86,96 @@ impl Phase {
     }
 }
 
+/// What a thread holding `meta` is doing when it waits for the device, as the engine marks it
+/// ([`meta_work`]). Each such wait counts under the outermost work marked when it began (what
+/// the hold is for) and, apart, under the innermost (the step that waited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaWork {
+    /// Nothing marked.
+    Other = 0,
+    /// A space check's wait for every log in flight, room being short.
+    SpaceWait,
+    /// A piece of the cleaning tax a writer pays.
+    TaxPiece,
+    /// Cleaning until there is room, below the floor (or for a commit the tax does not cover).
+    CleanForRoom,
+    /// A checkpoint, laid out and committed.
+    Checkpoint,
+    /// A superblock written now, with everything queued before it.
+    Superblock,
+    /// Room made for a namespace change (`Engine::make_room_for_change`).
+    RoomForChange,
+    /// Buffered data sealed as data-only logs.
+    Seal,
+}
+
+/// The kinds of [`MetaWork`], in order, for reports.
+pub const META_WORKS: [MetaWork; 8] = [
+    MetaWork::Other,
+    MetaWork::SpaceWait,
+    MetaWork::TaxPiece,
+    MetaWork::CleanForRoom,
+    MetaWork::Checkpoint,
+    MetaWork::Superblock,
+    MetaWork::RoomForChange,
+    MetaWork::Seal,
+];
+
+impl MetaWork {
+    pub fn name(self) -> &'static str {
+        match self {
+            MetaWork::Other => "other",
+            MetaWork::SpaceWait => "space_wait",
+            MetaWork::TaxPiece => "tax_piece",
+            MetaWork::CleanForRoom => "clean_for_room",
+            MetaWork::Checkpoint => "checkpoint",
+            MetaWork::Superblock => "superblock",
+            MetaWork::RoomForChange => "room_for_change",
+            MetaWork::Seal => "seal",
+        }
+    }
+}
+
+/// Waits counted and their summed nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WaitCount {
+    pub waits: u64,
+    pub ns: u64,
+}
+
+impl WaitCount {
+    fn add(&mut self, other: WaitCount) {
+        self.waits = self.waits.saturating_add(other.waits);
+        self.ns = self.ns.saturating_add(other.ns);
+    }
+
+    fn since(&self, earlier: &WaitCount) -> WaitCount {
+        WaitCount {
+            waits: self.waits.saturating_sub(earlier.waits),
+            ns: self.ns.saturating_sub(earlier.ns),
+        }
+    }
+}
+
+/// Waits by [`MetaWork`], indexed by `MetaWork as usize`.
+pub type ByMetaWork = [WaitCount; META_WORKS.len()];
+
+/// Adds `other` to `into`, kind by kind.
+pub fn add_by_work(into: &mut ByMetaWork, other: &ByMetaWork) {
+    for (a, b) in into.iter_mut().zip(other) {
+        a.add(*b);
+    }
+}
+
+/// What `later` counts beyond `earlier`, kind by kind.
+pub fn by_work_since(later: &ByMetaWork, earlier: &ByMetaWork) -> ByMetaWork {
+    let mut d = ByMetaWork::default();
+    for (k, w) in d.iter_mut().enumerate() {
+        *w = later[k].since(&earlier[k]);
+    }
+    d
+}
+
 /// One thread's time by phase since the last [`take`], in nanoseconds, and its counts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PhaseTimes {
@@ -109,6 +199,10 @@ pub struct PhaseTimes {
     /// time: every other thread needing `meta` waited for the device with it.
     pub meta_device_waits: u32,
     pub meta_device_wait_ns: u64,
+    /// The same waits by the outermost [`MetaWork`] marked when each began, and by the
+    /// innermost.
+    pub meta_device_outer: ByMetaWork,
+    pub meta_device_inner: ByMetaWork,
 }
 
 impl PhaseTimes {
@@ -133,6 +227,8 @@ impl PhaseTimes {
             meta_device_wait_ns: self
                 .meta_device_wait_ns
                 .saturating_sub(earlier.meta_device_wait_ns),
+            meta_device_outer: by_work_since(&self.meta_device_outer, &earlier.meta_device_outer),
+            meta_device_inner: by_work_since(&self.meta_device_inner, &earlier.meta_device_inner),
             ..PhaseTimes::default()
         };
         for (k, ns) in d.ns.iter_mut().enumerate() {
@@ -156,8 +252,11 @@ struct Clock {
     meta_held: bool,
     /// How many device-wait phases ([`Phase::waits_for_device`]) are entered and not left.
     device_depth: u32,
-    /// When the outermost device wait begun while `meta` was held started.
-    meta_device_since: Option<Instant>,
+    /// When the outermost device wait begun while `meta` was held started, and the work
+    /// (outermost, innermost) marked then.
+    meta_device_since: Option<(Instant, (MetaWork, MetaWork))>,
+    /// The work marked now ([`meta_work`]): outermost, innermost.
+    work: (MetaWork, MetaWork),
 }
 
 impl Phase {
@@ -192,7 +291,7 @@ impl Clock {
         if start {
             self.device_depth += 1;
             if self.device_depth == 1 && self.meta_held {
-                self.meta_device_since = Some(Instant::now());
+                self.meta_device_since = Some((Instant::now(), self.work));
                 self.times.meta_device_waits = self.times.meta_device_waits.saturating_add(1);
             }
         } else {
@@ -204,9 +303,12 @@ impl Clock {
     }
 
     fn end_meta_device_wait(&mut self) {
-        if let Some(since) = self.meta_device_since.take() {
+        if let Some((since, (outer, inner))) = self.meta_device_since.take() {
             let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
             self.times.meta_device_wait_ns = self.times.meta_device_wait_ns.saturating_add(ns);
+            let one = WaitCount { waits: 1, ns };
+            self.times.meta_device_outer[outer as usize].add(one);
+            self.times.meta_device_inner[inner as usize].add(one);
         }
     }
 }
@@ -219,7 +321,37 @@ thread_local! {
         meta_held: false,
         device_depth: 0,
         meta_device_since: None,
+        work: (MetaWork::Other, MetaWork::Other),
     });
+}
+
+/// Marks the calling thread as doing `work` until the guard drops (what it marked before
+/// resumes then): a wait for the device it makes meanwhile while holding `meta` counts under
+/// it ([`PhaseTimes::meta_device_inner`]), and under it as the outermost work if nothing was
+/// marked before ([`PhaseTimes::meta_device_outer`]).
+#[must_use = "the work ends when the guard drops"]
+pub struct InMetaWork {
+    previous: (MetaWork, MetaWork),
+}
+
+pub fn meta_work(work: MetaWork) -> InMetaWork {
+    CLOCK.with(|c| {
+        let mut c = c.borrow_mut();
+        let previous = c.work;
+        let outer = if previous.0 == MetaWork::Other {
+            work
+        } else {
+            previous.0
+        };
+        c.work = (outer, work);
+        InMetaWork { previous }
+    })
+}
+
+impl Drop for InMetaWork {
+    fn drop(&mut self) {
+        CLOCK.with(|c| c.borrow_mut().work = self.previous);
+    }
 }
 
 /// Marks the calling thread as in `phase` until the guard drops; the phase it was in before
@@ -413,5 +545,42 @@ mod tests {
         let t = take();
         assert_eq!(t.meta_device_waits, 2);
         assert!(t.meta_device_wait_ns >= 1_000_000);
+        // Unmarked, both count as other work.
+        assert_eq!(t.meta_device_outer[MetaWork::Other as usize].waits, 2);
+        assert_eq!(t.meta_device_inner[MetaWork::Other as usize].waits, 2);
+    }
+
+    #[test]
+    fn device_waits_under_meta_count_by_outermost_and_innermost_work() {
+        let _ = take();
+        set_meta_held(true);
+        {
+            let _tax = meta_work(MetaWork::TaxPiece);
+            {
+                let _io = enter(Phase::DeviceIo);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            {
+                let _sb = meta_work(MetaWork::Superblock);
+                let _flush = enter(Phase::DeviceFlush);
+            }
+            // The superblock's mark ended with its guard.
+            let _io = enter(Phase::DeviceIo);
+        }
+        {
+            let _io = enter(Phase::PayloadWait);
+        }
+        set_meta_held(false);
+        let t = take();
+        let (outer, inner) = (t.meta_device_outer, t.meta_device_inner);
+        assert_eq!(t.meta_device_waits, 4);
+        assert_eq!(outer[MetaWork::TaxPiece as usize].waits, 3);
+        assert!(outer[MetaWork::TaxPiece as usize].ns >= 1_000_000);
+        assert_eq!(outer[MetaWork::Other as usize].waits, 1);
+        assert_eq!(inner[MetaWork::TaxPiece as usize].waits, 2);
+        assert_eq!(inner[MetaWork::Superblock as usize].waits, 1);
+        assert_eq!(outer[MetaWork::Superblock as usize].waits, 0);
+        let ns: u64 = outer.iter().map(|w| w.ns).sum();
+        assert_eq!(ns, t.meta_device_wait_ns);
     }
 }

@@ -534,6 +534,7 @@ impl FairnessBench {
             shares_mb_per_s: shares,
             writers: Vec::new(),
             accounting,
+            pool_waits: None,
         })
     }
 }
@@ -598,10 +599,18 @@ impl FairnessBench {
             files.push((f, tenant));
         }
         let before = counts::Snapshot::take(&fs, &sched);
+        let counters_before = fs.counters();
+        let pool_waits = |fs: &tailbound::tbfs::Fs| {
+            crate::experiments::priority::phases::PoolWaits::between(
+                &counters_before,
+                &fs.counters(),
+            )
+        };
         if self.processes {
             drop(files);
             let (open, close, ops) = self.measure_served(&fs, &sched, case, blocks)?;
             let writers = before.until(&counts::Snapshot::take(&fs, &sched), &sched);
+            let waits = pool_waits(&fs);
             drop(fs);
             let mut row = row(
                 System::Tbfs(policy),
@@ -613,6 +622,7 @@ impl FairnessBench {
                 &[],
             );
             row.writers = writers;
+            row.pool_waits = Some(waits);
             return Ok(row);
         }
         let stop = AtomicBool::new(false);
@@ -699,6 +709,7 @@ impl FairnessBench {
         }
         let ops = results.into_iter().collect::<Result<Vec<_>, String>>()?;
         let writers = before.until(&counts::Snapshot::take(&fs, &sched), &sched);
+        let waits = pool_waits(&fs);
         drop(files);
         drop(fs);
         let mut row = row(
@@ -711,6 +722,7 @@ impl FairnessBench {
             &samples,
         );
         row.writers = writers;
+        row.pool_waits = Some(waits);
         Ok(row)
     }
 }
@@ -744,6 +756,7 @@ fn row(
         shares_mb_per_s: shares,
         writers: Vec::new(),
         accounting: Some(account(weights, &ops, open.0, close.0, samples)),
+        pool_waits: None,
     }
 }
 

@@ -42,7 +42,7 @@ use tailbound::sys::time::monotonic_now;
 
 mod io;
 mod model;
-mod phases;
+pub(crate) mod phases;
 mod report;
 mod served;
 mod settle;

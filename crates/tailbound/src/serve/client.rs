@@ -158,6 +158,18 @@ impl Client {
     }
 
     /// The data lease this session keeps for inode `ino` (tests).
+    /// Records the session's request ring took so far (`None` on the socket).
+    #[cfg(test)]
+    pub(super) fn records_sent(&self) -> Option<u64> {
+        self.conn.records_sent()
+    }
+
+    /// The session's request data area, if it has one.
+    #[cfg(test)]
+    pub(super) fn data_area(&self) -> Option<&super::ring::DataArea> {
+        self.conn.data_area()
+    }
+
     #[cfg(test)]
     pub(super) fn data_lease(&self, ino: u64) -> Option<Arc<super::lease::DataLease>> {
         self.leases.data_lease(ino)

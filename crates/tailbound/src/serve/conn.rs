@@ -22,8 +22,8 @@ use super::protocol::{
     Reply, Request, FEATURE_CALLER, FEATURE_OPEN_STAT, FEATURE_POSTED_CLOSE, VERSION,
 };
 use super::ring::{
-    self, ClientRings, Consumer, HeaderWord, Mapping, Parking, Producer, RingSizes, Wake,
-    FEATURE_RING,
+    self, ClientRings, Consumer, DataArea, HeaderWord, Mapping, Parking, Producer, RingSizes, Slot,
+    Wake, FEATURE_RING,
 };
 use crate::sys::sock::send_all;
 use crate::tbfs::{Error, Result};
@@ -61,6 +61,8 @@ enum Wire {
         map: Arc<Mapping>,
         /// The closes word the server raises when a removal leaves an inode open.
         closes: Box<HeaderWord>,
+        /// Where a long request's data goes, its record then holding only the head.
+        data: Option<Box<DataArea>>,
     },
 }
 
@@ -384,10 +386,12 @@ impl Conn {
                 ..
             } => {
                 self.in_flight.fetch_add(1, Ordering::Relaxed);
+                // The data's slot in the data area, if it went there, is held until the
+                // completion (or the session's end) says the server has it.
                 let body = self
-                    .send(&head, tail)
+                    .send_ring(&head, tail, true)
                     .map_err(|why| self.broken(why))
-                    .and_then(|()| {
+                    .and_then(|_slot| {
                         if t1.is_some() {
                             t1 = Some(std::time::Instant::now());
                         }
@@ -432,12 +436,65 @@ impl Conn {
                 }
                 send_all(stream, tail).map_err(|e| e.to_string())
             }
+            // Through the ring whatever its length: with no completion to wait for, nothing
+            // would say when data put in the data area could be let go.
             Wire::Ring { socket, send, .. } => {
                 let whom = if wake { Wake::One } else { Wake::Nobody };
                 send.push_parts(&[head, tail], whom, socket)
                     .map_err(|e| e.to_string())?;
                 Ok(())
             }
+        }
+    }
+
+    /// [`Conn::send_as`] of a request whose completion the caller waits for. On the rings, data
+    /// long enough goes into the data area, and the frame into the ring as one short record;
+    /// the slot returned holds the data there until it is dropped, which must not be before
+    /// the completion of the request comes back.
+    fn send_ring(
+        &self,
+        head: &[u8],
+        tail: &[u8],
+        wake: bool,
+    ) -> std::result::Result<Option<Slot<'_>>, String> {
+        let Wire::Ring {
+            socket, send, data, ..
+        } = &self.wire
+        else {
+            return self.send_as(head, tail, wake).map(|()| None);
+        };
+        let whom = if wake { Wake::One } else { Wake::Nobody };
+        match data.as_deref().filter(|d| d.takes(tail.len())) {
+            Some(area) => {
+                let slot = area.put(tail).map_err(|e| e.to_string())?;
+                send.push_out(head, slot.place(), whom, socket)
+                    .map_err(|e| e.to_string())?;
+                Ok(Some(slot))
+            }
+            None => {
+                send.push_parts(&[head, tail], whom, socket)
+                    .map_err(|e| e.to_string())?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Records the request ring took so far (`None` on the socket): a frame whose data went
+    /// to the data area, or that fits one record, counts one.
+    #[cfg(test)]
+    pub fn records_sent(&self) -> Option<u64> {
+        match &self.wire {
+            Wire::Ring { send, .. } => Some(send.records()),
+            Wire::Socket { .. } => None,
+        }
+    }
+
+    /// The request data area, if the session has one.
+    #[cfg(test)]
+    pub fn data_area(&self) -> Option<&DataArea> {
+        match &self.wire {
+            Wire::Ring { data, .. } => data.as_deref(),
+            Wire::Socket { .. } => None,
         }
     }
 
@@ -595,6 +652,7 @@ fn ring_wire(mut stream: UnixStream, sizes: RingSizes) -> io::Result<Wire> {
             parking: Box::new(r.completions.parking()),
             send: Box::new(r.requests),
             recv: Mutex::new(r.completions),
+            data: r.data.map(Box::new),
         }),
         (ring::ANSWER_SOCKET, _) => socket_wire(stream),
         (other, _) => Err(io::Error::new(

@@ -79,7 +79,7 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
             let mut inbound = RingIn {
                 consumer: rings.requests,
             };
-            serve(
+            let ending = serve(
                 &s,
                 callers,
                 &stream,
@@ -87,7 +87,11 @@ pub(super) fn run(shared: &Shared, mut stream: UnixStream, id: u64, cred: PeerCr
                 &out,
                 gate.as_deref(),
                 tally.as_ref(),
-            )
+            );
+            if let Some(t) = &tally {
+                t.ring(inbound.consumer.taken());
+            }
+            ending
         }
     };
     if let Some(t) = &tally {

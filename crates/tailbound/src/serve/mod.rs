@@ -90,6 +90,8 @@ pub fn fifo_dir(pool: &Path) -> PathBuf {
 }
 
 #[cfg(test)]
+mod area_tests;
+#[cfg(test)]
 mod caller_tests;
 #[cfg(test)]
 mod lease_tests;

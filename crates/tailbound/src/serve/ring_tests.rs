@@ -24,6 +24,7 @@ use crate::tbfs::{Config, Fs, OpenFlags};
 const SMALL: RingSizes = RingSizes {
     request: 4096,
     completion: 4096,
+    data: 1 << 16,
 };
 
 /// A server of a fresh memory pool (also used by `worker_tests`).

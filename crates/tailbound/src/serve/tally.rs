@@ -1,6 +1,7 @@
 //! What a session's transport did, counted: requests by operation code, and the wake-ups the
 //! rings cost (workers parking, waking to find nothing; completions that woke a parked
-//! client thread). Kept only when [`ENV`] names a file: each session appends one
+//! client thread; on the rings, the request frames taken, the records they came in and how
+//! many had their data in the data area). Kept only when [`ENV`] names a file: each session appends one
 //! line there when it ends. For finding which calls cross and why; costs nothing when off.
 
 use std::io::Write;
@@ -27,6 +28,8 @@ pub(super) struct Tally {
     /// Removals of the session's that left an inode open, so raised every session's closes
     /// word and waited for their posted closes.
     raises: AtomicU64,
+    /// On the rings: what the request ring's reader took.
+    taken: std::sync::Mutex<Option<super::ring::Taken>>,
 }
 
 /// The events counted besides requests.
@@ -56,12 +59,18 @@ impl Tally {
             completions: AtomicU64::new(0),
             completion_wakes: AtomicU64::new(0),
             raises: AtomicU64::new(0),
+            taken: std::sync::Mutex::new(None),
         }
     }
 
     /// Counts a request of operation `op`.
     pub fn request(&self, op: u8) {
         self.ops[op as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Notes what the session's request ring's reader took, once the session ended.
+    pub fn ring(&self, taken: super::ring::Taken) {
+        *self.taken.lock().unwrap_or_else(|p| p.into_inner()) = Some(taken);
     }
 
     pub fn event(&self, e: Event) {
@@ -87,9 +96,16 @@ impl Tally {
                 ops.push_str(&format!(" op{op}={n}"));
             }
         }
+        let ring = match *self.taken.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(t) => format!(
+                " frames {} records {} out_of_line {}",
+                t.frames, t.records, t.out_of_line
+            ),
+            None => String::new(),
+        };
         format!(
             "session {session} requests {total}{ops} parks {} empty_wakes {} completions {} \
-             completion_wakes {} raises {}",
+             completion_wakes {} raises {}{ring}",
             get(&self.parks),
             get(&self.empty_wakes),
             get(&self.completions),
@@ -146,6 +162,17 @@ mod tests {
         assert!(
             lines[1].starts_with("session 8 requests 5 op3=2 op5=1 "),
             "{text}"
+        );
+        t.ring(crate::serve::ring::Taken {
+            frames: 5,
+            records: 6,
+            out_of_line: 2,
+        });
+        assert!(
+            t.line(8)
+                .ends_with(" raises 0 frames 5 records 6 out_of_line 2"),
+            "{}",
+            t.line(8)
         );
     }
 }

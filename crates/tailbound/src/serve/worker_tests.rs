@@ -23,6 +23,7 @@ use crate::tbfs::{Error, OpenFlags};
 const ROOMY: RingSizes = RingSizes {
     request: 1 << 16,
     completion: 1 << 16,
+    data: 1 << 20,
 };
 
 fn range(start: u64, end: u64, kind: Kind, per_handle: bool) -> LockArgs {

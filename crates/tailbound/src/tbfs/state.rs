@@ -243,6 +243,8 @@ impl StateGuard<'_> {
         self.inner.stats.meta_device_waited(
             u64::from(during.meta_device_waits),
             during.meta_device_wait_ns,
+            &during.meta_device_outer,
+            &during.meta_device_inner,
         );
         crate::phases::note_hold(
             crate::phases::Lock::Meta,

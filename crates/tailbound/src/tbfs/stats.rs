@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::phases::{add_by_work, ByMetaWork};
 use crate::tbfs::{FsCounters, RecoveryReport};
 
 /// Work under `meta` whose share of the lock's hold time is counted apart
@@ -31,6 +32,8 @@ pub(crate) struct Statistics {
     /// waited (`FsCounters::meta_device_waits`, `FsCounters::meta_device_wait_ns`).
     meta_device_waits: AtomicU64,
     meta_device_wait_ns: AtomicU64,
+    /// Those waits by the outermost and the innermost work marked (`phases::MetaWork`).
+    meta_device_by_work: Mutex<(ByMetaWork, ByMetaWork)>,
     /// What recovery found and did when the pool was opened.
     report: Mutex<RecoveryReport>,
 }
@@ -46,11 +49,24 @@ impl Statistics {
         self.meta_held_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    /// A hold of `meta` waited `waits` times for the device, `ns` in all.
-    pub(crate) fn meta_device_waited(&self, waits: u64, ns: u64) {
+    /// A hold of `meta` waited `waits` times for the device, `ns` in all, by the outermost
+    /// and the innermost work marked (`outer`, `inner`).
+    pub(crate) fn meta_device_waited(
+        &self,
+        waits: u64,
+        ns: u64,
+        outer: &ByMetaWork,
+        inner: &ByMetaWork,
+    ) {
         if waits > 0 || ns > 0 {
             self.meta_device_waits.fetch_add(waits, Ordering::Relaxed);
             self.meta_device_wait_ns.fetch_add(ns, Ordering::Relaxed);
+            let mut by = self
+                .meta_device_by_work
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            add_by_work(&mut by.0, outer);
+            add_by_work(&mut by.1, inner);
         }
     }
 
@@ -73,6 +89,10 @@ impl Statistics {
         c.meta_held_ns = self.meta_held_ns.load(Ordering::Relaxed);
         c.meta_device_waits = self.meta_device_waits.load(Ordering::Relaxed);
         c.meta_device_wait_ns = self.meta_device_wait_ns.load(Ordering::Relaxed);
+        (c.meta_device_outer, c.meta_device_inner) = *self
+            .meta_device_by_work
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let section = |s: Section| self.meta_section_ns[s as usize].load(Ordering::Relaxed);
         c.meta_checkpoint_ns = section(Section::Checkpoint);
         c.meta_cleaning_ns = section(Section::Cleaning);

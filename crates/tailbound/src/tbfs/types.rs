@@ -581,6 +581,11 @@ pub struct FsCounters {
     /// `sched` marks its own I/O, a bare device only the payloads and the log writer.
     pub meta_device_waits: u64,
     pub meta_device_wait_ns: u64,
+    /// The same waits by what the thread holding `meta` was doing (`phases::MetaWork`, indexed
+    /// by `MetaWork as usize`): the outermost work marked (what the hold was for) and the
+    /// innermost (the step that waited).
+    pub meta_device_outer: crate::phases::ByMetaWork,
+    pub meta_device_inner: crate::phases::ByMetaWork,
     /// Of `meta_held_ns`, the nanoseconds spent writing checkpoints, cleaning, and sealing
     /// buffered data as data-only logs, each without what is nested in it (a checkpoint a
     /// cleaning pass writes counts as a checkpoint, the buffer a pass writes first as sealing).

@@ -47,4 +47,8 @@ pub struct FairnessRow {
     /// The shares counted other ways ([`super::Accounting`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accounting: Option<super::Accounting>,
+    /// tbfs cases: the pool's waits for the device under `meta` over the case (warm-up and
+    /// window), every thread's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_waits: Option<crate::experiments::priority::phases::PoolWaits>,
 }

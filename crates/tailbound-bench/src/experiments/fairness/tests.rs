@@ -99,6 +99,7 @@ fn the_throughput_target_compares_each_tbfs_case_with_its_fifo_case() {
         total_mb_per_s: total,
         writers: Vec::new(),
         accounting: None,
+        pool_waits: None,
     };
     let rows = [
         row("tbfs", 1, 99.0),
@@ -129,6 +130,7 @@ fn targets_are_not_met_without_tailbounds_rows() {
         total_mb_per_s: 3.0,
         writers: Vec::new(),
         accounting: None,
+        pool_waits: None,
     };
     let checks = check_targets(std::slice::from_ref(&row));
     assert!(checks.iter().all(|c| !c.met), "{checks:?}");

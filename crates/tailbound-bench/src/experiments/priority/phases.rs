@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use tailbound::phases::{Hold, PhaseTimes, PHASES};
+use tailbound::phases::{ByMetaWork, Hold, PhaseTimes, META_WORKS, PHASES};
 use tailbound::tbfs::FsCounters;
 
 /// How many of a case's slowest appends keep their breakdown.
@@ -97,6 +97,34 @@ pub struct PoolWaits {
     pub space_waits: u64,
     pub space_waits_left: u64,
     pub space_waits_outside: u64,
+    /// The waits for the device under `meta` by what the hold was for (the outermost work the
+    /// engine marked, [`tailbound::phases::MetaWork`]) and by the step that waited (the
+    /// innermost); kinds with no wait are left out.
+    pub meta_device_by_hold: Vec<WorkWaits>,
+    pub meta_device_by_step: Vec<WorkWaits>,
+}
+
+/// Waits for the device under `meta` of one kind of work.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct WorkWaits {
+    pub work: &'static str,
+    pub waits: u64,
+    pub ms: f64,
+}
+
+/// The kinds of `later` beyond `earlier` that waited, in [`META_WORKS`] order.
+pub fn work_waits(later: &ByMetaWork, earlier: &ByMetaWork) -> Vec<WorkWaits> {
+    let d = tailbound::phases::by_work_since(later, earlier);
+    META_WORKS
+        .iter()
+        .zip(d)
+        .filter(|(_, w)| w.waits > 0)
+        .map(|(k, w)| WorkWaits {
+            work: k.name(),
+            waits: w.waits,
+            ms: w.ns as f64 / 1e6,
+        })
+        .collect()
 }
 
 impl PoolWaits {
@@ -109,6 +137,8 @@ impl PoolWaits {
             space_waits: after.space_waits - before.space_waits,
             space_waits_left: after.space_waits_left - before.space_waits_left,
             space_waits_outside: after.space_waits_outside - before.space_waits_outside,
+            meta_device_by_hold: work_waits(&after.meta_device_outer, &before.meta_device_outer),
+            meta_device_by_step: work_waits(&after.meta_device_inner, &before.meta_device_inner),
         }
     }
 }

@@ -6,11 +6,12 @@
 //!   the descriptor).
 //! - `queue`: one ring: records, fragments, positions, parking and waking.
 //! - `spare`: frame buffers kept, one set per process, for the next frame.
+//! - `area`: the request data area, where a long request's data goes (the client's end).
 //! - here: the memfd's layout and header, and the two ends of a session's pair of rings.
 //!
-//! Layout: a 4 KiB header (magic, version, the two data areas' sizes, then each ring's control
+//! Layout: a 4 KiB header (magic, version, the three areas' sizes, then each ring's control
 //! words on cache lines of their own, then the closes word), the request ring's data area, the
-//! completion ring's.
+//! completion ring's, the request data area.
 
 use std::fs::File;
 use std::io;
@@ -19,13 +20,16 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+mod area;
 mod queue;
 #[allow(unsafe_code)]
 mod shm;
 mod spare;
 
+pub use area::CHUNK;
+pub(crate) use area::{DataArea, Slot};
 pub use queue::{set_spin, DEFAULT_SPIN};
-pub(crate) use queue::{Consumer, Parking, Producer, RingError, Wake};
+pub(crate) use queue::{Consumer, Parking, Producer, RingError, Taken, Wake};
 use queue::{Ctrl, Queue};
 pub(crate) use shm::{detach_fd, sealed_memfd, Mapping};
 pub(crate) use spare::give as give_spare;
@@ -39,12 +43,14 @@ pub(crate) const ANSWER_RINGS: u8 = 1;
 pub(crate) const ANSWER_SOCKET: u8 = 0;
 
 const MAGIC: u32 = u32::from_le_bytes(*b"TBRG");
-const LAYOUT_VERSION: u32 = 1;
+/// 2: the request data area (its size at byte 16, records naming data there).
+const LAYOUT_VERSION: u32 = 2;
 const HEADER_BYTES: usize = 4096;
 const MAGIC_AT: usize = 0;
 const VERSION_AT: usize = 4;
 const REQUEST_BYTES_AT: usize = 8;
 const COMPLETION_BYTES_AT: usize = 12;
+const DATA_BYTES_AT: usize = 16;
 const REQUEST_CTRL: Ctrl = Ctrl {
     tail: 64,
     space_waiter: 68,
@@ -109,18 +115,24 @@ pub(crate) fn waiter_bits(id: u64) -> u32 {
 pub const AREA_MIN: u32 = 4 << 10;
 pub const AREA_MAX: u32 = 64 << 20;
 
-/// The sizes of a session's two data areas (powers of two, [`AREA_MIN`]..=[`AREA_MAX`]).
+/// The sizes of a session's areas: the two rings' (powers of two, [`AREA_MIN`]..=[`AREA_MAX`])
+/// and the request data area's (0, none: every frame goes through the request ring; else a
+/// power of two, [`CHUNK`]..=[`AREA_MAX`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingSizes {
     pub request: u32,
     pub completion: u32,
+    pub data: u32,
 }
 
 impl Default for RingSizes {
+    /// Room in the data area for a whole-file write of 128 KiB from each of 20 threads at once,
+    /// or a few of 1 MiB.
     fn default() -> RingSizes {
         RingSizes {
             request: 256 << 10,
             completion: 256 << 10,
+            data: 4 << 20,
         }
     }
 }
@@ -134,10 +146,21 @@ impl RingSizes {
                 ));
             }
         }
+        let d = self.data;
+        if d != 0 && (!d.is_power_of_two() || !(CHUNK as u32..=AREA_MAX).contains(&d)) {
+            return Err(format!(
+                "data area of {d} bytes: 0 or a power of two from {CHUNK} to {AREA_MAX}"
+            ));
+        }
         Ok(())
     }
 
     fn total(&self) -> usize {
+        HEADER_BYTES + self.request as usize + self.completion as usize + self.data as usize
+    }
+
+    /// The request data area's first byte in the memfd.
+    fn data_at(&self) -> usize {
         HEADER_BYTES + self.request as usize + self.completion as usize
     }
 }
@@ -166,6 +189,8 @@ pub(crate) struct ClientRings {
     pub completions: Consumer,
     /// The closes word, which the server raises.
     pub closes: HeaderWord,
+    /// Where long requests' data goes (`None`: the sizes asked for no data area).
+    pub data: Option<DataArea>,
 }
 
 impl ClientRings {
@@ -181,6 +206,7 @@ impl ClientRings {
             (VERSION_AT, LAYOUT_VERSION),
             (REQUEST_BYTES_AT, sizes.request),
             (COMPLETION_BYTES_AT, sizes.completion),
+            (DATA_BYTES_AT, sizes.data),
         ] {
             if let Some(w) = map.word(at) {
                 w.store(v, Ordering::Relaxed);
@@ -190,11 +216,19 @@ impl ClientRings {
             .ok_or_else(|| io::Error::other("ring layout does not fit its memfd"))?;
         let closes = HeaderWord::new(&map, CLOSES_AT)
             .ok_or_else(|| io::Error::other("ring header does not fit its memfd"))?;
+        let data = match sizes.data {
+            0 => None,
+            n => Some(
+                DataArea::new(map.clone(), sizes.data_at(), n as usize)
+                    .ok_or_else(|| io::Error::other("data area does not fit its memfd"))?,
+            ),
+        };
         Ok(ClientRings {
             memfd,
             requests: Producer::new(req),
             completions: Consumer::new(cmp),
             closes,
+            data,
         })
     }
 }
@@ -221,7 +255,7 @@ impl ServerRings {
             .metadata()
             .map_err(|e| format!("the ring's memfd: {e}"))?
             .len();
-        let most = (HEADER_BYTES + 2 * AREA_MAX as usize) as u64;
+        let most = (HEADER_BYTES + 3 * AREA_MAX as usize) as u64;
         if !(HEADER_BYTES as u64..=most).contains(&len) {
             return Err(format!(
                 "a memfd of {len} bytes: rings take {HEADER_BYTES} to {most}"
@@ -229,25 +263,38 @@ impl ServerRings {
         }
         let map = Arc::new(Mapping::attach(&file, len as usize).map_err(|e| e.to_string())?);
         let read = |at: usize| map.word(at).map_or(0, |w| w.load(Ordering::Relaxed));
-        if read(MAGIC_AT) != MAGIC || read(VERSION_AT) != LAYOUT_VERSION {
-            return Err("the memfd's header is not a version 1 ring header".into());
+        if read(MAGIC_AT) != MAGIC {
+            return Err("the memfd's header is not a ring header".into());
+        }
+        if read(VERSION_AT) != LAYOUT_VERSION {
+            return Err(format!(
+                "ring layout version {}, this server reads version {LAYOUT_VERSION}",
+                read(VERSION_AT)
+            ));
         }
         let sizes = RingSizes {
             request: read(REQUEST_BYTES_AT),
             completion: read(COMPLETION_BYTES_AT),
+            data: read(DATA_BYTES_AT),
         };
         sizes.check()?;
         if sizes.total() as u64 > len {
             return Err(format!(
-                "rings of {} and {} bytes do not fit a memfd of {len}",
-                sizes.request, sizes.completion
+                "rings of {} and {} bytes and a data area of {} do not fit a memfd of {len}",
+                sizes.request, sizes.completion, sizes.data
             ));
         }
         let (req, cmp) = queues(&map, sizes).ok_or("ring layout does not fit its memfd")?;
+        let mut req = Consumer::new(req);
+        if sizes.data > 0 {
+            req = req
+                .with_area(sizes.data_at(), sizes.data as usize)
+                .ok_or("data area does not fit its memfd")?;
+        }
         let closes =
             HeaderWord::new(&map, CLOSES_AT).ok_or("ring header does not fit its memfd")?;
         Ok(ServerRings {
-            requests: Consumer::new(req),
+            requests: req,
             completions: Producer::new(cmp),
             closes,
         })

@@ -1,8 +1,9 @@
 //! One direction of a session's rings: a byte ring of records in the shared memfd, written by one
 //! producer and read by one consumer, each keeping its own position and publishing it.
 //!
-//! A record is a `u32` header (bit 31: more fragments of the same frame follow; the rest: the
-//! fragment's length), the fragment, and padding to 4 bytes. A frame longer than half the ring is
+//! A record is a `u32` header (bit 31: more fragments of the same frame follow; bit 30: the
+//! frame's data lies in the request data area, `area`; the rest: the fragment's length), the
+//! fragment, and padding to 4 bytes. A frame longer than half the ring is
 //! cut into fragments, written back to back, so a frame of any length up to the reader's limit
 //! passes through a ring of any size. Positions are free-running `u32` byte counts; the data area
 //! is a power of two, so a position's offset is its low bits.
@@ -21,6 +22,12 @@ use super::shm::{futex_wait, futex_wait_bits, futex_wake, futex_wake_bits, Mappi
 
 /// A fragment header's "more fragments follow" bit.
 const MORE: u32 = 1 << 31;
+/// A record header's "the frame's data lies in the data area" bit: the record is the frame's
+/// head, then a `u32` offset in the area and a `u32` length, and the frame is the head followed
+/// by those bytes of the area. Such a record is a whole frame.
+const OUT: u32 = 1 << 30;
+/// A record header's length bits.
+const LEN: u32 = OUT - 1;
 /// How long a side with nothing to do looks at the other side's position before parking, in
 /// ns: [`set_spin`].
 static SPIN_NS: AtomicU64 = AtomicU64::new(DEFAULT_SPIN.as_nanos() as u64);
@@ -290,6 +297,9 @@ pub(crate) struct Producer {
     /// that pushed with its wake deferred adds to it, and each such thread calls
     /// [`Producer::wake_deferred`] later, so no bit stays here for good.
     deferred: AtomicU32,
+    /// Records written so far (a frame in fragments counts each).
+    #[cfg(test)]
+    records: AtomicU64,
 }
 
 /// A producer's positions, behind its lock.
@@ -349,6 +359,8 @@ impl Producer {
             tails: Mutex::new(Tails::default()),
             drained: Condvar::new(),
             deferred: AtomicU32::new(0),
+            #[cfg(test)]
+            records: AtomicU64::new(0),
         }
     }
 
@@ -375,7 +387,31 @@ impl Producer {
         wake: Wake,
         peer: &UnixStream,
     ) -> Result<usize, RingError> {
-        self.push_as(parts, wake, false, peer)
+        self.push_as(parts, wake, false, 0, peer)
+    }
+
+    /// Pushes the frame `head` followed by the `len` bytes at byte `offset` of the request
+    /// data area ([`super::area::DataArea::put`] put them there) as one record holding
+    /// `head` and where the data lies. The data must stay there until the reader has taken
+    /// the record.
+    pub fn push_out(
+        &self,
+        head: &[u8],
+        (offset, len): (u32, u32),
+        wake: Wake,
+        peer: &UnixStream,
+    ) -> Result<usize, RingError> {
+        let mut place = [0u8; 8];
+        place[..4].copy_from_slice(&offset.to_le_bytes());
+        place[4..].copy_from_slice(&len.to_le_bytes());
+        self.push_as(&[head, &place], wake, false, OUT, peer)
+    }
+
+    /// Records written so far: a frame that fits one record counts one, a frame in fragments
+    /// one per fragment.
+    #[cfg(test)]
+    pub fn records(&self) -> u64 {
+        self.records.load(Ordering::Relaxed)
     }
 
     /// [`Producer::push_parts`] for the readers parked with one of `bits`, whose wake-up is
@@ -388,7 +424,7 @@ impl Producer {
         bits: u32,
         peer: &UnixStream,
     ) -> Result<(), RingError> {
-        self.push_as(parts, Wake::Bits(bits), true, peer)
+        self.push_as(parts, Wake::Bits(bits), true, 0, peer)
             .map(|_| ())
     }
 
@@ -412,15 +448,23 @@ impl Producer {
         self.deferred.load(Ordering::Acquire)
     }
 
+    /// Pushes the frame `parts` make; `flag` is [`OUT`] for a record naming its data in the
+    /// data area (which must fit one record), else 0.
     fn push_as(
         &self,
         parts: &[&[u8]],
         wake: Wake,
         defer: bool,
+        flag: u32,
         peer: &UnixStream,
     ) -> Result<usize, RingError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > self.q.cap / 2 - 4 {
+            if flag != 0 {
+                return Err(RingError::Corrupt(format!(
+                    "a head of {len} bytes does not fit one record"
+                )));
+            }
             return self.push_long(parts, len, wake, defer, peer);
         }
         let need = padded(len);
@@ -447,7 +491,7 @@ impl Producer {
             });
             start
         };
-        let written = self.write_record(start, len, 0, &mut parts.iter().copied());
+        let written = self.write_record(start, len, flag, &mut parts.iter().copied());
         let end = start.wrapping_add(need as u32);
         let mut owed = Owed::default();
         {
@@ -507,6 +551,8 @@ impl Producer {
         more: u32,
         parts: &mut impl Iterator<Item = &'a [u8]>,
     ) -> Result<(), RingError> {
+        #[cfg(test)]
+        self.records.fetch_add(1, Ordering::Relaxed);
         self.q.write(start, &(n as u32 | more).to_le_bytes())?;
         let mut at = start.wrapping_add(4);
         let mut want = n;
@@ -668,6 +714,20 @@ pub(crate) struct Consumer {
     partial: Vec<u8>,
     /// In a framed read, the body length the frame being read announced in its first 4 bytes.
     announced: Option<usize>,
+    /// The request data area's first byte in the mapping and its length (`None`: records
+    /// naming data there are corrupt).
+    area: Option<(usize, usize)>,
+    /// What was taken so far.
+    counts: Taken,
+}
+
+/// What a consumer took so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    pub frames: u64,
+    pub records: u64,
+    /// Frames whose data lay in the data area.
+    pub out_of_line: u64,
 }
 
 /// What one look at a ring found.
@@ -745,7 +805,22 @@ impl Consumer {
             head: 0,
             partial: Vec::new(),
             announced: None,
+            area: None,
+            counts: Taken::default(),
         }
+    }
+
+    /// Lets records name data in the area of `len` bytes at byte `base` of the mapping;
+    /// `None` if it does not lie inside it.
+    pub fn with_area(mut self, base: usize, len: usize) -> Option<Consumer> {
+        (base.checked_add(len)? <= self.q.map.len()).then_some(())?;
+        self.area = Some((base, len));
+        Some(self)
+    }
+
+    /// What was taken so far.
+    pub fn taken(&self) -> Taken {
+        self.counts
     }
 
     /// The next whole record-level frame, waiting for it; a frame longer than `limit` is
@@ -805,6 +880,43 @@ impl Consumer {
         self.head
     }
 
+    /// A record of `n` bytes at `at` whose data lies in the data area: its head's length, and
+    /// where in the mapping its data lies and how long it is, all checked. `inside`: the record
+    /// is not a whole frame (fragments came before it, or follow), which such a record must be.
+    fn out_of_line(
+        &self,
+        at: u32,
+        n: usize,
+        inside: bool,
+    ) -> Result<(usize, Option<(usize, usize)>), RingError> {
+        let Some((base, size)) = self.area else {
+            return Err(RingError::Corrupt(
+                "a record naming a data area the session has none of".into(),
+            ));
+        };
+        if inside {
+            return Err(RingError::Corrupt(
+                "a record naming the data area inside a frame in fragments".into(),
+            ));
+        }
+        let Some(head) = n.checked_sub(8) else {
+            return Err(RingError::Corrupt(format!(
+                "a record of {n} bytes naming the data area"
+            )));
+        };
+        let mut place = [0u8; 8];
+        self.q.read(at.wrapping_add(head as u32), &mut place)?;
+        let [o0, o1, o2, o3, l0, l1, l2, l3] = place;
+        let offset = u32::from_le_bytes([o0, o1, o2, o3]) as usize;
+        let len = u32::from_le_bytes([l0, l1, l2, l3]) as usize;
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(RingError::Corrupt(format!(
+                "{len} bytes at {offset} of a data area of {size}"
+            )));
+        }
+        Ok((head, Some((base + offset, len))))
+    }
+
     /// Takes the records published until a frame is whole.
     fn poll(&mut self, limit: usize, framed: bool) -> Result<Polled, RingError> {
         loop {
@@ -827,7 +939,7 @@ impl Consumer {
             let mut h = [0u8; 4];
             self.q.read(self.head, &mut h)?;
             let header = u32::from_le_bytes(h);
-            let n = (header & !MORE) as usize;
+            let n = (header & LEN) as usize;
             let need = padded(n);
             if need > avail {
                 return Err(RingError::Corrupt(format!(
@@ -835,7 +947,12 @@ impl Consumer {
                 )));
             }
             let mut at = self.head.wrapping_add(4);
-            let mut n = n;
+            let (mut n, out) = if header & OUT == 0 {
+                (n, None)
+            } else {
+                let mid_frame = (framed && self.announced.is_some()) || !self.partial.is_empty();
+                self.out_of_line(at, n, header & MORE != 0 || mid_frame)?
+            };
             if framed && self.announced.is_none() {
                 // A frame's first fragment starts with the body's length.
                 if n < 4 {
@@ -857,16 +974,25 @@ impl Consumer {
                 at = at.wrapping_add(4);
                 n -= 4;
             }
-            if self.partial.len() + n > limit {
+            let more_bytes = out.map_or(0, |(_, len)| len);
+            if self.partial.len() + n + more_bytes > limit {
                 return Err(RingError::Corrupt(format!(
                     "a frame longer than {limit} bytes"
                 )));
             }
             self.q.read_append(at, n, &mut self.partial)?;
+            if let Some((from, len)) = out {
+                if !self.q.map.read_append(from, len, &mut self.partial) {
+                    return Err(RingError::Corrupt("data outside the mapping".into()));
+                }
+                self.counts.out_of_line += 1;
+            }
+            self.counts.records += 1;
             self.head = self.head.wrapping_add(need as u32);
             self.q
                 .publish(self.q.ctrl.head, self.head, self.q.ctrl.space_waiter, None);
             if header & MORE == 0 {
+                self.counts.frames += 1;
                 let body = std::mem::take(&mut self.partial);
                 if let Some(len) = self.announced.take() {
                     if len != body.len() {

@@ -118,6 +118,7 @@ impl Engine {
     /// checkpoint root, as one or more logs ending in a checkpoint log.
     pub(crate) fn commit_checkpoint(&self, m: &mut State) -> Result<()> {
         let _laying_out = crate::phases::enter(crate::phases::Phase::Checkpoint);
+        let _work = crate::phases::meta_work(crate::phases::MetaWork::Checkpoint);
         crate::phases::count(|t| t.checkpoints += 1);
         m.ckpt.enter();
         let result = self.in_section(m, Section::Checkpoint, |m| {

@@ -42,6 +42,7 @@ impl Engine {
     /// inodes and the inode file's map. A pool whose room that would take answers `NoSpace`,
     /// after paying the debt with a checkpoint if that is what stands in the way.
     pub(in crate::tbfs) fn make_room_for_change(&self, m: &mut State, dir: u64) -> Result<()> {
+        let _work = crate::phases::meta_work(crate::phases::MetaWork::RoomForChange);
         let dir_blocks = if m.dirs.dirty().contains(&dir) {
             0
         } else {

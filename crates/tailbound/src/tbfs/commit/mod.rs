@@ -145,6 +145,7 @@ impl Engine {
     /// Writes a superblock naming the newest checkpoint now: sealed like the periodic one, then
     /// written with everything queued before it.
     pub(super) fn write_superblock(&self, m: &mut State) -> Result<()> {
+        let _work = crate::phases::meta_work(crate::phases::MetaWork::Superblock);
         self.seal_superblock(m);
         self.write_logs_until(m.writer.seq() + 1)
     }

@@ -362,7 +362,10 @@ impl Engine {
                 self.count(|c| c.space_waits += 1);
                 crate::phases::count(|t| t.space_waits += 1);
                 let start = std::time::Instant::now();
-                let written = self.write_logs_until(m.writer.seq() + 1);
+                let written = {
+                    let _work = crate::phases::meta_work(crate::phases::MetaWork::SpaceWait);
+                    self.write_logs_until(m.writer.seq() + 1)
+                };
                 self.writes.waited_for_logs(
                     crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev()),
                     start.elapsed(),
@@ -425,7 +428,10 @@ impl Engine {
             // own leaves the answer to the check below.
             m.cleaning.set_for_buffer(if for_buffer { need } else { 0 });
             let start = std::time::Instant::now();
-            let cleaned = self.clean(m, want, true);
+            let cleaned = {
+                let _work = crate::phases::meta_work(crate::phases::MetaWork::CleanForRoom);
+                self.clean(m, want, true)
+            };
             cleaned_for_it = true;
             let copied = cleaned.as_ref().map_or(0, |r| r.blocks_copied);
             self.writes.cleaned(

@@ -17,6 +17,7 @@ impl Engine {
     /// roll-forward. The block map nodes follow at the next checkpoint.
     pub(crate) fn commit_data_log(&self, m: &mut State, cell: &InodeCell) -> Result<()> {
         let _sealing = crate::phases::enter(crate::phases::Phase::Seal);
+        let _work = crate::phases::meta_work(crate::phases::MetaWork::Seal);
         self.in_section(m, Section::Sealing, |m| self.seal_data_log(m, cell))
     }
 
@@ -236,6 +237,7 @@ impl Engine {
         if count == 0 {
             return Ok(taken);
         }
+        let _work = crate::phases::meta_work(crate::phases::MetaWork::Seal);
         m.cleaning.buffer_seal_checks_space();
         match self.ensure_space(m, run_room(count)) {
             Err(Error::NoSpace(_)) if if_room => return Ok(taken),

@@ -121,7 +121,10 @@ impl Engine {
                 0
             });
             let start = Instant::now();
-            let cleaned = self.clean_one_victim(m, want);
+            let cleaned = {
+                let _work = crate::phases::meta_work(crate::phases::MetaWork::TaxPiece);
+                self.clean_one_victim(m, want)
+            };
             paid.sealed_first += m.cleaning.take_sealed_first();
             let copied = cleaned.as_ref().map_or(0, |r| r.blocks_copied);
             self.writes.cleaned(Some(key), start.elapsed(), copied);
