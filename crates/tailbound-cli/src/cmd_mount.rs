@@ -109,17 +109,26 @@ fn open_pool(pool: &Path, backend: &str) -> Result<(Fs, Arc<dyn Device>), String
 /// holds the pool's lock, which `umount` waits for, and removed by whoever reports it: that
 /// `umount`, or the next mount of the pool.
 fn sync_failure_path(pool: &Path) -> PathBuf {
-    let mut s = pool.as_os_str().to_owned();
-    s.push(".sync-failed");
-    PathBuf::from(s)
+    beside(pool, ".sync-failed")
 }
 
 /// Takes the report a server left in [`sync_failure_path`], if one is there.
 fn take_sync_failure(pool: &Path) -> Option<String> {
-    let path = sync_failure_path(pool);
-    let report = std::fs::read_to_string(&path).ok()?;
-    let _ = std::fs::remove_file(&path);
-    Some(report)
+    take_note(&sync_failure_path(pool))
+}
+
+/// The pool's path with `suffix` added: where a server leaves a note about the pool.
+fn beside(pool: &Path, suffix: &str) -> PathBuf {
+    let mut s = pool.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Reads and removes a note a server left, if one is there.
+fn take_note(path: &Path) -> Option<String> {
+    let note = std::fs::read_to_string(path).ok()?;
+    let _ = std::fs::remove_file(path);
+    Some(note)
 }
 
 /// Where a mount's server says it serves the pool: the pool's path with `.serving` added,
@@ -130,18 +139,13 @@ fn take_sync_failure(pool: &Path) -> Option<String> {
 /// for the lock, finds it and fails; a mount ended otherwise leaves it to the next mount,
 /// which warns.
 fn serving_path(pool: &Path) -> PathBuf {
-    let mut s = pool.as_os_str().to_owned();
-    s.push(".serving");
-    PathBuf::from(s)
+    beside(pool, ".serving")
 }
 
 /// Takes what a server left in [`serving_path`], if anything is there: the server that wrote
 /// it ended without confirming its final sync.
 fn take_serving(pool: &Path) -> Option<String> {
-    let path = serving_path(pool);
-    let note = std::fs::read_to_string(&path).ok()?;
-    let _ = std::fs::remove_file(&path);
-    Some(note.trim().to_string())
+    take_note(&serving_path(pool)).map(|note| note.trim().to_string())
 }
 
 pub fn run(args: MountArgs) -> CliResult {

@@ -161,6 +161,12 @@ fn fairness_quick_writes_the_issues_schema_and_restores_the_machine() {
             assert!(system.starts_with("tbfs"), "{case}");
             expected.insert("writers".to_string());
         }
+        // tbfs cases add the pool's waits (waits for the device under `meta` among them).
+        if let Some(waits) = case.get("pool_waits") {
+            assert!(system.starts_with("tbfs"), "{case}");
+            assert!(waits["meta_device_waits"].is_number(), "{case}");
+            expected.insert("pool_waits".to_string());
+        }
         // Every case counts its shares other ways too (the bench's `accounting`).
         expected.insert("accounting".to_string());
         assert!(case["accounting"]["at_return_error"].is_number(), "{case}");
