@@ -157,7 +157,6 @@ impl Client {
         self.leases.forget();
     }
 
-    /// The data lease this session keeps for inode `ino` (tests).
     /// Records the session's request ring took so far (`None` on the socket).
     #[cfg(test)]
     pub(super) fn records_sent(&self) -> Option<u64> {
@@ -170,6 +169,7 @@ impl Client {
         self.conn.data_area()
     }
 
+    /// The data lease this session keeps for inode `ino` (tests).
     #[cfg(test)]
     pub(super) fn data_lease(&self, ino: u64) -> Option<Arc<super::lease::DataLease>> {
         self.leases.data_lease(ino)

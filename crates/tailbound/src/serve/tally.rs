@@ -1,8 +1,9 @@
 //! What a session's transport did, counted: requests by operation code, and the wake-ups the
 //! rings cost (workers parking, waking to find nothing; completions that woke a parked
 //! client thread; on the rings, the request frames taken, the records they came in and how
-//! many had their data in the data area). Kept only when [`ENV`] names a file: each session appends one
-//! line there when it ends. For finding which calls cross and why; costs nothing when off.
+//! many had their data in the data area). Kept only when [`ENV`] names a file: each session
+//! appends one line there when it ends. For finding which calls cross and why; costs nothing
+//! when off.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
