@@ -54,6 +54,31 @@ fn a_write_of_128_kib_1_mib_or_4_mib_is_one_record() {
     }
 }
 
+/// With the default rings a read of 128 KiB, 1 MiB or 2 MiB less a page (within half the
+/// completion ring) comes back in completions of one record each, never in fragments.
+#[test]
+fn a_read_of_128_kib_or_1_mib_completes_in_one_record() {
+    let f = fixture(false);
+    let c = Client::connect(&f.socket).unwrap();
+    let file = c.open_file("/r", OpenFlags::create()).unwrap();
+    let data = pattern(3, 2 << 20);
+    file.pwrite(&data, 0).unwrap();
+    for n in [128 << 10, 1 << 20, (2 << 20) - 4096] {
+        let before = c.completions_taken().unwrap();
+        let mut back = vec![0u8; n];
+        assert_eq!(file.pread(&mut back, 0).unwrap(), n);
+        assert!(back == data[..n], "the {n} bytes read back differ");
+        let after = c.completions_taken().unwrap();
+        let frames = after.frames - before.frames;
+        assert!(frames >= 1, "a read of {n} bytes crossed no completion");
+        assert_eq!(
+            after.records - before.records,
+            frames,
+            "a read of {n} bytes: its completions in fragments"
+        );
+    }
+}
+
 /// Threads of one session write long pieces (through a data area of four chunks, so they wait
 /// for room) and short ones (through the ring) into the same files at once: every write lands,
 /// and where a thread wrote a place twice its later write is what is there.

@@ -130,11 +130,12 @@ pub struct RingSizes {
 
 impl Default for RingSizes {
     /// Room in the data area for a whole-file write of 128 KiB from each of 20 threads at once,
-    /// or a few of 1 MiB.
+    /// or a few of 1 MiB; a completion ring in which a read's data of up to 2 MiB is one
+    /// record, copied in outside the producer's lock, never fragments held under it.
     fn default() -> RingSizes {
         RingSizes {
             request: 256 << 10,
-            completion: 256 << 10,
+            completion: 4 << 20,
             data: 4 << 20,
         }
     }
