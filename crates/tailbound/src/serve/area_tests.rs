@@ -1,7 +1,8 @@
 //! The request data area: a long write is one record however long it is, data in the area and
 //! short frames from many threads arrive whole and in each thread's order, a thread waiting for
-//! room in the area holds up no other thread's call, and a record naming data the area does
-//! not hold ends that session only.
+//! room in the area holds up no other thread's call, a write's data there is read where it
+//! lies (not copied out first), and a record naming data the area does not hold ends that
+//! session only.
 
 use std::io::Read;
 use std::os::unix::net::UnixStream;
@@ -9,7 +10,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::codec::read_frame;
+use super::codec::{read_frame, FRAME_MAX};
 use super::protocol::{Reply, Request, VERSION};
 use super::ring::{
     self, testing, ClientRings, RingError, RingSizes, ServerRings, Wake, CHUNK, FEATURE_RING,
@@ -50,6 +51,31 @@ fn a_write_of_128_kib_1_mib_or_4_mib_is_one_record() {
         assert_eq!(file.pread(&mut back, at).unwrap(), n);
         assert!(back == data, "the {n} bytes read back differ");
         at += n as u64;
+    }
+}
+
+/// With the default rings a read of 128 KiB, 1 MiB or 2 MiB less a page (within half the
+/// completion ring) comes back in completions of one record each, never in fragments.
+#[test]
+fn a_read_of_128_kib_or_1_mib_completes_in_one_record() {
+    let f = fixture(false);
+    let c = Client::connect(&f.socket).unwrap();
+    let file = c.open_file("/r", OpenFlags::create()).unwrap();
+    let data = pattern(3, 2 << 20);
+    file.pwrite(&data, 0).unwrap();
+    for n in [128 << 10, 1 << 20, (2 << 20) - 4096] {
+        let before = c.completions_taken().unwrap();
+        let mut back = vec![0u8; n];
+        assert_eq!(file.pread(&mut back, 0).unwrap(), n);
+        assert!(back == data[..n], "the {n} bytes read back differ");
+        let after = c.completions_taken().unwrap();
+        let frames = after.frames - before.frames;
+        assert!(frames >= 1, "a read of {n} bytes crossed no completion");
+        assert_eq!(
+            after.records - before.records,
+            frames,
+            "a read of {n} bytes: its completions in fragments"
+        );
     }
 }
 
@@ -343,4 +369,114 @@ fn a_memfd_of_the_layout_before_the_data_area_is_refused_with_its_version() {
     testing::poke(&rings, 4, 1);
     let err = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap_err();
     assert!(err.contains("version 1"), "{err}");
+}
+
+/// A write's data of 16 KiB, 128 KiB or 1 MiB in the area reaches the request the server
+/// decodes where it lies: each frame is one record, no frame's data is copied out of the area,
+/// and the data is what was written.
+#[test]
+fn a_writes_data_in_the_area_is_read_where_it_lies() {
+    let rings = ClientRings::create(RingSizes::default()).unwrap();
+    let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
+    let (a, _b) = UnixStream::pair().unwrap();
+    let area = rings.data.as_ref().unwrap();
+    let mut consumer = server.requests;
+    let sizes = [CHUNK, 128 << 10, 1 << 20];
+    for (i, n) in sizes.into_iter().enumerate() {
+        let data = pattern(i, n);
+        let id = i as u64 + 1;
+        let lent = Request::Write {
+            handle: 7,
+            offset: 3,
+            data: Default::default(),
+        };
+        let (head, tail) = lent.encode_with(id, None, Some(&data));
+        let slot = area.put(tail).unwrap();
+        rings
+            .requests
+            .push_out(&head, slot.place(), Wake::Nobody, &a)
+            .unwrap();
+        let frame = consumer.try_lent(FRAME_MAX).unwrap().unwrap();
+        assert!(frame.tail.is_some(), "a write of {n} bytes");
+        let (got_id, decoded) = Request::decode_frame(frame, false);
+        assert_eq!(got_id, Some(id));
+        let Ok((
+            None,
+            Request::Write {
+                handle,
+                offset,
+                data: got,
+            },
+        )) = decoded
+        else {
+            panic!("a write of {n} bytes decoded as {decoded:?}");
+        };
+        assert_eq!((handle, offset), (7, 3));
+        assert!(got.is_lent(), "a write of {n} bytes: its data was copied");
+        assert!(got.as_slice() == data.as_slice(), "a write of {n} bytes");
+        // The client lets go of its chunks once the completion is back.
+        drop(got);
+        drop(slot);
+    }
+    let t = consumer.taken();
+    assert_eq!(t.frames, sizes.len() as u64);
+    assert_eq!(t.records, sizes.len() as u64);
+    assert_eq!(t.out_of_line, sizes.len() as u64);
+    assert_eq!(t.copied_out, 0);
+}
+
+/// Data in the area that is not a write's whole data right after its length (a request that
+/// takes no data, a length that disagrees with the area's, data begun in the head) is decoded
+/// as one buffer, as from the socket: an error for the first two, the whole write for the
+/// last.
+#[test]
+fn data_in_the_area_that_is_not_a_writes_whole_data_is_decoded_as_one_buffer() {
+    let rings = ClientRings::create(TIGHT).unwrap();
+    let server = ServerRings::attach(vec![rings.memfd.try_clone().unwrap().into()]).unwrap();
+    let (a, _b) = UnixStream::pair().unwrap();
+    let area = rings.data.as_ref().unwrap();
+    let mut consumer = server.requests;
+    let data = pattern(5, 2 * CHUNK);
+    let write = Request::Write {
+        handle: 9,
+        offset: 0,
+        data: Default::default(),
+    };
+    let mut take = |head: &[u8], tail: &[u8]| {
+        let slot = area.put(tail).unwrap();
+        rings
+            .requests
+            .push_out(head, slot.place(), Wake::Nobody, &a)
+            .unwrap();
+        let frame = consumer.try_lent(FRAME_MAX).unwrap().unwrap();
+        Request::decode_frame(frame, false)
+    };
+    // A stat with data: left over.
+    let stat = Request::Stat {
+        path: "/".into(),
+        follow: true,
+    };
+    let (mut head, _) = stat.encode_with(1, None, None);
+    let body = (head.len() - 4 + data.len()) as u32;
+    head[..4].copy_from_slice(&body.to_le_bytes());
+    let (id, r) = take(&head, &data);
+    assert_eq!(id, Some(1));
+    assert!(r.is_err(), "{r:?}");
+    // A write whose data is said to be longer than the area's.
+    let (mut head, _) = write.encode_with(2, None, Some(&data));
+    let at = head.len() - 4;
+    head[at..].copy_from_slice(&(data.len() as u32 + 5).to_le_bytes());
+    let (id, r) = take(&head, &data);
+    assert_eq!(id, Some(2));
+    assert!(r.is_err(), "{r:?}");
+    // A write whose data begins in the head and goes on in the area: decoded whole, copied.
+    let (mut head, _) = write.encode_with(3, None, Some(&data));
+    head.extend_from_slice(&data[..5]);
+    let (id, r) = take(&head, &data[5..]);
+    assert_eq!(id, Some(3));
+    let Ok((None, Request::Write { data: got, .. })) = r else {
+        panic!("{r:?}");
+    };
+    assert!(!got.is_lent());
+    assert!(got.as_slice() == data.as_slice());
 }

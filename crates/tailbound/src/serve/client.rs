@@ -163,6 +163,12 @@ impl Client {
         self.conn.records_sent()
     }
 
+    /// What the session's completion ring's reader took so far (`None` on the socket).
+    #[cfg(test)]
+    pub(super) fn completions_taken(&self) -> Option<super::ring::Taken> {
+        self.conn.completions_taken()
+    }
+
     /// The session's request data area, if it has one.
     #[cfg(test)]
     pub(super) fn data_area(&self) -> Option<&super::ring::DataArea> {

@@ -489,6 +489,15 @@ impl Conn {
         }
     }
 
+    /// What the completion ring's reader took so far (`None` on the socket).
+    #[cfg(test)]
+    pub fn completions_taken(&self) -> Option<super::ring::Taken> {
+        match &self.wire {
+            Wire::Ring { recv, .. } => Some(recv.lock().unwrap_or_else(|p| p.into_inner()).taken()),
+            Wire::Socket { .. } => None,
+        }
+    }
+
     /// The request data area, if the session has one.
     #[cfg(test)]
     pub fn data_area(&self) -> Option<&DataArea> {

@@ -17,7 +17,9 @@ use super::posted::Gate;
 use super::protocol::{
     Reply, Request, CLOSE_POSTED, FEATURE_CALLER, FEATURE_OPEN_STAT, FEATURE_POSTED_CLOSE, VERSION,
 };
-use super::ring::{self, Consumer, Parking, Producer, RingError, ServerRings, Wake, FEATURE_RING};
+use super::ring::{
+    self, Consumer, Frame, Parking, Producer, RingError, ServerRings, Wake, FEATURE_RING,
+};
 use super::session::Session;
 use super::shared::Shared;
 use super::tally::{Event, Tally};
@@ -206,7 +208,7 @@ const DEFER_MOST: usize = 2;
 /// What a look at the transport found.
 enum Next {
     /// A request's body.
-    Body(Vec<u8>),
+    Body(Frame),
     /// Nothing yet: park on the [`Inbound::parking`] until the ring moves from this position.
     Wait(u32),
 }
@@ -252,7 +254,10 @@ impl Inbound for SocketIn {
         };
         // A frame too long or cut short cannot be skipped safely: the session ends, quietly, as
         // a client that sent it has no one to read a complaint.
-        Ok(read_frame(stream).ok().flatten().map(Next::Body))
+        Ok(read_frame(stream)
+            .ok()
+            .flatten()
+            .map(|b| Next::Body(Frame::from(b))))
     }
 }
 
@@ -282,7 +287,8 @@ struct RingIn {
 
 impl Inbound for RingIn {
     fn next(&mut self) -> std::result::Result<Option<Next>, String> {
-        match self.consumer.try_frame(FRAME_MAX) {
+        // A write's data in the request data area stays there until the engine takes it.
+        match self.consumer.try_lent(FRAME_MAX) {
             Ok(Ok(body)) => Ok(Some(Next::Body(body))),
             Ok(Err(seen)) => Ok(Some(Next::Wait(seen))),
             Err(RingError::Gone) => Ok(None),
@@ -411,7 +417,7 @@ impl Workers<'_> {
     ///
     /// A posted close is applied here, by the reader, before the reader's turn goes to the
     /// next: no later request of the session is taken before it is applied.
-    fn next(&self, s: &Session<'_>) -> Option<Vec<u8>> {
+    fn next(&self, s: &Session<'_>) -> Option<Frame> {
         let mut woken = false;
         loop {
             let tl = self.times.as_ref().map(|_| std::time::Instant::now());
@@ -499,9 +505,16 @@ impl Workers<'_> {
 impl Workers<'_> {
     /// If `body` is a posted close, applies it and says so. It has no completion: an error
     /// (a handle already closed) has no one to go to.
-    fn posted(&self, s: &Session<'_>, body: &[u8]) -> bool {
+    fn posted(&self, s: &Session<'_>, body: &Frame) -> bool {
         // The operation's byte follows the id and, when requests carry it, the caller.
         let at = if self.callers.is_some() { 14 } else { 8 };
+        let Frame {
+            head: body,
+            tail: None,
+        } = body
+        else {
+            return false;
+        };
         if body.get(at) != Some(&CLOSE_POSTED) {
             return false;
         }
@@ -608,18 +621,21 @@ fn answer<'scope, 'env, 'w: 'env>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
     s: &'env Session<'_>,
     w: &'env Workers<'w>,
-    body: Vec<u8>,
+    body: Frame,
 ) {
     let t0 = w.times.as_ref().map(|_| std::time::Instant::now());
-    let op = body.get(if w.callers.is_some() { 14 } else { 8 }).copied();
+    let op = body
+        .head
+        .get(if w.callers.is_some() { 14 } else { 8 })
+        .copied();
     if let Some(t) = w.tally {
         // The operation's byte follows the id and, when requests carry it, the caller.
         let at = if w.callers.is_some() { 14 } else { 8 };
-        if let Some(&op) = body.get(at) {
+        if let Some(&op) = body.head.get(at) {
             t.request(op);
         }
     }
-    let (req_id, decoded) = Request::decode_owned(body, w.callers.is_some());
+    let (req_id, decoded) = Request::decode_frame(body, w.callers.is_some());
     let decoded = decoded.map(|(caller, r)| {
         let charge = caller
             .zip(w.callers.as_ref())

@@ -300,30 +300,61 @@ pub enum Request {
 }
 
 /// A write's data, or a leased read's. Decoded on the server, a write's data is the tail of the
-/// request's frame body, kept in place: the body was copied once out of the client's ring, and
-/// its data is not copied again before the engine takes it. Decoded on the client, a leased
-/// read's data stays in the completion's body until it is copied to the caller's buffer.
+/// request's frame body, kept in place: the body was copied once out of the client's ring (or,
+/// when the data lay in the request data area, is read there), and its data is not copied again
+/// before the engine takes it. Decoded on the client, a leased read's data stays in the
+/// completion's body until it is copied to the caller's buffer.
 #[derive(Clone, Default)]
 pub struct Payload {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// The data, when it lies in a session's request data area (`buf` is then empty).
+    lent: Option<super::ring::Lent>,
 }
 
 impl Payload {
     /// The bytes of `buf` from `start` on (none if `start` is past its end).
     pub(super) fn tail_of(buf: Vec<u8>, start: usize) -> Payload {
         let end = buf.len();
-        Payload { buf, start, end }
+        Payload {
+            buf,
+            start,
+            end,
+            lent: None,
+        }
     }
 
     /// The bytes of `buf` in `start..end` (none if that is not a range within it).
     pub(super) fn range_of(buf: Vec<u8>, start: usize, end: usize) -> Payload {
-        Payload { buf, start, end }
+        Payload {
+            buf,
+            start,
+            end,
+            lent: None,
+        }
+    }
+
+    /// Data left in a session's request data area, read where it lies.
+    pub(super) fn lent(lent: super::ring::Lent) -> Payload {
+        Payload {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            lent: Some(lent),
+        }
+    }
+
+    /// Whether the data is read where it lies in a request data area (not copied).
+    pub fn is_lent(&self) -> bool {
+        self.lent.is_some()
     }
 
     pub fn as_slice(&self) -> &[u8] {
-        self.buf.get(self.start..self.end).unwrap_or(&[])
+        match &self.lent {
+            Some(l) => l.bytes(),
+            None => self.buf.get(self.start..self.end).unwrap_or(&[]),
+        }
     }
 }
 
@@ -337,7 +368,12 @@ impl Drop for Payload {
 impl From<Vec<u8>> for Payload {
     fn from(buf: Vec<u8>) -> Payload {
         let end = buf.len();
-        Payload { buf, start: 0, end }
+        Payload {
+            buf,
+            start: 0,
+            end,
+            lent: None,
+        }
     }
 }
 

@@ -13,10 +13,23 @@ pub use super::messages::{
     FEATURE_CALLER, FEATURE_OPEN_STAT, FEATURE_POSTED_CLOSE, MAGIC, VERSION,
 };
 use super::protocol_fields::{flags_dec, flags_enc, lock_dec, lock_enc};
+use super::ring::Frame;
 use crate::tbfs::{Error, SetAttr};
 
 // ---------------------------------------------------------------------------------------------
 // Requests
+
+/// Where decoding a request leaves a write's data.
+#[derive(Debug, Clone, Copy)]
+enum DataAt {
+    /// Copied into the request.
+    Copied,
+    /// Left in the body: its position there, once found.
+    Body(usize),
+    /// In the request data area, `len` bytes: the body holds only their length, at its end;
+    /// `found` once a write's data field was that.
+    Lent { len: usize, found: bool },
+}
 
 impl Request {
     /// The request as a frame with id `id`.
@@ -275,14 +288,14 @@ impl Request {
     /// A request frame's body: its id and the request. An id that decodes with a request that
     /// does not is returned with the error, so the reply can name it.
     pub fn decode(body: &[u8]) -> (Option<u64>, WireResult<Request>) {
-        let (id, r) = Request::decode_body(body, false, &mut None);
+        let (id, r) = Request::decode_body(body, false, &mut DataAt::Copied);
         (id, r.map(|(_, r)| r))
     }
 
     /// A request frame's body in a session that agreed to [`FEATURE_CALLER`]: its id, its
     /// caller and the request.
     pub fn decode_from(body: &[u8]) -> (Option<u64>, WireResult<(Caller, Request)>) {
-        let (id, r) = Request::decode_body(body, true, &mut None);
+        let (id, r) = Request::decode_body(body, true, &mut DataAt::Copied);
         (
             id,
             r.map(|(c, r)| (c.expect("a called body decodes its caller"), r)),
@@ -295,11 +308,11 @@ impl Request {
         body: Vec<u8>,
         called: bool,
     ) -> (Option<u64>, WireResult<(Option<Caller>, Request)>) {
-        let mut data_at = Some(0);
+        let mut data_at = DataAt::Body(0);
         let (id, r) = Request::decode_body(&body, called, &mut data_at);
         // The data is the body's last field (the whole body was used): it is the body's tail.
         let r = r.map(|(c, mut r)| {
-            if let (Some(at), Some(p)) = (data_at, r.payload_mut()) {
+            if let (DataAt::Body(at), Some(p)) = (data_at, r.payload_mut()) {
                 *p = Payload::tail_of(body, at);
             }
             (c, r)
@@ -307,12 +320,44 @@ impl Request {
         (id, r)
     }
 
+    /// [`Request::decode_owned`] of a frame taken off the rings: a write's data that lay in
+    /// the request data area is read there ([`Payload::is_lent`]), not copied. A frame whose
+    /// data in the area is anything but a write's whole data, right after its length at the
+    /// end of the head, is decoded as one buffer, as from the socket.
+    pub(crate) fn decode_frame(
+        frame: Frame,
+        called: bool,
+    ) -> (Option<u64>, WireResult<(Option<Caller>, Request)>) {
+        let Frame { head, tail } = frame;
+        let Some(tail) = tail else {
+            return Request::decode_owned(head, called);
+        };
+        let mut data_at = DataAt::Lent {
+            len: tail.len(),
+            found: false,
+        };
+        let (id, r) = Request::decode_body(&head, called, &mut data_at);
+        match (r, data_at) {
+            (Ok((c, mut r)), DataAt::Lent { found: true, .. }) => {
+                if let Some(p) = r.payload_mut() {
+                    *p = Payload::lent(tail);
+                }
+                (id, Ok((c, r)))
+            }
+            _ => {
+                let mut body = head;
+                tail.copy_to(&mut body);
+                Request::decode_owned(body, called)
+            }
+        }
+    }
+
     /// The id, then (with `called`) the caller, then the request, which must end the body;
     /// `data_at` as [`Request::decode_rest`] takes it.
     fn decode_body(
         body: &[u8],
         called: bool,
-        data_at: &mut Option<usize>,
+        data_at: &mut DataAt,
     ) -> (Option<u64>, WireResult<(Option<Caller>, Request)>) {
         let mut d = Dec::new(body);
         let id = match d.u64("request id") {
@@ -346,20 +391,29 @@ impl Request {
         }
     }
 
-    /// The request after the id (and caller). With `data_at` given, a write's data is left
-    /// out (an empty placeholder) and its position in the body put in `data_at`; else it is
-    /// copied.
-    fn decode_rest(d: &mut Dec<'_>, data_at: &mut Option<usize>) -> WireResult<Request> {
+    /// The request after the id (and caller). A write's data is copied or left out (an empty
+    /// placeholder), as `data_at` says.
+    fn decode_rest(d: &mut Dec<'_>, data_at: &mut DataAt) -> WireResult<Request> {
         use Request as R;
         let op = d.u8("operation")?;
         let mut data = |d: &mut Dec<'_>| -> WireResult<Payload> {
+            if let DataAt::Lent { len, found } = data_at {
+                // Only the data's length is in the body, at its end; the data is the tail.
+                let n = d.u32("data")? as usize;
+                d.end("data in the area")?;
+                if n != *len {
+                    return Err(WireError(format!("data of {n} bytes, {len} in the area")));
+                }
+                *found = true;
+                return Ok(Payload::default());
+            }
             let bytes = d.bytes("data")?;
             Ok(match data_at {
-                Some(at) => {
+                DataAt::Body(at) => {
                     *at = d.position() - bytes.len();
                     Payload::default()
                 }
-                None => Payload::from(bytes),
+                _ => Payload::from(bytes),
             })
         };
         Ok(match op {

@@ -99,8 +99,8 @@ impl Tally {
         }
         let ring = match *self.taken.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(t) => format!(
-                " frames {} records {} out_of_line {}",
-                t.frames, t.records, t.out_of_line
+                " frames {} records {} out_of_line {} copied_out {}",
+                t.frames, t.records, t.out_of_line, t.copied_out
             ),
             None => String::new(),
         };
@@ -168,10 +168,11 @@ mod tests {
             frames: 5,
             records: 6,
             out_of_line: 2,
+            copied_out: 1,
         });
         assert!(
             t.line(8)
-                .ends_with(" raises 0 frames 5 records 6 out_of_line 2"),
+                .ends_with(" raises 0 frames 5 records 6 out_of_line 2 copied_out 1"),
             "{}",
             t.line(8)
         );

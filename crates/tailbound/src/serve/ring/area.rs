@@ -4,10 +4,10 @@
 //!
 //! The area is cut into [`CHUNK`]-byte chunks; a frame's data takes a run of them, the lowest
 //! that is free (so the memory touched stays small while few writes are in flight), until its
-//! call's completion comes back (the server copied the data out before it answered). Only the
+//! call's completion comes back (the server took the data before it answered). Only the
 //! client allocates and frees: the server reads where a record says, after checking it lies
-//! inside the area. A thread that finds no room waits here, holding no lock of the ring: other
-//! threads' frames are published meanwhile.
+//! inside the area, and reads it where it lies ([`Lent`](super::Lent)). A thread that finds no room waits
+//! here, holding no lock of the ring: other threads' frames are published meanwhile.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 

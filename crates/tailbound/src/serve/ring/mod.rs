@@ -7,6 +7,7 @@
 //! - `queue`: one ring: records, fragments, positions, parking and waking.
 //! - `spare`: frame buffers kept, one set per process, for the next frame.
 //! - `area`: the request data area, where a long request's data goes (the client's end).
+//! - `lent`: a request's data in that area as the server reads it, where it lies.
 //! - here: the memfd's layout and header, and the two ends of a session's pair of rings.
 //!
 //! Layout: a 4 KiB header (magic, version, the three areas' sizes, then each ring's control
@@ -21,6 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 mod area;
+mod lent;
 mod queue;
 #[allow(unsafe_code)]
 mod shm;
@@ -28,8 +30,9 @@ mod spare;
 
 pub use area::CHUNK;
 pub(crate) use area::{DataArea, Slot};
+pub(crate) use lent::Lent;
 pub use queue::{set_spin, DEFAULT_SPIN};
-pub(crate) use queue::{Consumer, Parking, Producer, RingError, Taken, Wake};
+pub(crate) use queue::{Consumer, Frame, Parking, Producer, RingError, Taken, Wake};
 use queue::{Ctrl, Queue};
 pub(crate) use shm::{detach_fd, sealed_memfd, Mapping};
 pub(crate) use spare::give as give_spare;
@@ -127,11 +130,12 @@ pub struct RingSizes {
 
 impl Default for RingSizes {
     /// Room in the data area for a whole-file write of 128 KiB from each of 20 threads at once,
-    /// or a few of 1 MiB.
+    /// or a few of 1 MiB; a completion ring in which a read's data of up to 2 MiB is one
+    /// record, copied in outside the producer's lock, never fragments held under it.
     fn default() -> RingSizes {
         RingSizes {
             request: 256 << 10,
-            completion: 256 << 10,
+            completion: 4 << 20,
             data: 4 << 20,
         }
     }

@@ -18,6 +18,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::lent::Lent;
 use super::shm::{futex_wait, futex_wait_bits, futex_wake, futex_wake_bits, Mapping};
 
 /// A fragment header's "more fragments follow" bit.
@@ -728,12 +729,36 @@ pub struct Taken {
     pub records: u64,
     /// Frames whose data lay in the data area.
     pub out_of_line: u64,
+    /// Of those, the frames whose data was copied out of the area here (the rest were handed
+    /// on with their data where it lies).
+    pub copied_out: u64,
+}
+
+/// A frame's body as taken: the bytes of its records and, when its data lay in the request
+/// data area, that data after them, where it lies.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    pub head: Vec<u8>,
+    pub tail: Option<Lent>,
+}
+
+impl From<Vec<u8>> for Frame {
+    fn from(head: Vec<u8>) -> Frame {
+        Frame { head, tail: None }
+    }
+}
+
+impl Frame {
+    /// The body's length, the tail's bytes included.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail.as_ref().map_or(0, Lent::len)
+    }
 }
 
 /// What one look at a ring found.
 enum Polled {
     /// A whole frame.
-    Frame(Vec<u8>),
+    Frame(Frame),
     /// No whole frame yet; the producer's position seen.
     Wait(u32),
 }
@@ -848,7 +873,7 @@ impl Consumer {
     ) -> Result<Vec<u8>, RingError> {
         loop {
             match self.poll(limit, framed)? {
-                Polled::Frame(f) => return Ok(f),
+                Polled::Frame(f) => return Ok(self.flatten(f)),
                 Polled::Wait(tail) => self.q.wait_change(
                     self.q.ctrl.tail,
                     tail,
@@ -866,9 +891,28 @@ impl Consumer {
     /// position seen, for [`Parking::wait`].
     pub fn try_frame(&mut self, limit: usize) -> Result<Result<Vec<u8>, u32>, RingError> {
         Ok(match self.poll(limit, true)? {
+            Polled::Frame(f) => Ok(self.flatten(f)),
+            Polled::Wait(tail) => Err(tail),
+        })
+    }
+
+    /// [`Consumer::try_frame`] that leaves a frame's data in the request data area, where it
+    /// lies, as the frame's [`Frame::tail`].
+    pub fn try_lent(&mut self, limit: usize) -> Result<Result<Frame, u32>, RingError> {
+        Ok(match self.poll(limit, true)? {
             Polled::Frame(f) => Ok(f),
             Polled::Wait(tail) => Err(tail),
         })
+    }
+
+    /// The frame's body in one buffer: its data in the area copied after its head.
+    fn flatten(&mut self, f: Frame) -> Vec<u8> {
+        let Frame { mut head, tail } = f;
+        if let Some(t) = tail {
+            t.copy_to(&mut head);
+            self.counts.copied_out += 1;
+        }
+        head
     }
 
     pub fn parking(&self) -> Parking {
@@ -888,7 +932,7 @@ impl Consumer {
         at: u32,
         n: usize,
         inside: bool,
-    ) -> Result<(usize, Option<(usize, usize)>), RingError> {
+    ) -> Result<(usize, Option<Lent>), RingError> {
         let Some((base, size)) = self.area else {
             return Err(RingError::Corrupt(
                 "a record naming a data area the session has none of".into(),
@@ -914,7 +958,9 @@ impl Consumer {
                 "{len} bytes at {offset} of a data area of {size}"
             )));
         }
-        Ok((head, Some((base + offset, len))))
+        let lent = Lent::new(self.q.map.clone(), base + offset, len)
+            .ok_or_else(|| RingError::Corrupt("data outside the mapping".into()))?;
+        Ok((head, Some(lent)))
     }
 
     /// Takes the records published until a frame is whole.
@@ -968,23 +1014,22 @@ impl Consumer {
                         "a frame longer than {limit} bytes"
                     )));
                 }
-                // The whole body at once: assembling fragments then moves nothing.
-                self.partial = super::spare::take(len);
+                // The whole body at once: assembling fragments then moves nothing. Data in the
+                // area stays there.
+                let lent = out.as_ref().map_or(0, Lent::len);
+                self.partial = super::spare::take(len.saturating_sub(lent));
                 self.announced = Some(len);
                 at = at.wrapping_add(4);
                 n -= 4;
             }
-            let more_bytes = out.map_or(0, |(_, len)| len);
+            let more_bytes = out.as_ref().map_or(0, Lent::len);
             if self.partial.len() + n + more_bytes > limit {
                 return Err(RingError::Corrupt(format!(
                     "a frame longer than {limit} bytes"
                 )));
             }
             self.q.read_append(at, n, &mut self.partial)?;
-            if let Some((from, len)) = out {
-                if !self.q.map.read_append(from, len, &mut self.partial) {
-                    return Err(RingError::Corrupt("data outside the mapping".into()));
-                }
+            if out.is_some() {
                 self.counts.out_of_line += 1;
             }
             self.counts.records += 1;
@@ -993,7 +1038,10 @@ impl Consumer {
                 .publish(self.q.ctrl.head, self.head, self.q.ctrl.space_waiter, None);
             if header & MORE == 0 {
                 self.counts.frames += 1;
-                let body = std::mem::take(&mut self.partial);
+                let body = Frame {
+                    head: std::mem::take(&mut self.partial),
+                    tail: out,
+                };
                 if let Some(len) = self.announced.take() {
                     if len != body.len() {
                         return Err(RingError::Corrupt(

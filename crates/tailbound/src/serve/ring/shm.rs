@@ -154,6 +154,20 @@ impl Mapping {
         true
     }
 
+    /// The `len` bytes at `offset`, read where they lie; `None` outside the mapping. Only for a
+    /// range this process never writes (the request data area, on the server): the other
+    /// process may still write it meanwhile, and a reader then sees some mix of its old and new
+    /// bytes, which it must treat as it treats any bytes from that process.
+    pub fn slice(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len) {
+            return None;
+        }
+        // SAFETY: the range is inside the live mapping (checked above), which lives as long as
+        // `self`, so the slice cannot outlive it; every value is a valid `u8`; nothing in this
+        // process writes the range (the caller's promise), so no Rust write aliases it.
+        Some(unsafe { std::slice::from_raw_parts(self.addr.add(offset), len) })
+    }
+
     /// Copies `bytes` to `offset`; `false` (and nothing copied) outside the mapping.
     pub fn write(&self, offset: usize, bytes: &[u8]) -> bool {
         if offset
