@@ -185,15 +185,13 @@ impl Engine {
     /// cost-benefit when segment ages (from `written`, when each was last written, and `now`)
     /// carry a signal and `greedy` is not asked for, else by free fraction alone. `light`: the
     /// copies go out as data-only logs, not in a checkpoint, and cost less. Also returns the
-    /// spread of the ages ([`age_spread`]) of the candidates and of `kept_out` (segments with
-    /// live blocks this pass may not take, whose ages still tell), whatever `greedy` asked
-    /// (`None`: fewer than two segments to tell).
+    /// spread of the candidates' ages ([`age_spread`]), whatever `greedy` asked (`None`: fewer
+    /// than two candidates to tell).
     #[allow(clippy::too_many_arguments)]
     pub(in crate::tbfs) fn choose_victims(
         &self,
         seg: &SegmentTable,
         candidates: Vec<usize>,
-        kept_out: &[usize],
         written: impl Fn(usize) -> i64,
         now: i64,
         budget: u64,
@@ -205,11 +203,10 @@ impl Engine {
         let age_of = |s: usize| (now - written(s)).max(1) as f64;
         // Cost-benefit only when ages tell segments apart (hot and cold data): for data that
         // dies at one rate it picks fuller victims than greedy does, for no gain.
-        let spread = (candidates.len() + kept_out.len() >= 2).then(|| {
+        let spread = (candidates.len() >= 2).then(|| {
             age_spread(
                 candidates
                     .iter()
-                    .chain(kept_out)
                     .map(|&s| (seg.live(s) as f64 / sb as f64, age_of(s))),
             )
         });
