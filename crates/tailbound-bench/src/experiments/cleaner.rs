@@ -174,8 +174,6 @@ pub struct CleanerSeen {
     pub checkpoints_for_victims: u64,
     pub checkpoints_for_metadata: u64,
     pub checkpoints_other: u64,
-    /// Checkpoints (any) whose metadata went to the metadata's log head.
-    pub checkpoints_apart: u64,
 }
 
 impl CleanerSeen {
@@ -259,7 +257,6 @@ impl CleanerSeen {
             checkpoints_for_metadata: after.cleaner_checkpoints_for_metadata
                 - before.cleaner_checkpoints_for_metadata,
             checkpoints_other: after.cleaner_checkpoints_other - before.cleaner_checkpoints_other,
-            checkpoints_apart: after.checkpoints_apart - before.checkpoints_apart,
         }
     }
 }

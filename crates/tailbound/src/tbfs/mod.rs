@@ -90,8 +90,6 @@ mod deletes_debt_tests;
 #[cfg(test)]
 mod drop_tests;
 #[cfg(test)]
-mod meta_head_tests;
-#[cfg(test)]
 mod pad_run_tests;
 #[cfg(test)]
 mod recovery_pins_tests;

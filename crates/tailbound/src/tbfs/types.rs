@@ -471,9 +471,6 @@ pub struct FsCounters {
     pub logs: u64,
     pub data_only_logs: u64,
     pub checkpoints: u64,
-    /// Checkpoints whose metadata (map nodes, inode pages, directories, tables, the root)
-    /// went to the metadata's log head, apart from file data.
-    pub checkpoints_apart: u64,
     pub superblock_writes: u64,
     pub device_flushes: u64,
     pub bytes_written: u64,

@@ -164,28 +164,11 @@ impl Engine {
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
         work.retain(|ino| m.inodes.contains(*ino));
 
-        // The metadata goes to a log head of its own when there is room for it there: file
-        // data first, in the writers' head, then a jump, then the rest.
-        let data = self.checkpoint_data_blocks(m, &work);
-        // What its own space check kept beyond it.
-        let margin = self.checkpoint_floor(m, pages_paid);
-        let apart = self.meta_head_fits(m, estimate, data, margin);
-        if apart && data == 0 {
-            self.meta_enter(m)?;
-            self.log_open_here(m, FLAG_BEGIN);
-        } else {
-            self.log_open(m, FLAG_BEGIN);
-        }
+        self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq();
         let now = self.now_ns();
-        let done = self.checkpoint_data(m, &work, seq, now)?;
-        if apart && data > 0 {
-            let flags = self.log_close_for_jump(m)?;
-            self.meta_enter(m)?;
-            self.log_open_here(m, flags);
-        }
         let (records, written, changed) =
-            self.checkpoint_inodes(m, &work, done, &mut dir_blocks, seq, now)?;
+            self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now)?;
         self.checkpoint_inode_pages(m, &records, seq, now)?;
         let depends: Vec<u64> = changed.iter().map(|c| c.ino).collect();
         let root = self.checkpoint_root_log(m, seq, written, &depends)?;
@@ -240,27 +223,26 @@ impl Engine {
         (pinned_pages_as_written(m, estimate), pages_paid)
     }
 
-    /// The unsealed buffered blocks of the inodes of `work`: the file data a checkpoint of them
-    /// lays out before its metadata.
-    fn checkpoint_data_blocks(&self, m: &State, work: &DenseSet) -> u64 {
-        work.iter()
-            .filter_map(|ino| m.inodes.get(ino))
-            .map(|cell| unsealed_count(&cell.lock()) as u64)
-            .sum()
-    }
-
-    /// Seals the unsealed buffered blocks of each inode of `work` into the checkpoint's logs.
-    /// Returns, in `work`'s order, the blocks (and generations) each inode's written logs
-    /// release.
-    fn checkpoint_data(
+    /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks, its
+    /// directory blocks, its map nodes. Returns their records, the buffers the written logs
+    /// release, and the inodes with a change only a checkpoint records (their next sync waits
+    /// for this one).
+    #[allow(clippy::type_complexity)]
+    fn checkpoint_inodes(
         &self,
         m: &mut State,
         work: &DenseSet,
+        dir_blocks: &mut HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
         seq: u64,
         now: i64,
-    ) -> Result<Vec<Vec<(u64, u64)>>> {
+    ) -> Result<(Records, Vec<Release>, Vec<Arc<InodeCell>>)> {
+        let mut records = Records::default();
+        let mut written: Vec<Release> = Vec::new();
+        // Inodes with a change only a checkpoint records, or buffered data it writes: their
+        // later data-only logs build on this checkpoint (`DescKind::Depends`), so their next
+        // sync waits for it, and for every payload it needs to count.
+        let mut changed: Vec<Arc<InodeCell>> = Vec::new();
         let flush = self.config().barrier != Barrier::Superblock;
-        let mut all = Vec::with_capacity(work.len());
         for ino in work.iter() {
             let cell = m.inodes[&ino].clone();
             let mut guard = cell.lock();
@@ -292,40 +274,6 @@ impl Engine {
             if !done.is_empty() {
                 st.note_writes(m.seg.host_clock(), overwrites, self.rate_window());
             }
-            all.push(done);
-        }
-        Ok(all)
-    }
-
-    /// Seals the rest of each inode of `work` into the checkpoint's logs, after its data
-    /// (`done`, [`Engine::checkpoint_data`]): its directory blocks, its map nodes. Returns
-    /// their records, the buffers the written logs release, and the inodes with a change only
-    /// a checkpoint records (their next sync waits for this one).
-    #[allow(clippy::type_complexity)]
-    fn checkpoint_inodes(
-        &self,
-        m: &mut State,
-        work: &DenseSet,
-        done: Vec<Vec<(u64, u64)>>,
-        dir_blocks: &mut HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
-        seq: u64,
-        now: i64,
-    ) -> Result<(Records, Vec<Release>, Vec<Arc<InodeCell>>)> {
-        let mut records = Records::default();
-        let mut written: Vec<Release> = Vec::new();
-        // Inodes with a change only a checkpoint records, or buffered data it writes: their
-        // later data-only logs build on this checkpoint (`DescKind::Depends`), so their next
-        // sync waits for it, and for every payload it needs to count.
-        let mut changed: Vec<Arc<InodeCell>> = Vec::new();
-        assert_eq!(
-            done.len(),
-            work.len(),
-            "a checkpoint's data laid out for other inodes"
-        );
-        for (ino, done) in work.iter().zip(done) {
-            let cell = m.inodes[&ino].clone();
-            let mut guard = cell.lock();
-            let st = &mut *guard;
             if let Some(blocks) = dir_blocks.remove(&ino) {
                 let count = blocks.len() as u64;
                 for (i, b) in blocks.into_iter().enumerate() {
@@ -523,7 +471,6 @@ impl Engine {
             State::seg_of(m.writer.pos(), self.segment_blocks()),
             m.writer.pos(),
         );
-        m.writer.meta_checkpoint_written();
         for cell in changed {
             cell.lock().set_ckpt_seq(root_seq);
         }

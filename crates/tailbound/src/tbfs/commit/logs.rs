@@ -9,14 +9,6 @@ use crate::tbfs::log::build::ClosedLog;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
 
-/// Which log heads a jump moves the chain between: the writers' and the cleaner's (into the
-/// cleaner's if `true`), or the writers' and the metadata's (into the metadata's if `true`).
-#[derive(Clone, Copy)]
-enum Lane {
-    Copies(bool),
-    Meta(bool),
-}
-
 impl Engine {
     /// The free segment to follow the writer's next one: the first free after it.
     pub(crate) fn pick_free_segment(&self, m: &State) -> Option<u64> {
@@ -129,14 +121,13 @@ impl Engine {
             !m.writer.in_copies(),
             "the cleaner's log head entered twice"
         );
-        self.meta_leave(m);
         match m.writer.parked() {
             Some((pos, seg)) => {
                 // Once ages stop differing, the writers' head is given up here (its rest stays
                 // unwritten, for the cleaner) and the cleaner's becomes theirs after the pass
                 // (`copies_leave`): no head is held apart for copies that gain nothing by it.
                 let keep = m.cleaning.ages_differ();
-                self.jump(m, pos, seg, None, Lane::Copies(true), keep);
+                self.jump(m, pos, seg, None, true, keep)?;
                 Ok(true)
             }
             None => {
@@ -146,14 +137,7 @@ impl Engine {
                     return Ok(false);
                 };
                 let seg = m.writer.next_seg();
-                self.jump(
-                    m,
-                    self.seg_start(seg),
-                    seg,
-                    Some(next),
-                    Lane::Copies(true),
-                    true,
-                );
+                self.jump(m, self.seg_start(seg), seg, Some(next), true, true)?;
                 self.entered_fresh_segment(m, next);
                 Ok(true)
             }
@@ -179,130 +163,41 @@ impl Engine {
             return Ok(());
         }
         match m.writer.parked() {
-            Some((pos, seg)) => self.jump(m, pos, seg, None, Lane::Copies(false), true),
-            None => m.writer.copies_become_writers(),
-        }
-        Ok(())
-    }
-
-    /// Whether a checkpoint's metadata may go to the metadata's log head
-    /// ([`Engine::meta_enter`]): the pool has the segments for a head more, the chain is not
-    /// in the cleaner's head, and the room the checkpoint then has, `estimate` blocks of it,
-    /// with `data` of them file data laid out in the writers' head first, still keeps
-    /// `margin` free. The writers' head is parked at the jump, so its rest is not the
-    /// checkpoint's (nor, once its data spilled into a fresh segment, that segment's rest):
-    /// the free count names it, so it is taken off. The metadata head's own rest, which the
-    /// free count leaves out, is added.
-    pub(crate) fn meta_head_fits(&self, m: &State, estimate: u64, data: u64, margin: u64) -> bool {
-        if self.segment_count() < COPY_HEAD_MIN_SEGMENTS || m.writer.in_copies() {
-            return false;
-        }
-        let sb = self.segment_blocks();
-        let rest = |(pos, seg): (u64, u64)| self.seg_start(seg) + sb - pos;
-        let w = m.writer.place();
-        let writers_rest = self.seg_start(w.cur_seg) + sb - w.pos;
-        let (lost, meta_rest) = match (m.writer.in_meta(), m.writer.meta_parked()) {
-            // The metadata head is the only head (it becomes the writers' at the next run).
-            (true, None) => return false,
-            (true, Some(_)) => (writers_rest, rest((m.writer.pos(), m.writer.cur_seg()))),
-            (false, Some(parked)) => (writers_rest, rest(parked)),
-            (false, None) if self.pick_free_segment(m).is_some() => (writers_rest, 0),
-            (false, None) => return false,
-        };
-        // Data past the writers' rest fills fresh segments, whose last one's rest is left, and a
-        // head left with less than a log and the jump's block is padded out first
-        // ([`Engine::meta_enter`]): at most a segment and two blocks.
-        // (Writers buffer without `meta`: the data found later may be more than `data`, so
-        // only a checkpoint that counted none before is sure to fit in the writers' rest.)
-        let lost = if data == 0 && (m.writer.in_meta() || lost >= 3) {
-            lost
-        } else {
-            sb + 2
-        };
-        let free = self.free_blocks_up_to(m, estimate + margin + lost + 2);
-        free + meta_rest >= estimate + margin + lost + 2
-    }
-
-    /// Moves the log chain into the metadata's log head: the parked one, or else a fresh
-    /// segment, the one the writer was to go to next ([`Engine::meta_head_fits`] found room).
-    /// No log may be open. A writers' head with less than a log left after the jump's block is
-    /// padded out first, so it stays parked and no data ever follows metadata in a segment.
-    pub(crate) fn meta_enter(&self, m: &mut State) -> Result<()> {
-        if m.writer.in_meta() {
-            return Ok(());
-        }
-        if self.seg_start(m.writer.cur_seg()) + self.segment_blocks() - m.writer.pos() < 3 {
-            self.log_open_here(m, FLAG_PAD);
-            self.log_close(m, 0)?;
-        }
-        match m.writer.meta_parked() {
-            Some((pos, seg)) => self.jump(m, pos, seg, None, Lane::Meta(true), true),
+            Some((pos, seg)) => self.jump(m, pos, seg, None, false, true),
             None => {
-                let next = self
-                    .pick_free_segment(m)
-                    .expect("the metadata head's room was checked under this hold of `meta`");
-                let seg = m.writer.next_seg();
-                self.jump(
-                    m,
-                    self.seg_start(seg),
-                    seg,
-                    Some(next),
-                    Lane::Meta(true),
-                    true,
-                );
-                self.entered_fresh_segment(m, next);
+                m.writer.copies_become_writers();
+                Ok(())
             }
-        }
-        self.count(|c| c.checkpoints_apart += 1);
-        Ok(())
-    }
-
-    /// Moves the log chain back to the writers' log head from the metadata's, which stays
-    /// parked for the next checkpoint. Nothing to do when the chain is not in it. Runs before
-    /// any run of logs begins: the chain stays in the metadata head after a checkpoint, so
-    /// nothing is logged between it and the superblock that names it.
-    pub(crate) fn meta_leave(&self, m: &mut State) {
-        if !m.writer.in_meta() {
-            return;
-        }
-        match m.writer.meta_parked() {
-            Some((pos, seg)) => self.jump(m, pos, seg, None, Lane::Meta(false), true),
-            None => m.writer.meta_becomes_writers(),
         }
     }
 
     /// Seals a jump log where the chain stands, naming block `pos` of segment `seg`, and moves
-    /// the chain there ([`Writer::jumped`] or [`Writer::meta_jumped`] for `next` and `lane`).
-    /// With `keep`, the head left is parked if a log still fits in its segment; without, it is
-    /// given up.
-    fn jump(&self, m: &mut State, pos: u64, seg: u64, next: Option<u64>, lane: Lane, keep: bool) {
-        self.open_log(&mut m.writer, FLAG_PAD);
+    /// the chain there ([`Writer::jumped`] for `next` and `copies`). With `keep`, the head left
+    /// is parked if a log still fits in its segment; without, it is given up.
+    fn jump(
+        &self,
+        m: &mut State,
+        pos: u64,
+        seg: u64,
+        next: Option<u64>,
+        copies: bool,
+        keep: bool,
+    ) -> Result<()> {
+        self.log_open(m, FLAG_PAD);
         self.add_jump(&mut m.writer, pos);
         let closed = self.log_noted(m, 0);
         // A log takes at least two blocks (a summary and a payload block).
         let keep_left = keep && closed.seg_end - m.writer.pos() >= 2;
-        match lane {
-            Lane::Copies(copies) => m.writer.jumped(pos, seg, next, copies, keep_left),
-            Lane::Meta(into) => m.writer.meta_jumped(pos, seg, next, into, keep_left),
-        }
+        m.writer.jumped(pos, seg, next, copies, keep_left);
         if next.is_none() {
             // What the chain writes from `pos` on is newer than the newest checkpoint, as
             // recovery finds it (`State::born_of`).
             m.life.recovered_since_checkpoint(seg as usize, pos);
         }
+        Ok(())
     }
 
-    /// Opens a log with `flags`; a run begins in the writers' head (a checkpoint whose
-    /// metadata goes apart moves to the metadata head itself, [`Engine::meta_enter`]).
     pub(crate) fn log_open(&self, m: &mut State, flags: u16) {
-        if flags & FLAG_BEGIN != 0 {
-            self.meta_leave(m);
-        }
-        self.log_open_here(m, flags);
-    }
-
-    /// Opens a log with `flags` in the log head the chain is in.
-    pub(crate) fn log_open_here(&self, m: &mut State, flags: u16) {
         if flags & FLAG_BEGIN != 0 {
             m.soft_dead.run_begins();
         }

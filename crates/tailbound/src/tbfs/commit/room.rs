@@ -185,7 +185,7 @@ impl Engine {
     /// (`drop_pinned_room`): those deletes mark are charged against the allowance, and the
     /// drop's release empties them. A close keeps only the floor, as a drop does: nothing but
     /// its superblock follows it.
-    pub(in crate::tbfs) fn checkpoint_floor(&self, m: &State, paid: u64) -> u64 {
+    fn checkpoint_floor(&self, m: &State, paid: u64) -> u64 {
         let least = CHECKPOINT_FLOOR_BLOCKS;
         if m.life.drop_in_progress() || m.ckpt.closing() {
             return least;

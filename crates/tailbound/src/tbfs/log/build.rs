@@ -65,17 +65,10 @@ impl Engine {
             && (merges || log.descriptors.len() < DESCRIPTORS_MAX - DESCRIPTORS_RESERVED)
     }
 
-    /// Closes the open log, for its run to go on after a jump: returns the flags its
-    /// continuation opens with.
-    pub(crate) fn log_close_for_jump(&self, m: &mut State) -> Result<u16> {
-        let flags = m.writer.log.as_ref().expect("log open").flags & !FLAG_BEGIN;
-        self.log_close(m, 0)?;
-        Ok(flags)
-    }
-
     /// Closes the open log and opens its continuation.
     pub(crate) fn log_roll(&self, m: &mut State) -> Result<()> {
-        let flags = self.log_close_for_jump(m)?;
+        let flags = m.writer.log.as_ref().expect("log open").flags & !FLAG_BEGIN;
+        self.log_close(m, 0)?;
         self.log_open(m, flags);
         Ok(())
     }

@@ -19,25 +19,20 @@ pub(crate) mod superblocks;
 pub(crate) mod write;
 
 /// Where the writer stands ([`Writer::place`]): the writers' log head (its block and segment),
-/// the segment it goes to next, the cleaner's log head's segment if it has one, and the
-/// checkpoint metadata's log head's segment if it has one.
+/// the segment it goes to next, and the cleaner's log head's segment if it has one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WriterPlace {
     pub pos: u64,
     pub cur_seg: u64,
     pub next_seg: u64,
     pub copies_seg: Option<u64>,
-    pub meta_seg: Option<u64>,
 }
 
 impl WriterPlace {
     /// Segment `s` is one a log head is in or the one the writer goes to next
     /// ([`Writer::holds_segment`]).
     pub fn holds_segment(&self, s: u64) -> bool {
-        s == self.cur_seg
-            || s == self.next_seg
-            || self.copies_seg == Some(s)
-            || self.meta_seg == Some(s)
+        s == self.cur_seg || s == self.next_seg || self.copies_seg == Some(s)
     }
 }
 
@@ -57,18 +52,6 @@ pub(crate) struct Writer {
     parked: Option<(u64, u64)>,
     /// The chain is in the cleaner's log head: a light pass is laying out its copies.
     copies: bool,
-    /// The metadata's log head's other end, `(block, segment)`: the metadata head while the
-    /// chain is not in it, the writers' head while it is (`in_meta`). A checkpoint's map
-    /// nodes, inode pages and tables go there, apart from file data: they all die at the
-    /// next checkpoint, so its segments empty with no copy.
-    meta_parked: Option<(u64, u64)>,
-    /// The chain is in the metadata's log head.
-    in_meta: bool,
-    /// The segments the checkpoint being laid out wrote metadata in, and those the newest
-    /// checkpoint did: not victims. They die whole at the next checkpoint, while a victim
-    /// holding some of them would need that checkpoint, rewriting them all, to be reused.
-    meta_writing: Vec<u64>,
-    meta_held: Vec<u64>,
     log: Option<LogBuild>,
     /// Buffered blocks the next sealed log releases once it is written: `(inode, [(block,
     /// generation)])`, set by a commit just before its last log is sealed.
@@ -139,33 +122,12 @@ impl Writer {
     /// may be cleaned or handed out.
     pub fn holds_segment(&self, s: u64) -> bool {
         self.place().holds_segment(s)
-            || self.meta_writing.contains(&s)
-            || self.meta_held.contains(&s)
-    }
-
-    /// A checkpoint was written: the segments it wrote metadata in are the ones held now
-    /// (none if it wrote in the writers' head), and the earlier ones' metadata is dead.
-    pub fn meta_checkpoint_written(&mut self) {
-        self.meta_held = std::mem::take(&mut self.meta_writing);
     }
 
     /// Where the writer stands, as a value for the parts that count space around it: the
     /// writers' head (the cleaner's, when it has become the only one), whichever the chain
     /// is in.
     pub fn place(&self) -> WriterPlace {
-        if self.in_meta {
-            let (pos, cur_seg, meta_seg) = match self.meta_parked {
-                Some((pos, seg)) => (pos, seg, Some(self.cur_seg)),
-                None => (self.pos, self.cur_seg, None),
-            };
-            return WriterPlace {
-                pos,
-                cur_seg,
-                next_seg: self.next_seg,
-                copies_seg: self.parked.map(|(_, seg)| seg),
-                meta_seg,
-            };
-        }
         let (pos, cur_seg, copies_seg) = match (self.copies, self.parked) {
             (true, Some((pos, seg))) => (pos, seg, Some(self.cur_seg)),
             (false, parked) => (self.pos, self.cur_seg, parked.map(|(_, seg)| seg)),
@@ -176,69 +138,7 @@ impl Writer {
             cur_seg,
             next_seg: self.next_seg,
             copies_seg,
-            meta_seg: self.meta_parked.map(|(_, seg)| seg),
         }
-    }
-
-    /// The metadata's log head's other end, `(block, segment)`, if there is one: the
-    /// metadata head while the chain is not in it, else the writers' head.
-    pub fn meta_parked(&self) -> Option<(u64, u64)> {
-        self.meta_parked
-    }
-
-    /// Whether the chain is in the metadata's log head.
-    pub fn in_meta(&self) -> bool {
-        self.in_meta
-    }
-
-    /// A jump log was sealed between the writers' head and the metadata's (`into_meta`
-    /// says which way), as [`Writer::jumped`] does for the cleaner's head: `seg` is the
-    /// parked end's (at block `pos`) or, with `next`, the segment the writer was to go to
-    /// next, entered at its start `pos`. The head left is parked if `keep_left`, else given
-    /// up. Leaving a metadata head whose writers' end was given up makes it the writers'.
-    pub fn meta_jumped(
-        &mut self,
-        pos: u64,
-        seg: u64,
-        next: Option<u64>,
-        into_meta: bool,
-        keep_left: bool,
-    ) {
-        assert!(
-            self.in_meta != into_meta && !self.copies,
-            "a jump that stays in the {} log head, or leaves the cleaner's",
-            if into_meta { "metadata's" } else { "writers'" }
-        );
-        assert!(self.log.is_none(), "a jump with a log open");
-        match next {
-            Some(next) => {
-                assert!(
-                    into_meta && seg == self.next_seg && next != seg && self.meta_parked.is_none(),
-                    "a jump into segment {seg}, the writer's next being {} and one parked",
-                    self.next_seg
-                );
-                self.next_seg = next;
-            }
-            None => assert_eq!(
-                self.meta_parked,
-                Some((pos, seg)),
-                "a jump to where no log head is parked"
-            ),
-        }
-        self.meta_parked = keep_left.then_some((self.pos, self.cur_seg));
-        self.pos = pos;
-        self.cur_seg = seg;
-        self.in_meta = into_meta;
-    }
-
-    /// The metadata's log head becomes the writers' (the writers' end was given up: no room
-    /// for a log was left in it).
-    pub fn meta_becomes_writers(&mut self) {
-        assert!(
-            self.in_meta && self.meta_parked.is_none(),
-            "the metadata head taken over with the writers' parked"
-        );
-        self.in_meta = false;
     }
 
     /// The log head the chain is not in, `(block, segment)`, if there is one.
@@ -258,8 +158,8 @@ impl Writer {
     /// log is left in its segment), else given up: its segment's rest stays unwritten.
     pub fn jumped(&mut self, pos: u64, seg: u64, next: Option<u64>, copies: bool, keep_left: bool) {
         assert!(
-            self.copies != copies && !self.in_meta,
-            "a jump that stays in the {} log head, or leaves the metadata's",
+            self.copies != copies,
+            "a jump that stays in the {} log head",
             if copies { "cleaner's" } else { "writers'" }
         );
         assert!(self.log.is_none(), "a jump with a log open");
@@ -307,8 +207,7 @@ impl Writer {
             "segment {next} chosen to follow itself"
         );
         assert!(
-            self.parked.is_none_or(|(_, p)| p != next)
-                && self.meta_parked.is_none_or(|(_, p)| p != next),
+            self.parked.is_none_or(|(_, p)| p != next),
             "segment {next}, a parked log head's, chosen next"
         );
         self.cur_seg = self.next_seg;
@@ -327,9 +226,6 @@ impl Writer {
         );
         self.seq = self.seq.checked_add(1).expect("log sequences ran out");
         self.pos = next_pos;
-        if self.in_meta && self.meta_writing.last() != Some(&self.cur_seg) {
-            self.meta_writing.push(self.cur_seg);
-        }
     }
 
     /// The buffers the next sealed log releases once written (a commit's, just before it seals
