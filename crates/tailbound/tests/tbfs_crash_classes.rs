@@ -346,7 +346,6 @@ fn run_one(seed: u64, mode: BeWrite) -> Result<Totals, String> {
     // the held data-only log of the same file, so its sync waits for it, and a crash image
     // without that payload must leave the append out: recovery and fsck must agree on it.
     let mut be_whole = be_new.clone();
-    let logs_before = fs.counters().logs;
     let dep = (seed >> 8).is_multiple_of(2).then(|| {
         let extra = pattern(seed ^ 0xde, rng.range(1, 3 * BLOCK as u64) as usize);
         be_whole.extend_from_slice(&extra);
@@ -366,20 +365,6 @@ fn run_one(seed: u64, mode: BeWrite) -> Result<Totals, String> {
         });
         (thread, rx)
     });
-    // Its sync is sealed before the real-time appends begin. A checkpoint seals every file's
-    // buffered data: one sealed for it while a real-time append sat in the buffer would take
-    // that append, and the real-time sync would then depend on the checkpoint, which counts
-    // only once the held payload is written. That interleaving is not the case this test
-    // explores.
-    if dep.is_some() {
-        let deadline = std::time::Instant::now() + STUCK_AFTER;
-        while fs.counters().logs == logs_before {
-            if std::time::Instant::now() > deadline {
-                return Err("the dependent best-effort sync sealed no log".into());
-            }
-            std::thread::yield_now();
-        }
-    }
 
     // The real-time writer: appends, each made durable with fdatasync, while the payload is held.
     // In the real-time class where the kernel lets this process ask for it; the engine's order
