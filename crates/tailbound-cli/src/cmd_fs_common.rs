@@ -115,9 +115,18 @@ pub(crate) fn open_fs(pool: &PoolArg, read_only: bool) -> Result<Pool, String> {
 }
 
 fn open_local(pool: &PoolArg, read_only: bool) -> Result<Fs, String> {
+    open_local_with_device(pool, read_only).map(|(fs, _)| fs)
+}
+
+/// Opens the pool here; also returns its device, whose open file holds the pool's lock for as
+/// long as any handle to it lives.
+fn open_local_with_device(
+    pool: &PoolArg,
+    read_only: bool,
+) -> Result<(Fs, Arc<dyn Device>), String> {
     let (dev, _) = open_device(pool)?;
-    Fs::open(
-        dev,
+    let fs = Fs::open(
+        dev.clone(),
         &OpenOptions {
             read_only,
             ..OpenOptions::default()
@@ -133,20 +142,22 @@ fn open_local(pool: &PoolArg, read_only: bool) -> Result<Fs, String> {
                 ""
             }
         )
-    })
+    })?;
+    Ok((fs, dev))
 }
 
-/// Opens a pool for `command` to own (`tailbound serve`): writable, with the pool lock.
+/// Opens a pool for `command` to own (`tailbound serve`): writable, with the pool lock, which
+/// the returned device keeps after the pool is closed.
 pub(crate) fn open_pool_for(
     path: &Path,
     backend: Option<Backend>,
     command: &str,
-) -> Result<Fs, String> {
+) -> Result<(Fs, Arc<dyn Device>), String> {
     let pool = PoolArg {
         pool: path.to_path_buf(),
         backend,
     };
-    open_local(&pool, false).map_err(|e| {
+    open_local_with_device(&pool, false).map_err(|e| {
         if e.contains("pool lock") {
             format!("{e}; `tailbound {command}` needs the pool to itself")
         } else {

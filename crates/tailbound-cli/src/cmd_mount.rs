@@ -14,6 +14,7 @@ use tailbound::serve::{Server, ServerOptions};
 use tailbound::tbfs::{Fs, OpenOptions};
 
 use crate::cmd_run::ensure_pool;
+use crate::serving::{take_serving, take_sync_failure, ServingNote};
 use crate::{CliResult, ExitStatus};
 
 /// Serve a pool at a directory through FUSE, for every process.
@@ -104,50 +105,6 @@ fn open_pool(pool: &Path, backend: &str) -> Result<(Fs, Arc<dyn Device>), String
     Ok((fs, dev))
 }
 
-/// Where a mount's server leaves the error of a final sync that failed, for `tailbound umount`
-/// to report: the pool's path with `.sync-failed` added. It is written while the server still
-/// holds the pool's lock, which `umount` waits for, and removed by whoever reports it: that
-/// `umount`, or the next mount of the pool.
-fn sync_failure_path(pool: &Path) -> PathBuf {
-    beside(pool, ".sync-failed")
-}
-
-/// Takes the report a server left in [`sync_failure_path`], if one is there.
-fn take_sync_failure(pool: &Path) -> Option<String> {
-    take_note(&sync_failure_path(pool))
-}
-
-/// The pool's path with `suffix` added: where a server leaves a note about the pool.
-fn beside(pool: &Path, suffix: &str) -> PathBuf {
-    let mut s = pool.as_os_str().to_owned();
-    s.push(suffix);
-    PathBuf::from(s)
-}
-
-/// Reads and removes a note a server left, if one is there.
-fn take_note(path: &Path) -> Option<String> {
-    let note = std::fs::read_to_string(path).ok()?;
-    let _ = std::fs::remove_file(path);
-    Some(note)
-}
-
-/// Where a mount's server says it serves the pool: the pool's path with `.serving` added,
-/// holding the server's pid and directory. Written once the server holds the pool's lock,
-/// before the mount is made, and removed only once the final sync succeeded (or failed and
-/// left [`sync_failure_path`]), while the lock is still held. So a server that died before it
-/// confirmed its final sync (killed, or a panic) leaves it behind, and `umount`, which waits
-/// for the lock, finds it and fails; a mount ended otherwise leaves it to the next mount,
-/// which warns.
-fn serving_path(pool: &Path) -> PathBuf {
-    beside(pool, ".serving")
-}
-
-/// Takes what a server left in [`serving_path`], if anything is there: the server that wrote
-/// it ended without confirming its final sync.
-fn take_serving(pool: &Path) -> Option<String> {
-    take_note(&serving_path(pool)).map(|note| note.trim().to_string())
-}
-
 pub fn run(args: MountArgs) -> CliResult {
     let dir = std::path::absolute(&args.dir).map_err(|e| format!("{}: {e}", args.dir.display()))?;
     if !dir.is_dir() {
@@ -228,21 +185,9 @@ fn mount_and_serve(
     }
     let (fs, dev) = open_pool(pool, &args.backend).map_err(|e| fail(&mut ready, e))?;
     let fs = Arc::new(fs);
-    // A report that no `umount` took: the last server's final sync failed, or the server
-    // ended before it confirmed one.
-    if let Some(report) = take_sync_failure(pool) {
-        eprintln!(
-            "tailbound: warning: {}: the last mount's final sync failed: {report}",
-            pool.display()
-        );
-    }
-    if let Some(note) = take_serving(pool) {
-        eprintln!(
-            "tailbound: warning: {}: the last mount's server ({note}) ended without confirming \
-             its final sync; the pool holds what was durable when it ended",
-            pool.display()
-        );
-    }
+    // What the last server left that no `umount` took: its final sync failed, or it ended
+    // before it confirmed one.
+    crate::serving::warn_of_last_server(pool);
     let mut options = tailbound_fuse::Options {
         source: pool.display().to_string(),
         allow_other: args.allow_other,
@@ -294,14 +239,16 @@ fn mount_and_serve(
         .map_err(|e| fail(&mut ready, format!("{}: {e}", pool.display())))?;
     // From here on the server ends only through the final sync below, which confirms itself
     // by removing this note.
-    if let Err(e) = std::fs::write(
-        serving_path(pool),
-        format!("pid {}, mounted on {}\n", std::process::id(), dir.display()),
+    let note = match ServingNote::write(
+        pool,
+        &format!("pid {}, mounted on {}", std::process::id(), dir.display()),
     ) {
-        server.stop();
-        let msg = format!("{}: {e}", serving_path(pool).display());
-        return Err(fail(&mut ready, msg).into());
-    }
+        Ok(note) => note,
+        Err(e) => {
+            server.stop();
+            return Err(fail(&mut ready, e).into());
+        }
+    };
     let mut mounted = false;
     let served = serve(fs.clone(), dir, &options, &invalidator, |unmounter| {
         mounted = true;
@@ -331,7 +278,7 @@ fn mount_and_serve(
     if let Err(e) = served {
         if !mounted {
             // Never mounted: no final sync to confirm.
-            let _ = std::fs::remove_file(serving_path(pool));
+            note.withdraw();
         }
         let msg = format!("mounting {} on {}: {e}", pool.display(), dir.display());
         return Err(fail(&mut ready, msg).into());
@@ -339,27 +286,18 @@ fn mount_and_serve(
     let fs = Arc::try_unwrap(fs).unwrap_or_else(|shared| (*shared).clone());
     // Fault tests end the server here, as a kill in its final sync would.
     tailbound::failpoint::hit("mount.final-sync");
-    let closed = fs.close();
-    // Reported while the device still holds the pool's lock: `umount` reads the reports once
+    let closed = fs.close().map_err(|e| e.to_string());
+    // Confirmed while the device still holds the pool's lock: `umount` reads the notes once
     // the lock is free.
-    if let Err(e) = &closed {
-        if let Err(w) = std::fs::write(sync_failure_path(pool), e.to_string()) {
-            eprintln!("tailbound: {}: {w}", sync_failure_path(pool).display());
-        }
-    }
-    if let Err(e) = std::fs::remove_file(serving_path(pool)) {
-        eprintln!("tailbound: {}: {e}", serving_path(pool).display());
-    }
-    if let Err(e) = closed {
-        let report = e.to_string();
-        drop(dev);
+    note.confirm(closed.as_ref().err().map(String::as_str));
+    drop(dev);
+    if let Err(report) = closed {
         return Err(format!(
             "{}: the final sync failed, so the pool's last writes may not be durable: {report}",
             pool.display()
         )
         .into());
     }
-    drop(dev);
     Ok(())
 }
 

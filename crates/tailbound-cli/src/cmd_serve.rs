@@ -11,6 +11,7 @@ use signal_hook::iterator::Signals;
 use tailbound::serve::{self, Client, Server, ServerOptions};
 
 use crate::cmd_fs_common::{open_pool_for, Backend};
+use crate::serving::{self, ServingNote};
 use crate::CliResult;
 
 #[derive(Args)]
@@ -20,6 +21,11 @@ pool, the I/O scheduler. It listens on POOL.sock; `tailbound fs` commands given 
 through it. A client that dies loses nothing it wrote and keeps no lock; SIGTERM (or Ctrl-C in \
 the foreground) syncs the pool and exits. A kill -9 of the server is a crash: the next open \
 recovers the pool, and every acknowledged fsync survives.\n\n\
+While it serves, the server keeps POOL.serving (its pid and socket) beside the pool and removes \
+it once its final sync is confirmed; a failed final sync leaves its error in POOL.sync-failed. \
+The next `tailbound serve` or `tailbound mount` of the pool takes either note and warns: the \
+previous server ended without confirming its final sync (or it failed), so the pool holds what \
+was durable when it ended.\n\n\
 Examples:\n  \
 tailbound serve /dev/shm/p.tbfs\n  \
 tailbound fs ls /dev/shm/p.tbfs /\n  \
@@ -70,12 +76,25 @@ pub fn run(args: ServeArgs) -> CliResult {
     }
     // Before the socket exists, so a signal that comes as soon as clients can connect is seen.
     let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP])?;
-    let fs = Arc::new(open_pool_for(&args.pool, args.backend, "serve")?);
+    let (fs, dev) = open_pool_for(&args.pool, args.backend, "serve")?;
+    let fs = Arc::new(fs);
     let owner = std::fs::metadata(&args.pool).map(|m| {
         use std::os::unix::fs::MetadataExt;
         (m.uid(), m.gid())
     })?;
-    let server = Server::start(
+    // What the last server left: its final sync failed, or it ended before it confirmed one.
+    serving::warn_of_last_server(&args.pool);
+    // From here on the server ends cleanly only through the final sync below, which confirms
+    // itself by removing this note.
+    let note = ServingNote::write(
+        &args.pool,
+        &format!(
+            "pid {}, serving on {}",
+            std::process::id(),
+            socket.display()
+        ),
+    )?;
+    let server = match Server::start(
         fs.clone(),
         &socket,
         ServerOptions {
@@ -84,8 +103,14 @@ pub fn run(args: ServeArgs) -> CliResult {
             no_ring: args.no_ring,
             no_leases: false,
         },
-    )
-    .map_err(|e| format!("{}: {e}", args.pool.display()))?;
+    ) {
+        Ok(server) => server,
+        Err(e) => {
+            // Never served: no final sync to confirm.
+            note.withdraw();
+            return Err(format!("{}: {e}", args.pool.display()).into());
+        }
+    };
     {
         let mut out = std::io::stdout().lock();
         writeln!(
@@ -98,7 +123,7 @@ pub fn run(args: ServeArgs) -> CliResult {
         out.flush()?;
     }
     if args.detached {
-        // The starting process has read the line above and gone.
+        // The starting process has read the line above, and reads stderr until this closes it.
         tailbound::sys::proc::stdio_to_null()?;
     }
     let signal = if args.exit_when_idle {
@@ -108,11 +133,16 @@ pub fn run(args: ServeArgs) -> CliResult {
     };
     server.stop();
     // Every session has ended, so this is the last handle; were it not, syncing is what counts.
-    match Arc::try_unwrap(fs) {
+    let synced = match Arc::try_unwrap(fs) {
         Ok(fs) => fs.close(),
         Err(fs) => fs.sync(),
     }
-    .map_err(|e| format!("{}: syncing on exit: {e}", args.pool.display()))?;
+    .map_err(|e| e.to_string());
+    // Confirmed while the device still holds the pool's lock, so the next server of the pool
+    // finds the notes as this one left them.
+    note.confirm(synced.as_ref().err().map(String::as_str));
+    drop(dev);
+    synced.map_err(|e| format!("{}: syncing on exit: {e}", args.pool.display()))?;
     if !args.detached && !args.exit_when_idle {
         eprintln!(
             "{}: synced and closed{}",
@@ -151,6 +181,13 @@ fn detach(args: &ServeArgs) -> CliResult {
         BufReader::new(out).read_line(&mut line)?;
     }
     if line.starts_with("serving ") {
+        // What the server warned of before it served (how the last server of the pool
+        // ended); its stderr closes as it detaches, right after the line above.
+        if let Some(mut e) = child.stderr.take() {
+            let mut warnings = String::new();
+            let _ = e.read_to_string(&mut warnings);
+            eprint!("{warnings}");
+        }
         print!("{line}");
         return Ok(());
     }

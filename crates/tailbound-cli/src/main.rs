@@ -29,6 +29,7 @@ mod cmd_run;
 mod cmd_serve;
 mod cmd_ship;
 mod outcome;
+mod serving;
 
 use outcome::{CliResult, ExitStatus};
 

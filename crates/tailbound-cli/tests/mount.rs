@@ -840,7 +840,7 @@ fn a_foreground_mount_ended_by_sigterm_fails_when_its_final_sync_fails() {
     let out = tailbound(&["mount", m.pool.to_str().unwrap(), m.dir.to_str().unwrap()]);
     assert!(out.status.success(), "mount again: {}", stderr(&out));
     assert!(
-        stderr(&out).contains("the last mount's final sync failed"),
+        stderr(&out).contains("the previous server's final sync failed"),
         "{}",
         stderr(&out)
     );
@@ -926,6 +926,57 @@ fn the_next_mount_warns_when_no_umount_reported_a_killed_server() {
     note.push(".serving");
     assert!(!Path::new(&note).exists());
     let _pool = PoolFile(pool);
+}
+
+#[test]
+fn the_next_mount_warns_after_a_pool_server_was_killed() {
+    let Some(m) = Mounted::unmounted("killed-serve") else {
+        return;
+    };
+    ok(
+        "mkfs",
+        &tailbound(&["fs", "mkfs", m.pool.to_str().unwrap(), "--size", "64MiB"]),
+    );
+    let mut server = Command::new(env!("CARGO_BIN_EXE_tailbound"))
+        .args(["serve", m.pool.to_str().unwrap(), "--foreground"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("serving "), "serve said {line:?}");
+    ok(
+        "mkdir",
+        &tailbound(&[
+            "fs",
+            "mkdir",
+            m.pool.to_str().unwrap(),
+            "/made-while-served",
+        ]),
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(
+        m.serving_note().exists(),
+        "the killed server's note is gone"
+    );
+    let out = tailbound(&["mount", m.pool.to_str().unwrap(), m.dir.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "mount: {err}");
+    assert_eq!(
+        err.matches("ended without confirming its final sync")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains(&format!("pid {}", server.id())), "{err}");
+    assert!(m.path("made-while-served").is_dir());
+    let _pool = PoolFile(m.unmount());
 }
 
 #[test]

@@ -460,6 +460,14 @@ fn the_exit_status_is_passed_through_and_a_missing_pool_is_created() {
     assert!(m.pool.exists(), "the pool was not created");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("created a 64 MiB memory pool"), "{err}");
+    // The server `run` starts keeps its note beside the pool while the program runs, and
+    // removes it once its final sync is confirmed, before `run` returns.
+    let mut note = m.pool.as_os_str().to_owned();
+    note.push(".serving");
+    let note = note.into_string().unwrap();
+    let out = m.run("sh", &["-c", &format!("test -s {note}")]);
+    assert!(out.status.success(), "no note while the server serves");
+    assert!(!Path::new(&note).exists(), "the server's note stayed");
     // With --private the pool is the program's process's alone: a forked child sees EACCES.
     let out = m.run_with(
         &["--private"],

@@ -1,6 +1,7 @@
 //! `tailbound serve` end to end, with real processes: a client killed holding a lock, the server
 //! killed during fsync'd appends from two clients, SIGTERM, a second server, `fs` commands
-//! through the server, and garbage on the socket.
+//! through the server, garbage on the socket, and the note a server leaves beside the pool until
+//! its final sync is confirmed.
 //!
 //! Client processes are this test binary run again with `SERVE_WORKER` set (the `worker` test
 //! below does their work and exits; without the variable it does nothing).
@@ -141,6 +142,40 @@ impl Pool {
         all.extend_from_slice(&args[1..]);
         ok(&all)
     }
+
+    /// A note a server leaves beside the pool: `.serving` while it serves, `.sync-failed`
+    /// when its final sync failed.
+    fn note(&self, suffix: &str) -> PathBuf {
+        let mut p = self.path.as_os_str().to_owned();
+        p.push(suffix);
+        PathBuf::from(p)
+    }
+
+    /// Waits (bounded) until no process holds the pool's lock: a server that is not this
+    /// test's child has stopped.
+    fn wait_unlocked(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let file = std::fs::File::open(&self.path).unwrap();
+        while !tailbound::sys::file::try_lock_exclusive(&file).unwrap() {
+            assert!(Instant::now() < deadline, "the server did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Waits for a foreground server (already signalled, or exiting by itself) and returns whether
+/// it succeeded and what it wrote to stderr.
+fn finish(mut server: Proc) -> (bool, String) {
+    let status = server.0.wait().unwrap();
+    let mut err = String::new();
+    server
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.success(), err)
 }
 
 fn spawn_worker(
@@ -597,6 +632,10 @@ fn serve_detaches_by_default_and_stops_on_sigterm() {
     drop(file);
     std::mem::forget(stop);
     assert!(!pool.socket().exists());
+    assert!(
+        !pool.note(".serving").exists(),
+        "the stopped server's note stayed"
+    );
     assert_eq!(pool.fs(&["cat", "/f"]), "daemon");
 }
 
@@ -854,4 +893,114 @@ fn serve_ended_by_sigterm_fails_naming_the_pool_when_its_final_sync_fails() {
     assert!(err.contains(s(&pool.path)), "{err}");
     assert!(err.contains("syncing on exit"), "{err}");
     assert!(err.contains("failpoint tbfs.background"), "{err}");
+    // The failure is left for the next server of the pool, which warns of it once.
+    assert!(!pool.note(".serving").exists());
+    assert!(pool.note(".sync-failed").exists());
+    let (next, _out) = pool.serve();
+    next.signal(libc::SIGTERM);
+    let (ok, err) = finish(next);
+    assert!(ok, "the next serve: {err}");
+    assert_eq!(
+        err.matches("the previous server's final sync failed")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("failpoint tbfs.background"), "{err}");
+    assert!(!pool.note(".sync-failed").exists());
+}
+
+#[test]
+fn a_served_pool_stopped_cleanly_leaves_no_note() {
+    let pool = pool("memory");
+    // Stopped by SIGTERM.
+    let (server, _out) = pool.serve();
+    let note = std::fs::read_to_string(pool.note(".serving")).unwrap();
+    assert!(
+        note.contains(&format!("pid {}", server.pid())) && note.contains(s(&pool.socket())),
+        "{note:?}"
+    );
+    Client::connect(&pool.socket())
+        .unwrap()
+        .open_file("/f", OpenFlags::create())
+        .unwrap()
+        .pwrite(b"synced on exit", 0)
+        .unwrap();
+    server.signal(libc::SIGTERM);
+    let (ok, err) = finish(server);
+    assert!(ok, "serve after SIGTERM: {err}");
+    assert!(!pool.note(".serving").exists(), "SIGTERM left the note");
+    assert!(!pool.note(".sync-failed").exists());
+
+    // Stopped by SIGINT, with no warning of the server before it.
+    let (server, _out) = pool.serve();
+    assert!(pool.note(".serving").exists());
+    server.signal(libc::SIGINT);
+    let (ok, err) = finish(server);
+    assert!(ok, "serve after SIGINT: {err}");
+    assert!(!err.contains("warning"), "{err}");
+    assert!(!pool.note(".serving").exists(), "SIGINT left the note");
+
+    // `tailbound run`'s server, which exits once its last client is gone.
+    let (server, _out) = pool.serve_with(&["--exit-when-idle"]);
+    assert!(pool.note(".serving").exists());
+    drop(Client::connect(&pool.socket()).unwrap());
+    let (ok, err) = finish(server);
+    assert!(ok, "serve --exit-when-idle: {err}");
+    assert!(!err.contains("warning"), "{err}");
+    assert!(
+        !pool.note(".serving").exists(),
+        "the idle exit left the note"
+    );
+    assert_eq!(pool.fs(&["cat", "/f"]), "synced on exit");
+}
+
+#[test]
+fn a_killed_server_leaves_its_note_and_the_next_serve_warns_once() {
+    let pool = pool("memory");
+    let (mut server, _out) = pool.serve();
+    let killed = server.pid();
+    {
+        let c = Client::connect(&pool.socket()).unwrap();
+        let f = c.open_file("/durable", OpenFlags::create()).unwrap();
+        f.pwrite(b"fsynced before the kill", 0).unwrap();
+        f.fsync().unwrap();
+    }
+    server.kill9();
+    let note =
+        std::fs::read_to_string(pool.note(".serving")).expect("the killed server's note is gone");
+    assert!(note.contains(&format!("pid {killed}")), "{note:?}");
+
+    // The next server, detached (as `tailbound serve` starts by default), warns.
+    let o = tailbound().args(["serve", s(&pool.path)]).output().unwrap();
+    assert!(o.status.success(), "serve: {}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.matches("ended without confirming its final sync")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains(s(&pool.path)), "{err}");
+    assert!(err.contains(&format!("pid {killed}")), "{err}");
+    assert!(
+        err.contains("what was durable when it ended is recovered"),
+        "{err}"
+    );
+    let pid = Client::connect(&pool.socket()).unwrap().server_pid() as i32;
+    // The note now is this server's, removed by its confirmed final sync.
+    let note = std::fs::read_to_string(pool.note(".serving")).unwrap();
+    assert!(note.contains(&format!("pid {pid}")), "{note:?}");
+    // SAFETY (of the call below): kill(2) of the server this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    pool.wait_unlocked();
+    assert!(!pool.note(".serving").exists());
+
+    // Warned once: the server after that has nothing to warn of.
+    let (server, _out) = pool.serve();
+    server.signal(libc::SIGTERM);
+    let (ok, err) = finish(server);
+    assert!(ok, "serve: {err}");
+    assert!(!err.contains("warning"), "{err}");
+    assert_eq!(pool.fs(&["cat", "/durable"]), "fsynced before the kill");
 }
