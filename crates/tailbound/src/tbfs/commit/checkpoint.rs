@@ -229,9 +229,9 @@ impl Engine {
 
     /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks (in
     /// relaxed ordering only those of files with a change only a checkpoint records: the
-    /// others' went first, `Engine::seal_lanes_first`), its directory blocks, its map nodes. Returns their records, the buffers the written logs
-    /// release, and the inodes with a change only a checkpoint records (their next sync waits
-    /// for this one).
+    /// others' went first, `Engine::seal_lanes_first`), its directory blocks, its map nodes.
+    /// Returns their records, the buffers the written logs release, and the inodes with a
+    /// change only a checkpoint records (their next sync waits for this one).
     #[allow(clippy::type_complexity)]
     fn checkpoint_inodes(
         &self,
