@@ -250,8 +250,21 @@ impl Drop for Mounted {
             let _ = std::fs::remove_dir(&self.dir);
         }
         if !self.pool.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(&self.pool);
+            remove_pool(&self.pool);
         }
+    }
+}
+
+/// Removes a pool and what a server leaves beside it: its socket and FIFO directory (left
+/// behind by a killed server) and its notes.
+fn remove_pool(pool: &Path) {
+    let _ = std::fs::remove_file(pool);
+    let _ = std::fs::remove_file(tailbound::serve::socket_path(pool));
+    let _ = std::fs::remove_dir_all(tailbound::serve::fifo_dir(pool));
+    for suffix in [".serving", ".sync-failed"] {
+        let mut note = pool.as_os_str().to_owned();
+        note.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(note));
     }
 }
 
@@ -260,7 +273,7 @@ struct PoolFile(PathBuf);
 
 impl Drop for PoolFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        remove_pool(&self.0);
     }
 }
 

@@ -65,6 +65,17 @@ impl Drop for Proc {
     }
 }
 
+/// Stops a detached server (not our child) however the test ends.
+struct Stop(i32);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        // SAFETY (of the call below): kill(2) of the server this test started; a server that
+        // already ended makes it fail with ESRCH, which is ignored.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
 /// A pool for one test, in /dev/shm (memory backend) or /tmp (file backend).
 struct Pool {
     _dir: tempfile::TempDir,
@@ -604,14 +615,6 @@ fn serve_detaches_by_default_and_stops_on_sigterm() {
         .unwrap()
         .parse()
         .unwrap();
-    // Stops the detached server however the test ends.
-    struct Stop(i32);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            // SAFETY (of the call below): kill(2) of the server this test started.
-            unsafe { libc::kill(self.0, libc::SIGKILL) };
-        }
-    }
     let stop = Stop(pid);
     let c = Client::connect(&pool.socket()).unwrap();
     assert_eq!(c.server_pid() as i32, pid);
@@ -988,12 +991,15 @@ fn a_killed_server_leaves_its_note_and_the_next_serve_warns_once() {
         "{err}"
     );
     let pid = Client::connect(&pool.socket()).unwrap().server_pid() as i32;
+    let stop = Stop(pid);
     // The note now is this server's, removed by its confirmed final sync.
     let note = std::fs::read_to_string(pool.note(".serving")).unwrap();
     assert!(note.contains(&format!("pid {pid}")), "{note:?}");
     // SAFETY (of the call below): kill(2) of the server this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     pool.wait_unlocked();
+    // It has ended: its pid may be another process's now.
+    std::mem::forget(stop);
     assert!(!pool.note(".serving").exists());
 
     // Warned once: the server after that has nothing to warn of.
