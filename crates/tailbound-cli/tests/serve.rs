@@ -866,7 +866,7 @@ fn serve_ended_by_sigterm_fails_naming_the_pool_when_its_final_sync_fails() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let mut server = Proc(child);
+    let server = Proc(child);
     assert!(line.starts_with("serving "), "serve said {line:?}");
     let client = Client::connect(&pool.socket()).unwrap();
     let start = Instant::now();
@@ -883,16 +883,8 @@ fn serve_ended_by_sigterm_fails_naming_the_pool_when_its_final_sync_fails() {
     assert!(why.contains("failpoint tbfs.background"), "{why}");
     drop(client);
     server.signal(libc::SIGTERM);
-    let status = server.0.wait().unwrap();
-    let mut err = String::new();
-    server
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(!status.success(), "serve after SIGTERM succeeded: {err}");
+    let (ok, err) = finish(server);
+    assert!(!ok, "serve after SIGTERM succeeded: {err}");
     assert!(err.contains(s(&pool.path)), "{err}");
     assert!(err.contains("syncing on exit"), "{err}");
     assert!(err.contains("failpoint tbfs.background"), "{err}");
