@@ -625,14 +625,8 @@ fn serve_detaches_by_default_and_stops_on_sigterm() {
     drop(c);
     // SAFETY (of the call below): kill(2) of the server this test started.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    // It is not our child: wait for its pool lock to go (a deadline only for a stuck run).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let file = std::fs::File::open(&pool.path).unwrap();
-    while !tailbound::sys::file::try_lock_exclusive(&file).unwrap() {
-        assert!(Instant::now() < deadline, "the server did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    drop(file);
+    // It is not our child: wait for its pool lock to go.
+    pool.wait_unlocked();
     std::mem::forget(stop);
     assert!(!pool.socket().exists());
     assert!(
