@@ -582,11 +582,10 @@ fn sealing_a_pool_again_reaches_past_its_crcs() {
         .logs
         .iter()
         .copied()
-        .filter(|&(i, p, _)| {
+        .rfind(|&(i, p, _)| {
             image.seals[i] == Seal::Summary { payload: true }
                 && (i + 1..=i + p).any(|b| image.seals[b] == Seal::Data)
         })
-        .last()
         .expect("a log holding file data");
     let data = (log + 1..).find(|&b| image.seals[b] == Seal::Data).unwrap();
     img[data * BLOCK + 10] ^= 0x55;
