@@ -45,7 +45,7 @@ fn cases() -> u64 {
     std::env::var("TAILBOUND_MUTATION_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(6)
+        .unwrap_or(4)
 }
 
 fn seed() -> u64 {
