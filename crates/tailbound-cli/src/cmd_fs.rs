@@ -412,6 +412,8 @@ fn mkfs(
         )
         .map_err(|e| format!("{}: {e}", path.display()))?,
     };
+    // The new pool's lock is held: notes beside the path are about the pool it replaces.
+    crate::serving::discard_for_new_pool(path);
     let len = dev.len();
     let fs = Fs::format(dev, &config).map_err(|e| format!("{}: {e}", path.display()))?;
     fs.close().map_err(|e| format!("{}: {e}", path.display()))?;

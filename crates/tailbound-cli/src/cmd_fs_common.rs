@@ -111,7 +111,13 @@ pub(crate) fn open_fs(pool: &PoolArg, read_only: bool) -> Result<Pool, String> {
             Err(_) => {}
         }
     }
-    open_local(pool, read_only).map(Pool::Local)
+    let fs = open_local(pool, read_only)?;
+    if !read_only {
+        // This process holds the pool's lock now, as a server would: what a server left is
+        // from one that is gone.
+        crate::serving::warn_of_last_server(&pool.pool);
+    }
+    Ok(Pool::Local(fs))
 }
 
 fn open_local(pool: &PoolArg, read_only: bool) -> Result<Fs, String> {

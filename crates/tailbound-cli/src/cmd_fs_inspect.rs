@@ -91,6 +91,10 @@ pub(crate) fn run_fsck(
             return Err(ExitStatus(8).into());
         }
     };
+    if repair {
+        // Holding the pool's lock to change it, as a server would.
+        crate::serving::warn_of_last_server(&pool.pool);
+    }
     println!("fsck {} ({backend} backend)", pool.pool.display());
     let bar = Progress::new(0, "fsck: reading segments");
     let checked = fsck::check_with_progress(&*dev, &|done, total| {

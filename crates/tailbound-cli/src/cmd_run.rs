@@ -174,6 +174,8 @@ pub fn ensure_pool(path: &Path, size: u64, backend: &str) -> Result<bool, String
             Arc::new(create_memory_pool(path, size).map_err(|e| format!("creating the pool: {e}"))?)
         }
     };
+    // The new pool's lock is held: notes beside the path are about a pool that was removed.
+    crate::serving::discard_for_new_pool(path);
     let config = Config {
         // As `fs format` picks it: enough segments that what the engine keeps free is a small
         // share of the pool.
@@ -294,7 +296,11 @@ pub fn run(args: RunArgs) -> CliResult {
                 pool.display()
             );
         }
-        if !args.private {
+        if args.private {
+            // The program opens the pool itself and no server will warn of what the last one
+            // left; a pool held by a live server is refused by the program's open, as before.
+            crate::serving::warn_of_last_server_if_free(&pool);
+        } else {
             served.push(serve_pool(&pool, &args.backend, args.allow_other)?);
         }
         spec.push(format!("{dir}={}", pool.display()));

@@ -5,7 +5,9 @@
 //! holds the pool's lock and removed only after the final sync returned, while the lock is
 //! still held. So a server that ended without confirming its final sync (killed, or a panic)
 //! leaves it behind: `tailbound umount`, which waits for the lock, finds it and fails, and
-//! otherwise the next server of the pool (`mount` or `serve`) takes it and warns.
+//! otherwise the next server of the pool (`mount` or `serve`) takes it and warns, as does a
+//! process that opens the pool to change it without a server (`fs` commands that write,
+//! `run --private`). Making a new pool at the path removes the notes of the one it replaces.
 //!
 //! `POOL.sync-failed` holds the error of a final sync that failed, written (also under the
 //! lock) before the serving note goes. `umount` reports it, or else the next server warns of it.
@@ -46,7 +48,8 @@ pub(crate) fn take_sync_failure(pool: &Path) -> Option<String> {
 }
 
 /// Takes what the last server of `pool` left and warns of it on stderr, once: called by a new
-/// server holding the pool's lock, after the pool's recovery.
+/// server holding the pool's lock, after the pool's recovery, and by a `tailbound fs` command
+/// that opened the pool for writing in its own process.
 pub(crate) fn warn_of_last_server(pool: &Path) {
     if let Some(report) = take_sync_failure(pool) {
         eprintln!(
@@ -62,6 +65,33 @@ pub(crate) fn warn_of_last_server(pool: &Path) {
              later writes may be lost",
             pool.display()
         );
+    }
+}
+
+/// Warns of what the last server of `pool` left, as [`warn_of_last_server`], for a process that
+/// does not hold the pool's lock but opens the pool after this (`run --private`, whose program
+/// opens it): only if the lock can be taken now, and released before this returns.
+pub(crate) fn warn_of_last_server_if_free(pool: &Path) {
+    // Only the lock tells a dead server's note from a live one's: a server holds the lock for
+    // as long as its note stands. When another process holds it, the note may be its own.
+    let Ok(file) = std::fs::File::open(pool) else {
+        return;
+    };
+    if tailbound::dev::lock_pool(&file, pool).is_ok() {
+        warn_of_last_server(pool);
+    }
+}
+
+/// Removes the notes beside a pool that was just made (holding its lock): they were about the
+/// pool it replaced. Says so on stderr.
+pub(crate) fn discard_for_new_pool(pool: &Path) {
+    for path in [serving_path(pool), sync_failure_path(pool)] {
+        if let Some(note) = take_note(&path) {
+            eprintln!(
+                "tailbound: removed {} (a note about the pool this one replaces: {note})",
+                path.display()
+            );
+        }
     }
 }
 

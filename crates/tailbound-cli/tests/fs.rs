@@ -616,3 +616,109 @@ fn info_says_which_scheduler_profile_a_file_pool_uses() {
     ]);
     assert!(json(&out)["scheduler"].is_null());
 }
+
+/// Where a server of `pool` leaves a note (`.serving`, `.sync-failed`).
+fn note(pool: &Path, suffix: &str) -> PathBuf {
+    let mut p = pool.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+/// Leaves the notes of a server that was killed after its final sync failed, as no live
+/// process: nothing holds the pool's lock.
+fn leave_dead_servers_notes(pool: &Path) {
+    std::fs::write(
+        note(pool, ".serving"),
+        "pid 4194999, serving on gone.sock\n",
+    )
+    .unwrap();
+    std::fs::write(note(pool, ".sync-failed"), "fsync: EIO (test)").unwrap();
+}
+
+#[test]
+fn mkfs_over_a_pool_removes_the_notes_its_last_server_left() {
+    let (dir, _) = shm_dir();
+    let pool = dir.path().join("p.tbfs");
+    let p = s(&pool);
+    let b = ["--backend", "memory"];
+    ok(&[&["fs", "mkfs", p, "--size", "16MiB"][..], &b].concat());
+    leave_dead_servers_notes(&pool);
+    // Refused without --force: the old pool and its notes stay.
+    let o = run(&[&["fs", "mkfs", p, "--size", "16MiB"][..], &b].concat());
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(note(&pool, ".serving").exists() && note(&pool, ".sync-failed").exists());
+    let o = run(&[&["fs", "mkfs", p, "--size", "16MiB", "--force"][..], &b].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for suffix in [".serving", ".sync-failed"] {
+        assert!(!note(&pool, suffix).exists(), "{suffix} stayed: {err}");
+        assert!(
+            err.contains(&format!("removed {}", s(&note(&pool, suffix)))),
+            "{err}"
+        );
+    }
+    assert!(err.contains("pid 4194999"), "{err}");
+    // Nothing of the old server is left to warn of.
+    let o = run(&[&["fs", "mkdir", p, "/d"][..], &b].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("warning"),
+        "{}",
+        text(&o)
+    );
+
+    // Notes beside a pool that was deleted go with the new pool made there.
+    std::fs::remove_file(&pool).unwrap();
+    leave_dead_servers_notes(&pool);
+    let o = run(&[&["fs", "mkfs", p, "--size", "16MiB"][..], &b].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!note(&pool, ".serving").exists() && !note(&pool, ".sync-failed").exists());
+}
+
+#[test]
+fn a_command_that_writes_a_pool_warns_once_of_what_a_dead_server_left() {
+    let (dir, _) = shm_dir();
+    let pool = dir.path().join("p.tbfs");
+    let p = s(&pool);
+    let b = ["--backend", "memory"];
+    ok(&[&["fs", "mkfs", p, "--size", "16MiB"][..], &b].concat());
+    leave_dead_servers_notes(&pool);
+    // A listing changes nothing and leaves the notes to a command that writes.
+    let o = run(&[&["fs", "ls", p, "/"][..], &b].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(note(&pool, ".serving").exists() && note(&pool, ".sync-failed").exists());
+    let o = run(&[&["fs", "mkdir", p, "/d"][..], &b].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.matches("ended without confirming its final sync")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("pid 4194999"), "{err}");
+    assert_eq!(err.matches("final sync failed").count(), 1, "{err}");
+    assert!(err.contains("fsync: EIO (test)"), "{err}");
+    assert!(!note(&pool, ".serving").exists() && !note(&pool, ".sync-failed").exists());
+    let o = run(&[&["fs", "mkdir", p, "/e"][..], &b].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("warning"),
+        "{}",
+        text(&o)
+    );
+
+    // `fsck --repair` changes the pool too; plain `fsck` only reads it.
+    leave_dead_servers_notes(&pool);
+    let o = run(&[&["fs", "fsck", p][..], &b].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(note(&pool, ".serving").exists(), "{}", text(&o));
+    let o = run(&[&["fs", "fsck", p, "--repair"][..], &b].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("ended without confirming its final sync"),
+        "{err}"
+    );
+    assert!(!note(&pool, ".serving").exists() && !note(&pool, ".sync-failed").exists());
+}

@@ -492,6 +492,89 @@ fn the_exit_status_is_passed_through_and_a_missing_pool_is_created() {
     assert!(said.contains("Permission denied"), "{said}");
 }
 
+/// Where a server of `pool` leaves a note (`.serving`, `.sync-failed`).
+fn note(pool: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut p = pool.as_os_str().to_owned();
+    p.push(suffix);
+    p.into()
+}
+
+/// A child process killed if a test ends before it does.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn private_runs_warn_once_of_a_dead_server_and_leave_a_live_ones_pool_to_it() {
+    let m = mount();
+    ok("create", &m.run("true", &[]));
+    // The notes of a server killed after its final sync failed: nothing holds the pool.
+    std::fs::write(
+        note(&m.pool, ".serving"),
+        "pid 4194999, serving on gone.sock\n",
+    )
+    .unwrap();
+    std::fs::write(note(&m.pool, ".sync-failed"), "fsync: EIO (test)").unwrap();
+    let write = format!("echo x > {}/f", m.dir);
+    let out = m.run_with(&["--private"], "sh", &["-c", &write]);
+    ok("private run", &out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("ended without confirming its final sync")
+            .count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("pid 4194999"), "{err}");
+    assert!(err.contains("fsync: EIO (test)"), "{err}");
+    assert!(!note(&m.pool, ".serving").exists() && !note(&m.pool, ".sync-failed").exists());
+    let out = m.run_with(&["--private"], "cat", &[&format!("{}/f", m.dir)]);
+    assert_eq!(ok("private run", &out), "x\n");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("warning"),
+        "{out:?}"
+    );
+
+    // A live server keeps the pool and its note: the private program is refused, as before.
+    let mut server = Child(
+        Command::new(tailbound())
+            .args(["serve", m.pool.to_str().unwrap(), "--foreground"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.0.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("serving "), "{line:?}");
+    let served = std::fs::read_to_string(note(&m.pool, ".serving")).unwrap();
+    let out = m.run_with(&["--private"], "cat", &[&format!("{}/f", m.dir)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(err.contains("pool lock"), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(note(&m.pool, ".serving")).unwrap(),
+        served
+    );
+    // SAFETY (of the call below): kill(2) of the server this test started, still its child.
+    assert_eq!(
+        unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) },
+        0
+    );
+    assert!(server.0.wait().unwrap().success());
+    assert!(!note(&m.pool, ".serving").exists());
+}
+
 #[test]
 fn catch_all_serves_raw_system_calls_and_python_still_matches_a_kernel_directory() {
     let m = mount();

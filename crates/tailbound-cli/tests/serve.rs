@@ -945,6 +945,57 @@ fn a_served_pool_stopped_cleanly_leaves_no_note() {
 }
 
 #[test]
+fn commands_through_a_live_server_leave_its_note_alone() {
+    let pool = pool("memory");
+    let (server, _out) = pool.serve();
+    let note = std::fs::read_to_string(pool.note(".serving")).unwrap();
+    assert!(note.contains(&format!("pid {}", server.pid())), "{note:?}");
+    // A command that writes goes through the server, whose note is no one else's to take.
+    let o = tailbound()
+        .args([
+            "fs",
+            "mkdir",
+            s(&pool.path),
+            "/d",
+            "--backend",
+            pool.backend,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("warning"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(pool.note(".serving")).unwrap(),
+        note
+    );
+    // mkfs is refused, the pool and the note kept.
+    let o = tailbound()
+        .args(["fs", "mkfs", s(&pool.path), "--force", "--size", "64MiB"])
+        .args(["--backend", pool.backend])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("served by process"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(pool.note(".serving")).unwrap(),
+        note
+    );
+    server.signal(libc::SIGTERM);
+    let (ok, err) = finish(server);
+    assert!(ok, "serve: {err}");
+    assert!(!pool.note(".serving").exists());
+    assert_eq!(pool.fs(&["ls", "/"]), "d/\n");
+}
+
+#[test]
 fn a_killed_server_leaves_its_note_and_the_next_serve_warns_once() {
     let pool = pool("memory");
     let (mut server, _out) = pool.serve();

@@ -210,8 +210,20 @@ impl Checker<'_> {
         let mut level = height;
         loop {
             let span = (FANOUT as u64).saturating_pow(level as u32 - 1);
-            let mut children: Vec<u64> = Vec::with_capacity(level_nodes.len() * FANOUT);
+            // Holes after the last mapped subtree map nothing: expanded, a few levels of them
+            // would ask for more memory than there is.
+            while level_nodes.last() == Some(&0) {
+                level_nodes.pop();
+            }
+            let most = limit.div_ceil(span).saturating_add(FANOUT as u64);
+            let mut children: Vec<u64> = Vec::with_capacity(
+                (level_nodes.len() * FANOUT).min(usize::try_from(most).unwrap_or(usize::MAX)),
+            );
             for (i, &addr) in level_nodes.iter().enumerate() {
+                if children.len() as u64 > most {
+                    self.damage(loc(None), format!("{what} is larger than any file may be"));
+                    return (vec![LOST], true);
+                }
                 if addr == 0 {
                     children.extend(std::iter::repeat_n(0, FANOUT));
                     continue;
@@ -258,10 +270,10 @@ impl Checker<'_> {
                     damaged = true;
                     children.extend(std::iter::repeat_n(LOST, FANOUT));
                 }
-                if children.len() as u64 > limit.div_ceil(span).saturating_add(FANOUT as u64) {
-                    self.damage(loc(None), format!("{what} is larger than any file may be"));
-                    return (vec![LOST], true);
-                }
+            }
+            if children.len() as u64 > most {
+                self.damage(loc(None), format!("{what} is larger than any file may be"));
+                return (vec![LOST], true);
             }
             while children.last() == Some(&0) {
                 children.pop();
@@ -426,7 +438,9 @@ impl Checker<'_> {
             root.ifile_root,
             root.ifile_height,
             claims,
-            root.ifile_pages.max(1),
+            // The inode file is a file: no larger than any file may be, whatever the root says.
+            root.ifile_pages
+                .clamp(1, crate::tbfs::limits::FILE_BYTES_MAX / BLOCK_U64),
         );
         if pages.len() as u64 > root.ifile_pages {
             self.damage(
@@ -560,7 +574,7 @@ impl Checker<'_> {
         for (i, t) in tables.iter().enumerate() {
             let id = i as u8 + 1;
             let (pages, _) =
-                self.load_map(n, None, Some(id), t.root, t.height, claims, u64::MAX / 2);
+                self.load_map(n, None, Some(id), t.root, t.height, claims, self.geo.end);
             let per = format::table_entries_per_page(id) as u64;
             for (p, &addr) in pages.iter().enumerate() {
                 let p = p as u64;
