@@ -19,8 +19,9 @@ use crate::CliResult;
 /// (refused while live data + what snapshots pin + writes in flight is below 90 % of a pool
 /// of 256 MiB or more; each is printed with the pool's df figures); every acknowledged write
 /// reads back (files now and then, all of them after each level, snapshots' files before
-/// they are dropped); after each power cut, fsck of the crashed image is clean and what was
-/// durable reads back (each cut logs the files lost, and apart from them those not durable it
+/// they are dropped); after each power cut, fsck of the crashed image finds no damage but a
+/// summary lost before a later unflushed log (what a cut may leave), and what was durable
+/// reads back (a lost block is named with its address and the logs that wrote it) (each cut logs the files lost, and apart from them those not durable it
 /// kept, rolled back, removed or took); fsck is clean at the end. Progress goes to stderr, the summary (ops
 /// by kind, bytes written, ENOSPC total and spurious, checks, power cuts) to stdout.
 #[derive(Args)]

@@ -16,12 +16,14 @@
 //! - every file reads back as acknowledged (one file now and then, all of them after each level);
 //! - snapshots read back as the files were when they were taken;
 //! - at each power cut (the simulated device loses, keeps or tears every unflushed write), `fsck`
-//!   of the crashed image is clean, it opens, every file made durable and not changed since reads
-//!   back, nothing deleted durably comes back, and every snapshot is there. A file not durable
-//!   may come back as last acknowledged or as last made durable (kept), in another state
-//!   (removed), or not at all: each cut counts these apart from lost durable files, which fail
-//!   the run ([`CutCheck`]). A refused call changes nothing, so it leaves a durable file
-//!   durable. The run then goes on from the recovered pool, under the next ordering and barrier
+//!   of the crashed image finds no damage but what the cut itself leaves (a summary lost while
+//!   a later log that was not flushed either reached the device), it opens, every file made
+//!   durable and not changed since reads back (a lost block is named with its address and the
+//!   logs that wrote it), nothing deleted durably comes back, and every snapshot is there. A
+//!   file not durable may come back as last acknowledged or as last made durable (kept), in
+//!   another state (removed), or not at all: each cut counts these apart from lost durable
+//!   files, which fail the run ([`CutCheck`]). A refused call changes nothing, so it leaves a
+//!   durable file durable. The run then goes on from the recovered pool, under the next ordering and barrier
 //!   policy;
 //! - at the end, `fsck` of the closed pool is clean.
 //!
@@ -740,6 +742,8 @@ mod ops;
 pub use cut_check::CutCheck;
 #[path = "soak_run.rs"]
 mod run_loop;
+#[path = "soak_trace.rs"]
+mod trace;
 
 /// Runs the soak. `log` gets one line per event (level reached, power cut, failure).
 ///

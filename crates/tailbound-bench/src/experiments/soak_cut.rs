@@ -4,6 +4,7 @@
 //! count, so a report tells lost acknowledged data (a failure) from changes the cut was allowed
 //! to take.
 
+use super::trace::{lost_block, LostBlock};
 use super::*;
 
 /// What the check after one power cut (or reopen) found among the model's files.
@@ -29,6 +30,8 @@ pub struct CutCheck {
     /// ... not there (a create or a rename the cut took).
     pub absent: u64,
     pub absent_bytes: u64,
+    /// Where the lost durable files' first wrong blocks are.
+    pub lost_blocks: Vec<LostBlock>,
 }
 
 impl CutCheck {
@@ -46,6 +49,7 @@ impl CutCheck {
         self.removed_bytes += o.removed_bytes;
         self.absent += o.absent;
         self.absent_bytes += o.absent_bytes;
+        self.lost_blocks.extend(o.lost_blocks.iter().cloned());
     }
 
     /// One line for the log.
@@ -93,7 +97,20 @@ pub(super) fn check_thread(
             c.durable += 1;
             c.durable_bytes += want.len();
             let lost = match &got {
-                Ok(read) => want.mismatch(read).map(|bad| explain(writes, read, &bad)),
+                Ok(read) => want.mismatch(read).map(|bad| {
+                    let why = explain(writes, read, &bad);
+                    match lost_block(fs, &f.path, bad.offset) {
+                        Ok(l) => {
+                            let at = format!(
+                                "{why} (inode {}, its block {} at block {} of the pool)",
+                                l.ino, l.block, l.addr
+                            );
+                            c.lost_blocks.push(l);
+                            at
+                        }
+                        Err(e) => format!("{why} (its block's address: {e})"),
+                    }
+                }),
                 Err(e) => Some(e.to_string()),
             };
             if let Some(why) = lost {
@@ -246,6 +263,12 @@ mod tests {
             failures[1].contains("/t0/f2 was durable") && failures[1].contains("byte 4096 reads"),
             "{failures:?}"
         );
+        // The wrong block is named where the pool keeps it; the missing file has none.
+        assert_eq!(c.lost_blocks.len(), 1, "{c:?}");
+        let l = &c.lost_blocks[0];
+        assert_eq!((l.path.as_str(), l.block), ("/t0/f2", 1), "{l:?}");
+        let at = format!("its block 1 at block {} of the pool", l.addr);
+        assert!(failures[1].contains(&at), "{failures:?}");
         // Neither counts as a change the cut was allowed to take.
         assert_eq!((c.removed, c.absent, c.rolled_back), (0, 0, 0));
         assert_eq!(m.files.len(), 1);

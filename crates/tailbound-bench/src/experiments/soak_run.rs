@@ -2,6 +2,7 @@
 
 use super::ops::worker;
 use super::*;
+use tailbound::tbfs::fsck::{Finding, FsckReport};
 
 /// The run: format, the levels in turn (each split into epochs by power cuts), the final checks.
 pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> Result<SoakReport, Error> {
@@ -245,6 +246,7 @@ pub(super) fn run(cfg: &SoakConfig, log: &(dyn Fn(&str) + Sync)) -> Result<SoakR
                 &writes,
                 level,
                 &what,
+                was_cut,
                 &fail,
                 log,
                 &mut report.after_cuts,
@@ -492,6 +494,27 @@ pub(super) fn check_snapshot(
     }
 }
 
+/// Whether fsck's finding `f` on an image not opened since a power cut is one the cut itself
+/// leaves: a summary lost or torn while a later log that was not flushed either reached the
+/// device. Writes not yet flushed are lost in any order, and nothing after the lost summary was
+/// acknowledged (a flush covers every summary written before the log it follows), so recovery
+/// ends the chain there; fsck cannot tell it from damage, the check of the durable files can.
+fn cut_left_it(f: &Finding) -> bool {
+    f.message.contains("is damaged") && f.message.contains("follows it")
+}
+
+/// fsck's damage findings on a crashed image, split into what the cut left ([`cut_left_it`],
+/// only after a power cut: a reopen's image lost no write) and damage (at most five of it).
+fn crash_image_damage(r: &FsckReport, power_cut: bool) -> (Vec<String>, Vec<String>) {
+    let (left, damage): (Vec<&Finding>, Vec<&Finding>) = r
+        .damage()
+        .partition(|f| power_cut && r.verdict == Verdict::Damaged && cut_left_it(f));
+    (
+        left.iter().map(|f| f.to_string()).collect(),
+        damage.iter().take(5).map(|f| f.to_string()).collect(),
+    )
+}
+
 /// After a power cut: fsck the crashed image, open it, check what was durable, drop what the
 /// model cannot vouch for, and sync, so the run goes on from a known state.
 #[allow(clippy::too_many_arguments)]
@@ -506,6 +529,7 @@ fn recover(
     writes: &Mutex<WriteLog>,
     level: f64,
     what: &str,
+    power_cut: bool,
     fail: &dyn Fn(String),
     log: &(dyn Fn(&str) + Sync),
     after_cuts: &mut CutCheck,
@@ -515,12 +539,19 @@ fn recover(
     match fsck::check(&**dev) {
         Ok(r) if r.verdict == Verdict::Clean => {}
         Ok(r) => {
-            let damage: Vec<String> = r.damage().take(5).map(|d| d.to_string()).collect();
-            fail(format!(
-                "{at}: fsck of the crashed image: {:?}: {}",
-                r.verdict,
-                damage.join("; ")
-            ));
+            let (left, damage) = crash_image_damage(&r, power_cut);
+            if damage.is_empty() {
+                log(&format!(
+                    "{at}: fsck of the crashed image: what the cut left: {}",
+                    left.join("; ")
+                ));
+            } else {
+                fail(format!(
+                    "{at}: fsck of the crashed image: {:?}: {}",
+                    r.verdict,
+                    damage.join("; ")
+                ));
+            }
         }
         Err(e) => fail(format!("{at}: fsck of the crashed image: {e}")),
     }
@@ -594,6 +625,14 @@ fn recover(
         total += m.files.iter().map(FileModel::bytes).sum::<u64>();
     }
     log(&format!("{at}: {}", found.summary()));
+    if !found.lost_blocks.is_empty() {
+        let image = dev.image();
+        for l in &found.lost_blocks {
+            for line in super::trace::who_wrote(&image, l) {
+                log(&format!("{at}: {} block {}: {line}", l.path, l.block));
+            }
+        }
+    }
     after_cuts.add(&found);
     live.store(total, AtOrd::Release);
     match fs.sync() {
@@ -641,4 +680,77 @@ fn recover(
         }
     }
     Some(fs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tailbound::tbfs::format::{Summary, BLOCK_U64};
+
+    /// A pool whose chain after its superblock holds two unflushed data-only logs, as a cut
+    /// can leave it: the first summary torn (a sector of it still holds what the block held
+    /// before), the second whole.
+    fn torn_before_a_later_log() -> Arc<SimDevice> {
+        let dev = Arc::new(SimDevice::new(16 << 20));
+        let config = Config {
+            ordering: Ordering::Relaxed,
+            barrier: Barrier::EveryCheckpoint,
+            segment_bytes: 256 << 10,
+            background_gc: false,
+            // No timed checkpoint or superblock between the logs laid out below.
+            checkpoint_every: None,
+            superblock_every: Duration::from_secs(1 << 30),
+            ..Config::memory_pool()
+        };
+        let fs = Fs::format(dev.clone(), &config).unwrap();
+        for name in ["/a", "/b"] {
+            fs.open_file(name, OpenFlags::create()).unwrap();
+        }
+        fs.sync().unwrap();
+        // Under `every-checkpoint` a relaxed fsync is a data-only log, written, not flushed.
+        for name in ["/a", "/b"] {
+            let f = fs.open_file(name, OpenFlags::create()).unwrap();
+            f.pwrite(&[7u8; 4096], 0).unwrap();
+            f.fsync().unwrap();
+        }
+        let mut image = dev.image();
+        drop(fs);
+        // The newer of the two superblock copies.
+        let sb = (0..2)
+            .filter_map(|copy: usize| {
+                let at = copy * BLOCK_U64 as usize;
+                let b = &image[at..at + BLOCK_U64 as usize];
+                tailbound::tbfs::format::Superblock::decode(b, image.len() as u64).ok()
+            })
+            .max_by_key(|sb| sb.generation)
+            .unwrap();
+        let first = (sb.next.block * BLOCK_U64) as usize;
+        let (s, _) = Summary::decode(&image[first..first + BLOCK_U64 as usize]).unwrap();
+        assert!(
+            s.flags & tailbound::tbfs::format::FLAG_DATA_ONLY != 0,
+            "{s:?}"
+        );
+        // Its fourth sector as the block held it before the write: not zeros.
+        image[first + 3 * 512..first + 4 * 512].fill(0xa5);
+        Arc::new(SimDevice::from_image(image))
+    }
+
+    #[test]
+    fn a_summary_a_cut_tore_before_a_later_unflushed_log_is_what_the_cut_left() {
+        let dev = torn_before_a_later_log();
+        let r = fsck::check(&*dev).unwrap();
+        assert_eq!(r.verdict, Verdict::Damaged, "{:?}", r.findings);
+        let (left, damage) = crash_image_damage(&r, true);
+        assert!(damage.is_empty(), "{damage:?}");
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(left[0].contains("follows it"), "{left:?}");
+        // A reopen's image lost no write: there it is damage.
+        let (left, damage) = crash_image_damage(&r, false);
+        assert!(left.is_empty() && damage.len() == 1, "{left:?} {damage:?}");
+        // Recovery ends the chain at the torn summary: what the sync made durable is there.
+        let fs = Fs::open(dev.clone() as Arc<dyn Device>, &OpenOptions::default()).unwrap();
+        for name in ["/a", "/b"] {
+            assert_eq!(fs.stat(name).unwrap().size, 0, "{name}");
+        }
+    }
 }
