@@ -360,6 +360,23 @@ impl Conn {
     /// [`Conn::call`] of a write whose data is `data`, sent from where it lies (the request's
     /// own data is left out).
     pub fn call_with(&self, req: &Request, data: Option<&[u8]>) -> Result<Reply> {
+        self.call_parts(req, data, None).map(|(reply, _)| reply)
+    }
+
+    /// [`Conn::call`] of a leased read into `dest`: on the rings, when the calling thread takes
+    /// its own completion off the ring, the data goes from the ring straight into `dest` and
+    /// its length comes back with the reply (whose data is then empty); else the data is in
+    /// the reply, as from [`Conn::call`].
+    pub fn call_into(&self, req: &Request, dest: &mut [u8]) -> Result<(Reply, Option<usize>)> {
+        self.call_parts(req, None, Some(dest))
+    }
+
+    fn call_parts(
+        &self,
+        req: &Request,
+        data: Option<&[u8]>,
+        dest: Option<&mut [u8]>,
+    ) -> Result<(Reply, Option<usize>)> {
         if self.abandoned.load(Ordering::Acquire) {
             return Err(self.lost(
                 "connection given up in this process",
@@ -378,7 +395,7 @@ impl Conn {
         let times = super::timing::client();
         let t0 = times.map(|_| std::time::Instant::now());
         let mut t1 = t0;
-        let body = match &self.wire {
+        let (body, moved) = match &self.wire {
             Wire::Ring {
                 socket,
                 recv,
@@ -395,14 +412,14 @@ impl Conn {
                         if t1.is_some() {
                             t1 = Some(std::time::Instant::now());
                         }
-                        self.ring_completion(id, socket, recv, parking)
+                        self.ring_completion(id, socket, recv, parking, dest)
                     });
                 self.in_flight.fetch_sub(1, Ordering::Relaxed);
                 body?
             }
             Wire::Socket { stream, recv, .. } => {
                 self.send(&head, tail).map_err(|why| self.broken(why))?;
-                self.completion(id, stream, recv)?
+                (self.completion(id, stream, recv)?, None)
             }
         };
         let t2 = t0.map(|_| std::time::Instant::now());
@@ -413,7 +430,7 @@ impl Conn {
             super::timing::client_done(t, n);
         }
         match decoded {
-            Ok((_, reply)) => reply,
+            Ok((_, reply)) => reply.map(|r| (r, moved)),
             Err(e) => Err(self.broken(e.to_string())),
         }
     }
@@ -512,13 +529,17 @@ impl Conn {
     /// completion is for; a thread that wakes drains whatever is published and hands others'
     /// completions to their threads, waking each. So a completion costs its own thread one
     /// wakeup and no other thread any, and no thread is woken only to take over reading.
+    ///
+    /// With `dest`, a leased read's data in its own completion goes from the ring into `dest`
+    /// when this thread takes it, and its length comes back (`Some`) with the rest of the body.
     fn ring_completion(
         &self,
         id: u64,
         socket: &UnixStream,
         recv: &Mutex<Consumer>,
         parking: &Parking,
-    ) -> Result<Vec<u8>> {
+        mut dest: Option<&mut [u8]>,
+    ) -> Result<(Vec<u8>, Option<usize>)> {
         let bits = ring::waiter_bits(id);
         loop {
             // Others' completions are put where their threads look before the ring is let go:
@@ -530,8 +551,16 @@ impl Conn {
                     t.extra(3, tl.elapsed().as_nanos() as u64);
                 }
                 loop {
-                    let body = match c.try_frame(FRAME_MAX) {
-                        Ok(Ok(body)) => body,
+                    let taken = match dest.as_deref_mut() {
+                        Some(d) => {
+                            let room = d.len();
+                            let mut pick = |head: &[u8]| Reply::leased_data_in(head, id, room);
+                            c.try_frame_into(FRAME_MAX, &mut pick, d)
+                        }
+                        None => c.try_frame(FRAME_MAX).map(|r| r.map(|body| (body, None))),
+                    };
+                    let (mut body, moved) = match taken {
+                        Ok(Ok(taken)) => taken,
                         Ok(Err(seen)) => break seen,
                         Err(e) => {
                             drop(c);
@@ -543,7 +572,10 @@ impl Conn {
                         return Err(self.broken("a completion too short for its id".into()));
                     };
                     if rid == id {
-                        return Ok(body);
+                        if moved.is_some() {
+                            Reply::leased_data_taken_out(&mut body);
+                        }
+                        return Ok((body, moved));
                     }
                     self.replies().pending.insert(rid, body);
                     let woke = parking.wake_bits(ring::waiter_bits(rid));
@@ -556,7 +588,7 @@ impl Conn {
             {
                 let mut r = self.replies();
                 if let Some(body) = r.pending.remove(&id) {
-                    return Ok(body);
+                    return Ok((body, None));
                 }
                 if let Some(why) = &r.broken {
                     return Err(self.lost(why.clone(), io::ErrorKind::BrokenPipe));

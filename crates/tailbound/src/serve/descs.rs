@@ -14,6 +14,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::messages::Payload;
 use crate::tbfs::locks::Owner;
 use crate::tbfs::{Error, File, Fs, Result};
 
@@ -115,13 +116,49 @@ pub(super) fn read_reply(
         buf.truncate(n);
         return Ok(buf);
     }
-    SCRATCH.with_borrow_mut(|scratch| {
-        if scratch.len() < len {
-            scratch.resize(len, 0);
+    Ok(read_payload(len, read)?.to_vec())
+}
+
+/// [`read_reply`] without the copy out: the reply's data is the thread's buffer itself, lent to
+/// the reply and given back to the thread that drops it ([`give_scratch`]), which for a
+/// worker's reply is the worker, once the completion is sent.
+pub(super) fn read_payload(
+    len: usize,
+    read: impl FnOnce(&mut [u8]) -> Result<usize>,
+) -> Result<Payload> {
+    if len > SCRATCH_MAX {
+        let mut buf = vec![0u8; len];
+        let n = read(&mut buf)?;
+        buf.truncate(n);
+        return Ok(Payload::from(buf));
+    }
+    // Taken out, not borrowed: the reply holds it past this call. If it has not come back (a
+    // reply dropped on another thread), the thread starts a new one.
+    let mut scratch = SCRATCH
+        .try_with(|s| std::mem::take(&mut *s.borrow_mut()))
+        .unwrap_or_default();
+    if scratch.len() < len {
+        scratch.resize(len, 0);
+    }
+    match read(&mut scratch[..len]) {
+        Ok(n) => Ok(Payload::scratch(scratch, n.min(len))),
+        Err(e) => {
+            give_scratch(scratch);
+            Err(e)
         }
-        let n = read(&mut scratch[..len])?;
-        Ok(scratch[..n.min(len)].to_vec())
-    })
+    }
+}
+
+/// Gives a read buffer back to this thread, if it is larger than the one the thread holds
+/// (its bytes stay as they are: a later read overwrites only what it reads).
+pub(super) fn give_scratch(buf: Vec<u8>) {
+    let _ = SCRATCH.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            if s.len() < buf.len() && buf.len() <= SCRATCH_MAX {
+                *s = buf;
+            }
+        }
+    });
 }
 
 impl Drop for Desc {
@@ -223,5 +260,71 @@ impl Holds {
         // Dropped outside the table's lock: a description's drop takes the lock table's.
         drop(gone);
         left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch_at() -> *const u8 {
+        SCRATCH.with_borrow(|s| s.as_ptr())
+    }
+
+    fn fill(bytes: &'static [u8]) -> impl FnOnce(&mut [u8]) -> Result<usize> {
+        move |b| {
+            b[..bytes.len()].copy_from_slice(bytes);
+            Ok(bytes.len())
+        }
+    }
+
+    #[test]
+    fn a_read_reply_is_the_threads_buffer_lent_and_given_back() {
+        let first = read_payload(4096, fill(b"a longer first read")).unwrap();
+        assert_eq!(&*first, b"a longer first read");
+        let at = first.as_ptr();
+        // Lent: the thread holds no buffer of its own while the reply has it.
+        assert_ne!(scratch_at(), at);
+        drop(first);
+        assert_eq!(
+            scratch_at(),
+            at,
+            "the reply's bytes were the thread's buffer"
+        );
+        // A shorter read into the same buffer shows only its own bytes.
+        let second = read_payload(4096, fill(b"short")).unwrap();
+        assert_eq!(&*second, b"short");
+        assert_eq!(second.as_ptr(), at);
+        drop(second);
+        // The copying form leaves the buffer with the thread.
+        let copied = read_reply(4096, fill(b"copied")).unwrap();
+        assert_eq!(copied, b"copied");
+        assert_eq!(scratch_at(), at);
+    }
+
+    #[test]
+    fn a_failed_read_gives_the_buffer_back() {
+        drop(read_payload(4096, fill(b"x")).unwrap());
+        let at = scratch_at();
+        let failed = read_payload(4096, |_| Err(Error::NotFound("gone".into())));
+        assert!(matches!(failed, Err(Error::NotFound(_))));
+        assert_eq!(scratch_at(), at);
+    }
+
+    #[test]
+    fn a_reply_dropped_on_another_thread_leaves_this_one_a_new_buffer() {
+        let lent = read_payload(4096, fill(b"elsewhere")).unwrap();
+        std::thread::spawn(move || drop(lent)).join().unwrap();
+        let next = read_payload(4096, fill(b"here")).unwrap();
+        assert_eq!(&*next, b"here");
+    }
+
+    #[test]
+    fn a_read_longer_than_the_buffer_kept_is_not_kept() {
+        let long = read_payload(SCRATCH_MAX + 1, fill(b"long")).unwrap();
+        assert_eq!(&*long, b"long");
+        let at = long.as_ptr();
+        drop(long);
+        assert_ne!(scratch_at(), at);
     }
 }

@@ -245,10 +245,17 @@ impl ClientLeases {
             offset,
             len: want as u32,
         };
-        Some(match conn.call(&req) {
-            Ok(Reply::LeasedData { data, lease }) => {
-                let n = data.len().min(want);
-                buf[..n].copy_from_slice(&data[..n]);
+        Some(match conn.call_into(&req, &mut buf[..want]) {
+            Ok((Reply::LeasedData { data, lease }, moved)) => {
+                // Either the data came straight into the buffer, or it is in the reply.
+                let n = match moved {
+                    Some(n) => n,
+                    None => {
+                        let n = data.len().min(want);
+                        buf[..n].copy_from_slice(&data[..n]);
+                        n
+                    }
+                };
                 match lease {
                     Some(l) => keep(&self.data, ino, Arc::new(l)),
                     None => {
@@ -257,7 +264,7 @@ impl ClientLeases {
                 }
                 Ok(n)
             }
-            Ok(other) => Err(conn.unexpected(&other)),
+            Ok((other, _)) => Err(conn.unexpected(&other)),
             Err(e) => Err(e),
         })
     }

@@ -30,6 +30,7 @@ use super::lease::{
     INODE_SLOTS, LEASE_BLOCKS, LIVENESS_AT, SEGMENT_SLOTS,
 };
 use super::lease_shm::{hold_liveness, reopen_read_only, Map};
+use super::messages::Payload;
 use super::observe::Change;
 use crate::dev::BLOCK_SIZE;
 use crate::tbfs::{Error, File, FileKind, Fs, Result, Watcher, ASK};
@@ -209,8 +210,9 @@ impl LeaseTable {
         offset: u64,
         len: u32,
         whole_pool: bool,
-    ) -> Result<(Vec<u8>, Option<DataLease>)> {
-        let buf = super::descs::read_reply((len as usize).min(IO_MAX), |b| file.pread(b, offset))?;
+    ) -> Result<(Payload, Option<DataLease>)> {
+        let buf =
+            super::descs::read_payload((len as usize).min(IO_MAX), |b| file.pread(b, offset))?;
         if !whole_pool || self.pool.is_none() || fs.atime_strict() {
             return Ok((buf, None));
         }

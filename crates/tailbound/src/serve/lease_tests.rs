@@ -481,3 +481,36 @@ fn a_kept_read_sees_stores_into_the_files_shared_memory() {
     assert_eq!(r.stat().unwrap().size, 8192);
     w.shared_memory(2).unwrap();
 }
+
+/// A leased read whose completion its own thread takes off the ring gets its data straight
+/// into the caller's buffer (not into a buffer of the completion's first): the bytes are the
+/// file's, the rest of the buffer is untouched, and the lease that came with it answers the
+/// next read.
+#[test]
+fn a_leased_reads_data_goes_from_the_ring_into_the_callers_buffer() {
+    let f = fixture(32 << 20);
+    let (a, b) = (
+        Client::connect(&f.socket).unwrap(),
+        Client::connect(&f.socket).unwrap(),
+    );
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let w = a.open_file("/f", rw()).unwrap();
+    w.pwrite(&data, 0).unwrap();
+    a.sync().unwrap();
+    let r = b.open_file("/f", OpenFlags::read_only()).unwrap();
+    let before = b.completions_taken().unwrap();
+    let mut buf = vec![7u8; 150_000];
+    assert_eq!(r.pread(&mut buf, 0).unwrap(), data.len());
+    assert_eq!(&buf[..data.len()], &data[..]);
+    assert!(buf[data.len()..].iter().all(|&x| x == 7));
+    let after = b.completions_taken().unwrap();
+    assert_eq!(
+        after.into_dest,
+        before.into_dest + 1,
+        "{before:?} -> {after:?}"
+    );
+    // The lease came back with it: the next read is the client's own.
+    let kept = b.lease_counters().reads_kept;
+    assert_eq!(read_all(&r, 150_000), data);
+    assert_eq!(b.lease_counters().reads_kept, kept + 1);
+}

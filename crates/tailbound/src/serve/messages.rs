@@ -311,6 +311,9 @@ pub struct Payload {
     end: usize,
     /// The data, when it lies in a session's request data area (`buf` is then empty).
     lent: Option<super::ring::Lent>,
+    /// `buf` is a server thread's read buffer, lent to a reply: it goes back to the thread
+    /// that drops the reply, not to the frame buffers.
+    scratch: bool,
 }
 
 impl Payload {
@@ -322,6 +325,7 @@ impl Payload {
             start,
             end,
             lent: None,
+            scratch: false,
         }
     }
 
@@ -332,6 +336,7 @@ impl Payload {
             start,
             end,
             lent: None,
+            scratch: false,
         }
     }
 
@@ -342,6 +347,19 @@ impl Payload {
             start: 0,
             end: 0,
             lent: Some(lent),
+            scratch: false,
+        }
+    }
+
+    /// The first `n` bytes of a server thread's read buffer `buf` (all of it, kept whole, goes
+    /// back to the thread that drops this: `descs::give_scratch`).
+    pub(super) fn scratch(buf: Vec<u8>, n: usize) -> Payload {
+        Payload {
+            end: n.min(buf.len()),
+            buf,
+            start: 0,
+            lent: None,
+            scratch: true,
         }
     }
 
@@ -360,8 +378,13 @@ impl Payload {
 
 impl Drop for Payload {
     fn drop(&mut self) {
-        // A frame's buffer, large when it carried data: kept for the thread's next frame.
-        super::ring::give_spare(std::mem::take(&mut self.buf));
+        let buf = std::mem::take(&mut self.buf);
+        if self.scratch {
+            super::descs::give_scratch(buf);
+        } else {
+            // A frame's buffer, large when it carried data: kept for the thread's next frame.
+            super::ring::give_spare(buf);
+        }
     }
 }
 
@@ -373,6 +396,7 @@ impl From<Vec<u8>> for Payload {
             start: 0,
             end,
             lent: None,
+            scratch: false,
         }
     }
 }

@@ -16,6 +16,12 @@ use super::protocol_fields::{flags_dec, flags_enc, lock_dec, lock_enc};
 use super::ring::Frame;
 use crate::tbfs::{Error, SetAttr};
 
+/// The reply kind of a leased read's data.
+const LEASED_DATA: u8 = 32;
+/// Where a leased read's data starts in its completion's body: after the id, the status, the
+/// kind and the data's length.
+const LEASED_DATA_AT: usize = 14;
+
 // ---------------------------------------------------------------------------------------------
 // Requests
 
@@ -697,9 +703,29 @@ impl Reply {
                 super::lease_wire::data_lease_enc(&mut e, lease.as_ref());
                 // Not a frame of its own: its bytes without the length `Enc` starts with.
                 let after = e.finish().split_off(4);
-                (head(32, data, after.len()), data, after)
+                (head(LEASED_DATA, data, after.len()), data, after)
             }
             other => (other.encode(id), &[], Vec::new()),
+        }
+    }
+
+    /// Where the data of a leased read's completion of request `id` lies in the completion's
+    /// body, shown its first bytes `head`: its start and length, if it succeeded and its data
+    /// fits `room`.
+    pub fn leased_data_in(head: &[u8], id: u64, room: usize) -> Option<(usize, usize)> {
+        let rid = u64::from_le_bytes(head.get(..8)?.try_into().ok()?);
+        if rid != id || head.get(8) != Some(&0) || head.get(9) != Some(&LEASED_DATA) {
+            return None;
+        }
+        let len = u32::from_le_bytes(head.get(10..LEASED_DATA_AT)?.try_into().ok()?) as usize;
+        (len <= room).then_some((LEASED_DATA_AT, len))
+    }
+
+    /// A completion's body whose data [`Reply::leased_data_in`] found was taken out of: its
+    /// data's length is made zero, so the rest decodes as a leased read of no data.
+    pub fn leased_data_taken_out(body: &mut [u8]) {
+        if let Some(len) = body.get_mut(10..LEASED_DATA_AT) {
+            len.copy_from_slice(&0u32.to_le_bytes());
         }
     }
 

@@ -1031,3 +1031,65 @@ fn a_pusher_waiting_for_room_first_makes_the_wakes_kept_for_later() {
     assert_eq!(server.completions.deferred_bits(), late);
     assert_eq!(consumer.try_frame(1 << 20).unwrap(), Ok(body));
 }
+
+/// A reader that knows a frame takes part of it straight into its buffer: wherever the record
+/// lies in the ring (across its end too), that part arrives there and nowhere else, and the
+/// rest of the body arrives in order without it. A frame not picked, or whose part would not
+/// fit the buffer, arrives whole, and the buffer is left alone.
+#[test]
+fn part_of_a_frame_goes_straight_to_the_readers_buffer_across_wraps() {
+    let (a, _b) = UnixStream::pair().unwrap();
+    let rings = ClientRings::create(SMALL).unwrap();
+    let ClientRings {
+        completions: mut consumer,
+        memfd,
+        ..
+    } = rings;
+    let server = ServerRings::attach(vec![memfd.into()]).unwrap();
+    let mut rng = fastrand::Rng::with_seed(7);
+    let (mut picked, mut whole) = (0, 0);
+    for round in 0..400 {
+        // One record each (at most half the ring), so a frame never waits for this reader.
+        let n = rng.usize(5..2000);
+        let mut body: Vec<u8> = (0..n).map(|_| rng.u8(..)).collect();
+        let start = rng.usize(5..=n);
+        let moved = rng.usize(0..=n - start);
+        body[0] = u8::from(rng.bool());
+        body[1..3].copy_from_slice(&(start as u16).to_le_bytes());
+        body[3..5].copy_from_slice(&(moved as u16).to_le_bytes());
+        let mut framed = (n as u32).to_le_bytes().to_vec();
+        framed.extend_from_slice(&body);
+        server.completions.push(&framed, &a).unwrap();
+        let mut pick = |head: &[u8]| {
+            (head[0] == 1).then(|| {
+                let at = u16::from_le_bytes([head[1], head[2]]) as usize;
+                let len = u16::from_le_bytes([head[3], head[4]]) as usize;
+                (at, len)
+            })
+        };
+        let mut dest = vec![0xEEu8; 1024];
+        let (got, into) = consumer
+            .try_frame_into(1 << 20, &mut pick, &mut dest)
+            .unwrap()
+            .unwrap();
+        if body[0] == 1 && moved <= dest.len() {
+            picked += 1;
+            assert_eq!(into, Some(moved), "round {round}");
+            assert_eq!(&dest[..moved], &body[start..start + moved], "round {round}");
+            assert!(dest[moved..].iter().all(|&x| x == 0xEE), "round {round}");
+            let rest = [&body[..start], &body[start + moved..]].concat();
+            assert_eq!(got, rest, "round {round}");
+        } else {
+            whole += 1;
+            assert_eq!(into, None, "round {round}");
+            assert_eq!(got, body, "round {round}");
+            assert!(dest.iter().all(|&x| x == 0xEE), "round {round}");
+        }
+    }
+    assert!(
+        picked > 100 && whole > 100,
+        "{picked} picked, {whole} whole"
+    );
+    assert_eq!(consumer.taken().into_dest, picked);
+    assert_eq!(consumer.taken().frames, 400);
+}

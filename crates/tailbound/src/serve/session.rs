@@ -713,10 +713,7 @@ impl Session<'_> {
                     len,
                     self.whole_pool(),
                 )?;
-                Reply::LeasedData {
-                    data: data.into(),
-                    lease,
-                }
+                Reply::LeasedData { data, lease }
             }
             R::SharedMemory { handle, op } => {
                 let ino = self.desc(handle)?.file.ino();

@@ -169,6 +169,7 @@ mod tests {
             records: 6,
             out_of_line: 2,
             copied_out: 1,
+            into_dest: 0,
         });
         assert!(
             t.line(8)

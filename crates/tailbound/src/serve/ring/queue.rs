@@ -722,6 +722,13 @@ pub(crate) struct Consumer {
     counts: Taken,
 }
 
+/// Shown the first bytes of a frame's body, names the part of it (start, length) that goes
+/// straight into the reader's buffer ([`Consumer::try_frame_into`]), if any.
+type Pick<'a> = dyn FnMut(&[u8]) -> Option<(usize, usize)> + 'a;
+
+/// A frame's body, and the length of its part that went into the reader's buffer instead.
+type Split = (Vec<u8>, Option<usize>);
+
 /// What a consumer took so far.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Taken {
@@ -732,6 +739,9 @@ pub struct Taken {
     /// Of those, the frames whose data was copied out of the area here (the rest were handed
     /// on with their data where it lies).
     pub copied_out: u64,
+    /// Frames part of which went straight to the reader's buffer
+    /// ([`Consumer::try_frame_into`]).
+    pub into_dest: u64,
 }
 
 /// A frame's body as taken: the bytes of its records and, when its data lay in the request
@@ -894,6 +904,76 @@ impl Consumer {
             Polled::Frame(f) => Ok(self.flatten(f)),
             Polled::Wait(tail) => Err(tail),
         })
+    }
+
+    /// [`Consumer::try_frame`] that may copy part of the next frame straight into `dest`: when
+    /// the frame is one record and `pick`, shown its body's first bytes (up to 32), names a
+    /// range of the body (start, length) that fits `dest`, that range goes into `dest`, is left
+    /// out of the body returned, and its length comes with it. So a reader that knows the frame
+    /// copies its data once, not into a buffer of its own first.
+    pub fn try_frame_into(
+        &mut self,
+        limit: usize,
+        pick: &mut Pick<'_>,
+        dest: &mut [u8],
+    ) -> Result<Result<Split, u32>, RingError> {
+        if let Some(taken) = self.take_into(limit, pick, dest)? {
+            return Ok(Ok(taken));
+        }
+        Ok(self.try_frame(limit)?.map(|body| (body, None)))
+    }
+
+    /// The frame [`Consumer::try_frame_into`] copies part of into `dest`, if the next frame is
+    /// one record and `pick` names such a part; `None` leaves everything to [`Consumer::poll`]
+    /// (which also finds what is wrong with a record).
+    fn take_into(
+        &mut self,
+        limit: usize,
+        pick: &mut Pick<'_>,
+        dest: &mut [u8],
+    ) -> Result<Option<Split>, RingError> {
+        if self.announced.is_some() || !self.partial.is_empty() {
+            return Ok(None);
+        }
+        let tail = self.q.word(self.q.ctrl.tail).load(Ordering::Acquire);
+        let avail = tail.wrapping_sub(self.head) as usize;
+        if !(8..=self.q.cap).contains(&avail) {
+            return Ok(None);
+        }
+        let mut h = [0u8; 8];
+        self.q.read(self.head, &mut h)?;
+        let [h0, h1, h2, h3, l0, l1, l2, l3] = h;
+        let header = u32::from_le_bytes([h0, h1, h2, h3]);
+        let n = (header & LEN) as usize;
+        let len = u32::from_le_bytes([l0, l1, l2, l3]) as usize;
+        let need = padded(n);
+        if header & (MORE | OUT) != 0 || need > avail || n < 4 || len != n - 4 || len > limit {
+            return Ok(None);
+        }
+        let body = self.head.wrapping_add(8);
+        let mut first = [0u8; 32];
+        let shown = &mut first[..len.min(32)];
+        self.q.read(body, shown)?;
+        let Some((start, moved)) = pick(shown) else {
+            return Ok(None);
+        };
+        if start.checked_add(moved).is_none_or(|end| end > len) || moved > dest.len() {
+            return Ok(None);
+        }
+        let mut rest = super::spare::take(len - moved);
+        self.q.read_append(body, start, &mut rest)?;
+        self.q
+            .read(body.wrapping_add(start as u32), &mut dest[..moved])?;
+        let after = start + moved;
+        self.q
+            .read_append(body.wrapping_add(after as u32), len - after, &mut rest)?;
+        self.counts.records += 1;
+        self.counts.frames += 1;
+        self.counts.into_dest += 1;
+        self.head = self.head.wrapping_add(need as u32);
+        self.q
+            .publish(self.q.ctrl.head, self.head, self.q.ctrl.space_waiter, None);
+        Ok(Some((rest, Some(moved))))
     }
 
     /// [`Consumer::try_frame`] that leaves a frame's data in the request data area, where it
