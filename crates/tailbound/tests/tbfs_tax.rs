@@ -39,23 +39,27 @@ fn config() -> Config {
     }
 }
 
-/// One write's tenant, and the blocks it wrote and copied cleaning.
+/// One write's tenant, and the blocks it wrote, copied cleaning (every kind), and copied
+/// cleaning until there was room.
 struct Step {
     tenant: usize,
     written: u64,
     copied: u64,
+    room: u64,
 }
 
-/// The blocks `key`'s writers copied cleaning so far.
-fn copied(fs: &Fs, key: WriterKey) -> u64 {
+/// The blocks `key`'s writers copied cleaning so far, and of those cleaning until there was
+/// room.
+fn copied(fs: &Fs, key: WriterKey) -> (u64, u64) {
     fs.tenant_writes()
         .iter()
         .find(|t| t.key == key)
-        .map_or(0, |t| t.clean_blocks)
+        .map_or((0, 0), |t| (t.clean_blocks, t.room_clean_blocks))
 }
 
-/// `rounds` rounds of the heavier tenant's two writes and the lighter's one.
-fn run(rounds: usize) -> Vec<Step> {
+/// `rounds` rounds of the heavier tenant's two writes and the lighter's one, of `sizes`
+/// bytes (heavier, lighter).
+fn run(rounds: usize, sizes: [u64; 2]) -> Vec<Step> {
     let sched = Scheduler::new(
         Arc::new(SimDevice::new(POOL)),
         tailbound::sched::Config::default(),
@@ -67,7 +71,9 @@ fn run(rounds: usize) -> Vec<Step> {
         .enumerate()
         .map(|(i, &w)| sched.add_tenant(&format!("tenant {i}"), Prio::DEFAULT, w))
         .collect();
-    let data: Vec<u8> = (0..WRITE).map(|i| (i % 251) as u8).collect();
+    let data: Vec<u8> = (0..sizes[0].max(sizes[1]).max(WRITE))
+        .map(|i| (i % 251) as u8)
+        .collect();
     let files: Vec<_> = (0..2)
         .map(|i| {
             let f = fs
@@ -80,7 +86,7 @@ fn run(rounds: usize) -> Vec<Step> {
                 )
                 .unwrap();
             for k in 0..FILE / WRITE {
-                f.pwrite(&data, k * WRITE).unwrap();
+                f.pwrite(&data[..WRITE as usize], k * WRITE).unwrap();
             }
             f.fsync().unwrap();
             f
@@ -98,12 +104,15 @@ fn run(rounds: usize) -> Vec<Step> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let at = x % (FILE / WRITE) * WRITE;
-            files[tenant].pwrite(&data, at).unwrap();
+            let size = sizes[tenant];
+            let at = x % (FILE / size) * size;
+            files[tenant].pwrite(&data[..size as usize], at).unwrap();
+            let after = copied(&fs, key);
             steps.push(Step {
                 tenant,
-                written: WRITE / 4096,
-                copied: copied(&fs, key) - before,
+                written: size / 4096,
+                copied: after.0 - before.0,
+                room: after.1 - before.1,
             });
         }
     }
@@ -135,7 +144,7 @@ fn worst_share_off(steps: &[Step], window: usize) -> (f64, Vec<String>) {
 
 #[test]
 fn each_tenant_pays_cleaning_in_proportion_to_what_it_writes() {
-    let steps = run(400);
+    let steps = run(400, [WRITE, WRITE]);
     let copies: u64 = steps.iter().map(|s| s.copied).sum();
     let written: u64 = steps.iter().map(|s| s.written).sum();
     assert!(
@@ -171,4 +180,33 @@ fn each_tenant_pays_cleaning_in_proportion_to_what_it_writes() {
         largest <= 2 * segment,
         "one write copied {largest} blocks cleaning, more than two segments of {segment}"
     );
+}
+
+/// The heavier tenant writes four times the blocks per write (1 MiB against 256 KiB), so its
+/// writes find less free than the floor and clean until there is room. That cleaning is
+/// counted apart (`TenantWrites::room_clean_blocks`), as part of all its cleaning, and only for
+/// the writer that did it; the tax's pieces are not counted there.
+#[test]
+fn cleaning_until_there_is_room_is_counted_apart() {
+    let steps = run(150, [4 * WRITE, WRITE]);
+    let total = |t: usize, f: fn(&Step) -> u64| -> u64 {
+        steps.iter().filter(|s| s.tenant == t).map(f).sum()
+    };
+    let copies = [total(0, |s| s.copied), total(1, |s| s.copied)];
+    let room = [total(0, |s| s.room), total(1, |s| s.room)];
+    println!("copies {copies:?}, of them until there was room {room:?}");
+    assert!(
+        room[0] > 0,
+        "the heavier tenant never cleaned until there was room: {copies:?}"
+    );
+    assert!(
+        room[0] < copies[0] && room[1] <= copies[1],
+        "cleaning until there was room {room:?} is part of all the cleaning {copies:?}, pieces too"
+    );
+    for s in &steps {
+        assert!(
+            s.room <= s.copied,
+            "a write's cleaning until there was room outgrew its cleaning"
+        );
+    }
 }

@@ -49,6 +49,10 @@ pub struct TenantWrites {
     /// Nanoseconds of cleaning its writers did inline, under `meta`, and the blocks it copied.
     pub clean_ns: u64,
     pub clean_blocks: u64,
+    /// The part of `clean_ns` and `clean_blocks` its writers spent cleaning until there was
+    /// room (below the floor), rather than paying the cleaning tax in pieces.
+    pub room_clean_ns: u64,
+    pub room_clean_blocks: u64,
     /// Nanoseconds its direct writes waited for their payloads (the scheduler and the device).
     pub payload_wait_ns: u64,
     /// Nanoseconds its writers waited, under `meta`, for every log sealed so far (other
@@ -66,6 +70,8 @@ impl TenantWrites {
             meta_wait_ns: 0,
             clean_ns: 0,
             clean_blocks: 0,
+            room_clean_ns: 0,
+            room_clean_blocks: 0,
             payload_wait_ns: 0,
             logs_wait_ns: 0,
         }
@@ -115,6 +121,16 @@ impl WriteCounts {
         self.add(key, |t| {
             t.clean_ns = t.clean_ns.saturating_add(nanos(d));
             t.clean_blocks = t.clean_blocks.saturating_add(blocks);
+        });
+    }
+
+    /// `key`'s writer cleaned until there was room: counted in `cleaned` too.
+    pub(crate) fn cleaned_for_room(&self, key: Option<WriterKey>, d: Duration, blocks: u64) {
+        self.add(key, |t| {
+            t.clean_ns = t.clean_ns.saturating_add(nanos(d));
+            t.clean_blocks = t.clean_blocks.saturating_add(blocks);
+            t.room_clean_ns = t.room_clean_ns.saturating_add(nanos(d));
+            t.room_clean_blocks = t.room_clean_blocks.saturating_add(blocks);
         });
     }
 

@@ -23,6 +23,10 @@ pub struct WriterCounts {
     pub meta_wait_ms: f64,
     pub clean_ms: f64,
     pub clean_blocks: u64,
+    /// The part of `clean_ms` and `clean_blocks` spent cleaning until there was room (below
+    /// the floor) rather than in the cleaning tax's pieces.
+    pub room_clean_ms: f64,
+    pub room_clean_blocks: u64,
     pub payload_wait_ms: f64,
     /// Milliseconds its writers waited under `meta` for every sealed log, space being short.
     pub logs_wait_ms: f64,
@@ -79,6 +83,8 @@ impl Snapshot {
                     meta_wait_ms: ms(now.meta_wait_ns - was.meta_wait_ns),
                     clean_ms: ms(now.clean_ns - was.clean_ns),
                     clean_blocks: now.clean_blocks - was.clean_blocks,
+                    room_clean_ms: ms(now.room_clean_ns - was.room_clean_ns),
+                    room_clean_blocks: now.room_clean_blocks - was.room_clean_blocks,
                     payload_wait_ms: ms(now.payload_wait_ns - was.payload_wait_ns),
                     logs_wait_ms: ms(now.logs_wait_ns - was.logs_wait_ns),
                 }

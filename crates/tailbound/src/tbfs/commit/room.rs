@@ -434,7 +434,7 @@ impl Engine {
             };
             cleaned_for_it = true;
             let copied = cleaned.as_ref().map_or(0, |r| r.blocks_copied);
-            self.writes.cleaned(
+            self.writes.cleaned_for_room(
                 crate::tbfs::admission::WriterKey::of_current_thread_on(&**self.dev()),
                 start.elapsed(),
                 copied,
