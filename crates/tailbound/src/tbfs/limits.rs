@@ -165,6 +165,10 @@ pub(crate) const BACKGROUND_VICTIMS: usize = 4;
 /// The spread of `ln λ` (`space::cleaner::age_spread`) above which victims are chosen by
 /// cost-benefit, below which greedily.
 pub(crate) const AGE_SIGNAL_SPREAD: f64 = 1.3;
+/// Dead blocks from which a roll-forward chain segment's rate counts fully in that spread
+/// (`space::cleaner::light_pass_spread`): `ln λ` read from `d` deaths varies by about
+/// `1 / √d`, a quarter here.
+pub(crate) const AGE_SIGNAL_CHAIN_DEATHS: u64 = 16;
 
 // A background pass is a light one: no more victims than a full pass; strict ordering keeps at
 // least the room relaxed ordering does; the low-water mark is a fraction of the pool.

@@ -342,7 +342,8 @@ impl Engine {
     /// space there is ([`Engine::choose_victims`], given the segments that may be cleaned and
     /// the room for their copies).
     ///
-    /// With `greedy`, by free fraction alone. Also returns the spread of the candidates' ages
+    /// With `greedy`, by free fraction alone. Also returns the spread of the candidates' ages,
+    /// and for a light pass those of the roll-forward chain's segments
     /// (`Engine::choose_victims`).
     ///
     /// With `light`, only segments a light pass can release (see `clean_passes`): nothing in
@@ -358,9 +359,24 @@ impl Engine {
     ) -> (Vec<usize>, Option<f64>) {
         let now = self.now_ns();
         let sb = self.segment_blocks();
-        let candidates: Vec<usize> = (0..self.segment_count() as usize)
-            .filter(|&s| self.why_not_victim(m, skip, s, now, light).is_none())
-            .collect();
+        // The roll-forward chain's segments, which a light pass may not take, count in the
+        // age spread, each by the blocks it lost (`light_pass_spread`): under hot and cold
+        // overwrites the chain holds the hot segments, and the cold ones left, all alike,
+        // would say ages do not differ. That verdict then stopped the copies going apart and
+        // the chain's bound, so the chain grew and the passes copied cold segments nearly
+        // full (docs/results/cleaner.md, 2026-12-01). Not the
+        // segments that lost blocks since the superblock's checkpoint: under deletes those
+        // are emptied by the deletes, not by their data's age, and counted they turned a
+        // filling pool's choice to cost-benefit, which left it refusing writes early.
+        let mut candidates = Vec::new();
+        let mut kept_out = Vec::new();
+        for s in 0..self.segment_count() as usize {
+            match self.why_not_victim(m, skip, s, now, light) {
+                None => candidates.push(s),
+                Some(NotVictim::Chain) => kept_out.push(s),
+                Some(_) => {}
+            }
+        }
         // The copies and the checkpoint that writes them (with whatever else is buffered and
         // pending) must fit in what is free now.
         let free = self.free_blocks(m);
@@ -384,6 +400,7 @@ impl Engine {
         let (chosen, spread) = self.choose_victims(
             &m.seg,
             candidates.clone(),
+            &kept_out,
             |s| m.life.segment_written(s),
             now,
             budget,
@@ -399,6 +416,7 @@ impl Engine {
             let (one, _) = self.choose_victims(
                 &m.seg,
                 candidates,
+                &kept_out,
                 |s| m.life.segment_written(s),
                 now,
                 physical,
@@ -467,6 +485,7 @@ impl Engine {
         let (alt, _) = self.choose_victims(
             &m.seg,
             wider,
+            &[],
             |s| m.life.segment_written(s),
             now,
             u64::MAX,

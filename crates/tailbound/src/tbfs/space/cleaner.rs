@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 
 use crate::tbfs::format::{self, BLOCK_U64};
-use crate::tbfs::limits::MIN_RECLAIMABLE;
+use crate::tbfs::limits::{AGE_SIGNAL_CHAIN_DEATHS, MIN_RECLAIMABLE};
 use crate::tbfs::log::WriterPlace;
 use crate::tbfs::space::cleaning::spread_is_signal;
 use crate::tbfs::space::segments::SegmentTable;
@@ -58,32 +58,61 @@ impl Drop for RaisedPrio {
 
 /// How far apart the rates at which segments lose their live blocks are: the standard deviation
 /// of `ln λ` over segments with live fraction `u` and age `a`, `λ = −ln u / a` (a segment's blocks
-/// were all live when it was written). Uniform overwrites kill every block at the same rate, so
-/// the rates agree and age says nothing a segment's emptiness does not; hot and cold data die at
-/// rates far apart, and age tells the cold segments (worth cleaning when fuller) from the hot.
-fn age_spread(segments: impl Iterator<Item = (f64, f64)>) -> f64 {
-    let (mut n, mut sum, mut sq) = (0.0, 0.0, 0.0);
-    for (u, age) in segments {
-        if !(u > 0.0 && u < 1.0 && age > 0.0) {
+/// were all live when it was written), each weighed by `weight`. Uniform overwrites kill every
+/// block at the same rate, so the rates agree and age says nothing a segment's emptiness does
+/// not; hot and cold data die at rates far apart, and age tells the cold segments (worth
+/// cleaning when fuller) from the hot.
+fn age_spread(segments: impl Iterator<Item = (f64, f64, f64)>) -> f64 {
+    let (mut n, mut w_sum, mut sum, mut sq) = (0u32, 0.0, 0.0, 0.0);
+    for (u, age, w) in segments {
+        if !(u > 0.0 && u < 1.0 && age > 0.0 && w > 0.0) {
             continue;
         }
         let l = (-u.ln() / age).ln();
-        n += 1.0;
-        sum += l;
-        sq += l * l;
+        n += 1;
+        w_sum += w;
+        sum += w * l;
+        sq += w * l * l;
     }
-    if n < 2.0 {
+    if n < 2 {
         return 0.0;
     }
-    let mean = sum / n;
-    (sq / n - mean * mean).max(0.0).sqrt()
+    let mean = sum / w_sum;
+    (sq / w_sum - mean * mean).max(0.0).sqrt()
+}
+
+/// The age spread victim choice goes by ([`age_spread`]): over `candidates`, the segments a
+/// pass may take, and `chain`, the roll-forward chain's segments a light pass may not (each as
+/// its live blocks and its age), in segments of `segment_blocks` blocks.
+///
+/// A chain segment counts in proportion to the blocks it lost, fully from
+/// [`AGE_SIGNAL_CHAIN_DEATHS`] on. The chain's segments are the youngest, and a young segment's
+/// rate rests on its few dead blocks and on an age (since its newest log) that may be far
+/// shorter than its blocks have been exposed, so under uniform overwrites their rates spread
+/// by chance alone; counted whole they turned the signal on there. Under hot and cold
+/// overwrites the chain's hot segments lose many blocks fast, and count.
+pub(in crate::tbfs) fn light_pass_spread(
+    segment_blocks: u64,
+    candidates: impl Iterator<Item = (u32, f64)>,
+    chain: impl Iterator<Item = (u32, f64)>,
+) -> f64 {
+    let u = |live: u32| f64::from(live) / segment_blocks as f64;
+    let chain_weight = |live: u32| {
+        let dead = segment_blocks.saturating_sub(u64::from(live));
+        (dead as f64 / AGE_SIGNAL_CHAIN_DEATHS as f64).min(1.0)
+    };
+    age_spread(
+        candidates
+            .map(|(live, age)| (u(live), age, 1.0))
+            .chain(chain.map(|(live, age)| (u(live), age, chain_weight(live)))),
+    )
 }
 
 /// Whether segment ages carry a signal worth choosing victims by ([`age_spread`]), as
 /// [`Engine::choose_victims`] decides it (the cleaner model's adaptive policy).
 #[cfg(test)]
 pub(in crate::tbfs) fn ages_carry_signal(segments: impl Iterator<Item = (f64, f64)>) -> bool {
-    spread_is_signal(age_spread(segments))
+    spread_is_signal(age_spread(segments.map(|(u, a)| (u, a, 1.0))))
 }
 
 /// Why a segment may not be a victim of a pass (the first rule that keeps it out).
@@ -185,13 +214,15 @@ impl Engine {
     /// cost-benefit when segment ages (from `written`, when each was last written, and `now`)
     /// carry a signal and `greedy` is not asked for, else by free fraction alone. `light`: the
     /// copies go out as data-only logs, not in a checkpoint, and cost less. Also returns the
-    /// spread of the candidates' ages ([`age_spread`]), whatever `greedy` asked (`None`: fewer
-    /// than two candidates to tell).
+    /// spread of the ages ([`light_pass_spread`]) of the candidates and of `kept_out` (the
+    /// roll-forward chain's segments, which a light pass may not take but whose ages still
+    /// tell), whatever `greedy` asked (`None`: fewer than two segments to tell).
     #[allow(clippy::too_many_arguments)]
     pub(in crate::tbfs) fn choose_victims(
         &self,
         seg: &SegmentTable,
         candidates: Vec<usize>,
+        kept_out: &[usize],
         written: impl Fn(usize) -> i64,
         now: i64,
         budget: u64,
@@ -203,11 +234,11 @@ impl Engine {
         let age_of = |s: usize| (now - written(s)).max(1) as f64;
         // Cost-benefit only when ages tell segments apart (hot and cold data): for data that
         // dies at one rate it picks fuller victims than greedy does, for no gain.
-        let spread = (candidates.len() >= 2).then(|| {
-            age_spread(
-                candidates
-                    .iter()
-                    .map(|&s| (seg.live(s) as f64 / sb as f64, age_of(s))),
+        let spread = (candidates.len() + kept_out.len() >= 2).then(|| {
+            light_pass_spread(
+                sb,
+                candidates.iter().map(|&s| (seg.live(s), age_of(s))),
+                kept_out.iter().map(|&s| (seg.live(s), age_of(s))),
             )
         });
         let greedy = greedy || !spread.is_some_and(spread_is_signal);

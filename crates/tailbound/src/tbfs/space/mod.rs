@@ -4,6 +4,8 @@
 //! Which segments may be written again reads the log pipeline and the superblock writer beside
 //! the segment table, so it is the orchestration's too (`commit/reuse.rs`).
 
+#[cfg(test)]
+mod age_signal_tests;
 pub(crate) mod background;
 pub(crate) mod cleaner;
 #[cfg(test)]
