@@ -16,6 +16,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::progress::Progress;
@@ -128,7 +130,13 @@ pub struct CleanerCase {
     pub user_bytes: u64,
     /// What the cleaner saw while measuring (`FsCounters::cleaning_passes` and beside it).
     pub seen: CleanerSeen,
+    /// Where the pool's blocks were while measuring: `Fs::space_census`'s fields, each the
+    /// mean of [`CENSUS_SAMPLES`] censuses taken at even steps of the measured writes.
+    pub census: BTreeMap<&'static str, f64>,
 }
+
+/// Censuses of the pool taken while measuring (`CleanerCase::census`).
+pub const CENSUS_SAMPLES: u64 = 16;
 
 /// What the cleaner saw, averaged over its passes while measuring: what tells its write
 /// amplification apart from the greedy model's.
@@ -174,6 +182,13 @@ pub struct CleanerSeen {
     pub checkpoints_for_victims: u64,
     pub checkpoints_for_metadata: u64,
     pub checkpoints_other: u64,
+    /// Live metadata blocks light passes found in their victims, by kind
+    /// (`FsCounters::victim_meta_maps` and beside it).
+    pub victim_meta_maps: u64,
+    pub victim_meta_inodes: u64,
+    pub victim_meta_tables: u64,
+    pub victim_meta_dirs: u64,
+    pub victim_meta_other: u64,
 }
 
 impl CleanerSeen {
@@ -257,6 +272,11 @@ impl CleanerSeen {
             checkpoints_for_metadata: after.cleaner_checkpoints_for_metadata
                 - before.cleaner_checkpoints_for_metadata,
             checkpoints_other: after.cleaner_checkpoints_other - before.cleaner_checkpoints_other,
+            victim_meta_maps: after.victim_meta_maps - before.victim_meta_maps,
+            victim_meta_inodes: after.victim_meta_inodes - before.victim_meta_inodes,
+            victim_meta_tables: after.victim_meta_tables - before.victim_meta_tables,
+            victim_meta_dirs: after.victim_meta_dirs - before.victim_meta_dirs,
+            victim_meta_other: after.victim_meta_other - before.victim_meta_other,
         }
     }
 }
@@ -282,6 +302,7 @@ struct Run {
     checkpoints: u64,
     user_bytes: u64,
     seen: CleanerSeen,
+    census: BTreeMap<&'static str, f64>,
 }
 
 /// SplitMix64.
@@ -539,10 +560,20 @@ impl CleanerBench {
         let n = (self.measure * capacity_blocks as f64) as u64 * BLOCK;
         let started = Instant::now();
         let mut user = 0;
+        let mut census: BTreeMap<&'static str, f64> = BTreeMap::new();
+        let every = (n / CENSUS_SAMPLES).max(1);
+        let mut next_census = every / 2;
         while user < n {
             user += workload
                 .step(&fs, &mut rng)
                 .map_err(|e| format!("{} at {utilisation}: {e}", access.name()))?;
+            if user >= next_census {
+                next_census += every;
+                let c = fs.space_census().map_err(|e| format!("census: {e}"))?;
+                for (k, v) in c.fields() {
+                    *census.entry(k).or_default() += v as f64 / CENSUS_SAMPLES as f64;
+                }
+            }
         }
         fs.sync().map_err(|e| format!("sync: {e}"))?;
         let elapsed = started.elapsed().as_secs_f64();
@@ -557,6 +588,7 @@ impl CleanerBench {
             metadata_blocks: after.metadata_blocks - before.metadata_blocks,
             checkpoints: after.checkpoints - before.checkpoints,
             user_bytes: user,
+            census,
             seen: CleanerSeen::between(
                 &before,
                 &after,
@@ -616,6 +648,7 @@ impl CleanerBench {
                     checkpoints: med.checkpoints,
                     user_bytes: med.user_bytes,
                     seen: med.seen,
+                    census: med.census.clone(),
                 });
                 i += 1;
             }
@@ -744,6 +777,7 @@ impl CleanerReport {
             "cleaner's checkpoints: for victims".into(),
             "for metadata".into(),
             "other".into(),
+            "victims' metadata: maps / inodes / tables / dirs / other".into(),
         ]);
         for c in &self.cases {
             let s = &c.seen;
@@ -757,13 +791,70 @@ impl CleanerReport {
                 s.checkpoints_for_victims.to_string(),
                 s.checkpoints_for_metadata.to_string(),
                 s.checkpoints_other.to_string(),
+                format!(
+                    "{} / {} / {} / {} / {}",
+                    s.victim_meta_maps,
+                    s.victim_meta_inodes,
+                    s.victim_meta_tables,
+                    s.victim_meta_dirs,
+                    s.victim_meta_other
+                ),
             ]);
         }
+        let mut census = Table::new(vec![
+            "workload".into(),
+            "utilisation".into(),
+            "file data".into(),
+            "metadata".into(),
+            "segments with metadata".into(),
+            "pinned".into(),
+            "free".into(),
+            "pending".into(),
+            "heads' rest".into(),
+            "dead".into(),
+            "reserve".into(),
+            "low-water mark".into(),
+        ]);
+        for c in &self.cases {
+            let f = |k: &str| c.census.get(k).copied().unwrap_or(0.0);
+            let metadata = [
+                "directory_blocks",
+                "file_map_nodes",
+                "inode_pages",
+                "inode_file_nodes",
+                "table_blocks",
+                "table_nodes",
+                "roots",
+            ]
+            .iter()
+            .map(|k| f(k))
+            .sum::<f64>();
+            let mut row = vec![
+                c.workload.to_string(),
+                format!("{:.0} %", c.utilisation * 100.0),
+                format!("{:.0}", f("file_data")),
+                format!("{metadata:.0}"),
+            ];
+            for k in [
+                "segments_with_metadata",
+                "pinned",
+                "free",
+                "pending",
+                "heads_rest",
+                "dead",
+                "reserve",
+                "low_water",
+            ] {
+                row.push(format!("{:.0}", f(k)));
+            }
+            census.push(row);
+        }
         format!(
-            "{}\nWhat the cleaner saw (the median run, averaged over its passes):\n\n{}\nWhat kept greedy's choice from the passes (share of it), and the cleaner's checkpoints:\n\n{}\n{}",
+            "{}\nWhat the cleaner saw (the median run, averaged over its passes):\n\n{}\nWhat kept greedy's choice from the passes (share of it), and the cleaner's checkpoints:\n\n{}\nWhere the pool's blocks were (the median run, blocks, the mean of {CENSUS_SAMPLES} censuses):\n\n{}\n{}",
             t.to_markdown(),
             seen.to_markdown(),
             kept.to_markdown(),
+            census.to_markdown(),
             crate::report::targets_markdown(&self.targets)
         )
     }

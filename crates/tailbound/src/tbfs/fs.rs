@@ -183,6 +183,14 @@ impl Fs {
         self.inner.stats.counters()
     }
 
+    /// Where the pool's blocks are now ([`SpaceCensus`](crate::tbfs::SpaceCensus)). Walks the
+    /// whole tree under the metadata lock: for benchmarks and tests, not a hot path.
+    pub fn space_census(&self) -> Result<crate::tbfs::SpaceCensus> {
+        self.inner.check_usable()?;
+        let m = self.inner.lock_meta();
+        Ok(self.inner.census(&m))
+    }
+
     /// Writes by tenant: bytes, and the time their writers waited for `meta`, cleaned inline
     /// and waited for their payloads, since the pool was opened. Counted only in a pool behind
     /// a scheduler, where writes are charged to tenants.

@@ -74,8 +74,8 @@ pub use lease_map::{BlockLease, ASK};
 pub use limits::FILE_BYTES_MAX;
 pub use types::{
     AtimePolicy, Barrier, Config, DeviceRef, DirEntry, Error, FileKind, FsCounters, OpenFlags,
-    OpenOptions, Ordering, RecoveryMode, RecoveryReport, RenameMode, Result, SetAttr, Stat,
-    StatVfs, SyncMode,
+    OpenOptions, Ordering, RecoveryMode, RecoveryReport, RenameMode, Result, SetAttr, SpaceCensus,
+    Stat, StatVfs, SyncMode,
 };
 pub use watch::Watcher;
 

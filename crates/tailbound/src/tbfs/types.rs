@@ -462,6 +462,96 @@ impl Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Where a pool's blocks are, in blocks ([`Fs::space_census`](crate::tbfs::Fs::space_census)).
+/// The live tree's blocks by kind add up to `live_counted` (the segment table's count); those
+/// and `pinned`, `free`, `pending`, `heads_rest` and `dead` add up to the segment space
+/// (`segments × segment_blocks`). `reserve`, `low_water`, `checkpoint_debt` and `buffered` are
+/// the room the space check keeps beyond what is written, part of `free`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpaceCensus {
+    pub segment_blocks: u64,
+    pub segments: u64,
+    /// Blocks before the first segment (the superblocks).
+    pub fixed_blocks: u64,
+    /// Live blocks of regular files' (and symbolic links') data.
+    pub file_data: u64,
+    /// Live metadata: directories' blocks, file maps' nodes, inode pages, the inode file's
+    /// map nodes, the retention tables' pages and their maps' nodes, the newest checkpoint's
+    /// root.
+    pub directory_blocks: u64,
+    pub file_map_nodes: u64,
+    pub inode_pages: u64,
+    pub inode_file_nodes: u64,
+    pub table_blocks: u64,
+    pub table_nodes: u64,
+    pub roots: u64,
+    /// Segments holding at least one live metadata block.
+    pub segments_with_metadata: u64,
+    /// Live blocks as the segment table counts them.
+    pub live_counted: u64,
+    /// Dead blocks a retained checkpoint still references.
+    pub pinned: u64,
+    /// Blocks the writer can fill without cleaning (the rest of its current segment
+    /// included).
+    pub free: u64,
+    /// Blocks of segments with nothing live or pinned that wait for a flush, or a checkpoint
+    /// and its superblock, before reuse.
+    pub pending: u64,
+    /// Blocks the writer's other heads hold out of the free count: the rest of the cleaner's
+    /// parked head, and the next segment while nothing is written in it.
+    pub heads_rest: u64,
+    /// Dead blocks in written segments: what only cleaning gives back.
+    pub dead: u64,
+    /// What a write's space check keeps free beyond what it writes: the reserve (with the
+    /// deletes' room), and the low-water mark below which writers clean.
+    pub reserve: u64,
+    pub low_water: u64,
+    /// The next checkpoint's debt as the quick bound counts it, and the data buffered.
+    pub checkpoint_debt: u64,
+    pub buffered: u64,
+}
+
+impl SpaceCensus {
+    /// The live metadata blocks, every kind.
+    pub fn metadata(&self) -> u64 {
+        self.directory_blocks
+            + self.file_map_nodes
+            + self.inode_pages
+            + self.inode_file_nodes
+            + self.table_blocks
+            + self.table_nodes
+            + self.roots
+    }
+
+    /// Every field by name, in declaration order, for reports.
+    pub fn fields(&self) -> [(&'static str, u64); 22] {
+        [
+            ("segment_blocks", self.segment_blocks),
+            ("segments", self.segments),
+            ("fixed_blocks", self.fixed_blocks),
+            ("file_data", self.file_data),
+            ("directory_blocks", self.directory_blocks),
+            ("file_map_nodes", self.file_map_nodes),
+            ("inode_pages", self.inode_pages),
+            ("inode_file_nodes", self.inode_file_nodes),
+            ("table_blocks", self.table_blocks),
+            ("table_nodes", self.table_nodes),
+            ("roots", self.roots),
+            ("segments_with_metadata", self.segments_with_metadata),
+            ("live_counted", self.live_counted),
+            ("pinned", self.pinned),
+            ("free", self.free),
+            ("pending", self.pending),
+            ("heads_rest", self.heads_rest),
+            ("dead", self.dead),
+            ("reserve", self.reserve),
+            ("low_water", self.low_water),
+            ("checkpoint_debt", self.checkpoint_debt),
+            ("buffered", self.buffered),
+        ]
+    }
+}
+
 // Keep the trait object type in the public signatures of this module easy to name.
 pub type DeviceRef = std::sync::Arc<dyn Device>;
 
@@ -539,6 +629,14 @@ pub struct FsCounters {
     pub cleaner_checkpoints_for_victims: u64,
     pub cleaner_checkpoints_for_metadata: u64,
     pub cleaner_checkpoints_other: u64,
+    /// Live metadata blocks found in light passes' victims, which only a checkpoint moves: map
+    /// nodes of files, inode pages and the inode file's map nodes, the tables' pages and
+    /// nodes, directories' blocks, and the rest (roots, attributes).
+    pub victim_meta_maps: u64,
+    pub victim_meta_inodes: u64,
+    pub victim_meta_tables: u64,
+    pub victim_meta_dirs: u64,
+    pub victim_meta_other: u64,
     /// File blocks written in data-only logs as placed data, for the next checkpoint to map:
     /// buffered data of files with a change only a checkpoint records.
     pub placed_blocks: u64,

@@ -240,6 +240,19 @@ impl Engine {
                             if self.move_block(m, kind, d.ino, d.level, d.offset + i, a, data) {
                                 moved += 1;
                                 metadata += 1;
+                                if light {
+                                    self.count(|c| match kind {
+                                        DescKind::MapNode => c.victim_meta_maps += 1,
+                                        DescKind::InodePage | DescKind::InodeMapNode => {
+                                            c.victim_meta_inodes += 1
+                                        }
+                                        DescKind::TablePage | DescKind::TableNode => {
+                                            c.victim_meta_tables += 1
+                                        }
+                                        DescKind::Data => c.victim_meta_dirs += 1,
+                                        _ => c.victim_meta_other += 1,
+                                    });
+                                }
                             }
                         }
                         addr += d.blocks as u64;

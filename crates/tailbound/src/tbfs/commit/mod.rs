@@ -22,6 +22,7 @@
 //! buffer limit, write-behind and direct writes. The parts are `log` (building and writing logs),
 //! `space` and the rest of `State`'s and `Engine`'s fields.
 
+mod census;
 pub(in crate::tbfs) mod checkpoint;
 mod clean;
 mod cleaning;
