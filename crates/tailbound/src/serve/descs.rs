@@ -8,13 +8,13 @@
 //! (a forked child's, or the new image after an exec): it is tied to the process expected to
 //! adopt it, and dropped if that process exits first.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::messages::Payload;
+use super::scratch;
 use crate::tbfs::locks::Owner;
 use crate::tbfs::{Error, File, Fs, Result};
 
@@ -95,13 +95,6 @@ impl Desc {
     }
 }
 
-/// Reads of up to this many bytes go through a buffer the thread keeps.
-const SCRATCH_MAX: usize = 1 << 20;
-
-thread_local! {
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
 /// The bytes one `read(buf)` (at most `len`) returns, as a reply's data. A read asks for as
 /// much as the caller's buffer holds, often far more than the file has: it goes into a buffer
 /// the thread keeps, so only what was read is copied out, rather than a buffer of `len` being
@@ -110,7 +103,7 @@ pub(super) fn read_reply(
     len: usize,
     read: impl FnOnce(&mut [u8]) -> Result<usize>,
 ) -> Result<Vec<u8>> {
-    if len > SCRATCH_MAX {
+    if len > scratch::MAX {
         let mut buf = vec![0u8; len];
         let n = read(&mut buf)?;
         buf.truncate(n);
@@ -120,45 +113,26 @@ pub(super) fn read_reply(
 }
 
 /// [`read_reply`] without the copy out: the reply's data is the thread's buffer itself, lent to
-/// the reply and given back to the thread that drops it ([`give_scratch`]), which for a
+/// the reply and given back to the thread that drops it ([`scratch::give`]), which for a
 /// worker's reply is the worker, once the completion is sent.
 pub(super) fn read_payload(
     len: usize,
     read: impl FnOnce(&mut [u8]) -> Result<usize>,
 ) -> Result<Payload> {
-    if len > SCRATCH_MAX {
+    if len > scratch::MAX {
         let mut buf = vec![0u8; len];
         let n = read(&mut buf)?;
         buf.truncate(n);
         return Ok(Payload::from(buf));
     }
-    // Taken out, not borrowed: the reply holds it past this call. If it has not come back (a
-    // reply dropped on another thread), the thread starts a new one.
-    let mut scratch = SCRATCH
-        .try_with(|s| std::mem::take(&mut *s.borrow_mut()))
-        .unwrap_or_default();
-    if scratch.len() < len {
-        scratch.resize(len, 0);
-    }
-    match read(&mut scratch[..len]) {
-        Ok(n) => Ok(Payload::scratch(scratch, n.min(len))),
+    let mut buf = scratch::take(len);
+    match read(&mut buf[..len]) {
+        Ok(n) => Ok(Payload::scratch(buf, n.min(len))),
         Err(e) => {
-            give_scratch(scratch);
+            scratch::give(buf);
             Err(e)
         }
     }
-}
-
-/// Gives a read buffer back to this thread, if it is larger than the one the thread holds
-/// (its bytes stay as they are: a later read overwrites only what it reads).
-pub(super) fn give_scratch(buf: Vec<u8>) {
-    let _ = SCRATCH.try_with(|s| {
-        if let Ok(mut s) = s.try_borrow_mut() {
-            if s.len() < buf.len() && buf.len() <= SCRATCH_MAX {
-                *s = buf;
-            }
-        }
-    });
 }
 
 impl Drop for Desc {
@@ -268,7 +242,7 @@ mod tests {
     use super::*;
 
     fn scratch_at() -> *const u8 {
-        SCRATCH.with_borrow(|s| s.as_ptr())
+        scratch::held_at()
     }
 
     fn fill(bytes: &'static [u8]) -> impl FnOnce(&mut [u8]) -> Result<usize> {
@@ -321,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_read_longer_than_the_buffer_kept_is_not_kept() {
-        let long = read_payload(SCRATCH_MAX + 1, fill(b"long")).unwrap();
+        let long = read_payload(scratch::MAX + 1, fill(b"long")).unwrap();
         assert_eq!(&*long, b"long");
         let at = long.as_ptr();
         drop(long);

@@ -352,7 +352,7 @@ impl Payload {
     }
 
     /// The first `n` bytes of a server thread's read buffer `buf` (all of it, kept whole, goes
-    /// back to the thread that drops this: `descs::give_scratch`).
+    /// back to the thread that drops this: `scratch::give`).
     pub(super) fn scratch(buf: Vec<u8>, n: usize) -> Payload {
         Payload {
             end: n.min(buf.len()),
@@ -380,7 +380,7 @@ impl Drop for Payload {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.buf);
         if self.scratch {
-            super::descs::give_scratch(buf);
+            super::scratch::give(buf);
         } else {
             // A frame's buffer, large when it carried data: kept for the thread's next frame.
             super::ring::give_spare(buf);

@@ -54,6 +54,7 @@ pub mod protocol;
 mod protocol_fields;
 mod protocol_replies;
 pub mod ring;
+mod scratch;
 mod server;
 mod session;
 mod shared;
