@@ -2696,6 +2696,93 @@ fn a_best_effort_space_check_waits_for_a_held_payload_with_meta_let_go() {
     assert_eq!(read_all(&back, "/copy"), copied);
 }
 
+/// A checkpoint another file's sync seals while a real-time append sits in the buffer does not
+/// make the real-time `fdatasync` wait for a best-effort payload held in the device. Before, the
+/// checkpoint took the append into its own logs, so the real-time sync waited for that
+/// checkpoint to count, which it does only once every payload before it is written, the held
+/// one included. A crash meanwhile keeps the acknowledged append and leaves out both the held
+/// rewrite and the new file, whose creation is in the checkpoint that does not count.
+#[test]
+fn a_checkpoint_for_another_file_does_not_make_a_real_time_sync_wait_for_a_held_payload() {
+    use crate::sched::{Charge, Class, Prio, TenantId, LEVEL_MAX};
+    let real_time = Charge::to(
+        TenantId(1),
+        Prio {
+            class: Class::Rt,
+            level: 0,
+        },
+    );
+    let best_effort = Charge::to(
+        TenantId(2),
+        Prio {
+            class: Class::Be,
+            level: LEVEL_MAX,
+        },
+    );
+    let (sim, gated, stopped_rx, resume_tx) = gated_device();
+    let fs = gated_pool(&gated);
+    let big = fs.open_file("/big", OpenFlags::create()).unwrap();
+    let small = fs.open_file("/small", OpenFlags::create()).unwrap();
+    small.pwrite(&pattern(1, 4096), 0).unwrap();
+    big.pwrite(&pattern(2, 32 * 4096), 0).unwrap();
+    fs.sync().unwrap();
+    let large = pattern(3, 32 * 4096);
+    let created = pattern(8, 4096);
+    *gated.min.lock().unwrap() = Some(16 * 4096);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let _be = best_effort.apply();
+            big.pwrite(&large, 0).and_then(|_| big.fsync())
+        });
+        stopped_rx.recv().unwrap();
+        // The real-time append waits in the buffer.
+        {
+            let _rt = real_time.apply();
+            small.pwrite(&pattern(4, 4096), 0).unwrap();
+        }
+        // A best-effort thread creates a file and syncs it: a checkpoint, sealed with the append
+        // still buffered. Its sync waits for the held payload.
+        let before = fs.counters();
+        let creator = s.spawn(|| {
+            let _be = best_effort.apply();
+            let f = fs.open_file("/new", OpenFlags::create())?;
+            f.pwrite(&created, 0)?;
+            f.fsync()
+        });
+        while fs.counters().checkpoints == before.checkpoints {
+            assert!(
+                !creator.is_finished(),
+                "the new file's sync returned with the payload held"
+            );
+            std::thread::yield_now();
+        }
+        let small = &small;
+        let (finished, crashed, synced) = run_while_stopped(s, &sim, &resume_tx, move || {
+            let _rt = real_time.apply();
+            small.fdatasync()
+        });
+        assert!(
+            finished,
+            "the real-time sync waited for the checkpoint, behind the best-effort payload"
+        );
+        synced.join().unwrap().unwrap();
+        writer.join().unwrap().unwrap();
+        creator.join().unwrap().unwrap();
+        assert_eq!(
+            fs.counters().lanes_first,
+            before.lanes_first + 1,
+            "the append went out in a data-only log before the checkpoint's"
+        );
+        let after = open_held_image(crashed);
+        assert!(
+            matches!(after.stat("/new"), Err(Error::NotFound(_))),
+            "the new file's checkpoint counts without the held payload"
+        );
+    });
+    let back = reopen_after_release(&sim, &large);
+    assert_eq!(read_all(&back, "/new"), created);
+}
+
 #[test]
 fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     // A buffer of 8 MiB: a file holding an eighth of it (1 MiB) after a write goes out.

@@ -163,6 +163,9 @@ impl Engine {
         }
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
         work.retain(|ino| m.inodes.contains(*ino));
+        // Files whose data needs no checkpoint go first in data-only logs of their own, so
+        // their syncs never wait for this checkpoint to count (`Engine::seal_lanes_first`).
+        self.seal_lanes_first(m, &work)?;
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq();
@@ -202,6 +205,7 @@ impl Engine {
         let pages_paid = pages.len() as u64 + ifile_nodes;
         estimate += pages_paid + 4;
         estimate += m.table_estimate();
+        estimate += self.lanes_first_summaries(work);
         // The inodes' part: a bound from totals when the free space covers it with room to
         // spare, else one counted inode by inode.
         // Debug builds check the quick bound against the count at every checkpoint. Writers
@@ -223,10 +227,11 @@ impl Engine {
         (pinned_pages_as_written(m, estimate), pages_paid)
     }
 
-    /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks, its
-    /// directory blocks, its map nodes. Returns their records, the buffers the written logs
-    /// release, and the inodes with a change only a checkpoint records (their next sync waits
-    /// for this one).
+    /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks (in
+    /// relaxed ordering only those of files with a change only a checkpoint records: the
+    /// others' went first, `Engine::seal_lanes_first`), its directory blocks, its map nodes.
+    /// Returns their records, the buffers the written logs release, and the inodes with a
+    /// change only a checkpoint records (their next sync waits for this one).
     #[allow(clippy::type_complexity)]
     fn checkpoint_inodes(
         &self,

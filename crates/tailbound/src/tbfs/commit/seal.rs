@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use crate::tbfs::format::{DescKind, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
+use crate::tbfs::dense::DenseSet;
+use crate::tbfs::format::{DescKind, BLOCK_U64, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
 use crate::tbfs::inode::InodeCell;
 use crate::tbfs::limits::{LIFETIME_SAMPLE, SEAL_PART_BLOCKS};
 use crate::tbfs::log::data::{has_unsealed, sealable, unsealed_count};
@@ -89,6 +90,46 @@ impl Engine {
         closed?;
         m.changes.changed(cell.ino);
         Ok(())
+    }
+
+    /// Before a checkpoint's logs (relaxed ordering): the buffered data of the files of `work`
+    /// with no change only a checkpoint records, as one run of data-only logs. Such a file's
+    /// data is then recovered by roll-forward whether or not the checkpoint counts, so the
+    /// checkpoint does not list it as depending on it (`DescKind::Depends`), and the file's
+    /// sync waits for its own log only, not for every payload sealed before the checkpoint.
+    /// Otherwise a checkpoint sealed for another file's sync took a real-time writer's buffered
+    /// append, and that writer's `fdatasync` waited behind a best-effort payload in flight. The
+    /// checkpoint's space check counted this run (`Engine::lanes_first_summaries`); the
+    /// cleaner's log head is never where host data goes.
+    pub(crate) fn seal_lanes_first(&self, m: &mut State, work: &DenseSet) -> Result<()> {
+        if !self.buffer_in_data_logs() || m.writer.in_copies() {
+            return Ok(());
+        }
+        let cells: Vec<Arc<InodeCell>> = work
+            .iter()
+            .filter(|&ino| !m.changes.only_checkpoint_records(ino))
+            .filter_map(|ino| m.inodes.get(ino).cloned())
+            .filter(|cell| {
+                let st = cell.lock();
+                !st.freed() && st.kind() == crate::tbfs::FileKind::File && has_unsealed(&st)
+            })
+            .collect();
+        if cells.is_empty() {
+            return Ok(());
+        }
+        self.count(|c| c.lanes_first += 1);
+        self.seal_run(m, cells.iter())
+    }
+
+    /// The summaries of the run [`Engine::seal_lanes_first`] seals before a checkpoint of
+    /// `work`, beyond its blocks (which the checkpoint's estimate counts already): as
+    /// [`run_room`] counts them, for every block buffered and a record per file.
+    pub(crate) fn lanes_first_summaries(&self, work: &DenseSet) -> u64 {
+        if !self.buffer_in_data_logs() {
+            return 0;
+        }
+        let count = self.budget.buffered().div_ceil(BLOCK_U64) + work.len() as u64;
+        run_room(count) - count
     }
 
     /// Writes the buffered data of every dirty file as one run of data-only logs (relaxed
