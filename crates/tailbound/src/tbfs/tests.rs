@@ -2783,6 +2783,45 @@ fn a_checkpoint_for_another_file_does_not_make_a_real_time_sync_wait_for_a_held_
     assert_eq!(read_all(&back, "/new"), created);
 }
 
+/// A checkpoint whose work holds no file a lanes-first run may take (deleted files, their
+/// directory) is charged no room for one: no such run is written. Charged for one anyway, the
+/// checkpoint paying the deletes' debt under a snapshot in a pool its writers filled to the
+/// reserve was refused, and every later write with it (`tests/tbfs_soak_room.rs`). A file
+/// written since its last checkpoint with no other change is charged for.
+#[test]
+fn a_checkpoint_of_deletes_alone_is_charged_no_lanes_first_run() {
+    let dev = device(64 << 20);
+    let fs = Fs::format(dev, &large_file_config(8 << 20)).unwrap();
+    fs.inner.stop_background();
+    fs.mkdir("/d", 0o755).unwrap();
+    for i in 0..100 {
+        let f = fs
+            .open_file(&format!("/d/f{i}"), OpenFlags::create())
+            .unwrap();
+        f.pwrite(&pattern(i, 2 * BLOCK), 0).unwrap();
+    }
+    let kept = fs.open_file("/kept", OpenFlags::create()).unwrap();
+    kept.pwrite(&pattern(200, BLOCK), 0).unwrap();
+    fs.sync().unwrap();
+    for i in 0..100 {
+        fs.unlink(&format!("/d/f{i}")).unwrap();
+    }
+    {
+        let m = fs.inner.lock_meta();
+        assert_eq!(
+            fs.inner.lanes_first_room_now(&m),
+            0,
+            "a checkpoint of deletes charged for a lanes-first run"
+        );
+    }
+    kept.pwrite(&pattern(201, BLOCK), BLOCK as u64).unwrap();
+    let m = fs.inner.lock_meta();
+    assert!(
+        fs.inner.lanes_first_room_now(&m) > 0,
+        "a file's buffered append not charged for the run it goes out in"
+    );
+}
+
 #[test]
 fn a_file_left_holding_an_eighth_of_the_buffer_is_written_behind() {
     // A buffer of 8 MiB: a file holding an eighth of it (1 MiB) after a write goes out.

@@ -62,6 +62,14 @@ impl Engine {
         )
     }
 
+    /// Tests: what a checkpoint taken now would add to its estimate for the lanes-first run
+    /// (`Engine::lanes_first_summaries`).
+    #[cfg(test)]
+    pub(in crate::tbfs) fn lanes_first_room_now(&self, m: &State) -> u64 {
+        let work = checkpoint_work(m, self.dirty.lock().unwrap().all().clone());
+        self.lanes_first_summaries(m, &work)
+    }
+
     /// An upper bound on the blocks a checkpoint writes for the inodes of `work` (their
     /// buffered blocks and map nodes, and a slot each), from totals alone: every block buffered
     /// (`Engine::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
@@ -205,7 +213,7 @@ impl Engine {
         let pages_paid = pages.len() as u64 + ifile_nodes;
         estimate += pages_paid + 4;
         estimate += m.table_estimate();
-        estimate += self.lanes_first_summaries(work);
+        estimate += self.lanes_first_summaries(m, work);
         // The inodes' part: a bound from totals when the free space covers it with room to
         // spare, else one counted inode by inode.
         // Debug builds check the quick bound against the count at every checkpoint. Writers

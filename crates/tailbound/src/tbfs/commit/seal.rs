@@ -105,14 +105,8 @@ impl Engine {
         if !self.buffer_in_data_logs() || m.writer.in_copies() {
             return Ok(());
         }
-        let cells: Vec<Arc<InodeCell>> = work
-            .iter()
-            .filter(|&ino| !m.changes.only_checkpoint_records(ino))
-            .filter_map(|ino| m.inodes.get(ino).cloned())
-            .filter(|cell| {
-                let st = cell.lock();
-                !st.freed() && st.kind() == crate::tbfs::FileKind::File && has_unsealed(&st)
-            })
+        let cells: Vec<Arc<InodeCell>> = lanes_first_cells(m, work)
+            .filter(|cell| has_unsealed(&cell.lock()))
             .collect();
         if cells.is_empty() {
             return Ok(());
@@ -123,9 +117,14 @@ impl Engine {
 
     /// The summaries of the run [`Engine::seal_lanes_first`] seals before a checkpoint of
     /// `work`, beyond its blocks (which the checkpoint's estimate counts already): as
-    /// [`run_room`] counts them, for every block buffered and a record per file.
-    pub(crate) fn lanes_first_summaries(&self, work: &DenseSet) -> u64 {
-        if !self.buffer_in_data_logs() {
+    /// [`run_room`] counts them, for every block buffered and a record per file. None when no
+    /// file of `work` may go there (a checkpoint of deletes, of names, of directories): no run
+    /// is written then, and a checkpoint charged for one anyway asks for room the writers'
+    /// debt never kept, which a pool filled to its reserve does not have. A file counts
+    /// whether or not it holds buffered data now: writers buffer without `meta`, so it may by
+    /// the time the run is sealed. The look stops at the first such file.
+    pub(crate) fn lanes_first_summaries(&self, m: &State, work: &DenseSet) -> u64 {
+        if !self.buffer_in_data_logs() || lanes_first_cells(m, work).next().is_none() {
             return 0;
         }
         let count = self.budget.buffered().div_ceil(BLOCK_U64) + work.len() as u64;
@@ -473,6 +472,21 @@ impl Engine {
         }));
         Ok(written)
     }
+}
+
+/// The files of `work` whose buffered data [`Engine::seal_lanes_first`] may seal before the
+/// checkpoint: regular files, not freed, with no change only a checkpoint records.
+fn lanes_first_cells<'a>(
+    m: &'a State,
+    work: &'a DenseSet,
+) -> impl Iterator<Item = Arc<InodeCell>> + 'a {
+    work.iter()
+        .filter(|&ino| !m.changes.only_checkpoint_records(ino))
+        .filter_map(|ino| m.inodes.get(ino).cloned())
+        .filter(|cell| {
+            let st = cell.lock();
+            !st.freed() && st.kind() == crate::tbfs::FileKind::File
+        })
 }
 
 /// The blocks the files at the front of `cells` hold buffered, until they hold `most`, and how
