@@ -150,6 +150,17 @@ impl Engine {
         // directories are encoded here, for the sealing below).
         let mut dir_blocks = encode_changed_dirs(m, &work);
         let (estimate, pages_paid) = self.checkpoint_estimate(m, &work, &dir_blocks);
+        // Lanes first is a latency preference, not room the writers kept for the next
+        // checkpoint: its run's summaries are taken only where the room is ample. Otherwise
+        // the checkpoint is written as before, its files' buffered data in its own logs (their
+        // syncs then wait for it), rather than refused or made to clean for the run.
+        let run = self.lanes_first_summaries(m, &work);
+        let lanes_first = run > 0 && self.space_is_ample(m, estimate + run);
+        let estimate = if lanes_first {
+            estimate + run
+        } else {
+            estimate
+        };
         let passes = m.cleaning.passes();
         m.cleaning.checkpoint_checks_space(pages_paid);
         let space = self.ensure_space(m, estimate);
@@ -173,7 +184,9 @@ impl Engine {
         work.retain(|ino| m.inodes.contains(*ino));
         // Files whose data needs no checkpoint go first in data-only logs of their own, so
         // their syncs never wait for this checkpoint to count (`Engine::seal_lanes_first`).
-        self.seal_lanes_first(m, &work)?;
+        if lanes_first {
+            self.seal_lanes_first(m, &work)?;
+        }
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq();
@@ -213,7 +226,6 @@ impl Engine {
         let pages_paid = pages.len() as u64 + ifile_nodes;
         estimate += pages_paid + 4;
         estimate += m.table_estimate();
-        estimate += self.lanes_first_summaries(m, work);
         // The inodes' part: a bound from totals when the free space covers it with room to
         // spare, else one counted inode by inode.
         // Debug builds check the quick bound against the count at every checkpoint. Writers
