@@ -576,9 +576,6 @@ pub struct FsCounters {
     /// Seals of buffered data whose files' last versions lived long went to that head, in a
     /// run of their own (host writes parted by expected lifetime).
     pub seals_apart: u64,
-    /// Checkpoints before whose logs buffered data of files that do not depend on them went
-    /// out as a run of data-only logs, so those files' syncs do not wait for them to count.
-    pub lanes_first: u64,
     /// Blocks of file data written in the cleaner's log head: the host's (a seal's run of
     /// long-lived files) and the cleaner's copies. Against the host's writes and
     /// `blocks_copied`, how far data is parted by lifetime at all.

@@ -62,14 +62,6 @@ impl Engine {
         )
     }
 
-    /// Tests: what a checkpoint taken now would add to its estimate for the lanes-first run
-    /// (`Engine::lanes_first_summaries`).
-    #[cfg(test)]
-    pub(in crate::tbfs) fn lanes_first_room_now(&self, m: &State) -> u64 {
-        let work = checkpoint_work(m, self.dirty.lock().unwrap().all().clone());
-        self.lanes_first_summaries(m, &work)
-    }
-
     /// An upper bound on the blocks a checkpoint writes for the inodes of `work` (their
     /// buffered blocks and map nodes, and a slot each), from totals alone: every block buffered
     /// (`Engine::dirty_bytes`, sealed ones included, and [`QUICK_BOUND_SLACK_BLOCKS`] for writes
@@ -150,17 +142,6 @@ impl Engine {
         // directories are encoded here, for the sealing below).
         let mut dir_blocks = encode_changed_dirs(m, &work);
         let (estimate, pages_paid) = self.checkpoint_estimate(m, &work, &dir_blocks);
-        // Lanes first is a latency preference, not room the writers kept for the next
-        // checkpoint: its run's summaries are taken only where the room is ample. Otherwise
-        // the checkpoint is written as before, its files' buffered data in its own logs (their
-        // syncs then wait for it), rather than refused or made to clean for the run.
-        let run = self.lanes_first_summaries(m, &work);
-        let lanes_first = run > 0 && self.space_is_ample(m, estimate + run);
-        let estimate = if lanes_first {
-            estimate + run
-        } else {
-            estimate
-        };
         let passes = m.cleaning.passes();
         m.cleaning.checkpoint_checks_space(pages_paid);
         let space = self.ensure_space(m, estimate);
@@ -182,11 +163,6 @@ impl Engine {
         }
         // `ensure_space` may have run a checkpoint of its own; whatever it wrote is no longer dirty.
         work.retain(|ino| m.inodes.contains(*ino));
-        // Files whose data needs no checkpoint go first in data-only logs of their own, so
-        // their syncs never wait for this checkpoint to count (`Engine::seal_lanes_first`).
-        if lanes_first {
-            self.seal_lanes_first(m, &work)?;
-        }
 
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq();
@@ -247,11 +223,10 @@ impl Engine {
         (pinned_pages_as_written(m, estimate), pages_paid)
     }
 
-    /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks (in
-    /// relaxed ordering only those of files with a change only a checkpoint records: the
-    /// others' went first, `Engine::seal_lanes_first`), its directory blocks, its map nodes.
-    /// Returns their records, the buffers the written logs release, and the inodes with a
-    /// change only a checkpoint records (their next sync waits for this one).
+    /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks, its
+    /// directory blocks, its map nodes. Returns their records, the buffers the written logs
+    /// release, and the inodes with a change only a checkpoint records (their next sync waits
+    /// for this one).
     #[allow(clippy::type_complexity)]
     fn checkpoint_inodes(
         &self,

@@ -5,8 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::tbfs::dense::DenseSet;
-use crate::tbfs::format::{DescKind, BLOCK_U64, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
+use crate::tbfs::format::{DescKind, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
 use crate::tbfs::inode::InodeCell;
 use crate::tbfs::limits::{LIFETIME_SAMPLE, SEAL_PART_BLOCKS};
 use crate::tbfs::log::data::{has_unsealed, sealable, unsealed_count};
@@ -90,45 +89,6 @@ impl Engine {
         closed?;
         m.changes.changed(cell.ino);
         Ok(())
-    }
-
-    /// Before a checkpoint's logs (relaxed ordering): the buffered data of the files of `work`
-    /// with no change only a checkpoint records, as one run of data-only logs. Such a file's
-    /// data is then recovered by roll-forward whether or not the checkpoint counts, so the
-    /// checkpoint does not list it as depending on it (`DescKind::Depends`), and the file's
-    /// sync waits for its own log only, not for every payload sealed before the checkpoint.
-    /// Otherwise a checkpoint sealed for another file's sync took a real-time writer's buffered
-    /// append, and that writer's `fdatasync` waited behind a best-effort payload in flight. The
-    /// checkpoint's space check counted this run (`Engine::lanes_first_summaries`); the
-    /// cleaner's log head is never where host data goes.
-    pub(crate) fn seal_lanes_first(&self, m: &mut State, work: &DenseSet) -> Result<()> {
-        if !self.buffer_in_data_logs() || m.writer.in_copies() {
-            return Ok(());
-        }
-        let cells: Vec<Arc<InodeCell>> = lanes_first_cells(m, work)
-            .filter(|cell| has_unsealed(&cell.lock()))
-            .collect();
-        if cells.is_empty() {
-            return Ok(());
-        }
-        self.count(|c| c.lanes_first += 1);
-        self.seal_run(m, cells.iter())
-    }
-
-    /// The summaries of the run [`Engine::seal_lanes_first`] seals before a checkpoint of
-    /// `work`, beyond its blocks (which the checkpoint's estimate counts already): as
-    /// [`run_room`] counts them, for every block buffered and a record per file. None when no
-    /// file of `work` may go there (a checkpoint of deletes, of names, of directories): no run
-    /// is written then, and a checkpoint charged for one anyway asks for room the writers'
-    /// debt never kept, which a pool filled to its reserve does not have. A file counts
-    /// whether or not it holds buffered data now: writers buffer without `meta`, so it may by
-    /// the time the run is sealed. The look stops at the first such file.
-    pub(crate) fn lanes_first_summaries(&self, m: &State, work: &DenseSet) -> u64 {
-        if !self.buffer_in_data_logs() || lanes_first_cells(m, work).next().is_none() {
-            return 0;
-        }
-        let count = self.budget.buffered().div_ceil(BLOCK_U64) + work.len() as u64;
-        run_room(count) - count
     }
 
     /// Writes the buffered data of every dirty file as one run of data-only logs (relaxed
@@ -472,21 +432,6 @@ impl Engine {
         }));
         Ok(written)
     }
-}
-
-/// The files of `work` whose buffered data [`Engine::seal_lanes_first`] may seal before the
-/// checkpoint: regular files, not freed, with no change only a checkpoint records.
-fn lanes_first_cells<'a>(
-    m: &'a State,
-    work: &'a DenseSet,
-) -> impl Iterator<Item = Arc<InodeCell>> + 'a {
-    work.iter()
-        .filter(|&ino| !m.changes.only_checkpoint_records(ino))
-        .filter_map(|ino| m.inodes.get(ino).cloned())
-        .filter(|cell| {
-            let st = cell.lock();
-            !st.freed() && st.kind() == crate::tbfs::FileKind::File
-        })
 }
 
 /// The blocks the files at the front of `cells` hold buffered, until they hold `most`, and how
