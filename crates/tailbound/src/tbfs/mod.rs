@@ -84,6 +84,8 @@ mod by_ino_tests;
 #[cfg(test)]
 mod checked_tests;
 #[cfg(test)]
+mod copies_debt_tests;
+#[cfg(test)]
 mod cut_run_tests;
 #[cfg(test)]
 mod deletes_debt_tests;

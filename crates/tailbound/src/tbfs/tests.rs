@@ -2442,7 +2442,7 @@ fn a_sync_waits_for_no_later_checkpoint_nor_for_other_files_payloads_under_the_l
 fn room_for(fs: &Fs, need: u64) -> (u64, u64, u64) {
     let m = fs.inner.lock_meta();
     let (reserve, low_water) = fs.inner.space_margins(&m);
-    let debt = fs.inner.checkpoint_debt(&m, false);
+    let debt = fs.inner.writers_debt(&m);
     (
         fs.inner.free_blocks(&m),
         need + reserve + low_water.max(debt),

@@ -380,15 +380,18 @@ impl Engine {
         // The copies and the checkpoint that writes them (with whatever else is buffered and
         // pending) must fit in what is free now.
         let free = self.free_blocks(m);
+        let debt = if light {
+            self.checkpoint_debt(m, true)
+        } else {
+            0
+        };
         let budget = if light {
             // The copies' space check keeps room for the next checkpoint and what the copies
             // add to it (`Engine::copies_floor`; `choose_victims` charges the latter per
             // victim); their summaries take a block per up to 123 extents.
             // Saturating here and below: no budget for copies once free space is at what must
             // stay free.
-            free.saturating_sub(
-                self.checkpoint_debt(m, true) + self.budget.buffered().div_ceil(BLOCK_U64) + 16,
-            )
+            free.saturating_sub(debt + self.budget.buffered().div_ceil(BLOCK_U64) + 16)
         } else {
             let pending = self.budget.buffered() / BLOCK_U64
                 + m.changes.pending().len() as u64 * 4
@@ -397,6 +400,9 @@ impl Engine {
                 + 16;
             free.saturating_sub(pending + sb / 2)
         };
+        // A light pass charges its victims what their copies add to that checkpoint, bounded
+        // by the metadata not dirty yet.
+        let copies = light.then(|| self.copies_debt(m));
         let (chosen, spread) = self.choose_victims(
             &m.seg,
             candidates.clone(),
@@ -405,7 +411,7 @@ impl Engine {
             now,
             budget,
             most,
-            light,
+            copies,
             greedy,
         );
         if light && chosen.is_empty() {
@@ -421,7 +427,7 @@ impl Engine {
                 now,
                 physical,
                 1,
-                light,
+                copies,
                 true,
             );
             return (one, spread);
@@ -490,7 +496,7 @@ impl Engine {
             now,
             u64::MAX,
             chosen.len(),
-            true,
+            None,
             greedy,
         );
         let alt_copies = live_of(&alt);

@@ -9,6 +9,7 @@ use crate::tbfs::directories::bound_blocks;
 use crate::tbfs::format::BLOCK_U64;
 use crate::tbfs::inode::InodeState;
 use crate::tbfs::limits::{CHANGE_BLOCKS, CHECKPOINT_FLOOR_BLOCKS, DELETES_ALLOWANCE_BLOCKS};
+use crate::tbfs::space::copies_debt::CopiesDebt;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
 
@@ -35,6 +36,20 @@ impl Engine {
         let work = dirty.all().clone();
         drop(dirty);
         exact_bound(work, &m.inodes, &m.dirs, &m.changes, &m.ifile, tables)
+    }
+
+    /// What a light pass's copies may add to the next checkpoint ([`CopiesDebt`]): a walk of
+    /// every inode, once after each checkpoint (until the next one a file's map grows only by
+    /// writes, which dirty what they add).
+    pub(in crate::tbfs) fn copies_debt(&self, m: &State) -> CopiesDebt {
+        let newest = m.ckpt.newest();
+        if let Some(d) = m.cleaning.copies_debt_since(newest) {
+            return d;
+        }
+        let len = (m.ifile.map().blocks.len() as u64).max(m.ifile.pages()) + 1;
+        let d = CopiesDebt::of(&m.inodes, self.budget.widest(), len);
+        m.cleaning.keep_copies_debt(newest, d);
+        d
     }
 
     /// Makes room for a new name in directory `dir` before it is made: the checkpoint that

@@ -37,10 +37,34 @@ impl Engine {
             (0, 0)
         } else {
             (
-                self.reserve_blocks() + Self::deletes_reserve(m),
+                self.cycle_reserve(m) + Self::deletes_reserve(m),
                 self.low_water(m),
             )
         }
+    }
+
+    /// The reserve, and if more, what the cleaning cycle of a full segment's live blocks takes
+    /// with what its copies add to the next checkpoint (`CopiesDebt::beyond_runs`): the reserve is
+    /// the room the cleaner works in, and copies of blocks scattered over many files dirty
+    /// about a map node each.
+    fn cycle_reserve(&self, m: &State) -> u64 {
+        self.reserve_blocks()
+            .max(self.cycle_cost_in(m, self.segment_blocks()))
+    }
+
+    /// [`cycle_cost`] of a victim with `live` live blocks, its copies' debt bounded by the
+    /// metadata not dirty (`CopiesDebt::beyond_runs`).
+    fn cycle_cost_in(&self, m: &State, live: u64) -> u64 {
+        cycle_cost(live) + self.copies_debt(m).beyond_runs(live)
+    }
+
+    /// The checkpoint debt a writer keeps room for: the bound from totals, and what the
+    /// cleaner's copies may add to it before the checkpoint that pays it (`CopiesDebt::ceiling`).
+    /// Kept only for the bound, a pool whose overwrites are scattered over large files' maps
+    /// cleaned until its copies had dirtied more nodes than the checkpoint after them found room
+    /// for.
+    pub(in crate::tbfs) fn writers_debt(&self, m: &State) -> u64 {
+        self.checkpoint_debt(m, false) + self.copies_debt(m).ceiling()
     }
 
     /// Room kept for a checkpoint of deletes: every inode page and the inode file's map; while
@@ -156,7 +180,9 @@ impl Engine {
                 now_best = Some(now_best.map_or(live, |b| b.min(live)));
             }
         }
-        now_best.or(later_best).map_or(0, cycle_cost)
+        now_best
+            .or(later_best)
+            .map_or(0, |live| self.cycle_cost_in(m, live))
     }
 
     /// What the next checkpoint writes: its counted debt and the buffered data it carries.
@@ -215,14 +241,15 @@ impl Engine {
         CHECKPOINT_FLOOR_BLOCKS + Self::deletes_reserve(m)
     }
 
-    /// What a light pass copying `need` blocks must leave free: the next checkpoint, with the
-    /// map nodes and inode pages its copies add to it, and a checkpoint's floor after it. Its
+    /// What a light pass whose copies add `added` blocks to the next checkpoint (map nodes and
+    /// inode pages, `CopiesDebt::beyond_runs`) must leave free: that checkpoint, with what they add,
+    /// and a checkpoint's floor after it. Its
     /// victims are reusable only once the copies are durable, and those holding metadata only
     /// after that checkpoint. (Light passes run only while nothing keeps what deletes drop,
     /// and such deletes write their checkpoint first when they would outgrow the free room,
     /// `Engine::record_deletes_first`, so no room is kept for them here.)
-    fn copies_floor(&self, m: &State, need: u64) -> u64 {
-        self.next_checkpoint_blocks(m) + copies_debt(need) + CHECKPOINT_FLOOR_BLOCKS
+    fn copies_floor(&self, m: &State, added: u64) -> u64 {
+        self.next_checkpoint_blocks(m) + added + CHECKPOINT_FLOOR_BLOCKS
     }
 
     /// The room invariant, checked where writers are admitted (debug builds): with `free`
@@ -263,11 +290,7 @@ impl Engine {
         // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
         // write is refused that would leave less than the reserve and the counted debt.
         let pays_debt = !for_checkpoint && !m.cleaning.running() && !m.refresh.running();
-        let quick_debt = if pays_debt {
-            self.checkpoint_debt(m, false)
-        } else {
-            0
-        };
+        let quick_debt = if pays_debt { self.writers_debt(m) } else { 0 };
         let want = want_of(need, reserve, low_water, quick_debt);
         // Below this a write for `need` blocks cleans until there is room; above it (and below
         // `want`) it pays the cleaning tax.
@@ -536,9 +559,10 @@ impl Engine {
             // Below the floor (recovery may leave a pool there), a pass whose victims give
             // back more than it copies still climbs towards it: what it must leave, once its
             // victims are reusable, is the floor, and meanwhile a checkpoint's.
-            let floor = self.copies_floor(m, blocks);
+            let added = copies_debt(blocks) + self.copies_debt(m).beyond_runs(blocks);
+            let floor = self.copies_floor(m, added);
             floor
-                .saturating_sub(m.cleaning.gain().saturating_sub(copies_debt(blocks)))
+                .saturating_sub(m.cleaning.gain().saturating_sub(added))
                 .max(CHECKPOINT_FLOOR_BLOCKS)
         } else {
             reserve + debt
@@ -556,7 +580,7 @@ impl Engine {
         }
         let need = self.space_needed(blocks);
         let (reserve, low_water) = self.space_margins(m);
-        let debt = self.checkpoint_debt(m, false);
+        let debt = self.writers_debt(m);
         let want = want_of(need, reserve, low_water, debt);
         let free = self.free_blocks_up_to(m, want);
         if free >= want {

@@ -21,6 +21,7 @@ use crate::tbfs::format::{self, BLOCK_U64};
 use crate::tbfs::limits::{AGE_SIGNAL_CHAIN_DEATHS, MIN_RECLAIMABLE};
 use crate::tbfs::log::WriterPlace;
 use crate::tbfs::space::cleaning::spread_is_signal;
+use crate::tbfs::space::copies_debt::CopiesDebt;
 use crate::tbfs::space::segments::SegmentTable;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
@@ -213,7 +214,8 @@ impl Engine {
     /// best first, as many as `budget` blocks of copies pay for and at most `most`: by
     /// cost-benefit when segment ages (from `written`, when each was last written, and `now`)
     /// carry a signal and `greedy` is not asked for, else by free fraction alone. `light`: the
-    /// copies go out as data-only logs, not in a checkpoint, and cost less. Also returns the
+    /// copies go out as data-only logs, not in a checkpoint, and cost less, with what they add
+    /// to the next checkpoint charged by its bound ([`CopiesDebt`]). Also returns the
     /// spread of the ages ([`light_pass_spread`]) of the candidates and of `kept_out` (the
     /// roll-forward chain's segments, which a light pass may not take but whose ages still
     /// tell), whatever `greedy` asked (`None`: fewer than two segments to tell).
@@ -227,7 +229,7 @@ impl Engine {
         now: i64,
         budget: u64,
         most: usize,
-        light: bool,
+        light: Option<CopiesDebt>,
         greedy: bool,
     ) -> (Vec<usize>, Option<f64>) {
         let sb = self.segment_blocks();
@@ -258,14 +260,15 @@ impl Engine {
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut budget = budget;
         let mut out = Vec::new();
+        let mut copied = 0;
         for (_, s) in scored {
             let live = seg.live(s) as u64;
             // What the logs' estimate charges for moving them: the blocks, and for a checkpoint
             // the map nodes and inode records of the files they belong to.
-            let cost = if light {
+            let cost = if let Some(debt) = &light {
                 // At least what `ensure_space` asks for them (their summaries, pads) and
                 // keeps for what they add to the next checkpoint.
-                crate::tbfs::commit::room::cycle_cost(live)
+                crate::tbfs::commit::room::cycle_cost(live) + debt.more(copied, live)
             } else {
                 live + live / 4 + 16
             };
@@ -273,6 +276,7 @@ impl Engine {
                 break;
             }
             budget -= cost;
+            copied += live;
             out.push(s);
         }
         (out, spread)

@@ -2,7 +2,10 @@
 //! the space check running may take from the reserve on a pass's or a checkpoint's behalf.
 //! Changed only through [`Cleaning`]'s methods.
 
+use std::sync::Mutex;
+
 use crate::tbfs::limits::AGE_SIGNAL_SPREAD;
+use crate::tbfs::space::copies_debt::CopiesDebt;
 
 /// How many of victim choice's recent findings the averaged age spread weighs
 /// ([`Cleaning::note_age_spread`]).
@@ -49,9 +52,23 @@ pub(crate) struct Cleaning {
     /// over its recent choices: one choice among few or odd candidates may find none where
     /// lifetimes do differ. `None` until a choice had two candidates to tell.
     age_spread: Option<f64>,
+    /// What copies may add to the next checkpoint, counted once after each checkpoint (by its
+    /// number): until the next one nothing becomes clean, so the count stays a bound.
+    copies_debt: Mutex<Option<(u64, CopiesDebt)>>,
 }
 
 impl Cleaning {
+    /// The bound of what copies add to the next checkpoint counted since checkpoint `newest`.
+    pub(crate) fn copies_debt_since(&self, newest: u64) -> Option<CopiesDebt> {
+        let kept = *self.copies_debt.lock().unwrap_or_else(|p| p.into_inner());
+        kept.and_then(|(at, d)| (at == newest).then_some(d))
+    }
+
+    /// Keeps `debt`, counted since checkpoint `newest`.
+    pub(crate) fn keep_copies_debt(&self, newest: u64, debt: CopiesDebt) {
+        *self.copies_debt.lock().unwrap_or_else(|p| p.into_inner()) = Some((newest, debt));
+    }
+
     /// Whether cleaning runs.
     pub(crate) fn running(&self) -> bool {
         self.running

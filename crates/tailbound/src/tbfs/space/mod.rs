@@ -11,6 +11,7 @@ pub(crate) mod cleaner;
 #[cfg(test)]
 mod cleaner_sim;
 pub(crate) mod cleaning;
+pub(crate) mod copies_debt;
 pub(crate) mod deletes_debt;
 pub(crate) mod refusals;
 #[cfg(test)]
