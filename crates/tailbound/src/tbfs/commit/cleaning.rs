@@ -400,8 +400,8 @@ impl Engine {
                 + 16;
             free.saturating_sub(pending + sb / 2)
         };
-        // A light pass charges its victims what their copies add to that checkpoint, bounded
-        // by the metadata not dirty yet.
+        // A light pass charges its victims what their copies add to that checkpoint: a leaf per
+        // block in files whose maps have leaves under a root (`CopiesDebt`).
         let copies = light.then(|| self.copies_debt(m));
         let (chosen, spread) = self.choose_victims(
             &m.seg,

@@ -45,15 +45,15 @@ impl Engine {
 
     /// The reserve, and if more, what the cleaning cycle of a full segment's live blocks takes
     /// with what its copies add to the next checkpoint (`CopiesDebt::beyond_runs`): the reserve is
-    /// the room the cleaner works in, and copies of blocks scattered over many files dirty
-    /// about a map node each.
+    /// the room the cleaner works in, and copies of blocks scattered under a large file's leaves
+    /// dirty about a leaf each.
     fn cycle_reserve(&self, m: &State) -> u64 {
         self.reserve_blocks()
             .max(self.cycle_cost_in(m, self.segment_blocks()))
     }
 
-    /// [`cycle_cost`] of a victim with `live` live blocks, its copies' debt bounded by the
-    /// metadata not dirty (`CopiesDebt::beyond_runs`).
+    /// [`cycle_cost`] of a victim with `live` live blocks, with what its copies may add beyond
+    /// a node per run (`CopiesDebt::beyond_runs`).
     fn cycle_cost_in(&self, m: &State, live: u64) -> u64 {
         cycle_cost(live) + self.copies_debt(m).beyond_runs(live)
     }

@@ -53,7 +53,8 @@ pub(crate) struct Cleaning {
     /// lifetimes do differ. `None` until a choice had two candidates to tell.
     age_spread: Option<f64>,
     /// What copies may add to the next checkpoint, counted once after each checkpoint (by its
-    /// number): until the next one nothing becomes clean, so the count stays a bound.
+    /// number): until the next one a map grows only by writes, which dirty what they add, so
+    /// the count stays a bound.
     copies_debt: Mutex<Option<(u64, CopiesDebt)>>,
 }
 

@@ -9,11 +9,11 @@ use crate::tbfs::FileKind;
 
 /// What a light cleaning pass's copies may add to the next checkpoint beyond a node per run of
 /// blocks (`commit::room::copies_debt`), which holds for files whose map is a single node (or
-/// inline): in a
-/// file whose map has leaves under a root, a copy dirties its own leaf, and the first copy in
-/// such a file also the nodes above the leaf and the inode's page with the inode file's path
-/// to it; and never more than those files' nodes. Random overwrites spread over large files
-/// leave segments whose live blocks lie under as many leaves.
+/// inline): in a file whose map has leaves under a root, a copy dirties its own leaf, and the
+/// first copy in such a file also the nodes above the leaf and the inode's page with the inode
+/// file's path to it. The whole is capped at those files' map nodes; the few inode pages beside
+/// them are left to the per-run estimate and the checks' margins. Random overwrites spread over
+/// large files leave segments whose live blocks lie under as many leaves.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CopiesDebt {
     /// Map nodes of the files with leaves under a root.
