@@ -3,7 +3,6 @@
 //! live blocks lie under as many map leaves, and copying one dirties about a leaf per block.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::*;
 use crate::dev::sim::SimDevice;
@@ -19,17 +18,8 @@ fn a_light_pass_adds_no_more_than_its_copies_bound_and_scattered_copies_add_a_le
     let dev = Arc::new(SimDevice::new(768 << 20));
     dev.set_writes_are_copies(true);
     let cfg = Config {
-        ordering: Ordering::Relaxed,
-        barrier: Barrier::EveryCheckpoint,
         segment_bytes: 256 << 10,
-        superblock_every_bytes: 64 << 20,
-        superblock_every: Duration::from_secs(3600),
-        checkpoint_every: None,
-        dirty_bytes_max: 1 << 20,
-        protection_period: Duration::ZERO,
-        background_gc: false,
-        gc_free_percent: 0,
-        clock: Clock::wall(),
+        ..super::tests::large_file_config(1 << 20)
     };
     let fs = Fs::format(dev, &cfg).unwrap();
     let (files, file_blocks) = (64u64, 2048u64);

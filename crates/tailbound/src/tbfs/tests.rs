@@ -27,7 +27,7 @@ fn small_config(ordering: Ordering, barrier: Barrier) -> Config {
 
 /// For files of several MiB: 1 MiB segments, no superblock refresh in the way, and a write
 /// buffer of `dirty_bytes_max`.
-fn large_file_config(dirty_bytes_max: u64) -> Config {
+pub(super) fn large_file_config(dirty_bytes_max: u64) -> Config {
     Config {
         segment_bytes: 1 << 20,
         superblock_every_bytes: 64 << 20,

@@ -40,14 +40,19 @@ impl Engine {
 
     /// What a light pass's copies may add to the next checkpoint ([`CopiesDebt`]): a walk of
     /// every inode, once after each checkpoint (until the next one a file's map grows only by
-    /// writes, which dirty what they add).
+    /// writes, which dirty what they add), and none while no map the pool has had is wide
+    /// enough for leaves under a root (the commit path asks after every checkpoint).
     pub(in crate::tbfs) fn copies_debt(&self, m: &State) -> CopiesDebt {
+        let widest = self.budget.widest();
+        if !CopiesDebt::has_leaves_under_a_root(widest) {
+            return CopiesDebt::none();
+        }
         let newest = m.ckpt.newest();
         if let Some(d) = m.cleaning.copies_debt_since(newest) {
             return d;
         }
         let len = (m.ifile.map().blocks.len() as u64).max(m.ifile.pages()) + 1;
-        let d = CopiesDebt::of(&m.inodes, self.budget.widest(), len);
+        let d = CopiesDebt::of(&m.inodes, widest, len);
         m.cleaning.keep_copies_debt(newest, d);
         d
     }

@@ -24,6 +24,21 @@ pub(crate) struct CopiesDebt {
 }
 
 impl CopiesDebt {
+    /// Whether a map of `blocks` blocks has leaves under a root: only such files' copies are
+    /// counted.
+    pub(in crate::tbfs) fn has_leaves_under_a_root(blocks: u64) -> bool {
+        height_for(blocks) >= 2
+    }
+
+    /// Nothing beyond the per-run estimate: no file has leaves under a root.
+    pub(in crate::tbfs) fn none() -> CopiesDebt {
+        CopiesDebt {
+            nodes: 0,
+            files: 0,
+            per_file: 0,
+        }
+    }
+
     /// Counts the map nodes of `inodes`' files with leaves under a root; `ifile_len` is the
     /// inode file's map length (for the path to an inode page).
     pub(in crate::tbfs) fn of(inodes: &InodeTable, widest: u64, ifile_len: u64) -> CopiesDebt {
@@ -31,7 +46,7 @@ impl CopiesDebt {
         for cell in inodes.values() {
             let st = cell.lock();
             let n = st.map().blocks.len() as u64;
-            if st.kind() != FileKind::Dir && height_for(n) >= 2 {
+            if st.kind() != FileKind::Dir && Self::has_leaves_under_a_root(n) {
                 nodes += tree_nodes(n);
                 files += 1;
             }
