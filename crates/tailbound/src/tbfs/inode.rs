@@ -125,6 +125,10 @@ pub(crate) struct InodeState {
     ckpt_seq: u64,
     /// How often its blocks are overwritten, for the cleaner's copies (`WriteRate`).
     writes: WriteRate,
+    /// Counted by commits that hold `meta` and have yet to seal it (a checkpoint may run inside
+    /// a run's space check): writers wait for `meta` before they buffer more into it, so a
+    /// commit writes no more than it counted.
+    held: u32,
 }
 
 /// What [`InodeState::truncate`] took away: the addresses no longer mapped, and how many
@@ -158,6 +162,7 @@ impl InodeState {
             charge: None,
             ckpt_seq: 0,
             writes: WriteRate::default(),
+            held: 0,
         }
     }
 
@@ -186,6 +191,7 @@ impl InodeState {
             names_gen: 0,
             ckpt_seq: 0,
             writes: WriteRate::default(),
+            held: 0,
         }
     }
 
@@ -399,6 +405,20 @@ impl InodeState {
 
     pub fn charge(&self) -> Option<crate::sched::Charge> {
         self.charge
+    }
+
+    /// Whether a commit counted this inode and has yet to seal it (`held`).
+    pub fn held(&self) -> bool {
+        self.held > 0
+    }
+
+    pub fn hold(&mut self) {
+        self.held += 1;
+    }
+
+    pub fn unhold(&mut self) {
+        assert!(self.held > 0, "an inode let go that no commit held");
+        self.held -= 1;
     }
 
     pub fn set_charge(&mut self, charge: Option<crate::sched::Charge>) {

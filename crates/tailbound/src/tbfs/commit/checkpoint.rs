@@ -58,7 +58,7 @@ impl Engine {
         let dir_blocks = encode_changed_dirs(m, &work);
         (
             self.quick_inode_bound(&work, &dir_blocks),
-            self.counted_inode_bound(m, &work, &dir_blocks),
+            self.counted_inode_bound(m, &work, &dir_blocks, false).0,
         )
     }
 
@@ -96,22 +96,30 @@ impl Engine {
 
     /// The inodes' part of a checkpoint's estimate, counted inode by inode: unsealed buffers,
     /// and the map nodes that change (the whole tree if its shape changes, else the paths above
-    /// the leaves whose children change).
+    /// the leaves whose children change). With `hold`, each inode counted is held
+    /// (`InodeState::held`) until the checkpoint lets the returned cells go ([`release_holds`]).
     fn counted_inode_bound(
         &self,
         m: &State,
         work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
-    ) -> u64 {
+        hold: bool,
+    ) -> (u64, Vec<Arc<InodeCell>>) {
         let mut estimate = 0;
+        let mut held = Vec::new();
         for ino in work.iter() {
-            let st = m.inodes[&ino].lock();
+            let cell = &m.inodes[&ino];
+            let mut st = cell.lock();
             let dir_len = dir_blocks.get(&ino).map_or(0, |b| b.len());
             // Buffers already in a sealed log stay there (see the sealing below). The inode's
             // slot is in its page, counted apart.
             estimate += unsealed_count(&st) as u64 + map_nodes_bound(&st, dir_len);
+            if hold {
+                st.hold();
+                held.push(cell.clone());
+            }
         }
-        estimate
+        (estimate, held)
     }
 
     /// Writes every buffered block, every changed directory, block map and inode, and a new
@@ -141,11 +149,12 @@ impl Engine {
         // An upper bound on what this checkpoint writes, checked before anything changes (the
         // directories are encoded here, for the sealing below).
         let mut dir_blocks = encode_changed_dirs(m, &work);
-        let (estimate, pages_paid) = self.checkpoint_estimate(m, &work, &dir_blocks);
+        let (estimate, pages_paid, held) = self.checkpoint_estimate(m, &work, &dir_blocks);
         let passes = m.cleaning.passes();
         m.cleaning.checkpoint_checks_space(pages_paid);
         let space = self.ensure_space(m, estimate);
         if space.is_err() || m.cleaning.passes() != passes {
+            release_holds(&held);
             // Nothing was written: the files taken from the dirty set stay in it, or a later
             // sync would not see their buffered data.
             self.dirty
@@ -167,8 +176,9 @@ impl Engine {
         self.log_open(m, FLAG_BEGIN);
         let seq = m.writer.seq();
         let now = self.now_ns();
-        let (records, written, changed) =
-            self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now)?;
+        let sealed = self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now);
+        release_holds(&held);
+        let (records, written, changed) = sealed?;
         self.checkpoint_inode_pages(m, &records, seq, now)?;
         let depends: Vec<u64> = changed.iter().map(|c| c.ino).collect();
         let root = self.checkpoint_root_log(m, seq, written, &depends)?;
@@ -188,7 +198,7 @@ impl Engine {
         m: &State,
         work: &DenseSet,
         dir_blocks: &HashMap<u64, Vec<crate::tbfs::blocks::FreshBlock>>,
-    ) -> (u64, u64) {
+    ) -> (u64, u64, Vec<Arc<InodeCell>>) {
         // A freed inode costs its slot's page, counted with the pages: deleting many files must
         // not look like writing a block per file, or a full pool could not take the deletes
         // that make room.
@@ -208,19 +218,22 @@ impl Engine {
         // buffer without `meta`, so the count comes first: a block buffered between the two
         // raises the quick bound too, where counted second it would be counted alone.
         #[cfg(debug_assertions)]
-        let counted_first = self.counted_inode_bound(m, work, dir_blocks);
+        let counted_first = self.counted_inode_bound(m, work, dir_blocks, false).0;
         let quick = self.quick_inode_bound(work, dir_blocks);
         #[cfg(debug_assertions)]
         assert!(
             quick >= counted_first,
             "the quick bound {quick} is below the count {counted_first}"
         );
-        let estimate = if self.space_is_ample(m, estimate + quick) {
-            estimate + quick
+        // The quick bound keeps slack for what writers buffer meanwhile; the count keeps none,
+        // so the inodes it counts are held until they are sealed.
+        let (estimate, held) = if self.space_is_ample(m, estimate + quick) {
+            (estimate + quick, Vec::new())
         } else {
-            estimate + self.counted_inode_bound(m, work, dir_blocks)
+            let (counted, held) = self.counted_inode_bound(m, work, dir_blocks, true);
+            (estimate + counted, held)
         };
-        (pinned_pages_as_written(m, estimate), pages_paid)
+        (pinned_pages_as_written(m, estimate), pages_paid, held)
     }
 
     /// Seals each inode of `work` into the checkpoint's logs: its unsealed buffered blocks, its
@@ -717,4 +730,11 @@ pub(in crate::tbfs) fn pinned_pages_as_written(m: &State, estimate: u64) -> u64 
     }
     let rest = estimate - marked;
     (rest + m.pinned_pages_after_prune(rest)).min(estimate)
+}
+
+/// Lets writers buffer into the inodes a checkpoint held again.
+fn release_holds(held: &[Arc<InodeCell>]) {
+    for cell in held {
+        cell.lock().unhold();
+    }
 }

@@ -63,17 +63,22 @@ impl Engine {
         let Some(cell) = m.inodes.get(cell.ino).cloned() else {
             return Ok(());
         };
+        // Held from the count to the seal (`InodeState::held`): the log takes no more than the
+        // space check counted.
         let count = {
-            let st = cell.lock();
+            let mut st = cell.lock();
             let count = unsealed_count(&st);
             if st.freed() || (count == 0 && !st.attr_dirty()) {
                 return Ok(());
             }
+            st.hold();
             count as u64
         };
         m.cleaning.buffer_seal_checks_space();
-        self.ensure_space(m, count + 1)?;
+        let space = self.ensure_space(m, count + 1);
         let mut st = cell.lock();
+        st.unhold();
+        space?;
         if st.freed() || (!has_unsealed(&st) && !st.attr_dirty()) {
             // The superblock refresh `ensure_space` ran took everything already.
             return Ok(());
@@ -119,7 +124,8 @@ impl Engine {
         let mut from = 0;
         while from < cells.len() {
             let rest = &cells[from..];
-            m = self.wait_for_room_outside(m, run_room(run_blocks(rest, SEAL_PART_BLOCKS).0))?;
+            m = self
+                .wait_for_room_outside(m, run_room(run_blocks(rest, SEAL_PART_BLOCKS, false).0))?;
             from += self.in_section(&mut m, Section::Sealing, |m| {
                 self.seal_data_logs(m, rest, false, SEAL_PART_BLOCKS)
             })?;
@@ -232,23 +238,41 @@ impl Engine {
         if_room: bool,
         most: u64,
     ) -> Result<usize> {
-        let (count, taken) = run_blocks(cells, most);
+        // Held from the count to the seal (`InodeState::held`): the run takes no more than the
+        // space check counted.
+        let (count, taken) = run_blocks(cells, most, true);
         let cells = &cells[..taken];
-        if count == 0 {
-            return Ok(taken);
+        let sealed = if count == 0 {
+            Ok(())
+        } else {
+            self.seal_held_run(m, cells, count, if_room)
+        };
+        for cell in cells {
+            cell.lock().unhold();
         }
+        sealed.map(|()| taken)
+    }
+
+    /// [`Engine::seal_data_logs`] for the files `cells`, which hold `count` blocks.
+    fn seal_held_run(
+        &self,
+        m: &mut State,
+        cells: &[Arc<InodeCell>],
+        count: u64,
+        if_room: bool,
+    ) -> Result<()> {
         let _work = crate::phases::meta_work(crate::phases::MetaWork::Seal);
         m.cleaning.buffer_seal_checks_space();
         match self.ensure_space(m, run_room(count)) {
-            Err(Error::NoSpace(_)) if if_room => return Ok(taken),
+            Err(Error::NoSpace(_)) if if_room => return Ok(()),
             r => r?,
         }
         // Files whose last versions lived long go to the long-lived head, in a run of their own,
         // as far as the rest of its segment takes them (`long_lived_files`).
-        let long = self.long_lived_files(m, cells);
+        let (long, mut room) = self.long_lived_files(m, cells);
         if !long.contains(&true) {
-            self.seal_run(m, cells.iter())?;
-            return Ok(taken);
+            self.seal_run(m, cells.iter(), None)?;
+            return Ok(());
         }
         let pick = |want: bool| {
             cells
@@ -258,14 +282,17 @@ impl Engine {
                 .map(|(c, _)| c)
         };
         m.seg.set_short_run(true);
-        let short = self.seal_run(m, pick(false));
+        let short = self.seal_run(m, pick(false), None);
         m.seg.set_short_run(false);
         short?;
         let head = m.writer.parked().map(|(_, seg)| seg);
         let entered = self.enter_long_lived(m)?;
         assert!(entered, "a parked log head not entered");
         self.count(|c| c.seals_apart += 1);
-        let sealed = self.seal_run(m, pick(true));
+        // The run takes the picked files as far as the room the pick counted takes them as
+        // they are when sealed (a check that they are held still); the rest go with the
+        // writers' logs.
+        let sealed = self.seal_run(m, pick(true), Some(&mut room));
         // The space check counted no room for a segment this head would enter.
         assert!(
             sealed.is_err() || head == Some(m.writer.cur_seg()),
@@ -273,9 +300,12 @@ impl Engine {
         );
         // Back to the writers' head, whose next logs are theirs again.
         let left = self.copies_leave(m);
-        sealed?;
+        let grown = sealed?;
         left?;
-        Ok(taken)
+        if !grown.is_empty() {
+            self.seal_run(m, grown.iter(), None)?;
+        }
+        Ok(())
     }
 
     /// For each file of `cells`: whether its buffered data goes to the long-lived log head (the
@@ -289,17 +319,18 @@ impl Engine {
     /// and the head never enters a segment for host data (the copies open it). A few of each
     /// file's blocks are looked at, not all: a file's blocks are written alike more often than
     /// not, and this runs under `meta`.
-    fn long_lived_files(&self, m: &State, cells: &[Arc<InodeCell>]) -> Vec<bool> {
+    fn long_lived_files(&self, m: &State, cells: &[Arc<InodeCell>]) -> (Vec<bool>, u64) {
         let mut room = match (self.long_lived_room(m), m.writer.parked()) {
             (Some(_), Some(_)) if !m.writer.in_copies() => {
                 // The jump back, and a summary per 64 blocks beside one per log begun.
                 self.copy_head_rest(m).saturating_sub(4)
             }
-            _ => return vec![false; cells.len()],
+            _ => return (vec![false; cells.len()], 0),
         };
+        let whole = room;
         let sb = self.segment_blocks();
         let short_below = m.seg.used_blocks() / 2;
-        cells
+        let long = cells
             .iter()
             .map(|cell| {
                 let st = cell.lock();
@@ -321,9 +352,7 @@ impl Engine {
                         long += 1;
                     }
                 }
-                // Its blocks, its attributes record and a summary per 64 blocks.
-                let blocks = st.dirty().len() as u64 + 1;
-                let takes = blocks + blocks.div_ceil(64);
+                let takes = run_takes(&st);
                 if long > short && takes <= room {
                     room -= takes;
                     true
@@ -331,18 +360,23 @@ impl Engine {
                     false
                 }
             })
-            .collect()
+            .collect();
+        (long, whole)
     }
 
     /// Writes the buffered data of the files of `cells` as one run of data-only logs where the
     /// chain stands (nothing if none has anything a data-only log may take).
+    /// With `room`, takes a file only while what it takes (`run_takes`) fits what is left of
+    /// it, and returns the files left out.
     fn seal_run<'c>(
         &self,
         m: &mut State,
         cells: impl Iterator<Item = &'c Arc<InodeCell>>,
-    ) -> Result<()> {
+        mut room: Option<&mut u64>,
+    ) -> Result<Vec<Arc<InodeCell>>> {
         let mut open = false;
         let mut done = Vec::new();
+        let mut left_out = Vec::new();
         for cell in cells {
             let mut st = cell.lock();
             if st.freed() || st.kind() != crate::tbfs::FileKind::File || !sealable(m, cell.ino, &st)
@@ -350,6 +384,14 @@ impl Engine {
                 // A placed file's attributes wait for the checkpoint: no log is opened for it.
                 self.settle_sealed(m, cell.ino, &st);
                 continue;
+            }
+            if let Some(room) = room.as_deref_mut() {
+                let takes = run_takes(&st);
+                if takes > *room {
+                    left_out.push(cell.clone());
+                    continue;
+                }
+                *room -= takes;
             }
             if !open {
                 self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
@@ -369,7 +411,7 @@ impl Engine {
             Ok(())
         };
         m.writer.set_charge(None);
-        closed
+        closed.map(|()| left_out)
     }
 
     /// Adds a file's unsealed buffers and its size and mtime to the open data-only log, as the
@@ -438,8 +480,9 @@ impl Engine {
 /// many files that takes (a file is never split between runs): every buffer, sealed ones still
 /// in flight too, each file with its attributes record. A bound taken without walking the
 /// buffers, which sealing walks anyway (walking them here as well was a third of sealing's time
-/// under `meta`).
-fn run_blocks(cells: &[Arc<InodeCell>], most: u64) -> (u64, usize) {
+/// under `meta`). With `hold`, each file taken is held (`InodeState::held`) for the caller to
+/// let go.
+fn run_blocks(cells: &[Arc<InodeCell>], most: u64, hold: bool) -> (u64, usize) {
     let mut count = 0u64;
     let mut taken = 0;
     for cell in cells {
@@ -447,7 +490,10 @@ fn run_blocks(cells: &[Arc<InodeCell>], most: u64) -> (u64, usize) {
             break;
         }
         taken += 1;
-        let st = cell.lock();
+        let mut st = cell.lock();
+        if hold {
+            st.hold();
+        }
         if !st.freed() && st.kind() == crate::tbfs::FileKind::File {
             count += st.dirty().len() as u64 + 1;
         }
@@ -459,4 +505,11 @@ fn run_blocks(cells: &[Arc<InodeCell>], most: u64) -> (u64, usize) {
 /// and their summaries.
 fn run_room(count: u64) -> u64 {
     count + count / 64 + 1
+}
+
+/// What a file's buffered data takes of a run's room: its blocks, its attributes record and a
+/// summary per 64 blocks.
+fn run_takes(st: &crate::tbfs::inode::InodeState) -> u64 {
+    let blocks = st.dirty().len() as u64 + 1;
+    blocks + blocks.div_ceil(64)
 }

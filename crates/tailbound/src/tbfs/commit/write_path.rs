@@ -87,24 +87,62 @@ impl Engine {
         let end;
         let held;
         {
-            let mut st = cell.lock();
+            let mut st = self.lock_unheld(cell)?;
             end = self.buffer_write(cell, &mut st, buf, offset, Vec::new(), charge)?;
             held = st.dirty().len() as u64 * BLOCK_U64;
         }
         self.writes.wrote(key, len);
+        // From here the write is in the file: a read sees it. A commit that finds no room for
+        // what is buffered leaves it buffered for the next commit that does (a sync then
+        // answers `NoSpace`), and this write is answered as written; answered `NoSpace`, its
+        // caller would take it as not made. The buffer stays bounded: once past its limit,
+        // the next write's room is checked before it is buffered.
+        let sent = self.send_on_after_write(cell, key, charge, len, held, urgent, &mut _writing);
+        match sent {
+            Err(Error::NoSpace(_)) if self.check_not_poisoned().is_ok() => {}
+            r => r?,
+        }
+        Ok((end, buf.len()))
+    }
+
+    /// Inode `cell`'s lock, once no checkpoint holds it (`InodeState::held`): the checkpoint
+    /// holds `meta` until it has sealed the inode, so waiting for `meta` waits for that.
+    /// A hold a checkpoint could not let go (it panicked) poisoned the pool: that is answered.
+    fn lock_unheld<'c>(
+        &self,
+        cell: &'c InodeCell,
+    ) -> Result<std::sync::MutexGuard<'c, InodeState>> {
+        loop {
+            let st = cell.lock();
+            if !st.held() {
+                return Ok(st);
+            }
+            drop(st);
+            drop(self.lock_meta());
+            self.check_not_poisoned()?;
+        }
+    }
+
+    /// What a buffered write sends on: a buffer past its limit is committed, a file holding
+    /// enough goes out behind, or the writer waits for the logs in flight.
+    #[allow(clippy::too_many_arguments)]
+    fn send_on_after_write<'a>(
+        &'a self,
+        cell: &InodeCell,
+        key: Option<WriterKey>,
+        charge: Option<crate::sched::Charge>,
+        len: u64,
+        held: u64,
+        urgent: bool,
+        writing: &mut Option<Writing<'a>>,
+    ) -> Result<()> {
         if self.buffered_bytes() > self.buffer_limit() && !urgent {
             let turn = self.room_turn(key, charge, len.div_ceil(BLOCK_U64));
             let committed = self.commit_over_limit(cell, key);
             if let Some(turn) = turn {
-                _writing = Some(turn.done());
+                *writing = Some(turn.done());
             }
-            match committed {
-                // The room for this write was found before it was buffered: it is written, and
-                // what is buffered goes out at the next commit that finds room (a sync, or the
-                // next write's check). A commit's estimate counts more than it writes.
-                Err(Error::NoSpace(_)) if room_checked && self.check_not_poisoned().is_ok() => {}
-                r => r?,
-            }
+            committed
         } else if self.config().ordering == Ordering::Relaxed
             && (held >= self.write_behind_bytes() || self.seals_hot(len))
         {
@@ -118,13 +156,14 @@ impl Engine {
                 self.commit_behind_log(&mut m, cell)?;
                 self.maybe_refresh(&mut m)?;
             }
-            m.unlock_and_write()?;
+            m.unlock_and_write()
         } else if self.logs.in_flight() > self.in_flight_max() {
             // More than that waits for the log writer: wait with it, so the memory buffered
             // stays bounded when writers outpace the device.
-            self.wait_in_flight()?;
+            self.wait_in_flight()
+        } else {
+            Ok(())
         }
-        Ok((end, buf.len()))
     }
 
     /// A writer's turn for room (`blocks` of it) while the last space check found it short,
@@ -304,11 +343,16 @@ impl Engine {
             let finished = self.finish_direct(started, key);
             written = written.and(finished);
         }
-        written?;
+        match written {
+            // A piece there was no room for changed nothing: the pieces before it are the
+            // write, a short one, as a full device answers.
+            Err(Error::NoSpace(_)) if done > 0 && self.check_not_poisoned().is_ok() => {}
+            r => r?,
+        }
         // Every byte of the write is in its own pieces' payloads (a buffer another commit had
         // sealed is copied before it is changed), and those are on the device.
         self.write_logs_behind()?;
-        Ok((end, buf.len()))
+        Ok((end, done))
     }
 
     /// One piece of a direct write: buffered, sealed, and its payloads started.
@@ -338,15 +382,37 @@ impl Engine {
         let turn = self.room_turn(key, charge, (buf.len() as u64).div_ceil(BLOCK_U64));
         let mut m = self.lock_meta_for_write(key);
         self.check_usable()?;
+        // Room for the piece and what the file holds buffered, found before any of it is
+        // buffered: refused, the piece changed nothing.
+        let blocks = (buf.len() as u64).div_ceil(BLOCK_U64) + 1;
+        self.ensure_space(
+            &mut m,
+            blocks + Self::data_log_blocks(cell) + blocks / 64 + 1,
+        )?;
         let end = {
             let mut st = cell.lock();
             self.buffer_write(cell, &mut st, buf, offset, whole, charge)?
         };
-        let sealed =
-            self.config().ordering != Ordering::Strict && self.commit_direct_log(&mut m, cell)?;
-        if !sealed {
-            drop(m);
-            self.sync_file(cell)?;
+        // Buffered, the piece is in the file: a commit that then finds no room leaves it
+        // buffered for the next one that does (a sync answers `NoSpace` meanwhile).
+        let full = |e: &Error| matches!(e, Error::NoSpace(_)) && self.check_not_poisoned().is_ok();
+        let sealed = match self.config().ordering {
+            Ordering::Strict => Ok(false),
+            Ordering::Relaxed => self.commit_direct_log(&mut m, cell),
+        };
+        if !matches!(sealed, Ok(true)) {
+            // Only a checkpoint may record the file, or strict ordering: the piece is synced.
+            let out = match sealed {
+                Ok(_) => {
+                    drop(m);
+                    self.sync_file(cell)
+                }
+                Err(e) => Err(e),
+            };
+            match out {
+                Err(e) if full(&e) => {}
+                r => r?,
+            }
             return Ok(DirectPiece {
                 end,
                 started: Vec::new(),
