@@ -274,6 +274,8 @@ fn serve_pool(pool: &Path, backend: &str, allow_other: bool) -> Result<Served, S
 }
 
 pub fn run(args: RunArgs) -> CliResult {
+    // Found first: without it the program cannot run, and no pool is made or served for it.
+    let preload = find_preload()?;
     let mut spec = Vec::new();
     let mut served = Vec::new();
     for m in &args.mounts {
@@ -305,7 +307,6 @@ pub fn run(args: RunArgs) -> CliResult {
         }
         spec.push(format!("{dir}={}", pool.display()));
     }
-    let preload = find_preload()?;
     let mut ld_preload = preload.display().to_string();
     if let Ok(old) = std::env::var("LD_PRELOAD") {
         if !old.is_empty() {

@@ -842,3 +842,24 @@ fn an_o_trunc_open_by_another_process_truncates_a_mapped_file() {
     );
     assert_eq!(size.trim(), "0", "the pool's file after the program");
 }
+
+#[test]
+fn run_without_the_shim_library_makes_and_serves_no_pool() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let pool = dir.join("p.pool");
+    let out = Command::new(tailbound())
+        .env("TAILBOUND_PRELOAD", dir.join("missing.so"))
+        .args(["run", "--mount", &format!("/m={}", pool.display())])
+        .args(["--pool-size", "64M", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let made = pool.exists() || tailbound::serve::socket_path(&pool).exists();
+    assert!(!out.status.success(), "run succeeded without its library");
+    assert!(err.contains("TAILBOUND_PRELOAD"), "{err}");
+    assert!(
+        !made,
+        "a pool or its server's socket was made for a program that cannot run: {err}"
+    );
+}

@@ -235,6 +235,41 @@ impl Content {
     }
 }
 
+impl Content {
+    /// Where `got`, read at `off` (as far as the file reaches), first differs from this
+    /// content, if it does: what a write refused for room must have left as it was.
+    pub fn mismatch_at(&self, off: u64, got: &[u8]) -> Option<Mismatch> {
+        let end = off + got.len() as u64;
+        if end > self.len {
+            return Some(Mismatch {
+                offset: self.len.max(off),
+                detail: format!(
+                    "{} bytes read at {off}, past the size {}",
+                    got.len(),
+                    self.len
+                ),
+            });
+        }
+        let mut want = vec![0u8; got.len()];
+        for (s, e, stamp) in self.runs() {
+            let (a, b) = (s.max(off), e.min(end));
+            if a < b {
+                fill(stamp, a, &mut want[(a - off) as usize..(b - off) as usize]);
+            }
+        }
+        let at = got.iter().zip(&want).position(|(g, w)| g != w)?;
+        Some(Mismatch {
+            offset: off + at as u64,
+            detail: format!(
+                "byte {} reads {:#04x} where {:#04x} was acknowledged",
+                off + at as u64,
+                got[at],
+                want[at]
+            ),
+        })
+    }
+}
+
 /// Where a read first differs from the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mismatch {
@@ -334,6 +369,29 @@ mod tests {
             fill(st, s, &mut out[s as usize..e as usize]);
         }
         out
+    }
+
+    #[test]
+    fn a_range_read_back_is_checked_against_the_content_it_covers() {
+        let mut c = Content::default();
+        c.write(0, 10_000, 5);
+        c.write(3_000, 2_000, 9);
+        c.set_len(12_000);
+        let plain = bytes_of(&c);
+        for (off, end) in [
+            (0, 12_000),
+            (2_500, 5_500),
+            (4_999, 5_001),
+            (11_000, 12_000),
+        ] {
+            assert_eq!(c.mismatch_at(off, &plain[off as usize..end as usize]), None);
+        }
+        let mut bad = plain[2_000..6_000].to_vec();
+        bad[1_500] ^= 0x40;
+        assert_eq!(c.mismatch_at(2_000, &bad).map(|m| m.offset), Some(3_500));
+        // A range reaching past the size is a mismatch at the size.
+        let past = vec![0u8; 10];
+        assert_eq!(c.mismatch_at(11_995, &past).map(|m| m.offset), Some(12_000));
     }
 
     #[test]

@@ -277,9 +277,56 @@ fn overwrite(ctx: &Ctx<'_>, m: &mut ThreadModel) {
         Err(e) => {
             if !matches!(e, Error::NoSpace(_)) {
                 touched(m, i);
+            } else {
+                refused_left_alone(ctx, m, i, &f, Op::Overwrite, off, len);
             }
             ctx.failed(Op::Overwrite, &path, len, e.into())
         }
+    }
+}
+
+/// After a write of `off..off + len` to file `i` was refused for room: the file's size and the
+/// bytes of that range read as the model holds them, since a refused write changes nothing.
+fn refused_left_alone(
+    ctx: &Ctx<'_>,
+    m: &ThreadModel,
+    i: usize,
+    f: &tailbound::tbfs::File,
+    op: Op,
+    off: u64,
+    len: u64,
+) {
+    let content = &m.files[i].content;
+    let size = match f.stat() {
+        Ok(st) => st.size,
+        Err(e) => return ctx.failed(Op::Read, &m.files[i].path, 0, e.into()),
+    };
+    let bad = if size != content.len() {
+        Some(format!(
+            "size {size} where {} was acknowledged",
+            content.len()
+        ))
+    } else {
+        let end = (off + len).min(size);
+        let mut got = vec![0u8; end.saturating_sub(off) as usize];
+        match f.pread(&mut got, off) {
+            Ok(n) if n == got.len() => content.mismatch_at(off, &got).map(|bad| {
+                let whose = ctx
+                    .writes
+                    .lock()
+                    .whose(&got[(bad.offset - off) as usize..], bad.offset);
+                format!("{}; {whose}", bad.detail)
+            }),
+            Ok(n) => Some(format!("read {n} of {} bytes at {off}", got.len())),
+            Err(e) => return ctx.failed(Op::Read, &m.files[i].path, 0, e.into()),
+        }
+    };
+    if let Some(bad) = bad {
+        ctx.fail(format!(
+            "{}: a write of {off}..{} refused for room changed the file: {bad}",
+            ctx.where_(op, &m.files[i].path),
+            off + len
+        ));
     }
 }
 
@@ -348,6 +395,8 @@ fn append(ctx: &Ctx<'_>, m: &mut ThreadModel, room: u64) {
         Err(e) => {
             if !matches!(e, Error::NoSpace(_)) {
                 touched(m, i);
+            } else {
+                refused_left_alone(ctx, m, i, &f, Op::Append, off, len);
             }
             ctx.failed(Op::Append, &path, len, e.into())
         }
