@@ -213,3 +213,76 @@ fn refused_writes_change_nothing_in_strict_ordering() {
 fn refused_writes_change_nothing_without_the_background_cleaner() {
     run(Ordering::Relaxed, false);
 }
+
+/// A direct write goes out in pieces; as room comes back a block at a time, one whose first
+/// piece fits and whose next does not answers a short write, and exactly its bytes are in the
+/// file; one refused whole leaves the file empty.
+#[test]
+fn a_direct_write_short_of_room_is_short_and_exact() {
+    let pool_bytes = 24 << 20;
+    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
+    let config = Config {
+        segment_bytes: fsck::default_segment_bytes(pool_bytes),
+        background_gc: false,
+        ..Config::memory_pool()
+    };
+    let fs = Fs::format(dev, &config).unwrap();
+    // Small synced files until the pool refuses one.
+    let mut small = Vec::new();
+    for i in 0.. {
+        let path = format!("/s{i}");
+        let bytes = data(i, 64 << 10);
+        let f = match fs.open_file(&path, OpenFlags::create()) {
+            Ok(f) => f,
+            Err(Error::NoSpace(_)) => break,
+            Err(e) => panic!("create {path}: {e}"),
+        };
+        if f.pwrite(&bytes, 0).and_then(|_| f.fsync()).is_err() {
+            drop(f);
+            fs.unlink(&path).unwrap();
+            break;
+        }
+        small.push(path);
+    }
+    let want = data(7, 3 << 20);
+    let mut answers = Vec::new();
+    for path in small.iter().rev() {
+        fs.unlink(path).unwrap();
+        let f = fs.open_file("/d", OpenFlags::create()).unwrap();
+        match f.pwrite_as(&want, 0, true) {
+            Ok(n) => {
+                answers.push(n);
+                assert_eq!(
+                    f.stat().unwrap().size,
+                    n as u64,
+                    "after a direct write of {n}"
+                );
+                let mut got = vec![0u8; n];
+                assert_eq!(f.pread(&mut got, 0).unwrap(), n);
+                assert!(
+                    got == want[..n],
+                    "a direct write answered {n}: its bytes differ"
+                );
+                if n == want.len() {
+                    break;
+                }
+            }
+            Err(Error::NoSpace(_)) => {
+                assert_eq!(
+                    f.stat().unwrap().size,
+                    0,
+                    "a refused direct write grew the file"
+                );
+            }
+            Err(e) => panic!("direct write: {e}"),
+        }
+        drop(f);
+        fs.unlink("/d").unwrap();
+    }
+    eprintln!("direct writes of 3 MiB answered, as room came back: {answers:?}");
+    assert!(
+        answers.iter().any(|&n| n > 0 && n < want.len()),
+        "no short direct write met as room came back (answers: {answers:?})"
+    );
+    fs.close().unwrap();
+}
