@@ -288,6 +288,9 @@ impl Engine {
     /// waits for every payload before it, other writers' included. The write's buffers stay
     /// until its summaries are written (a sync writes them at once).
     /// In strict ordering, or for a new or changed file, a piece is written and synced.
+    /// A piece there is no room for is refused before it is buffered: the write answers
+    /// `NoSpace`, or, if pieces before it were made, their bytes (a short write). A piece whose
+    /// commit then finds no room stays buffered, as a buffered write's data does.
     pub(in crate::tbfs) fn write_direct(
         &self,
         cell: &InodeCell,
