@@ -5,8 +5,8 @@
 //!
 //! Ignored while the drop fails: writes answered after their data was buffered can leave more
 //! buffered than the free space holds (4 MiB against a 2 MiB limit here), and a snapshot drop's
-//! checkpoint carries it, so the drop is refused for room (every strict run, about one relaxed
-//! run in six). The refused-write checks pass. docs/results/soak.md, 2026-12-02.
+//! checkpoint carries it, so the drop is refused for room (nearly every strict run, about one
+//! relaxed run in six). The refused-write checks pass. docs/results/soak.md, 2026-12-02.
 
 use std::sync::Arc;
 
