@@ -8,13 +8,10 @@
 //! checkpoint carries it, so the drop is refused for room (nearly every strict run, about one
 //! relaxed run in six). The refused-write checks pass. docs/results/soak.md, 2026-12-02.
 
-use std::sync::Arc;
-
 mod common;
-use common::{data, Rng};
+use common::{data, memory_fs, Rng};
 
-use tailbound::dev::memory::MemoryPool;
-use tailbound::tbfs::{fsck, Config, Error, Fs, OpenFlags, Ordering};
+use tailbound::tbfs::{Config, Error, Fs, OpenFlags, Ordering};
 
 const FILES: usize = 6;
 const REGION: usize = 1 << 20;
@@ -100,15 +97,12 @@ fn writer(fs: &Fs, t: usize, ops: usize) -> (u64, u64, Vec<u64>) {
 }
 
 fn run(ordering: Ordering) {
-    let pool_bytes = 28 << 20;
-    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
     let config = Config {
-        segment_bytes: fsck::default_segment_bytes(pool_bytes),
         ordering,
         dirty_bytes_max: 2 << 20,
         ..Config::memory_pool()
     };
-    let fs = Fs::format(dev, &config).unwrap();
+    let fs = memory_fs(28 << 20, config);
     let threads = 4;
     let counts: Vec<(u64, u64, Vec<u64>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)

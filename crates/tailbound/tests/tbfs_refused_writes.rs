@@ -3,13 +3,10 @@
 //! deletes beside it in a pool kept near full. A direct write may be short: then exactly the
 //! bytes it answered are in the file.
 
-use std::sync::Arc;
-
 mod common;
-use common::{data, Rng};
+use common::{data, memory_fs, Rng};
 
-use tailbound::dev::memory::MemoryPool;
-use tailbound::tbfs::{fsck, Config, Error, Fs, OpenFlags, Ordering};
+use tailbound::tbfs::{Config, Error, Fs, OpenFlags, Ordering};
 
 /// One file a thread owns and what it must read back.
 struct Owned {
@@ -158,16 +155,13 @@ fn writer(fs: &Fs, t: u64, ops: usize) -> Tally {
 
 /// Runs the writers in a fresh pool and returns it with every file deleted.
 fn run(ordering: Ordering, background_gc: bool) -> Fs {
-    let pool_bytes = 32 << 20;
-    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
     let config = Config {
-        segment_bytes: fsck::default_segment_bytes(pool_bytes),
         ordering,
         background_gc,
         dirty_bytes_max: 2 << 20,
         ..Config::memory_pool()
     };
-    let fs = Fs::format(dev, &config).unwrap();
+    let fs = memory_fs(32 << 20, config);
     let threads = 3;
     for t in 0..threads {
         fs.mkdir(&format!("/t{t}"), 0o755).unwrap();
@@ -236,14 +230,11 @@ fn the_emptied_pool_without_the_background_cleaner_syncs() {
 /// file; one refused whole leaves the file empty.
 #[test]
 fn a_direct_write_short_of_room_is_short_and_exact() {
-    let pool_bytes = 24 << 20;
-    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
     let config = Config {
-        segment_bytes: fsck::default_segment_bytes(pool_bytes),
         background_gc: false,
         ..Config::memory_pool()
     };
-    let fs = Fs::format(dev, &config).unwrap();
+    let fs = memory_fs(24 << 20, config);
     // Small synced files until the pool refuses one.
     let mut small = Vec::new();
     for i in 0.. {

@@ -233,9 +233,7 @@ impl Content {
         }
         None
     }
-}
 
-impl Content {
     /// Where `got`, read at `off` (as far as the file reaches), first differs from this
     /// content, if it does: what a write refused for room must have left as it was.
     pub fn mismatch_at(&self, off: u64, got: &[u8]) -> Option<Mismatch> {

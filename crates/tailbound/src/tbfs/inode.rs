@@ -131,6 +131,14 @@ pub(crate) struct InodeState {
     held: u32,
 }
 
+/// Lets writers buffer into the inodes of `cells` again: one hold each ([`InodeState::hold`])
+/// is let go.
+pub(crate) fn unhold_all(cells: &[Arc<InodeCell>]) {
+    for cell in cells {
+        cell.lock().unhold();
+    }
+}
+
 /// What [`InodeState::truncate`] took away: the addresses no longer mapped, and how many
 /// buffered blocks were dropped.
 #[derive(Debug, Default)]

@@ -59,3 +59,16 @@ pub fn program_file_size(rng: &mut Rng) -> u64 {
         len
     }
 }
+
+/// A fresh memory pool of `pool_bytes` formatted with `config`, in the segment size `fsck`
+/// takes for a pool of that size.
+#[allow(dead_code)] // not every test file makes its pools this way
+pub fn memory_fs(pool_bytes: u64, config: tailbound::tbfs::Config) -> tailbound::tbfs::Fs {
+    let dev =
+        std::sync::Arc::new(tailbound::dev::memory::MemoryPool::anonymous(pool_bytes).unwrap());
+    let config = tailbound::tbfs::Config {
+        segment_bytes: tailbound::tbfs::fsck::default_segment_bytes(pool_bytes),
+        ..config
+    };
+    tailbound::tbfs::Fs::format(dev, &config).unwrap()
+}

@@ -97,7 +97,7 @@ impl Engine {
     /// The inodes' part of a checkpoint's estimate, counted inode by inode: unsealed buffers,
     /// and the map nodes that change (the whole tree if its shape changes, else the paths above
     /// the leaves whose children change). With `hold`, each inode counted is held
-    /// (`InodeState::held`) until the checkpoint lets the returned cells go ([`release_holds`]).
+    /// (`InodeState::held`) until the checkpoint lets the returned cells go ([`unhold_all`]).
     fn counted_inode_bound(
         &self,
         m: &State,
@@ -154,7 +154,7 @@ impl Engine {
         m.cleaning.checkpoint_checks_space(pages_paid);
         let space = self.ensure_space(m, estimate);
         if space.is_err() || m.cleaning.passes() != passes {
-            release_holds(&held);
+            unhold_all(&held);
             // Nothing was written: the files taken from the dirty set stay in it, or a later
             // sync would not see their buffered data.
             self.dirty
@@ -177,7 +177,7 @@ impl Engine {
         let seq = m.writer.seq();
         let now = self.now_ns();
         let sealed = self.checkpoint_inodes(m, &work, &mut dir_blocks, seq, now);
-        release_holds(&held);
+        unhold_all(&held);
         let (records, written, changed) = sealed?;
         self.checkpoint_inode_pages(m, &records, seq, now)?;
         let depends: Vec<u64> = changed.iter().map(|c| c.ino).collect();
@@ -730,11 +730,4 @@ pub(in crate::tbfs) fn pinned_pages_as_written(m: &State, estimate: u64) -> u64 
     }
     let rest = estimate - marked;
     (rest + m.pinned_pages_after_prune(rest)).min(estimate)
-}
-
-/// Lets writers buffer into the inodes a checkpoint held again.
-fn release_holds(held: &[Arc<InodeCell>]) {
-    for cell in held {
-        cell.lock().unhold();
-    }
 }

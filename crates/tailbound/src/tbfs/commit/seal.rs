@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::tbfs::format::{DescKind, FLAG_BEGIN, FLAG_DATA_ONLY, FLAG_END};
-use crate::tbfs::inode::InodeCell;
+use crate::tbfs::inode::{unhold_all, InodeCell};
 use crate::tbfs::limits::{LIFETIME_SAMPLE, SEAL_PART_BLOCKS};
 use crate::tbfs::log::data::{has_unsealed, sealable, unsealed_count};
 use crate::tbfs::state::{Engine, Section, State, StateGuard};
@@ -247,9 +247,7 @@ impl Engine {
         } else {
             self.seal_held_run(m, cells, count, if_room)
         };
-        for cell in cells {
-            cell.lock().unhold();
-        }
+        unhold_all(cells);
         sealed.map(|()| taken)
     }
 
@@ -269,10 +267,9 @@ impl Engine {
         }
         // Files whose last versions lived long go to the long-lived head, in a run of their own,
         // as far as the rest of its segment takes them (`long_lived_files`).
-        let (long, mut room) = self.long_lived_files(m, cells);
+        let long = self.long_lived_files(m, cells);
         if !long.contains(&true) {
-            self.seal_run(m, cells.iter(), None)?;
-            return Ok(());
+            return self.seal_run(m, cells.iter());
         }
         let pick = |want: bool| {
             cells
@@ -282,17 +279,15 @@ impl Engine {
                 .map(|(c, _)| c)
         };
         m.seg.set_short_run(true);
-        let short = self.seal_run(m, pick(false), None);
+        let short = self.seal_run(m, pick(false));
         m.seg.set_short_run(false);
         short?;
         let head = m.writer.parked().map(|(_, seg)| seg);
         let entered = self.enter_long_lived(m)?;
         assert!(entered, "a parked log head not entered");
         self.count(|c| c.seals_apart += 1);
-        // The run takes the picked files as far as the room the pick counted takes them as
-        // they are when sealed (a check that they are held still); the rest go with the
-        // writers' logs.
-        let sealed = self.seal_run(m, pick(true), Some(&mut room));
+        // The files are held since they were counted, so they hold what the pick counted.
+        let sealed = self.seal_run(m, pick(true));
         // The space check counted no room for a segment this head would enter.
         assert!(
             sealed.is_err() || head == Some(m.writer.cur_seg()),
@@ -300,12 +295,8 @@ impl Engine {
         );
         // Back to the writers' head, whose next logs are theirs again.
         let left = self.copies_leave(m);
-        let grown = sealed?;
-        left?;
-        if !grown.is_empty() {
-            self.seal_run(m, grown.iter(), None)?;
-        }
-        Ok(())
+        sealed?;
+        left
     }
 
     /// For each file of `cells`: whether its buffered data goes to the long-lived log head (the
@@ -319,18 +310,17 @@ impl Engine {
     /// and the head never enters a segment for host data (the copies open it). A few of each
     /// file's blocks are looked at, not all: a file's blocks are written alike more often than
     /// not, and this runs under `meta`.
-    fn long_lived_files(&self, m: &State, cells: &[Arc<InodeCell>]) -> (Vec<bool>, u64) {
+    fn long_lived_files(&self, m: &State, cells: &[Arc<InodeCell>]) -> Vec<bool> {
         let mut room = match (self.long_lived_room(m), m.writer.parked()) {
             (Some(_), Some(_)) if !m.writer.in_copies() => {
                 // The jump back, and a summary per 64 blocks beside one per log begun.
                 self.copy_head_rest(m).saturating_sub(4)
             }
-            _ => return (vec![false; cells.len()], 0),
+            _ => return vec![false; cells.len()],
         };
-        let whole = room;
         let sb = self.segment_blocks();
         let short_below = m.seg.used_blocks() / 2;
-        let long = cells
+        cells
             .iter()
             .map(|cell| {
                 let st = cell.lock();
@@ -352,7 +342,9 @@ impl Engine {
                         long += 1;
                     }
                 }
-                let takes = run_takes(&st);
+                // Its blocks, its attributes record and a summary per 64 blocks.
+                let blocks = st.dirty().len() as u64 + 1;
+                let takes = blocks + blocks.div_ceil(64);
                 if long > short && takes <= room {
                     room -= takes;
                     true
@@ -360,23 +352,18 @@ impl Engine {
                     false
                 }
             })
-            .collect();
-        (long, whole)
+            .collect()
     }
 
     /// Writes the buffered data of the files of `cells` as one run of data-only logs where the
     /// chain stands (nothing if none has anything a data-only log may take).
-    /// With `room`, takes a file only while what it takes (`run_takes`) fits what is left of
-    /// it, and returns the files left out.
     fn seal_run<'c>(
         &self,
         m: &mut State,
         cells: impl Iterator<Item = &'c Arc<InodeCell>>,
-        mut room: Option<&mut u64>,
-    ) -> Result<Vec<Arc<InodeCell>>> {
+    ) -> Result<()> {
         let mut open = false;
         let mut done = Vec::new();
-        let mut left_out = Vec::new();
         for cell in cells {
             let mut st = cell.lock();
             if st.freed() || st.kind() != crate::tbfs::FileKind::File || !sealable(m, cell.ino, &st)
@@ -384,14 +371,6 @@ impl Engine {
                 // A placed file's attributes wait for the checkpoint: no log is opened for it.
                 self.settle_sealed(m, cell.ino, &st);
                 continue;
-            }
-            if let Some(room) = room.as_deref_mut() {
-                let takes = run_takes(&st);
-                if takes > *room {
-                    left_out.push(cell.clone());
-                    continue;
-                }
-                *room -= takes;
             }
             if !open {
                 self.log_open(m, FLAG_BEGIN | FLAG_DATA_ONLY);
@@ -411,7 +390,7 @@ impl Engine {
             Ok(())
         };
         m.writer.set_charge(None);
-        closed.map(|()| left_out)
+        closed
     }
 
     /// Adds a file's unsealed buffers and its size and mtime to the open data-only log, as the
@@ -503,13 +482,6 @@ fn run_blocks(cells: &[Arc<InodeCell>], most: u64, hold: bool) -> (u64, usize) {
 
 /// What a run of data-only logs carrying `count` blocks asks the space check for: its blocks
 /// and their summaries.
-fn run_room(count: u64) -> u64 {
+pub(super) fn run_room(count: u64) -> u64 {
     count + count / 64 + 1
-}
-
-/// What a file's buffered data takes of a run's room: its blocks, its attributes record and a
-/// summary per 64 blocks.
-fn run_takes(st: &crate::tbfs::inode::InodeState) -> u64 {
-    let blocks = st.dirty().len() as u64 + 1;
-    blocks + blocks.div_ceil(64)
 }

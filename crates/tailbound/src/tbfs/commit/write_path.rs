@@ -105,9 +105,9 @@ impl Engine {
         Ok((end, buf.len()))
     }
 
-    /// Inode `cell`'s lock, once no checkpoint holds it (`InodeState::held`): the checkpoint
-    /// holds `meta` until it has sealed the inode, so waiting for `meta` waits for that.
-    /// A hold a checkpoint could not let go (it panicked) poisoned the pool: that is answered.
+    /// Inode `cell`'s lock, once no commit holds it (`InodeState::held`): the commit holds
+    /// `meta` until it has sealed the inode, so waiting for `meta` waits for that. A hold a
+    /// commit could not let go (it panicked) poisoned the pool: that is answered.
     fn lock_unheld<'c>(
         &self,
         cell: &'c InodeCell,
@@ -390,7 +390,7 @@ impl Engine {
         let blocks = (buf.len() as u64).div_ceil(BLOCK_U64) + 1;
         self.ensure_space(
             &mut m,
-            blocks + Self::data_log_blocks(cell) + blocks / 64 + 1,
+            super::seal::run_room(blocks + Self::data_log_blocks(cell)),
         )?;
         let end = {
             let mut st = cell.lock();
