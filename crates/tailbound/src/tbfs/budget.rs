@@ -11,6 +11,9 @@ pub(crate) struct BufferBudget {
     max: u64,
     /// Bytes buffered in memory (sealed ones included until their log is written).
     buffered: AtomicU64,
+    /// Bytes of writes admitted and not yet buffered ([`Admission`]): counted as buffered by
+    /// every check, so writers admitted together cannot each take the same room.
+    admitted: AtomicU64,
     /// Bytes writers may buffer before they commit while a cleaning pass would carry the buffer
     /// ([`BufferBudget::limit`]), set at each space check: `max`, or less when free space is
     /// short, so the checkpoint such a pass writes always finds room.
@@ -39,6 +42,25 @@ pub(crate) struct BufferBudget {
     full_passes: AtomicBool,
 }
 
+/// A write admitted to the buffer: its bytes count as buffered until it is dropped, once the
+/// write has buffered them (or failed).
+#[must_use]
+pub(crate) struct Admission<'a> {
+    budget: &'a BufferBudget,
+    bytes: u64,
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        let before = self.budget.admitted.fetch_sub(self.bytes, Ordering::AcqRel);
+        assert!(
+            before >= self.bytes,
+            "admitted bytes underflow: {} let go of {before}",
+            self.bytes
+        );
+    }
+}
+
 impl BufferBudget {
     /// The budget of a pool that may buffer `max` bytes, whose widest map spans `widest`
     /// blocks. Until the first space check, passes count as full and a namespace change as
@@ -47,6 +69,7 @@ impl BufferBudget {
         BufferBudget {
             max,
             buffered: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
             limit: AtomicU64::new(max),
             fit_limit: AtomicU64::new(max),
             tight: AtomicBool::new(false),
@@ -60,6 +83,35 @@ impl BufferBudget {
     /// Bytes buffered in memory.
     pub(crate) fn buffered(&self) -> u64 {
         self.buffered.load(Ordering::Acquire)
+    }
+
+    /// Bytes of writes admitted and not yet buffered.
+    pub(crate) fn admitted(&self) -> u64 {
+        self.admitted.load(Ordering::Acquire)
+    }
+
+    /// Admits a write of `bytes` if what is buffered besides (`others`, admitted writes not
+    /// included) and every admitted write leave room for it under `limit`; `None` if not. Two
+    /// writers cannot both be admitted into the same room.
+    pub(crate) fn try_admit(&self, bytes: u64, others: u64, limit: u64) -> Option<Admission<'_>> {
+        self.admitted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |admitted| {
+                (others + admitted + bytes <= limit).then_some(admitted + bytes)
+            })
+            .ok()
+            .map(|_| Admission {
+                budget: self,
+                bytes,
+            })
+    }
+
+    /// Admits a write of `bytes` whose room a space check found.
+    pub(crate) fn admit(&self, bytes: u64) -> Admission<'_> {
+        self.admitted.fetch_add(bytes, Ordering::AcqRel);
+        Admission {
+            budget: self,
+            bytes,
+        }
     }
 
     /// `bytes` more were buffered.
@@ -184,6 +236,49 @@ mod tests {
         assert_eq!(b.release(4096), Ok(()));
         assert_eq!(b.release(8192), Err(4096));
         assert_eq!(b.buffered(), 4096);
+    }
+
+    #[test]
+    fn writers_admitted_together_stay_under_the_limit_until_they_let_go() {
+        let b = BufferBudget::new(1000, 0);
+        let first = b.try_admit(400, 100, 1000).expect("room for the first");
+        let second = b.try_admit(400, 100, 1000).expect("room for the second");
+        assert!(
+            b.try_admit(200, 100, 1000).is_none(),
+            "the two admitted hold the room"
+        );
+        assert_eq!(b.admitted(), 800);
+        drop(first);
+        assert_eq!(b.admitted(), 400);
+        let checked = b.admit(700);
+        assert_eq!(
+            b.admitted(),
+            1100,
+            "a checked write is counted past the limit"
+        );
+        drop((second, checked));
+        assert_eq!(b.admitted(), 0);
+        assert!(b.try_admit(900, 100, 1000).is_some());
+    }
+
+    #[test]
+    fn admitting_from_many_threads_never_passes_the_limit() {
+        let b = BufferBudget::new(1 << 20, 0);
+        let most = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..2000 {
+                        if let Some(a) = b.try_admit(300, 0, 1000) {
+                            most.fetch_max(b.admitted(), std::sync::atomic::Ordering::Relaxed);
+                            drop(a);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(most.into_inner() <= 1000);
+        assert_eq!(b.admitted(), 0);
     }
 
     #[test]

@@ -185,6 +185,13 @@ impl Engine {
             .map_or(0, |live| self.cycle_cost_in(m, live))
     }
 
+    /// The buffered blocks a seal of `blocks` of the buffer leaves for the next checkpoint.
+    fn buffered_beside(&self, blocks: u64) -> u64 {
+        self.buffered_bytes()
+            .div_ceil(BLOCK_U64)
+            .saturating_sub(blocks)
+    }
+
     /// What the next checkpoint writes: its counted debt and the buffered data it carries.
     fn next_checkpoint_blocks(&self, m: &State) -> u64 {
         self.checkpoint_debt(m, true) + self.budget.buffered().div_ceil(BLOCK_U64)
@@ -290,7 +297,21 @@ impl Engine {
         // `debt`): writers clean before the bound from totals exceeds the low-water room, and a
         // write is refused that would leave less than the reserve and the counted debt.
         let pays_debt = !for_checkpoint && !m.cleaning.running() && !m.refresh.running();
-        let quick_debt = if pays_debt { self.writers_debt(m) } else { 0 };
+        // A seal of part of the buffer keeps room for the rest, which the next checkpoint (a
+        // snapshot's drop, a sync's) carries: a seal that took it would leave that checkpoint
+        // none. (Other commits do not: a write finds room for the whole buffer with its own
+        // first, `make_room_for_write`, a direct write's piece counts it itself, and a name
+        // asks little.)
+        let beside = if pays_debt && for_buffer {
+            self.buffered_beside(blocks)
+        } else {
+            0
+        };
+        let quick_debt = if pays_debt {
+            self.writers_debt(m) + beside
+        } else {
+            0
+        };
         let want = want_of(need, reserve, low_water, quick_debt);
         // Below this a write for `need` blocks cleans until there is room; above it (and below
         // `want`) it pays the cleaning tax.
@@ -473,7 +494,7 @@ impl Engine {
         }
         // What this commit must leave free (see the doc above).
         let debt = if pays_debt {
-            self.checkpoint_debt(m, true)
+            self.checkpoint_debt(m, true) + beside
         } else {
             0
         };

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::tbfs::admission::{Turn, WriterKey, Writing};
 use crate::tbfs::blocks::*;
+use crate::tbfs::budget::Admission;
 use crate::tbfs::buffer::write_end;
 use crate::tbfs::format::*;
 use crate::tbfs::inode::*;
@@ -74,14 +75,22 @@ impl Engine {
         // A real-time writer's small write does not seal and write every file's buffered data
         // when others filled the buffer: those writers commit it (their next write finds it full),
         // and its own sync commits its own data. The buffer goes past its limit by its writes only.
-        let over = len <= limit / 2 && self.buffered_bytes() + len > limit;
+        // A write under the limit is admitted without a space check; admitted, its bytes count
+        // as buffered until they are, so writers admitted together stay under the limit.
+        let mut _admitted = (len <= limit / 2)
+            .then(|| {
+                self.budget
+                    .try_admit(len, self.buffered_bytes_but_admitted(), limit)
+            })
+            .flatten();
+        let over = len <= limit / 2 && _admitted.is_none();
         let urgent = over && crate::sched::current_prio().class == crate::sched::Class::Rt;
         let room_checked = !urgent && (len > limit / 2 || over);
         // A write that had a turn for room keeps its tenant expected back until it returns.
         let mut _writing = None;
         if room_checked {
             let turn = self.room_turn(key, charge, len.div_ceil(BLOCK_U64));
-            self.make_room_for_write(len, key)?;
+            _admitted = Some(self.make_room_for_write(len, key)?);
             _writing = turn.map(Turn::done);
         }
         let end;
@@ -91,6 +100,8 @@ impl Engine {
             end = self.buffer_write(cell, &mut st, buf, offset, Vec::new(), charge)?;
             held = st.dirty().len() as u64 * BLOCK_U64;
         }
+        // Buffered (or refused): the bytes count as buffered bytes now.
+        drop(_admitted);
         self.writes.wrote(key, len);
         // From here the write is in the file: a read sees it. A commit that finds no room for
         // what is buffered leaves it buffered for the next commit that does (a sync then
@@ -235,11 +246,13 @@ impl Engine {
         &self,
         len: u64,
         key: Option<WriterKey>,
-    ) -> Result<()> {
+    ) -> Result<Admission<'_>> {
         let _room = crate::phases::enter(crate::phases::Phase::Room);
         let m = self.lock_meta_for_write(key);
+        // Admitted under `meta`, so the next write's check counts this one's bytes.
         if self.buffer_fits(&m, (self.buffered_bytes() + len).div_ceil(BLOCK_U64)) {
-            return m.unlock_and_write();
+            let admitted = self.budget.admit(len);
+            return m.unlock_and_write().map(|()| admitted);
         }
         // Room for the commit that carries it: its logs' summaries and its map's nodes beside
         // its blocks, so that commit does not fail once the write is buffered.
@@ -251,7 +264,8 @@ impl Engine {
             self.wait_for_room_outside(m, room + self.buffered_bytes().div_ceil(BLOCK_U64))?;
         let buffered = self.buffered_bytes();
         if m.room_waited() && self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
-            return m.unlock_and_write();
+            let admitted = self.budget.admit(len);
+            return m.unlock_and_write().map(|()| admitted);
         }
         if buffered > 0 {
             if self.buffer_in_data_logs() {
@@ -269,7 +283,8 @@ impl Engine {
             }
             r => r?,
         }
-        m.unlock_and_write()
+        let admitted = self.budget.admit(len);
+        m.unlock_and_write().map(|()| admitted)
     }
 
     /// A direct write (`O_DIRECT`): returns once the data is on the device (not flushed:
@@ -385,13 +400,25 @@ impl Engine {
         let turn = self.room_turn(key, charge, (buf.len() as u64).div_ceil(BLOCK_U64));
         let mut m = self.lock_meta_for_write(key);
         self.check_usable()?;
-        // Room for the piece and what the file holds buffered, found before any of it is
-        // buffered: refused, the piece changed nothing.
+        // Room for the piece and what its commit carries, found before any of it is buffered:
+        // refused, the piece changed nothing. A data-only log carries the file's buffers, and
+        // room is kept for every other file's, which the next checkpoint carries. A checkpoint
+        // (strict ordering, or a change only a checkpoint records) carries every file's, and
+        // keeps more free than a write's check does (its floor); a piece whose checkpoint is
+        // then refused stays buffered. So the whole buffer is counted twice there: once as what
+        // this checkpoint carries, and once as the room the next one (a snapshot's drop) needs,
+        // or the buffer could outgrow what any checkpoint finds room for.
         let blocks = (buf.len() as u64).div_ceil(BLOCK_U64) + 1;
-        self.ensure_space(
-            &mut m,
-            super::seal::run_room(blocks + Self::data_log_blocks(cell)),
-        )?;
+        let own = Self::data_log_blocks(cell);
+        let all = self.buffered_bytes().div_ceil(BLOCK_U64);
+        let carried = if self.config().ordering == Ordering::Strict
+            || m.changes.only_checkpoint_records(cell.ino)
+        {
+            own.max(all) + all
+        } else {
+            own + all
+        };
+        self.ensure_space(&mut m, super::seal::run_room(blocks + carried))?;
         let end = {
             let mut st = cell.lock();
             self.buffer_write(cell, &mut st, buf, offset, whole, charge)?
@@ -445,8 +472,14 @@ impl Engine {
         result
     }
 
-    /// Buffered bytes not yet in a sealed log: what the buffer limit counts.
+    /// Buffered bytes not yet in a sealed log, with the writes admitted and not yet buffered
+    /// (`BufferBudget::try_admit`): what the buffer limit and the space checks count.
     pub(in crate::tbfs) fn buffered_bytes(&self) -> u64 {
+        self.buffered_bytes_but_admitted() + self.budget.admitted()
+    }
+
+    /// Buffered bytes not yet in a sealed log.
+    fn buffered_bytes_but_admitted(&self) -> u64 {
         // Saturating: the two counts are read apart, and data buffered and sealed in between
         // may put `in_flight` ahead of the buffered bytes for a moment.
         self.budget.buffered().saturating_sub(self.logs.in_flight())
