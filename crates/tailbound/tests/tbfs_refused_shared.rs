@@ -4,8 +4,8 @@
 //! are dropped.
 //!
 //! Ignored: in some runs the final drop is still refused for room, with more buffered at the
-//! end than the free space beside the reserve holds (docs/results/soak.md, 2026-12-02, second
-//! entry).
+//! end than the free space beside the reserve holds (docs/results/soak.md, 2026-12-02
+//! 07:35).
 
 mod common;
 use common::{data, memory_fs, Rng};
