@@ -8,7 +8,7 @@
 //! 07:35).
 
 mod common;
-use common::{data, memory_fs, Rng};
+use common::{data, memory_fs, on_threads, Rng};
 
 use tailbound::tbfs::{Config, Error, Fs, OpenFlags, Ordering};
 
@@ -102,16 +102,7 @@ fn run(ordering: Ordering) {
         ..Config::memory_pool()
     };
     let fs = memory_fs(28 << 20, config);
-    let threads = 4;
-    let counts: Vec<(u64, u64, Vec<u64>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let fs = &fs;
-                s.spawn(move || writer(fs, t, 1200))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let counts = on_threads(4, |t| writer(&fs, t, 1200));
     let written: u64 = counts.iter().map(|c| c.0).sum();
     let refused: u64 = counts.iter().map(|c| c.1).sum();
     eprintln!("{ordering:?}: {written} writes answered, {refused} refused");

@@ -4,7 +4,7 @@
 //! bytes it answered are in the file.
 
 mod common;
-use common::{data, memory_fs, Rng};
+use common::{data, memory_fs, on_threads, Rng};
 
 use tailbound::tbfs::{Config, Error, Fs, OpenFlags, Ordering};
 
@@ -166,15 +166,7 @@ fn run(ordering: Ordering, background_gc: bool) -> Fs {
     for t in 0..threads {
         fs.mkdir(&format!("/t{t}"), 0o755).unwrap();
     }
-    let tallies: Vec<Tally> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let fs = &fs;
-                s.spawn(move || writer(fs, t, 1500))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let tallies = on_threads(threads as usize, |t| writer(&fs, t as u64, 1500));
     let refused: u64 = tallies.iter().map(|t| t.refused).sum();
     let written: u64 = tallies.iter().map(|t| t.written).sum();
     let short: u64 = tallies.iter().map(|t| t.short).sum();

@@ -72,3 +72,14 @@ pub fn memory_fs(pool_bytes: u64, config: tailbound::tbfs::Config) -> tailbound:
     };
     tailbound::tbfs::Fs::format(dev, &config).unwrap()
 }
+
+/// Runs `f(t)` for each `t` below `threads`, all at once on threads of their own, and returns
+/// what each returned, in order of `t`.
+#[allow(dead_code)] // not every test file runs threads
+pub fn on_threads<T: Send>(threads: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = (0..threads).map(|t| s.spawn(move || f(t))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}

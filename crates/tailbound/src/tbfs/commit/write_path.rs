@@ -16,7 +16,7 @@ use crate::tbfs::inode::*;
 use crate::tbfs::limits::RELATIME_AGE_NS;
 use crate::tbfs::limits::*;
 use crate::tbfs::log::AheadPayload;
-use crate::tbfs::state::Engine;
+use crate::tbfs::state::{Engine, StateGuard};
 use crate::tbfs::{AtimePolicy, Error, Ordering, Result};
 
 /// One piece of a direct write, sealed ([`Engine::direct_piece`]).
@@ -77,20 +77,20 @@ impl Engine {
         // and its own sync commits its own data. The buffer goes past its limit by its writes only.
         // A write under the limit is admitted without a space check; admitted, its bytes count
         // as buffered until they are, so writers admitted together stay under the limit.
-        let mut _admitted = (len <= limit / 2)
+        let mut admitted = (len <= limit / 2)
             .then(|| {
                 self.budget
                     .try_admit(len, self.buffered_bytes_but_admitted(), limit)
             })
             .flatten();
-        let over = len <= limit / 2 && _admitted.is_none();
+        let over = len <= limit / 2 && admitted.is_none();
         let urgent = over && crate::sched::current_prio().class == crate::sched::Class::Rt;
         let room_checked = !urgent && (len > limit / 2 || over);
         // A write that had a turn for room keeps its tenant expected back until it returns.
         let mut _writing = None;
         if room_checked {
             let turn = self.room_turn(key, charge, len.div_ceil(BLOCK_U64));
-            _admitted = Some(self.make_room_for_write(len, key)?);
+            admitted = Some(self.make_room_for_write(len, key)?);
             _writing = turn.map(Turn::done);
         }
         let end;
@@ -101,7 +101,7 @@ impl Engine {
             held = st.dirty().len() as u64 * BLOCK_U64;
         }
         // Buffered (or refused): the bytes count as buffered bytes now.
-        drop(_admitted);
+        drop(admitted);
         self.writes.wrote(key, len);
         // From here the write is in the file: a read sees it. A commit that finds no room for
         // what is buffered leaves it buffered for the next commit that does (a sync then
@@ -248,11 +248,14 @@ impl Engine {
         key: Option<WriterKey>,
     ) -> Result<Admission<'_>> {
         let _room = crate::phases::enter(crate::phases::Phase::Room);
-        let m = self.lock_meta_for_write(key);
         // Admitted under `meta`, so the next write's check counts this one's bytes.
-        if self.buffer_fits(&m, (self.buffered_bytes() + len).div_ceil(BLOCK_U64)) {
+        let admit = |m: StateGuard<'_>| {
             let admitted = self.budget.admit(len);
-            return m.unlock_and_write().map(|()| admitted);
+            m.unlock_and_write().map(|()| admitted)
+        };
+        let m = self.lock_meta_for_write(key);
+        if self.buffer_fits(&m, (self.buffered_bytes() + len).div_ceil(BLOCK_U64)) {
+            return admit(m);
         }
         // Room for the commit that carries it: its logs' summaries and its map's nodes beside
         // its blocks, so that commit does not fail once the write is buffered.
@@ -264,8 +267,7 @@ impl Engine {
             self.wait_for_room_outside(m, room + self.buffered_bytes().div_ceil(BLOCK_U64))?;
         let buffered = self.buffered_bytes();
         if m.room_waited() && self.buffer_fits(&m, (buffered + len).div_ceil(BLOCK_U64)) {
-            let admitted = self.budget.admit(len);
-            return m.unlock_and_write().map(|()| admitted);
+            return admit(m);
         }
         if buffered > 0 {
             if self.buffer_in_data_logs() {
@@ -283,8 +285,7 @@ impl Engine {
             }
             r => r?,
         }
-        let admitted = self.budget.admit(len);
-        m.unlock_and_write().map(|()| admitted)
+        admit(m)
     }
 
     /// A direct write (`O_DIRECT`): returns once the data is on the device (not flushed:
