@@ -250,23 +250,29 @@ fn mount_and_serve(
         }
     };
     let mut mounted = false;
-    let served = serve(fs.clone(), dir, &options, &invalidator, |unmounter| {
-        mounted = true;
-        // SIGTERM (and ^C in the foreground) unmounts; the pool is synced below, once the
-        // kernel has sent the last request.
-        // The loop holds the signals' wake-up socket open until `signal_handle.close()` ends
-        // it: closing a handle whose socket was dropped raised SIGPIPE, which killed the server
-        // before it synced the pool.
-        std::thread::spawn(move || {
-            for _ in signals.forever() {
-                let _ = unmounter.unmount();
+    let served = tailbound::panics::catch(|| {
+        let served = serve(fs.clone(), dir, &options, &invalidator, |unmounter| {
+            mounted = true;
+            // SIGTERM (and ^C in the foreground) unmounts; the pool is synced below, once the
+            // kernel has sent the last request.
+            // The loop holds the signals' wake-up socket open until `signal_handle.close()` ends
+            // it: closing a handle whose socket was dropped raised SIGPIPE, which killed the server
+            // before it synced the pool.
+            std::thread::spawn(move || {
+                for _ in signals.forever() {
+                    let _ = unmounter.unmount();
+                }
+            });
+            if let Some(r) = ready.as_mut() {
+                r.report("ok");
+                let _ = tailbound::sys::proc::stdio_to_null();
             }
         });
-        if let Some(r) = ready.as_mut() {
-            r.report("ok");
-            let _ = tailbound::sys::proc::stdio_to_null();
-        }
-    });
+        // Fault tests end the session with an error here, as a failing FUSE session would.
+        tailbound::failpoint::hit("mount.session-end");
+        served
+    })
+    .unwrap_or_else(|panic| Err(std::io::Error::other(panic.to_string())));
     signal_handle.close();
     if let (Some(file), Some(counts)) = (&stats_file, &options.stats) {
         if let Err(e) = std::fs::write(file, counts.report()) {
@@ -275,18 +281,30 @@ fn mount_and_serve(
     }
     // Its clients' files close and their locks go before the pool is synced.
     server.stop();
-    if let Err(e) = served {
-        if !mounted {
-            // Never mounted: no final sync to confirm.
-            note.withdraw();
-        }
+    if !mounted {
+        // Never mounted: no final sync to confirm.
+        note.withdraw();
+        let e = served
+            .err()
+            .map_or_else(|| "not mounted".to_string(), |e| e.to_string());
         let msg = format!("mounting {} on {}: {e}", pool.display(), dir.display());
         return Err(fail(&mut ready, msg).into());
     }
+    // However the session ended (an unmount, or an error of the FUSE session), what the pool
+    // acknowledged is synced and the sync confirmed: left unconfirmed, `umount` would report
+    // a server that died.
+    let session = served.map_err(|e| format!("the FUSE session of {} ended: {e}", dir.display()));
     let fs = Arc::try_unwrap(fs).unwrap_or_else(|shared| (*shared).clone());
     // Fault tests end the server here, as a kill in its final sync would.
     tailbound::failpoint::hit("mount.final-sync");
-    let closed = fs.close().map_err(|e| e.to_string());
+    // A panic in the final sync is its failure, reported in the note `umount` reads.
+    let closed = match tailbound::panics::catch(|| {
+        tailbound::failpoint::hit("mount.final-sync-panics");
+        fs.close()
+    }) {
+        Ok(closed) => closed.map_err(|e| e.to_string()),
+        Err(panic) => Err(panic.to_string()),
+    };
     // Confirmed while the device still holds the pool's lock: `umount` reads the notes once
     // the lock is free.
     note.confirm(closed.as_ref().err().map(String::as_str));
@@ -298,7 +316,7 @@ fn mount_and_serve(
         )
         .into());
     }
-    Ok(())
+    session.map_err(Into::into)
 }
 
 fn serve(

@@ -105,13 +105,18 @@ impl Mounted {
     /// `tailbound mount` of this pool with failpoint `mount.final-sync` armed: the server
     /// panics (and exits) as its final sync begins, having confirmed nothing.
     fn mount_dying_in_final_sync(&self) -> Output {
+        self.mount_with_failpoint("mount.final-sync")
+    }
+
+    /// `tailbound mount` of this pool (in the background) with failpoint `name` armed.
+    fn mount_with_failpoint(&self, name: &str) -> Output {
         Command::new(env!("CARGO_BIN_EXE_tailbound"))
             .args([
                 "mount",
                 self.pool.to_str().unwrap(),
                 self.dir.to_str().unwrap(),
             ])
-            .env("TAILBOUND_FAILPOINTS", "mount.final-sync")
+            .env("TAILBOUND_FAILPOINTS", name)
             .output()
             .unwrap()
     }
@@ -226,6 +231,19 @@ impl Mounted {
             self.dir.to_str().unwrap(),
         ]);
         assert!(out.status.success(), "mount again: {}", stderr(&out));
+    }
+
+    /// Mounts the pool again after its umount: the mount says nothing containing `not`, and
+    /// `rel` holds `bytes`.
+    fn mount_again_holding(&self, not: &str, rel: &str, bytes: &[u8]) {
+        let out = tailbound(&[
+            "mount",
+            self.pool.to_str().unwrap(),
+            self.dir.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "mount again: {}", stderr(&out));
+        assert!(!stderr(&out).contains(not), "{}", stderr(&out));
+        assert_eq!(std::fs::read(self.path(rel)).unwrap(), bytes);
     }
 
     /// Unmounts (syncing the pool) and returns the pool's path, which stays.
@@ -872,13 +890,51 @@ fn umount_fails_when_the_server_dies_as_its_final_sync_begins() {
     m.write_fsynced("durable", b"fsynced before the umount");
     m.assert_umount_fails_unconfirmed();
     // Mounted again, the pool holds what was durable, and its umount succeeds.
-    let out = tailbound(&["mount", m.pool.to_str().unwrap(), m.dir.to_str().unwrap()]);
-    assert!(out.status.success(), "mount again: {}", stderr(&out));
-    assert!(!stderr(&out).contains("final sync"), "{}", stderr(&out));
+    m.mount_again_holding("final sync", "durable", b"fsynced before the umount");
+    let _pool = PoolFile(m.unmount());
+}
+
+#[test]
+fn a_fuse_session_ending_in_an_error_still_syncs_and_confirms() {
+    let Some(m) = Mounted::unmounted("session-error") else {
+        return;
+    };
+    let out = m.mount_with_failpoint("mount.session-end");
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+    m.write_fsynced("durable", b"fsynced before the umount");
+    std::fs::write(m.path("written"), b"written, never fsynced").unwrap();
+    // The session's error ends the server as an unmount does: the final sync runs and is
+    // confirmed, so `umount` succeeds and leaves no note.
+    let out = tailbound(&["umount", m.dir.to_str().unwrap()]);
+    assert!(out.status.success(), "umount: {}", stderr(&out));
+    assert!(!m.serving_note().exists());
+    assert!(!m.sync_failure_report().exists());
+    m.mount_again_holding("warning", "durable", b"fsynced before the umount");
     assert_eq!(
-        std::fs::read(m.path("durable")).unwrap(),
-        b"fsynced before the umount"
+        std::fs::read(m.path("written")).unwrap(),
+        b"written, never fsynced"
     );
+    let _pool = PoolFile(m.unmount());
+}
+
+#[test]
+fn umount_reports_a_panic_in_the_final_sync() {
+    let Some(m) = Mounted::unmounted("sync-panics") else {
+        return;
+    };
+    let out = m.mount_with_failpoint("mount.final-sync-panics");
+    assert!(out.status.success(), "mount: {}", stderr(&out));
+    m.write_fsynced("durable", b"fsynced before the umount");
+    let out = tailbound(&["umount", m.dir.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "umount succeeded: {err}");
+    assert!(err.contains("the final sync of"), "{err}");
+    assert!(err.contains("failpoint mount.final-sync-panics"), "{err}");
+    assert!(!err.contains("without confirming"), "{err}");
+    assert!(!m.serving_note().exists());
+    assert!(!m.sync_failure_report().exists());
+    // Mounted again, the pool holds what was durable, and nothing is left to warn of.
+    m.mount_again_holding("warning", "durable", b"fsynced before the umount");
     let _pool = PoolFile(m.unmount());
 }
 

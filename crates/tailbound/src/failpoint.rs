@@ -10,7 +10,10 @@
 //! `tbfs.background` (a pass of tbfs's background thread, with the metadata lock held),
 //! `record.writer` (a decoupled recorder's writer thread, per record), `record.flush` (a
 //! recorder's flush thread, per job), `sched.dispatch` (a scheduler dispatcher, per device call),
-//! `mount.final-sync` (a `tailbound mount` server as it begins its final sync).
+//! `mount.final-sync` (a `tailbound mount` server as it begins its final sync, outside the
+//! panic boundary: the server dies unconfirmed), `mount.final-sync-panics` (the same place,
+//! inside it: the final sync fails), `mount.session-end` (a `tailbound mount` server's FUSE
+//! session, once it has ended: the session ends in an error).
 //!
 //! `TAILBOUND_FAILPOINTS=NAME[,NAME...]` arms them in a process that calls [`arm_from_env`]
 //! (the shim does, when it starts, and so does the `tailbound` binary).
