@@ -3,6 +3,9 @@
 //! sizes (4 KiB to 8 MiB) fill the pool to 70 %, a third of them are deleted, and files are
 //! written again until the first `NoSpace`; the live fraction then is printed, per seed.
 //!
+//! A second case fills the pool with one-block files only, whose inode pages (a page per
+//! sixteen files) are a twentieth of the pool.
+//!
 //! A measurement, not run by default (a 1 GiB pool takes minutes in a debug build):
 //! `TBFS_ENOSPC_POOL_MIB=1024 TBFS_ENOSPC_SEEDS=3 cargo test --release -p tailbound --test
 //! tbfs_enospc_live -- --ignored --nocapture`. Each seed must say `NoSpace` at 90 % or more.
@@ -37,8 +40,8 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// The live plus pinned fraction of the pool at its first `NoSpace`.
-fn first_no_space(pool_bytes: u64, seed: u64) -> f64 {
+/// A fresh memory pool of `pool_bytes` without the background cleaner, and its size.
+fn fresh_pool(pool_bytes: u64) -> (Fs, u64) {
     let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
     let config = Config {
         segment_bytes: fsck::default_segment_bytes(pool_bytes),
@@ -47,6 +50,12 @@ fn first_no_space(pool_bytes: u64, seed: u64) -> f64 {
     };
     let fs = Fs::format(dev, &config).unwrap();
     let pool = fs.space().unwrap().size;
+    (fs, pool)
+}
+
+/// The live plus pinned fraction of the pool at its first `NoSpace`.
+fn first_no_space(pool_bytes: u64, seed: u64) -> f64 {
+    let (fs, pool) = fresh_pool(pool_bytes);
     let mut rng = Rng(seed);
     let mut files: Vec<(String, usize)> = Vec::new();
     let mut user = 0u64;
@@ -103,6 +112,47 @@ fn no_space_comes_only_at_90_percent_live_in_pools_of_256_mib_or_more() {
     for (seed, f) in (1..).zip(&fractions) {
         assert!(
             *f >= 0.90,
+            "seed {seed}: NoSpace at {:.2} % live plus pinned",
+            f * 100.0
+        );
+    }
+}
+
+/// The live plus pinned fraction at the first `NoSpace` of a pool filled with one-block
+/// files, each fsynced.
+fn first_no_space_one_block(pool_bytes: u64, seed: u64) -> f64 {
+    let (fs, pool) = fresh_pool(pool_bytes);
+    let mut rng = Rng(seed);
+    let mut n = 0u64;
+    let err = loop {
+        if let Err(e) = write_file(&fs, &format!("/f{n:07}"), &data(rng.next(), 4096)) {
+            break e;
+        }
+        n += 1;
+    };
+    assert!(matches!(err, Error::NoSpace(_)), "seed {seed}: {err}");
+    let s = fs.space().unwrap();
+    let fraction = (s.live + s.pinned_by_snapshots) as f64 / pool as f64;
+    eprintln!(
+        "pool {} MiB seed {seed}: one-block files: first NoSpace at {:.2} % live plus pinned \
+         ({n} files, free {} of {pool})",
+        pool_bytes >> 20,
+        fraction * 100.0,
+        s.free,
+    );
+    fs.close().unwrap();
+    fraction
+}
+
+#[test]
+#[ignore = "a measurement: run with --ignored (see the module's doc)"]
+fn one_block_files_meet_no_space_only_at_90_percent_live() {
+    let pool = env("TBFS_ENOSPC_POOL_MIB", 256) << 20;
+    let seeds = env("TBFS_ENOSPC_SEEDS", 3);
+    for seed in 1..=seeds {
+        let f = first_no_space_one_block(pool, seed);
+        assert!(
+            f >= 0.90,
             "seed {seed}: NoSpace at {:.2} % live plus pinned",
             f * 100.0
         );

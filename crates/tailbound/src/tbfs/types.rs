@@ -649,6 +649,10 @@ pub struct FsCounters {
     /// counted it).
     pub deletes_debt_checkpoints: u64,
     pub deletes_debt_unpaid: u64,
+    /// Of `deletes_debt_checkpoints`, those a delete with nothing keeping what it drops wrote
+    /// because the next checkpoint's inode pages were past half the room kept for deletes'
+    /// (`DELETES_PAGES_ALLOWANCE`).
+    pub deletes_pages_checkpoints: u64,
     /// Checkpoints written under a snapshot or a view in the room a drop after them needs,
     /// without the cleaning cycle beside it, which did not fit (`Engine::drop_floor`).
     pub checkpoints_in_drop_floor: u64,

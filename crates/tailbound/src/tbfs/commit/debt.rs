@@ -8,7 +8,9 @@ use crate::tbfs::debt::{exact_bound, quick_bound};
 use crate::tbfs::directories::bound_blocks;
 use crate::tbfs::format::BLOCK_U64;
 use crate::tbfs::inode::InodeState;
-use crate::tbfs::limits::{CHANGE_BLOCKS, CHECKPOINT_FLOOR_BLOCKS, DELETES_ALLOWANCE_BLOCKS};
+use crate::tbfs::limits::{
+    CHANGE_BLOCKS, CHECKPOINT_FLOOR_BLOCKS, DELETES_ALLOWANCE_BLOCKS, DELETES_PAGES_ALLOWANCE,
+};
 use crate::tbfs::space::copies_debt::CopiesDebt;
 use crate::tbfs::state::{Engine, State};
 use crate::tbfs::{Error, Result};
@@ -165,8 +167,15 @@ impl Engine {
     /// past what a checkpoint's floor admits, leaves the change to go on
     /// (`FsCounters::deletes_debt_unpaid`).
     fn record_deletes_first(&self, m: &mut State, dirs: &[u64]) -> Result<()> {
+        m.deletes_debt.charge_pages(1 + dirs.len() as u64);
         if !self.changed_since_checkpoint(m) {
             return Ok(());
+        }
+        // The room keeps only an allowance of inode pages for deletes: past half of it, the
+        // checkpoint comes first unless the free room holds every page.
+        if self.deletes_pages_due(m) {
+            self.count(|c| c.deletes_pages_checkpoints += 1);
+            return self.write_deletes_first(m);
         }
         let own = CHANGE_BLOCKS
             + dirs
@@ -197,6 +206,12 @@ impl Engine {
             self.count(|c| c.deletes_debt_unpaid += 1);
             return Ok(());
         }
+        self.write_deletes_first(m)
+    }
+
+    /// The checkpoint a delete with nothing keeping what it drops writes first; one that finds
+    /// no room leaves the delete to go on (`FsCounters::deletes_debt_unpaid`).
+    fn write_deletes_first(&self, m: &mut State) -> Result<()> {
         match self.commit_checkpoint(m) {
             Ok(()) => {
                 self.count(|c| c.deletes_debt_checkpoints += 1);
@@ -208,6 +223,26 @@ impl Engine {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Whether a delete with nothing keeping what it drops must write the checkpoint first for
+    /// the inode pages: the pool's inode file holds more pages than the room keeps for deletes
+    /// (`Engine::deletes_reserve`), the deletes since the debt was last counted may have
+    /// dirtied past half of them (a page for each change's inode and one for each of its
+    /// directories), and the free blocks do not hold the pages the room no longer keeps beside
+    /// the next checkpoint and the margins. Where they do, deletes may dirty every page, as
+    /// before the room kept fewer, and need no checkpoint of their own.
+    fn deletes_pages_due(&self, m: &State) -> bool {
+        let pages = m.ifile.pages();
+        if pages <= DELETES_PAGES_ALLOWANCE
+            || m.deletes_debt.pages_charged() <= DELETES_PAGES_ALLOWANCE / 2
+        {
+            return false;
+        }
+        let (reserve, _) = self.space_margins(m);
+        let debt = self.checkpoint_debt(m, false) + self.budget.buffered().div_ceil(BLOCK_U64);
+        let room = self.space_needed(debt) + reserve + (pages - DELETES_PAGES_ALLOWANCE);
+        self.free_blocks_up_to(m, room) < room
     }
 
     /// Whether the deletes' debt is due to be paid: a snapshot or a view keeps what deletes

@@ -5,7 +5,8 @@
 use crate::tbfs::format::*;
 use crate::tbfs::limits::{
     CHECKPOINT_FLOOR_BLOCKS, CLEAN_ROOM_SEGMENTS, DELETES_ALLOWANCE_BLOCKS,
-    FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, MIN_RECLAIMABLE, RESERVE_BLOCKS_MIN,
+    DELETES_PAGES_ALLOWANCE, FULL_PASS_ROOM_SEGMENTS, LOW_WATER_DIVISOR, MIN_RECLAIMABLE,
+    RESERVE_BLOCKS_MIN,
 };
 use crate::tbfs::state::{Engine, State, StateGuard};
 use crate::tbfs::{Error, Result};
@@ -67,7 +68,8 @@ impl Engine {
         self.checkpoint_debt(m, false) + self.copies_debt(m).ceiling()
     }
 
-    /// Room kept for a checkpoint of deletes: every inode page and the inode file's map; while
+    /// Room kept for a checkpoint of deletes: every inode page (with nothing keeping what
+    /// deletes drop, at most [`DELETES_PAGES_ALLOWANCE`] of them) and the inode file's map; while
     /// a snapshot or a view keeps what deletes drop, the allowance for the rest of what they
     /// add ([`DELETES_ALLOWANCE_BLOCKS`]); and while a pin may outlive a snapshot's drop, every
     /// page of the pinned table (`drop_pinned_room`). Deletes and truncates answer `NoSpace`
@@ -98,8 +100,16 @@ impl Engine {
         } else {
             0
         };
+        // Without a snapshot or a view, deletes past half an allowance of pages write their
+        // checkpoint first (`Engine::record_deletes_first`): room for that allowance is enough.
+        let pages = m.ifile.pages();
+        let kept = if Self::keeps_dropped(m) {
+            pages
+        } else {
+            pages.min(DELETES_PAGES_ALLOWANCE)
+        };
         (
-            m.ifile.pages() + crate::tbfs::map::tree_nodes(m.ifile.pages()) + 1,
+            kept + crate::tbfs::map::tree_nodes(pages) + 1,
             allowance,
             Self::drop_pinned_room(m),
         )

@@ -19,6 +19,9 @@ pub(crate) struct DeletesDebt {
     /// A change took the charge past the allowance and its checkpoint found no room since
     /// then: the bound the room keeps may not hold until the debt is counted again.
     unpaid: bool,
+    /// Inode pages deletes, truncates, replacing renames and directory removals may have
+    /// dirtied since then, with nothing keeping what they drop (`Engine::deletes_pages_due`).
+    pages: u64,
 }
 
 impl DeletesDebt {
@@ -28,6 +31,17 @@ impl DeletesDebt {
         self.counted_at = probe;
         self.extra = 0;
         self.unpaid = false;
+        self.pages = 0;
+    }
+
+    /// A change about to be made may dirty `pages` inode pages.
+    pub(crate) fn charge_pages(&mut self, pages: u64) {
+        self.pages += pages;
+    }
+
+    /// Inode pages charged since the debt was last counted.
+    pub(crate) fn pages_charged(&self) -> u64 {
+        self.pages
     }
 
     /// A truncate added `blocks` the probe does not see.
@@ -71,8 +85,12 @@ mod tests {
         assert!(d.within_bound());
         d.left_unpaid();
         assert!(!d.within_bound());
+        d.charge_pages(2);
+        d.charge_pages(3);
+        assert_eq!(d.pages_charged(), 5);
         d.counted(25);
         assert_eq!(d.charged(25), 0);
+        assert_eq!(d.pages_charged(), 0, "a count clears the pages' charge");
         assert!(d.within_bound());
     }
 }
