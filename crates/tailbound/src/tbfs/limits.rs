@@ -153,10 +153,11 @@ pub(crate) const RESERVE_BLOCKS_MIN: u64 = 64;
 /// delete of a file of a few MiB (a pinned-table page per 170 blocks) stays under it.
 pub(crate) const DELETES_ALLOWANCE_BLOCKS: u64 = 64;
 /// Inode pages the room keeps for deletes with nothing keeping what they drop
-/// (`Engine::deletes_reserve`), in a pool whose inode file holds more: a delete that finds the
-/// next checkpoint's inode pages past half of it writes that checkpoint first
-/// (`Engine::record_deletes_first`). Room for every page would hold back a page per sixteen
-/// files, a twentieth of a pool of one-block files.
+/// (`Engine::deletes_reserve`), in a pool whose inode file holds more: once the pages deletes
+/// may have dirtied since the debt was last counted pass half of it, and the free blocks do not
+/// hold every page, a delete writes the next checkpoint first (`Engine::record_deletes_first`).
+/// Room for every page would hold back a page per sixteen files, a twentieth of a pool of
+/// one-block files.
 pub(crate) const DELETES_PAGES_ALLOWANCE: u64 = 256;
 /// The least a writer may buffer before it commits however short space is
 /// (`Engine::set_buffer_limit`), so a pool near full still commits in logs of some size.

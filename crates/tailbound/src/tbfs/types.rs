@@ -649,9 +649,10 @@ pub struct FsCounters {
     /// counted it).
     pub deletes_debt_checkpoints: u64,
     pub deletes_debt_unpaid: u64,
-    /// Of `deletes_debt_checkpoints`, those a delete with nothing keeping what it drops wrote
-    /// because the next checkpoint's inode pages were past half the room kept for deletes'
-    /// (`DELETES_PAGES_ALLOWANCE`).
+    /// Checkpoints a delete with nothing keeping what it drops wrote first, or tried to (those
+    /// that found no room count in `deletes_debt_unpaid`), because the inode pages deletes may
+    /// have dirtied were past half the allowance the room keeps for them
+    /// (`DELETES_PAGES_ALLOWANCE`) and the free blocks did not hold every page.
     pub deletes_pages_checkpoints: u64,
     /// Checkpoints written under a snapshot or a view in the room a drop after them needs,
     /// without the cleaning cycle beside it, which did not fit (`Engine::drop_floor`).
