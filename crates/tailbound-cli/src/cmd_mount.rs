@@ -298,13 +298,10 @@ fn mount_and_serve(
     // Fault tests end the server here, as a kill in its final sync would.
     tailbound::failpoint::hit("mount.final-sync");
     // A panic in the final sync is its failure, reported in the note `umount` reads.
-    let closed = match tailbound::panics::catch(|| {
+    let closed = crate::serving::final_sync(|| {
         tailbound::failpoint::hit("mount.final-sync-panics");
         fs.close()
-    }) {
-        Ok(closed) => closed.map_err(|e| e.to_string()),
-        Err(panic) => Err(panic.to_string()),
-    };
+    });
     // Confirmed while the device still holds the pool's lock: `umount` reads the notes once
     // the lock is free.
     note.confirm(closed.as_ref().err().map(String::as_str));

@@ -134,13 +134,10 @@ pub fn run(args: ServeArgs) -> CliResult {
     server.stop();
     // Every session has ended, so this is the last handle; were it not, syncing is what counts.
     // A panic in the final sync is its failure, reported in the note the next server reads.
-    let synced = match tailbound::panics::catch(|| match Arc::try_unwrap(fs) {
+    let synced = serving::final_sync(|| match Arc::try_unwrap(fs) {
         Ok(fs) => fs.close(),
         Err(fs) => fs.sync(),
-    }) {
-        Ok(synced) => synced.map_err(|e| e.to_string()),
-        Err(panic) => Err(panic.to_string()),
-    };
+    });
     // Confirmed while the device still holds the pool's lock, so the next server of the pool
     // finds the notes as this one left them.
     note.confirm(synced.as_ref().err().map(String::as_str));

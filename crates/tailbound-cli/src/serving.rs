@@ -133,3 +133,12 @@ impl ServingNote {
         }
     }
 }
+
+/// Runs a server's final sync `sync`: its error, or a panic in it (named by its site), is the
+/// sync's failure, for [`ServingNote::confirm`].
+pub(crate) fn final_sync(sync: impl FnOnce() -> tailbound::tbfs::Result<()>) -> Result<(), String> {
+    match tailbound::panics::catch(sync) {
+        Ok(synced) => synced.map_err(|e| e.to_string()),
+        Err(panic) => Err(panic.to_string()),
+    }
+}

@@ -10,13 +10,10 @@
 //! `TBFS_ENOSPC_POOL_MIB=1024 TBFS_ENOSPC_SEEDS=3 cargo test --release -p tailbound --test
 //! tbfs_enospc_live -- --ignored --nocapture`. Each seed must say `NoSpace` at 90 % or more.
 
-use std::sync::Arc;
-
 mod common;
-use common::{data, Rng};
+use common::{data, memory_fs, Rng};
 
-use tailbound::dev::memory::MemoryPool;
-use tailbound::tbfs::{fsck, Config, Error, Fs, OpenFlags};
+use tailbound::tbfs::{Config, Error, Fs, OpenFlags};
 
 /// Sizes from 4 KiB to 8 MiB, spread evenly over the powers of two.
 fn size(rng: &mut Rng) -> usize {
@@ -42,15 +39,30 @@ fn env(name: &str, default: u64) -> u64 {
 
 /// A fresh memory pool of `pool_bytes` without the background cleaner, and its size.
 fn fresh_pool(pool_bytes: u64) -> (Fs, u64) {
-    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
-    let config = Config {
-        segment_bytes: fsck::default_segment_bytes(pool_bytes),
-        background_gc: false,
-        ..Config::memory_pool()
-    };
-    let fs = Fs::format(dev, &config).unwrap();
+    let fs = memory_fs(
+        pool_bytes,
+        Config {
+            background_gc: false,
+            ..Config::memory_pool()
+        },
+    );
     let pool = fs.space().unwrap().size;
     (fs, pool)
+}
+
+/// Runs `first_no_space(pool, seed)` for the seeds and pool size the environment asks for
+/// (`TBFS_ENOSPC_SEEDS`, `TBFS_ENOSPC_POOL_MIB`); each must say `NoSpace` at 90 % or more.
+fn each_seed_at_90_percent(first_no_space: impl Fn(u64, u64) -> f64) {
+    let pool = env("TBFS_ENOSPC_POOL_MIB", 256) << 20;
+    let seeds = env("TBFS_ENOSPC_SEEDS", 3);
+    let fractions: Vec<f64> = (1..=seeds).map(|s| first_no_space(pool, s)).collect();
+    for (seed, f) in (1..).zip(&fractions) {
+        assert!(
+            *f >= 0.90,
+            "seed {seed}: NoSpace at {:.2} % live plus pinned",
+            f * 100.0
+        );
+    }
 }
 
 /// The live plus pinned fraction of the pool at its first `NoSpace`.
@@ -106,16 +118,7 @@ fn first_no_space(pool_bytes: u64, seed: u64) -> f64 {
 #[test]
 #[ignore = "a measurement: run with --ignored (see the module's doc)"]
 fn no_space_comes_only_at_90_percent_live_in_pools_of_256_mib_or_more() {
-    let pool = env("TBFS_ENOSPC_POOL_MIB", 256) << 20;
-    let seeds = env("TBFS_ENOSPC_SEEDS", 3);
-    let fractions: Vec<f64> = (1..=seeds).map(|s| first_no_space(pool, s)).collect();
-    for (seed, f) in (1..).zip(&fractions) {
-        assert!(
-            *f >= 0.90,
-            "seed {seed}: NoSpace at {:.2} % live plus pinned",
-            f * 100.0
-        );
-    }
+    each_seed_at_90_percent(first_no_space);
 }
 
 /// The live plus pinned fraction at the first `NoSpace` of a pool filled with one-block
@@ -147,14 +150,5 @@ fn first_no_space_one_block(pool_bytes: u64, seed: u64) -> f64 {
 #[test]
 #[ignore = "a measurement: run with --ignored (see the module's doc)"]
 fn one_block_files_meet_no_space_only_at_90_percent_live() {
-    let pool = env("TBFS_ENOSPC_POOL_MIB", 256) << 20;
-    let seeds = env("TBFS_ENOSPC_SEEDS", 3);
-    for seed in 1..=seeds {
-        let f = first_no_space_one_block(pool, seed);
-        assert!(
-            f >= 0.90,
-            "seed {seed}: NoSpace at {:.2} % live plus pinned",
-            f * 100.0
-        );
-    }
+    each_seed_at_90_percent(first_no_space_one_block);
 }
