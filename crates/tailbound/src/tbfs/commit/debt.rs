@@ -37,7 +37,17 @@ impl Engine {
         // Copied, so the set's lock is not held while the walk takes the inodes' locks.
         let work = dirty.all().clone();
         drop(dirty);
-        exact_bound(work, &m.inodes, &m.dirs, &m.changes, &m.ifile, tables)
+        let exact = exact_bound(work, &m.inodes, &m.dirs, &m.changes, &m.ifile, tables);
+        // Writers keep room by the bound from totals: it must hold what the walk counts.
+        // Counted second, it sees whatever writers added after the walk, so it only grows.
+        if cfg!(debug_assertions) {
+            let quick = self.checkpoint_debt(m, false);
+            assert!(
+                quick >= exact,
+                "the checkpoint debt's bound from totals {quick} is below the walk's {exact}"
+            );
+        }
+        exact
     }
 
     /// What a light pass's copies may add to the next checkpoint ([`CopiesDebt`]): a walk of

@@ -1,0 +1,93 @@
+//! A pool filled with synced files until it refuses one, then given attribute changes (which
+//! take no room check) and syncs until a sync is refused or the rounds run out, then emptied by
+//! deletes: the emptied pool must take the sync that gives its space back.
+//!
+//! Single-threaded on a stepped clock, so each seed replays the same calls and the same
+//! decisions. Ignored: on the seeds below the final sync is refused ("pool is full" with nearly
+//! every block pending reuse and too little free for the checkpoint that releases them), the
+//! deterministic form of the emptied pool's refusal in `tbfs_refused_writes.rs`
+//! (docs/results/soak.md, 2026-12-02 15:30).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+mod common;
+use common::{data, Rng};
+
+use tailbound::dev::memory::MemoryPool;
+use tailbound::tbfs::{fsck, Clock, Config, Error, Fs, OpenFlags, SetAttr};
+
+const POOL_BYTES: u64 = 8 << 20;
+
+fn stepped_pool() -> Fs {
+    let clock = Clock::stepped(1 << 40, Duration::from_micros(10));
+    let dev = Arc::new(MemoryPool::anonymous(POOL_BYTES).unwrap());
+    let config = Config {
+        segment_bytes: fsck::default_segment_bytes(POOL_BYTES),
+        background_gc: false,
+        clock,
+        ..Config::memory_pool()
+    };
+    Fs::format(dev, &config).unwrap()
+}
+
+/// Files of 1 to 16 blocks, each synced, until the pool refuses one.
+fn fill(fs: &Fs, rng: &mut Rng) -> Vec<String> {
+    let mut files = Vec::new();
+    for n in 0.. {
+        let path = format!("/f{n}");
+        let len = 4096 * (1 + rng.below(16) as usize);
+        let written = fs.open_file(&path, OpenFlags::create()).and_then(|f| {
+            f.pwrite(&data(n, len), 0)?;
+            f.fsync()
+        });
+        match written {
+            Ok(()) => files.push(path),
+            Err(Error::NoSpace(_)) => {
+                let _ = fs.unlink(&path);
+                return files;
+            }
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+    unreachable!("the loop returns once the pool is full")
+}
+
+fn empty_after_attribute_changes(seed: u64) {
+    let fs = stepped_pool();
+    let mut rng = Rng(seed + 1);
+    let files = fill(&fs, &mut rng);
+    assert!(files.len() > 100, "seed {seed}: only {} files", files.len());
+    for round in 0..rng.below(40) {
+        for path in &files {
+            let attr = SetAttr {
+                mode: Some(0o600 | (round % 2) as u32),
+                ..SetAttr::default()
+            };
+            fs.set_attr(path, &attr).unwrap();
+        }
+        // A sync of a full pool may be refused: the changes then wait in the debt.
+        if fs.sync().is_err() {
+            break;
+        }
+    }
+    for path in &files {
+        fs.unlink(path).unwrap();
+    }
+    if let Err(e) = fs.sync() {
+        let census = fs.space_census().unwrap();
+        panic!(
+            "seed {seed}: the emptied pool's sync: {e}\nfree {} pending {}",
+            census.free, census.pending
+        );
+    }
+    fs.close().unwrap();
+}
+
+#[test]
+#[ignore = "the emptied pool's sync is refused on these seeds: docs/results/soak.md, 2026-12-02 15:30"]
+fn an_emptied_pool_syncs_after_attribute_changes_filled_its_room() {
+    for seed in [52, 60, 64, 68] {
+        empty_after_attribute_changes(seed);
+    }
+}
