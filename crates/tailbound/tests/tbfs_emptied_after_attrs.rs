@@ -3,9 +3,10 @@
 //! deletes: the emptied pool must take the sync that gives its space back.
 //!
 //! Single-threaded on a stepped clock, so each seed replays the same calls and the same
-//! decisions. Ignored: on the seeds below the final sync is refused ("pool is full" with nearly
-//! every block pending reuse and too little free for the checkpoint that releases them), the
-//! deterministic form of the emptied pool's refusal in `tbfs_refused_writes.rs`
+//! decisions. On the seeds of the first test the final sync was refused before a checkpoint
+//! that a superblock follows at once could count the segments it gives back towards its floor
+//! (`Engine::checkpoint_floor`). On those of the ignored one, in release builds, it still is,
+//! as the checkpoint itself needs more than is free; debug builds pass them
 //! (docs/results/soak.md, 2026-12-02 15:30).
 
 use std::sync::Arc;
@@ -85,9 +86,16 @@ fn empty_after_attribute_changes(seed: u64) {
 }
 
 #[test]
-#[ignore = "the emptied pool's sync is refused on these seeds: docs/results/soak.md, 2026-12-02 15:30"]
 fn an_emptied_pool_syncs_after_attribute_changes_filled_its_room() {
-    for seed in [52, 60, 64, 68] {
+    for seed in [52, 60, 64, 70, 86] {
+        empty_after_attribute_changes(seed);
+    }
+}
+
+#[test]
+#[ignore = "in release builds the emptied pool's checkpoint needs more than is free on these seeds: docs/results/soak.md, 2026-12-02 15:30"]
+fn an_emptied_pool_syncs_when_its_checkpoint_needs_all_that_is_free() {
+    for seed in [68, 140, 224] {
         empty_after_attribute_changes(seed);
     }
 }

@@ -220,7 +220,10 @@ impl Engine {
     /// checkpoint, a snapshot's drop, must write it); and the
     /// room of the next cleaning cycle, less the whole segments the checkpoint makes reusable
     /// (those waiting only for it and its superblock, and a full pass's victims), never less
-    /// than a checkpoint with nothing changed takes ([`CHECKPOINT_FLOOR_BLOCKS`]). It pays the
+    /// than a checkpoint with nothing changed takes ([`CHECKPOINT_FLOOR_BLOCKS`]); nothing at
+    /// all for a checkpoint a superblock follows at once, with nothing keeping what deletes
+    /// drop, when the segments it gives back hold that cycle, that floor and the deletes'
+    /// inode pages (a pool emptied by deletes after its room was spent). It pays the
     /// debt, so that is all the invariant asks of it. A snapshot's drop keeps only the floor:
     /// it gives back what the snapshot held, which the cleaner could not reach before, and
     /// must not be refused; every other checkpoint leaving the deletes' room is what makes
@@ -236,6 +239,18 @@ impl Engine {
         let given_back =
             self.pending_free_segments(m) as u64 * self.segment_blocks() + m.cleaning.gain();
         let (inodes, allowance, pins) = Self::deletes_reserve_parts(m);
+        // Counted once: a stepped clock moves on each reading of the time it takes.
+        let cycle = self.cycle_room(m);
+        if !Self::keeps_dropped(m)
+            && m.writer.refreshing()
+            && given_back >= cycle.max(least) + inodes
+        {
+            // Once the superblock that follows at once is written, the segments given back
+            // hold a cleaning cycle, a checkpoint's floor and a rewrite of the inode pages
+            // deletes may dirty: a pool emptied by deletes writes the checkpoint that frees it
+            // in whatever is free beside them.
+            return 0;
+        }
         // With nothing keeping what deletes drop, a delete that would take the debt past what
         // is free writes the checkpoint first (`Engine::record_deletes_first`): no room is
         // kept for them here.
@@ -244,7 +259,7 @@ impl Engine {
         } else {
             0
         };
-        self.cycle_room(m).saturating_sub(given_back).max(least) + inodes + allowance + pins
+        cycle.saturating_sub(given_back).max(least) + inodes + allowance + pins
     }
 
     /// What a checkpoint must leave free at the least while a snapshot or a view keeps what

@@ -256,6 +256,11 @@ impl Writer {
         std::mem::replace(&mut self.refreshing, on)
     }
 
+    /// Whether the checkpoint being laid out is one a superblock follows at once.
+    pub fn refreshing(&self) -> bool {
+        self.refreshing
+    }
+
     /// A direct write's (or a write-behind's) logs begin (`true`) or end being laid out; they
     /// do not nest.
     pub fn set_direct(&mut self, on: bool) {
