@@ -210,7 +210,12 @@ impl Engine {
         let ifile_nodes = ((height_for(ifile_len) as u64 + 1) * pages.len().max(1) as u64)
             .min(crate::tbfs::map::tree_nodes(ifile_len) + 1);
         let pages_paid = pages.len() as u64 + ifile_nodes;
-        estimate += pages_paid + 4;
+        // Pages left holes are paid without a block (`checkpoint_inode_pages`).
+        let holes = pages
+            .iter()
+            .filter(|&&p| inode_page_left_hole(m, p))
+            .count() as u64;
+        estimate += pages_paid - holes + 4;
         estimate += m.table_estimate();
         // The inodes' part: a bound from totals when the free space covers it with room to
         // spare, else one counted inode by inode.
@@ -343,6 +348,17 @@ impl Engine {
         );
         pages.extend(m.ifile.take_pages_dirty());
         for &p in &pages {
+            if inode_page_left_hole(m, p) {
+                // Left a hole, which recovery and fsck read as a page of free slots: deletes
+                // that empty whole pages (an `rm -rf`, a pool emptied) then cost their
+                // checkpoint no page.
+                drop(m.ifile.take_cached(p));
+                let old = m.ifile.map_mut().set(p, 0);
+                if old != 0 {
+                    m.seg_dec_at(old, seq, self.segment_blocks(), now);
+                }
+                continue;
+            }
             let first = p * INODES_PER_PAGE as u64;
             let slots = first..first + INODES_PER_PAGE as u64;
             let encode_slot = |page: &mut format::Block, ino: u64, r: &InodeRecord| {
@@ -673,6 +689,16 @@ impl Records {
     pub(in crate::tbfs) fn inos(&self) -> impl Iterator<Item = u64> + '_ {
         self.0.iter().map(|&(i, _)| i)
     }
+}
+
+/// Whether a checkpoint leaves inode page `p` a hole rather than writing it: every slot is
+/// free, and a later page is mapped (the inode file's height follows its page count, so its
+/// last page is always written). Inodes come and go only under `meta`, which the checkpoint
+/// holds, so the answer holds from its estimate to its pages.
+fn inode_page_left_hole(m: &State, p: u64) -> bool {
+    let first = p * INODES_PER_PAGE as u64;
+    p + 1 < m.ifile.map().blocks.len() as u64
+        && (first..first + INODES_PER_PAGE as u64).all(|ino| !m.inodes.contains(ino))
 }
 
 /// Inode `ino`'s record as the inode table holds it now (an empty one for a free number).
