@@ -6,32 +6,16 @@
 use std::sync::Arc;
 
 mod common;
-use common::{data, Rng};
+use common::{data, stepped_pool, Rng};
 
-use std::time::Duration;
 use tailbound::dev::memory::MemoryPool;
 
-use tailbound::tbfs::{fsck, Clock, Config, Error, Fs, OpenFlags, OpenOptions};
+use tailbound::tbfs::{Clock, Error, Fs, OpenFlags, OpenOptions};
 
 fn write_file(fs: &Fs, path: &str, bytes: &[u8]) -> Result<(), Error> {
     let f = fs.open_file(path, OpenFlags::create())?;
     f.pwrite(bytes, 0)?;
     Ok(())
-}
-
-/// A memory pool formatted on a stepped clock: the timed checkpoints fall where the calls do,
-/// not where the machine's load puts them.
-fn stepped_pool(pool_bytes: u64) -> (Arc<MemoryPool>, Clock, Fs) {
-    let clock = Clock::stepped(1 << 40, Duration::from_micros(10));
-    let dev = Arc::new(MemoryPool::anonymous(pool_bytes).unwrap());
-    let config = Config {
-        segment_bytes: fsck::default_segment_bytes(pool_bytes),
-        background_gc: false,
-        clock: clock.clone(),
-        ..Config::memory_pool()
-    };
-    let fs = Fs::format(dev.clone(), &config).unwrap();
-    (dev, clock, fs)
 }
 
 /// In an emptied pool a new file is admitted, and after a close and a reopen it is all there

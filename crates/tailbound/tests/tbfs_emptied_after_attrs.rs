@@ -11,29 +11,12 @@
 //! rather than written (`Engine::checkpoint_inode_pages`), so the deletes' checkpoint no longer
 //! rewrites every page (docs/results/soak.md, 2026-12-02).
 
-use std::sync::Arc;
-use std::time::Duration;
-
 mod common;
-use common::{data, Rng};
+use common::{data, stepped_pool, Rng};
 
-use tailbound::dev::memory::MemoryPool;
-use tailbound::tbfs::{fsck, Clock, Config, Error, Fs, OpenFlags, SetAttr};
+use tailbound::tbfs::{fsck, Error, Fs, OpenFlags, SetAttr};
 
 const POOL_BYTES: u64 = 8 << 20;
-
-fn stepped_pool() -> (Arc<MemoryPool>, Fs) {
-    let clock = Clock::stepped(1 << 40, Duration::from_micros(10));
-    let dev = Arc::new(MemoryPool::anonymous(POOL_BYTES).unwrap());
-    let config = Config {
-        segment_bytes: fsck::default_segment_bytes(POOL_BYTES),
-        background_gc: false,
-        clock,
-        ..Config::memory_pool()
-    };
-    let fs = Fs::format(dev.clone(), &config).unwrap();
-    (dev, fs)
-}
 
 /// Files of 1 to 16 blocks, each synced, until the pool refuses one.
 fn fill(fs: &Fs, rng: &mut Rng) -> Vec<String> {
@@ -58,7 +41,7 @@ fn fill(fs: &Fs, rng: &mut Rng) -> Vec<String> {
 }
 
 fn empty_after_attribute_changes(seed: u64) {
-    let (dev, fs) = stepped_pool();
+    let (dev, _, fs) = stepped_pool(POOL_BYTES);
     let mut rng = Rng(seed + 1);
     let files = fill(&fs, &mut rng);
     assert!(files.len() > 100, "seed {seed}: only {} files", files.len());

@@ -73,6 +73,30 @@ pub fn memory_fs(pool_bytes: u64, config: tailbound::tbfs::Config) -> tailbound:
     tailbound::tbfs::Fs::format(dev, &config).unwrap()
 }
 
+/// A memory pool of `pool_bytes` without the background cleaner, formatted on a stepped clock
+/// (returned too, for reopening it): the timed checkpoints fall where the calls do, not where
+/// the machine's load puts them.
+#[allow(dead_code)] // not every test file makes its pools this way
+pub fn stepped_pool(
+    pool_bytes: u64,
+) -> (
+    std::sync::Arc<tailbound::dev::memory::MemoryPool>,
+    tailbound::tbfs::Clock,
+    tailbound::tbfs::Fs,
+) {
+    let clock = tailbound::tbfs::Clock::stepped(1 << 40, std::time::Duration::from_micros(10));
+    let dev =
+        std::sync::Arc::new(tailbound::dev::memory::MemoryPool::anonymous(pool_bytes).unwrap());
+    let config = tailbound::tbfs::Config {
+        segment_bytes: tailbound::tbfs::fsck::default_segment_bytes(pool_bytes),
+        background_gc: false,
+        clock: clock.clone(),
+        ..tailbound::tbfs::Config::memory_pool()
+    };
+    let fs = tailbound::tbfs::Fs::format(dev.clone(), &config).unwrap();
+    (dev, clock, fs)
+}
+
 /// Runs `f(t)` for each `t` below `threads`, all at once on threads of their own, and returns
 /// what each returned, in order of `t`.
 #[allow(dead_code)] // not every test file runs threads
