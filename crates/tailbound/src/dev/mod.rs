@@ -78,6 +78,32 @@ pub trait Device: Send + Sync + fmt::Debug + std::any::Any {
     fn start_write(&self, offset: u64, buf: Vec<u8>) -> PendingWrite {
         PendingWrite::done(self.write_at(offset, &buf))
     }
+    /// The calling thread is about to wait for shared work another thread holds (a lock of
+    /// the file system's) until the returned guard is dropped. A scheduler in front of the
+    /// device ([`crate::sched::SchedDevice`]) keeps the thread's share of the device for it
+    /// meanwhile rather than idle the device for its next request; others do nothing.
+    fn wait_for_shared_work(&self) -> SharedWait {
+        SharedWait::none()
+    }
+}
+
+/// A wait for shared work ([`Device::wait_for_shared_work`]); ends when dropped.
+pub struct SharedWait {
+    _end: Option<Box<dyn Send>>,
+}
+
+impl SharedWait {
+    /// A wait nothing follows.
+    pub fn none() -> SharedWait {
+        SharedWait { _end: None }
+    }
+
+    /// A wait that ends when `guard` is dropped.
+    pub fn new(guard: impl Send + 'static) -> SharedWait {
+        SharedWait {
+            _end: Some(Box::new(guard)),
+        }
+    }
 }
 
 /// A write begun with [`Device::start_write`]. Dropping it without [`wait`](Self::wait) leaves

@@ -269,6 +269,23 @@ impl Scheduler {
         self.shared.lock().queue.depth_limit()
     }
 
+    /// Tenant `t` waits for shared work another thread holds until the guard is dropped
+    /// ([`Queue::hold`]): the dispatchers stop waiting for its next request, and its share is
+    /// kept for it.
+    pub fn hold(&self, t: TenantId) -> Held {
+        let mut inner = self.shared.lock();
+        if (t.0 as usize) < inner.queue.tenant_count() {
+            inner.queue.hold(t);
+        }
+        drop(inner);
+        // A dispatcher idling for this tenant's next request looks again.
+        self.shared.work.notify_all();
+        Held {
+            shared: Arc::clone(&self.shared),
+            tenant: t,
+        }
+    }
+
     /// Flushes the scheduler made on its own for the flush debt ([`Config::flush_debt`]).
     pub fn debt_flushes(&self) -> u64 {
         self.shared.lock().queue.debt_flushes()
@@ -734,6 +751,29 @@ pub fn thread_tenant() -> Option<TenantId> {
     THREAD_TENANT.with(Cell::get)
 }
 
+/// A tenant's wait for shared work ([`Scheduler::hold`]); ends when dropped.
+pub struct Held {
+    shared: Arc<Shared>,
+    tenant: TenantId,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Held")
+            .field("tenant", &self.tenant)
+            .finish()
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut inner = self.shared.lock();
+        if (self.tenant.0 as usize) < inner.queue.tenant_count() {
+            inner.queue.unhold(self.tenant);
+        }
+    }
+}
+
 /// A [`Device`] that routes every call through a [`Scheduler`], with the tenant of the calling
 /// thread: the one set by [`set_thread_tenant`], else a tenant made from the thread's kernel ioprio.
 #[derive(Debug, Clone)]
@@ -775,6 +815,10 @@ impl Device for SchedDevice {
 
     fn charged(&self) -> bool {
         true
+    }
+
+    fn wait_for_shared_work(&self) -> crate::dev::SharedWait {
+        crate::dev::SharedWait::new(self.sched.hold(self.sched.current_tenant()))
     }
 
     fn start_write(&self, offset: u64, buf: Vec<u8>) -> PendingWrite {

@@ -49,7 +49,7 @@ mod tests;
 pub mod turns;
 
 pub use exec::{
-    current_prio, set_thread_tenant, thread_tenant, Charge, Charged, SchedDevice, Scheduler,
+    current_prio, set_thread_tenant, thread_tenant, Charge, Charged, Held, SchedDevice, Scheduler,
 };
 pub use model::{
     Class, Config, DeviceProfile, Op, Policy, Prio, TenantId, TenantStats, AGING_DEFAULT,

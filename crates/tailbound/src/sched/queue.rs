@@ -115,6 +115,11 @@ struct TenantState {
     queue: VecDeque<Piece>,
     /// WF2Q+ start tag (virtual time); while idle, the finish tag of its last piece.
     start: f64,
+    /// Its threads waiting for shared work another thread holds ([`Queue::hold`]).
+    held: u32,
+    /// The virtual time the clock moved past its start while it was held with nothing queued:
+    /// what its next request may restart behind the clock, besides the usual credit.
+    held_credit: f64,
     bytes: u64,
     ops: u64,
     splits: u64,
@@ -333,6 +338,8 @@ impl Queue {
             weight: weight.max(1),
             queue: VecDeque::new(),
             start: self.vtime[group],
+            held: 0,
+            held_credit: 0.0,
             bytes: 0,
             ops: 0,
             splits: 0,
@@ -453,9 +460,10 @@ impl Queue {
         let was_idle = self.tenants[t].queue.is_empty();
         if was_idle && self.uses_tags() {
             let g = self.group_of(t);
-            let rejoin = self.vtime[g] - self.credit(t, req.op);
+            let rejoin = self.vtime[g] - self.credit(t, req.op) - self.tenants[t].held_credit;
             let state = &mut self.tenants[t];
             state.start = state.start.max(rejoin);
+            state.held_credit = 0.0;
         }
         let piece_len = self.split_size(req.op).unwrap_or(u64::MAX).max(1);
         let mut pieces = 0u64;
@@ -517,10 +525,14 @@ impl Queue {
             return None;
         }
         let waited_for = self.anticipated(now).filter(|&w| self.group_of(w) == g);
+        let held: Vec<usize> = (0..self.tenants.len())
+            .filter(|&t| self.tenants[t].held > 0 && self.group_of(t) == g)
+            .collect();
         let min_start = |all: bool| {
             members
                 .iter()
                 .chain(waited_for.as_ref())
+                .chain(&held)
                 .filter(|&&t| all || self.moves_clock(t))
                 .map(|&t| self.tenants[t].start)
                 .fold(f64::INFINITY, f64::min)
@@ -775,22 +787,56 @@ impl Queue {
 
     /// The tenant whose next request is anticipated at `now`, if any.
     fn anticipated(&self, now: Nanos) -> Option<usize> {
-        let (window, (w, done_at, _)) = (self.anticipation_ns?, self.last_done?);
-        (now < done_at.saturating_add(window) && self.tenants[w].queue.is_empty()).then_some(w)
+        self.waiting_for(now).map(|(w, _)| w)
+    }
+
+    /// The tenant anticipation waits for at `now` and the cost of its last dispatch: the one
+    /// whose last queued piece completed most recently, if within the window, with nothing
+    /// queued, and not held by another thread's work ([`Queue::hold`]: it can send nothing
+    /// before that thread goes on, and that thread may be waiting for the device).
+    fn waiting_for(&self, now: Nanos) -> Option<(usize, f64)> {
+        let (window, (w, done_at, cost)) = (self.anticipation_ns?, self.last_done?);
+        let state = &self.tenants[w];
+        (now < done_at.saturating_add(window) && state.queue.is_empty() && state.held == 0)
+            .then_some((w, cost))
+    }
+
+    /// A thread of tenant `t` waits for shared work another thread holds (a lock of the file
+    /// system's). Until as many [`Queue::unhold`]s, the tenant counts as backlogged: the
+    /// virtual clock does not run ahead of it, so it gets back the service it could not ask
+    /// for meanwhile, and the device is not kept idle waiting for its next request.
+    pub fn hold(&mut self, t: TenantId) {
+        let state = &mut self.tenants[t.0 as usize];
+        state.held += 1;
+    }
+
+    /// A thread of tenant `t` stopped waiting ([`Queue::hold`]). When none waits any more and
+    /// nothing of it is queued, the virtual time the clock moved past its start is kept as the
+    /// credit its next request restarts with.
+    pub fn unhold(&mut self, t: TenantId) {
+        let t = t.0 as usize;
+        let g = self.group_of(t);
+        let v = self.vtime[g];
+        let state = &mut self.tenants[t];
+        assert!(
+            state.held > 0,
+            "tenant {t} let go of a wait it did not hold"
+        );
+        state.held -= 1;
+        if state.held == 0 && state.queue.is_empty() {
+            state.held_credit = (v - state.start).max(0.0);
+        }
     }
 
     /// Whether the device should wait for the tenant whose last piece just completed rather than
     /// serve `t`: within the anticipation window, in `t`'s fairness group, and with a finish tag
     /// (for a request like its last) earlier than `t`'s head.
     fn anticipates_instead_of(&self, now: Nanos, t: usize) -> bool {
-        let (Some(window), Some((w, done_at, cost))) = (self.anticipation_ns, self.last_done)
-        else {
+        let Some((w, cost)) = self.waiting_for(now) else {
             return false;
         };
         if w == t
             || !self.uses_tags()
-            || !self.tenants[w].queue.is_empty()
-            || now >= done_at.saturating_add(window)
             || self.group_of(w) != self.group_of(t)
             || self.head_cost(t) * SMALL_PASSES_ANTICIPATION <= cost
         {
@@ -806,7 +852,8 @@ impl Queue {
     /// of an anticipation window), if pieces wait.
     pub fn next_timer(&self) -> Option<Nanos> {
         let (window, (w, done_at, _)) = (self.anticipation_ns?, self.last_done?);
-        (self.queued > 0 && self.tenants[w].queue.is_empty())
+        let state = &self.tenants[w];
+        (self.queued > 0 && state.queue.is_empty() && state.held == 0)
             .then(|| done_at.saturating_add(window))
     }
 
@@ -833,7 +880,9 @@ impl Queue {
         let counted = |u: usize| {
             self.group_of(u) == g
                 && self.moves_clock(u)
-                && (!self.tenants[u].queue.is_empty() || anticipated == Some(u))
+                && (!self.tenants[u].queue.is_empty()
+                    || anticipated == Some(u)
+                    || self.tenants[u].held > 0)
         };
         let weight_sum: f64 = (0..self.tenants.len())
             .filter(|&u| u == t || counted(u))
@@ -935,13 +984,7 @@ impl Queue {
             // (as CFQ never idles for its idle class): it has no share worth holding the device
             // for, and waiting after each of a tbfs background thread's log summaries idled the
             // device for most of `bench fairness`'s small writes.
-            let waiting_for_another = self.last_done.is_some_and(|(w, done_at, _)| {
-                w != t
-                    && self.tenants[w].queue.is_empty()
-                    && self
-                        .anticipation_ns
-                        .is_some_and(|window| now < done_at.saturating_add(window))
-            });
+            let waiting_for_another = self.waiting_for(now).is_some_and(|(w, _)| w != t);
             if !waiting_for_another {
                 let waits = self.anticipation_ns.is_some()
                     && self.uses_tags()

@@ -337,6 +337,7 @@ impl Engine {
     pub fn lock_meta(&self) -> StateGuard<'_> {
         let guard = self.meta.try_lock().unwrap_or_else(|| {
             let _waiting = crate::phases::enter(crate::phases::Phase::MetaWait);
+            let _shared = self.dev().wait_for_shared_work();
             crate::tbfs::lending::lending_while(&self.inherit, || self.meta.lock())
         });
         let start_queued = self.logs.queued_total();
