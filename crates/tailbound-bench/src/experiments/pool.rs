@@ -35,13 +35,16 @@ pub fn describe(dev: &FileDevice) -> String {
 
 /// A fresh tbfs pool on `dev` behind a scheduler with `cfg`, for the scheduler experiments: no
 /// background checkpoints and no protection period, so only the workload's own commits (and the
-/// cleaning they cause) reach the device; `barrier` says which logs are flushed. Returns the
-/// scheduler too, for adding tenants.
+/// cleaning they cause) reach the device; `barrier` says which logs are flushed; segments of
+/// the size `tailbound fs mkfs` gives a pool of this size. Returns the scheduler too, for
+/// adding tenants.
 pub fn format_behind_scheduler(
     dev: Arc<FileDevice>,
     cfg: tailbound::sched::Config,
     barrier: tailbound::tbfs::Barrier,
 ) -> Result<(Arc<Scheduler>, Fs), String> {
+    let segment_bytes =
+        tailbound::tbfs::fsck::default_segment_bytes(tailbound::dev::Device::len(dev.as_ref()));
     let sched = Scheduler::new(dev, cfg).map_err(|e| e.to_string())?;
     let fs = Fs::format(
         Arc::new(SchedDevice::new(Arc::clone(&sched))),
@@ -49,6 +52,7 @@ pub fn format_behind_scheduler(
             checkpoint_every: None,
             protection_period: Duration::ZERO,
             barrier,
+            segment_bytes,
             ..FsConfig::default()
         },
     )
