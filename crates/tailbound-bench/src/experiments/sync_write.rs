@@ -414,9 +414,11 @@ impl SyncWriteBench {
         let data = self.payload(buffer);
         let blocks = self.file_bytes / buffer;
         let order = self.random_order(buffer);
+        // Segments of the size `tailbound fs mkfs` gives a pool of this size.
         let config = Config {
             ordering,
             barrier,
+            segment_bytes: tailbound::tbfs::fsck::default_segment_bytes(dev.len()),
             ..Config::default()
         };
         progress.set_message("formatting the pool");
