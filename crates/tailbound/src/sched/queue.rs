@@ -525,16 +525,16 @@ impl Queue {
             return None;
         }
         let waited_for = self.anticipated(now).filter(|&w| self.group_of(w) == g);
-        let held: Vec<usize> = (0..self.tenants.len())
-            .filter(|&t| self.tenants[t].held > 0 && self.group_of(t) == g)
-            .collect();
         let min_start = |all: bool| {
+            let held = (0..self.tenants.len())
+                .filter(|&t| self.tenants[t].held > 0 && self.group_of(t) == g);
             members
                 .iter()
-                .chain(waited_for.as_ref())
-                .chain(&held)
-                .filter(|&&t| all || self.moves_clock(t))
-                .map(|&t| self.tenants[t].start)
+                .copied()
+                .chain(waited_for)
+                .chain(held)
+                .filter(|&t| all || self.moves_clock(t))
+                .map(|t| self.tenants[t].start)
                 .fold(f64::INFINITY, f64::min)
         };
         let mut floor = min_start(false);
